@@ -1,0 +1,75 @@
+#pragma once
+/// @file
+/// The project's error codes (std::error_code with an mcdist category, like Boost.Beast's
+/// http/error.hpp). Every reason a datagram is dropped is one of these, so the drop counters
+/// are indexed by them too.
+
+#include <array>
+#include <cstdint>
+#include <string_view>
+#include <system_error>
+
+namespace mcdist {
+
+/// Why something from the network or the filesystem was refused.
+enum class errc : std::uint8_t {
+  ok = 0,
+  // Datagram framing (checked in this order, after STYLE.md "Input from the network").
+  truncated,         ///< shorter than the fixed header, or than a declared length
+  bad_magic,         ///< first two bytes are not the mcdist magic
+  bad_version,       ///< protocol version this build does not speak
+  unknown_type,      ///< message type byte not defined
+  oversized,         ///< larger than the limit for its type
+  bad_protobuf,      ///< control payload failed to parse
+  invalid_field,     ///< a parsed value is out of range (index past end, bad size, ...)
+  // Session routing.
+  unknown_session,   ///< data or control for a session this receiver does not know
+  wrong_source,      ///< datagram for a known session from another source address
+  not_registered,    ///< message from a receiver id the sender does not have registered
+  stale,             ///< message for an earlier pass or answered state; harmless
+  duplicate,         ///< block already held
+  // Manifest paths (DESIGN.md "Receiver storage").
+  path_empty,
+  path_absolute,
+  path_dot_dot,
+  path_empty_component,
+  path_control_char,
+  path_too_long,
+  path_component_too_long,
+  path_too_deep,
+  path_conflict,     ///< two manifest entries map to the same file, or a file and a directory
+  // Files.
+  file_too_large,
+  digest_mismatch,   ///< received file does not hash to the manifest's SHA-256
+  storage_full,      ///< the write buffer pool is full; the block is dropped and will be NAKed
+  registration_closed,
+  not_in_group,
+  cancelled,
+  count_  ///< number of codes; not an error
+};
+
+/// The category of mcdist::errc; name() is "mcdist".
+const std::error_category& error_category() noexcept;
+
+/// Makes errc usable as std::error_code.
+inline std::error_code make_error_code(errc e) noexcept {
+  return {static_cast<int>(e), error_category()};
+}
+
+/// Short stable name of an error, snake_case, as used in counters, logs and JSON.
+std::string_view to_string(errc e) noexcept;
+
+/// Counts of refused inputs by reason. Not thread-safe: each network thread owns its own.
+struct drop_counters {
+  std::array<std::uint64_t, static_cast<std::size_t>(errc::count_)> counts{};
+
+  void add(errc e) noexcept { ++counts[static_cast<std::size_t>(e)]; }
+  std::uint64_t operator[](errc e) const noexcept { return counts[static_cast<std::size_t>(e)]; }
+  /// Sum over every reason.
+  std::uint64_t total() const noexcept;
+};
+
+}  // namespace mcdist
+
+template <>
+struct std::is_error_code_enum<mcdist::errc> : std::true_type {};

@@ -1,0 +1,49 @@
+#pragma once
+/// @file
+/// Strong typedefs for the identifiers and indexes that must never mix (after libtorrent's
+/// strong_typedef<std::int32_t, piece_index_tag>): a file index is not a block index, a pass
+/// number is not a session id.
+
+#include <compare>
+#include <cstdint>
+#include <functional>
+
+namespace mcdist {
+
+/// A value of type T that only compares and converts explicitly. `Tag` makes distinct types.
+template <class T, class Tag>
+struct strong_id {
+  T value{};
+
+  constexpr strong_id() = default;
+  constexpr explicit strong_id(T v) : value(v) {}
+  constexpr auto operator<=>(const strong_id&) const = default;
+  constexpr strong_id& operator++() {
+    ++value;
+    return *this;
+  }
+};
+
+/// 32-bit session identifier chosen at random by the sender (DESIGN.md "session").
+using session_id = strong_id<std::uint32_t, struct session_id_tag>;
+/// Index of a file in a session's manifest, 0-based.
+using file_index = strong_id<std::uint32_t, struct file_index_tag>;
+/// Index of a block within one file, 0-based; block b covers bytes [b*block_size, (b+1)*block_size).
+using block_index = strong_id<std::uint32_t, struct block_index_tag>;
+/// Pass number, 1-based: pass 1 sends every block, pass k>1 the blocks NAKed since.
+using pass_number = strong_id<std::uint32_t, struct pass_number_tag>;
+
+/// Serial-number comparison of 32-bit sequence numbers (RFC 1982 section 3.2): true when `a`
+/// is after `b`, valid while the two are less than 2^31 apart.
+constexpr bool seq_after(std::uint32_t a, std::uint32_t b) noexcept {
+  return a != b && static_cast<std::uint32_t>(a - b) < 0x80000000u;
+}
+
+}  // namespace mcdist
+
+template <class T, class Tag>
+struct std::hash<mcdist::strong_id<T, Tag>> {
+  std::size_t operator()(const mcdist::strong_id<T, Tag>& id) const noexcept {
+    return std::hash<T>{}(id.value);
+  }
+};

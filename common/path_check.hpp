@@ -1,0 +1,28 @@
+#pragma once
+/// @file
+/// Validation of manifest paths, which come from the network (DESIGN.md "Receiver storage"):
+/// a receiver never writes outside its destination and temp directories.
+
+#include <cstddef>
+#include <string_view>
+#include <system_error>
+
+namespace mcdist {
+
+/// Longest accepted manifest path, bytes. Linux PATH_MAX is 4096 including the destination
+/// prefix; 1024 leaves room for any sane destination and keeps a manifest entry inside one
+/// datagram.
+inline constexpr std::size_t max_path_bytes = 1024;
+/// Longest accepted path component, bytes (NAME_MAX on Linux filesystems).
+inline constexpr std::size_t max_component_bytes = 255;
+/// Most components in one path; deeper trees are refused rather than walked.
+inline constexpr std::size_t max_path_depth = 64;
+
+/// Checks that `path` is a safe relative path: '/'-separated components, none empty, none
+/// "." or "..", no NUL or control character (0x00-0x1f, 0x7f), no leading '/', not longer
+/// than max_path_bytes, no component longer than max_component_bytes, at most max_path_depth
+/// components.
+/// @return an empty error_code, or one of errc::path_* naming the first problem found.
+std::error_code check_relative_path(std::string_view path) noexcept;
+
+}  // namespace mcdist

@@ -1,0 +1,92 @@
+#include "common/sha256.hpp"
+
+#include <openssl/evp.h>
+
+#include <cstring>
+#include <new>
+#include <utility>
+
+namespace mcdist {
+
+sha256_hasher::sha256_hasher() : m_ctx(EVP_MD_CTX_new()) {
+  if (m_ctx == nullptr || EVP_DigestInit_ex(m_ctx, EVP_sha256(), nullptr) != 1) {
+    EVP_MD_CTX_free(m_ctx);
+    throw std::bad_alloc();
+  }
+}
+
+sha256_hasher::~sha256_hasher() { EVP_MD_CTX_free(m_ctx); }
+
+sha256_hasher::sha256_hasher(sha256_hasher&& other) noexcept
+    : m_ctx(std::exchange(other.m_ctx, nullptr)), m_bytes(std::exchange(other.m_bytes, 0)) {}
+
+sha256_hasher& sha256_hasher::operator=(sha256_hasher&& other) noexcept {
+  if (this != &other) {
+    EVP_MD_CTX_free(m_ctx);
+    m_ctx = std::exchange(other.m_ctx, nullptr);
+    m_bytes = std::exchange(other.m_bytes, 0);
+  }
+  return *this;
+}
+
+void sha256_hasher::update(std::span<const std::byte> data) noexcept {
+  if (!data.empty()) EVP_DigestUpdate(m_ctx, data.data(), data.size());
+  m_bytes += data.size();
+}
+
+sha256_digest sha256_hasher::finish() noexcept {
+  sha256_digest d{};
+  unsigned int len = 0;
+  EVP_DigestFinal_ex(m_ctx, d.data(), &len);
+  reset();
+  return d;
+}
+
+void sha256_hasher::reset() noexcept {
+  EVP_DigestInit_ex(m_ctx, EVP_sha256(), nullptr);
+  m_bytes = 0;
+}
+
+sha256_digest sha256(std::span<const std::byte> data) noexcept {
+  sha256_digest d{};
+  unsigned int len = 0;
+  EVP_Digest(data.data(), data.size(), d.data(), &len, EVP_sha256(), nullptr);
+  return d;
+}
+
+std::string to_hex(const sha256_digest& d) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string s(64, '0');
+  for (std::size_t i = 0; i < d.size(); ++i) {
+    s[2 * i] = digits[d[i] >> 4];
+    s[2 * i + 1] = digits[d[i] & 0xf];
+  }
+  return s;
+}
+
+std::optional<sha256_digest> digest_from_hex(std::string_view hex) noexcept {
+  if (hex.size() != 64) return std::nullopt;
+  auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  sha256_digest d{};
+  for (std::size_t i = 0; i < 32; ++i) {
+    const int hi = nibble(hex[2 * i]);
+    const int lo = nibble(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    d[i] = static_cast<std::uint8_t>(hi << 4 | lo);
+  }
+  return d;
+}
+
+std::optional<sha256_digest> digest_from_bytes(std::string_view raw) noexcept {
+  if (raw.size() != 32) return std::nullopt;
+  sha256_digest d{};
+  std::memcpy(d.data(), raw.data(), 32);
+  return d;
+}
+
+}  // namespace mcdist

@@ -1,0 +1,80 @@
+#include "common/wire.hpp"
+
+#include <google/protobuf/message_lite.h>
+
+namespace mcdist::wire {
+
+const char* to_string(msg_type t) noexcept {
+  switch (t) {
+    case msg_type::data: return "data";
+    case msg_type::announce: return "announce";
+    case msg_type::register_request: return "register";
+    case msg_type::register_reply: return "register_reply";
+    case msg_type::marker: return "marker";
+    case msg_type::nak: return "nak";
+    case msg_type::digest_list: return "digest";
+    case msg_type::complete: return "complete";
+    case msg_type::complete_ack: return "complete_ack";
+    case msg_type::session_end: return "end";
+  }
+  return "unknown";
+}
+
+std::error_code parse_header(std::span<const std::byte> datagram, header& out) noexcept {
+  if (datagram.size() < header_size) return errc::truncated;
+  if (datagram.size() > max_datagram_size) return errc::oversized;
+  if (load_u16(datagram.data()) != magic) return errc::bad_magic;
+  if (std::to_integer<std::uint8_t>(datagram[2]) != version) return errc::bad_version;
+  const auto type = std::to_integer<std::uint8_t>(datagram[3]);
+  if (type < static_cast<std::uint8_t>(msg_type::data) ||
+      type > static_cast<std::uint8_t>(msg_type::session_end)) {
+    return errc::unknown_type;
+  }
+  out.type = static_cast<msg_type>(type);
+  out.session = session_id{load_u32(datagram.data() + 4)};
+  return {};
+}
+
+void write_header(std::span<std::byte> out, msg_type type, session_id session) noexcept {
+  store_u16(out.data(), magic);
+  out[2] = static_cast<std::byte>(version);
+  out[3] = static_cast<std::byte>(type);
+  store_u32(out.data() + 4, session.value);
+}
+
+std::error_code parse_data(std::span<const std::byte> datagram, data_header& out,
+                           std::span<const std::byte>& payload) noexcept {
+  if (datagram.size() < data_header_size) return errc::truncated;
+  out.session = session_id{load_u32(datagram.data() + 4)};
+  out.seq = load_u32(datagram.data() + 8);
+  out.file = file_index{load_u32(datagram.data() + 12)};
+  out.block = block_index{load_u32(datagram.data() + 16)};
+  payload = datagram.subspan(data_header_size);
+  return {};
+}
+
+void write_data_header(std::span<std::byte> out, const data_header& h) noexcept {
+  write_header(out, msg_type::data, h.session);
+  store_u32(out.data() + 8, h.seq);
+  store_u32(out.data() + 12, h.file.value);
+  store_u32(out.data() + 16, h.block.value);
+}
+
+std::size_t encode_control(std::span<std::byte> out, msg_type type, session_id session,
+                           const google::protobuf::MessageLite& msg) {
+  const std::size_t body = msg.ByteSizeLong();
+  if (out.size() < header_size + body) return 0;
+  write_header(out, type, session);
+  auto* begin = reinterpret_cast<std::uint8_t*>(out.data() + header_size);
+  const std::uint8_t* end = msg.SerializeWithCachedSizesToArray(begin);
+  return header_size + static_cast<std::size_t>(end - begin);
+}
+
+std::error_code parse_control(std::span<const std::byte> datagram,
+                              google::protobuf::MessageLite& msg) noexcept {
+  const auto body = datagram.subspan(header_size);
+  if (!msg.ParseFromArray(body.data(), static_cast<int>(body.size()))) return errc::bad_protobuf;
+  return {};
+}
+
+}  // namespace mcdist::wire

@@ -1,0 +1,141 @@
+#pragma once
+/// @file
+/// The mcdist wire format (DESIGN.md "Protocol outline"; README "Wire format").
+///
+/// Every datagram starts with an 8-byte header in network byte order:
+///
+///     0      2      3      4              8
+///     +------+------+------+--------------+
+///     | 'MD' | ver  | type | session id   |
+///     +------+------+------+--------------+
+///
+/// A data datagram (type data) continues with a 12-byte data header and the block payload:
+///
+///     8              12             16             20
+///     +--------------+--------------+--------------+------------------+
+///     | sequence     | file index   | block index  | payload ...      |
+///     +--------------+--------------+--------------+------------------+
+///
+/// Every other type continues with one protobuf message of proto/mcdist.proto.
+
+#include "common/error.hpp"
+#include "common/ids.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <system_error>
+
+namespace google::protobuf {
+class MessageLite;
+}
+
+namespace mcdist::wire {
+
+/// "MD" in ASCII, big-endian.
+inline constexpr std::uint16_t magic = 0x4d44;
+/// The protocol version this build speaks. Datagrams of any other version are dropped.
+inline constexpr std::uint8_t version = 1;
+/// Size of the common header, bytes.
+inline constexpr std::size_t header_size = 8;
+/// Size of the common header plus the data header, bytes: what precedes a block's payload.
+inline constexpr std::size_t data_header_size = 20;
+/// Smallest block size a sender may choose, bytes.
+inline constexpr std::uint32_t min_block_size = 256;
+/// Largest block size, bytes: a 9000-byte jumbo frame minus IPv4 (20), UDP (8) and our
+/// data header (20).
+inline constexpr std::uint32_t max_block_size = 8952;
+/// Default block size, bytes: 1400 + 20 + 28 = 1448, inside a 1500-byte MTU with room for
+/// tunnel overheads (DESIGN.md "block").
+inline constexpr std::uint32_t default_block_size = 1400;
+/// Largest datagram a receiver accepts, bytes: a UDP datagram over IPv4 can carry 65507, but
+/// nothing mcdist sends is larger than a jumbo frame; anything bigger is hostile.
+inline constexpr std::size_t max_datagram_size = 9000;
+/// Budget for control datagrams the programs build, bytes: fits a 1500-byte MTU with IPv6
+/// (40) and UDP (8) headers.
+inline constexpr std::size_t control_budget = 1400;
+
+/// Message types (the header's type byte).
+enum class msg_type : std::uint8_t {
+  data = 1,
+  announce = 2,
+  register_request = 3,
+  register_reply = 4,
+  marker = 5,
+  nak = 6,
+  digest_list = 7,
+  complete = 8,
+  complete_ack = 9,
+  session_end = 10,
+};
+
+/// Short name of a message type for logs ("announce", ...), "unknown" otherwise.
+const char* to_string(msg_type t) noexcept;
+
+/// The common header.
+struct header {
+  msg_type type{};
+  session_id session{};
+};
+
+/// The data header fields after the common header.
+struct data_header {
+  session_id session{};
+  std::uint32_t seq = 0;  ///< per-session datagram sequence number, serial arithmetic
+  file_index file{};
+  block_index block{};
+};
+
+/// Reads a big-endian u16/u32 from `p` (no alignment needed).
+inline std::uint16_t load_u16(const std::byte* p) noexcept {
+  return static_cast<std::uint16_t>(std::to_integer<unsigned>(p[0]) << 8 |
+                                    std::to_integer<unsigned>(p[1]));
+}
+inline std::uint32_t load_u32(const std::byte* p) noexcept {
+  return std::to_integer<std::uint32_t>(p[0]) << 24 | std::to_integer<std::uint32_t>(p[1]) << 16 |
+         std::to_integer<std::uint32_t>(p[2]) << 8 | std::to_integer<std::uint32_t>(p[3]);
+}
+/// Writes a big-endian u16/u32 to `p`.
+inline void store_u16(std::byte* p, std::uint16_t v) noexcept {
+  p[0] = static_cast<std::byte>(v >> 8);
+  p[1] = static_cast<std::byte>(v);
+}
+inline void store_u32(std::byte* p, std::uint32_t v) noexcept {
+  p[0] = static_cast<std::byte>(v >> 24);
+  p[1] = static_cast<std::byte>(v >> 16);
+  p[2] = static_cast<std::byte>(v >> 8);
+  p[3] = static_cast<std::byte>(v);
+}
+
+/// Checks the common header: length, magic, version, known type, size limit.
+/// @param datagram  the whole datagram as received
+/// @param out       filled on success
+/// @return empty, or errc::truncated / bad_magic / bad_version / unknown_type / oversized
+std::error_code parse_header(std::span<const std::byte> datagram, header& out) noexcept;
+
+/// Writes the common header into the first header_size bytes of `out` (which must be that
+/// long).
+void write_header(std::span<std::byte> out, msg_type type, session_id session) noexcept;
+
+/// Parses a data datagram whose common header parse_header already accepted as type data.
+/// @param payload  set to the block payload (may be empty only if the file is empty, which
+///                 the caller checks against the manifest)
+/// @return empty, or errc::truncated
+std::error_code parse_data(std::span<const std::byte> datagram, data_header& out,
+                           std::span<const std::byte>& payload) noexcept;
+
+/// Writes the 20-byte header of a data datagram into `out` (at least data_header_size bytes).
+void write_data_header(std::span<std::byte> out, const data_header& h) noexcept;
+
+/// Encodes header + message into `out`.
+/// @return bytes written, or 0 if `out` is too small.
+std::size_t encode_control(std::span<std::byte> out, msg_type type, session_id session,
+                           const google::protobuf::MessageLite& msg);
+
+/// Parses the protobuf body of a control datagram whose header parse_header accepted.
+/// @return empty, or errc::bad_protobuf
+std::error_code parse_control(std::span<const std::byte> datagram,
+                              google::protobuf::MessageLite& msg) noexcept;
+
+}  // namespace mcdist::wire

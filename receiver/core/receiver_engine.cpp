@@ -1,0 +1,1042 @@
+#include "receiver/core/receiver_engine.hpp"
+
+#include "common/ranges.hpp"
+#include "common/wire.hpp"
+#include "mcdist.pb.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstring>
+#include <unordered_set>
+
+namespace mcdist::receiver {
+
+namespace {
+
+/// Most failures listed in one COMPLETE; the rest are counted in files_stored's shortfall.
+constexpr int max_reported_failures = 32;
+/// Most digests asked for in one NAK.
+constexpr std::size_t max_digests_wanted = 128;
+/// Longest failure reason carried in COMPLETE, bytes.
+constexpr std::size_t max_reason_bytes = 200;
+
+/// A path from the network made safe to print: control characters and bytes >= 0x7f shown
+/// as \xNN, long paths cut.
+std::string printable(std::string_view s) {
+  std::string out;
+  for (const char c : s.substr(0, 300)) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u >= 0x7f || c == '\\') {
+      static constexpr char hex[] = "0123456789abcdef";
+      out += "\\x";
+      out += hex[u >> 4];
+      out += hex[u & 15];
+    } else {
+      out += c;
+    }
+  }
+  if (s.size() > 300) out += "...";
+  return out;
+}
+
+bool same_host(const endpoint& a, const endpoint& b) { return a.v6 == b.v6 && a.addr == b.addr; }
+
+template <class Msg>
+std::vector<std::byte> encode(wire::msg_type type, session_id session, const Msg& m) {
+  std::vector<std::byte> out(wire::header_size + m.ByteSizeLong());
+  wire::encode_control(out, type, session, m);
+  return out;
+}
+
+duration from_us(std::uint64_t us) { return std::chrono::microseconds(us); }
+
+}  // namespace
+
+struct receiver_engine::file_rx {
+  enum class state_t : std::uint8_t {
+    pending = 0,      ///< entry not yet received
+    refused,          ///< entry failed validation (terminal)
+    held,             ///< already held identically (terminal)
+    receiving,
+    awaiting_digest,  ///< all data in, digest not yet known
+    finalizing,       ///< storage is verifying and delivering
+    stored,           ///< delivered (terminal)
+    failed,           ///< could not be stored (terminal)
+  };
+  manifest_entry entry;
+  state_t state = state_t::pending;
+  bool begun = false;
+  bool resume = false;
+  std::uint32_t blocks = 0;
+  std::uint32_t digest_retries = 0;
+  block_map received;
+  std::optional<sha256_digest> held_digest;  ///< our copy's digest, for pending-digest files
+  std::string failure;
+
+  bool terminal() const noexcept {
+    return state == state_t::refused || state == state_t::held || state == state_t::stored ||
+           state == state_t::failed;
+  }
+};
+
+struct receiver_engine::session_rx {
+  enum class state_t { manifest, checking_held, registering, receiving, completing };
+  session_id id{};
+  endpoint sender;
+  std::uint32_t channel = 0;
+  state_t state = state_t::manifest;
+  std::uint32_t block_size = 0;
+  std::uint32_t file_count = 0;
+  std::uint32_t chunks = 0;
+  std::uint64_t total_bytes = 0;
+  std::string sender_name;
+  block_map chunks_have;
+  block_map entries_have;
+  std::vector<file_rx> files;
+  std::uint32_t files_open = 0;  ///< not in a terminal state
+  std::uint32_t files_finalizing = 0;
+  std::uint64_t bytes_received = 0;
+  std::uint32_t seen_seq = 0;
+  duration grtt = std::chrono::milliseconds(500);
+  std::uint64_t echo_us = 0;
+  time_point echo_at{};
+  time_point last_heard{};
+  time_point started{};
+  // The sender's progress as of the latest marker.
+  std::uint32_t marker_pass = 0;
+  std::uint32_t marker_file = 0;
+  std::uint32_t marker_block = 0;
+  std::uint32_t marker_seq = 0;
+  bool marker_pass_end = false;
+  bool status_request = false;
+  bool rescan = false;
+  // How far this receiver has NAKed in pass nak_pass.
+  std::uint32_t nak_pass = 0;
+  std::uint32_t nak_file = 0;
+  std::uint32_t nak_block = 0;
+  std::uint32_t pass_end_answered = 0;
+  std::optional<time_point> nak_due;
+  duration nak_backoff{};
+  std::uint32_t digests_through = 0;
+  time_point next_register{};
+  time_point next_complete{};
+  std::uint32_t complete_sends = 0;
+  time_point next_checkpoint{};
+  bool dirty = false;
+  std::uint32_t files_stored = 0;
+  std::uint32_t files_held = 0;
+  std::uint32_t files_failed = 0;
+  std::uint64_t bytes_stored = 0;
+
+  std::string name() const {
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "%08x", id.value);
+    return buf;
+  }
+};
+
+receiver_engine::receiver_engine(receiver_config cfg, receiver_sink& sink, std::uint64_t seed,
+                                 std::shared_ptr<spdlog::logger> log)
+    : m_cfg(std::move(cfg)), m_sink(sink), m_log(std::move(log)), m_rng_state(seed) {}
+
+receiver_engine::~receiver_engine() = default;
+
+std::uint64_t receiver_engine::random() noexcept {
+  std::uint64_t z = (m_rng_state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+std::size_t receiver_engine::active_sessions() const noexcept { return m_sessions.size(); }
+
+receiver_engine::session_rx* receiver_engine::find(session_id s) {
+  const auto it = m_sessions.find(s);
+  return it == m_sessions.end() ? nullptr : it->second.get();
+}
+
+duration receiver_engine::retransmit_interval(const session_rx& s) const {
+  return std::max(s.grtt * 2, m_cfg.retransmit_min);
+}
+
+void receiver_engine::on_datagram(std::span<const std::byte> datagram, const endpoint& from,
+                                  std::uint32_t channel, time_point now) {
+  ++m_stats.datagrams;
+  wire::header h;
+  if (auto ec = wire::parse_header(datagram, h)) {
+    m_stats.drops.add(static_cast<errc>(ec.value()));
+    return;
+  }
+  if (h.type == wire::msg_type::data) {
+    handle_data(datagram, from, now);
+    return;
+  }
+  if (h.type == wire::msg_type::announce) {
+    wire::announce m;
+    if (wire::parse_control(datagram, m)) {
+      m_stats.drops.add(errc::bad_protobuf);
+      return;
+    }
+    handle_announce(m, h.session, from, channel, now);
+    return;
+  }
+  session_rx* s = find(h.session);
+  if (!s) {
+    m_stats.drops.add(m_tombstones.count(h.session) ? errc::stale : errc::unknown_session);
+    return;
+  }
+  if (!same_host(from, s->sender)) {
+    m_stats.drops.add(errc::wrong_source);
+    return;
+  }
+  auto parse = [&](auto& msg) {
+    if (wire::parse_control(datagram, msg)) {
+      m_stats.drops.add(errc::bad_protobuf);
+      return false;
+    }
+    s->last_heard = now;
+    return true;
+  };
+  switch (h.type) {
+    case wire::msg_type::marker: {
+      wire::marker m;
+      if (parse(m)) handle_marker(*s, m, now);
+      break;
+    }
+    case wire::msg_type::digest_list: {
+      wire::digest_list m;
+      if (parse(m)) handle_digests(*s, m, now);
+      break;
+    }
+    case wire::msg_type::register_reply: {
+      wire::register_reply m;
+      if (parse(m)) handle_register_reply(*s, m, now);
+      break;
+    }
+    case wire::msg_type::complete_ack: {
+      wire::complete_ack m;
+      if (parse(m)) {
+        if (m.receiver_id() == m_cfg.id) handle_complete_ack(*s, now);
+      }
+      break;
+    }
+    case wire::msg_type::session_end: {
+      wire::session_end m;
+      if (parse(m)) handle_end(*s, m, now);
+      break;
+    }
+    default:
+      m_stats.drops.add(errc::unknown_type);
+      break;
+  }
+}
+
+void receiver_engine::handle_announce(const wire::announce& m, session_id id, const endpoint& from,
+                                      std::uint32_t channel, time_point now) {
+  const auto& p = m.params();
+  session_rx* s = find(id);
+  if (!s) {
+    if (m_tombstones.count(id)) {
+      m_stats.drops.add(errc::stale);
+      return;
+    }
+    if (p.block_size() < wire::min_block_size || p.block_size() > wire::max_block_size ||
+        p.file_count() > max_files_per_session || p.manifest_chunks() == 0 ||
+        p.manifest_chunks() > std::max<std::uint32_t>(1, p.file_count())) {
+      m_stats.drops.add(errc::invalid_field);
+      return;
+    }
+    if (p.only_receivers_size() > 0 &&
+        std::find(p.only_receivers().begin(), p.only_receivers().end(), m_cfg.id) ==
+            p.only_receivers().end()) {
+      m_tombstones[id] = now + m_cfg.session_timeout;
+      if (m_log) {
+        m_log->info("session {:08x} from {}: a resend for other receivers; not taking part",
+                    id.value, from.address_string());
+      }
+      return;
+    }
+    if (m_sessions.size() >= m_cfg.max_sessions) {
+      m_stats.drops.add(errc::oversized);
+      return;
+    }
+    auto owned = std::make_unique<session_rx>();
+    s = owned.get();
+    s->id = id;
+    s->sender = from;
+    s->channel = channel;
+    s->block_size = p.block_size();
+    s->file_count = p.file_count();
+    s->chunks = p.manifest_chunks();
+    s->total_bytes = p.total_bytes();
+    s->sender_name = printable(p.sender_name().substr(0, 64));
+    s->chunks_have = block_map(s->chunks);
+    s->entries_have = block_map(s->file_count);
+    s->files.resize(s->file_count);
+    s->started = now;
+    m_sessions.emplace(id, std::move(owned));
+    if (m_log) {
+      m_log->info("session {} from {} ({}): {} files, {} bytes announced, block {} bytes, rate {} "
+                  "bit/s",
+                  s->name(), from.address_string(), s->sender_name, s->file_count, s->total_bytes,
+                  s->block_size, p.rate_bps());
+    }
+  } else {
+    if (!same_host(from, s->sender)) {
+      m_stats.drops.add(errc::wrong_source);
+      return;
+    }
+    if (p.block_size() != s->block_size || p.file_count() != s->file_count ||
+        p.manifest_chunks() != s->chunks) {
+      m_stats.drops.add(errc::invalid_field);
+      return;
+    }
+  }
+  s->last_heard = now;
+  s->echo_us = m.sender_time_us();
+  s->echo_at = now;
+  s->grtt = from_us(p.grtt_us());
+  s->sender.port = from.port;
+  if (s->state != session_rx::state_t::manifest) return;
+  if (m.chunk() >= s->chunks || s->chunks_have.test(m.chunk())) return;
+  const std::uint64_t end = std::uint64_t{m.first_file()} + static_cast<std::uint64_t>(m.files_size());
+  if (end > s->file_count || (m.files_size() == 0 && s->file_count > 0)) {
+    m_stats.drops.add(errc::invalid_field);
+    return;
+  }
+  for (int i = 0; i < m.files_size(); ++i) {
+    const std::uint32_t idx = m.first_file() + static_cast<std::uint32_t>(i);
+    if (s->entries_have.test(idx)) continue;
+    auto& fr = s->files[idx];
+    if (auto ec = from_wire(m.files(i), fr.entry)) {
+      fr.state = file_rx::state_t::refused;
+      fr.failure = std::string(to_string(static_cast<errc>(ec.value())));
+      fr.entry.path = m.files(i).path();
+      fr.entry.size = m.files(i).size();
+      ++m_stats.files_refused;
+      if (m_log) {
+        m_log->warn("session {}: refused file {} path '{}': {}", s->name(), idx,
+                    printable(m.files(i).path()), ec.message());
+      }
+    }
+    s->entries_have.set(idx);
+  }
+  s->chunks_have.set(m.chunk());
+  if (s->chunks_have.all()) {
+    if (!s->entries_have.all()) {
+      if (m_log) {
+        m_log->error("session {}: manifest chunks do not cover every file; ignoring the session",
+                     s->name());
+      }
+      m_stats.drops.add(errc::invalid_field);
+      close_session(*s, false, "malformed manifest", now);
+      return;
+    }
+    manifest_complete(*s, now);
+  }
+}
+
+void receiver_engine::manifest_complete(session_rx& s, time_point now) {
+  // Two entries may not name the same file, nor may a file sit where another entry needs a
+  // directory: the second of each pair is refused.
+  std::unordered_set<std::string_view> paths;
+  std::unordered_set<std::string_view> dirs;
+  for (std::uint32_t i = 0; i < s.file_count; ++i) {
+    auto& fr = s.files[i];
+    if (fr.state == file_rx::state_t::refused) continue;
+    const std::string_view path = fr.entry.path;
+    bool conflict = paths.count(path) > 0 || dirs.count(path) > 0;
+    for (std::size_t pos = path.find('/'); !conflict && pos != std::string_view::npos;
+         pos = path.find('/', pos + 1)) {
+      conflict = paths.count(path.substr(0, pos)) > 0;
+    }
+    const std::uint64_t blocks = (fr.entry.size + s.block_size - 1) / s.block_size;
+    if (conflict || blocks > 0x7fffffffu) {
+      fr.state = file_rx::state_t::refused;
+      fr.failure = conflict ? "path_conflict" : "file_too_large";
+      ++m_stats.files_refused;
+      if (m_log) {
+        m_log->warn("session {}: refused file {} path '{}': {}", s.name(), i, printable(path),
+                    conflict ? "conflicts with another file of the manifest" : "too many blocks");
+      }
+      continue;
+    }
+    paths.insert(path);
+    for (std::size_t pos = path.find('/'); pos != std::string_view::npos;
+         pos = path.find('/', pos + 1)) {
+      dirs.insert(path.substr(0, pos));
+    }
+    fr.blocks = static_cast<std::uint32_t>(blocks);
+    fr.received = block_map(fr.blocks);
+    fr.state = file_rx::state_t::receiving;
+    ++s.files_open;
+  }
+  s.state = session_rx::state_t::checking_held;
+  std::vector<held_query> q;
+  for (std::uint32_t i = 0; i < s.file_count; ++i) {
+    const auto& fr = s.files[i];
+    if (fr.state != file_rx::state_t::receiving) continue;
+    q.push_back({file_index{i}, fr.entry.path, fr.entry.size, fr.entry.mtime_ns});
+  }
+  if (q.empty()) {
+    on_held(s.id, {}, now);
+  } else {
+    m_sink.query_held(s.id, s.channel, std::move(q));
+  }
+}
+
+void receiver_engine::on_held(session_id id,
+                              const std::vector<std::pair<file_index, sha256_digest>>& held,
+                              time_point now) {
+  session_rx* s = find(id);
+  if (!s || s->state != session_rx::state_t::checking_held) return;
+  for (const auto& [f, digest] : held) {
+    if (f.value >= s->file_count) continue;
+    auto& fr = s->files[f.value];
+    if (fr.state != file_rx::state_t::receiving) continue;
+    if (fr.entry.digest) {
+      if (*fr.entry.digest == digest) {
+        fr.state = file_rx::state_t::held;
+        --s->files_open;
+        ++s->files_held;
+      }
+    } else {
+      fr.held_digest = digest;
+    }
+  }
+  s->state = session_rx::state_t::registering;
+  send_register(*s, now);
+}
+
+void receiver_engine::send_register(session_rx& s, time_point now) {
+  wire::register_request m;
+  m.set_receiver_id(m_cfg.id);
+  m.set_echo_time_us(s.echo_us);
+  m.set_hold_us(static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(now - s.echo_at).count()));
+  std::vector<std::uint32_t> held;
+  range_encoder enc(held);
+  std::size_t budget = wire::control_budget - wire::header_size - 100;
+  for (std::uint32_t i = 0; i < s.file_count && budget > 40;) {
+    if (s.files[i].state != file_rx::state_t::held) {
+      ++i;
+      continue;
+    }
+    std::uint32_t j = i;
+    while (j < s.file_count && s.files[j].state == file_rx::state_t::held) ++j;
+    budget -= std::min(budget, enc.cost(i, j - i));
+    enc.add(i, j - i);
+    i = j;
+  }
+  for (const auto v : held) m.add_held_files(v);
+  for (std::uint32_t i = 0; i < s.file_count && budget > 40; ++i) {
+    const auto& fr = s.files[i];
+    if (fr.held_digest && fr.state == file_rx::state_t::receiving) {
+      auto* hd = m.add_held_pending();
+      hd->set_file(i);
+      hd->set_sha256(fr.held_digest->data(), 32);
+      budget -= 40;
+    }
+  }
+  const auto bytes = encode(wire::msg_type::register_request, s.id, m);
+  m_sink.send(s.sender, bytes);
+  s.next_register = now + retransmit_interval(s);
+}
+
+void receiver_engine::handle_register_reply(session_rx& s, const wire::register_reply& m,
+                                            time_point now) {
+  if (m.receiver_id() != m_cfg.id || s.state != session_rx::state_t::registering) return;
+  if (!m.accepted()) {
+    if (m_log) {
+      m_log->warn("session {}: sender {} refused our registration: {}", s.name(),
+                  s.sender.address_string(), printable(m.reason()));
+    }
+    close_session(s, false, "registration refused", now);
+    return;
+  }
+  start_receiving(s, now);
+}
+
+void receiver_engine::start_receiving(session_rx& s, time_point now) {
+  s.state = session_rx::state_t::receiving;
+  s.next_checkpoint = now + m_cfg.checkpoint_interval;
+  if (m_log) {
+    m_log->info("session {}: registered; {} files to receive, {} already held", s.name(),
+                s.files_open, s.files_held);
+  }
+  for (std::uint32_t i = 0; i < s.file_count; ++i) {
+    auto& fr = s.files[i];
+    if (fr.state == file_rx::state_t::receiving && fr.blocks == 0) file_data_complete(s, i);
+  }
+  file_done(s, now);
+}
+
+void receiver_engine::handle_data(std::span<const std::byte> datagram, const endpoint& from,
+                                  time_point now) {
+  wire::data_header h;
+  std::span<const std::byte> payload;
+  if (auto ec = wire::parse_data(datagram, h, payload)) {
+    m_stats.drops.add(static_cast<errc>(ec.value()));
+    return;
+  }
+  session_rx* s = find(h.session);
+  if (!s) {
+    m_stats.drops.add(m_tombstones.count(h.session) ? errc::stale : errc::unknown_session);
+    return;
+  }
+  if (!same_host(from, s->sender)) {
+    m_stats.drops.add(errc::wrong_source);
+    return;
+  }
+  if (s->state != session_rx::state_t::receiving && s->state != session_rx::state_t::registering) {
+    m_stats.drops.add(errc::stale);
+    return;
+  }
+  if (h.file.value >= s->file_count) {
+    m_stats.drops.add(errc::invalid_field);
+    return;
+  }
+  auto& fr = s->files[h.file.value];
+  if (fr.state != file_rx::state_t::receiving) {
+    m_stats.drops.add(fr.terminal() || fr.state == file_rx::state_t::finalizing ||
+                              fr.state == file_rx::state_t::awaiting_digest
+                          ? errc::duplicate
+                          : errc::stale);
+    return;
+  }
+  if (h.block.value >= fr.blocks ||
+      payload.size() != block_length(fr.entry.size, s->block_size, h.block.value)) {
+    m_stats.drops.add(errc::invalid_field);
+    return;
+  }
+  s->last_heard = now;
+  if (seq_after(h.seq, s->seen_seq)) s->seen_seq = h.seq;
+  if (fr.received.test(h.block.value)) {
+    m_stats.drops.add(errc::duplicate);
+    return;
+  }
+  if (!fr.begun) {
+    m_sink.begin_file({s->id, h.file, s->channel, &fr.entry, fr.resume});
+    fr.begun = true;
+  }
+  if (!m_sink.write_block(s->id, h.file, std::uint64_t{h.block.value} * s->block_size, payload)) {
+    m_stats.drops.add(errc::storage_full);
+    return;
+  }
+  fr.received.set(h.block.value);
+  s->bytes_received += payload.size();
+  s->dirty = true;
+  ++m_stats.data_blocks;
+  m_stats.data_bytes += payload.size();
+  if (fr.received.all()) {
+    file_data_complete(*s, h.file.value);
+    file_done(*s, now);
+  }
+}
+
+void receiver_engine::file_data_complete(session_rx& s, std::uint32_t f) {
+  auto& fr = s.files[f];
+  if (!fr.entry.digest) {
+    fr.state = file_rx::state_t::awaiting_digest;
+    return;
+  }
+  if (!fr.begun) {
+    m_sink.begin_file({s.id, file_index{f}, s.channel, &fr.entry, fr.resume});
+    fr.begun = true;
+  }
+  fr.state = file_rx::state_t::finalizing;
+  ++s.files_finalizing;
+  m_sink.finalize_file(s.id, file_index{f}, *fr.entry.digest);
+}
+
+void receiver_engine::handle_digests(session_rx& s, const wire::digest_list& m, time_point now) {
+  for (const auto& d : m.digests()) {
+    if (d.file() >= s.file_count || d.sha256().size() != 32) {
+      m_stats.drops.add(errc::invalid_field);
+      continue;
+    }
+    auto& fr = s.files[d.file()];
+    if (fr.entry.digest || fr.state == file_rx::state_t::pending ||
+        fr.state == file_rx::state_t::refused) {
+      continue;
+    }
+    fr.entry.digest = digest_from_bytes(d.sha256());
+    s.dirty = true;
+    if (fr.held_digest && *fr.held_digest == *fr.entry.digest &&
+        (fr.state == file_rx::state_t::receiving || fr.state == file_rx::state_t::awaiting_digest)) {
+      if (fr.begun) m_sink.discard_file(s.id, file_index{d.file()});
+      fr.begun = false;
+      fr.state = file_rx::state_t::held;
+      --s.files_open;
+      ++s.files_held;
+      continue;
+    }
+    if (fr.state == file_rx::state_t::awaiting_digest) file_data_complete(s, d.file());
+  }
+  file_done(s, now);
+}
+
+void receiver_engine::handle_marker(session_rx& s, const wire::marker& m, time_point now) {
+  s.echo_us = m.sender_time_us();
+  s.echo_at = now;
+  s.grtt = from_us(m.grtt_us());
+  s.nak_backoff = from_us(std::min<std::uint32_t>(m.nak_backoff_us(), 10'000'000));
+  s.digests_through = std::min(m.digests_through(), s.file_count);
+  if (s.state == session_rx::state_t::completing) {
+    if (m.status_request()) send_complete(s, now);
+    return;
+  }
+  if (s.state != session_rx::state_t::receiving && s.state != session_rx::state_t::registering) {
+    return;
+  }
+  if (m.file() > s.file_count || (m.file() == s.file_count && m.block() != 0)) {
+    m_stats.drops.add(errc::invalid_field);
+    return;
+  }
+  const bool newer =
+      seq_after(m.pass(), s.marker_pass) ||
+      (m.pass() == s.marker_pass &&
+       (m.file() > s.marker_file || (m.file() == s.marker_file && m.block() >= s.marker_block)));
+  if (!newer) return;
+  if (m.pass() != s.marker_pass) s.marker_pass_end = false;
+  s.marker_pass = m.pass();
+  s.marker_file = m.file();
+  s.marker_block = m.block();
+  if (seq_after(m.seq(), s.marker_seq) || s.marker_seq == 0) s.marker_seq = m.seq();
+  s.marker_pass_end = s.marker_pass_end || m.pass_end();
+  s.status_request = s.status_request || m.status_request();
+  // The sender is idle and asking again at the end of a pass we already answered: our NAKs
+  // were lost, or its repairs were. NAK everything still missing.
+  if (m.pass_end() && s.pass_end_answered == m.pass()) s.rescan = true;
+  if (!s.nak_due) {
+    const auto backoff = s.nak_backoff.count() > 0
+                             ? duration(static_cast<std::int64_t>(
+                                   random() % static_cast<std::uint64_t>(s.nak_backoff.count())))
+                             : duration::zero();
+    s.nak_due = now + backoff;
+  }
+}
+
+void receiver_engine::send_naks(session_rx& s, time_point now) {
+  s.nak_due.reset();
+  if (s.marker_pass != s.nak_pass || s.rescan) {
+    s.nak_pass = s.marker_pass;
+    s.nak_file = 0;
+    s.nak_block = 0;
+  }
+  wire::nak m;
+  auto reset_message = [&] {
+    m.Clear();
+    m.set_receiver_id(m_cfg.id);
+    m.set_pass(s.marker_pass);
+    m.set_seen_seq(seq_after(s.marker_seq, s.seen_seq) ? s.marker_seq : s.seen_seq);
+    m.set_echo_time_us(s.echo_us);
+    m.set_hold_us(static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::microseconds>(now - s.echo_at).count()));
+    m.set_files_finalizing(s.files_finalizing);
+    m.set_bytes_received(s.bytes_received);
+  };
+  reset_message();
+  const std::size_t budget = wire::control_budget - wire::header_size - 60;
+  std::size_t used = 0;
+  std::uint32_t sent = 0;
+  bool stopped = false;
+  bool any_ranges = false;
+  auto flush = [&] {
+    const auto bytes = encode(wire::msg_type::nak, s.id, m);
+    m_sink.send(s.sender, bytes);
+    ++sent;
+    ++m_stats.naks_sent;
+    reset_message();
+    used = 0;
+  };
+  std::uint32_t f = s.nak_file;
+  std::uint32_t b = s.nak_block;
+  const std::uint32_t last_file = std::min(s.marker_file, s.file_count);
+  for (; f <= last_file && f < s.file_count && !stopped; ++f, b = 0) {
+    auto& fr = s.files[f];
+    if (fr.state != file_rx::state_t::receiving) continue;
+    const std::uint32_t end = f == s.marker_file ? std::min(s.marker_block, fr.blocks) : fr.blocks;
+    wire::file_nak* fn = nullptr;
+    std::vector<std::uint32_t> pairs;
+    range_encoder enc(pairs);
+    while (b < end) {
+      const std::uint32_t first = fr.received.find_clear(b);
+      if (first >= end) break;
+      std::uint32_t last = fr.received.find_set(first);
+      if (last > end) last = end;
+      const std::size_t cost = enc.cost(first, last - first) + (fn ? 0 : 12);
+      if (used + cost > budget) {
+        if (fn) {
+          for (const auto v : pairs) fn->add_ranges(v);
+          pairs.clear();
+          enc = range_encoder(pairs);
+          fn = nullptr;
+        }
+        flush();
+        if (sent >= m_cfg.max_nak_datagrams) {
+          stopped = true;
+          break;
+        }
+        continue;
+      }
+      if (!fn) {
+        fn = m.add_files();
+        fn->set_file(f);
+        // A fresh encoder: ranges restart at block 0 in each file_nak.
+        pairs.clear();
+        enc = range_encoder(pairs);
+        used += 12;
+      }
+      used += enc.cost(first, last - first);
+      enc.add(first, last - first);
+      any_ranges = true;
+      b = last;
+    }
+    if (fn) {
+      for (const auto v : pairs) fn->add_ranges(v);
+    }
+    if (stopped) {
+      s.nak_file = f;
+      s.nak_block = b;
+      break;
+    }
+  }
+  if (!stopped) {
+    s.nak_file = s.marker_file;
+    s.nak_block = s.marker_block;
+    if (s.marker_pass_end) s.pass_end_answered = s.marker_pass;
+  }
+  for (std::uint32_t i = 0; i < s.digests_through && sent < m_cfg.max_nak_datagrams &&
+                            static_cast<std::size_t>(m.digests_wanted_size()) < max_digests_wanted;
+       ++i) {
+    const auto& fr = s.files[i];
+    if (!fr.entry.digest && (fr.state == file_rx::state_t::awaiting_digest ||
+                             fr.state == file_rx::state_t::receiving)) {
+      m.add_digests_wanted(i);
+    }
+  }
+  if (sent < m_cfg.max_nak_datagrams &&
+      (m.files_size() > 0 || m.digests_wanted_size() > 0 || s.status_request)) {
+    flush();
+  }
+  (void)any_ranges;
+  s.status_request = false;
+  s.rescan = false;
+}
+
+void receiver_engine::send_complete(session_rx& s, time_point now) {
+  wire::complete m;
+  m.set_receiver_id(m_cfg.id);
+  m.set_echo_time_us(s.echo_us);
+  m.set_hold_us(static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(now - s.echo_at).count()));
+  m.set_files_stored(s.files_stored);
+  m.set_bytes_stored(s.bytes_stored);
+  m.set_files_held(s.files_held);
+  for (std::uint32_t i = 0; i < s.file_count && m.failures_size() < max_reported_failures; ++i) {
+    const auto& fr = s.files[i];
+    if (fr.state == file_rx::state_t::failed || fr.state == file_rx::state_t::refused) {
+      auto* ff = m.add_failures();
+      ff->set_file(i);
+      ff->set_reason(fr.failure.substr(0, max_reason_bytes));
+    }
+  }
+  const auto bytes = encode(wire::msg_type::complete, s.id, m);
+  m_sink.send(s.sender, bytes);
+  ++s.complete_sends;
+  s.next_complete = now + retransmit_interval(s);
+}
+
+void receiver_engine::file_done(session_rx& s, time_point now) {
+  if (s.state != session_rx::state_t::receiving || s.files_open > 0) return;
+  s.state = session_rx::state_t::completing;
+  if (m_log) {
+    m_log->info("session {}: complete in {:.3f} s: {} files stored ({} bytes), {} held, {} failed, "
+                "{} refused",
+                s.name(), to_seconds(now - s.started), s.files_stored, s.bytes_stored,
+                s.files_held, s.files_failed,
+                std::count_if(s.files.begin(), s.files.end(), [](const file_rx& fr) {
+                  return fr.state == file_rx::state_t::refused;
+                }));
+  }
+  send_complete(s, now);
+}
+
+void receiver_engine::on_file_stored(session_id id, file_index f, std::error_code ec,
+                                     const std::string& detail, time_point now) {
+  session_rx* s = find(id);
+  if (!s || f.value >= s->file_count) return;
+  auto& fr = s->files[f.value];
+  if (fr.state != file_rx::state_t::finalizing) return;
+  --s->files_finalizing;
+  s->dirty = true;
+  fr.begun = false;
+  fr.resume = false;
+  if (!ec) {
+    fr.state = file_rx::state_t::stored;
+    --s->files_open;
+    ++s->files_stored;
+    s->bytes_stored += fr.entry.size;
+    ++m_stats.files_stored;
+    if (m_log) {
+      m_log->info("session {}: stored '{}' ({} bytes)", s->name(), printable(fr.entry.path),
+                  fr.entry.size);
+    }
+  } else if (ec == errc::digest_mismatch && fr.digest_retries < m_cfg.max_digest_retries) {
+    ++fr.digest_retries;
+    fr.received.clear_all();
+    fr.state = file_rx::state_t::receiving;
+    if (m_log) {
+      m_log->warn("session {}: '{}' failed SHA-256 verification; fetching it again ({} of {})",
+                  s->name(), printable(fr.entry.path), fr.digest_retries,
+                  m_cfg.max_digest_retries);
+    }
+  } else {
+    fr.state = file_rx::state_t::failed;
+    fr.failure = ec.message() + (detail.empty() ? "" : ": " + detail);
+    --s->files_open;
+    ++s->files_failed;
+    ++m_stats.files_failed;
+    if (m_log) {
+      m_log->error("session {}: could not store '{}': {}", s->name(), printable(fr.entry.path),
+                   fr.failure);
+    }
+  }
+  file_done(*s, now);
+}
+
+void receiver_engine::handle_complete_ack(session_rx& s, time_point now) {
+  if (s.state == session_rx::state_t::completing) close_session(s, true, {}, now);
+}
+
+void receiver_engine::handle_end(session_rx& s, const wire::session_end& m, time_point now) {
+  if (s.state == session_rx::state_t::completing) {
+    close_session(s, true, {}, now);
+    return;
+  }
+  close_session(s, false,
+                m.reason() == wire::session_end::ABORTED
+                    ? "the sender aborted the session"
+                    : "the sender ended the session before this receiver completed",
+                now);
+}
+
+void receiver_engine::close_session(session_rx& s, bool success, const std::string& why,
+                                    time_point now) {
+  if (success) {
+    ++m_stats.sessions_completed;
+  } else {
+    ++m_stats.sessions_failed;
+    if (m_log && !why.empty()) {
+      std::uint32_t missing = 0;
+      for (const auto& fr : s.files) {
+        if (!fr.terminal()) ++missing;
+      }
+      m_log->warn("session {}: given up: {}; {} of {} files not delivered", s.name(), why, missing,
+                  s.file_count);
+    }
+  }
+  m_sink.session_closed(s.id, true);
+  m_tombstones[s.id] = now + std::max(m_cfg.session_timeout, s.grtt * 10);
+  m_sessions.erase(s.id);
+}
+
+void receiver_engine::do_checkpoint(session_rx& s, time_point now) {
+  wire::session_state st;
+  st.set_session(s.id.value);
+  st.set_sender_addr(s.sender.addr.data(), s.sender.v6 ? 16 : 4);
+  st.set_sender_port(s.sender.port);
+  st.set_channel(s.channel);
+  auto* p = st.mutable_params();
+  p->set_block_size(s.block_size);
+  p->set_file_count(s.file_count);
+  p->set_total_bytes(s.total_bytes);
+  p->set_manifest_chunks(s.chunks);
+  p->set_sender_name(s.sender_name);
+  st.set_seen_seq(s.seen_seq);
+  st.set_bytes_received(s.bytes_received);
+  for (const auto& fr : s.files) {
+    auto* fs = st.add_files();
+    to_wire(fr.entry, *fs->mutable_entry());
+    // A file being finalized is saved as fully received: on resume it is finalized again.
+    const auto state =
+        fr.state == file_rx::state_t::finalizing ? file_rx::state_t::receiving : fr.state;
+    fs->set_state(static_cast<std::uint32_t>(state));
+    fs->set_begun(fr.begun || fr.resume);
+    fs->set_digest_retries(fr.digest_retries);
+    fs->set_failure(fr.failure);
+    if (fr.state == file_rx::state_t::receiving || fr.state == file_rx::state_t::awaiting_digest ||
+        fr.state == file_rx::state_t::finalizing) {
+      const auto words = fr.received.words();
+      fs->set_received(reinterpret_cast<const char*>(words.data()), words.size_bytes());
+    }
+  }
+  m_sink.checkpoint(s.id, st.SerializeAsString());
+  s.dirty = false;
+  s.next_checkpoint = now + m_cfg.checkpoint_interval;
+}
+
+void receiver_engine::checkpoint_all(time_point now) {
+  for (auto& [id, s] : m_sessions) {
+    if (s->state == session_rx::state_t::receiving) do_checkpoint(*s, now);
+  }
+}
+
+std::error_code receiver_engine::restore(std::string_view blob, time_point now) {
+  wire::session_state st;
+  if (!st.ParseFromArray(blob.data(), static_cast<int>(blob.size()))) return errc::bad_protobuf;
+  const auto& p = st.params();
+  if (p.block_size() < wire::min_block_size || p.block_size() > wire::max_block_size ||
+      p.file_count() > max_files_per_session ||
+      static_cast<std::uint32_t>(st.files_size()) != p.file_count() ||
+      (st.sender_addr().size() != 4 && st.sender_addr().size() != 16) ||
+      find(session_id{st.session()})) {
+    return errc::invalid_field;
+  }
+  auto owned = std::make_unique<session_rx>();
+  auto& s = *owned;
+  s.id = session_id{st.session()};
+  s.sender.v6 = st.sender_addr().size() == 16;
+  std::copy(st.sender_addr().begin(), st.sender_addr().end(),
+            reinterpret_cast<char*>(s.sender.addr.data()));
+  s.sender.port = static_cast<std::uint16_t>(st.sender_port());
+  s.channel = st.channel();
+  s.block_size = p.block_size();
+  s.file_count = p.file_count();
+  s.chunks = p.manifest_chunks();
+  s.total_bytes = p.total_bytes();
+  s.sender_name = printable(p.sender_name());
+  s.seen_seq = st.seen_seq();
+  s.bytes_received = st.bytes_received();
+  s.files.resize(s.file_count);
+  s.started = now;
+  s.last_heard = now;
+  for (std::uint32_t i = 0; i < s.file_count; ++i) {
+    const auto& fs = st.files(static_cast<int>(i));
+    auto& fr = s.files[i];
+    if (fs.state() > static_cast<std::uint32_t>(file_rx::state_t::failed)) {
+      return errc::invalid_field;
+    }
+    fr.state = static_cast<file_rx::state_t>(fs.state());
+    fr.failure = fs.failure();
+    fr.digest_retries = fs.digest_retries();
+    if (from_wire(fs.entry(), fr.entry)) {
+      if (fr.state != file_rx::state_t::refused) return errc::invalid_field;
+      fr.entry.path = fs.entry().path();
+      continue;
+    }
+    const std::uint64_t blocks = (fr.entry.size + s.block_size - 1) / s.block_size;
+    if (blocks > 0x7fffffffu) return errc::invalid_field;
+    fr.blocks = static_cast<std::uint32_t>(blocks);
+    switch (fr.state) {
+      case file_rx::state_t::held: ++s.files_held; break;
+      case file_rx::state_t::stored:
+        ++s.files_stored;
+        s.bytes_stored += fr.entry.size;
+        break;
+      case file_rx::state_t::failed: ++s.files_failed; break;
+      case file_rx::state_t::refused: break;
+      case file_rx::state_t::receiving:
+      case file_rx::state_t::awaiting_digest:
+      case file_rx::state_t::finalizing: {
+        fr.received = block_map(fr.blocks);
+        const auto& raw = fs.received();
+        std::vector<std::uint64_t> words(raw.size() / 8);
+        if (raw.size() % 8 != 0 || words.size() != fr.received.words().size()) {
+          return errc::invalid_field;
+        }
+        std::memcpy(words.data(), raw.data(), raw.size());
+        fr.received.assign_words(words);
+        fr.state = file_rx::state_t::receiving;
+        fr.resume = fs.begun();
+        ++s.files_open;
+        break;
+      }
+      case file_rx::state_t::pending: return errc::invalid_field;
+    }
+  }
+  s.state = session_rx::state_t::receiving;
+  s.next_checkpoint = now + m_cfg.checkpoint_interval;
+  session_rx& ref = *owned;
+  m_sessions.emplace(s.id, std::move(owned));
+  if (m_log) {
+    m_log->info("session {}: resumed from checkpoint: {} of {} files to go, {} bytes received "
+                "earlier",
+                ref.name(), ref.files_open, ref.file_count, ref.bytes_received);
+  }
+  for (std::uint32_t i = 0; i < ref.file_count; ++i) {
+    auto& fr = ref.files[i];
+    if (fr.state == file_rx::state_t::receiving && fr.received.all()) file_data_complete(ref, i);
+  }
+  file_done(ref, now);
+  return {};
+}
+
+void receiver_engine::on_timer(time_point now) {
+  for (auto it = m_tombstones.begin(); it != m_tombstones.end();) {
+    it = it->second <= now ? m_tombstones.erase(it) : std::next(it);
+  }
+  std::vector<session_rx*> list;
+  for (auto& [id, s] : m_sessions) list.push_back(s.get());
+  for (session_rx* s : list) {
+    const duration timeout = std::max(m_cfg.session_timeout, s->grtt * 10);
+    if (now - s->last_heard >= timeout) {
+      close_session(*s, false,
+                    "nothing heard from the sender for " +
+                        std::to_string(static_cast<int>(to_seconds(timeout))) + " s",
+                    now);
+      continue;
+    }
+    switch (s->state) {
+      case session_rx::state_t::manifest:
+      case session_rx::state_t::checking_held:
+        break;
+      case session_rx::state_t::registering:
+        if (now >= s->next_register) send_register(*s, now);
+        if (s->nak_due && now >= *s->nak_due) s->nak_due.reset();
+        break;
+      case session_rx::state_t::receiving:
+        if (s->nak_due && now >= *s->nak_due) send_naks(*s, now);
+        if (s->dirty && now >= s->next_checkpoint) do_checkpoint(*s, now);
+        break;
+      case session_rx::state_t::completing:
+        if (now >= s->next_complete) {
+          if (s->complete_sends >= m_cfg.max_complete_repeats) {
+            close_session(*s, true, {}, now);
+          } else {
+            send_complete(*s, now);
+          }
+        }
+        break;
+    }
+  }
+}
+
+std::optional<time_point> receiver_engine::next_deadline() const {
+  std::optional<time_point> t;
+  auto consider = [&t](time_point c) {
+    if (!t || c < *t) t = c;
+  };
+  for (const auto& [id, s] : m_sessions) {
+    consider(s->last_heard + std::max(m_cfg.session_timeout, s->grtt * 10));
+    switch (s->state) {
+      case session_rx::state_t::registering:
+        consider(s->next_register);
+        break;
+      case session_rx::state_t::receiving:
+        if (s->nak_due) consider(*s->nak_due);
+        if (s->dirty) consider(s->next_checkpoint);
+        break;
+      case session_rx::state_t::completing:
+        consider(s->next_complete);
+        break;
+      default:
+        break;
+    }
+  }
+  return t;
+}
+
+}  // namespace mcdist::receiver

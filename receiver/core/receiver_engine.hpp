@@ -1,0 +1,188 @@
+#pragma once
+/// @file
+/// The receiver's protocol state machine (DESIGN.md "Protocol outline"): assembles manifests,
+/// registers, takes blocks, NAKs what it misses behind the sender's progress markers, asks
+/// storage to verify and deliver complete files, reports COMPLETE. One engine serves every
+/// session of the daemon, from any number of senders and channels. Pure: no sockets, no clock,
+/// no global randomness; actions go out through receiver_sink.
+
+#include "common/block_map.hpp"
+#include "common/endpoint.hpp"
+#include "common/error.hpp"
+#include "common/ids.hpp"
+#include "common/manifest.hpp"
+#include "common/time.hpp"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <unordered_map>
+#include <vector>
+
+namespace spdlog {
+class logger;
+}
+
+namespace mcdist::wire {
+class announce;
+class marker;
+class digest_list;
+class register_reply;
+class session_end;
+}  // namespace mcdist::wire
+
+namespace mcdist::receiver {
+
+/// Receiver settings. Durations are core-clock durations.
+struct receiver_config {
+  std::string id;  ///< this site's receiver id (configured, stable)
+  /// A session whose sender is silent this long is abandoned (temp files removed).
+  duration session_timeout = std::chrono::seconds(60);
+  /// How often a receiving session's state is checkpointed for resume.
+  duration checkpoint_interval = std::chrono::seconds(2);
+  /// Floor of the REGISTER / COMPLETE retransmission interval (else 2 x GRTT).
+  duration retransmit_min = std::chrono::milliseconds(20);
+  /// Most sessions at once; announces of more are ignored (each costs bitmaps and files).
+  std::uint32_t max_sessions = 64;
+  /// Most NAK datagrams in one NAK round; the rest waits for the next marker.
+  std::uint32_t max_nak_datagrams = 64;
+  /// A file whose data fails SHA-256 verification is fetched again at most this many times.
+  std::uint32_t max_digest_retries = 2;
+  /// COMPLETE is repeated at most this many times without an acknowledgement.
+  std::uint32_t max_complete_repeats = 20;
+};
+
+/// A file the shell should open for writing.
+struct file_ref {
+  session_id session{};
+  file_index file{};
+  std::uint32_t channel = 0;     ///< which channel (destination tree) the session came on
+  const manifest_entry* entry = nullptr;  ///< valid until the session closes
+  bool resume = false;           ///< the temp file may already hold data: do not truncate
+};
+
+/// A dest file to look for before registering.
+struct held_query {
+  file_index file{};
+  std::string relative_path;
+  std::uint64_t size = 0;
+  std::int64_t mtime_ns = 0;
+};
+
+/// Actions the engine asks of its shell. Calls happen synchronously inside engine calls.
+class receiver_sink {
+ public:
+  virtual ~receiver_sink() = default;
+  /// Send a unicast control datagram.
+  virtual void send(const endpoint& to, std::span<const std::byte> datagram) = 0;
+  /// Prepare a temp file for `ref` (before its first write_block).
+  virtual void begin_file(const file_ref& ref) = 0;
+  /// Store `data` at byte `offset` of the file. @return false if it could not be taken now
+  /// (buffers full, file failed): the block stays missing and will be NAKed.
+  virtual bool write_block(session_id s, file_index f, std::uint64_t offset,
+                           std::span<const std::byte> data) = 0;
+  /// All blocks written: verify against `expected`, make durable, rename into place, then
+  /// call receiver_engine::on_file_stored.
+  virtual void finalize_file(session_id s, file_index f, const sha256_digest& expected) = 0;
+  /// Forget a file and delete its temp.
+  virtual void discard_file(session_id s, file_index f) = 0;
+  /// Look for held copies; answer with receiver_engine::on_held.
+  virtual void query_held(session_id s, std::uint32_t channel, std::vector<held_query> q) = 0;
+  /// Persist `blob` as the session's resume state, after the writes queued before it.
+  virtual void checkpoint(session_id s, std::string blob) = 0;
+  /// The session is over for this receiver; drop its storage state.
+  virtual void session_closed(session_id s, bool remove_temp) = 0;
+};
+
+/// Counters for logs and status.
+struct receiver_stats {
+  std::uint64_t datagrams = 0;
+  std::uint64_t data_blocks = 0;      ///< new blocks taken
+  std::uint64_t data_bytes = 0;
+  std::uint64_t naks_sent = 0;
+  std::uint64_t files_stored = 0;
+  std::uint64_t files_failed = 0;
+  std::uint64_t files_refused = 0;
+  std::uint64_t sessions_completed = 0;
+  std::uint64_t sessions_failed = 0;
+  drop_counters drops;
+};
+
+/// Every session of one receiver.
+class receiver_engine {
+ public:
+  /// @param sink  where actions go; must outlive the engine
+  /// @param seed  seeds the NAK backoff jitter
+  /// @param log   may be null
+  receiver_engine(receiver_config cfg, receiver_sink& sink, std::uint64_t seed,
+                  std::shared_ptr<spdlog::logger> log);
+  ~receiver_engine();
+
+  /// A datagram arrived on `channel` from `from`. Never throws on bad input: malformed,
+  /// truncated, wrong-version, unknown-session datagrams are counted and dropped.
+  void on_datagram(std::span<const std::byte> datagram, const endpoint& from,
+                   std::uint32_t channel, time_point now);
+  /// Runs due timers (NAKs, retransmissions, checkpoints, timeouts).
+  void on_timer(time_point now);
+  /// Earliest time on_timer has work, or nullopt.
+  std::optional<time_point> next_deadline() const;
+
+  /// Answer to receiver_sink::query_held: dest files held with these digests.
+  void on_held(session_id s, const std::vector<std::pair<file_index, sha256_digest>>& held,
+               time_point now);
+  /// Outcome of receiver_sink::finalize_file. ec empty: delivered.
+  void on_file_stored(session_id s, file_index f, std::error_code ec, const std::string& detail,
+                      time_point now);
+
+  /// Restores a session from a checkpoint blob written earlier.
+  /// @return empty, or errc::bad_protobuf / invalid_field for a damaged blob
+  std::error_code restore(std::string_view blob, time_point now);
+  /// Checkpoints every receiving session now (shutdown).
+  void checkpoint_all(time_point now);
+
+  const receiver_stats& stats() const noexcept { return m_stats; }
+  /// Sessions currently tracked (not tombstones).
+  std::size_t active_sessions() const noexcept;
+
+ private:
+  struct file_rx;
+  struct session_rx;
+
+  session_rx* find(session_id s);
+  void handle_announce(const wire::announce& m, session_id s, const endpoint& from,
+                       std::uint32_t channel, time_point now);
+  void handle_data(std::span<const std::byte> datagram, const endpoint& from, time_point now);
+  void handle_marker(session_rx& s, const wire::marker& m, time_point now);
+  void handle_digests(session_rx& s, const wire::digest_list& m, time_point now);
+  void handle_register_reply(session_rx& s, const wire::register_reply& m, time_point now);
+  void handle_complete_ack(session_rx& s, time_point now);
+  void handle_end(session_rx& s, const wire::session_end& m, time_point now);
+
+  void manifest_complete(session_rx& s, time_point now);
+  void start_receiving(session_rx& s, time_point now);
+  void send_register(session_rx& s, time_point now);
+  void send_naks(session_rx& s, time_point now);
+  void send_complete(session_rx& s, time_point now);
+  void file_data_complete(session_rx& s, std::uint32_t f);
+  void file_done(session_rx& s, time_point now);
+  void close_session(session_rx& s, bool success, const std::string& why, time_point now);
+  void do_checkpoint(session_rx& s, time_point now);
+  duration retransmit_interval(const session_rx& s) const;
+  std::uint64_t random() noexcept;
+
+  receiver_config m_cfg;
+  receiver_sink& m_sink;
+  std::shared_ptr<spdlog::logger> m_log;
+  std::uint64_t m_rng_state;
+  std::map<session_id, std::unique_ptr<session_rx>> m_sessions;
+  /// Sessions ended here, or not for us: datagrams for them are dropped quietly until expiry.
+  std::unordered_map<session_id, time_point> m_tombstones;
+  receiver_stats m_stats;
+};
+
+}  // namespace mcdist::receiver

@@ -1,0 +1,847 @@
+#include "sender/core/sender_session.hpp"
+
+#include "common/ranges.hpp"
+#include "common/wire.hpp"
+#include "mcdist.pb.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace mcdist::sender {
+
+namespace {
+
+/// IPv4 (20) + UDP (8) header bytes, counted against the rate: the rate is what the link
+/// carries, which is what an operator provisions.
+constexpr std::uint32_t ip_udp_overhead = 28;
+/// Longest receiver id, bytes. Ids are site names ("dwd-offenbach"), not documents.
+constexpr std::size_t max_receiver_id = 64;
+/// Announce parameters beyond this many bytes leave too little room for manifest entries in
+/// a chunk (an only_receivers list of hundreds of ids); refused at start-up.
+constexpr std::size_t max_params_bytes = 700;
+/// END is multicast this many times, end_spacing apart, so a receiver that loses
+/// one still learns the session is over.
+constexpr std::uint32_t end_repeats = 3;
+constexpr duration end_spacing = std::chrono::milliseconds(20);
+/// Floor and ceiling of the interval between progress markers during a pass.
+constexpr duration min_marker_interval = std::chrono::milliseconds(5);
+constexpr duration max_marker_interval = std::chrono::seconds(1);
+/// NAK spreading per registered receiver: 1000 receivers spread their NAKs over 20 ms, so the
+/// sender's socket buffer never sees them all at once (RFC 5740 section 5.3 backoff, scaled
+/// by group size because our NAKs are unicast and need no suppression window).
+constexpr duration nak_spread_per_receiver = std::chrono::microseconds(20);
+
+bool valid_receiver_id(const std::string& id) {
+  if (id.empty() || id.size() > max_receiver_id) return false;
+  return std::all_of(id.begin(), id.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '-' || c == '_' || c == '.' || c == ':' || c == '@';
+  });
+}
+
+std::uint64_t splitmix64(std::uint64_t& state) {
+  std::uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+template <class Msg>
+std::vector<std::byte> encode(wire::msg_type type, session_id session, const Msg& m) {
+  std::vector<std::byte> out(wire::header_size + m.ByteSizeLong());
+  wire::encode_control(out, type, session, m);
+  return out;
+}
+
+}  // namespace
+
+struct sender_session::file_state {
+  std::uint32_t blocks = 0;
+  block_map wanted;
+  /// Sequence number of each block's latest transmission (0 = never), to recognise NAKs that
+  /// were sent before the receiver could have seen that transmission (DESIGN.md NAK
+  /// collection; Aeron's retransmit linger does the same job with a timer).
+  std::vector<std::uint32_t> last_seq;
+  std::uint32_t held_by = 0;  ///< registered receivers that hold it identically
+};
+
+struct sender_session::receiver_state {
+  receiver_report rep;
+  time_point last_heard{};
+  /// Pending-digest claims from REGISTER: file -> the receiver's digest of its copy.
+  std::vector<std::pair<std::uint32_t, sha256_digest>> pending_claims;
+};
+
+sender_session::sender_session(sender_config cfg, std::vector<manifest_entry> files,
+                               std::uint64_t seed, std::shared_ptr<spdlog::logger> log)
+    : m_cfg(std::move(cfg)),
+      m_files(std::move(files)),
+      m_log(std::move(log)),
+      m_rng_state(seed),
+      m_grtt(m_cfg.grtt_initial, m_cfg.grtt_min, m_cfg.grtt_max),
+      m_pacer(m_cfg.rate_bps, std::max<std::uint64_t>(m_cfg.burst_bytes,
+                                                      m_cfg.block_size + wire::data_header_size +
+                                                          ip_udp_overhead)) {
+  if (m_cfg.block_size < wire::min_block_size || m_cfg.block_size > wire::max_block_size) {
+    throw std::invalid_argument("block size " + std::to_string(m_cfg.block_size) +
+                                " is outside " + std::to_string(wire::min_block_size) + ".." +
+                                std::to_string(wire::max_block_size) + " bytes");
+  }
+  if (m_files.size() > max_files_per_session) {
+    throw std::invalid_argument("too many files in one session: " +
+                                std::to_string(m_files.size()) + " (limit " +
+                                std::to_string(max_files_per_session) + ")");
+  }
+  if (m_cfg.max_passes == 0) throw std::invalid_argument("max passes must be at least 1");
+  for (const auto& id : m_cfg.receivers) {
+    if (!valid_receiver_id(id)) throw std::invalid_argument("invalid receiver id '" + id + "'");
+  }
+  for (const auto& id : m_cfg.only_receivers) {
+    if (!valid_receiver_id(id)) throw std::invalid_argument("invalid receiver id '" + id + "'");
+  }
+  m_state.resize(m_files.size());
+  for (std::size_t i = 0; i < m_files.size(); ++i) {
+    if (m_files[i].size > max_file_size) {
+      throw std::invalid_argument("file too large: " + m_files[i].path);
+    }
+    auto& fs = m_state[i];
+    fs.blocks = block_count(m_files[i].size, m_cfg.block_size);
+    fs.wanted = block_map(fs.blocks);
+  }
+  while (m_digests_through < m_files.size() && m_files[m_digests_through].digest) {
+    ++m_digests_through;
+  }
+  for (const auto& id : m_cfg.receivers) {
+    if (m_by_id.count(id)) continue;
+    auto r = std::make_unique<receiver_state>();
+    r->rep.id = id;
+    m_by_id[id] = r.get();
+    m_receivers.push_back(std::move(r));
+  }
+  build_announce_chunks();
+}
+
+sender_session::~sender_session() = default;
+
+void sender_session::build_announce_chunks() {
+  wire::session_params params;
+  params.set_block_size(m_cfg.block_size);
+  params.set_rate_bps(m_cfg.rate_bps);
+  params.set_max_passes(m_cfg.max_passes);
+  params.set_file_count(static_cast<std::uint32_t>(m_files.size()));
+  std::uint64_t total = 0;
+  for (const auto& f : m_files) total += f.size;
+  params.set_total_bytes(total);
+  params.set_closed_group(!m_cfg.receivers.empty());
+  params.set_sender_name(m_cfg.sender_name.substr(0, 64));
+  for (const auto& id : m_cfg.only_receivers) params.add_only_receivers(id);
+  // Worst case for the fields filled in per send.
+  params.set_manifest_chunks(0xffffffffu);
+  params.set_grtt_us(0xffffffffu);
+  const std::size_t params_bytes = params.ByteSizeLong();
+  if (params_bytes > max_params_bytes) {
+    throw std::invalid_argument("session parameters too large for an announce (" +
+                                std::to_string(params_bytes) +
+                                " bytes); name fewer receivers");
+  }
+  // header + params (tag + length + body) + chunk + first_file + timestamp, worst case
+  const std::size_t fixed = wire::header_size + params_bytes + 3 + 6 + 6 + 11;
+  const std::size_t budget = wire::control_budget - fixed;
+
+  auto chunk = std::make_unique<wire::announce>();
+  std::size_t used = 0;
+  for (std::size_t i = 0; i < m_files.size(); ++i) {
+    wire::file_entry e;
+    to_wire(m_files[i], e);
+    const std::size_t cost = e.ByteSizeLong() + 3;
+    if (used + cost > budget && chunk->files_size() > 0) {
+      m_chunks.push_back(std::move(chunk));
+      chunk = std::make_unique<wire::announce>();
+      used = 0;
+    }
+    if (chunk->files_size() == 0) chunk->set_first_file(static_cast<std::uint32_t>(i));
+    *chunk->add_files() = std::move(e);
+    used += cost;
+  }
+  m_chunks.push_back(std::move(chunk));
+  params.set_manifest_chunks(static_cast<std::uint32_t>(m_chunks.size()));
+  params.set_grtt_us(0);
+  for (std::size_t c = 0; c < m_chunks.size(); ++c) {
+    m_chunks[c]->set_chunk(static_cast<std::uint32_t>(c));
+    *m_chunks[c]->mutable_params() = params;
+  }
+}
+
+void sender_session::start(time_point now) {
+  m_start = now;
+  m_phase = phase::announcing;
+  m_next_announce = now;
+  m_announce_chunk = 0;
+  m_register_deadline =
+      now + (m_cfg.receivers.empty() ? m_cfg.register_window : m_cfg.register_timeout);
+  m_next_decay = now + std::chrono::seconds(1);
+  if (m_log) {
+    std::uint64_t total = 0;
+    for (const auto& f : m_files) total += f.size;
+    if (m_cfg.receivers.empty()) {
+      m_log->info("session {:08x}: announcing {} files, {} bytes in {} announce chunks; open group, "
+                  "registration window {:.1f} s",
+                  m_cfg.session.value, m_files.size(), total, m_chunks.size(),
+                  to_seconds(m_cfg.register_window));
+    } else {
+      m_log->info("session {:08x}: announcing {} files, {} bytes in {} announce chunks to a closed "
+                  "group of {} receivers",
+                  m_cfg.session.value, m_files.size(), total, m_chunks.size(),
+                  m_cfg.receivers.size());
+    }
+  }
+}
+
+void sender_session::queue_multicast(time_point now, std::vector<std::byte> bytes) {
+  m_pacer.consume(now, bytes.size() + ip_udp_overhead);
+  m_control.push_back({std::nullopt, std::move(bytes)});
+}
+
+void sender_session::queue_unicast(const endpoint& to, std::vector<std::byte> bytes) {
+  m_control.push_back({to, std::move(bytes)});
+}
+
+bool sender_session::pop_control(control_send& out) {
+  if (m_control.empty()) return false;
+  out = std::move(m_control.front());
+  m_control.pop_front();
+  return true;
+}
+
+void sender_session::send_announce_chunk(time_point now) {
+  auto& chunk = *m_chunks[m_announce_chunk];
+  chunk.set_sender_time_us(to_wire_us(now));
+  chunk.mutable_params()->set_grtt_us(
+      static_cast<std::uint32_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                     m_grtt.estimate())
+                                     .count()));
+  queue_multicast(now, encode(wire::msg_type::announce, m_cfg.session, chunk));
+  if (++m_announce_chunk == m_chunks.size()) {
+    m_announce_chunk = 0;
+    ++m_announce_cycles;
+    // Jitter of up to 1/8 of the interval keeps many senders from synchronising.
+    const auto jitter = m_cfg.announce_interval.count() > 8
+                            ? duration(static_cast<std::int64_t>(
+                                  splitmix64(m_rng_state) %
+                                  static_cast<std::uint64_t>(m_cfg.announce_interval.count() / 8)))
+                            : duration::zero();
+    m_next_announce = now + m_cfg.announce_interval + jitter;
+  }
+}
+
+duration sender_session::nak_backoff() const noexcept {
+  return std::min(m_grtt.estimate() / 2, nak_spread_per_receiver * m_registered);
+}
+
+duration sender_session::status_interval() const noexcept {
+  return std::max<duration>(m_grtt.estimate() * 3 / 2 + nak_backoff(),
+                            std::chrono::milliseconds(10));
+}
+
+void sender_session::on_timer(time_point now) {
+  if (now >= m_next_decay) {
+    m_grtt.decay();
+    m_next_decay = now + std::max<duration>(m_grtt.estimate() * 2, std::chrono::seconds(1));
+  }
+  switch (m_phase) {
+    case phase::announcing: {
+      const bool all_in = !m_cfg.receivers.empty() && m_registered == m_cfg.receivers.size();
+      if (all_in || (now >= m_register_deadline && m_announce_cycles > 0)) {
+        close_registration(now);
+        break;
+      }
+      const std::uint64_t chunk_bytes = wire::control_budget + ip_udp_overhead;
+      while ((m_announce_chunk > 0 || now >= m_next_announce) &&
+             m_pacer.allowance(now) >= chunk_bytes) {
+        send_announce_chunk(now);
+      }
+      break;
+    }
+    case phase::transferring:
+      if (now >= m_next_marker) send_marker(now, false, false);
+      break;
+    case phase::waiting: {
+      if (m_next_pass_at && now >= *m_next_pass_at) {
+        start_pass(now);
+        break;
+      }
+      if (now >= m_next_status) {
+        send_marker(now, true, true);
+        m_next_status = now + status_interval();
+      }
+      for (auto& r : m_receivers) {
+        if (r->rep.state != receiver_report::state_t::registered) continue;
+        const time_point since = std::max(r->last_heard, m_wait_start);
+        if (now - since >= m_cfg.receiver_timeout) {
+          fail_receiver(*r,
+                        "silent for " + std::to_string(to_seconds(now - since)).substr(0, 4) +
+                            " s while the sender waited for its NAKs or COMPLETE",
+                        now);
+        }
+      }
+      check_done(now);
+      break;
+    }
+    case phase::ending:
+      if (now >= m_next_end) {
+        // Completed receivers have their COMPLETE acknowledged; END only matters to the others,
+        // so it is repeated only when some receiver did not complete.
+        const std::uint32_t repeats = succeeded() ? 1 : end_repeats;
+        if (m_end_repeats >= repeats) {
+          m_phase = phase::done;
+          break;
+        }
+        wire::session_end end;
+        end.set_reason(m_aborted ? wire::session_end::ABORTED : wire::session_end::DONE);
+        queue_multicast(now, encode(wire::msg_type::session_end, m_cfg.session, end));
+        ++m_end_repeats;
+        m_next_end = now + end_spacing;
+      }
+      break;
+    case phase::done:
+      break;
+  }
+  if (!m_digest_queue.empty() && digests_sendable()) send_digests(now);
+}
+
+bool sender_session::digests_sendable() const noexcept {
+  return m_phase == phase::transferring || m_phase == phase::waiting;
+}
+
+void sender_session::close_registration(time_point now) {
+  for (auto& r : m_receivers) {
+    if (r->rep.state == receiver_report::state_t::missing) {
+      fail_receiver(*r, "did not register within " + std::to_string(static_cast<int>(
+                                                          to_seconds(m_cfg.register_timeout))) +
+                            " s",
+                    now);
+    }
+  }
+  if (m_log) {
+    m_log->info("session {:08x}: registration closed, {} receivers registered, GRTT {:.1f} ms",
+                m_cfg.session.value, m_registered, to_ms(m_grtt.estimate()));
+  }
+  if (m_registered == 0) {
+    start_ending(now, true, "no receiver registered");
+    return;
+  }
+  for (std::size_t i = 0; i < m_state.size(); ++i) {
+    auto& fs = m_state[i];
+    if (fs.held_by >= m_registered) continue;  // every receiver has it already
+    fs.wanted.set_all();
+    fs.last_seq.assign(fs.blocks, 0);
+    m_wanted_total += fs.blocks;
+  }
+  start_pass(now);
+  check_done(now);
+}
+
+void sender_session::start_pass(time_point now) {
+  ++m_pass;
+  m_cursor_file = 0;
+  m_cursor_block = 0;
+  m_phase = phase::transferring;
+  m_next_pass_at.reset();
+  m_next_marker = now + std::clamp<duration>(m_grtt.estimate() / 2, min_marker_interval,
+                                             max_marker_interval);
+  if (m_log) {
+    m_log->info("session {:08x}: pass {} starts: {} blocks, {} receivers active",
+                m_cfg.session.value, m_pass, m_wanted_total, m_active);
+  }
+}
+
+bool sender_session::advance_cursor() {
+  while (m_cursor_file < m_state.size()) {
+    auto& fs = m_state[m_cursor_file];
+    if (!fs.wanted.none()) {
+      const std::uint32_t b = fs.wanted.find_set(m_cursor_block);
+      if (b < fs.blocks) {
+        m_cursor_block = b;
+        return true;
+      }
+    }
+    ++m_cursor_file;
+    m_cursor_block = 0;
+  }
+  return false;
+}
+
+std::size_t sender_session::next_data(time_point now, std::span<data_send> out) {
+  if (m_phase != phase::transferring) return 0;
+  std::uint64_t allowance = m_pacer.allowance(now);
+  std::size_t n = 0;
+  while (n < out.size()) {
+    if (!advance_cursor()) {
+      end_pass(now);
+      break;
+    }
+    auto& fs = m_state[m_cursor_file];
+    const auto& f = m_files[m_cursor_file];
+    const std::uint32_t len = block_length(f.size, m_cfg.block_size, m_cursor_block);
+    const std::uint64_t wire_bytes = len + wire::data_header_size + ip_udp_overhead;
+    if (wire_bytes > allowance) break;
+    allowance -= wire_bytes;
+    m_pacer.consume(now, wire_bytes);
+    if (++m_seq == 0) ++m_seq;  // 0 means "never sent"
+    auto& d = out[n++];
+    d.file = file_index{m_cursor_file};
+    d.block = block_index{m_cursor_block};
+    d.seq = m_seq;
+    d.offset = std::uint64_t{m_cursor_block} * m_cfg.block_size;
+    d.length = len;
+    fs.wanted.reset(m_cursor_block);
+    fs.last_seq[m_cursor_block] = m_seq;
+    --m_wanted_total;
+    ++m_cursor_block;
+    ++m_data_datagrams;
+    m_data_bytes += len;
+    if (m_pass > 1) ++m_repair_datagrams;
+  }
+  return n;
+}
+
+void sender_session::end_pass(time_point now) {
+  if (m_log) {
+    m_log->info("session {:08x}: pass {} done at {:.3f} s; {} blocks NAKed for the next pass",
+                m_cfg.session.value, m_pass, to_seconds(now - m_start), m_wanted_total);
+  }
+  send_marker(now, true, true);
+  if (m_wanted_total > 0 && m_pass < m_cfg.max_passes) {
+    start_pass(now);
+    return;
+  }
+  m_phase = phase::waiting;
+  m_wait_start = now;
+  m_next_status = now + status_interval();
+  check_done(now);
+}
+
+void sender_session::send_marker(time_point now, bool pass_end, bool status_request) {
+  wire::marker m;
+  m.set_pass(m_pass);
+  m.set_file(pass_end ? static_cast<std::uint32_t>(m_files.size()) : m_cursor_file);
+  m.set_block(pass_end ? 0 : m_cursor_block);
+  m.set_pass_end(pass_end);
+  m.set_sender_time_us(to_wire_us(now));
+  m.set_grtt_us(static_cast<std::uint32_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(m_grtt.estimate()).count()));
+  m.set_seq(m_seq);
+  m.set_digests_through(m_digests_through);
+  m.set_nak_backoff_us(static_cast<std::uint32_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(nak_backoff()).count()));
+  m.set_status_request(status_request);
+  queue_multicast(now, encode(wire::msg_type::marker, m_cfg.session, m));
+  m_next_marker =
+      now + std::clamp<duration>(m_grtt.estimate() / 2, min_marker_interval, max_marker_interval);
+}
+
+void sender_session::send_digests(time_point now) {
+  // 32-byte digest + file index + framing: about 40 bytes an entry.
+  constexpr std::size_t per_datagram = (wire::control_budget - wire::header_size) / 40;
+  std::sort(m_digest_queue.begin(), m_digest_queue.end());
+  m_digest_queue.erase(std::unique(m_digest_queue.begin(), m_digest_queue.end()),
+                       m_digest_queue.end());
+  wire::digest_list list;
+  for (std::size_t i = 0; i < m_digest_queue.size(); ++i) {
+    const auto f = m_digest_queue[i];
+    auto* d = list.add_digests();
+    d->set_file(f);
+    d->set_sha256(m_files[f].digest->data(), 32);
+    if (list.digests_size() == static_cast<int>(per_datagram) || i + 1 == m_digest_queue.size()) {
+      queue_multicast(now, encode(wire::msg_type::digest_list, m_cfg.session, list));
+      list.Clear();
+    }
+  }
+  m_digest_queue.clear();
+}
+
+void sender_session::on_digest(file_index file, const sha256_digest& digest, time_point now) {
+  if (file.value >= m_files.size()) return;
+  auto& f = m_files[file.value];
+  if (f.digest) return;
+  f.digest = digest;
+  while (m_digests_through < m_files.size() && m_files[m_digests_through].digest) {
+    ++m_digests_through;
+  }
+  for (auto& r : m_receivers) {
+    for (const auto& [claimed_file, claimed] : r->pending_claims) {
+      if (claimed_file == file.value && claimed == digest) mark_held(*r, file.value);
+    }
+  }
+  m_digest_queue.push_back(file.value);
+  if (digests_sendable()) send_digests(now);
+}
+
+void sender_session::mark_held(receiver_state& r, std::uint32_t file) {
+  ++m_state[file].held_by;
+  ++r.rep.files_held;
+}
+
+void sender_session::sample_rtt(receiver_state& r, std::uint64_t echo_us, std::uint64_t hold_us,
+                                time_point now) {
+  const std::uint64_t now_us = to_wire_us(now);
+  if (echo_us == 0 || echo_us > now_us || now_us - echo_us < hold_us) return;
+  const duration rtt = std::chrono::microseconds(now_us - echo_us - hold_us);
+  r.rep.rtt = rtt;
+  r.rep.rtt_valid = true;
+  m_grtt.add_sample(rtt);
+}
+
+sender_session::receiver_state* sender_session::find_receiver(const std::string& id) {
+  const auto it = m_by_id.find(id);
+  return it == m_by_id.end() ? nullptr : it->second;
+}
+
+void sender_session::on_datagram(std::span<const std::byte> datagram, const endpoint& from,
+                                 time_point now) {
+  wire::header h;
+  if (auto ec = wire::parse_header(datagram, h)) {
+    m_drops.add(static_cast<errc>(ec.value()));
+    return;
+  }
+  if (h.session != m_cfg.session) {
+    m_drops.add(errc::unknown_session);
+    return;
+  }
+  switch (h.type) {
+    case wire::msg_type::register_request: {
+      wire::register_request m;
+      if (wire::parse_control(datagram, m)) {
+        m_drops.add(errc::bad_protobuf);
+        return;
+      }
+      handle_register(m, from, now);
+      break;
+    }
+    case wire::msg_type::nak: {
+      wire::nak m;
+      if (wire::parse_control(datagram, m)) {
+        m_drops.add(errc::bad_protobuf);
+        return;
+      }
+      handle_nak(m, from, now);
+      break;
+    }
+    case wire::msg_type::complete: {
+      wire::complete m;
+      if (wire::parse_control(datagram, m)) {
+        m_drops.add(errc::bad_protobuf);
+        return;
+      }
+      handle_complete(m, from, now);
+      break;
+    }
+    default:
+      // Our own multicast looped back, or something a sender never accepts.
+      m_drops.add(errc::unknown_type);
+      break;
+  }
+}
+
+void sender_session::handle_register(const wire::register_request& m, const endpoint& from,
+                                     time_point now) {
+  if (!valid_receiver_id(m.receiver_id())) {
+    m_drops.add(errc::invalid_field);
+    return;
+  }
+  const std::uint32_t file_count = static_cast<std::uint32_t>(m_files.size());
+  // Validate everything before changing any state.
+  if (for_each_range(std::span(m.held_files().data(), static_cast<std::size_t>(m.held_files_size())),
+                     file_count, [](std::uint32_t, std::uint32_t) {})) {
+    m_drops.add(errc::invalid_field);
+    return;
+  }
+  for (const auto& hd : m.held_pending()) {
+    if (hd.file() >= file_count || hd.sha256().size() != 32) {
+      m_drops.add(errc::invalid_field);
+      return;
+    }
+  }
+  wire::register_reply reply;
+  reply.set_receiver_id(m.receiver_id());
+  auto refuse = [&](const std::string& why) {
+    reply.set_accepted(false);
+    reply.set_reason(why);
+    queue_unicast(from, encode(wire::msg_type::register_reply, m_cfg.session, reply));
+    if (m_log) {
+      m_log->warn("session {:08x}: refused registration of '{}' from {}: {}", m_cfg.session.value,
+                  m.receiver_id(), from.to_string(), why);
+    }
+  };
+  if (!m_cfg.only_receivers.empty() &&
+      std::find(m_cfg.only_receivers.begin(), m_cfg.only_receivers.end(), m.receiver_id()) ==
+          m_cfg.only_receivers.end()) {
+    refuse("this session is a resend to other receivers");
+    return;
+  }
+  receiver_state* r = find_receiver(m.receiver_id());
+  if (r && r->rep.state != receiver_report::state_t::missing) {
+    // A repeat (our reply was lost) or a restarted receiver: same answer again.
+    sample_rtt(*r, m.echo_time_us(), m.hold_us(), now);
+    r->last_heard = now;
+    r->rep.address = from;
+    if (r->rep.state == receiver_report::state_t::failed) {
+      refuse("this receiver was failed in the session: " + r->rep.reason);
+      return;
+    }
+    reply.set_accepted(true);
+    queue_unicast(from, encode(wire::msg_type::register_reply, m_cfg.session, reply));
+    return;
+  }
+  if (!r && !m_cfg.receivers.empty()) {
+    refuse("not a member of the closed group");
+    return;
+  }
+  if (m_phase != phase::announcing) {
+    refuse("registration closed");
+    return;
+  }
+  if (!r) {
+    auto owned = std::make_unique<receiver_state>();
+    owned->rep.id = m.receiver_id();
+    r = owned.get();
+    m_by_id[r->rep.id] = r;
+    m_receivers.push_back(std::move(owned));
+  }
+  r->rep.state = receiver_report::state_t::registered;
+  r->rep.address = from;
+  r->last_heard = now;
+  ++m_registered;
+  ++m_active;
+  sample_rtt(*r, m.echo_time_us(), m.hold_us(), now);
+  for_each_range(std::span(m.held_files().data(), static_cast<std::size_t>(m.held_files_size())),
+                 file_count, [&](std::uint32_t first, std::uint32_t count) {
+                   for (std::uint32_t f = first; f < first + count; ++f) mark_held(*r, f);
+                 });
+  for (const auto& hd : m.held_pending()) {
+    const auto claimed = *digest_from_bytes(hd.sha256());
+    const auto& known = m_files[hd.file()].digest;
+    if (known) {
+      if (*known == claimed) mark_held(*r, hd.file());
+    } else {
+      r->pending_claims.emplace_back(hd.file(), claimed);
+    }
+  }
+  reply.set_accepted(true);
+  queue_unicast(from, encode(wire::msg_type::register_reply, m_cfg.session, reply));
+  if (m_log) {
+    m_log->info("session {:08x}: receiver '{}' registered from {}{}, RTT {:.2f} ms, holds {} files",
+                m_cfg.session.value, r->rep.id, from.to_string(), m.resumed() ? " (resumed)" : "",
+                to_ms(r->rep.rtt), r->rep.files_held);
+  }
+  if (!m_cfg.receivers.empty() && m_registered == m_cfg.receivers.size()) {
+    close_registration(now);
+  }
+}
+
+void sender_session::handle_nak(const wire::nak& m, const endpoint& from, time_point now) {
+  receiver_state* r = find_receiver(m.receiver_id());
+  if (!r || r->rep.state == receiver_report::state_t::missing) {
+    m_drops.add(errc::not_registered);
+    return;
+  }
+  if (r->rep.state != receiver_report::state_t::registered) {
+    m_drops.add(errc::stale);  // completed or failed already
+    return;
+  }
+  const std::uint32_t file_count = static_cast<std::uint32_t>(m_files.size());
+  for (const auto& fn : m.files()) {
+    if (fn.file() >= file_count ||
+        for_each_range(std::span(fn.ranges().data(), static_cast<std::size_t>(fn.ranges_size())),
+                       m_state[fn.file()].blocks, [](std::uint32_t, std::uint32_t) {})) {
+      m_drops.add(errc::invalid_field);
+      return;
+    }
+  }
+  r->last_heard = now;
+  r->rep.address = from;
+  r->rep.bytes_received = m.bytes_received();
+  ++r->rep.naks;
+  sample_rtt(*r, m.echo_time_us(), m.hold_us(), now);
+  std::uint64_t naked = 0;
+  std::uint64_t added = 0;
+  for (const auto& fn : m.files()) {
+    auto& fs = m_state[fn.file()];
+    if (fs.last_seq.empty()) fs.last_seq.assign(fs.blocks, 0);
+    for_each_range(std::span(fn.ranges().data(), static_cast<std::size_t>(fn.ranges_size())),
+                   fs.blocks, [&](std::uint32_t first, std::uint32_t count) {
+                     naked += count;
+                     for (std::uint32_t b = first; b < first + count; ++b) {
+                       // Sent again after the receiver's view: that copy is still on its way.
+                       if (seq_after(fs.last_seq[b], m.seen_seq())) continue;
+                       if (fs.wanted.set(b)) ++added;
+                     }
+                   });
+  }
+  r->rep.blocks_naked += naked;
+  m_wanted_total += added;
+  for (const auto f : m.digests_wanted()) {
+    if (f < file_count && m_files[f].digest) m_digest_queue.push_back(f);
+  }
+  if (!m_digest_queue.empty() && digests_sendable()) send_digests(now);
+  if (m_phase == phase::waiting && naked > 0) {
+    if (m_pass >= m_cfg.max_passes) {
+      fail_receiver(*r,
+                    "still missing " + std::to_string(naked) + " blocks after " +
+                        std::to_string(m_cfg.max_passes) + " passes",
+                    now);
+      return;
+    }
+    if (m_wanted_total > 0 && !m_next_pass_at) m_next_pass_at = now + nak_backoff();
+  }
+}
+
+void sender_session::handle_complete(const wire::complete& m, const endpoint& from,
+                                     time_point now) {
+  receiver_state* r = find_receiver(m.receiver_id());
+  if (!r || r->rep.state == receiver_report::state_t::missing) {
+    m_drops.add(errc::not_registered);
+    return;
+  }
+  wire::complete_ack ack;
+  ack.set_receiver_id(m.receiver_id());
+  queue_unicast(from, encode(wire::msg_type::complete_ack, m_cfg.session, ack));
+  r->last_heard = now;
+  if (r->rep.state != receiver_report::state_t::registered) return;  // a repeat
+  sample_rtt(*r, m.echo_time_us(), m.hold_us(), now);
+  r->rep.state = receiver_report::state_t::completed;
+  r->rep.files_stored = m.files_stored();
+  r->rep.bytes_stored = m.bytes_stored();
+  r->rep.files_held = std::max(r->rep.files_held, m.files_held());
+  r->rep.passes = m_pass;
+  r->rep.completion_time = now - m_start;
+  for (const auto& f : m.failures()) {
+    r->rep.file_failures.emplace_back(f.file(), f.reason().substr(0, 256));
+  }
+  if (!r->rep.file_failures.empty()) {
+    r->rep.state = receiver_report::state_t::failed;
+    r->rep.reason = std::to_string(r->rep.file_failures.size()) + " files could not be stored";
+  }
+  --m_active;
+  if (m_log) {
+    if (r->rep.state == receiver_report::state_t::completed) {
+      m_log->info("session {:08x}: receiver '{}' completed after pass {} in {:.3f} s: {} files "
+                  "stored, {} held, {} bytes",
+                  m_cfg.session.value, r->rep.id, m_pass, to_seconds(r->rep.completion_time),
+                  r->rep.files_stored, r->rep.files_held, r->rep.bytes_stored);
+    } else {
+      m_log->warn("session {:08x}: receiver '{}' finished with {} files it could not store "
+                  "(first: file {}: {})",
+                  m_cfg.session.value, r->rep.id, r->rep.file_failures.size(),
+                  r->rep.file_failures.front().first, r->rep.file_failures.front().second);
+    }
+  }
+  check_done(now);
+}
+
+void sender_session::fail_receiver(receiver_state& r, std::string why, time_point now) {
+  const bool was_active = r.rep.state == receiver_report::state_t::registered;
+  r.rep.state = receiver_report::state_t::failed;
+  r.rep.reason = std::move(why);
+  r.rep.passes = m_pass;
+  r.rep.completion_time = now - m_start;
+  if (was_active) --m_active;
+  if (m_log) {
+    m_log->warn("session {:08x}: receiver '{}' failed: {}", m_cfg.session.value, r.rep.id,
+                r.rep.reason);
+  }
+}
+
+void sender_session::check_done(time_point now) {
+  if (m_phase == phase::announcing || m_phase == phase::ending || m_phase == phase::done) return;
+  if (m_active == 0) start_ending(now, false, {});
+}
+
+void sender_session::start_ending(time_point now, bool aborted, const std::string& why) {
+  if (m_phase == phase::ending || m_phase == phase::done) return;
+  m_aborted = aborted;
+  m_phase = phase::ending;
+  m_end_repeats = 0;
+  m_next_end = now;
+  m_finished = now;
+  if (m_log) {
+    if (aborted) {
+      m_log->warn("session {:08x}: ending early: {}", m_cfg.session.value, why);
+    } else {
+      m_log->info("session {:08x}: every receiver is done after {} passes, {:.3f} s",
+                  m_cfg.session.value, m_pass, to_seconds(now - m_start));
+    }
+  }
+}
+
+void sender_session::abort(time_point now, std::string why) {
+  for (auto& r : m_receivers) {
+    if (r->rep.state == receiver_report::state_t::registered ||
+        r->rep.state == receiver_report::state_t::missing) {
+      fail_receiver(*r, "session aborted: " + why, now);
+    }
+  }
+  start_ending(now, true, why);
+}
+
+bool sender_session::succeeded() const noexcept {
+  if (m_aborted || m_receivers.empty()) return false;
+  return std::all_of(m_receivers.begin(), m_receivers.end(), [](const auto& r) {
+    return r->rep.state == receiver_report::state_t::completed;
+  });
+}
+
+std::optional<time_point> sender_session::next_deadline(time_point now) const {
+  time_point t = m_next_decay;
+  auto consider = [&t](time_point c) { t = std::min(t, c); };
+  switch (m_phase) {
+    case phase::announcing:
+      consider(m_register_deadline);
+      if (m_announce_chunk > 0 || now >= m_next_announce) {
+        consider(m_pacer.ready_at(now, wire::control_budget + ip_udp_overhead));
+      } else {
+        consider(m_next_announce);
+      }
+      break;
+    case phase::transferring:
+      consider(m_next_marker);
+      consider(m_pacer.ready_at(now, m_cfg.block_size + wire::data_header_size + ip_udp_overhead));
+      break;
+    case phase::waiting:
+      consider(m_next_status);
+      if (m_next_pass_at) consider(*m_next_pass_at);
+      for (const auto& r : m_receivers) {
+        if (r->rep.state == receiver_report::state_t::registered) {
+          consider(std::max(r->last_heard, m_wait_start) + m_cfg.receiver_timeout);
+        }
+      }
+      break;
+    case phase::ending:
+      consider(m_next_end);
+      break;
+    case phase::done:
+      return std::nullopt;
+  }
+  if (!m_digest_queue.empty() && digests_sendable()) consider(now);
+  return t;
+}
+
+session_report sender_session::report(time_point now) const {
+  session_report rep;
+  rep.session = m_cfg.session;
+  rep.files = static_cast<std::uint32_t>(m_files.size());
+  for (const auto& f : m_files) rep.bytes += f.size;
+  rep.passes = m_pass;
+  rep.data_datagrams = m_data_datagrams;
+  rep.data_bytes = m_data_bytes;
+  rep.repair_datagrams = m_repair_datagrams;
+  rep.grtt = m_grtt.estimate();
+  rep.elapsed = (m_phase == phase::done || m_phase == phase::ending ? m_finished : now) - m_start;
+  rep.drops = m_drops;
+  for (const auto& r : m_receivers) rep.receivers.push_back(r->rep);
+  return rep;
+}
+
+}  // namespace mcdist::sender

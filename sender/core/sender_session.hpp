@@ -1,0 +1,233 @@
+#pragma once
+/// @file
+/// The sender's protocol state machine for one session (DESIGN.md "Protocol outline"): announce
+/// and registration, paced passes over the wanted blocks, NAK merging, completion. Pure: no
+/// sockets, no clock, no global randomness. Events in (on_datagram, on_timer, on_digest), actions
+/// out (control datagrams to send, data blocks to send, next_deadline()).
+
+#include "common/block_map.hpp"
+#include "common/endpoint.hpp"
+#include "common/error.hpp"
+#include "common/ids.hpp"
+#include "common/manifest.hpp"
+#include "common/pacer.hpp"
+#include "common/time.hpp"
+#include "sender/core/grtt.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace spdlog {
+class logger;
+}
+
+namespace mcdist::wire {
+class announce;
+class nak;
+class register_request;
+class complete;
+}  // namespace mcdist::wire
+
+namespace mcdist::sender {
+
+/// Session settings. Durations are core-clock durations; rates bit/s; sizes bytes.
+struct sender_config {
+  session_id session{1};
+  std::uint32_t block_size = 1400;     ///< payload bytes per data datagram
+  std::uint64_t rate_bps = 100'000'000;  ///< multicast rate incl. IPv4+UDP headers; 0 = unpaced
+  std::uint32_t max_passes = 100;      ///< passes before incomplete receivers are failed
+  /// Closed group: exactly these receiver ids; empty = open group with a registration window.
+  std::vector<std::string> receivers;
+  /// Resend mode: only these receiver ids take part; others ignore the session.
+  std::vector<std::string> only_receivers;
+  duration register_window = std::chrono::seconds(2);    ///< open group: how long to accept
+  duration register_timeout = std::chrono::seconds(30);  ///< closed group: longest wait
+  duration announce_interval = std::chrono::milliseconds(250);  ///< between announce cycles
+  /// An incomplete receiver silent this long while the sender asks for status is failed.
+  duration receiver_timeout = std::chrono::seconds(10);
+  duration grtt_initial = std::chrono::milliseconds(500);  ///< RFC 5740 default
+  duration grtt_min = std::chrono::milliseconds(1);
+  duration grtt_max = std::chrono::seconds(15);
+  std::uint64_t burst_bytes = 64 * 1024;  ///< pacing bucket depth
+  std::string sender_name;                ///< shown in receivers' logs
+};
+
+/// What the sender knows about one receiver, for the summary.
+struct receiver_report {
+  enum class state_t { missing, registered, completed, failed };
+  std::string id;
+  state_t state = state_t::missing;
+  endpoint address;
+  std::uint32_t files_stored = 0;  ///< from COMPLETE
+  std::uint32_t files_held = 0;    ///< skipped: already held
+  std::uint64_t bytes_stored = 0;  ///< from COMPLETE
+  std::uint64_t bytes_received = 0;  ///< last progress report (NAK)
+  std::uint32_t passes = 0;        ///< pass during which it completed (or the last pass)
+  std::uint64_t naks = 0;          ///< NAK datagrams received from it
+  std::uint64_t blocks_naked = 0;  ///< blocks it asked for
+  duration rtt{};                  ///< last RTT sample
+  bool rtt_valid = false;
+  duration completion_time{};      ///< from session start
+  std::string reason;              ///< why it failed
+  std::vector<std::pair<std::uint32_t, std::string>> file_failures;  ///< files it could not store
+};
+
+/// Session totals, for the summary.
+struct session_report {
+  session_id session{};
+  std::uint32_t files = 0;
+  std::uint64_t bytes = 0;         ///< sum of file sizes
+  std::uint32_t passes = 0;
+  std::uint64_t data_datagrams = 0;
+  std::uint64_t data_bytes = 0;    ///< payload bytes sent, repairs included
+  std::uint64_t repair_datagrams = 0;
+  duration grtt{};
+  duration elapsed{};
+  std::vector<receiver_report> receivers;
+  drop_counters drops;
+};
+
+/// One data datagram to send: the shell reads `length` bytes at `offset` of file `file` and
+/// writes header + payload.
+struct data_send {
+  file_index file{};
+  block_index block{};
+  std::uint32_t seq = 0;
+  std::uint64_t offset = 0;  ///< bytes
+  std::uint32_t length = 0;  ///< bytes of payload
+};
+
+/// A control datagram to send: to the multicast group when `to` is empty.
+struct control_send {
+  std::optional<endpoint> to;
+  std::vector<std::byte> bytes;
+};
+
+/// The sender side of one session.
+class sender_session {
+ public:
+  enum class phase { announcing, transferring, waiting, ending, done };
+
+  /// @param cfg       settings; block_size must be within wire::min/max_block_size
+  /// @param files     the manifest; digests may be absent (supply them later with on_digest)
+  /// @param seed      seeds this session's own random engine (jitter)
+  /// @param log       where the session logs; may be null for silence
+  /// @throws std::invalid_argument for an invalid configuration (operator error)
+  sender_session(sender_config cfg, std::vector<manifest_entry> files, std::uint64_t seed,
+                 std::shared_ptr<spdlog::logger> log);
+  ~sender_session();
+
+  /// Starts announcing at `now`.
+  void start(time_point now);
+
+  /// A unicast datagram arrived from `from`. Malformed input is counted and dropped.
+  void on_datagram(std::span<const std::byte> datagram, const endpoint& from, time_point now);
+
+  /// Runs timers due at `now`.
+  void on_timer(time_point now);
+
+  /// The digest of `file` is known (a file announced without one).
+  void on_digest(file_index file, const sha256_digest& digest, time_point now);
+
+  /// Fills `out` with data datagrams the pacer allows at `now`, in send order.
+  /// @return how many were filled (0 when none is due now)
+  std::size_t next_data(time_point now, std::span<data_send> out);
+
+  /// Takes the next queued control datagram. @return false when none is queued.
+  bool pop_control(control_send& out);
+
+  /// The earliest time on_timer or next_data has something to do, or nullopt when done.
+  std::optional<time_point> next_deadline(time_point now) const;
+
+  phase current_phase() const noexcept { return m_phase; }
+  bool done() const noexcept { return m_phase == phase::done; }
+  /// True if every receiver completed.
+  bool succeeded() const noexcept;
+  /// Current pass number, 0 before pass 1.
+  std::uint32_t pass() const noexcept { return m_pass; }
+  duration grtt() const noexcept { return m_grtt.estimate(); }
+  const std::vector<manifest_entry>& files() const noexcept { return m_files; }
+  /// Totals and per-receiver reports as of `now`.
+  session_report report(time_point now) const;
+  /// Aborts the session (operator interrupt): sends END(aborted) and finishes.
+  void abort(time_point now, std::string why);
+
+ private:
+  struct file_state;
+  struct receiver_state;
+
+  void build_announce_chunks();
+  void send_announce_chunk(time_point now);
+  void close_registration(time_point now);
+  void start_pass(time_point now);
+  void end_pass(time_point now);
+  void send_marker(time_point now, bool pass_end, bool status_request);
+  void send_digests(time_point now);
+  bool digests_sendable() const noexcept;
+  void check_done(time_point now);
+  void start_ending(time_point now, bool aborted, const std::string& why);
+  void fail_receiver(receiver_state& r, std::string why, time_point now);
+  void queue_multicast(time_point now, std::vector<std::byte> bytes);
+  void queue_unicast(const endpoint& to, std::vector<std::byte> bytes);
+  void sample_rtt(receiver_state& r, std::uint64_t echo_us, std::uint64_t hold_us, time_point now);
+  duration nak_backoff() const noexcept;
+  duration status_interval() const noexcept;
+  bool advance_cursor();
+  void mark_held(receiver_state& r, std::uint32_t file);
+
+  void handle_register(const wire::register_request& m, const endpoint& from, time_point now);
+  void handle_nak(const wire::nak& m, const endpoint& from, time_point now);
+  void handle_complete(const wire::complete& m, const endpoint& from, time_point now);
+  receiver_state* find_receiver(const std::string& id);
+
+  sender_config m_cfg;
+  std::vector<manifest_entry> m_files;
+  std::vector<file_state> m_state;
+  std::vector<std::unique_ptr<wire::announce>> m_chunks;
+  std::vector<std::unique_ptr<receiver_state>> m_receivers;
+  std::unordered_map<std::string, receiver_state*> m_by_id;
+  std::deque<control_send> m_control;
+  std::shared_ptr<spdlog::logger> m_log;
+  std::uint64_t m_rng_state;
+  grtt_estimator m_grtt;
+  pacer m_pacer;
+  drop_counters m_drops;
+
+  phase m_phase = phase::announcing;
+  time_point m_start{};
+  time_point m_next_announce{};
+  std::size_t m_announce_chunk = 0;
+  std::uint32_t m_announce_cycles = 0;
+  time_point m_register_deadline{};
+  std::uint32_t m_registered = 0;
+  std::uint32_t m_active = 0;  ///< registered, not yet completed or failed
+
+  std::uint32_t m_pass = 0;
+  std::uint32_t m_cursor_file = 0;
+  std::uint32_t m_cursor_block = 0;
+  std::uint64_t m_wanted_total = 0;
+  std::uint32_t m_seq = 0;
+  time_point m_next_marker{};
+  time_point m_next_status{};
+  time_point m_wait_start{};
+  std::optional<time_point> m_next_pass_at;
+  time_point m_next_decay{};
+  std::uint32_t m_digests_through = 0;
+  std::vector<std::uint32_t> m_digest_queue;
+  std::uint32_t m_end_repeats = 0;
+  time_point m_next_end{};
+  time_point m_finished{};
+  std::uint64_t m_data_datagrams = 0;
+  std::uint64_t m_data_bytes = 0;
+  std::uint64_t m_repair_datagrams = 0;
+  bool m_aborted = false;
+};
+
+}  // namespace mcdist::sender

@@ -1,0 +1,415 @@
+#include "tests/sim/sim_harness.hpp"
+
+#include "common/wire.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+namespace mcdist::sim {
+
+std::vector<sim_file> make_files(std::mt19937_64& rng, std::size_t count,
+                                 const std::vector<std::uint64_t>& sizes) {
+  std::vector<sim_file> files(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    auto& f = files[i];
+    f.path = "d" + std::to_string(i % 7) + "/s" + std::to_string(i % 3) + "/f" + std::to_string(i);
+    f.data.resize(sizes[i % sizes.size()]);
+    for (auto& b : f.data) b = static_cast<std::byte>(rng());
+  }
+  return files;
+}
+
+namespace {
+
+using namespace std::chrono_literals;
+
+class world;
+
+/// Receiver node: the engine plus an in-memory "disk" that survives crashes.
+class rx_node final : public receiver::receiver_sink {
+ public:
+  rx_node(world& w, receiver_spec spec, endpoint addr, std::uint64_t seed);
+
+  void send(const endpoint& to, std::span<const std::byte> datagram) override;
+  void begin_file(const receiver::file_ref& ref) override {
+    auto& t = m_temp[{ref.session.value, ref.file.value}];
+    if (!ref.resume || t.data.size() != ref.entry->size) t.data.assign(ref.entry->size, std::byte{0});
+    t.path = ref.entry->path;
+  }
+  bool write_block(session_id s, file_index f, std::uint64_t offset,
+                   std::span<const std::byte> data) override;
+  void finalize_file(session_id s, file_index f, const sha256_digest& expected) override;
+  void discard_file(session_id s, file_index f) override { m_temp.erase({s.value, f.value}); }
+  void query_held(session_id s, std::uint32_t, std::vector<receiver::held_query> q) override;
+  void checkpoint(session_id s, std::string blob) override { m_checkpoints[s.value] = std::move(blob); }
+  void session_closed(session_id s, bool) override {
+    m_checkpoints.erase(s.value);
+    for (auto it = m_temp.begin(); it != m_temp.end();) {
+      it = it->first.first == s.value ? m_temp.erase(it) : std::next(it);
+    }
+  }
+
+  void on_datagram(std::span<const std::byte> d, const endpoint& from, time_point now) {
+    if (m_crashed) return;
+    m_engine->on_datagram(d, from, 0, now);
+    service(now);
+  }
+  void service(time_point now);
+  void crash();
+  void restart(time_point now);
+
+  receiver_spec m_spec;
+  endpoint m_addr;
+  std::map<std::string, std::vector<std::byte>> m_delivered;
+  receiver::receiver_stats m_last_stats;
+  std::uint64_t m_wake_token = 0;
+  std::optional<time_point> m_wake;
+
+ private:
+  struct temp_file {
+    std::string path;
+    std::vector<std::byte> data;
+  };
+  world& m_world;
+  std::uint64_t m_seed;
+  std::unique_ptr<receiver::receiver_engine> m_engine;
+  std::map<std::pair<std::uint32_t, std::uint32_t>, temp_file> m_temp;
+  std::map<std::uint32_t, std::string> m_checkpoints;
+  bool m_crashed = false;
+  std::uint64_t m_generation = 0;
+  std::mt19937_64 m_rng;
+};
+
+class world {
+ public:
+  world(const sim_config& cfg, const std::vector<sim_file>& files)
+      : m_cfg(cfg), m_files(files), m_rng(cfg.seed) {
+    std::vector<manifest_entry> manifest;
+    for (const auto& f : files) {
+      manifest_entry e;
+      e.path = f.path;
+      e.size = f.data.size();
+      e.mtime_ns = 1'700'000'000'000'000'000;
+      e.mode = 0644;
+      if (f.digest_in_manifest) e.digest = sha256(f.data);
+      manifest.push_back(std::move(e));
+    }
+    m_sender_addr = *parse_endpoint("10.0.0.1:5000");
+    m_sender = std::make_unique<sender::sender_session>(cfg.sender, std::move(manifest), m_rng(),
+                                                        nullptr);
+    for (std::size_t i = 0; i < cfg.receivers.size(); ++i) {
+      auto addr = *parse_endpoint("10.1." + std::to_string(i / 250) + "." +
+                                  std::to_string(i % 250 + 1) + ":6000");
+      m_receivers.push_back(std::make_unique<rx_node>(*this, cfg.receivers[i], addr, m_rng()));
+    }
+  }
+
+  time_point now() const { return m_now; }
+  std::mt19937_64& rng() { return m_rng; }
+  const std::vector<sim_file>& files() const { return m_files; }
+
+  void at(time_point t, std::function<void()> fn) {
+    m_queue.push({t, m_next_seq++, std::move(fn)});
+  }
+
+  /// Schedules node service at `t` unless an earlier one is pending.
+  template <class Node, class Fn>
+  void wake(Node& n, std::optional<time_point> t, Fn service) {
+    if (!t) return;
+    time_point when = std::max(*t, m_now);
+    if (n.m_wake && *n.m_wake <= when && *n.m_wake >= m_now) return;
+    n.m_wake = when;
+    const std::uint64_t token = ++n.m_wake_token;
+    at(when, [&n, token, service] {
+      if (n.m_wake_token != token) return;
+      n.m_wake.reset();
+      service();
+    });
+  }
+
+  void log_event(std::uint64_t node, std::span<const std::byte> d) {
+    ++m_events;
+    std::byte rec[32] = {};
+    const auto t = m_now.time_since_epoch().count();
+    std::memcpy(rec, &t, 8);
+    std::memcpy(rec + 8, &node, 8);
+    std::memcpy(rec + 16, d.data(), std::min<std::size_t>(16, d.size()));
+    m_trace.update(rec);
+  }
+
+  /// Applies one link direction: returns arrival times (0, 1 or 2 of them).
+  std::vector<time_point> through(const link_model& l) {
+    std::uniform_real_distribution<double> u(0, 1);
+    std::vector<time_point> out;
+    if (u(m_rng) < l.loss) return out;
+    time_point t = m_now + l.delay;
+    if (u(m_rng) < l.reorder) t += l.reorder_delay;
+    out.push_back(t);
+    if (u(m_rng) < l.duplicate) out.push_back(t + 10us);
+    return out;
+  }
+
+  void multicast(std::span<const std::byte> d) {
+    auto bytes = std::make_shared<std::vector<std::byte>>(d.begin(), d.end());
+    std::uniform_real_distribution<double> u(0, 1);
+    for (std::size_t i = 0; i < m_receivers.size(); ++i) {
+      auto* r = m_receivers[i].get();
+      for (time_point t : through(r->m_spec.down)) {
+        at(t, [this, r, bytes, i] {
+          log_event(i + 1, *bytes);
+          r->on_datagram(*bytes, m_sender_addr, m_now);
+        });
+      }
+      if (m_cfg.garbage > 0 && u(m_rng) < m_cfg.garbage) inject_garbage(*r);
+    }
+  }
+
+  void inject_garbage(rx_node& r) {
+    std::vector<std::byte> g(m_rng() % 120);
+    for (auto& b : g) b = static_cast<std::byte>(m_rng());
+    if (g.size() >= wire::header_size && (m_rng() & 1)) {
+      // A well-formed header with a random type, the real session id and a junk body.
+      const auto type = static_cast<wire::msg_type>(1 + m_rng() % 10);
+      wire::write_header(g, type, m_cfg.sender.session);
+    }
+    auto bytes = std::make_shared<std::vector<std::byte>>(std::move(g));
+    const bool from_sender = m_rng() & 1;
+    const endpoint from = from_sender ? m_sender_addr : *parse_endpoint("10.9.9.9:666");
+    at(m_now + 1ms, [this, &r, bytes, from] { r.on_datagram(*bytes, from, m_now); });
+  }
+
+  void unicast_from_sender(const endpoint& to, std::span<const std::byte> d) {
+    for (std::size_t i = 0; i < m_receivers.size(); ++i) {
+      auto* r = m_receivers[i].get();
+      if (r->m_addr != to) continue;
+      auto bytes = std::make_shared<std::vector<std::byte>>(d.begin(), d.end());
+      for (time_point t : through(r->m_spec.down)) {
+        at(t, [this, r, bytes, i] {
+          log_event(i + 1, *bytes);
+          r->on_datagram(*bytes, m_sender_addr, m_now);
+        });
+      }
+    }
+  }
+
+  void to_sender(const rx_node& from, std::span<const std::byte> d) {
+    ++m_unicast_to_sender;
+    auto bytes = std::make_shared<std::vector<std::byte>>(d.begin(), d.end());
+    for (time_point t : through(from.m_spec.up)) {
+      const endpoint addr = from.m_addr;
+      at(t, [this, bytes, addr] {
+        log_event(0, *bytes);
+        m_sender->on_datagram(*bytes, addr, m_now);
+        service_sender();
+      });
+    }
+  }
+
+  void service_sender() {
+    auto& s = *m_sender;
+    s.on_timer(m_now);
+    std::array<sender::data_send, 64> batch;
+    std::vector<std::byte> buf;
+    for (;;) {
+      sender::control_send c;
+      while (s.pop_control(c)) {
+        if (c.to) {
+          unicast_from_sender(*c.to, c.bytes);
+        } else {
+          multicast(c.bytes);
+        }
+      }
+      const std::size_t n = s.next_data(m_now, batch);
+      for (std::size_t i = 0; i < n; ++i) {
+        const auto& d = batch[i];
+        buf.resize(wire::data_header_size + d.length);
+        wire::write_data_header(buf, {m_cfg.sender.session, d.seq, d.file, d.block});
+        std::memcpy(buf.data() + wire::data_header_size, m_files[d.file.value].data.data() + d.offset,
+                    d.length);
+        multicast(buf);
+      }
+      if (n < batch.size()) break;
+    }
+    sender::control_send c;
+    while (s.pop_control(c)) {
+      if (c.to) {
+        unicast_from_sender(*c.to, c.bytes);
+      } else {
+        multicast(c.bytes);
+      }
+    }
+    auto next = s.next_deadline(m_now);
+    if (next && *next <= m_now) next = m_now + 1us;
+    wake(m_sender_node, next, [this] { service_sender(); });
+    if (s.done() && !m_done_at) m_done_at = m_now;
+  }
+
+  sim_result run() {
+    m_sender->start(m_now);
+    service_sender();
+    // Digests of files announced without one arrive over time, in index order.
+    time_point t = m_now;
+    for (std::size_t i = 0; i < m_files.size(); ++i) {
+      if (m_files[i].digest_in_manifest) continue;
+      t += m_cfg.hash_delay;
+      const auto digest = sha256(m_files[i].data);
+      at(t, [this, i, digest] {
+        m_sender->on_digest(file_index{static_cast<std::uint32_t>(i)}, digest, m_now);
+        service_sender();
+      });
+    }
+    for (auto& r : m_receivers) {
+      if (r->m_spec.crash_at.count() > 0) {
+        rx_node* node = r.get();
+        at(m_now + r->m_spec.crash_at, [node] { node->crash(); });
+        at(m_now + r->m_spec.crash_at + r->m_spec.restart_after, [this, node] { node->restart(m_now); });
+      }
+    }
+    const time_point start = m_now;
+    while (!m_queue.empty()) {
+      auto ev = m_queue.top();
+      m_queue.pop();
+      m_now = ev.t;
+      if (m_now - start > m_cfg.limit) break;
+      if (m_done_at && m_now - *m_done_at > 5s) break;
+      ev.fn();
+    }
+    sim_result res;
+    res.sender_done = m_sender->done();
+    res.succeeded = m_sender->succeeded();
+    res.report = m_sender->report(m_now);
+    res.elapsed = res.report.elapsed;
+    for (auto& r : m_receivers) {
+      res.delivered[r->m_spec.id] = r->m_delivered;
+      res.receiver_stats[r->m_spec.id] = r->m_last_stats;
+    }
+    res.trace = m_trace.finish();
+    res.events = m_events;
+    res.unicast_to_sender = m_unicast_to_sender;
+    return res;
+  }
+
+  struct sender_node {
+    std::uint64_t m_wake_token = 0;
+    std::optional<time_point> m_wake;
+  };
+
+ private:
+  struct event {
+    time_point t;
+    std::uint64_t seq;
+    std::function<void()> fn;
+    bool operator>(const event& o) const { return t != o.t ? t > o.t : seq > o.seq; }
+  };
+  const sim_config& m_cfg;
+  const std::vector<sim_file>& m_files;
+  std::mt19937_64 m_rng;
+  std::priority_queue<event, std::vector<event>, std::greater<>> m_queue;
+  std::uint64_t m_next_seq = 0;
+  time_point m_now{std::chrono::seconds(1000)};
+  endpoint m_sender_addr;
+  std::unique_ptr<sender::sender_session> m_sender;
+  sender_node m_sender_node;
+  std::vector<std::unique_ptr<rx_node>> m_receivers;
+  std::optional<time_point> m_done_at;
+  sha256_hasher m_trace;
+  std::uint64_t m_events = 0;
+  std::uint64_t m_unicast_to_sender = 0;
+};
+
+rx_node::rx_node(world& w, receiver_spec spec, endpoint addr, std::uint64_t seed)
+    : m_spec(std::move(spec)), m_addr(addr), m_world(w), m_seed(seed), m_rng(seed) {
+  receiver::receiver_config cfg;
+  cfg.id = m_spec.id;
+  m_engine = std::make_unique<receiver::receiver_engine>(cfg, *this, m_seed, nullptr);
+  for (const auto f : m_spec.held) {
+    const auto& file = m_world.files()[f];
+    m_delivered[file.path] = file.data;
+  }
+}
+
+void rx_node::send(const endpoint&, std::span<const std::byte> datagram) {
+  m_world.to_sender(*this, datagram);
+}
+
+bool rx_node::write_block(session_id s, file_index f, std::uint64_t offset,
+                          std::span<const std::byte> data) {
+  if (m_spec.storage_refuse > 0 &&
+      std::uniform_real_distribution<double>(0, 1)(m_rng) < m_spec.storage_refuse) {
+    return false;
+  }
+  auto it = m_temp.find({s.value, f.value});
+  if (it == m_temp.end() || offset + data.size() > it->second.data.size()) return false;
+  std::memcpy(it->second.data.data() + offset, data.data(), data.size());
+  return true;
+}
+
+void rx_node::finalize_file(session_id s, file_index f, const sha256_digest& expected) {
+  const std::uint64_t gen = m_generation;
+  m_world.at(m_world.now() + m_spec.store_time, [this, s, f, expected, gen] {
+    if (m_crashed || gen != m_generation) return;
+    auto it = m_temp.find({s.value, f.value});
+    std::error_code ec;
+    if (it == m_temp.end()) {
+      ec = errc::cancelled;
+    } else if (sha256(it->second.data) != expected) {
+      ec = errc::digest_mismatch;
+      m_temp.erase(it);
+    } else {
+      m_delivered[it->second.path] = std::move(it->second.data);
+      m_temp.erase(it);
+    }
+    m_engine->on_file_stored(s, f, ec, {}, m_world.now());
+    service(m_world.now());
+  });
+}
+
+void rx_node::query_held(session_id s, std::uint32_t, std::vector<receiver::held_query> q) {
+  std::vector<std::pair<file_index, sha256_digest>> held;
+  for (const auto& hq : q) {
+    if (std::find(m_spec.held.begin(), m_spec.held.end(), hq.file.value) != m_spec.held.end()) {
+      held.emplace_back(hq.file, sha256(m_world.files()[hq.file.value].data));
+    }
+  }
+  const std::uint64_t gen = m_generation;
+  m_world.at(m_world.now(), [this, s, held, gen] {
+    if (m_crashed || gen != m_generation) return;
+    m_engine->on_held(s, held, m_world.now());
+    service(m_world.now());
+  });
+}
+
+void rx_node::service(time_point now) {
+  if (m_crashed) return;
+  m_engine->on_timer(now);
+  m_last_stats = m_engine->stats();
+  auto next = m_engine->next_deadline();
+  m_world.wake(*this, next, [this] { service(m_world.now()); });
+}
+
+void rx_node::crash() {
+  m_crashed = true;
+  ++m_generation;
+  ++m_wake_token;
+  m_wake.reset();
+  m_last_stats = m_engine->stats();
+  m_engine.reset();
+}
+
+void rx_node::restart(time_point now) {
+  receiver::receiver_config cfg;
+  cfg.id = m_spec.id;
+  m_engine = std::make_unique<receiver::receiver_engine>(cfg, *this, m_seed + m_generation, nullptr);
+  m_crashed = false;
+  for (const auto& [s, blob] : m_checkpoints) m_engine->restore(blob, now);
+  service(now);
+}
+
+}  // namespace
+
+sim_result run(const sim_config& cfg, const std::vector<sim_file>& files) {
+  world w(cfg, files);
+  return w.run();
+}
+
+}  // namespace mcdist::sim

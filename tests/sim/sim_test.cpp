@@ -1,0 +1,201 @@
+#include "tests/sim/sim_harness.hpp"
+
+#include <catch2/catch.hpp>
+
+using namespace mcdist;
+using namespace std::chrono_literals;
+
+namespace {
+
+/// Every receiver must hold every file, byte for byte.
+void require_all_delivered(const sim::sim_result& r, const std::vector<sim::sim_file>& files) {
+  for (const auto& [id, delivered] : r.delivered) {
+    INFO("receiver " << id);
+    REQUIRE(delivered.size() == files.size());
+    for (const auto& f : files) {
+      INFO("file " << f.path);
+      const auto it = delivered.find(f.path);
+      REQUIRE(it != delivered.end());
+      REQUIRE(it->second == f.data);
+    }
+  }
+}
+
+sim::receiver_spec rx(std::string id, double loss, duration one_way = 1ms) {
+  sim::receiver_spec s;
+  s.id = std::move(id);
+  s.down.loss = loss;
+  s.down.delay = one_way;
+  s.up.loss = loss;
+  s.up.delay = one_way;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("a clean group gets every file in one pass", "[sim]") {
+  std::mt19937_64 rng(7);
+  const auto files = sim::make_files(rng, 40, {0, 1, 1399, 1400, 1401, 10000, 150000});
+  sim::sim_config cfg;
+  cfg.sender.rate_bps = 100'000'000;
+  cfg.sender.receivers = {"a", "b", "c"};
+  for (const auto& id : cfg.sender.receivers) cfg.receivers.push_back(rx(id, 0));
+  const auto r = sim::run(cfg, files);
+  REQUIRE(r.sender_done);
+  REQUIRE(r.succeeded);
+  REQUIRE(r.report.passes == 1);
+  REQUIRE(r.report.repair_datagrams == 0);
+  require_all_delivered(r, files);
+  for (const auto& rep : r.report.receivers) {
+    REQUIRE(rep.state == sender::receiver_report::state_t::completed);
+    REQUIRE(rep.files_stored == files.size());
+  }
+}
+
+TEST_CASE("sixty receivers with loss up to 20 %, duplication and reordering all complete, "
+          "and the run repeats exactly from its seed", "[sim]") {
+  std::mt19937_64 rng(11);
+  auto files = sim::make_files(rng, 60, {0, 1, 1400, 5000, 30000, 200000});
+  // Large files announce their digest later, as the real sender does for big files.
+  for (std::size_t i = 0; i < files.size(); i += 5) files[i].digest_in_manifest = false;
+  sim::sim_config cfg;
+  cfg.seed = 99;
+  cfg.garbage = 0.001;
+  cfg.sender.rate_bps = 200'000'000;
+  const double losses[] = {0, 0.001, 0.01, 0.05, 0.1, 0.2};
+  for (int i = 0; i < 60; ++i) {
+    auto s = rx("site" + std::to_string(i), losses[i % 6], std::chrono::milliseconds(1 + i % 40));
+    s.down.duplicate = 0.01;
+    s.down.reorder = 0.02;
+    s.down.reorder_delay = 2ms;
+    if (i % 10 == 3) s.held = {1, 2, 3};
+    cfg.sender.receivers.push_back(s.id);
+    cfg.receivers.push_back(s);
+  }
+  const auto r1 = sim::run(cfg, files);
+  REQUIRE(r1.sender_done);
+  REQUIRE(r1.succeeded);
+  require_all_delivered(r1, files);
+  REQUIRE(r1.report.passes > 1);
+  std::uint64_t garbage_dropped = 0;
+  for (const auto& [id, st] : r1.receiver_stats) garbage_dropped += st.drops.total();
+  REQUIRE(garbage_dropped > 0);
+  for (const auto& rep : r1.report.receivers) {
+    if (rep.id == "site3") REQUIRE(rep.files_held == 3);
+  }
+
+  const auto r2 = sim::run(cfg, files);
+  REQUIRE(r2.trace == r1.trace);
+  REQUIRE(r2.events == r1.events);
+  REQUIRE(r2.report.passes == r1.report.passes);
+
+  cfg.seed = 100;
+  const auto r3 = sim::run(cfg, files);
+  REQUIRE(r3.succeeded);
+  REQUIRE(r3.trace != r1.trace);
+}
+
+TEST_CASE("a geostationary hop with 1e-3 loss costs about one RTT of repair", "[sim]") {
+  std::mt19937_64 rng(3);
+  const auto files = sim::make_files(rng, 4, {2'000'000});
+  sim::sim_config cfg;
+  cfg.sender.rate_bps = 50'000'000;
+  cfg.sender.receivers = {"clean", "sat"};
+  cfg.receivers = {rx("clean", 0, 35ms), rx("sat", 1e-3, 350ms)};
+  const auto r = sim::run(cfg, files);
+  REQUIRE(r.succeeded);
+  require_all_delivered(r, files);
+  // 8 MB at 50 Mbit/s is ~1.33 s of pass 1; repairs should add a few RTTs, not a pass each.
+  const double bytes_time = 8e6 * 8 * (1448.0 / 1400) / 50e6;
+  REQUIRE(to_seconds(r.elapsed) < bytes_time + 4 * 0.7);
+}
+
+TEST_CASE("a receiver that crashes mid-session resumes from its checkpoint", "[sim]") {
+  std::mt19937_64 rng(5);
+  const auto files = sim::make_files(rng, 12, {400'000});
+  sim::sim_config cfg;
+  cfg.sender.rate_bps = 10'000'000;  // ~4 s of data, so the crash lands mid-pass
+  cfg.sender.receivers = {"steady", "crashy"};
+  auto crashy = rx("crashy", 0.01);
+  crashy.crash_at = 2500ms;
+  crashy.restart_after = 300ms;
+  cfg.receivers = {rx("steady", 0.01), crashy};
+  const auto r = sim::run(cfg, files);
+  REQUIRE(r.succeeded);
+  require_all_delivered(r, files);
+}
+
+TEST_CASE("storage back-pressure only costs repairs", "[sim]") {
+  std::mt19937_64 rng(8);
+  const auto files = sim::make_files(rng, 10, {50'000});
+  sim::sim_config cfg;
+  cfg.sender.receivers = {"slowdisk"};
+  auto s = rx("slowdisk", 0);
+  s.storage_refuse = 0.05;
+  cfg.receivers = {s};
+  const auto r = sim::run(cfg, files);
+  REQUIRE(r.succeeded);
+  require_all_delivered(r, files);
+  REQUIRE(r.report.passes > 1);
+  REQUIRE(r.receiver_stats.at("slowdisk").drops[errc::storage_full] > 0);
+}
+
+TEST_CASE("a closed-group member that never registers is reported failed; the rest complete",
+          "[sim]") {
+  std::mt19937_64 rng(9);
+  const auto files = sim::make_files(rng, 5, {3000});
+  sim::sim_config cfg;
+  cfg.sender.receivers = {"here", "absent"};
+  cfg.sender.register_timeout = 2s;
+  cfg.receivers = {rx("here", 0)};
+  const auto r = sim::run(cfg, files);
+  REQUIRE(r.sender_done);
+  REQUIRE_FALSE(r.succeeded);
+  for (const auto& rep : r.report.receivers) {
+    if (rep.id == "here") REQUIRE(rep.state == sender::receiver_report::state_t::completed);
+    if (rep.id == "absent") REQUIRE(rep.state == sender::receiver_report::state_t::failed);
+  }
+  REQUIRE(r.delivered.at("here").size() == files.size());
+}
+
+TEST_CASE("a receiver whose link dies is failed by silence and does not hold the others", "[sim]") {
+  std::mt19937_64 rng(10);
+  const auto files = sim::make_files(rng, 5, {100'000});
+  sim::sim_config cfg;
+  cfg.sender.receivers = {"ok", "dead"};
+  cfg.sender.receiver_timeout = 3s;
+  auto dead = rx("dead", 0);
+  dead.up.loss = 1.0;  // it registers? no: its REGISTER never arrives
+  cfg.receivers = {rx("ok", 0), dead};
+  cfg.sender.register_timeout = 1s;
+  const auto r = sim::run(cfg, files);
+  REQUIRE(r.sender_done);
+  REQUIRE_FALSE(r.succeeded);
+  REQUIRE(r.delivered.at("ok").size() == files.size());
+}
+
+TEST_CASE("an open group registers whoever answers within the window", "[sim]") {
+  std::mt19937_64 rng(12);
+  const auto files = sim::make_files(rng, 8, {20'000});
+  sim::sim_config cfg;
+  cfg.sender.register_window = 500ms;
+  cfg.receivers = {rx("x", 0.05), rx("y", 0.05), rx("z", 0)};
+  const auto r = sim::run(cfg, files);
+  REQUIRE(r.succeeded);
+  REQUIRE(r.report.receivers.size() == 3);
+  require_all_delivered(r, files);
+}
+
+TEST_CASE("a resend restricted to chosen receivers leaves the others out", "[sim]") {
+  std::mt19937_64 rng(13);
+  const auto files = sim::make_files(rng, 3, {5000});
+  sim::sim_config cfg;
+  cfg.sender.register_window = 300ms;
+  cfg.sender.only_receivers = {"b"};
+  cfg.receivers = {rx("a", 0), rx("b", 0)};
+  const auto r = sim::run(cfg, files);
+  REQUIRE(r.succeeded);
+  REQUIRE(r.report.receivers.size() == 1);
+  REQUIRE(r.delivered.at("a").empty());
+  REQUIRE(r.delivered.at("b").size() == files.size());
+}
