@@ -4,6 +4,16 @@
 
 namespace mcdist::wire {
 
+bool valid_receiver_id(std::string_view id) noexcept {
+  if (id.empty() || id.size() > max_receiver_id_bytes) return false;
+  for (const char c : id) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '-' || c == '_' || c == '.' || c == ':' || c == '@';
+    if (!ok) return false;
+  }
+  return true;
+}
+
 const char* to_string(msg_type t) noexcept {
   switch (t) {
     case msg_type::data: return "data";

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <cstring>
 #include <span>
+#include <string_view>
 #include <system_error>
 
 namespace google::protobuf {
@@ -69,6 +70,12 @@ enum class msg_type : std::uint8_t {
   complete_ack = 9,
   session_end = 10,
 };
+
+/// Longest receiver id, bytes. Ids are site names ("dwd-offenbach"), not documents.
+inline constexpr std::size_t max_receiver_id_bytes = 64;
+
+/// True for a usable receiver id: 1..max_receiver_id_bytes of letters, digits and - _ . : @
+bool valid_receiver_id(std::string_view id) noexcept;
 
 /// Short name of a message type for logs ("announce", ...), "unknown" otherwise.
 const char* to_string(msg_type t) noexcept;

@@ -16,8 +16,6 @@ namespace {
 /// IPv4 (20) + UDP (8) header bytes, counted against the rate: the rate is what the link
 /// carries, which is what an operator provisions.
 constexpr std::uint32_t ip_udp_overhead = 28;
-/// Longest receiver id, bytes. Ids are site names ("dwd-offenbach"), not documents.
-constexpr std::size_t max_receiver_id = 64;
 /// Announce parameters beyond this many bytes leave too little room for manifest entries in
 /// a chunk (an only_receivers list of hundreds of ids); refused at start-up.
 constexpr std::size_t max_params_bytes = 700;
@@ -32,14 +30,6 @@ constexpr duration max_marker_interval = std::chrono::seconds(1);
 /// sender's socket buffer never sees them all at once (RFC 5740 section 5.3 backoff, scaled
 /// by group size because our NAKs are unicast and need no suppression window).
 constexpr duration nak_spread_per_receiver = std::chrono::microseconds(20);
-
-bool valid_receiver_id(const std::string& id) {
-  if (id.empty() || id.size() > max_receiver_id) return false;
-  return std::all_of(id.begin(), id.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '-' || c == '_' || c == '.' || c == ':' || c == '@';
-  });
-}
 
 std::uint64_t splitmix64(std::uint64_t& state) {
   std::uint64_t z = (state += 0x9e3779b97f4a7c15ull);
@@ -96,10 +86,10 @@ sender_session::sender_session(sender_config cfg, std::vector<manifest_entry> fi
   }
   if (m_cfg.max_passes == 0) throw std::invalid_argument("max passes must be at least 1");
   for (const auto& id : m_cfg.receivers) {
-    if (!valid_receiver_id(id)) throw std::invalid_argument("invalid receiver id '" + id + "'");
+    if (!wire::valid_receiver_id(id)) throw std::invalid_argument("invalid receiver id '" + id + "'");
   }
   for (const auto& id : m_cfg.only_receivers) {
-    if (!valid_receiver_id(id)) throw std::invalid_argument("invalid receiver id '" + id + "'");
+    if (!wire::valid_receiver_id(id)) throw std::invalid_argument("invalid receiver id '" + id + "'");
   }
   m_state.resize(m_files.size());
   for (std::size_t i = 0; i < m_files.size(); ++i) {
@@ -547,7 +537,7 @@ void sender_session::on_datagram(std::span<const std::byte> datagram, const endp
 
 void sender_session::handle_register(const wire::register_request& m, const endpoint& from,
                                      time_point now) {
-  if (!valid_receiver_id(m.receiver_id())) {
+  if (!wire::valid_receiver_id(m.receiver_id())) {
     m_drops.add(errc::invalid_field);
     return;
   }

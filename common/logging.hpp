@@ -1,0 +1,38 @@
+#pragma once
+/// @file
+/// Logger set-up for both programs (spdlog): one line per event an operator reads, to stderr
+/// and optionally to a size-rotated file.
+
+#include <spdlog/common.h>
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace spdlog {
+class logger;
+}
+
+namespace mcdist {
+
+/// Logging settings.
+struct log_options {
+  spdlog::level::level_enum level = spdlog::level::info;
+  /// Also write to this file, rotated at rotate_bytes, keeping rotate_files old files.
+  std::optional<std::string> file;
+  std::size_t rotate_bytes = 10 << 20;
+  std::size_t rotate_files = 5;
+  /// stderr is a terminal with a progress line: clear it before each log line.
+  bool clear_progress_line = false;
+};
+
+/// Parses "trace", "debug", "info", "warn", "error", "off".
+/// @throws std::invalid_argument on anything else
+spdlog::level::level_enum parse_log_level(const std::string& text);
+
+/// Creates the program's logger and makes it spdlog's default.
+/// @throws spdlog::spdlog_ex when the log file cannot be opened
+std::shared_ptr<spdlog::logger> make_logger(const std::string& name, const log_options& o);
+
+}  // namespace mcdist

@@ -1,0 +1,336 @@
+#include "common/net/udp.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/udp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <boost/asio/ip/address.hpp>
+
+#include <cerrno>
+#include <cstring>
+
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+#ifndef UDP_GRO
+#define UDP_GRO 104
+#endif
+
+namespace mcdist::net {
+
+namespace {
+
+[[noreturn]] void fail(const std::string& what) {
+  throw std::system_error(errno, std::generic_category(), what);
+}
+
+void set_int(int fd, int level, int name, int value, const char* what) {
+  if (::setsockopt(fd, level, name, &value, sizeof value) != 0) fail(what);
+}
+
+/// Sets a buffer size, beyond net.core.*mem_max when we may (root: the FORCE variant).
+void set_buffer(int fd, int name, int force_name, int bytes) {
+  if (::setsockopt(fd, SOL_SOCKET, force_name, &bytes, sizeof bytes) != 0) {
+    ::setsockopt(fd, SOL_SOCKET, name, &bytes, sizeof bytes);
+  }
+}
+
+socklen_t to_sockaddr(const endpoint& e, sockaddr_storage& ss) {
+  std::memset(&ss, 0, sizeof ss);
+  if (e.v6) {
+    auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+    a->sin6_family = AF_INET6;
+    a->sin6_port = htons(e.port);
+    std::memcpy(&a->sin6_addr, e.addr.data(), 16);
+    return sizeof(sockaddr_in6);
+  }
+  auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+  a->sin_family = AF_INET;
+  a->sin_port = htons(e.port);
+  std::memcpy(&a->sin_addr, e.addr.data(), 4);
+  return sizeof(sockaddr_in);
+}
+
+endpoint from_sockaddr(const sockaddr_storage& ss) {
+  endpoint e;
+  if (ss.ss_family == AF_INET6) {
+    const auto* a = reinterpret_cast<const sockaddr_in6*>(&ss);
+    e.v6 = true;
+    e.port = ntohs(a->sin6_port);
+    std::memcpy(e.addr.data(), &a->sin6_addr, 16);
+  } else {
+    const auto* a = reinterpret_cast<const sockaddr_in*>(&ss);
+    e.port = ntohs(a->sin_port);
+    std::memcpy(e.addr.data(), &a->sin_addr, 4);
+  }
+  return e;
+}
+
+}  // namespace
+
+udp::endpoint to_asio(const endpoint& e) {
+  if (e.v6) {
+    boost::asio::ip::address_v6::bytes_type b;
+    std::memcpy(b.data(), e.addr.data(), 16);
+    return {boost::asio::ip::address_v6(b), e.port};
+  }
+  boost::asio::ip::address_v4::bytes_type b;
+  std::memcpy(b.data(), e.addr.data(), 4);
+  return {boost::asio::ip::address_v4(b), e.port};
+}
+
+endpoint from_asio(const udp::endpoint& e) {
+  endpoint out;
+  out.port = e.port();
+  if (e.address().is_v6()) {
+    out.v6 = true;
+    const auto b = e.address().to_v6().to_bytes();
+    std::memcpy(out.addr.data(), b.data(), 16);
+  } else {
+    const auto b = e.address().to_v4().to_bytes();
+    std::memcpy(out.addr.data(), b.data(), 4);
+  }
+  return out;
+}
+
+udp::socket open_sender_socket(boost::asio::io_context& io, const sender_socket_options& o) {
+  udp::socket s(io);
+  const auto local = to_asio(o.interface);
+  s.open(local.protocol());
+  const int fd = s.native_handle();
+  set_buffer(fd, SO_SNDBUF, SO_SNDBUFFORCE, o.send_buffer);
+  set_buffer(fd, SO_RCVBUF, SO_RCVBUFFORCE, o.receive_buffer);
+  boost::system::error_code ec;
+  s.bind(local, ec);
+  if (ec) {
+    throw std::system_error(ec.value(), std::generic_category(),
+                            "cannot bind the sender socket to " + o.interface.to_string());
+  }
+  if (o.interface.v6) {
+    set_int(fd, IPPROTO_IPV6, IPV6_MULTICAST_HOPS, o.ttl, "IPV6_MULTICAST_HOPS");
+    set_int(fd, IPPROTO_IPV6, IPV6_MULTICAST_LOOP, 1, "IPV6_MULTICAST_LOOP");
+  } else {
+    in_addr a{};
+    std::memcpy(&a, o.interface.addr.data(), 4);
+    if (::setsockopt(fd, IPPROTO_IP, IP_MULTICAST_IF, &a, sizeof a) != 0) {
+      fail("IP_MULTICAST_IF " + o.interface.address_string());
+    }
+    const unsigned char ttl = static_cast<unsigned char>(o.ttl);
+    if (::setsockopt(fd, IPPROTO_IP, IP_MULTICAST_TTL, &ttl, sizeof ttl) != 0) {
+      fail("IP_MULTICAST_TTL");
+    }
+    const unsigned char loop = 1;
+    if (::setsockopt(fd, IPPROTO_IP, IP_MULTICAST_LOOP, &loop, sizeof loop) != 0) {
+      fail("IP_MULTICAST_LOOP");
+    }
+  }
+  s.non_blocking(true);
+  return s;
+}
+
+udp::socket open_channel_socket(boost::asio::io_context& io, const channel_socket_options& o) {
+  udp::socket s(io);
+  const auto group = to_asio(o.group);
+  s.open(group.protocol());
+  const int fd = s.native_handle();
+  set_int(fd, SOL_SOCKET, SO_REUSEADDR, 1, "SO_REUSEADDR");
+  set_buffer(fd, SO_RCVBUF, SO_RCVBUFFORCE, o.receive_buffer);
+  boost::system::error_code ec;
+  s.bind(group, ec);
+  if (ec) {
+    throw std::system_error(ec.value(), std::generic_category(),
+                            "cannot bind to channel " + o.group.to_string());
+  }
+  if (o.group.v6) {
+    ipv6_mreq m{};
+    std::memcpy(&m.ipv6mr_multiaddr, o.group.addr.data(), 16);
+    if (::setsockopt(fd, IPPROTO_IPV6, IPV6_ADD_MEMBERSHIP, &m, sizeof m) != 0) {
+      fail("cannot join " + o.group.address_string());
+    }
+  } else {
+    ip_mreq m{};
+    std::memcpy(&m.imr_multiaddr, o.group.addr.data(), 4);
+    std::memcpy(&m.imr_interface, o.interface.addr.data(), 4);
+    if (::setsockopt(fd, IPPROTO_IP, IP_ADD_MEMBERSHIP, &m, sizeof m) != 0) {
+      fail("cannot join " + o.group.address_string() + " on " + o.interface.address_string());
+    }
+    set_int(fd, IPPROTO_IP, IP_MULTICAST_ALL, 0, "IP_MULTICAST_ALL");
+  }
+  if (o.gro) {
+    const int one = 1;
+    ::setsockopt(fd, IPPROTO_UDP, UDP_GRO, &one, sizeof one);  // best effort
+  }
+  s.non_blocking(true);
+  return s;
+}
+
+udp::socket open_unicast_socket(boost::asio::io_context& io, const endpoint& local,
+                                int buffer_bytes) {
+  udp::socket s(io);
+  const auto ep = to_asio(local);
+  s.open(ep.protocol());
+  set_buffer(s.native_handle(), SO_RCVBUF, SO_RCVBUFFORCE, buffer_bytes);
+  set_buffer(s.native_handle(), SO_SNDBUF, SO_SNDBUFFORCE, buffer_bytes);
+  boost::system::error_code ec;
+  s.bind(ep, ec);
+  if (ec) {
+    throw std::system_error(ec.value(), std::generic_category(),
+                            "cannot bind a unicast socket to " + local.to_string());
+  }
+  s.non_blocking(true);
+  return s;
+}
+
+batch_receiver::batch_receiver(std::size_t batch, std::size_t buffer_bytes)
+    : m_batch(batch),
+      m_buffer_bytes(buffer_bytes),
+      m_storage(batch * buffer_bytes),
+      m_control(batch * CMSG_SPACE(sizeof(int))),
+      m_names(batch * sizeof(sockaddr_storage)),
+      m_headers(batch * sizeof(mmsghdr)),
+      m_iovecs(batch * sizeof(iovec)) {}
+
+std::size_t batch_receiver::drain(
+    int fd, std::size_t max_datagrams,
+    const std::function<void(std::span<const std::byte>, const endpoint&)>& fn,
+    std::error_code& ec) {
+  auto* hdrs = reinterpret_cast<mmsghdr*>(m_headers.data());
+  auto* iovs = reinterpret_cast<iovec*>(m_iovecs.data());
+  auto* names = reinterpret_cast<sockaddr_storage*>(m_names.data());
+  const std::size_t cspace = CMSG_SPACE(sizeof(int));
+  std::size_t delivered = 0;
+  while (delivered < max_datagrams) {
+    for (std::size_t i = 0; i < m_batch; ++i) {
+      iovs[i].iov_base = m_storage.data() + i * m_buffer_bytes;
+      iovs[i].iov_len = m_buffer_bytes;
+      std::memset(&hdrs[i], 0, sizeof(mmsghdr));
+      hdrs[i].msg_hdr.msg_iov = &iovs[i];
+      hdrs[i].msg_hdr.msg_iovlen = 1;
+      hdrs[i].msg_hdr.msg_name = &names[i];
+      hdrs[i].msg_hdr.msg_namelen = sizeof(sockaddr_storage);
+      hdrs[i].msg_hdr.msg_control = m_control.data() + i * cspace;
+      hdrs[i].msg_hdr.msg_controllen = cspace;
+    }
+    const int n = ::recvmmsg(fd, hdrs, static_cast<unsigned>(m_batch), MSG_DONTWAIT, nullptr);
+    if (n < 0) {
+      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        ec = std::error_code(errno, std::generic_category());
+      }
+      return delivered;
+    }
+    for (int i = 0; i < n; ++i) {
+      const auto& mh = hdrs[i].msg_hdr;
+      std::size_t segment = 0;
+      for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(const_cast<msghdr*>(&mh), c)) {
+        if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
+          int v = 0;
+          std::memcpy(&v, CMSG_DATA(c), sizeof v);
+          if (v > 0) segment = static_cast<std::size_t>(v);
+        }
+      }
+      const endpoint from = from_sockaddr(names[i]);
+      const std::byte* base = m_storage.data() + static_cast<std::size_t>(i) * m_buffer_bytes;
+      std::size_t len = hdrs[i].msg_len;
+      if ((mh.msg_flags & MSG_TRUNC) != 0) len = 0;  // larger than any datagram we accept
+      if (segment == 0 || segment >= len) {
+        fn({base, len}, from);
+        ++delivered;
+      } else {
+        for (std::size_t off = 0; off < len; off += segment) {
+          fn({base + off, std::min(segment, len - off)}, from);
+          ++delivered;
+        }
+      }
+    }
+    if (static_cast<std::size_t>(n) < m_batch) return delivered;
+  }
+  return delivered;
+}
+
+batch_sender::batch_sender() = default;
+
+std::size_t batch_sender::max_segments(std::size_t segment) noexcept {
+  // The kernel's UDP_MAX_SEGMENTS is 64 on older kernels; the payload of one GSO send must fit
+  // an IPv4 datagram (65507 bytes).
+  return std::max<std::size_t>(1, std::min<std::size_t>(64, 65000 / segment));
+}
+
+std::size_t batch_sender::send(int fd, const endpoint& to, std::span<const std::byte> buffer,
+                               std::size_t segment, std::error_code& ec) {
+  if (buffer.empty()) return 0;
+  const std::size_t count = (buffer.size() + segment - 1) / segment;
+  if (!m_gso || count == 1) return send_mmsg(fd, to, buffer, segment, ec);
+  sockaddr_storage ss;
+  msghdr mh{};
+  mh.msg_name = &ss;
+  mh.msg_namelen = to_sockaddr(to, ss);
+  iovec iov{const_cast<std::byte*>(buffer.data()), buffer.size()};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(std::uint16_t))] = {};
+  mh.msg_control = control;
+  mh.msg_controllen = sizeof control;
+  cmsghdr* c = CMSG_FIRSTHDR(&mh);
+  c->cmsg_level = SOL_UDP;
+  c->cmsg_type = UDP_SEGMENT;
+  c->cmsg_len = CMSG_LEN(sizeof(std::uint16_t));
+  const auto seg16 = static_cast<std::uint16_t>(segment);
+  std::memcpy(CMSG_DATA(c), &seg16, sizeof seg16);
+  if (::sendmsg(fd, &mh, 0) >= 0) return count;
+  if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS) return 0;
+  if (errno == EIO || errno == EINVAL || errno == EOPNOTSUPP || errno == ENOPROTOOPT) {
+    m_gso = false;  // no GSO on this path: fall back for good
+    return send_mmsg(fd, to, buffer, segment, ec);
+  }
+  ec = std::error_code(errno, std::generic_category());
+  return 0;
+}
+
+std::size_t batch_sender::send_mmsg(int fd, const endpoint& to, std::span<const std::byte> buffer,
+                                    std::size_t segment, std::error_code& ec) {
+  sockaddr_storage ss;
+  const socklen_t len = to_sockaddr(to, ss);
+  constexpr std::size_t max_batch = 64;
+  std::size_t sent = 0;
+  const std::size_t count = (buffer.size() + segment - 1) / segment;
+  while (sent < count) {
+    mmsghdr hdrs[max_batch];
+    iovec iovs[max_batch];
+    const std::size_t n = std::min(max_batch, count - sent);
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::size_t off = (sent + i) * segment;
+      iovs[i] = {const_cast<std::byte*>(buffer.data()) + off, std::min(segment, buffer.size() - off)};
+      std::memset(&hdrs[i], 0, sizeof(mmsghdr));
+      hdrs[i].msg_hdr.msg_name = &ss;
+      hdrs[i].msg_hdr.msg_namelen = len;
+      hdrs[i].msg_hdr.msg_iov = &iovs[i];
+      hdrs[i].msg_hdr.msg_iovlen = 1;
+    }
+    const int r = ::sendmmsg(fd, hdrs, static_cast<unsigned>(n), 0);
+    if (r < 0) {
+      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOBUFS) {
+        ec = std::error_code(errno, std::generic_category());
+      }
+      return sent;
+    }
+    sent += static_cast<std::size_t>(r);
+    if (static_cast<std::size_t>(r) < n) return sent;
+  }
+  return sent;
+}
+
+bool send_one(int fd, const endpoint& to, std::span<const std::byte> datagram,
+              std::error_code& ec) {
+  sockaddr_storage ss;
+  const socklen_t len = to_sockaddr(to, ss);
+  if (::sendto(fd, datagram.data(), datagram.size(), 0, reinterpret_cast<sockaddr*>(&ss), len) <
+      0) {
+    ec = std::error_code(errno, std::generic_category());
+    return false;
+  }
+  return true;
+}
+
+}  // namespace mcdist::net

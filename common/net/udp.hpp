@@ -1,0 +1,108 @@
+#pragma once
+/// @file
+/// UDP socket plumbing shared by the two shells: multicast set-up, batched receive with
+/// recvmmsg and UDP GRO, batched send with UDP GSO (Linux 4.18+, "UDP GSO" commit: one
+/// sendmsg carries up to 64 KiB of equal-sized datagrams), endpoint conversion. The sockets are
+/// Asio sockets so the shells can async_wait on them; the hot path uses the native handle.
+
+#include "common/endpoint.hpp"
+
+#include <boost/asio/ip/udp.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <system_error>
+#include <vector>
+
+namespace mcdist::net {
+
+using udp = boost::asio::ip::udp;
+
+/// Converts between our endpoint and Asio's.
+udp::endpoint to_asio(const endpoint& e);
+endpoint from_asio(const udp::endpoint& e);
+
+/// Options for the sender's socket.
+struct sender_socket_options {
+  endpoint interface;           ///< local address multicast leaves from (IP_MULTICAST_IF); port 0 = any
+  int ttl = 1;                  ///< IP_MULTICAST_TTL; 1 keeps traffic on the local network
+  int send_buffer = 8 << 20;    ///< SO_SNDBUF(FORCE), bytes
+  int receive_buffer = 8 << 20; ///< SO_RCVBUF(FORCE), bytes: NAKs of hundreds of receivers
+};
+
+/// Opens and binds the sender's socket: multicast out through `interface`, loopback of our
+/// own multicast on (receivers on this host must see it), unicast control in.
+/// @throws std::system_error naming the failing step
+udp::socket open_sender_socket(boost::asio::io_context& io, const sender_socket_options& o);
+
+/// Options for a receiver's channel socket.
+struct channel_socket_options {
+  endpoint group;               ///< multicast group + port
+  endpoint interface;           ///< local address to join on
+  int receive_buffer = 32 << 20;  ///< bytes; absorbs bursts while storage catches up
+  bool gro = true;              ///< ask for UDP GRO (coalesced datagrams)
+};
+
+/// Opens a socket bound to group:port with SO_REUSEADDR (several daemons on one host each get
+/// a copy), joins the group on `interface`, and turns IP_MULTICAST_ALL off so it sees only
+/// its own group. @throws std::system_error naming the failing step
+udp::socket open_channel_socket(boost::asio::io_context& io, const channel_socket_options& o);
+
+/// Opens a unicast socket on `local` (port 0 = ephemeral) for control traffic.
+udp::socket open_unicast_socket(boost::asio::io_context& io, const endpoint& local,
+                                int buffer_bytes = 4 << 20);
+
+/// Reads every datagram queued on `fd` (non-blocking) with recvmmsg, splitting GRO-coalesced
+/// buffers at their segment size, and calls `fn(datagram, from)` for each. Stops when the
+/// socket is drained or after `max_datagrams`.
+class batch_receiver {
+ public:
+  /// @param batch        messages per recvmmsg call
+  /// @param buffer_bytes bytes per message buffer: 65536 when GRO is on, else the largest datagram
+  batch_receiver(std::size_t batch, std::size_t buffer_bytes);
+
+  /// @return datagrams delivered; sets `ec` on a socket error other than EAGAIN
+  std::size_t drain(int fd, std::size_t max_datagrams,
+                    const std::function<void(std::span<const std::byte>, const endpoint&)>& fn,
+                    std::error_code& ec);
+
+ private:
+  std::size_t m_batch;
+  std::size_t m_buffer_bytes;
+  std::vector<std::byte> m_storage;
+  std::vector<std::byte> m_control;
+  std::vector<char> m_names;
+  std::vector<char> m_headers;
+  std::vector<char> m_iovecs;
+};
+
+/// Sends datagrams to one destination, several per system call: with UDP GSO where the kernel
+/// takes it, else with sendmmsg.
+class batch_sender {
+ public:
+  batch_sender();
+
+  /// Sends `count` datagrams laid out back to back in `buffer`, each `segment` bytes except
+  /// possibly the last. @return datagrams sent (fewer on EAGAIN: the caller waits for
+  /// writability and retries the rest); sets ec on other errors.
+  std::size_t send(int fd, const endpoint& to, std::span<const std::byte> buffer,
+                   std::size_t segment, std::error_code& ec);
+
+  /// Largest number of segments one call may carry with GSO (64 KiB of payload in all).
+  static std::size_t max_segments(std::size_t segment) noexcept;
+
+  bool gso() const noexcept { return m_gso; }
+
+ private:
+  std::size_t send_mmsg(int fd, const endpoint& to, std::span<const std::byte> buffer,
+                        std::size_t segment, std::error_code& ec);
+  bool m_gso = true;
+};
+
+/// Sends one datagram (control traffic). @return false and sets ec on failure (EAGAIN incl.).
+bool send_one(int fd, const endpoint& to, std::span<const std::byte> datagram,
+              std::error_code& ec);
+
+}  // namespace mcdist::net

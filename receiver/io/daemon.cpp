@@ -1,0 +1,295 @@
+#include "receiver/io/daemon.hpp"
+
+#include "common/units.hpp"
+
+#include <boost/asio/post.hpp>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+
+#include <fstream>
+
+namespace mcdist::receiver {
+
+namespace {
+
+/// Datagrams handled per socket wake-up before other sockets and timers get a turn.
+constexpr std::size_t max_datagrams_per_wake = 4096;
+/// recvmmsg batch and buffer: 64 KiB buffers so UDP GRO can hand over coalesced datagrams.
+constexpr std::size_t receive_batch = 16;
+constexpr std::size_t receive_buffer_bytes = 65536;
+
+void make_dir(const std::filesystem::path& p, const char* what) {
+  std::error_code ec;
+  std::filesystem::create_directories(p, ec);
+  if (ec || !std::filesystem::is_directory(p)) {
+    throw config_error(std::string("cannot create the ") + what + " directory " + p.string() +
+                       ": " + (ec ? ec.message() : "not a directory"));
+  }
+}
+
+dev_t device_of(const std::filesystem::path& p) {
+  struct stat st{};
+  if (::stat(p.c_str(), &st) != 0) return 0;
+  return st.st_dev;
+}
+
+}  // namespace
+
+daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<spdlog::logger> log)
+    : m_io(io),
+      m_cfg(std::move(cfg)),
+      m_log(std::move(log)),
+      m_timer(io),
+      m_status_timer(io),
+      m_signals(io, SIGINT, SIGTERM),
+      m_receiver(receive_batch, receive_buffer_bytes),
+      m_drop_rng(m_cfg.drop_seed) {
+  validate(m_cfg);
+  make_dir(m_cfg.temp, "temp");
+  for (const auto& ch : m_cfg.channels) {
+    make_dir(ch.dest, "destination");
+    if (device_of(ch.dest) != device_of(m_cfg.temp)) {
+      throw config_error("the temp directory " + m_cfg.temp.string() +
+                         " is on another filesystem than the destination " + ch.dest.string() +
+                         " of channel " + ch.name +
+                         ": files are renamed atomically from temp to destination, so both must "
+                         "be on one filesystem");
+    }
+  }
+  storage_config sc;
+  sc.temp_dir = m_cfg.temp;
+  sc.buffer_pool_bytes = m_cfg.buffer_pool_bytes;
+  sc.sync = m_cfg.sync;
+  sc.log = m_log;
+  m_store = std::make_unique<file_store>(
+      sc, [this](std::function<void()> fn) { boost::asio::post(m_io, std::move(fn)); },
+      [this](store_result r) {
+        if (!m_engine) return;
+        m_engine->on_file_stored(r.key.session, r.key.file, r.ec, r.detail,
+                                 from_steady(std::chrono::steady_clock::now()));
+        service();
+      });
+  receiver_config rc;
+  rc.id = m_cfg.id;
+  rc.session_timeout = m_cfg.session_timeout;
+  m_engine = std::make_unique<receiver_engine>(rc, *this, std::random_device{}(), m_log);
+  for (const auto& ch : m_cfg.channels) {
+    m_sockets.push_back(net::open_channel_socket(
+        io, net::channel_socket_options{ch.group, m_cfg.interface, m_cfg.socket_buffer_bytes, true}));
+  }
+  m_sockets.push_back(net::open_unicast_socket(io, m_cfg.interface));
+  const auto now = from_steady(std::chrono::steady_clock::now());
+  for (const auto& [session, blob] : file_store::load_checkpoints(m_cfg.temp)) {
+    if (auto ec = m_engine->restore(blob, now)) {
+      m_log->warn("session {:08x}: saved state is unusable ({}); discarding it", session.value,
+                  ec.message());
+      m_store->close_session(session, true);
+    }
+  }
+}
+
+daemon::~daemon() {
+  // The store drains its queues and joins its threads before the engine goes.
+  m_store.reset();
+  m_engine.reset();
+}
+
+endpoint daemon::control_endpoint() const { return net::from_asio(m_sockets.back().local_endpoint()); }
+
+void daemon::run() {
+  for (std::size_t i = 0; i < m_sockets.size(); ++i) do_receive(i);
+  m_signals.async_wait([this](const boost::system::error_code& ec, int sig) {
+    if (ec) return;
+    m_log->info("{}: saving state and shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    stop();
+  });
+  m_status_timer.expires_after(m_cfg.status_interval);
+  m_status_timer.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) log_status(false);
+  });
+  std::string channels;
+  for (const auto& ch : m_cfg.channels) {
+    channels += (channels.empty() ? "" : ", ") + ch.name + " " + ch.group.to_string() + " -> " +
+                ch.dest.string();
+  }
+  m_log->info("mcdistd '{}' listening on {} (interface {}, control {}, temp {}, sync {})",
+              m_cfg.id, channels, m_cfg.interface.address_string(),
+              control_endpoint().to_string(), m_cfg.temp.string(), to_string(m_cfg.sync));
+  service();
+  m_io.run();
+  log_status(true);
+}
+
+void daemon::stop() {
+  if (m_stopping) return;
+  m_stopping = true;
+  m_engine->checkpoint_all(from_steady(std::chrono::steady_clock::now()));
+  m_store->flush();
+  m_timer.cancel();
+  m_status_timer.cancel();
+  m_signals.cancel();
+  for (auto& s : m_sockets) {
+    boost::system::error_code ignored;
+    s.cancel(ignored);
+  }
+  m_io.stop();
+}
+
+void daemon::do_receive(std::size_t index) {
+  m_sockets[index].async_wait(net::udp::socket::wait_read, [this, index](
+                                                               const boost::system::error_code& ec) {
+    if (ec || m_stopping) return;
+    const auto now = from_steady(std::chrono::steady_clock::now());
+    const std::uint32_t channel = index < m_cfg.channels.size() ? static_cast<std::uint32_t>(index) : 0;
+    std::error_code rec;
+    std::uniform_real_distribution<double> u(0, 1);
+    m_receiver.drain(
+        m_sockets[index].native_handle(), max_datagrams_per_wake,
+        [&](std::span<const std::byte> d, const endpoint& from) {
+          if (m_cfg.drop_rate > 0 && u(m_drop_rng) < m_cfg.drop_rate) {
+            ++m_dropped_by_option;
+            return;
+          }
+          m_engine->on_datagram(d, from, channel, now);
+        },
+        rec);
+    if (rec) m_log->warn("receive error on socket {}: {}", index, rec.message());
+    m_store->flush();
+    service();
+    do_receive(index);
+  });
+}
+
+void daemon::service() {
+  if (m_stopping) return;
+  const auto now = from_steady(std::chrono::steady_clock::now());
+  m_engine->on_timer(now);
+  m_store->flush();
+  arm_timer(now);
+}
+
+void daemon::arm_timer(time_point now) {
+  const auto next = m_engine->next_deadline();
+  if (!next) return;
+  const time_point at = std::max(*next, now + std::chrono::microseconds(50));
+  if (m_timer_at && *m_timer_at <= at && *m_timer_at > now) return;
+  m_timer_at = at;
+  m_timer.expires_at(to_steady(at));
+  m_timer.async_wait([this](const boost::system::error_code& ec) {
+    if (ec) return;
+    m_timer_at.reset();
+    service();
+  });
+}
+
+void daemon::send(const endpoint& to, std::span<const std::byte> datagram) {
+  std::error_code ec;
+  if (!net::send_one(m_sockets.back().native_handle(), to, datagram, ec)) {
+    m_log->debug("cannot send to {}: {}", to.to_string(), ec.message());
+  }
+}
+
+void daemon::begin_file(const file_ref& ref) {
+  file_spec spec;
+  spec.dest_root = m_cfg.channels.at(ref.channel).dest;
+  spec.relative_path = ref.entry->path;
+  spec.size = ref.entry->size;
+  spec.mtime_ns = ref.entry->mtime_ns;
+  spec.mode = ref.entry->mode;
+  m_store->begin_file({ref.session, ref.file}, std::move(spec), ref.resume);
+}
+
+bool daemon::write_block(session_id s, file_index f, std::uint64_t offset,
+                         std::span<const std::byte> data) {
+  return m_store->write({s, f}, offset, data);
+}
+
+void daemon::finalize_file(session_id s, file_index f, const sha256_digest& expected) {
+  m_store->finalize({s, f}, expected);
+}
+
+void daemon::discard_file(session_id s, file_index f) { m_store->discard_file({s, f}); }
+
+void daemon::query_held(session_id s, std::uint32_t channel, std::vector<held_query> q) {
+  std::vector<held_file_query> queries;
+  queries.reserve(q.size());
+  for (auto& hq : q) queries.push_back({hq.file, std::move(hq.relative_path), hq.size, hq.mtime_ns});
+  m_store->query_held(s, std::move(queries), m_cfg.channels.at(channel).dest,
+                      [this, s](std::vector<held_answer> answers) {
+                        std::vector<std::pair<file_index, sha256_digest>> held;
+                        held.reserve(answers.size());
+                        for (const auto& a : answers) held.emplace_back(a.file, a.digest);
+                        m_engine->on_held(s, held, from_steady(std::chrono::steady_clock::now()));
+                        service();
+                      });
+}
+
+void daemon::checkpoint(session_id s, std::string blob) { m_store->checkpoint(s, std::move(blob)); }
+
+void daemon::session_closed(session_id s, bool remove_temp) { m_store->close_session(s, remove_temp); }
+
+void daemon::log_status(bool final) {
+  const auto& st = m_engine->stats();
+  const auto ss = m_store->get_stats();
+  std::string drops;
+  for (std::size_t i = 1; i < st.drops.counts.size(); ++i) {
+    if (st.drops.counts[i] == 0) continue;
+    drops += (drops.empty() ? "" : ", ") + std::string(to_string(static_cast<errc>(i))) + " " +
+             std::to_string(st.drops.counts[i]);
+  }
+  if (m_dropped_by_option) {
+    drops += (drops.empty() ? "" : ", ") + std::string("--drop-rate ") + std::to_string(m_dropped_by_option);
+  }
+  m_log->info("{}: {} sessions active, {} completed, {} failed; {} files stored, {} failed, {} "
+              "refused; {} received; dropped: {}",
+              final ? "final status" : "status", m_engine->active_sessions(),
+              st.sessions_completed, st.sessions_failed, st.files_stored, st.files_failed,
+              st.files_refused, format_bytes(static_cast<double>(st.data_bytes)),
+              drops.empty() ? "none" : drops);
+  (void)ss;
+  if (m_cfg.status_file) write_status_file();
+  if (!final && !m_stopping) {
+    m_status_timer.expires_after(m_cfg.status_interval);
+    m_status_timer.async_wait([this](const boost::system::error_code& ec) {
+      if (!ec) log_status(false);
+    });
+  }
+}
+
+void daemon::write_status_file() {
+  const auto& st = m_engine->stats();
+  const auto ss = m_store->get_stats();
+  nlohmann::json j;
+  j["id"] = m_cfg.id;
+  j["sessions_active"] = m_engine->active_sessions();
+  j["sessions_completed"] = st.sessions_completed;
+  j["sessions_failed"] = st.sessions_failed;
+  j["files_stored"] = st.files_stored;
+  j["files_failed"] = st.files_failed;
+  j["files_refused"] = st.files_refused;
+  j["datagrams"] = st.datagrams;
+  j["data_bytes"] = st.data_bytes;
+  j["naks_sent"] = st.naks_sent;
+  j["bytes_written"] = ss.bytes_written;
+  j["dropped_by_drop_rate"] = m_dropped_by_option;
+  nlohmann::json drops = nlohmann::json::object();
+  for (std::size_t i = 1; i < st.drops.counts.size(); ++i) {
+    if (st.drops.counts[i]) drops[std::string(to_string(static_cast<errc>(i)))] = st.drops.counts[i];
+  }
+  j["dropped"] = drops;
+  const auto tmp = m_cfg.status_file->string() + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << j.dump(2) << "\n";
+    if (!out) {
+      m_log->warn("cannot write the status file {}", tmp);
+      return;
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, *m_cfg.status_file, ec);
+  if (ec) m_log->warn("cannot rename the status file into {}: {}", m_cfg.status_file->string(), ec.message());
+}
+
+}  // namespace mcdist::receiver

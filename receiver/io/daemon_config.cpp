@@ -1,0 +1,153 @@
+#include "receiver/io/daemon_config.hpp"
+
+#include "common/units.hpp"
+#include "common/wire.hpp"
+
+#include <toml++/toml.h>
+
+#include <sstream>
+
+namespace mcdist::receiver {
+
+namespace {
+
+std::string where(const toml::source_region& r) {
+  std::ostringstream os;
+  os << "line " << r.begin.line << ", column " << r.begin.column;
+  return os.str();
+}
+
+template <class T>
+T require_type(const toml::node& n, const std::string& key, const char* type_name) {
+  if (auto v = n.value<T>()) return *v;
+  throw config_error("'" + key + "' must be " + type_name + " (" + where(n.source()) + ")");
+}
+
+endpoint parse_group(const std::string& text, const std::string& key) {
+  const auto g = parse_endpoint(text);
+  if (!g || !g->is_multicast()) {
+    throw config_error("'" + key + "' = \"" + text +
+                       "\" is not a multicast ADDR:PORT (e.g. 239.192.0.1:4711)");
+  }
+  return *g;
+}
+
+}  // namespace
+
+daemon_config load_config_file(const std::filesystem::path& file) {
+  toml::table t;
+  try {
+    t = toml::parse_file(file.string());
+  } catch (const toml::parse_error& e) {
+    std::ostringstream os;
+    os << file.string() << ": " << e.description() << " (" << where(e.source()) << ")";
+    throw config_error(os.str());
+  }
+  daemon_config cfg;
+  std::filesystem::path default_dest;
+  static const char* known[] = {"id", "interface", "dest", "temp", "sync", "buffer_pool",
+                                "socket_buffer", "session_timeout", "status_interval",
+                                "status_file", "log", "channel"};
+  for (const auto& [k, v] : t) {
+    if (std::find(std::begin(known), std::end(known), std::string(k.str())) == std::end(known)) {
+      throw config_error(file.string() + ": unknown setting '" + std::string(k.str()) + "' (" +
+                         where(v.source()) + ")");
+    }
+  }
+  if (auto n = t["id"]) cfg.id = require_type<std::string>(*n.node(), "id", "a string");
+  if (auto n = t["interface"]) {
+    const auto s = require_type<std::string>(*n.node(), "interface", "a string");
+    const auto a = parse_address(s);
+    if (!a) throw config_error("'interface' = \"" + s + "\" is not an IP address");
+    cfg.interface = *a;
+  }
+  if (auto n = t["dest"]) default_dest = require_type<std::string>(*n.node(), "dest", "a string");
+  if (auto n = t["temp"]) cfg.temp = require_type<std::string>(*n.node(), "temp", "a string");
+  if (auto n = t["sync"]) {
+    const auto s = require_type<std::string>(*n.node(), "sync", "a string");
+    if (s == "batch") cfg.sync = sync_mode::batch;
+    else if (s == "file") cfg.sync = sync_mode::file;
+    else if (s == "none") cfg.sync = sync_mode::none;
+    else throw config_error("'sync' must be \"batch\", \"file\" or \"none\", not \"" + s + "\"");
+  }
+  auto size_setting = [&](const char* key, auto& out) {
+    if (auto n = t[key]) {
+      const auto s = n.is_string() ? *n.value<std::string>()
+                                   : std::to_string(require_type<std::int64_t>(*n.node(), key, "a size"));
+      const auto v = parse_size(s);
+      if (!v) throw config_error(std::string("'") + key + "' = \"" + s + "\" is not a size (e.g. 32M)");
+      out = static_cast<std::remove_reference_t<decltype(out)>>(*v);
+    }
+  };
+  size_setting("buffer_pool", cfg.buffer_pool_bytes);
+  size_setting("socket_buffer", cfg.socket_buffer_bytes);
+  auto duration_setting = [&](const char* key, std::chrono::nanoseconds& out) {
+    if (auto n = t[key]) {
+      const auto s = require_type<std::string>(*n.node(), key, "a duration string like \"60s\"");
+      const auto d = parse_duration(s);
+      if (!d) throw config_error(std::string("'") + key + "' = \"" + s + "\" is not a duration");
+      out = *d;
+    }
+  };
+  duration_setting("session_timeout", cfg.session_timeout);
+  duration_setting("status_interval", cfg.status_interval);
+  if (auto n = t["status_file"]) {
+    cfg.status_file = require_type<std::string>(*n.node(), "status_file", "a string");
+  }
+  if (auto lt = t["log"].as_table()) {
+    if (auto n = (*lt)["level"]) {
+      try {
+        cfg.log.level = parse_log_level(require_type<std::string>(*n.node(), "log.level", "a string"));
+      } catch (const std::invalid_argument& e) {
+        throw config_error(std::string("log.level: ") + e.what());
+      }
+    }
+    if (auto n = (*lt)["file"]) cfg.log.file = require_type<std::string>(*n.node(), "log.file", "a string");
+  }
+  if (auto arr = t["channel"].as_array()) {
+    for (std::size_t i = 0; i < arr->size(); ++i) {
+      const auto* ct = arr->get(i)->as_table();
+      const std::string key = "channel[" + std::to_string(i) + "]";
+      if (!ct) throw config_error(key + " must be a table ([[channel]])");
+      channel_config ch;
+      if (auto n = (*ct)["name"]) ch.name = require_type<std::string>(*n.node(), key + ".name", "a string");
+      const auto g = (*ct)["group"];
+      if (!g) throw config_error(key + " needs group = \"ADDR:PORT\"");
+      ch.group = parse_group(require_type<std::string>(*g.node(), key + ".group", "a string"),
+                             key + ".group");
+      if (auto n = (*ct)["dest"]) ch.dest = require_type<std::string>(*n.node(), key + ".dest", "a string");
+      if (ch.name.empty()) ch.name = ch.group.to_string();
+      cfg.channels.push_back(std::move(ch));
+    }
+  } else if (t.contains("channel")) {
+    throw config_error("'channel' must be an array of tables: [[channel]]");
+  }
+  for (auto& ch : cfg.channels) {
+    if (ch.dest.empty()) ch.dest = default_dest;
+  }
+  return cfg;
+}
+
+void validate(const daemon_config& cfg) {
+  if (cfg.id.empty()) throw config_error("no receiver id: set --id or id = \"...\" in the config");
+  if (!wire::valid_receiver_id(cfg.id)) {
+    throw config_error("receiver id '" + cfg.id +
+                       "' is invalid: use 1-64 letters, digits and - _ . : @");
+  }
+  if (cfg.channels.empty()) {
+    throw config_error("no channel: set --group ADDR:PORT or a [[channel]] in the config");
+  }
+  for (const auto& ch : cfg.channels) {
+    if (ch.dest.empty()) {
+      throw config_error("channel " + ch.name + " has no destination: set --dest or dest = ...");
+    }
+    if (ch.group.v6 != cfg.interface.v6) {
+      throw config_error("channel " + ch.name + " and interface " +
+                         cfg.interface.address_string() + " are of different address families");
+    }
+  }
+  if (cfg.temp.empty()) throw config_error("no temp directory: set --temp or temp = ...");
+  if (cfg.drop_rate < 0 || cfg.drop_rate >= 1) throw config_error("--drop-rate must be in [0, 1)");
+}
+
+}  // namespace mcdist::receiver

@@ -1,0 +1,170 @@
+// mcdistd: the mcdist receiver daemon.
+
+#include "common/logging.hpp"
+#include "common/units.hpp"
+#include "receiver/io/daemon.hpp"
+
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include <iostream>
+
+namespace {
+
+constexpr const char* footer = R"(
+mcdistd joins the multicast channels it is given, takes part in every session announced on them
+(unless a session is a resend addressed to other receivers), writes each file into a temp file
+under --temp, verifies its SHA-256, makes it durable and renames it atomically into --dest.
+Nothing partial or corrupt ever appears under --dest. It runs until SIGTERM or SIGINT; state of
+unfinished sessions is saved under --temp and resumed at the next start.
+
+Settings come from --config FILE (TOML) and are overridden by options on the command line:
+
+  id = "site-a"
+  interface = "10.0.0.7"        # local address to join on and reply from
+  dest = "/srv/mcdist/in"       # default destination of every channel
+  temp = "/srv/mcdist/tmp"      # same filesystem as every destination
+  sync = "batch"                # batch (group commit), file (fsync each) or none
+  session_timeout = "60s"
+  status_interval = "60s"
+  status_file = "/run/mcdistd/status.json"
+  [log]
+  level = "info"
+  file = "/var/log/mcdist/mcdistd.log"   # rotated at 10 MiB, 5 kept
+  [[channel]]
+  name = "products"
+  group = "239.192.0.1:4711"
+  dest = "/srv/mcdist/in/products"       # optional, else the top-level dest
+
+Exit status: 0 after a signal; 2 bad configuration; 3 runtime error (socket, directories).
+
+Example:
+  mcdistd --id site-a --group 239.192.0.1:4711 --interface 127.0.0.1 --dest /srv/in --temp /srv/tmp
+)";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"mcdistd - mcdist receiver daemon: receives multicast file sets and delivers each "
+               "file atomically into a destination tree.",
+               "mcdistd"};
+  app.footer(footer);
+  app.get_formatter()->column_width(34);
+
+  std::string config_file;
+  std::string id;
+  std::vector<std::string> groups;
+  std::string interface;
+  std::string dest;
+  std::string temp;
+  std::string sync;
+  std::string log_level;
+  std::string log_file;
+  std::string session_timeout;
+  std::string status_interval;
+  std::string status_file;
+  double drop_rate = -1;
+  std::uint64_t drop_seed = 1;
+
+  app.add_option("-c,--config", config_file, "TOML configuration file")->check(CLI::ExistingFile);
+  app.add_option("--id", id, "This site's receiver id (letters, digits, - _ . : @)");
+  app.add_option("-g,--group", groups, "Channel to join, ADDR:PORT (repeat for more channels)");
+  app.add_option("-i,--interface", interface, "Local address to join on and reply from");
+  app.add_option("-d,--dest", dest, "Destination directory");
+  app.add_option("-t,--temp", temp, "Temp directory (same filesystem as --dest)");
+  app.add_option("--sync", sync, "batch (group commit, default), file (fsync each) or none");
+  app.add_option("--session-timeout", session_timeout,
+                 "Abandon a session whose sender is silent this long (default 60s)");
+  app.add_option("--status-interval", status_interval, "How often to log status (default 60s)");
+  app.add_option("--status-file", status_file, "Also write status as JSON to this file");
+  app.add_option("--log-level", log_level, "trace, debug, info (default), warn, error, off");
+  app.add_option("--log-file", log_file, "Also log to this file (rotated at 10 MiB, 5 kept)");
+  app.add_option("--drop-rate", drop_rate,
+                 "TEST ONLY: drop received datagrams with this probability before the protocol "
+                 "sees them (simulated loss)")
+      ->check(CLI::Range(0.0, 0.99));
+  app.add_option("--drop-seed", drop_seed, "TEST ONLY: seed of --drop-rate");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+
+  mcdist::receiver::daemon_config cfg;
+  try {
+    if (!config_file.empty()) cfg = mcdist::receiver::load_config_file(config_file);
+    if (!id.empty()) cfg.id = id;
+    if (!interface.empty()) {
+      const auto a = mcdist::parse_address(interface);
+      if (!a) throw mcdist::receiver::config_error("--interface " + interface + " is not an IP address");
+      cfg.interface = *a;
+    }
+    if (!groups.empty()) {
+      cfg.channels.clear();
+      for (const auto& g : groups) {
+        const auto e = mcdist::parse_endpoint(g);
+        if (!e || !e->is_multicast()) {
+          throw mcdist::receiver::config_error("--group " + g + " is not a multicast ADDR:PORT");
+        }
+        cfg.channels.push_back({g, *e, {}});
+      }
+    }
+    if (!dest.empty()) {
+      for (auto& ch : cfg.channels) ch.dest = dest;
+    }
+    if (!temp.empty()) cfg.temp = temp;
+    if (!sync.empty()) {
+      if (sync == "batch") cfg.sync = mcdist::receiver::sync_mode::batch;
+      else if (sync == "file") cfg.sync = mcdist::receiver::sync_mode::file;
+      else if (sync == "none") cfg.sync = mcdist::receiver::sync_mode::none;
+      else throw mcdist::receiver::config_error("--sync must be batch, file or none");
+    }
+    for (auto [text, out, opt] :
+         {std::tuple{&session_timeout, &cfg.session_timeout, "--session-timeout"},
+          std::tuple{&status_interval, &cfg.status_interval, "--status-interval"}}) {
+      if (text->empty()) continue;
+      const auto d = mcdist::parse_duration(*text);
+      if (!d) throw mcdist::receiver::config_error(std::string(opt) + " " + *text + " is not a duration");
+      *out = *d;
+    }
+    if (!status_file.empty()) cfg.status_file = status_file;
+    if (!log_level.empty()) {
+      try {
+        cfg.log.level = mcdist::parse_log_level(log_level);
+      } catch (const std::invalid_argument& e) {
+        throw mcdist::receiver::config_error(e.what());
+      }
+    }
+    if (!log_file.empty()) cfg.log.file = log_file;
+    if (drop_rate >= 0) cfg.drop_rate = drop_rate;
+    cfg.drop_seed = drop_seed;
+    mcdist::receiver::validate(cfg);
+  } catch (const mcdist::receiver::config_error& e) {
+    std::cerr << "mcdistd: " << e.what() << "\n";
+    return 2;
+  }
+
+  std::shared_ptr<spdlog::logger> log;
+  try {
+    log = mcdist::make_logger("mcdistd", cfg.log);
+  } catch (const std::exception& e) {
+    std::cerr << "mcdistd: cannot open the log: " << e.what() << "\n";
+    return 3;
+  }
+  if (cfg.drop_rate > 0) {
+    log->warn("--drop-rate {}: dropping received datagrams on purpose (test option)", cfg.drop_rate);
+  }
+  try {
+    boost::asio::io_context io(1);
+    mcdist::receiver::daemon d(io, cfg, log);
+    d.run();
+  } catch (const mcdist::receiver::config_error& e) {
+    log->error("{}", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    log->error("{}", e.what());
+    return 3;
+  }
+  return 0;
+}

@@ -1,0 +1,86 @@
+#include "sender/io/block_reader.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstring>
+
+namespace mcdist::sender {
+
+block_reader::block_reader(const std::vector<source_file>& files, std::size_t chunk_bytes,
+                           std::size_t chunks, std::size_t max_open)
+    : m_files(files), m_chunk_bytes(chunk_bytes), m_chunks(chunks), m_max_open(max_open) {
+  for (auto& c : m_chunks) c.data.resize(chunk_bytes);
+}
+
+block_reader::~block_reader() {
+  for (const auto& [file, fd] : m_open) ::close(fd);
+}
+
+int block_reader::descriptor(std::uint32_t file, std::string& why) {
+  for (auto it = m_open.begin(); it != m_open.end(); ++it) {
+    if (it->first == file) {
+      if (it != m_open.begin()) m_open.splice(m_open.begin(), m_open, it);
+      return it->second;
+    }
+  }
+  const auto& path = m_files[file].local;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    why = "cannot open " + path.string() + ": " + std::strerror(errno);
+    return -1;
+  }
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+  if (m_open.size() >= m_max_open) {
+    ::close(m_open.back().second);
+    m_open.pop_back();
+  }
+  m_open.emplace_front(file, fd);
+  return fd;
+}
+
+std::error_code block_reader::read(std::uint32_t file, std::uint64_t offset, std::uint32_t length,
+                                   std::span<const std::byte>& out, std::string& why) {
+  for (auto& c : m_chunks) {
+    if (c.file == file && offset >= c.offset && offset + length <= c.offset + c.length) {
+      out = {c.data.data() + (offset - c.offset), length};
+      return {};
+    }
+  }
+  const int fd = descriptor(file, why);
+  if (fd < 0) return {errno, std::generic_category()};
+  auto& c = m_chunks[m_next_victim];
+  m_next_victim = (m_next_victim + 1) % m_chunks.size();
+  // Chunks are aligned to the chunk size so sequential blocks share them.
+  const std::uint64_t start = offset - offset % m_chunk_bytes;
+  const std::uint64_t size = m_files[file].entry.size;
+  std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(m_chunk_bytes, size - start));
+  if (offset + length > start + want) want = static_cast<std::size_t>(offset + length - start);
+  if (c.data.size() < want) c.data.resize(want);
+  std::size_t got = 0;
+  while (got < want) {
+    const ssize_t n = ::pread(fd, c.data.data() + got, want - got, static_cast<off_t>(start + got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      c.file = UINT32_MAX;
+      why = "cannot read " + m_files[file].local.string() + ": " + std::strerror(errno);
+      return {errno, std::generic_category()};
+    }
+    if (n == 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  m_bytes_read += got;
+  if (got < want) {
+    c.file = UINT32_MAX;
+    why = m_files[file].local.string() + " is shorter than when it was announced: it changed "
+          "while being sent";
+    return std::make_error_code(std::errc::io_error);
+  }
+  c.file = file;
+  c.offset = start;
+  c.length = got;
+  out = {c.data.data() + (offset - start), length};
+  return {};
+}
+
+}  // namespace mcdist::sender

@@ -1,0 +1,57 @@
+#pragma once
+/// @file
+/// Reads blocks of the sender's files on demand (DESIGN.md: sender memory does not grow with
+/// file size): a few open descriptors and a few read-ahead chunks, nothing more.
+
+#include "sender/io/file_set.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <span>
+#include <string>
+#include <system_error>
+#include <vector>
+
+namespace mcdist::sender {
+
+/// Block source over a file set. Not thread-safe; lives on the network thread.
+class block_reader {
+ public:
+  /// @param chunk_bytes  read-ahead unit, bytes (pass 1 reads each file sequentially)
+  /// @param chunks       chunks cached (repairs revisit recent chunks)
+  /// @param max_open     descriptors kept open (LRU)
+  block_reader(const std::vector<source_file>& files, std::size_t chunk_bytes = 1 << 20,
+               std::size_t chunks = 8, std::size_t max_open = 256);
+  ~block_reader();
+  block_reader(const block_reader&) = delete;
+  block_reader& operator=(const block_reader&) = delete;
+
+  /// Makes `length` bytes at `offset` of file `file` available in `out` (valid until the next
+  /// call). @return an error, with `why` naming the file, if it cannot be read or is shorter
+  /// than announced (changed since the scan).
+  std::error_code read(std::uint32_t file, std::uint64_t offset, std::uint32_t length,
+                       std::span<const std::byte>& out, std::string& why);
+
+  /// Bytes read from disk so far.
+  std::uint64_t bytes_read() const noexcept { return m_bytes_read; }
+
+ private:
+  struct chunk {
+    std::uint32_t file = UINT32_MAX;
+    std::uint64_t offset = 0;
+    std::size_t length = 0;
+    std::vector<std::byte> data;
+  };
+  int descriptor(std::uint32_t file, std::string& why);
+
+  const std::vector<source_file>& m_files;
+  std::size_t m_chunk_bytes;
+  std::vector<chunk> m_chunks;
+  std::size_t m_next_victim = 0;
+  std::size_t m_max_open;
+  std::list<std::pair<std::uint32_t, int>> m_open;  ///< most recent first
+  std::uint64_t m_bytes_read = 0;
+};
+
+}  // namespace mcdist::sender

@@ -1,0 +1,116 @@
+#include "sender/io/file_hasher.hpp"
+
+#include "common/error.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <mutex>
+
+namespace mcdist::sender {
+
+namespace {
+/// Read size for hashing: large enough that syscalls cost nothing next to SHA-256.
+constexpr std::size_t hash_read_bytes = 1 << 20;
+}  // namespace
+
+std::error_code hash_file(const std::filesystem::path& p, std::uint64_t expected_size,
+                          sha256_digest& out, std::string& why) {
+  const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    why = "cannot open " + p.string() + ": " + std::strerror(errno);
+    return {errno, std::generic_category()};
+  }
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+  std::vector<std::byte> buf(hash_read_bytes);
+  sha256_hasher h;
+  std::uint64_t off = 0;
+  std::error_code ec;
+  while (true) {
+    const ssize_t n = ::pread(fd, buf.data(), buf.size(), static_cast<off_t>(off));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      why = "cannot read " + p.string() + ": " + std::strerror(errno);
+      ec = {errno, std::generic_category()};
+      break;
+    }
+    if (n == 0) break;
+    h.update({buf.data(), static_cast<std::size_t>(n)});
+    off += static_cast<std::uint64_t>(n);
+    if (off > expected_size) break;
+  }
+  ::close(fd);
+  if (ec) return ec;
+  if (off != expected_size) {
+    why = p.string() + " changed size while being sent (" + std::to_string(expected_size) +
+          " bytes when scanned, " + std::to_string(off) + " now)";
+    return errc::invalid_field;
+  }
+  out = h.finish();
+  return {};
+}
+
+void prehash(std::vector<source_file>& files, std::uint64_t per_file_max,
+             std::uint64_t total_budget, unsigned threads) {
+  std::vector<std::size_t> todo;
+  std::uint64_t budget = total_budget;
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    if (files[i].entry.size <= per_file_max && files[i].entry.size <= budget) {
+      todo.push_back(i);
+      budget -= files[i].entry.size;
+    }
+  }
+  std::atomic<std::size_t> next{0};
+  std::mutex mu;
+  std::string first_error;
+  auto work = [&] {
+    for (std::size_t k = next++; k < todo.size(); k = next++) {
+      auto& f = files[todo[k]];
+      sha256_digest d;
+      std::string why;
+      if (hash_file(f.local, f.entry.size, d, why)) {
+        std::lock_guard lock(mu);
+        if (first_error.empty()) first_error = why;
+        continue;
+      }
+      f.entry.digest = d;
+    }
+  };
+  std::vector<std::thread> pool;
+  const unsigned n = std::max(1u, std::min<unsigned>(threads, static_cast<unsigned>(todo.size())));
+  for (unsigned t = 1; t < n; ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  if (!first_error.empty()) throw file_set_error(first_error);
+}
+
+background_hasher::background_hasher(const std::vector<source_file>& files, post_fn post,
+                                     digest_fn on_digest, error_fn on_error)
+    : m_post(std::move(post)), m_on_digest(std::move(on_digest)), m_on_error(std::move(on_error)) {
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    if (!files[i].entry.digest) m_todo.emplace_back(static_cast<std::uint32_t>(i), files[i]);
+  }
+  if (!m_todo.empty()) m_thread = std::thread([this] { run(); });
+}
+
+background_hasher::~background_hasher() {
+  m_stop = true;
+  if (m_thread.joinable()) m_thread.join();
+}
+
+void background_hasher::run() {
+  for (const auto& [index, f] : m_todo) {
+    if (m_stop) return;
+    sha256_digest d;
+    std::string why;
+    const file_index fi{index};
+    if (hash_file(f.local, f.entry.size, d, why)) {
+      m_post([this, fi, why] { m_on_error(fi, why); });
+      continue;
+    }
+    m_post([this, fi, d] { m_on_digest(fi, d); });
+  }
+}
+
+}  // namespace mcdist::sender

@@ -1,0 +1,57 @@
+#pragma once
+/// @file
+/// SHA-256 of the sender's files, off the network thread. Small files are hashed before the
+/// announce (their digests go in the manifest, so receivers can skip files they hold); large
+/// files are hashed in the background in index order while pass 1 already runs, and their
+/// digests follow in DIGEST messages, so a 1 GB field does not wait 0.7 s for its hash.
+
+#include "common/ids.hpp"
+#include "common/sha256.hpp"
+#include "sender/io/file_set.hpp"
+
+#include <atomic>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace mcdist::sender {
+
+/// Hashes one file with pread in 1 MiB reads. @return the digest, or an error naming the file.
+/// Reads exactly `expected_size` bytes: a file that shrank or grew since the scan is an error
+/// (errc::invalid_field with `why` set), as is any read error.
+std::error_code hash_file(const std::filesystem::path& p, std::uint64_t expected_size,
+                          sha256_digest& out, std::string& why);
+
+/// Hashes, in parallel on `threads` threads, every file of at most `per_file_max` bytes, until
+/// `total_budget` bytes have been hashed, and stores the digests in the entries.
+/// @throws file_set_error when a file cannot be read
+void prehash(std::vector<source_file>& files, std::uint64_t per_file_max,
+             std::uint64_t total_budget, unsigned threads);
+
+/// Background hashing of the files still without a digest, in index order, on one thread.
+/// Results are handed to `post` (which runs them on the network thread).
+class background_hasher {
+ public:
+  using post_fn = std::function<void(std::function<void()>)>;
+  using digest_fn = std::function<void(file_index, const sha256_digest&)>;
+  using error_fn = std::function<void(file_index, const std::string&)>;
+
+  background_hasher(const std::vector<source_file>& files, post_fn post, digest_fn on_digest,
+                    error_fn on_error);
+  /// Stops at the next read and joins.
+  ~background_hasher();
+  background_hasher(const background_hasher&) = delete;
+  background_hasher& operator=(const background_hasher&) = delete;
+
+ private:
+  void run();
+  std::vector<std::pair<std::uint32_t, source_file>> m_todo;
+  post_fn m_post;
+  digest_fn m_on_digest;
+  error_fn m_on_error;
+  std::atomic<bool> m_stop{false};
+  std::thread m_thread;
+};
+
+}  // namespace mcdist::sender

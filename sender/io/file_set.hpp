@@ -1,0 +1,38 @@
+#pragma once
+/// @file
+/// Turns the operator's PATH arguments into a file set: every regular file, directories walked
+/// recursively, relative paths kept (a directory argument "obs" yields "obs/2026/a.bufr").
+
+#include "common/manifest.hpp"
+
+#include <filesystem>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace mcdist::sender {
+
+/// One file of the set: where it is here and what the manifest says.
+struct source_file {
+  std::filesystem::path local;  ///< path on this host, as given or found
+  manifest_entry entry;         ///< relative path, size, mtime, mode; digest filled later
+};
+
+/// Error in the operator's input: names the path and what is wrong.
+class file_set_error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Collects the file set. A file argument contributes its base name; a directory argument
+/// contributes itself and everything below it, named relative to the directory's parent.
+/// Symbolic links to regular files are followed; other non-regular files (devices, sockets,
+/// FIFOs, dangling links) are skipped with a warning through `warn`. Files are ordered as the
+/// arguments are, directory contents sorted by name, so the manifest is deterministic.
+/// @throws file_set_error when an argument does not exist, a name is not a valid relative path
+///         (check_relative_path), or two files would get the same relative path.
+std::vector<source_file> collect_files(const std::vector<std::string>& args,
+                                       const std::function<void(const std::string&)>& warn);
+
+}  // namespace mcdist::sender

@@ -1,0 +1,369 @@
+#include "sender/io/sender_app.hpp"
+
+#include "common/units.hpp"
+#include "common/wire.hpp"
+
+#include <boost/asio/post.hpp>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <sstream>
+
+namespace mcdist::sender {
+
+namespace {
+
+/// Datagrams taken from the session per service() round before the loop yields to the socket
+/// and timers: about 4 MB, so NAKs are read promptly even when sending unpaced.
+constexpr std::size_t max_datagrams_per_round = 3000;
+/// How often the progress line is redrawn.
+constexpr auto progress_interval = std::chrono::milliseconds(500);
+
+const char* state_name(receiver_report::state_t s) {
+  switch (s) {
+    case receiver_report::state_t::missing: return "missing";
+    case receiver_report::state_t::registered: return "registered";
+    case receiver_report::state_t::completed: return "completed";
+    case receiver_report::state_t::failed: return "failed";
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+sender_app::sender_app(boost::asio::io_context& io, app_options opts, sender_config cfg,
+                       std::vector<source_file> files, std::shared_ptr<spdlog::logger> log,
+                       std::chrono::steady_clock::time_point started)
+    : m_io(io),
+      m_opts(std::move(opts)),
+      m_files(std::move(files)),
+      m_log(std::move(log)),
+      m_started(started),
+      m_socket(net::open_sender_socket(
+          io, net::sender_socket_options{m_opts.interface, m_opts.ttl, 8 << 20, 8 << 20})),
+      m_timer(io),
+      m_progress_timer(io),
+      m_signals(io, SIGINT, SIGTERM),
+      m_session(
+          cfg,
+          [&] {
+            std::vector<manifest_entry> m;
+            m.reserve(m_files.size());
+            for (const auto& f : m_files) m.push_back(f.entry);
+            return m;
+          }(),
+          std::random_device{}() ^ static_cast<std::uint64_t>(started.time_since_epoch().count()),
+          m_log),
+      m_reader(m_files),
+      m_receiver(64, 2048),
+      m_block_size(cfg.block_size),
+      m_session_id(cfg.session) {
+  m_sends.resize(net::batch_sender::max_segments(cfg.block_size + wire::data_header_size));
+  m_gso_buffer.resize(m_sends.size() * (cfg.block_size + wire::data_header_size));
+}
+
+sender_app::~sender_app() = default;
+
+void sender_app::fail(const std::string& why) {
+  if (m_error.empty()) {
+    m_error = why;
+    if (m_log) m_log->error("{}", why);
+    m_session.abort(from_steady(std::chrono::steady_clock::now()), why);
+  }
+}
+
+run_result sender_app::run() {
+  const auto now = from_steady(std::chrono::steady_clock::now());
+  m_session.start(now);
+  m_hasher = std::make_unique<background_hasher>(
+      m_files, [this](std::function<void()> fn) { boost::asio::post(m_io, std::move(fn)); },
+      [this](file_index f, const sha256_digest& d) {
+        m_session.on_digest(f, d, from_steady(std::chrono::steady_clock::now()));
+        service();
+      },
+      [this](file_index, const std::string& why) {
+        fail(why);
+        service();
+      });
+  m_signals.async_wait([this](const boost::system::error_code& ec, int sig) {
+    if (ec) return;
+    ++m_interrupts;
+    if (m_log) {
+      m_log->warn("{}: ending the session early; interrupt again to quit at once",
+                  sig == SIGINT ? "interrupted" : "terminated");
+    }
+    m_session.abort(from_steady(std::chrono::steady_clock::now()), "interrupted by the operator");
+    service();
+    m_signals.async_wait([this](const boost::system::error_code& ec2, int) {
+      if (!ec2) m_io.stop();
+    });
+  });
+  if (m_opts.progress) {
+    m_last_progress_time = std::chrono::steady_clock::now();
+    m_progress_timer.expires_after(progress_interval);
+    m_progress_timer.async_wait([this](const boost::system::error_code& ec) {
+      if (!ec) draw_progress(false);
+    });
+  }
+  do_receive();
+  service();
+  m_io.run();
+  if (m_opts.progress) draw_progress(true);
+  m_hasher.reset();
+  run_result r;
+  const auto end = std::chrono::steady_clock::now();
+  r.report = m_session.report(from_steady(end));
+  r.wall_seconds = std::chrono::duration<double>(end - m_started).count();
+  r.succeeded = m_session.succeeded() && m_error.empty();
+  r.error = m_error;
+  return r;
+}
+
+void sender_app::service() {
+  if (m_session.done()) return;
+  const auto now = from_steady(std::chrono::steady_clock::now());
+  m_session.on_timer(now);
+  flush_control();
+  if (!m_waiting_writable) send_data(now);
+  flush_control();
+  if (m_session.done()) {
+    m_timer.cancel();
+    m_progress_timer.cancel();
+    m_signals.cancel();
+    boost::system::error_code ignored;
+    m_socket.cancel(ignored);
+    m_io.stop();
+    return;
+  }
+  arm_timer(now);
+}
+
+void sender_app::arm_timer(time_point now) {
+  auto next = m_session.next_deadline(now);
+  if (!next) return;
+  // Never spin: a deadline that has already passed is served a few microseconds later.
+  if (*next <= now) next = now + std::chrono::microseconds(20);
+  if (m_timer_armed && m_timer_at && *m_timer_at <= *next) return;
+  m_timer_at = next;
+  m_timer_armed = true;
+  m_timer.expires_at(to_steady(*next));
+  m_timer.async_wait([this](const boost::system::error_code& ec) {
+    if (ec) return;
+    m_timer_armed = false;
+    service();
+  });
+}
+
+void sender_app::flush_control() {
+  control_send c;
+  while (m_session.pop_control(c)) {
+    std::error_code ec;
+    const endpoint& to = c.to ? *c.to : m_opts.group;
+    if (!net::send_one(m_socket.native_handle(), to, c.bytes, ec) && m_log) {
+      // Control traffic is repeated by the protocol; a lost one costs a retransmission.
+      m_log->debug("could not send a control datagram to {}: {}", to.to_string(), ec.message());
+    }
+  }
+}
+
+bool sender_app::flush_pending(time_point) {
+  const int fd = m_socket.native_handle();
+  while (m_pending_pos < m_pending.size()) {
+    const std::size_t segment = m_pending[m_pending_pos].length + wire::data_header_size;
+    std::size_t end = m_pending_pos;
+    std::size_t bytes = 0;
+    // One GSO send: equal-sized datagrams, the last may be shorter.
+    while (end < m_pending.size() && end - m_pending_pos < m_sends.size()) {
+      const std::size_t size = m_pending[end].length + wire::data_header_size;
+      if (size > segment) break;
+      const auto& d = m_pending[end];
+      std::byte* out = m_gso_buffer.data() + bytes;
+      wire::write_data_header({out, wire::data_header_size}, {m_session_id, d.seq, d.file, d.block});
+      std::span<const std::byte> payload;
+      std::string why;
+      if (m_reader.read(d.file.value, d.offset, d.length, payload, why)) {
+        fail(why);
+        m_pending.clear();
+        m_pending_pos = 0;
+        return false;
+      }
+      std::memcpy(out + wire::data_header_size, payload.data(), payload.size());
+      bytes += size;
+      ++end;
+      if (size < segment) break;
+    }
+    std::error_code ec;
+    const std::size_t count = end - m_pending_pos;
+    const std::size_t sent =
+        m_batch.send(fd, m_opts.group, {m_gso_buffer.data(), bytes}, segment, ec);
+    if (ec) {
+      fail("cannot send to " + m_opts.group.to_string() + ": " + ec.message());
+      m_pending.clear();
+      m_pending_pos = 0;
+      return false;
+    }
+    m_pending_pos += sent;
+    if (sent < count) {
+      do_wait_writable();
+      return false;
+    }
+  }
+  m_pending.clear();
+  m_pending_pos = 0;
+  return true;
+}
+
+void sender_app::send_data(time_point now) {
+  if (!flush_pending(now)) return;
+  std::size_t total = 0;
+  while (total < max_datagrams_per_round) {
+    const std::size_t n = m_session.next_data(now, m_sends);
+    if (n == 0) break;
+    total += n;
+    m_pending.assign(m_sends.begin(), m_sends.begin() + static_cast<std::ptrdiff_t>(n));
+    m_pending_pos = 0;
+    if (!flush_pending(now)) return;
+    flush_control();
+    if (n < m_sends.size()) break;
+  }
+  if (total >= max_datagrams_per_round) {
+    // More is due: let the socket and timers run first.
+    boost::asio::post(m_io, [this] { service(); });
+  }
+}
+
+void sender_app::do_wait_writable() {
+  if (m_waiting_writable) return;
+  m_waiting_writable = true;
+  m_socket.async_wait(net::udp::socket::wait_write, [this](const boost::system::error_code& ec) {
+    m_waiting_writable = false;
+    if (!ec) service();
+  });
+}
+
+void sender_app::do_receive() {
+  m_socket.async_wait(net::udp::socket::wait_read, [this](const boost::system::error_code& ec) {
+    if (ec) return;
+    std::error_code rec;
+    const auto now = from_steady(std::chrono::steady_clock::now());
+    m_receiver.drain(
+        m_socket.native_handle(), 4096,
+        [&](std::span<const std::byte> d, const endpoint& from) {
+          m_session.on_datagram(d, from, now);
+        },
+        rec);
+    if (rec && m_log) m_log->warn("receive error on the sender socket: {}", rec.message());
+    service();
+    if (!m_session.done()) do_receive();
+  });
+}
+
+void sender_app::draw_progress(bool final_line) {
+  const auto now = std::chrono::steady_clock::now();
+  const auto rep = m_session.report(from_steady(now));
+  const double dt = std::chrono::duration<double>(now - m_last_progress_time).count();
+  const double rate = dt > 0 ? static_cast<double>(rep.data_bytes - m_last_progress_bytes) * 8 / dt : 0;
+  m_last_progress_bytes = rep.data_bytes;
+  m_last_progress_time = now;
+  std::size_t done = 0;
+  for (const auto& r : rep.receivers) {
+    if (r.state == receiver_report::state_t::completed ||
+        r.state == receiver_report::state_t::failed) {
+      ++done;
+    }
+  }
+  const double pct = rep.bytes ? 100.0 * std::min<double>(1.0, static_cast<double>(rep.data_bytes) /
+                                                                  static_cast<double>(rep.bytes))
+                               : 100.0;
+  std::fprintf(stderr, "\r\033[Kpass %u  sent %s of %s (%.0f%%)  %s  receivers %zu/%zu done%s",
+               rep.passes, format_bytes(static_cast<double>(rep.data_bytes)).c_str(),
+               format_bytes(static_cast<double>(rep.bytes)).c_str(), pct,
+               format_rate(rate).c_str(), done, rep.receivers.size(), final_line ? "\n" : "");
+  std::fflush(stderr);
+  if (!final_line && !m_session.done()) {
+    m_progress_timer.expires_after(progress_interval);
+    m_progress_timer.async_wait([this](const boost::system::error_code& ec) {
+      if (!ec) draw_progress(false);
+    });
+  }
+}
+
+std::string format_summary(const run_result& r) {
+  const auto& rep = r.report;
+  std::ostringstream os;
+  char line[512];
+  const double goodput = r.wall_seconds > 0 ? static_cast<double>(rep.bytes) * 8 / r.wall_seconds : 0;
+  std::snprintf(line, sizeof line,
+                "session %08x: %u files, %s in %.3f s (goodput %s), %u passes, %llu datagrams "
+                "(%llu repairs), GRTT %.2f ms\n",
+                rep.session.value, rep.files, format_bytes(static_cast<double>(rep.bytes)).c_str(),
+                r.wall_seconds, format_rate(goodput).c_str(), rep.passes,
+                static_cast<unsigned long long>(rep.data_datagrams),
+                static_cast<unsigned long long>(rep.repair_datagrams), to_ms(rep.grtt));
+  os << line;
+  std::snprintf(line, sizeof line, "%-20s %-10s %7s %7s %11s %6s %8s %10s %9s\n", "receiver",
+                "state", "files", "held", "bytes", "passes", "NAKs", "NAKed", "RTT ms");
+  os << line;
+  for (const auto& rr : rep.receivers) {
+    char rtt[32] = "-";
+    if (rr.rtt_valid) std::snprintf(rtt, sizeof rtt, "%.2f", to_ms(rr.rtt));
+    std::snprintf(line, sizeof line, "%-20s %-10s %7u %7u %11s %6u %8llu %10llu %9s\n",
+                  rr.id.c_str(), state_name(rr.state), rr.files_stored, rr.files_held,
+                  format_bytes(static_cast<double>(rr.bytes_stored)).c_str(), rr.passes,
+                  static_cast<unsigned long long>(rr.naks),
+                  static_cast<unsigned long long>(rr.blocks_naked), rtt);
+    os << line;
+    if (!rr.reason.empty()) os << "    reason: " << rr.reason << "\n";
+    for (const auto& [file, why] : rr.file_failures) {
+      os << "    file " << file << ": " << why << "\n";
+    }
+  }
+  if (!r.error.empty()) os << "error: " << r.error << "\n";
+  return os.str();
+}
+
+std::string summary_json(const run_result& r) {
+  const auto& rep = r.report;
+  nlohmann::json j;
+  j["session_id"] = rep.session.value;
+  j["files"] = rep.files;
+  j["bytes"] = rep.bytes;
+  j["wall_seconds"] = r.wall_seconds;
+  j["goodput_bps"] = r.wall_seconds > 0 ? static_cast<double>(rep.bytes) * 8 / r.wall_seconds : 0;
+  j["passes"] = rep.passes;
+  j["data_datagrams"] = rep.data_datagrams;
+  j["repair_datagrams"] = rep.repair_datagrams;
+  j["grtt_ms"] = to_ms(rep.grtt);
+  j["succeeded"] = r.succeeded;
+  if (!r.error.empty()) j["error"] = r.error;
+  nlohmann::json drops = nlohmann::json::object();
+  for (std::size_t i = 1; i < rep.drops.counts.size(); ++i) {
+    if (rep.drops.counts[i]) drops[std::string(to_string(static_cast<errc>(i)))] = rep.drops.counts[i];
+  }
+  j["dropped"] = drops;
+  auto& list = j["receivers"] = nlohmann::json::array();
+  for (const auto& rr : rep.receivers) {
+    nlohmann::json o;
+    o["id"] = rr.id;
+    o["state"] = state_name(rr.state);
+    o["files"] = rr.files_stored;
+    o["files_held"] = rr.files_held;
+    o["bytes"] = rr.bytes_stored;
+    o["passes"] = rr.passes;
+    o["naks"] = rr.naks;
+    o["blocks_naked"] = rr.blocks_naked;
+    o["rtt_ms"] = rr.rtt_valid ? nlohmann::json(to_ms(rr.rtt)) : nlohmann::json(nullptr);
+    o["completion_seconds"] = to_seconds(rr.completion_time);
+    o["address"] = rr.address.to_string();
+    if (!rr.reason.empty()) o["reason"] = rr.reason;
+    auto& ff = o["file_failures"] = nlohmann::json::array();
+    for (const auto& [file, why] : rr.file_failures) ff.push_back({{"file", file}, {"reason", why}});
+    list.push_back(std::move(o));
+  }
+  return j.dump(2) + "\n";
+}
+
+}  // namespace mcdist::sender

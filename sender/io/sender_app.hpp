@@ -1,0 +1,102 @@
+#pragma once
+/// @file
+/// The Asio shell of mcdist-send: one io_context on one thread runs the socket, the timer and
+/// the pacing loop around a sender_session; hashing runs on its own thread.
+
+#include "common/endpoint.hpp"
+#include "common/net/udp.hpp"
+#include "sender/core/sender_session.hpp"
+#include "sender/io/block_reader.hpp"
+#include "sender/io/file_hasher.hpp"
+#include "sender/io/file_set.hpp"
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mcdist::sender {
+
+/// Settings of one run of mcdist-send beyond the session's own.
+struct app_options {
+  endpoint group;            ///< multicast group + port
+  endpoint interface;        ///< local address (port = our control port, 0 = any)
+  int ttl = 1;
+  bool progress = false;     ///< draw a progress line on stderr
+  std::optional<std::string> summary_json;
+};
+
+/// Outcome of a run.
+struct run_result {
+  session_report report;
+  double wall_seconds = 0;   ///< from program start to the end of the session
+  bool succeeded = false;
+  std::string error;         ///< set when the run could not proceed (I/O error)
+};
+
+/// Runs one session to its end.
+class sender_app {
+ public:
+  /// @param files   the file set (digests of small files already filled in)
+  /// @param started when the program started, for wall_seconds
+  /// @throws std::system_error when the socket cannot be set up
+  sender_app(boost::asio::io_context& io, app_options opts, sender_config cfg,
+             std::vector<source_file> files, std::shared_ptr<spdlog::logger> log,
+             std::chrono::steady_clock::time_point started);
+  ~sender_app();
+
+  /// Runs the io_context until the session is done. @return the outcome
+  run_result run();
+
+ private:
+  void service();
+  void send_data(time_point now);
+  bool flush_pending(time_point now);
+  void flush_control();
+  void arm_timer(time_point now);
+  void do_receive();
+  void do_wait_writable();
+  void draw_progress(bool final_line);
+  void fail(const std::string& why);
+
+  boost::asio::io_context& m_io;
+  app_options m_opts;
+  std::vector<source_file> m_files;
+  std::shared_ptr<spdlog::logger> m_log;
+  std::chrono::steady_clock::time_point m_started;
+  net::udp::socket m_socket;
+  boost::asio::steady_timer m_timer;
+  boost::asio::steady_timer m_progress_timer;
+  boost::asio::signal_set m_signals;
+  sender_session m_session;
+  block_reader m_reader;
+  net::batch_sender m_batch;
+  net::batch_receiver m_receiver;
+  std::unique_ptr<background_hasher> m_hasher;
+  std::uint32_t m_block_size;
+  session_id m_session_id;
+  std::vector<data_send> m_sends;
+  std::vector<data_send> m_pending;  ///< taken from the session, not yet accepted by the socket
+  std::size_t m_pending_pos = 0;
+  std::vector<std::byte> m_gso_buffer;
+  bool m_waiting_writable = false;
+  bool m_timer_armed = false;
+  std::optional<time_point> m_timer_at;
+  std::string m_error;
+  std::uint64_t m_last_progress_bytes = 0;
+  std::chrono::steady_clock::time_point m_last_progress_time;
+  int m_interrupts = 0;
+};
+
+/// Writes the summary table for an operator.
+std::string format_summary(const run_result& r);
+
+/// The summary as JSON (README "Summary JSON").
+std::string summary_json(const run_result& r);
+
+}  // namespace mcdist::sender

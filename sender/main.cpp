@@ -1,0 +1,238 @@
+// mcdist-send: distribute a file set over IP multicast, reliably, at a configured rate.
+
+#include "common/logging.hpp"
+#include "common/units.hpp"
+#include "common/wire.hpp"
+#include "sender/io/file_hasher.hpp"
+#include "sender/io/file_set.hpp"
+#include "sender/io/sender_app.hpp"
+
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <iostream>
+#include <random>
+
+namespace {
+
+/// Exit statuses (documented in --help and the README).
+enum exit_status : int {
+  exit_ok = 0,              ///< every receiver completed
+  exit_incomplete = 1,      ///< some receiver failed or did not register
+  exit_usage = 2,           ///< bad command line or file set
+  exit_runtime = 3,         ///< could not run: socket, file read, interrupted
+};
+
+constexpr const char* footer = R"(
+RATE is in bit/s with an optional SI suffix: 500M, 1.5G, 100000; "max" sends unpaced. The rate
+counts whole IP packets (IPv4 + UDP + mcdist headers), which is what the link carries.
+DURATION takes a unit: 250ms, 2s, 1m.
+
+Closed group (--receivers a,b,c): the session starts as soon as every listed receiver has
+registered (or --register-timeout passes; the missing ones are reported failed). Open group (no
+--receivers): whoever registers within --register-window takes part.
+
+Files are sent as one session: the manifest (path, size, mtime, mode, SHA-256) is announced once,
+pass 1 sends every block of every file back to back, later passes only the blocks receivers
+NAKed. Receivers that already hold an identical file (same size and SHA-256) skip it. Files
+larger than --prehash-max are hashed while pass 1 runs and their digests follow the manifest.
+
+Exit status: 0 every receiver completed; 1 some receiver failed or never registered;
+2 usage error (bad option, missing file); 3 runtime error (socket, a file changed while being
+sent, interrupted).
+
+Examples:
+  mcdist-send --interface 127.0.0.1 --rate 500M --receivers site-a,site-b products/
+  mcdist-send -g 239.192.0.9:5000 -i 10.0.0.5 --ttl 16 --rate 350M --summary-json out.json obs/*.bufr
+  mcdist-send --only site-b --register-window 3s products/T_ABCD01.grib   (resend to one site)
+)";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const auto started = std::chrono::steady_clock::now();
+  CLI::App app{
+      "mcdist-send - announce a file set and multicast it reliably, at a configured rate, in "
+      "NAK-collected passes, to mcdistd receivers.",
+      "mcdist-send"};
+  app.footer(footer);
+  app.get_formatter()->column_width(34);
+
+  std::vector<std::string> paths;
+  std::string group = "239.192.0.1:4711";
+  std::string interface = "0.0.0.0";
+  std::string rate = "100M";
+  std::vector<std::string> receivers;
+  std::vector<std::string> only;
+  std::string register_window = "2s";
+  std::string register_timeout = "30s";
+  std::string receiver_timeout = "10s";
+  std::string block_size = "1400";
+  std::string prehash_max = "16M";
+  std::uint32_t max_passes = 100;
+  int ttl = 1;
+  std::uint16_t port = 0;
+  std::string summary_json_path;
+  std::string session_hex;
+  std::string log_level = "info";
+  std::string name;
+  bool quiet = false;
+  bool no_progress = false;
+
+  app.add_option("PATH", paths, "Files and directories to send (directories recursively, "
+                                "relative paths kept)")
+      ->required();
+  app.add_option("-g,--group", group, "Multicast group and port, ADDR:PORT")
+      ->capture_default_str();
+  app.add_option("-i,--interface", interface,
+                 "Local address multicast leaves from; 127.0.0.1 for loopback")
+      ->capture_default_str();
+  app.add_option("-r,--rate", rate, "Multicast rate in bit/s (k, M, G suffixes; max = unpaced)")
+      ->capture_default_str();
+  app.add_option("--receivers", receivers, "Closed group: the receiver ids that must take part")
+      ->delimiter(',');
+  app.add_option("--only", only,
+                 "Resend: only these receiver ids take part, every other receiver ignores the "
+                 "session (with an open group, or together with --receivers)")
+      ->delimiter(',');
+  app.add_option("--register-window", register_window,
+                 "Open group: how long registrations are accepted (DURATION)")
+      ->capture_default_str();
+  app.add_option("--register-timeout", register_timeout,
+                 "Closed group: longest wait for every listed receiver (DURATION)")
+      ->capture_default_str();
+  app.add_option("--receiver-timeout", receiver_timeout,
+                 "Fail a receiver silent this long while the sender asks for its status")
+      ->capture_default_str();
+  app.add_option("-b,--block-size", block_size, "Payload bytes per data datagram")
+      ->capture_default_str();
+  app.add_option("--max-passes", max_passes, "Passes before incomplete receivers are failed")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 100000u));
+  app.add_option("--prehash-max", prehash_max,
+                 "Hash files up to this size before the announce; larger ones during pass 1")
+      ->capture_default_str();
+  app.add_option("--ttl", ttl, "Multicast TTL (hops)")->capture_default_str()->check(CLI::Range(0, 255));
+  app.add_option("--port", port, "Local UDP port for receivers' replies (0 = any)")
+      ->capture_default_str();
+  app.add_option("--summary-json", summary_json_path,
+                 "Write the end-of-session summary as JSON to this file");
+  app.add_option("--session-id", session_hex, "Session id, 8 hex digits (default: random)");
+  app.add_option("--name", name, "Sender name shown in receivers' logs (default: host name)");
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off")
+      ->capture_default_str();
+  app.add_flag("-q,--quiet", quiet, "Only warnings and errors; no progress line");
+  app.add_flag("--no-progress", no_progress, "No progress line even on a terminal");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? exit_ok : exit_usage;
+  }
+
+  auto usage_error = [](const std::string& msg) {
+    std::cerr << "mcdist-send: " << msg << "\n";
+    return exit_usage;
+  };
+
+  mcdist::sender::sender_config cfg;
+  mcdist::sender::app_options opts;
+  const auto g = mcdist::parse_endpoint(group);
+  if (!g || !g->is_multicast()) {
+    return usage_error("--group " + group + " is not a multicast ADDR:PORT (e.g. 239.192.0.1:4711)");
+  }
+  opts.group = *g;
+  const auto itf = mcdist::parse_address(interface);
+  if (!itf || itf->v6 != g->v6) {
+    return usage_error("--interface " + interface + " is not a local address of the group's family");
+  }
+  opts.interface = *itf;
+  opts.interface.port = port;
+  opts.ttl = ttl;
+  const auto r = mcdist::parse_rate(rate);
+  if (!r) return usage_error("--rate " + rate + " is not a rate (e.g. 500M, 1G, max)");
+  cfg.rate_bps = *r;
+  const auto bs = mcdist::parse_size(block_size);
+  if (!bs || *bs < mcdist::wire::min_block_size || *bs > mcdist::wire::max_block_size) {
+    return usage_error("--block-size must be " + std::to_string(mcdist::wire::min_block_size) +
+                       ".." + std::to_string(mcdist::wire::max_block_size) + " bytes");
+  }
+  cfg.block_size = static_cast<std::uint32_t>(*bs);
+  const auto ph = mcdist::parse_size(prehash_max);
+  if (!ph) return usage_error("--prehash-max " + prehash_max + " is not a size");
+  for (auto [text, out, opt] :
+       {std::tuple{&register_window, &cfg.register_window, "--register-window"},
+        std::tuple{&register_timeout, &cfg.register_timeout, "--register-timeout"},
+        std::tuple{&receiver_timeout, &cfg.receiver_timeout, "--receiver-timeout"}}) {
+    const auto d = mcdist::parse_duration(*text);
+    if (!d) return usage_error(std::string(opt) + " " + *text + " is not a duration (e.g. 2s)");
+    *out = *d;
+  }
+  cfg.max_passes = max_passes;
+  cfg.receivers = receivers;
+  cfg.only_receivers = only;
+  if (session_hex.empty()) {
+    std::random_device rd;
+    cfg.session = mcdist::session_id{rd() | 1u};
+  } else {
+    try {
+      std::size_t used = 0;
+      const auto v = std::stoul(session_hex, &used, 16);
+      if (used != session_hex.size() || v == 0 || v > 0xffffffffu) throw std::invalid_argument("");
+      cfg.session = mcdist::session_id{static_cast<std::uint32_t>(v)};
+    } catch (const std::exception&) {
+      return usage_error("--session-id must be 1 to 8 hex digits, not 0");
+    }
+  }
+  if (name.empty()) {
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    name = host;
+  }
+  cfg.sender_name = name;
+
+  mcdist::log_options lo;
+  try {
+    lo.level = quiet ? spdlog::level::warn : mcdist::parse_log_level(log_level);
+  } catch (const std::exception& e) {
+    return usage_error(e.what());
+  }
+  opts.progress = !quiet && !no_progress && ::isatty(STDERR_FILENO);
+  lo.clear_progress_line = opts.progress;
+  auto log = mcdist::make_logger("mcdist-send", lo);
+
+  std::vector<mcdist::sender::source_file> files;
+  try {
+    files = mcdist::sender::collect_files(paths, [&](const std::string& w) { log->warn("{}", w); });
+    if (files.empty()) return usage_error("no files to send in " + paths.front());
+    mcdist::sender::prehash(files, *ph, std::uint64_t{1} << 30,
+                            std::max(1u, std::thread::hardware_concurrency()));
+  } catch (const mcdist::sender::file_set_error& e) {
+    return usage_error(e.what());
+  }
+  if (!summary_json_path.empty()) opts.summary_json = summary_json_path;
+
+  try {
+    boost::asio::io_context io(1);
+    mcdist::sender::sender_app sender(io, opts, cfg, std::move(files), log, started);
+    const auto result = sender.run();
+    std::cout << mcdist::sender::format_summary(result) << std::flush;
+    if (opts.summary_json) {
+      std::ofstream out(*opts.summary_json);
+      out << mcdist::sender::summary_json(result);
+      if (!out) {
+        log->error("cannot write the summary to {}", *opts.summary_json);
+        return exit_runtime;
+      }
+    }
+    if (!result.error.empty()) return exit_runtime;
+    return result.succeeded ? exit_ok : exit_incomplete;
+  } catch (const std::system_error& e) {
+    log->error("{}", e.what());
+    return exit_runtime;
+  } catch (const std::invalid_argument& e) {
+    return usage_error(e.what());
+  }
+}
