@@ -1,0 +1,221 @@
+"""Helpers for the integration tests: run the real mcdist-send and mcdistd over loopback
+multicast, build file sets, compare trees, craft datagrams by hand.
+
+Only the Python standard library is used, so the tests run on a bare Debian 12."""
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+SKIP = 77  # ctest SKIP_RETURN_CODE
+
+
+def log(*args):
+    print(*args, flush=True)
+
+
+def fail(msg):
+    print("FAIL: " + msg, flush=True)
+    sys.exit(1)
+
+
+def check(cond, msg):
+    if not cond:
+        fail(msg)
+
+
+def free_group():
+    """A multicast group and port unlikely to collide with a parallel test."""
+    r = random.Random(os.getpid() ^ int(time.time() * 1000))
+    return "239.192.%d.%d:%d" % (r.randint(1, 250), r.randint(1, 250), r.randint(20000, 60000))
+
+
+def loopback_multicast_works():
+    try:
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton("127.0.0.1"))
+        s.close()
+        return True
+    except OSError:
+        return False
+
+
+def sha256_file(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while True:
+            b = f.read(1 << 20)
+            if not b:
+                break
+            h.update(b)
+    return h.hexdigest()
+
+
+def tree_digests(root):
+    """relative path -> sha256 of every regular file below root."""
+    out = {}
+    for d, _, files in os.walk(root):
+        for name in files:
+            p = os.path.join(d, name)
+            out[os.path.relpath(p, root)] = sha256_file(p)
+    return out
+
+
+def write_random(path, size, rng):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        left = size
+        while left > 0:
+            n = min(left, 1 << 20)
+            f.write(rng.randbytes(n))
+            left -= n
+
+
+class Daemon:
+    """One mcdistd process with its own dest/temp under `base`."""
+
+    def __init__(self, bin_dir, base, rid, group, extra=()):
+        self.id = rid
+        self.dest = os.path.join(base, rid, "dest")
+        self.temp = os.path.join(base, rid, "temp")
+        self.status = os.path.join(base, rid, "status.json")
+        self.log_path = os.path.join(base, rid, "mcdistd.log")
+        os.makedirs(self.dest, exist_ok=True)
+        os.makedirs(self.temp, exist_ok=True)
+        self.args = [os.path.join(bin_dir, "receiver", "mcdistd"), "--id", rid, "--group", group,
+                     "--interface", "127.0.0.1", "--dest", self.dest, "--temp", self.temp,
+                     "--status-file", self.status, "--status-interval", "1s"] + list(extra)
+        self.proc = None
+        self.start()
+
+    def start(self):
+        self.logf = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(self.args, stdout=self.logf, stderr=subprocess.STDOUT)
+        self.wait_for_log("listening on", 10)
+
+    def log_text(self):
+        with open(self.log_path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+    def wait_for_log(self, needle, timeout):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if needle in self.log_text():
+                return True
+            if self.proc.poll() is not None:
+                fail("mcdistd %s exited early (%s):\n%s" % (self.id, self.proc.returncode, self.log_text()))
+            time.sleep(0.02)
+        fail("mcdistd %s: no '%s' in its log within %s s:\n%s" % (self.id, needle, timeout, self.log_text()))
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.logf.close()
+        return self.proc.returncode
+
+    def read_status(self):
+        try:
+            with open(self.status) as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return None
+
+
+def run_sender(bin_dir, paths, group, receivers=None, rate="500M", extra=(), timeout=300):
+    """Runs mcdist-send to completion; returns (exit code, summary dict, output text)."""
+    fd, summary = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    args = [os.path.join(bin_dir, "sender", "mcdist-send"), "--group", group, "--interface",
+            "127.0.0.1", "--rate", rate, "--summary-json", summary, "--no-progress"]
+    if receivers:
+        args += ["--receivers", ",".join(receivers)]
+    args += list(extra) + list(paths)
+    p = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
+    out = p.stdout.decode("utf-8", "replace")
+    data = None
+    try:
+        with open(summary) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        pass
+    os.unlink(summary)
+    return p.returncode, data, out
+
+
+# --- hand-made datagrams: the mcdist header and a minimal protobuf encoder ---------------------
+
+MAGIC = 0x4D44
+VERSION = 1
+T_DATA, T_ANNOUNCE = 1, 2
+
+
+def header(msg_type, session, version=VERSION, magic=MAGIC):
+    return struct.pack("!HBBI", magic, version, msg_type, session)
+
+
+def varint(v):
+    out = bytearray()
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        if v:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def pb_uint(field, v):
+    return varint(field << 3 | 0) + varint(v)
+
+
+def pb_bytes(field, b):
+    if isinstance(b, str):
+        b = b.encode("utf-8", "surrogateescape")
+    return varint(field << 3 | 2) + varint(len(b)) + b
+
+
+def file_entry(path, size, digest=b"", mode=0o644, mtime_ns=1700000000000000000):
+    return (pb_bytes(1, path) + pb_uint(2, size) + pb_uint(3, mtime_ns) + pb_uint(4, mode) +
+            (pb_bytes(5, digest) if digest else b""))
+
+
+def announce(session, entries, first_file=0, chunk=0, chunks=1, file_count=None, block_size=1400):
+    file_count = len(entries) if file_count is None else file_count
+    params = (pb_uint(1, block_size) + pb_uint(2, 1000000) + pb_uint(3, 10) + pb_uint(4, file_count) +
+              pb_uint(5, 0) + pb_uint(6, chunks) + pb_uint(8, 1000))
+    body = pb_bytes(1, params) + pb_uint(2, chunk) + pb_uint(3, first_file)
+    for e in entries:
+        body += pb_bytes(4, e)
+    body += pb_uint(5, int(time.monotonic() * 1e6))
+    return header(T_ANNOUNCE, session) + body
+
+
+def multicast_socket():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton("127.0.0.1"))
+    s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 1)
+    s.bind(("127.0.0.1", 0))
+    return s
+
+
+def parse_group(group):
+    host, port = group.rsplit(":", 1)
+    return host, int(port)

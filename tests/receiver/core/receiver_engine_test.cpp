@@ -1,0 +1,366 @@
+#include "receiver/core/receiver_engine.hpp"
+
+#include "common/ranges.hpp"
+#include "common/wire.hpp"
+#include "mcdist.pb.h"
+
+#include <catch2/catch.hpp>
+
+#include <map>
+
+using namespace mcdist;
+using namespace mcdist::receiver;
+using namespace std::chrono_literals;
+
+namespace {
+
+const endpoint sender_ep = *parse_endpoint("10.0.0.1:5000");
+const endpoint stranger = *parse_endpoint("10.6.6.6:5000");
+constexpr session_id sid{0x1234};
+
+/// Records every action the engine asks for.
+struct fake_sink final : receiver_sink {
+  std::vector<std::vector<std::byte>> sent;
+  std::map<std::uint32_t, std::string> begun;
+  std::map<std::pair<std::uint32_t, std::uint64_t>, std::size_t> writes;
+  std::vector<std::pair<std::uint32_t, sha256_digest>> finalized;
+  std::vector<std::vector<held_query>> held_queries;
+  std::vector<std::string> checkpoints;
+  std::vector<std::uint32_t> discarded;
+  std::vector<std::uint32_t> closed;
+  bool refuse_writes = false;
+
+  void send(const endpoint&, std::span<const std::byte> d) override { sent.emplace_back(d.begin(), d.end()); }
+  void begin_file(const file_ref& r) override { begun[r.file.value] = r.entry->path; }
+  bool write_block(session_id, file_index f, std::uint64_t off, std::span<const std::byte> d) override {
+    if (refuse_writes) return false;
+    writes[{f.value, off}] = d.size();
+    return true;
+  }
+  void finalize_file(session_id, file_index f, const sha256_digest& d) override { finalized.emplace_back(f.value, d); }
+  void discard_file(session_id, file_index f) override { discarded.push_back(f.value); }
+  void query_held(session_id, std::uint32_t, std::vector<held_query> q) override { held_queries.push_back(std::move(q)); }
+  void checkpoint(session_id, std::string blob) override { checkpoints.push_back(std::move(blob)); }
+  void session_closed(session_id s, bool) override { closed.push_back(s.value); }
+
+  template <class Msg>
+  std::vector<Msg> of_type(wire::msg_type t) const {
+    std::vector<Msg> out;
+    for (const auto& d : sent) {
+      wire::header h;
+      if (wire::parse_header(d, h) || h.type != t) continue;
+      Msg m;
+      REQUIRE_FALSE(wire::parse_control(d, m));
+      out.push_back(m);
+    }
+    return out;
+  }
+};
+
+template <class Msg>
+std::vector<std::byte> datagram(wire::msg_type t, const Msg& m, session_id s = sid) {
+  std::vector<std::byte> out(wire::header_size + m.ByteSizeLong());
+  wire::encode_control(out, t, s, m);
+  return out;
+}
+
+std::vector<std::byte> data(std::uint32_t seq, std::uint32_t file, std::uint32_t block, std::size_t len) {
+  std::vector<std::byte> d(wire::data_header_size + len, std::byte{7});
+  wire::write_data_header(d, {sid, seq, file_index{file}, block_index{block}});
+  return d;
+}
+
+struct harness {
+  fake_sink sink;
+  receiver_engine engine;
+  time_point now{50s};
+  harness() : engine(receiver_config{"site"}, sink, 1, nullptr) {}
+
+  void feed(const std::vector<std::byte>& d, const endpoint& from = sender_ep) {
+    engine.on_datagram(d, from, 0, now);
+    engine.on_timer(now);
+  }
+  /// Announce `entries` in chunks of `per_chunk`, in the given chunk order.
+  void announce(const std::vector<wire::file_entry>& entries, std::size_t per_chunk = 100,
+                std::vector<std::size_t> order = {}) {
+    const std::size_t chunks = (entries.size() + per_chunk - 1) / per_chunk;
+    if (order.empty()) for (std::size_t c = 0; c < chunks; ++c) order.push_back(c);
+    for (const auto c : order) {
+      wire::announce a;
+      auto* p = a.mutable_params();
+      p->set_block_size(1000);
+      p->set_file_count(static_cast<std::uint32_t>(entries.size()));
+      p->set_manifest_chunks(static_cast<std::uint32_t>(chunks));
+      p->set_grtt_us(10000);
+      a.set_chunk(static_cast<std::uint32_t>(c));
+      a.set_first_file(static_cast<std::uint32_t>(c * per_chunk));
+      a.set_sender_time_us(1);
+      for (std::size_t i = c * per_chunk; i < std::min(entries.size(), (c + 1) * per_chunk); ++i) {
+        *a.add_files() = entries[i];
+      }
+      feed(datagram(wire::msg_type::announce, a));
+    }
+  }
+  void held_none() {
+    REQUIRE(sink.held_queries.size() == 1);
+    engine.on_held(sid, {}, now);
+  }
+  void accept() {
+    wire::register_reply r;
+    r.set_receiver_id("site");
+    r.set_accepted(true);
+    feed(datagram(wire::msg_type::register_reply, r));
+  }
+  void marker(std::uint32_t pass, std::uint32_t file, std::uint32_t block, bool end, std::uint32_t seq) {
+    wire::marker m;
+    m.set_pass(pass);
+    m.set_file(file);
+    m.set_block(block);
+    m.set_pass_end(end);
+    m.set_seq(seq);
+    m.set_status_request(end);
+    feed(datagram(wire::msg_type::marker, m));
+  }
+};
+
+wire::file_entry entry(std::string path, std::uint64_t size, bool with_digest = true) {
+  wire::file_entry e;
+  e.set_path(std::move(path));
+  e.set_size(size);
+  e.set_mode(0644);
+  if (with_digest) e.set_sha256(std::string(32, '\x11'));
+  return e;
+}
+
+/// Missing runs of one file in a NAK, decoded.
+std::vector<std::pair<std::uint32_t, std::uint32_t>> runs(const wire::nak& n, std::uint32_t file) {
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> out;
+  for (const auto& fn : n.files()) {
+    if (fn.file() != file) continue;
+    for_each_range(std::span(fn.ranges().data(), static_cast<std::size_t>(fn.ranges_size())),
+                   UINT32_MAX, [&](std::uint32_t f, std::uint32_t c) { out.emplace_back(f, c); });
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a manifest assembled from chunks in any order leads to one REGISTER", "[unit][receiver]") {
+  harness h;
+  std::vector<wire::file_entry> entries;
+  for (int i = 0; i < 25; ++i) entries.push_back(entry("d/f" + std::to_string(i), 100));
+  h.announce(entries, 10, {2, 0, 0, 1});
+  REQUIRE(h.sink.held_queries.size() == 1);
+  REQUIRE(h.sink.held_queries[0].size() == 25);
+  REQUIRE(h.sink.of_type<wire::register_request>(wire::msg_type::register_request).empty());
+  h.engine.on_held(sid, {{file_index{3}, sha256_digest{}}}, h.now);  // digest differs: not held
+  const auto regs = h.sink.of_type<wire::register_request>(wire::msg_type::register_request);
+  REQUIRE(regs.size() == 1);
+  REQUIRE(regs[0].receiver_id() == "site");
+  REQUIRE(regs[0].held_files_size() == 0);
+}
+
+TEST_CASE("files held identically are reported in REGISTER and never requested", "[unit][receiver]") {
+  harness h;
+  h.announce({entry("a", 10), entry("b", 10), entry("c", 10)});
+  sha256_digest same;
+  same.fill(0x11);
+  h.engine.on_held(sid, {{file_index{0}, same}, {file_index{1}, same}}, h.now);
+  const auto regs = h.sink.of_type<wire::register_request>(wire::msg_type::register_request);
+  REQUIRE(regs.size() == 1);
+  REQUIRE(regs[0].held_files_size() == 2);
+  REQUIRE(regs[0].held_files(0) == 0);
+  REQUIRE(regs[0].held_files(1) == 2);
+  h.accept();
+  h.feed(data(1, 0, 0, 10));
+  REQUIRE(h.sink.writes.empty());
+  REQUIRE(h.engine.stats().drops[errc::duplicate] == 1);
+}
+
+TEST_CASE("bad and conflicting paths are refused, the rest of the session proceeds", "[unit][receiver]") {
+  harness h;
+  h.announce({entry("../up", 10), entry("ok/x", 10), entry("ok/x", 10), entry("ok", 10),
+              entry("ok/x/y", 10), entry("/abs", 10), entry("fine", 10)});
+  REQUIRE(h.sink.held_queries.size() == 1);
+  std::vector<std::string> asked;
+  for (const auto& q : h.sink.held_queries[0]) asked.push_back(q.relative_path);
+  REQUIRE(asked == std::vector<std::string>{"ok/x", "fine"});
+  REQUIRE(h.engine.stats().files_refused == 5);
+}
+
+TEST_CASE("blocks are written, complete files finalized, and COMPLETE follows storage", "[unit][receiver]") {
+  harness h;
+  h.announce({entry("a", 2500), entry("empty", 0)});
+  h.held_none();
+  h.accept();
+  // The empty file needs no data.
+  REQUIRE(h.sink.finalized.size() == 1);
+  REQUIRE(h.sink.finalized[0].first == 1);
+  h.feed(data(1, 0, 0, 1000));
+  h.feed(data(2, 0, 1, 1000));
+  h.feed(data(3, 0, 1, 1000));  // duplicate
+  h.feed(data(4, 0, 2, 499));   // wrong length for the tail block (500)
+  REQUIRE(h.engine.stats().drops[errc::duplicate] == 1);
+  REQUIRE(h.engine.stats().drops[errc::invalid_field] == 1);
+  h.feed(data(5, 0, 2, 500));
+  REQUIRE(h.sink.writes.size() == 3);
+  REQUIRE(h.sink.writes.count({0, 2000}) == 1);
+  REQUIRE(h.sink.finalized.size() == 2);
+  REQUIRE(h.sink.of_type<wire::complete>(wire::msg_type::complete).empty());
+  h.engine.on_file_stored(sid, file_index{1}, {}, {}, h.now);
+  h.engine.on_file_stored(sid, file_index{0}, {}, {}, h.now);
+  const auto done = h.sink.of_type<wire::complete>(wire::msg_type::complete);
+  REQUIRE(done.size() == 1);
+  REQUIRE(done[0].files_stored() == 2);
+  REQUIRE(done[0].bytes_stored() == 2500);
+  wire::complete_ack ack;
+  ack.set_receiver_id("site");
+  h.feed(datagram(wire::msg_type::complete_ack, ack));
+  REQUIRE(h.sink.closed == std::vector<std::uint32_t>{sid.value});
+  REQUIRE(h.engine.active_sessions() == 0);
+}
+
+TEST_CASE("NAKs cover what is missing behind the sender's marker, once per pass", "[unit][receiver]") {
+  harness h;
+  h.announce({entry("a", 10'000), entry("b", 10'000)});  // 10 blocks each
+  h.held_none();
+  h.accept();
+  for (std::uint32_t b : {0u, 1u, 3u, 4u, 5u, 9u}) h.feed(data(b + 1, 0, b, 1000));
+  h.marker(1, 1, 0, false, 10);  // the sender has swept all of file 0
+  auto naks = h.sink.of_type<wire::nak>(wire::msg_type::nak);
+  REQUIRE(naks.size() == 1);
+  REQUIRE(runs(naks[0], 0) == std::vector<std::pair<std::uint32_t, std::uint32_t>>{{2, 1}, {6, 3}});
+  REQUIRE(runs(naks[0], 1).empty());  // nothing of file 1 was sent yet
+  REQUIRE(naks[0].seen_seq() == 10);
+  h.marker(1, 1, 4, false, 14);  // file 1 blocks 0-3 sent, all lost
+  naks = h.sink.of_type<wire::nak>(wire::msg_type::nak);
+  REQUIRE(naks.size() == 2);
+  REQUIRE(runs(naks[1], 0).empty());  // not asked again in the same pass
+  REQUIRE(runs(naks[1], 1) == std::vector<std::pair<std::uint32_t, std::uint32_t>>{{0, 4}});
+  // Pass end: the rest of file 1; then a repeated end-of-pass status request asks for all.
+  h.marker(1, 2, 0, true, 20);
+  naks = h.sink.of_type<wire::nak>(wire::msg_type::nak);
+  REQUIRE(runs(naks.back(), 1) == std::vector<std::pair<std::uint32_t, std::uint32_t>>{{4, 6}});
+  h.marker(1, 2, 0, true, 20);
+  naks = h.sink.of_type<wire::nak>(wire::msg_type::nak);
+  REQUIRE(runs(naks.back(), 0).size() == 2);
+  REQUIRE(runs(naks.back(), 1) == std::vector<std::pair<std::uint32_t, std::uint32_t>>{{0, 10}});
+}
+
+TEST_CASE("data from another host or for another session is dropped and counted", "[unit][receiver]") {
+  harness h;
+  h.announce({entry("a", 1000)});
+  h.held_none();
+  h.accept();
+  h.feed(data(1, 0, 0, 1000), stranger);
+  REQUIRE(h.engine.stats().drops[errc::wrong_source] == 1);
+  auto other = data(1, 0, 0, 1000);
+  wire::write_data_header(other, {session_id{999}, 1, file_index{0}, block_index{0}});
+  h.feed(other);
+  REQUIRE(h.engine.stats().drops[errc::unknown_session] == 1);
+  h.feed(data(1, 7, 0, 1000));
+  REQUIRE(h.engine.stats().drops[errc::invalid_field] == 1);
+  REQUIRE(h.sink.writes.empty());
+}
+
+TEST_CASE("a file whose digest follows is finalized when the digest arrives", "[unit][receiver]") {
+  harness h;
+  h.announce({entry("big", 1000, false)});
+  h.held_none();
+  h.accept();
+  h.feed(data(1, 0, 0, 1000));
+  REQUIRE(h.sink.finalized.empty());
+  wire::digest_list dl;
+  auto* d = dl.add_digests();
+  d->set_file(0);
+  d->set_sha256(std::string(32, '\x22'));
+  h.feed(datagram(wire::msg_type::digest_list, dl));
+  REQUIRE(h.sink.finalized.size() == 1);
+  REQUIRE(h.sink.finalized[0].second[0] == 0x22);
+}
+
+TEST_CASE("a SHA-256 mismatch fetches the file again, then fails it", "[unit][receiver]") {
+  harness h;
+  h.announce({entry("a", 1000)});
+  h.held_none();
+  h.accept();
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    h.feed(data(static_cast<std::uint32_t>(attempt + 1), 0, 0, 1000));
+    REQUIRE(h.sink.finalized.size() == static_cast<std::size_t>(attempt + 1));
+    h.engine.on_file_stored(sid, file_index{0}, errc::digest_mismatch, "", h.now);
+  }
+  const auto done = h.sink.of_type<wire::complete>(wire::msg_type::complete);
+  REQUIRE(done.size() == 1);
+  REQUIRE(done[0].failures_size() == 1);
+  REQUIRE(h.engine.stats().files_failed == 1);
+}
+
+TEST_CASE("storage back-pressure leaves the block missing", "[unit][receiver]") {
+  harness h;
+  h.announce({entry("a", 2000)});
+  h.held_none();
+  h.accept();
+  h.sink.refuse_writes = true;
+  h.feed(data(1, 0, 0, 1000));
+  h.sink.refuse_writes = false;
+  h.feed(data(2, 0, 1, 1000));
+  h.marker(1, 1, 0, true, 2);
+  const auto naks = h.sink.of_type<wire::nak>(wire::msg_type::nak);
+  REQUIRE(runs(naks.back(), 0) == std::vector<std::pair<std::uint32_t, std::uint32_t>>{{0, 1}});
+  REQUIRE(h.engine.stats().drops[errc::storage_full] == 1);
+}
+
+TEST_CASE("a checkpoint restores a session that resumes where it stopped", "[unit][receiver]") {
+  harness h;
+  h.announce({entry("a", 3000), entry("b", 1000)});
+  h.held_none();
+  h.accept();
+  h.feed(data(1, 0, 0, 1000));
+  h.feed(data(2, 1, 0, 1000));
+  h.engine.on_file_stored(sid, file_index{1}, {}, {}, h.now);
+  h.engine.checkpoint_all(h.now);
+  REQUIRE(h.sink.checkpoints.size() == 1);
+
+  fake_sink sink2;
+  receiver_engine restarted(receiver_config{"site"}, sink2, 2, nullptr);
+  REQUIRE_FALSE(restarted.restore(h.sink.checkpoints.back(), h.now));
+  REQUIRE(restarted.restore(h.sink.checkpoints.back(), h.now) == errc::invalid_field);  // twice
+  REQUIRE(restarted.restore("garbage", h.now));
+  // It NAKs only what it lacks, and writes with resume so the temp file is kept.
+  wire::marker m;
+  m.set_pass(2);
+  m.set_file(2);
+  m.set_pass_end(true);
+  m.set_seq(9);
+  restarted.on_datagram(datagram(wire::msg_type::marker, m), sender_ep, 0, h.now);
+  restarted.on_timer(h.now);
+  const auto naks = sink2.of_type<wire::nak>(wire::msg_type::nak);
+  REQUIRE(naks.size() == 1);
+  REQUIRE(runs(naks[0], 0) == std::vector<std::pair<std::uint32_t, std::uint32_t>>{{1, 2}});
+  REQUIRE(runs(naks[0], 1).empty());
+}
+
+TEST_CASE("a resend for other receivers is ignored", "[unit][receiver]") {
+  harness h;
+  wire::announce a;
+  a.mutable_params()->set_block_size(1000);
+  a.mutable_params()->set_file_count(1);
+  a.mutable_params()->set_manifest_chunks(1);
+  a.mutable_params()->add_only_receivers("elsewhere");
+  *a.add_files() = entry("a", 10);
+  h.feed(datagram(wire::msg_type::announce, a));
+  REQUIRE(h.sink.held_queries.empty());
+  REQUIRE(h.engine.active_sessions() == 0);
+}
+
+TEST_CASE("a session whose sender goes silent is abandoned", "[unit][receiver]") {
+  harness h;
+  h.announce({entry("a", 1000)});
+  h.held_none();
+  h.accept();
+  h.now += 61s;
+  h.engine.on_timer(h.now);
+  REQUIRE(h.engine.active_sessions() == 0);
+  REQUIRE(h.sink.closed.size() == 1);
+  REQUIRE(h.engine.stats().sessions_failed == 1);
+}

@@ -1,0 +1,310 @@
+#include "sender/core/sender_session.hpp"
+
+#include "common/ranges.hpp"
+#include "common/wire.hpp"
+#include "mcdist.pb.h"
+
+#include <catch2/catch.hpp>
+
+#include <map>
+
+using namespace mcdist;
+using namespace mcdist::sender;
+using namespace std::chrono_literals;
+
+namespace {
+
+const endpoint rx_a = *parse_endpoint("10.0.0.2:7000");
+const endpoint rx_b = *parse_endpoint("10.0.0.3:7000");
+
+std::vector<manifest_entry> files(std::initializer_list<std::uint64_t> sizes) {
+  std::vector<manifest_entry> out;
+  int i = 0;
+  for (auto s : sizes) {
+    manifest_entry e;
+    e.path = "f" + std::to_string(i++);
+    e.size = s;
+    e.digest = sha256_digest{};
+    out.push_back(e);
+  }
+  return out;
+}
+
+template <class Msg>
+std::vector<std::byte> datagram(wire::msg_type t, session_id s, const Msg& m) {
+  std::vector<std::byte> out(wire::header_size + m.ByteSizeLong());
+  wire::encode_control(out, t, s, m);
+  return out;
+}
+
+/// Drives a session with virtual time and collects what it sends.
+struct harness {
+  sender_config cfg;
+  std::unique_ptr<sender_session> s;
+  time_point now{100s};
+  std::vector<control_send> control;
+
+  explicit harness(std::vector<manifest_entry> f, std::vector<std::string> receivers = {"a", "b"}) {
+    cfg.session = session_id{42};
+    cfg.rate_bps = 80'000'000;  // 10 MB/s
+    cfg.receivers = std::move(receivers);
+    s = std::make_unique<sender_session>(cfg, std::move(f), 1, nullptr);
+    s->start(now);
+  }
+  void tick() {
+    s->on_timer(now);
+    control_send c;
+    while (s->pop_control(c)) control.push_back(std::move(c));
+  }
+  template <class Msg>
+  std::vector<Msg> sent(wire::msg_type t) {
+    std::vector<Msg> out;
+    for (const auto& c : control) {
+      wire::header h;
+      if (wire::parse_header(c.bytes, h) || h.type != t) continue;
+      Msg m;
+      REQUIRE_FALSE(wire::parse_control(c.bytes, m));
+      out.push_back(m);
+    }
+    return out;
+  }
+  void register_rx(const std::string& id, const endpoint& from, std::vector<std::uint32_t> held = {}) {
+    wire::register_request r;
+    r.set_receiver_id(id);
+    for (auto v : held) r.add_held_files(v);
+    s->on_datagram(datagram(wire::msg_type::register_request, cfg.session, r), from, now);
+    tick();
+  }
+  std::vector<data_send> drain_data(duration step = 1ms, int max_steps = 100000) {
+    std::vector<data_send> all;
+    std::array<data_send, 64> buf;
+    for (int i = 0; i < max_steps; ++i) {
+      tick();
+      const auto n = s->next_data(now, buf);
+      all.insert(all.end(), buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(n));
+      tick();
+      if (s->current_phase() != sender_session::phase::transferring) break;
+      now += step;
+    }
+    return all;
+  }
+  void nak(const std::string& id, const endpoint& from, std::uint32_t file,
+           std::vector<std::pair<std::uint32_t, std::uint32_t>> runs, std::uint32_t seen_seq) {
+    wire::nak m;
+    m.set_receiver_id(id);
+    m.set_seen_seq(seen_seq);
+    auto* fn = m.add_files();
+    fn->set_file(file);
+    std::vector<std::uint32_t> pairs;
+    range_encoder enc(pairs);
+    for (auto [f, c] : runs) enc.add(f, c);
+    for (auto v : pairs) fn->add_ranges(v);
+    s->on_datagram(datagram(wire::msg_type::nak, cfg.session, m), from, now);
+    tick();
+  }
+  void complete(const std::string& id, const endpoint& from) {
+    wire::complete m;
+    m.set_receiver_id(id);
+    m.set_files_stored(1);
+    s->on_datagram(datagram(wire::msg_type::complete, cfg.session, m), from, now);
+    tick();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("announce carries the whole manifest in chunks that fit a datagram", "[unit][sender]") {
+  std::vector<manifest_entry> many;
+  for (int i = 0; i < 500; ++i) {
+    manifest_entry e;
+    e.path = "products/obs/2026/11/22/bulletin_" + std::to_string(i) + ".bufr";
+    e.size = 1000 + static_cast<std::uint64_t>(i);
+    e.digest = sha256_digest{};
+    many.push_back(e);
+  }
+  harness h(many);
+  h.tick();
+  const auto ann = h.sent<wire::announce>(wire::msg_type::announce);
+  REQUIRE(ann.size() > 1);
+  std::map<std::uint32_t, std::string> seen;
+  for (const auto& a : ann) {
+    REQUIRE(a.params().manifest_chunks() == ann.size());
+    REQUIRE(a.params().file_count() == 500);
+    REQUIRE(a.params().closed_group());
+    for (int i = 0; i < a.files_size(); ++i) seen[a.first_file() + static_cast<std::uint32_t>(i)] = a.files(i).path();
+  }
+  REQUIRE(seen.size() == 500);
+  REQUIRE(seen[499] == many[499].path);
+  for (const auto& c : h.control) {
+    REQUIRE_FALSE(c.to);  // multicast
+    REQUIRE(c.bytes.size() <= wire::control_budget);
+  }
+}
+
+TEST_CASE("a closed group starts pass 1 once every listed receiver registered", "[unit][sender]") {
+  harness h(files({3000, 0, 1400}));
+  h.tick();
+  h.register_rx("a", rx_a);
+  REQUIRE(h.s->current_phase() == sender_session::phase::announcing);
+  h.register_rx("intruder", rx_b);
+  h.register_rx("b", rx_b);
+  REQUIRE(h.s->current_phase() == sender_session::phase::transferring);
+  const auto replies = h.sent<wire::register_reply>(wire::msg_type::register_reply);
+  REQUIRE(replies.size() == 3);
+  REQUIRE(replies[0].accepted());
+  REQUIRE_FALSE(replies[1].accepted());
+  REQUIRE(replies[1].reason() == "not a member of the closed group");
+  REQUIRE(replies[2].accepted());
+  // Pass 1: every block of every file in order; the empty file has none.
+  const auto data = h.drain_data();
+  REQUIRE(data.size() == 4);
+  REQUIRE(data[0].file == file_index{0});
+  REQUIRE(data[1].length == 1400);
+  REQUIRE(data[2].length == 200);  // 3000 bytes: 1400 + 1400 + 200
+  REQUIRE(data[2].offset == 2800);
+  REQUIRE(data[3].file == file_index{2});  // 1400 bytes: exactly one block
+  REQUIRE(data[3].length == 1400);
+  for (std::size_t i = 1; i < data.size(); ++i) REQUIRE(data[i].seq == data[i - 1].seq + 1);
+  const auto markers = h.sent<wire::marker>(wire::msg_type::marker);
+  REQUIRE_FALSE(markers.empty());
+  REQUIRE(markers.back().pass_end());
+  REQUIRE(markers.back().pass() == 1);
+  REQUIRE(h.s->current_phase() == sender_session::phase::waiting);
+}
+
+TEST_CASE("data leaves at the configured rate", "[unit][sender]") {
+  harness h(files({14'000'000}), {"a"});
+  h.tick();
+  h.register_rx("a", rx_a);
+  const time_point t0 = h.now;
+  std::array<data_send, 64> buf;
+  std::uint64_t bytes = 0;
+  while (h.now < t0 + 500ms) {
+    h.tick();
+    const auto n = h.s->next_data(h.now, buf);
+    for (std::size_t i = 0; i < n; ++i) bytes += buf[i].length + 48;
+    h.now = std::max(*h.s->next_deadline(h.now), h.now + 10us);
+  }
+  // 0.5 s at 80 Mbit/s = 5 MB on the wire (+ one burst).
+  REQUIRE(bytes >= 4'900'000);
+  REQUIRE(bytes <= 5'000'000 + 64 * 1024 + 1500);
+}
+
+TEST_CASE("NAKs from several receivers are merged into one repair pass", "[unit][sender]") {
+  harness h(files({14'000}));  // 10 blocks
+  h.tick();
+  h.register_rx("a", rx_a);
+  h.register_rx("b", rx_b);
+  const auto pass1 = h.drain_data();
+  REQUIRE(pass1.size() == 10);
+  const std::uint32_t last_seq = pass1.back().seq;
+  h.nak("a", rx_a, 0, {{2, 3}}, last_seq);     // 2,3,4
+  h.nak("b", rx_b, 0, {{3, 1}, {8, 2}}, last_seq);  // 3, 8, 9
+  h.now += 50ms;
+  const auto pass2 = h.drain_data();
+  std::vector<std::uint32_t> blocks;
+  for (const auto& d : pass2) blocks.push_back(d.block.value);
+  REQUIRE(blocks == std::vector<std::uint32_t>{2, 3, 4, 8, 9});
+  REQUIRE(h.s->pass() == 2);
+  // A NAK that left before the repair of block 3 reached the receiver is stale: not resent.
+  h.nak("a", rx_a, 0, {{3, 1}}, last_seq);
+  h.now += 50ms;
+  REQUIRE(h.drain_data().empty());
+  // The same NAK after the receiver saw the repair pass is a new loss.
+  h.nak("a", rx_a, 0, {{3, 1}}, pass2.back().seq);
+  h.now += 50ms;
+  const auto pass3 = h.drain_data();
+  REQUIRE(pass3.size() == 1);
+  REQUIRE(pass3[0].block == block_index{3});
+  const auto rep = h.s->report(h.now);
+  REQUIRE(rep.repair_datagrams == 6);
+}
+
+TEST_CASE("malformed NAKs change nothing and are counted", "[unit][sender]") {
+  harness h(files({14'000}), {"a"});
+  h.tick();
+  h.register_rx("a", rx_a);
+  h.drain_data();
+  h.nak("a", rx_a, 5, {{0, 1}}, 100);          // no file 5
+  h.nak("a", rx_a, 0, {{9, 5}}, 100);          // past the end of the file
+  h.nak("nobody", rx_a, 0, {{0, 1}}, 100);     // not registered
+  h.now += 50ms;
+  REQUIRE(h.drain_data().empty());
+  const auto rep = h.s->report(h.now);
+  REQUIRE(rep.drops[errc::invalid_field] == 2);
+  REQUIRE(rep.drops[errc::not_registered] == 1);
+}
+
+TEST_CASE("files every receiver already holds are not sent", "[unit][sender]") {
+  harness h(files({2800, 2800, 2800}));
+  h.tick();
+  std::vector<std::uint32_t> held_01;
+  range_encoder enc(held_01);
+  enc.add(0, 2);
+  h.register_rx("a", rx_a, held_01);
+  std::vector<std::uint32_t> held_1;
+  range_encoder enc2(held_1);
+  enc2.add(1, 1);
+  h.register_rx("b", rx_b, held_1);
+  const auto data = h.drain_data();
+  // File 1 is held by both; file 0 only by a; file 2 by none.
+  REQUIRE(data.size() == 4);
+  for (const auto& d : data) REQUIRE(d.file != file_index{1});
+}
+
+TEST_CASE("the session ends once every receiver completed", "[unit][sender]") {
+  harness h(files({100}));
+  h.tick();
+  h.register_rx("a", rx_a);
+  h.register_rx("b", rx_b);
+  h.drain_data();
+  h.complete("a", rx_a);
+  REQUIRE_FALSE(h.s->done());
+  h.complete("b", rx_b);
+  h.complete("b", rx_b);  // a repeat is acknowledged again and changes nothing
+  REQUIRE(h.sent<wire::complete_ack>(wire::msg_type::complete_ack).size() == 3);
+  for (int i = 0; i < 10 && !h.s->done(); ++i) {
+    h.now += 30ms;
+    h.tick();
+  }
+  REQUIRE(h.s->done());
+  REQUIRE(h.s->succeeded());
+  REQUIRE(h.sent<wire::session_end>(wire::msg_type::session_end).size() == 1);
+}
+
+TEST_CASE("a silent receiver is failed after the receiver timeout", "[unit][sender]") {
+  harness h(files({100}));
+  h.tick();
+  h.register_rx("a", rx_a);
+  h.register_rx("b", rx_b);
+  h.drain_data();
+  h.complete("a", rx_a);
+  for (int i = 0; i < 200 && !h.s->done(); ++i) {
+    h.now += 100ms;
+    h.tick();
+  }
+  REQUIRE(h.s->done());
+  REQUIRE_FALSE(h.s->succeeded());
+  const auto rep = h.s->report(h.now);
+  REQUIRE(rep.receivers[1].state == receiver_report::state_t::failed);
+  REQUIRE(rep.receivers[1].reason.find("silent") != std::string::npos);
+  REQUIRE(h.sent<wire::session_end>(wire::msg_type::session_end).size() == 3);
+}
+
+TEST_CASE("digests that arrive late are multicast once the transfer runs", "[unit][sender]") {
+  auto f = files({5000, 5000});
+  f[1].digest.reset();
+  harness h(f, {"a"});
+  h.tick();
+  sha256_digest d{};
+  d[0] = 0xab;
+  h.s->on_digest(file_index{1}, d, h.now);
+  h.tick();
+  REQUIRE(h.sent<wire::digest_list>(wire::msg_type::digest_list).empty());  // still announcing
+  h.register_rx("a", rx_a);
+  h.tick();
+  const auto lists = h.sent<wire::digest_list>(wire::msg_type::digest_list);
+  REQUIRE(lists.size() == 1);
+  REQUIRE(lists[0].digests(0).file() == 1);
+  REQUIRE(static_cast<std::uint8_t>(lists[0].digests(0).sha256()[0]) == 0xab);
+}
