@@ -60,6 +60,7 @@ struct sender_session::file_state {
 struct sender_session::receiver_state {
   receiver_report rep;
   time_point last_heard{};
+  std::uint32_t last_nak_pass = 0;  ///< sender's pass when its last NAK with blocks arrived
   /// Pending-digest claims from REGISTER: file -> the receiver's digest of its copy.
   std::vector<std::pair<std::uint32_t, sha256_digest>> pending_claims;
 };
@@ -228,6 +229,13 @@ void sender_session::send_announce_chunk(time_point now) {
 
 duration sender_session::nak_backoff() const noexcept {
   return std::min(m_grtt.estimate() / 2, nak_spread_per_receiver * m_registered);
+}
+
+std::uint64_t sender_session::pacing_quantum() const noexcept {
+  const std::uint64_t datagram = m_cfg.block_size + wire::data_header_size + ip_udp_overhead;
+  // At most 1 ms worth of the rate, so slow links see datagrams spread out, not bursts.
+  const std::uint64_t per_ms = m_cfg.rate_bps / 8 / 1000;
+  return std::max(datagram, std::min({m_cfg.pacing_quantum_bytes, m_cfg.burst_bytes, per_ms}));
 }
 
 duration sender_session::status_interval() const noexcept {
@@ -671,6 +679,8 @@ void sender_session::handle_nak(const wire::nak& m, const endpoint& from, time_p
                    });
   }
   r->rep.blocks_naked += naked;
+  // Blocks asked for now go out in the next pass at the latest.
+  if (naked > 0) r->last_nak_pass = m_pass;
   m_wanted_total += added;
   for (const auto f : m.digests_wanted()) {
     if (f < file_count && m_files[f].digest) m_digest_queue.push_back(f);
@@ -705,7 +715,8 @@ void sender_session::handle_complete(const wire::complete& m, const endpoint& fr
   r->rep.files_stored = m.files_stored();
   r->rep.bytes_stored = m.bytes_stored();
   r->rep.files_held = std::max(r->rep.files_held, m.files_held());
-  r->rep.passes = m_pass;
+  // The pass that brought its last missing block: one after the pass of its last NAK.
+  r->rep.passes = std::min(m_pass, r->last_nak_pass + 1);
   r->rep.completion_time = now - m_start;
   for (const auto& f : m.failures()) {
     r->rep.file_failures.emplace_back(f.file(), f.reason().substr(0, 256));
@@ -797,7 +808,7 @@ std::optional<time_point> sender_session::next_deadline(time_point now) const {
       break;
     case phase::transferring:
       consider(m_next_marker);
-      consider(m_pacer.ready_at(now, m_cfg.block_size + wire::data_header_size + ip_udp_overhead));
+      consider(m_pacer.ready_at(now, pacing_quantum()));
       break;
     case phase::waiting:
       consider(m_next_status);

@@ -56,6 +56,9 @@ struct sender_config {
   duration grtt_min = std::chrono::milliseconds(1);
   duration grtt_max = std::chrono::seconds(15);
   std::uint64_t burst_bytes = 64 * 1024;  ///< pacing bucket depth
+  /// The shell is woken when this much may be sent (capped by 1 ms of the rate and the burst):
+  /// one GSO send of 64 KiB per wake-up instead of a timer per datagram.
+  std::uint64_t pacing_quantum_bytes = 64 * 1024;
   std::string sender_name;                ///< shown in receivers' logs
 };
 
@@ -69,7 +72,7 @@ struct receiver_report {
   std::uint32_t files_held = 0;    ///< skipped: already held
   std::uint64_t bytes_stored = 0;  ///< from COMPLETE
   std::uint64_t bytes_received = 0;  ///< last progress report (NAK)
-  std::uint32_t passes = 0;        ///< pass during which it completed (or the last pass)
+  std::uint32_t passes = 0;        ///< passes it needed: 1 + the pass of its last NAK with blocks
   std::uint64_t naks = 0;          ///< NAK datagrams received from it
   std::uint64_t blocks_naked = 0;  ///< blocks it asked for
   duration rtt{};                  ///< last RTT sample
@@ -179,6 +182,7 @@ class sender_session {
   void sample_rtt(receiver_state& r, std::uint64_t echo_us, std::uint64_t hold_us, time_point now);
   duration nak_backoff() const noexcept;
   duration status_interval() const noexcept;
+  std::uint64_t pacing_quantum() const noexcept;
   bool advance_cursor();
   void mark_held(receiver_state& r, std::uint32_t file);
 

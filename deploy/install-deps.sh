@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs everything mcdist needs to build, test and run its demo on Debian 12, with apt-get.
+#   deploy/install-deps.sh          build, test and demo dependencies
+#   deploy/install-deps.sh --bench  also the peers and tools of tests/bench (uftp, iperf3, gnuplot, rsync)
+set -euo pipefail
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "install-deps.sh: run as root (apt-get needs it)" >&2
+  exit 1
+fi
+
+packages=(
+  build-essential cmake ninja-build pkg-config git
+  libboost1.81-dev libprotobuf-dev protobuf-compiler libspdlog-dev catch2 libssl-dev
+  libcli11-dev libtomlplusplus-dev libusrsctp-dev libsctp-dev nlohmann-json3-dev
+  python3 iproute2 libeccodes-data
+)
+if [ "${1:-}" = "--bench" ]; then
+  packages+=(uftp iperf3 gnuplot-nox rsync netcat-openbsd time)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps.sh: all ${#packages[@]} packages already installed"
+  exit 0
+fi
+echo "install-deps.sh: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "install-deps.sh: done"

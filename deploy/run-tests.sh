@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The test suite: installs the dependencies, builds mcdist twice (RelWithDebInfo, and ASan+UBSan)
+# and runs every ctest test in both builds: unit (cores, codec, storage), sim (deterministic
+# simulation of 60 receivers), integration (the real programs over loopback multicast, the link
+# emulator in network namespaces). Tests that need root or namespaces say SKIPPED when they cannot
+# run. Benchmarks (tests/bench) are not tests and do not run here.
+#
+# Environment: MCDIST_SKIP_SANITIZE=1 skips the sanitizer build.
+set -euo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+"$top/deploy/install-deps.sh"
+jobs=$(nproc)
+
+echo "== build (RelWithDebInfo)"
+"$top/deploy/build.sh" "$top/build" -DMCDIST_WERROR=ON
+echo "== tests"
+ctest --test-dir "$top/build" --output-on-failure -j "$jobs" --timeout 900
+
+if [ "${MCDIST_SKIP_SANITIZE:-0}" != 1 ]; then
+  echo "== build (ASan + UBSan)"
+  "$top/deploy/build.sh" "$top/build-asan" -DMCDIST_SANITIZE=ON -DMCDIST_WERROR=ON
+  echo "== tests under ASan + UBSan"
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --test-dir "$top/build-asan" --output-on-failure -j "$jobs" --timeout 1800
+fi
+echo "== all tests passed"

@@ -1,0 +1,257 @@
+#!/usr/bin/env python3
+"""Benchmark: mcdist against UFTP 4.10 (Debian package uftp) on this machine, same run, same
+rates, over loopback multicast to one receiver daemon each.
+
+Work: one 1 GB file, and 1000 files of 10 kB. Rates: 500M, 1G, 2G and each program's maximum.
+For every cell it prints wall time (process start to exit, start-up included), goodput (file
+bytes x 8 / wall), passes, and sender + receiver CPU seconds, side by side, and the ratio.
+
+The data lives on tmpfs (/dev/shm) by default so the comparison measures the protocols, not the
+disk; --dir puts it elsewhere. mcdistd still verifies SHA-256 and renames atomically (its sync
+mode is "batch": syncfs is free on tmpfs). UFTP receives straight into its destination.
+
+Needs root (ip link set lo multicast on, which UFTP needs to see loopback as multicast-capable).
+
+usage: uftp_compare.py [--build DIR] [--repeat N] [--rates 500M,1G,2G,max] [--only big|small]
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TOP = os.path.dirname(os.path.dirname(HERE))
+
+# What "max" means for each: mcdist's unpaced mode overruns its own receiver's storage on a
+# 2-core machine, so its maximum is the highest rate it sustains here; UFTP's is -R -1.
+DEFAULT_MAX = {"mcdist": "max", "uftp": "-1"}
+
+
+def ticks(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        parts = f.read().rsplit(")", 1)[1].split()
+    return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def peak_rss_mib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return 0
+
+
+class Child:
+    """A long-running receiver process whose CPU time we sample."""
+
+    def __init__(self, args, log):
+        self.logf = open(log, "wb")
+        self.proc = subprocess.Popen(args, stdout=self.logf, stderr=subprocess.STDOUT)
+        time.sleep(0.5)
+        if self.proc.poll() is not None:
+            sys.exit("receiver exited at start: %s (see %s)" % (" ".join(args), log))
+
+    def cpu(self):
+        return ticks(self.proc.pid)
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.logf.close()
+
+
+def sender_run(args):
+    """Runs the sender, returns (code, wall, sender cpu, output)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.monotonic()
+    p = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    wall = time.monotonic() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return p.returncode, wall, cpu, p.stdout.decode("utf-8", "replace")
+
+
+def tree_sizes(root):
+    out = {}
+    for d, _, files in os.walk(root):
+        for n in files:
+            p = os.path.join(d, n)
+            out[os.path.relpath(p, root)] = os.path.getsize(p)
+    return out
+
+
+def digest(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while True:
+            b = f.read(1 << 22)
+            if not b:
+                return h.hexdigest()
+            h.update(b)
+
+
+def to_kbps(rate):
+    mult = {"k": 1e3, "M": 1e6, "G": 1e9}
+    if rate[-1] in mult:
+        return str(int(float(rate[:-1]) * mult[rate[-1]] / 1000))
+    return str(int(float(rate) / 1000))
+
+
+def clear(d):
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(TOP, "build"))
+    ap.add_argument("--dir", default="/dev/shm/mcdist-bench")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per cell; the median is shown")
+    ap.add_argument("--rates", default="500M,1G,2G,max")
+    ap.add_argument("--mcdist-max", default=DEFAULT_MAX["mcdist"], help="mcdist --rate for 'max'")
+    ap.add_argument("--uftp-max", default=DEFAULT_MAX["uftp"], help="uftp -R (Kbit/s) for 'max'")
+    ap.add_argument("--only", choices=["big", "small"], default=None)
+    ap.add_argument("--big-bytes", type=int, default=1_000_000_000)
+    args = ap.parse_args()
+
+    if os.geteuid() != 0:
+        sys.exit("uftp_compare.py needs root (ip link set lo multicast on)")
+    if not shutil.which("uftp"):
+        sys.exit("uftp is not installed: deploy/install-deps.sh --bench")
+    subprocess.run(["ip", "link", "set", "lo", "multicast", "on"], check=True)
+    send = os.path.join(args.build, "sender", "mcdist-send")
+    recv = os.path.join(args.build, "receiver", "mcdistd")
+    for b in (send, recv):
+        if not os.access(b, os.X_OK):
+            sys.exit("build mcdist first (deploy/build.sh): %s missing" % b)
+
+    base = args.dir
+    clear(base)
+    src_big = os.path.join(base, "src-big")
+    src_small = os.path.join(base, "src-small")
+    os.makedirs(src_big)
+    with open(os.path.join(src_big, "model_field.grib2"), "wb") as f:
+        chunk = os.urandom(1 << 20)
+        left = args.big_bytes
+        while left > 0:
+            n = min(left, len(chunk))
+            f.write(chunk[:n])
+            left -= n
+            chunk = hashlib.sha512(chunk[:64]).digest() * 16384  # vary content cheaply
+    for i in range(1000):
+        d = os.path.join(src_small, "obs", "%02d" % (i % 20))
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "bulletin_%04d.bufr" % i), "wb") as f:
+            f.write(os.urandom(10_000))
+    big_digest = digest(os.path.join(src_big, "model_field.grib2"))
+
+    md_dest, md_temp = os.path.join(base, "md-dest"), os.path.join(base, "md-temp")
+    uf_dest = os.path.join(base, "uf-dest")
+    for d in (md_dest, md_temp, uf_dest):
+        clear(d)
+    group = "239.192.77.1:4790"
+    mcdistd = Child([recv, "--id", "bench", "--group", group, "--interface", "127.0.0.1",
+                     "--dest", md_dest, "--temp", md_temp, "--status-interval", "1h"],
+                    os.path.join(base, "mcdistd.log"))
+    uftpd = Child(["uftpd", "-d", "-I", "127.0.0.1", "-M", "230.4.4.1", "-D", uf_dest, "-U",
+                   "0x01020304", "-B", "104857600", "-q", "-x", "1"], os.path.join(base, "uftpd.log"))
+
+    cases = []
+    if args.only in (None, "big"):
+        cases.append(("1 GB file", src_big, args.big_bytes))
+    if args.only in (None, "small"):
+        cases.append(("1000 x 10 kB", src_small, 10_000_000))
+    rates = args.rates.split(",")
+    rows = []
+    try:
+        for label, src, nbytes in cases:
+            for rate in rates:
+                cell = {"mcdist": [], "uftp": []}
+                for _ in range(args.repeat):
+                    # mcdist
+                    clear(md_dest)
+                    mrate = args.mcdist_max if rate == "max" else rate
+                    summary = os.path.join(base, "summary.json")
+                    rcpu0 = mcdistd.cpu()
+                    code, wall, scpu, out = sender_run(
+                        [send, "-q", "--group", group, "--interface", "127.0.0.1", "--rate", mrate,
+                         "--receivers", "bench", "--summary-json", summary, src])
+                    time.sleep(0.05)
+                    rcpu = mcdistd.cpu() - rcpu0
+                    if code != 0:
+                        sys.exit("mcdist-send failed (%d):\n%s" % (code, out))
+                    with open(summary) as f:
+                        passes = json.load(f)["passes"]
+                    got = tree_sizes(os.path.join(md_dest, os.path.basename(src)))
+                    ok = sum(got.values()) == nbytes
+                    if label.startswith("1 GB"):
+                        ok = ok and digest(os.path.join(md_dest, "src-big", "model_field.grib2")) == big_digest
+                    cell["mcdist"].append((wall, passes, scpu + rcpu, ok))
+                    # UFTP
+                    clear(uf_dest)
+                    urate = args.uftp_max if rate == "max" else to_kbps(rate)
+                    rcpu0 = uftpd.cpu()
+                    code, wall, scpu, out = sender_run(
+                        ["uftp", "-I", "127.0.0.1", "-M", "230.4.4.1", "-P", "230.5.5.1", "-H",
+                         "0x01020304", "-R", urate, "-Y", "none", "-B", "104857600", src])
+                    time.sleep(0.05)
+                    rcpu = uftpd.cpu() - rcpu0
+                    upasses = max([int(l.split()[-1]) for l in out.splitlines()
+                                   if l.startswith("Starting pass")] or [0])
+                    got = tree_sizes(os.path.join(uf_dest, os.path.basename(src)))
+                    ok = code == 0 and sum(got.values()) == nbytes
+                    cell["uftp"].append((wall, upasses, scpu + rcpu, ok))
+                rows.append((label, rate, mrate, urate, nbytes, cell))
+                print_row(rows[-1], args.repeat)
+    finally:
+        md_rss = peak_rss_mib(mcdistd.proc.pid)
+        mcdistd.stop()
+        uftpd.stop()
+    print()
+    print_table(rows)
+    print()
+    print("mcdistd peak resident set over the whole run: %.1f MiB" % md_rss)
+    print("data on %s; %d run(s) per cell, median shown; wall time includes program start-up"
+          % (base, args.repeat))
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def median_cell(samples):
+    walls = sorted(samples, key=lambda s: s[0])
+    return walls[len(walls) // 2]
+
+
+def print_row(row, repeat):
+    label, rate, mrate, urate, nbytes, cell = row
+    m, u = median_cell(cell["mcdist"]), median_cell(cell["uftp"])
+    print("%-13s %-5s mcdist %.3f s %s | uftp %.3f s %s" % (
+        label, rate, m[0], "ok" if m[3] else "INCOMPLETE", u[0], "ok" if u[3] else "INCOMPLETE"),
+        flush=True)
+
+
+def print_table(rows):
+    print("| work | rate | mcdist wall | UFTP wall | mcdist goodput | UFTP goodput | goodput ratio |"
+          " mcdist passes | UFTP passes | mcdist CPU s | UFTP CPU s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for label, rate, mrate, urate, nbytes, cell in rows:
+        m, u = median_cell(cell["mcdist"]), median_cell(cell["uftp"])
+        mg = nbytes * 8 / m[0] / 1e6
+        ug = nbytes * 8 / u[0] / 1e6
+        rate_label = rate if rate != "max" else "max (mcdist %s, UFTP -R %s)" % (mrate, urate)
+        print("| %s | %s | %.2f s%s | %.2f s%s | %.0f Mbit/s | %.0f Mbit/s | %.2fx | %d | %d | %.2f | %.2f |" % (
+            label, rate_label, m[0], "" if m[3] else " (incomplete)", u[0],
+            "" if u[3] else " (incomplete)", mg, ug, mg / ug if ug else 0, m[1], u[1], m[2], u[2]))
+
+
+if __name__ == "__main__":
+    main()
