@@ -50,10 +50,9 @@ std::vector<std::byte> encode(wire::msg_type type, session_id session, const Msg
 struct sender_session::file_state {
   std::uint32_t blocks = 0;
   block_map wanted;
-  /// Sequence number of each block's latest transmission (0 = never), to recognise NAKs that
-  /// were sent before the receiver could have seen that transmission (DESIGN.md NAK
-  /// collection; Aeron's retransmit linger does the same job with a timer).
-  std::vector<std::uint32_t> last_seq;
+  /// Sequence number of block 0 in pass 1 (0 = not sent in pass 1); block b went out with
+  /// first_seq + b, since pass 1 sends a file's blocks back to back (see repair_log.hpp).
+  std::uint32_t first_seq = 0;
   std::uint32_t held_by = 0;  ///< registered receivers that hold it identically
 };
 
@@ -334,7 +333,6 @@ void sender_session::close_registration(time_point now) {
     auto& fs = m_state[i];
     if (fs.held_by >= m_registered) continue;  // every receiver has it already
     fs.wanted.set_all();
-    fs.last_seq.assign(fs.blocks, 0);
     m_wanted_total += fs.blocks;
   }
   start_pass(now);
@@ -395,7 +393,11 @@ std::size_t sender_session::next_data(time_point now, std::span<data_send> out) 
     d.offset = std::uint64_t{m_cursor_block} * m_cfg.block_size;
     d.length = len;
     fs.wanted.reset(m_cursor_block);
-    fs.last_seq[m_cursor_block] = m_seq;
+    if (m_pass == 1) {
+      if (m_cursor_block == 0) fs.first_seq = m_seq;
+    } else {
+      m_repairs.record(m_cursor_file, m_cursor_block, m_seq);
+    }
     --m_wanted_total;
     ++m_cursor_block;
     ++m_data_datagrams;
@@ -667,13 +669,14 @@ void sender_session::handle_nak(const wire::nak& m, const endpoint& from, time_p
   std::uint64_t added = 0;
   for (const auto& fn : m.files()) {
     auto& fs = m_state[fn.file()];
-    if (fs.last_seq.empty()) fs.last_seq.assign(fs.blocks, 0);
     for_each_range(std::span(fn.ranges().data(), static_cast<std::size_t>(fn.ranges_size())),
                    fs.blocks, [&](std::uint32_t first, std::uint32_t count) {
                      naked += count;
                      for (std::uint32_t b = first; b < first + count; ++b) {
                        // Sent again after the receiver's view: that copy is still on its way.
-                       if (seq_after(fs.last_seq[b], m.seen_seq())) continue;
+                       std::uint32_t last = m_repairs.last(fn.file(), b);
+                       if (last == 0 && fs.first_seq != 0) last = fs.first_seq + b;
+                       if (last != 0 && seq_after(last, m.seen_seq())) continue;
                        if (fs.wanted.set(b)) ++added;
                      }
                    });

@@ -13,6 +13,7 @@
 #include "common/pacer.hpp"
 #include "common/time.hpp"
 #include "sender/core/grtt.hpp"
+#include "sender/core/repair_log.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -203,6 +204,7 @@ class sender_session {
   grtt_estimator m_grtt;
   pacer m_pacer;
   drop_counters m_drops;
+  repair_log m_repairs;
 
   phase m_phase = phase::announcing;
   time_point m_start{};
