@@ -66,24 +66,28 @@ int main(int argc, char** argv) {
   double drop_rate = -1;
   std::uint64_t drop_seed = 1;
 
-  app.add_option("-c,--config", config_file, "TOML configuration file")->check(CLI::ExistingFile);
-  app.add_option("--id", id, "This site's receiver id (letters, digits, - _ . : @)");
-  app.add_option("-g,--group", groups, "Channel to join, ADDR:PORT (repeat for more channels)");
-  app.add_option("-i,--interface", interface, "Local address to join on and reply from");
-  app.add_option("-d,--dest", dest, "Destination directory");
-  app.add_option("-t,--temp", temp, "Temp directory (same filesystem as --dest)");
-  app.add_option("--sync", sync, "batch (group commit, default), file (fsync each) or none");
+  app.add_option("-c,--config", config_file, "TOML configuration file")->type_name("FILE");
+  app.add_option("--id", id, "This site's receiver id (letters, digits, - _ . : @)")->type_name("ID");
+  app.add_option("-g,--group", groups, "Multicast channel to join (repeat for more channels)")
+      ->type_name("ADDR:PORT");
+  app.add_option("-i,--interface", interface, "Local address to join on and reply from")->type_name("ADDR");
+  app.add_option("-d,--dest", dest, "Destination directory")->type_name("DIR");
+  app.add_option("-t,--temp", temp, "Temp directory (same filesystem as --dest)")->type_name("DIR");
+  app.add_option("--sync", sync, "batch (group commit, default), file (fsync each) or none")
+      ->type_name("MODE");
   app.add_option("--session-timeout", session_timeout,
-                 "Abandon a session whose sender is silent this long (default 60s)");
-  app.add_option("--status-interval", status_interval, "How often to log status (default 60s)");
-  app.add_option("--status-file", status_file, "Also write status as JSON to this file");
-  app.add_option("--log-level", log_level, "trace, debug, info (default), warn, error, off");
-  app.add_option("--log-file", log_file, "Also log to this file (rotated at 10 MiB, 5 kept)");
+                 "Abandon a session whose sender is silent this long (default 60s)")
+      ->type_name("DURATION");
+  app.add_option("--status-interval", status_interval, "How often to log status (default 60s)")->type_name("DURATION");
+  app.add_option("--status-file", status_file, "Also write status as JSON to this file")->type_name("FILE");
+  app.add_option("--log-level", log_level, "trace, debug, info (default), warn, error, off")->type_name("LEVEL");
+  app.add_option("--log-file", log_file, "Also log to this file (rotated at 10 MiB, 5 kept)")->type_name("FILE");
   app.add_option("--drop-rate", drop_rate,
                  "TEST ONLY: drop received datagrams with this probability before the protocol "
                  "sees them (simulated loss)")
+      ->type_name("P")
       ->check(CLI::Range(0.0, 0.99));
-  app.add_option("--drop-seed", drop_seed, "TEST ONLY: seed of --drop-rate");
+  app.add_option("--drop-seed", drop_seed, "TEST ONLY: seed of --drop-rate")->type_name("N");
 
   try {
     app.parse(argc, argv);

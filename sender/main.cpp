@@ -84,45 +84,58 @@ int main(int argc, char** argv) {
   app.add_option("PATH", paths, "Files and directories to send (directories recursively, "
                                 "relative paths kept)")
       ->required();
-  app.add_option("-g,--group", group, "Multicast group and port, ADDR:PORT")
-      ->capture_default_str();
+  app.add_option("-g,--group", group, "Multicast group and port")
+      ->capture_default_str()
+      ->type_name("ADDR:PORT");
   app.add_option("-i,--interface", interface,
                  "Local address multicast leaves from; 127.0.0.1 for loopback")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->type_name("ADDR");
   app.add_option("-r,--rate", rate, "Multicast rate in bit/s (k, M, G suffixes; max = unpaced)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->type_name("RATE");
   app.add_option("--receivers", receivers, "Closed group: the receiver ids that must take part")
-      ->delimiter(',');
+      ->delimiter(',')
+      ->type_name("ID,...");
   app.add_option("--only", only,
                  "Resend: only these receiver ids take part, every other receiver ignores the "
                  "session (with an open group, or together with --receivers)")
-      ->delimiter(',');
+      ->delimiter(',')
+      ->type_name("ID,...");
   app.add_option("--register-window", register_window,
-                 "Open group: how long registrations are accepted (DURATION)")
-      ->capture_default_str();
+                 "Open group: how long registrations are accepted")
+      ->capture_default_str()
+      ->type_name("DURATION");
   app.add_option("--register-timeout", register_timeout,
-                 "Closed group: longest wait for every listed receiver (DURATION)")
-      ->capture_default_str();
+                 "Closed group: longest wait for every listed receiver")
+      ->capture_default_str()
+      ->type_name("DURATION");
   app.add_option("--receiver-timeout", receiver_timeout,
                  "Fail a receiver silent this long while the sender asks for its status")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->type_name("DURATION");
   app.add_option("-b,--block-size", block_size, "Payload bytes per data datagram")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->type_name("BYTES");
   app.add_option("--max-passes", max_passes, "Passes before incomplete receivers are failed")
       ->capture_default_str()
       ->check(CLI::Range(1u, 100000u));
   app.add_option("--prehash-max", prehash_max,
                  "Hash files up to this size before the announce; larger ones during pass 1")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->type_name("BYTES");
   app.add_option("--ttl", ttl, "Multicast TTL (hops)")->capture_default_str()->check(CLI::Range(0, 255));
   app.add_option("--port", port, "Local UDP port for receivers' replies (0 = any)")
       ->capture_default_str();
   app.add_option("--summary-json", summary_json_path,
-                 "Write the end-of-session summary as JSON to this file");
-  app.add_option("--session-id", session_hex, "Session id, 8 hex digits (default: random)");
-  app.add_option("--name", name, "Sender name shown in receivers' logs (default: host name)");
+                 "Write the end-of-session summary as JSON to this file")
+      ->type_name("FILE");
+  app.add_option("--session-id", session_hex, "Session id, 8 hex digits (default: random)")->type_name("HEX");
+  app.add_option("--name", name, "Sender name shown in receivers' logs (default: host name)")
+      ->type_name("NAME");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->type_name("LEVEL");
   app.add_flag("-q,--quiet", quiet, "Only warnings and errors; no progress line");
   app.add_flag("--no-progress", no_progress, "No progress line even on a terminal");
 
@@ -227,8 +240,24 @@ int main(int argc, char** argv) {
         return exit_runtime;
       }
     }
-    if (!result.error.empty()) return exit_runtime;
-    return result.succeeded ? exit_ok : exit_incomplete;
+    if (!result.error.empty()) {
+      std::cerr << "mcdist-send: session did not complete: " << result.error << "\n";
+      return exit_runtime;
+    }
+    if (!result.succeeded) {
+      std::size_t bad = 0;
+      std::string names;
+      for (const auto& r : result.report.receivers) {
+        if (r.state == mcdist::sender::receiver_report::state_t::completed) continue;
+        ++bad;
+        names += (names.empty() ? "" : ", ") + r.id + (r.reason.empty() ? "" : " (" + r.reason + ")");
+      }
+      if (result.report.receivers.empty()) names = "no receiver registered";
+      std::cerr << "mcdist-send: " << bad << " of " << result.report.receivers.size()
+                << " receivers did not complete: " << names << "\n";
+      return exit_incomplete;
+    }
+    return exit_ok;
   } catch (const std::system_error& e) {
     log->error("{}", e.what());
     return exit_runtime;
