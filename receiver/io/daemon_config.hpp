@@ -29,7 +29,7 @@ struct daemon_config {
   std::vector<channel_config> channels;
   std::filesystem::path temp;       ///< temp files and checkpoints; same filesystem as dest
   sync_mode sync = sync_mode::batch;
-  std::size_t buffer_pool_bytes = 32u << 20;
+  std::size_t buffer_pool_bytes = 16u << 20;
   int socket_buffer_bytes = 32 << 20;
   std::chrono::nanoseconds session_timeout = std::chrono::seconds(60);
   std::chrono::nanoseconds status_interval = std::chrono::seconds(60);
