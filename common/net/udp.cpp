@@ -8,7 +8,9 @@
 
 #include <boost/asio/ip/address.hpp>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 
 #ifndef UDP_SEGMENT
@@ -195,14 +197,17 @@ batch_receiver::batch_receiver(std::size_t batch, std::size_t buffer_bytes)
 std::size_t batch_receiver::drain(
     int fd, std::size_t max_datagrams,
     const std::function<void(std::span<const std::byte>, const endpoint&)>& fn,
-    std::error_code& ec) {
+    std::error_code& ec, std::size_t max_bytes) {
   auto* hdrs = reinterpret_cast<mmsghdr*>(m_headers.data());
   auto* iovs = reinterpret_cast<iovec*>(m_iovecs.data());
   auto* names = reinterpret_cast<sockaddr_storage*>(m_names.data());
   const std::size_t cspace = CMSG_SPACE(sizeof(int));
   std::size_t delivered = 0;
-  while (delivered < max_datagrams) {
-    for (std::size_t i = 0; i < m_batch; ++i) {
+  std::size_t bytes = 0;
+  while (delivered < max_datagrams && bytes < max_bytes) {
+    const std::size_t batch =
+        std::clamp<std::size_t>((max_bytes - bytes) / m_buffer_bytes, 1, m_batch);
+    for (std::size_t i = 0; i < batch; ++i) {
       iovs[i].iov_base = m_storage.data() + i * m_buffer_bytes;
       iovs[i].iov_len = m_buffer_bytes;
       std::memset(&hdrs[i], 0, sizeof(mmsghdr));
@@ -213,7 +218,7 @@ std::size_t batch_receiver::drain(
       hdrs[i].msg_hdr.msg_control = m_control.data() + i * cspace;
       hdrs[i].msg_hdr.msg_controllen = cspace;
     }
-    const int n = ::recvmmsg(fd, hdrs, static_cast<unsigned>(m_batch), MSG_DONTWAIT, nullptr);
+    const int n = ::recvmmsg(fd, hdrs, static_cast<unsigned>(batch), MSG_DONTWAIT, nullptr);
     if (n < 0) {
       if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
         ec = std::error_code(errno, std::generic_category());
@@ -234,6 +239,7 @@ std::size_t batch_receiver::drain(
       const std::byte* base = m_storage.data() + static_cast<std::size_t>(i) * m_buffer_bytes;
       std::size_t len = hdrs[i].msg_len;
       if ((mh.msg_flags & MSG_TRUNC) != 0) len = 0;  // larger than any datagram we accept
+      bytes += len;
       if (segment == 0 || segment >= len) {
         fn({base, len}, from);
         ++delivered;
@@ -244,7 +250,7 @@ std::size_t batch_receiver::drain(
         }
       }
     }
-    if (static_cast<std::size_t>(n) < m_batch) return delivered;
+    if (static_cast<std::size_t>(n) < batch) return delivered;
   }
   return delivered;
 }

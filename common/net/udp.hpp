@@ -63,10 +63,12 @@ class batch_receiver {
   /// @param buffer_bytes bytes per message buffer: 65536 when GRO is on, else the largest datagram
   batch_receiver(std::size_t batch, std::size_t buffer_bytes);
 
+  /// @param max_bytes  stop once this many bytes were read (checked per recvmmsg call, which
+  ///                   then asks for no more messages than fit, at one buffer each)
   /// @return datagrams delivered; sets `ec` on a socket error other than EAGAIN
   std::size_t drain(int fd, std::size_t max_datagrams,
                     const std::function<void(std::span<const std::byte>, const endpoint&)>& fn,
-                    std::error_code& ec);
+                    std::error_code& ec, std::size_t max_bytes = SIZE_MAX);
 
  private:
   std::size_t m_batch;

@@ -1,6 +1,7 @@
 #include "receiver/io/daemon.hpp"
 
 #include "common/units.hpp"
+#include "common/wire.hpp"
 
 #include <boost/asio/post.hpp>
 #include <nlohmann/json.hpp>
@@ -18,6 +19,10 @@ constexpr std::size_t max_datagrams_per_wake = 4096;
 /// recvmmsg batch and buffer: 64 KiB buffers so UDP GRO can hand over coalesced datagrams.
 constexpr std::size_t receive_batch = 16;
 constexpr std::size_t receive_buffer_bytes = 65536;
+/// Reading pauses while the storage pool has less room than this (two GRO buffers' worth).
+constexpr std::size_t min_pool_room = 256 * 1024;
+/// How long a paused read waits before looking at the pool again.
+constexpr auto read_pause = std::chrono::microseconds(500);
 
 void make_dir(const std::filesystem::path& p, const char* what) {
   std::error_code ec;
@@ -140,6 +145,17 @@ void daemon::do_receive(std::size_t index) {
   m_sockets[index].async_wait(net::udp::socket::wait_read, [this, index](
                                                                const boost::system::error_code& ec) {
     if (ec || m_stopping) return;
+    // Back-pressure: while the storage pool is nearly full, leave datagrams in the socket's
+    // kernel buffer (32 MiB) and look again shortly, rather than take blocks we would drop.
+    const std::size_t room = m_store->free_bytes();
+    if (room < min_pool_room) {
+      ++m_read_pauses;
+      auto t = std::make_shared<boost::asio::steady_timer>(m_io, read_pause);
+      t->async_wait([this, index, t](const boost::system::error_code& e) {
+        if (!e && !m_stopping) do_receive(index);
+      });
+      return;
+    }
     const auto now = from_steady(std::chrono::steady_clock::now());
     const std::uint32_t channel = index < m_cfg.channels.size() ? static_cast<std::uint32_t>(index) : 0;
     std::error_code rec;
@@ -153,7 +169,7 @@ void daemon::do_receive(std::size_t index) {
           }
           m_engine->on_datagram(d, from, channel, now);
         },
-        rec);
+        rec, room - min_pool_room / 2);
     if (rec) m_log->warn("receive error on socket {}: {}", index, rec.message());
     m_store->flush();
     service();
@@ -238,6 +254,10 @@ void daemon::log_status(bool final) {
     drops += (drops.empty() ? "" : ", ") + std::string(to_string(static_cast<errc>(i))) + " " +
              std::to_string(st.drops.counts[i]);
   }
+  if (m_read_pauses) {
+    drops += (drops.empty() ? "" : ", ") + std::string("(reads paused for storage ") +
+             std::to_string(m_read_pauses) + " times)";
+  }
   if (m_dropped_by_option) {
     drops += (drops.empty() ? "" : ", ") + std::string("--drop-rate ") + std::to_string(m_dropped_by_option);
   }
@@ -273,6 +293,7 @@ void daemon::write_status_file() {
   j["naks_sent"] = st.naks_sent;
   j["bytes_written"] = ss.bytes_written;
   j["dropped_by_drop_rate"] = m_dropped_by_option;
+  j["read_pauses"] = m_read_pauses;
   nlohmann::json drops = nlohmann::json::object();
   for (std::size_t i = 1; i < st.drops.counts.size(); ++i) {
     if (st.drops.counts[i]) drops[std::string(to_string(static_cast<errc>(i)))] = st.drops.counts[i];

@@ -66,6 +66,7 @@ class daemon final : public receiver_sink {
   net::batch_receiver m_receiver;
   std::mt19937_64 m_drop_rng;
   std::uint64_t m_dropped_by_option = 0;
+  std::uint64_t m_read_pauses = 0;
   std::optional<time_point> m_timer_at;
   bool m_stopping = false;
   std::uint64_t m_last_logged_drops = 0;

@@ -312,6 +312,7 @@ struct file_store::impl {
 
   // any thread
   file_store::stats get_stats() const;
+  std::size_t free_bytes() const noexcept;
   void post_results(std::vector<internal_result> results);
   int inject(storage_op op, const file_key* key) const {
     return m_cfg.fault ? m_cfg.fault(op, key) : 0;
@@ -555,6 +556,12 @@ void file_store::impl::shutdown() {
 }
 
 file_store::impl::~impl() { shutdown(); }
+
+std::size_t file_store::impl::free_bytes() const noexcept {
+  const std::uint64_t used = m_chunks_in_flight.load(std::memory_order_relaxed);
+  const std::uint64_t total = m_slabs.size();
+  return used >= total ? 0 : static_cast<std::size_t>(total - used) * m_cfg.chunk_bytes;
+}
 
 file_store::stats file_store::impl::get_stats() const {
   stats s;
@@ -1816,6 +1823,8 @@ void file_store::query_held(session_id, std::vector<held_file_query> queries,
 }
 
 file_store::stats file_store::get_stats() const { return m_impl->get_stats(); }
+
+std::size_t file_store::free_bytes() const noexcept { return m_impl->free_bytes(); }
 
 std::vector<std::pair<session_id, std::string>> file_store::load_checkpoints(
     const std::filesystem::path& temp_dir) {

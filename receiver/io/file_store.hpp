@@ -308,6 +308,11 @@ class file_store {
   /// A snapshot of the counters. Any thread.
   stats get_stats() const;
 
+  /// Bytes of the buffer pool not holding data now. Any thread. Lets the shell stop reading its
+  /// sockets while the writer catches up, so datagrams wait in the kernel's socket buffer
+  /// instead of being dropped and fetched again.
+  std::size_t free_bytes() const noexcept;
+
   /// The temp file path of a file: temp_dir/<session hex>/<file index>.part.
   static std::filesystem::path temp_path(const std::filesystem::path& temp_dir, file_key key);
 

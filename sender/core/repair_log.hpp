@@ -6,9 +6,10 @@
 /// copy). Aeron's retransmit handler solves the same problem with a linger timer per block.
 ///
 /// Memory does not grow with file size: pass 1 sends every block of a file back to back, so its
-/// sequence number is first_seq(file) + block; repairs are remembered in a bounded window of
-/// the most recent ones. A NAK older than the window is taken as fresh (at worst one duplicate
-/// repair).
+/// sequence number is first_seq(file) + block (repairs interleaved during pass 1 make that an
+/// underestimate by their number, which can only make a NAK look fresh, never stale); repairs
+/// are remembered in a bounded window of the most recent ones. A NAK older than the window is
+/// taken as fresh (at worst one duplicate repair).
 
 #include <cstdint>
 #include <unordered_map>

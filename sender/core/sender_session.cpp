@@ -19,6 +19,13 @@ constexpr std::uint32_t ip_udp_overhead = 28;
 /// Announce parameters beyond this many bytes leave too little room for manifest entries in
 /// a chunk (an only_receivers list of hundreds of ids); refused at start-up.
 constexpr std::size_t max_params_bytes = 700;
+/// The pacing bucket holds at least this many milliseconds of the rate, so a sender thread
+/// that wakes late on a busy machine catches up instead of losing rate; bursts stay bounded by
+/// it (5 ms at 1 Gbit/s is 625 kB, far inside a receiver's socket buffer).
+constexpr std::uint64_t catch_up_ms = 5;
+/// Most blocks queued for repair during a pass (8 bytes each); beyond it they wait for the next
+/// pass, which sends every wanted block anyway.
+constexpr std::size_t max_prompt_repairs = 1 << 20;
 /// END is multicast this many times, end_spacing apart, so a receiver that loses
 /// one still learns the session is over.
 constexpr std::uint32_t end_repeats = 3;
@@ -71,9 +78,9 @@ sender_session::sender_session(sender_config cfg, std::vector<manifest_entry> fi
       m_log(std::move(log)),
       m_rng_state(seed),
       m_grtt(m_cfg.grtt_initial, m_cfg.grtt_min, m_cfg.grtt_max),
-      m_pacer(m_cfg.rate_bps, std::max<std::uint64_t>(m_cfg.burst_bytes,
-                                                      m_cfg.block_size + wire::data_header_size +
-                                                          ip_udp_overhead)) {
+      m_pacer(m_cfg.rate_bps,
+              std::max({m_cfg.burst_bytes, m_cfg.rate_bps / 8 / 1000 * catch_up_ms,
+                        std::uint64_t{m_cfg.block_size + wire::data_header_size + ip_udp_overhead}})) {
   if (m_cfg.block_size < wire::min_block_size || m_cfg.block_size > wire::max_block_size) {
     throw std::invalid_argument("block size " + std::to_string(m_cfg.block_size) +
                                 " is outside " + std::to_string(wire::min_block_size) + ".." +
@@ -234,7 +241,7 @@ std::uint64_t sender_session::pacing_quantum() const noexcept {
   const std::uint64_t datagram = m_cfg.block_size + wire::data_header_size + ip_udp_overhead;
   // At most 1 ms worth of the rate, so slow links see datagrams spread out, not bursts.
   const std::uint64_t per_ms = m_cfg.rate_bps / 8 / 1000;
-  return std::max(datagram, std::min({m_cfg.pacing_quantum_bytes, m_cfg.burst_bytes, per_ms}));
+  return std::max(datagram, std::min({m_cfg.pacing_quantum_bytes, per_ms}));
 }
 
 duration sender_session::status_interval() const noexcept {
@@ -341,6 +348,7 @@ void sender_session::close_registration(time_point now) {
 
 void sender_session::start_pass(time_point now) {
   ++m_pass;
+  m_prompt.clear();  // the new sweep covers every wanted block
   m_cursor_file = 0;
   m_cursor_block = 0;
   m_phase = phase::transferring;
@@ -374,35 +382,60 @@ std::size_t sender_session::next_data(time_point now, std::span<data_send> out) 
   std::uint64_t allowance = m_pacer.allowance(now);
   std::size_t n = 0;
   while (n < out.size()) {
-    if (!advance_cursor()) {
-      end_pass(now);
-      break;
+    // Blocks NAKed behind the cursor go out first, while the pass still runs (DESIGN.md: repair
+    // starts while data still flows), so a receiver's holes close within a round trip and its
+    // in-order hashing does not stall until the next pass.
+    std::uint32_t file = 0;
+    std::uint32_t block = 0;
+    bool repair = false;
+    while (!m_prompt.empty()) {
+      const auto [f, b] = m_prompt.front();
+      if (m_state[f].wanted.test(b)) {
+        file = f;
+        block = b;
+        repair = true;
+        break;
+      }
+      m_prompt.pop_front();  // already sent
     }
-    auto& fs = m_state[m_cursor_file];
-    const auto& f = m_files[m_cursor_file];
-    const std::uint32_t len = block_length(f.size, m_cfg.block_size, m_cursor_block);
+    if (!repair) {
+      if (!advance_cursor()) {
+        end_pass(now);
+        break;
+      }
+      file = m_cursor_file;
+      block = m_cursor_block;
+    }
+    auto& fs = m_state[file];
+    const std::uint32_t len = block_length(m_files[file].size, m_cfg.block_size, block);
     const std::uint64_t wire_bytes = len + wire::data_header_size + ip_udp_overhead;
     if (wire_bytes > allowance) break;
     allowance -= wire_bytes;
     m_pacer.consume(now, wire_bytes);
     if (++m_seq == 0) ++m_seq;  // 0 means "never sent"
     auto& d = out[n++];
-    d.file = file_index{m_cursor_file};
-    d.block = block_index{m_cursor_block};
+    d.file = file_index{file};
+    d.block = block_index{block};
     d.seq = m_seq;
-    d.offset = std::uint64_t{m_cursor_block} * m_cfg.block_size;
+    d.offset = std::uint64_t{block} * m_cfg.block_size;
     d.length = len;
-    fs.wanted.reset(m_cursor_block);
-    if (m_pass == 1) {
-      if (m_cursor_block == 0) fs.first_seq = m_seq;
-    } else {
-      m_repairs.record(m_cursor_file, m_cursor_block, m_seq);
-    }
+    fs.wanted.reset(block);
     --m_wanted_total;
-    ++m_cursor_block;
     ++m_data_datagrams;
     m_data_bytes += len;
-    if (m_pass > 1) ++m_repair_datagrams;
+    if (repair) {
+      m_prompt.pop_front();
+      m_repairs.record(file, block, m_seq);
+      ++m_repair_datagrams;
+      continue;
+    }
+    if (m_pass == 1) {
+      if (block == 0) fs.first_seq = m_seq;
+    } else {
+      m_repairs.record(file, block, m_seq);
+      ++m_repair_datagrams;
+    }
+    ++m_cursor_block;
   }
   return n;
 }
@@ -677,7 +710,14 @@ void sender_session::handle_nak(const wire::nak& m, const endpoint& from, time_p
                        std::uint32_t last = m_repairs.last(fn.file(), b);
                        if (last == 0 && fs.first_seq != 0) last = fs.first_seq + b;
                        if (last != 0 && seq_after(last, m.seen_seq())) continue;
-                       if (fs.wanted.set(b)) ++added;
+                       if (!fs.wanted.set(b)) continue;
+                       ++added;
+                       const bool behind = fn.file() < m_cursor_file ||
+                                           (fn.file() == m_cursor_file && b < m_cursor_block);
+                       if (m_phase == phase::transferring && behind &&
+                           m_prompt.size() < max_prompt_repairs) {
+                         m_prompt.emplace_back(fn.file(), b);
+                       }
                      }
                    });
   }

@@ -56,7 +56,9 @@ struct sender_config {
   duration grtt_initial = std::chrono::milliseconds(500);  ///< RFC 5740 default
   duration grtt_min = std::chrono::milliseconds(1);
   duration grtt_max = std::chrono::seconds(15);
-  std::uint64_t burst_bytes = 64 * 1024;  ///< pacing bucket depth
+  /// Pacing bucket depth, bytes: how far the sender may catch up after waking late (at least
+  /// 5 ms of the rate is used), so timer lateness on a busy host costs no rate.
+  std::uint64_t burst_bytes = 256 * 1024;
   /// The shell is woken when this much may be sent (capped by 1 ms of the rate and the burst):
   /// one GSO send of 64 KiB per wake-up instead of a timer per datagram.
   std::uint64_t pacing_quantum_bytes = 64 * 1024;
@@ -219,6 +221,8 @@ class sender_session {
   std::uint32_t m_cursor_file = 0;
   std::uint32_t m_cursor_block = 0;
   std::uint64_t m_wanted_total = 0;
+  /// Blocks NAKed behind the cursor during the current pass, repaired ahead of new data.
+  std::deque<std::pair<std::uint32_t, std::uint32_t>> m_prompt;
   std::uint32_t m_seq = 0;
   time_point m_next_marker{};
   time_point m_next_status{};

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <utility>
 
 namespace mcdist::sender {
 
@@ -79,8 +80,33 @@ std::error_code block_reader::read(std::uint32_t file, std::uint64_t offset, std
   c.file = file;
   c.offset = start;
   c.length = got;
+  if (file < m_hashing.size() && m_hashing[file]) {
+    auto& h = *m_hashing[file];
+    if (start == h.prefix) {
+      h.hasher.update({c.data.data(), got});
+      h.prefix += got;
+      if (h.prefix == m_files[file].entry.size) {
+        m_digests.emplace_back(file, h.hasher.finish());
+        m_hashing[file].reset();
+      }
+    } else if (start > h.prefix) {
+      m_unhashable.push_back(file);
+      m_hashing[file].reset();
+    }
+  }
   out = {c.data.data() + (offset - start), length};
   return {};
 }
+
+void block_reader::hash_while_reading(std::uint32_t file) {
+  if (m_hashing.size() < m_files.size()) m_hashing.resize(m_files.size());
+  m_hashing[file] = std::make_unique<inband_hash>();
+}
+
+std::vector<std::pair<std::uint32_t, sha256_digest>> block_reader::take_digests() {
+  return std::exchange(m_digests, {});
+}
+
+std::vector<std::uint32_t> block_reader::take_unhashable() { return std::exchange(m_unhashable, {}); }
 
 }  // namespace mcdist::sender

@@ -3,11 +3,13 @@
 /// Reads blocks of the sender's files on demand (DESIGN.md: sender memory does not grow with
 /// file size): a few open descriptors and a few read-ahead chunks, nothing more.
 
+#include "common/sha256.hpp"
 #include "sender/io/file_set.hpp"
 
 #include <cstddef>
 #include <cstdint>
 #include <list>
+#include <memory>
 #include <span>
 #include <string>
 #include <system_error>
@@ -36,6 +38,15 @@ class block_reader {
   /// Bytes read from disk so far.
   std::uint64_t bytes_read() const noexcept { return m_bytes_read; }
 
+  /// Hash `file` as it is read: pass 1 reads every file front to back, so SHA-256 of a file
+  /// announced without a digest comes from the same reads that send it (no second read of a
+  /// GB field, and the digest is of exactly the bytes that were sent).
+  void hash_while_reading(std::uint32_t file);
+  /// Digests finished since the last call, as (file, digest).
+  std::vector<std::pair<std::uint32_t, sha256_digest>> take_digests();
+  /// Files whose in-band hash was broken by a read out of order (they need another way).
+  std::vector<std::uint32_t> take_unhashable();
+
  private:
   struct chunk {
     std::uint32_t file = UINT32_MAX;
@@ -51,6 +62,13 @@ class block_reader {
   std::size_t m_next_victim = 0;
   std::size_t m_max_open;
   std::list<std::pair<std::uint32_t, int>> m_open;  ///< most recent first
+  struct inband_hash {
+    sha256_hasher hasher;
+    std::uint64_t prefix = 0;  ///< bytes hashed
+  };
+  std::vector<std::unique_ptr<inband_hash>> m_hashing;  ///< per file; null = not hashed here
+  std::vector<std::pair<std::uint32_t, sha256_digest>> m_digests;
+  std::vector<std::uint32_t> m_unhashable;
   std::uint64_t m_bytes_read = 0;
 };
 

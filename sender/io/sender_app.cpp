@@ -78,16 +78,9 @@ void sender_app::fail(const std::string& why) {
 run_result sender_app::run() {
   const auto now = from_steady(std::chrono::steady_clock::now());
   m_session.start(now);
-  m_hasher = std::make_unique<background_hasher>(
-      m_files, [this](std::function<void()> fn) { boost::asio::post(m_io, std::move(fn)); },
-      [this](file_index f, const sha256_digest& d) {
-        m_session.on_digest(f, d, from_steady(std::chrono::steady_clock::now()));
-        service();
-      },
-      [this](file_index, const std::string& why) {
-        fail(why);
-        service();
-      });
+  for (std::uint32_t f = 0; f < m_files.size(); ++f) {
+    if (!m_files[f].entry.digest) m_reader.hash_while_reading(f);
+  }
   m_signals.async_wait([this](const boost::system::error_code& ec, int sig) {
     if (ec) return;
     ++m_interrupts;
@@ -112,7 +105,7 @@ run_result sender_app::run() {
   service();
   m_io.run();
   if (m_opts.progress) draw_progress(true);
-  m_hasher.reset();
+  m_hashers.clear();
   run_result r;
   const auto end = std::chrono::steady_clock::now();
   r.report = m_session.report(from_steady(end));
@@ -216,6 +209,31 @@ bool sender_app::flush_pending(time_point) {
   return true;
 }
 
+void sender_app::collect_digests(time_point now) {
+  for (const auto& [f, d] : m_reader.take_digests()) m_session.on_digest(file_index{f}, d, now);
+  auto broken = m_reader.take_unhashable();
+  if (broken.empty()) return;
+  // Read out of order (should not happen in pass 1): hash those files on a thread instead.
+  std::vector<source_file> todo;
+  for (const auto f : broken) {
+    source_file sf = m_files[f];
+    sf.entry.digest.reset();
+    todo.push_back(sf);
+    m_fallback_index.push_back(f);
+  }
+  m_hashers.push_back(std::make_unique<background_hasher>(
+      todo, [this](std::function<void()> fn) { boost::asio::post(m_io, std::move(fn)); },
+      [this, base = m_fallback_index.size() - broken.size()](file_index i, const sha256_digest& d) {
+        m_session.on_digest(file_index{m_fallback_index[base + i.value]}, d,
+                            from_steady(std::chrono::steady_clock::now()));
+        service();
+      },
+      [this](file_index, const std::string& why) {
+        fail(why);
+        service();
+      }));
+}
+
 void sender_app::send_data(time_point now) {
   if (!flush_pending(now)) return;
   std::size_t total = 0;
@@ -225,7 +243,9 @@ void sender_app::send_data(time_point now) {
     total += n;
     m_pending.assign(m_sends.begin(), m_sends.begin() + static_cast<std::ptrdiff_t>(n));
     m_pending_pos = 0;
-    if (!flush_pending(now)) return;
+    const bool sent_all = flush_pending(now);
+    collect_digests(now);
+    if (!sent_all) return;
     flush_control();
     if (n < m_sends.size()) break;
   }

@@ -56,6 +56,7 @@ class sender_app {
  private:
   void service();
   void send_data(time_point now);
+  void collect_digests(time_point now);
   bool flush_pending(time_point now);
   void flush_control();
   void arm_timer(time_point now);
@@ -77,7 +78,9 @@ class sender_app {
   block_reader m_reader;
   net::batch_sender m_batch;
   net::batch_receiver m_receiver;
-  std::unique_ptr<background_hasher> m_hasher;
+  /// Fallback hashing of files the block reader could not hash in order.
+  std::vector<std::unique_ptr<background_hasher>> m_hashers;
+  std::vector<std::uint32_t> m_fallback_index;
   std::uint32_t m_block_size;
   session_id m_session_id;
   std::vector<data_send> m_sends;

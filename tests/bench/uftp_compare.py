@@ -100,11 +100,13 @@ def digest(path):
             h.update(b)
 
 
-def to_kbps(rate):
+def uftp_rate(rate):
+    """uftp -R is in units of 1024 bit/s ("Kbps": rate * 1024 / 8 bytes/s) and, like mcdist's
+    --rate, counts whole IP packets (its datapacketsize adds the UDP and IP headers), so the same
+    bit/s is -R rate / 1024."""
     mult = {"k": 1e3, "M": 1e6, "G": 1e9}
-    if rate[-1] in mult:
-        return str(int(float(rate[:-1]) * mult[rate[-1]] / 1000))
-    return str(int(float(rate) / 1000))
+    bps = float(rate[:-1]) * mult[rate[-1]] if rate[-1] in mult else float(rate)
+    return str(int(round(bps / 1024)))
 
 
 def clear(d):
@@ -199,7 +201,7 @@ def main():
                     cell["mcdist"].append((wall, passes, scpu + rcpu, ok))
                     # UFTP
                     clear(uf_dest)
-                    urate = args.uftp_max if rate == "max" else to_kbps(rate)
+                    urate = args.uftp_max if rate == "max" else uftp_rate(rate)
                     rcpu0 = uftpd.cpu()
                     code, wall, scpu, out = sender_run(
                         ["uftp", "-I", "127.0.0.1", "-M", "230.4.4.1", "-P", "230.5.5.1", "-H",

@@ -136,7 +136,7 @@ TEST_CASE("storage back-pressure only costs repairs", "[sim]") {
   const auto r = sim::run(cfg, files);
   REQUIRE(r.succeeded);
   require_all_delivered(r, files);
-  REQUIRE(r.report.passes > 1);
+  REQUIRE(r.report.repair_datagrams > 0);
   REQUIRE(r.receiver_stats.at("slowdisk").drops[errc::storage_full] > 0);
 }
 
