@@ -39,6 +39,8 @@ Files are sent as one session: the manifest (path, size, mtime, mode, SHA-256) i
 pass 1 sends every block of every file back to back, later passes only the blocks receivers
 NAKed. Receivers that already hold an identical file (same size and SHA-256) skip it. Files
 larger than --prehash-max are hashed while pass 1 runs and their digests follow the manifest.
+Digests are remembered in each file's user.mcdist.sha256 xattr (trusted while size and mtime are
+unchanged), so a resend knows them at once and skips what receivers hold.
 
 Exit status: 0 every receiver completed; 1 some receiver failed or never registered;
 2 usage error (bad option, missing file); 3 runtime error (socket, a file changed while being
@@ -81,6 +83,7 @@ int main(int argc, char** argv) {
   std::string name;
   bool quiet = false;
   bool no_progress = false;
+  bool no_digest_cache = false;
 
   app.add_option("PATH", paths, "Files and directories to send (directories recursively, "
                                 "relative paths kept)")
@@ -139,6 +142,8 @@ int main(int argc, char** argv) {
       ->type_name("LEVEL");
   app.add_flag("-q,--quiet", quiet, "Only warnings and errors; no progress line");
   app.add_flag("--no-progress", no_progress, "No progress line even on a terminal");
+  app.add_flag("--no-digest-cache", no_digest_cache,
+               "Neither read nor write the SHA-256 kept in the files' user.mcdist.sha256 xattr");
 
   try {
     app.parse(argc, argv);
@@ -222,11 +227,12 @@ int main(int argc, char** argv) {
     files = mcdist::sender::collect_files(paths, [&](const std::string& w) { log->warn("{}", w); });
     if (files.empty()) return usage_error("no files to send in " + paths.front());
     mcdist::sender::prehash(files, *ph, std::uint64_t{1} << 30,
-                            std::max(1u, std::thread::hardware_concurrency()));
+                            std::max(1u, std::thread::hardware_concurrency()), !no_digest_cache);
   } catch (const mcdist::sender::file_set_error& e) {
     return usage_error(e.what());
   }
   if (!summary_json_path.empty()) opts.summary_json = summary_json_path;
+  opts.digest_cache = !no_digest_cache;
 
   // Pacing wakes the network thread every few hundred microseconds; the default 50 us timer
   // slack would make each wake-up late by that much.

@@ -1,5 +1,7 @@
 #include "receiver/io/file_store.hpp"
 
+#include "common/digest_xattr.hpp"
+
 #include "common/error.hpp"
 #include "common/path_check.hpp"
 #include "receiver/io/storage_interval_set.hpp"
@@ -48,10 +50,6 @@ constexpr std::uint64_t fd_reserve = 64;
 /// Largest checkpoint load_checkpoints accepts: a bitmap of every 1400-byte block of 2 TiB
 /// is 196 MB; anything bigger is damage, not state.
 constexpr std::uintmax_t max_checkpoint_bytes = 256u << 20;
-/// The xattr recording a delivered file's digest: "<64 hex> <size> <mtime_ns>".
-constexpr const char* digest_xattr_name = "user.mcdist.sha256";
-/// Longest digest xattr value read: 64 hex + space + 20 digits + space + 20 digits.
-constexpr std::size_t max_xattr_bytes = 128;
 /// Chunk entries reserved per chunk up front (a chunk of in-order blocks needs one; random
 /// blocks of 1400 bytes need ~190 and the vector grows once, then keeps its capacity).
 constexpr std::size_t chunk_entries_reserve = 64;
@@ -118,30 +116,6 @@ struct timespec timespec_of_ns(std::int64_t ns) {
   ts.tv_sec = static_cast<time_t>(sec);
   ts.tv_nsec = static_cast<long>(rem);
   return ts;
-}
-
-std::string digest_xattr_value(const sha256_digest& d, std::uint64_t size, std::int64_t mtime) {
-  return to_hex(d) + ' ' + std::to_string(size) + ' ' + std::to_string(mtime);
-}
-
-/// Parses "<64 hex> <size> <mtime_ns>"; nullopt unless well formed and recording exactly
-/// `size` and `mtime`.
-std::optional<sha256_digest> parse_digest_xattr(std::string_view v, std::uint64_t size,
-                                                std::int64_t mtime) {
-  if (v.size() < 68 || v[64] != ' ') return std::nullopt;
-  auto d = digest_from_hex(v.substr(0, 64));
-  if (!d) return std::nullopt;
-  std::string_view rest = v.substr(65);
-  const std::size_t sp = rest.find(' ');
-  if (sp == std::string_view::npos) return std::nullopt;
-  std::uint64_t xsize = 0;
-  std::int64_t xmtime = 0;
-  auto r1 = std::from_chars(rest.data(), rest.data() + sp, xsize);
-  if (r1.ec != std::errc{} || r1.ptr != rest.data() + sp) return std::nullopt;
-  auto r2 = std::from_chars(rest.data() + sp + 1, rest.data() + rest.size(), xmtime);
-  if (r2.ec != std::errc{} || r2.ptr != rest.data() + rest.size()) return std::nullopt;
-  if (xsize != size || xmtime != mtime) return std::nullopt;
-  return d;
 }
 
 /// A chunk of the buffer pool: data bytes plus the ordered operations that use them.
@@ -1757,7 +1731,7 @@ std::vector<held_answer> file_store::impl::scan(const scan_job& j) {
     struct stat st {};
     if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
     if (static_cast<std::uint64_t>(st.st_size) != q.size || mtime_ns_of(st) != q.mtime_ns) continue;
-    char xbuf[max_xattr_bytes];
+    char xbuf[max_digest_xattr_bytes];
     const ssize_t xn = ::fgetxattr(fd.get(), digest_xattr_name, xbuf, sizeof xbuf);
     if (xn > 0) {
       if (auto d = parse_digest_xattr(std::string_view(xbuf, static_cast<std::size_t>(xn)), q.size,

@@ -876,7 +876,10 @@ session_report sender_session::report(time_point now) const {
   session_report rep;
   rep.session = m_cfg.session;
   rep.files = static_cast<std::uint32_t>(m_files.size());
-  for (const auto& f : m_files) rep.bytes += f.size;
+  for (std::size_t i = 0; i < m_files.size(); ++i) {
+    rep.bytes += m_files[i].size;
+    if (m_registered == 0 || m_state[i].held_by < m_registered) rep.transferred_bytes += m_files[i].size;
+  }
   rep.passes = m_pass;
   rep.data_datagrams = m_data_datagrams;
   rep.data_bytes = m_data_bytes;

@@ -90,6 +90,8 @@ struct session_report {
   session_id session{};
   std::uint32_t files = 0;
   std::uint64_t bytes = 0;         ///< sum of file sizes
+  /// Bytes of the files some receiver needed (not held by every one): what was moved.
+  std::uint64_t transferred_bytes = 0;
   std::uint32_t passes = 0;
   std::uint64_t data_datagrams = 0;
   std::uint64_t data_bytes = 0;    ///< payload bytes sent, repairs included

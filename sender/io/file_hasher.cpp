@@ -1,8 +1,10 @@
 #include "sender/io/file_hasher.hpp"
 
+#include "common/digest_xattr.hpp"
 #include "common/error.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -51,11 +53,31 @@ std::error_code hash_file(const std::filesystem::path& p, std::uint64_t expected
   return {};
 }
 
+void remember_digest(const source_file& f, const sha256_digest& d) {
+  const int fd = ::open(f.local.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  struct stat st{};
+  if (::fstat(fd, &st) == 0 && static_cast<std::uint64_t>(st.st_size) == f.entry.size &&
+      std::int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec == f.entry.mtime_ns) {
+    write_digest_xattr(fd, d, f.entry.size, f.entry.mtime_ns);
+  }
+  ::close(fd);
+}
+
 void prehash(std::vector<source_file>& files, std::uint64_t per_file_max,
-             std::uint64_t total_budget, unsigned threads) {
+             std::uint64_t total_budget, unsigned threads, bool use_cache) {
+  if (use_cache) {
+    for (auto& f : files) {
+      const int fd = ::open(f.local.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) continue;  // reported when hashed or sent
+      f.entry.digest = read_digest_xattr(fd, f.entry.size, f.entry.mtime_ns);
+      ::close(fd);
+    }
+  }
   std::vector<std::size_t> todo;
   std::uint64_t budget = total_budget;
   for (std::size_t i = 0; i < files.size(); ++i) {
+    if (files[i].entry.digest) continue;
     if (files[i].entry.size <= per_file_max && files[i].entry.size <= budget) {
       todo.push_back(i);
       budget -= files[i].entry.size;
@@ -75,6 +97,7 @@ void prehash(std::vector<source_file>& files, std::uint64_t per_file_max,
         continue;
       }
       f.entry.digest = d;
+      if (use_cache) remember_digest(f, d);
     }
   };
   std::vector<std::thread> pool;

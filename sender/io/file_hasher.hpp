@@ -23,11 +23,17 @@ namespace mcdist::sender {
 std::error_code hash_file(const std::filesystem::path& p, std::uint64_t expected_size,
                           sha256_digest& out, std::string& why);
 
-/// Hashes, in parallel on `threads` threads, every file of at most `per_file_max` bytes, until
-/// `total_budget` bytes have been hashed, and stores the digests in the entries.
+/// Fills in digests before the announce. With `use_cache`, a file's digest recorded in its
+/// user.mcdist.sha256 xattr (common/digest_xattr.hpp) is taken as is, whatever its size; then,
+/// in parallel on `threads` threads, every file of at most `per_file_max` bytes is hashed until
+/// `total_budget` bytes have been hashed, and (with `use_cache`) its digest recorded.
 /// @throws file_set_error when a file cannot be read
 void prehash(std::vector<source_file>& files, std::uint64_t per_file_max,
-             std::uint64_t total_budget, unsigned threads);
+             std::uint64_t total_budget, unsigned threads, bool use_cache);
+
+/// Records `d` as the digest of `f` in its xattr, if the file is unchanged since the scan.
+/// Failures (read-only file, no xattr support) are silent: the cache is an optimisation.
+void remember_digest(const source_file& f, const sha256_digest& d);
 
 /// Background hashing of the files still without a digest, in index order, on one thread.
 /// Results are handed to `post` (which runs them on the network thread).

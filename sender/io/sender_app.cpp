@@ -210,7 +210,10 @@ bool sender_app::flush_pending(time_point) {
 }
 
 void sender_app::collect_digests(time_point now) {
-  for (const auto& [f, d] : m_reader.take_digests()) m_session.on_digest(file_index{f}, d, now);
+  for (const auto& [f, d] : m_reader.take_digests()) {
+    m_session.on_digest(file_index{f}, d, now);
+    if (m_opts.digest_cache) remember_digest(m_files[f], d);
+  }
   auto broken = m_reader.take_unhashable();
   if (broken.empty()) return;
   // Read out of order (should not happen in pass 1): hash those files on a thread instead.
@@ -315,7 +318,8 @@ std::string format_summary(const run_result& r) {
   const auto& rep = r.report;
   std::ostringstream os;
   char line[512];
-  const double goodput = r.wall_seconds > 0 ? static_cast<double>(rep.bytes) * 8 / r.wall_seconds : 0;
+  const double goodput =
+      r.wall_seconds > 0 ? static_cast<double>(rep.transferred_bytes) * 8 / r.wall_seconds : 0;
   std::snprintf(line, sizeof line,
                 "session %08x: %u files, %s in %.3f s (goodput %s), %u passes, %llu datagrams "
                 "(%llu repairs), GRTT %.2f ms\n",
@@ -352,7 +356,9 @@ std::string summary_json(const run_result& r) {
   j["files"] = rep.files;
   j["bytes"] = rep.bytes;
   j["wall_seconds"] = r.wall_seconds;
-  j["goodput_bps"] = r.wall_seconds > 0 ? static_cast<double>(rep.bytes) * 8 / r.wall_seconds : 0;
+  j["transferred_bytes"] = rep.transferred_bytes;
+  j["goodput_bps"] =
+      r.wall_seconds > 0 ? static_cast<double>(rep.transferred_bytes) * 8 / r.wall_seconds : 0;
   j["passes"] = rep.passes;
   j["data_datagrams"] = rep.data_datagrams;
   j["repair_datagrams"] = rep.repair_datagrams;

@@ -29,6 +29,7 @@ struct app_options {
   int ttl = 1;
   bool progress = false;     ///< draw a progress line on stderr
   std::optional<std::string> summary_json;
+  bool digest_cache = true;  ///< record digests hashed during the session in the files' xattr
 };
 
 /// Outcome of a run.
