@@ -309,7 +309,10 @@ void receiver_engine::handle_announce(const wire::announce& m, session_id id, co
     const std::uint32_t idx = m.first_file() + static_cast<std::uint32_t>(i);
     if (s->entries_have.test(idx)) continue;
     auto& fr = s->files[idx];
-    if (auto ec = from_wire(m.files(i), fr.entry)) {
+    std::error_code ec = from_wire(m.files(i), fr.entry);
+    const std::uint64_t blocks = (m.files(i).size() + s->block_size - 1) / s->block_size;
+    if (!ec && blocks > 0x7fffffffu) ec = errc::file_too_large;
+    if (ec) {
       fr.state = file_rx::state_t::refused;
       fr.failure = std::string(to_string(static_cast<errc>(ec.value())));
       fr.entry.path = m.files(i).path();
@@ -319,6 +322,12 @@ void receiver_engine::handle_announce(const wire::announce& m, session_id id, co
         m_log->warn("session {}: refused file {} path '{}': {}", s->name(), idx,
                     printable(m.files(i).path()), ec.message());
       }
+    } else {
+      // Blocks of a file are taken as soon as its entry is known, even before the manifest is
+      // complete and registration done: the sender does not wait a round trip for those.
+      fr.blocks = static_cast<std::uint32_t>(blocks);
+      fr.received = block_map(fr.blocks);
+      fr.state = file_rx::state_t::receiving;
     }
     s->entries_have.set(idx);
   }
@@ -351,14 +360,16 @@ void receiver_engine::manifest_complete(session_rx& s, time_point now) {
          pos = path.find('/', pos + 1)) {
       conflict = paths.count(path.substr(0, pos)) > 0;
     }
-    const std::uint64_t blocks = (fr.entry.size + s.block_size - 1) / s.block_size;
-    if (conflict || blocks > 0x7fffffffu) {
+    if (conflict) {
+      if (fr.begun) m_sink.discard_file(s.id, file_index{i});
+      fr.begun = false;
       fr.state = file_rx::state_t::refused;
-      fr.failure = conflict ? "path_conflict" : "file_too_large";
+      fr.failure = "path_conflict";
       ++m_stats.files_refused;
       if (m_log) {
-        m_log->warn("session {}: refused file {} path '{}': {}", s.name(), i, printable(path),
-                    conflict ? "conflicts with another file of the manifest" : "too many blocks");
+        m_log->warn("session {}: refused file {} path '{}': conflicts with another file of the "
+                    "manifest",
+                    s.name(), i, printable(path));
       }
       continue;
     }
@@ -367,9 +378,6 @@ void receiver_engine::manifest_complete(session_rx& s, time_point now) {
          pos = path.find('/', pos + 1)) {
       dirs.insert(path.substr(0, pos));
     }
-    fr.blocks = static_cast<std::uint32_t>(blocks);
-    fr.received = block_map(fr.blocks);
-    fr.state = file_rx::state_t::receiving;
     ++s.files_open;
   }
   s.state = session_rx::state_t::checking_held;
@@ -397,12 +405,21 @@ void receiver_engine::on_held(session_id id,
     if (fr.state != file_rx::state_t::receiving) continue;
     if (fr.entry.digest) {
       if (*fr.entry.digest == digest) {
+        if (fr.begun) m_sink.discard_file(s->id, f);
+        fr.begun = false;
         fr.state = file_rx::state_t::held;
         --s->files_open;
         ++s->files_held;
       }
     } else {
       fr.held_digest = digest;
+    }
+  }
+  // Files whose every block arrived while the manifest was being assembled.
+  for (std::uint32_t i = 0; i < s->file_count; ++i) {
+    auto& fr = s->files[i];
+    if (fr.state == file_rx::state_t::receiving && fr.blocks > 0 && fr.received.all()) {
+      file_data_complete(*s, i);
     }
   }
   s->state = session_rx::state_t::registering;
@@ -489,8 +506,8 @@ void receiver_engine::handle_data(std::span<const std::byte> datagram, const end
     m_stats.drops.add(errc::wrong_source);
     return;
   }
-  if (s->state != session_rx::state_t::receiving && s->state != session_rx::state_t::registering) {
-    m_stats.drops.add(errc::stale);
+  if (s->state == session_rx::state_t::completing) {
+    m_stats.drops.add(errc::duplicate);
     return;
   }
   if (h.file.value >= s->file_count) {
@@ -529,7 +546,9 @@ void receiver_engine::handle_data(std::span<const std::byte> datagram, const end
   s->dirty = true;
   ++m_stats.data_blocks;
   m_stats.data_bytes += payload.size();
-  if (fr.received.all()) {
+  // Before the held check, a complete file waits (on_held finalizes it unless it is held).
+  if (fr.received.all() && s->state != session_rx::state_t::manifest &&
+      s->state != session_rx::state_t::checking_held) {
     file_data_complete(*s, h.file.value);
     file_done(*s, now);
   }

@@ -63,6 +63,10 @@ struct sender_config {
   /// one GSO send of 64 KiB per wake-up instead of a timer per datagram.
   std::uint64_t pacing_quantum_bytes = 64 * 1024;
   std::string sender_name;                ///< shown in receivers' logs
+  /// Start pass 1 right after the first announce cycles instead of waiting a round trip for
+  /// every registration; a file every receiver holds is still skipped if registration closes
+  /// before the cursor reaches it.
+  bool eager_start = true;
 };
 
 /// What the sender knows about one receiver, for the summary.
@@ -174,6 +178,7 @@ class sender_session {
   void build_announce_chunks();
   void send_announce_chunk(time_point now);
   void close_registration(time_point now);
+  void start_transfer(time_point now);
   void start_pass(time_point now);
   void end_pass(time_point now);
   void send_marker(time_point now, bool pass_end, bool status_request);
@@ -216,6 +221,7 @@ class sender_session {
   std::size_t m_announce_chunk = 0;
   std::uint32_t m_announce_cycles = 0;
   time_point m_register_deadline{};
+  bool m_registration_open = true;
   std::uint32_t m_registered = 0;
   std::uint32_t m_active = 0;  ///< registered, not yet completed or failed
 

@@ -364,3 +364,25 @@ TEST_CASE("a session whose sender goes silent is abandoned", "[unit][receiver]")
   REQUIRE(h.sink.closed.size() == 1);
   REQUIRE(h.engine.stats().sessions_failed == 1);
 }
+
+TEST_CASE("blocks of a file are taken before the manifest is complete and finalized after the "
+          "held check", "[unit][receiver]") {
+  harness h;
+  std::vector<wire::file_entry> entries{entry("early", 2000), entry("held", 1000), entry("late", 1000)};
+  h.announce(entries, 2, {0});  // only the chunk with files 0 and 1
+  h.feed(data(1, 0, 0, 1000));
+  h.feed(data(2, 0, 1, 1000));
+  h.feed(data(3, 1, 0, 1000));
+  h.feed(data(4, 2, 0, 1000));  // entry not known yet: dropped
+  REQUIRE(h.sink.writes.size() == 3);
+  REQUIRE(h.sink.finalized.empty());  // not before the held check
+  h.announce(entries, 2, {1});
+  REQUIRE(h.sink.held_queries.size() == 1);
+  sha256_digest same;
+  same.fill(0x11);
+  h.engine.on_held(sid, {{file_index{1}, same}}, h.now);
+  REQUIRE(h.sink.discarded == std::vector<std::uint32_t>{1});  // held: its temp goes
+  REQUIRE(h.sink.finalized.size() == 1);
+  REQUIRE(h.sink.finalized[0].first == 0);
+  REQUIRE(h.sink.of_type<wire::register_request>(wire::msg_type::register_request).size() == 1);
+}

@@ -44,10 +44,12 @@ struct harness {
   time_point now{100s};
   std::vector<control_send> control;
 
-  explicit harness(std::vector<manifest_entry> f, std::vector<std::string> receivers = {"a", "b"}) {
+  explicit harness(std::vector<manifest_entry> f, std::vector<std::string> receivers = {"a", "b"},
+                   bool eager = true) {
     cfg.session = session_id{42};
     cfg.rate_bps = 80'000'000;  // 10 MB/s
     cfg.receivers = std::move(receivers);
+    cfg.eager_start = eager;
     s = std::make_unique<sender_session>(cfg, std::move(f), 1, nullptr);
     s->start(now);
   }
@@ -128,7 +130,8 @@ TEST_CASE("announce carries the whole manifest in chunks that fit a datagram", "
   REQUIRE(ann.size() > 1);
   std::map<std::uint32_t, std::string> seen;
   for (const auto& a : ann) {
-    REQUIRE(a.params().manifest_chunks() == ann.size());
+    // The first announce cycle is sent twice back to back.
+    REQUIRE(2 * a.params().manifest_chunks() == ann.size());
     REQUIRE(a.params().file_count() == 500);
     REQUIRE(a.params().closed_group());
     for (int i = 0; i < a.files_size(); ++i) seen[a.first_file() + static_cast<std::uint32_t>(i)] = a.files(i).path();
@@ -141,8 +144,9 @@ TEST_CASE("announce carries the whole manifest in chunks that fit a datagram", "
   }
 }
 
-TEST_CASE("a closed group starts pass 1 once every listed receiver registered", "[unit][sender]") {
-  harness h(files({3000, 0, 1400}));
+TEST_CASE("without eager start a closed group starts pass 1 once every receiver registered",
+          "[unit][sender]") {
+  harness h(files({3000, 0, 1400}), {"a", "b"}, false);
   h.tick();
   h.register_rx("a", rx_a);
   REQUIRE(h.s->current_phase() == sender_session::phase::announcing);
@@ -294,7 +298,7 @@ TEST_CASE("a silent receiver is failed after the receiver timeout", "[unit][send
 TEST_CASE("digests that arrive late are multicast once the transfer runs", "[unit][sender]") {
   auto f = files({5000, 5000});
   f[1].digest.reset();
-  harness h(f, {"a"});
+  harness h(f, {"a"}, false);
   h.tick();
   sha256_digest d{};
   d[0] = 0xab;
@@ -329,4 +333,25 @@ TEST_CASE("blocks NAKed behind the cursor are repaired during the pass, ahead of
   REQUIRE(h.s->report(h.now).repair_datagrams == 2);
   const auto rest = h.drain_data();
   REQUIRE(rest.size() == 100 - 18);  // block 50 once, nothing sent twice
+}
+
+TEST_CASE("eager start sends data before registrations arrive and skips files all receivers hold "
+          "once they have", "[unit][sender]") {
+  harness h(files({14'000, 14'000, 14'000}));  // 10 blocks each
+  h.tick();
+  REQUIRE(h.s->current_phase() == sender_session::phase::transferring);
+  std::array<data_send, 5> buf;
+  REQUIRE(h.s->next_data(h.now, buf) == 5);  // file 0 starts before anyone registered
+  std::vector<std::uint32_t> held;
+  range_encoder enc(held);
+  enc.add(1, 1);  // both hold file 1
+  h.register_rx("a", rx_a, held);
+  h.register_rx("b", rx_b, held);
+  const auto rest = h.drain_data();
+  REQUIRE(rest.size() == 5 + 10);
+  for (const auto& d : rest) REQUIRE(d.file != file_index{1});
+  // Late registrations after the group closed are refused.
+  h.register_rx("c", rx_b);
+  const auto replies = h.sent<wire::register_reply>(wire::msg_type::register_reply);
+  REQUIRE_FALSE(replies.back().accepted());
 }

@@ -1,0 +1,519 @@
+#!/usr/bin/env python3
+"""The EUMETSAT study's scenario matrix (Truksans, Znots, Barzdins, Table 1), run through
+mcdist's own link emulator (tests/linkem), mcdist and UFTP 4.10 side by side, with a TCP
+baseline (tar piped to nc) where it is cheap.
+
+Topology, as in the study: a sender h0, a receiver h1 on a clean link, a receiver h2 behind
+the impaired link (one-way delay RTT/2 each way, random loss). mcdist and UFTP multicast to
+both receivers; the TCP baseline sends to h2 only.
+
+Per scenario and program it measures, at the impaired receiver h2: verified bytes (files whose
+SHA-256 matches the source), the time they took (program start to the end of the transfer, or
+the time cap), goodput = verified bytes x 8 / time, passes (or rounds), and whether the goodput
+meets the 350 Mbit/s target. A program that does not finish within the cap is stopped; its
+goodput is what it verified in that time, like the study's fixed-duration runs.
+
+It prints a Markdown table, writes it with a JSON of every run to --out, and draws PNG plots of
+h2's received link throughput over time for a few scenarios (gnuplot).
+
+Modes: --quick (default) scales volumes so the 26 scenarios run in about 20 minutes;
+--full uses the study's file sizes (2 GB files) with larger sets and longer caps.
+
+Needs root (network namespaces, TUN), uftp/uftpd, nc, gnuplot (deploy/install-deps.sh --bench)
+and a build of mcdist including tests/linkem (deploy/build.sh).
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TOP = os.path.dirname(os.path.dirname(HERE))
+TARGET_MBPS = 350.0
+
+# (number, category, RTT ms, loss), Table 1 of the study.
+SCENARIOS = [
+    (1, "10kB", 70, 0), (2, "10kB", 70, 1e-6), (3, "10kB", 70, 1e-3),
+    (4, "10kB", 700, 0), (5, "10kB", 700, 1e-6), (6, "10kB", 700, 1e-3),
+    (7, "5MB", 70, 0), (8, "5MB", 70, 1e-6), (9, "5MB", 70, 1e-3),
+    (10, "5MB", 700, 0), (11, "5MB", 700, 1e-6), (12, "5MB", 700, 1e-3),
+    (13, "2GB", 70, 0), (14, "2GB", 70, 1e-6), (15, "2GB", 70, 1e-3),
+    (16, "2GB", 700, 0), (17, "2GB", 700, 1e-6), (18, "2GB", 700, 1e-3),
+    (19, "mix", 70, 0), (20, "mix", 700, 0),
+    (21, "mix", 70, 1e-6), (22, "mix", 70, 1e-3), (23, "mix", 700, 1e-6), (24, "mix", 700, 1e-3),
+    (25, "2GB", 70, 1e-3), (26, "2GB", 700, 1e-3),
+]
+
+# What the study reported (best application, Mbit/s) where the paper gives a figure.
+STUDY = {
+    1: "rsync 440 (FTP ~0.16)", 13: "FTP 840, rsync 696, GridFTP 672", 16: "GridFTP 304",
+    18: "FTP 0.4", 25: "UFTP 2.10: 360",
+}
+
+# File sets: category -> list of (count, size in bytes). Quick mode scales the 2 GB file down.
+VOLUMES = {
+    "quick": {
+        "10kB": [(20000, 10_000)],
+        "5MB": [(40, 5_000_000)],
+        "2GB": [(1, 512_000_000)],
+        "mix": [(2000, 10_000), (100, 500_000), (20, 5_000_000), (4, 50_000_000), (1, 512_000_000)],
+    },
+    "full": {
+        "10kB": [(50000, 10_000)],
+        "5MB": [(200, 5_000_000)],
+        "2GB": [(1, 2_000_000_000)],
+        "mix": [(5000, 10_000), (200, 500_000), (40, 5_000_000), (8, 50_000_000), (1, 2_000_000_000)],
+    },
+}
+# Time caps per program run, seconds.
+CAPS = {"quick": {"mcdist": 90, "uftp": 25, "tcp": 12}, "full": {"mcdist": 600, "uftp": 300, "tcp": 120}}
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+class Dataset:
+    """A category's file set on tmpfs, with SHA-256 of every file."""
+
+    def __init__(self, root, category, spec, rng):
+        self.dir = os.path.join(root, "data", category)
+        self.name = "set_" + category
+        self.files = {}
+        src = os.path.join(self.dir, self.name)
+        if os.path.exists(os.path.join(self.dir, "digests.json")):
+            with open(os.path.join(self.dir, "digests.json")) as f:
+                self.files = json.load(f)
+            return
+        shutil.rmtree(self.dir, ignore_errors=True)
+        n = 0
+        for count, size in spec:
+            for i in range(count):
+                rel = os.path.join("s%d" % size, "d%03d" % (i % 100), "f%06d.bin" % n)
+                path = os.path.join(src, rel)
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                h = hashlib.sha256()
+                with open(path, "wb") as f:
+                    left = size
+                    block = rng.randbytes(min(size, 1 << 20)) if size else b""
+                    while left > 0:
+                        chunk = block[:min(left, len(block))]
+                        f.write(chunk)
+                        h.update(chunk)
+                        left -= len(chunk)
+                        block = hashlib.sha512(block[:64]).digest() * (len(block) // 64) if left else block
+                self.files[os.path.join(self.name, rel)] = [size, h.hexdigest()]
+                n += 1
+        with open(os.path.join(self.dir, "digests.json"), "w") as f:
+            json.dump(self.files, f)
+
+    @property
+    def path(self):
+        return os.path.join(self.dir, self.name)
+
+    @property
+    def bytes(self):
+        return sum(v[0] for v in self.files.values())
+
+    def verified_bytes(self, dest):
+        """Bytes of files under dest whose size and SHA-256 match."""
+        ok = 0
+        for rel, (size, digest) in self.files.items():
+            p = os.path.join(dest, rel)
+            try:
+                if os.path.getsize(p) != size:
+                    continue
+            except OSError:
+                continue
+            h = hashlib.sha256()
+            with open(p, "rb") as f:
+                while True:
+                    b = f.read(1 << 22)
+                    if not b:
+                        break
+                    h.update(b)
+            if h.hexdigest() == digest:
+                ok += size
+        return ok
+
+
+class Emulator:
+    """mcdist-linkem with 3 hosts: h0 sender, h1 clean, h2 impaired."""
+
+    def __init__(self, binary, workdir, rtt_ms, loss, seed):
+        self.env_file = os.path.join(workdir, "mle.env")
+        if os.path.exists(self.env_file):
+            os.unlink(self.env_file)
+        spec = "h2:delay=%gms" % (rtt_ms / 2)
+        if loss > 0:
+            spec += ",loss=%g" % loss
+        self.log = open(os.path.join(workdir, "linkem.log"), "w")
+        self.proc = subprocess.Popen(
+            [binary, "--hosts", "3", "--link", spec, "--env-file", self.env_file, "--seed", str(seed),
+             "--stats-json", os.path.join(workdir, "linkem-stats.json"), "-q"],
+            stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 20
+        while not os.path.exists(self.env_file):
+            if self.proc.poll() is not None or time.time() > deadline:
+                sys.exit("mcdist-linkem did not start; see " + self.log.name)
+            time.sleep(0.05)
+        self.env = {}
+        with open(self.env_file) as f:
+            for line in f:
+                if "=" in line:
+                    k, v = line.strip().split("=", 1)
+                    self.env[k] = v
+
+    def ns(self, h):
+        return self.env["MLE_H%d_NETNS" % h]
+
+    def addr(self, h):
+        return self.env["MLE_H%d_ADDR" % h]
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+def in_ns(ns, args):
+    return ["ip", "netns", "exec", ns] + args
+
+
+class Sampler(threading.Thread):
+    """Samples received bytes on h2's emulated interface, via /proc/<pid>/net/dev of a process
+    living in h2's namespace, every 0.25 s."""
+
+    def __init__(self, pid, ifname="mle0"):
+        super().__init__(daemon=True)
+        self.pid, self.ifname, self.samples, self.stop_flag = pid, ifname, [], False
+
+    def read(self):
+        try:
+            with open("/proc/%d/net/dev" % self.pid) as f:
+                for line in f:
+                    if line.strip().startswith(self.ifname + ":"):
+                        return int(line.split(":", 1)[1].split()[0])
+        except OSError:
+            return None
+        return None
+
+    def run(self):
+        t0 = time.monotonic()
+        while not self.stop_flag:
+            v = self.read()
+            if v is not None:
+                self.samples.append((time.monotonic() - t0, v))
+            time.sleep(0.25)
+
+
+def stop_proc(p, sig=signal.SIGTERM, wait=10):
+    if p.poll() is None:
+        p.send_signal(sig)
+        try:
+            p.wait(wait)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def run_mcdist(args, emu, ds, work, cap, seed):
+    group = "239.192.%d.%d:%d" % (seed % 200 + 1, seed % 250 + 1, 4711)
+    recv, send = [os.path.join(args.build, "receiver", "mcdistd"), os.path.join(args.build, "sender", "mcdist-send")]
+    daemons = []
+    for h in (1, 2):
+        d = os.path.join(work, "mcdist-h%d" % h)
+        shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(d)
+        logf = open(os.path.join(d, "mcdistd.log"), "w")
+        p = subprocess.Popen(in_ns(emu.ns(h), [recv, "--id", "h%d" % h, "--group", group, "--interface",
+                                                emu.addr(h), "--dest", os.path.join(d, "dest"), "--temp",
+                                                os.path.join(d, "temp")]), stdout=logf, stderr=subprocess.STDOUT)
+        daemons.append((p, logf, d))
+    time.sleep(0.5)
+    sampler = Sampler(daemons[1][0].pid)
+    sampler.start()
+    summary = os.path.join(work, "mcdist-summary.json")
+    if os.path.exists(summary):
+        os.unlink(summary)
+    t0 = time.monotonic()
+    p = subprocess.Popen(in_ns(emu.ns(0), [send, "-q", "--group", group, "--interface", emu.addr(0), "--rate",
+                                           args.rate, "--receivers", "h1,h2", "--register-timeout", "10s",
+                                           "--summary-json", summary, ds.path]),
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        p.wait(cap)
+        elapsed = time.monotonic() - t0
+        finished = p.returncode == 0
+    except subprocess.TimeoutExpired:
+        stop_proc(p, signal.SIGINT)
+        elapsed = cap
+        finished = False
+    sampler.stop_flag = True
+    for dp, logf, _ in daemons:
+        stop_proc(dp)
+        logf.close()
+    passes, h2_time = None, None
+    try:
+        with open(summary) as f:
+            s = json.load(f)
+        passes = s["passes"]
+        for r in s["receivers"]:
+            if r["id"] == "h2" and r["state"] == "completed":
+                h2_time = r["completion_seconds"]
+    except (OSError, ValueError, KeyError):
+        pass
+    verified = ds.verified_bytes(os.path.join(daemons[1][2], "dest"))
+    return {"program": "mcdist", "finished": finished and verified == ds.bytes, "time": elapsed,
+            "verified": verified, "passes": passes, "h2_completion": h2_time, "samples": sampler.samples}
+
+
+def run_uftp(args, emu, ds, work, cap, seed):
+    daemons = []
+    for h in (1, 2):
+        d = os.path.join(work, "uftp-h%d" % h)
+        shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(os.path.join(d, "dest"))
+        logf = open(os.path.join(d, "uftpd.log"), "w")
+        p = subprocess.Popen(in_ns(emu.ns(h), ["uftpd", "-d", "-I", "mle0", "-M", "230.4.4.1", "-D",
+                                                os.path.join(d, "dest"), "-U", "0x%08x" % (h + 1),
+                                                "-B", "104857600", "-q"]),
+                             stdout=logf, stderr=subprocess.STDOUT)
+        daemons.append((p, logf, d))
+    time.sleep(0.5)
+    sampler = Sampler(daemons[1][0].pid)
+    sampler.start()
+    out = open(os.path.join(work, "uftp.out"), "w")
+    t0 = time.monotonic()
+    # Fair tuning: closed group, the same rate in the same units (uftp -R counts 1024 bit/s of
+    # IP packets, see uftp_compare.py), 100 MB socket buffers, no encryption.
+    p = subprocess.Popen(in_ns(emu.ns(0), ["uftp", "-I", "mle0", "-M", "230.4.4.1", "-P", "230.5.5.1",
+                                           "-H", "0x00000002,0x00000003", "-R", uftp_rate(args.rate), "-Y",
+                                           "none", "-B", "104857600", ds.path]),
+                         stdout=out, stderr=subprocess.STDOUT)
+    try:
+        p.wait(cap)
+        elapsed = time.monotonic() - t0
+        finished = p.returncode == 0
+    except subprocess.TimeoutExpired:
+        stop_proc(p, signal.SIGINT)
+        elapsed = cap
+        finished = False
+    sampler.stop_flag = True
+    out.close()
+    for dp, logf, _ in daemons:
+        stop_proc(dp)
+        logf.close()
+    passes = 0
+    with open(os.path.join(work, "uftp.out"), errors="replace") as f:
+        for line in f:
+            if line.startswith("Starting pass"):
+                passes = max(passes, int(line.split()[-1]))
+    verified = ds.verified_bytes(os.path.join(daemons[1][2], "dest"))
+    return {"program": "uftp", "finished": finished and verified == ds.bytes, "time": elapsed,
+            "verified": verified, "passes": passes, "samples": sampler.samples}
+
+
+def run_tcp(args, emu, ds, work, cap, seed):
+    d = os.path.join(work, "tcp-h2")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    port = 20000 + seed % 10000
+    sink = subprocess.Popen(in_ns(emu.ns(2), ["sh", "-c", "nc -l -p %d | tar -x -C %s" % (port, d)]),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.3)
+    sampler = Sampler(sink.pid)
+    sampler.start()
+    t0 = time.monotonic()
+    src = subprocess.Popen(in_ns(emu.ns(0), ["sh", "-c", "tar -c -C %s %s | nc -N %s %d" % (
+        os.path.dirname(ds.path), os.path.basename(ds.path), emu.addr(2), port)]),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        sink.wait(cap)
+        elapsed = time.monotonic() - t0
+        finished = sink.returncode == 0
+    except subprocess.TimeoutExpired:
+        elapsed = cap
+        finished = False
+    sampler.stop_flag = True
+    stop_proc(src, signal.SIGKILL)
+    stop_proc(sink, signal.SIGKILL)
+    subprocess.run(in_ns(emu.ns(2), ["pkill", "-f", "nc -l -p %d" % port]), stderr=subprocess.DEVNULL)
+    verified = ds.verified_bytes(d)
+    return {"program": "tcp", "finished": finished and verified == ds.bytes, "time": elapsed,
+            "verified": verified, "passes": None, "samples": sampler.samples}
+
+
+def uftp_rate(rate):
+    mult = {"k": 1e3, "M": 1e6, "G": 1e9}
+    bps = float(rate[:-1]) * mult[rate[-1]] if rate[-1] in mult else float(rate)
+    return str(int(round(bps / 1024)))
+
+
+def mbps(r):
+    return r["verified"] * 8 / r["time"] / 1e6 if r and r["time"] > 0 else 0.0
+
+
+def cell(r):
+    if r is None:
+        return "-"
+    s = "%.0f" % mbps(r) if mbps(r) >= 10 else "%.2f" % mbps(r)
+    if not r["finished"]:
+        s += " (cap %ds, %s verified)" % (r["time"], fmt_bytes(r["verified"]))
+    return s
+
+
+def fmt_bytes(n):
+    for unit in ("B", "kB", "MB", "GB"):
+        if n < 1000:
+            return "%.0f %s" % (n, unit)
+        n /= 1000
+    return "%.1f TB" % n
+
+
+def plot(results, out_dir, numbers):
+    if not shutil.which("gnuplot"):
+        log("gnuplot not installed: no plots")
+        return []
+    made = []
+    for num in numbers:
+        runs = [r for r in results if r["scenario"] == num]
+        if not runs:
+            continue
+        series = []
+        for r in runs:
+            for prog in ("mcdist", "uftp", "tcp"):
+                res = r.get(prog)
+                if not res or len(res["samples"]) < 2:
+                    continue
+                dat = os.path.join(out_dir, "s%02d_%s.dat" % (num, prog))
+                with open(dat, "w") as f:
+                    prev = res["samples"][0]
+                    for t, v in res["samples"][1:]:
+                        if t > prev[0]:
+                            f.write("%.2f %.2f\n" % (t, (v - prev[1]) * 8 / (t - prev[0]) / 1e6))
+                        prev = (t, v)
+                series.append((dat, prog))
+        if not series:
+            continue
+        sc = [s for s in SCENARIOS if s[0] == num][0]
+        png = os.path.join(out_dir, "scenario%02d.png" % num)
+        title = "Scenario %d: %s files, RTT %d ms, loss %g - received at h2" % (num, sc[1], sc[2], sc[3])
+        cmds = ['set terminal pngcairo size 900,450', 'set output "%s"' % png, 'set title "%s"' % title,
+                'set xlabel "seconds"', 'set ylabel "Mbit/s (link, 0.25 s bins)"', 'set grid', 'set key top right',
+                'set yrange [0:*]',
+                "plot " + ", ".join('"%s" using 1:2 with steps lw 2 title "%s"' % (d, p) for d, p in series)
+                + ', %g with lines dt 2 lc rgb "red" title "350 Mbit/s target"' % TARGET_MBPS]
+        subprocess.run(["gnuplot", "-e", "; ".join(cmds)], check=False)
+        if os.path.exists(png):
+            made.append(png)
+    return made
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true", help="scaled-down volumes (default)")
+    mode.add_argument("--full", action="store_true", help="the study's sizes, longer caps")
+    ap.add_argument("--build", default=os.path.join(TOP, "build"))
+    ap.add_argument("--work", default="/dev/shm/mcdist-matrix")
+    ap.add_argument("--out", default=os.path.join(TOP, "build", "matrix"))
+    ap.add_argument("--rate", default="800M", help="multicast rate for mcdist and UFTP (same bit/s)")
+    ap.add_argument("--scenarios", default="1-26", help="e.g. 1-6,13,25")
+    ap.add_argument("--no-tcp", action="store_true")
+    ap.add_argument("--no-uftp", action="store_true")
+    ap.add_argument("--plots", default="3,6,18,24,26", help="scenarios to plot")
+    args = ap.parse_args()
+    m = "full" if args.full else "quick"
+    if os.geteuid() != 0:
+        sys.exit("eumetsat_matrix.py needs root (network namespaces and TUN devices)")
+    linkem = os.path.join(args.build, "tests", "linkem", "mcdist-linkem")
+    for b in (linkem, os.path.join(args.build, "sender", "mcdist-send")):
+        if not os.access(b, os.X_OK):
+            sys.exit("missing %s: build first (deploy/build.sh)" % b)
+    for tool in ("uftp", "uftpd", "nc", "tar"):
+        if not shutil.which(tool):
+            sys.exit("missing %s: deploy/install-deps.sh --bench" % tool)
+    wanted = set()
+    for part in args.scenarios.split(","):
+        a, _, b = part.partition("-")
+        wanted.update(range(int(a), int(b or a) + 1))
+    os.makedirs(args.work, exist_ok=True)
+    os.makedirs(args.out, exist_ok=True)
+    rng = random.Random(2026)
+    datasets = {}
+    results = []
+    t_start = time.monotonic()
+    for num, cat, rtt, loss in SCENARIOS:
+        if num not in wanted:
+            continue
+        if cat not in datasets:
+            log("preparing %s data set ..." % cat)
+            datasets[cat] = Dataset(args.work, cat, VOLUMES[m][cat], rng)
+        ds = datasets[cat]
+        work = os.path.join(args.work, "run")
+        shutil.rmtree(work, ignore_errors=True)
+        os.makedirs(work)
+        emu = Emulator(linkem, work, rtt, loss, seed=num)
+        row = {"scenario": num, "category": cat, "rtt_ms": rtt, "loss": loss, "bytes": ds.bytes,
+               "files": len(ds.files)}
+        try:
+            row["mcdist"] = run_mcdist(args, emu, ds, work, CAPS[m]["mcdist"], num)
+            if not args.no_uftp:
+                row["uftp"] = run_uftp(args, emu, ds, work, CAPS[m]["uftp"], num)
+            if not args.no_tcp:
+                row["tcp"] = run_tcp(args, emu, ds, work, CAPS[m]["tcp"], num)
+        finally:
+            emu.stop()
+        results.append(row)
+        log("scenario %2d %-4s RTT %3d ms loss %-6g: mcdist %s | UFTP %s | TCP %s" % (
+            num, cat, rtt, loss, cell(row["mcdist"]), cell(row.get("uftp")), cell(row.get("tcp"))))
+    total = time.monotonic() - t_start
+    lines = ["| # | files | RTT | loss | volume | mcdist Mbit/s | mcdist time | passes | target | UFTP 4.10 Mbit/s |"
+             " UFTP time | UFTP passes | mcdist / UFTP | tar+nc (TCP) Mbit/s | study (best app, Mbit/s) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        md, uf, tc = r["mcdist"], r.get("uftp"), r.get("tcp")
+        ratio = "%.1fx" % (mbps(md) / mbps(uf)) if uf and mbps(uf) > 0 else ("inf" if uf else "-")
+        lines.append("| %d | %s x %d | %d ms | %g | %s | %s | %.1f s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            r["scenario"], r["category"], r["files"], r["rtt_ms"], r["loss"], fmt_bytes(r["bytes"]), cell(md),
+            md["time"], md["passes"], "yes" if mbps(md) >= TARGET_MBPS else "no", cell(uf),
+            "%.1f s" % uf["time"] if uf else "-", uf["passes"] if uf else "-", ratio, cell(tc),
+            STUDY.get(r["scenario"], "none reached 350")))
+    table = "\n".join(lines)
+    header = ("EUMETSAT matrix, %s mode, rate %s for mcdist and UFTP, on %s; %.1f min in all.\n"
+              "Goodput = verified bytes at the impaired receiver h2 x 8 / time; time = program start to "
+              "end, or the cap (quick: mcdist %ds, UFTP %ds, TCP %ds).\n" % (
+                  m, args.rate, time.strftime("%Y-%m-%d %H:%M"), total / 60, CAPS[m]["mcdist"], CAPS[m]["uftp"],
+                  CAPS[m]["tcp"]))
+    print()
+    print(header)
+    print(table)
+    with open(os.path.join(args.out, "matrix.md"), "w") as f:
+        f.write(header + "\n" + table + "\n")
+    for r in results:
+        for prog in ("mcdist", "uftp", "tcp"):
+            if r.get(prog):
+                r[prog]["samples"] = r[prog]["samples"][:4000]
+    pngs = plot(results, args.out, [int(x) for x in args.plots.split(",") if x])
+    with open(os.path.join(args.out, "matrix.json"), "w") as f:
+        json.dump(results, f)
+    print()
+    print("written: %s, %s%s" % (os.path.join(args.out, "matrix.md"), os.path.join(args.out, "matrix.json"),
+                                 "".join(", " + p for p in pngs)))
+
+
+if __name__ == "__main__":
+    main()
