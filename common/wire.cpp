@@ -26,6 +26,7 @@ const char* to_string(msg_type t) noexcept {
     case msg_type::complete: return "complete";
     case msg_type::complete_ack: return "complete_ack";
     case msg_type::session_end: return "end";
+    case msg_type::fallback: return "fallback";
   }
   return "unknown";
 }
@@ -37,7 +38,7 @@ std::error_code parse_header(std::span<const std::byte> datagram, header& out) n
   if (std::to_integer<std::uint8_t>(datagram[2]) != version) return errc::bad_version;
   const auto type = std::to_integer<std::uint8_t>(datagram[3]);
   if (type < static_cast<std::uint8_t>(msg_type::data) ||
-      type > static_cast<std::uint8_t>(msg_type::session_end)) {
+      type > static_cast<std::uint8_t>(msg_type::fallback)) {
     return errc::unknown_type;
   }
   out.type = static_cast<msg_type>(type);

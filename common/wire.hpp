@@ -69,6 +69,7 @@ enum class msg_type : std::uint8_t {
   complete = 8,
   complete_ack = 9,
   session_end = 10,
+  fallback = 11,
 };
 
 /// Longest receiver id, bytes. Ids are site names ("dwd-offenbach"), not documents.

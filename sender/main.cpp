@@ -49,7 +49,14 @@ sent, interrupted).
 Examples:
   mcdist-send --interface 127.0.0.1 --rate 500M --receivers site-a,site-b products/
   mcdist-send -g 239.192.0.9:5000 -i 10.0.0.5 --ttl 16 --rate 350M --summary-json out.json obs/*.bufr
-  mcdist-send --only site-b --register-window 3s products/T_ABCD01.grib   (resend to one site)
+  mcdist-send --only site-b products/T_ABCD01.grib            (resend to one site over multicast)
+  mcdist-send --only site-b --unicast --fallback tcp products/  (resend to one site over TCP)
+
+Unicast fallback: a receiver whose NAKs exceed --fallback-nak-ratio of the data sent, or that
+still misses data after --fallback-after-passes passes, is told to fetch the rest of the set
+over unicast (it connects to this sender, so receivers behind firewalls work), and the others
+go on as if it were not there. With --unicast-rate, a set small enough that unicast beats a
+multicast pass goes unicast from the start. Every decision is logged and shown in the summary.
 )";
 
 }  // namespace
@@ -84,6 +91,15 @@ int main(int argc, char** argv) {
   bool quiet = false;
   bool no_progress = false;
   bool no_digest_cache = false;
+  std::string fallback = "auto";
+  double fallback_nak_ratio = 0.05;
+  std::uint32_t fallback_after_passes = 10;
+  bool force_unicast = false;
+  std::string unicast_rate = "0";
+  double unicast_threshold = 1.0;
+  std::uint16_t unicast_port = 0;
+  std::uint32_t tcp_connections = 0;
+  std::string tcp_congestion;
 
   app.add_option("PATH", paths, "Files and directories to send (directories recursively, "
                                 "relative paths kept)")
@@ -142,6 +158,48 @@ int main(int argc, char** argv) {
       ->type_name("LEVEL");
   app.add_flag("-q,--quiet", quiet, "Only warnings and errors; no progress line");
   app.add_flag("--no-progress", no_progress, "No progress line even on a terminal");
+  app.add_option("--fallback", fallback,
+                 "Unicast fallback: auto (SCTP over UDP, multi-socket TCP on long paths), sctp, "
+                 "tcp, sctp-kernel or off")
+      ->capture_default_str()
+      ->type_name("MODE")
+      ->check(CLI::IsMember({"auto", "sctp", "tcp", "sctp-kernel", "off"}));
+  app.add_option("--fallback-nak-ratio", fallback_nak_ratio,
+                 "Move a receiver to unicast when its NAKed blocks exceed this fraction of the "
+                 "data sent")
+      ->capture_default_str()
+      ->type_name("FRACTION")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--fallback-after-passes", fallback_after_passes,
+                 "Move a receiver still missing data after this many passes to unicast")
+      ->capture_default_str()
+      ->type_name("N")
+      ->check(CLI::Range(1u, 100000u));
+  app.add_flag("--unicast", force_unicast,
+               "Serve every receiver over unicast from the start (with --only: a manual resend "
+               "over unicast); the transport follows --fallback");
+  app.add_option("--unicast-rate", unicast_rate,
+                 "This sender's unicast capacity for the small-set cost model: a set goes unicast "
+                 "from the start when that is cheaper than a multicast pass (0 = off)")
+      ->capture_default_str()
+      ->type_name("RATE");
+  app.add_option("--unicast-threshold", unicast_threshold,
+                 "Go unicast from the start when unicast cost < this x multicast cost")
+      ->capture_default_str()
+      ->type_name("X");
+  app.add_option("--unicast-port", unicast_port,
+                 "Port of the unicast fallback listeners (UDP for SCTP, and TCP; 0 = any)")
+      ->capture_default_str()
+      ->type_name("PORT");
+  app.add_option("--tcp-connections", tcp_connections,
+                 "TCP connections per receiver in a TCP fallback (0 = the receiver's default, 4)")
+      ->capture_default_str()
+      ->type_name("N")
+      ->check(CLI::Range(0u, 64u));
+  app.add_option("--tcp-congestion", tcp_congestion,
+                 "TCP congestion control of fallback connections (bbr, cubic; default: the "
+                 "system's)")
+      ->type_name("NAME");
   app.add_flag("--no-digest-cache", no_digest_cache,
                "Neither read nor write the SHA-256 kept in the files' user.mcdist.sha256 xattr");
 
@@ -190,6 +248,24 @@ int main(int argc, char** argv) {
     *out = *d;
   }
   cfg.max_passes = max_passes;
+  cfg.fallback = fallback == "off"           ? mcdist::sender::fallback_mode::off
+                 : fallback == "sctp"        ? mcdist::sender::fallback_mode::sctp
+                 : fallback == "tcp"         ? mcdist::sender::fallback_mode::tcp
+                 : fallback == "sctp-kernel" ? mcdist::sender::fallback_mode::sctp_kernel
+                                             : mcdist::sender::fallback_mode::automatic;
+  cfg.fallback_nak_ratio = fallback_nak_ratio;
+  cfg.fallback_after_passes = fallback_after_passes;
+  cfg.force_unicast = force_unicast;
+  const auto ur = mcdist::parse_rate(unicast_rate);
+  if (!ur) return usage_error("--unicast-rate " + unicast_rate + " is not a rate");
+  cfg.unicast_rate_bps = *ur;
+  cfg.unicast_threshold = unicast_threshold;
+  cfg.tcp_connections = tcp_connections;
+  if (force_unicast && cfg.fallback == mcdist::sender::fallback_mode::off) {
+    return usage_error("--unicast needs a fallback transport; not with --fallback off");
+  }
+  opts.unicast_port = unicast_port;
+  opts.tcp_congestion = tcp_congestion;
   cfg.receivers = receivers;
   cfg.only_receivers = only;
   if (session_hex.empty()) {
@@ -226,7 +302,9 @@ int main(int argc, char** argv) {
   try {
     files = mcdist::sender::collect_files(paths, [&](const std::string& w) { log->warn("{}", w); });
     if (files.empty()) return usage_error("no files to send in " + paths.front());
-    mcdist::sender::prehash(files, *ph, std::uint64_t{1} << 30,
+    // Without a multicast pass there is no in-band hashing: hash everything first.
+    const std::uint64_t prehash_limit = force_unicast ? UINT64_MAX : *ph;
+    mcdist::sender::prehash(files, prehash_limit, force_unicast ? UINT64_MAX : std::uint64_t{1} << 30,
                             std::max(1u, std::thread::hardware_concurrency()), !no_digest_cache);
   } catch (const mcdist::sender::file_set_error& e) {
     return usage_error(e.what());

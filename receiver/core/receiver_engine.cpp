@@ -20,6 +20,12 @@ constexpr int max_reported_failures = 32;
 constexpr std::size_t max_digests_wanted = 128;
 /// Longest failure reason carried in COMPLETE, bytes.
 constexpr std::size_t max_reason_bytes = 200;
+/// First REGISTER retransmission, doubling up to 2 x GRTT.
+constexpr duration first_register_retry = std::chrono::milliseconds(100);
+/// Unicast attempts (connections) per session before the receiver gives up on it.
+constexpr std::uint32_t max_unicast_attempts = 8;
+/// Back-off after a lost unicast connection: this times the attempt number, at most 10 s.
+constexpr auto unicast_backoff = std::chrono::milliseconds(500);
 
 /// A path from the network made safe to print: control characters and bytes >= 0x7f shown
 /// as \xNN, long paths cut.
@@ -120,6 +126,7 @@ struct receiver_engine::session_rx {
   duration nak_backoff{};
   std::uint32_t digests_through = 0;
   time_point next_register{};
+  std::uint32_t register_sends = 0;
   time_point next_complete{};
   std::uint32_t complete_sends = 0;
   time_point next_checkpoint{};
@@ -128,6 +135,14 @@ struct receiver_engine::session_rx {
   std::uint32_t files_held = 0;
   std::uint32_t files_failed = 0;
   std::uint64_t bytes_stored = 0;
+  // Unicast fallback.
+  bool unicast = false;         ///< the sender moved us to unicast: multicast data is ignored
+  bool unicast_active = false;  ///< a unicast client is running
+  unicast_order order;
+  std::uint32_t unicast_attempts = 0;
+  time_point next_unicast{};
+  /// Bytes received of blocks that arrived in pieces over unicast, by (file << 32 | block).
+  std::unordered_map<std::uint64_t, std::uint32_t> partial;
 
   std::string name() const {
     char buf[16];
@@ -224,6 +239,11 @@ void receiver_engine::on_datagram(std::span<const std::byte> datagram, const end
     case wire::msg_type::session_end: {
       wire::session_end m;
       if (parse(m)) handle_end(*s, m, now);
+      break;
+    }
+    case wire::msg_type::fallback: {
+      wire::fallback m;
+      if (parse(m)) handle_fallback(*s, m, from, now);
       break;
     }
     default:
@@ -458,7 +478,12 @@ void receiver_engine::send_register(session_rx& s, time_point now) {
   }
   const auto bytes = encode(wire::msg_type::register_request, s.id, m);
   m_sink.send(s.sender, bytes);
-  s.next_register = now + retransmit_interval(s);
+  // Retransmit soon, then back off to the GRTT: before the sender has measured anyone its
+  // GRTT is a 0.5 s guess, and a lost REGISTER should not cost a second.
+  const duration backoff = first_register_retry * (1 << std::min<std::uint32_t>(s.register_sends, 6));
+  s.next_register = now + std::clamp(backoff, m_cfg.retransmit_min, std::max(retransmit_interval(s),
+                                                                           first_register_retry));
+  ++s.register_sends;
 }
 
 void receiver_engine::handle_register_reply(session_rx& s, const wire::register_reply& m,
@@ -506,7 +531,7 @@ void receiver_engine::handle_data(std::span<const std::byte> datagram, const end
     m_stats.drops.add(errc::wrong_source);
     return;
   }
-  if (s->state == session_rx::state_t::completing) {
+  if (s->state == session_rx::state_t::completing || s->unicast) {
     m_stats.drops.add(errc::duplicate);
     return;
   }
@@ -643,6 +668,11 @@ void receiver_engine::send_naks(session_rx& s, time_point now) {
     s.nak_pass = s.marker_pass;
     s.nak_file = 0;
     s.nak_block = 0;
+  }
+  if (s.unicast) {
+    // Data comes over unicast; NAK only for digests and, when asked, as a sign of life.
+    s.nak_file = s.marker_file;
+    s.nak_block = s.marker_block;
   }
   wire::nak m;
   auto reset_message = [&] {
@@ -807,6 +837,7 @@ void receiver_engine::on_file_stored(session_id id, file_index f, std::error_cod
     ++fr.digest_retries;
     fr.received.clear_all();
     fr.state = file_rx::state_t::receiving;
+    if (s->unicast && !s->unicast_active) s->next_unicast = now;
     if (m_log) {
       m_log->warn("session {}: '{}' failed SHA-256 verification; fetching it again ({} of {})",
                   s->name(), printable(fr.entry.path), fr.digest_retries,
@@ -824,6 +855,153 @@ void receiver_engine::on_file_stored(session_id id, file_index f, std::error_cod
     }
   }
   file_done(*s, now);
+}
+
+void receiver_engine::handle_fallback(session_rx& s, const wire::fallback& m, const endpoint& from,
+                                      time_point now) {
+  if (m.receiver_id() != m_cfg.id) return;
+  if (s.state != session_rx::state_t::registering && s.state != session_rx::state_t::receiving) {
+    return;
+  }
+  if (!wire::fallback::transport_kind_IsValid(m.transport()) || m.port() == 0 || m.port() > 65535 ||
+      (!m.address().empty() && m.address().size() != 4 && m.address().size() != 16) ||
+      m.connections() > 64) {
+    m_stats.drops.add(errc::invalid_field);
+    return;
+  }
+  if (s.unicast && s.order.token == m.token() && s.unicast_active) return;  // a repeat
+  unicast_order o;
+  o.transport = m.transport() == wire::fallback::TCP           ? unicast_order::transport_t::tcp
+                : m.transport() == wire::fallback::SCTP_KERNEL ? unicast_order::transport_t::sctp_kernel
+                                                               : unicast_order::transport_t::sctp_udp;
+  o.server = from;
+  if (!m.address().empty()) {
+    o.server.v6 = m.address().size() == 16;
+    o.server.addr = {};
+    std::memcpy(o.server.addr.data(), m.address().data(), m.address().size());
+  }
+  o.server.port = static_cast<std::uint16_t>(m.port());
+  o.token = m.token();
+  o.connections = m.connections();
+  const bool first = !s.unicast;
+  s.unicast = true;
+  s.order = o;
+  if (m_log && first) {
+    m_log->info("session {}: the sender moves this receiver to unicast ({}) at {}: {}", s.name(),
+                o.transport == unicast_order::transport_t::tcp ? "tcp" : "sctp",
+                o.server.to_string(), printable(m.reason()));
+  }
+  if (s.state == session_rx::state_t::registering) start_receiving(s, now);
+  if (s.unicast_active) {
+    // A new order while connected: the sender lost our session; connect again.
+    m_sink.stop_unicast(s.id);
+    s.unicast_active = false;
+  }
+  start_unicast_attempt(s, now);
+}
+
+void receiver_engine::start_unicast_attempt(session_rx& s, time_point now) {
+  if (s.state != session_rx::state_t::receiving || s.unicast_active) return;
+  std::vector<byte_range> wanted;
+  for (std::uint32_t f = 0; f < s.file_count; ++f) {
+    const auto& fr = s.files[f];
+    if (fr.state != file_rx::state_t::receiving) continue;
+    for (std::uint32_t b = fr.received.find_clear(0); b < fr.blocks;) {
+      std::uint32_t e = fr.received.find_set(b);
+      if (e > fr.blocks) e = fr.blocks;
+      const std::uint64_t off = std::uint64_t{b} * s.block_size;
+      const std::uint64_t end = std::min<std::uint64_t>(std::uint64_t{e} * s.block_size, fr.entry.size);
+      wanted.push_back({file_index{f}, off, end - off});
+      b = fr.received.find_clear(e);
+    }
+  }
+  // Blocks asked for again arrive whole: forget their pieces.
+  s.partial.clear();
+  if (wanted.empty()) {
+    s.next_unicast = time_point::max();  // nothing to fetch (a failed digest re-arms it)
+    return;
+  }
+  ++s.unicast_attempts;
+  s.unicast_active = true;
+  m_sink.start_unicast(s.id, s.order, std::move(wanted));
+  (void)now;
+}
+
+void receiver_engine::mark_block(session_rx& s, std::uint32_t f, std::uint32_t b, time_point now) {
+  auto& fr = s.files[f];
+  if (!fr.received.set(b)) return;
+  const std::uint32_t len = block_length(fr.entry.size, s.block_size, b);
+  s.bytes_received += len;
+  s.dirty = true;
+  ++m_stats.data_blocks;
+  m_stats.data_bytes += len;
+  if (fr.received.all()) {
+    file_data_complete(s, f);
+    file_done(s, now);
+  }
+}
+
+void receiver_engine::on_unicast_data(session_id id, file_index f, std::uint64_t offset,
+                                      std::span<const std::byte> data, time_point now) {
+  session_rx* s = find(id);
+  if (!s || !s->unicast || f.value >= s->file_count || data.empty()) return;
+  auto& fr = s->files[f.value];
+  if (fr.state != file_rx::state_t::receiving || offset + data.size() > fr.entry.size) return;
+  s->last_heard = now;
+  if (!fr.begun) {
+    m_sink.begin_file({s->id, f, s->channel, &fr.entry, fr.resume});
+    fr.begun = true;
+  }
+  if (!m_sink.write_block(s->id, f, offset, data)) {
+    m_stats.drops.add(errc::storage_full);  // asked for again after this attempt
+    return;
+  }
+  const std::uint64_t end = offset + data.size();
+  const std::uint32_t first = static_cast<std::uint32_t>(offset / s->block_size);
+  const std::uint32_t last = static_cast<std::uint32_t>((end - 1) / s->block_size);
+  for (std::uint32_t b = first; b <= last; ++b) {
+    if (fr.state != file_rx::state_t::receiving) break;  // completed by an earlier block
+    if (fr.received.test(b)) continue;
+    const std::uint64_t bs = std::uint64_t{b} * s->block_size;
+    const std::uint64_t be = bs + block_length(fr.entry.size, s->block_size, b);
+    const auto got = static_cast<std::uint32_t>(std::min(be, end) - std::max(bs, offset));
+    if (got == be - bs) {
+      mark_block(*s, f.value, b, now);
+      continue;
+    }
+    const std::uint64_t key = std::uint64_t{f.value} << 32 | b;
+    auto& have = s->partial[key];
+    have += got;
+    if (have >= be - bs) {
+      s->partial.erase(key);
+      mark_block(*s, f.value, b, now);
+    }
+  }
+}
+
+void receiver_engine::on_unicast_closed(session_id id, bool complete, const std::string& why,
+                                        time_point now) {
+  session_rx* s = find(id);
+  if (!s || !s->unicast) return;
+  s->unicast_active = false;
+  if (s->state != session_rx::state_t::receiving || s->files_open == 0) return;
+  bool missing = false;
+  for (const auto& fr : s->files) {
+    if (fr.state == file_rx::state_t::receiving && !fr.received.all()) missing = true;
+  }
+  if (!missing) return;  // everything is in; files are being stored
+  if (s->unicast_attempts >= max_unicast_attempts) {
+    close_session(*s, false, "unicast fallback failed " + std::to_string(s->unicast_attempts) +
+                                 " times: " + why,
+                  now);
+    return;
+  }
+  if (m_log) {
+    m_log->warn("session {}: unicast transfer {} ({}); asking again for what is missing",
+                s->name(), complete ? "ended with data missing" : "interrupted", printable(why));
+  }
+  s->next_unicast = now + std::min<duration>(unicast_backoff * s->unicast_attempts,
+                                             std::chrono::seconds(10));
 }
 
 void receiver_engine::handle_complete_ack(session_rx& s, time_point now) {
@@ -857,6 +1035,7 @@ void receiver_engine::close_session(session_rx& s, bool success, const std::stri
                   s.file_count);
     }
   }
+  if (s.unicast_active) m_sink.stop_unicast(s.id);
   m_sink.session_closed(s.id, true);
   m_tombstones[s.id] = now + std::max(m_cfg.session_timeout, s.grtt * 10);
   m_sessions.erase(s.id);
@@ -1017,6 +1196,9 @@ void receiver_engine::on_timer(time_point now) {
         if (s->nak_due && now >= *s->nak_due) s->nak_due.reset();
         break;
       case session_rx::state_t::receiving:
+        if (s->unicast && !s->unicast_active && now >= s->next_unicast) {
+          start_unicast_attempt(*s, now);
+        }
         if (s->nak_due && now >= *s->nak_due) send_naks(*s, now);
         if (s->dirty && now >= s->next_checkpoint) do_checkpoint(*s, now);
         break;
@@ -1045,6 +1227,7 @@ std::optional<time_point> receiver_engine::next_deadline() const {
         consider(s->next_register);
         break;
       case session_rx::state_t::receiving:
+        if (s->unicast && !s->unicast_active) consider(s->next_unicast);
         if (s->nak_due) consider(*s->nak_due);
         if (s->dirty) consider(s->next_checkpoint);
         break;

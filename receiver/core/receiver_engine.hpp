@@ -34,6 +34,7 @@ class marker;
 class digest_list;
 class register_reply;
 class session_end;
+class fallback;
 }  // namespace mcdist::wire
 
 namespace mcdist::receiver {
@@ -74,6 +75,22 @@ struct held_query {
   std::int64_t mtime_ns = 0;
 };
 
+/// How to reach the sender's unicast server (from its FALLBACK order).
+struct unicast_order {
+  enum class transport_t : std::uint8_t { sctp_udp, sctp_kernel, tcp };
+  transport_t transport = transport_t::sctp_udp;
+  endpoint server;
+  std::uint64_t token = 0;
+  std::uint32_t connections = 0;  ///< TCP sockets; 0 = the shell's default
+};
+
+/// Bytes [offset, offset + length) of one file.
+struct byte_range {
+  file_index file{};
+  std::uint64_t offset = 0;
+  std::uint64_t length = 0;
+};
+
 /// Actions the engine asks of its shell. Calls happen synchronously inside engine calls.
 class receiver_sink {
  public:
@@ -97,6 +114,12 @@ class receiver_sink {
   virtual void checkpoint(session_id s, std::string blob) = 0;
   /// The session is over for this receiver; drop its storage state.
   virtual void session_closed(session_id s, bool remove_temp) = 0;
+  /// Fetch `wanted` over unicast as `order` says (connect, pipeline every range); bytes come
+  /// back through receiver_engine::on_unicast_data, the end through on_unicast_closed.
+  virtual void start_unicast(session_id s, const unicast_order& order,
+                             std::vector<byte_range> wanted) = 0;
+  /// Drop the session's unicast client, if any (no on_unicast_closed follows).
+  virtual void stop_unicast(session_id s) = 0;
 };
 
 /// Counters for logs and status.
@@ -139,6 +162,13 @@ class receiver_engine {
   void on_file_stored(session_id s, file_index f, std::error_code ec, const std::string& detail,
                       time_point now);
 
+  /// Bytes of a file arrived over unicast (exact, final, each byte once per request).
+  void on_unicast_data(session_id s, file_index f, std::uint64_t offset,
+                       std::span<const std::byte> data, time_point now);
+  /// The unicast client finished (`complete`) or lost its connection; what is still missing
+  /// is asked for again after a back-off.
+  void on_unicast_closed(session_id s, bool complete, const std::string& why, time_point now);
+
   /// Restores a session from a checkpoint blob written earlier.
   /// @return empty, or errc::bad_protobuf / invalid_field for a damaged blob
   std::error_code restore(std::string_view blob, time_point now);
@@ -162,6 +192,9 @@ class receiver_engine {
   void handle_register_reply(session_rx& s, const wire::register_reply& m, time_point now);
   void handle_complete_ack(session_rx& s, time_point now);
   void handle_end(session_rx& s, const wire::session_end& m, time_point now);
+  void handle_fallback(session_rx& s, const wire::fallback& m, const endpoint& from, time_point now);
+  void start_unicast_attempt(session_rx& s, time_point now);
+  void mark_block(session_rx& s, std::uint32_t f, std::uint32_t b, time_point now);
 
   void manifest_complete(session_rx& s, time_point now);
   void start_receiving(session_rx& s, time_point now);

@@ -49,7 +49,8 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
       m_status_timer(io),
       m_signals(io, SIGINT, SIGTERM),
       m_receiver(receive_batch, receive_buffer_bytes),
-      m_drop_rng(m_cfg.drop_seed) {
+      m_drop_rng(m_cfg.drop_seed),
+      m_unicast_poll(io) {
   validate(m_cfg);
   make_dir(m_cfg.temp, "temp");
   for (const auto& ch : m_cfg.channels) {
@@ -95,6 +96,7 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
 }
 
 daemon::~daemon() {
+  m_unicast.clear();  // clients end without calling back
   // The store drains its queues and joins its threads before the engine goes.
   m_store.reset();
   m_engine.reset();
@@ -131,6 +133,8 @@ void daemon::stop() {
   m_stopping = true;
   m_engine->checkpoint_all(from_steady(std::chrono::steady_clock::now()));
   m_store->flush();
+  m_unicast.clear();
+  m_unicast_poll.cancel();
   m_timer.cancel();
   m_status_timer.cancel();
   m_signals.cancel();
@@ -244,6 +248,98 @@ void daemon::query_held(session_id s, std::uint32_t channel, std::vector<held_qu
 void daemon::checkpoint(session_id s, std::string blob) { m_store->checkpoint(s, std::move(blob)); }
 
 void daemon::session_closed(session_id s, bool remove_temp) { m_store->close_session(s, remove_temp); }
+
+void daemon::start_unicast(session_id s, const unicast_order& order,
+                           std::vector<byte_range> wanted) {
+  stop_unicast(s);
+  unicast::client_options co;
+  co.kind = order.transport == unicast_order::transport_t::tcp ? unicast::transport_kind::tcp
+            : order.transport == unicast_order::transport_t::sctp_kernel
+                ? unicast::transport_kind::sctp_kernel
+                : unicast::transport_kind::sctp_udp;
+  co.server = order.server;
+  co.token = order.token;
+  co.session = s;
+  co.receiver_id = m_cfg.id;
+  co.tcp_connections = order.connections;
+  const bool any = std::all_of(m_cfg.interface.addr.begin(),
+                               m_cfg.interface.addr.begin() + (m_cfg.interface.v6 ? 16 : 4),
+                               [](std::uint8_t b) { return b == 0; });
+  if (!any) co.local = m_cfg.interface;
+  const std::uint64_t gen = ++m_unicast_generation;
+  unicast::client_events ev;
+  ev.on_data = [this, s](file_index f, std::uint64_t off, std::span<const std::byte> b) {
+    m_engine->on_unicast_data(s, f, off, b, from_steady(std::chrono::steady_clock::now()));
+    m_store->flush();
+    check_unicast_backpressure();
+  };
+  ev.on_complete = [this, s, gen] {
+    const auto it = m_unicast.find(s);
+    if (it != m_unicast.end() && it->second.generation == gen) it->second.client->close();
+  };
+  ev.on_closed = [this, s, gen](const std::error_code& ec, const std::string& detail) {
+    const auto it = m_unicast.find(s);
+    if (it == m_unicast.end() || it->second.generation != gen) return;
+    if (ec) m_log->warn("session {:08x}: unicast: {}", s.value, detail);
+    // The client may not be destroyed inside its own last callback's caller frame safely for
+    // every transport: let the io_context unwind first.
+    boost::asio::post(m_io, [this, s, gen, ok = !ec, detail] {
+      const auto it2 = m_unicast.find(s);
+      if (it2 != m_unicast.end() && it2->second.generation == gen) m_unicast.erase(it2);
+      m_engine->on_unicast_closed(s, ok, detail, from_steady(std::chrono::steady_clock::now()));
+      service();
+    });
+  };
+  std::vector<unicast::file_request> req;
+  req.reserve(wanted.size());
+  std::uint64_t bytes = 0;
+  for (const auto& w : wanted) {
+    req.push_back({w.file, w.offset, w.length});
+    bytes += w.length;
+  }
+  auto c = unicast::make_client(m_io, co, std::move(ev));
+  if (auto ec = c->request(req)) {
+    m_log->error("session {:08x}: unicast request refused locally: {}", s.value, ec.message());
+    return;
+  }
+  m_log->info("session {:08x}: fetching {} ranges, {} over {} from {}", s.value, req.size(),
+              format_bytes(static_cast<double>(bytes)),
+              co.kind == unicast::transport_kind::tcp ? "tcp" : "sctp", co.server.to_string());
+  c->start();
+  m_unicast[s] = unicast_slot{std::move(c), gen, false};
+}
+
+void daemon::stop_unicast(session_id s) { m_unicast.erase(s); }
+
+void daemon::check_unicast_backpressure() {
+  // Pause clients while the storage pool is nearly full; the transports' receive windows then
+  // hold the sender back (the back-pressure the multicast sockets get too, without drops).
+  bool any_paused = false;
+  const bool full = m_store->free_bytes() < min_pool_room;
+  for (auto& [s, slot] : m_unicast) {
+    if (full && !slot.paused) {
+      slot.paused = true;
+      slot.client->set_paused(true);
+    }
+    any_paused = any_paused || slot.paused;
+  }
+  if (!any_paused || m_unicast_polling) return;
+  m_unicast_polling = true;
+  m_unicast_poll.expires_after(read_pause);
+  m_unicast_poll.async_wait([this](const boost::system::error_code& ec) {
+    m_unicast_polling = false;
+    if (ec || m_stopping) return;
+    if (m_store->free_bytes() >= 4 * min_pool_room) {
+      for (auto& [s, slot] : m_unicast) {
+        if (slot.paused) {
+          slot.paused = false;
+          slot.client->set_paused(false);
+        }
+      }
+    }
+    check_unicast_backpressure();  // looks again while anything is still paused
+  });
+}
 
 void daemon::log_status(bool final) {
   const auto& st = m_engine->stats();

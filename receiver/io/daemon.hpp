@@ -5,6 +5,7 @@
 /// store runs its own writer, finalizer and scanner threads.
 
 #include "common/net/udp.hpp"
+#include "common/unicast/client.hpp"
 #include "receiver/core/receiver_engine.hpp"
 #include "receiver/io/daemon_config.hpp"
 #include "receiver/io/file_store.hpp"
@@ -13,6 +14,7 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <random>
@@ -46,12 +48,16 @@ class daemon final : public receiver_sink {
   void query_held(session_id s, std::uint32_t channel, std::vector<held_query> q) override;
   void checkpoint(session_id s, std::string blob) override;
   void session_closed(session_id s, bool remove_temp) override;
+  void start_unicast(session_id s, const unicast_order& order,
+                     std::vector<byte_range> wanted) override;
+  void stop_unicast(session_id s) override;
 
  private:
   void do_receive(std::size_t socket_index);
   void service();
   void arm_timer(time_point now);
   void log_status(bool final);
+  void check_unicast_backpressure();
   void write_status_file();
 
   boost::asio::io_context& m_io;
@@ -67,6 +73,17 @@ class daemon final : public receiver_sink {
   std::mt19937_64 m_drop_rng;
   std::uint64_t m_dropped_by_option = 0;
   std::uint64_t m_read_pauses = 0;
+  /// Unicast fallback clients, one per session in fallback; generation tells a stale
+  /// callback from the current client's.
+  struct unicast_slot {
+    std::unique_ptr<unicast::client> client;
+    std::uint64_t generation = 0;
+    bool paused = false;
+  };
+  std::map<session_id, unicast_slot> m_unicast;
+  std::uint64_t m_unicast_generation = 0;
+  boost::asio::steady_timer m_unicast_poll;
+  bool m_unicast_polling = false;
   std::optional<time_point> m_timer_at;
   bool m_stopping = false;
   std::uint64_t m_last_logged_drops = 0;

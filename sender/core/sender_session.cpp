@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <stdexcept>
 
 namespace mcdist::sender {
@@ -30,6 +31,8 @@ constexpr std::size_t max_prompt_repairs = 1 << 20;
 /// has it again at once instead of an announce interval later (two cycles of 1e-3 loss leave
 /// a 430-chunk manifest incomplete with probability 4e-4, one cycle with 0.35).
 constexpr std::uint32_t initial_announce_cycles = 2;
+/// Above this RTT the automatic fallback prefers multi-socket TCP to SCTP (see fallback_transport).
+constexpr duration long_path_rtt = std::chrono::milliseconds(200);
 /// END is multicast this many times, end_spacing apart, so a receiver that loses
 /// one still learns the session is over.
 constexpr std::uint32_t end_repeats = 3;
@@ -58,6 +61,15 @@ std::vector<std::byte> encode(wire::msg_type type, session_id session, const Msg
 
 }  // namespace
 
+const char* to_string(transport_kind k) noexcept {
+  switch (k) {
+    case transport_kind::sctp_udp: return "sctp";
+    case transport_kind::sctp_kernel: return "sctp-kernel";
+    case transport_kind::tcp: return "tcp";
+  }
+  return "unknown";
+}
+
 struct sender_session::file_state {
   std::uint32_t blocks = 0;
   block_map wanted;
@@ -70,6 +82,13 @@ struct sender_session::file_state {
 struct sender_session::receiver_state {
   receiver_report rep;
   time_point last_heard{};
+  // Unicast fallback.
+  std::uint64_t token = 0;
+  transport_kind transport = transport_kind::sctp_udp;
+  std::uint32_t fallback_orders = 0;   ///< FALLBACK messages sent
+  std::uint32_t unicast_failures = 0;  ///< unicast sessions that ended before COMPLETE
+  bool unicast_started = false;
+  time_point next_fallback{};
   std::uint32_t last_nak_pass = 0;  ///< sender's pass when its last NAK with blocks arrived
   /// Pending-digest claims from REGISTER: file -> the receiver's digest of its copy.
   std::vector<std::pair<std::uint32_t, sha256_digest>> pending_claims;
@@ -116,6 +135,11 @@ sender_session::sender_session(sender_config cfg, std::vector<manifest_entry> fi
   }
   // A resend to named receivers is a closed group of exactly those.
   if (m_cfg.receivers.empty()) m_cfg.receivers = m_cfg.only_receivers;
+  // Deciding for unicast from the start needs the registrations (count, RTT): do not start
+  // pass 1 before them when that decision is possible.
+  if (m_cfg.fallback != fallback_mode::off && (m_cfg.force_unicast || m_cfg.unicast_rate_bps > 0)) {
+    m_cfg.eager_start = false;
+  }
   for (const auto& id : m_cfg.receivers) {
     if (m_by_id.count(id)) continue;
     auto r = std::make_unique<receiver_state>();
@@ -218,6 +242,138 @@ bool sender_session::pop_control(control_send& out) {
   return true;
 }
 
+void sender_session::set_unicast_endpoint(transport_kind k, const endpoint& e) {
+  m_unicast_endpoints[static_cast<std::size_t>(k)] = e;
+}
+
+bool sender_session::pop_fallback(fallback_order& out) {
+  if (m_fallbacks.empty()) return false;
+  out = std::move(m_fallbacks.front());
+  m_fallbacks.pop_front();
+  return true;
+}
+
+std::optional<transport_kind> sender_session::fallback_transport(const receiver_state* r) const noexcept {
+  auto have = [this](transport_kind k) {
+    return m_unicast_endpoints[static_cast<std::size_t>(k)].has_value();
+  };
+  switch (m_cfg.fallback) {
+    case fallback_mode::off: return std::nullopt;
+    case fallback_mode::sctp:
+      return have(transport_kind::sctp_udp) ? std::optional(transport_kind::sctp_udp) : std::nullopt;
+    case fallback_mode::sctp_kernel:
+      return have(transport_kind::sctp_kernel) ? std::optional(transport_kind::sctp_kernel)
+                                               : std::nullopt;
+    case fallback_mode::tcp:
+      return have(transport_kind::tcp) ? std::optional(transport_kind::tcp) : std::nullopt;
+    case fallback_mode::automatic:
+      // One SCTP association's loss-based congestion control collapses on long lossy paths
+      // (usrsctp, 10 Mbit/s, 700 ms RTT, 1e-3 loss: 10 MB took 194-231 s against 14-16 s over
+      // four TCP connections, common/unicast/README.md), so long paths get multi-socket TCP.
+      if (r && r->rep.rtt_valid && r->rep.rtt > long_path_rtt && have(transport_kind::tcp)) {
+        return transport_kind::tcp;
+      }
+      if (have(transport_kind::sctp_udp)) return transport_kind::sctp_udp;
+      if (have(transport_kind::tcp)) return transport_kind::tcp;
+      return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+bool sender_session::unicast_beats_multicast(std::string& why) const {
+  if (m_cfg.force_unicast) {
+    why = "unicast requested by the operator";
+    return true;
+  }
+  if (m_cfg.unicast_rate_bps == 0 || m_registered == 0) return false;
+  // Cost model (seconds), from the registrations just measured: multicast sends the set once at
+  // the rate, then needs about two round trips for the tail NAKs and COMPLETE; unicast needs a
+  // connection set-up (about two round trips: SCTP's four-way handshake, or TCP's plus the
+  // request) and sends the set once per receiver through the sender's unicast capacity.
+  double bytes = 0;
+  for (const auto& f : m_files) bytes += static_cast<double>(f.size);
+  const double rtt = to_seconds(m_grtt.estimate());
+  const double rate = m_cfg.rate_bps ? static_cast<double>(m_cfg.rate_bps) : 1e12;
+  const double multicast = bytes * 8 / rate + 2 * rtt;
+  const double unicast = 2 * rtt + m_registered * bytes * 8 / static_cast<double>(m_cfg.unicast_rate_bps);
+  char buf[200];
+  std::snprintf(buf, sizeof buf,
+                "small set: unicast to %u receivers %.3f s < %.2f x multicast %.3f s "
+                "(%.0f bytes, GRTT %.0f ms)",
+                m_registered, unicast, m_cfg.unicast_threshold, multicast, bytes, rtt * 1000);
+  why = buf;
+  return unicast < m_cfg.unicast_threshold * multicast;
+}
+
+void sender_session::order_fallback(receiver_state& r, std::string reason, time_point now) {
+  if (r.rep.state != receiver_report::state_t::registered) return;
+  const auto t = fallback_transport(&r);
+  if (!t) return;
+  r.rep.state = receiver_report::state_t::unicast_pending;
+  r.transport = *t;
+  r.token = splitmix64(m_rng_state) | 1;
+  r.rep.fallback_reason = reason;
+  r.rep.fallback_transport = to_string(*t);
+  r.rep.fallback_at = now - m_start;
+  m_fallbacks.push_back({r.rep.id, *t, r.token, reason});
+  if (m_log) {
+    m_log->info("session {:08x}: receiver '{}' goes unicast over {}: {}", m_cfg.session.value,
+                r.rep.id, to_string(*t), reason);
+  }
+  send_fallback(r, now);
+}
+
+void sender_session::send_fallback(receiver_state& r, time_point now) {
+  if (r.fallback_orders >= m_cfg.fallback_max_orders) {
+    fail_receiver(r, "did not connect for its unicast fallback after " +
+                         std::to_string(r.fallback_orders) + " orders",
+                  now);
+    check_done(now);
+    return;
+  }
+  const auto& ep = *m_unicast_endpoints[static_cast<std::size_t>(r.transport)];
+  wire::fallback m;
+  m.set_receiver_id(r.rep.id);
+  m.set_transport(r.transport == transport_kind::tcp           ? wire::fallback::TCP
+                  : r.transport == transport_kind::sctp_kernel ? wire::fallback::SCTP_KERNEL
+                                                               : wire::fallback::SCTP_UDP);
+  // An unspecified address (0.0.0.0) means "where my control datagrams come from".
+  const bool unspecified = std::all_of(ep.addr.begin(), ep.addr.begin() + (ep.v6 ? 16 : 4),
+                                       [](std::uint8_t b) { return b == 0; });
+  if (!unspecified) m.set_address(ep.addr.data(), ep.v6 ? 16 : 4);
+  m.set_port(ep.port);
+  m.set_token(r.token);
+  m.set_connections(m_cfg.tcp_connections);
+  m.set_reason(r.rep.fallback_reason.substr(0, 200));
+  queue_unicast(r.rep.address, encode(wire::msg_type::fallback, m_cfg.session, m));
+  ++r.fallback_orders;
+  r.next_fallback = now + std::max<duration>(status_interval(), std::chrono::milliseconds(200));
+}
+
+void sender_session::on_unicast_started(const std::string& receiver_id, time_point now) {
+  receiver_state* r = find_receiver(receiver_id);
+  if (!r || r->rep.state != receiver_report::state_t::unicast_pending) return;
+  r->unicast_started = true;
+  r->last_heard = now;
+}
+
+void sender_session::on_unicast_failed(const std::string& receiver_id, const std::string& why,
+                                       time_point now) {
+  receiver_state* r = find_receiver(receiver_id);
+  if (!r || r->rep.state != receiver_report::state_t::unicast_pending) return;
+  r->unicast_started = false;
+  if (++r->unicast_failures > m_cfg.fallback_max_orders) {
+    fail_receiver(*r, "unicast fallback failed: " + why, now);
+    check_done(now);
+    return;
+  }
+  if (m_log) {
+    m_log->warn("session {:08x}: unicast session of '{}' ended early ({}); it may reconnect",
+                m_cfg.session.value, receiver_id, why);
+  }
+  r->next_fallback = now;  // order it again: the receiver reconnects and asks for what it lacks
+}
+
 void sender_session::send_announce_chunk(time_point now) {
   auto& chunk = *m_chunks[m_announce_chunk];
   chunk.set_sender_time_us(to_wire_us(now));
@@ -270,6 +426,12 @@ void sender_session::on_timer(time_point now) {
              m_pacer.allowance(now) >= chunk_bytes) {
         send_announce_chunk(now);
       }
+    }
+  }
+  for (auto& r : m_receivers) {
+    if (r->rep.state == receiver_report::state_t::unicast_pending && !r->unicast_started &&
+        now >= r->next_fallback) {
+      send_fallback(*r, now);
     }
   }
   switch (m_phase) {
@@ -347,7 +509,24 @@ void sender_session::close_registration(time_point now) {
     start_ending(now, true, "no receiver registered");
     return;
   }
-  if (m_phase == phase::announcing) start_transfer(now);
+  std::string why;
+  if (fallback_transport() && unicast_beats_multicast(why)) {
+    for (auto& r : m_receivers) order_fallback(*r, why, now);
+  }
+  if (m_phase == phase::announcing) {
+    const bool any_multicast =
+        std::any_of(m_receivers.begin(), m_receivers.end(), [](const auto& r) {
+          return r->rep.state == receiver_report::state_t::registered;
+        });
+    if (any_multicast) {
+      start_transfer(now);
+    } else {
+      // Everyone is served over unicast: no pass at all.
+      m_phase = phase::waiting;
+      m_wait_start = now;
+      m_next_status = now + status_interval();
+    }
+  }
   check_done(now);
 }
 
@@ -465,6 +644,13 @@ void sender_session::end_pass(time_point now) {
                 m_cfg.session.value, m_pass, to_seconds(now - m_start), m_wanted_total);
   }
   send_marker(now, true, true);
+  if (m_pass >= m_cfg.fallback_after_passes && fallback_transport()) {
+    for (auto& r : m_receivers) {
+      if (r->rep.state == receiver_report::state_t::registered && r->last_nak_pass == m_pass) {
+        order_fallback(*r, "still missing data after " + std::to_string(m_pass) + " passes", now);
+      }
+    }
+  }
   if (m_wanted_total > 0 && m_pass < m_cfg.max_passes) {
     start_pass(now);
     return;
@@ -699,11 +885,25 @@ void sender_session::handle_nak(const wire::nak& m, const endpoint& from, time_p
     m_drops.add(errc::not_registered);
     return;
   }
+  const std::uint32_t file_count = static_cast<std::uint32_t>(m_files.size());
+  if (r->rep.state == receiver_report::state_t::unicast_pending) {
+    // Its data comes over unicast; its NAKs only ask for digests and show it is alive. A NAK
+    // with blocks means it lost its unicast state (a restart): order it again.
+    r->last_heard = now;
+    if (m.files_size() > 0 && r->unicast_started) {
+      r->unicast_started = false;
+      r->next_fallback = now;
+    }
+    for (const auto f : m.digests_wanted()) {
+      if (f < file_count && m_files[f].digest) m_digest_queue.push_back(f);
+    }
+    if (!m_digest_queue.empty() && digests_sendable()) send_digests(now);
+    return;
+  }
   if (r->rep.state != receiver_report::state_t::registered) {
     m_drops.add(errc::stale);  // completed or failed already
     return;
   }
-  const std::uint32_t file_count = static_cast<std::uint32_t>(m_files.size());
   for (const auto& fn : m.files()) {
     if (fn.file() >= file_count ||
         for_each_range(std::span(fn.ranges().data(), static_cast<std::size_t>(fn.ranges_size())),
@@ -743,12 +943,28 @@ void sender_session::handle_nak(const wire::nak& m, const endpoint& from, time_p
   r->rep.blocks_naked += naked;
   // Blocks asked for now go out in the next pass at the latest.
   if (naked > 0) r->last_nak_pass = m_pass;
+  if (m_cfg.fallback != fallback_mode::off && m_data_datagrams >= m_cfg.fallback_min_sample) {
+    const double ratio =
+        static_cast<double>(r->rep.blocks_naked) / static_cast<double>(m_data_datagrams);
+    if (ratio > m_cfg.fallback_nak_ratio) {
+      char buf[120];
+      std::snprintf(buf, sizeof buf, "NAK ratio %.1f %% above %.1f %% (%llu of %llu blocks)",
+                    ratio * 100, m_cfg.fallback_nak_ratio * 100,
+                    static_cast<unsigned long long>(r->rep.blocks_naked),
+                    static_cast<unsigned long long>(m_data_datagrams));
+      order_fallback(*r, buf, now);
+    }
+  }
   m_wanted_total += added;
   for (const auto f : m.digests_wanted()) {
     if (f < file_count && m_files[f].digest) m_digest_queue.push_back(f);
   }
   if (!m_digest_queue.empty() && digests_sendable()) send_digests(now);
-  if (m_phase == phase::waiting && naked > 0) {
+  if (m_phase == phase::waiting && naked > 0 && r->rep.state == receiver_report::state_t::registered) {
+    if (m_pass >= m_cfg.fallback_after_passes && fallback_transport()) {
+      order_fallback(*r, "still missing data after " + std::to_string(m_pass) + " passes", now);
+      return;
+    }
     if (m_pass >= m_cfg.max_passes) {
       fail_receiver(*r,
                     "still missing " + std::to_string(naked) + " blocks after " +
@@ -771,14 +987,15 @@ void sender_session::handle_complete(const wire::complete& m, const endpoint& fr
   ack.set_receiver_id(m.receiver_id());
   queue_unicast(from, encode(wire::msg_type::complete_ack, m_cfg.session, ack));
   r->last_heard = now;
-  if (r->rep.state != receiver_report::state_t::registered) return;  // a repeat
+  const bool via_unicast = r->rep.state == receiver_report::state_t::unicast_pending;
+  if (r->rep.state != receiver_report::state_t::registered && !via_unicast) return;  // a repeat
   sample_rtt(*r, m.echo_time_us(), m.hold_us(), now);
-  r->rep.state = receiver_report::state_t::completed;
+  r->rep.state = via_unicast ? receiver_report::state_t::unicast : receiver_report::state_t::completed;
   r->rep.files_stored = m.files_stored();
   r->rep.bytes_stored = m.bytes_stored();
   r->rep.files_held = std::max(r->rep.files_held, m.files_held());
   // The pass that brought its last missing block: one after the pass of its last NAK.
-  r->rep.passes = std::min(m_pass, r->last_nak_pass + 1);
+  r->rep.passes = via_unicast ? r->last_nak_pass : std::min(m_pass, r->last_nak_pass + 1);
   r->rep.completion_time = now - m_start;
   for (const auto& f : m.failures()) {
     r->rep.file_failures.emplace_back(f.file(), f.reason().substr(0, 256));
@@ -789,11 +1006,14 @@ void sender_session::handle_complete(const wire::complete& m, const endpoint& fr
   }
   --m_active;
   if (m_log) {
-    if (r->rep.state == receiver_report::state_t::completed) {
-      m_log->info("session {:08x}: receiver '{}' completed after pass {} in {:.3f} s: {} files "
-                  "stored, {} held, {} bytes",
-                  m_cfg.session.value, r->rep.id, m_pass, to_seconds(r->rep.completion_time),
-                  r->rep.files_stored, r->rep.files_held, r->rep.bytes_stored);
+    if (r->rep.state != receiver_report::state_t::failed) {
+      m_log->info("session {:08x}: receiver '{}' completed {} in {:.3f} s: {} files stored, {} "
+                  "held, {} bytes",
+                  m_cfg.session.value, r->rep.id,
+                  via_unicast ? "over " + r->rep.fallback_transport
+                              : "after pass " + std::to_string(m_pass),
+                  to_seconds(r->rep.completion_time), r->rep.files_stored, r->rep.files_held,
+                  r->rep.bytes_stored);
     } else {
       m_log->warn("session {:08x}: receiver '{}' finished with {} files it could not store "
                   "(first: file {}: {})",
@@ -805,7 +1025,8 @@ void sender_session::handle_complete(const wire::complete& m, const endpoint& fr
 }
 
 void sender_session::fail_receiver(receiver_state& r, std::string why, time_point now) {
-  const bool was_active = r.rep.state == receiver_report::state_t::registered;
+  const bool was_active = r.rep.state == receiver_report::state_t::registered ||
+                          r.rep.state == receiver_report::state_t::unicast_pending;
   r.rep.state = receiver_report::state_t::failed;
   r.rep.reason = std::move(why);
   r.rep.passes = m_pass;
@@ -845,6 +1066,7 @@ void sender_session::start_ending(time_point now, bool aborted, const std::strin
 void sender_session::abort(time_point now, std::string why) {
   for (auto& r : m_receivers) {
     if (r->rep.state == receiver_report::state_t::registered ||
+        r->rep.state == receiver_report::state_t::unicast_pending ||
         r->rep.state == receiver_report::state_t::missing) {
       fail_receiver(*r, "session aborted: " + why, now);
     }
@@ -855,7 +1077,8 @@ void sender_session::abort(time_point now, std::string why) {
 bool sender_session::succeeded() const noexcept {
   if (m_aborted || m_receivers.empty()) return false;
   return std::all_of(m_receivers.begin(), m_receivers.end(), [](const auto& r) {
-    return r->rep.state == receiver_report::state_t::completed;
+    return r->rep.state == receiver_report::state_t::completed ||
+           r->rep.state == receiver_report::state_t::unicast;
   });
 }
 
@@ -891,6 +1114,11 @@ std::optional<time_point> sender_session::next_deadline(time_point now) const {
       break;
     case phase::done:
       return std::nullopt;
+  }
+  for (const auto& r : m_receivers) {
+    if (r->rep.state == receiver_report::state_t::unicast_pending && !r->unicast_started) {
+      consider(r->next_fallback);
+    }
   }
   if (!m_digest_queue.empty() && digests_sendable()) consider(now);
   return t;

@@ -38,6 +38,16 @@ class complete;
 
 namespace mcdist::sender {
 
+/// Unicast fallback transports (DESIGN.md "Unicast fallback").
+enum class transport_kind : std::uint8_t { sctp_udp, sctp_kernel, tcp };
+
+/// Name for logs and JSON: "sctp", "sctp-kernel", "tcp".
+const char* to_string(transport_kind k) noexcept;
+
+/// Which fallback the sender may use: off, auto (the shell's best available transport:
+/// usrsctp over UDP, else TCP), or a fixed transport.
+enum class fallback_mode : std::uint8_t { off, automatic, sctp, sctp_kernel, tcp };
+
 /// Session settings. Durations are core-clock durations; rates bit/s; sizes bytes.
 struct sender_config {
   session_id session{1};
@@ -67,11 +77,41 @@ struct sender_config {
   /// every registration; a file every receiver holds is still skipped if registration closes
   /// before the cursor reaches it.
   bool eager_start = true;
+
+  // --- unicast fallback policy ---
+  fallback_mode fallback = fallback_mode::automatic;
+  /// A receiver whose NAKed blocks exceed this fraction of the data sent is moved to unicast,
+  /// so its repairs stop costing everyone else.
+  double fallback_nak_ratio = 0.05;
+  /// ... but not before this many data datagrams were sent (a fair sample of its loss).
+  std::uint64_t fallback_min_sample = 2000;
+  /// A receiver still missing data after this many passes is moved to unicast.
+  std::uint32_t fallback_after_passes = 10;
+  /// The sender's unicast capacity, bit/s, for the small-set cost model; 0 = the multicast rate.
+  std::uint64_t unicast_rate_bps = 0;
+  /// Go unicast from the start when unicast cost < threshold x multicast cost.
+  double unicast_threshold = 1.0;
+  /// Every receiver goes unicast at once (manual resend over unicast).
+  bool force_unicast = false;
+  /// TCP connections a receiver opens (0: the receiver's default).
+  std::uint32_t tcp_connections = 0;
+  /// FALLBACK orders sent without the receiver connecting before it is failed.
+  std::uint32_t fallback_max_orders = 10;
+};
+
+/// A receiver the policy moved to unicast: the shell registers its grant with the unicast
+/// server before the FALLBACK message reaches the receiver.
+struct fallback_order {
+  std::string receiver_id;
+  transport_kind transport = transport_kind::sctp_udp;
+  std::uint64_t token = 0;
+  std::string reason;
 };
 
 /// What the sender knows about one receiver, for the summary.
 struct receiver_report {
-  enum class state_t { missing, registered, completed, failed };
+  /// unicast_pending: moved to unicast, transfer under way; unicast: completed over unicast.
+  enum class state_t { missing, registered, completed, failed, unicast_pending, unicast };
   std::string id;
   state_t state = state_t::missing;
   endpoint address;
@@ -86,6 +126,9 @@ struct receiver_report {
   bool rtt_valid = false;
   duration completion_time{};      ///< from session start
   std::string reason;              ///< why it failed
+  std::string fallback_reason;     ///< why it was moved to unicast (empty: it was not)
+  std::string fallback_transport;  ///< "sctp", "tcp", ...
+  duration fallback_at{};          ///< when, from session start
   std::vector<std::pair<std::uint32_t, std::string>> file_failures;  ///< files it could not store
 };
 
@@ -155,6 +198,17 @@ class sender_session {
   /// Takes the next queued control datagram. @return false when none is queued.
   bool pop_control(control_send& out);
 
+  /// Where receivers reach the shell's unicast server, per transport; a transport without an
+  /// endpoint is not offered. Call before start().
+  void set_unicast_endpoint(transport_kind k, const endpoint& e);
+  /// Takes the next receiver moved to unicast. @return false when none is queued.
+  bool pop_fallback(fallback_order& out);
+  /// The receiver's unicast session started (its connection arrived with the token).
+  void on_unicast_started(const std::string& receiver_id, time_point now);
+  /// Its unicast session ended before COMPLETE (connection lost, refused, timed out): the
+  /// receiver reconnects with the same token; after too many orders it is failed.
+  void on_unicast_failed(const std::string& receiver_id, const std::string& why, time_point now);
+
   /// The earliest time on_timer or next_data has something to do, or nullopt when done.
   std::optional<time_point> next_deadline(time_point now) const;
 
@@ -196,6 +250,10 @@ class sender_session {
   bool advance_cursor();
   void mark_held(receiver_state& r, std::uint32_t file);
 
+  void order_fallback(receiver_state& r, std::string reason, time_point now);
+  void send_fallback(receiver_state& r, time_point now);
+  std::optional<transport_kind> fallback_transport(const receiver_state* r = nullptr) const noexcept;
+  bool unicast_beats_multicast(std::string& why) const;
   void handle_register(const wire::register_request& m, const endpoint& from, time_point now);
   void handle_nak(const wire::nak& m, const endpoint& from, time_point now);
   void handle_complete(const wire::complete& m, const endpoint& from, time_point now);
@@ -208,6 +266,8 @@ class sender_session {
   std::vector<std::unique_ptr<receiver_state>> m_receivers;
   std::unordered_map<std::string, receiver_state*> m_by_id;
   std::deque<control_send> m_control;
+  std::deque<fallback_order> m_fallbacks;
+  std::optional<endpoint> m_unicast_endpoints[3];
   std::shared_ptr<spdlog::logger> m_log;
   std::uint64_t m_rng_state;
   grtt_estimator m_grtt;

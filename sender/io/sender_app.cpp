@@ -28,6 +28,8 @@ const char* state_name(receiver_report::state_t s) {
     case receiver_report::state_t::registered: return "registered";
     case receiver_report::state_t::completed: return "completed";
     case receiver_report::state_t::failed: return "failed";
+    case receiver_report::state_t::unicast_pending: return "unicast-pending";
+    case receiver_report::state_t::unicast: return "unicast";
   }
   return "unknown";
 }
@@ -63,6 +65,70 @@ sender_app::sender_app(boost::asio::io_context& io, app_options opts, sender_con
       m_session_id(cfg.session) {
   m_sends.resize(net::batch_sender::max_segments(cfg.block_size + wire::data_header_size));
   m_gso_buffer.resize(m_sends.size() * (cfg.block_size + wire::data_header_size));
+  if (cfg.fallback != fallback_mode::off) start_unicast_server(cfg);
+}
+
+std::error_code sender_app::file_source::read(file_index f, std::uint64_t offset,
+                                              std::span<std::byte> out) {
+  // block_reader serves a read that crosses a chunk boundary by reading a longer chunk.
+  std::span<const std::byte> got;
+  std::string why;
+  if (auto ec = m_reader.read(f.value, offset, static_cast<std::uint32_t>(out.size()), got, why)) {
+    return ec;
+  }
+  std::memcpy(out.data(), got.data(), got.size());
+  return {};
+}
+
+void sender_app::start_unicast_server(const sender_config& cfg) {
+  m_source = std::make_unique<file_source>(m_files);
+  unicast::server_options so;
+  endpoint local = m_opts.interface;
+  local.port = m_opts.unicast_port;
+  if (cfg.fallback == fallback_mode::automatic || cfg.fallback == fallback_mode::sctp) so.sctp_udp = local;
+  if (cfg.fallback == fallback_mode::automatic || cfg.fallback == fallback_mode::tcp) so.tcp = local;
+  if (cfg.fallback == fallback_mode::sctp_kernel) so.sctp_kernel = local;
+  so.tcp_congestion = m_opts.tcp_congestion;
+  unicast::server_events ev;
+  ev.on_session_start = [this](const unicast::session_info& info) {
+    m_log->info("unicast: '{}' connected from {} ({} connection{})", info.receiver_id,
+                info.remote.to_string(), info.connections, info.connections == 1 ? "" : "s");
+    m_session.on_unicast_started(info.receiver_id, from_steady(std::chrono::steady_clock::now()));
+    service();
+  };
+  ev.on_session_end = [this](const unicast::session_info& info, const unicast::session_stats&,
+                             const std::error_code& ec, const std::string& detail) {
+    if (!ec) return;
+    m_session.on_unicast_failed(info.receiver_id, detail, from_steady(std::chrono::steady_clock::now()));
+    service();
+  };
+  m_unicast = std::make_unique<unicast::server>(m_io, *m_source, so, ev);
+  std::string detail;
+  if (auto ec = m_unicast->start(detail)) {
+    m_log->warn("unicast fallback unavailable: {}", detail);
+    m_unicast.reset();
+    return;
+  }
+  if (auto e = m_unicast->sctp_udp_endpoint()) m_session.set_unicast_endpoint(transport_kind::sctp_udp, *e);
+  if (auto e = m_unicast->tcp_endpoint()) m_session.set_unicast_endpoint(transport_kind::tcp, *e);
+  if (auto e = m_unicast->sctp_kernel_endpoint()) {
+    m_session.set_unicast_endpoint(transport_kind::sctp_kernel, *e);
+  }
+}
+
+void sender_app::register_fallbacks() {
+  fallback_order o;
+  while (m_session.pop_fallback(o)) {
+    if (!m_unicast) continue;
+    unicast::client_grant g;
+    g.token = o.token;
+    g.receiver_id = o.receiver_id;
+    g.session = m_session_id;
+    g.all_files = true;
+    if (auto ec = m_unicast->register_client(std::move(g))) {
+      m_log->error("unicast: cannot register '{}': {}", o.receiver_id, ec.message());
+    }
+  }
 }
 
 sender_app::~sender_app() = default;
@@ -119,10 +185,13 @@ void sender_app::service() {
   if (m_session.done()) return;
   const auto now = from_steady(std::chrono::steady_clock::now());
   m_session.on_timer(now);
+  register_fallbacks();  // grants go in before the FALLBACK messages leave
   flush_control();
   if (!m_waiting_writable) send_data(now);
+  register_fallbacks();
   flush_control();
   if (m_session.done()) {
+    if (m_unicast) m_unicast->stop();
     m_timer.cancel();
     m_progress_timer.cancel();
     m_signals.cancel();
@@ -276,6 +345,7 @@ void sender_app::do_receive() {
         m_socket.native_handle(), 4096,
         [&](std::span<const std::byte> d, const endpoint& from) {
           m_session.on_datagram(d, from, now);
+          register_fallbacks();
         },
         rec);
     if (rec && m_log) m_log->warn("receive error on the sender socket: {}", rec.message());
@@ -294,6 +364,7 @@ void sender_app::draw_progress(bool final_line) {
   std::size_t done = 0;
   for (const auto& r : rep.receivers) {
     if (r.state == receiver_report::state_t::completed ||
+        r.state == receiver_report::state_t::unicast ||
         r.state == receiver_report::state_t::failed) {
       ++done;
     }
@@ -340,6 +411,11 @@ std::string format_summary(const run_result& r) {
                   static_cast<unsigned long long>(rr.naks),
                   static_cast<unsigned long long>(rr.blocks_naked), rtt);
     os << line;
+    if (!rr.fallback_reason.empty()) {
+      os << "    unicast over " << rr.fallback_transport << " from "
+         << std::to_string(to_seconds(rr.fallback_at)).substr(0, 5) << " s: " << rr.fallback_reason
+         << "\n";
+    }
     if (!rr.reason.empty()) os << "    reason: " << rr.reason << "\n";
     for (const auto& [file, why] : rr.file_failures) {
       os << "    file " << file << ": " << why << "\n";
@@ -385,6 +461,11 @@ std::string summary_json(const run_result& r) {
     o["completion_seconds"] = to_seconds(rr.completion_time);
     o["address"] = rr.address.to_string();
     if (!rr.reason.empty()) o["reason"] = rr.reason;
+    if (!rr.fallback_reason.empty()) {
+      o["fallback"] = {{"transport", rr.fallback_transport},
+                       {"reason", rr.fallback_reason},
+                       {"at_seconds", to_seconds(rr.fallback_at)}};
+    }
     auto& ff = o["file_failures"] = nlohmann::json::array();
     for (const auto& [file, why] : rr.file_failures) ff.push_back({{"file", file}, {"reason", why}});
     list.push_back(std::move(o));

@@ -5,6 +5,7 @@
 
 #include "common/endpoint.hpp"
 #include "common/net/udp.hpp"
+#include "common/unicast/server.hpp"
 #include "sender/core/sender_session.hpp"
 #include "sender/io/block_reader.hpp"
 #include "sender/io/file_hasher.hpp"
@@ -30,6 +31,11 @@ struct app_options {
   bool progress = false;     ///< draw a progress line on stderr
   std::optional<std::string> summary_json;
   bool digest_cache = true;  ///< record digests hashed during the session in the files' xattr
+  /// Unicast fallback server: the port its UDP (SCTP encapsulation) and TCP listeners use on
+  /// the interface address; 0 = ephemeral. Not started when the fallback is off.
+  std::uint16_t unicast_port = 0;
+  /// TCP congestion control for fallback connections ("bbr", "cubic"; empty = system default).
+  std::string tcp_congestion;
 };
 
 /// Outcome of a run.
@@ -65,6 +71,21 @@ class sender_app {
   void do_wait_writable();
   void draw_progress(bool final_line);
   void fail(const std::string& why);
+  void start_unicast_server(const sender_config& cfg);
+  void register_fallbacks();
+
+  /// The file set as a unicast::byte_source, reading through its own block_reader.
+  class file_source final : public unicast::byte_source {
+   public:
+    explicit file_source(const std::vector<source_file>& files) : m_files(files), m_reader(files) {}
+    std::uint32_t file_count() const override { return static_cast<std::uint32_t>(m_files.size()); }
+    std::uint64_t size(file_index f) const override { return m_files[f.value].entry.size; }
+    std::error_code read(file_index f, std::uint64_t offset, std::span<std::byte> out) override;
+
+   private:
+    const std::vector<source_file>& m_files;
+    block_reader m_reader;
+  };
 
   boost::asio::io_context& m_io;
   app_options m_opts;
@@ -79,7 +100,9 @@ class sender_app {
   block_reader m_reader;
   net::batch_sender m_batch;
   net::batch_receiver m_receiver;
-  /// Fallback hashing of files the block reader could not hash in order.
+  std::unique_ptr<file_source> m_source;
+  std::unique_ptr<unicast::server> m_unicast;
+    /// Fallback hashing of files the block reader could not hash in order.
   std::vector<std::unique_ptr<background_hasher>> m_hashers;
   std::vector<std::uint32_t> m_fallback_index;
   std::uint32_t m_block_size;

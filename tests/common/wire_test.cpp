@@ -102,7 +102,7 @@ TEST_CASE("headers with wrong magic, version, type or size are refused by name",
   bad = d;
   bad[3] = std::byte{0};
   REQUIRE(wire::parse_header(bad, h) == errc::unknown_type);
-  bad[3] = std::byte{11};
+  bad[3] = std::byte{12};
   REQUIRE(wire::parse_header(bad, h) == errc::unknown_type);
   bad = d;
   bad.resize(wire::max_datagram_size + 1);

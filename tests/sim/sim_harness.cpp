@@ -42,6 +42,9 @@ class rx_node final : public receiver::receiver_sink {
   void discard_file(session_id s, file_index f) override { m_temp.erase({s.value, f.value}); }
   void query_held(session_id s, std::uint32_t, std::vector<receiver::held_query> q) override;
   void checkpoint(session_id s, std::string blob) override { m_checkpoints[s.value] = std::move(blob); }
+  void start_unicast(session_id s, const receiver::unicast_order& order,
+                     std::vector<receiver::byte_range> wanted) override;
+  void stop_unicast(session_id) override { ++m_unicast_generation; }
   void session_closed(session_id s, bool) override {
     m_checkpoints.erase(s.value);
     for (auto it = m_temp.begin(); it != m_temp.end();) {
@@ -78,6 +81,10 @@ class rx_node final : public receiver::receiver_sink {
   bool m_crashed = false;
   std::uint64_t m_generation = 0;
   std::mt19937_64 m_rng;
+  std::uint64_t m_unicast_generation = 0;
+
+ public:
+  std::uint64_t m_unicast_bytes = 0;
 };
 
 class world {
@@ -97,6 +104,8 @@ class world {
     m_sender_addr = *parse_endpoint("10.0.0.1:5000");
     m_sender = std::make_unique<sender::sender_session>(cfg.sender, std::move(manifest), m_rng(),
                                                         nullptr);
+    m_sender->set_unicast_endpoint(sender::transport_kind::sctp_udp, *parse_endpoint("10.0.0.1:5001"));
+    m_sender->set_unicast_endpoint(sender::transport_kind::tcp, *parse_endpoint("10.0.0.1:5002"));
     for (std::size_t i = 0; i < cfg.receivers.size(); ++i) {
       auto addr = *parse_endpoint("10.1." + std::to_string(i / 250) + "." +
                                   std::to_string(i % 250 + 1) + ":6000");
@@ -105,6 +114,8 @@ class world {
   }
 
   time_point now() const { return m_now; }
+  sender::sender_session& sender() { return *m_sender; }
+  void service_sender_at_now() { service_sender(); }
   std::mt19937_64& rng() { return m_rng; }
   const std::vector<sim_file>& files() const { return m_files; }
 
@@ -282,6 +293,7 @@ class world {
     for (auto& r : m_receivers) {
       res.delivered[r->m_spec.id] = r->m_delivered;
       res.receiver_stats[r->m_spec.id] = r->m_last_stats;
+      res.unicast_bytes[r->m_spec.id] = r->m_unicast_bytes;
     }
     res.trace = m_trace.finish();
     res.events = m_events;
@@ -360,6 +372,42 @@ void rx_node::finalize_file(session_id s, file_index f, const sha256_digest& exp
       m_temp.erase(it);
     }
     m_engine->on_file_stored(s, f, ec, {}, m_world.now());
+    service(m_world.now());
+  });
+}
+
+void rx_node::start_unicast(session_id s, const receiver::unicast_order&,
+                            std::vector<receiver::byte_range> wanted) {
+  // A reliable pipe at the receiver's unicast rate: two round trips to connect (handshake and
+  // request), then records of 64 KiB back to back.
+  const std::uint64_t gen = ++m_unicast_generation;
+  const duration rtt = m_spec.down.delay + m_spec.up.delay;
+  time_point t = m_world.now() + 2 * rtt;
+  const std::string id = m_spec.id;
+  m_world.at(t, [this, id, gen] {
+    if (m_crashed || gen != m_unicast_generation) return;
+    m_world.sender().on_unicast_started(id, m_world.now());
+    m_world.service_sender_at_now();
+  });
+  for (const auto& r : wanted) {
+    for (std::uint64_t off = 0; off < r.length; off += 65536) {
+      const std::uint64_t len = std::min<std::uint64_t>(65536, r.length - off);
+      t += std::chrono::nanoseconds(static_cast<std::int64_t>(len * 8e9 / m_spec.unicast_rate_bps));
+      const auto file = r.file;
+      const std::uint64_t at = r.offset + off;
+      m_world.at(t, [this, s, file, at, len, gen] {
+        if (m_crashed || gen != m_unicast_generation) return;
+        const auto& data = m_world.files()[file.value].data;
+        m_unicast_bytes += len;
+        m_engine->on_unicast_data(s, file, at, {data.data() + at, static_cast<std::size_t>(len)},
+                                  m_world.now());
+        service(m_world.now());
+      });
+    }
+  }
+  m_world.at(t, [this, s, gen] {
+    if (m_crashed || gen != m_unicast_generation) return;
+    m_engine->on_unicast_closed(s, true, {}, m_world.now());
     service(m_world.now());
   });
 }

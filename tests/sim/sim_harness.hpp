@@ -47,6 +47,9 @@ struct receiver_spec {
   duration restart_after = std::chrono::milliseconds(100);
   /// Drop every write_block with this probability (storage back-pressure).
   double storage_refuse = 0;
+  /// Throughput of this receiver's unicast fallback path, bit/s (modelled as a reliable pipe
+  /// that needs two round trips to connect).
+  double unicast_rate_bps = 50e6;
 };
 
 /// A file of the simulated set: its bytes and whether its digest is in the manifest.
@@ -73,6 +76,8 @@ struct sim_result {
   sha256_digest trace;
   std::uint64_t events = 0;
   std::uint64_t unicast_to_sender = 0;
+  /// Per receiver id: bytes delivered over the simulated unicast fallback.
+  std::map<std::string, std::uint64_t> unicast_bytes;
 };
 
 /// Simulation settings.

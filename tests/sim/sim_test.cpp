@@ -199,3 +199,85 @@ TEST_CASE("a resend restricted to chosen receivers leaves the others out", "[sim
   REQUIRE(r.delivered.at("a").empty());
   REQUIRE(r.delivered.at("b").size() == files.size());
 }
+
+TEST_CASE("a receiver at 10 % loss is moved to unicast and the others finish as if it were "
+          "not there", "[sim][fallback]") {
+  std::mt19937_64 rng(21);
+  const auto files = sim::make_files(rng, 40, {10'000, 500'000, 2'000'000});
+  auto config = [](std::vector<sim::receiver_spec> rx_specs, sender::fallback_mode mode) {
+    sim::sim_config cfg;
+    cfg.seed = 77;
+    cfg.sender.rate_bps = 100'000'000;
+    cfg.sender.fallback = mode;
+    for (const auto& r : rx_specs) cfg.sender.receivers.push_back(r.id);
+    cfg.receivers = std::move(rx_specs);
+    return cfg;
+  };
+  auto clean_a = rx("a", 0.001, 35ms);
+  auto clean_b = rx("b", 0.001, 35ms);
+  auto lossy = rx("lossy", 0.10, 35ms);
+  lossy.unicast_rate_bps = 20e6;
+
+  const auto alone = sim::run(config({clean_a, clean_b}, sender::fallback_mode::automatic), files);
+  REQUIRE(alone.succeeded);
+  const auto with = sim::run(config({clean_a, clean_b, lossy}, sender::fallback_mode::automatic), files);
+  REQUIRE(with.succeeded);
+  require_all_delivered(with, files);
+  std::map<std::string, duration> t_alone;
+  for (const auto& r : alone.report.receivers) t_alone[r.id] = r.completion_time;
+  for (const auto& r : with.report.receivers) {
+    INFO(r.id << " " << to_seconds(r.completion_time) << " s");
+    if (r.id == "lossy") {
+      REQUIRE(r.state == sender::receiver_report::state_t::unicast);
+      REQUIRE(r.fallback_reason.find("NAK ratio") != std::string::npos);
+      REQUIRE(with.unicast_bytes.at("lossy") > 0);
+    } else {
+      REQUIRE(r.state == sender::receiver_report::state_t::completed);
+      REQUIRE(to_seconds(r.completion_time) <= 1.1 * to_seconds(t_alone.at(r.id)));
+    }
+  }
+  // Without the policy the lossy receiver stays in the group and costs it repair traffic.
+  const auto without = sim::run(config({clean_a, clean_b, lossy}, sender::fallback_mode::off), files);
+  REQUIRE(without.succeeded);
+  REQUIRE(without.report.repair_datagrams > with.report.repair_datagrams);
+}
+
+TEST_CASE("forced unicast serves every receiver without a multicast pass", "[sim][fallback]") {
+  std::mt19937_64 rng(22);
+  const auto files = sim::make_files(rng, 10, {0, 1, 30'000});
+  sim::sim_config cfg;
+  cfg.sender.force_unicast = true;
+  cfg.sender.receivers = {"x", "y"};
+  cfg.receivers = {rx("x", 0.02), rx("y", 0.0)};
+  const auto r = sim::run(cfg, files);
+  REQUIRE(r.succeeded);
+  require_all_delivered(r, files);
+  REQUIRE(r.report.data_datagrams == 0);
+  for (const auto& rep : r.report.receivers) {
+    REQUIRE(rep.state == sender::receiver_report::state_t::unicast);
+    REQUIRE(rep.fallback_reason == "unicast requested by the operator");
+  }
+}
+
+TEST_CASE("the small-set cost model picks unicast only when it is cheaper", "[sim][fallback]") {
+  std::mt19937_64 rng(23);
+  const auto files = sim::make_files(rng, 5, {20'000});
+  sim::sim_config cfg;
+  cfg.sender.rate_bps = 1'000'000;            // a slow multicast channel: 0.8 s for the set
+  cfg.sender.unicast_rate_bps = 100'000'000;  // fast unicast paths
+  cfg.sender.receivers = {"p", "q"};
+  cfg.receivers = {rx("p", 0), rx("q", 0)};
+  const auto fast_unicast = sim::run(cfg, files);
+  REQUIRE(fast_unicast.succeeded);
+  require_all_delivered(fast_unicast, files);
+  for (const auto& rep : fast_unicast.report.receivers) {
+    REQUIRE(rep.state == sender::receiver_report::state_t::unicast);
+    REQUIRE(rep.fallback_reason.find("small set") != std::string::npos);
+  }
+  cfg.sender.unicast_rate_bps = 1'000'000;  // unicast no faster than multicast: stay multicast
+  const auto multicast = sim::run(cfg, files);
+  REQUIRE(multicast.succeeded);
+  for (const auto& rep : multicast.report.receivers) {
+    REQUIRE(rep.state == sender::receiver_report::state_t::completed);
+  }
+}

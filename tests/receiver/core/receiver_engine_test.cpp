@@ -42,6 +42,14 @@ struct fake_sink final : receiver_sink {
   void query_held(session_id, std::uint32_t, std::vector<held_query> q) override { held_queries.push_back(std::move(q)); }
   void checkpoint(session_id, std::string blob) override { checkpoints.push_back(std::move(blob)); }
   void session_closed(session_id s, bool) override { closed.push_back(s.value); }
+  void start_unicast(session_id, const unicast_order& o, std::vector<byte_range> w) override {
+    orders.push_back(o);
+    wanted.push_back(std::move(w));
+  }
+  void stop_unicast(session_id) override { ++stops; }
+  std::vector<unicast_order> orders;
+  std::vector<std::vector<byte_range>> wanted;
+  int stops = 0;
 
   template <class Msg>
   std::vector<Msg> of_type(wire::msg_type t) const {
@@ -385,4 +393,70 @@ TEST_CASE("blocks of a file are taken before the manifest is complete and finali
   REQUIRE(h.sink.finalized.size() == 1);
   REQUIRE(h.sink.finalized[0].first == 0);
   REQUIRE(h.sink.of_type<wire::register_request>(wire::msg_type::register_request).size() == 1);
+}
+
+TEST_CASE("a FALLBACK order moves the session to unicast; pieces of blocks complete files",
+          "[unit][receiver][fallback]") {
+  harness h;
+  h.announce({entry("a", 3000), entry("b", 1000)});
+  h.held_none();
+  h.accept();
+  h.feed(data(1, 0, 0, 1000));  // block 0 of a by multicast
+  wire::fallback fb;
+  fb.set_receiver_id("site");
+  fb.set_transport(wire::fallback::TCP);
+  fb.set_port(4712);
+  fb.set_token(0x1234567890ull);
+  fb.set_connections(4);
+  h.feed(datagram(wire::msg_type::fallback, fb));
+  REQUIRE(h.sink.orders.size() == 1);
+  REQUIRE(h.sink.orders[0].transport == unicast_order::transport_t::tcp);
+  REQUIRE(h.sink.orders[0].server.address_string() == "10.0.0.1");  // the control source
+  REQUIRE(h.sink.orders[0].server.port == 4712);
+  REQUIRE(h.sink.orders[0].token == 0x1234567890ull);
+  REQUIRE(h.sink.wanted[0].size() == 2);
+  REQUIRE(h.sink.wanted[0][0].offset == 1000);  // a: blocks 1-2
+  REQUIRE(h.sink.wanted[0][0].length == 2000);
+  REQUIRE(h.sink.wanted[0][1].length == 1000);  // b: all
+  // Multicast data is ignored now.
+  h.feed(data(2, 1, 0, 1000));
+  REQUIRE(h.sink.writes.count({1, 0}) == 0);
+  // Unicast records do not follow block boundaries.
+  std::vector<std::byte> bytes(2000, std::byte{9});
+  h.engine.on_unicast_data(sid, file_index{0}, 1000, std::span(bytes).first(700), h.now);
+  REQUIRE(h.sink.finalized.empty());
+  h.engine.on_unicast_data(sid, file_index{0}, 1700, std::span(bytes).first(1300), h.now);
+  REQUIRE(h.sink.finalized.size() == 1);
+  REQUIRE(h.sink.finalized[0].first == 0);
+  // The connection drops before b arrives: asked again after a back-off, for b only.
+  h.engine.on_unicast_closed(sid, false, "connection lost", h.now);
+  h.engine.on_timer(h.now);
+  REQUIRE(h.sink.wanted.size() == 1);
+  h.now += 2s;
+  h.engine.on_timer(h.now);
+  REQUIRE(h.sink.wanted.size() == 2);
+  REQUIRE(h.sink.wanted[1].size() == 1);
+  REQUIRE(h.sink.wanted[1][0].file == file_index{1});
+  h.engine.on_unicast_data(sid, file_index{1}, 0, std::span(bytes).first(1000), h.now);
+  h.engine.on_file_stored(sid, file_index{0}, {}, {}, h.now);
+  h.engine.on_file_stored(sid, file_index{1}, {}, {}, h.now);
+  const auto done = h.sink.of_type<wire::complete>(wire::msg_type::complete);
+  REQUIRE(done.size() == 1);
+  REQUIRE(done[0].files_stored() == 2);
+}
+
+TEST_CASE("a malformed FALLBACK order is refused and counted", "[unit][receiver][fallback]") {
+  harness h;
+  h.announce({entry("a", 1000)});
+  h.held_none();
+  h.accept();
+  wire::fallback fb;
+  fb.set_receiver_id("site");
+  fb.set_port(70000);
+  h.feed(datagram(wire::msg_type::fallback, fb));
+  fb.set_port(10);
+  fb.set_address("abc");
+  h.feed(datagram(wire::msg_type::fallback, fb));
+  REQUIRE(h.sink.orders.empty());
+  REQUIRE(h.engine.stats().drops[errc::invalid_field] == 2);
 }

@@ -1,0 +1,146 @@
+#pragma once
+/// @file
+/// The unicast fallback client, run by mcdistd on its io_context: one per (session, receiver).
+/// It connects to the sender (the receiver side opens connections: sites sit behind
+/// firewalls), presents its token and receiver id, sends every request at once (pipelined: no
+/// file waits on a round trip), and hands every record it receives to on_data.
+///
+/// Delivery guarantee: every byte passed to on_data is exactly the byte at that offset as the
+/// server sent it, inside a range that was requested and not yet received. A connection cut
+/// mid-record delivers the part of the record that arrived, nothing else; outstanding() then
+/// lists exactly what is missing, to be requested again from a new client.
+
+#include "common/endpoint.hpp"
+#include "common/unicast/error.hpp"
+#include "common/unicast/sctp_assoc.hpp"
+#include "common/unicast/types.hpp"
+#include "common/unicast/usrsctp_stack.hpp"
+
+#include <boost/asio/io_context.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <system_error>
+#include <vector>
+
+namespace mcdist::unicast {
+
+/// TCP connections per client when the options say 0. XFTP (Allman, Ostermann & Kruse) needed
+/// 8 connections of 24 KB windows to reach 91 % of a T1 at 590 ms; with window scaling and
+/// autotuning one connection's window is no longer the limit, but random loss still is for
+/// loss-based congestion control (CUBIC, Debian's default): each loss halves one connection's
+/// window, so n connections lose 1/(2n) of the aggregate (Mathis et al.: rate ~ MSS / RTT x
+/// 1.22 / sqrt(p)). Measured through the link emulator, 700 ms RTT, 10 Mbit/s, 1e-3 loss,
+/// 10 x 1 MB with CUBIC: n = 1 23.9 s, 4 15.7 s, 8 13.6 s, but 8 doubled the drops at the
+/// 50-packet bottleneck queue (XFTP saw the same past 8). With BBR, on loopback and on clean
+/// paths n makes no difference. So 4.
+inline constexpr std::size_t default_tcp_connections = 4;
+
+/// Client settings.
+struct client_options {
+  transport_kind kind = transport_kind::sctp_udp;
+  /// The sender's unicast endpoint for `kind`: its UDP port for sctp_udp, its TCP port for tcp,
+  /// its SCTP port for sctp_kernel.
+  endpoint server;
+  /// Local address to connect from (port 0 or unset: any).
+  std::optional<endpoint> local;
+  /// Credentials the sender gave this receiver for this session.
+  std::uint64_t token = 0;
+  session_id session{};
+  std::string receiver_id;
+  /// TCP connections, 1..max_connections; 0 = default_tcp_connections.
+  std::size_t tcp_connections = 0;
+  /// SCTP association settings (streams we accept, path MTU, buffers).
+  sctp_socket_options sctp;
+  /// Process-wide usrsctp settings, applied if this client initializes usrsctp.
+  usrsctp_tuning usrsctp;
+  /// SO_SNDBUF/SO_RCVBUF of TCP connections, bytes; 0 = Linux autotuning (see server_options).
+  int tcp_buffer_bytes = 0;
+  /// Every connection (or the association) must be up within this. 15 s covers the SCTP INIT
+  /// retransmissions (RTO.Initial 1 s, doubling) on a 700 ms path with some loss.
+  std::chrono::milliseconds connect_timeout{15'000};
+  /// Fail when no byte arrives for this long while bytes are outstanding.
+  std::chrono::milliseconds idle_timeout{60'000};
+  /// After close(), wait this long for the server to end the session, then just drop it.
+  std::chrono::milliseconds close_timeout{10'000};
+};
+
+/// Client callbacks; any may be empty. They run on the io_context's thread. A callback may
+/// call request() or close(), or destroy the client (no callback follows then).
+struct client_events {
+  /// Bytes of `file` at `offset`, exact and final. Called many times: in order within a
+  /// record, in any order across records and files. `bytes` is valid during the call only.
+  std::function<void(file_index file, std::uint64_t offset, std::span<const std::byte> bytes)>
+      on_data;
+  /// Every requested byte of `file` has arrived (a zero-length request completes at once).
+  std::function<void(file_index file)> on_file_done;
+  /// Nothing requested is outstanding any more (after the last on_file_done). May come again
+  /// after further request() calls.
+  std::function<void()> on_complete;
+  /// The client is finished; always the last callback, exactly once. ec is empty after a
+  /// close() that the server acknowledged (or that timed out politely), else why it failed
+  /// (error::refused, connect_timeout, idle_timeout, connection_lost, protocol_violation,
+  /// error::kernel_sctp_unavailable, a system error such as connection_refused, ...) with an
+  /// operator-readable detail naming the server address and the step.
+  std::function<void(const std::error_code& ec, const std::string& detail)> on_closed;
+};
+
+/// What a client received.
+struct client_stats {
+  std::uint64_t bytes_received = 0;  ///< record payload bytes delivered to on_data
+  std::uint64_t pieces = 0;          ///< on_data calls
+  std::uint64_t files_done = 0;
+  /// Payload bytes per TCP connection (index) or per SCTP stream (index = stream id).
+  std::vector<std::uint64_t> bytes_per_channel;
+  /// The server's record size and stream/connection counts from its welcome (0 until then).
+  std::uint32_t record_size = 0;
+  std::uint16_t streams = 0;
+  std::uint8_t connections = 0;
+};
+
+/// One unicast client. Create with make_client, then start().
+class client {
+ public:
+  virtual ~client() = default;
+
+  /// Starts connecting. Failures (including synchronous ones such as kernel SCTP missing) are
+  /// reported through on_closed, posted, never from inside start().
+  virtual void start() = 0;
+
+  /// Asks for byte ranges; may be called before the connection is up and any number of times.
+  /// The ranges go out at once, in request frames of up to 2048 ranges, without waiting for
+  /// anything.
+  /// @return errc::invalid_field, and nothing requested, if a range wraps past 2^64 or overlaps
+  ///         one still outstanding (or another in the same call); error::aborted after close()
+  ///         or failure.
+  virtual std::error_code request(std::span<const file_request> ranges) = 0;
+
+  /// Ends the session politely: bye to the server, then on_closed. Data still arriving after
+  /// close() is not delivered.
+  virtual void close() = 0;
+
+  /// Flow control: while paused the client reads nothing more from the transport, so the
+  /// server is held back by TCP's / SCTP's receive window instead of the receiver dropping
+  /// bytes its storage cannot take yet. The idle watchdog does not count paused time.
+  virtual void set_paused(bool paused) = 0;
+
+  /// Requested bytes not yet received, by file then offset: what to ask a new client for after
+  /// a failure.
+  virtual std::vector<file_request> outstanding() const = 0;
+  /// Bytes not yet received.
+  virtual std::uint64_t outstanding_bytes() const = 0;
+
+  virtual client_stats stats() const = 0;
+  virtual transport_kind kind() const = 0;
+};
+
+/// Creates a client for `options.kind` (does not connect yet).
+std::unique_ptr<client> make_client(boost::asio::io_context& io, client_options options,
+                                    client_events events);
+
+}  // namespace mcdist::unicast

@@ -1,0 +1,285 @@
+#include "common/unicast/client_core.hpp"
+
+#include <boost/asio/post.hpp>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <random>
+
+namespace mcdist::unicast {
+
+namespace {
+
+std::uint64_t random_nonce() {
+  std::random_device rd;
+  return (std::uint64_t{rd()} << 32) ^ rd();
+}
+
+}  // namespace
+
+client_impl::client_impl(boost::asio::io_context& io, client_options options,
+                         client_events events)
+    : m_io(io),
+      m_options(std::move(options)),
+      m_events(std::move(events)),
+      m_nonce(random_nonce()),
+      m_where(std::string(to_string(m_options.kind)) + " to " + m_options.server.to_string()),
+      m_connect_timer(io),
+      m_watchdog(io),
+      m_close_timer(io) {}
+
+std::vector<std::byte> client_impl::make_hello(std::uint8_t index, std::uint8_t count) const {
+  hello h;
+  h.token = m_options.token;
+  h.session = m_options.session;
+  h.client_nonce = m_nonce;
+  h.connection_index = index;
+  h.connection_count = count;
+  h.receiver_id = m_options.receiver_id;
+  std::vector<std::byte> out;
+  append_frame(out, h);
+  return out;
+}
+
+void client_impl::begin_connect() {
+  m_phase = phase::connecting;
+  m_start = std::chrono::steady_clock::now();
+  touch();
+  m_connect_timer.expires_after(m_options.connect_timeout);
+  m_connect_timer.async_wait([w = weak_from_this()](const boost::system::error_code& ec) {
+    auto self = w.lock();
+    if (!self || ec || self->dead() || self->m_connected_once) return;
+    self->fail(error::connect_timeout,
+               self->m_where + ": not connected within " +
+                   std::to_string(self->m_options.connect_timeout.count()) +
+                   " ms (is mcdist-send listening there, and does the path let " +
+                   (self->m_options.kind == transport_kind::sctp_udp ? "UDP" : "it") + " through?)");
+  });
+  do_watchdog();
+}
+
+void client_impl::connected(std::vector<std::byte> hello_frame) {
+  m_outbox.push_front(std::move(hello_frame));
+  spdlog::debug("unicast client {}: connected after {} ms", m_where,
+                std::chrono::duration_cast<std::chrono::milliseconds>(
+                    std::chrono::steady_clock::now() - m_start).count());
+  m_connected_once = true;
+  m_connect_timer.cancel();
+  if (m_phase == phase::connecting) m_phase = phase::running;
+  touch();
+}
+
+void client_impl::do_watchdog() {
+  const auto period =
+      std::max<std::chrono::milliseconds>(m_options.idle_timeout / 4, std::chrono::milliseconds(10));
+  m_watchdog.expires_after(period);
+  m_watchdog.async_wait([w = weak_from_this()](const boost::system::error_code& ec) {
+    auto self = w.lock();
+    if (!self || ec || self->dead()) return;
+    const auto quiet = std::chrono::steady_clock::now() - self->m_last_activity;
+    if (self->m_phase == phase::running && self->m_tracker.outstanding_bytes() > 0 &&
+        quiet >= self->m_options.idle_timeout) {
+      self->fail(error::idle_timeout,
+                 self->m_where + ": nothing received for " +
+                     std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(quiet).count()) +
+                     " ms with " + std::to_string(self->m_tracker.outstanding_bytes()) +
+                     " bytes outstanding");
+      return;
+    }
+    self->do_watchdog();
+  });
+}
+
+std::error_code client_impl::request(std::span<const file_request> ranges) {
+  if (m_phase == phase::closing || m_phase == phase::closed) return error::aborted;
+  // Validate the whole call first: nothing is requested unless everything is acceptable.
+  std::vector<file_request> wanted;
+  std::vector<file_index> empty;
+  for (const auto& r : ranges) {
+    if (r.length == 0) {
+      empty.push_back(r.file);
+      continue;
+    }
+    if (r.offset > UINT64_MAX - r.length || m_tracker.overlaps(r)) return errc::invalid_field;
+    wanted.push_back(r);
+  }
+  std::vector<file_request> sorted = wanted;
+  std::sort(sorted.begin(), sorted.end());
+  for (std::size_t i = 1; i < sorted.size(); ++i) {
+    if (sorted[i].file == sorted[i - 1].file &&
+        sorted[i].offset < sorted[i - 1].offset + sorted[i - 1].length)
+      return errc::invalid_field;
+  }
+  for (const auto& r : wanted) (void)m_tracker.add(r);
+  for (std::size_t at = 0; at < wanted.size(); at += max_request_ranges) {
+    unicast::request frame;
+    const std::size_t n = std::min(max_request_ranges, wanted.size() - at);
+    frame.ranges.assign(wanted.begin() + static_cast<std::ptrdiff_t>(at),
+                        wanted.begin() + static_cast<std::ptrdiff_t>(at + n));
+    m_outbox.emplace_back();
+    append_frame(m_outbox.back(), frame);
+  }
+  if (!wanted.empty()) m_complete_reported = false;
+  if (!empty.empty()) {
+    boost::asio::post(m_io, [w = weak_from_this(), empty] {
+      auto self = w.lock();
+      if (!self || self->dead() || self->m_abandoned) return;
+      for (const auto f : empty) {
+        if (self->m_events.on_file_done) self->m_events.on_file_done(f);
+        if (self->dead() || self->m_abandoned) return;
+      }
+    });
+  }
+  if (!wanted.empty() && m_phase != phase::idle) flush_control();
+  return {};
+}
+
+void client_impl::close() {
+  if (m_phase == phase::closing || m_phase == phase::closed) return;
+  const bool was_idle = m_phase == phase::idle;
+  m_phase = phase::closing;
+  if (was_idle) {
+    closed_ok();
+    return;
+  }
+  m_outbox.emplace_back();
+  append_bye(m_outbox.back());
+  m_close_timer.expires_after(m_options.close_timeout);
+  m_close_timer.async_wait([w = weak_from_this()](const boost::system::error_code& ec) {
+    auto self = w.lock();
+    if (!self || ec || self->dead()) return;
+    spdlog::debug("unicast client {}: the server did not end the session after bye; dropping it",
+                  self->m_where);
+    self->closed_ok();
+  });
+  flush_control();
+}
+
+void client_impl::abandon() {
+  m_abandoned = true;
+  if (m_phase != phase::closed) {
+    m_phase = phase::closed;
+    m_connect_timer.cancel();
+    m_watchdog.cancel();
+    m_close_timer.cancel();
+    transport_abort();
+  }
+}
+
+std::error_code client_impl::deliver(file_index file, std::uint64_t offset,
+                                     std::span<const std::byte> bytes, std::size_t channel) {
+  if (dead() || m_abandoned) return error::aborted;
+  if (m_phase == phase::closing) return {};  // close() was called: not delivered any more
+  bool file_done = false;
+  if (m_tracker.take(file, offset, bytes.size(), file_done)) {
+    m_detail = m_where + ": the server sent bytes [" + std::to_string(offset) + ", " +
+               std::to_string(offset + bytes.size()) + ") of file " + std::to_string(file.value) +
+               ", which were not requested or arrived already";
+    return error::protocol_violation;
+  }
+  m_stats.bytes_received += bytes.size();
+  ++m_stats.pieces;
+  if (m_stats.bytes_per_channel.size() <= channel) m_stats.bytes_per_channel.resize(channel + 1);
+  m_stats.bytes_per_channel[channel] += bytes.size();
+  if (m_events.on_data) {
+    m_events.on_data(file, offset, bytes);
+    if (dead() || m_abandoned) return error::aborted;
+  }
+  if (file_done) {
+    ++m_stats.files_done;
+    m_acks.push_back(file);
+    if (m_events.on_file_done) {
+      m_events.on_file_done(file);
+      if (dead() || m_abandoned) return error::aborted;
+    }
+  }
+  return {};
+}
+
+std::error_code client_impl::handle_control(frame_type type, std::span<const std::byte> body) {
+  switch (type) {
+    case frame_type::welcome: {
+      welcome w;
+      if (auto ec = decode(body, w)) {
+        m_detail = m_where + ": malformed welcome";
+        return ec;
+      }
+      spdlog::debug("unicast client {}: welcome after {} ms", m_where,
+                    std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::steady_clock::now() - m_start).count());
+      m_stats.record_size = w.record_size;
+      m_stats.streams = w.streams;
+      m_stats.connections = w.connection_count;
+      return {};
+    }
+    case frame_type::refuse: {
+      refuse r;
+      if (auto ec = decode(body, r)) {
+        m_detail = m_where + ": malformed refuse";
+        return ec;
+      }
+      m_detail = m_where + " refused receiver '" + m_options.receiver_id + "' (" +
+                 std::string(to_string(r.reason)) + "): " + r.text;
+      return r.reason == refuse_reason::busy ? error::server_busy : error::refused;
+    }
+    default:
+      m_detail = m_where + ": unexpected " + std::string(to_string(type)) + " frame from the server";
+      return error::protocol_violation;
+  }
+}
+
+void client_impl::after_batch() {
+  if (dead() || m_abandoned) return;
+  if (!m_acks.empty() && m_phase == phase::running) {
+    for (std::size_t at = 0; at < m_acks.size(); at += max_ack_files) {
+      ack a;
+      const std::size_t n = std::min(max_ack_files, m_acks.size() - at);
+      a.files.assign(m_acks.begin() + static_cast<std::ptrdiff_t>(at),
+                     m_acks.begin() + static_cast<std::ptrdiff_t>(at + n));
+      m_outbox.emplace_back();
+      append_frame(m_outbox.back(), a);
+    }
+    m_acks.clear();
+    flush_control();
+    if (dead() || m_abandoned) return;
+  }
+  if (!m_complete_reported && m_tracker.complete() && m_phase == phase::running) {
+    m_complete_reported = true;
+    if (m_events.on_complete) m_events.on_complete();
+  }
+}
+
+void client_impl::post_closed(const std::error_code& ec, const std::string& detail) {
+  m_connect_timer.cancel();
+  m_watchdog.cancel();
+  m_close_timer.cancel();
+  transport_abort();
+  if (m_abandoned) return;
+  boost::asio::post(m_io, [self = shared_from_this(), ec, detail] {
+    if (self->m_abandoned) return;
+    if (self->m_events.on_closed) self->m_events.on_closed(ec, detail);
+  });
+}
+
+void client_impl::fail(const std::error_code& ec, const std::string& detail) {
+  if (m_phase == phase::closed) return;
+  m_phase = phase::closed;
+  spdlog::debug("unicast client {}: {}: {}", m_where, ec.message(), detail);
+  post_closed(ec, detail);
+}
+
+void client_impl::closed_ok() {
+  if (m_phase == phase::closed) return;
+  m_phase = phase::closed;
+  post_closed({}, {});
+}
+
+void client_impl::set_paused(bool paused) {
+  if (m_paused == paused) return;
+  m_paused = paused;
+  // Paused time is not silence from the server: start the idle clock afresh either way.
+  touch();
+  if (!paused && !dead()) transport_resume();
+}
+
+}  // namespace mcdist::unicast

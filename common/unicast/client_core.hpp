@@ -1,0 +1,114 @@
+#pragma once
+/// @file
+/// Internals of the unicast client shared by its transports (not a public header): request
+/// bookkeeping, validation of everything the server sends, callbacks, timeouts and the
+/// one-time end report.
+
+#include "common/unicast/client.hpp"
+#include "common/unicast/frame.hpp"
+#include "common/unicast/range_tracker.hpp"
+
+#include <boost/asio/steady_timer.hpp>
+
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace mcdist::unicast {
+
+class client_impl : public std::enable_shared_from_this<client_impl> {
+ public:
+  client_impl(boost::asio::io_context& io, client_options options, client_events events);
+  virtual ~client_impl() = default;
+  client_impl(const client_impl&) = delete;
+  client_impl& operator=(const client_impl&) = delete;
+
+  /// Starts the transport; calls begin_connect() first.
+  virtual void start() = 0;
+
+  std::error_code request(std::span<const file_request> ranges);
+  void close();
+  /// The owning handle is gone: no more callbacks, tear down now.
+  void abandon();
+
+  /// See client::set_paused. Resuming wakes the transport's readers.
+  void set_paused(bool paused);
+  bool paused() const noexcept { return m_paused; }
+
+  std::vector<file_request> outstanding() const { return m_tracker.outstanding(); }
+  std::uint64_t outstanding_bytes() const { return m_tracker.outstanding_bytes(); }
+  client_stats stats() const { return m_stats; }
+  transport_kind kind() const { return m_options.kind; }
+
+ protected:
+  enum class phase : std::uint8_t { idle, connecting, running, closing, closed };
+
+  /// The outbox has new frames: send them when the transport can.
+  virtual void flush_control() = 0;
+  /// Tears the transport down at once; called once, by fail/closed_ok/abandon.
+  virtual void transport_abort() = 0;
+  /// Reading may go on again after a pause.
+  virtual void transport_resume() = 0;
+
+  /// Arms the connect timer and idle watchdog; phase connecting.
+  void begin_connect();
+  /// The transport can carry control now: the hello goes first, ahead of queued requests.
+  void connected(std::vector<std::byte> hello_frame);
+  /// A hello for connection `index` of `count`.
+  std::vector<std::byte> make_hello(std::uint8_t index, std::uint8_t count) const;
+
+  /// Checks and delivers record bytes that arrived on `channel` (TCP connection / SCTP stream).
+  /// @return protocol_violation (with m_detail) when they were not requested or came twice.
+  std::error_code deliver(file_index file, std::uint64_t offset, std::span<const std::byte> bytes,
+                          std::size_t channel);
+  /// Handles a control frame from the server (welcome, refuse; anything else is a violation).
+  std::error_code handle_control(frame_type type, std::span<const std::byte> body);
+  /// After a batch of input: sends acks for completed files, reports on_complete.
+  void after_batch();
+  /// Ends with an error (once; on_closed is posted).
+  void fail(const std::error_code& ec, const std::string& detail);
+  /// Ends after close() (once; on_closed({}) is posted).
+  void closed_ok();
+  /// Input arrived: resets the idle watchdog.
+  void touch() noexcept { m_last_activity = std::chrono::steady_clock::now(); }
+  /// True once nothing may be processed any more (failed, closed or abandoned).
+  bool dead() const noexcept { return m_phase == phase::closed; }
+  bool closing() const noexcept { return m_phase == phase::closing; }
+  /// Where we connect to, for messages: "tcp to 10.0.0.5:4712".
+  const std::string& where() const noexcept { return m_where; }
+
+  boost::asio::io_context& m_io;
+  client_options m_options;
+  std::deque<std::vector<std::byte>> m_outbox;  ///< control frames not yet handed to the transport
+  std::string m_detail;                         ///< detail of the last handler error
+  client_stats m_stats;
+
+ private:
+  void do_watchdog();
+  void post_closed(const std::error_code& ec, const std::string& detail);
+
+  client_events m_events;
+  range_tracker m_tracker;
+  std::vector<file_index> m_acks;  ///< files completed since the last ack frame
+  phase m_phase = phase::idle;
+  bool m_abandoned = false;
+  bool m_paused = false;
+  bool m_connected_once = false;  ///< connected() ran (close() may have moved us on since)
+  bool m_complete_reported = true;  ///< on_complete already said for the current requests
+  std::uint64_t m_nonce;
+  std::string m_where;
+  boost::asio::steady_timer m_connect_timer;
+  boost::asio::steady_timer m_watchdog;
+  boost::asio::steady_timer m_close_timer;
+  std::chrono::steady_clock::time_point m_last_activity = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point m_start = m_last_activity;  ///< of begin_connect()
+};
+
+/// Transport factories (tcp_client.cpp, sctp_client.cpp).
+std::shared_ptr<client_impl> make_tcp_client(boost::asio::io_context& io, client_options o,
+                                             client_events e);
+std::shared_ptr<client_impl> make_sctp_client(boost::asio::io_context& io, client_options o,
+                                              client_events e);
+
+}  // namespace mcdist::unicast

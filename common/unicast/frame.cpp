@@ -1,0 +1,351 @@
+#include "common/unicast/frame.hpp"
+
+#include "common/wire.hpp"
+
+#include <algorithm>
+#include <cassert>
+#include <cstring>
+
+namespace mcdist::unicast {
+
+namespace {
+
+void put16(std::byte* p, std::uint16_t v) noexcept {
+  p[0] = std::byte(v >> 8);
+  p[1] = std::byte(v);
+}
+void put32(std::byte* p, std::uint32_t v) noexcept {
+  for (int i = 0; i < 4; ++i) p[i] = std::byte(v >> (24 - 8 * i));
+}
+void put64(std::byte* p, std::uint64_t v) noexcept {
+  for (int i = 0; i < 8; ++i) p[i] = std::byte(v >> (56 - 8 * i));
+}
+std::uint16_t get16(const std::byte* p) noexcept {
+  return static_cast<std::uint16_t>((std::to_integer<unsigned>(p[0]) << 8) |
+                                    std::to_integer<unsigned>(p[1]));
+}
+std::uint32_t get32(const std::byte* p) noexcept {
+  std::uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v = (v << 8) | std::to_integer<std::uint32_t>(p[i]);
+  return v;
+}
+std::uint64_t get64(const std::byte* p) noexcept {
+  std::uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v = (v << 8) | std::to_integer<std::uint64_t>(p[i]);
+  return v;
+}
+
+/// Largest body a frame of `t` may declare.
+std::uint32_t body_limit(frame_type t) noexcept {
+  switch (t) {
+    case frame_type::hello: return hello_fixed_size + max_hello_receiver_id;
+    case frame_type::welcome: return welcome_size;
+    case frame_type::refuse: return 3 + max_refuse_text;
+    case frame_type::request: return max_control_body;
+    case frame_type::ack: return max_control_body;
+    case frame_type::bye: return 0;
+    case frame_type::data: return record_prefix_size + max_record_size;
+  }
+  return 0;
+}
+
+bool known_type(std::uint8_t t) noexcept {
+  return t >= static_cast<std::uint8_t>(frame_type::hello) &&
+         t <= static_cast<std::uint8_t>(frame_type::data);
+}
+
+/// Reserves room for a frame of `body` bytes at the end of `out`, writes its header, and
+/// returns where the body goes.
+std::byte* grow(std::vector<std::byte>& out, frame_type t, std::size_t body) {
+  const std::size_t at = out.size();
+  out.resize(at + frame_header_size + body);
+  write_frame_header(std::span(out).subspan(at), t, static_cast<std::uint32_t>(body));
+  return out.data() + at + frame_header_size;
+}
+
+}  // namespace
+
+std::string_view to_string(frame_type t) noexcept {
+  switch (t) {
+    case frame_type::hello: return "hello";
+    case frame_type::welcome: return "welcome";
+    case frame_type::refuse: return "refuse";
+    case frame_type::request: return "request";
+    case frame_type::ack: return "ack";
+    case frame_type::bye: return "bye";
+    case frame_type::data: return "data";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(refuse_reason r) noexcept {
+  switch (r) {
+    case refuse_reason::bad_credentials: return "bad_credentials";
+    case refuse_reason::busy: return "busy";
+    case refuse_reason::bad_hello: return "bad_hello";
+    case refuse_reason::shutting_down: return "shutting_down";
+  }
+  return "unknown";
+}
+
+std::error_code decode_frame_header(std::span<const std::byte> in, frame_header& out) noexcept {
+  if (in.size() < frame_header_size) return errc::truncated;
+  if (get16(in.data()) != frame_magic) return errc::bad_magic;
+  if (std::to_integer<std::uint8_t>(in[2]) != frame_version) return errc::bad_version;
+  const auto type = std::to_integer<std::uint8_t>(in[3]);
+  if (!known_type(type)) return errc::unknown_type;
+  const auto t = static_cast<frame_type>(type);
+  const std::uint32_t length = get32(in.data() + 4);
+  if (length > body_limit(t)) return errc::oversized;
+  if (t == frame_type::data && length <= record_prefix_size) return errc::invalid_field;
+  out.type = t;
+  out.length = length;
+  return {};
+}
+
+void write_frame_header(std::span<std::byte> out, frame_type type,
+                        std::uint32_t length) noexcept {
+  assert(out.size() >= frame_header_size);
+  put16(out.data(), frame_magic);
+  out[2] = std::byte{frame_version};
+  out[3] = std::byte{static_cast<std::uint8_t>(type)};
+  put32(out.data() + 4, length);
+}
+
+void write_record_header(std::span<std::byte> out, file_index file, std::uint64_t offset,
+                         std::uint32_t payload_length) noexcept {
+  assert(out.size() >= record_header_size);
+  write_frame_header(out, frame_type::data,
+                     static_cast<std::uint32_t>(record_prefix_size + payload_length));
+  put32(out.data() + frame_header_size, file.value);
+  put64(out.data() + frame_header_size + 4, offset);
+}
+
+std::error_code decode_record(std::span<const std::byte> body, file_index& file,
+                              std::uint64_t& offset,
+                              std::span<const std::byte>& payload) noexcept {
+  if (body.size() <= record_prefix_size) return errc::truncated;
+  const std::uint64_t o = get64(body.data() + 4);
+  const std::uint64_t n = body.size() - record_prefix_size;
+  if (o > UINT64_MAX - n) return errc::invalid_field;
+  file = file_index{get32(body.data())};
+  offset = o;
+  payload = body.subspan(record_prefix_size);
+  return {};
+}
+
+void append_frame(std::vector<std::byte>& out, const hello& m) {
+  const std::size_t id = std::min(m.receiver_id.size(), max_hello_receiver_id);
+  std::byte* p = grow(out, frame_type::hello, hello_fixed_size + id);
+  put64(p, m.token);
+  put32(p + 8, m.session.value);
+  put64(p + 12, m.client_nonce);
+  p[20] = std::byte{m.connection_index};
+  p[21] = std::byte{m.connection_count};
+  put16(p + 22, 0);
+  p[24] = std::byte{static_cast<std::uint8_t>(id)};
+  std::memcpy(p + hello_fixed_size, m.receiver_id.data(), id);
+}
+
+void append_frame(std::vector<std::byte>& out, const welcome& m) {
+  std::byte* p = grow(out, frame_type::welcome, welcome_size);
+  put32(p, m.record_size);
+  put16(p + 4, m.streams);
+  p[6] = std::byte{m.connection_count};
+  p[7] = std::byte{0};
+}
+
+void append_frame(std::vector<std::byte>& out, const refuse& m) {
+  const std::size_t n = std::min(m.text.size(), max_refuse_text);
+  std::byte* p = grow(out, frame_type::refuse, 3 + n);
+  p[0] = std::byte{static_cast<std::uint8_t>(m.reason)};
+  put16(p + 1, static_cast<std::uint16_t>(n));
+  std::memcpy(p + 3, m.text.data(), n);
+}
+
+void append_frame(std::vector<std::byte>& out, const request& m) {
+  assert(m.ranges.size() <= max_request_ranges);
+  std::byte* p = grow(out, frame_type::request, 4 + request_range_size * m.ranges.size());
+  put32(p, static_cast<std::uint32_t>(m.ranges.size()));
+  p += 4;
+  for (const auto& r : m.ranges) {
+    put32(p, r.file.value);
+    put64(p + 4, r.offset);
+    put64(p + 12, r.length);
+    p += request_range_size;
+  }
+}
+
+void append_frame(std::vector<std::byte>& out, const ack& m) {
+  assert(m.files.size() <= max_ack_files);
+  std::byte* p = grow(out, frame_type::ack, 4 + 4 * m.files.size());
+  put32(p, static_cast<std::uint32_t>(m.files.size()));
+  p += 4;
+  for (const auto f : m.files) {
+    put32(p, f.value);
+    p += 4;
+  }
+}
+
+void append_bye(std::vector<std::byte>& out) { grow(out, frame_type::bye, 0); }
+
+std::error_code decode(std::span<const std::byte> body, hello& out) {
+  if (body.size() < hello_fixed_size) return errc::truncated;
+  const std::size_t id = std::to_integer<std::size_t>(body[24]);
+  if (id > max_hello_receiver_id) return errc::oversized;
+  if (body.size() != hello_fixed_size + id) return errc::invalid_field;
+  if (get16(body.data() + 22) != 0) return errc::invalid_field;
+  const std::string_view rid(reinterpret_cast<const char*>(body.data()) + hello_fixed_size, id);
+  if (!wire::valid_receiver_id(rid)) return errc::invalid_field;
+  const auto index = std::to_integer<std::uint8_t>(body[20]);
+  const auto count = std::to_integer<std::uint8_t>(body[21]);
+  if (count == 0 || count > max_connections || index >= count) return errc::invalid_field;
+  out.token = get64(body.data());
+  out.session = session_id{get32(body.data() + 8)};
+  out.client_nonce = get64(body.data() + 12);
+  out.connection_index = index;
+  out.connection_count = count;
+  out.receiver_id.assign(rid);
+  return {};
+}
+
+std::error_code decode(std::span<const std::byte> body, welcome& out) {
+  if (body.size() < welcome_size) return errc::truncated;
+  if (body.size() != welcome_size) return errc::invalid_field;
+  const std::uint32_t rs = get32(body.data());
+  if (rs < min_record_size || rs > max_record_size) return errc::invalid_field;
+  if (std::to_integer<std::uint8_t>(body[7]) != 0) return errc::invalid_field;
+  out.record_size = rs;
+  out.streams = get16(body.data() + 4);
+  out.connection_count = std::to_integer<std::uint8_t>(body[6]);
+  return {};
+}
+
+std::error_code decode(std::span<const std::byte> body, refuse& out) {
+  if (body.size() < 3) return errc::truncated;
+  const std::size_t n = get16(body.data() + 1);
+  if (n > max_refuse_text) return errc::oversized;
+  if (body.size() != 3 + n) return errc::invalid_field;
+  const auto reason = std::to_integer<std::uint8_t>(body[0]);
+  if (reason < 1 || reason > static_cast<std::uint8_t>(refuse_reason::shutting_down))
+    return errc::invalid_field;
+  out.reason = static_cast<refuse_reason>(reason);
+  out.text.clear();
+  // Operator-facing text from the network: keep printable ASCII only.
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto c = std::to_integer<unsigned char>(body[3 + i]);
+    out.text.push_back(c >= 0x20 && c < 0x7f ? static_cast<char>(c) : '?');
+  }
+  return {};
+}
+
+std::error_code decode(std::span<const std::byte> body, request& out) {
+  if (body.size() < 4) return errc::truncated;
+  const std::uint32_t count = get32(body.data());
+  if (count > max_request_ranges) return errc::oversized;
+  if (body.size() != 4 + request_range_size * std::size_t{count}) return errc::invalid_field;
+  out.ranges.clear();
+  out.ranges.reserve(count);
+  const std::byte* p = body.data() + 4;
+  for (std::uint32_t i = 0; i < count; ++i, p += request_range_size) {
+    const file_request r{file_index{get32(p)}, get64(p + 4), get64(p + 12)};
+    if (r.length == 0 || r.offset > UINT64_MAX - r.length) return errc::invalid_field;
+    out.ranges.push_back(r);
+  }
+  return {};
+}
+
+std::error_code decode(std::span<const std::byte> body, ack& out) {
+  if (body.size() < 4) return errc::truncated;
+  const std::uint32_t count = get32(body.data());
+  if (count > max_ack_files) return errc::oversized;
+  if (body.size() != 4 + 4 * std::size_t{count}) return errc::invalid_field;
+  out.files.clear();
+  out.files.reserve(count);
+  for (std::uint32_t i = 0; i < count; ++i) out.files.push_back(file_index{get32(body.data() + 4 + 4 * i)});
+  return {};
+}
+
+frame_reader::frame_reader(bool accept_data, std::uint32_t max_record_bytes)
+    : m_accept_data(accept_data), m_max_record(std::min(max_record_bytes, max_record_size)) {}
+
+std::error_code frame_reader::finish() const noexcept {
+  if (m_error) return m_error;
+  return at_boundary() ? std::error_code{} : make_error_code(errc::truncated);
+}
+
+std::error_code frame_reader::feed(std::span<const std::byte> in, frame_handler& h) {
+  if (m_error) return m_error;
+  while (!in.empty()) {
+    switch (m_state) {
+      case state::header: {
+        const std::size_t take = std::min(in.size(), frame_header_size - m_have);
+        std::memcpy(m_head.data() + m_have, in.data(), take);
+        m_have += take;
+        in = in.subspan(take);
+        if (m_have < frame_header_size) break;
+        if (auto ec = decode_frame_header(std::span(m_head).first(frame_header_size), m_header))
+          return fail(ec);
+        if (m_header.type == frame_type::data) {
+          if (!m_accept_data) return fail(error::protocol_violation);
+          if (m_header.length - record_prefix_size > m_max_record) return fail(errc::oversized);
+          m_state = state::prefix;
+        } else {
+          m_body.clear();
+          m_have = 0;
+          m_state = state::control;
+          if (m_header.length == 0) {
+            m_state = state::header;
+            ++m_frames;
+            if (auto ec = h.on_control(m_header.type, {})) return fail(ec);
+          }
+        }
+        break;
+      }
+      case state::prefix: {
+        const std::size_t take = std::min(in.size(), record_header_size - m_have);
+        std::memcpy(m_head.data() + m_have, in.data(), take);
+        m_have += take;
+        in = in.subspan(take);
+        if (m_have < record_header_size) break;
+        m_file = file_index{get32(m_head.data() + frame_header_size)};
+        m_offset = get64(m_head.data() + frame_header_size + 4);
+        m_left = m_header.length - record_prefix_size;
+        if (m_offset > UINT64_MAX - m_left) return fail(errc::invalid_field);
+        m_state = state::payload;
+        break;
+      }
+      case state::payload: {
+        const std::size_t take =
+            static_cast<std::size_t>(std::min<std::uint64_t>(in.size(), m_left));
+        const auto piece = in.first(take);
+        in = in.subspan(take);
+        const std::uint64_t at = m_offset;
+        m_offset += take;
+        m_left -= take;
+        if (m_left == 0) {
+          m_state = state::header;
+          m_have = 0;
+          ++m_frames;
+        }
+        if (auto ec = h.on_data(m_file, at, piece)) return fail(ec);
+        break;
+      }
+      case state::control: {
+        if (m_body.empty()) m_body.reserve(m_header.length);
+        const std::size_t take = std::min<std::size_t>(in.size(), m_header.length - m_body.size());
+        m_body.insert(m_body.end(), in.begin(), in.begin() + static_cast<std::ptrdiff_t>(take));
+        in = in.subspan(take);
+        if (m_body.size() < m_header.length) break;
+        m_state = state::header;
+        m_have = 0;
+        ++m_frames;
+        if (auto ec = h.on_control(m_header.type, m_body)) return fail(ec);
+        break;
+      }
+    }
+  }
+  return {};
+}
+
+}  // namespace mcdist::unicast

@@ -1,0 +1,57 @@
+#pragma once
+/// @file
+/// The clients the server expects: who may open a unicast session, with which token, for which
+/// files (pure; no I/O). The sender registers a grant when it moves a receiver to fallback and
+/// tells that receiver the token over the multicast control channel.
+
+#include "common/ids.hpp"
+#include "common/unicast/types.hpp"
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+namespace mcdist::unicast {
+
+/// Permission for one receiver to fetch files over unicast.
+struct client_grant {
+  /// Secret, chosen at random by the sender (64 bits: guessing it over the network at any
+  /// rate the server's hello timeout allows is hopeless). 0 is not a valid token.
+  std::uint64_t token = 0;
+  /// The receiver's configured id (wire::valid_receiver_id).
+  std::string receiver_id;
+  /// The multicast session whose remainder this is.
+  session_id session{};
+  /// Files the receiver may request (any order, duplicates ignored), unless all_files.
+  std::vector<file_index> files;
+  /// Every file of the byte source may be requested.
+  bool all_files = false;
+};
+
+class grant_table {
+ public:
+  /// Adds a grant. @return errc::invalid_field for token 0, an invalid receiver id or a token
+  ///         already registered (the old grant stays).
+  std::error_code add(client_grant g);
+
+  /// Removes the grant with `token`. @return false when there was none.
+  bool remove(std::uint64_t token);
+
+  /// The grant matching all three credentials, or nullptr. The token is compared with every
+  /// registered grant in constant time (OpenSSL CRYPTO_memcmp, no early exit), so response
+  /// timing does not tell how much of a guessed token was right.
+  const client_grant* find(std::uint64_t token, session_id session,
+                           std::string_view receiver_id) const;
+
+  /// True when `g` allows `file`.
+  static bool allows(const client_grant& g, file_index file) noexcept;
+
+  std::size_t size() const noexcept { return m_grants.size(); }
+
+ private:
+  std::vector<client_grant> m_grants;  ///< files sorted and unique in each
+};
+
+}  // namespace mcdist::unicast

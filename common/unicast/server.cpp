@@ -1,0 +1,353 @@
+#include "common/unicast/server.hpp"
+
+#include "common/unicast/server_session.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <bit>
+
+namespace mcdist::unicast {
+
+/// Most ranges one session may have pending: a receiver may need every file of the largest
+/// session (manifest max_files_per_session = 1,000,000) in one range each; 24 bytes each.
+inline constexpr std::size_t max_pending_ranges = std::size_t{1} << 20;
+
+/// Starts serving a new SCTP association (sctp_server.cpp).
+void start_sctp_session(std::shared_ptr<server_state> state, std::unique_ptr<sctp_assoc> a,
+                        transport_kind kind);
+
+namespace {
+
+/// True for the 1st..10th, then every power-of-two-th event: a rate limit for log lines about
+/// hostile input that cannot flood the log however fast it comes.
+bool worth_logging(std::uint64_t n) noexcept { return n <= 10 || std::has_single_bit(n); }
+
+}  // namespace
+
+void server_state::count_error(const std::error_code& ec) {
+  if (ec.category() == mcdist::error_category()) {
+    counters.frames.add(static_cast<errc>(ec.value()));
+  } else if (ec == error::protocol_violation) {
+    ++counters.protocol_violations;
+  } else if (ec == error::request_invalid) {
+    ++counters.invalid_requests;
+  }
+}
+
+const client_grant* server_state::authenticate(const hello& h, const endpoint& from,
+                                               refuse& why) {
+  if (stopped) {
+    why = {refuse_reason::shutting_down, "the server is shutting down"};
+    return nullptr;
+  }
+  const client_grant* g = grants.find(h.token, h.session, h.receiver_id);
+  if (g == nullptr) {
+    ++counters.hellos_refused;
+    if (worth_logging(counters.hellos_refused))
+      spdlog::warn("unicast: refused hello from {} claiming receiver '{}' session {:08x}: "
+                   "credentials not registered ({} refused so far)",
+                   from.to_string(), h.receiver_id, h.session.value, counters.hellos_refused);
+    why = {refuse_reason::bad_credentials,
+           "token, receiver id '" + h.receiver_id + "' and session not accepted by this sender"};
+    return nullptr;
+  }
+  if (!sessions.contains(h.token) && sessions.size() >= options.max_sessions) {
+    ++counters.busy_refused;
+    why = {refuse_reason::busy, "session limit (" + std::to_string(options.max_sessions) +
+                                    ") reached; retry later"};
+    return nullptr;
+  }
+  return g;
+}
+
+void server_state::on_sctp_association(std::unique_ptr<sctp_assoc> a, transport_kind kind) {
+  ++counters.connections_accepted;
+  if (stopped || handshakes >= options.max_handshakes) {
+    ++counters.busy_refused;
+    a->abort();
+    return;
+  }
+  start_sctp_session(shared_from_this(), std::move(a), kind);
+}
+
+server_session::server_session(std::shared_ptr<server_state> state, const client_grant& grant,
+                               transport_kind kind, endpoint remote, std::size_t connections,
+                               std::size_t active_files, std::uint64_t nonce)
+    : m_state(std::move(state)),
+      m_grant(grant),
+      m_nonce(nonce),
+      m_scheduler(m_state->options.record_size, active_files),
+      m_watchdog(m_state->io) {
+  m_info.token = grant.token;
+  m_info.receiver_id = grant.receiver_id;
+  m_info.session = grant.session;
+  m_info.kind = kind;
+  m_info.remote = remote;
+  m_info.connections = connections;
+}
+
+void server_session::begin() {
+  auto self = shared_from_this();
+  auto& table = m_state->sessions;
+  if (auto it = table.find(m_info.token); it != table.end() && it->second.get() != this) {
+    auto old = it->second;
+    table.erase(it);
+    old->finish(error::aborted,
+                "replaced by a new session of the same receiver from " + m_info.remote.to_string());
+  }
+  table[m_info.token] = self;
+  m_registered = true;
+  m_start = std::chrono::steady_clock::now();
+  touch();
+  ++m_state->counters.sessions_started;
+  spdlog::info("unicast: receiver '{}' session {:08x} connected over {} from {} ({} connection{})",
+               m_info.receiver_id, m_info.session.value, to_string(m_info.kind),
+               m_info.remote.to_string(), m_info.connections, m_info.connections == 1 ? "" : "s");
+  if (!m_state->silent && m_state->events.on_session_start) m_state->events.on_session_start(m_info);
+  if (!m_finished) do_watchdog();
+}
+
+void server_session::do_watchdog() {
+  const auto idle = m_state->options.idle_timeout;
+  const auto period = std::max<std::chrono::milliseconds>(idle / 4, std::chrono::milliseconds(10));
+  m_watchdog.expires_after(period);
+  m_watchdog.async_wait([w = weak_from_this()](const boost::system::error_code& ec) {
+    auto self = w.lock();
+    if (!self || ec || self->m_finished) return;
+    if (spdlog::should_log(spdlog::level::debug)) {
+      spdlog::debug("unicast: receiver '{}' over {}: {} bytes sent, {} pending; {}",
+                    self->m_info.receiver_id, to_string(self->m_info.kind),
+                    self->m_stats.bytes_sent, self->m_scheduler.pending_bytes(),
+                    self->transport_state());
+    }
+    if (const auto b = self->transport_backlog(); b != self->m_last_backlog) {
+      self->m_last_backlog = b;
+      self->touch();
+    }
+    const auto quiet = std::chrono::steady_clock::now() - self->m_last_activity;
+    if (quiet >= self->m_state->options.idle_timeout) {
+      ++self->m_state->counters.idle_timeouts;
+      self->finish(error::idle_timeout,
+                   "nothing moved for " +
+                       std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(quiet).count()) +
+                       " ms");
+      return;
+    }
+    self->do_watchdog();
+  });
+}
+
+void server_session::finish(const std::error_code& ec, const std::string& detail, bool graceful) {
+  if (m_finished) return;
+  m_finished = true;
+  auto self = shared_from_this();
+  m_watchdog.cancel();
+  m_scheduler.clear();
+  close_transport(graceful);
+  if (!m_registered) return;  // never past the hello: nothing to report
+  if (auto it = m_state->sessions.find(m_info.token);
+      it != m_state->sessions.end() && it->second.get() == this)
+    m_state->sessions.erase(it);
+  m_stats.elapsed = std::chrono::steady_clock::now() - m_start;
+  if (ec) {
+    ++m_state->counters.sessions_failed;
+    spdlog::warn("unicast: receiver '{}' session {:08x} over {} from {} failed after {} bytes: "
+                 "{}: {}",
+                 m_info.receiver_id, m_info.session.value, to_string(m_info.kind),
+                 m_info.remote.to_string(), m_stats.bytes_sent, ec.message(), detail);
+  } else {
+    ++m_state->counters.sessions_completed;
+    spdlog::info("unicast: receiver '{}' session {:08x} over {} done: {} bytes in {} records, {} "
+                 "files acknowledged",
+                 m_info.receiver_id, m_info.session.value, to_string(m_info.kind),
+                 m_stats.bytes_sent, m_stats.records_sent, m_stats.files_acked);
+  }
+  if (!m_state->silent && m_state->events.on_session_end)
+    m_state->events.on_session_end(m_info, m_stats, ec, detail);
+}
+
+std::error_code server_session::handle_control(frame_type type, std::span<const std::byte> body,
+                                               std::string& detail) {
+  auto self = shared_from_this();
+  touch();
+  switch (type) {
+    case frame_type::request: {
+      request req;
+      if (auto ec = decode(body, req)) {
+        detail = "malformed request frame";
+        return ec;
+      }
+      if (m_scheduler.pending_requests() + req.ranges.size() > max_pending_ranges) {
+        detail = "more than " + std::to_string(max_pending_ranges) + " ranges pending";
+        return error::request_invalid;
+      }
+      const std::uint32_t files = m_state->source.file_count();
+      // Check every range before taking any, so a bad request changes nothing.
+      for (const auto& r : req.ranges) {
+        if (r.file.value >= files || !grant_table::allows(m_grant, r.file)) {
+          detail = "request for file " + std::to_string(r.file.value) + ", not granted";
+          return error::request_invalid;
+        }
+        const std::uint64_t size = m_state->source.size(r.file);
+        if (r.offset > size || r.length > size - r.offset) {
+          detail = "request for bytes [" + std::to_string(r.offset) + ", " +
+                   std::to_string(r.offset + r.length) + ") of file " +
+                   std::to_string(r.file.value) + ", which has " + std::to_string(size);
+          return error::request_invalid;
+        }
+      }
+      for (const auto& r : req.ranges) m_scheduler.push(r);
+      m_stats.requests += req.ranges.size();
+      on_new_requests();
+      return {};
+    }
+    case frame_type::ack: {
+      ack a;
+      if (auto ec = decode(body, a)) {
+        detail = "malformed ack frame";
+        return ec;
+      }
+      for (const auto f : a.files) {
+        if (!grant_table::allows(m_grant, f) || f.value >= m_state->source.file_count()) {
+          detail = "ack for file " + std::to_string(f.value) + ", not granted";
+          return error::protocol_violation;
+        }
+      }
+      for (const auto f : a.files) {
+        ++m_stats.files_acked;
+        if (!m_state->silent && m_state->events.on_file_acked) {
+          m_state->events.on_file_acked(m_info, f);
+          if (m_finished) return {};
+        }
+      }
+      return {};
+    }
+    case frame_type::bye:
+      m_bye = true;
+      return {};
+    case frame_type::hello:
+    case frame_type::welcome:
+    case frame_type::refuse:
+    case frame_type::data:
+      break;
+  }
+  detail = "unexpected " + std::string(to_string(type)) + " frame from the client";
+  return error::protocol_violation;
+}
+
+std::error_code server_session::fill_record(const record& r, std::vector<std::byte>& buf) {
+  buf.resize(record_header_size + r.length);
+  write_record_header(buf, r.file, r.offset, r.length);
+  return m_state->source.read(r.file, r.offset, std::span(buf).subspan(record_header_size));
+}
+
+// ---- the facade ----
+
+server::server(boost::asio::io_context& io, byte_source& source, server_options options,
+               server_events events)
+    : m_state(std::make_shared<server_state>(io, source, std::move(options), std::move(events))) {}
+
+server::~server() {
+  m_state->silent = true;
+  stop();
+}
+
+std::error_code server::start(std::string& detail) {
+  auto& s = *m_state;
+  const auto& o = s.options;
+  if (o.record_size < min_record_size || o.record_size > max_record_size) {
+    detail = "record size " + std::to_string(o.record_size) + " outside " +
+             std::to_string(min_record_size) + ".." + std::to_string(max_record_size);
+    return errc::invalid_field;
+  }
+  if (o.sctp.streams < 2 || o.sctp.streams > max_sctp_streams) {
+    detail = "SCTP streams " + std::to_string(o.sctp.streams) + " outside 2.." +
+             std::to_string(max_sctp_streams);
+    return errc::invalid_field;
+  }
+  if (!o.sctp_udp && !o.tcp && !o.sctp_kernel) {
+    detail = "no listener configured (sctp over UDP, tcp or kernel sctp)";
+    return errc::invalid_field;
+  }
+  std::error_code ec;
+  std::weak_ptr<server_state> w = m_state;
+  if (o.sctp_udp) {
+    sctp_listener_limits limits;
+    limits.max_peers = o.max_sessions + o.max_handshakes;
+    limits.handshake_timeout = std::max(o.hello_timeout, std::chrono::milliseconds(30'000));
+    s.sctp_udp = open_usrsctp_listener(s.io, *o.sctp_udp, o.sctp, o.usrsctp, limits, ec, detail);
+    if (!s.sctp_udp) return ec;
+    s.sctp_udp->set_accept_handler([w](std::unique_ptr<sctp_assoc> a) {
+      if (auto st = w.lock()) st->on_sctp_association(std::move(a), transport_kind::sctp_udp);
+    });
+  }
+  if (o.tcp) {
+    s.tcp = open_tcp_listener(m_state, *o.tcp, ec, detail);
+    if (!s.tcp) return ec;
+  }
+  if (o.sctp_kernel) {
+    s.sctp_kernel = open_kernel_sctp_listener(s.io, *o.sctp_kernel, o.sctp, ec, detail);
+    if (!s.sctp_kernel) return ec;
+    s.sctp_kernel->set_accept_handler([w](std::unique_ptr<sctp_assoc> a) {
+      if (auto st = w.lock()) st->on_sctp_association(std::move(a), transport_kind::sctp_kernel);
+    });
+  }
+  return {};
+}
+
+std::optional<endpoint> server::sctp_udp_endpoint() const {
+  if (!m_state->sctp_udp) return std::nullopt;
+  return m_state->sctp_udp->local();
+}
+
+std::optional<endpoint> server::tcp_endpoint() const {
+  if (!m_state->tcp) return std::nullopt;
+  return tcp_listener_endpoint(*m_state->tcp);
+}
+
+std::optional<endpoint> server::sctp_kernel_endpoint() const {
+  if (!m_state->sctp_kernel) return std::nullopt;
+  return m_state->sctp_kernel->local();
+}
+
+std::error_code server::register_client(client_grant grant) {
+  return m_state->grants.add(std::move(grant));
+}
+
+bool server::unregister_client(std::uint64_t token) {
+  const bool known = m_state->grants.remove(token);
+  abort_client(token);
+  return known;
+}
+
+bool server::abort_client(std::uint64_t token) {
+  const auto it = m_state->sessions.find(token);
+  if (it == m_state->sessions.end()) return false;
+  auto s = it->second;
+  s->finish(error::aborted, "aborted by the sender");
+  return true;
+}
+
+void server::stop() {
+  auto& s = *m_state;
+  s.stopped = true;
+  if (s.tcp) close_tcp_listener(*s.tcp);
+  if (s.sctp_udp) s.sctp_udp->close();
+  if (s.sctp_kernel) s.sctp_kernel->close();
+  auto pending = std::move(s.pending);
+  s.pending.clear();
+  for (auto& [key, abort] : pending) abort();
+  std::vector<std::shared_ptr<server_session>> all;
+  for (auto& [token, sess] : s.sessions) all.push_back(sess);
+  for (auto& sess : all) sess->finish(error::aborted, "the server stopped");
+}
+
+std::size_t server::active_sessions() const { return m_state->sessions.size(); }
+
+const server_counters& server::counters() const { return m_state->counters; }
+
+sctp_listener_counters server::sctp_udp_counters() const {
+  return m_state->sctp_udp ? m_state->sctp_udp->counters() : sctp_listener_counters{};
+}
+
+}  // namespace mcdist::unicast

@@ -1,0 +1,172 @@
+#pragma once
+/// @file
+/// The unicast fallback server, run by mcdist-send on its io_context (DESIGN.md "Unicast
+/// fallback"). It listens on a UDP port (SCTP over UDP, usrsctp), a TCP port and/or a kernel
+/// SCTP port; receivers connect to it (sites sit behind firewalls), present a token and their
+/// receiver id, send every byte range they want at once, and get records until they say bye.
+///
+/// Every session, whatever its transport, serves its pending requests round robin, up to
+/// `active_files` at once, cut into records of `record_size` bytes:
+/// - SCTP: one association; control on stream 0; the records of file f on stream
+///   1 + f % (streams - 1) (Ladha & Amer's multistreamed FTP with command pipelining).
+/// - TCP: n connections opened by the client; connection 0 carries control; each record goes
+///   on whichever connection can take it, i.e. whose socket buffer has room (XFTP, Allman,
+///   Ostermann & Kruse).
+///
+/// Everything read from the network is untrusted: frames are bounded and checked
+/// (common/unicast/frame.hpp), tokens compared in constant time, every request checked against
+/// the grant and the file sizes. A client that breaks any rule is dropped and counted; the
+/// others are not disturbed.
+
+#include "common/endpoint.hpp"
+#include "common/error.hpp"
+#include "common/unicast/error.hpp"
+#include "common/unicast/frame.hpp"
+#include "common/unicast/grant_table.hpp"
+#include "common/unicast/sctp_assoc.hpp"
+#include "common/unicast/types.hpp"
+#include "common/unicast/usrsctp_stack.hpp"
+
+#include <boost/asio/io_context.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <system_error>
+
+namespace mcdist::unicast {
+
+/// Server settings. Each default says why.
+struct server_options {
+  /// UDP address:port for SCTP over UDP (usrsctp, RFC 6951); port 0 = ephemeral.
+  std::optional<endpoint> sctp_udp;
+  /// TCP address:port for multi-socket TCP; port 0 = ephemeral.
+  std::optional<endpoint> tcp;
+  /// Address:port for kernel SCTP (only where the kernel has SCTP).
+  std::optional<endpoint> sctp_kernel;
+
+  /// Record payload size, bytes, min_record_size..max_record_size.
+  std::uint32_t record_size = default_record_size;
+  /// Requests served round robin at once over TCP. 8 interleaves small files with a large one
+  /// (none waits behind it) while keeping each file's records mostly in order for the
+  /// receiver's in-order hashing. For SCTP it is streams - 1 (one file per data stream).
+  std::size_t tcp_active_files = 8;
+  /// SCTP association settings (streams, path MTU, buffers).
+  sctp_socket_options sctp;
+  /// Process-wide usrsctp settings, applied when this server initializes usrsctp.
+  usrsctp_tuning usrsctp;
+  /// SO_SNDBUF/SO_RCVBUF of TCP connections, bytes; 0 leaves Linux's autotuning on, which grows
+  /// to net.ipv4.tcp_wmem/rmem max (4/6 MiB stock): far above the 110 kB a 1.5 Mbit/s, 590 ms
+  /// path needs, whereas a fixed value is capped at net.core.wmem_max (208 KiB stock).
+  int tcp_buffer_bytes = 0;
+  /// TCP congestion control for the data connections (TCP_CONGESTION: "cubic", "bbr", ...);
+  /// empty = the system's default. Loss-based ones (cubic, reno) are bounded by random loss on
+  /// long paths (Mathis et al.), which is what several connections offset; bbr is not.
+  std::string tcp_congestion;
+
+  /// A connection (or association) must present a valid hello within this, else it is dropped.
+  std::chrono::milliseconds hello_timeout{10'000};
+  /// A session where nothing moves either way for this long is dropped (dead peer, stalled
+  /// window). 60 s outlasts several SCTP retransmissions at RTO.Max 10 s.
+  std::chrono::milliseconds idle_timeout{60'000};
+  /// Most sessions at once: one per receiver in fallback; beyond it hellos are refused "busy".
+  std::size_t max_sessions = 256;
+  /// Most TCP connections / SCTP peers not yet past their hello: bounds what port scanners and
+  /// half-open floods can hold.
+  std::size_t max_handshakes = 256;
+};
+
+/// Who a session is, for callbacks and logs.
+struct session_info {
+  std::uint64_t token = 0;
+  std::string receiver_id;
+  session_id session{};
+  transport_kind kind = transport_kind::sctp_udp;
+  endpoint remote;              ///< of the first connection / the association
+  std::size_t connections = 1;  ///< TCP connections announced by the client; 1 for SCTP
+};
+
+/// What a session moved.
+struct session_stats {
+  std::uint64_t bytes_sent = 0;    ///< record payload bytes handed to the transport
+  std::uint64_t records_sent = 0;
+  std::uint64_t requests = 0;      ///< ranges received
+  std::uint64_t files_acked = 0;   ///< files the client confirmed complete
+  std::chrono::steady_clock::duration elapsed{};  ///< from hello to end
+};
+
+/// Server callbacks; any may be empty. They run on the io_context's thread and may call back
+/// into the server (register, unregister, abort).
+struct server_events {
+  /// A client presented valid credentials (for TCP: its first connection did).
+  std::function<void(const session_info&)> on_session_start;
+  /// The client confirmed it holds every byte it requested of `file`.
+  std::function<void(const session_info&, file_index file)> on_file_acked;
+  /// The session ended: ec empty when the client said bye, else why (idle_timeout,
+  /// connection_lost, protocol_violation, aborted, ...) with an operator-readable detail.
+  std::function<void(const session_info&, const session_stats&, const std::error_code& ec,
+                     const std::string& detail)>
+      on_session_end;
+};
+
+/// Counters of refused and failed input (the server's own; each network thread owns its own).
+struct server_counters {
+  drop_counters frames;                 ///< framing errors by reason (mcdist::errc)
+  std::uint64_t hellos_refused = 0;     ///< bad credentials
+  std::uint64_t busy_refused = 0;       ///< session or handshake limit
+  std::uint64_t hello_timeouts = 0;
+  std::uint64_t idle_timeouts = 0;
+  std::uint64_t protocol_violations = 0;
+  std::uint64_t invalid_requests = 0;
+  std::uint64_t connections_accepted = 0;  ///< TCP connections and SCTP associations
+  std::uint64_t sessions_started = 0;
+  std::uint64_t sessions_completed = 0;    ///< ended by the client's bye
+  std::uint64_t sessions_failed = 0;
+};
+
+struct server_state;
+
+class server {
+ public:
+  /// @param source must outlive the server
+  server(boost::asio::io_context& io, byte_source& source, server_options options,
+         server_events events = {});
+  /// Closes the listeners and aborts every session (on_session_end is not called).
+  ~server();
+  server(const server&) = delete;
+  server& operator=(const server&) = delete;
+
+  /// Opens the configured listeners.
+  /// @return empty, or the first failure with `detail` naming the transport, address and step
+  ///         (e.g. error::kernel_sctp_unavailable for sctp_kernel on a host without SCTP).
+  std::error_code start(std::string& detail);
+
+  /// Bound addresses, once started (learn ephemeral ports here).
+  std::optional<endpoint> sctp_udp_endpoint() const;
+  std::optional<endpoint> tcp_endpoint() const;
+  std::optional<endpoint> sctp_kernel_endpoint() const;
+
+  /// Lets a receiver in. @return errc::invalid_field for token 0, a bad receiver id or a token
+  ///         already registered.
+  std::error_code register_client(client_grant grant);
+  /// Withdraws a grant and aborts its session if one is active. @return false if unknown.
+  bool unregister_client(std::uint64_t token);
+  /// Aborts the active session of `token` (the grant stays, so the receiver may come back).
+  /// on_session_end reports error::aborted. @return false when no session was active.
+  bool abort_client(std::uint64_t token);
+  /// Closes the listeners and aborts every session, reporting each through on_session_end.
+  void stop();
+
+  std::size_t active_sessions() const;
+  const server_counters& counters() const;
+  /// Counters of the SCTP-over-UDP listener's UDP port.
+  sctp_listener_counters sctp_udp_counters() const;
+
+ private:
+  std::shared_ptr<server_state> m_state;
+};
+
+}  // namespace mcdist::unicast

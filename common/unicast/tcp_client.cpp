@@ -1,0 +1,217 @@
+// Client side of multi-socket TCP (XFTP): n connections opened at once, each with its own
+// hello; connection 0 also carries the requests (sent right behind its hello, without waiting
+// for the welcome) and the acks. Records arrive on any connection and are placed by their
+// offset.
+
+#include "common/net/udp.hpp"
+#include "common/unicast/client_core.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+
+namespace mcdist::unicast {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+namespace {
+
+constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+
+/// Bytes per read call: several records at once, so a 10 Gbit/s stream costs few wake-ups.
+constexpr std::size_t client_read_buffer = 256 << 10;
+
+tcp::endpoint to_tcp(const endpoint& e) {
+  const auto u = net::to_asio(e);
+  return {u.address(), u.port()};
+}
+
+class tcp_client final : public client_impl {
+ public:
+  tcp_client(asio::io_context& io, client_options o, client_events e)
+      : client_impl(io, std::move(o), std::move(e)), m_wake(io), m_resume(io) {
+    std::size_t n = m_options.tcp_connections == 0 ? default_tcp_connections
+                                                   : m_options.tcp_connections;
+    n = std::clamp<std::size_t>(n, 1, max_connections);
+    for (std::size_t i = 0; i < n; ++i) m_conns.push_back(std::make_unique<conn>(*this, i, io));
+  }
+
+  void start() override {
+    begin_connect();
+    for (std::size_t i = 0; i < m_conns.size(); ++i)
+      asio::co_spawn(m_io, run(std::static_pointer_cast<tcp_client>(shared_from_this()), i),
+                     asio::detached);
+  }
+
+ private:
+  struct conn final : frame_handler {
+    conn(tcp_client& o, std::size_t i, asio::io_context& io)
+        : owner(o), index(i), socket(io), reader(true), buffer(client_read_buffer) {}
+    std::error_code on_control(frame_type type, std::span<const std::byte> body) override {
+      // A refused hello is answered on every connection; anything else only on connection 0.
+      if (index != 0 && type != frame_type::refuse) {
+        owner.m_detail = owner.where() + ": control frame on TCP connection " +
+                         std::to_string(index) + " (only 0 carries it)";
+        return error::protocol_violation;
+      }
+      return owner.handle_control(type, body);
+    }
+    std::error_code on_data(file_index f, std::uint64_t off,
+                            std::span<const std::byte> b) override {
+      return owner.deliver(f, off, b, index);
+    }
+    tcp_client& owner;
+    std::size_t index;
+    tcp::socket socket;
+    frame_reader reader;
+    std::vector<std::byte> buffer;
+    bool ended = false;
+  };
+
+  std::string conn_name(std::size_t i) const {
+    return where() + " (connection " + std::to_string(i) + " of " +
+           std::to_string(m_conns.size()) + ")";
+  }
+
+  static asio::awaitable<void> run(std::shared_ptr<tcp_client> self, std::size_t i) {
+    conn& c = *self->m_conns[i];
+    const auto remote = to_tcp(self->m_options.server);
+    boost::system::error_code bec;
+    c.socket.open(remote.protocol(), bec);
+    if (!bec && self->m_options.local) c.socket.bind(to_tcp(*self->m_options.local), bec);
+    if (bec) {
+      self->fail(bec, self->conn_name(i) + ": opening the socket: " + bec.message());
+      co_return;
+    }
+    auto [ec] = co_await c.socket.async_connect(remote, use_tuple);
+    if (self->dead()) co_return;
+    if (ec) {
+      self->fail(ec, self->conn_name(i) + ": connect: " + ec.message());
+      co_return;
+    }
+    boost::system::error_code ignored;
+    c.socket.set_option(tcp::no_delay(true), ignored);
+    if (self->m_options.tcp_buffer_bytes > 0) {
+      c.socket.set_option(asio::socket_base::send_buffer_size(self->m_options.tcp_buffer_bytes), ignored);
+      c.socket.set_option(asio::socket_base::receive_buffer_size(self->m_options.tcp_buffer_bytes), ignored);
+    }
+    const auto count = static_cast<std::uint8_t>(self->m_conns.size());
+    if (i == 0) {
+      asio::co_spawn(self->m_io, control_writer(self), asio::detached);
+    } else {
+      auto frame = self->make_hello(static_cast<std::uint8_t>(i), count);
+      auto [wec, wn] = co_await asio::async_write(c.socket, asio::buffer(frame), use_tuple);
+      (void)wn;
+      if (self->dead()) co_return;
+      if (wec) {
+        self->fail(wec, self->conn_name(i) + ": sending hello: " + wec.message());
+        co_return;
+      }
+    }
+    if (++self->m_connected == self->m_conns.size()) {
+      // The hello of connection 0 goes ahead of every queued request.
+      self->connected(self->make_hello(0, count));
+      self->flush_control();
+    }
+    for (;;) {
+      while (self->paused() && !self->dead()) {
+        self->m_resume.expires_at(asio::steady_timer::time_point::max());
+        co_await self->m_resume.async_wait(use_tuple);
+      }
+      if (self->dead()) co_return;
+      auto [rec, n] = co_await c.socket.async_read_some(asio::buffer(c.buffer), use_tuple);
+      if (self->dead()) co_return;
+      if (rec) {
+        self->connection_ended(i, rec);
+        co_return;
+      }
+      self->touch();
+      const auto fec = c.reader.feed(std::span(c.buffer).first(n), c);
+      if (self->dead()) co_return;
+      if (fec) {
+        self->fail(fec, self->m_detail.empty() ? self->conn_name(i) + ": bad frame: " + fec.message()
+                                               : self->m_detail);
+        co_return;
+      }
+      self->after_batch();
+    }
+  }
+
+  /// Writes the outbox on connection 0, in order, until the bye is written.
+  static asio::awaitable<void> control_writer(std::shared_ptr<tcp_client> self) {
+    conn& c = *self->m_conns[0];
+    for (;;) {
+      if (self->dead()) co_return;
+      if (self->m_outbox.empty() || self->m_connected < self->m_conns.size()) {
+        if (self->closing() && self->m_outbox.empty()) {
+          // The bye is out. The server closes every connection when it reads it; closing ours
+          // first could let a FIN on another connection overtake the bye, which the server
+          // must take for a cut.
+          co_return;
+        }
+        self->m_wake.expires_at(asio::steady_timer::time_point::max());
+        co_await self->m_wake.async_wait(use_tuple);
+        continue;
+      }
+      self->m_writing = std::move(self->m_outbox.front());
+      self->m_outbox.pop_front();
+      auto [ec, n] = co_await asio::async_write(c.socket, asio::buffer(self->m_writing), use_tuple);
+      (void)n;
+      if (self->dead()) co_return;
+      if (ec) {
+        self->fail(ec, self->conn_name(0) + ": sending control: " + ec.message());
+        co_return;
+      }
+    }
+  }
+
+  void connection_ended(std::size_t i, const boost::system::error_code& ec) {
+    conn& c = *m_conns[i];
+    if (closing()) {
+      // After our bye the server closes every connection: that is the polite end.
+      c.ended = true;
+      if (std::all_of(m_conns.begin(), m_conns.end(), [](const auto& k) { return k->ended; }))
+        closed_ok();
+      return;
+    }
+    const bool eof = ec == asio::error::eof;
+    fail(error::connection_lost,
+         conn_name(i) + ": " + (eof ? std::string("closed by the server") : ec.message()) +
+             (c.reader.at_boundary() ? "" : " in the middle of a frame"));
+  }
+
+  void flush_control() override { m_wake.cancel(); }
+
+  void transport_resume() override { m_resume.cancel(); }
+
+  void transport_abort() override {
+    m_wake.cancel();
+    m_resume.cancel();
+    for (auto& c : m_conns) {
+      boost::system::error_code ignored;
+      if (c->socket.is_open()) {
+        c->socket.set_option(tcp::socket::linger(true, 0), ignored);
+        c->socket.close(ignored);
+      }
+    }
+  }
+
+  std::vector<std::unique_ptr<conn>> m_conns;
+  asio::steady_timer m_wake;
+  asio::steady_timer m_resume;  ///< readers wait on it while paused
+  std::vector<std::byte> m_writing;
+  std::size_t m_connected = 0;
+};
+
+}  // namespace
+
+std::shared_ptr<client_impl> make_tcp_client(asio::io_context& io, client_options o,
+                                             client_events e) {
+  return std::make_shared<tcp_client>(io, std::move(o), std::move(e));
+}
+
+}  // namespace mcdist::unicast

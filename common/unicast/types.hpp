@@ -1,0 +1,69 @@
+#pragma once
+/// @file
+/// Vocabulary of the unicast fallback (DESIGN.md "Unicast fallback"), shared by the server
+/// and client sides and by the framing: which transport, what a request is, where the
+/// server's bytes come from.
+
+#include "common/ids.hpp"
+
+#include <compare>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <system_error>
+
+namespace mcdist::unicast {
+
+/// The transport under a unicast session.
+enum class transport_kind : std::uint8_t {
+  /// SCTP multistream from usrsctp (userland), encapsulated in UDP (RFC 6951); the default:
+  /// needs no kernel SCTP and crosses NATs and firewalls that drop IP protocol 132.
+  sctp_udp,
+  /// SCTP multistream from the kernel (lksctp), IP protocol 132; only where the kernel has it.
+  sctp_kernel,
+  /// n persistent TCP connections with records striped over them (XFTP, Allman et al.).
+  tcp,
+};
+
+/// "sctp-udp", "sctp-kernel", "tcp".
+std::string_view to_string(transport_kind k) noexcept;
+/// Parses the names of to_string (also "sctp" for sctp-udp); std::nullopt otherwise.
+std::optional<transport_kind> parse_transport_kind(std::string_view text) noexcept;
+
+/// A byte range of one file: [offset, offset + length), bytes.
+struct file_request {
+  file_index file{};
+  std::uint64_t offset = 0;
+  std::uint64_t length = 0;
+
+  auto operator<=>(const file_request&) const = default;
+};
+
+/// One record on the wire: a piece of a file of at most the record size, tagged with its file
+/// and byte offset (XFTP's records, Allman et al. section 3).
+struct record {
+  file_index file{};
+  std::uint64_t offset = 0;
+  std::uint32_t length = 0;
+
+  auto operator<=>(const record&) const = default;
+};
+
+/// Where the server's file bytes come from (the sender shell gives one that preads its files).
+/// Called on the network thread; a read should not block for long (page cache or fast disk).
+class byte_source {
+ public:
+  virtual ~byte_source() = default;
+  /// Number of files; valid indexes are [0, file_count()).
+  virtual std::uint32_t file_count() const = 0;
+  /// Size of `file` in bytes; only called with file < file_count().
+  virtual std::uint64_t size(file_index file) const = 0;
+  /// Fills all of `out` with the bytes of `file` at `offset`. Only called with ranges inside
+  /// the file. @return empty, or the I/O error (the session using it then fails).
+  virtual std::error_code read(file_index file, std::uint64_t offset,
+                               std::span<std::byte> out) = 0;
+};
+
+}  // namespace mcdist::unicast
