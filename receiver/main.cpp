@@ -27,6 +27,7 @@ Settings come from --config FILE (TOML) and are overridden by options on the com
   sync = "batch"                # batch (group commit), file (fsync each) or none
   session_timeout = "60s"
   status_interval = "60s"
+  checkpoint_interval = "2s"     # how often resume state of unfinished sessions is saved
   status_file = "/run/mcdistd/status.json"
   [log]
   level = "info"
@@ -63,6 +64,7 @@ int main(int argc, char** argv) {
   std::string session_timeout;
   std::string status_interval;
   std::string status_file;
+  std::string checkpoint_interval;
   double drop_rate = -1;
   std::uint64_t drop_seed = 1;
 
@@ -79,6 +81,9 @@ int main(int argc, char** argv) {
                  "Abandon a session whose sender is silent this long (default 60s)")
       ->type_name("DURATION");
   app.add_option("--status-interval", status_interval, "How often to log status (default 60s)")->type_name("DURATION");
+  app.add_option("--checkpoint-interval", checkpoint_interval,
+                 "How often unfinished sessions' resume state is saved (default 2s)")
+      ->type_name("DURATION");
   app.add_option("--status-file", status_file, "Also write status as JSON to this file")->type_name("FILE");
   app.add_option("--log-level", log_level, "trace, debug, info (default), warn, error, off")->type_name("LEVEL");
   app.add_option("--log-file", log_file, "Also log to this file (rotated at 10 MiB, 5 kept)")->type_name("FILE");
@@ -126,7 +131,8 @@ int main(int argc, char** argv) {
     }
     for (auto [text, out, opt] :
          {std::tuple{&session_timeout, &cfg.session_timeout, "--session-timeout"},
-          std::tuple{&status_interval, &cfg.status_interval, "--status-interval"}}) {
+          std::tuple{&status_interval, &cfg.status_interval, "--status-interval"},
+          std::tuple{&checkpoint_interval, &cfg.checkpoint_interval, "--checkpoint-interval"}}) {
       if (text->empty()) continue;
       const auto d = mcdist::parse_duration(*text);
       if (!d) throw mcdist::receiver::config_error(std::string(opt) + " " + *text + " is not a duration");

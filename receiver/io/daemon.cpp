@@ -79,6 +79,7 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
   receiver_config rc;
   rc.id = m_cfg.id;
   rc.session_timeout = m_cfg.session_timeout;
+  rc.checkpoint_interval = m_cfg.checkpoint_interval;
   m_engine = std::make_unique<receiver_engine>(rc, *this, std::random_device{}(), m_log);
   for (const auto& ch : m_cfg.channels) {
     m_sockets.push_back(net::open_channel_socket(

@@ -47,6 +47,7 @@ daemon_config load_config_file(const std::filesystem::path& file) {
   std::filesystem::path default_dest;
   static const char* known[] = {"id", "interface", "dest", "temp", "sync", "buffer_pool",
                                 "socket_buffer", "session_timeout", "status_interval",
+                                "checkpoint_interval",
                                 "status_file", "log", "channel"};
   for (const auto& [k, v] : t) {
     if (std::find(std::begin(known), std::end(known), std::string(k.str())) == std::end(known)) {
@@ -91,6 +92,7 @@ daemon_config load_config_file(const std::filesystem::path& file) {
   };
   duration_setting("session_timeout", cfg.session_timeout);
   duration_setting("status_interval", cfg.status_interval);
+  duration_setting("checkpoint_interval", cfg.checkpoint_interval);
   if (auto n = t["status_file"]) {
     cfg.status_file = require_type<std::string>(*n.node(), "status_file", "a string");
   }

@@ -33,6 +33,8 @@ struct daemon_config {
   int socket_buffer_bytes = 32 << 20;
   std::chrono::nanoseconds session_timeout = std::chrono::seconds(60);
   std::chrono::nanoseconds status_interval = std::chrono::seconds(60);
+  /// How often a receiving session's resume state is saved.
+  std::chrono::nanoseconds checkpoint_interval = std::chrono::seconds(2);
   std::optional<std::filesystem::path> status_file;  ///< JSON status, rewritten every interval
   log_options log;
   /// Test only: drop received datagrams with this probability before the core (like NORM's

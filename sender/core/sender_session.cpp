@@ -354,6 +354,7 @@ void sender_session::on_unicast_started(const std::string& receiver_id, time_poi
   receiver_state* r = find_receiver(receiver_id);
   if (!r || r->rep.state != receiver_report::state_t::unicast_pending) return;
   r->unicast_started = true;
+  r->fallback_orders = 0;  // it connected: the order limit counts unanswered orders only
   r->last_heard = now;
 }
 
@@ -890,6 +891,7 @@ void sender_session::handle_nak(const wire::nak& m, const endpoint& from, time_p
     // Its data comes over unicast; its NAKs only ask for digests and show it is alive. A NAK
     // with blocks means it lost its unicast state (a restart): order it again.
     r->last_heard = now;
+    r->rep.address = from;  // a restarted receiver answers from a new port
     if (m.files_size() > 0 && r->unicast_started) {
       r->unicast_started = false;
       r->next_fallback = now;

@@ -83,7 +83,7 @@ def write_random(path, size, rng):
 class Daemon:
     """One mcdistd process with its own dest/temp under `base`."""
 
-    def __init__(self, bin_dir, base, rid, group, extra=()):
+    def __init__(self, bin_dir, base, rid, group, extra=(), prefix=()):
         self.id = rid
         self.dest = os.path.join(base, rid, "dest")
         self.temp = os.path.join(base, rid, "temp")
@@ -91,7 +91,7 @@ class Daemon:
         self.log_path = os.path.join(base, rid, "mcdistd.log")
         os.makedirs(self.dest, exist_ok=True)
         os.makedirs(self.temp, exist_ok=True)
-        self.args = [os.path.join(bin_dir, "receiver", "mcdistd"), "--id", rid, "--group", group,
+        self.args = list(prefix) + [os.path.join(bin_dir, "receiver", "mcdistd"), "--id", rid, "--group", group,
                      "--interface", "127.0.0.1", "--dest", self.dest, "--temp", self.temp,
                      "--status-file", self.status, "--status-interval", "1s"] + list(extra)
         self.proc = None
