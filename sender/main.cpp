@@ -335,10 +335,13 @@ int main(int argc, char** argv) {
     if (!result.succeeded) {
       std::size_t bad = 0;
       std::string names;
-      for (const auto& r : result.report.receivers) {
-        if (r.state == mcdist::sender::receiver_report::state_t::completed) continue;
+      for (const auto& rr : result.report.receivers) {
+        if (rr.state == mcdist::sender::receiver_report::state_t::completed ||
+            rr.state == mcdist::sender::receiver_report::state_t::unicast) {
+          continue;
+        }
         ++bad;
-        names += (names.empty() ? "" : ", ") + r.id + (r.reason.empty() ? "" : " (" + r.reason + ")");
+        names += (names.empty() ? "" : ", ") + rr.id + (rr.reason.empty() ? "" : " (" + rr.reason + ")");
       }
       if (result.report.receivers.empty()) names = "no receiver registered";
       std::cerr << "mcdist-send: " << bad << " of " << result.report.receivers.size()
