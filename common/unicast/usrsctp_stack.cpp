@@ -27,6 +27,10 @@ void apply_tuning(const usrsctp_tuning& t) {
   usrsctp_sysctl_set_sctp_rto_max_default(t.rto_max_ms);
   usrsctp_sysctl_set_sctp_init_rto_max_default(t.rto_max_ms);
   usrsctp_sysctl_set_sctp_delayed_sack_time_default(t.delayed_sack_ms);
+  usrsctp_sysctl_set_sctp_sack_freq_default(t.sack_freq);
+  // RFC 7053: the sender marks the last chunk before it runs out of window or data with the
+  // I bit, and the receiver SACKs it at once instead of after the delayed-SACK timer.
+  usrsctp_sysctl_set_sctp_enable_sack_immediately(1);
   usrsctp_sysctl_set_sctp_initial_cwnd(t.initial_cwnd_mtus);
   usrsctp_sysctl_set_sctp_max_burst_default(t.max_burst);
   usrsctp_sysctl_set_sctp_max_chunks_on_queue(t.max_chunks_on_queue);

@@ -269,14 +269,29 @@ void daemon::start_unicast(session_id s, const unicast_order& order,
   if (!any) co.local = m_cfg.interface;
   const std::uint64_t gen = ++m_unicast_generation;
   unicast::client_events ev;
-  ev.on_data = [this, s](file_index f, std::uint64_t off, std::span<const std::byte> b) {
-    m_engine->on_unicast_data(s, f, off, b, from_steady(std::chrono::steady_clock::now()));
+  ev.on_data = [this, s, gen](file_index f, std::uint64_t off, std::span<const std::byte> b) {
+    const auto t = std::chrono::steady_clock::now();
+    if (const auto it = m_unicast.find(s); it != m_unicast.end() && it->second.generation == gen) {
+      if (!it->second.first) it->second.first = t;
+      it->second.last = t;
+      it->second.bytes += b.size();
+    }
+    m_engine->on_unicast_data(s, f, off, b, from_steady(t));
     m_store->flush();
     check_unicast_backpressure();
   };
   ev.on_complete = [this, s, gen] {
     const auto it = m_unicast.find(s);
-    if (it != m_unicast.end() && it->second.generation == gen) it->second.client->close();
+    if (it == m_unicast.end() || it->second.generation != gen) return;
+    const auto& slot = it->second;
+    if (slot.first) {
+      const double secs = std::chrono::duration<double>(slot.last - *slot.first).count();
+      m_log->info("session {:08x}: unicast transfer done: {} bytes in {:.3f} s from first to last "
+                  "byte ({})",
+                  s.value, slot.bytes, secs,
+                  format_rate(secs > 0 ? static_cast<double>(slot.bytes) * 8 / secs : 0));
+    }
+    it->second.client->close();
   };
   ev.on_closed = [this, s, gen](const std::error_code& ec, const std::string& detail) {
     const auto it = m_unicast.find(s);

@@ -79,6 +79,9 @@ class daemon final : public receiver_sink {
     std::unique_ptr<unicast::client> client;
     std::uint64_t generation = 0;
     bool paused = false;
+    std::uint64_t bytes = 0;  ///< payload received
+    std::optional<std::chrono::steady_clock::time_point> first;  ///< first payload byte
+    std::chrono::steady_clock::time_point last{};                ///< latest payload byte
   };
   std::map<session_id, unicast_slot> m_unicast;
   std::uint64_t m_unicast_generation = 0;

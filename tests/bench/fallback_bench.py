@@ -1,0 +1,259 @@
+#!/usr/bin/env python3
+"""Benchmarks of the unicast fallback through mcdist's link emulator (tests/linkem), in the
+settings of the papers the fallback comes from (../shared/ANCHORS.md):
+
+1. Ladha & Amer, Figure 6(a): 100 files of 10 kB, 1 Mbit/s, 35 ms one-way delay, uniform loss
+   both ways (3 %, and 0/1/6/10 %), one receiver. Their best SCTP variant (one multistreamed,
+   pipelined association) took 19.8 s at 3 %, a connection per file 103.3 s; the bytes alone need
+   8.2 s. mcdist: a session served over unicast from the start (--unicast), over SCTP and over
+   multi-socket TCP.
+2. Allman, Ostermann & Kruse: a 5 MB file over a 1.536 Mbit/s link with ~590 ms RTT; their
+   8-socket XFTP reached 91 % of the link. mcdist: TCP with 8 and 4 connections, and SCTP.
+3. Three receivers on 70 ms links, one at 1e-2 loss, mixed products: wall time with the fallback
+   policy against without it (--fallback off), side by side.
+
+Times: "session" is the sender's wall time, program start to exit (announce, registration,
+fallback order, connection, transfer, verification, COMPLETE); "transfer" is the receiver's
+first to last unicast payload byte (its log line "unicast transfer done").
+
+Needs root and a build with tests/linkem. usage: fallback_bench.py [--build DIR] [--quick]
+"""
+
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TOP = os.path.dirname(os.path.dirname(HERE))
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+class Emulator:
+    def __init__(self, binary, work, links, hosts=2, seed=1):
+        self.env_file = os.path.join(work, "mle.env")
+        if os.path.exists(self.env_file):
+            os.unlink(self.env_file)
+        args = [binary, "--hosts", str(hosts), "--env-file", self.env_file, "--seed", str(seed), "-q"]
+        for l in links:
+            args += ["--link", l]
+        self.logf = open(os.path.join(work, "linkem.log"), "w")
+        self.proc = subprocess.Popen(args, stdout=self.logf, stderr=subprocess.STDOUT)
+        deadline = time.time() + 20
+        while not os.path.exists(self.env_file):
+            if self.proc.poll() is not None or time.time() > deadline:
+                sys.exit("mcdist-linkem did not start: see " + self.logf.name)
+            time.sleep(0.05)
+        self.env = dict(l.strip().split("=", 1) for l in open(self.env_file) if "=" in l)
+
+    def ns(self, h):
+        return self.env["MLE_H%d_NETNS" % h]
+
+    def addr(self, h):
+        return self.env["MLE_H%d_ADDR" % h]
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.logf.close()
+
+
+def write_set(root, spec, rng):
+    shutil.rmtree(root, ignore_errors=True)
+    n = 0
+    for count, size in spec:
+        for _ in range(count):
+            p = os.path.join(root, "s%d" % size, "f%04d.bin" % n)
+            os.makedirs(os.path.dirname(p), exist_ok=True)
+            with open(p, "wb") as f:
+                f.write(rng.randbytes(size))
+            n += 1
+
+
+def session(build, emu, work, src, receivers, sender_args, daemon_args=None, timeout=600):
+    """One mcdist session from h0 to receivers h1..hN. Returns (summary, wall, daemon logs)."""
+    recv, send = os.path.join(build, "receiver", "mcdistd"), os.path.join(build, "sender", "mcdist-send")
+    group = "239.192.%d.%d:4800" % (random.randint(1, 200), random.randint(1, 200))
+    procs = []
+    for i, rid in enumerate(receivers, start=1):
+        d = os.path.join(work, rid)
+        shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(d)
+        logf = open(os.path.join(d, "mcdistd.log"), "w")
+        extra = (daemon_args or {}).get(rid, [])
+        p = subprocess.Popen(["ip", "netns", "exec", emu.ns(i), recv, "--id", rid, "--group", group,
+                              "--interface", emu.addr(i), "--dest", os.path.join(d, "dest"), "--temp",
+                              os.path.join(d, "temp")] + extra, stdout=logf, stderr=subprocess.STDOUT)
+        procs.append((p, logf, d))
+    time.sleep(0.5)
+    summary = os.path.join(work, "summary.json")
+    if os.path.exists(summary):
+        os.unlink(summary)
+    t0 = time.monotonic()
+    r = subprocess.run(["ip", "netns", "exec", emu.ns(0), send, "-q", "--group", group, "--interface",
+                        emu.addr(0), "--receivers", ",".join(receivers), "--summary-json", summary]
+                       + sender_args + [src], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       timeout=timeout)
+    wall = time.monotonic() - t0
+    logs = {}
+    for (p, logf, d), rid in zip(procs, receivers):
+        p.send_signal(signal.SIGTERM)
+        p.wait(20)
+        logf.close()
+        with open(os.path.join(d, "mcdistd.log")) as f:
+            logs[rid] = f.read()
+    if r.returncode != 0:
+        log(r.stdout.decode(errors="replace"))
+    with open(summary) as f:
+        return json.load(f), wall, logs, r.returncode
+
+
+def transfer_seconds(daemon_log):
+    m = re.findall(r"unicast transfer done: (\d+) bytes in ([0-9.]+) s", daemon_log)
+    if not m:
+        return None, None
+    return int(m[-1][0]), float(m[-1][1])
+
+
+def ladha(args, linkem, work, rng):
+    log("== Ladha & Amer Fig. 6(a): 100 x 10 kB, 1 Mbit/s, 35 ms one way, loss both ways")
+    src = os.path.join(work, "src-ladha")
+    write_set(src, [(100, 10_000)], rng)
+    rows = []
+    losses = [0.03] if args.quick else [0.0, 0.01, 0.03, 0.06, 0.10]
+    for loss in losses:
+        row = {"loss": loss}
+        for transport in ("sctp", "tcp"):
+            spec = "h1:rate=1Mbit,delay=35ms" + (",loss=%g" % loss if loss else "")
+            emu = Emulator(linkem, work, [spec], seed=int(loss * 1000) + 7)
+            try:
+                s, wall, logs, rc = session(args.build, emu, work, src, ["r1"],
+                                            ["--unicast", "--fallback", transport, "--rate", "800k",
+                                             "--tcp-connections", "4"])
+            finally:
+                emu.stop()
+            b, t = transfer_seconds(logs["r1"])
+            ok = rc == 0 and s["receivers"][0]["state"] == "unicast"
+            row[transport] = {"session": wall, "transfer": t, "ok": ok}
+            log("  loss %4.0f %%  %-4s session %6.2f s  transfer %s  %s" % (
+                loss * 100, transport, wall, "%.2f s" % t if t else "-", "ok" if ok else "FAILED"))
+        rows.append(row)
+    return rows
+
+
+def allman(args, linkem, work, rng):
+    log("== Allman, Ostermann & Kruse: 5 MB over 1.536 Mbit/s, 590 ms RTT")
+    src = os.path.join(work, "src-allman")
+    write_set(src, [(1, 5_000_000)], rng)
+    rows = []
+    for transport, conns in (("tcp", 8), ("tcp", 4), ("sctp", 1)):
+        emu = Emulator(linkem, work, ["h1:rate=1.536Mbit,delay=295ms,queue=100"], seed=11)
+        try:
+            extra = ["--unicast", "--fallback", transport, "--rate", "1M", "--receiver-timeout", "60s"]
+            if transport == "tcp":
+                extra += ["--tcp-connections", str(conns)]
+            s, wall, logs, rc = session(args.build, emu, work, src, ["r1"], extra, timeout=900)
+        finally:
+            emu.stop()
+        b, t = transfer_seconds(logs["r1"])
+        util = 5_000_000 * 8 / t / 1.536e6 if t else 0
+        ok = rc == 0 and s["receivers"][0]["state"] == "unicast"
+        rows.append({"transport": transport, "connections": conns, "session": wall, "transfer": t,
+                     "utilization": util, "ok": ok})
+        log("  %-4s x%d  session %6.1f s  transfer %s  %.1f %% of the link  %s" % (
+            transport, conns, wall, "%.1f s" % t if t else "-", util * 100, "ok" if ok else "FAILED"))
+    return rows
+
+
+def three_receivers(args, linkem, work, rng):
+    log("== three receivers on 70 ms links, one at 1e-2 loss, mixed products")
+    src = os.path.join(work, "src-mixed")
+    write_set(src, [(300, 10_000), (40, 500_000), (10, 5_000_000), (2, 50_000_000)], rng)
+    links = ["h1-h3:delay=35ms", "h3:loss=1e-2"]
+    rows = []
+    for label, extra in (("without fallback (--fallback off)", ["--fallback", "off"]),
+                         ("fallback, default policy (NAK ratio > 5 %)", []),
+                         ("fallback, --fallback-nak-ratio 0.005", ["--fallback-nak-ratio", "0.005"])):
+        emu = Emulator(linkem, work, links, hosts=4, seed=5)
+        try:
+            s, wall, logs, rc = session(args.build, emu, work, src, ["clean1", "clean2", "lossy"],
+                                        ["--rate", "200M"] + extra)
+        finally:
+            emu.stop()
+        r = {x["id"]: x for x in s["receivers"]}
+        row = {"label": label, "wall": wall, "passes": s["passes"], "repairs": s["repair_datagrams"],
+               "clean": max(r["clean1"]["completion_seconds"], r["clean2"]["completion_seconds"]),
+               "lossy": r["lossy"]["completion_seconds"], "lossy_state": r["lossy"]["state"],
+               "ok": rc == 0}
+        rows.append(row)
+        log("  %-45s wall %6.2f s  clean done %5.2f s  lossy %s at %5.2f s  %d passes, %d repairs" % (
+            label, wall, row["clean"], row["lossy_state"], row["lossy"], row["passes"], row["repairs"]))
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(TOP, "build"))
+    ap.add_argument("--work", default="/dev/shm/mcdist-fallback-bench")
+    ap.add_argument("--quick", action="store_true", help="3 % loss only in the Ladha setting")
+    ap.add_argument("--only", choices=["ladha", "allman", "three"])
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("fallback_bench.py needs root (network namespaces)")
+    linkem = os.path.join(args.build, "tests", "linkem", "mcdist-linkem")
+    if not os.access(linkem, os.X_OK):
+        sys.exit("build mcdist with tests/linkem first: " + linkem)
+    os.makedirs(args.work, exist_ok=True)
+    rng = random.Random(9)
+    out = {}
+    if args.only in (None, "ladha"):
+        out["ladha"] = ladha(args, linkem, args.work, rng)
+    if args.only in (None, "allman"):
+        out["allman"] = allman(args, linkem, args.work, rng)
+    if args.only in (None, "three"):
+        out["three"] = three_receivers(args, linkem, args.work, rng)
+    print()
+    if "ladha" in out:
+        print("| loss | mcdist SCTP session | SCTP transfer | mcdist TCP x4 session | TCP transfer | Ladha-Amer best SCTP | connection per file |")
+        print("|---|---|---|---|---|---|---|")
+        paper = {0.03: ("19.8 s", "103.3 s")}
+        for r in out["ladha"]:
+            p = paper.get(r["loss"], ("-", "-"))
+            f = lambda x: "%.2f s" % x if x else "-"
+            print("| %g %% | %s | %s | %s | %s | %s | %s |" % (
+                r["loss"] * 100, f(r["sctp"]["session"]), f(r["sctp"]["transfer"]), f(r["tcp"]["session"]),
+                f(r["tcp"]["transfer"]), p[0], p[1]))
+        print()
+    if "allman" in out:
+        print("| transport | session | transfer (first to last byte) | share of 1.536 Mbit/s | Allman et al. |")
+        print("|---|---|---|---|---|")
+        for r in out["allman"]:
+            print("| %s x%d | %.1f s | %s | %.1f %% | %s |" % (
+                r["transport"], r["connections"], r["session"],
+                "%.1f s" % r["transfer"] if r["transfer"] else "-", r["utilization"] * 100,
+                "8 sockets: 91 %" if r["connections"] == 8 else ""))
+        print()
+    if "three" in out:
+        print("| policy | wall | clean receivers done | lossy receiver | passes | repair datagrams |")
+        print("|---|---|---|---|---|---|")
+        for r in out["three"]:
+            print("| %s | %.2f s | %.2f s | %s at %.2f s | %d | %d |" % (
+                r["label"], r["wall"], r["clean"], r["lossy_state"], r["lossy"], r["passes"], r["repairs"]))
+    with open(os.path.join(args.work, "fallback_bench.json"), "w") as f:
+        json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
