@@ -18,6 +18,11 @@ under --temp, verifies its SHA-256, makes it durable and renames it atomically i
 Nothing partial or corrupt ever appears under --dest. It runs until SIGTERM or SIGINT; state of
 unfinished sessions is saved under --temp and resumed at the next start.
 
+When a sender moves this receiver to unicast (its loss holds the group back, or the set is small,
+or an operator resends over unicast), mcdistd opens the connections itself towards the sender
+(SCTP over UDP, or several TCP connections, as the sender says), so a site behind a firewall
+needs no inbound port. Unicast data takes the same verified temp-then-rename path.
+
 Settings come from --config FILE (TOML) and are overridden by options on the command line:
 
   id = "site-a"
@@ -28,6 +33,7 @@ Settings come from --config FILE (TOML) and are overridden by options on the com
   session_timeout = "60s"
   status_interval = "60s"
   checkpoint_interval = "2s"     # how often resume state of unfinished sessions is saved
+  buffer_pool = "16M"           # memory for data on its way to disk (reads pause when it is full)
   status_file = "/run/mcdistd/status.json"
   [log]
   level = "info"

@@ -7,6 +7,7 @@
 // This file must not include usrsctp.h: both define the RFC 6458 structures.
 
 #include "common/unicast/error.hpp"
+#include "common/net/udp.hpp"
 #include "common/unicast/sctp_assoc.hpp"
 
 #include <boost/asio/ip/tcp.hpp>
@@ -167,12 +168,7 @@ class kernel_assoc final : public sctp_assoc {
     sctp_status st{};
     socklen_t len = sizeof st;
     if (::getsockopt(m_fd.native_handle(), IPPROTO_SCTP, SCTP_STATUS, &st, &len) != 0) return "no status";
-    return "cwnd=" + std::to_string(st.sstat_primary.spinfo_cwnd) +
-           " srtt=" + std::to_string(st.sstat_primary.spinfo_srtt) +
-           " rto=" + std::to_string(st.sstat_primary.spinfo_rto) +
-           " rwnd=" + std::to_string(st.sstat_rwnd) +
-           " unacked=" + std::to_string(st.sstat_unackdata) +
-           " pending=" + std::to_string(st.sstat_penddata);
+    return describe_sctp_status(st);
   }
 
   std::uint64_t backlog() override {
@@ -232,28 +228,12 @@ class kernel_assoc final : public sctp_assoc {
 endpoint from_sockaddr(const sockaddr_storage& ss) {
   boost::asio::ip::tcp::endpoint ep;
   std::memcpy(ep.data(), &ss, ss.ss_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in));
-  endpoint out;
-  out.port = ep.port();
-  if (ep.address().is_v6()) {
-    out.v6 = true;
-    const auto b = ep.address().to_v6().to_bytes();
-    std::memcpy(out.addr.data(), b.data(), 16);
-  } else {
-    const auto b = ep.address().to_v4().to_bytes();
-    std::memcpy(out.addr.data(), b.data(), 4);
-  }
-  return out;
+  return net::from_asio(boost::asio::ip::udp::endpoint(ep.address(), ep.port()));
 }
 
 boost::asio::ip::tcp::endpoint to_sockaddr(const endpoint& e) {
-  if (e.v6) {
-    boost::asio::ip::address_v6::bytes_type b;
-    std::memcpy(b.data(), e.addr.data(), 16);
-    return {boost::asio::ip::address_v6(b), e.port};
-  }
-  boost::asio::ip::address_v4::bytes_type b;
-  std::memcpy(b.data(), e.addr.data(), 4);
-  return {boost::asio::ip::address_v4(b), e.port};
+  const auto u = net::to_asio(e);
+  return {u.address(), u.port()};
 }
 
 class kernel_listener final : public sctp_listener {

@@ -23,6 +23,19 @@
 
 namespace mcdist::unicast {
 
+/// One log line of an association's SCTP_STATUS (RFC 6458 section 8.2.1): congestion window
+/// (bytes), smoothed RTT and RTO (ms), peer receive window, unacknowledged and pending chunks.
+/// A template because the kernel's and usrsctp's `sctp_status` are distinct types.
+template <class Status>
+std::string describe_sctp_status(const Status& st) {
+  return "cwnd=" + std::to_string(st.sstat_primary.spinfo_cwnd) +
+         " srtt=" + std::to_string(st.sstat_primary.spinfo_srtt) +
+         " rto=" + std::to_string(st.sstat_primary.spinfo_rto) +
+         " rwnd=" + std::to_string(st.sstat_rwnd) +
+         " unacked=" + std::to_string(st.sstat_unackdata) +
+         " pending=" + std::to_string(st.sstat_penddata);
+}
+
 /// Outbound streams of an association by default: stream 0 for control and 31 for files, so
 /// 31 files are in flight at once, each on its own stream (Ladha & Amer section 5.3 use one
 /// data stream per transfer; more streams than concurrently active files buy nothing).

@@ -251,12 +251,7 @@ class usrsctp_assoc final : public sctp_assoc, private upcall_target {
     sctp_status st{};
     socklen_t len = sizeof st;
     if (usrsctp_getsockopt(m_so, IPPROTO_SCTP, SCTP_STATUS, &st, &len) != 0) return "no status";
-    return "cwnd=" + std::to_string(st.sstat_primary.spinfo_cwnd) +
-           " srtt=" + std::to_string(st.sstat_primary.spinfo_srtt) +
-           " rto=" + std::to_string(st.sstat_primary.spinfo_rto) +
-           " rwnd=" + std::to_string(st.sstat_rwnd) +
-           " unacked=" + std::to_string(st.sstat_unackdata) +
-           " pending=" + std::to_string(st.sstat_penddata);
+    return describe_sctp_status(st);
   }
 
   std::uint64_t backlog() override {

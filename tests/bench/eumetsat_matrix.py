@@ -35,6 +35,8 @@ import sys
 import threading
 import time
 
+from linkem_run import Emulator
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(os.path.dirname(HERE))
 TARGET_MBPS = 350.0
@@ -156,49 +158,6 @@ class Dataset:
             if h.hexdigest() == digest:
                 ok += size
         return ok
-
-
-class Emulator:
-    """mcdist-linkem with 3 hosts: h0 sender, h1 clean, h2 impaired."""
-
-    def __init__(self, binary, workdir, rtt_ms, loss, seed):
-        self.env_file = os.path.join(workdir, "mle.env")
-        if os.path.exists(self.env_file):
-            os.unlink(self.env_file)
-        spec = "h2:delay=%gms" % (rtt_ms / 2)
-        if loss > 0:
-            spec += ",loss=%g" % loss
-        self.log = open(os.path.join(workdir, "linkem.log"), "w")
-        self.proc = subprocess.Popen(
-            [binary, "--hosts", "3", "--link", spec, "--env-file", self.env_file, "--seed", str(seed),
-             "--stats-json", os.path.join(workdir, "linkem-stats.json"), "-q"],
-            stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.time() + 20
-        while not os.path.exists(self.env_file):
-            if self.proc.poll() is not None or time.time() > deadline:
-                sys.exit("mcdist-linkem did not start; see " + self.log.name)
-            time.sleep(0.05)
-        self.env = {}
-        with open(self.env_file) as f:
-            for line in f:
-                if "=" in line:
-                    k, v = line.strip().split("=", 1)
-                    self.env[k] = v
-
-    def ns(self, h):
-        return self.env["MLE_H%d_NETNS" % h]
-
-    def addr(self, h):
-        return self.env["MLE_H%d_ADDR" % h]
-
-    def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.log.close()
 
 
 def in_ns(ns, args):
@@ -482,7 +441,9 @@ def main():
         work = os.path.join(args.work, "run")
         shutil.rmtree(work, ignore_errors=True)
         os.makedirs(work)
-        emu = Emulator(linkem, work, rtt, loss, seed=num)
+        spec = "h2:delay=%gms" % (rtt / 2) + (",loss=%g" % loss if loss > 0 else "")
+        emu = Emulator(linkem, work, [spec], hosts=3, seed=num,
+                       stats_json=os.path.join(work, "linkem-stats.json"))
         row = {"scenario": num, "category": cat, "rtt_ms": rtt, "loss": loss, "bytes": ds.bytes,
                "files": len(ds.files)}
         try:

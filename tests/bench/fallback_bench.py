@@ -30,44 +30,14 @@ import subprocess
 import sys
 import time
 
+from linkem_run import Emulator
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(os.path.dirname(HERE))
 
 
 def log(*a):
     print(*a, flush=True)
-
-
-class Emulator:
-    def __init__(self, binary, work, links, hosts=2, seed=1):
-        self.env_file = os.path.join(work, "mle.env")
-        if os.path.exists(self.env_file):
-            os.unlink(self.env_file)
-        args = [binary, "--hosts", str(hosts), "--env-file", self.env_file, "--seed", str(seed), "-q"]
-        for l in links:
-            args += ["--link", l]
-        self.logf = open(os.path.join(work, "linkem.log"), "w")
-        self.proc = subprocess.Popen(args, stdout=self.logf, stderr=subprocess.STDOUT)
-        deadline = time.time() + 20
-        while not os.path.exists(self.env_file):
-            if self.proc.poll() is not None or time.time() > deadline:
-                sys.exit("mcdist-linkem did not start: see " + self.logf.name)
-            time.sleep(0.05)
-        self.env = dict(l.strip().split("=", 1) for l in open(self.env_file) if "=" in l)
-
-    def ns(self, h):
-        return self.env["MLE_H%d_NETNS" % h]
-
-    def addr(self, h):
-        return self.env["MLE_H%d_ADDR" % h]
-
-    def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self.logf.close()
 
 
 def write_set(root, spec, rng):
@@ -207,7 +177,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(TOP, "build"))
     ap.add_argument("--work", default="/dev/shm/mcdist-fallback-bench")
-    ap.add_argument("--quick", action="store_true", help="3 % loss only in the Ladha setting")
+    ap.add_argument("--quick", action="store_true", help="3 %% loss only in the Ladha setting")
     ap.add_argument("--only", choices=["ladha", "allman", "three"])
     args = ap.parse_args()
     if os.geteuid() != 0:
