@@ -96,6 +96,7 @@ int main(int argc, char** argv) {
   std::uint32_t fallback_after_passes = 10;
   bool force_unicast = false;
   std::string unicast_rate = "0";
+  std::string unicast_max_rate = "0";
   double unicast_threshold = 1.0;
   std::uint16_t unicast_port = 0;
   std::uint32_t tcp_connections = 0;
@@ -196,6 +197,12 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->type_name("N")
       ->check(CLI::Range(0u, 64u));
+  app.add_option("--unicast-max-rate", unicast_max_rate,
+                 "Most bit/s sent to one receiver over TCP (paced; counts IP packets like "
+                 "--rate), e.g. the site's link rate so the fallback does not overflow its queue "
+                 "(0 = no cap)")
+      ->capture_default_str()
+      ->type_name("RATE");
   app.add_option("--tcp-congestion", tcp_congestion,
                  "TCP congestion control of fallback connections (bbr, cubic; default: the "
                  "system's)")
@@ -266,6 +273,9 @@ int main(int argc, char** argv) {
   }
   opts.unicast_port = unicast_port;
   opts.tcp_congestion = tcp_congestion;
+  const auto umr = mcdist::parse_rate(unicast_max_rate);
+  if (!umr) return usage_error("--unicast-max-rate " + unicast_max_rate + " is not a rate");
+  opts.unicast_max_rate_bps = *umr;
   cfg.receivers = receivers;
   cfg.only_receivers = only;
   if (session_hex.empty()) {

@@ -66,6 +66,11 @@ struct server_options {
   /// empty = the system's default. Loss-based ones (cubic, reno) are bounded by random loss on
   /// long paths (Mathis et al.), which is what several connections offset; bbr is not.
   std::string tcp_congestion;
+  /// Most bit/s sent to one receiver over TCP, counting whole IP packets like the multicast
+  /// rate; 0 = no cap. Each of the receiver's n connections is paced (SO_MAX_PACING_RATE) at
+  /// 1/n of it. Set to a site's link rate, the fallback fills that link without overflowing
+  /// its queue (no slow-start overshoot losses on a long path).
+  std::uint64_t tcp_max_rate_bps = 0;
 
   /// A connection (or association) must present a valid hello within this, else it is dropped.
   std::chrono::milliseconds hello_timeout{10'000};

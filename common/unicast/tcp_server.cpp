@@ -20,7 +20,9 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
 
+#include <algorithm>
 #include <deque>
 
 namespace mcdist::unicast {
@@ -77,6 +79,20 @@ class tcp_server_conn final : public std::enable_shared_from_this<tcp_server_con
 
   /// Starts the writer once the connection belongs to a session.
   void attach(const std::shared_ptr<tcp_session>& s, std::size_t index);
+
+  /// Paces this connection at `bps` bit/s of IP packets (SO_MAX_PACING_RATE, which counts TCP
+  /// payload and header bytes: scaled by 1448/1500 for a 1500-byte packet with 52 bytes of
+  /// IPv4 + TCP headers and timestamps). Best effort: a failure is logged once.
+  void pace(std::uint64_t bps) {
+    const std::uint64_t bytes_per_s = bps / 8 * 1448 / 1500;
+    const auto v = static_cast<unsigned>(std::min<std::uint64_t>(bytes_per_s, ~0u - 1));
+    if (::setsockopt(m_socket.native_handle(), SOL_SOCKET, SO_MAX_PACING_RATE, &v, sizeof v) != 0) {
+      static std::uint64_t warned = 0;
+      if (++warned <= 1)
+        spdlog::warn("unicast: cannot pace TCP connection: {}",
+                     std::error_code(errno, std::generic_category()).message());
+    }
+  }
 
   void queue_control(std::vector<std::byte> frame) {
     m_control.push_back(std::move(frame));
@@ -166,6 +182,9 @@ class tcp_session final : public server_session {
       std::vector<std::byte> f;
       append_frame(f, w);
       c->queue_control(std::move(f));
+    }
+    if (const auto cap = m_state->options.tcp_max_rate_bps; cap > 0) {
+      c->pace(cap / m_conns.size());
     }
     c->attach(self, index);
     return true;

@@ -62,7 +62,8 @@ struct usrsctp_tuning {
   /// it are dropped on receive). 16384 covers an 8 MiB buffer of 512-byte chunks.
   std::uint32_t max_chunks_on_queue = 16384;
   /// Default congestion control module: 0 = RFC 4960 (NewReno-like, TCP-friendly, the paper's
-  /// setting), 1 = HighSpeed TCP, 2 = H-TCP, 3 = RTCC. Use 2 only for dedicated long fat links.
+  /// setting), 1 = HighSpeed TCP, 2 = H-TCP, 3 = RTCC. Use 2 only for dedicated long fat links:
+  /// in Ladha & Amer's setting (1 Mbit/s, 70 ms, 3 % loss) H-TCP took 16-17 s against 10 s.
   std::uint32_t cc_module = 0;
   /// Check CRC32c on input and compute it on output (RFC 9260 section 6.8). Turning it off
   /// ("offload") roughly doubles usrsctp's loopback throughput but then only the UDP checksum
