@@ -549,8 +549,13 @@ void sender_session::start_pass(time_point now) {
   m_next_marker = now + std::clamp<duration>(m_grtt.estimate() / 2, min_marker_interval,
                                              max_marker_interval);
   if (m_log) {
-    m_log->info("session {:08x}: pass {} starts: {} blocks, {} receivers active",
-                m_cfg.session.value, m_pass, m_wanted_total, m_active);
+    if (m_registration_open) {
+      m_log->info("session {:08x}: pass {} starts while registration is open: {} blocks",
+                  m_cfg.session.value, m_pass, m_wanted_total);
+    } else {
+      m_log->info("session {:08x}: pass {} starts: {} blocks, {} receivers active",
+                  m_cfg.session.value, m_pass, m_wanted_total, m_active);
+    }
   }
 }
 

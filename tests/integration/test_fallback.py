@@ -4,12 +4,14 @@
 Over plain loopback:
   1. the policy moves a receiver that drops 10 % of what it receives to unicast (auto: SCTP over
      UDP on a short path) while a clean receiver finishes over multicast;
-  2. forced unicast (--unicast) over SCTP and over 4 TCP connections, mixed file set.
+  2. forced unicast (--unicast) over SCTP and over 4 TCP connections, mixed file set;
+  3. manual resend (--only) of a whole earlier set to one of two receivers, over multicast and
+     then over unicast: the named receiver gets back exactly what it lost, the other ignores it.
 Inside a network namespace whose loopback is rate-limited with tbf (needs root; SKIPPED
 otherwise), so a transfer lasts long enough to be interrupted:
-  3. for each transport, the receiver daemon is killed (SIGKILL) mid-transfer and restarted:
+  4. for each transport, the receiver daemon is killed (SIGKILL) mid-transfer and restarted:
      it resumes from its checkpoint and completes what it missed;
-  4. TCP connections are cut mid-record (ss -K) while the daemon runs: it reconnects and no file
+  5. TCP connections are cut mid-record (ss -K) while the daemon runs: it reconnects and no file
      is corrupt.
 Every delivered file is compared by SHA-256 with its source.
 
@@ -91,6 +93,46 @@ def forced_case(bin_dir, base, rng, transport):
         log("forced unicast over %s: %d files delivered" % (transport, len(want)))
     finally:
         d.stop()
+
+
+def resend_case(bin_dir, base, rng):
+    src = os.path.join(base, "src", "resend")
+    want = make_set(src, rng, big=2_000_000)
+    group = free_group()
+    a = Daemon(bin_dir, base, "resend-a", group)
+    b = Daemon(bin_dir, base, "resend-b", group)
+    try:
+        code, summary, out = run_sender(bin_dir, [src], group, [a.id, b.id], extra=["--fallback", "off"])
+        check(code == 0, "first session failed (%d):\n%s" % (code, out))
+        check_delivered(a.dest, want, a.id)
+        check_delivered(b.dest, want, b.id)
+        a_before = {p: os.stat(os.path.join(a.dest, p)).st_mtime_ns for p in want}
+        for how, extra, lose in (("multicast", ["--fallback", "off"], 3),
+                                 ("unicast", ["--unicast", "--fallback", "tcp"], 2)):
+            lost = sorted(want)[:lose]
+            for p in lost:
+                os.unlink(os.path.join(b.dest, p))
+            code, summary, out = run_sender(bin_dir, [src], group, None, extra=["--only", b.id] + extra)
+            check(code == 0, "resend over %s failed (%d):\n%s" % (how, code, out))
+            rs = by_id(summary)
+            check(set(rs) == {b.id}, "resend over %s: receivers %s, want only %s" % (how, sorted(rs), b.id))
+            r = rs[b.id]
+            check(r["state"] == ("completed" if how == "multicast" else "unicast"),
+                  "resend over %s: state %s" % (how, r["state"]))
+            check(r["files"] == lose and r["files_held"] == len(want) - lose,
+                  "resend over %s: stored %d, held %d; want %d and %d" % (
+                      how, r["files"], r["files_held"], lose, len(want) - lose))
+            if how == "unicast":
+                check(summary["data_datagrams"] == 0, "unicast resend sent multicast data")
+            check_delivered(b.dest, want, b.id)
+            a.wait_for_log("a resend for other receivers; not taking part", 5)
+            a_after = {p: os.stat(os.path.join(a.dest, p)).st_mtime_ns for p in want}
+            check(a_after == a_before, "the receiver not named rewrote files")
+            log("resend over %s: %s got back its %d lost files, %s ignored the session" % (
+                how, b.id, lose, a.id))
+    finally:
+        a.stop()
+        b.stop()
 
 
 # --- cases inside a rate-limited namespace ---------------------------------------------------
@@ -201,6 +243,7 @@ def main():
         policy_case(bin_dir, base, rng)
         for transport in ("sctp", "tcp"):
             forced_case(bin_dir, base, rng, transport)
+        resend_case(bin_dir, base, rng)
         if os.geteuid() != 0 or not shutil.which("tc") or not shutil.which("ss"):
             print("SKIPPED (in part): the interruption cases need root, tc and ss to run in a "
                   "rate-limited network namespace; the loopback cases above passed")
