@@ -122,7 +122,7 @@ int main(int argc, char** argv) {
       ->type_name("ID,...");
   app.add_option("--only", only,
                  "Resend: only these receiver ids take part, every other receiver ignores the "
-                 "session (with an open group, or together with --receivers)")
+                 "session; the session waits for these ids as a closed group (--register-timeout)")
       ->delimiter(',')
       ->type_name("ID,...");
   app.add_option("--register-window", register_window,
