@@ -201,6 +201,16 @@ def stop_proc(p, sig=signal.SIGTERM, wait=10):
             p.wait()
 
 
+def wait_capped(p, cap, t0):
+    """Waits for p at most cap seconds (SIGINT then); returns (elapsed since t0 or cap, exited 0)."""
+    try:
+        p.wait(cap)
+        return time.monotonic() - t0, p.returncode == 0
+    except subprocess.TimeoutExpired:
+        stop_proc(p, signal.SIGINT)
+        return cap, False
+
+
 def run_mcdist(args, emu, ds, work, cap, seed):
     group = "239.192.%d.%d:%d" % (seed % 200 + 1, seed % 250 + 1, 4711)
     recv, send = [os.path.join(args.build, "receiver", "mcdistd"), os.path.join(args.build, "sender", "mcdist-send")]
@@ -225,14 +235,7 @@ def run_mcdist(args, emu, ds, work, cap, seed):
                                            args.rate, "--receivers", "h1,h2", "--register-timeout", "10s",
                                            "--summary-json", summary, ds.path]),
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        p.wait(cap)
-        elapsed = time.monotonic() - t0
-        finished = p.returncode == 0
-    except subprocess.TimeoutExpired:
-        stop_proc(p, signal.SIGINT)
-        elapsed = cap
-        finished = False
+    elapsed, finished = wait_capped(p, cap, t0)
     sampler.stop_flag = True
     for dp, logf, _ in daemons:
         stop_proc(dp)
@@ -275,14 +278,7 @@ def run_uftp(args, emu, ds, work, cap, seed):
                                            "-H", "0x00000002,0x00000003", "-R", uftp_rate(args.rate), "-Y",
                                            "none", "-B", "104857600", ds.path]),
                          stdout=out, stderr=subprocess.STDOUT)
-    try:
-        p.wait(cap)
-        elapsed = time.monotonic() - t0
-        finished = p.returncode == 0
-    except subprocess.TimeoutExpired:
-        stop_proc(p, signal.SIGINT)
-        elapsed = cap
-        finished = False
+    elapsed, finished = wait_capped(p, cap, t0)
     sampler.stop_flag = True
     out.close()
     for dp, logf, _ in daemons:

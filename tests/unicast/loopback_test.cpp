@@ -100,6 +100,22 @@ struct outcome {
   std::int64_t done_before_file0 = -1;  ///< files completed before file 0 completed
 };
 
+/// Records how a client ended: set by the on_closed event it hands to make_client.
+struct close_record {
+  bool closed = false;
+  std::error_code got;
+  std::string text;
+  client_events events() {
+    client_events ev;
+    ev.on_closed = [this](const std::error_code& e, const std::string& d) {
+      closed = true;
+      got = e;
+      text = d;
+    };
+    return ev;
+  }
+};
+
 /// Runs one client to its end: requests `wanted` at once, closes on completion.
 /// `on_progress` sees the bytes delivered so far after each piece.
 outcome fetch(rig& r, const client_options& o, test::checking_sink& sink,
@@ -418,23 +434,15 @@ TEST_CASE("asking for kernel SCTP on a host without it fails at once and clearly
   co.token = token;
   co.session = session;
   co.receiver_id = receiver;
-  bool closed = false;
-  std::error_code got;
-  std::string text;
-  client_events ev;
-  ev.on_closed = [&](const std::error_code& e, const std::string& d) {
-    closed = true;
-    got = e;
-    text = d;
-  };
-  auto c = make_client(io, co, ev);
+  close_record cr;
+  auto c = make_client(io, co, cr.events());
   c->start();
-  REQUIRE_FALSE(closed);  // reported through the io_context, not from inside start()
+  REQUIRE_FALSE(cr.closed);  // reported through the io_context, not from inside start()
   const auto t0 = std::chrono::steady_clock::now();
-  REQUIRE(test::run_until(io, [&] { return closed; }, 5s));
+  REQUIRE(test::run_until(io, [&] { return cr.closed; }, 5s));
   REQUIRE(std::chrono::steady_clock::now() - t0 < 1s);
-  REQUIRE(got == error::kernel_sctp_unavailable);
-  REQUIRE(text.find("use sctp over UDP or tcp") != std::string::npos);
+  REQUIRE(cr.got == error::kernel_sctp_unavailable);
+  REQUIRE(cr.text.find("use sctp over UDP or tcp") != std::string::npos);
 }
 
 TEST_CASE("connecting where nobody listens fails with a clear error", "[integration][unicast]") {
@@ -455,21 +463,13 @@ TEST_CASE("connecting where nobody listens fails with a clear error", "[integrat
     co.session = session;
     co.receiver_id = receiver;
     co.connect_timeout = 3s;
-    bool closed = false;
-    std::error_code got;
-    std::string text;
-    client_events ev;
-    ev.on_closed = [&](const std::error_code& e, const std::string& d) {
-      closed = true;
-      got = e;
-      text = d;
-    };
-    auto c = make_client(io, co, ev);
+    close_record cr;
+    auto c = make_client(io, co, cr.events());
     c->start();
-    REQUIRE(test::run_until(io, [&] { return closed; }, 10s));
-    INFO(text);
-    REQUIRE(got);
-    REQUIRE(text.find(co.server.to_string()) != std::string::npos);
+    REQUIRE(test::run_until(io, [&] { return cr.closed; }, 10s));
+    INFO(cr.text);
+    REQUIRE(cr.got);
+    REQUIRE(cr.text.find(co.server.to_string()) != std::string::npos);
   }
 }
 
@@ -569,20 +569,12 @@ TEST_CASE("a server that sends nothing makes the client time out", "[integration
   co.session = session;
   co.receiver_id = receiver;
   co.idle_timeout = 200ms;
-  bool closed = false;
-  std::error_code got;
-  std::string text;
-  client_events ev;
-  ev.on_closed = [&](const std::error_code& e, const std::string& d) {
-    closed = true;
-    got = e;
-    text = d;
-  };
-  auto c = make_client(io, co, ev);
+  close_record cr;
+  auto c = make_client(io, co, cr.events());
   REQUIRE_FALSE(c->request(std::vector<file_request>{{file_index{0}, 0, 100}}));
   c->start();
-  REQUIRE(test::run_until(io, [&] { return closed; }, 10s));
-  REQUIRE(got == error::idle_timeout);
-  REQUIRE(text.find("100 bytes outstanding") != std::string::npos);
+  REQUIRE(test::run_until(io, [&] { return cr.closed; }, 10s));
+  REQUIRE(cr.got == error::idle_timeout);
+  REQUIRE(cr.text.find("100 bytes outstanding") != std::string::npos);
   REQUIRE(c->outstanding() == std::vector<file_request>{{file_index{0}, 0, 100}});
 }
