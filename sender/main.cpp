@@ -195,7 +195,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->type_name("PORT");
   app.add_option("--tcp-connections", tcp_connections,
-                 "TCP connections per receiver in a TCP fallback (0 = the receiver's default, 4)")
+                 "TCP connections per receiver in a TCP fallback (0 = automatic: enough that their "
+                 "initial windows cover the receiver's rate x RTT, 4 to 8; the rate is "
+                 "--unicast-max-rate, else --rate)")
       ->capture_default_str()
       ->type_name("N")
       ->check(CLI::Range(0u, 64u));
@@ -278,6 +280,7 @@ int main(int argc, char** argv) {
   const auto umr = mcdist::parse_rate(unicast_max_rate);
   if (!umr) return usage_error("--unicast-max-rate " + unicast_max_rate + " is not a rate");
   opts.unicast_max_rate_bps = *umr;
+  cfg.unicast_max_rate_bps = *umr;
   cfg.receivers = receivers;
   cfg.only_receivers = only;
   if (session_hex.empty()) {

@@ -5,9 +5,11 @@
 
 namespace mcdist::unicast {
 
-record_scheduler::record_scheduler(std::uint32_t record_size, std::size_t max_active)
+record_scheduler::record_scheduler(std::uint32_t record_size, std::size_t max_active,
+                                   std::size_t tail_spread)
     : m_record_size(std::max<std::uint32_t>(record_size, 1)),
-      m_max_active(std::max<std::size_t>(max_active, 1)) {}
+      m_max_active(std::max<std::size_t>(max_active, 1)),
+      m_tail_spread(tail_spread) {}
 
 void record_scheduler::push(const file_request& r) {
   assert(r.length > 0);
@@ -23,7 +25,12 @@ std::optional<record> record_scheduler::next() {
   if (m_active.empty()) return std::nullopt;
   if (m_cursor >= m_active.size()) m_cursor = 0;
   file_request& r = m_active[m_cursor];
-  const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(r.length, m_record_size));
+  std::uint64_t size = m_record_size;
+  if (m_tail_spread > 1) {
+    const std::uint64_t share = m_pending_bytes / (4 * m_tail_spread);
+    size = std::min<std::uint64_t>(size, std::max<std::uint64_t>(share, min_tail_record));
+  }
+  const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(r.length, size));
   const record out{r.file, r.offset, n};
   r.offset += n;
   r.length -= n;

@@ -76,7 +76,8 @@ server_session::server_session(std::shared_ptr<server_state> state, const client
     : m_state(std::move(state)),
       m_grant(grant),
       m_nonce(nonce),
-      m_scheduler(m_state->options.record_size, active_files),
+      m_scheduler(m_state->options.record_size, active_files,
+                  kind == transport_kind::tcp ? connections : 0),
       m_watchdog(m_state->io) {
   m_info.token = grant.token;
   m_info.receiver_id = grant.receiver_id;

@@ -53,7 +53,7 @@ class tcp_server_conn final : public std::enable_shared_from_this<tcp_server_con
  public:
   tcp_server_conn(std::shared_ptr<server_state> state, tcp::socket s)
       : m_state(std::move(state)), m_socket(std::move(s)), m_reader(false),
-        m_hello_timer(m_state->io), m_wake(m_state->io) {
+        m_hello_timer(m_state->io), m_wake(m_state->io), m_drain(m_state->io) {
     boost::system::error_code ec;
     const auto ep = m_socket.remote_endpoint(ec);
     if (!ec) m_remote = from_tcp(ep);
@@ -82,7 +82,11 @@ class tcp_server_conn final : public std::enable_shared_from_this<tcp_server_con
 
   /// Paces this connection at `bps` bit/s of IP packets (SO_MAX_PACING_RATE, which counts TCP
   /// payload and header bytes: scaled by 1448/1500 for a 1500-byte packet with 52 bytes of
-  /// IPv4 + TCP headers and timestamps). Best effort: a failure is logged once.
+  /// IPv4 + TCP headers and timestamps). A paced connection also takes a record only once its
+  /// unsent queue is below ~50 ms of that rate (at least 8 KiB; see write_loop), so records go
+  /// to a connection just before it can send them and, with record_scheduler's shrinking tail
+  /// records, the n connections run dry together instead of one finishing the set alone at its
+  /// 1/n of the link. Best effort: a failure is logged once.
   void pace(std::uint64_t bps) {
     const std::uint64_t bytes_per_s = bps / 8 * 1448 / 1500;
     const auto v = static_cast<unsigned>(std::min<std::uint64_t>(bytes_per_s, ~0u - 1));
@@ -91,7 +95,10 @@ class tcp_server_conn final : public std::enable_shared_from_this<tcp_server_con
       if (++warned <= 1)
         spdlog::warn("unicast: cannot pace TCP connection: {}",
                      std::error_code(errno, std::generic_category()).message());
+      return;
     }
+    m_paced_bytes_per_s = std::max<std::uint64_t>(bytes_per_s, 1);
+    m_unsent_limit = std::clamp<std::uint64_t>(bytes_per_s / 20, 8 << 10, 4 << 20);
   }
 
   void queue_control(std::vector<std::byte> frame) {
@@ -99,7 +106,10 @@ class tcp_server_conn final : public std::enable_shared_from_this<tcp_server_con
     wake();
   }
 
-  void wake() { m_wake.cancel(); }
+  void wake() {
+    m_wake.cancel();
+    m_drain.cancel();
+  }
 
   /// Closes the socket: with an RST (`abort`) or after a FIN.
   void close(bool abort) {
@@ -108,6 +118,7 @@ class tcp_server_conn final : public std::enable_shared_from_this<tcp_server_con
     m_closed = true;
     m_hello_timer.cancel();
     m_wake.cancel();
+    m_drain.cancel();
     boost::system::error_code ignored;
     if (abort) {
       m_socket.set_option(tcp::socket::linger(true, 0), ignored);
@@ -124,6 +135,14 @@ class tcp_server_conn final : public std::enable_shared_from_this<tcp_server_con
     if (m_closed) return 0;
     int n = 0;
     if (::ioctl(m_socket.native_handle(), SIOCOUTQ, &n) != 0 || n < 0) return 0;
+    return static_cast<std::uint64_t>(n);
+  }
+
+  /// Bytes in the socket's send queue not yet sent (SIOCOUTQNSD); 0 on error.
+  std::uint64_t unsent() {
+    if (m_closed) return 0;
+    int n = 0;
+    if (::ioctl(m_socket.native_handle(), SIOCOUTQNSD, &n) != 0 || n < 0) return 0;
     return static_cast<std::uint64_t>(n);
   }
 
@@ -151,6 +170,9 @@ class tcp_server_conn final : public std::enable_shared_from_this<tcp_server_con
   frame_reader m_reader;
   asio::steady_timer m_hello_timer;
   asio::steady_timer m_wake;  ///< a writer with nothing to send waits on it; wake() cancels
+  asio::steady_timer m_drain;  ///< a paced writer waits on it for its unsent queue to drain
+  std::uint64_t m_paced_bytes_per_s = 0;  ///< payload bytes/s of the pacing; 0 = unpaced
+  std::uint64_t m_unsent_limit = 0;       ///< a paced writer takes a record below this, bytes
   std::weak_ptr<tcp_session> m_session;
   std::size_t m_index = 0;
   std::deque<std::vector<std::byte>> m_control;
@@ -302,6 +324,15 @@ asio::awaitable<void> tcp_server_conn::write_loop(std::shared_ptr<tcp_server_con
     if (!self->m_control.empty()) {
       self->m_out = std::move(self->m_control.front());
       self->m_control.pop_front();
+    } else if (const auto q = self->m_paced_bytes_per_s ? self->unsent() : 0;
+               q >= self->m_unsent_limit && q > 0) {
+      // Paced: wait until the queue has drained to half the limit at the pacing rate (the
+      // kernel gives no event for it), then look again.
+      s.reset();
+      const auto us = (q - self->m_unsent_limit / 2) * 1'000'000 / self->m_paced_bytes_per_s;
+      self->m_drain.expires_after(std::chrono::microseconds(std::max<std::uint64_t>(us, 1000)));
+      co_await self->m_drain.async_wait(use_tuple);
+      continue;
     } else {
       std::error_code ec;
       rec = s->take(self->m_out, ec);

@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <stdexcept>
 
@@ -305,6 +306,15 @@ bool sender_session::unicast_beats_multicast(std::string& why) const {
   return unicast < m_cfg.unicast_threshold * multicast;
 }
 
+std::uint32_t auto_tcp_connections(std::uint64_t rate_bps, duration rtt) noexcept {
+  constexpr std::uint32_t fewest = 4, most = 8;
+  constexpr double initial_window_bytes = 10 * 1448.0;  // RFC 6928, 1500-byte MTU
+  if (rate_bps == 0 || rtt <= duration::zero()) return fewest;
+  const double bdp_bytes = static_cast<double>(rate_bps) / 8 * to_seconds(rtt);
+  const double n = std::ceil(bdp_bytes / initial_window_bytes);
+  return n >= most ? most : std::max(fewest, static_cast<std::uint32_t>(n));
+}
+
 void sender_session::order_fallback(receiver_state& r, std::string reason, time_point now) {
   if (r.rep.state != receiver_report::state_t::registered) return;
   const auto t = fallback_transport(&r);
@@ -315,10 +325,23 @@ void sender_session::order_fallback(receiver_state& r, std::string reason, time_
   r.rep.fallback_reason = reason;
   r.rep.fallback_transport = to_string(*t);
   r.rep.fallback_at = now - m_start;
-  m_fallbacks.push_back({r.rep.id, *t, r.token, reason});
+  if (*t == transport_kind::tcp) {
+    r.rep.fallback_connections =
+        m_cfg.tcp_connections
+            ? m_cfg.tcp_connections
+            : auto_tcp_connections(m_cfg.unicast_max_rate_bps ? m_cfg.unicast_max_rate_bps
+                                                               : m_cfg.rate_bps,
+                                   r.rep.rtt_valid ? r.rep.rtt : m_grtt.estimate());
+  }
+  m_fallbacks.push_back({r.rep.id, *t, r.token, reason, r.rep.fallback_connections});
   if (m_log) {
-    m_log->info("session {:08x}: receiver '{}' goes unicast over {}: {}", m_cfg.session.value,
-                r.rep.id, to_string(*t), reason);
+    const auto n = r.rep.fallback_connections;
+    m_log->info("session {:08x}: receiver '{}' goes unicast over {}{}: {}", m_cfg.session.value,
+                r.rep.id, to_string(*t),
+                n ? fmt::format(" ({} connection{}{})", n, n == 1 ? "" : "s",
+                                m_cfg.tcp_connections ? "" : ", automatic")
+                  : std::string(),
+                reason);
   }
   send_fallback(r, now);
 }
@@ -343,7 +366,7 @@ void sender_session::send_fallback(receiver_state& r, time_point now) {
   if (!unspecified) m.set_address(ep.addr.data(), ep.v6 ? 16 : 4);
   m.set_port(ep.port);
   m.set_token(r.token);
-  m.set_connections(m_cfg.tcp_connections);
+  m.set_connections(r.rep.fallback_connections);
   m.set_reason(r.rep.fallback_reason.substr(0, 200));
   queue_unicast(r.rep.address, encode(wire::msg_type::fallback, m_cfg.session, m));
   ++r.fallback_orders;

@@ -413,7 +413,11 @@ std::string format_summary(const run_result& r) {
                   static_cast<unsigned long long>(rr.blocks_naked), rtt);
     os << line;
     if (!rr.fallback_reason.empty()) {
-      os << "    unicast over " << rr.fallback_transport << " from "
+      os << "    unicast over " << rr.fallback_transport
+         << (rr.fallback_connections
+                 ? " (" + std::to_string(rr.fallback_connections) + " connections)"
+                 : std::string())
+         << " from "
          << std::to_string(to_seconds(rr.fallback_at)).substr(0, 5) << " s: " << rr.fallback_reason
          << "\n";
     }
@@ -466,6 +470,7 @@ std::string summary_json(const run_result& r) {
       o["fallback"] = {{"transport", rr.fallback_transport},
                        {"reason", rr.fallback_reason},
                        {"at_seconds", to_seconds(rr.fallback_at)}};
+      if (rr.fallback_connections) o["fallback"]["connections"] = rr.fallback_connections;
     }
     auto& ff = o["file_failures"] = nlohmann::json::array();
     for (const auto& [file, why] : rr.file_failures) ff.push_back({{"file", file}, {"reason", why}});

@@ -281,3 +281,32 @@ TEST_CASE("the small-set cost model picks unicast only when it is cheaper", "[si
     REQUIRE(rep.state == sender::receiver_report::state_t::completed);
   }
 }
+
+TEST_CASE("a receiver on a long path goes to multi-socket TCP with enough connections to fill "
+          "its link in the first round trip", "[sim][fallback]") {
+  std::mt19937_64 rng(24);
+  const auto files = sim::make_files(rng, 4, {100'000});
+  sim::sim_config cfg;
+  cfg.sender.force_unicast = true;
+  cfg.sender.rate_bps = 1'000'000;
+  cfg.sender.unicast_max_rate_bps = 1'536'000;  // Allman et al.'s T1
+  cfg.sender.receivers = {"sat", "near"};
+  cfg.receivers = {rx("sat", 0, 295ms), rx("near", 0, 5ms)};
+  auto r = sim::run(cfg, files);
+  REQUIRE(r.succeeded);
+  require_all_delivered(r, files);
+  std::map<std::string, sender::receiver_report> by_id;
+  for (const auto& rep : r.report.receivers) by_id[rep.id] = rep;
+  // 590 ms x 1.536 Mbit/s = 113 kB: 8 initial windows of 14.5 kB. The near receiver's path
+  // (10 ms) is below the long-path RTT, so it gets SCTP and no connection count.
+  REQUIRE(by_id.at("sat").fallback_transport == "tcp");
+  REQUIRE(by_id.at("sat").fallback_connections == 8);
+  REQUIRE(by_id.at("near").fallback_transport == "sctp");
+  REQUIRE(by_id.at("near").fallback_connections == 0);
+  // An operator's --tcp-connections wins.
+  cfg.sender.tcp_connections = 3;
+  r = sim::run(cfg, files);
+  REQUIRE(r.succeeded);
+  for (const auto& rep : r.report.receivers)
+    if (rep.id == "sat") REQUIRE(rep.fallback_connections == 3);
+}

@@ -71,3 +71,42 @@ TEST_CASE("clear drops everything", "[unit][unicast][scheduler]") {
   REQUIRE(s.empty());
   REQUIRE_FALSE(s.next());
 }
+
+TEST_CASE("spread over n connections the last records shrink so the connections run dry "
+          "together", "[unit][unicast][scheduler]") {
+  constexpr std::uint32_t rs = 64 << 10;
+  constexpr std::size_t n = 8;
+  record_scheduler s(rs, 4, n);
+  const std::uint64_t total = 5'000'000;
+  s.push({file_index{0}, 0, total});
+  std::uint64_t next_offset = 0;
+  std::vector<std::uint32_t> sizes;
+  while (true) {
+    const std::uint64_t pending = s.pending_bytes();
+    auto r = s.next();
+    if (!r) break;
+    REQUIRE(r->offset == next_offset);  // every byte once, in order
+    next_offset += r->length;
+    // Never above record_size, never above a (4 n)th of what is left unless at the floor.
+    REQUIRE(r->length <= rs);
+    REQUIRE(r->length <= std::max<std::uint64_t>(pending / (4 * n), record_scheduler::min_tail_record));
+    sizes.push_back(r->length);
+  }
+  REQUIRE(next_offset == total);
+  REQUIRE(sizes.front() == rs);                               // full records while far from the end
+  REQUIRE(sizes.back() <= record_scheduler::min_tail_record);  // the tail is cut fine
+  // The last n records together are at most n small records: no connection gets a big one last.
+  for (std::size_t i = sizes.size() - n; i < sizes.size(); ++i)
+    REQUIRE(sizes[i] <= record_scheduler::min_tail_record);
+  // Without a spread (SCTP) records stay whole to the end.
+  record_scheduler whole(rs, 4);
+  whole.push({file_index{0}, 0, total});
+  std::uint32_t last = 0;
+  std::size_t count = 0;
+  while (auto r = whole.next()) {
+    last = r->length;
+    ++count;
+  }
+  REQUIRE(count == (total + rs - 1) / rs);
+  REQUIRE(last == total % rs);
+}

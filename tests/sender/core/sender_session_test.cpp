@@ -355,3 +355,18 @@ TEST_CASE("eager start sends data before registrations arrive and skips files al
   const auto replies = h.sent<wire::register_reply>(wire::msg_type::register_reply);
   REQUIRE_FALSE(replies.back().accepted());
 }
+
+TEST_CASE("the automatic TCP connection count covers the path's bandwidth-delay product",
+          "[unit][sender][fallback]") {
+  using std::chrono::milliseconds;
+  // Allman et al.: T1 at 590 ms, 113 kB in flight = 7.8 initial windows of 10 x 1448 bytes.
+  REQUIRE(auto_tcp_connections(1'536'000, milliseconds(590)) == 8);
+  // 2 Mbit/s at 300 ms: 75 kB = 5.2 initial windows.
+  REQUIRE(auto_tcp_connections(2'000'000, milliseconds(300)) == 6);
+  // Ladha & Amer's 1 Mbit/s at 70 ms needs one window: the floor of 4.
+  REQUIRE(auto_tcp_connections(1'000'000, milliseconds(70)) == 4);
+  // A fast long path is capped at 8; an unknown rate or RTT gives the floor.
+  REQUIRE(auto_tcp_connections(1'000'000'000, milliseconds(700)) == 8);
+  REQUIRE(auto_tcp_connections(0, milliseconds(700)) == 4);
+  REQUIRE(auto_tcp_connections(1'000'000'000, duration::zero()) == 4);
+}
