@@ -333,7 +333,7 @@ void sender_session::order_fallback(receiver_state& r, std::string reason, time_
                                                                : m_cfg.rate_bps,
                                    r.rep.rtt_valid ? r.rep.rtt : m_grtt.estimate());
   }
-  m_fallbacks.push_back({r.rep.id, *t, r.token, reason, r.rep.fallback_connections});
+  m_fallbacks.push_back({r.rep.id, *t, r.token, reason});
   if (m_log) {
     const auto n = r.rep.fallback_connections;
     m_log->info("session {:08x}: receiver '{}' goes unicast over {}{}: {}", m_cfg.session.value,

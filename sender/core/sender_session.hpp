@@ -120,7 +120,6 @@ struct fallback_order {
   transport_kind transport = transport_kind::sctp_udp;
   std::uint64_t token = 0;
   std::string reason;
-  std::uint32_t connections = 0;  ///< TCP connections it is told to open (0: not TCP)
 };
 
 /// What the sender knows about one receiver, for the summary.

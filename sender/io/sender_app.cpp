@@ -415,7 +415,8 @@ std::string format_summary(const run_result& r) {
     if (!rr.fallback_reason.empty()) {
       os << "    unicast over " << rr.fallback_transport
          << (rr.fallback_connections
-                 ? " (" + std::to_string(rr.fallback_connections) + " connections)"
+                 ? " (" + std::to_string(rr.fallback_connections) +
+                       (rr.fallback_connections == 1 ? " connection)" : " connections)")
                  : std::string())
          << " from "
          << std::to_string(to_seconds(rr.fallback_at)).substr(0, 5) << " s: " << rr.fallback_reason

@@ -19,6 +19,7 @@ usage: test_fallback.py BUILD_DIR"""
 
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -74,23 +75,42 @@ def policy_case(bin_dir, base, rng):
         lossy.stop()
 
 
-def forced_case(bin_dir, base, rng, transport):
-    src = os.path.join(base, "src", "forced-" + transport)
+def forced_case(bin_dir, base, rng, transport, paced=None):
+    """Every receiver unicast from the start. paced: --unicast-max-rate in bit/s for a TCP case
+    with the automatic connection count (4 on loopback): the records, shrunk at the tail and
+    handed out just in time, must still make every file whole, and the transfer must take at
+    least 80 % of bytes x 8 / rate (unpaced, loopback moves the set ten times faster)."""
+    name = "forced-" + transport + ("-paced" if paced else "")
+    src = os.path.join(base, "src", name)
     want = make_set(src, rng)
     group = free_group()
-    d = Daemon(bin_dir, base, "forced-" + transport, group)
+    d = Daemon(bin_dir, base, name, group)
     try:
         extra = ["--unicast", "--fallback", transport]
-        if transport == "tcp":
+        if transport == "tcp" and not paced:
             extra += ["--tcp-connections", "4"]
+        if paced:
+            extra += ["--unicast-max-rate", str(paced)]
         code, summary, out = run_sender(bin_dir, [src], group, [d.id], extra=extra)
         check(code == 0, "sender failed (%d):\n%s" % (code, out))
         r = by_id(summary)[d.id]
         check(r["state"] == "unicast", "state %s" % r["state"])
         check(r["fallback"]["transport"] == transport, "transport %s" % r["fallback"])
+        if transport == "tcp":
+            check(r["fallback"].get("connections") == 4, "connections %s" % r["fallback"])
         check(summary["data_datagrams"] == 0, "forced unicast sent multicast data")
         check_delivered(d.dest, want, d.id)
-        log("forced unicast over %s: %d files delivered" % (transport, len(want)))
+        if paced:
+            m = re.findall(r"unicast transfer done: (\d+) bytes in ([0-9.]+) s", d.log_text())
+            check(m, "no 'unicast transfer done' line in the daemon's log")
+            moved, seconds = int(m[-1][0]), float(m[-1][1])
+            floor = 0.8 * moved * 8 / paced
+            check(seconds >= floor, "%d bytes in %.2f s: faster than --unicast-max-rate %d allows "
+                  "(%.2f s)" % (moved, seconds, paced, floor))
+            log("forced unicast over %s paced at %d bit/s: %d files, %d bytes in %.2f s" % (
+                transport, paced, len(want), moved, seconds))
+        else:
+            log("forced unicast over %s: %d files delivered" % (transport, len(want)))
     finally:
         d.stop()
 
@@ -251,6 +271,7 @@ def main():
         policy_case(bin_dir, base, rng)
         for transport in ("sctp", "tcp"):
             forced_case(bin_dir, base, rng, transport)
+        forced_case(bin_dir, base, rng, "tcp", paced=200_000_000)
         resend_case(bin_dir, base, rng)
         if os.geteuid() != 0 or not shutil.which("tc") or not shutil.which("ss"):
             print("SKIPPED (in part): the interruption cases need root, tc and ss to run in a "
