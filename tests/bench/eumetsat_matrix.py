@@ -35,7 +35,7 @@ import sys
 import threading
 import time
 
-from linkem_run import Emulator
+from linkem_run import Emulator, stop_proc
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(os.path.dirname(HERE))
@@ -189,16 +189,6 @@ class Sampler(threading.Thread):
             if v is not None:
                 self.samples.append((time.monotonic() - t0, v))
             time.sleep(0.25)
-
-
-def stop_proc(p, sig=signal.SIGTERM, wait=10):
-    if p.poll() is None:
-        p.send_signal(sig)
-        try:
-            p.wait(wait)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
 
 
 def wait_capped(p, cap, t0):

@@ -26,12 +26,11 @@ import os
 import random
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
 
-from linkem_run import Emulator
+from linkem_run import Emulator, stop_proc
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(os.path.dirname(HERE))
@@ -80,8 +79,7 @@ def session(build, emu, work, src, receivers, sender_args, daemon_args=None, tim
     wall = time.monotonic() - t0
     logs = {}
     for (p, logf, d), rid in zip(procs, receivers):
-        p.send_signal(signal.SIGTERM)
-        p.wait(20)
+        stop_proc(p, wait=20)
         logf.close()
         with open(os.path.join(d, "mcdistd.log")) as f:
             logs[rid] = f.read()

@@ -7,6 +7,17 @@ import sys
 import time
 
 
+def stop_proc(p, sig=signal.SIGTERM, wait=10):
+    """Sends sig to p if it still runs and waits for it; SIGKILL after `wait` seconds."""
+    if p.poll() is None:
+        p.send_signal(sig)
+        try:
+            p.wait(wait)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
 class Emulator:
     """mcdist-linkem with `hosts` hosts (h0 is the sender) and the given --link specs, e.g.
     "h2:delay=350ms,loss=0.001". Waits until the namespaces exist; env holds the variables of
@@ -42,10 +53,5 @@ class Emulator:
 
     def stop(self):
         """SIGTERM (the emulator removes its namespaces and prints its counters), kill after 20 s."""
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop_proc(self.proc, wait=20)
         self.log.close()
