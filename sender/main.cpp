@@ -279,7 +279,6 @@ int main(int argc, char** argv) {
   opts.tcp_congestion = tcp_congestion;
   const auto umr = mcdist::parse_rate(unicast_max_rate);
   if (!umr) return usage_error("--unicast-max-rate " + unicast_max_rate + " is not a rate");
-  opts.unicast_max_rate_bps = *umr;
   cfg.unicast_max_rate_bps = *umr;
   cfg.receivers = receivers;
   cfg.only_receivers = only;

@@ -95,8 +95,9 @@ struct sender_config {
   bool force_unicast = false;
   /// TCP connections a receiver opens (0: automatic, see auto_tcp_connections).
   std::uint32_t tcp_connections = 0;
-  /// Most bit/s sent to one receiver over unicast (--unicast-max-rate; 0 = no cap). Only the
-  /// automatic TCP connection count reads it here; the unicast server does the pacing.
+  /// Most bit/s sent to one receiver over unicast (--unicast-max-rate; 0 = no cap). The core
+  /// reads it for the automatic TCP connection count; the shell hands it to the unicast server,
+  /// which paces the connections.
   std::uint64_t unicast_max_rate_bps = 0;
   /// FALLBACK orders sent without the receiver connecting before it is failed.
   std::uint32_t fallback_max_orders = 10;

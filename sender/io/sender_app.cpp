@@ -89,7 +89,7 @@ void sender_app::start_unicast_server(const sender_config& cfg) {
   if (cfg.fallback == fallback_mode::automatic || cfg.fallback == fallback_mode::tcp) so.tcp = local;
   if (cfg.fallback == fallback_mode::sctp_kernel) so.sctp_kernel = local;
   so.tcp_congestion = m_opts.tcp_congestion;
-  so.tcp_max_rate_bps = m_opts.unicast_max_rate_bps;
+  so.tcp_max_rate_bps = cfg.unicast_max_rate_bps;
   unicast::server_events ev;
   ev.on_session_start = [this](const unicast::session_info& info) {
     m_log->info("unicast: '{}' connected from {} ({} connection{})", info.receiver_id,

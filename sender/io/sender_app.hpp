@@ -36,8 +36,6 @@ struct app_options {
   std::uint16_t unicast_port = 0;
   /// TCP congestion control for fallback connections ("bbr", "cubic"; empty = system default).
   std::string tcp_congestion;
-  /// Most bit/s (IP packets) sent to one receiver over TCP; 0 = no cap (server_options).
-  std::uint64_t unicast_max_rate_bps = 0;
 };
 
 /// Outcome of a run.
