@@ -4,7 +4,8 @@
 Over plain loopback:
   1. the policy moves a receiver that drops 10 % of what it receives to unicast (auto: SCTP over
      UDP on a short path) while a clean receiver finishes over multicast;
-  2. forced unicast (--unicast) over SCTP and over 4 TCP connections, mixed file set;
+  2. forced unicast (--unicast) over SCTP and over 4 TCP connections, mixed file set, and over
+     TCP with the automatic connection count paced by --unicast-max-rate (rate cap held);
   3. manual resend (--only) of a whole earlier set to one of two receivers, over multicast and
      then over unicast: the named receiver gets back exactly what it lost, the other ignores it.
 Inside a network namespace whose loopback is rate-limited with tbf (needs root; SKIPPED
