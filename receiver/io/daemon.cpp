@@ -67,6 +67,9 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
   sc.temp_dir = m_cfg.temp;
   sc.buffer_pool_bytes = m_cfg.buffer_pool_bytes;
   sc.sync = m_cfg.sync;
+  sc.disk_reserve_bytes = m_cfg.disk_reserve_bytes;
+  sc.disk_reserve_percent = m_cfg.disk_reserve_percent;
+  sc.session_quota_bytes = m_cfg.session_quota_bytes;
   sc.log = m_log;
   m_store = std::make_unique<file_store>(
       sc, [this](std::function<void()> fn) { boost::asio::post(m_io, std::move(fn)); },
@@ -80,6 +83,10 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
   rc.id = m_cfg.id;
   rc.session_timeout = m_cfg.session_timeout;
   rc.checkpoint_interval = m_cfg.checkpoint_interval;
+  rc.max_sessions = m_cfg.max_sessions;
+  rc.max_sessions_per_source = m_cfg.max_sessions_per_source;
+  rc.session_memory_bytes = m_cfg.session_memory_bytes;
+  rc.total_memory_bytes = m_cfg.total_memory_bytes;
   m_engine = std::make_unique<receiver_engine>(rc, *this, std::random_device{}(), m_log);
   for (const auto& ch : m_cfg.channels) {
     m_sockets.push_back(net::open_channel_socket(
@@ -87,13 +94,16 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
   }
   m_sockets.push_back(net::open_unicast_socket(io, m_cfg.interface));
   const auto now = from_steady(std::chrono::steady_clock::now());
+  std::vector<session_id> with_state;  // restored, or removed by close_session below
   for (const auto& [session, blob] : file_store::load_checkpoints(m_cfg.temp)) {
+    with_state.push_back(session);
     if (auto ec = m_engine->restore(blob, now)) {
       m_log->warn("session {:08x}: saved state is unusable ({}); discarding it", session.value,
                   ec.message());
       m_store->close_session(session, true);
     }
   }
+  file_store::sweep_temp(m_cfg.temp, with_state, *m_log);
 }
 
 daemon::~daemon() {
@@ -162,7 +172,8 @@ void daemon::do_receive(std::size_t index) {
       return;
     }
     const auto now = from_steady(std::chrono::steady_clock::now());
-    const std::uint32_t channel = index < m_cfg.channels.size() ? static_cast<std::uint32_t>(index) : 0;
+    const std::uint32_t channel = index < m_cfg.channels.size() ? static_cast<std::uint32_t>(index)
+                                                                : receiver_engine::control_channel;
     std::error_code rec;
     std::uniform_real_distribution<double> u(0, 1);
     m_receiver.drain(

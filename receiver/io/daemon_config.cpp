@@ -48,7 +48,9 @@ daemon_config load_config_file(const std::filesystem::path& file) {
   static const char* known[] = {"id", "interface", "dest", "temp", "sync", "buffer_pool",
                                 "socket_buffer", "session_timeout", "status_interval",
                                 "checkpoint_interval",
-                                "status_file", "log", "channel"};
+                                "status_file", "log", "channel", "max_sessions",
+                                "max_sessions_per_source", "session_memory", "total_memory",
+                                "disk_reserve", "disk_reserve_percent", "session_quota"};
   for (const auto& [k, v] : t) {
     if (std::find(std::begin(known), std::end(known), std::string(k.str())) == std::end(known)) {
       throw config_error(file.string() + ": unknown setting '" + std::string(k.str()) + "' (" +
@@ -82,6 +84,25 @@ daemon_config load_config_file(const std::filesystem::path& file) {
   };
   size_setting("buffer_pool", cfg.buffer_pool_bytes);
   size_setting("socket_buffer", cfg.socket_buffer_bytes);
+  size_setting("session_memory", cfg.session_memory_bytes);
+  size_setting("total_memory", cfg.total_memory_bytes);
+  size_setting("disk_reserve", cfg.disk_reserve_bytes);
+  size_setting("session_quota", cfg.session_quota_bytes);
+  auto count_setting = [&](const char* key, std::uint32_t& out) {
+    if (auto n = t[key]) {
+      const auto v = require_type<std::int64_t>(*n.node(), key, "a whole number");
+      if (v < 1 || v > 100000) throw config_error(std::string("'") + key + "' must be 1 to 100000");
+      out = static_cast<std::uint32_t>(v);
+    }
+  };
+  count_setting("max_sessions", cfg.max_sessions);
+  count_setting("max_sessions_per_source", cfg.max_sessions_per_source);
+  if (auto n = t["disk_reserve_percent"]) {
+    const auto v = n.is_integer() ? static_cast<double>(*n.value<std::int64_t>())
+                                  : require_type<double>(*n.node(), "disk_reserve_percent", "a number");
+    if (v < 0 || v > 50) throw config_error("'disk_reserve_percent' must be 0 to 50");
+    cfg.disk_reserve_percent = v;
+  }
   auto duration_setting = [&](const char* key, std::chrono::nanoseconds& out) {
     if (auto n = t[key]) {
       const auto s = require_type<std::string>(*n.node(), key, "a duration string like \"60s\"");

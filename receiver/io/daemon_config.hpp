@@ -36,6 +36,15 @@ struct daemon_config {
   /// How often a receiving session's resume state is saved.
   std::chrono::nanoseconds checkpoint_interval = std::chrono::seconds(2);
   std::optional<std::filesystem::path> status_file;  ///< JSON status, rewritten every interval
+  // Budgets (README "mcdistd configuration", design notes "Budgets"); defaults are the
+  // engine's and the store's.
+  std::uint32_t max_sessions = 64;             ///< receiver_config::max_sessions
+  std::uint32_t max_sessions_per_source = 4;   ///< receiver_config::max_sessions_per_source
+  std::uint64_t session_memory_bytes = std::uint64_t{256} << 20;  ///< receiver_config
+  std::uint64_t total_memory_bytes = std::uint64_t{1} << 30;      ///< receiver_config
+  std::uint64_t disk_reserve_bytes = std::uint64_t{1} << 30;      ///< storage_config
+  double disk_reserve_percent = 5;                                ///< storage_config
+  std::uint64_t session_quota_bytes = std::uint64_t{256} << 30;   ///< storage_config; 0: none
   log_options log;
   /// Test only: drop received datagrams with this probability before the core (like NORM's
   /// rxloss), seeded by drop_seed.
