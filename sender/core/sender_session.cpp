@@ -477,12 +477,15 @@ void sender_session::on_timer(time_point now) {
         m_next_status = now + status_interval();
       }
       for (auto& r : m_receivers) {
-        if (r->rep.state != receiver_report::state_t::registered) continue;
+        if (!times_out(*r)) continue;
         const time_point since = std::max(r->last_heard, m_wait_start);
         if (now - since >= m_cfg.receiver_timeout) {
           fail_receiver(*r,
                         "silent for " + std::to_string(to_seconds(now - since)).substr(0, 4) +
-                            " s while the sender waited for its NAKs or COMPLETE",
+                            " s while the sender waited for its " +
+                            (r->rep.state == receiver_report::state_t::registered
+                                 ? "NAKs or COMPLETE"
+                                 : "COMPLETE over unicast (it answers status requests too)"),
                         now);
         }
       }
@@ -1054,6 +1057,15 @@ void sender_session::handle_complete(const wire::complete& m, const endpoint& fr
   check_done(now);
 }
 
+bool sender_session::times_out(const receiver_state& r) const noexcept {
+  // Every receiver the session waits for is answered by it within receiver_timeout while the
+  // sender asks for status: registered ones by NAK or COMPLETE, unicast ones (connected) by a
+  // NAK as a sign of life or COMPLETE. One that stops (a full disk, a crash) is failed, so the
+  // session always ends. Unconnected unicast receivers are bounded by fallback_max_orders.
+  return r.rep.state == receiver_report::state_t::registered ||
+         (r.rep.state == receiver_report::state_t::unicast_pending && r.unicast_started);
+}
+
 void sender_session::fail_receiver(receiver_state& r, std::string why, time_point now) {
   const bool was_active = r.rep.state == receiver_report::state_t::registered ||
                           r.rep.state == receiver_report::state_t::unicast_pending;
@@ -1134,9 +1146,7 @@ std::optional<time_point> sender_session::next_deadline(time_point now) const {
       consider(m_next_status);
       if (m_next_pass_at) consider(*m_next_pass_at);
       for (const auto& r : m_receivers) {
-        if (r->rep.state == receiver_report::state_t::registered) {
-          consider(std::max(r->last_heard, m_wait_start) + m_cfg.receiver_timeout);
-        }
+        if (times_out(*r)) consider(std::max(r->last_heard, m_wait_start) + m_cfg.receiver_timeout);
       }
       break;
     case phase::ending:

@@ -257,6 +257,8 @@ class sender_session {
   void check_done(time_point now);
   void start_ending(time_point now, bool aborted, const std::string& why);
   void fail_receiver(receiver_state& r, std::string why, time_point now);
+  /// True for a receiver the waiting phase fails after receiver_timeout of silence.
+  bool times_out(const receiver_state& r) const noexcept;
   void queue_multicast(time_point now, std::vector<std::byte> bytes);
   void queue_unicast(const endpoint& to, std::vector<std::byte> bytes);
   void sample_rtt(receiver_state& r, std::uint64_t echo_us, std::uint64_t hold_us, time_point now);
