@@ -447,7 +447,15 @@ int file_store::impl::open_session_dir(session_id s, int& e) const {
   if (e != 0) return -1;
   const int fd =
       ::openat(m_temp_fd.get(), hex.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) e = errno;
+  if (fd < 0) {
+    e = errno;
+    // O_DIRECTORY reports a symlink as ENOTDIR; name it for what it is.
+    struct stat st {};
+    if (e == ENOTDIR && ::fstatat(m_temp_fd.get(), hex.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+        S_ISLNK(st.st_mode)) {
+      e = ELOOP;
+    }
+  }
   return fd;
 }
 
@@ -1010,7 +1018,8 @@ void file_store::impl::do_job(begin_job& j) {
       return;
     }
     struct statvfs sv {};
-    if (::fstatvfs(m_temp_fd.get(), &sv) == 0) {
+    const bool reserve_on = m_cfg.disk_reserve_bytes != 0 && m_cfg.disk_reserve_percent > 0;
+    if (reserve_on && ::fstatvfs(m_temp_fd.get(), &sv) == 0) {
       const std::uint64_t unit = sv.f_frsize ? sv.f_frsize : sv.f_bsize;
       const std::uint64_t avail = std::uint64_t{sv.f_bavail} * unit;
       const auto pct_bytes = static_cast<std::uint64_t>(

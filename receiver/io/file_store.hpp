@@ -159,7 +159,8 @@ struct storage_config {
   /// at least min(disk_reserve_bytes, disk_reserve_percent % of the filesystem) stays free
   /// (statvfs f_bavail); otherwise it fails with errc::disk_reserve. 1 GiB or 5 %: room for
   /// the system's logs and for files already being written (which are not preallocated below
-  /// preallocate_min_bytes), while a small filesystem is not reserved entirely.
+  /// preallocate_min_bytes), while a small filesystem is not reserved entirely. Either 0
+  /// turns the check off (then a full disk fails the file at fallocate or pwrite, ENOSPC).
   std::uint64_t disk_reserve_bytes = std::uint64_t{1} << 30;
   double disk_reserve_percent = 5;
   /// Most bytes of one session's files being written at once (begun, not yet handed to the
