@@ -414,6 +414,7 @@ void daemon::write_status_file() {
   j["datagrams"] = st.datagrams;
   j["data_bytes"] = st.data_bytes;
   j["naks_sent"] = st.naks_sent;
+  j["session_memory_bytes"] = m_engine->memory_charged();  // charged to the memory budgets
   j["bytes_written"] = ss.bytes_written;
   j["dropped_by_drop_rate"] = m_dropped_by_option;
   j["read_pauses"] = m_read_pauses;
