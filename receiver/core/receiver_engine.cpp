@@ -320,7 +320,8 @@ bool receiver_engine::new_session(const wire::announce& m, session_id id, const 
                                   std::uint32_t channel, time_point now) {
   const auto& p = m.params();
   if (p.block_size() < wire::min_block_size || p.block_size() > wire::max_block_size ||
-      p.manifest_chunks() == 0 || p.manifest_chunks() > std::max<std::uint32_t>(1, p.file_count())) {
+      p.manifest_chunks() == 0 ||
+      p.manifest_chunks() > std::max<std::uint32_t>(1, p.file_count())) {
     m_stats.drops.add(errc::invalid_field);
     return false;
   }
@@ -1134,7 +1135,7 @@ void receiver_engine::mark_block(session_rx& s, std::uint32_t f, std::uint32_t b
 }
 
 void receiver_engine::on_unicast_data(session_id id, file_index f, std::uint64_t offset,
-                                      std::span<const std::byte> data, time_point now) {
+                                      std::span<const std::byte> data, time_point now) try {
   session_rx* s = find(id);
   if (!s || !s->unicast || f.value >= s->files.size() || data.empty()) return;
   auto& fr = s->files[f.value];
@@ -1170,6 +1171,9 @@ void receiver_engine::on_unicast_data(session_id id, file_index f, std::uint64_t
       mark_block(*s, f.value, b, now);
     }
   }
+} catch (const std::bad_alloc&) {
+  // Like on_datagram: the bytes are dropped (fetched again), the daemon goes on.
+  m_stats.drops.add(errc::out_of_memory);
 }
 
 void receiver_engine::on_unicast_closed(session_id id, bool complete, const std::string& why,
@@ -1290,7 +1294,8 @@ std::error_code receiver_engine::restore(std::string_view blob, time_point now) 
   }
   // A restored session is charged like an announced one; what does not fit is not resumed.
   const session_id id{st.session()};
-  if (!m_budget.charge(id, session_overhead_bytes + std::uint64_t{p.file_count()} * sizeof(file_rx))) {
+  const std::uint64_t table_bytes = std::uint64_t{p.file_count()} * sizeof(file_rx);
+  if (!m_budget.charge(id, session_overhead_bytes + table_bytes)) {
     return errc::over_budget;
   }
   struct release_unless_kept {

@@ -98,8 +98,9 @@ daemon_config load_config_file(const std::filesystem::path& file) {
   count_setting("max_sessions", cfg.max_sessions);
   count_setting("max_sessions_per_source", cfg.max_sessions_per_source);
   if (auto n = t["disk_reserve_percent"]) {
-    const auto v = n.is_integer() ? static_cast<double>(*n.value<std::int64_t>())
-                                  : require_type<double>(*n.node(), "disk_reserve_percent", "a number");
+    const auto v = n.is_integer()
+                       ? static_cast<double>(*n.value<std::int64_t>())
+                       : require_type<double>(*n.node(), "disk_reserve_percent", "a number");
     if (v < 0 || v > 50) throw config_error("'disk_reserve_percent' must be 0 to 50");
     cfg.disk_reserve_percent = v;
   }

@@ -1694,7 +1694,9 @@ void file_store::impl::do_fin(fin_checkpoint& j) {
   };
   int e = 0;
   unique_fd dfd(open_session_dir(j.session, e));
-  if (!dfd) return failed(e == ELOOP || e == ENOTDIR ? "openat (a symlink, not followed)" : "mkdirat", e);
+  if (!dfd) {
+    return failed(e == ELOOP || e == ENOTDIR ? "openat (a symlink, not followed)" : "mkdirat", e);
+  }
   if (sync) {
     // Every write queued before the checkpoint has been pwritten (the writer handles jobs in
     // order); make it durable so the state never claims blocks a crash lost.

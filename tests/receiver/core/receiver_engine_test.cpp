@@ -471,7 +471,8 @@ TEST_CASE("a malformed FALLBACK order is refused and counted", "[unit][receiver]
 namespace {
 
 /// One announce datagram of a single chunk, as a forger would write it.
-std::vector<std::byte> raw_announce(session_id s, std::uint32_t file_count, std::uint64_t total_bytes,
+std::vector<std::byte> raw_announce(session_id s, std::uint32_t file_count,
+                                    std::uint64_t total_bytes,
                                     const std::vector<wire::file_entry>& entries,
                                     std::uint32_t block_size = 1000, std::uint32_t grtt_us = 10000,
                                     std::uint32_t chunks = 1) {
@@ -607,7 +608,8 @@ TEST_CASE("the total session limit holds across sources", "[unit][receiver][budg
   REQUIRE(h.engine.stats().drops[errc::too_many_sessions] == 2);
 }
 
-TEST_CASE("a forged GRTT of an hour does not stretch the session timeout", "[unit][receiver][budget]") {
+TEST_CASE("a forged GRTT of an hour does not stretch the session timeout",
+          "[unit][receiver][budget]") {
   harness h;
   h.feed(raw_announce(sid, 1, 1000, {entry("a", 1000)}, 1000, 3'600'000'000u));
   REQUIRE(h.engine.active_sessions() == 1);
@@ -664,7 +666,8 @@ TEST_CASE("a storage error before finalize fails that file; the rest completes a
   h.announce({entry("a", 2000), entry("b", 1000), entry("c", 1000)});
   // A failure while the manifest is still being checked (the store reports EROFS at open).
   h.feed(data(1, 2, 0, 1000));
-  h.engine.on_file_stored(sid, file_index{2}, std::make_error_code(std::errc::read_only_file_system),
+  h.engine.on_file_stored(sid, file_index{2},
+                          std::make_error_code(std::errc::read_only_file_system),
                           "cannot create temp file", h.now);
   h.held_none();
   h.accept();

@@ -61,7 +61,8 @@ TEST_CASE("a full filesystem fails the file that does not fit, the others are de
           "[file_store][integration]") {
   const enospc_case c = GENERATE(enospc_case{"at fallocate", 1u << 20, "fallocate", false},
                                  enospc_case{"at pwrite", UINT64_MAX, "pwrite", false},
-                                 enospc_case{"by the disk reserve", UINT64_MAX, "disk_reserve", true});
+                                 enospc_case{"by the disk reserve", UINT64_MAX, "disk_reserve",
+                                             true});
   CAPTURE(c.name);
   tiny_tmpfs mnt;
   std::mt19937_64 rng(31);
