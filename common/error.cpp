@@ -40,6 +40,7 @@ class category final : public std::error_category {
       case errc::registration_closed: return "registration closed";
       case errc::not_in_group: return "receiver not in the closed group";
       case errc::cancelled: return "cancelled";
+      case errc::unauthenticated: return "not authenticated";
       case errc::count_: break;
     }
     return "unknown mcdist error " + std::to_string(ev);
@@ -83,6 +84,7 @@ std::string_view to_string(errc e) noexcept {
     case errc::registration_closed: return "registration_closed";
     case errc::not_in_group: return "not_in_group";
     case errc::cancelled: return "cancelled";
+    case errc::unauthenticated: return "unauthenticated";
     case errc::count_: break;
   }
   return "unknown";

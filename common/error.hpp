@@ -45,6 +45,8 @@ enum class errc : std::uint8_t {
   registration_closed,
   not_in_group,
   cancelled,
+  // Authentication (common/auth.hpp).
+  unauthenticated,   ///< not authenticated as required: no trailer, bad signature or tag, no key
   count_  ///< number of codes; not an error
 };
 
