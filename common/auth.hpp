@@ -156,6 +156,8 @@ class receiver_keys {
   /// unknown (the core repeats the message)
   std::size_t seal(std::span<std::byte> buf, std::size_t len);
 
+  /// True when a verified announce of the session was seen (its keys are held).
+  bool knows(session_id s) const { return m_sessions.count(s.value) != 0; }
   /// True once the session's register_reply gave this site the session key.
   bool has_session_key(session_id s) const;
   /// The session's keys as an opaque blob (sender session public key, session key), for the
