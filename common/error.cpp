@@ -46,6 +46,7 @@ class category final : public std::error_category {
       case errc::out_of_memory: return "allocation failed";
       case errc::disk_reserve: return "disk reserve";
       case errc::quota: return "quota";
+      case errc::unauthenticated: return "not authenticated";
       case errc::count_: break;
     }
     return "unknown mcdist error " + std::to_string(ev);
@@ -95,6 +96,7 @@ std::string_view to_string(errc e) noexcept {
     case errc::out_of_memory: return "out_of_memory";
     case errc::disk_reserve: return "disk_reserve";
     case errc::quota: return "quota";
+    case errc::unauthenticated: return "unauthenticated";
     case errc::count_: break;
   }
   return "unknown";

@@ -52,6 +52,8 @@ enum class errc : std::uint8_t {
   out_of_memory,     ///< an allocation failed while handling a datagram; it was dropped
   disk_reserve,      ///< storing the file would eat into the temp filesystem's free reserve
   quota,             ///< the session's files being written would exceed its disk quota
+  // Authentication (common/auth.hpp).
+  unauthenticated,   ///< not authenticated as required: no trailer, bad signature or tag, no key
   count_  ///< number of codes; not an error
 };
 

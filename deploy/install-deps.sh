@@ -12,7 +12,7 @@ fi
 packages=(
   build-essential cmake ninja-build pkg-config git
   libboost1.81-dev libprotobuf-dev protobuf-compiler libspdlog-dev catch2 libssl-dev
-  libcli11-dev libtomlplusplus-dev libusrsctp-dev libsctp-dev nlohmann-json3-dev
+  libcli11-dev libtomlplusplus-dev libsodium-dev libusrsctp-dev libsctp-dev nlohmann-json3-dev
   python3 iproute2 libeccodes-data
 )
 if [ "${1:-}" = "--bench" ]; then

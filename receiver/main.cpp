@@ -35,6 +35,8 @@ Settings come from --config FILE (TOML) and are overridden by options on the com
   checkpoint_interval = "2s"     # how often resume state of unfinished sessions is saved
   buffer_pool = "16M"           # memory for data on its way to disk (reads pause when it is full)
   status_file = "/run/mcdistd/status.json"
+  key_file = "/etc/mcdist/site.key"      # this site's key (default: TEMP/site.key, made at first start)
+  trusted_senders = ["mcdist-ed25519:BASE64...", "/etc/mcdist/hub.pub"]  # default of every channel
   [log]
   level = "info"
   file = "/var/log/mcdist/mcdistd.log"   # rotated at 10 MiB, 5 kept
@@ -42,6 +44,13 @@ Settings come from --config FILE (TOML) and are overridden by options on the com
   name = "products"
   group = "239.192.0.1:4711"
   dest = "/srv/mcdist/in/products"       # optional, else the top-level dest
+  trusted_senders = ["/etc/mcdist/hub.pub"]  # optional, else the top-level list
+
+Authentication (docs/security.md): a channel with trusted_senders accepts only sessions signed
+by one of those keys (mcdist-send --key); every datagram of them is checked (signatures on
+announces, digests and session ends, tags on markers and data blocks under a session key this
+site receives sealed to its own key) and everything else is counted and dropped. A channel
+without trusted_senders takes any sender's products: mcdistd warns about it at start.
 
 Exit status: 0 after a signal; 2 bad configuration; 3 runtime error (socket, directories).
 
@@ -71,6 +80,8 @@ int main(int argc, char** argv) {
   std::string status_interval;
   std::string status_file;
   std::string checkpoint_interval;
+  std::string key_file;
+  std::vector<std::string> trust;
   double drop_rate = -1;
   std::uint64_t drop_seed = 1;
 
@@ -98,6 +109,14 @@ int main(int argc, char** argv) {
                  "sees them (simulated loss)")
       ->type_name("P")
       ->check(CLI::Range(0.0, 0.99));
+  app.add_option("--key", key_file,
+                 "This site's secret key (mcdist-keygen; default: TEMP/site.key, made at the "
+                 "first start)")
+      ->type_name("FILE");
+  app.add_option("--trust", trust,
+                 "Accept sessions only from this sender key (mcdist-ed25519:BASE64 or a key "
+                 "file); repeat for several; replaces trusted_senders of every channel")
+      ->type_name("KEY");
   app.add_option("--drop-seed", drop_seed, "TEST ONLY: seed of --drop-rate")->type_name("N");
 
   try {
@@ -122,13 +141,26 @@ int main(int argc, char** argv) {
         if (!e || !e->is_multicast()) {
           throw mcdist::receiver::config_error("--group " + g + " is not a multicast ADDR:PORT");
         }
-        cfg.channels.push_back({g, *e, {}});
+        cfg.channels.push_back({g, *e, {}, cfg.trusted_senders});
       }
     }
     if (!dest.empty()) {
       for (auto& ch : cfg.channels) ch.dest = dest;
     }
     if (!temp.empty()) cfg.temp = temp;
+    if (!key_file.empty()) cfg.key_file = key_file;
+    if (!trust.empty()) {
+      std::vector<mcdist::crypto::key32> keys;
+      for (const auto& k : trust) {
+        try {
+          keys.push_back(mcdist::crypto::read_public_key(k));
+        } catch (const mcdist::crypto::key_error& e) {
+          throw mcdist::receiver::config_error(std::string("--trust: ") + e.what());
+        }
+      }
+      cfg.trusted_senders = keys;
+      for (auto& ch : cfg.channels) ch.trusted_senders = keys;
+    }
     if (!sync.empty()) {
       if (sync == "batch") cfg.sync = mcdist::receiver::sync_mode::batch;
       else if (sync == "file") cfg.sync = mcdist::receiver::sync_mode::file;

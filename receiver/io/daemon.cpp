@@ -8,6 +8,9 @@
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <fstream>
 
 namespace mcdist::receiver {
@@ -79,6 +82,7 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
                                  from_steady(std::chrono::steady_clock::now()));
         service();
       });
+  setup_keys();
   receiver_config rc;
   rc.id = m_cfg.id;
   rc.session_timeout = m_cfg.session_timeout;
@@ -97,6 +101,7 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
   std::vector<session_id> with_state;  // restored, or removed by close_session below
   for (const auto& [session, blob] : file_store::load_checkpoints(m_cfg.temp)) {
     with_state.push_back(session);
+    restore_keys(session);
     if (auto ec = m_engine->restore(blob, now)) {
       m_log->warn("session {:08x}: saved state is unusable ({}); discarding it", session.value,
                   ec.message());
@@ -104,6 +109,8 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
     }
   }
   file_store::sweep_temp(m_cfg.temp, with_state, *m_log);
+  // Saved keys of sessions that left no usable state go with their temp directories.
+  file_store::sweep_temp(m_cfg.temp / "keys", with_state, *m_log);
 }
 
 daemon::~daemon() {
@@ -183,7 +190,9 @@ void daemon::do_receive(std::size_t index) {
             ++m_dropped_by_option;
             return;
           }
-          m_engine->on_datagram(d, from, channel, now);
+          std::span<const std::byte> plain;
+          if (authenticate(index, d, now, plain)) return;
+          m_engine->on_datagram(plain, from, channel, now);
         },
         rec, room - min_pool_room / 2);
     if (rec) m_log->warn("receive error on socket {}: {}", index, rec.message());
@@ -215,7 +224,148 @@ void daemon::arm_timer(time_point now) {
   });
 }
 
+void daemon::setup_keys() {
+  crypto::init();
+  auto key_file = m_cfg.key_file;
+  if (key_file.empty()) {
+    key_file = m_cfg.temp / "site.key";
+    if (!std::filesystem::exists(key_file)) {
+      try {
+        crypto::write_secret_key_file(key_file, crypto::generate_identity());
+      } catch (const crypto::key_error& e) {
+        throw config_error(e.what());
+      }
+      m_log->info("made this site's key {} (set key_file to keep it elsewhere)", key_file.string());
+    }
+  }
+  crypto::identity site;
+  try {
+    site = crypto::read_secret_key_file(key_file);
+  } catch (const crypto::key_error& e) {
+    throw config_error(e.what());
+  }
+  m_log->info("site key {} ({}): pin it at senders with mcdist-send --site-keys",
+              crypto::format_public_key(site.public_key), key_file.string());
+  for (const auto& ch : m_cfg.channels) {
+    auth::receiver_auth_options o;
+    o.trusted_senders = ch.trusted_senders;
+    o.site = site;
+    m_keys.push_back(std::make_unique<auth::receiver_keys>(std::move(o)));
+    if (ch.trusted_senders.empty()) {
+      m_log->warn("channel {}: no trusted_senders: any host that can reach {} can write products "
+                  "into {}",
+                  ch.name, ch.group.to_string(), ch.dest.string());
+    } else {
+      m_log->info("channel {}: accepts sessions signed by {} trusted sender key{}", ch.name,
+                  ch.trusted_senders.size(), ch.trusted_senders.size() == 1 ? "" : "s");
+    }
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(m_cfg.temp / "keys", ec);
+  ::chmod((m_cfg.temp / "keys").c_str(), 0700);
+}
+
+auth::receiver_keys* daemon::keys_of(session_id s) {
+  for (auto& k : m_keys) {
+    if (k->knows(s)) return k.get();
+  }
+  return nullptr;
+}
+
+std::error_code daemon::authenticate(std::size_t index, std::span<const std::byte> d,
+                                     time_point now, std::span<const std::byte>& out) {
+  auth::receiver_keys* keys = nullptr;
+  std::size_t channel = index;
+  if (index < m_keys.size()) {
+    keys = m_keys[index].get();
+  } else if (d.size() >= wire::header_size) {
+    // The control socket: the register reply, fallback and complete ack of a session one of
+    // the channels announced.
+    const session_id s{wire::load_u32(d.data() + 4)};
+    for (channel = 0; channel < m_keys.size(); ++channel) {
+      if (m_keys[channel]->knows(s)) {
+        keys = m_keys[channel].get();
+        break;
+      }
+    }
+  }
+  if (!keys) {
+    const bool any_required = std::any_of(m_keys.begin(), m_keys.end(),
+                                          [](const auto& k) { return k->required(); });
+    if (any_required || d.size() < wire::header_size ||
+        std::to_integer<std::uint8_t>(d[2]) != wire::version) {
+      ++m_unknown_unicast;
+      return errc::unauthenticated;
+    }
+    out = d;  // a version-1 session where no channel asks for authentication
+    return {};
+  }
+  if (auto ec = keys->open(d, now, out)) return ec;
+  if (std::to_integer<std::uint8_t>(d[3]) == static_cast<std::uint8_t>(wire::msg_type::register_reply)) {
+    save_keys(session_id{wire::load_u32(d.data() + 4)}, channel);
+  }
+  return {};
+}
+
+void daemon::save_keys(session_id s, std::size_t channel) {
+  if (m_keys_saved.count(s)) return;
+  const auto blob = m_keys[channel]->export_session(s);
+  if (!blob) return;
+  char name[16];
+  std::snprintf(name, sizeof name, "%08x", s.value);
+  const auto file = m_cfg.temp / "keys" / name;
+  const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  std::string content(1, static_cast<char>(channel));
+  content += *blob;
+  if (fd < 0 || ::write(fd, content.data(), content.size()) != static_cast<ssize_t>(content.size())) {
+    m_log->warn("session {:08x}: cannot save its keys in {} ({}): a restart will not resume it",
+                s.value, file.string(), std::strerror(errno));
+  } else {
+    m_keys_saved.insert(s);
+  }
+  if (fd >= 0) ::close(fd);
+}
+
+void daemon::restore_keys(session_id s) {
+  char name[16];
+  std::snprintf(name, sizeof name, "%08x", s.value);
+  std::ifstream in(m_cfg.temp / "keys" / name, std::ios::binary);
+  if (!in) return;
+  std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (content.empty() || static_cast<unsigned char>(content[0]) >= m_keys.size() ||
+      !m_keys[static_cast<unsigned char>(content[0])]->import_session(s, std::string_view(content).substr(1))) {
+    m_log->warn("session {:08x}: its saved keys are unusable; it resumes only if announced again",
+                s.value);
+    return;
+  }
+  m_keys_saved.insert(s);
+}
+
+auth::auth_stats daemon::auth_refused() const {
+  auth::auth_stats sum;
+  for (const auto& k : m_keys) {
+    const auto& st = k->stats();
+    sum.unauthenticated += st.unauthenticated;
+    sum.bad_signature += st.bad_signature;
+    sum.bad_tag += st.bad_tag;
+    sum.no_key += st.no_key;
+    sum.untrusted_site += st.untrusted_site;
+    sum.verify_budget += st.verify_budget;
+  }
+  sum.no_key += m_unknown_unicast;
+  return sum;
+}
+
 void daemon::send(const endpoint& to, std::span<const std::byte> datagram) {
+  if (datagram.size() >= wire::header_size) {
+    if (auto* keys = keys_of(session_id{wire::load_u32(datagram.data() + 4)})) {
+      m_send_buffer.resize(datagram.size() + auth::max_trailer_bytes);
+      std::memcpy(m_send_buffer.data(), datagram.data(), datagram.size());
+      const std::size_t n = keys->seal(m_send_buffer, datagram.size());
+      if (n == 0) return;  // no key for it yet: the engine repeats the message
+      datagram = std::span<const std::byte>(m_send_buffer.data(), n);
+    }
+  }
   std::error_code ec;
   if (!net::send_one(m_sockets.back().native_handle(), to, datagram, ec)) {
     m_log->debug("cannot send to {}: {}", to.to_string(), ec.message());
@@ -259,7 +409,17 @@ void daemon::query_held(session_id s, std::uint32_t channel, std::vector<held_qu
 
 void daemon::checkpoint(session_id s, std::string blob) { m_store->checkpoint(s, std::move(blob)); }
 
-void daemon::session_closed(session_id s, bool remove_temp) { m_store->close_session(s, remove_temp); }
+void daemon::session_closed(session_id s, bool remove_temp) {
+  m_store->close_session(s, remove_temp);
+  if (!remove_temp) return;  // kept for a resume: keep its keys too
+  for (auto& k : m_keys) k->forget(s);
+  if (m_keys_saved.erase(s)) {
+    char name[16];
+    std::snprintf(name, sizeof name, "%08x", s.value);
+    std::error_code ec;
+    std::filesystem::remove(m_cfg.temp / "keys" / name, ec);
+  }
+}
 
 void daemon::start_unicast(session_id s, const unicast_order& order,
                            std::vector<byte_range> wanted) {
@@ -384,6 +544,13 @@ void daemon::log_status(bool final) {
   if (m_dropped_by_option) {
     drops += (drops.empty() ? "" : ", ") + std::string("--drop-rate ") + std::to_string(m_dropped_by_option);
   }
+  if (const auto a = auth_refused(); a.total() > 0) {
+    drops += (drops.empty() ? "" : ", ") +
+             fmt::format("not authenticated {} (bad signature {}, bad tag {}, no key {}, unsigned "
+                         "{}, over the verification budget {})",
+                         a.total(), a.bad_signature, a.bad_tag, a.no_key, a.unauthenticated,
+                         a.verify_budget);
+  }
   m_log->info("{}: {} sessions active, {} completed, {} failed; {} files stored, {} failed, {} "
               "refused; {} received; dropped: {}",
               final ? "final status" : "status", m_engine->active_sessions(),
@@ -423,6 +590,10 @@ void daemon::write_status_file() {
     if (st.drops.counts[i]) drops[std::string(to_string(static_cast<errc>(i)))] = st.drops.counts[i];
   }
   j["dropped"] = drops;
+  const auto a = auth_refused();
+  j["not_authenticated"] = {{"bad_signature", a.bad_signature}, {"bad_tag", a.bad_tag},
+                            {"no_key", a.no_key},          {"unsigned", a.unauthenticated},
+                            {"verify_budget", a.verify_budget}};
   const auto tmp = m_cfg.status_file->string() + ".tmp";
   {
     std::ofstream out(tmp);

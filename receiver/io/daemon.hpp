@@ -4,6 +4,7 @@
 /// receiver_engine, with file_store as its storage path. One io_context on one thread; the
 /// store runs its own writer, finalizer and scanner threads.
 
+#include "common/auth.hpp"
 #include "common/net/udp.hpp"
 #include "common/unicast/client.hpp"
 #include "receiver/core/receiver_engine.hpp"
@@ -18,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <set>
 #include <vector>
 
 namespace mcdist::receiver {
@@ -59,6 +61,22 @@ class daemon final : public receiver_sink {
   void log_status(bool final);
   void check_unicast_backpressure();
   void write_status_file();
+  /// Loads or makes this site's key and sets up one keyring per channel; warns for channels
+  /// that trust any sender.
+  void setup_keys();
+  /// Checks a datagram that arrived on socket `index` with the keyring of its channel (or, on
+  /// the control socket, of the channel that knows its session). @return empty with the
+  /// version-1 view in `out`, or why it was refused (counted)
+  std::error_code authenticate(std::size_t index, std::span<const std::byte> d, time_point now,
+                               std::span<const std::byte>& out);
+  /// The keyring that holds session `s`, if any.
+  auth::receiver_keys* keys_of(session_id s);
+  /// Saves a session's keys under temp/keys once this site has its session key, so a restarted
+  /// daemon can go on with the session (the checkpoint alone cannot verify its data).
+  void save_keys(session_id s, std::size_t channel);
+  void restore_keys(session_id s);
+  /// Sum of the keyrings' refusal counters.
+  auth::auth_stats auth_refused() const;
 
   boost::asio::io_context& m_io;
   daemon_config m_cfg;
@@ -69,6 +87,11 @@ class daemon final : public receiver_sink {
   boost::asio::signal_set m_signals;
   std::unique_ptr<file_store> m_store;
   std::unique_ptr<receiver_engine> m_engine;
+  /// Authentication, one keyring per channel (each trusts its own senders).
+  std::vector<std::unique_ptr<auth::receiver_keys>> m_keys;
+  std::set<session_id> m_keys_saved;     ///< sessions whose keys are saved under temp/keys
+  std::vector<std::byte> m_send_buffer;
+  std::uint64_t m_unknown_unicast = 0;   ///< unicast datagrams of sessions no channel knows
   net::batch_receiver m_receiver;
   std::mt19937_64 m_drop_rng;
   std::uint64_t m_dropped_by_option = 0;

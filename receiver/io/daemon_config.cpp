@@ -50,7 +50,8 @@ daemon_config load_config_file(const std::filesystem::path& file) {
                                 "checkpoint_interval",
                                 "status_file", "log", "channel", "max_sessions",
                                 "max_sessions_per_source", "session_memory", "total_memory",
-                                "disk_reserve", "disk_reserve_percent", "session_quota"};
+                                "disk_reserve", "disk_reserve_percent", "session_quota", "key_file",
+                                "trusted_senders"};
   for (const auto& [k, v] : t) {
     if (std::find(std::begin(known), std::end(known), std::string(k.str())) == std::end(known)) {
       throw config_error(file.string() + ": unknown setting '" + std::string(k.str()) + "' (" +
@@ -128,6 +129,24 @@ daemon_config load_config_file(const std::filesystem::path& file) {
     }
     if (auto n = (*lt)["file"]) cfg.log.file = require_type<std::string>(*n.node(), "log.file", "a string");
   }
+  auto key_list = [](const auto& n, const std::string& key) {
+    std::vector<crypto::key32> keys;
+    const auto* arr = n.as_array();
+    if (!arr) throw config_error("'" + key + "' must be an array of keys or key files");
+    for (std::size_t i = 0; i < arr->size(); ++i) {
+      const auto* v = arr->get(i)->as_string();
+      if (!v) throw config_error("'" + key + "' must be an array of strings");
+      try {
+        keys.push_back(crypto::read_public_key(v->get()));
+      } catch (const crypto::key_error& e) {
+        throw config_error(key + "[" + std::to_string(i) + "]: " + e.what());
+      }
+    }
+    return keys;
+  };
+  if (auto n = t["key_file"]) cfg.key_file = require_type<std::string>(*n.node(), "key_file", "a string");
+  std::vector<crypto::key32> default_trusted;
+  if (auto n = t["trusted_senders"]) default_trusted = key_list(n, "trusted_senders");
   if (auto arr = t["channel"].as_array()) {
     for (std::size_t i = 0; i < arr->size(); ++i) {
       const auto* ct = arr->get(i)->as_table();
@@ -140,6 +159,11 @@ daemon_config load_config_file(const std::filesystem::path& file) {
       ch.group = parse_group(require_type<std::string>(*g.node(), key + ".group", "a string"),
                              key + ".group");
       if (auto n = (*ct)["dest"]) ch.dest = require_type<std::string>(*n.node(), key + ".dest", "a string");
+      if (auto n = (*ct)["trusted_senders"]) {
+        ch.trusted_senders = key_list(n, key + ".trusted_senders");
+      } else {
+        ch.trusted_senders = default_trusted;
+      }
       if (ch.name.empty()) ch.name = ch.group.to_string();
       cfg.channels.push_back(std::move(ch));
     }
@@ -149,6 +173,7 @@ daemon_config load_config_file(const std::filesystem::path& file) {
   for (auto& ch : cfg.channels) {
     if (ch.dest.empty()) ch.dest = default_dest;
   }
+  cfg.trusted_senders = std::move(default_trusted);
   return cfg;
 }
 

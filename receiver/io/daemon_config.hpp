@@ -2,6 +2,7 @@
 /// @file
 /// mcdistd settings: from a TOML file (--config), overridden by command-line options.
 
+#include "common/crypto.hpp"
 #include "common/endpoint.hpp"
 #include "common/logging.hpp"
 #include "receiver/io/file_store.hpp"
@@ -20,6 +21,9 @@ struct channel_config {
   std::string name;                 ///< for logs
   endpoint group;                   ///< multicast group + port
   std::filesystem::path dest;       ///< destination tree of sessions on this channel
+  /// Ed25519 keys of the senders whose sessions this channel accepts (docs/security.md). Empty:
+  /// any host that reaches the group can write into dest (mcdistd warns at start).
+  std::vector<crypto::key32> trusted_senders;
 };
 
 /// Everything mcdistd needs.
@@ -28,6 +32,11 @@ struct daemon_config {
   endpoint interface;               ///< local address to join on and send from
   std::vector<channel_config> channels;
   std::filesystem::path temp;       ///< temp files and checkpoints; same filesystem as dest
+  /// This site's secret key file (mcdist-keygen, mode 0600). Empty: temp/site.key, made at
+  /// the first start, so the site keeps one key across restarts.
+  std::filesystem::path key_file;
+  /// The top-level trusted_senders: channels given on the command line (--group) take these.
+  std::vector<crypto::key32> trusted_senders;
   sync_mode sync = sync_mode::batch;
   std::size_t buffer_pool_bytes = 16u << 20;
   int socket_buffer_bytes = 32 << 20;

@@ -104,7 +104,8 @@ sender_session::sender_session(sender_config cfg, std::vector<manifest_entry> fi
       m_grtt(m_cfg.grtt_initial, m_cfg.grtt_min, m_cfg.grtt_max),
       m_pacer(m_cfg.rate_bps,
               std::max({m_cfg.burst_bytes, m_cfg.rate_bps / 8 / 1000 * catch_up_ms,
-                        std::uint64_t{m_cfg.block_size + wire::data_header_size + ip_udp_overhead}})) {
+                        std::uint64_t{m_cfg.block_size + wire::data_header_size + ip_udp_overhead +
+                                      m_cfg.data_trailer_bytes}})) {
   if (m_cfg.block_size < wire::min_block_size || m_cfg.block_size > wire::max_block_size) {
     throw std::invalid_argument("block size " + std::to_string(m_cfg.block_size) +
                                 " is outside " + std::to_string(wire::min_block_size) + ".." +
@@ -424,7 +425,8 @@ duration sender_session::nak_backoff() const noexcept {
 }
 
 std::uint64_t sender_session::pacing_quantum() const noexcept {
-  const std::uint64_t datagram = m_cfg.block_size + wire::data_header_size + ip_udp_overhead;
+  const std::uint64_t datagram =
+      m_cfg.block_size + wire::data_header_size + ip_udp_overhead + m_cfg.data_trailer_bytes;
   // At most 1 ms worth of the rate, so slow links see datagrams spread out, not bursts.
   const std::uint64_t per_ms = m_cfg.rate_bps / 8 / 1000;
   return std::max(datagram, std::min({m_cfg.pacing_quantum_bytes, per_ms}));
@@ -462,7 +464,10 @@ void sender_session::on_timer(time_point now) {
     case phase::announcing:
       // Eager start: data follows the first announce cycles without waiting a round trip for
       // the registrations; receivers take blocks as soon as they know the file.
-      if (m_cfg.eager_start && m_announce_cycles >= initial_announce_cycles) start_transfer(now);
+      if (m_cfg.eager_start && m_announce_cycles >= initial_announce_cycles &&
+          (!m_cfg.start_on_registration || m_registered > 0)) {
+        start_transfer(now);
+      }
       break;
     case phase::transferring:
       if (now >= m_next_marker) send_marker(now, false, false);
@@ -638,7 +643,8 @@ std::size_t sender_session::next_data(time_point now, std::span<data_send> out) 
     }
     auto& fs = m_state[file];
     const std::uint32_t len = block_length(m_files[file].size, m_cfg.block_size, block);
-    const std::uint64_t wire_bytes = len + wire::data_header_size + ip_udp_overhead;
+    const std::uint64_t wire_bytes =
+        len + wire::data_header_size + ip_udp_overhead + m_cfg.data_trailer_bytes;
     if (wire_bytes > allowance) break;
     allowance -= wire_bytes;
     m_pacer.consume(now, wire_bytes);

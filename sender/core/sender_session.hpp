@@ -77,6 +77,13 @@ struct sender_config {
   /// every registration; a file every receiver holds is still skipped if registration closes
   /// before the cursor reaches it.
   bool eager_start = true;
+  /// Authenticated sessions (common/auth.hpp): a site can check data blocks only once its
+  /// register_reply gave it the session key, so an eager start waits for the first
+  /// registration instead of sending pass 1 to sites that must drop it.
+  bool start_on_registration = false;
+  /// Bytes every data datagram carries after its payload (the authentication tag,
+  /// auth::data_trailer_bytes, when the session is signed): counted by the pacer.
+  std::uint32_t data_trailer_bytes = 0;
 
   // --- unicast fallback policy ---
   fallback_mode fallback = fallback_mode::automatic;
