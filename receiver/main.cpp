@@ -35,6 +35,7 @@ Settings come from --config FILE (TOML) and are overridden by options on the com
   checkpoint_interval = "2s"     # how often resume state of unfinished sessions is saved
   buffer_pool = "16M"           # memory for data on its way to disk (reads pause when it is full)
   status_file = "/run/mcdistd/status.json"
+  http = "127.0.0.1:9611"       # /metrics, /status and a status page; "off" disables
   [log]
   level = "info"
   file = "/var/log/mcdist/mcdistd.log"   # rotated at 10 MiB, 5 kept
@@ -71,6 +72,7 @@ int main(int argc, char** argv) {
   std::string status_interval;
   std::string status_file;
   std::string checkpoint_interval;
+  std::string http;
   double drop_rate = -1;
   std::uint64_t drop_seed = 1;
 
@@ -91,6 +93,11 @@ int main(int argc, char** argv) {
                  "How often unfinished sessions' resume state is saved (default 2s)")
       ->type_name("DURATION");
   app.add_option("--status-file", status_file, "Also write status as JSON to this file")->type_name("FILE");
+  app.add_option("--http", http,
+                 "Serve /metrics (Prometheus), /status (JSON) and a status page here (port 0: any free "
+                 "port, logged), or \"off\" "
+                 "(default 127.0.0.1:9611)")
+      ->type_name("ADDR:PORT");
   app.add_option("--log-level", log_level, "trace, debug, info (default), warn, error, off")->type_name("LEVEL");
   app.add_option("--log-file", log_file, "Also log to this file (rotated at 10 MiB, 5 kept)")->type_name("FILE");
   app.add_option("--drop-rate", drop_rate,
@@ -145,6 +152,10 @@ int main(int argc, char** argv) {
       *out = *d;
     }
     if (!status_file.empty()) cfg.status_file = status_file;
+    if (!http.empty()) {
+      cfg.http = mcdist::receiver::parse_http_setting(http, "--http");
+      cfg.http_explicit = true;
+    }
     if (!log_level.empty()) {
       try {
         cfg.log.level = mcdist::parse_log_level(log_level);

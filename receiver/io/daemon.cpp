@@ -50,8 +50,16 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
       m_signals(io, SIGINT, SIGTERM),
       m_receiver(receive_batch, receive_buffer_bytes),
       m_drop_rng(m_cfg.drop_seed),
-      m_unicast_poll(io) {
+      m_unicast_poll(io),
+      m_board(m_cfg.channels.size()),
+      m_sample_timer(io),
+      m_started(std::chrono::system_clock::now()) {
   validate(m_cfg);
+  if (m_cfg.http) {
+    // Before the store's threads exist: spdlog's sink list is not guarded.
+    m_log_ring = std::make_shared<http::log_ring_sink>();
+    m_log->sinks().push_back(m_log_ring);
+  }
   make_dir(m_cfg.temp, "temp");
   for (const auto& ch : m_cfg.channels) {
     make_dir(ch.dest, "destination");
@@ -94,6 +102,7 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
       m_store->close_session(session, true);
     }
   }
+  open_http();
 }
 
 daemon::~daemon() {
@@ -101,6 +110,8 @@ daemon::~daemon() {
   // The store drains its queues and joins its threads before the engine goes.
   m_store.reset();
   m_engine.reset();
+  m_http.reset();
+  if (m_log_ring) std::erase(m_log->sinks(), m_log_ring);
 }
 
 endpoint daemon::control_endpoint() const { return net::from_asio(m_sockets.back().local_endpoint()); }
@@ -124,6 +135,7 @@ void daemon::run() {
   m_log->info("mcdistd '{}' listening on {} (interface {}, control {}, temp {}, sync {})",
               m_cfg.id, channels, m_cfg.interface.address_string(),
               control_endpoint().to_string(), m_cfg.temp.string(), to_string(m_cfg.sync));
+  start_http();
   service();
   m_io.run();
   log_status(true);
@@ -139,6 +151,7 @@ void daemon::stop() {
   m_timer.cancel();
   m_status_timer.cancel();
   m_signals.cancel();
+  stop_http();
   for (auto& s : m_sockets) {
     boost::system::error_code ignored;
     s.cancel(ignored);
@@ -389,7 +402,7 @@ void daemon::log_status(bool final) {
   }
 }
 
-void daemon::write_status_file() {
+nlohmann::json daemon::status_json() {
   const auto& st = m_engine->stats();
   const auto ss = m_store->get_stats();
   nlohmann::json j;
@@ -411,6 +424,11 @@ void daemon::write_status_file() {
     if (st.drops.counts[i]) drops[std::string(to_string(static_cast<errc>(i)))] = st.drops.counts[i];
   }
   j["dropped"] = drops;
+  return j;
+}
+
+void daemon::write_status_file() {
+  const auto j = status_json();
   const auto tmp = m_cfg.status_file->string() + ".tmp";
   {
     std::ofstream out(tmp);

@@ -22,6 +22,15 @@ struct channel_config {
   std::filesystem::path dest;       ///< destination tree of sessions on this channel
 };
 
+/// Port of mcdistd's status HTTP server (/metrics, /status, /) unless configured otherwise.
+inline constexpr std::uint16_t default_http_port = 9611;
+
+/// 127.0.0.1:default_http_port: status stays on the host unless the operator opens it.
+endpoint default_http_endpoint();
+
+/// Parses the `http` setting: "ADDR:PORT", or "off". @throws config_error naming `what`
+std::optional<endpoint> parse_http_setting(const std::string& text, const std::string& what);
+
 /// Everything mcdistd needs.
 struct daemon_config {
   std::string id;                   ///< receiver id (wire::valid_receiver_id)
@@ -36,6 +45,11 @@ struct daemon_config {
   /// How often a receiving session's resume state is saved.
   std::chrono::nanoseconds checkpoint_interval = std::chrono::seconds(2);
   std::optional<std::filesystem::path> status_file;  ///< JSON status, rewritten every interval
+  /// Status HTTP server address; nullopt: off ("off").
+  std::optional<endpoint> http = default_http_endpoint();
+  /// `http` was set by the operator: failing to bind it is then fatal, while the default
+  /// address only gets a warning (a second daemon on the host must still receive).
+  bool http_explicit = false;
   log_options log;
   /// Test only: drop received datagrams with this probability before the core (like NORM's
   /// rxloss), seeded by drop_seed.
