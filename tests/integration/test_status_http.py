@@ -4,7 +4,8 @@ delivered. The server must answer what it refuses with the right status (431 hea
 413 body too large, 400 garbage, 405 POST, 404 unknown path), close a keep-alive connection
 after 100 requests, keep serving /metrics while more idle connections than its limit (32) are
 held open (the oldest idle one is evicted), survive connection floods and resets, and the
-daemon must deliver every file of the session meanwhile and exit cleanly.
+daemon must deliver every file of the session meanwhile and exit cleanly. Configuration: a bad
+--http exits 2, an explicit address already in use exits 3 naming it, --http off serves nothing.
 
 usage: test_status_http.py BUILD_DIR"""
 
@@ -13,6 +14,7 @@ import random
 import shutil
 import socket
 import struct
+import subprocess
 import sys
 import tempfile
 import threading
@@ -56,6 +58,21 @@ def main():
         group = free_group()
         daemon = Daemon(bin_dir, base, "site-http", group, ["--http", "127.0.0.1:0"])
         port = http_port(daemon)
+
+        mcdistd = os.path.join(bin_dir, "receiver", "mcdistd")
+        common = ["--id", "other", "--group", free_group(), "--interface", "127.0.0.1",
+                  "--dest", os.path.join(base, "o", "dest"), "--temp", os.path.join(base, "o", "temp")]
+        p = subprocess.run([mcdistd] + common + ["--http", "nowhere:80"], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, timeout=10)
+        check(p.returncode == 2 and b"--http" in p.stdout, "bad --http: %d %r" % (p.returncode, p.stdout))
+        p = subprocess.run([mcdistd] + common + ["--http", "127.0.0.1:%d" % port], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, timeout=10)
+        check(p.returncode == 3 and b"cannot listen for HTTP on 127.0.0.1:%d" % port in p.stdout,
+              "address in use: %d %r" % (p.returncode, p.stdout))
+        other = Daemon(bin_dir, base, "other", free_group(), ["--http", "off"])
+        check("status page on" not in other.log_text(), "--http off still serves")
+        check(other.stop() == 0, "--http off daemon exit status")
+        log("configuration: bad --http exits 2, address in use exits 3, off serves nothing")
 
         r = exchange(port, b"GET / HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 20000 + b"\r\n\r\n")
         check(r.startswith(b"HTTP/1.1 431"), "oversized header answered %r" % r[:40])
