@@ -15,10 +15,14 @@ std::size_t utf8_length(std::string_view s, std::size_t i) {
   const unsigned char c = b(0);
   std::size_t n = 0;
   if (c < 0x80) return 1;
-  if (c >= 0xc2 && c <= 0xdf) n = 2;
-  else if (c >= 0xe0 && c <= 0xef) n = 3;
-  else if (c >= 0xf0 && c <= 0xf4) n = 4;
-  else return 0;
+  if (c >= 0xc2 && c <= 0xdf)
+    n = 2;
+  else if (c >= 0xe0 && c <= 0xef)
+    n = 3;
+  else if (c >= 0xf0 && c <= 0xf4)
+    n = 4;
+  else
+    return 0;
   if (i + n > s.size()) return 0;
   for (std::size_t k = 1; k < n; ++k) {
     if ((b(k) & 0xc0) != 0x80) return 0;
@@ -55,14 +59,26 @@ std::string html_escape(std::string_view text) {
       continue;
     }
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
       default:
-        if (static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t') out += "\xef\xbf\xbd";
-        else out += c;
+        if (static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t')
+          out += "\xef\xbf\xbd";
+        else
+          out += c;
     }
     ++i;
   }
@@ -99,8 +115,8 @@ std::string svg_bar_chart(const std::vector<double>& values,
          "\" fill=\"#f6f8fa\" stroke=\"#d0d7de\"/>\n";
   const auto text = [&](int x, int y, const char* anchor, std::string_view s) {
     svg += "<text x=\"" + std::to_string(x) + "\" y=\"" + std::to_string(y) +
-           "\" font-size=\"11\" fill=\"#57606a\" text-anchor=\"" + anchor + "\">" +
-           html_escape(s) + "</text>\n";
+           "\" font-size=\"11\" fill=\"#57606a\" text-anchor=\"" + anchor + "\">" + html_escape(s) +
+           "</text>\n";
   };
   text(left - 4, top + 10, "end", y_max_label);
   text(left - 4, top + plot_h, "end", "0");

@@ -33,7 +33,8 @@ class log_ring_sink final : public spdlog::sinks::base_sink<std::mutex> {
 
   /// @param capacity  messages kept (the oldest goes first)
   /// @param keep      lowest level kept; lower ones are only counted
-  explicit log_ring_sink(std::size_t capacity = 100, spdlog::level::level_enum keep = spdlog::level::warn);
+  explicit log_ring_sink(std::size_t capacity = 100,
+                         spdlog::level::level_enum keep = spdlog::level::warn);
 
   /// The kept messages, oldest first.
   std::vector<log_entry> recent() const;

@@ -36,10 +36,17 @@ std::string prometheus_text::escape_label_value(std::string_view v) {
   out.reserve(v.size());
   for (char c : v) {
     switch (c) {
-      case '\\': out += "\\\\"; break;
-      case '"': out += "\\\""; break;
-      case '\n': out += "\\n"; break;
-      default: out += c;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -50,9 +57,14 @@ std::string prometheus_text::escape_help(std::string_view v) {
   out.reserve(v.size());
   for (char c : v) {
     switch (c) {
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      default: out += c;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -88,7 +100,8 @@ void prometheus_text::write_labels(std::initializer_list<label> labels) {
   m_text += '{';
   bool first = true;
   for (const auto& [k, v] : labels) {
-    if (!valid_label_name(k)) throw std::invalid_argument("invalid label name '" + std::string(k) + "'");
+    if (!valid_label_name(k))
+      throw std::invalid_argument("invalid label name '" + std::string(k) + "'");
     if (!first) m_text += ',';
     first = false;
     m_text += k;

@@ -26,7 +26,8 @@
 namespace mcdist::http {
 
 /// The content type of the format.
-inline constexpr std::string_view prometheus_content_type = "text/plain; version=0.0.4; charset=utf-8";
+inline constexpr std::string_view prometheus_content_type =
+    "text/plain; version=0.0.4; charset=utf-8";
 
 /// A family's TYPE.
 enum class metric_type { counter, gauge };
@@ -68,7 +69,7 @@ class prometheus_text {
   void write_labels(std::initializer_list<label> labels);
 
   std::string m_text;
-  std::string m_family;  ///< current family's name
+  std::string m_family;                       ///< current family's name
   std::set<std::string, std::less<>> m_seen;  ///< names of families written
 };
 

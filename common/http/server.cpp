@@ -86,7 +86,8 @@ struct server::impl {
 
   /// Closes the oldest connection still waiting for its request. @return false if none is.
   bool evict_one() {
-    const auto it = std::find_if(conns.begin(), conns.end(), [](const auto& c) { return c->waiting; });
+    const auto it =
+        std::find_if(conns.begin(), conns.end(), [](const auto& c) { return c->waiting; });
     if (it == conns.end()) return false;
     (*it)->stream.close();
     conns.erase(it);
@@ -139,7 +140,8 @@ struct server::impl {
     res.set(bhttp::field::server, server_name);
     res.set(bhttp::field::content_type, "text/plain; charset=utf-8");
     res.keep_alive(false);
-    res.body() = std::to_string(status) + " " + std::string(bhttp::obsolete_reason(res.result())) + "\n";
+    res.body() =
+        std::to_string(status) + " " + std::string(bhttp::obsolete_reason(res.result())) + "\n";
     res.prepare_payload();
     c->stream.expires_after(self->limits.write_timeout);
     co_await bhttp::async_write(c->stream, res, use_tuple);
@@ -191,7 +193,8 @@ struct server::impl {
         res.keep_alive(keep);
         std::tie(wec, std::ignore) = co_await bhttp::async_write(c->stream, res, use_tuple);
       } else {
-        bhttp::response<bhttp::string_body> res{static_cast<bhttp::status>(r.status), req.version()};
+        bhttp::response<bhttp::string_body> res{static_cast<bhttp::status>(r.status),
+                                                req.version()};
         res.set(bhttp::field::server, server_name);
         res.set(bhttp::field::content_type, r.content_type);
         res.set(bhttp::field::cache_control, "no-store");

@@ -29,9 +29,10 @@ void daemon::open_http() {
       throw std::runtime_error(std::string(e.what()) +
                                ": set http = \"ADDR:PORT\" (--http) to a free address, or \"off\"");
     }
-    m_log->warn("{}: no status page, /metrics or /status (the default address is taken: set "
-                "http = \"ADDR:PORT\" or --http to another, or \"off\")",
-                e.what());
+    m_log->warn(
+        "{}: no status page, /metrics or /status (the default address is taken: set "
+        "http = \"ADDR:PORT\" or --http to another, or \"off\")",
+        e.what());
     return;
   }
   m_log->info("status page on http://{}/ (also /metrics and /status)",
@@ -96,8 +97,9 @@ http::response daemon::serve_http(const http::request& r) {
   if (page) return {200, "text/html; charset=utf-8", render_status_page(s)};
   s.status_file = status_json();
   // Paths come from the network: invalid UTF-8 is replaced, not an exception.
-  return {200, "application/json",
-          render_status_json(s).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"};
+  return {
+      200, "application/json",
+      render_status_json(s).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"};
 }
 
 }  // namespace mcdist::receiver

@@ -19,7 +19,8 @@ void status_board::file_finished(const file_outcome& o, wall_time now) {
     ++ch.files_failed;
   }
   if (ch.recent.size() >= max_recent_products) ch.recent.pop_front();
-  ch.recent.push_back({std::string(o.path), o.size, o.session, now, o.stored, std::string(o.failure)});
+  ch.recent.push_back(
+      {std::string(o.path), o.size, o.session, now, o.stored, std::string(o.failure)});
 }
 
 void status_board::observe_bytes(std::uint64_t total, wall_time now) {

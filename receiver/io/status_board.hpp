@@ -23,21 +23,21 @@ using wall_time = std::chrono::system_clock::time_point;
 
 /// One delivered (or failed) product as the page lists it.
 struct product_record {
-  std::string path;      ///< manifest path
+  std::string path;  ///< manifest path
   std::uint64_t size = 0;
   session_id session{};
-  wall_time at{};        ///< when it was stored or failed
+  wall_time at{};  ///< when it was stored or failed
   bool stored = false;
-  std::string failure;   ///< why, when not stored
+  std::string failure;  ///< why, when not stored
 };
 
 /// Per-channel counters and recent products.
 struct channel_board {
   std::uint64_t files_stored = 0;
   std::uint64_t files_failed = 0;
-  std::uint64_t bytes_stored = 0;       ///< sizes of the files stored
-  std::optional<wall_time> last_stored; ///< time of the latest stored file
-  std::deque<product_record> recent;    ///< newest last, at most max_recent_products
+  std::uint64_t bytes_stored = 0;        ///< sizes of the files stored
+  std::optional<wall_time> last_stored;  ///< time of the latest stored file
+  std::deque<product_record> recent;     ///< newest last, at most max_recent_products
 };
 
 /// The board. Not thread-safe: the daemon's io thread owns it.

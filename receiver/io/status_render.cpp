@@ -50,12 +50,18 @@ std::string session_text(session_id s) {
 
 const char* level_name(spdlog::level::level_enum l) {
   switch (l) {
-    case spdlog::level::warn: return "warning";
-    case spdlog::level::err: return "error";
-    case spdlog::level::critical: return "critical";
-    case spdlog::level::info: return "info";
-    case spdlog::level::debug: return "debug";
-    default: return "trace";
+    case spdlog::level::warn:
+      return "warning";
+    case spdlog::level::err:
+      return "error";
+    case spdlog::level::critical:
+      return "critical";
+    case spdlog::level::info:
+      return "info";
+    case spdlog::level::debug:
+      return "debug";
+    default:
+      return "trace";
   }
 }
 
@@ -84,20 +90,24 @@ std::string render_metrics(const status_snapshot& s) {
   p.sample(st.sessions_failed);
   p.family("mcdist_receiver_files_stored_total", metric_type::counter,
            "Files verified (SHA-256) and renamed into the channel's destination.");
-  for (std::size_t i = 0; i < chans.size(); ++i) p.sample({{"channel", channel_name(s, i)}}, chans[i].files_stored);
+  for (std::size_t i = 0; i < chans.size(); ++i)
+    p.sample({{"channel", channel_name(s, i)}}, chans[i].files_stored);
   p.family("mcdist_receiver_files_failed_total", metric_type::counter,
            "Files that could not be stored (verification retries exhausted, disk full, ...).");
-  for (std::size_t i = 0; i < chans.size(); ++i) p.sample({{"channel", channel_name(s, i)}}, chans[i].files_failed);
+  for (std::size_t i = 0; i < chans.size(); ++i)
+    p.sample({{"channel", channel_name(s, i)}}, chans[i].files_failed);
   p.family("mcdist_receiver_files_refused_total", metric_type::counter,
            "Manifest entries refused (unsafe or conflicting paths, too large).");
   p.sample(st.files_refused);
   p.family("mcdist_receiver_stored_bytes_total", metric_type::counter,
            "Bytes of the files stored.");
-  for (std::size_t i = 0; i < chans.size(); ++i) p.sample({{"channel", channel_name(s, i)}}, chans[i].bytes_stored);
+  for (std::size_t i = 0; i < chans.size(); ++i)
+    p.sample({{"channel", channel_name(s, i)}}, chans[i].bytes_stored);
   p.family("mcdist_receiver_last_product_timestamp_seconds", metric_type::gauge,
            "When the channel's latest file was stored, seconds since the Unix epoch.");
   for (std::size_t i = 0; i < chans.size(); ++i) {
-    if (chans[i].last_stored) p.sample({{"channel", channel_name(s, i)}}, unix_seconds(*chans[i].last_stored));
+    if (chans[i].last_stored)
+      p.sample({{"channel", channel_name(s, i)}}, unix_seconds(*chans[i].last_stored));
   }
   p.family("mcdist_receiver_bytes_received_total", metric_type::counter,
            "File data bytes taken from the network (new blocks over multicast, and unicast).");
@@ -168,7 +178,8 @@ nlohmann::json render_status_json(const status_snapshot& s) {
   j["channels"] = std::move(chans);
   nlohmann::json log = nlohmann::json::array();
   for (const auto& e : s.recent_log) {
-    log.push_back({{"time", iso_time(e.time)}, {"level", level_name(e.level)}, {"message", e.text}});
+    log.push_back(
+        {{"time", iso_time(e.time)}, {"level", level_name(e.level)}, {"message", e.text}});
   }
   j["recent_log"] = std::move(log);
   j["bytes_per_minute"] = s.board->bytes_per_minute(s.now);
@@ -178,16 +189,27 @@ nlohmann::json render_status_json(const status_snapshot& s) {
 namespace {
 
 constexpr const char* page_style = R"(
-body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:1.5em 2em;color:#1f2328;background:#fff}
-h1{font-size:1.5em;margin:0 0 .2em}h2{font-size:1.15em;margin:1.6em 0 .5em;border-bottom:1px solid #d0d7de;padding-bottom:.2em}
-h3{font-size:1em;margin:1.2em 0 .4em}.sub{color:#57606a;margin:0 0 1em}
-.cards{display:flex;flex-wrap:wrap;gap:.6em}.card{border:1px solid #d0d7de;border-radius:6px;padding:.5em .9em;min-width:8em}
-.card .v{font-size:1.35em;font-weight:600}.card .k{color:#57606a;font-size:.85em}
-table{border-collapse:collapse;margin:.3em 0}th,td{padding:.25em .7em;text-align:left;border-bottom:1px solid #eaeef2;vertical-align:top}
-th{background:#f6f8fa;font-weight:600}td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
+body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:1.5em 2em}
+body{color:#1f2328;background:#fff}
+h1{font-size:1.5em;margin:0 0 .2em}
+h2{font-size:1.15em;margin:1.6em 0 .5em;border-bottom:1px solid #d0d7de;padding-bottom:.2em}
+h3{font-size:1em;margin:1.2em 0 .4em}
+.sub{color:#57606a;margin:0 0 1em}
+.cards{display:flex;flex-wrap:wrap;gap:.6em}
+.card{border:1px solid #d0d7de;border-radius:6px;padding:.5em .9em;min-width:8em}
+.card .v{font-size:1.35em;font-weight:600}
+.card .k{color:#57606a;font-size:.85em}
+table{border-collapse:collapse;margin:.3em 0}
+th,td{padding:.25em .7em;text-align:left;border-bottom:1px solid #eaeef2;vertical-align:top}
+th{background:#f6f8fa;font-weight:600}
+td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
 .path{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;word-break:break-all}
-.ok{color:#1a7f37}.bad{color:#cf222e;font-weight:600}.warning{color:#9a6700}.error,.critical{color:#cf222e}
-.none{color:#57606a;font-style:italic}a{color:#0969da}
+.ok{color:#1a7f37}
+.bad{color:#cf222e;font-weight:600}
+.warning{color:#9a6700}
+.error,.critical{color:#cf222e}
+.none{color:#57606a;font-style:italic}
+a{color:#0969da}
 )";
 
 void card(std::string& h, const char* id, const std::string& value, const char* label) {
@@ -225,7 +247,8 @@ std::string render_status_page(const status_snapshot& s) {
   card(h, "files-failed", std::to_string(failed), "files failed");
   card(h, "files-refused", std::to_string(st.files_refused), "files refused");
   card(h, "bytes-received", format_bytes(static_cast<double>(st.data_bytes)), "received");
-  card(h, "datagrams-dropped", std::to_string(st.drops.total() + s.dropped_by_option), "datagrams dropped");
+  card(h, "datagrams-dropped", std::to_string(st.drops.total() + s.dropped_by_option),
+       "datagrams dropped");
   card(h, "unicast-active", std::to_string(s.unicast_active), "unicast transfers");
   h += "</div>\n";
 
@@ -283,15 +306,17 @@ std::string render_status_page(const status_snapshot& s) {
     const double bps = static_cast<double>(minutes[i]) * 8 / 60;
     rates.push_back(bps);
     peak = std::max(peak, bps);
-    const auto at = wall_time(std::chrono::minutes(last - static_cast<std::int64_t>(minutes.size() - 1 - i)));
-    titles.push_back(clock_time(at).substr(0, 5) + " UTC: " + format_bytes(static_cast<double>(minutes[i])) +
-                     ", " + format_rate(bps));
+    const auto at =
+        wall_time(std::chrono::minutes(last - static_cast<std::int64_t>(minutes.size() - 1 - i)));
+    titles.push_back(clock_time(at).substr(0, 5) + " UTC: " +
+                     format_bytes(static_cast<double>(minutes[i])) + ", " + format_rate(bps));
   }
   h += "<h2>Throughput, last hour</h2>\n<figure id=\"throughput\" style=\"margin:0\">" +
        http::svg_bar_chart(rates, titles, "bytes received per minute over the last hour",
                            format_rate(peak), "60 min ago", "now") +
        "<figcaption class=\"sub\">File data received per minute (multicast and unicast), as a "
-       "mean rate; peak " + format_rate(peak) + ".</figcaption></figure>\n";
+       "mean rate; peak " +
+       format_rate(peak) + ".</figcaption></figure>\n";
 
   h += "<h2>Recent warnings and errors</h2>\n";
   if (s.recent_log.empty()) {

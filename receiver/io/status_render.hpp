@@ -24,11 +24,11 @@ namespace mcdist::receiver {
 
 /// Everything the documents show, gathered on the io thread.
 struct status_snapshot {
-  std::string id;                           ///< receiver id
+  std::string id;  ///< receiver id
   wall_time now{};
   wall_time started{};
   const std::vector<channel_config>* channels = nullptr;  ///< configured channels
-  const receiver_stats* stats = nullptr;    ///< the engine's counters
+  const receiver_stats* stats = nullptr;                  ///< the engine's counters
   const status_board* board = nullptr;
   std::size_t sessions_active = 0;
   std::size_t unicast_active = 0;           ///< unicast fallback transfers running
@@ -38,7 +38,7 @@ struct status_snapshot {
   std::vector<http::log_entry> recent_log;  ///< recent warnings and errors, oldest first
   std::uint64_t warnings_logged = 0;
   std::uint64_t errors_logged = 0;
-  nlohmann::json status_file;               ///< the status file's document
+  nlohmann::json status_file;  ///< the status file's document
 };
 
 /// The /metrics text.

@@ -63,9 +63,10 @@ TEST_CASE("invalid metric and label names are refused, as is a family written tw
   CHECK_FALSE(prometheus_text::valid_label_name("9no"));
 }
 
-TEST_CASE("values: integers exact, doubles shortest round-trip, Inf and NaN spelled as the "
-          "format says",
-          "[prometheus]") {
+TEST_CASE(
+    "values: integers exact, doubles shortest round-trip, Inf and NaN spelled as the "
+    "format says",
+    "[prometheus]") {
   CHECK(prometheus_text::format_value(0.5) == "0.5");
   CHECK(prometheus_text::format_value(1795429349.4941876) == "1795429349.4941876");
   CHECK(prometheus_text::format_value(std::numeric_limits<double>::infinity()) == "+Inf");

@@ -36,7 +36,7 @@ TEST_CASE("file outcomes are counted per channel and the recent ring keeps the n
 
 TEST_CASE("bytes per minute come from the growth of the sampled total", "[status_board]") {
   status_board b(1);
-  b.observe_bytes(1000, t0);               // first sample: a baseline, no growth
+  b.observe_bytes(1000, t0);                // first sample: a baseline, no growth
   b.observe_bytes(1500, t0 + seconds(30));  // +500 in minute 0
   b.observe_bytes(4500, t0 + minutes(2));   // +3000 in minute 2
   auto m = b.bytes_per_minute(t0 + minutes(2) + seconds(5));
