@@ -23,6 +23,10 @@ or an operator resends over unicast), mcdistd opens the connections itself towar
 (SCTP over UDP, or several TCP connections, as the sender says), so a site behind a firewall
 needs no inbound port. Unicast data takes the same verified temp-then-rename path.
 
+A status page for a person (/), the status as JSON (/status) and Prometheus metrics (/metrics)
+are served on --http (default 127.0.0.1:9611; "off" disables). If the default port is taken,
+mcdistd warns and runs without them; an address given explicitly must be free.
+
 Settings come from --config FILE (TOML) and are overridden by options on the command line:
 
   id = "site-a"
