@@ -23,6 +23,10 @@ or an operator resends over unicast), mcdistd opens the connections itself towar
 (SCTP over UDP, or several TCP connections, as the sender says), so a site behind a firewall
 needs no inbound port. Unicast data takes the same verified temp-then-rename path.
 
+A status page for a person (/), the status as JSON (/status) and Prometheus metrics (/metrics)
+are served on --http (default 127.0.0.1:9611; "off" disables). If the default port is taken,
+mcdistd warns and runs without them; an address given explicitly must be free.
+
 Settings come from --config FILE (TOML) and are overridden by options on the command line:
 
   id = "site-a"
@@ -37,6 +41,7 @@ Settings come from --config FILE (TOML) and are overridden by options on the com
   status_file = "/run/mcdistd/status.json"
   key_file = "/etc/mcdist/site.key"      # this site's key (default: TEMP/site.key, made at first start)
   trusted_senders = ["mcdist-ed25519:BASE64...", "/etc/mcdist/hub.pub"]  # default of every channel
+  http = "127.0.0.1:9611"       # /metrics, /status and a status page; "off" disables
   [log]
   level = "info"
   file = "/var/log/mcdist/mcdistd.log"   # rotated at 10 MiB, 5 kept
@@ -82,6 +87,7 @@ int main(int argc, char** argv) {
   std::string checkpoint_interval;
   std::string key_file;
   std::vector<std::string> trust;
+  std::string http;
   double drop_rate = -1;
   std::uint64_t drop_seed = 1;
 
@@ -102,6 +108,11 @@ int main(int argc, char** argv) {
                  "How often unfinished sessions' resume state is saved (default 2s)")
       ->type_name("DURATION");
   app.add_option("--status-file", status_file, "Also write status as JSON to this file")->type_name("FILE");
+  app.add_option("--http", http,
+                 "Serve /metrics (Prometheus), /status (JSON) and a status page here (port 0: any free "
+                 "port, logged), or \"off\" "
+                 "(default 127.0.0.1:9611)")
+      ->type_name("ADDR:PORT");
   app.add_option("--log-level", log_level, "trace, debug, info (default), warn, error, off")->type_name("LEVEL");
   app.add_option("--log-file", log_file, "Also log to this file (rotated at 10 MiB, 5 kept)")->type_name("FILE");
   app.add_option("--drop-rate", drop_rate,
@@ -177,6 +188,10 @@ int main(int argc, char** argv) {
       *out = *d;
     }
     if (!status_file.empty()) cfg.status_file = status_file;
+    if (!http.empty()) {
+      cfg.http = mcdist::receiver::parse_http_setting(http, "--http");
+      cfg.http_explicit = true;
+    }
     if (!log_level.empty()) {
       try {
         cfg.log.level = mcdist::parse_log_level(log_level);

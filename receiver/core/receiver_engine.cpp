@@ -1022,6 +1022,7 @@ void receiver_engine::on_file_stored(session_id id, file_index f, std::error_cod
     ++s->files_stored;
     s->bytes_stored += fr.entry.size;
     ++m_stats.files_stored;
+    m_sink.file_finished({s->id, s->channel, fr.entry.path, fr.entry.size, true, {}});
     if (m_log) {
       m_log->info("session {}: stored '{}' ({} bytes)", s->name(), printable(fr.entry.path),
                   fr.entry.size);
@@ -1042,6 +1043,7 @@ void receiver_engine::on_file_stored(session_id id, file_index f, std::error_cod
     --s->files_open;
     ++s->files_failed;
     ++m_stats.files_failed;
+    m_sink.file_finished({s->id, s->channel, fr.entry.path, fr.entry.size, false, fr.failure});
     if (m_log) {
       m_log->error("session {}: could not store '{}': {}", s->name(), printable(fr.entry.path),
                    fr.failure);

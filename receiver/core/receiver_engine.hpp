@@ -116,6 +116,16 @@ struct byte_range {
   std::uint64_t length = 0;
 };
 
+/// How a file ended on this receiver, for status pages and metrics (receiver_sink::file_finished).
+struct file_outcome {
+  session_id session{};
+  std::uint32_t channel = 0;   ///< the channel the session came on
+  std::string_view path;       ///< manifest path; valid during the call only
+  std::uint64_t size = 0;      ///< bytes
+  bool stored = false;         ///< verified and renamed into place; false: failed
+  std::string_view failure;    ///< why it failed; empty when stored
+};
+
 /// Actions the engine asks of its shell. Calls happen synchronously inside engine calls.
 class receiver_sink {
  public:
@@ -145,6 +155,9 @@ class receiver_sink {
                              std::vector<byte_range> wanted) = 0;
   /// Drop the session's unicast client, if any (no on_unicast_closed follows).
   virtual void stop_unicast(session_id s) = 0;
+  /// A file was stored or failed for good (counted in receiver_stats::files_stored /
+  /// files_failed at the same moment). Observation only; the default does nothing.
+  virtual void file_finished(const file_outcome& outcome) { (void)outcome; }
 };
 
 /// Counters for logs and status.

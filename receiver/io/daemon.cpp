@@ -53,8 +53,16 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
       m_signals(io, SIGINT, SIGTERM),
       m_receiver(receive_batch, receive_buffer_bytes),
       m_drop_rng(m_cfg.drop_seed),
-      m_unicast_poll(io) {
+      m_unicast_poll(io),
+      m_board(m_cfg.channels.size()),
+      m_sample_timer(io),
+      m_started(std::chrono::system_clock::now()) {
   validate(m_cfg);
+  if (m_cfg.http) {
+    // Before the store's threads exist: spdlog's sink list is not guarded.
+    m_log_ring = std::make_shared<http::log_ring_sink>();
+    m_log->sinks().push_back(m_log_ring);
+  }
   make_dir(m_cfg.temp, "temp");
   for (const auto& ch : m_cfg.channels) {
     make_dir(ch.dest, "destination");
@@ -111,6 +119,7 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
   file_store::sweep_temp(m_cfg.temp, with_state, *m_log);
   // Saved keys of sessions that left no usable state go with their temp directories.
   file_store::sweep_temp(m_cfg.temp / "keys", with_state, *m_log);
+  open_http();
 }
 
 daemon::~daemon() {
@@ -118,6 +127,8 @@ daemon::~daemon() {
   // The store drains its queues and joins its threads before the engine goes.
   m_store.reset();
   m_engine.reset();
+  m_http.reset();
+  if (m_log_ring) std::erase(m_log->sinks(), m_log_ring);
 }
 
 endpoint daemon::control_endpoint() const { return net::from_asio(m_sockets.back().local_endpoint()); }
@@ -141,6 +152,7 @@ void daemon::run() {
   m_log->info("mcdistd '{}' listening on {} (interface {}, control {}, temp {}, sync {})",
               m_cfg.id, channels, m_cfg.interface.address_string(),
               control_endpoint().to_string(), m_cfg.temp.string(), to_string(m_cfg.sync));
+  start_http();
   service();
   m_io.run();
   log_status(true);
@@ -156,6 +168,7 @@ void daemon::stop() {
   m_timer.cancel();
   m_status_timer.cancel();
   m_signals.cancel();
+  stop_http();
   for (auto& s : m_sockets) {
     boost::system::error_code ignored;
     s.cancel(ignored);
@@ -567,7 +580,7 @@ void daemon::log_status(bool final) {
   }
 }
 
-void daemon::write_status_file() {
+nlohmann::json daemon::status_json() {
   const auto& st = m_engine->stats();
   const auto ss = m_store->get_stats();
   nlohmann::json j;
@@ -594,6 +607,11 @@ void daemon::write_status_file() {
   j["not_authenticated"] = {{"bad_signature", a.bad_signature}, {"bad_tag", a.bad_tag},
                             {"no_key", a.no_key},          {"unsigned", a.unauthenticated},
                             {"verify_budget", a.verify_budget}};
+  return j;
+}
+
+void daemon::write_status_file() {
+  const auto j = status_json();
   const auto tmp = m_cfg.status_file->string() + ".tmp";
   {
     std::ofstream out(tmp);

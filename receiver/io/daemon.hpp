@@ -5,11 +5,16 @@
 /// store runs its own writer, finalizer and scanner threads.
 
 #include "common/auth.hpp"
+#include "common/http/log_ring.hpp"
+#include "common/http/server.hpp"
 #include "common/net/udp.hpp"
 #include "common/unicast/client.hpp"
 #include "receiver/core/receiver_engine.hpp"
 #include "receiver/io/daemon_config.hpp"
 #include "receiver/io/file_store.hpp"
+#include "receiver/io/status_board.hpp"
+
+#include <nlohmann/json_fwd.hpp>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -24,7 +29,8 @@
 
 namespace mcdist::receiver {
 
-/// The receiver daemon. Construct, then run() until SIGTERM/SIGINT.
+/// The receiver daemon. Construct, then run() until SIGTERM/SIGINT. With daemon_config::http
+/// set it serves /metrics, /status and a status page on that address (daemon_http.cpp).
 class daemon final : public receiver_sink {
  public:
   /// Creates directories, opens sockets, restores checkpoints.
@@ -39,6 +45,8 @@ class daemon final : public receiver_sink {
 
   /// Local address of the control socket (tests).
   endpoint control_endpoint() const;
+  /// Local address of the status HTTP server, or nullopt when it is off.
+  std::optional<endpoint> http_endpoint() const;
 
   // receiver_sink
   void send(const endpoint& to, std::span<const std::byte> datagram) override;
@@ -53,6 +61,7 @@ class daemon final : public receiver_sink {
   void start_unicast(session_id s, const unicast_order& order,
                      std::vector<byte_range> wanted) override;
   void stop_unicast(session_id s) override;
+  void file_finished(const file_outcome& outcome) override;
 
  private:
   void do_receive(std::size_t socket_index);
@@ -77,6 +86,14 @@ class daemon final : public receiver_sink {
   void restore_keys(session_id s);
   /// Sum of the keyrings' refusal counters.
   auth::auth_stats auth_refused() const;
+  /// The status file's document (also the base of /status).
+  nlohmann::json status_json();
+  // Status HTTP server (daemon_http.cpp).
+  void open_http();
+  void start_http();
+  void stop_http();
+  void do_sample();
+  http::response serve_http(const http::request& r);
 
   boost::asio::io_context& m_io;
   daemon_config m_cfg;
@@ -113,6 +130,12 @@ class daemon final : public receiver_sink {
   std::optional<time_point> m_timer_at;
   bool m_stopping = false;
   std::uint64_t m_last_logged_drops = 0;
+  // Status HTTP server (daemon_http.cpp).
+  std::shared_ptr<http::log_ring_sink> m_log_ring;  ///< on m_log while the daemon lives
+  status_board m_board;
+  std::unique_ptr<http::server> m_http;
+  boost::asio::steady_timer m_sample_timer;
+  wall_time m_started;
 };
 
 }  // namespace mcdist::receiver

@@ -34,6 +34,25 @@ endpoint parse_group(const std::string& text, const std::string& key) {
 
 }  // namespace
 
+endpoint default_http_endpoint() {
+  auto e = *parse_address("127.0.0.1");
+  e.port = default_http_port;
+  return e;
+}
+
+std::optional<endpoint> parse_http_setting(const std::string& text, const std::string& what) {
+  if (text == "off") return std::nullopt;
+  // Port 0 (any free port, logged at start) is for tests; parse_endpoint refuses it.
+  const bool any_port = text.size() > 2 && text.ends_with(":0");
+  const auto e = any_port ? parse_endpoint(std::string_view(text).substr(0, text.size() - 2), 0)
+                          : parse_endpoint(text);
+  if (!e || e->is_multicast()) {
+    throw config_error(what + " \"" + text +
+                       "\" is not a local ADDR:PORT to serve status on (e.g. 127.0.0.1:9611) or \"off\"");
+  }
+  return e;
+}
+
 daemon_config load_config_file(const std::filesystem::path& file) {
   toml::table t;
   try {
@@ -48,7 +67,7 @@ daemon_config load_config_file(const std::filesystem::path& file) {
   static const char* known[] = {"id", "interface", "dest", "temp", "sync", "buffer_pool",
                                 "socket_buffer", "session_timeout", "status_interval",
                                 "checkpoint_interval",
-                                "status_file", "log", "channel", "max_sessions",
+                                "status_file", "http", "log", "channel", "max_sessions",
                                 "max_sessions_per_source", "session_memory", "total_memory",
                                 "disk_reserve", "disk_reserve_percent", "session_quota", "key_file",
                                 "trusted_senders"};
@@ -118,6 +137,10 @@ daemon_config load_config_file(const std::filesystem::path& file) {
   duration_setting("checkpoint_interval", cfg.checkpoint_interval);
   if (auto n = t["status_file"]) {
     cfg.status_file = require_type<std::string>(*n.node(), "status_file", "a string");
+  }
+  if (auto n = t["http"]) {
+    cfg.http = parse_http_setting(require_type<std::string>(*n.node(), "http", "a string"), "'http' =");
+    cfg.http_explicit = true;
   }
   if (auto lt = t["log"].as_table()) {
     if (auto n = (*lt)["level"]) {

@@ -26,6 +26,15 @@ struct channel_config {
   std::vector<crypto::key32> trusted_senders;
 };
 
+/// Port of mcdistd's status HTTP server (/metrics, /status, /) unless configured otherwise.
+inline constexpr std::uint16_t default_http_port = 9611;
+
+/// 127.0.0.1:default_http_port: status stays on the host unless the operator opens it.
+endpoint default_http_endpoint();
+
+/// Parses the `http` setting: "ADDR:PORT", or "off". @throws config_error naming `what`
+std::optional<endpoint> parse_http_setting(const std::string& text, const std::string& what);
+
 /// Everything mcdistd needs.
 struct daemon_config {
   std::string id;                   ///< receiver id (wire::valid_receiver_id)
@@ -54,6 +63,11 @@ struct daemon_config {
   std::uint64_t disk_reserve_bytes = std::uint64_t{1} << 30;      ///< storage_config
   double disk_reserve_percent = 5;                                ///< storage_config
   std::uint64_t session_quota_bytes = std::uint64_t{256} << 30;   ///< storage_config; 0: none
+  /// Status HTTP server address; nullopt: off ("off").
+  std::optional<endpoint> http = default_http_endpoint();
+  /// `http` was set by the operator: failing to bind it is then fatal, while the default
+  /// address only gets a warning (a second daemon on the host must still receive).
+  bool http_explicit = false;
   log_options log;
   /// Test only: drop received datagrams with this probability before the core (like NORM's
   /// rxloss), seeded by drop_seed.
