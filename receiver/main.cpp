@@ -43,7 +43,12 @@ Settings come from --config FILE (TOML) and are overridden by options on the com
   group = "239.192.0.1:4711"
   dest = "/srv/mcdist/in/products"       # optional, else the top-level dest
 
-Exit status: 0 after a signal; 2 bad configuration; 3 runtime error (socket, directories).
+Under systemd (Type=notify) mcdistd reports READY=1 once its sockets are bound, WATCHDOG=1
+every half WatchdogSec= and STOPPING=1 on SIGTERM. SIGHUP reopens the log file (for logrotate);
+it does not reload channels or other settings yet: restart the service for those.
+
+Exit status: 0 after a signal, or a valid --check-config; 2 bad configuration; 3 runtime error
+(socket, directories).
 
 Example:
   mcdistd --id site-a --group 239.192.0.1:4711 --interface 127.0.0.1 --dest /srv/in --temp /srv/tmp
@@ -59,6 +64,7 @@ int main(int argc, char** argv) {
   app.get_formatter()->column_width(34);
 
   std::string config_file;
+  std::string check_config;
   std::string id;
   std::vector<std::string> groups;
   std::string interface;
@@ -75,6 +81,12 @@ int main(int argc, char** argv) {
   std::uint64_t drop_seed = 1;
 
   app.add_option("-c,--config", config_file, "TOML configuration file")->type_name("FILE");
+  app.add_option("--check-config", check_config,
+                 "Validate this configuration file (with the other options applied over it), "
+                 "check its directories without creating them, print the problem and exit: 0 "
+                 "valid, 2 not. Binds no socket")
+      ->type_name("FILE")
+      ->excludes("--config");
   app.add_option("--id", id, "This site's receiver id (letters, digits, - _ . : @)")->type_name("ID");
   app.add_option("-g,--group", groups, "Multicast channel to join (repeat for more channels)")
       ->type_name("ADDR:PORT");
@@ -108,6 +120,7 @@ int main(int argc, char** argv) {
 
   mcdist::receiver::daemon_config cfg;
   try {
+    if (!check_config.empty()) config_file = check_config;
     if (!config_file.empty()) cfg = mcdist::receiver::load_config_file(config_file);
     if (!id.empty()) cfg.id = id;
     if (!interface.empty()) {
@@ -156,8 +169,15 @@ int main(int argc, char** argv) {
     if (drop_rate >= 0) cfg.drop_rate = drop_rate;
     cfg.drop_seed = drop_seed;
     mcdist::receiver::validate(cfg);
+    if (!check_config.empty()) {
+      mcdist::receiver::check_directories(cfg, false);
+      std::cout << "mcdistd: " << check_config << ": configuration valid (receiver '" << cfg.id
+                << "', " << cfg.channels.size() << " channel(s), temp " << cfg.temp.string()
+                << ")\n";
+      return 0;
+    }
   } catch (const mcdist::receiver::config_error& e) {
-    std::cerr << "mcdistd: " << e.what() << "\n";
+    std::cerr << "mcdistd: " << (check_config.empty() ? "" : check_config + ": ") << e.what() << "\n";
     return 2;
   }
 

@@ -5,6 +5,7 @@
 /// store runs its own writer, finalizer and scanner threads.
 
 #include "common/net/udp.hpp"
+#include "common/sd_notify.hpp"
 #include "common/unicast/client.hpp"
 #include "receiver/core/receiver_engine.hpp"
 #include "receiver/io/daemon_config.hpp"
@@ -22,7 +23,19 @@
 
 namespace mcdist::receiver {
 
-/// The receiver daemon. Construct, then run() until SIGTERM/SIGINT.
+/// The directory checks the daemon makes before it opens sockets: the temp directory and every
+/// channel's destination exist (or, with create, are created; without, could be created: their
+/// nearest existing ancestor is a writable directory), are writable directories, and every
+/// destination is on the temp directory's filesystem (files are renamed from temp into place).
+/// The log file's and status file's directories exist or could be created. `mcdistd
+/// --check-config` runs it with create = false, the daemon with create = true.
+/// @throws config_error naming the directory and the problem
+void check_directories(const daemon_config& cfg, bool create);
+
+/// The receiver daemon. Construct, then run() until SIGTERM/SIGINT. Under systemd
+/// (Type=notify) it reports READY=1 once its sockets are bound and its saved sessions restored,
+/// WATCHDOG=1 every half $WATCHDOG_USEC from its io_context, STOPPING=1 when a signal stops it.
+/// SIGHUP reopens the log file.
 class daemon final : public receiver_sink {
  public:
   /// Creates directories, opens sockets, restores checkpoints.
@@ -59,6 +72,8 @@ class daemon final : public receiver_sink {
   void log_status(bool final);
   void check_unicast_backpressure();
   void write_status_file();
+  void wait_signal();
+  void arm_watchdog();
 
   boost::asio::io_context& m_io;
   daemon_config m_cfg;
@@ -67,6 +82,8 @@ class daemon final : public receiver_sink {
   boost::asio::steady_timer m_timer;
   boost::asio::steady_timer m_status_timer;
   boost::asio::signal_set m_signals;
+  service_notifier m_notifier;
+  boost::asio::steady_timer m_watchdog_timer;
   std::unique_ptr<file_store> m_store;
   std::unique_ptr<receiver_engine> m_engine;
   net::batch_receiver m_receiver;
