@@ -84,9 +84,8 @@ int main(int argc, char** argv) {
   app.add_option("--check-config", check_config,
                  "Validate this configuration file (with the other options applied over it), "
                  "check its directories without creating them, print the problem and exit: 0 "
-                 "valid, 2 not. Binds no socket")
-      ->type_name("FILE")
-      ->excludes("--config");
+                 "valid, 2 not. Binds no socket (replaces --config)")
+      ->type_name("FILE");
   app.add_option("--id", id, "This site's receiver id (letters, digits, - _ . : @)")->type_name("ID");
   app.add_option("-g,--group", groups, "Multicast channel to join (repeat for more channels)")
       ->type_name("ADDR:PORT");
