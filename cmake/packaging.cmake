@@ -75,10 +75,10 @@ set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
 set(CPACK_PACKAGE_CONTACT "mcdist developers <mcdist@example.org>")
 set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "reliable multicast file distribution")
 set(CPACK_PACKAGE_DESCRIPTION
-    "mcdist distributes file sets from one sender to many receiving sites over IP\n"
-    "multicast, reliably (NAK-based repair passes, unicast fallback for lossy sites),\n"
-    "at a configured rate: the daily flow of a meteorological centre to dozens or\n"
-    "hundreds of centres behind terrestrial multicast or a satellite hop.\n"
+    "mcdist distributes file sets from one sender to many receiving sites over\n"
+    "IP multicast, reliably (NAK-based repair passes, unicast fallback for lossy\n"
+    "sites), at a configured rate: the daily flow of a meteorological centre to\n"
+    "dozens or hundreds of centres behind terrestrial multicast or a satellite hop.\n"
     "\n"
     "This package holds mcdist-send, the sender, and mcdistd, the receiver daemon\n"
     "with its systemd service, which verifies the SHA-256 of every file and renames\n"

@@ -14,6 +14,7 @@ packages=(
   libboost1.81-dev libprotobuf-dev protobuf-compiler libspdlog-dev catch2 libssl-dev
   libcli11-dev libtomlplusplus-dev libusrsctp-dev libsctp-dev nlohmann-json3-dev
   python3 iproute2 libeccodes-data
+  systemd help2man lintian
 )
 if [ "${1:-}" = "--bench" ]; then
   packages+=(uftp iperf3 gnuplot-nox rsync netcat-openbsd time)
