@@ -9,12 +9,14 @@
 - a unit with a misspelt setting does produce a message (the check can fail);
 - sysusers.d creates the mcdist user and tmpfiles.d the directories, owned by it, in a scratch
   root (systemd-sysusers --root, systemd-tmpfiles --root);
-- the sysctl.d limits cover the daemon's 32 MiB socket buffers.
+- the sysctl.d limits cover the daemon's 32 MiB socket buffers;
+- `systemd-analyze security --offline=yes` rates each unit's exposure at most 3.0 ("OK").
 
 usage: test_systemd_units.py BUILD_DIR"""
 
 import glob
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -62,6 +64,13 @@ def main():
             check(rc == 0 and out == "", "systemd-analyze verify %s: exit %d: %s" % (name, rc, out))
             if "@" in name:
                 check("/etc/mcdist/%i.toml" in text, "the template does not read /etc/mcdist/%i.toml")
+            # systemd's own hardening score (0 best, 10 worst; 2.0 when written): stays "OK".
+            p = subprocess.run(["systemd-analyze", "security", "--offline=yes", local],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+            m = re.search(r"Overall exposure level for \S+: ([0-9.]+)", p.stdout.decode("utf-8", "replace"))
+            check(m is not None, "systemd-analyze security printed no exposure level")
+            log("systemd-analyze security %s: exposure %s" % (name, m.group(1)))
+            check(float(m.group(1)) <= 3.0, "%s: exposure %s above 3.0" % (name, m.group(1)))
 
         # The check can fail: a misspelt value and an unknown key are reported.
         with open(os.path.join(base, "mcdistd.service")) as f:
