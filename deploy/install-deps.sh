@@ -15,6 +15,7 @@ packages=(
   libcli11-dev libtomlplusplus-dev libsodium-dev libusrsctp-dev libsctp-dev nlohmann-json3-dev
   python3 iproute2 libeccodes-data
   chromium prometheus
+  systemd help2man lintian
 )
 if [ "${1:-}" = "--bench" ]; then
   packages+=(uftp iperf3 gnuplot-nox rsync netcat-openbsd time)

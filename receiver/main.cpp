@@ -57,7 +57,12 @@ announces, digests and session ends, tags on markers and data blocks under a ses
 site receives sealed to its own key) and everything else is counted and dropped. A channel
 without trusted_senders takes any sender's products: mcdistd warns about it at start.
 
-Exit status: 0 after a signal; 2 bad configuration; 3 runtime error (socket, directories).
+Under systemd (Type=notify) mcdistd reports READY=1 once its sockets are bound, WATCHDOG=1
+every half WatchdogSec= and STOPPING=1 on SIGTERM. SIGHUP reopens the log file (for logrotate);
+it does not reload channels or other settings yet: restart the service for those.
+
+Exit status: 0 after a signal, or a valid --check-config; 2 bad configuration; 3 runtime error
+(socket, directories).
 
 Example:
   mcdistd --id site-a --group 239.192.0.1:4711 --interface 127.0.0.1 --dest /srv/in --temp /srv/tmp
@@ -73,6 +78,7 @@ int main(int argc, char** argv) {
   app.get_formatter()->column_width(34);
 
   std::string config_file;
+  std::string check_config;
   std::string id;
   std::vector<std::string> groups;
   std::string interface;
@@ -92,6 +98,11 @@ int main(int argc, char** argv) {
   std::uint64_t drop_seed = 1;
 
   app.add_option("-c,--config", config_file, "TOML configuration file")->type_name("FILE");
+  app.add_option("--check-config", check_config,
+                 "Validate this configuration file (with the other options applied over it), "
+                 "check its directories without creating them, print the problem and exit: 0 "
+                 "valid, 2 not. Binds no socket (replaces --config)")
+      ->type_name("FILE");
   app.add_option("--id", id, "This site's receiver id (letters, digits, - _ . : @)")->type_name("ID");
   app.add_option("-g,--group", groups, "Multicast channel to join (repeat for more channels)")
       ->type_name("ADDR:PORT");
@@ -138,6 +149,7 @@ int main(int argc, char** argv) {
 
   mcdist::receiver::daemon_config cfg;
   try {
+    if (!check_config.empty()) config_file = check_config;
     if (!config_file.empty()) cfg = mcdist::receiver::load_config_file(config_file);
     if (!id.empty()) cfg.id = id;
     if (!interface.empty()) {
@@ -203,8 +215,15 @@ int main(int argc, char** argv) {
     if (drop_rate >= 0) cfg.drop_rate = drop_rate;
     cfg.drop_seed = drop_seed;
     mcdist::receiver::validate(cfg);
+    if (!check_config.empty()) {
+      mcdist::receiver::check_directories(cfg, false);
+      std::cout << "mcdistd: " << check_config << ": configuration valid (receiver '" << cfg.id
+                << "', " << cfg.channels.size() << " channel(s), temp " << cfg.temp.string()
+                << ")\n";
+      return 0;
+    }
   } catch (const mcdist::receiver::config_error& e) {
-    std::cerr << "mcdistd: " << e.what() << "\n";
+    std::cerr << "mcdistd: " << (check_config.empty() ? "" : check_config + ": ") << e.what() << "\n";
     return 2;
   }
 

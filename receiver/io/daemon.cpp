@@ -7,6 +7,10 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -42,7 +46,57 @@ dev_t device_of(const std::filesystem::path& p) {
   return st.st_dev;
 }
 
+/// p itself when it exists, else its nearest existing ancestor (what create_directories would
+/// create below). An empty result: nothing exists (a relative path from a vanished directory).
+std::filesystem::path existing_part(const std::filesystem::path& p) {
+  std::filesystem::path a = std::filesystem::absolute(p).lexically_normal();
+  std::error_code ec;
+  while (!std::filesystem::exists(a, ec)) {
+    if (!a.has_relative_path()) return {};
+    a = a.parent_path();
+  }
+  return a;
+}
+
+/// Without creating anything: p is, or could be created as, a directory we can write in.
+void check_dir(const std::filesystem::path& p, const char* what) {
+  const auto a = existing_part(p);
+  if (a.empty() || !std::filesystem::is_directory(a)) {
+    throw config_error(std::string("the ") + what + " directory " + p.string() + " cannot be " +
+                       (a == std::filesystem::absolute(p).lexically_normal() ? "used" : "created") +
+                       ": " + (a.empty() ? "no part of it exists" : a.string() + " is not a directory"));
+  }
+  if (::access(a.c_str(), W_OK | X_OK) != 0) {
+    throw config_error(std::string("the ") + what + " directory " + p.string() + " cannot be " +
+                       (a == std::filesystem::absolute(p).lexically_normal() ? "written" : "created") +
+                       ": " + a.string() + ": " + std::strerror(errno));
+  }
+}
+
 }  // namespace
+
+void check_directories(const daemon_config& cfg, bool create) {
+  const auto prepare = [create](const std::filesystem::path& p, const char* what) {
+    if (create) make_dir(p, what);
+    else check_dir(p, what);
+  };
+  prepare(cfg.temp, "temp");
+  const dev_t temp_dev = device_of(existing_part(cfg.temp));
+  for (const auto& ch : cfg.channels) {
+    prepare(ch.dest, "destination");
+    if (device_of(existing_part(ch.dest)) != temp_dev) {
+      throw config_error("the temp directory " + cfg.temp.string() +
+                         " is on another filesystem than the destination " + ch.dest.string() +
+                         " of channel " + ch.name +
+                         ": files are renamed atomically from temp to destination, so both must "
+                         "be on one filesystem");
+    }
+  }
+  if (!create) {
+    if (cfg.log.file) check_dir(std::filesystem::path(*cfg.log.file).parent_path(), "log file");
+    if (cfg.status_file) check_dir(cfg.status_file->parent_path(), "status file");
+  }
+}
 
 daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<spdlog::logger> log)
     : m_io(io),
@@ -50,7 +104,8 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
       m_log(std::move(log)),
       m_timer(io),
       m_status_timer(io),
-      m_signals(io, SIGINT, SIGTERM),
+      m_signals(io, SIGINT, SIGTERM, SIGHUP),
+      m_watchdog_timer(io),
       m_receiver(receive_batch, receive_buffer_bytes),
       m_drop_rng(m_cfg.drop_seed),
       m_unicast_poll(io),
@@ -63,17 +118,7 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
     m_log_ring = std::make_shared<http::log_ring_sink>();
     m_log->sinks().push_back(m_log_ring);
   }
-  make_dir(m_cfg.temp, "temp");
-  for (const auto& ch : m_cfg.channels) {
-    make_dir(ch.dest, "destination");
-    if (device_of(ch.dest) != device_of(m_cfg.temp)) {
-      throw config_error("the temp directory " + m_cfg.temp.string() +
-                         " is on another filesystem than the destination " + ch.dest.string() +
-                         " of channel " + ch.name +
-                         ": files are renamed atomically from temp to destination, so both must "
-                         "be on one filesystem");
-    }
-  }
+  check_directories(m_cfg, true);
   storage_config sc;
   sc.temp_dir = m_cfg.temp;
   sc.buffer_pool_bytes = m_cfg.buffer_pool_bytes;
@@ -135,11 +180,7 @@ endpoint daemon::control_endpoint() const { return net::from_asio(m_sockets.back
 
 void daemon::run() {
   for (std::size_t i = 0; i < m_sockets.size(); ++i) do_receive(i);
-  m_signals.async_wait([this](const boost::system::error_code& ec, int sig) {
-    if (ec) return;
-    m_log->info("{}: saving state and shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
-    stop();
-  });
+  wait_signal();
   m_status_timer.expires_after(m_cfg.status_interval);
   m_status_timer.async_wait([this](const boost::system::error_code& ec) {
     if (!ec) log_status(false);
@@ -153,14 +194,54 @@ void daemon::run() {
               m_cfg.id, channels, m_cfg.interface.address_string(),
               control_endpoint().to_string(), m_cfg.temp.string(), to_string(m_cfg.sync));
   start_http();
+  if (m_notifier.enabled()) {
+    if (auto ec = m_notifier.ready("receiving on " + std::to_string(m_cfg.channels.size()) +
+                                   " channel(s)")) {
+      m_log->warn("cannot notify the service manager ($NOTIFY_SOCKET): {}", ec.message());
+    }
+    arm_watchdog();
+  }
   service();
   m_io.run();
   log_status(true);
 }
 
+void daemon::wait_signal() {
+  m_signals.async_wait([this](const boost::system::error_code& ec, int sig) {
+    if (ec) return;
+    if (sig == SIGHUP) {
+      // SIGHUP reopens the log file (after logrotate); channels and settings are not reloaded.
+      std::string error;
+      if (reopen_log_files(*m_log, error)) {
+        m_log->info("SIGHUP: log file reopened");
+      } else {
+        m_log->error("SIGHUP: cannot reopen the log file ({}); still writing to the old one", error);
+      }
+      wait_signal();
+      return;
+    }
+    m_log->info("{}: saving state and shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    stop();
+  });
+}
+
+void daemon::arm_watchdog() {
+  const auto interval = m_notifier.watchdog_interval();
+  if (!interval || m_stopping) return;
+  // sd_watchdog_enabled(3): ping at half the interval. The ping comes from the io_context, so a
+  // stalled event loop misses it and systemd restarts the daemon.
+  if (auto ec = m_notifier.watchdog()) m_log->warn("cannot send WATCHDOG=1: {}", ec.message());
+  m_watchdog_timer.expires_after(std::max(*interval / 2, std::chrono::microseconds(1000)));
+  m_watchdog_timer.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) arm_watchdog();
+  });
+}
+
 void daemon::stop() {
   if (m_stopping) return;
   m_stopping = true;
+  (void)m_notifier.stopping();
+  m_watchdog_timer.cancel();
   m_engine->checkpoint_all(from_steady(std::chrono::steady_clock::now()));
   m_store->flush();
   m_unicast.clear();

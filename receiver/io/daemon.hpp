@@ -8,6 +8,7 @@
 #include "common/http/log_ring.hpp"
 #include "common/http/server.hpp"
 #include "common/net/udp.hpp"
+#include "common/sd_notify.hpp"
 #include "common/unicast/client.hpp"
 #include "receiver/core/receiver_engine.hpp"
 #include "receiver/io/daemon_config.hpp"
@@ -31,6 +32,19 @@ namespace mcdist::receiver {
 
 /// The receiver daemon. Construct, then run() until SIGTERM/SIGINT. With daemon_config::http
 /// set it serves /metrics, /status and a status page on that address (daemon_http.cpp).
+/// The directory checks the daemon makes before it opens sockets: the temp directory and every
+/// channel's destination exist (or, with create, are created; without, could be created: their
+/// nearest existing ancestor is a writable directory), are writable directories, and every
+/// destination is on the temp directory's filesystem (files are renamed from temp into place).
+/// The log file's and status file's directories exist or could be created. `mcdistd
+/// --check-config` runs it with create = false, the daemon with create = true.
+/// @throws config_error naming the directory and the problem
+void check_directories(const daemon_config& cfg, bool create);
+
+/// The receiver daemon. Construct, then run() until SIGTERM/SIGINT. Under systemd
+/// (Type=notify) it reports READY=1 once its sockets are bound and its saved sessions restored,
+/// WATCHDOG=1 every half $WATCHDOG_USEC from its io_context, STOPPING=1 when a signal stops it.
+/// SIGHUP reopens the log file.
 class daemon final : public receiver_sink {
  public:
   /// Creates directories, opens sockets, restores checkpoints.
@@ -94,6 +108,8 @@ class daemon final : public receiver_sink {
   void stop_http();
   void do_sample();
   http::response serve_http(const http::request& r);
+  void wait_signal();
+  void arm_watchdog();
 
   boost::asio::io_context& m_io;
   daemon_config m_cfg;
@@ -102,6 +118,8 @@ class daemon final : public receiver_sink {
   boost::asio::steady_timer m_timer;
   boost::asio::steady_timer m_status_timer;
   boost::asio::signal_set m_signals;
+  service_notifier m_notifier;
+  boost::asio::steady_timer m_watchdog_timer;
   std::unique_ptr<file_store> m_store;
   std::unique_ptr<receiver_engine> m_engine;
   /// Authentication, one keyring per channel (each trusts its own senders).
