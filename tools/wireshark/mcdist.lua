@@ -295,6 +295,9 @@ mcdist.experts = { ef.truncated, ef.oversized, ef.bad_magic, ef.bad_version, ef.
 local default_ports = "4711"
 mcdist.prefs.ports = Pref.range("UDP ports", default_ports,
                                 "UDP ports always decoded as mcdist (besides the heuristic)", 65535)
+mcdist.prefs.show_defaults = Pref.bool("Show default values", true,
+                                       "Show proto3 scalar fields absent from a message (they " ..
+                                       "hold 0 or false) as generated items")
 mcdist.prefs.split_gso = Pref.bool("Split GSO super-packets", true,
                                    "Dissect a UDP packet holding several equal-sized data " ..
                                    "datagrams (captured before UDP segmentation offload) as " ..
@@ -335,6 +338,16 @@ local function u64_to_i64(u)
 end
 
 local dissect_message  -- forward
+
+-- Defaults of proto3 scalars, per kind (strings and bytes left out: nothing to show).
+local default_value = {
+  uint32 = function() return 0 end,
+  enum = function() return 0 end,
+  uint64 = function() return UInt64.new(0) end,
+  fixed64 = function() return UInt64.new(0) end,
+  int64 = function() return Int64.new(0) end,
+  bool = function() return false end,
+}
 
 -- Adds one scalar varint value of field `fd` and records it in `vals`.
 local function add_varint(tree, fd, range, u, vals)
@@ -396,6 +409,11 @@ local summaries = {
 dissect_message = function(tvb, pinfo, tree, msgname, off, limit, depth)
   local defs = pb_fields[msgname]
   local vals = {}
+  local seen = {}
+  local whole_start, whole_end = off, limit
+  if whole_end == whole_start then  -- an empty message: point at what precedes it
+    whole_start = math.max(0, off - 1)
+  end
   if depth > MAX_DEPTH then
     tree:add_proto_expert_info(ef.pb_malformed, "messages nested too deep")
     return vals, false
@@ -549,6 +567,23 @@ dissect_message = function(tvb, pinfo, tree, msgname, off, limit, depth)
       local v = add_varint(tree, fd, value_range, u, vals)
       vals[fd.name] = v
       if fd.opts.repeated then vals[fd.name .. "#"] = (vals[fd.name .. "#"] or 0) + 1 end
+    end
+    if fd then seen[number] = true end
+  end
+  -- proto3 does not encode a scalar holding its default: show those as generated items, so a
+  -- file_entry of an empty file still has a size (as Wireshark's protobuf dissector does with
+  -- protobuf.add_default_value).
+  if mcdist.prefs.show_defaults then
+    for _, def in ipairs(schema[msgname]) do
+      local number, kind, opts = def[1], def[3], def[4] or {}
+      local fd = defs[number]
+      if not seen[number] and not opts.repeated and default_value[kind] ~= nil then
+        local dv = default_value[kind]()
+        local item = tree:add(fd.pf, tvb(whole_start, whole_end - whole_start), dv)
+        item:set_generated()
+        item:append_text(" (default)")
+        vals[fd.name] = kind == "uint64" and dv or (kind == "bool" and false or 0)
+      end
     end
   end
   return vals, true
