@@ -38,7 +38,7 @@ BLOCK = 1400
 def tshark_fields(cap, fields, display_filter=None, extra=()):
     """Dissects `cap` with the Lua script; returns one dict per frame: field -> list of values."""
     args = ["tshark", "-n", "-X", "lua_script:" + LUA, "-r", cap, "-T", "fields",
-            "-E", "separator=/t", "-E", "aggregator=/s", "-E", "occurrence=a"] + list(extra)
+            "-E", "separator=/t", "-E", "aggregator=|", "-E", "occurrence=a"] + list(extra)
     if display_filter:
         args += ["-Y", display_filter]
     for f in fields:
@@ -51,7 +51,7 @@ def tshark_fields(cap, fields, display_filter=None, extra=()):
     for line in p.stdout.decode("utf-8", "replace").splitlines():
         cols = line.split("\t")
         cols += [""] * (len(fields) - len(cols))
-        rows.append({f: (c.split(" ") if c else []) for f, c in zip(fields, cols)})
+        rows.append({f: (c.split("|") if c else []) for f, c in zip(fields, cols)})
     return rows
 
 
@@ -227,6 +227,169 @@ def live_session(bin_dir, base):
     return None
 
 
+# --- hand-built datagrams ----------------------------------------------------------------------
+
+def write_pcap(path, datagrams):
+    """Writes (src port, dst port, dst address, payload) tuples as Ethernet/IPv4/UDP frames of a
+    classic pcap file (LINKTYPE_ETHERNET)."""
+    with open(path, "wb") as f:
+        f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
+        for i, (sport, dport, dst, payload) in enumerate(datagrams):
+            udp = struct.pack("!HHHH", sport, dport, 8 + len(payload), 0) + payload
+            ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), i, 0, 64, 17, 0,
+                             socket.inet_aton("127.0.0.1"), socket.inet_aton(dst))
+            csum = sum(struct.unpack("!10H", ip))
+            csum = (csum & 0xFFFF) + (csum >> 16)
+            csum = (csum & 0xFFFF) + (csum >> 16)
+            ip = ip[:10] + struct.pack("!H", ~csum & 0xFFFF) + ip[12:]
+            frame = b"\x01\x00\x5e\x00\x00\x01" + b"\x02\x00\x00\x00\x00\x01" + b"\x08\x00" + ip + udp
+            f.write(struct.pack("<IIII", 1700000000 + i, 0, len(frame), len(frame)) + frame)
+
+
+def packed(field, values):
+    body = b"".join(varint(v) for v in values)
+    return pb_bytes(field, body)
+
+
+def part(byte, n):
+    return bytes([byte]) * n
+
+
+def v2_datagrams(session):
+    """(name, datagram, expected {field: [values]}) for every type, version 2, per the wire-v2
+    note: the version 1 datagram followed by the type's trailer."""
+    h = lambda t: header(t, session, version=2)  # noqa: E731
+    rid = pb_bytes(1, "site-a")
+    out = []
+    tag16 = bytes(range(16))
+    out.append(("data", h(1) + struct.pack("!III", 77, 3, 5) + part(0xEE, 100) + tag16,
+                {"mcdist.data.seq": ["77"], "mcdist.data.file": ["3"], "mcdist.data.block": ["5"],
+                 "mcdist.data.payload_length": ["100"], "mcdist.auth.gcm_tag": [tag16.hex()]}))
+    body = announce(session, [file_entry("v2/a.bin", 12345)], first_file=0)[8:]
+    out.append(("announce", h(2) + body + part(0x11, 32) + part(0x22, 64),
+                {"mcdist.file_entry.path": ["v2/a.bin"], "mcdist.file_entry.size": ["12345"],
+                 "mcdist.auth.session_public_key": [part(0x11, 32).hex()],
+                 "mcdist.auth.signature": [part(0x22, 64).hex()]}))
+    out.append(("register_request", h(3) + rid + pb_uint(2, 99) + packed(4, [2, 3, 1, 1]) +
+                part(0x33, 32) + part(0x44, 32),
+                {"mcdist.register_request.receiver_id": ["site-a"],
+                 "mcdist.register_request.held_files": ["2", "3", "1", "1"],
+                 "mcdist.register_request.held_files_runs": ["2-4,6"],
+                 "mcdist.auth.site_public_key": [part(0x33, 32).hex()],
+                 "mcdist.auth.hmac": [part(0x44, 32).hex()]}))
+    out.append(("register_reply", h(4) + rid + pb_uint(2, 1) + part(0x55, 24) + part(0x66, 32) +
+                part(0x77, 16),
+                {"mcdist.register_reply.receiver_id": ["site-a"],
+                 "mcdist.auth.nonce": [part(0x55, 24).hex()],
+                 "mcdist.auth.encrypted_session_key": [part(0x66, 32).hex()],
+                 "mcdist.auth.aead_tag": [part(0x77, 16).hex()]}))
+    out.append(("marker", h(5) + pb_uint(1, 4) + pb_uint(2, 9) + pb_uint(4, 1) +
+                struct.pack("!Q", 0x0102030405060708) + part(0x88, 16),
+                {"mcdist.marker.pass": ["4"], "mcdist.marker.file": ["9"],
+                 "mcdist.auth.counter": [str(0x0102030405060708)],
+                 "mcdist.auth.gcm_tag": [part(0x88, 16).hex()]}))
+    fnak = pb_uint(1, 1) + packed(2, [0, 2, 5, 1])
+    out.append(("nak", h(6) + rid + pb_uint(2, 2) + pb_bytes(6, fnak) + packed(7, [4, 6]) +
+                part(0x99, 32),
+                {"mcdist.nak.receiver_id": ["site-a"], "mcdist.file_nak.file": ["1"],
+                 "mcdist.file_nak.ranges_runs": ["0-1,7"], "mcdist.nak.digests_wanted": ["4", "6"],
+                 "mcdist.auth.hmac": [part(0x99, 32).hex()]}))
+    out.append(("digest_list", h(7) + pb_bytes(1, pb_uint(1, 4) + pb_bytes(2, part(0xAB, 32))) +
+                part(0xAA, 64),
+                {"mcdist.held_digest.file": ["4"], "mcdist.held_digest.sha256": [part(0xAB, 32).hex()],
+                 "mcdist.auth.signature": [part(0xAA, 64).hex()]}))
+    out.append(("complete", h(8) + rid + pb_uint(4, 2) + pb_uint(5, 5000) +
+                pb_bytes(7, pb_uint(1, 1) + pb_bytes(2, "disk full")) + part(0xBB, 32),
+                {"mcdist.complete.receiver_id": ["site-a"], "mcdist.complete.files_stored": ["2"],
+                 "mcdist.file_failure.reason": ["disk full"], "mcdist.auth.hmac": [part(0xBB, 32).hex()]}))
+    out.append(("complete_ack", h(9) + rid + part(0xCC, 32),
+                {"mcdist.complete_ack.receiver_id": ["site-a"], "mcdist.auth.hmac": [part(0xCC, 32).hex()]}))
+    out.append(("session_end", h(10) + pb_uint(1, 1) + pb_bytes(2, "operator") + part(0xDD, 64),
+                {"mcdist.session_end.reason": ["1"], "mcdist.session_end.detail": ["operator"],
+                 "mcdist.auth.signature": [part(0xDD, 64).hex()]}))
+    out.append(("fallback", h(11) + rid + pb_uint(2, 2) + pb_bytes(3, socket.inet_aton("10.1.2.3")) +
+                pb_uint(4, 5000) + varint(5 << 3 | 1) + struct.pack("<Q", 0x1122334455667788) +
+                part(0xEF, 32),
+                {"mcdist.fallback.transport": ["2"], "mcdist.fallback.address.ipv4": ["10.1.2.3"],
+                 "mcdist.fallback.port": ["5000"], "mcdist.fallback.token": ["0x1122334455667788"],
+                 "mcdist.auth.hmac": [part(0xEF, 32).hex()]}))
+    # The Info column of each, as the dissector writes it.
+    infos = ["data [%08x] seq=77 file=3 block=5 len=100",
+             "announce [%08x] chunk 0/1, files 0-0 of 1",
+             "register_request [%08x] id=site-a",
+             "register_reply [%08x] id=site-a accepted",
+             "marker [%08x] pass=4 file=9 block=0 seq=0 pass_end",
+             "nak [%08x] id=site-a pass=2 seen_seq=0 files=1",
+             "digest_list [%08x] 1 digests",
+             "complete [%08x] id=site-a stored=2 bytes=5000 held=0 failed=1",
+             "complete_ack [%08x] id=site-a",
+             "session_end [%08x] ABORTED: operator",
+             "fallback [%08x] id=site-a TCP port 5000"]
+    for (_, _, expect), info in zip(out, infos):
+        expect["_ws.col.Info"] = [(info % session) + " [auth]"]
+    return out
+
+
+def malformed_datagrams(session):
+    """(name, datagram, dst port, expert field that must be raised). Port 4711 is the
+    dissector's default port, where it also decodes what its heuristic would refuse."""
+    return [
+        ("v2 nak shorter than its trailer", header(6, session, version=2) + pb_bytes(1, "x") + part(0, 10),
+         None, "mcdist.auth.short"),
+        ("v1 data without a data header", header(1, session) + b"\0\0\0\1", None, "mcdist.truncated"),
+        ("announce with a length past the end", header(2, session) + varint(4 << 3 | 2) + varint(200) + b"abc",
+         None, "mcdist.pb.malformed"),
+        ("nak with a truncated varint", header(6, session) + pb_bytes(1, "a") + b"\x10\xff", None,
+         "mcdist.pb.malformed"),
+        ("marker pass as a length-delimited field", header(5, session) + pb_bytes(1, "xx"), None,
+         "mcdist.pb.wire_type"),
+        ("complete with wire type 3", header(8, session) + varint(4 << 3 | 3), None, "mcdist.pb.malformed"),
+        ("complete_ack with an unknown field", header(9, session) + pb_bytes(1, "a") + pb_uint(15, 1), None,
+         "mcdist.pb.unknown"),
+        ("file_entry with a 5-byte sha256", header(2, session) + pb_bytes(4, pb_bytes(1, "p") + pb_bytes(5, "12345")),
+         None, "mcdist.bad_value"),
+        ("bad receiver id", header(9, session) + pb_bytes(1, "no spaces please"), None, "mcdist.bad_value"),
+        ("bad magic on the mcdist port", b"XX\x01\x02" + struct.pack("!I", session), 4711, "mcdist.bad_magic"),
+        ("version 3 on the mcdist port", header(2, session, version=3), 4711, "mcdist.bad_version"),
+        ("type 12 on the mcdist port", header(12, session), 4711, "mcdist.unknown_type"),
+        ("7 bytes on the mcdist port", header(2, session)[:7], 4711, "mcdist.truncated"),
+        ("oversized on the mcdist port", header(1, session) + bytes(9000), 4711, "mcdist.oversized"),
+    ]
+
+
+def hand_built(base):
+    session = 0x5EC0A7E5
+    port = 45000 + os.getpid() % 1000
+    good = v2_datagrams(session)
+    bad = malformed_datagrams(session)
+    pcap = os.path.join(base, "hand.pcap")
+    write_pcap(pcap, [(40000, port, "239.192.1.1", d) for _, d, _ in good] +
+               [(40000, p or port, "127.0.0.1", d) for _, d, p, _ in bad])
+    want_fields = sorted({f for _, _, e in good for f in e})
+    experts = sorted({e for _, _, _, e in bad})
+    fields = ["frame.number", "frame.protocols", "mcdist.version", "mcdist.type", "mcdist.session",
+              "_ws.expert.severity", "_ws.expert.message"] + want_fields + experts
+    rows = tshark_fields(pcap, fields)
+    check(len(rows) == len(good) + len(bad), "%d frames dissected, %d written" % (len(rows), len(good) + len(bad)))
+    for (name, _, expect), r in zip(good, rows[:len(good)]):
+        check(":mcdist" in r["frame.protocols"][0], "v2 %s: not dissected as mcdist" % name)
+        check(r["mcdist.version"] == ["2"], "v2 %s: version %s" % (name, r["mcdist.version"]))
+        check(r["mcdist.session"] == ["0x%08x" % session], "v2 %s: session %s" % (name, r["mcdist.session"]))
+        check(not r["_ws.expert.severity"] or all(int(s, 0) < 0x600000 for s in r["_ws.expert.severity"]),
+              "v2 %s: expert info %s" % (name, r["_ws.expert.message"]))
+        for f, v in expect.items():
+            got = [x.replace(":", "") if f.startswith("mcdist.auth.") or f.endswith("sha256") else x
+                   for x in r[f]]
+            check(got == v, "v2 %s: %s is %s, expected %s" % (name, f, got, v))
+    for (name, _, _, expert_field), r in zip(bad, rows[len(good):]):
+        raised = [e for e in experts if r[e]]
+        check(expert_field in raised, "%s: expert %s not raised (raised %s: %s)" % (
+            name, expert_field, raised, r["_ws.expert.message"]))
+        check("Lua Error" not in " ".join(r["_ws.expert.message"]), "%s: %s" % (name, r["_ws.expert.message"]))
+    log("hand-built: %d version 2 datagrams decoded with their trailers, %d malformed ones flagged" % (
+        len(good), len(bad)))
+
+
 def main():
     bin_dir = sys.argv[1]
     if shutil.which("tshark") is None:
@@ -237,6 +400,7 @@ def main():
         return SKIP
     base = tempfile.mkdtemp(prefix="mcdist-ws-", dir=os.environ.get("MCDIST_TEST_DIR", "/tmp"))
     try:
+        hand_built(base)
         why = live_session(bin_dir, base)
         if why:
             print("SKIPPED: " + why)

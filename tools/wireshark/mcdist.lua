@@ -582,7 +582,13 @@ dissect_message = function(tvb, pinfo, tree, msgname, off, limit, depth)
         local item = tree:add(fd.pf, tvb(whole_start, whole_end - whole_start), dv)
         item:set_generated()
         item:append_text(" (default)")
-        vals[fd.name] = kind == "uint64" and dv or (kind == "bool" and false or 0)
+        if kind == "bool" then
+          vals[fd.name] = false
+        elseif kind == "uint64" or kind == "fixed64" then
+          vals[fd.name] = dv
+        else
+          vals[fd.name] = 0
+        end
       end
     end
   end
