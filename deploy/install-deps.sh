@@ -14,6 +14,7 @@ packages=(
   libboost1.81-dev libprotobuf-dev protobuf-compiler libspdlog-dev catch2 libssl-dev
   libcli11-dev libtomlplusplus-dev libusrsctp-dev libsctp-dev nlohmann-json3-dev
   python3 iproute2 libeccodes-data
+  tshark
 )
 if [ "${1:-}" = "--bench" ]; then
   packages+=(uftp iperf3 gnuplot-nox rsync netcat-openbsd time)
@@ -29,6 +30,8 @@ if [ ${#missing[@]} -eq 0 ]; then
 fi
 echo "install-deps.sh: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
+# tshark (the Wireshark dissector's test): no setuid dumpcap, and no debconf question about it.
+echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 echo "install-deps.sh: done"

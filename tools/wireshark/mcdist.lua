@@ -474,7 +474,7 @@ dissect_message = function(tvb, pinfo, tree, msgname, off, limit, depth)
     end
     off = vstart + vlen
     local whole = tvb(start, off - start)
-    local value_range = vlen > 0 and tvb(vstart, vlen) or whole
+    local value_range = tvb(vstart, vlen)  -- zero-length ranges are fine for empty values
 
     local fd = defs[number]
     if not fd then
@@ -540,12 +540,7 @@ dissect_message = function(tvb, pinfo, tree, msgname, off, limit, depth)
       end
       vals[fd.name] = s
     elseif fd.kind == "bytes" then
-      local item
-      if vlen > 0 then
-        item = tree:add(fd.pf, value_range)
-      else
-        item = tree:add(fd.pf, whole, ByteArray.new())
-      end
+      local item = tree:add(fd.pf, value_range)
       if fd.opts.sha256 and vlen ~= 0 and vlen ~= 32 then
         item:add_proto_expert_info(ef.value, string.format("SHA-256 of %d bytes, 32 expected", vlen))
       end
@@ -770,6 +765,7 @@ end
 
 local function dissect(tvb, pinfo, tree)
   local len = tvb:len()
+  if len == 0 then return 0 end
   pinfo.cols.protocol = "MCDIST"
   if mcdist.prefs.split_gso and len >= 2 * (DATA_HEADER_SIZE + MIN_BLOCK_SIZE) and
      tvb(0, 2):uint() == MAGIC and tvb(3, 1):uint() == 1 then
