@@ -147,11 +147,12 @@ def live_session(bin_dir, base):
               "mcdist.session", "mcdist.version", "mcdist.file_entry.path", "mcdist.file_entry.size",
               "mcdist.announce.first_file", "mcdist.data.file", "mcdist.data.block",
               "mcdist.data.payload_length", "mcdist.nak.receiver_id", "mcdist.file_nak.file",
-              "mcdist.file_nak.ranges_runs", "mcdist.complete.receiver_id",
+              "mcdist.file_nak.missing_blocks", "mcdist.complete.receiver_id",
               "mcdist.complete.files_stored", "mcdist.complete_ack.receiver_id",
               "mcdist.register_request.receiver_id", "mcdist.session_end.reason",
               "_ws.expert.severity", "_ws.expert.message"]
-    rows = tshark_fields(cap_path, fields)
+    # The receivers' ephemeral ports may be registered to other protocols: heuristics first.
+    rows = tshark_fields(cap_path, fields, extra=["-o", "udp.try_heuristic_first:TRUE"])
     ours = [r for r in rows if {int(p) for p in r["udp.srcport"] + r["udp.dstport"]} & {gport, sport}]
     check(ours, "nothing captured on ports %d/%d" % (gport, sport))
     not_mcdist = [r["frame.number"] for r in ours if ":mcdist" not in r["frame.protocols"][0]]
@@ -206,7 +207,7 @@ def live_session(bin_dir, base):
     naks = of_type(6)
     nak_ids = {i for r in naks for i in r["mcdist.nak.receiver_id"]}
     check("lossy" in nak_ids, "no NAK from the lossy receiver (ids %s)" % nak_ids)
-    runs = [x for r in naks if "lossy" in r["mcdist.nak.receiver_id"] for x in r["mcdist.file_nak.ranges_runs"]]
+    runs = [x for r in naks if "lossy" in r["mcdist.nak.receiver_id"] for x in r["mcdist.file_nak.missing_blocks"]]
     check(runs, "the lossy receiver's NAKs name no missing block ranges")
     by_id = {r["id"]: r for r in summary["receivers"]}
     check(len([r for r in naks if "lossy" in r["mcdist.nak.receiver_id"]]) >= by_id["lossy"]["naks"],
@@ -274,7 +275,7 @@ def v2_datagrams(session):
                 part(0x33, 32) + part(0x44, 32),
                 {"mcdist.register_request.receiver_id": ["site-a"],
                  "mcdist.register_request.held_files": ["2", "3", "1", "1"],
-                 "mcdist.register_request.held_files_runs": ["2-4,6"],
+                 "mcdist.register_request.held_file_runs": ["2-4,6"],
                  "mcdist.auth.site_public_key": [part(0x33, 32).hex()],
                  "mcdist.auth.hmac": [part(0x44, 32).hex()]}))
     out.append(("register_reply", h(4) + rid + pb_uint(2, 1) + part(0x55, 24) + part(0x66, 32) +
@@ -292,7 +293,7 @@ def v2_datagrams(session):
     out.append(("nak", h(6) + rid + pb_uint(2, 2) + pb_bytes(6, fnak) + packed(7, [4, 6]) +
                 part(0x99, 32),
                 {"mcdist.nak.receiver_id": ["site-a"], "mcdist.file_nak.file": ["1"],
-                 "mcdist.file_nak.ranges_runs": ["0-1,7"], "mcdist.nak.digests_wanted": ["4", "6"],
+                 "mcdist.file_nak.missing_blocks": ["0-1,7"], "mcdist.nak.digests_wanted": ["4", "6"],
                  "mcdist.auth.hmac": [part(0x99, 32).hex()]}))
     out.append(("digest_list", h(7) + pb_bytes(1, pb_uint(1, 4) + pb_bytes(2, part(0xAB, 32))) +
                 part(0xAA, 64),

@@ -65,9 +65,9 @@ end
 
 -- proto/mcdist.proto as a table: message -> list of {number, name, kind, options}.
 -- kinds: uint32 uint64 int64 bool enum (varint), fixed64, string, bytes, message.
--- options: repeated, packed, msg (nested message), enum (value names), base, runs (gap/count
--- pairs to spell out as absolute ranges), sha256 (32 bytes or empty), rid (receiver id),
--- address (4 or 16 bytes or empty).
+-- options: repeated, packed, msg (nested message), enum (value names), base, runs ({abbr, label}
+-- of a generated field spelling out (gap, count) pairs as absolute ranges), sha256 (32 bytes or
+-- empty), rid (receiver id), address (4 or 16 bytes or empty).
 local schema = {
   file_entry = {
     { 1, "path", "string" },
@@ -100,7 +100,8 @@ local schema = {
     { 1, "receiver_id", "string", { rid = true } },
     { 2, "echo_time_us", "uint64" },
     { 3, "hold_us", "uint64" },
-    { 4, "held_files", "uint32", { repeated = true, packed = true, runs = "files" } },
+    { 4, "held_files", "uint32", { repeated = true, packed = true,
+                                        runs = { "held_file_runs", "Held files" } } },
     { 5, "held_pending", "message", { msg = "held_digest", repeated = true } },
     { 6, "resumed", "bool" },
   },
@@ -138,7 +139,8 @@ local schema = {
   },
   file_nak = {
     { 1, "file", "uint32" },
-    { 2, "ranges", "uint32", { repeated = true, packed = true, runs = "blocks" } },
+    { 2, "ranges", "uint32", { repeated = true, packed = true,
+                                  runs = { "missing_blocks", "Missing blocks" } } },
   },
   digest_list = {
     { 1, "digests", "message", { msg = "held_digest", repeated = true } },
@@ -240,8 +242,8 @@ for msgname, fields in pairs(schema) do
     local fd = { number = number, name = name, kind = kind, opts = opts, pf = pf }
     hf["pb_" .. msgname .. "_" .. name] = pf
     if opts.runs then
-      fd.runs_pf = ProtoField.string(abbr .. "_runs", name .. " as ranges of " .. opts.runs)
-      hf["pb_" .. msgname .. "_" .. name .. "_runs"] = fd.runs_pf
+      fd.runs_pf = ProtoField.string("mcdist." .. msgname .. "." .. opts.runs[1], opts.runs[2])
+      hf["pb_" .. msgname .. "_" .. opts.runs[1]] = fd.runs_pf
     end
     if opts.address then
       fd.ipv4_pf = ProtoField.ipv4(abbr .. ".ipv4", name .. " (IPv4)")
@@ -349,8 +351,9 @@ local default_value = {
   bool = function() return false end,
 }
 
--- Adds one scalar varint value of field `fd` and records it in `vals`.
-local function add_varint(tree, fd, range, u, vals)
+-- Adds one varint value `u` (UInt64) of scalar field `fd` to `tree` over `range`.
+-- @return the value as shown (number, UInt64, Int64 or boolean) and its tree item
+local function add_varint(tree, fd, range, u)
   local item
   local k = fd.kind
   local v
@@ -494,7 +497,7 @@ dissect_message = function(tvb, pinfo, tree, msgname, off, limit, depth)
           ok = false
           break
         end
-        local v = add_varint(tree, fd, tvb(p, m), e, vals)
+        local v = add_varint(tree, fd, tvb(p, m), e)
         list[#list + 1] = v
         p = p + m
       end
@@ -559,7 +562,7 @@ dissect_message = function(tvb, pinfo, tree, msgname, off, limit, depth)
       tree:add(fd.pf, value_range, v)
       vals[fd.name] = v
     else
-      local v = add_varint(tree, fd, value_range, u, vals)
+      local v = add_varint(tree, fd, value_range, u)
       vals[fd.name] = v
       if fd.opts.repeated then vals[fd.name .. "#"] = (vals[fd.name .. "#"] or 0) + 1 end
     end
