@@ -349,6 +349,8 @@ def malformed_datagrams(session):
          "mcdist.pb.unknown"),
         ("file_entry with a 5-byte sha256", header(2, session) + pb_bytes(4, pb_bytes(1, "p") + pb_bytes(5, "12345")),
          None, "mcdist.bad_value"),
+        ("NAK range of count 0", header(6, session) + pb_bytes(1, "a") +
+         pb_bytes(6, pb_uint(1, 0) + packed(2, [3, 0])), None, "mcdist.bad_value"),
         ("bad receiver id", header(9, session) + pb_bytes(1, "no spaces please"), None, "mcdist.bad_value"),
         ("bad magic on the mcdist port", b"XX\x01\x02" + struct.pack("!I", session), 4711, "mcdist.bad_magic"),
         ("version 3 on the mcdist port", header(2, session, version=3), 4711, "mcdist.bad_version"),

@@ -376,18 +376,22 @@ local function add_varint(tree, fd, range, u)
   return v, item
 end
 
--- Spells out (gap, count) pairs as absolute ranges (proto comments: a run starts gap units
--- after the previous run's end, the first after unit 0).
+-- Spells out (gap, count) pairs as absolute ranges (common/ranges.hpp: a run starts gap
+-- units after the previous run's end, the first after unit 0; count > 0).
+-- @return the ranges as text ("0-1,7"), and what is wrong with the list or nil
 local function runs_text(list)
   local parts = {}
   local pos = 0
+  local problem
   for i = 1, #list - 1, 2 do
     local first = pos + list[i]
     local stop = first + list[i + 1]
+    if list[i + 1] == 0 then problem = "a run of count 0" end
     parts[#parts + 1] = list[i + 1] == 1 and tostring(first) or (first .. "-" .. (stop - 1))
     pos = stop
   end
-  return table.concat(parts, ","), #list % 2 == 1
+  if #list % 2 == 1 then problem = "odd count, (gap, count) pairs expected" end
+  return table.concat(parts, ","), problem
 end
 
 -- Per-message one-line summaries for subtrees (returned text is appended to the item).
@@ -505,12 +509,10 @@ dissect_message = function(tvb, pinfo, tree, msgname, off, limit, depth)
       vals[fd.name .. "#"] = (vals[fd.name .. "#"] or 0) + #list
       vals[fd.name] = list
       if fd.runs_pf and #list > 0 then
-        local text, odd = runs_text(list)
+        local text, problem = runs_text(list)
         local item = tree:add(fd.runs_pf, whole, text)
         item:set_generated()
-        if odd then
-          item:add_proto_expert_info(ef.value, fd.name .. ": odd count, (gap, count) pairs expected")
-        end
+        if problem then item:add_proto_expert_info(ef.value, fd.name .. ": " .. problem) end
       end
     elseif wt ~= wire_type_of(fd) then
       local item = tree:add(hf.pb_unknown, whole)
