@@ -7,8 +7,8 @@
 --     the schema table below (varints, length-delimited, packed repeated, nested messages),
 --     field by field with the .proto's names (filter names mcdist.<message>.<field>);
 --   * version 2 (authenticated) datagrams: the authentication trailer, whose length depends on
---     the type only, split into its parts (keys, signature, tag, nonce, counter) as described in
---     the wire-v2 note of issue 8;
+--     the type only, split into its parts (keys, signature, tag, nonce, counter) as laid out by
+--     common/auth.hpp (issue 8); the marker counter is big-endian like every other integer;
 --   * GSO super-packets: a capture taken on the sending host (loopback, or a NIC with UDP
 --     segmentation offload) shows one UDP packet holding many equal-sized data datagrams, the
 --     way the sender hands them to the kernel with UDP_SEGMENT; they are split and dissected one
@@ -20,7 +20,8 @@
 -- port, and always on the UDP ports of the "mcdist.ports" preference (default 4711, the default
 -- group port), where it also flags datagrams that are not mcdist.
 --
--- Wireshark 3.6 or newer (Lua 5.2+); tested with Debian 12's tshark 4.0.
+-- Uses the Lua API of Wireshark 3.6 and later (Lua 5.2+); tested with Debian 12's tshark 4.0.17.
+-- It checks no signature, tag or HMAC (it holds no keys).
 
 local mcdist = Proto("mcdist", "mcdist reliable multicast file distribution")
 
@@ -192,7 +193,6 @@ local hf = {
   body = ProtoField.none("mcdist.body", "Protobuf body"),
   gso_segment = ProtoField.uint32("mcdist.gso.segment_size", "GSO segment size", base.DEC),
   gso_count = ProtoField.uint32("mcdist.gso.segments", "GSO segments", base.DEC),
-  gso_index = ProtoField.uint32("mcdist.gso.index", "GSO segment index", base.DEC),
   pb_unknown = ProtoField.bytes("mcdist.pb.unknown_field", "Unknown protobuf field"),
   auth = ProtoField.none("mcdist.auth", "Authentication trailer"),
   auth_gcm_tag = ProtoField.bytes("mcdist.auth.gcm_tag", "AES-256-GCM tag"),
@@ -670,7 +670,7 @@ local function dissect_datagram(tvb, pinfo, root, off, len, label)
 
   if tvb(off, 2):uint() ~= MAGIC then
     magic_item:add_proto_expert_info(ef.bad_magic)
-    return prefix .. " bad magic"
+    return "not mcdist (bad magic)"
   end
   if version ~= 1 and version ~= 2 then
     version_item:add_proto_expert_info(ef.bad_version, string.format("version %d", version))
