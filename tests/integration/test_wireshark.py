@@ -147,7 +147,7 @@ def live_session(bin_dir, base):
     fields = ["frame.number", "udp.srcport", "udp.dstport", "frame.protocols", "mcdist.type",
               "mcdist.session", "mcdist.version", "mcdist.file_entry.path", "mcdist.file_entry.size",
               "mcdist.announce.first_file", "mcdist.data.file", "mcdist.data.block",
-              "mcdist.data.payload_length", "mcdist.nak.receiver_id", "mcdist.file_nak.file",
+              "mcdist.data.payload_length", "mcdist.data.path", "mcdist.nak.receiver_id", "mcdist.file_nak.file",
               "mcdist.file_nak.missing_blocks", "mcdist.complete.receiver_id",
               "mcdist.complete.files_stored", "mcdist.complete_ack.receiver_id",
               "mcdist.register_request.receiver_id", "mcdist.register_reply.receiver_id",
@@ -185,12 +185,15 @@ def live_session(bin_dir, base):
 
     # Data: every block of every non-empty file, split out of GSO super-packets.
     want_blocks = {(index_of[p], b) for p, s in sizes.items() for b in range((s + BLOCK - 1) // BLOCK)}
+    # The dissector names each block's file from the announce (data follows it on the wire).
+    path_of = {i: p for p, i in index_of.items()}
     got_blocks, data_count, lens = set(), 0, {}
     for r in of_type(T_DATA):
         files, blocks = r["mcdist.data.file"], r["mcdist.data.block"]
-        check(len(files) == len(blocks) == len(r["mcdist.data.payload_length"]),
-              "frame %s: file/block/length counts differ" % r["frame.number"])
-        for f, b, n in zip(files, blocks, r["mcdist.data.payload_length"]):
+        check(len(files) == len(blocks) == len(r["mcdist.data.payload_length"]) == len(r["mcdist.data.path"]),
+              "frame %s: file/block/length/path counts differ" % r["frame.number"])
+        for f, b, n, p in zip(files, blocks, r["mcdist.data.payload_length"], r["mcdist.data.path"]):
+            check(path_of.get(int(f)) == p, "frame %s: file %s shown as %s" % (r["frame.number"], f, p))
             got_blocks.add((int(f), int(b)))
             lens[(int(f), int(b))] = int(n)
             data_count += 1

@@ -189,6 +189,7 @@ local hf = {
   data_file = ProtoField.uint32("mcdist.data.file", "File index", base.DEC),
   data_block = ProtoField.uint32("mcdist.data.block", "Block index", base.DEC),
   data_payload = ProtoField.bytes("mcdist.data.payload", "Payload"),
+  data_path = ProtoField.string("mcdist.data.path", "File path (from the announce)"),
   data_payload_len = ProtoField.uint32("mcdist.data.payload_length", "Payload length", base.DEC),
   body = ProtoField.none("mcdist.body", "Protobuf body"),
   gso_segment = ProtoField.uint32("mcdist.gso.segment_size", "GSO segment size", base.DEC),
@@ -394,15 +395,32 @@ local function runs_text(list)
   return table.concat(parts, ","), problem
 end
 
+-- File paths per session, learnt from the announces dissected so far: session id -> file
+-- index -> path. Wireshark dissects a file in order on its first pass, so a data datagram or a
+-- NAK after its session's announce is shown with the file's path. Cleared per capture file.
+local manifests = {}
+-- The manifest of the session whose datagram is being dissected, for the summaries below.
+local current_manifest = {}
+
+function mcdist.init()
+  manifests = {}
+end
+
+-- " (path)" of file index `file` in the current session, or "" when no announce gave it.
+local function path_suffix(file)
+  local p = file and current_manifest[file]
+  return p and (" (" .. p .. ")") or ""
+end
+
 -- Per-message one-line summaries for subtrees (returned text is appended to the item).
 local summaries = {
   file_entry = function(v)
     return string.format(": %s (%s bytes)", v.path or "?", tostring(v.size or 0))
   end,
   held_digest = function(v) return string.format(": file %d", v.file or 0) end,
-  file_nak = function(v) return string.format(": file %d", v.file or 0) end,
+  file_nak = function(v) return string.format(": file %d%s", v.file or 0, path_suffix(v.file)) end,
   file_failure = function(v)
-    return string.format(": file %d: %s", v.file or 0, v.reason or "")
+    return string.format(": file %d%s: %s", v.file or 0, path_suffix(v.file), v.reason or "")
   end,
   session_params = function(v)
     return string.format(": %d files, %s bytes, block %d", v.file_count or 0,
@@ -665,6 +683,11 @@ local function dissect_datagram(tvb, pinfo, root, off, len, label)
   local session = tvb(off + 4, 4):uint()
   tree:add(hf.session, tvb(off + 4, 4))
   local tname = type_names[mtype] or string.format("type %d", mtype)
+  current_manifest = manifests[session]
+  if not current_manifest then
+    current_manifest = {}
+    manifests[session] = current_manifest
+  end
   tree:append_text(string.format(", %s, session %08x", tname, session))
   local prefix = string.format("%s [%08x]", tname, session)
 
@@ -709,6 +732,8 @@ local function dissect_datagram(tvb, pinfo, root, off, len, label)
     tree:add(hf.data_seq, tvb(off + 8, 4))
     tree:add(hf.data_file, tvb(off + 12, 4))
     tree:add(hf.data_block, tvb(off + 16, 4))
+    local path = current_manifest[file]
+    if path then tree:add(hf.data_path, path):set_generated() end
     local plen = body_end - (off + DATA_HEADER_SIZE)
     if plen > 0 then
       tree:add(hf.data_payload, tvb(off + DATA_HEADER_SIZE, plen))
@@ -724,6 +749,12 @@ local function dissect_datagram(tvb, pinfo, root, off, len, label)
                  tree:add(hf.body, tvb(off, HEADER_SIZE))
     body:set_text(string.format("%s (%d bytes)", tname, blen))
     local vals = dissect_message(tvb, pinfo, body, tname, off + HEADER_SIZE, body_end, 1)
+    if mtype == 2 and type(vals.files) == "table" then
+      local first = type(vals.first_file) == "number" and vals.first_file or 0
+      for i, entry in ipairs(vals.files) do
+        if type(entry.path) == "string" then current_manifest[first + i - 1] = entry.path end
+      end
+    end
     local f = info[tname]
     if f then text = prefix .. " " .. f(vals) end
   end
