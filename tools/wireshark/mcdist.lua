@@ -519,8 +519,9 @@ dissect_message = function(tvb, pinfo, tree, msgname, off, limit, depth)
           ok = false
           break
         end
-        local v = add_varint(tree, fd, tvb(p, m), e)
+        local v, item = add_varint(tree, fd, tvb(p, m), e)
         list[#list + 1] = v
+        if fd.runs_pf then item:append_text(#list % 2 == 1 and " (gap)" or " (count)") end
         p = p + m
       end
       if not ok then return vals, false end
