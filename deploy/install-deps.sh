@@ -16,6 +16,7 @@ packages=(
   python3 iproute2 libeccodes-data
   chromium prometheus
   systemd help2man lintian
+  tshark
 )
 if [ "${1:-}" = "--bench" ]; then
   packages+=(uftp iperf3 gnuplot-nox rsync netcat-openbsd time)
@@ -31,6 +32,8 @@ if [ ${#missing[@]} -eq 0 ]; then
 fi
 echo "install-deps.sh: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
+# tshark (the Wireshark dissector's test): no setuid dumpcap, and no debconf question about it.
+echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 echo "install-deps.sh: done"
