@@ -17,7 +17,8 @@ set(MCDIST_MAN_PAGES)
 if(MCDIST_HELP2MAN AND MCDIST_GZIP)
   # program target, section, one-line description, extra help2man arguments
   foreach(spec "mcdistd|8|mcdist receiver daemon: receives multicast file sets and delivers them atomically"
-               "mcdist-send|1|send a file set reliably over IP multicast to mcdist receivers")
+               "mcdist-send|1|send a file set reliably over IP multicast to mcdist receivers"
+               "mcdist-keygen|1|make Ed25519 key pairs for mcdist senders and sites")
     string(REPLACE "|" ";" spec "${spec}")
     list(GET spec 0 prog)
     list(GET spec 1 section)
@@ -86,7 +87,8 @@ set(CPACK_PACKAGE_DESCRIPTION
     "sites), at a configured rate: the daily flow of a meteorological centre to\n"
     "dozens or hundreds of centres behind terrestrial multicast or a satellite hop.\n"
     "\n"
-    "This package holds mcdist-send, the sender, and mcdistd, the receiver daemon\n"
+    "This package holds mcdist-send, the sender, mcdist-keygen, which makes the\n"
+    "keys of signed sessions, and mcdistd, the receiver daemon\n"
     "with its systemd service, which verifies the SHA-256 of every file and renames\n"
     "it atomically into its destination tree.")
 string(REPLACE ";" "" CPACK_PACKAGE_DESCRIPTION "${CPACK_PACKAGE_DESCRIPTION}")

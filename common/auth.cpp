@@ -328,7 +328,11 @@ std::error_code receiver_keys::open(std::span<const std::byte> d, time_point now
   }
   const std::size_t trailer = trailer_size(h.type);
   const std::size_t min_body = h.type == msg_type::data ? wire::data_header_size : wire::header_size;
-  if (d.size() < min_body + trailer) return errc::truncated;
+  if (d.size() < min_body + trailer) {
+    // Too short for its trailer: refused here, never handed on (it would parse as version 1).
+    ++m_stats.unauthenticated;
+    return errc::unauthenticated;
+  }
   const auto signed_part = d.first(d.size() - trailer);
   const std::byte* t = d.data() + d.size() - trailer;
   session_keys* s = find(h.session);

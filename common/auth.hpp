@@ -147,7 +147,9 @@ class receiver_keys {
   /// cut off; the version byte still says 2, which wire::parse_header accepts).
   /// Before a session's first verified announce, only its announce is accepted; before the
   /// register_reply, no data or marker is. O(1) memory per refused datagram.
-  /// @return empty, or errc::unauthenticated with stats() counting the reason
+  /// @return empty; a wire::parse_header error for a datagram that is not mcdist at all (not
+  ///         counted here: the caller's framing counters take it); or errc::unauthenticated
+  ///         with stats() counting the reason
   std::error_code open(std::span<const std::byte> datagram, time_point now,
                        std::span<const std::byte>& out);
   /// Seals a register_request, nak or complete the core produced for a version-2 session:

@@ -285,7 +285,12 @@ void daemon::do_receive(std::size_t index) {
             return;
           }
           std::span<const std::byte> plain;
-          if (authenticate(index, d, now, plain)) return;
+          if (const auto refused = authenticate(index, d, now, plain)) {
+            // Framing errors (bad magic, truncated, ...) go on to the engine, which counts
+            // them by reason like any malformed datagram; refusals are counted already.
+            if (refused != errc::unauthenticated) m_engine->on_datagram(d, from, channel, now);
+            return;
+          }
           m_engine->on_datagram(plain, from, channel, now);
         },
         rec, room - min_pool_room / 2);

@@ -322,7 +322,7 @@ void sender_session::order_fallback(receiver_state& r, std::string reason, time_
   if (!t) return;
   r.rep.state = receiver_report::state_t::unicast_pending;
   r.transport = *t;
-  r.token = splitmix64(m_rng_state) | 1;
+  r.token = (m_cfg.token_source ? m_cfg.token_source() : splitmix64(m_rng_state)) | 1;
   r.rep.fallback_reason = reason;
   r.rep.fallback_transport = to_string(*t);
   r.rep.fallback_at = now - m_start;

@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -84,6 +85,9 @@ struct sender_config {
   /// Bytes every data datagram carries after its payload (the authentication tag,
   /// auth::data_trailer_bytes, when the session is signed): counted by the pacer.
   std::uint32_t data_trailer_bytes = 0;
+  /// Source of unicast fallback tokens (the shell passes the kernel's CSPRNG, so one token
+  /// does not predict the next); empty: the session's seeded generator (tests, simulation).
+  std::function<std::uint64_t()> token_source;
 
   // --- unicast fallback policy ---
   fallback_mode fallback = fallback_mode::automatic;

@@ -52,6 +52,11 @@ sender_app::sender_app(boost::asio::io_context& io, app_options opts, sender_con
       m_signals(io, SIGINT, SIGTERM),
       m_session(
           [&] {
+            cfg.token_source = [] {
+              std::uint64_t t = 0;
+              crypto::random_bytes({reinterpret_cast<std::uint8_t*>(&t), sizeof t});
+              return t;
+            };
             if (m_opts.identity) {
               cfg.start_on_registration = true;
               cfg.data_trailer_bytes = auth::data_trailer_bytes;

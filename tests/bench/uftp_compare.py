@@ -12,7 +12,11 @@ mode is "batch": syncfs is free on tmpfs). UFTP receives straight into its desti
 
 Needs root (ip link set lo multicast on, which UFTP needs to see loopback as multicast-capable).
 
-usage: uftp_compare.py [--build DIR] [--repeat N] [--rates 500M,1G,2G,max] [--only big|small]
+With --auth every cell also runs mcdist signed (mcdist-send --key, mcdistd --trust: Ed25519
+announces, AES-256-GCM tags on every block; docs/security.md) and UFTP encrypted
+(-Y aes256-gcm -h sha256, its ECDH key agreement), and the table shows them side by side.
+
+usage: uftp_compare.py [--build DIR] [--repeat N] [--rates 500M,1G,2G,max] [--only big|small] [--auth]
 """
 
 import argparse
@@ -127,6 +131,8 @@ def main():
     ap.add_argument("--uftp-max", default=DEFAULT_MAX["uftp"], help="uftp -R (Kbit/s) for 'max'")
     ap.add_argument("--only", choices=["big", "small"], default=None)
     ap.add_argument("--big-bytes", type=int, default=1_000_000_000)
+    ap.add_argument("--auth", action="store_true",
+                    help="also run mcdist signed and UFTP encrypted (aes256-gcm, sha256)")
     args = ap.parse_args()
 
     if os.geteuid() != 0:
@@ -166,8 +172,21 @@ def main():
         clear(d)
     group = "239.192.77.1:4790"
     mcdistd = Child([recv, "--id", "bench", "--group", group, "--interface", "127.0.0.1",
-                     "--dest", md_dest, "--temp", md_temp, "--status-interval", "1h"],
+                     "--dest", md_dest, "--temp", md_temp, "--status-interval", "1h", "--http", "off"],
                     os.path.join(base, "mcdistd.log"))
+    signed_group = "239.192.77.2:4791"
+    hub_key = os.path.join(base, "hub.key")
+    signed_dest, signed_temp = os.path.join(base, "md-signed-dest"), os.path.join(base, "md-signed-temp")
+    signed_daemon = None
+    if args.auth:
+        subprocess.run([os.path.join(args.build, "tools", "keygen", "mcdist-keygen"), hub_key],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for d in (signed_dest, signed_temp):
+            clear(d)
+        signed_daemon = Child([recv, "--id", "bench", "--group", signed_group, "--interface",
+                               "127.0.0.1", "--dest", signed_dest, "--temp", signed_temp,
+                               "--status-interval", "1h", "--http", "off", "--trust", hub_key + ".pub"],
+                              os.path.join(base, "mcdistd-signed.log"))
     uftpd = Child(["uftpd", "-d", "-I", "127.0.0.1", "-M", "230.4.4.1", "-D", uf_dest, "-U",
                    "0x01020304", "-B", "104857600", "-q", "-x", "1"], os.path.join(base, "uftpd.log"))
 
@@ -181,8 +200,38 @@ def main():
     try:
         for label, src, nbytes in cases:
             for rate in rates:
-                cell = {"mcdist": [], "uftp": []}
+                cell = {"mcdist": [], "uftp": [], "mcdist signed": [], "uftp encrypted": []}
                 for _ in range(args.repeat):
+                    if args.auth:
+                        clear(signed_dest)
+                        mrate = args.mcdist_max if rate == "max" else rate
+                        summary = os.path.join(base, "summary.json")
+                        rcpu0 = signed_daemon.cpu()
+                        code, wall, scpu, out = sender_run(
+                            [send, "-q", "--group", signed_group, "--interface", "127.0.0.1", "--rate",
+                             mrate, "--receivers", "bench", "--key", hub_key, "--summary-json", summary, src])
+                        time.sleep(0.05)
+                        rcpu = signed_daemon.cpu() - rcpu0
+                        if code != 0:
+                            sys.exit("signed mcdist-send failed (%d):\n%s" % (code, out))
+                        with open(summary) as f:
+                            passes = json.load(f)["passes"]
+                        got = tree_sizes(os.path.join(signed_dest, os.path.basename(src)))
+                        cell["mcdist signed"].append((wall, passes, scpu + rcpu, sum(got.values()) == nbytes))
+                        clear(uf_dest)
+                        urate = args.uftp_max if rate == "max" else uftp_rate(rate)
+                        rcpu0 = uftpd.cpu()
+                        code, wall, scpu, out = sender_run(
+                            ["uftp", "-I", "127.0.0.1", "-M", "230.4.4.1", "-P", "230.5.5.1", "-H",
+                             "0x01020304", "-R", urate, "-Y", "aes256-gcm", "-h", "sha256", "-B",
+                             "104857600", src])
+                        time.sleep(0.05)
+                        rcpu = uftpd.cpu() - rcpu0
+                        upasses = max([int(l.split()[-1]) for l in out.splitlines()
+                                       if l.startswith("Starting pass")] or [0])
+                        got = tree_sizes(os.path.join(uf_dest, os.path.basename(src)))
+                        cell["uftp encrypted"].append((wall, upasses, scpu + rcpu,
+                                                       code == 0 and sum(got.values()) == nbytes))
                     # mcdist
                     clear(md_dest)
                     mrate = args.mcdist_max if rate == "max" else rate
@@ -221,9 +270,14 @@ def main():
     finally:
         md_rss = peak_rss_mib(mcdistd.proc.pid)
         mcdistd.stop()
+        if signed_daemon:
+            signed_daemon.stop()
         uftpd.stop()
     print()
     print_table(rows)
+    if args.auth:
+        print()
+        print_auth_table(rows)
     print()
     print("mcdistd peak resident set over the whole run: %.1f MiB" % md_rss)
     print("data on %s; %d run(s) per cell, median shown; wall time includes program start-up"
@@ -257,6 +311,19 @@ def print_table(rows):
             label, rate_label, m[0], "" if m[3] else " (incomplete)", u[0],
             "" if u[3] else " (incomplete)", mg, ug, mg / ug if ug else 0, m[1], u[1], m[2], u[2]))
 
+
+
+def print_auth_table(rows):
+    print("| work | rate | mcdist | mcdist signed | signed / plain | UFTP encrypted | signed mcdist / encrypted UFTP |")
+    print("|---|---|---|---|---|---|---|")
+    for label, rate, mrate, urate, nbytes, cell in rows:
+        m = median_cell(cell["mcdist"])
+        ms = median_cell(cell["mcdist signed"])
+        ue = median_cell(cell["uftp encrypted"])
+        g = lambda c: nbytes * 8 / c[0] / 1e6
+        print("| %s | %s | %.0f Mbit/s | %.0f Mbit/s%s | %.2f | %.0f Mbit/s%s | %.2fx |" % (
+            label, rate, g(m), g(ms), "" if ms[3] else " (incomplete)", g(ms) / g(m), g(ue),
+            "" if ue[3] else " (incomplete)", g(ms) / g(ue)))
 
 if __name__ == "__main__":
     main()

@@ -97,8 +97,12 @@ TEST_CASE("headers with wrong magic, version, type or size are refused by name",
   bad[0] = std::byte{'X'};
   REQUIRE(wire::parse_header(bad, h) == errc::bad_magic);
   bad = d;
-  bad[2] = std::byte{2};
+  bad[2] = std::byte{3};
   REQUIRE(wire::parse_header(bad, h) == errc::bad_version);
+  bad[2] = std::byte{0};
+  REQUIRE(wire::parse_header(bad, h) == errc::bad_version);
+  bad[2] = std::byte{wire::authenticated_version};  // accepted: the shells cut its trailer off
+  REQUIRE_FALSE(wire::parse_header(bad, h));
   bad = d;
   bad[3] = std::byte{0};
   REQUIRE(wire::parse_header(bad, h) == errc::unknown_type);
