@@ -11,11 +11,15 @@ sender, from this host (so with the real sender's own source address, 127.0.0.1)
   every block in the name of the real site: the absent site is not reported completed, the NAK
   causes no repair, the refusals are counted in the sender's summary.
 
+Last, the site's daemon is killed (SIGKILL) in the middle of a signed session and restarted: it
+resumes with the session's saved keys and completes.
+
 usage: test_auth.py BUILD_DIR"""
 
 import os
 import random
 import shutil
+import signal
 import socket
 import struct
 import subprocess
@@ -35,6 +39,18 @@ def keygen(bin_dir, path):
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=True)
     check(os.stat(path).st_mode & 0o777 == 0o600, "key file %s is not 0600" % path)
     return out.stdout.decode().strip()
+
+
+def written_bytes(pid):
+    """Bytes the process has written so far (/proc/PID/io wchar)."""
+    try:
+        with open("/proc/%d/io" % pid) as f:
+            for line in f:
+                if line.startswith("wchar:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
 
 
 def status_counter(d, key):
@@ -216,9 +232,44 @@ def main():
         check(sha256_file(os.path.join(d.dest, "obs", "y.bufr")) ==
               sha256_file(os.path.join(src2, "y.bufr")), "obs/y.bufr not delivered intact")
         check(d.alive(), "mcdistd died")
+
+        # 5. Killed mid-session, the daemon resumes the signed session with its saved keys.
+        src3 = os.path.join(base, "round3", "fields")
+        write_random(os.path.join(src3, "big.grib2"), 12_000_000, rng)
+        d.stop()
+        d = Daemon(bin_dir, base, "site-a", group,
+                   ["--trust", os.path.join(base, "hub.key.pub"), "--key", os.path.join(base, "site-a.key"),
+                    "--checkpoint-interval", "200ms"])
+        daemons[0] = d
+        fd, summary_path = tempfile.mkstemp(suffix=".json")
+        os.close(fd)
+        sender = subprocess.Popen(
+            [os.path.join(bin_dir, "sender", "mcdist-send"), "--group", group, "--interface", "127.0.0.1",
+             "--rate", "40M", "--receivers", "site-a", "--key", os.path.join(base, "hub.key"),
+             "--fallback", "off", "--summary-json", summary_path, "--no-progress", src3],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        deadline = time.time() + 30
+        while written_bytes(d.proc.pid) < 3_000_000:
+            check(time.time() < deadline and sender.poll() is None, "the signed transfer did not start:\n" + d.log_text())
+            time.sleep(0.05)
+        time.sleep(0.5)  # a checkpoint after the first bytes
+        d.proc.send_signal(signal.SIGKILL)
+        d.proc.wait()
+        d.logf.close()
+        d.start()
+        check(d.wait_for_log("resumed from checkpoint", 10), "")
+        out3, _ = sender.communicate(timeout=120)
+        log(out3.decode("utf-8", "replace"))
+        check(sender.returncode == 0, "the resumed signed session did not complete (%d):\n%s" % (
+            sender.returncode, d.log_text()))
+        check(sha256_file(os.path.join(d.dest, "fields", "big.grib2")) ==
+              sha256_file(os.path.join(src3, "big.grib2")), "fields/big.grib2 not delivered intact after the restart")
+        check("saved keys are unusable" not in d.log_text(), "the saved keys were not usable")
+        os.unlink(summary_path)
+
         log("PASS: signed sessions delivered; forged senders (other key, unsigned, made-up signature) "
             "wrote nothing; a forged site was neither completed nor repaired for; %d forged site "
-            "datagrams refused" % attacker.sent)
+            "datagrams refused; a killed daemon resumed a signed session" % attacker.sent)
         return 0
     finally:
         for dd in daemons:
