@@ -17,6 +17,7 @@ packages=(
   chromium prometheus
   systemd help2man lintian
   tshark
+  libmosquitto-dev mosquitto mosquitto-clients
 )
 if [ "${1:-}" = "--bench" ]; then
   packages+=(uftp iperf3 gnuplot-nox rsync netcat-openbsd time)

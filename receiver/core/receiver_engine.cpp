@@ -1022,7 +1022,8 @@ void receiver_engine::on_file_stored(session_id id, file_index f, std::error_cod
     ++s->files_stored;
     s->bytes_stored += fr.entry.size;
     ++m_stats.files_stored;
-    m_sink.file_finished({s->id, s->channel, fr.entry.path, fr.entry.size, true, {}});
+    m_sink.file_finished({s->id, s->channel, fr.entry.path, fr.entry.size, true, {},
+                          fr.entry.mtime_ns, fr.entry.digest ? &*fr.entry.digest : nullptr});
     if (m_log) {
       m_log->info("session {}: stored '{}' ({} bytes)", s->name(), printable(fr.entry.path),
                   fr.entry.size);
@@ -1043,7 +1044,8 @@ void receiver_engine::on_file_stored(session_id id, file_index f, std::error_cod
     --s->files_open;
     ++s->files_failed;
     ++m_stats.files_failed;
-    m_sink.file_finished({s->id, s->channel, fr.entry.path, fr.entry.size, false, fr.failure});
+    m_sink.file_finished({s->id, s->channel, fr.entry.path, fr.entry.size, false, fr.failure,
+                          fr.entry.mtime_ns, nullptr});
     if (m_log) {
       m_log->error("session {}: could not store '{}': {}", s->name(), printable(fr.entry.path),
                    fr.failure);

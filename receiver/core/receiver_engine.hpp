@@ -124,6 +124,9 @@ struct file_outcome {
   std::uint64_t size = 0;      ///< bytes
   bool stored = false;         ///< verified and renamed into place; false: failed
   std::string_view failure;    ///< why it failed; empty when stored
+  std::int64_t mtime_ns = 0;   ///< the manifest's mtime, ns since the Unix epoch
+  /// The SHA-256 the stored file was verified against (manifest entry); nullptr when failed.
+  const sha256_digest* digest = nullptr;
 };
 
 /// Actions the engine asks of its shell. Calls happen synchronously inside engine calls.

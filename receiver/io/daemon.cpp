@@ -136,6 +136,11 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
         service();
       });
   setup_keys();
+  for (std::size_t i = 0; i < m_cfg.channels.size(); ++i) {
+    for (const auto& a : m_cfg.channels[i].wis2) {
+      m_wis2.push_back({i, std::make_unique<wis2_publisher>(a, m_cfg.channels[i].name, m_log)});
+    }
+  }
   receiver_config rc;
   rc.id = m_cfg.id;
   rc.session_timeout = m_cfg.session_timeout;
@@ -172,6 +177,7 @@ daemon::~daemon() {
   // The store drains its queues and joins its threads before the engine goes.
   m_store.reset();
   m_engine.reset();
+  m_wis2.clear();  // disconnects and joins libmosquitto's threads
   m_http.reset();
   if (m_log_ring) std::erase(m_log->sinks(), m_log_ring);
 }
@@ -690,6 +696,15 @@ nlohmann::json daemon::status_json() {
   }
   j["dropped"] = drops;
   const auto a = auth_refused();
+  if (!m_wis2.empty()) {
+    auto& w = j["wis2"] = nlohmann::json::array();
+    for (const auto& [channel, p] : m_wis2) {
+      const auto ws = p->stats();
+      w.push_back({{"channel", p->channel()}, {"topic", p->action().topic},
+                   {"connected", ws.connected}, {"published", ws.published},
+                   {"failed", ws.failed}, {"dropped", ws.dropped}, {"queued", ws.queued}});
+    }
+  }
   j["not_authenticated"] = {{"bad_signature", a.bad_signature}, {"bad_tag", a.bad_tag},
                             {"no_key", a.no_key},          {"unsigned", a.unauthenticated},
                             {"verify_budget", a.verify_budget}};

@@ -154,6 +154,8 @@ class daemon final : public receiver_sink {
   std::unique_ptr<http::server> m_http;
   boost::asio::steady_timer m_sample_timer;
   wall_time m_started;
+  /// WIS2 notification publishers, each with the index of its channel.
+  std::vector<std::pair<std::size_t, std::unique_ptr<wis2_publisher>>> m_wis2;
 };
 
 }  // namespace mcdist::receiver

@@ -32,6 +32,61 @@ endpoint parse_group(const std::string& text, const std::string& key) {
   return *g;
 }
 
+/// [[channel.action]] tables; the only type so far is "wis2" (wis2_publisher.hpp).
+std::vector<wis2_action> parse_actions(const toml::node& node, const std::string& key) {
+  const auto* arr = node.as_array();
+  if (!arr) throw config_error("'" + key + "' must be an array of tables: [[channel.action]]");
+  std::vector<wis2_action> out;
+  for (std::size_t i = 0; i < arr->size(); ++i) {
+    const std::string k = key + "[" + std::to_string(i) + "]";
+    const auto* at = arr->get(i)->as_table();
+    if (!at) throw config_error(k + " must be a table ([[channel.action]])");
+    static const char* known[] = {"type", "broker", "topic", "base_url", "data_id_prefix",
+                                  "qos", "username", "password"};
+    for (const auto& [name, v] : *at) {
+      if (std::find(std::begin(known), std::end(known), std::string(name.str())) ==
+          std::end(known)) {
+        throw config_error(k + ": unknown setting '" + std::string(name.str()) + "' (" +
+                           where(v.source()) + ")");
+      }
+    }
+    const auto type = (*at)["type"];
+    if (!type) throw config_error(k + " needs type = \"wis2\"");
+    const auto t = require_type<std::string>(*type.node(), k + ".type", "a string");
+    if (t != "wis2") throw config_error(k + ".type = \"" + t + "\": the only action type is \"wis2\"");
+    wis2_action a;
+    auto str = [&](const char* name, std::string& v) {
+      if (auto n = (*at)[name]) v = require_type<std::string>(*n.node(), k + "." + name, "a string");
+    };
+    std::string broker;
+    str("broker", broker);
+    if (broker.empty()) throw config_error(k + " needs broker = \"mqtt://HOST:PORT\"");
+    const auto b = parse_mqtt_url(broker);
+    if (!b) {
+      throw config_error(k + ".broker = \"" + broker +
+                         "\" is not mqtt://HOST[:PORT] (e.g. mqtt://127.0.0.1:1883; TLS is not "
+                         "supported)");
+    }
+    a.broker_host = b->first;
+    a.broker_port = b->second;
+    str("topic", a.topic);
+    str("base_url", a.base_url);
+    str("data_id_prefix", a.data_id_prefix);
+    str("username", a.username);
+    str("password", a.password);
+    if (auto n = (*at)["qos"]) {
+      a.qos = static_cast<int>(require_type<std::int64_t>(*n.node(), k + ".qos", "0, 1 or 2"));
+    }
+    try {
+      check_wis2_action(a);
+    } catch (const std::invalid_argument& e) {
+      throw config_error(k + " (wis2): " + e.what());
+    }
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
 }  // namespace
 
 endpoint default_http_endpoint() {
@@ -188,6 +243,7 @@ daemon_config load_config_file(const std::filesystem::path& file) {
         ch.trusted_senders = default_trusted;
       }
       if (ch.name.empty()) ch.name = ch.group.to_string();
+      if (auto n = (*ct)["action"]) ch.wis2 = parse_actions(*n.node(), key + ".action");
       cfg.channels.push_back(std::move(ch));
     }
   } else if (t.contains("channel")) {

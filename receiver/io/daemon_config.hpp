@@ -6,6 +6,7 @@
 #include "common/endpoint.hpp"
 #include "common/logging.hpp"
 #include "receiver/io/file_store.hpp"
+#include "receiver/io/wis2_publisher.hpp"
 
 #include <chrono>
 #include <filesystem>
@@ -24,6 +25,9 @@ struct channel_config {
   /// Ed25519 keys of the senders whose sessions this channel accepts (docs/security.md). Empty:
   /// any host that reaches the group can write into dest (mcdistd warns at start).
   std::vector<crypto::key32> trusted_senders;
+  /// `[[channel.action]] type = "wis2"`: announce each stored file on an MQTT broker
+  /// (wis2_publisher.hpp; README "WIS2 notifications").
+  std::vector<wis2_action> wis2;
 };
 
 /// Port of mcdistd's status HTTP server (/metrics, /status, /) unless configured otherwise.

@@ -65,6 +65,12 @@ void daemon::do_sample() {
 
 void daemon::file_finished(const file_outcome& outcome) {
   m_board.file_finished(outcome, std::chrono::system_clock::now());
+  if (!outcome.stored || !outcome.digest) return;
+  for (auto& [channel, p] : m_wis2) {
+    if (channel == outcome.channel) {
+      p->publish(outcome.path, outcome.size, outcome.mtime_ns, *outcome.digest);
+    }
+  }
 }
 
 http::response daemon::serve_http(const http::request& r) {

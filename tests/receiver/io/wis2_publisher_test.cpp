@@ -1,0 +1,119 @@
+#include "receiver/io/wis2_publisher.hpp"
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <stdexcept>
+
+using namespace mcdist;
+using namespace mcdist::receiver;
+
+namespace {
+
+wis2_notice sample() {
+  wis2_notice n;
+  n.id = format_uuid_v4({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15});
+  n.data_id = "xx-centre/data/core/weather/surface-based-observations/synop/obs/a.bufr4";
+  // 2026-11-23T11:02:03.5Z
+  n.pubtime = std::chrono::system_clock::time_point(
+      std::chrono::duration_cast<std::chrono::system_clock::duration>(
+          std::chrono::nanoseconds(1'795'431'723'500'000'000)));
+  n.datetime_ns = 1'795'431'600'000'000'000;
+  for (std::size_t i = 0; i < n.digest.size(); ++i) n.digest[i] = static_cast<std::uint8_t>(i);
+  n.href = "https://data.example.org/obs/a.bufr4";
+  n.media_type = "application/bufr";
+  n.length = 1234;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("build_wis2_message gives a WNM 1.0 core Feature with every required key") {
+  const auto j = nlohmann::json::parse(build_wis2_message(sample()));
+  CHECK(j["id"] == "00010203-0405-4607-8809-0a0b0c0d0e0f");
+  CHECK(j["conformsTo"] == nlohmann::json::array({"http://wis.wmo.int/spec/wnm/1/conf/core"}));
+  CHECK(j["type"] == "Feature");
+  CHECK(j.contains("geometry"));
+  CHECK(j["geometry"].is_null());
+  const auto& p = j["properties"];
+  CHECK(p["data_id"] == "xx-centre/data/core/weather/surface-based-observations/synop/obs/a.bufr4");
+  CHECK(p["pubtime"] == "2026-11-23T11:02:03.500000Z");
+  CHECK(p["datetime"] == "2026-11-23T11:00:00.000000Z");
+  CHECK(p["integrity"]["method"] == "sha256");
+  CHECK(p["integrity"]["value"] == "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=");
+  REQUIRE(j["links"].size() == 1);
+  const auto& l = j["links"][0];
+  CHECK(l["href"] == "https://data.example.org/obs/a.bufr4");
+  CHECK(l["rel"] == "canonical");
+  CHECK(l["type"] == "application/bufr");
+  CHECK(l["length"] == 1234);
+}
+
+TEST_CASE("build_wis2_message replaces invalid UTF-8 in paths instead of throwing") {
+  auto n = sample();
+  n.href += "\xff";
+  const auto j = nlohmann::json::parse(build_wis2_message(n));
+  CHECK(j["links"][0]["href"].get<std::string>().starts_with("https://data.example.org/obs/"));
+}
+
+TEST_CASE("base64 follows RFC 4648 test vectors") {
+  auto b = [](std::string_view s) {
+    return base64({reinterpret_cast<const std::uint8_t*>(s.data()), s.size()});
+  };
+  CHECK(b("") == "");
+  CHECK(b("f") == "Zg==");
+  CHECK(b("fo") == "Zm8=");
+  CHECK(b("foo") == "Zm9v");
+  CHECK(b("foob") == "Zm9vYg==");
+  CHECK(b("fooba") == "Zm9vYmE=");
+  CHECK(b("foobar") == "Zm9vYmFy");
+}
+
+TEST_CASE("format_uuid_v4 sets version 4 and the RFC 9562 variant") {
+  std::array<std::uint8_t, 16> ff;
+  ff.fill(0xff);
+  CHECK(format_uuid_v4(ff) == "ffffffff-ffff-4fff-bfff-ffffffffffff");
+}
+
+TEST_CASE("rfc3339_utc handles times before the epoch") {
+  CHECK(rfc3339_utc(0) == "1970-01-01T00:00:00.000000Z");
+  CHECK(rfc3339_utc(-1'000) == "1969-12-31T23:59:59.999999Z");
+}
+
+TEST_CASE("guess_media_type knows WMO formats and falls back to octet-stream") {
+  CHECK(guess_media_type("a/B.BUFR") == "application/bufr");
+  CHECK(guess_media_type("x.grib2") == "application/grib");
+  CHECK(guess_media_type("x.json") == "application/json");
+  CHECK(guess_media_type("x") == "application/octet-stream");
+}
+
+TEST_CASE("parse_mqtt_url takes host and port, refuses other schemes") {
+  CHECK(parse_mqtt_url("mqtt://127.0.0.1:1884") == std::pair<std::string, std::uint16_t>{"127.0.0.1", 1884});
+  CHECK(parse_mqtt_url("mqtt://broker.example.org") ==
+        std::pair<std::string, std::uint16_t>{"broker.example.org", 1883});
+  CHECK(parse_mqtt_url("mqtt://[::1]:1883/") == std::pair<std::string, std::uint16_t>{"::1", 1883});
+  CHECK_FALSE(parse_mqtt_url("mqtts://h:8883"));
+  CHECK_FALSE(parse_mqtt_url("mqtt://h:"));
+  CHECK_FALSE(parse_mqtt_url("mqtt://h:0"));
+  CHECK_FALSE(parse_mqtt_url("mqtt://h:70000"));
+  CHECK_FALSE(parse_mqtt_url("127.0.0.1:1883"));
+}
+
+TEST_CASE("check_wis2_action fills defaults and refuses bad fields") {
+  wis2_action a;
+  a.topic = "origin/a/wis2/xx-centre/data/core/weather/surface-based-observations/synop";
+  a.base_url = "https://data.example.org";
+  check_wis2_action(a);
+  CHECK(a.base_url == "https://data.example.org/");
+  CHECK(a.data_id_prefix == "xx-centre/data/core/weather/surface-based-observations/synop/");
+  auto bad = [&](auto change) {
+    auto b = a;
+    change(b);
+    CHECK_THROWS_AS(check_wis2_action(b), std::invalid_argument);
+  };
+  bad([](wis2_action& b) { b.topic = "origin/a/wis2/#"; });
+  bad([](wis2_action& b) { b.topic = "weather/synop"; });
+  bad([](wis2_action& b) { b.base_url = "ftp://x/"; });
+  bad([](wis2_action& b) { b.qos = 3; });
+  bad([](wis2_action& b) { b.password = "p"; });
+}
