@@ -50,6 +50,17 @@ Settings come from --config FILE (TOML) and are overridden by options on the com
   group = "239.192.0.1:4711"
   dest = "/srv/mcdist/in/products"       # optional, else the top-level dest
   trusted_senders = ["/etc/mcdist/hub.pub"]  # optional, else the top-level list
+  [[channel.action]]                     # optional: a WIS2 notification per stored file
+  type = "wis2"
+  broker = "mqtt://127.0.0.1:1883"
+  topic = "origin/a/wis2/xx-centre/data/core/weather/surface-based-observations/synop"
+  base_url = "https://data.example.org/"  # canonical link: base_url + the file's path in the set
+  qos = 1                                # optional, 0-2; username/password and data_id_prefix too
+
+WIS2 notifications: with a wis2 action, every file stored on that channel is announced on the
+MQTT broker by a WIS2 Notification Message (WMO WNM 1.0: data_id, pubtime, sha256 integrity,
+canonical link). Publishing runs on its own thread with a bounded queue: while the broker is
+down messages wait (beyond 10000 they are dropped and counted) and mcdistd reconnects.
 
 Authentication (docs/security.md): a channel with trusted_senders accepts only sessions signed
 by one of those keys (mcdist-send --key); every datagram of them is checked (signatures on

@@ -1,0 +1,255 @@
+#!/usr/bin/env python3
+"""Integration: WIS2 notifications from mcdistd. The test starts a real mosquitto broker on a
+free loopback port and a real mosquitto_sub on '#', then mcdistd with a wis2 action on its
+channel, then a real mcdist-send session of a few files. One WIS2 Notification Message (WMO WNM
+1.0) per stored file must arrive on the configured topic: valid JSON with the required keys,
+the right data_id, canonical link href and length, and integrity value equal to the base64 of
+the SHA-256 of the delivered file. The daemon's status JSON must count them as published. A
+config with a bad wis2 topic must be refused by --check-config (exit 2, naming the setting).
+
+SKIPPED only if mosquitto or mosquitto_sub is missing or the broker cannot run here.
+
+usage: test_wis2.py BUILD_DIR"""
+
+import base64
+import hashlib
+import json
+import os
+import random
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from mcdist_testlib import *  # noqa: E402,F403
+from status_common import free_tcp_port, make_products  # noqa: E402
+
+TOPIC = "origin/a/wis2/xx-centre/data/core/weather/surface-based-observations/synop"
+BASE_URL = "https://data.example.org/wis2/"
+PREFIX = "xx-centre/data/core/weather/surface-based-observations/synop/"
+NAMES = ["obs/a.bufr4", "obs/b.bufr4", "grib/c.grib2", "meta/d.json", "e.bin"]
+UUID4 = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
+RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
+
+
+def find_mosquitto():
+    for p in (shutil.which("mosquitto"), "/usr/sbin/mosquitto"):
+        if p and os.access(p, os.X_OK):
+            return p
+    return None
+
+
+class Subscriber:
+    """mosquitto_sub -t '#' -v; collects (topic, payload) lines on a reader thread."""
+
+    def __init__(self, port):
+        self.proc = subprocess.Popen(["mosquitto_sub", "-h", "127.0.0.1", "-p", str(port), "-t", "#",
+                                      "-v", "-q", "1"], stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT)
+        self.lines = []
+        self.lock = threading.Lock()
+        self.thread = threading.Thread(target=self.read, daemon=True)
+        self.thread.start()
+
+    def read(self):
+        for raw in self.proc.stdout:
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            topic, _, payload = line.partition(" ")
+            with self.lock:
+                self.lines.append((topic, payload))
+
+    def messages(self, topic):
+        with self.lock:
+            return [p for t, p in self.lines if t == topic]
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(5)
+
+
+class ConfigDaemon(Daemon):
+    """mcdistd from a TOML config file only (Daemon passes --group, which replaces the
+    config's channels)."""
+
+    def __init__(self, bin_dir, base, rid, group, action):
+        self.id = rid
+        root = os.path.join(base, rid)
+        self.dest = os.path.join(root, "dest")
+        self.temp = os.path.join(root, "temp")
+        self.status = os.path.join(root, "status.json")
+        self.log_path = os.path.join(root, "mcdistd.log")
+        os.makedirs(self.dest, exist_ok=True)
+        os.makedirs(self.temp, exist_ok=True)
+        self.config = os.path.join(root, "mcdistd.toml")
+        with open(self.config, "w") as f:
+            f.write('id = "%s"\ninterface = "127.0.0.1"\ndest = "%s"\ntemp = "%s"\n'
+                    'status_file = "%s"\nstatus_interval = "1s"\nhttp = "off"\n'
+                    '[[channel]]\nname = "synop"\ngroup = "%s"\n[[channel.action]]\n%s\n'
+                    % (rid, self.dest, self.temp, self.status, group, action))
+        self.args = [os.path.join(bin_dir, "receiver", "mcdistd"), "--config", self.config]
+        self.proc = None
+        self.start()
+
+
+def check_config_refuses(bin_dir, base, group):
+    bad = os.path.join(base, "bad.toml")
+    with open(bad, "w") as f:
+        f.write('id = "x"\ninterface = "127.0.0.1"\ndest = "%s"\ntemp = "%s"\n[[channel]]\n'
+                'group = "%s"\n[[channel.action]]\ntype = "wis2"\nbroker = "mqtt://127.0.0.1:1"\n'
+                'topic = "weather/synop"\nbase_url = "https://x/"\n' % (base, base, group))
+    p = subprocess.run([os.path.join(bin_dir, "receiver", "mcdistd"), "--check-config", bad],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=10)
+    out = p.stdout.decode()
+    check(p.returncode == 2, "--check-config of a bad wis2 topic exited %d: %s" % (p.returncode, out))
+    check("channel[0].action[0]" in out and "topic" in out and "origin/a/wis2/" in out,
+          "the error must name the action and the topic rule: %s" % out)
+    log("--check-config refuses a non-WIS2 topic: " + out.strip().splitlines()[-1])
+
+
+def main():
+    bin_dir = sys.argv[1]
+    if not loopback_multicast_works():
+        print("SKIPPED: loopback multicast is not available here")
+        return SKIP
+    broker_bin = find_mosquitto()
+    if not broker_bin or not shutil.which("mosquitto_sub") or not shutil.which("mosquitto_pub"):
+        print("SKIPPED: mosquitto / mosquitto-clients are not installed (deploy/install-deps.sh)")
+        return SKIP
+    base = tempfile.mkdtemp(prefix="mcdist-wis2-", dir=os.environ.get("MCDIST_TEST_DIR", "/tmp"))
+    broker = sub = daemon = None
+    try:
+        group = free_group()
+        check_config_refuses(bin_dir, base, group)
+
+        port = free_tcp_port()
+        conf = os.path.join(base, "mosquitto.conf")
+        with open(conf, "w") as f:
+            f.write("listener %d 127.0.0.1\nallow_anonymous true\npersistence false\n" % port)
+        broker_log = open(os.path.join(base, "mosquitto.log"), "wb")
+        broker = subprocess.Popen([broker_bin, "-c", conf], stdout=broker_log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 10
+        while True:
+            if broker.poll() is not None:
+                with open(os.path.join(base, "mosquitto.log"), "rb") as f:
+                    print("SKIPPED: mosquitto cannot run here: " + f.read().decode("utf-8", "replace"))
+                return SKIP
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                check(time.time() < deadline, "mosquitto did not listen on port %d" % port)
+                time.sleep(0.05)
+
+        # The subscription is live once a probe published after it comes back.
+        sub = Subscriber(port)
+        deadline = time.time() + 10
+        while not sub.messages("probe/ready"):
+            check(sub.proc.poll() is None, "mosquitto_sub exited: %s" % sub.lines)
+            check(time.time() < deadline, "mosquitto_sub did not receive its probe")
+            subprocess.run(["mosquitto_pub", "-h", "127.0.0.1", "-p", str(port), "-t", "probe/ready",
+                            "-m", "x"], timeout=5, check=True)
+            time.sleep(0.1)
+
+        action = ('type = "wis2"\nbroker = "mqtt://127.0.0.1:%d"\ntopic = "%s"\nbase_url = "%s"\n'
+                  'qos = 1' % (port, TOPIC, BASE_URL))
+        daemon = ConfigDaemon(bin_dir, base, "site-wis2", group, action)
+        daemon.wait_for_log("WIS2 (channel synop): connected to mqtt://127.0.0.1:%d" % port, 10)
+
+        rng = random.Random(1313)
+        src = os.path.join(base, "products")
+        make_products(src, NAMES, rng, size=5000)
+        # Sizes differ per file so a length taken from the wrong file shows.
+        for i, n in enumerate(NAMES):
+            with open(os.path.join(src, n), "ab") as f:
+                f.write(rng.randbytes(i * 777))
+        code, summary, out = run_sender(bin_dir, [src], group, [daemon.id], rate="100M",
+                                        extra=["--fallback", "off"])
+        check(code == 0, "mcdist-send exited %d:\n%s" % (code, out))
+
+        deadline = time.time() + 15
+        while len(sub.messages(TOPIC)) < len(NAMES) and time.time() < deadline:
+            time.sleep(0.05)
+        msgs = sub.messages(TOPIC)
+        check(len(msgs) == len(NAMES), "%d notifications on %s, expected %d: %s"
+              % (len(msgs), TOPIC, len(NAMES), sub.lines))
+        others = [t for t, _ in sub.lines if t not in (TOPIC, "probe/ready")]
+        check(not others, "messages on unexpected topics: %s" % others)
+
+        seen = {}
+        ids = set()
+        for text in msgs:
+            try:
+                m = json.loads(text)
+            except ValueError:
+                fail("not JSON: %r" % text)
+            for key in ("id", "conformsTo", "type", "geometry", "properties", "links"):
+                check(key in m, "message lacks %s: %s" % (key, text))
+            check(UUID4.match(m["id"]), "id %r is not a UUID v4" % m["id"])
+            ids.add(m["id"])
+            check(m["conformsTo"] == ["http://wis.wmo.int/spec/wnm/1/conf/core"], "conformsTo %r" % m["conformsTo"])
+            check(m["type"] == "Feature" and m["geometry"] is None, "type/geometry: %s" % text)
+            p = m["properties"]
+            for key in ("data_id", "pubtime", "integrity", "datetime"):
+                check(key in p, "properties lack %s: %s" % (key, text))
+            check(RFC3339.match(p["pubtime"]), "pubtime %r" % p["pubtime"])
+            check(RFC3339.match(p["datetime"]), "datetime %r" % p["datetime"])
+            check(p["data_id"].startswith(PREFIX + "products/"), "data_id %r" % p["data_id"])
+            rel = p["data_id"][len(PREFIX):]
+            check(rel[len("products/"):] in NAMES, "data_id %r names no sent file" % p["data_id"])
+            check(rel not in seen, "two notifications for %s" % rel)
+            delivered = os.path.join(daemon.dest, rel)
+            check(os.path.isfile(delivered), "%s was announced but is not in dest" % rel)
+            with open(delivered, "rb") as f:
+                data = f.read()
+            with open(os.path.join(base, rel), "rb") as f:
+                check(f.read() == data, "%s delivered differs from the source" % rel)
+            want = base64.b64encode(hashlib.sha256(data).digest()).decode()
+            check(p["integrity"] == {"method": "sha256", "value": want},
+                  "%s integrity %r, expected sha256 %s" % (rel, p["integrity"], want))
+            check(len(m["links"]) == 1, "links: %s" % m["links"])
+            link = m["links"][0]
+            check(link.get("rel") == "canonical", "link rel %r" % link.get("rel"))
+            check(link.get("href") == BASE_URL + rel, "href %r, expected %r" % (link.get("href"), BASE_URL + rel))
+            check(link.get("length") == len(data), "%s length %r, file has %d" % (rel, link.get("length"), len(data)))
+            check(isinstance(link.get("type"), str) and "/" in link["type"], "link type %r" % link.get("type"))
+            seen[rel] = m
+        check(len(ids) == len(NAMES), "ids are not unique: %s" % ids)
+        check(seen["products/obs/a.bufr4"]["links"][0]["type"] == "application/bufr", "bufr media type")
+        log("%d WIS2 notifications, one per stored file, all checked" % len(seen))
+
+        deadline = time.time() + 10
+        st = None
+        while time.time() < deadline:
+            st = daemon.read_status()
+            if st and st.get("wis2") and st["wis2"][0]["published"] == len(NAMES):
+                break
+            time.sleep(0.1)
+        check(st and st.get("wis2"), "status JSON has no wis2 entry: %s" % st)
+        w = st["wis2"][0]
+        check(w["published"] == len(NAMES) and w["failed"] == 0 and w["dropped"] == 0
+              and w["queued"] == 0 and w["connected"] and w["topic"] == TOPIC,
+              "status wis2 %s" % w)
+        log("status wis2: %s" % w)
+        check(daemon.stop() == 0, "mcdistd exited %s" % daemon.proc.returncode)
+        daemon = None
+        log("PASS")
+        return 0
+    finally:
+        if daemon:
+            daemon.stop()
+        if sub:
+            sub.stop()
+        if broker and broker.poll() is None:
+            broker.terminate()
+            broker.wait(5)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
