@@ -42,7 +42,7 @@ std::vector<wis2_action> parse_actions(const toml::node& node, const std::string
     const auto* at = arr->get(i)->as_table();
     if (!at) throw config_error(k + " must be a table ([[channel.action]])");
     static const char* known[] = {"type", "broker", "topic", "base_url", "data_id_prefix",
-                                  "qos", "username", "password"};
+                                  "qos", "username", "password", "max_queued"};
     for (const auto& [name, v] : *at) {
       if (std::find(std::begin(known), std::end(known), std::string(name.str())) ==
           std::end(known)) {
@@ -76,6 +76,11 @@ std::vector<wis2_action> parse_actions(const toml::node& node, const std::string
     str("password", a.password);
     if (auto n = (*at)["qos"]) {
       a.qos = static_cast<int>(require_type<std::int64_t>(*n.node(), k + ".qos", "0, 1 or 2"));
+    }
+    if (auto n = (*at)["max_queued"]) {
+      const auto v = require_type<std::int64_t>(*n.node(), k + ".max_queued", "a whole number");
+      if (v < 1 || v > 1000000) throw config_error(k + ".max_queued must be 1 to 1000000");
+      a.max_queued = static_cast<std::size_t>(v);
     }
     try {
       check_wis2_action(a);

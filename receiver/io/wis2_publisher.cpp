@@ -14,9 +14,10 @@ namespace {
 
 /// MQTT keep-alive, seconds: the broker notices a dead daemon within 1.5 times this.
 constexpr int keepalive_seconds = 60;
-/// Reconnect back-off, seconds: first retry after 1 s, doubling up to 30 s.
+/// Reconnect back-off, seconds: first retry after 1 s, doubling up to 10 s (a
+/// broker back after an outage gets the queue within 10 s).
 constexpr unsigned reconnect_delay_min = 1;
-constexpr unsigned reconnect_delay_max = 30;
+constexpr unsigned reconnect_delay_max = 10;
 
 bool ends_with_ci(std::string_view s, std::string_view suffix) {
   if (s.size() < suffix.size()) return false;
@@ -90,6 +91,7 @@ void check_wis2_action(wis2_action& a) {
   if (!a.password.empty() && a.username.empty()) {
     throw std::invalid_argument("password is set without username");
   }
+  if (a.max_queued == 0) a.max_queued = wis2_queue_limit;
   if (a.data_id_prefix.empty()) {
     a.data_id_prefix = std::string(rest);
     if (a.data_id_prefix.back() != '/') a.data_id_prefix += '/';
@@ -251,7 +253,7 @@ void wis2_publisher::publish(std::string_view path, std::uint64_t size, std::int
   auto msg = build_wis2_message(n);
   {
     std::lock_guard lock(m_mutex);
-    if (m_queue.size() + m_unacked >= wis2_queue_limit) {
+    if (m_queue.size() + m_unacked >= m_action.max_queued) {
       ++m_stats.dropped;
       return;
     }

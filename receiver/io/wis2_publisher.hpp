@@ -60,6 +60,9 @@ struct wis2_action {
   int qos = 1;                    ///< MQTT QoS 0, 1 or 2 (WIS2 Guide: 1)
   std::string username;           ///< empty: anonymous
   std::string password;
+  /// Most notifications held at once (queued plus unacknowledged); 0 until check_wis2_action
+  /// sets the default, wis2_queue_limit. Tests set a few to see drops.
+  std::size_t max_queued = 0;
 };
 
 /// MQTT default port (MQTT 3.1.1 section 4.2, IANA "mqtt").

@@ -7,6 +7,12 @@ the right data_id, canonical link href and length, and integrity value equal to 
 the SHA-256 of the delivered file. The daemon's status JSON must count them as published. A
 config with a bad wis2 topic must be refused by --check-config (exit 2, naming the setting).
 
+The daemon reaches the broker through a TCP relay the test controls. With the relay down
+(connections cut, port closed) a second session of 6 files is stored while the action's
+max_queued is 5: the status must show the daemon disconnected, 5 queued and 1 dropped, and no
+notification may reach the broker. With the relay back up the daemon must reconnect by itself
+and deliver the 5 queued notifications.
+
 SKIPPED only if mosquitto or mosquitto_sub is missing or the broker cannot run here.
 
 usage: test_wis2.py BUILD_DIR"""
@@ -73,6 +79,140 @@ class Subscriber:
             self.proc.wait(5)
 
 
+class Relay:
+    """A TCP relay 127.0.0.1:port -> 127.0.0.1:target that the test can take down (listener
+    closed, connections cut) and bring back on the same port."""
+
+    def __init__(self, target):
+        self.target = target
+        self.port = free_tcp_port()
+        self.conns = []
+        self.lock = threading.Lock()
+        self.listener = None
+        self.up()
+
+    def up(self):
+        ls = socket.socket()
+        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        ls.bind(("127.0.0.1", self.port))
+        ls.listen(8)
+        self.listener = ls
+        threading.Thread(target=self.accept, args=(ls,), daemon=True).start()
+
+    def accept(self, ls):
+        while True:
+            try:
+                a, _ = ls.accept()
+            except OSError:
+                return
+            try:
+                b = socket.create_connection(("127.0.0.1", self.target), timeout=5)
+            except OSError:
+                a.close()
+                continue
+            b.settimeout(None)
+            with self.lock:
+                self.conns += [a, b]
+            threading.Thread(target=self.pump, args=(a, b), daemon=True).start()
+            threading.Thread(target=self.pump, args=(b, a), daemon=True).start()
+
+    @staticmethod
+    def pump(src, dst):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def down(self):
+        # shutdown wakes the accept() blocked on the listener (close alone does not, on Linux).
+        try:
+            self.listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.listener.close()
+        with self.lock:
+            conns, self.conns = self.conns, []
+        for c in conns:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            c.close()
+
+
+def wait_status(daemon, pred, what, timeout=15):
+    """Polls the daemon's status file (rewritten every second) until pred(wis2 entry)."""
+    deadline = time.time() + timeout
+    w = None
+    while time.time() < deadline:
+        st = daemon.read_status()
+        if st and st.get("wis2"):
+            w = st["wis2"][0]
+            if pred(w):
+                return w
+        time.sleep(0.1)
+    fail("status wis2 never showed %s; last %s" % (what, w))
+
+
+def check_message(text, daemon, base, names):
+    """Checks one WNM against the delivered file; returns its path in the set."""
+    try:
+        m = json.loads(text)
+    except ValueError:
+        fail("not JSON: %r" % text)
+    for key in ("id", "conformsTo", "type", "geometry", "properties", "links"):
+        check(key in m, "message lacks %s: %s" % (key, text))
+    check(UUID4.match(m["id"]), "id %r is not a UUID v4" % m["id"])
+    check(m["conformsTo"] == ["http://wis.wmo.int/spec/wnm/1/conf/core"], "conformsTo %r" % m["conformsTo"])
+    check(m["type"] == "Feature" and m["geometry"] is None, "type/geometry: %s" % text)
+    p = m["properties"]
+    for key in ("data_id", "pubtime", "integrity", "datetime"):
+        check(key in p, "properties lack %s: %s" % (key, text))
+    check(RFC3339.match(p["pubtime"]), "pubtime %r" % p["pubtime"])
+    check(RFC3339.match(p["datetime"]), "datetime %r" % p["datetime"])
+    check(p["data_id"].startswith(PREFIX), "data_id %r" % p["data_id"])
+    rel = p["data_id"][len(PREFIX):]
+    check(rel in names, "data_id %r names no sent file" % p["data_id"])
+    delivered = os.path.join(daemon.dest, rel)
+    check(os.path.isfile(delivered), "%s was announced but is not in dest" % rel)
+    with open(delivered, "rb") as f:
+        data = f.read()
+    with open(os.path.join(base, rel), "rb") as f:
+        check(f.read() == data, "%s delivered differs from the source" % rel)
+    want = base64.b64encode(hashlib.sha256(data).digest()).decode()
+    check(p["integrity"] == {"method": "sha256", "value": want},
+          "%s integrity %r, expected sha256 %s" % (rel, p["integrity"], want))
+    check(len(m["links"]) == 1, "links: %s" % m["links"])
+    link = m["links"][0]
+    check(link.get("rel") == "canonical", "link rel %r" % link.get("rel"))
+    check(link.get("href") == BASE_URL + rel, "href %r, expected %r" % (link.get("href"), BASE_URL + rel))
+    check(link.get("length") == len(data), "%s length %r, file has %d" % (rel, link.get("length"), len(data)))
+    check(isinstance(link.get("type"), str) and "/" in link["type"], "link type %r" % link.get("type"))
+    return rel, m
+
+
+def send_products(bin_dir, base, dirname, names, rng, group, daemon):
+    src = os.path.join(base, dirname)
+    make_products(src, names, rng, size=5000)
+    # Sizes differ per file so a length taken from the wrong file shows.
+    for i, n in enumerate(names):
+        with open(os.path.join(src, n), "ab") as f:
+            f.write(rng.randbytes(i * 777))
+    code, summary, out = run_sender(bin_dir, [src], group, [daemon.id], rate="100M",
+                                    extra=["--fallback", "off"])
+    check(code == 0, "mcdist-send exited %d:\n%s" % (code, out))
+    return [dirname + "/" + n for n in names]
+
+
 class ConfigDaemon(Daemon):
     """mcdistd from a TOML config file only (Daemon passes --group, which replaces the
     config's channels)."""
@@ -122,7 +262,7 @@ def main():
         print("SKIPPED: mosquitto / mosquitto-clients are not installed (deploy/install-deps.sh)")
         return SKIP
     base = tempfile.mkdtemp(prefix="mcdist-wis2-", dir=os.environ.get("MCDIST_TEST_DIR", "/tmp"))
-    broker = sub = daemon = None
+    broker = sub = daemon = relay = None
     try:
         group = free_group()
         check_config_refuses(bin_dir, base, group)
@@ -156,86 +296,62 @@ def main():
                             "-m", "x"], timeout=5, check=True)
             time.sleep(0.1)
 
+        relay = Relay(port)
         action = ('type = "wis2"\nbroker = "mqtt://127.0.0.1:%d"\ntopic = "%s"\nbase_url = "%s"\n'
-                  'qos = 1' % (port, TOPIC, BASE_URL))
+                  'qos = 1\nmax_queued = %d' % (relay.port, TOPIC, BASE_URL, len(NAMES)))
         daemon = ConfigDaemon(bin_dir, base, "site-wis2", group, action)
-        daemon.wait_for_log("WIS2 (channel synop): connected to mqtt://127.0.0.1:%d" % port, 10)
+        daemon.wait_for_log("WIS2 (channel synop): connected to mqtt://127.0.0.1:%d" % relay.port, 10)
 
         rng = random.Random(1313)
-        src = os.path.join(base, "products")
-        make_products(src, NAMES, rng, size=5000)
-        # Sizes differ per file so a length taken from the wrong file shows.
-        for i, n in enumerate(NAMES):
-            with open(os.path.join(src, n), "ab") as f:
-                f.write(rng.randbytes(i * 777))
-        code, summary, out = run_sender(bin_dir, [src], group, [daemon.id], rate="100M",
-                                        extra=["--fallback", "off"])
-        check(code == 0, "mcdist-send exited %d:\n%s" % (code, out))
-
+        sent = send_products(bin_dir, base, "products", NAMES, rng, group, daemon)
         deadline = time.time() + 15
-        while len(sub.messages(TOPIC)) < len(NAMES) and time.time() < deadline:
+        while len(sub.messages(TOPIC)) < len(sent) and time.time() < deadline:
             time.sleep(0.05)
         msgs = sub.messages(TOPIC)
-        check(len(msgs) == len(NAMES), "%d notifications on %s, expected %d: %s"
-              % (len(msgs), TOPIC, len(NAMES), sub.lines))
+        check(len(msgs) == len(sent), "%d notifications on %s, expected %d: %s"
+              % (len(msgs), TOPIC, len(sent), sub.lines))
         others = [t for t, _ in sub.lines if t not in (TOPIC, "probe/ready")]
         check(not others, "messages on unexpected topics: %s" % others)
-
         seen = {}
-        ids = set()
         for text in msgs:
-            try:
-                m = json.loads(text)
-            except ValueError:
-                fail("not JSON: %r" % text)
-            for key in ("id", "conformsTo", "type", "geometry", "properties", "links"):
-                check(key in m, "message lacks %s: %s" % (key, text))
-            check(UUID4.match(m["id"]), "id %r is not a UUID v4" % m["id"])
-            ids.add(m["id"])
-            check(m["conformsTo"] == ["http://wis.wmo.int/spec/wnm/1/conf/core"], "conformsTo %r" % m["conformsTo"])
-            check(m["type"] == "Feature" and m["geometry"] is None, "type/geometry: %s" % text)
-            p = m["properties"]
-            for key in ("data_id", "pubtime", "integrity", "datetime"):
-                check(key in p, "properties lack %s: %s" % (key, text))
-            check(RFC3339.match(p["pubtime"]), "pubtime %r" % p["pubtime"])
-            check(RFC3339.match(p["datetime"]), "datetime %r" % p["datetime"])
-            check(p["data_id"].startswith(PREFIX + "products/"), "data_id %r" % p["data_id"])
-            rel = p["data_id"][len(PREFIX):]
-            check(rel[len("products/"):] in NAMES, "data_id %r names no sent file" % p["data_id"])
+            rel, m = check_message(text, daemon, base, sent)
             check(rel not in seen, "two notifications for %s" % rel)
-            delivered = os.path.join(daemon.dest, rel)
-            check(os.path.isfile(delivered), "%s was announced but is not in dest" % rel)
-            with open(delivered, "rb") as f:
-                data = f.read()
-            with open(os.path.join(base, rel), "rb") as f:
-                check(f.read() == data, "%s delivered differs from the source" % rel)
-            want = base64.b64encode(hashlib.sha256(data).digest()).decode()
-            check(p["integrity"] == {"method": "sha256", "value": want},
-                  "%s integrity %r, expected sha256 %s" % (rel, p["integrity"], want))
-            check(len(m["links"]) == 1, "links: %s" % m["links"])
-            link = m["links"][0]
-            check(link.get("rel") == "canonical", "link rel %r" % link.get("rel"))
-            check(link.get("href") == BASE_URL + rel, "href %r, expected %r" % (link.get("href"), BASE_URL + rel))
-            check(link.get("length") == len(data), "%s length %r, file has %d" % (rel, link.get("length"), len(data)))
-            check(isinstance(link.get("type"), str) and "/" in link["type"], "link type %r" % link.get("type"))
             seen[rel] = m
-        check(len(ids) == len(NAMES), "ids are not unique: %s" % ids)
+        check(len({m["id"] for m in seen.values()}) == len(sent), "ids are not unique")
         check(seen["products/obs/a.bufr4"]["links"][0]["type"] == "application/bufr", "bufr media type")
         log("%d WIS2 notifications, one per stored file, all checked" % len(seen))
-
-        deadline = time.time() + 10
-        st = None
-        while time.time() < deadline:
-            st = daemon.read_status()
-            if st and st.get("wis2") and st["wis2"][0]["published"] == len(NAMES):
-                break
-            time.sleep(0.1)
-        check(st and st.get("wis2"), "status JSON has no wis2 entry: %s" % st)
-        w = st["wis2"][0]
-        check(w["published"] == len(NAMES) and w["failed"] == 0 and w["dropped"] == 0
-              and w["queued"] == 0 and w["connected"] and w["topic"] == TOPIC,
-              "status wis2 %s" % w)
+        w = wait_status(daemon, lambda w: w["published"] == len(sent), "published %d" % len(sent))
+        check(w["failed"] == 0 and w["dropped"] == 0 and w["queued"] == 0 and w["connected"]
+              and w["topic"] == TOPIC, "status wis2 %s" % w)
         log("status wis2: %s" % w)
+
+        # Broker unreachable: 6 files stored, max_queued 5 -> 5 wait, 1 dropped.
+        relay.down()
+        wait_status(daemon, lambda w: not w["connected"], "the broker lost")
+        later = send_products(bin_dir, base, "later", ["f%d.bufr4" % i for i in range(len(NAMES) + 1)], rng, group, daemon)
+        for rel in later:
+            check(os.path.isfile(os.path.join(daemon.dest, rel)), "%s not stored" % rel)
+        w = wait_status(daemon, lambda w: w["dropped"] == 1 and w["queued"] == len(NAMES),
+                        "1 dropped and 5 queued while the broker is away")
+        check(w["published"] == len(sent) and not w["connected"], "status wis2 while down %s" % w)
+        check(len(sub.messages(TOPIC)) == len(sent), "a notification went through a closed relay")
+        log("broker away: %s" % w)
+        relay.up()
+        deadline = time.time() + 20  # libmosquitto's back-off is at most 10 s
+        while len(sub.messages(TOPIC)) < len(sent) + len(NAMES) and time.time() < deadline:
+            time.sleep(0.05)
+        msgs = sub.messages(TOPIC)
+        check(len(msgs) == len(sent) + len(NAMES), "after reconnecting: %d notifications, expected %d"
+              % (len(msgs), len(sent) + len(NAMES)))
+        late = set()
+        for text in msgs[len(sent):]:
+            rel, _ = check_message(text, daemon, base, later)
+            late.add(rel)
+        check(len(late) == len(NAMES), "the queued notifications name %s" % late)
+        w = wait_status(daemon, lambda w: w["published"] == len(sent) + len(NAMES) and w["connected"],
+                        "the queue delivered after reconnecting")
+        check(w["queued"] == 0 and w["dropped"] == 1 and w["failed"] == 0, "status wis2 %s" % w)
+        log("reconnected and delivered the queue: %s" % w)
         check(daemon.stop() == 0, "mcdistd exited %s" % daemon.proc.returncode)
         daemon = None
         log("PASS")
@@ -245,6 +361,8 @@ def main():
             daemon.stop()
         if sub:
             sub.stop()
+        if relay:
+            relay.down()
         if broker and broker.poll() is None:
             broker.terminate()
             broker.wait(5)

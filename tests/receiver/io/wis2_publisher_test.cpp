@@ -105,6 +105,7 @@ TEST_CASE("check_wis2_action fills defaults and refuses bad fields") {
   a.base_url = "https://data.example.org";
   check_wis2_action(a);
   CHECK(a.base_url == "https://data.example.org/");
+  CHECK(a.max_queued == wis2_queue_limit);
   CHECK(a.data_id_prefix == "xx-centre/data/core/weather/surface-based-observations/synop/");
   auto bad = [&](auto change) {
     auto b = a;
