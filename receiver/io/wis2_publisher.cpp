@@ -214,17 +214,19 @@ wis2_publisher::wis2_publisher(wis2_action action, std::string channel,
   mosquitto_disconnect_callback_set(m_mosq, &wis2_publisher::on_disconnect);
   mosquitto_publish_callback_set(m_mosq, &wis2_publisher::on_publish);
   mosquitto_reconnect_delay_set(m_mosq, reconnect_delay_min, reconnect_delay_max, true);
-  // A refused first connect is fine: the loop thread keeps retrying with the delays above.
+  // The loop thread starts before the connect: with the connect first, libmosquitto 2.0 never
+  // retries a first connect that failed (eclipse-mosquitto/mosquitto issues 1903 and 2576);
+  // this way a broker that is down when mcdistd starts is reached once it comes up.
+  if (const int lrc = mosquitto_loop_start(m_mosq); lrc != MOSQ_ERR_SUCCESS) {
+    mosquitto_destroy(m_mosq);
+    throw std::runtime_error(std::string("WIS2: cannot start libmosquitto's thread: ") +
+                             mosquitto_strerror(lrc));
+  }
   const int rc = mosquitto_connect_async(m_mosq, m_action.broker_host.c_str(),
                                          m_action.broker_port, keepalive_seconds);
   if (rc != MOSQ_ERR_SUCCESS && m_log) {
     m_log->warn("WIS2 (channel {}): broker {}:{} not reachable yet ({}); retrying", m_channel,
                 m_action.broker_host, m_action.broker_port, mosquitto_strerror(rc));
-  }
-  if (const int lrc = mosquitto_loop_start(m_mosq); lrc != MOSQ_ERR_SUCCESS) {
-    mosquitto_destroy(m_mosq);
-    throw std::runtime_error(std::string("WIS2: cannot start libmosquitto's thread: ") +
-                             mosquitto_strerror(lrc));
   }
 }
 

@@ -7,7 +7,8 @@ the right data_id, canonical link href and length, and integrity value equal to 
 the SHA-256 of the delivered file. The daemon's status JSON must count them as published. A
 config with a bad wis2 topic must be refused by --check-config (exit 2, naming the setting).
 
-The daemon reaches the broker through a TCP relay the test controls. With the relay down
+The daemon reaches the broker through a TCP relay the test controls, down when the daemon
+starts: the daemon must connect once it comes up. Later, with the relay down
 (connections cut, port closed) a second session of 6 files is stored while the action's
 max_queued is 5: the status must show the daemon disconnected, 5 queued and 1 dropped, and no
 notification may reach the broker. With the relay back up the daemon must reconnect by itself
@@ -88,8 +89,7 @@ class Relay:
         self.port = free_tcp_port()
         self.conns = []
         self.lock = threading.Lock()
-        self.listener = None
-        self.up()
+        self.listener = None  # down until up()
 
     def up(self):
         ls = socket.socket()
@@ -299,8 +299,12 @@ def main():
         relay = Relay(port)
         action = ('type = "wis2"\nbroker = "mqtt://127.0.0.1:%d"\ntopic = "%s"\nbase_url = "%s"\n'
                   'qos = 1\nmax_queued = %d' % (relay.port, TOPIC, BASE_URL, len(NAMES)))
+        # The broker is unreachable when mcdistd starts: it must keep trying and get there.
         daemon = ConfigDaemon(bin_dir, base, "site-wis2", group, action)
-        daemon.wait_for_log("WIS2 (channel synop): connected to mqtt://127.0.0.1:%d" % relay.port, 10)
+        daemon.wait_for_log("WIS2 (channel synop): lost the broker mqtt://127.0.0.1:%d" % relay.port, 10)
+        relay.up()
+        daemon.wait_for_log("WIS2 (channel synop): connected to mqtt://127.0.0.1:%d" % relay.port, 15)
+        log("connected once the broker became reachable after start")
 
         rng = random.Random(1313)
         sent = send_products(bin_dir, base, "products", NAMES, rng, group, daemon)
@@ -361,7 +365,7 @@ def main():
             daemon.stop()
         if sub:
             sub.stop()
-        if relay:
+        if relay and relay.listener:
             relay.down()
         if broker and broker.poll() is None:
             broker.terminate()
