@@ -73,7 +73,8 @@ void check_wis2_action(wis2_action& a) {
   }
   std::string_view rest;
   for (std::string_view root : {"origin/a/wis2/", "cache/a/wis2/"}) {
-    if (std::string_view(a.topic).starts_with(root)) rest = std::string_view(a.topic).substr(root.size());
+    const std::string_view topic(a.topic);
+    if (topic.starts_with(root)) rest = topic.substr(root.size());
   }
   if (rest.empty()) {
     throw std::invalid_argument("topic \"" + a.topic +
@@ -287,7 +288,9 @@ void wis2_publisher::flush() {
       m_queue.push_front(std::move(msg));  // lost the connection meanwhile: wait for the next
     } else {
       ++m_stats.failed;
-      if (m_log) m_log->warn("WIS2 (channel {}): publish failed: {}", m_channel, mosquitto_strerror(rc));
+      if (m_log) {
+        m_log->warn("WIS2 (channel {}): publish failed: {}", m_channel, mosquitto_strerror(rc));
+      }
     }
   }
 }

@@ -88,7 +88,8 @@ TEST_CASE("guess_media_type knows WMO formats and falls back to octet-stream") {
 }
 
 TEST_CASE("parse_mqtt_url takes host and port, refuses other schemes") {
-  CHECK(parse_mqtt_url("mqtt://127.0.0.1:1884") == std::pair<std::string, std::uint16_t>{"127.0.0.1", 1884});
+  CHECK(parse_mqtt_url("mqtt://127.0.0.1:1884") ==
+        std::pair<std::string, std::uint16_t>{"127.0.0.1", 1884});
   CHECK(parse_mqtt_url("mqtt://broker.example.org") ==
         std::pair<std::string, std::uint16_t>{"broker.example.org", 1883});
   CHECK(parse_mqtt_url("mqtt://[::1]:1883/") == std::pair<std::string, std::uint16_t>{"::1", 1883});
