@@ -34,6 +34,13 @@ endpoint parse_group(const std::string& text, const std::string& key) {
 
 }  // namespace
 
+namespace {
+
+/// The settings of a parsed configuration; `source` names it in messages.
+daemon_config from_table(const toml::table& t, const std::string& source);
+
+}  // namespace
+
 daemon_config load_config_file(const std::filesystem::path& file) {
   toml::table t;
   try {
@@ -43,6 +50,24 @@ daemon_config load_config_file(const std::filesystem::path& file) {
     os << file.string() << ": " << e.description() << " (" << where(e.source()) << ")";
     throw config_error(os.str());
   }
+  return from_table(t, file.string());
+}
+
+daemon_config load_config_string(std::string_view text, const std::string& source) {
+  toml::table t;
+  try {
+    t = toml::parse(text, source);
+  } catch (const toml::parse_error& e) {
+    std::ostringstream os;
+    os << source << ": " << e.description() << " (" << where(e.source()) << ")";
+    throw config_error(os.str());
+  }
+  return from_table(t, source);
+}
+
+namespace {
+
+daemon_config from_table(const toml::table& t, const std::string& source) {
   daemon_config cfg;
   std::filesystem::path default_dest;
   static const char* known[] = {"id", "interface", "dest", "temp", "sync", "buffer_pool",
@@ -51,7 +76,7 @@ daemon_config load_config_file(const std::filesystem::path& file) {
                                 "status_file", "log", "channel"};
   for (const auto& [k, v] : t) {
     if (std::find(std::begin(known), std::end(known), std::string(k.str())) == std::end(known)) {
-      throw config_error(file.string() + ": unknown setting '" + std::string(k.str()) + "' (" +
+      throw config_error(source + ": unknown setting '" + std::string(k.str()) + "' (" +
                          where(v.source()) + ")");
     }
   }
@@ -129,6 +154,8 @@ daemon_config load_config_file(const std::filesystem::path& file) {
   }
   return cfg;
 }
+
+}  // namespace
 
 void validate(const daemon_config& cfg) {
   if (cfg.id.empty()) throw config_error("no receiver id: set --id or id = \"...\" in the config");
