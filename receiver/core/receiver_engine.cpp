@@ -1139,13 +1139,15 @@ std::error_code receiver_engine::restore(std::string_view blob, time_point now) 
       case file_rx::state_t::receiving:
       case file_rx::state_t::awaiting_digest:
       case file_rx::state_t::finalizing: {
-        fr.received = block_map(fr.blocks);
+        // The bitmap's size is checked against the blob before it is allocated: a damaged
+        // entry of 2^31 blocks must not cost 256 MiB; memory stays bounded by the blob's size.
         const auto& raw = fs.received();
-        std::vector<std::uint64_t> words(raw.size() / 8);
-        if (raw.size() % 8 != 0 || words.size() != fr.received.words().size()) {
-          return errc::invalid_field;
-        }
-        std::memcpy(words.data(), raw.data(), raw.size());
+        const std::size_t word_count = (std::size_t{fr.blocks} + 63) / 64;
+        if (raw.size() != word_count * 8) return errc::invalid_field;
+        fr.received = block_map(fr.blocks);
+        std::vector<std::uint64_t> words(word_count);
+        // (an empty file has no words: memcpy must not see the null pointers)
+        if (!raw.empty()) std::memcpy(words.data(), raw.data(), raw.size());
         fr.received.assign_words(words);
         fr.state = file_rx::state_t::receiving;
         fr.resume = fs.begun();
