@@ -9,6 +9,7 @@
 
 #include "common/wire.hpp"
 #include "mcdist.pb.h"
+#include "tests/fuzz/quiet_protobuf.hpp"
 #include "receiver/core/receiver_engine.hpp"
 
 #include <spdlog/sinks/null_sink.h>

@@ -24,6 +24,7 @@
 
 #include "common/wire.hpp"
 #include "mcdist.pb.h"
+#include "tests/fuzz/quiet_protobuf.hpp"
 #include "receiver/core/receiver_engine.hpp"
 #include "tests/fuzz/fuzz_script.hpp"
 

@@ -19,6 +19,7 @@
 
 #include "common/wire.hpp"
 #include "mcdist.pb.h"
+#include "tests/fuzz/quiet_protobuf.hpp"
 #include "sender/core/sender_session.hpp"
 #include "tests/fuzz/fuzz_script.hpp"
 

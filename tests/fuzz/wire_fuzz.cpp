@@ -8,6 +8,7 @@
 
 #include "common/wire.hpp"
 #include "mcdist.pb.h"
+#include "tests/fuzz/quiet_protobuf.hpp"
 
 #include <array>
 #include <cstdlib>
