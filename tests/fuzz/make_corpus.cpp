@@ -164,6 +164,7 @@ void receiver_seeds() {
     s.add(ckpt);
     s.add(stored);
     s.add(stored);
+    s.add(stored);
     s.add(advance, be3(30));
     s.add(dg, datagram(wire::msg_type::complete_ack, ack_msg()));
     s.add(dg, datagram(wire::msg_type::session_end, end_msg(false)));
@@ -187,7 +188,9 @@ void receiver_seeds() {
     s.add(udata, bytes{std::byte{0x03}, std::byte{0xe8}, std::byte{0}});
     s.add(udata, bytes{std::byte{0x10}, std::byte{0}, std::byte{1}});
     s.add(udata, bytes{std::byte{0x10}, std::byte{0}, std::byte{2}});
+    s.add(udata, bytes{std::byte{0x10}, std::byte{0}, std::byte{3}});
     s.add(uclosed, bytes{std::byte{1}});
+    s.add(stored);
     s.add(stored);
     s.add(stored);
     s.add(advance, be3(20));
