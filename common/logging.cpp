@@ -5,6 +5,8 @@
 #include <spdlog/sinks/rotating_file_sink.h>
 #include <spdlog/spdlog.h>
 
+#include <google/protobuf/stubs/logging.h>
+
 #include <cstdio>
 #include <mutex>
 #include <stdexcept>
@@ -24,6 +26,16 @@ class clearing_stderr_sink final : public spdlog::sinks::base_sink<std::mutex> {
   }
   void flush_() override { std::fflush(stderr); }
 };
+
+/// libprotobuf's messages, into the default logger. Its default handler writes a line to
+/// stderr for every refused string field of invalid UTF-8: one line per hostile datagram, which
+/// the caller already counts as bad_protobuf (found by tests/fuzz). Debug level, then.
+void protobuf_log(google::protobuf::LogLevel level, const char* file, int line,
+                  const std::string& message) {
+  const auto l = level == google::protobuf::LOGLEVEL_FATAL ? spdlog::level::critical
+                                                           : spdlog::level::debug;
+  spdlog::log(l, "libprotobuf {}:{}: {}", file, line, message);
+}
 
 }  // namespace
 
@@ -52,6 +64,7 @@ std::shared_ptr<spdlog::logger> make_logger(const std::string& name, const log_o
   log->set_pattern("%Y-%m-%d %H:%M:%S.%e %n %^%l%$: %v");
   log->flush_on(spdlog::level::info);
   spdlog::set_default_logger(log);
+  google::protobuf::SetLogHandler(&protobuf_log);
   return log;
 }
 
