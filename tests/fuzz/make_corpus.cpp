@@ -297,7 +297,7 @@ wire::register_request register_msg(const std::string& id, std::vector<std::uint
   r.set_receiver_id(id);
   r.set_echo_time_us(100'000'000);
   r.set_hold_us(1000);
-  for (auto f : held_files) r.add_held_files(f);
+  for (auto f : held_files) r.add_held_files(f);  // (first, count) pairs, common/ranges.hpp
   return r;
 }
 wire::nak nak_msg(const std::string& id, std::uint32_t pass, std::uint32_t file,
@@ -336,7 +336,7 @@ void sender_seeds() {
   {  // closed group: both register, one NAKs, both complete
     script s;
     s.add(0, tx_dg(wire::msg_type::register_request, register_msg("a")));
-    s.add(1, tx_dg(wire::msg_type::register_request, register_msg("b", {0})));
+    s.add(1, tx_dg(wire::msg_type::register_request, register_msg("b", {0, 1})));
     s.add(2, be3(1));
     s.add(2, be3(5));
     s.add(3, bytes{std::byte{2}});
