@@ -5,6 +5,7 @@
 
 #include <toml++/toml.h>
 
+#include <limits>
 #include <sstream>
 
 namespace mcdist::receiver {
@@ -97,12 +98,22 @@ daemon_config from_table(const toml::table& t, const std::string& source) {
     else throw config_error("'sync' must be \"batch\", \"file\" or \"none\", not \"" + s + "\"");
   }
   auto size_setting = [&](const char* key, auto& out) {
+    using out_t = std::remove_reference_t<decltype(out)>;
     if (auto n = t[key]) {
-      const auto s = n.is_string() ? *n.value<std::string>()
-                                   : std::to_string(require_type<std::int64_t>(*n.node(), key, "a size"));
+      // A string ("32M") or an integer of bytes. Not a float: toml++ converts a float such as
+      // 5.4e31 to int64 with a cast that is undefined behaviour out of range (found by
+      // tests/fuzz/config_fuzz).
+      if (!n.is_string() && !n.is_integer()) {
+        throw config_error(std::string("'") + key + "' must be a size like \"32M\" or a whole number of bytes (" +
+                           where(n.node()->source()) + ")");
+      }
+      const auto s = n.is_string() ? *n.value<std::string>() : std::to_string(*n.value<std::int64_t>());
       const auto v = parse_size(s);
       if (!v) throw config_error(std::string("'") + key + "' = \"" + s + "\" is not a size (e.g. 32M)");
-      out = static_cast<std::remove_reference_t<decltype(out)>>(*v);
+      if (*v > static_cast<std::uint64_t>(std::numeric_limits<out_t>::max())) {
+        throw config_error(std::string("'") + key + "' = \"" + s + "\" is too large");
+      }
+      out = static_cast<out_t>(*v);
     }
   };
   size_setting("buffer_pool", cfg.buffer_pool_bytes);

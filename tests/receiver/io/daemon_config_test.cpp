@@ -48,3 +48,24 @@ TEST_CASE("a bad configuration string is refused naming its source and the setti
     REQUIRE(std::string(e.what()).find("line 1") != std::string::npos);
   }
 }
+
+TEST_CASE("a size given as a float or beyond its setting's range is refused",
+          "[unit][receiver][config]") {
+  // Found by tests/fuzz/config_fuzz: buffer_pool = 54E030 reached toml++'s float-to-int64
+  // conversion, undefined behaviour out of range.
+  const auto refused = [](const std::string& text) {
+    try {
+      load_config_string(text, "test.toml");
+    } catch (const config_error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  REQUIRE(refused("buffer_pool = 54E030\n").find("'buffer_pool' must be a size") == 0);
+  REQUIRE(refused("buffer_pool = 1.5\n").find("'buffer_pool' must be a size") == 0);
+  REQUIRE(refused("socket_buffer = \"4G\"\n") == "'socket_buffer' = \"4G\" is too large");
+  REQUIRE(refused("socket_buffer = 4294967296\n") ==
+          "'socket_buffer' = \"4294967296\" is too large");
+  REQUIRE(load_config_string("socket_buffer = 65536\nbuffer_pool = \"1M\"\n", "test.toml")
+              .socket_buffer_bytes == 65536);
+}
