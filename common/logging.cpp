@@ -34,7 +34,7 @@ void protobuf_log(google::protobuf::LogLevel level, const char* file, int line,
                   const std::string& message) {
   const auto l = level == google::protobuf::LOGLEVEL_FATAL ? spdlog::level::critical
                                                            : spdlog::level::debug;
-  spdlog::log(l, "libprotobuf {}:{}: {}", file, line, message);
+  if (auto* log = spdlog::default_logger_raw()) log->log(l, "libprotobuf {}:{}: {}", file, line, message);
 }
 
 }  // namespace
