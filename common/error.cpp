@@ -40,6 +40,13 @@ class category final : public std::error_category {
       case errc::registration_closed: return "registration closed";
       case errc::not_in_group: return "receiver not in the closed group";
       case errc::cancelled: return "cancelled";
+      case errc::over_budget: return "memory budget exceeded";
+      case errc::too_many_sessions: return "session limit reached";
+      case errc::wrong_socket: return "announce on the unicast socket";
+      case errc::out_of_memory: return "allocation failed";
+      case errc::disk_reserve: return "disk reserve";
+      case errc::quota: return "quota";
+      case errc::unauthenticated: return "not authenticated";
       case errc::count_: break;
     }
     return "unknown mcdist error " + std::to_string(ev);
@@ -83,6 +90,13 @@ std::string_view to_string(errc e) noexcept {
     case errc::registration_closed: return "registration_closed";
     case errc::not_in_group: return "not_in_group";
     case errc::cancelled: return "cancelled";
+    case errc::over_budget: return "over_budget";
+    case errc::too_many_sessions: return "too_many_sessions";
+    case errc::wrong_socket: return "wrong_socket";
+    case errc::out_of_memory: return "out_of_memory";
+    case errc::disk_reserve: return "disk_reserve";
+    case errc::quota: return "quota";
+    case errc::unauthenticated: return "unauthenticated";
     case errc::count_: break;
   }
   return "unknown";

@@ -45,6 +45,15 @@ enum class errc : std::uint8_t {
   registration_closed,
   not_in_group,
   cancelled,
+  // Budgets (issue 8 item 4: an unverified datagram costs bounded memory and disk).
+  over_budget,       ///< the session's or the daemon's memory budget cannot cover the state
+  too_many_sessions, ///< the daemon's or this source's session limit is reached
+  wrong_socket,      ///< an announce arrived on the unicast reply socket, not a channel
+  out_of_memory,     ///< an allocation failed while handling a datagram; it was dropped
+  disk_reserve,      ///< storing the file would eat into the temp filesystem's free reserve
+  quota,             ///< the session's files being written would exceed its disk quota
+  // Authentication (common/auth.hpp).
+  unauthenticated,   ///< not authenticated as required: no trailer, bad signature or tag, no key
   count_  ///< number of codes; not an error
 };
 

@@ -27,6 +27,45 @@ class clearing_stderr_sink final : public spdlog::sinks::base_sink<std::mutex> {
   void flush_() override { std::fflush(stderr); }
 };
 
+/// Size-rotated file sink whose file can be reopened (SIGHUP). spdlog's rotating_file_sink
+/// cannot, so it is held inside and replaced under this sink's lock.
+class reopenable_file_sink final : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  reopenable_file_sink(std::string path, std::size_t bytes, std::size_t files)
+      : m_path(std::move(path)), m_bytes(bytes), m_files(files), m_inner(open()) {}
+
+  /// Replaces the open file by a fresh open of the path. @throws spdlog::spdlog_ex
+  void reopen() {
+    auto fresh = open();  // outside the lock: a failure leaves the old file in place
+    std::lock_guard lock(mutex_);
+    m_inner->flush();
+    m_inner = std::move(fresh);
+    m_inner->set_formatter(formatter_->clone());
+  }
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override { m_inner->log(msg); }
+  void flush_() override { m_inner->flush(); }
+  void set_pattern_(const std::string& pattern) override {
+    spdlog::sinks::base_sink<std::mutex>::set_pattern_(pattern);
+    m_inner->set_pattern(pattern);
+  }
+  void set_formatter_(std::unique_ptr<spdlog::formatter> f) override {
+    m_inner->set_formatter(f->clone());
+    spdlog::sinks::base_sink<std::mutex>::set_formatter_(std::move(f));
+  }
+
+ private:
+  std::unique_ptr<spdlog::sinks::rotating_file_sink_st> open() const {
+    return std::make_unique<spdlog::sinks::rotating_file_sink_st>(m_path, m_bytes, m_files);
+  }
+
+  std::string m_path;
+  std::size_t m_bytes;
+  std::size_t m_files;
+  std::unique_ptr<spdlog::sinks::rotating_file_sink_st> m_inner;
+};
+
 /// libprotobuf's messages, into the default logger. Its default handler writes a line to
 /// stderr for every refused string field of invalid UTF-8: one line per hostile datagram, which
 /// the caller already counts as bad_protobuf (found by tests/fuzz). Debug level, then.
@@ -56,8 +95,7 @@ std::shared_ptr<spdlog::logger> make_logger(const std::string& name, const log_o
     sinks.push_back(std::make_shared<spdlog::sinks::ansicolor_stderr_sink_mt>());
   }
   if (o.file) {
-    sinks.push_back(std::make_shared<spdlog::sinks::rotating_file_sink_mt>(
-        *o.file, o.rotate_bytes, o.rotate_files));
+    sinks.push_back(std::make_shared<reopenable_file_sink>(*o.file, o.rotate_bytes, o.rotate_files));
   }
   auto log = std::make_shared<spdlog::logger>(name, sinks.begin(), sinks.end());
   log->set_level(o.level);
@@ -66,6 +104,20 @@ std::shared_ptr<spdlog::logger> make_logger(const std::string& name, const log_o
   spdlog::set_default_logger(log);
   google::protobuf::SetLogHandler(&protobuf_log);
   return log;
+}
+
+bool reopen_log_files(spdlog::logger& log, std::string& error) {
+  for (auto& sink : log.sinks()) {
+    auto* f = dynamic_cast<reopenable_file_sink*>(sink.get());
+    if (!f) continue;
+    try {
+      f->reopen();
+    } catch (const std::exception& e) {
+      error = e.what();
+      return false;
+    }
+  }
+  return true;
 }
 
 }  // namespace mcdist

@@ -36,4 +36,11 @@ spdlog::level::level_enum parse_log_level(const std::string& text);
 /// @throws spdlog::spdlog_ex when the log file cannot be opened
 std::shared_ptr<spdlog::logger> make_logger(const std::string& name, const log_options& o);
 
+/// Closes and reopens the log file of a logger made by make_logger (SIGHUP, after an external
+/// logrotate moved it away): later lines go to a file at the configured path again. Other
+/// threads' lines wait on the sink's lock meanwhile. Returns false (the old file stays in use)
+/// when the file cannot be opened; true also when the logger has no file.
+/// @param error set to the reason on failure
+bool reopen_log_files(spdlog::logger& log, std::string& error);
+
 }  // namespace mcdist

@@ -35,7 +35,8 @@ std::error_code parse_header(std::span<const std::byte> datagram, header& out) n
   if (datagram.size() < header_size) return errc::truncated;
   if (datagram.size() > max_datagram_size) return errc::oversized;
   if (load_u16(datagram.data()) != magic) return errc::bad_magic;
-  if (std::to_integer<std::uint8_t>(datagram[2]) != version) return errc::bad_version;
+  const auto v = std::to_integer<std::uint8_t>(datagram[2]);
+  if (v != version && v != authenticated_version) return errc::bad_version;
   const auto type = std::to_integer<std::uint8_t>(datagram[3]);
   if (type < static_cast<std::uint8_t>(msg_type::data) ||
       type > static_cast<std::uint8_t>(msg_type::fallback)) {

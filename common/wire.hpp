@@ -38,6 +38,10 @@ namespace mcdist::wire {
 inline constexpr std::uint16_t magic = 0x4d44;
 /// The protocol version this build speaks. Datagrams of any other version are dropped.
 inline constexpr std::uint8_t version = 1;
+/// The version byte of an authenticated datagram (common/auth.hpp): a version-1 datagram
+/// followed by an authentication trailer. The shells check and cut the trailer off before the
+/// cores see the datagram; parse_header accepts both versions.
+inline constexpr std::uint8_t authenticated_version = 2;
 /// Size of the common header, bytes.
 inline constexpr std::size_t header_size = 8;
 /// Size of the common header plus the data header, bytes: what precedes a block's payload.

@@ -13,8 +13,11 @@ fi
 packages=(
   build-essential cmake ninja-build pkg-config git
   libboost1.81-dev libprotobuf-dev protobuf-compiler libspdlog-dev catch2 libssl-dev
-  libcli11-dev libtomlplusplus-dev libusrsctp-dev libsctp-dev nlohmann-json3-dev
+  libcli11-dev libtomlplusplus-dev libsodium-dev libusrsctp-dev libsctp-dev nlohmann-json3-dev
   python3 iproute2 libeccodes-data
+  chromium prometheus
+  systemd help2man lintian
+  tshark
   clang-14 libfuzzer-14-dev
 )
 if [ "${1:-}" = "--bench" ]; then
@@ -31,6 +34,8 @@ if [ ${#missing[@]} -eq 0 ]; then
 fi
 echo "install-deps.sh: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
+# tshark (the Wireshark dissector's test): no setuid dumpcap, and no debconf question about it.
+echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 echo "install-deps.sh: done"

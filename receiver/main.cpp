@@ -23,6 +23,10 @@ or an operator resends over unicast), mcdistd opens the connections itself towar
 (SCTP over UDP, or several TCP connections, as the sender says), so a site behind a firewall
 needs no inbound port. Unicast data takes the same verified temp-then-rename path.
 
+A status page for a person (/), the status as JSON (/status) and Prometheus metrics (/metrics)
+are served on --http (default 127.0.0.1:9611; "off" disables). If the default port is taken,
+mcdistd warns and runs without them; an address given explicitly must be free.
+
 Settings come from --config FILE (TOML) and are overridden by options on the command line:
 
   id = "site-a"
@@ -35,6 +39,9 @@ Settings come from --config FILE (TOML) and are overridden by options on the com
   checkpoint_interval = "2s"     # how often resume state of unfinished sessions is saved
   buffer_pool = "16M"           # memory for data on its way to disk (reads pause when it is full)
   status_file = "/run/mcdistd/status.json"
+  key_file = "/etc/mcdist/site.key"      # this site's key (default: TEMP/site.key, made at first start)
+  trusted_senders = ["mcdist-ed25519:BASE64...", "/etc/mcdist/hub.pub"]  # default of every channel
+  http = "127.0.0.1:9611"       # /metrics, /status and a status page; "off" disables
   [log]
   level = "info"
   file = "/var/log/mcdist/mcdistd.log"   # rotated at 10 MiB, 5 kept
@@ -42,8 +49,20 @@ Settings come from --config FILE (TOML) and are overridden by options on the com
   name = "products"
   group = "239.192.0.1:4711"
   dest = "/srv/mcdist/in/products"       # optional, else the top-level dest
+  trusted_senders = ["/etc/mcdist/hub.pub"]  # optional, else the top-level list
 
-Exit status: 0 after a signal; 2 bad configuration; 3 runtime error (socket, directories).
+Authentication (docs/security.md): a channel with trusted_senders accepts only sessions signed
+by one of those keys (mcdist-send --key); every datagram of them is checked (signatures on
+announces, digests and session ends, tags on markers and data blocks under a session key this
+site receives sealed to its own key) and everything else is counted and dropped. A channel
+without trusted_senders takes any sender's products: mcdistd warns about it at start.
+
+Under systemd (Type=notify) mcdistd reports READY=1 once its sockets are bound, WATCHDOG=1
+every half WatchdogSec= and STOPPING=1 on SIGTERM. SIGHUP reopens the log file (for logrotate);
+it does not reload channels or other settings yet: restart the service for those.
+
+Exit status: 0 after a signal, or a valid --check-config; 2 bad configuration; 3 runtime error
+(socket, directories).
 
 Example:
   mcdistd --id site-a --group 239.192.0.1:4711 --interface 127.0.0.1 --dest /srv/in --temp /srv/tmp
@@ -59,6 +78,7 @@ int main(int argc, char** argv) {
   app.get_formatter()->column_width(34);
 
   std::string config_file;
+  std::string check_config;
   std::string id;
   std::vector<std::string> groups;
   std::string interface;
@@ -71,10 +91,18 @@ int main(int argc, char** argv) {
   std::string status_interval;
   std::string status_file;
   std::string checkpoint_interval;
+  std::string key_file;
+  std::vector<std::string> trust;
+  std::string http;
   double drop_rate = -1;
   std::uint64_t drop_seed = 1;
 
   app.add_option("-c,--config", config_file, "TOML configuration file")->type_name("FILE");
+  app.add_option("--check-config", check_config,
+                 "Validate this configuration file (with the other options applied over it), "
+                 "check its directories without creating them, print the problem and exit: 0 "
+                 "valid, 2 not. Binds no socket (replaces --config)")
+      ->type_name("FILE");
   app.add_option("--id", id, "This site's receiver id (letters, digits, - _ . : @)")->type_name("ID");
   app.add_option("-g,--group", groups, "Multicast channel to join (repeat for more channels)")
       ->type_name("ADDR:PORT");
@@ -91,6 +119,11 @@ int main(int argc, char** argv) {
                  "How often unfinished sessions' resume state is saved (default 2s)")
       ->type_name("DURATION");
   app.add_option("--status-file", status_file, "Also write status as JSON to this file")->type_name("FILE");
+  app.add_option("--http", http,
+                 "Serve /metrics (Prometheus), /status (JSON) and a status page here (port 0: any free "
+                 "port, logged), or \"off\" "
+                 "(default 127.0.0.1:9611)")
+      ->type_name("ADDR:PORT");
   app.add_option("--log-level", log_level, "trace, debug, info (default), warn, error, off")->type_name("LEVEL");
   app.add_option("--log-file", log_file, "Also log to this file (rotated at 10 MiB, 5 kept)")->type_name("FILE");
   app.add_option("--drop-rate", drop_rate,
@@ -98,6 +131,14 @@ int main(int argc, char** argv) {
                  "sees them (simulated loss)")
       ->type_name("P")
       ->check(CLI::Range(0.0, 0.99));
+  app.add_option("--key", key_file,
+                 "This site's secret key (mcdist-keygen; default: TEMP/site.key, made at the "
+                 "first start)")
+      ->type_name("FILE");
+  app.add_option("--trust", trust,
+                 "Accept sessions only from this sender key (mcdist-ed25519:BASE64 or a key "
+                 "file); repeat for several; replaces trusted_senders of every channel")
+      ->type_name("KEY");
   app.add_option("--drop-seed", drop_seed, "TEST ONLY: seed of --drop-rate")->type_name("N");
 
   try {
@@ -108,6 +149,7 @@ int main(int argc, char** argv) {
 
   mcdist::receiver::daemon_config cfg;
   try {
+    if (!check_config.empty()) config_file = check_config;
     if (!config_file.empty()) cfg = mcdist::receiver::load_config_file(config_file);
     if (!id.empty()) cfg.id = id;
     if (!interface.empty()) {
@@ -122,13 +164,26 @@ int main(int argc, char** argv) {
         if (!e || !e->is_multicast()) {
           throw mcdist::receiver::config_error("--group " + g + " is not a multicast ADDR:PORT");
         }
-        cfg.channels.push_back({g, *e, {}});
+        cfg.channels.push_back({g, *e, {}, cfg.trusted_senders});
       }
     }
     if (!dest.empty()) {
       for (auto& ch : cfg.channels) ch.dest = dest;
     }
     if (!temp.empty()) cfg.temp = temp;
+    if (!key_file.empty()) cfg.key_file = key_file;
+    if (!trust.empty()) {
+      std::vector<mcdist::crypto::key32> keys;
+      for (const auto& k : trust) {
+        try {
+          keys.push_back(mcdist::crypto::read_public_key(k));
+        } catch (const mcdist::crypto::key_error& e) {
+          throw mcdist::receiver::config_error(std::string("--trust: ") + e.what());
+        }
+      }
+      cfg.trusted_senders = keys;
+      for (auto& ch : cfg.channels) ch.trusted_senders = keys;
+    }
     if (!sync.empty()) {
       if (sync == "batch") cfg.sync = mcdist::receiver::sync_mode::batch;
       else if (sync == "file") cfg.sync = mcdist::receiver::sync_mode::file;
@@ -145,6 +200,10 @@ int main(int argc, char** argv) {
       *out = *d;
     }
     if (!status_file.empty()) cfg.status_file = status_file;
+    if (!http.empty()) {
+      cfg.http = mcdist::receiver::parse_http_setting(http, "--http");
+      cfg.http_explicit = true;
+    }
     if (!log_level.empty()) {
       try {
         cfg.log.level = mcdist::parse_log_level(log_level);
@@ -156,8 +215,15 @@ int main(int argc, char** argv) {
     if (drop_rate >= 0) cfg.drop_rate = drop_rate;
     cfg.drop_seed = drop_seed;
     mcdist::receiver::validate(cfg);
+    if (!check_config.empty()) {
+      mcdist::receiver::check_directories(cfg, false);
+      std::cout << "mcdistd: " << check_config << ": configuration valid (receiver '" << cfg.id
+                << "', " << cfg.channels.size() << " channel(s), temp " << cfg.temp.string()
+                << ")\n";
+      return 0;
+    }
   } catch (const mcdist::receiver::config_error& e) {
-    std::cerr << "mcdistd: " << e.what() << "\n";
+    std::cerr << "mcdistd: " << (check_config.empty() ? "" : check_config + ": ") << e.what() << "\n";
     return 2;
   }
 

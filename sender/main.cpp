@@ -54,6 +54,12 @@ Examples:
   mcdist-send --only site-b products/T_ABCD01.grib            (resend to one site over multicast)
   mcdist-send --only site-b --unicast --fallback tcp products/  (resend to one site over TCP)
 
+Authentication (docs/security.md): with --key the session is signed. Announces, digests and
+the session end carry an Ed25519 signature, markers and data blocks an AES-256-GCM tag under a
+session key that each registering site receives sealed under a key agreed with its own site key
+(X25519); NAKs and COMPLETEs are authenticated by the site. Receivers that list this sender's
+public key in trusted_senders accept nothing else. Make keys with mcdist-keygen.
+
 Unicast fallback: a receiver whose NAKs exceed --fallback-nak-ratio of the data sent, or that
 still misses data after --fallback-after-passes passes, is told to fetch the rest of the set
 over unicast (it connects to this sender, so receivers behind firewalls work), and the others
@@ -103,6 +109,8 @@ int main(int argc, char** argv) {
   std::uint16_t unicast_port = 0;
   std::uint32_t tcp_connections = 0;
   std::string tcp_congestion;
+  std::string key_file;
+  std::string site_keys_file;
 
   app.add_option("PATH", paths, "Files and directories to send (directories recursively, "
                                 "relative paths kept)")
@@ -211,6 +219,15 @@ int main(int argc, char** argv) {
                  "TCP congestion control of fallback connections (bbr, cubic; default: the "
                  "system's)")
       ->type_name("NAME");
+  app.add_option("--key", key_file,
+                 "Sign the session with this sender key (made by mcdist-keygen, mode 0600): "
+                 "receivers that trust its public key accept products from this sender only, "
+                 "every datagram is authenticated and data blocks carry a tag")
+      ->type_name("FILE");
+  app.add_option("--site-keys", site_keys_file,
+                 "With --key: only the sites listed here may register, each proving its own key "
+                 "(lines \"SITE-ID mcdist-ed25519:BASE64\" or \"SITE-ID KEYFILE\")")
+      ->type_name("FILE");
   app.add_flag("--no-digest-cache", no_digest_cache,
                "Neither read nor write the SHA-256 kept in the files' user.mcdist.sha256 xattr");
 
@@ -294,6 +311,20 @@ int main(int argc, char** argv) {
     } catch (const std::exception&) {
       return usage_error("--session-id must be 1 to 8 hex digits, not 0");
     }
+  }
+  try {
+    if (!key_file.empty()) opts.identity = mcdist::crypto::read_secret_key_file(key_file);
+    if (!site_keys_file.empty()) {
+      if (key_file.empty()) return usage_error("--site-keys needs --key (only a signed session checks site keys)");
+      opts.site_keys = mcdist::sender::read_site_keys(site_keys_file);
+      for (const auto& id : receivers) {
+        if (!opts.site_keys.count(id)) {
+          return usage_error("--receivers lists " + id + ", whose key is not in " + site_keys_file);
+        }
+      }
+    }
+  } catch (const mcdist::crypto::key_error& e) {
+    return usage_error(e.what());
   }
   if (name.empty()) {
     char host[256] = {};

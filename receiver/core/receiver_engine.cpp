@@ -26,6 +26,12 @@ constexpr duration first_register_retry = std::chrono::milliseconds(100);
 constexpr std::uint32_t max_unicast_attempts = 8;
 /// Back-off after a lost unicast connection: this times the attempt number, at most 10 s.
 constexpr auto unicast_backoff = std::chrono::milliseconds(500);
+/// Bytes charged for a session's fixed state besides its tables (the session_rx itself, its
+/// map node, strings and the partial-block map's first buckets): a round figure above
+/// sizeof(session_rx).
+constexpr std::uint64_t session_overhead_bytes = 4096;
+/// Bytes of a bitmap of `bits` bits (block_map: whole 64-bit words).
+constexpr std::uint64_t bitmap_bytes(std::uint64_t bits) { return (bits + 63) / 64 * 8; }
 
 /// A path from the network made safe to print: control characters and bytes >= 0x7f shown
 /// as \xNN, long paths cut.
@@ -76,10 +82,16 @@ struct receiver_engine::file_rx {
   bool resume = false;
   std::uint32_t blocks = 0;
   std::uint32_t digest_retries = 0;
+  /// Allocated lazily (ensure_block_map): on the file's first block, or when the session
+  /// starts receiving; until then size() == 0 and it must not be read.
   block_map received;
   std::optional<sha256_digest> held_digest;  ///< our copy's digest, for pending-digest files
   std::string failure;
 
+  /// Every block is in (false while the block map is not allocated, unless there are none).
+  bool all_received() const noexcept {
+    return blocks == 0 || (received.size() == blocks && received.all());
+  }
   bool terminal() const noexcept {
     return state == state_t::refused || state == state_t::held || state == state_t::stored ||
            state == state_t::failed;
@@ -99,7 +111,11 @@ struct receiver_engine::session_rx {
   std::string sender_name;
   block_map chunks_have;
   block_map entries_have;
+  /// Indexed by file; grows (grow_files, charged) as manifest entries arrive, so a forged
+  /// announce declaring 10^6 files costs nothing until entries come. Holds file_count entries
+  /// once the manifest is complete.
   std::vector<file_rx> files;
+  std::uint64_t entry_bytes = 0;  ///< sum of the sizes of the entries taken, <= total_bytes
   std::uint32_t files_open = 0;  ///< not in a terminal state
   std::uint32_t files_finalizing = 0;
   std::uint64_t bytes_received = 0;
@@ -153,7 +169,11 @@ struct receiver_engine::session_rx {
 
 receiver_engine::receiver_engine(receiver_config cfg, receiver_sink& sink, std::uint64_t seed,
                                  std::shared_ptr<spdlog::logger> log)
-    : m_cfg(std::move(cfg)), m_sink(sink), m_log(std::move(log)), m_rng_state(seed) {}
+    : m_cfg(std::move(cfg)),
+      m_sink(sink),
+      m_log(std::move(log)),
+      m_rng_state(seed),
+      m_budget(m_cfg.session_memory_bytes, m_cfg.total_memory_bytes) {}
 
 receiver_engine::~receiver_engine() = default;
 
@@ -175,9 +195,47 @@ duration receiver_engine::retransmit_interval(const session_rx& s) const {
   return std::max(s.grtt * 2, m_cfg.retransmit_min);
 }
 
+duration receiver_engine::session_timeout(const session_rx& s) const {
+  return std::max(m_cfg.session_timeout, s.grtt * 10);
+}
+
+void receiver_engine::add_tombstone(session_id id, time_point until) {
+  m_tombstones[id] = until;
+  m_tombstone_order.emplace_back(id, until);
+  // Forget the oldest past the cap; entries of ids re-added or expired since are skipped.
+  while (m_tombstones.size() > m_cfg.max_tombstones && !m_tombstone_order.empty()) {
+    const auto [old, at] = m_tombstone_order.front();
+    m_tombstone_order.pop_front();
+    const auto it = m_tombstones.find(old);
+    if (it != m_tombstones.end() && it->second == at) m_tombstones.erase(it);
+  }
+  // The order list holds at most twice the cap: drop entries that no longer match.
+  if (m_tombstone_order.size() > 2 * m_cfg.max_tombstones + 16) {
+    std::erase_if(m_tombstone_order, [this](const auto& e) {
+      const auto it = m_tombstones.find(e.first);
+      return it == m_tombstones.end() || it->second != e.second;
+    });
+  }
+}
+
 void receiver_engine::on_datagram(std::span<const std::byte> datagram, const endpoint& from,
                                   std::uint32_t channel, time_point now) {
   ++m_stats.datagrams;
+  // The datagram boundary: an allocation that fails while handling one datagram costs that
+  // datagram, never the daemon (budgets make it rare; this makes it harmless).
+  try {
+    dispatch(datagram, from, channel, now);
+  } catch (const std::bad_alloc&) {
+    m_stats.drops.add(errc::out_of_memory);
+    if (m_log) m_log->error("out of memory while handling a datagram from {}; dropped it",
+                            from.address_string());
+  } catch (const std::length_error&) {
+    m_stats.drops.add(errc::out_of_memory);
+  }
+}
+
+void receiver_engine::dispatch(std::span<const std::byte> datagram, const endpoint& from,
+                               std::uint32_t channel, time_point now) {
   wire::header h;
   if (auto ec = wire::parse_header(datagram, h)) {
     m_stats.drops.add(static_cast<errc>(ec.value()));
@@ -188,6 +246,12 @@ void receiver_engine::on_datagram(std::span<const std::byte> datagram, const end
     return;
   }
   if (h.type == wire::msg_type::announce) {
+    if (channel == control_channel) {
+      // Announces come from the channel's group; one sent straight to our reply port is not
+      // from a sender on the channel.
+      m_stats.drops.add(errc::wrong_socket);
+      return;
+    }
     wire::announce m;
     if (wire::parse_control(datagram, m)) {
       m_stats.drops.add(errc::bad_protobuf);
@@ -252,6 +316,136 @@ void receiver_engine::on_datagram(std::span<const std::byte> datagram, const end
   }
 }
 
+bool receiver_engine::new_session(const wire::announce& m, session_id id, const endpoint& from,
+                                  std::uint32_t channel, time_point now) {
+  const auto& p = m.params();
+  if (p.block_size() < wire::min_block_size || p.block_size() > wire::max_block_size ||
+      p.manifest_chunks() == 0 ||
+      p.manifest_chunks() > std::max<std::uint32_t>(1, p.file_count())) {
+    m_stats.drops.add(errc::invalid_field);
+    return false;
+  }
+  if (p.only_receivers_size() > 0 &&
+      std::find(p.only_receivers().begin(), p.only_receivers().end(), m_cfg.id) ==
+          p.only_receivers().end()) {
+    add_tombstone(id, now + m_cfg.session_timeout);
+    if (m_log) {
+      m_log->info("session {:08x} from {}: a resend for other receivers; not taking part",
+                  id.value, from.address_string());
+    }
+    return false;
+  }
+  // Totals first, before anything is allocated: the declared files and blocks must fit the
+  // limits and the session's memory budget (file table and block maps at their full size).
+  const std::uint64_t blocks = p.total_bytes() / p.block_size() + p.file_count();
+  const std::uint64_t need = session_overhead_bytes + bitmap_bytes(p.manifest_chunks()) +
+                             bitmap_bytes(p.file_count()) +
+                             std::uint64_t{p.file_count()} * sizeof(file_rx) + bitmap_bytes(blocks);
+  if (p.file_count() > std::min(m_cfg.max_files, max_files_per_session) ||
+      need > m_cfg.session_memory_bytes) {
+    m_stats.drops.add(errc::over_budget);
+    if (m_log) {
+      m_log->warn("session {:08x} from {}: refused: {} files, {} bytes in {}-byte blocks would "
+                  "need {} bytes of state, over the session budget of {} (session_memory_bytes) "
+                  "or the file limit {}",
+                  id.value, from.address_string(), p.file_count(), p.total_bytes(),
+                  p.block_size(), need, m_cfg.session_memory_bytes, m_cfg.max_files);
+    }
+    return false;
+  }
+  if (m_sessions.size() >= m_cfg.max_sessions) {
+    m_stats.drops.add(errc::too_many_sessions);
+    return false;
+  }
+  const auto from_here = std::count_if(m_sessions.begin(), m_sessions.end(), [&](const auto& kv) {
+    return same_host(kv.second->sender, from);
+  });
+  if (static_cast<std::uint64_t>(from_here) >= m_cfg.max_sessions_per_source) {
+    m_stats.drops.add(errc::too_many_sessions);
+    return false;
+  }
+  // What is allocated now: the session and its two manifest bitmaps. The file table grows
+  // with the entries, block maps come with the blocks; each is charged as it is allocated.
+  const std::uint64_t now_bytes =
+      session_overhead_bytes + bitmap_bytes(p.manifest_chunks()) + bitmap_bytes(p.file_count());
+  if (!m_budget.charge(id, now_bytes)) {
+    m_stats.drops.add(errc::over_budget);
+    return false;
+  }
+  auto owned = std::make_unique<session_rx>();
+  session_rx* s = owned.get();
+  s->id = id;
+  s->sender = from;
+  s->channel = channel;
+  s->block_size = p.block_size();
+  s->file_count = p.file_count();
+  s->chunks = p.manifest_chunks();
+  s->total_bytes = p.total_bytes();
+  s->sender_name = printable(p.sender_name().substr(0, 64));
+  s->chunks_have = block_map(s->chunks);
+  s->entries_have = block_map(s->file_count);
+  s->started = now;
+  m_sessions.emplace(id, std::move(owned));
+  if (m_log) {
+    m_log->info("session {} from {} ({}): {} files, {} bytes announced, block {} bytes, rate {} "
+                "bit/s",
+                s->name(), from.address_string(), s->sender_name, s->file_count, s->total_bytes,
+                s->block_size, p.rate_bps());
+  }
+  return true;
+}
+
+bool receiver_engine::grow_files(session_rx& s, std::uint32_t index) {
+  if (index < s.files.size()) return true;
+  // Grow geometrically (chunks usually come in order), charging the new capacity first.
+  const std::size_t want = std::min<std::size_t>(
+      s.file_count, std::max<std::size_t>(std::size_t{index} + 1, s.files.capacity() * 2));
+  if (want > s.files.capacity()) {
+    const std::uint64_t bytes = (want - s.files.capacity()) * sizeof(file_rx);
+    if (!m_budget.charge(s.id, bytes)) return false;
+    s.files.reserve(want);
+  }
+  s.files.resize(std::size_t{index} + 1);
+  return true;
+}
+
+bool receiver_engine::ensure_block_map(session_rx& s, std::uint32_t f, time_point now) {
+  auto& fr = s.files[f];
+  if (fr.blocks == 0 || fr.received.size() == fr.blocks) return true;
+  if (!m_budget.charge(s.id, bitmap_bytes(fr.blocks))) {
+    fail_file(s, f, errc::over_budget,
+              "its block map (" + std::to_string(bitmap_bytes(fr.blocks)) +
+                  " bytes) does not fit the memory budget (session_memory_bytes, "
+                  "total_memory_bytes)",
+              now);
+    return false;
+  }
+  fr.received = block_map(fr.blocks);
+  return true;
+}
+
+void receiver_engine::fail_file(session_rx& s, std::uint32_t f, std::error_code ec,
+                                const std::string& detail, time_point now) {
+  auto& fr = s.files[f];
+  if (fr.terminal()) return;
+  if (fr.state == file_rx::state_t::finalizing) --s.files_finalizing;
+  if (fr.begun) m_sink.discard_file(s.id, file_index{f});
+  fr.begun = false;
+  fr.resume = false;
+  fr.state = file_rx::state_t::failed;
+  fr.failure = ec.message() + (detail.empty() ? "" : ": " + detail);
+  // files_open counts the files left to do from the manifest's completion on.
+  if (s.state != session_rx::state_t::manifest) --s.files_open;
+  ++s.files_failed;
+  ++m_stats.files_failed;
+  s.dirty = true;
+  if (m_log) {
+    m_log->error("session {}: could not store '{}': {}", s.name(), printable(fr.entry.path),
+                 fr.failure);
+  }
+  file_done(s, now);
+}
+
 void receiver_engine::handle_announce(const wire::announce& m, session_id id, const endpoint& from,
                                       std::uint32_t channel, time_point now) {
   const auto& p = m.params();
@@ -261,54 +455,15 @@ void receiver_engine::handle_announce(const wire::announce& m, session_id id, co
       m_stats.drops.add(errc::stale);
       return;
     }
-    if (p.block_size() < wire::min_block_size || p.block_size() > wire::max_block_size ||
-        p.file_count() > max_files_per_session || p.manifest_chunks() == 0 ||
-        p.manifest_chunks() > std::max<std::uint32_t>(1, p.file_count())) {
-      m_stats.drops.add(errc::invalid_field);
-      return;
-    }
-    if (p.only_receivers_size() > 0 &&
-        std::find(p.only_receivers().begin(), p.only_receivers().end(), m_cfg.id) ==
-            p.only_receivers().end()) {
-      m_tombstones[id] = now + m_cfg.session_timeout;
-      if (m_log) {
-        m_log->info("session {:08x} from {}: a resend for other receivers; not taking part",
-                    id.value, from.address_string());
-      }
-      return;
-    }
-    if (m_sessions.size() >= m_cfg.max_sessions) {
-      m_stats.drops.add(errc::oversized);
-      return;
-    }
-    auto owned = std::make_unique<session_rx>();
-    s = owned.get();
-    s->id = id;
-    s->sender = from;
-    s->channel = channel;
-    s->block_size = p.block_size();
-    s->file_count = p.file_count();
-    s->chunks = p.manifest_chunks();
-    s->total_bytes = p.total_bytes();
-    s->sender_name = printable(p.sender_name().substr(0, 64));
-    s->chunks_have = block_map(s->chunks);
-    s->entries_have = block_map(s->file_count);
-    s->files.resize(s->file_count);
-    s->started = now;
-    m_sessions.emplace(id, std::move(owned));
-    if (m_log) {
-      m_log->info("session {} from {} ({}): {} files, {} bytes announced, block {} bytes, rate {} "
-                  "bit/s",
-                  s->name(), from.address_string(), s->sender_name, s->file_count, s->total_bytes,
-                  s->block_size, p.rate_bps());
-    }
+    if (!new_session(m, id, from, channel, now)) return;
+    s = find(id);
   } else {
     if (!same_host(from, s->sender)) {
       m_stats.drops.add(errc::wrong_source);
       return;
     }
     if (p.block_size() != s->block_size || p.file_count() != s->file_count ||
-        p.manifest_chunks() != s->chunks) {
+        p.manifest_chunks() != s->chunks || p.total_bytes() != s->total_bytes) {
       m_stats.drops.add(errc::invalid_field);
       return;
     }
@@ -316,7 +471,7 @@ void receiver_engine::handle_announce(const wire::announce& m, session_id id, co
   s->last_heard = now;
   s->echo_us = m.sender_time_us();
   s->echo_at = now;
-  s->grtt = from_us(p.grtt_us());
+  s->grtt = std::min(from_us(p.grtt_us()), m_cfg.max_grtt);
   s->sender.port = from.port;
   if (s->state != session_rx::state_t::manifest) return;
   if (m.chunk() >= s->chunks || s->chunks_have.test(m.chunk())) return;
@@ -325,6 +480,10 @@ void receiver_engine::handle_announce(const wire::announce& m, session_id id, co
     m_stats.drops.add(errc::invalid_field);
     return;
   }
+  if (!grow_files(*s, static_cast<std::uint32_t>(end - 1))) {
+    m_stats.drops.add(errc::over_budget);
+    return;  // the chunk is not marked: a later copy may fit once other sessions end
+  }
   for (int i = 0; i < m.files_size(); ++i) {
     const std::uint32_t idx = m.first_file() + static_cast<std::uint32_t>(i);
     if (s->entries_have.test(idx)) continue;
@@ -332,6 +491,12 @@ void receiver_engine::handle_announce(const wire::announce& m, session_id id, co
     std::error_code ec = from_wire(m.files(i), fr.entry);
     const std::uint64_t blocks = (m.files(i).size() + s->block_size - 1) / s->block_size;
     if (!ec && blocks > 0x7fffffffu) ec = errc::file_too_large;
+    // The entries may not add up to more than the announced total the budget was checked
+    // against; the entry that would is refused.
+    if (!ec && m.files(i).size() > s->total_bytes - s->entry_bytes) ec = errc::invalid_field;
+    if (!ec && fr.entry.path.size() > 15 && !m_budget.charge(s->id, fr.entry.path.size())) {
+      ec = errc::over_budget;
+    }
     if (ec) {
       fr.state = file_rx::state_t::refused;
       fr.failure = std::string(to_string(static_cast<errc>(ec.value())));
@@ -346,8 +511,8 @@ void receiver_engine::handle_announce(const wire::announce& m, session_id id, co
       // Blocks of a file are taken as soon as its entry is known, even before the manifest is
       // complete and registration done: the sender does not wait a round trip for those.
       fr.blocks = static_cast<std::uint32_t>(blocks);
-      fr.received = block_map(fr.blocks);
       fr.state = file_rx::state_t::receiving;
+      s->entry_bytes += fr.entry.size;
     }
     s->entries_have.set(idx);
   }
@@ -375,6 +540,11 @@ void receiver_engine::manifest_complete(session_rx& s, time_point now) {
     auto& fr = s.files[i];
     if (fr.state == file_rx::state_t::refused) continue;
     const std::string_view path = fr.entry.path;
+    if (fr.state == file_rx::state_t::failed) {
+      // Failed while the manifest was assembled (storage, budget): its path still counts.
+      paths.insert(path);
+      continue;
+    }
     bool conflict = paths.count(path) > 0 || dirs.count(path) > 0;
     for (std::size_t pos = path.find('/'); !conflict && pos != std::string_view::npos;
          pos = path.find('/', pos + 1)) {
@@ -438,7 +608,7 @@ void receiver_engine::on_held(session_id id,
   // Files whose every block arrived while the manifest was being assembled.
   for (std::uint32_t i = 0; i < s->file_count; ++i) {
     auto& fr = s->files[i];
-    if (fr.state == file_rx::state_t::receiving && fr.blocks > 0 && fr.received.all()) {
+    if (fr.state == file_rx::state_t::receiving && fr.blocks > 0 && fr.all_received()) {
       file_data_complete(*s, i);
     }
   }
@@ -509,7 +679,13 @@ void receiver_engine::start_receiving(session_rx& s, time_point now) {
   }
   for (std::uint32_t i = 0; i < s.file_count; ++i) {
     auto& fr = s.files[i];
-    if (fr.state == file_rx::state_t::receiving && fr.blocks == 0) file_data_complete(s, i);
+    if (fr.state != file_rx::state_t::receiving) continue;
+    if (fr.blocks == 0) {
+      file_data_complete(s, i);
+    } else {
+      // NAKs and the unicast fallback read every receiving file's block map from here on.
+      ensure_block_map(s, i, now);
+    }
   }
   file_done(s, now);
 }
@@ -539,6 +715,10 @@ void receiver_engine::handle_data(std::span<const std::byte> datagram, const end
     m_stats.drops.add(errc::invalid_field);
     return;
   }
+  if (h.file.value >= s->files.size()) {
+    m_stats.drops.add(errc::stale);  // its entry has not arrived yet
+    return;
+  }
   auto& fr = s->files[h.file.value];
   if (fr.state != file_rx::state_t::receiving) {
     m_stats.drops.add(fr.terminal() || fr.state == file_rx::state_t::finalizing ||
@@ -554,6 +734,10 @@ void receiver_engine::handle_data(std::span<const std::byte> datagram, const end
   }
   s->last_heard = now;
   if (seq_after(h.seq, s->seen_seq)) s->seen_seq = h.seq;
+  if (!ensure_block_map(*s, h.file.value, now)) {
+    m_stats.drops.add(errc::over_budget);
+    return;
+  }
   if (fr.received.test(h.block.value)) {
     m_stats.drops.add(errc::duplicate);
     return;
@@ -600,6 +784,7 @@ void receiver_engine::handle_digests(session_rx& s, const wire::digest_list& m, 
       m_stats.drops.add(errc::invalid_field);
       continue;
     }
+    if (d.file() >= s.files.size()) continue;  // its entry has not arrived yet
     auto& fr = s.files[d.file()];
     if (fr.entry.digest || fr.state == file_rx::state_t::pending ||
         fr.state == file_rx::state_t::refused) {
@@ -624,7 +809,7 @@ void receiver_engine::handle_digests(session_rx& s, const wire::digest_list& m, 
 void receiver_engine::handle_marker(session_rx& s, const wire::marker& m, time_point now) {
   s.echo_us = m.sender_time_us();
   s.echo_at = now;
-  s.grtt = from_us(m.grtt_us());
+  s.grtt = std::min(from_us(m.grtt_us()), m_cfg.max_grtt);
   s.nak_backoff = from_us(std::min<std::uint32_t>(m.nak_backoff_us(), 10'000'000));
   s.digests_through = std::min(m.digests_through(), s.file_count);
   if (s.state == session_rx::state_t::completing) {
@@ -816,9 +1001,17 @@ void receiver_engine::file_done(session_rx& s, time_point now) {
 void receiver_engine::on_file_stored(session_id id, file_index f, std::error_code ec,
                                      const std::string& detail, time_point now) {
   session_rx* s = find(id);
-  if (!s || f.value >= s->file_count) return;
+  if (!s || f.value >= s->files.size()) return;
   auto& fr = s->files[f.value];
-  if (fr.state != file_rx::state_t::finalizing) return;
+  if (fr.state != file_rx::state_t::finalizing) {
+    // A storage error before finalize (open, preallocate, disk reserve, quota, write: ENOSPC,
+    // EROFS, ...) fails this one file; its blocks are no longer taken, so nothing waits on it.
+    if (ec && (fr.state == file_rx::state_t::receiving ||
+               fr.state == file_rx::state_t::awaiting_digest)) {
+      fail_file(*s, f.value, ec, detail, now);
+    }
+    return;
+  }
   --s->files_finalizing;
   s->dirty = true;
   fr.begun = false;
@@ -829,6 +1022,7 @@ void receiver_engine::on_file_stored(session_id id, file_index f, std::error_cod
     ++s->files_stored;
     s->bytes_stored += fr.entry.size;
     ++m_stats.files_stored;
+    m_sink.file_finished({s->id, s->channel, fr.entry.path, fr.entry.size, true, {}});
     if (m_log) {
       m_log->info("session {}: stored '{}' ({} bytes)", s->name(), printable(fr.entry.path),
                   fr.entry.size);
@@ -849,6 +1043,7 @@ void receiver_engine::on_file_stored(session_id id, file_index f, std::error_cod
     --s->files_open;
     ++s->files_failed;
     ++m_stats.files_failed;
+    m_sink.file_finished({s->id, s->channel, fr.entry.path, fr.entry.size, false, fr.failure});
     if (m_log) {
       m_log->error("session {}: could not store '{}': {}", s->name(), printable(fr.entry.path),
                    fr.failure);
@@ -942,12 +1137,13 @@ void receiver_engine::mark_block(session_rx& s, std::uint32_t f, std::uint32_t b
 }
 
 void receiver_engine::on_unicast_data(session_id id, file_index f, std::uint64_t offset,
-                                      std::span<const std::byte> data, time_point now) {
+                                      std::span<const std::byte> data, time_point now) try {
   session_rx* s = find(id);
-  if (!s || !s->unicast || f.value >= s->file_count || data.empty()) return;
+  if (!s || !s->unicast || f.value >= s->files.size() || data.empty()) return;
   auto& fr = s->files[f.value];
   if (fr.state != file_rx::state_t::receiving || offset + data.size() > fr.entry.size) return;
   s->last_heard = now;
+  if (!ensure_block_map(*s, f.value, now)) return;
   if (!fr.begun) {
     m_sink.begin_file({s->id, f, s->channel, &fr.entry, fr.resume});
     fr.begun = true;
@@ -977,6 +1173,9 @@ void receiver_engine::on_unicast_data(session_id id, file_index f, std::uint64_t
       mark_block(*s, f.value, b, now);
     }
   }
+} catch (const std::bad_alloc&) {
+  // Like on_datagram: the bytes are dropped (fetched again), the daemon goes on.
+  m_stats.drops.add(errc::out_of_memory);
 }
 
 void receiver_engine::on_unicast_closed(session_id id, bool complete, const std::string& why,
@@ -987,7 +1186,7 @@ void receiver_engine::on_unicast_closed(session_id id, bool complete, const std:
   if (s->state != session_rx::state_t::receiving || s->files_open == 0) return;
   bool missing = false;
   for (const auto& fr : s->files) {
-    if (fr.state == file_rx::state_t::receiving && !fr.received.all()) missing = true;
+    if (fr.state == file_rx::state_t::receiving && !fr.all_received()) missing = true;
   }
   if (!missing) return;  // everything is in; files are being stored
   if (s->unicast_attempts >= max_unicast_attempts) {
@@ -1037,8 +1236,10 @@ void receiver_engine::close_session(session_rx& s, bool success, const std::stri
   }
   if (s.unicast_active) m_sink.stop_unicast(s.id);
   m_sink.session_closed(s.id, true);
-  m_tombstones[s.id] = now + std::max(m_cfg.session_timeout, s.grtt * 10);
-  m_sessions.erase(s.id);
+  const session_id id = s.id;
+  add_tombstone(id, now + session_timeout(s));
+  m_sessions.erase(id);
+  m_budget.release_session(id);
 }
 
 void receiver_engine::do_checkpoint(session_rx& s, time_point now) {
@@ -1093,6 +1294,20 @@ std::error_code receiver_engine::restore(std::string_view blob, time_point now) 
       find(session_id{st.session()})) {
     return errc::invalid_field;
   }
+  // A restored session is charged like an announced one; what does not fit is not resumed.
+  const session_id id{st.session()};
+  const std::uint64_t table_bytes = std::uint64_t{p.file_count()} * sizeof(file_rx);
+  if (!m_budget.charge(id, session_overhead_bytes + table_bytes)) {
+    return errc::over_budget;
+  }
+  struct release_unless_kept {
+    memory_budget& budget;
+    session_id id;
+    bool kept = false;
+    ~release_unless_kept() {
+      if (!kept) budget.release_session(id);
+    }
+  } guard{m_budget, id};
   auto owned = std::make_unique<session_rx>();
   auto& s = *owned;
   s.id = session_id{st.session()};
@@ -1139,11 +1354,12 @@ std::error_code receiver_engine::restore(std::string_view blob, time_point now) 
       case file_rx::state_t::receiving:
       case file_rx::state_t::awaiting_digest:
       case file_rx::state_t::finalizing: {
-        // The bitmap's size is checked against the blob before it is allocated: a damaged
-        // entry of 2^31 blocks must not cost 256 MiB; memory stays bounded by the blob's size.
+        // The bitmap's size is checked against the blob before it is charged and allocated: a
+        // damaged entry of 2^31 blocks must not cost 256 MiB; memory stays bounded by the blob.
         const auto& raw = fs.received();
         const std::size_t word_count = (std::size_t{fr.blocks} + 63) / 64;
         if (raw.size() != word_count * 8) return errc::invalid_field;
+        if (!m_budget.charge(id, bitmap_bytes(fr.blocks))) return errc::over_budget;
         fr.received = block_map(fr.blocks);
         std::vector<std::uint64_t> words(word_count);
         // (an empty file has no words: memcpy must not see the null pointers)
@@ -1159,6 +1375,8 @@ std::error_code receiver_engine::restore(std::string_view blob, time_point now) 
   }
   s.state = session_rx::state_t::receiving;
   s.next_checkpoint = now + m_cfg.checkpoint_interval;
+  s.entry_bytes = s.total_bytes;
+  guard.kept = true;
   session_rx& ref = *owned;
   m_sessions.emplace(s.id, std::move(owned));
   if (m_log) {
@@ -1178,10 +1396,13 @@ void receiver_engine::on_timer(time_point now) {
   for (auto it = m_tombstones.begin(); it != m_tombstones.end();) {
     it = it->second <= now ? m_tombstones.erase(it) : std::next(it);
   }
+  while (!m_tombstone_order.empty() && m_tombstone_order.front().second <= now) {
+    m_tombstone_order.pop_front();
+  }
   std::vector<session_rx*> list;
   for (auto& [id, s] : m_sessions) list.push_back(s.get());
   for (session_rx* s : list) {
-    const duration timeout = std::max(m_cfg.session_timeout, s->grtt * 10);
+    const duration timeout = session_timeout(*s);
     if (now - s->last_heard >= timeout) {
       close_session(*s, false,
                     "nothing heard from the sender for " +
@@ -1223,7 +1444,7 @@ std::optional<time_point> receiver_engine::next_deadline() const {
     if (!t || c < *t) t = c;
   };
   for (const auto& [id, s] : m_sessions) {
-    consider(s->last_heard + std::max(m_cfg.session_timeout, s->grtt * 10));
+    consider(s->last_heard + session_timeout(*s));
     switch (s->state) {
       case session_rx::state_t::registering:
         consider(s->next_register);

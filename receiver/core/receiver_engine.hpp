@@ -12,8 +12,10 @@
 #include "common/ids.hpp"
 #include "common/manifest.hpp"
 #include "common/time.hpp"
+#include "receiver/core/memory_budget.hpp"
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -48,8 +50,31 @@ struct receiver_config {
   duration checkpoint_interval = std::chrono::seconds(2);
   /// Floor of the REGISTER / COMPLETE retransmission interval (else 2 x GRTT).
   duration retransmit_min = std::chrono::milliseconds(20);
-  /// Most sessions at once; announces of more are ignored (each costs bitmaps and files).
+  /// Most sessions at once; announces of more are dropped (errc::too_many_sessions).
   std::uint32_t max_sessions = 64;
+  /// Most sessions from one source address at once: 64 fake sessions from one host must not
+  /// take every slot from a real sender (4: a site rarely runs more than a couple of senders
+  /// per host, and a sender resending while its previous session drains needs two).
+  std::uint32_t max_sessions_per_source = 4;
+  /// Bytes of engine state one session may hold: its file table, manifest bitmaps and the
+  /// block maps of its files (256 MiB: a 1,000,000-file manifest costs about 200 MiB, a
+  /// 1 TB file of 1400-byte blocks a 90 MiB block map). Charged before allocating
+  /// (memory_budget); an announce that needs more is dropped (errc::over_budget) and a file
+  /// whose block map does not fit fails with reason "memory budget exceeded".
+  std::uint64_t session_memory_bytes = std::uint64_t{256} << 20;
+  /// Bytes of engine state all sessions together may hold (1 GiB: four sessions at their
+  /// budget; the daemon's RSS stays bounded by this plus the storage pool).
+  std::uint64_t total_memory_bytes = std::uint64_t{1} << 30;
+  /// Most files one announce may declare (at most max_files_per_session).
+  std::uint32_t max_files = max_files_per_session;
+  /// GRTT taken from the sender is clamped to this: the session timeout is
+  /// max(session_timeout, 10 x GRTT), and a forged GRTT must not stretch it to hours (5 s:
+  /// above any real path's round trip, RFC 5740's GRTT upper bound is 15 s for satellite
+  /// paths we do not serve).
+  duration max_grtt = std::chrono::seconds(5);
+  /// Most remembered ended sessions (tombstones); the oldest is forgotten first (4096 ids
+  /// and expiry times: ~200 KB).
+  std::size_t max_tombstones = 4096;
   /// Most NAK datagrams in one NAK round; the rest waits for the next marker.
   std::uint32_t max_nak_datagrams = 64;
   /// A file whose data fails SHA-256 verification is fetched again at most this many times.
@@ -63,7 +88,7 @@ struct file_ref {
   session_id session{};
   file_index file{};
   std::uint32_t channel = 0;     ///< which channel (destination tree) the session came on
-  const manifest_entry* entry = nullptr;  ///< valid until the session closes
+  const manifest_entry* entry = nullptr;  ///< valid during the begin_file call only
   bool resume = false;           ///< the temp file may already hold data: do not truncate
 };
 
@@ -89,6 +114,16 @@ struct byte_range {
   file_index file{};
   std::uint64_t offset = 0;
   std::uint64_t length = 0;
+};
+
+/// How a file ended on this receiver, for status pages and metrics (receiver_sink::file_finished).
+struct file_outcome {
+  session_id session{};
+  std::uint32_t channel = 0;   ///< the channel the session came on
+  std::string_view path;       ///< manifest path; valid during the call only
+  std::uint64_t size = 0;      ///< bytes
+  bool stored = false;         ///< verified and renamed into place; false: failed
+  std::string_view failure;    ///< why it failed; empty when stored
 };
 
 /// Actions the engine asks of its shell. Calls happen synchronously inside engine calls.
@@ -120,6 +155,9 @@ class receiver_sink {
                              std::vector<byte_range> wanted) = 0;
   /// Drop the session's unicast client, if any (no on_unicast_closed follows).
   virtual void stop_unicast(session_id s) = 0;
+  /// A file was stored or failed for good (counted in receiver_stats::files_stored /
+  /// files_failed at the same moment). Observation only; the default does nothing.
+  virtual void file_finished(const file_outcome& outcome) { (void)outcome; }
 };
 
 /// Counters for logs and status.
@@ -139,6 +177,10 @@ struct receiver_stats {
 /// Every session of one receiver.
 class receiver_engine {
  public:
+  /// The `channel` argument of on_datagram for datagrams from the unicast reply socket (not a
+  /// channel): announces arriving there are dropped (errc::wrong_socket).
+  static constexpr std::uint32_t control_channel = 0xffffffffu;
+
   /// @param sink  where actions go; must outlive the engine
   /// @param seed  seeds the NAK backoff jitter
   /// @param log   may be null
@@ -146,8 +188,9 @@ class receiver_engine {
                   std::shared_ptr<spdlog::logger> log);
   ~receiver_engine();
 
-  /// A datagram arrived on `channel` from `from`. Never throws on bad input: malformed,
-  /// truncated, wrong-version, unknown-session datagrams are counted and dropped.
+  /// A datagram arrived on `channel` (control_channel: the unicast reply socket) from `from`.
+  /// Never throws: malformed, truncated, wrong-version, unknown-session datagrams are counted
+  /// and dropped; so is one whose handling fails to allocate (errc::out_of_memory).
   void on_datagram(std::span<const std::byte> datagram, const endpoint& from,
                    std::uint32_t channel, time_point now);
   /// Runs due timers (NAKs, retransmissions, checkpoints, timeouts).
@@ -178,6 +221,10 @@ class receiver_engine {
   const receiver_stats& stats() const noexcept { return m_stats; }
   /// Sessions currently tracked (not tombstones).
   std::size_t active_sessions() const noexcept;
+  /// Ended sessions remembered (tombstones).
+  std::size_t tombstones() const noexcept { return m_tombstones.size(); }
+  /// Bytes of session state charged to the memory budget now.
+  std::uint64_t memory_charged() const noexcept { return m_budget.used(); }
 
  private:
   struct file_rx;
@@ -194,6 +241,16 @@ class receiver_engine {
   void handle_end(session_rx& s, const wire::session_end& m, time_point now);
   void handle_fallback(session_rx& s, const wire::fallback& m, const endpoint& from, time_point now);
   void start_unicast_attempt(session_rx& s, time_point now);
+  void dispatch(std::span<const std::byte> datagram, const endpoint& from, std::uint32_t channel,
+                time_point now);
+  bool new_session(const wire::announce& m, session_id id, const endpoint& from,
+                   std::uint32_t channel, time_point now);
+  bool grow_files(session_rx& s, std::uint32_t index);
+  bool ensure_block_map(session_rx& s, std::uint32_t f, time_point now);
+  void fail_file(session_rx& s, std::uint32_t f, std::error_code ec, const std::string& detail,
+                 time_point now);
+  void add_tombstone(session_id id, time_point until);
+  duration session_timeout(const session_rx& s) const;
   void mark_block(session_rx& s, std::uint32_t f, std::uint32_t b, time_point now);
 
   void manifest_complete(session_rx& s, time_point now);
@@ -215,6 +272,10 @@ class receiver_engine {
   std::map<session_id, std::unique_ptr<session_rx>> m_sessions;
   /// Sessions ended here, or not for us: datagrams for them are dropped quietly until expiry.
   std::unordered_map<session_id, time_point> m_tombstones;
+  /// Tombstone ids in the order they were added, for evicting the oldest past max_tombstones
+  /// (an id may appear more than once; stale entries are skipped).
+  std::deque<std::pair<session_id, time_point>> m_tombstone_order;
+  memory_budget m_budget;
   receiver_stats m_stats;
 };
 

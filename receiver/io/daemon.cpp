@@ -7,6 +7,13 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <fstream>
 
@@ -39,7 +46,57 @@ dev_t device_of(const std::filesystem::path& p) {
   return st.st_dev;
 }
 
+/// p itself when it exists, else its nearest existing ancestor (what create_directories would
+/// create below). An empty result: nothing exists (a relative path from a vanished directory).
+std::filesystem::path existing_part(const std::filesystem::path& p) {
+  std::filesystem::path a = std::filesystem::absolute(p).lexically_normal();
+  std::error_code ec;
+  while (!std::filesystem::exists(a, ec)) {
+    if (!a.has_relative_path()) return {};
+    a = a.parent_path();
+  }
+  return a;
+}
+
+/// Without creating anything: p is, or could be created as, a directory we can write in.
+void check_dir(const std::filesystem::path& p, const char* what) {
+  const auto a = existing_part(p);
+  if (a.empty() || !std::filesystem::is_directory(a)) {
+    throw config_error(std::string("the ") + what + " directory " + p.string() + " cannot be " +
+                       (a == std::filesystem::absolute(p).lexically_normal() ? "used" : "created") +
+                       ": " + (a.empty() ? "no part of it exists" : a.string() + " is not a directory"));
+  }
+  if (::access(a.c_str(), W_OK | X_OK) != 0) {
+    throw config_error(std::string("the ") + what + " directory " + p.string() + " cannot be " +
+                       (a == std::filesystem::absolute(p).lexically_normal() ? "written" : "created") +
+                       ": " + a.string() + ": " + std::strerror(errno));
+  }
+}
+
 }  // namespace
+
+void check_directories(const daemon_config& cfg, bool create) {
+  const auto prepare = [create](const std::filesystem::path& p, const char* what) {
+    if (create) make_dir(p, what);
+    else check_dir(p, what);
+  };
+  prepare(cfg.temp, "temp");
+  const dev_t temp_dev = device_of(existing_part(cfg.temp));
+  for (const auto& ch : cfg.channels) {
+    prepare(ch.dest, "destination");
+    if (device_of(existing_part(ch.dest)) != temp_dev) {
+      throw config_error("the temp directory " + cfg.temp.string() +
+                         " is on another filesystem than the destination " + ch.dest.string() +
+                         " of channel " + ch.name +
+                         ": files are renamed atomically from temp to destination, so both must "
+                         "be on one filesystem");
+    }
+  }
+  if (!create) {
+    if (cfg.log.file) check_dir(std::filesystem::path(*cfg.log.file).parent_path(), "log file");
+    if (cfg.status_file) check_dir(cfg.status_file->parent_path(), "status file");
+  }
+}
 
 daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<spdlog::logger> log)
     : m_io(io),
@@ -47,26 +104,28 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
       m_log(std::move(log)),
       m_timer(io),
       m_status_timer(io),
-      m_signals(io, SIGINT, SIGTERM),
+      m_signals(io, SIGINT, SIGTERM, SIGHUP),
+      m_watchdog_timer(io),
       m_receiver(receive_batch, receive_buffer_bytes),
       m_drop_rng(m_cfg.drop_seed),
-      m_unicast_poll(io) {
+      m_unicast_poll(io),
+      m_board(m_cfg.channels.size()),
+      m_sample_timer(io),
+      m_started(std::chrono::system_clock::now()) {
   validate(m_cfg);
-  make_dir(m_cfg.temp, "temp");
-  for (const auto& ch : m_cfg.channels) {
-    make_dir(ch.dest, "destination");
-    if (device_of(ch.dest) != device_of(m_cfg.temp)) {
-      throw config_error("the temp directory " + m_cfg.temp.string() +
-                         " is on another filesystem than the destination " + ch.dest.string() +
-                         " of channel " + ch.name +
-                         ": files are renamed atomically from temp to destination, so both must "
-                         "be on one filesystem");
-    }
+  if (m_cfg.http) {
+    // Before the store's threads exist: spdlog's sink list is not guarded.
+    m_log_ring = std::make_shared<http::log_ring_sink>();
+    m_log->sinks().push_back(m_log_ring);
   }
+  check_directories(m_cfg, true);
   storage_config sc;
   sc.temp_dir = m_cfg.temp;
   sc.buffer_pool_bytes = m_cfg.buffer_pool_bytes;
   sc.sync = m_cfg.sync;
+  sc.disk_reserve_bytes = m_cfg.disk_reserve_bytes;
+  sc.disk_reserve_percent = m_cfg.disk_reserve_percent;
+  sc.session_quota_bytes = m_cfg.session_quota_bytes;
   sc.log = m_log;
   m_store = std::make_unique<file_store>(
       sc, [this](std::function<void()> fn) { boost::asio::post(m_io, std::move(fn)); },
@@ -76,10 +135,15 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
                                  from_steady(std::chrono::steady_clock::now()));
         service();
       });
+  setup_keys();
   receiver_config rc;
   rc.id = m_cfg.id;
   rc.session_timeout = m_cfg.session_timeout;
   rc.checkpoint_interval = m_cfg.checkpoint_interval;
+  rc.max_sessions = m_cfg.max_sessions;
+  rc.max_sessions_per_source = m_cfg.max_sessions_per_source;
+  rc.session_memory_bytes = m_cfg.session_memory_bytes;
+  rc.total_memory_bytes = m_cfg.total_memory_bytes;
   m_engine = std::make_unique<receiver_engine>(rc, *this, std::random_device{}(), m_log);
   for (const auto& ch : m_cfg.channels) {
     m_sockets.push_back(net::open_channel_socket(
@@ -87,13 +151,20 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
   }
   m_sockets.push_back(net::open_unicast_socket(io, m_cfg.interface));
   const auto now = from_steady(std::chrono::steady_clock::now());
+  std::vector<session_id> with_state;  // restored, or removed by close_session below
   for (const auto& [session, blob] : file_store::load_checkpoints(m_cfg.temp)) {
+    with_state.push_back(session);
+    restore_keys(session);
     if (auto ec = m_engine->restore(blob, now)) {
       m_log->warn("session {:08x}: saved state is unusable ({}); discarding it", session.value,
                   ec.message());
       m_store->close_session(session, true);
     }
   }
+  file_store::sweep_temp(m_cfg.temp, with_state, *m_log);
+  // Saved keys of sessions that left no usable state go with their temp directories.
+  file_store::sweep_temp(m_cfg.temp / "keys", with_state, *m_log);
+  open_http();
 }
 
 daemon::~daemon() {
@@ -101,17 +172,15 @@ daemon::~daemon() {
   // The store drains its queues and joins its threads before the engine goes.
   m_store.reset();
   m_engine.reset();
+  m_http.reset();
+  if (m_log_ring) std::erase(m_log->sinks(), m_log_ring);
 }
 
 endpoint daemon::control_endpoint() const { return net::from_asio(m_sockets.back().local_endpoint()); }
 
 void daemon::run() {
   for (std::size_t i = 0; i < m_sockets.size(); ++i) do_receive(i);
-  m_signals.async_wait([this](const boost::system::error_code& ec, int sig) {
-    if (ec) return;
-    m_log->info("{}: saving state and shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
-    stop();
-  });
+  wait_signal();
   m_status_timer.expires_after(m_cfg.status_interval);
   m_status_timer.async_wait([this](const boost::system::error_code& ec) {
     if (!ec) log_status(false);
@@ -124,14 +193,55 @@ void daemon::run() {
   m_log->info("mcdistd '{}' listening on {} (interface {}, control {}, temp {}, sync {})",
               m_cfg.id, channels, m_cfg.interface.address_string(),
               control_endpoint().to_string(), m_cfg.temp.string(), to_string(m_cfg.sync));
+  start_http();
+  if (m_notifier.enabled()) {
+    if (auto ec = m_notifier.ready("receiving on " + std::to_string(m_cfg.channels.size()) +
+                                   " channel(s)")) {
+      m_log->warn("cannot notify the service manager ($NOTIFY_SOCKET): {}", ec.message());
+    }
+    arm_watchdog();
+  }
   service();
   m_io.run();
   log_status(true);
 }
 
+void daemon::wait_signal() {
+  m_signals.async_wait([this](const boost::system::error_code& ec, int sig) {
+    if (ec) return;
+    if (sig == SIGHUP) {
+      // SIGHUP reopens the log file (after logrotate); channels and settings are not reloaded.
+      std::string error;
+      if (reopen_log_files(*m_log, error)) {
+        m_log->info("SIGHUP: log file reopened");
+      } else {
+        m_log->error("SIGHUP: cannot reopen the log file ({}); still writing to the old one", error);
+      }
+      wait_signal();
+      return;
+    }
+    m_log->info("{}: saving state and shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    stop();
+  });
+}
+
+void daemon::arm_watchdog() {
+  const auto interval = m_notifier.watchdog_interval();
+  if (!interval || m_stopping) return;
+  // sd_watchdog_enabled(3): ping at half the interval. The ping comes from the io_context, so a
+  // stalled event loop misses it and systemd restarts the daemon.
+  if (auto ec = m_notifier.watchdog()) m_log->warn("cannot send WATCHDOG=1: {}", ec.message());
+  m_watchdog_timer.expires_after(std::max(*interval / 2, std::chrono::microseconds(1000)));
+  m_watchdog_timer.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) arm_watchdog();
+  });
+}
+
 void daemon::stop() {
   if (m_stopping) return;
   m_stopping = true;
+  (void)m_notifier.stopping();
+  m_watchdog_timer.cancel();
   m_engine->checkpoint_all(from_steady(std::chrono::steady_clock::now()));
   m_store->flush();
   m_unicast.clear();
@@ -139,6 +249,7 @@ void daemon::stop() {
   m_timer.cancel();
   m_status_timer.cancel();
   m_signals.cancel();
+  stop_http();
   for (auto& s : m_sockets) {
     boost::system::error_code ignored;
     s.cancel(ignored);
@@ -162,7 +273,8 @@ void daemon::do_receive(std::size_t index) {
       return;
     }
     const auto now = from_steady(std::chrono::steady_clock::now());
-    const std::uint32_t channel = index < m_cfg.channels.size() ? static_cast<std::uint32_t>(index) : 0;
+    const std::uint32_t channel = index < m_cfg.channels.size() ? static_cast<std::uint32_t>(index)
+                                                                : receiver_engine::control_channel;
     std::error_code rec;
     std::uniform_real_distribution<double> u(0, 1);
     m_receiver.drain(
@@ -172,7 +284,9 @@ void daemon::do_receive(std::size_t index) {
             ++m_dropped_by_option;
             return;
           }
-          m_engine->on_datagram(d, from, channel, now);
+          std::span<const std::byte> plain;
+          if (authenticate(index, d, now, plain)) return;
+          m_engine->on_datagram(plain, from, channel, now);
         },
         rec, room - min_pool_room / 2);
     if (rec) m_log->warn("receive error on socket {}: {}", index, rec.message());
@@ -204,7 +318,148 @@ void daemon::arm_timer(time_point now) {
   });
 }
 
+void daemon::setup_keys() {
+  crypto::init();
+  auto key_file = m_cfg.key_file;
+  if (key_file.empty()) {
+    key_file = m_cfg.temp / "site.key";
+    if (!std::filesystem::exists(key_file)) {
+      try {
+        crypto::write_secret_key_file(key_file, crypto::generate_identity());
+      } catch (const crypto::key_error& e) {
+        throw config_error(e.what());
+      }
+      m_log->info("made this site's key {} (set key_file to keep it elsewhere)", key_file.string());
+    }
+  }
+  crypto::identity site;
+  try {
+    site = crypto::read_secret_key_file(key_file);
+  } catch (const crypto::key_error& e) {
+    throw config_error(e.what());
+  }
+  m_log->info("site key {} ({}): pin it at senders with mcdist-send --site-keys",
+              crypto::format_public_key(site.public_key), key_file.string());
+  for (const auto& ch : m_cfg.channels) {
+    auth::receiver_auth_options o;
+    o.trusted_senders = ch.trusted_senders;
+    o.site = site;
+    m_keys.push_back(std::make_unique<auth::receiver_keys>(std::move(o)));
+    if (ch.trusted_senders.empty()) {
+      m_log->warn("channel {}: no trusted_senders: any host that can reach {} can write products "
+                  "into {}",
+                  ch.name, ch.group.to_string(), ch.dest.string());
+    } else {
+      m_log->info("channel {}: accepts sessions signed by {} trusted sender key{}", ch.name,
+                  ch.trusted_senders.size(), ch.trusted_senders.size() == 1 ? "" : "s");
+    }
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(m_cfg.temp / "keys", ec);
+  ::chmod((m_cfg.temp / "keys").c_str(), 0700);
+}
+
+auth::receiver_keys* daemon::keys_of(session_id s) {
+  for (auto& k : m_keys) {
+    if (k->knows(s)) return k.get();
+  }
+  return nullptr;
+}
+
+std::error_code daemon::authenticate(std::size_t index, std::span<const std::byte> d,
+                                     time_point now, std::span<const std::byte>& out) {
+  auth::receiver_keys* keys = nullptr;
+  std::size_t channel = index;
+  if (index < m_keys.size()) {
+    keys = m_keys[index].get();
+  } else if (d.size() >= wire::header_size) {
+    // The control socket: the register reply, fallback and complete ack of a session one of
+    // the channels announced.
+    const session_id s{wire::load_u32(d.data() + 4)};
+    for (channel = 0; channel < m_keys.size(); ++channel) {
+      if (m_keys[channel]->knows(s)) {
+        keys = m_keys[channel].get();
+        break;
+      }
+    }
+  }
+  if (!keys) {
+    const bool any_required = std::any_of(m_keys.begin(), m_keys.end(),
+                                          [](const auto& k) { return k->required(); });
+    if (any_required || d.size() < wire::header_size ||
+        std::to_integer<std::uint8_t>(d[2]) != wire::version) {
+      ++m_unknown_unicast;
+      return errc::unauthenticated;
+    }
+    out = d;  // a version-1 session where no channel asks for authentication
+    return {};
+  }
+  if (auto ec = keys->open(d, now, out)) return ec;
+  if (std::to_integer<std::uint8_t>(d[3]) == static_cast<std::uint8_t>(wire::msg_type::register_reply)) {
+    save_keys(session_id{wire::load_u32(d.data() + 4)}, channel);
+  }
+  return {};
+}
+
+void daemon::save_keys(session_id s, std::size_t channel) {
+  if (m_keys_saved.count(s)) return;
+  const auto blob = m_keys[channel]->export_session(s);
+  if (!blob) return;
+  char name[16];
+  std::snprintf(name, sizeof name, "%08x", s.value);
+  const auto file = m_cfg.temp / "keys" / name;
+  const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  std::string content(1, static_cast<char>(channel));
+  content += *blob;
+  if (fd < 0 || ::write(fd, content.data(), content.size()) != static_cast<ssize_t>(content.size())) {
+    m_log->warn("session {:08x}: cannot save its keys in {} ({}): a restart will not resume it",
+                s.value, file.string(), std::strerror(errno));
+  } else {
+    m_keys_saved.insert(s);
+  }
+  if (fd >= 0) ::close(fd);
+}
+
+void daemon::restore_keys(session_id s) {
+  char name[16];
+  std::snprintf(name, sizeof name, "%08x", s.value);
+  std::ifstream in(m_cfg.temp / "keys" / name, std::ios::binary);
+  if (!in) return;
+  std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (content.empty() || static_cast<unsigned char>(content[0]) >= m_keys.size() ||
+      !m_keys[static_cast<unsigned char>(content[0])]->import_session(s, std::string_view(content).substr(1))) {
+    m_log->warn("session {:08x}: its saved keys are unusable; it resumes only if announced again",
+                s.value);
+    return;
+  }
+  m_keys_saved.insert(s);
+}
+
+auth::auth_stats daemon::auth_refused() const {
+  auth::auth_stats sum;
+  for (const auto& k : m_keys) {
+    const auto& st = k->stats();
+    sum.unauthenticated += st.unauthenticated;
+    sum.bad_signature += st.bad_signature;
+    sum.bad_tag += st.bad_tag;
+    sum.no_key += st.no_key;
+    sum.untrusted_site += st.untrusted_site;
+    sum.verify_budget += st.verify_budget;
+  }
+  sum.no_key += m_unknown_unicast;
+  return sum;
+}
+
 void daemon::send(const endpoint& to, std::span<const std::byte> datagram) {
+  if (datagram.size() >= wire::header_size) {
+    if (auto* keys = keys_of(session_id{wire::load_u32(datagram.data() + 4)})) {
+      m_send_buffer.resize(datagram.size() + auth::max_trailer_bytes);
+      std::memcpy(m_send_buffer.data(), datagram.data(), datagram.size());
+      const std::size_t n = keys->seal(m_send_buffer, datagram.size());
+      if (n == 0) return;  // no key for it yet: the engine repeats the message
+      datagram = std::span<const std::byte>(m_send_buffer.data(), n);
+    }
+  }
   std::error_code ec;
   if (!net::send_one(m_sockets.back().native_handle(), to, datagram, ec)) {
     m_log->debug("cannot send to {}: {}", to.to_string(), ec.message());
@@ -248,7 +503,17 @@ void daemon::query_held(session_id s, std::uint32_t channel, std::vector<held_qu
 
 void daemon::checkpoint(session_id s, std::string blob) { m_store->checkpoint(s, std::move(blob)); }
 
-void daemon::session_closed(session_id s, bool remove_temp) { m_store->close_session(s, remove_temp); }
+void daemon::session_closed(session_id s, bool remove_temp) {
+  m_store->close_session(s, remove_temp);
+  if (!remove_temp) return;  // kept for a resume: keep its keys too
+  for (auto& k : m_keys) k->forget(s);
+  if (m_keys_saved.erase(s)) {
+    char name[16];
+    std::snprintf(name, sizeof name, "%08x", s.value);
+    std::error_code ec;
+    std::filesystem::remove(m_cfg.temp / "keys" / name, ec);
+  }
+}
 
 void daemon::start_unicast(session_id s, const unicast_order& order,
                            std::vector<byte_range> wanted) {
@@ -373,6 +638,13 @@ void daemon::log_status(bool final) {
   if (m_dropped_by_option) {
     drops += (drops.empty() ? "" : ", ") + std::string("--drop-rate ") + std::to_string(m_dropped_by_option);
   }
+  if (const auto a = auth_refused(); a.total() > 0) {
+    drops += (drops.empty() ? "" : ", ") +
+             fmt::format("not authenticated {} (bad signature {}, bad tag {}, no key {}, unsigned "
+                         "{}, over the verification budget {})",
+                         a.total(), a.bad_signature, a.bad_tag, a.no_key, a.unauthenticated,
+                         a.verify_budget);
+  }
   m_log->info("{}: {} sessions active, {} completed, {} failed; {} files stored, {} failed, {} "
               "refused; {} received; dropped: {}",
               final ? "final status" : "status", m_engine->active_sessions(),
@@ -389,7 +661,7 @@ void daemon::log_status(bool final) {
   }
 }
 
-void daemon::write_status_file() {
+nlohmann::json daemon::status_json() {
   const auto& st = m_engine->stats();
   const auto ss = m_store->get_stats();
   nlohmann::json j;
@@ -403,6 +675,7 @@ void daemon::write_status_file() {
   j["datagrams"] = st.datagrams;
   j["data_bytes"] = st.data_bytes;
   j["naks_sent"] = st.naks_sent;
+  j["session_memory_bytes"] = m_engine->memory_charged();  // charged to the memory budgets
   j["bytes_written"] = ss.bytes_written;
   j["dropped_by_drop_rate"] = m_dropped_by_option;
   j["read_pauses"] = m_read_pauses;
@@ -411,6 +684,15 @@ void daemon::write_status_file() {
     if (st.drops.counts[i]) drops[std::string(to_string(static_cast<errc>(i)))] = st.drops.counts[i];
   }
   j["dropped"] = drops;
+  const auto a = auth_refused();
+  j["not_authenticated"] = {{"bad_signature", a.bad_signature}, {"bad_tag", a.bad_tag},
+                            {"no_key", a.no_key},          {"unsigned", a.unauthenticated},
+                            {"verify_budget", a.verify_budget}};
+  return j;
+}
+
+void daemon::write_status_file() {
+  const auto j = status_json();
   const auto tmp = m_cfg.status_file->string() + ".tmp";
   {
     std::ofstream out(tmp);

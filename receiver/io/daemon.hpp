@@ -4,11 +4,18 @@
 /// receiver_engine, with file_store as its storage path. One io_context on one thread; the
 /// store runs its own writer, finalizer and scanner threads.
 
+#include "common/auth.hpp"
+#include "common/http/log_ring.hpp"
+#include "common/http/server.hpp"
 #include "common/net/udp.hpp"
+#include "common/sd_notify.hpp"
 #include "common/unicast/client.hpp"
 #include "receiver/core/receiver_engine.hpp"
 #include "receiver/io/daemon_config.hpp"
 #include "receiver/io/file_store.hpp"
+#include "receiver/io/status_board.hpp"
+
+#include <nlohmann/json_fwd.hpp>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -18,11 +25,26 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <set>
 #include <vector>
 
 namespace mcdist::receiver {
 
-/// The receiver daemon. Construct, then run() until SIGTERM/SIGINT.
+/// The receiver daemon. Construct, then run() until SIGTERM/SIGINT. With daemon_config::http
+/// set it serves /metrics, /status and a status page on that address (daemon_http.cpp).
+/// The directory checks the daemon makes before it opens sockets: the temp directory and every
+/// channel's destination exist (or, with create, are created; without, could be created: their
+/// nearest existing ancestor is a writable directory), are writable directories, and every
+/// destination is on the temp directory's filesystem (files are renamed from temp into place).
+/// The log file's and status file's directories exist or could be created. `mcdistd
+/// --check-config` runs it with create = false, the daemon with create = true.
+/// @throws config_error naming the directory and the problem
+void check_directories(const daemon_config& cfg, bool create);
+
+/// The receiver daemon. Construct, then run() until SIGTERM/SIGINT. Under systemd
+/// (Type=notify) it reports READY=1 once its sockets are bound and its saved sessions restored,
+/// WATCHDOG=1 every half $WATCHDOG_USEC from its io_context, STOPPING=1 when a signal stops it.
+/// SIGHUP reopens the log file.
 class daemon final : public receiver_sink {
  public:
   /// Creates directories, opens sockets, restores checkpoints.
@@ -37,6 +59,8 @@ class daemon final : public receiver_sink {
 
   /// Local address of the control socket (tests).
   endpoint control_endpoint() const;
+  /// Local address of the status HTTP server, or nullopt when it is off.
+  std::optional<endpoint> http_endpoint() const;
 
   // receiver_sink
   void send(const endpoint& to, std::span<const std::byte> datagram) override;
@@ -51,6 +75,7 @@ class daemon final : public receiver_sink {
   void start_unicast(session_id s, const unicast_order& order,
                      std::vector<byte_range> wanted) override;
   void stop_unicast(session_id s) override;
+  void file_finished(const file_outcome& outcome) override;
 
  private:
   void do_receive(std::size_t socket_index);
@@ -59,6 +84,32 @@ class daemon final : public receiver_sink {
   void log_status(bool final);
   void check_unicast_backpressure();
   void write_status_file();
+  /// Loads or makes this site's key and sets up one keyring per channel; warns for channels
+  /// that trust any sender.
+  void setup_keys();
+  /// Checks a datagram that arrived on socket `index` with the keyring of its channel (or, on
+  /// the control socket, of the channel that knows its session). @return empty with the
+  /// version-1 view in `out`, or why it was refused (counted)
+  std::error_code authenticate(std::size_t index, std::span<const std::byte> d, time_point now,
+                               std::span<const std::byte>& out);
+  /// The keyring that holds session `s`, if any.
+  auth::receiver_keys* keys_of(session_id s);
+  /// Saves a session's keys under temp/keys once this site has its session key, so a restarted
+  /// daemon can go on with the session (the checkpoint alone cannot verify its data).
+  void save_keys(session_id s, std::size_t channel);
+  void restore_keys(session_id s);
+  /// Sum of the keyrings' refusal counters.
+  auth::auth_stats auth_refused() const;
+  /// The status file's document (also the base of /status).
+  nlohmann::json status_json();
+  // Status HTTP server (daemon_http.cpp).
+  void open_http();
+  void start_http();
+  void stop_http();
+  void do_sample();
+  http::response serve_http(const http::request& r);
+  void wait_signal();
+  void arm_watchdog();
 
   boost::asio::io_context& m_io;
   daemon_config m_cfg;
@@ -67,8 +118,15 @@ class daemon final : public receiver_sink {
   boost::asio::steady_timer m_timer;
   boost::asio::steady_timer m_status_timer;
   boost::asio::signal_set m_signals;
+  service_notifier m_notifier;
+  boost::asio::steady_timer m_watchdog_timer;
   std::unique_ptr<file_store> m_store;
   std::unique_ptr<receiver_engine> m_engine;
+  /// Authentication, one keyring per channel (each trusts its own senders).
+  std::vector<std::unique_ptr<auth::receiver_keys>> m_keys;
+  std::set<session_id> m_keys_saved;     ///< sessions whose keys are saved under temp/keys
+  std::vector<std::byte> m_send_buffer;
+  std::uint64_t m_unknown_unicast = 0;   ///< unicast datagrams of sessions no channel knows
   net::batch_receiver m_receiver;
   std::mt19937_64 m_drop_rng;
   std::uint64_t m_dropped_by_option = 0;
@@ -90,6 +148,12 @@ class daemon final : public receiver_sink {
   std::optional<time_point> m_timer_at;
   bool m_stopping = false;
   std::uint64_t m_last_logged_drops = 0;
+  // Status HTTP server (daemon_http.cpp).
+  std::shared_ptr<http::log_ring_sink> m_log_ring;  ///< on m_log while the daemon lives
+  status_board m_board;
+  std::unique_ptr<http::server> m_http;
+  boost::asio::steady_timer m_sample_timer;
+  wall_time m_started;
 };
 
 }  // namespace mcdist::receiver

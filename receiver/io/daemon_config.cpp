@@ -7,6 +7,7 @@
 
 #include <limits>
 #include <sstream>
+#include <type_traits>
 
 namespace mcdist::receiver {
 
@@ -20,6 +21,13 @@ std::string where(const toml::source_region& r) {
 
 template <class T>
 T require_type(const toml::node& n, const std::string& key, const char* type_name) {
+  // An integer setting takes integers only: toml++ converts a float (1e40) to an integer type
+  // with a cast that is undefined behaviour out of range (found by tests/fuzz/config_fuzz).
+  if constexpr (std::is_integral_v<T>) {
+    if (!n.is_integer()) {
+      throw config_error("'" + key + "' must be " + type_name + " (" + where(n.source()) + ")");
+    }
+  }
   if (auto v = n.value<T>()) return *v;
   throw config_error("'" + key + "' must be " + type_name + " (" + where(n.source()) + ")");
 }
@@ -34,6 +42,25 @@ endpoint parse_group(const std::string& text, const std::string& key) {
 }
 
 }  // namespace
+
+endpoint default_http_endpoint() {
+  auto e = *parse_address("127.0.0.1");
+  e.port = default_http_port;
+  return e;
+}
+
+std::optional<endpoint> parse_http_setting(const std::string& text, const std::string& what) {
+  if (text == "off") return std::nullopt;
+  // Port 0 (any free port, logged at start) is for tests; parse_endpoint refuses it.
+  const bool any_port = text.size() > 2 && text.ends_with(":0");
+  const auto e = any_port ? parse_endpoint(std::string_view(text).substr(0, text.size() - 2), 0)
+                          : parse_endpoint(text);
+  if (!e || e->is_multicast()) {
+    throw config_error(what + " \"" + text +
+                       "\" is not a local ADDR:PORT to serve status on (e.g. 127.0.0.1:9611) or \"off\"");
+  }
+  return e;
+}
 
 namespace {
 
@@ -74,7 +101,10 @@ daemon_config from_table(const toml::table& t, const std::string& source) {
   static const char* known[] = {"id", "interface", "dest", "temp", "sync", "buffer_pool",
                                 "socket_buffer", "session_timeout", "status_interval",
                                 "checkpoint_interval",
-                                "status_file", "log", "channel"};
+                                "status_file", "http", "log", "channel", "max_sessions",
+                                "max_sessions_per_source", "session_memory", "total_memory",
+                                "disk_reserve", "disk_reserve_percent", "session_quota", "key_file",
+                                "trusted_senders"};
   for (const auto& [k, v] : t) {
     if (std::find(std::begin(known), std::end(known), std::string(k.str())) == std::end(known)) {
       throw config_error(source + ": unknown setting '" + std::string(k.str()) + "' (" +
@@ -118,6 +148,26 @@ daemon_config from_table(const toml::table& t, const std::string& source) {
   };
   size_setting("buffer_pool", cfg.buffer_pool_bytes);
   size_setting("socket_buffer", cfg.socket_buffer_bytes);
+  size_setting("session_memory", cfg.session_memory_bytes);
+  size_setting("total_memory", cfg.total_memory_bytes);
+  size_setting("disk_reserve", cfg.disk_reserve_bytes);
+  size_setting("session_quota", cfg.session_quota_bytes);
+  auto count_setting = [&](const char* key, std::uint32_t& out) {
+    if (auto n = t[key]) {
+      const auto v = require_type<std::int64_t>(*n.node(), key, "a whole number");
+      if (v < 1 || v > 100000) throw config_error(std::string("'") + key + "' must be 1 to 100000");
+      out = static_cast<std::uint32_t>(v);
+    }
+  };
+  count_setting("max_sessions", cfg.max_sessions);
+  count_setting("max_sessions_per_source", cfg.max_sessions_per_source);
+  if (auto n = t["disk_reserve_percent"]) {
+    const auto v = n.is_integer()
+                       ? static_cast<double>(*n.value<std::int64_t>())
+                       : require_type<double>(*n.node(), "disk_reserve_percent", "a number");
+    if (v < 0 || v > 50) throw config_error("'disk_reserve_percent' must be 0 to 50");
+    cfg.disk_reserve_percent = v;
+  }
   auto duration_setting = [&](const char* key, std::chrono::nanoseconds& out) {
     if (auto n = t[key]) {
       const auto s = require_type<std::string>(*n.node(), key, "a duration string like \"60s\"");
@@ -132,6 +182,10 @@ daemon_config from_table(const toml::table& t, const std::string& source) {
   if (auto n = t["status_file"]) {
     cfg.status_file = require_type<std::string>(*n.node(), "status_file", "a string");
   }
+  if (auto n = t["http"]) {
+    cfg.http = parse_http_setting(require_type<std::string>(*n.node(), "http", "a string"), "'http' =");
+    cfg.http_explicit = true;
+  }
   if (auto lt = t["log"].as_table()) {
     if (auto n = (*lt)["level"]) {
       try {
@@ -142,6 +196,24 @@ daemon_config from_table(const toml::table& t, const std::string& source) {
     }
     if (auto n = (*lt)["file"]) cfg.log.file = require_type<std::string>(*n.node(), "log.file", "a string");
   }
+  auto key_list = [](const auto& n, const std::string& key) {
+    std::vector<crypto::key32> keys;
+    const auto* arr = n.as_array();
+    if (!arr) throw config_error("'" + key + "' must be an array of keys or key files");
+    for (std::size_t i = 0; i < arr->size(); ++i) {
+      const auto* v = arr->get(i)->as_string();
+      if (!v) throw config_error("'" + key + "' must be an array of strings");
+      try {
+        keys.push_back(crypto::read_public_key(v->get()));
+      } catch (const crypto::key_error& e) {
+        throw config_error(key + "[" + std::to_string(i) + "]: " + e.what());
+      }
+    }
+    return keys;
+  };
+  if (auto n = t["key_file"]) cfg.key_file = require_type<std::string>(*n.node(), "key_file", "a string");
+  std::vector<crypto::key32> default_trusted;
+  if (auto n = t["trusted_senders"]) default_trusted = key_list(n, "trusted_senders");
   if (auto arr = t["channel"].as_array()) {
     for (std::size_t i = 0; i < arr->size(); ++i) {
       const auto* ct = arr->get(i)->as_table();
@@ -154,6 +226,11 @@ daemon_config from_table(const toml::table& t, const std::string& source) {
       ch.group = parse_group(require_type<std::string>(*g.node(), key + ".group", "a string"),
                              key + ".group");
       if (auto n = (*ct)["dest"]) ch.dest = require_type<std::string>(*n.node(), key + ".dest", "a string");
+      if (auto n = (*ct)["trusted_senders"]) {
+        ch.trusted_senders = key_list(n, key + ".trusted_senders");
+      } else {
+        ch.trusted_senders = default_trusted;
+      }
       if (ch.name.empty()) ch.name = ch.group.to_string();
       cfg.channels.push_back(std::move(ch));
     }
@@ -163,6 +240,7 @@ daemon_config from_table(const toml::table& t, const std::string& source) {
   for (auto& ch : cfg.channels) {
     if (ch.dest.empty()) ch.dest = default_dest;
   }
+  cfg.trusted_senders = std::move(default_trusted);
   return cfg;
 }
 

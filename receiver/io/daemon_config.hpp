@@ -2,6 +2,7 @@
 /// @file
 /// mcdistd settings: from a TOML file (--config), overridden by command-line options.
 
+#include "common/crypto.hpp"
 #include "common/endpoint.hpp"
 #include "common/logging.hpp"
 #include "receiver/io/file_store.hpp"
@@ -21,7 +22,19 @@ struct channel_config {
   std::string name;                 ///< for logs
   endpoint group;                   ///< multicast group + port
   std::filesystem::path dest;       ///< destination tree of sessions on this channel
+  /// Ed25519 keys of the senders whose sessions this channel accepts (docs/security.md). Empty:
+  /// any host that reaches the group can write into dest (mcdistd warns at start).
+  std::vector<crypto::key32> trusted_senders;
 };
+
+/// Port of mcdistd's status HTTP server (/metrics, /status, /) unless configured otherwise.
+inline constexpr std::uint16_t default_http_port = 9611;
+
+/// 127.0.0.1:default_http_port: status stays on the host unless the operator opens it.
+endpoint default_http_endpoint();
+
+/// Parses the `http` setting: "ADDR:PORT", or "off". @throws config_error naming `what`
+std::optional<endpoint> parse_http_setting(const std::string& text, const std::string& what);
 
 /// Everything mcdistd needs.
 struct daemon_config {
@@ -29,6 +42,11 @@ struct daemon_config {
   endpoint interface;               ///< local address to join on and send from
   std::vector<channel_config> channels;
   std::filesystem::path temp;       ///< temp files and checkpoints; same filesystem as dest
+  /// This site's secret key file (mcdist-keygen, mode 0600). Empty: temp/site.key, made at
+  /// the first start, so the site keeps one key across restarts.
+  std::filesystem::path key_file;
+  /// The top-level trusted_senders: channels given on the command line (--group) take these.
+  std::vector<crypto::key32> trusted_senders;
   sync_mode sync = sync_mode::batch;
   std::size_t buffer_pool_bytes = 16u << 20;
   int socket_buffer_bytes = 32 << 20;
@@ -37,6 +55,20 @@ struct daemon_config {
   /// How often a receiving session's resume state is saved.
   std::chrono::nanoseconds checkpoint_interval = std::chrono::seconds(2);
   std::optional<std::filesystem::path> status_file;  ///< JSON status, rewritten every interval
+  // Budgets (README "mcdistd configuration", design notes "Budgets"); defaults are the
+  // engine's and the store's.
+  std::uint32_t max_sessions = 64;             ///< receiver_config::max_sessions
+  std::uint32_t max_sessions_per_source = 4;   ///< receiver_config::max_sessions_per_source
+  std::uint64_t session_memory_bytes = std::uint64_t{256} << 20;  ///< receiver_config
+  std::uint64_t total_memory_bytes = std::uint64_t{1} << 30;      ///< receiver_config
+  std::uint64_t disk_reserve_bytes = std::uint64_t{1} << 30;      ///< storage_config
+  double disk_reserve_percent = 5;                                ///< storage_config
+  std::uint64_t session_quota_bytes = std::uint64_t{256} << 30;   ///< storage_config; 0: none
+  /// Status HTTP server address; nullopt: off ("off").
+  std::optional<endpoint> http = default_http_endpoint();
+  /// `http` was set by the operator: failing to bind it is then fatal, while the default
+  /// address only gets a warning (a second daemon on the host must still receive).
+  bool http_explicit = false;
   log_options log;
   /// Test only: drop received datagrams with this probability before the core (like NORM's
   /// rxloss), seeded by drop_seed.

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -375,7 +376,13 @@ struct file_store::impl {
   std::list<std::uint64_t> m_lru;  ///< handles with an open fd, most recent first
   std::size_t m_open_count = 0;
   std::unordered_set<std::uint64_t> m_catchup;  ///< handles whose prefix can grow by re-reading
-  std::unordered_set<std::uint32_t> m_session_dirs;  ///< session temp dirs known to exist
+  /// Session temp dirs opened (openat, O_NOFOLLOW) by the writer: temp files are opened
+  /// relative to these descriptors.
+  std::unordered_map<std::uint32_t, unique_fd> m_session_dirs;
+  /// Bytes of each session's files being written (begun, not handed off or dropped), for
+  /// session_quota_bytes.
+  std::unordered_map<std::uint32_t, std::uint64_t> m_session_bytes;
+  void unaccount(const wfile& f);
   std::unordered_map<std::string, std::pair<std::error_code, std::string>> m_dest_checked;
   std::unique_ptr<std::byte[]> m_writer_buffer;
   std::vector<fin_job> m_handoffs;
@@ -427,7 +434,37 @@ struct file_store::impl {
   // --- helpers for all threads ---
   std::error_code read_hash(int fd, const file_key* key, std::uint64_t from, std::uint64_t to,
                             sha256_hasher& h, std::byte* buf, std::atomic<std::uint64_t>* count);
+  /// Creates (mkdirat) and opens temp_dir/<session hex> relative to m_temp_fd without
+  /// following a symlink. @return the descriptor, or -1 with `e` set (ELOOP or ENOTDIR when
+  /// something other than a directory sits there).
+  int open_session_dir(session_id s, int& e) const;
 };
+
+int file_store::impl::open_session_dir(session_id s, int& e) const {
+  const std::string hex = session_hex(s);
+  e = inject(storage_op::mkdir, nullptr);
+  if (e == 0 && ::mkdirat(m_temp_fd.get(), hex.c_str(), 0700) != 0 && errno != EEXIST) e = errno;
+  if (e != 0) return -1;
+  const int fd =
+      ::openat(m_temp_fd.get(), hex.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    e = errno;
+    // O_DIRECTORY reports a symlink as ENOTDIR; name it for what it is.
+    struct stat st {};
+    if (e == ENOTDIR && ::fstatat(m_temp_fd.get(), hex.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+        S_ISLNK(st.st_mode)) {
+      e = ELOOP;
+    }
+  }
+  return fd;
+}
+
+void file_store::impl::unaccount(const wfile& f) {
+  const auto it = m_session_bytes.find(f.key.session.value);
+  if (it == m_session_bytes.end()) return;
+  it->second -= std::min(it->second, f.spec.size);
+  if (it->second == 0) m_session_bytes.erase(it);
+}
 
 // ---------------------------------------------------------------------------------------------
 // construction
@@ -886,7 +923,12 @@ std::error_code file_store::impl::ensure_open(std::uint64_t handle, wfile& f, bo
   int flags = O_RDWR | O_CLOEXEC | O_NOFOLLOW;
   if (create) flags |= O_CREAT;
   if (truncate) flags |= O_TRUNC;
-  const int fd = ::open(f.temp_path.c_str(), flags, 0600);
+  const auto dir = m_session_dirs.find(f.key.session.value);
+  const int fd =
+      dir != m_session_dirs.end()
+          ? ::openat(dir->second.get(), (std::to_string(f.key.file.value) + ".part").c_str(),
+                     flags, 0600)
+          : ::open(f.temp_path.c_str(), flags, 0600);
   if (fd < 0) return errno_code(errno);
   f.fd = fd;
   m_lru.push_front(handle);
@@ -899,6 +941,7 @@ void file_store::impl::drop_file(std::uint64_t handle, bool unlink_temp) {
   auto it = m_files.find(handle);
   if (it == m_files.end()) return;
   close_fd(it->second);
+  unaccount(it->second);
   if (unlink_temp) ::unlink(it->second.temp_path.c_str());
   m_catchup.erase(handle);
   m_files.erase(it);
@@ -941,20 +984,61 @@ void file_store::impl::do_job(begin_job& j) {
 
   if (!m_session_dirs.contains(j.key.session.value)) {
     const auto dir = m_cfg.temp_dir / session_hex(j.key.session);
-    int e = inject(storage_op::mkdir, nullptr);
-    if (e == 0 && ::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) e = errno;
-    if (e != 0) {
-      report(errno_code(e), fmt::format("cannot create temp directory {} (mkdir): {}; check "
-                                        "that temp_dir is writable and not full",
-                                        dir.string(), std::strerror(e)));
+    int e = 0;
+    const int fd = open_session_dir(j.key.session, e);
+    if (fd < 0) {
+      report(errno_code(e),
+             e == ELOOP || e == ENOTDIR
+                 ? fmt::format("temp directory {} is a symlink or not a directory; refused, not "
+                               "followed (remove it: nothing but mcdistd should write in "
+                               "temp_dir)",
+                               dir.string())
+                 : fmt::format("cannot create temp directory {} (mkdirat): {}; check that "
+                               "temp_dir is writable and not full",
+                               dir.string(), std::strerror(e)));
       return;
     }
-    m_session_dirs.insert(j.key.session.value);
+    m_session_dirs[j.key.session.value].reset(fd);
   }
   if (auto [ec, detail] = check_dest_root(j.spec.dest_root); ec) {
     report(ec, fmt::format("{} (while starting \"{}\")", detail, j.spec.relative_path));
     return;
   }
+  // Budgets, before anything is allocated on disk: the session's quota, then the free-space
+  // reserve of the temp filesystem. A resumed file already holds its space.
+  std::uint64_t& session_bytes = m_session_bytes[j.key.session.value];
+  if (!j.resume && j.spec.size > 0) {
+    const std::uint64_t quota = m_cfg.session_quota_bytes;
+    if (quota != 0 && j.spec.size > quota - std::min(quota, session_bytes)) {
+      report(make_error_code(errc::quota),
+             fmt::format("\"{}\" ({} bytes) would take session {}'s files being written past "
+                         "its quota of {} bytes (session_quota)",
+                         j.spec.relative_path, j.spec.size, session_hex(j.key.session), quota));
+      if (session_bytes == 0) m_session_bytes.erase(j.key.session.value);
+      return;
+    }
+    struct statvfs sv {};
+    const bool reserve_on = m_cfg.disk_reserve_bytes != 0 && m_cfg.disk_reserve_percent > 0;
+    if (reserve_on && ::fstatvfs(m_temp_fd.get(), &sv) == 0) {
+      const std::uint64_t unit = sv.f_frsize ? sv.f_frsize : sv.f_bsize;
+      const std::uint64_t avail = std::uint64_t{sv.f_bavail} * unit;
+      const auto pct_bytes = static_cast<std::uint64_t>(
+          static_cast<double>(sv.f_blocks) * static_cast<double>(unit) *
+          m_cfg.disk_reserve_percent / 100.0);
+      const std::uint64_t reserve = std::min(m_cfg.disk_reserve_bytes, pct_bytes);
+      if (j.spec.size > avail || avail - j.spec.size < reserve) {
+        report(make_error_code(errc::disk_reserve),
+               fmt::format("\"{}\" ({} bytes) does not fit the temp filesystem of {}: {} bytes "
+                           "free, {} kept in reserve (disk_reserve, disk_reserve_percent); free "
+                           "space there",
+                           j.spec.relative_path, j.spec.size, m_cfg.temp_dir.string(), avail,
+                           reserve));
+        if (session_bytes == 0) m_session_bytes.erase(j.key.session.value);
+        return;
+      }
+    }
+  }
+  session_bytes += j.spec.size;
 
   auto [it, inserted] = m_files.try_emplace(j.handle);
   wfile& f = it->second;
@@ -1023,12 +1107,11 @@ void file_store::impl::do_job(close_job& j) {
   for (const auto& [h, f] : m_files)
     if (f.key.session == j.session) handles.push_back(h);
   for (auto h : handles) drop_file(h, false);
+  m_session_dirs.erase(j.session.value);
+  m_session_bytes.erase(j.session.value);
   {
     std::lock_guard lk(m_fq_mutex);
-    if (j.remove_temp) {
-      m_session_dirs.erase(j.session.value);
-      ++m_closing[j.session.value];
-    }
+    if (j.remove_temp) ++m_closing[j.session.value];
     m_fq.push_back(fin_close{j.session, j.remove_temp});
   }
   m_fq_cv.notify_one();
@@ -1053,6 +1136,7 @@ void file_store::impl::hand_off(std::uint64_t handle, const sha256_digest& expec
   ff.temp_path = f.temp_path;
   ff.prefix = f.prefix;
   ff.hasher = std::move(f.hasher);
+  unaccount(f);
   if (f.fd >= 0) {
     if (m_fin_fds.load(std::memory_order_relaxed) < finalize_fd_budget) {
       ff.fd = f.fd;
@@ -1602,17 +1686,17 @@ void file_store::impl::finalize_batch(std::vector<fin_file>& batch) {
 
 void file_store::impl::do_fin(fin_checkpoint& j) {
   const auto dir = m_cfg.temp_dir / session_hex(j.session);
-  const auto tmp = dir / "state.tmp";
-  const auto final_path = dir / "state";
   const bool sync = m_cfg.sync != sync_mode::none;
   auto failed = [&](const char* call, int e) {
     log().error("storage: checkpoint of session {} not saved ({} on {}): {}; the previous "
                 "state stays",
                 session_hex(j.session), call, dir.string(), std::strerror(e));
   };
-  int e = inject(storage_op::mkdir, nullptr);
-  if (e == 0 && ::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) e = errno;
-  if (e != 0) return failed("mkdir", e);
+  int e = 0;
+  unique_fd dfd(open_session_dir(j.session, e));
+  if (!dfd) {
+    return failed(e == ELOOP || e == ENOTDIR ? "openat (a symlink, not followed)" : "mkdirat", e);
+  }
   if (sync) {
     // Every write queued before the checkpoint has been pwritten (the writer handles jobs in
     // order); make it durable so the state never claims blocks a crash lost.
@@ -1623,7 +1707,8 @@ void file_store::impl::do_fin(fin_checkpoint& j) {
   e = inject(storage_op::open, nullptr);
   unique_fd fd;
   if (e == 0) {
-    fd.reset(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
+    fd.reset(::openat(dfd.get(), "state.tmp", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
+                      0600));
     if (!fd) e = errno;
   }
   if (e != 0) return failed("open", e);
@@ -1647,15 +1732,11 @@ void file_store::impl::do_fin(fin_checkpoint& j) {
   }
   fd.reset();
   e = inject(storage_op::rename, nullptr);
-  if (e == 0 && ::rename(tmp.c_str(), final_path.c_str()) != 0) e = errno;
+  if (e == 0 && ::renameat(dfd.get(), "state.tmp", dfd.get(), "state") != 0) e = errno;
   if (e != 0) return failed("rename", e);
   if (sync) {
     e = inject(storage_op::dir_fsync, nullptr);
-    unique_fd dfd;
-    if (e == 0) {
-      dfd.reset(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-      if (!dfd || ::fsync(dfd.get()) != 0) e = errno;
-    }
+    if (e == 0 && ::fsync(dfd.get()) != 0) e = errno;
     if (e != 0) return failed("fsync of directory", e);
   }
 }
@@ -1812,6 +1893,8 @@ std::vector<std::pair<session_id, std::string>> file_store::load_checkpoints(
     std::uint32_t id = 0;
     auto [ptr, perr] = std::from_chars(name.data(), name.data() + name.size(), id, 16);
     if (perr != std::errc{} || ptr != name.data() + name.size()) continue;
+    std::error_code lec;
+    if (entry.is_symlink(lec) || !entry.is_directory(lec)) continue;  // never followed
     const auto state = entry.path() / "state";
     std::error_code sec;
     const auto size = std::filesystem::file_size(state, sec);
@@ -1830,6 +1913,40 @@ std::vector<std::pair<session_id, std::string>> file_store::load_checkpoints(
     out.emplace_back(session_id{id}, std::move(blob));
   }
   return out;
+}
+
+std::size_t file_store::sweep_temp(const std::filesystem::path& temp_dir,
+                                   const std::vector<session_id>& keep, spdlog::logger& log) {
+  std::size_t removed = 0;
+  std::error_code ec;
+  std::filesystem::directory_iterator it(temp_dir, ec);
+  if (ec) return 0;
+  std::vector<std::filesystem::path> doomed;
+  for (const auto& entry : it) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() != 8) continue;
+    std::uint32_t id = 0;
+    auto [ptr, perr] = std::from_chars(name.data(), name.data() + name.size(), id, 16);
+    if (perr != std::errc{} || ptr != name.data() + name.size()) continue;
+    if (std::find(keep.begin(), keep.end(), session_id{id}) != keep.end()) continue;
+    doomed.push_back(entry.path());
+  }
+  for (const auto& p : doomed) {
+    // remove_all removes a symlink itself, never what it points to.
+    std::error_code rec;
+    std::filesystem::remove_all(p, rec);
+    if (rec) {
+      log.warn("storage: cannot remove temp directory {} of an unknown session: {}", p.string(),
+               rec.message());
+    } else {
+      ++removed;
+    }
+  }
+  if (removed > 0) {
+    log.info("storage: removed {} temp directories of sessions without usable saved state",
+             removed);
+  }
+  return removed;
 }
 
 }  // namespace mcdist::receiver

@@ -13,7 +13,9 @@
 /// thread, and never after the file_store has been destroyed.
 ///
 /// Temp layout: `temp_dir/<session id as 8 lower-case hex digits>/<file index>.part` and the
-/// session's checkpoint `temp_dir/<session hex>/state`.
+/// session's checkpoint `temp_dir/<session hex>/state`. Session directories are created with
+/// mkdirat and opened with openat(O_DIRECTORY | O_NOFOLLOW) from temp_dir's descriptor, and
+/// temp files opened relative to that: a symlink planted at temp_dir/<session hex> is refused.
 ///
 /// Hashing (DESIGN.md): a chunk landing exactly at a file's hashed prefix is hashed from the
 /// buffer; ranges written past the prefix are remembered (interval_set) and, once the gap
@@ -153,6 +155,19 @@ struct storage_config {
   /// query_held hashes a destination file without a usable xattr only up to this size, bytes
   /// (64 MiB ~ 50 ms of SHA-256 here).
   std::uint64_t hash_held_max_bytes = 64u << 20;
+  /// Free space kept on the temp filesystem: a new file is started only if, after its size,
+  /// at least min(disk_reserve_bytes, disk_reserve_percent % of the filesystem) stays free
+  /// (statvfs f_bavail); otherwise it fails with errc::disk_reserve. 1 GiB or 5 %: room for
+  /// the system's logs and for files already being written (which are not preallocated below
+  /// preallocate_min_bytes), while a small filesystem is not reserved entirely. Either 0
+  /// turns the check off (then a full disk fails the file at fallocate or pwrite, ENOSPC).
+  std::uint64_t disk_reserve_bytes = std::uint64_t{1} << 30;
+  double disk_reserve_percent = 5;
+  /// Most bytes of one session's files being written at once (begun, not yet handed to the
+  /// finalizer or dropped); a file that would exceed it fails with errc::quota. 0: no quota.
+  /// 256 GiB: far above a day's products, it stops one announced session from claiming a
+  /// whole filesystem by itself.
+  std::uint64_t session_quota_bytes = std::uint64_t{256} << 30;
   /// Where warnings and errors go; null: spdlog's default logger.
   std::shared_ptr<spdlog::logger> log;
   /// Tests only: failure injection; empty in production.
@@ -179,6 +194,8 @@ struct file_spec {
 struct store_result {
   file_key key;
   /// Empty: delivered. Otherwise why not: errc::digest_mismatch, errc::path_* (refused path),
+  /// errc::disk_reserve, errc::quota (storage_config budgets), too_many_symbolic_link_levels
+  /// (temp_dir/<session> is a symlink: refused, not followed),
   /// std::errc::no_space_on_device, io_error, permission_denied, is_a_directory,
   /// not_a_directory, too_many_symbolic_link_levels (symlink in the path),
   /// cross_device_link (temp_dir on another filesystem), ...
@@ -295,6 +312,14 @@ class file_store {
   /// @return (session, blob) pairs in no particular order
   static std::vector<std::pair<session_id, std::string>> load_checkpoints(
       const std::filesystem::path& temp_dir);
+
+  /// Removes every session temp directory (`temp_dir/<8 hex digits>`) whose session is not in
+  /// `keep` (start-up, after restoring checkpoints): temp files of sessions that left no
+  /// usable state would otherwise stay forever. Symlinks of that name are removed, not
+  /// followed; other names are left alone. Errors are logged.
+  /// @return how many directories were removed
+  static std::size_t sweep_temp(const std::filesystem::path& temp_dir,
+                                const std::vector<session_id>& keep, spdlog::logger& log);
 
   /// Asynchronously checks which files are already held at dest_root: a regular file (no
   /// symlink anywhere below dest_root) with the query's size and mtime, whose digest comes

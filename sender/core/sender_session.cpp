@@ -104,7 +104,8 @@ sender_session::sender_session(sender_config cfg, std::vector<manifest_entry> fi
       m_grtt(m_cfg.grtt_initial, m_cfg.grtt_min, m_cfg.grtt_max),
       m_pacer(m_cfg.rate_bps,
               std::max({m_cfg.burst_bytes, m_cfg.rate_bps / 8 / 1000 * catch_up_ms,
-                        std::uint64_t{m_cfg.block_size + wire::data_header_size + ip_udp_overhead}})) {
+                        std::uint64_t{m_cfg.block_size + wire::data_header_size + ip_udp_overhead +
+                                      m_cfg.data_trailer_bytes}})) {
   if (m_cfg.block_size < wire::min_block_size || m_cfg.block_size > wire::max_block_size) {
     throw std::invalid_argument("block size " + std::to_string(m_cfg.block_size) +
                                 " is outside " + std::to_string(wire::min_block_size) + ".." +
@@ -424,7 +425,8 @@ duration sender_session::nak_backoff() const noexcept {
 }
 
 std::uint64_t sender_session::pacing_quantum() const noexcept {
-  const std::uint64_t datagram = m_cfg.block_size + wire::data_header_size + ip_udp_overhead;
+  const std::uint64_t datagram =
+      m_cfg.block_size + wire::data_header_size + ip_udp_overhead + m_cfg.data_trailer_bytes;
   // At most 1 ms worth of the rate, so slow links see datagrams spread out, not bursts.
   const std::uint64_t per_ms = m_cfg.rate_bps / 8 / 1000;
   return std::max(datagram, std::min({m_cfg.pacing_quantum_bytes, per_ms}));
@@ -462,7 +464,10 @@ void sender_session::on_timer(time_point now) {
     case phase::announcing:
       // Eager start: data follows the first announce cycles without waiting a round trip for
       // the registrations; receivers take blocks as soon as they know the file.
-      if (m_cfg.eager_start && m_announce_cycles >= initial_announce_cycles) start_transfer(now);
+      if (m_cfg.eager_start && m_announce_cycles >= initial_announce_cycles &&
+          (!m_cfg.start_on_registration || m_registered > 0)) {
+        start_transfer(now);
+      }
       break;
     case phase::transferring:
       if (now >= m_next_marker) send_marker(now, false, false);
@@ -477,12 +482,15 @@ void sender_session::on_timer(time_point now) {
         m_next_status = now + status_interval();
       }
       for (auto& r : m_receivers) {
-        if (r->rep.state != receiver_report::state_t::registered) continue;
+        if (!times_out(*r)) continue;
         const time_point since = std::max(r->last_heard, m_wait_start);
         if (now - since >= m_cfg.receiver_timeout) {
           fail_receiver(*r,
                         "silent for " + std::to_string(to_seconds(now - since)).substr(0, 4) +
-                            " s while the sender waited for its NAKs or COMPLETE",
+                            " s while the sender waited for its " +
+                            (r->rep.state == receiver_report::state_t::registered
+                                 ? "NAKs or COMPLETE"
+                                 : "COMPLETE over unicast (it answers status requests too)"),
                         now);
         }
       }
@@ -635,7 +643,8 @@ std::size_t sender_session::next_data(time_point now, std::span<data_send> out) 
     }
     auto& fs = m_state[file];
     const std::uint32_t len = block_length(m_files[file].size, m_cfg.block_size, block);
-    const std::uint64_t wire_bytes = len + wire::data_header_size + ip_udp_overhead;
+    const std::uint64_t wire_bytes =
+        len + wire::data_header_size + ip_udp_overhead + m_cfg.data_trailer_bytes;
     if (wire_bytes > allowance) break;
     allowance -= wire_bytes;
     m_pacer.consume(now, wire_bytes);
@@ -1054,6 +1063,15 @@ void sender_session::handle_complete(const wire::complete& m, const endpoint& fr
   check_done(now);
 }
 
+bool sender_session::times_out(const receiver_state& r) const noexcept {
+  // Every receiver the session waits for is answered by it within receiver_timeout while the
+  // sender asks for status: registered ones by NAK or COMPLETE, unicast ones (connected) by a
+  // NAK as a sign of life or COMPLETE. One that stops (a full disk, a crash) is failed, so the
+  // session always ends. Unconnected unicast receivers are bounded by fallback_max_orders.
+  return r.rep.state == receiver_report::state_t::registered ||
+         (r.rep.state == receiver_report::state_t::unicast_pending && r.unicast_started);
+}
+
 void sender_session::fail_receiver(receiver_state& r, std::string why, time_point now) {
   const bool was_active = r.rep.state == receiver_report::state_t::registered ||
                           r.rep.state == receiver_report::state_t::unicast_pending;
@@ -1134,9 +1152,7 @@ std::optional<time_point> sender_session::next_deadline(time_point now) const {
       consider(m_next_status);
       if (m_next_pass_at) consider(*m_next_pass_at);
       for (const auto& r : m_receivers) {
-        if (r->rep.state == receiver_report::state_t::registered) {
-          consider(std::max(r->last_heard, m_wait_start) + m_cfg.receiver_timeout);
-        }
+        if (times_out(*r)) consider(std::max(r->last_heard, m_wait_start) + m_cfg.receiver_timeout);
       }
       break;
     case phase::ending:

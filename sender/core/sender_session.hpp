@@ -77,6 +77,13 @@ struct sender_config {
   /// every registration; a file every receiver holds is still skipped if registration closes
   /// before the cursor reaches it.
   bool eager_start = true;
+  /// Authenticated sessions (common/auth.hpp): a site can check data blocks only once its
+  /// register_reply gave it the session key, so an eager start waits for the first
+  /// registration instead of sending pass 1 to sites that must drop it.
+  bool start_on_registration = false;
+  /// Bytes every data datagram carries after its payload (the authentication tag,
+  /// auth::data_trailer_bytes, when the session is signed): counted by the pacer.
+  std::uint32_t data_trailer_bytes = 0;
 
   // --- unicast fallback policy ---
   fallback_mode fallback = fallback_mode::automatic;
@@ -257,6 +264,8 @@ class sender_session {
   void check_done(time_point now);
   void start_ending(time_point now, bool aborted, const std::string& why);
   void fail_receiver(receiver_state& r, std::string why, time_point now);
+  /// True for a receiver the waiting phase fails after receiver_timeout of silence.
+  bool times_out(const receiver_state& r) const noexcept;
   void queue_multicast(time_point now, std::vector<std::byte> bytes);
   void queue_unicast(const endpoint& to, std::vector<std::byte> bytes);
   void sample_rtt(receiver_state& r, std::uint64_t echo_us, std::uint64_t hold_us, time_point now);

@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <random>
 #include <sstream>
 
@@ -50,7 +51,13 @@ sender_app::sender_app(boost::asio::io_context& io, app_options opts, sender_con
       m_progress_timer(io),
       m_signals(io, SIGINT, SIGTERM),
       m_session(
-          cfg,
+          [&] {
+            if (m_opts.identity) {
+              cfg.start_on_registration = true;
+              cfg.data_trailer_bytes = auth::data_trailer_bytes;
+            }
+            return cfg;
+          }(),
           [&] {
             std::vector<manifest_entry> m;
             m.reserve(m_files.size());
@@ -63,8 +70,22 @@ sender_app::sender_app(boost::asio::io_context& io, app_options opts, sender_con
       m_receiver(64, 2048),
       m_block_size(cfg.block_size),
       m_session_id(cfg.session) {
-  m_sends.resize(net::batch_sender::max_segments(cfg.block_size + wire::data_header_size));
-  m_gso_buffer.resize(m_sends.size() * (cfg.block_size + wire::data_header_size));
+  const std::size_t datagram = cfg.block_size + wire::data_header_size +
+                               (m_opts.identity ? auth::data_trailer_bytes : 0);
+  m_sends.resize(net::batch_sender::max_segments(datagram));
+  m_gso_buffer.resize(m_sends.size() * datagram);
+  if (m_opts.identity) {
+    m_keys = std::make_unique<auth::sender_keys>(*m_opts.identity, m_session_id, m_opts.site_keys);
+    m_log->info("session {:08x}: signed by {}{}", m_session_id.value,
+                crypto::format_public_key(m_opts.identity->public_key),
+                m_opts.site_keys.empty()
+                    ? std::string("; site keys not pinned (any host may register under an unused id)")
+                    : "; " + std::to_string(m_opts.site_keys.size()) + " site keys pinned");
+  } else {
+    m_log->warn("session {:08x}: not signed (no --key): receivers cannot tell this sender's "
+                "products from anyone else's",
+                m_session_id.value);
+  }
   if (cfg.fallback != fallback_mode::off) start_unicast_server(cfg);
 }
 
@@ -178,6 +199,8 @@ run_result sender_app::run() {
   r.report = m_session.report(from_steady(end));
   r.wall_seconds = std::chrono::duration<double>(end - m_started).count();
   r.succeeded = m_session.succeeded() && m_error.empty();
+  r.signed_session = m_keys != nullptr;
+  if (m_keys) r.refused = m_keys->stats();
   r.error = m_error;
   return r;
 }
@@ -225,7 +248,19 @@ void sender_app::flush_control() {
   while (m_session.pop_control(c)) {
     std::error_code ec;
     const endpoint& to = c.to ? *c.to : m_opts.group;
-    if (!net::send_one(m_socket.native_handle(), to, c.bytes, ec) && m_log) {
+    std::span<const std::byte> bytes = c.bytes;
+    if (m_keys) {
+      m_control_buffer.resize(c.bytes.size() + auth::max_trailer_bytes);
+      std::memcpy(m_control_buffer.data(), c.bytes.data(), c.bytes.size());
+      const std::size_t n = m_keys->seal_control(m_control_buffer, c.bytes.size());
+      if (n == 0) {
+        // A per-site message to a site that never proved its key: nothing to seal it with.
+        if (m_log) m_log->debug("no key to seal a control datagram to {}", to.to_string());
+        continue;
+      }
+      bytes = std::span<const std::byte>(m_control_buffer.data(), n);
+    }
+    if (!net::send_one(m_socket.native_handle(), to, bytes, ec) && m_log) {
       // Control traffic is repeated by the protocol; a lost one costs a retransmission.
       m_log->debug("could not send a control datagram to {}: {}", to.to_string(), ec.message());
     }
@@ -235,12 +270,13 @@ void sender_app::flush_control() {
 bool sender_app::flush_pending(time_point) {
   const int fd = m_socket.native_handle();
   while (m_pending_pos < m_pending.size()) {
-    const std::size_t segment = m_pending[m_pending_pos].length + wire::data_header_size;
+    const std::size_t trailer = m_keys ? auth::data_trailer_bytes : 0;
+    const std::size_t segment = m_pending[m_pending_pos].length + wire::data_header_size + trailer;
     std::size_t end = m_pending_pos;
     std::size_t bytes = 0;
     // One GSO send: equal-sized datagrams, the last may be shorter.
     while (end < m_pending.size() && end - m_pending_pos < m_sends.size()) {
-      const std::size_t size = m_pending[end].length + wire::data_header_size;
+      const std::size_t size = m_pending[end].length + wire::data_header_size + trailer;
       if (size > segment) break;
       const auto& d = m_pending[end];
       std::byte* out = m_gso_buffer.data() + bytes;
@@ -254,6 +290,7 @@ bool sender_app::flush_pending(time_point) {
         return false;
       }
       std::memcpy(out + wire::data_header_size, payload.data(), payload.size());
+      if (m_keys) m_keys->seal_data({out, size}, size - trailer);
       bytes += size;
       ++end;
       if (size < segment) break;
@@ -345,6 +382,14 @@ void sender_app::do_receive() {
     m_receiver.drain(
         m_socket.native_handle(), 4096,
         [&](std::span<const std::byte> d, const endpoint& from) {
+          if (m_keys) {
+            std::span<const std::byte> plain;
+            if (m_keys->open(d, plain)) {
+              ++m_unauthenticated;
+              return;
+            }
+            d = plain;
+          }
           m_session.on_datagram(d, from, now);
           register_fallbacks();
         },
@@ -427,6 +472,17 @@ std::string format_summary(const run_result& r) {
       os << "    file " << file << ": " << why << "\n";
     }
   }
+  if (r.refused.total() > 0) {
+    std::snprintf(line, sizeof line,
+                  "refused %llu datagrams that did not authenticate (%llu bad tag, %llu no key, "
+                  "%llu untrusted site key, %llu unsigned)\n",
+                  static_cast<unsigned long long>(r.refused.total()),
+                  static_cast<unsigned long long>(r.refused.bad_tag),
+                  static_cast<unsigned long long>(r.refused.no_key),
+                  static_cast<unsigned long long>(r.refused.untrusted_site),
+                  static_cast<unsigned long long>(r.refused.unauthenticated));
+    os << line;
+  }
   if (!r.error.empty()) os << "error: " << r.error << "\n";
   return os.str();
 }
@@ -446,6 +502,11 @@ std::string summary_json(const run_result& r) {
   j["repair_datagrams"] = rep.repair_datagrams;
   j["grtt_ms"] = to_ms(rep.grtt);
   j["succeeded"] = r.succeeded;
+  j["signed"] = r.signed_session;
+  j["refused_unauthenticated"] = {{"bad_tag", r.refused.bad_tag},
+                                  {"no_key", r.refused.no_key},
+                                  {"untrusted_site", r.refused.untrusted_site},
+                                  {"unsigned", r.refused.unauthenticated}};
   if (!r.error.empty()) j["error"] = r.error;
   nlohmann::json drops = nlohmann::json::object();
   for (std::size_t i = 1; i < rep.drops.counts.size(); ++i) {
@@ -478,6 +539,34 @@ std::string summary_json(const run_result& r) {
     list.push_back(std::move(o));
   }
   return j.dump(2) + "\n";
+}
+
+std::map<std::string, crypto::key32, std::less<>> read_site_keys(const std::string& file) {
+  std::ifstream in(file);
+  if (!in) throw crypto::key_error("cannot read the site key file " + file);
+  std::map<std::string, crypto::key32, std::less<>> out;
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (const auto hash = line.find('#'); hash != std::string::npos) line.resize(hash);
+    std::istringstream fields(line);
+    std::string id;
+    std::string key;
+    std::string extra;
+    if (!(fields >> id)) continue;  // blank or comment
+    const std::string where = file + " line " + std::to_string(n) + ": ";
+    if (!(fields >> key) || (fields >> extra)) {
+      throw crypto::key_error(where + "expected \"SITE-ID KEY\" (KEY: mcdist-ed25519:BASE64 or a key file)");
+    }
+    if (!wire::valid_receiver_id(id)) throw crypto::key_error(where + "\"" + id + "\" is not a valid receiver id");
+    try {
+      if (!out.emplace(id, crypto::read_public_key(key)).second) {
+        throw crypto::key_error("site " + id + " is listed twice");
+      }
+    } catch (const crypto::key_error& e) {
+      throw crypto::key_error(where + e.what());
+    }
+  }
+  return out;
 }
 
 }  // namespace mcdist::sender

@@ -3,6 +3,7 @@
 /// The Asio shell of mcdist-send: one io_context on one thread runs the socket, the timer and
 /// the pacing loop around a sender_session; hashing runs on its own thread.
 
+#include "common/auth.hpp"
 #include "common/endpoint.hpp"
 #include "common/net/udp.hpp"
 #include "common/unicast/server.hpp"
@@ -16,6 +17,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -36,7 +38,17 @@ struct app_options {
   std::uint16_t unicast_port = 0;
   /// TCP congestion control for fallback connections ("bbr", "cubic"; empty = system default).
   std::string tcp_congestion;
+  /// Sign the session (--key): every datagram is authenticated (common/auth.hpp, wire
+  /// version 2). Empty: version 1, which any host could forge.
+  std::optional<crypto::identity> identity;
+  /// Sites whose keys are pinned (--site-keys): only they may register, each with its key.
+  std::map<std::string, crypto::key32, std::less<>> site_keys;
 };
+
+/// Reads a site key file for --site-keys: one site per line, "ID KEY" where KEY is
+/// "mcdist-ed25519:BASE64" or the path of a public key file; '#' starts a comment.
+/// @throws crypto::key_error naming the file, the line and the problem
+std::map<std::string, crypto::key32, std::less<>> read_site_keys(const std::string& file);
 
 /// Outcome of a run.
 struct run_result {
@@ -44,6 +56,10 @@ struct run_result {
   double wall_seconds = 0;   ///< from program start to the end of the session
   bool succeeded = false;
   std::string error;         ///< set when the run could not proceed (I/O error)
+  bool signed_session = false;  ///< the session was signed (--key)
+  /// Datagrams from the network refused because they did not authenticate (signed sessions):
+  /// forged or stale NAKs, registrations and COMPLETEs, counted by reason.
+  auth::auth_stats refused;
 };
 
 /// Runs one session to its end.
@@ -107,6 +123,10 @@ class sender_app {
   std::vector<std::uint32_t> m_fallback_index;
   std::uint32_t m_block_size;
   session_id m_session_id;
+  /// The session's keys when it is signed (app_options::identity).
+  std::unique_ptr<auth::sender_keys> m_keys;
+  std::vector<std::byte> m_control_buffer;
+  std::uint64_t m_unauthenticated = 0;  ///< site datagrams refused by m_keys
   std::vector<data_send> m_sends;
   std::vector<data_send> m_pending;  ///< taken from the session, not yet accepted by the socket
   std::size_t m_pending_pos = 0;

@@ -197,10 +197,41 @@ def file_entry(path, size, digest=b"", mode=0o644, mtime_ns=1700000000000000000)
             (pb_bytes(5, digest) if digest else b""))
 
 
-def announce(session, entries, first_file=0, chunk=0, chunks=1, file_count=None, block_size=1400):
+def read_varint(b, i):
+    v, shift = 0, 0
+    while True:
+        c = b[i]
+        i += 1
+        v |= (c & 0x7F) << shift
+        shift += 7
+        if not c & 0x80:
+            return v, i
+
+
+def entry_size(e):
+    """The size field (2) of an encoded file_entry."""
+    i = 0
+    while i < len(e):
+        key, i = read_varint(e, i)
+        if key & 7 == 0:
+            v, i = read_varint(e, i)
+            if key >> 3 == 2:
+                return v
+        else:
+            n, i = read_varint(e, i)
+            i += n
+    return 0
+
+
+def announce(session, entries, first_file=0, chunk=0, chunks=1, file_count=None, block_size=1400,
+             total_bytes=None, grtt_us=1000):
+    """An announce chunk; total_bytes (the manifest's sum of file sizes, which receivers hold
+    entries to) defaults to the sum of these entries' sizes."""
     file_count = len(entries) if file_count is None else file_count
+    if total_bytes is None:
+        total_bytes = sum(entry_size(e) for e in entries)
     params = (pb_uint(1, block_size) + pb_uint(2, 1000000) + pb_uint(3, 10) + pb_uint(4, file_count) +
-              pb_uint(5, 0) + pb_uint(6, chunks) + pb_uint(8, 1000))
+              pb_uint(5, total_bytes) + pb_uint(6, chunks) + pb_uint(8, grtt_us))
     body = pb_bytes(1, params) + pb_uint(2, chunk) + pb_uint(3, first_file)
     for e in entries:
         body += pb_bytes(4, e)

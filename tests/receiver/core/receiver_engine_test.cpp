@@ -83,6 +83,7 @@ struct harness {
   receiver_engine engine;
   time_point now{50s};
   harness() : engine(receiver_config{"site"}, sink, 1, nullptr) {}
+  explicit harness(receiver_config cfg) : engine(std::move(cfg), sink, 1, nullptr) {}
 
   void feed(const std::vector<std::byte>& d, const endpoint& from = sender_ep) {
     engine.on_datagram(d, from, 0, now);
@@ -99,6 +100,9 @@ struct harness {
       p->set_block_size(1000);
       p->set_file_count(static_cast<std::uint32_t>(entries.size()));
       p->set_manifest_chunks(static_cast<std::uint32_t>(chunks));
+      std::uint64_t total = 0;
+      for (const auto& e : entries) total += e.size();
+      p->set_total_bytes(total);
       p->set_grtt_us(10000);
       a.set_chunk(static_cast<std::uint32_t>(c));
       a.set_first_file(static_cast<std::uint32_t>(c * per_chunk));
@@ -393,6 +397,7 @@ TEST_CASE("a resend for other receivers is ignored", "[unit][receiver]") {
   a.mutable_params()->set_block_size(1000);
   a.mutable_params()->set_file_count(1);
   a.mutable_params()->set_manifest_chunks(1);
+  a.mutable_params()->set_total_bytes(10);
   a.mutable_params()->add_only_receivers("elsewhere");
   *a.add_files() = entry("a", 10);
   h.feed(datagram(wire::msg_type::announce, a));
@@ -498,4 +503,269 @@ TEST_CASE("a malformed FALLBACK order is refused and counted", "[unit][receiver]
   h.feed(datagram(wire::msg_type::fallback, fb));
   REQUIRE(h.sink.orders.empty());
   REQUIRE(h.engine.stats().drops[errc::invalid_field] == 2);
+}
+
+// --- budgets (issue 8 item 4) and storage errors (item 5) ---------------------------------------
+
+namespace {
+
+/// One announce datagram of a single chunk, as a forger would write it.
+std::vector<std::byte> raw_announce(session_id s, std::uint32_t file_count,
+                                    std::uint64_t total_bytes,
+                                    const std::vector<wire::file_entry>& entries,
+                                    std::uint32_t block_size = 1000, std::uint32_t grtt_us = 10000,
+                                    std::uint32_t chunks = 1) {
+  wire::announce a;
+  auto* p = a.mutable_params();
+  p->set_block_size(block_size);
+  p->set_file_count(file_count);
+  p->set_manifest_chunks(chunks);
+  p->set_total_bytes(total_bytes);
+  p->set_grtt_us(grtt_us);
+  a.set_sender_time_us(1);
+  for (const auto& e : entries) *a.add_files() = e;
+  return datagram(wire::msg_type::announce, a, s);
+}
+
+/// A sink whose writes throw std::bad_alloc, as an exhausted heap would.
+struct throwing_sink final : receiver_sink {
+  void send(const endpoint&, std::span<const std::byte>) override {}
+  void begin_file(const file_ref&) override {}
+  bool write_block(session_id, file_index, std::uint64_t, std::span<const std::byte>) override {
+    throw std::bad_alloc();
+  }
+  void finalize_file(session_id, file_index, const sha256_digest&) override {}
+  void discard_file(session_id, file_index) override {}
+  void query_held(session_id, std::uint32_t, std::vector<held_query>) override {}
+  void checkpoint(session_id, std::string) override {}
+  void session_closed(session_id, bool) override {}
+  void start_unicast(session_id, const unicast_order&, std::vector<byte_range>) override {}
+  void stop_unicast(session_id) override {}
+};
+
+}  // namespace
+
+TEST_CASE("an announce of 2 entries of 2^31 blocks is refused before anything is allocated",
+          "[unit][receiver][budget]") {
+  harness h;
+  const std::uint64_t huge = (std::uint64_t{1} << 31) * 256;  // 2^31 blocks of 256 bytes
+  h.feed(raw_announce(session_id{1}, 2, 2 * huge, {entry("a", huge), entry("b", huge)}, 256));
+  REQUIRE(h.engine.active_sessions() == 0);
+  REQUIRE(h.engine.memory_charged() == 0);
+  REQUIRE(h.engine.stats().drops[errc::over_budget] == 1);
+  // The same entries under a lying total: the session is small, each entry that would pass the
+  // announced total is refused, so no block map of 256 MiB can ever be asked for.
+  h.feed(raw_announce(session_id{2}, 2, 1000, {entry("a", huge), entry("b", huge)}, 256));
+  REQUIRE(h.engine.active_sessions() == 1);
+  REQUIRE(h.engine.stats().files_refused == 2);
+  REQUIRE(h.engine.memory_charged() < 64 * 1024);
+}
+
+TEST_CASE("a forged 10^6-file announce costs a few hundred KB, not a file table",
+          "[unit][receiver][budget]") {
+  harness h;
+  h.feed(raw_announce(session_id{1}, 1'000'000, 1'000'000, {entry("a", 1)}, 1000, 10000, 1000));
+  REQUIRE(h.engine.active_sessions() == 1);
+  // Two manifest bitmaps (125 KB each at most) and the first entries' table: not 10^6 entries.
+  REQUIRE(h.engine.memory_charged() < 512 * 1024);
+  // More files than max_files: refused, counted.
+  receiver_config cfg{"site"};
+  cfg.max_files = 1000;
+  harness small(cfg);
+  small.feed(raw_announce(session_id{1}, 1001, 1001, {entry("a", 1)}));
+  REQUIRE(small.engine.active_sessions() == 0);
+  REQUIRE(small.engine.stats().drops[errc::over_budget] == 1);
+}
+
+TEST_CASE("a file's block map is charged on its first block; one over the budget fails the file",
+          "[unit][receiver][budget]") {
+  receiver_config cfg{"site"};
+  cfg.session_memory_bytes = 64 * 1024;
+  harness h(cfg);
+  // 20,000 blocks fit (2.5 KB map); 8,000,000 blocks (1 MB map) do not fit 512 KiB.
+  cfg.session_memory_bytes = 512 << 10;
+  harness big(cfg);
+  big.announce({entry("small", 20'000'000), entry("large", 8'000'000'000)});
+  REQUIRE(big.engine.active_sessions() == 0);  // the announce's totals exceed 512 KiB: refused
+  REQUIRE(big.engine.stats().drops[errc::over_budget] == 1);
+
+  h.announce({entry("small", 20'000'000), entry("b", 3000)});
+  const auto before = h.engine.memory_charged();
+  h.held_none();
+  h.feed(data(1, 0, 0, 1000));
+  REQUIRE(h.engine.memory_charged() == before + 20'000 / 64 * 8 + 8);
+}
+
+TEST_CASE("a block map that does not fit the budget fails its file and the session completes",
+          "[unit][receiver][budget]") {
+  receiver_config cfg{"site"};
+  cfg.session_memory_bytes = 256 * 1024;
+  cfg.total_memory_bytes = 40 * 1024;  // the total runs out first
+  harness h(cfg);
+  // big: 400,000 blocks, a 50 KB map: the announce passes (its totals fit the session's
+  // budget) but the map does not fit what is left of the total.
+  h.announce({entry("big", 400'000'000), entry("b", 1000)});
+  REQUIRE(h.engine.active_sessions() == 1);
+  REQUIRE(cfg.total_memory_bytes - h.engine.memory_charged() < 50'000);
+  h.held_none();
+  h.accept();
+  h.feed(data(1, 1, 0, 1000));
+  h.engine.on_file_stored(sid, file_index{1}, {}, {}, h.now);
+  const auto done = h.sink.of_type<wire::complete>(wire::msg_type::complete);
+  REQUIRE(done.size() == 1);
+  REQUIRE(done[0].files_stored() == 1);
+  REQUIRE(done[0].failures_size() == 1);
+  REQUIRE(done[0].failures(0).file() == 0);
+  REQUIRE(done[0].failures(0).reason().find("memory budget") != std::string::npos);
+}
+
+TEST_CASE("64 sessions from one source take 4 slots; another source still gets one",
+          "[unit][receiver][budget]") {
+  harness h;
+  for (std::uint32_t i = 1; i <= 64; ++i) {
+    h.feed(raw_announce(session_id{i}, 1'000'000, 1'000'000, {entry("a", 1)}, 1000, 10000, 1000),
+           stranger);
+  }
+  REQUIRE(h.engine.active_sessions() == 4);
+  REQUIRE(h.engine.stats().drops[errc::too_many_sessions] == 60);
+  h.announce({entry("real", 1000)});
+  REQUIRE(h.engine.active_sessions() == 5);
+  h.held_none();
+  REQUIRE(h.sink.of_type<wire::register_request>(wire::msg_type::register_request).size() == 1);
+}
+
+TEST_CASE("the total session limit holds across sources", "[unit][receiver][budget]") {
+  receiver_config cfg{"site"};
+  cfg.max_sessions = 3;
+  harness h(cfg);
+  for (std::uint8_t i = 1; i <= 5; ++i) {
+    endpoint from = stranger;
+    from.addr[3] = i;
+    h.feed(raw_announce(session_id{i}, 1, 1, {entry("a", 1)}), from);
+  }
+  REQUIRE(h.engine.active_sessions() == 3);
+  REQUIRE(h.engine.stats().drops[errc::too_many_sessions] == 2);
+}
+
+TEST_CASE("a forged GRTT of an hour does not stretch the session timeout",
+          "[unit][receiver][budget]") {
+  harness h;
+  h.feed(raw_announce(sid, 1, 1000, {entry("a", 1000)}, 1000, 3'600'000'000u));
+  REQUIRE(h.engine.active_sessions() == 1);
+  // The timeout is max(60 s, 10 x GRTT) with GRTT clamped to 5 s: 60 s, not 10 hours.
+  REQUIRE(*h.engine.next_deadline() <= h.now + 60s);
+  h.now += 61s;
+  h.engine.on_timer(h.now);
+  REQUIRE(h.engine.active_sessions() == 0);
+}
+
+TEST_CASE("tombstones are capped; the oldest is forgotten first", "[unit][receiver][budget]") {
+  receiver_config cfg{"site"};
+  cfg.max_tombstones = 3;
+  harness h(cfg);
+  for (std::uint32_t i = 1; i <= 5; ++i) {
+    wire::announce a;
+    a.mutable_params()->set_block_size(1000);
+    a.mutable_params()->set_file_count(1);
+    a.mutable_params()->set_manifest_chunks(1);
+    a.mutable_params()->add_only_receivers("elsewhere");  // not for us: remembered as ended
+    h.feed(datagram(wire::msg_type::announce, a, session_id{i}));
+  }
+  REQUIRE(h.engine.tombstones() == 3);
+  auto d = data(1, 0, 0, 10);
+  wire::write_data_header(d, {session_id{1}, 1, file_index{0}, block_index{0}});
+  h.feed(d);  // forgotten: unknown
+  wire::write_data_header(d, {session_id{5}, 1, file_index{0}, block_index{0}});
+  h.feed(d);  // remembered: stale
+  REQUIRE(h.engine.stats().drops[errc::unknown_session] == 1);
+  REQUIRE(h.engine.stats().drops[errc::stale] == 1);
+}
+
+TEST_CASE("an announce on the unicast socket is dropped and counted", "[unit][receiver][budget]") {
+  harness h;
+  h.engine.on_datagram(raw_announce(sid, 1, 1000, {entry("a", 1000)}), sender_ep,
+                       receiver_engine::control_channel, h.now);
+  REQUIRE(h.engine.active_sessions() == 0);
+  REQUIRE(h.engine.stats().drops[errc::wrong_socket] == 1);
+}
+
+TEST_CASE("an allocation failure while handling a datagram is counted and dropped",
+          "[unit][receiver][budget]") {
+  throwing_sink sink;
+  receiver_engine engine(receiver_config{"site"}, sink, 1, nullptr);
+  const time_point now{50s};
+  engine.on_datagram(raw_announce(sid, 1, 1000, {entry("a", 1000)}), sender_ep, 0, now);
+  REQUIRE_NOTHROW(engine.on_datagram(data(1, 0, 0, 1000), sender_ep, 0, now));
+  REQUIRE(engine.stats().drops[errc::out_of_memory] == 1);
+}
+
+TEST_CASE("a storage error before finalize fails that file; the rest completes and COMPLETE "
+          "reports it", "[unit][receiver][storage]") {
+  harness h;
+  h.announce({entry("a", 2000), entry("b", 1000), entry("c", 1000)});
+  // A failure while the manifest is still being checked (the store reports EROFS at open).
+  h.feed(data(1, 2, 0, 1000));
+  h.engine.on_file_stored(sid, file_index{2},
+                          std::make_error_code(std::errc::read_only_file_system),
+                          "cannot create temp file", h.now);
+  h.held_none();
+  h.accept();
+  h.feed(data(2, 0, 0, 1000));
+  // The disk is full at the start of a: preallocation fails; its blocks are no longer taken.
+  h.engine.on_file_stored(sid, file_index{0}, std::make_error_code(std::errc::no_space_on_device),
+                          "fallocate", h.now);
+  h.feed(data(3, 0, 1, 1000));
+  REQUIRE(h.engine.stats().drops[errc::duplicate] == 1);
+  h.feed(data(4, 1, 0, 1000));
+  h.engine.on_file_stored(sid, file_index{1}, {}, {}, h.now);
+  // Nothing of a or c is NAKed: they are done, failed.
+  h.marker(1, 3, 0, true, 5);
+  for (const auto& n : h.sink.of_type<wire::nak>(wire::msg_type::nak)) REQUIRE(n.files_size() == 0);
+  const auto done = h.sink.of_type<wire::complete>(wire::msg_type::complete);
+  REQUIRE(done.size() >= 1);
+  REQUIRE(done[0].files_stored() == 1);
+  REQUIRE(done[0].failures_size() == 2);
+  REQUIRE(done[0].failures(0).file() == 0);
+  REQUIRE(done[0].failures(0).reason().find("No space left") != std::string::npos);
+  REQUIRE(done[0].failures(1).file() == 2);
+  REQUIRE(done[0].failures(1).reason().find("Read-only") != std::string::npos);
+  REQUIRE(h.engine.stats().files_failed == 2);
+  // A disk-reserve refusal from the store is a file failure like any other.
+  harness r;
+  r.announce({entry("a", 1000)});
+  r.held_none();
+  r.accept();
+  r.engine.on_file_stored(sid, file_index{0}, errc::disk_reserve, "1000 bytes free", r.now);
+  const auto d2 = r.sink.of_type<wire::complete>(wire::msg_type::complete);
+  REQUIRE(d2.size() == 1);
+  REQUIRE(d2[0].failures(0).reason().find("disk reserve") != std::string::npos);
+}
+
+TEST_CASE("a storage error of a unicast file fails it instead of fetching it again",
+          "[unit][receiver][storage]") {
+  harness h;
+  h.announce({entry("a", 3000), entry("b", 1000)});
+  h.held_none();
+  h.accept();
+  wire::fallback fb;
+  fb.set_receiver_id("site");
+  fb.set_transport(wire::fallback::TCP);
+  fb.set_port(4712);
+  fb.set_token(7);
+  h.feed(datagram(wire::msg_type::fallback, fb));
+  REQUIRE(h.sink.orders.size() == 1);
+  std::vector<std::byte> bytes(1000, std::byte{9});
+  h.engine.on_unicast_data(sid, file_index{0}, 0, bytes, h.now);
+  h.engine.on_file_stored(sid, file_index{0}, std::make_error_code(std::errc::no_space_on_device),
+                          "pwrite", h.now);
+  h.engine.on_unicast_data(sid, file_index{1}, 0, bytes, h.now);
+  h.engine.on_unicast_closed(sid, true, "done", h.now);
+  h.engine.on_file_stored(sid, file_index{1}, {}, {}, h.now);
+  h.now += 20s;
+  h.engine.on_timer(h.now);
+  REQUIRE(h.sink.orders.size() == 1);  // no second fetch of a
+  const auto done = h.sink.of_type<wire::complete>(wire::msg_type::complete);
+  REQUIRE(done.size() >= 1);
+  REQUIRE(done[0].files_stored() == 1);
+  REQUIRE(done[0].failures_size() == 1);
 }

@@ -66,6 +66,7 @@ TEST_CASE("a size given as a float or beyond its setting's range is refused",
   REQUIRE(refused("socket_buffer = \"4G\"\n") == "'socket_buffer' = \"4G\" is too large");
   REQUIRE(refused("socket_buffer = 4294967296\n") ==
           "'socket_buffer' = \"4294967296\" is too large");
+  REQUIRE(refused("max_sessions = 1e40\n").find("'max_sessions' must be a whole number") == 0);
   REQUIRE(load_config_string("socket_buffer = 65536\nbuffer_pool = \"1M\"\n", "test.toml")
               .socket_buffer_bytes == 65536);
 }

@@ -4,10 +4,12 @@
 #include "tests/receiver/io/file_store_test_util.hpp"
 
 #include <catch2/catch.hpp>
+#include <spdlog/spdlog.h>
 
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -709,4 +711,112 @@ TEST_CASE("a low soft descriptor limit is raised towards the hard limit", "[file
     CHECK(now.rlim_cur > 1024);
   }
   REQUIRE(::setrlimit(RLIMIT_NOFILE, &saved) == 0);
+}
+
+// --- budgets and temp-dir safety (issue 8 items 4 and 5) ----------------------------------------
+
+TEST_CASE("a symlink planted at temp/<session> is refused, not followed; the file fails",
+          "[file_store][budget]") {
+  scratch_dir elsewhere;
+  storage_config cfg;
+  rig r(cfg);
+  const auto k = key_of(0x00c0ffee, 0);
+  fs::create_symlink(elsewhere.path(), r.temp / "00c0ffee");
+  std::mt19937_64 rng(5);
+  const auto data = random_bytes(rng, 3000);
+  r.store->begin_file(k, r.spec("x", data.size()));
+  const auto res = r.wait_result(k);
+  CHECK(res.ec == std::make_error_code(std::errc::too_many_symbolic_link_levels));
+  CHECK(res.detail.find("symlink") != std::string::npos);
+  CHECK_FALSE(r.store->write(k, 0, std::span(data).first(1400)));
+  r.store->checkpoint(k.session, "state blob");
+  r.barrier();
+  CHECK(fs::is_empty(elsewhere.path()));  // no temp file, no state written through the link
+  CHECK(fs::is_symlink(r.temp / "00c0ffee"));
+  // Another session is unaffected.
+  const auto k2 = key_of(0x00c0fff0, 0);
+  r.store->begin_file(k2, r.spec("y", data.size()));
+  r.feed_in_order(k2, data);
+  CHECK_FALSE(r.deliver(k2, data).ec);
+  CHECK(read_file(r.dest / "y") == data);
+}
+
+TEST_CASE("a file that would eat into the disk reserve fails with disk_reserve before any "
+          "allocation", "[file_store][budget]") {
+  storage_config cfg;
+  cfg.disk_reserve_bytes = UINT64_MAX;
+  cfg.disk_reserve_percent = 50;  // half the temp filesystem must stay free
+  rig r(cfg);
+  struct statvfs sv {};
+  REQUIRE(::statvfs(r.temp.c_str(), &sv) == 0);
+  const std::uint64_t avail = std::uint64_t{sv.f_bavail} * sv.f_frsize;
+  const std::uint64_t total = std::uint64_t{sv.f_blocks} * sv.f_frsize;
+  // An announced size that would leave less than half free: refused without a byte written.
+  const std::uint64_t size = avail > total / 2 ? avail - total / 2 + 1 : 1;
+  const auto k = key_of(7, 0);
+  r.store->begin_file(k, r.spec("huge", size));
+  const auto res = r.wait_result(k);
+  CHECK(res.ec == make_error_code(errc::disk_reserve));
+  CHECK(res.ec.message() == "disk reserve");
+  CHECK(res.detail.find("disk_reserve") != std::string::npos);
+  CHECK_FALSE(exists_nofollow(file_store::temp_path(r.temp, k)));
+  // A small file of the same session still fits (a real disk here has over half free, else
+  // this part is skipped).
+  if (avail > total / 2 + (1 << 20)) {
+    std::mt19937_64 rng(6);
+    const auto data = random_bytes(rng, 5000);
+    const auto k2 = key_of(7, 1);
+    r.store->begin_file(k2, r.spec("small", data.size()));
+    r.feed_in_order(k2, data);
+    CHECK_FALSE(r.deliver(k2, data).ec);
+  }
+}
+
+TEST_CASE("a session's files being written are bounded by its quota; finished files free it",
+          "[file_store][budget]") {
+  storage_config cfg;
+  cfg.session_quota_bytes = 10'000;
+  rig r(cfg);
+  std::mt19937_64 rng(8);
+  const auto a = random_bytes(rng, 6000);
+  const auto b = random_bytes(rng, 6000);
+  r.store->begin_file(key_of(9, 0), r.spec("a", a.size()));
+  r.store->begin_file(key_of(9, 1), r.spec("b", b.size()));   // 12,000 > 10,000
+  r.store->begin_file(key_of(10, 0), r.spec("c", b.size()));  // another session: its own quota
+  const auto rb = r.wait_result(key_of(9, 1));
+  CHECK(rb.ec == make_error_code(errc::quota));
+  CHECK(rb.ec.message() == "quota");
+  r.feed_in_order(key_of(9, 0), a);
+  CHECK_FALSE(r.deliver(key_of(9, 0), a).ec);
+  r.feed_in_order(key_of(10, 0), b);
+  CHECK_FALSE(r.deliver(key_of(10, 0), b).ec);
+  // a is delivered: b fits now.
+  r.store->begin_file(key_of(9, 1), r.spec("b", b.size()));
+  r.feed_in_order(key_of(9, 1), b);
+  CHECK_FALSE(r.deliver(key_of(9, 1), b).ec);
+  CHECK(read_file(r.dest / "b") == b);
+}
+
+TEST_CASE("start-up removes temp directories of sessions without saved state, and only those",
+          "[file_store][budget]") {
+  scratch_dir d;
+  const fs::path temp = d.path() / "temp";
+  scratch_dir elsewhere;
+  fs::create_directories(temp / "0000000a");  // kept: has state
+  write_plain_file(temp / "0000000a" / "state", std::vector<std::byte>(4));
+  fs::create_directories(temp / "0000000b");  // orphan: .part only
+  write_plain_file(temp / "0000000b" / "0.part", std::vector<std::byte>(100));
+  fs::create_symlink(elsewhere.path(), temp / "0000000c");  // a planted link: removed, not followed
+  write_plain_file(elsewhere.path() / "keep-me", std::vector<std::byte>(1));
+  fs::create_directories(temp / "not-a-session");
+  auto log = spdlog::default_logger();
+  const auto loaded = file_store::load_checkpoints(temp);
+  REQUIRE(loaded.size() == 1);
+  std::vector<session_id> keep{loaded[0].first};
+  CHECK(file_store::sweep_temp(temp, keep, *log) == 2);
+  CHECK(fs::exists(temp / "0000000a" / "state"));
+  CHECK_FALSE(fs::exists(temp / "0000000b"));
+  CHECK_FALSE(fs::is_symlink(temp / "0000000c"));
+  CHECK(fs::exists(elsewhere.path() / "keep-me"));
+  CHECK(fs::exists(temp / "not-a-session"));
 }

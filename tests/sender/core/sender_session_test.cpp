@@ -370,3 +370,69 @@ TEST_CASE("the automatic TCP connection count covers the path's bandwidth-delay 
   REQUIRE(auto_tcp_connections(0, milliseconds(700)) == 4);
   REQUIRE(auto_tcp_connections(1'000'000'000, duration::zero()) == 4);
 }
+
+TEST_CASE("a unicast receiver that stops answering is failed after the receiver timeout and the "
+          "session ends", "[unit][sender][fallback]") {
+  sender_config cfg;
+  cfg.session = session_id{42};
+  cfg.rate_bps = 80'000'000;
+  cfg.receivers = {"a"};
+  cfg.force_unicast = true;
+  cfg.fallback = fallback_mode::tcp;
+  sender_session s(cfg, files({100}), 1, nullptr);
+  s.set_unicast_endpoint(transport_kind::tcp, *parse_endpoint("10.0.0.1:4712"));
+  time_point now{100s};
+  s.start(now);
+  control_send c;
+  auto tick = [&] {
+    s.on_timer(now);
+    while (s.pop_control(c)) {
+    }
+  };
+  tick();
+  wire::register_request r;
+  r.set_receiver_id("a");
+  s.on_datagram(datagram(wire::msg_type::register_request, cfg.session, r), rx_a, now);
+  tick();
+  fallback_order order;
+  REQUIRE(s.pop_fallback(order));
+  // It connects (the unicast server saw its token), then neither COMPLETE nor NAK follows: a
+  // receiver whose disk failed at the start of a file used to livelock here, and the sender
+  // waited forever.
+  s.on_unicast_started("a", now);
+  const time_point connected = now;
+  for (int i = 0; i < 300 && !s.done(); ++i) {
+    now += 100ms;
+    tick();
+  }
+  REQUIRE(s.done());
+  REQUIRE(now - connected <= cfg.receiver_timeout + 2s);
+  const auto rep = s.report(now);
+  REQUIRE(rep.receivers[0].state == receiver_report::state_t::failed);
+  REQUIRE(rep.receivers[0].reason.find("silent") != std::string::npos);
+}
+
+TEST_CASE("COMPLETE with failed files fails the receiver and lists them in the report",
+          "[unit][sender]") {
+  harness h(files({100, 100}), {"a"});
+  h.tick();
+  h.register_rx("a", rx_a);
+  h.drain_data();
+  wire::complete m;
+  m.set_receiver_id("a");
+  m.set_files_stored(1);
+  auto* f = m.add_failures();
+  f->set_file(1);
+  f->set_reason("disk reserve: \"f1\" (100 bytes) does not fit");
+  h.s->on_datagram(datagram(wire::msg_type::complete, h.cfg.session, m), rx_a, h.now);
+  for (int i = 0; i < 20 && !h.s->done(); ++i) {
+    h.now += 30ms;
+    h.tick();
+  }
+  REQUIRE(h.s->done());
+  REQUIRE_FALSE(h.s->succeeded());
+  const auto rep = h.s->report(h.now);
+  REQUIRE(rep.receivers[0].file_failures.size() == 1);
+  REQUIRE(rep.receivers[0].file_failures[0].first == 1);
+  REQUIRE(rep.receivers[0].file_failures[0].second.find("disk reserve") == 0);
+}

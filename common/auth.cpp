@@ -1,0 +1,462 @@
+#include "common/auth.hpp"
+
+#include "common/sha256.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <unordered_set>
+
+namespace mcdist::auth {
+
+namespace {
+
+using wire::msg_type;
+
+constexpr std::size_t announce_trailer = crypto::key_bytes + crypto::signature_bytes;
+constexpr std::size_t register_trailer = crypto::key_bytes + crypto::hmac_bytes;
+constexpr std::size_t reply_trailer =
+    crypto::xchacha_nonce_bytes + crypto::key_bytes + crypto::aead_tag_bytes;
+constexpr std::size_t marker_trailer = 8 + crypto::gcm_tag_bytes;
+/// Verified announce datagrams remembered per session (their digests), so the repeats of an
+/// announce cost a SHA-256 instead of a signature check.
+constexpr std::size_t max_remembered_announces = 4096;
+
+const std::uint8_t* u8(const std::byte* p) { return reinterpret_cast<const std::uint8_t*>(p); }
+std::uint8_t* u8(std::byte* p) { return reinterpret_cast<std::uint8_t*>(p); }
+
+std::array<std::uint8_t, 4> salt_of(session_id s) {
+  return {static_cast<std::uint8_t>(s.value >> 24), static_cast<std::uint8_t>(s.value >> 16),
+          static_cast<std::uint8_t>(s.value >> 8), static_cast<std::uint8_t>(s.value)};
+}
+
+crypto::key32 derive(std::span<const std::uint8_t> ikm, session_id s, std::string_view info) {
+  crypto::key32 out{};
+  const auto salt = salt_of(s);
+  crypto::hkdf_sha256(ikm, salt, info, out);
+  return out;
+}
+
+/// The pairwise key of a sender session key and a site (see the file comment of auth.hpp).
+std::optional<crypto::key32> pairwise_key(const crypto::key32& our_secret,
+                                          const crypto::key32& their_public,
+                                          const crypto::key32& sender_public,
+                                          const crypto::key32& site_public, session_id s) {
+  const auto shared = crypto::x25519(our_secret, their_public);
+  if (!shared) return std::nullopt;
+  std::string info = "mcdist v2 pairwise";
+  info.append(reinterpret_cast<const char*>(sender_public.data()), sender_public.size());
+  info.append(reinterpret_cast<const char*>(site_public.data()), site_public.size());
+  return derive(*shared, s, info);
+}
+
+session_id session_of(std::span<const std::byte> d) { return session_id{wire::load_u32(d.data() + 4)}; }
+
+template <std::size_t N>
+std::span<const std::uint8_t, N> fixed(std::span<const std::byte> s) {
+  return std::span<const std::uint8_t, N>(u8(s.data()), N);
+}
+
+/// The 12-byte GCM nonce of a marker: 4 zero bytes and the 64-bit counter.
+std::array<std::uint8_t, crypto::gcm_nonce_bytes> marker_nonce(const std::byte* counter) {
+  std::array<std::uint8_t, crypto::gcm_nonce_bytes> n{};
+  std::memcpy(n.data() + 4, counter, 8);
+  return n;
+}
+
+}  // namespace
+
+std::size_t trailer_size(msg_type t) noexcept {
+  switch (t) {
+    case msg_type::data: return data_trailer_bytes;
+    case msg_type::announce: return announce_trailer;
+    case msg_type::register_request: return register_trailer;
+    case msg_type::register_reply: return reply_trailer;
+    case msg_type::marker: return marker_trailer;
+    case msg_type::nak:
+    case msg_type::complete:
+    case msg_type::complete_ack:
+    case msg_type::fallback: return crypto::hmac_bytes;
+    case msg_type::digest_list:
+    case msg_type::session_end: return crypto::signature_bytes;
+  }
+  return 0;
+}
+
+std::string_view leading_receiver_id(std::span<const std::byte> body) noexcept {
+  // Field 1, wire type 2 (length-delimited): tag byte 0x0a, then a one-byte varint length
+  // (receiver ids are at most 64 bytes, so a longer length is no receiver id).
+  if (body.size() < 2 || body[0] != std::byte{0x0a}) return {};
+  const auto len = std::to_integer<std::size_t>(body[1]);
+  if (len > wire::max_receiver_id_bytes || len + 2 > body.size()) return {};
+  return {reinterpret_cast<const char*>(body.data() + 2), len};
+}
+
+// --- sender --------------------------------------------------------------------------------
+
+sender_keys::sender_keys(const crypto::identity& id, session_id session,
+                         std::map<std::string, crypto::key32, std::less<>> pinned)
+    : m_id(id),
+      m_session(session),
+      m_pinned(std::move(pinned)),
+      m_ephemeral(crypto::generate_x25519()),
+      m_session_key([] {
+        crypto::key32 k{};
+        crypto::random_bytes(k);
+        return k;
+      }()),
+      m_data(derive(m_session_key, session, "mcdist v2 data")),
+      m_marker(derive(m_session_key, session, "mcdist v2 marker")) {}
+
+sender_keys::~sender_keys() = default;
+
+std::size_t sender_keys::seal_control(std::span<std::byte> buf, std::size_t len) {
+  if (len < wire::header_size || buf.size() < len + max_trailer_bytes) return 0;
+  buf[2] = std::byte{wire::authenticated_version};
+  const auto type = static_cast<msg_type>(std::to_integer<std::uint8_t>(buf[3]));
+  std::byte* end = buf.data() + len;
+  switch (type) {
+    case msg_type::announce: {
+      std::memcpy(end, m_ephemeral.public_key.data(), crypto::key_bytes);
+      const auto sig = crypto::sign(m_id, buf.first(len + crypto::key_bytes));
+      std::memcpy(end + crypto::key_bytes, sig.data(), sig.size());
+      return len + announce_trailer;
+    }
+    case msg_type::digest_list:
+    case msg_type::session_end: {
+      const auto sig = crypto::sign(m_id, buf.first(len));
+      std::memcpy(end, sig.data(), sig.size());
+      return len + crypto::signature_bytes;
+    }
+    case msg_type::marker: {
+      const std::uint64_t c = ++m_marker_counter;
+      for (int i = 0; i < 8; ++i) end[i] = static_cast<std::byte>(c >> (56 - 8 * i));
+      const auto tag = m_marker.tag(marker_nonce(end), buf.first(len + 8));
+      std::memcpy(end + 8, tag.data(), tag.size());
+      return len + marker_trailer;
+    }
+    case msg_type::register_reply:
+    case msg_type::complete_ack:
+    case msg_type::fallback: {
+      const auto id = leading_receiver_id(buf.subspan(wire::header_size, len - wire::header_size));
+      const auto it = m_sites.find(std::string(id));
+      if (it == m_sites.end()) return 0;
+      if (type == msg_type::register_reply) {
+        std::array<std::uint8_t, crypto::xchacha_nonce_bytes> nonce{};
+        crypto::random_bytes(nonce);
+        std::memcpy(end, nonce.data(), nonce.size());
+        crypto::aead_seal(it->second.pairwise, nonce, buf.first(len + nonce.size()), m_session_key,
+                          std::span<std::uint8_t>(u8(end + nonce.size()),
+                                                  crypto::key_bytes + crypto::aead_tag_bytes));
+        return len + reply_trailer;
+      }
+      const auto tag = crypto::hmac(it->second.pairwise, buf.first(len));
+      std::memcpy(end, tag.data(), tag.size());
+      return len + crypto::hmac_bytes;
+    }
+    default: return 0;  // data goes through seal_data; the rest is never sent by a sender
+  }
+}
+
+std::size_t sender_keys::seal_data(std::span<std::byte> buf, std::size_t len) noexcept {
+  buf[2] = std::byte{wire::authenticated_version};
+  const auto tag = m_data.tag(fixed<crypto::gcm_nonce_bytes>(buf.subspan(8, 12)), buf.first(len));
+  std::memcpy(buf.data() + len, tag.data(), tag.size());
+  return len + data_trailer_bytes;
+}
+
+std::error_code sender_keys::open(std::span<const std::byte> d, std::span<const std::byte>& out) {
+  wire::header h;
+  if (auto ec = wire::parse_header(d, h)) return ec;
+  if (std::to_integer<std::uint8_t>(d[2]) != wire::authenticated_version) {
+    ++m_stats.unauthenticated;
+    return errc::unauthenticated;
+  }
+  if (h.type != msg_type::register_request && h.type != msg_type::nak &&
+      h.type != msg_type::complete) {
+    ++m_stats.unauthenticated;
+    return errc::unauthenticated;
+  }
+  const std::size_t trailer = trailer_size(h.type);
+  if (d.size() < wire::header_size + trailer) return errc::truncated;
+  const auto body = d.subspan(wire::header_size, d.size() - wire::header_size - trailer);
+  const auto id = leading_receiver_id(body);
+  if (id.empty()) return errc::bad_protobuf;
+  const std::byte* t = d.data() + d.size() - trailer;
+  if (h.type == msg_type::register_request) {
+    crypto::key32 site_key{};
+    std::memcpy(site_key.data(), t, crypto::key_bytes);
+    if (!m_pinned.empty()) {
+      const auto pin = m_pinned.find(id);
+      if (pin == m_pinned.end() || pin->second != site_key) {
+        ++m_stats.untrusted_site;
+        return errc::unauthenticated;
+      }
+    }
+    const auto site_x = crypto::x25519_public_of(site_key);
+    if (!site_x) {
+      ++m_stats.untrusted_site;
+      return errc::unauthenticated;
+    }
+    const auto pw = pairwise_key(m_ephemeral.secret_key, *site_x, m_ephemeral.public_key, *site_x,
+                                 m_session);
+    if (!pw || !crypto::hmac_verify(*pw, d.first(d.size() - crypto::hmac_bytes),
+                                    fixed<crypto::hmac_bytes>(d.last(crypto::hmac_bytes)))) {
+      ++m_stats.bad_tag;
+      return errc::unauthenticated;
+    }
+    auto [it, fresh] = m_sites.try_emplace(std::string(id));
+    if (!fresh && it->second.site_key != site_key) {
+      // The first key to register an id keeps it for the session: a second key for the same
+      // id is someone else (without pinned keys, that is all a sender can know).
+      ++m_stats.untrusted_site;
+      return errc::unauthenticated;
+    }
+    it->second.site_key = site_key;
+    it->second.pairwise = *pw;
+  } else {
+    const auto it = m_sites.find(std::string(id));
+    if (it == m_sites.end()) {
+      ++m_stats.no_key;
+      return errc::unauthenticated;
+    }
+    if (!crypto::hmac_verify(it->second.pairwise, d.first(d.size() - crypto::hmac_bytes),
+                             fixed<crypto::hmac_bytes>(d.last(crypto::hmac_bytes)))) {
+      ++m_stats.bad_tag;
+      return errc::unauthenticated;
+    }
+  }
+  out = d.first(d.size() - trailer);
+  return {};
+}
+
+std::optional<crypto::key32> sender_keys::site_key(std::string_view receiver_id) const {
+  const auto it = m_sites.find(std::string(receiver_id));
+  if (it == m_sites.end()) return std::nullopt;
+  return it->second.site_key;
+}
+
+// --- receiver ------------------------------------------------------------------------------
+
+struct receiver_keys::session_keys {
+  crypto::key32 sender_public{};           ///< the sender's X25519 session key (announce)
+  crypto::key32 pairwise{};
+  bool has_pairwise = false;
+  std::optional<crypto::key32> session_key;  ///< from the register_reply
+  std::unique_ptr<crypto::gmac> data;
+  std::unique_ptr<crypto::gmac> marker;
+  std::unordered_set<std::uint64_t> verified_announces;
+  time_point last_used{};
+
+  void set_session_key(const crypto::key32& k, session_id s) {
+    session_key = k;
+    data = std::make_unique<crypto::gmac>(derive(k, s, "mcdist v2 data"));
+    marker = std::make_unique<crypto::gmac>(derive(k, s, "mcdist v2 marker"));
+  }
+};
+
+receiver_keys::receiver_keys(receiver_auth_options o)
+    : m_opts(std::move(o)), m_site_x(crypto::x25519_of(m_opts.site)) {}
+
+receiver_keys::~receiver_keys() = default;
+
+receiver_keys::session_keys* receiver_keys::find(session_id s) {
+  const auto it = m_sessions.find(s.value);
+  return it == m_sessions.end() ? nullptr : it->second.get();
+}
+
+receiver_keys::session_keys& receiver_keys::learn(session_id s, const crypto::key32& sender_public,
+                                                  time_point now) {
+  auto& slot = m_sessions[s.value];
+  if (!slot || slot->sender_public != sender_public) {
+    // A new session, or a sender that restarted it with a new session key: start over.
+    slot = std::make_unique<session_keys>();
+    slot->sender_public = sender_public;
+    if (auto pw = pairwise_key(m_site_x.secret_key, sender_public, sender_public,
+                               m_site_x.public_key, s)) {
+      slot->pairwise = *pw;
+      slot->has_pairwise = true;
+    }
+  }
+  slot->last_used = now;
+  if (m_sessions.size() > m_opts.max_sessions) {
+    auto oldest = m_sessions.end();
+    for (auto it = m_sessions.begin(); it != m_sessions.end(); ++it) {
+      if (it->first == s.value) continue;
+      if (oldest == m_sessions.end() || it->second->last_used < oldest->second->last_used) oldest = it;
+    }
+    if (oldest != m_sessions.end()) m_sessions.erase(oldest);
+  }
+  return *m_sessions[s.value];
+}
+
+bool receiver_keys::take_verification(time_point now) {
+  if (now - m_budget_at >= std::chrono::seconds(1)) {
+    m_budget_at = now;
+    m_budget = m_opts.verifications_per_second;
+  }
+  if (m_budget == 0) {
+    ++m_stats.verify_budget;
+    return false;
+  }
+  --m_budget;
+  return true;
+}
+
+bool receiver_keys::verify_signed(std::span<const std::byte> signed_part,
+                                  std::span<const std::uint8_t, crypto::signature_bytes> sig,
+                                  time_point now) {
+  if (m_opts.trusted_senders.empty()) return true;
+  if (!take_verification(now)) return false;
+  for (const auto& k : m_opts.trusted_senders) {
+    if (crypto::verify(k, signed_part, sig)) return true;
+  }
+  ++m_stats.bad_signature;
+  return false;
+}
+
+std::error_code receiver_keys::open(std::span<const std::byte> d, time_point now,
+                                    std::span<const std::byte>& out) {
+  wire::header h;
+  if (auto ec = wire::parse_header(d, h)) return ec;
+  if (std::to_integer<std::uint8_t>(d[2]) != wire::authenticated_version) {
+    if (required()) {
+      ++m_stats.unauthenticated;
+      return errc::unauthenticated;
+    }
+    out = d;  // no keys configured: version 1 is taken as it is (warned at start)
+    return {};
+  }
+  const std::size_t trailer = trailer_size(h.type);
+  const std::size_t min_body = h.type == msg_type::data ? wire::data_header_size : wire::header_size;
+  if (d.size() < min_body + trailer) return errc::truncated;
+  const auto signed_part = d.first(d.size() - trailer);
+  const std::byte* t = d.data() + d.size() - trailer;
+  session_keys* s = find(h.session);
+  auto refuse = [](std::uint64_t& counter) {
+    ++counter;
+    return std::error_code(errc::unauthenticated);
+  };
+  switch (h.type) {
+    case msg_type::announce: {
+      const auto covered = d.first(d.size() - crypto::signature_bytes);
+      const auto sig = fixed<crypto::signature_bytes>(d.last(crypto::signature_bytes));
+      crypto::key32 sender_public{};
+      std::memcpy(sender_public.data(), t, crypto::key_bytes);
+      std::uint64_t fingerprint = 0;
+      if (s && s->sender_public == sender_public) {
+        const auto digest = sha256(d);
+        std::memcpy(&fingerprint, digest.data(), sizeof fingerprint);
+        if (s->verified_announces.count(fingerprint)) {
+          s->last_used = now;
+          break;
+        }
+      }
+      if (!verify_signed(covered, sig, now)) return errc::unauthenticated;
+      auto& keys = learn(h.session, sender_public, now);
+      if (fingerprint == 0) {
+        const auto digest = sha256(d);
+        std::memcpy(&fingerprint, digest.data(), sizeof fingerprint);
+      }
+      if (keys.verified_announces.size() < max_remembered_announces) {
+        keys.verified_announces.insert(fingerprint);
+      }
+      break;
+    }
+    case msg_type::digest_list:
+    case msg_type::session_end:
+      if (!s) return refuse(m_stats.no_key);
+      if (!verify_signed(signed_part, fixed<crypto::signature_bytes>(d.last(crypto::signature_bytes)),
+                         now)) {
+        return errc::unauthenticated;
+      }
+      break;
+    case msg_type::data:
+      if (!s || !s->data) return refuse(m_stats.no_key);
+      if (!s->data->verify(fixed<crypto::gcm_nonce_bytes>(d.subspan(8, 12)), signed_part,
+                           fixed<crypto::gcm_tag_bytes>(d.last(crypto::gcm_tag_bytes)))) {
+        return refuse(m_stats.bad_tag);
+      }
+      break;
+    case msg_type::marker:
+      if (!s || !s->marker) return refuse(m_stats.no_key);
+      if (!s->marker->verify(marker_nonce(t), d.first(d.size() - crypto::gcm_tag_bytes),
+                             fixed<crypto::gcm_tag_bytes>(d.last(crypto::gcm_tag_bytes)))) {
+        return refuse(m_stats.bad_tag);
+      }
+      break;
+    case msg_type::register_reply: {
+      if (!s || !s->has_pairwise) return refuse(m_stats.no_key);
+      const auto nonce = fixed<crypto::xchacha_nonce_bytes>(std::span(t, crypto::xchacha_nonce_bytes));
+      crypto::key32 k{};
+      if (!crypto::aead_open(s->pairwise, nonce, d.first(d.size() - trailer + nonce.size()),
+                             std::span<const std::uint8_t>(u8(t) + nonce.size(),
+                                                           crypto::key_bytes + crypto::aead_tag_bytes),
+                             k)) {
+        return refuse(m_stats.bad_tag);
+      }
+      if (!s->session_key || *s->session_key != k) s->set_session_key(k, h.session);
+      break;
+    }
+    case msg_type::complete_ack:
+    case msg_type::fallback:
+      if (!s || !s->has_pairwise) return refuse(m_stats.no_key);
+      if (!crypto::hmac_verify(s->pairwise, signed_part, fixed<crypto::hmac_bytes>(d.last(crypto::hmac_bytes)))) {
+        return refuse(m_stats.bad_tag);
+      }
+      break;
+    default:
+      // register_request, nak and complete come from sites, not senders.
+      return refuse(m_stats.unauthenticated);
+  }
+  out = signed_part;
+  return {};
+}
+
+std::size_t receiver_keys::seal(std::span<std::byte> buf, std::size_t len) {
+  if (len < wire::header_size || buf.size() < len + max_trailer_bytes) return 0;
+  session_keys* s = find(session_of(buf));
+  if (!s) return required() ? 0 : len;  // a version-1 session: sent as it is
+  if (!s->has_pairwise) return 0;
+  buf[2] = std::byte{wire::authenticated_version};
+  std::byte* end = buf.data() + len;
+  const auto type = static_cast<msg_type>(std::to_integer<std::uint8_t>(buf[3]));
+  std::size_t out = len;
+  if (type == msg_type::register_request) {
+    std::memcpy(end, m_opts.site.public_key.data(), crypto::key_bytes);
+    out += crypto::key_bytes;
+  } else if (type != msg_type::nak && type != msg_type::complete) {
+    return 0;
+  }
+  const auto tag = crypto::hmac(s->pairwise, buf.first(out));
+  std::memcpy(buf.data() + out, tag.data(), tag.size());
+  return out + crypto::hmac_bytes;
+}
+
+bool receiver_keys::has_session_key(session_id s) const {
+  const auto it = m_sessions.find(s.value);
+  return it != m_sessions.end() && it->second->session_key.has_value();
+}
+
+std::optional<std::string> receiver_keys::export_session(session_id s) const {
+  const auto it = m_sessions.find(s.value);
+  if (it == m_sessions.end() || !it->second->session_key) return std::nullopt;
+  std::string blob(reinterpret_cast<const char*>(it->second->sender_public.data()), crypto::key_bytes);
+  blob.append(reinterpret_cast<const char*>(it->second->session_key->data()), crypto::key_bytes);
+  return blob;
+}
+
+bool receiver_keys::import_session(session_id s, std::string_view blob) {
+  if (blob.size() != 2 * crypto::key_bytes) return false;
+  crypto::key32 sender_public{};
+  crypto::key32 k{};
+  std::memcpy(sender_public.data(), blob.data(), crypto::key_bytes);
+  std::memcpy(k.data(), blob.data() + crypto::key_bytes, crypto::key_bytes);
+  auto& keys = learn(s, sender_public, time_point{});
+  if (!keys.has_pairwise) return false;
+  keys.set_session_key(k, s);
+  return true;
+}
+
+void receiver_keys::forget(session_id s) { m_sessions.erase(s.value); }
+
+}  // namespace mcdist::auth

@@ -1,0 +1,190 @@
+#pragma once
+/// @file
+/// Authenticated datagrams, wire version 2 (docs/security.md): what a sender appends to what
+/// it sends and checks on what it receives, and the same for a receiving site. Pure: no
+/// sockets, no clocks (time is passed in), no threads; the shells call it on every datagram
+/// between the socket and the protocol core, which never sees a trailer.
+///
+/// A version-2 datagram is a version-1 datagram (common/wire.hpp) with the header's version
+/// byte set to 2, followed by a trailer whose size depends only on the message type:
+///
+/// | type | trailer | content |
+/// |---|---|---|
+/// | data | 16 | AES-256-GCM tag (GMAC) under the session data key; nonce = bytes 8..19 (seq, file, block) |
+/// | announce | 96 | sender's X25519 session public key (32), Ed25519 signature (64) |
+/// | register_request | 64 | site's Ed25519 public key (32), HMAC under the pairwise key (32) |
+/// | register_reply | 72 | nonce (24), session key under the pairwise key, XChaCha20-Poly1305 (48) |
+/// | marker | 24 | counter (8), AES-256-GCM tag under the session marker key (16) |
+/// | nak, complete, complete_ack, fallback | 32 | HMAC under the pairwise key |
+/// | digest_list, session_end | 64 | Ed25519 signature |
+///
+/// Signatures and tags cover every byte before them. Keys (RFC 5869 HKDF-SHA-256, salt =
+/// session id, 4 bytes big-endian):
+/// - pairwise key of a site = HKDF(X25519(sender session secret, site X25519 public),
+///   info "mcdist v2 pairwise" || sender session public || site X25519 public);
+/// - session key K: 32 random bytes per session, given to each registered site in its
+///   register_reply; data key = HKDF(K, "mcdist v2 data"), marker key = HKDF(K, "mcdist v2 marker").
+
+#include "common/crypto.hpp"
+#include "common/error.hpp"
+#include "common/ids.hpp"
+#include "common/time.hpp"
+#include "common/wire.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace mcdist::auth {
+
+/// The header version byte of an authenticated datagram.
+inline constexpr std::uint8_t wire_version = 2;
+/// The largest trailer of any type, bytes.
+inline constexpr std::size_t max_trailer_bytes = 96;
+/// Trailer of a data datagram, bytes: what authentication adds to every block.
+inline constexpr std::size_t data_trailer_bytes = crypto::gcm_tag_bytes;
+
+/// Trailer size of a version-2 datagram of this type, bytes; 0 for an unknown type.
+std::size_t trailer_size(wire::msg_type t) noexcept;
+
+/// The receiver id in the first field of a control body (register_request, nak, complete,
+/// register_reply, complete_ack and fallback all carry it as field 1, which protobuf
+/// serialises first). Empty when the body does not start with it.
+std::string_view leading_receiver_id(std::span<const std::byte> body) noexcept;
+
+/// Counters of what authentication refused, by reason.
+struct auth_stats {
+  std::uint64_t unauthenticated = 0;   ///< version-1 datagram where version 2 is required
+  std::uint64_t bad_signature = 0;     ///< signature by no trusted sender key
+  std::uint64_t bad_tag = 0;           ///< data or marker tag, or HMAC, that does not verify
+  std::uint64_t no_key = 0;            ///< no key (yet) for the session or the receiver
+  std::uint64_t untrusted_site = 0;    ///< site key not the one pinned for its id
+  std::uint64_t verify_budget = 0;     ///< signature checks over the per-second budget
+  std::uint64_t total() const noexcept {
+    return unauthenticated + bad_signature + bad_tag + no_key + untrusted_site + verify_budget;
+  }
+};
+
+/// The sender's side of one session. Not thread-safe (the sender's io thread owns it).
+class sender_keys {
+ public:
+  /// @param id          the sender's Ed25519 identity (its key file); must outlive this
+  /// @param session     the session these keys belong to
+  /// @param pinned      site id -> site public key; when non-empty, only these sites may
+  ///                    register, each with its own key
+  sender_keys(const crypto::identity& id, session_id session,
+              std::map<std::string, crypto::key32, std::less<>> pinned);
+  ~sender_keys();
+  sender_keys(const sender_keys&) = delete;
+  sender_keys& operator=(const sender_keys&) = delete;
+
+  /// Seals a control datagram the session core produced: `buf` holds `len` bytes and has room
+  /// for max_trailer_bytes more. Sets the version byte, appends the trailer.
+  /// @return the new length, or 0 when it cannot be sealed (a per-site message for a site
+  ///         without a pairwise key; the core repeats or gives up on such messages)
+  std::size_t seal_control(std::span<std::byte> buf, std::size_t len);
+  /// Seals one data datagram in place: `buf` holds `len` bytes (headers and payload) and has
+  /// room for data_trailer_bytes more. @return len + data_trailer_bytes
+  std::size_t seal_data(std::span<std::byte> buf, std::size_t len) noexcept;
+
+  /// Checks a datagram from a site (register_request, nak, complete) and returns its
+  /// version-1 view (trailer cut off) in `out`. A register_request that verifies gives the
+  /// site its pairwise key; nak and complete must verify under it.
+  /// @return empty, or errc::unauthenticated, with stats() counting the reason
+  std::error_code open(std::span<const std::byte> datagram, std::span<const std::byte>& out);
+
+  /// The site key a site proved when it registered; std::nullopt if it did not.
+  std::optional<crypto::key32> site_key(std::string_view receiver_id) const;
+  const auth_stats& stats() const noexcept { return m_stats; }
+
+ private:
+  const crypto::identity& m_id;
+  session_id m_session;
+  std::map<std::string, crypto::key32, std::less<>> m_pinned;
+  crypto::x25519_pair m_ephemeral;
+  crypto::key32 m_session_key{};
+  crypto::gmac m_data;
+  crypto::gmac m_marker;
+  std::uint64_t m_marker_counter = 0;
+  struct site {
+    crypto::key32 site_key{};
+    crypto::key32 pairwise{};
+  };
+  std::unordered_map<std::string, site> m_sites;  ///< receiver id -> keys
+  auth_stats m_stats;
+};
+
+/// What a receiving site trusts and proves.
+struct receiver_auth_options {
+  /// Ed25519 keys of the senders this site accepts products from. Empty: version-2 signatures
+  /// are not checked and version-1 datagrams are accepted (any host can write products).
+  std::vector<crypto::key32> trusted_senders;
+  /// This site's identity: proves registrations and derives the pairwise keys.
+  crypto::identity site;
+  /// Sessions whose keys are held at once; the least recently used one is forgotten beyond.
+  std::size_t max_sessions = 256;
+  /// Signature checks per second spent on datagrams not already verified (announces of new
+  /// sessions, digest lists, session ends); beyond it they are dropped (verify_budget).
+  std::uint32_t verifications_per_second = 2000;
+};
+
+/// The receiving site's side, for every session it hears. Not thread-safe.
+class receiver_keys {
+ public:
+  explicit receiver_keys(receiver_auth_options o);
+  ~receiver_keys();
+  receiver_keys(const receiver_keys&) = delete;
+  receiver_keys& operator=(const receiver_keys&) = delete;
+
+  /// Checks a datagram from a sender and returns its version-1 view in `out` (the trailer
+  /// cut off; the version byte still says 2, which wire::parse_header accepts).
+  /// Before a session's first verified announce, only its announce is accepted; before the
+  /// register_reply, no data or marker is. O(1) memory per refused datagram.
+  /// @return empty, or errc::unauthenticated with stats() counting the reason
+  std::error_code open(std::span<const std::byte> datagram, time_point now,
+                       std::span<const std::byte>& out);
+  /// Seals a register_request, nak or complete the core produced for a version-2 session:
+  /// `buf` holds `len` bytes with room for max_trailer_bytes more. A datagram of a version-1
+  /// session is returned unchanged. @return the new length, or 0 when the session's keys are
+  /// unknown (the core repeats the message)
+  std::size_t seal(std::span<std::byte> buf, std::size_t len);
+
+  /// True when a verified announce of the session was seen (its keys are held).
+  bool knows(session_id s) const { return m_sessions.count(s.value) != 0; }
+  /// True once the session's register_reply gave this site the session key.
+  bool has_session_key(session_id s) const;
+  /// The session's keys as an opaque blob (sender session public key, session key), for the
+  /// daemon to save beside the session's checkpoint; std::nullopt before the session key.
+  std::optional<std::string> export_session(session_id s) const;
+  /// Restores export_session's blob after a restart. @return false for a malformed blob
+  bool import_session(session_id s, std::string_view blob);
+  /// Drops a session's keys.
+  void forget(session_id s);
+  /// True when trusted sender keys are configured (version 2 required).
+  bool required() const noexcept { return !m_opts.trusted_senders.empty(); }
+  const auth_stats& stats() const noexcept { return m_stats; }
+
+ private:
+  struct session_keys;
+  session_keys* find(session_id s);
+  session_keys& learn(session_id s, const crypto::key32& sender_public, time_point now);
+  bool verify_signed(std::span<const std::byte> signed_part,
+                     std::span<const std::uint8_t, crypto::signature_bytes> sig, time_point now);
+  bool take_verification(time_point now);
+
+  receiver_auth_options m_opts;
+  crypto::x25519_pair m_site_x;
+  std::unordered_map<std::uint32_t, std::unique_ptr<session_keys>> m_sessions;
+  time_point m_budget_at{};
+  std::uint32_t m_budget = 0;
+  auth_stats m_stats;
+};
+
+}  // namespace mcdist::auth

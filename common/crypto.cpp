@@ -1,0 +1,289 @@
+#include "common/crypto.hpp"
+
+#include <fcntl.h>
+#include <openssl/core_names.h>
+#include <openssl/evp.h>
+#include <openssl/kdf.h>
+#include <sodium.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace mcdist::crypto {
+
+namespace {
+
+constexpr std::string_view public_prefix = "mcdist-ed25519:";
+constexpr std::string_view secret_prefix = "mcdist-ed25519-secret:";
+
+std::string to_base64(std::span<const std::uint8_t> bin) {
+  std::string out(sodium_base64_encoded_len(bin.size(), sodium_base64_VARIANT_ORIGINAL), '\0');
+  sodium_bin2base64(out.data(), out.size(), bin.data(), bin.size(), sodium_base64_VARIANT_ORIGINAL);
+  out.resize(std::strlen(out.c_str()));
+  return out;
+}
+
+/// Decodes exactly 32 bytes of base64; false on anything else.
+bool from_base64(std::string_view text, key32& out) {
+  std::size_t len = 0;
+  const char* end = nullptr;
+  if (sodium_base642bin(out.data(), out.size(), text.data(), text.size(), nullptr, &len, &end,
+                        sodium_base64_VARIANT_ORIGINAL) != 0) {
+    return false;
+  }
+  return len == out.size() && end == text.data() + text.size();
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\n' || s.front() == '\r')) {
+    s.remove_prefix(1);
+  }
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\n' || s.back() == '\r')) {
+    s.remove_suffix(1);
+  }
+  return s;
+}
+
+const unsigned char* bytes(std::span<const std::byte> s) {
+  return reinterpret_cast<const unsigned char*>(s.data());
+}
+
+}  // namespace
+
+void init() {
+  if (sodium_init() < 0) throw key_error("libsodium cannot be initialised");
+}
+
+void random_bytes(std::span<std::uint8_t> out) noexcept { randombytes_buf(out.data(), out.size()); }
+
+identity generate_identity() {
+  init();
+  identity id;
+  crypto_sign_keypair(id.public_key.data(), id.secret_key.data());
+  return id;
+}
+
+std::string format_public_key(const key32& pk) { return std::string(public_prefix) + to_base64(pk); }
+
+key32 parse_public_key(std::string_view text) {
+  text = trim(text);
+  if (text.substr(0, public_prefix.size()) != public_prefix) {
+    throw key_error("not an mcdist public key (expected \"mcdist-ed25519:BASE64\"): \"" +
+                    std::string(text.substr(0, 40)) + "\"");
+  }
+  key32 pk{};
+  if (!from_base64(text.substr(public_prefix.size()), pk)) {
+    throw key_error("bad mcdist public key: the base64 after \"mcdist-ed25519:\" must decode to 32 bytes");
+  }
+  if (!x25519_public_of(pk)) throw key_error("bad mcdist public key: not a valid Ed25519 point");
+  return pk;
+}
+
+void write_secret_key_file(const std::filesystem::path& file, const identity& id) {
+  const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) {
+    throw key_error("cannot create the key file " + file.string() + ": " + std::strerror(errno));
+  }
+  std::array<std::uint8_t, 32> seed{};
+  crypto_sign_ed25519_sk_to_seed(seed.data(), id.secret_key.data());
+  std::string text = std::string(secret_prefix) + to_base64(seed) + "\n" +
+                     format_public_key(id.public_key) + "\n";
+  sodium_memzero(seed.data(), seed.size());
+  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
+                  ::fsync(fd) == 0;
+  const int err = errno;
+  sodium_memzero(text.data(), text.size());
+  ::close(fd);
+  if (!ok) throw key_error("cannot write the key file " + file.string() + ": " + std::strerror(err));
+}
+
+identity read_secret_key_file(const std::filesystem::path& file) {
+  init();
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) {
+    throw key_error("cannot open the key file " + file.string() + ": " + std::strerror(errno));
+  }
+  struct stat st{};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw key_error("the key file " + file.string() + " is not a regular file");
+  }
+  if ((st.st_mode & 077) != 0) {
+    ::close(fd);
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    throw key_error("the key file " + file.string() + " has mode " + mode +
+                    ": a secret key must be readable by its owner only (chmod 600)");
+  }
+  std::string text(4096, '\0');
+  const ssize_t n = ::read(fd, text.data(), text.size());
+  ::close(fd);
+  if (n < 0) throw key_error("cannot read the key file " + file.string() + ": " + std::strerror(errno));
+  text.resize(static_cast<std::size_t>(n));
+  std::string_view first = text;
+  first = trim(first.substr(0, first.find('\n')));
+  key32 seed{};
+  const bool ok = first.substr(0, secret_prefix.size()) == secret_prefix &&
+                  from_base64(first.substr(secret_prefix.size()), seed);
+  sodium_memzero(text.data(), text.size());
+  if (!ok) {
+    throw key_error("the key file " + file.string() +
+                    " holds no secret key (its first line must be \"mcdist-ed25519-secret:BASE64\"; "
+                    "make one with mcdist-keygen)");
+  }
+  identity id;
+  crypto_sign_seed_keypair(id.public_key.data(), id.secret_key.data(), seed.data());
+  sodium_memzero(seed.data(), seed.size());
+  return id;
+}
+
+key32 read_public_key(std::string_view text_or_file) {
+  const auto t = trim(text_or_file);
+  if (t.substr(0, public_prefix.size()) == public_prefix) return parse_public_key(t);
+  std::ifstream in{std::string(t)};
+  if (!in) {
+    throw key_error("\"" + std::string(t) +
+                    "\" is neither a public key (mcdist-ed25519:BASE64) nor a readable key file");
+  }
+  std::string line;
+  while (std::getline(in, line)) {
+    if (trim(line).substr(0, public_prefix.size()) == public_prefix) {
+      try {
+        return parse_public_key(line);
+      } catch (const key_error& e) {
+        throw key_error(std::string(t) + ": " + e.what());
+      }
+    }
+  }
+  throw key_error("the file " + std::string(t) + " holds no line \"mcdist-ed25519:BASE64\"");
+}
+
+signature sign(const identity& id, std::span<const std::byte> message) noexcept {
+  signature sig{};
+  crypto_sign_detached(sig.data(), nullptr, bytes(message), message.size(), id.secret_key.data());
+  return sig;
+}
+
+bool verify(const key32& pk, std::span<const std::byte> message,
+            std::span<const std::uint8_t, signature_bytes> sig) noexcept {
+  return crypto_sign_verify_detached(sig.data(), bytes(message), message.size(), pk.data()) == 0;
+}
+
+x25519_pair generate_x25519() {
+  init();
+  x25519_pair p;
+  crypto_box_keypair(p.public_key.data(), p.secret_key.data());
+  return p;
+}
+
+x25519_pair x25519_of(const identity& id) noexcept {
+  x25519_pair p;
+  // An identity made by generate_identity or read from a key file is a valid point; should
+  // the map fail anyway, the all-zero key makes every later X25519 fail closed.
+  if (crypto_sign_ed25519_pk_to_curve25519(p.public_key.data(), id.public_key.data()) != 0 ||
+      crypto_sign_ed25519_sk_to_curve25519(p.secret_key.data(), id.secret_key.data()) != 0) {
+    return {};
+  }
+  return p;
+}
+
+std::optional<key32> x25519_public_of(const key32& ed25519_pk) noexcept {
+  key32 out{};
+  if (crypto_sign_ed25519_pk_to_curve25519(out.data(), ed25519_pk.data()) != 0) return std::nullopt;
+  return out;
+}
+
+std::optional<key32> x25519(const key32& our_secret, const key32& their_public) noexcept {
+  key32 out{};
+  // crypto_scalarmult fails on an all-zero result (RFC 7748 section 6.1).
+  if (crypto_scalarmult(out.data(), our_secret.data(), their_public.data()) != 0) return std::nullopt;
+  return out;
+}
+
+void hkdf_sha256(std::span<const std::uint8_t> ikm, std::span<const std::uint8_t> salt,
+                 std::string_view info, std::span<std::uint8_t> out) {
+  EVP_KDF* kdf = EVP_KDF_fetch(nullptr, "HKDF", nullptr);
+  EVP_KDF_CTX* ctx = kdf ? EVP_KDF_CTX_new(kdf) : nullptr;
+  EVP_KDF_free(kdf);
+  if (!ctx) throw key_error("OpenSSL has no HKDF");
+  char digest[] = "SHA256";
+  OSSL_PARAM params[] = {
+      OSSL_PARAM_construct_utf8_string(OSSL_KDF_PARAM_DIGEST, digest, 0),
+      OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_KEY, const_cast<std::uint8_t*>(ikm.data()),
+                                        ikm.size()),
+      OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_SALT, const_cast<std::uint8_t*>(salt.data()),
+                                        salt.size()),
+      OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_INFO, const_cast<char*>(info.data()),
+                                        info.size()),
+      OSSL_PARAM_construct_end()};
+  const int rc = EVP_KDF_derive(ctx, out.data(), out.size(), params);
+  EVP_KDF_CTX_free(ctx);
+  if (rc != 1) throw key_error("HKDF-SHA-256 failed");
+}
+
+hmac_tag hmac(const key32& key, std::span<const std::byte> message) noexcept {
+  hmac_tag t{};
+  crypto_auth(t.data(), bytes(message), message.size(), key.data());
+  return t;
+}
+
+bool hmac_verify(const key32& key, std::span<const std::byte> message,
+                 std::span<const std::uint8_t, hmac_bytes> tag) noexcept {
+  return crypto_auth_verify(tag.data(), bytes(message), message.size(), key.data()) == 0;
+}
+
+void aead_seal(const key32& key, std::span<const std::uint8_t, xchacha_nonce_bytes> nonce,
+               std::span<const std::byte> ad, std::span<const std::uint8_t> plain,
+               std::span<std::uint8_t> out) noexcept {
+  unsigned long long len = 0;
+  crypto_aead_xchacha20poly1305_ietf_encrypt(out.data(), &len, plain.data(), plain.size(),
+                                             bytes(ad), ad.size(), nullptr, nonce.data(), key.data());
+}
+
+bool aead_open(const key32& key, std::span<const std::uint8_t, xchacha_nonce_bytes> nonce,
+               std::span<const std::byte> ad, std::span<const std::uint8_t> sealed,
+               std::span<std::uint8_t> out) noexcept {
+  if (sealed.size() < aead_tag_bytes || out.size() < sealed.size() - aead_tag_bytes) return false;
+  unsigned long long len = 0;
+  return crypto_aead_xchacha20poly1305_ietf_decrypt(out.data(), &len, nullptr, sealed.data(),
+                                                    sealed.size(), bytes(ad), ad.size(),
+                                                    nonce.data(), key.data()) == 0;
+}
+
+gmac::gmac(const key32& key) : m_ctx(EVP_CIPHER_CTX_new()) {
+  if (!m_ctx ||
+      EVP_EncryptInit_ex(m_ctx, EVP_aes_256_gcm(), nullptr, nullptr, nullptr) != 1 ||
+      EVP_CIPHER_CTX_ctrl(m_ctx, EVP_CTRL_GCM_SET_IVLEN, gcm_nonce_bytes, nullptr) != 1 ||
+      EVP_EncryptInit_ex(m_ctx, nullptr, nullptr, key.data(), nullptr) != 1) {
+    EVP_CIPHER_CTX_free(m_ctx);
+    throw key_error("OpenSSL cannot set up AES-256-GCM");
+  }
+}
+
+gmac::~gmac() { EVP_CIPHER_CTX_free(m_ctx); }
+
+gcm_tag gmac::tag(std::span<const std::uint8_t, gcm_nonce_bytes> nonce,
+                  std::span<const std::byte> data) noexcept {
+  gcm_tag t{};
+  int len = 0;
+  // Re-using the context with only a new IV keeps the expanded key (EVP_EncryptInit_ex(3)).
+  EVP_EncryptInit_ex(m_ctx, nullptr, nullptr, nullptr, nonce.data());
+  EVP_EncryptUpdate(m_ctx, nullptr, &len, bytes(data), static_cast<int>(data.size()));
+  unsigned char none[16];
+  EVP_EncryptFinal_ex(m_ctx, none, &len);
+  EVP_CIPHER_CTX_ctrl(m_ctx, EVP_CTRL_GCM_GET_TAG, gcm_tag_bytes, t.data());
+  return t;
+}
+
+bool gmac::verify(std::span<const std::uint8_t, gcm_nonce_bytes> nonce,
+                  std::span<const std::byte> data,
+                  std::span<const std::uint8_t, gcm_tag_bytes> expected) noexcept {
+  const gcm_tag t = tag(nonce, data);
+  return sodium_memcmp(t.data(), expected.data(), gcm_tag_bytes) == 0;
+}
+
+}  // namespace mcdist::crypto

@@ -1,0 +1,338 @@
+#include "receiver/io/status_render.hpp"
+
+#include "common/error.hpp"
+#include "common/http/html.hpp"
+#include "common/http/prometheus_text.hpp"
+#include "common/units.hpp"
+
+#include <ctime>
+
+namespace mcdist::receiver {
+
+namespace {
+
+using http::html_escape;
+using http::metric_type;
+
+double unix_seconds(wall_time t) {
+  return std::chrono::duration<double>(t.time_since_epoch()).count();
+}
+
+double age_seconds(wall_time now, wall_time then) {
+  return std::max(0.0, std::chrono::duration<double>(now - then).count());
+}
+
+/// "2026-11-23T10:20:03Z".
+std::string iso_time(wall_time t) {
+  const std::time_t tt = std::chrono::system_clock::to_time_t(t);
+  std::tm tm{};
+  gmtime_r(&tt, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+/// "10:20:03" (UTC), for tables.
+std::string clock_time(wall_time t) {
+  const std::time_t tt = std::chrono::system_clock::to_time_t(t);
+  std::tm tm{};
+  gmtime_r(&tt, &tm);
+  char buf[16];
+  std::strftime(buf, sizeof buf, "%H:%M:%S", &tm);
+  return buf;
+}
+
+std::string session_text(session_id s) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%08x", s.value);
+  return buf;
+}
+
+const char* level_name(spdlog::level::level_enum l) {
+  switch (l) {
+    case spdlog::level::warn:
+      return "warning";
+    case spdlog::level::err:
+      return "error";
+    case spdlog::level::critical:
+      return "critical";
+    case spdlog::level::info:
+      return "info";
+    case spdlog::level::debug:
+      return "debug";
+    default:
+      return "trace";
+  }
+}
+
+const std::string& channel_name(const status_snapshot& s, std::size_t i) {
+  return (*s.channels)[i].name;
+}
+
+}  // namespace
+
+std::string render_metrics(const status_snapshot& s) {
+  const auto& st = *s.stats;
+  const auto& chans = s.board->channels();
+  http::prometheus_text p;
+  p.family("mcdist_receiver_info", metric_type::gauge, "Receiver identity; the value is always 1.");
+  p.sample({{"id", s.id}}, std::uint64_t{1});
+  p.family("mcdist_receiver_start_time_seconds", metric_type::gauge,
+           "When the daemon started, seconds since the Unix epoch.");
+  p.sample(unix_seconds(s.started));
+  p.family("mcdist_receiver_sessions_active", metric_type::gauge, "Sessions being received now.");
+  p.sample(std::uint64_t{s.sessions_active});
+  p.family("mcdist_receiver_sessions_completed_total", metric_type::counter,
+           "Sessions this receiver completed.");
+  p.sample(st.sessions_completed);
+  p.family("mcdist_receiver_sessions_failed_total", metric_type::counter,
+           "Sessions given up before this receiver completed them.");
+  p.sample(st.sessions_failed);
+  p.family("mcdist_receiver_files_stored_total", metric_type::counter,
+           "Files verified (SHA-256) and renamed into the channel's destination.");
+  for (std::size_t i = 0; i < chans.size(); ++i)
+    p.sample({{"channel", channel_name(s, i)}}, chans[i].files_stored);
+  p.family("mcdist_receiver_files_failed_total", metric_type::counter,
+           "Files that could not be stored (verification retries exhausted, disk full, ...).");
+  for (std::size_t i = 0; i < chans.size(); ++i)
+    p.sample({{"channel", channel_name(s, i)}}, chans[i].files_failed);
+  p.family("mcdist_receiver_files_refused_total", metric_type::counter,
+           "Manifest entries refused (unsafe or conflicting paths, too large).");
+  p.sample(st.files_refused);
+  p.family("mcdist_receiver_stored_bytes_total", metric_type::counter,
+           "Bytes of the files stored.");
+  for (std::size_t i = 0; i < chans.size(); ++i)
+    p.sample({{"channel", channel_name(s, i)}}, chans[i].bytes_stored);
+  p.family("mcdist_receiver_last_product_timestamp_seconds", metric_type::gauge,
+           "When the channel's latest file was stored, seconds since the Unix epoch.");
+  for (std::size_t i = 0; i < chans.size(); ++i) {
+    if (chans[i].last_stored)
+      p.sample({{"channel", channel_name(s, i)}}, unix_seconds(*chans[i].last_stored));
+  }
+  p.family("mcdist_receiver_bytes_received_total", metric_type::counter,
+           "File data bytes taken from the network (new blocks over multicast, and unicast).");
+  p.sample(st.data_bytes);
+  p.family("mcdist_receiver_datagrams_received_total", metric_type::counter,
+           "Datagrams handed to the protocol engine.");
+  p.sample(st.datagrams);
+  p.family("mcdist_receiver_datagrams_dropped_total", metric_type::counter,
+           "Datagrams dropped, by reason (malformed, unknown session, duplicate, ...).");
+  for (std::size_t i = 1; i < st.drops.counts.size(); ++i) {
+    p.sample({{"reason", to_string(static_cast<errc>(i))}}, st.drops.counts[i]);
+  }
+  p.sample({{"reason", "test_drop_rate"}}, s.dropped_by_option);
+  p.family("mcdist_receiver_naks_sent_total", metric_type::counter, "NAK datagrams sent.");
+  p.sample(st.naks_sent);
+  p.family("mcdist_receiver_storage_written_bytes_total", metric_type::counter,
+           "Bytes written into temp files.");
+  p.sample(s.bytes_written);
+  p.family("mcdist_receiver_read_pauses_total", metric_type::counter,
+           "Times reading paused because the storage pool was full.");
+  p.sample(s.read_pauses);
+  p.family("mcdist_receiver_unicast_transfers_active", metric_type::gauge,
+           "Unicast fallback transfers running.");
+  p.sample(std::uint64_t{s.unicast_active});
+  p.family("mcdist_receiver_log_messages_total", metric_type::counter,
+           "Log messages at warning level and above, by level.");
+  p.sample({{"level", "warning"}}, s.warnings_logged);
+  p.sample({{"level", "error"}}, s.errors_logged);
+  return p.text();
+}
+
+nlohmann::json render_status_json(const status_snapshot& s) {
+  nlohmann::json j = s.status_file;
+  j["time"] = iso_time(s.now);
+  j["started"] = iso_time(s.started);
+  j["uptime_seconds"] = age_seconds(s.now, s.started);
+  nlohmann::json chans = nlohmann::json::array();
+  const auto& board = s.board->channels();
+  for (std::size_t i = 0; i < board.size(); ++i) {
+    const auto& cfg = (*s.channels)[i];
+    const auto& b = board[i];
+    nlohmann::json c;
+    c["name"] = cfg.name;
+    c["group"] = cfg.group.to_string();
+    c["dest"] = cfg.dest.string();
+    c["files_stored"] = b.files_stored;
+    c["files_failed"] = b.files_failed;
+    c["bytes_stored"] = b.bytes_stored;
+    if (b.last_stored) {
+      c["last_stored"] = iso_time(*b.last_stored);
+      c["last_stored_age_seconds"] = age_seconds(s.now, *b.last_stored);
+    }
+    nlohmann::json last = nlohmann::json::array();
+    for (auto it = b.recent.rbegin(); it != b.recent.rend(); ++it) {
+      nlohmann::json p;
+      p["path"] = it->path;
+      p["size"] = it->size;
+      p["session"] = session_text(it->session);
+      p["time"] = iso_time(it->at);
+      p["age_seconds"] = age_seconds(s.now, it->at);
+      p["stored"] = it->stored;
+      if (!it->stored) p["failure"] = it->failure;
+      last.push_back(std::move(p));
+    }
+    c["last_products"] = std::move(last);  // newest first
+    chans.push_back(std::move(c));
+  }
+  j["channels"] = std::move(chans);
+  nlohmann::json log = nlohmann::json::array();
+  for (const auto& e : s.recent_log) {
+    log.push_back(
+        {{"time", iso_time(e.time)}, {"level", level_name(e.level)}, {"message", e.text}});
+  }
+  j["recent_log"] = std::move(log);
+  j["bytes_per_minute"] = s.board->bytes_per_minute(s.now);
+  return j;
+}
+
+namespace {
+
+constexpr const char* page_style = R"(
+body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:1.5em 2em}
+body{color:#1f2328;background:#fff}
+h1{font-size:1.5em;margin:0 0 .2em}
+h2{font-size:1.15em;margin:1.6em 0 .5em;border-bottom:1px solid #d0d7de;padding-bottom:.2em}
+h3{font-size:1em;margin:1.2em 0 .4em}
+.sub{color:#57606a;margin:0 0 1em}
+.cards{display:flex;flex-wrap:wrap;gap:.6em}
+.card{border:1px solid #d0d7de;border-radius:6px;padding:.5em .9em;min-width:8em}
+.card .v{font-size:1.35em;font-weight:600}
+.card .k{color:#57606a;font-size:.85em}
+table{border-collapse:collapse;margin:.3em 0}
+th,td{padding:.25em .7em;text-align:left;border-bottom:1px solid #eaeef2;vertical-align:top}
+th{background:#f6f8fa;font-weight:600}
+td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
+.path{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;word-break:break-all}
+.ok{color:#1a7f37}
+.bad{color:#cf222e;font-weight:600}
+.warning{color:#9a6700}
+.error,.critical{color:#cf222e}
+.none{color:#57606a;font-style:italic}
+a{color:#0969da}
+)";
+
+void card(std::string& h, const char* id, const std::string& value, const char* label) {
+  h += "<div class=\"card\"><div class=\"v\" id=\"" + std::string(id) + "\">" + html_escape(value) +
+       "</div><div class=\"k\">" + label + "</div></div>\n";
+}
+
+}  // namespace
+
+std::string render_status_page(const status_snapshot& s) {
+  const auto& st = *s.stats;
+  const auto& board = s.board->channels();
+  std::uint64_t stored = 0;
+  std::uint64_t failed = 0;
+  for (const auto& b : board) {
+    stored += b.files_stored;
+    failed += b.files_failed;
+  }
+  std::string h;
+  h.reserve(64 * 1024);
+  h += "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
+       "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+       "<meta http-equiv=\"refresh\" content=\"10\">\n<title>mcdistd " +
+       html_escape(s.id) + "</title>\n<style>" + page_style + "</style></head>\n<body>\n";
+  h += "<h1>mcdistd <span id=\"receiver-id\">" + html_escape(s.id) + "</span></h1>\n";
+  h += "<p class=\"sub\">up " + http::format_age(age_seconds(s.now, s.started)) + " &middot; " +
+       iso_time(s.now) +
+       " &middot; reloads every 10 s &middot; <a href=\"/metrics\">metrics</a> &middot; "
+       "<a href=\"/status\">status JSON</a></p>\n";
+  h += "<div class=\"cards\">\n";
+  card(h, "sessions-active", std::to_string(s.sessions_active), "sessions active");
+  card(h, "sessions-completed", std::to_string(st.sessions_completed), "sessions completed");
+  card(h, "sessions-failed", std::to_string(st.sessions_failed), "sessions failed");
+  card(h, "files-stored", std::to_string(stored), "files stored");
+  card(h, "files-failed", std::to_string(failed), "files failed");
+  card(h, "files-refused", std::to_string(st.files_refused), "files refused");
+  card(h, "bytes-received", format_bytes(static_cast<double>(st.data_bytes)), "received");
+  card(h, "datagrams-dropped", std::to_string(st.drops.total() + s.dropped_by_option),
+       "datagrams dropped");
+  card(h, "unicast-active", std::to_string(s.unicast_active), "unicast transfers");
+  h += "</div>\n";
+
+  h += "<h2>Channels</h2>\n<table id=\"channels\"><thead><tr><th>channel</th><th>group</th>"
+       "<th>destination</th><th class=\"num\">stored</th><th class=\"num\">failed</th>"
+       "<th class=\"num\">bytes</th><th>last product</th></tr></thead><tbody>\n";
+  for (std::size_t i = 0; i < board.size(); ++i) {
+    const auto& cfg = (*s.channels)[i];
+    const auto& b = board[i];
+    const std::string n = std::to_string(i);
+    h += "<tr data-channel=\"" + html_escape(cfg.name) + "\"><td>" + html_escape(cfg.name) +
+         "</td><td>" + html_escape(cfg.group.to_string()) + "</td><td class=\"path\">" +
+         html_escape(cfg.dest.string()) + "</td><td class=\"num\" id=\"channel-" + n +
+         "-stored\">" + std::to_string(b.files_stored) + "</td><td class=\"num" +
+         (b.files_failed ? " bad" : "") + "\" id=\"channel-" + n + "-failed\">" +
+         std::to_string(b.files_failed) + "</td><td class=\"num\">" +
+         format_bytes(static_cast<double>(b.bytes_stored)) + "</td><td>" +
+         (b.last_stored ? http::format_age(age_seconds(s.now, *b.last_stored)) + " ago"
+                        : std::string("<span class=\"none\">none yet</span>")) +
+         "</td></tr>\n";
+  }
+  h += "</tbody></table>\n";
+
+  h += "<h2>Last products</h2>\n";
+  for (std::size_t i = 0; i < board.size(); ++i) {
+    const auto& b = board[i];
+    const std::string n = std::to_string(i);
+    h += "<h3>" + html_escape((*s.channels)[i].name) + "</h3>\n";
+    if (b.recent.empty()) {
+      h += "<p class=\"none\">No product yet.</p>\n";
+      continue;
+    }
+    h += "<table class=\"products\" id=\"channel-" + n +
+         "-products\"><thead><tr><th>time (UTC)</th><th>age</th><th>file</th>"
+         "<th class=\"num\">size</th><th>session</th><th>state</th></tr></thead><tbody>\n";
+    for (auto it = b.recent.rbegin(); it != b.recent.rend(); ++it) {
+      h += "<tr><td>" + clock_time(it->at) + "</td><td>" +
+           http::format_age(age_seconds(s.now, it->at)) + "</td><td class=\"path product\">" +
+           html_escape(it->path) + "</td><td class=\"num\">" +
+           format_bytes(static_cast<double>(it->size)) + "</td><td>" + session_text(it->session) +
+           "</td><td>" +
+           (it->stored ? std::string("<span class=\"ok\">stored</span>")
+                       : "<span class=\"bad\">failed</span>: " + html_escape(it->failure)) +
+           "</td></tr>\n";
+    }
+    h += "</tbody></table>\n";
+  }
+
+  const auto minutes = s.board->bytes_per_minute(s.now);
+  std::vector<double> rates;
+  std::vector<std::string> titles;
+  double peak = 0;
+  const std::int64_t last = minute_of(s.now);
+  for (std::size_t i = 0; i < minutes.size(); ++i) {
+    const double bps = static_cast<double>(minutes[i]) * 8 / 60;
+    rates.push_back(bps);
+    peak = std::max(peak, bps);
+    const auto at =
+        wall_time(std::chrono::minutes(last - static_cast<std::int64_t>(minutes.size() - 1 - i)));
+    titles.push_back(clock_time(at).substr(0, 5) + " UTC: " +
+                     format_bytes(static_cast<double>(minutes[i])) + ", " + format_rate(bps));
+  }
+  h += "<h2>Throughput, last hour</h2>\n<figure id=\"throughput\" style=\"margin:0\">" +
+       http::svg_bar_chart(rates, titles, "bytes received per minute over the last hour",
+                           format_rate(peak), "60 min ago", "now") +
+       "<figcaption class=\"sub\">File data received per minute (multicast and unicast), as a "
+       "mean rate; peak " +
+       format_rate(peak) + ".</figcaption></figure>\n";
+
+  h += "<h2>Recent warnings and errors</h2>\n";
+  if (s.recent_log.empty()) {
+    h += "<p class=\"none\" id=\"recent-log\">None since the daemon started.</p>\n";
+  } else {
+    h += "<table id=\"recent-log\"><thead><tr><th>time (UTC)</th><th>level</th><th>message</th>"
+         "</tr></thead><tbody>\n";
+    for (auto it = s.recent_log.rbegin(); it != s.recent_log.rend(); ++it) {
+      const char* lv = level_name(it->level);
+      h += "<tr><td>" + iso_time(it->time) + "</td><td class=\"" + lv + "\">" + lv +
+           "</td><td class=\"path\">" + html_escape(it->text) + "</td></tr>\n";
+    }
+    h += "</tbody></table>\n";
+  }
+  h += "</body></html>\n";
+  return h;
+}
+
+}  // namespace mcdist::receiver

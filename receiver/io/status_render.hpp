@@ -1,0 +1,51 @@
+#pragma once
+/// @file
+/// mcdistd's status port documents, rendered from one snapshot of the daemon's state:
+///   - /metrics: Prometheus text format 0.0.4 (common/http/prometheus_text.hpp); names by the
+///     Prometheus naming practice, `mcdist_receiver_` prefix, base units, `_total` counters;
+///   - /status: JSON, the status file's fields plus channels with their last products and
+///     ages, recent warnings and errors, and bytes per minute;
+///   - /: an HTML page for a person (no script, no external asset): channels and their last
+///     products with ages, recent warnings and errors, throughput over the last hour as an
+///     inline SVG bar chart. It reloads itself every 10 s.
+/// Pure functions of the snapshot.
+
+#include "common/http/log_ring.hpp"
+#include "receiver/core/receiver_engine.hpp"
+#include "receiver/io/daemon_config.hpp"
+#include "receiver/io/status_board.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+namespace mcdist::receiver {
+
+/// Everything the documents show, gathered on the io thread.
+struct status_snapshot {
+  std::string id;  ///< receiver id
+  wall_time now{};
+  wall_time started{};
+  const std::vector<channel_config>* channels = nullptr;  ///< configured channels
+  const receiver_stats* stats = nullptr;                  ///< the engine's counters
+  const status_board* board = nullptr;
+  std::size_t sessions_active = 0;
+  std::size_t unicast_active = 0;           ///< unicast fallback transfers running
+  std::uint64_t bytes_written = 0;          ///< storage: bytes written to temp files
+  std::uint64_t dropped_by_option = 0;      ///< --drop-rate (test option)
+  std::uint64_t read_pauses = 0;            ///< reads paused for a full storage pool
+  std::vector<http::log_entry> recent_log;  ///< recent warnings and errors, oldest first
+  std::uint64_t warnings_logged = 0;
+  std::uint64_t errors_logged = 0;
+  nlohmann::json status_file;  ///< the status file's document
+};
+
+/// The /metrics text.
+std::string render_metrics(const status_snapshot& s);
+/// The /status document.
+nlohmann::json render_status_json(const status_snapshot& s);
+/// The / page.
+std::string render_status_page(const status_snapshot& s);
+
+}  // namespace mcdist::receiver

@@ -1,0 +1,326 @@
+#include "common/auth.hpp"
+
+#include "mcdist.pb.h"
+
+#include <catch2/catch.hpp>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+using namespace mcdist;
+using namespace std::chrono_literals;
+
+namespace {
+
+const session_id sid{0x11223344};
+const time_point t0{std::chrono::seconds(100)};
+
+/// A datagram of `type` with `msg` as its body, with room for any trailer.
+template <class Msg>
+std::vector<std::byte> control(wire::msg_type type, const Msg& msg, session_id s = sid) {
+  std::vector<std::byte> out(wire::header_size + msg.ByteSizeLong() + auth::max_trailer_bytes);
+  const std::size_t n = wire::encode_control(out, type, s, msg);
+  REQUIRE(n > 0);
+  out.resize(n);
+  return out;
+}
+
+/// Seals with `seal(buf, len)` and returns the sealed bytes (empty if it refused).
+template <class F>
+std::vector<std::byte> sealed(std::vector<std::byte> d, F&& seal) {
+  const std::size_t len = d.size();
+  d.resize(len + auth::max_trailer_bytes);
+  const std::size_t n = seal(std::span<std::byte>(d), len);
+  d.resize(n);
+  return d;
+}
+
+std::vector<std::byte> data_datagram(std::uint32_t seq, std::uint32_t file, std::uint32_t block) {
+  std::vector<std::byte> d(wire::data_header_size + 100 + auth::data_trailer_bytes);
+  wire::write_data_header(d, {sid, seq, file_index{file}, block_index{block}});
+  for (std::size_t i = wire::data_header_size; i < d.size(); ++i) d[i] = std::byte(i * 7);
+  return d;
+}
+
+wire::announce sample_announce() {
+  wire::announce a;
+  a.mutable_params()->set_block_size(1400);
+  a.mutable_params()->set_file_count(1);
+  auto* f = a.add_files();
+  f->set_path("obs/x.bufr");
+  f->set_size(100);
+  return a;
+}
+
+/// One sender and one site that have run the whole exchange: announce, register, reply.
+struct exchange {
+  crypto::identity sender_id = crypto::generate_identity();
+  crypto::identity site_id = crypto::generate_identity();
+  auth::sender_keys sender;
+  auth::receiver_keys receiver;
+  std::span<const std::byte> out;
+
+  explicit exchange(std::map<std::string, crypto::key32, std::less<>> pinned = {})
+      : sender(sender_id, sid, std::move(pinned)),
+        receiver(auth::receiver_auth_options{{sender_id.public_key}, site_id, 256, 100}) {}
+
+  std::error_code announce() {
+    const auto a = sealed(control(wire::msg_type::announce, sample_announce()),
+                          [&](auto b, auto n) { return sender.seal_control(b, n); });
+    return receiver.open(a, t0, out);
+  }
+  std::vector<std::byte> register_request(const std::string& id = "site-a") {
+    wire::register_request r;
+    r.set_receiver_id(id);
+    return sealed(control(wire::msg_type::register_request, r),
+                  [&](auto b, auto n) { return receiver.seal(b, n); });
+  }
+  std::error_code reply(const std::string& id = "site-a") {
+    wire::register_reply r;
+    r.set_receiver_id(id);
+    r.set_accepted(true);
+    const auto d = sealed(control(wire::msg_type::register_reply, r),
+                          [&](auto b, auto n) { return sender.seal_control(b, n); });
+    if (d.empty()) return errc::unauthenticated;
+    return receiver.open(d, t0, out);
+  }
+  void run() {
+    REQUIRE_FALSE(announce());
+    const auto reg = register_request();
+    REQUIRE_FALSE(reg.empty());
+    REQUIRE_FALSE(sender.open(reg, out));
+    REQUIRE_FALSE(reply());
+    REQUIRE(receiver.has_session_key(sid));
+  }
+};
+
+}  // namespace
+
+TEST_CASE("public keys print and parse; bad text is refused with a reason", "[unit][auth]") {
+  const auto id = crypto::generate_identity();
+  const auto text = crypto::format_public_key(id.public_key);
+  REQUIRE(text.rfind("mcdist-ed25519:", 0) == 0);
+  REQUIRE(crypto::parse_public_key("  " + text + "\n") == id.public_key);
+  REQUIRE_THROWS_AS(crypto::parse_public_key("ssh-ed25519 AAAA"), crypto::key_error);
+  REQUIRE_THROWS_AS(crypto::parse_public_key("mcdist-ed25519:AAAA"), crypto::key_error);
+  REQUIRE_THROWS_WITH(crypto::parse_public_key(text + "x"), Catch::Contains("32 bytes"));
+}
+
+TEST_CASE("secret key files are created 0600, read back, and refused when others can read them",
+          "[unit][auth]") {
+  const auto dir = std::filesystem::temp_directory_path() / ("mcdist-auth-test-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto file = dir / "site.key";
+  std::filesystem::remove(file);
+  const auto id = crypto::generate_identity();
+  crypto::write_secret_key_file(file, id);
+  struct stat st{};
+  REQUIRE(::stat(file.c_str(), &st) == 0);
+  REQUIRE((st.st_mode & 0777) == 0600);
+  const auto back = crypto::read_secret_key_file(file);
+  REQUIRE(back.public_key == id.public_key);
+  REQUIRE(back.secret_key == id.secret_key);
+  REQUIRE(crypto::read_public_key(file.string()) == id.public_key);  // the public line
+  REQUIRE_THROWS_AS(crypto::write_secret_key_file(file, id), crypto::key_error);  // never overwrites
+  ::chmod(file.c_str(), 0640);
+  REQUIRE_THROWS_WITH(crypto::read_secret_key_file(file), Catch::Contains("chmod 600"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("the receiver id is read off the front of a control body", "[unit][auth]") {
+  wire::nak n;
+  n.set_receiver_id("dwd-offenbach");
+  n.set_pass(3);
+  const auto d = control(wire::msg_type::nak, n);
+  REQUIRE(auth::leading_receiver_id(std::span(d).subspan(wire::header_size)) == "dwd-offenbach");
+  wire::marker m;
+  m.set_pass(1);
+  const auto d2 = control(wire::msg_type::marker, m);
+  REQUIRE(auth::leading_receiver_id(std::span(d2).subspan(wire::header_size)).empty());
+}
+
+TEST_CASE("a signed announce opens; forged, altered and unsigned ones are counted and refused",
+          "[unit][auth]") {
+  exchange x;
+  const auto a = sealed(control(wire::msg_type::announce, sample_announce()),
+                        [&](auto b, auto n) { return x.sender.seal_control(b, n); });
+  REQUIRE(std::to_integer<int>(a[2]) == 2);
+  REQUIRE_FALSE(x.receiver.open(a, t0, x.out));
+  REQUIRE(x.out.size() == a.size() - 96);
+  wire::header h;
+  REQUIRE_FALSE(wire::parse_header(x.out, h));
+  wire::announce back;
+  REQUIRE_FALSE(wire::parse_control(x.out, back));
+  REQUIRE(back.files(0).path() == "obs/x.bufr");
+
+  // Another sender's key: the signature is by no trusted key.
+  const auto mallory = crypto::generate_identity();
+  auth::sender_keys forger(mallory, session_id{0x5555}, {});
+  const auto forged = sealed(control(wire::msg_type::announce, sample_announce(), session_id{0x5555}),
+                             [&](auto b, auto n) { return forger.seal_control(b, n); });
+  REQUIRE(x.receiver.open(forged, t0, x.out) == errc::unauthenticated);
+  REQUIRE(x.receiver.stats().bad_signature == 1);
+
+  // One byte changed in the manifest.
+  auto altered = a;
+  altered[20] ^= std::byte{1};
+  REQUIRE(x.receiver.open(altered, t0, x.out) == errc::unauthenticated);
+  REQUIRE(x.receiver.stats().bad_signature == 2);
+
+  // Version 1 while keys are configured.
+  const auto plain = control(wire::msg_type::announce, sample_announce());
+  REQUIRE(x.receiver.open(plain, t0, x.out) == errc::unauthenticated);
+  REQUIRE(x.receiver.stats().unauthenticated == 1);
+
+  // Without trusted keys version 1 is taken as it is.
+  auth::receiver_keys open_site(auth::receiver_auth_options{{}, crypto::generate_identity()});
+  REQUIRE_FALSE(open_site.open(plain, t0, x.out));
+  REQUIRE(x.out.size() == plain.size());
+}
+
+TEST_CASE("the whole exchange gives the site the session key; data and markers verify under it",
+          "[unit][auth]") {
+  exchange x;
+  // Before the register_reply, data cannot be checked and is refused.
+  REQUIRE_FALSE(x.announce());
+  auto early = data_datagram(1, 0, 0);
+  early.resize(x.sender.seal_data(early, early.size() - auth::data_trailer_bytes));
+  REQUIRE(x.receiver.open(early, t0, x.out) == errc::unauthenticated);
+  REQUIRE(x.receiver.stats().no_key == 1);
+
+  x.run();
+  REQUIRE(x.sender.site_key("site-a") == x.site_id.public_key);
+  REQUIRE_FALSE(x.receiver.open(early, t0, x.out));
+  REQUIRE(x.out.size() == early.size() - 16);
+  wire::data_header dh;
+  std::span<const std::byte> payload;
+  REQUIRE_FALSE(wire::parse_data(x.out, dh, payload));
+  REQUIRE(payload.size() == 100);
+
+  for (std::size_t at : {std::size_t{9}, std::size_t{25}, early.size() - 1}) {
+    auto bad = early;
+    bad[at] ^= std::byte{0x80};
+    REQUIRE(x.receiver.open(bad, t0, x.out) == errc::unauthenticated);
+  }
+  REQUIRE(x.receiver.stats().bad_tag == 3);
+
+  wire::marker m;
+  m.set_pass(1);
+  m.set_seq(5);
+  const auto mk = sealed(control(wire::msg_type::marker, m),
+                         [&](auto b, auto n) { return x.sender.seal_control(b, n); });
+  REQUIRE_FALSE(x.receiver.open(mk, t0, x.out));
+  auto mk_bad = mk;
+  mk_bad[10] ^= std::byte{1};
+  REQUIRE(x.receiver.open(mk_bad, t0, x.out) == errc::unauthenticated);
+
+  // Digest lists and session ends are signed.
+  wire::session_end e;
+  e.set_detail("done");
+  const auto end = sealed(control(wire::msg_type::session_end, e),
+                          [&](auto b, auto n) { return x.sender.seal_control(b, n); });
+  REQUIRE_FALSE(x.receiver.open(end, t0, x.out));
+  auto end_bad = end;
+  end_bad[end_bad.size() - 70] ^= std::byte{1};
+  REQUIRE(x.receiver.open(end_bad, t0, x.out) == errc::unauthenticated);
+}
+
+TEST_CASE("NAK and COMPLETE speak only for the site that registered", "[unit][auth]") {
+  exchange x;
+  x.run();
+  wire::nak n;
+  n.set_receiver_id("site-a");
+  n.set_pass(1);
+  const auto nak = sealed(control(wire::msg_type::nak, n), [&](auto b, auto l) { return x.receiver.seal(b, l); });
+  REQUIRE_FALSE(x.sender.open(nak, x.out));
+  REQUIRE(x.out.size() == nak.size() - 32);
+
+  // A plain NAK in the site's name.
+  REQUIRE(x.sender.open(control(wire::msg_type::nak, n), x.out) == errc::unauthenticated);
+  // A NAK sealed by another host with its own key, for a site it never registered as.
+  auth::receiver_keys mallory(auth::receiver_auth_options{{}, crypto::generate_identity()});
+  const auto a = sealed(control(wire::msg_type::announce, sample_announce()),
+                        [&](auto b, auto l) { return x.sender.seal_control(b, l); });
+  REQUIRE_FALSE(mallory.open(a, t0, x.out));
+  const auto forged = sealed(control(wire::msg_type::nak, n), [&](auto b, auto l) { return mallory.seal(b, l); });
+  REQUIRE(x.sender.open(forged, x.out) == errc::unauthenticated);
+  REQUIRE(x.sender.stats().bad_tag == 1);
+  // ... nor can it re-register as site-a with its key: the first key keeps the id.
+  wire::register_request r;
+  r.set_receiver_id("site-a");
+  const auto reg = sealed(control(wire::msg_type::register_request, r),
+                          [&](auto b, auto l) { return mallory.seal(b, l); });
+  REQUIRE(x.sender.open(reg, x.out) == errc::unauthenticated);
+  REQUIRE(x.sender.stats().untrusted_site == 1);
+  // ... and a NAK for an id that never registered has no key.
+  n.set_receiver_id("site-b");
+  const auto other = sealed(control(wire::msg_type::nak, n), [&](auto b, auto l) { return x.receiver.seal(b, l); });
+  REQUIRE(x.sender.open(other, x.out) == errc::unauthenticated);
+  REQUIRE(x.sender.stats().no_key == 1);
+}
+
+TEST_CASE("pinned site keys: only the pinned key registers its id", "[unit][auth]") {
+  const auto site_a = crypto::generate_identity();
+  std::map<std::string, crypto::key32, std::less<>> pins{{"site-a", site_a.public_key}};
+  exchange x(pins);  // the exchange's site key is not the pinned one
+  REQUIRE_FALSE(x.announce());
+  REQUIRE(x.sender.open(x.register_request(), x.out) == errc::unauthenticated);
+  REQUIRE(x.sender.stats().untrusted_site == 1);
+  REQUIRE(x.reply() == errc::unauthenticated);  // no pairwise key, nothing to seal
+
+  auth::receiver_keys real(auth::receiver_auth_options{{x.sender_id.public_key}, site_a});
+  const auto a = sealed(control(wire::msg_type::announce, sample_announce()),
+                        [&](auto b, auto l) { return x.sender.seal_control(b, l); });
+  REQUIRE_FALSE(real.open(a, t0, x.out));
+  wire::register_request r;
+  r.set_receiver_id("site-a");
+  REQUIRE_FALSE(x.sender.open(sealed(control(wire::msg_type::register_request, r),
+                                     [&](auto b, auto l) { return real.seal(b, l); }),
+                              x.out));
+}
+
+TEST_CASE("a session's keys survive a restart through export and import", "[unit][auth]") {
+  exchange x;
+  x.run();
+  const auto blob = x.receiver.export_session(sid);
+  REQUIRE(blob);
+  auth::receiver_keys restarted(auth::receiver_auth_options{{x.sender_id.public_key}, x.site_id});
+  REQUIRE_FALSE(restarted.import_session(sid, "short"));
+  REQUIRE(restarted.import_session(sid, *blob));
+  auto d = data_datagram(9, 1, 2);
+  d.resize(x.sender.seal_data(d, d.size() - auth::data_trailer_bytes));
+  REQUIRE_FALSE(restarted.open(d, t0, x.out));
+  wire::nak n;
+  n.set_receiver_id("site-a");
+  const auto nak = sealed(control(wire::msg_type::nak, n), [&](auto b, auto l) { return restarted.seal(b, l); });
+  REQUIRE_FALSE(x.sender.open(nak, x.out));
+}
+
+TEST_CASE("signature checks are budgeted per second; repeats of a verified announce are free",
+          "[unit][auth]") {
+  exchange x;  // budget: 100 per second
+  const auto a = sealed(control(wire::msg_type::announce, sample_announce()),
+                        [&](auto b, auto n) { return x.sender.seal_control(b, n); });
+  REQUIRE_FALSE(x.receiver.open(a, t0, x.out));
+  const auto mallory = crypto::generate_identity();
+  for (std::uint32_t i = 0; i < 150; ++i) {
+    auth::sender_keys forger(mallory, session_id{i + 1}, {});
+    const auto f = sealed(control(wire::msg_type::announce, sample_announce(), session_id{i + 1}),
+                          [&](auto b, auto n) { return forger.seal_control(b, n); });
+    REQUIRE(x.receiver.open(f, t0 + 1ms, x.out) == errc::unauthenticated);
+  }
+  REQUIRE(x.receiver.stats().bad_signature + x.receiver.stats().verify_budget == 150);
+  REQUIRE(x.receiver.stats().verify_budget > 0);
+  // The real sender's announce repeats: known, so no signature check is needed.
+  REQUIRE_FALSE(x.receiver.open(a, t0 + 2ms, x.out));
+  // A second later the budget is back.
+  auth::sender_keys other(x.sender_id, session_id{0x99}, {});
+  const auto b = sealed(control(wire::msg_type::announce, sample_announce(), session_id{0x99}),
+                        [&](auto bb, auto n) { return other.seal_control(bb, n); });
+  REQUIRE_FALSE(x.receiver.open(b, t0 + 1100ms, x.out));
+}
