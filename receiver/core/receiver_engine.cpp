@@ -480,7 +480,8 @@ void receiver_engine::handle_announce(const wire::announce& m, session_id id, co
     m_stats.drops.add(errc::invalid_field);
     return;
   }
-  if (!grow_files(*s, static_cast<std::uint32_t>(end - 1))) {
+  // (end == 0: the one empty chunk of an empty session; end - 1 would ask for 2^32 entries)
+  if (end > 0 && !grow_files(*s, static_cast<std::uint32_t>(end - 1))) {
     m_stats.drops.add(errc::over_budget);
     return;  // the chunk is not marked: a later copy may fit once other sessions end
   }

@@ -391,6 +391,25 @@ TEST_CASE("a damaged checkpoint whose bitmap does not fit its file is refused", 
   REQUIRE_FALSE(restarted.restore(st.SerializeAsString(), h.now));
 }
 
+TEST_CASE("an announce of an empty session allocates nothing and completes its manifest",
+          "[unit][receiver]") {
+  // Found by tests/fuzz/receiver_fuzz: file_count 0 and a chunk without entries made the
+  // engine grow its file table to index end - 1 = 2^32 - 1 (832 GiB asked of the allocator).
+  harness h;
+  wire::announce a;
+  auto* p = a.mutable_params();
+  p->set_block_size(1000);
+  p->set_file_count(0);
+  p->set_manifest_chunks(1);
+  p->set_grtt_us(10000);
+  a.set_chunk(0);
+  a.set_first_file(0);
+  h.feed(datagram(wire::msg_type::announce, a));
+  REQUIRE(h.engine.active_sessions() == 1);
+  // The manifest is complete: the receiver registers at once (nothing to look for).
+  REQUIRE(h.sink.of_type<wire::register_request>(wire::msg_type::register_request).size() == 1);
+}
+
 TEST_CASE("a resend for other receivers is ignored", "[unit][receiver]") {
   harness h;
   wire::announce a;
