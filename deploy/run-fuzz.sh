@@ -11,7 +11,7 @@
 #   MCDIST_FUZZ_JOBS=N        targets run N at a time (default 1)
 #   MCDIST_FUZZ_TARGETS="a b" only these (default: wire receiver sender unicast_frame checkpoint config)
 #   MCDIST_FUZZ_BUILD=DIR     build directory (default build-fuzz)
-#   deploy/run-fuzz.sh --seeds  rewrites tests/fuzz/corpus with make_corpus and exits
+#   deploy/run-fuzz.sh --seeds  rewrites the generated seeds of tests/fuzz/corpus and exits
 #
 # Each target keeps what it learns in DIR/corpus/TARGET (not committed), so later runs start
 # further; its log is DIR/logs/TARGET.log; one summary line per target is printed.
@@ -48,7 +48,7 @@ echo "run-fuzz.sh: building the fuzz targets in $build"
 ninja -C "$build" fuzz >/dev/null
 
 if [ "$seeds_only" = 1 ]; then
-  rm -rf "$src/tests/fuzz/corpus"
+  # Overwrites the generated seeds; inputs added by hand (crashes found, e.g. float_size.toml) stay.
   "$build/tests/fuzz/make_corpus" "$src/tests/fuzz/corpus"
   echo "run-fuzz.sh: seeds written to tests/fuzz/corpus; commit them"
   exit 0
