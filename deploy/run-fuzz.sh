@@ -37,6 +37,8 @@ if [ -z "$cxx" ] || [ -z "$cc" ]; then
   exit 2
 fi
 
+# ccache's paths relative to the tree, so that clones in other directories share its cache.
+export CCACHE_BASEDIR="$src"
 if [ ! -f "$build/build.ninja" ]; then
   launcher=()
   command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
