@@ -177,10 +177,15 @@ std::error_code sender_keys::open(std::span<const std::byte> d, std::span<const 
     return errc::unauthenticated;
   }
   const std::size_t trailer = trailer_size(h.type);
-  if (d.size() < wire::header_size + trailer) return errc::truncated;
-  const auto body = d.subspan(wire::header_size, d.size() - wire::header_size - trailer);
-  const auto id = leading_receiver_id(body);
-  if (id.empty()) return errc::bad_protobuf;
+  const auto id = d.size() < wire::header_size + trailer
+                      ? std::string_view()
+                      : leading_receiver_id(d.subspan(wire::header_size,
+                                                      d.size() - wire::header_size - trailer));
+  if (id.empty()) {
+    // Too short for its trailer, or no receiver id to find a key by.
+    ++m_stats.unauthenticated;
+    return errc::unauthenticated;
+  }
   const std::byte* t = d.data() + d.size() - trailer;
   if (h.type == msg_type::register_request) {
     crypto::key32 site_key{};

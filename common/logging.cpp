@@ -5,6 +5,8 @@
 #include <spdlog/sinks/rotating_file_sink.h>
 #include <spdlog/spdlog.h>
 
+#include <google/protobuf/stubs/logging.h>
+
 #include <cstdio>
 #include <mutex>
 #include <stdexcept>
@@ -64,6 +66,16 @@ class reopenable_file_sink final : public spdlog::sinks::base_sink<std::mutex> {
   std::unique_ptr<spdlog::sinks::rotating_file_sink_st> m_inner;
 };
 
+/// libprotobuf's messages, into the default logger. Its default handler writes a line to
+/// stderr for every refused string field of invalid UTF-8: one line per hostile datagram, which
+/// the caller already counts as bad_protobuf (found by tests/fuzz). Debug level, then.
+void protobuf_log(google::protobuf::LogLevel level, const char* file, int line,
+                  const std::string& message) {
+  const auto l = level == google::protobuf::LOGLEVEL_FATAL ? spdlog::level::critical
+                                                           : spdlog::level::debug;
+  if (auto* log = spdlog::default_logger_raw()) log->log(l, "libprotobuf {}:{}: {}", file, line, message);
+}
+
 }  // namespace
 
 spdlog::level::level_enum parse_log_level(const std::string& text) {
@@ -90,6 +102,7 @@ std::shared_ptr<spdlog::logger> make_logger(const std::string& name, const log_o
   log->set_pattern("%Y-%m-%d %H:%M:%S.%e %n %^%l%$: %v");
   log->flush_on(spdlog::level::info);
   spdlog::set_default_logger(log);
+  google::protobuf::SetLogHandler(&protobuf_log);
   return log;
 }
 

@@ -31,7 +31,8 @@ struct log_options {
 /// @throws std::invalid_argument on anything else
 spdlog::level::level_enum parse_log_level(const std::string& text);
 
-/// Creates the program's logger and makes it spdlog's default.
+/// Creates the program's logger and makes it spdlog's default; libprotobuf's messages go to it
+/// at debug level (by default libprotobuf writes each to stderr, one per refused datagram).
 /// @throws spdlog::spdlog_ex when the log file cannot be opened
 std::shared_ptr<spdlog::logger> make_logger(const std::string& name, const log_options& o);
 

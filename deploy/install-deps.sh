@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything mcdist needs to build, test and run its demo on Debian 12, with apt-get.
-#   deploy/install-deps.sh          build, test and demo dependencies
+#   deploy/install-deps.sh          build, test and demo dependencies (clang-14 + libfuzzer-14-dev:
+#                                   deploy/run-fuzz.sh)
 #   deploy/install-deps.sh --bench  also the peers and tools of tests/bench (uftp, iperf3, gnuplot, rsync)
 set -euo pipefail
 
@@ -17,6 +18,7 @@ packages=(
   chromium prometheus
   systemd help2man lintian
   tshark
+  clang-14 libfuzzer-14-dev
   libmosquitto-dev mosquitto mosquitto-clients
 )
 if [ "${1:-}" = "--bench" ]; then

@@ -480,7 +480,8 @@ void receiver_engine::handle_announce(const wire::announce& m, session_id id, co
     m_stats.drops.add(errc::invalid_field);
     return;
   }
-  if (!grow_files(*s, static_cast<std::uint32_t>(end - 1))) {
+  // (end == 0: the one empty chunk of an empty session; end - 1 would ask for 2^32 entries)
+  if (end > 0 && !grow_files(*s, static_cast<std::uint32_t>(end - 1))) {
     m_stats.drops.add(errc::over_budget);
     return;  // the chunk is not marked: a later copy may fit once other sessions end
   }
@@ -1356,14 +1357,16 @@ std::error_code receiver_engine::restore(std::string_view blob, time_point now) 
       case file_rx::state_t::receiving:
       case file_rx::state_t::awaiting_digest:
       case file_rx::state_t::finalizing: {
+        // The bitmap's size is checked against the blob before it is charged and allocated: a
+        // damaged entry of 2^31 blocks must not cost 256 MiB; memory stays bounded by the blob.
+        const auto& raw = fs.received();
+        const std::size_t word_count = (std::size_t{fr.blocks} + 63) / 64;
+        if (raw.size() != word_count * 8) return errc::invalid_field;
         if (!m_budget.charge(id, bitmap_bytes(fr.blocks))) return errc::over_budget;
         fr.received = block_map(fr.blocks);
-        const auto& raw = fs.received();
-        std::vector<std::uint64_t> words(raw.size() / 8);
-        if (raw.size() % 8 != 0 || words.size() != fr.received.words().size()) {
-          return errc::invalid_field;
-        }
-        std::memcpy(words.data(), raw.data(), raw.size());
+        std::vector<std::uint64_t> words(word_count);
+        // (an empty file has no words: memcpy must not see the null pointers)
+        if (!raw.empty()) std::memcpy(words.data(), raw.data(), raw.size());
         fr.received.assign_words(words);
         fr.state = file_rx::state_t::receiving;
         fr.resume = fs.begun();

@@ -5,7 +5,9 @@
 
 #include <toml++/toml.h>
 
+#include <limits>
 #include <sstream>
+#include <type_traits>
 
 namespace mcdist::receiver {
 
@@ -19,6 +21,13 @@ std::string where(const toml::source_region& r) {
 
 template <class T>
 T require_type(const toml::node& n, const std::string& key, const char* type_name) {
+  // An integer setting takes integers only: toml++ converts a float (1e40) to an integer type
+  // with a cast that is undefined behaviour out of range (found by tests/fuzz/config_fuzz).
+  if constexpr (std::is_integral_v<T>) {
+    if (!n.is_integer()) {
+      throw config_error("'" + key + "' must be " + type_name + " (" + where(n.source()) + ")");
+    }
+  }
   if (auto v = n.value<T>()) return *v;
   throw config_error("'" + key + "' must be " + type_name + " (" + where(n.source()) + ")");
 }
@@ -113,6 +122,13 @@ std::optional<endpoint> parse_http_setting(const std::string& text, const std::s
   return e;
 }
 
+namespace {
+
+/// The settings of a parsed configuration; `source` names it in messages.
+daemon_config from_table(const toml::table& t, const std::string& source);
+
+}  // namespace
+
 daemon_config load_config_file(const std::filesystem::path& file) {
   toml::table t;
   try {
@@ -122,6 +138,24 @@ daemon_config load_config_file(const std::filesystem::path& file) {
     os << file.string() << ": " << e.description() << " (" << where(e.source()) << ")";
     throw config_error(os.str());
   }
+  return from_table(t, file.string());
+}
+
+daemon_config load_config_string(std::string_view text, const std::string& source) {
+  toml::table t;
+  try {
+    t = toml::parse(text, source);
+  } catch (const toml::parse_error& e) {
+    std::ostringstream os;
+    os << source << ": " << e.description() << " (" << where(e.source()) << ")";
+    throw config_error(os.str());
+  }
+  return from_table(t, source);
+}
+
+namespace {
+
+daemon_config from_table(const toml::table& t, const std::string& source) {
   daemon_config cfg;
   std::filesystem::path default_dest;
   static const char* known[] = {"id", "interface", "dest", "temp", "sync", "buffer_pool",
@@ -133,7 +167,7 @@ daemon_config load_config_file(const std::filesystem::path& file) {
                                 "trusted_senders"};
   for (const auto& [k, v] : t) {
     if (std::find(std::begin(known), std::end(known), std::string(k.str())) == std::end(known)) {
-      throw config_error(file.string() + ": unknown setting '" + std::string(k.str()) + "' (" +
+      throw config_error(source + ": unknown setting '" + std::string(k.str()) + "' (" +
                          where(v.source()) + ")");
     }
   }
@@ -154,12 +188,22 @@ daemon_config load_config_file(const std::filesystem::path& file) {
     else throw config_error("'sync' must be \"batch\", \"file\" or \"none\", not \"" + s + "\"");
   }
   auto size_setting = [&](const char* key, auto& out) {
+    using out_t = std::remove_reference_t<decltype(out)>;
     if (auto n = t[key]) {
-      const auto s = n.is_string() ? *n.value<std::string>()
-                                   : std::to_string(require_type<std::int64_t>(*n.node(), key, "a size"));
+      // A string ("32M") or an integer of bytes. Not a float: toml++ converts a float such as
+      // 5.4e31 to int64 with a cast that is undefined behaviour out of range (found by
+      // tests/fuzz/config_fuzz).
+      if (!n.is_string() && !n.is_integer()) {
+        throw config_error(std::string("'") + key + "' must be a size like \"32M\" or a whole number of bytes (" +
+                           where(n.node()->source()) + ")");
+      }
+      const auto s = n.is_string() ? *n.value<std::string>() : std::to_string(*n.value<std::int64_t>());
       const auto v = parse_size(s);
       if (!v) throw config_error(std::string("'") + key + "' = \"" + s + "\" is not a size (e.g. 32M)");
-      out = static_cast<std::remove_reference_t<decltype(out)>>(*v);
+      if (*v > static_cast<std::uint64_t>(std::numeric_limits<out_t>::max())) {
+        throw config_error(std::string("'") + key + "' = \"" + s + "\" is too large");
+      }
+      out = static_cast<out_t>(*v);
     }
   };
   size_setting("buffer_pool", cfg.buffer_pool_bytes);
@@ -260,6 +304,8 @@ daemon_config load_config_file(const std::filesystem::path& file) {
   cfg.trusted_senders = std::move(default_trusted);
   return cfg;
 }
+
+}  // namespace
 
 void validate(const daemon_config& cfg) {
   if (cfg.id.empty()) throw config_error("no receiver id: set --id or id = \"...\" in the config");

@@ -13,6 +13,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace mcdist::receiver {
@@ -88,6 +89,10 @@ class config_error : public std::runtime_error {
 /// Reads a TOML configuration file (README "mcdistd configuration").
 /// @throws config_error on a syntax error (with line and column) or a bad value
 daemon_config load_config_file(const std::filesystem::path& file);
+
+/// Reads a TOML configuration from `text` (README "mcdistd configuration"); `source` names it
+/// in error messages (a file name, "<fuzz>"). @throws config_error as load_config_file
+daemon_config load_config_string(std::string_view text, const std::string& source);
 
 /// Checks a complete configuration: id set and valid, at least one channel, every group
 /// multicast, temp and dest set. @throws config_error naming the first problem

@@ -389,8 +389,10 @@ void sender_app::do_receive() {
         [&](std::span<const std::byte> d, const endpoint& from) {
           if (m_keys) {
             std::span<const std::byte> plain;
-            if (m_keys->open(d, plain)) {
-              ++m_unauthenticated;
+            if (const auto refused = m_keys->open(d, plain)) {
+              // Refusals are counted in m_keys' stats; framing errors go to the session, which
+              // counts malformed datagrams by reason.
+              if (refused != errc::unauthenticated) m_session.on_datagram(d, from, now);
               return;
             }
             d = plain;

@@ -126,7 +126,6 @@ class sender_app {
   /// The session's keys when it is signed (app_options::identity).
   std::unique_ptr<auth::sender_keys> m_keys;
   std::vector<std::byte> m_control_buffer;
-  std::uint64_t m_unauthenticated = 0;  ///< site datagrams refused by m_keys
   std::vector<data_send> m_sends;
   std::vector<data_send> m_pending;  ///< taken from the session, not yet accepted by the socket
   std::size_t m_pending_pos = 0;

@@ -352,6 +352,64 @@ TEST_CASE("a checkpoint restores a session that resumes where it stopped", "[uni
   REQUIRE(runs(naks[0], 1).empty());
 }
 
+TEST_CASE("a checkpoint with an empty file being finalized restores and finalizes it again",
+          "[unit][receiver]") {
+  // Found by tests/fuzz/checkpoint_fuzz: the empty file's bitmap has no words, and restore
+  // passed its null data pointer to memcpy (undefined behaviour; UBSan stops the ASan tree).
+  harness h;
+  h.announce({entry("e", 0), entry("a", 3000)});
+  h.held_none();
+  h.accept();
+  REQUIRE(h.sink.finalized.size() == 1);  // the empty file, at once
+  h.engine.checkpoint_all(h.now);
+  REQUIRE(h.sink.checkpoints.size() == 1);
+
+  fake_sink sink2;
+  receiver_engine restarted(receiver_config{"site"}, sink2, 2, nullptr);
+  REQUIRE_FALSE(restarted.restore(h.sink.checkpoints.back(), h.now));
+  REQUIRE(sink2.finalized.size() == 1);
+  REQUIRE(sink2.finalized[0].first == 0);
+}
+
+TEST_CASE("a damaged checkpoint whose bitmap does not fit its file is refused", "[unit][receiver]") {
+  harness h;
+  h.announce({entry("a", 3000)});
+  h.held_none();
+  h.accept();
+  h.engine.checkpoint_all(h.now);
+  REQUIRE(h.sink.checkpoints.size() == 1);
+  wire::session_state st;
+  REQUIRE(st.ParseFromString(h.sink.checkpoints.back()));
+  // 2^31 - 1 blocks of 1000 bytes with the 3-block file's bitmap: refused before the 256 MiB
+  // bitmap such a file needs is allocated.
+  st.mutable_files(0)->mutable_entry()->set_size(std::uint64_t{0x7fffffff} * 1000);
+  fake_sink sink2;
+  receiver_engine restarted(receiver_config{"site"}, sink2, 2, nullptr);
+  REQUIRE(restarted.restore(st.SerializeAsString(), h.now) == errc::invalid_field);
+  REQUIRE(restarted.active_sessions() == 0);
+  st.mutable_files(0)->mutable_entry()->set_size(3000);
+  REQUIRE_FALSE(restarted.restore(st.SerializeAsString(), h.now));
+}
+
+TEST_CASE("an announce of an empty session allocates nothing and completes its manifest",
+          "[unit][receiver]") {
+  // Found by tests/fuzz/receiver_fuzz: file_count 0 and a chunk without entries made the
+  // engine grow its file table to index end - 1 = 2^32 - 1 (832 GiB asked of the allocator).
+  harness h;
+  wire::announce a;
+  auto* p = a.mutable_params();
+  p->set_block_size(1000);
+  p->set_file_count(0);
+  p->set_manifest_chunks(1);
+  p->set_grtt_us(10000);
+  a.set_chunk(0);
+  a.set_first_file(0);
+  h.feed(datagram(wire::msg_type::announce, a));
+  REQUIRE(h.engine.active_sessions() == 1);
+  // The manifest is complete: the receiver registers at once (nothing to look for).
+  REQUIRE(h.sink.of_type<wire::register_request>(wire::msg_type::register_request).size() == 1);
+}
+
 TEST_CASE("a resend for other receivers is ignored", "[unit][receiver]") {
   harness h;
   wire::announce a;

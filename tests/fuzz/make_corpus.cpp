@@ -1,0 +1,498 @@
+/// @file
+/// Writes the seed corpora of tests/fuzz (committed under tests/fuzz/corpus/TARGET/): real
+/// datagrams, frames, checkpoints and configuration files, encoded by the project's own
+/// encoders, so each fuzz target starts from inputs that reach deep into its code.
+///
+///     make_corpus DIR     writes DIR/{wire,receiver,sender,unicast_frame,checkpoint,config}/*
+///
+/// Run by hand after a wire format change (deploy/run-fuzz.sh --seeds), then commit the files.
+
+#include "common/ranges.hpp"
+#include "common/unicast/frame.hpp"
+#include "common/wire.hpp"
+#include "mcdist.pb.h"
+#include "receiver/core/receiver_engine.hpp"
+#include "tests/fuzz/fuzz_script.hpp"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+using namespace mcdist;
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+namespace {
+
+using bytes = std::vector<std::byte>;
+constexpr session_id rx_sid{0x1234};   // receiver seeds' session
+constexpr session_id tx_sid{42};       // sender_fuzz's session
+
+fs::path g_root;
+
+void write(const std::string& target, const std::string& name, std::span<const std::byte> b) {
+  fs::create_directories(g_root / target);
+  std::ofstream out(g_root / target / name, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+  if (!out) throw std::runtime_error("cannot write " + (g_root / target / name).string());
+}
+void write_text(const std::string& target, const std::string& name, std::string_view text) {
+  write(target, name, std::as_bytes(std::span(text.data(), text.size())));
+}
+
+template <class Msg>
+bytes datagram(wire::msg_type t, const Msg& m, session_id s = rx_sid) {
+  bytes out(wire::header_size + m.ByteSizeLong());
+  wire::encode_control(out, t, s, m);
+  return out;
+}
+
+bytes data_dg(std::uint32_t seq, std::uint32_t file, std::uint32_t block, std::size_t len) {
+  bytes d(wire::data_header_size + len, std::byte{7});
+  wire::write_data_header(d, {rx_sid, seq, file_index{file}, block_index{block}});
+  return d;
+}
+
+bytes be3(std::uint32_t v) {
+  return {std::byte(v >> 16), std::byte(v >> 8), std::byte(v)};
+}
+
+// --- the receiver's side of one session: 3 files (empty, 2500 bytes, 1000 bytes) ---
+
+wire::announce announce_msg() {
+  wire::announce a;
+  auto* p = a.mutable_params();
+  p->set_block_size(1000);
+  p->set_file_count(3);
+  p->set_manifest_chunks(1);
+  p->set_grtt_us(10000);
+  p->set_total_bytes(3500);
+  p->set_sender_name("seed");
+  a.set_chunk(0);
+  a.set_first_file(0);
+  a.set_sender_time_us(1);
+  const std::pair<const char*, std::uint64_t> files[] = {{"e", 0}, {"dir/b", 2500}, {"c", 1000}};
+  for (const auto& [path, size] : files) {
+    auto* e = a.add_files();
+    e->set_path(path);
+    e->set_size(size);
+    e->set_mode(0644);
+    e->set_sha256(std::string(32, '\x11'));
+  }
+  return a;
+}
+wire::register_reply reply_msg(bool accepted) {
+  wire::register_reply r;
+  r.set_receiver_id("site");
+  r.set_accepted(accepted);
+  if (!accepted) r.set_reason("closed group");
+  return r;
+}
+wire::marker marker_msg(std::uint32_t pass, bool end, std::uint32_t seq) {
+  wire::marker m;
+  m.set_pass(pass);
+  m.set_file(end ? 3 : 1);
+  m.set_block(0);
+  m.set_pass_end(end);
+  m.set_seq(seq);
+  m.set_grtt_us(10000);
+  m.set_digests_through(3);
+  m.set_nak_backoff_us(1000);
+  m.set_status_request(end);
+  return m;
+}
+wire::digest_list digests_msg() {
+  wire::digest_list d;
+  for (std::uint32_t f = 0; f < 3; ++f) {
+    auto* h = d.add_digests();
+    h->set_file(f);
+    h->set_sha256(std::string(32, '\x11'));
+  }
+  return d;
+}
+wire::session_end end_msg(bool aborted) {
+  wire::session_end e;
+  e.set_reason(aborted ? wire::session_end::ABORTED : wire::session_end::DONE);
+  e.set_detail(aborted ? "operator" : "");
+  return e;
+}
+wire::fallback fallback_msg(wire::fallback::transport_kind t) {
+  wire::fallback f;
+  f.set_receiver_id("site");
+  f.set_transport(t);
+  f.set_address(std::string("\x0a\x00\x00\x01", 4));
+  f.set_port(9000);
+  f.set_token(0x0123456789abcdefull);
+  f.set_connections(t == wire::fallback::TCP ? 4 : 0);
+  f.set_reason("loss");
+  return f;
+}
+wire::complete_ack ack_msg() {
+  wire::complete_ack a;
+  a.set_receiver_id("site");
+  return a;
+}
+
+/// Receiver script ops (receiver_fuzz.cpp).
+enum rx_op : std::uint8_t { dg = 0, dg_other = 1, advance = 2, held = 3, stored = 4, udata = 5, uclosed = 6, ckpt = 7 };
+
+struct script {
+  bytes b;
+  void add(std::uint8_t op, std::span<const std::byte> p) { fuzz::append_record(b, op, p); }
+  void add(std::uint8_t op) { fuzz::append_record(b, op, {}); }
+};
+
+/// Announce, no held copies, registration accepted.
+script rx_start() {
+  script s;
+  s.add(dg, datagram(wire::msg_type::announce, announce_msg()));
+  s.add(held);
+  s.add(dg, datagram(wire::msg_type::register_reply, reply_msg(true)));
+  return s;
+}
+
+void receiver_seeds() {
+  {  // a whole session: blocks, a marker, NAK round, finalize, COMPLETE, ack, END
+    auto s = rx_start();
+    s.add(dg, data_dg(1, 1, 0, 1000));
+    s.add(dg, data_dg(2, 1, 2, 500));
+    s.add(dg, datagram(wire::msg_type::marker, marker_msg(1, true, 3)));
+    s.add(advance, be3(50));
+    s.add(dg, data_dg(3, 2, 0, 1000));
+    s.add(dg, data_dg(4, 1, 1, 1000));
+    s.add(ckpt);
+    s.add(stored);
+    s.add(stored);
+    s.add(stored);
+    s.add(advance, be3(30));
+    s.add(dg, datagram(wire::msg_type::complete_ack, ack_msg()));
+    s.add(dg, datagram(wire::msg_type::session_end, end_msg(false)));
+    s.add(advance, be3(70000));
+    write("receiver", "session_complete", s.b);
+  }
+  {  // digests arrive after the data, a file fails storage, the session is aborted
+    auto s = rx_start();
+    s.add(dg, datagram(wire::msg_type::digest_list, digests_msg()));
+    s.add(dg, data_dg(1, 2, 0, 1000));
+    s.add(stored, bytes{std::byte{1}});
+    s.add(dg, datagram(wire::msg_type::marker, marker_msg(2, true, 1)));
+    s.add(advance, be3(100));
+    s.add(dg, datagram(wire::msg_type::session_end, end_msg(true)));
+    write("receiver", "failed_and_aborted", s.b);
+  }
+  {  // the sender orders a TCP fallback; the data comes over unicast
+    auto s = rx_start();
+    s.add(dg, data_dg(1, 1, 0, 1000));
+    s.add(dg, datagram(wire::msg_type::fallback, fallback_msg(wire::fallback::TCP)));
+    s.add(udata, bytes{std::byte{0x03}, std::byte{0xe8}, std::byte{0}});
+    s.add(udata, bytes{std::byte{0x10}, std::byte{0}, std::byte{1}});
+    s.add(udata, bytes{std::byte{0x10}, std::byte{0}, std::byte{2}});
+    s.add(udata, bytes{std::byte{0x10}, std::byte{0}, std::byte{3}});
+    s.add(uclosed, bytes{std::byte{1}});
+    s.add(stored);
+    s.add(stored);
+    s.add(stored);
+    s.add(advance, be3(20));
+    s.add(dg, datagram(wire::msg_type::complete_ack, ack_msg()));
+    write("receiver", "fallback_tcp", s.b);
+  }
+  {  // SCTP fallback that breaks, then resumes
+    auto s = rx_start();
+    s.add(dg, datagram(wire::msg_type::fallback, fallback_msg(wire::fallback::SCTP_UDP)));
+    s.add(udata, bytes{std::byte{0x01}, std::byte{0x00}, std::byte{0}});
+    s.add(uclosed);
+    s.add(advance, be3(2000));
+    s.add(udata, bytes{std::byte{0x10}, std::byte{0}, std::byte{1}});
+    write("receiver", "fallback_sctp_broken", s.b);
+  }
+  {  // files already held; a refused registration; a stranger's datagrams
+    script s;
+    s.add(dg, datagram(wire::msg_type::announce, announce_msg()));
+    bytes held_all(33, std::byte{0x11});
+    held_all[32] = std::byte{0x07};
+    s.add(held, held_all);
+    s.add(dg_other, datagram(wire::msg_type::register_reply, reply_msg(true)));
+    s.add(dg, datagram(wire::msg_type::register_reply, reply_msg(false)));
+    s.add(advance, be3(1000));
+    write("receiver", "held_and_refused", s.b);
+  }
+  {  // timeouts: the sender goes silent
+    auto s = rx_start();
+    s.add(dg, data_dg(1, 1, 0, 1000));
+    s.add(advance, be3(5000));
+    s.add(advance, be3(70000));
+    s.add(dg, datagram(wire::msg_type::marker, marker_msg(1, false, 1)));
+    write("receiver", "silent_sender", s.b);
+  }
+  {  // a manifest in two chunks, announced out of order, one file without digest
+    wire::announce a = announce_msg();
+    a.mutable_params()->set_manifest_chunks(2);
+    a.mutable_files()->RemoveLast();
+    a.mutable_files(1)->clear_sha256();
+    wire::announce b = announce_msg();
+    b.mutable_params()->set_manifest_chunks(2);
+    b.set_chunk(1);
+    b.set_first_file(2);
+    b.mutable_files()->DeleteSubrange(0, 2);
+    script s;
+    s.add(dg, datagram(wire::msg_type::announce, b));
+    s.add(dg, datagram(wire::msg_type::announce, a));
+    s.add(held);
+    s.add(dg, datagram(wire::msg_type::register_reply, reply_msg(true)));
+    s.add(dg, data_dg(1, 1, 0, 1000));
+    s.add(dg, data_dg(2, 1, 1, 1000));
+    s.add(dg, data_dg(3, 1, 2, 500));
+    s.add(dg, datagram(wire::msg_type::digest_list, digests_msg()));
+    s.add(dg, datagram(wire::msg_type::marker, marker_msg(1, true, 3)));
+    write("receiver", "chunked_manifest", s.b);
+  }
+}
+
+// --- checkpoints: what the engine writes in the middle of the sessions above ---
+
+struct capture_sink final : receiver::receiver_sink {
+  std::vector<std::string> blobs;
+  void send(const endpoint&, std::span<const std::byte>) override {}
+  void begin_file(const receiver::file_ref&) override {}
+  bool write_block(session_id, file_index, std::uint64_t, std::span<const std::byte>) override { return true; }
+  void finalize_file(session_id, file_index, const sha256_digest&) override {}
+  void discard_file(session_id, file_index) override {}
+  void query_held(session_id, std::uint32_t, std::vector<receiver::held_query>) override {}
+  void checkpoint(session_id, std::string blob) override { blobs.push_back(std::move(blob)); }
+  void session_closed(session_id, bool) override {}
+  void start_unicast(session_id, const receiver::unicast_order&, std::vector<receiver::byte_range>) override {}
+  void stop_unicast(session_id) override {}
+};
+
+void checkpoint_seeds() {
+  const endpoint sender = *parse_endpoint("10.0.0.1:5000");
+  capture_sink sink;
+  receiver::receiver_engine e(receiver::receiver_config{"site"}, sink, 1, nullptr);
+  time_point now{50s};
+  e.on_datagram(datagram(wire::msg_type::announce, announce_msg()), sender, 0, now);
+  e.on_held(rx_sid, {}, now);
+  e.on_datagram(datagram(wire::msg_type::register_reply, reply_msg(true)), sender, 0, now);
+  e.checkpoint_all(now);
+  e.on_datagram(data_dg(1, 1, 0, 1000), sender, 0, now);
+  e.on_datagram(data_dg(2, 1, 2, 500), sender, 0, now);
+  e.checkpoint_all(now);
+  e.on_datagram(data_dg(3, 2, 0, 1000), sender, 0, now);
+  e.on_file_stored(rx_sid, file_index{2}, std::make_error_code(std::errc::io_error), "seed", now);
+  e.checkpoint_all(now);
+  if (sink.blobs.size() != 3) throw std::runtime_error("expected 3 checkpoints");
+  for (std::size_t i = 0; i < sink.blobs.size(); ++i) {
+    write_text("checkpoint", "state" + std::to_string(i), sink.blobs[i]);
+  }
+}
+
+// --- the sender's side: what receivers send to session 42 (files: 0, 5000, 40000 bytes) ---
+
+template <class Msg>
+bytes tx_dg(wire::msg_type t, const Msg& m) {
+  return datagram(t, m, tx_sid);
+}
+wire::register_request register_msg(const std::string& id, std::vector<std::uint32_t> held_files = {}) {
+  wire::register_request r;
+  r.set_receiver_id(id);
+  r.set_echo_time_us(100'000'000);
+  r.set_hold_us(1000);
+  for (auto f : held_files) r.add_held_files(f);  // (first, count) pairs, common/ranges.hpp
+  return r;
+}
+wire::nak nak_msg(const std::string& id, std::uint32_t pass, std::uint32_t file,
+                  std::vector<std::pair<std::uint32_t, std::uint32_t>> runs) {
+  wire::nak m;
+  m.set_receiver_id(id);
+  m.set_pass(pass);
+  m.set_seen_seq(10);
+  m.set_echo_time_us(100'010'000);
+  m.set_hold_us(500);
+  m.set_bytes_received(3000);
+  auto* fn = m.add_files();
+  fn->set_file(file);
+  std::vector<std::uint32_t> pairs;
+  range_encoder enc(pairs);
+  for (auto [f, c] : runs) enc.add(f, c);
+  for (auto v : pairs) fn->add_ranges(v);
+  m.add_digests_wanted(2);
+  return m;
+}
+wire::complete complete_msg(const std::string& id, bool with_failure) {
+  wire::complete m;
+  m.set_receiver_id(id);
+  m.set_files_stored(with_failure ? 2 : 3);
+  m.set_bytes_stored(45000);
+  if (with_failure) {
+    auto* f = m.add_failures();
+    f->set_file(2);
+    f->set_reason("disk full");
+  }
+  return m;
+}
+
+void sender_seeds() {
+  const auto id_bytes = [](std::string_view s) { return bytes(reinterpret_cast<const std::byte*>(s.data()), reinterpret_cast<const std::byte*>(s.data()) + s.size()); };
+  {  // closed group: both register, one NAKs, both complete
+    script s;
+    s.add(0, tx_dg(wire::msg_type::register_request, register_msg("a")));
+    s.add(1, tx_dg(wire::msg_type::register_request, register_msg("b", {0, 1})));
+    s.add(2, be3(1));
+    s.add(2, be3(5));
+    s.add(3, bytes{std::byte{2}});
+    s.add(2, be3(10));
+    s.add(0, tx_dg(wire::msg_type::nak, nak_msg("a", 1, 1, {{1, 2}})));
+    s.add(2, be3(10));
+    s.add(0, tx_dg(wire::msg_type::complete, complete_msg("a", false)));
+    s.add(1, tx_dg(wire::msg_type::complete, complete_msg("b", true)));
+    s.add(2, be3(1000));
+    s.add(7);
+    bytes in{std::byte{0x04}};
+    in.insert(in.end(), s.b.begin(), s.b.end());
+    write("sender", "closed_group", in);
+  }
+  {  // open group, heavy loss: fallback to TCP, unicast starts, fails, completes
+    script s;
+    s.add(0, tx_dg(wire::msg_type::register_request, register_msg("site-x")));
+    s.add(3, bytes{std::byte{2}});
+    for (int i = 0; i < 4; ++i) {
+      s.add(2, be3(20));
+      s.add(0, tx_dg(wire::msg_type::nak, nak_msg("site-x", static_cast<std::uint32_t>(i + 1), 2, {{0, 40}})));
+    }
+    s.add(4, id_bytes("site-x"));
+    s.add(5, id_bytes("site-x"));
+    s.add(2, be3(3000));
+    s.add(4, id_bytes("site-x"));
+    s.add(0, tx_dg(wire::msg_type::complete, complete_msg("site-x", false)));
+    s.add(2, be3(100));
+    bytes in{std::byte{0x09}};
+    in.insert(in.end(), s.b.begin(), s.b.end());
+    write("sender", "open_fallback", in);
+  }
+  {  // a stranger and a spoofed id; then abort
+    script s;
+    s.add(1, tx_dg(wire::msg_type::register_request, register_msg("a")));
+    s.add(0, tx_dg(wire::msg_type::nak, nak_msg("b", 1, 1, {{0, 5}})));
+    s.add(0, tx_dg(wire::msg_type::complete, complete_msg("zz", false)));
+    s.add(2, be3(40000));
+    s.add(6);
+    s.add(2, be3(1000));
+    bytes in{std::byte{0x02}};
+    in.insert(in.end(), s.b.begin(), s.b.end());
+    write("sender", "strangers_abort", in);
+  }
+}
+
+// --- single datagrams for the wire target ---
+
+void wire_seeds() {
+  write("wire", "announce", datagram(wire::msg_type::announce, announce_msg()));
+  write("wire", "register", datagram(wire::msg_type::register_request, register_msg("a", {1, 2})));
+  write("wire", "register_reply", datagram(wire::msg_type::register_reply, reply_msg(false)));
+  write("wire", "marker", datagram(wire::msg_type::marker, marker_msg(1, true, 9)));
+  write("wire", "nak", datagram(wire::msg_type::nak, nak_msg("a", 1, 1, {{0, 3}, {7, 1}})));
+  write("wire", "digests", datagram(wire::msg_type::digest_list, digests_msg()));
+  write("wire", "complete", datagram(wire::msg_type::complete, complete_msg("a", true)));
+  write("wire", "complete_ack", datagram(wire::msg_type::complete_ack, ack_msg()));
+  write("wire", "end", datagram(wire::msg_type::session_end, end_msg(true)));
+  write("wire", "fallback", datagram(wire::msg_type::fallback, fallback_msg(wire::fallback::TCP)));
+  write("wire", "data", data_dg(5, 1, 2, 64));
+}
+
+// --- unicast frames: a client's stream (hello, requests, acks, bye) and a server's ---
+
+void unicast_seeds() {
+  using namespace mcdist::unicast;
+  bytes client{std::byte{0}};
+  hello h;
+  h.token = 0x0123456789abcdefull;
+  h.session = rx_sid;
+  h.client_nonce = 42;
+  h.connection_index = 0;
+  h.connection_count = 4;
+  h.receiver_id = "dwd-offenbach";
+  append_frame(client, h);
+  request rq;
+  rq.ranges = {{file_index{1}, 0, 2500}, {file_index{2}, 1000, 64}};
+  append_frame(client, rq);
+  ack a;
+  a.files = {file_index{1}, file_index{2}};
+  append_frame(client, a);
+  append_bye(client);
+  write("unicast_frame", "client_stream", client);
+
+  bytes server{std::byte{1}};
+  welcome w;
+  w.record_size = 65536;
+  w.streams = 0;
+  w.connection_count = 4;
+  append_frame(server, w);
+  for (std::uint64_t off : {0u, 100u}) {
+    bytes rec(record_header_size + 100, std::byte{9});
+    write_record_header(rec, file_index{1}, off, 100);
+    server.insert(server.end(), rec.begin(), rec.end());
+  }
+  write("unicast_frame", "server_stream", server);
+
+  bytes refused{std::byte{1}};
+  refuse rf;
+  rf.reason = refuse_reason::busy;
+  rf.text = "too many sessions";
+  append_frame(refused, rf);
+  write("unicast_frame", "refuse", refused);
+}
+
+void config_seeds() {
+  write_text("config", "full.toml", R"(id = "site-a"
+interface = "10.0.0.7"
+dest = "/srv/mcdist/in"
+temp = "/srv/mcdist/tmp"
+sync = "batch"
+buffer_pool = "16M"
+socket_buffer = 33554432
+checkpoint_interval = "2s"
+session_timeout = "60s"
+status_interval = "60s"
+status_file = "/run/mcdistd/status.json"
+[log]
+level = "info"
+file = "/var/log/mcdist/mcdistd.log"
+[[channel]]
+name = "products"
+group = "239.192.0.1:4711"
+dest = "/srv/mcdist/in/products"
+[[channel]]
+group = "239.192.0.2:4711"
+)");
+  write_text("config", "v6.toml", R"(id = "site-b"
+interface = "::1"
+temp = "/tmp/t"
+dest = "/tmp/d"
+sync = "none"
+[[channel]]
+group = "[ff15::1]:4711"
+)");
+  write_text("config", "bad.toml", "id = 7\n[[channel]]\ngroup = \"10.0.0.1:1\"\nunknown = 1\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::cerr << "usage: make_corpus DIR\n";
+    return 2;
+  }
+  g_root = argv[1];
+  try {
+    wire_seeds();
+    receiver_seeds();
+    checkpoint_seeds();
+    sender_seeds();
+    unicast_seeds();
+    config_seeds();
+  } catch (const std::exception& e) {
+    std::cerr << "make_corpus: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,72 @@
+#include "receiver/io/daemon_config.hpp"
+
+#include <catch2/catch.hpp>
+
+using namespace mcdist;
+using namespace mcdist::receiver;
+
+TEST_CASE("a configuration is read from a string as from a file", "[unit][receiver][config]") {
+  const auto cfg = load_config_string(R"(id = "site-a"
+interface = "10.0.0.7"
+dest = "/srv/in"
+temp = "/srv/tmp"
+sync = "file"
+buffer_pool = "8M"
+session_timeout = "90s"
+[[channel]]
+name = "products"
+group = "239.192.0.1:4711"
+[[channel]]
+group = "239.192.0.2:4711"
+dest = "/srv/other"
+)",
+                                      "test.toml");
+  REQUIRE(cfg.id == "site-a");
+  REQUIRE(cfg.sync == sync_mode::file);
+  REQUIRE(cfg.buffer_pool_bytes == 8u << 20);
+  REQUIRE(cfg.session_timeout == std::chrono::seconds(90));
+  REQUIRE(cfg.channels.size() == 2);
+  REQUIRE(cfg.channels[0].name == "products");
+  REQUIRE(cfg.channels[0].dest == "/srv/in");
+  REQUIRE(cfg.channels[1].dest == "/srv/other");
+  REQUIRE_NOTHROW(validate(cfg));
+}
+
+TEST_CASE("a bad configuration string is refused naming its source and the setting",
+          "[unit][receiver][config]") {
+  try {
+    load_config_string("id = \"a\"\nbogus = 1\n", "test.toml");
+    FAIL("no config_error");
+  } catch (const config_error& e) {
+    REQUIRE(std::string(e.what()).find("test.toml: unknown setting 'bogus' (line 2") == 0);
+  }
+  try {
+    load_config_string("id = \n", "test.toml");
+    FAIL("no config_error");
+  } catch (const config_error& e) {
+    REQUIRE(std::string(e.what()).find("test.toml: ") == 0);
+    REQUIRE(std::string(e.what()).find("line 1") != std::string::npos);
+  }
+}
+
+TEST_CASE("a size given as a float or beyond its setting's range is refused",
+          "[unit][receiver][config]") {
+  // Found by tests/fuzz/config_fuzz: buffer_pool = 54E030 reached toml++'s float-to-int64
+  // conversion, undefined behaviour out of range.
+  const auto refused = [](const std::string& text) {
+    try {
+      load_config_string(text, "test.toml");
+    } catch (const config_error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  REQUIRE(refused("buffer_pool = 54E030\n").find("'buffer_pool' must be a size") == 0);
+  REQUIRE(refused("buffer_pool = 1.5\n").find("'buffer_pool' must be a size") == 0);
+  REQUIRE(refused("socket_buffer = \"4G\"\n") == "'socket_buffer' = \"4G\" is too large");
+  REQUIRE(refused("socket_buffer = 4294967296\n") ==
+          "'socket_buffer' = \"4294967296\" is too large");
+  REQUIRE(refused("max_sessions = 1e40\n").find("'max_sessions' must be a whole number") == 0);
+  REQUIRE(load_config_string("socket_buffer = 65536\nbuffer_pool = \"1M\"\n", "test.toml")
+              .socket_buffer_bytes == 65536);
+}
