@@ -93,6 +93,9 @@ http::response daemon::serve_http(const http::request& r) {
   s.bytes_written = m_store->get_stats().bytes_written;
   s.dropped_by_option = m_dropped_by_option;
   s.read_pauses = m_read_pauses;
+  for (const auto& [channel, p] : m_wis2) {
+    s.wis2.push_back({p->channel(), p->action().topic, p->stats()});
+  }
   if (m_log_ring) {
     s.recent_log = m_log_ring->recent();
     s.warnings_logged = m_log_ring->count(spdlog::level::warn);

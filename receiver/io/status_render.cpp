@@ -136,6 +136,30 @@ std::string render_metrics(const status_snapshot& s) {
            "Log messages at warning level and above, by level.");
   p.sample({{"level", "warning"}}, s.warnings_logged);
   p.sample({{"level", "error"}}, s.errors_logged);
+  if (!s.wis2.empty()) {
+    p.family("mcdist_receiver_wis2_notifications_total", metric_type::counter,
+             "WIS2 notifications by outcome: published (acknowledged by the broker), failed "
+             "(refused by the MQTT library), dropped (queue full while the broker was away).");
+    for (const auto& w : s.wis2) {
+      p.sample({{"channel", w.channel}, {"topic", w.topic}, {"outcome", "published"}},
+               w.stats.published);
+      p.sample({{"channel", w.channel}, {"topic", w.topic}, {"outcome", "failed"}},
+               w.stats.failed);
+      p.sample({{"channel", w.channel}, {"topic", w.topic}, {"outcome", "dropped"}},
+               w.stats.dropped);
+    }
+    p.family("mcdist_receiver_wis2_queued", metric_type::gauge,
+             "WIS2 notifications waiting for the broker or its acknowledgement.");
+    for (const auto& w : s.wis2) {
+      p.sample({{"channel", w.channel}, {"topic", w.topic}}, w.stats.queued);
+    }
+    p.family("mcdist_receiver_wis2_broker_connected", metric_type::gauge,
+             "1 while the WIS2 action is connected to its MQTT broker.");
+    for (const auto& w : s.wis2) {
+      p.sample({{"channel", w.channel}, {"topic", w.topic}},
+               std::uint64_t{w.stats.connected ? 1u : 0u});
+    }
+  }
   return p.text();
 }
 

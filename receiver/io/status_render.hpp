@@ -39,6 +39,13 @@ struct status_snapshot {
   std::uint64_t warnings_logged = 0;
   std::uint64_t errors_logged = 0;
   nlohmann::json status_file;  ///< the status file's document
+  /// WIS2 actions: channel name, topic and counters (wis2_publisher::stats), in config order.
+  struct wis2_entry {
+    std::string channel;
+    std::string topic;
+    wis2_stats stats;
+  };
+  std::vector<wis2_entry> wis2;
 };
 
 /// The /metrics text.

@@ -34,7 +34,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from mcdist_testlib import *  # noqa: E402,F403
-from status_common import free_tcp_port, make_products  # noqa: E402
+from status_common import free_tcp_port, get, http_port, make_products, metric_value  # noqa: E402
 
 TOPIC = "origin/a/wis2/xx-centre/data/core/weather/surface-based-observations/synop"
 BASE_URL = "https://data.example.org/wis2/"
@@ -229,7 +229,7 @@ class ConfigDaemon(Daemon):
         self.config = os.path.join(root, "mcdistd.toml")
         with open(self.config, "w") as f:
             f.write('id = "%s"\ninterface = "127.0.0.1"\ndest = "%s"\ntemp = "%s"\n'
-                    'status_file = "%s"\nstatus_interval = "1s"\nhttp = "off"\n'
+                    'status_file = "%s"\nstatus_interval = "1s"\nhttp = "127.0.0.1:0"\n'
                     '[[channel]]\nname = "synop"\ngroup = "%s"\n[[channel.action]]\n%s\n'
                     % (rid, self.dest, self.temp, self.status, group, action))
         self.args = [os.path.join(bin_dir, "receiver", "mcdistd"), "--config", self.config]
@@ -356,6 +356,22 @@ def main():
                         "the queue delivered after reconnecting")
         check(w["queued"] == 0 and w["dropped"] == 1 and w["failed"] == 0, "status wis2 %s" % w)
         log("reconnected and delivered the queue: %s" % w)
+        status, _, body = get(http_port(daemon), "/metrics")
+        check(status == 200, "/metrics answered %d" % status)
+        text = body.decode()
+        labels = {"channel": "synop", "topic": TOPIC}
+        for outcome, want in (("published", len(sent) + len(NAMES)), ("dropped", 1), ("failed", 0)):
+            got = metric_value(text, "mcdist_receiver_wis2_notifications_total",
+                               dict(labels, outcome=outcome))
+            check(got == want, "/metrics wis2 %s = %s, expected %s" % (outcome, got, want))
+        check(metric_value(text, "mcdist_receiver_wis2_queued", labels) == 0, "/metrics wis2 queued")
+        check(metric_value(text, "mcdist_receiver_wis2_broker_connected", labels) == 1,
+              "/metrics wis2 connected")
+        if shutil.which("promtool"):
+            p = subprocess.run(["promtool", "check", "metrics"], input=body, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, timeout=20)
+            check(p.returncode == 0 and not p.stdout.strip(), "promtool: %s" % p.stdout.decode())
+        log("/metrics carries the wis2 counters")
         check(daemon.stop() == 0, "mcdistd exited %s" % daemon.proc.returncode)
         daemon = None
         log("PASS")
