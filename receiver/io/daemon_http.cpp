@@ -92,6 +92,7 @@ http::response daemon::serve_http(const http::request& r) {
   s.unicast_active = m_unicast.size();
   s.bytes_written = m_store->get_stats().bytes_written;
   s.dropped_by_option = m_dropped_by_option;
+  s.not_authenticated = auth_refused();
   s.read_pauses = m_read_pauses;
   for (const auto& [channel, p] : m_wis2) {
     s.wis2.push_back({p->channel(), p->action().topic, p->stats()});

@@ -121,6 +121,14 @@ std::string render_metrics(const status_snapshot& s) {
     p.sample({{"reason", to_string(static_cast<errc>(i))}}, st.drops.counts[i]);
   }
   p.sample({{"reason", "test_drop_rate"}}, s.dropped_by_option);
+  p.family("mcdist_receiver_datagrams_unauthenticated_total", metric_type::counter,
+           "Datagrams refused by authentication (signed sessions, docs/security.md), by reason.");
+  const auto& a = s.not_authenticated;
+  p.sample({{"reason", "bad_signature"}}, a.bad_signature);
+  p.sample({{"reason", "bad_tag"}}, a.bad_tag);
+  p.sample({{"reason", "no_key"}}, a.no_key);
+  p.sample({{"reason", "unsigned"}}, a.unauthenticated);
+  p.sample({{"reason", "verify_budget"}}, a.verify_budget);
   p.family("mcdist_receiver_naks_sent_total", metric_type::counter, "NAK datagrams sent.");
   p.sample(st.naks_sent);
   p.family("mcdist_receiver_storage_written_bytes_total", metric_type::counter,

@@ -10,6 +10,7 @@
 ///     inline SVG bar chart. It reloads itself every 10 s.
 /// Pure functions of the snapshot.
 
+#include "common/auth.hpp"
 #include "common/http/log_ring.hpp"
 #include "receiver/core/receiver_engine.hpp"
 #include "receiver/io/daemon_config.hpp"
@@ -34,6 +35,7 @@ struct status_snapshot {
   std::size_t unicast_active = 0;           ///< unicast fallback transfers running
   std::uint64_t bytes_written = 0;          ///< storage: bytes written to temp files
   std::uint64_t dropped_by_option = 0;      ///< --drop-rate (test option)
+  auth::auth_stats not_authenticated;       ///< refused by authentication (common/auth.hpp)
   std::uint64_t read_pauses = 0;            ///< reads paused for a full storage pool
   std::vector<http::log_entry> recent_log;  ///< recent warnings and errors, oldest first
   std::uint64_t warnings_logged = 0;

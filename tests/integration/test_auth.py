@@ -30,6 +30,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from mcdist_testlib import *  # noqa: E402,F403
+from status_common import get, http_port  # noqa: E402
 
 T_REGISTER, T_NAK, T_COMPLETE = 3, 6, 8
 
@@ -145,7 +146,8 @@ def main():
         open_site.stop()
 
         d = Daemon(bin_dir, base, "site-a", group,
-                   ["--trust", os.path.join(base, "hub.key.pub"), "--key", os.path.join(base, "site-a.key")])
+                   ["--trust", os.path.join(base, "hub.key.pub"), "--key", os.path.join(base, "site-a.key"),
+                    "--http", "127.0.0.1:0"])
         daemons.append(d)
         check("no trusted_senders" not in d.log_text(), "a daemon that trusts a key warns:\n" + d.log_text())
         check(site_a_pub in d.log_text(), "mcdistd does not log its site key")
@@ -207,6 +209,13 @@ def main():
               "obs/x.bufr changed: mode %o mtime %d" % (after.st_mode, after.st_mtime_ns))
         check(tree_digests(d.dest) == want, "the destination changed: %s" % sorted(tree_digests(d.dest)))
         check(d.alive(), "mcdistd died")
+        code, _, body = get(http_port(d), "/metrics")
+        metrics = body.decode()
+        for reason in ("unsigned", "bad_signature"):
+            line = [l for l in metrics.splitlines()
+                    if l.startswith('mcdist_receiver_datagrams_unauthenticated_total{reason="%s"}' % reason)]
+            check(code == 200 and line and float(line[0].split()[-1]) > 0,
+                  "/metrics does not count %s refusals: %s" % (reason, line))
 
         # 4. A forged site: site-b (pinned, absent) registers and completes, site-a NAKs all.
         attacker = forged_site(group)
