@@ -47,7 +47,11 @@ if [ ! -f "$build/build.ninja" ]; then
     -DMCDIST_FUZZ=ON -DMCDIST_BUILD_TESTS=OFF -DMCDIST_BUILD_LINKEM=OFF >/dev/null
 fi
 echo "run-fuzz.sh: building the fuzz targets in $build"
-ninja -C "$build" fuzz >/dev/null
+if ! ninja -C "$build" fuzz > "$build/build.log" 2>&1; then
+  grep -E -A8 "FAILED|error" "$build/build.log" | head -60 >&2
+  echo "run-fuzz.sh: the fuzz build failed (whole log: $build/build.log)" >&2
+  exit 1
+fi
 
 if [ "$seeds_only" = 1 ]; then
   # Overwrites the generated seeds; inputs added by hand (crashes found, e.g. float_size.toml) stay.
