@@ -5,6 +5,8 @@
 #   - a few larger generated model fields (multi-message GRIB2 files of 5-50 MB),
 # then prints the sender's summary and checks every delivered file's SHA-256.
 # One receiver drops 2 % of what it receives (mcdistd --drop-rate), so repair passes show.
+# The session is signed (docs/security.md): the hub's key and each site's key are made with
+# mcdist-keygen, the sites trust only the hub's key, and the hub pins the sites' keys.
 #
 # Environment: MCDIST_DEMO_DIR (default /tmp/mcdist-demo), MCDIST_DEMO_RATE (default 500M).
 set -euo pipefail
@@ -46,7 +48,17 @@ files=$(find "$demo/products" -type f | wc -l)
 bytes=$(du -sb "$demo/products" | cut -f1)
 echo "demo: $files products, $bytes bytes in $demo/products"
 
-# 3. Three receiver daemons on loopback.
+# 3. Keys: the hub's, and one per site, pinned at the hub.
+mkdir -p "$demo/keys"
+"$bin/tools/keygen/mcdist-keygen" "$demo/keys/hub.key" >/dev/null 2>&1
+: > "$demo/keys/sites.txt"
+for site in dwd knmi metno; do
+  mkdir -p "$demo/$site"
+  echo "$site $("$bin/tools/keygen/mcdist-keygen" "$demo/$site/site.key" 2>/dev/null)" >> "$demo/keys/sites.txt"
+done
+echo "demo: hub key $(cat "$demo/keys/hub.key.pub"); site keys pinned in $demo/keys/sites.txt"
+
+# 4. Three receiver daemons on loopback, trusting only the hub's key.
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT
@@ -56,6 +68,7 @@ for site in dwd knmi metno; do
   mkdir -p "$demo/$site"
   "$bin/receiver/mcdistd" --id "$site" --group "$group" --interface 127.0.0.1 \
       --dest "$demo/$site/in" --temp "$demo/$site/tmp" --log-file "$demo/$site/mcdistd.log" \
+      --trust "$demo/keys/hub.key.pub" --key "$demo/$site/site.key" \
       "${extra[@]}" 2>/dev/null &
   pids+=($!)
 done
@@ -63,13 +76,14 @@ for site in dwd knmi metno; do
   for _ in $(seq 100); do grep -q listening "$demo/$site/mcdistd.log" 2>/dev/null && break; sleep 0.05; done
 done
 
-# 4. One session to the closed group.
-echo "demo: mcdist-send --rate $rate --receivers dwd,knmi,metno (metno drops 2 % on purpose)"
+# 5. One signed session to the closed group.
+echo "demo: mcdist-send --rate $rate --key hub.key --receivers dwd,knmi,metno (metno drops 2 % on purpose)"
 status=0
 "$bin/sender/mcdist-send" --interface 127.0.0.1 --group "$group" --rate "$rate" \
+    --key "$demo/keys/hub.key" --site-keys "$demo/keys/sites.txt" \
     --receivers dwd,knmi,metno --summary-json "$demo/summary.json" "$demo/products" || status=$?
 
-# 5. Check what arrived.
+# 6. Check what arrived.
 (cd "$demo/products/.." && find products -type f -exec sha256sum {} + | sort -k2) > "$demo/sent.sha256"
 for site in dwd knmi metno; do
   if (cd "$demo/$site/in" && sha256sum --quiet -c "$demo/sent.sha256" >/dev/null 2>&1); then
