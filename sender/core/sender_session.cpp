@@ -432,6 +432,18 @@ std::uint64_t sender_session::pacing_quantum() const noexcept {
   return std::max(datagram, std::min({m_cfg.pacing_quantum_bytes, per_ms}));
 }
 
+duration sender_session::keyed_start_grace() const noexcept {
+  // Two GRTT: the other sites' REGISTERs, sent on the same announce, arrive within about one
+  // round trip of the first; their register_replies then reach them before the first blocks.
+  return m_grtt.estimate() * 2;
+}
+
+bool sender_session::keyed_start_due(time_point now) const noexcept {
+  if (m_registered == 0) return false;
+  const bool all_in = !m_cfg.receivers.empty() && m_registered == m_cfg.receivers.size();
+  return all_in || now >= m_first_registration + keyed_start_grace();
+}
+
 duration sender_session::status_interval() const noexcept {
   return std::max<duration>(m_grtt.estimate() * 3 / 2 + nak_backoff(),
                             std::chrono::milliseconds(10));
@@ -465,7 +477,7 @@ void sender_session::on_timer(time_point now) {
       // Eager start: data follows the first announce cycles without waiting a round trip for
       // the registrations; receivers take blocks as soon as they know the file.
       if (m_cfg.eager_start && m_announce_cycles >= initial_announce_cycles &&
-          (!m_cfg.start_on_registration || m_registered > 0)) {
+          (!m_cfg.start_on_registration || keyed_start_due(now))) {
         start_transfer(now);
       }
       break;
@@ -889,6 +901,7 @@ void sender_session::handle_register(const wire::register_request& m, const endp
   r->rep.state = receiver_report::state_t::registered;
   r->rep.address = from;
   r->last_heard = now;
+  if (m_registered == 0) m_first_registration = now;
   ++m_registered;
   ++m_active;
   sample_rtt(*r, m.echo_time_us(), m.hold_us(), now);
@@ -1143,6 +1156,9 @@ std::optional<time_point> sender_session::next_deadline(time_point now) const {
   }
   switch (m_phase) {
     case phase::announcing:
+      if (m_cfg.start_on_registration && m_registered > 0) {
+        consider(m_first_registration + keyed_start_grace());
+      }
       break;
     case phase::transferring:
       consider(m_next_marker);

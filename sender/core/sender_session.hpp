@@ -79,8 +79,9 @@ struct sender_config {
   /// before the cursor reaches it.
   bool eager_start = true;
   /// Authenticated sessions (common/auth.hpp): a site can check data blocks only once its
-  /// register_reply gave it the session key, so an eager start waits for the first
-  /// registration instead of sending pass 1 to sites that must drop it.
+  /// register_reply gave it the session key, so an eager start waits for the registrations
+  /// (every listed receiver, or two GRTT after the first) instead of sending pass 1 to sites
+  /// that must drop it.
   bool start_on_registration = false;
   /// Bytes every data datagram carries after its payload (the authentication tag,
   /// auth::data_trailer_bytes, when the session is signed): counted by the pacer.
@@ -274,6 +275,10 @@ class sender_session {
   void queue_unicast(const endpoint& to, std::vector<std::byte> bytes);
   void sample_rtt(receiver_state& r, std::uint64_t echo_us, std::uint64_t hold_us, time_point now);
   duration nak_backoff() const noexcept;
+  /// Authenticated sessions (start_on_registration): pass 1 starts when every listed receiver
+  /// has registered, or keyed_start_grace() after the first registration.
+  bool keyed_start_due(time_point now) const noexcept;
+  duration keyed_start_grace() const noexcept;
   duration status_interval() const noexcept;
   std::uint64_t pacing_quantum() const noexcept;
   bool advance_cursor();
@@ -310,6 +315,7 @@ class sender_session {
   std::size_t m_announce_chunk = 0;
   std::uint32_t m_announce_cycles = 0;
   time_point m_register_deadline{};
+  time_point m_first_registration{};  ///< when the first receiver registered
   bool m_registration_open = true;
   std::uint32_t m_registered = 0;
   std::uint32_t m_active = 0;  ///< registered, not yet completed or failed
