@@ -159,6 +159,33 @@ def run_sender(bin_dir, paths, group, receivers=None, rate="500M", extra=(), tim
     return p.returncode, data, out
 
 
+def written_bytes(pid):
+    """Bytes the process has written so far (/proc/PID/io wchar): temp files are preallocated,
+    so their size says nothing about progress."""
+    try:
+        with open("/proc/%d/io" % pid) as f:
+            for line in f:
+                if line.startswith("wchar:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def recv_type(sock, want_type, timeout):
+    """Waits for a datagram of the given mcdist type; returns (bytes, addr) or None."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        sock.settimeout(max(0.01, deadline - time.time()))
+        try:
+            data, addr = sock.recvfrom(65536)
+        except socket.timeout:
+            return None
+        if len(data) >= 8 and data[3] == want_type:
+            return data, addr
+    return None
+
+
 # --- hand-made datagrams: the mcdist header and a minimal protobuf encoder ---------------------
 
 MAGIC = 0x4D44

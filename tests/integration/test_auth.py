@@ -42,17 +42,6 @@ def keygen(bin_dir, path):
     return out.stdout.decode().strip()
 
 
-def written_bytes(pid):
-    """Bytes the process has written so far (/proc/PID/io wchar)."""
-    try:
-        with open("/proc/%d/io" % pid) as f:
-            for line in f:
-                if line.startswith("wchar:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
 
 def status_counter(d, key):
     st = d.read_status() or {}

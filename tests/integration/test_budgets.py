@@ -61,18 +61,6 @@ def socket_from(addr):
     return s
 
 
-def recv_type(sock, want_type, timeout):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        sock.settimeout(max(0.01, deadline - time.time()))
-        try:
-            data, addr = sock.recvfrom(65536)
-        except socket.timeout:
-            return None
-        if len(data) >= 8 and data[3] == want_type:
-            return data, addr
-    return None
-
 
 def control_port(d):
     for line in d.log_text().splitlines():

@@ -194,18 +194,6 @@ class Netns:
         subprocess.run(["ip", "netns", "del", self.name], stderr=subprocess.DEVNULL)
 
 
-def written_bytes(pid):
-    """Bytes the process has written so far (/proc/PID/io wchar): temp files are preallocated,
-    so their size says nothing about progress."""
-    try:
-        with open("/proc/%d/io" % pid) as f:
-            for line in f:
-                if line.startswith("wchar:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
 
 def interrupted_case(bin_dir, base, rng, transport, how):
     ns = Netns("mcdist-fb-%d" % os.getpid(), "80mbit")

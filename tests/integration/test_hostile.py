@@ -34,19 +34,6 @@ HOSTILE_PATHS = [
 ]
 
 
-def recv_type(sock, want_type, timeout):
-    """Waits for a datagram of the given mcdist type; returns (bytes, addr) or None."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        sock.settimeout(max(0.01, deadline - time.time()))
-        try:
-            data, addr = sock.recvfrom(65536)
-        except socket.timeout:
-            return None
-        if len(data) >= 8 and data[3] == want_type:
-            return data, addr
-    return None
-
 
 def main():
     bin_dir = sys.argv[1]
