@@ -20,6 +20,7 @@ packages=(
   tshark
   clang-14 libfuzzer-14-dev
   libmosquitto-dev mosquitto mosquitto-clients
+  libsqlite3-dev sqlite3
 )
 if [ "${1:-}" = "--bench" ]; then
   packages+=(uftp iperf3 gnuplot-nox rsync netcat-openbsd time)

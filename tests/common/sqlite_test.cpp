@@ -1,0 +1,96 @@
+// The SQLite layer against a real database file: WAL mode, typed binds, NULLs, transactions
+// that roll back on an exception, and errors that name the file.
+#include "common/sqlite/sqlite.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+
+using namespace mcdist;
+namespace fs = std::filesystem;
+
+namespace {
+fs::path temp_db(const char* name) {
+  const auto dir = fs::temp_directory_path() / ("mcdist-sqlite-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const auto p = dir / name;
+  fs::remove(p);
+  fs::remove(p.string() + "-wal");
+  fs::remove(p.string() + "-shm");
+  return p;
+}
+}  // namespace
+
+TEST_CASE("sqlite: WAL mode, binds, columns and NULL") {
+  const auto path = temp_db("a.db");
+  sqlite::database db(path.string());
+  auto mode = db.prepare("PRAGMA journal_mode");
+  REQUIRE(mode.step());
+  CHECK(mode.column_text(0) == "wal");
+  db.exec("CREATE TABLE t(i INTEGER, d REAL, s TEXT)");
+  auto ins = db.prepare("INSERT INTO t VALUES(?1, ?2, ?3)");
+  ins.bind(1, std::int64_t{1} << 40).bind(2, 2.5).bind(3, std::string_view("x\0y", 3)).run();
+  ins.bind(1, 7).bind_null(2).bind(3, std::optional<std::string>{}).run();
+  CHECK(db.last_insert_rowid() == 2);
+  auto sel = db.prepare("SELECT i, d, s FROM t ORDER BY rowid");
+  REQUIRE(sel.step());
+  CHECK(sel.column_int64(0) == (std::int64_t{1} << 40));
+  CHECK(sel.column_double(1) == 2.5);
+  CHECK(sel.column_text(2) == std::string("x\0y", 3));
+  REQUIRE(sel.step());
+  CHECK(sel.column_int64(0) == 7);
+  CHECK_FALSE(sel.column_opt_int64(1).has_value());
+  CHECK_FALSE(sel.column_opt_text(2).has_value());
+  CHECK_FALSE(sel.step());
+  db.set_user_version(3);
+  CHECK(db.user_version() == 3);
+}
+
+TEST_CASE("sqlite: a transaction not committed is rolled back; committed rows survive reopen") {
+  const auto path = temp_db("b.db");
+  {
+    sqlite::database db(path.string());
+    db.exec("CREATE TABLE t(i INTEGER)");
+    {
+      sqlite::transaction tx(db);
+      db.exec("INSERT INTO t VALUES(1)");
+      tx.commit();
+    }
+    try {
+      sqlite::transaction tx(db);
+      db.exec("INSERT INTO t VALUES(2)");
+      throw std::runtime_error("crash before commit");
+    } catch (const std::runtime_error&) {
+    }
+  }
+  sqlite::database db(path.string(), sqlite::durability::normal, 100, true);
+  auto st = db.prepare("SELECT group_concat(i) FROM t");
+  REQUIRE(st.step());
+  CHECK(st.column_text(0) == "1");
+}
+
+TEST_CASE("sqlite: errors carry the code and name the file") {
+  const auto path = temp_db("c.db");
+  {
+    std::ofstream(path) << "this is not a database, it is a text file of some length........";
+  }
+  try {
+    sqlite::database db(path.string());
+    FAIL("opened a text file as a database");
+  } catch (const sqlite::error& e) {
+    CHECK(std::string(e.what()).find("c.db") != std::string::npos);
+    CHECK((e.code() & 0xff) == 26);  // SQLITE_NOTADB
+  }
+  sqlite::database db(temp_db("d.db").string());
+  CHECK_THROWS_AS(db.prepare("SELEC nonsense"), sqlite::error);
+  db.exec("CREATE TABLE u(i INTEGER PRIMARY KEY)");
+  db.exec("INSERT INTO u VALUES(1)");
+  try {
+    db.exec("INSERT INTO u VALUES(1)");
+    FAIL("duplicate key accepted");
+  } catch (const sqlite::error& e) {
+    CHECK((e.code() & 0xff) == 19);  // SQLITE_CONSTRAINT
+  }
+}
