@@ -108,6 +108,7 @@ int main(int argc, char** argv) {
   app.footer(footer);
   app.get_formatter()->column_width(34);
   app.require_subcommand(1);
+  app.fallthrough();  // global options may follow the command: `mcdistctl missing ... --json`
 
   std::string config_file = default_config, socket_opt, journal_opt;
   bool as_json = false;
