@@ -1,5 +1,7 @@
 #include "feed/journal.hpp"
 
+#include <sqlite3.h>
+
 #include <array>
 #include <map>
 #include <stdexcept>
@@ -151,8 +153,29 @@ clock_time from_ns(std::int64_t ns) noexcept {
   return clock_time(std::chrono::duration_cast<clock_time::duration>(std::chrono::nanoseconds(ns)));
 }
 
+namespace {
+
+/// Opens the database; read-only, falls back to an immutable open when SQLite cannot make the
+/// WAL index (-shm) beside a WAL journal in a directory the reader may not write (mcdistctl run
+/// by an operator while the daemon, which owns the directory, is down and has removed it).
+sqlite::database open_journal(const std::filesystem::path& file, bool read_only) {
+  if (!read_only) return sqlite::database(file.string(), sqlite::durability::full, 5000);
+  try {
+    return sqlite::database(file.string(), sqlite::durability::full, 5000, true);
+  } catch (const sqlite::error& e) {
+    const int primary = e.code() & 0xff;
+    std::error_code ec;
+    if ((primary != SQLITE_READONLY && primary != SQLITE_CANTOPEN) ||
+        !std::filesystem::is_regular_file(file, ec))
+      throw;
+    return sqlite::database(file.string(), sqlite::durability::full, 5000, true, true);
+  }
+}
+
+}  // namespace
+
 hub_journal::hub_journal(const std::filesystem::path& file, bool read_only)
-    : m_db(file.string(), sqlite::durability::full, 5000, read_only) {
+    : m_db(open_journal(file, read_only)) {
   if (read_only) {
     const int v = m_db.user_version();
     if (v == 0)

@@ -13,6 +13,7 @@ Usage: test_mcdistctl.py BUILD_DIR
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -169,6 +170,29 @@ def main():
     # The offline path did not write: no schema change, no new rows.
     p = run("--json", "status", config=cfg)
     check(json.loads(p.stdout)["source"] == "journal", "--config journal: %s" % p.stdout)
+
+    # An operator who may read the journal but not write its directory (the daemon, down, has
+    # removed the WAL index): the journal is read as an immutable file.
+    if os.geteuid() == 0 and shutil.which("setpriv"):
+        ro = os.path.join(tmp, "ro")
+        os.makedirs(ro)
+        os.chmod(tmp, 0o755)
+        os.chmod(ro, 0o755)
+        shutil.copy(journal, os.path.join(ro, "journal.db"))
+        wal = journal + "-wal"
+        check(not os.path.exists(wal) or os.path.getsize(wal) == 0,
+              "the stopped server left a WAL to checkpoint")
+        p = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", ctl,
+                            "--socket", os.path.join(ro, "none.sock"), "--journal",
+                            os.path.join(ro, "journal.db"), "--json", "missing", "--site", "dwd",
+                            "--since", "48h"], capture_output=True, text=True, timeout=30)
+        check(p.returncode == 0, "read-only directory: %s" % p.stderr)
+        check(json.loads(p.stdout)["rows"] == daemon_answers["missing"],
+              "read-only directory: other rows: %s" % p.stdout)
+        check(os.listdir(ro) == ["journal.db"], "the reader wrote beside the journal: %s"
+              % os.listdir(ro))
+    else:
+        log("not root or no setpriv: read-only directory case not run")
 
     # A socket path that is a plain file: unreachable, the journal answers.
     plain = os.path.join(tmp, "plain")

@@ -60,7 +60,7 @@ std::string render_status(const json& a) {
   const bool daemon = a.value("daemon", false);
   out += daemon ? "mcdist-feed: running\n" : "mcdist-feed: not running (from the journal)\n";
   for (const auto& [k, v] : a.items()) {
-    if (k == "ok" || k == "daemon" || !(v.is_primitive())) continue;
+    if (k == "ok" || k == "daemon" || k == "source" || !v.is_primitive()) continue;
     out += k + ": " + sanitize_cell(text(a, k.c_str())) + "\n";
   }
 
