@@ -31,16 +31,35 @@ constexpr const char* default_journal = "/var/lib/mcdist-feed/journal.db";
 constexpr auto call_timeout = std::chrono::seconds(60);
 
 constexpr const char* footer = R"(
+Commands:
+  status
+      The daemon's channels (last sequence number; products queued, sending, sent, failed;
+      last session), the sites (last seen, RTT, NAK ratio, last sequence number completed per
+      channel) and the latest sessions with their outcome.
+  history --site SITE --since DURATION [--product GLOB] [--channel CHANNEL] [--limit N]
+      What SITE did with each product in the window, newest first: stored, held (it had an
+      identical copy), failed (with the reason the site gave) or missed (it was not in the
+      session, or reported the session's sequence number missing).
+  missing --site SITE --since DURATION
+      Products sent in the window on SITE's channels that SITE has not stored or held, with
+      its last outcome and whether the hub still keeps a copy (RESENDABLE).
+  resend --site SITE (--since DURATION | --product GLOB | --seq N[-M]) [--channel C] [--unicast]
+      Sends retained products again to SITE: those sent in the last DURATION, those whose
+      name matches GLOB, or those of the channel's batches N to M. --unicast uses the unicast
+      fallback instead of multicast. Needs the running daemon.
+
 mcdistctl talks to the running mcdist-feed over its control socket (control_socket in
 /etc/mcdist/feed.toml, default /run/mcdist-feed/control.sock; reachable by the daemon's user and
 the operator group, control_group). When the daemon is not running, status, history and missing
 are answered from the hub journal (journal in feed.toml, default
-/var/lib/mcdist-feed/journal.db), read-only, and mcdistctl says so on stderr; resend needs the
-daemon. Durations are a number with a unit: 90s, 30m, 6h.
+/var/lib/mcdist-feed/journal.db), read-only, and mcdistctl says so on stderr. Durations are a
+number with a unit: 90s, 30m, 6h. GLOB is matched against the product's path in its set:
+* and ? match any characters including '/', [...] a set.
 
 Output is an aligned table, times in UTC; --json prints the answer as one JSON object with stable
 keys ("ok", "source": "daemon" or "journal", then the command's keys: "rows" for history and
-missing, "channels", "sites" and "sessions" for status).
+missing, "channels", "sites" and "sessions" for status). Global options may come before or after
+the command.
 
 Examples:
   mcdistctl status
@@ -48,7 +67,7 @@ Examples:
   mcdistctl history --site knmi --since 30m --channel warnings --json
   mcdistctl missing --site dwd --since 24h
   mcdistctl resend --site dwd --since 6h
-  mcdistctl resend --site knmi --seq 1200-1210 --unicast
+  mcdistctl resend --site knmi --seq 1200-1210 --channel obs --unicast
   mcdistctl --socket /tmp/feed.sock --journal /tmp/journal.db status
 
 Exit status: 0 done; 1 the daemon or the journal refused or failed (the reason is on stderr);
@@ -124,11 +143,14 @@ int main(int argc, char** argv) {
   app.add_flag("--json", as_json, "Print the answer as JSON instead of a table");
 
   auto* status = app.add_subcommand("status", "Channels, sites and the latest sessions");
+  status->footer("\nExample: mcdistctl status --json");
 
   std::string site, since_text, glob, channel, seq_text;
   std::size_t limit = feed::max_history_rows;
   auto* history = app.add_subcommand("history", "What a site did with each product (stored, "
                                                 "held, failed, missed), newest first");
+  history->footer("\nExamples:\n  mcdistctl history --site dwd --since 6h --product 'nwp/*.grib2'\n"
+                  "  mcdistctl history --site knmi --since 30m --channel warnings --json");
   history->add_option("--site", site, "Site name")->required();
   history->add_option("--since", since_text, "How far back, e.g. 6h")->required()->type_name("DURATION");
   history->add_option("--product", glob, "Only products whose name matches (*, ?, [...])")
@@ -139,18 +161,23 @@ int main(int argc, char** argv) {
 
   auto* missing = app.add_subcommand(
       "missing", "Products sent on the site's channels that it has not stored or held");
+  missing->footer("\nExample: mcdistctl missing --site dwd --since 24h\n"
+                  "Then: mcdistctl resend --site dwd --since 24h");
   missing->add_option("--site", site, "Site name")->required();
   missing->add_option("--since", since_text, "How far back, e.g. 24h")->required()->type_name("DURATION");
 
   bool unicast = false;
   auto* resend = app.add_subcommand(
       "resend", "Send products again to a site (needs the running daemon)");
+  resend->footer("\nExamples:\n  mcdistctl resend --site dwd --since 6h\n"
+                 "  mcdistctl resend --site dwd --product 'nwp/*_t2m_*.grib2'\n"
+                 "  mcdistctl resend --site knmi --seq 1200-1210 --channel obs --unicast");
   resend->add_option("--site", site, "Site name")->required();
   auto* r_since = resend->add_option("--since", since_text, "Products sent in the last DURATION")
                       ->type_name("DURATION");
   auto* r_glob = resend->add_option("--product", glob, "Products whose name matches")->type_name("GLOB");
   auto* r_seq = resend->add_option("--seq", seq_text, "Products of batches N to M of the channel")
-                    ->type_name("N-M");
+                    ->type_name("N[-M]");
   r_since->excludes(r_glob)->excludes(r_seq);
   r_glob->excludes(r_seq);
   resend->add_option("--channel", channel, "Only this channel (needed with --seq when the site "
