@@ -17,15 +17,20 @@ std::size_t nesting_depth(std::string_view s, std::size_t limit) {
   bool in_string = false, escaped = false;
   for (const char c : s) {
     if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
       continue;
     }
-    if (c == '"') in_string = true;
+    if (c == '"')
+      in_string = true;
     else if (c == '[' || c == '{') {
       if (++depth > deepest && (deepest = depth) > limit) return deepest;
-    } else if ((c == ']' || c == '}') && depth > 0) --depth;
+    } else if ((c == ']' || c == '}') && depth > 0)
+      --depth;
   }
   return deepest;
 }
@@ -70,7 +75,8 @@ class field_reader {
     }
     const auto v = unsigned_int(*it, key);
     if (!v) return std::nullopt;
-    if (*v > static_cast<std::uint64_t>(INT64_MAX)) return fail(std::string("\"") + key + "\" is out of range");
+    if (*v > static_cast<std::uint64_t>(INT64_MAX))
+      return fail(std::string("\"") + key + "\" is out of range");
     return from_ns(static_cast<std::int64_t>(*v));
   }
 
@@ -150,13 +156,16 @@ parsed_request parse_request(std::string_view line) {
         } else {
           const auto a = f.unsigned_int((*it)[0], "seq");
           const auto b = f.unsigned_int((*it)[1], "seq");
-          if (a && b && (*a == 0 || *a > *b)) f.fail("\"seq\" must be [first, last], 1 <= first <= last");
+          if (a && b && (*a == 0 || *a > *b))
+            f.fail("\"seq\" must be [first, last], 1 <= first <= last");
           if (a && b) r.seqs = std::pair{*a, *b};
         }
       }
       if (const auto it = j.find("unicast"); it != j.end()) {
-        if (!it->is_boolean()) f.fail("\"unicast\" must be true or false");
-        else r.unicast = it->get<bool>();
+        if (!it->is_boolean())
+          f.fail("\"unicast\" must be true or false");
+        else
+          r.unicast = it->get<bool>();
       }
       if (!r.since && !r.glob && !r.seqs)
         f.fail("resend needs \"since_ns\", \"product\" or \"seq\" (which products to send again)");
@@ -218,9 +227,15 @@ std::string format_time(clock_time t) {
 }
 
 json to_json(const history_row& r) {
-  return {{"product_id", r.product_id}, {"channel", r.channel}, {"name", r.name},
-          {"size", r.size},             {"seq", r.seq},         {"site", r.site},
-          {"outcome", to_string(r.result)}, {"reason", r.reason}, {"at", format_time(r.at)},
+  return {{"product_id", r.product_id},
+          {"channel", r.channel},
+          {"name", r.name},
+          {"size", r.size},
+          {"seq", r.seq},
+          {"site", r.site},
+          {"outcome", to_string(r.result)},
+          {"reason", r.reason},
+          {"at", format_time(r.at)},
           {"at_ns", to_ns(r.at)}};
 }
 
@@ -238,9 +253,12 @@ json to_json(const missing_row& r) {
 }
 
 json to_json(const site_row& r) {
-  return {{"site", r.site},          {"channel", r.channel},
-          {"last_seen", format_time(r.last_seen)}, {"last_seen_ns", to_ns(r.last_seen)},
-          {"rtt_s", r.rtt_s},        {"nak_ratio", r.nak_ratio},
+  return {{"site", r.site},
+          {"channel", r.channel},
+          {"last_seen", format_time(r.last_seen)},
+          {"last_seen_ns", to_ns(r.last_seen)},
+          {"rtt_s", r.rtt_s},
+          {"nak_ratio", r.nak_ratio},
           {"last_seq", r.last_seq}};
 }
 
@@ -292,11 +310,9 @@ json journal_handler::status() {
 json journal_handler::history(const history_request& r) {
   const auto limit = std::min(r.limit, max_history_rows);
   // One row more than asked tells whether the answer is truncated.
-  auto rows = m_journal.history(r.site, r.since,
-                                r.glob ? std::optional<std::string_view>(*r.glob) : std::nullopt,
-                                r.channel ? std::optional<std::string_view>(*r.channel)
-                                          : std::nullopt,
-                                limit + 1);
+  auto rows = m_journal.history(
+      r.site, r.since, r.glob ? std::optional<std::string_view>(*r.glob) : std::nullopt,
+      r.channel ? std::optional<std::string_view>(*r.channel) : std::nullopt, limit + 1);
   const bool truncated = rows.size() > limit;
   if (truncated) rows.resize(limit);
   json j;
@@ -328,9 +344,12 @@ json answer(control_handler& h, std::string_view line, std::optional<std::uint32
     json out = std::visit(
         [&](auto& r) -> json {
           using T = std::decay_t<decltype(r)>;
-          if constexpr (std::is_same_v<T, status_request>) return h.status();
-          else if constexpr (std::is_same_v<T, history_request>) return h.history(r);
-          else if constexpr (std::is_same_v<T, missing_request>) return h.missing(r);
+          if constexpr (std::is_same_v<T, status_request>)
+            return h.status();
+          else if constexpr (std::is_same_v<T, history_request>)
+            return h.history(r);
+          else if constexpr (std::is_same_v<T, missing_request>)
+            return h.missing(r);
           else {
             r.peer_uid = peer_uid;
             return h.resend(r);

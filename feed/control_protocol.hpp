@@ -49,7 +49,7 @@ struct status_request {};
 struct history_request {
   std::string site;
   clock_time since{};
-  std::optional<std::string> glob;     ///< SQLite GLOB on the product name
+  std::optional<std::string> glob;  ///< SQLite GLOB on the product name
   std::optional<std::string> channel;
   std::size_t limit = max_history_rows;  ///< 1..max_history_rows
 };
@@ -61,17 +61,17 @@ struct missing_request {
 
 struct resend_request {
   std::string site;
-  std::optional<clock_time> since;     ///< products sent at or after
-  std::optional<std::string> glob;     ///< products whose name matches
+  std::optional<clock_time> since;                              ///< products sent at or after
+  std::optional<std::string> glob;                              ///< products whose name matches
   std::optional<std::pair<std::uint64_t, std::uint64_t>> seqs;  ///< inclusive batch seq range
   std::optional<std::string> channel;
-  bool unicast = false;                ///< over the unicast fallback instead of multicast
+  bool unicast = false;  ///< over the unicast fallback instead of multicast
   /// Filled by the server from SO_PEERCRED (who asked, for the daemon's log); not on the wire.
   std::optional<std::uint32_t> peer_uid;
 };
 
-using control_request = std::variant<status_request, history_request, missing_request,
-                                     resend_request>;
+using control_request =
+    std::variant<status_request, history_request, missing_request, resend_request>;
 
 /// A request, or why the line is not one.
 struct parsed_request {

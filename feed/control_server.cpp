@@ -55,7 +55,8 @@ gid_t group_id(const std::string& name, const std::filesystem::path& path) {
 std::optional<std::uint32_t> peer_uid(local::socket& s) {
   ucred cred{};
   socklen_t len = sizeof cred;
-  if (::getsockopt(s.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return std::nullopt;
+  if (::getsockopt(s.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0)
+    return std::nullopt;
   return static_cast<std::uint32_t>(cred.uid);
 }
 
@@ -206,13 +207,13 @@ control_server::control_server(asio::io_context& io, const control_socket_option
   struct stat st {};
   if (::lstat(path.c_str(), &st) == 0) {
     if (!S_ISSOCK(st.st_mode))
-      fail_errno(EEXIST, where + " exists and is not a socket: not removing it; fix "
-                                 "control_socket in the configuration");
+      fail_errno(EEXIST, where +
+                             " exists and is not a socket: not removing it; fix "
+                             "control_socket in the configuration");
     local::socket probe(io);
     boost::system::error_code ec;
     probe.connect(local::endpoint(path.string()), ec);
-    if (!ec)
-      fail_errno(EADDRINUSE, where + " is in use: another mcdist-feed is running with it");
+    if (!ec) fail_errno(EADDRINUSE, where + " is in use: another mcdist-feed is running with it");
     ::unlink(path.c_str());  // left by a daemon that crashed
   }
   const std::optional<gid_t> gid =

@@ -115,8 +115,7 @@ std::optional<E> parse_word(std::string_view s, const std::array<std::string_vie
 constexpr std::array<std::string_view, 4> product_state_words{"queued", "sending", "sent",
                                                               "failed"};
 constexpr std::array<std::string_view, 3> session_kind_words{"batch", "catchup", "resend"};
-constexpr std::array<std::string_view, 3> session_outcome_words{"complete", "partial",
-                                                                "aborted"};
+constexpr std::array<std::string_view, 3> session_outcome_words{"complete", "partial", "aborted"};
 constexpr std::array<std::string_view, 4> outcome_words{"stored", "held", "failed", "missed"};
 
 }  // namespace
@@ -130,7 +129,9 @@ std::string_view to_string(session_kind k) noexcept {
 std::string_view to_string(session_outcome o) noexcept {
   return session_outcome_words[static_cast<std::size_t>(o)];
 }
-std::string_view to_string(outcome o) noexcept { return outcome_words[static_cast<std::size_t>(o)]; }
+std::string_view to_string(outcome o) noexcept {
+  return outcome_words[static_cast<std::size_t>(o)];
+}
 
 std::optional<product_state> parse_product_state(std::string_view s) noexcept {
   return parse_word<product_state>(s, product_state_words);
@@ -211,8 +212,8 @@ void hub_journal::create_or_migrate() {
 
 std::int64_t hub_journal::enqueue(const product& p) {
   sqlite::transaction tx(m_db);
-  const auto queued_at = p.queued_at == clock_time{} ? std::chrono::system_clock::now()
-                                                     : p.queued_at;
+  const auto queued_at =
+      p.queued_at == clock_time{} ? std::chrono::system_clock::now() : p.queued_at;
   m_db.prepare(
           "INSERT INTO products(channel, name, spool_path, size, mtime_ns, sha256, state, "
           "queued_at) VALUES(?1, ?2, ?3, ?4, ?5, ?6, 'queued', ?7) "
@@ -274,8 +275,8 @@ std::int64_t hub_journal::begin_session(const session_row& s,
       .bind(5, to_ns(started))
       .run();
   const auto sid = m_db.last_insert_rowid();
-  auto link = m_db.prepare(
-      "INSERT OR IGNORE INTO session_products(session, product) VALUES(?1, ?2)");
+  auto link =
+      m_db.prepare("INSERT OR IGNORE INTO session_products(session, product) VALUES(?1, ?2)");
   // A resend or catch-up of a product already sent leaves it 'sent'; only new products of a
   // batch (queued, or sending again after a crash) go to 'sending' and take the batch's seq.
   auto mark = m_db.prepare(
@@ -290,13 +291,13 @@ std::int64_t hub_journal::begin_session(const session_row& s,
   return sid;
 }
 
-void hub_journal::end_session(std::string_view channel, std::uint64_t seq,
-                              session_outcome result, clock_time ended) {
+void hub_journal::end_session(std::string_view channel, std::uint64_t seq, session_outcome result,
+                              clock_time ended) {
   auto st = m_db.prepare("SELECT id FROM sessions WHERE channel = ?1 AND seq = ?2 AND seq > 0");
   st.bind(1, channel).bind(2, as_i64(seq));
   if (!st.step())
-    throw std::invalid_argument("end_session: no session " + std::to_string(seq) +
-                                " on channel " + std::string(channel));
+    throw std::invalid_argument("end_session: no session " + std::to_string(seq) + " on channel " +
+                                std::string(channel));
   const auto id = st.column_int64(0);
   st.reset();
   end_session(id, result, ended);
@@ -409,12 +410,12 @@ std::vector<product> hub_journal::products_of_seqs(std::string_view channel, std
 }
 
 std::vector<product> hub_journal::find_products(const product_filter& f) {
-  auto st = m_db.prepare(
-      std::string("SELECT ") + std::string(product_columns) +
-      " FROM products p WHERE p.state = 'sent' AND p.retained_path IS NOT NULL "
-      "AND (?1 IS NULL OR p.channel = ?1) AND (?2 IS NULL OR p.sent_at >= ?2) "
-      "AND (?3 IS NULL OR p.name GLOB ?3) AND (?4 IS NULL OR p.seq BETWEEN ?4 AND ?5) "
-      "ORDER BY p.seq, p.id");
+  auto st =
+      m_db.prepare(std::string("SELECT ") + std::string(product_columns) +
+                   " FROM products p WHERE p.state = 'sent' AND p.retained_path IS NOT NULL "
+                   "AND (?1 IS NULL OR p.channel = ?1) AND (?2 IS NULL OR p.sent_at >= ?2) "
+                   "AND (?3 IS NULL OR p.name GLOB ?3) AND (?4 IS NULL OR p.seq BETWEEN ?4 AND ?5) "
+                   "ORDER BY p.seq, p.id");
   st.bind(1, f.channel);
   if (f.since) st.bind(2, to_ns(*f.since));
   st.bind(3, f.glob);
@@ -516,16 +517,26 @@ std::vector<channel_row> hub_journal::channels() {
     return r;
   };
   auto seqs = m_db.prepare("SELECT channel, last_seq FROM channels");
-  while (seqs.step()) row(seqs.column_text(0)).last_seq = static_cast<std::uint64_t>(seqs.column_int64(1));
-  auto counts = m_db.prepare("SELECT channel, state, count(*) FROM products GROUP BY channel, state");
+  while (seqs.step())
+    row(seqs.column_text(0)).last_seq = static_cast<std::uint64_t>(seqs.column_int64(1));
+  auto counts =
+      m_db.prepare("SELECT channel, state, count(*) FROM products GROUP BY channel, state");
   while (counts.step()) {
     auto& r = row(counts.column_text(0));
     const auto n = counts.column_int64(2);
     switch (parse_product_state(counts.column_text(1)).value_or(product_state::failed)) {
-      case product_state::queued: r.queued = n; break;
-      case product_state::sending: r.sending = n; break;
-      case product_state::sent: r.sent = n; break;
-      case product_state::failed: r.failed = n; break;
+      case product_state::queued:
+        r.queued = n;
+        break;
+      case product_state::sending:
+        r.sending = n;
+        break;
+      case product_state::sent:
+        r.sent = n;
+        break;
+      case product_state::failed:
+        r.failed = n;
+        break;
     }
   }
   auto last = m_db.prepare("SELECT channel, MAX(started) FROM sessions GROUP BY channel");
@@ -578,8 +589,8 @@ expire_result hub_journal::expire(clock_time before) {
   paths.bind(1, t);
   while (paths.step()) r.retained_paths.push_back(paths.column_text(0));
   paths.reset();
-  m_db.prepare(std::string("DELETE FROM products WHERE id IN (SELECT p.id") +
-               std::string(doomed) + ")")
+  m_db.prepare(std::string("DELETE FROM products WHERE id IN (SELECT p.id") + std::string(doomed) +
+               ")")
       .bind(1, t)
       .run();
   r.products = m_db.changes();

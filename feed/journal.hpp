@@ -80,33 +80,33 @@ std::optional<outcome> parse_outcome(std::string_view s) noexcept;
 
 /// One product of the outbox.
 struct product {
-  std::int64_t id = 0;       ///< journal row id (0 before enqueue)
-  std::string channel;       ///< channel name of the daemon's configuration
-  std::string name;          ///< path inside the set, as receivers store it ("a/b.grib2")
-  std::string spool_path;    ///< absolute path of the file in the spool when picked up
-  std::uint64_t size = 0;    ///< bytes
-  std::int64_t mtime_ns = 0; ///< modification time of the spool file, ns since the epoch
-  std::string sha256;        ///< lower-case hex, may be empty (not yet hashed)
+  std::int64_t id = 0;        ///< journal row id (0 before enqueue)
+  std::string channel;        ///< channel name of the daemon's configuration
+  std::string name;           ///< path inside the set, as receivers store it ("a/b.grib2")
+  std::string spool_path;     ///< absolute path of the file in the spool when picked up
+  std::uint64_t size = 0;     ///< bytes
+  std::int64_t mtime_ns = 0;  ///< modification time of the spool file, ns since the epoch
+  std::string sha256;         ///< lower-case hex, may be empty (not yet hashed)
   product_state state = product_state::queued;
-  std::uint64_t seq = 0;     ///< sequence number of the batch that first sent it, 0 = none yet
-  clock_time queued_at{};    ///< when enqueued; enqueue() sets now() when left at the epoch
-  std::optional<clock_time> sent_at;          ///< when mark_sent() ran
-  std::optional<std::string> retained_path;   ///< where the sent file is kept for catch-up
+  std::uint64_t seq = 0;   ///< sequence number of the batch that first sent it, 0 = none yet
+  clock_time queued_at{};  ///< when enqueued; enqueue() sets now() when left at the epoch
+  std::optional<clock_time> sent_at;         ///< when mark_sent() ran
+  std::optional<std::string> retained_path;  ///< where the sent file is kept for catch-up
 };
 
 /// One session as begin_session() records it.
 struct session_row {
   std::string channel;
-  std::uint64_t seq = 0;     ///< the channel's sequence number; 0 for catchup and resend
-  std::string session_id;    ///< the session id's text form (common/ids.hpp; 32 random bits,
-                             ///< so not unique over months: rows are keyed by their own id)
+  std::uint64_t seq = 0;   ///< the channel's sequence number; 0 for catchup and resend
+  std::string session_id;  ///< the session id's text form (common/ids.hpp; 32 random bits,
+                           ///< so not unique over months: rows are keyed by their own id)
   session_kind kind = session_kind::batch;
-  clock_time started{};      ///< begin_session() sets now() when left at the epoch
+  clock_time started{};  ///< begin_session() sets now() when left at the epoch
 };
 
 /// A session read back, with its end.
 struct session_info {
-  std::int64_t id = 0;       ///< journal row id
+  std::int64_t id = 0;  ///< journal row id
   session_row row;
   std::optional<clock_time> ended;
   std::optional<session_outcome> result;
@@ -115,11 +115,11 @@ struct session_info {
 
 /// What a site last reported on a channel (from its REGISTER and the session's statistics).
 struct site_row {
-  std::string site;          ///< site name (its key's name in signed sessions, else its address)
+  std::string site;  ///< site name (its key's name in signed sessions, else its address)
   std::string channel;
   clock_time last_seen{};
-  double rtt_s = 0;          ///< round-trip time, seconds
-  double nak_ratio = 0;      ///< NAKed blocks / blocks sent to it in its last session, 0..1
+  double rtt_s = 0;            ///< round-trip time, seconds
+  double nak_ratio = 0;        ///< NAKed blocks / blocks sent to it in its last session, 0..1
   std::uint64_t last_seq = 0;  ///< highest seq the site completed on the channel, 0 = none
 };
 
@@ -129,7 +129,7 @@ struct history_row {
   std::string channel;
   std::string name;
   std::uint64_t size = 0;
-  std::uint64_t seq = 0;     ///< the seq of the session the outcome came from (0: catchup/resend)
+  std::uint64_t seq = 0;  ///< the seq of the session the outcome came from (0: catchup/resend)
   std::string site;
   outcome result = outcome::stored;
   std::string reason;
@@ -142,17 +142,17 @@ struct missing_row {
   std::string channel;
   std::string name;
   std::uint64_t size = 0;
-  std::uint64_t seq = 0;       ///< product's batch seq
-  clock_time sent_at{};        ///< start of the latest session that carried it
-  std::optional<outcome> last; ///< the site's last outcome for it (failed, missed), or none
+  std::uint64_t seq = 0;        ///< product's batch seq
+  clock_time sent_at{};         ///< start of the latest session that carried it
+  std::optional<outcome> last;  ///< the site's last outcome for it (failed, missed), or none
   std::string reason;
-  bool retained = false;       ///< still kept at the hub: a resend can serve it
+  bool retained = false;  ///< still kept at the hub: a resend can serve it
 };
 
 /// Per channel counts, for `mcdistctl status` without the daemon.
 struct channel_row {
   std::string channel;
-  std::uint64_t last_seq = 0;     ///< last allocated sequence number, 0 = none
+  std::uint64_t last_seq = 0;  ///< last allocated sequence number, 0 = none
   std::int64_t queued = 0, sending = 0, sent = 0, failed = 0;
   std::optional<clock_time> last_session;  ///< start of the latest session
 };

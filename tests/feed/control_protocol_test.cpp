@@ -119,8 +119,9 @@ TEST_CASE("control protocol: hostile lines are refused with a reason") {
   CHECK_THAT(parse_request(std::string(1000, '[')).error, Catch::Contains("nested"));
   CHECK(parse_request("{\"cmd\":\"history\",\"site\":\"[[[[[[{{{{\",\"since_ns\":0}").request);
   const std::string long_site(2000, 's');
-  CHECK_THAT(parse_request("{\"cmd\":\"missing\",\"site\":\"" + long_site + "\",\"since_ns\":0}").error,
-             Catch::Contains("too long"));
+  CHECK_THAT(
+      parse_request("{\"cmd\":\"missing\",\"site\":\"" + long_site + "\",\"since_ns\":0}").error,
+      Catch::Contains("too long"));
 }
 
 TEST_CASE("control protocol: answer() calls the handler, adds ok, turns throws into errors") {
@@ -195,8 +196,8 @@ TEST_CASE("control protocol: the journal handler answers status, history and mis
   CHECK(hist["truncated"] == false);
   CHECK(hist["since"] == "2026-01-01T00:00:00.000Z");
   const auto& row = hist["rows"][1];
-  for (const char* key : {"product_id", "channel", "name", "size", "seq", "site", "outcome",
-                          "reason", "at", "at_ns"})
+  for (const char* key :
+       {"product_id", "channel", "name", "size", "seq", "site", "outcome", "reason", "at", "at_ns"})
     CHECK(row.contains(key));
   hist = answer(h, R"({"cmd":"history","site":"dwd","limit":1,"since_ns":)" + since + "}");
   CHECK(hist["rows"].size() == 1);

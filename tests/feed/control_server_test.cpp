@@ -42,8 +42,12 @@ struct fake_handler : control_handler {
   std::atomic<std::size_t> big{0};
   std::atomic<int> resends{0};
   json status() override { return {{"daemon", true}, {"blob", std::string(big.load(), 'x')}}; }
-  json history(const history_request& r) override { return {{"site", r.site}, {"rows", json::array()}}; }
-  json missing(const missing_request& r) override { return {{"site", r.site}, {"rows", json::array()}}; }
+  json history(const history_request& r) override {
+    return {{"site", r.site}, {"rows", json::array()}};
+  }
+  json missing(const missing_request& r) override {
+    return {{"site", r.site}, {"rows", json::array()}};
+  }
   json resend(const resend_request& r) override {
     ++resends;
     return {{"site", r.site}, {"uid", r.peer_uid ? json(*r.peer_uid) : json(nullptr)}};

@@ -87,8 +87,11 @@ struct test_handler : journal_handler {
     const auto products = m_journal.find_products(f);
     std::uint64_t bytes = 0;
     for (const auto& p : products) bytes += p.size;
-    return {{"site", r.site},       {"products", products.size()}, {"bytes", bytes},
-            {"session", "0000beef"}, {"unicast", r.unicast}};
+    return {{"site", r.site},
+            {"products", products.size()},
+            {"bytes", bytes},
+            {"session", "0000beef"},
+            {"unicast", r.unicast}};
   }
 };
 

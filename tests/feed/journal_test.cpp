@@ -33,8 +33,7 @@ fs::path temp_db(const char* name) {
 // A fixed origin so that every time in these tests is exact.
 const clock_time t0 = clock_time{} + std::chrono::seconds(1'767'225'600);  // 2026-01-01
 
-product make(std::string channel, std::string name, std::int64_t mtime = 1,
-             clock_time at = t0) {
+product make(std::string channel, std::string name, std::int64_t mtime = 1, clock_time at = t0) {
   product p;
   p.channel = std::move(channel);
   p.name = name;
@@ -109,7 +108,7 @@ TEST_CASE("hub_journal: refuses a newer schema and a database that is not a jour
 TEST_CASE("hub_journal: enqueue is idempotent on (channel, spool path, size, mtime)") {
   hub_journal j(temp_db("enqueue.db"));
   const auto a = j.enqueue(make("obs", "a", 1, t0));
-  CHECK(j.enqueue(make("obs", "a", 1, t0 + 5s)) == a);  // seen again by the start-up scan
+  CHECK(j.enqueue(make("obs", "a", 1, t0 + 5s)) == a);      // seen again by the start-up scan
   const auto a2 = j.enqueue(make("obs", "a", 2, t0 + 1s));  // rewritten: a new product
   const auto other = j.enqueue(make("warn", "a", 1, t0));   // same file on another channel
   CHECK(a2 != a);
@@ -310,8 +309,8 @@ TEST_CASE("hub_journal: missing lists exactly the products a site did not store 
   CHECK(j.missing("meteofrance", t0).empty());
 
   // A resend to dwd of c and d: c stored, d fails again. Only d is still missing.
-  const auto rs = j.begin_session({"obs", 0, "r1", session_kind::resend, t0 + 40min},
-                                  std::vector{c, d});
+  const auto rs =
+      j.begin_session({"obs", 0, "r1", session_kind::resend, t0 + 40min}, std::vector{c, d});
   CHECK(j.get(c)->state == product_state::sent);  // a resend leaves the outbox state alone
   CHECK(j.get(c)->seq == seq2);
   j.record_outcome(c, "dwd", outcome::stored, "", 0, t0 + 41min);
@@ -387,7 +386,8 @@ TEST_CASE("hub_journal: expire bounds every table and returns the retained files
   j.site_seen({"old", "obs", t0 - 48h, 0, 0, 0});
   j.site_seen({"dwd", "obs", t0, 0, 0, 0});
   std::vector<std::int64_t> old_ids;
-  for (int i = 0; i < 20; ++i) old_ids.push_back(j.enqueue(make("obs", "old" + std::to_string(i), 1, t0 - 48h)));
+  for (int i = 0; i < 20; ++i)
+    old_ids.push_back(j.enqueue(make("obs", "old" + std::to_string(i), 1, t0 - 48h)));
   send_batch(j, "obs", old_ids, t0 - 48h);
   for (const auto id : old_ids) j.record_outcome(id, "dwd", outcome::stored, "", 1, t0 - 48h);
   const auto fresh = j.enqueue(make("obs", "fresh", 1, t0));

@@ -23,7 +23,8 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 using namespace mcdist;
 
-constexpr const char* default_config = "/etc/mcdist/feed.toml";
+/// mcdist-feed's shipped configuration (deploy/config/mcdist-feed.toml, a conffile).
+constexpr const char* default_config = "/etc/mcdist/mcdist-feed.toml";
 constexpr const char* default_socket = "/run/mcdist-feed/control.sock";
 constexpr const char* default_journal = "/var/lib/mcdist-feed/journal.db";
 /// How long to wait for the daemon's answer (60 s: a day's history is read from the journal
@@ -49,9 +50,9 @@ Commands:
       fallback instead of multicast. Needs the running daemon.
 
 mcdistctl talks to the running mcdist-feed over its control socket (control_socket in
-/etc/mcdist/feed.toml, default /run/mcdist-feed/control.sock; reachable by the daemon's user and
-the operator group, control_group). When the daemon is not running, status, history and missing
-are answered from the hub journal (journal in feed.toml, default
+/etc/mcdist/mcdist-feed.toml, default /run/mcdist-feed/control.sock; reachable by the daemon's
+user and the operator group, control_group). When the daemon is not running, status, history and
+missing are answered from the hub journal (journal in that file, default
 /var/lib/mcdist-feed/journal.db), read-only, and mcdistctl says so on stderr. Durations are a
 number with a unit: 90s, 30m, 6h. GLOB is matched against the product's path in its set:
 * and ? match any characters including '/', [...] a set.
@@ -101,8 +102,8 @@ settings read_config(const fs::path& file, bool explicit_file) {
 std::optional<feed::clock_time> since_from(const std::string& text) {
   const auto d = parse_duration(text);
   if (!d || d->count() < 0) return std::nullopt;
-  return std::chrono::time_point_cast<feed::clock_time::duration>(
-      std::chrono::system_clock::now() - *d);
+  return std::chrono::time_point_cast<feed::clock_time::duration>(std::chrono::system_clock::now() -
+                                                                  *d);
 }
 
 std::optional<std::pair<std::uint64_t, std::uint64_t>> parse_seq_range(const std::string& s) {
@@ -121,9 +122,10 @@ std::optional<std::pair<std::uint64_t, std::uint64_t>> parse_seq_range(const std
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"mcdistctl - query and steer the mcdist hub daemon (mcdist-feed): status, "
-               "delivery history, missing products, resends",
-               "mcdistctl"};
+  CLI::App app{
+      "mcdistctl - query and steer the mcdist hub daemon (mcdist-feed): status, "
+      "delivery history, missing products, resends",
+      "mcdistctl"};
   app.footer(footer);
   app.get_formatter()->column_width(34);
   app.require_subcommand(1);
@@ -147,12 +149,16 @@ int main(int argc, char** argv) {
 
   std::string site, since_text, glob, channel, seq_text;
   std::size_t limit = feed::max_history_rows;
-  auto* history = app.add_subcommand("history", "What a site did with each product (stored, "
-                                                "held, failed, missed), newest first");
-  history->footer("\nExamples:\n  mcdistctl history --site dwd --since 6h --product 'nwp/*.grib2'\n"
-                  "  mcdistctl history --site knmi --since 30m --channel warnings --json");
+  auto* history = app.add_subcommand("history",
+                                     "What a site did with each product (stored, "
+                                     "held, failed, missed), newest first");
+  history->footer(
+      "\nExamples:\n  mcdistctl history --site dwd --since 6h --product 'nwp/*.grib2'\n"
+      "  mcdistctl history --site knmi --since 30m --channel warnings --json");
   history->add_option("--site", site, "Site name")->required();
-  history->add_option("--since", since_text, "How far back, e.g. 6h")->required()->type_name("DURATION");
+  history->add_option("--since", since_text, "How far back, e.g. 6h")
+      ->required()
+      ->type_name("DURATION");
   history->add_option("--product", glob, "Only products whose name matches (*, ?, [...])")
       ->type_name("GLOB");
   history->add_option("--channel", channel, "Only this channel");
@@ -161,27 +167,33 @@ int main(int argc, char** argv) {
 
   auto* missing = app.add_subcommand(
       "missing", "Products sent on the site's channels that it has not stored or held");
-  missing->footer("\nExample: mcdistctl missing --site dwd --since 24h\n"
-                  "Then: mcdistctl resend --site dwd --since 24h");
+  missing->footer(
+      "\nExample: mcdistctl missing --site dwd --since 24h\n"
+      "Then: mcdistctl resend --site dwd --since 24h");
   missing->add_option("--site", site, "Site name")->required();
-  missing->add_option("--since", since_text, "How far back, e.g. 24h")->required()->type_name("DURATION");
+  missing->add_option("--since", since_text, "How far back, e.g. 24h")
+      ->required()
+      ->type_name("DURATION");
 
   bool unicast = false;
-  auto* resend = app.add_subcommand(
-      "resend", "Send products again to a site (needs the running daemon)");
-  resend->footer("\nExamples:\n  mcdistctl resend --site dwd --since 6h\n"
-                 "  mcdistctl resend --site dwd --product 'nwp/*_t2m_*.grib2'\n"
-                 "  mcdistctl resend --site knmi --seq 1200-1210 --channel obs --unicast");
+  auto* resend =
+      app.add_subcommand("resend", "Send products again to a site (needs the running daemon)");
+  resend->footer(
+      "\nExamples:\n  mcdistctl resend --site dwd --since 6h\n"
+      "  mcdistctl resend --site dwd --product 'nwp/*_t2m_*.grib2'\n"
+      "  mcdistctl resend --site knmi --seq 1200-1210 --channel obs --unicast");
   resend->add_option("--site", site, "Site name")->required();
   auto* r_since = resend->add_option("--since", since_text, "Products sent in the last DURATION")
                       ->type_name("DURATION");
-  auto* r_glob = resend->add_option("--product", glob, "Products whose name matches")->type_name("GLOB");
+  auto* r_glob =
+      resend->add_option("--product", glob, "Products whose name matches")->type_name("GLOB");
   auto* r_seq = resend->add_option("--seq", seq_text, "Products of batches N to M of the channel")
                     ->type_name("N[-M]");
   r_since->excludes(r_glob)->excludes(r_seq);
   r_glob->excludes(r_seq);
-  resend->add_option("--channel", channel, "Only this channel (needed with --seq when the site "
-                                           "is on several)");
+  resend->add_option("--channel", channel,
+                     "Only this channel (needed with --seq when the site "
+                     "is on several)");
   resend->add_flag("--unicast", unicast, "Over the unicast fallback instead of multicast");
 
   try {
@@ -273,10 +285,14 @@ int main(int argc, char** argv) {
   if (as_json) {
     std::cout << feed::to_line(answer);
   } else if (ok) {
-    if (status->parsed()) std::cout << ctl::render_status(answer);
-    else if (history->parsed()) std::cout << ctl::render_history(answer);
-    else if (missing->parsed()) std::cout << ctl::render_missing(answer);
-    else std::cout << ctl::render_resend(answer);
+    if (status->parsed())
+      std::cout << ctl::render_status(answer);
+    else if (history->parsed())
+      std::cout << ctl::render_history(answer);
+    else if (missing->parsed())
+      std::cout << ctl::render_missing(answer);
+    else
+      std::cout << ctl::render_resend(answer);
   }
   if (!ok) {
     std::cerr << "mcdistctl: " << answer.value("error", std::string("failed (no reason given)"))

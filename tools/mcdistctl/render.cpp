@@ -64,8 +64,12 @@ std::string render_status(const json& a) {
     out += k + ": " + sanitize_cell(text(a, k.c_str())) + "\n";
   }
 
-  table ch{{{"CHANNEL"}, {"LAST SEQ", align::right}, {"QUEUED", align::right},
-            {"SENDING", align::right}, {"SENT", align::right}, {"FAILED", align::right},
+  table ch{{{"CHANNEL"},
+            {"LAST SEQ", align::right},
+            {"QUEUED", align::right},
+            {"SENDING", align::right},
+            {"SENT", align::right},
+            {"FAILED", align::right},
             {"LAST SESSION (UTC)"}},
            {}};
   for (const auto& c : array(a, "channels"))
@@ -74,8 +78,12 @@ std::string render_status(const json& a) {
                        short_time(c.value("last_session", json()))});
   out += "\n" + format_table(ch);
 
-  table si{{{"SITE"}, {"CHANNEL"}, {"LAST SEEN (UTC)"}, {"RTT ms", align::right},
-            {"NAK %", align::right}, {"LAST SEQ", align::right}},
+  table si{{{"SITE"},
+            {"CHANNEL"},
+            {"LAST SEEN (UTC)"},
+            {"RTT ms", align::right},
+            {"NAK %", align::right},
+            {"LAST SEQ", align::right}},
            {}};
   for (const auto& s : array(a, "sites"))
     si.rows.push_back({text(s, "site"), text(s, "channel"),
@@ -84,12 +92,17 @@ std::string render_status(const json& a) {
   out += "\n" + format_table(si);
 
   if (!array(a, "sessions").empty()) {
-    table se{{{"STARTED (UTC)"}, {"CHANNEL"}, {"SEQ", align::right}, {"KIND"}, {"SESSION"},
-              {"PRODUCTS", align::right}, {"OUTCOME"}},
+    table se{{{"STARTED (UTC)"},
+              {"CHANNEL"},
+              {"SEQ", align::right},
+              {"KIND"},
+              {"SESSION"},
+              {"PRODUCTS", align::right},
+              {"OUTCOME"}},
              {}};
     for (const auto& s : array(a, "sessions"))
-      se.rows.push_back({short_time(s.value("started", json())), text(s, "channel"),
-                         text(s, "seq"), text(s, "kind"), text(s, "session"), text(s, "products"),
+      se.rows.push_back({short_time(s.value("started", json())), text(s, "channel"), text(s, "seq"),
+                         text(s, "kind"), text(s, "session"), text(s, "products"),
                          s.value("ended", json()).is_null() ? "running" : text(s, "outcome")});
     out += "\n" + format_table(se);
   }
@@ -97,8 +110,13 @@ std::string render_status(const json& a) {
 }
 
 std::string render_history(const json& a) {
-  table t{{{"AT (UTC)"}, {"CHANNEL"}, {"SEQ", align::right}, {"OUTCOME"},
-           {"SIZE", align::right}, {"PRODUCT"}, {"REASON"}},
+  table t{{{"AT (UTC)"},
+           {"CHANNEL"},
+           {"SEQ", align::right},
+           {"OUTCOME"},
+           {"SIZE", align::right},
+           {"PRODUCT"},
+           {"REASON"}},
           {}};
   const auto& rows = array(a, "rows");
   for (const auto& r : rows)
@@ -118,8 +136,14 @@ std::string render_missing(const json& a) {
   const auto who = sanitize_cell(text(a, "site"));
   const auto since = short_time(a.value("since", json()));
   if (rows.empty()) return "nothing missing for " + who + " since " + since + " UTC\n";
-  table t{{{"CHANNEL"}, {"SEQ", align::right}, {"SENT (UTC)"}, {"LAST OUTCOME"},
-           {"SIZE", align::right}, {"PRODUCT"}, {"RESENDABLE"}, {"REASON"}},
+  table t{{{"CHANNEL"},
+           {"SEQ", align::right},
+           {"SENT (UTC)"},
+           {"LAST OUTCOME"},
+           {"SIZE", align::right},
+           {"PRODUCT"},
+           {"RESENDABLE"},
+           {"REASON"}},
           {}};
   std::size_t resendable = 0;
   for (const auto& r : rows) {

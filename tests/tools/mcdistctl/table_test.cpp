@@ -27,7 +27,7 @@ TEST_CASE("table: an empty table is its header") {
 
 TEST_CASE("table: UTF-8 cells align by characters, not bytes") {
   table t{{{"SITE"}, {"N", align::right}}, {}};
-  t.rows.push_back({"météo", "1"});   // 5 characters, 7 bytes
+  t.rows.push_back({"météo", "1"});  // 5 characters, 7 bytes
   t.rows.push_back({"dwd", "22"});
   CHECK(display_width("météo") == 5);
   CHECK(format_table(t) ==
@@ -38,7 +38,8 @@ TEST_CASE("table: UTF-8 cells align by characters, not bytes") {
 
 TEST_CASE("table: control characters cannot break a row or reach the terminal") {
   CHECK(sanitize_cell("a\nb\rc\x1b[31md\x7f") == "a?b?c?[31md?");
-  CHECK(sanitize_cell("x\xc2\x9b" "2J") == "x?2J");  // C1 CSI
+  CHECK(sanitize_cell("x\xc2\x9b"
+                      "2J") == "x?2J");  // C1 CSI
   CHECK(sanitize_cell("é") == "é");
   table t{{{"P"}, {"Q"}}, {}};
   t.rows.push_back({"evil\nname", "q"});
@@ -59,18 +60,21 @@ TEST_CASE("render: history, missing, resend and status from protocol answers") {
         "2 outcomes for dwd since 2026-01-01 00:00:00 UTC (truncated: narrow --since or "
         "--product)\n");
 
-  const json none = json::parse(R"({"ok":true,"site":"dwd","since":"2026-01-01T00:00:00.000Z","rows":[]})");
+  const json none =
+      json::parse(R"({"ok":true,"site":"dwd","since":"2026-01-01T00:00:00.000Z","rows":[]})");
   CHECK(render_missing(none) == "nothing missing for dwd since 2026-01-01 00:00:00 UTC\n");
   const json miss = json::parse(R"({"ok":true,"site":"knmi","since":"2026-01-01T00:00:00.000Z",
     "rows":[{"channel":"obs","seq":2,"sent_at":"2026-01-01T02:00:00.000Z","last_outcome":"missed",
       "reason":"seq gap 2-2","size":4096,"name":"obs/b.bufr","retained":true},
      {"channel":"obs","seq":3,"sent_at":"2026-01-01T03:00:00.000Z","last_outcome":null,
       "reason":"","size":1,"name":"obs/c.bufr","retained":false}]})");
-  CHECK(render_missing(miss) ==
-        "CHANNEL  SEQ  SENT (UTC)           LAST OUTCOME      SIZE  PRODUCT     RESENDABLE  REASON\n"
-        "obs        2  2026-01-01 02:00:00  missed        4.00 KiB  obs/b.bufr  yes         seq gap 2-2\n"
-        "obs        3  2026-01-01 03:00:00  none               1 B  obs/c.bufr  no\n"
-        "2 products missing at knmi since 2026-01-01 00:00:00 UTC, 1 resendable\n");
+  CHECK(
+      render_missing(miss) ==
+      "CHANNEL  SEQ  SENT (UTC)           LAST OUTCOME      SIZE  PRODUCT     RESENDABLE  REASON\n"
+      "obs        2  2026-01-01 02:00:00  missed        4.00 KiB  obs/b.bufr  yes         seq gap "
+      "2-2\n"
+      "obs        3  2026-01-01 03:00:00  none               1 B  obs/c.bufr  no\n"
+      "2 products missing at knmi since 2026-01-01 00:00:00 UTC, 1 resendable\n");
 
   CHECK(render_resend(json::parse(R"({"ok":true,"site":"dwd","products":3,"bytes":3072,
           "session":"0000beef","unicast":true})")) ==
