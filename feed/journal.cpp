@@ -455,23 +455,26 @@ std::vector<history_row> hub_journal::history(std::string_view site, clock_time 
 
 std::vector<missing_row> hub_journal::missing(std::string_view site, clock_time since) {
   // The products of ended sessions of the window on the site's channels, less those the site
-  // stored or held (at any time: a copy it got in an earlier session is not missing).
+  // stored or held (at any time: a copy it got in an earlier session is not missing). The
+  // site's last outcome of a product is its latest row (MAX(id), found in the (product, site)
+  // index; ORDER BY at ... LIMIT 1 let the planner walk outcomes_at instead: 425 s on 1 M
+  // outcomes, against 0.3 s).
   auto st = m_db.prepare(R"sql(
     WITH carried AS (
       SELECT sp.product AS pid, MAX(s.started) AS last_started
       FROM sessions s JOIN session_products sp ON sp.session = s.id
       WHERE s.started >= ?2 AND s.ended IS NOT NULL
         AND s.channel IN (SELECT channel FROM sites WHERE site = ?1)
-      GROUP BY sp.product)
-    SELECT p.id, p.channel, p.name, p.size, p.seq, c.last_started,
-           (SELECT o.outcome FROM outcomes o WHERE o.product = p.id AND o.site = ?1
-            ORDER BY o.at DESC, o.id DESC LIMIT 1),
-           (SELECT o.reason FROM outcomes o WHERE o.product = p.id AND o.site = ?1
-            ORDER BY o.at DESC, o.id DESC LIMIT 1),
+      GROUP BY sp.product),
+    miss AS (
+      SELECT c.pid, c.last_started,
+             (SELECT MAX(o.id) FROM outcomes o WHERE o.product = c.pid AND o.site = ?1) AS last
+      FROM carried c
+      WHERE NOT EXISTS (SELECT 1 FROM outcomes o WHERE o.product = c.pid AND o.site = ?1
+                        AND o.outcome IN ('stored', 'held')))
+    SELECT p.id, p.channel, p.name, p.size, p.seq, m.last_started, lo.outcome, lo.reason,
            p.retained_path IS NOT NULL AND p.state = 'sent'
-    FROM carried c JOIN products p ON p.id = c.pid
-    WHERE NOT EXISTS (SELECT 1 FROM outcomes o WHERE o.product = p.id AND o.site = ?1
-                      AND o.outcome IN ('stored', 'held'))
+    FROM miss m JOIN products p ON p.id = m.pid LEFT JOIN outcomes lo ON lo.id = m.last
     ORDER BY p.channel, p.seq, p.id)sql");
   st.bind(1, site).bind(2, to_ns(since));
   std::vector<missing_row> out;

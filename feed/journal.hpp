@@ -238,8 +238,8 @@ class hub_journal {
   // ---- outcomes and sites ----
 
   /// Records what a site did with a product in the session of sequence number `seq` (0 for
-  /// catchup/resend). The latest outcome of (product, site) is what missing() looks at; all
-  /// are kept for history().
+  /// catchup/resend). All are kept for history(); missing() shows the last recorded one of
+  /// (product, site) (insertion order) and skips products with any stored or held outcome.
   void record_outcome(std::int64_t product_id, std::string_view site, outcome o,
                       std::string_view reason, std::uint64_t seq,
                       clock_time at = std::chrono::system_clock::now());
