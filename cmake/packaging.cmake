@@ -1,6 +1,6 @@
 # Installation layout and the Debian package (CPack DEB generator): deploy/build-deb.sh.
 #
-# One package, mcdist: /usr/bin/mcdistd and mcdist-send, their man pages (help2man, from
+# One package, mcdist: /usr/bin/mcdistd, mcdist-send, mcdist-keygen and mcdistctl, their man pages (help2man, from
 # --help, at build time), the systemd units, sysusers.d/tmpfiles.d/sysctl.d files, the default
 # configuration /etc/mcdist/mcdistd.toml (a conffile) and maintainer scripts that create the user
 # and directories. The units and the configuration name /usr/bin and /etc/mcdist: the package's
@@ -18,7 +18,8 @@ if(MCDIST_HELP2MAN AND MCDIST_GZIP)
   # program target, section, one-line description, extra help2man arguments
   foreach(spec "mcdistd|8|mcdist receiver daemon: receives multicast file sets and delivers them atomically"
                "mcdist-send|1|send a file set reliably over IP multicast to mcdist receivers"
-               "mcdist-keygen|1|make Ed25519 key pairs for mcdist senders and sites")
+               "mcdist-keygen|1|make Ed25519 key pairs for mcdist senders and sites"
+               "mcdistctl|1|query and steer the mcdist hub daemon: status, delivery history, missing products, resends")
     string(REPLACE "|" ";" spec "${spec}")
     list(GET spec 0 prog)
     list(GET spec 1 section)
@@ -88,7 +89,8 @@ set(CPACK_PACKAGE_DESCRIPTION
     "dozens or hundreds of centres behind terrestrial multicast or a satellite hop.\n"
     "\n"
     "This package holds mcdist-send, the sender, mcdist-keygen, which makes the\n"
-    "keys of signed sessions, and mcdistd, the receiver daemon\n"
+    "keys of signed sessions, mcdistctl, the hub operator's tool (status, delivery\n"
+    "history, missing products, resends), and mcdistd, the receiver daemon\n"
     "with its systemd service, which verifies the SHA-256 of every file and renames\n"
     "it atomically into its destination tree.")
 string(REPLACE ";" "" CPACK_PACKAGE_DESCRIPTION "${CPACK_PACKAGE_DESCRIPTION}")
