@@ -1135,6 +1135,11 @@ void sender_session::abort(time_point now, std::string why) {
   start_ending(now, true, why);
 }
 
+void sender_session::set_rate(std::uint64_t rate_bps) noexcept {
+  m_cfg.rate_bps = rate_bps;
+  m_pacer.set_rate(rate_bps);
+}
+
 bool sender_session::succeeded() const noexcept {
   if (m_aborted || m_receivers.empty()) return false;
   return std::all_of(m_receivers.begin(), m_receivers.end(), [](const auto& r) {
