@@ -770,6 +770,7 @@ void sender_session::on_digest(file_index file, const sha256_digest& digest, tim
 void sender_session::mark_held(receiver_state& r, std::uint32_t file) {
   ++m_state[file].held_by;
   ++r.rep.files_held;
+  r.rep.held_files.push_back(file);
 }
 
 void sender_session::sample_rtt(receiver_state& r, std::uint64_t echo_us, std::uint64_t hold_us,

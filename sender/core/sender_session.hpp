@@ -144,6 +144,8 @@ struct receiver_report {
   endpoint address;
   std::uint32_t files_stored = 0;  ///< from COMPLETE
   std::uint32_t files_held = 0;    ///< skipped: already held
+  /// Indexes of the files it held already (a file may appear twice: claim and hold report).
+  std::vector<std::uint32_t> held_files;
   std::uint64_t bytes_stored = 0;  ///< from COMPLETE
   std::uint64_t bytes_received = 0;  ///< last progress report (NAK)
   std::uint32_t passes = 0;        ///< passes it needed: 1 + the pass of its last NAK with blocks
