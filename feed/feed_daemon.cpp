@@ -265,6 +265,10 @@ bool feed_daemon::start_session(std::size_t ch, session_kind kind, std::vector<p
   sc.register_window = cc.register_window;
   sc.register_timeout = cc.register_timeout;
   sc.sender_name = "mcdist-feed " + cc.name;
+  // usrsctp is one stack per process with one listener on a port: channels sending at once
+  // would collide on it (and its set-up costs ~100 ms per session, a warning's whole budget).
+  // Kernel TCP listeners are per session.
+  sc.fallback = sender::fallback_mode::tcp;
   std::set<std::pair<std::uint64_t, std::uint64_t>> no_ranges;
   if (batch) {
     sc.receivers = cc.receivers;
