@@ -604,7 +604,7 @@ nlohmann::json feed_daemon::status() const {
 }
 
 nlohmann::json feed_daemon::resend(const resend_order& order) {
-  if (order.sites.empty()) return {{"error", "no site given"}};
+  if (order.sites.empty()) throw std::invalid_argument("resend: no site given");
   std::map<std::string, std::vector<product>, std::less<>> by_channel;
   if (order.missing_since) {
     std::set<std::int64_t> seen;
@@ -620,6 +620,7 @@ nlohmann::json feed_daemon::resend(const resend_order& order) {
   }
   nlohmann::json j;
   std::size_t total = 0;
+  std::uint64_t bytes = 0;
   j["channels"] = nlohmann::json::object();
   for (auto& [name, ps] : by_channel) {
     const auto ch = channel_index(name);
@@ -629,14 +630,42 @@ nlohmann::json feed_daemon::resend(const resend_order& order) {
     req.sites.insert(order.sites.begin(), order.sites.end());
     req.unicast = order.unicast;
     for (auto& p : ps) req.products.emplace(p.id, std::move(p));
+    for (const auto& [id, p] : req.products) bytes += p.size;
     j["channels"][name] = req.products.size();
     total += req.products.size();
     m_log->info("channel {}: resend of {} product{} to {} queued{}", name, req.products.size(),
                 req.products.size() == 1 ? "" : "s", join(order.sites),
-                order.unicast ? " (unicast)" : "");
+                order.unicast ? " (over unicast)" : "");
     add_extra(*ch, std::move(req));
   }
+  if (total == 0) {
+    throw std::invalid_argument("resend: no retained product matches (sent products are kept "
+                                "for the configured retention only)");
+  }
   j["products"] = total;
+  j["bytes"] = bytes;
+  j["session"] = "";
+  j["unicast"] = order.unicast;
+  return j;
+}
+
+nlohmann::json daemon_handler::status() {
+  auto j = journal_handler::status();
+  j["daemon"] = true;
+  j["feed"] = m_daemon.status();
+  return j;
+}
+
+nlohmann::json daemon_handler::resend(const resend_request& r) {
+  resend_order o;
+  o.sites = {r.site};
+  o.filter.channel = r.channel;
+  o.filter.since = r.since;
+  o.filter.glob = r.glob;
+  o.filter.seqs = r.seqs;
+  o.unicast = r.unicast;
+  auto j = m_daemon.resend(o);
+  j["site"] = r.site;
   return j;
 }
 

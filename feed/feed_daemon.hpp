@@ -14,6 +14,7 @@
 
 #include "feed/arbiter.hpp"
 #include "feed/batcher.hpp"
+#include "feed/control_protocol.hpp"
 #include "feed/feed_config.hpp"
 #include "feed/journal.hpp"
 #include "feed/spool_watcher.hpp"
@@ -77,7 +78,10 @@ class feed_daemon {
   /// Channels, running sessions, queue depths and rates, for `mcdistctl status`.
   nlohmann::json status() const;
 
-  /// Queues a resend. @return {"products": N, "channels": {...}} or {"error": "..."}
+  /// Queues a resend: one session per channel concerned, merged with a resend already waiting
+  /// there. @return "products" (count), "bytes", "channels" {name: count}, "session": "" (the
+  /// sessions are queued behind the channels' running ones)
+  /// @throws std::invalid_argument when no site is given or nothing matches
   nlohmann::json resend(const resend_order& order);
 
   /// The journal (the control server's queries run on the same connection and thread).
@@ -131,6 +135,20 @@ class feed_daemon {
   boost::asio::steady_timer m_expire_timer;
   bool m_stopping = false;
   std::function<void()> m_stopped;
+};
+
+/// The control socket's handler in the running daemon: the journal's answers (history,
+/// missing), status with the daemon's live state, and resend served by the daemon.
+class daemon_handler : public journal_handler {
+ public:
+  explicit daemon_handler(feed_daemon& d) : journal_handler(d.journal()), m_daemon(d) {}
+  /// journal_handler::status() with "daemon": true and "feed": feed_daemon::status().
+  nlohmann::json status() override;
+  /// Keys of control_handler::resend, plus "channels".
+  nlohmann::json resend(const resend_request& r) override;
+
+ private:
+  feed_daemon& m_daemon;
 };
 
 }  // namespace mcdist::feed

@@ -5,6 +5,7 @@
 #include "common/logging.hpp"
 #include "common/sd_notify.hpp"
 #include "common/units.hpp"
+#include "feed/control_server.hpp"
 #include "feed/feed_config.hpp"
 #include "feed/feed_daemon.hpp"
 
@@ -159,6 +160,14 @@ int main(int argc, char** argv) {
   try {
     boost::asio::io_context io(1);
     mcdist::feed::feed_daemon daemon(io, cfg, log);
+    mcdist::feed::daemon_handler handler(daemon);
+    std::unique_ptr<mcdist::feed::control_server> control;
+    if (!cfg.control_socket.empty()) {
+      control = std::make_unique<mcdist::feed::control_server>(
+          io, mcdist::feed::control_socket_options{cfg.control_socket, cfg.control_group}, handler,
+          mcdist::feed::control_limits{}, log);
+      control->start();
+    }
     boost::asio::signal_set signals(io, SIGINT, SIGTERM, SIGHUP);
     boost::asio::steady_timer watchdog(io);
     bool stopping = false;
@@ -193,6 +202,7 @@ int main(int argc, char** argv) {
         stopping = true;
         log->info("{}: ending the running sessions", sig == SIGINT ? "SIGINT" : "SIGTERM");
         (void)notifier.stopping();
+        if (control) control->stop();
         daemon.stop([&] {
           watchdog.cancel();
           signals.cancel();

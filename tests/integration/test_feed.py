@@ -15,10 +15,12 @@
 usage: test_feed.py BUILD_DIR"""
 
 import hashlib
+import json
 import os
 import random
 import shutil
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -111,6 +113,24 @@ def drop(spool, name, data):
     return path
 
 
+def control_request(path, req):
+    """One JSON request line on the feed's control socket, one JSON answer line back."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(10)
+    try:
+        s.connect(path)
+        s.sendall((json.dumps(req) + "\n").encode())
+        buf = b""
+        while not buf.endswith(b"\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+        return json.loads(buf)
+    finally:
+        s.close()
+
+
 def main():
     bin_dir = sys.argv[1]
     if not loopback_multicast_works():
@@ -126,6 +146,7 @@ def main():
         moved = os.path.join(base, "done", "warnings")
         retained = os.path.join(base, "retained")
         journal = os.path.join(base, "journal.db")
+        control = os.path.join(base, "control.sock")
         g_warn, g_field = free_group(), free_group()
         while g_field.split(":")[0] == g_warn.split(":")[0]:
             g_field = free_group()
@@ -137,6 +158,7 @@ rate = "60M"
 journal = "%(journal)s"
 retention = "1h"
 retained = "%(retained)s"
+control_socket = "%(control)s"
 
 [[channel]]
 name = "warnings"
@@ -245,7 +267,30 @@ receivers = ["site-a", "site-b"]
               "big.grib outcomes %s" % outs)
         log("warning overtook the large file; after = delete once sent; retained copy kept")
 
-        # 4. SIGKILL mid-batch, restart: nothing lost.
+        # 4. Resend over the control socket: site-a lost w1.txt; only site-a takes part.
+        os.unlink(os.path.join(daemons[0].dest, "w1.txt"))
+        st = control_request(control, {"cmd": "status"})
+        check(st.get("ok") and st.get("daemon") is True, "status over the control socket: %s" % st)
+        names = sorted(c["name"] for c in st["feed"]["channels"])
+        check(names == ["fields", "warnings"], "status channels %s" % names)
+        ans = control_request(control, {"cmd": "resend", "site": "site-a", "product": "w1.txt"})
+        check(ans.get("ok") and ans.get("products") == 1, "resend answer %s" % ans)
+        wait_until("w1.txt resent to site-a", delivered(
+            daemons[:1], "w1.txt", hashlib.sha256(b"warning one").hexdigest()), 20, feed, daemons)
+
+        def resend_outcomes():
+            return query(journal, """SELECT o.site, o.outcome FROM outcomes o
+                JOIN products p ON p.id = o.product WHERE p.name = 'w1.txt' AND o.seq = 0""")
+        wait_until("the resend session's end in the journal", lambda: query(
+            journal, "SELECT count(*) FROM sessions WHERE kind = 'resend' AND ended IS NOT NULL"
+        )[0][0] == 1, 20, feed)
+        check(resend_outcomes() == [("site-a", "stored")],
+              "resend outcomes (only site-a takes part): %s" % resend_outcomes())
+        kinds = query(journal, "SELECT kind, outcome FROM sessions WHERE kind = 'resend'")
+        check(kinds == [("resend", "complete")], "resend sessions %s" % kinds)
+        log("resend over the control socket reached the one site that asked")
+
+        # 5. SIGKILL mid-batch, restart: nothing lost.
         crash = {}
         for i in range(8):
             data = rng.randbytes(2 << 20)
@@ -274,7 +319,7 @@ receivers = ["site-a", "site-b"]
         check(not dup, "products queued twice: %s" % dup)
         log("SIGKILL mid-batch: every product arrived after the restart")
 
-        # 5. Never sent: dot-files and ignored globs.
+        # 6. Never sent: dot-files and ignored globs.
         names = [r[0] for r in query(journal, "SELECT name FROM products")]
         check(".hidden" not in names and "scratch.tmp" not in names,
               "ignored files were queued: %s" % names)
