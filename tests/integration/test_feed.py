@@ -292,15 +292,22 @@ receivers = ["site-a", "site-b"]
 
         # 5. SIGKILL mid-batch, restart: nothing lost.
         crash = {}
+        staged = []
         for i in range(8):
             data = rng.randbytes(2 << 20)
             name = "crash/f%d.bin" % i
             crash[name] = hashlib.sha256(data).hexdigest()
-            drop(field_spool, name, data)
+            tmp = os.path.join(field_spool, "crash", ".f%d.part" % i)
+            os.makedirs(os.path.dirname(tmp), exist_ok=True)
+            with open(tmp, "wb") as f:
+                f.write(data)
+            staged.append((tmp, os.path.join(field_spool, name)))
+        for tmp, final in staged:  # all at once: one batch
+            os.rename(tmp, final)
 
         def crash_sending():
             return query(journal, """SELECT count(*) FROM products
-                WHERE name LIKE 'crash/%' AND state = 'sending'""")[0][0] == len(crash)
+                WHERE name LIKE 'crash/%' AND state = 'sending'""")[0][0] > 0
         wait_until("the crash batch in flight", crash_sending, 20, feed, daemons)
         feed.proc.send_signal(signal.SIGKILL)
         feed.proc.wait()
