@@ -443,6 +443,9 @@ void feed_daemon::record_outcomes(std::size_t ch, const running& run, const send
   std::set<std::string> present;
   for (const auto& rr : r.report.receivers) {
     present.insert(rr.id);
+    // A listed site that never registered is reported failed ("did not register within ...")
+    // with no address: for the journal it missed the session.
+    const bool absent = rr.state == st::missing || (rr.state == st::failed && rr.address.port == 0);
     const std::set<std::uint32_t> held(rr.held_files.begin(), rr.held_files.end());
     std::map<std::uint32_t, std::string> failed(rr.file_failures.begin(), rr.file_failures.end());
     for (std::uint32_t i = 0; i < run.products.size(); ++i) {
@@ -455,16 +458,16 @@ void feed_daemon::record_outcomes(std::size_t ch, const running& run, const send
           o = outcome::failed;
           reason = f->second;
         }
-      } else if (rr.state == st::missing) {
+      } else if (absent) {
         o = outcome::missed;
-        reason = "listed but did not register";
+        reason = rr.reason.empty() ? "listed but did not register" : rr.reason;
       } else {
         o = outcome::failed;
         reason = rr.reason.empty() ? "the session ended before the site completed" : rr.reason;
       }
       m_journal.record_outcome(run.products[i].id, rr.id, o, reason, run.seq, now);
     }
-    if (rr.state == st::missing) continue;
+    if (absent) continue;
     site_row s;
     s.site = rr.id;
     s.channel = cc.name;
