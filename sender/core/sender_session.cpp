@@ -770,6 +770,7 @@ void sender_session::on_digest(file_index file, const sha256_digest& digest, tim
 void sender_session::mark_held(receiver_state& r, std::uint32_t file) {
   ++m_state[file].held_by;
   ++r.rep.files_held;
+  r.rep.held_files.push_back(file);
 }
 
 void sender_session::sample_rtt(receiver_state& r, std::uint64_t echo_us, std::uint64_t hold_us,
@@ -1133,6 +1134,11 @@ void sender_session::abort(time_point now, std::string why) {
     }
   }
   start_ending(now, true, why);
+}
+
+void sender_session::set_rate(std::uint64_t rate_bps) noexcept {
+  m_cfg.rate_bps = rate_bps;
+  m_pacer.set_rate(rate_bps);
 }
 
 bool sender_session::succeeded() const noexcept {

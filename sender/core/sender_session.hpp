@@ -144,6 +144,8 @@ struct receiver_report {
   endpoint address;
   std::uint32_t files_stored = 0;  ///< from COMPLETE
   std::uint32_t files_held = 0;    ///< skipped: already held
+  /// Indexes of the files it held already (a file may appear twice: claim and hold report).
+  std::vector<std::uint32_t> held_files;
   std::uint64_t bytes_stored = 0;  ///< from COMPLETE
   std::uint64_t bytes_received = 0;  ///< last progress report (NAK)
   std::uint32_t passes = 0;        ///< passes it needed: 1 + the pass of its last NAK with blocks
@@ -252,6 +254,12 @@ class sender_session {
   session_report report(time_point now) const;
   /// Aborts the session (operator interrupt): sends END(aborted) and finishes.
   void abort(time_point now, std::string why);
+  /// Changes the multicast rate while the session runs (mcdist-feed's strict-priority sharing
+  /// of one link between channels). Bytes already paced keep their schedule; the next datagram
+  /// leaves at the new rate. @param rate_bps bit/s incl. IPv4+UDP headers, 0 = unpaced
+  void set_rate(std::uint64_t rate_bps) noexcept;
+  /// The multicast rate in force, bit/s (0 = unpaced).
+  std::uint64_t rate_bps() const noexcept { return m_cfg.rate_bps; }
 
  private:
   struct file_state;
