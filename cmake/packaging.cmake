@@ -1,6 +1,7 @@
 # Installation layout and the Debian package (CPack DEB generator): deploy/build-deb.sh.
 #
-# One package, mcdist: /usr/bin/mcdistd, mcdist-send, mcdist-keygen and mcdistctl, their man pages (help2man, from
+# One package, mcdist: /usr/bin/mcdistd, mcdist-send, mcdist-feed, mcdistctl and mcdist-keygen,
+# their man pages (help2man, from
 # --help, at build time), the systemd units, sysusers.d/tmpfiles.d/sysctl.d files, the default
 # configuration /etc/mcdist/mcdistd.toml (a conffile) and maintainer scripts that create the user
 # and directories. The units and the configuration name /usr/bin and /etc/mcdist: the package's
@@ -90,14 +91,11 @@ set(CPACK_PACKAGE_DESCRIPTION
     "sites), at a configured rate: the daily flow of a meteorological centre to\n"
     "dozens or hundreds of centres behind terrestrial multicast or a satellite hop.\n"
     "\n"
-    "This package holds mcdist-send, the sender, mcdist-feed, the hub daemon that
-"
-    "multicasts spooled products by channel and priority, mcdistctl, the hub
-"
-    "operator's tool (status, delivery history, missing products, resends),
-"
-    "mcdist-keygen, which makes the keys of signed sessions, and mcdistd, the receiver daemon
-"
+    "This package holds mcdist-send, the sender, mcdist-feed, the hub daemon that\n"
+    "multicasts spooled products by channel and priority, mcdistctl, the hub\n"
+    "operator's tool (status, delivery history, missing products, resends),\n"
+    "mcdist-keygen, which makes the keys of signed sessions, and mcdistd, the\n"
+    "receiver daemon\n"
     "with its systemd service, which verifies the SHA-256 of every file and renames\n"
     "it atomically into its destination tree.")
 string(REPLACE ";" "" CPACK_PACKAGE_DESCRIPTION "${CPACK_PACKAGE_DESCRIPTION}")
