@@ -1,8 +1,7 @@
 # Installation layout and the Debian package (CPack DEB generator): deploy/build-deb.sh.
 #
 # One package, mcdist: /usr/bin/mcdistd, mcdist-send, mcdist-feed, mcdistctl and mcdist-keygen,
-# their man pages (help2man, from
-# --help, at build time), the systemd units, sysusers.d/tmpfiles.d/sysctl.d files, the default
+# their man pages (help2man, from --help, at build time), the systemd units, sysusers.d/tmpfiles.d/sysctl.d files, the default
 # configuration /etc/mcdist/mcdistd.toml (a conffile) and maintainer scripts that create the user
 # and directories. The units and the configuration name /usr/bin and /etc/mcdist: the package's
 # layout (CPACK_PACKAGING_INSTALL_PREFIX /usr). The /etc files are in the component "conffiles",
@@ -95,9 +94,8 @@ set(CPACK_PACKAGE_DESCRIPTION
     "multicasts spooled products by channel and priority, mcdistctl, the hub\n"
     "operator's tool (status, delivery history, missing products, resends),\n"
     "mcdist-keygen, which makes the keys of signed sessions, and mcdistd, the\n"
-    "receiver daemon\n"
-    "with its systemd service, which verifies the SHA-256 of every file and renames\n"
-    "it atomically into its destination tree.")
+    "receiver daemon with its systemd service, which verifies the SHA-256 of\n"
+    "every file and renames it atomically into its destination tree.")
 string(REPLACE ";" "" CPACK_PACKAGE_DESCRIPTION "${CPACK_PACKAGE_DESCRIPTION}")
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_STRIP_FILES ON)
