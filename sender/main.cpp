@@ -111,6 +111,8 @@ int main(int argc, char** argv) {
   std::string tcp_congestion;
   std::string key_file;
   std::string site_keys_file;
+  std::string channel;
+  std::uint64_t channel_seq = 0;
 
   app.add_option("PATH", paths, "Files and directories to send (directories recursively, "
                                 "relative paths kept)")
@@ -228,6 +230,15 @@ int main(int argc, char** argv) {
                  "With --key: only the sites listed here may register, each proving its own key "
                  "(lines \"SITE-ID mcdist-ed25519:BASE64\" or \"SITE-ID KEYFILE\")")
       ->type_name("FILE");
+  app.add_option("--channel", channel,
+                 "Channel name carried in the announce (letters, digits, - _ . : @ /); with "
+                 "--channel-seq receivers track the channel's sessions and report the ones they "
+                 "never completed")
+      ->type_name("NAME");
+  app.add_option("--channel-seq", channel_seq,
+                 "This session's sequence number on --channel (1, 2, ...; 0 = unsequenced). The "
+                 "feed daemon numbers its sessions itself; this is for tests and scripts")
+      ->type_name("N");
   app.add_flag("--no-digest-cache", no_digest_cache,
                "Neither read nor write the SHA-256 kept in the files' user.mcdist.sha256 xattr");
 
@@ -299,6 +310,12 @@ int main(int argc, char** argv) {
   cfg.unicast_max_rate_bps = *umr;
   cfg.receivers = receivers;
   cfg.only_receivers = only;
+  if (!channel.empty() && !mcdist::wire::valid_channel_name(channel)) {
+    return usage_error("--channel " + channel + " is not 1 to 64 letters, digits or - _ . : @ /");
+  }
+  if (channel_seq > 0 && channel.empty()) return usage_error("--channel-seq needs --channel");
+  cfg.channel = channel;
+  cfg.channel_seq = channel_seq;
   if (session_hex.empty()) {
     std::random_device rd;
     cfg.session = mcdist::session_id{rd() | 1u};
