@@ -1394,8 +1394,9 @@ std::error_code receiver_engine::restore(std::string_view blob, time_point now) 
   s.sender_name = printable(p.sender_name());
   if (static_cast<std::size_t>(p.catch_up_seqs_size()) > wire::max_seq_ranges ||
       (!p.channel().empty() && !wire::valid_channel_name(p.channel())) ||
+      (p.channel_seq() > 0 && p.catch_up_seqs_size() > 0) ||
       ((p.channel_seq() > 0 || p.catch_up_seqs_size() > 0) &&
-       (p.channel().empty() || st.sequence_source().size() > sequence_book::max_source_bytes))) {
+       (p.channel().empty() || !sequence_book::valid_source(st.sequence_source())))) {
     return errc::invalid_field;
   }
   for (const auto& r : p.catch_up_seqs()) s.catch_up.emplace_back(r.first(), r.last());

@@ -86,6 +86,9 @@ class sequence_book {
   /// unsigned) and its sender name: "key:KEY", or "name:" and the name with bytes outside
   /// '!'..'~' and '%' written as %XX.
   static std::string source_of(std::string_view signing_key, std::string_view sender_name);
+  /// True for a source as source_of makes them: "key:" or "name:", then up to
+  /// max_source_bytes in all of '!'..'~' (a key in the text form: no spaces, no newlines).
+  static bool valid_source(std::string_view source) noexcept;
 
   /// A sequenced session of the stream arrived and is about to register.
   /// @param seq  its number, >= 1
@@ -126,7 +129,6 @@ class sequence_book {
   stream& create(const key& k, std::uint64_t seq);
   void touch(stream& st) noexcept { st.used = ++m_clock; }
   static void normalize(stream& st);
-  static bool valid_source(std::string_view source) noexcept;
 
   std::map<key, stream> m_streams;
   std::uint64_t m_clock = 0;

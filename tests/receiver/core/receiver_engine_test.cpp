@@ -994,3 +994,29 @@ TEST_CASE("announces with malformed numbering are dropped and counted", "[unit][
   REQUIRE(h.engine.stats().drops[errc::invalid_field] == 5);
   REQUIRE(h.engine.active_sessions() == 0);
 }
+
+TEST_CASE("a checkpoint whose numbering fields are damaged is refused", "[unit][receiver][sequence]") {
+  sequenced a;
+  a.announce(session_id{103}, 3);
+  a.registered(session_id{103}, false);
+  a.accept(session_id{103});
+  a.engine.checkpoint_all(a.now);
+  REQUIRE_FALSE(a.sink.checkpoints.empty());
+  wire::session_state st;
+  REQUIRE(st.ParseFromString(a.sink.checkpoints.back()));
+  REQUIRE(st.params().channel() == "obs");
+  REQUIRE(st.params().channel_seq() == 3);
+  REQUIRE(st.sequence_source() == "name:hub");
+  for (const std::string source : {"name:a b", "other:hub", ""}) {
+    auto bad = st;
+    bad.set_sequence_source(source);
+    sequenced b;
+    CAPTURE(source);
+    REQUIRE(b.engine.restore(bad.SerializeAsString(), b.now) == errc::invalid_field);
+  }
+  auto bad = st;
+  bad.mutable_params()->set_channel("a b");
+  sequenced b;
+  REQUIRE(b.engine.restore(bad.SerializeAsString(), b.now) == errc::invalid_field);
+  REQUIRE_FALSE(b.engine.restore(st.SerializeAsString(), b.now));
+}
