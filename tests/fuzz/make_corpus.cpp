@@ -297,7 +297,7 @@ wire::register_request sequenced_register_msg(const std::string& id) {
   r.set_receiver_id(id);
   r.set_echo_time_us(100'000'000);
   r.set_last_seq(990);
-  for (const auto [first, last] : {std::pair<std::uint64_t, std::uint64_t>{991, 993}, {996, 999}}) {
+  for (const auto& [first, last] : {std::pair<std::uint64_t, std::uint64_t>{991, 993}, {996, 999}}) {
     auto* m = r.add_missing_seqs();
     m->set_first(first);
     m->set_last(last);
@@ -440,7 +440,7 @@ void wire_seeds() {
 // --- a site's channel numbering (TEMP/sequences), then events ---
 
 void sequences_seeds() {
-  sequence_book b;
+  receiver::sequence_book b;
   b.on_session("obs", "name:hub", 1);
   b.on_completed("obs", "name:hub", 1);
   b.on_session("obs", "name:hub", 4);
