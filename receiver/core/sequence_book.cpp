@@ -70,10 +70,8 @@ void sequence_book::normalize(stream& st) {
 
 sequence_book::stream& sequence_book::create(const key& k, std::uint64_t seq) {
   if (m_streams.size() >= max_streams && !m_streams.count(k)) {
-    auto oldest = std::min_element(m_streams.begin(), m_streams.end(), [](const auto& a, const auto& b) {
-      return a.second.used < b.second.used;
-    });
-    m_streams.erase(oldest);
+    const auto by_use = [](const auto& a, const auto& b) { return a.second.used < b.second.used; };
+    m_streams.erase(std::min_element(m_streams.begin(), m_streams.end(), by_use));
   }
   stream& st = m_streams[k];
   st = stream{};

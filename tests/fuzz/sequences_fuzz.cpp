@@ -51,7 +51,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   for (unsigned i = 0; events.size() >= 9; ++i, events.remove_prefix(9)) {
     const auto op = static_cast<unsigned char>(events[0]);
     std::uint64_t n = 0;
-    for (int k = 1; k <= 8; ++k) n = n << 8 | static_cast<unsigned char>(events[static_cast<std::size_t>(k)]);
+    for (std::size_t k = 1; k <= 8; ++k) n = n << 8 | static_cast<unsigned char>(events[k]);
     const std::string& ch = channels[(op >> 2) & 1];
     const std::string& src = sources[(op >> 3) & 1];
     switch (op & 3) {
