@@ -74,6 +74,17 @@ struct sender_config {
   /// one GSO send of 64 KiB per wake-up instead of a timer per datagram.
   std::uint64_t pacing_quantum_bytes = 64 * 1024;
   std::string sender_name;                ///< shown in receivers' logs
+  /// The channel this session belongs to (wire::valid_channel_name; empty = unsequenced). With
+  /// channel_seq it numbers the channel's sessions, so receivers find the ones they never
+  /// completed and report them in REGISTER (docs/design-notes.md "Session sequence numbers").
+  std::string channel;
+  /// This session's number on `channel`, from 1, one more per sequenced session; 0 =
+  /// unsequenced: ad-hoc, resend and catch-up sessions carry 0. Needs a channel.
+  std::uint64_t channel_seq = 0;
+  /// A catch-up session (channel_seq 0, channel set): the inclusive ranges of the channel's
+  /// sequence numbers whose products it carries again; a receiver that completes it stops
+  /// reporting them missing. At most wire::max_seq_ranges, ascending, disjoint.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> catch_up_seqs;
   /// Start pass 1 right after the first announce cycles instead of waiting a round trip for
   /// every registration; a file every receiver holds is still skipped if registration closes
   /// before the cursor reaches it.
@@ -160,11 +171,20 @@ struct receiver_report {
   std::uint32_t fallback_connections = 0;  ///< TCP connections it was told to open (0: not TCP)
   duration fallback_at{};          ///< when, from session start
   std::vector<std::pair<std::uint32_t, std::string>> file_failures;  ///< files it could not store
+  /// From its REGISTER in a sequenced session: the highest sequence number of the channel it
+  /// completed from this sender key (0 = none, or a site new to the channel).
+  std::uint64_t last_seq = 0;
+  /// From its REGISTER in a sequenced session: inclusive ranges of the channel's sequence
+  /// numbers below this session's that it never completed, ascending; at most
+  /// wire::max_seq_ranges (a site with more reports the oldest first).
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> missing_seqs;
 };
 
 /// Session totals, for the summary.
 struct session_report {
   session_id session{};
+  std::string channel;             ///< sender_config::channel (empty: unsequenced)
+  std::uint64_t channel_seq = 0;   ///< sender_config::channel_seq (0: unsequenced)
   std::uint32_t files = 0;
   std::uint64_t bytes = 0;         ///< sum of file sizes
   /// Bytes of the files some receiver needed (not held by every one): what was moved.

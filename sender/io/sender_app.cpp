@@ -516,6 +516,14 @@ std::string format_summary(const run_result& r) {
          << "\n";
     }
     if (!rr.reason.empty()) os << "    reason: " << rr.reason << "\n";
+    if (!rr.missing_seqs.empty()) {
+      os << "    never completed sessions";
+      for (const auto& [first, last] : rr.missing_seqs) {
+        os << ' ' << first;
+        if (last != first) os << '-' << last;
+      }
+      os << " (last completed " << rr.last_seq << ")\n";
+    }
     for (const auto& [file, why] : rr.file_failures) {
       os << "    file " << file << ": " << why << "\n";
     }
@@ -551,6 +559,10 @@ std::string summary_json(const run_result& r) {
   j["grtt_ms"] = to_ms(rep.grtt);
   j["succeeded"] = r.succeeded;
   j["signed"] = r.signed_session;
+  if (!rep.channel.empty()) {
+    j["channel"] = rep.channel;
+    j["channel_seq"] = rep.channel_seq;
+  }
   j["refused_unauthenticated"] = {{"bad_tag", r.refused.bad_tag},
                                   {"no_key", r.refused.no_key},
                                   {"untrusted_site", r.refused.untrusted_site},
@@ -584,6 +596,11 @@ std::string summary_json(const run_result& r) {
     }
     auto& ff = o["file_failures"] = nlohmann::json::array();
     for (const auto& [file, why] : rr.file_failures) ff.push_back({{"file", file}, {"reason", why}});
+    // Sequenced sessions: what the site reported in its REGISTER (docs/design-notes.md
+    // "Session sequence numbers"); inclusive [first, last] pairs.
+    o["last_seq"] = rr.last_seq;
+    auto& ms = o["missing_seqs"] = nlohmann::json::array();
+    for (const auto& [first, last] : rr.missing_seqs) ms.push_back({first, last});
     list.push_back(std::move(o));
   }
   return j.dump(2) + "\n";
