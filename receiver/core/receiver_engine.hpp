@@ -13,6 +13,7 @@
 #include "common/manifest.hpp"
 #include "common/time.hpp"
 #include "receiver/core/memory_budget.hpp"
+#include "receiver/core/storage_port.hpp"
 
 #include <cstdint>
 #include <deque>
@@ -90,14 +91,6 @@ struct file_ref {
   std::uint32_t channel = 0;     ///< which channel (destination tree) the session came on
   const manifest_entry* entry = nullptr;  ///< valid during the begin_file call only
   bool resume = false;           ///< the temp file may already hold data: do not truncate
-};
-
-/// A dest file to look for before registering.
-struct held_query {
-  file_index file{};
-  std::string relative_path;
-  std::uint64_t size = 0;
-  std::int64_t mtime_ns = 0;
 };
 
 /// How to reach the sender's unicast server (from its FALLBACK order).

@@ -157,7 +157,7 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
   m_sockets.push_back(net::open_unicast_socket(io, m_cfg.interface));
   const auto now = from_steady(std::chrono::steady_clock::now());
   std::vector<session_id> with_state;  // restored, or removed by close_session below
-  for (const auto& [session, blob] : file_store::load_checkpoints(m_cfg.temp)) {
+  for (const auto& [session, blob] : load_checkpoints(m_cfg.temp)) {
     with_state.push_back(session);
     restore_keys(session);
     if (auto ec = m_engine->restore(blob, now)) {
@@ -166,9 +166,9 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
       m_store->close_session(session, true);
     }
   }
-  file_store::sweep_temp(m_cfg.temp, with_state, *m_log);
+  sweep_temp(m_cfg.temp, with_state, *m_log);
   // Saved keys of sessions that left no usable state go with their temp directories.
-  file_store::sweep_temp(m_cfg.temp / "keys", with_state, *m_log);
+  sweep_temp(m_cfg.temp / "keys", with_state, *m_log);
   open_http();
 }
 
@@ -499,10 +499,7 @@ void daemon::finalize_file(session_id s, file_index f, const sha256_digest& expe
 void daemon::discard_file(session_id s, file_index f) { m_store->discard_file({s, f}); }
 
 void daemon::query_held(session_id s, std::uint32_t channel, std::vector<held_query> q) {
-  std::vector<held_file_query> queries;
-  queries.reserve(q.size());
-  for (auto& hq : q) queries.push_back({hq.file, std::move(hq.relative_path), hq.size, hq.mtime_ns});
-  m_store->query_held(s, std::move(queries), m_cfg.channels.at(channel).dest,
+  m_store->query_held(std::move(q), m_cfg.channels.at(channel).dest,
                       [this, s](std::vector<held_answer> answers) {
                         std::vector<std::pair<file_index, sha256_digest>> held;
                         held.reserve(answers.size());

@@ -12,7 +12,7 @@
 #include "common/unicast/client.hpp"
 #include "receiver/core/receiver_engine.hpp"
 #include "receiver/io/daemon_config.hpp"
-#include "receiver/io/file_store.hpp"
+#include "receiver/storage/file_store.hpp"
 #include "receiver/io/status_board.hpp"
 
 #include <nlohmann/json_fwd.hpp>

@@ -1,7 +1,7 @@
-#include "receiver/io/file_store.hpp"
+#include "receiver/storage/file_store.hpp"
 
 #include "common/error.hpp"
-#include "tests/receiver/io/file_store_test_util.hpp"
+#include "tests/receiver/storage/file_store_test_util.hpp"
 
 #include <catch2/catch.hpp>
 #include <spdlog/spdlog.h>
@@ -487,7 +487,7 @@ TEST_CASE("resume keeps the bytes of an existing temp file; a fresh begin does n
     store.checkpoint(k.session, "first half");
   }  // destruction drains the writes and the checkpoint, keeps the temp file
   CHECK(fs::file_size(file_store::temp_path(temp, k)) >= half);
-  const auto saved = file_store::load_checkpoints(temp);
+  const auto saved = load_checkpoints(temp);
   REQUIRE(saved.size() == 1);
   CHECK(saved[0].first == k.session);
   CHECK(saved[0].second == "first half");
@@ -594,13 +594,13 @@ TEST_CASE("query_held answers from the xattr, by hashing, and never for mismatch
   write_plain_file(r.dest / "h/6", data[6]);
   set_mtime(r.dest / "h/6");
 
-  std::vector<held_file_query> q;
+  std::vector<held_query> q;
   for (std::uint32_t i = 0; i < 8; ++i)
-    q.push_back(held_file_query{file_index{i}, "h/" + std::to_string(i),
+    q.push_back(held_query{file_index{i}, "h/" + std::to_string(i),
                                 i == 4 ? data[i].size() + 1 : data[i].size(), mtime});
-  q.push_back(held_file_query{file_index{99}, "../h/0", data[0].size(), mtime});
+  q.push_back(held_query{file_index{99}, "../h/0", data[0].size(), mtime});
   std::optional<std::vector<held_answer>> got;
-  r.store->query_held(session_id{14}, q, r.dest, [&](std::vector<held_answer> a) { got = std::move(a); });
+  r.store->query_held(q, r.dest, [&](std::vector<held_answer> a) { got = std::move(a); });
   r.pq.run_until([&] { return got.has_value(); });
   std::map<std::uint32_t, sha256_digest> by_file;
   for (const auto& a : *got) by_file[a.file.value] = a.digest;
@@ -810,10 +810,10 @@ TEST_CASE("start-up removes temp directories of sessions without saved state, an
   write_plain_file(elsewhere.path() / "keep-me", std::vector<std::byte>(1));
   fs::create_directories(temp / "not-a-session");
   auto log = spdlog::default_logger();
-  const auto loaded = file_store::load_checkpoints(temp);
+  const auto loaded = load_checkpoints(temp);
   REQUIRE(loaded.size() == 1);
   std::vector<session_id> keep{loaded[0].first};
-  CHECK(file_store::sweep_temp(temp, keep, *log) == 2);
+  CHECK(sweep_temp(temp, keep, *log) == 2);
   CHECK(fs::exists(temp / "0000000a" / "state"));
   CHECK_FALSE(fs::exists(temp / "0000000b"));
   CHECK_FALSE(fs::is_symlink(temp / "0000000c"));
