@@ -127,12 +127,18 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
   sc.disk_reserve_percent = m_cfg.disk_reserve_percent;
   sc.session_quota_bytes = m_cfg.session_quota_bytes;
   sc.log = m_log;
+  for (const auto& ch : m_cfg.channels) sc.dest_roots.push_back(ch.dest);
   m_store = std::make_unique<file_store>(
       sc, [this](std::function<void()> fn) { boost::asio::post(m_io, std::move(fn)); },
       [this](store_result r) {
         if (!m_engine) return;
         m_engine->on_file_stored(r.key.session, r.key.file, r.ec, r.detail,
                                  from_steady(std::chrono::steady_clock::now()));
+        service();
+      },
+      [this](session_id s, std::vector<held_answer> held) {
+        if (!m_engine) return;
+        m_engine->on_held(s, held, from_steady(std::chrono::steady_clock::now()));
         service();
       });
   setup_keys();
@@ -149,7 +155,7 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
   rc.max_sessions_per_source = m_cfg.max_sessions_per_source;
   rc.session_memory_bytes = m_cfg.session_memory_bytes;
   rc.total_memory_bytes = m_cfg.total_memory_bytes;
-  m_engine = std::make_unique<receiver_engine>(rc, *this, std::random_device{}(), m_log);
+  m_engine = std::make_unique<receiver_engine>(rc, *this, *m_store, std::random_device{}(), m_log);
   for (const auto& ch : m_cfg.channels) {
     m_sockets.push_back(net::open_channel_socket(
         io, net::channel_socket_options{ch.group, m_cfg.interface, m_cfg.socket_buffer_bytes, true}));
@@ -477,42 +483,7 @@ void daemon::send(const endpoint& to, std::span<const std::byte> datagram) {
   }
 }
 
-void daemon::begin_file(const file_ref& ref) {
-  file_spec spec;
-  spec.dest_root = m_cfg.channels.at(ref.channel).dest;
-  spec.relative_path = ref.entry->path;
-  spec.size = ref.entry->size;
-  spec.mtime_ns = ref.entry->mtime_ns;
-  spec.mode = ref.entry->mode;
-  m_store->begin_file({ref.session, ref.file}, std::move(spec), ref.resume);
-}
-
-bool daemon::write_block(session_id s, file_index f, std::uint64_t offset,
-                         std::span<const std::byte> data) {
-  return m_store->write({s, f}, offset, data);
-}
-
-void daemon::finalize_file(session_id s, file_index f, const sha256_digest& expected) {
-  m_store->finalize({s, f}, expected);
-}
-
-void daemon::discard_file(session_id s, file_index f) { m_store->discard_file({s, f}); }
-
-void daemon::query_held(session_id s, std::uint32_t channel, std::vector<held_query> q) {
-  m_store->query_held(std::move(q), m_cfg.channels.at(channel).dest,
-                      [this, s](std::vector<held_answer> answers) {
-                        std::vector<std::pair<file_index, sha256_digest>> held;
-                        held.reserve(answers.size());
-                        for (const auto& a : answers) held.emplace_back(a.file, a.digest);
-                        m_engine->on_held(s, held, from_steady(std::chrono::steady_clock::now()));
-                        service();
-                      });
-}
-
-void daemon::checkpoint(session_id s, std::string blob) { m_store->checkpoint(s, std::move(blob)); }
-
 void daemon::session_closed(session_id s, bool remove_temp) {
-  m_store->close_session(s, remove_temp);
   if (!remove_temp) return;  // kept for a resume: keep its keys too
   for (auto& k : m_keys) k->forget(s);
   if (m_keys_saved.erase(s)) {
