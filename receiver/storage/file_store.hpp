@@ -20,7 +20,8 @@
 ///
 /// Memory: the pool (buffer_pool_bytes) bounds data in flight; the network thread carves
 /// chunks out of pool buffers so a flush() per receive batch wastes none of it. Measured with
-/// the default 32 MiB pool: peak RSS 42 MiB receiving 1 GB (tests/receiver/storage/file_store_bench).
+/// the default 32 MiB pool: peak RSS 42 MiB receiving 1 GB
+/// (tests/receiver/storage/file_store_bench).
 
 #include "common/ids.hpp"
 #include "common/sha256.hpp"
@@ -45,7 +46,8 @@ class logger;
 
 namespace mcdist::receiver {
 
-/// The storage path of the receiver daemon. See the file comment for threads and layout.
+/// The storage path of the receiver daemon. See the file comment for threads, temp_writer.hpp
+/// for the temp layout.
 /// The public member functions other than get_stats and free_bytes must be called from
 /// one thread (the network thread), which must also be the thread that runs posted closures
 /// and destroys the file_store.
