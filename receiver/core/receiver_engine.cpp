@@ -1295,6 +1295,7 @@ std::error_code receiver_engine::restore(std::string_view blob, time_point now) 
       p.file_count() > max_files_per_session ||
       static_cast<std::uint32_t>(st.files_size()) != p.file_count() ||
       (st.sender_addr().size() != 4 && st.sender_addr().size() != 16) ||
+      (m_cfg.channel_count != 0 && st.channel() >= m_cfg.channel_count) ||
       find(session_id{st.session()})) {
     return errc::invalid_field;
   }

@@ -45,6 +45,10 @@ namespace mcdist::receiver {
 /// Receiver settings. Durations are core-clock durations.
 struct receiver_config {
   std::string id;  ///< this site's receiver id (configured, stable)
+  /// Channels the daemon listens on: a checkpoint naming a channel index at or above this
+  /// (the configuration lost a channel since it was written) is refused by restore() instead
+  /// of reaching the daemon's channel table. 0: not checked (tests, tools).
+  std::uint32_t channel_count = 0;
   /// A session whose sender is silent this long is abandoned (temp files removed).
   duration session_timeout = std::chrono::seconds(60);
   /// How often a receiving session's state is checkpointed for resume.

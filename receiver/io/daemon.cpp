@@ -155,6 +155,7 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
   rc.max_sessions_per_source = m_cfg.max_sessions_per_source;
   rc.session_memory_bytes = m_cfg.session_memory_bytes;
   rc.total_memory_bytes = m_cfg.total_memory_bytes;
+  rc.channel_count = static_cast<std::uint32_t>(m_cfg.channels.size());
   m_engine = std::make_unique<receiver_engine>(rc, *this, *m_store, std::random_device{}(), m_log);
   for (const auto& ch : m_cfg.channels) {
     m_sockets.push_back(net::open_channel_socket(

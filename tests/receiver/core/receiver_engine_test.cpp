@@ -392,6 +392,27 @@ TEST_CASE("a damaged checkpoint whose bitmap does not fit its file is refused", 
   REQUIRE_FALSE(restarted.restore(st.SerializeAsString(), h.now));
 }
 
+TEST_CASE("a checkpoint of a channel the configuration no longer has is refused",
+          "[unit][receiver]") {
+  harness h;
+  h.announce({entry("a", 3000)});
+  h.held_none();
+  h.accept();
+  h.engine.checkpoint_all(h.now);
+  REQUIRE(h.sink.checkpoints.size() == 1);
+  wire::session_state st;
+  REQUIRE(st.ParseFromString(h.sink.checkpoints.back()));
+  st.set_channel(2);  // written when the daemon had three channels; it has two now
+  receiver_config rc{"site"};
+  rc.channel_count = 2;
+  fake_sink sink2;
+  receiver_engine restarted(rc, sink2, sink2, 2, nullptr);
+  REQUIRE(restarted.restore(st.SerializeAsString(), h.now) == errc::invalid_field);
+  REQUIRE(restarted.active_sessions() == 0);
+  st.set_channel(1);
+  REQUIRE_FALSE(restarted.restore(st.SerializeAsString(), h.now));
+}
+
 TEST_CASE("an announce of an empty session allocates nothing and completes its manifest",
           "[unit][receiver]") {
   // Found by tests/fuzz/receiver_fuzz: file_count 0 and a chunk without entries made the
