@@ -1,4 +1,5 @@
-# DESIGN.md keeps the protocol cores pure: no sockets, no Asio, no clocks. Two checks enforce it.
+# DESIGN.md keeps the protocol cores pure: no sockets, no Asio, no clocks; STYLE.md keeps the
+# storage path (receiver/storage) free of Asio too. Two checks enforce it on each target given.
 #
 # 1. At configure time: the link closure of each core target must not contain mcdist_asio or
 #    any Boost/Asio target.
@@ -39,13 +40,21 @@ function(mcdist_check_core_purity)
     get_target_property(srcs ${core} SOURCES)
     get_target_property(srcdir ${core} SOURCE_DIR)
     set(stamp ${CMAKE_CURRENT_BINARY_DIR}/${core}_purity.stamp)
+    # The sources, and every header in the directories they live in (receiver/core/*.hpp, not
+    # receiver/*.hpp: a core's SOURCE_DIR is its parent folder), header-only units included.
     set(abs_srcs "")
+    set(src_dirs "")
     foreach(s IN LISTS srcs)
       cmake_path(ABSOLUTE_PATH s BASE_DIRECTORY ${srcdir} OUTPUT_VARIABLE a)
       list(APPEND abs_srcs ${a})
+      cmake_path(GET a PARENT_PATH d)
+      list(APPEND src_dirs ${d})
     endforeach()
-    file(GLOB core_headers ${srcdir}/*.hpp)
-    list(APPEND abs_srcs ${core_headers})
+    list(REMOVE_DUPLICATES src_dirs)
+    foreach(d IN LISTS src_dirs)
+      file(GLOB core_headers CONFIGURE_DEPENDS ${d}/*.hpp)
+      list(APPEND abs_srcs ${core_headers})
+    endforeach()
     add_custom_command(
       OUTPUT ${stamp}
       COMMAND ${CMAKE_COMMAND} -DFILES="${abs_srcs}" -DCORE=${core} -DSTAMP=${stamp}

@@ -174,10 +174,11 @@ struct receiver_engine::session_rx {
   }
 };
 
-receiver_engine::receiver_engine(receiver_config cfg, receiver_sink& sink, std::uint64_t seed,
-                                 std::shared_ptr<spdlog::logger> log)
+receiver_engine::receiver_engine(receiver_config cfg, receiver_sink& sink, storage_port& store,
+                                 std::uint64_t seed, std::shared_ptr<spdlog::logger> log)
     : m_cfg(std::move(cfg)),
       m_sink(sink),
+      m_store(store),
       m_log(std::move(log)),
       m_rng_state(seed),
       m_budget(m_cfg.session_memory_bytes, m_cfg.total_memory_bytes) {}
@@ -456,7 +457,7 @@ void receiver_engine::fail_file(session_rx& s, std::uint32_t f, std::error_code 
   auto& fr = s.files[f];
   if (fr.terminal()) return;
   if (fr.state == file_rx::state_t::finalizing) --s.files_finalizing;
-  if (fr.begun) m_sink.discard_file(s.id, file_index{f});
+  if (fr.begun) m_store.discard_file({s.id, file_index{f}});
   fr.begun = false;
   fr.resume = false;
   fr.state = file_rx::state_t::failed;
@@ -579,7 +580,7 @@ void receiver_engine::manifest_complete(session_rx& s, time_point now) {
       conflict = paths.count(path.substr(0, pos)) > 0;
     }
     if (conflict) {
-      if (fr.begun) m_sink.discard_file(s.id, file_index{i});
+      if (fr.begun) m_store.discard_file({s.id, file_index{i}});
       fr.begun = false;
       fr.state = file_rx::state_t::refused;
       fr.failure = "path_conflict";
@@ -608,12 +609,11 @@ void receiver_engine::manifest_complete(session_rx& s, time_point now) {
   if (q.empty()) {
     on_held(s.id, {}, now);
   } else {
-    m_sink.query_held(s.id, s.channel, std::move(q));
+    m_store.query_held(s.id, s.channel, std::move(q));
   }
 }
 
-void receiver_engine::on_held(session_id id,
-                              const std::vector<std::pair<file_index, sha256_digest>>& held,
+void receiver_engine::on_held(session_id id, const std::vector<held_answer>& held,
                               time_point now) {
   session_rx* s = find(id);
   if (!s || s->state != session_rx::state_t::checking_held) return;
@@ -623,7 +623,7 @@ void receiver_engine::on_held(session_id id,
     if (fr.state != file_rx::state_t::receiving) continue;
     if (fr.entry.digest) {
       if (*fr.entry.digest == digest) {
-        if (fr.begun) m_sink.discard_file(s->id, f);
+        if (fr.begun) m_store.discard_file({s->id, f});
         fr.begun = false;
         fr.state = file_rx::state_t::held;
         --s->files_open;
@@ -798,10 +798,10 @@ void receiver_engine::handle_data(std::span<const std::byte> datagram, const end
     return;
   }
   if (!fr.begun) {
-    m_sink.begin_file({s->id, h.file, s->channel, &fr.entry, fr.resume});
+    m_store.begin_file({s->id, h.file}, s->channel, fr.entry, fr.resume);
     fr.begun = true;
   }
-  if (!m_sink.write_block(s->id, h.file, std::uint64_t{h.block.value} * s->block_size, payload)) {
+  if (!m_store.write({s->id, h.file}, std::uint64_t{h.block.value} * s->block_size, payload)) {
     m_stats.drops.add(errc::storage_full);
     return;
   }
@@ -825,12 +825,12 @@ void receiver_engine::file_data_complete(session_rx& s, std::uint32_t f) {
     return;
   }
   if (!fr.begun) {
-    m_sink.begin_file({s.id, file_index{f}, s.channel, &fr.entry, fr.resume});
+    m_store.begin_file({s.id, file_index{f}}, s.channel, fr.entry, fr.resume);
     fr.begun = true;
   }
   fr.state = file_rx::state_t::finalizing;
   ++s.files_finalizing;
-  m_sink.finalize_file(s.id, file_index{f}, *fr.entry.digest);
+  m_store.finalize({s.id, file_index{f}}, *fr.entry.digest);
 }
 
 void receiver_engine::handle_digests(session_rx& s, const wire::digest_list& m, time_point now) {
@@ -849,7 +849,7 @@ void receiver_engine::handle_digests(session_rx& s, const wire::digest_list& m, 
     s.dirty = true;
     if (fr.held_digest && *fr.held_digest == *fr.entry.digest &&
         (fr.state == file_rx::state_t::receiving || fr.state == file_rx::state_t::awaiting_digest)) {
-      if (fr.begun) m_sink.discard_file(s.id, file_index{d.file()});
+      if (fr.begun) m_store.discard_file({s.id, file_index{d.file()}});
       fr.begun = false;
       fr.state = file_rx::state_t::held;
       --s.files_open;
@@ -1208,10 +1208,10 @@ void receiver_engine::on_unicast_data(session_id id, file_index f, std::uint64_t
   s->last_heard = now;
   if (!ensure_block_map(*s, f.value, now)) return;
   if (!fr.begun) {
-    m_sink.begin_file({s->id, f, s->channel, &fr.entry, fr.resume});
+    m_store.begin_file({s->id, f}, s->channel, fr.entry, fr.resume);
     fr.begun = true;
   }
-  if (!m_sink.write_block(s->id, f, offset, data)) {
+  if (!m_store.write({s->id, f}, offset, data)) {
     m_stats.drops.add(errc::storage_full);  // asked for again after this attempt
     return;
   }
@@ -1298,6 +1298,7 @@ void receiver_engine::close_session(session_rx& s, bool success, const std::stri
     }
   }
   if (s.unicast_active) m_sink.stop_unicast(s.id);
+  m_store.close_session(s.id, true);
   m_sink.session_closed(s.id, true);
   const session_id id = s.id;
   add_tombstone(id, now + session_timeout(s));
@@ -1343,7 +1344,7 @@ void receiver_engine::do_checkpoint(session_rx& s, time_point now) {
       fs->set_received(reinterpret_cast<const char*>(words.data()), words.size_bytes());
     }
   }
-  m_sink.checkpoint(s.id, st.SerializeAsString());
+  m_store.checkpoint(s.id, st.SerializeAsString());
   s.dirty = false;
   s.next_checkpoint = now + m_cfg.checkpoint_interval;
 }

@@ -14,6 +14,7 @@
 #include "common/time.hpp"
 #include "receiver/core/memory_budget.hpp"
 #include "receiver/core/sequence_book.hpp"
+#include "receiver/core/storage_port.hpp"
 
 #include <cstdint>
 #include <deque>
@@ -88,23 +89,6 @@ struct receiver_config {
   std::uint32_t max_complete_repeats = 20;
 };
 
-/// A file the shell should open for writing.
-struct file_ref {
-  session_id session{};
-  file_index file{};
-  std::uint32_t channel = 0;     ///< which channel (destination tree) the session came on
-  const manifest_entry* entry = nullptr;  ///< valid during the begin_file call only
-  bool resume = false;           ///< the temp file may already hold data: do not truncate
-};
-
-/// A dest file to look for before registering.
-struct held_query {
-  file_index file{};
-  std::string relative_path;
-  std::uint64_t size = 0;
-  std::int64_t mtime_ns = 0;
-};
-
 /// How to reach the sender's unicast server (from its FALLBACK order).
 struct unicast_order {
   enum class transport_t : std::uint8_t { sctp_udp, sctp_kernel, tcp };
@@ -134,28 +118,16 @@ struct file_outcome {
   const sha256_digest* digest = nullptr;
 };
 
-/// Actions the engine asks of its shell. Calls happen synchronously inside engine calls.
+/// Actions the engine asks of its shell, other than storage (storage_port). Calls happen
+/// synchronously inside engine calls.
 class receiver_sink {
  public:
   virtual ~receiver_sink() = default;
   /// Send a unicast control datagram.
   virtual void send(const endpoint& to, std::span<const std::byte> datagram) = 0;
-  /// Prepare a temp file for `ref` (before its first write_block).
-  virtual void begin_file(const file_ref& ref) = 0;
-  /// Store `data` at byte `offset` of the file. @return false if it could not be taken now
-  /// (buffers full, file failed): the block stays missing and will be NAKed.
-  virtual bool write_block(session_id s, file_index f, std::uint64_t offset,
-                           std::span<const std::byte> data) = 0;
-  /// All blocks written: verify against `expected`, make durable, rename into place, then
-  /// call receiver_engine::on_file_stored.
-  virtual void finalize_file(session_id s, file_index f, const sha256_digest& expected) = 0;
-  /// Forget a file and delete its temp.
-  virtual void discard_file(session_id s, file_index f) = 0;
-  /// Look for held copies; answer with receiver_engine::on_held.
-  virtual void query_held(session_id s, std::uint32_t channel, std::vector<held_query> q) = 0;
-  /// Persist `blob` as the session's resume state, after the writes queued before it.
-  virtual void checkpoint(session_id s, std::string blob) = 0;
-  /// The session is over for this receiver; drop its storage state.
+  /// The session is over for this receiver (the engine has already closed it in its
+  /// storage_port): drop the shell's own state for it (keys, ...).
+  /// @param remove_temp  false: its temp files stay for a resume
   virtual void session_closed(session_id s, bool remove_temp) = 0;
   /// Fetch `wanted` over unicast as `order` says (connect, pipeline every range); bytes come
   /// back through receiver_engine::on_unicast_data, the end through on_unicast_closed.
@@ -196,11 +168,12 @@ class receiver_engine {
   /// channel): announces arriving there are dropped (errc::wrong_socket).
   static constexpr std::uint32_t control_channel = 0xffffffffu;
 
-  /// @param sink  where actions go; must outlive the engine
-  /// @param seed  seeds the NAK backoff jitter
-  /// @param log   may be null
-  receiver_engine(receiver_config cfg, receiver_sink& sink, std::uint64_t seed,
-                  std::shared_ptr<spdlog::logger> log);
+  /// @param sink   where actions go; must outlive the engine
+  /// @param store  where files go (the daemon's file_store); must outlive the engine
+  /// @param seed   seeds the NAK backoff jitter
+  /// @param log    may be null
+  receiver_engine(receiver_config cfg, receiver_sink& sink, storage_port& store,
+                  std::uint64_t seed, std::shared_ptr<spdlog::logger> log);
   ~receiver_engine();
 
   /// A datagram arrived on `channel` (control_channel: the unicast reply socket) from `from`.
@@ -213,10 +186,9 @@ class receiver_engine {
   /// Earliest time on_timer has work, or nullopt.
   std::optional<time_point> next_deadline() const;
 
-  /// Answer to receiver_sink::query_held: dest files held with these digests.
-  void on_held(session_id s, const std::vector<std::pair<file_index, sha256_digest>>& held,
-               time_point now);
-  /// Outcome of receiver_sink::finalize_file. ec empty: delivered.
+  /// Answer to storage_port::query_held: dest files held with these digests.
+  void on_held(session_id s, const std::vector<held_answer>& held, time_point now);
+  /// Outcome of storage_port::finalize. ec empty: delivered.
   void on_file_stored(session_id s, file_index f, std::error_code ec, const std::string& detail,
                       time_point now);
 
@@ -286,6 +258,7 @@ class receiver_engine {
 
   receiver_config m_cfg;
   receiver_sink& m_sink;
+  storage_port& m_store;
   std::shared_ptr<spdlog::logger> m_log;
   std::uint64_t m_rng_state;
   std::map<session_id, std::unique_ptr<session_rx>> m_sessions;

@@ -128,12 +128,18 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
   sc.disk_reserve_percent = m_cfg.disk_reserve_percent;
   sc.session_quota_bytes = m_cfg.session_quota_bytes;
   sc.log = m_log;
+  for (const auto& ch : m_cfg.channels) sc.dest_roots.push_back(ch.dest);
   m_store = std::make_unique<file_store>(
       sc, [this](std::function<void()> fn) { boost::asio::post(m_io, std::move(fn)); },
       [this](store_result r) {
         if (!m_engine) return;
         m_engine->on_file_stored(r.key.session, r.key.file, r.ec, r.detail,
                                  from_steady(std::chrono::steady_clock::now()));
+        service();
+      },
+      [this](session_id s, std::vector<held_answer> held) {
+        if (!m_engine) return;
+        m_engine->on_held(s, held, from_steady(std::chrono::steady_clock::now()));
         service();
       });
   setup_keys();
@@ -151,7 +157,7 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
   rc.session_memory_bytes = m_cfg.session_memory_bytes;
   rc.total_memory_bytes = m_cfg.total_memory_bytes;
   rc.channel_count = static_cast<std::uint32_t>(m_cfg.channels.size());
-  m_engine = std::make_unique<receiver_engine>(rc, *this, std::random_device{}(), m_log);
+  m_engine = std::make_unique<receiver_engine>(rc, *this, *m_store, std::random_device{}(), m_log);
   {
     // The channels' completed session numbers (docs/design-notes.md "Session sequence
     // numbers"); a damaged file is kept aside for inspection and numbering starts afresh.
@@ -176,7 +182,7 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
   m_sockets.push_back(net::open_unicast_socket(io, m_cfg.interface));
   const auto now = from_steady(std::chrono::steady_clock::now());
   std::vector<session_id> with_state;  // restored, or removed by close_session below
-  for (const auto& [session, blob] : file_store::load_checkpoints(m_cfg.temp)) {
+  for (const auto& [session, blob] : load_checkpoints(m_cfg.temp)) {
     with_state.push_back(session);
     restore_keys(session);
     if (auto ec = m_engine->restore(blob, now)) {
@@ -185,9 +191,9 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
       m_store->close_session(session, true);
     }
   }
-  file_store::sweep_temp(m_cfg.temp, with_state, *m_log);
+  sweep_temp(m_cfg.temp, with_state, *m_log);
   // Saved keys of sessions that left no usable state go with their temp directories.
-  file_store::sweep_temp(m_cfg.temp / "keys", with_state, *m_log);
+  sweep_temp(m_cfg.temp / "keys", with_state, *m_log);
   open_http();
 }
 
@@ -517,45 +523,7 @@ void daemon::send(const endpoint& to, std::span<const std::byte> datagram) {
   }
 }
 
-void daemon::begin_file(const file_ref& ref) {
-  file_spec spec;
-  spec.dest_root = m_cfg.channels.at(ref.channel).dest;
-  spec.relative_path = ref.entry->path;
-  spec.size = ref.entry->size;
-  spec.mtime_ns = ref.entry->mtime_ns;
-  spec.mode = ref.entry->mode;
-  m_store->begin_file({ref.session, ref.file}, std::move(spec), ref.resume);
-}
-
-bool daemon::write_block(session_id s, file_index f, std::uint64_t offset,
-                         std::span<const std::byte> data) {
-  return m_store->write({s, f}, offset, data);
-}
-
-void daemon::finalize_file(session_id s, file_index f, const sha256_digest& expected) {
-  m_store->finalize({s, f}, expected);
-}
-
-void daemon::discard_file(session_id s, file_index f) { m_store->discard_file({s, f}); }
-
-void daemon::query_held(session_id s, std::uint32_t channel, std::vector<held_query> q) {
-  std::vector<held_file_query> queries;
-  queries.reserve(q.size());
-  for (auto& hq : q) queries.push_back({hq.file, std::move(hq.relative_path), hq.size, hq.mtime_ns});
-  m_store->query_held(s, std::move(queries), m_cfg.channels.at(channel).dest,
-                      [this, s](std::vector<held_answer> answers) {
-                        std::vector<std::pair<file_index, sha256_digest>> held;
-                        held.reserve(answers.size());
-                        for (const auto& a : answers) held.emplace_back(a.file, a.digest);
-                        m_engine->on_held(s, held, from_steady(std::chrono::steady_clock::now()));
-                        service();
-                      });
-}
-
-void daemon::checkpoint(session_id s, std::string blob) { m_store->checkpoint(s, std::move(blob)); }
-
 void daemon::session_closed(session_id s, bool remove_temp) {
-  m_store->close_session(s, remove_temp);
   if (!remove_temp) return;  // kept for a resume: keep its keys too
   for (auto& k : m_keys) k->forget(s);
   if (m_keys_saved.erase(s)) {

@@ -12,7 +12,7 @@
 #include "common/unicast/client.hpp"
 #include "receiver/core/receiver_engine.hpp"
 #include "receiver/io/daemon_config.hpp"
-#include "receiver/io/file_store.hpp"
+#include "receiver/storage/file_store.hpp"
 #include "receiver/io/status_board.hpp"
 
 #include <nlohmann/json_fwd.hpp>
@@ -64,13 +64,6 @@ class daemon final : public receiver_sink {
 
   // receiver_sink
   void send(const endpoint& to, std::span<const std::byte> datagram) override;
-  void begin_file(const file_ref& ref) override;
-  bool write_block(session_id s, file_index f, std::uint64_t offset,
-                   std::span<const std::byte> data) override;
-  void finalize_file(session_id s, file_index f, const sha256_digest& expected) override;
-  void discard_file(session_id s, file_index f) override;
-  void query_held(session_id s, std::uint32_t channel, std::vector<held_query> q) override;
-  void checkpoint(session_id s, std::string blob) override;
   void session_closed(session_id s, bool remove_temp) override;
   void start_unicast(session_id s, const unicast_order& order,
                      std::vector<byte_range> wanted) override;

@@ -5,7 +5,7 @@
 #include "common/crypto.hpp"
 #include "common/endpoint.hpp"
 #include "common/logging.hpp"
-#include "receiver/io/file_store.hpp"
+#include "receiver/storage/file_store.hpp"
 #include "receiver/io/wis2_publisher.hpp"
 
 #include <chrono>

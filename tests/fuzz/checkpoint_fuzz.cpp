@@ -24,21 +24,20 @@ using namespace std::chrono_literals;
 
 namespace {
 
-struct sink final : receiver_sink {
+struct sink final : receiver_sink, storage_port {
   std::vector<std::string> blobs;
   std::vector<std::pair<session_id, file_index>> finalizing;
   void send(const endpoint&, std::span<const std::byte> d) override {
     wire::header h;
     if (wire::parse_header(d, h)) std::abort();
   }
-  void begin_file(const file_ref& r) override {
-    if (r.entry == nullptr) std::abort();
-  }
-  bool write_block(session_id, file_index, std::uint64_t, std::span<const std::byte>) override { return true; }
-  void finalize_file(session_id s, file_index f, const sha256_digest&) override { finalizing.emplace_back(s, f); }
-  void discard_file(session_id, file_index) override {}
+  void begin_file(file_key, std::uint32_t, const manifest_entry&, bool) override {}
+  bool write(file_key, std::uint64_t, std::span<const std::byte>) override { return true; }
+  void finalize(file_key k, const sha256_digest&) override { finalizing.emplace_back(k.session, k.file); }
+  void discard_file(file_key) override {}
   void query_held(session_id, std::uint32_t, std::vector<held_query>) override {}
   void checkpoint(session_id, std::string blob) override { blobs.push_back(std::move(blob)); }
+  void close_session(session_id, bool) override {}
   void session_closed(session_id, bool) override {}
   void start_unicast(session_id, const unicast_order&, std::vector<byte_range>) override {}
   void stop_unicast(session_id) override {}
@@ -58,7 +57,7 @@ std::shared_ptr<spdlog::logger> null_logger() {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view blob(reinterpret_cast<const char*>(data), size);
   sink out;
-  receiver_engine engine(receiver_config{"site"}, out, 1, null_logger());
+  receiver_engine engine(receiver_config{"site"}, out, out, 1, null_logger());
   time_point now{50s};
   if (engine.restore(blob, now)) return 0;
   wire::session_state st;
@@ -72,7 +71,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   engine.checkpoint_all(now);
   for (const auto& b : out.blobs) {
     sink other_out;
-    receiver_engine other(receiver_config{"site"}, other_out, 2, null_logger());
+    receiver_engine other(receiver_config{"site"}, other_out, other_out, 2, null_logger());
     if (other.restore(b, now)) std::abort();
   }
   for (const auto& [s, f] : out.finalizing) engine.on_file_stored(s, f, {}, "", now);

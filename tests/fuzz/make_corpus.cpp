@@ -251,15 +251,16 @@ void receiver_seeds() {
 
 // --- checkpoints: what the engine writes in the middle of the sessions above ---
 
-struct capture_sink final : receiver::receiver_sink {
+struct capture_sink final : receiver::receiver_sink, receiver::storage_port {
   std::vector<std::string> blobs;
   void send(const endpoint&, std::span<const std::byte>) override {}
-  void begin_file(const receiver::file_ref&) override {}
-  bool write_block(session_id, file_index, std::uint64_t, std::span<const std::byte>) override { return true; }
-  void finalize_file(session_id, file_index, const sha256_digest&) override {}
-  void discard_file(session_id, file_index) override {}
+  void begin_file(receiver::file_key, std::uint32_t, const manifest_entry&, bool) override {}
+  bool write(receiver::file_key, std::uint64_t, std::span<const std::byte>) override { return true; }
+  void finalize(receiver::file_key, const sha256_digest&) override {}
+  void discard_file(receiver::file_key) override {}
   void query_held(session_id, std::uint32_t, std::vector<receiver::held_query>) override {}
   void checkpoint(session_id, std::string blob) override { blobs.push_back(std::move(blob)); }
+  void close_session(session_id, bool) override {}
   void session_closed(session_id, bool) override {}
   void start_unicast(session_id, const receiver::unicast_order&, std::vector<receiver::byte_range>) override {}
   void stop_unicast(session_id) override {}
@@ -268,7 +269,7 @@ struct capture_sink final : receiver::receiver_sink {
 void checkpoint_seeds() {
   const endpoint sender = *parse_endpoint("10.0.0.1:5000");
   capture_sink sink;
-  receiver::receiver_engine e(receiver::receiver_config{"site"}, sink, 1, nullptr);
+  receiver::receiver_engine e(receiver::receiver_config{"site"}, sink, sink, 1, nullptr);
   time_point now{50s};
   e.on_datagram(datagram(wire::msg_type::announce, announce_msg()), sender, 0, now);
   e.on_held(rx_sid, {}, now);

@@ -39,7 +39,7 @@ using namespace std::chrono_literals;
 namespace {
 
 /// What the engine asked of storage, answered later by the script.
-struct recording_sink final : receiver_sink {
+struct recording_sink final : receiver_sink, storage_port {
   struct held_q {
     session_id s;
     std::vector<held_query> files;
@@ -59,20 +59,17 @@ struct recording_sink final : receiver_sink {
     wire::header h;
     if (wire::parse_header(d, h)) std::abort();
   }
-  void begin_file(const file_ref& r) override {
-    if (r.entry == nullptr) std::abort();
+  void begin_file(file_key, std::uint32_t, const manifest_entry&, bool) override {}
+  bool write(file_key, std::uint64_t, std::span<const std::byte>) override { return true; }
+  void finalize(file_key k, const sha256_digest&) override {
+    finalizing.emplace_back(k.session, k.file);
   }
-  bool write_block(session_id, file_index, std::uint64_t, std::span<const std::byte>) override {
-    return true;
-  }
-  void finalize_file(session_id s, file_index f, const sha256_digest&) override {
-    finalizing.emplace_back(s, f);
-  }
-  void discard_file(session_id, file_index) override {}
+  void discard_file(file_key) override {}
   void query_held(session_id s, std::uint32_t, std::vector<held_query> q) override {
     held.push_back({s, std::move(q)});
   }
   void checkpoint(session_id, std::string blob) override { blobs.push_back(std::move(blob)); }
+  void close_session(session_id, bool) override {}
   void session_closed(session_id, bool) override {}
   void start_unicast(session_id s, const unicast_order&, std::vector<byte_range> w) override {
     std::vector<std::uint64_t> done(w.size(), 0);
@@ -108,7 +105,7 @@ const endpoint stranger = *parse_endpoint("10.6.6.6:5000");
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::span<const std::byte> in(reinterpret_cast<const std::byte*>(data), size);
   recording_sink sink;
-  receiver_engine engine(fuzz_config(), sink, 1, null_logger());
+  receiver_engine engine(fuzz_config(), sink, sink, 1, null_logger());
   time_point now{50s};
   fuzz::script_reader script(in);
   fuzz::record r;
@@ -129,11 +126,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         sha256_digest digest;
         digest.fill(0x11);
         for (std::size_t i = 0; i < 32 && i < p.size(); ++i) digest[i] = std::to_integer<std::uint8_t>(p[i]);
-        std::vector<std::pair<file_index, sha256_digest>> held;
+        std::vector<held_answer> held;
         for (std::size_t i = 0; i < q.files.size(); ++i) {
           const std::size_t byte = 32 + i / 8;
           if (byte < p.size() && (std::to_integer<unsigned>(p[byte]) >> (i % 8) & 1)) {
-            held.emplace_back(q.files[i].file, digest);
+            held.push_back({q.files[i].file, digest});
           }
         }
         engine.on_held(q.s, held, now);
@@ -178,7 +175,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           if (!engine.restore(blob, now)) std::abort();
           // ... and restores into a fresh one (the daemon after a restart).
           recording_sink other_sink;
-          receiver_engine other(fuzz_config(), other_sink, 2, null_logger());
+          receiver_engine other(fuzz_config(), other_sink, other_sink, 2, null_logger());
           if (other.restore(blob, now)) std::abort();
           other.on_timer(now + 1s);
         }

@@ -26,26 +26,31 @@ using namespace std::chrono_literals;
 class world;
 
 /// Receiver node: the engine plus an in-memory "disk" that survives crashes.
-class rx_node final : public receiver::receiver_sink {
+class rx_node final : public receiver::receiver_sink, public receiver::storage_port {
  public:
   rx_node(world& w, receiver_spec spec, endpoint addr, std::uint64_t seed);
 
   void send(const endpoint& to, std::span<const std::byte> datagram) override;
-  void begin_file(const receiver::file_ref& ref) override {
-    auto& t = m_temp[{ref.session.value, ref.file.value}];
-    if (!ref.resume || t.data.size() != ref.entry->size) t.data.assign(ref.entry->size, std::byte{0});
-    t.path = ref.entry->path;
+  // storage_port: an in-memory "disk"
+  void begin_file(receiver::file_key key, std::uint32_t, const manifest_entry& entry,
+                  bool resume) override {
+    auto& t = m_temp[{key.session.value, key.file.value}];
+    if (!resume || t.data.size() != entry.size) t.data.assign(entry.size, std::byte{0});
+    t.path = entry.path;
   }
-  bool write_block(session_id s, file_index f, std::uint64_t offset,
-                   std::span<const std::byte> data) override;
-  void finalize_file(session_id s, file_index f, const sha256_digest& expected) override;
-  void discard_file(session_id s, file_index f) override { m_temp.erase({s.value, f.value}); }
+  bool write(receiver::file_key key, std::uint64_t offset,
+             std::span<const std::byte> data) override;
+  void finalize(receiver::file_key key, const sha256_digest& expected) override;
+  void discard_file(receiver::file_key key) override {
+    m_temp.erase({key.session.value, key.file.value});
+  }
   void query_held(session_id s, std::uint32_t, std::vector<receiver::held_query> q) override;
   void checkpoint(session_id s, std::string blob) override { m_checkpoints[s.value] = std::move(blob); }
   void start_unicast(session_id s, const receiver::unicast_order& order,
                      std::vector<receiver::byte_range> wanted) override;
   void stop_unicast(session_id) override { ++m_unicast_generation; }
-  void session_closed(session_id s, bool) override {
+  void session_closed(session_id, bool) override {}
+  void close_session(session_id s, bool) override {
     m_checkpoints.erase(s.value);
     for (auto it = m_temp.begin(); it != m_temp.end();) {
       it = it->first.first == s.value ? m_temp.erase(it) : std::next(it);
@@ -333,7 +338,7 @@ rx_node::rx_node(world& w, receiver_spec spec, endpoint addr, std::uint64_t seed
     : m_spec(std::move(spec)), m_addr(addr), m_world(w), m_seed(seed), m_rng(seed) {
   receiver::receiver_config cfg;
   cfg.id = m_spec.id;
-  m_engine = std::make_unique<receiver::receiver_engine>(cfg, *this, m_seed, nullptr);
+  m_engine = std::make_unique<receiver::receiver_engine>(cfg, *this, *this, m_seed, nullptr);
   for (const auto f : m_spec.held) {
     const auto& file = m_world.files()[f];
     m_delivered[file.path] = file.data;
@@ -344,19 +349,21 @@ void rx_node::send(const endpoint&, std::span<const std::byte> datagram) {
   m_world.to_sender(*this, datagram);
 }
 
-bool rx_node::write_block(session_id s, file_index f, std::uint64_t offset,
-                          std::span<const std::byte> data) {
+bool rx_node::write(receiver::file_key key, std::uint64_t offset,
+                    std::span<const std::byte> data) {
   if (m_spec.storage_refuse > 0 &&
       std::uniform_real_distribution<double>(0, 1)(m_rng) < m_spec.storage_refuse) {
     return false;
   }
-  auto it = m_temp.find({s.value, f.value});
+  auto it = m_temp.find({key.session.value, key.file.value});
   if (it == m_temp.end() || offset + data.size() > it->second.data.size()) return false;
   std::memcpy(it->second.data.data() + offset, data.data(), data.size());
   return true;
 }
 
-void rx_node::finalize_file(session_id s, file_index f, const sha256_digest& expected) {
+void rx_node::finalize(receiver::file_key key, const sha256_digest& expected) {
+  const session_id s = key.session;
+  const file_index f = key.file;
   const std::uint64_t gen = m_generation;
   m_world.at(m_world.now() + m_spec.store_time, [this, s, f, expected, gen] {
     if (m_crashed || gen != m_generation) return;
@@ -413,10 +420,10 @@ void rx_node::start_unicast(session_id s, const receiver::unicast_order&,
 }
 
 void rx_node::query_held(session_id s, std::uint32_t, std::vector<receiver::held_query> q) {
-  std::vector<std::pair<file_index, sha256_digest>> held;
+  std::vector<receiver::held_answer> held;
   for (const auto& hq : q) {
     if (std::find(m_spec.held.begin(), m_spec.held.end(), hq.file.value) != m_spec.held.end()) {
-      held.emplace_back(hq.file, sha256(m_world.files()[hq.file.value].data));
+      held.push_back({hq.file, sha256(m_world.files()[hq.file.value].data)});
     }
   }
   const std::uint64_t gen = m_generation;
@@ -447,7 +454,8 @@ void rx_node::crash() {
 void rx_node::restart(time_point now) {
   receiver::receiver_config cfg;
   cfg.id = m_spec.id;
-  m_engine = std::make_unique<receiver::receiver_engine>(cfg, *this, m_seed + m_generation, nullptr);
+  m_engine = std::make_unique<receiver::receiver_engine>(cfg, *this, *this, m_seed + m_generation,
+                                                         nullptr);
   m_crashed = false;
   for (const auto& [s, blob] : m_checkpoints) m_engine->restore(blob, now);
   service(now);

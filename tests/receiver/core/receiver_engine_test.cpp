@@ -19,7 +19,7 @@ const endpoint stranger = *parse_endpoint("10.6.6.6:5000");
 constexpr session_id sid{0x1234};
 
 /// Records every action the engine asks for.
-struct fake_sink final : receiver_sink {
+struct fake_sink final : receiver_sink, storage_port {
   std::vector<std::vector<std::byte>> sent;
   std::map<std::uint32_t, std::string> begun;
   std::map<std::pair<std::uint32_t, std::uint64_t>, std::size_t> writes;
@@ -31,16 +31,17 @@ struct fake_sink final : receiver_sink {
   bool refuse_writes = false;
 
   void send(const endpoint&, std::span<const std::byte> d) override { sent.emplace_back(d.begin(), d.end()); }
-  void begin_file(const file_ref& r) override { begun[r.file.value] = r.entry->path; }
-  bool write_block(session_id, file_index f, std::uint64_t off, std::span<const std::byte> d) override {
+  void begin_file(file_key k, std::uint32_t, const manifest_entry& e, bool) override { begun[k.file.value] = e.path; }
+  bool write(file_key k, std::uint64_t off, std::span<const std::byte> d) override {
     if (refuse_writes) return false;
-    writes[{f.value, off}] = d.size();
+    writes[{k.file.value, off}] = d.size();
     return true;
   }
-  void finalize_file(session_id, file_index f, const sha256_digest& d) override { finalized.emplace_back(f.value, d); }
-  void discard_file(session_id, file_index f) override { discarded.push_back(f.value); }
+  void finalize(file_key k, const sha256_digest& d) override { finalized.emplace_back(k.file.value, d); }
+  void discard_file(file_key k) override { discarded.push_back(k.file.value); }
   void query_held(session_id, std::uint32_t, std::vector<held_query> q) override { held_queries.push_back(std::move(q)); }
   void checkpoint(session_id, std::string blob) override { checkpoints.push_back(std::move(blob)); }
+  void close_session(session_id, bool) override {}
   void session_closed(session_id s, bool) override { closed.push_back(s.value); }
   void start_unicast(session_id, const unicast_order& o, std::vector<byte_range> w) override {
     orders.push_back(o);
@@ -82,8 +83,8 @@ struct harness {
   fake_sink sink;
   receiver_engine engine;
   time_point now{50s};
-  harness() : engine(receiver_config{"site"}, sink, 1, nullptr) {}
-  explicit harness(receiver_config cfg) : engine(std::move(cfg), sink, 1, nullptr) {}
+  harness() : engine(receiver_config{"site"}, sink, sink, 1, nullptr) {}
+  explicit harness(receiver_config cfg) : engine(std::move(cfg), sink, sink, 1, nullptr) {}
 
   void feed(const std::vector<std::byte>& d, const endpoint& from = sender_ep) {
     engine.on_datagram(d, from, 0, now);
@@ -334,7 +335,7 @@ TEST_CASE("a checkpoint restores a session that resumes where it stopped", "[uni
   REQUIRE(h.sink.checkpoints.size() == 1);
 
   fake_sink sink2;
-  receiver_engine restarted(receiver_config{"site"}, sink2, 2, nullptr);
+  receiver_engine restarted(receiver_config{"site"}, sink2, sink2, 2, nullptr);
   REQUIRE_FALSE(restarted.restore(h.sink.checkpoints.back(), h.now));
   REQUIRE(restarted.restore(h.sink.checkpoints.back(), h.now) == errc::invalid_field);  // twice
   REQUIRE(restarted.restore("garbage", h.now));
@@ -365,7 +366,7 @@ TEST_CASE("a checkpoint with an empty file being finalized restores and finalize
   REQUIRE(h.sink.checkpoints.size() == 1);
 
   fake_sink sink2;
-  receiver_engine restarted(receiver_config{"site"}, sink2, 2, nullptr);
+  receiver_engine restarted(receiver_config{"site"}, sink2, sink2, 2, nullptr);
   REQUIRE_FALSE(restarted.restore(h.sink.checkpoints.back(), h.now));
   REQUIRE(sink2.finalized.size() == 1);
   REQUIRE(sink2.finalized[0].first == 0);
@@ -384,7 +385,7 @@ TEST_CASE("a damaged checkpoint whose bitmap does not fit its file is refused", 
   // bitmap such a file needs is allocated.
   st.mutable_files(0)->mutable_entry()->set_size(std::uint64_t{0x7fffffff} * 1000);
   fake_sink sink2;
-  receiver_engine restarted(receiver_config{"site"}, sink2, 2, nullptr);
+  receiver_engine restarted(receiver_config{"site"}, sink2, sink2, 2, nullptr);
   REQUIRE(restarted.restore(st.SerializeAsString(), h.now) == errc::invalid_field);
   REQUIRE(restarted.active_sessions() == 0);
   st.mutable_files(0)->mutable_entry()->set_size(3000);
@@ -405,7 +406,7 @@ TEST_CASE("a checkpoint of a channel the configuration no longer has is refused"
   receiver_config rc{"site"};
   rc.channel_count = 2;
   fake_sink sink2;
-  receiver_engine restarted(rc, sink2, 2, nullptr);
+  receiver_engine restarted(rc, sink2, sink2, 2, nullptr);
   REQUIRE(restarted.restore(st.SerializeAsString(), h.now) == errc::invalid_field);
   REQUIRE(restarted.active_sessions() == 0);
   st.set_channel(1);
@@ -568,16 +569,17 @@ std::vector<std::byte> raw_announce(session_id s, std::uint32_t file_count,
 }
 
 /// A sink whose writes throw std::bad_alloc, as an exhausted heap would.
-struct throwing_sink final : receiver_sink {
+struct throwing_sink final : receiver_sink, storage_port {
   void send(const endpoint&, std::span<const std::byte>) override {}
-  void begin_file(const file_ref&) override {}
-  bool write_block(session_id, file_index, std::uint64_t, std::span<const std::byte>) override {
+  void begin_file(file_key, std::uint32_t, const manifest_entry&, bool) override {}
+  bool write(file_key, std::uint64_t, std::span<const std::byte>) override {
     throw std::bad_alloc();
   }
-  void finalize_file(session_id, file_index, const sha256_digest&) override {}
-  void discard_file(session_id, file_index) override {}
+  void finalize(file_key, const sha256_digest&) override {}
+  void discard_file(file_key) override {}
   void query_held(session_id, std::uint32_t, std::vector<held_query>) override {}
   void checkpoint(session_id, std::string) override {}
+  void close_session(session_id, bool) override {}
   void session_closed(session_id, bool) override {}
   void start_unicast(session_id, const unicast_order&, std::vector<byte_range>) override {}
   void stop_unicast(session_id) override {}
@@ -732,7 +734,7 @@ TEST_CASE("an announce on the unicast socket is dropped and counted", "[unit][re
 TEST_CASE("an allocation failure while handling a datagram is counted and dropped",
           "[unit][receiver][budget]") {
   throwing_sink sink;
-  receiver_engine engine(receiver_config{"site"}, sink, 1, nullptr);
+  receiver_engine engine(receiver_config{"site"}, sink, sink, 1, nullptr);
   const time_point now{50s};
   engine.on_datagram(raw_announce(sid, 1, 1000, {entry("a", 1000)}), sender_ep, 0, now);
   REQUIRE_NOTHROW(engine.on_datagram(data(1, 0, 0, 1000), sender_ep, 0, now));
@@ -813,17 +815,18 @@ TEST_CASE("a storage error of a unicast file fails it instead of fetching it aga
 namespace {
 
 /// A sink whose sessions are signed by a given key (sender_key), per session id.
-struct keyed_sink final : receiver_sink {
+struct keyed_sink final : receiver_sink, storage_port {
   std::vector<std::vector<std::byte>> sent;
   std::map<std::uint32_t, std::string> keys;
   std::vector<std::string> checkpoints;
   void send(const endpoint&, std::span<const std::byte> d) override { sent.emplace_back(d.begin(), d.end()); }
-  void begin_file(const file_ref&) override {}
-  bool write_block(session_id, file_index, std::uint64_t, std::span<const std::byte>) override { return true; }
-  void finalize_file(session_id, file_index, const sha256_digest&) override {}
-  void discard_file(session_id, file_index) override {}
+  void begin_file(file_key, std::uint32_t, const manifest_entry&, bool) override {}
+  bool write(file_key, std::uint64_t, std::span<const std::byte>) override { return true; }
+  void finalize(file_key, const sha256_digest&) override {}
+  void discard_file(file_key) override {}
   void query_held(session_id, std::uint32_t, std::vector<held_query>) override {}
   void checkpoint(session_id, std::string blob) override { checkpoints.push_back(std::move(blob)); }
+  void close_session(session_id, bool) override {}
   void session_closed(session_id, bool) override {}
   void start_unicast(session_id, const unicast_order&, std::vector<byte_range>) override {}
   void stop_unicast(session_id) override {}
@@ -848,7 +851,7 @@ struct keyed_sink final : receiver_sink {
 /// Drives whole sequenced sessions of one small file through an engine.
 struct sequenced {
   keyed_sink sink;
-  receiver_engine engine{receiver_config{"site"}, sink, 1, nullptr};
+  receiver_engine engine{receiver_config{"site"}, sink, sink, 1, nullptr};
   time_point now{50s};
 
   /// Announces session `id` as number `seq` of channel "obs" (catch_up: a catch-up session).
@@ -876,8 +879,8 @@ struct sequenced {
   wire::register_request registered(session_id id, bool holds_the_file) {
     sha256_digest same;
     same.fill(0x11);
-    std::vector<std::pair<file_index, sha256_digest>> held;
-    if (holds_the_file) held.emplace_back(file_index{0}, same);
+    std::vector<held_answer> held;
+    if (holds_the_file) held.push_back({file_index{0}, same});
     engine.on_held(id, held, now);
     const auto regs = sink.registers(id);
     REQUIRE(regs.size() == 1);

@@ -1,4 +1,4 @@
-#include "receiver/io/storage_interval_set.hpp"
+#include "receiver/storage/interval_set.hpp"
 
 #include <catch2/catch.hpp>
 

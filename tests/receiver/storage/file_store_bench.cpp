@@ -4,9 +4,9 @@
 //
 // The producer retries a refused block at once (the real network thread would drop it and have
 // it NAKed); refusals are counted and printed, they mean the writer was the bottleneck.
-#include "receiver/io/file_store.hpp"
+#include "receiver/storage/file_store.hpp"
 
-#include "tests/receiver/io/file_store_test_util.hpp"
+#include "tests/receiver/storage/file_store_test_util.hpp"
 
 #include <sys/resource.h>
 

@@ -1,9 +1,9 @@
 // A real full disk: a 2 MiB tmpfs mounted for the test. Needs root (CAP_SYS_ADMIN); prints
 // "SKIPPED: ..." and exits 77 otherwise.
-#include "receiver/io/file_store.hpp"
+#include "receiver/storage/file_store.hpp"
 
 #include "common/error.hpp"
-#include "tests/receiver/io/file_store_test_util.hpp"
+#include "tests/receiver/storage/file_store_test_util.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -3,7 +3,7 @@
 /// Shared helpers for the file_store tests: a post queue standing in for the network thread,
 /// scratch directories, random file contents, block feeding.
 
-#include "receiver/io/file_store.hpp"
+#include "receiver/storage/file_store.hpp"
 
 #include <sys/stat.h>
 #include <unistd.h>

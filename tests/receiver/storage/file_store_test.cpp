@@ -1,7 +1,7 @@
-#include "receiver/io/file_store.hpp"
+#include "receiver/storage/file_store.hpp"
 
 #include "common/error.hpp"
-#include "tests/receiver/io/file_store_test_util.hpp"
+#include "tests/receiver/storage/file_store_test_util.hpp"
 
 #include <catch2/catch.hpp>
 #include <spdlog/spdlog.h>
@@ -487,7 +487,7 @@ TEST_CASE("resume keeps the bytes of an existing temp file; a fresh begin does n
     store.checkpoint(k.session, "first half");
   }  // destruction drains the writes and the checkpoint, keeps the temp file
   CHECK(fs::file_size(file_store::temp_path(temp, k)) >= half);
-  const auto saved = file_store::load_checkpoints(temp);
+  const auto saved = load_checkpoints(temp);
   REQUIRE(saved.size() == 1);
   CHECK(saved[0].first == k.session);
   CHECK(saved[0].second == "first half");
@@ -594,13 +594,13 @@ TEST_CASE("query_held answers from the xattr, by hashing, and never for mismatch
   write_plain_file(r.dest / "h/6", data[6]);
   set_mtime(r.dest / "h/6");
 
-  std::vector<held_file_query> q;
+  std::vector<held_query> q;
   for (std::uint32_t i = 0; i < 8; ++i)
-    q.push_back(held_file_query{file_index{i}, "h/" + std::to_string(i),
-                                i == 4 ? data[i].size() + 1 : data[i].size(), mtime});
-  q.push_back(held_file_query{file_index{99}, "../h/0", data[0].size(), mtime});
+    q.push_back(held_query{file_index{i}, "h/" + std::to_string(i),
+                           i == 4 ? data[i].size() + 1 : data[i].size(), mtime});
+  q.push_back(held_query{file_index{99}, "../h/0", data[0].size(), mtime});
   std::optional<std::vector<held_answer>> got;
-  r.store->query_held(session_id{14}, q, r.dest, [&](std::vector<held_answer> a) { got = std::move(a); });
+  r.store->query_held(q, r.dest, [&](std::vector<held_answer> a) { got = std::move(a); });
   r.pq.run_until([&] { return got.has_value(); });
   std::map<std::uint32_t, sha256_digest> by_file;
   for (const auto& a : *got) by_file[a.file.value] = a.digest;
@@ -810,13 +810,125 @@ TEST_CASE("start-up removes temp directories of sessions without saved state, an
   write_plain_file(elsewhere.path() / "keep-me", std::vector<std::byte>(1));
   fs::create_directories(temp / "not-a-session");
   auto log = spdlog::default_logger();
-  const auto loaded = file_store::load_checkpoints(temp);
+  const auto loaded = load_checkpoints(temp);
   REQUIRE(loaded.size() == 1);
   std::vector<session_id> keep{loaded[0].first};
-  CHECK(file_store::sweep_temp(temp, keep, *log) == 2);
+  CHECK(sweep_temp(temp, keep, *log) == 2);
   CHECK(fs::exists(temp / "0000000a" / "state"));
   CHECK_FALSE(fs::exists(temp / "0000000b"));
   CHECK_FALSE(fs::is_symlink(temp / "0000000c"));
   CHECK(fs::exists(elsewhere.path() / "keep-me"));
   CHECK(fs::exists(temp / "not-a-session"));
+}
+
+TEST_CASE("storage_port calls deliver below the channel's destination tree", "[file_store]") {
+  std::mt19937_64 rng(31);
+  scratch_dir dir;
+  post_queue pq;
+  result_log results;
+  storage_config cfg;
+  cfg.temp_dir = dir.path() / "temp";
+  cfg.dest_roots = {dir.path() / "ch0", dir.path() / "ch1"};
+  std::optional<std::pair<session_id, std::vector<held_answer>>> held;
+  file_store store(cfg, pq.poster(), results.sink(),
+                   [&](session_id s, std::vector<held_answer> a) { held.emplace(s, std::move(a)); });
+  storage_port& port = store;
+
+  const auto data = random_bytes(rng, 5000);
+  manifest_entry e;
+  e.path = "obs/a.bin";
+  e.size = data.size();
+  e.mtime_ns = 1'700'000'000'000'000'000;
+  e.mode = 0644;
+  const file_key k = key_of(40, 0);
+  port.begin_file(k, 1, e, false);
+  for (std::uint64_t off = 0; off < data.size(); off += block) {
+    const std::size_t n = std::min<std::size_t>(block, data.size() - off);
+    REQUIRE(port.write(k, off, std::span(data).subspan(off, n)));
+  }
+  port.finalize(k, sha256(data));
+  store.flush();
+  pq.run_until([&] { return results.count(k) == 1; });
+  CHECK_FALSE(results.find(k)->ec);
+  CHECK(read_file(dir.path() / "ch1/obs/a.bin") == data);
+  CHECK_FALSE(fs::exists(dir.path() / "ch0/obs"));
+
+  // The delivered file is found held on channel 1, not on channel 0.
+  port.query_held(session_id{41}, 1, {held_query{file_index{3}, e.path, e.size, e.mtime_ns}});
+  pq.run_until([&] { return held.has_value(); });
+  CHECK(held->first == session_id{41});
+  REQUIRE(held->second.size() == 1);
+  CHECK(held->second[0].file == file_index{3});
+  CHECK(held->second[0].digest == sha256(data));
+  held.reset();
+  port.query_held(session_id{41}, 0, {held_query{file_index{3}, e.path, e.size, e.mtime_ns}});
+  pq.run_until([&] { return held.has_value(); });
+  CHECK(held->second.empty());
+
+  // A channel without a destination fails the file instead of writing anywhere.
+  const file_key bad = key_of(40, 1);
+  port.begin_file(bad, 7, e, false);
+  pq.run_until([&] { return results.count(bad) == 1; });
+  CHECK(results.find(bad)->ec == std::errc::invalid_argument);
+}
+
+TEST_CASE("the before_renames hook sees each batch after its data is durable and before any "
+          "rename", "[file_store]") {
+  std::mt19937_64 rng(32);
+  std::mutex m;
+  std::vector<std::string> events;  // "sync", "hook:<n files>", "rename"
+  storage_config cfg;
+  cfg.sync = sync_mode::batch;
+  cfg.fault = [&](storage_op op, const file_key* k) {
+    std::lock_guard lk(m);
+    if (k != nullptr && k->session == session_id{50}) {
+      if (op == storage_op::rename) events.push_back("rename");
+      if (op == storage_op::fsync) events.push_back("sync");
+    }
+    if (op == storage_op::syncfs) events.push_back("sync");
+    return 0;
+  };
+  std::vector<file_key> hooked;
+  cfg.before_renames = [&](std::span<const pending_rename> files) {
+    std::lock_guard lk(m);
+    events.push_back("hook:" + std::to_string(files.size()));
+    for (const auto& f : files) {
+      hooked.push_back(f.key);
+      CHECK(f.spec != nullptr);
+      CHECK(f.digest != sha256_digest{});
+    }
+  };
+  rig r(cfg);
+  std::vector<std::vector<std::byte>> data;
+  const std::uint32_t n = 4;
+  for (std::uint32_t i = 0; i < n; ++i) {
+    data.push_back(random_bytes(rng, 3000 + i));
+    r.store->begin_file(key_of(50, i), r.spec("b" + std::to_string(i), data[i].size()));
+    r.feed_in_order(key_of(50, i), data[i]);
+  }
+  // One file with a wrong digest: verified out, so not offered to the hook nor renamed.
+  for (std::uint32_t i = 0; i < n; ++i)
+    r.store->finalize(key_of(50, i), i == 2 ? sha256_digest{} : sha256(data[i]));
+  r.store->flush();
+  for (std::uint32_t i = 0; i < n; ++i) r.wait_result(key_of(50, i));
+  std::lock_guard lk(m);
+  CHECK(std::find(hooked.begin(), hooked.end(), key_of(50, 2)) == hooked.end());
+  CHECK(hooked.size() == n - 1);
+  // Every hook call follows a sync of its batch and precedes that batch's renames.
+  std::size_t renames = 0;
+  bool synced = false;
+  bool hooked_batch = false;
+  for (const auto& ev : events) {
+    if (ev == "sync") {
+      synced = true;
+    } else if (ev.rfind("hook:", 0) == 0) {
+      CHECK(synced);
+      hooked_batch = true;
+      synced = false;
+    } else {
+      CHECK(hooked_batch);
+      ++renames;
+    }
+  }
+  CHECK(renames == n - 1);
 }

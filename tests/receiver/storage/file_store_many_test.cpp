@@ -1,8 +1,8 @@
 // 1000 files of 10 kB through file_store on the disk behind /tmp: every one delivered in
 // sync_mode::batch, and an informational files/s figure for batch against file (fsync each).
-#include "receiver/io/file_store.hpp"
+#include "receiver/storage/file_store.hpp"
 
-#include "tests/receiver/io/file_store_test_util.hpp"
+#include "tests/receiver/storage/file_store_test_util.hpp"
 
 #include <catch2/catch.hpp>
 

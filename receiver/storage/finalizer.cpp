@@ -1,0 +1,469 @@
+#include "receiver/storage/finalizer.hpp"
+
+#include "common/digest_xattr.hpp"
+#include "common/error.hpp"
+#include "receiver/storage/checkpoint_file.hpp"
+#include "receiver/storage/path_walk.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <type_traits>
+
+namespace mcdist::receiver {
+
+namespace {
+
+struct timespec timespec_of_ns(std::int64_t ns) {
+  std::int64_t sec = ns / 1'000'000'000;
+  std::int64_t rem = ns % 1'000'000'000;
+  if (rem < 0) {  // floor division for times before 1970
+    rem += 1'000'000'000;
+    --sec;
+  }
+  struct timespec ts {};
+  ts.tv_sec = static_cast<time_t>(sec);
+  ts.tv_nsec = static_cast<long>(rem);
+  return ts;
+}
+
+}  // namespace
+
+std::optional<fin_job> take_finalizer_work(std::deque<fin_job>& queue, std::size_t cap,
+                                           std::vector<fin_file>& batch) {
+  if (queue.empty()) return std::nullopt;
+  if (!std::holds_alternative<fin_file>(queue.front())) {
+    std::optional<fin_job> other(std::move(queue.front()));
+    queue.pop_front();
+    return other;
+  }
+  while (!queue.empty() && batch.size() < cap && std::holds_alternative<fin_file>(queue.front())) {
+    batch.push_back(std::move(std::get<fin_file>(queue.front())));
+    queue.pop_front();
+  }
+  return std::nullopt;
+}
+
+/// One file of a finalize batch.
+struct finalizer::work {
+  fin_file* f = nullptr;
+  bool ok = true;
+  bool renamed = false;
+  store_result r;
+  int dir_fd = -1;  ///< destination directory (owned by the batch's directory cache)
+  std::string leaf;
+  std::string dest;  ///< dest_root/relative_path, for messages
+};
+
+/// Destination directories opened for one batch, and the directories to fsync after it.
+struct finalizer::dir_cache {
+  struct entry {
+    int fd = -1;
+    std::error_code ec;
+    std::string detail;
+  };
+  std::unordered_map<std::string, entry> dirs;     ///< root '\0' parent -> fd
+  std::unordered_map<std::string, entry> roots;    ///< dest_root -> fd
+  std::map<std::pair<dev_t, ino_t>, int> to_sync;  ///< directories to fsync, deduplicated
+  std::vector<int> owned;                          ///< every fd to close at the end
+
+  ~dir_cache() {
+    for (int fd : owned) ::close(fd);
+  }
+  int own(int fd) {
+    owned.push_back(fd);
+    return fd;
+  }
+  void add_sync(int fd) {
+    struct stat st {};
+    if (::fstat(fd, &st) == 0) to_sync.emplace(std::make_pair(st.st_dev, st.st_ino), fd);
+  }
+};
+
+finalizer::finalizer(store_context& ctx) : m_ctx(ctx) {}
+
+finalizer::~finalizer() { stop(); }
+
+void finalizer::start() { m_thread = std::thread([this] { run(); }); }
+
+void finalizer::stop() {
+  {
+    std::lock_guard lk(m_mutex);
+    m_stop = true;
+  }
+  m_cv.notify_one();
+  if (m_thread.joinable()) m_thread.join();
+}
+
+void finalizer::push(std::vector<fin_job>& jobs) {
+  if (jobs.empty()) return;
+  {
+    std::lock_guard lk(m_mutex);
+    for (auto& j : jobs) m_queue.push_back(std::move(j));
+  }
+  jobs.clear();
+  m_cv.notify_one();
+}
+
+void finalizer::push(fin_job job) {
+  {
+    std::lock_guard lk(m_mutex);
+    m_queue.push_back(std::move(job));
+  }
+  m_cv.notify_one();
+}
+
+void finalizer::push_close(session_id session, bool remove_temp) {
+  {
+    std::lock_guard lk(m_mutex);
+    if (remove_temp) ++m_closing[session.value];
+    m_queue.push_back(fin_close{session, remove_temp});
+  }
+  m_cv.notify_one();
+}
+
+void finalizer::wait_closed(session_id session) {
+  std::unique_lock lk(m_mutex);
+  m_closed_cv.wait(lk, [&] { return !m_closing.contains(session.value); });
+}
+
+void finalizer::run() {
+  // sync_mode::file makes each file durable on its own: batches of one.
+  const std::size_t cap = m_ctx.cfg.sync == sync_mode::file ? 1 : batch_max;
+  std::vector<fin_file> batch;
+  for (;;) {
+    std::optional<fin_job> other;
+    {
+      std::unique_lock lk(m_mutex);
+      m_cv.wait(lk, [&] { return !m_queue.empty() || m_stop; });
+      if (m_queue.empty()) return;
+      other = take_finalizer_work(m_queue, cap, batch);
+    }
+    try {
+      if (!batch.empty()) {
+        finalize_batch(batch);
+      } else if (auto* cp = other ? std::get_if<fin_checkpoint>(&*other) : nullptr) {
+        save_checkpoint(m_ctx, cp->session, cp->blob);
+      } else if (auto* cl = other ? std::get_if<fin_close>(&*other) : nullptr) {
+        close_session(*cl);
+      }
+    } catch (const std::exception& e) {
+      m_ctx.log().error("storage: finalizer job failed: {}", e.what());
+    }
+    batch.clear();
+  }
+}
+
+namespace {
+
+/// Marks `w` failed; removes its temp file unless it is already in place.
+template <class Work>
+void fail(Work& w, std::error_code ec, std::string detail) {
+  w.ok = false;
+  w.r.ec = ec;
+  w.r.detail = std::move(detail);
+  if (!w.renamed) ::unlink(w.f->temp_path.c_str());
+}
+
+}  // namespace
+
+void finalizer::verify(work& w) {
+  fin_file& f = *w.f;
+  const posix_io& io = m_ctx.io;
+  if (f.fd < 0) {
+    if (int e = io.open(AT_FDCWD, f.temp_path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0, &f.key,
+                        f.fd)) {
+      return fail(w, errno_code(e),
+                  fmt::format("cannot open temp file {} to finalize {} (open): {}", f.temp_path,
+                              w.dest, std::strerror(e)));
+    }
+  }
+  struct stat st {};
+  if (::fstat(f.fd, &st) != 0) {
+    const int e = errno;
+    return fail(w, errno_code(e), fmt::format("cannot stat temp file {} (fstat): {}",
+                                              f.temp_path, std::strerror(e)));
+  }
+  const auto size = f.spec.size;
+  if (static_cast<std::uint64_t>(st.st_size) > size &&
+      ::ftruncate(f.fd, static_cast<off_t>(size)) != 0) {
+    const int e = errno;
+    return fail(w, errno_code(e),
+                fmt::format("cannot trim temp file {} to {} bytes (ftruncate): {}", f.temp_path,
+                            size, std::strerror(e)));
+  }
+  if (static_cast<std::uint64_t>(st.st_size) < size) {
+    w.r.bytes = static_cast<std::uint64_t>(st.st_size);
+    return fail(w, make_error_code(errc::digest_mismatch),
+                fmt::format("temp file {} holds {} of the {} bytes of {}: finalized before all "
+                            "data was written; not delivered, it will be fetched again",
+                            f.temp_path, st.st_size, size, w.dest));
+  }
+  if (!m_buffer) m_buffer = std::make_unique_for_overwrite<std::byte[]>(reread_buffer_bytes);
+  if (int e = io.read_hash(f.fd, f.prefix, size, f.hasher, {m_buffer.get(), reread_buffer_bytes},
+                           &f.key, &m_ctx.counters.bytes_reread)) {
+    return fail(w, errno_code(e),
+                fmt::format("read-back of temp file {} for {} failed (pread): {}; check the "
+                            "temp filesystem and the system log",
+                            f.temp_path, w.dest, std::strerror(e)));
+  }
+  w.r.digest = f.hasher.finish();
+  w.r.bytes = size;
+  if (w.r.digest != f.expected) {
+    return fail(w, make_error_code(errc::digest_mismatch),
+                fmt::format("received data for {} hashes to {}, the manifest says {}; not "
+                            "delivered, it will be fetched again",
+                            w.dest, to_hex(w.r.digest), to_hex(f.expected)));
+  }
+  if (int e = io.fchmod(f.fd, static_cast<mode_t>(f.spec.mode), &f.key)) {
+    return fail(w, errno_code(e), fmt::format("cannot set mode {:o} on temp file {} (fchmod): {}",
+                                              f.spec.mode, f.temp_path, std::strerror(e)));
+  }
+  const struct timespec times[2] = {{0, UTIME_NOW}, timespec_of_ns(f.spec.mtime_ns)};
+  if (int e = io.futimens(f.fd, times, &f.key)) {
+    return fail(w, errno_code(e), fmt::format("cannot set mtime on temp file {} (futimens): {}",
+                                              f.temp_path, std::strerror(e)));
+  }
+  if (m_ctx.cfg.record_digest_xattr) {
+    const std::string v = digest_xattr_value(w.r.digest, size, f.spec.mtime_ns);
+    const int e = io.fsetxattr(f.fd, digest_xattr_name, v, &f.key);
+    if (e != 0 && !m_xattr_warned.exchange(true)) {
+      // Not fatal: the file is right; query_held will hash it instead.
+      m_ctx.log().warn("storage: cannot record {} on {} (fsetxattr): {}; held files will be "
+                       "hashed to be recognised (further such failures are not logged)",
+                       digest_xattr_name, f.temp_path, std::strerror(e));
+    }
+  }
+}
+
+void finalizer::open_dest_dir(work& w, dir_cache& dirs) {
+  const fin_file& f = *w.f;
+  const posix_io& io = m_ctx.io;
+  const std::string& root = f.spec.dest_root.native();
+  auto [rit, rnew] = dirs.roots.try_emplace(root);
+  if (rnew) {
+    int fd = -1;
+    int e = io.open(AT_FDCWD, root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0, nullptr, fd);
+    if (e == ENOENT) {
+      std::error_code cec;
+      std::filesystem::create_directories(f.spec.dest_root, cec);
+      e = io.open(AT_FDCWD, root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0, nullptr, fd);
+    }
+    if (e != 0) {
+      rit->second.ec = errno_code(e);
+      rit->second.detail =
+          fmt::format("cannot open destination directory {}: {}", root, std::strerror(e));
+    } else {
+      rit->second.fd = dirs.own(fd);
+    }
+  }
+  if (rit->second.fd < 0) return fail(w, rit->second.ec, rit->second.detail);
+
+  auto comps = split_path(f.spec.relative_path);
+  w.leaf = std::string(comps.back());
+  comps.pop_back();
+  std::string parent;
+  for (auto c : comps) {
+    if (!parent.empty()) parent += '/';
+    parent += c;
+  }
+  std::string cache_key = root;
+  cache_key += '\0';
+  cache_key += parent;
+  auto [dit, dnew] = dirs.dirs.try_emplace(cache_key);
+  if (dnew) {
+    dir_cache::entry& d = dit->second;
+    int cur = rit->second.fd;
+    bool cur_owned = false;
+    std::string walked;
+    for (auto c : comps) {
+      const std::string comp(c);
+      if (!walked.empty()) walked += '/';
+      walked += comp;
+      constexpr int dir_flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+      int next = -1;
+      int e = io.open(cur, comp.c_str(), dir_flags, 0, nullptr, next);
+      if (e == ENOENT) {
+        e = io.mkdir(cur, comp.c_str(), 0755);
+        if (e == 0) {
+          // The new entry lives in `cur`: fsync it after the renames.
+          if (cur_owned) {
+            dirs.own(cur);
+            cur_owned = false;
+          }
+          dirs.add_sync(cur);
+          e = io.open(cur, comp.c_str(), dir_flags, 0, nullptr, next);
+        }
+      }
+      if (e == ENOTDIR && is_symlink_at(cur, comp.c_str())) e = ELOOP;
+      if (e != 0) {
+        d.ec = errno_code(e);
+        if (e == ENOTDIR) {
+          d.detail = fmt::format("{}/{} exists and is not a directory, so {} cannot be "
+                                 "created there; remove it or fix the manifest",
+                                 root, walked, f.spec.relative_path);
+        } else if (e == ELOOP) {
+          d.detail = fmt::format("{}/{} is a symbolic link; files are never written through "
+                                 "links below the destination root; replace it by a directory",
+                                 root, walked);
+        } else {
+          d.detail = fmt::format("cannot open or create directory {}/{}: {}", root, walked,
+                                 std::strerror(e));
+        }
+        break;
+      }
+      if (cur_owned) ::close(cur);
+      cur = next;
+      cur_owned = true;
+    }
+    if (!d.ec) {
+      d.fd = cur_owned ? dirs.own(cur) : cur;
+    } else if (cur_owned) {
+      ::close(cur);
+    }
+  }
+  if (dit->second.fd < 0) return fail(w, dit->second.ec, dit->second.detail);
+  w.dir_fd = dit->second.fd;
+  struct stat st {};
+  if (::fstatat(w.dir_fd, w.leaf.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) {
+    return fail(w, std::make_error_code(std::errc::is_a_directory),
+                fmt::format("destination {} exists and is a directory; remove it so the file "
+                            "can be delivered",
+                            w.dest));
+  }
+}
+
+void finalizer::make_durable(std::vector<work>& batch) {
+  if (m_ctx.cfg.sync == sync_mode::none) return;
+  const posix_io& io = m_ctx.io;
+  std::vector<work*> ok;
+  for (auto& w : batch)
+    if (w.ok) ok.push_back(&w);
+  bool per_file = m_ctx.cfg.sync == sync_mode::file || ok.size() == 1;
+  if (!per_file && !ok.empty()) {
+    if (int e = io.syncfs(m_ctx.temp_fd.get())) {
+      // Which file lost data is unknown: ask each with fsync, which reports its own error.
+      m_ctx.log().warn("storage: syncfs on temp_dir {} failed: {}; falling back to fsync per "
+                       "file",
+                       m_ctx.cfg.temp_dir.string(), std::strerror(e));
+      per_file = true;
+    }
+  }
+  if (!per_file) return;
+  for (work* w : ok) {
+    if (int e = io.fsync(w->f->fd, &w->f->key)) {
+      fail(*w, errno_code(e),
+           fmt::format("cannot make temp file {} for {} durable (fsync): {}; not delivered; "
+                       "check the temp filesystem and the system log",
+                       w->f->temp_path, w->dest, std::strerror(e)));
+    }
+  }
+}
+
+void finalizer::before_renames(const std::vector<work>& batch) {
+  if (!m_ctx.cfg.before_renames) return;
+  std::vector<pending_rename> files;
+  for (const auto& w : batch)
+    if (w.ok) files.push_back(pending_rename{w.f->key, &w.f->spec, w.r.digest});
+  if (!files.empty()) m_ctx.cfg.before_renames(files);
+}
+
+void finalizer::rename_all(std::vector<work>& batch, dir_cache& dirs) {
+  for (auto& w : batch) {
+    if (!w.ok) continue;
+    if (int e = m_ctx.io.rename(AT_FDCWD, w.f->temp_path.c_str(), w.dir_fd, w.leaf.c_str(),
+                                &w.f->key)) {
+      std::string why;
+      if (e == EXDEV)
+        why = "temp_dir and the destination are on different filesystems; set temp_dir on the "
+              "destination filesystem";
+      else if (e == EISDIR)
+        why = "the destination is a directory; remove it";
+      else
+        why = "check permissions and space on the destination filesystem";
+      fail(w, errno_code(e), fmt::format("cannot rename {} to {} (renameat): {}; {}",
+                                         w.f->temp_path, w.dest, std::strerror(e), why));
+      continue;
+    }
+    w.renamed = true;
+    dirs.add_sync(w.dir_fd);
+  }
+}
+
+void finalizer::sync_dirs(std::vector<work>& batch, dir_cache& dirs) {
+  if (m_ctx.cfg.sync == sync_mode::none) return;
+  for (auto& [id, fd] : dirs.to_sync) {
+    const int e = m_ctx.io.dir_fsync(fd);
+    if (e == 0) continue;
+    m_ctx.log().error("storage: fsync of a destination directory failed: {}", std::strerror(e));
+    for (auto& w : batch) {
+      if (w.renamed && w.dir_fd == fd && w.ok)
+        fail(w, errno_code(e),
+             fmt::format("{} was renamed into place but its directory could not be made "
+                         "durable (fsync): {}; it may vanish after a crash, so it is reported "
+                         "failed and will be fetched again",
+                         w.dest, std::strerror(e)));
+    }
+  }
+}
+
+void finalizer::report(std::vector<work>& batch) {
+  std::vector<internal_result> results;
+  results.reserve(batch.size());
+  for (auto& w : batch) {
+    fin_file& f = *w.f;
+    if (f.fd >= 0) ::close(f.fd);
+    f.fd = -1;
+    if (f.fd_counted) m_fds.fetch_sub(1, std::memory_order_relaxed);
+    if (w.ok) {
+      m_ctx.counters.files_stored.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      m_ctx.counters.files_failed.fetch_add(1, std::memory_order_relaxed);
+      m_ctx.log().warn("storage: {}", w.r.detail);
+    }
+    results.push_back(internal_result{f.handle, std::move(w.r)});
+  }
+  m_ctx.post_results(std::move(results));
+}
+
+void finalizer::finalize_batch(std::vector<fin_file>& files) {
+  std::vector<work> batch(files.size());
+  dir_cache dirs;
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    work& w = batch[i];
+    w.f = &files[i];
+    w.r.key = files[i].key;
+    w.dest = (files[i].spec.dest_root / files[i].spec.relative_path).string();
+    verify(w);
+  }
+  for (work& w : batch)
+    if (w.ok) open_dest_dir(w, dirs);
+  make_durable(batch);  // before any rename makes the data visible
+  before_renames(batch);
+  rename_all(batch, dirs);
+  sync_dirs(batch, dirs);  // the renames and created directories, each directory once
+  report(batch);
+}
+
+void finalizer::close_session(const fin_close& j) {
+  if (!j.remove_temp) return;
+  const auto dir = m_ctx.cfg.temp_dir / session_hex(j.session);
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  if (ec)
+    m_ctx.log().warn("storage: cannot remove temp directory {}: {}", dir.string(), ec.message());
+  {
+    std::lock_guard lk(m_mutex);
+    auto it = m_closing.find(j.session.value);
+    if (it != m_closing.end() && --it->second == 0) m_closing.erase(it);
+  }
+  m_closed_cv.notify_all();
+}
+
+}  // namespace mcdist::receiver

@@ -1,0 +1,145 @@
+#pragma once
+/// @file
+/// The storage path's vocabulary: its configuration (storage_config), what to deliver
+/// (file_spec) and how a file ended (store_result). Shared by file_store and its components.
+
+#include "common/ids.hpp"
+#include "common/sha256.hpp"
+#include "receiver/storage/posix_io.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+namespace spdlog {
+class logger;
+}
+
+namespace mcdist::receiver {
+
+/// How finalized data is made durable before it is renamed into the destination.
+enum class sync_mode : std::uint8_t {
+  /// Group commit: the finalizer takes every finalize request waiting (up to
+  /// finalizer::batch_max), verifies them, makes them durable together (one
+  /// syncfs() on the temp filesystem when more than one file, fsync for one), renames each and
+  /// fsyncs each distinct destination directory once. Measured here: 1000 small files cost
+  /// ~40 ms with one syncfs against ~450 ms with an fsync each.
+  batch,
+  /// fsync each file before its rename, then its directory.
+  file,
+  /// No fsync at all: for tmpfs and tests. A crash may leave renamed files with lost data.
+  none,
+};
+
+/// Name of a sync mode: "batch", "file" or "none".
+std::string_view to_string(sync_mode m) noexcept;
+
+struct file_spec;
+
+/// A file of a finalize batch about to be renamed into place: verified against its manifest
+/// digest and durable (per sync_mode).
+struct pending_rename {
+  file_key key;
+  const file_spec* spec = nullptr;  ///< dest_root and relative_path; valid during the call
+  sha256_digest digest{};
+};
+
+/// Configuration. Checked by the file_store constructor, which throws std::invalid_argument
+/// on nonsense (operator-facing message).
+struct storage_config {
+  /// Directory for temp files and checkpoints; created if missing. Must be on the same
+  /// filesystem as every destination tree so the final rename is atomic: begin_file fails a
+  /// file whose dest_root is on another device, with a message saying so.
+  std::filesystem::path temp_dir;
+  /// Destination tree of each channel, indexed by channel number: where storage_port calls
+  /// (which name a channel) deliver. Calls with a file_spec name their tree themselves.
+  std::vector<std::filesystem::path> dest_roots;
+  /// Bytes of chunk buffers for data in flight to disk (32 MiB: ~50 ms at 5 Gbit/s, enough to
+  /// ride out a page-cache writeback stall). Reserved at construction, touched lazily. When all
+  /// are in flight write() returns false.
+  std::size_t buffer_pool_bytes = 32u << 20;
+  /// Size of one coalescing chunk, bytes (256 KiB: 187 blocks of 1400 bytes per pwrite, big
+  /// enough that syscall cost is noise, small enough that 128 of them fit the pool).
+  std::size_t chunk_bytes = 256u << 10;
+  /// Most temp files the writer keeps open (LRU); others are reopened on demand.
+  std::size_t max_open_files = 1024;
+  /// Files at least this big (bytes) are fallocate()d at begin_file, so a full disk fails the
+  /// file at once instead of midway (1 MiB: below that the allocation is cheap either way).
+  std::uint64_t preallocate_min_bytes = 1u << 20;
+  /// Start asynchronous writeback (sync_file_range SYNC_FILE_RANGE_WRITE) every this many
+  /// bytes written to a file, so the fsync at finalize is short (8 MiB ~ 15 ms of disk at
+  /// 500 MB/s). Not done in sync_mode::none. 0 disables.
+  std::uint64_t writeback_bytes = 8u << 20;
+  sync_mode sync = sync_mode::batch;
+  /// Store "user.mcdist.sha256" = "<64 hex> <size> <mtime_ns>" on delivered files, so
+  /// query_held need not hash them again.
+  bool record_digest_xattr = true;
+  /// query_held hashes a destination file without a usable xattr only up to this size, bytes
+  /// (64 MiB ~ 50 ms of SHA-256 here).
+  std::uint64_t hash_held_max_bytes = 64u << 20;
+  /// Free space kept on the temp filesystem: a new file is started only if, after its size,
+  /// at least min(disk_reserve_bytes, disk_reserve_percent % of the filesystem) stays free
+  /// (statvfs f_bavail); otherwise it fails with errc::disk_reserve. 1 GiB or 5 %: room for
+  /// the system's logs and for files already being written (which are not preallocated below
+  /// preallocate_min_bytes), while a small filesystem is not reserved entirely. Either 0
+  /// turns the check off (then a full disk fails the file at fallocate or pwrite, ENOSPC).
+  std::uint64_t disk_reserve_bytes = std::uint64_t{1} << 30;
+  double disk_reserve_percent = 5;
+  /// Most bytes of one session's files being written at once (begun, not yet handed to the
+  /// finalizer or dropped); a file that would exceed it fails with errc::quota. 0: no quota.
+  /// 256 GiB: far above a day's products, it stops one announced session from claiming a
+  /// whole filesystem by itself.
+  std::uint64_t session_quota_bytes = std::uint64_t{256} << 30;
+  /// Where warnings and errors go; null: spdlog's default logger.
+  std::shared_ptr<spdlog::logger> log;
+  /// Tests only: failure injection; empty in production.
+  fault_hook fault;
+  /// The finalizer's "before renames" step (finalizer.hpp): called on the finalizer thread
+  /// once per batch, with the files about to be renamed, after their data is durable and
+  /// before the first rename (e.g. to journal the intents). Empty: nothing. Must not block
+  /// for long: the batch's results wait for it.
+  std::function<void(std::span<const pending_rename>)> before_renames;
+};
+
+/// What to deliver, from the manifest.
+struct file_spec {
+  /// Destination tree root; created (mkdir -p) if missing. Symlinks in it are followed (the
+  /// operator configured it); symlinks below it are not.
+  std::filesystem::path dest_root;
+  /// '/'-separated path below dest_root. Re-checked with check_relative_path; refused if bad.
+  std::string relative_path;
+  /// File size, bytes.
+  std::uint64_t size = 0;
+  /// Modification time set on the delivered file, ns since the Unix epoch.
+  std::int64_t mtime_ns = 0;
+  /// Permission bits; applied masked with 07777 & ~S_ISUID & ~S_ISGID.
+  std::uint32_t mode = 0644;
+};
+
+/// Outcome of one begun file: exactly one is reported per begin_file, unless the file is
+/// discarded, its session closed before finalize, or the file_store destroyed first.
+struct store_result {
+  file_key key;
+  /// Empty: delivered. Otherwise why not: errc::digest_mismatch, errc::path_* (refused path),
+  /// errc::disk_reserve, errc::quota (storage_config budgets), too_many_symbolic_link_levels
+  /// (temp_dir/<session> is a symlink: refused, not followed),
+  /// std::errc::no_space_on_device, io_error, permission_denied, is_a_directory,
+  /// not_a_directory, too_many_symbolic_link_levels (symlink in the path),
+  /// cross_device_link (temp_dir on another filesystem), ...
+  std::error_code ec;
+  /// Operator-facing: which path, which system call, what to do. Empty when delivered.
+  std::string detail;
+  /// What the received data hashed to (all zero if the file failed before finalize).
+  sha256_digest digest{};
+  /// Delivered: the file size. Failed: how far the data was hashed or found (a hint for logs).
+  std::uint64_t bytes = 0;
+};
+
+}  // namespace mcdist::receiver

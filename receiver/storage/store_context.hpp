@@ -1,0 +1,70 @@
+#pragma once
+/// @file
+/// What the components of file_store share: the configuration, the posix_io seam, the logger,
+/// the temp directory's descriptor, the counters and the way results reach the network thread.
+/// Internal to receiver/storage; built by file_store and outliving every component thread.
+
+#include "receiver/storage/posix_io.hpp"
+#include "receiver/storage/storage_config.hpp"
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace spdlog {
+class logger;
+}
+
+namespace mcdist::receiver {
+
+/// A store_result tagged with the begin_file it answers (file_store's handle).
+struct internal_result {
+  std::uint64_t handle = 0;
+  store_result r;
+};
+
+/// Counters of the whole store; readable from any thread.
+struct store_counters {
+  std::atomic<std::uint64_t> bytes_written{0};  ///< file data bytes pwritten
+  std::atomic<std::uint64_t> files_stored{0};   ///< files delivered
+  std::atomic<std::uint64_t> files_failed{0};   ///< failed store_results reported
+  std::atomic<std::uint64_t> queue_depth{0};    ///< jobs waiting for the writer thread
+  std::atomic<std::uint64_t> bytes_reread{0};   ///< bytes read back from temp files for hashing
+};
+
+/// Read-back size when hashing written data (prefix catch-up, finalize tail, query_held):
+/// 1 MiB amortises the syscall to nothing and is small next to the chunk pool.
+inline constexpr std::size_t reread_buffer_bytes = 1u << 20;
+
+/// The session's temp directory name: its id as 8 lower-case hex digits.
+std::string session_hex(session_id s);
+
+/// The temp file of a file: temp_dir/<session hex>/<file index>.part.
+std::filesystem::path temp_file_path(const std::filesystem::path& temp_dir, file_key key);
+
+/// Shared state of one file_store. Constant after construction except the counters.
+struct store_context {
+  storage_config cfg;
+  posix_io io;
+  std::shared_ptr<spdlog::logger> logger;
+  unique_fd temp_fd;  ///< temp_dir, for syncfs, statvfs and session directories
+  dev_t temp_dev = 0;
+  store_counters counters;
+  /// Hands results to the network thread (file_store::on_results through `post`). Any thread.
+  std::function<void(std::vector<internal_result>)> post_results;
+
+  spdlog::logger& log() const { return *logger; }
+
+  /// Creates (mkdirat) and opens temp_dir/<session hex> relative to temp_fd without following
+  /// a symlink.
+  /// @return the descriptor, or -1 with `e` set (ELOOP or ENOTDIR when something other than a
+  ///         directory sits there)
+  int open_session_dir(session_id s, int& e) const;
+};
+
+}  // namespace mcdist::receiver
