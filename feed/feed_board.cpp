@@ -55,10 +55,15 @@ void feed_board::site_report(std::size_t channel, const sender::receiver_report&
                              double nak_ratio, clock_time now) {
   if (channel >= m_channels.size()) return;
   auto& s = m_sites[r.id];
-  s.state = std::string(to_string(r.state));
   s.channel = m_names[channel];
   s.channels.insert(m_names[channel]);
-  if (r.state == sender::receiver_report::state_t::missing) return;  // not seen
+  // A listed site that never registered (closed group) ends 'failed' with no address: to a
+  // person it is missing, and it was not seen.
+  if (r.state == sender::receiver_report::state_t::missing || r.address.port == 0) {
+    s.state = "missing";
+    return;
+  }
+  s.state = std::string(to_string(r.state));
   s.last_seen = now;
   if (r.rtt_valid) s.rtt_s = std::chrono::duration<double>(r.rtt).count();
   s.nak_ratio = nak_ratio;

@@ -85,7 +85,8 @@ class feed_board {
   /// lag, failed/missed add it.
   void record_outcome(std::string_view site, std::size_t channel, std::int64_t product_id,
                       feed::outcome o, clock_time now);
-  /// A site's report at the end of a session on `channel` (any state, including missing).
+  /// A site's report at the end of a session on `channel` (any state). A site that never
+  /// registered (state missing, or failed without an address) is "missing" and not seen.
   /// @param nak_ratio  as journaled (site_row::nak_ratio)
   void site_report(std::size_t channel, const sender::receiver_report& r, double nak_ratio,
                    clock_time now);

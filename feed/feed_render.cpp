@@ -134,9 +134,10 @@ std::string render_feed_metrics(const feed_snapshot& s) {
   p.family("mcdist_feed_start_time_seconds", metric_type::gauge,
            "When the daemon started, seconds since the Unix epoch.");
   p.sample(unix_seconds(s.started));
-  p.family("mcdist_feed_rate_limit_bits_per_second", metric_type::gauge,
+  // Prometheus base units are bytes (promtool refuses "bits"): the configured bit/s over 8.
+  p.family("mcdist_feed_rate_limit_bytes_per_second", metric_type::gauge,
            "Configured multicast rate of every channel together.");
-  p.sample(s.cfg->rate_bps);
+  p.sample(static_cast<double>(s.cfg->rate_bps) / 8);
   p.family("mcdist_feed_products_queued", metric_type::gauge,
            "Products picked up from the spools, waiting for their channel's next batch.");
   for (std::size_t i = 0; i < names.size(); ++i)
@@ -146,12 +147,12 @@ std::string render_feed_metrics(const feed_snapshot& s) {
   for (std::size_t i = 0; i < names.size(); ++i)
     p.sample({{"channel", names[i]}},
              std::uint64_t{running_of(daemon_channel(s, i)) ? 1u : 0u});
-  p.family("mcdist_feed_session_rate_bits_per_second", metric_type::gauge,
+  p.family("mcdist_feed_session_rate_bytes_per_second", metric_type::gauge,
            "Rate of the channel's running session (its priority share of the total), 0 if none.");
   for (std::size_t i = 0; i < names.size(); ++i) {
     const auto* run = running_of(daemon_channel(s, i));
-    p.sample({{"channel", names[i]}},
-             run ? run->value("rate_bps", std::uint64_t{0}) : std::uint64_t{0});
+    const auto bps = run ? run->value("rate_bps", std::uint64_t{0}) : std::uint64_t{0};
+    p.sample({{"channel", names[i]}}, static_cast<double>(bps) / 8);
   }
   p.family("mcdist_feed_products_sent_total", metric_type::counter,
            "Products of ended batch sessions (each counted once, whatever the sites did).");
