@@ -148,7 +148,11 @@ void feed_daemon::start() {
                 n, n == 1 ? "" : "s");
   }
   const auto unfinished = m_journal.unfinished();
-  for (const auto& p : unfinished) m_journal.requeue(p.id);
+  {
+    sqlite::transaction tx(m_journal.db());
+    for (const auto& p : unfinished) m_journal.requeue(p.id);
+    tx.commit();
+  }
   if (!unfinished.empty()) {
     m_log->warn("journal: {} product{} of interrupted batches queued again (sites that hold them "
                 "answer 'held')",
@@ -165,18 +169,37 @@ void feed_daemon::start() {
 
 void feed_daemon::on_found(spooled_file f) {
   if (m_stopping) return;
-  product p;
-  p.channel = m_cfg.channels[f.channel].name;
-  p.name = f.name;
-  p.spool_path = f.path.string();
-  p.size = f.size;
-  p.mtime_ns = f.mtime_ns;
-  const auto id = m_journal.enqueue(p);
-  const auto got = m_journal.get(id);
-  // sent ("keep" leaves the file in the spool), failed, or in a running session: nothing to do.
-  if (!got || got->state != product_state::queued) return;
-  m_log->debug("channel {}: queued {} ({} bytes)", p.channel, p.name, p.size);
-  queue_product(f.channel, *got);
+  m_found.push_back(std::move(f));
+  if (m_found.size() > 1) return;
+  // The watcher reports a whole read of inotify events (or a whole scan) in one go: enqueue
+  // them in one journal transaction, one fsync, once the watcher's handler returned.
+  boost::asio::post(m_io, [this] { flush_found(); });
+}
+
+void feed_daemon::flush_found() {
+  if (m_stopping) return;
+  std::vector<std::pair<std::size_t, product>> ready;
+  {
+    sqlite::transaction tx(m_journal.db());
+    for (const auto& f : m_found) {
+      product p;
+      p.channel = m_cfg.channels[f.channel].name;
+      p.name = f.name;
+      p.spool_path = f.path.string();
+      p.size = f.size;
+      p.mtime_ns = f.mtime_ns;
+      const auto id = m_journal.enqueue(p);
+      auto got = m_journal.get(id);
+      // sent ("keep" leaves the file in the spool), failed, or in a running session: done.
+      if (got && got->state == product_state::queued) ready.emplace_back(f.channel, std::move(*got));
+    }
+    tx.commit();
+  }
+  m_found.clear();
+  for (const auto& [ch, p] : ready) {
+    m_log->debug("channel {}: queued {} ({} bytes)", p.channel, p.name, p.size);
+    queue_product(ch, p);
+  }
 }
 
 void feed_daemon::queue_product(std::size_t ch, const product& p) {
@@ -221,6 +244,8 @@ bool feed_daemon::start_session(std::size_t ch, session_kind kind, std::vector<p
   auto& cs = m_channels[ch];
   const auto& cc = *cs.cfg;
   const bool batch = kind == session_kind::batch;
+  // Every journal write of the set-up in one commit (one fsync).
+  sqlite::transaction tx(m_journal.db());
   std::vector<sender::source_file> files;
   std::vector<product> sent;
   std::set<std::string> names;
@@ -250,7 +275,10 @@ bool feed_daemon::start_session(std::size_t ch, session_kind kind, std::vector<p
     files.push_back(std::move(sf));
     sent.push_back(std::move(p));
   }
-  if (files.empty()) return false;
+  if (files.empty()) {
+    tx.commit();
+    return false;
+  }
   try {
     sender::prehash(files, prehash_file_max, prehash_budget, 1, true);
   } catch (const sender::file_set_error& e) {
@@ -258,6 +286,7 @@ bool feed_daemon::start_session(std::size_t ch, session_kind kind, std::vector<p
     if (batch) {
       for (const auto& p : sent) m_journal.mark_failed(p.id, e.what());
     }
+    tx.commit();
     return false;
   }
 
@@ -322,8 +351,10 @@ bool feed_daemon::start_session(std::size_t ch, session_kind kind, std::vector<p
         cs.batch.add(p, from_steady(steady::now() + retry_after));
       }
     }
+    tx.commit();
     return false;
   }
+  tx.commit();
   m_log->info("channel {}: session {} ({}{}): {} product{}, {} at {}", cc.name, hex,
               kind_name(kind), batch ? " " + std::to_string(run.seq) : " to " + std::to_string(run.only.size()) + " sites",
               run.products.size(), run.products.size() == 1 ? "" : "s",
@@ -354,20 +385,39 @@ void feed_daemon::on_session_done(std::size_t ch, sender::run_result r) {
   cs.run.reset();
   const auto& cc = *cs.cfg;
   const bool aborted = m_stopping || !r.error.empty();
-  record_outcomes(ch, run, r);
-  m_journal.end_session(run.row, aborted      ? session_outcome::aborted
-                                 : r.succeeded ? session_outcome::complete
-                                               : session_outcome::partial);
-  if (run.kind == session_kind::batch) {
-    if (m_stopping) {
-      // Sent again at the next start; sites that completed it answer 'held'.
-      for (const auto& p : run.products) m_journal.requeue(p.id);
-    } else {
-      for (const auto& p : run.products) dispose(ch, p);
-    }
+  const bool dispose_now = run.kind == session_kind::batch && !m_stopping;
+  // The retained copies first, so that mark_sent records them ...
+  std::vector<std::optional<std::string>> kept;
+  if (dispose_now) {
+    for (const auto& p : run.products) kept.push_back(retain(ch, p));
   }
-  m_board.session_done(ch, run.kind, run.seq, run.products, r.report,
-                       run.kind == session_kind::batch && !m_stopping,
+  // ... then every journal write of the session's end in one commit (one fsync for hundreds of
+  // product x site outcomes) ...
+  {
+    sqlite::transaction tx(m_journal.db());
+    record_outcomes(ch, run, r);
+    m_journal.end_session(run.row, aborted      ? session_outcome::aborted
+                                   : r.succeeded ? session_outcome::complete
+                                                 : session_outcome::partial);
+    if (run.kind == session_kind::batch) {
+      for (std::size_t i = 0; i < run.products.size(); ++i) {
+        // Stopping: sent again at the next start; sites that completed it answer 'held'.
+        if (m_stopping) {
+          m_journal.requeue(run.products[i].id);
+        } else {
+          m_journal.mark_sent(run.products[i].id, kept[i]);
+        }
+      }
+    }
+    tx.commit();
+  }
+  // ... and only then the spool files go: a crash in between leaves a product 'sent' with its
+  // file still in the spool (the next start's scan finds it sent and leaves it), never a
+  // product gone from the spool that the journal would send again.
+  if (dispose_now) {
+    for (const auto& p : run.products) dispose_spool(ch, p);
+  }
+  m_board.session_done(ch, run.kind, run.seq, run.products, r.report, dispose_now,
                        std::chrono::system_clock::now());
   std::size_t done = 0;
   for (const auto& rr : r.report.receivers) {
@@ -400,6 +450,9 @@ void feed_daemon::record_outcomes(std::size_t ch, const running& run, const send
   std::set<std::string> present;
   for (const auto& rr : r.report.receivers) {
     present.insert(rr.id);
+    // A listed site that never registered is reported failed ("did not register within ...")
+    // with no address: for the journal it missed the session.
+    const bool absent = rr.state == st::missing || (rr.state == st::failed && rr.address.port == 0);
     const std::set<std::uint32_t> held(rr.held_files.begin(), rr.held_files.end());
     std::map<std::uint32_t, std::string> failed(rr.file_failures.begin(), rr.file_failures.end());
     for (std::uint32_t i = 0; i < run.products.size(); ++i) {
@@ -412,9 +465,9 @@ void feed_daemon::record_outcomes(std::size_t ch, const running& run, const send
           o = outcome::failed;
           reason = f->second;
         }
-      } else if (rr.state == st::missing) {
+      } else if (absent) {
         o = outcome::missed;
-        reason = "listed but did not register";
+        reason = rr.reason.empty() ? "listed but did not register" : rr.reason;
       } else {
         o = outcome::failed;
         reason = rr.reason.empty() ? "the session ended before the site completed" : rr.reason;
@@ -427,7 +480,7 @@ void feed_daemon::record_outcomes(std::size_t ch, const running& run, const send
                                                     static_cast<double>(r.report.data_datagrams))
                                 : 0;
     m_board.site_report(ch, rr, nak_ratio, now);
-    if (rr.state == st::missing) continue;
+    if (absent) continue;
     site_row s;
     s.site = rr.id;
     s.channel = cc.name;
@@ -496,19 +549,21 @@ void feed_daemon::add_extra(std::size_t ch, extra_request req) {
   if (!cs.run) maybe_start(ch);
 }
 
-void feed_daemon::dispose(std::size_t ch, const product& p) {
+std::optional<std::string> feed_daemon::retain(std::size_t ch, const product& p) {
+  if (m_cfg.retention.count() <= 0) return std::nullopt;
+  const auto& cc = *m_channels[ch].cfg;
+  const auto target = m_cfg.retained_dir / cc.name / std::to_string(p.id) / p.name;
+  if (auto ec = link_or_copy(p.spool_path, target)) {
+    m_log->error("channel {}: cannot keep {} in {}: {} (it cannot be caught up or resent)",
+                 cc.name, p.name, target.string(), ec.message());
+    return std::nullopt;
+  }
+  return target.string();
+}
+
+void feed_daemon::dispose_spool(std::size_t ch, const product& p) {
   const auto& cc = *m_channels[ch].cfg;
   const std::filesystem::path spool(p.spool_path);
-  std::optional<std::string> kept;
-  if (m_cfg.retention.count() > 0) {
-    const auto target = m_cfg.retained_dir / cc.name / std::to_string(p.id) / p.name;
-    if (auto ec = link_or_copy(spool, target)) {
-      m_log->error("channel {}: cannot keep {} in {}: {} (it cannot be caught up or resent)",
-                   cc.name, p.name, target.string(), ec.message());
-    } else {
-      kept = target.string();
-    }
-  }
   std::error_code ec;
   switch (cc.after) {
     case after_send::remove:
@@ -525,15 +580,12 @@ void feed_daemon::dispose(std::size_t ch, const product& p) {
       break;
     }
     case after_send::keep:
-      break;
+      return;
   }
   if (ec) m_log->error("channel {}: after sending {}: {}", cc.name, spool.string(), ec.message());
-  if (cc.after != after_send::keep) {
-    for (const auto& root : cc.spools) {
-      if (spool.string().starts_with(root.string() + "/")) prune_empty(spool.parent_path(), root);
-    }
+  for (const auto& root : cc.spools) {
+    if (spool.string().starts_with(root.string() + "/")) prune_empty(spool.parent_path(), root);
   }
-  m_journal.mark_sent(p.id, kept);
 }
 
 void feed_daemon::do_expire() {

@@ -112,6 +112,7 @@ class feed_daemon {
   };
 
   void on_found(spooled_file f);
+  void flush_found();
   void queue_product(std::size_t ch, const product& p);
   void maybe_start(std::size_t ch);
   void arm_batch_timer(std::size_t ch);
@@ -122,7 +123,10 @@ class feed_daemon {
   void request_catch_up(std::size_t ch, const std::string& site,
                         const std::vector<std::pair<std::uint64_t, std::uint64_t>>& ranges);
   void add_extra(std::size_t ch, extra_request req);
-  void dispose(std::size_t ch, const product& p);
+  /// Keeps a sent product for catch-up and resend (hard link, else copy). @return its path
+  std::optional<std::string> retain(std::size_t ch, const product& p);
+  /// The channel's `after`: delete, move or keep the spool file.
+  void dispose_spool(std::size_t ch, const product& p);
   void rebalance();
   void do_expire();
   void check_stopped();
@@ -136,6 +140,7 @@ class feed_daemon {
   std::map<std::string, crypto::key32, std::less<>> m_site_keys;
   std::vector<channel_state> m_channels;
   std::unique_ptr<spool_watcher> m_watcher;
+  std::vector<spooled_file> m_found;  ///< reported, not yet enqueued (flush_found)
   boost::asio::steady_timer m_expire_timer;
   bool m_stopping = false;
   std::function<void()> m_stopped;

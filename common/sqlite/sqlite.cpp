@@ -180,19 +180,23 @@ std::optional<std::string> statement::column_opt_text(int column) const {
   return column_text(column);
 }
 
-transaction::transaction(database& db) : m_db(db) { m_db.exec("BEGIN IMMEDIATE"); }
+transaction::transaction(database& db)
+    : m_db(db), m_nested(sqlite3_get_autocommit(db.handle()) == 0) {
+  // Savepoints of one name nest: RELEASE and ROLLBACK TO act on the innermost.
+  m_db.exec(m_nested ? "SAVEPOINT mcdist_tx" : "BEGIN IMMEDIATE");
+}
 
 transaction::~transaction() {
   if (!m_done) {
     try {
-      m_db.exec("ROLLBACK");
+      m_db.exec(m_nested ? "ROLLBACK TO mcdist_tx; RELEASE mcdist_tx" : "ROLLBACK");
     } catch (...) {
     }
   }
 }
 
 void transaction::commit() {
-  m_db.exec("COMMIT");
+  m_db.exec(m_nested ? "RELEASE mcdist_tx" : "COMMIT");
   m_done = true;
 }
 

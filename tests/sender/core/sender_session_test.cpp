@@ -194,6 +194,39 @@ TEST_CASE("data leaves at the configured rate", "[unit][sender]") {
   REQUIRE(bytes <= 5'000'000 + h.cfg.burst_bytes + 1500);
 }
 
+TEST_CASE("set_rate changes the pace of a running session from the next datagram on",
+          "[unit][sender]") {
+  // mcdist-feed lowers a model field's session to a floor while a warning is sent, then raises it.
+  harness h(files({40'000'000}), {"a"});
+  h.tick();
+  h.register_rx("a", rx_a);
+  std::array<data_send, 64> buf;
+  auto send_for = [&](duration d) {
+    const time_point end = h.now + d;
+    std::uint64_t bytes = 0;
+    while (h.now < end) {
+      h.tick();
+      const auto n = h.s->next_data(h.now, buf);
+      for (std::size_t i = 0; i < n; ++i) bytes += buf[i].length + 48;
+      h.now = std::max(*h.s->next_deadline(h.now), h.now + 10us);
+    }
+    return bytes;
+  };
+  send_for(200ms);  // past the initial full bucket
+  const auto fast = send_for(500ms);
+  REQUIRE(fast >= 4'900'000);  // 80 Mbit/s
+  h.s->set_rate(800'000);      // 1 %
+  REQUIRE(h.s->rate_bps() == 800'000);
+  send_for(300ms);             // what the bucket held drains
+  const auto slow = send_for(1s);
+  REQUIRE(slow >= 90'000);     // 100 kB/s
+  REQUIRE(slow <= 110'000 + 1500);
+  h.s->set_rate(80'000'000);
+  const auto again = send_for(500ms);
+  REQUIRE(again >= 4'900'000);
+  REQUIRE(again <= 5'000'000 + h.cfg.burst_bytes + 1500);
+}
+
 TEST_CASE("NAKs from several receivers are merged into one repair pass", "[unit][sender]") {
   harness h(files({14'000}));  // 10 blocks
   h.tick();
