@@ -18,7 +18,9 @@ using http::metric_type;
 constexpr std::array<const char*, 3> kind_names = {"batch", "catchup", "resend"};
 constexpr std::array<const char*, 4> outcome_names = {"stored", "held", "failed", "missed"};
 
-double unix_seconds(clock_time t) { return std::chrono::duration<double>(t.time_since_epoch()).count(); }
+double unix_seconds(clock_time t) {
+  return std::chrono::duration<double>(t.time_since_epoch()).count();
+}
 
 double age_seconds(clock_time now, clock_time then) {
   return std::max(0.0, std::chrono::duration<double>(now - then).count());
@@ -319,8 +321,8 @@ std::string render_feed_page(const feed_snapshot& s) {
        "<meta http-equiv=\"refresh\" content=\"10\">\n<title>" +
        html_escape(title) + "</title>\n<style>" + std::string(http::page_style()) +
        "</style></head>\n<body>\n";
-  h += "<h1>mcdist-feed <span id=\"hub-interface\">" + html_escape(s.cfg->interface.address_string()) +
-       "</span></h1>\n";
+  h += "<h1>mcdist-feed <span id=\"hub-interface\">" +
+       html_escape(s.cfg->interface.address_string()) + "</span></h1>\n";
   h += "<p class=\"sub\">hub &middot; version " + html_escape(s.version) + " &middot; up " +
        http::format_age(age_seconds(s.now, s.started)) + " &middot; " + iso_time(s.now) +
        " &middot; " + format_rate(static_cast<double>(s.cfg->rate_bps)) +

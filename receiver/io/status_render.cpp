@@ -240,7 +240,8 @@ std::string render_status_page(const status_snapshot& s) {
   h += "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
        "<meta http-equiv=\"refresh\" content=\"10\">\n<title>mcdistd " +
-       html_escape(s.id) + "</title>\n<style>" + std::string(http::page_style()) + "</style></head>\n<body>\n";
+       html_escape(s.id) + "</title>\n<style>" + std::string(http::page_style()) +
+       "</style></head>\n<body>\n";
   h += "<h1>mcdistd <span id=\"receiver-id\">" + html_escape(s.id) + "</span></h1>\n";
   h += "<p class=\"sub\">up " + http::format_age(age_seconds(s.now, s.started)) + " &middot; " +
        iso_time(s.now) +

@@ -149,7 +149,8 @@ TEST_CASE("the documents render hostile names safely and valid metrics", "[unit]
   s.now = t0 + 90s;
   s.started = t0;
   s.cfg = &cfg;
-  s.daemon = {{"channels", {{{"name", "warnings"}, {"waiting_products", 3}, {"running", nullptr}}}}};
+  s.daemon = {
+      {"channels", {{{"name", "warnings"}, {"waiting_products", 3}, {"running", nullptr}}}}};
   s.board = &b;
 
   const auto page = mcdist::feed::render_feed_page(s);
