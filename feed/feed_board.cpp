@@ -51,6 +51,20 @@ void feed_board::record_outcome(std::string_view site, std::size_t channel,
   s.missing.emplace(product_id, std::make_pair(m_names[channel], now));
 }
 
+void feed_board::restore_missing(std::string_view site, std::size_t channel,
+                                 std::int64_t product_id, clock_time since) {
+  if (channel >= m_channels.size()) return;
+  auto it = m_sites.find(site);
+  if (it == m_sites.end()) it = m_sites.emplace(std::string(site), site_tally{}).first;
+  auto& s = it->second;
+  s.channels.insert(m_names[channel]);
+  if (s.missing.size() >= max_missing_tracked) {
+    s.missing_truncated = true;
+    return;
+  }
+  s.missing.emplace(product_id, std::make_pair(m_names[channel], since));
+}
+
 void feed_board::site_report(std::size_t channel, const sender::receiver_report& r,
                              double nak_ratio, clock_time now) {
   if (channel >= m_channels.size()) return;

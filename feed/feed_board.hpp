@@ -85,6 +85,10 @@ class feed_board {
   /// lag, failed/missed add it.
   void record_outcome(std::string_view site, std::size_t channel, std::int64_t product_id,
                       feed::outcome o, clock_time now);
+  /// At start-up: a product the journal lists as missing at `site` since `since` (its lag
+  /// survives a restart). Counts no outcome and changes no state.
+  void restore_missing(std::string_view site, std::size_t channel, std::int64_t product_id,
+                       clock_time since);
   /// A site's report at the end of a session on `channel` (any state). A site that never
   /// registered (state missing, or failed without an address) is "missing" and not seen.
   /// @param nak_ratio  as journaled (site_row::nak_ratio)

@@ -161,6 +161,22 @@ void feed_daemon::start() {
   for (std::size_t ch = 0; ch < m_channels.size(); ++ch) {
     for (const auto& p : m_journal.queued(m_cfg.channels[ch].name)) queue_product(ch, p);
   }
+  // The status port's lag survives a restart: what the journal lists as missing per site.
+  {
+    const auto keep = m_cfg.retention.count() > 0 ? m_cfg.retention
+                                                  : std::chrono::nanoseconds(min_journal_history);
+    const auto since = std::chrono::system_clock::now() -
+                       std::chrono::duration_cast<std::chrono::system_clock::duration>(keep);
+    std::set<std::string> done;
+    for (const auto& s : m_journal.sites()) {
+      if (!done.insert(s.site).second) continue;
+      for (const auto& m : m_journal.missing(s.site, since)) {
+        if (const auto ch = channel_index(m.channel)) {
+          m_board.restore_missing(s.site, *ch, m.product_id, m.sent_at);
+        }
+      }
+    }
+  }
   m_watcher = std::make_unique<spool_watcher>(
       m_io, m_cfg.channels, [this](spooled_file f) { on_found(std::move(f)); }, m_log);
   m_watcher->start();

@@ -99,6 +99,20 @@ TEST_CASE("a site's lag is what it failed or missed until it stores it", "[unit]
   REQUIRE(s.outcomes == std::array<std::uint64_t, 4>{1, 1, 1, 2});
 }
 
+TEST_CASE("a restart restores a site's lag from the journal without counting outcomes",
+          "[unit][feed]") {
+  feed_board b({"warnings"});
+  b.restore_missing("site-a", 0, 4, t0);
+  b.restore_missing("site-a", 7, 5, t0);  // a channel no longer configured
+  const auto& s = b.sites().at("site-a");
+  REQUIRE(s.missing.size() == 1);
+  REQUIRE(s.missing.at(4).second == t0);
+  REQUIRE(s.outcomes == std::array<std::uint64_t, 4>{});
+  REQUIRE(s.state.empty());
+  b.record_outcome("site-a", 0, 4, outcome::stored, t0 + 1s);
+  REQUIRE(s.missing.empty());
+}
+
 TEST_CASE("the missing products of a site are bounded", "[unit][feed]") {
   feed_board b({"warnings"});
   for (std::int64_t i = 0; i < static_cast<std::int64_t>(feed_board::max_missing_tracked) + 5; ++i)
