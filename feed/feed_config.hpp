@@ -33,6 +33,12 @@ enum class after_send : std::uint8_t {
   move,    ///< "move:DIR": rename it below DIR, keeping its name relative to the spool
 };
 
+/// The hub's status port (next to mcdistd's 9611, so both run on one host).
+inline constexpr std::uint16_t default_http_port = 9612;
+
+/// 127.0.0.1:default_http_port.
+endpoint default_http_endpoint();
+
 /// One `[[channel]]`.
 struct channel_config {
   std::string name;                 ///< journal, logs, receivers' per-channel sequence numbers
@@ -78,7 +84,10 @@ struct feed_config {
   std::filesystem::path retained_dir;
   std::filesystem::path control_socket;  ///< mcdistctl's Unix socket
   std::string control_group;        ///< group that may use it besides the daemon's user
-  std::string http;                 ///< status address ("" = off); not served yet
+  /// Status page, /status and /metrics (feed_http.hpp); std::nullopt = "off". Default
+  /// 127.0.0.1:default_http_port: status stays on the host unless the operator opens it.
+  std::optional<endpoint> http = default_http_endpoint();
+  bool http_explicit = false;       ///< `http` was set: an address in use is then an error
   std::vector<channel_config> channels;
 };
 

@@ -105,7 +105,12 @@ feed_daemon::feed_daemon(boost::asio::io_context& io, feed_config cfg,
       m_cfg(std::move(cfg)),
       m_log(std::move(log)),
       m_journal(m_cfg.journal),
-      m_expire_timer(io) {
+      m_expire_timer(io),
+      m_board([this] {
+        std::vector<std::string> names;
+        for (const auto& c : m_cfg.channels) names.push_back(c.name);
+        return names;
+      }()) {
   try {
     if (!m_cfg.key_file.empty()) m_identity = crypto::read_secret_key_file(m_cfg.key_file);
     if (!m_cfg.site_keys.empty()) m_site_keys = sender::read_site_keys(m_cfg.site_keys.string());
@@ -155,6 +160,22 @@ void feed_daemon::start() {
   }
   for (std::size_t ch = 0; ch < m_channels.size(); ++ch) {
     for (const auto& p : m_journal.queued(m_cfg.channels[ch].name)) queue_product(ch, p);
+  }
+  // The status port's lag survives a restart: what the journal lists as missing per site.
+  {
+    const auto keep = m_cfg.retention.count() > 0 ? m_cfg.retention
+                                                  : std::chrono::nanoseconds(min_journal_history);
+    const auto since = std::chrono::system_clock::now() -
+                       std::chrono::duration_cast<std::chrono::system_clock::duration>(keep);
+    std::set<std::string> done;
+    for (const auto& s : m_journal.sites()) {
+      if (!done.insert(s.site).second) continue;
+      for (const auto& m : m_journal.missing(s.site, since)) {
+        if (const auto ch = channel_index(m.channel)) {
+          m_board.restore_missing(s.site, *ch, m.product_id, m.sent_at);
+        }
+      }
+    }
   }
   m_watcher = std::make_unique<spool_watcher>(
       m_io, m_cfg.channels, [this](spooled_file f) { on_found(std::move(f)); }, m_log);
@@ -412,6 +433,8 @@ void feed_daemon::on_session_done(std::size_t ch, sender::run_result r) {
   if (dispose_now) {
     for (const auto& p : run.products) dispose_spool(ch, p);
   }
+  m_board.session_done(ch, run.kind, run.seq, run.products, r.report, dispose_now,
+                       std::chrono::system_clock::now());
   std::size_t done = 0;
   for (const auto& rr : r.report.receivers) {
     if (rr.state == sender::receiver_report::state_t::completed ||
@@ -466,17 +489,20 @@ void feed_daemon::record_outcomes(std::size_t ch, const running& run, const send
         reason = rr.reason.empty() ? "the session ended before the site completed" : rr.reason;
       }
       m_journal.record_outcome(run.products[i].id, rr.id, o, reason, run.seq, now);
+      m_board.record_outcome(rr.id, ch, run.products[i].id, o, now);
     }
+    const double nak_ratio =
+        r.report.data_datagrams ? std::min(1.0, static_cast<double>(rr.blocks_naked) /
+                                                    static_cast<double>(r.report.data_datagrams))
+                                : 0;
+    m_board.site_report(ch, rr, nak_ratio, now);
     if (absent) continue;
     site_row s;
     s.site = rr.id;
     s.channel = cc.name;
     s.last_seen = now;
     s.rtt_s = rr.rtt_valid ? to_seconds(rr.rtt) : 0;
-    s.nak_ratio = r.report.data_datagrams
-                      ? std::min(1.0, static_cast<double>(rr.blocks_naked) /
-                                          static_cast<double>(r.report.data_datagrams))
-                      : 0;
+    s.nak_ratio = nak_ratio;
     s.last_seq = last_seq_of(rr);
     if (run.kind == session_kind::batch && (rr.state == st::completed || rr.state == st::unicast)) {
       s.last_seq = std::max(s.last_seq, run.seq);
@@ -491,6 +517,7 @@ void feed_daemon::record_outcomes(std::size_t ch, const running& run, const send
     for (const auto& p : run.products) {
       m_journal.record_outcome(p.id, s.site, outcome::missed,
                                "not in the session (down, or registered too late)", run.seq, now);
+      m_board.record_outcome(s.site, ch, p.id, outcome::missed, now);
     }
   }
 }

@@ -14,6 +14,7 @@
 
 #include "feed/arbiter.hpp"
 #include "feed/batcher.hpp"
+#include "feed/feed_board.hpp"
 #include "feed/control_protocol.hpp"
 #include "feed/feed_config.hpp"
 #include "feed/journal.hpp"
@@ -87,6 +88,9 @@ class feed_daemon {
   /// The journal (the control server's queries run on the same connection and thread).
   hub_journal& journal() { return m_journal; }
 
+  /// Counters, sites and recent products since the start, for the status port (feed_http).
+  const feed_board& board() const noexcept { return m_board; }
+
  private:
   struct running {
     std::unique_ptr<sender::sender_app> app;
@@ -140,6 +144,7 @@ class feed_daemon {
   boost::asio::steady_timer m_expire_timer;
   bool m_stopping = false;
   std::function<void()> m_stopped;
+  feed_board m_board;
 };
 
 /// The control socket's handler in the running daemon: the journal's answers (history,

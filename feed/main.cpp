@@ -8,6 +8,7 @@
 #include "feed/control_server.hpp"
 #include "feed/feed_config.hpp"
 #include "feed/feed_daemon.hpp"
+#include "feed/feed_http.hpp"
 
 #include <CLI/CLI.hpp>
 #include <boost/asio/io_context.hpp>
@@ -38,6 +39,7 @@ CONFIGURATION (TOML, --config):
   retained = "/var/lib/mcdist-feed/retained"    where they are kept (hard links when possible)
   control_socket = "/run/mcdist-feed/control.sock"   mcdistctl's socket
   control_group = "mcdist-operators"                 group allowed on it besides this user
+  http = "127.0.0.1:9612"           status page, /status and /metrics (default; "off" disables)
 
   [[channel]]
   name = "warnings"                 journal and sequence numbers are per channel
@@ -69,6 +71,11 @@ PRIORITY: channels send at the same time, each with its own session and socket, 
 rate: the highest-priority sending channel gets its share or cap, lower ones what is left, and
 at least 1 % each so their sessions stay alive. A warning is not delayed by a model field of
 another channel.
+
+STATUS: on `http` (default 127.0.0.1:9612, next to mcdistd's 9611; "off" disables) the feed
+serves a status page for a person at /, a JSON document at /status and Prometheus metrics at
+/metrics (mcdist_feed_products_sent_total{channel}, mcdist_sender_site_rtt_seconds{site}, ...).
+A default port already taken is a warning; an explicit one is an error (exit 1).
 
 SIGNALS: SIGTERM/SIGINT end the running sessions (the sites are told), record their state in
 the journal and exit 0; the next start sends the interrupted batches again. SIGHUP reopens the
@@ -159,7 +166,15 @@ int main(int argc, char** argv) {
   const mcdist::service_notifier notifier;
   try {
     boost::asio::io_context io(1);
+    // The recent warnings and errors for the status page; attached before any other thread
+    // could log (spdlog's sink list is not guarded).
+    std::shared_ptr<mcdist::http::log_ring_sink> ring;
+    if (cfg.http) {
+      ring = std::make_shared<mcdist::http::log_ring_sink>();
+      log->sinks().push_back(ring);
+    }
     mcdist::feed::feed_daemon daemon(io, cfg, log);
+    mcdist::feed::feed_http status_port(io, cfg, daemon, ring, log);
     mcdist::feed::daemon_handler handler(daemon);
     std::unique_ptr<mcdist::feed::control_server> control;
     if (!cfg.control_socket.empty()) {
@@ -203,6 +218,7 @@ int main(int argc, char** argv) {
         log->info("{}: ending the running sessions", sig == SIGINT ? "SIGINT" : "SIGTERM");
         (void)notifier.stopping();
         if (control) control->stop();
+        status_port.stop();
         daemon.stop([&] {
           watchdog.cancel();
           signals.cancel();
@@ -214,6 +230,7 @@ int main(int argc, char** argv) {
     };
     wait_signal();
     daemon.start();
+    status_port.start();
     log->info("mcdist-feed: {} channel{} at {} in total, journal {}", cfg.channels.size(),
               cfg.channels.size() == 1 ? "" : "s",
               mcdist::format_rate(static_cast<double>(cfg.rate_bps)), cfg.journal.string());

@@ -94,6 +94,37 @@ std::string format_age(double seconds) {
   return std::to_string(s / 86400) + " d " + std::to_string(s % 86400 / 3600) + " h";
 }
 
+std::string_view page_style() noexcept {
+  return R"(
+body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:1.5em 2em}
+body{color:#1f2328;background:#fff}
+h1{font-size:1.5em;margin:0 0 .2em}
+h2{font-size:1.15em;margin:1.6em 0 .5em;border-bottom:1px solid #d0d7de;padding-bottom:.2em}
+h3{font-size:1em;margin:1.2em 0 .4em}
+.sub{color:#57606a;margin:0 0 1em}
+.cards{display:flex;flex-wrap:wrap;gap:.6em}
+.card{border:1px solid #d0d7de;border-radius:6px;padding:.5em .9em;min-width:8em}
+.card .v{font-size:1.35em;font-weight:600}
+.card .k{color:#57606a;font-size:.85em}
+table{border-collapse:collapse;margin:.3em 0}
+th,td{padding:.25em .7em;text-align:left;border-bottom:1px solid #eaeef2;vertical-align:top}
+th{background:#f6f8fa;font-weight:600}
+td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
+.path{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;word-break:break-all}
+.ok{color:#1a7f37}
+.bad{color:#cf222e;font-weight:600}
+.warning{color:#9a6700}
+.error,.critical{color:#cf222e}
+.none{color:#57606a;font-style:italic}
+a{color:#0969da}
+)";
+}
+
+std::string card(std::string_view id, std::string_view value, std::string_view label) {
+  return "<div class=\"card\"><div class=\"v\" id=\"" + html_escape(id) + "\">" +
+         html_escape(value) + "</div><div class=\"k\">" + std::string(label) + "</div></div>\n";
+}
+
 std::string svg_bar_chart(const std::vector<double>& values,
                           const std::vector<std::string>& bar_titles, std::string_view title,
                           std::string_view y_max_label, std::string_view left_label,

@@ -28,4 +28,12 @@ std::string svg_bar_chart(const std::vector<double>& values,
                           std::string_view y_max_label, std::string_view left_label,
                           std::string_view right_label, int width = 720, int height = 160);
 
+/// The stylesheet of the daemons' status pages (mcdistd's and mcdist-feed's look the same), for
+/// an inline `<style>` element: summary cards (.cards/.card/.v/.k), tables with .num cells,
+/// .path (monospace, wrapping), state colours (.ok, .bad, .warning, .error, .none).
+std::string_view page_style() noexcept;
+
+/// A summary card: `value` (escaped) in an element with id `id`, above `label` (trusted HTML).
+std::string card(std::string_view id, std::string_view value, std::string_view label);
+
 }  // namespace mcdist::http

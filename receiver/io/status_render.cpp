@@ -238,33 +238,8 @@ nlohmann::json render_status_json(const status_snapshot& s) {
 
 namespace {
 
-constexpr const char* page_style = R"(
-body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:1.5em 2em}
-body{color:#1f2328;background:#fff}
-h1{font-size:1.5em;margin:0 0 .2em}
-h2{font-size:1.15em;margin:1.6em 0 .5em;border-bottom:1px solid #d0d7de;padding-bottom:.2em}
-h3{font-size:1em;margin:1.2em 0 .4em}
-.sub{color:#57606a;margin:0 0 1em}
-.cards{display:flex;flex-wrap:wrap;gap:.6em}
-.card{border:1px solid #d0d7de;border-radius:6px;padding:.5em .9em;min-width:8em}
-.card .v{font-size:1.35em;font-weight:600}
-.card .k{color:#57606a;font-size:.85em}
-table{border-collapse:collapse;margin:.3em 0}
-th,td{padding:.25em .7em;text-align:left;border-bottom:1px solid #eaeef2;vertical-align:top}
-th{background:#f6f8fa;font-weight:600}
-td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
-.path{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;word-break:break-all}
-.ok{color:#1a7f37}
-.bad{color:#cf222e;font-weight:600}
-.warning{color:#9a6700}
-.error,.critical{color:#cf222e}
-.none{color:#57606a;font-style:italic}
-a{color:#0969da}
-)";
-
 void card(std::string& h, const char* id, const std::string& value, const char* label) {
-  h += "<div class=\"card\"><div class=\"v\" id=\"" + std::string(id) + "\">" + html_escape(value) +
-       "</div><div class=\"k\">" + label + "</div></div>\n";
+  h += http::card(id, value, label);
 }
 
 }  // namespace
@@ -283,7 +258,8 @@ std::string render_status_page(const status_snapshot& s) {
   h += "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
        "<meta http-equiv=\"refresh\" content=\"10\">\n<title>mcdistd " +
-       html_escape(s.id) + "</title>\n<style>" + page_style + "</style></head>\n<body>\n";
+       html_escape(s.id) + "</title>\n<style>" + std::string(http::page_style()) +
+       "</style></head>\n<body>\n";
   h += "<h1>mcdistd <span id=\"receiver-id\">" + html_escape(s.id) + "</span></h1>\n";
   h += "<p class=\"sub\">up " + http::format_age(age_seconds(s.now, s.started)) + " &middot; " +
        iso_time(s.now) +

@@ -186,3 +186,21 @@ spool = ["/spool/warnings2"]
 )")
             .empty());
 }
+
+TEST_CASE("the status port defaults to 127.0.0.1:9612, can be moved or turned off",
+          "[unit][feed]") {
+  auto c = parse_feed_config(top + warnings, "feed.toml");
+  REQUIRE(c.http);
+  REQUIRE(c.http->to_string() == "127.0.0.1:9612");
+  REQUIRE_FALSE(c.http_explicit);
+  c = parse_feed_config("http = \"0.0.0.0:8080\"\n" + top + warnings, "feed.toml");
+  REQUIRE(c.http->to_string() == "0.0.0.0:8080");
+  REQUIRE(c.http_explicit);
+  c = parse_feed_config("http = \"127.0.0.1:0\"\n" + top + warnings, "feed.toml");
+  REQUIRE(c.http->port == 0);  // any free port (tests)
+  c = parse_feed_config("http = \"off\"\n" + top + warnings, "feed.toml");
+  REQUIRE_FALSE(c.http);
+  REQUIRE(error_of("http = \"nowhere:80\"\n" + top + warnings).find("'http'") != std::string::npos);
+  REQUIRE(error_of("http = \"239.1.1.1:80\"\n" + top + warnings).find("'http'") !=
+          std::string::npos);
+}

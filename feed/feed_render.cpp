@@ -1,0 +1,467 @@
+#include "feed/feed_render.hpp"
+
+#include "common/http/html.hpp"
+#include "common/http/prometheus_text.hpp"
+#include "common/units.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+
+namespace mcdist::feed {
+
+namespace {
+
+using http::html_escape;
+using http::metric_type;
+
+constexpr std::array<const char*, 3> kind_names = {"batch", "catchup", "resend"};
+constexpr std::array<const char*, 4> outcome_names = {"stored", "held", "failed", "missed"};
+
+double unix_seconds(clock_time t) {
+  return std::chrono::duration<double>(t.time_since_epoch()).count();
+}
+
+double age_seconds(clock_time now, clock_time then) {
+  return std::max(0.0, std::chrono::duration<double>(now - then).count());
+}
+
+/// "2026-11-23T10:20:03Z".
+std::string iso_time(clock_time t) {
+  const std::time_t tt = std::chrono::system_clock::to_time_t(t);
+  std::tm tm{};
+  gmtime_r(&tt, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+/// "10:20:03" (UTC), for tables.
+std::string clock_text(clock_time t) {
+  const std::time_t tt = std::chrono::system_clock::to_time_t(t);
+  std::tm tm{};
+  gmtime_r(&tt, &tm);
+  char buf[16];
+  std::strftime(buf, sizeof buf, "%H:%M:%S", &tm);
+  return buf;
+}
+
+const char* level_name(spdlog::level::level_enum l) {
+  switch (l) {
+    case spdlog::level::warn:
+      return "warning";
+    case spdlog::level::err:
+      return "error";
+    case spdlog::level::critical:
+      return "critical";
+    default:
+      return "info";
+  }
+}
+
+/// The daemon's status of channel i (an empty object if absent).
+const nlohmann::json& daemon_channel(const feed_snapshot& s, std::size_t i) {
+  static const nlohmann::json empty = nlohmann::json::object();
+  const auto& ch = s.daemon.contains("channels") ? s.daemon["channels"] : empty;
+  return ch.is_array() && i < ch.size() ? ch[i] : empty;
+}
+
+std::uint64_t queued_of(const nlohmann::json& ch) {
+  return ch.value("waiting_products", std::uint64_t{0});
+}
+
+const nlohmann::json* running_of(const nlohmann::json& ch) {
+  const auto it = ch.find("running");
+  return it != ch.end() && it->is_object() ? &*it : nullptr;
+}
+
+std::string ratio_text(double r) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f %%", r * 100);
+  return buf;
+}
+
+std::string rtt_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f ms", s * 1000);
+  return buf;
+}
+
+std::string fallbacks_text(const site_tally& t) {
+  std::string out;
+  for (const auto& [transport, n] : t.fallbacks) {
+    out += (out.empty() ? "" : ", ") + transport + " &times;" + std::to_string(n);
+  }
+  return out;
+}
+
+std::string lag_text(const site_lag& l) {
+  if (l.missing == 0 && l.queued == 0) return "<span class=\"ok\">none</span>";
+  std::string out = std::to_string(l.missing) + (l.truncated ? "+" : "") + " missing";
+  if (l.oldest_missing_age_s) out += " (oldest " + http::format_age(*l.oldest_missing_age_s) + ")";
+  out += ", " + std::to_string(l.queued) + " queued";
+  return l.missing ? "<span class=\"bad\">" + out + "</span>" : out;
+}
+
+const char* state_class(std::string_view state) {
+  if (state == "completed" || state == "unicast") return "ok";
+  if (state == "registered" || state == "unicast_pending") return "warning";
+  return "bad";
+}
+
+}  // namespace
+
+site_lag lag_of(const feed_snapshot& s, const site_tally& site) {
+  site_lag l;
+  l.missing = site.missing.size();
+  l.truncated = site.missing_truncated;
+  for (const auto& [id, m] : site.missing) {
+    const double age = age_seconds(s.now, m.second);
+    if (!l.oldest_missing_age_s || age > *l.oldest_missing_age_s) l.oldest_missing_age_s = age;
+  }
+  const auto& names = s.board->channel_names();
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (site.channels.count(names[i])) l.queued += queued_of(daemon_channel(s, i));
+  }
+  return l;
+}
+
+std::string render_feed_metrics(const feed_snapshot& s) {
+  const auto& names = s.board->channel_names();
+  const auto& chans = s.board->channels();
+  const auto& sites = s.board->sites();
+  http::prometheus_text p;
+  p.family("mcdist_feed_info", metric_type::gauge, "Hub daemon build; the value is always 1.");
+  p.sample({{"version", s.version}}, std::uint64_t{1});
+  p.family("mcdist_feed_start_time_seconds", metric_type::gauge,
+           "When the daemon started, seconds since the Unix epoch.");
+  p.sample(unix_seconds(s.started));
+  // Prometheus base units are bytes (promtool refuses "bits"): the configured bit/s over 8.
+  p.family("mcdist_feed_rate_limit_bytes_per_second", metric_type::gauge,
+           "Configured multicast rate of every channel together.");
+  p.sample(static_cast<double>(s.cfg->rate_bps) / 8);
+  p.family("mcdist_feed_products_queued", metric_type::gauge,
+           "Products picked up from the spools, waiting for their channel's next batch.");
+  for (std::size_t i = 0; i < names.size(); ++i)
+    p.sample({{"channel", names[i]}}, queued_of(daemon_channel(s, i)));
+  p.family("mcdist_feed_sessions_running", metric_type::gauge,
+           "1 while the channel sends a session.");
+  for (std::size_t i = 0; i < names.size(); ++i)
+    p.sample({{"channel", names[i]}},
+             std::uint64_t{running_of(daemon_channel(s, i)) ? 1u : 0u});
+  p.family("mcdist_feed_session_rate_bytes_per_second", metric_type::gauge,
+           "Rate of the channel's running session (its priority share of the total), 0 if none.");
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const auto* run = running_of(daemon_channel(s, i));
+    const auto bps = run ? run->value("rate_bps", std::uint64_t{0}) : std::uint64_t{0};
+    p.sample({{"channel", names[i]}}, static_cast<double>(bps) / 8);
+  }
+  p.family("mcdist_feed_products_sent_total", metric_type::counter,
+           "Products of ended batch sessions (each counted once, whatever the sites did).");
+  for (std::size_t i = 0; i < names.size(); ++i)
+    p.sample({{"channel", names[i]}}, chans[i].products_sent);
+  p.family("mcdist_feed_bytes_sent_total", metric_type::counter,
+           "Bytes of the products of ended batch sessions.");
+  for (std::size_t i = 0; i < names.size(); ++i)
+    p.sample({{"channel", names[i]}}, chans[i].bytes_sent);
+  p.family("mcdist_feed_sessions_total", metric_type::counter,
+           "Sessions ended, by kind: batch (new products), catchup (missed sequence numbers), "
+           "resend (mcdistctl).");
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    for (std::size_t k = 0; k < kind_names.size(); ++k)
+      p.sample({{"channel", names[i]}, {"kind", kind_names[k]}}, chans[i].sessions[k]);
+  }
+  p.family("mcdist_feed_last_product_timestamp_seconds", metric_type::gauge,
+           "When the channel's latest batch session ended, seconds since the Unix epoch.");
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (chans[i].last_sent) p.sample({{"channel", names[i]}}, unix_seconds(*chans[i].last_sent));
+  }
+  p.family("mcdist_feed_site_outcomes_total", metric_type::counter,
+           "Product x site outcomes journaled: stored, held (already there), failed, missed.");
+  for (const auto& [site, t] : sites) {
+    for (std::size_t o = 0; o < outcome_names.size(); ++o)
+      p.sample({{"site", site}, {"outcome", outcome_names[o]}}, t.outcomes[o]);
+  }
+  p.family("mcdist_feed_site_last_seen_timestamp_seconds", metric_type::gauge,
+           "End of the latest session the site took part in, seconds since the Unix epoch.");
+  for (const auto& [site, t] : sites) {
+    if (t.last_seen) p.sample({{"site", site}}, unix_seconds(*t.last_seen));
+  }
+  p.family("mcdist_feed_site_lag_products", metric_type::gauge,
+           "Products sent that the site did not store yet, plus those queued on its channels.");
+  for (const auto& [site, t] : sites) {
+    const auto l = lag_of(s, t);
+    p.sample({{"site", site}}, l.missing + l.queued);
+  }
+  p.family("mcdist_feed_site_lag_seconds", metric_type::gauge,
+           "Age of the oldest product sent that the site did not store yet (0: none).");
+  for (const auto& [site, t] : sites) {
+    p.sample({{"site", site}}, lag_of(s, t).oldest_missing_age_s.value_or(0.0));
+  }
+  p.family("mcdist_sender_site_rtt_seconds", metric_type::gauge,
+           "Round-trip time to the site, last sample of its latest session.");
+  for (const auto& [site, t] : sites) {
+    if (t.rtt_s) p.sample({{"site", site}}, *t.rtt_s);
+  }
+  p.family("mcdist_sender_site_nak_ratio", metric_type::gauge,
+           "Blocks the site NAKed / data datagrams sent, in its latest session (0..1).");
+  for (const auto& [site, t] : sites) {
+    if (t.last_seen) p.sample({{"site", site}}, t.nak_ratio);
+  }
+  p.family("mcdist_sender_fallback_total", metric_type::counter,
+           "Sessions in which the site was moved to unicast, by transport.");
+  for (const auto& [site, t] : sites) {
+    for (const auto& [transport, n] : t.fallbacks)
+      p.sample({{"site", site}, {"transport", transport}}, n);
+  }
+  p.family("mcdist_feed_log_messages_total", metric_type::counter,
+           "Log messages at warning level and above, by level.");
+  p.sample({{"level", "warning"}}, s.warnings_logged);
+  p.sample({{"level", "error"}}, s.errors_logged);
+  return p.text();
+}
+
+nlohmann::json render_feed_status(const feed_snapshot& s) {
+  nlohmann::json j = s.daemon;
+  j["version"] = s.version;
+  j["time"] = iso_time(s.now);
+  j["started"] = iso_time(s.started);
+  j["uptime_seconds"] = age_seconds(s.now, s.started);
+  const auto& names = s.board->channel_names();
+  const auto& chans = s.board->channels();
+  if (!j.contains("channels") || !j["channels"].is_array()) j["channels"] = nlohmann::json::array();
+  auto& list = j["channels"];
+  while (list.size() < names.size()) list.push_back({{"name", names[list.size()]}});
+  std::vector<std::uint64_t> total(feed_board::minutes_kept, 0);
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    auto& c = list[i];
+    const auto& b = chans[i];
+    c["products_sent"] = b.products_sent;
+    c["bytes_sent"] = b.bytes_sent;
+    for (std::size_t k = 0; k < kind_names.size(); ++k)
+      c["sessions_ended"][kind_names[k]] = b.sessions[k];
+    if (b.last_sent) {
+      c["last_sent"] = iso_time(*b.last_sent);
+      c["last_sent_age_seconds"] = age_seconds(s.now, *b.last_sent);
+    }
+    nlohmann::json last = nlohmann::json::array();
+    for (auto it = b.recent.rbegin(); it != b.recent.rend(); ++it) {
+      last.push_back({{"name", it->name},
+                      {"size", it->size},
+                      {"seq", it->seq},
+                      {"session", it->session},
+                      {"time", iso_time(it->at)},
+                      {"age_seconds", age_seconds(s.now, it->at)},
+                      {"sites_ok", it->sites_ok},
+                      {"sites", it->sites}});
+    }
+    c["last_products"] = std::move(last);  // newest first
+    const auto minutes = s.board->bytes_per_minute(i, s.now);
+    for (std::size_t m = 0; m < minutes.size(); ++m) total[m] += minutes[m];
+    c["bytes_per_minute"] = minutes;
+  }
+  nlohmann::json sites = nlohmann::json::array();
+  for (const auto& [name, t] : s.board->sites()) {
+    nlohmann::json o;
+    o["site"] = name;
+    o["state"] = t.state;
+    o["channel"] = t.channel;
+    o["channels"] = t.channels;
+    if (t.last_seen) {
+      o["last_seen"] = iso_time(*t.last_seen);
+      o["last_seen_age_seconds"] = age_seconds(s.now, *t.last_seen);
+    } else {
+      o["last_seen"] = nullptr;
+    }
+    o["rtt_seconds"] = t.rtt_s ? nlohmann::json(*t.rtt_s) : nlohmann::json(nullptr);
+    o["nak_ratio"] = t.nak_ratio;
+    o["fallbacks"] = nlohmann::json::object();
+    for (const auto& [transport, n] : t.fallbacks) o["fallbacks"][transport] = n;
+    for (std::size_t k = 0; k < outcome_names.size(); ++k)
+      o["outcomes"][outcome_names[k]] = t.outcomes[k];
+    const auto l = lag_of(s, t);
+    o["lag"] = {{"missing_products", l.missing},
+                {"queued_products", l.queued},
+                {"oldest_missing_age_seconds", l.oldest_missing_age_s
+                                                   ? nlohmann::json(*l.oldest_missing_age_s)
+                                                   : nlohmann::json(nullptr)},
+                {"lower_bound", l.truncated}};
+    sites.push_back(std::move(o));
+  }
+  j["sites"] = std::move(sites);
+  nlohmann::json log = nlohmann::json::array();
+  for (const auto& e : s.recent_log) {
+    log.push_back(
+        {{"time", iso_time(e.time)}, {"level", level_name(e.level)}, {"message", e.text}});
+  }
+  j["recent_log"] = std::move(log);
+  j["bytes_per_minute"] = total;
+  return j;
+}
+
+std::string render_feed_page(const feed_snapshot& s) {
+  const auto& names = s.board->channel_names();
+  const auto& chans = s.board->channels();
+  const auto& sites = s.board->sites();
+  const std::string title = "mcdist-feed " + s.cfg->interface.address_string();
+  std::uint64_t queued = 0, running = 0, sent = 0, bytes = 0;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    queued += queued_of(daemon_channel(s, i));
+    running += running_of(daemon_channel(s, i)) ? 1 : 0;
+    sent += chans[i].products_sent;
+    bytes += chans[i].bytes_sent;
+  }
+  std::size_t lagging = 0;
+  for (const auto& [n, t] : sites) lagging += lag_of(s, t).missing ? 1 : 0;
+
+  std::string h;
+  h.reserve(64 * 1024);
+  h += "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
+       "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+       "<meta http-equiv=\"refresh\" content=\"10\">\n<title>" +
+       html_escape(title) + "</title>\n<style>" + std::string(http::page_style()) +
+       "</style></head>\n<body>\n";
+  h += "<h1>mcdist-feed <span id=\"hub-interface\">" +
+       html_escape(s.cfg->interface.address_string()) + "</span></h1>\n";
+  h += "<p class=\"sub\">hub &middot; version " + html_escape(s.version) + " &middot; up " +
+       http::format_age(age_seconds(s.now, s.started)) + " &middot; " + iso_time(s.now) +
+       " &middot; " + format_rate(static_cast<double>(s.cfg->rate_bps)) +
+       " in total &middot; reloads every 10 s &middot; <a href=\"/metrics\">metrics</a> &middot; "
+       "<a href=\"/status\">status JSON</a></p>\n";
+  h += "<div class=\"cards\">\n";
+  h += http::card("channels-count", std::to_string(names.size()), "channels");
+  h += http::card("sessions-running", std::to_string(running), "sessions running");
+  h += http::card("products-queued", std::to_string(queued), "products queued");
+  h += http::card("products-sent", std::to_string(sent), "products sent");
+  h += http::card("bytes-sent", format_bytes(static_cast<double>(bytes)), "sent");
+  h += http::card("sites-count", std::to_string(sites.size()), "sites");
+  h += http::card("sites-lagging", std::to_string(lagging), "sites lagging");
+  h += "</div>\n";
+
+  h += "<h2>Channels</h2>\n<table id=\"channels\"><thead><tr><th>channel</th><th>group</th>"
+       "<th class=\"num\">priority</th><th class=\"num\">queued</th><th>running session</th>"
+       "<th class=\"num\">sent</th><th class=\"num\">bytes</th><th class=\"num\">sessions</th>"
+       "<th>last product</th></tr></thead><tbody>\n";
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const auto& cfg = s.cfg->channels[i];
+    const auto& b = chans[i];
+    const auto& dc = daemon_channel(s, i);
+    const std::string n = std::to_string(i);
+    std::string run = "<span class=\"none\">idle</span>";
+    if (const auto* r = running_of(dc)) {
+      const auto kind = r->value("kind", std::string());
+      const auto seq = r->value("seq", std::uint64_t{0});
+      run = html_escape(kind) + (seq ? " " + std::to_string(seq) : std::string()) + ": " +
+            std::to_string(r->value("products", std::uint64_t{0})) + " products at " +
+            format_rate(static_cast<double>(r->value("rate_bps", std::uint64_t{0})));
+    }
+    std::uint64_t sessions = 0;
+    for (auto k : b.sessions) sessions += k;
+    h += "<tr data-channel=\"" + html_escape(cfg.name) + "\"><td>" + html_escape(cfg.name) +
+         "</td><td>" + html_escape(cfg.group.to_string()) + "</td><td class=\"num\">" +
+         std::to_string(cfg.priority) + "</td><td class=\"num\" id=\"channel-" + n +
+         "-queued\">" + std::to_string(queued_of(dc)) + "</td><td id=\"channel-" + n +
+         "-running\">" + run + "</td><td class=\"num\" id=\"channel-" + n + "-sent\">" +
+         std::to_string(b.products_sent) + "</td><td class=\"num\">" +
+         format_bytes(static_cast<double>(b.bytes_sent)) + "</td><td class=\"num\">" +
+         std::to_string(sessions) + "</td><td>" +
+         (b.last_sent ? http::format_age(age_seconds(s.now, *b.last_sent)) + " ago"
+                      : std::string("<span class=\"none\">none yet</span>")) +
+         "</td></tr>\n";
+  }
+  h += "</tbody></table>\n";
+
+  h += "<h2>Sites</h2>\n";
+  if (sites.empty()) {
+    h += "<p class=\"none\" id=\"sites\">No site has taken part in a session yet.</p>\n";
+  } else {
+    h += "<table id=\"sites\"><thead><tr><th>site</th><th>state</th><th>channel</th>"
+         "<th>last seen</th><th class=\"num\">RTT</th><th class=\"num\">NAK ratio</th>"
+         "<th>lag</th><th>fallback</th></tr></thead><tbody>\n";
+    std::size_t i = 0;
+    for (const auto& [name, t] : sites) {
+      const std::string n = std::to_string(i++);
+      const auto fb = fallbacks_text(t);
+      h += "<tr data-site=\"" + html_escape(name) + "\"><td class=\"site-name\">" +
+           html_escape(name) + "</td><td id=\"site-" + n + "-state\" class=\"" +
+           state_class(t.state) + "\">" + html_escape(t.state) + "</td><td>" +
+           html_escape(t.channel) + "</td><td>" +
+           (t.last_seen ? http::format_age(age_seconds(s.now, *t.last_seen)) + " ago"
+                        : std::string("<span class=\"none\">never</span>")) +
+           "</td><td class=\"num\">" + (t.rtt_s ? rtt_text(*t.rtt_s) : std::string("&ndash;")) +
+           "</td><td class=\"num\">" + ratio_text(t.nak_ratio) + "</td><td id=\"site-" + n +
+           "-lag\">" + lag_text(lag_of(s, t)) + "</td><td>" +
+           (fb.empty() ? std::string("<span class=\"none\">none</span>") : fb) + "</td></tr>\n";
+    }
+    h += "</tbody></table>\n";
+  }
+
+  h += "<h2>Last products</h2>\n";
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const auto& b = chans[i];
+    const std::string n = std::to_string(i);
+    h += "<h3>" + html_escape(names[i]) + "</h3>\n";
+    if (b.recent.empty()) {
+      h += "<p class=\"none\">No product sent yet.</p>\n";
+      continue;
+    }
+    h += "<table class=\"products\" id=\"channel-" + n +
+         "-products\"><thead><tr><th>time (UTC)</th><th>age</th><th>file</th>"
+         "<th class=\"num\">size</th><th class=\"num\">seq</th><th>session</th>"
+         "<th>sites</th></tr></thead><tbody>\n";
+    for (auto it = b.recent.rbegin(); it != b.recent.rend(); ++it) {
+      const bool all = it->sites_ok == it->sites;
+      h += "<tr><td>" + clock_text(it->at) + "</td><td>" +
+           http::format_age(age_seconds(s.now, it->at)) + "</td><td class=\"path product\">" +
+           html_escape(it->name) + "</td><td class=\"num\">" +
+           format_bytes(static_cast<double>(it->size)) + "</td><td class=\"num\">" +
+           std::to_string(it->seq) + "</td><td>" + html_escape(it->session) +
+           "</td><td class=\"" + (all ? "ok" : "bad") + "\">" + std::to_string(it->sites_ok) +
+           " of " + std::to_string(it->sites) + "</td></tr>\n";
+    }
+    h += "</tbody></table>\n";
+  }
+
+  std::vector<std::uint64_t> minutes(feed_board::minutes_kept, 0);
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const auto m = s.board->bytes_per_minute(i, s.now);
+    for (std::size_t k = 0; k < m.size(); ++k) minutes[k] += m[k];
+  }
+  std::vector<double> rates;
+  std::vector<std::string> titles;
+  double peak = 0;
+  const std::int64_t last = minute_since_epoch(s.now);
+  for (std::size_t i = 0; i < minutes.size(); ++i) {
+    const double bps = static_cast<double>(minutes[i]) * 8 / 60;
+    rates.push_back(bps);
+    peak = std::max(peak, bps);
+    const auto at =
+        clock_time(std::chrono::minutes(last - static_cast<std::int64_t>(minutes.size() - 1 - i)));
+    titles.push_back(clock_text(at).substr(0, 5) + " UTC: " +
+                     format_bytes(static_cast<double>(minutes[i])) + ", " + format_rate(bps));
+  }
+  h += "<h2>Throughput, last hour</h2>\n<figure id=\"throughput\" style=\"margin:0\">" +
+       http::svg_bar_chart(rates, titles, "bytes multicast per minute over the last hour",
+                           format_rate(peak), "60 min ago", "now") +
+       "<figcaption class=\"sub\">Data multicast per minute by every channel (repairs "
+       "included; a session counts in the minute it ended), as a mean rate; peak " +
+       format_rate(peak) + ".</figcaption></figure>\n";
+
+  h += "<h2>Recent warnings and errors</h2>\n";
+  if (s.recent_log.empty()) {
+    h += "<p class=\"none\" id=\"recent-log\">None since the daemon started.</p>\n";
+  } else {
+    h += "<table id=\"recent-log\"><thead><tr><th>time (UTC)</th><th>level</th><th>message</th>"
+         "</tr></thead><tbody>\n";
+    for (auto it = s.recent_log.rbegin(); it != s.recent_log.rend(); ++it) {
+      const char* lv = level_name(it->level);
+      h += "<tr><td>" + iso_time(it->time) + "</td><td class=\"" + lv + "\">" + lv +
+           "</td><td class=\"path\">" + html_escape(it->text) + "</td></tr>\n";
+    }
+    h += "</tbody></table>\n";
+  }
+  h += "</body></html>\n";
+  return h;
+}
+
+}  // namespace mcdist::feed
