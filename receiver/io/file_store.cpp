@@ -1623,7 +1623,22 @@ void file_store::impl::finalize_batch(std::vector<fin_file>& batch) {
     }
   }
 
-  // 4. Rename into place: atomic, replaces an existing file.
+  // 4. Rename into place: atomic, replaces an existing file. The shell's hook sees them first.
+  if (m_cfg.before_rename) {
+    std::vector<rename_intent> intents;
+    for (const auto& w : work)
+      if (w.ok) intents.push_back({w.f->key, &w.f->spec, w.r.digest});
+    if (!intents.empty()) {
+      try {
+        m_cfg.before_rename(intents);
+      } catch (const std::exception& e) {
+        for (auto& w : work)
+          if (w.ok)
+            fail(w, std::make_error_code(std::errc::io_error),
+                 fmt::format("{} not delivered: {}", w.dest, e.what()));
+      }
+    }
+  }
   for (auto& w : work) {
     if (!w.ok) continue;
     int e = inject(storage_op::rename, &w.f->key);

@@ -125,6 +125,8 @@ class fail_nth {
   std::shared_ptr<std::atomic<std::uint64_t>> m_count;
 };
 
+struct rename_intent;
+
 /// Configuration. Checked by the file_store constructor, which throws std::invalid_argument
 /// on nonsense (operator-facing message).
 struct storage_config {
@@ -172,6 +174,12 @@ struct storage_config {
   std::shared_ptr<spdlog::logger> log;
   /// Tests only: failure injection; empty in production.
   fault_hook fault;
+  /// Called on the finalizer thread once per finalize batch with the files that passed
+  /// verification and whose data is durable, just before any of them is renamed into place
+  /// (mcdistd journals them here, so a crash between rename and report cannot lose a
+  /// delivery: receiver/io/delivery_journal.hpp). If it throws, none of them is renamed: each
+  /// fails with std::errc::io_error and the exception's message. Empty: not called.
+  std::function<void(std::span<const rename_intent>)> before_rename;
 };
 
 /// What to deliver, from the manifest.
@@ -187,6 +195,16 @@ struct file_spec {
   std::int64_t mtime_ns = 0;
   /// Permission bits; applied masked with 07777 & ~S_ISUID & ~S_ISGID.
   std::uint32_t mode = 0644;
+  /// The caller's tag, handed back to storage_config::before_rename (mcdistd: the channel
+  /// index). Not used by the store.
+  std::uint32_t tag = 0;
+};
+
+/// A verified file about to be renamed into its destination (storage_config::before_rename).
+struct rename_intent {
+  file_key key;
+  const file_spec* spec = nullptr;  ///< valid during the call only
+  sha256_digest digest{};           ///< what the file hashed to (= the manifest's digest)
 };
 
 /// Outcome of one begun file: exactly one is reported per begin_file, unless the file is
