@@ -46,6 +46,15 @@ struct action_config {
   std::chrono::nanoseconds retry_delay = std::chrono::seconds(10);
 };
 
+/// Counters of one action (/status, /metrics mcdist_receiver_actions_total{action,result}).
+struct action_stats {
+  std::uint64_t done = 0;     ///< attempts that succeeded
+  std::uint64_t retried = 0;  ///< attempts that failed with a retry to follow
+  std::uint64_t failed = 0;   ///< runs that failed for good (no retry left)
+  std::uint64_t running = 0;  ///< attempts running now
+  std::uint64_t queued = 0;   ///< runs waiting for a concurrency slot
+};
+
 /// Longest wait between two attempts, whatever retry_delay and the attempt number.
 inline constexpr auto max_retry_delay = std::chrono::hours(1);
 

@@ -32,14 +32,6 @@ class logger;
 
 namespace mcdist::receiver {
 
-/// Counters of one action (/status, /metrics mcdist_receiver_actions_total{action,result}).
-struct action_stats {
-  std::uint64_t done = 0;     ///< attempts that succeeded
-  std::uint64_t retried = 0;  ///< attempts that failed with a retry to follow
-  std::uint64_t failed = 0;   ///< runs that failed for good (no retry left)
-  std::uint64_t running = 0;  ///< attempts running now
-  std::uint64_t queued = 0;   ///< runs waiting for a concurrency slot
-};
 
 /// See the file comment. All member functions on the io thread.
 class action_runner {

@@ -111,7 +111,8 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
       m_unicast_poll(io),
       m_board(m_cfg.channels.size()),
       m_sample_timer(io),
-      m_started(std::chrono::system_clock::now()) {
+      m_started(std::chrono::system_clock::now()),
+      m_retention_timer(io) {
   validate(m_cfg);
   if (m_cfg.http) {
     // Before the store's threads exist: spdlog's sink list is not guarded.
@@ -119,6 +120,7 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
     m_log->sinks().push_back(m_log_ring);
   }
   check_directories(m_cfg, true);
+  open_journal();
   storage_config sc;
   sc.temp_dir = m_cfg.temp;
   sc.buffer_pool_bytes = m_cfg.buffer_pool_bytes;
@@ -127,6 +129,7 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
   sc.disk_reserve_percent = m_cfg.disk_reserve_percent;
   sc.session_quota_bytes = m_cfg.session_quota_bytes;
   sc.log = m_log;
+  sc.before_rename = [this](std::span<const rename_intent> intents) { journal_intents(intents); };
   m_store = std::make_unique<file_store>(
       sc, [this](std::function<void()> fn) { boost::asio::post(m_io, std::move(fn)); },
       [this](store_result r) {
@@ -150,6 +153,7 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
   rc.session_memory_bytes = m_cfg.session_memory_bytes;
   rc.total_memory_bytes = m_cfg.total_memory_bytes;
   m_engine = std::make_unique<receiver_engine>(rc, *this, std::random_device{}(), m_log);
+  recover_intents();
   for (const auto& ch : m_cfg.channels) {
     m_sockets.push_back(net::open_channel_socket(
         io, net::channel_socket_options{ch.group, m_cfg.interface, m_cfg.socket_buffer_bytes, true}));
@@ -177,6 +181,7 @@ daemon::~daemon() {
   // The store drains its queues and joins its threads before the engine goes.
   m_store.reset();
   m_engine.reset();
+  m_actions.reset();  // kills running children: their runs run again at the next start
   m_wis2.clear();  // disconnects and joins libmosquitto's threads
   m_http.reset();
   if (m_log_ring) std::erase(m_log->sinks(), m_log_ring);
@@ -200,6 +205,8 @@ void daemon::run() {
               m_cfg.id, channels, m_cfg.interface.address_string(),
               control_endpoint().to_string(), m_cfg.temp.string(), to_string(m_cfg.sync));
   start_http();
+  resume_runs();
+  run_retention();
   if (m_notifier.enabled()) {
     if (auto ec = m_notifier.ready("receiving on " + std::to_string(m_cfg.channels.size()) +
                                    " channel(s)")) {
@@ -254,6 +261,8 @@ void daemon::stop() {
   m_unicast_poll.cancel();
   m_timer.cancel();
   m_status_timer.cancel();
+  m_retention_timer.cancel();
+  if (m_actions) m_actions->stop();
   m_signals.cancel();
   stop_http();
   for (auto& s : m_sockets) {
@@ -484,6 +493,7 @@ void daemon::begin_file(const file_ref& ref) {
   spec.size = ref.entry->size;
   spec.mtime_ns = ref.entry->mtime_ns;
   spec.mode = ref.entry->mode;
+  spec.tag = ref.channel;
   m_store->begin_file({ref.session, ref.file}, std::move(spec), ref.resume);
 }
 
@@ -705,6 +715,15 @@ nlohmann::json daemon::status_json() {
                    {"failed", ws.failed}, {"dropped", ws.dropped}, {"queued", ws.queued}});
     }
   }
+  if (m_actions && !m_actions->actions().empty()) {
+    auto& acts = j["actions"] = nlohmann::json::array();
+    for (const auto& [name, as] : m_actions->stats()) {
+      acts.push_back({{"name", name}, {"done", as.done}, {"retried", as.retried},
+                      {"failed", as.failed}, {"running", as.running}, {"queued", as.queued}});
+    }
+  }
+  j["retention"] = {{"deleted", m_retention_deleted}, {"skipped", m_retention_skipped}};
+  if (m_journal) j["journal"] = m_journal->file().string();
   j["not_authenticated"] = {{"bad_signature", a.bad_signature}, {"bad_tag", a.bad_tag},
                             {"no_key", a.no_key},          {"unsigned", a.unauthenticated},
                             {"verify_budget", a.verify_budget}};

@@ -11,7 +11,9 @@
 #include "common/sd_notify.hpp"
 #include "common/unicast/client.hpp"
 #include "receiver/core/receiver_engine.hpp"
+#include "receiver/io/action_runner.hpp"
 #include "receiver/io/daemon_config.hpp"
+#include "receiver/io/delivery_journal.hpp"
 #include "receiver/io/file_store.hpp"
 #include "receiver/io/status_board.hpp"
 
@@ -110,6 +112,20 @@ class daemon final : public receiver_sink {
   http::response serve_http(const http::request& r);
   void wait_signal();
   void arm_watchdog();
+  // Delivery journal, actions and retention (daemon_actions.cpp).
+  /// Opens the journal and makes the action runner (constructor, before the store).
+  void open_journal();
+  /// Intents left by a crash: those whose file is in place with their digest become
+  /// deliveries (actions queued), the others are dropped (constructor).
+  void recover_intents();
+  /// Queues the runs the journal holds as pending or running (run()).
+  void resume_runs();
+  /// Journals a delivery and queues its actions (file_finished).
+  void journal_delivery(const file_outcome& outcome);
+  /// The finalizer thread's hook: journals intents before the renames.
+  void journal_intents(std::span<const rename_intent> intents);
+  /// Deletes expired products and prunes the journal; re-arms its timer.
+  void run_retention();
 
   boost::asio::io_context& m_io;
   daemon_config m_cfg;
@@ -156,6 +172,12 @@ class daemon final : public receiver_sink {
   wall_time m_started;
   /// WIS2 notification publishers, each with the index of its channel.
   std::vector<std::pair<std::size_t, std::unique_ptr<wis2_publisher>>> m_wis2;
+  /// Delivery journal and the actions on receipt (before m_store: the store's hook uses it).
+  std::unique_ptr<delivery_journal> m_journal;
+  std::unique_ptr<action_runner> m_actions;
+  boost::asio::steady_timer m_retention_timer;
+  std::uint64_t m_retention_deleted = 0;
+  std::uint64_t m_retention_skipped = 0;
 };
 
 }  // namespace mcdist::receiver

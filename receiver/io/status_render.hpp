@@ -48,6 +48,11 @@ struct status_snapshot {
     wis2_stats stats;
   };
   std::vector<wis2_entry> wis2;
+  /// Actions on receipt: name and counters, in config order.
+  std::vector<std::pair<std::string, action_stats>> actions;
+  /// Retention: delivered products deleted, and those left because they changed since.
+  std::uint64_t retention_deleted = 0;
+  std::uint64_t retention_skipped = 0;
 };
 
 /// The /metrics text.
