@@ -257,6 +257,7 @@ void daemon::stop() {
   m_watchdog_timer.cancel();
   m_engine->checkpoint_all(from_steady(std::chrono::steady_clock::now()));
   m_store->flush();
+  flush_deliveries();
   m_unicast.clear();
   m_unicast_poll.cancel();
   m_timer.cancel();

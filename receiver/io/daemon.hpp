@@ -120,8 +120,10 @@ class daemon final : public receiver_sink {
   void recover_intents();
   /// Queues the runs the journal holds as pending or running (run()).
   void resume_runs();
-  /// Journals a delivery and queues its actions (file_finished).
+  /// Queues a delivery for the journal (file_finished); flush_deliveries() records it.
   void journal_delivery(const file_outcome& outcome);
+  /// Journals the queued deliveries in one transaction and queues their actions.
+  void flush_deliveries();
   /// The finalizer thread's hook: journals intents before the renames.
   void journal_intents(std::span<const rename_intent> intents);
   /// Deletes expired products and prunes the journal; re-arms its timer.
@@ -176,6 +178,9 @@ class daemon final : public receiver_sink {
   std::unique_ptr<delivery_journal> m_journal;
   std::unique_ptr<action_runner> m_actions;
   boost::asio::steady_timer m_retention_timer;
+  /// Deliveries reported since the last flush_deliveries (one finalize batch is reported in
+  /// one go: journaled together, one commit).
+  std::vector<delivery_journal::batch_entry> m_unjournaled;
   std::uint64_t m_retention_deleted = 0;
   std::uint64_t m_retention_skipped = 0;
 };

@@ -4,6 +4,7 @@
 #include "common/digest_xattr.hpp"
 #include "receiver/io/daemon.hpp"
 
+#include <boost/asio/post.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -97,13 +98,33 @@ void daemon::journal_delivery(const file_outcome& o) {
     d.sha256 = to_hex(*o.digest);
     d.session = session_hex(o.session);
     d.delivered_at = std::chrono::system_clock::now();
-    const auto names = m_actions->matching(d.channel, d.relpath);
-    std::vector<std::int64_t> ids;
-    d.id = m_journal->deliver(d, names, ids);
-    for (std::size_t i = 0; i < names.size(); ++i) m_actions->submit(ids[i], names[i], d);
+    auto names = m_actions->matching(d.channel, d.relpath);
+    if (m_unjournaled.empty()) boost::asio::post(m_io, [this] { flush_deliveries(); });
+    m_unjournaled.push_back({std::move(d), std::move(names), {}});
   } catch (const std::exception& e) {
-    m_log->error("journal {}: cannot record {} ({}): its actions do not run",
-                 m_journal->file().string(), std::string(o.path), e.what());
+    m_log->error("journal {}: cannot drop the intent of {} ({})", m_journal->file().string(),
+                 std::string(o.path), e.what());
+  }
+}
+
+void daemon::flush_deliveries() {
+  if (m_unjournaled.empty()) return;
+  auto batch = std::move(m_unjournaled);
+  m_unjournaled.clear();
+  try {
+    m_journal->deliver_batch(batch);
+  } catch (const std::exception& e) {
+    // The intents stay: the next start finds these files in place and journals them then.
+    m_log->error("journal {}: cannot record {} deliver{} ({}): their actions run after the "
+                 "next restart",
+                 m_journal->file().string(), batch.size(), batch.size() == 1 ? "y" : "ies",
+                 e.what());
+    return;
+  }
+  for (const auto& e : batch) {
+    for (std::size_t i = 0; i < e.actions.size(); ++i) {
+      m_actions->submit(e.run_ids[i], e.actions[i], e.row);
+    }
   }
 }
 

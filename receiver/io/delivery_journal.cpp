@@ -141,6 +141,21 @@ std::int64_t delivery_journal::deliver(const delivery_row& d, std::span<const st
                                        std::vector<std::int64_t>& run_ids) {
   std::lock_guard lock(m_mutex);
   sqlite::transaction tx(m_db);
+  const auto id = deliver_locked(d, actions, run_ids);
+  tx.commit();
+  return id;
+}
+
+void delivery_journal::deliver_batch(std::span<batch_entry> entries) {
+  std::lock_guard lock(m_mutex);
+  sqlite::transaction tx(m_db);
+  for (auto& e : entries) e.row.id = deliver_locked(e.row, e.actions, e.run_ids);
+  tx.commit();
+}
+
+std::int64_t delivery_journal::deliver_locked(const delivery_row& d,
+                                              std::span<const std::string> actions,
+                                              std::vector<std::int64_t>& run_ids) {
   m_db.prepare("DELETE FROM intents WHERE channel = ?1 AND relpath = ?2 AND sha256 = ?3")
       .bind(1, d.channel)
       .bind(2, d.relpath)
@@ -165,7 +180,6 @@ std::int64_t delivery_journal::deliver(const delivery_row& d, std::span<const st
     run.run();
     run_ids.push_back(m_db.last_insert_rowid());
   }
-  tx.commit();
   return id;
 }
 

@@ -101,6 +101,17 @@ class delivery_journal {
   std::int64_t deliver(const delivery_row& d, std::span<const std::string> actions,
                        std::vector<std::int64_t>& run_ids);
 
+  /// One product of deliver_batch: the delivery, its action names, and (out) the runs' ids.
+  struct batch_entry {
+    delivery_row row;
+    std::vector<std::string> actions;
+    std::vector<std::int64_t> run_ids;
+  };
+  /// deliver() for many products in one transaction (one commit, one fsync: the daemon
+  /// journals what one finalize batch stored together). Sets each row.id and run_ids.
+  /// @throws sqlite::error (nothing is recorded)
+  void deliver_batch(std::span<batch_entry> entries);
+
   /// Runs in state 'pending' or 'running' (start-up), oldest first.
   std::vector<action_run_row> unfinished_runs();
 
@@ -128,6 +139,9 @@ class delivery_journal {
   const std::filesystem::path& file() const noexcept { return m_file; }
 
  private:
+  std::int64_t deliver_locked(const delivery_row& d, std::span<const std::string> actions,
+                              std::vector<std::int64_t>& run_ids);
+
   std::filesystem::path m_file;
   std::mutex m_mutex;
   sqlite::database m_db;
