@@ -114,6 +114,9 @@ std::chrono::nanoseconds age_setting(const toml::node& n, const std::string& key
   return *d;
 }
 
+/// Longest `match` accepted, bytes.
+constexpr std::size_t max_match_bytes = 512;
+
 /// Top-level [[action]] tables (action_config.hpp, docs/actions.md).
 std::vector<action_config> parse_receipt_actions(const toml::node& node) {
   const auto* arr = node.as_array();
@@ -139,6 +142,11 @@ std::vector<action_config> parse_receipt_actions(const toml::node& node) {
     if (auto n = (*at)["channel"]) a.channel = require_type<std::string>(*n.node(), k + ".channel", "a string");
     if (auto n = (*at)["match"]) a.match = require_type<std::string>(*n.node(), k + ".match", "a string");
     else throw config_error(k + " needs match = \"REGEX\" (ECMAScript, searched in the product path)");
+    // libstdc++ compiles and matches regular expressions recursively: a bounded pattern keeps
+    // the stack bounded (product paths are at most max_path_bytes = 1024, common/path_check.hpp).
+    if (a.match.size() > max_match_bytes) {
+      throw config_error(k + ".match is longer than " + std::to_string(max_match_bytes) + " bytes");
+    }
     try {
       a.re = std::regex(a.match, std::regex::ECMAScript | std::regex::optimize);
     } catch (const std::regex_error& e) {
