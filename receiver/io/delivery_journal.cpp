@@ -17,6 +17,7 @@ CREATE TABLE IF NOT EXISTS intents(
   sha256 TEXT NOT NULL,
   session TEXT NOT NULL,
   created_at REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS intents_path ON intents(channel, relpath);
 CREATE TABLE IF NOT EXISTS deliveries(
   id INTEGER PRIMARY KEY,
   channel TEXT NOT NULL,
@@ -137,33 +138,28 @@ void delivery_journal::drop_intents(const std::string& channel, const std::strin
       .run();
 }
 
-std::int64_t delivery_journal::deliver(const delivery_row& d, std::span<const std::string> actions,
-                                       std::vector<std::int64_t>& run_ids) {
-  std::lock_guard lock(m_mutex);
-  sqlite::transaction tx(m_db);
-  const auto id = deliver_locked(d, actions, run_ids);
-  tx.commit();
-  return id;
-}
+namespace {
 
-void delivery_journal::deliver_batch(std::span<batch_entry> entries) {
-  std::lock_guard lock(m_mutex);
-  sqlite::transaction tx(m_db);
-  for (auto& e : entries) e.row.id = deliver_locked(e.row, e.actions, e.run_ids);
-  tx.commit();
-}
+/// The statements of deliver(), prepared once per transaction.
+struct deliver_statements {
+  sqlite::statement drop_intent;
+  sqlite::statement insert_delivery;
+  sqlite::statement insert_run;
+  explicit deliver_statements(sqlite::database& db)
+      : drop_intent(db.prepare(
+            "DELETE FROM intents WHERE channel = ?1 AND relpath = ?2 AND sha256 = ?3")),
+        insert_delivery(db.prepare(
+            "INSERT INTO deliveries(channel, dest, relpath, path, size, mtime_ns, sha256, "
+            "session, sender_key, delivered_at) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)")),
+        insert_run(db.prepare(
+            "INSERT INTO action_runs(delivery_id, action, state) VALUES(?1, ?2, 'pending')")) {}
+};
 
-std::int64_t delivery_journal::deliver_locked(const delivery_row& d,
-                                              std::span<const std::string> actions,
-                                              std::vector<std::int64_t>& run_ids) {
-  m_db.prepare("DELETE FROM intents WHERE channel = ?1 AND relpath = ?2 AND sha256 = ?3")
-      .bind(1, d.channel)
-      .bind(2, d.relpath)
-      .bind(3, d.sha256)
-      .run();
-  auto ins = m_db.prepare(
-      "INSERT INTO deliveries(channel, dest, relpath, path, size, mtime_ns, sha256, session, "
-      "sender_key, delivered_at) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)");
+std::int64_t deliver_one(sqlite::database& db, deliver_statements& st, const delivery_row& d,
+                         std::span<const std::string> actions, std::vector<std::int64_t>& run_ids) {
+  st.drop_intent.bind(1, d.channel).bind(2, d.relpath).bind(3, d.sha256);
+  st.drop_intent.run();
+  auto& ins = st.insert_delivery;
   ins.bind(1, d.channel).bind(2, d.dest).bind(3, d.relpath).bind(4, d.path);
   ins.bind(5, static_cast<std::int64_t>(d.size)).bind(6, d.mtime_ns).bind(7, d.sha256);
   ins.bind(8, d.session);
@@ -171,16 +167,34 @@ std::int64_t delivery_journal::deliver_locked(const delivery_row& d,
   else ins.bind(9, d.sender_key);
   ins.bind(10, journal_time(d.delivered_at));
   ins.run();
-  const std::int64_t id = m_db.last_insert_rowid();
+  const std::int64_t id = db.last_insert_rowid();
   run_ids.clear();
-  auto run = m_db.prepare(
-      "INSERT INTO action_runs(delivery_id, action, state) VALUES(?1, ?2, 'pending')");
   for (const auto& a : actions) {
-    run.bind(1, id).bind(2, a);
-    run.run();
-    run_ids.push_back(m_db.last_insert_rowid());
+    st.insert_run.bind(1, id).bind(2, a);
+    st.insert_run.run();
+    run_ids.push_back(db.last_insert_rowid());
   }
   return id;
+}
+
+}  // namespace
+
+std::int64_t delivery_journal::deliver(const delivery_row& d, std::span<const std::string> actions,
+                                       std::vector<std::int64_t>& run_ids) {
+  std::lock_guard lock(m_mutex);
+  sqlite::transaction tx(m_db);
+  deliver_statements st(m_db);
+  const auto id = deliver_one(m_db, st, d, actions, run_ids);
+  tx.commit();
+  return id;
+}
+
+void delivery_journal::deliver_batch(std::span<batch_entry> entries) {
+  std::lock_guard lock(m_mutex);
+  sqlite::transaction tx(m_db);
+  deliver_statements st(m_db);
+  for (auto& e : entries) e.row.id = deliver_one(m_db, st, e.row, e.actions, e.run_ids);
+  tx.commit();
 }
 
 std::vector<action_run_row> delivery_journal::unfinished_runs() {

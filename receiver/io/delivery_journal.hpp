@@ -139,9 +139,6 @@ class delivery_journal {
   const std::filesystem::path& file() const noexcept { return m_file; }
 
  private:
-  std::int64_t deliver_locked(const delivery_row& d, std::span<const std::string> actions,
-                              std::vector<std::int64_t>& run_ids);
-
   std::filesystem::path m_file;
   std::mutex m_mutex;
   sqlite::database m_db;
