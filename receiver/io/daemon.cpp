@@ -92,6 +92,9 @@ void check_directories(const daemon_config& cfg, bool create) {
                          "be on one filesystem");
     }
   }
+  if (!cfg.journal.empty() && cfg.journal.has_parent_path()) {
+    prepare(cfg.journal.parent_path(), "journal");
+  }
   if (!create) {
     if (cfg.log.file) check_dir(std::filesystem::path(*cfg.log.file).parent_path(), "log file");
     if (cfg.status_file) check_dir(cfg.status_file->parent_path(), "status file");

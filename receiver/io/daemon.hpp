@@ -38,7 +38,8 @@ namespace mcdist::receiver {
 /// channel's destination exist (or, with create, are created; without, could be created: their
 /// nearest existing ancestor is a writable directory), are writable directories, and every
 /// destination is on the temp directory's filesystem (files are renamed from temp into place).
-/// The log file's and status file's directories exist or could be created. `mcdistd
+/// The journal's, log file's and status file's directories exist or could be created (the
+/// journal's is created with create). `mcdistd
 /// --check-config` runs it with create = false, the daemon with create = true.
 /// @throws config_error naming the directory and the problem
 void check_directories(const daemon_config& cfg, bool create);
