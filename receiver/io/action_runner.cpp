@@ -101,11 +101,12 @@ std::string session_of(const delivery_row& d) { return d.session; }
 }  // namespace
 
 struct action_runner::child {
-  child(boost::asio::io_context& io) : pidfd(io), out(io), timer(io) {}
+  explicit child(boost::asio::io_context& io) : pidfd(io), out(io), timer(io), reap_timer(io) {}
   pid_t pid = -1;
   boost::asio::posix::stream_descriptor pidfd;
   boost::asio::posix::stream_descriptor out;
-  boost::asio::steady_timer timer;
+  boost::asio::steady_timer timer;       ///< the action's timeout
+  boost::asio::steady_timer reap_timer;  ///< retries waitpid (see the exit handler)
   std::array<char, 4096> buf{};
   std::string partial;
   std::size_t lines = 0;
@@ -328,12 +329,22 @@ void action_runner::start_exec(job j, const placeholder_values& v) {
   });
 
   std::weak_ptr<bool> alive = m_alive;
-  c->pidfd.async_wait(
-      boost::asio::posix::stream_descriptor::wait_read,
-      [this, alive, c, read, on_bytes, j = std::move(j)](const boost::system::error_code& ec) mutable {
+  using exit_handler = std::function<void(const boost::system::error_code&)>;
+  auto on_exit = std::make_shared<exit_handler>();
+  *on_exit = [this, alive, c, read, on_bytes, j = std::move(j),
+              weak = std::weak_ptr<exit_handler>(on_exit)](const boost::system::error_code& ec) mutable {
         if (ec || alive.expired()) return;
         int status = 0;
-        ::waitpid(c->pid, &status, 0);
+        const pid_t reaped = ::waitpid(c->pid, &status, WNOHANG);
+        if (reaped == 0) {
+          // The pidfd turned readable a moment before the child could be reaped (seen on a
+          // loaded host, where a blocking wait took ms): never block the io thread, look again.
+          if (auto self = weak.lock()) {
+            c->reap_timer.expires_after(std::chrono::milliseconds(1));
+            c->reap_timer.async_wait([self](const boost::system::error_code& e) { (*self)(e); });
+          }
+          return;
+        }
         c->reaped = true;
         c->timer.cancel();
         // What the child wrote before it ended; a grandchild keeping the pipe open is cut off.
@@ -371,7 +382,9 @@ void action_runner::start_exec(job j, const placeholder_values& v) {
                               std::chrono::duration<double>(m_actions[j.action].timeout).count());
         }
         finished(std::move(j), exit_status, std::move(error));
-      });
+      };
+  c->pidfd.async_wait(boost::asio::posix::stream_descriptor::wait_read,
+                      [on_exit](const boost::system::error_code& ec) { (*on_exit)(ec); });
 }
 
 void action_runner::finished(job j, std::optional<int> exit_status, std::string error) {
@@ -426,6 +439,7 @@ void action_runner::stop() {
     c->reaped = true;
     boost::system::error_code ignored;
     c->timer.cancel();
+    c->reap_timer.cancel();
     c->out.close(ignored);
     c->pidfd.close(ignored);
   }

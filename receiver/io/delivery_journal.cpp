@@ -82,7 +82,7 @@ double journal_time(std::chrono::system_clock::time_point t) {
 }
 
 delivery_journal::delivery_journal(const std::filesystem::path& file, sqlite::durability sync)
-    : m_file(file), m_db(file.string(), sync) {
+    : m_file(file), m_sync(sync), m_db(file.string(), sqlite::durability::normal) {
   sqlite::transaction tx(m_db);
   m_db.exec(schema);
   if (m_db.user_version() < schema_version) m_db.set_user_version(schema_version);
@@ -91,6 +91,23 @@ delivery_journal::delivery_journal(const std::filesystem::path& file, sqlite::du
 
 void delivery_journal::record_intents(std::span<const delivery_intent> intents) {
   std::lock_guard lock(m_mutex);
+  // The one commit that must reach the disk before it returns: the renames follow. Every
+  // other commit is synchronous=NORMAL (no fsync in WAL mode): the WAL is ordered, so this
+  // fsync makes every earlier commit durable too, and a later one lost to a power cut leaves
+  // an intent (recovered at start) or a run not marked done (run again): at least once.
+  const bool full = m_sync == sqlite::durability::full;
+  if (full) m_db.exec("PRAGMA synchronous=FULL");
+  struct restore {
+    sqlite::database& db;
+    bool on;
+    ~restore() {
+      if (!on) return;
+      try {
+        db.exec("PRAGMA synchronous=NORMAL");
+      } catch (...) {
+      }
+    }
+  } back{m_db, full};
   sqlite::transaction tx(m_db);
   auto st = m_db.prepare(
       "INSERT INTO intents(channel, dest, relpath, size, mtime_ns, sha256, session, created_at) "

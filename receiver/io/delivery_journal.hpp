@@ -78,7 +78,10 @@ struct action_run_row {
 class delivery_journal {
  public:
   /// Opens or creates the database (parent directory must exist) and its schema.
-  /// @param sync  commit durability (sqlite::durability::full unless the store syncs nothing)
+  /// @param sync  durability of record_intents (sqlite::durability::full unless the store
+  ///              syncs nothing); every other commit is synchronous=NORMAL (no fsync; made
+  ///              durable by the next intents or checkpoint, which is enough for at least
+  ///              once: see record_intents)
   /// @throws sqlite::error
   explicit delivery_journal(const std::filesystem::path& file,
                             sqlite::durability sync = sqlite::durability::full);
@@ -140,6 +143,7 @@ class delivery_journal {
 
  private:
   std::filesystem::path m_file;
+  sqlite::durability m_sync;
   std::mutex m_mutex;
   sqlite::database m_db;
 };
