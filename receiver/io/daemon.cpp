@@ -132,7 +132,7 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
   sc.disk_reserve_percent = m_cfg.disk_reserve_percent;
   sc.session_quota_bytes = m_cfg.session_quota_bytes;
   sc.log = m_log;
-  sc.before_rename = [this](std::span<const rename_intent> intents) { journal_intents(intents); };
+  sc.before_renames = [this](std::span<const pending_rename> intents) { journal_intents(intents); };
   m_store = std::make_unique<file_store>(
       sc, [this](std::function<void()> fn) { boost::asio::post(m_io, std::move(fn)); },
       [this](store_result r) {
@@ -497,7 +497,6 @@ void daemon::begin_file(const file_ref& ref) {
   spec.size = ref.entry->size;
   spec.mtime_ns = ref.entry->mtime_ns;
   spec.mode = ref.entry->mode;
-  spec.tag = ref.channel;
   m_store->begin_file({ref.session, ref.file}, std::move(spec), ref.resume);
 }
 

@@ -126,7 +126,7 @@ class daemon final : public receiver_sink {
   /// Journals the queued deliveries in one transaction and queues their actions.
   void flush_deliveries();
   /// The finalizer thread's hook: journals intents before the renames.
-  void journal_intents(std::span<const rename_intent> intents);
+  void journal_intents(std::span<const pending_rename> intents);
   /// Deletes expired products and prunes the journal; re-arms its timer.
   void run_retention();
 

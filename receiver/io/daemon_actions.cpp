@@ -61,13 +61,20 @@ void daemon::open_journal() {
               m_cfg.actions.size() == 1 ? "" : "s");
 }
 
-void daemon::journal_intents(std::span<const rename_intent> intents) {
+void daemon::journal_intents(std::span<const pending_rename> intents) {
   // Finalizer thread: m_cfg is not modified after construction; the journal has its mutex.
   std::vector<delivery_intent> rows;
   rows.reserve(intents.size());
   for (const auto& i : intents) {
     delivery_intent d;
-    d.channel = i.spec->tag < m_cfg.channels.size() ? m_cfg.channels[i.spec->tag].name : "";
+    // The channel by its destination tree (channels sharing one dest are told apart only
+    // by the delivery itself: deliver() matches intents by dest, path and digest).
+    for (const auto& ch : m_cfg.channels) {
+      if (ch.dest == i.spec->dest_root) {
+        d.channel = ch.name;
+        break;
+      }
+    }
     d.dest = i.spec->dest_root.string();
     d.relpath = i.spec->relative_path;
     d.size = i.spec->size;
@@ -85,7 +92,7 @@ void daemon::journal_delivery(const file_outcome& o) {
   const auto& ch = m_cfg.channels[o.channel];
   try {
     if (!o.stored || !o.digest) {
-      m_journal->drop_intents(ch.name, std::string(o.path));
+      m_journal->drop_intents(ch.dest.string(), std::string(o.path));
       return;
     }
     delivery_row d;

@@ -17,7 +17,7 @@ CREATE TABLE IF NOT EXISTS intents(
   sha256 TEXT NOT NULL,
   session TEXT NOT NULL,
   created_at REAL NOT NULL);
-CREATE INDEX IF NOT EXISTS intents_path ON intents(channel, relpath);
+CREATE INDEX IF NOT EXISTS intents_path ON intents(dest, relpath);
 CREATE TABLE IF NOT EXISTS deliveries(
   id INTEGER PRIMARY KEY,
   channel TEXT NOT NULL,
@@ -147,10 +147,10 @@ void delivery_journal::drop_intent(std::int64_t id) {
   m_db.prepare("DELETE FROM intents WHERE id = ?1").bind(1, id).run();
 }
 
-void delivery_journal::drop_intents(const std::string& channel, const std::string& relpath) {
+void delivery_journal::drop_intents(const std::string& dest, const std::string& relpath) {
   std::lock_guard lock(m_mutex);
-  m_db.prepare("DELETE FROM intents WHERE channel = ?1 AND relpath = ?2")
-      .bind(1, channel)
+  m_db.prepare("DELETE FROM intents WHERE dest = ?1 AND relpath = ?2")
+      .bind(1, dest)
       .bind(2, relpath)
       .run();
 }
@@ -164,7 +164,7 @@ struct deliver_statements {
   sqlite::statement insert_run;
   explicit deliver_statements(sqlite::database& db)
       : drop_intent(db.prepare(
-            "DELETE FROM intents WHERE channel = ?1 AND relpath = ?2 AND sha256 = ?3")),
+            "DELETE FROM intents WHERE dest = ?1 AND relpath = ?2 AND sha256 = ?3")),
         insert_delivery(db.prepare(
             "INSERT INTO deliveries(channel, dest, relpath, path, size, mtime_ns, sha256, "
             "session, sender_key, delivered_at) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)")),
@@ -174,7 +174,7 @@ struct deliver_statements {
 
 std::int64_t deliver_one(sqlite::database& db, deliver_statements& st, const delivery_row& d,
                          std::span<const std::string> actions, std::vector<std::int64_t>& run_ids) {
-  st.drop_intent.bind(1, d.channel).bind(2, d.relpath).bind(3, d.sha256);
+  st.drop_intent.bind(1, d.dest).bind(2, d.relpath).bind(3, d.sha256);
   st.drop_intent.run();
   auto& ins = st.insert_delivery;
   ins.bind(1, d.channel).bind(2, d.dest).bind(3, d.relpath).bind(4, d.path);

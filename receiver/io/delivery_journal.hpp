@@ -5,7 +5,7 @@
 /// ran on one, so that actions run at least once across crashes and retention deletes only
 /// what the daemon delivered.
 ///
-/// Crash safety: file_store calls storage_config::before_rename on its finalizer thread with
+/// Crash safety: file_store calls storage_config::before_renames on its finalizer thread with
 /// the files of a batch before renaming them; record_intents() commits one *intent* per file
 /// (channel, path, size, mtime, digest, session). When the engine then reports the file
 /// stored, deliver() replaces the intent by a delivery and its action runs ('pending') in one
@@ -94,11 +94,11 @@ class delivery_journal {
 
   /// Drops one intent (its file failed, or is not in place after a crash).
   void drop_intent(std::int64_t id);
-  /// Drops the intents of (channel, relpath) (a file that failed after its intent).
-  void drop_intents(const std::string& channel, const std::string& relpath);
+  /// Drops the intents of (dest, relpath) (a file that failed after its intent).
+  void drop_intents(const std::string& dest, const std::string& relpath);
 
   /// Records a delivery and one 'pending' run per action name, removing the matching intents
-  /// (same channel, relpath and sha256), in one transaction.
+  /// (same dest, relpath and sha256), in one transaction.
   /// @return the delivery's id; `run_ids` gets the runs' ids in the order of `actions`
   /// @throws sqlite::error
   std::int64_t deliver(const delivery_row& d, std::span<const std::string> actions,

@@ -1624,13 +1624,13 @@ void file_store::impl::finalize_batch(std::vector<fin_file>& batch) {
   }
 
   // 4. Rename into place: atomic, replaces an existing file. The shell's hook sees them first.
-  if (m_cfg.before_rename) {
-    std::vector<rename_intent> intents;
+  if (m_cfg.before_renames) {
+    std::vector<pending_rename> intents;
     for (const auto& w : work)
       if (w.ok) intents.push_back({w.f->key, &w.f->spec, w.r.digest});
     if (!intents.empty()) {
       try {
-        m_cfg.before_rename(intents);
+        m_cfg.before_renames(intents);
       } catch (const std::exception& e) {
         for (auto& w : work)
           if (w.ok)

@@ -125,7 +125,7 @@ class fail_nth {
   std::shared_ptr<std::atomic<std::uint64_t>> m_count;
 };
 
-struct rename_intent;
+struct pending_rename;
 
 /// Configuration. Checked by the file_store constructor, which throws std::invalid_argument
 /// on nonsense (operator-facing message).
@@ -179,7 +179,7 @@ struct storage_config {
   /// (mcdistd journals them here, so a crash between rename and report cannot lose a
   /// delivery: receiver/io/delivery_journal.hpp). If it throws, none of them is renamed: each
   /// fails with std::errc::io_error and the exception's message. Empty: not called.
-  std::function<void(std::span<const rename_intent>)> before_rename;
+  std::function<void(std::span<const pending_rename>)> before_renames;
 };
 
 /// What to deliver, from the manifest.
@@ -195,13 +195,10 @@ struct file_spec {
   std::int64_t mtime_ns = 0;
   /// Permission bits; applied masked with 07777 & ~S_ISUID & ~S_ISGID.
   std::uint32_t mode = 0644;
-  /// The caller's tag, handed back to storage_config::before_rename (mcdistd: the channel
-  /// index). Not used by the store.
-  std::uint32_t tag = 0;
 };
 
-/// A verified file about to be renamed into its destination (storage_config::before_rename).
-struct rename_intent {
+/// A verified file about to be renamed into its destination (storage_config::before_renames).
+struct pending_rename {
   file_key key;
   const file_spec* spec = nullptr;  ///< valid during the call only
   sha256_digest digest{};           ///< what the file hashed to (= the manifest's digest)
