@@ -103,6 +103,7 @@ int main(int argc, char** argv) {
   std::string status_file;
   std::string checkpoint_interval;
   std::string key_file;
+  std::string journal;
   std::vector<std::string> trust;
   std::string http;
   double drop_rate = -1;
@@ -142,6 +143,9 @@ int main(int argc, char** argv) {
                  "sees them (simulated loss)")
       ->type_name("P")
       ->check(CLI::Range(0.0, 0.99));
+  app.add_option("--journal", journal,
+                 "Delivery journal, an SQLite file (default: TEMP/journal.db; docs/actions.md)")
+      ->type_name("FILE");
   app.add_option("--key", key_file,
                  "This site's secret key (mcdist-keygen; default: TEMP/site.key, made at the "
                  "first start)")
@@ -183,6 +187,7 @@ int main(int argc, char** argv) {
     }
     if (!temp.empty()) cfg.temp = temp;
     if (!key_file.empty()) cfg.key_file = key_file;
+    if (!journal.empty()) cfg.journal = journal;
     if (!trust.empty()) {
       std::vector<mcdist::crypto::key32> keys;
       for (const auto& k : trust) {

@@ -93,6 +93,9 @@ void check_directories(const daemon_config& cfg, bool create) {
                          "be on one filesystem");
     }
   }
+  if (!cfg.journal.empty() && cfg.journal.has_parent_path()) {
+    prepare(cfg.journal.parent_path(), "journal");
+  }
   if (!create) {
     if (cfg.log.file) check_dir(std::filesystem::path(*cfg.log.file).parent_path(), "log file");
     if (cfg.status_file) check_dir(cfg.status_file->parent_path(), "status file");
@@ -112,7 +115,8 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
       m_unicast_poll(io),
       m_board(m_cfg.channels.size()),
       m_sample_timer(io),
-      m_started(std::chrono::system_clock::now()) {
+      m_started(std::chrono::system_clock::now()),
+      m_retention_timer(io) {
   validate(m_cfg);
   if (m_cfg.http) {
     // Before the store's threads exist: spdlog's sink list is not guarded.
@@ -120,6 +124,7 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
     m_log->sinks().push_back(m_log_ring);
   }
   check_directories(m_cfg, true);
+  open_journal();
   storage_config sc;
   sc.temp_dir = m_cfg.temp;
   sc.buffer_pool_bytes = m_cfg.buffer_pool_bytes;
@@ -129,6 +134,7 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
   sc.session_quota_bytes = m_cfg.session_quota_bytes;
   sc.log = m_log;
   for (const auto& ch : m_cfg.channels) sc.dest_roots.push_back(ch.dest);
+  sc.before_renames = [this](std::span<const pending_rename> intents) { journal_intents(intents); };
   m_store = std::make_unique<file_store>(
       sc, [this](std::function<void()> fn) { boost::asio::post(m_io, std::move(fn)); },
       [this](store_result r) {
@@ -175,6 +181,7 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
     }
     m_sequences_saved = m_engine->sequences().changes();
   }
+  recover_intents();
   for (const auto& ch : m_cfg.channels) {
     m_sockets.push_back(net::open_channel_socket(
         io, net::channel_socket_options{ch.group, m_cfg.interface, m_cfg.socket_buffer_bytes, true}));
@@ -202,6 +209,7 @@ daemon::~daemon() {
   // The store drains its queues and joins its threads before the engine goes.
   m_store.reset();
   m_engine.reset();
+  m_actions.reset();  // kills running children: their runs run again at the next start
   m_wis2.clear();  // disconnects and joins libmosquitto's threads
   m_http.reset();
   if (m_log_ring) std::erase(m_log->sinks(), m_log_ring);
@@ -225,6 +233,8 @@ void daemon::run() {
               m_cfg.id, channels, m_cfg.interface.address_string(),
               control_endpoint().to_string(), m_cfg.temp.string(), to_string(m_cfg.sync));
   start_http();
+  resume_runs();
+  run_retention();
   if (m_notifier.enabled()) {
     if (auto ec = m_notifier.ready("receiving on " + std::to_string(m_cfg.channels.size()) +
                                    " channel(s)")) {
@@ -276,10 +286,13 @@ void daemon::stop() {
   m_engine->checkpoint_all(from_steady(std::chrono::steady_clock::now()));
   m_store->flush();
   save_sequences_if_changed();
+  flush_deliveries();
   m_unicast.clear();
   m_unicast_poll.cancel();
   m_timer.cancel();
   m_status_timer.cancel();
+  m_retention_timer.cancel();
+  if (m_actions) m_actions->stop();
   m_signals.cancel();
   stop_http();
   for (auto& s : m_sockets) {
@@ -720,6 +733,15 @@ nlohmann::json daemon::status_json() {
     seqs.push_back({{"channel", q.channel}, {"source", q.source}, {"last_seq_seen", q.last_seen},
                     {"last_seq_completed", q.last_completed}, {"missing_sessions", q.missing}});
   }
+  if (m_actions && !m_actions->actions().empty()) {
+    auto& acts = j["actions"] = nlohmann::json::array();
+    for (const auto& [name, as] : m_actions->stats()) {
+      acts.push_back({{"name", name}, {"done", as.done}, {"retried", as.retried},
+                      {"failed", as.failed}, {"running", as.running}, {"queued", as.queued}});
+    }
+  }
+  j["retention"] = {{"deleted", m_retention_deleted}, {"skipped", m_retention_skipped}};
+  if (m_journal) j["journal"] = m_journal->file().string();
   j["not_authenticated"] = {{"bad_signature", a.bad_signature}, {"bad_tag", a.bad_tag},
                             {"no_key", a.no_key},          {"unsigned", a.unauthenticated},
                             {"verify_budget", a.verify_budget}};

@@ -11,7 +11,9 @@
 #include "common/sd_notify.hpp"
 #include "common/unicast/client.hpp"
 #include "receiver/core/receiver_engine.hpp"
+#include "receiver/io/action_runner.hpp"
 #include "receiver/io/daemon_config.hpp"
+#include "receiver/io/delivery_journal.hpp"
 #include "receiver/storage/file_store.hpp"
 #include "receiver/io/status_board.hpp"
 
@@ -36,7 +38,8 @@ namespace mcdist::receiver {
 /// channel's destination exist (or, with create, are created; without, could be created: their
 /// nearest existing ancestor is a writable directory), are writable directories, and every
 /// destination is on the temp directory's filesystem (files are renamed from temp into place).
-/// The log file's and status file's directories exist or could be created. `mcdistd
+/// The journal's, log file's and status file's directories exist or could be created (the
+/// journal's is created with create). `mcdistd
 /// --check-config` runs it with create = false, the daemon with create = true.
 /// @throws config_error naming the directory and the problem
 void check_directories(const daemon_config& cfg, bool create);
@@ -106,6 +109,22 @@ class daemon final : public receiver_sink {
   http::response serve_http(const http::request& r);
   void wait_signal();
   void arm_watchdog();
+  // Delivery journal, actions and retention (daemon_actions.cpp).
+  /// Opens the journal and makes the action runner (constructor, before the store).
+  void open_journal();
+  /// Intents left by a crash: those whose file is in place with their digest become
+  /// deliveries (actions queued), the others are dropped (constructor).
+  void recover_intents();
+  /// Queues the runs the journal holds as pending or running (run()).
+  void resume_runs();
+  /// Queues a delivery for the journal (file_finished); flush_deliveries() records it.
+  void journal_delivery(const file_outcome& outcome);
+  /// Journals the queued deliveries in one transaction and queues their actions.
+  void flush_deliveries();
+  /// The finalizer thread's hook: journals intents before the renames.
+  void journal_intents(std::span<const pending_rename> intents);
+  /// Deletes expired products and prunes the journal; re-arms its timer.
+  void run_retention();
 
   boost::asio::io_context& m_io;
   daemon_config m_cfg;
@@ -154,6 +173,15 @@ class daemon final : public receiver_sink {
   wall_time m_started;
   /// WIS2 notification publishers, each with the index of its channel.
   std::vector<std::pair<std::size_t, std::unique_ptr<wis2_publisher>>> m_wis2;
+  /// Delivery journal and the actions on receipt (before m_store: the store's hook uses it).
+  std::unique_ptr<delivery_journal> m_journal;
+  std::unique_ptr<action_runner> m_actions;
+  boost::asio::steady_timer m_retention_timer;
+  /// Deliveries reported since the last flush_deliveries (one finalize batch is reported in
+  /// one go: journaled together, one commit).
+  std::vector<delivery_journal::batch_entry> m_unjournaled;
+  std::uint64_t m_retention_deleted = 0;
+  std::uint64_t m_retention_skipped = 0;
 };
 
 }  // namespace mcdist::receiver

@@ -3,9 +3,14 @@
 #include "common/units.hpp"
 #include "common/wire.hpp"
 
+#include <sys/stat.h>
 #include <toml++/toml.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <limits>
+#include <set>
 #include <sstream>
 #include <type_traits>
 
@@ -101,6 +106,95 @@ std::vector<wis2_action> parse_actions(const toml::node& node, const std::string
   return out;
 }
 
+/// A duration setting of an [[action]] or [retention] table. @throws config_error
+std::chrono::nanoseconds age_setting(const toml::node& n, const std::string& key) {
+  const auto s = require_type<std::string>(n, key, "a duration string like \"60s\" or \"7d\"");
+  const auto d = parse_age(s);
+  if (!d) throw config_error("'" + key + "' = \"" + s + "\" is not a duration (e.g. 90s, 6h, 7d)");
+  return *d;
+}
+
+/// Longest `match` accepted, bytes.
+constexpr std::size_t max_match_bytes = 512;
+
+/// Top-level [[action]] tables (action_config.hpp, docs/actions.md).
+std::vector<action_config> parse_receipt_actions(const toml::node& node) {
+  const auto* arr = node.as_array();
+  if (!arr) throw config_error("'action' must be an array of tables: [[action]]");
+  std::vector<action_config> out;
+  for (std::size_t i = 0; i < arr->size(); ++i) {
+    std::string k = "action[" + std::to_string(i) + "]";
+    const auto* at = arr->get(i)->as_table();
+    if (!at) throw config_error(k + " must be a table ([[action]])");
+    static const char* known[] = {"name", "channel", "match", "exec", "link", "copy",
+                                  "timeout", "concurrency", "retries", "retry_delay"};
+    for (const auto& [name, v] : *at) {
+      if (std::find(std::begin(known), std::end(known), std::string(name.str())) ==
+          std::end(known)) {
+        throw config_error(k + ": unknown setting '" + std::string(name.str()) + "' (" +
+                           where(v.source()) + ")");
+      }
+    }
+    action_config a;
+    if (auto n = (*at)["name"]) a.name = require_type<std::string>(*n.node(), k + ".name", "a string");
+    if (!a.name.empty()) k = "action '" + a.name + "'";
+    a.channel = "*";
+    if (auto n = (*at)["channel"]) a.channel = require_type<std::string>(*n.node(), k + ".channel", "a string");
+    if (auto n = (*at)["match"]) a.match = require_type<std::string>(*n.node(), k + ".match", "a string");
+    else throw config_error(k + " needs match = \"REGEX\" (ECMAScript, searched in the product path)");
+    // libstdc++ compiles and matches regular expressions recursively: a bounded pattern keeps
+    // the stack bounded (product paths are at most max_path_bytes = 1024, common/path_check.hpp).
+    if (a.match.size() > max_match_bytes) {
+      throw config_error(k + ".match is longer than " + std::to_string(max_match_bytes) + " bytes");
+    }
+    try {
+      a.re = std::regex(a.match, std::regex::ECMAScript | std::regex::optimize);
+    } catch (const std::regex_error& e) {
+      throw config_error(k + ".match = \"" + a.match + "\" is not a valid regular expression: " +
+                         e.what());
+    }
+    int kinds = 0;
+    if (auto n = (*at)["exec"]) {
+      ++kinds;
+      a.kind = action_kind::exec;
+      const auto* argv = n.as_array();
+      if (!argv) throw config_error(k + ".exec must be an array of strings: [\"/path/prog\", \"{path}\"]");
+      for (std::size_t j = 0; j < argv->size(); ++j) {
+        const auto* v = argv->get(j)->as_string();
+        if (!v) throw config_error(k + ".exec must be an array of strings");
+        a.argv.push_back(v->get());
+      }
+    }
+    for (auto [name, kind] : {std::pair{"link", action_kind::link}, std::pair{"copy", action_kind::copy}}) {
+      if (auto n = (*at)[name]) {
+        ++kinds;
+        a.kind = kind;
+        a.target = require_type<std::string>(*n.node(), k + "." + name, "a path template string");
+      }
+    }
+    if (kinds != 1) throw config_error(k + " needs exactly one of exec = [...], link = \"...\", copy = \"...\"");
+    if (auto n = (*at)["timeout"]) a.timeout = age_setting(*n.node(), k + ".timeout");
+    if (auto n = (*at)["retry_delay"]) a.retry_delay = age_setting(*n.node(), k + ".retry_delay");
+    if (auto n = (*at)["concurrency"]) {
+      const auto v = require_type<std::int64_t>(*n.node(), k + ".concurrency", "a whole number");
+      if (v < 1 || v > 1024) throw config_error(k + ".concurrency must be 1 to 1024");
+      a.concurrency = static_cast<std::uint32_t>(v);
+    }
+    if (auto n = (*at)["retries"]) {
+      const auto v = require_type<std::int64_t>(*n.node(), k + ".retries", "a whole number");
+      if (v < 0 || v > 100) throw config_error(k + ".retries must be 0 to 100");
+      a.retries = static_cast<std::uint32_t>(v);
+    }
+    try {
+      check_action(a);
+    } catch (const std::invalid_argument& e) {
+      throw config_error(k + ": " + e.what());
+    }
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
 }  // namespace
 
 endpoint default_http_endpoint() {
@@ -164,7 +258,7 @@ daemon_config from_table(const toml::table& t, const std::string& source) {
                                 "status_file", "http", "log", "channel", "max_sessions",
                                 "max_sessions_per_source", "session_memory", "total_memory",
                                 "disk_reserve", "disk_reserve_percent", "session_quota", "key_file",
-                                "trusted_senders"};
+                                "trusted_senders", "journal", "action", "retention"};
   for (const auto& [k, v] : t) {
     if (std::find(std::begin(known), std::end(known), std::string(k.str())) == std::end(known)) {
       throw config_error(source + ": unknown setting '" + std::string(k.str()) + "' (" +
@@ -271,6 +365,19 @@ daemon_config from_table(const toml::table& t, const std::string& source) {
     }
     return keys;
   };
+  if (auto n = t["journal"]) cfg.journal = require_type<std::string>(*n.node(), "journal", "a string");
+  if (auto n = t["action"]) cfg.actions = parse_receipt_actions(*n.node());
+  if (auto n = t["retention"]) {
+    const auto* rt = n.as_table();
+    if (!rt) throw config_error("'retention' must be a table: [retention]");
+    for (const auto& [name, v] : *rt) {
+      const std::string nm(name.str());
+      if (nm == "max_age") cfg.retention_max_age = age_setting(v, "retention.max_age");
+      else if (nm == "interval") cfg.retention_interval = age_setting(v, "retention.interval");
+      else if (nm == "journal_max_age") cfg.journal_max_age = age_setting(v, "retention.journal_max_age");
+      else throw config_error("retention: unknown setting '" + nm + "' (" + where(v.source()) + ")");
+    }
+  }
   if (auto n = t["key_file"]) cfg.key_file = require_type<std::string>(*n.node(), "key_file", "a string");
   std::vector<crypto::key32> default_trusted;
   if (auto n = t["trusted_senders"]) default_trusted = key_list(n, "trusted_senders");
@@ -293,6 +400,17 @@ daemon_config from_table(const toml::table& t, const std::string& source) {
       }
       if (ch.name.empty()) ch.name = ch.group.to_string();
       if (auto n = (*ct)["action"]) ch.wis2 = parse_actions(*n.node(), key + ".action");
+      if (auto n = (*ct)["retention"]) {
+        const auto* rt = n.as_table();
+        if (!rt) throw config_error(key + ".retention must be a table: [channel.retention]");
+        for (const auto& [name, v] : *rt) {
+          if (std::string(name.str()) != "max_age") {
+            throw config_error(key + ".retention: unknown setting '" + std::string(name.str()) +
+                               "' (only max_age; interval and journal_max_age are in [retention])");
+          }
+          ch.retention_max_age = age_setting(v, key + ".retention.max_age");
+        }
+      }
       cfg.channels.push_back(std::move(ch));
     }
   } else if (t.contains("channel")) {
@@ -300,12 +418,22 @@ daemon_config from_table(const toml::table& t, const std::string& source) {
   }
   for (auto& ch : cfg.channels) {
     if (ch.dest.empty()) ch.dest = default_dest;
+    if (!ch.retention_max_age) ch.retention_max_age = cfg.retention_max_age;
   }
   cfg.trusted_senders = std::move(default_trusted);
   return cfg;
 }
 
 }  // namespace
+
+std::optional<std::chrono::nanoseconds> parse_age(std::string_view text) noexcept {
+  if (text.size() > 1 && text.back() == 'd') {
+    const auto d = parse_duration(std::string(text.substr(0, text.size() - 1)) + "h");
+    if (!d || *d > std::chrono::hours(24 * 366 * 100) / 24) return std::nullopt;
+    return *d * 24;
+  }
+  return parse_duration(text);
+}
 
 void validate(const daemon_config& cfg) {
   if (cfg.id.empty()) throw config_error("no receiver id: set --id or id = \"...\" in the config");
@@ -326,6 +454,40 @@ void validate(const daemon_config& cfg) {
     }
   }
   if (cfg.temp.empty()) throw config_error("no temp directory: set --temp or temp = ...");
+  std::set<std::string> names;
+  for (const auto& a : cfg.actions) {
+    if (!names.insert(a.name).second) throw config_error("two actions are named '" + a.name + "'");
+    if (a.channel != "*" &&
+        std::none_of(cfg.channels.begin(), cfg.channels.end(),
+                     [&](const channel_config& ch) { return ch.name == a.channel; })) {
+      throw config_error("action '" + a.name + "': channel = \"" + a.channel +
+                         "\" names no configured channel (or use \"*\")");
+    }
+    if (a.kind == action_kind::exec) {
+      struct stat st {};
+      std::string why;
+      if (::stat(a.argv[0].c_str(), &st) != 0) why = std::strerror(errno);
+      else if (!S_ISREG(st.st_mode)) why = "not a regular file";
+      else if (::access(a.argv[0].c_str(), X_OK) != 0) why = std::strerror(errno);
+      if (!why.empty()) {
+        throw config_error("action '" + a.name + "': exec[0] = \"" + a.argv[0] +
+                           "\" is not an executable file (" + why + ")");
+      }
+    }
+  }
+  for (const auto& ch : cfg.channels) {
+    if (ch.retention_max_age && *ch.retention_max_age > cfg.journal_max_age) {
+      throw config_error("channel " + ch.name +
+                         ": retention max_age is longer than [retention] journal_max_age: the "
+                         "journal would forget products before retention deletes them");
+    }
+    if (ch.retention_max_age && *ch.retention_max_age <= std::chrono::nanoseconds::zero()) {
+      throw config_error("channel " + ch.name + ": retention max_age must be positive");
+    }
+  }
+  if (cfg.retention_interval <= std::chrono::nanoseconds::zero()) {
+    throw config_error("[retention] interval must be positive");
+  }
   if (cfg.drop_rate < 0 || cfg.drop_rate >= 1) throw config_error("--drop-rate must be in [0, 1)");
 }
 

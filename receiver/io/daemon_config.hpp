@@ -5,6 +5,7 @@
 #include "common/crypto.hpp"
 #include "common/endpoint.hpp"
 #include "common/logging.hpp"
+#include "receiver/io/action_config.hpp"
 #include "receiver/storage/file_store.hpp"
 #include "receiver/io/wis2_publisher.hpp"
 
@@ -29,6 +30,9 @@ struct channel_config {
   /// `[[channel.action]] type = "wis2"`: announce each stored file on an MQTT broker
   /// (wis2_publisher.hpp; README "WIS2 notifications").
   std::vector<wis2_action> wis2;
+  /// `[channel.retention] max_age`: delivered products older than this are deleted from dest
+  /// (daemon_config::retention_max_age when unset; nullopt: kept).
+  std::optional<std::chrono::nanoseconds> retention_max_age;
 };
 
 /// Port of mcdistd's status HTTP server (/metrics, /status, /) unless configured otherwise.
@@ -74,6 +78,17 @@ struct daemon_config {
   /// address only gets a warning (a second daemon on the host must still receive).
   bool http_explicit = false;
   log_options log;
+  /// The delivery journal (delivery_journal.hpp). Empty: temp/journal.db.
+  std::filesystem::path journal;
+  /// `[[action]]`: actions on receipt (action_config.hpp, docs/actions.md).
+  std::vector<action_config> actions;
+  /// `[retention] max_age`: the default of channel_config::retention_max_age.
+  std::optional<std::chrono::nanoseconds> retention_max_age;
+  /// `[retention] interval`: how often retention and journal pruning run.
+  std::chrono::nanoseconds retention_interval = std::chrono::seconds(60);
+  /// `[retention] journal_max_age`: journal rows older than this are deleted (30 days: a
+  /// month of history for the operator; at least every max_age).
+  std::chrono::nanoseconds journal_max_age = std::chrono::hours(24 * 30);
   /// Test only: drop received datagrams with this probability before the core (like NORM's
   /// rxloss), seeded by drop_seed.
   double drop_rate = 0;
@@ -94,8 +109,13 @@ daemon_config load_config_file(const std::filesystem::path& file);
 /// in error messages (a file name, "<fuzz>"). @throws config_error as load_config_file
 daemon_config load_config_string(std::string_view text, const std::string& source);
 
+/// Parses an age: a parse_duration string ("90s", "6h") or a number of days ("7d").
+std::optional<std::chrono::nanoseconds> parse_age(std::string_view text) noexcept;
+
 /// Checks a complete configuration: id set and valid, at least one channel, every group
-/// multicast, temp and dest set. @throws config_error naming the first problem
+/// multicast, temp and dest set; actions name existing channels, have unique names, and
+/// exec programs that are absolute paths of executable files; journal_max_age is at least
+/// every retention max_age. @throws config_error naming the first problem
 void validate(const daemon_config& cfg);
 
 }  // namespace mcdist::receiver

@@ -65,6 +65,7 @@ void daemon::do_sample() {
 
 void daemon::file_finished(const file_outcome& outcome) {
   m_board.file_finished(outcome, std::chrono::system_clock::now());
+  journal_delivery(outcome);
   if (!outcome.stored || !outcome.digest) return;
   for (auto& [channel, p] : m_wis2) {
     if (channel == outcome.channel) {
@@ -98,6 +99,9 @@ http::response daemon::serve_http(const http::request& r) {
   for (const auto& [channel, p] : m_wis2) {
     s.wis2.push_back({p->channel(), p->action().topic, p->stats()});
   }
+  if (m_actions) s.actions = m_actions->stats();
+  s.retention_deleted = m_retention_deleted;
+  s.retention_skipped = m_retention_skipped;
   if (m_log_ring) {
     s.recent_log = m_log_ring->recent();
     s.warnings_logged = m_log_ring->count(spdlog::level::warn);

@@ -186,6 +186,28 @@ std::string render_metrics(const status_snapshot& s) {
                std::uint64_t{w.stats.connected ? 1u : 0u});
     }
   }
+  if (!s.actions.empty()) {
+    p.family("mcdist_receiver_actions_total", metric_type::counter,
+             "Action attempts on delivered products by result: done (succeeded), retry (failed, "
+             "another attempt follows), failed (failed for good).");
+    for (const auto& [name, as] : s.actions) {
+      p.sample({{"action", name}, {"result", "done"}}, as.done);
+      p.sample({{"action", name}, {"result", "retry"}}, as.retried);
+      p.sample({{"action", name}, {"result", "failed"}}, as.failed);
+    }
+    p.family("mcdist_receiver_actions_running", metric_type::gauge,
+             "Action attempts running now.");
+    for (const auto& [name, as] : s.actions) p.sample({{"action", name}}, as.running);
+    p.family("mcdist_receiver_actions_queued", metric_type::gauge,
+             "Action runs waiting for a concurrency slot.");
+    for (const auto& [name, as] : s.actions) p.sample({{"action", name}}, as.queued);
+  }
+  p.family("mcdist_receiver_retention_deleted_total", metric_type::counter,
+           "Delivered products deleted by [retention] max_age.");
+  p.sample(s.retention_deleted);
+  p.family("mcdist_receiver_retention_skipped_total", metric_type::counter,
+           "Expired products left in place: changed (size or mtime) or gone since delivery.");
+  p.sample(s.retention_skipped);
   return p.text();
 }
 

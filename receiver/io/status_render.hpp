@@ -50,6 +50,11 @@ struct status_snapshot {
   std::vector<wis2_entry> wis2;
   /// Channel numbering (sequence_book::status): per channel as announced and sender.
   std::vector<sequence_status> sequences;
+  /// Actions on receipt: name and counters, in config order.
+  std::vector<std::pair<std::string, action_stats>> actions;
+  /// Retention: delivered products deleted, and those left because they changed since.
+  std::uint64_t retention_deleted = 0;
+  std::uint64_t retention_skipped = 0;
 };
 
 /// The /metrics text.

@@ -366,12 +366,22 @@ void finalizer::make_durable(std::vector<work>& batch) {
   }
 }
 
-void finalizer::before_renames(const std::vector<work>& batch) {
+void finalizer::before_renames(std::vector<work>& batch) {
   if (!m_ctx.cfg.before_renames) return;
   std::vector<pending_rename> files;
   for (const auto& w : batch)
     if (w.ok) files.push_back(pending_rename{w.f->key, &w.f->spec, w.r.digest});
-  if (!files.empty()) m_ctx.cfg.before_renames(files);
+  if (files.empty()) return;
+  try {
+    m_ctx.cfg.before_renames(files);
+  } catch (const std::exception& e) {
+    // The hook could not record them (the delivery journal): none is renamed, each fails and
+    // is fetched again, rather than appearing in dest unrecorded.
+    for (auto& w : batch)
+      if (w.ok)
+        fail(w, std::make_error_code(std::errc::io_error),
+             fmt::format("{} not delivered: {}", w.dest, e.what()));
+  }
 }
 
 void finalizer::rename_all(std::vector<work>& batch, dir_cache& dirs) {

@@ -117,7 +117,7 @@ class finalizer {
   void verify(work& w);
   void open_dest_dir(work& w, dir_cache& dirs);
   void make_durable(std::vector<work>& batch);
-  void before_renames(const std::vector<work>& batch);
+  void before_renames(std::vector<work>& batch);
   void rename_all(std::vector<work>& batch, dir_cache& dirs);
   void sync_dirs(std::vector<work>& batch, dir_cache& dirs);
   void report(std::vector<work>& batch);

@@ -156,8 +156,8 @@ def temp_dirs(bin_dir, base, group):
 
 
 class StoreDaemon(Daemon):
-    """A Daemon whose dest and temp are given (on a test filesystem) while its log and status
-    stay under `base`, so the test filesystem holds no file open for writing between sessions
+    """A Daemon whose dest and temp are given (on a test filesystem) while its log, status and
+    delivery journal stay under `base`, so the test filesystem holds no file open for writing between sessions
     and can be remounted read-only."""
 
     def __init__(self, bin_dir, base, rid, group, store):
@@ -170,7 +170,8 @@ class StoreDaemon(Daemon):
         os.makedirs(self.temp, exist_ok=True)
         self.args = [os.path.join(bin_dir, "receiver", "mcdistd"), "--id", rid, "--group", group,
                      "--interface", "127.0.0.1", "--dest", self.dest, "--temp", self.temp,
-                     "--status-file", self.status, "--status-interval", "1s", "--sync", "none"]
+                     "--status-file", self.status, "--status-interval", "1s", "--sync", "none",
+                     "--journal", os.path.join(base, rid + "-journal.db")]
         self.proc = None
         self.start()
 
