@@ -123,7 +123,7 @@ wire::fallback fallback_msg(wire::fallback::transport_kind t) {
   f.set_transport(t);
   f.set_address(std::string("\x0a\x00\x00\x01", 4));
   f.set_port(9000);
-  f.set_token(0x0123456789abcdefull);
+  f.set_token(std::string("\x01\x23\x45\x67\x89\xab\xcd\xef\x10\x32\x54\x76\x98\xba\xdc\xfe", 16));
   f.set_connections(t == wire::fallback::TCP ? 4 : 0);
   f.set_reason("loss");
   return f;
@@ -405,7 +405,7 @@ void unicast_seeds() {
   using namespace mcdist::unicast;
   bytes client{std::byte{0}};
   hello h;
-  h.token = 0x0123456789abcdefull;
+  h.token = {0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef, 0x10, 0x32, 0x54, 0x76, 0x98, 0xba, 0xdc, 0xfe};
   h.session = rx_sid;
   h.client_nonce = 42;
   h.connection_index = 0;
