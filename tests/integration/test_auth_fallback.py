@@ -271,6 +271,7 @@ def part_namespace(bin_dir, base):
             sh("ip", "addr", "add", evil_addr + "/24", "dev", evil_if, ns=ns)
             sh("ip", "link", "set", evil_if, "up", ns=ns)
             sh("ip", "link", "set", "lo", "up", ns=ns)
+            sh("ip", "route", "add", "224.0.0.0/4", "dev", evil_if, ns=ns)
             # The spoofed datagrams carry the host's own address as source: let them in (a LAN
             # switch would deliver them; the kernel's martian filter is not a defence to rely on).
             for knob, v in (("accept_local", "1"), ("rp_filter", "0")):
