@@ -145,7 +145,7 @@ def part_fallback(bin_dir, base):
         for kind, transport, extra in (("tcp", "tcp", ["--unicast-max-rate", "200M"]),
                                        ("sctp-udp", "sctp", [])):
             src = os.path.join(base, "fb-" + transport, "fields")
-            write_random(os.path.join(src, "big.grib2"), 40_000_000, rng)
+            write_random(os.path.join(src, "big.grib2"), 24_000_000, rng)
             frozen = []
 
             def freeze():
