@@ -3,7 +3,7 @@
 /// datagrams, frames, checkpoints and configuration files, encoded by the project's own
 /// encoders, so each fuzz target starts from inputs that reach deep into its code.
 ///
-///     make_corpus DIR     writes DIR/{wire,receiver,sender,unicast_frame,checkpoint,config}/*
+///     make_corpus DIR     writes DIR/{wire,receiver,sender,unicast_frame,checkpoint,config,auth}/*
 ///
 /// Run by hand after a wire format change (deploy/run-fuzz.sh --seeds), then commit the files.
 
