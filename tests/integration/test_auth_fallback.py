@@ -317,9 +317,10 @@ def part_namespace(bin_dir, base):
         # b. Unsigned hand-made announce and blocks from the namespace's address, then the same
         # with the real sender's address as source.
         payload = b"FORGED" * 200
-        entry = file_entry("obs/x.bufr", len(payload), mode=0o777, mtime_ns=4102444800 * 10**9)
         grams = []
-        for session in (0xE0E0E001, 0xE0E0E002):
+        # One replaces the delivered file, the other creates a new one.
+        for session, path in ((0xE0E0E001, "obs/x.bufr"), (0xE0E0E002, "obs/new.bufr")):
+            entry = file_entry(path, len(payload), mode=0o777, mtime_ns=4102444800 * 10**9)
             grams.append(announce(session, [entry]))
             grams.append(header(T_DATA, session) + struct.pack("!III", 1, 0, 0) + payload)
         sh(sys.executable, "-c", PLAIN, evil_addr, host, str(port), *[g.hex() for g in grams], ns=ns)
