@@ -1,7 +1,7 @@
 # Installation layout and the Debian package (CPack DEB generator): deploy/build-deb.sh.
 #
-# One package, mcdist: /usr/bin/mcdistd and mcdist-send, their man pages (help2man, from
-# --help, at build time), the systemd units, sysusers.d/tmpfiles.d/sysctl.d files, the default
+# One package, mcdist: /usr/bin/mcdistd, mcdist-send, mcdist-feed, mcdistctl and mcdist-keygen,
+# their man pages (help2man, from --help, at build time), the systemd units, sysusers.d/tmpfiles.d/sysctl.d files, the default
 # configuration /etc/mcdist/mcdistd.toml (a conffile) and maintainer scripts that create the user
 # and directories. The units and the configuration name /usr/bin and /etc/mcdist: the package's
 # layout (CPACK_PACKAGING_INSTALL_PREFIX /usr). The /etc files are in the component "conffiles",
@@ -18,7 +18,9 @@ if(MCDIST_HELP2MAN AND MCDIST_GZIP)
   # program target, section, one-line description, extra help2man arguments
   foreach(spec "mcdistd|8|mcdist receiver daemon: receives multicast file sets and delivers them atomically"
                "mcdist-send|1|send a file set reliably over IP multicast to mcdist receivers"
-               "mcdist-keygen|1|make Ed25519 key pairs for mcdist senders and sites")
+               "mcdist-keygen|1|make Ed25519 key pairs for mcdist senders and sites"
+               "mcdist-feed|8|mcdist hub daemon: multicasts spooled products to the sites, by channel and priority"
+               "mcdistctl|1|query and steer the mcdist hub daemon: status, delivery history, missing products, resends")
     string(REPLACE "|" ";" spec "${spec}")
     list(GET spec 0 prog)
     list(GET spec 1 section)
@@ -53,13 +55,14 @@ else()
 endif()
 
 set(units ${PROJECT_SOURCE_DIR}/deploy/systemd)
-install(FILES ${units}/mcdistd.service ${units}/mcdistd@.service
+install(FILES ${units}/mcdistd.service ${units}/mcdistd@.service ${units}/mcdist-feed.service
         DESTINATION lib/systemd/system)
 install(FILES ${units}/mcdist.sysusers DESTINATION lib/sysusers.d RENAME mcdist.conf)
 install(FILES ${units}/mcdist.tmpfiles DESTINATION lib/tmpfiles.d RENAME mcdist.conf)
 install(FILES ${units}/mcdist.sysctl DESTINATION lib/sysctl.d RENAME 60-mcdist.conf)
-install(FILES ${PROJECT_SOURCE_DIR}/deploy/config/mcdistd.toml DESTINATION /etc/mcdist
-        COMPONENT conffiles EXCLUDE_FROM_ALL)
+install(FILES ${PROJECT_SOURCE_DIR}/deploy/config/mcdistd.toml
+              ${PROJECT_SOURCE_DIR}/deploy/config/mcdist-feed.toml
+        DESTINATION /etc/mcdist COMPONENT conffiles EXCLUDE_FROM_ALL)
 
 # Debian's documentation files: copyright and a gzipped changelog (lintian requires both).
 install(FILES ${PROJECT_SOURCE_DIR}/deploy/debian/copyright DESTINATION ${CMAKE_INSTALL_DOCDIR})
@@ -87,10 +90,12 @@ set(CPACK_PACKAGE_DESCRIPTION
     "sites), at a configured rate: the daily flow of a meteorological centre to\n"
     "dozens or hundreds of centres behind terrestrial multicast or a satellite hop.\n"
     "\n"
-    "This package holds mcdist-send, the sender, mcdist-keygen, which makes the\n"
-    "keys of signed sessions, and mcdistd, the receiver daemon\n"
-    "with its systemd service, which verifies the SHA-256 of every file and renames\n"
-    "it atomically into its destination tree.")
+    "This package holds mcdist-send, the sender, mcdist-feed, the hub daemon that\n"
+    "multicasts spooled products by channel and priority, mcdistctl, the hub\n"
+    "operator's tool (status, delivery history, missing products, resends),\n"
+    "mcdist-keygen, which makes the keys of signed sessions, and mcdistd, the\n"
+    "receiver daemon with its systemd service, which verifies the SHA-256 of\n"
+    "every file and renames it atomically into its destination tree.")
 string(REPLACE ";" "" CPACK_PACKAGE_DESCRIPTION "${CPACK_PACKAGE_DESCRIPTION}")
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_STRIP_FILES ON)

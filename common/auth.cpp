@@ -260,6 +260,7 @@ struct receiver_keys::session_keys {
   std::unique_ptr<crypto::gmac> marker;
   std::unordered_set<std::uint64_t> verified_announces;
   time_point last_used{};
+  std::optional<crypto::key32> signer;  ///< the trusted key that signed its announce
 
   void set_session_key(const crypto::key32& k, session_id s) {
     session_key = k;
@@ -318,11 +319,14 @@ bool receiver_keys::take_verification(time_point now) {
 
 bool receiver_keys::verify_signed(std::span<const std::byte> signed_part,
                                   std::span<const std::uint8_t, crypto::signature_bytes> sig,
-                                  time_point now) {
+                                  time_point now, const crypto::key32** signer) {
   if (m_opts.trusted_senders.empty()) return true;
   if (!take_verification(now)) return false;
   for (const auto& k : m_opts.trusted_senders) {
-    if (crypto::verify(k, signed_part, sig)) return true;
+    if (crypto::verify(k, signed_part, sig)) {
+      if (signer) *signer = &k;
+      return true;
+    }
   }
   ++m_stats.bad_signature;
   return false;
@@ -369,8 +373,10 @@ std::error_code receiver_keys::open(std::span<const std::byte> d, time_point now
           break;
         }
       }
-      if (!verify_signed(covered, sig, now)) return errc::unauthenticated;
+      const crypto::key32* signed_by = nullptr;
+      if (!verify_signed(covered, sig, now, &signed_by)) return errc::unauthenticated;
       auto& keys = learn(h.session, sender_public, now);
+      if (signed_by) keys.signer = *signed_by;
       if (fingerprint == 0) {
         const auto digest = sha256(d);
         std::memcpy(&fingerprint, digest.data(), sizeof fingerprint);
@@ -453,6 +459,11 @@ std::size_t receiver_keys::seal(std::span<std::byte> buf, std::size_t len) {
 bool receiver_keys::has_session_key(session_id s) const {
   const auto it = m_sessions.find(s.value);
   return it != m_sessions.end() && it->second->session_key.has_value();
+}
+
+std::optional<crypto::key32> receiver_keys::signer(session_id s) const {
+  const auto it = m_sessions.find(s.value);
+  return it == m_sessions.end() ? std::nullopt : it->second->signer;
 }
 
 std::optional<std::string> receiver_keys::export_session(session_id s) const {

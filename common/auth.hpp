@@ -170,6 +170,10 @@ class receiver_keys {
   /// The key this site's unicast fallback connections of session `s` prove (the sender's
   /// sender_keys::fallback_key); std::nullopt before a verified announce of the session.
   std::optional<crypto::key32> fallback_key(session_id s) const;
+  /// The trusted sender key whose signature the session's announce carried; std::nullopt when
+  /// the session is unknown or no trusted keys are configured (signatures are not checked).
+  /// Receivers keep a channel's session numbers per sender key (receiver/core/sequence_book).
+  std::optional<crypto::key32> signer(session_id s) const;
   /// The session's keys as an opaque blob (sender session public key, session key), for the
   /// daemon to save beside the session's checkpoint; std::nullopt before the session key.
   std::optional<std::string> export_session(session_id s) const;
@@ -185,8 +189,10 @@ class receiver_keys {
   struct session_keys;
   session_keys* find(session_id s);
   session_keys& learn(session_id s, const crypto::key32& sender_public, time_point now);
+  /// @param signer  set to the trusted key that verified, when one did
   bool verify_signed(std::span<const std::byte> signed_part,
-                     std::span<const std::uint8_t, crypto::signature_bytes> sig, time_point now);
+                     std::span<const std::uint8_t, crypto::signature_bytes> sig, time_point now,
+                     const crypto::key32** signer = nullptr);
   bool take_verification(time_point now);
 
   receiver_auth_options m_opts;

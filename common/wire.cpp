@@ -14,6 +14,26 @@ bool valid_receiver_id(std::string_view id) noexcept {
   return true;
 }
 
+bool valid_channel_name(std::string_view name) noexcept {
+  if (name.empty() || name.size() > max_channel_name_bytes) return false;
+  for (const char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '-' || c == '_' || c == '.' || c == ':' || c == '@' || c == '/';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+bool valid_seq_ranges(std::span<const seq_span> ranges, std::uint64_t below) noexcept {
+  if (ranges.size() > max_seq_ranges) return false;
+  std::uint64_t previous_last = 0;
+  for (const auto& [first, last] : ranges) {
+    if (first == 0 || first > last || last >= below || first <= previous_last) return false;
+    previous_last = last;
+  }
+  return true;
+}
+
 const char* to_string(msg_type t) noexcept {
   switch (t) {
     case msg_type::data: return "data";

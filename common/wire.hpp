@@ -27,6 +27,7 @@
 #include <span>
 #include <string_view>
 #include <system_error>
+#include <utility>
 
 namespace google::protobuf {
 class MessageLite;
@@ -81,6 +82,30 @@ inline constexpr std::size_t max_receiver_id_bytes = 64;
 
 /// True for a usable receiver id: 1..max_receiver_id_bytes of letters, digits and - _ . : @
 bool valid_receiver_id(std::string_view id) noexcept;
+
+/// Longest channel name in session_params.channel, bytes: a product stream's name ("obs",
+/// "warnings", "nwp/icon-eu"), not a document.
+inline constexpr std::size_t max_channel_name_bytes = 64;
+
+/// True for a usable channel name: 1..max_channel_name_bytes of letters, digits and
+/// - _ . : @ / (no spaces or control characters: it is a key in receivers' state files).
+bool valid_channel_name(std::string_view name) noexcept;
+
+/// An inclusive range [first, last] of session sequence numbers: the C++ form of the proto
+/// message seq_range.
+using seq_span = std::pair<std::uint64_t, std::uint64_t>;
+
+/// Most seq_range messages in register_request.missing_seqs and session_params.catch_up_seqs:
+/// 32 ranges of two 10-byte varints are 768 bytes at worst, which still fits a REGISTER in
+/// control_budget beside the held files; a site with more gaps reports the oldest 32 and the
+/// rest at its next registration.
+inline constexpr std::size_t max_seq_ranges = 32;
+
+/// True for a well-formed list of sequence ranges: at most max_seq_ranges, each with
+/// 1 <= first <= last < below, ascending and disjoint (first > previous last).
+/// @param below  the exclusive upper bound (the session's own sequence number; UINT64_MAX
+///               when none applies)
+bool valid_seq_ranges(std::span<const seq_span> ranges, std::uint64_t below) noexcept;
 
 /// Short name of a message type for logs ("announce", ...), "unknown" otherwise.
 const char* to_string(msg_type t) noexcept;

@@ -12,6 +12,8 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <charconv>
+#include <cstdint>
 #include <fstream>
 #include <iostream>
 #include <random>
@@ -111,6 +113,9 @@ int main(int argc, char** argv) {
   std::string tcp_congestion;
   std::string key_file;
   std::string site_keys_file;
+  std::string channel;
+  std::uint64_t channel_seq = 0;
+  std::string catch_up;
 
   app.add_option("PATH", paths, "Files and directories to send (directories recursively, "
                                 "relative paths kept)")
@@ -228,6 +233,20 @@ int main(int argc, char** argv) {
                  "With --key: only the sites listed here may register, each proving its own key "
                  "(lines \"SITE-ID mcdist-ed25519:BASE64\" or \"SITE-ID KEYFILE\")")
       ->type_name("FILE");
+  app.add_option("--channel", channel,
+                 "Channel name carried in the announce (letters, digits, - _ . : @ /); with "
+                 "--channel-seq receivers track the channel's sessions and report the ones they "
+                 "never completed")
+      ->type_name("NAME");
+  app.add_option("--channel-seq", channel_seq,
+                 "This session's sequence number on --channel (1, 2, ...; 0 = unsequenced). The "
+                 "feed daemon numbers its sessions itself; this is for tests and scripts")
+      ->type_name("N");
+  app.add_option("--catch-up", catch_up,
+                 "This unsequenced session carries again the products of these session numbers "
+                 "of --channel (e.g. 3-4,7); a receiver that completes it stops reporting them "
+                 "missing. Usually with --only SITE")
+      ->type_name("N-M,...");
   app.add_flag("--no-digest-cache", no_digest_cache,
                "Neither read nor write the SHA-256 kept in the files' user.mcdist.sha256 xattr");
 
@@ -299,6 +318,42 @@ int main(int argc, char** argv) {
   cfg.unicast_max_rate_bps = *umr;
   cfg.receivers = receivers;
   cfg.only_receivers = only;
+  if (!channel.empty() && !mcdist::wire::valid_channel_name(channel)) {
+    return usage_error("--channel " + channel + " is not 1 to 64 letters, digits or - _ . : @ /");
+  }
+  if (channel_seq > 0 && channel.empty()) return usage_error("--channel-seq needs --channel");
+  cfg.channel = channel;
+  cfg.channel_seq = channel_seq;
+  if (!catch_up.empty()) {
+    if (channel.empty() || channel_seq > 0) {
+      return usage_error("--catch-up needs --channel and no --channel-seq (a catch-up session is "
+                         "unsequenced)");
+    }
+    std::string_view rest = catch_up;
+    while (!rest.empty()) {
+      const auto comma = rest.find(',');
+      const std::string_view item = rest.substr(0, comma);
+      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+      const auto dash = item.find('-');
+      std::uint64_t first = 0;
+      std::uint64_t last = 0;
+      const auto a = item.substr(0, dash);
+      const auto b = dash == std::string_view::npos ? a : item.substr(dash + 1);
+      const auto [pa, ea] = std::from_chars(a.data(), a.data() + a.size(), first);
+      const auto [pb, eb] = std::from_chars(b.data(), b.data() + b.size(), last);
+      if (ea != std::errc{} || eb != std::errc{} || pa != a.data() + a.size() ||
+          pb != b.data() + b.size()) {
+        return usage_error("--catch-up " + catch_up + ": '" + std::string(item) +
+                           "' is not N or N-M");
+      }
+      cfg.catch_up_seqs.emplace_back(first, last);
+    }
+    if (!mcdist::wire::valid_seq_ranges(cfg.catch_up_seqs, UINT64_MAX)) {
+      return usage_error("--catch-up " + catch_up + ": at most " +
+                         std::to_string(mcdist::wire::max_seq_ranges) +
+                         " ascending, disjoint ranges of numbers from 1");
+    }
+  }
   if (session_hex.empty()) {
     std::random_device rd;
     cfg.session = mcdist::session_id{rd() | 1u};

@@ -16,11 +16,29 @@ namespace {
 
 }  // namespace
 
-database::database(const std::string& path, durability sync, int busy_ms, bool read_only)
+database::database(const std::string& path, durability sync, int busy_ms, bool read_only,
+                   bool immutable)
     : m_path(path) {
-  const int flags = read_only ? SQLITE_OPEN_READONLY
-                              : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
-  const int rc = sqlite3_open_v2(path.c_str(), &m_db, flags | SQLITE_OPEN_NOMUTEX, nullptr);
+  read_only = read_only || immutable;
+  int flags = read_only ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+  std::string name = path;
+  if (immutable) {
+    // file: URI with the characters that URIs reserve escaped (https://www.sqlite.org/uri.html)
+    name = "file:";
+    for (const char c : path) {
+      if (c == '%' || c == '?' || c == '#') {
+        static constexpr char hex[] = "0123456789ABCDEF";
+        name += '%';
+        name += hex[static_cast<unsigned char>(c) >> 4];
+        name += hex[static_cast<unsigned char>(c) & 15];
+      } else {
+        name += c;
+      }
+    }
+    name += "?immutable=1";
+    flags |= SQLITE_OPEN_URI;
+  }
+  const int rc = sqlite3_open_v2(name.c_str(), &m_db, flags | SQLITE_OPEN_NOMUTEX, nullptr);
   if (rc != SQLITE_OK) {
     std::string msg = "cannot open journal " + path;
     const int code = m_db ? sqlite3_extended_errcode(m_db) : rc;
@@ -180,19 +198,23 @@ std::optional<std::string> statement::column_opt_text(int column) const {
   return column_text(column);
 }
 
-transaction::transaction(database& db) : m_db(db) { m_db.exec("BEGIN IMMEDIATE"); }
+transaction::transaction(database& db)
+    : m_db(db), m_nested(sqlite3_get_autocommit(db.handle()) == 0) {
+  // Savepoints of one name nest: RELEASE and ROLLBACK TO act on the innermost.
+  m_db.exec(m_nested ? "SAVEPOINT mcdist_tx" : "BEGIN IMMEDIATE");
+}
 
 transaction::~transaction() {
   if (!m_done) {
     try {
-      m_db.exec("ROLLBACK");
+      m_db.exec(m_nested ? "ROLLBACK TO mcdist_tx; RELEASE mcdist_tx" : "ROLLBACK");
     } catch (...) {
     }
   }
 }
 
 void transaction::commit() {
-  m_db.exec("COMMIT");
+  m_db.exec(m_nested ? "RELEASE mcdist_tx" : "COMMIT");
   m_done = true;
 }
 

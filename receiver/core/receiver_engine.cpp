@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <unordered_set>
 
 namespace mcdist::receiver {
@@ -109,6 +110,12 @@ struct receiver_engine::session_rx {
   std::uint32_t chunks = 0;
   std::uint64_t total_bytes = 0;
   std::string sender_name;
+  // Session numbering (session_params.channel / channel_seq / catch_up_seqs).
+  std::string seq_channel;             ///< empty: unsequenced
+  std::uint64_t seq = 0;               ///< 0: unsequenced
+  std::string seq_source;              ///< sequence_book::source_of
+  std::vector<wire::seq_span> catch_up;
+  std::optional<sequence_report> seq_report;  ///< what REGISTER carries, fixed at the first send
   block_map chunks_have;
   block_map entries_have;
   /// Indexed by file; grows (grow_files, charged) as manifest entries arrive, so a forged
@@ -325,6 +332,20 @@ bool receiver_engine::new_session(const wire::announce& m, session_id id, const 
     m_stats.drops.add(errc::invalid_field);
     return false;
   }
+  // Session numbering: a channel name we can key state by, ranges within the limits.
+  std::vector<wire::seq_span> catch_up;
+  if (static_cast<std::size_t>(p.catch_up_seqs_size()) > wire::max_seq_ranges ||
+      (!p.channel().empty() && !wire::valid_channel_name(p.channel())) ||
+      ((p.channel_seq() > 0 || p.catch_up_seqs_size() > 0) && p.channel().empty()) ||
+      (p.channel_seq() > 0 && p.catch_up_seqs_size() > 0)) {
+    m_stats.drops.add(errc::invalid_field);
+    return false;
+  }
+  for (const auto& r : p.catch_up_seqs()) catch_up.emplace_back(r.first(), r.last());
+  if (!wire::valid_seq_ranges(catch_up, std::numeric_limits<std::uint64_t>::max())) {
+    m_stats.drops.add(errc::invalid_field);
+    return false;
+  }
   if (p.only_receivers_size() > 0 &&
       std::find(p.only_receivers().begin(), p.only_receivers().end(), m_cfg.id) ==
           p.only_receivers().end()) {
@@ -382,6 +403,12 @@ bool receiver_engine::new_session(const wire::announce& m, session_id id, const 
   s->chunks = p.manifest_chunks();
   s->total_bytes = p.total_bytes();
   s->sender_name = printable(p.sender_name().substr(0, 64));
+  s->seq_channel = p.channel();
+  s->seq = p.channel_seq();
+  s->catch_up = std::move(catch_up);
+  if (!s->seq_channel.empty()) {
+    s->seq_source = sequence_book::source_of(m_sink.sender_key(id), p.sender_name());
+  }
   s->chunks_have = block_map(s->chunks);
   s->entries_have = block_map(s->file_count);
   s->started = now;
@@ -623,9 +650,36 @@ void receiver_engine::send_register(session_rx& s, time_point now) {
   m.set_echo_time_us(s.echo_us);
   m.set_hold_us(static_cast<std::uint64_t>(
       std::chrono::duration_cast<std::chrono::microseconds>(now - s.echo_at).count()));
+  if (s.seq > 0) {
+    if (!s.seq_report) {
+      s.seq_report = m_sequences.on_session(s.seq_channel, s.seq_source, s.seq);
+      if (s.seq_report->reset && m_log) {
+        m_log->warn("session {}: channel {} from {}: session number {} is below {} seen before "
+                    "(the sender's numbering was reset); starting this channel's sequence over",
+                    s.name(), s.seq_channel, s.seq_source, s.seq, s.seq_report->previous_seen);
+      } else if (!s.seq_report->missing.empty() && m_log) {
+        std::string ranges;
+        for (const auto& [first, last] : s.seq_report->missing) {
+          ranges += (ranges.empty() ? "" : ",") + std::to_string(first) +
+                    (first == last ? "" : "-" + std::to_string(last));
+        }
+        m_log->warn("session {}: channel {} session {}: never completed sessions {}; reporting "
+                    "them for catch-up",
+                    s.name(), s.seq_channel, s.seq, ranges);
+      }
+    }
+    m.set_last_seq(s.seq_report->last_seq);
+    for (const auto& [first, last] : s.seq_report->missing) {
+      auto* r = m.add_missing_seqs();
+      r->set_first(first);
+      r->set_last(last);
+    }
+  }
   std::vector<std::uint32_t> held;
   range_encoder enc(held);
   std::size_t budget = wire::control_budget - wire::header_size - 100;
+  // The sequence report goes first; the held-file runs fill what is left of the budget.
+  budget -= std::min(budget, m.ByteSizeLong());
   for (std::uint32_t i = 0; i < s.file_count && budget > 40;) {
     if (s.files[i].state != file_rx::state_t::held) {
       ++i;
@@ -987,6 +1041,12 @@ void receiver_engine::send_complete(session_rx& s, time_point now) {
 void receiver_engine::file_done(session_rx& s, time_point now) {
   if (s.state != session_rx::state_t::receiving || s.files_open > 0) return;
   s.state = session_rx::state_t::completing;
+  // A session counts as completed for its channel's numbering when every file was stored or
+  // held; one failed or refused file leaves its number missing, so it is asked for again.
+  if (s.files_stored + s.files_held == s.file_count && !s.seq_channel.empty()) {
+    if (s.seq > 0) m_sequences.on_completed(s.seq_channel, s.seq_source, s.seq);
+    if (!s.catch_up.empty()) m_sequences.on_caught_up(s.seq_channel, s.seq_source, s.catch_up);
+  }
   if (m_log) {
     m_log->info("session {}: complete in {:.3f} s: {} files stored ({} bytes), {} held, {} failed, "
                 "{} refused",
@@ -1259,6 +1319,14 @@ void receiver_engine::do_checkpoint(session_rx& s, time_point now) {
   p->set_total_bytes(s.total_bytes);
   p->set_manifest_chunks(s.chunks);
   p->set_sender_name(s.sender_name);
+  p->set_channel(s.seq_channel);
+  p->set_channel_seq(s.seq);
+  for (const auto& [first, last] : s.catch_up) {
+    auto* r = p->add_catch_up_seqs();
+    r->set_first(first);
+    r->set_last(last);
+  }
+  st.set_sequence_source(s.seq_source);
   st.set_seen_seq(s.seen_seq);
   st.set_bytes_received(s.bytes_received);
   for (const auto& fr : s.files) {
@@ -1296,6 +1364,7 @@ std::error_code receiver_engine::restore(std::string_view blob, time_point now) 
       p.file_count() > max_files_per_session ||
       static_cast<std::uint32_t>(st.files_size()) != p.file_count() ||
       (st.sender_addr().size() != 4 && st.sender_addr().size() != 16) ||
+      (m_cfg.channel_count != 0 && st.channel() >= m_cfg.channel_count) ||
       find(session_id{st.session()})) {
     return errc::invalid_field;
   }
@@ -1326,6 +1395,20 @@ std::error_code receiver_engine::restore(std::string_view blob, time_point now) 
   s.chunks = p.manifest_chunks();
   s.total_bytes = p.total_bytes();
   s.sender_name = printable(p.sender_name());
+  if (static_cast<std::size_t>(p.catch_up_seqs_size()) > wire::max_seq_ranges ||
+      (!p.channel().empty() && !wire::valid_channel_name(p.channel())) ||
+      (p.channel_seq() > 0 && p.catch_up_seqs_size() > 0) ||
+      ((p.channel_seq() > 0 || p.catch_up_seqs_size() > 0) &&
+       (p.channel().empty() || !sequence_book::valid_source(st.sequence_source())))) {
+    return errc::invalid_field;
+  }
+  for (const auto& r : p.catch_up_seqs()) s.catch_up.emplace_back(r.first(), r.last());
+  if (!wire::valid_seq_ranges(s.catch_up, std::numeric_limits<std::uint64_t>::max())) {
+    return errc::invalid_field;
+  }
+  s.seq_channel = p.channel();
+  s.seq = p.channel_seq();
+  s.seq_source = st.sequence_source();
   s.seen_seq = st.seen_seq();
   s.bytes_received = st.bytes_received();
   s.files.resize(s.file_count);

@@ -13,6 +13,7 @@
 #include "common/manifest.hpp"
 #include "common/time.hpp"
 #include "receiver/core/memory_budget.hpp"
+#include "receiver/core/sequence_book.hpp"
 
 #include <cstdint>
 #include <deque>
@@ -44,6 +45,10 @@ namespace mcdist::receiver {
 /// Receiver settings. Durations are core-clock durations.
 struct receiver_config {
   std::string id;  ///< this site's receiver id (configured, stable)
+  /// Channels the daemon listens on: a checkpoint naming a channel index at or above this
+  /// (the configuration lost a channel since it was written) is refused by restore() instead
+  /// of reaching the daemon's channel table. 0: not checked (tests, tools).
+  std::uint32_t channel_count = 0;
   /// A session whose sender is silent this long is abandoned (temp files removed).
   duration session_timeout = std::chrono::seconds(60);
   /// How often a receiving session's state is checkpointed for resume.
@@ -161,6 +166,13 @@ class receiver_sink {
   /// A file was stored or failed for good (counted in receiver_stats::files_stored /
   /// files_failed at the same moment). Observation only; the default does nothing.
   virtual void file_finished(const file_outcome& outcome) { (void)outcome; }
+  /// The sender key that signed session `s`'s announce (crypto::format_public_key text), asked
+  /// when the session is first announced; empty for an unsigned session (the default), whose
+  /// session numbers are then kept per sender name (sequence_book::source_of).
+  virtual std::string sender_key(session_id s) {
+    (void)s;
+    return {};
+  }
 };
 
 /// Counters for logs and status.
@@ -228,6 +240,10 @@ class receiver_engine {
   std::size_t tombstones() const noexcept { return m_tombstones.size(); }
   /// Bytes of session state charged to the memory budget now.
   std::uint64_t memory_charged() const noexcept { return m_budget.used(); }
+  /// The channels' completed session numbers: sequenced sessions consult and update it; the
+  /// shell loads it at start and saves it when sequences().changes() moves.
+  sequence_book& sequences() noexcept { return m_sequences; }
+  const sequence_book& sequences() const noexcept { return m_sequences; }
 
  private:
   struct file_rx;
@@ -280,6 +296,7 @@ class receiver_engine {
   std::deque<std::pair<session_id, time_point>> m_tombstone_order;
   memory_budget m_budget;
   receiver_stats m_stats;
+  sequence_book m_sequences;
 };
 
 }  // namespace mcdist::receiver

@@ -2,6 +2,7 @@
 
 #include "common/units.hpp"
 #include "common/wire.hpp"
+#include "receiver/io/sequence_store.hpp"
 
 #include <boost/asio/post.hpp>
 #include <nlohmann/json.hpp>
@@ -149,7 +150,25 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
   rc.max_sessions_per_source = m_cfg.max_sessions_per_source;
   rc.session_memory_bytes = m_cfg.session_memory_bytes;
   rc.total_memory_bytes = m_cfg.total_memory_bytes;
+  rc.channel_count = static_cast<std::uint32_t>(m_cfg.channels.size());
   m_engine = std::make_unique<receiver_engine>(rc, *this, std::random_device{}(), m_log);
+  {
+    // The channels' completed session numbers (docs/design-notes.md "Session sequence
+    // numbers"); a damaged file is kept aside for inspection and numbering starts afresh.
+    const auto file = m_cfg.temp / sequences_file_name;
+    std::string detail;
+    if (auto ec = load_sequences(file, m_engine->sequences(), detail)) {
+      std::error_code rec;
+      std::filesystem::rename(file, file.string() + ".damaged", rec);
+      m_log->warn("{}; kept as {}.damaged: channels start numbering afresh (sessions missed "
+                  "before now are not reported)",
+                  detail, file.string());
+    } else if (m_engine->sequences().size() > 0) {
+      m_log->info("sequence state of {} channel stream(s) loaded from {}",
+                  m_engine->sequences().size(), file.string());
+    }
+    m_sequences_saved = m_engine->sequences().changes();
+  }
   for (const auto& ch : m_cfg.channels) {
     m_sockets.push_back(net::open_channel_socket(
         io, net::channel_socket_options{ch.group, m_cfg.interface, m_cfg.socket_buffer_bytes, true}));
@@ -250,6 +269,7 @@ void daemon::stop() {
   m_watchdog_timer.cancel();
   m_engine->checkpoint_all(from_steady(std::chrono::steady_clock::now()));
   m_store->flush();
+  save_sequences_if_changed();
   m_unicast.clear();
   m_unicast_poll.cancel();
   m_timer.cancel();
@@ -312,7 +332,27 @@ void daemon::service() {
   const auto now = from_steady(std::chrono::steady_clock::now());
   m_engine->on_timer(now);
   m_store->flush();
+  save_sequences_if_changed();
   arm_timer(now);
+}
+
+void daemon::save_sequences_if_changed() {
+  const auto changes = m_engine->sequences().changes();
+  if (changes == m_sequences_saved) return;
+  std::string detail;
+  if (auto ec = save_sequences(m_cfg.temp / sequences_file_name, m_engine->sequences(), detail)) {
+    // Tried again at the next change; until then a restart forgets the latest numbers.
+    m_log->error("cannot save the channels' sequence state: {}", detail);
+  }
+  m_sequences_saved = changes;
+}
+
+std::string daemon::sender_key(session_id s) {
+  for (const auto& k : m_keys) {
+    if (!k->knows(s)) continue;
+    if (const auto signer = k->signer(s)) return crypto::format_public_key(*signer);
+  }
+  return {};
 }
 
 void daemon::arm_timer(time_point now) {
@@ -706,6 +746,13 @@ nlohmann::json daemon::status_json() {
                    {"connected", ws.connected}, {"published", ws.published},
                    {"failed", ws.failed}, {"dropped", ws.dropped}, {"queued", ws.queued}});
     }
+  }
+  // Per channel (as announced) and sender: the newest session number seen, the newest
+  // completed, and how many below the newest were never completed.
+  auto& seqs = j["sequences"] = nlohmann::json::array();
+  for (const auto& q : m_engine->sequences().status()) {
+    seqs.push_back({{"channel", q.channel}, {"source", q.source}, {"last_seq_seen", q.last_seen},
+                    {"last_seq_completed", q.last_completed}, {"missing_sessions", q.missing}});
   }
   j["not_authenticated"] = {{"bad_signature", a.bad_signature}, {"bad_tag", a.bad_tag},
                             {"no_key", a.no_key},          {"unsigned", a.unauthenticated},

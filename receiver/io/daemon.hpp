@@ -76,6 +76,7 @@ class daemon final : public receiver_sink {
                      std::vector<byte_range> wanted) override;
   void stop_unicast(session_id s) override;
   void file_finished(const file_outcome& outcome) override;
+  std::string sender_key(session_id s) override;
 
  private:
   void do_receive(std::size_t socket_index);
@@ -84,6 +85,8 @@ class daemon final : public receiver_sink {
   void log_status(bool final);
   void check_unicast_backpressure();
   void write_status_file();
+  /// Writes TEMP/sequences when the engine's sequence book changed since the last write.
+  void save_sequences_if_changed();
   /// Loads or makes this site's key and sets up one keyring per channel; warns for channels
   /// that trust any sender.
   void setup_keys();
@@ -148,6 +151,8 @@ class daemon final : public receiver_sink {
   std::optional<time_point> m_timer_at;
   bool m_stopping = false;
   std::uint64_t m_last_logged_drops = 0;
+  /// sequence_book::changes() as of the last write of TEMP/sequences.
+  std::uint64_t m_sequences_saved = 0;
   // Status HTTP server (daemon_http.cpp).
   std::shared_ptr<http::log_ring_sink> m_log_ring;  ///< on m_log while the daemon lives
   status_board m_board;

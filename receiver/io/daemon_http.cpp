@@ -94,6 +94,7 @@ http::response daemon::serve_http(const http::request& r) {
   s.dropped_by_option = m_dropped_by_option;
   s.not_authenticated = auth_refused();
   s.read_pauses = m_read_pauses;
+  s.sequences = m_engine->sequences().status();
   for (const auto& [channel, p] : m_wis2) {
     s.wis2.push_back({p->channel(), p->action().topic, p->stats()});
   }

@@ -5,7 +5,9 @@
 #include "common/http/prometheus_text.hpp"
 #include "common/units.hpp"
 
+#include <algorithm>
 #include <ctime>
+#include <map>
 
 namespace mcdist::receiver {
 
@@ -144,6 +146,22 @@ std::string render_metrics(const status_snapshot& s) {
            "Log messages at warning level and above, by level.");
   p.sample({{"level", "warning"}}, s.warnings_logged);
   p.sample({{"level", "error"}}, s.errors_logged);
+  if (!s.sequences.empty()) {
+    // Per channel name as announced; a channel numbered by two senders sums their gaps.
+    std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> by_channel;  // missing, last
+    for (const auto& q : s.sequences) {
+      auto& [missing, last] = by_channel[q.channel];
+      missing += q.missing;
+      last = std::max(last, q.last_seen);
+    }
+    p.family("mcdist_receiver_channel_missing_sessions", metric_type::gauge,
+             "Sessions of the channel below the newest seen that this site never completed "
+             "(reported to the sender for catch-up).");
+    for (const auto& [channel, v] : by_channel) p.sample({{"channel", channel}}, v.first);
+    p.family("mcdist_receiver_channel_last_seq", metric_type::gauge,
+             "Newest session number seen on the channel.");
+    for (const auto& [channel, v] : by_channel) p.sample({{"channel", channel}}, v.second);
+  }
   if (!s.wis2.empty()) {
     p.family("mcdist_receiver_wis2_notifications_total", metric_type::counter,
              "WIS2 notifications by outcome: published (acknowledged by the broker), failed "
@@ -303,6 +321,20 @@ std::string render_status_page(const status_snapshot& s) {
          "</td></tr>\n";
   }
   h += "</tbody></table>\n";
+
+  if (!s.sequences.empty()) {
+    h += "<h2>Session numbers</h2>\n<table id=\"sequences\"><thead><tr><th>channel</th>"
+         "<th>sender</th><th class=\"num\">last seen</th><th class=\"num\">last completed</th>"
+         "<th class=\"num\">missing</th></tr></thead><tbody>\n";
+    for (const auto& q : s.sequences) {
+      h += "<tr data-channel=\"" + html_escape(q.channel) + "\"><td>" + html_escape(q.channel) +
+           "</td><td class=\"path\">" + html_escape(q.source) + "</td><td class=\"num\">" +
+           std::to_string(q.last_seen) + "</td><td class=\"num\">" +
+           std::to_string(q.last_completed) + "</td><td class=\"num" + (q.missing ? " bad" : "") +
+           "\">" + std::to_string(q.missing) + "</td></tr>\n";
+    }
+    h += "</tbody></table>\n";
+  }
 
   h += "<h2>Last products</h2>\n";
   for (std::size_t i = 0; i < board.size(); ++i) {

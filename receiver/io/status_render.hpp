@@ -48,6 +48,8 @@ struct status_snapshot {
     wis2_stats stats;
   };
   std::vector<wis2_entry> wis2;
+  /// Channel numbering (sequence_book::status): per channel as announced and sender.
+  std::vector<sequence_status> sequences;
 };
 
 /// The /metrics text.

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <stdexcept>
 
 namespace mcdist::sender {
@@ -117,6 +118,20 @@ sender_session::sender_session(sender_config cfg, std::vector<manifest_entry> fi
                                 std::to_string(max_files_per_session) + ")");
   }
   if (m_cfg.max_passes == 0) throw std::invalid_argument("max passes must be at least 1");
+  if (!m_cfg.channel.empty() && !wire::valid_channel_name(m_cfg.channel)) {
+    throw std::invalid_argument("channel name '" + m_cfg.channel +
+                                "' is not 1 to 64 letters, digits or - _ . : @ /");
+  }
+  if ((m_cfg.channel_seq > 0 || !m_cfg.catch_up_seqs.empty()) && m_cfg.channel.empty()) {
+    throw std::invalid_argument("a channel sequence number or catch-up ranges need a channel name");
+  }
+  if (!m_cfg.catch_up_seqs.empty() &&
+      (m_cfg.channel_seq > 0 ||
+       !wire::valid_seq_ranges(m_cfg.catch_up_seqs, std::numeric_limits<std::uint64_t>::max()))) {
+    throw std::invalid_argument("catch-up ranges must be at most " +
+                                std::to_string(wire::max_seq_ranges) +
+                                " ascending disjoint ranges from 1, in an unsequenced session");
+  }
   for (const auto& id : m_cfg.receivers) {
     if (!wire::valid_receiver_id(id)) throw std::invalid_argument("invalid receiver id '" + id + "'");
   }
@@ -166,6 +181,13 @@ void sender_session::build_announce_chunks() {
   params.set_closed_group(!m_cfg.receivers.empty());
   params.set_sender_name(m_cfg.sender_name.substr(0, 64));
   for (const auto& id : m_cfg.only_receivers) params.add_only_receivers(id);
+  params.set_channel(m_cfg.channel);
+  params.set_channel_seq(m_cfg.channel_seq);
+  for (const auto& [first, last] : m_cfg.catch_up_seqs) {
+    auto* r = params.add_catch_up_seqs();
+    r->set_first(first);
+    r->set_last(last);
+  }
   // Worst case for the fields filled in per send.
   params.set_manifest_chunks(0xffffffffu);
   params.set_grtt_us(0xffffffffu);
@@ -778,6 +800,7 @@ void sender_session::on_digest(file_index file, const sha256_digest& digest, tim
 void sender_session::mark_held(receiver_state& r, std::uint32_t file) {
   ++m_state[file].held_by;
   ++r.rep.files_held;
+  r.rep.held_files.push_back(file);
 }
 
 void sender_session::sample_rtt(receiver_state& r, std::uint64_t echo_us, std::uint64_t hold_us,
@@ -860,6 +883,19 @@ void sender_session::handle_register(const wire::register_request& m, const endp
       return;
     }
   }
+  // Sequence report: only in a sequenced session, bounded, ranges below this session's number.
+  if (static_cast<std::size_t>(m.missing_seqs_size()) > wire::max_seq_ranges ||
+      (m_cfg.channel_seq == 0 && (m.missing_seqs_size() > 0 || m.last_seq() != 0))) {
+    m_drops.add(errc::invalid_field);
+    return;
+  }
+  std::vector<wire::seq_span> missing;
+  missing.reserve(static_cast<std::size_t>(m.missing_seqs_size()));
+  for (const auto& r : m.missing_seqs()) missing.emplace_back(r.first(), r.last());
+  if (!wire::valid_seq_ranges(missing, m_cfg.channel_seq)) {
+    m_drops.add(errc::invalid_field);
+    return;
+  }
   wire::register_reply reply;
   reply.set_receiver_id(m.receiver_id());
   auto refuse = [&](const std::string& why) {
@@ -908,6 +944,8 @@ void sender_session::handle_register(const wire::register_request& m, const endp
   }
   r->rep.state = receiver_report::state_t::registered;
   r->rep.address = from;
+  r->rep.last_seq = m.last_seq();
+  r->rep.missing_seqs = std::move(missing);
   r->last_heard = now;
   if (m_registered == 0) m_first_registration = now;
   ++m_registered;
@@ -932,6 +970,16 @@ void sender_session::handle_register(const wire::register_request& m, const endp
     m_log->info("session {:08x}: receiver '{}' registered from {}{}, RTT {:.2f} ms, holds {} files",
                 m_cfg.session.value, r->rep.id, from.to_string(), m.resumed() ? " (resumed)" : "",
                 to_ms(r->rep.rtt), r->rep.files_held);
+    if (!r->rep.missing_seqs.empty()) {
+      std::string ranges;
+      for (const auto& [first, last] : r->rep.missing_seqs) {
+        ranges += (ranges.empty() ? "" : ",") + std::to_string(first) +
+                  (first == last ? "" : "-" + std::to_string(last));
+      }
+      m_log->warn("session {:08x}: receiver '{}' never completed sessions {} of channel {} "
+                  "(its last completed: {})",
+                  m_cfg.session.value, r->rep.id, ranges, m_cfg.channel, r->rep.last_seq);
+    }
   }
   if (!m_cfg.receivers.empty() && m_registered == m_cfg.receivers.size()) {
     close_registration(now);
@@ -1143,6 +1191,11 @@ void sender_session::abort(time_point now, std::string why) {
   start_ending(now, true, why);
 }
 
+void sender_session::set_rate(std::uint64_t rate_bps) noexcept {
+  m_cfg.rate_bps = rate_bps;
+  m_pacer.set_rate(rate_bps);
+}
+
 bool sender_session::succeeded() const noexcept {
   if (m_aborted || m_receivers.empty()) return false;
   return std::all_of(m_receivers.begin(), m_receivers.end(), [](const auto& r) {
@@ -1197,6 +1250,8 @@ std::optional<time_point> sender_session::next_deadline(time_point now) const {
 session_report sender_session::report(time_point now) const {
   session_report rep;
   rep.session = m_cfg.session;
+  rep.channel = m_cfg.channel;
+  rep.channel_seq = m_cfg.channel_seq;
   rep.files = static_cast<std::uint32_t>(m_files.size());
   for (std::size_t i = 0; i < m_files.size(); ++i) {
     rep.bytes += m_files[i].size;

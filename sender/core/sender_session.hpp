@@ -74,6 +74,17 @@ struct sender_config {
   /// one GSO send of 64 KiB per wake-up instead of a timer per datagram.
   std::uint64_t pacing_quantum_bytes = 64 * 1024;
   std::string sender_name;                ///< shown in receivers' logs
+  /// The channel this session belongs to (wire::valid_channel_name; empty = unsequenced). With
+  /// channel_seq it numbers the channel's sessions, so receivers find the ones they never
+  /// completed and report them in REGISTER (docs/design-notes.md "Session sequence numbers").
+  std::string channel;
+  /// This session's number on `channel`, from 1, one more per sequenced session; 0 =
+  /// unsequenced: ad-hoc, resend and catch-up sessions carry 0. Needs a channel.
+  std::uint64_t channel_seq = 0;
+  /// A catch-up session (channel_seq 0, channel set): the inclusive ranges of the channel's
+  /// sequence numbers whose products it carries again; a receiver that completes it stops
+  /// reporting them missing. At most wire::max_seq_ranges, ascending, disjoint.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> catch_up_seqs;
   /// Start pass 1 right after the first announce cycles instead of waiting a round trip for
   /// every registration; a file every receiver holds is still skipped if registration closes
   /// before the cursor reaches it.
@@ -145,6 +156,8 @@ struct receiver_report {
   endpoint address;
   std::uint32_t files_stored = 0;  ///< from COMPLETE
   std::uint32_t files_held = 0;    ///< skipped: already held
+  /// Indexes of the files it held already (a file may appear twice: claim and hold report).
+  std::vector<std::uint32_t> held_files;
   std::uint64_t bytes_stored = 0;  ///< from COMPLETE
   std::uint64_t bytes_received = 0;  ///< last progress report (NAK)
   std::uint32_t passes = 0;        ///< passes it needed: 1 + the pass of its last NAK with blocks
@@ -159,11 +172,20 @@ struct receiver_report {
   std::uint32_t fallback_connections = 0;  ///< TCP connections it was told to open (0: not TCP)
   duration fallback_at{};          ///< when, from session start
   std::vector<std::pair<std::uint32_t, std::string>> file_failures;  ///< files it could not store
+  /// From its REGISTER in a sequenced session: the highest sequence number of the channel it
+  /// completed from this sender key (0 = none, or a site new to the channel).
+  std::uint64_t last_seq = 0;
+  /// From its REGISTER in a sequenced session: inclusive ranges of the channel's sequence
+  /// numbers below this session's that it never completed, ascending; at most
+  /// wire::max_seq_ranges (a site with more reports the oldest first).
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> missing_seqs;
 };
 
 /// Session totals, for the summary.
 struct session_report {
   session_id session{};
+  std::string channel;             ///< sender_config::channel (empty: unsequenced)
+  std::uint64_t channel_seq = 0;   ///< sender_config::channel_seq (0: unsequenced)
   std::uint32_t files = 0;
   std::uint64_t bytes = 0;         ///< sum of file sizes
   /// Bytes of the files some receiver needed (not held by every one): what was moved.
@@ -253,6 +275,12 @@ class sender_session {
   session_report report(time_point now) const;
   /// Aborts the session (operator interrupt): sends END(aborted) and finishes.
   void abort(time_point now, std::string why);
+  /// Changes the multicast rate while the session runs (mcdist-feed's strict-priority sharing
+  /// of one link between channels). Bytes already paced keep their schedule; the next datagram
+  /// leaves at the new rate. @param rate_bps bit/s incl. IPv4+UDP headers, 0 = unpaced
+  void set_rate(std::uint64_t rate_bps) noexcept;
+  /// The multicast rate in force, bit/s (0 = unpaced).
+  std::uint64_t rate_bps() const noexcept { return m_cfg.rate_bps; }
 
  private:
   struct file_state;

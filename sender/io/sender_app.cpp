@@ -49,7 +49,7 @@ sender_app::sender_app(boost::asio::io_context& io, app_options opts, sender_con
           io, net::sender_socket_options{m_opts.interface, m_opts.ttl, 8 << 20, 8 << 20})),
       m_timer(io),
       m_progress_timer(io),
-      m_signals(io, SIGINT, SIGTERM),
+      m_signals(io),
       m_session(
           [&] {
             cfg.token_source = [] {
@@ -176,12 +176,34 @@ void sender_app::fail(const std::string& why) {
   }
 }
 
-run_result sender_app::run() {
+void sender_app::begin() {
   const auto now = from_steady(std::chrono::steady_clock::now());
   m_session.start(now);
   for (std::uint32_t f = 0; f < m_files.size(); ++f) {
     if (!m_files[f].entry.digest) m_reader.hash_while_reading(f);
   }
+}
+
+run_result sender_app::result() const {
+  run_result r;
+  const auto end = std::chrono::steady_clock::now();
+  r.report = m_session.report(from_steady(end));
+  r.wall_seconds = std::chrono::duration<double>(end - m_started).count();
+  r.succeeded = m_session.succeeded() && m_error.empty();
+  r.signed_session = m_keys != nullptr;
+  if (m_unicast) {
+    r.fallback_hellos_refused = m_unicast->counters().hellos_refused;
+    r.fallback_hellos_bad_proof = m_unicast->counters().hellos_bad_proof;
+  }
+  if (m_keys) r.refused = m_keys->stats();
+  r.error = m_error;
+  return r;
+}
+
+run_result sender_app::run() {
+  begin();
+  m_signals.add(SIGINT);
+  m_signals.add(SIGTERM);
   m_signals.async_wait([this](const boost::system::error_code& ec, int sig) {
     if (ec) return;
     ++m_interrupts;
@@ -207,19 +229,28 @@ run_result sender_app::run() {
   m_io.run();
   if (m_opts.progress) draw_progress(true);
   m_hashers.clear();
-  run_result r;
-  const auto end = std::chrono::steady_clock::now();
-  r.report = m_session.report(from_steady(end));
-  r.wall_seconds = std::chrono::duration<double>(end - m_started).count();
-  r.succeeded = m_session.succeeded() && m_error.empty();
-  r.signed_session = m_keys != nullptr;
-  if (m_unicast) {
-    r.fallback_hellos_refused = m_unicast->counters().hellos_refused;
-    r.fallback_hellos_bad_proof = m_unicast->counters().hellos_bad_proof;
-  }
-  if (m_keys) r.refused = m_keys->stats();
-  r.error = m_error;
-  return r;
+  return result();
+}
+
+void sender_app::start(std::function<void(run_result)> done) {
+  m_done = std::move(done);
+  begin();
+  do_receive();
+  // Through the queue, so `done` never runs inside start() even for a session that ends at once.
+  boost::asio::post(m_io, [this] { service(); });
+}
+
+void sender_app::set_rate(std::uint64_t rate_bps) {
+  if (m_session.done() || m_session.rate_bps() == rate_bps) return;
+  m_session.set_rate(rate_bps);
+  // A higher rate moves the next deadline earlier: serve now and re-arm the timer.
+  service();
+}
+
+void sender_app::abort(const std::string& why) {
+  if (m_session.done()) return;
+  m_session.abort(from_steady(std::chrono::steady_clock::now()), why);
+  service();
 }
 
 void sender_app::service() {
@@ -238,7 +269,16 @@ void sender_app::service() {
     m_signals.cancel();
     boost::system::error_code ignored;
     m_socket.cancel(ignored);
-    m_io.stop();
+    if (!m_done) {
+      m_io.stop();
+      return;
+    }
+    if (m_completed) return;
+    m_completed = true;
+    m_hashers.clear();  // joins the hashing thread; nothing more is posted on its behalf
+    // The handlers cancelled above are queued already: `done` runs after them, so it may
+    // schedule the destruction of this object.
+    boost::asio::post(m_io, [this] { m_done(result()); });
     return;
   }
   arm_timer(now);
@@ -386,6 +426,7 @@ void sender_app::do_wait_writable() {
   if (m_waiting_writable) return;
   m_waiting_writable = true;
   m_socket.async_wait(net::udp::socket::wait_write, [this](const boost::system::error_code& ec) {
+    if (ec == boost::asio::error::operation_aborted) return;  // this may be gone (start())
     m_waiting_writable = false;
     if (!ec) service();
   });
@@ -487,6 +528,14 @@ std::string format_summary(const run_result& r) {
          << "\n";
     }
     if (!rr.reason.empty()) os << "    reason: " << rr.reason << "\n";
+    if (!rr.missing_seqs.empty()) {
+      os << "    never completed sessions";
+      for (const auto& [first, last] : rr.missing_seqs) {
+        os << ' ' << first;
+        if (last != first) os << '-' << last;
+      }
+      os << " (last completed " << rr.last_seq << ")\n";
+    }
     for (const auto& [file, why] : rr.file_failures) {
       os << "    file " << file << ": " << why << "\n";
     }
@@ -530,6 +579,10 @@ std::string summary_json(const run_result& r) {
   j["grtt_ms"] = to_ms(rep.grtt);
   j["succeeded"] = r.succeeded;
   j["signed"] = r.signed_session;
+  if (!rep.channel.empty()) {
+    j["channel"] = rep.channel;
+    j["channel_seq"] = rep.channel_seq;
+  }
   j["refused_unauthenticated"] = {{"bad_tag", r.refused.bad_tag},
                                   {"no_key", r.refused.no_key},
                                   {"untrusted_site", r.refused.untrusted_site},
@@ -565,6 +618,11 @@ std::string summary_json(const run_result& r) {
     }
     auto& ff = o["file_failures"] = nlohmann::json::array();
     for (const auto& [file, why] : rr.file_failures) ff.push_back({{"file", file}, {"reason", why}});
+    // Sequenced sessions: what the site reported in its REGISTER (docs/design-notes.md
+    // "Session sequence numbers"); inclusive [first, last] pairs.
+    o["last_seq"] = rr.last_seq;
+    auto& ms = o["missing_seqs"] = nlohmann::json::array();
+    for (const auto& [first, last] : rr.missing_seqs) ms.push_back({first, last});
     list.push_back(std::move(o));
   }
   return j.dump(2) + "\n";

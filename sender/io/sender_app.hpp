@@ -17,6 +17,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -79,11 +80,30 @@ class sender_app {
              std::chrono::steady_clock::time_point started);
   ~sender_app();
 
-  /// Runs the io_context until the session is done. @return the outcome
+  /// Runs the io_context until the session is done (mcdist-send): SIGINT/SIGTERM abort the
+  /// session, a second one stops the io_context at once. @return the outcome
   run_result run();
+
+  /// Starts the session on the shared io_context and returns (mcdist-feed: several sessions,
+  /// one per channel, run at once on the daemon's io_context). No signal handling and no
+  /// io_context::stop(): `done` is posted to the io_context once the session has ended and
+  /// every operation of this object was cancelled, so `done` may destroy the sender_app (the
+  /// destruction must itself be posted, see feed/channel_runner). Call once, instead of run().
+  void start(std::function<void(run_result)> done);
+
+  /// Changes the multicast rate of the running session (bit/s, 0 = unpaced): the pacer uses it
+  /// from the next datagram on. Safe from any handler on the io_context's thread.
+  void set_rate(std::uint64_t rate_bps);
+  /// The multicast rate in force, bit/s.
+  std::uint64_t rate_bps() const { return m_session.rate_bps(); }
+
+  /// Aborts the running session (daemon shutdown): END(aborted) is sent and `done` follows.
+  void abort(const std::string& why);
 
  private:
   void service();
+  void begin();
+  run_result result() const;
   void send_data(time_point now);
   void collect_digests(time_point now);
   bool flush_pending(time_point now);
@@ -143,6 +163,9 @@ class sender_app {
   std::uint64_t m_last_progress_bytes = 0;
   std::chrono::steady_clock::time_point m_last_progress_time;
   int m_interrupts = 0;
+  /// start(): the completion to post when the session is done (empty for run()).
+  std::function<void(run_result)> m_done;
+  bool m_completed = false;
 };
 
 /// Writes the summary table for an operator.

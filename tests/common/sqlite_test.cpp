@@ -71,6 +71,50 @@ TEST_CASE("sqlite: a transaction not committed is rolled back; committed rows su
   CHECK(st.column_text(0) == "1");
 }
 
+TEST_CASE("sqlite: a transaction inside another is a savepoint of the outer one") {
+  const auto path = temp_db("nested.db");
+  {
+    sqlite::database db(path.string());
+    db.exec("CREATE TABLE t(i INTEGER)");
+    sqlite::transaction outer(db);
+    {
+      sqlite::transaction inner(db);
+      db.exec("INSERT INTO t VALUES(1)");
+      inner.commit();
+    }
+    {
+      sqlite::transaction failed(db);
+      db.exec("INSERT INTO t VALUES(2)");
+      // destroyed uncommitted: only its own row goes
+    }
+    auto n = db.prepare("SELECT count(*), max(i) FROM t");
+    REQUIRE(n.step());
+    CHECK(n.column_int64(0) == 1);
+    CHECK(n.column_int64(1) == 1);
+    n.reset();
+    outer.commit();
+  }
+  {
+    sqlite::database db(path.string());
+    auto n = db.prepare("SELECT count(*) FROM t");
+    REQUIRE(n.step());
+    CHECK(n.column_int64(0) == 1);  // committed with the outer transaction
+  }
+  {
+    sqlite::database db(path.string());
+    {
+      sqlite::transaction outer(db);
+      sqlite::transaction inner(db);
+      db.exec("INSERT INTO t VALUES(3)");
+      inner.commit();
+      // outer destroyed uncommitted: the inner's committed savepoint goes with it
+    }
+    auto n = db.prepare("SELECT count(*) FROM t");
+    REQUIRE(n.step());
+    CHECK(n.column_int64(0) == 1);
+  }
+}
+
 TEST_CASE("sqlite: errors carry the code and name the file") {
   const auto path = temp_db("c.db");
   {

@@ -295,6 +295,18 @@ template <class Msg>
 bytes tx_dg(wire::msg_type t, const Msg& m) {
   return datagram(t, m, tx_sid);
 }
+wire::register_request sequenced_register_msg(const std::string& id) {
+  wire::register_request r;
+  r.set_receiver_id(id);
+  r.set_echo_time_us(100'000'000);
+  r.set_last_seq(990);
+  for (const auto& [first, last] : {std::pair<std::uint64_t, std::uint64_t>{991, 993}, {996, 999}}) {
+    auto* m = r.add_missing_seqs();
+    m->set_first(first);
+    m->set_last(last);
+  }
+  return r;
+}
 wire::register_request register_msg(const std::string& id, std::vector<std::uint32_t> held_files = {}) {
   wire::register_request r;
   r.set_receiver_id(id);
@@ -354,6 +366,19 @@ void sender_seeds() {
     in.insert(in.end(), s.b.begin(), s.b.end());
     write("sender", "closed_group", in);
   }
+  {  // a sequenced session (flag bit 5): both report gaps in REGISTER, both complete
+    script s;
+    s.add(0, tx_dg(wire::msg_type::register_request, sequenced_register_msg("a")));
+    s.add(1, tx_dg(wire::msg_type::register_request, sequenced_register_msg("b")));
+    s.add(2, be3(10));
+    s.add(0, tx_dg(wire::msg_type::complete, complete_msg("a", false)));
+    s.add(1, tx_dg(wire::msg_type::complete, complete_msg("b", true)));
+    s.add(2, be3(1000));
+    s.add(7);
+    bytes in{std::byte{0x20}};
+    in.insert(in.end(), s.b.begin(), s.b.end());
+    write("sender", "sequenced", in);
+  }
   {  // open group, heavy loss: fallback to TCP, unicast starts, fails, completes
     script s;
     s.add(0, tx_dg(wire::msg_type::register_request, register_msg("site-x")));
@@ -400,6 +425,41 @@ void wire_seeds() {
   write("wire", "end", datagram(wire::msg_type::session_end, end_msg(true)));
   write("wire", "fallback", datagram(wire::msg_type::fallback, fallback_msg(wire::fallback::TCP)));
   write("wire", "data", data_dg(5, 1, 2, 64));
+  // Session numbering: a sequenced announce, a catch-up announce, a REGISTER with gaps.
+  wire::announce sequenced = announce_msg();
+  sequenced.mutable_params()->set_channel("obs");
+  sequenced.mutable_params()->set_channel_seq(5);
+  write("wire", "announce_sequenced", datagram(wire::msg_type::announce, sequenced));
+  wire::announce catch_up = announce_msg();
+  catch_up.mutable_params()->set_channel("obs");
+  auto* r = catch_up.mutable_params()->add_catch_up_seqs();
+  r->set_first(3);
+  r->set_last(4);
+  write("wire", "announce_catch_up", datagram(wire::msg_type::announce, catch_up));
+  write("wire", "register_sequenced", datagram(wire::msg_type::register_request,
+                                               sequenced_register_msg("a")));
+}
+
+// --- a site's channel numbering (TEMP/sequences), then events ---
+
+void sequences_seeds() {
+  receiver::sequence_book b;
+  b.on_session("obs", "name:hub", 1);
+  b.on_completed("obs", "name:hub", 1);
+  b.on_session("obs", "name:hub", 4);
+  b.on_completed("obs", "name:hub", 4);
+  b.on_session("warnings", "key:mcdist-ed25519:AAAA", 40);
+  write_text("sequences", "book", b.serialize());
+  // The book, then: session 6 announced, 6 completed, catch-up of 2.., session 7 announced.
+  std::string with_events = b.serialize();
+  with_events += '\0';
+  const std::pair<char, std::uint64_t> events[] = {{0, 6}, {1, 6}, {2, 2}, {0, 7}};
+  for (const auto& [op, n] : events) {
+    with_events += op;
+    for (int k = 7; k >= 0; --k) with_events += static_cast<char>(n >> (8 * k));
+  }
+  write_text("sequences", "book_events", with_events);
+  write_text("sequences", "empty", "mcdist-sequences 1\n");
 }
 
 // --- unicast frames: a client's stream (hello, requests, acks, bye) and a server's ---
@@ -564,6 +624,7 @@ int main(int argc, char** argv) {
     wire_seeds();
     receiver_seeds();
     checkpoint_seeds();
+    sequences_seeds();
     sender_seeds();
     unicast_seeds();
     auth_seeds();

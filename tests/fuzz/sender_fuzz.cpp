@@ -4,7 +4,8 @@
 /// Input: one flags byte, then a script (tests/fuzz/fuzz_script.hpp) run against one
 /// sender_session of three files (empty, 5000 bytes, 40000 bytes without a digest yet) in
 /// 1000-byte blocks. Flags: bit 0 open group (else closed group {"a", "b"}), bit 1 no eager
-/// start, bits 2-3 fallback mode (off, automatic, tcp, sctp), bit 4 unpaced.
+/// start, bits 2-3 fallback mode (off, automatic, tcp, sctp), bit 4 unpaced, bit 5 sequenced
+/// (channel "obs", session number 1000).
 /// Ops (op % 8):
 ///   0  datagram from receiver address A (payload = the datagram)
 ///   1  datagram from receiver address B
@@ -102,6 +103,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   cfg.fallback_min_sample = 20;
   cfg.fallback_after_passes = 2;
   cfg.max_passes = 5;
+  if (flags & 32) {  // a sequenced session: REGISTERs' missing_seqs are checked against 1000
+    cfg.channel = "obs";
+    cfg.channel_seq = 1000;
+  }
   time_point now{100s};
   sender_session s(cfg, fuzz_files(), 1, null_logger());
   s.set_unicast_endpoint(transport_kind::tcp, *parse_endpoint("10.0.0.1:9000"));

@@ -87,7 +87,8 @@ def main():
         log("apt-get install ./%s: ok" % os.path.basename(deb))
 
         for f in ("/usr/bin/mcdistd", "/usr/bin/mcdist-send", "/usr/share/man/man8/mcdistd.8.gz",
-                  "/usr/share/man/man1/mcdist-send.1.gz", "/usr/lib/systemd/system/mcdistd.service",
+                  "/usr/share/man/man1/mcdist-send.1.gz", "/usr/bin/mcdistctl",
+                  "/usr/share/man/man1/mcdistctl.1.gz", "/usr/lib/systemd/system/mcdistd.service",
                   "/usr/lib/systemd/system/mcdistd@.service", "/usr/lib/sysusers.d/mcdist.conf",
                   "/usr/lib/tmpfiles.d/mcdist.conf", "/usr/lib/sysctl.d/60-mcdist.conf",
                   "/etc/mcdist/mcdistd.toml", "/usr/share/doc/mcdist/copyright"):

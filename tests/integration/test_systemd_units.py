@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Integration: the systemd files of deploy/systemd pass systemd's own checks.
 
-- every unit (mcdistd.service, mcdistd@.service as instance mcdistd@site.service) passes
+- every unit (mcdistd.service, mcdistd@.service as instance mcdistd@site.service,
+  mcdist-feed.service) passes
   `systemd-analyze verify` with no message at all (verify exits 0 on unknown keys and bad values,
-  so any output fails the test); ExecStart= points at the build tree's mcdistd for the check,
+  so any output fails the test); ExecStart= points at the build tree's program for the check,
   since the package is not installed here (tests/integration/test_package.py verifies the
   installed units as they are, man pages included);
 - a unit with a misspelt setting does produce a message (the check can fail);
@@ -41,24 +42,28 @@ def main():
         if not shutil.which(tool):
             print("SKIPPED: %s is not installed (Debian package systemd)" % tool)
             return SKIP
-    mcdistd = os.path.join(os.path.abspath(bin_dir), "receiver", "mcdistd")
     base = tempfile.mkdtemp(prefix="mcdist-units-", dir=os.environ.get("MCDIST_TEST_DIR", "/tmp"))
     try:
         units = sorted(glob.glob(os.path.join(UNITS, "*.service")))
         names = [os.path.basename(u) for u in units]
-        check("mcdistd.service" in names and "mcdistd@.service" in names, "units found: %s" % names)
+        # Each unit and the program it runs.
+        programs = {"mcdistd.service": "receiver/mcdistd", "mcdistd@.service": "receiver/mcdistd",
+                    "mcdist-feed.service": "feed/mcdist-feed"}
+        check(sorted(names) == sorted(programs), "units found: %s, expected %s" % (names, sorted(programs)))
         for u in units:
             name = os.path.basename(u).replace("@.", "@site.")
             with open(u) as f:
                 text = f.read()
-            check("/usr/bin/mcdistd" in text, "%s does not run /usr/bin/mcdistd" % name)
+            prog = programs[os.path.basename(u)]
+            installed = "/usr/bin/" + os.path.basename(prog)
+            check(installed in text, "%s does not run %s" % (name, installed))
             for key in ("Type=notify", "WatchdogSec=", "ProtectSystem=strict", "NoNewPrivileges=yes",
                         "PrivateTmp=yes", "User=mcdist", "CapabilityBoundingSet=CAP_NET_ADMIN\n",
                         "AmbientCapabilities=CAP_NET_ADMIN\n", "ReadWritePaths="):
                 check(key in text, "%s lacks %s" % (name, key.strip()))
             local = os.path.join(base, name)
             with open(local, "w") as f:
-                f.write(text.replace("/usr/bin/mcdistd", mcdistd))
+                f.write(text.replace(installed, os.path.join(os.path.abspath(bin_dir), prog)))
             rc, out = verify(local)
             log("systemd-analyze verify %s: exit %d%s" % (name, rc, (":\n" + out) if out else ", no messages"))
             check(rc == 0 and out == "", "systemd-analyze verify %s: exit %d: %s" % (name, rc, out))
@@ -105,8 +110,11 @@ def main():
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
         out = p.stdout.decode()
         check(p.returncode == 0 and out.strip() == "", "systemd-tmpfiles: exit %d: %s" % (p.returncode, out))
+        with open(os.path.join(root, "etc", "group")) as f:
+            check(any(line.startswith("mcdist-ops:") for line in f),
+                  "sysusers made no group mcdist-ops (mcdist-feed's control socket)")
         for d in ("var/lib/mcdist", "var/spool/mcdist/in", "var/spool/mcdist/tmp", "var/log/mcdist",
-                  "run/mcdist"):
+                  "run/mcdist", "var/spool/mcdist-feed", "var/lib/mcdist-feed", "run/mcdist-feed"):
             st = os.stat(os.path.join(root, d))
             if os.geteuid() == 0:  # only root can chown
                 check(st.st_uid == uid, "/%s is owned by uid %d, not mcdist (%d)" % (d, st.st_uid, uid))

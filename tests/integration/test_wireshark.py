@@ -280,11 +280,15 @@ def v2_datagrams(session):
                 {"mcdist.file_entry.path": ["v2/a.bin"], "mcdist.file_entry.size": ["12345"],
                  "mcdist.auth.session_public_key": [part(0x11, 32).hex()],
                  "mcdist.auth.signature": [part(0x22, 64).hex()]}))
+    # A sequenced REGISTER: last completed session 2, sessions 3-4 and 7 never completed.
+    missing = pb_bytes(8, pb_uint(1, 3) + pb_uint(2, 4)) + pb_bytes(8, pb_uint(1, 7) + pb_uint(2, 7))
     out.append(("register_request", h(3) + rid + pb_uint(2, 99) + packed(4, [2, 3, 1, 1]) +
-                part(0x33, 32) + part(0x44, 32),
+                pb_uint(7, 2) + missing + part(0x33, 32) + part(0x44, 32),
                 {"mcdist.register_request.receiver_id": ["site-a"],
                  "mcdist.register_request.held_files": ["2", "3", "1", "1"],
                  "mcdist.register_request.held_file_runs": ["2-4,6"],
+                 "mcdist.register_request.last_seq": ["2"],
+                 "mcdist.seq_range.first": ["3", "7"], "mcdist.seq_range.last": ["4", "7"],
                  "mcdist.auth.site_public_key": [part(0x33, 32).hex()],
                  "mcdist.auth.hmac": [part(0x44, 32).hex()]}))
     out.append(("register_reply", h(4) + rid + pb_uint(2, 1) + part(0x55, 24) + part(0x66, 32) +
@@ -326,7 +330,7 @@ def v2_datagrams(session):
     # The Info column of each, as the dissector writes it.
     infos = ["data [%08x] seq=77 file=3 block=5 len=100",
              "announce [%08x] chunk 0/1, files 0-0 of 1",
-             "register_request [%08x] id=site-a",
+             "register_request [%08x] id=site-a last_seq=2 missing_ranges=2",
              "register_reply [%08x] id=site-a accepted",
              "marker [%08x] pass=4 file=9 block=0 seq=0 pass_end",
              "nak [%08x] id=site-a pass=2 seen_seq=0 files=1",

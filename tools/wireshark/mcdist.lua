@@ -89,6 +89,13 @@ local schema = {
     { 9, "sender_name", "string" },
     { 10, "only_receivers", "string", { repeated = true } },
     { 11, "manifest_sha256", "bytes", { sha256 = true } },
+    { 12, "channel", "string" },
+    { 13, "channel_seq", "uint64" },
+    { 14, "catch_up_seqs", "message", { msg = "seq_range", repeated = true } },
+  },
+  seq_range = {
+    { 1, "first", "uint64" },
+    { 2, "last", "uint64" },
   },
   announce = {
     { 1, "params", "message", { msg = "session_params" } },
@@ -105,6 +112,8 @@ local schema = {
                                         runs = { "held_file_runs", "Held files" } } },
     { 5, "held_pending", "message", { msg = "held_digest", repeated = true } },
     { 6, "resumed", "bool" },
+    { 7, "last_seq", "uint64" },
+    { 8, "missing_seqs", "message", { msg = "seq_range", repeated = true } },
   },
   held_digest = {
     { 1, "file", "uint32" },
@@ -423,8 +432,16 @@ local summaries = {
     return string.format(": file %d%s: %s", v.file or 0, path_suffix(v.file), v.reason or "")
   end,
   session_params = function(v)
-    return string.format(": %d files, %s bytes, block %d", v.file_count or 0,
-                         tostring(v.total_bytes or 0), v.block_size or 0)
+    local t = string.format(": %d files, %s bytes, block %d", v.file_count or 0,
+                            tostring(v.total_bytes or 0), v.block_size or 0)
+    if v.channel then
+      t = t .. string.format(", channel %s #%s", v.channel, tostring(v.channel_seq or 0))
+    end
+    return t
+  end,
+  seq_range = function(v)
+    local first, last = tostring(v.first or 0), tostring(v.last or 0)
+    return ": " .. (first == last and first or (first .. "-" .. last))
   end,
 }
 
@@ -630,7 +647,12 @@ local info = {
     return t
   end,
   register_request = function(v)
-    return string.format("id=%s%s", rid(v), v.resumed and " resumed" or "")
+    local t = string.format("id=%s%s", rid(v), v.resumed and " resumed" or "")
+    if v.last_seq or v["missing_seqs#"] then
+      t = t .. string.format(" last_seq=%s missing_ranges=%d", tostring(v.last_seq or 0),
+                             v["missing_seqs#"] or 0)
+    end
+    return t
   end,
   register_reply = function(v)
     return string.format("id=%s %s%s", rid(v), v.accepted and "accepted" or "refused",

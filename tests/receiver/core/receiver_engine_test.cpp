@@ -391,6 +391,27 @@ TEST_CASE("a damaged checkpoint whose bitmap does not fit its file is refused", 
   REQUIRE_FALSE(restarted.restore(st.SerializeAsString(), h.now));
 }
 
+TEST_CASE("a checkpoint of a channel the configuration no longer has is refused",
+          "[unit][receiver]") {
+  harness h;
+  h.announce({entry("a", 3000)});
+  h.held_none();
+  h.accept();
+  h.engine.checkpoint_all(h.now);
+  REQUIRE(h.sink.checkpoints.size() == 1);
+  wire::session_state st;
+  REQUIRE(st.ParseFromString(h.sink.checkpoints.back()));
+  st.set_channel(2);  // written when the daemon had three channels; it has two now
+  receiver_config rc{"site"};
+  rc.channel_count = 2;
+  fake_sink sink2;
+  receiver_engine restarted(rc, sink2, 2, nullptr);
+  REQUIRE(restarted.restore(st.SerializeAsString(), h.now) == errc::invalid_field);
+  REQUIRE(restarted.active_sessions() == 0);
+  st.set_channel(1);
+  REQUIRE_FALSE(restarted.restore(st.SerializeAsString(), h.now));
+}
+
 TEST_CASE("an announce of an empty session allocates nothing and completes its manifest",
           "[unit][receiver]") {
   // Found by tests/fuzz/receiver_fuzz: file_count 0 and a chunk without entries made the
@@ -788,4 +809,236 @@ TEST_CASE("a storage error of a unicast file fails it instead of fetching it aga
   REQUIRE(done.size() >= 1);
   REQUIRE(done[0].files_stored() == 1);
   REQUIRE(done[0].failures_size() == 1);
+}
+
+namespace {
+
+/// A sink whose sessions are signed by a given key (sender_key), per session id.
+struct keyed_sink final : receiver_sink {
+  std::vector<std::vector<std::byte>> sent;
+  std::map<std::uint32_t, std::string> keys;
+  std::vector<std::string> checkpoints;
+  void send(const endpoint&, std::span<const std::byte> d) override { sent.emplace_back(d.begin(), d.end()); }
+  void begin_file(const file_ref&) override {}
+  bool write_block(session_id, file_index, std::uint64_t, std::span<const std::byte>) override { return true; }
+  void finalize_file(session_id, file_index, const sha256_digest&) override {}
+  void discard_file(session_id, file_index) override {}
+  void query_held(session_id, std::uint32_t, std::vector<held_query>) override {}
+  void checkpoint(session_id, std::string blob) override { checkpoints.push_back(std::move(blob)); }
+  void session_closed(session_id, bool) override {}
+  void start_unicast(session_id, const unicast_order&, std::vector<byte_range>) override {}
+  void stop_unicast(session_id) override {}
+  std::string sender_key(session_id s) override {
+    const auto it = keys.find(s.value);
+    return it == keys.end() ? std::string() : it->second;
+  }
+  /// The REGISTERs of session `s`.
+  std::vector<wire::register_request> registers(session_id s) const {
+    std::vector<wire::register_request> out;
+    for (const auto& d : sent) {
+      wire::header h;
+      if (wire::parse_header(d, h) || h.type != wire::msg_type::register_request || h.session != s) continue;
+      wire::register_request m;
+      REQUIRE_FALSE(wire::parse_control(d, m));
+      out.push_back(m);
+    }
+    return out;
+  }
+};
+
+/// Drives whole sequenced sessions of one small file through an engine.
+struct sequenced {
+  keyed_sink sink;
+  receiver_engine engine{receiver_config{"site"}, sink, 1, nullptr};
+  time_point now{50s};
+
+  /// Announces session `id` as number `seq` of channel "obs" (catch_up: a catch-up session).
+  void announce(session_id id, std::uint64_t seq, std::vector<wire::seq_span> catch_up = {},
+                const std::string& channel = "obs") {
+    wire::announce a;
+    auto* p = a.mutable_params();
+    p->set_block_size(1000);
+    p->set_file_count(1);
+    p->set_manifest_chunks(1);
+    p->set_total_bytes(10);
+    p->set_grtt_us(10000);
+    p->set_sender_name("hub");
+    p->set_channel(channel);
+    p->set_channel_seq(seq);
+    for (auto [first, last] : catch_up) {
+      auto* r = p->add_catch_up_seqs();
+      r->set_first(first);
+      r->set_last(last);
+    }
+    *a.add_files() = entry("bulletin-" + std::to_string(id.value), 10);
+    engine.on_datagram(datagram(wire::msg_type::announce, a, id), sender_ep, 0, now);
+  }
+  /// The REGISTER the session sends once its held check is answered.
+  wire::register_request registered(session_id id, bool holds_the_file) {
+    sha256_digest same;
+    same.fill(0x11);
+    std::vector<std::pair<file_index, sha256_digest>> held;
+    if (holds_the_file) held.emplace_back(file_index{0}, same);
+    engine.on_held(id, held, now);
+    const auto regs = sink.registers(id);
+    REQUIRE(regs.size() == 1);
+    return regs[0];
+  }
+  /// The sender accepts: a session whose file is held completes at once.
+  void accept(session_id id) {
+    wire::register_reply r;
+    r.set_receiver_id("site");
+    r.set_accepted(true);
+    engine.on_datagram(datagram(wire::msg_type::register_reply, r, id), sender_ep, 0, now);
+  }
+  /// Session number `seq` as session id 100 + seq, completed (file held) or not.
+  wire::register_request session(std::uint64_t seq, bool complete) {
+    const session_id id{static_cast<std::uint32_t>(100 + seq)};
+    announce(id, seq);
+    auto reg = registered(id, complete);
+    if (complete) accept(id);
+    return reg;
+  }
+};
+
+std::vector<wire::seq_span> missing_of(const wire::register_request& r) {
+  std::vector<wire::seq_span> out;
+  for (const auto& m : r.missing_seqs()) out.emplace_back(m.first(), m.last());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("REGISTER of a sequenced session carries the last completed number and the gap",
+          "[unit][receiver][sequence]") {
+  sequenced h;
+  const auto first = h.session(1, true);
+  REQUIRE(first.last_seq() == 0);  // a site new to the channel reports nothing missing
+  REQUIRE(first.missing_seqs_size() == 0);
+  REQUIRE(h.session(2, true).last_seq() == 1);
+  h.session(3, false);  // registered, never completed
+  // 4 never announced here (the site was down)
+  const auto fifth = h.session(5, true);
+  REQUIRE(fifth.last_seq() == 2);
+  REQUIRE(missing_of(fifth) == std::vector<wire::seq_span>{{3, 4}});
+  const auto st = h.engine.sequences().status();
+  REQUIRE(st.size() == 1);
+  REQUIRE(st[0].channel == "obs");
+  REQUIRE(st[0].source == "name:hub");
+  REQUIRE(st[0].last_seen == 5);
+  REQUIRE(st[0].missing == 2);
+}
+
+TEST_CASE("an unsequenced session's REGISTER carries no sequence report and changes nothing",
+          "[unit][receiver][sequence]") {
+  sequenced h;
+  h.session(1, true);
+  const auto before = h.engine.sequences().changes();
+  h.announce(session_id{900}, 0, {}, "");
+  const auto reg = h.registered(session_id{900}, true);
+  REQUIRE(reg.last_seq() == 0);
+  REQUIRE(reg.missing_seqs_size() == 0);
+  h.accept(session_id{900});
+  REQUIRE(h.engine.sequences().changes() == before);
+}
+
+TEST_CASE("a completed catch-up session clears the numbers it carried", "[unit][receiver][sequence]") {
+  sequenced h;
+  h.session(1, true);
+  h.session(4, true);
+  h.announce(session_id{700}, 0, {{2, 3}});
+  h.registered(session_id{700}, true);
+  h.accept(session_id{700});
+  const auto reg = h.session(5, true);
+  REQUIRE(reg.last_seq() == 4);
+  REQUIRE(reg.missing_seqs_size() == 0);
+}
+
+TEST_CASE("sessions signed by different sender keys are numbered apart", "[unit][receiver][sequence]") {
+  sequenced h;
+  h.sink.keys[101] = h.sink.keys[103] = "mcdist-ed25519:AAAA";
+  h.session(1, true);  // signed by AAAA
+  h.session(2, true);  // unsigned "hub": a stream of its own, starting at 2
+  const auto reg = h.session(3, true);  // AAAA again: 2 is not its number
+  REQUIRE(reg.last_seq() == 1);
+  REQUIRE(missing_of(reg) == std::vector<wire::seq_span>{{2, 2}});
+  REQUIRE(h.engine.sequences().size() == 2);
+}
+
+TEST_CASE("the completed numbers survive a restart through the book's text and checkpoints",
+          "[unit][receiver][sequence]") {
+  sequenced a;
+  a.session(1, true);
+  a.session(2, true);
+  // Session 3 is under way when the daemon stops: its checkpoint carries its number.
+  a.announce(session_id{103}, 3);
+  a.registered(session_id{103}, false);
+  a.accept(session_id{103});
+  a.engine.checkpoint_all(a.now);
+  REQUIRE_FALSE(a.sink.checkpoints.empty());
+
+  sequenced b;
+  REQUIRE_FALSE(b.engine.sequences().parse(a.engine.sequences().serialize()));
+  REQUIRE_FALSE(b.engine.restore(a.sink.checkpoints.back(), b.now));
+  // Session 3 resumes and completes after the restart: it counts for its number.
+  std::vector<std::byte> block(wire::data_header_size + 10, std::byte{7});
+  wire::write_data_header(block, {session_id{103}, 1, file_index{0}, block_index{0}});
+  b.engine.on_datagram(block, sender_ep, 0, b.now);
+  b.engine.on_file_stored(session_id{103}, file_index{0}, {}, "", b.now);
+  REQUIRE(b.engine.sequences().status().at(0).last_completed == 3);
+  const auto reg = b.session(5, true);
+  REQUIRE(reg.last_seq() == 3);
+  REQUIRE(missing_of(reg) == std::vector<wire::seq_span>{{4, 4}});
+}
+
+TEST_CASE("a hostile session number of 2^64-1 costs a bounded report", "[unit][receiver][sequence]") {
+  sequenced h;
+  h.session(1, true);
+  const auto reg = h.session(std::numeric_limits<std::uint64_t>::max(), true);
+  REQUIRE(reg.missing_seqs_size() == 1);
+  REQUIRE(reg.missing_seqs(0).last() - reg.missing_seqs(0).first() + 1 == sequence_book::window);
+  REQUIRE(h.engine.sequences().status().at(0).missing == sequence_book::window);
+  // The hub's real next session is below it: the stream starts over, nothing missing.
+  const auto next = h.session(2, true);
+  REQUIRE(next.missing_seqs_size() == 0);
+  REQUIRE(h.engine.sequences().status().at(0).missing == 0);
+}
+
+TEST_CASE("announces with malformed numbering are dropped and counted", "[unit][receiver][sequence]") {
+  sequenced h;
+  h.announce(session_id{1}, 3, {}, "bad name");           // space in the channel
+  h.announce(session_id{2}, 3, {}, "");                   // a number without a channel
+  h.announce(session_id{3}, 3, {{1, 2}});                 // catch-up in a sequenced session
+  h.announce(session_id{4}, 0, {{2, 1}});                 // first > last
+  std::vector<wire::seq_span> many;
+  for (std::uint64_t i = 0; i <= wire::max_seq_ranges; ++i) many.emplace_back(2 * i + 1, 2 * i + 1);
+  h.announce(session_id{5}, 0, many);                     // 33 ranges
+  REQUIRE(h.engine.stats().drops[errc::invalid_field] == 5);
+  REQUIRE(h.engine.active_sessions() == 0);
+}
+
+TEST_CASE("a checkpoint whose numbering fields are damaged is refused", "[unit][receiver][sequence]") {
+  sequenced a;
+  a.announce(session_id{103}, 3);
+  a.registered(session_id{103}, false);
+  a.accept(session_id{103});
+  a.engine.checkpoint_all(a.now);
+  REQUIRE_FALSE(a.sink.checkpoints.empty());
+  wire::session_state st;
+  REQUIRE(st.ParseFromString(a.sink.checkpoints.back()));
+  REQUIRE(st.params().channel() == "obs");
+  REQUIRE(st.params().channel_seq() == 3);
+  REQUIRE(st.sequence_source() == "name:hub");
+  for (const std::string source : {"name:a b", "other:hub", ""}) {
+    auto bad = st;
+    bad.set_sequence_source(source);
+    sequenced b;
+    CAPTURE(source);
+    REQUIRE(b.engine.restore(bad.SerializeAsString(), b.now) == errc::invalid_field);
+  }
+  auto bad = st;
+  bad.mutable_params()->set_channel("a b");
+  sequenced b;
+  REQUIRE(b.engine.restore(bad.SerializeAsString(), b.now) == errc::invalid_field);
+  REQUIRE_FALSE(b.engine.restore(st.SerializeAsString(), b.now));
 }

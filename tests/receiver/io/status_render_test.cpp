@@ -89,3 +89,24 @@ TEST_CASE("the JSON lists the last products newest first with their age", "[stat
   // Invalid UTF-8 in a path must not make the dump throw (the daemon dumps with replace).
   CHECK_NOTHROW(j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
 }
+
+TEST_CASE("metrics and page show each channel's last session number and missing sessions",
+          "[status_render][sequence]") {
+  fixture f;
+  CHECK(render_metrics(f.snap).find("mcdist_receiver_channel_missing_sessions") ==
+        std::string::npos);  // no sequenced session seen: no family
+  f.snap.sequences = {{"obs", "key:mcdist-ed25519:AAAA", 9, 8, 2},
+                      {"obs", "name:<b>backup</b>", 4, 4, 1},
+                      {"warnings", "key:mcdist-ed25519:AAAA", 40, 40, 0}};
+  const auto m = render_metrics(f.snap);
+  CHECK(m.find("# TYPE mcdist_receiver_channel_missing_sessions gauge\n") != std::string::npos);
+  // Two senders numbering one channel: their gaps add up, the newest number is the larger.
+  CHECK(m.find("mcdist_receiver_channel_missing_sessions{channel=\"obs\"} 3\n") != std::string::npos);
+  CHECK(m.find("mcdist_receiver_channel_missing_sessions{channel=\"warnings\"} 0\n") !=
+        std::string::npos);
+  CHECK(m.find("mcdist_receiver_channel_last_seq{channel=\"obs\"} 9\n") != std::string::npos);
+  const auto h = render_status_page(f.snap);
+  CHECK(h.find("<table id=\"sequences\">") != std::string::npos);
+  CHECK(h.find("name:&lt;b&gt;backup&lt;/b&gt;") != std::string::npos);
+  CHECK(h.find("<td class=\"num bad\">2</td>") != std::string::npos);
+}

@@ -194,6 +194,39 @@ TEST_CASE("data leaves at the configured rate", "[unit][sender]") {
   REQUIRE(bytes <= 5'000'000 + h.cfg.burst_bytes + 1500);
 }
 
+TEST_CASE("set_rate changes the pace of a running session from the next datagram on",
+          "[unit][sender]") {
+  // mcdist-feed lowers a model field's session to a floor while a warning is sent, then raises it.
+  harness h(files({40'000'000}), {"a"});
+  h.tick();
+  h.register_rx("a", rx_a);
+  std::array<data_send, 64> buf;
+  auto send_for = [&](duration d) {
+    const time_point end = h.now + d;
+    std::uint64_t bytes = 0;
+    while (h.now < end) {
+      h.tick();
+      const auto n = h.s->next_data(h.now, buf);
+      for (std::size_t i = 0; i < n; ++i) bytes += buf[i].length + 48;
+      h.now = std::max(*h.s->next_deadline(h.now), h.now + 10us);
+    }
+    return bytes;
+  };
+  send_for(200ms);  // past the initial full bucket
+  const auto fast = send_for(500ms);
+  REQUIRE(fast >= 4'900'000);  // 80 Mbit/s
+  h.s->set_rate(800'000);      // 1 %
+  REQUIRE(h.s->rate_bps() == 800'000);
+  send_for(300ms);             // what the bucket held drains
+  const auto slow = send_for(1s);
+  REQUIRE(slow >= 90'000);     // 100 kB/s
+  REQUIRE(slow <= 110'000 + 1500);
+  h.s->set_rate(80'000'000);
+  const auto again = send_for(500ms);
+  REQUIRE(again >= 4'900'000);
+  REQUIRE(again <= 5'000'000 + h.cfg.burst_bytes + 1500);
+}
+
 TEST_CASE("NAKs from several receivers are merged into one repair pass", "[unit][sender]") {
   harness h(files({14'000}));  // 10 blocks
   h.tick();
@@ -435,4 +468,125 @@ TEST_CASE("COMPLETE with failed files fails the receiver and lists them in the r
   REQUIRE(rep.receivers[0].file_failures.size() == 1);
   REQUIRE(rep.receivers[0].file_failures[0].first == 1);
   REQUIRE(rep.receivers[0].file_failures[0].second.find("disk reserve") == 0);
+}
+
+namespace {
+
+/// A REGISTER of a sequenced session: last completed seq and missing ranges.
+std::vector<std::byte> sequenced_register(session_id s, const std::string& id, std::uint64_t last,
+                                          std::vector<std::pair<std::uint64_t, std::uint64_t>> missing) {
+  wire::register_request r;
+  r.set_receiver_id(id);
+  r.set_last_seq(last);
+  for (auto [first, l] : missing) {
+    auto* m = r.add_missing_seqs();
+    m->set_first(first);
+    m->set_last(l);
+  }
+  return datagram(wire::msg_type::register_request, s, r);
+}
+
+}  // namespace
+
+TEST_CASE("a sequenced session announces its channel and number, and reports each site's gaps",
+          "[unit][sender][sequence]") {
+  sender_config cfg;
+  cfg.session = session_id{7};
+  cfg.receivers = {"a", "b"};
+  cfg.channel = "obs";
+  cfg.channel_seq = 5;
+  sender_session s(cfg, files({1000}), 1, nullptr);
+  time_point now{100s};
+  s.start(now);
+  s.on_timer(now);
+  control_send c;
+  std::vector<control_send> out;
+  while (s.pop_control(c)) out.push_back(std::move(c));
+  REQUIRE_FALSE(out.empty());
+  wire::announce a;
+  REQUIRE_FALSE(wire::parse_control(out.front().bytes, a));
+  REQUIRE(a.params().channel() == "obs");
+  REQUIRE(a.params().channel_seq() == 5);
+
+  s.on_datagram(sequenced_register(cfg.session, "a", 2, {{3, 4}}), rx_a, now);
+  s.on_datagram(sequenced_register(cfg.session, "b", 0, {}), rx_b, now);
+  const auto rep = s.report(now);
+  REQUIRE(rep.channel == "obs");
+  REQUIRE(rep.channel_seq == 5);
+  REQUIRE(rep.receivers.size() == 2);
+  for (const auto& r : rep.receivers) {
+    REQUIRE(r.state == receiver_report::state_t::registered);
+    if (r.id == "a") {
+      REQUIRE(r.last_seq == 2);
+      REQUIRE(r.missing_seqs == std::vector<std::pair<std::uint64_t, std::uint64_t>>{{3, 4}});
+    } else {
+      REQUIRE(r.last_seq == 0);
+      REQUIRE(r.missing_seqs.empty());
+    }
+  }
+}
+
+TEST_CASE("a REGISTER with malformed or too many missing ranges is dropped and counted",
+          "[unit][sender][sequence]") {
+  sender_config cfg;
+  cfg.session = session_id{7};
+  cfg.channel = "obs";
+  cfg.channel_seq = 10;
+  sender_session s(cfg, files({1000}), 1, nullptr);
+  time_point now{100s};
+  s.start(now);
+  const std::vector<std::vector<std::pair<std::uint64_t, std::uint64_t>>> bad = {
+      {{0, 3}},          // seq 0 is "unsequenced", never missing
+      {{4, 3}},          // first > last
+      {{3, 10}},         // not below this session's number
+      {{5, 6}, {2, 3}},  // not ascending
+      {{2, 5}, {5, 6}},  // overlapping
+  };
+  std::uint64_t invalid = 0;
+  for (const auto& b : bad) {
+    s.on_datagram(sequenced_register(cfg.session, "a", 1, b), rx_a, now);
+    REQUIRE(s.report(now).drops.counts[static_cast<std::size_t>(errc::invalid_field)] == ++invalid);
+  }
+  // 33 ranges: one more than wire::max_seq_ranges (a hostile site cannot grow our report).
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> many;
+  for (std::uint64_t i = 0; i <= wire::max_seq_ranges; ++i) many.emplace_back(2 * i + 1, 2 * i + 1);
+  sender_config big = cfg;
+  big.channel_seq = 1000;
+  sender_session s2(big, files({1000}), 1, nullptr);
+  s2.start(now);
+  s2.on_datagram(sequenced_register(big.session, "a", 1, many), rx_a, now);
+  REQUIRE(s2.report(now).drops.counts[static_cast<std::size_t>(errc::invalid_field)] == 1);
+  REQUIRE(s2.report(now).receivers.empty());
+  many.pop_back();
+  s2.on_datagram(sequenced_register(big.session, "a", 1, many), rx_a, now);
+  REQUIRE(s2.report(now).receivers.size() == 1);
+  REQUIRE(s2.report(now).receivers[0].missing_seqs.size() == wire::max_seq_ranges);
+  // A hostile last_seq of 2^64-1 is only reported, never used for anything.
+  s2.on_datagram(sequenced_register(big.session, "b", ~std::uint64_t{0}, {}), rx_b, now);
+  REQUIRE(s2.report(now).receivers.size() == 2);
+}
+
+TEST_CASE("an unsequenced session refuses sequence reports and bad sequence settings",
+          "[unit][sender][sequence]") {
+  sender_config cfg;
+  cfg.session = session_id{7};
+  sender_session s(cfg, files({1000}), 1, nullptr);
+  time_point now{100s};
+  s.start(now);
+  s.on_datagram(sequenced_register(cfg.session, "a", 0, {{1, 2}}), rx_a, now);
+  REQUIRE(s.report(now).drops.counts[static_cast<std::size_t>(errc::invalid_field)] == 1);
+  REQUIRE(s.report(now).receivers.empty());
+
+  sender_config no_channel;
+  no_channel.channel_seq = 3;
+  REQUIRE_THROWS_AS(sender_session(no_channel, files({1}), 1, nullptr), std::invalid_argument);
+  sender_config bad_name;
+  bad_name.channel = "obs warnings";
+  REQUIRE_THROWS_AS(sender_session(bad_name, files({1}), 1, nullptr), std::invalid_argument);
+  sender_config catch_up;
+  catch_up.channel = "obs";
+  catch_up.catch_up_seqs = {{3, 4}, {7, 7}};
+  REQUIRE_NOTHROW(sender_session(catch_up, files({1}), 1, nullptr));
+  catch_up.channel_seq = 9;  // a catch-up session is unsequenced
+  REQUIRE_THROWS_AS(sender_session(catch_up, files({1}), 1, nullptr), std::invalid_argument);
 }

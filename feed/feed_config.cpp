@@ -1,0 +1,321 @@
+#include "feed/feed_config.hpp"
+
+#include "common/units.hpp"
+#include "common/wire.hpp"
+
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <set>
+#include <sstream>
+
+namespace mcdist::feed {
+
+namespace {
+
+/// Limits on what an operator may configure, each far above any sane setting: they bound the
+/// daemon's memory and the size of one session (wire's manifest limit is the real ceiling).
+constexpr std::size_t max_channels = 256;
+constexpr std::size_t max_spools_per_channel = 64;
+constexpr std::int64_t max_batch_files = 100'000;
+
+std::string where(const toml::source_region& r) {
+  std::ostringstream os;
+  os << "line " << r.begin.line << ", column " << r.begin.column;
+  return os.str();
+}
+
+/// The settings of one table, checked against the keys it may hold.
+class table_reader {
+ public:
+  table_reader(const toml::table& t, std::string prefix, std::string source,
+               std::initializer_list<const char*> known)
+      : m_t(t), m_prefix(std::move(prefix)), m_source(std::move(source)) {
+    for (const auto& [name, v] : t) {
+      const std::string n(name.str());
+      if (std::none_of(known.begin(), known.end(), [&](const char* k) { return n == k; })) {
+        throw config_error(m_source + ": unknown setting '" + key(n) + "' (" + where(v.source()) +
+                           ")");
+      }
+    }
+  }
+
+  std::string key(std::string_view name) const { return m_prefix + std::string(name); }
+
+  [[noreturn]] void fail(std::string_view name, const std::string& what) const {
+    std::string at;
+    if (const auto* n = m_t.get(name)) at = " (" + where(n->source()) + ")";
+    throw config_error(m_source + ": '" + key(name) + "' " + what + at);
+  }
+
+  const toml::node* get(std::string_view name) const { return m_t.get(name); }
+
+  std::optional<std::string> string(std::string_view name) const {
+    const auto* n = m_t.get(name);
+    if (!n) return std::nullopt;
+    if (!n->is_string()) fail(name, "must be a string");
+    return *n->value<std::string>();
+  }
+
+  std::string required_string(std::string_view name, const char* example) const {
+    auto s = string(name);
+    if (!s || s->empty()) {
+      throw config_error(m_source + ": '" + key(name) + "' is required (e.g. " + key(name) +
+                         " = " + example + ")");
+    }
+    return *s;
+  }
+
+  std::optional<std::int64_t> integer(std::string_view name, std::int64_t lo,
+                                      std::int64_t hi) const {
+    const auto* n = m_t.get(name);
+    if (!n) return std::nullopt;
+    // Integers only: toml++ casts a float out of range with undefined behaviour.
+    if (!n->is_integer()) fail(name, "must be a whole number");
+    const auto v = *n->value<std::int64_t>();
+    if (v < lo || v > hi) {
+      fail(name, "must be " + std::to_string(lo) + " to " + std::to_string(hi));
+    }
+    return v;
+  }
+
+  std::vector<std::string> strings(std::string_view name) const {
+    std::vector<std::string> out;
+    const auto* n = m_t.get(name);
+    if (!n) return out;
+    if (n->is_string()) return {*n->value<std::string>()};
+    const auto* a = n->as_array();
+    if (!a) fail(name, "must be a list of strings");
+    for (const auto& e : *a) {
+      if (!e.is_string()) fail(name, "must be a list of strings");
+      out.push_back(*e.value<std::string>());
+    }
+    return out;
+  }
+
+  std::optional<std::chrono::nanoseconds> duration(std::string_view name) const {
+    auto s = string(name);
+    if (!s) return std::nullopt;
+    const auto d = parse_duration(*s);
+    if (!d || d->count() < 0) fail(name, "= \"" + *s + "\" is not a duration (e.g. \"200ms\", \"24h\")");
+    return d;
+  }
+
+  std::optional<std::uint64_t> rate(std::string_view name) const {
+    auto s = string(name);
+    if (!s) return std::nullopt;
+    const auto r = parse_rate(*s);
+    if (!r || *r == 0) fail(name, "= \"" + *s + "\" is not a rate in bit/s (e.g. \"500M\", \"1G\")");
+    return r;
+  }
+
+  std::optional<std::uint64_t> size(std::string_view name) const {
+    const auto* n = m_t.get(name);
+    if (!n) return std::nullopt;
+    if (n->is_integer()) {
+      const auto v = *n->value<std::int64_t>();
+      if (v <= 0) fail(name, "must be positive");
+      return static_cast<std::uint64_t>(v);
+    }
+    auto s = string(name);
+    const auto v = parse_size(*s);
+    if (!v || *v == 0) fail(name, "= \"" + *s + "\" is not a size (e.g. \"512M\", \"2G\")");
+    return v;
+  }
+
+ private:
+  const toml::table& m_t;
+  std::string m_prefix;
+  std::string m_source;
+};
+
+bool valid_channel_name(std::string_view n) {
+  // Channel names key the journal and the receivers' sequence state: printable, no spaces.
+  if (n.empty() || n.size() > 64) return false;
+  return std::all_of(n.begin(), n.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '-' || c == '_' || c == '.';
+  });
+}
+
+channel_config parse_channel(const toml::table& t, std::size_t index, const std::string& source,
+                             std::uint64_t total_rate) {
+  const table_reader r(t, "channel[" + std::to_string(index) + "].", source,
+                       {"name", "group", "spool", "priority", "share", "cap", "batch_window",
+                        "batch_max_files", "batch_max_bytes", "after", "ignore", "ttl",
+                        "receivers", "register_window", "register_timeout"});
+  channel_config c;
+  c.name = r.required_string("name", "\"warnings\"");
+  if (!valid_channel_name(c.name)) {
+    r.fail("name", "= \"" + c.name + "\": use 1 to 64 letters, digits, '-', '_' or '.'");
+  }
+  const auto g = r.required_string("group", "\"239.192.0.1:4711\"");
+  const auto ge = parse_endpoint(g);
+  if (!ge || !ge->is_multicast()) {
+    r.fail("group", "= \"" + g + "\" is not a multicast ADDR:PORT (e.g. \"239.192.0.1:4711\")");
+  }
+  c.group = *ge;
+  for (const auto& s : r.strings("spool")) {
+    const std::filesystem::path p(s);
+    if (!p.is_absolute()) r.fail("spool", "= \"" + s + "\" must be an absolute directory");
+    c.spools.push_back(p.lexically_normal());
+  }
+  if (c.spools.empty()) {
+    throw config_error(source + ": '" + r.key("spool") +
+                       "' is required: the spool directories to watch (e.g. spool = "
+                       "[\"/var/spool/mcdist-feed/warnings\"])");
+  }
+  if (c.spools.size() > max_spools_per_channel) r.fail("spool", "lists too many directories");
+  if (auto v = r.integer("priority", -1000, 1000)) c.priority = static_cast<int>(*v);
+  if (const auto* n = r.get("share")) {
+    const auto v = n->value<double>();
+    if (!v || !(*v > 0.0 && *v <= 1.0)) r.fail("share", "must be a fraction of the rate, 0 < share <= 1");
+    c.share = *v;
+  }
+  if (auto v = r.rate("cap")) {
+    if (r.get("share")) r.fail("cap", "and 'share' exclude each other: give one");
+    if (*v > total_rate) r.fail("cap", "exceeds the feed's rate");
+    c.cap_bps = *v;
+  }
+  if (auto v = r.duration("batch_window")) c.batch_window = *v;
+  if (c.batch_window > std::chrono::minutes(10)) r.fail("batch_window", "must be at most 10m");
+  if (auto v = r.integer("batch_max_files", 1, max_batch_files)) {
+    c.batch_max_files = static_cast<std::size_t>(*v);
+  }
+  if (auto v = r.size("batch_max_bytes")) c.batch_max_bytes = *v;
+  if (auto v = r.string("after")) c.after = parse_after(*v, source + ": '" + r.key("after") + "'", c.move_dir);
+  c.ignore = r.strings("ignore");
+  if (auto v = r.integer("ttl", 0, 255)) c.ttl = static_cast<int>(*v);
+  c.receivers = r.strings("receivers");
+  for (const auto& id : c.receivers) {
+    if (!wire::valid_receiver_id(id)) r.fail("receivers", "lists \"" + id + "\", not a valid site id");
+  }
+  if (auto v = r.duration("register_window")) c.register_window = *v;
+  if (auto v = r.duration("register_timeout")) c.register_timeout = *v;
+  return c;
+}
+
+bool inside(const std::filesystem::path& a, const std::filesystem::path& b) {
+  // a is b or below it.
+  auto ai = a.begin();
+  for (auto bi = b.begin(); bi != b.end(); ++bi, ++ai) {
+    if (bi->empty()) continue;  // trailing separator
+    if (ai == a.end() || *ai != *bi) return false;
+  }
+  return true;
+}
+
+feed_config from_table(const toml::table& t, const std::string& source) {
+  const table_reader r(t, "", source,
+                       {"interface", "key", "site_keys", "rate", "journal", "retention",
+                        "retained", "control_socket", "control_group", "http", "channel"});
+  feed_config c;
+  const auto itf = r.required_string("interface", "\"10.0.0.5\"");
+  const auto a = parse_address(itf);
+  if (!a) r.fail("interface", "= \"" + itf + "\" is not a local IP address");
+  c.interface = *a;
+  if (auto v = r.string("key")) c.key_file = *v;
+  if (auto v = r.string("site_keys")) {
+    if (c.key_file.empty()) r.fail("site_keys", "needs 'key' (only signed sessions check site keys)");
+    c.site_keys = *v;
+  }
+  if (auto v = r.rate("rate")) {
+    c.rate_bps = *v;
+  } else {
+    throw config_error(source + ": 'rate' is required: the total multicast rate of every channel "
+                                "together (e.g. rate = \"500M\")");
+  }
+  c.journal = r.required_string("journal", "\"/var/lib/mcdist-feed/journal.db\"");
+  if (auto v = r.duration("retention")) c.retention = *v;
+  if (auto v = r.string("retained")) c.retained_dir = *v;
+  if (c.retention.count() > 0 && c.retained_dir.empty()) {
+    throw config_error(source + ": 'retained' is required when 'retention' is not \"0s\": the "
+                                "directory that keeps sent products for catch-up and resend");
+  }
+  if (auto v = r.string("control_socket")) c.control_socket = *v;
+  if (auto v = r.string("control_group")) c.control_group = *v;
+  if (auto v = r.string("http")) c.http = *v == "off" ? std::string() : *v;
+
+  const auto* ch = t.get("channel");
+  if (!ch) throw config_error(source + ": no [[channel]]: the feed has nothing to send");
+  const auto* arr = ch->as_array();
+  if (!arr || arr->empty()) r.fail("channel", "must be an array of tables: [[channel]]");
+  if (arr->size() > max_channels) r.fail("channel", "has too many entries");
+  std::set<std::string> names;
+  std::set<endpoint> groups;
+  for (std::size_t i = 0; i < arr->size(); ++i) {
+    const auto* ct = arr->get(i)->as_table();
+    if (!ct) throw config_error(source + ": 'channel[" + std::to_string(i) + "]' must be a table");
+    auto cc = parse_channel(*ct, i, source, c.rate_bps);
+    if (cc.group.v6 != c.interface.v6) {
+      throw config_error(source + ": 'channel[" + std::to_string(i) +
+                         "].group' is not of the interface's address family");
+    }
+    if (!names.insert(cc.name).second) {
+      throw config_error(source + ": two channels are named \"" + cc.name + "\"");
+    }
+    if (!groups.insert(cc.group).second) {
+      throw config_error(source + ": channel \"" + cc.name + "\" uses the group " +
+                         cc.group.to_string() + " of another channel");
+    }
+    for (const auto& s : cc.spools) {
+      for (const auto& other : c.channels) {
+        for (const auto& os : other.spools) {
+          if (inside(s, os) || inside(os, s)) {
+            throw config_error(source + ": channel \"" + cc.name + "\" spool " + s.string() +
+                               " overlaps channel \"" + other.name + "\" spool " + os.string());
+          }
+        }
+      }
+      if (cc.after == after_send::move && inside(cc.move_dir, s)) {
+        throw config_error(source + ": channel \"" + cc.name + "\": after = \"move:" +
+                           cc.move_dir.string() + "\" lies inside its spool " + s.string());
+      }
+    }
+    c.channels.push_back(std::move(cc));
+  }
+  return c;
+}
+
+}  // namespace
+
+after_send parse_after(const std::string& text, const std::string& key,
+                       std::filesystem::path& move_dir) {
+  if (text == "delete") return after_send::remove;
+  if (text == "keep") return after_send::keep;
+  if (text.starts_with("move:")) {
+    const std::filesystem::path d(text.substr(5));
+    if (d.empty() || !d.is_absolute()) {
+      throw config_error(key + " = \"" + text + "\": move needs an absolute directory (move:/DIR)");
+    }
+    move_dir = d.lexically_normal();
+    return after_send::move;
+  }
+  throw config_error(key + " = \"" + text + "\" must be \"delete\", \"keep\" or \"move:/DIR\"");
+}
+
+feed_config parse_feed_config(std::string_view text, const std::string& source) {
+  toml::table t;
+  try {
+    t = toml::parse(text, source);
+  } catch (const toml::parse_error& e) {
+    std::ostringstream os;
+    os << source << ": " << e.description() << " (" << where(e.source()) << ")";
+    throw config_error(os.str());
+  }
+  return from_table(t, source);
+}
+
+feed_config load_feed_config(const std::filesystem::path& file) {
+  toml::table t;
+  try {
+    t = toml::parse_file(file.string());
+  } catch (const toml::parse_error& e) {
+    std::ostringstream os;
+    os << file.string() << ": " << e.description() << " (" << where(e.source()) << ")";
+    throw config_error(os.str());
+  }
+  return from_table(t, file.string());
+}
+
+}  // namespace mcdist::feed

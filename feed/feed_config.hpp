@@ -1,0 +1,96 @@
+#pragma once
+/// @file
+/// mcdist-feed settings, from its TOML file (README "A hub: mcdist-feed"). The top level names
+/// the hub (interface, key, total rate, journal, retention, control socket); each
+/// `[[channel]]` a multicast group fed from spool directories, with its priority, its part of
+/// the rate, its batching and what happens to a product once sent. Every error names the key.
+
+#include "common/endpoint.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mcdist::feed {
+
+/// A configuration the daemon cannot run with; the message names the file, the key and, where
+/// toml++ knows it, the line.
+class config_error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// What becomes of a spool file once its session ended (every site stored or held it, or
+/// failed: failures are journaled and served by resend/catch-up from the retained copy).
+enum class after_send : std::uint8_t {
+  remove,  ///< "delete": unlink the spool file
+  keep,    ///< "keep": leave it (the journal's idempotent enqueue keeps it from being resent)
+  move,    ///< "move:DIR": rename it below DIR, keeping its name relative to the spool
+};
+
+/// One `[[channel]]`.
+struct channel_config {
+  std::string name;                 ///< journal, logs, receivers' per-channel sequence numbers
+  endpoint group;                   ///< multicast group + port
+  /// Spool directories, watched recursively; a product's name is its path below its spool.
+  std::vector<std::filesystem::path> spools;
+  /// Strict priority: a higher number is served first (arbiter.hpp).
+  int priority = 0;
+  /// Part of the feed's rate this channel takes when it is the most urgent one sending,
+  /// 0 < share <= 1. Used when cap_bps is 0.
+  double share = 1.0;
+  /// Fixed rate ceiling, bit/s (0 = none: share applies).
+  std::uint64_t cap_bps = 0;
+  /// A batch closes this long after its first product arrived ...
+  std::chrono::nanoseconds batch_window = std::chrono::milliseconds(200);
+  /// ... or when it holds this many files ...
+  std::size_t batch_max_files = 1000;
+  /// ... or this many bytes.
+  std::uint64_t batch_max_bytes = std::uint64_t{4} << 30;
+  after_send after = after_send::keep;
+  std::filesystem::path move_dir;   ///< after_send::move
+  /// fnmatch(3) globs on the file name and on the name below the spool; dot-files are always
+  /// ignored (the usual "write .name, rename to name" convention).
+  std::vector<std::string> ignore;
+  int ttl = 1;                      ///< multicast TTL, hops
+  /// Closed group: these sites must take part in every session (empty: open group).
+  std::vector<std::string> receivers;
+  /// Open group: how long a session accepts registrations (pass 1 starts at once, eager).
+  std::chrono::nanoseconds register_window = std::chrono::seconds(1);
+  /// Closed group: longest wait for every listed site.
+  std::chrono::nanoseconds register_timeout = std::chrono::seconds(10);
+};
+
+/// Everything mcdist-feed needs.
+struct feed_config {
+  endpoint interface;               ///< local address sessions leave from
+  std::filesystem::path key_file;   ///< sender key (mcdist-keygen); empty: unsigned sessions
+  std::filesystem::path site_keys;  ///< "SITE-ID KEY" lines (sender_app read_site_keys); optional
+  std::uint64_t rate_bps = 100'000'000;  ///< total multicast rate of all channels, bit/s
+  std::filesystem::path journal;    ///< hub journal (SQLite)
+  /// How long sent products stay in retained_dir for catch-up and resend (0 = none kept).
+  std::chrono::nanoseconds retention = std::chrono::hours(24);
+  std::filesystem::path retained_dir;
+  std::filesystem::path control_socket;  ///< mcdistctl's Unix socket
+  std::string control_group;        ///< group that may use it besides the daemon's user
+  std::string http;                 ///< status address ("" = off); not served yet
+  std::vector<channel_config> channels;
+};
+
+/// Parses TOML text. @param source names the text in messages (the file name)
+/// @throws config_error
+feed_config parse_feed_config(std::string_view text, const std::string& source);
+
+/// Reads and parses a file. @throws config_error (unreadable, syntax, settings)
+feed_config load_feed_config(const std::filesystem::path& file);
+
+/// Parses `after`: "delete", "keep" or "move:DIR". @throws config_error naming `key`
+after_send parse_after(const std::string& text, const std::string& key,
+                       std::filesystem::path& move_dir);
+
+}  // namespace mcdist::feed

@@ -1,0 +1,725 @@
+#include "feed/feed_daemon.hpp"
+
+#include "common/units.hpp"
+#include "sender/io/file_hasher.hpp"
+
+#include <boost/asio/post.hpp>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <random>
+#include <system_error>
+
+namespace mcdist::feed {
+
+namespace {
+
+using steady = std::chrono::steady_clock;
+
+/// Files hashed before the announce (the rest during pass 1, sender_app): up to this size ...
+constexpr std::uint64_t prehash_file_max = 4 << 20;
+/// ... and this much per session, because prehashing runs on the daemon's only thread: 32 MiB
+/// at a few hundred MB/s stalls the other channels' sessions for ~0.1 s at most.
+constexpr std::uint64_t prehash_budget = 32 << 20;
+/// A session that cannot be set up (socket error) is tried again after this long.
+constexpr auto retry_after = std::chrono::seconds(5);
+/// At most this many sequence ranges go in one catch-up session (seqwire's wire limit).
+constexpr std::size_t max_catch_up_ranges = 32;
+/// The journal's history when no products are retained (retention = 0).
+constexpr auto min_journal_history = std::chrono::hours(24);
+
+// The seqwire branch adds the channel sequence fields to sender_config and receiver_report;
+// these helpers use them when present, so this file builds on either side of that merge.
+template <class C>
+void set_sequence(C& cfg, const std::string& channel, std::uint64_t seq,
+                  const std::set<std::pair<std::uint64_t, std::uint64_t>>& ranges) {
+  if constexpr (requires { cfg.channel; cfg.channel_seq; }) {
+    cfg.channel = channel;
+    cfg.channel_seq = seq;
+  }
+  if constexpr (requires { cfg.catch_up_seqs; }) {
+    cfg.catch_up_seqs.assign(ranges.begin(), ranges.end());
+  }
+}
+
+template <class R>
+std::vector<std::pair<std::uint64_t, std::uint64_t>> missing_seqs_of(const R& r) {
+  if constexpr (requires { r.missing_seqs; }) {
+    return {r.missing_seqs.begin(), r.missing_seqs.end()};
+  } else {
+    return {};
+  }
+}
+
+template <class R>
+std::uint64_t last_seq_of(const R& r) {
+  if constexpr (requires { r.last_seq; }) {
+    return r.last_seq;
+  } else {
+    return 0;
+  }
+}
+
+std::int64_t mtime_ns_of(const struct stat& st) {
+  return static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+}
+
+/// Hard link, or a copy across file systems. @return the error, if any
+std::error_code link_or_copy(const std::filesystem::path& from, const std::filesystem::path& to) {
+  std::error_code ec;
+  std::filesystem::create_directories(to.parent_path(), ec);
+  if (ec) return ec;
+  std::filesystem::remove(to, ec);
+  if (::link(from.c_str(), to.c_str()) == 0) return {};
+  std::filesystem::copy_file(from, to, std::filesystem::copy_options::overwrite_existing, ec);
+  return ec;
+}
+
+/// Removes empty directories from `dir` up to (not including) `root`.
+void prune_empty(std::filesystem::path dir, const std::filesystem::path& root) {
+  std::error_code ec;
+  while (!dir.empty() && dir != root && dir.string().starts_with(root.string())) {
+    if (!std::filesystem::is_empty(dir, ec) || ec) return;
+    std::filesystem::remove(dir, ec);
+    if (ec) return;
+    dir = dir.parent_path();
+  }
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : ",") + s;
+  return out;
+}
+
+const char* kind_name(session_kind k) { return to_string(k).data(); }
+
+}  // namespace
+
+feed_daemon::feed_daemon(boost::asio::io_context& io, feed_config cfg,
+                         std::shared_ptr<spdlog::logger> log)
+    : m_io(io),
+      m_cfg(std::move(cfg)),
+      m_log(std::move(log)),
+      m_journal(m_cfg.journal),
+      m_expire_timer(io) {
+  try {
+    if (!m_cfg.key_file.empty()) m_identity = crypto::read_secret_key_file(m_cfg.key_file);
+    if (!m_cfg.site_keys.empty()) m_site_keys = sender::read_site_keys(m_cfg.site_keys.string());
+  } catch (const crypto::key_error& e) {
+    throw config_error(e.what());
+  }
+  for (const auto& c : m_cfg.channels) {
+    for (const auto& id : c.receivers) {
+      if (!m_site_keys.empty() && !m_site_keys.count(id)) {
+        throw config_error("channel " + c.name + " lists receiver " + id + ", whose key is not in " +
+                           m_cfg.site_keys.string());
+      }
+    }
+  }
+  m_channels.reserve(m_cfg.channels.size());
+  for (const auto& c : m_cfg.channels) {
+    channel_state s{&c, batcher({c.batch_window, c.batch_max_files, c.batch_max_bytes}),
+                    std::make_unique<boost::asio::steady_timer>(io), std::nullopt, {}, false, 0};
+    m_channels.push_back(std::move(s));
+  }
+}
+
+feed_daemon::~feed_daemon() = default;
+
+std::optional<std::size_t> feed_daemon::channel_index(std::string_view name) const {
+  for (std::size_t i = 0; i < m_cfg.channels.size(); ++i) {
+    if (m_cfg.channels[i].name == name) return i;
+  }
+  return std::nullopt;
+}
+
+void feed_daemon::start() {
+  if (const auto n = m_journal.close_interrupted_sessions()) {
+    m_log->warn("journal: {} session{} had no end (the feed stopped mid-session): recorded as aborted",
+                n, n == 1 ? "" : "s");
+  }
+  const auto unfinished = m_journal.unfinished();
+  {
+    sqlite::transaction tx(m_journal.db());
+    for (const auto& p : unfinished) m_journal.requeue(p.id);
+    tx.commit();
+  }
+  if (!unfinished.empty()) {
+    m_log->warn("journal: {} product{} of interrupted batches queued again (sites that hold them "
+                "answer 'held')",
+                unfinished.size(), unfinished.size() == 1 ? "" : "s");
+  }
+  for (std::size_t ch = 0; ch < m_channels.size(); ++ch) {
+    for (const auto& p : m_journal.queued(m_cfg.channels[ch].name)) queue_product(ch, p);
+  }
+  m_watcher = std::make_unique<spool_watcher>(
+      m_io, m_cfg.channels, [this](spooled_file f) { on_found(std::move(f)); }, m_log);
+  m_watcher->start();
+  do_expire();
+}
+
+void feed_daemon::on_found(spooled_file f) {
+  if (m_stopping) return;
+  m_found.push_back(std::move(f));
+  if (m_found.size() > 1) return;
+  // The watcher reports a whole read of inotify events (or a whole scan) in one go: enqueue
+  // them in one journal transaction, one fsync, once the watcher's handler returned.
+  boost::asio::post(m_io, [this] { flush_found(); });
+}
+
+void feed_daemon::flush_found() {
+  if (m_stopping) return;
+  std::vector<std::pair<std::size_t, product>> ready;
+  {
+    sqlite::transaction tx(m_journal.db());
+    for (const auto& f : m_found) {
+      product p;
+      p.channel = m_cfg.channels[f.channel].name;
+      p.name = f.name;
+      p.spool_path = f.path.string();
+      p.size = f.size;
+      p.mtime_ns = f.mtime_ns;
+      const auto id = m_journal.enqueue(p);
+      auto got = m_journal.get(id);
+      // sent ("keep" leaves the file in the spool), failed, or in a running session: done.
+      if (got && got->state == product_state::queued) ready.emplace_back(f.channel, std::move(*got));
+    }
+    tx.commit();
+  }
+  m_found.clear();
+  for (const auto& [ch, p] : ready) {
+    m_log->debug("channel {}: queued {} ({} bytes)", p.channel, p.name, p.size);
+    queue_product(ch, p);
+  }
+}
+
+void feed_daemon::queue_product(std::size_t ch, const product& p) {
+  auto& cs = m_channels[ch];
+  if (!cs.batch.add(p, from_steady(steady::now()))) return;
+  if (!cs.run) maybe_start(ch);
+}
+
+void feed_daemon::arm_batch_timer(std::size_t ch) {
+  auto& cs = m_channels[ch];
+  const auto when = cs.batch.deadline();
+  if (!when || cs.run || m_stopping) return;
+  cs.timer->expires_at(to_steady(*when));
+  cs.timer->async_wait([this, ch](const boost::system::error_code& ec) {
+    if (!ec) maybe_start(ch);
+  });
+}
+
+void feed_daemon::maybe_start(std::size_t ch) {
+  auto& cs = m_channels[ch];
+  while (!cs.run && !m_stopping) {
+    const bool batch_ready = cs.batch.ready(from_steady(steady::now()));
+    // Catch-up and resend alternate with batches, so neither starves the other.
+    if (!cs.extras.empty() && (!batch_ready || !cs.last_was_extra)) {
+      auto req = std::move(cs.extras.front());
+      cs.extras.pop_front();
+      std::vector<product> ps;
+      for (auto& [id, p] : req.products) ps.push_back(std::move(p));
+      cs.last_was_extra = true;
+      start_session(ch, req.kind, std::move(ps), &req);
+      continue;
+    }
+    if (!batch_ready) break;
+    cs.last_was_extra = false;
+    start_session(ch, session_kind::batch, cs.batch.take(), nullptr);
+  }
+  if (!cs.run) arm_batch_timer(ch);
+}
+
+bool feed_daemon::start_session(std::size_t ch, session_kind kind, std::vector<product> products,
+                                const extra_request* extra) {
+  auto& cs = m_channels[ch];
+  const auto& cc = *cs.cfg;
+  const bool batch = kind == session_kind::batch;
+  // Every journal write of the set-up in one commit (one fsync).
+  sqlite::transaction tx(m_journal.db());
+  std::vector<sender::source_file> files;
+  std::vector<product> sent;
+  std::set<std::string> names;
+  for (auto& p : products) {
+    const std::string src = batch ? p.spool_path : p.retained_path.value_or("");
+    struct stat st {};
+    std::string why;
+    if (src.empty() || ::stat(src.c_str(), &st) != 0) {
+      why = batch ? "vanished from the spool before it was sent" : "no longer retained";
+    } else if (static_cast<std::uint64_t>(st.st_size) != p.size || mtime_ns_of(st) != p.mtime_ns) {
+      why = batch ? "changed in the spool before it was sent (its new version is queued on its own)"
+                  : "its retained copy changed";
+    } else if (!names.insert(p.name).second) {
+      why = "another product of the same name is in the session";
+    }
+    if (!why.empty()) {
+      m_log->warn("channel {}: {} {}: {}", cc.name, p.name, batch ? "not sent" : "not resent", why);
+      if (batch) m_journal.mark_failed(p.id, why);
+      continue;
+    }
+    sender::source_file sf;
+    sf.local = src;
+    sf.entry.path = p.name;
+    sf.entry.size = p.size;
+    sf.entry.mtime_ns = p.mtime_ns;
+    sf.entry.mode = st.st_mode & 07777;
+    files.push_back(std::move(sf));
+    sent.push_back(std::move(p));
+  }
+  if (files.empty()) {
+    tx.commit();
+    return false;
+  }
+  try {
+    sender::prehash(files, prehash_file_max, prehash_budget, 1, true);
+  } catch (const sender::file_set_error& e) {
+    m_log->error("channel {}: {}; the batch is not sent", cc.name, e.what());
+    if (batch) {
+      for (const auto& p : sent) m_journal.mark_failed(p.id, e.what());
+    }
+    tx.commit();
+    return false;
+  }
+
+  running run;
+  run.kind = kind;
+  run.claim = {cc.priority, cc.share, cc.cap_bps};
+  sender::sender_config sc;
+  std::random_device rd;
+  sc.session = session_id{rd() | 1u};
+  sc.register_window = cc.register_window;
+  sc.register_timeout = cc.register_timeout;
+  sc.sender_name = "mcdist-feed " + cc.name;
+  // usrsctp is one stack per process with one listener on a port: channels sending at once
+  // would collide on it (and its set-up costs ~100 ms per session, a warning's whole budget).
+  // Kernel TCP listeners are per session.
+  sc.fallback = sender::fallback_mode::tcp;
+  std::set<std::pair<std::uint64_t, std::uint64_t>> no_ranges;
+  if (batch) {
+    sc.receivers = cc.receivers;
+    run.seq = m_journal.next_seq(cc.name);
+    set_sequence(sc, cc.name, run.seq, no_ranges);
+  } else {
+    run.only.assign(extra->sites.begin(), extra->sites.end());
+    sc.only_receivers = run.only;
+    sc.force_unicast = extra->unicast;
+    set_sequence(sc, cc.name, 0, extra->seqs);
+  }
+  // This session's rate: its place among the running ones (rebalance() updates the others).
+  {
+    std::vector<rate_claim> claims;
+    for (const auto& c : m_channels) {
+      if (c.run) claims.push_back(c.run->claim);
+    }
+    claims.push_back(run.claim);
+    sc.rate_bps = share_rate(m_cfg.rate_bps, claims).back();
+  }
+  sender::app_options opts;
+  opts.group = cc.group;
+  opts.interface = m_cfg.interface;
+  opts.ttl = cc.ttl;
+  opts.identity = m_identity;
+  opts.site_keys = m_site_keys;
+
+  std::vector<std::int64_t> ids;
+  for (const auto& p : sent) ids.push_back(p.id);
+  char hex[16];
+  std::snprintf(hex, sizeof hex, "%08x", sc.session.value);
+  run.row = m_journal.begin_session(session_row{cc.name, run.seq, hex, kind, {}}, ids);
+  std::uint64_t bytes = 0;
+  for (const auto& p : sent) bytes += p.size;
+  run.products = std::move(sent);
+  try {
+    run.app = std::make_unique<sender::sender_app>(m_io, opts, sc, std::move(files), m_log,
+                                                   steady::now());
+  } catch (const std::exception& e) {
+    m_log->error("channel {}: cannot start a session: {}; trying again in {} s", cc.name, e.what(),
+                 retry_after.count());
+    m_journal.end_session(run.row, session_outcome::aborted);
+    for (const auto& p : run.products) {
+      if (batch) {
+        m_journal.requeue(p.id);
+        cs.batch.add(p, from_steady(steady::now() + retry_after));
+      }
+    }
+    tx.commit();
+    return false;
+  }
+  tx.commit();
+  m_log->info("channel {}: session {} ({}{}): {} product{}, {} at {}", cc.name, hex,
+              kind_name(kind), batch ? " " + std::to_string(run.seq) : " to " + std::to_string(run.only.size()) + " sites",
+              run.products.size(), run.products.size() == 1 ? "" : "s",
+              format_bytes(static_cast<double>(bytes)), format_rate(static_cast<double>(sc.rate_bps)));
+  auto* app = run.app.get();
+  cs.run = std::move(run);
+  ++cs.sessions;
+  app->start([this, ch](sender::run_result r) { on_session_done(ch, std::move(r)); });
+  rebalance();
+  return true;
+}
+
+void feed_daemon::rebalance() {
+  std::vector<rate_claim> claims;
+  std::vector<sender::sender_app*> apps;
+  for (auto& c : m_channels) {
+    if (!c.run) continue;
+    claims.push_back(c.run->claim);
+    apps.push_back(c.run->app.get());
+  }
+  const auto rates = share_rate(m_cfg.rate_bps, claims);
+  for (std::size_t i = 0; i < apps.size(); ++i) apps[i]->set_rate(rates[i]);
+}
+
+void feed_daemon::on_session_done(std::size_t ch, sender::run_result r) {
+  auto& cs = m_channels[ch];
+  running run = std::move(*cs.run);
+  cs.run.reset();
+  const auto& cc = *cs.cfg;
+  const bool aborted = m_stopping || !r.error.empty();
+  const bool dispose_now = run.kind == session_kind::batch && !m_stopping;
+  // The retained copies first, so that mark_sent records them ...
+  std::vector<std::optional<std::string>> kept;
+  if (dispose_now) {
+    for (const auto& p : run.products) kept.push_back(retain(ch, p));
+  }
+  // ... then every journal write of the session's end in one commit (one fsync for hundreds of
+  // product x site outcomes) ...
+  {
+    sqlite::transaction tx(m_journal.db());
+    record_outcomes(ch, run, r);
+    m_journal.end_session(run.row, aborted      ? session_outcome::aborted
+                                   : r.succeeded ? session_outcome::complete
+                                                 : session_outcome::partial);
+    if (run.kind == session_kind::batch) {
+      for (std::size_t i = 0; i < run.products.size(); ++i) {
+        // Stopping: sent again at the next start; sites that completed it answer 'held'.
+        if (m_stopping) {
+          m_journal.requeue(run.products[i].id);
+        } else {
+          m_journal.mark_sent(run.products[i].id, kept[i]);
+        }
+      }
+    }
+    tx.commit();
+  }
+  // ... and only then the spool files go: a crash in between leaves a product 'sent' with its
+  // file still in the spool (the next start's scan finds it sent and leaves it), never a
+  // product gone from the spool that the journal would send again.
+  if (dispose_now) {
+    for (const auto& p : run.products) dispose_spool(ch, p);
+  }
+  std::size_t done = 0;
+  for (const auto& rr : r.report.receivers) {
+    if (rr.state == sender::receiver_report::state_t::completed ||
+        rr.state == sender::receiver_report::state_t::unicast) {
+      ++done;
+    }
+  }
+  m_log->info("channel {}: session {:08x} ({}{}) ended: {} of {} sites complete in {:.3f} s{}",
+              cc.name, r.report.session.value, kind_name(run.kind),
+              run.seq ? " " + std::to_string(run.seq) : std::string(), done,
+              r.report.receivers.size(), r.wall_seconds, r.error.empty() ? "" : ": " + r.error);
+  if (!m_stopping) {
+    for (const auto& rr : r.report.receivers) {
+      const auto gaps = missing_seqs_of(rr);
+      if (!gaps.empty()) request_catch_up(ch, rr.id, gaps);
+    }
+  }
+  // The app's cancelled handlers are queued ahead of this; destroy it after them.
+  boost::asio::post(m_io, [app = std::move(run.app)]() mutable { app.reset(); });
+  rebalance();
+  maybe_start(ch);
+  check_stopped();
+}
+
+void feed_daemon::record_outcomes(std::size_t ch, const running& run, const sender::run_result& r) {
+  using st = sender::receiver_report::state_t;
+  const auto& cc = *m_channels[ch].cfg;
+  const auto now = std::chrono::system_clock::now();
+  std::set<std::string> present;
+  for (const auto& rr : r.report.receivers) {
+    present.insert(rr.id);
+    // A listed site that never registered is reported failed ("did not register within ...")
+    // with no address: for the journal it missed the session.
+    const bool absent = rr.state == st::missing || (rr.state == st::failed && rr.address.port == 0);
+    const std::set<std::uint32_t> held(rr.held_files.begin(), rr.held_files.end());
+    std::map<std::uint32_t, std::string> failed(rr.file_failures.begin(), rr.file_failures.end());
+    for (std::uint32_t i = 0; i < run.products.size(); ++i) {
+      outcome o = outcome::stored;
+      std::string reason;
+      if (held.count(i)) {
+        o = outcome::held;
+      } else if (rr.state == st::completed || rr.state == st::unicast) {
+        if (auto f = failed.find(i); f != failed.end()) {
+          o = outcome::failed;
+          reason = f->second;
+        }
+      } else if (absent) {
+        o = outcome::missed;
+        reason = rr.reason.empty() ? "listed but did not register" : rr.reason;
+      } else {
+        o = outcome::failed;
+        reason = rr.reason.empty() ? "the session ended before the site completed" : rr.reason;
+      }
+      m_journal.record_outcome(run.products[i].id, rr.id, o, reason, run.seq, now);
+    }
+    if (absent) continue;
+    site_row s;
+    s.site = rr.id;
+    s.channel = cc.name;
+    s.last_seen = now;
+    s.rtt_s = rr.rtt_valid ? to_seconds(rr.rtt) : 0;
+    s.nak_ratio = r.report.data_datagrams
+                      ? std::min(1.0, static_cast<double>(rr.blocks_naked) /
+                                          static_cast<double>(r.report.data_datagrams))
+                      : 0;
+    s.last_seq = last_seq_of(rr);
+    if (run.kind == session_kind::batch && (rr.state == st::completed || rr.state == st::unicast)) {
+      s.last_seq = std::max(s.last_seq, run.seq);
+    }
+    m_journal.site_seen(s);
+  }
+  if (run.kind != session_kind::batch) return;
+  // Sites seen on this channel before that did not take part: they missed the batch (down, or
+  // registered too late); their REGISTER in a later session reports the gap for catch-up.
+  for (const auto& s : m_journal.sites()) {
+    if (s.channel != cc.name || present.count(s.site)) continue;
+    for (const auto& p : run.products) {
+      m_journal.record_outcome(p.id, s.site, outcome::missed,
+                               "not in the session (down, or registered too late)", run.seq, now);
+    }
+  }
+}
+
+void feed_daemon::request_catch_up(
+    std::size_t ch, const std::string& site,
+    const std::vector<std::pair<std::uint64_t, std::uint64_t>>& ranges) {
+  const auto& cc = *m_channels[ch].cfg;
+  extra_request req;
+  req.kind = session_kind::catchup;
+  req.sites.insert(site);
+  std::size_t n = 0;
+  for (const auto& [from, to] : ranges) {
+    if (n++ == max_catch_up_ranges) break;
+    const auto ps = m_journal.products_of_seqs(cc.name, from, to);
+    if (ps.empty()) {
+      m_log->warn("channel {}: site {} misses sessions {}-{}, whose products are no longer "
+                  "retained (retention {:.1f} h); they cannot be caught up",
+                  cc.name, site, from, to, std::chrono::duration<double, std::ratio<3600>>(m_cfg.retention).count());
+      continue;
+    }
+    req.seqs.insert({from, to});
+    for (const auto& p : ps) req.products.emplace(p.id, p);
+  }
+  if (req.products.empty()) return;
+  m_log->info("channel {}: site {} reports {} missed session range{}: catch-up of {} product{} "
+              "queued",
+              cc.name, site, req.seqs.size(), req.seqs.size() == 1 ? "" : "s", req.products.size(),
+              req.products.size() == 1 ? "" : "s");
+  add_extra(ch, std::move(req));
+}
+
+void feed_daemon::add_extra(std::size_t ch, extra_request req) {
+  auto& cs = m_channels[ch];
+  for (auto& e : cs.extras) {
+    // Requests of several sites merge into one session (sites holding a product answer held).
+    if (e.kind != req.kind || e.unicast != req.unicast) continue;
+    if (e.seqs.size() + req.seqs.size() > max_catch_up_ranges) continue;
+    e.sites.insert(req.sites.begin(), req.sites.end());
+    e.seqs.insert(req.seqs.begin(), req.seqs.end());
+    e.products.merge(req.products);
+    return;
+  }
+  cs.extras.push_back(std::move(req));
+  if (!cs.run) maybe_start(ch);
+}
+
+std::optional<std::string> feed_daemon::retain(std::size_t ch, const product& p) {
+  if (m_cfg.retention.count() <= 0) return std::nullopt;
+  const auto& cc = *m_channels[ch].cfg;
+  const auto target = m_cfg.retained_dir / cc.name / std::to_string(p.id) / p.name;
+  if (auto ec = link_or_copy(p.spool_path, target)) {
+    m_log->error("channel {}: cannot keep {} in {}: {} (it cannot be caught up or resent)",
+                 cc.name, p.name, target.string(), ec.message());
+    return std::nullopt;
+  }
+  return target.string();
+}
+
+void feed_daemon::dispose_spool(std::size_t ch, const product& p) {
+  const auto& cc = *m_channels[ch].cfg;
+  const std::filesystem::path spool(p.spool_path);
+  std::error_code ec;
+  switch (cc.after) {
+    case after_send::remove:
+      std::filesystem::remove(spool, ec);
+      break;
+    case after_send::move: {
+      const auto to = cc.move_dir / p.name;
+      std::filesystem::create_directories(to.parent_path(), ec);
+      if (!ec) std::filesystem::rename(spool, to, ec);
+      if (ec == std::errc::cross_device_link) {
+        ec = link_or_copy(spool, to);
+        if (!ec) std::filesystem::remove(spool, ec);
+      }
+      break;
+    }
+    case after_send::keep:
+      return;
+  }
+  if (ec) m_log->error("channel {}: after sending {}: {}", cc.name, spool.string(), ec.message());
+  for (const auto& root : cc.spools) {
+    if (spool.string().starts_with(root.string() + "/")) prune_empty(spool.parent_path(), root);
+  }
+}
+
+void feed_daemon::do_expire() {
+  // The journal and the retained copies are bounded by the same window.
+  const auto keep = m_cfg.retention.count() > 0 ? m_cfg.retention
+                                                : std::chrono::nanoseconds(min_journal_history);
+  const auto before = std::chrono::system_clock::now() -
+                      std::chrono::duration_cast<std::chrono::system_clock::duration>(keep);
+  try {
+    const auto r = m_journal.expire(before);
+    const auto& paths = r.retained_paths;
+    for (const auto& p : paths) {
+      std::error_code ec;
+      std::filesystem::remove(p, ec);
+      prune_empty(std::filesystem::path(p).parent_path(), m_cfg.retained_dir);
+    }
+    if (r.products || !paths.empty()) {
+      m_log->info("retention: {} products, {} sessions, {} outcomes forgotten; {} retained files "
+                  "removed",
+                  r.products, r.sessions, r.outcomes, paths.size());
+    }
+  } catch (const std::exception& e) {
+    m_log->error("retention: {}", e.what());
+  }
+  const auto every = std::clamp<std::chrono::nanoseconds>(m_cfg.retention / 20, std::chrono::seconds(1),
+                                                          std::chrono::minutes(10));
+  m_expire_timer.expires_after(every);
+  m_expire_timer.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) do_expire();
+  });
+}
+
+void feed_daemon::stop(std::function<void()> done) {
+  m_stopping = true;
+  m_stopped = std::move(done);
+  m_watcher.reset();
+  m_expire_timer.cancel();
+  for (auto& c : m_channels) {
+    c.timer->cancel();
+    if (c.run) c.run->app->abort("the feed is shutting down");
+  }
+  check_stopped();
+}
+
+void feed_daemon::check_stopped() {
+  if (!m_stopping || !m_stopped) return;
+  for (const auto& c : m_channels) {
+    if (c.run) return;
+  }
+  // After the posted destruction of the last app.
+  boost::asio::post(m_io, [f = std::move(m_stopped)] { f(); });
+  m_stopped = nullptr;
+}
+
+nlohmann::json feed_daemon::status() const {
+  nlohmann::json j;
+  j["rate_bps"] = m_cfg.rate_bps;
+  j["stopping"] = m_stopping;
+  auto& list = j["channels"] = nlohmann::json::array();
+  for (const auto& c : m_channels) {
+    nlohmann::json o;
+    o["name"] = c.cfg->name;
+    o["group"] = c.cfg->group.to_string();
+    o["priority"] = c.cfg->priority;
+    o["waiting_products"] = c.batch.size();
+    o["waiting_bytes"] = c.batch.bytes();
+    o["pending_extra_sessions"] = c.extras.size();
+    o["sessions"] = c.sessions;
+    if (c.run) {
+      o["running"] = {{"kind", to_string(c.run->kind)},
+                      {"seq", c.run->seq},
+                      {"products", c.run->products.size()},
+                      {"rate_bps", c.run->app->rate_bps()}};
+    } else {
+      o["running"] = nullptr;
+    }
+    list.push_back(std::move(o));
+  }
+  return j;
+}
+
+nlohmann::json feed_daemon::resend(const resend_order& order) {
+  if (order.sites.empty()) throw std::invalid_argument("resend: no site given");
+  std::map<std::string, std::vector<product>, std::less<>> by_channel;
+  if (order.missing_since) {
+    std::set<std::int64_t> seen;
+    for (const auto& site : order.sites) {
+      for (const auto& m : m_journal.missing(site, *order.missing_since)) {
+        if (!m.retained || !seen.insert(m.product_id).second) continue;
+        if (order.filter.channel && m.channel != *order.filter.channel) continue;
+        if (auto p = m_journal.get(m.product_id)) by_channel[p->channel].push_back(*p);
+      }
+    }
+  } else {
+    for (auto& p : m_journal.find_products(order.filter)) by_channel[p.channel].push_back(std::move(p));
+  }
+  nlohmann::json j;
+  std::size_t total = 0;
+  std::uint64_t bytes = 0;
+  j["channels"] = nlohmann::json::object();
+  for (auto& [name, ps] : by_channel) {
+    const auto ch = channel_index(name);
+    if (!ch) continue;  // a channel no longer configured
+    extra_request req;
+    req.kind = session_kind::resend;
+    req.sites.insert(order.sites.begin(), order.sites.end());
+    req.unicast = order.unicast;
+    for (auto& p : ps) req.products.emplace(p.id, std::move(p));
+    for (const auto& [id, p] : req.products) bytes += p.size;
+    j["channels"][name] = req.products.size();
+    total += req.products.size();
+    m_log->info("channel {}: resend of {} product{} to {} queued{}", name, req.products.size(),
+                req.products.size() == 1 ? "" : "s", join(order.sites),
+                order.unicast ? " (over unicast)" : "");
+    add_extra(*ch, std::move(req));
+  }
+  if (total == 0) {
+    throw std::invalid_argument("resend: no retained product matches (sent products are kept "
+                                "for the configured retention only)");
+  }
+  j["products"] = total;
+  j["bytes"] = bytes;
+  j["session"] = "";
+  j["unicast"] = order.unicast;
+  return j;
+}
+
+nlohmann::json daemon_handler::status() {
+  auto j = journal_handler::status();
+  j["daemon"] = true;
+  j["feed"] = m_daemon.status();
+  return j;
+}
+
+nlohmann::json daemon_handler::resend(const resend_request& r) {
+  resend_order o;
+  o.sites = {r.site};
+  o.filter.channel = r.channel;
+  o.filter.since = r.since;
+  o.filter.glob = r.glob;
+  o.filter.seqs = r.seqs;
+  o.unicast = r.unicast;
+  auto j = m_daemon.resend(o);
+  j["site"] = r.site;
+  return j;
+}
+
+}  // namespace mcdist::feed

@@ -1,0 +1,159 @@
+#pragma once
+/// @file
+/// mcdist-feed's engine on the daemon's io_context (issue 10 item 1): spool products go through
+/// the hub journal's durable outbox into per-channel batches; each batch is one signed session
+/// (sender_app::start) numbered by the channel's sequence; channels send at once and share the
+/// total rate by strict priority (arbiter.hpp); after a session every product x site outcome is
+/// journaled and the spool file disposed of (delete / move / keep), with a copy kept in the
+/// retained directory for catch-up and resend. Sites that report sequence gaps in REGISTER get
+/// a catch-up session of the retained products; an operator's resend is served the same way.
+///
+/// One channel runs one session at a time; a batch, a catch-up and a resend of one channel
+/// queue behind each other, while other channels go on (a warning never waits for a model
+/// field of another channel).
+
+#include "feed/arbiter.hpp"
+#include "feed/batcher.hpp"
+#include "feed/control_protocol.hpp"
+#include "feed/feed_config.hpp"
+#include "feed/journal.hpp"
+#include "feed/spool_watcher.hpp"
+#include "sender/io/sender_app.hpp"
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <nlohmann/json.hpp>
+
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace mcdist::feed {
+
+/// Products to send again to some sites, outside the channel's numbered batches.
+struct extra_request {
+  session_kind kind = session_kind::catchup;  ///< catchup or resend
+  std::set<std::string> sites;                ///< only these sites take part
+  std::map<std::int64_t, product> products;   ///< by journal id (merging requests dedups)
+  /// Catch-up: the channel's sequence ranges the products come from (sender_config
+  /// catch_up_seqs), so sites that complete it stop reporting them missing.
+  std::set<std::pair<std::uint64_t, std::uint64_t>> seqs;
+  bool unicast = false;                       ///< resend --unicast: every site over unicast
+};
+
+/// An operator's resend (mcdistctl resend): which products, to which sites.
+struct resend_order {
+  std::vector<std::string> sites;
+  product_filter filter;          ///< retained products matching it ...
+  /// ... or, when set, the products the journal lists as missing at these sites since then
+  std::optional<clock_time> missing_since;
+  bool unicast = false;
+};
+
+/// The hub daemon's engine.
+class feed_daemon {
+ public:
+  /// Opens the journal and reads the keys. Sessions start only after start().
+  /// @throws config_error (keys), sqlite::error / std::runtime_error (journal)
+  feed_daemon(boost::asio::io_context& io, feed_config cfg, std::shared_ptr<spdlog::logger> log);
+  ~feed_daemon();
+  feed_daemon(const feed_daemon&) = delete;
+  feed_daemon& operator=(const feed_daemon&) = delete;
+
+  /// Recovers the outbox after a crash (unfinished batches are queued again, open sessions
+  /// closed as aborted), queues what the journal holds, starts the spool watcher (which scans
+  /// every spool) and the retention timer. @throws std::system_error (spools)
+  void start();
+
+  /// Shutdown: no new session starts; running sessions are aborted (END sent to the sites),
+  /// their outcomes journaled and their products queued again for the next start; then
+  /// `done` is posted.
+  void stop(std::function<void()> done);
+
+  /// Channels, running sessions, queue depths and rates, for `mcdistctl status`.
+  nlohmann::json status() const;
+
+  /// Queues a resend: one session per channel concerned, merged with a resend already waiting
+  /// there. @return "products" (count), "bytes", "channels" {name: count}, "session": "" (the
+  /// sessions are queued behind the channels' running ones)
+  /// @throws std::invalid_argument when no site is given or nothing matches
+  nlohmann::json resend(const resend_order& order);
+
+  /// The journal (the control server's queries run on the same connection and thread).
+  hub_journal& journal() { return m_journal; }
+
+ private:
+  struct running {
+    std::unique_ptr<sender::sender_app> app;
+    session_kind kind = session_kind::batch;
+    std::uint64_t seq = 0;
+    std::int64_t row = 0;           ///< journal session row
+    std::vector<product> products;  ///< file index i of the session = products[i]
+    std::vector<std::string> only;  ///< catch-up/resend sites
+    rate_claim claim;
+  };
+  struct channel_state {
+    const channel_config* cfg = nullptr;
+    batcher batch;
+    std::unique_ptr<boost::asio::steady_timer> timer;
+    std::optional<running> run;
+    std::deque<extra_request> extras;
+    bool last_was_extra = false;
+    std::uint64_t sessions = 0;
+  };
+
+  void on_found(spooled_file f);
+  void flush_found();
+  void queue_product(std::size_t ch, const product& p);
+  void maybe_start(std::size_t ch);
+  void arm_batch_timer(std::size_t ch);
+  bool start_session(std::size_t ch, session_kind kind, std::vector<product> products,
+                     const extra_request* extra);
+  void on_session_done(std::size_t ch, sender::run_result r);
+  void record_outcomes(std::size_t ch, const running& run, const sender::run_result& r);
+  void request_catch_up(std::size_t ch, const std::string& site,
+                        const std::vector<std::pair<std::uint64_t, std::uint64_t>>& ranges);
+  void add_extra(std::size_t ch, extra_request req);
+  /// Keeps a sent product for catch-up and resend (hard link, else copy). @return its path
+  std::optional<std::string> retain(std::size_t ch, const product& p);
+  /// The channel's `after`: delete, move or keep the spool file.
+  void dispose_spool(std::size_t ch, const product& p);
+  void rebalance();
+  void do_expire();
+  void check_stopped();
+  std::optional<std::size_t> channel_index(std::string_view name) const;
+
+  boost::asio::io_context& m_io;
+  feed_config m_cfg;
+  std::shared_ptr<spdlog::logger> m_log;
+  hub_journal m_journal;
+  std::optional<crypto::identity> m_identity;
+  std::map<std::string, crypto::key32, std::less<>> m_site_keys;
+  std::vector<channel_state> m_channels;
+  std::unique_ptr<spool_watcher> m_watcher;
+  std::vector<spooled_file> m_found;  ///< reported, not yet enqueued (flush_found)
+  boost::asio::steady_timer m_expire_timer;
+  bool m_stopping = false;
+  std::function<void()> m_stopped;
+};
+
+/// The control socket's handler in the running daemon: the journal's answers (history,
+/// missing), status with the daemon's live state, and resend served by the daemon.
+class daemon_handler : public journal_handler {
+ public:
+  explicit daemon_handler(feed_daemon& d) : journal_handler(d.journal()), m_daemon(d) {}
+  /// journal_handler::status() with "daemon": true and "feed": feed_daemon::status().
+  nlohmann::json status() override;
+  /// Keys of control_handler::resend, plus "channels".
+  nlohmann::json resend(const resend_request& r) override;
+
+ private:
+  feed_daemon& m_daemon;
+};
+
+}  // namespace mcdist::feed

@@ -1,0 +1,306 @@
+#pragma once
+/// @file
+/// The hub's delivery journal (issue 10 item 3, hub side): one SQLite file (common/sqlite, WAL)
+/// that holds
+///   - the outbox: every product picked up from a spool, with its state
+///       queued -> sending -> sent | failed
+///     so that a crash or restart of mcdist-feed loses no product (`unfinished()` lists the
+///     products a crash caught mid-batch) and sends nothing twice (`enqueue` is idempotent);
+///   - the sessions: per channel its sequence numbers (`next_seq`, persisted), each session's
+///     kind (batch | catchup | resend), start, end and outcome, and the products it carried;
+///   - the outcomes: product x site, stored | held | failed | missed, with a reason;
+///   - the sites: per (site, channel) when it was last seen, its RTT, NAK ratio and the highest
+///     sequence number it reports complete.
+/// It answers mcdistctl's queries (`history`, `missing`, `sites`, `channels`) and is bounded by
+/// `expire()` (the retention window of the daemon's configuration).
+///
+/// Times are std::chrono::system_clock time points, stored as integer nanoseconds since the Unix
+/// epoch (UTC). Every writing function is one IMMEDIATE transaction: an interrupted call (crash,
+/// exception) leaves the journal as it was before the call.
+///
+/// Like sqlite::database, nothing here is thread-safe: the daemon uses it from its io_context
+/// thread only. Errors throw sqlite::error (disk full, I/O error, a locked file after the busy
+/// timeout) or std::runtime_error (a journal of a newer schema version than this program).
+
+#include "common/sqlite/sqlite.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace mcdist::feed {
+
+using clock_time = std::chrono::system_clock::time_point;
+
+/// Where a product is in the outbox.
+enum class product_state {
+  queued,   ///< picked up from the spool, waiting for a batch
+  sending,  ///< part of a session that has not ended (after a crash: an unfinished batch)
+  sent,     ///< its session ended; post-send disposition done (retained_path if kept)
+  failed,   ///< could not be sent (unreadable, vanished from the spool); not retried
+};
+
+/// Why a session was sent.
+enum class session_kind {
+  batch,    ///< a channel's batch of new products; carries the channel's next sequence number
+  catchup,  ///< products of earlier sequence numbers for sites that report gaps; seq 0
+  resend,   ///< an operator's `mcdistctl resend`; seq 0
+};
+
+/// How a session ended.
+enum class session_outcome {
+  complete,  ///< every registered site stored or held every product
+  partial,   ///< some site failed or did not register; see the outcomes
+  aborted,   ///< the session did not run to its end (shutdown, send error)
+};
+
+/// What a site did with a product.
+enum class outcome {
+  stored,  ///< received, verified and delivered by the site
+  held,    ///< the site already held an identical copy (no transfer needed)
+  failed,  ///< the site could not complete it (reason says why)
+  missed,  ///< the site was not in the session (down, late registration, reported seq gap)
+};
+
+std::string_view to_string(product_state s) noexcept;
+std::string_view to_string(session_kind k) noexcept;
+std::string_view to_string(session_outcome o) noexcept;
+std::string_view to_string(outcome o) noexcept;
+/// Inverses of to_string; std::nullopt for an unknown word.
+std::optional<product_state> parse_product_state(std::string_view s) noexcept;
+std::optional<session_kind> parse_session_kind(std::string_view s) noexcept;
+std::optional<session_outcome> parse_session_outcome(std::string_view s) noexcept;
+std::optional<outcome> parse_outcome(std::string_view s) noexcept;
+
+/// One product of the outbox.
+struct product {
+  std::int64_t id = 0;        ///< journal row id (0 before enqueue)
+  std::string channel;        ///< channel name of the daemon's configuration
+  std::string name;           ///< path inside the set, as receivers store it ("a/b.grib2")
+  std::string spool_path;     ///< absolute path of the file in the spool when picked up
+  std::uint64_t size = 0;     ///< bytes
+  std::int64_t mtime_ns = 0;  ///< modification time of the spool file, ns since the epoch
+  std::string sha256;         ///< lower-case hex, may be empty (not yet hashed)
+  product_state state = product_state::queued;
+  std::uint64_t seq = 0;   ///< sequence number of the batch that first sent it, 0 = none yet
+  clock_time queued_at{};  ///< when enqueued; enqueue() sets now() when left at the epoch
+  std::optional<clock_time> sent_at;         ///< when mark_sent() ran
+  std::optional<std::string> retained_path;  ///< where the sent file is kept for catch-up
+};
+
+/// One session as begin_session() records it.
+struct session_row {
+  std::string channel;
+  std::uint64_t seq = 0;   ///< the channel's sequence number; 0 for catchup and resend
+  std::string session_id;  ///< the session id's text form (common/ids.hpp; 32 random bits,
+                           ///< so not unique over months: rows are keyed by their own id)
+  session_kind kind = session_kind::batch;
+  clock_time started{};  ///< begin_session() sets now() when left at the epoch
+};
+
+/// A session read back, with its end.
+struct session_info {
+  std::int64_t id = 0;  ///< journal row id
+  session_row row;
+  std::optional<clock_time> ended;
+  std::optional<session_outcome> result;
+  std::int64_t products = 0;  ///< number of products it carried
+};
+
+/// What a site last reported on a channel (from its REGISTER and the session's statistics).
+struct site_row {
+  std::string site;  ///< site name (its key's name in signed sessions, else its address)
+  std::string channel;
+  clock_time last_seen{};
+  double rtt_s = 0;            ///< round-trip time, seconds
+  double nak_ratio = 0;        ///< NAKed blocks / blocks sent to it in its last session, 0..1
+  std::uint64_t last_seq = 0;  ///< highest seq the site completed on the channel, 0 = none
+};
+
+/// One product x site outcome with its product, for `mcdistctl history`.
+struct history_row {
+  std::int64_t product_id = 0;
+  std::string channel;
+  std::string name;
+  std::uint64_t size = 0;
+  std::uint64_t seq = 0;  ///< the seq of the session the outcome came from (0: catchup/resend)
+  std::string site;
+  outcome result = outcome::stored;
+  std::string reason;
+  clock_time at{};
+};
+
+/// A product a site has not stored or held, for `mcdistctl missing`.
+struct missing_row {
+  std::int64_t product_id = 0;
+  std::string channel;
+  std::string name;
+  std::uint64_t size = 0;
+  std::uint64_t seq = 0;        ///< product's batch seq
+  clock_time sent_at{};         ///< start of the latest session that carried it
+  std::optional<outcome> last;  ///< the site's last outcome for it (failed, missed), or none
+  std::string reason;
+  bool retained = false;  ///< still kept at the hub: a resend can serve it
+};
+
+/// Per channel counts, for `mcdistctl status` without the daemon.
+struct channel_row {
+  std::string channel;
+  std::uint64_t last_seq = 0;  ///< last allocated sequence number, 0 = none
+  std::int64_t queued = 0, sending = 0, sent = 0, failed = 0;
+  std::optional<clock_time> last_session;  ///< start of the latest session
+};
+
+/// Selects products for a resend (all given conditions must hold; only retained products).
+struct product_filter {
+  std::optional<std::string> channel;
+  std::optional<clock_time> since;  ///< sent at or after
+  std::optional<std::string> glob;  ///< SQLite GLOB on the product name ('*', '?', '[...]')
+  std::optional<std::pair<std::uint64_t, std::uint64_t>> seqs;  ///< inclusive batch seq range
+};
+
+/// What expire() removed.
+struct expire_result {
+  std::int64_t products = 0, sessions = 0, outcomes = 0, sites = 0;
+  /// retained copies of the removed products: the caller deletes these files
+  std::vector<std::string> retained_paths;
+};
+
+/// The hub's journal. Owns one connection to the file.
+class hub_journal {
+ public:
+  /// Current schema version (PRAGMA user_version); older files are migrated on open.
+  static constexpr int schema_version = 1;
+
+  /// Opens (creating it and its schema if absent) the journal read-write in WAL mode.
+  /// @param file  the journal; its directory must exist
+  /// @param read_only  open for queries only (mcdistctl without the daemon): no creation, no
+  ///                   migration, every writing function throws sqlite::error
+  /// @throws sqlite::error when the file cannot be opened or is not a database;
+  ///         std::runtime_error when its schema is newer than schema_version (or absent in
+  ///         read-only mode)
+  explicit hub_journal(const std::filesystem::path& file, bool read_only = false);
+
+  // ---- outbox ----
+
+  /// Adds a product to the outbox, state queued. Idempotent on (channel, spool_path, size,
+  /// mtime_ns): the same spool file seen twice (start-up scan and inotify) returns the existing
+  /// id and changes nothing.
+  /// @return the product id
+  std::int64_t enqueue(const product& p);
+
+  /// The queued products of a channel, oldest first (queued_at, then id).
+  std::vector<product> queued(std::string_view channel);
+
+  /// Allocates the channel's next session sequence number (1, 2, ...) and persists it, so that
+  /// numbers survive a restart and are never reused.
+  std::uint64_t next_seq(std::string_view channel);
+
+  /// Records a session and the products it carries, and marks them 'sending'. For a batch
+  /// session (kind batch, seq > 0) the products' seq becomes the session's.
+  /// @return the session's journal row id
+  std::int64_t begin_session(const session_row& s, std::span<const std::int64_t> product_ids);
+
+  /// Ends the batch session (channel, seq) (seq > 0). @throws std::invalid_argument if unknown
+  void end_session(std::string_view channel, std::uint64_t seq, session_outcome result,
+                   clock_time ended = std::chrono::system_clock::now());
+  /// Ends any session (catchup and resend ones have seq 0) by its journal row id.
+  void end_session(std::int64_t session_row_id, session_outcome result,
+                   clock_time ended = std::chrono::system_clock::now());
+
+  /// The product was sent and disposed of: state sent, sent_at, and where its copy is kept for
+  /// catch-up (std::nullopt: not kept, e.g. `delete` disposition without retention).
+  void mark_sent(std::int64_t product_id, std::optional<std::string> retained_path,
+                 clock_time at = std::chrono::system_clock::now());
+
+  /// The product cannot be sent (reason for the log and history): state failed.
+  void mark_failed(std::int64_t product_id, std::string_view reason);
+
+  /// Puts a product back in the queue (after a crash caught it 'sending').
+  void requeue(std::int64_t product_id);
+
+  /// Products in state 'sending': at start-up, those a crash caught mid-batch.
+  std::vector<product> unfinished();
+
+  /// Ends every session that has no end yet as aborted (at start-up, after a crash).
+  /// @return how many
+  std::int64_t close_interrupted_sessions(clock_time now = std::chrono::system_clock::now());
+
+  /// One product by id, or std::nullopt.
+  std::optional<product> get(std::int64_t product_id);
+
+  // ---- outcomes and sites ----
+
+  /// Records what a site did with a product in the session of sequence number `seq` (0 for
+  /// catchup/resend). All are kept for history(); missing() shows the last recorded one of
+  /// (product, site) (insertion order) and skips products with any stored or held outcome.
+  void record_outcome(std::int64_t product_id, std::string_view site, outcome o,
+                      std::string_view reason, std::uint64_t seq,
+                      clock_time at = std::chrono::system_clock::now());
+
+  /// Inserts or updates the (site, channel) row.
+  void site_seen(const site_row& s);
+
+  // ---- catch-up and resend ----
+
+  /// Products whose batch seq is in [from, to] on a channel and that are still retained,
+  /// ordered by seq then id.
+  std::vector<product> products_of_seqs(std::string_view channel, std::uint64_t from,
+                                        std::uint64_t to);
+
+  /// Retained, sent products matching every condition of the filter, ordered by seq then id.
+  std::vector<product> find_products(const product_filter& f);
+
+  // ---- queries for mcdistctl ----
+
+  /// The site's outcomes at or after `since`, newest first, optionally only products whose name
+  /// matches `glob` (SQLite GLOB) and of one channel.
+  /// @param limit  at most this many rows (0 = no limit)
+  std::vector<history_row> history(std::string_view site, clock_time since,
+                                   std::optional<std::string_view> glob = std::nullopt,
+                                   std::optional<std::string_view> channel = std::nullopt,
+                                   std::size_t limit = 0);
+
+  /// Products carried by ended sessions that started at or after `since` on the channels the
+  /// site is known on (its site rows), for which the site has no stored or held outcome.
+  /// A site new on a channel sees every product of the window as missing (it never got them).
+  /// Ordered by channel, seq, id.
+  std::vector<missing_row> missing(std::string_view site, clock_time since);
+
+  /// Every (site, channel) row, ordered by site then channel.
+  std::vector<site_row> sites();
+
+  /// Per channel outbox counts and sequence numbers, ordered by channel.
+  std::vector<channel_row> channels();
+
+  /// Sessions that started at or after `since`, newest first (at most `limit`, 0 = all).
+  std::vector<session_info> sessions(clock_time since, std::size_t limit = 0);
+
+  // ---- retention ----
+
+  /// Removes what is older than `before`: outcomes recorded before it, sessions started before
+  /// it (ended ones), sites not seen since, and sent or failed products whose sent_at (failed:
+  /// queued_at) is before it and that no remaining session carries. Queued and sending products
+  /// and open sessions are never removed.
+  /// @return counts, and the retained files of removed products (for the caller to delete)
+  expire_result expire(clock_time before);
+
+  /// The underlying connection (tests; the daemon's own queries).
+  sqlite::database& db() noexcept { return m_db; }
+
+ private:
+  void create_or_migrate();
+  sqlite::database m_db;
+};
+
+/// Nanoseconds since the Unix epoch, as the journal stores times.
+std::int64_t to_ns(clock_time t) noexcept;
+clock_time from_ns(std::int64_t ns) noexcept;
+
+}  // namespace mcdist::feed

@@ -1,0 +1,231 @@
+// mcdist-feed: the hub daemon. Watches spool directories, batches products per channel and
+// multicasts each batch as one signed session to the sites, with strict priority between
+// channels, a durable outbox, a delivery journal and catch-up for sites that missed sessions.
+
+#include "common/logging.hpp"
+#include "common/sd_notify.hpp"
+#include "common/units.hpp"
+#include "feed/control_server.hpp"
+#include "feed/feed_config.hpp"
+#include "feed/feed_daemon.hpp"
+
+#include <CLI/CLI.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <spdlog/spdlog.h>
+#include <sys/prctl.h>
+
+#include <iostream>
+
+namespace {
+
+/// Exit statuses (documented in --help).
+enum exit_status : int {
+  exit_ok = 0,       ///< stopped by SIGTERM/SIGINT after saving the sessions' state
+  exit_runtime = 1,  ///< could not run: journal, spool, socket
+  exit_config = 2,   ///< bad command line or configuration (systemd: RestartPreventExitStatus)
+};
+
+constexpr const char* footer = R"(
+CONFIGURATION (TOML, --config):
+  interface = "10.0.0.5"            local address sessions leave from
+  key = "/etc/mcdist/feed.key"      sender key (mcdist-keygen); sessions are signed with it
+  site_keys = "/etc/mcdist/sites"   optional: only these sites may register ("SITE-ID KEY" lines)
+  rate = "500M"                     total multicast rate of every channel together, bit/s
+  journal = "/var/lib/mcdist-feed/journal.db"   SQLite journal: outbox, sessions, outcomes
+  retention = "24h"                 how long sent products are kept for catch-up and resend
+  retained = "/var/lib/mcdist-feed/retained"    where they are kept (hard links when possible)
+  control_socket = "/run/mcdist-feed/control.sock"   mcdistctl's socket
+  control_group = "mcdist-operators"                 group allowed on it besides this user
+
+  [[channel]]
+  name = "warnings"                 journal and sequence numbers are per channel
+  group = "239.192.0.10:4711"       multicast group and port
+  spool = ["/var/spool/mcdist-feed/warnings"]   watched recursively; subdirectories are
+                                    part of the product name
+  priority = 10                     higher first: its sessions take the rate they need
+  share = 1.0                       part of the rate it takes when it is the most urgent (or
+  # cap = "50M"                     a fixed cap instead)
+  batch_window = "200ms"            a batch closes this long after its first product,
+  batch_max_files = 1000            or at this many files,
+  batch_max_bytes = "4G"            or this many bytes
+  after = "delete"                  "delete", "keep" or "move:/DIR" once the session ended
+  ignore = ["*.tmp", "*.part"]      fnmatch globs; dot-files are always ignored
+  ttl = 1                           multicast TTL
+  receivers = ["site-a", "site-b"]  closed group (optional; default: any site that registers)
+  register_window = "1s"            open group: how long registrations are accepted
+  register_timeout = "10s"          closed group: longest wait for every listed site
+
+PRODUCTS: a product is picked up when its writer closes it (inotify IN_CLOSE_WRITE) or when it
+is renamed into the spool (IN_MOVED_TO); write big products under a dot-name and rename them.
+Every product is first recorded in the journal (the durable outbox), then batched: a batch is
+one session, numbered per channel. Sites report the numbers they never completed when they
+register, and the feed sends those products again to them (catch-up) from the retained copies.
+A feed killed mid-batch sends the batch again at its next start; sites that hold a product
+answer "held" and nothing is transferred twice.
+
+PRIORITY: channels send at the same time, each with its own session and socket, and share the
+rate: the highest-priority sending channel gets its share or cap, lower ones what is left, and
+at least 1 % each so their sessions stay alive. A warning is not delayed by a model field of
+another channel.
+
+SIGNALS: SIGTERM/SIGINT end the running sessions (the sites are told), record their state in
+the journal and exit 0; the next start sends the interrupted batches again. SIGHUP reopens the
+log file. Under systemd (Type=notify) READY=1 follows the start-up scan, WATCHDOG=1 is sent
+every half WatchdogSec from the event loop, STOPPING=1 on SIGTERM.
+
+Exit status: 0 stopped by a signal; 1 runtime error (journal, spool, socket); 2 bad
+configuration or command line.
+
+Examples:
+  mcdist-feed --config /etc/mcdist/mcdist-feed.toml
+  mcdist-feed --config feed.toml --check-config
+)";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "mcdist-feed - the hub daemon: watches spool directories and multicasts their products, "
+      "batched per channel, to mcdistd sites, with priorities, a durable outbox, a delivery "
+      "journal and catch-up of missed sessions.",
+      "mcdist-feed"};
+  app.footer(footer);
+  app.get_formatter()->column_width(34);
+  std::string config_file = "/etc/mcdist/mcdist-feed.toml";
+  bool check_only = false;
+  std::string log_level = "info";
+  std::string log_file;
+  app.add_option("-c,--config", config_file, "Configuration file (TOML)")
+      ->capture_default_str()
+      ->type_name("FILE");
+  app.add_flag("--check-config", check_only,
+               "Check the configuration (and that the keys can be read), print a summary, exit");
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off")
+      ->capture_default_str()
+      ->type_name("LEVEL");
+  app.add_option("--log-file", log_file, "Also log to this file (rotated; SIGHUP reopens it)")
+      ->type_name("FILE");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? exit_ok : exit_config;
+  }
+
+  mcdist::feed::feed_config cfg;
+  try {
+    cfg = mcdist::feed::load_feed_config(config_file);
+  } catch (const mcdist::feed::config_error& e) {
+    std::cerr << "mcdist-feed: " << e.what() << "\n";
+    return exit_config;
+  }
+  mcdist::log_options lo;
+  try {
+    lo.level = mcdist::parse_log_level(log_level);
+  } catch (const std::exception& e) {
+    std::cerr << "mcdist-feed: " << e.what() << "\n";
+    return exit_config;
+  }
+  if (!log_file.empty()) lo.file = log_file;
+  if (check_only) {
+    try {
+      if (!cfg.key_file.empty()) (void)mcdist::crypto::read_secret_key_file(cfg.key_file);
+      if (!cfg.site_keys.empty()) (void)mcdist::sender::read_site_keys(cfg.site_keys.string());
+    } catch (const mcdist::crypto::key_error& e) {
+      std::cerr << "mcdist-feed: " << e.what() << "\n";
+      return exit_config;
+    }
+    std::cout << config_file << ": OK: " << cfg.channels.size() << " channel"
+              << (cfg.channels.size() == 1 ? "" : "s") << " at "
+              << mcdist::format_rate(static_cast<double>(cfg.rate_bps)) << " in total\n";
+    for (const auto& c : cfg.channels) {
+      std::cout << "  " << c.name << ": " << c.group.to_string() << ", priority " << c.priority
+                << ", " << c.spools.size() << " spool director" << (c.spools.size() == 1 ? "y" : "ies")
+                << "\n";
+    }
+    return exit_ok;
+  }
+
+  std::shared_ptr<spdlog::logger> log;
+  try {
+    log = mcdist::make_logger("mcdist-feed", lo);
+  } catch (const std::exception& e) {
+    std::cerr << "mcdist-feed: cannot open the log: " << e.what() << "\n";
+    return exit_runtime;
+  }
+  // Pacing wakes the network thread every few hundred microseconds (as in mcdist-send).
+  ::prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+  const mcdist::service_notifier notifier;
+  try {
+    boost::asio::io_context io(1);
+    mcdist::feed::feed_daemon daemon(io, cfg, log);
+    mcdist::feed::daemon_handler handler(daemon);
+    std::unique_ptr<mcdist::feed::control_server> control;
+    if (!cfg.control_socket.empty()) {
+      control = std::make_unique<mcdist::feed::control_server>(
+          io, mcdist::feed::control_socket_options{cfg.control_socket, cfg.control_group}, handler,
+          mcdist::feed::control_limits{}, log);
+      control->start();
+    }
+    boost::asio::signal_set signals(io, SIGINT, SIGTERM, SIGHUP);
+    boost::asio::steady_timer watchdog(io);
+    bool stopping = false;
+    std::function<void()> arm_watchdog = [&] {
+      const auto interval = notifier.watchdog_interval();
+      if (!interval) return;
+      if (auto ec = notifier.watchdog()) log->warn("cannot send WATCHDOG=1: {}", ec.message());
+      watchdog.expires_after(std::max(*interval / 2, std::chrono::microseconds(1000)));
+      watchdog.async_wait([&](const boost::system::error_code& ec) {
+        if (!ec) arm_watchdog();
+      });
+    };
+    std::function<void()> wait_signal = [&] {
+      signals.async_wait([&](const boost::system::error_code& ec, int sig) {
+        if (ec) return;
+        if (sig == SIGHUP) {
+          std::string error;
+          if (mcdist::reopen_log_files(*log, error)) {
+            log->info("SIGHUP: log file reopened");
+          } else {
+            log->error("SIGHUP: cannot reopen the log file ({}); still writing to the old one", error);
+          }
+          wait_signal();
+          return;
+        }
+        if (stopping) {
+          log->warn("{} again: quitting at once (the next start sends unfinished batches again)",
+                    sig == SIGINT ? "SIGINT" : "SIGTERM");
+          io.stop();
+          return;
+        }
+        stopping = true;
+        log->info("{}: ending the running sessions", sig == SIGINT ? "SIGINT" : "SIGTERM");
+        (void)notifier.stopping();
+        if (control) control->stop();
+        daemon.stop([&] {
+          watchdog.cancel();
+          signals.cancel();
+          log->info("stopped; the journal holds every session's state");
+          io.stop();
+        });
+        wait_signal();
+      });
+    };
+    wait_signal();
+    daemon.start();
+    log->info("mcdist-feed: {} channel{} at {} in total, journal {}", cfg.channels.size(),
+              cfg.channels.size() == 1 ? "" : "s",
+              mcdist::format_rate(static_cast<double>(cfg.rate_bps)), cfg.journal.string());
+    (void)notifier.ready("watching " + std::to_string(cfg.channels.size()) + " channels");
+    arm_watchdog();
+    io.run();
+    return exit_ok;
+  } catch (const mcdist::feed::config_error& e) {
+    if (log) log->error("{}", e.what());
+    return exit_config;
+  } catch (const std::exception& e) {
+    log->error("{}", e.what());
+    return exit_runtime;
+  }
+}

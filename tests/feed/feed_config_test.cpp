@@ -1,0 +1,188 @@
+#include "feed/feed_config.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <string>
+
+using mcdist::feed::after_send;
+using mcdist::feed::config_error;
+using mcdist::feed::parse_feed_config;
+
+namespace {
+
+const std::string top = R"(
+interface = "10.0.0.5"
+rate = "500M"
+journal = "/var/lib/mcdist-feed/journal.db"
+retention = "24h"
+retained = "/var/lib/mcdist-feed/retained"
+control_socket = "/run/mcdist-feed/control.sock"
+control_group = "mcdist-operators"
+)";
+
+const std::string warnings = R"(
+[[channel]]
+name = "warnings"
+group = "239.192.0.10:4711"
+spool = ["/spool/warnings"]
+priority = 10
+batch_window = "200ms"
+after = "delete"
+)";
+
+/// The error message of parsing `text`, or "" when it parses.
+std::string error_of(const std::string& text) {
+  try {
+    parse_feed_config(text, "feed.toml");
+  } catch (const config_error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("a full configuration parses with every setting", "[unit][feed]") {
+  const auto c = parse_feed_config(top + warnings + R"(
+[[channel]]
+name = "fields"
+group = "239.192.0.11:4711"
+spool = ["/spool/fields/a", "/spool/fields/b"]
+priority = 1
+cap = "200M"
+batch_window = "5s"
+batch_max_files = 50
+batch_max_bytes = "2G"
+after = "move:/archive/fields"
+ignore = ["*.tmp", "partial/*"]
+ttl = 16
+receivers = ["site-a", "site-b"]
+register_window = "2s"
+register_timeout = "30s"
+)",
+                                   "feed.toml");
+  REQUIRE(c.interface.to_string() == "10.0.0.5:0");
+  REQUIRE(c.rate_bps == 500'000'000);
+  REQUIRE(c.retention == std::chrono::hours(24));
+  REQUIRE(c.retained_dir == "/var/lib/mcdist-feed/retained");
+  REQUIRE(c.control_group == "mcdist-operators");
+  REQUIRE(c.channels.size() == 2);
+  const auto& w = c.channels[0];
+  REQUIRE(w.name == "warnings");
+  REQUIRE(w.priority == 10);
+  REQUIRE(w.share == 1.0);
+  REQUIRE(w.cap_bps == 0);
+  REQUIRE(w.batch_window == std::chrono::milliseconds(200));
+  REQUIRE(w.after == after_send::remove);
+  const auto& f = c.channels[1];
+  REQUIRE(f.spools.size() == 2);
+  REQUIRE(f.cap_bps == 200'000'000);
+  REQUIRE(f.batch_max_files == 50);
+  REQUIRE(f.batch_max_bytes == std::uint64_t{2} << 30);
+  REQUIRE(f.after == after_send::move);
+  REQUIRE(f.move_dir == "/archive/fields");
+  REQUIRE(f.ignore == std::vector<std::string>{"*.tmp", "partial/*"});
+  REQUIRE(f.ttl == 16);
+  REQUIRE(f.receivers == std::vector<std::string>{"site-a", "site-b"});
+  REQUIRE(f.register_timeout == std::chrono::seconds(30));
+}
+
+TEST_CASE("errors name the key that is wrong", "[unit][feed]") {
+  CHECK_THAT(error_of(warnings), Catch::Contains("'interface' is required"));
+  CHECK_THAT(error_of(top), Catch::Contains("no [[channel]]"));
+  CHECK_THAT(error_of(top + warnings + "\nspeed = 1\n"), Catch::Contains("'channel[0].speed'"));
+  CHECK_THAT(error_of("bogus = 1\n" + top + warnings), Catch::Contains("unknown setting 'bogus'"));
+  CHECK_THAT(error_of(top + R"([[channel]]
+name = "x"
+group = "10.0.0.1:4711"
+spool = ["/s"]
+)"),
+             Catch::Contains("'channel[0].group'"));
+  CHECK_THAT(error_of(top + R"([[channel]]
+name = "x"
+group = "239.1.1.1:4711"
+spool = ["relative/dir"]
+)"),
+             Catch::Contains("absolute"));
+  CHECK_THAT(error_of(top + R"([[channel]]
+name = "x"
+group = "239.1.1.1:4711"
+spool = ["/s"]
+after = "shred"
+)"),
+             Catch::Contains("'channel[0].after'"));
+  CHECK_THAT(error_of(top + R"([[channel]]
+name = "x"
+group = "239.1.1.1:4711"
+spool = ["/s"]
+share = 0.5
+cap = "10M"
+)"),
+             Catch::Contains("exclude each other"));
+  CHECK_THAT(error_of(top + R"([[channel]]
+name = "x"
+group = "239.1.1.1:4711"
+spool = ["/s"]
+share = 1.5
+)"),
+             Catch::Contains("'channel[0].share'"));
+  CHECK_THAT(error_of(top + R"([[channel]]
+name = "x"
+group = "239.1.1.1:4711"
+spool = ["/s"]
+batch_max_files = 1e9
+)"),
+             Catch::Contains("whole number"));
+  CHECK_THAT(error_of(top + R"([[channel]]
+name = "x"
+group = "239.1.1.1:4711"
+spool = ["/s"]
+batch_window = "soon"
+)"),
+             Catch::Contains("'channel[0].batch_window'"));
+  CHECK_THAT(error_of(top + R"([[channel]]
+name = "has space"
+group = "239.1.1.1:4711"
+spool = ["/s"]
+)"),
+             Catch::Contains("'channel[0].name'"));
+  CHECK_THAT(error_of("interface = \"10.0.0.5\"\nrate = \"fast\"\njournal = \"/j\"\nretention = \"0s\"\n" +
+                      warnings),
+             Catch::Contains("'rate'"));
+  CHECK_THAT(error_of("interface = \"10.0.0.5\"\nrate = \"1G\"\njournal = \"/j\"\n" + warnings),
+             Catch::Contains("'retained' is required"));
+  CHECK_THAT(error_of(top + "rate = [\n"), Catch::Contains("feed.toml"));  // syntax error
+}
+
+TEST_CASE("channels must not share names, groups or spools", "[unit][feed]") {
+  CHECK_THAT(error_of(top + warnings + warnings), Catch::Contains("two channels are named"));
+  CHECK_THAT(error_of(top + warnings + R"(
+[[channel]]
+name = "other"
+group = "239.192.0.10:4711"
+spool = ["/spool/other"]
+)"),
+             Catch::Contains("uses the group"));
+  CHECK_THAT(error_of(top + warnings + R"(
+[[channel]]
+name = "other"
+group = "239.192.0.12:4711"
+spool = ["/spool/warnings/sub"]
+)"),
+             Catch::Contains("overlaps"));
+  CHECK_THAT(error_of(top + R"([[channel]]
+name = "x"
+group = "239.1.1.1:4711"
+spool = ["/s"]
+after = "move:/s/done"
+)"),
+             Catch::Contains("inside its spool"));
+  // A name that merely shares a prefix is another directory.
+  CHECK(error_of(top + warnings + R"(
+[[channel]]
+name = "other"
+group = "239.192.0.12:4711"
+spool = ["/spool/warnings2"]
+)")
+            .empty());
+}
