@@ -36,6 +36,9 @@ crypto::key32 derive(std::span<const std::uint8_t> ikm, session_id s, std::strin
   return out;
 }
 
+/// HKDF info of a site's fallback key (auth.hpp, common/unicast/hello_proof.hpp).
+constexpr std::string_view fallback_info = "mcdist v2 fallback";
+
 /// The pairwise key of a sender session key and a site (see the file comment of auth.hpp).
 std::optional<crypto::key32> pairwise_key(const crypto::key32& our_secret,
                                           const crypto::key32& their_public,
@@ -238,6 +241,12 @@ std::optional<crypto::key32> sender_keys::site_key(std::string_view receiver_id)
   const auto it = m_sites.find(std::string(receiver_id));
   if (it == m_sites.end()) return std::nullopt;
   return it->second.site_key;
+}
+
+std::optional<crypto::key32> sender_keys::fallback_key(std::string_view receiver_id) const {
+  const auto it = m_sites.find(std::string(receiver_id));
+  if (it == m_sites.end()) return std::nullopt;
+  return derive(it->second.pairwise, m_session, fallback_info);
 }
 
 // --- receiver ------------------------------------------------------------------------------
@@ -475,6 +484,12 @@ bool receiver_keys::import_session(session_id s, std::string_view blob) {
   if (!keys.has_pairwise) return false;
   keys.set_session_key(k, s);
   return true;
+}
+
+std::optional<crypto::key32> receiver_keys::fallback_key(session_id s) const {
+  const auto it = m_sessions.find(s.value);
+  if (it == m_sessions.end() || !it->second->has_pairwise) return std::nullopt;
+  return derive(it->second->pairwise, s, fallback_info);
 }
 
 void receiver_keys::forget(session_id s) { m_sessions.erase(s.value); }

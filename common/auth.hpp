@@ -23,7 +23,9 @@
 /// - pairwise key of a site = HKDF(X25519(sender session secret, site X25519 public),
 ///   info "mcdist v2 pairwise" || sender session public || site X25519 public);
 /// - session key K: 32 random bytes per session, given to each registered site in its
-///   register_reply; data key = HKDF(K, "mcdist v2 data"), marker key = HKDF(K, "mcdist v2 marker").
+///   register_reply; data key = HKDF(K, "mcdist v2 data"), marker key = HKDF(K, "mcdist v2 marker");
+/// - fallback key of a site = HKDF(pairwise key, "mcdist v2 fallback"): the key its unicast
+///   fallback connections prove (common/unicast/hello_proof.hpp).
 
 #include "common/crypto.hpp"
 #include "common/error.hpp"
@@ -102,6 +104,9 @@ class sender_keys {
 
   /// The site key a site proved when it registered; std::nullopt if it did not.
   std::optional<crypto::key32> site_key(std::string_view receiver_id) const;
+  /// The key a site's unicast fallback connections must prove (HKDF of its pairwise key,
+  /// "mcdist v2 fallback"); std::nullopt for a site that did not register with a proof.
+  std::optional<crypto::key32> fallback_key(std::string_view receiver_id) const;
   const auth_stats& stats() const noexcept { return m_stats; }
 
  private:
@@ -162,6 +167,9 @@ class receiver_keys {
   bool knows(session_id s) const { return m_sessions.count(s.value) != 0; }
   /// True once the session's register_reply gave this site the session key.
   bool has_session_key(session_id s) const;
+  /// The key this site's unicast fallback connections of session `s` prove (the sender's
+  /// sender_keys::fallback_key); std::nullopt before a verified announce of the session.
+  std::optional<crypto::key32> fallback_key(session_id s) const;
   /// The trusted sender key whose signature the session's announce carried; std::nullopt when
   /// the session is unknown or no trusted keys are configured (signatures are not checked).
   /// Receivers keep a channel's session numbers per sender key (receiver/core/sequence_book).

@@ -4,6 +4,7 @@
 /// strong_typedef<std::int32_t, piece_index_tag>): a file index is not a block index, a pass
 /// number is not a session id.
 
+#include <array>
 #include <compare>
 #include <cstdint>
 #include <functional>
@@ -32,6 +33,13 @@ using file_index = strong_id<std::uint32_t, struct file_index_tag>;
 using block_index = strong_id<std::uint32_t, struct block_index_tag>;
 /// Pass number, 1-based: pass 1 sends every block, pass k>1 the blocks NAKed since.
 using pass_number = strong_id<std::uint32_t, struct pass_number_tag>;
+
+/// Secret that lets one receiver fetch one session's remainder over the unicast fallback
+/// (DESIGN.md "Unicast fallback"): 128 bits from the kernel's CSPRNG (getrandom), so neither
+/// guessing nor predicting one from another is possible; all zero is not a valid token. In a
+/// signed session knowing it is not enough: the connection must also prove the site's pairwise
+/// key (common/unicast/hello_proof.hpp).
+using fallback_token = std::array<std::uint8_t, 16>;
 
 /// Serial-number comparison of 32-bit sequence numbers (RFC 1982 section 3.2): true when `a`
 /// is after `b`, valid while the two are less than 2^31 apart.

@@ -9,7 +9,8 @@
 # Environment:
 #   MCDIST_FUZZ_RUNS=N        stop each target after N executions (libFuzzer -runs)
 #   MCDIST_FUZZ_JOBS=N        targets run N at a time (default 1)
-#   MCDIST_FUZZ_TARGETS="a b" only these (default: wire receiver sender unicast_frame checkpoint sequences config)
+#   MCDIST_FUZZ_TARGETS="a b" only these (default: wire receiver sender unicast_frame checkpoint sequences
+#                             config auth)
 #   MCDIST_FUZZ_BUILD=DIR     build directory (default build-fuzz)
 #   deploy/run-fuzz.sh --seeds  rewrites the generated seeds of tests/fuzz/corpus and exits
 #
@@ -27,7 +28,8 @@ case "${1:-}" in
   *[!0-9]*) echo "usage: deploy/run-fuzz.sh [SECONDS_PER_TARGET] | --seeds" >&2; exit 2 ;;
   *) seconds=$1 ;;
 esac
-targets=(${MCDIST_FUZZ_TARGETS:-wire receiver sender unicast_frame checkpoint sequences config})
+#   MCDIST_FUZZ_TARGETS="a b" only these (default: wire receiver sender unicast_frame checkpoint sequences
+#                             config auth)
 jobs=${MCDIST_FUZZ_JOBS:-1}
 
 cxx=$(command -v clang++ || command -v clang++-14 || true)

@@ -10,6 +10,7 @@
 /// mid-record delivers the part of the record that arrived, nothing else; outstanding() then
 /// lists exactly what is missing, to be requested again from a new client.
 
+#include "common/crypto.hpp"
 #include "common/endpoint.hpp"
 #include "common/unicast/error.hpp"
 #include "common/unicast/sctp_assoc.hpp"
@@ -50,9 +51,14 @@ struct client_options {
   /// Local address to connect from (port 0 or unset: any).
   std::optional<endpoint> local;
   /// Credentials the sender gave this receiver for this session.
-  std::uint64_t token = 0;
+  fallback_token token{};
   session_id session{};
   std::string receiver_id;
+  /// Signed sessions: the site's fallback key (receiver_keys::fallback_key). Set, the client
+  /// waits for each connection's challenge and proves the key in its hello
+  /// (common/unicast/hello_proof.hpp); unset, it sends its hello at once, as to a server of an
+  /// unsigned session.
+  std::optional<crypto::key32> proof_key;
   /// TCP connections, 1..max_connections; 0 = default_tcp_connections.
   std::size_t tcp_connections = 0;
   /// SCTP association settings (streams we accept, path MTU, buffers).

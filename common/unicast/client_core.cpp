@@ -1,5 +1,7 @@
 #include "common/unicast/client_core.hpp"
 
+#include "common/unicast/hello_proof.hpp"
+
 #include <boost/asio/post.hpp>
 #include <spdlog/spdlog.h>
 
@@ -28,7 +30,8 @@ client_impl::client_impl(boost::asio::io_context& io, client_options options,
       m_watchdog(io),
       m_close_timer(io) {}
 
-std::vector<std::byte> client_impl::make_hello(std::uint8_t index, std::uint8_t count) const {
+std::vector<std::byte> client_impl::make_hello(std::uint8_t index, std::uint8_t count,
+                                               const challenge* c) const {
   hello h;
   h.token = m_options.token;
   h.session = m_options.session;
@@ -36,6 +39,7 @@ std::vector<std::byte> client_impl::make_hello(std::uint8_t index, std::uint8_t 
   h.connection_index = index;
   h.connection_count = count;
   h.receiver_id = m_options.receiver_id;
+  if (m_options.proof_key && c != nullptr) h.proof = hello_proof(*m_options.proof_key, *c, h);
   std::vector<std::byte> out;
   append_frame(out, h);
   return out;
@@ -198,6 +202,16 @@ std::error_code client_impl::deliver(file_index file, std::uint64_t offset,
 
 std::error_code client_impl::handle_control(frame_type type, std::span<const std::byte> body) {
   switch (type) {
+    case frame_type::challenge: {
+      challenge c;
+      if (auto ec = decode(body, c)) {
+        m_detail = m_where + ": malformed challenge";
+        return ec;
+      }
+      // Unsigned: the hello went out without waiting; the challenge is not needed.
+      if (proves() && !m_challenge) m_challenge = c;
+      return {};
+    }
     case frame_type::welcome: {
       welcome w;
       if (auto ec = decode(body, w)) {

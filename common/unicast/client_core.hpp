@@ -55,8 +55,14 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
   void begin_connect();
   /// The transport can carry control now: the hello goes first, ahead of queued requests.
   void connected(std::vector<std::byte> hello_frame);
-  /// A hello for connection `index` of `count`.
-  std::vector<std::byte> make_hello(std::uint8_t index, std::uint8_t count) const;
+  /// A hello for connection `index` of `count`; with the proof over `c` when the options hold
+  /// a proof key.
+  std::vector<std::byte> make_hello(std::uint8_t index, std::uint8_t count,
+                                    const challenge* c = nullptr) const;
+  /// True when hellos must wait for the server's challenge (a signed session).
+  bool proves() const noexcept { return m_options.proof_key.has_value(); }
+  /// The challenge that arrived through handle_control (SCTP), if any.
+  const std::optional<challenge>& received_challenge() const noexcept { return m_challenge; }
 
   /// Checks and delivers record bytes that arrived on `channel` (TCP connection / SCTP stream).
   /// @return protocol_violation (with m_detail) when they were not requested or came twice.
@@ -93,6 +99,7 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
   std::vector<file_index> m_acks;  ///< files completed since the last ack frame
   phase m_phase = phase::idle;
   bool m_abandoned = false;
+  std::optional<challenge> m_challenge;
   bool m_paused = false;
   bool m_connected_once = false;  ///< connected() ran (close() may have moved us on since)
   bool m_complete_reported = true;  ///< on_complete already said for the current requests

@@ -38,7 +38,8 @@ std::uint64_t get64(const std::byte* p) noexcept {
 /// Largest body a frame of `t` may declare.
 std::uint32_t body_limit(frame_type t) noexcept {
   switch (t) {
-    case frame_type::hello: return hello_fixed_size + max_hello_receiver_id;
+    case frame_type::hello: return max_hello_size;
+    case frame_type::challenge: return challenge_size;
     case frame_type::welcome: return welcome_size;
     case frame_type::refuse: return 3 + max_refuse_text;
     case frame_type::request: return max_control_body;
@@ -51,7 +52,7 @@ std::uint32_t body_limit(frame_type t) noexcept {
 
 bool known_type(std::uint8_t t) noexcept {
   return t >= static_cast<std::uint8_t>(frame_type::hello) &&
-         t <= static_cast<std::uint8_t>(frame_type::data);
+         t <= static_cast<std::uint8_t>(frame_type::challenge);
 }
 
 /// Reserves room for a frame of `body` bytes at the end of `out`, writes its header, and
@@ -74,6 +75,7 @@ std::string_view to_string(frame_type t) noexcept {
     case frame_type::ack: return "ack";
     case frame_type::bye: return "bye";
     case frame_type::data: return "data";
+    case frame_type::challenge: return "challenge";
   }
   return "unknown";
 }
@@ -134,17 +136,25 @@ std::error_code decode_record(std::span<const std::byte> body, file_index& file,
   return {};
 }
 
+void append_frame(std::vector<std::byte>& out, const challenge& m) {
+  std::byte* p = grow(out, frame_type::challenge, challenge_size);
+  std::memcpy(p, m.nonce.data(), challenge_size);
+}
+
 void append_frame(std::vector<std::byte>& out, const hello& m) {
   const std::size_t id = std::min(m.receiver_id.size(), max_hello_receiver_id);
-  std::byte* p = grow(out, frame_type::hello, hello_fixed_size + id);
-  put64(p, m.token);
-  put32(p + 8, m.session.value);
-  put64(p + 12, m.client_nonce);
-  p[20] = std::byte{m.connection_index};
-  p[21] = std::byte{m.connection_count};
-  put16(p + 22, 0);
-  p[24] = std::byte{static_cast<std::uint8_t>(id)};
+  const std::size_t proof = m.proof ? hello_proof_size : 0;
+  std::byte* p = grow(out, frame_type::hello, hello_fixed_size + id + proof);
+  std::memcpy(p, m.token.data(), m.token.size());
+  put32(p + 16, m.session.value);
+  put64(p + 20, m.client_nonce);
+  p[28] = std::byte{m.connection_index};
+  p[29] = std::byte{m.connection_count};
+  p[30] = std::byte{m.proof ? hello_flag_proof : std::uint8_t{0}};
+  p[31] = std::byte{0};
+  p[32] = std::byte{static_cast<std::uint8_t>(id)};
   std::memcpy(p + hello_fixed_size, m.receiver_id.data(), id);
+  if (m.proof) std::memcpy(p + hello_fixed_size + id, m.proof->data(), hello_proof_size);
 }
 
 void append_frame(std::vector<std::byte>& out, const welcome& m) {
@@ -189,23 +199,37 @@ void append_frame(std::vector<std::byte>& out, const ack& m) {
 
 void append_bye(std::vector<std::byte>& out) { grow(out, frame_type::bye, 0); }
 
+std::error_code decode(std::span<const std::byte> body, challenge& out) {
+  if (body.size() < challenge_size) return errc::truncated;
+  if (body.size() != challenge_size) return errc::invalid_field;
+  std::memcpy(out.nonce.data(), body.data(), challenge_size);
+  return {};
+}
+
 std::error_code decode(std::span<const std::byte> body, hello& out) {
   if (body.size() < hello_fixed_size) return errc::truncated;
-  const std::size_t id = std::to_integer<std::size_t>(body[24]);
+  const std::size_t id = std::to_integer<std::size_t>(body[32]);
   if (id > max_hello_receiver_id) return errc::oversized;
-  if (body.size() != hello_fixed_size + id) return errc::invalid_field;
-  if (get16(body.data() + 22) != 0) return errc::invalid_field;
+  const auto flags = std::to_integer<std::uint8_t>(body[30]);
+  if ((flags & ~hello_flag_proof) != 0 || body[31] != std::byte{0}) return errc::invalid_field;
+  const std::size_t proof = (flags & hello_flag_proof) ? hello_proof_size : 0;
+  if (body.size() != hello_fixed_size + id + proof) return errc::invalid_field;
   const std::string_view rid(reinterpret_cast<const char*>(body.data()) + hello_fixed_size, id);
   if (!wire::valid_receiver_id(rid)) return errc::invalid_field;
-  const auto index = std::to_integer<std::uint8_t>(body[20]);
-  const auto count = std::to_integer<std::uint8_t>(body[21]);
+  const auto index = std::to_integer<std::uint8_t>(body[28]);
+  const auto count = std::to_integer<std::uint8_t>(body[29]);
   if (count == 0 || count > max_connections || index >= count) return errc::invalid_field;
-  out.token = get64(body.data());
-  out.session = session_id{get32(body.data() + 8)};
-  out.client_nonce = get64(body.data() + 12);
+  std::memcpy(out.token.data(), body.data(), out.token.size());
+  out.session = session_id{get32(body.data() + 16)};
+  out.client_nonce = get64(body.data() + 20);
   out.connection_index = index;
   out.connection_count = count;
   out.receiver_id.assign(rid);
+  out.proof.reset();
+  if (proof) {
+    out.proof.emplace();
+    std::memcpy(out.proof->data(), body.data() + hello_fixed_size + id, hello_proof_size);
+  }
   return {};
 }
 

@@ -17,20 +17,27 @@
 ///     | file index   | byte offset in the file      | payload ...       |
 ///     +--------------+------------------------------+-------------------+
 ///
-/// Control bodies (client -> server: hello, request, ack, bye; server -> client: welcome,
-/// refuse) are fixed binary layouts documented at each struct below; every count and length
+/// Control bodies (client -> server: hello, request, ack, bye; server -> client: challenge,
+/// welcome, refuse) are fixed binary layouts documented at each struct below; every count and length
 /// in them is checked against the named limits before anything is allocated.
 ///
 /// Over TCP, frames follow each other in the byte stream; over SCTP each frame is one SCTP
 /// message (control on stream 0, data on the file's stream), and a message that does not hold
 /// exactly one frame is refused.
+///
+/// The server speaks first: its challenge (16 random bytes) is the first frame of every TCP
+/// connection and of the association. A client of a signed session waits for it and proves
+/// the site's key in its hello (common/unicast/hello_proof.hpp); a client of an unsigned
+/// session sends its hello at once and skips the challenge.
 
+#include "common/crypto.hpp"
 #include "common/error.hpp"
 #include "common/ids.hpp"
 #include "common/unicast/error.hpp"
 #include "common/unicast/types.hpp"
 
 #include <array>
+#include <optional>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -44,8 +51,9 @@ namespace mcdist::unicast {
 /// "MU" in ASCII, big-endian: not the multicast datagram magic "MD", so a datagram sent to the
 /// wrong port is refused at the first check.
 inline constexpr std::uint16_t frame_magic = 0x4d55;
-/// The framing version this build speaks; frames of any other version are refused.
-inline constexpr std::uint8_t frame_version = 1;
+/// The framing version this build speaks; frames of any other version are refused. Version 2:
+/// 128-bit tokens, the server's challenge and the hello's proof of the site key.
+inline constexpr std::uint8_t frame_version = 2;
 /// Size of the frame header, bytes.
 inline constexpr std::size_t frame_header_size = 8;
 /// Size of a data frame's record prefix (file index + offset), bytes.
@@ -92,6 +100,7 @@ enum class frame_type : std::uint8_t {
   ack = 5,      ///< client -> server, files whose requested bytes all arrived
   bye = 6,      ///< client -> server, the client is done; the server closes
   data = 7,     ///< server -> client, one record
+  challenge = 8,  ///< server -> client, first frame on every connection / the association
 };
 
 /// Short name of a frame type for logs, "unknown" otherwise.
@@ -121,19 +130,38 @@ void write_record_header(std::span<std::byte> out, file_index file, std::uint64_
 std::error_code decode_record(std::span<const std::byte> body, file_index& file,
                               std::uint64_t& offset, std::span<const std::byte>& payload) noexcept;
 
-/// hello body (25 + id bytes):
-///     token u64 | session u32 | client nonce u64 | connection index u8 | connection count u8 |
-///     reserved u16 (0) | id length u8 | receiver id
+/// Bytes of a challenge body: 128 random bits, so a challenge never repeats (birthday bound
+/// 2^64 connections) and a recorded hello is never valid on another connection.
+inline constexpr std::size_t challenge_size = 16;
+
+/// challenge body (16 bytes): nonce (random, from getrandom)
+struct challenge {
+  std::array<std::uint8_t, challenge_size> nonce{};
+};
+
+/// Bytes of a hello's proof (HMAC-SHA-512/256, common/unicast/hello_proof.hpp).
+inline constexpr std::size_t hello_proof_size = crypto::hmac_bytes;
+/// hello flags: bit 0, a proof follows the receiver id.
+inline constexpr std::uint8_t hello_flag_proof = 0x01;
+
+/// hello body (33 + id bytes, + 32 with a proof):
+///     token 16 bytes | session u32 | client nonce u64 | connection index u8 |
+///     connection count u8 | flags u8 | reserved u8 (0) | id length u8 | receiver id |
+///     [proof 32 bytes, when flags has hello_flag_proof]
 struct hello {
-  std::uint64_t token = 0;          ///< secret given by the sender with the fallback order
+  fallback_token token{};           ///< secret given by the sender with the fallback order
   session_id session{};             ///< the multicast session this remainder belongs to
   std::uint64_t client_nonce = 0;   ///< random per client object: groups its TCP connections
   std::uint8_t connection_index = 0;  ///< 0 carries control; < connection_count
   std::uint8_t connection_count = 1;  ///< TCP connections of this client; 1 for SCTP
   std::string receiver_id;          ///< the site's id (wire::valid_receiver_id)
+  /// Proof of the site key over the server's challenge (signed sessions only).
+  std::optional<crypto::hmac_tag> proof;
 };
 /// Fixed part of a hello body, bytes.
-inline constexpr std::size_t hello_fixed_size = 25;
+inline constexpr std::size_t hello_fixed_size = 33;
+/// Largest hello body, bytes.
+inline constexpr std::size_t max_hello_size = hello_fixed_size + max_hello_receiver_id + hello_proof_size;
 
 /// welcome body (8 bytes): record size u32 | outbound streams u16 | connection count u8 | 0 u8
 struct welcome {
@@ -172,6 +200,7 @@ struct ack {
 /// Appends a whole frame (header + body) to `out`. Values must respect the limits above
 /// (receiver id <= 64 bytes, text <= 512, ranges <= max_request_ranges, files <=
 /// max_ack_files); longer text is cut, longer lists are the caller's bug (asserted).
+void append_frame(std::vector<std::byte>& out, const challenge& m);
 void append_frame(std::vector<std::byte>& out, const hello& m);
 void append_frame(std::vector<std::byte>& out, const welcome& m);
 void append_frame(std::vector<std::byte>& out, const refuse& m);
@@ -185,6 +214,7 @@ void append_bye(std::vector<std::byte>& out);
 /// (oversized) and match the body size exactly (invalid_field), then the values (receiver id
 /// characters, zero reserved bytes, known reason: invalid_field). Nothing is allocated before
 /// the counts are checked.
+std::error_code decode(std::span<const std::byte> body, challenge& out);
 std::error_code decode(std::span<const std::byte> body, hello& out);
 std::error_code decode(std::span<const std::byte> body, welcome& out);
 std::error_code decode(std::span<const std::byte> body, refuse& out);

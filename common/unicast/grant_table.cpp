@@ -10,7 +10,7 @@
 namespace mcdist::unicast {
 
 std::error_code grant_table::add(client_grant g) {
-  if (g.token == 0 || !wire::valid_receiver_id(g.receiver_id)) return errc::invalid_field;
+  if (g.token == fallback_token{} || !wire::valid_receiver_id(g.receiver_id)) return errc::invalid_field;
   for (const auto& existing : m_grants)
     if (existing.token == g.token) return errc::invalid_field;
   std::sort(g.files.begin(), g.files.end());
@@ -19,7 +19,7 @@ std::error_code grant_table::add(client_grant g) {
   return {};
 }
 
-bool grant_table::remove(std::uint64_t token) {
+bool grant_table::remove(const fallback_token& token) {
   const auto it = std::find_if(m_grants.begin(), m_grants.end(),
                                [&](const client_grant& g) { return g.token == token; });
   if (it == m_grants.end()) return false;
@@ -27,14 +27,14 @@ bool grant_table::remove(std::uint64_t token) {
   return true;
 }
 
-const client_grant* grant_table::find(std::uint64_t token, session_id session,
+const client_grant* grant_table::find(const fallback_token& token, session_id session,
                                       std::string_view receiver_id) const {
   const client_grant* found = nullptr;
   for (const auto& g : m_grants) {
     // Every entry is compared in full; only the (non-secret) index of a match is data-dependent.
-    if (CRYPTO_memcmp(&g.token, &token, sizeof token) == 0) found = &g;
+    if (CRYPTO_memcmp(g.token.data(), token.data(), token.size()) == 0) found = &g;
   }
-  if (found == nullptr || token == 0) return nullptr;
+  if (found == nullptr || token == fallback_token{}) return nullptr;
   if (found->session != session || found->receiver_id != receiver_id) return nullptr;
   return found;
 }

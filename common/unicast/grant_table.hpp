@@ -4,10 +4,12 @@
 /// files (pure; no I/O). The sender registers a grant when it moves a receiver to fallback and
 /// tells that receiver the token over the multicast control channel.
 
+#include "common/crypto.hpp"
 #include "common/ids.hpp"
 #include "common/unicast/types.hpp"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -17,9 +19,9 @@ namespace mcdist::unicast {
 
 /// Permission for one receiver to fetch files over unicast.
 struct client_grant {
-  /// Secret, chosen at random by the sender (64 bits: guessing it over the network at any
-  /// rate the server's hello timeout allows is hopeless). 0 is not a valid token.
-  std::uint64_t token = 0;
+  /// Secret, chosen at random by the sender (128 bits from getrandom: neither guessed nor
+  /// predicted). All zero is not a valid token.
+  fallback_token token{};
   /// The receiver's configured id (wire::valid_receiver_id).
   std::string receiver_id;
   /// The multicast session whose remainder this is.
@@ -28,21 +30,25 @@ struct client_grant {
   std::vector<file_index> files;
   /// Every file of the byte source may be requested.
   bool all_files = false;
+  /// Signed sessions: the site's fallback key (common/unicast/hello_proof.hpp). When set, a
+  /// hello must carry a proof under it over this connection's challenge, so a sniffed token
+  /// alone opens nothing. Unset (unsigned sessions): the token is the credential.
+  std::optional<crypto::key32> proof_key;
 };
 
 class grant_table {
  public:
-  /// Adds a grant. @return errc::invalid_field for token 0, an invalid receiver id or a token
+  /// Adds a grant. @return errc::invalid_field for an all-zero token, an invalid receiver id or a token
   ///         already registered (the old grant stays).
   std::error_code add(client_grant g);
 
   /// Removes the grant with `token`. @return false when there was none.
-  bool remove(std::uint64_t token);
+  bool remove(const fallback_token& token);
 
   /// The grant matching all three credentials, or nullptr. The token is compared with every
   /// registered grant in constant time (OpenSSL CRYPTO_memcmp, no early exit), so response
   /// timing does not tell how much of a guessed token was right.
-  const client_grant* find(std::uint64_t token, session_id session,
+  const client_grant* find(const fallback_token& token, session_id session,
                            std::string_view receiver_id) const;
 
   /// True when `g` allows `file`.

@@ -1,6 +1,7 @@
 // Client side of an SCTP association (usrsctp over UDP, or kernel SCTP): hello and every
-// request on stream 0 as soon as the association is up; records arrive on the data streams,
-// each stream decoded on its own (a message is exactly one frame).
+// request on stream 0 as soon as the association is up (in a signed session, as soon as the
+// server's challenge has arrived, which the hello proves the site key over); records arrive on
+// the data streams, each stream decoded on its own (a message is exactly one frame).
 
 #include "common/unicast/client_core.hpp"
 
@@ -72,10 +73,17 @@ class sctp_client final : public client_impl {
                                  : "association not established: " + ec.message()));
       }
       m_up = true;
-      connected(make_hello(0, 1));
+      if (!proves()) {
+        m_hello_queued = true;
+        connected(make_hello(0, 1));
+      }
     }
     do_receive();
     if (dead()) return;
+    if (!m_hello_queued && received_challenge()) {
+      m_hello_queued = true;
+      connected(make_hello(0, 1, &*received_challenge()));
+    }
     after_batch();
     if (dead()) return;
     do_send();
@@ -132,6 +140,7 @@ class sctp_client final : public client_impl {
   }
 
   void do_send() {
+    if (!m_hello_queued) return;  // nothing goes ahead of the hello
     while (!m_outbox.empty()) {
       const auto ec = m_assoc->send(0, m_outbox.front());
       if (ec == std::errc::operation_would_block) return m_assoc->want_write();
@@ -159,6 +168,7 @@ class sctp_client final : public client_impl {
   std::vector<std::byte> m_buffer;
   std::unordered_map<std::uint16_t, std::unique_ptr<stream_reader>> m_readers;
   bool m_up = false;
+  bool m_hello_queued = false;  ///< the hello is in the outbox (first) or sent
   bool m_bye_sent = false;
 };
 

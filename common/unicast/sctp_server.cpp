@@ -4,6 +4,7 @@
 // so up to streams - 1 files are in flight at once, each on its own stream, and a loss on one
 // stream does not hold back the others (no head-of-line blocking across files).
 
+#include "common/unicast/hello_proof.hpp"
 #include "common/unicast/server_session.hpp"
 
 #include <boost/asio/steady_timer.hpp>
@@ -192,6 +193,9 @@ class sctp_handshake final : public std::enable_shared_from_this<sctp_handshake>
                     s->m_assoc->remote().to_string());
       s->drop();
     });
+    // The server speaks first: the association's challenge on stream 0.
+    m_challenge = make_challenge();
+    append_frame(m_challenge_frame, m_challenge);
     on_ready();
   }
 
@@ -214,6 +218,16 @@ class sctp_handshake final : public std::enable_shared_from_this<sctp_handshake>
 
   void on_ready() {
     auto self = shared_from_this();
+    if (m_assoc && !m_challenge_frame.empty()) {
+      const auto ec = m_assoc->send(0, m_challenge_frame);
+      if (ec == std::errc::operation_would_block) {
+        m_assoc->want_write();
+      } else if (ec) {
+        return drop();
+      } else {
+        m_challenge_frame.clear();
+      }
+    }
     while (m_assoc) {
       sctp_assoc::received r;
       // Read at most what a hello can be, so nothing after it is consumed here.
@@ -245,7 +259,7 @@ class sctp_handshake final : public std::enable_shared_from_this<sctp_handshake>
     if (h.connection_count != 1 || h.connection_index != 0) return error::protocol_violation;
     const endpoint from = m_assoc->remote();
     refuse why;
-    const client_grant* g = m_state->authenticate(h, from, why);
+    const client_grant* g = m_state->authenticate(h, m_challenge, from, why);
     if (g == nullptr) {
       std::vector<std::byte> out;
       append_frame(out, why);
@@ -276,7 +290,9 @@ class sctp_handshake final : public std::enable_shared_from_this<sctp_handshake>
   transport_kind m_kind;
   frame_reader m_reader;
   boost::asio::steady_timer m_timer;
-  std::array<std::byte, frame_header_size + hello_fixed_size + max_hello_receiver_id> m_buffer{};
+  std::array<std::byte, frame_header_size + max_hello_size> m_buffer{};
+  challenge m_challenge;  ///< sent first; a signed session's hello proves over it
+  std::vector<std::byte> m_challenge_frame;  ///< the challenge until the association took it
   bool m_counted = false;
 };
 

@@ -1,5 +1,6 @@
 #include "common/unicast/server.hpp"
 
+#include "common/unicast/hello_proof.hpp"
 #include "common/unicast/server_session.hpp"
 
 #include <spdlog/spdlog.h>
@@ -34,8 +35,8 @@ void server_state::count_error(const std::error_code& ec) {
   }
 }
 
-const client_grant* server_state::authenticate(const hello& h, const endpoint& from,
-                                               refuse& why) {
+const client_grant* server_state::authenticate(const hello& h, const challenge& c,
+                                               const endpoint& from, refuse& why) {
   if (stopped) {
     why = {refuse_reason::shutting_down, "the server is shutting down"};
     return nullptr;
@@ -49,6 +50,18 @@ const client_grant* server_state::authenticate(const hello& h, const endpoint& f
                    from.to_string(), h.receiver_id, h.session.value, counters.hellos_refused);
     why = {refuse_reason::bad_credentials,
            "token, receiver id '" + h.receiver_id + "' and session not accepted by this sender"};
+    return nullptr;
+  }
+  if (g->proof_key && !verify_hello_proof(*g->proof_key, c, h)) {
+    ++counters.hellos_refused;
+    ++counters.hellos_bad_proof;
+    if (worth_logging(counters.hellos_bad_proof))
+      spdlog::warn("unicast: refused hello from {} claiming receiver '{}' session {:08x}: right "
+                   "token but {} proof of the site key ({} such hellos so far)",
+                   from.to_string(), h.receiver_id, h.session.value, h.proof ? "a wrong" : "no",
+                   counters.hellos_bad_proof);
+    why = {refuse_reason::bad_credentials,
+           "receiver id '" + h.receiver_id + "' did not prove its site key"};
     return nullptr;
   }
   if (!sessions.contains(h.token) && sessions.size() >= options.max_sessions) {
@@ -230,6 +243,7 @@ std::error_code server_session::handle_control(frame_type type, std::span<const 
     case frame_type::welcome:
     case frame_type::refuse:
     case frame_type::data:
+    case frame_type::challenge:
       break;
   }
   detail = "unexpected " + std::string(to_string(type)) + " frame from the client";
@@ -315,13 +329,13 @@ std::error_code server::register_client(client_grant grant) {
   return m_state->grants.add(std::move(grant));
 }
 
-bool server::unregister_client(std::uint64_t token) {
+bool server::unregister_client(const fallback_token& token) {
   const bool known = m_state->grants.remove(token);
   abort_client(token);
   return known;
 }
 
-bool server::abort_client(std::uint64_t token) {
+bool server::abort_client(const fallback_token& token) {
   const auto it = m_state->sessions.find(token);
   if (it == m_state->sessions.end()) return false;
   auto s = it->second;

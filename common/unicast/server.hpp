@@ -15,7 +15,8 @@
 ///
 /// Everything read from the network is untrusted: frames are bounded and checked
 /// (common/unicast/frame.hpp), tokens compared in constant time, every request checked against
-/// the grant and the file sizes. A client that breaks any rule is dropped and counted; the
+/// the grant and the file sizes; in a signed session the hello must also prove the site's key
+/// over the connection's challenge (common/unicast/hello_proof.hpp). A client that breaks any rule is dropped and counted; the
 /// others are not disturbed.
 
 #include "common/endpoint.hpp"
@@ -86,7 +87,7 @@ struct server_options {
 
 /// Who a session is, for callbacks and logs.
 struct session_info {
-  std::uint64_t token = 0;
+  fallback_token token{};
   std::string receiver_id;
   session_id session{};
   transport_kind kind = transport_kind::sctp_udp;
@@ -120,7 +121,10 @@ struct server_events {
 /// Counters of refused and failed input (the server's own; each network thread owns its own).
 struct server_counters {
   drop_counters frames;                 ///< framing errors by reason (mcdist::errc)
-  std::uint64_t hellos_refused = 0;     ///< bad credentials
+  std::uint64_t hellos_refused = 0;     ///< bad credentials (token, id, session; or proof)
+  /// Of hellos_refused: right token, id and session, but no valid proof of the site key (a
+  /// forged site with a sniffed token, signed sessions only).
+  std::uint64_t hellos_bad_proof = 0;
   std::uint64_t busy_refused = 0;       ///< session or handshake limit
   std::uint64_t hello_timeouts = 0;
   std::uint64_t idle_timeouts = 0;
@@ -154,14 +158,14 @@ class server {
   std::optional<endpoint> tcp_endpoint() const;
   std::optional<endpoint> sctp_kernel_endpoint() const;
 
-  /// Lets a receiver in. @return errc::invalid_field for token 0, a bad receiver id or a token
+  /// Lets a receiver in. @return errc::invalid_field for an all-zero token, a bad receiver id or a token
   ///         already registered.
   std::error_code register_client(client_grant grant);
   /// Withdraws a grant and aborts its session if one is active. @return false if unknown.
-  bool unregister_client(std::uint64_t token);
+  bool unregister_client(const fallback_token& token);
   /// Aborts the active session of `token` (the grant stays, so the receiver may come back).
   /// on_session_end reports error::aborted. @return false when no session was active.
-  bool abort_client(std::uint64_t token);
+  bool abort_client(const fallback_token& token);
   /// Closes the listeners and aborts every session, reporting each through on_session_end.
   void stop();
 

@@ -10,6 +10,7 @@
 
 #include <boost/asio/steady_timer.hpp>
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -38,7 +39,7 @@ struct server_state : std::enable_shared_from_this<server_state> {
   /// Callbacks are suppressed once the server object is destroyed.
   bool silent = false;
   /// The active session of each token.
-  std::unordered_map<std::uint64_t, std::shared_ptr<server_session>> sessions;
+  std::map<fallback_token, std::shared_ptr<server_session>> sessions;
   /// Connections/associations accepted but not yet past their hello.
   std::size_t handshakes = 0;
   /// How to abort each of them (keyed by the handshake object), for stop().
@@ -48,9 +49,11 @@ struct server_state : std::enable_shared_from_this<server_state> {
   std::unique_ptr<sctp_listener> sctp_udp;
   std::unique_ptr<sctp_listener> sctp_kernel;
 
-  /// Checks a hello's credentials (constant-time token comparison) and the session limit.
-  /// @return the grant, or nullptr with `why` filled for the refuse frame.
-  const client_grant* authenticate(const hello& h, const endpoint& from, refuse& why);
+  /// Checks a hello's credentials (constant-time token comparison; for a grant with a proof
+  /// key, the hello's proof over `c`, the challenge this connection was sent) and the session
+  /// limit. @return the grant, or nullptr with `why` filled for the refuse frame.
+  const client_grant* authenticate(const hello& h, const challenge& c, const endpoint& from,
+                                   refuse& why);
 
   /// Accepts a new association from an SCTP listener.
   void on_sctp_association(std::unique_ptr<sctp_assoc> a, transport_kind kind);

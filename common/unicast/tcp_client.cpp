@@ -1,7 +1,8 @@
 // Client side of multi-socket TCP (XFTP): n connections opened at once, each with its own
 // hello; connection 0 also carries the requests (sent right behind its hello, without waiting
 // for the welcome) and the acks. Records arrive on any connection and are placed by their
-// offset.
+// offset. In a signed session each connection first reads the server's challenge and proves
+// the site key over it in its hello (common/unicast/hello_proof.hpp).
 
 #include "common/net/udp.hpp"
 #include "common/unicast/client_core.hpp"
@@ -10,6 +11,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 
@@ -52,8 +54,9 @@ class tcp_client final : public client_impl {
     conn(tcp_client& o, std::size_t i, asio::io_context& io)
         : owner(o), index(i), socket(io), reader(true), buffer(client_read_buffer) {}
     std::error_code on_control(frame_type type, std::span<const std::byte> body) override {
-      // A refused hello is answered on every connection; anything else only on connection 0.
-      if (index != 0 && type != frame_type::refuse) {
+      // A refused hello is answered on every connection, and every connection starts with a
+      // challenge; anything else only on connection 0.
+      if (index != 0 && type != frame_type::refuse && type != frame_type::challenge) {
         owner.m_detail = owner.where() + ": control frame on TCP connection " +
                          std::to_string(index) + " (only 0 carries it)";
         return error::protocol_violation;
@@ -69,6 +72,7 @@ class tcp_client final : public client_impl {
     tcp::socket socket;
     frame_reader reader;
     std::vector<std::byte> buffer;
+    challenge server_challenge;  ///< read before the hello in a signed session
     bool ended = false;
   };
 
@@ -100,10 +104,33 @@ class tcp_client final : public client_impl {
       c.socket.set_option(asio::socket_base::receive_buffer_size(self->m_options.tcp_buffer_bytes), ignored);
     }
     const auto count = static_cast<std::uint8_t>(self->m_conns.size());
+    const challenge* proved = nullptr;
+    if (self->proves()) {
+      // Signed session: the server's first frame is this connection's challenge.
+      std::array<std::byte, frame_header_size + challenge_size> first{};
+      auto [rec, rn] = co_await asio::async_read(c.socket, asio::buffer(first), use_tuple);
+      (void)rn;
+      if (self->dead()) co_return;
+      if (rec) {
+        self->fail(error::connection_lost,
+                   self->conn_name(i) + ": waiting for the server's challenge: " + rec.message());
+        co_return;
+      }
+      frame_header fh;
+      auto dec = decode_frame_header(first, fh);
+      if (!dec && (fh.type != frame_type::challenge || fh.length != challenge_size))
+        dec = error::protocol_violation;
+      if (!dec) dec = decode(std::span(first).subspan(frame_header_size), c.server_challenge);
+      if (dec) {
+        self->fail(dec, self->conn_name(i) + ": the server's first frame is not a challenge");
+        co_return;
+      }
+      proved = &c.server_challenge;
+    }
     if (i == 0) {
       asio::co_spawn(self->m_io, control_writer(self), asio::detached);
     } else {
-      auto frame = self->make_hello(static_cast<std::uint8_t>(i), count);
+      auto frame = self->make_hello(static_cast<std::uint8_t>(i), count, proved);
       auto [wec, wn] = co_await asio::async_write(c.socket, asio::buffer(frame), use_tuple);
       (void)wn;
       if (self->dead()) co_return;
@@ -114,7 +141,8 @@ class tcp_client final : public client_impl {
     }
     if (++self->m_connected == self->m_conns.size()) {
       // The hello of connection 0 goes ahead of every queued request.
-      self->connected(self->make_hello(0, count));
+      self->connected(
+          self->make_hello(0, count, self->proves() ? &self->m_conns[0]->server_challenge : nullptr));
       self->flush_control();
     }
     for (;;) {

@@ -6,6 +6,7 @@
 // slow connection simply takes fewer.
 
 #include "common/net/udp.hpp"
+#include "common/unicast/hello_proof.hpp"
 #include "common/unicast/server_session.hpp"
 
 #include <boost/asio/as_tuple.hpp>
@@ -74,6 +75,17 @@ class tcp_server_conn final : public std::enable_shared_from_this<tcp_server_con
                     c->m_remote.to_string());
       c->close(true);
     });
+    // The server speaks first: this connection's challenge. 24 bytes into the empty send
+    // buffer of a fresh connection: the write completes at once.
+    m_challenge = make_challenge();
+    std::vector<std::byte> frame;
+    append_frame(frame, m_challenge);
+    boost::system::error_code ec;
+    asio::write(m_socket, asio::buffer(frame), ec);
+    if (ec) {
+      close(true);
+      return;
+    }
     asio::co_spawn(m_state->io, read_loop(shared_from_this()), asio::detached);
   }
 
@@ -178,6 +190,7 @@ class tcp_server_conn final : public std::enable_shared_from_this<tcp_server_con
   std::deque<std::vector<std::byte>> m_control;
   std::vector<std::byte> m_out;
   std::optional<refuse> m_refuse;  ///< set when the hello was refused
+  challenge m_challenge;           ///< sent first; a signed session's hello proves over it
   std::string m_detail;
   bool m_in_handshake = false;
   bool m_closed = false;
@@ -387,7 +400,7 @@ std::error_code tcp_server_conn::on_hello(std::span<const std::byte> body) {
     return ec;
   }
   refuse why;
-  const client_grant* g = m_state->authenticate(h, m_remote, why);
+  const client_grant* g = m_state->authenticate(h, m_challenge, m_remote, why);
   if (g == nullptr) {
     m_refuse = why;
     end_handshake();

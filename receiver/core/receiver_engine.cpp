@@ -1123,11 +1123,13 @@ void receiver_engine::handle_fallback(session_rx& s, const wire::fallback& m, co
   }
   if (!wire::fallback::transport_kind_IsValid(m.transport()) || m.port() == 0 || m.port() > 65535 ||
       (!m.address().empty() && m.address().size() != 4 && m.address().size() != 16) ||
-      m.connections() > 64) {
+      m.connections() > 64 || m.token().size() != std::tuple_size_v<fallback_token>) {
     m_stats.drops.add(errc::invalid_field);
     return;
   }
-  if (s.unicast && s.order.token == m.token() && s.unicast_active) return;  // a repeat
+  fallback_token token;
+  std::memcpy(token.data(), m.token().data(), token.size());
+  if (s.unicast && s.order.token == token && s.unicast_active) return;  // a repeat
   unicast_order o;
   o.transport = m.transport() == wire::fallback::TCP           ? unicast_order::transport_t::tcp
                 : m.transport() == wire::fallback::SCTP_KERNEL ? unicast_order::transport_t::sctp_kernel
@@ -1139,7 +1141,7 @@ void receiver_engine::handle_fallback(session_rx& s, const wire::fallback& m, co
     std::memcpy(o.server.addr.data(), m.address().data(), m.address().size());
   }
   o.server.port = static_cast<std::uint16_t>(m.port());
-  o.token = m.token();
+  o.token = token;
   o.connections = m.connections();
   const bool first = !s.unicast;
   s.unicast = true;

@@ -94,7 +94,7 @@ struct unicast_order {
   enum class transport_t : std::uint8_t { sctp_udp, sctp_kernel, tcp };
   transport_t transport = transport_t::sctp_udp;
   endpoint server;
-  std::uint64_t token = 0;
+  fallback_token token{};
   std::uint32_t connections = 0;  ///< TCP sockets; 0 = the shell's default
 };
 

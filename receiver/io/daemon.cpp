@@ -559,6 +559,8 @@ void daemon::start_unicast(session_id s, const unicast_order& order,
   co.token = order.token;
   co.session = s;
   co.receiver_id = m_cfg.id;
+  // A signed session's connections prove this site's key over the server's challenge.
+  if (auto* keys = keys_of(s)) co.proof_key = keys->fallback_key(s);
   co.tcp_connections = order.connections;
   const bool any = std::all_of(m_cfg.interface.addr.begin(),
                                m_cfg.interface.addr.begin() + (m_cfg.interface.v6 ? 16 : 4),

@@ -85,7 +85,7 @@ struct sender_session::receiver_state {
   receiver_report rep;
   time_point last_heard{};
   // Unicast fallback.
-  std::uint64_t token = 0;
+  fallback_token token{};
   transport_kind transport = transport_kind::sctp_udp;
   std::uint32_t fallback_orders = 0;   ///< FALLBACK messages sent
   std::uint32_t unicast_failures = 0;  ///< unicast sessions that ended before COMPLETE
@@ -344,7 +344,15 @@ void sender_session::order_fallback(receiver_state& r, std::string reason, time_
   if (!t) return;
   r.rep.state = receiver_report::state_t::unicast_pending;
   r.transport = *t;
-  r.token = (m_cfg.token_source ? m_cfg.token_source() : splitmix64(m_rng_state)) | 1;
+  if (m_cfg.token_source) {
+    r.token = m_cfg.token_source();
+  } else {
+    for (std::size_t i = 0; i < r.token.size(); i += 8) {
+      const std::uint64_t v = splitmix64(m_rng_state);
+      for (std::size_t k = 0; k < 8; ++k) r.token[i + k] = static_cast<std::uint8_t>(v >> (8 * k));
+    }
+  }
+  r.token.back() |= 1;  // never all zero
   r.rep.fallback_reason = reason;
   r.rep.fallback_transport = to_string(*t);
   r.rep.fallback_at = now - m_start;
@@ -388,7 +396,7 @@ void sender_session::send_fallback(receiver_state& r, time_point now) {
                                        [](std::uint8_t b) { return b == 0; });
   if (!unspecified) m.set_address(ep.addr.data(), ep.v6 ? 16 : 4);
   m.set_port(ep.port);
-  m.set_token(r.token);
+  m.set_token(r.token.data(), r.token.size());
   m.set_connections(r.rep.fallback_connections);
   m.set_reason(r.rep.fallback_reason.substr(0, 200));
   queue_unicast(r.rep.address, encode(wire::msg_type::fallback, m_cfg.session, m));

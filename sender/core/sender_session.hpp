@@ -97,9 +97,10 @@ struct sender_config {
   /// Bytes every data datagram carries after its payload (the authentication tag,
   /// auth::data_trailer_bytes, when the session is signed): counted by the pacer.
   std::uint32_t data_trailer_bytes = 0;
-  /// Source of unicast fallback tokens (the shell passes the kernel's CSPRNG, so one token
-  /// does not predict the next); empty: the session's seeded generator (tests, simulation).
-  std::function<std::uint64_t()> token_source;
+  /// Source of unicast fallback tokens, 128 bits (the shell passes the kernel's CSPRNG, so one
+  /// token does not predict the next); empty: the session's seeded generator (tests,
+  /// simulation).
+  std::function<fallback_token()> token_source;
 
   // --- unicast fallback policy ---
   fallback_mode fallback = fallback_mode::automatic;
@@ -142,7 +143,7 @@ std::uint32_t auto_tcp_connections(std::uint64_t rate_bps, duration rtt) noexcep
 struct fallback_order {
   std::string receiver_id;
   transport_kind transport = transport_kind::sctp_udp;
-  std::uint64_t token = 0;
+  fallback_token token{};
   std::string reason;
 };
 

@@ -53,8 +53,8 @@ sender_app::sender_app(boost::asio::io_context& io, app_options opts, sender_con
       m_session(
           [&] {
             cfg.token_source = [] {
-              std::uint64_t t = 0;
-              crypto::random_bytes({reinterpret_cast<std::uint8_t*>(&t), sizeof t});
+              fallback_token t{};
+              crypto::random_bytes(t);
               return t;
             };
             if (m_opts.identity) {
@@ -152,6 +152,14 @@ void sender_app::register_fallbacks() {
     g.receiver_id = o.receiver_id;
     g.session = m_session_id;
     g.all_files = true;
+    if (m_keys) {
+      // Signed session: the connection must prove the site's key, not just show the token.
+      g.proof_key = m_keys->fallback_key(o.receiver_id);
+      if (!g.proof_key) {
+        m_log->error("unicast: no key for '{}'; not letting it in", o.receiver_id);
+        continue;
+      }
+    }
     if (auto ec = m_unicast->register_client(std::move(g))) {
       m_log->error("unicast: cannot register '{}': {}", o.receiver_id, ec.message());
     }
@@ -183,6 +191,10 @@ run_result sender_app::result() const {
   r.wall_seconds = std::chrono::duration<double>(end - m_started).count();
   r.succeeded = m_session.succeeded() && m_error.empty();
   r.signed_session = m_keys != nullptr;
+  if (m_unicast) {
+    r.fallback_hellos_refused = m_unicast->counters().hellos_refused;
+    r.fallback_hellos_bad_proof = m_unicast->counters().hellos_bad_proof;
+  }
   if (m_keys) r.refused = m_keys->stats();
   r.error = m_error;
   return r;
@@ -539,6 +551,14 @@ std::string format_summary(const run_result& r) {
                   static_cast<unsigned long long>(r.refused.unauthenticated));
     os << line;
   }
+  if (r.fallback_hellos_refused > 0) {
+    std::snprintf(line, sizeof line,
+                  "refused %llu unicast fallback connections (%llu with the right token but no "
+                  "proof of the site key)\n",
+                  static_cast<unsigned long long>(r.fallback_hellos_refused),
+                  static_cast<unsigned long long>(r.fallback_hellos_bad_proof));
+    os << line;
+  }
   if (!r.error.empty()) os << "error: " << r.error << "\n";
   return os.str();
 }
@@ -567,6 +587,8 @@ std::string summary_json(const run_result& r) {
                                   {"no_key", r.refused.no_key},
                                   {"untrusted_site", r.refused.untrusted_site},
                                   {"unsigned", r.refused.unauthenticated}};
+  j["fallback_refused"] = {{"hellos", r.fallback_hellos_refused},
+                           {"bad_proof", r.fallback_hellos_bad_proof}};
   if (!r.error.empty()) j["error"] = r.error;
   nlohmann::json drops = nlohmann::json::object();
   for (std::size_t i = 1; i < rep.drops.counts.size(); ++i) {

@@ -61,6 +61,12 @@ struct run_result {
   /// Datagrams from the network refused because they did not authenticate (signed sessions):
   /// forged or stale NAKs, registrations and COMPLETEs, counted by reason.
   auth::auth_stats refused;
+  /// Unicast fallback connections refused at their hello: credentials not registered (a
+  /// guessed or stale token, a wrong receiver id or session), and, of those with the right
+  /// token, id and session, the ones without a valid proof of the site key (a forged site
+  /// with a sniffed token; signed sessions).
+  std::uint64_t fallback_hellos_refused = 0;
+  std::uint64_t fallback_hellos_bad_proof = 0;
 };
 
 /// Runs one session to its end.

@@ -3,11 +3,13 @@
 /// datagrams, frames, checkpoints and configuration files, encoded by the project's own
 /// encoders, so each fuzz target starts from inputs that reach deep into its code.
 ///
-///     make_corpus DIR     writes DIR/{wire,receiver,sender,unicast_frame,checkpoint,config}/*
+///     make_corpus DIR     writes DIR/{wire,receiver,sender,unicast_frame,checkpoint,config,auth}/*
 ///
 /// Run by hand after a wire format change (deploy/run-fuzz.sh --seeds), then commit the files.
 
+#include "common/auth.hpp"
 #include "common/ranges.hpp"
+#include "common/unicast/hello_proof.hpp"
 #include "common/unicast/frame.hpp"
 #include "common/wire.hpp"
 #include "mcdist.pb.h"
@@ -15,6 +17,7 @@
 #include "tests/fuzz/fuzz_script.hpp"
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -123,7 +126,7 @@ wire::fallback fallback_msg(wire::fallback::transport_kind t) {
   f.set_transport(t);
   f.set_address(std::string("\x0a\x00\x00\x01", 4));
   f.set_port(9000);
-  f.set_token(0x0123456789abcdefull);
+  f.set_token(std::string("\x01\x23\x45\x67\x89\xab\xcd\xef\x10\x32\x54\x76\x98\xba\xdc\xfe", 16));
   f.set_connections(t == wire::fallback::TCP ? 4 : 0);
   f.set_reason("loss");
   return f;
@@ -466,7 +469,7 @@ void unicast_seeds() {
   using namespace mcdist::unicast;
   bytes client{std::byte{0}};
   hello h;
-  h.token = 0x0123456789abcdefull;
+  h.token = {0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef, 0x10, 0x32, 0x54, 0x76, 0x98, 0xba, 0xdc, 0xfe};
   h.session = rx_sid;
   h.client_nonce = 42;
   h.connection_index = 0;
@@ -483,6 +486,7 @@ void unicast_seeds() {
   write("unicast_frame", "client_stream", client);
 
   bytes server{std::byte{1}};
+  append_frame(server, challenge{{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}});
   welcome w;
   w.record_size = 65536;
   w.streams = 0;
@@ -501,6 +505,79 @@ void unicast_seeds() {
   rf.text = "too many sessions";
   append_frame(refused, rf);
   write("unicast_frame", "refuse", refused);
+}
+
+// --- auth_fuzz: datagrams of a signed session as each side seals them, and fallback hellos ---
+
+void auth_seeds() {
+  // Keys of the seed run: auth_fuzz makes its own, so these signatures and tags do not verify
+  // there; the seeds give it the exact shapes (version 2, every trailer size) to mutate.
+  crypto::init();
+  const auto hub = crypto::generate_identity();
+  const auto site_id = crypto::generate_identity();
+  auth::sender_keys tx(hub, rx_sid, {});
+  auth::receiver_auth_options o;
+  o.trusted_senders = {hub.public_key};
+  o.site = site_id;
+  auth::receiver_keys rx(o);
+  const time_point now{std::chrono::seconds(1)};
+  enum op : std::uint8_t { to_site = 0, to_sender = 1, site_seal = 2, sender_seal = 3, data_seal = 4, hello_proof = 5 };
+  script s;
+  auto sealed = [](bytes d, auto&& seal) {
+    const std::size_t len = d.size();
+    d.resize(len + auth::max_trailer_bytes);
+    d.resize(seal(d, len));
+    return d;
+  };
+  std::span<const std::byte> opened;
+  const auto ann = sealed(datagram(wire::msg_type::announce, announce_msg()),
+                          [&](std::span<std::byte> b, std::size_t n) { return tx.seal_control(b, n); });
+  if (rx.open(ann, now, opened)) throw std::runtime_error("auth seeds: the announce does not open");
+  s.add(to_site, ann);
+  wire::register_request rr;
+  rr.set_receiver_id("site");
+  const auto reg = sealed(datagram(wire::msg_type::register_request, rr),
+                          [&](std::span<std::byte> b, std::size_t n) { return rx.seal(b, n); });
+  if (tx.open(reg, opened)) throw std::runtime_error("auth seeds: the register_request does not open");
+  s.add(to_sender, reg);
+  const auto reply = sealed(datagram(wire::msg_type::register_reply, reply_msg(true)),
+                            [&](std::span<std::byte> b, std::size_t n) { return tx.seal_control(b, n); });
+  s.add(to_site, reply);
+  s.add(to_site, sealed(data_dg(1, 1, 0, 1000), [&](std::span<std::byte> b, std::size_t n) { return tx.seal_data(b, n); }));
+  s.add(to_site, sealed(datagram(wire::msg_type::marker, marker_msg(1, true, 2)),
+                        [&](std::span<std::byte> b, std::size_t n) { return tx.seal_control(b, n); }));
+  s.add(to_site, sealed(datagram(wire::msg_type::digest_list, digests_msg()),
+                        [&](std::span<std::byte> b, std::size_t n) { return tx.seal_control(b, n); }));
+  s.add(to_site, sealed(datagram(wire::msg_type::fallback, fallback_msg(wire::fallback::TCP)),
+                        [&](std::span<std::byte> b, std::size_t n) { return tx.seal_control(b, n); }));
+  s.add(to_site, sealed(datagram(wire::msg_type::session_end, end_msg(false)),
+                        [&](std::span<std::byte> b, std::size_t n) { return tx.seal_control(b, n); }));
+  wire::nak nk;
+  nk.set_receiver_id("site");
+  nk.set_pass(1);
+  s.add(to_sender, sealed(datagram(wire::msg_type::nak, nk),
+                          [&](std::span<std::byte> b, std::size_t n) { return rx.seal(b, n); }));
+  // What the cores hand each side to seal.
+  s.add(site_seal, datagram(wire::msg_type::nak, nk));
+  s.add(sender_seal, datagram(wire::msg_type::marker, marker_msg(2, false, 9)));
+  s.add(sender_seal, datagram(wire::msg_type::register_reply, reply_msg(true)));
+  s.add(data_seal, data_dg(3, 1, 1, 500));
+  // A fallback hello with its proof over a challenge.
+  unicast::challenge c{{7, 7, 7, 7, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}};
+  unicast::hello h;
+  h.token = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+  h.session = rx_sid;
+  h.client_nonce = 5;
+  h.connection_count = 1;
+  h.receiver_id = "site";
+  h.proof = unicast::hello_proof(crypto::key32{}, c, h);
+  bytes hp(c.nonce.size());
+  std::memcpy(hp.data(), c.nonce.data(), c.nonce.size());
+  bytes frame;
+  unicast::append_frame(frame, h);
+  hp.insert(hp.end(), frame.begin() + unicast::frame_header_size, frame.end());
+  s.add(hello_proof, hp);
+  write("auth", "signed_session", s.b);
 }
 
 void config_seeds() {
@@ -551,6 +628,7 @@ int main(int argc, char** argv) {
     sequences_seeds();
     sender_seeds();
     unicast_seeds();
+    auth_seeds();
     config_seeds();
   } catch (const std::exception& e) {
     std::cerr << "make_corpus: " << e.what() << "\n";

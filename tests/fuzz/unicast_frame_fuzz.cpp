@@ -40,6 +40,7 @@ void every_decoder(std::span<const std::byte> body) {
   stable<refuse>(body);
   stable<request>(body);
   stable<ack>(body);
+  stable<challenge>(body);
   file_index f;
   std::uint64_t off = 0;
   std::span<const std::byte> payload;

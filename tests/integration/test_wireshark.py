@@ -322,10 +322,10 @@ def v2_datagrams(session):
                 {"mcdist.session_end.reason": ["1"], "mcdist.session_end.detail": ["operator"],
                  "mcdist.auth.signature": [part(0xDD, 64).hex()]}))
     out.append(("fallback", h(11) + rid + pb_uint(2, 2) + pb_bytes(3, socket.inet_aton("10.1.2.3")) +
-                pb_uint(4, 5000) + varint(5 << 3 | 1) + struct.pack("<Q", 0x1122334455667788) +
+                pb_uint(4, 5000) + pb_bytes(8, bytes(range(0x11, 0x21))) +
                 part(0xEF, 32),
                 {"mcdist.fallback.transport": ["2"], "mcdist.fallback.address.ipv4": ["10.1.2.3"],
-                 "mcdist.fallback.port": ["5000"], "mcdist.fallback.token": ["0x1122334455667788"],
+                 "mcdist.fallback.port": ["5000"], "mcdist.fallback.token": [bytes(range(0x11, 0x21)).hex()],
                  "mcdist.auth.hmac": [part(0xEF, 32).hex()]}))
     # The Info column of each, as the dissector writes it.
     infos = ["data [%08x] seq=77 file=3 block=5 len=100",

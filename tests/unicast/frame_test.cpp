@@ -54,7 +54,7 @@ std::vector<std::byte> data_frame(std::uint32_t file, std::uint64_t offset, std:
 
 hello sample_hello() {
   hello h;
-  h.token = 0x0123456789abcdefull;
+  h.token = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
   h.session = session_id{0xdeadbeef};
   h.client_nonce = 42;
   h.connection_index = 2;
@@ -125,14 +125,16 @@ TEST_CASE("frame header checks come in order", "[unit][unicast][frame]") {
   bad[1] = std::byte{'D'};  // the multicast magic is not ours
   REQUIRE(decode_frame_header(bad, h) == errc::bad_magic);
   bad = buf;
-  bad[2] = std::byte{2};
+  bad[2] = std::byte{1};  // the 64-bit token framing before issue 8
   REQUIRE(decode_frame_header(bad, h) == errc::bad_version);
-  for (int t : {0, 8, 255}) {
+  for (int t : {0, 9, 255}) {
     bad = buf;
     bad[3] = std::byte(t);
     REQUIRE(decode_frame_header(bad, h) == errc::unknown_type);
   }
-  write_frame_header(bad, frame_type::hello, hello_fixed_size + max_hello_receiver_id + 1);
+  write_frame_header(bad, frame_type::hello, max_hello_size + 1);
+  REQUIRE(decode_frame_header(bad, h) == errc::oversized);
+  write_frame_header(bad, frame_type::challenge, challenge_size + 1);
   REQUIRE(decode_frame_header(bad, h) == errc::oversized);
   write_frame_header(bad, frame_type::bye, 1);
   REQUIRE(decode_frame_header(bad, h) == errc::oversized);
@@ -172,6 +174,39 @@ TEST_CASE("control bodies round-trip", "[unit][unicast][frame]") {
   REQUIRE(back.connection_index == 2);
   REQUIRE(back.connection_count == 4);
   REQUIRE(back.receiver_id == "dwd-offenbach");
+  REQUIRE_FALSE(back.proof);
+
+  // With a proof of the site key (signed sessions): 32 bytes after the id, flag bit 0.
+  out.clear();
+  auto proved = sample_hello();
+  proved.proof.emplace();
+  for (std::size_t i = 0; i < proved.proof->size(); ++i) (*proved.proof)[i] = static_cast<std::uint8_t>(i);
+  append_frame(out, proved);
+  REQUIRE(out.size() == frame_header_size + hello_fixed_size + 13 + hello_proof_size);
+  REQUIRE_FALSE(decode(std::span(out).subspan(frame_header_size), back));
+  REQUIRE(back.proof == proved.proof);
+  REQUIRE(back.token == proved.token);
+  // An unknown flag bit or a reserved byte other than 0 is refused.
+  auto flags = out;
+  flags[frame_header_size + 30] = std::byte{0x03};
+  REQUIRE(decode(std::span(flags).subspan(frame_header_size), back) == errc::invalid_field);
+  flags = out;
+  flags[frame_header_size + 31] = std::byte{1};
+  REQUIRE(decode(std::span(flags).subspan(frame_header_size), back) == errc::invalid_field);
+  // The flag without the 32 bytes (or the bytes without the flag) does not match the length.
+  flags = out;
+  flags[frame_header_size + 30] = std::byte{0};
+  REQUIRE(decode(std::span(flags).subspan(frame_header_size), back) == errc::invalid_field);
+
+  out.clear();
+  const challenge c{{1, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233, 0, 0, 7}};
+  append_frame(out, c);
+  REQUIRE(out.size() == frame_header_size + challenge_size);
+  REQUIRE_FALSE(decode_frame_header(out, h));
+  REQUIRE(h.type == frame_type::challenge);
+  challenge cb;
+  REQUIRE_FALSE(decode(std::span(out).subspan(frame_header_size), cb));
+  REQUIRE(cb.nonce == c.nonce);
 
   out.clear();
   append_frame(out, welcome{65536, 32, 4});
@@ -205,8 +240,13 @@ TEST_CASE("control bodies round-trip", "[unit][unicast][frame]") {
 }
 
 TEST_CASE("every truncation of a control body is refused", "[unit][unicast][frame]") {
-  std::vector<std::vector<std::byte>> frames(5);
+  std::vector<std::vector<std::byte>> frames(7);
   append_frame(frames[0], sample_hello());
+  auto proved = sample_hello();
+  proved.proof.emplace();
+  proved.proof->fill(0x77);
+  append_frame(frames[5], proved);
+  append_frame(frames[6], challenge{{9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 1, 2, 3, 4, 5, 6}});
   append_frame(frames[1], welcome{4096, 16, 1});
   append_frame(frames[2], refuse{refuse_reason::bad_credentials, "no"});
   append_frame(frames[3], request{{{file_index{1}, 0, 10}, {file_index{2}, 5, 5}}});
@@ -223,6 +263,7 @@ TEST_CASE("every truncation of a control body is refused", "[unit][unicast][fram
         case frame_type::refuse: { refuse m; ec = decode(cut, m); break; }
         case frame_type::request: { request m; ec = decode(cut, m); break; }
         case frame_type::ack: { ack m; ec = decode(cut, m); break; }
+        case frame_type::challenge: { challenge m; ec = decode(cut, m); break; }
         default: FAIL("unexpected type");
       }
       REQUIRE(ec);

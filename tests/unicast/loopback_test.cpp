@@ -6,6 +6,7 @@
 #include "common/unicast/server.hpp"
 #include "common/net/udp.hpp"
 #include "tests/unicast/test_support.hpp"
+#include "tests/unicast/token.hpp"
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ip/udp.hpp>
@@ -25,7 +26,8 @@ namespace asio = boost::asio;
 
 namespace {
 
-constexpr std::uint64_t token = 0x5eed5eed12345678ull;
+constexpr std::uint64_t token_value = 0x5eed5eed12345678ull;
+const fallback_token token = test::tok(token_value);
 const session_id session{0xc0ffee01};
 const std::string receiver = "site-a";
 
@@ -272,7 +274,7 @@ TEST_CASE("a bad token is refused with a clear error", "[integration][unicast]")
       rig r({1000});
       test::checking_sink sink(r.source);
       auto o = r.options(kind, 2);
-      o.token = token ^ 1;
+      o.token = test::tok(token_value ^ 1);
       const auto out = fetch(r, o, sink, r.everything(), {}, 20s);
       REQUIRE(out.ec == error::refused);
       REQUIRE(out.detail.find("refused receiver 'site-a'") != std::string::npos);
@@ -285,6 +287,53 @@ TEST_CASE("a bad token is refused with a clear error", "[integration][unicast]")
       o.receiver_id = "site-b";
       const auto out2 = fetch(r, o, sink, r.everything(), {}, 20s);
       REQUIRE(out2.ec == error::refused);
+    }
+  }
+}
+
+TEST_CASE("a signed grant lets in only a client that proves the site key",
+          "[integration][unicast]") {
+  crypto::key32 site_key{};
+  crypto::random_bytes(site_key);
+  crypto::key32 wrong_key = site_key;
+  wrong_key[0] ^= 1;
+  for (const auto kind : {transport_kind::sctp_udp, transport_kind::tcp}) {
+    SECTION(std::string(to_string(kind))) {
+      rig r({300'000, 10'000, 0});
+      const auto signed_token = test::tok(token_value + 7);
+      client_grant g{signed_token, "site-s", session, {}, true};
+      g.proof_key = site_key;
+      REQUIRE_FALSE(r.srv->register_client(g));
+      auto o = r.options(kind, 3);
+      o.token = signed_token;
+      o.receiver_id = "site-s";
+      // The right token, id and session (a sniffed FALLBACK order), but no key, then the
+      // wrong key: refused at the hello, nothing delivered, counted as a missing proof.
+      for (const auto& key : {std::optional<crypto::key32>{}, std::optional(wrong_key)}) {
+        test::checking_sink sink(r.source);
+        o.proof_key = key;
+        const auto out = fetch(r, o, sink, r.everything(), {}, 20s);
+        REQUIRE(out.ec == error::refused);
+        REQUIRE(out.detail.find("did not prove its site key") != std::string::npos);
+        REQUIRE(sink.delivered == 0);
+      }
+      REQUIRE(r.srv->counters().hellos_bad_proof >= 2);
+      REQUIRE(r.srv->counters().sessions_started == 0);
+      // The site itself gets every byte.
+      test::checking_sink sink(r.source);
+      o.proof_key = site_key;
+      const auto out = fetch(r, o, sink, r.everything());
+      INFO(out.detail);
+      REQUIRE_FALSE(out.ec);
+      REQUIRE(sink.delivered == 310'000);
+      REQUIRE(r.srv->counters().sessions_completed == 1);
+      // An unsigned grant still works for a client with no key (it skips the challenge).
+      auto plain = r.options(kind, 3);
+      test::checking_sink sink2(r.source);
+      const auto out2 = fetch(r, plain, sink2, r.everything());
+      INFO(out2.detail);
+      REQUIRE_FALSE(out2.ec);
+      REQUIRE(sink2.delivered == 310'000);
     }
   }
 }
@@ -326,14 +375,23 @@ TEST_CASE("garbage on the TCP port is dropped and the server keeps serving",
   std::vector<std::unique_ptr<tcp::socket>> socks;
   std::vector<bool> dropped(garbage.size(), false);
   std::vector<std::array<std::byte, 256>> bufs(garbage.size());
+  std::vector<std::function<void()>> readers(garbage.size());
   for (std::size_t i = 0; i < garbage.size(); ++i) {
     socks.push_back(std::make_unique<tcp::socket>(r.io));
     socks.back()->connect(target);
     if (!garbage[i].empty()) asio::write(*socks.back(), asio::buffer(garbage[i]));
-    socks.back()->async_read_some(asio::buffer(bufs[i]),
-                                  [&, i](const boost::system::error_code& ec, std::size_t) {
-                                    if (ec) dropped[i] = true;  // EOF or reset: dropped
-                                  });
+    // The server's challenge comes first; read on until EOF or reset: dropped.
+    readers[i] = [&, i] {
+      socks[i]->async_read_some(asio::buffer(bufs[i]),
+                                [&, i](const boost::system::error_code& ec, std::size_t) {
+                                  if (ec) {
+                                    dropped[i] = true;
+                                  } else {
+                                    readers[i]();
+                                  }
+                                });
+    };
+    readers[i]();
   }
   // Meanwhile a good client is served in full.
   test::checking_sink sink(r.source);
@@ -385,10 +443,10 @@ TEST_CASE("a request outside the grant drops that client only", "[integration][u
   for (const auto kind : {transport_kind::sctp_udp, transport_kind::tcp}) {
     SECTION(std::string(to_string(kind))) {
       rig r({1000, 2000, 3000});
-      REQUIRE_FALSE(r.srv->register_client({token + 1, "site-b", session, {file_index{0}}, false}));
+      REQUIRE_FALSE(r.srv->register_client({test::tok(token_value + 1), "site-b", session, {file_index{0}}, false}));
       test::checking_sink sink(r.source);
       auto o = r.options(kind, 1);
-      o.token = token + 1;
+      o.token = test::tok(token_value + 1);
       o.receiver_id = "site-b";
       const auto out = fetch(r, o, sink, {{file_index{1}, 0, 2000}}, {}, 20s);
       REQUIRE(out.ec == error::connection_lost);
@@ -475,8 +533,8 @@ TEST_CASE("connecting where nobody listens fails with a clear error", "[integrat
 
 TEST_CASE("several receivers are served at once over both transports", "[integration][unicast]") {
   rig r(mixed_sizes());
-  REQUIRE_FALSE(r.srv->register_client({token + 1, "site-b", session, {}, true}));
-  REQUIRE_FALSE(r.srv->register_client({token + 2, "site-c", session, {}, true}));
+  REQUIRE_FALSE(r.srv->register_client({test::tok(token_value + 1), "site-b", session, {}, true}));
+  REQUIRE_FALSE(r.srv->register_client({test::tok(token_value + 2), "site-c", session, {}, true}));
   struct one {
     std::unique_ptr<test::checking_sink> sink;
     std::unique_ptr<client> c;
@@ -485,10 +543,10 @@ TEST_CASE("several receivers are served at once over both transports", "[integra
     std::string detail;
   };
   std::vector<one> clients(3);
-  const std::vector<std::tuple<transport_kind, std::uint64_t, std::string>> who{
+  const std::vector<std::tuple<transport_kind, fallback_token, std::string>> who{
       {transport_kind::sctp_udp, token, receiver},
-      {transport_kind::tcp, token + 1, "site-b"},
-      {transport_kind::sctp_udp, token + 2, "site-c"}};
+      {transport_kind::tcp, test::tok(token_value + 1), "site-b"},
+      {transport_kind::sctp_udp, test::tok(token_value + 2), "site-c"}};
   for (std::size_t i = 0; i < clients.size(); ++i) {
     auto& k = clients[i];
     k.sink = std::make_unique<test::checking_sink>(r.source);

@@ -14,6 +14,7 @@
 
 #include "common/unicast/client.hpp"
 #include "common/unicast/server.hpp"
+#include "tests/unicast/token.hpp"
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -35,7 +36,7 @@ using namespace mcdist::unicast;
 
 namespace {
 
-constexpr std::uint64_t bench_token = 0x6265'6e63'6821'2121ull;
+const fallback_token bench_token = unicast::test::tok(0x6265'6e63'6821'2121ull);
 const session_id bench_session{0xbe9c0001};
 const char* const bench_receiver = "bench";
 

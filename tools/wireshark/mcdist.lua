@@ -180,9 +180,9 @@ local schema = {
     { 2, "transport", "enum", { enum = { [0] = "SCTP_UDP", [1] = "SCTP_KERNEL", [2] = "TCP" } } },
     { 3, "address", "bytes", { address = true } },
     { 4, "port", "uint32" },
-    { 5, "token", "fixed64", { base = base.HEX } },
     { 6, "connections", "uint32" },
     { 7, "reason", "string" },
+    { 8, "token", "bytes" },  -- 128 bits (field 5, a 64-bit token, is retired)
   },
 }
 

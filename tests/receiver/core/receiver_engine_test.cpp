@@ -491,14 +491,15 @@ TEST_CASE("a FALLBACK order moves the session to unicast; pieces of blocks compl
   fb.set_receiver_id("site");
   fb.set_transport(wire::fallback::TCP);
   fb.set_port(4712);
-  fb.set_token(0x1234567890ull);
+  fb.set_token(std::string("0123456789abcdef"));
   fb.set_connections(4);
   h.feed(datagram(wire::msg_type::fallback, fb));
   REQUIRE(h.sink.orders.size() == 1);
   REQUIRE(h.sink.orders[0].transport == unicast_order::transport_t::tcp);
   REQUIRE(h.sink.orders[0].server.address_string() == "10.0.0.1");  // the control source
   REQUIRE(h.sink.orders[0].server.port == 4712);
-  REQUIRE(h.sink.orders[0].token == 0x1234567890ull);
+  REQUIRE(h.sink.orders[0].token == fallback_token{'0', '1', '2', '3', '4', '5', '6', '7', '8', '9',
+                                                    'a', 'b', 'c', 'd', 'e', 'f'});
   REQUIRE(h.sink.wanted[0].size() == 2);
   REQUIRE(h.sink.wanted[0][0].offset == 1000);  // a: blocks 1-2
   REQUIRE(h.sink.wanted[0][0].length == 2000);
@@ -793,7 +794,7 @@ TEST_CASE("a storage error of a unicast file fails it instead of fetching it aga
   fb.set_receiver_id("site");
   fb.set_transport(wire::fallback::TCP);
   fb.set_port(4712);
-  fb.set_token(7);
+  fb.set_token(std::string(16, '\x07'));
   h.feed(datagram(wire::msg_type::fallback, fb));
   REQUIRE(h.sink.orders.size() == 1);
   std::vector<std::byte> bytes(1000, std::byte{9});

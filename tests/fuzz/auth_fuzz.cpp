@@ -1,0 +1,191 @@
+/// @file
+/// libFuzzer target: the authentication layer of signed sessions (common/auth.hpp) and the
+/// unicast fallback's proof of the site key (common/unicast/hello_proof.hpp), on both sides.
+///
+/// Each input starts from a real handshake run in-process (so every key is held and the
+/// mutated datagrams reach the checks of a live session, not just "no key"): the sender seals an
+/// announce, the site opens it, seals a register_request, the sender opens that and seals the
+/// register_reply, the site opens it. Then the input is a script (tests/fuzz/fuzz_script.hpp)
+/// whose records, by op % 6, are:
+///
+///   0  a datagram to the site:           receiver_keys::open
+///   1  a datagram to the sender:         sender_keys::open
+///   2  a datagram the site's core made:  receiver_keys::seal, then the sender opens the result
+///   3  a datagram the sender's core made: sender_keys::seal_control, then the site opens it
+///   4  a data datagram of the sender:    sender_keys::seal_data (payloads of at least the data
+///      header), then the site opens it
+///   5  a fallback hello: 16 bytes of challenge, then a hello body; decoded and its proof
+///      checked under the site's fallback key
+///
+/// Invariants (abort on violation): the handshake succeeds and both sides derive the same
+/// fallback key; an opened datagram is a prefix of the input, shorter by exactly the type's
+/// trailer; a sealed datagram is the input plus the type's trailer; a hello's proof made with
+/// the site's key verifies, one made with another key does not.
+
+#include "common/auth.hpp"
+#include "common/unicast/hello_proof.hpp"
+#include "common/wire.hpp"
+#include "mcdist.pb.h"
+#include "tests/fuzz/fuzz_script.hpp"
+#include "tests/fuzz/quiet_protobuf.hpp"
+
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+using namespace mcdist;
+
+namespace {
+
+constexpr session_id fuzz_session{0x1234};
+
+struct identities {
+  crypto::identity hub = crypto::generate_identity();
+  crypto::identity site = crypto::generate_identity();
+};
+
+const identities& ids() {
+  static const identities i = [] {
+    crypto::init();
+    return identities{};
+  }();
+  return i;
+}
+
+template <class Msg>
+std::vector<std::byte> control(wire::msg_type t, const Msg& m) {
+  std::vector<std::byte> out(wire::header_size + m.ByteSizeLong() + auth::max_trailer_bytes);
+  const std::size_t n = wire::encode_control(out, t, fuzz_session, m);
+  out.resize(n);
+  return out;
+}
+
+/// `d` with room for the largest trailer after it; the content's length is d.size().
+std::vector<std::byte> roomy(std::span<const std::byte> d) {
+  std::vector<std::byte> b(d.begin(), d.end());
+  b.resize(d.size() + auth::max_trailer_bytes);
+  return b;
+}
+
+void require(bool ok) {
+  if (!ok) std::abort();
+}
+
+/// The opened view must be the datagram without its trailer.
+void check_opened(std::span<const std::byte> in, std::span<const std::byte> out) {
+  require(out.data() == in.data() && out.size() < in.size());
+  const auto t = static_cast<wire::msg_type>(std::to_integer<std::uint8_t>(in[3]));
+  require(in.size() - out.size() == auth::trailer_size(t));
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const auto& id = ids();
+  auth::receiver_auth_options o;
+  o.trusted_senders = {id.hub.public_key};
+  o.site = id.site;
+  o.max_sessions = 4;
+  auth::receiver_keys site(o);
+  auth::sender_keys hub(id.hub, fuzz_session, {{"site", id.site.public_key}});
+  time_point now{std::chrono::seconds(1000)};
+
+  // The handshake.
+  std::span<const std::byte> opened;
+  {
+    wire::announce a;
+    a.mutable_params()->set_block_size(1000);
+    a.mutable_params()->set_file_count(1);
+    a.mutable_params()->set_manifest_chunks(1);
+    auto* f = a.add_files();
+    f->set_path("x");
+    f->set_size(1);
+    auto b = control(wire::msg_type::announce, a);
+    const std::size_t len = b.size();
+    b = roomy(b);
+    const std::size_t n = hub.seal_control(b, len);
+    require(n == len + auth::trailer_size(wire::msg_type::announce));
+    require(!site.open(std::span(b).first(n), now, opened));
+  }
+  {
+    wire::register_request r;
+    r.set_receiver_id("site");
+    auto b = control(wire::msg_type::register_request, r);
+    const std::size_t len = b.size();
+    b = roomy(b);
+    const std::size_t n = site.seal(b, len);
+    require(n == len + auth::trailer_size(wire::msg_type::register_request));
+    require(!hub.open(std::span(b).first(n), opened));
+  }
+  {
+    wire::register_reply r;
+    r.set_receiver_id("site");
+    r.set_accepted(true);
+    auto b = control(wire::msg_type::register_reply, r);
+    const std::size_t len = b.size();
+    b = roomy(b);
+    const std::size_t n = hub.seal_control(b, len);
+    require(n > len);
+    require(!site.open(std::span(b).first(n), now, opened));
+    require(site.has_session_key(fuzz_session));
+  }
+  const auto key = site.fallback_key(fuzz_session);
+  require(key && key == hub.fallback_key("site"));
+
+  fuzz::script_reader script(std::as_bytes(std::span(data, size)));
+  fuzz::record rec;
+  while (script.next(rec)) {
+    now += std::chrono::milliseconds(1);
+    const auto p = rec.payload;
+    switch (rec.op % 6) {
+      case 0:
+        if (!site.open(p, now, opened)) check_opened(p, opened);
+        break;
+      case 1:
+        if (!hub.open(p, opened)) check_opened(p, opened);
+        break;
+      case 2: {
+        auto b = roomy(p);
+        const std::size_t n = site.seal(b, p.size());
+        if (n == 0 || n == p.size()) break;  // unknown session, or left as version 1
+        require(n == p.size() + auth::trailer_size(static_cast<wire::msg_type>(
+                                    std::to_integer<std::uint8_t>(p[3]))));
+        if (!hub.open(std::span(b).first(n), opened)) check_opened(std::span(b).first(n), opened);
+        break;
+      }
+      case 3: {
+        if (p.size() < wire::header_size) break;  // the core's datagrams have their header
+        auto b = roomy(p);
+        const std::size_t n = hub.seal_control(b, p.size());
+        if (n == 0) break;
+        require(n == p.size() + auth::trailer_size(static_cast<wire::msg_type>(
+                                    std::to_integer<std::uint8_t>(p[3]))));
+        if (!site.open(std::span(b).first(n), now, opened)) check_opened(std::span(b).first(n), opened);
+        break;
+      }
+      case 4: {
+        if (p.size() < wire::data_header_size) break;
+        auto b = roomy(p);
+        const std::size_t n = hub.seal_data(b, p.size());
+        require(n == p.size() + auth::data_trailer_bytes);
+        if (!site.open(std::span(b).first(n), now, opened)) check_opened(std::span(b).first(n), opened);
+        break;
+      }
+      case 5: {
+        if (p.size() < unicast::challenge_size) break;
+        unicast::challenge c;
+        std::memcpy(c.nonce.data(), p.data(), c.nonce.size());
+        unicast::hello h;
+        if (unicast::decode(p.subspan(unicast::challenge_size), h)) break;
+        (void)unicast::verify_hello_proof(*key, c, h);
+        h.proof = unicast::hello_proof(*key, c, h);
+        require(unicast::verify_hello_proof(*key, c, h));
+        auto other = *key;
+        other[0] ^= 1;
+        require(!unicast::verify_hello_proof(other, c, h));
+        break;
+      }
+    }
+  }
+  return 0;
+}
