@@ -162,7 +162,7 @@ void action_runner::submit(std::int64_t run_id, const std::string& action,
 
 void action_runner::pump(std::size_t i) {
   auto& s = m_slots[i];
-  while (!m_stopped && !s.queue.empty() && s.running < m_actions[i].concurrency) {
+  while (!m_stopped && !m_draining && !s.queue.empty() && s.running < m_actions[i].concurrency) {
     job j = std::move(s.queue.front());
     s.queue.pop_front();
     --s.st.queued;
@@ -427,6 +427,43 @@ void action_runner::finished(job j, std::optional<int> exit_status, std::string 
                  m_journal.file().string(), a.name, j.product.path, e.what());
   }
   pump(j.action);
+  if (m_draining && running() == 0) call_drained();
+}
+
+std::uint32_t action_runner::running() const noexcept {
+  std::uint32_t n = 0;
+  for (const auto& s : m_slots) n += s.running;
+  return n;
+}
+
+void action_runner::drain(std::chrono::nanoseconds grace, std::function<void()> done) {
+  m_draining = true;
+  m_drained = std::move(done);
+  if (running() == 0) {
+    boost::asio::post(m_io, [this, alive = std::weak_ptr<bool>(m_alive)] {
+      if (!alive.expired()) call_drained();
+    });
+    return;
+  }
+  m_log->info("waiting up to {:.3g} s for {} running action attempt(s) to finish",
+              std::chrono::duration<double>(grace).count(), running());
+  m_drain_timer.expires_after(grace);
+  m_drain_timer.async_wait([this](const boost::system::error_code& ec) {
+    if (ec) return;
+    if (running() > 0) {
+      m_log->warn("{} action attempt(s) still running at shutdown: killed, they run again at the "
+                  "next start", running());
+    }
+    call_drained();
+  });
+}
+
+void action_runner::call_drained() {
+  if (!m_drained) return;
+  auto done = std::move(m_drained);
+  m_drained = nullptr;
+  m_drain_timer.cancel();
+  done();
 }
 
 void action_runner::stop() {

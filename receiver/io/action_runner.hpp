@@ -20,7 +20,9 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/thread_pool.hpp>
 
+#include <chrono>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -56,6 +58,15 @@ class action_runner {
   /// `attempts` is how many attempts it had already (a restart).
   void submit(std::int64_t run_id, const std::string& action, const delivery_row& product,
               std::uint32_t attempts = 0);
+
+  /// Graceful shutdown, first step: starts no further attempt (queued runs stay 'pending' in
+  /// the journal for the next start) and calls `done` on the io thread once no attempt is
+  /// running, or after `grace` (then stop() kills what still runs). An attempt that finishes
+  /// within the grace is journaled as usual, so a stop does not run it twice.
+  void drain(std::chrono::nanoseconds grace, std::function<void()> done);
+
+  /// Attempts running now, over every action.
+  std::uint32_t running() const noexcept;
 
   /// Stops starting attempts and kills running children (daemon shutdown).
   void stop();
@@ -93,6 +104,10 @@ class action_runner {
   std::map<std::int64_t, std::shared_ptr<child>> m_children;  ///< by run id
   boost::asio::thread_pool m_pool{2};
   bool m_stopped = false;
+  bool m_draining = false;
+  std::function<void()> m_drained;  ///< drain()'s callback, until called
+  boost::asio::steady_timer m_drain_timer{m_io};
+  void call_drained();
   std::shared_ptr<bool> m_alive = std::make_shared<bool>(true);
 };
 

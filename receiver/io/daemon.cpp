@@ -29,6 +29,10 @@ constexpr std::size_t receive_batch = 16;
 constexpr std::size_t receive_buffer_bytes = 65536;
 /// Reading pauses while the storage pool has less room than this (two GRO buffers' worth).
 constexpr std::size_t min_pool_room = 256 * 1024;
+/// At SIGTERM, how long action attempts already running may take to finish (and be journaled
+/// done) before they are killed (10 s: an ingest script's normal run, well inside systemd's
+/// default TimeoutStopSec of 90 s).
+constexpr std::chrono::seconds action_stop_grace{10};
 /// How long a paused read waits before looking at the pool again.
 constexpr auto read_pause = std::chrono::microseconds(500);
 
@@ -263,6 +267,15 @@ void daemon::wait_signal() {
     }
     m_log->info("{}: saving state and shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
     stop();
+    if (!m_stop_finished) {
+      // Waiting for running actions: a second signal stops at once.
+      m_signals.async_wait([this](const boost::system::error_code& ec2, int) {
+        if (ec2 || m_stop_finished) return;
+        m_log->warn("second signal: not waiting for running actions (they run again at the next "
+                    "start)");
+        finish_stop();
+      });
+    }
   });
 }
 
@@ -292,13 +305,25 @@ void daemon::stop() {
   m_timer.cancel();
   m_status_timer.cancel();
   m_retention_timer.cancel();
-  if (m_actions) m_actions->stop();
-  m_signals.cancel();
-  stop_http();
   for (auto& s : m_sockets) {
     boost::system::error_code ignored;
     s.cancel(ignored);
   }
+  // Attempts already running get a grace to finish and be journaled done, so a restart does
+  // not run them again; what still runs after it is killed and runs again at the next start.
+  if (m_actions && m_actions->running() > 0) {
+    m_actions->drain(action_stop_grace, [this] { finish_stop(); });
+    return;
+  }
+  finish_stop();
+}
+
+void daemon::finish_stop() {
+  if (m_stop_finished) return;
+  m_stop_finished = true;
+  if (m_actions) m_actions->stop();
+  m_signals.cancel();
+  stop_http();
   m_io.stop();
 }
 

@@ -108,6 +108,8 @@ class daemon final : public receiver_sink {
   void do_sample();
   http::response serve_http(const http::request& r);
   void wait_signal();
+  /// The end of stop(), once running actions finished or their grace ran out.
+  void finish_stop();
   void arm_watchdog();
   // Delivery journal, actions and retention (daemon_actions.cpp).
   /// Opens the journal and makes the action runner (constructor, before the store).
@@ -162,6 +164,7 @@ class daemon final : public receiver_sink {
   bool m_unicast_polling = false;
   std::optional<time_point> m_timer_at;
   bool m_stopping = false;
+  bool m_stop_finished = false;
   std::uint64_t m_last_logged_drops = 0;
   /// sequence_book::changes() as of the last write of TEMP/sequences.
   std::uint64_t m_sequences_saved = 0;
