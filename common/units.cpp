@@ -85,6 +85,8 @@ std::optional<std::chrono::nanoseconds> parse_duration(std::string_view text) no
     ns = n * 60e9;
   } else if (s == "h") {
     ns = n * 3600e9;
+  } else if (s == "d") {
+    ns = n * 86400e9;
   } else {
     return std::nullopt;
   }

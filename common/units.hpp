@@ -22,8 +22,8 @@ std::optional<std::uint64_t> parse_rate(std::string_view text) noexcept;
 /// @return bytes, or std::nullopt for anything else.
 std::optional<std::uint64_t> parse_size(std::string_view text) noexcept;
 
-/// Parses a duration: a decimal number with unit us, ms, s, m or h, e.g. "250ms", "1.5s";
-/// a bare number is seconds.
+/// Parses a duration: a decimal number with unit us, ms, s, m, h or d (24 h), e.g. "250ms",
+/// "1.5s", "7d"; a bare number is seconds. Longer than 10^18 ns (~31 years): nullopt.
 std::optional<std::chrono::nanoseconds> parse_duration(std::string_view text) noexcept;
 
 /// Formats bit/s with an SI suffix, three significant digits: "953 Mbit/s".

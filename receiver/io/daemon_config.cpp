@@ -427,12 +427,7 @@ daemon_config from_table(const toml::table& t, const std::string& source) {
 }  // namespace
 
 std::optional<std::chrono::nanoseconds> parse_age(std::string_view text) noexcept {
-  if (text.size() > 1 && text.back() == 'd') {
-    const auto d = parse_duration(std::string(text.substr(0, text.size() - 1)) + "h");
-    if (!d || *d > std::chrono::hours(24 * 366 * 100) / 24) return std::nullopt;
-    return *d * 24;
-  }
-  return parse_duration(text);
+  return parse_duration(text);  // "7d" included
 }
 
 void validate(const daemon_config& cfg) {

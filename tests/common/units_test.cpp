@@ -32,10 +32,13 @@ TEST_CASE("durations need a unit or mean seconds", "[unit][units]") {
   REQUIRE(parse_duration("250ms") == 250ms);
   REQUIRE(parse_duration("2") == 2s);
   REQUIRE(parse_duration("1.5s") == 1500ms);
+  REQUIRE(parse_duration("7d") == std::chrono::hours(168));
+  REQUIRE(parse_duration("0.5d") == std::chrono::hours(12));
+  REQUIRE_FALSE(parse_duration("20000d"));  // beyond 10^18 ns
   REQUIRE(parse_duration("1m") == 60s);
   REQUIRE(parse_duration("10us") == 10us);
   REQUIRE_FALSE(parse_duration("soon"));
-  REQUIRE_FALSE(parse_duration("5d"));
+  REQUIRE_FALSE(parse_duration("5w"));
 }
 
 TEST_CASE("rates and sizes format for people", "[unit][units]") {
