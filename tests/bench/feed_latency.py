@@ -234,19 +234,28 @@ def run_uftp(args, emu, work, events):
                 time.sleep(0.05)
                 continue
             paths = [os.path.join(spool, n) for n in names]
-            subprocess.run(in_ns(emu.ns(0), [
+            current[0] = subprocess.Popen(in_ns(emu.ns(0), [
                 "uftp", "-I", "mle0", "-M", "230.4.4.1", "-P", "230.5.5.1", "-H",
                 "0x00000002,0x00000003", "-R", rate_k, "-Y", "none", "-B", "104857600"] + paths),
                 stdout=out, stderr=subprocess.STDOUT)
+            current[0].wait()
+            if stop.is_set():
+                return
             for p in paths:
-                os.unlink(p)
+                try:
+                    os.unlink(p)
+                except FileNotFoundError:
+                    pass
             stop.wait(1.0)
+    current = [None]
     t = threading.Thread(target=loop, daemon=True)
     t.start()
     try:
         return drive(events, spools, dests, args)
     finally:
         stop.set()
+        if current[0] is not None:
+            stop_proc(current[0], signal.SIGINT)  # a session still running at the end
         t.join(60)
         out.close()
         for p, logf in procs:
