@@ -31,37 +31,21 @@ constexpr std::size_t max_catch_up_ranges = 32;
 /// The journal's history when no products are retained (retention = 0).
 constexpr auto min_journal_history = std::chrono::hours(24);
 
-// The seqwire branch adds the channel sequence fields to sender_config and receiver_report;
-// these helpers use them when present, so this file builds on either side of that merge.
-template <class C>
-void set_sequence(C& cfg, const std::string& channel, std::uint64_t seq,
+/// A session's place in its channel's numbering (sender_config::channel, channel_seq; 0 for
+/// catch-up and resend sessions) and, for a catch-up, the ranges it completes at the sites.
+void set_sequence(sender::sender_config& cfg, const std::string& channel, std::uint64_t seq,
                   const std::set<std::pair<std::uint64_t, std::uint64_t>>& ranges) {
-  if constexpr (requires { cfg.channel; cfg.channel_seq; }) {
-    cfg.channel = channel;
-    cfg.channel_seq = seq;
-  }
-  if constexpr (requires { cfg.catch_up_seqs; }) {
-    cfg.catch_up_seqs.assign(ranges.begin(), ranges.end());
-  }
+  cfg.channel = channel;
+  cfg.channel_seq = seq;
+  cfg.catch_up_seqs.assign(ranges.begin(), ranges.end());
 }
 
-template <class R>
-std::vector<std::pair<std::uint64_t, std::uint64_t>> missing_seqs_of(const R& r) {
-  if constexpr (requires { r.missing_seqs; }) {
-    return {r.missing_seqs.begin(), r.missing_seqs.end()};
-  } else {
-    return {};
-  }
+std::vector<std::pair<std::uint64_t, std::uint64_t>> missing_seqs_of(
+    const sender::receiver_report& r) {
+  return {r.missing_seqs.begin(), r.missing_seqs.end()};
 }
 
-template <class R>
-std::uint64_t last_seq_of(const R& r) {
-  if constexpr (requires { r.last_seq; }) {
-    return r.last_seq;
-  } else {
-    return 0;
-  }
-}
+std::uint64_t last_seq_of(const sender::receiver_report& r) { return r.last_seq; }
 
 std::int64_t mtime_ns_of(const struct stat& st) {
   return static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;

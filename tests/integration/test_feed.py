@@ -329,36 +329,30 @@ receivers = ["site-a", "site-b"]
 
         # 6. Catch-up: site-b is down for one warning session; when it is back, its REGISTER in
         # the next session reports the gap and the feed sends it the missed product alone.
-        # Sequence numbers on the wire are the seqwire branch's: mcdist-send --channel-seq.
-        send_help = subprocess.run([os.path.join(bin_dir, "sender", "mcdist-send"), "--help"],
-                                   capture_output=True, text=True).stdout
-        if "--channel-seq" in send_help:
-            daemons[1].stop()
-            missed_data = b"issued while site-b was down"
-            drop(warn_spool, "missed.txt", missed_data)
-            wait_until("missed.txt's session to end", lambda: query(journal, """SELECT count(*)
-                FROM sessions s JOIN session_products sp ON sp.session = s.id
-                JOIN products p ON p.id = sp.product
-                WHERE p.name = 'missed.txt' AND s.ended IS NOT NULL""")[0][0] == 1, 20, feed)
-            check(query(journal, """SELECT o.outcome FROM outcomes o JOIN products p
-                ON p.id = o.product WHERE p.name = 'missed.txt' AND o.site = 'site-b'""")
-                  == [("missed",)], "site-b's outcome for missed.txt is not 'missed'")
-            daemons[1].start()
-            drop(warn_spool, "after.txt", b"after site-b came back")
-            wait_until("missed.txt caught up at site-b", delivered(
-                daemons[1:], "missed.txt", hashlib.sha256(missed_data).hexdigest()), 30, feed,
-                daemons)
-            wait_until("the catch-up session's end", lambda: query(journal, """SELECT count(*)
-                FROM sessions WHERE kind = 'catchup' AND outcome = 'complete'""")[0][0] >= 1, 20,
-                feed)
-            outs = query(journal, """SELECT o.outcome, o.seq FROM outcomes o JOIN products p
-                ON p.id = o.product WHERE p.name = 'missed.txt' AND o.site = 'site-b'
-                ORDER BY o.id""")
-            check([o for o, _ in outs] == ["missed", "stored"] and outs[1][1] == 0,
-                  "site-b's outcomes for missed.txt: %s" % outs)
-            log("catch-up: site-b got the product it missed while down")
-        else:
-            log("catch-up step not run: this mcdist-send has no sequence numbers (seqwire branch)")
+        daemons[1].stop()
+        missed_data = b"issued while site-b was down"
+        drop(warn_spool, "missed.txt", missed_data)
+        wait_until("missed.txt's session to end", lambda: query(journal, """SELECT count(*)
+            FROM sessions s JOIN session_products sp ON sp.session = s.id
+            JOIN products p ON p.id = sp.product
+            WHERE p.name = 'missed.txt' AND s.ended IS NOT NULL""")[0][0] == 1, 20, feed)
+        check(query(journal, """SELECT o.outcome FROM outcomes o JOIN products p
+            ON p.id = o.product WHERE p.name = 'missed.txt' AND o.site = 'site-b'""")
+              == [("missed",)], "site-b's outcome for missed.txt is not 'missed'")
+        daemons[1].start()
+        drop(warn_spool, "after.txt", b"after site-b came back")
+        wait_until("missed.txt caught up at site-b", delivered(
+            daemons[1:], "missed.txt", hashlib.sha256(missed_data).hexdigest()), 30, feed,
+            daemons)
+        wait_until("the catch-up session's end", lambda: query(journal, """SELECT count(*)
+            FROM sessions WHERE kind = 'catchup' AND outcome = 'complete'""")[0][0] >= 1, 20,
+            feed)
+        outs = query(journal, """SELECT o.outcome, o.seq FROM outcomes o JOIN products p
+            ON p.id = o.product WHERE p.name = 'missed.txt' AND o.site = 'site-b'
+            ORDER BY o.id""")
+        check([o for o, _ in outs] == ["missed", "stored"] and outs[1][1] == 0,
+              "site-b's outcomes for missed.txt: %s" % outs)
+        log("catch-up: site-b got the product it missed while down")
 
         # 7. Never sent: dot-files and ignored globs.
         names = [r[0] for r in query(journal, "SELECT name FROM products")]
