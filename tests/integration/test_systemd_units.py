@@ -119,6 +119,15 @@ def main():
             if os.geteuid() == 0:  # only root can chown
                 check(st.st_uid == uid, "/%s is owned by uid %d, not mcdist (%d)" % (d, st.st_uid, uid))
             log("/%s: mode %o uid %d gid %d" % (d, st.st_mode & 0o7777, st.st_uid, st.st_gid))
+        # Operators (mcdist-ops) read the hub journal with mcdistctl while mcdist-feed is down:
+        # its directory is setgid mcdist-ops, so the journal the daemon makes is in that group.
+        st = os.stat(os.path.join(root, "var/lib/mcdist-feed"))
+        check(st.st_mode & 0o7777 == 0o2750, "/var/lib/mcdist-feed has mode %o, not 2750"
+              % (st.st_mode & 0o7777))
+        if os.geteuid() == 0:
+            with open(os.path.join(root, "etc", "group")) as f:
+                ops = [int(line.split(":")[2]) for line in f if line.startswith("mcdist-ops:")]
+            check(st.st_gid == ops[0], "/var/lib/mcdist-feed's group is not mcdist-ops")
         # Every path the units may write is one tmpfiles.d creates.
         for u in units:
             with open(u) as f:
