@@ -204,6 +204,12 @@ void feed_daemon::flush_found() {
 
 void feed_daemon::queue_product(std::size_t ch, const product& p) {
   auto& cs = m_channels[ch];
+  // One product can be reported twice: by the journal's recovery and by the start-up scan, or
+  // by a scan whose batch of reports starts a session half-way (the product read 'queued'
+  // before that session took it). The journal's state is the truth: only a product still
+  // 'queued' goes into a batch, else a second batch would find it moved and mark it failed.
+  const auto now_state = m_journal.get(p.id);
+  if (!now_state || now_state->state != product_state::queued) return;
   if (!cs.batch.add(p, from_steady(steady::now()))) return;
   if (!cs.run) maybe_start(ch);
 }

@@ -35,7 +35,10 @@ def check(cond, msg):
 
 def free_group():
     """A multicast group and port unlikely to collide with a parallel test."""
-    r = random.Random(os.getpid() ^ int(time.time() * 1000))
+    # The kernel's randomness: a seed of pid ^ time collides for two tests ctest starts in the
+    # same millisecond (pids and times a few units apart XOR to the same value), and two feeds
+    # then multicast each other's products to the other test's sites.
+    r = random.SystemRandom()
     return "239.192.%d.%d:%d" % (r.randint(1, 250), r.randint(1, 250), r.randint(20000, 60000))
 
 
