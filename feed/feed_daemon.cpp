@@ -589,9 +589,8 @@ void feed_daemon::dispose_spool(std::size_t ch, const product& p) {
       return;
   }
   if (ec) m_log->error("channel {}: after sending {}: {}", cc.name, spool.string(), ec.message());
-  for (const auto& root : cc.spools) {
-    if (spool.string().starts_with(root.string() + "/")) prune_empty(spool.parent_path(), root);
-  }
+  // Empty spool subdirectories stay: a producer may have just created or found one and be about
+  // to write into it (removing it would fail that producer's write with ENOENT).
 }
 
 void feed_daemon::do_expire() {

@@ -53,6 +53,7 @@ CONFIGURATION (TOML, --config):
   batch_max_files = 1000            or at this many files,
   batch_max_bytes = "4G"            or this many bytes
   after = "delete"                  "delete", "keep" or "move:/DIR" once the session ended
+                                    (spool subdirectories are never removed)
   ignore = ["*.tmp", "*.part"]      fnmatch globs; dot-files are always ignored
   ttl = 1                           multicast TTL
   receivers = ["site-a", "site-b"]  closed group (optional; default: any site that registers)
