@@ -179,6 +179,9 @@ void feed_daemon::on_found(spooled_file f) {
 void feed_daemon::flush_found() {
   if (m_stopping) return;
   std::vector<std::pair<std::size_t, product>> ready;
+  // Products journaled as sent whose spool file is still there: the feed stopped between
+  // recording the session's end and applying `after` (a crash, SIGKILL). Applied now.
+  std::vector<std::pair<std::size_t, product>> leftover;
   {
     sqlite::transaction tx(m_journal.db());
     for (const auto& f : m_found) {
@@ -191,11 +194,21 @@ void feed_daemon::flush_found() {
       const auto id = m_journal.enqueue(p);
       auto got = m_journal.get(id);
       // sent ("keep" leaves the file in the spool), failed, or in a running session: done.
-      if (got && got->state == product_state::queued) ready.emplace_back(f.channel, std::move(*got));
+      if (got && got->state == product_state::queued) {
+        ready.emplace_back(f.channel, std::move(*got));
+      } else if (got && got->state == product_state::sent &&
+                 m_cfg.channels[f.channel].after != after_send::keep) {
+        leftover.emplace_back(f.channel, std::move(*got));
+      }
     }
     tx.commit();
   }
   m_found.clear();
+  for (const auto& [ch, p] : leftover) {
+    m_log->info("channel {}: {} was sent before the last stop but is still in the spool; "
+                "applying 'after' now", p.channel, p.name);
+    dispose_spool(ch, p);
+  }
   for (const auto& [ch, p] : ready) {
     m_log->debug("channel {}: queued {} ({} bytes)", p.channel, p.name, p.size);
     queue_product(ch, p);
