@@ -685,21 +685,30 @@ nlohmann::json feed_daemon::status() const {
   return j;
 }
 
-nlohmann::json feed_daemon::resend(const resend_order& order) {
+resend_products feed_daemon::find_resend(hub_journal& journal, const resend_order& order) {
   if (order.sites.empty()) throw std::invalid_argument("resend: no site given");
-  std::map<std::string, std::vector<product>, std::less<>> by_channel;
+  resend_products by_channel;
   if (order.missing_since) {
     std::set<std::int64_t> seen;
     for (const auto& site : order.sites) {
-      for (const auto& m : m_journal.missing(site, *order.missing_since)) {
+      for (const auto& m : journal.missing(site, *order.missing_since)) {
         if (!m.retained || !seen.insert(m.product_id).second) continue;
         if (order.filter.channel && m.channel != *order.filter.channel) continue;
-        if (auto p = m_journal.get(m.product_id)) by_channel[p->channel].push_back(*p);
+        if (auto p = journal.get(m.product_id)) by_channel[p->channel].push_back(*p);
       }
     }
   } else {
-    for (auto& p : m_journal.find_products(order.filter)) by_channel[p.channel].push_back(std::move(p));
+    for (auto& p : journal.find_products(order.filter)) by_channel[p.channel].push_back(std::move(p));
   }
+  return by_channel;
+}
+
+nlohmann::json feed_daemon::resend(const resend_order& order) {
+  return queue_resend(order, find_resend(m_journal, order));
+}
+
+nlohmann::json feed_daemon::queue_resend(const resend_order& order, resend_products by_channel) {
+  if (order.sites.empty()) throw std::invalid_argument("resend: no site given");
   nlohmann::json j;
   std::size_t total = 0;
   std::uint64_t bytes = 0;
@@ -728,26 +737,6 @@ nlohmann::json feed_daemon::resend(const resend_order& order) {
   j["bytes"] = bytes;
   j["session"] = "";
   j["unicast"] = order.unicast;
-  return j;
-}
-
-nlohmann::json daemon_handler::status() {
-  auto j = journal_handler::status();
-  j["daemon"] = true;
-  j["feed"] = m_daemon.status();
-  return j;
-}
-
-nlohmann::json daemon_handler::resend(const resend_request& r) {
-  resend_order o;
-  o.sites = {r.site};
-  o.filter.channel = r.channel;
-  o.filter.since = r.since;
-  o.filter.glob = r.glob;
-  o.filter.seqs = r.seqs;
-  o.unicast = r.unicast;
-  auto j = m_daemon.resend(o);
-  j["site"] = r.site;
   return j;
 }
 
