@@ -55,9 +55,15 @@ std::vector<std::byte> encode(wire::msg_type type, session_id session, const Msg
 }
 
 fallback_settings fallback_settings_of(const sender_config& c) {
-  return {c.fallback,        c.fallback_nak_ratio, c.fallback_min_sample,
-          c.fallback_after_passes, c.unicast_rate_bps,   c.unicast_threshold,
-          c.force_unicast,   c.tcp_connections,    c.unicast_max_rate_bps};
+  return {.mode = c.fallback,
+          .nak_ratio = c.fallback_nak_ratio,
+          .min_sample = c.fallback_min_sample,
+          .after_passes = c.fallback_after_passes,
+          .unicast_rate_bps = c.unicast_rate_bps,
+          .unicast_threshold = c.unicast_threshold,
+          .force_unicast = c.force_unicast,
+          .tcp_connections = c.tcp_connections,
+          .unicast_max_rate_bps = c.unicast_max_rate_bps};
 }
 
 }  // namespace
@@ -82,11 +88,6 @@ struct sender_session::receiver_state {
   /// Moved to unicast, its transfer under way.
   bool on_unicast() const noexcept {
     return rep.state == receiver_report::state_t::registered && rep.fallback_transport.has_value();
-  }
-  /// Completed or failed.
-  bool finished() const noexcept {
-    return rep.state == receiver_report::state_t::completed ||
-           rep.state == receiver_report::state_t::failed;
   }
 };
 
