@@ -79,7 +79,7 @@ TEST_CASE("mcdist-send refuses command lines an operator must correct", "[unit][
   refused({"-g", "10.0.0.1:4711", "x"}, "--group 10.0.0.1:4711 is not a multicast ADDR:PORT");
   refused({"--rate", "fast", "x"}, "--rate fast is not a rate");
   refused({"--block-size", "20", "x"}, "--block-size must be");
-  refused({"--register-window", "2", "x"}, "--register-window 2 is not a duration");
+  refused({"--register-window", "soon", "x"}, "--register-window soon is not a duration");
   refused({"--unicast", "--fallback", "off", "x"}, "--unicast needs a fallback transport");
   refused({"--channel-seq", "3", "x"}, "--channel-seq needs --channel");
   refused({"--channel", "c", "--catch-up", "3-x", "x"}, "'3-x' is not N or N-M");
