@@ -440,8 +440,7 @@ void feed_daemon::on_session_done(std::size_t ch, sender::run_result r) {
                        std::chrono::system_clock::now());
   std::size_t done = 0;
   for (const auto& rr : r.report.receivers) {
-    if (rr.state == sender::receiver_report::state_t::completed ||
-        rr.state == sender::receiver_report::state_t::unicast) {
+    if (rr.state == sender::receiver_report::state_t::completed) {
       ++done;
     }
   }
@@ -479,7 +478,7 @@ void feed_daemon::record_outcomes(std::size_t ch, const running& run, const send
       std::string reason;
       if (held.count(i)) {
         o = outcome::held;
-      } else if (rr.state == st::completed || rr.state == st::unicast) {
+      } else if (rr.state == st::completed) {
         if (auto f = failed.find(i); f != failed.end()) {
           o = outcome::failed;
           reason = f->second;
@@ -507,7 +506,7 @@ void feed_daemon::record_outcomes(std::size_t ch, const running& run, const send
     s.rtt_s = rr.rtt_valid ? to_seconds(rr.rtt) : 0;
     s.nak_ratio = nak_ratio;
     s.last_seq = last_seq_of(rr);
-    if (run.kind == session_kind::batch && (rr.state == st::completed || rr.state == st::unicast)) {
+    if (run.kind == session_kind::batch && rr.state == st::completed) {
       s.last_seq = std::max(s.last_seq, run.seq);
     }
     m_journal.site_seen(s);

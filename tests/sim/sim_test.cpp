@@ -228,11 +228,13 @@ TEST_CASE("a receiver at 10 % loss is moved to unicast and the others finish as 
   for (const auto& r : with.report.receivers) {
     INFO(r.id << " " << to_seconds(r.completion_time) << " s");
     if (r.id == "lossy") {
-      REQUIRE(r.state == sender::receiver_report::state_t::unicast);
+      REQUIRE(r.state == sender::receiver_report::state_t::completed);
+      REQUIRE(r.fallback_transport);
       REQUIRE(r.fallback_reason.find("NAK ratio") != std::string::npos);
       REQUIRE(with.unicast_bytes.at("lossy") > 0);
     } else {
       REQUIRE(r.state == sender::receiver_report::state_t::completed);
+      REQUIRE_FALSE(r.fallback_transport);  // stayed on multicast
       REQUIRE(to_seconds(r.completion_time) <= 1.1 * to_seconds(t_alone.at(r.id)));
     }
   }
@@ -254,7 +256,8 @@ TEST_CASE("forced unicast serves every receiver without a multicast pass", "[sim
   require_all_delivered(r, files);
   REQUIRE(r.report.data_datagrams == 0);
   for (const auto& rep : r.report.receivers) {
-    REQUIRE(rep.state == sender::receiver_report::state_t::unicast);
+    REQUIRE(rep.state == sender::receiver_report::state_t::completed);
+    REQUIRE(rep.fallback_transport);
     REQUIRE(rep.fallback_reason == "unicast requested by the operator");
   }
 }
@@ -271,7 +274,8 @@ TEST_CASE("the small-set cost model picks unicast only when it is cheaper", "[si
   REQUIRE(fast_unicast.succeeded);
   require_all_delivered(fast_unicast, files);
   for (const auto& rep : fast_unicast.report.receivers) {
-    REQUIRE(rep.state == sender::receiver_report::state_t::unicast);
+    REQUIRE(rep.state == sender::receiver_report::state_t::completed);
+    REQUIRE(rep.fallback_transport);
     REQUIRE(rep.fallback_reason.find("small set") != std::string::npos);
   }
   cfg.sender.unicast_rate_bps = 1'000'000;  // unicast no faster than multicast: stay multicast
@@ -299,9 +303,9 @@ TEST_CASE("a receiver on a long path goes to multi-socket TCP with enough connec
   for (const auto& rep : r.report.receivers) by_id[rep.id] = rep;
   // 590 ms x 1.536 Mbit/s = 113 kB: 8 initial windows of 14.5 kB. The near receiver's path
   // (10 ms) is below the long-path RTT, so it gets SCTP and no connection count.
-  REQUIRE(by_id.at("sat").fallback_transport == "tcp");
+  REQUIRE(by_id.at("sat").fallback_transport == transport_kind::tcp);
   REQUIRE(by_id.at("sat").fallback_connections == 8);
-  REQUIRE(by_id.at("near").fallback_transport == "sctp");
+  REQUIRE(by_id.at("near").fallback_transport == transport_kind::sctp_udp);
   REQUIRE(by_id.at("near").fallback_connections == 0);
   // An operator's --tcp-connections wins.
   cfg.sender.tcp_connections = 3;
