@@ -8,6 +8,7 @@
 /// NORM (RFC 5740 section 4.2.3.3, NACK content) with our run encoding.
 
 #include "common/block_map.hpp"
+#include "common/wire.hpp"
 #include "mcdist.pb.h"
 
 #include <cstddef>
@@ -31,8 +32,8 @@ class nak_builder {
   nak_builder(const wire::nak& header, std::uint32_t max_datagrams);
 
   /// Adds the blocks of `file` in [from, end) that `received` does not have.
-  /// @param from  first block to look at; on return, where the next round goes on: `end` or
-  ///              past it when every run fit, else the first block not asked for
+  /// @param from  first block to look at; when the cap is reached, set to where the next
+  ///              round goes on (every missing block before it was asked for, none after)
   /// @return false when the datagram cap was reached (nothing more fits this round)
   bool add_missing(std::uint32_t file, const block_map& received, std::uint32_t& from,
                    std::uint32_t end);

@@ -1,6 +1,7 @@
 #include "receiver/core/session_checkpoint.hpp"
 
 #include "checkpoint.pb.h"
+#include "common/block_map.hpp"
 
 #include <catch2/catch.hpp>
 
