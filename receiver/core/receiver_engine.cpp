@@ -1273,16 +1273,20 @@ void receiver_engine::do_checkpoint(session_rx& s, time_point now) {
   head.bytes_received = s.bytes_received;
   checkpoint_writer w(head);
   for (const auto& fr : s.files) {
-    using st = file_rx::state_t;
     // A file being finalized is saved as fully received: on resume it is finalized again.
-    const bool partial =
-        fr.state == st::receiving || fr.state == st::awaiting_digest || fr.state == st::finalizing;
-    const saved_phase phase = fr.state == st::refused  ? saved_phase::refused
-                              : fr.state == st::held   ? saved_phase::held
-                              : fr.state == st::stored ? saved_phase::stored
-                              : fr.state == st::failed ? saved_phase::failed
-                              : fr.state == st::awaiting_digest ? saved_phase::awaiting_digest
-                                                                : saved_phase::receiving;
+    // (No file is pending once the session receives.)
+    saved_phase phase = saved_phase::receiving;
+    switch (fr.state) {
+      case file_rx::state_t::refused: phase = saved_phase::refused; break;
+      case file_rx::state_t::held: phase = saved_phase::held; break;
+      case file_rx::state_t::stored: phase = saved_phase::stored; break;
+      case file_rx::state_t::failed: phase = saved_phase::failed; break;
+      case file_rx::state_t::awaiting_digest: phase = saved_phase::awaiting_digest; break;
+      case file_rx::state_t::pending:
+      case file_rx::state_t::receiving:
+      case file_rx::state_t::finalizing: break;
+    }
+    const bool partial = phase == saved_phase::receiving || phase == saved_phase::awaiting_digest;
     w.add_file(fr.entry, phase, fr.begun || fr.resume, fr.digest_retries, fr.failure,
                partial ? fr.received.words() : std::span<const std::uint64_t>{});
   }

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <set>
 
 using namespace mcdist;
 using namespace mcdist::receiver;
@@ -261,6 +262,43 @@ TEST_CASE("NAKs cover what is missing behind the sender's marker, once per pass"
   naks = h.sink.of_type<wire::nak>(wire::msg_type::nak);
   REQUIRE(runs(naks.back(), 0).size() == 2);
   REQUIRE(runs(naks.back(), 1) == std::vector<std::pair<std::uint32_t, std::uint32_t>>{{0, 10}});
+}
+
+TEST_CASE("a NAK round past its datagram cap goes on where it stopped at the next marker",
+          "[unit][receiver][nak]") {
+  receiver_config cfg{"site"};
+  cfg.max_nak_datagrams = 2;
+  harness h(cfg);
+  h.announce({entry("a", 6'000'000)});  // 6000 blocks
+  h.held_none();
+  h.accept();
+  // Every other block arrives: 3000 one-block holes, more than two NAKs carry.
+  std::uint32_t seq = 1;
+  for (std::uint32_t b = 1; b < 6000; b += 2) h.feed(data(seq++, 0, b, 1000));
+  std::set<std::uint32_t> asked;
+  auto collect = [&](std::size_t from) {
+    const auto naks = h.sink.of_type<wire::nak>(wire::msg_type::nak);
+    for (std::size_t i = from; i < naks.size(); ++i) {
+      CHECK(wire::header_size + naks[i].ByteSizeLong() <= wire::control_budget);
+      for (const auto& [first, count] : runs(naks[i], 0)) {
+        for (std::uint32_t b = first; b < first + count; ++b) CHECK(asked.insert(b).second);
+      }
+    }
+    return naks.size();
+  };
+  h.marker(1, 1, 0, false, seq);
+  std::size_t seen = collect(0);
+  REQUIRE(seen == 2);  // the cap
+  REQUIRE(asked.size() < 3000);
+  const std::size_t first_round = asked.size();
+  // Each later marker of the pass goes on from the first block not asked, never repeating one.
+  for (int round = 0; round < 10 && asked.size() < 3000; ++round) {
+    h.marker(1, 1, 0, false, seq);
+    seen = collect(seen);
+  }
+  CHECK(asked.size() == 3000);
+  CHECK(first_round > 0);
+  for (const auto b : asked) CHECK(b % 2 == 0);
 }
 
 TEST_CASE("data from another host or for another session is dropped and counted", "[unit][receiver]") {
