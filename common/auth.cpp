@@ -1,5 +1,6 @@
 #include "common/auth.hpp"
 
+#include "common/byte_order.hpp"
 #include "common/sha256.hpp"
 
 #include <algorithm>
@@ -25,8 +26,9 @@ const std::uint8_t* u8(const std::byte* p) { return reinterpret_cast<const std::
 std::uint8_t* u8(std::byte* p) { return reinterpret_cast<std::uint8_t*>(p); }
 
 std::array<std::uint8_t, 4> salt_of(session_id s) {
-  return {static_cast<std::uint8_t>(s.value >> 24), static_cast<std::uint8_t>(s.value >> 16),
-          static_cast<std::uint8_t>(s.value >> 8), static_cast<std::uint8_t>(s.value)};
+  std::array<std::uint8_t, 4> salt{};
+  store_be32(reinterpret_cast<std::byte*>(salt.data()), s.value);
+  return salt;
 }
 
 crypto::key32 derive(std::span<const std::uint8_t> ikm, session_id s, std::string_view info) {
@@ -52,7 +54,7 @@ std::optional<crypto::key32> pairwise_key(const crypto::key32& our_secret,
   return derive(*shared, s, info);
 }
 
-session_id session_of(std::span<const std::byte> d) { return session_id{wire::load_u32(d.data() + 4)}; }
+session_id session_of(std::span<const std::byte> d) { return session_id{load_be32(d.data() + 4)}; }
 
 template <std::size_t N>
 std::span<const std::uint8_t, N> fixed(std::span<const std::byte> s) {
@@ -132,7 +134,7 @@ std::size_t sender_keys::seal_control(std::span<std::byte> buf, std::size_t len)
     }
     case msg_type::marker: {
       const std::uint64_t c = ++m_marker_counter;
-      for (int i = 0; i < 8; ++i) end[i] = static_cast<std::byte>(c >> (56 - 8 * i));
+      store_be64(end, c);
       const auto tag = m_marker.tag(marker_nonce(end), buf.first(len + 8));
       std::memcpy(end + 8, tag.data(), tag.size());
       return len + marker_trailer;

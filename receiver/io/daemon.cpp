@@ -470,7 +470,7 @@ std::error_code daemon::authenticate(std::size_t index, std::span<const std::byt
   } else if (d.size() >= wire::header_size) {
     // The control socket: the register reply, fallback and complete ack of a session one of
     // the channels announced.
-    const session_id s{wire::load_u32(d.data() + 4)};
+    const session_id s{load_be32(d.data() + 4)};
     for (channel = 0; channel < m_keys.size(); ++channel) {
       if (m_keys[channel]->knows(s)) {
         keys = m_keys[channel].get();
@@ -491,7 +491,7 @@ std::error_code daemon::authenticate(std::size_t index, std::span<const std::byt
   }
   if (auto ec = keys->open(d, now, out)) return ec;
   if (std::to_integer<std::uint8_t>(d[3]) == static_cast<std::uint8_t>(wire::msg_type::register_reply)) {
-    save_keys(session_id{wire::load_u32(d.data() + 4)}, channel);
+    save_keys(session_id{load_be32(d.data() + 4)}, channel);
   }
   return {};
 }
@@ -547,7 +547,7 @@ auth::auth_stats daemon::auth_refused() const {
 
 void daemon::send(const endpoint& to, std::span<const std::byte> datagram) {
   if (datagram.size() >= wire::header_size) {
-    if (auto* keys = keys_of(session_id{wire::load_u32(datagram.data() + 4)})) {
+    if (auto* keys = keys_of(session_id{load_be32(datagram.data() + 4)})) {
       m_send_buffer.resize(datagram.size() + auth::max_trailer_bytes);
       std::memcpy(m_send_buffer.data(), datagram.data(), datagram.size());
       const std::size_t n = keys->seal(m_send_buffer, datagram.size());
