@@ -261,11 +261,16 @@ class world {
   /// losses are counted in loss_stats.
   void multicast(std::span<const std::byte> d, bool original = false) {
     auto bytes = std::make_shared<std::vector<std::byte>>(d.begin(), d.end());
-    if (original) ++m_losses.original_blocks;
+    // Index of this first transmission in m_original_lost (unused otherwise).
+    const std::size_t ordinal = m_original_lost.size();
+    if (original) {
+      ++m_losses.original_blocks;
+      m_original_lost.push_back(false);
+    }
     if (m_common_state.lost(m_cfg.common, m_rng)) {
       if (original) {
         ++m_losses.common_lost;
-        ++m_losses.union_lost;
+        m_original_lost[ordinal] = true;
         for (auto& r : m_receivers) ++r->m_lost_originals;
       }
       return;
@@ -274,7 +279,7 @@ class world {
     // each receiver's own loss, reordering and duplication apply then.
     const time_point sent = m_now + m_cfg.common.delay;
     for (std::size_t g = 0; g < m_fanout.size(); ++g) {
-      at(sent + m_fanout[g].first, [this, bytes, g, original, sent] {
+      at(sent + m_fanout[g].first, [this, bytes, g, original, sent, ordinal] {
         bool any_lost = false;
         for (const std::size_t i : m_fanout[g].second) {
           auto* r = m_receivers[i].get();
@@ -295,7 +300,7 @@ class world {
             }
           }
         }
-        if (any_lost) ++m_losses.union_lost;
+        if (any_lost) m_original_lost[ordinal] = true;
       });
     }
     if (m_cfg.garbage > 0) {
@@ -491,6 +496,8 @@ class world {
         m_losses.max_receiver = r->m_spec.id;
       }
     }
+    m_losses.union_lost = static_cast<std::uint64_t>(
+        std::count(m_original_lost.begin(), m_original_lost.end(), true));
     res.trace = m_trace.finish();
     res.events = m_events;
     res.unicast_to_sender = m_unicast_to_sender;
@@ -527,6 +534,7 @@ class world {
   std::vector<std::pair<duration, std::vector<std::size_t>>> m_fanout;
   link_state m_common_state;
   std::vector<std::vector<bool>> m_sent_before;  ///< per file, per block
+  std::vector<bool> m_original_lost;  ///< per first transmission: lost by some receiver
   std::vector<pass_stats> m_passes;
   loss_stats m_losses;
   std::optional<time_point> m_done_at;
