@@ -9,6 +9,16 @@
 
 namespace mcdist::sim {
 
+bool loss_chain::lost(const link_model& l, std::mt19937_64& rng) {
+  std::uniform_real_distribution<double> u(0, 1);
+  if (l.loss <= 0) return false;
+  if (l.burst <= 1) return u(rng) < l.loss;
+  const double r = 1 / l.burst;
+  const double p = l.loss >= 1 ? 1 : l.loss * r / (1 - l.loss);
+  bad = bad ? !(u(rng) < r) : u(rng) < p;
+  return bad;
+}
+
 std::vector<sim_file> make_files(std::mt19937_64& rng, std::size_t count,
                                  const std::vector<std::uint64_t>& sizes) {
   std::vector<sim_file> files(count);
@@ -66,21 +76,6 @@ class range_set {
 
  private:
   std::map<std::uint64_t, std::uint64_t> m_r;
-};
-
-/// Loss state of one link direction (link_model's Gilbert model).
-struct link_state {
-  bool bad = false;
-  /// True if the next datagram over `l` is lost; advances the Gilbert chain.
-  bool lost(const link_model& l, std::mt19937_64& rng) {
-    std::uniform_real_distribution<double> u(0, 1);
-    if (l.loss <= 0) return false;
-    if (l.burst <= 1) return u(rng) < l.loss;
-    const double r = 1 / l.burst;
-    const double p = l.loss >= 1 ? 1 : l.loss * r / (1 - l.loss);
-    bad = bad ? !(u(rng) < r) : u(rng) < p;
-    return bad;
-  }
 };
 
 /// Thread CPU time, seconds.
@@ -142,8 +137,8 @@ class rx_node final : public receiver::receiver_sink, public receiver::storage_p
   std::vector<bool> m_delivered;  ///< by manifest index
   std::uint64_t m_corrupt = 0;    ///< files finalized with wrong content
   receiver::receiver_stats m_last_stats;
-  link_state m_down_state;
-  link_state m_up_state;
+  loss_chain m_down_state;
+  loss_chain m_up_state;
   std::uint64_t m_lost_originals = 0;
   std::uint64_t m_wake_token = 0;
   std::optional<time_point> m_wake;
@@ -532,7 +527,7 @@ class world {
   std::map<endpoint, std::size_t> m_by_addr;
   /// Receivers grouped by downstream delay, in delay order.
   std::vector<std::pair<duration, std::vector<std::size_t>>> m_fanout;
-  link_state m_common_state;
+  loss_chain m_common_state;
   std::vector<std::vector<bool>> m_sent_before;  ///< per file, per block
   std::vector<bool> m_original_lost;  ///< per first transmission: lost by some receiver
   std::vector<pass_stats> m_passes;

@@ -41,6 +41,14 @@ struct link_model {
   duration reorder_delay = std::chrono::microseconds(500);
 };
 
+/// Loss state of one link direction: link_model's Gilbert chain (stateless for independent
+/// loss).
+struct loss_chain {
+  bool bad = false;  ///< in the bad (losing) state
+  /// True if the next datagram over `l` is lost; advances the chain. Draws from `rng`.
+  bool lost(const link_model& l, std::mt19937_64& rng);
+};
+
 /// A receiver of the simulated group.
 struct receiver_spec {
   std::string id;
