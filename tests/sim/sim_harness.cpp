@@ -314,8 +314,13 @@ class world {
       const auto type = static_cast<wire::msg_type>(1 + m_rng() % 10);
       wire::write_header(g, type, m_cfg.sender.session);
     }
+    // A forged SESSION_END from the sender's own address whose junk body happens to parse
+    // (an empty one does: reason DONE) ends the session at that receiver, as it would for real
+    // in an unsigned session: garbage of that type comes from a stranger instead.
+    wire::header h;
+    const bool forged_end = !wire::parse_header(g, h) && h.type == wire::msg_type::session_end;
     auto bytes = std::make_shared<std::vector<std::byte>>(std::move(g));
-    const bool from_sender = m_rng() & 1;
+    const bool from_sender = (m_rng() & 1) && !forged_end;
     const endpoint from = from_sender ? m_sender_addr : *parse_endpoint("10.9.9.9:666");
     at(m_now + 1ms, [this, &r, bytes, from] { r.on_datagram(*bytes, from, m_now); });
   }
