@@ -27,11 +27,12 @@ namespace mcdist::sim {
 /// One direction of a link.
 ///
 /// Loss is independent per datagram (Bernoulli) when `burst` <= 1, and otherwise follows the
-/// two-state Gilbert model (Gilbert 1960; the Gilbert-Elliott model with no loss in the good
-/// state and certain loss in the bad one, as in RFC 3611 section 4.7.2's burst metrics): the
+/// two-state Gilbert model (E. N. Gilbert, "Capacity of a burst-noise channel", 1960: the
+/// Gilbert-Elliott model with no loss in the good state and certain loss in the bad one): the
 /// link enters the bad state with probability p = loss * r / (1 - loss) per datagram and
 /// leaves it with r = 1 / burst, so the long-run loss rate is `loss` and a loss burst is
-/// `burst` datagrams long on average (geometrically distributed).
+/// `burst` datagrams long on average (geometrically distributed). Needs p <= 1, i.e.
+/// burst >= loss / (1 - loss); beyond that p is taken as 1 and the loss rate is higher.
 struct link_model {
   duration delay = std::chrono::milliseconds(1);  ///< one-way base delay
   double loss = 0;          ///< long-run fraction of datagrams dropped
