@@ -179,6 +179,9 @@ void feed_daemon::on_found(spooled_file f) {
 void feed_daemon::flush_found() {
   if (m_stopping) return;
   std::vector<std::pair<std::size_t, product>> ready;
+  // Products journaled as sent whose spool file is still there: the feed stopped between
+  // recording the session's end and applying `after` (a crash, SIGKILL). Applied now.
+  std::vector<std::pair<std::size_t, product>> leftover;
   {
     sqlite::transaction tx(m_journal.db());
     for (const auto& f : m_found) {
@@ -191,11 +194,21 @@ void feed_daemon::flush_found() {
       const auto id = m_journal.enqueue(p);
       auto got = m_journal.get(id);
       // sent ("keep" leaves the file in the spool), failed, or in a running session: done.
-      if (got && got->state == product_state::queued) ready.emplace_back(f.channel, std::move(*got));
+      if (got && got->state == product_state::queued) {
+        ready.emplace_back(f.channel, std::move(*got));
+      } else if (got && got->state == product_state::sent &&
+                 m_cfg.channels[f.channel].after != after_send::keep) {
+        leftover.emplace_back(f.channel, std::move(*got));
+      }
     }
     tx.commit();
   }
   m_found.clear();
+  for (const auto& [ch, p] : leftover) {
+    m_log->info("channel {}: {} was sent before the last stop but is still in the spool; "
+                "applying 'after' now", p.channel, p.name);
+    dispose_spool(ch, p);
+  }
   for (const auto& [ch, p] : ready) {
     m_log->debug("channel {}: queued {} ({} bytes)", p.channel, p.name, p.size);
     queue_product(ch, p);
@@ -672,21 +685,30 @@ nlohmann::json feed_daemon::status() const {
   return j;
 }
 
-nlohmann::json feed_daemon::resend(const resend_order& order) {
+resend_products feed_daemon::find_resend(hub_journal& journal, const resend_order& order) {
   if (order.sites.empty()) throw std::invalid_argument("resend: no site given");
-  std::map<std::string, std::vector<product>, std::less<>> by_channel;
+  resend_products by_channel;
   if (order.missing_since) {
     std::set<std::int64_t> seen;
     for (const auto& site : order.sites) {
-      for (const auto& m : m_journal.missing(site, *order.missing_since)) {
+      for (const auto& m : journal.missing(site, *order.missing_since)) {
         if (!m.retained || !seen.insert(m.product_id).second) continue;
         if (order.filter.channel && m.channel != *order.filter.channel) continue;
-        if (auto p = m_journal.get(m.product_id)) by_channel[p->channel].push_back(*p);
+        if (auto p = journal.get(m.product_id)) by_channel[p->channel].push_back(*p);
       }
     }
   } else {
-    for (auto& p : m_journal.find_products(order.filter)) by_channel[p.channel].push_back(std::move(p));
+    for (auto& p : journal.find_products(order.filter)) by_channel[p.channel].push_back(std::move(p));
   }
+  return by_channel;
+}
+
+nlohmann::json feed_daemon::resend(const resend_order& order) {
+  return queue_resend(order, find_resend(m_journal, order));
+}
+
+nlohmann::json feed_daemon::queue_resend(const resend_order& order, resend_products by_channel) {
+  if (order.sites.empty()) throw std::invalid_argument("resend: no site given");
   nlohmann::json j;
   std::size_t total = 0;
   std::uint64_t bytes = 0;
@@ -715,26 +737,6 @@ nlohmann::json feed_daemon::resend(const resend_order& order) {
   j["bytes"] = bytes;
   j["session"] = "";
   j["unicast"] = order.unicast;
-  return j;
-}
-
-nlohmann::json daemon_handler::status() {
-  auto j = journal_handler::status();
-  j["daemon"] = true;
-  j["feed"] = m_daemon.status();
-  return j;
-}
-
-nlohmann::json daemon_handler::resend(const resend_request& r) {
-  resend_order o;
-  o.sites = {r.site};
-  o.filter.channel = r.channel;
-  o.filter.since = r.since;
-  o.filter.glob = r.glob;
-  o.filter.seqs = r.seqs;
-  o.unicast = r.unicast;
-  auto j = m_daemon.resend(o);
-  j["site"] = r.site;
   return j;
 }
 

@@ -176,7 +176,7 @@ int main(int argc, char** argv) {
     }
     mcdist::feed::feed_daemon daemon(io, cfg, log);
     mcdist::feed::feed_http status_port(io, cfg, daemon, ring, log);
-    mcdist::feed::daemon_handler handler(daemon);
+    mcdist::feed::daemon_handler handler(daemon, io);
     std::unique_ptr<mcdist::feed::control_server> control;
     if (!cfg.control_socket.empty()) {
       control = std::make_unique<mcdist::feed::control_server>(

@@ -1061,7 +1061,11 @@ void receiver_engine::file_done(session_rx& s, time_point now) {
 void receiver_engine::on_file_stored(session_id id, file_index f, std::error_code ec,
                                      const std::string& detail, time_point now) {
   session_rx* s = find(id);
-  if (!s || f.value >= s->files.size()) return;
+  if (!s) {
+    late_file_stored(id, f, ec, detail);
+    return;
+  }
+  if (f.value >= s->files.size()) return;
   auto& fr = s->files[f.value];
   if (fr.state != file_rx::state_t::finalizing) {
     // A storage error before finalize (open, preallocate, disk reserve, quota, write: ENOSPC,
@@ -1112,6 +1116,30 @@ void receiver_engine::on_file_stored(session_id id, file_index f, std::error_cod
     }
   }
   file_done(*s, now);
+}
+
+void receiver_engine::late_file_stored(session_id id, file_index f, std::error_code ec,
+                                       const std::string& detail) {
+  const auto it = m_late_files.find({id.value, f.value});
+  if (it == m_late_files.end()) return;
+  const late_file lf = std::move(it->second);
+  m_late_files.erase(it);
+  if (!ec) {
+    ++m_stats.files_stored;
+    m_sink.file_finished({id, lf.channel, lf.path, lf.size, true, {}, lf.mtime_ns,
+                          lf.digest ? &*lf.digest : nullptr});
+    if (m_log) {
+      m_log->info("session {:08x}: stored '{}' ({} bytes), finalized after the session ended",
+                  id.value, printable(lf.path), lf.size);
+    }
+    return;
+  }
+  const std::string failure = ec.message() + (detail.empty() ? "" : ": " + detail);
+  ++m_stats.files_failed;
+  m_sink.file_finished({id, lf.channel, lf.path, lf.size, false, failure, lf.mtime_ns, nullptr});
+  if (m_log) {
+    m_log->error("session {:08x}: could not store '{}': {}", id.value, printable(lf.path), failure);
+  }
 }
 
 void receiver_engine::handle_fallback(session_rx& s, const wire::fallback& m, const endpoint& from,
@@ -1299,6 +1327,14 @@ void receiver_engine::close_session(session_rx& s, bool success, const std::stri
     }
   }
   if (s.unicast_active) m_sink.stop_unicast(s.id);
+  // Files already handed to the finalizer are renamed into place whatever happens to the
+  // session now; their outcomes still arrive (on_file_stored) and are reported then.
+  for (std::size_t i = 0; i < s.files.size(); ++i) {
+    const auto& fr = s.files[i];
+    if (fr.state != file_rx::state_t::finalizing) continue;
+    m_late_files[{s.id.value, static_cast<std::uint32_t>(i)}] =
+        late_file{s.channel, fr.entry.path, fr.entry.size, fr.entry.mtime_ns, fr.entry.digest};
+  }
   m_store.close_session(s.id, true);
   m_sink.session_closed(s.id, true);
   const session_id id = s.id;

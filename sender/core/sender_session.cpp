@@ -1,5 +1,6 @@
 #include "sender/core/sender_session.hpp"
 
+#include "common/log_limit.hpp"
 #include "common/ranges.hpp"
 #include "common/wire.hpp"
 #include "mcdist.pb.h"
@@ -933,6 +934,20 @@ void sender_session::handle_register(const wire::register_request& m, const endp
   }
   if (!m_registration_open) {
     refuse("registration closed");
+    return;
+  }
+  if (!r && m_receivers.size() >= m_cfg.max_receivers) {
+    ++m_receivers_refused_full;
+    // One line per refusal could be a flood: log the first, then rarely (log_limit.hpp).
+    if (worth_logging(m_receivers_refused_full) && m_log) {
+      m_log->warn("session {:08x}: registration of '{}' from {} refused: the session has its "
+                  "maximum of {} receivers ({} refused so far)",
+                  m_cfg.session.value, m.receiver_id(), from.to_string(),
+                  m_cfg.max_receivers, m_receivers_refused_full);
+    }
+    reply.set_accepted(false);
+    reply.set_reason("the session has its maximum number of receivers");
+    queue_unicast(from, encode(wire::msg_type::register_reply, m_cfg.session, reply));
     return;
   }
   if (!r) {

@@ -59,6 +59,10 @@ struct sender_config {
   std::vector<std::string> receivers;
   /// Resend mode: only these receiver ids take part; others ignore the session.
   std::vector<std::string> only_receivers;
+  /// Open group: receivers accepted at most. Bounds the sender's per-receiver state (a few
+  /// hundred bytes each) against a flood of REGISTERs under made-up ids from a host without a
+  /// pinned site key; a closed group or pinned site keys (docs/security.md) keep strangers out.
+  std::size_t max_receivers = 10'000;
   duration register_window = std::chrono::seconds(2);    ///< open group: how long to accept
   duration register_timeout = std::chrono::seconds(30);  ///< closed group: longest wait
   duration announce_interval = std::chrono::milliseconds(250);  ///< between announce cycles
@@ -336,6 +340,8 @@ class sender_session {
   grtt_estimator m_grtt;
   pacer m_pacer;
   drop_counters m_drops;
+  /// REGISTERs of new receivers refused because max_receivers were registered.
+  std::uint64_t m_receivers_refused_full = 0;
   repair_log m_repairs;
 
   phase m_phase = phase::announcing;

@@ -50,6 +50,10 @@ struct fake_sink final : receiver_sink, storage_port {
     wanted.push_back(std::move(w));
   }
   void stop_unicast(session_id) override { ++stops; }
+  void file_finished(const file_outcome& o) override {
+    outcomes.emplace_back(std::string(o.path), o.stored);
+  }
+  std::vector<std::pair<std::string, bool>> outcomes;
   std::vector<unicast_order> orders;
   std::vector<std::vector<byte_range>> wanted;
   int stops = 0;
@@ -233,6 +237,32 @@ TEST_CASE("blocks are written, complete files finalized, and COMPLETE follows st
   h.feed(datagram(wire::msg_type::complete_ack, ack));
   REQUIRE(h.sink.closed == std::vector<std::uint32_t>{sid.value});
   REQUIRE(h.engine.active_sessions() == 0);
+}
+
+TEST_CASE("a file being finalized when the sender aborts is still reported stored",
+          "[unit][receiver]") {
+  // The finalizer renames what it was given whatever happens to the session: its outcome must
+  // reach the shell (journal, actions), or a product would sit in dest unjournaled.
+  harness h;
+  h.announce({entry("a", 1000), entry("b", 2000)});
+  h.held_none();
+  h.accept();
+  h.feed(data(1, 0, 0, 1000));
+  REQUIRE(h.sink.finalized.size() == 1);
+  wire::session_end end;
+  end.set_reason(wire::session_end::ABORTED);
+  h.feed(datagram(wire::msg_type::session_end, end));
+  REQUIRE(h.engine.active_sessions() == 0);
+  REQUIRE(h.engine.stats().sessions_failed == 1);
+  REQUIRE(h.sink.outcomes.empty());
+  h.engine.on_file_stored(sid, file_index{0}, {}, {}, h.now);
+  REQUIRE(h.sink.outcomes == std::vector<std::pair<std::string, bool>>{{"a", true}});
+  REQUIRE(h.engine.stats().files_stored == 1);
+  // Reported once; an outcome for a file that was not finalizing is ignored.
+  h.engine.on_file_stored(sid, file_index{0}, {}, {}, h.now);
+  h.engine.on_file_stored(sid, file_index{1}, {}, {}, h.now);
+  REQUIRE(h.sink.outcomes.size() == 1);
+  REQUIRE(h.engine.stats().files_stored == 1);
 }
 
 TEST_CASE("NAKs cover what is missing behind the sender's marker, once per pass", "[unit][receiver]") {
