@@ -5,6 +5,7 @@
 #include "receiver/core/session_checkpoint.hpp"
 #include "common/wire.hpp"
 #include "mcdist.pb.h"
+#include "receiver/core/register_backoff.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -23,8 +24,6 @@ constexpr int max_reported_failures = 32;
 constexpr std::size_t max_digests_wanted = 128;
 /// Longest failure reason carried in COMPLETE, bytes.
 constexpr std::size_t max_reason_bytes = 200;
-/// First REGISTER retransmission, doubling up to 2 x GRTT.
-constexpr duration first_register_retry = std::chrono::milliseconds(100);
 /// Unicast attempts (connections) per session before the receiver gives up on it.
 constexpr std::uint32_t max_unicast_attempts = 8;
 /// Back-off after a lost unicast connection: this times the attempt number, at most 10 s.
@@ -706,10 +705,10 @@ void receiver_engine::send_register(session_rx& s, time_point now) {
   const auto bytes = encode(wire::msg_type::register_request, s.id, m);
   m_sink.send(s.sender, bytes);
   // Retransmit soon, then back off to the GRTT: before the sender has measured anyone its
-  // GRTT is a 0.5 s guess, and a lost REGISTER should not cost a second.
-  const duration backoff = first_register_retry * (1 << std::min<std::uint32_t>(s.register_sends, 6));
-  s.next_register = now + std::clamp(backoff, m_cfg.retransmit_min, std::max(retransmit_interval(s),
-                                                                           first_register_retry));
+  // GRTT is a 0.5 s guess, and a lost REGISTER should not cost a second. Jittered, so that
+  // receivers restarted together do not retry together.
+  s.next_register = now + register_retry_delay(s.register_sends, m_cfg.retransmit_min,
+                                               retransmit_interval(s), random());
   ++s.register_sends;
 }
 

@@ -1,4 +1,5 @@
 #include "receiver/core/receiver_engine.hpp"
+#include "receiver/core/register_backoff.hpp"
 
 #include "common/ranges.hpp"
 #include "common/wire.hpp"
@@ -1170,4 +1171,70 @@ TEST_CASE("a checkpoint whose numbering fields are damaged is refused", "[unit][
   sequenced b;
   REQUIRE(b.engine.restore(bad.SerializeAsString(), b.now) == errc::invalid_field);
   REQUIRE_FALSE(b.engine.restore(st.SerializeAsString(), b.now));
+}
+
+TEST_CASE("REGISTER retransmissions back off exponentially with jitter in [b/2, b]",
+          "[unit][receiver]") {
+  const duration floor = 20ms;
+  for (const duration ceiling : {duration(0ms), duration(500ms), duration(3s), duration(60s)}) {
+    for (std::uint32_t k = 0; k < 12; ++k) {
+      const duration b = register_backoff(k, floor, ceiling);
+      INFO("ceiling " << to_seconds(ceiling) << " s, send " << k);
+      // 100 ms x 2^k, exponent capped at 6, never above max(ceiling, 100 ms).
+      REQUIRE(b == std::min<duration>(100ms * (1 << std::min(k, 6u)),
+                                      std::max<duration>(ceiling, 100ms)));
+      duration lo = duration::max();
+      duration hi = duration::min();
+      std::uint64_t x = k;
+      for (int i = 0; i < 2000; ++i) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;  // Knuth's MMIX LCG
+        const duration d = register_retry_delay(k, floor, ceiling, x);
+        lo = std::min(lo, d);
+        hi = std::max(hi, d);
+      }
+      for (const std::uint64_t edge : {std::uint64_t{0}, ~std::uint64_t{0}}) {
+        const duration d = register_retry_delay(k, floor, ceiling, edge);
+        lo = std::min(lo, d);
+        hi = std::max(hi, d);
+      }
+      REQUIRE(lo >= b / 2);
+      REQUIRE(lo >= floor);
+      REQUIRE(hi <= b);
+      // Spread over most of [b/2, b], not one value.
+      REQUIRE(hi - lo >= b / 2 * 9 / 10);
+    }
+  }
+}
+
+TEST_CASE("receivers that start together retry REGISTER at different times", "[unit][receiver]") {
+  std::vector<wire::file_entry> entries = {entry("a", 100)};
+  std::set<time_point::rep> retries;
+  for (std::uint64_t seed = 1; seed <= 20; ++seed) {
+    fake_sink sink;
+    receiver_engine engine(receiver_config{"site"}, sink, sink, seed, nullptr);
+    const time_point t0{50s};
+    wire::announce a;
+    auto* p = a.mutable_params();
+    p->set_block_size(1000);
+    p->set_file_count(1);
+    p->set_manifest_chunks(1);
+    p->set_total_bytes(100);
+    p->set_grtt_us(10000);
+    a.set_sender_time_us(1);
+    *a.add_files() = entries[0];
+    engine.on_datagram(datagram(wire::msg_type::announce, a), sender_ep, 0, t0);
+    engine.on_held(sid, {}, t0);
+    REQUIRE(sink.of_type<wire::register_request>(wire::msg_type::register_request).size() == 1);
+    const auto next = engine.next_deadline();
+    REQUIRE(next);
+    // First retry: b = 100 ms, so within [50 ms, 100 ms] of the first REGISTER.
+    REQUIRE(*next - t0 >= 50ms);
+    REQUIRE(*next - t0 <= 100ms);
+    engine.on_timer(*next - 1us);
+    REQUIRE(sink.of_type<wire::register_request>(wire::msg_type::register_request).size() == 1);
+    engine.on_timer(*next);
+    REQUIRE(sink.of_type<wire::register_request>(wire::msg_type::register_request).size() == 2);
+    retries.insert((*next - t0).count());
+  }
+  REQUIRE(retries.size() >= 15);  // 20 seeds, not one schedule
 }
