@@ -62,6 +62,12 @@ session key that each registering site receives sealed under a key agreed with i
 (X25519); NAKs and COMPLETEs are authenticated by the site. Receivers that list this sender's
 public key in trusted_senders accept nothing else. Make keys with mcdist-keygen.
 
+Confidentiality: with --encrypt (and --key, --site-keys) the manifest (names, sizes, mtimes),
+the digest lists and the data are encrypted under the session key, which only the pinned sites
+receive: anyone else on the path sees the session id, the sender, the data headers (file and
+block indexes, so the count of files and their sizes from the blocks sent) and the markers,
+never a name, a digest or a byte of content. The unicast fallback is off for such a session.
+
 Unicast fallback: a receiver whose NAKs exceed --fallback-nak-ratio of the data sent, or that
 still misses data after --fallback-after-passes passes, is told to fetch the rest of the set
 over unicast (it connects to this sender, so receivers behind firewalls work), and the others
@@ -113,6 +119,7 @@ int main(int argc, char** argv) {
   std::string tcp_congestion;
   std::string key_file;
   std::string site_keys_file;
+  bool encrypt = false;
   std::string channel;
   std::uint64_t channel_seq = 0;
   std::string catch_up;
@@ -233,6 +240,10 @@ int main(int argc, char** argv) {
                  "With --key: only the sites listed here may register, each proving its own key "
                  "(lines \"SITE-ID mcdist-ed25519:BASE64\" or \"SITE-ID KEYFILE\")")
       ->type_name("FILE");
+  app.add_flag("--encrypt", encrypt,
+               "Encrypt the session (needs --key and --site-keys): the manifest (names, sizes), "
+               "digest lists and data are readable only by the pinned sites; AES-256-GCM, "
+               "XChaCha20-Poly1305 (docs/security.md). The unicast fallback is off for it");
   app.add_option("--channel", channel,
                  "Channel name carried in the announce (letters, digits, - _ . : @ /); with "
                  "--channel-seq receivers track the channel's sessions and report the ones they "
@@ -308,6 +319,15 @@ int main(int argc, char** argv) {
   cfg.unicast_rate_bps = *ur;
   cfg.unicast_threshold = unicast_threshold;
   cfg.tcp_connections = tcp_connections;
+  if (encrypt) {
+    // The unicast fallback does not encrypt its records (docs/security.md "Encrypted
+    // sessions"): never plaintext over it.
+    if (force_unicast || (app.count("--fallback") > 0 && fallback != "off")) {
+      return usage_error("--encrypt: the unicast fallback does not encrypt its records, so an "
+                         "encrypted session cannot use it (no --unicast; --fallback off)");
+    }
+    cfg.fallback = mcdist::sender::fallback_mode::off;
+  }
   if (force_unicast && cfg.fallback == mcdist::sender::fallback_mode::off) {
     return usage_error("--unicast needs a fallback transport; not with --fallback off");
   }
@@ -381,6 +401,12 @@ int main(int argc, char** argv) {
   } catch (const mcdist::crypto::key_error& e) {
     return usage_error(e.what());
   }
+  if (encrypt && (key_file.empty() || site_keys_file.empty())) {
+    return usage_error("--encrypt needs --key (a signed session) and --site-keys (the sites that "
+                       "may read it, each proving its key): without them anyone could register "
+                       "and get the session key");
+  }
+  opts.encrypt = encrypt;
   if (name.empty()) {
     char host[256] = {};
     ::gethostname(host, sizeof host - 1);

@@ -44,6 +44,10 @@ struct app_options {
   std::optional<crypto::identity> identity;
   /// Sites whose keys are pinned (--site-keys): only they may register, each with its key.
   std::map<std::string, crypto::key32, std::less<>> site_keys;
+  /// Encrypt the session (--encrypt; needs identity and site_keys, and the fallback off):
+  /// manifest, digest lists and data payloads are encrypted under the session key
+  /// (common/auth.hpp, docs/security.md "Encrypted sessions").
+  bool encrypt = false;
 };
 
 /// Reads a site key file for --site-keys: one site per line, "ID KEY" where KEY is
@@ -58,6 +62,7 @@ struct run_result {
   bool succeeded = false;
   std::string error;         ///< set when the run could not proceed (I/O error)
   bool signed_session = false;  ///< the session was signed (--key)
+  bool encrypted_session = false;  ///< the session was encrypted (--encrypt)
   /// Datagrams from the network refused because they did not authenticate (signed sessions):
   /// forged or stale NAKs, registrations and COMPLETEs, counted by reason.
   auth::auth_stats refused;
@@ -115,6 +120,8 @@ class sender_app {
   void fail(const std::string& why);
   void start_unicast_server(const sender_config& cfg);
   void register_fallbacks();
+  /// Answers the key request of an encrypted session that m_keys just consumed.
+  void send_key_reply(const endpoint& to);
 
   /// The file set as a unicast::byte_source, reading through its own block_reader.
   class file_source final : public unicast::byte_source {
