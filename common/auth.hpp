@@ -172,13 +172,13 @@ struct receiver_auth_options {
   std::vector<crypto::key32> trusted_senders;
   /// This site's identity: proves registrations and derives the pairwise keys.
   crypto::identity site;
-  /// This site's receiver id: the key requests of encrypted sessions carry it.
-  std::string receiver_id;
   /// Sessions whose keys are held at once; the least recently used one is forgotten beyond.
   std::size_t max_sessions = 256;
   /// Signature checks per second spent on datagrams not already verified (announces of new
   /// sessions, digest lists, session ends); beyond it they are dropped (verify_budget).
   std::uint32_t verifications_per_second = 2000;
+  /// This site's receiver id: the key requests of encrypted sessions carry it.
+  std::string receiver_id;
 };
 
 /// The receiving site's side, for every session it hears. Not thread-safe.
