@@ -322,6 +322,9 @@ bool feed_daemon::start_session(std::size_t ch, session_kind kind, std::vector<p
   // would collide on it (and its set-up costs ~100 ms per session, a warning's whole budget).
   // Kernel TCP listeners are per session.
   sc.fallback = sender::fallback_mode::tcp;
+  // An encrypted channel never uses the fallback: its records are not encrypted
+  // (docs/security.md "Encrypted sessions"); a unicast resend goes over multicast instead.
+  if (cc.encrypt) sc.fallback = sender::fallback_mode::off;
   std::set<std::pair<std::uint64_t, std::uint64_t>> no_ranges;
   if (batch) {
     sc.receivers = cc.receivers;
@@ -330,7 +333,7 @@ bool feed_daemon::start_session(std::size_t ch, session_kind kind, std::vector<p
   } else {
     run.only.assign(extra->sites.begin(), extra->sites.end());
     sc.only_receivers = run.only;
-    sc.force_unicast = extra->unicast;
+    sc.force_unicast = extra->unicast && !cc.encrypt;
     set_sequence(sc, cc.name, 0, extra->seqs);
   }
   // This session's rate: its place among the running ones (rebalance() updates the others).
@@ -348,6 +351,7 @@ bool feed_daemon::start_session(std::size_t ch, session_kind kind, std::vector<p
   opts.ttl = cc.ttl;
   opts.identity = m_identity;
   opts.site_keys = m_site_keys;
+  opts.encrypt = cc.encrypt;
 
   std::vector<std::int64_t> ids;
   for (const auto& p : sent) ids.push_back(p.id);

@@ -59,6 +59,8 @@ CONFIGURATION (TOML, --config):
   receivers = ["site-a", "site-b"]  closed group (optional; default: any site that registers)
   register_window = "1s"            open group: how long registrations are accepted
   register_timeout = "10s"          closed group: longest wait for every listed site
+  encrypt = true                    encrypted sessions (needs key and site_keys): only the
+                                    pinned sites read names and data; no unicast fallback
 
 PRODUCTS: a product is picked up when its writer closes it (inotify IN_CLOSE_WRITE) or when it
 is renamed into the spool (IN_MOVED_TO); write big products under a dot-name and rename them.

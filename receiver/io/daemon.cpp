@@ -361,6 +361,12 @@ void daemon::do_receive(std::size_t index) {
             if (refused != errc::unauthenticated) m_engine->on_datagram(d, from, channel, now);
             return;
           }
+          if (plain.empty()) {
+            // Taken by the authentication layer (an encrypted session's sealed announce before
+            // its key, or the key reply): nothing for the engine.
+            send_key_request(from);
+            return;
+          }
           m_engine->on_datagram(plain, from, channel, now);
         },
         rec, room - min_pool_room / 2);
@@ -439,6 +445,7 @@ void daemon::setup_keys() {
     auth::receiver_auth_options o;
     o.trusted_senders = ch.trusted_senders;
     o.site = site;
+    o.receiver_id = m_cfg.id;
     m_keys.push_back(std::make_unique<auth::receiver_keys>(std::move(o)));
     if (ch.trusted_senders.empty()) {
       m_log->warn("channel {}: no trusted_senders: any host that can reach {} can write products "
@@ -494,6 +501,18 @@ std::error_code daemon::authenticate(std::size_t index, std::span<const std::byt
     save_keys(session_id{load_be32(d.data() + 4)}, channel);
   }
   return {};
+}
+
+void daemon::send_key_request(const endpoint& to) {
+  for (auto& k : m_keys) {
+    m_send_buffer.resize(wire::control_budget + auth::max_trailer_bytes);
+    const std::size_t n = k->take_key_request(m_send_buffer);
+    if (n == 0) continue;
+    std::error_code ec;
+    if (!net::send_one(m_sockets.back().native_handle(), to, {m_send_buffer.data(), n}, ec)) {
+      m_log->debug("cannot send a key request to {}: {}", to.to_string(), ec.message());
+    }
+  }
 }
 
 void daemon::save_keys(session_id s, std::size_t channel) {

@@ -194,7 +194,7 @@ void sender_session::build_announce_chunks() {
   }
   // header + params (tag + length + body) + chunk + first_file + timestamp, worst case
   const std::size_t fixed = wire::header_size + params_bytes + 3 + 6 + 6 + 11;
-  const std::size_t budget = wire::control_budget - fixed;
+  const std::size_t budget = wire::control_budget - fixed - m_cfg.announce_reserve_bytes;
 
   auto chunk = std::make_unique<wire::announce>();
   std::size_t used = 0;

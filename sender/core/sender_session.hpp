@@ -92,6 +92,10 @@ struct sender_config {
   /// Bytes every data datagram carries after its payload (the authentication tag,
   /// auth::data_trailer_bytes, when the session is signed): counted by the pacer.
   std::uint32_t data_trailer_bytes = 0;
+  /// Bytes each announce chunk leaves unused below wire::control_budget for what the shell
+  /// adds to its body (auth::sealed_body_overhead in an encrypted session), so a sealed
+  /// announce is no larger than a signed one.
+  std::uint32_t announce_reserve_bytes = 0;
   /// Source of unicast fallback tokens, 128 bits (the shell passes the kernel's CSPRNG, so one
   /// token does not predict the next); empty: the session's seeded generator (tests,
   /// simulation).

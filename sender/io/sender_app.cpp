@@ -47,6 +47,7 @@ sender_app::sender_app(boost::asio::io_context& io, app_options opts, sender_con
             if (m_opts.identity) {
               cfg.start_on_registration = true;
               cfg.data_trailer_bytes = auth::data_trailer_bytes;
+              if (m_opts.encrypt) cfg.announce_reserve_bytes = auth::sealed_body_overhead;
             }
             return cfg;
           }(),
@@ -67,7 +68,13 @@ sender_app::sender_app(boost::asio::io_context& io, app_options opts, sender_con
   m_sends.resize(net::batch_sender::max_segments(datagram));
   m_gso_buffer.resize(m_sends.size() * datagram);
   if (m_opts.identity) {
-    m_keys = std::make_unique<auth::sender_keys>(*m_opts.identity, m_session_id, m_opts.site_keys);
+    m_keys = std::make_unique<auth::sender_keys>(*m_opts.identity, m_session_id, m_opts.site_keys,
+                                                 m_opts.encrypt);
+    if (m_opts.encrypt) {
+      m_log->info("session {:08x}: encrypted: manifest, digests and data readable only by the {} "
+                  "pinned sites",
+                  m_session_id.value, m_opts.site_keys.size());
+    }
     m_log->info("session {:08x}: signed by {}{}", m_session_id.value,
                 crypto::format_public_key(m_opts.identity->public_key),
                 m_opts.site_keys.empty()
@@ -178,6 +185,7 @@ run_result sender_app::result() const {
   r.wall_seconds = std::chrono::duration<double>(end - m_started).count();
   r.succeeded = m_session.succeeded() && m_error.empty();
   r.signed_session = m_keys != nullptr;
+  r.encrypted_session = m_keys && m_keys->encrypted();
   if (m_unicast) {
     r.fallback_hellos_refused = m_unicast->counters().hellos_refused;
     r.fallback_hellos_bad_proof = m_unicast->counters().hellos_bad_proof;
@@ -285,6 +293,16 @@ void sender_app::arm_timer(time_point now) {
     m_timer_armed = false;
     service();
   });
+}
+
+void sender_app::send_key_reply(const endpoint& to) {
+  m_control_buffer.resize(wire::control_budget + auth::max_trailer_bytes);
+  const std::size_t n = m_keys->take_key_reply(m_control_buffer);
+  if (n == 0) return;
+  std::error_code ec;
+  if (!net::send_one(m_socket.native_handle(), to, {m_control_buffer.data(), n}, ec) && m_log) {
+    m_log->debug("could not send a key reply to {}: {}", to.to_string(), ec.message());
+  }
 }
 
 void sender_app::flush_control() {
@@ -433,6 +451,10 @@ void sender_app::do_receive() {
               // Refusals are counted in m_keys' stats; framing errors go to the session, which
               // counts malformed datagrams by reason.
               if (refused != errc::unauthenticated) m_session.on_datagram(d, from, now);
+              return;
+            }
+            if (plain.empty()) {
+              send_key_reply(from);  // an encrypted session's key request: not for the core
               return;
             }
             d = plain;

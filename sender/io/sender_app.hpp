@@ -45,6 +45,10 @@ struct app_options {
   std::optional<crypto::identity> identity;
   /// Sites whose keys are pinned (--site-keys): only they may register, each with its key.
   std::map<std::string, crypto::key32, std::less<>> site_keys;
+  /// Encrypt the session (--encrypt; needs identity and site_keys, and the fallback off):
+  /// manifest, digest lists and data payloads are encrypted under the session key
+  /// (common/auth.hpp, docs/security.md "Encrypted sessions").
+  bool encrypt = false;
 };
 
 /// Reads a site key file for --site-keys: one site per line, "ID KEY" where KEY is
@@ -98,6 +102,8 @@ class sender_app {
   void fail(const std::string& why);
   void start_unicast_server(const sender_config& cfg);
   void register_fallbacks();
+  /// Answers the key request of an encrypted session that m_keys just consumed.
+  void send_key_reply(const endpoint& to);
 
   /// The file set as a unicast::byte_source, reading through its own block_reader.
   class file_source final : public unicast::byte_source {

@@ -51,6 +51,12 @@ session key that each registering site receives sealed under a key agreed with i
 (X25519); NAKs and COMPLETEs are authenticated by the site. Receivers that list this sender's
 public key in trusted_senders accept nothing else. Make keys with mcdist-keygen.
 
+Confidentiality: with --encrypt (and --key, --site-keys) the manifest (names, sizes, mtimes),
+the digest lists and the data are encrypted under the session key, which only the pinned sites
+receive: anyone else on the path sees the session id, the sender, the data headers (file and
+block indexes, so the count of files and their sizes from the blocks sent) and the markers,
+never a name, a digest or a byte of content. The unicast fallback is off for such a session.
+
 Unicast fallback: a receiver whose NAKs exceed --fallback-nak-ratio of the data sent, or that
 still misses data after --fallback-after-passes passes, is told to fetch the rest of the set
 over unicast (it connects to this sender, so receivers behind firewalls work), and the others
@@ -205,6 +211,10 @@ void add_sender_options(CLI::App& app, sender_cli& c) {
                  "With --key: only the sites listed here may register, each proving its own key "
                  "(lines \"SITE-ID mcdist-ed25519:BASE64\" or \"SITE-ID KEYFILE\")")
       ->type_name("FILE");
+  app.add_flag("--encrypt", c.encrypt,
+               "Encrypt the session (needs --key and --site-keys): the manifest (names, sizes), "
+               "digest lists and data are readable only by the pinned sites; AES-256-GCM, "
+               "XChaCha20-Poly1305 (docs/security.md). The unicast fallback is off for it");
   app.add_option("--channel", c.channel,
                  "Channel name carried in the announce (letters, digits, - _ . : @ /); with "
                  "--channel-seq receivers track the channel's sessions and report the ones they "
@@ -273,6 +283,15 @@ sender_options make_sender_options(const sender_cli& c) {
   o.session.unicast_rate_bps = *ur;
   o.session.unicast_threshold = c.unicast_threshold;
   o.session.tcp_connections = c.tcp_connections;
+  if (c.encrypt) {
+    // The unicast fallback does not encrypt its records (docs/security.md "Encrypted
+    // sessions"): never plaintext over it.
+    if (c.force_unicast || (c.fallback != "auto" && c.fallback != "off")) {
+      throw usage_error("--encrypt: the unicast fallback does not encrypt its records, so an "
+                        "encrypted session cannot use it (no --unicast; --fallback off)");
+    }
+    o.session.fallback = fallback_mode::off;
+  }
   if (c.force_unicast && o.session.fallback == fallback_mode::off) {
     throw usage_error("--unicast needs a fallback transport; not with --fallback off");
   }
@@ -331,6 +350,12 @@ sender_options make_sender_options(const sender_cli& c) {
   } catch (const crypto::key_error& e) {
     throw usage_error(e.what());
   }
+  if (c.encrypt && (c.key_file.empty() || c.site_keys_file.empty())) {
+    throw usage_error("--encrypt needs --key (a signed session) and --site-keys (the sites that "
+                      "may read it, each proving its key): without them anyone could register "
+                      "and get the session key");
+  }
+  o.app.encrypt = c.encrypt;
   o.session.sender_name = c.name;
   if (c.name.empty()) {
     char host[256] = {};

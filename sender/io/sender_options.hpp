@@ -66,6 +66,7 @@ struct sender_cli {
   std::string tcp_congestion;
   std::string key_file;
   std::string site_keys_file;
+  bool encrypt = false;
   std::string channel;
   std::uint64_t channel_seq = 0;
   std::string catch_up;

@@ -114,6 +114,7 @@ std::string summary_json(const run_result& r) {
   j["grtt_ms"] = to_ms(rep.grtt);
   j["succeeded"] = r.succeeded;
   j["signed"] = r.signed_session;
+  j["encrypted"] = r.encrypted_session;
   if (!rep.channel.empty()) {
     j["channel"] = rep.channel;
     j["channel_seq"] = rep.channel_seq;

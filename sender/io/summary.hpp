@@ -22,6 +22,7 @@ struct run_result {
   bool succeeded = false;
   std::string error;         ///< set when the run could not proceed (I/O error)
   bool signed_session = false;  ///< the session was signed (--key)
+  bool encrypted_session = false;  ///< the session was encrypted (--encrypt)
   /// Datagrams from the network refused because they did not authenticate (signed sessions):
   /// forged or stale NAKs, registrations and COMPLETEs, counted by reason.
   auth::auth_stats refused;
