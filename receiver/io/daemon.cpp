@@ -190,7 +190,9 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
     m_sockets.push_back(net::open_channel_socket(
         io, net::channel_socket_options{ch.group, m_cfg.interface, m_cfg.socket_buffer_bytes, true}));
   }
-  m_sockets.push_back(net::open_unicast_socket(io, m_cfg.interface));
+  m_retired.assign(m_cfg.channels.size(), false);
+  publish_dest_names();
+  m_control_socket.emplace(net::open_unicast_socket(io, m_cfg.interface));
   const auto now = from_steady(std::chrono::steady_clock::now());
   std::vector<session_id> with_state;  // restored, or removed by close_session below
   for (const auto& [session, blob] : load_checkpoints(m_cfg.temp)) {
@@ -219,10 +221,11 @@ daemon::~daemon() {
   if (m_log_ring) std::erase(m_log->sinks(), m_log_ring);
 }
 
-endpoint daemon::control_endpoint() const { return net::from_asio(m_sockets.back().local_endpoint()); }
+endpoint daemon::control_endpoint() const { return net::from_asio(m_control_socket->local_endpoint()); }
 
 void daemon::run() {
   for (std::size_t i = 0; i < m_sockets.size(); ++i) do_receive(i);
+  do_receive(control_index);
   wait_signal();
   m_status_timer.expires_after(m_cfg.status_interval);
   m_status_timer.async_wait([this](const boost::system::error_code& ec) {
@@ -255,13 +258,14 @@ void daemon::wait_signal() {
   m_signals.async_wait([this](const boost::system::error_code& ec, int sig) {
     if (ec) return;
     if (sig == SIGHUP) {
-      // SIGHUP reopens the log file (after logrotate); channels and settings are not reloaded.
+      // SIGHUP reopens the log file (after logrotate), then reloads the configuration.
       std::string error;
       if (reopen_log_files(*m_log, error)) {
         m_log->info("SIGHUP: log file reopened");
       } else {
         m_log->error("SIGHUP: cannot reopen the log file ({}); still writing to the old one", error);
       }
+      if (m_config_source && !m_stopping) reload(m_config_source);
       wait_signal();
       return;
     }
@@ -309,6 +313,10 @@ void daemon::stop() {
     boost::system::error_code ignored;
     s.cancel(ignored);
   }
+  {
+    boost::system::error_code ignored;
+    m_control_socket->cancel(ignored);
+  }
   // Attempts already running get a grace to finish and be journaled done, so a restart does
   // not run them again; what still runs after it is killed and runs again at the next start.
   if (m_actions && m_actions->running() > 0) {
@@ -328,9 +336,9 @@ void daemon::finish_stop() {
 }
 
 void daemon::do_receive(std::size_t index) {
-  m_sockets[index].async_wait(net::udp::socket::wait_read, [this, index](
+  socket_at(index).async_wait(net::udp::socket::wait_read, [this, index](
                                                                const boost::system::error_code& ec) {
-    if (ec || m_stopping) return;
+    if (ec || m_stopping || !socket_at(index).is_open()) return;
     // Back-pressure: while the storage pool is nearly full, leave datagrams in the socket's
     // kernel buffer (32 MiB) and look again shortly, rather than take blocks we would drop.
     const std::size_t room = m_store->free_bytes();
@@ -343,17 +351,18 @@ void daemon::do_receive(std::size_t index) {
       return;
     }
     const auto now = from_steady(std::chrono::steady_clock::now());
-    const std::uint32_t channel = index < m_cfg.channels.size() ? static_cast<std::uint32_t>(index)
-                                                                : receiver_engine::control_channel;
+    const std::uint32_t channel = index != control_index ? static_cast<std::uint32_t>(index)
+                                                         : receiver_engine::control_channel;
     std::error_code rec;
     std::uniform_real_distribution<double> u(0, 1);
     m_receiver.drain(
-        m_sockets[index].native_handle(), max_datagrams_per_wake,
+        socket_at(index).native_handle(), max_datagrams_per_wake,
         [&](std::span<const std::byte> d, const endpoint& from) {
           if (m_cfg.drop_rate > 0 && u(m_drop_rng) < m_cfg.drop_rate) {
             ++m_dropped_by_option;
             return;
           }
+          if (index != control_index && !channel_takes(index, d)) return;
           std::span<const std::byte> plain;
           if (const auto refused = authenticate(index, d, now, plain)) {
             // Framing errors (bad magic, truncated, ...) go on to the engine, which counts
@@ -376,6 +385,7 @@ void daemon::service() {
   const auto now = from_steady(std::chrono::steady_clock::now());
   m_engine->on_timer(now);
   m_store->flush();
+  close_idle_channels();
   save_sequences_if_changed();
   arm_timer(now);
 }
@@ -435,6 +445,7 @@ void daemon::setup_keys() {
   }
   m_log->info("site key {} ({}): pin it at senders with mcdist-send --site-keys",
               crypto::format_public_key(site.public_key), key_file.string());
+  m_site = site;
   for (const auto& ch : m_cfg.channels) {
     auth::receiver_auth_options o;
     o.trusted_senders = ch.trusted_senders;
@@ -556,7 +567,7 @@ void daemon::send(const endpoint& to, std::span<const std::byte> datagram) {
     }
   }
   std::error_code ec;
-  if (!net::send_one(m_sockets.back().native_handle(), to, datagram, ec)) {
+  if (!net::send_one(m_control_socket->native_handle(), to, datagram, ec)) {
     m_log->debug("cannot send to {}: {}", to.to_string(), ec.message());
   }
 }
@@ -768,6 +779,7 @@ nlohmann::json daemon::status_json() {
     }
   }
   j["retention"] = {{"deleted", m_retention_deleted}, {"skipped", m_retention_skipped}};
+  j["config_reloads"] = {{"success", m_reloads_ok}, {"failure", m_reloads_failed}};
   if (m_journal) j["journal"] = m_journal->file().string();
   j["not_authenticated"] = {{"bad_signature", a.bad_signature}, {"bad_tag", a.bad_tag},
                             {"no_key", a.no_key},          {"unsigned", a.unauthenticated},

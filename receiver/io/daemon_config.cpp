@@ -421,6 +421,7 @@ daemon_config from_table(const toml::table& t, const std::string& source) {
     if (!ch.retention_max_age) ch.retention_max_age = cfg.retention_max_age;
   }
   cfg.trusted_senders = std::move(default_trusted);
+  cfg.dest = default_dest;
   return cfg;
 }
 
