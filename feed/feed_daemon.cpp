@@ -226,6 +226,7 @@ void feed_daemon::arm_batch_timer(std::size_t ch) {
 
 void feed_daemon::maybe_start(std::size_t ch) {
   auto& cs = m_channels[ch];
+  if (cs.retired) return;
   while (!cs.run && !m_stopping) {
     const bool batch_ready = cs.batch.ready(from_steady(steady::now()));
     // Catch-up and resend alternate with batches, so neither starves the other.
@@ -650,9 +651,11 @@ nlohmann::json feed_daemon::status() const {
   j["rate_bps"] = m_cfg.rate_bps;
   j["stopping"] = m_stopping;
   auto& list = j["channels"] = nlohmann::json::array();
+  j["config_reloads"] = {{"success", m_reloads_ok}, {"failure", m_reloads_failed}};
   for (const auto& c : m_channels) {
     nlohmann::json o;
     o["name"] = c.cfg->name;
+    o["retired"] = c.retired;
     o["group"] = c.cfg->group.to_string();
     o["priority"] = c.cfg->priority;
     o["waiting_products"] = c.batch.size();

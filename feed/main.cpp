@@ -80,7 +80,14 @@ A default port already taken is a warning; an explicit one is an error (exit 1).
 
 SIGNALS: SIGTERM/SIGINT end the running sessions (the sites are told), record their state in
 the journal and exit 0; the next start sends the interrupted batches again. SIGHUP reopens the
-log file. Under systemd (Type=notify) READY=1 follows the start-up scan, WATCHDOG=1 is sent
+log file and reloads --config: the file is checked first (an invalid one is logged and changes
+nothing). Channels are matched by name: an added channel's spools are watched and scanned; a
+removed one starts no new session (the session under way finishes, its queued products stay in
+the journal) and its spools are no longer watched; a kept channel's new priority, share, cap,
+batching, group, receivers, after and spools apply from its next batch. site_keys, the [wis2]
+hook and retention are re-read; interface, key, rate, journal, retained_dir, control_socket and
+http need a restart (logged, kept). A one-line summary is logged and
+mcdist_feed_config_reloads_total{result} counts reloads. Under systemd (Type=notify) READY=1 follows the start-up scan, WATCHDOG=1 is sent
 every half WatchdogSec from the event loop, STOPPING=1 on SIGTERM.
 
 Exit status: 0 stopped by a signal; 1 runtime error (journal, spool, socket); 2 bad
@@ -205,6 +212,9 @@ int main(int argc, char** argv) {
             log->info("SIGHUP: log file reopened");
           } else {
             log->error("SIGHUP: cannot reopen the log file ({}); still writing to the old one", error);
+          }
+          if (!stopping) {
+            daemon.reload([&] { return mcdist::feed::load_feed_config(config_file); });
           }
           wait_signal();
           return;
