@@ -160,6 +160,11 @@ class feed_daemon {
   bool m_stopping = false;
   std::function<void()> m_stopped;
   feed_board m_board;
+  /// `[wis2]`: announces each product of a batch once its session ended (nullptr: off).
+  std::unique_ptr<wis2_publisher> m_wis2;
+  /// Publishes the WNMs of a batch session's products (their SHA-256 from the digest cache the
+  /// session wrote on the spool file, else hashed).
+  void announce_wis2(std::size_t ch, const std::vector<product>& products);
   std::uint64_t m_reloads_ok = 0;
   std::uint64_t m_reloads_failed = 0;
 };

@@ -33,6 +33,15 @@ std::vector<std::string> restart_only_changes(const feed_config& now, const feed
   return out;
 }
 
+bool same_wis2(const std::optional<wis2_action>& a, const std::optional<wis2_action>& b) {
+  if (!a || !b) return !a && !b;
+  const auto key = [](const wis2_action& w) {
+    return std::tie(w.broker_host, w.broker_port, w.topic, w.base_url, w.data_id_prefix, w.qos,
+                    w.username, w.password, w.max_queued);
+  };
+  return key(*a) == key(*b);
+}
+
 }  // namespace
 
 bool feed_daemon::reload(const std::function<feed_config()>& source) {
@@ -106,6 +115,17 @@ bool feed_daemon::reload(const std::function<feed_config()>& source) {
   for (std::size_t i = 0; i < m_channels.size(); ++i) m_channels[i].cfg = &m_cfg.channels[i];
   m_site_keys = std::move(site_keys);
   m_cfg.site_keys = next.site_keys;
+  if (!same_wis2(m_cfg.wis2, next.wis2)) {
+    // The old publisher sends what it holds on its way out (its destructor disconnects).
+    m_wis2.reset();
+    if (next.wis2) m_wis2 = std::make_unique<wis2_publisher>(*next.wis2, "mcdist-feed", m_log);
+    m_cfg.wis2 = next.wis2;
+    changes.push_back(next.wis2 ? "[wis2] replaced" : "[wis2] removed");
+  }
+  if (m_cfg.wis2_channels != next.wis2_channels) {
+    m_cfg.wis2_channels = next.wis2_channels;
+    changes.push_back("[wis2] channels changed");
+  }
   if (m_cfg.retention != next.retention) {
     m_cfg.retention = next.retention;
     changes.push_back("retention changed");

@@ -7,7 +7,7 @@
 #include "common/logging.hpp"
 #include "receiver/io/action_config.hpp"
 #include "receiver/storage/file_store.hpp"
-#include "receiver/io/wis2_publisher.hpp"
+#include "common/wis2/wis2_publisher.hpp"
 
 #include <chrono>
 #include <filesystem>
