@@ -41,6 +41,14 @@ CONFIGURATION (TOML, --config):
   control_group = "mcdist-operators"                 group allowed on it besides this user
   http = "127.0.0.1:9612"           status page, /status and /metrics (default; "off" disables)
 
+  [wis2]                            optional: a WIS2 Notification Message (WMO WNM 1.0) per
+                                    product once the batch session that sent it ended
+  broker = "mqtt://127.0.0.1:1883"  MQTT broker (no TLS yet)
+  topic = "origin/a/wis2/xx-centre/data/core/weather"   origin/a/wis2/... or cache/a/wis2/...
+  base_url = "https://data.example.org/"   canonical link = base_url + the product's name
+  channels = ["warnings"]           optional: only these channels (default: every channel)
+  # data_id_prefix, qos (0-2, default 1), username, password, max_queued as in mcdistd
+
   [[channel]]
   name = "warnings"                 journal and sequence numbers are per channel
   group = "239.192.0.10:4711"       multicast group and port
@@ -72,6 +80,12 @@ PRIORITY: channels send at the same time, each with its own session and socket, 
 rate: the highest-priority sending channel gets its share or cap, lower ones what is left, and
 at least 1 % each so their sessions stay alive. A warning is not delayed by a model field of
 another channel.
+
+WIS2: with [wis2], each product of a batch is announced once its session ended: properties.
+data_id = data_id_prefix (default: the topic after origin/a/wis2/) + the product's name,
+integrity = the SHA-256 the session announced (read back from the spool file's digest xattr,
+else hashed), one canonical link with its length. Publishing runs on libmosquitto's thread with
+a bounded queue (never blocks the sessions); /status "wis2" counts published, failed, dropped.
 
 STATUS: on `http` (default 127.0.0.1:9612, next to mcdistd's 9611; "off" disables) the feed
 serves a status page for a person at /, a JSON document at /status and Prometheus metrics at

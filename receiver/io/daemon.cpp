@@ -195,10 +195,19 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
   m_control_socket.emplace(net::open_unicast_socket(io, m_cfg.interface));
   const auto now = from_steady(std::chrono::steady_clock::now());
   std::vector<session_id> with_state;  // restored, or removed by close_session below
-  for (const auto& [session, blob] : load_checkpoints(m_cfg.temp)) {
+  load_channel_table();
+  for (const auto& [session, saved] : load_checkpoints(m_cfg.temp)) {
     with_state.push_back(session);
+    const auto blob = remap_checkpoint(saved);
+    if (!blob) {
+      m_log->warn("session {:08x}: its channel is no longer configured (name and dest); "
+                  "discarding its saved state",
+                  session.value);
+      m_store->close_session(session, true);
+      continue;
+    }
     restore_keys(session);
-    if (auto ec = m_engine->restore(blob, now)) {
+    if (auto ec = m_engine->restore(*blob, now)) {
       m_log->warn("session {:08x}: saved state is unusable ({}); discarding it", session.value,
                   ec.message());
       m_store->close_session(session, true);
@@ -207,6 +216,7 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
   sweep_temp(m_cfg.temp, with_state, *m_log);
   // Saved keys of sessions that left no usable state go with their temp directories.
   sweep_temp(m_cfg.temp / "keys", with_state, *m_log);
+  save_channel_table();
   open_http();
 }
 
@@ -532,8 +542,15 @@ void daemon::restore_keys(session_id s) {
   std::ifstream in(m_cfg.temp / "keys" / name, std::ios::binary);
   if (!in) return;
   std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (content.empty() || static_cast<unsigned char>(content[0]) >= m_keys.size() ||
-      !m_keys[static_cast<unsigned char>(content[0])]->import_session(s, std::string_view(content).substr(1))) {
+  std::optional<std::uint32_t> channel;
+  if (!content.empty()) channel = static_cast<unsigned char>(content[0]);
+  if (channel) {
+    if (const auto it = m_channel_remap.find(*channel); it != m_channel_remap.end()) {
+      channel = it->second;
+    }
+  }
+  if (!channel || *channel >= m_keys.size() ||
+      !m_keys[*channel]->import_session(s, std::string_view(content).substr(1))) {
     m_log->warn("session {:08x}: its saved keys are unusable; it resumes only if announced again",
                 s.value);
     return;

@@ -109,6 +109,16 @@ class daemon final : public receiver_sink {
   void close_idle_channels();
   /// The dest -> channel name table the finalizer thread reads (journal_intents).
   void publish_dest_names();
+  /// Writes TEMP/channels: index, name and dest of every channel index (removed ones too), so
+  /// that the next start maps saved sessions' channel indexes to its own (checkpoints and saved
+  /// keys name channels by index, and a reload numbers channels unlike a fresh start).
+  void save_channel_table();
+  /// Reads TEMP/channels of the previous run into m_channel_remap: old index -> the index of
+  /// the configured channel with the same name and dest, or nullopt when there is none.
+  void load_channel_table();
+  /// A checkpoint with its channel index mapped by m_channel_remap; nullopt when its channel
+  /// is no longer configured (or the blob does not parse: restore() reports that).
+  std::optional<std::string> remap_checkpoint(std::string blob) const;
   void service();
   void arm_timer(time_point now);
   void log_status(bool final);
@@ -177,6 +187,8 @@ class daemon final : public receiver_sink {
   /// dest root -> channel name for the finalizer thread (journal_intents), under its mutex.
   std::mutex m_dest_names_mutex;
   std::vector<std::pair<std::filesystem::path, std::string>> m_dest_names;
+  /// Previous run's channel index -> this run's (load_channel_table); empty: the identity.
+  std::map<std::uint32_t, std::optional<std::uint32_t>> m_channel_remap;
   boost::asio::steady_timer m_timer;
   boost::asio::steady_timer m_status_timer;
   boost::asio::signal_set m_signals;

@@ -4,12 +4,15 @@
 // removed channel keeps its index (retired) and a new one takes the next.
 
 #include "common/wire.hpp"
+#include "mcdist.pb.h"
 #include "receiver/io/daemon.hpp"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <fstream>
+#include <sstream>
 
 namespace mcdist::receiver {
 
@@ -82,6 +85,63 @@ void daemon::publish_dest_names() {
   for (const auto& ch : m_cfg.channels) names.emplace_back(ch.dest, ch.name);
   std::lock_guard lock(m_dest_names_mutex);
   m_dest_names = std::move(names);
+}
+
+void daemon::save_channel_table() {
+  // One line per index: "INDEX<TAB>NAME<TAB>DEST" (names and paths hold no tab or newline in
+  // practice; a line that does not parse is ignored at the next start).
+  const auto file = m_cfg.temp / "channels";
+  const auto tmp = file.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    for (std::size_t i = 0; i < m_cfg.channels.size(); ++i) {
+      out << i << '\t' << m_cfg.channels[i].name << '\t' << m_cfg.channels[i].dest.string()
+          << '\n';
+    }
+    if (!out) {
+      m_log->warn("cannot write {}: a restart may not resume sessions of channels a reload "
+                  "added",
+                  tmp);
+      return;
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, file, ec);
+  if (ec) m_log->warn("cannot rename {} into place: {}", tmp, ec.message());
+}
+
+void daemon::load_channel_table() {
+  std::ifstream in(m_cfg.temp / "channels");
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto t1 = line.find('\t');
+    const auto t2 = t1 == std::string::npos ? t1 : line.find('\t', t1 + 1);
+    if (t2 == std::string::npos) continue;
+    std::uint32_t old = 0;
+    if (!(std::istringstream(line.substr(0, t1)) >> old)) continue;
+    const auto name = line.substr(t1 + 1, t2 - t1 - 1);
+    const std::filesystem::path dest = line.substr(t2 + 1);
+    std::optional<std::uint32_t> now;
+    for (std::size_t i = 0; i < m_cfg.channels.size(); ++i) {
+      if (m_cfg.channels[i].name == name && m_cfg.channels[i].dest == dest) {
+        now = static_cast<std::uint32_t>(i);
+        break;
+      }
+    }
+    m_channel_remap[old] = now;
+  }
+}
+
+std::optional<std::string> daemon::remap_checkpoint(std::string blob) const {
+  if (m_channel_remap.empty()) return blob;
+  wire::session_state st;
+  if (!st.ParseFromArray(blob.data(), static_cast<int>(blob.size()))) return blob;
+  const auto it = m_channel_remap.find(st.channel());
+  if (it == m_channel_remap.end()) return blob;  // not in the table: as saved
+  if (!it->second) return std::nullopt;
+  if (*it->second == st.channel()) return blob;
+  st.set_channel(*it->second);
+  return st.SerializeAsString();
 }
 
 void daemon::add_channel(const channel_config& ch) {
@@ -218,6 +278,7 @@ bool daemon::reload(const std::function<daemon_config()>& source) {
     }
   }
   publish_dest_names();
+  save_channel_table();
   if (!same_actions(m_cfg.actions, next.actions)) {
     changes.push_back(fmt::format("actions replaced ({} -> {})", m_cfg.actions.size(),
                                   next.actions.size()));

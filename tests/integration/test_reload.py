@@ -230,6 +230,10 @@ def main():
         log("channel b removed and left")
         check(daemon.stop() == 0, "mcdistd did not exit 0 at SIGTERM")
         daemon = None
+        # The channel table the next start maps saved sessions by: every index, b's kept.
+        with open(os.path.join(temp, "channels")) as f:
+            table = [l.split("\t")[:2] for l in f.read().splitlines()]
+        check(table == [["0", "a"], ["1", "b"]], "TEMP/channels: %s" % table)
         log("PASS")
         return 0
     finally:
