@@ -1,6 +1,8 @@
 #include "common/auth.hpp"
 
+#include "common/byte_order.hpp"
 #include "common/sha256.hpp"
+#include "mcdist.pb.h"
 
 #include <algorithm>
 #include <cstring>
@@ -25,8 +27,9 @@ const std::uint8_t* u8(const std::byte* p) { return reinterpret_cast<const std::
 std::uint8_t* u8(std::byte* p) { return reinterpret_cast<std::uint8_t*>(p); }
 
 std::array<std::uint8_t, 4> salt_of(session_id s) {
-  return {static_cast<std::uint8_t>(s.value >> 24), static_cast<std::uint8_t>(s.value >> 16),
-          static_cast<std::uint8_t>(s.value >> 8), static_cast<std::uint8_t>(s.value)};
+  std::array<std::uint8_t, 4> salt{};
+  store_be32(reinterpret_cast<std::byte*>(salt.data()), s.value);
+  return salt;
 }
 
 crypto::key32 derive(std::span<const std::uint8_t> ikm, session_id s, std::string_view info) {
@@ -52,7 +55,7 @@ std::optional<crypto::key32> pairwise_key(const crypto::key32& our_secret,
   return derive(*shared, s, info);
 }
 
-session_id session_of(std::span<const std::byte> d) { return session_id{wire::load_u32(d.data() + 4)}; }
+session_id session_of(std::span<const std::byte> d) { return session_id{load_be32(d.data() + 4)}; }
 
 template <std::size_t N>
 std::span<const std::uint8_t, N> fixed(std::span<const std::byte> s) {
@@ -64,6 +67,60 @@ std::array<std::uint8_t, crypto::gcm_nonce_bytes> marker_nonce(const std::byte* 
   std::array<std::uint8_t, crypto::gcm_nonce_bytes> n{};
   std::memcpy(n.data() + 4, counter, 8);
   return n;
+}
+
+/// HKDF infos of an encrypted session's keys (auth.hpp file comment).
+constexpr std::string_view manifest_info = "mcdist v2 manifest";
+constexpr std::string_view sealed_data_info = "mcdist v2 data sealed";
+
+/// The 12-byte GCM nonce of a data datagram: its sequence number, file and block (bytes 8..19).
+std::span<const std::uint8_t, crypto::gcm_nonce_bytes> data_nonce(std::span<const std::byte> d) {
+  return std::span<const std::uint8_t, crypto::gcm_nonce_bytes>(u8(d.data() + 8), crypto::gcm_nonce_bytes);
+}
+
+/// Seals the body of the control datagram in buf[0, len) (announce or digest_list) in place:
+/// the body becomes a message of the same type with field `sealed` alone (nonce, then
+/// XChaCha20-Poly1305 of the old body, the 8-byte header as associated data).
+/// @return the new length, or 0 if `buf` has no room
+std::size_t seal_body(const crypto::key32& key, msg_type type, std::span<std::byte> buf,
+                      std::size_t len, std::vector<std::byte>& scratch) {
+  const std::size_t body = len - wire::header_size;
+  scratch.resize(crypto::xchacha_nonce_bytes + body + crypto::aead_tag_bytes);
+  auto* nonce = u8(scratch.data());
+  crypto::random_bytes({nonce, crypto::xchacha_nonce_bytes});
+  crypto::aead_seal(key, std::span<const std::uint8_t, crypto::xchacha_nonce_bytes>(nonce, crypto::xchacha_nonce_bytes),
+                    buf.first(wire::header_size),
+                    std::span<const std::uint8_t>(u8(buf.data() + wire::header_size), body),
+                    std::span<std::uint8_t>(nonce + crypto::xchacha_nonce_bytes, body + crypto::aead_tag_bytes));
+  const std::string sealed(reinterpret_cast<const char*>(scratch.data()), scratch.size());
+  std::size_t out = 0;
+  if (type == msg_type::announce) {
+    wire::announce m;
+    m.set_sealed(sealed);
+    if (m.ByteSizeLong() > buf.size() - wire::header_size) return 0;
+    m.SerializeWithCachedSizesToArray(u8(buf.data() + wire::header_size));
+    out = wire::header_size + m.GetCachedSize();
+  } else {
+    wire::digest_list m;
+    m.set_sealed(sealed);
+    if (m.ByteSizeLong() > buf.size() - wire::header_size) return 0;
+    m.SerializeWithCachedSizesToArray(u8(buf.data() + wire::header_size));
+    out = wire::header_size + m.GetCachedSize();
+  }
+  return out;
+}
+
+/// The `sealed` field of an announce or digest_list body; empty when the body has none (or
+/// does not parse).
+std::string sealed_field(msg_type type, std::span<const std::byte> body) {
+  if (type == msg_type::announce) {
+    wire::announce m;
+    if (!m.ParseFromArray(body.data(), static_cast<int>(body.size()))) return {};
+    return m.sealed();
+  }
+  wire::digest_list m;
+  if (!m.ParseFromArray(body.data(), static_cast<int>(body.size()))) return {};
+  return m.sealed();
 }
 
 }  // namespace
@@ -97,7 +154,7 @@ std::string_view leading_receiver_id(std::span<const std::byte> body) noexcept {
 // --- sender --------------------------------------------------------------------------------
 
 sender_keys::sender_keys(const crypto::identity& id, session_id session,
-                         std::map<std::string, crypto::key32, std::less<>> pinned)
+                         std::map<std::string, crypto::key32, std::less<>> pinned, bool encrypted)
     : m_id(id),
       m_session(session),
       m_pinned(std::move(pinned)),
@@ -108,7 +165,14 @@ sender_keys::sender_keys(const crypto::identity& id, session_id session,
         return k;
       }()),
       m_data(derive(m_session_key, session, "mcdist v2 data")),
-      m_marker(derive(m_session_key, session, "mcdist v2 marker")) {}
+      m_marker(derive(m_session_key, session, "mcdist v2 marker")),
+      m_encrypted(encrypted) {
+  if (m_encrypted) {
+    m_manifest_key = derive(m_session_key, session, manifest_info);
+    m_sealed_data = std::make_unique<crypto::gcm>(derive(m_session_key, session, sealed_data_info),
+                                                  crypto::gcm::direction::encrypt);
+  }
+}
 
 sender_keys::~sender_keys() = default;
 
@@ -116,6 +180,13 @@ std::size_t sender_keys::seal_control(std::span<std::byte> buf, std::size_t len)
   if (len < wire::header_size || buf.size() < len + max_trailer_bytes) return 0;
   buf[2] = std::byte{wire::authenticated_version};
   const auto type = static_cast<msg_type>(std::to_integer<std::uint8_t>(buf[3]));
+  if (m_encrypted && (type == msg_type::announce || type == msg_type::digest_list)) {
+    // The signature below covers the sealed form; room for the trailer stays (the caller
+    // leaves max_trailer_bytes, which counts the sealed body's overhead).
+    len = seal_body(m_manifest_key, type, buf.first(buf.size() - largest_trailer_bytes), len, m_scratch);
+    if (len == 0) return 0;
+  }
+  if (m_encrypted && type == msg_type::fallback) return 0;  // the fallback is not encrypted
   std::byte* end = buf.data() + len;
   switch (type) {
     case msg_type::announce: {
@@ -132,7 +203,7 @@ std::size_t sender_keys::seal_control(std::span<std::byte> buf, std::size_t len)
     }
     case msg_type::marker: {
       const std::uint64_t c = ++m_marker_counter;
-      for (int i = 0; i < 8; ++i) end[i] = static_cast<std::byte>(c >> (56 - 8 * i));
+      store_be64(end, c);
       const auto tag = m_marker.tag(marker_nonce(end), buf.first(len + 8));
       std::memcpy(end + 8, tag.data(), tag.size());
       return len + marker_trailer;
@@ -162,6 +233,13 @@ std::size_t sender_keys::seal_control(std::span<std::byte> buf, std::size_t len)
 
 std::size_t sender_keys::seal_data(std::span<std::byte> buf, std::size_t len) noexcept {
   buf[2] = std::byte{wire::authenticated_version};
+  if (m_sealed_data) {
+    // Encrypted session: the payload is encrypted in place, the headers are associated data.
+    const auto tag = m_sealed_data->seal(data_nonce(buf), buf.first(wire::data_header_size),
+                                         buf.subspan(wire::data_header_size, len - wire::data_header_size));
+    std::memcpy(buf.data() + len, tag.data(), tag.size());
+    return len + data_trailer_bytes;
+  }
   const auto tag = m_data.tag(fixed<crypto::gcm_nonce_bytes>(buf.subspan(8, 12)), buf.first(len));
   std::memcpy(buf.data() + len, tag.data(), tag.size());
   return len + data_trailer_bytes;
@@ -221,6 +299,19 @@ std::error_code sender_keys::open(std::span<const std::byte> d, std::span<const 
     }
     it->second.site_key = site_key;
     it->second.pairwise = *pw;
+    wire::register_request req;
+    const auto body = d.subspan(wire::header_size, d.size() - wire::header_size - trailer);
+    if (req.ParseFromArray(body.data(), static_cast<int>(body.size())) && req.key_request()) {
+      if (!m_encrypted) {
+        ++m_stats.unauthenticated;  // only encrypted sessions have key requests
+        return errc::unauthenticated;
+      }
+      // Answered here (take_key_reply); the session core never sees a key request.
+      ++m_stats.key_requests;
+      m_key_reply_to = std::string(id);
+      out = {};
+      return {};
+    }
   } else {
     const auto it = m_sites.find(std::string(id));
     if (it == m_sites.end()) {
@@ -235,6 +326,20 @@ std::error_code sender_keys::open(std::span<const std::byte> d, std::span<const 
   }
   out = d.first(d.size() - trailer);
   return {};
+}
+
+std::size_t sender_keys::take_key_reply(std::span<std::byte> buf) {
+  if (m_key_reply_to.empty()) return 0;
+  wire::register_reply r;
+  r.set_receiver_id(m_key_reply_to);
+  r.set_accepted(true);
+  r.set_key_only(true);
+  m_key_reply_to.clear();
+  if (buf.size() < max_trailer_bytes) return 0;
+  const std::size_t n =
+      wire::encode_control(buf.first(buf.size() - max_trailer_bytes), msg_type::register_reply, m_session, r);
+  if (n == 0) return 0;
+  return seal_control(buf, n);
 }
 
 std::optional<crypto::key32> sender_keys::site_key(std::string_view receiver_id) const {
@@ -261,16 +366,22 @@ struct receiver_keys::session_keys {
   std::unordered_set<std::uint64_t> verified_announces;
   time_point last_used{};
   std::optional<crypto::key32> signer;  ///< the trusted key that signed its announce
+  bool encrypted = false;               ///< its verified announce was sealed
+  crypto::key32 manifest_key{};
+  std::unique_ptr<crypto::gcm> sealed_data;
+  std::optional<time_point> last_key_request;
 
   void set_session_key(const crypto::key32& k, session_id s) {
     session_key = k;
     data = std::make_unique<crypto::gmac>(derive(k, s, "mcdist v2 data"));
     marker = std::make_unique<crypto::gmac>(derive(k, s, "mcdist v2 marker"));
+    manifest_key = derive(k, s, manifest_info);
+    sealed_data = std::make_unique<crypto::gcm>(derive(k, s, sealed_data_info), crypto::gcm::direction::decrypt);
   }
 };
 
 receiver_keys::receiver_keys(receiver_auth_options o)
-    : m_opts(std::move(o)), m_site_x(crypto::x25519_of(m_opts.site)) {}
+    : m_opts(std::move(o)), m_site_x(crypto::x25519_of(m_opts.site)), m_scratch(wire::max_datagram_size) {}
 
 receiver_keys::~receiver_keys() = default;
 
@@ -393,8 +504,24 @@ std::error_code receiver_keys::open(std::span<const std::byte> d, time_point now
                          now)) {
         return errc::unauthenticated;
       }
+      if (h.type == msg_type::digest_list && s->encrypted) {
+        return open_sealed_body(*s, signed_part, h.type, now, out);
+      }
       break;
     case msg_type::data:
+      if (s && s->encrypted) {
+        // Encrypted session: decrypt the payload behind the 20-byte headers into m_scratch.
+        if (!s->sealed_data) return refuse(m_stats.no_key);
+        const auto cipher = signed_part.subspan(wire::data_header_size);
+        std::memcpy(m_scratch.data(), d.data(), wire::data_header_size);
+        if (!s->sealed_data->open(data_nonce(d), d.first(wire::data_header_size), cipher,
+                                  fixed<crypto::gcm_tag_bytes>(d.last(crypto::gcm_tag_bytes)),
+                                  std::span(m_scratch).subspan(wire::data_header_size, cipher.size()))) {
+          return refuse(m_stats.bad_tag);
+        }
+        out = std::span<const std::byte>(m_scratch.data(), signed_part.size());
+        return {};
+      }
       if (!s || !s->data) return refuse(m_stats.no_key);
       if (!s->data->verify(fixed<crypto::gcm_nonce_bytes>(d.subspan(8, 12)), signed_part,
                            fixed<crypto::gcm_tag_bytes>(d.last(crypto::gcm_tag_bytes)))) {
@@ -419,11 +546,22 @@ std::error_code receiver_keys::open(std::span<const std::byte> d, time_point now
         return refuse(m_stats.bad_tag);
       }
       if (!s->session_key || *s->session_key != k) s->set_session_key(k, h.session);
+      if (s->encrypted) {
+        // The answer to this layer's key request: consumed here, the core did not ask.
+        wire::register_reply r;
+        const auto body = signed_part.subspan(wire::header_size);
+        if (r.ParseFromArray(body.data(), static_cast<int>(body.size())) && r.key_only()) {
+          out = {};
+          return {};
+        }
+      }
       break;
     }
     case msg_type::complete_ack:
     case msg_type::fallback:
       if (!s || !s->has_pairwise) return refuse(m_stats.no_key);
+      // The unicast fallback does not encrypt its records: never for an encrypted session.
+      if (h.type == msg_type::fallback && s->encrypted) return refuse(m_stats.no_key);
       if (!crypto::hmac_verify(s->pairwise, signed_part, fixed<crypto::hmac_bytes>(d.last(crypto::hmac_bytes)))) {
         return refuse(m_stats.bad_tag);
       }
@@ -432,8 +570,77 @@ std::error_code receiver_keys::open(std::span<const std::byte> d, time_point now
       // register_request, nak and complete come from sites, not senders.
       return refuse(m_stats.unauthenticated);
   }
+  if (h.type == msg_type::announce) {
+    session_keys* keys = find(h.session);
+    if (keys && (keys->encrypted || !sealed_field(h.type, signed_part.subspan(wire::header_size)).empty())) {
+      keys->encrypted = true;
+      return open_sealed_body(*keys, signed_part, h.type, now, out);
+    }
+  }
   out = signed_part;
   return {};
+}
+
+std::error_code receiver_keys::open_sealed_body(session_keys& s, std::span<const std::byte> signed_part,
+                                                wire::msg_type t, time_point now,
+                                                std::span<const std::byte>& out) {
+  const std::string sealed = sealed_field(t, signed_part.subspan(wire::header_size));
+  if (sealed.size() < crypto::xchacha_nonce_bytes + crypto::aead_tag_bytes ||
+      wire::header_size + sealed.size() > m_scratch.size()) {
+    // A signed body of an encrypted session that is not sealed: refused, never taken in clear.
+    ++m_stats.unauthenticated;
+    return errc::unauthenticated;
+  }
+  if (!s.session_key) {
+    if (t != msg_type::announce) {
+      ++m_stats.no_key;
+      return errc::unauthenticated;
+    }
+    // Consumed: ask for the key (take_key_request), at most once per key_request_interval.
+    if (!s.last_key_request || now - *s.last_key_request >= key_request_interval) {
+      s.last_key_request = now;
+      m_key_request = session_of(signed_part);
+    }
+    out = {};
+    return {};
+  }
+  const std::size_t plain = sealed.size() - crypto::xchacha_nonce_bytes - crypto::aead_tag_bytes;
+  std::memcpy(m_scratch.data(), signed_part.data(), wire::header_size);
+  const auto* p = reinterpret_cast<const std::uint8_t*>(sealed.data());
+  if (!crypto::aead_open(s.manifest_key,
+                         std::span<const std::uint8_t, crypto::xchacha_nonce_bytes>(p, crypto::xchacha_nonce_bytes),
+                         signed_part.first(wire::header_size),
+                         std::span<const std::uint8_t>(p + crypto::xchacha_nonce_bytes,
+                                                       sealed.size() - crypto::xchacha_nonce_bytes),
+                         std::span<std::uint8_t>(u8(m_scratch.data() + wire::header_size), plain))) {
+    ++m_stats.bad_tag;
+    return errc::unauthenticated;
+  }
+  out = std::span<const std::byte>(m_scratch.data(), wire::header_size + plain);
+  return {};
+}
+
+std::size_t receiver_keys::take_key_request(std::span<std::byte> buf) {
+  if (!m_key_request) return 0;
+  const session_id sid = *m_key_request;
+  m_key_request.reset();
+  session_keys* s = find(sid);
+  if (!s || s->session_key || !s->has_pairwise || m_opts.receiver_id.empty()) return 0;
+  if (buf.size() < max_trailer_bytes) return 0;
+  wire::register_request r;
+  r.set_receiver_id(m_opts.receiver_id);
+  r.set_key_request(true);
+  const std::size_t n = wire::encode_control(buf.first(buf.size() - max_trailer_bytes),
+                                             msg_type::register_request, sid, r);
+  if (n == 0) return 0;
+  const std::size_t sealed = seal(buf, n);
+  if (sealed > 0) ++m_stats.key_requests;
+  return sealed;
+}
+
+bool receiver_keys::encrypted(session_id s) const {
+  const auto it = m_sessions.find(s.value);
+  return it != m_sessions.end() && it->second->encrypted;
 }
 
 std::size_t receiver_keys::seal(std::span<std::byte> buf, std::size_t len) {
@@ -471,10 +678,13 @@ std::optional<std::string> receiver_keys::export_session(session_id s) const {
   if (it == m_sessions.end() || !it->second->session_key) return std::nullopt;
   std::string blob(reinterpret_cast<const char*>(it->second->sender_public.data()), crypto::key_bytes);
   blob.append(reinterpret_cast<const char*>(it->second->session_key->data()), crypto::key_bytes);
+  if (it->second->encrypted) blob.push_back('E');  // an encrypted session: one byte more
   return blob;
 }
 
 bool receiver_keys::import_session(session_id s, std::string_view blob) {
+  const bool encrypted = blob.size() == 2 * crypto::key_bytes + 1 && blob.back() == 'E';
+  if (encrypted) blob.remove_suffix(1);
   if (blob.size() != 2 * crypto::key_bytes) return false;
   crypto::key32 sender_public{};
   crypto::key32 k{};
@@ -483,6 +693,7 @@ bool receiver_keys::import_session(session_id s, std::string_view blob) {
   auto& keys = learn(s, sender_public, time_point{});
   if (!keys.has_pairwise) return false;
   keys.set_session_key(k, s);
+  keys.encrypted = encrypted;
   return true;
 }
 

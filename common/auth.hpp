@@ -26,6 +26,18 @@
 ///   register_reply; data key = HKDF(K, "mcdist v2 data"), marker key = HKDF(K, "mcdist v2 marker");
 /// - fallback key of a site = HKDF(pairwise key, "mcdist v2 fallback"): the key its unicast
 ///   fallback connections prove (common/unicast/hello_proof.hpp).
+///
+/// Encrypted sessions (mcdist-send --encrypt; docs/security.md "Encrypted sessions") add, under
+/// keys derived from K (manifest key = HKDF(K, "mcdist v2 manifest"), sealed data key =
+/// HKDF(K, "mcdist v2 data sealed")):
+/// - announce and digest_list bodies sealed whole (proto field `sealed`, 15): a random 24-byte
+///   nonce, then XChaCha20-Poly1305 of the version-1 body with the 8-byte header as associated
+///   data; the signature covers the sealed form. A site without K answers a sealed announce
+///   with a key request (register_request.key_request), which the sender's layer answers with
+///   a key_only register_reply; neither reaches a core, and the cores see the opened bodies;
+/// - data blocks: the payload AES-256-GCM-encrypted in place, nonce as above, the 20-byte
+///   headers as associated data, the same 16-byte tag: the datagram does not grow;
+/// - no FALLBACK: the unicast fallback does not encrypt its records, so it is refused.
 
 #include "common/crypto.hpp"
 #include "common/error.hpp"
@@ -48,8 +60,14 @@ namespace mcdist::auth {
 
 /// The header version byte of an authenticated datagram.
 inline constexpr std::uint8_t wire_version = 2;
+/// What sealing a body for an encrypted session adds to it, bytes: field tag (1), length
+/// varint (at most 2 for a body below 16 KiB), nonce (24), tag (16).
+inline constexpr std::size_t sealed_body_overhead = 3 + crypto::xchacha_nonce_bytes + crypto::aead_tag_bytes;
 /// The largest trailer of any type, bytes.
-inline constexpr std::size_t max_trailer_bytes = 96;
+inline constexpr std::size_t largest_trailer_bytes = 96;
+/// The most bytes sealing adds to a datagram (the largest trailer, and for an encrypted
+/// session's announce the sealed body's overhead): the room callers leave after a datagram.
+inline constexpr std::size_t max_trailer_bytes = largest_trailer_bytes + sealed_body_overhead;
 /// Trailer of a data datagram, bytes: what authentication adds to every block.
 inline constexpr std::size_t data_trailer_bytes = crypto::gcm_tag_bytes;
 
@@ -69,6 +87,8 @@ struct auth_stats {
   std::uint64_t no_key = 0;            ///< no key (yet) for the session or the receiver
   std::uint64_t untrusted_site = 0;    ///< site key not the one pinned for its id
   std::uint64_t verify_budget = 0;     ///< signature checks over the per-second budget
+  // Not refusals, so not in total(): encrypted sessions' key exchange.
+  std::uint64_t key_requests = 0;      ///< sender: key requests answered; site: requests sent
   std::uint64_t total() const noexcept {
     return unauthenticated + bad_signature + bad_tag + no_key + untrusted_site + verify_budget;
   }
@@ -81,8 +101,10 @@ class sender_keys {
   /// @param session     the session these keys belong to
   /// @param pinned      site id -> site public key; when non-empty, only these sites may
   ///                    register, each with its own key
+  /// @param encrypted   an encrypted session (--encrypt): announce and digest list bodies and
+  ///                    data payloads are encrypted, FALLBACK is never sealed (so never sent)
   sender_keys(const crypto::identity& id, session_id session,
-              std::map<std::string, crypto::key32, std::less<>> pinned);
+              std::map<std::string, crypto::key32, std::less<>> pinned, bool encrypted = false);
   ~sender_keys();
   sender_keys(const sender_keys&) = delete;
   sender_keys& operator=(const sender_keys&) = delete;
@@ -99,8 +121,16 @@ class sender_keys {
   /// Checks a datagram from a site (register_request, nak, complete) and returns its
   /// version-1 view (trailer cut off) in `out`. A register_request that verifies gives the
   /// site its pairwise key; nak and complete must verify under it.
+  /// A key request of an encrypted session that verifies is consumed here: `out` is empty and
+  /// take_key_reply() gives the answer to send back to the datagram's source.
   /// @return empty, or errc::unauthenticated, with stats() counting the reason
   std::error_code open(std::span<const std::byte> datagram, std::span<const std::byte>& out);
+  /// The key_only register_reply (sealed) answering the key request open() just consumed,
+  /// written to `buf` (at least control_budget + max_trailer_bytes bytes).
+  /// @return its length; 0 when no key request is pending
+  std::size_t take_key_reply(std::span<std::byte> buf);
+  /// True for an encrypted session.
+  bool encrypted() const noexcept { return m_encrypted; }
 
   /// The site key a site proved when it registered; std::nullopt if it did not.
   std::optional<crypto::key32> site_key(std::string_view receiver_id) const;
@@ -118,6 +148,11 @@ class sender_keys {
   crypto::gmac m_data;
   crypto::gmac m_marker;
   std::uint64_t m_marker_counter = 0;
+  bool m_encrypted = false;
+  crypto::key32 m_manifest_key{};
+  std::unique_ptr<crypto::gcm> m_sealed_data;
+  std::string m_key_reply_to;  ///< receiver id of a key request open() consumed
+  std::vector<std::byte> m_scratch;
   struct site {
     crypto::key32 site_key{};
     crypto::key32 pairwise{};
@@ -125,6 +160,10 @@ class sender_keys {
   std::unordered_map<std::string, site> m_sites;  ///< receiver id -> keys
   auth_stats m_stats;
 };
+
+/// Least time between two key requests of a site for one session: the sealed announces of a
+/// cycle all ask for the key, one request per round trip is enough.
+inline constexpr duration key_request_interval = std::chrono::milliseconds(200);
 
 /// What a receiving site trusts and proves.
 struct receiver_auth_options {
@@ -138,6 +177,8 @@ struct receiver_auth_options {
   /// Signature checks per second spent on datagrams not already verified (announces of new
   /// sessions, digest lists, session ends); beyond it they are dropped (verify_budget).
   std::uint32_t verifications_per_second = 2000;
+  /// This site's receiver id: the key requests of encrypted sessions carry it.
+  std::string receiver_id;
 };
 
 /// The receiving site's side, for every session it hears. Not thread-safe.
@@ -152,6 +193,10 @@ class receiver_keys {
   /// cut off; the version byte still says 2, which wire::parse_header accepts).
   /// Before a session's first verified announce, only its announce is accepted; before the
   /// register_reply, no data or marker is. O(1) memory per refused datagram.
+  /// Encrypted sessions: `out` is the opened (decrypted) datagram, in a buffer of this object
+  /// valid until the next call; a sealed announce before the session key, and a key_only
+  /// register_reply, are consumed here (empty result, `out` empty): after a sealed announce,
+  /// take_key_request() may have a key request to send to its source.
   /// @return empty; a wire::parse_header error for a datagram that is not mcdist at all (not
   ///         counted here: the caller's framing counters take it); or errc::unauthenticated
   ///         with stats() counting the reason
@@ -163,6 +208,13 @@ class receiver_keys {
   /// unknown (the core repeats the message)
   std::size_t seal(std::span<std::byte> buf, std::size_t len);
 
+  /// A key request (register_request with key_request, sealed) for an encrypted session whose
+  /// sealed announce open() just consumed without the session key, at most one per session
+  /// every key_request_interval; written to `buf` (room for control_budget +
+  /// max_trailer_bytes). @return its length, 0 when none is due
+  std::size_t take_key_request(std::span<std::byte> buf);
+  /// True for a session whose verified announce was sealed (mcdist-send --encrypt).
+  bool encrypted(session_id s) const;
   /// True when a verified announce of the session was seen (its keys are held).
   bool knows(session_id s) const { return m_sessions.count(s.value) != 0; }
   /// True once the session's register_reply gave this site the session key.
@@ -197,7 +249,12 @@ class receiver_keys {
 
   receiver_auth_options m_opts;
   crypto::x25519_pair m_site_x;
+  /// Opens an encrypted session's sealed announce or digest list into m_scratch.
+  std::error_code open_sealed_body(session_keys& s, std::span<const std::byte> signed_part,
+                                   wire::msg_type t, time_point now, std::span<const std::byte>& out);
   std::unordered_map<std::uint32_t, std::unique_ptr<session_keys>> m_sessions;
+  std::optional<session_id> m_key_request;  ///< set by open(), taken by take_key_request()
+  std::vector<std::byte> m_scratch;
   time_point m_budget_at{};
   std::uint32_t m_budget = 0;
   auth_stats m_stats;

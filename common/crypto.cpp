@@ -286,4 +286,48 @@ bool gmac::verify(std::span<const std::uint8_t, gcm_nonce_bytes> nonce,
   return sodium_memcmp(t.data(), expected.data(), gcm_tag_bytes) == 0;
 }
 
+gcm::gcm(const key32& key, direction d) : m_ctx(EVP_CIPHER_CTX_new()) {
+  const int enc = d == direction::encrypt ? 1 : 0;
+  if (!m_ctx ||
+      EVP_CipherInit_ex(m_ctx, EVP_aes_256_gcm(), nullptr, nullptr, nullptr, enc) != 1 ||
+      EVP_CIPHER_CTX_ctrl(m_ctx, EVP_CTRL_GCM_SET_IVLEN, gcm_nonce_bytes, nullptr) != 1 ||
+      EVP_CipherInit_ex(m_ctx, nullptr, nullptr, key.data(), nullptr, enc) != 1) {
+    EVP_CIPHER_CTX_free(m_ctx);
+    throw key_error("OpenSSL cannot set up AES-256-GCM");
+  }
+}
+
+gcm::~gcm() { EVP_CIPHER_CTX_free(m_ctx); }
+
+gcm_tag gcm::seal(std::span<const std::uint8_t, gcm_nonce_bytes> nonce,
+                  std::span<const std::byte> ad, std::span<std::byte> data) noexcept {
+  gcm_tag t{};
+  int len = 0;
+  auto* p = reinterpret_cast<unsigned char*>(data.data());
+  EVP_EncryptInit_ex(m_ctx, nullptr, nullptr, nullptr, nonce.data());
+  EVP_EncryptUpdate(m_ctx, nullptr, &len, bytes(ad), static_cast<int>(ad.size()));
+  EVP_EncryptUpdate(m_ctx, p, &len, p, static_cast<int>(data.size()));
+  unsigned char none[16];
+  EVP_EncryptFinal_ex(m_ctx, none, &len);  // GCM is a stream mode: nothing is left over
+  EVP_CIPHER_CTX_ctrl(m_ctx, EVP_CTRL_GCM_GET_TAG, gcm_tag_bytes, t.data());
+  return t;
+}
+
+bool gcm::open(std::span<const std::uint8_t, gcm_nonce_bytes> nonce, std::span<const std::byte> ad,
+               std::span<const std::byte> cipher, std::span<const std::uint8_t, gcm_tag_bytes> tag,
+               std::span<std::byte> out) noexcept {
+  if (out.size() < cipher.size()) return false;
+  int len = 0;
+  EVP_DecryptInit_ex(m_ctx, nullptr, nullptr, nullptr, nonce.data());
+  EVP_DecryptUpdate(m_ctx, nullptr, &len, bytes(ad), static_cast<int>(ad.size()));
+  EVP_DecryptUpdate(m_ctx, reinterpret_cast<unsigned char*>(out.data()), &len, bytes(cipher),
+                    static_cast<int>(cipher.size()));
+  std::array<std::uint8_t, gcm_tag_bytes> expected{};
+  std::memcpy(expected.data(), tag.data(), gcm_tag_bytes);
+  EVP_CIPHER_CTX_ctrl(m_ctx, EVP_CTRL_GCM_SET_TAG, gcm_tag_bytes, expected.data());
+  unsigned char none[16];
+  // EVP_DecryptFinal_ex checks the tag (constant time inside OpenSSL).
+  return EVP_DecryptFinal_ex(m_ctx, none, &len) == 1;
+}
+
 }  // namespace mcdist::crypto

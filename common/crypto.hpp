@@ -12,7 +12,8 @@
 /// - XChaCha20-Poly1305 (RFC 8439 with the XChaCha extension, draft-irtf-cfrg-xchacha),
 ///   libsodium crypto_aead_xchacha20poly1305_ietf_*: wrapping the session key for one site.
 /// - AES-256-GCM (NIST SP 800-38D) as GMAC (empty plaintext, everything as associated data),
-///   OpenSSL EVP: the per-datagram tag on data blocks and markers.
+///   OpenSSL EVP: the per-datagram tag on data blocks and markers; and as authenticated
+///   encryption of the payload (class gcm): data blocks of encrypted sessions.
 
 #include <array>
 #include <cstddef>
@@ -146,6 +147,35 @@ class gmac {
   /// Constant-time comparison of tag(nonce, data) with `expected`.
   bool verify(std::span<const std::uint8_t, gcm_nonce_bytes> nonce, std::span<const std::byte> data,
               std::span<const std::uint8_t, gcm_tag_bytes> expected) noexcept;
+
+ private:
+  evp_cipher_ctx_st* m_ctx = nullptr;
+};
+
+/// AES-256-GCM authenticated encryption (NIST SP 800-38D) in one direction, with the key
+/// schedule expanded once (OpenSSL EVP, AES-NI). The 96-bit nonce is the caller's and must
+/// never repeat under one key with a different plaintext (SP 800-38D section 8). Not
+/// thread-safe.
+class gcm {
+ public:
+  enum class direction { encrypt, decrypt };
+  /// @throws key_error if OpenSSL cannot set the cipher up
+  gcm(const key32& key, direction d);
+  ~gcm();
+  gcm(const gcm&) = delete;
+  gcm& operator=(const gcm&) = delete;
+
+  /// Encrypts `data` in place (ciphertext has the plaintext's length) with associated data
+  /// `ad`; returns the 16-byte tag. Only on an encrypt object.
+  gcm_tag seal(std::span<const std::uint8_t, gcm_nonce_bytes> nonce, std::span<const std::byte> ad,
+               std::span<std::byte> data) noexcept;
+  /// Decrypts `cipher` into `out` (same length; may be the same memory) and checks `tag` over
+  /// `ad` and the ciphertext. Only on a decrypt object.
+  /// @return false when the tag does not verify; `out` then holds unauthenticated bytes the
+  ///         caller must not use
+  bool open(std::span<const std::uint8_t, gcm_nonce_bytes> nonce, std::span<const std::byte> ad,
+            std::span<const std::byte> cipher, std::span<const std::uint8_t, gcm_tag_bytes> tag,
+            std::span<std::byte> out) noexcept;
 
  private:
   evp_cipher_ctx_st* m_ctx = nullptr;

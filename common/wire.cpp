@@ -54,7 +54,7 @@ const char* to_string(msg_type t) noexcept {
 std::error_code parse_header(std::span<const std::byte> datagram, header& out) noexcept {
   if (datagram.size() < header_size) return errc::truncated;
   if (datagram.size() > max_datagram_size) return errc::oversized;
-  if (load_u16(datagram.data()) != magic) return errc::bad_magic;
+  if (load_be16(datagram.data()) != magic) return errc::bad_magic;
   const auto v = std::to_integer<std::uint8_t>(datagram[2]);
   if (v != version && v != authenticated_version) return errc::bad_version;
   const auto type = std::to_integer<std::uint8_t>(datagram[3]);
@@ -63,33 +63,33 @@ std::error_code parse_header(std::span<const std::byte> datagram, header& out) n
     return errc::unknown_type;
   }
   out.type = static_cast<msg_type>(type);
-  out.session = session_id{load_u32(datagram.data() + 4)};
+  out.session = session_id{load_be32(datagram.data() + 4)};
   return {};
 }
 
 void write_header(std::span<std::byte> out, msg_type type, session_id session) noexcept {
-  store_u16(out.data(), magic);
+  store_be16(out.data(), magic);
   out[2] = static_cast<std::byte>(version);
   out[3] = static_cast<std::byte>(type);
-  store_u32(out.data() + 4, session.value);
+  store_be32(out.data() + 4, session.value);
 }
 
 std::error_code parse_data(std::span<const std::byte> datagram, data_header& out,
                            std::span<const std::byte>& payload) noexcept {
   if (datagram.size() < data_header_size) return errc::truncated;
-  out.session = session_id{load_u32(datagram.data() + 4)};
-  out.seq = load_u32(datagram.data() + 8);
-  out.file = file_index{load_u32(datagram.data() + 12)};
-  out.block = block_index{load_u32(datagram.data() + 16)};
+  out.session = session_id{load_be32(datagram.data() + 4)};
+  out.seq = load_be32(datagram.data() + 8);
+  out.file = file_index{load_be32(datagram.data() + 12)};
+  out.block = block_index{load_be32(datagram.data() + 16)};
   payload = datagram.subspan(data_header_size);
   return {};
 }
 
 void write_data_header(std::span<std::byte> out, const data_header& h) noexcept {
   write_header(out, msg_type::data, h.session);
-  store_u32(out.data() + 8, h.seq);
-  store_u32(out.data() + 12, h.file.value);
-  store_u32(out.data() + 16, h.block.value);
+  store_be32(out.data() + 8, h.seq);
+  store_be32(out.data() + 12, h.file.value);
+  store_be32(out.data() + 16, h.block.value);
 }
 
 std::size_t encode_control(std::span<std::byte> out, msg_type type, session_id session,

@@ -18,6 +18,7 @@
 ///
 /// Every other type continues with one protobuf message of proto/mcdist.proto.
 
+#include "common/byte_order.hpp"
 #include "common/error.hpp"
 #include "common/ids.hpp"
 
@@ -123,27 +124,6 @@ struct data_header {
   file_index file{};
   block_index block{};
 };
-
-/// Reads a big-endian u16/u32 from `p` (no alignment needed).
-inline std::uint16_t load_u16(const std::byte* p) noexcept {
-  return static_cast<std::uint16_t>(std::to_integer<unsigned>(p[0]) << 8 |
-                                    std::to_integer<unsigned>(p[1]));
-}
-inline std::uint32_t load_u32(const std::byte* p) noexcept {
-  return std::to_integer<std::uint32_t>(p[0]) << 24 | std::to_integer<std::uint32_t>(p[1]) << 16 |
-         std::to_integer<std::uint32_t>(p[2]) << 8 | std::to_integer<std::uint32_t>(p[3]);
-}
-/// Writes a big-endian u16/u32 to `p`.
-inline void store_u16(std::byte* p, std::uint16_t v) noexcept {
-  p[0] = static_cast<std::byte>(v >> 8);
-  p[1] = static_cast<std::byte>(v);
-}
-inline void store_u32(std::byte* p, std::uint32_t v) noexcept {
-  p[0] = static_cast<std::byte>(v >> 24);
-  p[1] = static_cast<std::byte>(v >> 16);
-  p[2] = static_cast<std::byte>(v >> 8);
-  p[3] = static_cast<std::byte>(v);
-}
 
 /// Checks the common header: length, magic, version, known type, size limit.
 /// @param datagram  the whole datagram as received

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <ctime>
 #include <initializer_list>
+#include <memory>
 #include <stdexcept>
 
 namespace mcdist::feed {
@@ -337,9 +338,13 @@ json journal_handler::resend(const resend_request&) {
   throw std::runtime_error("resend needs the running mcdist-feed daemon");
 }
 
-json answer(control_handler& h, std::string_view line, std::optional<std::uint32_t> peer_uid) {
-  auto parsed = parse_request(line);
-  if (!parsed.request) return {{"ok", false}, {"error", parsed.error}};
+json finish_answer(json out) {
+  if (!out.is_object()) out = json{{"result", std::move(out)}};
+  if (!out.contains("ok")) out["ok"] = true;
+  return out;
+}
+
+json answer(control_handler& h, control_request& req) {
   try {
     json out = std::visit(
         [&](auto& r) -> json {
@@ -350,17 +355,51 @@ json answer(control_handler& h, std::string_view line, std::optional<std::uint32
             return h.history(r);
           else if constexpr (std::is_same_v<T, missing_request>)
             return h.missing(r);
-          else {
-            r.peer_uid = peer_uid;
+          else
             return h.resend(r);
-          }
         },
-        *parsed.request);
-    if (!out.is_object()) out = json{{"result", std::move(out)}};
-    if (!out.contains("ok")) out["ok"] = true;
-    return out;
+        req);
+    return finish_answer(std::move(out));
   } catch (const std::exception& e) {
     return {{"ok", false}, {"error", e.what()}};
+  }
+}
+
+json answer(control_handler& h, std::string_view line, std::optional<std::uint32_t> peer_uid) {
+  auto parsed = parse_request(line);
+  if (!parsed.request) return {{"ok", false}, {"error", parsed.error}};
+  if (auto* r = std::get_if<resend_request>(&*parsed.request)) r->peer_uid = peer_uid;
+  return answer(h, *parsed.request);
+}
+
+void control_handler::answer_async(control_request r, answer_callback done) {
+  done(answer(*this, r));
+}
+
+void answer_async(control_handler& h, std::string_view line,
+                  std::optional<std::uint32_t> peer_uid, answer_callback done) {
+  auto parsed = parse_request(line);
+  if (!parsed.request) {
+    done({{"ok", false}, {"error", parsed.error}});
+    return;
+  }
+  if (auto* r = std::get_if<resend_request>(&*parsed.request)) r->peer_uid = peer_uid;
+  // `done` is shared: an exception thrown after answer_async handed it on must not call a
+  // moved-from function, nor call it twice.
+  auto once = std::make_shared<answer_callback>(std::move(done));
+  try {
+    h.answer_async(std::move(*parsed.request), [once](json out) {
+      if (!*once) return;
+      auto f = std::move(*once);
+      *once = nullptr;
+      f(finish_answer(std::move(out)));
+    });
+  } catch (const std::exception& e) {
+    if (*once) {
+      auto f = std::move(*once);
+      *once = nullptr;
+      f({{"ok", false}, {"error", e.what()}});
+    }
   }
 }
 

@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstddef>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -85,11 +86,21 @@ parsed_request parse_request(std::string_view line);
 /// Encodes a request (the client's side). Inverse of parse_request.
 nlohmann::json to_json(const control_request& r);
 
+/// Receives the answer to one request (control_handler::answer_async).
+using answer_callback = std::function<void(nlohmann::json)>;
+
 /// What the daemon implements; the control server calls it on the io thread, one request at a
-/// time. A function may throw: the client gets {"ok":false,"error":what()} and the connection
-/// stays usable. "ok":true is added to an answer that lacks "ok".
+/// time per connection. A function may throw: the client gets {"ok":false,"error":what()} and
+/// the connection stays usable. "ok":true is added to an answer that lacks "ok".
 struct control_handler {
   virtual ~control_handler() = default;
+  /// The control server's entry point: answers `r`, now or later. `done` is called at most once,
+  /// on the io_context's thread (from this call or from a handler run later), with an answer
+  /// or an {"ok":false,"error":...} object; it is not called when the answer can no longer be
+  /// given (the daemon is shutting down). The default calls the synchronous functions below at
+  /// once (answer(control_handler&, control_request&)); the daemon overrides it to run journal
+  /// queries off its io thread (feed_daemon.hpp daemon_handler).
+  virtual void answer_async(control_request r, answer_callback done);
   /// Daemon state. Keys: "daemon" (bool), "channels" [channel_row], "sites" [site_row], plus
   /// whatever the daemon adds ("sessions_running", "rate_bps", ...).
   virtual nlohmann::json status() = 0;
@@ -121,6 +132,20 @@ class journal_handler : public control_handler {
 /// socket. Never throws; always returns an object with "ok".
 nlohmann::json answer(control_handler& h, std::string_view line,
                       std::optional<std::uint32_t> peer_uid = std::nullopt);
+
+/// Answers a parsed request through the handler's synchronous functions. Never throws; always
+/// returns an object with "ok".
+nlohmann::json answer(control_handler& h, control_request& r);
+
+/// An answer as the client gets it: a non-object wrapped as {"result":...}, "ok":true added
+/// when absent.
+nlohmann::json finish_answer(nlohmann::json out);
+
+/// Parses one request line (filling a resend's peer_uid) and answers it through
+/// h.answer_async(); `done` gets the answer or the parse error, finished by finish_answer().
+/// Never throws (an exception of answer_async becomes an error answer).
+void answer_async(control_handler& h, std::string_view line,
+                  std::optional<std::uint32_t> peer_uid, answer_callback done);
 
 /// Serialises an answer as one line, '\n' included. Invalid UTF-8 in strings (a product name is
 /// bytes from a file system) becomes U+FFFD instead of throwing.

@@ -3,6 +3,7 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/read_until.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -152,6 +153,24 @@ struct control_server::impl {
     }
   }
 
+  /// Starts the handler's answer to one request line (control_protocol answer_async) and
+  /// completes `handler` with it through the io_context (posted: a handler that answers at once
+  /// does not resume the waiting coroutine from inside its own initiation).
+  struct answer_initiation {
+    std::shared_ptr<impl> self;
+    std::string line;
+    std::optional<std::uint32_t> uid;
+
+    template <class Handler>
+    void operator()(Handler handler) {
+      auto shared = std::make_shared<Handler>(std::move(handler));
+      auto& ctx = self->io;
+      answer_async(*self->h, line, uid, [&ctx, shared](nlohmann::json j) {
+        asio::post(ctx, [shared, j = std::move(j)]() mutable { (*shared)(std::move(j)); });
+      });
+    }
+  };
+
   static asio::awaitable<void> serve(std::shared_ptr<impl> self, std::shared_ptr<conn> c) {
     const auto uid = peer_uid(c->sock);
     // One byte more than the longest line, for its '\n'.
@@ -175,15 +194,24 @@ struct control_server::impl {
       } else if (ec) {
         break;  // end of stream, reset, or closed by the watchdog
       } else {
-        std::string_view line(buf.data(), n - 1);
-        if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-        const auto a = answer(*self->h, line, uid);
+        std::string line(buf.data(), n - 1);
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        dyn.consume(n);
+        // The answer may come later (the daemon runs journal queries on a worker thread): the
+        // client's deadline does not run meanwhile, the daemon's own time is not its fault.
+        c->deadline = std::chrono::steady_clock::time_point::max();
+        c->timer.cancel();
+        // (A named initiation and awaitable: GCC 12 mis-destroys a lambda's captures inside
+        // a co_await expression.)
+        auto pending = asio::async_initiate<decltype(asio::use_awaitable), void(nlohmann::json)>(
+            answer_initiation{self, std::move(line), uid}, asio::use_awaitable);
+        const nlohmann::json a = co_await std::move(pending);
+        if (self->stopped || c->closed) co_return;
         if (!a.value("ok", false)) {
           ++self->bad;
           if (self->log) self->log->debug("control: {}", a.value("error", std::string()));
         }
         out = to_line(a);
-        dyn.consume(n);
       }
       c->deadline = std::chrono::steady_clock::now() + self->limits.write_timeout;
       c->timer.cancel();

@@ -3,7 +3,9 @@
 /// mcdistctl's side door into mcdist-feed: a Unix stream socket (Asio local::stream_protocol)
 /// served in the daemon's own io_context and thread, speaking feed/control_protocol.hpp (one
 /// JSON request per line, one JSON answer per line) and answering through the daemon's
-/// control_handler. Each connection is a C++20 coroutine, as common/http/server.hpp.
+/// control_handler (control_handler::answer_async: the answer may come later, e.g. from the
+/// daemon's query worker; the connection waits for it, others go on). Each connection is a
+/// C++20 coroutine, as common/http/server.hpp.
 ///
 /// Access: the socket file is created mode 0660 (never wider, even for a moment: the umask is
 /// tightened around bind) and given to the configured operator group, so only the daemon's user

@@ -8,25 +8,6 @@ std::int64_t minute_since_epoch(clock_time t) noexcept {
   return std::chrono::floor<std::chrono::minutes>(t.time_since_epoch()).count();
 }
 
-std::string_view to_string(sender::receiver_report::state_t s) noexcept {
-  using st = sender::receiver_report::state_t;
-  switch (s) {
-    case st::missing:
-      return "missing";
-    case st::registered:
-      return "registered";
-    case st::completed:
-      return "completed";
-    case st::failed:
-      return "failed";
-    case st::unicast_pending:
-      return "unicast_pending";
-    case st::unicast:
-      return "unicast";
-  }
-  return "unknown";
-}
-
 feed_board::feed_board(std::vector<std::string> channels)
     : m_names(std::move(channels)), m_channels(m_names.size()) {}
 
@@ -75,13 +56,15 @@ void feed_board::site_report(std::size_t channel, const sender::receiver_report&
   // person it is missing, and it was not seen.
   if (r.state == sender::receiver_report::state_t::missing || r.address.port == 0) {
     s.state = "missing";
+    s.path.clear();
     return;
   }
-  s.state = std::string(to_string(r.state));
+  s.state = std::string(sender::to_string(r.state));
+  s.path = sender::path_name(r);
   s.last_seen = now;
   if (r.rtt_valid) s.rtt_s = std::chrono::duration<double>(r.rtt).count();
   s.nak_ratio = nak_ratio;
-  if (!r.fallback_transport.empty()) ++s.fallbacks[r.fallback_transport];
+  if (r.fallback_transport) ++s.fallbacks[std::string(to_string(*r.fallback_transport))];
 }
 
 void feed_board::session_done(std::size_t channel, session_kind kind, std::uint64_t seq,
@@ -106,7 +89,7 @@ void feed_board::session_done(std::size_t channel, session_kind kind, std::uint6
   // Per product, the sites that stored or held it (the rule of record_outcomes).
   std::vector<std::uint32_t> ok(products.size(), 0);
   for (const auto& rr : report.receivers) {
-    const bool done = rr.state == st::completed || rr.state == st::unicast;
+    const bool done = rr.state == st::completed;
     std::set<std::uint32_t> failed;
     for (const auto& [i, why] : rr.file_failures) failed.insert(i);
     std::set<std::uint32_t> held(rr.held_files.begin(), rr.held_files.end());

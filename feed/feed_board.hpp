@@ -13,6 +13,7 @@
 
 #include "feed/journal.hpp"
 #include "sender/core/sender_session.hpp"
+#include "sender/io/summary.hpp"
 
 #include <array>
 #include <chrono>
@@ -52,7 +53,12 @@ struct channel_tally {
 
 /// Per-site figures, from its latest session on any channel.
 struct site_tally {
-  std::string state;             ///< completed, unicast, failed, missing, registered, missed
+  /// Outcome of its latest session (sender/io/summary.hpp: completed, failed, registered,
+  /// missing), or "missed" once a product it never got was given up.
+  std::string state;
+  /// How its latest session's data reached it: multicast, unicast-sctp, unicast-tcp, ... (empty
+  /// while missing).
+  std::string path;
   std::string channel;           ///< of its latest session
   std::set<std::string, std::less<>> channels;  ///< every channel it was seen on
   std::optional<clock_time> last_seen;  ///< end of the latest session it took part in
@@ -122,9 +128,5 @@ class feed_board {
 
 /// Minutes since the Unix epoch of a wall time.
 std::int64_t minute_since_epoch(clock_time t) noexcept;
-
-/// A receiver_report state as a word: missing, registered, completed, failed, unicast_pending,
-/// unicast.
-std::string_view to_string(sender::receiver_report::state_t s) noexcept;
 
 }  // namespace mcdist::feed

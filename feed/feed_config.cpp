@@ -143,7 +143,7 @@ channel_config parse_channel(const toml::table& t, std::size_t index, const std:
   const table_reader r(t, "channel[" + std::to_string(index) + "].", source,
                        {"name", "group", "spool", "priority", "share", "cap", "batch_window",
                         "batch_max_files", "batch_max_bytes", "after", "ignore", "ttl",
-                        "receivers", "register_window", "register_timeout"});
+                        "receivers", "register_window", "register_timeout", "encrypt"});
   channel_config c;
   c.name = r.required_string("name", "\"warnings\"");
   if (!valid_channel_name(c.name)) {
@@ -192,6 +192,11 @@ channel_config parse_channel(const toml::table& t, std::size_t index, const std:
   }
   if (auto v = r.duration("register_window")) c.register_window = *v;
   if (auto v = r.duration("register_timeout")) c.register_timeout = *v;
+  if (const auto* v = t.get("encrypt")) {
+    const auto b = v->value<bool>();
+    if (!b) r.fail("encrypt", "must be true or false");
+    c.encrypt = *b;
+  }
   return c;
 }
 
@@ -326,6 +331,10 @@ feed_config from_table(const toml::table& t, const std::string& source) {
         throw config_error(source + ": channel \"" + cc.name + "\": after = \"move:" +
                            cc.move_dir.string() + "\" lies inside its spool " + s.string());
       }
+    }
+    if (cc.encrypt && (c.key_file.empty() || c.site_keys.empty())) {
+      throw config_error(source + ": channel \"" + cc.name + "\": encrypt = true needs 'key' and "
+                                  "'site_keys' (only pinned sites may get the session key)");
     }
     c.channels.push_back(std::move(cc));
   }

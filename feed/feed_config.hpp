@@ -71,6 +71,9 @@ struct channel_config {
   std::chrono::nanoseconds register_window = std::chrono::seconds(1);
   /// Closed group: longest wait for every listed site.
   std::chrono::nanoseconds register_timeout = std::chrono::seconds(10);
+  /// Encrypted sessions (mcdist-send --encrypt; needs the feed's key and site_keys): manifest,
+  /// digests and data readable only by the pinned sites; no unicast fallback.
+  bool encrypt = false;
 };
 
 /// Everything mcdist-feed needs.

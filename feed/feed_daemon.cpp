@@ -186,6 +186,9 @@ void feed_daemon::on_found(spooled_file f) {
 void feed_daemon::flush_found() {
   if (m_stopping) return;
   std::vector<std::pair<std::size_t, product>> ready;
+  // Products journaled as sent whose spool file is still there: the feed stopped between
+  // recording the session's end and applying `after` (a crash, SIGKILL). Applied now.
+  std::vector<std::pair<std::size_t, product>> leftover;
   {
     sqlite::transaction tx(m_journal.db());
     for (const auto& f : m_found) {
@@ -198,11 +201,21 @@ void feed_daemon::flush_found() {
       const auto id = m_journal.enqueue(p);
       auto got = m_journal.get(id);
       // sent ("keep" leaves the file in the spool), failed, or in a running session: done.
-      if (got && got->state == product_state::queued) ready.emplace_back(f.channel, std::move(*got));
+      if (got && got->state == product_state::queued) {
+        ready.emplace_back(f.channel, std::move(*got));
+      } else if (got && got->state == product_state::sent &&
+                 m_cfg.channels[f.channel].after != after_send::keep) {
+        leftover.emplace_back(f.channel, std::move(*got));
+      }
     }
     tx.commit();
   }
   m_found.clear();
+  for (const auto& [ch, p] : leftover) {
+    m_log->info("channel {}: {} was sent before the last stop but is still in the spool; "
+                "applying 'after' now", p.channel, p.name);
+    dispose_spool(ch, p);
+  }
   for (const auto& [ch, p] : ready) {
     m_log->debug("channel {}: queued {} ({} bytes)", p.channel, p.name, p.size);
     queue_product(ch, p);
@@ -317,6 +330,9 @@ bool feed_daemon::start_session(std::size_t ch, session_kind kind, std::vector<p
   // would collide on it (and its set-up costs ~100 ms per session, a warning's whole budget).
   // Kernel TCP listeners are per session.
   sc.fallback = sender::fallback_mode::tcp;
+  // An encrypted channel never uses the fallback: its records are not encrypted
+  // (docs/security.md "Encrypted sessions"); a unicast resend goes over multicast instead.
+  if (cc.encrypt) sc.fallback = sender::fallback_mode::off;
   std::set<std::pair<std::uint64_t, std::uint64_t>> no_ranges;
   if (batch) {
     sc.receivers = cc.receivers;
@@ -325,7 +341,7 @@ bool feed_daemon::start_session(std::size_t ch, session_kind kind, std::vector<p
   } else {
     run.only.assign(extra->sites.begin(), extra->sites.end());
     sc.only_receivers = run.only;
-    sc.force_unicast = extra->unicast;
+    sc.force_unicast = extra->unicast && !cc.encrypt;
     set_sequence(sc, cc.name, 0, extra->seqs);
   }
   // This session's rate: its place among the running ones (rebalance() updates the others).
@@ -343,6 +359,7 @@ bool feed_daemon::start_session(std::size_t ch, session_kind kind, std::vector<p
   opts.ttl = cc.ttl;
   opts.identity = m_identity;
   opts.site_keys = m_site_keys;
+  opts.encrypt = cc.encrypt;
 
   std::vector<std::int64_t> ids;
   for (const auto& p : sent) ids.push_back(p.id);
@@ -437,8 +454,7 @@ void feed_daemon::on_session_done(std::size_t ch, sender::run_result r) {
                        std::chrono::system_clock::now());
   std::size_t done = 0;
   for (const auto& rr : r.report.receivers) {
-    if (rr.state == sender::receiver_report::state_t::completed ||
-        rr.state == sender::receiver_report::state_t::unicast) {
+    if (rr.state == sender::receiver_report::state_t::completed) {
       ++done;
     }
   }
@@ -476,7 +492,7 @@ void feed_daemon::record_outcomes(std::size_t ch, const running& run, const send
       std::string reason;
       if (held.count(i)) {
         o = outcome::held;
-      } else if (rr.state == st::completed || rr.state == st::unicast) {
+      } else if (rr.state == st::completed) {
         if (auto f = failed.find(i); f != failed.end()) {
           o = outcome::failed;
           reason = f->second;
@@ -504,7 +520,7 @@ void feed_daemon::record_outcomes(std::size_t ch, const running& run, const send
     s.rtt_s = rr.rtt_valid ? to_seconds(rr.rtt) : 0;
     s.nak_ratio = nak_ratio;
     s.last_seq = last_seq_of(rr);
-    if (run.kind == session_kind::batch && (rr.state == st::completed || rr.state == st::unicast)) {
+    if (run.kind == session_kind::batch && rr.state == st::completed) {
       s.last_seq = std::max(s.last_seq, run.seq);
     }
     m_journal.site_seen(s);
@@ -690,21 +706,30 @@ nlohmann::json feed_daemon::status() const {
   return j;
 }
 
-nlohmann::json feed_daemon::resend(const resend_order& order) {
+resend_products feed_daemon::find_resend(hub_journal& journal, const resend_order& order) {
   if (order.sites.empty()) throw std::invalid_argument("resend: no site given");
-  std::map<std::string, std::vector<product>, std::less<>> by_channel;
+  resend_products by_channel;
   if (order.missing_since) {
     std::set<std::int64_t> seen;
     for (const auto& site : order.sites) {
-      for (const auto& m : m_journal.missing(site, *order.missing_since)) {
+      for (const auto& m : journal.missing(site, *order.missing_since)) {
         if (!m.retained || !seen.insert(m.product_id).second) continue;
         if (order.filter.channel && m.channel != *order.filter.channel) continue;
-        if (auto p = m_journal.get(m.product_id)) by_channel[p->channel].push_back(*p);
+        if (auto p = journal.get(m.product_id)) by_channel[p->channel].push_back(*p);
       }
     }
   } else {
-    for (auto& p : m_journal.find_products(order.filter)) by_channel[p.channel].push_back(std::move(p));
+    for (auto& p : journal.find_products(order.filter)) by_channel[p.channel].push_back(std::move(p));
   }
+  return by_channel;
+}
+
+nlohmann::json feed_daemon::resend(const resend_order& order) {
+  return queue_resend(order, find_resend(m_journal, order));
+}
+
+nlohmann::json feed_daemon::queue_resend(const resend_order& order, resend_products by_channel) {
+  if (order.sites.empty()) throw std::invalid_argument("resend: no site given");
   nlohmann::json j;
   std::size_t total = 0;
   std::uint64_t bytes = 0;
@@ -733,26 +758,6 @@ nlohmann::json feed_daemon::resend(const resend_order& order) {
   j["bytes"] = bytes;
   j["session"] = "";
   j["unicast"] = order.unicast;
-  return j;
-}
-
-nlohmann::json daemon_handler::status() {
-  auto j = journal_handler::status();
-  j["daemon"] = true;
-  j["feed"] = m_daemon.status();
-  return j;
-}
-
-nlohmann::json daemon_handler::resend(const resend_request& r) {
-  resend_order o;
-  o.sites = {r.site};
-  o.filter.channel = r.channel;
-  o.filter.since = r.since;
-  o.filter.glob = r.glob;
-  o.filter.seqs = r.seqs;
-  o.unicast = r.unicast;
-  auto j = m_daemon.resend(o);
-  j["site"] = r.site;
   return j;
 }
 

@@ -113,8 +113,8 @@ std::string lag_text(const site_lag& l) {
 }
 
 const char* state_class(std::string_view state) {
-  if (state == "completed" || state == "unicast") return "ok";
-  if (state == "registered" || state == "unicast_pending") return "warning";
+  if (state == "completed") return "ok";
+  if (state == "registered") return "warning";
   return "bad";
 }
 
@@ -279,6 +279,7 @@ nlohmann::json render_feed_status(const feed_snapshot& s) {
     nlohmann::json o;
     o["site"] = name;
     o["state"] = t.state;
+    o["path"] = t.path.empty() ? nlohmann::json(nullptr) : nlohmann::json(t.path);
     o["channel"] = t.channel;
     o["channels"] = t.channels;
     if (t.last_seen) {
@@ -395,7 +396,7 @@ std::string render_feed_page(const feed_snapshot& s) {
   if (sites.empty()) {
     h += "<p class=\"none\" id=\"sites\">No site has taken part in a session yet.</p>\n";
   } else {
-    h += "<table id=\"sites\"><thead><tr><th>site</th><th>state</th><th>channel</th>"
+    h += "<table id=\"sites\"><thead><tr><th>site</th><th>state</th><th>path</th><th>channel</th>"
          "<th>last seen</th><th class=\"num\">RTT</th><th class=\"num\">NAK ratio</th>"
          "<th>lag</th><th>fallback</th></tr></thead><tbody>\n";
     std::size_t i = 0;
@@ -404,8 +405,9 @@ std::string render_feed_page(const feed_snapshot& s) {
       const auto fb = fallbacks_text(t);
       h += "<tr data-site=\"" + html_escape(name) + "\"><td class=\"site-name\">" +
            html_escape(name) + "</td><td id=\"site-" + n + "-state\" class=\"" +
-           state_class(t.state) + "\">" + html_escape(t.state) + "</td><td>" +
-           html_escape(t.channel) + "</td><td>" +
+           state_class(t.state) + "\">" + html_escape(t.state) + "</td><td id=\"site-" + n +
+           "-path\">" + (t.path.empty() ? std::string("&ndash;") : html_escape(t.path)) +
+           "</td><td>" + html_escape(t.channel) + "</td><td>" +
            (t.last_seen ? http::format_age(age_seconds(s.now, *t.last_seen)) + " ago"
                         : std::string("<span class=\"none\">never</span>")) +
            "</td><td class=\"num\">" + (t.rtt_s ? rtt_text(*t.rtt_s) : std::string("&ndash;")) +

@@ -67,6 +67,8 @@ CONFIGURATION (TOML, --config):
   receivers = ["site-a", "site-b"]  closed group (optional; default: any site that registers)
   register_window = "1s"            open group: how long registrations are accepted
   register_timeout = "10s"          closed group: longest wait for every listed site
+  encrypt = true                    encrypted sessions (needs key and site_keys): only the
+                                    pinned sites read names and data; no unicast fallback
 
 PRODUCTS: a product is picked up when its writer closes it (inotify IN_CLOSE_WRITE) or when it
 is renamed into the spool (IN_MOVED_TO); write big products under a dot-name and rename them.
@@ -197,7 +199,7 @@ int main(int argc, char** argv) {
     }
     mcdist::feed::feed_daemon daemon(io, cfg, log);
     mcdist::feed::feed_http status_port(io, cfg, daemon, ring, log);
-    mcdist::feed::daemon_handler handler(daemon);
+    mcdist::feed::daemon_handler handler(daemon, io);
     std::unique_ptr<mcdist::feed::control_server> control;
     if (!cfg.control_socket.empty()) {
       control = std::make_unique<mcdist::feed::control_server>(

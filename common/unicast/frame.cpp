@@ -1,5 +1,6 @@
 #include "common/unicast/frame.hpp"
 
+#include "common/byte_order.hpp"
 #include "common/wire.hpp"
 
 #include <algorithm>
@@ -9,31 +10,6 @@
 namespace mcdist::unicast {
 
 namespace {
-
-void put16(std::byte* p, std::uint16_t v) noexcept {
-  p[0] = std::byte(v >> 8);
-  p[1] = std::byte(v);
-}
-void put32(std::byte* p, std::uint32_t v) noexcept {
-  for (int i = 0; i < 4; ++i) p[i] = std::byte(v >> (24 - 8 * i));
-}
-void put64(std::byte* p, std::uint64_t v) noexcept {
-  for (int i = 0; i < 8; ++i) p[i] = std::byte(v >> (56 - 8 * i));
-}
-std::uint16_t get16(const std::byte* p) noexcept {
-  return static_cast<std::uint16_t>((std::to_integer<unsigned>(p[0]) << 8) |
-                                    std::to_integer<unsigned>(p[1]));
-}
-std::uint32_t get32(const std::byte* p) noexcept {
-  std::uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v = (v << 8) | std::to_integer<std::uint32_t>(p[i]);
-  return v;
-}
-std::uint64_t get64(const std::byte* p) noexcept {
-  std::uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v = (v << 8) | std::to_integer<std::uint64_t>(p[i]);
-  return v;
-}
 
 /// Largest body a frame of `t` may declare.
 std::uint32_t body_limit(frame_type t) noexcept {
@@ -92,12 +68,12 @@ std::string_view to_string(refuse_reason r) noexcept {
 
 std::error_code decode_frame_header(std::span<const std::byte> in, frame_header& out) noexcept {
   if (in.size() < frame_header_size) return errc::truncated;
-  if (get16(in.data()) != frame_magic) return errc::bad_magic;
+  if (load_be16(in.data()) != frame_magic) return errc::bad_magic;
   if (std::to_integer<std::uint8_t>(in[2]) != frame_version) return errc::bad_version;
   const auto type = std::to_integer<std::uint8_t>(in[3]);
   if (!known_type(type)) return errc::unknown_type;
   const auto t = static_cast<frame_type>(type);
-  const std::uint32_t length = get32(in.data() + 4);
+  const std::uint32_t length = load_be32(in.data() + 4);
   if (length > body_limit(t)) return errc::oversized;
   if (t == frame_type::data && length <= record_prefix_size) return errc::invalid_field;
   out.type = t;
@@ -108,10 +84,10 @@ std::error_code decode_frame_header(std::span<const std::byte> in, frame_header&
 void write_frame_header(std::span<std::byte> out, frame_type type,
                         std::uint32_t length) noexcept {
   assert(out.size() >= frame_header_size);
-  put16(out.data(), frame_magic);
+  store_be16(out.data(), frame_magic);
   out[2] = std::byte{frame_version};
   out[3] = std::byte{static_cast<std::uint8_t>(type)};
-  put32(out.data() + 4, length);
+  store_be32(out.data() + 4, length);
 }
 
 void write_record_header(std::span<std::byte> out, file_index file, std::uint64_t offset,
@@ -119,18 +95,18 @@ void write_record_header(std::span<std::byte> out, file_index file, std::uint64_
   assert(out.size() >= record_header_size);
   write_frame_header(out, frame_type::data,
                      static_cast<std::uint32_t>(record_prefix_size + payload_length));
-  put32(out.data() + frame_header_size, file.value);
-  put64(out.data() + frame_header_size + 4, offset);
+  store_be32(out.data() + frame_header_size, file.value);
+  store_be64(out.data() + frame_header_size + 4, offset);
 }
 
 std::error_code decode_record(std::span<const std::byte> body, file_index& file,
                               std::uint64_t& offset,
                               std::span<const std::byte>& payload) noexcept {
   if (body.size() <= record_prefix_size) return errc::truncated;
-  const std::uint64_t o = get64(body.data() + 4);
+  const std::uint64_t o = load_be64(body.data() + 4);
   const std::uint64_t n = body.size() - record_prefix_size;
   if (o > UINT64_MAX - n) return errc::invalid_field;
-  file = file_index{get32(body.data())};
+  file = file_index{load_be32(body.data())};
   offset = o;
   payload = body.subspan(record_prefix_size);
   return {};
@@ -146,8 +122,8 @@ void append_frame(std::vector<std::byte>& out, const hello& m) {
   const std::size_t proof = m.proof ? hello_proof_size : 0;
   std::byte* p = grow(out, frame_type::hello, hello_fixed_size + id + proof);
   std::memcpy(p, m.token.data(), m.token.size());
-  put32(p + 16, m.session.value);
-  put64(p + 20, m.client_nonce);
+  store_be32(p + 16, m.session.value);
+  store_be64(p + 20, m.client_nonce);
   p[28] = std::byte{m.connection_index};
   p[29] = std::byte{m.connection_count};
   p[30] = std::byte{m.proof ? hello_flag_proof : std::uint8_t{0}};
@@ -159,8 +135,8 @@ void append_frame(std::vector<std::byte>& out, const hello& m) {
 
 void append_frame(std::vector<std::byte>& out, const welcome& m) {
   std::byte* p = grow(out, frame_type::welcome, welcome_size);
-  put32(p, m.record_size);
-  put16(p + 4, m.streams);
+  store_be32(p, m.record_size);
+  store_be16(p + 4, m.streams);
   p[6] = std::byte{m.connection_count};
   p[7] = std::byte{0};
 }
@@ -169,19 +145,19 @@ void append_frame(std::vector<std::byte>& out, const refuse& m) {
   const std::size_t n = std::min(m.text.size(), max_refuse_text);
   std::byte* p = grow(out, frame_type::refuse, 3 + n);
   p[0] = std::byte{static_cast<std::uint8_t>(m.reason)};
-  put16(p + 1, static_cast<std::uint16_t>(n));
+  store_be16(p + 1, static_cast<std::uint16_t>(n));
   std::memcpy(p + 3, m.text.data(), n);
 }
 
 void append_frame(std::vector<std::byte>& out, const request& m) {
   assert(m.ranges.size() <= max_request_ranges);
   std::byte* p = grow(out, frame_type::request, 4 + request_range_size * m.ranges.size());
-  put32(p, static_cast<std::uint32_t>(m.ranges.size()));
+  store_be32(p, static_cast<std::uint32_t>(m.ranges.size()));
   p += 4;
   for (const auto& r : m.ranges) {
-    put32(p, r.file.value);
-    put64(p + 4, r.offset);
-    put64(p + 12, r.length);
+    store_be32(p, r.file.value);
+    store_be64(p + 4, r.offset);
+    store_be64(p + 12, r.length);
     p += request_range_size;
   }
 }
@@ -189,10 +165,10 @@ void append_frame(std::vector<std::byte>& out, const request& m) {
 void append_frame(std::vector<std::byte>& out, const ack& m) {
   assert(m.files.size() <= max_ack_files);
   std::byte* p = grow(out, frame_type::ack, 4 + 4 * m.files.size());
-  put32(p, static_cast<std::uint32_t>(m.files.size()));
+  store_be32(p, static_cast<std::uint32_t>(m.files.size()));
   p += 4;
   for (const auto f : m.files) {
-    put32(p, f.value);
+    store_be32(p, f.value);
     p += 4;
   }
 }
@@ -220,8 +196,8 @@ std::error_code decode(std::span<const std::byte> body, hello& out) {
   const auto count = std::to_integer<std::uint8_t>(body[29]);
   if (count == 0 || count > max_connections || index >= count) return errc::invalid_field;
   std::memcpy(out.token.data(), body.data(), out.token.size());
-  out.session = session_id{get32(body.data() + 16)};
-  out.client_nonce = get64(body.data() + 20);
+  out.session = session_id{load_be32(body.data() + 16)};
+  out.client_nonce = load_be64(body.data() + 20);
   out.connection_index = index;
   out.connection_count = count;
   out.receiver_id.assign(rid);
@@ -236,18 +212,18 @@ std::error_code decode(std::span<const std::byte> body, hello& out) {
 std::error_code decode(std::span<const std::byte> body, welcome& out) {
   if (body.size() < welcome_size) return errc::truncated;
   if (body.size() != welcome_size) return errc::invalid_field;
-  const std::uint32_t rs = get32(body.data());
+  const std::uint32_t rs = load_be32(body.data());
   if (rs < min_record_size || rs > max_record_size) return errc::invalid_field;
   if (std::to_integer<std::uint8_t>(body[7]) != 0) return errc::invalid_field;
   out.record_size = rs;
-  out.streams = get16(body.data() + 4);
+  out.streams = load_be16(body.data() + 4);
   out.connection_count = std::to_integer<std::uint8_t>(body[6]);
   return {};
 }
 
 std::error_code decode(std::span<const std::byte> body, refuse& out) {
   if (body.size() < 3) return errc::truncated;
-  const std::size_t n = get16(body.data() + 1);
+  const std::size_t n = load_be16(body.data() + 1);
   if (n > max_refuse_text) return errc::oversized;
   if (body.size() != 3 + n) return errc::invalid_field;
   const auto reason = std::to_integer<std::uint8_t>(body[0]);
@@ -265,14 +241,14 @@ std::error_code decode(std::span<const std::byte> body, refuse& out) {
 
 std::error_code decode(std::span<const std::byte> body, request& out) {
   if (body.size() < 4) return errc::truncated;
-  const std::uint32_t count = get32(body.data());
+  const std::uint32_t count = load_be32(body.data());
   if (count > max_request_ranges) return errc::oversized;
   if (body.size() != 4 + request_range_size * std::size_t{count}) return errc::invalid_field;
   out.ranges.clear();
   out.ranges.reserve(count);
   const std::byte* p = body.data() + 4;
   for (std::uint32_t i = 0; i < count; ++i, p += request_range_size) {
-    const file_request r{file_index{get32(p)}, get64(p + 4), get64(p + 12)};
+    const file_request r{file_index{load_be32(p)}, load_be64(p + 4), load_be64(p + 12)};
     if (r.length == 0 || r.offset > UINT64_MAX - r.length) return errc::invalid_field;
     out.ranges.push_back(r);
   }
@@ -281,12 +257,12 @@ std::error_code decode(std::span<const std::byte> body, request& out) {
 
 std::error_code decode(std::span<const std::byte> body, ack& out) {
   if (body.size() < 4) return errc::truncated;
-  const std::uint32_t count = get32(body.data());
+  const std::uint32_t count = load_be32(body.data());
   if (count > max_ack_files) return errc::oversized;
   if (body.size() != 4 + 4 * std::size_t{count}) return errc::invalid_field;
   out.files.clear();
   out.files.reserve(count);
-  for (std::uint32_t i = 0; i < count; ++i) out.files.push_back(file_index{get32(body.data() + 4 + 4 * i)});
+  for (std::uint32_t i = 0; i < count; ++i) out.files.push_back(file_index{load_be32(body.data() + 4 + 4 * i)});
   return {};
 }
 
@@ -332,8 +308,8 @@ std::error_code frame_reader::feed(std::span<const std::byte> in, frame_handler&
         m_have += take;
         in = in.subspan(take);
         if (m_have < record_header_size) break;
-        m_file = file_index{get32(m_head.data() + frame_header_size)};
-        m_offset = get64(m_head.data() + frame_header_size + 4);
+        m_file = file_index{load_be32(m_head.data() + frame_header_size)};
+        m_offset = load_be64(m_head.data() + frame_header_size + 4);
         m_left = m_header.length - record_prefix_size;
         if (m_offset > UINT64_MAX - m_left) return fail(errc::invalid_field);
         m_state = state::payload;

@@ -1,5 +1,7 @@
 #include "common/unicast/server.hpp"
 
+#include "common/log_limit.hpp"
+
 #include "common/unicast/hello_proof.hpp"
 #include "common/unicast/server_session.hpp"
 
@@ -16,14 +18,6 @@ inline constexpr std::size_t max_pending_ranges = std::size_t{1} << 20;
 /// Starts serving a new SCTP association (sctp_server.cpp).
 void start_sctp_session(std::shared_ptr<server_state> state, std::unique_ptr<sctp_assoc> a,
                         transport_kind kind);
-
-namespace {
-
-/// True for the 1st..10th, then every power-of-two-th event: a rate limit for log lines about
-/// hostile input that cannot flood the log however fast it comes.
-bool worth_logging(std::uint64_t n) noexcept { return n <= 10 || std::has_single_bit(n); }
-
-}  // namespace
 
 void server_state::count_error(const std::error_code& ec) {
   if (ec.category() == mcdist::error_category()) {

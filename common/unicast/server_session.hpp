@@ -4,6 +4,7 @@
 /// every session can reach, and the transport-independent half of a session (credentials,
 /// request validation, record scheduling, acks, idle watchdog, the end report).
 
+#include "common/log_limit.hpp"
 #include "common/unicast/frame.hpp"
 #include "common/unicast/record_scheduler.hpp"
 #include "common/unicast/server.hpp"
@@ -35,6 +36,11 @@ struct server_state : std::enable_shared_from_this<server_state> {
   server_events events;
   grant_table grants;
   server_counters counters;
+  /// Log rate limits (common/log_limit.hpp): TCP connections dropped before a session, and
+  /// socket options the kernel refuses (logged once, then rarely).
+  log_limiter dropped_connection_log{10};
+  log_limiter pacing_failure_log{1};
+  log_limiter congestion_failure_log{1};
   bool stopped = false;
   /// Callbacks are suppressed once the server object is destroyed.
   bool silent = false;

@@ -103,8 +103,7 @@ class tcp_server_conn final : public std::enable_shared_from_this<tcp_server_con
     const std::uint64_t bytes_per_s = bps / 8 * 1448 / 1500;
     const auto v = static_cast<unsigned>(std::min<std::uint64_t>(bytes_per_s, ~0u - 1));
     if (::setsockopt(m_socket.native_handle(), SOL_SOCKET, SO_MAX_PACING_RATE, &v, sizeof v) != 0) {
-      static std::uint64_t warned = 0;
-      if (++warned <= 1)
+      if (m_state->pacing_failure_log.tick())
         spdlog::warn("unicast: cannot pace TCP connection: {}",
                      std::error_code(errno, std::generic_category()).message());
       return;
@@ -317,8 +316,7 @@ asio::awaitable<void> tcp_server_conn::read_loop(std::shared_ptr<tcp_server_conn
                                                     fec.message()
                                               : self->m_detail);
       } else {
-        static std::uint64_t logged = 0;
-        if (++logged <= 10)
+        if (self->m_state->dropped_connection_log.tick())
           spdlog::warn("unicast: dropped TCP connection from {}: {}", self->m_remote.to_string(),
                        self->m_detail.empty() ? fec.message() : self->m_detail);
       }
@@ -495,8 +493,7 @@ class tcp_listener : public std::enable_shared_from_this<tcp_listener> {
         const auto& cc = st->options.tcp_congestion;
         if (::setsockopt(sock.native_handle(), IPPROTO_TCP, TCP_CONGESTION, cc.data(),
                          static_cast<socklen_t>(cc.size())) != 0) {
-          static std::uint64_t warned = 0;
-          if (++warned <= 1)
+          if (st->congestion_failure_log.tick())
             spdlog::warn("unicast: TCP congestion control '{}' not available: {}", cc,
                          std::error_code(errno, std::generic_category()).message());
         }

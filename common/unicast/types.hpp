@@ -5,6 +5,7 @@
 /// server's bytes come from.
 
 #include "common/ids.hpp"
+#include "common/transport.hpp"
 
 #include <compare>
 #include <cstddef>
@@ -16,21 +17,11 @@
 
 namespace mcdist::unicast {
 
-/// The transport under a unicast session.
-enum class transport_kind : std::uint8_t {
-  /// SCTP multistream from usrsctp (userland), encapsulated in UDP (RFC 6951); the default:
-  /// needs no kernel SCTP and crosses NATs and firewalls that drop IP protocol 132.
-  sctp_udp,
-  /// SCTP multistream from the kernel (lksctp), IP protocol 132; only where the kernel has it.
-  sctp_kernel,
-  /// n persistent TCP connections with records striped over them (XFTP, Allman et al.).
-  tcp,
-};
-
-/// "sctp-udp", "sctp-kernel", "tcp".
-std::string_view to_string(transport_kind k) noexcept;
-/// Parses the names of to_string (also "sctp" for sctp-udp); std::nullopt otherwise.
-std::optional<transport_kind> parse_transport_kind(std::string_view text) noexcept;
+/// The transport under a unicast session: the one enum of common/transport.hpp, spelt "sctp",
+/// "sctp-kernel", "tcp" in logs and summaries.
+using mcdist::transport_kind;
+using mcdist::to_string;
+using mcdist::parse_transport_kind;
 
 /// A byte range of one file: [offset, offset + length), bytes.
 struct file_request {

@@ -1,8 +1,11 @@
 #include "receiver/core/receiver_engine.hpp"
 
 #include "common/ranges.hpp"
+#include "receiver/core/nak_builder.hpp"
+#include "receiver/core/session_checkpoint.hpp"
 #include "common/wire.hpp"
 #include "mcdist.pb.h"
+#include "receiver/core/register_backoff.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -21,8 +24,6 @@ constexpr int max_reported_failures = 32;
 constexpr std::size_t max_digests_wanted = 128;
 /// Longest failure reason carried in COMPLETE, bytes.
 constexpr std::size_t max_reason_bytes = 200;
-/// First REGISTER retransmission, doubling up to 2 x GRTT.
-constexpr duration first_register_retry = std::chrono::milliseconds(100);
 /// Unicast attempts (connections) per session before the receiver gives up on it.
 constexpr std::uint32_t max_unicast_attempts = 8;
 /// Back-off after a lost unicast connection: this times the attempt number, at most 10 s.
@@ -716,10 +717,10 @@ void receiver_engine::send_register(session_rx& s, time_point now) {
   const auto bytes = encode(wire::msg_type::register_request, s.id, m);
   m_sink.send(s.sender, bytes);
   // Retransmit soon, then back off to the GRTT: before the sender has measured anyone its
-  // GRTT is a 0.5 s guess, and a lost REGISTER should not cost a second.
-  const duration backoff = first_register_retry * (1 << std::min<std::uint32_t>(s.register_sends, 6));
-  s.next_register = now + std::clamp(backoff, m_cfg.retransmit_min, std::max(retransmit_interval(s),
-                                                                           first_register_retry));
+  // GRTT is a 0.5 s guess, and a lost REGISTER should not cost a second. Jittered, so that
+  // receivers restarted together do not retry together.
+  s.next_register = now + register_retry_delay(s.register_sends, m_cfg.retransmit_min,
+                                               retransmit_interval(s), random());
   ++s.register_sends;
 }
 
@@ -926,79 +927,25 @@ void receiver_engine::send_naks(session_rx& s, time_point now) {
     s.nak_file = s.marker_file;
     s.nak_block = s.marker_block;
   }
-  wire::nak m;
-  auto reset_message = [&] {
-    m.Clear();
-    m.set_receiver_id(m_cfg.id);
-    m.set_pass(s.marker_pass);
-    m.set_seen_seq(seq_after(s.marker_seq, s.seen_seq) ? s.marker_seq : s.seen_seq);
-    m.set_echo_time_us(s.echo_us);
-    m.set_hold_us(static_cast<std::uint64_t>(
-        std::chrono::duration_cast<std::chrono::microseconds>(now - s.echo_at).count()));
-    m.set_files_finalizing(s.files_finalizing);
-    m.set_bytes_received(s.bytes_received);
-  };
-  reset_message();
-  const std::size_t budget = wire::control_budget - wire::header_size - 60;
-  std::size_t used = 0;
-  std::uint32_t sent = 0;
+  wire::nak header;
+  header.set_receiver_id(m_cfg.id);
+  header.set_pass(s.marker_pass);
+  header.set_seen_seq(seq_after(s.marker_seq, s.seen_seq) ? s.marker_seq : s.seen_seq);
+  header.set_echo_time_us(s.echo_us);
+  header.set_hold_us(static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(now - s.echo_at).count()));
+  header.set_files_finalizing(s.files_finalizing);
+  header.set_bytes_received(s.bytes_received);
+  nak_builder naks(header, m_cfg.max_nak_datagrams);
   bool stopped = false;
-  bool any_ranges = false;
-  auto flush = [&] {
-    const auto bytes = encode(wire::msg_type::nak, s.id, m);
-    m_sink.send(s.sender, bytes);
-    ++sent;
-    ++m_stats.naks_sent;
-    reset_message();
-    used = 0;
-  };
-  std::uint32_t f = s.nak_file;
-  std::uint32_t b = s.nak_block;
   const std::uint32_t last_file = std::min(s.marker_file, s.file_count);
-  for (; f <= last_file && f < s.file_count && !stopped; ++f, b = 0) {
+  for (std::uint32_t f = s.nak_file, b = s.nak_block; f <= last_file && f < s.file_count;
+       ++f, b = 0) {
     auto& fr = s.files[f];
     if (fr.state != file_rx::state_t::receiving) continue;
     const std::uint32_t end = f == s.marker_file ? std::min(s.marker_block, fr.blocks) : fr.blocks;
-    wire::file_nak* fn = nullptr;
-    std::vector<std::uint32_t> pairs;
-    range_encoder enc(pairs);
-    while (b < end) {
-      const std::uint32_t first = fr.received.find_clear(b);
-      if (first >= end) break;
-      std::uint32_t last = fr.received.find_set(first);
-      if (last > end) last = end;
-      const std::size_t cost = enc.cost(first, last - first) + (fn ? 0 : 12);
-      if (used + cost > budget) {
-        if (fn) {
-          for (const auto v : pairs) fn->add_ranges(v);
-          pairs.clear();
-          enc = range_encoder(pairs);
-          fn = nullptr;
-        }
-        flush();
-        if (sent >= m_cfg.max_nak_datagrams) {
-          stopped = true;
-          break;
-        }
-        continue;
-      }
-      if (!fn) {
-        fn = m.add_files();
-        fn->set_file(f);
-        // A fresh encoder: ranges restart at block 0 in each file_nak.
-        pairs.clear();
-        enc = range_encoder(pairs);
-        used += 12;
-      }
-      used += enc.cost(first, last - first);
-      enc.add(first, last - first);
-      any_ranges = true;
-      b = last;
-    }
-    if (fn) {
-      for (const auto v : pairs) fn->add_ranges(v);
-    }
-    if (stopped) {
+    if (!naks.add_missing(f, fr.received, b, end)) {
+      stopped = true;
       s.nak_file = f;
       s.nak_block = b;
       break;
@@ -1009,20 +956,19 @@ void receiver_engine::send_naks(session_rx& s, time_point now) {
     s.nak_block = s.marker_block;
     if (s.marker_pass_end) s.pass_end_answered = s.marker_pass;
   }
-  for (std::uint32_t i = 0; i < s.digests_through && sent < m_cfg.max_nak_datagrams &&
-                            static_cast<std::size_t>(m.digests_wanted_size()) < max_digests_wanted;
-       ++i) {
+  for (std::uint32_t i = 0;
+       i < s.digests_through && !naks.full() && naks.digests_wanted() < max_digests_wanted; ++i) {
     const auto& fr = s.files[i];
     if (!fr.entry.digest && (fr.state == file_rx::state_t::awaiting_digest ||
                              fr.state == file_rx::state_t::receiving)) {
-      m.add_digests_wanted(i);
+      naks.want_digest(i);
     }
   }
-  if (sent < m_cfg.max_nak_datagrams &&
-      (m.files_size() > 0 || m.digests_wanted_size() > 0 || s.status_request)) {
-    flush();
+  naks.finish(s.status_request);
+  for (const auto& m : naks.datagrams()) {
+    m_sink.send(s.sender, encode(wire::msg_type::nak, s.id, m));
+    ++m_stats.naks_sent;
   }
-  (void)any_ranges;
   s.status_request = false;
   s.rescan = false;
 }
@@ -1074,7 +1020,11 @@ void receiver_engine::file_done(session_rx& s, time_point now) {
 void receiver_engine::on_file_stored(session_id id, file_index f, std::error_code ec,
                                      const std::string& detail, time_point now) {
   session_rx* s = find(id);
-  if (!s || f.value >= s->files.size()) return;
+  if (!s) {
+    late_file_stored(id, f, ec, detail);
+    return;
+  }
+  if (f.value >= s->files.size()) return;
   auto& fr = s->files[f.value];
   if (fr.state != file_rx::state_t::finalizing) {
     // A storage error before finalize (open, preallocate, disk reserve, quota, write: ENOSPC,
@@ -1125,6 +1075,30 @@ void receiver_engine::on_file_stored(session_id id, file_index f, std::error_cod
     }
   }
   file_done(*s, now);
+}
+
+void receiver_engine::late_file_stored(session_id id, file_index f, std::error_code ec,
+                                       const std::string& detail) {
+  const auto it = m_late_files.find({id.value, f.value});
+  if (it == m_late_files.end()) return;
+  const late_file lf = std::move(it->second);
+  m_late_files.erase(it);
+  if (!ec) {
+    ++m_stats.files_stored;
+    m_sink.file_finished({id, lf.channel, lf.path, lf.size, true, {}, lf.mtime_ns,
+                          lf.digest ? &*lf.digest : nullptr});
+    if (m_log) {
+      m_log->info("session {:08x}: stored '{}' ({} bytes), finalized after the session ended",
+                  id.value, printable(lf.path), lf.size);
+    }
+    return;
+  }
+  const std::string failure = ec.message() + (detail.empty() ? "" : ": " + detail);
+  ++m_stats.files_failed;
+  m_sink.file_finished({id, lf.channel, lf.path, lf.size, false, failure, lf.mtime_ns, nullptr});
+  if (m_log) {
+    m_log->error("session {:08x}: could not store '{}': {}", id.value, printable(lf.path), failure);
+  }
 }
 
 void receiver_engine::handle_fallback(session_rx& s, const wire::fallback& m, const endpoint& from,
@@ -1312,6 +1286,14 @@ void receiver_engine::close_session(session_rx& s, bool success, const std::stri
     }
   }
   if (s.unicast_active) m_sink.stop_unicast(s.id);
+  // Files already handed to the finalizer are renamed into place whatever happens to the
+  // session now; their outcomes still arrive (on_file_stored) and are reported then.
+  for (std::size_t i = 0; i < s.files.size(); ++i) {
+    const auto& fr = s.files[i];
+    if (fr.state != file_rx::state_t::finalizing) continue;
+    m_late_files[{s.id.value, static_cast<std::uint32_t>(i)}] =
+        late_file{s.channel, fr.entry.path, fr.entry.size, fr.entry.mtime_ns, fr.entry.digest};
+  }
   m_store.close_session(s.id, true);
   m_sink.session_closed(s.id, true);
   const session_id id = s.id;
@@ -1321,44 +1303,41 @@ void receiver_engine::close_session(session_rx& s, bool success, const std::stri
 }
 
 void receiver_engine::do_checkpoint(session_rx& s, time_point now) {
-  wire::session_state st;
-  st.set_session(s.id.value);
-  st.set_sender_addr(s.sender.addr.data(), s.sender.v6 ? 16 : 4);
-  st.set_sender_port(s.sender.port);
-  st.set_channel(s.channel);
-  auto* p = st.mutable_params();
-  p->set_block_size(s.block_size);
-  p->set_file_count(s.file_count);
-  p->set_total_bytes(s.total_bytes);
-  p->set_manifest_chunks(s.chunks);
-  p->set_sender_name(s.sender_name);
-  p->set_channel(s.seq_channel);
-  p->set_channel_seq(s.seq);
-  for (const auto& [first, last] : s.catch_up) {
-    auto* r = p->add_catch_up_seqs();
-    r->set_first(first);
-    r->set_last(last);
-  }
-  st.set_sequence_source(s.seq_source);
-  st.set_seen_seq(s.seen_seq);
-  st.set_bytes_received(s.bytes_received);
+  saved_session head;
+  head.id = s.id;
+  head.sender = s.sender;
+  head.channel = s.channel;
+  head.block_size = s.block_size;
+  head.file_count = s.file_count;
+  head.chunks = s.chunks;
+  head.total_bytes = s.total_bytes;
+  head.sender_name = s.sender_name;
+  head.seq_channel = s.seq_channel;
+  head.seq = s.seq;
+  head.catch_up = s.catch_up;
+  head.seq_source = s.seq_source;
+  head.seen_seq = s.seen_seq;
+  head.bytes_received = s.bytes_received;
+  checkpoint_writer w(head);
   for (const auto& fr : s.files) {
-    auto* fs = st.add_files();
-    to_wire(fr.entry, *fs->mutable_entry());
     // A file being finalized is saved as fully received: on resume it is finalized again.
-    const auto state =
-        fr.state == file_rx::state_t::finalizing ? file_rx::state_t::receiving : fr.state;
-    fs->set_state(static_cast<std::uint32_t>(state));
-    fs->set_begun(fr.begun || fr.resume);
-    fs->set_digest_retries(fr.digest_retries);
-    fs->set_failure(fr.failure);
-    if (fr.state == file_rx::state_t::receiving || fr.state == file_rx::state_t::awaiting_digest ||
-        fr.state == file_rx::state_t::finalizing) {
-      const auto words = fr.received.words();
-      fs->set_received(reinterpret_cast<const char*>(words.data()), words.size_bytes());
+    // (No file is pending once the session receives.)
+    saved_phase phase = saved_phase::receiving;
+    switch (fr.state) {
+      case file_rx::state_t::refused: phase = saved_phase::refused; break;
+      case file_rx::state_t::held: phase = saved_phase::held; break;
+      case file_rx::state_t::stored: phase = saved_phase::stored; break;
+      case file_rx::state_t::failed: phase = saved_phase::failed; break;
+      case file_rx::state_t::awaiting_digest: phase = saved_phase::awaiting_digest; break;
+      case file_rx::state_t::pending:
+      case file_rx::state_t::receiving:
+      case file_rx::state_t::finalizing: break;
     }
+    const bool partial = phase == saved_phase::receiving || phase == saved_phase::awaiting_digest;
+    w.add_file(fr.entry, phase, fr.begun || fr.resume, fr.digest_retries, fr.failure,
+               partial ? fr.received.words() : std::span<const std::uint64_t>{});
   }
-  m_store.checkpoint(s.id, st.SerializeAsString());
+  m_store.checkpoint(s.id, w.finish());
   s.dirty = false;
   s.next_checkpoint = now + m_cfg.checkpoint_interval;
 }
@@ -1370,20 +1349,12 @@ void receiver_engine::checkpoint_all(time_point now) {
 }
 
 std::error_code receiver_engine::restore(std::string_view blob, time_point now) {
-  wire::session_state st;
-  if (!st.ParseFromArray(blob.data(), static_cast<int>(blob.size()))) return errc::bad_protobuf;
-  const auto& p = st.params();
-  if (p.block_size() < wire::min_block_size || p.block_size() > wire::max_block_size ||
-      p.file_count() > max_files_per_session ||
-      static_cast<std::uint32_t>(st.files_size()) != p.file_count() ||
-      (st.sender_addr().size() != 4 && st.sender_addr().size() != 16) ||
-      (m_cfg.channel_count != 0 && st.channel() >= m_cfg.channel_count) ||
-      find(session_id{st.session()})) {
-    return errc::invalid_field;
-  }
+  saved_session saved;
+  if (auto ec = read_checkpoint(blob, m_cfg.channel_count, saved)) return ec;
+  const session_id id = saved.id;
+  if (find(id)) return errc::invalid_field;
   // A restored session is charged like an announced one; what does not fit is not resumed.
-  const session_id id{st.session()};
-  const std::uint64_t table_bytes = std::uint64_t{p.file_count()} * sizeof(file_rx);
+  const std::uint64_t table_bytes = std::uint64_t{saved.file_count} * sizeof(file_rx);
   if (!m_budget.charge(id, session_overhead_bytes + table_bytes)) {
     return errc::over_budget;
   }
@@ -1397,81 +1368,56 @@ std::error_code receiver_engine::restore(std::string_view blob, time_point now) 
   } guard{m_budget, id};
   auto owned = std::make_unique<session_rx>();
   auto& s = *owned;
-  s.id = session_id{st.session()};
-  s.sender.v6 = st.sender_addr().size() == 16;
-  std::copy(st.sender_addr().begin(), st.sender_addr().end(),
-            reinterpret_cast<char*>(s.sender.addr.data()));
-  s.sender.port = static_cast<std::uint16_t>(st.sender_port());
-  s.channel = st.channel();
-  s.block_size = p.block_size();
-  s.file_count = p.file_count();
-  s.chunks = p.manifest_chunks();
-  s.total_bytes = p.total_bytes();
-  s.sender_name = printable(p.sender_name());
-  if (static_cast<std::size_t>(p.catch_up_seqs_size()) > wire::max_seq_ranges ||
-      (!p.channel().empty() && !wire::valid_channel_name(p.channel())) ||
-      (p.channel_seq() > 0 && p.catch_up_seqs_size() > 0) ||
-      ((p.channel_seq() > 0 || p.catch_up_seqs_size() > 0) &&
-       (p.channel().empty() || !sequence_book::valid_source(st.sequence_source())))) {
-    return errc::invalid_field;
-  }
-  for (const auto& r : p.catch_up_seqs()) s.catch_up.emplace_back(r.first(), r.last());
-  if (!wire::valid_seq_ranges(s.catch_up, std::numeric_limits<std::uint64_t>::max())) {
-    return errc::invalid_field;
-  }
-  s.seq_channel = p.channel();
-  s.seq = p.channel_seq();
-  s.seq_source = st.sequence_source();
-  s.seen_seq = st.seen_seq();
-  s.bytes_received = st.bytes_received();
+  s.id = id;
+  s.sender = saved.sender;
+  s.channel = saved.channel;
+  s.block_size = saved.block_size;
+  s.file_count = saved.file_count;
+  s.chunks = saved.chunks;
+  s.total_bytes = saved.total_bytes;
+  s.sender_name = printable(saved.sender_name);
+  s.catch_up = std::move(saved.catch_up);
+  s.seq_channel = std::move(saved.seq_channel);
+  s.seq = saved.seq;
+  s.seq_source = std::move(saved.seq_source);
+  s.seen_seq = saved.seen_seq;
+  s.bytes_received = saved.bytes_received;
   s.files.resize(s.file_count);
   s.started = now;
   s.last_heard = now;
   for (std::uint32_t i = 0; i < s.file_count; ++i) {
-    const auto& fs = st.files(static_cast<int>(i));
+    auto& sf = saved.files[i];
     auto& fr = s.files[i];
-    if (fs.state() > static_cast<std::uint32_t>(file_rx::state_t::failed)) {
-      return errc::invalid_field;
-    }
-    fr.state = static_cast<file_rx::state_t>(fs.state());
-    fr.failure = fs.failure();
-    fr.digest_retries = fs.digest_retries();
-    if (from_wire(fs.entry(), fr.entry)) {
-      if (fr.state != file_rx::state_t::refused) return errc::invalid_field;
-      fr.entry.path = fs.entry().path();
-      continue;
-    }
-    const std::uint64_t blocks = (fr.entry.size + s.block_size - 1) / s.block_size;
-    if (blocks > 0x7fffffffu) return errc::invalid_field;
-    fr.blocks = static_cast<std::uint32_t>(blocks);
-    switch (fr.state) {
-      case file_rx::state_t::held: ++s.files_held; break;
-      case file_rx::state_t::stored:
+    fr.entry = std::move(sf.entry);
+    fr.failure = std::move(sf.failure);
+    fr.digest_retries = sf.digest_retries;
+    fr.blocks = sf.blocks;
+    switch (sf.phase) {
+      case saved_phase::refused: fr.state = file_rx::state_t::refused; break;
+      case saved_phase::held:
+        fr.state = file_rx::state_t::held;
+        ++s.files_held;
+        break;
+      case saved_phase::stored:
+        fr.state = file_rx::state_t::stored;
         ++s.files_stored;
         s.bytes_stored += fr.entry.size;
         break;
-      case file_rx::state_t::failed: ++s.files_failed; break;
-      case file_rx::state_t::refused: break;
-      case file_rx::state_t::receiving:
-      case file_rx::state_t::awaiting_digest:
-      case file_rx::state_t::finalizing: {
-        // The bitmap's size is checked against the blob before it is charged and allocated: a
-        // damaged entry of 2^31 blocks must not cost 256 MiB; memory stays bounded by the blob.
-        const auto& raw = fs.received();
-        const std::size_t word_count = (std::size_t{fr.blocks} + 63) / 64;
-        if (raw.size() != word_count * 8) return errc::invalid_field;
+      case saved_phase::failed:
+        fr.state = file_rx::state_t::failed;
+        ++s.files_failed;
+        break;
+      case saved_phase::receiving:
+      case saved_phase::awaiting_digest:
+        // read_checkpoint sized the bitmap by the blob; charged before it is copied again.
         if (!m_budget.charge(id, bitmap_bytes(fr.blocks))) return errc::over_budget;
         fr.received = block_map(fr.blocks);
-        std::vector<std::uint64_t> words(word_count);
-        // (an empty file has no words: memcpy must not see the null pointers)
-        if (!raw.empty()) std::memcpy(words.data(), raw.data(), raw.size());
-        fr.received.assign_words(words);
+        fr.received.assign_words(sf.received);
+        sf.received = {};
         fr.state = file_rx::state_t::receiving;
-        fr.resume = fs.begun();
+        fr.resume = sf.begun;
         ++s.files_open;
         break;
-      }
-      case file_rx::state_t::pending: return errc::invalid_field;
     }
   }
   s.state = session_rx::state_t::receiving;

@@ -268,6 +268,8 @@ class receiver_engine {
   void file_done(session_rx& s, time_point now);
   void close_session(session_rx& s, bool success, const std::string& why, time_point now);
   void do_checkpoint(session_rx& s, time_point now);
+  /// The outcome of a file finalized after its session closed (m_late_files).
+  void late_file_stored(session_id id, file_index f, std::error_code ec, const std::string& detail);
   duration retransmit_interval(const session_rx& s) const;
   std::uint64_t random() noexcept;
 
@@ -285,6 +287,19 @@ class receiver_engine {
   memory_budget m_budget;
   receiver_stats m_stats;
   sequence_book m_sequences;
+  /// Files that were being finalized (verified, made durable, renamed) when their session was
+  /// given up or aborted: the storage still finishes them and reports the outcome, which is
+  /// then passed on as for a live session (a file renamed into place is delivered: it is
+  /// journaled and its actions run). Keyed by (session, file); an entry lives until its outcome
+  /// arrives, so there are at most as many as files were finalizing at close.
+  struct late_file {
+    std::uint32_t channel = 0;
+    std::string path;
+    std::uint64_t size = 0;
+    std::int64_t mtime_ns = 0;
+    std::optional<sha256_digest> digest;
+  };
+  std::map<std::pair<std::uint32_t, std::uint32_t>, late_file> m_late_files;
 };
 
 }  // namespace mcdist::receiver

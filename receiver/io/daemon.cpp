@@ -380,6 +380,12 @@ void daemon::do_receive(std::size_t index) {
             if (refused != errc::unauthenticated) m_engine->on_datagram(d, from, channel, now);
             return;
           }
+          if (plain.empty()) {
+            // Taken by the authentication layer (an encrypted session's sealed announce before
+            // its key, or the key reply): nothing for the engine.
+            send_key_request(from);
+            return;
+          }
           m_engine->on_datagram(plain, from, channel, now);
         },
         rec, room - min_pool_room / 2);
@@ -460,6 +466,7 @@ void daemon::setup_keys() {
     auth::receiver_auth_options o;
     o.trusted_senders = ch.trusted_senders;
     o.site = site;
+    o.receiver_id = m_cfg.id;
     m_keys.push_back(std::make_unique<auth::receiver_keys>(std::move(o)));
     if (ch.trusted_senders.empty()) {
       m_log->warn("channel {}: no trusted_senders: any host that can reach {} can write products "
@@ -491,7 +498,7 @@ std::error_code daemon::authenticate(std::size_t index, std::span<const std::byt
   } else if (d.size() >= wire::header_size) {
     // The control socket: the register reply, fallback and complete ack of a session one of
     // the channels announced.
-    const session_id s{wire::load_u32(d.data() + 4)};
+    const session_id s{load_be32(d.data() + 4)};
     for (channel = 0; channel < m_keys.size(); ++channel) {
       if (m_keys[channel]->knows(s)) {
         keys = m_keys[channel].get();
@@ -512,9 +519,21 @@ std::error_code daemon::authenticate(std::size_t index, std::span<const std::byt
   }
   if (auto ec = keys->open(d, now, out)) return ec;
   if (std::to_integer<std::uint8_t>(d[3]) == static_cast<std::uint8_t>(wire::msg_type::register_reply)) {
-    save_keys(session_id{wire::load_u32(d.data() + 4)}, channel);
+    save_keys(session_id{load_be32(d.data() + 4)}, channel);
   }
   return {};
+}
+
+void daemon::send_key_request(const endpoint& to) {
+  for (auto& k : m_keys) {
+    m_send_buffer.resize(wire::control_budget + auth::max_trailer_bytes);
+    const std::size_t n = k->take_key_request(m_send_buffer);
+    if (n == 0) continue;
+    std::error_code ec;
+    if (!net::send_one(m_sockets.back().native_handle(), to, {m_send_buffer.data(), n}, ec)) {
+      m_log->debug("cannot send a key request to {}: {}", to.to_string(), ec.message());
+    }
+  }
 }
 
 void daemon::save_keys(session_id s, std::size_t channel) {
@@ -575,7 +594,7 @@ auth::auth_stats daemon::auth_refused() const {
 
 void daemon::send(const endpoint& to, std::span<const std::byte> datagram) {
   if (datagram.size() >= wire::header_size) {
-    if (auto* keys = keys_of(session_id{wire::load_u32(datagram.data() + 4)})) {
+    if (auto* keys = keys_of(session_id{load_be32(datagram.data() + 4)})) {
       m_send_buffer.resize(datagram.size() + auth::max_trailer_bytes);
       std::memcpy(m_send_buffer.data(), datagram.data(), datagram.size());
       const std::size_t n = keys->seal(m_send_buffer, datagram.size());

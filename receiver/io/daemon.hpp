@@ -132,6 +132,9 @@ class daemon final : public receiver_sink {
   /// Checks a datagram that arrived on socket `index` with the keyring of its channel (or, on
   /// the control socket, of the channel that knows its session). @return empty with the
   /// version-1 view in `out`, or why it was refused (counted)
+  /// Sends the key request an encrypted session's sealed announce left due (from the control
+  /// socket, to the announce's source), if any.
+  void send_key_request(const endpoint& to);
   std::error_code authenticate(std::size_t index, std::span<const std::byte> d, time_point now,
                                std::span<const std::byte>& out);
   /// The keyring that holds session `s`, if any.

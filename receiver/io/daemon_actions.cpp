@@ -110,6 +110,9 @@ void daemon::journal_delivery(const file_outcome& o) {
     d.mtime_ns = o.mtime_ns;
     d.sha256 = to_hex(*o.digest);
     d.session = session_hex(o.session);
+    // The pinned trusted sender key that verified the session ("mcdist-ed25519:BASE64", as in
+    // trusted_senders); "" (NULL in the journal) for an unsigned session.
+    d.sender_key = sender_key(o.session);
     d.delivered_at = std::chrono::system_clock::now();
     auto names = m_actions->matching(d.channel, d.relpath);
     if (m_unjournaled.empty()) boost::asio::post(m_io, [this] { flush_deliveries(); });

@@ -3,8 +3,9 @@
 // destination roots, the keyrings and the status board all name a channel by index, so a
 // removed channel keeps its index (retired) and a new one takes the next.
 
+#include "common/byte_order.hpp"
 #include "common/wire.hpp"
-#include "mcdist.pb.h"
+#include "checkpoint.pb.h"
 #include "receiver/io/daemon.hpp"
 
 #include <fmt/format.h>
@@ -75,7 +76,7 @@ std::vector<std::string> restart_only_changes(const daemon_config& now, const da
 
 bool daemon::channel_takes(std::size_t index, std::span<const std::byte> d) const {
   if (d.size() < wire::header_size) return !m_retired[index];  // the engine counts it
-  const session_id s{wire::load_u32(d.data() + 4)};
+  const session_id s{load_be32(d.data() + 4)};
   if (const auto owner = m_engine->channel_of(s)) return *owner == index;
   return !m_retired[index];
 }
@@ -134,7 +135,7 @@ void daemon::load_channel_table() {
 
 std::optional<std::string> daemon::remap_checkpoint(std::string blob) const {
   if (m_channel_remap.empty()) return blob;
-  wire::session_state st;
+  checkpoint::session_state st;
   if (!st.ParseFromArray(blob.data(), static_cast<int>(blob.size()))) return blob;
   const auto it = m_channel_remap.find(st.channel());
   if (it == m_channel_remap.end()) return blob;  // not in the table: as saved

@@ -61,7 +61,9 @@ struct delivery_row {
   std::int64_t mtime_ns = 0;
   std::string sha256;
   std::string session;
-  std::string sender_key;  ///< the sender's public key if known, else ""
+  /// The trusted sender key that verified the session's announce (crypto::format_public_key
+  /// text, as trusted_senders spells it), "" for an unsigned session; stored NULL when "".
+  std::string sender_key;
   std::chrono::system_clock::time_point delivered_at{};
 };
 

@@ -1,5 +1,6 @@
 #include "receiver/storage/checkpoint_file.hpp"
 
+#include "checkpoint.pb.h"
 #include "receiver/storage/store_context.hpp"
 
 #include <fcntl.h>
@@ -83,6 +84,28 @@ std::vector<std::pair<session_id, std::string>> load_checkpoints(
     std::string blob(static_cast<std::size_t>(size), '\0');
     if (!in.read(blob.data(), static_cast<std::streamsize>(size))) {
       spdlog::warn("storage: cannot read checkpoint {}; ignored", state.string());
+      continue;
+    }
+    // The format's header (proto/checkpoint.proto): a state this build cannot read, or one
+    // that names another session than its directory, is not handed to the engine; its
+    // directory is swept and the session starts over when announced again.
+    checkpoint::session_header head;
+    if (!head.ParseFromString(blob)) {
+      spdlog::warn("storage: checkpoint {} is damaged (not a checkpoint); ignored, the session "
+                   "starts over",
+                   state.string());
+      continue;
+    }
+    if (head.version() > checkpoint::CURRENT) {
+      spdlog::warn("storage: checkpoint {} was written by a newer mcdist (format version {}, "
+                   "this one reads up to {}); ignored, the session starts over",
+                   state.string(), head.version(), static_cast<int>(checkpoint::CURRENT));
+      continue;
+    }
+    if (head.session() != id->value) {
+      spdlog::warn("storage: checkpoint {} is of session {:08x}, not of its directory's; "
+                   "ignored, the session starts over",
+                   state.string(), head.session());
       continue;
     }
     out.emplace_back(*id, std::move(blob));

@@ -1,9 +1,10 @@
 #pragma once
 /// @file
 /// The receiver's resume state on disk (DESIGN.md "Receiver storage": a receiver's partial
-/// state is enough to resume after a restart): the core's checkpoint blob, opaque here, kept
-/// as `temp_dir/<session id as 8 lower-case hex digits>/state` beside the session's .part
-/// files. Saved by write-to-temp and rename (state.tmp, fsync, rename, fsync the directory);
+/// state is enough to resume after a restart): the core's checkpoint blob
+/// (proto/checkpoint.proto, written by receiver/core/session_checkpoint.hpp; only its header
+/// is read here), kept as `temp_dir/<session id as 8 lower-case hex digits>/state` beside the
+/// session's .part files. Saved by write-to-temp and rename (state.tmp, fsync, rename, fsync the directory);
 /// read back at start-up; session directories left without usable state are swept.
 
 #include "common/ids.hpp"
@@ -35,8 +36,10 @@ inline constexpr std::uintmax_t max_checkpoint_bytes = 256u << 20;
 void save_checkpoint(const store_context& ctx, session_id session, std::string_view blob);
 
 /// Every saved session state under `temp_dir` (start-up, before constructing the store).
-/// Symlinked session directories, unreadable or oversized states are skipped (the last two
-/// with a log line on spdlog's default logger).
+/// Symlinked session directories are skipped; so, with a log line on spdlog's default logger,
+/// are states that are unreadable, oversized, not a proto/checkpoint.proto session_state,
+/// written in a format version newer than this build reads (checkpoint::CURRENT), or of
+/// another session than their directory's.
 /// @return (session, blob) pairs in no particular order
 std::vector<std::pair<session_id, std::string>> load_checkpoints(
     const std::filesystem::path& temp_dir);

@@ -1,5 +1,6 @@
 #include "sender/core/sender_session.hpp"
 
+#include "common/log_limit.hpp"
 #include "common/ranges.hpp"
 #include "common/wire.hpp"
 #include "mcdist.pb.h"
@@ -7,8 +8,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cmath>
-#include <cstdio>
 #include <limits>
 #include <stdexcept>
 
@@ -26,15 +25,10 @@ constexpr std::size_t max_params_bytes = 700;
 /// that wakes late on a busy machine catches up instead of losing rate; bursts stay bounded by
 /// it (5 ms at 1 Gbit/s is 625 kB, far inside a receiver's socket buffer).
 constexpr std::uint64_t catch_up_ms = 5;
-/// Most blocks queued for repair during a pass (8 bytes each); beyond it they wait for the next
-/// pass, which sends every wanted block anyway.
-constexpr std::size_t max_prompt_repairs = 1 << 20;
 /// Announce cycles sent back to back at the start: a receiver that lost a chunk of the first
 /// has it again at once instead of an announce interval later (two cycles of 1e-3 loss leave
 /// a 430-chunk manifest incomplete with probability 4e-4, one cycle with 0.35).
 constexpr std::uint32_t initial_announce_cycles = 2;
-/// Above this RTT the automatic fallback prefers multi-socket TCP to SCTP (see fallback_transport).
-constexpr duration long_path_rtt = std::chrono::milliseconds(200);
 /// END is multicast this many times, end_spacing apart, so a receiver that loses
 /// one still learns the session is over.
 constexpr std::uint32_t end_repeats = 3;
@@ -61,32 +55,25 @@ std::vector<std::byte> encode(wire::msg_type type, session_id session, const Msg
   return out;
 }
 
-}  // namespace
-
-const char* to_string(transport_kind k) noexcept {
-  switch (k) {
-    case transport_kind::sctp_udp: return "sctp";
-    case transport_kind::sctp_kernel: return "sctp-kernel";
-    case transport_kind::tcp: return "tcp";
-  }
-  return "unknown";
+fallback_settings fallback_settings_of(const sender_config& c) {
+  return {.mode = c.fallback,
+          .nak_ratio = c.fallback_nak_ratio,
+          .min_sample = c.fallback_min_sample,
+          .after_passes = c.fallback_after_passes,
+          .unicast_rate_bps = c.unicast_rate_bps,
+          .unicast_threshold = c.unicast_threshold,
+          .force_unicast = c.force_unicast,
+          .tcp_connections = c.tcp_connections,
+          .unicast_max_rate_bps = c.unicast_max_rate_bps};
 }
 
-struct sender_session::file_state {
-  std::uint32_t blocks = 0;
-  block_map wanted;
-  /// Sequence number of block 0 in pass 1 (0 = not sent in pass 1); block b went out with
-  /// first_seq + b, since pass 1 sends a file's blocks back to back (see repair_log.hpp).
-  std::uint32_t first_seq = 0;
-  std::uint32_t held_by = 0;  ///< registered receivers that hold it identically
-};
+}  // namespace
 
 struct sender_session::receiver_state {
   receiver_report rep;
   time_point last_heard{};
-  // Unicast fallback.
+  // Unicast fallback (rep.fallback_transport: its transport once ordered).
   fallback_token token{};
-  transport_kind transport = transport_kind::sctp_udp;
   std::uint32_t fallback_orders = 0;   ///< FALLBACK messages sent
   std::uint32_t unicast_failures = 0;  ///< unicast sessions that ended before COMPLETE
   bool unicast_started = false;
@@ -94,6 +81,15 @@ struct sender_session::receiver_state {
   std::uint32_t last_nak_pass = 0;  ///< sender's pass when its last NAK with blocks arrived
   /// Pending-digest claims from REGISTER: file -> the receiver's digest of its copy.
   std::vector<std::pair<std::uint32_t, sha256_digest>> pending_claims;
+
+  /// Taking part over multicast: NAKs ask for blocks.
+  bool on_multicast() const noexcept {
+    return rep.state == receiver_report::state_t::registered && !rep.fallback_transport;
+  }
+  /// Moved to unicast, its transfer under way.
+  bool on_unicast() const noexcept {
+    return rep.state == receiver_report::state_t::registered && rep.fallback_transport.has_value();
+  }
 };
 
 sender_session::sender_session(sender_config cfg, std::vector<manifest_entry> files,
@@ -106,7 +102,9 @@ sender_session::sender_session(sender_config cfg, std::vector<manifest_entry> fi
       m_pacer(m_cfg.rate_bps,
               std::max({m_cfg.burst_bytes, m_cfg.rate_bps / 8 / 1000 * catch_up_ms,
                         std::uint64_t{m_cfg.block_size + wire::data_header_size + ip_udp_overhead +
-                                      m_cfg.data_trailer_bytes}})) {
+                                      m_cfg.data_trailer_bytes}})),
+      m_passes(std::vector<std::uint32_t>{}),
+      m_fallback(fallback_settings_of(m_cfg)) {
   if (m_cfg.block_size < wire::min_block_size || m_cfg.block_size > wire::max_block_size) {
     throw std::invalid_argument("block size " + std::to_string(m_cfg.block_size) +
                                 " is outside " + std::to_string(wire::min_block_size) + ".." +
@@ -138,15 +136,14 @@ sender_session::sender_session(sender_config cfg, std::vector<manifest_entry> fi
   for (const auto& id : m_cfg.only_receivers) {
     if (!wire::valid_receiver_id(id)) throw std::invalid_argument("invalid receiver id '" + id + "'");
   }
-  m_state.resize(m_files.size());
+  std::vector<std::uint32_t> blocks(m_files.size());
   for (std::size_t i = 0; i < m_files.size(); ++i) {
     if (m_files[i].size > max_file_size) {
       throw std::invalid_argument("file too large: " + m_files[i].path);
     }
-    auto& fs = m_state[i];
-    fs.blocks = block_count(m_files[i].size, m_cfg.block_size);
-    fs.wanted = block_map(fs.blocks);
+    blocks[i] = block_count(m_files[i].size, m_cfg.block_size);
   }
+  m_passes = pass_scheduler(blocks);
   while (m_digests_through < m_files.size() && m_files[m_digests_through].digest) {
     ++m_digests_through;
   }
@@ -154,9 +151,7 @@ sender_session::sender_session(sender_config cfg, std::vector<manifest_entry> fi
   if (m_cfg.receivers.empty()) m_cfg.receivers = m_cfg.only_receivers;
   // Deciding for unicast from the start needs the registrations (count, RTT): do not start
   // pass 1 before them when that decision is possible.
-  if (m_cfg.fallback != fallback_mode::off && (m_cfg.force_unicast || m_cfg.unicast_rate_bps > 0)) {
-    m_cfg.eager_start = false;
-  }
+  if (m_fallback.decides_at_registration()) m_cfg.eager_start = false;
   for (const auto& id : m_cfg.receivers) {
     if (m_by_id.count(id)) continue;
     auto r = std::make_unique<receiver_state>();
@@ -199,7 +194,7 @@ void sender_session::build_announce_chunks() {
   }
   // header + params (tag + length + body) + chunk + first_file + timestamp, worst case
   const std::size_t fixed = wire::header_size + params_bytes + 3 + 6 + 6 + 11;
-  const std::size_t budget = wire::control_budget - fixed;
+  const std::size_t budget = wire::control_budget - fixed - m_cfg.announce_reserve_bytes;
 
   auto chunk = std::make_unique<wire::announce>();
   std::size_t used = 0;
@@ -267,7 +262,7 @@ bool sender_session::pop_control(control_send& out) {
 }
 
 void sender_session::set_unicast_endpoint(transport_kind k, const endpoint& e) {
-  m_unicast_endpoints[static_cast<std::size_t>(k)] = e;
+  m_fallback.set_endpoint(k, e);
 }
 
 bool sender_session::pop_fallback(fallback_order& out) {
@@ -277,73 +272,11 @@ bool sender_session::pop_fallback(fallback_order& out) {
   return true;
 }
 
-std::optional<transport_kind> sender_session::fallback_transport(const receiver_state* r) const noexcept {
-  auto have = [this](transport_kind k) {
-    return m_unicast_endpoints[static_cast<std::size_t>(k)].has_value();
-  };
-  switch (m_cfg.fallback) {
-    case fallback_mode::off: return std::nullopt;
-    case fallback_mode::sctp:
-      return have(transport_kind::sctp_udp) ? std::optional(transport_kind::sctp_udp) : std::nullopt;
-    case fallback_mode::sctp_kernel:
-      return have(transport_kind::sctp_kernel) ? std::optional(transport_kind::sctp_kernel)
-                                               : std::nullopt;
-    case fallback_mode::tcp:
-      return have(transport_kind::tcp) ? std::optional(transport_kind::tcp) : std::nullopt;
-    case fallback_mode::automatic:
-      // One SCTP association's loss-based congestion control collapses on long lossy paths
-      // (usrsctp, 10 Mbit/s, 700 ms RTT, 1e-3 loss: 10 MB took 194-231 s against 14-16 s over
-      // four TCP connections, common/unicast/README.md), so long paths get multi-socket TCP.
-      if (r && r->rep.rtt_valid && r->rep.rtt > long_path_rtt && have(transport_kind::tcp)) {
-        return transport_kind::tcp;
-      }
-      if (have(transport_kind::sctp_udp)) return transport_kind::sctp_udp;
-      if (have(transport_kind::tcp)) return transport_kind::tcp;
-      return std::nullopt;
-  }
-  return std::nullopt;
-}
-
-bool sender_session::unicast_beats_multicast(std::string& why) const {
-  if (m_cfg.force_unicast) {
-    why = "unicast requested by the operator";
-    return true;
-  }
-  if (m_cfg.unicast_rate_bps == 0 || m_registered == 0) return false;
-  // Cost model (seconds), from the registrations just measured: multicast sends the set once at
-  // the rate, then needs about two round trips for the tail NAKs and COMPLETE; unicast needs a
-  // connection set-up (about two round trips: SCTP's four-way handshake, or TCP's plus the
-  // request) and sends the set once per receiver through the sender's unicast capacity.
-  double bytes = 0;
-  for (const auto& f : m_files) bytes += static_cast<double>(f.size);
-  const double rtt = to_seconds(m_grtt.estimate());
-  const double rate = m_cfg.rate_bps ? static_cast<double>(m_cfg.rate_bps) : 1e12;
-  const double multicast = bytes * 8 / rate + 2 * rtt;
-  const double unicast = 2 * rtt + m_registered * bytes * 8 / static_cast<double>(m_cfg.unicast_rate_bps);
-  char buf[200];
-  std::snprintf(buf, sizeof buf,
-                "small set: unicast to %u receivers %.3f s < %.2f x multicast %.3f s "
-                "(%.0f bytes, GRTT %.0f ms)",
-                m_registered, unicast, m_cfg.unicast_threshold, multicast, bytes, rtt * 1000);
-  why = buf;
-  return unicast < m_cfg.unicast_threshold * multicast;
-}
-
-std::uint32_t auto_tcp_connections(std::uint64_t rate_bps, duration rtt) noexcept {
-  constexpr std::uint32_t fewest = 4, most = 8;
-  constexpr double initial_window_bytes = 10 * 1448.0;  // RFC 6928, 1500-byte MTU
-  if (rate_bps == 0 || rtt <= duration::zero()) return fewest;
-  const double bdp_bytes = static_cast<double>(rate_bps) / 8 * to_seconds(rtt);
-  const double n = std::ceil(bdp_bytes / initial_window_bytes);
-  return n >= most ? most : std::max(fewest, static_cast<std::uint32_t>(n));
-}
-
 void sender_session::order_fallback(receiver_state& r, std::string reason, time_point now) {
-  if (r.rep.state != receiver_report::state_t::registered) return;
-  const auto t = fallback_transport(&r);
+  if (!r.on_multicast()) return;
+  const auto t = m_fallback.transport(r.rep.rtt_valid ? std::optional(r.rep.rtt) : std::nullopt);
   if (!t) return;
-  r.rep.state = receiver_report::state_t::unicast_pending;
-  r.transport = *t;
+  r.rep.fallback_transport = *t;
   if (m_cfg.token_source) {
     r.token = m_cfg.token_source();
   } else {
@@ -354,21 +287,16 @@ void sender_session::order_fallback(receiver_state& r, std::string reason, time_
   }
   r.token.back() |= 1;  // never all zero
   r.rep.fallback_reason = reason;
-  r.rep.fallback_transport = to_string(*t);
   r.rep.fallback_at = now - m_start;
   if (*t == transport_kind::tcp) {
     r.rep.fallback_connections =
-        m_cfg.tcp_connections
-            ? m_cfg.tcp_connections
-            : auto_tcp_connections(m_cfg.unicast_max_rate_bps ? m_cfg.unicast_max_rate_bps
-                                                               : m_cfg.rate_bps,
-                                   r.rep.rtt_valid ? r.rep.rtt : m_grtt.estimate());
+        m_fallback.tcp_connections(m_cfg.rate_bps, r.rep.rtt_valid ? r.rep.rtt : m_grtt.estimate());
   }
   m_fallbacks.push_back({r.rep.id, *t, r.token, reason});
   if (m_log) {
     const auto n = r.rep.fallback_connections;
     m_log->info("session {:08x}: receiver '{}' goes unicast over {}{}: {}", m_cfg.session.value,
-                r.rep.id, to_string(*t),
+                r.rep.id, *t,
                 n ? fmt::format(" ({} connection{}{})", n, n == 1 ? "" : "s",
                                 m_cfg.tcp_connections ? "" : ", automatic")
                   : std::string(),
@@ -385,12 +313,13 @@ void sender_session::send_fallback(receiver_state& r, time_point now) {
     check_done(now);
     return;
   }
-  const auto& ep = *m_unicast_endpoints[static_cast<std::size_t>(r.transport)];
+  const transport_kind t = *r.rep.fallback_transport;
+  const auto& ep = *m_fallback.endpoint_of(t);
   wire::fallback m;
   m.set_receiver_id(r.rep.id);
-  m.set_transport(r.transport == transport_kind::tcp           ? wire::fallback::TCP
-                  : r.transport == transport_kind::sctp_kernel ? wire::fallback::SCTP_KERNEL
-                                                               : wire::fallback::SCTP_UDP);
+  m.set_transport(t == transport_kind::tcp           ? wire::fallback::TCP
+                  : t == transport_kind::sctp_kernel ? wire::fallback::SCTP_KERNEL
+                                                     : wire::fallback::SCTP_UDP);
   // An unspecified address (0.0.0.0) means "where my control datagrams come from".
   const bool unspecified = std::all_of(ep.addr.begin(), ep.addr.begin() + (ep.v6 ? 16 : 4),
                                        [](std::uint8_t b) { return b == 0; });
@@ -406,7 +335,7 @@ void sender_session::send_fallback(receiver_state& r, time_point now) {
 
 void sender_session::on_unicast_started(const std::string& receiver_id, time_point now) {
   receiver_state* r = find_receiver(receiver_id);
-  if (!r || r->rep.state != receiver_report::state_t::unicast_pending) return;
+  if (!r || !r->on_unicast()) return;
   r->unicast_started = true;
   r->fallback_orders = 0;  // it connected: the order limit counts unanswered orders only
   r->last_heard = now;
@@ -415,7 +344,7 @@ void sender_session::on_unicast_started(const std::string& receiver_id, time_poi
 void sender_session::on_unicast_failed(const std::string& receiver_id, const std::string& why,
                                        time_point now) {
   receiver_state* r = find_receiver(receiver_id);
-  if (!r || r->rep.state != receiver_report::state_t::unicast_pending) return;
+  if (!r || !r->on_unicast()) return;
   r->unicast_started = false;
   if (++r->unicast_failures > m_cfg.fallback_max_orders) {
     fail_receiver(*r, "unicast fallback failed: " + why, now);
@@ -497,8 +426,7 @@ void sender_session::on_timer(time_point now) {
     }
   }
   for (auto& r : m_receivers) {
-    if (r->rep.state == receiver_report::state_t::unicast_pending && !r->unicast_started &&
-        now >= r->next_fallback) {
+    if (r->on_unicast() && !r->unicast_started && now >= r->next_fallback) {
       send_fallback(*r, now);
     }
   }
@@ -530,7 +458,7 @@ void sender_session::on_timer(time_point now) {
           fail_receiver(*r,
                         "silent for " + std::to_string(to_seconds(now - since)).substr(0, 4) +
                             " s while the sender waited for its " +
-                            (r->rep.state == receiver_report::state_t::registered
+                            (r->on_multicast()
                                  ? "NAKs or COMPLETE"
                                  : "COMPLETE over unicast (it answers status requests too)"),
                         now);
@@ -583,15 +511,18 @@ void sender_session::close_registration(time_point now) {
     start_ending(now, true, "no receiver registered");
     return;
   }
-  std::string why;
-  if (fallback_transport() && unicast_beats_multicast(why)) {
-    for (auto& r : m_receivers) order_fallback(*r, why, now);
+  m_passes.group_known(m_registered);
+  if (m_fallback.transport()) {
+    double bytes = 0;
+    for (const auto& f : m_files) bytes += static_cast<double>(f.size);
+    if (const auto why =
+            m_fallback.unicast_from_start(bytes, m_registered, m_grtt.estimate(), m_cfg.rate_bps)) {
+      for (auto& r : m_receivers) order_fallback(*r, *why, now);
+    }
   }
   if (m_phase == phase::announcing) {
-    const bool any_multicast =
-        std::any_of(m_receivers.begin(), m_receivers.end(), [](const auto& r) {
-          return r->rep.state == receiver_report::state_t::registered;
-        });
+    const bool any_multicast = std::any_of(m_receivers.begin(), m_receivers.end(),
+                                           [](const auto& r) { return r->on_multicast(); });
     if (any_multicast) {
       start_transfer(now);
     } else {
@@ -605,18 +536,12 @@ void sender_session::close_registration(time_point now) {
 }
 
 void sender_session::start_transfer(time_point now) {
-  for (auto& fs : m_state) {
-    fs.wanted.set_all();
-    m_wanted_total += fs.blocks;
-  }
+  m_passes.want_all();
   start_pass(now);
 }
 
 void sender_session::start_pass(time_point now) {
-  ++m_pass;
-  m_prompt.clear();  // the new sweep covers every wanted block
-  m_cursor_file = 0;
-  m_cursor_block = 0;
+  m_passes.start_pass();
   m_phase = phase::transferring;
   m_next_pass_at.reset();
   m_next_marker = now + std::clamp<duration>(m_grtt.estimate() / 2, min_marker_interval,
@@ -624,34 +549,12 @@ void sender_session::start_pass(time_point now) {
   if (m_log) {
     if (m_registration_open) {
       m_log->info("session {:08x}: pass {} starts while registration is open: {} blocks",
-                  m_cfg.session.value, m_pass, m_wanted_total);
+                  m_cfg.session.value, m_passes.pass(), m_passes.wanted());
     } else {
       m_log->info("session {:08x}: pass {} starts: {} blocks, {} receivers active",
-                  m_cfg.session.value, m_pass, m_wanted_total, m_active);
+                  m_cfg.session.value, m_passes.pass(), m_passes.wanted(), m_active);
     }
   }
-}
-
-bool sender_session::advance_cursor() {
-  while (m_cursor_file < m_state.size()) {
-    auto& fs = m_state[m_cursor_file];
-    // Pass 1 skips a file every registered receiver already holds, once the group is known.
-    if (m_pass == 1 && m_cursor_block == 0 && !m_registration_open && m_registered > 0 &&
-        fs.held_by >= m_registered && !fs.wanted.none()) {
-      m_wanted_total -= fs.wanted.count();
-      fs.wanted.clear_all();
-    }
-    if (!fs.wanted.none()) {
-      const std::uint32_t b = fs.wanted.find_set(m_cursor_block);
-      if (b < fs.blocks) {
-        m_cursor_block = b;
-        return true;
-      }
-    }
-    ++m_cursor_file;
-    m_cursor_block = 0;
-  }
-  return false;
 }
 
 std::size_t sender_session::next_data(time_point now, std::span<data_send> out) {
@@ -662,58 +565,25 @@ std::size_t sender_session::next_data(time_point now, std::span<data_send> out) 
     // Blocks NAKed behind the cursor go out first, while the pass still runs (DESIGN.md: repair
     // starts while data still flows), so a receiver's holes close within a round trip and its
     // in-order hashing does not stall until the next pass.
-    std::uint32_t file = 0;
-    std::uint32_t block = 0;
-    bool repair = false;
-    while (!m_prompt.empty()) {
-      const auto [f, b] = m_prompt.front();
-      if (m_state[f].wanted.test(b)) {
-        file = f;
-        block = b;
-        repair = true;
-        break;
-      }
-      m_prompt.pop_front();  // already sent
+    const auto pick = m_passes.peek();
+    if (!pick) {
+      end_pass(now);
+      break;
     }
-    if (!repair) {
-      if (!advance_cursor()) {
-        end_pass(now);
-        break;
-      }
-      file = m_cursor_file;
-      block = m_cursor_block;
-    }
-    auto& fs = m_state[file];
-    const std::uint32_t len = block_length(m_files[file].size, m_cfg.block_size, block);
+    const std::uint32_t len = block_length(m_files[pick->file].size, m_cfg.block_size, pick->block);
     const std::uint64_t wire_bytes =
         len + wire::data_header_size + ip_udp_overhead + m_cfg.data_trailer_bytes;
     if (wire_bytes > allowance) break;
     allowance -= wire_bytes;
     m_pacer.consume(now, wire_bytes);
-    if (++m_seq == 0) ++m_seq;  // 0 means "never sent"
     auto& d = out[n++];
-    d.file = file_index{file};
-    d.block = block_index{block};
-    d.seq = m_seq;
-    d.offset = std::uint64_t{block} * m_cfg.block_size;
+    d.file = file_index{pick->file};
+    d.block = block_index{pick->block};
+    d.seq = m_passes.take(*pick);
+    d.offset = std::uint64_t{pick->block} * m_cfg.block_size;
     d.length = len;
-    fs.wanted.reset(block);
-    --m_wanted_total;
     ++m_data_datagrams;
     m_data_bytes += len;
-    if (repair) {
-      m_prompt.pop_front();
-      m_repairs.record(file, block, m_seq);
-      ++m_repair_datagrams;
-      continue;
-    }
-    if (m_pass == 1) {
-      if (block == 0) fs.first_seq = m_seq;
-    } else {
-      m_repairs.record(file, block, m_seq);
-      ++m_repair_datagrams;
-    }
-    ++m_cursor_block;
   }
   return n;
 }
@@ -721,17 +591,15 @@ std::size_t sender_session::next_data(time_point now, std::span<data_send> out) 
 void sender_session::end_pass(time_point now) {
   if (m_log) {
     m_log->info("session {:08x}: pass {} done at {:.3f} s; {} blocks NAKed for the next pass",
-                m_cfg.session.value, m_pass, to_seconds(now - m_start), m_wanted_total);
+                m_cfg.session.value, m_passes.pass(), to_seconds(now - m_start), m_passes.wanted());
   }
   send_marker(now, true, true);
-  if (m_pass >= m_cfg.fallback_after_passes && fallback_transport()) {
+  if (const auto why = m_fallback.after_passes(m_passes.pass())) {
     for (auto& r : m_receivers) {
-      if (r->rep.state == receiver_report::state_t::registered && r->last_nak_pass == m_pass) {
-        order_fallback(*r, "still missing data after " + std::to_string(m_pass) + " passes", now);
-      }
+      if (r->on_multicast() && r->last_nak_pass == m_passes.pass()) order_fallback(*r, *why, now);
     }
   }
-  if (m_wanted_total > 0 && m_pass < m_cfg.max_passes) {
+  if (m_passes.wanted() > 0 && m_passes.pass() < m_cfg.max_passes) {
     start_pass(now);
     return;
   }
@@ -743,14 +611,14 @@ void sender_session::end_pass(time_point now) {
 
 void sender_session::send_marker(time_point now, bool pass_end, bool status_request) {
   wire::marker m;
-  m.set_pass(m_pass);
-  m.set_file(pass_end ? static_cast<std::uint32_t>(m_files.size()) : m_cursor_file);
-  m.set_block(pass_end ? 0 : m_cursor_block);
+  m.set_pass(m_passes.pass());
+  m.set_file(pass_end ? static_cast<std::uint32_t>(m_files.size()) : m_passes.cursor_file());
+  m.set_block(pass_end ? 0 : m_passes.cursor_block());
   m.set_pass_end(pass_end);
   m.set_sender_time_us(to_wire_us(now));
   m.set_grtt_us(static_cast<std::uint32_t>(
       std::chrono::duration_cast<std::chrono::microseconds>(m_grtt.estimate()).count()));
-  m.set_seq(m_seq);
+  m.set_seq(m_passes.seq());
   m.set_digests_through(m_digests_through);
   m.set_nak_backoff_us(static_cast<std::uint32_t>(
       std::chrono::duration_cast<std::chrono::microseconds>(nak_backoff()).count()));
@@ -798,7 +666,7 @@ void sender_session::on_digest(file_index file, const sha256_digest& digest, tim
 }
 
 void sender_session::mark_held(receiver_state& r, std::uint32_t file) {
-  ++m_state[file].held_by;
+  m_passes.mark_held(file);
   ++r.rep.files_held;
   r.rep.held_files.push_back(file);
 }
@@ -935,6 +803,20 @@ void sender_session::handle_register(const wire::register_request& m, const endp
     refuse("registration closed");
     return;
   }
+  if (!r && m_receivers.size() >= m_cfg.max_receivers) {
+    ++m_receivers_refused_full;
+    // One line per refusal could be a flood: log the first, then rarely (log_limit.hpp).
+    if (worth_logging(m_receivers_refused_full) && m_log) {
+      m_log->warn("session {:08x}: registration of '{}' from {} refused: the session has its "
+                  "maximum of {} receivers ({} refused so far)",
+                  m_cfg.session.value, m.receiver_id(), from.to_string(),
+                  m_cfg.max_receivers, m_receivers_refused_full);
+    }
+    reply.set_accepted(false);
+    reply.set_reason("the session has its maximum number of receivers");
+    queue_unicast(from, encode(wire::msg_type::register_reply, m_cfg.session, reply));
+    return;
+  }
   if (!r) {
     auto owned = std::make_unique<receiver_state>();
     owned->rep.id = m.receiver_id();
@@ -993,7 +875,7 @@ void sender_session::handle_nak(const wire::nak& m, const endpoint& from, time_p
     return;
   }
   const std::uint32_t file_count = static_cast<std::uint32_t>(m_files.size());
-  if (r->rep.state == receiver_report::state_t::unicast_pending) {
+  if (r->on_unicast()) {
     // Its data comes over unicast; its NAKs only ask for digests and show it is alive. A NAK
     // with blocks means it lost its unicast state (a restart): order it again.
     r->last_heard = now;
@@ -1008,14 +890,14 @@ void sender_session::handle_nak(const wire::nak& m, const endpoint& from, time_p
     if (!m_digest_queue.empty() && digests_sendable()) send_digests(now);
     return;
   }
-  if (r->rep.state != receiver_report::state_t::registered) {
+  if (!r->on_multicast()) {
     m_drops.add(errc::stale);  // completed or failed already
     return;
   }
   for (const auto& fn : m.files()) {
     if (fn.file() >= file_count ||
         for_each_range(std::span(fn.ranges().data(), static_cast<std::size_t>(fn.ranges_size())),
-                       m_state[fn.file()].blocks, [](std::uint32_t, std::uint32_t) {})) {
+                       m_passes.blocks(fn.file()), [](std::uint32_t, std::uint32_t) {})) {
       m_drops.add(errc::invalid_field);
       return;
     }
@@ -1026,61 +908,37 @@ void sender_session::handle_nak(const wire::nak& m, const endpoint& from, time_p
   ++r->rep.naks;
   sample_rtt(*r, m.echo_time_us(), m.hold_us(), now);
   std::uint64_t naked = 0;
-  std::uint64_t added = 0;
   for (const auto& fn : m.files()) {
-    auto& fs = m_state[fn.file()];
     for_each_range(std::span(fn.ranges().data(), static_cast<std::size_t>(fn.ranges_size())),
-                   fs.blocks, [&](std::uint32_t first, std::uint32_t count) {
+                   m_passes.blocks(fn.file()), [&](std::uint32_t first, std::uint32_t count) {
                      naked += count;
-                     for (std::uint32_t b = first; b < first + count; ++b) {
-                       // Sent again after the receiver's view: that copy is still on its way.
-                       std::uint32_t last = m_repairs.last(fn.file(), b);
-                       if (last == 0 && fs.first_seq != 0) last = fs.first_seq + b;
-                       if (last != 0 && seq_after(last, m.seen_seq())) continue;
-                       if (!fs.wanted.set(b)) continue;
-                       ++added;
-                       const bool behind = fn.file() < m_cursor_file ||
-                                           (fn.file() == m_cursor_file && b < m_cursor_block);
-                       if (m_phase == phase::transferring && behind &&
-                           m_prompt.size() < max_prompt_repairs) {
-                         m_prompt.emplace_back(fn.file(), b);
-                       }
-                     }
+                     m_passes.nak(fn.file(), first, count, m.seen_seq(),
+                                  m_phase == phase::transferring);
                    });
   }
   r->rep.blocks_naked += naked;
   // Blocks asked for now go out in the next pass at the latest.
-  if (naked > 0) r->last_nak_pass = m_pass;
-  if (m_cfg.fallback != fallback_mode::off && m_data_datagrams >= m_cfg.fallback_min_sample) {
-    const double ratio =
-        static_cast<double>(r->rep.blocks_naked) / static_cast<double>(m_data_datagrams);
-    if (ratio > m_cfg.fallback_nak_ratio) {
-      char buf[120];
-      std::snprintf(buf, sizeof buf, "NAK ratio %.1f %% above %.1f %% (%llu of %llu blocks)",
-                    ratio * 100, m_cfg.fallback_nak_ratio * 100,
-                    static_cast<unsigned long long>(r->rep.blocks_naked),
-                    static_cast<unsigned long long>(m_data_datagrams));
-      order_fallback(*r, buf, now);
-    }
+  if (naked > 0) r->last_nak_pass = m_passes.pass();
+  if (const auto why = m_fallback.nak_ratio_exceeded(r->rep.blocks_naked, m_data_datagrams)) {
+    order_fallback(*r, *why, now);
   }
-  m_wanted_total += added;
   for (const auto f : m.digests_wanted()) {
     if (f < file_count && m_files[f].digest) m_digest_queue.push_back(f);
   }
   if (!m_digest_queue.empty() && digests_sendable()) send_digests(now);
-  if (m_phase == phase::waiting && naked > 0 && r->rep.state == receiver_report::state_t::registered) {
-    if (m_pass >= m_cfg.fallback_after_passes && fallback_transport()) {
-      order_fallback(*r, "still missing data after " + std::to_string(m_pass) + " passes", now);
+  if (m_phase == phase::waiting && naked > 0 && r->on_multicast()) {
+    if (const auto why = m_fallback.after_passes(m_passes.pass())) {
+      order_fallback(*r, *why, now);
       return;
     }
-    if (m_pass >= m_cfg.max_passes) {
+    if (m_passes.pass() >= m_cfg.max_passes) {
       fail_receiver(*r,
                     "still missing " + std::to_string(naked) + " blocks after " +
                         std::to_string(m_cfg.max_passes) + " passes",
                     now);
       return;
     }
-    if (m_wanted_total > 0 && !m_next_pass_at) m_next_pass_at = now + nak_backoff();
+    if (m_passes.wanted() > 0 && !m_next_pass_at) m_next_pass_at = now + nak_backoff();
   }
 }
 
@@ -1095,15 +953,15 @@ void sender_session::handle_complete(const wire::complete& m, const endpoint& fr
   ack.set_receiver_id(m.receiver_id());
   queue_unicast(from, encode(wire::msg_type::complete_ack, m_cfg.session, ack));
   r->last_heard = now;
-  const bool via_unicast = r->rep.state == receiver_report::state_t::unicast_pending;
-  if (r->rep.state != receiver_report::state_t::registered && !via_unicast) return;  // a repeat
+  if (r->rep.state != receiver_report::state_t::registered) return;  // a repeat
+  const bool via_unicast = r->rep.fallback_transport.has_value();
   sample_rtt(*r, m.echo_time_us(), m.hold_us(), now);
-  r->rep.state = via_unicast ? receiver_report::state_t::unicast : receiver_report::state_t::completed;
+  r->rep.state = receiver_report::state_t::completed;
   r->rep.files_stored = m.files_stored();
   r->rep.bytes_stored = m.bytes_stored();
   r->rep.files_held = std::max(r->rep.files_held, m.files_held());
   // The pass that brought its last missing block: one after the pass of its last NAK.
-  r->rep.passes = via_unicast ? r->last_nak_pass : std::min(m_pass, r->last_nak_pass + 1);
+  r->rep.passes = via_unicast ? r->last_nak_pass : std::min(m_passes.pass(), r->last_nak_pass + 1);
   r->rep.completion_time = now - m_start;
   for (const auto& f : m.failures()) {
     r->rep.file_failures.emplace_back(f.file(), f.reason().substr(0, 256));
@@ -1118,8 +976,8 @@ void sender_session::handle_complete(const wire::complete& m, const endpoint& fr
       m_log->info("session {:08x}: receiver '{}' completed {} in {:.3f} s: {} files stored, {} "
                   "held, {} bytes",
                   m_cfg.session.value, r->rep.id,
-                  via_unicast ? "over " + r->rep.fallback_transport
-                              : "after pass " + std::to_string(m_pass),
+                  via_unicast ? fmt::format("over {}", *r->rep.fallback_transport)
+                              : "after pass " + std::to_string(m_passes.pass()),
                   to_seconds(r->rep.completion_time), r->rep.files_stored, r->rep.files_held,
                   r->rep.bytes_stored);
     } else {
@@ -1137,16 +995,14 @@ bool sender_session::times_out(const receiver_state& r) const noexcept {
   // sender asks for status: registered ones by NAK or COMPLETE, unicast ones (connected) by a
   // NAK as a sign of life or COMPLETE. One that stops (a full disk, a crash) is failed, so the
   // session always ends. Unconnected unicast receivers are bounded by fallback_max_orders.
-  return r.rep.state == receiver_report::state_t::registered ||
-         (r.rep.state == receiver_report::state_t::unicast_pending && r.unicast_started);
+  return r.on_multicast() || (r.on_unicast() && r.unicast_started);
 }
 
 void sender_session::fail_receiver(receiver_state& r, std::string why, time_point now) {
-  const bool was_active = r.rep.state == receiver_report::state_t::registered ||
-                          r.rep.state == receiver_report::state_t::unicast_pending;
+  const bool was_active = r.rep.state == receiver_report::state_t::registered;
   r.rep.state = receiver_report::state_t::failed;
   r.rep.reason = std::move(why);
-  r.rep.passes = m_pass;
+  r.rep.passes = m_passes.pass();
   r.rep.completion_time = now - m_start;
   if (was_active) --m_active;
   if (m_log) {
@@ -1175,7 +1031,7 @@ void sender_session::start_ending(time_point now, bool aborted, const std::strin
       m_log->warn("session {:08x}: ending early: {}", m_cfg.session.value, why);
     } else {
       m_log->info("session {:08x}: every receiver is done after {} passes, {:.3f} s",
-                  m_cfg.session.value, m_pass, to_seconds(now - m_start));
+                  m_cfg.session.value, m_passes.pass(), to_seconds(now - m_start));
     }
   }
 }
@@ -1183,7 +1039,6 @@ void sender_session::start_ending(time_point now, bool aborted, const std::strin
 void sender_session::abort(time_point now, std::string why) {
   for (auto& r : m_receivers) {
     if (r->rep.state == receiver_report::state_t::registered ||
-        r->rep.state == receiver_report::state_t::unicast_pending ||
         r->rep.state == receiver_report::state_t::missing) {
       fail_receiver(*r, "session aborted: " + why, now);
     }
@@ -1199,8 +1054,7 @@ void sender_session::set_rate(std::uint64_t rate_bps) noexcept {
 bool sender_session::succeeded() const noexcept {
   if (m_aborted || m_receivers.empty()) return false;
   return std::all_of(m_receivers.begin(), m_receivers.end(), [](const auto& r) {
-    return r->rep.state == receiver_report::state_t::completed ||
-           r->rep.state == receiver_report::state_t::unicast;
+    return r->rep.state == receiver_report::state_t::completed;
   });
 }
 
@@ -1239,7 +1093,7 @@ std::optional<time_point> sender_session::next_deadline(time_point now) const {
       return std::nullopt;
   }
   for (const auto& r : m_receivers) {
-    if (r->rep.state == receiver_report::state_t::unicast_pending && !r->unicast_started) {
+    if (r->on_unicast() && !r->unicast_started) {
       consider(r->next_fallback);
     }
   }
@@ -1255,12 +1109,14 @@ session_report sender_session::report(time_point now) const {
   rep.files = static_cast<std::uint32_t>(m_files.size());
   for (std::size_t i = 0; i < m_files.size(); ++i) {
     rep.bytes += m_files[i].size;
-    if (m_registered == 0 || m_state[i].held_by < m_registered) rep.transferred_bytes += m_files[i].size;
+    if (m_registered == 0 || m_passes.held_by(static_cast<std::uint32_t>(i)) < m_registered) {
+      rep.transferred_bytes += m_files[i].size;
+    }
   }
-  rep.passes = m_pass;
+  rep.passes = m_passes.pass();
   rep.data_datagrams = m_data_datagrams;
   rep.data_bytes = m_data_bytes;
-  rep.repair_datagrams = m_repair_datagrams;
+  rep.repair_datagrams = m_passes.repairs();
   rep.grtt = m_grtt.estimate();
   rep.elapsed = (m_phase == phase::done || m_phase == phase::ending ? m_finished : now) - m_start;
   rep.drops = m_drops;

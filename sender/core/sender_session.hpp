@@ -12,8 +12,9 @@
 #include "common/manifest.hpp"
 #include "common/pacer.hpp"
 #include "common/time.hpp"
+#include "sender/core/fallback_policy.hpp"
 #include "sender/core/grtt.hpp"
-#include "sender/core/repair_log.hpp"
+#include "sender/core/pass_scheduler.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -39,16 +40,6 @@ class complete;
 
 namespace mcdist::sender {
 
-/// Unicast fallback transports (DESIGN.md "Unicast fallback").
-enum class transport_kind : std::uint8_t { sctp_udp, sctp_kernel, tcp };
-
-/// Name for logs and JSON: "sctp", "sctp-kernel", "tcp".
-const char* to_string(transport_kind k) noexcept;
-
-/// Which fallback the sender may use: off, auto (the shell's best available transport:
-/// usrsctp over UDP, else TCP), or a fixed transport.
-enum class fallback_mode : std::uint8_t { off, automatic, sctp, sctp_kernel, tcp };
-
 /// Session settings. Durations are core-clock durations; rates bit/s; sizes bytes.
 struct sender_config {
   session_id session{1};
@@ -59,6 +50,10 @@ struct sender_config {
   std::vector<std::string> receivers;
   /// Resend mode: only these receiver ids take part; others ignore the session.
   std::vector<std::string> only_receivers;
+  /// Open group: receivers accepted at most. Bounds the sender's per-receiver state (a few
+  /// hundred bytes each) against a flood of REGISTERs under made-up ids from a host without a
+  /// pinned site key; a closed group or pinned site keys (docs/security.md) keep strangers out.
+  std::size_t max_receivers = 10'000;
   duration register_window = std::chrono::seconds(2);    ///< open group: how long to accept
   duration register_timeout = std::chrono::seconds(30);  ///< closed group: longest wait
   duration announce_interval = std::chrono::milliseconds(250);  ///< between announce cycles
@@ -97,12 +92,16 @@ struct sender_config {
   /// Bytes every data datagram carries after its payload (the authentication tag,
   /// auth::data_trailer_bytes, when the session is signed): counted by the pacer.
   std::uint32_t data_trailer_bytes = 0;
+  /// Bytes each announce chunk leaves unused below wire::control_budget for what the shell
+  /// adds to its body (auth::sealed_body_overhead in an encrypted session), so a sealed
+  /// announce is no larger than a signed one.
+  std::uint32_t announce_reserve_bytes = 0;
   /// Source of unicast fallback tokens, 128 bits (the shell passes the kernel's CSPRNG, so one
   /// token does not predict the next); empty: the session's seeded generator (tests,
   /// simulation).
   std::function<fallback_token()> token_source;
 
-  // --- unicast fallback policy ---
+  // --- unicast fallback policy (fallback_policy.hpp) ---
   fallback_mode fallback = fallback_mode::automatic;
   /// A receiver whose NAKed blocks exceed this fraction of the data sent is moved to unicast,
   /// so its repairs stop costing everyone else.
@@ -127,17 +126,6 @@ struct sender_config {
   std::uint32_t fallback_max_orders = 10;
 };
 
-/// TCP connections for a receiver's multi-socket fallback when the operator gave none: enough
-/// that their initial windows together (10 segments of 1448 bytes each, RFC 6928) cover the
-/// path's bandwidth-delay product, so the first round trip already fills the link, and no
-/// fewer than 4 nor more than 8. Allman, Ostermann & Kruse (T1, 590 ms): 1 connection reached
-/// 24 % of the link, 8 reached 91 %, more overflowed the router queues.
-/// @param rate_bps bit/s one receiver can take (its --unicast-max-rate, else the multicast rate;
-///        0 = unknown: 4)
-/// @param rtt      the receiver's measured round-trip time (zero = unknown: 4)
-/// @return 4..8
-std::uint32_t auto_tcp_connections(std::uint64_t rate_bps, duration rtt) noexcept;
-
 /// A receiver the policy moved to unicast: the shell registers its grant with the unicast
 /// server before the FALLBACK message reaches the receiver.
 struct fallback_order {
@@ -149,8 +137,9 @@ struct fallback_order {
 
 /// What the sender knows about one receiver, for the summary.
 struct receiver_report {
-  /// unicast_pending: moved to unicast, transfer under way; unicast: completed over unicast.
-  enum class state_t { missing, registered, completed, failed, unicast_pending, unicast };
+  /// The receiver's outcome so far: missing (never registered), registered (taking part, the
+  /// transfer under way), completed, failed. How its data reached it is `fallback_transport`.
+  enum class state_t { missing, registered, completed, failed };
   std::string id;
   state_t state = state_t::missing;
   endpoint address;
@@ -168,7 +157,8 @@ struct receiver_report {
   duration completion_time{};      ///< from session start
   std::string reason;              ///< why it failed
   std::string fallback_reason;     ///< why it was moved to unicast (empty: it was not)
-  std::string fallback_transport;  ///< "sctp", "tcp", ...
+  /// The path of its data: empty = multicast; else the unicast transport it was moved to.
+  std::optional<transport_kind> fallback_transport;
   std::uint32_t fallback_connections = 0;  ///< TCP connections it was told to open (0: not TCP)
   duration fallback_at{};          ///< when, from session start
   std::vector<std::pair<std::uint32_t, std::string>> file_failures;  ///< files it could not store
@@ -268,7 +258,7 @@ class sender_session {
   /// True if every receiver completed.
   bool succeeded() const noexcept;
   /// Current pass number, 0 before pass 1.
-  std::uint32_t pass() const noexcept { return m_pass; }
+  std::uint32_t pass() const noexcept { return m_passes.pass(); }
   duration grtt() const noexcept { return m_grtt.estimate(); }
   const std::vector<manifest_entry>& files() const noexcept { return m_files; }
   /// Totals and per-receiver reports as of `now`.
@@ -283,7 +273,6 @@ class sender_session {
   std::uint64_t rate_bps() const noexcept { return m_cfg.rate_bps; }
 
  private:
-  struct file_state;
   struct receiver_state;
 
   void build_announce_chunks();
@@ -310,13 +299,10 @@ class sender_session {
   duration keyed_start_grace() const noexcept;
   duration status_interval() const noexcept;
   std::uint64_t pacing_quantum() const noexcept;
-  bool advance_cursor();
   void mark_held(receiver_state& r, std::uint32_t file);
 
   void order_fallback(receiver_state& r, std::string reason, time_point now);
   void send_fallback(receiver_state& r, time_point now);
-  std::optional<transport_kind> fallback_transport(const receiver_state* r = nullptr) const noexcept;
-  bool unicast_beats_multicast(std::string& why) const;
   void handle_register(const wire::register_request& m, const endpoint& from, time_point now);
   void handle_nak(const wire::nak& m, const endpoint& from, time_point now);
   void handle_complete(const wire::complete& m, const endpoint& from, time_point now);
@@ -324,19 +310,20 @@ class sender_session {
 
   sender_config m_cfg;
   std::vector<manifest_entry> m_files;
-  std::vector<file_state> m_state;
   std::vector<std::unique_ptr<wire::announce>> m_chunks;
   std::vector<std::unique_ptr<receiver_state>> m_receivers;
   std::unordered_map<std::string, receiver_state*> m_by_id;
   std::deque<control_send> m_control;
   std::deque<fallback_order> m_fallbacks;
-  std::optional<endpoint> m_unicast_endpoints[3];
   std::shared_ptr<spdlog::logger> m_log;
   std::uint64_t m_rng_state;
   grtt_estimator m_grtt;
   pacer m_pacer;
   drop_counters m_drops;
-  repair_log m_repairs;
+  /// REGISTERs of new receivers refused because max_receivers were registered.
+  std::uint64_t m_receivers_refused_full = 0;
+  pass_scheduler m_passes;
+  fallback_policy m_fallback;
 
   phase m_phase = phase::announcing;
   time_point m_start{};
@@ -349,13 +336,6 @@ class sender_session {
   std::uint32_t m_registered = 0;
   std::uint32_t m_active = 0;  ///< registered, not yet completed or failed
 
-  std::uint32_t m_pass = 0;
-  std::uint32_t m_cursor_file = 0;
-  std::uint32_t m_cursor_block = 0;
-  std::uint64_t m_wanted_total = 0;
-  /// Blocks NAKed behind the cursor during the current pass, repaired ahead of new data.
-  std::deque<std::pair<std::uint32_t, std::uint32_t>> m_prompt;
-  std::uint32_t m_seq = 0;
   time_point m_next_marker{};
   time_point m_next_status{};
   time_point m_wait_start{};
@@ -368,7 +348,6 @@ class sender_session {
   time_point m_finished{};
   std::uint64_t m_data_datagrams = 0;
   std::uint64_t m_data_bytes = 0;
-  std::uint64_t m_repair_datagrams = 0;
   bool m_aborted = false;
 };
 

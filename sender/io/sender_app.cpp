@@ -4,7 +4,6 @@
 #include "common/wire.hpp"
 
 #include <boost/asio/post.hpp>
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
@@ -22,18 +21,6 @@ namespace {
 constexpr std::size_t max_datagrams_per_round = 3000;
 /// How often the progress line is redrawn.
 constexpr auto progress_interval = std::chrono::milliseconds(500);
-
-const char* state_name(receiver_report::state_t s) {
-  switch (s) {
-    case receiver_report::state_t::missing: return "missing";
-    case receiver_report::state_t::registered: return "registered";
-    case receiver_report::state_t::completed: return "completed";
-    case receiver_report::state_t::failed: return "failed";
-    case receiver_report::state_t::unicast_pending: return "unicast-pending";
-    case receiver_report::state_t::unicast: return "unicast";
-  }
-  return "unknown";
-}
 
 }  // namespace
 
@@ -60,6 +47,7 @@ sender_app::sender_app(boost::asio::io_context& io, app_options opts, sender_con
             if (m_opts.identity) {
               cfg.start_on_registration = true;
               cfg.data_trailer_bytes = auth::data_trailer_bytes;
+              if (m_opts.encrypt) cfg.announce_reserve_bytes = auth::sealed_body_overhead;
             }
             return cfg;
           }(),
@@ -80,7 +68,13 @@ sender_app::sender_app(boost::asio::io_context& io, app_options opts, sender_con
   m_sends.resize(net::batch_sender::max_segments(datagram));
   m_gso_buffer.resize(m_sends.size() * datagram);
   if (m_opts.identity) {
-    m_keys = std::make_unique<auth::sender_keys>(*m_opts.identity, m_session_id, m_opts.site_keys);
+    m_keys = std::make_unique<auth::sender_keys>(*m_opts.identity, m_session_id, m_opts.site_keys,
+                                                 m_opts.encrypt);
+    if (m_opts.encrypt) {
+      m_log->info("session {:08x}: encrypted: manifest, digests and data readable only by the {} "
+                  "pinned sites",
+                  m_session_id.value, m_opts.site_keys.size());
+    }
     m_log->info("session {:08x}: signed by {}{}", m_session_id.value,
                 crypto::format_public_key(m_opts.identity->public_key),
                 m_opts.site_keys.empty()
@@ -191,6 +185,7 @@ run_result sender_app::result() const {
   r.wall_seconds = std::chrono::duration<double>(end - m_started).count();
   r.succeeded = m_session.succeeded() && m_error.empty();
   r.signed_session = m_keys != nullptr;
+  r.encrypted_session = m_keys && m_keys->encrypted();
   if (m_unicast) {
     r.fallback_hellos_refused = m_unicast->counters().hellos_refused;
     r.fallback_hellos_bad_proof = m_unicast->counters().hellos_bad_proof;
@@ -298,6 +293,16 @@ void sender_app::arm_timer(time_point now) {
     m_timer_armed = false;
     service();
   });
+}
+
+void sender_app::send_key_reply(const endpoint& to) {
+  m_control_buffer.resize(wire::control_budget + auth::max_trailer_bytes);
+  const std::size_t n = m_keys->take_key_reply(m_control_buffer);
+  if (n == 0) return;
+  std::error_code ec;
+  if (!net::send_one(m_socket.native_handle(), to, {m_control_buffer.data(), n}, ec) && m_log) {
+    m_log->debug("could not send a key reply to {}: {}", to.to_string(), ec.message());
+  }
 }
 
 void sender_app::flush_control() {
@@ -448,6 +453,10 @@ void sender_app::do_receive() {
               if (refused != errc::unauthenticated) m_session.on_datagram(d, from, now);
               return;
             }
+            if (plain.empty()) {
+              send_key_reply(from);  // an encrypted session's key request: not for the core
+              return;
+            }
             d = plain;
           }
           m_session.on_datagram(d, from, now);
@@ -470,7 +479,6 @@ void sender_app::draw_progress(bool final_line) {
   std::size_t done = 0;
   for (const auto& r : rep.receivers) {
     if (r.state == receiver_report::state_t::completed ||
-        r.state == receiver_report::state_t::unicast ||
         r.state == receiver_report::state_t::failed) {
       ++done;
     }
@@ -489,143 +497,6 @@ void sender_app::draw_progress(bool final_line) {
       if (!ec) draw_progress(false);
     });
   }
-}
-
-std::string format_summary(const run_result& r) {
-  const auto& rep = r.report;
-  std::ostringstream os;
-  char line[512];
-  const double goodput =
-      r.wall_seconds > 0 ? static_cast<double>(rep.transferred_bytes) * 8 / r.wall_seconds : 0;
-  std::snprintf(line, sizeof line,
-                "session %08x: %u files, %s in %.3f s (goodput %s), %u passes, %llu datagrams "
-                "(%llu repairs), GRTT %.2f ms\n",
-                rep.session.value, rep.files, format_bytes(static_cast<double>(rep.bytes)).c_str(),
-                r.wall_seconds, format_rate(goodput).c_str(), rep.passes,
-                static_cast<unsigned long long>(rep.data_datagrams),
-                static_cast<unsigned long long>(rep.repair_datagrams), to_ms(rep.grtt));
-  os << line;
-  std::snprintf(line, sizeof line, "%-20s %-10s %7s %7s %11s %6s %8s %10s %9s\n", "receiver",
-                "state", "files", "held", "bytes", "passes", "NAKs", "NAKed", "RTT ms");
-  os << line;
-  for (const auto& rr : rep.receivers) {
-    char rtt[32] = "-";
-    if (rr.rtt_valid) std::snprintf(rtt, sizeof rtt, "%.2f", to_ms(rr.rtt));
-    std::snprintf(line, sizeof line, "%-20s %-10s %7u %7u %11s %6u %8llu %10llu %9s\n",
-                  rr.id.c_str(), state_name(rr.state), rr.files_stored, rr.files_held,
-                  format_bytes(static_cast<double>(rr.bytes_stored)).c_str(), rr.passes,
-                  static_cast<unsigned long long>(rr.naks),
-                  static_cast<unsigned long long>(rr.blocks_naked), rtt);
-    os << line;
-    if (!rr.fallback_reason.empty()) {
-      os << "    unicast over " << rr.fallback_transport
-         << (rr.fallback_connections
-                 ? " (" + std::to_string(rr.fallback_connections) +
-                       (rr.fallback_connections == 1 ? " connection)" : " connections)")
-                 : std::string())
-         << " from "
-         << std::to_string(to_seconds(rr.fallback_at)).substr(0, 5) << " s: " << rr.fallback_reason
-         << "\n";
-    }
-    if (!rr.reason.empty()) os << "    reason: " << rr.reason << "\n";
-    if (!rr.missing_seqs.empty()) {
-      os << "    never completed sessions";
-      for (const auto& [first, last] : rr.missing_seqs) {
-        os << ' ' << first;
-        if (last != first) os << '-' << last;
-      }
-      os << " (last completed " << rr.last_seq << ")\n";
-    }
-    for (const auto& [file, why] : rr.file_failures) {
-      os << "    file " << file << ": " << why << "\n";
-    }
-  }
-  if (r.refused.total() > 0) {
-    std::snprintf(line, sizeof line,
-                  "refused %llu datagrams that did not authenticate (%llu bad tag, %llu no key, "
-                  "%llu untrusted site key, %llu unsigned)\n",
-                  static_cast<unsigned long long>(r.refused.total()),
-                  static_cast<unsigned long long>(r.refused.bad_tag),
-                  static_cast<unsigned long long>(r.refused.no_key),
-                  static_cast<unsigned long long>(r.refused.untrusted_site),
-                  static_cast<unsigned long long>(r.refused.unauthenticated));
-    os << line;
-  }
-  if (r.fallback_hellos_refused > 0) {
-    std::snprintf(line, sizeof line,
-                  "refused %llu unicast fallback connections (%llu with the right token but no "
-                  "proof of the site key)\n",
-                  static_cast<unsigned long long>(r.fallback_hellos_refused),
-                  static_cast<unsigned long long>(r.fallback_hellos_bad_proof));
-    os << line;
-  }
-  if (!r.error.empty()) os << "error: " << r.error << "\n";
-  return os.str();
-}
-
-std::string summary_json(const run_result& r) {
-  const auto& rep = r.report;
-  nlohmann::json j;
-  j["session_id"] = rep.session.value;
-  j["files"] = rep.files;
-  j["bytes"] = rep.bytes;
-  j["wall_seconds"] = r.wall_seconds;
-  j["transferred_bytes"] = rep.transferred_bytes;
-  j["goodput_bps"] =
-      r.wall_seconds > 0 ? static_cast<double>(rep.transferred_bytes) * 8 / r.wall_seconds : 0;
-  j["passes"] = rep.passes;
-  j["data_datagrams"] = rep.data_datagrams;
-  j["repair_datagrams"] = rep.repair_datagrams;
-  j["grtt_ms"] = to_ms(rep.grtt);
-  j["succeeded"] = r.succeeded;
-  j["signed"] = r.signed_session;
-  if (!rep.channel.empty()) {
-    j["channel"] = rep.channel;
-    j["channel_seq"] = rep.channel_seq;
-  }
-  j["refused_unauthenticated"] = {{"bad_tag", r.refused.bad_tag},
-                                  {"no_key", r.refused.no_key},
-                                  {"untrusted_site", r.refused.untrusted_site},
-                                  {"unsigned", r.refused.unauthenticated}};
-  j["fallback_refused"] = {{"hellos", r.fallback_hellos_refused},
-                           {"bad_proof", r.fallback_hellos_bad_proof}};
-  if (!r.error.empty()) j["error"] = r.error;
-  nlohmann::json drops = nlohmann::json::object();
-  for (std::size_t i = 1; i < rep.drops.counts.size(); ++i) {
-    if (rep.drops.counts[i]) drops[std::string(to_string(static_cast<errc>(i)))] = rep.drops.counts[i];
-  }
-  j["dropped"] = drops;
-  auto& list = j["receivers"] = nlohmann::json::array();
-  for (const auto& rr : rep.receivers) {
-    nlohmann::json o;
-    o["id"] = rr.id;
-    o["state"] = state_name(rr.state);
-    o["files"] = rr.files_stored;
-    o["files_held"] = rr.files_held;
-    o["bytes"] = rr.bytes_stored;
-    o["passes"] = rr.passes;
-    o["naks"] = rr.naks;
-    o["blocks_naked"] = rr.blocks_naked;
-    o["rtt_ms"] = rr.rtt_valid ? nlohmann::json(to_ms(rr.rtt)) : nlohmann::json(nullptr);
-    o["completion_seconds"] = to_seconds(rr.completion_time);
-    o["address"] = rr.address.to_string();
-    if (!rr.reason.empty()) o["reason"] = rr.reason;
-    if (!rr.fallback_reason.empty()) {
-      o["fallback"] = {{"transport", rr.fallback_transport},
-                       {"reason", rr.fallback_reason},
-                       {"at_seconds", to_seconds(rr.fallback_at)}};
-      if (rr.fallback_connections) o["fallback"]["connections"] = rr.fallback_connections;
-    }
-    auto& ff = o["file_failures"] = nlohmann::json::array();
-    for (const auto& [file, why] : rr.file_failures) ff.push_back({{"file", file}, {"reason", why}});
-    // Sequenced sessions: what the site reported in its REGISTER (docs/design-notes.md
-    // "Session sequence numbers"); inclusive [first, last] pairs.
-    o["last_seq"] = rr.last_seq;
-    auto& ms = o["missing_seqs"] = nlohmann::json::array();
-    for (const auto& [first, last] : rr.missing_seqs) ms.push_back({first, last});
-    list.push_back(std::move(o));
-  }
-  return j.dump(2) + "\n";
 }
 
 std::map<std::string, crypto::key32, std::less<>> read_site_keys(const std::string& file) {

@@ -11,6 +11,7 @@
 #include "sender/io/block_reader.hpp"
 #include "sender/io/file_hasher.hpp"
 #include "sender/io/file_set.hpp"
+#include "sender/io/summary.hpp"
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -44,30 +45,16 @@ struct app_options {
   std::optional<crypto::identity> identity;
   /// Sites whose keys are pinned (--site-keys): only they may register, each with its key.
   std::map<std::string, crypto::key32, std::less<>> site_keys;
+  /// Encrypt the session (--encrypt; needs identity and site_keys, and the fallback off):
+  /// manifest, digest lists and data payloads are encrypted under the session key
+  /// (common/auth.hpp, docs/security.md "Encrypted sessions").
+  bool encrypt = false;
 };
 
 /// Reads a site key file for --site-keys: one site per line, "ID KEY" where KEY is
 /// "mcdist-ed25519:BASE64" or the path of a public key file; '#' starts a comment.
 /// @throws crypto::key_error naming the file, the line and the problem
 std::map<std::string, crypto::key32, std::less<>> read_site_keys(const std::string& file);
-
-/// Outcome of a run.
-struct run_result {
-  session_report report;
-  double wall_seconds = 0;   ///< from program start to the end of the session
-  bool succeeded = false;
-  std::string error;         ///< set when the run could not proceed (I/O error)
-  bool signed_session = false;  ///< the session was signed (--key)
-  /// Datagrams from the network refused because they did not authenticate (signed sessions):
-  /// forged or stale NAKs, registrations and COMPLETEs, counted by reason.
-  auth::auth_stats refused;
-  /// Unicast fallback connections refused at their hello: credentials not registered (a
-  /// guessed or stale token, a wrong receiver id or session), and, of those with the right
-  /// token, id and session, the ones without a valid proof of the site key (a forged site
-  /// with a sniffed token; signed sessions).
-  std::uint64_t fallback_hellos_refused = 0;
-  std::uint64_t fallback_hellos_bad_proof = 0;
-};
 
 /// Runs one session to its end.
 class sender_app {
@@ -115,6 +102,8 @@ class sender_app {
   void fail(const std::string& why);
   void start_unicast_server(const sender_config& cfg);
   void register_fallbacks();
+  /// Answers the key request of an encrypted session that m_keys just consumed.
+  void send_key_reply(const endpoint& to);
 
   /// The file set as a unicast::byte_source, reading through its own block_reader.
   class file_source final : public unicast::byte_source {
@@ -167,11 +156,5 @@ class sender_app {
   std::function<void(run_result)> m_done;
   bool m_completed = false;
 };
-
-/// Writes the summary table for an operator.
-std::string format_summary(const run_result& r);
-
-/// The summary as JSON (README "Summary JSON").
-std::string summary_json(const run_result& r);
 
 }  // namespace mcdist::sender

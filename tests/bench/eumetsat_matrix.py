@@ -236,7 +236,7 @@ def run_mcdist(args, emu, ds, work, cap, seed):
             s = json.load(f)
         passes = s["passes"]
         for r in s["receivers"]:
-            if r["id"] == "h2" and r["state"] == "completed":
+            if r["id"] == "h2" and r["state"] == "completed" and r["path"] == "multicast":
                 h2_time = r["completion_seconds"]
     except (OSError, ValueError, KeyError):
         pass

@@ -117,7 +117,8 @@ def ladha(args, linkem, work, rng):
                 finally:
                     emu.stop()
                 b, t = transfer_seconds(logs["r1"])
-                ok = rc == 0 and s["receivers"][0]["state"] == "unicast"
+                ok = (rc == 0 and s["receivers"][0]["state"] == "completed" and
+                      s["receivers"][0]["path"].startswith("unicast-"))
                 runs.append({"session": wall, "transfer": t or float("nan"), "ok": ok})
                 log("  loss %4.0f %%  %-4s session %6.2f s  transfer %s  %s" % (
                     loss * 100, transport, wall, "%.2f s" % t if t else "-", "ok" if ok else "FAILED"))
@@ -157,7 +158,7 @@ def allman(args, linkem, work, rng):
             b, t = transfer_seconds(logs["r1"])
             rr = s["receivers"][0]
             used = rr.get("fallback", {}).get("connections", 1)
-            ok = rc == 0 and rr["state"] == "unicast" and t is not None
+            ok = rc == 0 and rr["state"] == "completed" and rr["path"].startswith("unicast-") and t is not None
             runs.append({"session": wall, "transfer": t or float("inf"), "connections": used, "ok": ok})
             label = "%s x%d%s%s" % (transport, used, " (automatic)" if transport == "tcp" and not conns else "",
                                     " paced %s" % cap if cap else "")
@@ -200,7 +201,7 @@ def three_receivers(args, linkem, work, rng):
         row = {"label": label, "wall": wall, "passes": s["passes"], "repairs": s["repair_datagrams"],
                "clean": max(r["clean1"]["completion_seconds"], r["clean2"]["completion_seconds"]),
                "lossy": r["lossy"]["completion_seconds"] if "lossy" in r else None,
-               "lossy_state": r["lossy"]["state"] if "lossy" in r else "-",
+               "lossy_state": "%s over %s" % (r["lossy"]["state"], r["lossy"]["path"]) if "lossy" in r else "-",
                "ok": rc == 0}
         rows.append(row)
         log("  %-45s wall %6.2f s  clean done %5.2f s  lossy %s at %s  %d passes, %d repairs" % (

@@ -15,6 +15,10 @@ Scenarios, each run once with each program, same emulator, same product stream (
   load90   the same at 90 % of the rate
   warning  a large model field (--field-mb, ~20 s at the rate) sent on the low-priority
            channel; 10 kB warnings dropped every 2 s while it is in flight
+  warning2g  the issue's case: the same with a 2 GB field (--big-field-mb; ~5 min at 50 Mbit/s);
+           warnings are dropped for --duration s while it is in flight and the run ends when
+           they have all arrived (the field is not waited for: the table says whether it was
+           still in flight when the last warning arrived)
 mcdist-feed: channels warnings (priority 10, 100 ms batch window), obs (priority 5, 1 s) and
 fields (priority 1, 1 s), closed group {h1, h2}, unsigned (UFTP runs with -Y none).
 UFTP: what its users do without a feed daemon: every 1 s the loop takes what arrived in the
@@ -25,7 +29,8 @@ Needs root (namespaces, TUN), uftp/uftpd (deploy/install-deps.sh --bench) and a 
 mcdist-feed, mcdistd and mcdist-linkem. Not a test: prints a table.
 
 usage: feed_latency.py --build BUILD [--rate 50M] [--duration 30] [--field-mb 100]
-                       [--scenarios load50,load90,warning] [--programs mcdist,uftp]
+                       [--big-field-mb 2000] [--scenarios load50,load90,warning,warning2g]
+                       [--programs mcdist,uftp]
 """
 
 import argparse
@@ -90,26 +95,50 @@ class Watcher(threading.Thread):
 class Producer:
     """Drops products into spools (write a dot-name, rename) and remembers when."""
 
-    def __init__(self, spools, rng):
+    def __init__(self, spools, rng, staging=None):
         self.spools, self.rng = spools, rng
+        self.staging = staging  # large products are written here before the clock starts
+        self.staged = {}        # (channel, size, prefix) -> path written ahead
         self.dropped = {}   # name -> (channel, time complete in the spool)
         self.size = {}
         self.n = 0
+
+    def stage(self, events):
+        """Writes the products of 64 MiB and more ahead (a 2 GB field takes ~10 s to write),
+        on the spools' file system, so that dropping them is a rename."""
+        if not self.staging:
+            return
+        os.makedirs(self.staging, exist_ok=True)
+        for _, channel, size, prefix in events:
+            if size < (64 << 20):
+                continue
+            path = os.path.join(self.staging, "%s-%d" % (prefix, len(self.staged)))
+            with open(path, "wb") as f:
+                left = size
+                while left:
+                    n = min(left, 16 << 20)
+                    f.write(os.urandom(n))
+                    left -= n
+            self.staged[(channel, size, prefix)] = path
 
     def drop(self, channel, size, prefix):
         self.n += 1
         name = "%s-%05d.bin" % (prefix, self.n)
         d = self.spools[channel]
         tmp = os.path.join(d, "." + name)
-        with open(tmp, "wb") as f:
-            f.write(self.rng.randbytes(size) if size < (64 << 20) else os.urandom(size))
+        ahead = self.staged.pop((channel, size, prefix), None)
+        if ahead:
+            os.rename(ahead, tmp)
+        else:
+            with open(tmp, "wb") as f:
+                f.write(self.rng.randbytes(size) if size < (64 << 20) else os.urandom(size))
         self.size[name] = size
         os.rename(tmp, os.path.join(d, name))
         self.dropped[name] = (channel, time.time())
         return name
 
 
-def schedule(scenario, rate_bps, duration, field_mb, rng):
+def schedule(scenario, rate_bps, duration, field_mb, rng, big_field_mb=2000):
     """[(offset seconds, channel, size, prefix)] for a scenario; the same for both programs."""
     events = []
     if scenario in ("load50", "load90"):
@@ -124,7 +153,8 @@ def schedule(scenario, rate_bps, duration, field_mb, rng):
                 break
             events.append((t, "obs", size, "obs"))
     else:
-        events.append((0.0, "fields", field_mb * 1_000_000, "field"))
+        mb = big_field_mb if scenario == "warning2g" else field_mb
+        events.append((0.0, "fields", mb * 1_000_000, "field"))
         t = 3.0
         while t < duration:
             events.append((t, "warnings", 10_000, "warn"))
@@ -197,7 +227,7 @@ def run_mcdist(args, emu, work, events):
                             stdout=flog, stderr=subprocess.STDOUT)
     time.sleep(1.0)
     try:
-        return drive(events, spools, dests, args)
+        return drive(events, spools, dests, args, work)
     finally:
         stop_proc(feed)
         flog.close()
@@ -251,7 +281,7 @@ def run_uftp(args, emu, work, events):
     t = threading.Thread(target=loop, daemon=True)
     t.start()
     try:
-        return drive(events, spools, dests, args)
+        return drive(events, spools, dests, args, work)
     finally:
         stop.set()
         if current[0] is not None:
@@ -263,9 +293,11 @@ def run_uftp(args, emu, work, events):
             logf.close()
 
 
-def drive(events, spools, dests, args):
-    """Drops the scheduled products, waits for them at every site; returns latencies."""
-    prod = Producer(spools, random.Random(7))
+def drive(events, spools, dests, args, work):
+    """Drops the scheduled products, waits for them at every site; returns latencies.
+    With args.only_warnings (scenario warning2g) it waits for the warnings alone."""
+    prod = Producer(spools, random.Random(7), os.path.join(work, "staging"))
+    prod.stage(events)
     watcher = Watcher(dests, prod.size)
     watcher.start()
     t0 = time.time()
@@ -275,8 +307,10 @@ def drive(events, spools, dests, args):
             time.sleep(delay)
         prod.drop(channel, size, prefix)
     deadline = time.time() + args.drain
+    wanted = [n for n, (ch, _) in prod.dropped.items()
+              if not getattr(args, "only_warnings", False) or ch == "warnings"]
     while time.time() < deadline:
-        if all(len(watcher.seen[s]) == len(prod.dropped) for s in dests):
+        if all(all(n in watcher.seen[s] for n in wanted) for s in dests):
             break
         time.sleep(0.1)
     watcher.stop_flag = True
@@ -317,6 +351,7 @@ def main():
     ap.add_argument("--rate", default="50M")
     ap.add_argument("--duration", type=float, default=30.0)
     ap.add_argument("--field-mb", type=int, default=100)
+    ap.add_argument("--big-field-mb", type=int, default=2000, help="the field of scenario warning2g")
     ap.add_argument("--drain", type=float, default=120.0, help="most seconds to wait after the last product")
     ap.add_argument("--scenarios", default="load50,load90,warning")
     ap.add_argument("--programs", default="mcdist,uftp")
@@ -330,7 +365,9 @@ def main():
     rate_bps = parse_rate(args.rate)
     rows = []
     for scenario in args.scenarios.split(","):
-        events = schedule(scenario, rate_bps, args.duration, args.field_mb, random.Random(42))
+        events = schedule(scenario, rate_bps, args.duration, args.field_mb, random.Random(42),
+                          args.big_field_mb)
+        args.only_warnings = scenario == "warning2g"
         results = {}
         for program in args.programs.split(","):
             work = tempfile.mkdtemp(prefix="feedlat-%s-%s-" % (scenario, program))
@@ -342,7 +379,7 @@ def main():
                 emu.stop()
             if not os.environ.get("FEEDLAT_KEEP"):
                 shutil.rmtree(work, ignore_errors=True)
-        channel = "warnings" if scenario == "warning" else "obs"
+        channel = "warnings" if scenario.startswith("warning") else "obs"
         for s in SITES:
             row = [scenario, SITE_NAME[s], channel, len(events) if channel == "obs" else
                    sum(1 for e in events if e[1] == "warnings")]
@@ -350,8 +387,16 @@ def main():
                 lat = results[program].get((s, channel), [])
                 lost = sum(1 for x in lat if x is None)
                 row += [pct(lat, 0.5), pct(lat, 0.99), lost]
-            if scenario == "warning":
-                row.append([fmt(x) for x in results[args.programs.split(",")[0]].get((s, "fields"), [])])
+            if scenario.startswith("warning"):
+                first = results[args.programs.split(",")[0]]
+                row.append([fmt(x) for x in first.get((s, "fields"), [])])
+                # Was the field still in flight when the last warning arrived at this site?
+                warn = [x for x in first.get((s, "warnings"), []) if x is not None]
+                field = first.get((s, "fields"), [None])[0]
+                print("%s %s: field latency %s; last warning latency %s; field in flight "
+                      "throughout: %s" % (scenario, SITE_NAME[s], fmt(field),
+                                          fmt(max(warn)) if warn else "-",
+                                          "yes" if field is None or field > args.duration else "no"))
             rows.append(row)
     progs = args.programs.split(",")
     print("\nProduct latency, spool to site, seconds (rate %s, links %s)" % (args.rate, ", ".join(LINKS)))

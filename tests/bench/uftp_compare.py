@@ -15,8 +15,11 @@ Needs root (ip link set lo multicast on, which UFTP needs to see loopback as mul
 With --auth every cell also runs mcdist signed (mcdist-send --key, mcdistd --trust: Ed25519
 announces, AES-256-GCM tags on every block; docs/security.md) and UFTP encrypted
 (-Y aes256-gcm -h sha256, its ECDH key agreement), and the table shows them side by side.
+With --encrypt (implies --auth) mcdist also runs encrypted (mcdist-send --encrypt --site-keys:
+manifest sealed, every block AES-256-GCM-encrypted), the like of UFTP's -Y aes256-gcm.
 
-usage: uftp_compare.py [--build DIR] [--repeat N] [--rates 500M,1G,2G,max] [--only big|small] [--auth]
+usage: uftp_compare.py [--build DIR] [--repeat N] [--rates 500M,1G,2G,max] [--only big|small]
+                       [--auth] [--encrypt]
 """
 
 import argparse
@@ -133,7 +136,11 @@ def main():
     ap.add_argument("--big-bytes", type=int, default=1_000_000_000)
     ap.add_argument("--auth", action="store_true",
                     help="also run mcdist signed and UFTP encrypted (aes256-gcm, sha256)")
+    ap.add_argument("--encrypt", action="store_true",
+                    help="also run mcdist encrypted (--encrypt); implies --auth")
     args = ap.parse_args()
+    if args.encrypt:
+        args.auth = True
 
     if os.geteuid() != 0:
         sys.exit("uftp_compare.py needs root (ip link set lo multicast on)")
@@ -178,14 +185,20 @@ def main():
     hub_key = os.path.join(base, "hub.key")
     signed_dest, signed_temp = os.path.join(base, "md-signed-dest"), os.path.join(base, "md-signed-temp")
     signed_daemon = None
+    site_key = os.path.join(base, "site.key")
+    site_keys = os.path.join(base, "site-keys.txt")
     if args.auth:
-        subprocess.run([os.path.join(args.build, "tools", "keygen", "mcdist-keygen"), hub_key],
-                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        keygen = os.path.join(args.build, "tools", "keygen", "mcdist-keygen")
+        subprocess.run([keygen, hub_key], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run([keygen, site_key], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        with open(site_keys, "w") as f:
+            f.write("bench %s.pub\n" % site_key)
         for d in (signed_dest, signed_temp):
             clear(d)
         signed_daemon = Child([recv, "--id", "bench", "--group", signed_group, "--interface",
                                "127.0.0.1", "--dest", signed_dest, "--temp", signed_temp,
-                               "--status-interval", "1h", "--http", "off", "--trust", hub_key + ".pub"],
+                               "--status-interval", "1h", "--http", "off", "--trust", hub_key + ".pub",
+                               "--key", site_key],
                               os.path.join(base, "mcdistd-signed.log"))
     uftpd = Child(["uftpd", "-d", "-I", "127.0.0.1", "-M", "230.4.4.1", "-D", uf_dest, "-U",
                    "0x01020304", "-B", "104857600", "-q", "-x", "1"], os.path.join(base, "uftpd.log"))
@@ -200,8 +213,29 @@ def main():
     try:
         for label, src, nbytes in cases:
             for rate in rates:
-                cell = {"mcdist": [], "uftp": [], "mcdist signed": [], "uftp encrypted": []}
+                cell = {"mcdist": [], "uftp": [], "mcdist signed": [], "uftp encrypted": [],
+                        "mcdist encrypted": []}
                 for _ in range(args.repeat):
+                    if args.encrypt:
+                        clear(signed_dest)
+                        mrate = args.mcdist_max if rate == "max" else rate
+                        summary = os.path.join(base, "summary.json")
+                        rcpu0 = signed_daemon.cpu()
+                        code, wall, scpu, out = sender_run(
+                            [send, "-q", "--group", signed_group, "--interface", "127.0.0.1", "--rate",
+                             mrate, "--receivers", "bench", "--key", hub_key, "--site-keys", site_keys,
+                             "--encrypt", "--summary-json", summary, src])
+                        time.sleep(0.05)
+                        rcpu = signed_daemon.cpu() - rcpu0
+                        if code != 0:
+                            sys.exit("encrypted mcdist-send failed (%d):\n%s" % (code, out))
+                        with open(summary) as f:
+                            passes = json.load(f)["passes"]
+                        got = tree_sizes(os.path.join(signed_dest, os.path.basename(src)))
+                        ok = sum(got.values()) == nbytes
+                        if label.startswith("1 GB"):
+                            ok = ok and digest(os.path.join(signed_dest, "src-big", "model_field.grib2")) == big_digest
+                        cell["mcdist encrypted"].append((wall, passes, scpu + rcpu, ok))
                     if args.auth:
                         clear(signed_dest)
                         mrate = args.mcdist_max if rate == "max" else rate
@@ -278,6 +312,9 @@ def main():
     if args.auth:
         print()
         print_auth_table(rows)
+    if args.encrypt:
+        print()
+        print_encrypt_table(rows)
     print()
     print("mcdistd peak resident set over the whole run: %.1f MiB" % md_rss)
     print("data on %s; %d run(s) per cell, median shown; wall time includes program start-up"
@@ -324,6 +361,24 @@ def print_auth_table(rows):
         print("| %s | %s | %.0f Mbit/s | %.0f Mbit/s%s | %.2f | %.0f Mbit/s%s | %.2fx |" % (
             label, rate, g(m), g(ms), "" if ms[3] else " (incomplete)", g(ms) / g(m), g(ue),
             "" if ue[3] else " (incomplete)", g(ms) / g(ue)))
+
+
+def print_encrypt_table(rows):
+    print("| work | rate | mcdist | mcdist signed | mcdist encrypted | encrypted / plain |"
+          " UFTP encrypted | encrypted mcdist / encrypted UFTP | CPU s plain / signed / encrypted / UFTP enc. |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for label, rate, mrate, urate, nbytes, cell in rows:
+        m = median_cell(cell["mcdist"])
+        ms = median_cell(cell["mcdist signed"])
+        me = median_cell(cell["mcdist encrypted"])
+        ue = median_cell(cell["uftp encrypted"])
+        g = lambda c: nbytes * 8 / c[0] / 1e6
+        inc = lambda c: "" if c[3] else " (incomplete)"
+        print("| %s | %s | %.0f Mbit/s | %.0f Mbit/s%s | %.0f Mbit/s%s | %.2f | %.0f Mbit/s%s | %.2fx |"
+              " %.2f / %.2f / %.2f / %.2f |" % (
+                  label, rate, g(m), g(ms), inc(ms), g(me), inc(me), g(me) / g(m), g(ue), inc(ue),
+                  g(me) / g(ue), m[2], ms[2], me[2], ue[2]))
+
 
 if __name__ == "__main__":
     main()

@@ -7,7 +7,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <vector>
@@ -323,4 +325,169 @@ TEST_CASE("signature checks are budgeted per second; repeats of a verified annou
   const auto b = sealed(control(wire::msg_type::announce, sample_announce(), session_id{0x99}),
                         [&](auto bb, auto n) { return other.seal_control(bb, n); });
   REQUIRE_FALSE(x.receiver.open(b, t0 + 1100ms, x.out));
+}
+
+// --- encrypted sessions (mcdist-send --encrypt) ---------------------------------------------
+
+namespace {
+
+/// An encrypted session between one sender and one site, driven by hand.
+struct encrypted_exchange {
+  crypto::identity sender_id = crypto::generate_identity();
+  crypto::identity site_id = crypto::generate_identity();
+  auth::sender_keys sender;
+  auth::receiver_keys receiver;
+  std::span<const std::byte> out;
+
+  encrypted_exchange()
+      : sender(sender_id, sid, {{"site-a", site_id.public_key}}, true),
+        receiver(auth::receiver_auth_options{{sender_id.public_key}, site_id, 256, 100, "site-a"}) {}
+
+  std::vector<std::byte> announce_datagram() {
+    return sealed(control(wire::msg_type::announce, sample_announce()),
+                  [&](auto b, auto n) { return sender.seal_control(b, n); });
+  }
+  /// The key request the site sends after a sealed announce, and the sender's key reply.
+  void key_exchange(time_point now) {
+    REQUIRE_FALSE(receiver.open(announce_datagram(), now, out));
+    REQUIRE(out.empty());  // consumed: no key yet
+    std::vector<std::byte> buf(wire::control_budget + auth::max_trailer_bytes);
+    const std::size_t n = receiver.take_key_request(buf);
+    REQUIRE(n > 0);
+    REQUIRE_FALSE(sender.open(std::span<const std::byte>(buf.data(), n), out));
+    REQUIRE(out.empty());  // a key request never reaches the sender's core
+    std::vector<std::byte> reply(wire::control_budget + auth::max_trailer_bytes);
+    const std::size_t r = sender.take_key_reply(reply);
+    REQUIRE(r > 0);
+    REQUIRE_FALSE(receiver.open(std::span<const std::byte>(reply.data(), r), now, out));
+    REQUIRE(out.empty());  // a key_only reply never reaches the site's core
+    REQUIRE(receiver.has_session_key(sid));
+  }
+};
+
+bool contains(std::span<const std::byte> hay, std::string_view needle) {
+  const std::string_view h(reinterpret_cast<const char*>(hay.data()), hay.size());
+  return h.find(needle) != std::string_view::npos;
+}
+
+}  // namespace
+
+TEST_CASE("encrypted session: sealed announce, key request and reply, then the manifest opens",
+          "[unit][auth][encrypt]") {
+  encrypted_exchange x;
+  const auto ann = x.announce_datagram();
+  REQUIRE_FALSE(contains(ann, "obs/x.bufr"));  // the path is not in the datagram
+  REQUIRE(ann.size() <= wire::header_size + sample_announce().ByteSizeLong() +
+                            auth::sealed_body_overhead + 96);
+  x.key_exchange(t0);
+  REQUIRE(x.receiver.encrypted(sid));
+  // With the key, the sealed announce opens to the sender core's announce.
+  REQUIRE_FALSE(x.receiver.open(ann, t0, x.out));
+  wire::announce a;
+  REQUIRE_FALSE(wire::parse_control(x.out, a));
+  REQUIRE(a.files_size() == 1);
+  REQUIRE(a.files(0).path() == "obs/x.bufr");
+  REQUIRE(a.params().block_size() == 1400);
+  // A sealed body altered anywhere fails its signature, and with a re-made signature (a site
+  // can't make one, but the tag is checked too) it would fail the AEAD.
+  auto bad = ann;
+  bad[20] ^= std::byte{1};
+  REQUIRE(x.receiver.open(bad, t0, x.out) == errc::unauthenticated);
+}
+
+TEST_CASE("encrypted session: key requests are rate-limited and refused for unpinned sites",
+          "[unit][auth][encrypt]") {
+  encrypted_exchange x;
+  std::vector<std::byte> buf(wire::control_budget + auth::max_trailer_bytes);
+  REQUIRE_FALSE(x.receiver.open(x.announce_datagram(), t0, x.out));
+  REQUIRE(x.receiver.take_key_request(buf) > 0);
+  REQUIRE_FALSE(x.receiver.open(x.announce_datagram(), t0 + 10ms, x.out));
+  REQUIRE(x.receiver.take_key_request(buf) == 0);  // within key_request_interval
+  REQUIRE_FALSE(x.receiver.open(x.announce_datagram(), t0 + auth::key_request_interval, x.out));
+  REQUIRE(x.receiver.take_key_request(buf) > 0);
+
+  // Another site, not pinned: its key request is refused, it gets no reply.
+  const auto other = crypto::generate_identity();
+  auth::receiver_keys intruder(auth::receiver_auth_options{{x.sender_id.public_key}, other, 256, 100, "site-z"});
+  REQUIRE_FALSE(intruder.open(x.announce_datagram(), t0, x.out));
+  const std::size_t n = intruder.take_key_request(buf);
+  REQUIRE(n > 0);
+  REQUIRE(x.sender.open(std::span<const std::byte>(buf.data(), n), x.out) == errc::unauthenticated);
+  REQUIRE(x.sender.stats().untrusted_site == 1);
+  std::vector<std::byte> reply(wire::control_budget + auth::max_trailer_bytes);
+  REQUIRE(x.sender.take_key_reply(reply) == 0);
+  // Without the key the intruder opens no data.
+  auto d = data_datagram(1, 0, 0);
+  d.resize(x.sender.seal_data(d, d.size() - auth::data_trailer_bytes));
+  REQUIRE(intruder.open(d, t0, x.out) == errc::unauthenticated);
+}
+
+TEST_CASE("encrypted session: data payloads are encrypted in place and open byte-identical",
+          "[unit][auth][encrypt]") {
+  encrypted_exchange x;
+  x.key_exchange(t0);
+  auto plain = data_datagram(7, 2, 3);
+  const std::string secret = "SECRETSECRETSECRET";
+  std::memcpy(plain.data() + wire::data_header_size, secret.data(), secret.size());
+  auto d = plain;
+  d.resize(x.sender.seal_data(d, d.size() - auth::data_trailer_bytes));
+  REQUIRE(d.size() == plain.size());  // the same size as a signed block
+  REQUIRE_FALSE(contains(d, secret));
+  REQUIRE_FALSE(x.receiver.open(d, t0, x.out));
+  REQUIRE(x.out.size() == plain.size() - auth::data_trailer_bytes);
+  REQUIRE(std::equal(x.out.begin() + wire::data_header_size, x.out.end(),
+                     plain.begin() + wire::data_header_size));
+  // Header (associated data), payload and tag are all covered.
+  for (std::size_t at : {std::size_t{12}, std::size_t{30}, d.size() - 1}) {
+    auto bad = d;
+    bad[at] ^= std::byte{0x40};
+    REQUIRE(x.receiver.open(bad, t0, x.out) == errc::unauthenticated);
+  }
+}
+
+TEST_CASE("encrypted session: digest lists are sealed; FALLBACK is never sealed nor opened",
+          "[unit][auth][encrypt]") {
+  encrypted_exchange x;
+  x.key_exchange(t0);
+  wire::digest_list dl;
+  auto* h = dl.add_digests();
+  h->set_file(0);
+  h->set_sha256(std::string(32, 'Q'));
+  const auto d = sealed(control(wire::msg_type::digest_list, dl),
+                        [&](auto b, auto n) { return x.sender.seal_control(b, n); });
+  REQUIRE_FALSE(contains(d, std::string(32, 'Q')));
+  REQUIRE_FALSE(x.receiver.open(d, t0, x.out));
+  wire::digest_list got;
+  REQUIRE_FALSE(wire::parse_control(x.out, got));
+  REQUIRE(got.digests_size() == 1);
+  REQUIRE(got.digests(0).sha256() == std::string(32, 'Q'));
+  // A digest list of an encrypted session that is not sealed is refused even with a good
+  // signature (the same sender key, sealing nothing): never taken in clear.
+  auth::sender_keys clear_sender(x.sender_id, sid, {});
+  const auto clear = sealed(control(wire::msg_type::digest_list, dl),
+                            [&](auto b, auto n) { return clear_sender.seal_control(b, n); });
+  const auto before = x.receiver.stats().unauthenticated;
+  REQUIRE(x.receiver.open(clear, t0, x.out) == errc::unauthenticated);
+  REQUIRE(x.receiver.stats().unauthenticated == before + 1);
+
+  wire::fallback f;
+  f.set_receiver_id("site-a");
+  f.set_port(1234);
+  REQUIRE(sealed(control(wire::msg_type::fallback, f),
+                 [&](auto b, auto n) { return x.sender.seal_control(b, n); })
+              .empty());
+}
+
+TEST_CASE("encrypted session: the saved keys keep the session encrypted after a restart",
+          "[unit][auth][encrypt]") {
+  encrypted_exchange x;
+  x.key_exchange(t0);
+  const auto blob = x.receiver.export_session(sid);
+  REQUIRE(blob);
+  auth::receiver_keys restarted(auth::receiver_auth_options{{x.sender_id.public_key}, x.site_id, 256, 100, "site-a"});
+  REQUIRE(restarted.import_session(sid, *blob));
+  REQUIRE(restarted.encrypted(sid));
+  auto d = data_datagram(9, 0, 1);
+  d.resize(x.sender.seal_data(d, d.size() - auth::data_trailer_bytes));
+  REQUIRE_FALSE(restarted.open(d, t0, x.out));
 }

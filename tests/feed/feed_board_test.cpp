@@ -124,14 +124,15 @@ TEST_CASE("the missing products of a site are bounded", "[unit][feed]") {
 
 TEST_CASE("a site's report sets its state, RTT, NAK ratio and fallbacks", "[unit][feed]") {
   feed_board b({"warnings", "fields"});
-  auto r = site("site-a", st::unicast);
+  auto r = site("site-a", st::completed);
   r.rtt = std::chrono::milliseconds(12);
   r.rtt_valid = true;
-  r.fallback_transport = "tcp";
+  r.fallback_transport = mcdist::transport_kind::tcp;
   b.site_report(1, r, 0.25, t0);
   b.site_report(1, r, 0.5, t0 + 1s);
   const auto& s = b.sites().at("site-a");
-  REQUIRE(s.state == "unicast");
+  REQUIRE(s.state == "completed");
+  REQUIRE(s.path == "unicast-tcp");
   REQUIRE(s.channel == "fields");
   REQUIRE(s.last_seen == t0 + 1s);
   REQUIRE(s.rtt_s == Approx(0.012));

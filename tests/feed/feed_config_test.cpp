@@ -204,3 +204,17 @@ TEST_CASE("the status port defaults to 127.0.0.1:9612, can be moved or turned of
   REQUIRE(error_of("http = \"239.1.1.1:80\"\n" + top + warnings).find("'http'") !=
           std::string::npos);
 }
+
+TEST_CASE("an encrypted channel needs the feed's key and site keys", "[unit][feed]") {
+  const std::string encrypted = warnings + "encrypt = true\n";
+  CHECK_THAT(error_of(top + encrypted), Catch::Contains("encrypt = true needs 'key' and 'site_keys'"));
+  CHECK_THAT(error_of("key = \"/etc/mcdist/feed.key\"\n" + top + encrypted),
+             Catch::Contains("encrypt = true needs"));
+  CHECK_THAT(error_of(top + warnings + "encrypt = \"yes\"\n"), Catch::Contains("'channel[0].encrypt'"));
+  const auto c = parse_feed_config("key = \"/etc/mcdist/feed.key\"\nsite_keys = \"/etc/mcdist/sites\"\n" +
+                                       top + encrypted,
+                                   "feed.toml");
+  REQUIRE(c.channels.size() == 1);
+  CHECK(c.channels[0].encrypt);
+  CHECK_FALSE(parse_feed_config(top + warnings, "feed.toml").channels[0].encrypt);
+}

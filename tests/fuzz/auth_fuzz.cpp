@@ -17,7 +17,19 @@
 ///   5  a fallback hello: 16 bytes of challenge, then a hello body; decoded and its proof
 ///      checked under the site's fallback key
 ///
-/// Invariants (abort on violation): the handshake succeeds and both sides derive the same
+/// and, against a second pair that ran the handshake of an encrypted session (mcdist-send
+/// --encrypt: sealed announce, key request, key_only reply), by op % 11:
+///
+///   6  a datagram to the encrypted site:    receiver_keys::open
+///   7  a datagram to the encrypted sender:  sender_keys::open (a key request is answered with
+///      take_key_reply, which the site must open)
+///   8  a datagram the encrypted site's core made: sealed, then the sender opens it
+///   9  a datagram the encrypted sender's core made: sealed (announce and digest_list bodies
+///      encrypted), then the site opens it: an opened body must be the core's body, byte for byte
+///  10  a data datagram of the encrypted sender: encrypted, then opened by the site: the same
+///      payload
+///
+/// Invariants (abort on violation; encrypted session: opened views are not prefixes): the handshake succeeds and both sides derive the same
 /// fallback key; an opened datagram is a prefix of the input, shorter by exactly the type's
 /// trailer; a sealed datagram is the input plus the type's trailer; a hello's proof made with
 /// the site's key verifies, one made with another key does not.
@@ -29,6 +41,7 @@
 #include "tests/fuzz/fuzz_script.hpp"
 #include "tests/fuzz/quiet_protobuf.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -79,6 +92,116 @@ void check_opened(std::span<const std::byte> in, std::span<const std::byte> out)
 }
 
 }  // namespace
+
+/// The encrypted pair after its handshake.
+struct encrypted_pair {
+  auth::receiver_keys site;
+  auth::sender_keys hub;
+  encrypted_pair(const identities& id, time_point now)
+      : site([&] {
+          auth::receiver_auth_options o;
+          o.trusted_senders = {id.hub.public_key};
+          o.site = id.site;
+          o.max_sessions = 4;
+          o.receiver_id = "site";
+          return o;
+        }()),
+        hub(id.hub, fuzz_session, {{"site", id.site.public_key}}, true) {
+    wire::announce a;
+    a.mutable_params()->set_block_size(1000);
+    a.mutable_params()->set_file_count(1);
+    a.add_files()->set_path("x");
+    auto b = control(wire::msg_type::announce, a);
+    const std::size_t len = b.size();
+    b = roomy(b);
+    const std::size_t n = hub.seal_control(b, len);
+    require(n > len + auth::trailer_size(wire::msg_type::announce));
+    std::span<const std::byte> opened;
+    require(!site.open(std::span(b).first(n), now, opened) && opened.empty());
+    std::vector<std::byte> buf(wire::control_budget + auth::max_trailer_bytes);
+    const std::size_t rq = site.take_key_request(buf);
+    require(rq > 0);
+    require(!hub.open(std::span(buf).first(rq), opened) && opened.empty());
+    std::vector<std::byte> reply(wire::control_budget + auth::max_trailer_bytes);
+    const std::size_t rp = hub.take_key_reply(reply);
+    require(rp > 0);
+    require(!site.open(std::span(reply).first(rp), now, opened) && opened.empty());
+    require(site.has_session_key(fuzz_session) && site.encrypted(fuzz_session));
+  }
+};
+
+/// An opened datagram of the encrypted session: no longer than the input without its trailer.
+void check_opened_encrypted(std::span<const std::byte> in, std::span<const std::byte> out) {
+  const auto t = static_cast<wire::msg_type>(std::to_integer<std::uint8_t>(in[3]));
+  require(out.empty() || out.size() <= in.size() - auth::trailer_size(t));
+  if (t == wire::msg_type::data && !out.empty()) require(out.size() == in.size() - auth::data_trailer_bytes);
+}
+
+void encrypted_op(encrypted_pair& e, unsigned op, std::span<const std::byte> p, time_point now) {
+  std::span<const std::byte> opened;
+  switch (op) {
+    case 6:
+      if (!e.site.open(p, now, opened)) check_opened_encrypted(p, opened);
+      break;
+    case 7:
+      if (!e.hub.open(p, opened)) {
+        if (!opened.empty()) {
+          check_opened(p, opened);
+          break;
+        }
+        std::vector<std::byte> reply(wire::control_budget + auth::max_trailer_bytes);
+        const std::size_t n = e.hub.take_key_reply(reply);
+        require(n > 0);
+        // The site may have forgotten the session (op 9 can make it learn others): then it
+        // refuses the reply; if it opens it, the reply is consumed.
+        if (!e.site.open(std::span(reply).first(n), now, opened)) require(opened.empty());
+      }
+      break;
+    case 8: {
+      auto b = roomy(p);
+      const std::size_t n = e.site.seal(b, p.size());
+      if (n == 0 || n == p.size()) break;
+      if (!e.hub.open(std::span(b).first(n), opened) && !opened.empty()) {
+        check_opened(std::span(b).first(n), opened);
+      }
+      (void)e.hub.take_key_reply(b);  // a key request made by hand: its answer is dropped
+      break;
+    }
+    case 9: {
+      if (p.size() < wire::header_size) break;
+      auto b = roomy(p);
+      const std::size_t n = e.hub.seal_control(b, p.size());
+      if (n == 0) break;
+      const auto t = static_cast<wire::msg_type>(std::to_integer<std::uint8_t>(p[3]));
+      require(t != wire::msg_type::fallback);  // never sealed in an encrypted session
+      if (!e.site.open(std::span(b).first(n), now, opened) && !opened.empty() &&
+          (t == wire::msg_type::announce || t == wire::msg_type::digest_list)) {
+        // The round trip gives the core's body back.
+        require(opened.size() == p.size());
+        require(std::equal(opened.begin() + wire::header_size, opened.end(), p.begin() + wire::header_size));
+      }
+      break;
+    }
+    case 10: {
+      if (p.size() < wire::data_header_size) break;
+      auto b = roomy(p);
+      const std::size_t n = e.hub.seal_data(b, p.size());
+      require(n == p.size() + auth::data_trailer_bytes);
+      wire::header h;
+      const bool ours = !wire::parse_header(std::span(b).first(n), h) && h.type == wire::msg_type::data &&
+                        h.session == fuzz_session && e.site.has_session_key(fuzz_session);
+      if (e.site.open(std::span(b).first(n), now, opened)) {
+        require(!ours);  // a block of the live session always opens
+        break;
+      }
+      require(opened.size() == p.size());
+      require(std::equal(opened.begin() + wire::data_header_size, opened.end(),
+                         p.begin() + wire::data_header_size));
+      break;
+    }
+    default: break;
+  }
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const auto& id = ids();
@@ -132,12 +255,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const auto key = site.fallback_key(fuzz_session);
   require(key && key == hub.fallback_key("site"));
 
+  encrypted_pair enc(id, now);
+
   fuzz::script_reader script(std::as_bytes(std::span(data, size)));
   fuzz::record rec;
   while (script.next(rec)) {
     now += std::chrono::milliseconds(1);
     const auto p = rec.payload;
-    switch (rec.op % 6) {
+    if (rec.op % 11 >= 6) {
+      encrypted_op(enc, rec.op % 11, p, now);
+      continue;
+    }
+    switch (rec.op % 11) {
       case 0:
         if (!site.open(p, now, opened)) check_opened(p, opened);
         break;

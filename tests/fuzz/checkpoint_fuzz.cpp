@@ -8,6 +8,7 @@
 /// the sender's END.
 
 #include "common/wire.hpp"
+#include "checkpoint.pb.h"
 #include "mcdist.pb.h"
 #include "tests/fuzz/quiet_protobuf.hpp"
 #include "receiver/core/receiver_engine.hpp"
@@ -60,7 +61,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   receiver_engine engine(receiver_config{"site"}, out, out, 1, null_logger());
   time_point now{50s};
   if (engine.restore(blob, now)) return 0;
-  wire::session_state st;
+  checkpoint::session_state st;
   if (!st.ParseFromArray(data, static_cast<int>(size))) std::abort();  // restore accepted it
   const session_id sid{st.session()};
   for (int i = 0; i < 4; ++i) {

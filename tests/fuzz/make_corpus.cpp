@@ -174,6 +174,20 @@ void receiver_seeds() {
     s.add(advance, be3(70000));
     write("receiver", "session_complete", s.b);
   }
+  {  // encrypted-session fields reaching the core: a sealed announce, a key_only reply
+    script s;
+    wire::announce sealed_announce;
+    sealed_announce.set_sealed(std::string(80, '\x5a'));
+    s.add(dg, datagram(wire::msg_type::announce, sealed_announce));
+    auto key_only = reply_msg(true);
+    key_only.set_key_only(true);
+    s.add(dg, datagram(wire::msg_type::register_reply, key_only));
+    s.add(dg, datagram(wire::msg_type::announce, announce_msg()));
+    s.add(held);
+    s.add(dg, datagram(wire::msg_type::register_reply, key_only));
+    s.add(dg, data_dg(1, 1, 0, 1000));
+    write("receiver", "encrypted_fields", s.b);
+  }
   {  // digests arrive after the data, a file fails storage, the session is aborted
     auto s = rx_start();
     s.add(dg, datagram(wire::msg_type::digest_list, digests_msg()));
@@ -367,6 +381,19 @@ void sender_seeds() {
     in.insert(in.end(), s.b.begin(), s.b.end());
     write("sender", "closed_group", in);
   }
+  {  // a key request reaching the core (the shell answers them; the core must survive one)
+    script s;
+    auto kr = register_msg("a");
+    kr.set_key_request(true);
+    s.add(0, tx_dg(wire::msg_type::register_request, kr));
+    s.add(0, tx_dg(wire::msg_type::register_request, register_msg("a")));
+    s.add(2, be3(10));
+    s.add(0, tx_dg(wire::msg_type::complete, complete_msg("a", false)));
+    s.add(7);
+    bytes in{std::byte{0x04}};
+    in.insert(in.end(), s.b.begin(), s.b.end());
+    write("sender", "key_request", in);
+  }
   {  // a sequenced session (flag bit 5): both report gaps in REGISTER, both complete
     script s;
     s.add(0, tx_dg(wire::msg_type::register_request, sequenced_register_msg("a")));
@@ -439,6 +466,21 @@ void wire_seeds() {
   write("wire", "announce_catch_up", datagram(wire::msg_type::announce, catch_up));
   write("wire", "register_sequenced", datagram(wire::msg_type::register_request,
                                                sequenced_register_msg("a")));
+  // Encrypted sessions' fields (mcdist-send --encrypt): a sealed announce and digest list (the
+  // cores never get them sealed, but must survive them), a key request, a key_only reply.
+  wire::announce sealed_announce;
+  sealed_announce.set_sealed(std::string(24 + 40 + 16, '\x5a'));
+  write("wire", "announce_sealed", datagram(wire::msg_type::announce, sealed_announce));
+  wire::digest_list sealed_digests;
+  sealed_digests.set_sealed(std::string(24 + 38 + 16, '\x33'));
+  write("wire", "digests_sealed", datagram(wire::msg_type::digest_list, sealed_digests));
+  wire::register_request key_request;
+  key_request.set_receiver_id("a");
+  key_request.set_key_request(true);
+  write("wire", "key_request", datagram(wire::msg_type::register_request, key_request));
+  auto key_only = reply_msg(true);
+  key_only.set_key_only(true);
+  write("wire", "key_only_reply", datagram(wire::msg_type::register_reply, key_only));
 }
 
 // --- a site's channel numbering (TEMP/sequences), then events ---
@@ -578,6 +620,36 @@ void auth_seeds() {
   hp.insert(hp.end(), frame.begin() + unicast::frame_header_size, frame.end());
   s.add(hello_proof, hp);
   write("auth", "signed_session", s.b);
+
+  // An encrypted session (ops 6..10 of auth_fuzz): sealed announce, key request, key_only
+  // reply, encrypted data, sealed digest list; and the cores' datagrams to seal.
+  enum enc_op : std::uint8_t { to_esite = 6, to_esender = 7, esite_seal = 8, esender_seal = 9, edata_seal = 10 };
+  auth::sender_keys etx(hub, rx_sid, {{"site", site_id.public_key}}, true);
+  o.receiver_id = "site";
+  auth::receiver_keys erx(o);
+  script e;
+  const auto eann = sealed(datagram(wire::msg_type::announce, announce_msg()),
+                           [&](std::span<std::byte> b, std::size_t n) { return etx.seal_control(b, n); });
+  if (erx.open(eann, now, opened) || !opened.empty()) throw std::runtime_error("auth seeds: the sealed announce");
+  e.add(to_esite, eann);
+  bytes kreq(wire::control_budget + auth::max_trailer_bytes);
+  kreq.resize(erx.take_key_request(kreq));
+  if (kreq.empty() || etx.open(kreq, opened)) throw std::runtime_error("auth seeds: the key request");
+  e.add(to_esender, kreq);
+  bytes krep(wire::control_budget + auth::max_trailer_bytes);
+  krep.resize(etx.take_key_reply(krep));
+  if (krep.empty() || erx.open(krep, now, opened)) throw std::runtime_error("auth seeds: the key reply");
+  e.add(to_esite, krep);
+  e.add(to_esite, eann);
+  e.add(to_esite, sealed(data_dg(1, 1, 0, 1000), [&](std::span<std::byte> b, std::size_t n) { return etx.seal_data(b, n); }));
+  e.add(to_esite, sealed(datagram(wire::msg_type::digest_list, digests_msg()),
+                         [&](std::span<std::byte> b, std::size_t n) { return etx.seal_control(b, n); }));
+  e.add(esite_seal, datagram(wire::msg_type::register_request, rr));
+  e.add(esender_seal, datagram(wire::msg_type::announce, announce_msg()));
+  e.add(esender_seal, datagram(wire::msg_type::digest_list, digests_msg()));
+  e.add(esender_seal, datagram(wire::msg_type::fallback, fallback_msg(wire::fallback::TCP)));
+  e.add(edata_seal, data_dg(3, 1, 1, 500));
+  write("auth", "encrypted_session", e.b);
 }
 
 void config_seeds() {

@@ -280,6 +280,8 @@ def main():
         dl = query(journal, "SELECT relpath, sha256, channel, size FROM deliveries WHERE channel = 'main'")
         check(sorted(dl) == sorted((r, sha256_file(os.path.join(d_main, r)), "main", 4000) for r in rels),
               "delivery rows %s" % dl)
+        check(query(journal, "SELECT count(*) FROM deliveries WHERE sender_key IS NOT NULL") == [(0,)],
+              "an unsigned session's deliveries must have no sender_key")
         log("bad: 3 attempts, failed with exit status 3, counted in /metrics; 5 delivery rows")
 
         # SIGKILL while 'slow' blocks on the fifo; after the restart it runs again.

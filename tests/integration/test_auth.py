@@ -18,6 +18,7 @@ usage: test_auth.py BUILD_DIR"""
 
 import os
 import random
+import sqlite3
 import shutil
 import signal
 import socket
@@ -136,7 +137,7 @@ def main():
 
         d = Daemon(bin_dir, base, "site-a", group,
                    ["--trust", os.path.join(base, "hub.key.pub"), "--key", os.path.join(base, "site-a.key"),
-                    "--http", "127.0.0.1:0"])
+                    "--http", "127.0.0.1:0", "--journal", os.path.join(base, "site-a.db")])
         daemons.append(d)
         check("no trusted_senders" not in d.log_text(), "a daemon that trusts a key warns:\n" + d.log_text())
         check(site_a_pub in d.log_text(), "mcdistd does not log its site key")
@@ -151,6 +152,21 @@ def main():
         check(got == want, "signed session: delivered %s" % sorted(got))
         target = os.path.join(d.dest, "obs", "x.bufr")
         before = os.stat(target)
+        # The site's delivery journal names the pinned key that verified the session.
+        # (Journaled just after the rename: wait for both rows.)
+        def journaled():
+            con = sqlite3.connect("file:%s?mode=ro" % os.path.join(base, "site-a.db"), uri=True, timeout=5)
+            try:
+                return con.execute("SELECT relpath, sender_key FROM deliveries ORDER BY relpath").fetchall()
+            finally:
+                con.close()
+        deadline = time.time() + 10
+        keys = journaled()
+        while len(keys) < 2 and time.time() < deadline:
+            time.sleep(0.05)
+            keys = journaled()
+        check(keys == [("obs/model.grib2", hub_pub), ("obs/x.bufr", hub_pub)],
+              "delivery journal sender_key: %s (want %s)" % (keys, hub_pub))
 
         # 2. Another key sends obs/x.bufr with other content, mode 0777.
         evil_src = os.path.join(base, "evil", "obs")

@@ -143,7 +143,7 @@ def part_fallback(bin_dir, base):
                ["--trust", hub + ".pub", "--key", os.path.join(base, "site-a.key")])
     try:
         for kind, transport, extra in (("tcp", "tcp", ["--unicast-max-rate", "200M"]),
-                                       ("sctp-udp", "sctp", [])):
+                                       ("sctp", "sctp", [])):
             src = os.path.join(base, "fb-" + transport, "fields")
             write_random(os.path.join(src, "big.grib2"), 24_000_000, rng)
             frozen = []
@@ -191,7 +191,8 @@ def part_fallback(bin_dir, base):
             check(refused["bad_proof"] >= 2 and refused["hellos"] >= refused["bad_proof"],
                   "%s: the sender did not count the forged site's hellos: %s" % (kind, refused))
             r = summary["receivers"][0]
-            check(r["state"] == "unicast" and r["fallback"]["transport"].startswith(transport),
+            check(r["state"] == "completed" and r["path"] == "unicast-" + transport and
+                  r["fallback"]["transport"] == transport,
                   "%s: site-a did not complete over the fallback: %s" % (kind, r))
             check(sha256_file(os.path.join(d.dest, "fields", "big.grib2")) ==
                   sha256_file(os.path.join(src, "big.grib2")), "%s: fields/big.grib2 not intact" % kind)

@@ -63,8 +63,12 @@ def policy_case(bin_dir, base, rng):
         code, summary, out = run_sender(bin_dir, [src], group, ["clean", "lossy"], rate="300M")
         check(code == 0, "sender failed (%d):\n%s" % (code, out))
         r = by_id(summary)
-        check(r["clean"]["state"] == "completed", "clean: %s" % r["clean"]["state"])
-        check(r["lossy"]["state"] == "unicast", "lossy: %s\n%s" % (r["lossy"]["state"], out))
+        check(r["clean"]["state"] == "completed" and r["clean"]["path"] == "multicast",
+              "clean: %s %s" % (r["clean"]["state"], r["clean"]["path"]))
+        check(r["lossy"]["state"] == "completed" and r["lossy"]["path"] == "unicast-sctp",
+              "lossy: %s %s\n%s" % (r["lossy"]["state"], r["lossy"]["path"], out))
+        check("unicast-sctp" in out and "unicast over sctp" in out,
+              "the text summary shows no unicast path:\n%s" % out)
         fb = r["lossy"]["fallback"]
         check(fb["transport"] == "sctp", "auto on loopback should pick sctp: %s" % fb)
         check("NAK ratio" in fb["reason"], "fallback reason: %s" % fb["reason"])
@@ -95,7 +99,8 @@ def forced_case(bin_dir, base, rng, transport, paced=None):
         code, summary, out = run_sender(bin_dir, [src], group, [d.id], extra=extra)
         check(code == 0, "sender failed (%d):\n%s" % (code, out))
         r = by_id(summary)[d.id]
-        check(r["state"] == "unicast", "state %s" % r["state"])
+        check(r["state"] == "completed" and r["path"] == "unicast-" + transport,
+              "state %s, path %s" % (r["state"], r["path"]))
         check(r["fallback"]["transport"] == transport, "transport %s" % r["fallback"])
         if transport == "tcp" and not paced:
             check(r["fallback"].get("connections") == 4, "connections %s" % r["fallback"])
@@ -148,8 +153,9 @@ def resend_case(bin_dir, base, rng):
             rs = by_id(summary)
             check(set(rs) == {b.id}, "resend over %s: receivers %s, want only %s" % (how, sorted(rs), b.id))
             r = rs[b.id]
-            check(r["state"] == ("completed" if how == "multicast" else "unicast"),
-                  "resend over %s: state %s" % (how, r["state"]))
+            check(r["state"] == "completed" and
+                  r["path"] == ("multicast" if how == "multicast" else "unicast-tcp"),
+                  "resend over %s: state %s, path %s" % (how, r["state"], r["path"]))
             check(r["files"] == lose and r["files_held"] == len(want) - lose,
                   "resend over %s: stored %d, held %d; want %d and %d" % (
                       how, r["files"], r["files_held"], lose, len(want) - lose))
@@ -243,7 +249,8 @@ def interrupted_case(bin_dir, base, rng, transport, how):
             s = json.load(f)
         os.unlink(summary_path)
         r = by_id(s)[d.id]
-        check(r["state"] == "unicast", "state %s" % r["state"])
+        check(r["state"] == "completed" and r["path"].startswith("unicast-"),
+              "state %s, path %s" % (r["state"], r["path"]))
         if how == "cut":
             check("asking again for what is missing" in d.log_text(),
                   "the receiver did not notice the cut:\n" + d.log_text())

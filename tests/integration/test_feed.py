@@ -268,6 +268,24 @@ receivers = ["site-a", "site-b"]
               "big.grib outcomes %s" % outs)
         log("warning overtook the large file; after = delete once sent; retained copy kept")
 
+        # 3b. A sent product still in the spool (the feed stopped between journaling the
+        # session's end and deleting the file): found again, it is deleted, not sent again.
+        size, mtime_ns = query(journal, "SELECT size, mtime_ns FROM products "
+                                        "WHERE name = 'big.grib'")[0]
+        tmp = os.path.join(field_spool, ".big.grib.part")
+        with open(tmp, "wb") as f:
+            f.truncate(size)
+        os.utime(tmp, ns=(mtime_ns, mtime_ns))
+        sessions_before = query(journal, "SELECT count(*) FROM sessions")[0][0]
+        os.rename(tmp, big)
+        wait_until("the sent big.grib found again to be deleted", lambda: not os.path.exists(big),
+                   20, feed)
+        check(query(journal, "SELECT count(*) FROM sessions")[0][0] == sessions_before,
+              "a product already sent was sent again")
+        check(query(journal, "SELECT count(*) FROM products WHERE name = 'big.grib'")[0][0] == 1,
+              "a product already sent was queued again")
+        log("a sent product left in the spool by a stop is deleted, not sent twice")
+
         # 4. Resend over the control socket: site-a lost w1.txt; only site-a takes part.
         os.unlink(os.path.join(daemons[0].dest, "w1.txt"))
         st = control_request(control, {"cmd": "status"})

@@ -1,11 +1,23 @@
 #include "tests/sim/sim_harness.hpp"
 
 #include "common/wire.hpp"
+#include "mcdist.pb.h"
 
 #include <algorithm>
 #include <cstring>
+#include <ctime>
 
 namespace mcdist::sim {
+
+bool loss_chain::lost(const link_model& l, std::mt19937_64& rng) {
+  std::uniform_real_distribution<double> u(0, 1);
+  if (l.loss <= 0) return false;
+  if (l.burst <= 1) return u(rng) < l.loss;
+  const double r = 1 / l.burst;
+  const double p = l.loss >= 1 ? 1 : l.loss * r / (1 - l.loss);
+  bad = bad ? !(u(rng) < r) : u(rng) < p;
+  return bad;
+}
 
 std::vector<sim_file> make_files(std::mt19937_64& rng, std::size_t count,
                                  const std::vector<std::uint64_t>& sizes) {
@@ -25,6 +37,54 @@ using namespace std::chrono_literals;
 
 class world;
 
+/// Disjoint half-open byte ranges [first, end), merged on insertion.
+class range_set {
+ public:
+  void add(std::uint64_t a, std::uint64_t b) {
+    if (a >= b) return;
+    auto it = m_r.upper_bound(a);
+    if (it != m_r.begin() && std::prev(it)->second >= a) --it;
+    while (it != m_r.end() && it->first <= b) {
+      a = std::min(a, it->first);
+      b = std::max(b, it->second);
+      it = m_r.erase(it);
+    }
+    m_r.emplace(a, b);
+  }
+  void remove(std::uint64_t a, std::uint64_t b) {
+    if (a >= b) return;
+    auto it = m_r.upper_bound(a);
+    if (it != m_r.begin()) --it;
+    while (it != m_r.end() && it->first < b) {
+      const auto [f, e] = *it;
+      if (e <= a) {
+        ++it;
+        continue;
+      }
+      it = m_r.erase(it);
+      if (f < a) m_r.emplace(f, a);
+      if (e > b) m_r.emplace(b, e);
+    }
+  }
+  /// True when [0, n) is wholly inside the set (always for n == 0).
+  bool covers(std::uint64_t n) const {
+    if (n == 0) return true;
+    return !m_r.empty() && m_r.begin()->first == 0 && m_r.begin()->second >= n;
+  }
+  bool empty() const noexcept { return m_r.empty(); }
+  void clear() noexcept { m_r.clear(); }
+
+ private:
+  std::map<std::uint64_t, std::uint64_t> m_r;
+};
+
+/// Thread CPU time, seconds.
+double thread_cpu_s() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
 /// Receiver node: the engine plus an in-memory "disk" that survives crashes.
 class rx_node final : public receiver::receiver_sink, public receiver::storage_port {
  public:
@@ -35,8 +95,11 @@ class rx_node final : public receiver::receiver_sink, public receiver::storage_p
   void begin_file(receiver::file_key key, std::uint32_t, const manifest_entry& entry,
                   bool resume) override {
     auto& t = m_temp[{key.session.value, key.file.value}];
-    if (!resume || t.data.size() != entry.size) t.data.assign(entry.size, std::byte{0});
-    t.path = entry.path;
+    if (!resume || t.size != entry.size) {
+      t.written.clear();
+      t.wrong.clear();
+    }
+    t.size = entry.size;
   }
   bool write(receiver::file_key key, std::uint64_t offset,
              std::span<const std::byte> data) override;
@@ -62,21 +125,31 @@ class rx_node final : public receiver::receiver_sink, public receiver::storage_p
     m_engine->on_datagram(d, from, 0, now);
     service(now);
   }
+  const receiver::receiver_stats& stats() const {
+    return m_engine ? m_engine->stats() : m_last_stats;
+  }
   void service(time_point now);
   void crash();
   void restart(time_point now);
 
   receiver_spec m_spec;
   endpoint m_addr;
-  std::map<std::string, std::vector<std::byte>> m_delivered;
+  std::vector<bool> m_delivered;  ///< by manifest index
+  std::uint64_t m_corrupt = 0;    ///< files finalized with wrong content
   receiver::receiver_stats m_last_stats;
+  loss_chain m_down_state;
+  loss_chain m_up_state;
+  std::uint64_t m_lost_originals = 0;
   std::uint64_t m_wake_token = 0;
   std::optional<time_point> m_wake;
 
  private:
+  /// A file being written: which bytes were written, and which of them differ from the
+  /// reference (the last write of a byte decides).
   struct temp_file {
-    std::string path;
-    std::vector<std::byte> data;
+    std::uint64_t size = 0;
+    range_set written;
+    range_set wrong;
   };
   world& m_world;
   std::uint64_t m_seed;
@@ -103,19 +176,27 @@ class world {
       e.size = f.data.size();
       e.mtime_ns = 1'700'000'000'000'000'000;
       e.mode = 0644;
-      if (f.digest_in_manifest) e.digest = sha256(f.data);
+      m_digests.push_back(sha256(f.data));
+      if (f.digest_in_manifest) e.digest = m_digests.back();
       manifest.push_back(std::move(e));
+      m_sent_before.emplace_back();
     }
     m_sender_addr = *parse_endpoint("10.0.0.1:5000");
     m_sender = std::make_unique<sender::sender_session>(cfg.sender, std::move(manifest), m_rng(),
                                                         nullptr);
     m_sender->set_unicast_endpoint(sender::transport_kind::sctp_udp, *parse_endpoint("10.0.0.1:5001"));
     m_sender->set_unicast_endpoint(sender::transport_kind::tcp, *parse_endpoint("10.0.0.1:5002"));
+    std::map<duration, std::vector<std::size_t>> by_delay;
     for (std::size_t i = 0; i < cfg.receivers.size(); ++i) {
-      auto addr = *parse_endpoint("10.1." + std::to_string(i / 250) + "." +
+      auto addr = *parse_endpoint("10." + std::to_string(1 + i / 62500) + "." +
+                                  std::to_string(i / 250 % 250) + "." +
                                   std::to_string(i % 250 + 1) + ":6000");
       m_receivers.push_back(std::make_unique<rx_node>(*this, cfg.receivers[i], addr, m_rng()));
+      m_by_addr.emplace(addr, i);
+      by_delay[cfg.receivers[i].down.delay].push_back(i);
     }
+    for (auto& [d, v] : by_delay) m_fanout.push_back({d, std::move(v)});
+    m_passes.emplace_back();
   }
 
   time_point now() const { return m_now; }
@@ -123,6 +204,7 @@ class world {
   void service_sender_at_now() { service_sender(); }
   std::mt19937_64& rng() { return m_rng; }
   const std::vector<sim_file>& files() const { return m_files; }
+  const sha256_digest& digest(std::uint32_t file) const { return m_digests[file]; }
 
   void at(time_point t, std::function<void()> fn) {
     m_queue.push({t, m_next_seq++, std::move(fn)});
@@ -145,6 +227,7 @@ class world {
 
   void log_event(std::uint64_t node, std::span<const std::byte> d) {
     ++m_events;
+    if (!m_cfg.trace) return;
     std::byte rec[32] = {};
     const auto t = m_now.time_since_epoch().count();
     std::memcpy(rec, &t, 8);
@@ -153,30 +236,73 @@ class world {
     m_trace.update(rec);
   }
 
-  /// Applies one link direction: returns arrival times (0, 1 or 2 of them).
-  std::vector<time_point> through(const link_model& l) {
+  /// Applies one link direction after its loss draw passed: arrival times (1 or 2 of them).
+  std::vector<time_point> timing(const link_model& l, time_point sent) {
     std::uniform_real_distribution<double> u(0, 1);
     std::vector<time_point> out;
-    if (u(m_rng) < l.loss) return out;
-    time_point t = m_now + l.delay;
-    if (u(m_rng) < l.reorder) t += l.reorder_delay;
+    time_point t = sent + l.delay;
+    if (l.reorder > 0 && u(m_rng) < l.reorder) t += l.reorder_delay;
     out.push_back(t);
-    if (u(m_rng) < l.duplicate) out.push_back(t + 10us);
+    if (l.duplicate > 0 && u(m_rng) < l.duplicate) out.push_back(t + 10us);
     return out;
   }
 
-  void multicast(std::span<const std::byte> d) {
+  void deliver(std::size_t i, const std::shared_ptr<std::vector<std::byte>>& bytes) {
+    log_event(i + 1, *bytes);
+    m_receivers[i]->on_datagram(*bytes, m_sender_addr, m_now);
+  }
+
+  /// Sends `d` to the group. `original` is true for a block's first transmission, whose
+  /// losses are counted in loss_stats.
+  void multicast(std::span<const std::byte> d, bool original = false) {
     auto bytes = std::make_shared<std::vector<std::byte>>(d.begin(), d.end());
-    std::uniform_real_distribution<double> u(0, 1);
-    for (std::size_t i = 0; i < m_receivers.size(); ++i) {
-      auto* r = m_receivers[i].get();
-      for (time_point t : through(r->m_spec.down)) {
-        at(t, [this, r, bytes, i] {
-          log_event(i + 1, *bytes);
-          r->on_datagram(*bytes, m_sender_addr, m_now);
-        });
+    // Index of this first transmission in m_original_lost (unused otherwise).
+    const std::size_t ordinal = m_original_lost.size();
+    if (original) {
+      ++m_losses.original_blocks;
+      m_original_lost.push_back(false);
+    }
+    if (m_common_state.lost(m_cfg.common, m_rng)) {
+      if (original) {
+        ++m_losses.common_lost;
+        m_original_lost[ordinal] = true;
+        for (auto& r : m_receivers) ++r->m_lost_originals;
       }
-      if (m_cfg.garbage > 0 && u(m_rng) < m_cfg.garbage) inject_garbage(*r);
+      return;
+    }
+    // One event per distinct receiver delay: the group fans out when the datagram arrives, and
+    // each receiver's own loss, reordering and duplication apply then.
+    const time_point sent = m_now + m_cfg.common.delay;
+    for (std::size_t g = 0; g < m_fanout.size(); ++g) {
+      at(sent + m_fanout[g].first, [this, bytes, g, original, sent, ordinal] {
+        bool any_lost = false;
+        for (const std::size_t i : m_fanout[g].second) {
+          auto* r = m_receivers[i].get();
+          const auto& down = r->m_spec.down;
+          if (r->m_down_state.lost(down, m_rng)) {
+            if (original) {
+              any_lost = true;
+              ++r->m_lost_originals;
+            }
+            continue;
+          }
+          const auto times = timing(down, sent);
+          for (const time_point t : times) {
+            if (t == m_now) {
+              deliver(i, bytes);
+            } else {
+              at(t, [this, i, bytes] { deliver(i, bytes); });
+            }
+          }
+        }
+        if (any_lost) m_original_lost[ordinal] = true;
+      });
+    }
+    if (m_cfg.garbage > 0) {
+      std::uniform_real_distribution<double> u(0, 1);
+      for (auto& r : m_receivers) {
+        if (u(m_rng) < m_cfg.garbage) inject_garbage(*r);
+      }
     }
   }
 
@@ -188,73 +314,134 @@ class world {
       const auto type = static_cast<wire::msg_type>(1 + m_rng() % 10);
       wire::write_header(g, type, m_cfg.sender.session);
     }
+    // A forged SESSION_END from the sender's own address whose junk body happens to parse
+    // (an empty one does: reason DONE) ends the session at that receiver, as it would for real
+    // in an unsigned session: garbage of that type comes from a stranger instead.
+    wire::header h;
+    const bool forged_end = !wire::parse_header(g, h) && h.type == wire::msg_type::session_end;
     auto bytes = std::make_shared<std::vector<std::byte>>(std::move(g));
-    const bool from_sender = m_rng() & 1;
+    const bool from_sender = (m_rng() & 1) && !forged_end;
     const endpoint from = from_sender ? m_sender_addr : *parse_endpoint("10.9.9.9:666");
     at(m_now + 1ms, [this, &r, bytes, from] { r.on_datagram(*bytes, from, m_now); });
   }
 
   void unicast_from_sender(const endpoint& to, std::span<const std::byte> d) {
-    for (std::size_t i = 0; i < m_receivers.size(); ++i) {
-      auto* r = m_receivers[i].get();
-      if (r->m_addr != to) continue;
-      auto bytes = std::make_shared<std::vector<std::byte>>(d.begin(), d.end());
-      for (time_point t : through(r->m_spec.down)) {
-        at(t, [this, r, bytes, i] {
-          log_event(i + 1, *bytes);
-          r->on_datagram(*bytes, m_sender_addr, m_now);
-        });
-      }
+    const auto it = m_by_addr.find(to);
+    if (it == m_by_addr.end()) return;
+    const std::size_t i = it->second;
+    auto* r = m_receivers[i].get();
+    if (r->m_down_state.lost(r->m_spec.down, m_rng)) return;
+    auto bytes = std::make_shared<std::vector<std::byte>>(d.begin(), d.end());
+    for (time_point t : timing(r->m_spec.down, m_now)) {
+      at(t, [this, i, bytes] { deliver(i, bytes); });
     }
   }
 
-  void to_sender(const rx_node& from, std::span<const std::byte> d) {
+  void to_sender(rx_node& from, std::span<const std::byte> d) {
     ++m_unicast_to_sender;
+    if (from.m_up_state.lost(from.m_spec.up, m_rng)) return;
     auto bytes = std::make_shared<std::vector<std::byte>>(d.begin(), d.end());
-    for (time_point t : through(from.m_spec.up)) {
+    for (time_point t : timing(from.m_spec.up, m_now)) {
       const endpoint addr = from.m_addr;
       at(t, [this, bytes, addr] {
         log_event(0, *bytes);
+        count_received(*bytes);
+        const double c0 = thread_cpu_s();
         m_sender->on_datagram(*bytes, addr, m_now);
+        m_passes.back().sender_cpu_s += thread_cpu_s() - c0;
         service_sender();
       });
     }
   }
 
-  void service_sender() {
-    auto& s = *m_sender;
-    s.on_timer(m_now);
-    std::array<sender::data_send, 64> batch;
-    std::vector<std::byte> buf;
-    for (;;) {
-      sender::control_send c;
-      while (s.pop_control(c)) {
-        if (c.to) {
-          unicast_from_sender(*c.to, c.bytes);
-        } else {
-          multicast(c.bytes);
-        }
-      }
-      const std::size_t n = s.next_data(m_now, batch);
-      for (std::size_t i = 0; i < n; ++i) {
-        const auto& d = batch[i];
-        buf.resize(wire::data_header_size + d.length);
-        wire::write_data_header(buf, {m_cfg.sender.session, d.seq, d.file, d.block});
-        std::memcpy(buf.data() + wire::data_header_size, m_files[d.file.value].data.data() + d.offset,
-                    d.length);
-        multicast(buf);
-      }
-      if (n < batch.size()) break;
+  /// Counts a datagram arriving at the sender against the current pass.
+  void count_received(std::span<const std::byte> d) {
+    auto& p = m_passes.back();
+    wire::header h;
+    if (wire::parse_header(d, h)) {
+      ++p.other;
+      return;
     }
+    switch (h.type) {
+      case wire::msg_type::nak: {
+        wire::nak m;
+        if (wire::parse_control(d, m)) {
+          ++p.other;
+          return;
+        }
+        if (m.files_size() == 0) {
+          ++p.status;
+          return;
+        }
+        ++p.naks;
+        for (const auto& fn : m.files()) {
+          for (int k = 1; k < fn.ranges_size(); k += 2) p.nak_blocks += fn.ranges(k);
+        }
+        return;
+      }
+      case wire::msg_type::complete: ++p.completes; return;
+      case wire::msg_type::register_request: ++p.registers; return;
+      default: ++p.other; return;
+    }
+  }
+
+  void track_pass() {
+    while (m_sender->pass() >= m_passes.size()) {
+      m_passes.emplace_back();
+      m_passes.back().pass = static_cast<std::uint32_t>(m_passes.size() - 1);
+    }
+  }
+
+  void flush_control(sender::sender_session& s) {
     sender::control_send c;
-    while (s.pop_control(c)) {
+    for (;;) {
+      const double c0 = thread_cpu_s();
+      const bool got = s.pop_control(c);
+      m_passes.back().sender_cpu_s += thread_cpu_s() - c0;
+      if (!got) break;
+      ++m_passes.back().control_sent;
       if (c.to) {
         unicast_from_sender(*c.to, c.bytes);
       } else {
         multicast(c.bytes);
       }
     }
+  }
+
+  void service_sender() {
+    auto& s = *m_sender;
+    double c0 = thread_cpu_s();
+    s.on_timer(m_now);
+    m_passes.back().sender_cpu_s += thread_cpu_s() - c0;
+    track_pass();
+    std::array<sender::data_send, 64> batch;
+    std::vector<std::byte> buf;
+    for (;;) {
+      flush_control(s);
+      c0 = thread_cpu_s();
+      const std::size_t n = s.next_data(m_now, batch);
+      m_passes.back().sender_cpu_s += thread_cpu_s() - c0;
+      track_pass();
+      for (std::size_t i = 0; i < n; ++i) {
+        const auto& d = batch[i];
+        buf.resize(wire::data_header_size + d.length);
+        wire::write_data_header(buf, {m_cfg.sender.session, d.seq, d.file, d.block});
+        std::memcpy(buf.data() + wire::data_header_size, m_files[d.file.value].data.data() + d.offset,
+                    d.length);
+        auto& sent = m_sent_before[d.file.value];
+        if (sent.size() <= d.block.value) sent.resize(d.block.value + 1);
+        const bool original = !sent[d.block.value];
+        sent[d.block.value] = true;
+        ++m_passes.back().data_datagrams;
+        if (!original) ++m_passes.back().repair_datagrams;
+        multicast(buf, original);
+      }
+      if (n < batch.size()) break;
+    }
+    flush_control(s);
+    c0 = thread_cpu_s();
     auto next = s.next_deadline(m_now);
+    m_passes.back().sender_cpu_s += thread_cpu_s() - c0;
     if (next && *next <= m_now) next = m_now + 1us;
     wake(m_sender_node, next, [this] { service_sender(); });
     if (s.done() && !m_done_at) m_done_at = m_now;
@@ -268,7 +455,7 @@ class world {
     for (std::size_t i = 0; i < m_files.size(); ++i) {
       if (m_files[i].digest_in_manifest) continue;
       t += m_cfg.hash_delay;
-      const auto digest = sha256(m_files[i].data);
+      const auto digest = m_digests[i];
       at(t, [this, i, digest] {
         m_sender->on_digest(file_index{static_cast<std::uint32_t>(i)}, digest, m_now);
         service_sender();
@@ -296,13 +483,26 @@ class world {
     res.report = m_sender->report(m_now);
     res.elapsed = res.report.elapsed;
     for (auto& r : m_receivers) {
-      res.delivered[r->m_spec.id] = r->m_delivered;
-      res.receiver_stats[r->m_spec.id] = r->m_last_stats;
+      auto& d = res.delivered[r->m_spec.id];
+      for (std::size_t i = 0; i < r->m_delivered.size(); ++i) {
+        if (r->m_delivered[i]) d.insert(m_files[i].path);
+      }
+      res.receiver_stats[r->m_spec.id] = r->stats();
       res.unicast_bytes[r->m_spec.id] = r->m_unicast_bytes;
+      res.corrupt_files += r->m_corrupt;
+      m_losses.total_receiver_lost += r->m_lost_originals;
+      if (r->m_lost_originals > m_losses.max_receiver_lost || m_losses.max_receiver.empty()) {
+        m_losses.max_receiver_lost = r->m_lost_originals;
+        m_losses.max_receiver = r->m_spec.id;
+      }
     }
+    m_losses.union_lost = static_cast<std::uint64_t>(
+        std::count(m_original_lost.begin(), m_original_lost.end(), true));
     res.trace = m_trace.finish();
     res.events = m_events;
     res.unicast_to_sender = m_unicast_to_sender;
+    res.passes = m_passes;
+    res.losses = m_losses;
     return res;
   }
 
@@ -320,6 +520,7 @@ class world {
   };
   const sim_config& m_cfg;
   const std::vector<sim_file>& m_files;
+  std::vector<sha256_digest> m_digests;
   std::mt19937_64 m_rng;
   std::priority_queue<event, std::vector<event>, std::greater<>> m_queue;
   std::uint64_t m_next_seq = 0;
@@ -328,6 +529,14 @@ class world {
   std::unique_ptr<sender::sender_session> m_sender;
   sender_node m_sender_node;
   std::vector<std::unique_ptr<rx_node>> m_receivers;
+  std::map<endpoint, std::size_t> m_by_addr;
+  /// Receivers grouped by downstream delay, in delay order.
+  std::vector<std::pair<duration, std::vector<std::size_t>>> m_fanout;
+  loss_chain m_common_state;
+  std::vector<std::vector<bool>> m_sent_before;  ///< per file, per block
+  std::vector<bool> m_original_lost;  ///< per first transmission: lost by some receiver
+  std::vector<pass_stats> m_passes;
+  loss_stats m_losses;
   std::optional<time_point> m_done_at;
   sha256_hasher m_trace;
   std::uint64_t m_events = 0;
@@ -339,10 +548,8 @@ rx_node::rx_node(world& w, receiver_spec spec, endpoint addr, std::uint64_t seed
   receiver::receiver_config cfg;
   cfg.id = m_spec.id;
   m_engine = std::make_unique<receiver::receiver_engine>(cfg, *this, *this, m_seed, nullptr);
-  for (const auto f : m_spec.held) {
-    const auto& file = m_world.files()[f];
-    m_delivered[file.path] = file.data;
-  }
+  m_delivered.assign(m_world.files().size(), false);
+  for (const auto f : m_spec.held) m_delivered[f] = true;
 }
 
 void rx_node::send(const endpoint&, std::span<const std::byte> datagram) {
@@ -356,8 +563,17 @@ bool rx_node::write(receiver::file_key key, std::uint64_t offset,
     return false;
   }
   auto it = m_temp.find({key.session.value, key.file.value});
-  if (it == m_temp.end() || offset + data.size() > it->second.data.size()) return false;
-  std::memcpy(it->second.data.data() + offset, data.data(), data.size());
+  if (it == m_temp.end() || offset + data.size() > it->second.size) return false;
+  // No copy of the bytes: compare them with the reference file the sender reads.
+  const auto& ref = m_world.files()[key.file.value].data;
+  const std::uint64_t end = offset + data.size();
+  auto& t = it->second;
+  t.written.add(offset, end);
+  if (data.empty() || std::memcmp(ref.data() + offset, data.data(), data.size()) == 0) {
+    t.wrong.remove(offset, end);
+  } else {
+    t.wrong.add(offset, end);
+  }
   return true;
 }
 
@@ -371,11 +587,17 @@ void rx_node::finalize(receiver::file_key key, const sha256_digest& expected) {
     std::error_code ec;
     if (it == m_temp.end()) {
       ec = errc::cancelled;
-    } else if (sha256(it->second.data) != expected) {
+    } else if (!it->second.written.covers(it->second.size) || !it->second.wrong.empty()) {
+      // The content differs from the reference, so (barring a SHA-256 collision) from any
+      // digest the sender announced.
+      ec = errc::digest_mismatch;
+      ++m_corrupt;
+      m_temp.erase(it);
+    } else if (m_world.digest(f.value) != expected) {
       ec = errc::digest_mismatch;
       m_temp.erase(it);
     } else {
-      m_delivered[it->second.path] = std::move(it->second.data);
+      m_delivered[f.value] = true;
       m_temp.erase(it);
     }
     m_engine->on_file_stored(s, f, ec, {}, m_world.now());
@@ -423,7 +645,7 @@ void rx_node::query_held(session_id s, std::uint32_t, std::vector<receiver::held
   std::vector<receiver::held_answer> held;
   for (const auto& hq : q) {
     if (std::find(m_spec.held.begin(), m_spec.held.end(), hq.file.value) != m_spec.held.end()) {
-      held.push_back({hq.file, sha256(m_world.files()[hq.file.value].data)});
+      held.push_back({hq.file, m_world.digest(hq.file.value)});
     }
   }
   const std::uint64_t gen = m_generation;
@@ -437,7 +659,6 @@ void rx_node::query_held(session_id s, std::uint32_t, std::vector<receiver::held
 void rx_node::service(time_point now) {
   if (m_crashed) return;
   m_engine->on_timer(now);
-  m_last_stats = m_engine->stats();
   auto next = m_engine->next_deadline();
   m_world.wake(*this, next, [this] { service(m_world.now()); });
 }

@@ -18,18 +18,36 @@
 #include <memory>
 #include <queue>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
 namespace mcdist::sim {
 
 /// One direction of a link.
+///
+/// Loss is independent per datagram (Bernoulli) when `burst` <= 1, and otherwise follows the
+/// two-state Gilbert model (E. N. Gilbert, "Capacity of a burst-noise channel", 1960: the
+/// Gilbert-Elliott model with no loss in the good state and certain loss in the bad one): the
+/// link enters the bad state with probability p = loss * r / (1 - loss) per datagram and
+/// leaves it with r = 1 / burst, so the long-run loss rate is `loss` and a loss burst is
+/// `burst` datagrams long on average (geometrically distributed). Needs p <= 1, i.e.
+/// burst >= loss / (1 - loss); beyond that p is taken as 1 and the loss rate is higher.
 struct link_model {
   duration delay = std::chrono::milliseconds(1);  ///< one-way base delay
-  double loss = 0;          ///< probability a datagram is dropped
+  double loss = 0;          ///< long-run fraction of datagrams dropped
+  double burst = 1;         ///< mean loss burst length, datagrams (<= 1: independent loss)
   double duplicate = 0;     ///< probability a datagram is delivered twice
   double reorder = 0;       ///< probability a datagram is held back by reorder_delay
   duration reorder_delay = std::chrono::microseconds(500);
+};
+
+/// Loss state of one link direction: link_model's Gilbert chain (stateless for independent
+/// loss).
+struct loss_chain {
+  bool bad = false;  ///< in the bad (losing) state
+  /// True if the next datagram over `l` is lost; advances the chain. Draws from `rng`.
+  bool lost(const link_model& l, std::mt19937_64& rng);
 };
 
 /// A receiver of the simulated group.
@@ -63,14 +81,53 @@ struct sim_file {
 std::vector<sim_file> make_files(std::mt19937_64& rng, std::size_t count,
                                  const std::vector<std::uint64_t>& sizes);
 
+/// What the sender received and sent in one pass (pass 0: before pass 1, the announcement and
+/// registration). Datagrams the sender received are counted when they arrive, against the pass
+/// in force then.
+struct pass_stats {
+  std::uint32_t pass = 0;
+  std::uint64_t data_datagrams = 0;    ///< data datagrams sent, repairs included
+  std::uint64_t repair_datagrams = 0;  ///< data datagrams of a block sent before
+  std::uint64_t naks = 0;              ///< NAK datagrams received that name blocks
+  std::uint64_t nak_blocks = 0;        ///< blocks those NAKs name (a block named twice: twice)
+  std::uint64_t status = 0;            ///< NAK datagrams naming no block (status replies)
+  std::uint64_t completes = 0;         ///< COMPLETE datagrams received
+  std::uint64_t registers = 0;         ///< REGISTER datagrams received
+  std::uint64_t other = 0;             ///< any other datagram received
+  std::uint64_t control_sent = 0;      ///< control datagrams sent (multicast or unicast)
+  double sender_cpu_s = 0;             ///< thread CPU time inside the sender core's calls
+  /// Datagrams received, all kinds.
+  std::uint64_t received() const noexcept {
+    return naks + status + completes + registers + other;
+  }
+};
+
+/// Losses of the blocks' first transmissions (what repair has to make good).
+struct loss_stats {
+  std::uint64_t original_blocks = 0;  ///< data datagrams sent for the first time
+  /// First transmissions lost at the shared link (sim_config::common): every receiver.
+  std::uint64_t common_lost = 0;
+  /// First transmissions lost by at least one receiver: what resending exactly the blocks
+  /// named must cover.
+  std::uint64_t union_lost = 0;
+  /// The most first transmissions any single receiver lost: what parity repairs need.
+  std::uint64_t max_receiver_lost = 0;
+  std::string max_receiver;           ///< who lost them
+  std::uint64_t total_receiver_lost = 0;  ///< summed over receivers
+};
+
 /// Outcome of a simulated run.
 struct sim_result {
   bool sender_done = false;
   bool succeeded = false;
   sender::session_report report;
   duration elapsed{};
-  /// Per receiver id: delivered files (path -> bytes).
-  std::map<std::string, std::map<std::string, std::vector<std::byte>>> delivered;
+  /// Per receiver id: delivered files, by path. A receiver's storage keeps no copy of the
+  /// bytes: it compares every write with the reference file (sim_file::data, held once) and a
+  /// file counts as delivered only when every byte of it was written, the last write of each
+  /// byte matched the reference, and the digest the engine expected is the reference's, so a
+  /// delivered file is byte-identical to the sent one. Files held from the start count.
+  std::map<std::string, std::set<std::string>> delivered;
   std::map<std::string, receiver::receiver_stats> receiver_stats;
   /// SHA-256 over the ordered log of every network event: equal for equal seeds.
   sha256_digest trace;
@@ -78,6 +135,13 @@ struct sim_result {
   std::uint64_t unicast_to_sender = 0;
   /// Per receiver id: bytes delivered over the simulated unicast fallback.
   std::map<std::string, std::uint64_t> unicast_bytes;
+  /// Per pass, in order: pass 0 (registration) first.
+  std::vector<pass_stats> passes;
+  loss_stats losses;
+  /// Finalizations whose content differed from the reference (all receivers): the engine was
+  /// told digest_mismatch and fetched the file again. Garbage datagrams and crashes cause
+  /// them (a restored checkpoint can claim blocks the crash lost before they were written).
+  std::uint64_t corrupt_files = 0;
 };
 
 /// Simulation settings.
@@ -92,6 +156,13 @@ struct sim_config {
   duration limit = std::chrono::hours(2);
   /// Emit a receiver datagram that is garbage with this probability per sender datagram.
   double garbage = 0;
+  /// The shared path every multicast datagram of the sender crosses before the group fans out
+  /// (an uplink fade): its loss is fully correlated, every receiver loses the same datagrams.
+  /// Its delay adds to each receiver's.
+  link_model common{.delay = duration::zero()};
+  /// Hash every delivery into sim_result::trace (costs about a tenth of the run time at
+  /// thousands of receivers).
+  bool trace = true;
 };
 
 /// Runs the simulation to completion (sender done and receivers idle) or the time limit.

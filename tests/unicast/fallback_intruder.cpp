@@ -5,7 +5,7 @@
 // file 0, and prints one line: "result=<error or ok> bytes=<payload bytes received>
 // detail=<text>". Exit status 0 whatever happened (the test judges the line), 2 on bad usage.
 //
-// usage: fallback_intruder tcp|sctp-udp ADDRESS:PORT TOKEN-HEX32 SESSION-HEX RECEIVER-ID
+// usage: fallback_intruder tcp|sctp ADDRESS:PORT TOKEN-HEX32 SESSION-HEX RECEIVER-ID
 //        none|wrong-key
 
 #include "common/crypto.hpp"
@@ -25,19 +25,21 @@ using namespace mcdist;
 
 int main(int argc, char** argv) {
   if (argc != 7) {
-    std::cerr << "usage: fallback_intruder tcp|sctp-udp ADDRESS:PORT TOKEN-HEX32 SESSION-HEX "
+    std::cerr << "usage: fallback_intruder tcp|sctp ADDRESS:PORT TOKEN-HEX32 SESSION-HEX "
                  "RECEIVER-ID none|wrong-key\n";
     return 2;
   }
   const std::string kind = argv[1];
   const auto server = parse_endpoint(argv[2]);
   const std::string token_hex = argv[3];
-  if ((kind != "tcp" && kind != "sctp-udp") || !server || token_hex.size() != 32) {
+  const auto parsed_kind = unicast::parse_transport_kind(kind);
+  if (!parsed_kind || *parsed_kind == unicast::transport_kind::sctp_kernel || !server ||
+      token_hex.size() != 32) {
     std::cerr << "fallback_intruder: bad arguments\n";
     return 2;
   }
   unicast::client_options o;
-  o.kind = kind == "tcp" ? unicast::transport_kind::tcp : unicast::transport_kind::sctp_udp;
+  o.kind = *parsed_kind;
   o.server = *server;
   for (std::size_t i = 0; i < o.token.size(); ++i)
     o.token[i] = static_cast<std::uint8_t>(std::stoul(token_hex.substr(2 * i, 2), nullptr, 16));

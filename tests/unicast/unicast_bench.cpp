@@ -1,6 +1,6 @@
 // Throughput benchmark of the unicast transports (a program, not a test).
 //
-//   unicast_bench [--kind sctp-udp|tcp] [--connections N] [--set 1g|10k|mixed] [--repeat K]
+//   unicast_bench [--kind sctp|tcp] [--connections N] [--set 1g|10k|mixed] [--repeat K]
 //                 [--record-size BYTES] [--no-verify] [--no-crc]
 //       runs the server in a child process and the client here, over loopback, and prints
 //       goodput (payload bytes / time from start() to the last byte).

@@ -13,6 +13,10 @@
 --     segmentation offload) shows one UDP packet holding many equal-sized data datagrams, the
 --     way the sender hands them to the kernel with UDP_SEGMENT; they are split and dissected one
 --     by one.
+--   * encrypted sessions (mcdist-send --encrypt): the sealed announce and digest list bodies
+--     (field 15, "sealed") and the data payloads of a session whose announce was sealed are
+--     shown as encrypted (filter mcdist.encrypted); key requests and key-only replies by their
+--     flags. Nothing in them can be decoded without the session key.
 -- Malformed datagrams (truncated, bad magic/version/type, oversized, broken protobuf, short
 -- trailer, out-of-range values) raise expert info instead of Lua errors.
 --
@@ -103,6 +107,7 @@ local schema = {
     { 3, "first_file", "uint32" },
     { 4, "files", "message", { msg = "file_entry", repeated = true } },
     { 5, "sender_time_us", "uint64" },
+    { 15, "sealed", "bytes" },  -- encrypted session: the body above, XChaCha20-Poly1305
   },
   register_request = {
     { 1, "receiver_id", "string", { rid = true } },
@@ -114,6 +119,7 @@ local schema = {
     { 6, "resumed", "bool" },
     { 7, "last_seq", "uint64" },
     { 8, "missing_seqs", "message", { msg = "seq_range", repeated = true } },
+    { 9, "key_request", "bool" },
   },
   held_digest = {
     { 1, "file", "uint32" },
@@ -123,6 +129,7 @@ local schema = {
     { 1, "receiver_id", "string", { rid = true } },
     { 2, "accepted", "bool" },
     { 3, "reason", "string" },
+    { 4, "key_only", "bool" },
   },
   marker = {
     { 1, "pass", "uint32" },
@@ -154,6 +161,7 @@ local schema = {
   },
   digest_list = {
     { 1, "digests", "message", { msg = "held_digest", repeated = true } },
+    { 15, "sealed", "bytes" },
   },
   complete = {
     { 1, "receiver_id", "string", { rid = true } },
@@ -198,6 +206,7 @@ local hf = {
   data_file = ProtoField.uint32("mcdist.data.file", "File index", base.DEC),
   data_block = ProtoField.uint32("mcdist.data.block", "Block index", base.DEC),
   data_payload = ProtoField.bytes("mcdist.data.payload", "Payload"),
+  encrypted = ProtoField.bool("mcdist.encrypted", "Encrypted (mcdist-send --encrypt)"),
   data_path = ProtoField.string("mcdist.data.path", "File path (from the announce)"),
   data_payload_len = ProtoField.uint32("mcdist.data.payload_length", "Payload length", base.DEC),
   body = ProtoField.none("mcdist.body", "Protobuf body"),
@@ -408,11 +417,14 @@ end
 -- index -> path. Wireshark dissects a file in order on its first pass, so a data datagram or a
 -- NAK after its session's announce is shown with the file's path. Cleared per capture file.
 local manifests = {}
+-- Sessions whose announce was sealed (encrypted sessions): session id -> true.
+local encrypted_sessions = {}
 -- The manifest of the session whose datagram is being dissected, for the summaries below.
 local current_manifest = {}
 
 function mcdist.init()
   manifests = {}
+  encrypted_sessions = {}
 end
 
 -- " (path)" of file index `file` in the current session, or "" when no announce gave it.
@@ -638,6 +650,7 @@ local function rid(v) return v.receiver_id or "?" end
 
 local info = {
   announce = function(v)
+    if v.sealed then return "encrypted (sealed manifest chunk)" end
     local p = v.params or {}
     local files = v["files#"] or 0
     local first = v.first_file or 0
@@ -652,11 +665,12 @@ local info = {
       t = t .. string.format(" last_seq=%s missing_ranges=%d", tostring(v.last_seq or 0),
                              v["missing_seqs#"] or 0)
     end
+    if v.key_request then t = t .. " key_request" end
     return t
   end,
   register_reply = function(v)
-    return string.format("id=%s %s%s", rid(v), v.accepted and "accepted" or "refused",
-                         v.reason and (": " .. v.reason) or "")
+    return string.format("id=%s %s%s%s", rid(v), v.accepted and "accepted" or "refused",
+                         v.reason and (": " .. v.reason) or "", v.key_only and " key_only" or "")
   end,
   marker = function(v)
     return string.format("pass=%d file=%d block=%d seq=%d%s%s", v.pass or 0, v.file or 0,
@@ -667,7 +681,10 @@ local info = {
     return string.format("id=%s pass=%d seen_seq=%d files=%d", rid(v), v.pass or 0,
                          v.seen_seq or 0, v["files#"] or 0)
   end,
-  digest_list = function(v) return string.format("%d digests", v["digests#"] or 0) end,
+  digest_list = function(v)
+    if v.sealed then return "encrypted (sealed digests)" end
+    return string.format("%d digests", v["digests#"] or 0)
+  end,
   complete = function(v)
     return string.format("id=%s stored=%d bytes=%s held=%d failed=%d", rid(v), v.files_stored or 0,
                          tostring(v.bytes_stored or 0), v.files_held or 0, v["failures#"] or 0)
@@ -758,20 +775,29 @@ local function dissect_datagram(tvb, pinfo, root, off, len, label)
     local path = current_manifest[file]
     if path then tree:add(hf.data_path, path):set_generated() end
     local plen = body_end - (off + DATA_HEADER_SIZE)
+    local sealed = version == 2 and encrypted_sessions[session]
     if plen > 0 then
-      tree:add(hf.data_payload, tvb(off + DATA_HEADER_SIZE, plen))
+      local item = tree:add(hf.data_payload, tvb(off + DATA_HEADER_SIZE, plen))
+      if sealed then item:append_text(" (AES-256-GCM ciphertext)") end
     end
+    if sealed then tree:add(hf.encrypted, true):set_generated() end
     local pl = tree:add(hf.data_payload_len, plen)
     pl:set_generated()
     if plen == 0 then pl:add_proto_expert_info(ef.empty_payload) end
     tree:append_text(string.format(", file %d block %d", file, block))
-    text = string.format("%s seq=%d file=%d block=%d len=%d", prefix, seq, file, block, plen)
+    text = string.format("%s seq=%d file=%d block=%d len=%d%s", prefix, seq, file, block, plen,
+                         sealed and " encrypted" or "")
   else
     local blen = body_end - (off + HEADER_SIZE)
     local body = blen > 0 and tree:add(hf.body, tvb(off + HEADER_SIZE, blen)) or
                  tree:add(hf.body, tvb(off, HEADER_SIZE))
     body:set_text(string.format("%s (%d bytes)", tname, blen))
     local vals = dissect_message(tvb, pinfo, body, tname, off + HEADER_SIZE, body_end, 1)
+    if vals.sealed and (mtype == 2 or mtype == 7) then
+      if mtype == 2 then encrypted_sessions[session] = true end
+      tree:add(hf.encrypted, true):set_generated()
+      tree:append_text(", encrypted")
+    end
     if mtype == 2 and type(vals.files) == "table" then
       local first = type(vals.first_file) == "number" and vals.first_file or 0
       for i, entry in ipairs(vals.files) do

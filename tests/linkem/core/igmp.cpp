@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/byte_order.hpp"
 #include "tests/linkem/core/packet.hpp"
 
 namespace mcdist::linkem {
@@ -18,14 +19,6 @@ constexpr std::uint8_t k_change_to_exclude = 4;
 constexpr std::uint8_t k_allow_new_sources = 5;
 constexpr std::uint8_t k_block_old_sources = 6;
 
-std::uint16_t be16(const std::byte* p) {
-  return static_cast<std::uint16_t>((std::to_integer<unsigned>(p[0]) << 8U) |
-                                    std::to_integer<unsigned>(p[1]));
-}
-std::uint32_t be32(const std::byte* p) {
-  return (static_cast<std::uint32_t>(be16(p)) << 16U) | be16(p + 2);
-}
-
 }  // namespace
 
 igmp_result parse_igmp(std::span<const std::byte> message,
@@ -41,7 +34,7 @@ igmp_result parse_igmp(std::span<const std::byte> message,
     case k_igmp_v1_report:
     case k_igmp_v2_report:
     case k_igmp_v2_leave: {
-      const std::uint32_t group = be32(&message[4]);
+      const std::uint32_t group = load_be32(&message[4]);
       if (!is_multicast(group)) {
         return igmp_result::malformed;
       }
@@ -52,7 +45,7 @@ igmp_result parse_igmp(std::span<const std::byte> message,
       if (message.size() < k_igmp_v3_report_header) {
         return igmp_result::malformed;
       }
-      const std::size_t records = be16(&message[6]);
+      const std::size_t records = load_be16(&message[6]);
       if (records > k_max_igmp_records) {
         return igmp_result::malformed;
       }
@@ -65,8 +58,8 @@ igmp_result parse_igmp(std::span<const std::byte> message,
         }
         const auto record_type = std::to_integer<std::uint8_t>(message[pos]);
         const std::size_t aux_words = std::to_integer<std::size_t>(message[pos + 1]);
-        const std::size_t sources = be16(&message[pos + 2]);
-        const std::uint32_t group = be32(&message[pos + 4]);
+        const std::size_t sources = load_be16(&message[pos + 2]);
+        const std::uint32_t group = load_be32(&message[pos + 4]);
         const std::size_t record_size = k_igmp_v3_record_header + sources * 4 + aux_words * 4;
         if (pos + record_size > message.size()) {
           changes.resize(first_change);

@@ -1,5 +1,7 @@
 #include "tests/linkem/core/packet.hpp"
 
+#include "common/byte_order.hpp"
+
 #include <algorithm>
 #include <cstring>
 
@@ -13,21 +15,6 @@ constexpr std::uint8_t k_tcp_flag_fin = 0x01;
 constexpr std::uint8_t k_tcp_flag_psh = 0x08;
 constexpr std::uint8_t k_tcp_flag_cwr = 0x80;
 
-std::uint16_t load_be16(const std::byte* p) noexcept {
-  return static_cast<std::uint16_t>((std::to_integer<unsigned>(p[0]) << 8U) |
-                                    std::to_integer<unsigned>(p[1]));
-}
-std::uint32_t load_be32(const std::byte* p) noexcept {
-  return (static_cast<std::uint32_t>(load_be16(p)) << 16U) | load_be16(p + 2);
-}
-void store_be16(std::byte* p, std::uint16_t v) noexcept {
-  p[0] = static_cast<std::byte>(v >> 8U);
-  p[1] = static_cast<std::byte>(v & 0xFFU);
-}
-void store_be32(std::byte* p, std::uint32_t v) noexcept {
-  store_be16(p, static_cast<std::uint16_t>(v >> 16U));
-  store_be16(p + 2, static_cast<std::uint16_t>(v & 0xFFFFU));
-}
 // The vnet header is in the host's byte order, which on every platform we build for is
 // little-endian; load/store it explicitly so the code says so.
 std::uint16_t load_le16(const std::byte* p) noexcept {

@@ -299,9 +299,11 @@ TEST_CASE("multicast with IGMP snooping, delay and loss reaches each receiver as
   CHECK(json_number(h1, "unique") == 3000);
   CHECK(json_number(h1, "lost") == 0);
   CHECK(json_number(h1, "duplicates") == 0);
-  // One-way delay h0 -> h1 is h1's down delay: 20 ms plus the emulator's latency.
+  // One-way delay h0 -> h1 is h1's down delay: 20 ms plus the emulator's latency. The property
+  // asserted: never early, and applied once (not on both crossings); how close to 20 ms it is
+  // depends on the machine's load and is measured by validate.sh, not asserted here.
   CHECK(json_number(h1, "delay_min_ms") >= 20.0);
-  CHECK(json_number(h1, "delay_min_ms") < 21.0);
+  CHECK(json_number(h1, "delay_min_ms") < 40.0);
 
   // 20 % of 3000: 600 expected, 4.5 sigma = 98.
   const double lost = json_number(h2, "lost");
@@ -362,10 +364,10 @@ TEST_CASE("forward-only mode serves ip netns exec and cleans up on SIGTERM", "[e
   INFO(ping.out << ping.err);
   REQUIRE(ping.exit_code == 0);
   CHECK(json_number(ping.out, "received") == 20);
-  // 2 x 10 ms, plus the fixed cost of four TUN crossings and two process wake-ups
-  // (~0.2-0.3 ms on a small VM).
+  // 2 x 10 ms, plus the fixed cost of four TUN crossings and two process wake-ups (~0.2-0.3 ms
+  // on an idle small VM; validate.sh measures it). Asserted: each direction delayed once.
   CHECK(json_number(ping.out, "rtt_min_ms") >= 20.0);
-  CHECK(json_number(ping.out, "rtt_median_ms") < 21.0);
+  CHECK(json_number(ping.out, "rtt_min_ms") < 30.0);
   echo.terminate(SIGKILL);
 
   CHECK(emu.terminate(SIGTERM) == 0);

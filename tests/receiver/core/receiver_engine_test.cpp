@@ -1,12 +1,17 @@
 #include "receiver/core/receiver_engine.hpp"
+#include "receiver/core/register_backoff.hpp"
 
 #include "common/ranges.hpp"
 #include "common/wire.hpp"
+#include "checkpoint.pb.h"
 #include "mcdist.pb.h"
 
 #include <catch2/catch.hpp>
 
+#include <fstream>
+#include <iterator>
 #include <map>
+#include <set>
 
 using namespace mcdist;
 using namespace mcdist::receiver;
@@ -48,6 +53,10 @@ struct fake_sink final : receiver_sink, storage_port {
     wanted.push_back(std::move(w));
   }
   void stop_unicast(session_id) override { ++stops; }
+  void file_finished(const file_outcome& o) override {
+    outcomes.emplace_back(std::string(o.path), o.stored);
+  }
+  std::vector<std::pair<std::string, bool>> outcomes;
   std::vector<unicast_order> orders;
   std::vector<std::vector<byte_range>> wanted;
   int stops = 0;
@@ -233,6 +242,32 @@ TEST_CASE("blocks are written, complete files finalized, and COMPLETE follows st
   REQUIRE(h.engine.active_sessions() == 0);
 }
 
+TEST_CASE("a file being finalized when the sender aborts is still reported stored",
+          "[unit][receiver]") {
+  // The finalizer renames what it was given whatever happens to the session: its outcome must
+  // reach the shell (journal, actions), or a product would sit in dest unjournaled.
+  harness h;
+  h.announce({entry("a", 1000), entry("b", 2000)});
+  h.held_none();
+  h.accept();
+  h.feed(data(1, 0, 0, 1000));
+  REQUIRE(h.sink.finalized.size() == 1);
+  wire::session_end end;
+  end.set_reason(wire::session_end::ABORTED);
+  h.feed(datagram(wire::msg_type::session_end, end));
+  REQUIRE(h.engine.active_sessions() == 0);
+  REQUIRE(h.engine.stats().sessions_failed == 1);
+  REQUIRE(h.sink.outcomes.empty());
+  h.engine.on_file_stored(sid, file_index{0}, {}, {}, h.now);
+  REQUIRE(h.sink.outcomes == std::vector<std::pair<std::string, bool>>{{"a", true}});
+  REQUIRE(h.engine.stats().files_stored == 1);
+  // Reported once; an outcome for a file that was not finalizing is ignored.
+  h.engine.on_file_stored(sid, file_index{0}, {}, {}, h.now);
+  h.engine.on_file_stored(sid, file_index{1}, {}, {}, h.now);
+  REQUIRE(h.sink.outcomes.size() == 1);
+  REQUIRE(h.engine.stats().files_stored == 1);
+}
+
 TEST_CASE("NAKs cover what is missing behind the sender's marker, once per pass", "[unit][receiver]") {
   harness h;
   h.announce({entry("a", 10'000), entry("b", 10'000)});  // 10 blocks each
@@ -258,6 +293,43 @@ TEST_CASE("NAKs cover what is missing behind the sender's marker, once per pass"
   naks = h.sink.of_type<wire::nak>(wire::msg_type::nak);
   REQUIRE(runs(naks.back(), 0).size() == 2);
   REQUIRE(runs(naks.back(), 1) == std::vector<std::pair<std::uint32_t, std::uint32_t>>{{0, 10}});
+}
+
+TEST_CASE("a NAK round past its datagram cap goes on where it stopped at the next marker",
+          "[unit][receiver][nak]") {
+  receiver_config cfg{"site"};
+  cfg.max_nak_datagrams = 2;
+  harness h(cfg);
+  h.announce({entry("a", 6'000'000)});  // 6000 blocks
+  h.held_none();
+  h.accept();
+  // Every other block arrives: 3000 one-block holes, more than two NAKs carry.
+  std::uint32_t seq = 1;
+  for (std::uint32_t b = 1; b < 6000; b += 2) h.feed(data(seq++, 0, b, 1000));
+  std::set<std::uint32_t> asked;
+  auto collect = [&](std::size_t from) {
+    const auto naks = h.sink.of_type<wire::nak>(wire::msg_type::nak);
+    for (std::size_t i = from; i < naks.size(); ++i) {
+      CHECK(wire::header_size + naks[i].ByteSizeLong() <= wire::control_budget);
+      for (const auto& [first, count] : runs(naks[i], 0)) {
+        for (std::uint32_t b = first; b < first + count; ++b) CHECK(asked.insert(b).second);
+      }
+    }
+    return naks.size();
+  };
+  h.marker(1, 1, 0, false, seq);
+  std::size_t seen = collect(0);
+  REQUIRE(seen == 2);  // the cap
+  REQUIRE(asked.size() < 3000);
+  const std::size_t first_round = asked.size();
+  // Each later marker of the pass goes on from the first block not asked, never repeating one.
+  for (int round = 0; round < 10 && asked.size() < 3000; ++round) {
+    h.marker(1, 1, 0, false, seq);
+    seen = collect(seen);
+  }
+  CHECK(asked.size() == 3000);
+  CHECK(first_round > 0);
+  for (const auto b : asked) CHECK(b % 2 == 0);
 }
 
 TEST_CASE("data from another host or for another session is dropped and counted", "[unit][receiver]") {
@@ -353,6 +425,61 @@ TEST_CASE("a checkpoint restores a session that resumes where it stopped", "[uni
   REQUIRE(runs(naks[0], 1).empty());
 }
 
+TEST_CASE("a checkpoint written before format versions resumes after an upgrade",
+          "[unit][receiver][checkpoint]") {
+  // Written by the engine before issue 9 (testdata/README.md): session 0x1234 from
+  // 10.0.0.1:5000, "e" empty, "dir/b" with blocks 0 and 2 of 3, "c" failed.
+  std::ifstream in(std::string(MCDIST_TESTDATA) + "/checkpoint_v0.bin", std::ios::binary);
+  const std::string blob{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  REQUIRE_FALSE(blob.empty());
+  harness h;
+  REQUIRE_FALSE(h.engine.restore(blob, h.now));
+  REQUIRE(h.engine.active_sessions() == 1);
+  // The empty file had all of its (no) blocks: finalized again.
+  REQUIRE(h.sink.finalized.size() == 1);
+  CHECK(h.sink.finalized[0].first == 0);
+  // Only block 1 of dir/b is NAKed.
+  h.marker(2, 3, 0, true, 9);
+  const auto naks = h.sink.of_type<wire::nak>(wire::msg_type::nak);
+  REQUIRE(naks.size() == 1);
+  CHECK(runs(naks[0], 1) == std::vector<std::pair<std::uint32_t, std::uint32_t>>{{1, 1}});
+  CHECK(runs(naks[0], 0).empty());
+  CHECK(runs(naks[0], 2).empty());
+  // Its next checkpoint is in the current version, and restores in turn.
+  h.engine.checkpoint_all(h.now);
+  REQUIRE_FALSE(h.sink.checkpoints.empty());
+  checkpoint::session_state st;
+  REQUIRE(st.ParseFromString(h.sink.checkpoints.back()));
+  CHECK(st.version() == checkpoint::CURRENT);
+  CHECK(st.files(1).phase() == checkpoint::file_state::RECEIVING);
+  CHECK(st.files(2).phase() == checkpoint::file_state::FAILED);
+  fake_sink sink2;
+  receiver_engine again(receiver_config{"site"}, sink2, sink2, 2, nullptr);
+  REQUIRE_FALSE(again.restore(h.sink.checkpoints.back(), h.now));
+  // The missing block completes the file.
+  h.feed(data(10, 1, 1, 1000));
+  REQUIRE(h.sink.finalized.size() == 2);
+  CHECK(h.sink.finalized[1].first == 1);
+}
+
+TEST_CASE("a checkpoint of a newer format version is refused, not misread",
+          "[unit][receiver][checkpoint]") {
+  harness h;
+  h.announce({entry("a", 3000)});
+  h.held_none();
+  h.accept();
+  h.engine.checkpoint_all(h.now);
+  REQUIRE(h.sink.checkpoints.size() == 1);
+  checkpoint::session_state st;
+  REQUIRE(st.ParseFromString(h.sink.checkpoints.back()));
+  st.set_version(checkpoint::CURRENT + 1);
+  fake_sink sink2;
+  receiver_engine restarted(receiver_config{"site"}, sink2, sink2, 2, nullptr);
+  CHECK(restarted.restore(st.SerializeAsString(), h.now) == errc::bad_version);
+  CHECK(restarted.active_sessions() == 0);
+  CHECK(restarted.memory_charged() == 0);
+}
+
 TEST_CASE("a checkpoint with an empty file being finalized restores and finalizes it again",
           "[unit][receiver]") {
   // Found by tests/fuzz/checkpoint_fuzz: the empty file's bitmap has no words, and restore
@@ -379,7 +506,7 @@ TEST_CASE("a damaged checkpoint whose bitmap does not fit its file is refused", 
   h.accept();
   h.engine.checkpoint_all(h.now);
   REQUIRE(h.sink.checkpoints.size() == 1);
-  wire::session_state st;
+  checkpoint::session_state st;
   REQUIRE(st.ParseFromString(h.sink.checkpoints.back()));
   // 2^31 - 1 blocks of 1000 bytes with the 3-block file's bitmap: refused before the 256 MiB
   // bitmap such a file needs is allocated.
@@ -400,7 +527,7 @@ TEST_CASE("a checkpoint of a channel the configuration no longer has is refused"
   h.accept();
   h.engine.checkpoint_all(h.now);
   REQUIRE(h.sink.checkpoints.size() == 1);
-  wire::session_state st;
+  checkpoint::session_state st;
   REQUIRE(st.ParseFromString(h.sink.checkpoints.back()));
   st.set_channel(2);  // written when the daemon had three channels; it has two now
   receiver_config rc{"site"};
@@ -1027,7 +1154,7 @@ TEST_CASE("a checkpoint whose numbering fields are damaged is refused", "[unit][
   a.accept(session_id{103});
   a.engine.checkpoint_all(a.now);
   REQUIRE_FALSE(a.sink.checkpoints.empty());
-  wire::session_state st;
+  checkpoint::session_state st;
   REQUIRE(st.ParseFromString(a.sink.checkpoints.back()));
   REQUIRE(st.params().channel() == "obs");
   REQUIRE(st.params().channel_seq() == 3);
@@ -1044,4 +1171,70 @@ TEST_CASE("a checkpoint whose numbering fields are damaged is refused", "[unit][
   sequenced b;
   REQUIRE(b.engine.restore(bad.SerializeAsString(), b.now) == errc::invalid_field);
   REQUIRE_FALSE(b.engine.restore(st.SerializeAsString(), b.now));
+}
+
+TEST_CASE("REGISTER retransmissions back off exponentially with jitter in [b/2, b]",
+          "[unit][receiver]") {
+  const duration floor = 20ms;
+  for (const duration ceiling : {duration(0ms), duration(500ms), duration(3s), duration(60s)}) {
+    for (std::uint32_t k = 0; k < 12; ++k) {
+      const duration b = register_backoff(k, floor, ceiling);
+      INFO("ceiling " << to_seconds(ceiling) << " s, send " << k);
+      // 100 ms x 2^k, exponent capped at 6, never above max(ceiling, 100 ms).
+      REQUIRE(b == std::min<duration>(100ms * (1 << std::min(k, 6u)),
+                                      std::max<duration>(ceiling, 100ms)));
+      duration lo = duration::max();
+      duration hi = duration::min();
+      std::uint64_t x = k;
+      for (int i = 0; i < 2000; ++i) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;  // Knuth's MMIX LCG
+        const duration d = register_retry_delay(k, floor, ceiling, x);
+        lo = std::min(lo, d);
+        hi = std::max(hi, d);
+      }
+      for (const std::uint64_t edge : {std::uint64_t{0}, ~std::uint64_t{0}}) {
+        const duration d = register_retry_delay(k, floor, ceiling, edge);
+        lo = std::min(lo, d);
+        hi = std::max(hi, d);
+      }
+      REQUIRE(lo >= b / 2);
+      REQUIRE(lo >= floor);
+      REQUIRE(hi <= b);
+      // Spread over most of [b/2, b], not one value.
+      REQUIRE(hi - lo >= b / 2 * 9 / 10);
+    }
+  }
+}
+
+TEST_CASE("receivers that start together retry REGISTER at different times", "[unit][receiver]") {
+  std::vector<wire::file_entry> entries = {entry("a", 100)};
+  std::set<time_point::rep> retries;
+  for (std::uint64_t seed = 1; seed <= 20; ++seed) {
+    fake_sink sink;
+    receiver_engine engine(receiver_config{"site"}, sink, sink, seed, nullptr);
+    const time_point t0{50s};
+    wire::announce a;
+    auto* p = a.mutable_params();
+    p->set_block_size(1000);
+    p->set_file_count(1);
+    p->set_manifest_chunks(1);
+    p->set_total_bytes(100);
+    p->set_grtt_us(10000);
+    a.set_sender_time_us(1);
+    *a.add_files() = entries[0];
+    engine.on_datagram(datagram(wire::msg_type::announce, a), sender_ep, 0, t0);
+    engine.on_held(sid, {}, t0);
+    REQUIRE(sink.of_type<wire::register_request>(wire::msg_type::register_request).size() == 1);
+    const auto next = engine.next_deadline();
+    REQUIRE(next);
+    // First retry: b = 100 ms, so within [50 ms, 100 ms] of the first REGISTER.
+    REQUIRE(*next - t0 >= 50ms);
+    REQUIRE(*next - t0 <= 100ms);
+    engine.on_timer(*next - 1us);
+    REQUIRE(sink.of_type<wire::register_request>(wire::msg_type::register_request).size() == 1);
+    engine.on_timer(*next);
+    REQUIRE(sink.of_type<wire::register_request>(wire::msg_type::register_request).size() == 2);
+    retries.insert((*next - t0).count());
+  }
+  REQUIRE(retries.size() >= 15);  // 20 seeds, not one schedule
 }

@@ -1,5 +1,6 @@
 #include "receiver/storage/file_store.hpp"
 
+#include "checkpoint.pb.h"
 #include "common/error.hpp"
 #include "tests/receiver/storage/file_store_test_util.hpp"
 
@@ -98,6 +99,18 @@ struct rig {
 bool exists_nofollow(const fs::path& p) {
   struct stat st {};
   return ::lstat(p.c_str(), &st) == 0;
+}
+
+}  // namespace
+
+namespace {
+
+/// The smallest state load_checkpoints takes for session `s` (proto/checkpoint.proto header).
+std::string state_blob(session_id s) {
+  mcdist::checkpoint::session_header h;
+  h.set_version(mcdist::checkpoint::CURRENT);
+  h.set_session(s.value);
+  return h.SerializeAsString();
 }
 
 }  // namespace
@@ -484,13 +497,13 @@ TEST_CASE("resume keeps the bytes of an existing temp file; a fresh begin does n
     store.begin_file(k, make_spec());
     for (std::uint64_t off = 0; off < half; off += block)
       REQUIRE(store.write(k, off, std::span(data).subspan(off, block)));
-    store.checkpoint(k.session, "first half");
+    store.checkpoint(k.session, state_blob(k.session));
   }  // destruction drains the writes and the checkpoint, keeps the temp file
   CHECK(fs::file_size(file_store::temp_path(temp, k)) >= half);
   const auto saved = load_checkpoints(temp);
   REQUIRE(saved.size() == 1);
   CHECK(saved[0].first == k.session);
-  CHECK(saved[0].second == "first half");
+  CHECK(saved[0].second == state_blob(k.session));
 
   const bool resume = GENERATE(true, false);
   CAPTURE(resume);
@@ -803,7 +816,8 @@ TEST_CASE("start-up removes temp directories of sessions without saved state, an
   const fs::path temp = d.path() / "temp";
   scratch_dir elsewhere;
   fs::create_directories(temp / "0000000a");  // kept: has state
-  write_plain_file(temp / "0000000a" / "state", std::vector<std::byte>(4));
+  const std::string state = state_blob(session_id{0xa});
+  write_plain_file(temp / "0000000a" / "state", std::as_bytes(std::span(state)));
   fs::create_directories(temp / "0000000b");  // orphan: .part only
   write_plain_file(temp / "0000000b" / "0.part", std::vector<std::byte>(100));
   fs::create_symlink(elsewhere.path(), temp / "0000000c");  // a planted link: removed, not followed

@@ -590,3 +590,24 @@ TEST_CASE("an unsequenced session refuses sequence reports and bad sequence sett
   catch_up.channel_seq = 9;  // a catch-up session is unsequenced
   REQUIRE_THROWS_AS(sender_session(catch_up, files({1}), 1, nullptr), std::invalid_argument);
 }
+
+TEST_CASE("an open group accepts at most max_receivers; more REGISTERs are refused",
+          "[unit][sender]") {
+  harness h(files({1000}), {}, true);
+  h.cfg.max_receivers = 2;
+  h.s = std::make_unique<sender_session>(h.cfg, files({1000}), 1, nullptr);
+  h.s->start(h.now);
+  h.tick();
+  h.register_rx("a", rx_a);
+  h.register_rx("b", rx_b);
+  h.register_rx("c", rx_b);
+  h.register_rx("a", rx_a);  // a repeat of an accepted receiver is answered again
+  const auto replies = h.sent<wire::register_reply>(wire::msg_type::register_reply);
+  REQUIRE(replies.size() == 4);
+  REQUIRE(replies[0].accepted());
+  REQUIRE(replies[1].accepted());
+  REQUIRE_FALSE(replies[2].accepted());
+  REQUIRE(replies[2].reason() == "the session has its maximum number of receivers");
+  REQUIRE(replies[3].accepted());
+  REQUIRE(h.s->report(h.now).receivers.size() == 2);
+}
