@@ -30,6 +30,8 @@ struct batch_limits {
 class batcher {
  public:
   explicit batcher(batch_limits limits) : m_limits(limits) {}
+  /// A reload changed the channel's batching: applies from the next batch on.
+  void set_limits(batch_limits limits) { m_limits = limits; }
 
   /// Adds a product that arrived at `now`. @return false (and nothing changes) when a product
   /// with the same journal id is already waiting: the start-up scan and inotify may both

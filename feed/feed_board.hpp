@@ -106,6 +106,12 @@ class feed_board {
                     const std::vector<product>& products, const sender::session_report& report,
                     bool products_sent, clock_time now);
 
+  /// A channel added by a reload: the next index.
+  void add_channel(std::string name) {
+    m_names.push_back(std::move(name));
+    m_channels.emplace_back();
+  }
+
   const std::vector<std::string>& channel_names() const noexcept { return m_names; }
   const std::vector<channel_tally>& channels() const noexcept { return m_channels; }
   /// By site name.

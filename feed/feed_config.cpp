@@ -223,7 +223,7 @@ namespace {
 feed_config from_table(const toml::table& t, const std::string& source) {
   const table_reader r(t, "", source,
                        {"interface", "key", "site_keys", "rate", "journal", "retention",
-                        "retained", "control_socket", "control_group", "http", "channel"});
+                        "retained", "control_socket", "control_group", "http", "channel", "wis2"});
   feed_config c;
   const auto itf = r.required_string("interface", "\"10.0.0.5\"");
   const auto a = parse_address(itf);
@@ -264,6 +264,36 @@ feed_config from_table(const toml::table& t, const std::string& source) {
       }
       c.http = e;
     }
+  }
+
+  if (const auto* w = t.get("wis2")) {
+    const auto* wt = w->as_table();
+    if (!wt) r.fail("wis2", "must be a table: [wis2]");
+    const table_reader wr(*wt, "wis2.", source,
+                          {"broker", "topic", "base_url", "data_id_prefix", "qos", "username",
+                           "password", "max_queued", "channels"});
+    wis2_action wa;
+    const auto broker = wr.required_string("broker", "\"mqtt://127.0.0.1:1883\"");
+    const auto b = parse_mqtt_url(broker);
+    if (!b) {
+      wr.fail("broker", "= \"" + broker + "\" is not mqtt://HOST[:PORT] (TLS is not supported)");
+    }
+    wa.broker_host = b->first;
+    wa.broker_port = b->second;
+    wa.topic = wr.required_string("topic", "\"origin/a/wis2/xx-centre/data/core/weather\"");
+    wa.base_url = wr.required_string("base_url", "\"https://data.example.org/\"");
+    if (auto v = wr.string("data_id_prefix")) wa.data_id_prefix = *v;
+    if (auto v = wr.string("username")) wa.username = *v;
+    if (auto v = wr.string("password")) wa.password = *v;
+    if (auto v = wr.integer("qos", 0, 2)) wa.qos = static_cast<int>(*v);
+    if (auto v = wr.integer("max_queued", 1, 1'000'000)) wa.max_queued = static_cast<std::size_t>(*v);
+    try {
+      check_wis2_action(wa);
+    } catch (const std::invalid_argument& e) {
+      throw config_error(source + ": [wis2]: " + e.what());
+    }
+    c.wis2 = std::move(wa);
+    c.wis2_channels = wr.strings("channels");
   }
 
   const auto* ch = t.get("channel");
@@ -307,6 +337,11 @@ feed_config from_table(const toml::table& t, const std::string& source) {
                                   "'site_keys' (only pinned sites may get the session key)");
     }
     c.channels.push_back(std::move(cc));
+  }
+  for (const auto& n : c.wis2_channels) {
+    if (!names.count(n)) {
+      throw config_error(source + ": [wis2] channels names \"" + n + "\", which is no [[channel]]");
+    }
   }
   return c;
 }

@@ -6,6 +6,7 @@
 /// the rate, its batching and what happens to a product once sent. Every error names the key.
 
 #include "common/endpoint.hpp"
+#include "common/wis2/wis2_publisher.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -92,6 +93,11 @@ struct feed_config {
   std::optional<endpoint> http = default_http_endpoint();
   bool http_explicit = false;       ///< `http` was set: an address in use is then an error
   std::vector<channel_config> channels;
+  /// `[wis2]`: a WIS2 Notification Message per product once the batch session that sent it
+  /// ended (common/wis2/wis2_publisher.hpp; README "WIS2 notifications"). nullopt: none.
+  std::optional<wis2_action> wis2;
+  /// `[wis2] channels`: the channels announced (empty: every channel).
+  std::vector<std::string> wis2_channels;
 };
 
 /// Parses TOML text. @param source names the text in messages (the file name)

@@ -1,6 +1,8 @@
 #include "feed/feed_daemon.hpp"
 
 #include "common/units.hpp"
+#include "common/digest_xattr.hpp"
+#include "common/sha256.hpp"
 #include "sender/io/file_hasher.hpp"
 
 #include <boost/asio/post.hpp>
@@ -9,7 +11,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <fcntl.h>
 #include <cerrno>
+#include <cstring>
 #include <random>
 #include <system_error>
 
@@ -108,6 +112,9 @@ feed_daemon::feed_daemon(boost::asio::io_context& io, feed_config cfg,
                            m_cfg.site_keys.string());
       }
     }
+  }
+  if (m_cfg.wis2) {
+    m_wis2 = std::make_unique<wis2_publisher>(*m_cfg.wis2, "mcdist-feed", m_log);
   }
   m_channels.reserve(m_cfg.channels.size());
   for (const auto& c : m_cfg.channels) {
@@ -239,6 +246,7 @@ void feed_daemon::arm_batch_timer(std::size_t ch) {
 
 void feed_daemon::maybe_start(std::size_t ch) {
   auto& cs = m_channels[ch];
+  if (cs.retired) return;
   while (!cs.run && !m_stopping) {
     const bool batch_ready = cs.batch.ready(from_steady(steady::now()));
     // Catch-up and resend alternate with batches, so neither starves the other.
@@ -434,6 +442,8 @@ void feed_daemon::on_session_done(std::size_t ch, sender::run_result r) {
     }
     tx.commit();
   }
+  // WIS2 notifications before the spool files go (their digests are read from them).
+  if (dispose_now && m_wis2) announce_wis2(ch, run.products);
   // ... and only then the spool files go: a crash in between leaves a product 'sent' with its
   // file still in the spool (the next start's scan finds it sent and leaves it), never a
   // product gone from the spool that the journal would send again.
@@ -666,9 +676,17 @@ nlohmann::json feed_daemon::status() const {
   j["rate_bps"] = m_cfg.rate_bps;
   j["stopping"] = m_stopping;
   auto& list = j["channels"] = nlohmann::json::array();
+  j["config_reloads"] = {{"success", m_reloads_ok}, {"failure", m_reloads_failed}};
+  if (m_wis2) {
+    const auto ws = m_wis2->stats();
+    j["wis2"] = {{"topic", m_wis2->action().topic}, {"connected", ws.connected},
+                 {"published", ws.published}, {"failed", ws.failed}, {"dropped", ws.dropped},
+                 {"queued", ws.queued}};
+  }
   for (const auto& c : m_channels) {
     nlohmann::json o;
     o["name"] = c.cfg->name;
+    o["retired"] = c.retired;
     o["group"] = c.cfg->group.to_string();
     o["priority"] = c.cfg->priority;
     o["waiting_products"] = c.batch.size();
@@ -741,6 +759,47 @@ nlohmann::json feed_daemon::queue_resend(const resend_order& order, resend_produ
   j["session"] = "";
   j["unicast"] = order.unicast;
   return j;
+}
+
+void feed_daemon::announce_wis2(std::size_t ch, const std::vector<product>& products) {
+  const auto& name = m_cfg.channels[ch].name;
+  if (!m_cfg.wis2_channels.empty() &&
+      std::find(m_cfg.wis2_channels.begin(), m_cfg.wis2_channels.end(), name) ==
+          m_cfg.wis2_channels.end()) {
+    return;
+  }
+  for (const auto& p : products) {
+    const int fd = ::open(p.spool_path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) {
+      m_log->warn("channel {}: {}: no WIS2 notification: cannot open {}: {}", name, p.name,
+                  p.spool_path, std::strerror(errno));
+      continue;
+    }
+    // The session recorded the digest it announced in the file's xattr (sender digest cache);
+    // a file system without user xattrs makes us hash it here, on the io thread (products
+    // announced over WIS2 are usually small; a big one delays other channels a moment).
+    auto d = read_digest_xattr(fd, p.size, p.mtime_ns);
+    if (!d) {
+      sha256_hasher h;
+      std::vector<std::byte> buf(1 << 20);
+      bool ok = true;
+      for (;;) {
+        const ssize_t n = ::read(fd, buf.data(), buf.size());
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) ok = false;
+        if (n <= 0) break;
+        h.update(std::span<const std::byte>(buf.data(), static_cast<std::size_t>(n)));
+      }
+      if (ok) d = h.finish();
+    }
+    ::close(fd);
+    if (!d) {
+      m_log->warn("channel {}: {}: no WIS2 notification: cannot read {}", name, p.name,
+                  p.spool_path);
+      continue;
+    }
+    m_wis2->publish(p.name, p.size, p.mtime_ns, *d);
+  }
 }
 
 }  // namespace mcdist::feed

@@ -80,6 +80,20 @@ class feed_daemon {
   /// `done` is posted.
   void stop(std::function<void()> done);
 
+  /// Reloads the configuration `source` gives (SIGHUP), after checking it (parse, keys,
+  /// receivers in site_keys); an invalid one is logged and changes nothing. Channels are
+  /// matched by name: an added one's spools are watched and scanned; a removed one starts no
+  /// new session (the one under way finishes; its queued products stay queued in the journal)
+  /// and its spools are no longer watched; a kept one takes its new settings from its next
+  /// batch (priority, share, cap, batching, group, receivers, after, spools). site_keys and
+  /// retention are re-read; interface, key_file, rate, journal, retained_dir, control socket
+  /// and http need a restart (logged, kept). Logs a one-line summary.
+  /// @return true when applied
+  bool reload(const std::function<feed_config()>& source);
+
+  /// The configuration in force (channel indexes stable: removed channels stay, retired).
+  const feed_config& config() const noexcept { return m_cfg; }
+
   /// Channels, running sessions, queue depths and rates, for `mcdistctl status`.
   nlohmann::json status() const;
 
@@ -127,6 +141,7 @@ class feed_daemon {
     std::deque<extra_request> extras;
     bool last_was_extra = false;
     std::uint64_t sessions = 0;
+    bool retired = false;  ///< a reload removed it: no new session
   };
 
   void on_found(spooled_file f);
@@ -163,6 +178,13 @@ class feed_daemon {
   bool m_stopping = false;
   std::function<void()> m_stopped;
   feed_board m_board;
+  /// `[wis2]`: announces each product of a batch once its session ended (nullptr: off).
+  std::unique_ptr<wis2_publisher> m_wis2;
+  /// Publishes the WNMs of a batch session's products (their SHA-256 from the digest cache the
+  /// session wrote on the spool file, else hashed).
+  void announce_wis2(std::size_t ch, const std::vector<product>& products);
+  std::uint64_t m_reloads_ok = 0;
+  std::uint64_t m_reloads_failed = 0;
 };
 
 /// The control socket's handler in the running daemon. The io thread runs no journal query for

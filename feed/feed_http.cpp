@@ -65,7 +65,7 @@ http::response feed_http::serve(const http::request& r) const {
   s.version = MCDIST_VERSION;
   s.now = std::chrono::system_clock::now();
   s.started = m_started;
-  s.cfg = &m_cfg;
+  s.cfg = &m_daemon.config();  // the reloaded one (channels by index, as the board)
   s.daemon = m_daemon.status();
   s.board = &m_daemon.board();
   if (m_ring) {

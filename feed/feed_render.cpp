@@ -66,6 +66,15 @@ const nlohmann::json& daemon_channel(const feed_snapshot& s, std::size_t i) {
   return ch.is_array() && i < ch.size() ? ch[i] : empty;
 }
 
+/// The channel indexes shown: every one but those a reload removed (daemon "retired").
+std::vector<std::size_t> shown(const feed_snapshot& s) {
+  std::vector<std::size_t> out;
+  for (std::size_t i = 0; i < s.board->channel_names().size(); ++i) {
+    if (!daemon_channel(s, i).value("retired", false)) out.push_back(i);
+  }
+  return out;
+}
+
 std::uint64_t queued_of(const nlohmann::json& ch) {
   return ch.value("waiting_products", std::uint64_t{0});
 }
@@ -120,7 +129,7 @@ site_lag lag_of(const feed_snapshot& s, const site_tally& site) {
     if (!l.oldest_missing_age_s || age > *l.oldest_missing_age_s) l.oldest_missing_age_s = age;
   }
   const auto& names = s.board->channel_names();
-  for (std::size_t i = 0; i < names.size(); ++i) {
+  for (const std::size_t i : shown(s)) {
     if (site.channels.count(names[i])) l.queued += queued_of(daemon_channel(s, i));
   }
   return l;
@@ -142,38 +151,38 @@ std::string render_feed_metrics(const feed_snapshot& s) {
   p.sample(static_cast<double>(s.cfg->rate_bps) / 8);
   p.family("mcdist_feed_products_queued", metric_type::gauge,
            "Products picked up from the spools, waiting for their channel's next batch.");
-  for (std::size_t i = 0; i < names.size(); ++i)
+  for (const std::size_t i : shown(s))
     p.sample({{"channel", names[i]}}, queued_of(daemon_channel(s, i)));
   p.family("mcdist_feed_sessions_running", metric_type::gauge,
            "1 while the channel sends a session.");
-  for (std::size_t i = 0; i < names.size(); ++i)
+  for (const std::size_t i : shown(s))
     p.sample({{"channel", names[i]}},
              std::uint64_t{running_of(daemon_channel(s, i)) ? 1u : 0u});
   p.family("mcdist_feed_session_rate_bytes_per_second", metric_type::gauge,
            "Rate of the channel's running session (its priority share of the total), 0 if none.");
-  for (std::size_t i = 0; i < names.size(); ++i) {
+  for (const std::size_t i : shown(s)) {
     const auto* run = running_of(daemon_channel(s, i));
     const auto bps = run ? run->value("rate_bps", std::uint64_t{0}) : std::uint64_t{0};
     p.sample({{"channel", names[i]}}, static_cast<double>(bps) / 8);
   }
   p.family("mcdist_feed_products_sent_total", metric_type::counter,
            "Products of ended batch sessions (each counted once, whatever the sites did).");
-  for (std::size_t i = 0; i < names.size(); ++i)
+  for (const std::size_t i : shown(s))
     p.sample({{"channel", names[i]}}, chans[i].products_sent);
   p.family("mcdist_feed_bytes_sent_total", metric_type::counter,
            "Bytes of the products of ended batch sessions.");
-  for (std::size_t i = 0; i < names.size(); ++i)
+  for (const std::size_t i : shown(s))
     p.sample({{"channel", names[i]}}, chans[i].bytes_sent);
   p.family("mcdist_feed_sessions_total", metric_type::counter,
            "Sessions ended, by kind: batch (new products), catchup (missed sequence numbers), "
            "resend (mcdistctl).");
-  for (std::size_t i = 0; i < names.size(); ++i) {
+  for (const std::size_t i : shown(s)) {
     for (std::size_t k = 0; k < kind_names.size(); ++k)
       p.sample({{"channel", names[i]}, {"kind", kind_names[k]}}, chans[i].sessions[k]);
   }
   p.family("mcdist_feed_last_product_timestamp_seconds", metric_type::gauge,
            "When the channel's latest batch session ended, seconds since the Unix epoch.");
-  for (std::size_t i = 0; i < names.size(); ++i) {
+  for (const std::size_t i : shown(s)) {
     if (chans[i].last_sent) p.sample({{"channel", names[i]}}, unix_seconds(*chans[i].last_sent));
   }
   p.family("mcdist_feed_site_outcomes_total", metric_type::counter,
@@ -218,6 +227,11 @@ std::string render_feed_metrics(const feed_snapshot& s) {
            "Log messages at warning level and above, by level.");
   p.sample({{"level", "warning"}}, s.warnings_logged);
   p.sample({{"level", "error"}}, s.errors_logged);
+  p.family("mcdist_feed_config_reloads_total", metric_type::counter,
+           "Configuration reloads at SIGHUP, by result (applied, or refused as invalid).");
+  const auto reloads = s.daemon.value("config_reloads", nlohmann::json::object());
+  p.sample({{"result", "success"}}, reloads.value("success", std::uint64_t{0}));
+  p.sample({{"result", "failure"}}, reloads.value("failure", std::uint64_t{0}));
   return p.text();
 }
 
@@ -233,7 +247,7 @@ nlohmann::json render_feed_status(const feed_snapshot& s) {
   auto& list = j["channels"];
   while (list.size() < names.size()) list.push_back({{"name", names[list.size()]}});
   std::vector<std::uint64_t> total(feed_board::minutes_kept, 0);
-  for (std::size_t i = 0; i < names.size(); ++i) {
+  for (const std::size_t i : shown(s)) {
     auto& c = list[i];
     const auto& b = chans[i];
     c["products_sent"] = b.products_sent;
@@ -297,6 +311,12 @@ nlohmann::json render_feed_status(const feed_snapshot& s) {
   }
   j["recent_log"] = std::move(log);
   j["bytes_per_minute"] = total;
+  // Channels a reload removed are not shown (their indexes stay for the board's sake).
+  nlohmann::json live = nlohmann::json::array();
+  for (auto& c : j["channels"]) {
+    if (!c.value("retired", false)) live.push_back(std::move(c));
+  }
+  j["channels"] = std::move(live);
   return j;
 }
 
@@ -306,7 +326,7 @@ std::string render_feed_page(const feed_snapshot& s) {
   const auto& sites = s.board->sites();
   const std::string title = "mcdist-feed " + s.cfg->interface.address_string();
   std::uint64_t queued = 0, running = 0, sent = 0, bytes = 0;
-  for (std::size_t i = 0; i < names.size(); ++i) {
+  for (const std::size_t i : shown(s)) {
     queued += queued_of(daemon_channel(s, i));
     running += running_of(daemon_channel(s, i)) ? 1 : 0;
     sent += chans[i].products_sent;
@@ -330,7 +350,7 @@ std::string render_feed_page(const feed_snapshot& s) {
        " in total &middot; reloads every 10 s &middot; <a href=\"/metrics\">metrics</a> &middot; "
        "<a href=\"/status\">status JSON</a></p>\n";
   h += "<div class=\"cards\">\n";
-  h += http::card("channels-count", std::to_string(names.size()), "channels");
+  h += http::card("channels-count", std::to_string(shown(s).size()), "channels");
   h += http::card("sessions-running", std::to_string(running), "sessions running");
   h += http::card("products-queued", std::to_string(queued), "products queued");
   h += http::card("products-sent", std::to_string(sent), "products sent");
@@ -343,7 +363,7 @@ std::string render_feed_page(const feed_snapshot& s) {
        "<th class=\"num\">priority</th><th class=\"num\">queued</th><th>running session</th>"
        "<th class=\"num\">sent</th><th class=\"num\">bytes</th><th class=\"num\">sessions</th>"
        "<th>last product</th></tr></thead><tbody>\n";
-  for (std::size_t i = 0; i < names.size(); ++i) {
+  for (const std::size_t i : shown(s)) {
     const auto& cfg = s.cfg->channels[i];
     const auto& b = chans[i];
     const auto& dc = daemon_channel(s, i);
@@ -399,7 +419,7 @@ std::string render_feed_page(const feed_snapshot& s) {
   }
 
   h += "<h2>Last products</h2>\n";
-  for (std::size_t i = 0; i < names.size(); ++i) {
+  for (const std::size_t i : shown(s)) {
     const auto& b = chans[i];
     const std::string n = std::to_string(i);
     h += "<h3>" + html_escape(names[i]) + "</h3>\n";
@@ -425,7 +445,7 @@ std::string render_feed_page(const feed_snapshot& s) {
   }
 
   std::vector<std::uint64_t> minutes(feed_board::minutes_kept, 0);
-  for (std::size_t i = 0; i < names.size(); ++i) {
+  for (const std::size_t i : shown(s)) {
     const auto m = s.board->bytes_per_minute(i, s.now);
     for (std::size_t k = 0; k < m.size(); ++k) minutes[k] += m[k];
   }

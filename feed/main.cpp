@@ -41,6 +41,14 @@ CONFIGURATION (TOML, --config):
   control_group = "mcdist-operators"                 group allowed on it besides this user
   http = "127.0.0.1:9612"           status page, /status and /metrics (default; "off" disables)
 
+  [wis2]                            optional: a WIS2 Notification Message (WMO WNM 1.0) per
+                                    product once the batch session that sent it ended
+  broker = "mqtt://127.0.0.1:1883"  MQTT broker (no TLS yet)
+  topic = "origin/a/wis2/xx-centre/data/core/weather"   origin/a/wis2/... or cache/a/wis2/...
+  base_url = "https://data.example.org/"   canonical link = base_url + the product's name
+  channels = ["warnings"]           optional: only these channels (default: every channel)
+  # data_id_prefix, qos (0-2, default 1), username, password, max_queued as in mcdistd
+
   [[channel]]
   name = "warnings"                 journal and sequence numbers are per channel
   group = "239.192.0.10:4711"       multicast group and port
@@ -75,6 +83,12 @@ rate: the highest-priority sending channel gets its share or cap, lower ones wha
 at least 1 % each so their sessions stay alive. A warning is not delayed by a model field of
 another channel.
 
+WIS2: with [wis2], each product of a batch is announced once its session ended: properties.
+data_id = data_id_prefix (default: the topic after origin/a/wis2/) + the product's name,
+integrity = the SHA-256 the session announced (read back from the spool file's digest xattr,
+else hashed), one canonical link with its length. Publishing runs on libmosquitto's thread with
+a bounded queue (never blocks the sessions); /status "wis2" counts published, failed, dropped.
+
 STATUS: on `http` (default 127.0.0.1:9612, next to mcdistd's 9611; "off" disables) the feed
 serves a status page for a person at /, a JSON document at /status and Prometheus metrics at
 /metrics (mcdist_feed_products_sent_total{channel}, mcdist_sender_site_rtt_seconds{site}, ...).
@@ -82,7 +96,14 @@ A default port already taken is a warning; an explicit one is an error (exit 1).
 
 SIGNALS: SIGTERM/SIGINT end the running sessions (the sites are told), record their state in
 the journal and exit 0; the next start sends the interrupted batches again. SIGHUP reopens the
-log file. Under systemd (Type=notify) READY=1 follows the start-up scan, WATCHDOG=1 is sent
+log file and reloads --config: the file is checked first (an invalid one is logged and changes
+nothing). Channels are matched by name: an added channel's spools are watched and scanned; a
+removed one starts no new session (the session under way finishes, its queued products stay in
+the journal) and its spools are no longer watched; a kept channel's new priority, share, cap,
+batching, group, receivers, after and spools apply from its next batch. site_keys, the [wis2]
+hook and retention are re-read; interface, key, rate, journal, retained_dir, control_socket and
+http need a restart (logged, kept). A one-line summary is logged and
+mcdist_feed_config_reloads_total{result} counts reloads. Under systemd (Type=notify) READY=1 follows the start-up scan, WATCHDOG=1 is sent
 every half WatchdogSec from the event loop, STOPPING=1 on SIGTERM.
 
 Exit status: 0 stopped by a signal; 1 runtime error (journal, spool, socket); 2 bad
@@ -207,6 +228,9 @@ int main(int argc, char** argv) {
             log->info("SIGHUP: log file reopened");
           } else {
             log->error("SIGHUP: cannot reopen the log file ({}); still writing to the old one", error);
+          }
+          if (!stopping) {
+            daemon.reload([&] { return mcdist::feed::load_feed_config(config_file); });
           }
           wait_signal();
           return;

@@ -73,7 +73,34 @@ void spool_watcher::start() {
 
 void spool_watcher::rescan() {
   for (std::size_t c = 0; c < m_channels.size(); ++c) {
+    if (c < m_removed.size() && m_removed[c]) continue;
     for (const auto& root : m_channels[c].spools) add_tree(c, root, root, true);
+  }
+}
+
+void spool_watcher::remove_channel(std::size_t channel) {
+  if (m_removed.size() <= channel) m_removed.resize(channel + 1, false);
+  m_removed[channel] = true;
+  for (auto it = m_watches.begin(); it != m_watches.end();) {
+    if (it->second.channel == channel) {
+      ::inotify_rm_watch(m_fd.native_handle(), it->first);
+      it = m_watches.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void spool_watcher::add_channel(std::size_t channel) {
+  if (channel < m_removed.size()) m_removed[channel] = false;
+  for (const auto& root : m_channels[channel].spools) {
+    std::error_code ec;
+    std::filesystem::create_directories(root, ec);
+    if (ec) {
+      throw std::system_error(ec, "cannot create the spool " + root.string() + " of channel " +
+                                      m_channels[channel].name);
+    }
+    add_tree(channel, root, root, true);
   }
 }
 

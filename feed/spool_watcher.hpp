@@ -62,6 +62,13 @@ class spool_watcher {
 
   /// Reports everything in every spool again (after IN_Q_OVERFLOW).
   void rescan();
+  /// A reload removed channel `channel` (or is about to change its spools): its watches go and
+  /// rescans skip it; events already read for it are dropped.
+  void remove_channel(std::size_t channel);
+  /// A reload added channel `channel` (an index of the channels vector given at construction,
+  /// which the caller has grown) or changed its spools: watches them (creating missing ones)
+  /// and reports what is there. @throws std::system_error as start()
+  void add_channel(std::size_t channel);
 
   /// Directories watched (for status).
   std::size_t watches() const { return m_watches.size(); }
@@ -87,6 +94,7 @@ class spool_watcher {
   boost::asio::posix::stream_descriptor m_fd;
   std::unordered_map<int, watch> m_watches;
   std::vector<char> m_buffer;
+  std::vector<bool> m_removed;  ///< per channel index: remove_channel() and no add since
 };
 
 }  // namespace mcdist::feed

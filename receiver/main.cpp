@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <iostream>
 
 namespace {
@@ -69,8 +70,17 @@ site receives sealed to its own key) and everything else is counted and dropped.
 without trusted_senders takes any sender's products: mcdistd warns about it at start.
 
 Under systemd (Type=notify) mcdistd reports READY=1 once its sockets are bound, WATCHDOG=1
-every half WatchdogSec= and STOPPING=1 on SIGTERM. SIGHUP reopens the log file (for logrotate);
-it does not reload channels or other settings yet: restart the service for those.
+every half WatchdogSec= and STOPPING=1 on SIGTERM.
+
+SIGHUP reopens the log file (for logrotate) and reloads the configuration: --config is read
+again with the command-line options over it and checked whole first (an invalid file is
+logged and changes nothing). Channels are matched by name: an added one is joined; a removed
+one takes no new session, finishes those under way (into its old dest) and is then left; a
+channel whose group, dest or trusted_senders changed is both, so new sessions get the new
+settings. Actions, retention, status_interval, max_sessions and max_sessions_per_source are
+replaced (running action attempts finish). id, interface, temp, key_file, sync, http, journal,
+log, the memory and disk budgets and the timeouts need a restart: a change to them is logged
+and ignored. One line sums up what changed; /metrics counts mcdist_receiver_config_reloads_total.
 
 Exit status: 0 after a signal, or a valid --check-config; 2 bad configuration; 3 runtime error
 (socket, directories).
@@ -162,9 +172,11 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
 
-  mcdist::receiver::daemon_config cfg;
-  try {
-    if (!check_config.empty()) config_file = check_config;
+  if (!check_config.empty()) config_file = check_config;
+  // The file with the command line over it: at start, and again at each SIGHUP (reload).
+  // @throws config_error
+  const auto build_config = [&]() -> mcdist::receiver::daemon_config {
+    mcdist::receiver::daemon_config cfg;
     if (!config_file.empty()) cfg = mcdist::receiver::load_config_file(config_file);
     if (!id.empty()) cfg.id = id;
     if (!interface.empty()) {
@@ -173,14 +185,30 @@ int main(int argc, char** argv) {
       cfg.interface = *a;
     }
     if (!groups.empty()) {
-      cfg.channels.clear();
+      // --group selects the channels: one the file defines on that group keeps its settings
+      // (name, dest, trusted_senders, actions); another takes the file's top-level dest and
+      // trusted_senders.
+      std::vector<mcdist::receiver::channel_config> chosen;
       for (const auto& g : groups) {
         const auto e = mcdist::parse_endpoint(g);
         if (!e || !e->is_multicast()) {
           throw mcdist::receiver::config_error("--group " + g + " is not a multicast ADDR:PORT");
         }
-        cfg.channels.push_back({g, *e, {}, cfg.trusted_senders});
+        const auto it = std::find_if(cfg.channels.begin(), cfg.channels.end(),
+                                     [&](const auto& ch) { return ch.group == *e; });
+        if (it != cfg.channels.end()) {
+          chosen.push_back(*it);
+        } else {
+          mcdist::receiver::channel_config ch;
+          ch.name = g;
+          ch.group = *e;
+          ch.dest = cfg.dest;
+          ch.trusted_senders = cfg.trusted_senders;
+          ch.retention_max_age = cfg.retention_max_age;
+          chosen.push_back(std::move(ch));
+        }
       }
+      cfg.channels = std::move(chosen);
     }
     if (!dest.empty()) {
       for (auto& ch : cfg.channels) ch.dest = dest;
@@ -230,6 +258,12 @@ int main(int argc, char** argv) {
     if (!log_file.empty()) cfg.log.file = log_file;
     if (drop_rate >= 0) cfg.drop_rate = drop_rate;
     cfg.drop_seed = drop_seed;
+    return cfg;
+  };
+
+  mcdist::receiver::daemon_config cfg;
+  try {
+    cfg = build_config();
     mcdist::receiver::validate(cfg);
     if (!check_config.empty()) {
       mcdist::receiver::check_directories(cfg, false);
@@ -256,6 +290,7 @@ int main(int argc, char** argv) {
   try {
     boost::asio::io_context io(1);
     mcdist::receiver::daemon d(io, cfg, log);
+    d.set_config_source(build_config);
     d.run();
   } catch (const mcdist::receiver::config_error& e) {
     log->error("{}", e.what());

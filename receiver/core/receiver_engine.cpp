@@ -195,6 +195,18 @@ std::uint64_t receiver_engine::random() noexcept {
 
 std::size_t receiver_engine::active_sessions() const noexcept { return m_sessions.size(); }
 
+std::size_t receiver_engine::active_sessions_on(std::uint32_t channel) const noexcept {
+  return static_cast<std::size_t>(std::count_if(
+      m_sessions.begin(), m_sessions.end(),
+      [channel](const auto& kv) { return kv.second->channel == channel; }));
+}
+
+std::optional<std::uint32_t> receiver_engine::channel_of(session_id s) const noexcept {
+  const auto it = m_sessions.find(s);
+  if (it == m_sessions.end()) return std::nullopt;
+  return it->second->channel;
+}
+
 receiver_engine::session_rx* receiver_engine::find(session_id s) {
   const auto it = m_sessions.find(s);
   return it == m_sessions.end() ? nullptr : it->second.get();

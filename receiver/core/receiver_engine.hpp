@@ -208,6 +208,21 @@ class receiver_engine {
   const receiver_stats& stats() const noexcept { return m_stats; }
   /// Sessions currently tracked (not tombstones).
   std::size_t active_sessions() const noexcept;
+  /// Sessions currently tracked that came on `channel` (a channel a reload removed is left
+  /// once none is).
+  std::size_t active_sessions_on(std::uint32_t channel) const noexcept;
+  /// The channel a tracked session came on; nullopt for an unknown or ended session.
+  std::optional<std::uint32_t> channel_of(session_id s) const noexcept;
+  /// A reload added channels: restore() accepts checkpoints of indexes below `n`.
+  void set_channel_count(std::uint32_t n) noexcept { m_cfg.channel_count = n; }
+  /// A reload changed the session counts: they apply to sessions announced from now on
+  /// (receiver_config::max_sessions, max_sessions_per_source; the memory budgets are fixed at
+  /// construction).
+  void set_session_limits(std::uint32_t max_sessions,
+                          std::uint32_t max_sessions_per_source) noexcept {
+    m_cfg.max_sessions = max_sessions;
+    m_cfg.max_sessions_per_source = max_sessions_per_source;
+  }
   /// Ended sessions remembered (tombstones).
   std::size_t tombstones() const noexcept { return m_tombstones.size(); }
   /// Bytes of session state charged to the memory budget now.

@@ -155,7 +155,7 @@ void action_runner::submit(std::int64_t run_id, const std::string& action,
     }
     return;
   }
-  m_slots[i].queue.push_back(job{run_id, i, product, attempts});
+  m_slots[i].queue.push_back(job{run_id, i, action, product, attempts});
   ++m_slots[i].st.queued;
   pump(i);
 }
@@ -206,11 +206,11 @@ void action_runner::start_file_op(job j, const placeholder_values& v) {
   boost::asio::post(m_pool, [this, alive, j = std::move(j), kind = a.kind, target]() mutable {
     auto err = file_op(kind, j.product.path, target);
     if (err.empty()) err = "\n" + target;  // success: carries the target for the log line
-    boost::asio::post(m_io, [this, alive, j = std::move(j), err = std::move(err)]() mutable {
+    boost::asio::post(m_io, [this, alive, kind, j = std::move(j), err = std::move(err)]() mutable {
       if (alive.expired()) return;
       if (!err.empty() && err[0] == '\n') {
-        m_log->info("action {}: {} {} -> {}", m_actions[j.action].name,
-                    m_actions[j.action].kind == action_kind::link ? "linked" : "copied",
+        m_log->info("action {}: {} {} -> {}", j.name,
+                    kind == action_kind::link ? "linked" : "copied",
                     j.product.path, err.substr(1));
         err.clear();
       }
@@ -331,7 +331,7 @@ void action_runner::start_exec(job j, const placeholder_values& v) {
   std::weak_ptr<bool> alive = m_alive;
   using exit_handler = std::function<void(const boost::system::error_code&)>;
   auto on_exit = std::make_shared<exit_handler>();
-  *on_exit = [this, alive, c, read, on_bytes, j = std::move(j),
+  *on_exit = [this, alive, c, read, on_bytes, j = std::move(j), timeout = a.timeout,
               weak = std::weak_ptr<exit_handler>(on_exit)](const boost::system::error_code& ec) mutable {
         if (ec || alive.expired()) return;
         int status = 0;
@@ -379,7 +379,7 @@ void action_runner::start_exec(job j, const placeholder_values& v) {
         }
         if (c->timed_out) {
           error = fmt::format("timed out after {:.3g} s (process group killed)",
-                              std::chrono::duration<double>(m_actions[j.action].timeout).count());
+                              std::chrono::duration<double>(timeout).count());
         }
         finished(std::move(j), exit_status, std::move(error));
       };
@@ -387,9 +387,69 @@ void action_runner::start_exec(job j, const placeholder_values& v) {
                       [on_exit](const boost::system::error_code& ec) { (*on_exit)(ec); });
 }
 
+std::optional<std::size_t> action_runner::locate(job& j) const {
+  if (j.action < m_actions.size() && m_actions[j.action].name == j.name) return j.action;
+  for (std::size_t i = 0; i < m_actions.size(); ++i) {
+    if (m_actions[i].name == j.name) {
+      j.action = i;
+      return i;
+    }
+  }
+  return std::nullopt;
+}
+
+void action_runner::replace_actions(std::vector<action_config> actions) {
+  std::vector<slot> slots(actions.size());
+  std::vector<bool> kept(m_actions.size(), false);
+  for (std::size_t i = 0; i < actions.size(); ++i) {
+    for (std::size_t k = 0; k < m_actions.size(); ++k) {
+      if (kept[k] || m_actions[k].name != actions[i].name) continue;
+      kept[k] = true;
+      slots[i] = std::move(m_slots[k]);
+      for (auto& j : slots[i].queue) j.action = i;
+      break;
+    }
+  }
+  const auto now = std::chrono::system_clock::now();
+  for (std::size_t k = 0; k < m_actions.size(); ++k) {
+    if (kept[k]) continue;
+    m_orphans_running += m_slots[k].running;
+    for (const auto& j : m_slots[k].queue) {
+      try {
+        m_journal.run_ended(j.run_id, "failed", std::nullopt, "action no longer configured", now);
+      } catch (const std::exception& e) {
+        m_log->error("journal {}: {}", m_journal.file().string(), e.what());
+      }
+    }
+    if (!m_slots[k].queue.empty() || m_slots[k].running > 0) {
+      m_log->warn("action {} removed by the reload: {} queued run(s) marked failed, {} running "
+                  "attempt(s) left to finish",
+                  m_actions[k].name, m_slots[k].queue.size(), m_slots[k].running);
+    }
+  }
+  m_actions = std::move(actions);
+  m_slots = std::move(slots);
+  for (std::size_t i = 0; i < m_actions.size(); ++i) pump(i);
+}
+
 void action_runner::finished(job j, std::optional<int> exit_status, std::string error) {
-  auto& s = m_slots[j.action];
-  const auto& a = m_actions[j.action];
+  const auto index = locate(j);
+  if (!index) {
+    // Its action went at a reload: journal how the attempt ended, no retry.
+    --m_orphans_running;
+    const std::string state = error.empty() ? "done" : "failed";
+    m_log->info("action {} (removed by a reload) on {}: {}{}", j.name, j.product.path, state,
+                error.empty() ? "" : ": " + error);
+    try {
+      m_journal.run_ended(j.run_id, state, exit_status, error, std::chrono::system_clock::now());
+    } catch (const std::exception& e) {
+      m_log->error("journal {}: {}", m_journal.file().string(), e.what());
+    }
+    if (m_draining && running() == 0) call_drained();
+    return;
+  }
+  auto& s = m_slots[*index];
+  const auto& a = m_actions[*index];
   --s.running;
   --s.st.running;
   const auto now = std::chrono::system_clock::now();
@@ -408,11 +468,21 @@ void action_runner::finished(job j, std::optional<int> exit_status, std::string 
                 j.product.path, j.attempts, error, std::chrono::duration<double>(delay).count());
     auto t = std::make_shared<boost::asio::steady_timer>(m_io, delay);
     std::weak_ptr<bool> alive = m_alive;
-    t->async_wait([this, t, alive, j](const boost::system::error_code& ec) {
+    t->async_wait([this, t, alive, j](const boost::system::error_code& ec) mutable {
       if (ec || alive.expired() || m_stopped) return;
-      m_slots[j.action].queue.push_back(j);
-      ++m_slots[j.action].st.queued;
-      pump(j.action);
+      const auto i = locate(j);
+      if (!i) {
+        try {
+          m_journal.run_ended(j.run_id, "failed", std::nullopt, "action no longer configured",
+                              std::chrono::system_clock::now());
+        } catch (const std::exception& e) {
+          m_log->error("journal {}: {}", m_journal.file().string(), e.what());
+        }
+        return;
+      }
+      m_slots[*i].queue.push_back(j);
+      ++m_slots[*i].st.queued;
+      pump(*i);
     });
   } else {
     state = "failed";
@@ -426,12 +496,12 @@ void action_runner::finished(job j, std::optional<int> exit_status, std::string 
     m_log->error("journal {}: cannot record the end of action {} on {}: {}",
                  m_journal.file().string(), a.name, j.product.path, e.what());
   }
-  pump(j.action);
+  pump(*index);
   if (m_draining && running() == 0) call_drained();
 }
 
 std::uint32_t action_runner::running() const noexcept {
-  std::uint32_t n = 0;
+  std::uint32_t n = m_orphans_running;
   for (const auto& s : m_slots) n += s.running;
   return n;
 }

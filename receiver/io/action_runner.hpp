@@ -65,6 +65,12 @@ class action_runner {
   /// within the grace is journaled as usual, so a stop does not run it twice.
   void drain(std::chrono::nanoseconds grace, std::function<void()> done);
 
+  /// Replaces the actions (a configuration reload). An action kept by name keeps its queue,
+  /// running attempts and counters, its new settings applying to attempts started from now
+  /// on. A removed action's running attempts finish and are journaled (without a retry); its
+  /// queued runs are journaled failed ("action no longer configured"), as at a restart.
+  void replace_actions(std::vector<action_config> actions);
+
   /// Attempts running now, over every action.
   std::uint32_t running() const noexcept;
 
@@ -79,7 +85,8 @@ class action_runner {
  private:
   struct job {
     std::int64_t run_id = 0;
-    std::size_t action = 0;
+    std::size_t action = 0;  ///< index in m_actions, re-found by name after a reload
+    std::string name;        ///< the action's name
     delivery_row product;
     std::uint32_t attempts = 0;
   };
@@ -93,6 +100,9 @@ class action_runner {
   void start(job j);
   void start_exec(job j, const placeholder_values& v);
   void start_file_op(job j, const placeholder_values& v);
+  /// The index of j's action now (re-found by name after replace_actions), or nullopt when a
+  /// reload removed it.
+  std::optional<std::size_t> locate(job& j) const;
   /// An attempt ended: journal, count, retry or give up, start the next.
   void finished(job j, std::optional<int> exit_status, std::string error);
 
@@ -101,6 +111,8 @@ class action_runner {
   delivery_journal& m_journal;
   std::shared_ptr<spdlog::logger> m_log;
   std::vector<slot> m_slots;
+  /// Attempts running of actions a reload removed.
+  std::uint32_t m_orphans_running = 0;
   std::map<std::int64_t, std::shared_ptr<child>> m_children;  ///< by run id
   boost::asio::thread_pool m_pool{2};
   bool m_stopped = false;

@@ -190,13 +190,24 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
     m_sockets.push_back(net::open_channel_socket(
         io, net::channel_socket_options{ch.group, m_cfg.interface, m_cfg.socket_buffer_bytes, true}));
   }
-  m_sockets.push_back(net::open_unicast_socket(io, m_cfg.interface));
+  m_retired.assign(m_cfg.channels.size(), false);
+  publish_dest_names();
+  m_control_socket.emplace(net::open_unicast_socket(io, m_cfg.interface));
   const auto now = from_steady(std::chrono::steady_clock::now());
   std::vector<session_id> with_state;  // restored, or removed by close_session below
-  for (const auto& [session, blob] : load_checkpoints(m_cfg.temp)) {
+  load_channel_table();
+  for (const auto& [session, saved] : load_checkpoints(m_cfg.temp)) {
     with_state.push_back(session);
+    const auto blob = remap_checkpoint(saved);
+    if (!blob) {
+      m_log->warn("session {:08x}: its channel is no longer configured (name and dest); "
+                  "discarding its saved state",
+                  session.value);
+      m_store->close_session(session, true);
+      continue;
+    }
     restore_keys(session);
-    if (auto ec = m_engine->restore(blob, now)) {
+    if (auto ec = m_engine->restore(*blob, now)) {
       m_log->warn("session {:08x}: saved state is unusable ({}); discarding it", session.value,
                   ec.message());
       m_store->close_session(session, true);
@@ -205,6 +216,7 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
   sweep_temp(m_cfg.temp, with_state, *m_log);
   // Saved keys of sessions that left no usable state go with their temp directories.
   sweep_temp(m_cfg.temp / "keys", with_state, *m_log);
+  save_channel_table();
   open_http();
 }
 
@@ -219,10 +231,11 @@ daemon::~daemon() {
   if (m_log_ring) std::erase(m_log->sinks(), m_log_ring);
 }
 
-endpoint daemon::control_endpoint() const { return net::from_asio(m_sockets.back().local_endpoint()); }
+endpoint daemon::control_endpoint() const { return net::from_asio(m_control_socket->local_endpoint()); }
 
 void daemon::run() {
   for (std::size_t i = 0; i < m_sockets.size(); ++i) do_receive(i);
+  do_receive(control_index);
   wait_signal();
   m_status_timer.expires_after(m_cfg.status_interval);
   m_status_timer.async_wait([this](const boost::system::error_code& ec) {
@@ -255,13 +268,14 @@ void daemon::wait_signal() {
   m_signals.async_wait([this](const boost::system::error_code& ec, int sig) {
     if (ec) return;
     if (sig == SIGHUP) {
-      // SIGHUP reopens the log file (after logrotate); channels and settings are not reloaded.
+      // SIGHUP reopens the log file (after logrotate), then reloads the configuration.
       std::string error;
       if (reopen_log_files(*m_log, error)) {
         m_log->info("SIGHUP: log file reopened");
       } else {
         m_log->error("SIGHUP: cannot reopen the log file ({}); still writing to the old one", error);
       }
+      if (m_config_source && !m_stopping) reload(m_config_source);
       wait_signal();
       return;
     }
@@ -309,6 +323,10 @@ void daemon::stop() {
     boost::system::error_code ignored;
     s.cancel(ignored);
   }
+  {
+    boost::system::error_code ignored;
+    m_control_socket->cancel(ignored);
+  }
   // Attempts already running get a grace to finish and be journaled done, so a restart does
   // not run them again; what still runs after it is killed and runs again at the next start.
   if (m_actions && m_actions->running() > 0) {
@@ -328,9 +346,9 @@ void daemon::finish_stop() {
 }
 
 void daemon::do_receive(std::size_t index) {
-  m_sockets[index].async_wait(net::udp::socket::wait_read, [this, index](
+  socket_at(index).async_wait(net::udp::socket::wait_read, [this, index](
                                                                const boost::system::error_code& ec) {
-    if (ec || m_stopping) return;
+    if (ec || m_stopping || !socket_at(index).is_open()) return;
     // Back-pressure: while the storage pool is nearly full, leave datagrams in the socket's
     // kernel buffer (32 MiB) and look again shortly, rather than take blocks we would drop.
     const std::size_t room = m_store->free_bytes();
@@ -343,17 +361,18 @@ void daemon::do_receive(std::size_t index) {
       return;
     }
     const auto now = from_steady(std::chrono::steady_clock::now());
-    const std::uint32_t channel = index < m_cfg.channels.size() ? static_cast<std::uint32_t>(index)
-                                                                : receiver_engine::control_channel;
+    const std::uint32_t channel = index != control_index ? static_cast<std::uint32_t>(index)
+                                                         : receiver_engine::control_channel;
     std::error_code rec;
     std::uniform_real_distribution<double> u(0, 1);
     m_receiver.drain(
-        m_sockets[index].native_handle(), max_datagrams_per_wake,
+        socket_at(index).native_handle(), max_datagrams_per_wake,
         [&](std::span<const std::byte> d, const endpoint& from) {
           if (m_cfg.drop_rate > 0 && u(m_drop_rng) < m_cfg.drop_rate) {
             ++m_dropped_by_option;
             return;
           }
+          if (index != control_index && !channel_takes(index, d)) return;
           std::span<const std::byte> plain;
           if (const auto refused = authenticate(index, d, now, plain)) {
             // Framing errors (bad magic, truncated, ...) go on to the engine, which counts
@@ -382,6 +401,7 @@ void daemon::service() {
   const auto now = from_steady(std::chrono::steady_clock::now());
   m_engine->on_timer(now);
   m_store->flush();
+  close_idle_channels();
   save_sequences_if_changed();
   arm_timer(now);
 }
@@ -441,6 +461,7 @@ void daemon::setup_keys() {
   }
   m_log->info("site key {} ({}): pin it at senders with mcdist-send --site-keys",
               crypto::format_public_key(site.public_key), key_file.string());
+  m_site = site;
   for (const auto& ch : m_cfg.channels) {
     auth::receiver_auth_options o;
     o.trusted_senders = ch.trusted_senders;
@@ -540,8 +561,15 @@ void daemon::restore_keys(session_id s) {
   std::ifstream in(m_cfg.temp / "keys" / name, std::ios::binary);
   if (!in) return;
   std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (content.empty() || static_cast<unsigned char>(content[0]) >= m_keys.size() ||
-      !m_keys[static_cast<unsigned char>(content[0])]->import_session(s, std::string_view(content).substr(1))) {
+  std::optional<std::uint32_t> channel;
+  if (!content.empty()) channel = static_cast<unsigned char>(content[0]);
+  if (channel) {
+    if (const auto it = m_channel_remap.find(*channel); it != m_channel_remap.end()) {
+      channel = it->second;
+    }
+  }
+  if (!channel || *channel >= m_keys.size() ||
+      !m_keys[*channel]->import_session(s, std::string_view(content).substr(1))) {
     m_log->warn("session {:08x}: its saved keys are unusable; it resumes only if announced again",
                 s.value);
     return;
@@ -575,7 +603,7 @@ void daemon::send(const endpoint& to, std::span<const std::byte> datagram) {
     }
   }
   std::error_code ec;
-  if (!net::send_one(m_sockets.back().native_handle(), to, datagram, ec)) {
+  if (!net::send_one(m_control_socket->native_handle(), to, datagram, ec)) {
     m_log->debug("cannot send to {}: {}", to.to_string(), ec.message());
   }
 }
@@ -787,6 +815,7 @@ nlohmann::json daemon::status_json() {
     }
   }
   j["retention"] = {{"deleted", m_retention_deleted}, {"skipped", m_retention_skipped}};
+  j["config_reloads"] = {{"success", m_reloads_ok}, {"failure", m_reloads_failed}};
   if (m_journal) j["journal"] = m_journal->file().string();
   j["not_authenticated"] = {{"bad_signature", a.bad_signature}, {"bad_tag", a.bad_tag},
                             {"no_key", a.no_key},          {"unsigned", a.unauthenticated},

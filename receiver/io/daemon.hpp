@@ -23,7 +23,10 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include <deque>
+#include <functional>
 #include <map>
+#include <mutex>
 #include <memory>
 #include <optional>
 #include <random>
@@ -47,7 +50,8 @@ void check_directories(const daemon_config& cfg, bool create);
 /// The receiver daemon. Construct, then run() until SIGTERM/SIGINT. Under systemd
 /// (Type=notify) it reports READY=1 once its sockets are bound and its saved sessions restored,
 /// WATCHDOG=1 every half $WATCHDOG_USEC from its io_context, STOPPING=1 when a signal stops it.
-/// SIGHUP reopens the log file.
+/// SIGHUP reopens the log file and, with a config source (set_config_source), reloads the
+/// configuration (reload(), daemon_reload.cpp).
 class daemon final : public receiver_sink {
  public:
   /// Creates directories, opens sockets, restores checkpoints.
@@ -59,6 +63,19 @@ class daemon final : public receiver_sink {
   void run();
   /// Asks run() to return (from the io thread).
   void stop();
+
+  /// Where SIGHUP gets the next configuration: mcdistd's main re-reads --config and applies
+  /// its command-line options over it. Unset: SIGHUP only reopens the log file.
+  void set_config_source(std::function<daemon_config()> source) { m_config_source = std::move(source); }
+  /// Applies the configuration `source` gives, after checking it whole (validate, directories);
+  /// an invalid one is logged and changes nothing. Channels are matched by name: an added one
+  /// is joined; a removed one takes no new session and is left once its sessions under way
+  /// ended (they finish, into its old destination); a changed one (group, dest or
+  /// trusted_senders) is both: the old channel finishes its sessions while the new one takes
+  /// the next. Actions, retention, status_interval and the session counts are replaced;
+  /// settings that need a restart keep their value and are logged. Logs a one-line summary.
+  /// @return true when applied
+  bool reload(const std::function<daemon_config()>& source);
 
   /// Local address of the control socket (tests).
   endpoint control_endpoint() const;
@@ -75,7 +92,33 @@ class daemon final : public receiver_sink {
   std::string sender_key(session_id s) override;
 
  private:
+  /// do_receive's index of the control (unicast reply) socket; channel sockets are 0..n-1.
+  static constexpr std::size_t control_index = static_cast<std::size_t>(-1);
+  net::udp::socket& socket_at(std::size_t index) {
+    return index == control_index ? *m_control_socket : m_sockets[index];
+  }
   void do_receive(std::size_t socket_index);
+  /// On a channel socket: false for a datagram of a session another channel holds (a changed
+  /// channel's old and new sockets share the group) or, on a channel a reload removed, of a
+  /// session it does not hold.
+  bool channel_takes(std::size_t index, std::span<const std::byte> d) const;
+  /// Opens channel `ch` as the next channel index (socket, keyring, destination root, board,
+  /// WIS2 publishers). @throws std::system_error when the socket cannot be opened
+  void add_channel(const channel_config& ch);
+  /// Leaves (closes the socket of) removed channels whose sessions all ended.
+  void close_idle_channels();
+  /// The dest -> channel name table the finalizer thread reads (journal_intents).
+  void publish_dest_names();
+  /// Writes TEMP/channels: index, name and dest of every channel index (removed ones too), so
+  /// that the next start maps saved sessions' channel indexes to its own (checkpoints and saved
+  /// keys name channels by index, and a reload numbers channels unlike a fresh start).
+  void save_channel_table();
+  /// Reads TEMP/channels of the previous run into m_channel_remap: old index -> the index of
+  /// the configured channel with the same name and dest, or nullopt when there is none.
+  void load_channel_table();
+  /// A checkpoint with its channel index mapped by m_channel_remap; nullopt when its channel
+  /// is no longer configured (or the blob does not parse: restore() reports that).
+  std::optional<std::string> remap_checkpoint(std::string blob) const;
   void service();
   void arm_timer(time_point now);
   void log_status(bool final);
@@ -134,7 +177,21 @@ class daemon final : public receiver_sink {
   boost::asio::io_context& m_io;
   daemon_config m_cfg;
   std::shared_ptr<spdlog::logger> m_log;
-  std::vector<net::udp::socket> m_sockets;  ///< one per channel, then the control socket
+  /// One per channel index (m_cfg.channels), closed once a removed channel is left; a deque so
+  /// a reload adds sockets without moving those with waits pending.
+  std::deque<net::udp::socket> m_sockets;
+  std::optional<net::udp::socket> m_control_socket;
+  /// Per channel index: a reload removed (or replaced) it; it takes no new session.
+  std::vector<bool> m_retired;
+  std::function<daemon_config()> m_config_source;
+  crypto::identity m_site;  ///< this site's key, for the keyrings of channels added later
+  std::uint64_t m_reloads_ok = 0;
+  std::uint64_t m_reloads_failed = 0;
+  /// dest root -> channel name for the finalizer thread (journal_intents), under its mutex.
+  std::mutex m_dest_names_mutex;
+  std::vector<std::pair<std::filesystem::path, std::string>> m_dest_names;
+  /// Previous run's channel index -> this run's (load_channel_table); empty: the identity.
+  std::map<std::uint32_t, std::optional<std::uint32_t>> m_channel_remap;
   boost::asio::steady_timer m_timer;
   boost::asio::steady_timer m_status_timer;
   boost::asio::signal_set m_signals;

@@ -62,16 +62,22 @@ void daemon::open_journal() {
 }
 
 void daemon::journal_intents(std::span<const pending_rename> intents) {
-  // Finalizer thread: m_cfg is not modified after construction; the journal has its mutex.
+  // Finalizer thread: a reload changes m_cfg on the io thread, so the channels' names come
+  // from m_dest_names under its mutex; the journal has its own.
+  std::vector<std::pair<std::filesystem::path, std::string>> names;
+  {
+    std::lock_guard lock(m_dest_names_mutex);
+    names = m_dest_names;
+  }
   std::vector<delivery_intent> rows;
   rows.reserve(intents.size());
   for (const auto& i : intents) {
     delivery_intent d;
     // The channel by its destination tree (channels sharing one dest are told apart only
     // by the delivery itself: deliver() matches intents by dest, path and digest).
-    for (const auto& ch : m_cfg.channels) {
-      if (ch.dest == i.spec->dest_root) {
-        d.channel = ch.name;
+    for (const auto& [dest, name] : names) {
+      if (dest == i.spec->dest_root) {
+        d.channel = name;
         break;
       }
     }
@@ -211,8 +217,10 @@ void daemon::resume_runs() {
 void daemon::run_retention() {
   if (m_stopping) return;
   const auto now = std::chrono::system_clock::now();
-  for (const auto& ch : m_cfg.channels) {
-    if (!ch.retention_max_age) continue;
+  for (std::size_t c = 0; c < m_cfg.channels.size(); ++c) {
+    const auto& ch = m_cfg.channels[c];
+    // A channel a reload removed or replaced: its live successor (same name) does this.
+    if (m_retired[c] || !ch.retention_max_age) continue;
     const auto before =
         now - std::chrono::duration_cast<std::chrono::system_clock::duration>(*ch.retention_max_age);
     std::vector<delivery_row> rows;

@@ -46,7 +46,7 @@ endpoint parse_group(const std::string& text, const std::string& key) {
   return *g;
 }
 
-/// [[channel.action]] tables; the only type so far is "wis2" (wis2_publisher.hpp).
+/// [[channel.action]] tables; the only type so far is "wis2" (common/wis2/wis2_publisher.hpp).
 std::vector<wis2_action> parse_actions(const toml::node& node, const std::string& key) {
   const auto* arr = node.as_array();
   if (!arr) throw config_error("'" + key + "' must be an array of tables: [[channel.action]]");
@@ -421,6 +421,7 @@ daemon_config from_table(const toml::table& t, const std::string& source) {
     if (!ch.retention_max_age) ch.retention_max_age = cfg.retention_max_age;
   }
   cfg.trusted_senders = std::move(default_trusted);
+  cfg.dest = default_dest;
   return cfg;
 }
 

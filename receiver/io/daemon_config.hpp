@@ -7,7 +7,7 @@
 #include "common/logging.hpp"
 #include "receiver/io/action_config.hpp"
 #include "receiver/storage/file_store.hpp"
-#include "receiver/io/wis2_publisher.hpp"
+#include "common/wis2/wis2_publisher.hpp"
 
 #include <chrono>
 #include <filesystem>
@@ -53,6 +53,9 @@ struct daemon_config {
   /// This site's secret key file (mcdist-keygen, mode 0600). Empty: temp/site.key, made at
   /// the first start, so the site keeps one key across restarts.
   std::filesystem::path key_file;
+  /// The top-level dest: channels given on the command line (--group) that the file does not
+  /// define take it.
+  std::filesystem::path dest;
   /// The top-level trusted_senders: channels given on the command line (--group) take these.
   std::vector<crypto::key32> trusted_senders;
   sync_mode sync = sync_mode::batch;

@@ -86,6 +86,9 @@ http::response daemon::serve_http(const http::request& r) {
   s.now = std::chrono::system_clock::now();
   s.started = m_started;
   s.channels = &m_cfg.channels;
+  s.retired = &m_retired;
+  s.reloads_ok = m_reloads_ok;
+  s.reloads_failed = m_reloads_failed;
   s.stats = &m_engine->stats();
   m_board.observe_bytes(s.stats->data_bytes, s.now);
   s.board = &m_board;

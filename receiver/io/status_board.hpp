@@ -52,6 +52,8 @@ class status_board {
   /// @param channels  number of configured channels (engine channel indexes 0..n-1)
   explicit status_board(std::size_t channels);
 
+  /// A channel added by a reload: the next index.
+  void add_channel() { m_channels.emplace_back(); }
   /// Counts a file's outcome on its channel (an unknown channel index is ignored).
   void file_finished(const file_outcome& o, wall_time now);
   /// Samples the running total of bytes received: the growth since the previous sample is

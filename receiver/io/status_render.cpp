@@ -71,6 +71,15 @@ const std::string& channel_name(const status_snapshot& s, std::size_t i) {
   return (*s.channels)[i].name;
 }
 
+/// The channel indexes the documents show: every one but those a reload removed.
+std::vector<std::size_t> shown_channels(const status_snapshot& s) {
+  std::vector<std::size_t> out;
+  for (std::size_t i = 0; i < s.board->channels().size(); ++i) {
+    if (!s.retired || i >= s.retired->size() || !(*s.retired)[i]) out.push_back(i);
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string render_metrics(const status_snapshot& s) {
@@ -92,22 +101,22 @@ std::string render_metrics(const status_snapshot& s) {
   p.sample(st.sessions_failed);
   p.family("mcdist_receiver_files_stored_total", metric_type::counter,
            "Files verified (SHA-256) and renamed into the channel's destination.");
-  for (std::size_t i = 0; i < chans.size(); ++i)
+  for (const std::size_t i : shown_channels(s))
     p.sample({{"channel", channel_name(s, i)}}, chans[i].files_stored);
   p.family("mcdist_receiver_files_failed_total", metric_type::counter,
            "Files that could not be stored (verification retries exhausted, disk full, ...).");
-  for (std::size_t i = 0; i < chans.size(); ++i)
+  for (const std::size_t i : shown_channels(s))
     p.sample({{"channel", channel_name(s, i)}}, chans[i].files_failed);
   p.family("mcdist_receiver_files_refused_total", metric_type::counter,
            "Manifest entries refused (unsafe or conflicting paths, too large).");
   p.sample(st.files_refused);
   p.family("mcdist_receiver_stored_bytes_total", metric_type::counter,
            "Bytes of the files stored.");
-  for (std::size_t i = 0; i < chans.size(); ++i)
+  for (const std::size_t i : shown_channels(s))
     p.sample({{"channel", channel_name(s, i)}}, chans[i].bytes_stored);
   p.family("mcdist_receiver_last_product_timestamp_seconds", metric_type::gauge,
            "When the channel's latest file was stored, seconds since the Unix epoch.");
-  for (std::size_t i = 0; i < chans.size(); ++i) {
+  for (const std::size_t i : shown_channels(s)) {
     if (chans[i].last_stored)
       p.sample({{"channel", channel_name(s, i)}}, unix_seconds(*chans[i].last_stored));
   }
@@ -208,6 +217,10 @@ std::string render_metrics(const status_snapshot& s) {
   p.family("mcdist_receiver_retention_skipped_total", metric_type::counter,
            "Expired products left in place: changed (size or mtime) or gone since delivery.");
   p.sample(s.retention_skipped);
+  p.family("mcdist_receiver_config_reloads_total", metric_type::counter,
+           "Configuration reloads at SIGHUP, by result (applied, or refused as invalid).");
+  p.sample({{"result", "success"}}, s.reloads_ok);
+  p.sample({{"result", "failure"}}, s.reloads_failed);
   return p.text();
 }
 
@@ -218,7 +231,7 @@ nlohmann::json render_status_json(const status_snapshot& s) {
   j["uptime_seconds"] = age_seconds(s.now, s.started);
   nlohmann::json chans = nlohmann::json::array();
   const auto& board = s.board->channels();
-  for (std::size_t i = 0; i < board.size(); ++i) {
+  for (const std::size_t i : shown_channels(s)) {
     const auto& cfg = (*s.channels)[i];
     const auto& b = board[i];
     nlohmann::json c;
@@ -303,7 +316,7 @@ std::string render_status_page(const status_snapshot& s) {
   h += "<h2>Channels</h2>\n<table id=\"channels\"><thead><tr><th>channel</th><th>group</th>"
        "<th>destination</th><th class=\"num\">stored</th><th class=\"num\">failed</th>"
        "<th class=\"num\">bytes</th><th>last product</th></tr></thead><tbody>\n";
-  for (std::size_t i = 0; i < board.size(); ++i) {
+  for (const std::size_t i : shown_channels(s)) {
     const auto& cfg = (*s.channels)[i];
     const auto& b = board[i];
     const std::string n = std::to_string(i);
@@ -335,7 +348,7 @@ std::string render_status_page(const status_snapshot& s) {
   }
 
   h += "<h2>Last products</h2>\n";
-  for (std::size_t i = 0; i < board.size(); ++i) {
+  for (const std::size_t i : shown_channels(s)) {
     const auto& b = board[i];
     const std::string n = std::to_string(i);
     h += "<h3>" + html_escape((*s.channels)[i].name) + "</h3>\n";

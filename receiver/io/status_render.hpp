@@ -29,6 +29,11 @@ struct status_snapshot {
   wall_time now{};
   wall_time started{};
   const std::vector<channel_config>* channels = nullptr;  ///< configured channels
+  /// Per channel index: removed by a reload (not shown). nullptr: every channel is shown.
+  const std::vector<bool>* retired = nullptr;
+  /// Configuration reloads (SIGHUP) applied and refused.
+  std::uint64_t reloads_ok = 0;
+  std::uint64_t reloads_failed = 0;
   const receiver_stats* stats = nullptr;                  ///< the engine's counters
   const status_board* board = nullptr;
   std::size_t sessions_active = 0;

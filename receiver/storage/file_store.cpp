@@ -314,6 +314,10 @@ void file_store::query_held(std::vector<held_query> queries, std::filesystem::pa
       }});
 }
 
+void file_store::add_dest_root(std::filesystem::path root) {
+  m_impl->m_ctx.cfg.dest_roots.push_back(std::move(root));
+}
+
 void file_store::query_held(session_id session, std::uint32_t channel,
                             std::vector<held_query> queries) {
   const auto& roots = m_impl->m_ctx.cfg.dest_roots;

@@ -95,6 +95,10 @@ class file_store final : public storage_port {
   /// without a destination).
   void query_held(session_id session, std::uint32_t channel,
                   std::vector<held_query> queries) override;
+  /// A channel added at a reload: its index is the next one in dest_roots (network thread;
+  /// only that thread reads dest_roots). Existing indexes keep their roots, so sessions under
+  /// way keep their destination.
+  void add_dest_root(std::filesystem::path root);
 
   // --- network-thread API: never blocks on disk ---
 

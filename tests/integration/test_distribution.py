@@ -75,10 +75,11 @@ def main():
             # The daemons drop the session's temp state once complete.
             for d in daemons:
                 d.stop()
-                # The site key mcdistd made at its first start and its delivery journal stay;
-                # nothing of the session does.
+                # The site key mcdistd made at its first start, its delivery journal and its
+                # channel table stay; nothing of the session does.
                 keep = {os.path.join(d.temp, n) for n in ("site.key", "journal.db",
-                                                          "journal.db-wal", "journal.db-shm")}
+                                                          "journal.db-wal", "journal.db-shm",
+                                                          "channels")}
                 left = [os.path.join(r, f) for r, _, fs in os.walk(d.temp) for f in fs
                         if os.path.join(r, f) not in keep]
                 check(not left, "%s: temp files left behind: %s" % (d.id, left[:5]))

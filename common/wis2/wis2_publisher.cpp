@@ -1,4 +1,4 @@
-#include "receiver/io/wis2_publisher.hpp"
+#include "common/wis2/wis2_publisher.hpp"
 
 #include <mosquitto.h>
 #include <nlohmann/json.hpp>
@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <vector>
 
-namespace mcdist::receiver {
+namespace mcdist {
 
 namespace {
 
@@ -347,4 +347,4 @@ wis2_stats wis2_publisher::stats() const {
   return s;
 }
 
-}  // namespace mcdist::receiver
+}  // namespace mcdist

@@ -1,4 +1,4 @@
-#include "receiver/io/wis2_publisher.hpp"
+#include "common/wis2/wis2_publisher.hpp"
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
@@ -6,7 +6,7 @@
 #include <stdexcept>
 
 using namespace mcdist;
-using namespace mcdist::receiver;
+using namespace mcdist;
 
 namespace {
 

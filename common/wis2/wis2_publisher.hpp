@@ -1,7 +1,9 @@
 #pragma once
 /// @file
-/// WIS2 notifications: when mcdistd stores a product it announces it on an MQTT broker with a
+/// WIS2 notifications: when mcdistd stores a product (a `wis2` action), or mcdist-feed ends the
+/// session that sent it (its `[wis2]` hook), the product is announced on an MQTT broker with a
 /// WIS2 Notification Message (WNM), as WMO's WIS 2.0 expects of a centre publishing data.
+/// Shared by both daemons (library mcdist_wis2).
 ///
 /// Specification followed: WMO WIS2 Notification Message, version 1.0 (WMO-No. 1313, Manual
 /// on WIS Volume II, Appendix "WIS2 Notification Message"; schema
@@ -45,7 +47,7 @@
 
 struct mosquitto;  // libmosquitto's handle (mosquitto.h stays in the .cpp)
 
-namespace mcdist::receiver {
+namespace mcdist {
 
 /// One `[[channel.action]] type = "wis2"` of the configuration (README "WIS2 notifications").
 struct wis2_action {
@@ -160,4 +162,4 @@ class wis2_publisher {
   bool m_warned_down = false;
 };
 
-}  // namespace mcdist::receiver
+}  // namespace mcdist

@@ -1,0 +1,326 @@
+// mcdistd's configuration reload at SIGHUP (daemon::reload; README "Reloading the
+// configuration"). Channel indexes are never reused: the engine's sessions, the store's
+// destination roots, the keyrings and the status board all name a channel by index, so a
+// removed channel keeps its index (retired) and a new one takes the next.
+
+#include "common/byte_order.hpp"
+#include "common/wire.hpp"
+#include "checkpoint.pb.h"
+#include "receiver/io/daemon.hpp"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+namespace mcdist::receiver {
+
+namespace {
+
+bool same_wis2(const std::vector<wis2_action>& a, const std::vector<wis2_action>& b) {
+  const auto key = [](const wis2_action& w) {
+    return std::tie(w.broker_host, w.broker_port, w.topic, w.base_url, w.data_id_prefix, w.qos,
+                    w.username, w.password, w.max_queued);
+  };
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(),
+                    [&](const auto& x, const auto& y) { return key(x) == key(y); });
+}
+
+bool same_actions(const std::vector<action_config>& a, const std::vector<action_config>& b) {
+  const auto key = [](const action_config& x) {
+    return std::tie(x.name, x.channel, x.match, x.kind, x.argv, x.target, x.timeout,
+                    x.concurrency, x.retries, x.retry_delay);
+  };
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(),
+                    [&](const auto& x, const auto& y) { return key(x) == key(y); });
+}
+
+/// What a channel's sessions are received with: a change of any of these is a new channel
+/// (the old one finishes its sessions with the old settings).
+bool same_receiving(const channel_config& a, const channel_config& b) {
+  return a.group == b.group && a.dest == b.dest && a.trusted_senders == b.trusted_senders;
+}
+
+/// The settings of `next` that differ from `now` and that a running daemon cannot change:
+/// they are bound into sockets, threads, files or budgets made at start.
+std::vector<std::string> restart_only_changes(const daemon_config& now, const daemon_config& next) {
+  std::vector<std::string> out;
+  const auto check = [&out](bool same, const char* name) {
+    if (!same) out.emplace_back(name);
+  };
+  check(now.id == next.id, "id");
+  check(now.interface == next.interface, "interface");
+  check(now.temp == next.temp, "temp");
+  check(now.key_file == next.key_file, "key_file");
+  check(now.sync == next.sync, "sync");
+  check(now.buffer_pool_bytes == next.buffer_pool_bytes, "buffer_pool");
+  check(now.socket_buffer_bytes == next.socket_buffer_bytes, "socket_buffer");
+  check(now.session_timeout == next.session_timeout, "session_timeout");
+  check(now.checkpoint_interval == next.checkpoint_interval, "checkpoint_interval");
+  check(now.status_file == next.status_file, "status_file");
+  check(now.session_memory_bytes == next.session_memory_bytes, "session_memory");
+  check(now.total_memory_bytes == next.total_memory_bytes, "total_memory");
+  check(now.disk_reserve_bytes == next.disk_reserve_bytes &&
+            now.disk_reserve_percent == next.disk_reserve_percent,
+        "disk_reserve");
+  check(now.session_quota_bytes == next.session_quota_bytes, "session_quota");
+  check(now.http == next.http, "http");
+  check(now.log.level == next.log.level && now.log.file == next.log.file, "log");
+  check(now.journal == next.journal, "journal");
+  return out;
+}
+
+}  // namespace
+
+bool daemon::channel_takes(std::size_t index, std::span<const std::byte> d) const {
+  if (d.size() < wire::header_size) return !m_retired[index];  // the engine counts it
+  const session_id s{load_be32(d.data() + 4)};
+  if (const auto owner = m_engine->channel_of(s)) return *owner == index;
+  return !m_retired[index];
+}
+
+void daemon::publish_dest_names() {
+  std::vector<std::pair<std::filesystem::path, std::string>> names;
+  for (const auto& ch : m_cfg.channels) names.emplace_back(ch.dest, ch.name);
+  std::lock_guard lock(m_dest_names_mutex);
+  m_dest_names = std::move(names);
+}
+
+void daemon::save_channel_table() {
+  // One line per index: "INDEX<TAB>NAME<TAB>DEST" (names and paths hold no tab or newline in
+  // practice; a line that does not parse is ignored at the next start).
+  const auto file = m_cfg.temp / "channels";
+  const auto tmp = file.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    for (std::size_t i = 0; i < m_cfg.channels.size(); ++i) {
+      out << i << '\t' << m_cfg.channels[i].name << '\t' << m_cfg.channels[i].dest.string()
+          << '\n';
+    }
+    if (!out) {
+      m_log->warn("cannot write {}: a restart may not resume sessions of channels a reload "
+                  "added",
+                  tmp);
+      return;
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, file, ec);
+  if (ec) m_log->warn("cannot rename {} into place: {}", tmp, ec.message());
+}
+
+void daemon::load_channel_table() {
+  std::ifstream in(m_cfg.temp / "channels");
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto t1 = line.find('\t');
+    const auto t2 = t1 == std::string::npos ? t1 : line.find('\t', t1 + 1);
+    if (t2 == std::string::npos) continue;
+    std::uint32_t old = 0;
+    if (!(std::istringstream(line.substr(0, t1)) >> old)) continue;
+    const auto name = line.substr(t1 + 1, t2 - t1 - 1);
+    const std::filesystem::path dest = line.substr(t2 + 1);
+    std::optional<std::uint32_t> now;
+    for (std::size_t i = 0; i < m_cfg.channels.size(); ++i) {
+      if (m_cfg.channels[i].name == name && m_cfg.channels[i].dest == dest) {
+        now = static_cast<std::uint32_t>(i);
+        break;
+      }
+    }
+    m_channel_remap[old] = now;
+  }
+}
+
+std::optional<std::string> daemon::remap_checkpoint(std::string blob) const {
+  if (m_channel_remap.empty()) return blob;
+  checkpoint::session_state st;
+  if (!st.ParseFromArray(blob.data(), static_cast<int>(blob.size()))) return blob;
+  const auto it = m_channel_remap.find(st.channel());
+  if (it == m_channel_remap.end()) return blob;  // not in the table: as saved
+  if (!it->second) return std::nullopt;
+  if (*it->second == st.channel()) return blob;
+  st.set_channel(*it->second);
+  return st.SerializeAsString();
+}
+
+void daemon::add_channel(const channel_config& ch) {
+  const std::size_t index = m_cfg.channels.size();
+  m_sockets.push_back(net::open_channel_socket(
+      m_io, net::channel_socket_options{ch.group, m_cfg.interface, m_cfg.socket_buffer_bytes, true}));
+  m_cfg.channels.push_back(ch);
+  m_retired.push_back(false);
+  auth::receiver_auth_options o;
+  o.trusted_senders = ch.trusted_senders;
+  o.site = m_site;
+  m_keys.push_back(std::make_unique<auth::receiver_keys>(std::move(o)));
+  m_store->add_dest_root(ch.dest);
+  m_board.add_channel();
+  m_engine->set_channel_count(static_cast<std::uint32_t>(m_cfg.channels.size()));
+  for (const auto& a : ch.wis2) {
+    m_wis2.push_back({index, std::make_unique<wis2_publisher>(a, ch.name, m_log)});
+  }
+  if (ch.trusted_senders.empty()) {
+    m_log->warn("channel {}: no trusted_senders: any host that can reach {} can write products "
+                "into {}",
+                ch.name, ch.group.to_string(), ch.dest.string());
+  }
+  do_receive(index);
+}
+
+void daemon::close_idle_channels() {
+  for (std::size_t i = 0; i < m_sockets.size(); ++i) {
+    if (!m_retired[i] || !m_sockets[i].is_open() || m_engine->active_sessions_on(
+                                                         static_cast<std::uint32_t>(i)) > 0) {
+      continue;
+    }
+    boost::system::error_code ignored;
+    m_sockets[i].close(ignored);  // leaves the group; the pending wait ends with an error
+    std::erase_if(m_wis2, [i](const auto& p) { return p.first == i; });
+    m_log->info("channel {} ({} -> {}) left: no session under way on it", m_cfg.channels[i].name,
+                m_cfg.channels[i].group.to_string(), m_cfg.channels[i].dest.string());
+  }
+}
+
+bool daemon::reload(const std::function<daemon_config()>& source) {
+  daemon_config next;
+  try {
+    next = source();
+    validate(next);
+    check_directories(next, false);
+  } catch (const std::exception& e) {
+    ++m_reloads_failed;
+    m_log->error("SIGHUP: configuration not reloaded, still running on the previous one: {}",
+                 e.what());
+    return false;
+  }
+
+  // Plan the channels by name, then open what is new before changing anything, so a socket
+  // that cannot be opened leaves the daemon as it was.
+  std::vector<std::string> changes;
+  std::vector<std::size_t> retire;
+  std::vector<const channel_config*> add;
+  std::vector<bool> matched(next.channels.size(), false);
+  for (std::size_t i = 0; i < m_cfg.channels.size(); ++i) {
+    if (m_retired[i]) continue;
+    const auto& cur = m_cfg.channels[i];
+    const auto it = std::find_if(next.channels.begin(), next.channels.end(),
+                                 [&](const channel_config& c) { return c.name == cur.name; });
+    if (it == next.channels.end()) {
+      retire.push_back(i);
+      changes.push_back("channel " + cur.name + " removed");
+      continue;
+    }
+    matched[static_cast<std::size_t>(it - next.channels.begin())] = true;
+    if (!same_receiving(cur, *it)) {
+      retire.push_back(i);
+      add.push_back(&*it);
+      changes.push_back("channel " + cur.name + " changed (group, dest or trusted_senders)");
+    }
+  }
+  for (std::size_t j = 0; j < next.channels.size(); ++j) {
+    if (matched[j]) continue;
+    add.push_back(&next.channels[j]);
+    changes.push_back("channel " + next.channels[j].name + " added");
+  }
+  try {
+    for (const auto* ch : add) {
+      std::error_code ec;
+      std::filesystem::create_directories(ch->dest, ec);
+      if (ec) {
+        throw config_error("cannot create the destination directory " + ch->dest.string() +
+                           " of channel " + ch->name + ": " + ec.message());
+      }
+      // Bind and join once here: a group that cannot be joined fails the reload whole.
+      auto probe = net::open_channel_socket(
+          m_io, net::channel_socket_options{ch->group, m_cfg.interface, m_cfg.socket_buffer_bytes,
+                                            true});
+      boost::system::error_code ignored;
+      probe.close(ignored);
+    }
+  } catch (const std::exception& e) {
+    ++m_reloads_failed;
+    m_log->error("SIGHUP: configuration not reloaded, still running on the previous one: {}",
+                 e.what());
+    return false;
+  }
+
+  // Apply. Channels kept as they were take the new per-channel actions and retention.
+  for (std::size_t i = 0; i < m_cfg.channels.size(); ++i) {
+    if (m_retired[i]) continue;
+    auto& cur = m_cfg.channels[i];
+    const auto it = std::find_if(next.channels.begin(), next.channels.end(),
+                                 [&](const channel_config& c) { return c.name == cur.name; });
+    if (it == next.channels.end() || !same_receiving(cur, *it)) continue;
+    if (!same_wis2(cur.wis2, it->wis2)) {
+      // Notifications queued for the old broker are sent on its way out (the destructor
+      // disconnects after its queue); the next stored file goes to the new one.
+      std::erase_if(m_wis2, [i](const auto& p) { return p.first == i; });
+      for (const auto& a : it->wis2) {
+        m_wis2.push_back({i, std::make_unique<wis2_publisher>(a, cur.name, m_log)});
+      }
+      cur.wis2 = it->wis2;
+      changes.push_back("channel " + cur.name + " wis2 actions replaced");
+    }
+    if (cur.retention_max_age != it->retention_max_age) {
+      cur.retention_max_age = it->retention_max_age;
+      changes.push_back("channel " + cur.name + " retention changed");
+    }
+  }
+  for (const auto i : retire) m_retired[i] = true;
+  for (const auto* ch : add) {
+    try {
+      add_channel(*ch);
+    } catch (const std::exception& e) {
+      // Probed a moment ago; a failure now (another process took the port) is only logged.
+      m_log->error("SIGHUP: channel {} ({}) not joined: {}", ch->name, ch->group.to_string(),
+                   e.what());
+    }
+  }
+  publish_dest_names();
+  save_channel_table();
+  if (!same_actions(m_cfg.actions, next.actions)) {
+    changes.push_back(fmt::format("actions replaced ({} -> {})", m_cfg.actions.size(),
+                                  next.actions.size()));
+    m_actions->replace_actions(next.actions);
+    m_cfg.actions = next.actions;
+  }
+  if (m_cfg.retention_max_age != next.retention_max_age ||
+      m_cfg.retention_interval != next.retention_interval ||
+      m_cfg.journal_max_age != next.journal_max_age) {
+    changes.push_back("retention changed");
+    m_cfg.retention_max_age = next.retention_max_age;
+    m_cfg.retention_interval = next.retention_interval;
+    m_cfg.journal_max_age = next.journal_max_age;
+  }
+  if (m_cfg.max_sessions != next.max_sessions ||
+      m_cfg.max_sessions_per_source != next.max_sessions_per_source) {
+    changes.push_back("session limits changed");
+    m_cfg.max_sessions = next.max_sessions;
+    m_cfg.max_sessions_per_source = next.max_sessions_per_source;
+    m_engine->set_session_limits(m_cfg.max_sessions, m_cfg.max_sessions_per_source);
+  }
+  if (m_cfg.status_interval != next.status_interval) {
+    changes.push_back("status_interval changed");
+    m_cfg.status_interval = next.status_interval;
+  }
+  m_cfg.trusted_senders = next.trusted_senders;
+  for (const auto& name : restart_only_changes(m_cfg, next)) {
+    m_log->warn("SIGHUP: {} changed in the configuration but needs a restart: keeping the "
+                "running value",
+                name);
+    changes.push_back(name + " needs a restart");
+  }
+  ++m_reloads_ok;
+  std::size_t live = 0;
+  for (std::size_t i = 0; i < m_retired.size(); ++i) live += m_retired[i] ? 0 : 1;
+  std::string summary;
+  for (const auto& c : changes) summary += (summary.empty() ? "" : "; ") + c;
+  m_log->info("SIGHUP: configuration reloaded: {} ({} channel{} now)",
+              summary.empty() ? "no change" : summary, live, live == 1 ? "" : "s");
+  close_idle_channels();
+  return true;
+}
+
+}  // namespace mcdist::receiver
