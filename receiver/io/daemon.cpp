@@ -463,11 +463,7 @@ void daemon::setup_keys() {
               crypto::format_public_key(site.public_key), key_file.string());
   m_site = site;
   for (const auto& ch : m_cfg.channels) {
-    auth::receiver_auth_options o;
-    o.trusted_senders = ch.trusted_senders;
-    o.site = site;
-    o.receiver_id = m_cfg.id;
-    m_keys.push_back(std::make_unique<auth::receiver_keys>(std::move(o)));
+    m_keys.push_back(channel_keys(ch));
     if (ch.trusted_senders.empty()) {
       m_log->warn("channel {}: no trusted_senders: any host that can reach {} can write products "
                   "into {}",
@@ -524,13 +520,21 @@ std::error_code daemon::authenticate(std::size_t index, std::span<const std::byt
   return {};
 }
 
+std::unique_ptr<auth::receiver_keys> daemon::channel_keys(const channel_config& ch) const {
+  auth::receiver_auth_options o;
+  o.trusted_senders = ch.trusted_senders;
+  o.site = m_site;
+  o.receiver_id = m_cfg.id;
+  return std::make_unique<auth::receiver_keys>(std::move(o));
+}
+
 void daemon::send_key_request(const endpoint& to) {
   for (auto& k : m_keys) {
     m_send_buffer.resize(wire::control_budget + auth::max_trailer_bytes);
     const std::size_t n = k->take_key_request(m_send_buffer);
     if (n == 0) continue;
     std::error_code ec;
-    if (!net::send_one(m_sockets.back().native_handle(), to, {m_send_buffer.data(), n}, ec)) {
+    if (!net::send_one(m_control_socket->native_handle(), to, {m_send_buffer.data(), n}, ec)) {
       m_log->debug("cannot send a key request to {}: {}", to.to_string(), ec.message());
     }
   }

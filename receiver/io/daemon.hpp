@@ -135,6 +135,8 @@ class daemon final : public receiver_sink {
   /// Sends the key request an encrypted session's sealed announce left due (from the control
   /// socket, to the announce's source), if any.
   void send_key_request(const endpoint& to);
+  /// The keyring of one channel: its trusted senders, this site's key (m_site) and id.
+  std::unique_ptr<auth::receiver_keys> channel_keys(const channel_config& ch) const;
   std::error_code authenticate(std::size_t index, std::span<const std::byte> d, time_point now,
                                std::span<const std::byte>& out);
   /// The keyring that holds session `s`, if any.

@@ -151,10 +151,7 @@ void daemon::add_channel(const channel_config& ch) {
       m_io, net::channel_socket_options{ch.group, m_cfg.interface, m_cfg.socket_buffer_bytes, true}));
   m_cfg.channels.push_back(ch);
   m_retired.push_back(false);
-  auth::receiver_auth_options o;
-  o.trusted_senders = ch.trusted_senders;
-  o.site = m_site;
-  m_keys.push_back(std::make_unique<auth::receiver_keys>(std::move(o)));
+  m_keys.push_back(channel_keys(ch));
   m_store->add_dest_root(ch.dest);
   m_board.add_channel();
   m_engine->set_channel_count(static_cast<std::uint32_t>(m_cfg.channels.size()));
