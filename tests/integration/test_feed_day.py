@@ -40,7 +40,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from mcdist_testlib import (SKIP, Daemon, check, fail, free_group, log,  # noqa: E402
                             loopback_multicast_works, sha256_file)
-from test_feed import Feed, drop, query, wait_until  # noqa: E402
+from test_feed import Feed, control_request, drop, query, wait_until  # noqa: E402
 
 SITES = ["site-a", "site-b", "site-c"]
 
@@ -192,7 +192,12 @@ after = "delete"
             o = query(journal, "SELECT count(*) FROM sessions WHERE ended IS NULL")
             spooled = sum(len(files) for ch in ("obs", "fields")
                           for _, _, files in os.walk(spools[ch]))
-            return q[0][0] == 0 and o[0][0] == 0 and spooled == 0
+            if not (q[0][0] == 0 and o[0][0] == 0 and spooled == 0):
+                return False
+            # Catch-up requests the feed holds but has not started yet.
+            st = control_request(control, {"cmd": "status"})
+            return st.get("ok") and all(c["pending_extra_sessions"] == 0 and c["running"] is None
+                                        for c in st["feed"]["channels"])
 
         def ctl_json(*args):
             p = subprocess.run([ctl, "--socket", control, "--journal", journal, "--json"] +
@@ -248,11 +253,18 @@ after = "delete"
             p = os.path.join(daemons[site].dest, name)
             return os.path.exists(p) and sha256_file(p) == gen.products[name]
         for s in ("site-a", "site-b"):
-            lacking = [n for n in gen.products if not holds(s, n)]
-            check(not lacking, "%s (up, or restarted at once) lacks %d products, e.g. %s"
-                  % (s, len(lacking), lacking[:5]))
+            # Up, or restarted at once: on a loaded machine such a site can still register too
+            # late for a session; then the hub lists what it lacks, and its REGISTER in the
+            # channel's next session asks for catch-up (phase 4 makes those sessions; phase 5
+            # asserts that everything arrived and nothing is listed).
+            lacking = {n for n in gen.products if not holds(s, n)}
             m = ctl_json("missing", "--site", s, "--since", "1h")
-            check(m["rows"] == [], "mcdistctl missing --site %s: %s" % (s, m["rows"][:5]))
+            listed = {r["name"] for r in m["rows"]}
+            check(lacking <= listed, "%s lacks products mcdistctl missing does not list: %s"
+                  % (s, sorted(lacking - listed)[:5]))
+            if lacking:
+                log("%s (up, or restarted at once) missed a session: lacks %d products, all "
+                    "listed by mcdistctl missing" % (s, len(lacking)))
         c_lacks = {n for n in gen.products if not holds("site-c", n)}
         check(len(c_lacks) > 0, "site-c was down and lacks nothing: the test did not test")
         m = ctl_json("missing", "--site", "site-c", "--since", "1h")
