@@ -18,10 +18,6 @@ std::vector<std::uint64_t> share_rate(std::uint64_t total_bps, std::span<const r
   std::uint64_t left = total_bps;
   for (const auto i : order) {
     const auto& c = claims[i];
-    if (c.idle) {
-      out[i] = floor;
-      continue;
-    }
     std::uint64_t want = c.cap_bps;
     if (want == 0) {
       want = static_cast<std::uint64_t>(static_cast<double>(total_bps) * std::clamp(c.share, 0.0, 1.0));

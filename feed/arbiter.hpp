@@ -19,17 +19,12 @@ struct rate_claim {
   int priority = 0;           ///< higher first; ties served in the order given
   double share = 1.0;         ///< 0 < share <= 1, of the total, when cap_bps is 0
   std::uint64_t cap_bps = 0;  ///< fixed ceiling, bit/s (0 = use share)
-  /// Nothing to send now (its pass is done and it waits for NAKs or COMPLETEs): it gets the
-  /// floor and takes nothing from the channels below it. Without this a 10 kB warning's session
-  /// held the whole rate for its whole life (registration and end round trips, ~1.5 s on a
-  /// 700 ms path) while a field below it crawled at the floor.
-  bool idle = false;
 };
 
 /// Default floor: 1 % of the total rate per starved session.
 inline constexpr double default_floor_fraction = 0.01;
 
-/// Divides `total_bps` among `claims` (idle claims get the floor only).
+/// Divides `total_bps` among `claims`.
 /// @param total_bps      the feed's rate, bit/s (> 0)
 /// @param claims         running sessions, any order
 /// @param floor_fraction least fraction of the total any session gets

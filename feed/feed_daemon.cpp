@@ -94,7 +94,6 @@ feed_daemon::feed_daemon(boost::asio::io_context& io, feed_config cfg,
       m_log(std::move(log)),
       m_journal(m_cfg.journal),
       m_expire_timer(io),
-      m_idle_timer(io),
       m_board([this] {
         std::vector<std::string> names;
         for (const auto& c : m_cfg.channels) names.push_back(c.name);
@@ -404,34 +403,11 @@ void feed_daemon::rebalance() {
   std::vector<sender::sender_app*> apps;
   for (auto& c : m_channels) {
     if (!c.run) continue;
-    c.run->claim.idle = c.run->app->idle();
     claims.push_back(c.run->claim);
     apps.push_back(c.run->app.get());
   }
   const auto rates = share_rate(m_cfg.rate_bps, claims);
   for (std::size_t i = 0; i < apps.size(); ++i) apps[i]->set_rate(rates[i]);
-  if (!apps.empty() && !m_idle_watched && !m_stopping) watch_idle();
-}
-
-void feed_daemon::watch_idle() {
-  m_idle_watched = true;
-  m_idle_timer.expires_after(std::chrono::milliseconds(20));
-  m_idle_timer.async_wait([this](const boost::system::error_code& ec) {
-    m_idle_watched = false;
-    if (ec || m_stopping) return;
-    bool any = false;
-    bool changed = false;
-    for (auto& c : m_channels) {
-      if (!c.run) continue;
-      any = true;
-      changed |= c.run->app->idle() != c.run->claim.idle;
-    }
-    if (changed) {
-      rebalance();  // re-arms the watch
-    } else if (any) {
-      watch_idle();
-    }
-  });
 }
 
 void feed_daemon::on_session_done(std::size_t ch, sender::run_result r) {
@@ -678,7 +654,6 @@ void feed_daemon::stop(std::function<void()> done) {
   m_stopped = std::move(done);
   m_watcher.reset();
   m_expire_timer.cancel();
-  m_idle_timer.cancel();
   for (auto& c : m_channels) {
     c.timer->cancel();
     if (c.run) c.run->app->abort("the feed is shutting down");

@@ -161,9 +161,6 @@ class feed_daemon {
   /// The channel's `after`: delete, move or keep the spool file.
   void dispose_spool(std::size_t ch, const product& p);
   void rebalance();
-  /// Every 20 ms while a session runs: a session that became idle (pass done, waiting) or
-  /// busy again since the last look changes the shares (rate_claim::idle).
-  void watch_idle();
   void do_expire();
   void check_stopped();
   std::optional<std::size_t> channel_index(std::string_view name) const;
@@ -178,8 +175,6 @@ class feed_daemon {
   std::unique_ptr<spool_watcher> m_watcher;
   std::vector<spooled_file> m_found;  ///< reported, not yet enqueued (flush_found)
   boost::asio::steady_timer m_expire_timer;
-  boost::asio::steady_timer m_idle_timer;
-  bool m_idle_watched = false;  ///< m_idle_timer armed
   bool m_stopping = false;
   std::function<void()> m_stopped;
   feed_board m_board;

@@ -83,14 +83,6 @@ class sender_app {
   void set_rate(std::uint64_t rate_bps);
   /// The multicast rate in force, bit/s.
   std::uint64_t rate_bps() const { return m_session.rate_bps(); }
-  /// True while the session has no data to send: a pass is done and it waits for NAKs or
-  /// COMPLETEs, or it is ending. Its control traffic needs only a little rate then (the feed's
-  /// arbiter gives it the floor and the rest to other channels).
-  bool idle() const noexcept {
-    const auto p = m_session.current_phase();
-    return p == sender_session::phase::waiting || p == sender_session::phase::ending ||
-           p == sender_session::phase::done;
-  }
 
   /// Aborts the running session (daemon shutdown): END(aborted) is sent and `done` follows.
   void abort(const std::string& why);

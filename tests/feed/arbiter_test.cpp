@@ -44,18 +44,3 @@ TEST_CASE("equal priorities are served in the order given", "[unit][feed]") {
 TEST_CASE("no running session: nothing to share", "[unit][feed]") {
   REQUIRE(share_rate(1000, std::vector<rate_claim>{}).empty());
 }
-
-TEST_CASE("an idle session (waiting for NAKs or COMPLETEs) keeps the floor and leaves the rest",
-          "[unit][feed]") {
-  // The warning's pass is done; the model field below it gets the rate back.
-  std::vector<rate_claim> claims{{1, 1.0, 0}, {10, 1.0, 0}};
-  claims[1].idle = true;
-  const auto r = share_rate(100'000'000, claims);
-  REQUIRE(r[1] == 1'000'000);
-  REQUIRE(r[0] == 100'000'000);
-  // Once it has blocks to send again (a repair pass), it takes its share first.
-  claims[1].idle = false;
-  const auto r2 = share_rate(100'000'000, claims);
-  REQUIRE(r2[1] == 100'000'000);
-  REQUIRE(r2[0] == 1'000'000);
-}
