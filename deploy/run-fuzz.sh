@@ -31,6 +31,8 @@ esac
 #   MCDIST_FUZZ_TARGETS="a b" only these (default: wire receiver sender unicast_frame checkpoint sequences
 #                             config auth)
 jobs=${MCDIST_FUZZ_JOBS:-1}
+# shellcheck disable=SC2206  # word splitting of the list is the point
+targets=(${MCDIST_FUZZ_TARGETS:-wire receiver sender unicast_frame checkpoint sequences config auth})
 
 cxx=$(command -v clang++ || command -v clang++-14 || true)
 cc=$(command -v clang || command -v clang-14 || true)
