@@ -141,6 +141,57 @@ class Daemon:
             return None
 
 
+def wait_for(what, cond, timeout, daemon):
+    """Polls cond() until it returns a true value (returned); fails if `daemon` exits first."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        v = cond()
+        if v:
+            return v
+        if daemon and not daemon.alive():
+            fail("mcdistd exited while waiting for %s:\n%s" % (what, daemon.log_text()))
+        time.sleep(0.05)
+    fail("%s did not happen within %s s%s" % (what, timeout,
+                                               (":\n" + daemon.log_text()) if daemon else ""))
+
+
+class ConfigDaemon(Daemon):
+    """mcdistd from a TOML file only (ROOT/mcdistd.toml, log and status file beside it)."""
+
+    def __init__(self, bin_dir, root, config_text, env, rid="site-cfg"):
+        self.id = rid
+        self.log_path = os.path.join(root, "mcdistd.log")
+        self.status = os.path.join(root, "status.json")
+        self.config = os.path.join(root, "mcdistd.toml")
+        self.write_config(config_text)
+        self.args = [os.path.join(bin_dir, "receiver", "mcdistd"), "--config", self.config]
+        self.env = env
+        self.proc = None
+        self.start()
+
+    def write_config(self, text):
+        """Replaces the config file atomically (a SIGHUP never reads half a file)."""
+        tmp = self.config + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, self.config)
+
+    def start(self):
+        self.logf = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(self.args, stdout=self.logf, stderr=subprocess.STDOUT,
+                                     env=self.env)
+        self.wait_for_log("listening on", 10)
+
+    def reload(self, text, needle):
+        """Writes the config, sends SIGHUP and waits for one more `needle` in the log."""
+        before = self.log_text().count(needle)
+        self.write_config(text)
+        self.proc.send_signal(signal.SIGHUP)
+        wait_for("'%s' after SIGHUP" % needle, lambda: self.log_text().count(needle) > before, 10,
+                 self)
+        return self.log_text()
+
+
 def run_sender(bin_dir, paths, group, receivers=None, rate="500M", extra=(), timeout=300):
     """Runs mcdist-send to completion; returns (exit code, summary dict, output text)."""
     fd, summary = tempfile.mkstemp(suffix=".json")

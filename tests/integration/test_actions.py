@@ -77,41 +77,6 @@ def write_script(path, text):
     os.chmod(path, 0o755)
 
 
-def wait_for(what, cond, timeout, daemon):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        v = cond()
-        if v:
-            return v
-        if daemon and not daemon.alive():
-            fail("mcdistd exited while waiting for %s:\n%s" % (what, daemon.log_text()))
-        time.sleep(0.05)
-    fail("%s did not happen within %s s%s" % (what, timeout,
-                                               (":\n" + daemon.log_text()) if daemon else ""))
-
-
-class ConfigDaemon(Daemon):
-    """mcdistd from a TOML file only."""
-
-    def __init__(self, bin_dir, root, config_text, env):
-        self.id = "site-act"
-        self.log_path = os.path.join(root, "mcdistd.log")
-        self.status = os.path.join(root, "status.json")
-        self.config = os.path.join(root, "mcdistd.toml")
-        with open(self.config, "w") as f:
-            f.write(config_text)
-        self.args = [os.path.join(bin_dir, "receiver", "mcdistd"), "--config", self.config]
-        self.env = env
-        self.proc = None
-        self.start()
-
-    def start(self):
-        self.logf = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(self.args, stdout=self.logf, stderr=subprocess.STDOUT,
-                                     env=self.env)
-        self.wait_for_log("listening on", 10)
-
-
 def runs(db, action=None):
     con = sqlite3.connect(db, timeout=5)
     try:
@@ -209,7 +174,7 @@ def main():
             check("'x'" in msg, "the message must name the action: " + msg)
         log("--check-config: 7 broken actions refused, the test's config accepted")
 
-        daemon = ConfigDaemon(bin_dir, root, config, env)
+        daemon = ConfigDaemon(bin_dir, root, config, env, "site-act")
         port = http_port(daemon)
 
         # Session 1 on "main".

@@ -38,55 +38,6 @@ with open(os.environ["LOGFILE"], "a") as f:
 '''
 
 
-def wait_for(what, cond, timeout, daemon):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        v = cond()
-        if v:
-            return v
-        if daemon and not daemon.alive():
-            fail("mcdistd exited while waiting for %s:\n%s" % (what, daemon.log_text()))
-        time.sleep(0.05)
-    fail("%s did not happen within %s s%s" % (what, timeout,
-                                               (":\n" + daemon.log_text()) if daemon else ""))
-
-
-class ConfigDaemon(Daemon):
-    """mcdistd from a TOML file only."""
-
-    def __init__(self, bin_dir, root, config_text, env):
-        self.id = "site-rl"
-        self.log_path = os.path.join(root, "mcdistd.log")
-        self.status = os.path.join(root, "status.json")
-        self.config = os.path.join(root, "mcdistd.toml")
-        self.write_config(config_text)
-        self.args = [os.path.join(bin_dir, "receiver", "mcdistd"), "--config", self.config]
-        self.env = env
-        self.proc = None
-        self.start()
-
-    def write_config(self, text):
-        tmp = self.config + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(text)
-        os.replace(tmp, self.config)
-
-    def start(self):
-        self.logf = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(self.args, stdout=self.logf, stderr=subprocess.STDOUT,
-                                     env=self.env)
-        self.wait_for_log("listening on", 10)
-
-    def reload(self, text, needle):
-        """Writes the config, sends SIGHUP and waits for the n-th `needle` in the log."""
-        before = self.log_text().count(needle)
-        self.write_config(text)
-        self.proc.send_signal(signal.SIGHUP)
-        wait_for("'%s' after SIGHUP" % needle, lambda: self.log_text().count(needle) > before, 10,
-                 self)
-        return self.log_text()
-
-
 def recorded(path):
     if not os.path.exists(path):
         return []
@@ -159,7 +110,7 @@ def main():
                 % (temp, os.path.join(root, "status.json"), g_a, d_a))
         chan_b = '[[channel]]\nname = "b"\ngroup = "%s"\ndest = "%s"\n' % (g_b, d_b)
         act = '[[action]]\nname = "%s"\nmatch = "."\nexec = ["%s"]\n'
-        daemon = ConfigDaemon(bin_dir, root, head + act % ("one", record), env)
+        daemon = ConfigDaemon(bin_dir, root, head + act % ("one", record), env, "site-rl")
         port = http_port(daemon)
 
         # A session under way on a: 4 files, 3 MB at 6 Mbit/s.
