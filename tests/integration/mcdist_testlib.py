@@ -101,18 +101,26 @@ class Daemon:
         self.start()
 
     def start(self):
+        # The log is appended to across restarts: wait for this run's "listening on", not the
+        # previous run's (which made a restarted daemon look ready before it had read its state).
+        before = self.log_count("listening on")
         self.logf = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.args, stdout=self.logf, stderr=subprocess.STDOUT)
-        self.wait_for_log("listening on", 10)
+        self.wait_for_log("listening on", 10, after=before)
+
+    def log_count(self, needle):
+        """How often `needle` is in the log so far (0 before the first start)."""
+        return self.log_text().count(needle) if os.path.exists(self.log_path) else 0
 
     def log_text(self):
         with open(self.log_path, "rb") as f:
             return f.read().decode("utf-8", "replace")
 
-    def wait_for_log(self, needle, timeout):
+    def wait_for_log(self, needle, timeout, after=0):
+        """Waits until `needle` is in the log more than `after` times."""
         deadline = time.time() + timeout
         while time.time() < deadline:
-            if needle in self.log_text():
+            if self.log_text().count(needle) > after:
                 return True
             if self.proc.poll() is not None:
                 fail("mcdistd %s exited early (%s):\n%s" % (self.id, self.proc.returncode, self.log_text()))
@@ -177,10 +185,11 @@ class ConfigDaemon(Daemon):
         os.replace(tmp, self.config)
 
     def start(self):
+        before = self.log_count("listening on")
         self.logf = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.args, stdout=self.logf, stderr=subprocess.STDOUT,
                                      env=self.env)
-        self.wait_for_log("listening on", 10)
+        self.wait_for_log("listening on", 10, after=before)
 
     def reload(self, text, needle):
         """Writes the config, sends SIGHUP and waits for one more `needle` in the log."""
