@@ -169,8 +169,7 @@ sender_keys::sender_keys(const crypto::identity& id, session_id session,
       m_encrypted(encrypted) {
   if (m_encrypted) {
     m_manifest_key = derive(m_session_key, session, manifest_info);
-    m_sealed_data = std::make_unique<crypto::gcm>(derive(m_session_key, session, sealed_data_info),
-                                                  crypto::gcm::direction::encrypt);
+    m_sealed_data.emplace(derive(m_session_key, session, sealed_data_info), crypto::gcm::direction::encrypt);
   }
 }
 
@@ -356,29 +355,13 @@ std::optional<crypto::key32> sender_keys::fallback_key(std::string_view receiver
 
 // --- receiver ------------------------------------------------------------------------------
 
-struct receiver_keys::session_keys {
-  crypto::key32 sender_public{};           ///< the sender's X25519 session key (announce)
-  crypto::key32 pairwise{};
-  bool has_pairwise = false;
-  std::optional<crypto::key32> session_key;  ///< from the register_reply
-  std::unique_ptr<crypto::gmac> data;
-  std::unique_ptr<crypto::gmac> marker;
-  std::unordered_set<std::uint64_t> verified_announces;
-  time_point last_used{};
-  std::optional<crypto::key32> signer;  ///< the trusted key that signed its announce
-  bool encrypted = false;               ///< its verified announce was sealed
-  crypto::key32 manifest_key{};
-  std::unique_ptr<crypto::gcm> sealed_data;
-  std::optional<time_point> last_key_request;
-
-  void set_session_key(const crypto::key32& k, session_id s) {
-    session_key = k;
-    data = std::make_unique<crypto::gmac>(derive(k, s, "mcdist v2 data"));
-    marker = std::make_unique<crypto::gmac>(derive(k, s, "mcdist v2 marker"));
-    manifest_key = derive(k, s, manifest_info);
-    sealed_data = std::make_unique<crypto::gcm>(derive(k, s, sealed_data_info), crypto::gcm::direction::decrypt);
-  }
-};
+void receiver_keys::session_keys::set_session_key(const crypto::key32& k, session_id s) {
+  session_key = k;
+  data.emplace(derive(k, s, "mcdist v2 data"));
+  marker.emplace(derive(k, s, "mcdist v2 marker"));
+  manifest_key = derive(k, s, manifest_info);
+  sealed_data.emplace(derive(k, s, sealed_data_info), crypto::gcm::direction::decrypt);
+}
 
 receiver_keys::receiver_keys(receiver_auth_options o)
     : m_opts(std::move(o)), m_site_x(crypto::x25519_of(m_opts.site)), m_scratch(wire::max_datagram_size) {}
@@ -387,32 +370,33 @@ receiver_keys::~receiver_keys() = default;
 
 receiver_keys::session_keys* receiver_keys::find(session_id s) {
   const auto it = m_sessions.find(s.value);
-  return it == m_sessions.end() ? nullptr : it->second.get();
+  return it == m_sessions.end() ? nullptr : &it->second;
 }
 
 receiver_keys::session_keys& receiver_keys::learn(session_id s, const crypto::key32& sender_public,
                                                   time_point now) {
-  auto& slot = m_sessions[s.value];
-  if (!slot || slot->sender_public != sender_public) {
+  auto [at, fresh] = m_sessions.try_emplace(s.value);
+  session_keys& slot = at->second;
+  if (fresh || slot.sender_public != sender_public) {
     // A new session, or a sender that restarted it with a new session key: start over.
-    slot = std::make_unique<session_keys>();
-    slot->sender_public = sender_public;
+    slot = session_keys{};
+    slot.sender_public = sender_public;
     if (auto pw = pairwise_key(m_site_x.secret_key, sender_public, sender_public,
                                m_site_x.public_key, s)) {
-      slot->pairwise = *pw;
-      slot->has_pairwise = true;
+      slot.pairwise = *pw;
+      slot.has_pairwise = true;
     }
   }
-  slot->last_used = now;
+  slot.last_used = now;
   if (m_sessions.size() > m_opts.max_sessions) {
     auto oldest = m_sessions.end();
     for (auto it = m_sessions.begin(); it != m_sessions.end(); ++it) {
       if (it->first == s.value) continue;
-      if (oldest == m_sessions.end() || it->second->last_used < oldest->second->last_used) oldest = it;
+      if (oldest == m_sessions.end() || it->second.last_used < oldest->second.last_used) oldest = it;
     }
     if (oldest != m_sessions.end()) m_sessions.erase(oldest);
   }
-  return *m_sessions[s.value];
+  return slot;  // erasing another element keeps references to this one
 }
 
 bool receiver_keys::take_verification(time_point now) {
@@ -640,7 +624,7 @@ std::size_t receiver_keys::take_key_request(std::span<std::byte> buf) {
 
 bool receiver_keys::encrypted(session_id s) const {
   const auto it = m_sessions.find(s.value);
-  return it != m_sessions.end() && it->second->encrypted;
+  return it != m_sessions.end() && it->second.encrypted;
 }
 
 std::size_t receiver_keys::seal(std::span<std::byte> buf, std::size_t len) {
@@ -665,20 +649,20 @@ std::size_t receiver_keys::seal(std::span<std::byte> buf, std::size_t len) {
 
 bool receiver_keys::has_session_key(session_id s) const {
   const auto it = m_sessions.find(s.value);
-  return it != m_sessions.end() && it->second->session_key.has_value();
+  return it != m_sessions.end() && it->second.session_key.has_value();
 }
 
 std::optional<crypto::key32> receiver_keys::signer(session_id s) const {
   const auto it = m_sessions.find(s.value);
-  return it == m_sessions.end() ? std::nullopt : it->second->signer;
+  return it == m_sessions.end() ? std::nullopt : it->second.signer;
 }
 
 std::optional<std::string> receiver_keys::export_session(session_id s) const {
   const auto it = m_sessions.find(s.value);
-  if (it == m_sessions.end() || !it->second->session_key) return std::nullopt;
-  std::string blob(reinterpret_cast<const char*>(it->second->sender_public.data()), crypto::key_bytes);
-  blob.append(reinterpret_cast<const char*>(it->second->session_key->data()), crypto::key_bytes);
-  if (it->second->encrypted) blob.push_back('E');  // an encrypted session: one byte more
+  if (it == m_sessions.end() || !it->second.session_key) return std::nullopt;
+  std::string blob(reinterpret_cast<const char*>(it->second.sender_public.data()), crypto::key_bytes);
+  blob.append(reinterpret_cast<const char*>(it->second.session_key->data()), crypto::key_bytes);
+  if (it->second.encrypted) blob.push_back('E');  // an encrypted session: one byte more
   return blob;
 }
 
@@ -699,8 +683,8 @@ bool receiver_keys::import_session(session_id s, std::string_view blob) {
 
 std::optional<crypto::key32> receiver_keys::fallback_key(session_id s) const {
   const auto it = m_sessions.find(s.value);
-  if (it == m_sessions.end() || !it->second->has_pairwise) return std::nullopt;
-  return derive(it->second->pairwise, s, fallback_info);
+  if (it == m_sessions.end() || !it->second.has_pairwise) return std::nullopt;
+  return derive(it->second.pairwise, s, fallback_info);
 }
 
 void receiver_keys::forget(session_id s) { m_sessions.erase(s.value); }

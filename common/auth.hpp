@@ -54,6 +54,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace mcdist::auth {
@@ -106,7 +107,9 @@ class sender_keys {
   sender_keys(const crypto::identity& id, session_id session,
               std::map<std::string, crypto::key32, std::less<>> pinned, bool encrypted = false);
   ~sender_keys();
-  sender_keys(const sender_keys&) = delete;
+  /// A copy is an independent snapshot of the session's keys and state (the fuzz target copies
+  /// one handshake for every input); `id` is shared. Not assignable.
+  sender_keys(const sender_keys&) = default;
   sender_keys& operator=(const sender_keys&) = delete;
 
   /// Seals a control datagram the session core produced: `buf` holds `len` bytes and has room
@@ -150,7 +153,7 @@ class sender_keys {
   std::uint64_t m_marker_counter = 0;
   bool m_encrypted = false;
   crypto::key32 m_manifest_key{};
-  std::unique_ptr<crypto::gcm> m_sealed_data;
+  std::optional<crypto::gcm> m_sealed_data;
   std::string m_key_reply_to;  ///< receiver id of a key request open() consumed
   std::vector<std::byte> m_scratch;
   struct site {
@@ -186,7 +189,9 @@ class receiver_keys {
  public:
   explicit receiver_keys(receiver_auth_options o);
   ~receiver_keys();
-  receiver_keys(const receiver_keys&) = delete;
+  /// A copy is an independent snapshot of every session's keys and state (the fuzz target
+  /// copies one handshake for every input). Not assignable.
+  receiver_keys(const receiver_keys&) = default;
   receiver_keys& operator=(const receiver_keys&) = delete;
 
   /// Checks a datagram from a sender and returns its version-1 view in `out` (the trailer
@@ -238,7 +243,26 @@ class receiver_keys {
   const auth_stats& stats() const noexcept { return m_stats; }
 
  private:
-  struct session_keys;
+  /// What the site holds for one session.
+  struct session_keys {
+    crypto::key32 sender_public{};             ///< the sender's X25519 session key (announce)
+    crypto::key32 pairwise{};
+    bool has_pairwise = false;
+    std::optional<crypto::key32> session_key;  ///< from the register_reply
+    std::optional<crypto::gmac> data;
+    std::optional<crypto::gmac> marker;
+    std::unordered_set<std::uint64_t> verified_announces;
+    time_point last_used{};
+    std::optional<crypto::key32> signer;  ///< the trusted key that signed its announce
+    bool encrypted = false;               ///< its verified announce was sealed
+    crypto::key32 manifest_key{};
+    std::optional<crypto::gcm> sealed_data;
+    std::optional<time_point> last_key_request;
+
+    /// Takes the session key of a register_reply and derives the data, marker, manifest and
+    /// sealed-data keys from it (HKDF, RFC 5869).
+    void set_session_key(const crypto::key32& k, session_id s);
+  };
   session_keys* find(session_id s);
   session_keys& learn(session_id s, const crypto::key32& sender_public, time_point now);
   /// @param signer  set to the trusted key that verified, when one did
@@ -252,7 +276,7 @@ class receiver_keys {
   /// Opens an encrypted session's sealed announce or digest list into m_scratch.
   std::error_code open_sealed_body(session_keys& s, std::span<const std::byte> signed_part,
                                    wire::msg_type t, time_point now, std::span<const std::byte>& out);
-  std::unordered_map<std::uint32_t, std::unique_ptr<session_keys>> m_sessions;
+  std::unordered_map<std::uint32_t, session_keys> m_sessions;
   std::optional<session_id> m_key_request;  ///< set by open(), taken by take_key_request()
   std::vector<std::byte> m_scratch;
   time_point m_budget_at{};

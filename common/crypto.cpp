@@ -254,17 +254,33 @@ bool aead_open(const key32& key, std::span<const std::uint8_t, xchacha_nonce_byt
                                                     nonce.data(), key.data()) == 0;
 }
 
-gmac::gmac(const key32& key) : m_ctx(EVP_CIPHER_CTX_new()) {
-  if (!m_ctx ||
-      EVP_EncryptInit_ex(m_ctx, EVP_aes_256_gcm(), nullptr, nullptr, nullptr) != 1 ||
-      EVP_CIPHER_CTX_ctrl(m_ctx, EVP_CTRL_GCM_SET_IVLEN, gcm_nonce_bytes, nullptr) != 1 ||
-      EVP_EncryptInit_ex(m_ctx, nullptr, nullptr, key.data(), nullptr) != 1) {
-    EVP_CIPHER_CTX_free(m_ctx);
-    throw key_error("OpenSSL cannot set up AES-256-GCM");
+cipher_ctx::cipher_ctx() : m_ctx(EVP_CIPHER_CTX_new()) {
+  if (!m_ctx) throw key_error("OpenSSL cannot allocate a cipher context");
+}
+
+// Delegating: the destructor frees the new context if the copy throws.
+cipher_ctx::cipher_ctx(const cipher_ctx& other) : cipher_ctx() {
+  if (EVP_CIPHER_CTX_copy(m_ctx, other.m_ctx) != 1) {
+    throw key_error("OpenSSL cannot copy a cipher context");
   }
 }
 
-gmac::~gmac() { EVP_CIPHER_CTX_free(m_ctx); }
+cipher_ctx& cipher_ctx::operator=(const cipher_ctx& other) {
+  if (this != &other && EVP_CIPHER_CTX_copy(m_ctx, other.m_ctx) != 1) {
+    throw key_error("OpenSSL cannot copy a cipher context");
+  }
+  return *this;
+}
+
+cipher_ctx::~cipher_ctx() { EVP_CIPHER_CTX_free(m_ctx); }
+
+gmac::gmac(const key32& key) {
+  if (EVP_EncryptInit_ex(m_ctx, EVP_aes_256_gcm(), nullptr, nullptr, nullptr) != 1 ||
+      EVP_CIPHER_CTX_ctrl(m_ctx, EVP_CTRL_GCM_SET_IVLEN, gcm_nonce_bytes, nullptr) != 1 ||
+      EVP_EncryptInit_ex(m_ctx, nullptr, nullptr, key.data(), nullptr) != 1) {
+    throw key_error("OpenSSL cannot set up AES-256-GCM");
+  }
+}
 
 gcm_tag gmac::tag(std::span<const std::uint8_t, gcm_nonce_bytes> nonce,
                   std::span<const std::byte> data) noexcept {
@@ -286,18 +302,14 @@ bool gmac::verify(std::span<const std::uint8_t, gcm_nonce_bytes> nonce,
   return sodium_memcmp(t.data(), expected.data(), gcm_tag_bytes) == 0;
 }
 
-gcm::gcm(const key32& key, direction d) : m_ctx(EVP_CIPHER_CTX_new()) {
+gcm::gcm(const key32& key, direction d) {
   const int enc = d == direction::encrypt ? 1 : 0;
-  if (!m_ctx ||
-      EVP_CipherInit_ex(m_ctx, EVP_aes_256_gcm(), nullptr, nullptr, nullptr, enc) != 1 ||
+  if (EVP_CipherInit_ex(m_ctx, EVP_aes_256_gcm(), nullptr, nullptr, nullptr, enc) != 1 ||
       EVP_CIPHER_CTX_ctrl(m_ctx, EVP_CTRL_GCM_SET_IVLEN, gcm_nonce_bytes, nullptr) != 1 ||
       EVP_CipherInit_ex(m_ctx, nullptr, nullptr, key.data(), nullptr, enc) != 1) {
-    EVP_CIPHER_CTX_free(m_ctx);
     throw key_error("OpenSSL cannot set up AES-256-GCM");
   }
 }
-
-gcm::~gcm() { EVP_CIPHER_CTX_free(m_ctx); }
 
 gcm_tag gcm::seal(std::span<const std::uint8_t, gcm_nonce_bytes> nonce,
                   std::span<const std::byte> ad, std::span<std::byte> data) noexcept {

@@ -131,15 +131,32 @@ bool aead_open(const key32& key, std::span<const std::uint8_t, xchacha_nonce_byt
                std::span<const std::byte> ad, std::span<const std::uint8_t> sealed,
                std::span<std::uint8_t> out) noexcept;
 
+/// An OpenSSL cipher context held by value: a copy is a new context with the same cipher, key
+/// schedule and settings (EVP_CIPHER_CTX_copy(3)), so gmac and gcm copy like values (the fuzz
+/// targets start every input from one copied handshake). Converts to the raw pointer for EVP
+/// calls; never null.
+class cipher_ctx {
+ public:
+  /// @throws key_error if OpenSSL cannot allocate a context
+  cipher_ctx();
+  /// @throws key_error if OpenSSL cannot allocate or copy the context
+  cipher_ctx(const cipher_ctx& other);
+  cipher_ctx& operator=(const cipher_ctx& other);
+  ~cipher_ctx();
+  operator evp_cipher_ctx_st*() const noexcept { return m_ctx; }  // NOLINT(google-explicit-constructor)
+
+ private:
+  evp_cipher_ctx_st* m_ctx = nullptr;
+};
+
 /// AES-256-GCM used as GMAC: a 16-byte tag over `data` (all associated data, no plaintext)
 /// with a caller-supplied 96-bit nonce that must never repeat under one key (SP 800-38D
-/// section 8). Holds one OpenSSL context with the key schedule expanded once. Not thread-safe.
+/// section 8). Holds one OpenSSL context with the key schedule expanded once. Not thread-safe;
+/// a copy is independent (same key, its own context).
 class gmac {
  public:
+  /// @throws key_error if OpenSSL cannot set the cipher up
   explicit gmac(const key32& key);
-  ~gmac();
-  gmac(const gmac&) = delete;
-  gmac& operator=(const gmac&) = delete;
 
   /// Tag of `data` under `nonce`.
   gcm_tag tag(std::span<const std::uint8_t, gcm_nonce_bytes> nonce,
@@ -149,7 +166,7 @@ class gmac {
               std::span<const std::uint8_t, gcm_tag_bytes> expected) noexcept;
 
  private:
-  evp_cipher_ctx_st* m_ctx = nullptr;
+  cipher_ctx m_ctx;
 };
 
 /// AES-256-GCM authenticated encryption (NIST SP 800-38D) in one direction, with the key
@@ -161,9 +178,6 @@ class gcm {
   enum class direction { encrypt, decrypt };
   /// @throws key_error if OpenSSL cannot set the cipher up
   gcm(const key32& key, direction d);
-  ~gcm();
-  gcm(const gcm&) = delete;
-  gcm& operator=(const gcm&) = delete;
 
   /// Encrypts `data` in place (ciphertext has the plaintext's length) with associated data
   /// `ad`; returns the 16-byte tag. Only on an encrypt object.
@@ -178,7 +192,7 @@ class gcm {
             std::span<std::byte> out) noexcept;
 
  private:
-  evp_cipher_ctx_st* m_ctx = nullptr;
+  cipher_ctx m_ctx;
 };
 
 }  // namespace mcdist::crypto

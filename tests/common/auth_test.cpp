@@ -491,3 +491,25 @@ TEST_CASE("encrypted session: the saved keys keep the session encrypted after a 
   d.resize(x.sender.seal_data(d, d.size() - auth::data_trailer_bytes));
   REQUIRE_FALSE(restarted.open(d, t0, x.out));
 }
+
+TEST_CASE("copied keys are independent snapshots: a copy opens what the original opens, and "
+          "forgetting in one leaves the other",
+          "[unit][auth][encrypt]") {
+  encrypted_exchange x;
+  x.key_exchange(t0);
+  auth::receiver_keys site_copy = x.receiver;
+  auth::sender_keys sender_copy = x.sender;
+
+  // Both senders seal the same block the same way (same keys, nonce from the header).
+  auto a = data_datagram(1, 0, 5);
+  auto b = a;
+  a.resize(x.sender.seal_data(a, a.size() - auth::data_trailer_bytes));
+  b.resize(sender_copy.seal_data(b, b.size() - auth::data_trailer_bytes));
+  REQUIRE(a == b);
+
+  site_copy.forget(sid);
+  REQUIRE_FALSE(site_copy.has_session_key(sid));
+  REQUIRE(x.receiver.has_session_key(sid));
+  REQUIRE_FALSE(x.receiver.open(a, t0, x.out));        // the original still opens it
+  REQUIRE(site_copy.open(a, t0, x.out) == errc::unauthenticated);  // the copy forgot
+}

@@ -5,7 +5,9 @@
 /// Each input starts from a real handshake run in-process (so every key is held and the
 /// mutated datagrams reach the checks of a live session, not just "no key"): the sender seals an
 /// announce, the site opens it, seals a register_request, the sender opens that and seals the
-/// register_reply, the site opens it. Then the input is a script (tests/fuzz/fuzz_script.hpp)
+/// register_reply, the site opens it. The handshakes run once per process; each input works on
+/// a copy of both sides (so inputs are independent and reproducible, and an input costs its own
+/// records rather than the handshakes' key agreements and signatures). Then the input is a script (tests/fuzz/fuzz_script.hpp)
 /// whose records, by op % 6, are:
 ///
 ///   0  a datagram to the site:           receiver_keys::open
@@ -203,59 +205,86 @@ void encrypted_op(encrypted_pair& e, unsigned op, std::span<const std::byte> p, 
   }
 }
 
+/// The plain signed pair after its handshake.
+struct plain_pair {
+  auth::receiver_keys site;
+  auth::sender_keys hub;
+  plain_pair(const identities& id, time_point now)
+      : site([&] {
+          auth::receiver_auth_options o;
+          o.trusted_senders = {id.hub.public_key};
+          o.site = id.site;
+          o.max_sessions = 4;
+          return o;
+        }()),
+        hub(id.hub, fuzz_session, {{"site", id.site.public_key}}) {
+    std::span<const std::byte> opened;
+    {
+      wire::announce a;
+      a.mutable_params()->set_block_size(1000);
+      a.mutable_params()->set_file_count(1);
+      a.mutable_params()->set_manifest_chunks(1);
+      auto* f = a.add_files();
+      f->set_path("x");
+      f->set_size(1);
+      auto b = control(wire::msg_type::announce, a);
+      const std::size_t len = b.size();
+      b = roomy(b);
+      const std::size_t n = hub.seal_control(b, len);
+      require(n == len + auth::trailer_size(wire::msg_type::announce));
+      require(!site.open(std::span(b).first(n), now, opened));
+    }
+    {
+      wire::register_request r;
+      r.set_receiver_id("site");
+      auto b = control(wire::msg_type::register_request, r);
+      const std::size_t len = b.size();
+      b = roomy(b);
+      const std::size_t n = site.seal(b, len);
+      require(n == len + auth::trailer_size(wire::msg_type::register_request));
+      require(!hub.open(std::span(b).first(n), opened));
+    }
+    {
+      wire::register_reply r;
+      r.set_receiver_id("site");
+      r.set_accepted(true);
+      auto b = control(wire::msg_type::register_reply, r);
+      const std::size_t len = b.size();
+      b = roomy(b);
+      const std::size_t n = hub.seal_control(b, len);
+      require(n > len);
+      require(!site.open(std::span(b).first(n), now, opened));
+      require(site.has_session_key(fuzz_session));
+    }
+    const auto key = site.fallback_key(fuzz_session);
+    require(key && key == hub.fallback_key("site"));
+  }
+};
+
+/// Both pairs after their handshakes, made once per process: every input starts from a copy
+/// (sender_keys and receiver_keys copy as values), so an input costs its own records, not four
+/// key agreements and two signatures, and inputs stay independent of each other.
+struct handshakes {
+  plain_pair plain;
+  encrypted_pair enc;
+  explicit handshakes(time_point now) : plain(ids(), now), enc(ids(), now) {}
+};
+
+constexpr time_point handshake_time{std::chrono::seconds(1000)};
+
+const handshakes& pristine() {
+  static const handshakes h(handshake_time);
+  return h;
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  const auto& id = ids();
-  auth::receiver_auth_options o;
-  o.trusted_senders = {id.hub.public_key};
-  o.site = id.site;
-  o.max_sessions = 4;
-  auth::receiver_keys site(o);
-  auth::sender_keys hub(id.hub, fuzz_session, {{"site", id.site.public_key}});
-  time_point now{std::chrono::seconds(1000)};
-
-  // The handshake.
-  std::span<const std::byte> opened;
-  {
-    wire::announce a;
-    a.mutable_params()->set_block_size(1000);
-    a.mutable_params()->set_file_count(1);
-    a.mutable_params()->set_manifest_chunks(1);
-    auto* f = a.add_files();
-    f->set_path("x");
-    f->set_size(1);
-    auto b = control(wire::msg_type::announce, a);
-    const std::size_t len = b.size();
-    b = roomy(b);
-    const std::size_t n = hub.seal_control(b, len);
-    require(n == len + auth::trailer_size(wire::msg_type::announce));
-    require(!site.open(std::span(b).first(n), now, opened));
-  }
-  {
-    wire::register_request r;
-    r.set_receiver_id("site");
-    auto b = control(wire::msg_type::register_request, r);
-    const std::size_t len = b.size();
-    b = roomy(b);
-    const std::size_t n = site.seal(b, len);
-    require(n == len + auth::trailer_size(wire::msg_type::register_request));
-    require(!hub.open(std::span(b).first(n), opened));
-  }
-  {
-    wire::register_reply r;
-    r.set_receiver_id("site");
-    r.set_accepted(true);
-    auto b = control(wire::msg_type::register_reply, r);
-    const std::size_t len = b.size();
-    b = roomy(b);
-    const std::size_t n = hub.seal_control(b, len);
-    require(n > len);
-    require(!site.open(std::span(b).first(n), now, opened));
-    require(site.has_session_key(fuzz_session));
-  }
+  plain_pair pair = pristine().plain;
+  encrypted_pair enc = pristine().enc;
+  auth::receiver_keys& site = pair.site;
+  auth::sender_keys& hub = pair.hub;
+  time_point now = handshake_time;
   const auto key = site.fallback_key(fuzz_session);
-  require(key && key == hub.fallback_key("site"));
-
-  encrypted_pair enc(id, now);
+  std::span<const std::byte> opened;
 
   fuzz::script_reader script(std::as_bytes(std::span(data, size)));
   fuzz::record rec;
