@@ -12,6 +12,7 @@
 #   MCDIST_FUZZ_TARGETS="a b" only these (default: wire receiver sender unicast_frame checkpoint sequences
 #                             config auth)
 #   MCDIST_FUZZ_BUILD=DIR     build directory (default build-fuzz)
+#   ASAN_OPTIONS              default quarantine_size_mb=16 (see below)
 #   deploy/run-fuzz.sh --seeds  rewrites the generated seeds of tests/fuzz/corpus and exits
 #
 # Each target keeps what it learns in DIR/corpus/TARGET (not committed), so later runs start
@@ -65,6 +66,11 @@ if [ "$seeds_only" = 1 ]; then
 fi
 
 mkdir -p "$build/logs" "$build/artifacts"
+# ASan's default 256 MiB quarantine of freed memory makes every input of the allocation-heavy
+# targets fault in fresh pages: auth_fuzz ran 3.5x slower with it (27 s against 8 s for 15,000
+# inputs). 16 MiB still holds each input's freed buffers long enough to catch a use after free
+# within that input and the next ones.
+export ASAN_OPTIONS="${ASAN_OPTIONS:-quarantine_size_mb=16}"
 run_one() {
   local t=$1
   local work=$build/corpus/$t log=$build/logs/$t.log
