@@ -316,9 +316,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         auto b = roomy(p);
         const std::size_t n = hub.seal_control(b, p.size());
         if (n == 0) break;
-        require(n == p.size() + auth::trailer_size(static_cast<wire::msg_type>(
-                                    std::to_integer<std::uint8_t>(p[3]))));
-        if (!site.open(std::span(b).first(n), now, opened)) check_opened(std::span(b).first(n), opened);
+        const auto t = static_cast<wire::msg_type>(std::to_integer<std::uint8_t>(p[3]));
+        require(n == p.size() + auth::trailer_size(t));
+        if (site.open(std::span(b).first(n), now, opened)) break;
+        if (opened.empty()) {
+          // Consumed: an announce whose signed body carries a sealed manifest makes the site
+          // treat its session as encrypted and ask for the key (found by this target: the
+          // sender's signature covers the body, so the site trusts what it says).
+          const session_id sid{static_cast<std::uint32_t>(fuzz::read_be(p, 4, 4))};
+          require(t == wire::msg_type::announce && site.encrypted(sid));
+          break;
+        }
+        check_opened(std::span(b).first(n), opened);
         break;
       }
       case 4: {
