@@ -636,7 +636,17 @@ void daemon::start_unicast(session_id s, const unicast_order& order,
   co.session = s;
   co.receiver_id = m_cfg.id;
   // A signed session's connections prove this site's key over the server's challenge.
-  if (auto* keys = keys_of(s)) co.proof_key = keys->fallback_key(s);
+  if (auto* keys = keys_of(s)) {
+    co.proof_key = keys->fallback_key(s);
+    // An encrypted session's fallback is sealed both ways (common/unicast/record_seal.hpp).
+    // Decided from what this site knows of the session, never from the FALLBACK order.
+    co.seal_records = keys->encrypted(s);
+    if (co.seal_records && !co.proof_key) {
+      m_log->warn("session {:08x}: encrypted, but no fallback key yet; not connecting in the "
+                   "clear", s.value);
+      return;
+    }
+  }
   co.tcp_connections = order.connections;
   const bool any = std::all_of(m_cfg.interface.addr.begin(),
                                m_cfg.interface.addr.begin() + (m_cfg.interface.v6 ? 16 : 4),

@@ -13,9 +13,16 @@ two sessions of the same file set, whose file name and file content hold marker 
    anything observed, although data datagrams were observed (the capture works); the Wireshark
    dissector shows the announces and data as encrypted;
 2. the same set signed but not encrypted, to a fresh destination: both markers appear in what
-   was observed (so step 1 can fail).
+   was observed (so step 1 can fail);
+3. the unicast fallback (--unicast: site-a is moved to it at once) over tcp and over sctp (SCTP
+   in UDP), each encrypted and then signed only, with tshark capturing the group port, the
+   sender's port and the unicast port (TCP and UDP): site-a gets every file byte-identical over
+   the fallback each time; the capture of the encrypted fallback holds the unicast transfer
+   (more bytes on the unicast port than the files hold) but neither marker; the capture of the
+   signed-only run holds both (the name in the announce, the content in the records), so the
+   encrypted check can fail. Needs tshark (without it, delivery alone is checked).
 
-Also: --encrypt without --site-keys, and with --fallback tcp, are refused with a clear error.
+Also: --encrypt without --site-keys is refused with a clear error.
 
 usage: test_encrypt.py BUILD_DIR"""
 
@@ -74,18 +81,39 @@ class group_observer(threading.Thread):
         return self.data
 
 
+def free_port():
+    """A port free for both TCP and UDP on 127.0.0.1 (the fallback listens on both)."""
+    for _ in range(50):
+        t = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        t.bind(("127.0.0.1", 0))
+        port = t.getsockname()[1]
+        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            u.bind(("127.0.0.1", port))
+            return port
+        except OSError:
+            continue
+        finally:
+            u.close()
+            t.close()
+    fail("no port free for both TCP and UDP")
+
+
 def count_type(datagrams, t):
     return sum(1 for d in datagrams if len(d) >= 8 and d[:2] == b"MD" and d[3] == t)
 
 
-def observe(bin_dir, base, tag, group, sport, src, receivers, extra, use_tshark):
+def observe(bin_dir, base, tag, group, sport, src, receivers, extra, use_tshark, uport=None):
     """Runs one session under observation; returns (code, summary, output, group datagrams,
-    capture bytes or None, capture path)."""
+    capture bytes or None, capture path). With `uport`, the capture also holds the unicast
+    fallback's port, UDP (SCTP) and TCP."""
     _, gport = parse_group(group)
     cap = None
     cap_path = os.path.join(base, tag + ".pcapng")
     if use_tshark:
-        cap = Capture(cap_path, [gport, sport], sport + 1, os.path.join(base, tag + "-tshark.log"))
+        udp_ports = [gport, sport] + ([uport] if uport else [])
+        cap = Capture(cap_path, udp_ports, sport + 1, os.path.join(base, tag + "-tshark.log"),
+                      tcp_ports=[uport] if uport else [])
         why = cap.wait_probe(b"mcdist-encrypt-test-%s-%d" % (tag.encode(), os.getpid()), 15)
         if why:
             cap.stop()
@@ -135,14 +163,10 @@ def main():
             f.write(rng.randbytes(100_000) + BODY_MARKER * 300 + rng.randbytes(400_000))
         want = {"products/" + p: h for p, h in tree_digests(src).items()}
 
-        # Refused combinations: no plaintext ever goes over the fallback, no unpinned site.
+        # Refused: no unpinned site.
         code, _, out = run_sender(bin_dir, [src], free_group(), ["site-a"], extra=hub + ["--encrypt"])
         check(code == 2 and "--encrypt needs --key" in out and "--site-keys" in out,
               "--encrypt without --site-keys: exit %d\n%s" % (code, out))
-        code, _, out = run_sender(bin_dir, [src], free_group(), ["site-a"],
-                                  extra=hub + ["--site-keys", sites, "--encrypt", "--fallback", "tcp"])
-        check(code == 2 and "unicast fallback does not encrypt" in out,
-              "--encrypt --fallback tcp: exit %d\n%s" % (code, out))
 
         group = free_group()
         _, gport = parse_group(group)
@@ -201,9 +225,49 @@ def main():
         for d in daemons:
             check(d.alive(), "mcdistd %s died" % d.id)
 
+        # 3. The unicast fallback, encrypted and signed only, over tcp and sctp.
+        uport = free_port()
+        fallback_captured = 0
+        for transport in ("tcp", "sctp"):
+            for encrypted in (True, False):
+                tag = "fallback-%s-%s" % (transport, "encrypted" if encrypted else "signed")
+                shutil.rmtree(a.dest)
+                os.makedirs(a.dest)
+                code, summary, out, grp, cap, _ = observe(
+                    bin_dir, base, tag, group, sport, src, ["site-a"],
+                    hub + ["--site-keys", sites, "--unicast", "--fallback", transport,
+                           "--unicast-port", str(uport)] + (["--encrypt"] if encrypted else []),
+                    use_tshark, uport)
+                log(out)
+                check(code == 0, "%s: mcdist-send exited %d\n%s" % (tag, code, a.log_text()))
+                check(summary["encrypted"] is encrypted, "%s: summary says encrypted %s" % (tag, summary["encrypted"]))
+                r = summary["receivers"][0]
+                check(r["state"] == "completed" and r["path"] == "unicast-" + transport,
+                      "%s: site-a did not complete over the fallback: %s" % (tag, r))
+                got = tree_digests(a.dest)
+                check(got == want, "%s: site-a has %s, want %s" % (tag, got, want))
+                if cap is None:
+                    continue
+                fallback_captured += 1
+                if encrypted:
+                    # The capture must hold the transfer itself: more bytes than the files.
+                    check(len(cap) > sum(os.path.getsize(os.path.join(dp, f))
+                                         for dp, _, fs in os.walk(src) for f in fs),
+                          "%s: the capture holds only %d bytes" % (tag, len(cap)))
+                    for m in (NAME_MARKER, BODY_MARKER):
+                        check(m not in cap, "%s: %s in the capture of an encrypted fallback" % (tag, m))
+                else:
+                    for m in (NAME_MARKER, BODY_MARKER):
+                        check(m in cap, "%s: %s not in the capture of a fallback that is not "
+                              "encrypted" % (tag, m))
+        for d in daemons:
+            check(d.alive(), "mcdistd %s died" % d.id)
+
         log("PASS: encrypted session delivered byte-identical to the pinned site, nothing to the "
             "unpinned one, no marker in %d group datagrams%s; the markers were on the wire "
-            "without --encrypt" % (len(grp), " or the tshark capture" if cap is not None else ""))
+            "without --encrypt; the encrypted fallback over tcp and sctp delivered byte-identical "
+            "with no marker in %d captures (and both markers in the signed-only ones)"
+            % (len(grp), " or the tshark capture" if cap is not None else "", fallback_captured))
         return 0
     finally:
         for d in daemons:
