@@ -185,7 +185,6 @@ std::size_t sender_keys::seal_control(std::span<std::byte> buf, std::size_t len)
     len = seal_body(m_manifest_key, type, buf.first(buf.size() - largest_trailer_bytes), len, m_scratch);
     if (len == 0) return 0;
   }
-  if (m_encrypted && type == msg_type::fallback) return 0;  // the fallback is not encrypted
   std::byte* end = buf.data() + len;
   switch (type) {
     case msg_type::announce: {
@@ -544,8 +543,6 @@ std::error_code receiver_keys::open(std::span<const std::byte> d, time_point now
     case msg_type::complete_ack:
     case msg_type::fallback:
       if (!s || !s->has_pairwise) return refuse(m_stats.no_key);
-      // The unicast fallback does not encrypt its records: never for an encrypted session.
-      if (h.type == msg_type::fallback && s->encrypted) return refuse(m_stats.no_key);
       if (!crypto::hmac_verify(s->pairwise, signed_part, fixed<crypto::hmac_bytes>(d.last(crypto::hmac_bytes)))) {
         return refuse(m_stats.bad_tag);
       }

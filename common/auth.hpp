@@ -37,7 +37,9 @@
 ///   a key_only register_reply; neither reaches a core, and the cores see the opened bodies;
 /// - data blocks: the payload AES-256-GCM-encrypted in place, nonce as above, the 20-byte
 ///   headers as associated data, the same 16-byte tag: the datagram does not grow;
-/// - no FALLBACK: the unicast fallback does not encrypt its records, so it is refused.
+/// - FALLBACK: HMAC under the pairwise key as in signed sessions (it carries no content); the
+///   fallback connections it opens seal every frame after the hello under per-connection keys
+///   derived from the site's fallback key (common/unicast/record_seal.hpp).
 
 #include "common/crypto.hpp"
 #include "common/error.hpp"
@@ -103,7 +105,7 @@ class sender_keys {
   /// @param pinned      site id -> site public key; when non-empty, only these sites may
   ///                    register, each with its own key
   /// @param encrypted   an encrypted session (--encrypt): announce and digest list bodies and
-  ///                    data payloads are encrypted, FALLBACK is never sealed (so never sent)
+  ///                    data payloads are encrypted (FALLBACK as in signed sessions)
   sender_keys(const crypto::identity& id, session_id session,
               std::map<std::string, crypto::key32, std::less<>> pinned, bool encrypted = false);
   ~sender_keys();

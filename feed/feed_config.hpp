@@ -72,7 +72,7 @@ struct channel_config {
   /// Closed group: longest wait for every listed site.
   std::chrono::nanoseconds register_timeout = std::chrono::seconds(10);
   /// Encrypted sessions (mcdist-send --encrypt; needs the feed's key and site_keys): manifest,
-  /// digests and data readable only by the pinned sites; no unicast fallback.
+  /// digests and data readable only by the pinned sites; the unicast fallback seals its frames.
   bool encrypt = false;
 };
 

@@ -330,9 +330,7 @@ bool feed_daemon::start_session(std::size_t ch, session_kind kind, std::vector<p
   // would collide on it (and its set-up costs ~100 ms per session, a warning's whole budget).
   // Kernel TCP listeners are per session.
   sc.fallback = sender::fallback_mode::tcp;
-  // An encrypted channel never uses the fallback: its records are not encrypted
-  // (docs/security.md "Encrypted sessions"); a unicast resend goes over multicast instead.
-  if (cc.encrypt) sc.fallback = sender::fallback_mode::off;
+  // An encrypted channel's fallback seals its frames (common/unicast/record_seal.hpp).
   std::set<std::pair<std::uint64_t, std::uint64_t>> no_ranges;
   if (batch) {
     sc.receivers = cc.receivers;
@@ -341,7 +339,7 @@ bool feed_daemon::start_session(std::size_t ch, session_kind kind, std::vector<p
   } else {
     run.only.assign(extra->sites.begin(), extra->sites.end());
     sc.only_receivers = run.only;
-    sc.force_unicast = extra->unicast && !cc.encrypt;
+    sc.force_unicast = extra->unicast;
     set_sequence(sc, cc.name, 0, extra->seqs);
   }
   // This session's rate: its place among the running ones (rebalance() updates the others).

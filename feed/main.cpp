@@ -68,7 +68,8 @@ CONFIGURATION (TOML, --config):
   register_window = "1s"            open group: how long registrations are accepted
   register_timeout = "10s"          closed group: longest wait for every listed site
   encrypt = true                    encrypted sessions (needs key and site_keys): only the
-                                    pinned sites read names and data; no unicast fallback
+                                    pinned sites read names and data; the unicast
+                                    fallback seals its records per site
 
 PRODUCTS: a product is picked up when its writer closes it (inotify IN_CLOSE_WRITE) or when it
 is renamed into the spool (IN_MOVED_TO); write big products under a dot-name and rename them.

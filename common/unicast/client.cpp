@@ -2,6 +2,8 @@
 
 #include "common/unicast/client_core.hpp"
 
+#include <stdexcept>
+
 namespace mcdist::unicast {
 
 namespace {
@@ -32,6 +34,8 @@ class client_handle final : public client {
 
 std::unique_ptr<client> make_client(boost::asio::io_context& io, client_options options,
                                     client_events events) {
+  if (options.seal_records && !options.proof_key)
+    throw std::invalid_argument("unicast client: sealed records need the site's fallback key");
   std::shared_ptr<client_impl> impl;
   if (options.kind == transport_kind::tcp) {
     impl = make_tcp_client(io, std::move(options), std::move(events));

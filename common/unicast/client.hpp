@@ -59,6 +59,11 @@ struct client_options {
   /// (common/unicast/hello_proof.hpp); unset, it sends its hello at once, as to a server of an
   /// unsigned session.
   std::optional<crypto::key32> proof_key;
+  /// Encrypted sessions: every frame after the hello travels sealed, both ways, under keys
+  /// derived from proof_key and each connection's challenge (common/unicast/record_seal.hpp);
+  /// a frame that does not open ends the client (errc::unauthenticated). Needs proof_key
+  /// (make_client throws std::invalid_argument otherwise: never plain by mistake).
+  bool seal_records = false;
   /// TCP connections, 1..max_connections; 0 = default_tcp_connections.
   std::size_t tcp_connections = 0;
   /// SCTP association settings (streams we accept, path MTU, buffers).
@@ -146,6 +151,7 @@ class client {
 };
 
 /// Creates a client for `options.kind` (does not connect yet).
+/// @throws std::invalid_argument for seal_records without proof_key
 std::unique_ptr<client> make_client(boost::asio::io_context& io, client_options options,
                                     client_events events);
 

@@ -45,6 +45,24 @@ std::vector<std::byte> client_impl::make_hello(std::uint8_t index, std::uint8_t 
   return out;
 }
 
+seal_keys client_impl::record_keys(std::uint8_t index, std::uint8_t count,
+                                   const challenge& c) const {
+  hello h;
+  h.token = m_options.token;
+  h.session = m_options.session;
+  h.client_nonce = m_nonce;
+  h.connection_index = index;
+  h.connection_count = count;
+  return derive_seal_keys(*m_options.proof_key, c, h);
+}
+
+void client_impl::seal_outgoing(frame_sealer& s, std::vector<std::byte>& f, std::uint32_t stream) {
+  if (f.size() < frame_header_size) return;
+  const auto type = static_cast<frame_type>(std::to_integer<std::uint8_t>(f[3]));
+  if (type == frame_type::hello || type == frame_type::sealed) return;
+  f = s.seal_copy(stream, f);
+}
+
 void client_impl::begin_connect() {
   m_phase = phase::connecting;
   m_start = std::chrono::steady_clock::now();

@@ -7,6 +7,7 @@
 #include "common/unicast/client.hpp"
 #include "common/unicast/frame.hpp"
 #include "common/unicast/range_tracker.hpp"
+#include "common/unicast/record_seal.hpp"
 
 #include <boost/asio/steady_timer.hpp>
 
@@ -61,6 +62,13 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
                                     const challenge* c = nullptr) const;
   /// True when hellos must wait for the server's challenge (a signed session).
   bool proves() const noexcept { return m_options.proof_key.has_value(); }
+  /// True when frames after the hello are sealed (an encrypted session; proves() too).
+  bool seals() const noexcept { return m_options.seal_records && proves(); }
+  /// The record keys of connection `index` of `count` whose challenge is `c` (seals() only).
+  seal_keys record_keys(std::uint8_t index, std::uint8_t count, const challenge& c) const;
+  /// Seals the control frame `f` in place for `stream` unless it is the hello (which always
+  /// goes plain) or sealed already (a send that would have blocked is retried with it).
+  static void seal_outgoing(frame_sealer& s, std::vector<std::byte>& f, std::uint32_t stream);
   /// The challenge that arrived through handle_control (SCTP), if any.
   const std::optional<challenge>& received_challenge() const noexcept { return m_challenge; }
 

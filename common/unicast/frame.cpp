@@ -1,6 +1,7 @@
 #include "common/unicast/frame.hpp"
 
 #include "common/byte_order.hpp"
+#include "common/unicast/record_seal.hpp"
 #include "common/wire.hpp"
 
 #include <algorithm>
@@ -22,13 +23,15 @@ std::uint32_t body_limit(frame_type t) noexcept {
     case frame_type::ack: return max_control_body;
     case frame_type::bye: return 0;
     case frame_type::data: return record_prefix_size + max_record_size;
+    case frame_type::sealed:
+      return frame_header_size + record_prefix_size + max_record_size + crypto::gcm_tag_bytes;
   }
   return 0;
 }
 
 bool known_type(std::uint8_t t) noexcept {
   return t >= static_cast<std::uint8_t>(frame_type::hello) &&
-         t <= static_cast<std::uint8_t>(frame_type::challenge);
+         t <= static_cast<std::uint8_t>(frame_type::sealed);
 }
 
 /// Reserves room for a frame of `body` bytes at the end of `out`, writes its header, and
@@ -52,6 +55,7 @@ std::string_view to_string(frame_type t) noexcept {
     case frame_type::bye: return "bye";
     case frame_type::data: return "data";
     case frame_type::challenge: return "challenge";
+    case frame_type::sealed: return "sealed";
   }
   return "unknown";
 }
@@ -76,6 +80,8 @@ std::error_code decode_frame_header(std::span<const std::byte> in, frame_header&
   const std::uint32_t length = load_be32(in.data() + 4);
   if (length > body_limit(t)) return errc::oversized;
   if (t == frame_type::data && length <= record_prefix_size) return errc::invalid_field;
+  if (t == frame_type::sealed && length < frame_header_size + crypto::gcm_tag_bytes)
+    return errc::invalid_field;
   out.type = t;
   out.length = length;
   return {};
@@ -286,6 +292,17 @@ std::error_code frame_reader::feed(std::span<const std::byte> in, frame_handler&
         if (m_have < frame_header_size) break;
         if (auto ec = decode_frame_header(std::span(m_head).first(frame_header_size), m_header))
           return fail(ec);
+        if (m_opener != nullptr) {
+          if (m_header.type != frame_type::sealed &&
+              !(m_accept_data && m_header.type == frame_type::refuse))
+            return fail(error::protocol_violation);
+          if (m_header.type == frame_type::sealed &&
+              m_header.length - seal_overhead >
+                  (m_accept_data ? record_prefix_size + std::size_t{m_max_record} : max_control_body))
+            return fail(errc::oversized);
+        } else if (m_header.type == frame_type::sealed) {
+          return fail(error::protocol_violation);
+        }
         if (m_header.type == frame_type::data) {
           if (!m_accept_data) return fail(error::protocol_violation);
           if (m_header.length - record_prefix_size > m_max_record) return fail(errc::oversized);
@@ -340,12 +357,33 @@ std::error_code frame_reader::feed(std::span<const std::byte> in, frame_handler&
         m_state = state::header;
         m_have = 0;
         ++m_frames;
+        if (m_header.type == frame_type::sealed) {
+          if (auto ec = open_sealed(h)) return fail(ec);
+          break;
+        }
         if (auto ec = h.on_control(m_header.type, m_body)) return fail(ec);
         break;
       }
     }
   }
   return {};
+}
+
+std::error_code frame_reader::open_sealed(frame_handler& h) {
+  std::span<const std::byte> inner;
+  if (auto ec = m_opener->open(m_stream, std::span(m_head).first(frame_header_size), m_body, inner))
+    return ec;
+  frame_header fh;
+  (void)decode_frame_header(inner, fh);  // checked by open()
+  const auto body = inner.subspan(frame_header_size);
+  if (fh.type != frame_type::data) return h.on_control(fh.type, body);
+  if (!m_accept_data) return error::protocol_violation;
+  file_index file;
+  std::uint64_t offset = 0;
+  std::span<const std::byte> payload;
+  if (auto ec = decode_record(body, file, offset, payload)) return ec;
+  if (payload.size() > m_max_record) return errc::oversized;
+  return h.on_data(file, offset, payload);
 }
 
 }  // namespace mcdist::unicast

@@ -101,6 +101,9 @@ enum class frame_type : std::uint8_t {
   bye = 6,      ///< client -> server, the client is done; the server closes
   data = 7,     ///< server -> client, one record
   challenge = 8,  ///< server -> client, first frame on every connection / the association
+  /// either way after the hello, encrypted sessions only: another frame sealed under the
+  /// connection's key (common/unicast/record_seal.hpp)
+  sealed = 9,
 };
 
 /// Short name of a frame type for logs, "unknown" otherwise.
@@ -221,6 +224,8 @@ std::error_code decode(std::span<const std::byte> body, refuse& out);
 std::error_code decode(std::span<const std::byte> body, request& out);
 std::error_code decode(std::span<const std::byte> body, ack& out);
 
+class frame_opener;
+
 /// Receives what a frame_reader decodes. A non-empty return stops the reader with that error.
 class frame_handler {
  public:
@@ -249,6 +254,17 @@ class frame_reader {
   ///         the handler's error. After an error the reader refuses everything with it.
   std::error_code feed(std::span<const std::byte> in, frame_handler& h);
 
+  /// From the next frame on, every frame must be a sealed one that `opener` opens (with the
+  /// sequence of `stream`); the inner frames are handed to the handler as if they had come
+  /// plain (a record whole, in one on_data call). A plain frame is then a protocol violation,
+  /// except a refuse on a reader that accepts data (the client's: the server refuses a hello
+  /// in plain, having no keys for a client it does not know). `opener` must outlive the
+  /// reader's use. A sealed frame on a reader without an opener is a protocol violation.
+  void set_opener(frame_opener* opener, std::uint32_t stream = 0) noexcept {
+    m_opener = opener;
+    m_stream = stream;
+  }
+
   /// True when no frame is partly read: the stream may end here.
   bool at_boundary() const noexcept { return m_state == state::header && m_have == 0; }
 
@@ -265,6 +281,8 @@ class frame_reader {
     m_error = ec;
     return ec;
   }
+  /// Opens the complete sealed frame in m_body and hands its inner frame to `h`.
+  std::error_code open_sealed(frame_handler& h);
 
   bool m_accept_data;
   std::uint32_t m_max_record;
@@ -278,6 +296,8 @@ class frame_reader {
   std::vector<std::byte> m_body;
   std::uint64_t m_frames = 0;
   std::error_code m_error;
+  frame_opener* m_opener = nullptr;
+  std::uint32_t m_stream = 0;
 };
 
 }  // namespace mcdist::unicast

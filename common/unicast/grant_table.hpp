@@ -34,12 +34,16 @@ struct client_grant {
   /// hello must carry a proof under it over this connection's challenge, so a sniffed token
   /// alone opens nothing. Unset (unsigned sessions): the token is the credential.
   std::optional<crypto::key32> proof_key;
+  /// Encrypted sessions: every frame after the hello travels sealed under keys derived from
+  /// proof_key and the connection's challenge (common/unicast/record_seal.hpp). Needs
+  /// proof_key. False: frames travel plain, as in every session before encryption.
+  bool seal_records = false;
 };
 
 class grant_table {
  public:
-  /// Adds a grant. @return errc::invalid_field for an all-zero token, an invalid receiver id or a token
-  ///         already registered (the old grant stays).
+  /// Adds a grant. @return errc::invalid_field for an all-zero token, an invalid receiver id, a
+  ///         token already registered (the old grant stays) or seal_records without proof_key.
   std::error_code add(client_grant g);
 
   /// Removes the grant with `token`. @return false when there was none.

@@ -17,7 +17,7 @@ class sctp_client final : public client_impl {
  public:
   sctp_client(boost::asio::io_context& io, client_options o, client_events e)
       : client_impl(io, std::move(o), std::move(e)),
-        m_buffer(record_header_size + max_record_size) {}
+        m_buffer(seal_overhead + record_header_size + max_record_size) {}
 
   void start() override {
     begin_connect();
@@ -82,6 +82,13 @@ class sctp_client final : public client_impl {
     if (dead()) return;
     if (!m_hello_queued && received_challenge()) {
       m_hello_queued = true;
+      if (seals()) {
+        // Everything after the hello is sealed, both ways, every stream (record_seal.hpp).
+        const auto keys = record_keys(0, 1, *received_challenge());
+        m_sealer = std::make_unique<frame_sealer>(keys.to_server);
+        m_opener = std::make_unique<frame_opener>(keys.to_client);
+        for (auto& [stream, sr] : m_readers) sr->reader.set_opener(m_opener.get(), stream);
+      }
       connected(make_hello(0, 1, &*received_challenge()));
     }
     after_batch();
@@ -115,8 +122,10 @@ class sctp_client final : public client_impl {
                     where() + ": message on stream " + std::to_string(r.stream));
       }
       auto it = m_readers.find(r.stream);
-      if (it == m_readers.end())
+      if (it == m_readers.end()) {
         it = m_readers.emplace(r.stream, std::make_unique<stream_reader>(*this, r.stream)).first;
+        if (m_opener) it->second->reader.set_opener(m_opener.get(), r.stream);
+      }
       stream_reader& sr = *it->second;
       if (sr.message_start < 0) sr.message_start = static_cast<std::int64_t>(sr.reader.frames());
       m_detail.clear();
@@ -142,6 +151,7 @@ class sctp_client final : public client_impl {
   void do_send() {
     if (!m_hello_queued) return;  // nothing goes ahead of the hello
     while (!m_outbox.empty()) {
+      if (m_sealer) seal_outgoing(*m_sealer, m_outbox.front(), 0);
       const auto ec = m_assoc->send(0, m_outbox.front());
       if (ec == std::errc::operation_would_block) return m_assoc->want_write();
       if (ec) return fail(error::connection_lost, where() + ": sending control: " + ec.message());
@@ -167,6 +177,8 @@ class sctp_client final : public client_impl {
   std::unique_ptr<sctp_assoc> m_assoc;
   std::vector<std::byte> m_buffer;
   std::unordered_map<std::uint16_t, std::unique_ptr<stream_reader>> m_readers;
+  std::unique_ptr<frame_sealer> m_sealer;  ///< encrypted sessions: to the server
+  std::unique_ptr<frame_opener> m_opener;  ///< encrypted sessions: from the server, all streams
   bool m_up = false;
   bool m_hello_queued = false;  ///< the hello is in the outbox (first) or sent
   bool m_bye_sent = false;

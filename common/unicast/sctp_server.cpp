@@ -17,18 +17,26 @@ namespace mcdist::unicast {
 namespace {
 
 /// Receive buffer of the server side, bytes: the server only receives control frames.
-constexpr std::size_t server_receive_buffer = frame_header_size + max_control_body;
+constexpr std::size_t server_receive_buffer = seal_overhead + frame_header_size + max_control_body;
 
 class sctp_server_session final : public server_session, private frame_handler {
  public:
   sctp_server_session(std::shared_ptr<server_state> state, const client_grant& grant,
                       transport_kind kind, std::unique_ptr<sctp_assoc> assoc,
-                      std::uint16_t streams, std::uint64_t nonce)
+                      std::uint16_t streams, std::uint64_t nonce,
+                      const std::optional<seal_keys>& keys)
       : server_session(state, grant, kind, assoc->remote(), 1, streams - 1u, nonce),
         m_assoc(std::move(assoc)),
         m_streams(streams),
         m_reader(false),
-        m_buffer(server_receive_buffer) {}
+        m_buffer(server_receive_buffer) {
+    if (keys) {
+      // Encrypted session: every frame after the hello is sealed, both ways (record_seal.hpp).
+      m_sealer = std::make_unique<frame_sealer>(keys->to_client);
+      m_opener = std::make_unique<frame_opener>(keys->to_server);
+      m_reader.set_opener(m_opener.get(), 0);
+    }
+  }
 
   /// Takes over the association after a valid hello.
   void run() {
@@ -41,6 +49,7 @@ class sctp_server_session final : public server_session, private frame_handler {
     w.connection_count = 1;
     m_control.emplace_back();
     append_frame(m_control.back(), w);
+    if (m_sealer) m_control.back() = m_sealer->seal_copy(0, m_control.back());
     m_assoc->set_ready_handler([w = weak_from_this()] {
       if (auto s = w.lock()) static_cast<sctp_server_session&>(*s).on_ready();
     });
@@ -128,7 +137,8 @@ class sctp_server_session final : public server_session, private frame_handler {
       if (!m_pending) {
         m_pending = next_record();
         if (!m_pending) return;
-        if (const auto ec = fill_record(*m_pending, m_record)) {
+        if (const auto ec = fill_record(*m_pending, m_record, m_sealer.get(),
+                                        stream_of(m_pending->file))) {
           return finish(error::source_failed, "reading file " +
                                                   std::to_string(m_pending->file.value) + ": " +
                                                   ec.message());
@@ -165,6 +175,8 @@ class sctp_server_session final : public server_session, private frame_handler {
   std::vector<std::byte> m_record;
   std::int64_t m_message_frames = -1;  ///< reader.frames() when the current message began
   std::string* m_detail = nullptr;
+  std::unique_ptr<frame_sealer> m_sealer;  ///< encrypted sessions: to the client
+  std::unique_ptr<frame_opener> m_opener;  ///< encrypted sessions: from the client
 };
 
 /// Owns a new association until its hello arrives (or the hello timeout fires).
@@ -274,9 +286,11 @@ class sctp_handshake final : public std::enable_shared_from_this<sctp_handshake>
         negotiated == 0 ? m_state->options.sctp.streams
                         : std::min<std::uint16_t>(negotiated, m_state->options.sctp.streams);
     if (streams < 2) return error::protocol_violation;
+    std::optional<seal_keys> keys;
+    if (g->seal_records) keys = derive_seal_keys(*g->proof_key, m_challenge, h);
     done();
     auto s = std::make_shared<sctp_server_session>(m_state, *g, m_kind, std::move(m_assoc),
-                                                   streams, h.client_nonce);
+                                                   streams, h.client_nonce, keys);
     s->run();
     return {};
   }

@@ -238,16 +238,28 @@ std::error_code server_session::handle_control(frame_type type, std::span<const 
     case frame_type::refuse:
     case frame_type::data:
     case frame_type::challenge:
+    case frame_type::sealed:
       break;
   }
   detail = "unexpected " + std::string(to_string(type)) + " frame from the client";
   return error::protocol_violation;
 }
 
-std::error_code server_session::fill_record(const record& r, std::vector<std::byte>& buf) {
-  buf.resize(record_header_size + r.length);
-  write_record_header(buf, r.file, r.offset, r.length);
-  return m_state->source.read(r.file, r.offset, std::span(buf).subspan(record_header_size));
+std::error_code server_session::fill_record(const record& r, std::vector<std::byte>& buf,
+                                            frame_sealer* sealer, std::uint32_t stream) {
+  if (sealer == nullptr) {
+    buf.resize(record_header_size + r.length);
+    write_record_header(buf, r.file, r.offset, r.length);
+    return m_state->source.read(r.file, r.offset, std::span(buf).subspan(record_header_size));
+  }
+  // Room for the outer header in front and the tag behind, so sealing moves nothing.
+  buf.reserve(seal_overhead + record_header_size + r.length);
+  buf.resize(seal_front + record_header_size + r.length);
+  write_record_header(std::span(buf).subspan(seal_front), r.file, r.offset, r.length);
+  if (auto ec = m_state->source.read(r.file, r.offset,
+                                     std::span(buf).subspan(seal_front + record_header_size)))
+    return ec;
+  return sealer->seal(stream, buf);
 }
 
 // ---- the facade ----

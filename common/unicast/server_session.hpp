@@ -7,6 +7,7 @@
 #include "common/log_limit.hpp"
 #include "common/unicast/frame.hpp"
 #include "common/unicast/record_scheduler.hpp"
+#include "common/unicast/record_seal.hpp"
 #include "common/unicast/server.hpp"
 
 #include <boost/asio/steady_timer.hpp>
@@ -98,8 +99,10 @@ class server_session : public std::enable_shared_from_this<server_session> {
   /// The next record to send, if any.
   std::optional<record> next_record() { return m_scheduler.next(); }
   bool has_pending() const noexcept { return !m_scheduler.empty(); }
-  /// Fills `buf` with the record's data frame (header + payload from the byte source).
-  std::error_code fill_record(const record& r, std::vector<std::byte>& buf);
+  /// Fills `buf` with the record's data frame (header + payload from the byte source); with a
+  /// `sealer` (encrypted sessions), sealed for `stream` (record_seal.hpp).
+  std::error_code fill_record(const record& r, std::vector<std::byte>& buf,
+                              frame_sealer* sealer = nullptr, std::uint32_t stream = 0);
   /// Accounts a record handed to the transport.
   void record_sent(const record& r) {
     m_stats.bytes_sent += r.length;

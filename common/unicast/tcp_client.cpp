@@ -73,6 +73,10 @@ class tcp_client final : public client_impl {
     frame_reader reader;
     std::vector<std::byte> buffer;
     challenge server_challenge;  ///< read before the hello in a signed session
+    /// Encrypted sessions: this connection's record keys (record_seal.hpp); only connection
+    /// 0 sends anything after its hello.
+    std::unique_ptr<frame_sealer> sealer;
+    std::unique_ptr<frame_opener> opener;
     bool ended = false;
   };
 
@@ -126,6 +130,13 @@ class tcp_client final : public client_impl {
         co_return;
       }
       proved = &c.server_challenge;
+      if (self->seals()) {
+        // Everything after this connection's hello is sealed, both ways.
+        const auto keys = self->record_keys(static_cast<std::uint8_t>(i), count, c.server_challenge);
+        c.opener = std::make_unique<frame_opener>(keys.to_client);
+        c.reader.set_opener(c.opener.get());
+        if (i == 0) c.sealer = std::make_unique<frame_sealer>(keys.to_server);
+      }
     }
     if (i == 0) {
       asio::co_spawn(self->m_io, control_writer(self), asio::detached);
@@ -187,6 +198,7 @@ class tcp_client final : public client_impl {
       }
       self->m_writing = std::move(self->m_outbox.front());
       self->m_outbox.pop_front();
+      if (c.sealer) seal_outgoing(*c.sealer, self->m_writing, 0);
       auto [ec, n] = co_await asio::async_write(c.socket, asio::buffer(self->m_writing), use_tuple);
       (void)n;
       if (self->dead()) co_return;

@@ -190,6 +190,9 @@ class tcp_server_conn final : public std::enable_shared_from_this<tcp_server_con
   std::vector<std::byte> m_out;
   std::optional<refuse> m_refuse;  ///< set when the hello was refused
   challenge m_challenge;           ///< sent first; a signed session's hello proves over it
+  /// Encrypted sessions: this connection's record keys, one per direction (record_seal.hpp).
+  std::unique_ptr<frame_sealer> m_sealer;
+  std::unique_ptr<frame_opener> m_opener;
   std::string m_detail;
   bool m_in_handshake = false;
   bool m_closed = false;
@@ -236,9 +239,10 @@ class tcp_session final : public server_session {
   bool bye() const noexcept { return bye_received(); }
 
   /// The next record for a writer, filled into `buf`.
-  std::optional<record> take(std::vector<std::byte>& buf, std::error_code& ec) {
+  std::optional<record> take(std::vector<std::byte>& buf, std::error_code& ec,
+                             frame_sealer* sealer) {
     auto r = next_record();
-    if (r) ec = fill_record(*r, buf);
+    if (r) ec = fill_record(*r, buf, sealer);
     return r;
   }
   void sent(const record& r) { record_sent(r); }
@@ -335,6 +339,8 @@ asio::awaitable<void> tcp_server_conn::write_loop(std::shared_ptr<tcp_server_con
     if (!self->m_control.empty()) {
       self->m_out = std::move(self->m_control.front());
       self->m_control.pop_front();
+      // Sealed here, in the order frames go out: the sequence numbers follow the stream.
+      if (self->m_sealer) self->m_out = self->m_sealer->seal_copy(0, self->m_out);
     } else if (const auto q = self->m_paced_bytes_per_s ? self->unsent() : 0;
                q >= self->m_unsent_limit && q > 0) {
       // Paced: wait until the queue has drained to half the limit at the pacing rate (the
@@ -346,7 +352,7 @@ asio::awaitable<void> tcp_server_conn::write_loop(std::shared_ptr<tcp_server_con
       continue;
     } else {
       std::error_code ec;
-      rec = s->take(self->m_out, ec);
+      rec = s->take(self->m_out, ec, self->m_sealer.get());
       if (ec) {
         s->finish(error::source_failed,
                   "reading file " + std::to_string(rec->file.value) + ": " + ec.message());
@@ -412,6 +418,13 @@ std::error_code tcp_server_conn::on_hello(std::span<const std::byte> body) {
       s = existing;
   }
   const bool fresh = !s;
+  if (g->seal_records) {
+    // From here on both directions are sealed under this connection's keys.
+    const auto keys = derive_seal_keys(*g->proof_key, m_challenge, h);
+    m_sealer = std::make_unique<frame_sealer>(keys.to_client);
+    m_opener = std::make_unique<frame_opener>(keys.to_server);
+    m_reader.set_opener(m_opener.get());
+  }
   if (fresh) {
     s = std::make_shared<tcp_session>(m_state, *g, m_remote, h.connection_count, h.client_nonce);
   }

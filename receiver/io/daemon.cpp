@@ -1,5 +1,6 @@
 #include "receiver/io/daemon.hpp"
 
+#include "common/log_limit.hpp"
 #include "common/units.hpp"
 #include "common/wire.hpp"
 #include "receiver/io/sequence_store.hpp"
@@ -636,7 +637,17 @@ void daemon::start_unicast(session_id s, const unicast_order& order,
   co.session = s;
   co.receiver_id = m_cfg.id;
   // A signed session's connections prove this site's key over the server's challenge.
-  if (auto* keys = keys_of(s)) co.proof_key = keys->fallback_key(s);
+  if (auto* keys = keys_of(s)) {
+    co.proof_key = keys->fallback_key(s);
+    // An encrypted session's fallback is sealed both ways (common/unicast/record_seal.hpp).
+    // Decided from what this site knows of the session, never from the FALLBACK order.
+    co.seal_records = keys->encrypted(s);
+    if (co.seal_records && !co.proof_key) {
+      m_log->warn("session {:08x}: encrypted, but no fallback key yet; not connecting in the "
+                   "clear", s.value);
+      return;
+    }
+  }
   co.tcp_connections = order.connections;
   const bool any = std::all_of(m_cfg.interface.addr.begin(),
                                m_cfg.interface.addr.begin() + (m_cfg.interface.v6 ? 16 : 4),
@@ -671,7 +682,15 @@ void daemon::start_unicast(session_id s, const unicast_order& order,
   ev.on_closed = [this, s, gen](const std::error_code& ec, const std::string& detail) {
     const auto it = m_unicast.find(s);
     if (it == m_unicast.end() || it->second.generation != gen) return;
-    if (ec) m_log->warn("session {:08x}: unicast: {}", s.value, detail);
+    if (ec == make_error_code(errc::unauthenticated)) {
+      // A sealed frame that did not open: someone on the path altered or injected bytes. The
+      // connection is gone; the engine retries as after any failed connection.
+      if (worth_logging(++m_unicast_unsealed))
+        m_log->warn("session {:08x}: unicast: a sealed frame did not open ({} so far): {}",
+                    s.value, m_unicast_unsealed, detail);
+    } else if (ec) {
+      m_log->warn("session {:08x}: unicast: {}", s.value, detail);
+    }
     // The client may not be destroyed inside its own last callback's caller frame safely for
     // every transport: let the io_context unwind first.
     boost::asio::post(m_io, [this, s, gen, ok = !ec, detail] {

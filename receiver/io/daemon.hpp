@@ -222,6 +222,10 @@ class daemon final : public receiver_sink {
   };
   std::map<session_id, unicast_slot> m_unicast;
   std::uint64_t m_unicast_generation = 0;
+  /// Fallback connections of encrypted sessions ended by a sealed frame that did not open
+  /// (tampered or injected on the path; common/unicast/record_seal.hpp): counted, logged
+  /// rate-limited (common/log_limit.hpp).
+  std::uint64_t m_unicast_unsealed = 0;
   boost::asio::steady_timer m_unicast_poll;
   bool m_unicast_polling = false;
   std::optional<time_point> m_timer_at;

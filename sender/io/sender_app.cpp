@@ -153,6 +153,9 @@ void sender_app::register_fallbacks() {
         m_log->error("unicast: no key for '{}'; not letting it in", o.receiver_id);
         continue;
       }
+      // Encrypted session: every frame after the hello is sealed under that site's keys
+      // (common/unicast/record_seal.hpp), so records and requests are never in the clear.
+      g.seal_records = m_keys->encrypted();
     }
     if (auto ec = m_unicast->register_client(std::move(g))) {
       m_log->error("unicast: cannot register '{}': {}", o.receiver_id, ec.message());

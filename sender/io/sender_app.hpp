@@ -45,9 +45,10 @@ struct app_options {
   std::optional<crypto::identity> identity;
   /// Sites whose keys are pinned (--site-keys): only they may register, each with its key.
   std::map<std::string, crypto::key32, std::less<>> site_keys;
-  /// Encrypt the session (--encrypt; needs identity and site_keys, and the fallback off):
-  /// manifest, digest lists and data payloads are encrypted under the session key
-  /// (common/auth.hpp, docs/security.md "Encrypted sessions").
+  /// Encrypt the session (--encrypt; needs identity and site_keys): manifest, digest lists and
+  /// data payloads are encrypted under the session key (common/auth.hpp, docs/security.md
+  /// "Encrypted sessions"); the unicast fallback seals its frames under per-site keys
+  /// (common/unicast/record_seal.hpp).
   bool encrypt = false;
 };
 

@@ -55,7 +55,9 @@ Confidentiality: with --encrypt (and --key, --site-keys) the manifest (names, si
 the digest lists and the data are encrypted under the session key, which only the pinned sites
 receive: anyone else on the path sees the session id, the sender, the data headers (file and
 block indexes, so the count of files and their sizes from the blocks sent) and the markers,
-never a name, a digest or a byte of content. The unicast fallback is off for such a session.
+never a name, a digest or a byte of content. Its unicast fallback is sealed too: after the
+hello every frame (records, requests, acks) is AES-256-GCM under keys only that site and this
+sender hold; an observer sees frame sizes and timing, never a byte of a record.
 
 Unicast fallback: a receiver whose NAKs exceed --fallback-nak-ratio of the data sent, or that
 still misses data after --fallback-after-passes passes, is told to fetch the rest of the set
@@ -214,7 +216,8 @@ void add_sender_options(CLI::App& app, sender_cli& c) {
   app.add_flag("--encrypt", c.encrypt,
                "Encrypt the session (needs --key and --site-keys): the manifest (names, sizes), "
                "digest lists and data are readable only by the pinned sites; AES-256-GCM, "
-               "XChaCha20-Poly1305 (docs/security.md). The unicast fallback is off for it");
+               "XChaCha20-Poly1305 (docs/security.md). The unicast fallback of such a session "
+               "seals every record and request (AES-256-GCM, per-site keys)");
   app.add_option("--channel", c.channel,
                  "Channel name carried in the announce (letters, digits, - _ . : @ /); with "
                  "--channel-seq receivers track the channel's sessions and report the ones they "
@@ -283,15 +286,6 @@ sender_options make_sender_options(const sender_cli& c) {
   o.session.unicast_rate_bps = *ur;
   o.session.unicast_threshold = c.unicast_threshold;
   o.session.tcp_connections = c.tcp_connections;
-  if (c.encrypt) {
-    // The unicast fallback does not encrypt its records (docs/security.md "Encrypted
-    // sessions"): never plaintext over it.
-    if (c.force_unicast || (c.fallback != "auto" && c.fallback != "off")) {
-      throw usage_error("--encrypt: the unicast fallback does not encrypt its records, so an "
-                        "encrypted session cannot use it (no --unicast; --fallback off)");
-    }
-    o.session.fallback = fallback_mode::off;
-  }
   if (c.force_unicast && o.session.fallback == fallback_mode::off) {
     throw usage_error("--unicast needs a fallback transport; not with --fallback off");
   }

@@ -445,7 +445,7 @@ TEST_CASE("encrypted session: data payloads are encrypted in place and open byte
   }
 }
 
-TEST_CASE("encrypted session: digest lists are sealed; FALLBACK is never sealed nor opened",
+TEST_CASE("encrypted session: digest lists are sealed; FALLBACK is authenticated per site",
           "[unit][auth][encrypt]") {
   encrypted_exchange x;
   x.key_exchange(t0);
@@ -470,12 +470,22 @@ TEST_CASE("encrypted session: digest lists are sealed; FALLBACK is never sealed 
   REQUIRE(x.receiver.open(clear, t0, x.out) == errc::unauthenticated);
   REQUIRE(x.receiver.stats().unauthenticated == before + 1);
 
+  // FALLBACK carries no content (its connections seal their frames, record_seal.hpp): it is
+  // authenticated under the site's pairwise key as in a signed session, and a tampered one is
+  // refused.
   wire::fallback f;
   f.set_receiver_id("site-a");
   f.set_port(1234);
-  REQUIRE(sealed(control(wire::msg_type::fallback, f),
-                 [&](auto b, auto n) { return x.sender.seal_control(b, n); })
-              .empty());
+  const auto fb = sealed(control(wire::msg_type::fallback, f),
+                         [&](auto b, auto n) { return x.sender.seal_control(b, n); });
+  REQUIRE_FALSE(fb.empty());
+  REQUIRE_FALSE(x.receiver.open(fb, t0, x.out));
+  wire::fallback got_fb;
+  REQUIRE_FALSE(wire::parse_control(x.out, got_fb));
+  REQUIRE(got_fb.port() == 1234);
+  auto bad_fb = fb;
+  bad_fb[bad_fb.size() - 1] ^= std::byte{0x01};
+  REQUIRE(x.receiver.open(bad_fb, t0, x.out) != std::error_code{});
 }
 
 TEST_CASE("encrypted session: the saved keys keep the session encrypted after a restart",

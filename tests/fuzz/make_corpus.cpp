@@ -547,6 +547,41 @@ void unicast_seeds() {
   rf.text = "too many sessions";
   append_frame(refused, rf);
   write("unicast_frame", "refuse", refused);
+
+  // Sealed streams of an encrypted session (flags bit 1; unicast_frame_fuzz.cpp): a tamper
+  // byte, then length-prefixed inner frames the target seals itself.
+  const auto chunk = [](bytes& out, const bytes& frame) {
+    out.push_back(std::byte(frame.size() >> 8));
+    out.push_back(std::byte(frame.size() & 0xff));
+    out.insert(out.end(), frame.begin(), frame.end());
+  };
+  for (const std::uint8_t tamper : {0, 77}) {
+    bytes sealed_server{std::byte{3}, std::byte{tamper}};
+    {
+      bytes f;
+      append_frame(f, w);
+      chunk(sealed_server, f);
+    }
+    for (std::uint64_t off : {0u, 300u}) {
+      bytes rec(record_header_size + 300, std::byte{5});
+      write_record_header(rec, file_index{2}, off, 300);
+      chunk(sealed_server, rec);
+    }
+    write("unicast_frame", tamper ? "sealed_server_tampered" : "sealed_server_stream", sealed_server);
+  }
+  bytes sealed_client{std::byte{2}, std::byte{0}};
+  {
+    bytes f;
+    append_frame(f, rq);
+    chunk(sealed_client, f);
+    f.clear();
+    append_frame(f, a);
+    chunk(sealed_client, f);
+    f.clear();
+    append_bye(f);
+    chunk(sealed_client, f);
+  }
+  write("unicast_frame", "sealed_client_stream", sealed_client);
 }
 
 // --- auth_fuzz: datagrams of a signed session as each side seals them, and fallback hellos ---

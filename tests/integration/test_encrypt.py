@@ -13,9 +13,16 @@ two sessions of the same file set, whose file name and file content hold marker 
    anything observed, although data datagrams were observed (the capture works); the Wireshark
    dissector shows the announces and data as encrypted;
 2. the same set signed but not encrypted, to a fresh destination: both markers appear in what
-   was observed (so step 1 can fail).
+   was observed (so step 1 can fail);
+3. the unicast fallback (--unicast: site-a is moved to it at once, no data over multicast) over
+   tcp and over sctp (SCTP in UDP), encrypted, then signed only, each pair under one tshark
+   capture of the group port, the sender's port and the unicast port (TCP and UDP): site-a gets
+   every file byte-identical over the fallback each time; the capture of the encrypted pair
+   holds the transfers (more than twice the files' bytes) but neither marker; the capture of
+   the signed-only pair holds both (the name in the announce, the content in the records), so
+   the encrypted check can fail. Needs tshark (without it, delivery alone is checked).
 
-Also: --encrypt without --site-keys, and with --fallback tcp, are refused with a clear error.
+Also: --encrypt without --site-keys is refused with a clear error.
 
 usage: test_encrypt.py BUILD_DIR"""
 
@@ -72,6 +79,24 @@ class group_observer(threading.Thread):
         self.join(5)
         self.sock.close()
         return self.data
+
+
+def free_port():
+    """A port free for both TCP and UDP on 127.0.0.1 (the fallback listens on both)."""
+    for _ in range(50):
+        t = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        t.bind(("127.0.0.1", 0))
+        port = t.getsockname()[1]
+        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            u.bind(("127.0.0.1", port))
+            return port
+        except OSError:
+            continue
+        finally:
+            u.close()
+            t.close()
+    fail("no port free for both TCP and UDP")
 
 
 def count_type(datagrams, t):
@@ -135,14 +160,10 @@ def main():
             f.write(rng.randbytes(100_000) + BODY_MARKER * 300 + rng.randbytes(400_000))
         want = {"products/" + p: h for p, h in tree_digests(src).items()}
 
-        # Refused combinations: no plaintext ever goes over the fallback, no unpinned site.
+        # Refused: no unpinned site.
         code, _, out = run_sender(bin_dir, [src], free_group(), ["site-a"], extra=hub + ["--encrypt"])
         check(code == 2 and "--encrypt needs --key" in out and "--site-keys" in out,
               "--encrypt without --site-keys: exit %d\n%s" % (code, out))
-        code, _, out = run_sender(bin_dir, [src], free_group(), ["site-a"],
-                                  extra=hub + ["--site-keys", sites, "--encrypt", "--fallback", "tcp"])
-        check(code == 2 and "unicast fallback does not encrypt" in out,
-              "--encrypt --fallback tcp: exit %d\n%s" % (code, out))
 
         group = free_group()
         _, gport = parse_group(group)
@@ -201,9 +222,71 @@ def main():
         for d in daemons:
             check(d.alive(), "mcdistd %s died" % d.id)
 
+        # 3. The unicast fallback, encrypted and then signed only, each over tcp and sctp under
+        # one capture (tshark's start and stop cost seconds).
+        uport = free_port()
+        fallback_captured = 0
+        files_bytes = sum(os.path.getsize(os.path.join(dp, f)) for dp, _, fs in os.walk(src) for f in fs)
+        for encrypted in (True, False):
+            tag = "fallback-" + ("encrypted" if encrypted else "signed")
+            cap = None
+            cap_path = os.path.join(base, tag + ".pcapng")
+            if use_tshark:
+                cap = Capture(cap_path, [gport, sport, uport], sport + 1,
+                              os.path.join(base, tag + "-tshark.log"), tcp_ports=[uport])
+                why = cap.wait_probe(b"mcdist-encrypt-test-%s-%d" % (tag.encode(), os.getpid()), 15)
+                if why:
+                    cap.stop()
+                    log("no tshark capture (%s); delivery alone is checked" % why)
+                    cap = None
+            try:
+                for transport in ("tcp", "sctp"):
+                    what = "%s over %s" % (tag, transport)
+                    shutil.rmtree(a.dest)
+                    os.makedirs(a.dest)
+                    code, summary, out = run_sender(
+                        bin_dir, [src], group, ["site-a"], rate="200M", timeout=120,
+                        extra=["--port", str(sport)] + hub +
+                        ["--site-keys", sites, "--unicast", "--fallback", transport,
+                         "--unicast-port", str(uport)] + (["--encrypt"] if encrypted else []))
+                    log(out)
+                    check(code == 0, "%s: mcdist-send exited %d\n%s" % (what, code, a.log_text()))
+                    check(summary["encrypted"] is encrypted,
+                          "%s: summary says encrypted %s" % (what, summary["encrypted"]))
+                    r = summary["receivers"][0]
+                    check(r["state"] == "completed" and r["path"] == "unicast-" + transport,
+                          "%s: site-a did not complete over the fallback: %s" % (what, r))
+                    got = tree_digests(a.dest)
+                    check(got == want, "%s: site-a has %s, want %s" % (what, got, want))
+            finally:
+                captured = None
+                if cap:
+                    cap.wait_probe(b"mcdist-encrypt-test-end-%s-%d" % (tag.encode(), os.getpid()), 15)
+                    cap.stop()
+                    with open(cap_path, "rb") as f:
+                        captured = f.read()
+            if captured is None:
+                continue
+            fallback_captured += 1
+            if encrypted:
+                # The capture must hold the transfers themselves: more bytes than the files
+                # twice (once per transport).
+                check(len(captured) > 2 * files_bytes,
+                      "%s: the capture holds only %d bytes" % (tag, len(captured)))
+                for m in (NAME_MARKER, BODY_MARKER):
+                    check(m not in captured, "%s: %s in the capture of an encrypted fallback" % (tag, m))
+            else:
+                for m in (NAME_MARKER, BODY_MARKER):
+                    check(m in captured, "%s: %s not in the capture of the fallbacks that are not "
+                          "encrypted" % (tag, m))
+        for d in daemons:
+            check(d.alive(), "mcdistd %s died" % d.id)
+
         log("PASS: encrypted session delivered byte-identical to the pinned site, nothing to the "
             "unpinned one, no marker in %d group datagrams%s; the markers were on the wire "
-            "without --encrypt" % (len(grp), " or the tshark capture" if cap is not None else ""))
+            "without --encrypt; the encrypted fallback over tcp and sctp delivered byte-identical "
+            "with no marker in the capture (%d captures, the signed-only one with both markers)"
+            % (len(grp), " or the tshark capture" if cap is not None else "", fallback_captured))
         return 0
     finally:
         for d in daemons:

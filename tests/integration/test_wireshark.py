@@ -62,10 +62,11 @@ class Capture:
     datagram sent to `probe_port` shows in the file; complete once a closing probe does
     (dumpcap writes packets in capture order)."""
 
-    def __init__(self, path, ports, probe_port, log_path):
+    def __init__(self, path, ports, probe_port, log_path, tcp_ports=()):
         self.path = path
         self.probe_port = probe_port
-        filt = " or ".join("udp port %d" % p for p in list(ports) + [probe_port])
+        filt = " or ".join(["udp port %d" % p for p in list(ports) + [probe_port]] +
+                           ["tcp port %d" % p for p in tcp_ports])
         self.logf = open(log_path, "wb")
         self.log_path = log_path
         # -B: a 32 MiB kernel buffer, so a loaded machine drops nothing of the ~2 MB session.

@@ -338,6 +338,52 @@ TEST_CASE("a signed grant lets in only a client that proves the site key",
   }
 }
 
+TEST_CASE("an encrypted grant seals every frame after the hello, both transports",
+          "[integration][unicast]") {
+  crypto::key32 site_key{};
+  crypto::random_bytes(site_key);
+  for (const auto kind : {transport_kind::sctp_udp, transport_kind::tcp}) {
+    SECTION(std::string(to_string(kind))) {
+      // Mixed sizes: a 20 MB file over many records, 0- and 1-byte files, 100 small ones (over
+      // SCTP on 31 streams, each with its own sequence).
+      rig r(mixed_sizes());
+      const auto sealed_token = test::tok(token_value + 9);
+      client_grant g{sealed_token, "site-e", session, {}, true};
+      g.proof_key = site_key;
+      g.seal_records = true;
+      REQUIRE_FALSE(r.srv->register_client(g));
+      auto o = r.options(kind, 4);
+      o.token = sealed_token;
+      o.receiver_id = "site-e";
+      o.proof_key = site_key;
+      // A client that proves the key but speaks plain gets a sealed welcome it cannot read,
+      // and its plain request is refused by the server: whichever comes first ends it
+      // (protocol violation here, or the server's abort), with nothing delivered.
+      {
+        test::checking_sink sink(r.source);
+        const auto out = fetch(r, o, sink, r.everything(), {}, 20s);
+        INFO(out.detail);
+        REQUIRE((out.ec == error::protocol_violation || out.ec == error::connection_lost));
+        REQUIRE(sink.delivered == 0);
+      }
+      // The site with sealing on gets every byte, exact (checking_sink compares each byte).
+      o.seal_records = true;
+      test::checking_sink sink(r.source);
+      const auto out = fetch(r, o, sink, r.everything());
+      INFO(out.detail);
+      REQUIRE_FALSE(out.ec);
+      REQUIRE(sink.delivered == r.source.total());
+      REQUIRE(r.srv->counters().sessions_completed >= 1);
+      // Sealed records were refused nowhere.
+      REQUIRE(r.srv->counters().frames[errc::unauthenticated] == 0);
+      // Without the key no client can be made to seal (never plain by mistake).
+      auto keyless = o;
+      keyless.proof_key.reset();
+      REQUIRE_THROWS_AS(make_client(r.io, keyless, {}), std::invalid_argument);
+    }
+  }
+}
+
 TEST_CASE("garbage on the TCP port is dropped and the server keeps serving",
           "[integration][unicast]") {
   server_options so;

@@ -1,12 +1,16 @@
 // Throughput benchmark of the unicast transports (a program, not a test).
 //
 //   unicast_bench [--kind sctp|tcp] [--connections N] [--set 1g|10k|mixed] [--repeat K]
-//                 [--record-size BYTES] [--no-verify] [--no-crc]
+//                 [--record-size BYTES] [--no-verify] [--no-crc] [--auth plain|signed|encrypted]
 //       runs the server in a child process and the client here, over loopback, and prints
 //       goodput (payload bytes / time from start() to the last byte).
 //   unicast_bench --role server --listen-udp ADDR:PORT --listen-tcp ADDR:PORT [--set ...]
 //   unicast_bench --role client --connect ADDR:PORT --kind ... [--set ...]
 //       the two halves apart, e.g. in two network namespaces behind the link emulator.
+//
+// --auth: signed, every connection proves a (fixed, bench-only) site key over the server's
+// challenge (hello_proof.hpp); encrypted, also every frame after the hello is sealed
+// (record_seal.hpp), as the fallback of an mcdist-send --encrypt session.
 //
 // File contents are a pattern (each 8-byte word holds its file index and word offset), made
 // on the fly by the server and checked word by word by the client, so a byte delivered at the
@@ -133,7 +137,15 @@ struct args {
   endpoint listen_udp = *parse_endpoint("127.0.0.1:4712");
   endpoint listen_tcp = *parse_endpoint("127.0.0.1:4712");
   std::optional<endpoint> connect;
+  std::string auth = "plain";
 };
+
+/// The site key of --auth signed/encrypted (both halves know it; a benchmark, not a secret).
+crypto::key32 bench_site_key() {
+  crypto::key32 k{};
+  k.fill(0x3c);
+  return k;
+}
 
 args parse(int argc, char** argv) {
   args a;
@@ -169,6 +181,11 @@ args parse(int argc, char** argv) {
     else if (k == "--listen-udp") a.listen_udp = ep(value());
     else if (k == "--listen-tcp") a.listen_tcp = ep(value());
     else if (k == "--connect") a.connect = ep(value());
+    else if (k == "--auth") {
+      a.auth = value();
+      if (a.auth != "plain" && a.auth != "signed" && a.auth != "encrypted")
+        throw std::invalid_argument("--auth is plain, signed or encrypted");
+    }
     else throw std::invalid_argument("unknown option " + k);
   }
   return a;
@@ -201,7 +218,10 @@ int run_server(const args& a, int ready_fd) {
     std::cerr << "server: " << ec.message() << ": " << detail << "\n";
     return 1;
   }
-  if (auto ec = srv.register_client({bench_token, bench_receiver, bench_session, {}, true})) return 1;
+  client_grant g{bench_token, bench_receiver, bench_session, {}, true};
+  if (a.auth != "plain") g.proof_key = bench_site_key();
+  g.seal_records = a.auth == "encrypted";
+  if (auto ec = srv.register_client(g)) return 1;
   const std::string ready = std::to_string(srv.sctp_udp_endpoint()->port) + " " +
                             std::to_string(srv.tcp_endpoint()->port) + "\n";
   if (ready_fd >= 0) {
@@ -230,6 +250,8 @@ bool run_client_once(const args& a, const endpoint& server_ep) {
   o.tcp_connections = a.connections;
   o.usrsctp = tuning_of(a);
   o.idle_timeout = std::chrono::seconds(120);
+  if (a.auth != "plain") o.proof_key = bench_site_key();
+  o.seal_records = a.auth == "encrypted";
   std::vector<file_request> wanted;
   std::uint64_t total = 0;
   for (std::uint32_t f = 0; f < sizes.file_count(); ++f) {
@@ -275,9 +297,9 @@ bool run_client_once(const args& a, const endpoint& server_ep) {
   const auto st = c->stats();
   std::size_t channels = 0;
   for (auto b : st.bytes_per_channel) channels += b > 0;
-  std::printf("%-11s %-6s conns=%zu record=%u: %12llu bytes in %7.3f s = %8.1f Mbit/s "
+  std::printf("%-9s %-11s %-6s conns=%zu record=%u: %12llu bytes in %7.3f s = %8.1f Mbit/s "
               "(%zu files, first byte after %.1f ms, %zu channels used)\n",
-              std::string(to_string(a.kind)).c_str(), a.set.c_str(),
+              a.auth.c_str(), std::string(to_string(a.kind)).c_str(), a.set.c_str(),
               a.kind == transport_kind::tcp ? (a.connections ? a.connections : default_tcp_connections) : 1,
               a.record_size, static_cast<unsigned long long>(got), s, got * 8 / s / 1e6, files_done,
               std::chrono::duration<double, std::milli>(t_first - t0).count(), channels);
