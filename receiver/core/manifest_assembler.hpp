@@ -1,16 +1,17 @@
 #pragma once
 /// @file
 /// Collects a session's announce chunks into its manifest (DESIGN.md "Protocol outline", step
-/// 1). Chunks come in any order, repeated every announce cycle, from a sender nobody has
-/// authenticated yet, so each is checked before anything is allocated for it: its index within
-/// the announced chunk count and not seen before, its entries within [0, file_count) and none
-/// missing from a chunk of a non-empty session. Its new entries are then validated one by one
-/// (from_wire: path, size, digest; a block count that fits; sizes adding up to no more than the
-/// announced total) and taken, refused ones included, so the receiver takes blocks of a file
-/// as soon as its entry is known. What the receiver's file table and the entries' paths cost is
-/// charged to the session's memory budget first (memory_budget.hpp), so a forged announce
-/// declaring 10^6 files costs nothing until entries come. Pure: the engine owns the file table
-/// and sizes it as admit() says.
+/// 1). Chunks come in any order, repeated every announce cycle, and on an unsigned channel from
+/// anyone, so each is checked before anything is allocated for it: its index below the
+/// announced chunk count and not taken before, its entries within [0, file_count), at least
+/// one unless the session is empty. Its new entries are then validated one by one (from_wire:
+/// path, size, digest; a block count that fits; sizes adding up to no more than the announced
+/// total) and taken, refused ones included, so the receiver takes blocks of a file as soon as
+/// its entry is known. What the receiver's file table and the entries' paths cost is charged to
+/// the session's memory budget first (memory_budget.hpp), so a forged announce declaring 10^6
+/// files costs nothing until entries come. Pure: the engine owns the file table and sizes it as
+/// admit() says. (session_params.manifest_sha256 is not checked: no sender fills it in; a
+/// signed session's chunks are each authenticated by the shell, common/auth.hpp.)
 
 #include "common/block_map.hpp"
 #include "common/error.hpp"
