@@ -1,6 +1,7 @@
 #include "receiver/core/receiver_engine.hpp"
 
 #include "common/ranges.hpp"
+#include "receiver/core/manifest_assembler.hpp"
 #include "receiver/core/nak_builder.hpp"
 #include "receiver/core/session_checkpoint.hpp"
 #include "common/wire.hpp"
@@ -117,13 +118,12 @@ struct receiver_engine::session_rx {
   std::string seq_source;              ///< sequence_book::source_of
   std::vector<wire::seq_span> catch_up;
   std::optional<sequence_report> seq_report;  ///< what REGISTER carries, fixed at the first send
-  block_map chunks_have;
-  block_map entries_have;
-  /// Indexed by file; grows (grow_files, charged) as manifest entries arrive, so a forged
-  /// announce declaring 10^6 files costs nothing until entries come. Holds file_count entries
-  /// once the manifest is complete.
+  /// The chunks and entries taken while state is manifest (default: a restored session).
+  manifest_assembler manifest;
+  /// Indexed by file; grows (as `manifest` admits chunks, charged) as manifest entries arrive,
+  /// so a forged announce declaring 10^6 files costs nothing until entries come. Holds
+  /// file_count entries once the manifest is complete.
   std::vector<file_rx> files;
-  std::uint64_t entry_bytes = 0;  ///< sum of the sizes of the entries taken, <= total_bytes
   std::uint32_t files_open = 0;  ///< not in a terminal state
   std::uint32_t files_finalizing = 0;
   std::uint64_t bytes_received = 0;
@@ -373,8 +373,8 @@ bool receiver_engine::new_session(const wire::announce& m, session_id id, const 
   // Totals first, before anything is allocated: the declared files and blocks must fit the
   // limits and the session's memory budget (file table and block maps at their full size).
   const std::uint64_t blocks = p.total_bytes() / p.block_size() + p.file_count();
-  const std::uint64_t need = session_overhead_bytes + bitmap_bytes(p.manifest_chunks()) +
-                             bitmap_bytes(p.file_count()) +
+  const std::uint64_t need = session_overhead_bytes +
+                             manifest_assembler::state_bytes(p.manifest_chunks(), p.file_count()) +
                              std::uint64_t{p.file_count()} * sizeof(file_rx) + bitmap_bytes(blocks);
   if (p.file_count() > std::min(m_cfg.max_files, max_files_per_session) ||
       need > m_cfg.session_memory_bytes) {
@@ -402,7 +402,7 @@ bool receiver_engine::new_session(const wire::announce& m, session_id id, const 
   // What is allocated now: the session and its two manifest bitmaps. The file table grows
   // with the entries, block maps come with the blocks; each is charged as it is allocated.
   const std::uint64_t now_bytes =
-      session_overhead_bytes + bitmap_bytes(p.manifest_chunks()) + bitmap_bytes(p.file_count());
+      session_overhead_bytes + manifest_assembler::state_bytes(p.manifest_chunks(), p.file_count());
   if (!m_budget.charge(id, now_bytes)) {
     m_stats.drops.add(errc::over_budget);
     return false;
@@ -423,8 +423,7 @@ bool receiver_engine::new_session(const wire::announce& m, session_id id, const 
   if (!s->seq_channel.empty()) {
     s->seq_source = sequence_book::source_of(m_sink.sender_key(id), p.sender_name());
   }
-  s->chunks_have = block_map(s->chunks);
-  s->entries_have = block_map(s->file_count);
+  s->manifest = manifest_assembler(p, sizeof(file_rx));
   s->started = now;
   m_sessions.emplace(id, std::move(owned));
   if (m_log) {
@@ -433,20 +432,6 @@ bool receiver_engine::new_session(const wire::announce& m, session_id id, const 
                 s->name(), from.address_string(), s->sender_name, s->file_count, s->total_bytes,
                 s->block_size, p.rate_bps());
   }
-  return true;
-}
-
-bool receiver_engine::grow_files(session_rx& s, std::uint32_t index) {
-  if (index < s.files.size()) return true;
-  // Grow geometrically (chunks usually come in order), charging the new capacity first.
-  const std::size_t want = std::min<std::size_t>(
-      s.file_count, std::max<std::size_t>(std::size_t{index} + 1, s.files.capacity() * 2));
-  if (want > s.files.capacity()) {
-    const std::uint64_t bytes = (want - s.files.capacity()) * sizeof(file_rx);
-    if (!m_budget.charge(s.id, bytes)) return false;
-    s.files.reserve(want);
-  }
-  s.files.resize(std::size_t{index} + 1);
   return true;
 }
 
@@ -515,62 +500,45 @@ void receiver_engine::handle_announce(const wire::announce& m, session_id id, co
   s->grtt = std::min(from_us(p.grtt_us()), m_cfg.max_grtt);
   s->sender.port = from.port;
   if (s->state != session_rx::state_t::manifest) return;
-  if (m.chunk() >= s->chunks || s->chunks_have.test(m.chunk())) return;
-  const std::uint64_t end = std::uint64_t{m.first_file()} + static_cast<std::uint64_t>(m.files_size());
-  if (end > s->file_count || (m.files_size() == 0 && s->file_count > 0)) {
-    m_stats.drops.add(errc::invalid_field);
-    return;
+  switch (s->manifest.admit(m, m_budget, s->id)) {
+    case manifest_assembler::fit::ignored: return;
+    case manifest_assembler::fit::invalid: m_stats.drops.add(errc::invalid_field); return;
+    // The chunk is not taken: a later copy may fit once other sessions end.
+    case manifest_assembler::fit::over_budget: m_stats.drops.add(errc::over_budget); return;
+    case manifest_assembler::fit::admitted: break;
   }
-  // (end == 0: the one empty chunk of an empty session; end - 1 would ask for 2^32 entries)
-  if (end > 0 && !grow_files(*s, static_cast<std::uint32_t>(end - 1))) {
-    m_stats.drops.add(errc::over_budget);
-    return;  // the chunk is not marked: a later copy may fit once other sessions end
-  }
-  for (int i = 0; i < m.files_size(); ++i) {
-    const std::uint32_t idx = m.first_file() + static_cast<std::uint32_t>(i);
-    if (s->entries_have.test(idx)) continue;
-    auto& fr = s->files[idx];
-    std::error_code ec = from_wire(m.files(i), fr.entry);
-    const std::uint64_t blocks = (m.files(i).size() + s->block_size - 1) / s->block_size;
-    if (!ec && blocks > 0x7fffffffu) ec = errc::file_too_large;
-    // The entries may not add up to more than the announced total the budget was checked
-    // against; the entry that would is refused.
-    if (!ec && m.files(i).size() > s->total_bytes - s->entry_bytes) ec = errc::invalid_field;
-    if (!ec && fr.entry.path.size() > 15 && !m_budget.charge(s->id, fr.entry.path.size())) {
-      ec = errc::over_budget;
-    }
-    if (ec) {
+  s->files.reserve(s->manifest.table_capacity());
+  s->files.resize(s->manifest.table_size());
+  std::vector<taken_entry> taken;
+  const auto progress = s->manifest.take(m, m_budget, s->id, taken);
+  for (auto& t : taken) {
+    auto& fr = s->files[t.index];
+    fr.entry = std::move(t.entry);
+    if (t.refused != errc::ok) {
       fr.state = file_rx::state_t::refused;
-      fr.failure = std::string(to_string(static_cast<errc>(ec.value())));
-      fr.entry.path = m.files(i).path();
-      fr.entry.size = m.files(i).size();
+      fr.failure = std::string(to_string(t.refused));
       ++m_stats.files_refused;
       if (m_log) {
-        m_log->warn("session {}: refused file {} path '{}': {}", s->name(), idx,
-                    printable(m.files(i).path()), ec.message());
+        m_log->warn("session {}: refused file {} path '{}': {}", s->name(), t.index,
+                    printable(fr.entry.path), make_error_code(t.refused).message());
       }
     } else {
       // Blocks of a file are taken as soon as its entry is known, even before the manifest is
       // complete and registration done: the sender does not wait a round trip for those.
-      fr.blocks = static_cast<std::uint32_t>(blocks);
+      fr.blocks = t.blocks;
       fr.state = file_rx::state_t::receiving;
-      s->entry_bytes += fr.entry.size;
     }
-    s->entries_have.set(idx);
   }
-  s->chunks_have.set(m.chunk());
-  if (s->chunks_have.all()) {
-    if (!s->entries_have.all()) {
-      if (m_log) {
-        m_log->error("session {}: manifest chunks do not cover every file; ignoring the session",
-                     s->name());
-      }
-      m_stats.drops.add(errc::invalid_field);
-      close_session(*s, false, "malformed manifest", now);
-      return;
+  if (progress == manifest_assembler::progress::malformed) {
+    if (m_log) {
+      m_log->error("session {}: manifest chunks do not cover every file; ignoring the session",
+                   s->name());
     }
-    manifest_complete(*s, now);
+    m_stats.drops.add(errc::invalid_field);
+    close_session(*s, false, "malformed manifest", now);
+    return;
   }
+  if (progress == manifest_assembler::progress::complete) manifest_complete(*s, now);
 }
 
 void receiver_engine::manifest_complete(session_rx& s, time_point now) {
@@ -1422,7 +1390,6 @@ std::error_code receiver_engine::restore(std::string_view blob, time_point now) 
   }
   s.state = session_rx::state_t::receiving;
   s.next_checkpoint = now + m_cfg.checkpoint_interval;
-  s.entry_bytes = s.total_bytes;
   guard.kept = true;
   session_rx& ref = *owned;
   m_sessions.emplace(s.id, std::move(owned));

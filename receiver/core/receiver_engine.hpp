@@ -251,7 +251,6 @@ class receiver_engine {
                 time_point now);
   bool new_session(const wire::announce& m, session_id id, const endpoint& from,
                    std::uint32_t channel, time_point now);
-  bool grow_files(session_rx& s, std::uint32_t index);
   bool ensure_block_map(session_rx& s, std::uint32_t f, time_point now);
   void fail_file(session_rx& s, std::uint32_t f, std::error_code ec, const std::string& detail,
                  time_point now);

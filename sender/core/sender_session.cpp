@@ -18,17 +18,10 @@ namespace {
 /// IPv4 (20) + UDP (8) header bytes, counted against the rate: the rate is what the link
 /// carries, which is what an operator provisions.
 constexpr std::uint32_t ip_udp_overhead = 28;
-/// Announce parameters beyond this many bytes leave too little room for manifest entries in
-/// a chunk (an only_receivers list of hundreds of ids); refused at start-up.
-constexpr std::size_t max_params_bytes = 700;
 /// The pacing bucket holds at least this many milliseconds of the rate, so a sender thread
 /// that wakes late on a busy machine catches up instead of losing rate; bursts stay bounded by
 /// it (5 ms at 1 Gbit/s is 625 kB, far inside a receiver's socket buffer).
 constexpr std::uint64_t catch_up_ms = 5;
-/// Announce cycles sent back to back at the start: a receiver that lost a chunk of the first
-/// has it again at once instead of an announce interval later (two cycles of 1e-3 loss leave
-/// a 430-chunk manifest incomplete with probability 4e-4, one cycle with 0.35).
-constexpr std::uint32_t initial_announce_cycles = 2;
 /// END is multicast this many times, end_spacing apart, so a receiver that loses
 /// one still learns the session is over.
 constexpr std::uint32_t end_repeats = 3;
@@ -65,6 +58,19 @@ fallback_settings fallback_settings_of(const sender_config& c) {
           .force_unicast = c.force_unicast,
           .tcp_connections = c.tcp_connections,
           .unicast_max_rate_bps = c.unicast_max_rate_bps};
+}
+
+announce_settings announce_settings_of(const sender_config& c) {
+  return {.block_size = c.block_size,
+          .rate_bps = c.rate_bps,
+          .max_passes = c.max_passes,
+          .closed_group = !c.receivers.empty(),
+          .sender_name = c.sender_name,
+          .only_receivers = c.only_receivers,
+          .channel = c.channel,
+          .channel_seq = c.channel_seq,
+          .catch_up_seqs = c.catch_up_seqs,
+          .reserve_bytes = c.announce_reserve_bytes};
 }
 
 }  // namespace
@@ -159,72 +165,15 @@ sender_session::sender_session(sender_config cfg, std::vector<manifest_entry> fi
     m_by_id[id] = r.get();
     m_receivers.push_back(std::move(r));
   }
-  build_announce_chunks();
+  m_announce = announcer(announce_settings_of(m_cfg), m_files, m_cfg.announce_interval);
 }
 
 sender_session::~sender_session() = default;
 
-void sender_session::build_announce_chunks() {
-  wire::session_params params;
-  params.set_block_size(m_cfg.block_size);
-  params.set_rate_bps(m_cfg.rate_bps);
-  params.set_max_passes(m_cfg.max_passes);
-  params.set_file_count(static_cast<std::uint32_t>(m_files.size()));
-  std::uint64_t total = 0;
-  for (const auto& f : m_files) total += f.size;
-  params.set_total_bytes(total);
-  params.set_closed_group(!m_cfg.receivers.empty());
-  params.set_sender_name(m_cfg.sender_name.substr(0, 64));
-  for (const auto& id : m_cfg.only_receivers) params.add_only_receivers(id);
-  params.set_channel(m_cfg.channel);
-  params.set_channel_seq(m_cfg.channel_seq);
-  for (const auto& [first, last] : m_cfg.catch_up_seqs) {
-    auto* r = params.add_catch_up_seqs();
-    r->set_first(first);
-    r->set_last(last);
-  }
-  // Worst case for the fields filled in per send.
-  params.set_manifest_chunks(0xffffffffu);
-  params.set_grtt_us(0xffffffffu);
-  const std::size_t params_bytes = params.ByteSizeLong();
-  if (params_bytes > max_params_bytes) {
-    throw std::invalid_argument("session parameters too large for an announce (" +
-                                std::to_string(params_bytes) +
-                                " bytes); name fewer receivers");
-  }
-  // header + params (tag + length + body) + chunk + first_file + timestamp, worst case
-  const std::size_t fixed = wire::header_size + params_bytes + 3 + 6 + 6 + 11;
-  const std::size_t budget = wire::control_budget - fixed - m_cfg.announce_reserve_bytes;
-
-  auto chunk = std::make_unique<wire::announce>();
-  std::size_t used = 0;
-  for (std::size_t i = 0; i < m_files.size(); ++i) {
-    wire::file_entry e;
-    to_wire(m_files[i], e);
-    const std::size_t cost = e.ByteSizeLong() + 3;
-    if (used + cost > budget && chunk->files_size() > 0) {
-      m_chunks.push_back(std::move(chunk));
-      chunk = std::make_unique<wire::announce>();
-      used = 0;
-    }
-    if (chunk->files_size() == 0) chunk->set_first_file(static_cast<std::uint32_t>(i));
-    *chunk->add_files() = std::move(e);
-    used += cost;
-  }
-  m_chunks.push_back(std::move(chunk));
-  params.set_manifest_chunks(static_cast<std::uint32_t>(m_chunks.size()));
-  params.set_grtt_us(0);
-  for (std::size_t c = 0; c < m_chunks.size(); ++c) {
-    m_chunks[c]->set_chunk(static_cast<std::uint32_t>(c));
-    *m_chunks[c]->mutable_params() = params;
-  }
-}
-
 void sender_session::start(time_point now) {
   m_start = now;
   m_phase = phase::announcing;
-  m_next_announce = now;
-  m_announce_chunk = 0;
+  m_announce.start(now);
   m_register_deadline =
       now + (m_cfg.receivers.empty() ? m_cfg.register_window : m_cfg.register_timeout);
   m_next_decay = now + std::chrono::seconds(1);
@@ -234,12 +183,12 @@ void sender_session::start(time_point now) {
     if (m_cfg.receivers.empty()) {
       m_log->info("session {:08x}: announcing {} files, {} bytes in {} announce chunks; open group, "
                   "registration window {:.1f} s",
-                  m_cfg.session.value, m_files.size(), total, m_chunks.size(),
+                  m_cfg.session.value, m_files.size(), total, m_announce.chunks(),
                   to_seconds(m_cfg.register_window));
     } else {
       m_log->info("session {:08x}: announcing {} files, {} bytes in {} announce chunks to a closed "
                   "group of {} receivers",
-                  m_cfg.session.value, m_files.size(), total, m_chunks.size(),
+                  m_cfg.session.value, m_files.size(), total, m_announce.chunks(),
                   m_cfg.receivers.size());
     }
   }
@@ -359,24 +308,8 @@ void sender_session::on_unicast_failed(const std::string& receiver_id, const std
 }
 
 void sender_session::send_announce_chunk(time_point now) {
-  auto& chunk = *m_chunks[m_announce_chunk];
-  chunk.set_sender_time_us(to_wire_us(now));
-  chunk.mutable_params()->set_grtt_us(
-      static_cast<std::uint32_t>(std::chrono::duration_cast<std::chrono::microseconds>(
-                                     m_grtt.estimate())
-                                     .count()));
-  queue_multicast(now, encode(wire::msg_type::announce, m_cfg.session, chunk));
-  if (++m_announce_chunk == m_chunks.size()) {
-    m_announce_chunk = 0;
-    if (++m_announce_cycles < initial_announce_cycles) return;  // the next cycle follows at once
-    // Jitter of up to 1/8 of the interval keeps many senders from synchronising.
-    const auto jitter = m_cfg.announce_interval.count() > 8
-                            ? duration(static_cast<std::int64_t>(
-                                  splitmix64(m_rng_state) %
-                                  static_cast<std::uint64_t>(m_cfg.announce_interval.count() / 8)))
-                            : duration::zero();
-    m_next_announce = now + m_cfg.announce_interval + jitter;
-  }
+  queue_multicast(now, m_announce.send_next(now, m_cfg.session, m_grtt.estimate(),
+                                            [this] { return splitmix64(m_rng_state); }));
 }
 
 duration sender_session::nak_backoff() const noexcept {
@@ -415,12 +348,11 @@ void sender_session::on_timer(time_point now) {
   }
   if (m_registration_open) {
     const bool all_in = !m_cfg.receivers.empty() && m_registered == m_cfg.receivers.size();
-    if (all_in || (now >= m_register_deadline && m_announce_cycles > 0)) {
+    if (all_in || (now >= m_register_deadline && m_announce.cycles() > 0)) {
       close_registration(now);
     } else {
       const std::uint64_t chunk_bytes = wire::control_budget + ip_udp_overhead;
-      while ((m_announce_chunk > 0 || now >= m_next_announce) &&
-             m_pacer.allowance(now) >= chunk_bytes) {
+      while (m_announce.due(now) && m_pacer.allowance(now) >= chunk_bytes) {
         send_announce_chunk(now);
       }
     }
@@ -434,7 +366,7 @@ void sender_session::on_timer(time_point now) {
     case phase::announcing:
       // Eager start: data follows the first announce cycles without waiting a round trip for
       // the registrations; receivers take blocks as soon as they know the file.
-      if (m_cfg.eager_start && m_announce_cycles >= initial_announce_cycles &&
+      if (m_cfg.eager_start && m_announce.initial_cycles_sent() &&
           (!m_cfg.start_on_registration || keyed_start_due(now))) {
         start_transfer(now);
       }
@@ -1063,10 +995,10 @@ std::optional<time_point> sender_session::next_deadline(time_point now) const {
   auto consider = [&t](time_point c) { t = std::min(t, c); };
   if (m_registration_open) {
     consider(m_register_deadline);
-    if (m_announce_chunk > 0 || now >= m_next_announce) {
+    if (m_announce.due(now)) {
       consider(m_pacer.ready_at(now, wire::control_budget + ip_udp_overhead));
     } else {
-      consider(m_next_announce);
+      consider(m_announce.next_cycle());
     }
   }
   switch (m_phase) {

@@ -12,6 +12,7 @@
 #include "common/manifest.hpp"
 #include "common/pacer.hpp"
 #include "common/time.hpp"
+#include "sender/core/announce.hpp"
 #include "sender/core/fallback_policy.hpp"
 #include "sender/core/grtt.hpp"
 #include "sender/core/pass_scheduler.hpp"
@@ -32,7 +33,6 @@ class logger;
 }
 
 namespace mcdist::wire {
-class announce;
 class nak;
 class register_request;
 class complete;
@@ -275,7 +275,6 @@ class sender_session {
  private:
   struct receiver_state;
 
-  void build_announce_chunks();
   void send_announce_chunk(time_point now);
   void close_registration(time_point now);
   void start_transfer(time_point now);
@@ -310,7 +309,6 @@ class sender_session {
 
   sender_config m_cfg;
   std::vector<manifest_entry> m_files;
-  std::vector<std::unique_ptr<wire::announce>> m_chunks;
   std::vector<std::unique_ptr<receiver_state>> m_receivers;
   std::unordered_map<std::string, receiver_state*> m_by_id;
   std::deque<control_send> m_control;
@@ -324,12 +322,10 @@ class sender_session {
   std::uint64_t m_receivers_refused_full = 0;
   pass_scheduler m_passes;
   fallback_policy m_fallback;
+  announcer m_announce;
 
   phase m_phase = phase::announcing;
   time_point m_start{};
-  time_point m_next_announce{};
-  std::size_t m_announce_chunk = 0;
-  std::uint32_t m_announce_cycles = 0;
   time_point m_register_deadline{};
   time_point m_first_registration{};  ///< when the first receiver registered
   bool m_registration_open = true;
