@@ -300,11 +300,9 @@ std::error_code sender_keys::open(std::span<const std::byte> d, std::span<const 
     wire::register_request req;
     const auto body = d.subspan(wire::header_size, d.size() - wire::header_size - trailer);
     if (req.ParseFromArray(body.data(), static_cast<int>(body.size())) && req.key_request()) {
-      if (!m_encrypted) {
-        ++m_stats.unauthenticated;  // only encrypted sessions have key requests
-        return errc::unauthenticated;
-      }
-      // Answered here (take_key_reply); the session core never sees a key request.
+      // Answered here (take_key_reply), checked exactly as a REGISTER (pinned key, HMAC under
+      // the pairwise key): the key goes to no one a register_reply would not give it to. The
+      // session core never sees a key request.
       ++m_stats.key_requests;
       m_key_reply_to = std::string(id);
       out = {};
@@ -378,6 +376,7 @@ receiver_keys::session_keys& receiver_keys::learn(session_id s, const crypto::ke
   session_keys& slot = at->second;
   if (fresh || slot.sender_public != sender_public) {
     // A new session, or a sender that restarted it with a new session key: start over.
+    release(slot);
     slot = session_keys{};
     slot.sender_public = sender_public;
     if (auto pw = pairwise_key(m_site_x.secret_key, sender_public, sender_public,
@@ -393,7 +392,10 @@ receiver_keys::session_keys& receiver_keys::learn(session_id s, const crypto::ke
       if (it->first == s.value) continue;
       if (oldest == m_sessions.end() || it->second.last_used < oldest->second.last_used) oldest = it;
     }
-    if (oldest != m_sessions.end()) m_sessions.erase(oldest);
+    if (oldest != m_sessions.end()) {
+      release(oldest->second);
+      m_sessions.erase(oldest);
+    }
   }
   return slot;  // erasing another element keeps references to this one
 }
@@ -428,6 +430,11 @@ bool receiver_keys::verify_signed(std::span<const std::byte> signed_part,
 
 std::error_code receiver_keys::open(std::span<const std::byte> d, time_point now,
                                     std::span<const std::byte>& out) {
+  return open(d, now, out, endpoint{});
+}
+
+std::error_code receiver_keys::open(std::span<const std::byte> d, time_point now,
+                                    std::span<const std::byte>& out, const endpoint& from) {
   wire::header h;
   if (auto ec = wire::parse_header(d, h)) return ec;
   if (std::to_integer<std::uint8_t>(d[2]) != wire::authenticated_version) {
@@ -452,6 +459,7 @@ std::error_code receiver_keys::open(std::span<const std::byte> d, time_point now
     ++counter;
     return std::error_code(errc::unauthenticated);
   };
+  bool fresh = false;  // an announce whose signature was checked now, not a remembered repeat
   switch (h.type) {
     case msg_type::announce: {
       const auto covered = d.first(d.size() - crypto::signature_bytes);
@@ -464,12 +472,15 @@ std::error_code receiver_keys::open(std::span<const std::byte> d, time_point now
         std::memcpy(&fingerprint, digest.data(), sizeof fingerprint);
         if (s->verified_announces.count(fingerprint)) {
           s->last_used = now;
+          s->last_announce = now;
           break;
         }
       }
       const crypto::key32* signed_by = nullptr;
       if (!verify_signed(covered, sig, now, &signed_by)) return errc::unauthenticated;
+      fresh = true;
       auto& keys = learn(h.session, sender_public, now);
+      keys.last_announce = now;
       if (signed_by) keys.signer = *signed_by;
       if (fingerprint == 0) {
         const auto digest = sha256(d);
@@ -529,14 +540,15 @@ std::error_code receiver_keys::open(std::span<const std::byte> d, time_point now
         return refuse(m_stats.bad_tag);
       }
       if (!s->session_key || *s->session_key != k) s->set_session_key(k, h.session);
-      if (s->encrypted) {
-        // The answer to this layer's key request: consumed here, the core did not ask.
-        wire::register_reply r;
-        const auto body = signed_part.subspan(wire::header_size);
-        if (r.ParseFromArray(body.data(), static_cast<int>(body.size())) && r.key_only()) {
-          out = {};
-          return {};
-        }
+      keyed(*s);
+      if (!s->held.empty()) m_replay = h.session;  // take_held() opens them now
+      // The answer to this layer's key request (encrypted and signed sessions alike): consumed
+      // here, the core did not ask (it would take it for the answer to its REGISTER).
+      wire::register_reply r;
+      const auto body = signed_part.subspan(wire::header_size);
+      if (r.ParseFromArray(body.data(), static_cast<int>(body.size())) && r.key_only()) {
+        out = {};
+        return {};
       }
       break;
     }
@@ -555,8 +567,11 @@ std::error_code receiver_keys::open(std::span<const std::byte> d, time_point now
     session_keys* keys = find(h.session);
     if (keys && (keys->encrypted || !sealed_field(h.type, signed_part.subspan(wire::header_size)).empty())) {
       keys->encrypted = true;
-      return open_sealed_body(*keys, signed_part, h.type, now, out);
+      return open_sealed_body(*keys, signed_part, h.type, now, out, d, fresh, &from);
     }
+    // A signed session: ask for the key at once, so that blocks can be checked before this
+    // site has assembled the manifest and registered (the register_reply repeats the key).
+    if (keys && !keys->session_key) want_key(*keys, h.session, now);
   }
   out = signed_part;
   return {};
@@ -564,7 +579,9 @@ std::error_code receiver_keys::open(std::span<const std::byte> d, time_point now
 
 std::error_code receiver_keys::open_sealed_body(session_keys& s, std::span<const std::byte> signed_part,
                                                 wire::msg_type t, time_point now,
-                                                std::span<const std::byte>& out) {
+                                                std::span<const std::byte>& out,
+                                                std::span<const std::byte> datagram, bool fresh,
+                                                const endpoint* from) {
   const std::string sealed = sealed_field(t, signed_part.subspan(wire::header_size));
   if (sealed.size() < crypto::xchacha_nonce_bytes + crypto::aead_tag_bytes ||
       wire::header_size + sealed.size() > m_scratch.size()) {
@@ -577,10 +594,13 @@ std::error_code receiver_keys::open_sealed_body(session_keys& s, std::span<const
       ++m_stats.no_key;
       return errc::unauthenticated;
     }
-    // Consumed: ask for the key (take_key_request), at most once per key_request_interval.
-    if (!s.last_key_request || now - *s.last_key_request >= key_request_interval) {
-      s.last_key_request = now;
-      m_key_request = session_of(signed_part);
+    // Consumed: ask for the key (take_key_request), and hold the announce (verified just now,
+    // so a repeat is not held twice) to open it when the key arrives.
+    want_key(s, session_of(signed_part), now);
+    if (fresh && !datagram.empty() && m_held_bytes + datagram.size() <= max_held_announce_bytes) {
+      s.held.push_back({std::vector<std::byte>(datagram.begin(), datagram.end()),
+                        from ? *from : endpoint{}, now});
+      m_held_bytes += datagram.size();
     }
     out = {};
     return {};
@@ -599,6 +619,51 @@ std::error_code receiver_keys::open_sealed_body(session_keys& s, std::span<const
   }
   out = std::span<const std::byte>(m_scratch.data(), wire::header_size + plain);
   return {};
+}
+
+void receiver_keys::want_key(session_keys& s, session_id id, time_point now) {
+  if (!s.last_key_request || now - *s.last_key_request >= key_request_interval) {
+    s.last_key_request = now;
+    m_key_request = id;
+  }
+  if (!s.awaiting && !s.session_key) {
+    s.awaiting = true;
+    ++m_awaiting;
+  }
+}
+
+void receiver_keys::release(session_keys& s) noexcept {
+  for (const auto& h : s.held) m_held_bytes -= h.datagram.size();
+  s.held.clear();
+  keyed(s);
+}
+
+void receiver_keys::keyed(session_keys& s) noexcept {
+  if (!s.awaiting) return;
+  s.awaiting = false;
+  --m_awaiting;
+}
+
+std::vector<held_announce> receiver_keys::take_held() {
+  std::vector<held_announce> out;
+  if (!m_replay) return out;
+  session_keys* s = find(*m_replay);
+  m_replay.reset();
+  if (!s || !s->session_key) return out;
+  for (const auto& h : s->held) m_held_bytes -= h.datagram.size();
+  out.swap(s->held);
+  return out;
+}
+
+bool receiver_keys::repeat_verified_recently(session_id s, time_point now) const {
+  const auto it = m_sessions.find(s.value);
+  return it != m_sessions.end() && it->second.last_announce &&
+         now - *it->second.last_announce < announce_repeat_interval;
+}
+
+bool receiver_keys::awaiting_key(session_id s) const {
+  const auto it = m_sessions.find(s.value);
+  return it != m_sessions.end() && it->second.awaiting;
 }
 
 std::size_t receiver_keys::take_key_request(std::span<std::byte> buf) {
@@ -674,6 +739,7 @@ bool receiver_keys::import_session(session_id s, std::string_view blob) {
   auto& keys = learn(s, sender_public, time_point{});
   if (!keys.has_pairwise) return false;
   keys.set_session_key(k, s);
+  keyed(keys);
   keys.encrypted = encrypted;
   return true;
 }
@@ -684,6 +750,9 @@ std::optional<crypto::key32> receiver_keys::fallback_key(session_id s) const {
   return derive(it->second.pairwise, s, fallback_info);
 }
 
-void receiver_keys::forget(session_id s) { m_sessions.erase(s.value); }
+void receiver_keys::forget(session_id s) {
+  if (session_keys* k = find(s)) release(*k);
+  m_sessions.erase(s.value);
+}
 
 }  // namespace mcdist::auth

@@ -34,7 +34,9 @@
 ///   nonce, then XChaCha20-Poly1305 of the version-1 body with the 8-byte header as associated
 ///   data; the signature covers the sealed form. A site without K answers a sealed announce
 ///   with a key request (register_request.key_request), which the sender's layer answers with
-///   a key_only register_reply; neither reaches a core, and the cores see the opened bodies;
+///   a key_only register_reply; neither reaches a core, and the cores see the opened bodies.
+///   The sealed announces a site verified before K are held (bounded) and opened once K
+///   arrives, so the site need not wait for the next announce cycle;
 /// - data blocks: the payload AES-256-GCM-encrypted in place, nonce as above, the 20-byte
 ///   headers as associated data, the same 16-byte tag: the datagram does not grow;
 /// - FALLBACK: HMAC under the pairwise key as in signed sessions (it carries no content); the
@@ -42,6 +44,7 @@
 ///   derived from the site's fallback key (common/unicast/record_seal.hpp).
 
 #include "common/crypto.hpp"
+#include "common/endpoint.hpp"
 #include "common/error.hpp"
 #include "common/ids.hpp"
 #include "common/time.hpp"
@@ -126,14 +129,18 @@ class sender_keys {
   /// Checks a datagram from a site (register_request, nak, complete) and returns its
   /// version-1 view (trailer cut off) in `out`. A register_request that verifies gives the
   /// site its pairwise key; nak and complete must verify under it.
-  /// A key request of an encrypted session that verifies is consumed here: `out` is empty and
-  /// take_key_reply() gives the answer to send back to the datagram's source.
+  /// A key request that verifies (encrypted sessions; signed ones too, see
+  /// receiver_keys::take_key_request) is consumed here: `out` is empty, key_reply_to() names
+  /// the site and take_key_reply() gives the answer to send back to the datagram's source.
   /// @return empty, or errc::unauthenticated, with stats() counting the reason
   std::error_code open(std::span<const std::byte> datagram, std::span<const std::byte>& out);
   /// The key_only register_reply (sealed) answering the key request open() just consumed,
   /// written to `buf` (at least control_budget + max_trailer_bytes bytes).
   /// @return its length; 0 when no key request is pending
   std::size_t take_key_reply(std::span<std::byte> buf);
+  /// The receiver id of the key request open() just consumed (until take_key_reply); empty
+  /// when none is pending.
+  const std::string& key_reply_to() const noexcept { return m_key_reply_to; }
   /// True for an encrypted session.
   bool encrypted() const noexcept { return m_encrypted; }
 
@@ -169,6 +176,23 @@ class sender_keys {
 /// Least time between two key requests of a site for one session: the sealed announces of a
 /// cycle all ask for the key, one request per round trip is enough.
 inline constexpr duration key_request_interval = std::chrono::milliseconds(200);
+/// Once a site's core holds a session's whole manifest, its announces are repeats that only
+/// refresh the sender's timestamp echo, GRTT and liveness: one verified per this interval is
+/// enough (10 signature checks per second and session, instead of one per announce chunk: 72
+/// per cycle for 1000 files, every 250 ms, and twice at the start).
+inline constexpr duration announce_repeat_interval = std::chrono::milliseconds(100);
+/// Bytes of sealed announces a site holds, over all sessions of one receiver_keys, while their
+/// session key is on its way: a 10,000-file manifest (about 700 chunks of 1.4 kB) fits. Only
+/// announces whose signature verified are held (by a trusted sender when trusted keys are
+/// configured); beyond the bound they are dropped as before, and the site opens the next cycle.
+inline constexpr std::size_t max_held_announce_bytes = 1 << 20;
+
+/// A verified sealed announce that arrived before its session key (receiver_keys::take_held).
+struct held_announce {
+  std::vector<std::byte> datagram;  ///< as received (version 2, sealed, with its trailer)
+  endpoint from;                    ///< its source
+  time_point at;                    ///< when it arrived
+};
 
 /// What a receiving site trusts and proves.
 struct receiver_auth_options {
@@ -209,17 +233,38 @@ class receiver_keys {
   ///         with stats() counting the reason
   std::error_code open(std::span<const std::byte> datagram, time_point now,
                        std::span<const std::byte>& out);
+  /// The same, with the datagram's source: a sealed announce held before its session key
+  /// (take_held) keeps it.
+  std::error_code open(std::span<const std::byte> datagram, time_point now,
+                       std::span<const std::byte>& out, const endpoint& from);
   /// Seals a register_request, nak or complete the core produced for a version-2 session:
   /// `buf` holds `len` bytes with room for max_trailer_bytes more. A datagram of a version-1
   /// session is returned unchanged. @return the new length, or 0 when the session's keys are
   /// unknown (the core repeats the message)
   std::size_t seal(std::span<std::byte> buf, std::size_t len);
 
-  /// A key request (register_request with key_request, sealed) for an encrypted session whose
-  /// sealed announce open() just consumed without the session key, at most one per session
-  /// every key_request_interval; written to `buf` (room for control_budget +
-  /// max_trailer_bytes). @return its length, 0 when none is due
+  /// A key request (register_request with key_request, sealed) for a session whose verified
+  /// announce open() just took without the session key, at most one per session every
+  /// key_request_interval; written to `buf` (room for control_budget + max_trailer_bytes).
+  /// Encrypted sessions need the key to read the manifest; signed ones ask too, so that the
+  /// site can check blocks before it has registered and the sender can start pass 1 once its
+  /// sites hold the key (a sender that does not answer leaves the key to the register_reply).
+  /// @return its length, 0 when none is due
   std::size_t take_key_request(std::span<std::byte> buf);
+  /// The sealed announces of an encrypted session held before its key, once the
+  /// register_reply open() just took gave the key; oldest first. Each opens through open()
+  /// again (a repeat of a verified announce: one SHA-256, no signature check) and goes to the
+  /// core with its arrival time. Empty when none are held.
+  std::vector<held_announce> take_held();
+  /// True while a session's verified announce was seen and its key asked for but not yet
+  /// received: its data blocks cannot be checked yet.
+  bool awaiting_key(session_id s) const;
+  /// True when an announce of session `s` verified less than announce_repeat_interval before
+  /// `now`: a caller whose core holds the session's whole manifest may then drop the next
+  /// announce of it unchecked (a repeat) instead of spending a signature check on it.
+  bool repeat_verified_recently(session_id s, time_point now) const;
+  /// True when some session is awaiting_key (one load: callers ask it for every block).
+  bool awaiting_any() const noexcept { return m_awaiting > 0; }
   /// True for a session whose verified announce was sealed (mcdist-send --encrypt).
   bool encrypted(session_id s) const;
   /// True when a verified announce of the session was seen (its keys are held).
@@ -260,12 +305,22 @@ class receiver_keys {
     crypto::key32 manifest_key{};
     std::optional<crypto::gcm> sealed_data;
     std::optional<time_point> last_key_request;
+    std::vector<held_announce> held;  ///< sealed announces before the key (encrypted)
+    bool awaiting = false;            ///< key asked for, not received (counted in m_awaiting)
+    std::optional<time_point> last_announce;  ///< when an announce of it last verified
 
     /// Takes the session key of a register_reply and derives the data, marker, manifest and
     /// sealed-data keys from it (HKDF, RFC 5869).
     void set_session_key(const crypto::key32& k, session_id s);
   };
   session_keys* find(session_id s);
+  /// Asks for the session key (take_key_request), at most once per key_request_interval.
+  void want_key(session_keys& s, session_id id, time_point now);
+  /// Before a session's keys are dropped or start over: its held announces' bytes and its
+  /// place in m_awaiting are given back.
+  void release(session_keys& s) noexcept;
+  /// The session's key arrived: it awaits it no more.
+  void keyed(session_keys& s) noexcept;
   session_keys& learn(session_id s, const crypto::key32& sender_public, time_point now);
   /// @param signer  set to the trusted key that verified, when one did
   bool verify_signed(std::span<const std::byte> signed_part,
@@ -276,10 +331,17 @@ class receiver_keys {
   receiver_auth_options m_opts;
   crypto::x25519_pair m_site_x;
   /// Opens an encrypted session's sealed announce or digest list into m_scratch.
+  /// @param fresh  the announce's signature was checked just now (not a repeat): before the
+  ///                key, it is held
   std::error_code open_sealed_body(session_keys& s, std::span<const std::byte> signed_part,
-                                   wire::msg_type t, time_point now, std::span<const std::byte>& out);
+                                   wire::msg_type t, time_point now, std::span<const std::byte>& out,
+                                   std::span<const std::byte> datagram = {}, bool fresh = false,
+                                   const endpoint* from = nullptr);
   std::unordered_map<std::uint32_t, session_keys> m_sessions;
   std::optional<session_id> m_key_request;  ///< set by open(), taken by take_key_request()
+  std::optional<session_id> m_replay;       ///< its key just arrived: take_held() opens its held
+  std::size_t m_held_bytes = 0;             ///< bytes of held_announce datagrams, all sessions
+  std::size_t m_awaiting = 0;               ///< sessions whose `awaiting` is set
   std::vector<std::byte> m_scratch;
   time_point m_budget_at{};
   std::uint32_t m_budget = 0;

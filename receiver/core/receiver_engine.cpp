@@ -207,6 +207,11 @@ std::optional<std::uint32_t> receiver_engine::channel_of(session_id s) const noe
   return it->second->channel;
 }
 
+bool receiver_engine::manifest_complete(session_id s) const noexcept {
+  const auto it = m_sessions.find(s);
+  return it != m_sessions.end() && it->second->state != session_rx::state_t::manifest;
+}
+
 receiver_engine::session_rx* receiver_engine::find(session_id s) {
   const auto it = m_sessions.find(s);
   return it == m_sessions.end() ? nullptr : it->second.get();

@@ -213,6 +213,10 @@ class receiver_engine {
   std::size_t active_sessions_on(std::uint32_t channel) const noexcept;
   /// The channel a tracked session came on; nullopt for an unknown or ended session.
   std::optional<std::uint32_t> channel_of(session_id s) const noexcept;
+  /// True once a tracked session's manifest is complete: its further announces are repeats
+  /// that only refresh the sender's timestamp and GRTT (the shell need not check every one's
+  /// signature, auth::receiver_keys::repeat_verified_recently).
+  bool manifest_complete(session_id s) const noexcept;
   /// A reload added channels: restore() accepts checkpoints of indexes below `n`.
   void set_channel_count(std::uint32_t n) noexcept { m_cfg.channel_count = n; }
   /// A reload changed the session counts: they apply to sessions announced from now on

@@ -362,10 +362,9 @@ void daemon::do_receive(std::size_t index) {
       return;
     }
     const auto now = from_steady(std::chrono::steady_clock::now());
-    const std::uint32_t channel = index != control_index ? static_cast<std::uint32_t>(index)
-                                                         : receiver_engine::control_channel;
     std::error_code rec;
     std::uniform_real_distribution<double> u(0, 1);
+    m_key_polls = 0;
     m_receiver.drain(
         socket_at(index).native_handle(), max_datagrams_per_wake,
         [&](std::span<const std::byte> d, const endpoint& from) {
@@ -373,21 +372,7 @@ void daemon::do_receive(std::size_t index) {
             ++m_dropped_by_option;
             return;
           }
-          if (index != control_index && !channel_takes(index, d)) return;
-          std::span<const std::byte> plain;
-          if (const auto refused = authenticate(index, d, now, plain)) {
-            // Framing errors (bad magic, truncated, ...) go on to the engine, which counts
-            // them by reason like any malformed datagram; refusals are counted already.
-            if (refused != errc::unauthenticated) m_engine->on_datagram(d, from, channel, now);
-            return;
-          }
-          if (plain.empty()) {
-            // Taken by the authentication layer (an encrypted session's sealed announce before
-            // its key, or the key reply): nothing for the engine.
-            send_key_request(from);
-            return;
-          }
-          m_engine->on_datagram(plain, from, channel, now);
+          handle_datagram(index, d, from, now);
         },
         rec, room - min_pool_room / 2);
     if (rec) m_log->warn("receive error on socket {}: {}", index, rec.message());
@@ -395,6 +380,35 @@ void daemon::do_receive(std::size_t index) {
     service();
     do_receive(index);
   });
+}
+
+void daemon::handle_datagram(std::size_t index, std::span<const std::byte> d, const endpoint& from,
+                             time_point now) {
+  const std::uint32_t channel = index != control_index ? static_cast<std::uint32_t>(index)
+                                                       : receiver_engine::control_channel;
+  if (index != control_index && !channel_takes(index, d)) return;
+  if (announce_repeat(index, d, now)) {
+    ++m_announce_repeats_unchecked;
+    return;
+  }
+  if (m_key_polls < max_key_polls_per_wake && key_awaited(index, d)) {
+    // A block or marker of a session whose key this site asked for: the sender answered before
+    // it sent them, so the answer is likely queued on the control socket behind this channel's
+    // batch. Read it first, so the block is checked instead of refused for want of the key.
+    ++m_key_polls;
+    poll_control(now);
+  }
+  std::span<const std::byte> plain;
+  if (const auto refused = authenticate(index, d, now, plain, from)) {
+    // Framing errors (bad magic, truncated, ...) go on to the engine, which counts them by
+    // reason like any malformed datagram; refusals are counted already.
+    if (refused != errc::unauthenticated) m_engine->on_datagram(d, from, channel, now);
+    return;
+  }
+  // Empty: taken by the authentication layer (a sealed announce before its key, or the
+  // answer to a key request): nothing for the engine.
+  if (!plain.empty()) m_engine->on_datagram(plain, from, channel, now);
+  after_open(from);
 }
 
 void daemon::service() {
@@ -418,14 +432,6 @@ void daemon::save_sequences_if_changed() {
   m_sequences_saved = changes;
 }
 
-std::string daemon::sender_key(session_id s) {
-  for (const auto& k : m_keys) {
-    if (!k->knows(s)) continue;
-    if (const auto signer = k->signer(s)) return crypto::format_public_key(*signer);
-  }
-  return {};
-}
-
 void daemon::arm_timer(time_point now) {
   const auto next = m_engine->next_deadline();
   if (!next) return;
@@ -438,163 +444,6 @@ void daemon::arm_timer(time_point now) {
     m_timer_at.reset();
     service();
   });
-}
-
-void daemon::setup_keys() {
-  crypto::init();
-  auto key_file = m_cfg.key_file;
-  if (key_file.empty()) {
-    key_file = m_cfg.temp / "site.key";
-    if (!std::filesystem::exists(key_file)) {
-      try {
-        crypto::write_secret_key_file(key_file, crypto::generate_identity());
-      } catch (const crypto::key_error& e) {
-        throw config_error(e.what());
-      }
-      m_log->info("made this site's key {} (set key_file to keep it elsewhere)", key_file.string());
-    }
-  }
-  crypto::identity site;
-  try {
-    site = crypto::read_secret_key_file(key_file);
-  } catch (const crypto::key_error& e) {
-    throw config_error(e.what());
-  }
-  m_log->info("site key {} ({}): pin it at senders with mcdist-send --site-keys",
-              crypto::format_public_key(site.public_key), key_file.string());
-  m_site = site;
-  for (const auto& ch : m_cfg.channels) {
-    m_keys.push_back(channel_keys(ch));
-    if (ch.trusted_senders.empty()) {
-      m_log->warn("channel {}: no trusted_senders: any host that can reach {} can write products "
-                  "into {}",
-                  ch.name, ch.group.to_string(), ch.dest.string());
-    } else {
-      m_log->info("channel {}: accepts sessions signed by {} trusted sender key{}", ch.name,
-                  ch.trusted_senders.size(), ch.trusted_senders.size() == 1 ? "" : "s");
-    }
-  }
-  std::error_code ec;
-  std::filesystem::create_directories(m_cfg.temp / "keys", ec);
-  ::chmod((m_cfg.temp / "keys").c_str(), 0700);
-}
-
-auth::receiver_keys* daemon::keys_of(session_id s) {
-  for (auto& k : m_keys) {
-    if (k->knows(s)) return k.get();
-  }
-  return nullptr;
-}
-
-std::error_code daemon::authenticate(std::size_t index, std::span<const std::byte> d,
-                                     time_point now, std::span<const std::byte>& out) {
-  auth::receiver_keys* keys = nullptr;
-  std::size_t channel = index;
-  if (index < m_keys.size()) {
-    keys = m_keys[index].get();
-  } else if (d.size() >= wire::header_size) {
-    // The control socket: the register reply, fallback and complete ack of a session one of
-    // the channels announced.
-    const session_id s{load_be32(d.data() + 4)};
-    for (channel = 0; channel < m_keys.size(); ++channel) {
-      if (m_keys[channel]->knows(s)) {
-        keys = m_keys[channel].get();
-        break;
-      }
-    }
-  }
-  if (!keys) {
-    const bool any_required = std::any_of(m_keys.begin(), m_keys.end(),
-                                          [](const auto& k) { return k->required(); });
-    if (any_required || d.size() < wire::header_size ||
-        std::to_integer<std::uint8_t>(d[2]) != wire::version) {
-      ++m_unknown_unicast;
-      return errc::unauthenticated;
-    }
-    out = d;  // a version-1 session where no channel asks for authentication
-    return {};
-  }
-  if (auto ec = keys->open(d, now, out)) return ec;
-  if (std::to_integer<std::uint8_t>(d[3]) == static_cast<std::uint8_t>(wire::msg_type::register_reply)) {
-    save_keys(session_id{load_be32(d.data() + 4)}, channel);
-  }
-  return {};
-}
-
-std::unique_ptr<auth::receiver_keys> daemon::channel_keys(const channel_config& ch) const {
-  auth::receiver_auth_options o;
-  o.trusted_senders = ch.trusted_senders;
-  o.site = m_site;
-  o.receiver_id = m_cfg.id;
-  return std::make_unique<auth::receiver_keys>(std::move(o));
-}
-
-void daemon::send_key_request(const endpoint& to) {
-  for (auto& k : m_keys) {
-    m_send_buffer.resize(wire::control_budget + auth::max_trailer_bytes);
-    const std::size_t n = k->take_key_request(m_send_buffer);
-    if (n == 0) continue;
-    std::error_code ec;
-    if (!net::send_one(m_control_socket->native_handle(), to, {m_send_buffer.data(), n}, ec)) {
-      m_log->debug("cannot send a key request to {}: {}", to.to_string(), ec.message());
-    }
-  }
-}
-
-void daemon::save_keys(session_id s, std::size_t channel) {
-  if (m_keys_saved.count(s)) return;
-  const auto blob = m_keys[channel]->export_session(s);
-  if (!blob) return;
-  char name[16];
-  std::snprintf(name, sizeof name, "%08x", s.value);
-  const auto file = m_cfg.temp / "keys" / name;
-  const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-  std::string content(1, static_cast<char>(channel));
-  content += *blob;
-  if (fd < 0 || ::write(fd, content.data(), content.size()) != static_cast<ssize_t>(content.size())) {
-    m_log->warn("session {:08x}: cannot save its keys in {} ({}): a restart will not resume it",
-                s.value, file.string(), std::strerror(errno));
-  } else {
-    m_keys_saved.insert(s);
-  }
-  if (fd >= 0) ::close(fd);
-}
-
-void daemon::restore_keys(session_id s) {
-  char name[16];
-  std::snprintf(name, sizeof name, "%08x", s.value);
-  std::ifstream in(m_cfg.temp / "keys" / name, std::ios::binary);
-  if (!in) return;
-  std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::optional<std::uint32_t> channel;
-  if (!content.empty()) channel = static_cast<unsigned char>(content[0]);
-  if (channel) {
-    if (const auto it = m_channel_remap.find(*channel); it != m_channel_remap.end()) {
-      channel = it->second;
-    }
-  }
-  if (!channel || *channel >= m_keys.size() ||
-      !m_keys[*channel]->import_session(s, std::string_view(content).substr(1))) {
-    m_log->warn("session {:08x}: its saved keys are unusable; it resumes only if announced again",
-                s.value);
-    return;
-  }
-  m_keys_saved.insert(s);
-}
-
-auth::auth_stats daemon::auth_refused() const {
-  auth::auth_stats sum;
-  for (const auto& k : m_keys) {
-    const auto& st = k->stats();
-    sum.unauthenticated += st.unauthenticated;
-    sum.bad_signature += st.bad_signature;
-    sum.bad_tag += st.bad_tag;
-    sum.no_key += st.no_key;
-    sum.untrusted_site += st.untrusted_site;
-    sum.verify_budget += st.verify_budget;
-  }
-  sum.no_key += m_unknown_unicast;
-  return sum;
 }
 
 void daemon::send(const endpoint& to, std::span<const std::byte> datagram) {
@@ -808,6 +657,7 @@ nlohmann::json daemon::status_json() {
   j["bytes_written"] = ss.bytes_written;
   j["dropped_by_drop_rate"] = m_dropped_by_option;
   j["read_pauses"] = m_read_pauses;
+  j["announce_repeats_unchecked"] = m_announce_repeats_unchecked;  // auth::announce_repeat_interval
   nlohmann::json drops = nlohmann::json::object();
   for (std::size_t i = 1; i < st.drops.counts.size(); ++i) {
     if (st.drops.counts[i]) drops[std::string(to_string(static_cast<errc>(i)))] = st.drops.counts[i];

@@ -129,16 +129,31 @@ class daemon final : public receiver_sink {
   /// Loads or makes this site's key and sets up one keyring per channel; warns for channels
   /// that trust any sender.
   void setup_keys();
-  /// Checks a datagram that arrived on socket `index` with the keyring of its channel (or, on
-  /// the control socket, of the channel that knows its session). @return empty with the
-  /// version-1 view in `out`, or why it was refused (counted)
-  /// Sends the key request an encrypted session's sealed announce left due (from the control
-  /// socket, to the announce's source), if any.
+  /// One datagram from socket `index`: authenticated, then handed to the engine.
+  void handle_datagram(std::size_t index, std::span<const std::byte> d, const endpoint& from,
+                       time_point now);
+  /// Sends the key request a verified announce left due (from the control socket, to the
+  /// announce's source), if any.
   void send_key_request(const endpoint& to);
+  /// After a datagram was opened: sends a due key request, and hands the engine the sealed
+  /// announces held before a session key that just arrived.
+  void after_open(const endpoint& from);
+  /// True for a signed announce on channel socket `index` of a session whose manifest the
+  /// engine holds whole and one of whose announces verified within
+  /// auth::announce_repeat_interval: a repeat, dropped without a signature check.
+  bool announce_repeat(std::size_t index, std::span<const std::byte> d, time_point now) const;
+  /// True for a data or marker datagram on channel socket `index` of a session whose key this
+  /// site asked for and does not have yet.
+  bool key_awaited(std::size_t index, std::span<const std::byte> d) const;
+  /// Reads what the control socket holds now (at most max_control_per_key_poll datagrams).
+  void poll_control(time_point now);
   /// The keyring of one channel: its trusted senders, this site's key (m_site) and id.
   std::unique_ptr<auth::receiver_keys> channel_keys(const channel_config& ch) const;
+  /// Checks a datagram that arrived on socket `index` from `from` with the keyring of its
+  /// channel (or, on the control socket, of the channel that knows its session). @return empty
+  /// with the version-1 view in `out`, or why it was refused (counted)
   std::error_code authenticate(std::size_t index, std::span<const std::byte> d, time_point now,
-                               std::span<const std::byte>& out);
+                               std::span<const std::byte>& out, const endpoint& from);
   /// The keyring that holds session `s`, if any.
   auth::receiver_keys* keys_of(session_id s);
   /// Saves a session's keys under temp/keys once this site has its session key, so a restarted
@@ -207,6 +222,16 @@ class daemon final : public receiver_sink {
   std::vector<std::byte> m_send_buffer;
   std::uint64_t m_unknown_unicast = 0;   ///< unicast datagrams of sessions no channel knows
   net::batch_receiver m_receiver;
+  /// Reads the control socket in the middle of a channel's batch (poll_control), so its own
+  /// buffers are not m_receiver's, which hold that batch.
+  net::batch_receiver m_key_poll_receiver{4, wire::max_datagram_size};
+  /// Control socket reads for awaited keys in this wake-up (at most max_key_polls_per_wake):
+  /// blocks of a session that never gets its key cost this many extra reads, no more.
+  std::uint32_t m_key_polls = 0;
+  /// Signed announce repeats dropped without a signature check (announce_repeat).
+  std::uint64_t m_announce_repeats_unchecked = 0;
+  static constexpr std::uint32_t max_key_polls_per_wake = 8;
+  static constexpr std::size_t max_control_per_key_poll = 16;
   std::mt19937_64 m_drop_rng;
   std::uint64_t m_dropped_by_option = 0;
   std::uint64_t m_read_pauses = 0;

@@ -87,6 +87,7 @@ struct sender_session::receiver_state {
   std::uint32_t last_nak_pass = 0;  ///< sender's pass when its last NAK with blocks arrived
   /// Pending-digest claims from REGISTER: file -> the receiver's digest of its copy.
   std::vector<std::pair<std::uint32_t, sha256_digest>> pending_claims;
+  bool keyed = false;  ///< holds the session key (on_site_keyed or registered)
 
   /// Taking part over multicast: NAKs ask for blocks.
   bool on_multicast() const noexcept {
@@ -331,9 +332,25 @@ duration sender_session::keyed_start_grace() const noexcept {
 }
 
 bool sender_session::keyed_start_due(time_point now) const noexcept {
-  if (m_registered == 0) return false;
-  const bool all_in = !m_cfg.receivers.empty() && m_registered == m_cfg.receivers.size();
-  return all_in || now >= m_first_registration + keyed_start_grace();
+  if (!m_first_keyed) return false;
+  const bool all_in = !m_cfg.receivers.empty() && m_keyed == m_cfg.receivers.size();
+  return all_in || now >= *m_first_keyed + keyed_start_grace();
+}
+
+void sender_session::on_site_keyed(std::string_view receiver_id, time_point now) {
+  if (m_cfg.receivers.empty()) {
+    if (!m_first_keyed) m_first_keyed = now;
+    return;
+  }
+  const auto it = m_by_id.find(std::string(receiver_id));
+  if (it == m_by_id.end() || it->second->keyed) return;
+  it->second->keyed = true;
+  ++m_keyed;
+  if (!m_first_keyed) m_first_keyed = now;
+  if (m_log) {
+    m_log->debug("session {:08x}: receiver '{}' holds the session key ({} of {})",
+                 m_cfg.session.value, receiver_id, m_keyed, m_cfg.receivers.size());
+  }
 }
 
 duration sender_session::status_interval() const noexcept {
@@ -761,8 +778,12 @@ void sender_session::handle_register(const wire::register_request& m, const endp
   r->rep.last_seq = m.last_seq();
   r->rep.missing_seqs = std::move(missing);
   r->last_heard = now;
-  if (m_registered == 0) m_first_registration = now;
   ++m_registered;
+  if (!r->keyed) {
+    r->keyed = true;
+    ++m_keyed;
+  }
+  if (!m_first_keyed) m_first_keyed = now;
   ++m_active;
   sample_rtt(*r, m.echo_time_us(), m.hold_us(), now);
   for_each_range(std::span(m.held_files().data(), static_cast<std::size_t>(m.held_files_size())),
@@ -1003,8 +1024,8 @@ std::optional<time_point> sender_session::next_deadline(time_point now) const {
   }
   switch (m_phase) {
     case phase::announcing:
-      if (m_cfg.start_on_registration && m_registered > 0) {
-        consider(m_first_registration + keyed_start_grace());
+      if (m_cfg.start_on_registration && m_first_keyed) {
+        consider(*m_first_keyed + keyed_start_grace());
       }
       break;
     case phase::transferring:

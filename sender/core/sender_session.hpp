@@ -84,10 +84,10 @@ struct sender_config {
   /// every registration; a file every receiver holds is still skipped if registration closes
   /// before the cursor reaches it.
   bool eager_start = true;
-  /// Authenticated sessions (common/auth.hpp): a site can check data blocks only once its
-  /// register_reply gave it the session key, so an eager start waits for the registrations
-  /// (every listed receiver, or two GRTT after the first) instead of sending pass 1 to sites
-  /// that must drop it.
+  /// Authenticated sessions (common/auth.hpp): a site can check data blocks only once it
+  /// holds the session key (from the answer to its key request, on_site_keyed, or its
+  /// register_reply), so an eager start waits for the keys (every listed receiver, or two GRTT
+  /// after the first) instead of sending pass 1 to sites that must drop it.
   bool start_on_registration = false;
   /// Bytes every data datagram carries after its payload (the authentication tag,
   /// auth::data_trailer_bytes, when the session is signed): counted by the pacer.
@@ -239,6 +239,12 @@ class sender_session {
   /// Takes the next queued control datagram. @return false when none is queued.
   bool pop_control(control_send& out);
 
+  /// The shell's authentication layer gave `receiver_id` the session key in answer to its key
+  /// request (auth::sender_keys::take_key_reply), before it registered: for the start of pass
+  /// 1 (start_on_registration) it counts as registered. Ids a closed group does not list
+  /// are ignored.
+  void on_site_keyed(std::string_view receiver_id, time_point now);
+
   /// Where receivers reach the shell's unicast server, per transport; a transport without an
   /// endpoint is not offered. Call before start().
   void set_unicast_endpoint(transport_kind k, const endpoint& e);
@@ -293,7 +299,8 @@ class sender_session {
   void sample_rtt(receiver_state& r, std::uint64_t echo_us, std::uint64_t hold_us, time_point now);
   duration nak_backoff() const noexcept;
   /// Authenticated sessions (start_on_registration): pass 1 starts when every listed receiver
-  /// has registered, or keyed_start_grace() after the first registration.
+  /// holds the session key (on_site_keyed, or registered), or keyed_start_grace() after the
+  /// first did.
   bool keyed_start_due(time_point now) const noexcept;
   duration keyed_start_grace() const noexcept;
   duration status_interval() const noexcept;
@@ -327,7 +334,10 @@ class sender_session {
   phase m_phase = phase::announcing;
   time_point m_start{};
   time_point m_register_deadline{};
-  time_point m_first_registration{};  ///< when the first receiver registered
+  /// When the first receiver held the session key (keyed or registered), for
+  /// start_on_registration; m_keyed counts the listed receivers that do (closed groups).
+  std::optional<time_point> m_first_keyed;
+  std::uint32_t m_keyed = 0;
   bool m_registration_open = true;
   std::uint32_t m_registered = 0;
   std::uint32_t m_active = 0;  ///< registered, not yet completed or failed

@@ -298,14 +298,18 @@ void sender_app::arm_timer(time_point now) {
   });
 }
 
-void sender_app::send_key_reply(const endpoint& to) {
+void sender_app::send_key_reply(const endpoint& to, time_point now) {
+  const std::string site = m_keys->key_reply_to();
   m_control_buffer.resize(wire::control_budget + auth::max_trailer_bytes);
   const std::size_t n = m_keys->take_key_reply(m_control_buffer);
   if (n == 0) return;
   std::error_code ec;
-  if (!net::send_one(m_socket.native_handle(), to, {m_control_buffer.data(), n}, ec) && m_log) {
-    m_log->debug("could not send a key reply to {}: {}", to.to_string(), ec.message());
+  if (!net::send_one(m_socket.native_handle(), to, {m_control_buffer.data(), n}, ec)) {
+    // The site asks again after auth::key_request_interval.
+    if (m_log) m_log->debug("could not send a key reply to {}: {}", to.to_string(), ec.message());
+    return;
   }
+  m_session.on_site_keyed(site, now);
 }
 
 void sender_app::flush_control() {
@@ -457,7 +461,7 @@ void sender_app::do_receive() {
               return;
             }
             if (plain.empty()) {
-              send_key_reply(from);  // an encrypted session's key request: not for the core
+              send_key_reply(from, now);  // a key request: answered here, not for the core
               return;
             }
             d = plain;

@@ -103,8 +103,9 @@ class sender_app {
   void fail(const std::string& why);
   void start_unicast_server(const sender_config& cfg);
   void register_fallbacks();
-  /// Answers the key request of an encrypted session that m_keys just consumed.
-  void send_key_reply(const endpoint& to);
+  /// Answers the key request m_keys just consumed, and tells the session core that the site
+  /// holds the session key (for the start of pass 1) once the answer is sent.
+  void send_key_reply(const endpoint& to, time_point now);
 
   /// The file set as a unicast::byte_source, reading through its own block_reader.
   class file_source final : public unicast::byte_source {

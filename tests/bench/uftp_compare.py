@@ -26,6 +26,7 @@ import argparse
 import hashlib
 import json
 import os
+import random
 import resource
 import shutil
 import statistics
@@ -177,11 +178,14 @@ def main():
     uf_dest = os.path.join(base, "uf-dest")
     for d in (md_dest, md_temp, uf_dest):
         clear(d)
-    group = "239.192.77.1:4790"
+    # Groups and ports of this run's own: two benches on one machine (several developers, or a
+    # bench beside the integration tests) on fixed groups would receive each other's sessions.
+    pick = random.Random(os.getpid() ^ int(time.time()))
+    group = "239.192.%d.%d:%d" % (pick.randrange(1, 255), pick.randrange(1, 255), pick.randrange(20000, 40000))
     mcdistd = Child([recv, "--id", "bench", "--group", group, "--interface", "127.0.0.1",
                      "--dest", md_dest, "--temp", md_temp, "--status-interval", "1h", "--http", "off"],
                     os.path.join(base, "mcdistd.log"))
-    signed_group = "239.192.77.2:4791"
+    signed_group = "239.193.%d.%d:%d" % (pick.randrange(1, 255), pick.randrange(1, 255), pick.randrange(40000, 60000))
     hub_key = os.path.join(base, "hub.key")
     signed_dest, signed_temp = os.path.join(base, "md-signed-dest"), os.path.join(base, "md-signed-temp")
     signed_daemon = None

@@ -523,3 +523,193 @@ TEST_CASE("copied keys are independent snapshots: a copy opens what the original
   REQUIRE_FALSE(x.receiver.open(a, t0, x.out));        // the original still opens it
   REQUIRE(site_copy.open(a, t0, x.out) == errc::unauthenticated);  // the copy forgot
 }
+
+// --- the session key before registration (signed and encrypted sessions) --------------------
+
+TEST_CASE("signed session: the site asks for the key at the first announce and checks blocks "
+          "before it registers; the answer never reaches its core",
+          "[unit][auth]") {
+  crypto::identity sender_id = crypto::generate_identity();
+  crypto::identity site_id = crypto::generate_identity();
+  auth::sender_keys sender(sender_id, sid, {{"site-a", site_id.public_key}});
+  auth::receiver_keys site(auth::receiver_auth_options{{sender_id.public_key}, site_id, 256, 100, "site-a"});
+  std::span<const std::byte> out;
+  std::vector<std::byte> buf(wire::control_budget + auth::max_trailer_bytes);
+
+  const auto ann = sealed(control(wire::msg_type::announce, sample_announce()),
+                          [&](auto b, auto n) { return sender.seal_control(b, n); });
+  REQUIRE_FALSE(site.open(ann, t0, out));
+  REQUIRE_FALSE(out.empty());  // a signed announce opens in clear, for the core
+  REQUIRE(site.awaiting_key(sid));
+  const std::size_t rq = site.take_key_request(buf);
+  REQUIRE(rq > 0);
+  REQUIRE(site.take_key_request(buf) == 0);  // one per announce burst
+  REQUIRE_FALSE(sender.open(std::span<const std::byte>(buf.data(), rq), out));
+  REQUIRE(out.empty());  // consumed by the sender's layer, never its core
+  REQUIRE(sender.key_reply_to() == "site-a");
+  std::vector<std::byte> reply(wire::control_budget + auth::max_trailer_bytes);
+  const std::size_t rp = sender.take_key_reply(reply);
+  REQUIRE(rp > 0);
+  REQUIRE(sender.key_reply_to().empty());
+  REQUIRE_FALSE(site.open(std::span<const std::byte>(reply.data(), rp), t0, out));
+  REQUIRE(out.empty());  // a key_only reply is not the answer to the core's REGISTER
+  REQUIRE(site.has_session_key(sid));
+  REQUIRE_FALSE(site.awaiting_key(sid));
+
+  // Blocks verify now, before any REGISTER; an altered one does not.
+  auto d = data_datagram(1, 0, 0);
+  d.resize(sender.seal_data(d, d.size() - auth::data_trailer_bytes));
+  REQUIRE_FALSE(site.open(d, t0, out));
+  d[30] ^= std::byte{1};
+  REQUIRE(site.open(d, t0, out) == errc::unauthenticated);
+
+  // The REGISTER that follows is answered as before, and that reply reaches the core.
+  wire::register_request r;
+  r.set_receiver_id("site-a");
+  const auto reg = sealed(control(wire::msg_type::register_request, r),
+                          [&](auto b, auto n) { return site.seal(b, n); });
+  REQUIRE_FALSE(sender.open(reg, out));
+  REQUIRE_FALSE(out.empty());
+  wire::register_reply rr;
+  rr.set_receiver_id("site-a");
+  rr.set_accepted(true);
+  const auto full = sealed(control(wire::msg_type::register_reply, rr),
+                           [&](auto b, auto n) { return sender.seal_control(b, n); });
+  REQUIRE_FALSE(site.open(full, t0, out));
+  REQUIRE_FALSE(out.empty());
+}
+
+TEST_CASE("signed session: a key request is checked like a REGISTER (pinned key, HMAC)",
+          "[unit][auth]") {
+  crypto::identity sender_id = crypto::generate_identity();
+  crypto::identity site_id = crypto::generate_identity();
+  crypto::identity other_id = crypto::generate_identity();
+  auth::sender_keys sender(sender_id, sid, {{"site-a", site_id.public_key}});
+  // A site with another key than the pinned one, asking in site-a's name.
+  auth::receiver_keys intruder(auth::receiver_auth_options{{sender_id.public_key}, other_id, 256, 100, "site-a"});
+  std::span<const std::byte> out;
+  std::vector<std::byte> buf(wire::control_budget + auth::max_trailer_bytes);
+  const auto ann = sealed(control(wire::msg_type::announce, sample_announce()),
+                          [&](auto b, auto n) { return sender.seal_control(b, n); });
+  REQUIRE_FALSE(intruder.open(ann, t0, out));
+  const std::size_t rq = intruder.take_key_request(buf);
+  REQUIRE(rq > 0);
+  REQUIRE(sender.open(std::span<const std::byte>(buf.data(), rq), out) == errc::unauthenticated);
+  REQUIRE(sender.stats().untrusted_site == 1);
+  std::vector<std::byte> reply(wire::control_budget + auth::max_trailer_bytes);
+  REQUIRE(sender.take_key_reply(reply) == 0);
+  // The pinned site's request with a byte altered fails its HMAC.
+  auth::receiver_keys site(auth::receiver_auth_options{{sender_id.public_key}, site_id, 256, 100, "site-a"});
+  REQUIRE_FALSE(site.open(ann, t0, out));
+  const std::size_t n = site.take_key_request(buf);
+  REQUIRE(n > 0);
+  buf[n - 40] ^= std::byte{1};
+  REQUIRE(sender.open(std::span<const std::byte>(buf.data(), n), out) == errc::unauthenticated);
+  REQUIRE(sender.take_key_reply(reply) == 0);
+}
+
+TEST_CASE("encrypted session: sealed announces verified before the key are held and open once "
+          "it arrives, with their source and arrival time",
+          "[unit][auth][encrypt]") {
+  encrypted_exchange x;
+  endpoint hub;
+  hub.addr[0] = 127;
+  hub.addr[3] = 1;
+  hub.port = 4711;
+  std::vector<std::vector<std::byte>> cycle;
+  for (int i = 0; i < 3; ++i) cycle.push_back(x.announce_datagram());
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE_FALSE(x.receiver.open(cycle[i], t0 + std::chrono::milliseconds(i), x.out, hub));
+    REQUIRE(x.out.empty());
+  }
+  // A repeat of a held announce (same bytes) is not held twice.
+  REQUIRE_FALSE(x.receiver.open(cycle[0], t0 + 5ms, x.out, hub));
+  REQUIRE(x.receiver.take_held().empty());  // no key yet: nothing to open
+  REQUIRE(x.receiver.awaiting_key(sid));
+
+  std::vector<std::byte> buf(wire::control_budget + auth::max_trailer_bytes);
+  const std::size_t rq = x.receiver.take_key_request(buf);
+  REQUIRE(rq > 0);
+  REQUIRE_FALSE(x.sender.open(std::span<const std::byte>(buf.data(), rq), x.out));
+  std::vector<std::byte> reply(wire::control_budget + auth::max_trailer_bytes);
+  const std::size_t rp = x.sender.take_key_reply(reply);
+  REQUIRE_FALSE(x.receiver.open(std::span<const std::byte>(reply.data(), rp), t0 + 10ms, x.out));
+
+  const auto held = x.receiver.take_held();
+  REQUIRE(held.size() == 3);
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE(held[i].datagram == cycle[i]);
+    REQUIRE(held[i].from == hub);
+    REQUIRE(held[i].at == t0 + std::chrono::milliseconds(i));
+    const auto bad_sig = x.receiver.stats().bad_signature;
+    REQUIRE_FALSE(x.receiver.open(held[i].datagram, held[i].at, x.out, held[i].from));
+    REQUIRE(x.receiver.stats().bad_signature == bad_sig);
+    wire::announce a;
+    REQUIRE_FALSE(wire::parse_control(x.out, a));
+    REQUIRE(a.files(0).path() == "obs/x.bufr");
+  }
+  REQUIRE(x.receiver.take_held().empty());  // taken once
+}
+
+TEST_CASE("encrypted session: held announces are bounded in bytes and freed with the session",
+          "[unit][auth][encrypt][budget]") {
+  encrypted_exchange x;
+  auth::sender_keys second(x.sender_id, session_id{0x55}, {{"site-a", x.site_id.public_key}}, true);
+  std::vector<std::byte> buf(wire::control_budget + auth::max_trailer_bytes);
+  std::vector<std::byte> reply(wire::control_budget + auth::max_trailer_bytes);
+  wire::announce chunk = sample_announce();  // about 1.2 kB, as a real manifest chunk
+  for (int i = 0; i < 16; ++i) {
+    auto* f = chunk.add_files();
+    f->set_path("obs/" + std::string(60, static_cast<char>('a' + i)));
+    f->set_size(1000);
+  }
+  auto announce = [&](auth::sender_keys& from, session_id s) {
+    return sealed(control(wire::msg_type::announce, chunk, s),
+                  [&](auto b, auto n) { return from.seal_control(b, n); });
+  };
+  auto key_exchange = [&](auth::sender_keys& from, time_point now) {
+    const std::size_t rq = x.receiver.take_key_request(buf);
+    REQUIRE(rq > 0);
+    REQUIRE_FALSE(from.open(std::span<const std::byte>(buf.data(), rq), x.out));
+    const std::size_t rp = from.take_key_reply(reply);
+    REQUIRE(rp > 0);
+    REQUIRE_FALSE(x.receiver.open(std::span<const std::byte>(reply.data(), rp), now, x.out));
+  };
+  // More than max_held_announce_bytes of verified sealed announces, before any key; the
+  // fixture allows 100 signature checks per second, so they are spread over seconds.
+  const std::size_t fits = auth::max_held_announce_bytes / announce(x.sender, sid).size();
+  time_point now = t0;
+  for (std::size_t i = 0; i < fits + 50; ++i, now += 11ms) {
+    REQUIRE_FALSE(x.receiver.open(announce(x.sender, sid), now, x.out));
+  }
+  // A second session's announces find the bound reached: none is held.
+  for (int i = 0; i < 5; ++i, now += 11ms) REQUIRE_FALSE(x.receiver.open(announce(second, session_id{0x55}), now, x.out));
+  key_exchange(second, now);
+  REQUIRE(x.receiver.take_held().empty());
+
+  // Forgetting the first session frees its bytes: a third session holds what it gets.
+  x.receiver.forget(sid);
+  REQUIRE_FALSE(x.receiver.awaiting_key(sid));
+  auth::sender_keys third(x.sender_id, session_id{0x66}, {{"site-a", x.site_id.public_key}}, true);
+  for (int i = 0; i < 5; ++i, now += 11ms) REQUIRE_FALSE(x.receiver.open(announce(third, session_id{0x66}), now, x.out));
+  key_exchange(third, now);
+  REQUIRE(x.receiver.take_held().size() == 5);
+}
+
+TEST_CASE("an announce verified within announce_repeat_interval makes the next one a repeat that "
+          "needs no check; a forged one does not count",
+          "[unit][auth]") {
+  exchange x;
+  REQUIRE_FALSE(x.receiver.repeat_verified_recently(sid, t0));  // unknown session
+  REQUIRE_FALSE(x.announce());                                  // verified at t0
+  REQUIRE(x.receiver.repeat_verified_recently(sid, t0 + auth::announce_repeat_interval / 2));
+  REQUIRE_FALSE(x.receiver.repeat_verified_recently(sid, t0 + auth::announce_repeat_interval));
+  // A forged announce of the same session (another key) fails and refreshes nothing.
+  const auto mallory = crypto::generate_identity();
+  auth::sender_keys forger(mallory, sid, {});
+  const auto f = sealed(control(wire::msg_type::announce, sample_announce()),
+                        [&](auto b, auto n) { return forger.seal_control(b, n); });
+  const time_point later = t0 + 2 * auth::announce_repeat_interval;
+  REQUIRE(x.receiver.open(f, later, x.out) == errc::unauthenticated);
+  REQUIRE_FALSE(x.receiver.repeat_verified_recently(sid, later));
+}

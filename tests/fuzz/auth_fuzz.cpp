@@ -11,8 +11,10 @@
 /// whose records, by op % 6, are:
 ///
 ///   0  a datagram to the site:           receiver_keys::open
-///   1  a datagram to the sender:         sender_keys::open
+///   1  a datagram to the sender:         sender_keys::open (a key request, which signed
+///      sessions have too, is answered with take_key_reply, which the site must open)
 ///   2  a datagram the site's core made:  receiver_keys::seal, then the sender opens the result
+///      (and answers it, if it was a key request)
 ///   3  a datagram the sender's core made: sender_keys::seal_control, then the site opens it
 ///   4  a data datagram of the sender:    sender_keys::seal_data (payloads of at least the data
 ///      header), then the site opens it
@@ -22,7 +24,8 @@
 /// and, against a second pair that ran the handshake of an encrypted session (mcdist-send
 /// --encrypt: sealed announce, key request, key_only reply), by op % 11:
 ///
-///   6  a datagram to the encrypted site:    receiver_keys::open
+///   6  a datagram to the encrypted site:    receiver_keys::open (then the sealed announces it
+///      held before the key, if the key just arrived, open again)
 ///   7  a datagram to the encrypted sender:  sender_keys::open (a key request is answered with
 ///      take_key_reply, which the site must open)
 ///   8  a datagram the encrypted site's core made: sealed, then the sender opens it
@@ -93,6 +96,18 @@ void check_opened(std::span<const std::byte> in, std::span<const std::byte> out)
   require(in.size() - out.size() == auth::trailer_size(t));
 }
 
+/// A key request the sender's layer consumed (encrypted and signed sessions alike): its answer
+/// must exist, and the site consumes it when it opens it (or refuses it, if the fuzzed input made
+/// it forget the session).
+void answer_key_request(auth::sender_keys& hub, auth::receiver_keys& site, time_point now) {
+  require(!hub.key_reply_to().empty());
+  std::vector<std::byte> reply(wire::control_budget + auth::max_trailer_bytes);
+  const std::size_t n = hub.take_key_reply(reply);
+  require(n > 0);
+  std::span<const std::byte> opened;
+  if (!site.open(std::span(reply).first(n), now, opened)) require(opened.empty());
+}
+
 }  // namespace
 
 /// The encrypted pair after its handshake.
@@ -144,6 +159,10 @@ void encrypted_op(encrypted_pair& e, unsigned op, std::span<const std::byte> p, 
   switch (op) {
     case 6:
       if (!e.site.open(p, now, opened)) check_opened_encrypted(p, opened);
+      // Held announces whose key just arrived open again without a second signature check.
+      for (const auto& h : e.site.take_held()) {
+        if (!e.site.open(h.datagram, h.at, opened, h.from)) check_opened_encrypted(h.datagram, opened);
+      }
       break;
     case 7:
       if (!e.hub.open(p, opened)) {
@@ -151,12 +170,9 @@ void encrypted_op(encrypted_pair& e, unsigned op, std::span<const std::byte> p, 
           check_opened(p, opened);
           break;
         }
-        std::vector<std::byte> reply(wire::control_budget + auth::max_trailer_bytes);
-        const std::size_t n = e.hub.take_key_reply(reply);
-        require(n > 0);
         // The site may have forgotten the session (op 9 can make it learn others): then it
         // refuses the reply; if it opens it, the reply is consumed.
-        if (!e.site.open(std::span(reply).first(n), now, opened)) require(opened.empty());
+        answer_key_request(e.hub, e.site, now);
       }
       break;
     case 8: {
@@ -299,7 +315,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         if (!site.open(p, now, opened)) check_opened(p, opened);
         break;
       case 1:
-        if (!hub.open(p, opened)) check_opened(p, opened);
+        if (!hub.open(p, opened)) {
+          if (opened.empty()) {
+            answer_key_request(hub, site, now);
+            break;
+          }
+          check_opened(p, opened);
+        }
         break;
       case 2: {
         auto b = roomy(p);
@@ -307,7 +329,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         if (n == 0 || n == p.size()) break;  // unknown session, or left as version 1
         require(n == p.size() + auth::trailer_size(static_cast<wire::msg_type>(
                                     std::to_integer<std::uint8_t>(p[3]))));
-        if (!hub.open(std::span(b).first(n), opened)) check_opened(std::span(b).first(n), opened);
+        if (!hub.open(std::span(b).first(n), opened)) {
+          if (opened.empty()) {
+            answer_key_request(hub, site, now);
+            break;
+          }
+          check_opened(std::span(b).first(n), opened);
+        }
         break;
       }
       case 3: {
@@ -322,8 +350,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           // Consumed: an announce whose signed body carries a sealed manifest makes the site
           // treat its session as encrypted and ask for the key (found by this target: the
           // sender's signature covers the body, so the site trusts what it says).
+          // Consumed too: a register_reply with key_only, the answer to a key request (the
+          // signed session's site asks for the key before it registers).
           const session_id sid{static_cast<std::uint32_t>(fuzz::read_be(p, 4, 4))};
-          require(t == wire::msg_type::announce && site.encrypted(sid));
+          require((t == wire::msg_type::announce && site.encrypted(sid)) ||
+                  t == wire::msg_type::register_reply);
           break;
         }
         check_opened(std::span(b).first(n), opened);

@@ -12,7 +12,9 @@
 3. A full filesystem (a 4 MiB tmpfs mounted here; needs root, else that part prints SKIPPED):
    the file that does not fit fails with "disk reserve", the other file is delivered, and the
    sender ends with exit code 1 (some receiver incomplete) and a summary naming the failure;
-   then the filesystem turns read-only and a file fails with EROFS the same way.
+   then the filesystem turns read-only and a file fails with EROFS the same way; then, writable
+   again, the set that does not fit goes over the unicast fallback (--unicast, TCP): the file
+   fails the same way and the sender ends.
 
 usage: test_budgets.py BUILD_DIR"""
 
@@ -215,6 +217,21 @@ def full_filesystem(bin_dir, base, group):
               "summary does not report EROFS: %s" % summary["receivers"][0])
         check(d.alive(), "mcdistd died:\n" + d.log_text())
         subprocess.run(["mount", "-o", "remount,rw", mnt])
+        # The same full disk behind the unicast fallback (the issue's livelock: the fallback
+        # fetched the same data again and again and the sender never ended): big.bin fails with
+        # the reason in COMPLETE, small.bin is held, and the sender ends.
+        t0 = time.time()
+        code, summary, out = run_sender(bin_dir, [src], group, ["full"], timeout=60,
+                                        extra=["--unicast", "--fallback", "tcp"])
+        log("full disk over the unicast fallback: sender exit %d after %.1f s" % (code, time.time() - t0))
+        check(code == 1, "sender exit code %d over the fallback, want 1:\n%s" % (code, out))
+        rx = summary["receivers"][0]
+        reasons = [f["reason"] for f in rx["file_failures"]]
+        check(rx["path"] == "unicast-tcp" and len(reasons) == 1 and
+              ("disk reserve" in reasons[0] or "quota" in reasons[0]),
+              "summary does not report the file that did not fit over the fallback: %s" % rx)
+        check(not os.path.exists(os.path.join(d.dest, "src-full", "big.bin")), "big file exists")
+        check(d.alive(), "mcdistd died:\n" + d.log_text())
         return True
     finally:
         if d:

@@ -3,7 +3,8 @@
 
 Over plain loopback:
   1. the policy moves a receiver that drops 10 % of what it receives to unicast (auto: SCTP over
-     UDP on a short path) while a clean receiver finishes over multicast;
+     UDP on a short path, TCP when the RTT sample says the path is long, which load can do)
+     while a clean receiver finishes over multicast;
   2. forced unicast (--unicast) over SCTP and over 4 TCP connections, mixed file set, and over
      TCP with the automatic connection count paced by --unicast-max-rate (rate cap held);
   3. manual resend (--only) of a whole earlier set to one of two receivers, over multicast and
@@ -65,12 +66,17 @@ def policy_case(bin_dir, base, rng):
         r = by_id(summary)
         check(r["clean"]["state"] == "completed" and r["clean"]["path"] == "multicast",
               "clean: %s %s" % (r["clean"]["state"], r["clean"]["path"]))
-        check(r["lossy"]["state"] == "completed" and r["lossy"]["path"] == "unicast-sctp",
-              "lossy: %s %s\n%s" % (r["lossy"]["state"], r["lossy"]["path"], out))
-        check("unicast-sctp" in out and "unicast over sctp" in out,
-              "the text summary shows no unicast path:\n%s" % out)
+        # The automatic mode picks SCTP below fallback_policy::long_path_rtt (200 ms) and TCP
+        # above, from the receiver's measured RTT: on loopback that is SCTP, but a loaded
+        # machine or ASan can stretch the sample past 200 ms (seen: TCP with 8 connections at
+        # load 35). The rule itself is unit-tested (fallback_policy_test); here, the property:
+        # the lossy receiver went unicast over a transport the policy offers, and it is shown.
         fb = r["lossy"]["fallback"]
-        check(fb["transport"] == "sctp", "auto on loopback should pick sctp: %s" % fb)
+        check(fb["transport"] in ("sctp", "tcp"), "automatic transport %s" % fb)
+        check(r["lossy"]["state"] == "completed" and r["lossy"]["path"] == "unicast-" + fb["transport"],
+              "lossy: %s %s\n%s" % (r["lossy"]["state"], r["lossy"]["path"], out))
+        check("unicast-" + fb["transport"] in out and "unicast over " + fb["transport"] in out,
+              "the text summary shows no unicast path:\n%s" % out)
         check("NAK ratio" in fb["reason"], "fallback reason: %s" % fb["reason"])
         check_delivered(clean.dest, want, "clean")
         check_delivered(lossy.dest, want, "lossy")

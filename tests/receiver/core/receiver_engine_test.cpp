@@ -1238,3 +1238,14 @@ TEST_CASE("receivers that start together retry REGISTER at different times", "[u
   }
   REQUIRE(retries.size() >= 15);  // 20 seeds, not one schedule
 }
+
+TEST_CASE("manifest_complete says when a session's announces are only repeats", "[unit][receiver][auth]") {
+  harness h;
+  REQUIRE_FALSE(h.engine.manifest_complete(sid));  // unknown
+  std::vector<wire::file_entry> entries;
+  for (int i = 0; i < 5; ++i) entries.push_back(entry("d/f" + std::to_string(i), 100));
+  h.announce(entries, 2, {0, 2});
+  REQUIRE_FALSE(h.engine.manifest_complete(sid));  // chunk 1 of 3 missing
+  h.announce(entries, 2, {1});
+  REQUIRE(h.engine.manifest_complete(sid));
+}

@@ -611,3 +611,49 @@ TEST_CASE("an open group accepts at most max_receivers; more REGISTERs are refus
   REQUIRE(replies[3].accepted());
   REQUIRE(h.s->report(h.now).receivers.size() == 2);
 }
+
+TEST_CASE("an authenticated session starts pass 1 once every listed site holds the session key, "
+          "from its key request or its registration",
+          "[unit][sender][auth]") {
+  harness h(files({5000, 5000}), {"a", "b"});
+  h.cfg.start_on_registration = true;
+  h.s = std::make_unique<sender_session>(h.cfg, files({5000, 5000}), 1, nullptr);
+  h.s->start(h.now);
+  for (int i = 0; i < 20; ++i, h.now += 1ms) h.tick();
+  REQUIRE(h.s->current_phase() == sender_session::phase::announcing);  // no site holds the key
+  h.s->on_site_keyed("a", h.now);
+  h.s->on_site_keyed("a", h.now);        // counted once
+  h.s->on_site_keyed("stranger", h.now); // not listed: ignored
+  h.tick();
+  REQUIRE(h.s->current_phase() == sender_session::phase::announcing);
+  // b registers without a key request (a sender answering none gives the key there): a has
+  // not registered yet, but both hold the key, so pass 1 starts while registration is open.
+  h.register_rx("b", rx_b);
+  REQUIRE(h.s->current_phase() == sender_session::phase::transferring);
+  for (const auto& r : h.s->report(h.now).receivers) {
+    REQUIRE(r.state == (r.id == "a" ? receiver_report::state_t::missing
+                                    : receiver_report::state_t::registered));
+  }
+  const auto data = h.drain_data();
+  REQUIRE(data.size() == 8);  // 2 x ceil(5000 / 1400)
+}
+
+TEST_CASE("an authenticated open group starts pass 1 two GRTT after the first site holds the key",
+          "[unit][sender][auth]") {
+  harness h(files({5000}), {});
+  h.cfg.start_on_registration = true;
+  h.s = std::make_unique<sender_session>(h.cfg, files({5000}), 1, nullptr);
+  h.s->start(h.now);
+  for (int i = 0; i < 20; ++i, h.now += 1ms) h.tick();
+  REQUIRE(h.s->current_phase() == sender_session::phase::announcing);
+  h.s->on_site_keyed("a", h.now);
+  h.tick();
+  REQUIRE(h.s->current_phase() == sender_session::phase::announcing);  // others may follow
+  const auto deadline = h.s->next_deadline(h.now);
+  REQUIRE(deadline);
+  for (int i = 0; i < 100 && h.s->current_phase() == sender_session::phase::announcing; ++i) {
+    h.now = std::max(h.now + 1ms, *h.s->next_deadline(h.now));
+    h.tick();
+  }
+  REQUIRE(h.s->current_phase() == sender_session::phase::transferring);
+}
