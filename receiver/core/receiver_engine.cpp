@@ -2,6 +2,7 @@
 
 #include "common/ranges.hpp"
 #include "receiver/core/nak_builder.hpp"
+#include "receiver/core/nak_scheduler.hpp"
 #include "receiver/core/session_checkpoint.hpp"
 #include "common/wire.hpp"
 #include "mcdist.pb.h"
@@ -147,7 +148,18 @@ struct receiver_engine::session_rx {
   std::uint32_t nak_block = 0;
   std::uint32_t pass_end_answered = 0;
   std::optional<time_point> nak_due;
-  duration nak_backoff{};
+  // The marker that scheduled the pending NAK round: the round covers what was missing behind
+  // it, so the receivers that lost a block all time their NAK from the same marker and the
+  // first one's repair suppresses the others (a later loss waits for the next round).
+  std::uint32_t round_pass = 0;
+  std::uint32_t round_file = 0;
+  std::uint32_t round_block = 0;
+  bool round_pass_end = false;
+  /// NAK timing, advertised repairs and the status slice (issue 12).
+  nak_scheduler feedback;
+  std::uint32_t status_slices = 0;  ///< of the latest status request (0, 1: everyone answers)
+  std::uint32_t status_slice = 0;
+  time_point complete_sent{};  ///< when COMPLETE last left
   std::uint32_t digests_through = 0;
   time_point next_register{};
   std::uint32_t register_sends = 0;
@@ -182,6 +194,7 @@ receiver_engine::receiver_engine(receiver_config cfg, receiver_sink& sink, stora
       m_store(store),
       m_log(std::move(log)),
       m_rng_state(seed),
+      m_id_hash(nak_scheduler::id_hash(m_cfg.id)),
       m_budget(m_cfg.session_memory_bytes, m_cfg.total_memory_bytes) {}
 
 receiver_engine::~receiver_engine() = default;
@@ -329,6 +342,11 @@ void receiver_engine::dispatch(std::span<const std::byte> datagram, const endpoi
     case wire::msg_type::fallback: {
       wire::fallback m;
       if (parse(m)) handle_fallback(*s, m, from, now);
+      break;
+    }
+    case wire::msg_type::repair_advert: {
+      wire::repair_advert m;
+      if (parse(m)) handle_advert(*s, m, now);
       break;
     }
     default:
@@ -878,10 +896,13 @@ void receiver_engine::handle_marker(session_rx& s, const wire::marker& m, time_p
   s.echo_us = m.sender_time_us();
   s.echo_at = now;
   s.grtt = std::min(from_us(m.grtt_us()), m_cfg.max_grtt);
-  s.nak_backoff = from_us(std::min<std::uint32_t>(m.nak_backoff_us(), 10'000'000));
+  s.feedback.on_marker(from_us(std::min<std::uint32_t>(m.nak_backoff_us(), 10'000'000)),
+                       m.group_size());
   s.digests_through = std::min(m.digests_through(), s.file_count);
   if (s.state == session_rx::state_t::completing) {
-    if (m.status_request()) send_complete(s, now);
+    // Answered until acknowledged, but not again before the last COMPLETE's acknowledgement
+    // had time to come back (a status request sent before the sender got it).
+    if (m.status_request() && now - s.complete_sent >= s.grtt) send_complete(s, now);
     return;
   }
   if (s.state != session_rx::state_t::receiving && s.state != session_rx::state_t::registering) {
@@ -896,22 +917,51 @@ void receiver_engine::handle_marker(session_rx& s, const wire::marker& m, time_p
       (m.pass() == s.marker_pass &&
        (m.file() > s.marker_file || (m.file() == s.marker_file && m.block() >= s.marker_block)));
   if (!newer) return;
-  if (m.pass() != s.marker_pass) s.marker_pass_end = false;
+  if (m.pass() != s.marker_pass) {
+    s.marker_pass_end = false;
+    s.feedback.clear();  // hints are per pass
+  }
   s.marker_pass = m.pass();
   s.marker_file = m.file();
   s.marker_block = m.block();
   if (seq_after(m.seq(), s.marker_seq) || s.marker_seq == 0) s.marker_seq = m.seq();
   s.marker_pass_end = s.marker_pass_end || m.pass_end();
-  s.status_request = s.status_request || m.status_request();
+  if (m.status_request()) {
+    s.status_request = true;
+    s.status_slices = m.status_slices();
+    s.status_slice = m.status_slice();
+  }
   // The sender is idle and asking again at the end of a pass we already answered: our NAKs
-  // were lost, or its repairs were. NAK everything still missing.
-  if (m.pass_end() && s.pass_end_answered == m.pass()) s.rescan = true;
+  // were lost, or its repairs were (or a repair it advertised). NAK everything still missing.
+  if (m.pass_end() && s.pass_end_answered == m.pass()) {
+    s.rescan = true;
+    s.feedback.clear();
+  }
   if (!s.nak_due) {
-    const auto backoff = s.nak_backoff.count() > 0
-                             ? duration(static_cast<std::int64_t>(
-                                   random() % static_cast<std::uint64_t>(s.nak_backoff.count())))
-                             : duration::zero();
-    s.nak_due = now + backoff;
+    s.nak_due = now + s.feedback.draw_delay(random());
+    s.round_pass = s.marker_pass;
+    s.round_file = s.marker_file;
+    s.round_block = s.marker_block;
+    s.round_pass_end = s.marker_pass_end;
+  }
+}
+
+void receiver_engine::handle_advert(session_rx& s, const wire::repair_advert& m, time_point) {
+  if (s.state != session_rx::state_t::receiving || s.unicast) return;
+  // Check everything before taking anything (a hint, but from the network).
+  for (const auto& fn : m.files()) {
+    if (fn.file() >= s.file_count || fn.file() >= s.files.size() ||
+        for_each_range(std::span(fn.ranges().data(), static_cast<std::size_t>(fn.ranges_size())),
+                       s.files[fn.file()].blocks, [](std::uint32_t, std::uint32_t) {})) {
+      m_stats.drops.add(errc::invalid_field);
+      return;
+    }
+  }
+  for (const auto& fn : m.files()) {
+    for_each_range(std::span(fn.ranges().data(), static_cast<std::size_t>(fn.ranges_size())),
+                   s.files[fn.file()].blocks, [&](std::uint32_t first, std::uint32_t count) {
+                     s.feedback.advertise(m.pass(), s.marker_pass, fn.file(), first, count);
+                   });
   }
 }
 
@@ -937,23 +987,40 @@ void receiver_engine::send_naks(session_rx& s, time_point now) {
   header.set_files_finalizing(s.files_finalizing);
   header.set_bytes_received(s.bytes_received);
   nak_builder naks(header, m_cfg.max_nak_datagrams);
+  // Up to the marker that scheduled this round (the latest one if the pass changed since).
+  const bool same_pass = s.round_pass == s.marker_pass;
+  const std::uint32_t limit_file = same_pass ? s.round_file : s.marker_file;
+  const std::uint32_t limit_block = same_pass ? s.round_block : s.marker_block;
+  const bool limit_pass_end = same_pass ? s.round_pass_end : s.marker_pass_end;
   bool stopped = false;
-  const std::uint32_t last_file = std::min(s.marker_file, s.file_count);
+  const std::uint32_t last_file = std::min(limit_file, s.file_count);
   for (std::uint32_t f = s.nak_file, b = s.nak_block; f <= last_file && f < s.file_count;
        ++f, b = 0) {
     auto& fr = s.files[f];
     if (fr.state != file_rx::state_t::receiving) continue;
-    const std::uint32_t end = f == s.marker_file ? std::min(s.marker_block, fr.blocks) : fr.blocks;
-    if (!naks.add_missing(f, fr.received, b, end)) {
+    const std::uint32_t end = f == limit_file ? std::min(limit_block, fr.blocks) : fr.blocks;
+    // Blocks the sender advertised as scheduled are left out (nak_scheduler.hpp).
+    const bool all_in = s.feedback.for_each_unadvertised(
+        f, b, end, [&](std::uint32_t from, std::uint32_t to) {
+          if (naks.add_missing(f, fr.received, from, to)) return true;
+          b = from;
+          return false;
+        });
+    if (!all_in) {
       stopped = true;
       s.nak_file = f;
       s.nak_block = b;
       break;
     }
   }
-  if (!stopped) {
-    s.nak_file = s.marker_file;
-    s.nak_block = s.marker_block;
+  if (!stopped && !s.unicast) {
+    // A round never moves backwards (the progress may be ahead of an old round's limit).
+    if (limit_file > s.nak_file || (limit_file == s.nak_file && limit_block > s.nak_block)) {
+      s.nak_file = limit_file;
+      s.nak_block = limit_block;
+    }
+    if (limit_pass_end) s.pass_end_answered = s.marker_pass;
+  } else if (!stopped) {
     if (s.marker_pass_end) s.pass_end_answered = s.marker_pass;
   }
   for (std::uint32_t i = 0;
@@ -964,7 +1031,9 @@ void receiver_engine::send_naks(session_rx& s, time_point now) {
       naks.want_digest(i);
     }
   }
-  naks.finish(s.status_request);
+  // Sampled status: with nothing to NAK, only the request's slice answers.
+  naks.finish(s.status_request &&
+              nak_scheduler::in_status_sample(m_id_hash, s.status_slices, s.status_slice));
   for (const auto& m : naks.datagrams()) {
     m_sink.send(s.sender, encode(wire::msg_type::nak, s.id, m));
     ++m_stats.naks_sent;
@@ -993,6 +1062,7 @@ void receiver_engine::send_complete(session_rx& s, time_point now) {
   const auto bytes = encode(wire::msg_type::complete, s.id, m);
   m_sink.send(s.sender, bytes);
   ++s.complete_sends;
+  s.complete_sent = now;
   s.next_complete = now + retransmit_interval(s);
 }
 
