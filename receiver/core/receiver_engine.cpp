@@ -21,6 +21,9 @@ namespace {
 
 /// Most failures listed in one COMPLETE; the rest are counted in files_stored's shortfall.
 constexpr int max_reported_failures = 32;
+/// Pending NAK rounds a session keeps (one per marker, GRTT/2 apart: 32 GRTT, beyond any NAK
+/// window, which is at most about 6 GRTT); beyond, the newest takes the next one's blocks.
+constexpr std::size_t max_nak_rounds = 64;
 /// Most digests asked for in one NAK.
 constexpr std::size_t max_digests_wanted = 128;
 /// Longest failure reason carried in COMPLETE, bytes.
@@ -101,6 +104,22 @@ struct receiver_engine::file_rx {
   }
 };
 
+/// One NAK round: what was missing between two markers, NAKed at a time drawn when the later
+/// marker arrived. Every receiver that lost a block detects it at the same marker and times its
+/// NAK from it, so the first one's repair (or the sender's advert) reaches the others before
+/// their timers fire (nak_scheduler.hpp); each block is NAKed once per pass, by its round.
+struct receiver_engine::nak_round {
+  time_point due{};
+  std::uint32_t from_file = 0;
+  std::uint32_t from_block = 0;
+  std::uint32_t to_file = 0;   ///< up to the marker: (file_count, 0) at a pass end
+  std::uint32_t to_block = 0;
+  bool pass_end = false;  ///< covers the pass's end: answering it answers the pass end
+  bool status = false;    ///< answers a status request: a status reply even with nothing missing
+  std::uint32_t status_slices = 0;
+  std::uint32_t status_slice = 0;
+};
+
 struct receiver_engine::session_rx {
   enum class state_t { manifest, checking_held, registering, receiving, completing };
   session_id id{};
@@ -140,25 +159,18 @@ struct receiver_engine::session_rx {
   std::uint32_t marker_block = 0;
   std::uint32_t marker_seq = 0;
   bool marker_pass_end = false;
-  bool status_request = false;
-  bool rescan = false;
-  // How far this receiver has NAKed in pass nak_pass.
-  std::uint32_t nak_pass = 0;
+  // How far NAK rounds of pass marker_pass are scheduled: each newer marker schedules a round
+  // for the blocks between the previous marker and itself (nak_round).
   std::uint32_t nak_file = 0;
   std::uint32_t nak_block = 0;
   std::uint32_t pass_end_answered = 0;
+  /// Pending NAK rounds, in the order scheduled; each fires at its own time.
+  std::vector<nak_round> rounds;
+  /// The earliest due time of `rounds`.
   std::optional<time_point> nak_due;
-  // The marker that scheduled the pending NAK round: the round covers what was missing behind
-  // it, so the receivers that lost a block all time their NAK from the same marker and the
-  // first one's repair suppresses the others (a later loss waits for the next round).
-  std::uint32_t round_pass = 0;
-  std::uint32_t round_file = 0;
-  std::uint32_t round_block = 0;
-  bool round_pass_end = false;
+
   /// NAK timing, advertised repairs and the status slice (issue 12).
   nak_scheduler feedback;
-  std::uint32_t status_slices = 0;  ///< of the latest status request (0, 1: everyone answers)
-  std::uint32_t status_slice = 0;
   time_point complete_sent{};  ///< when COMPLETE last left
   std::uint32_t digests_through = 0;
   time_point next_register{};
@@ -918,32 +930,54 @@ void receiver_engine::handle_marker(session_rx& s, const wire::marker& m, time_p
        (m.file() > s.marker_file || (m.file() == s.marker_file && m.block() >= s.marker_block)));
   if (!newer) return;
   if (m.pass() != s.marker_pass) {
+    // A new pass: NAK from its start again; rounds and hints of the old pass are void.
     s.marker_pass_end = false;
-    s.feedback.clear();  // hints are per pass
+    s.feedback.clear();
+    s.rounds.clear();
+    s.nak_file = 0;
+    s.nak_block = 0;
   }
   s.marker_pass = m.pass();
   s.marker_file = m.file();
   s.marker_block = m.block();
   if (seq_after(m.seq(), s.marker_seq) || s.marker_seq == 0) s.marker_seq = m.seq();
   s.marker_pass_end = s.marker_pass_end || m.pass_end();
-  if (m.status_request()) {
-    s.status_request = true;
-    s.status_slices = m.status_slices();
-    s.status_slice = m.status_slice();
-  }
+  nak_round r;
   // The sender is idle and asking again at the end of a pass we already answered: our NAKs
   // were lost, or its repairs were (or a repair it advertised). NAK everything still missing.
-  if (m.pass_end() && s.pass_end_answered == m.pass()) {
-    s.rescan = true;
-    s.feedback.clear();
+  const bool rescan = m.pass_end() && s.pass_end_answered == m.pass();
+  if (rescan) s.feedback.clear();
+  if (!rescan && !s.unicast) {
+    r.from_file = s.nak_file;
+    r.from_block = s.nak_block;
+  } else if (s.unicast) {
+    // Data comes over unicast; NAK only for digests and, when asked, as a sign of life.
+    r.from_file = s.marker_file;
+    r.from_block = s.marker_block;
   }
-  if (!s.nak_due) {
-    s.nak_due = now + s.feedback.draw_delay(random());
-    s.round_pass = s.marker_pass;
-    s.round_file = s.marker_file;
-    s.round_block = s.marker_block;
-    s.round_pass_end = s.marker_pass_end;
+  r.to_file = s.marker_file;
+  r.to_block = s.marker_block;
+  r.pass_end = s.marker_pass_end;
+  r.status = m.status_request();
+  r.status_slices = m.status_slices();
+  r.status_slice = m.status_slice();
+  const bool covers = r.from_file < r.to_file ||
+                      (r.from_file == r.to_file && r.from_block < r.to_block);
+  s.nak_file = s.marker_file;
+  s.nak_block = s.marker_block;
+  if (!covers && !r.status && !rescan) return;
+  r.due = now + s.feedback.draw_delay(random());
+  if (s.rounds.size() >= max_nak_rounds) {
+    // Bounded: the newest pending round takes this one's blocks too.
+    auto& last = s.rounds.back();
+    last.to_file = r.to_file;
+    last.to_block = r.to_block;
+    last.pass_end = last.pass_end || r.pass_end;
+    last.status = last.status || r.status;
+  } else {
+    s.rounds.push_back(r);
   }
+  if (!s.nak_due || r.due < *s.nak_due) s.nak_due = r.due;
 }
 
 void receiver_engine::handle_advert(session_rx& s, const wire::repair_advert& m, time_point) {
@@ -966,17 +1000,22 @@ void receiver_engine::handle_advert(session_rx& s, const wire::repair_advert& m,
 }
 
 void receiver_engine::send_naks(session_rx& s, time_point now) {
+  // The rounds due now, in the order scheduled; the others wait.
+  std::vector<nak_round> due;
   s.nak_due.reset();
-  if (s.marker_pass != s.nak_pass || s.rescan) {
-    s.nak_pass = s.marker_pass;
-    s.nak_file = 0;
-    s.nak_block = 0;
+  for (std::size_t i = 0; i < s.rounds.size();) {
+    if (s.rounds[i].due <= now) {
+      due.push_back(s.rounds[i]);
+      s.rounds.erase(s.rounds.begin() + static_cast<std::ptrdiff_t>(i));
+      continue;
+    }
+    if (!s.nak_due || s.rounds[i].due < *s.nak_due) s.nak_due = s.rounds[i].due;
+    ++i;
   }
-  if (s.unicast) {
-    // Data comes over unicast; NAK only for digests and, when asked, as a sign of life.
-    s.nak_file = s.marker_file;
-    s.nak_block = s.marker_block;
-  }
+  for (const auto& r : due) send_round(s, r, now);
+}
+
+void receiver_engine::send_round(session_rx& s, const nak_round& r, time_point now) {
   wire::nak header;
   header.set_receiver_id(m_cfg.id);
   header.set_pass(s.marker_pass);
@@ -987,18 +1026,13 @@ void receiver_engine::send_naks(session_rx& s, time_point now) {
   header.set_files_finalizing(s.files_finalizing);
   header.set_bytes_received(s.bytes_received);
   nak_builder naks(header, m_cfg.max_nak_datagrams);
-  // Up to the marker that scheduled this round (the latest one if the pass changed since).
-  const bool same_pass = s.round_pass == s.marker_pass;
-  const std::uint32_t limit_file = same_pass ? s.round_file : s.marker_file;
-  const std::uint32_t limit_block = same_pass ? s.round_block : s.marker_block;
-  const bool limit_pass_end = same_pass ? s.round_pass_end : s.marker_pass_end;
   bool stopped = false;
-  const std::uint32_t last_file = std::min(limit_file, s.file_count);
-  for (std::uint32_t f = s.nak_file, b = s.nak_block; f <= last_file && f < s.file_count;
+  const std::uint32_t last_file = std::min(r.to_file, s.file_count);
+  for (std::uint32_t f = r.from_file, b = r.from_block; f <= last_file && f < s.file_count;
        ++f, b = 0) {
     auto& fr = s.files[f];
     if (fr.state != file_rx::state_t::receiving) continue;
-    const std::uint32_t end = f == limit_file ? std::min(limit_block, fr.blocks) : fr.blocks;
+    const std::uint32_t end = f == r.to_file ? std::min(r.to_block, fr.blocks) : fr.blocks;
     // Blocks the sender advertised as scheduled are left out (nak_scheduler.hpp).
     const bool all_in = s.feedback.for_each_unadvertised(
         f, b, end, [&](std::uint32_t from, std::uint32_t to) {
@@ -1007,22 +1041,19 @@ void receiver_engine::send_naks(session_rx& s, time_point now) {
           return false;
         });
     if (!all_in) {
+      // The datagram cap: the rest of this round goes out at the next timer.
       stopped = true;
-      s.nak_file = f;
-      s.nak_block = b;
+      nak_round rest = r;
+      rest.from_file = f;
+      rest.from_block = b;
+      rest.status = false;
+      rest.due = now;
+      s.rounds.insert(s.rounds.begin(), rest);
+      s.nak_due = now;
       break;
     }
   }
-  if (!stopped && !s.unicast) {
-    // A round never moves backwards (the progress may be ahead of an old round's limit).
-    if (limit_file > s.nak_file || (limit_file == s.nak_file && limit_block > s.nak_block)) {
-      s.nak_file = limit_file;
-      s.nak_block = limit_block;
-    }
-    if (limit_pass_end) s.pass_end_answered = s.marker_pass;
-  } else if (!stopped) {
-    if (s.marker_pass_end) s.pass_end_answered = s.marker_pass;
-  }
+  if (!stopped && r.pass_end) s.pass_end_answered = s.marker_pass;
   for (std::uint32_t i = 0;
        i < s.digests_through && !naks.full() && naks.digests_wanted() < max_digests_wanted; ++i) {
     const auto& fr = s.files[i];
@@ -1032,14 +1063,12 @@ void receiver_engine::send_naks(session_rx& s, time_point now) {
     }
   }
   // Sampled status: with nothing to NAK, only the request's slice answers.
-  naks.finish(s.status_request &&
-              nak_scheduler::in_status_sample(m_id_hash, s.status_slices, s.status_slice));
+  naks.finish(r.status &&
+              nak_scheduler::in_status_sample(m_id_hash, r.status_slices, r.status_slice));
   for (const auto& m : naks.datagrams()) {
     m_sink.send(s.sender, encode(wire::msg_type::nak, s.id, m));
     ++m_stats.naks_sent;
   }
-  s.status_request = false;
-  s.rescan = false;
 }
 
 void receiver_engine::send_complete(session_rx& s, time_point now) {
@@ -1533,7 +1562,10 @@ void receiver_engine::on_timer(time_point now) {
         break;
       case session_rx::state_t::registering:
         if (now >= s->next_register) send_register(*s, now);
-        if (s->nak_due && now >= *s->nak_due) s->nak_due.reset();
+        if (s->nak_due && now >= *s->nak_due) {
+          s->nak_due.reset();
+          s->rounds.clear();
+        }
         break;
       case session_rx::state_t::receiving:
         if (s->unicast && !s->unicast_active && now >= s->next_unicast) {

@@ -235,6 +235,7 @@ class receiver_engine {
 
  private:
   struct file_rx;
+  struct nak_round;
   struct session_rx;
 
   session_rx* find(session_id s);
@@ -266,7 +267,9 @@ class receiver_engine {
   void manifest_complete(session_rx& s, time_point now);
   void start_receiving(session_rx& s, time_point now);
   void send_register(session_rx& s, time_point now);
+  /// Sends the NAK rounds due at `now`.
   void send_naks(session_rx& s, time_point now);
+  void send_round(session_rx& s, const nak_round& r, time_point now);
   void send_complete(session_rx& s, time_point now);
   void file_data_complete(session_rx& s, std::uint32_t f);
   void file_done(session_rx& s, time_point now);

@@ -388,11 +388,14 @@ void sender_session::send_announce_chunk(time_point now) {
 }
 
 duration sender_session::nak_window() const noexcept {
-  return sender::nak_window(m_registered, m_grtt.estimate());
+  return sender::nak_window(m_registered, m_grtt.estimate(), m_window.scale());
 }
 
 duration sender_session::collection_delay() const noexcept {
-  return nak_spread(m_registered, m_grtt.estimate());
+  // The NAKs one status request brings come back over the receivers' whole window: a pass
+  // started at the first of them would end before the rest arrive, and every new pass makes
+  // the receivers draw their timers again.
+  return suppressing() ? nak_window() : nak_spread(m_registered, m_grtt.estimate());
 }
 
 bool sender_session::suppressing() const noexcept {
@@ -675,6 +678,7 @@ void sender_session::end_pass(time_point now) {
 }
 
 void sender_session::send_marker(time_point now, bool pass_end, bool status_request) {
+  m_window.update();
   wire::marker m;
   m.set_pass(m_passes.pass());
   m.set_file(pass_end ? static_cast<std::uint32_t>(m_files.size()) : m_passes.cursor_file());
@@ -994,18 +998,21 @@ void sender_session::handle_nak(const wire::nak& m, const endpoint& from, time_p
   std::uint64_t naked = 0;
   const bool advertise = suppressing();
   const bool advert_was_pending = m_advert.pending();
+  std::uint64_t fresh = 0;
   for (const auto& fn : m.files()) {
     for_each_range(std::span(fn.ranges().data(), static_cast<std::size_t>(fn.ranges_size())),
                    m_passes.blocks(fn.file()), [&](std::uint32_t first, std::uint32_t count) {
                      naked += count;
                      m_added.clear();
-                     m_counters.nak_new_blocks +=
-                         m_passes.nak(fn.file(), first, count, m.seen_seq(),
-                                      m_phase == phase::transferring, advertise ? &m_added : nullptr);
+                     fresh += m_passes.nak(fn.file(), first, count, m.seen_seq(),
+                                           m_phase == phase::transferring,
+                                           advertise ? &m_added : nullptr);
                      for (const auto& [a, b] : m_added) m_advert.scheduled(fn.file(), a, b - a);
                    });
   }
   m_counters.nak_blocks += naked;
+  m_counters.nak_new_blocks += fresh;
+  m_window.on_nak(naked, fresh);
   // The first advert after a quiet spell leaves a moment after the NAK, once the prompt
   // repairs of this wake-up have left: it then names only blocks still waiting.
   if (!advert_was_pending && m_advert.pending()) m_advert.hold_until(now + min_advert_interval);

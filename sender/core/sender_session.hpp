@@ -13,6 +13,7 @@
 #include "common/pacer.hpp"
 #include "common/time.hpp"
 #include "sender/core/fallback_policy.hpp"
+#include "sender/core/feedback_plan.hpp"
 #include "sender/core/grtt.hpp"
 #include "sender/core/pass_scheduler.hpp"
 #include "sender/core/repair_advert.hpp"
@@ -312,7 +313,8 @@ class sender_session {
   void sample_rtt(receiver_state& r, std::uint64_t echo_us, std::uint64_t hold_us, time_point now);
   /// The window receivers draw their NAK delay from (feedback_plan.hpp nak_window).
   duration nak_window() const noexcept;
-  /// How long a waiting sender collects NAKs before it starts the next pass.
+  /// How long a waiting sender collects NAKs before it starts the next pass: the NAK window
+  /// when suppressing, else the spread.
   duration collection_delay() const noexcept;
   /// NAK suppression is worth its delay: more than suppression_threshold receivers.
   bool suppressing() const noexcept;
@@ -354,6 +356,7 @@ class sender_session {
   pass_scheduler m_passes;
   fallback_policy m_fallback;
   repair_advert m_advert;
+  window_control m_window;
   /// Receivers that time out when silent (times_out()), least recently heard first.
   silence_list m_silence;
   /// Receivers moved to unicast whose connection has not arrived: FALLBACK is repeated to them.
