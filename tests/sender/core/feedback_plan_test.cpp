@@ -34,3 +34,26 @@ TEST_CASE("a status request asks a slice of a large group, but everyone often en
   REQUIRE(status_slices(10000, 5s, 10s) == 1);
   REQUIRE(status_slices(0, 50ms, 10s) == 1);
 }
+
+TEST_CASE("the window shrinks while NAKs show losses are not shared, and is full again as soon "
+          "as they are", "[unit][sender]") {
+  window_control w;
+  REQUIRE(w.scale() == 1.0);
+  w.on_nak(10, 10);
+  w.update();  // too few blocks to judge
+  REQUIRE(w.scale() == 1.0);
+  w.on_nak(30, 20);  // 40 named for 30 new: 1.33 per block, below 2
+  w.update();
+  REQUIRE(w.scale() == 0.5);
+  for (int i = 0; i < 20; ++i) {
+    w.on_nak(20, 20);
+    w.update();
+  }
+  REQUIRE(w.scale() == window_control::min_scale);
+  // 3.95 GRTT / 64 is below the 20 ms spread of 1,000 receivers: the spread takes over.
+  REQUIRE(nak_window(1000, 100ms, w.scale()) == nak_spread(1000, 100ms));
+  REQUIRE(to_seconds(nak_window(1000, 1s, 0.5)) == Approx(0.395 / 2).epsilon(0.01));
+  w.on_nak(1000, 20);  // a fade: every receiver names the same blocks
+  w.update();
+  REQUIRE(w.scale() == 1.0);
+}
