@@ -52,7 +52,7 @@ TEST_CASE("the window shrinks while NAKs show losses are not shared, and is full
   REQUIRE(w.scale() == window_control::min_scale);
   // 3.95 GRTT / 64 is below the 20 ms spread of 1,000 receivers: the spread takes over.
   REQUIRE(nak_window(1000, 100ms, w.scale()) == nak_spread(1000, 100ms));
-  REQUIRE(to_seconds(nak_window(1000, 1s, 0.5)) == Approx(0.395 / 2).epsilon(0.01));
+  REQUIRE(to_seconds(nak_window(1000, 1s, 0.5)) == Approx(3.95 / 2).epsilon(0.01));
   w.on_nak(1000, 20);  // a fade: every receiver names the same blocks
   w.update();
   REQUIRE(w.scale() == 1.0);
