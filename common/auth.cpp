@@ -131,7 +131,8 @@ std::size_t trailer_size(msg_type t) noexcept {
     case msg_type::announce: return announce_trailer;
     case msg_type::register_request: return register_trailer;
     case msg_type::register_reply: return reply_trailer;
-    case msg_type::marker: return marker_trailer;
+    case msg_type::marker:
+    case msg_type::repair_advert: return marker_trailer;
     case msg_type::nak:
     case msg_type::complete:
     case msg_type::complete_ack:
@@ -199,7 +200,8 @@ std::size_t sender_keys::seal_control(std::span<std::byte> buf, std::size_t len)
       std::memcpy(end, sig.data(), sig.size());
       return len + crypto::signature_bytes;
     }
-    case msg_type::marker: {
+    case msg_type::marker:
+    case msg_type::repair_advert: {
       const std::uint64_t c = ++m_marker_counter;
       store_be64(end, c);
       const auto tag = m_marker.tag(marker_nonce(end), buf.first(len + 8));
@@ -523,6 +525,7 @@ std::error_code receiver_keys::open(std::span<const std::byte> d, time_point now
       }
       break;
     case msg_type::marker:
+    case msg_type::repair_advert:
       if (!s || !s->marker) return refuse(m_stats.no_key);
       if (!s->marker->verify(marker_nonce(t), d.first(d.size() - crypto::gcm_tag_bytes),
                              fixed<crypto::gcm_tag_bytes>(d.last(crypto::gcm_tag_bytes)))) {

@@ -14,7 +14,7 @@
 /// | announce | 96 | sender's X25519 session public key (32), Ed25519 signature (64) |
 /// | register_request | 64 | site's Ed25519 public key (32), HMAC under the pairwise key (32) |
 /// | register_reply | 72 | nonce (24), session key under the pairwise key, XChaCha20-Poly1305 (48) |
-/// | marker | 24 | counter (8), AES-256-GCM tag under the session marker key (16) |
+/// | marker, repair_advert | 24 | counter (8, one counter for both), AES-256-GCM tag under the session marker key (16) |
 /// | nak, complete, complete_ack, fallback | 32 | HMAC under the pairwise key |
 /// | digest_list, session_end | 64 | Ed25519 signature |
 ///

@@ -47,6 +47,7 @@ const char* to_string(msg_type t) noexcept {
     case msg_type::complete_ack: return "complete_ack";
     case msg_type::session_end: return "end";
     case msg_type::fallback: return "fallback";
+    case msg_type::repair_advert: return "repair_advert";
   }
   return "unknown";
 }
@@ -58,8 +59,9 @@ std::error_code parse_header(std::span<const std::byte> datagram, header& out) n
   const auto v = std::to_integer<std::uint8_t>(datagram[2]);
   if (v != version && v != authenticated_version) return errc::bad_version;
   const auto type = std::to_integer<std::uint8_t>(datagram[3]);
-  if (type < static_cast<std::uint8_t>(msg_type::data) ||
-      type > static_cast<std::uint8_t>(msg_type::fallback)) {
+  if ((type < static_cast<std::uint8_t>(msg_type::data) ||
+       type > static_cast<std::uint8_t>(msg_type::fallback)) &&
+      type != static_cast<std::uint8_t>(msg_type::repair_advert)) {
     return errc::unknown_type;
   }
   out.type = static_cast<msg_type>(type);

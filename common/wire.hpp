@@ -76,6 +76,8 @@ enum class msg_type : std::uint8_t {
   complete_ack = 9,
   session_end = 10,
   fallback = 11,
+  /// Blocks scheduled for repair (proto repair_advert), multicast; issue 12's numbers are 14-15.
+  repair_advert = 14,
 };
 
 /// Longest receiver id, bytes. Ids are site names ("dwd-offenbach"), not documents.

@@ -3,6 +3,7 @@
 #include "common/ranges.hpp"
 #include "receiver/core/manifest_assembler.hpp"
 #include "receiver/core/nak_builder.hpp"
+#include "receiver/core/nak_scheduler.hpp"
 #include "receiver/core/session_checkpoint.hpp"
 #include "common/wire.hpp"
 #include "mcdist.pb.h"
@@ -21,6 +22,9 @@ namespace {
 
 /// Most failures listed in one COMPLETE; the rest are counted in files_stored's shortfall.
 constexpr int max_reported_failures = 32;
+/// Pending NAK rounds a session keeps (one per marker, GRTT/2 apart: 32 GRTT, beyond any NAK
+/// window, which is at most about 6 GRTT); beyond, the newest takes the next one's blocks.
+constexpr std::size_t max_nak_rounds = 64;
 /// Most digests asked for in one NAK.
 constexpr std::size_t max_digests_wanted = 128;
 /// Longest failure reason carried in COMPLETE, bytes.
@@ -101,6 +105,22 @@ struct receiver_engine::file_rx {
   }
 };
 
+/// One NAK round: what was missing between two markers, NAKed at a time drawn when the later
+/// marker arrived. Every receiver that lost a block detects it at the same marker and times its
+/// NAK from it, so the first one's repair (or the sender's advert) reaches the others before
+/// their timers fire (nak_scheduler.hpp); each block is NAKed once per pass, by its round.
+struct receiver_engine::nak_round {
+  time_point due{};
+  std::uint32_t from_file = 0;
+  std::uint32_t from_block = 0;
+  std::uint32_t to_file = 0;   ///< up to the marker: (file_count, 0) at a pass end
+  std::uint32_t to_block = 0;
+  bool pass_end = false;  ///< covers the pass's end: answering it answers the pass end
+  bool status = false;    ///< answers a status request: a status reply even with nothing missing
+  std::uint32_t status_slices = 0;
+  std::uint32_t status_slice = 0;
+};
+
 struct receiver_engine::session_rx {
   enum class state_t { manifest, checking_held, registering, receiving, completing };
   session_id id{};
@@ -139,15 +159,19 @@ struct receiver_engine::session_rx {
   std::uint32_t marker_block = 0;
   std::uint32_t marker_seq = 0;
   bool marker_pass_end = false;
-  bool status_request = false;
-  bool rescan = false;
-  // How far this receiver has NAKed in pass nak_pass.
-  std::uint32_t nak_pass = 0;
+  // How far NAK rounds of pass marker_pass are scheduled: each newer marker schedules a round
+  // for the blocks between the previous marker and itself (nak_round).
   std::uint32_t nak_file = 0;
   std::uint32_t nak_block = 0;
   std::uint32_t pass_end_answered = 0;
+  /// Pending NAK rounds, in the order scheduled; each fires at its own time.
+  std::vector<nak_round> rounds;
+  /// The earliest due time of `rounds`.
   std::optional<time_point> nak_due;
-  duration nak_backoff{};
+
+  /// NAK timing, advertised repairs and the status slice (issue 12).
+  nak_scheduler feedback;
+  time_point complete_sent{};  ///< when COMPLETE last left
   std::uint32_t digests_through = 0;
   time_point next_register{};
   std::uint32_t register_sends = 0;
@@ -182,6 +206,7 @@ receiver_engine::receiver_engine(receiver_config cfg, receiver_sink& sink, stora
       m_store(store),
       m_log(std::move(log)),
       m_rng_state(seed),
+      m_id_hash(nak_scheduler::id_hash(m_cfg.id)),
       m_budget(m_cfg.session_memory_bytes, m_cfg.total_memory_bytes) {}
 
 receiver_engine::~receiver_engine() = default;
@@ -334,6 +359,11 @@ void receiver_engine::dispatch(std::span<const std::byte> datagram, const endpoi
     case wire::msg_type::fallback: {
       wire::fallback m;
       if (parse(m)) handle_fallback(*s, m, from, now);
+      break;
+    }
+    case wire::msg_type::repair_advert: {
+      wire::repair_advert m;
+      if (parse(m)) handle_advert(*s, m, now);
       break;
     }
     default:
@@ -851,10 +881,13 @@ void receiver_engine::handle_marker(session_rx& s, const wire::marker& m, time_p
   s.echo_us = m.sender_time_us();
   s.echo_at = now;
   s.grtt = std::min(from_us(m.grtt_us()), m_cfg.max_grtt);
-  s.nak_backoff = from_us(std::min<std::uint32_t>(m.nak_backoff_us(), 10'000'000));
+  s.feedback.on_marker(from_us(std::min<std::uint32_t>(m.nak_backoff_us(), 10'000'000)),
+                       m.group_size());
   s.digests_through = std::min(m.digests_through(), s.file_count);
   if (s.state == session_rx::state_t::completing) {
-    if (m.status_request()) send_complete(s, now);
+    // Answered until acknowledged, but not again before the last COMPLETE's acknowledgement
+    // had time to come back (a status request sent before the sender got it).
+    if (m.status_request() && now - s.complete_sent >= s.grtt) send_complete(s, now);
     return;
   }
   if (s.state != session_rx::state_t::receiving && s.state != session_rx::state_t::registering) {
@@ -869,37 +902,93 @@ void receiver_engine::handle_marker(session_rx& s, const wire::marker& m, time_p
       (m.pass() == s.marker_pass &&
        (m.file() > s.marker_file || (m.file() == s.marker_file && m.block() >= s.marker_block)));
   if (!newer) return;
-  if (m.pass() != s.marker_pass) s.marker_pass_end = false;
+  if (m.pass() != s.marker_pass) {
+    // A new pass: NAK from its start again; rounds and hints of the old pass are void.
+    s.marker_pass_end = false;
+    s.feedback.clear();
+    s.rounds.clear();
+    s.nak_file = 0;
+    s.nak_block = 0;
+  }
   s.marker_pass = m.pass();
   s.marker_file = m.file();
   s.marker_block = m.block();
   if (seq_after(m.seq(), s.marker_seq) || s.marker_seq == 0) s.marker_seq = m.seq();
   s.marker_pass_end = s.marker_pass_end || m.pass_end();
-  s.status_request = s.status_request || m.status_request();
+  nak_round r;
   // The sender is idle and asking again at the end of a pass we already answered: our NAKs
-  // were lost, or its repairs were. NAK everything still missing.
-  if (m.pass_end() && s.pass_end_answered == m.pass()) s.rescan = true;
-  if (!s.nak_due) {
-    const auto backoff = s.nak_backoff.count() > 0
-                             ? duration(static_cast<std::int64_t>(
-                                   random() % static_cast<std::uint64_t>(s.nak_backoff.count())))
-                             : duration::zero();
-    s.nak_due = now + backoff;
+  // were lost, or its repairs were (or a repair it advertised). NAK everything still missing.
+  const bool rescan = m.pass_end() && s.pass_end_answered == m.pass();
+  if (rescan) s.feedback.clear();
+  if (!rescan && !s.unicast) {
+    r.from_file = s.nak_file;
+    r.from_block = s.nak_block;
+  } else if (s.unicast) {
+    // Data comes over unicast; NAK only for digests and, when asked, as a sign of life.
+    r.from_file = s.marker_file;
+    r.from_block = s.marker_block;
+  }
+  r.to_file = s.marker_file;
+  r.to_block = s.marker_block;
+  r.pass_end = s.marker_pass_end;
+  r.status = m.status_request();
+  r.status_slices = m.status_slices();
+  r.status_slice = m.status_slice();
+  const bool covers = r.from_file < r.to_file ||
+                      (r.from_file == r.to_file && r.from_block < r.to_block);
+  s.nak_file = s.marker_file;
+  s.nak_block = s.marker_block;
+  if (!covers && !r.status && !rescan) return;
+  r.due = now + s.feedback.draw_delay(random());
+  if (s.rounds.size() >= max_nak_rounds) {
+    // Bounded: the newest pending round takes this one's blocks too.
+    auto& last = s.rounds.back();
+    last.to_file = r.to_file;
+    last.to_block = r.to_block;
+    last.pass_end = last.pass_end || r.pass_end;
+    last.status = last.status || r.status;
+  } else {
+    s.rounds.push_back(r);
+  }
+  if (!s.nak_due || r.due < *s.nak_due) s.nak_due = r.due;
+}
+
+void receiver_engine::handle_advert(session_rx& s, const wire::repair_advert& m, time_point) {
+  if (s.state != session_rx::state_t::receiving || s.unicast) return;
+  // Check everything before taking anything (a hint, but from the network).
+  for (const auto& fn : m.files()) {
+    if (fn.file() >= s.file_count || fn.file() >= s.files.size() ||
+        for_each_range(std::span(fn.ranges().data(), static_cast<std::size_t>(fn.ranges_size())),
+                       s.files[fn.file()].blocks, [](std::uint32_t, std::uint32_t) {})) {
+      m_stats.drops.add(errc::invalid_field);
+      return;
+    }
+  }
+  for (const auto& fn : m.files()) {
+    for_each_range(std::span(fn.ranges().data(), static_cast<std::size_t>(fn.ranges_size())),
+                   s.files[fn.file()].blocks, [&](std::uint32_t first, std::uint32_t count) {
+                     s.feedback.advertise(m.pass(), s.marker_pass, fn.file(), first, count);
+                   });
   }
 }
 
 void receiver_engine::send_naks(session_rx& s, time_point now) {
+  // The rounds due now, in the order scheduled; the others wait.
+  std::vector<nak_round> due;
   s.nak_due.reset();
-  if (s.marker_pass != s.nak_pass || s.rescan) {
-    s.nak_pass = s.marker_pass;
-    s.nak_file = 0;
-    s.nak_block = 0;
+  for (std::size_t i = 0; i < s.rounds.size();) {
+    if (s.rounds[i].due <= now) {
+      due.push_back(s.rounds[i]);
+      s.rounds.erase(s.rounds.begin() + static_cast<std::ptrdiff_t>(i));
+      continue;
+    }
+    if (!s.nak_due || s.rounds[i].due < *s.nak_due) s.nak_due = s.rounds[i].due;
+    ++i;
   }
-  if (s.unicast) {
-    // Data comes over unicast; NAK only for digests and, when asked, as a sign of life.
-    s.nak_file = s.marker_file;
-    s.nak_block = s.marker_block;
-  }
+  for (const auto& r : due) send_round(s, r, now);
+}
+
+void receiver_engine::send_round(session_rx& s, const nak_round& r, time_point now) {
   wire::nak header;
   header.set_receiver_id(m_cfg.id);
   header.set_pass(s.marker_pass);
@@ -911,24 +1000,33 @@ void receiver_engine::send_naks(session_rx& s, time_point now) {
   header.set_bytes_received(s.bytes_received);
   nak_builder naks(header, m_cfg.max_nak_datagrams);
   bool stopped = false;
-  const std::uint32_t last_file = std::min(s.marker_file, s.file_count);
-  for (std::uint32_t f = s.nak_file, b = s.nak_block; f <= last_file && f < s.file_count;
+  const std::uint32_t last_file = std::min(r.to_file, s.file_count);
+  for (std::uint32_t f = r.from_file, b = r.from_block; f <= last_file && f < s.file_count;
        ++f, b = 0) {
     auto& fr = s.files[f];
     if (fr.state != file_rx::state_t::receiving) continue;
-    const std::uint32_t end = f == s.marker_file ? std::min(s.marker_block, fr.blocks) : fr.blocks;
-    if (!naks.add_missing(f, fr.received, b, end)) {
+    const std::uint32_t end = f == r.to_file ? std::min(r.to_block, fr.blocks) : fr.blocks;
+    // Blocks the sender advertised as scheduled are left out (nak_scheduler.hpp).
+    const bool all_in = s.feedback.for_each_unadvertised(
+        f, b, end, [&](std::uint32_t from, std::uint32_t to) {
+          if (naks.add_missing(f, fr.received, from, to)) return true;
+          b = from;
+          return false;
+        });
+    if (!all_in) {
+      // The datagram cap: the rest of this round goes out at the next timer.
       stopped = true;
-      s.nak_file = f;
-      s.nak_block = b;
+      nak_round rest = r;
+      rest.from_file = f;
+      rest.from_block = b;
+      rest.status = false;
+      rest.due = now;
+      s.rounds.insert(s.rounds.begin(), rest);
+      s.nak_due = now;
       break;
     }
   }
-  if (!stopped) {
-    s.nak_file = s.marker_file;
-    s.nak_block = s.marker_block;
-    if (s.marker_pass_end) s.pass_end_answered = s.marker_pass;
-  }
+  if (!stopped && r.pass_end) s.pass_end_answered = s.marker_pass;
   for (std::uint32_t i = 0;
        i < s.digests_through && !naks.full() && naks.digests_wanted() < max_digests_wanted; ++i) {
     const auto& fr = s.files[i];
@@ -937,13 +1035,13 @@ void receiver_engine::send_naks(session_rx& s, time_point now) {
       naks.want_digest(i);
     }
   }
-  naks.finish(s.status_request);
+  // Sampled status: with nothing to NAK, only the request's slice answers.
+  naks.finish(r.status &&
+              nak_scheduler::in_status_sample(m_id_hash, r.status_slices, r.status_slice));
   for (const auto& m : naks.datagrams()) {
     m_sink.send(s.sender, encode(wire::msg_type::nak, s.id, m));
     ++m_stats.naks_sent;
   }
-  s.status_request = false;
-  s.rescan = false;
 }
 
 void receiver_engine::send_complete(session_rx& s, time_point now) {
@@ -966,6 +1064,7 @@ void receiver_engine::send_complete(session_rx& s, time_point now) {
   const auto bytes = encode(wire::msg_type::complete, s.id, m);
   m_sink.send(s.sender, bytes);
   ++s.complete_sends;
+  s.complete_sent = now;
   s.next_complete = now + retransmit_interval(s);
 }
 
@@ -1435,7 +1534,10 @@ void receiver_engine::on_timer(time_point now) {
         break;
       case session_rx::state_t::registering:
         if (now >= s->next_register) send_register(*s, now);
-        if (s->nak_due && now >= *s->nak_due) s->nak_due.reset();
+        if (s->nak_due && now >= *s->nak_due) {
+          s->nak_due.reset();
+          s->rounds.clear();
+        }
         break;
       case session_rx::state_t::receiving:
         if (s->unicast && !s->unicast_active && now >= s->next_unicast) {

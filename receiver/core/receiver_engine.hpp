@@ -39,6 +39,7 @@ class digest_list;
 class register_reply;
 class session_end;
 class fallback;
+class repair_advert;
 }  // namespace mcdist::wire
 
 namespace mcdist::receiver {
@@ -238,6 +239,7 @@ class receiver_engine {
 
  private:
   struct file_rx;
+  struct nak_round;
   struct session_rx;
 
   session_rx* find(session_id s);
@@ -245,6 +247,9 @@ class receiver_engine {
                        std::uint32_t channel, time_point now);
   void handle_data(std::span<const std::byte> datagram, const endpoint& from, time_point now);
   void handle_marker(session_rx& s, const wire::marker& m, time_point now);
+  /// Blocks the sender scheduled for repair: left out of this receiver's NAKs for the pass
+  /// (nak_scheduler.hpp).
+  void handle_advert(session_rx& s, const wire::repair_advert& m, time_point now);
   void handle_digests(session_rx& s, const wire::digest_list& m, time_point now);
   void handle_register_reply(session_rx& s, const wire::register_reply& m, time_point now);
   void handle_complete_ack(session_rx& s, time_point now);
@@ -265,7 +270,9 @@ class receiver_engine {
   void manifest_complete(session_rx& s, time_point now);
   void start_receiving(session_rx& s, time_point now);
   void send_register(session_rx& s, time_point now);
+  /// Sends the NAK rounds due at `now`.
   void send_naks(session_rx& s, time_point now);
+  void send_round(session_rx& s, const nak_round& r, time_point now);
   void send_complete(session_rx& s, time_point now);
   void file_data_complete(session_rx& s, std::uint32_t f);
   void file_done(session_rx& s, time_point now);
@@ -281,6 +288,8 @@ class receiver_engine {
   storage_port& m_store;
   std::shared_ptr<spdlog::logger> m_log;
   std::uint64_t m_rng_state;
+  /// nak_scheduler::id_hash(m_cfg.id): which status slice this receiver answers.
+  std::uint64_t m_id_hash = 0;
   std::map<session_id, std::unique_ptr<session_rx>> m_sessions;
   /// Sessions ended here, or not for us: datagrams for them are dropped quietly until expiry.
   std::unordered_map<session_id, time_point> m_tombstones;

@@ -29,9 +29,9 @@ struct block_pick {
 /// The wanted blocks of a session's files, the sweep over them and the sequence numbers.
 class pass_scheduler {
  public:
-  /// Most blocks queued for prompt repair during a pass (8 bytes each); beyond it they wait for
-  /// the next pass, which sends every wanted block anyway.
-  static constexpr std::size_t max_prompt_repairs = 1 << 20;
+  /// Most runs of blocks queued for prompt repair during a pass (12 bytes each; a fade is one
+  /// run); beyond it they wait for the next pass, which sends every wanted block anyway.
+  static constexpr std::size_t max_prompt_runs = 1 << 16;
 
   /// @param blocks blocks of each file (block_count of its size); none wanted yet
   explicit pass_scheduler(const std::vector<std::uint32_t>& blocks);
@@ -67,9 +67,16 @@ class pass_scheduler {
   /// A NAK from a receiver that had seen sequence numbers up to `seen_seq`: blocks
   /// [first, first + count) of `file` (within the file) are wanted again, except those sent
   /// after `seen_seq`. With `prompt`, new ones behind the cursor are queued for prompt repair.
+  /// Work per range, not per block: blocks already wanted are skipped a 64-bit word at a time
+  /// and the pass-1 copies still in flight by one comparison; only blocks newly wanted (each a
+  /// repair to send) cost a repair-log look-up.
+  /// @param added  if not null, the runs [first, end) newly wanted are appended to it
   /// @return the blocks newly wanted (not wanted before)
   std::uint64_t nak(std::uint32_t file, std::uint32_t first, std::uint32_t count,
-                    std::uint32_t seen_seq, bool prompt);
+                    std::uint32_t seen_seq, bool prompt,
+                    std::vector<std::pair<std::uint32_t, std::uint32_t>>* added = nullptr);
+  /// The wanted blocks of `file` (< file_count()).
+  const block_map& wanted_blocks(std::uint32_t file) const noexcept { return m_files[file].wanted; }
 
   /// Blocks wanted and not sent yet in this pass or queued for the next.
   std::uint64_t wanted() const noexcept { return m_wanted; }
@@ -95,7 +102,13 @@ class pass_scheduler {
 
   std::vector<file_state> m_files;
   repair_log m_repair_log;
-  std::deque<std::pair<std::uint32_t, std::uint32_t>> m_prompt;
+  /// Runs queued for prompt repair: blocks [next, end) of `file` (those still wanted go out).
+  struct prompt_run {
+    std::uint32_t file = 0;
+    std::uint32_t next = 0;
+    std::uint32_t end = 0;
+  };
+  std::deque<prompt_run> m_prompt;
   std::uint32_t m_pass = 0;
   std::uint32_t m_cursor_file = 0;
   std::uint32_t m_cursor_block = 0;

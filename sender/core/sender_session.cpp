@@ -1,6 +1,7 @@
 #include "sender/core/sender_session.hpp"
 
 #include "common/log_limit.hpp"
+#include "sender/core/feedback_plan.hpp"
 #include "common/ranges.hpp"
 #include "common/wire.hpp"
 #include "mcdist.pb.h"
@@ -29,10 +30,11 @@ constexpr duration end_spacing = std::chrono::milliseconds(20);
 /// Floor and ceiling of the interval between progress markers during a pass.
 constexpr duration min_marker_interval = std::chrono::milliseconds(5);
 constexpr duration max_marker_interval = std::chrono::seconds(1);
-/// NAK spreading per registered receiver: 1000 receivers spread their NAKs over 20 ms, so the
-/// sender's socket buffer never sees them all at once (RFC 5740 section 5.3 backoff, scaled
-/// by group size because our NAKs are unicast and need no suppression window).
-constexpr duration nak_spread_per_receiver = std::chrono::microseconds(20);
+/// Repair adverts leave at most once per this fraction of the GRTT (coalescing the NAKs of one
+/// reaction time), clamped to [1 ms, 100 ms].
+constexpr int advert_interval_grtt_divisor = 4;
+constexpr duration min_advert_interval = std::chrono::milliseconds(1);
+constexpr duration max_advert_interval = std::chrono::milliseconds(100);
 
 std::uint64_t splitmix64(std::uint64_t& state) {
   std::uint64_t z = (state += 0x9e3779b97f4a7c15ull);
@@ -77,6 +79,8 @@ announce_settings announce_settings_of(const sender_config& c) {
 
 struct sender_session::receiver_state {
   receiver_report rep;
+  std::uint32_t index = 0;  ///< in m_receivers
+  bool awaiting_listed = false;  ///< in m_awaiting_connection
   time_point last_heard{};
   // Unicast fallback (rep.fallback_transport: its transport once ordered).
   fallback_token token{};
@@ -163,6 +167,7 @@ sender_session::sender_session(sender_config cfg, std::vector<manifest_entry> fi
     if (m_by_id.count(id)) continue;
     auto r = std::make_unique<receiver_state>();
     r->rep.id = id;
+    r->index = static_cast<std::uint32_t>(m_receivers.size());
     m_by_id[id] = r.get();
     m_receivers.push_back(std::move(r));
   }
@@ -243,6 +248,7 @@ void sender_session::order_fallback(receiver_state& r, std::string reason, time_
         m_fallback.tcp_connections(m_cfg.rate_bps, r.rep.rtt_valid ? r.rep.rtt : m_grtt.estimate());
   }
   m_fallbacks.push_back({r.rep.id, *t, r.token, reason});
+  track(r, false);
   if (m_log) {
     const auto n = r.rep.fallback_connections;
     m_log->info("session {:08x}: receiver '{}' goes unicast over {}{}: {}", m_cfg.session.value,
@@ -289,6 +295,7 @@ void sender_session::on_unicast_started(const std::string& receiver_id, time_poi
   r->unicast_started = true;
   r->fallback_orders = 0;  // it connected: the order limit counts unanswered orders only
   r->last_heard = now;
+  track(*r, true);
 }
 
 void sender_session::on_unicast_failed(const std::string& receiver_id, const std::string& why,
@@ -296,6 +303,7 @@ void sender_session::on_unicast_failed(const std::string& receiver_id, const std
   receiver_state* r = find_receiver(receiver_id);
   if (!r || !r->on_unicast()) return;
   r->unicast_started = false;
+  track(*r, false);
   if (++r->unicast_failures > m_cfg.fallback_max_orders) {
     fail_receiver(*r, "unicast fallback failed: " + why, now);
     check_done(now);
@@ -313,8 +321,71 @@ void sender_session::send_announce_chunk(time_point now) {
                                             [this] { return splitmix64(m_rng_state); }));
 }
 
-duration sender_session::nak_backoff() const noexcept {
-  return std::min(m_grtt.estimate() / 2, nak_spread_per_receiver * m_registered);
+duration sender_session::nak_window() const noexcept {
+  return sender::nak_window(m_registered, m_grtt.estimate(), m_window.scale());
+}
+
+duration sender_session::collection_delay() const noexcept {
+  // The NAKs one status request brings come back over the receivers' whole window: a pass
+  // started at the first of them would end before the rest arrive, and every new pass makes
+  // the receivers draw their timers again.
+  return suppressing() ? nak_window() : nak_spread(m_registered, m_grtt.estimate());
+}
+
+bool sender_session::suppressing() const noexcept {
+  return m_registered > suppression_threshold;
+}
+
+void sender_session::track(receiver_state& r, bool heard) {
+  if (times_out(r)) {
+    if (heard || !m_silence.contains(r.index)) m_silence.touch(r.index);
+  } else {
+    m_silence.remove(r.index);
+  }
+  if (r.on_unicast() && !r.unicast_started && !r.awaiting_listed) {
+    r.awaiting_listed = true;
+    m_awaiting_connection.push_back(r.index);
+  }
+}
+
+void sender_session::send_advert(time_point now) {
+  wire::repair_advert m;
+  m.set_pass(m_passes.pass());
+  const std::uint64_t blocks = m_advert.take(
+      m, [this](std::uint32_t file, std::uint32_t first, std::uint32_t end, auto&& emit) {
+        const auto& w = m_passes.wanted_blocks(file);
+        for (std::uint32_t b = first; b < end;) {
+          const std::uint32_t a = w.find_set(b);
+          if (a >= end) return;
+          const std::uint32_t e = std::min(end, w.find_clear(a));
+          if (!emit(a, e)) return;
+          b = e;
+        }
+      });
+  m_advert.sent(now, std::clamp<duration>(m_grtt.estimate() / advert_interval_grtt_divisor,
+                                          min_advert_interval, max_advert_interval));
+  if (blocks == 0) return;  // every block named has left already: its repair is the hint
+  ++m_counters.adverts;
+  m_counters.advertised_blocks += blocks;
+  queue_multicast(now, encode(wire::msg_type::repair_advert, m_cfg.session, m));
+}
+
+void sender_session::fail_silent(time_point now) {
+  while (!m_silence.empty()) {
+    receiver_state& r = *m_receivers[m_silence.front()];
+    if (!times_out(r)) {
+      m_silence.remove(r.index);
+      continue;
+    }
+    const time_point since = std::max(r.last_heard, m_wait_start);
+    if (now - since < m_cfg.receiver_timeout) break;  // the least recently heard is not due
+    fail_receiver(r,
+                  "silent for " + std::to_string(to_seconds(now - since)).substr(0, 4) +
+                      " s while the sender waited for its " +
+                      (r.on_multicast() ? "NAKs or COMPLETE"
+                                        : "COMPLETE over unicast (it answers status requests too)"),
+                  now);
+  }
 }
 
 std::uint64_t sender_session::pacing_quantum() const noexcept {
@@ -354,7 +425,7 @@ void sender_session::on_site_keyed(std::string_view receiver_id, time_point now)
 }
 
 duration sender_session::status_interval() const noexcept {
-  return std::max<duration>(m_grtt.estimate() * 3 / 2 + nak_backoff(),
+  return std::max<duration>(m_grtt.estimate() * 3 / 2 + nak_window(),
                             std::chrono::milliseconds(10));
 }
 
@@ -374,11 +445,19 @@ void sender_session::on_timer(time_point now) {
       }
     }
   }
-  for (auto& r : m_receivers) {
-    if (r->on_unicast() && !r->unicast_started && now >= r->next_fallback) {
-      send_fallback(*r, now);
+  // FALLBACK orders not yet answered by a connection: only those receivers, not all of them.
+  for (std::size_t i = 0; i < m_awaiting_connection.size();) {
+    receiver_state& r = *m_receivers[m_awaiting_connection[i]];
+    if (!r.on_unicast() || r.unicast_started) {
+      r.awaiting_listed = false;
+      m_awaiting_connection[i] = m_awaiting_connection.back();
+      m_awaiting_connection.pop_back();
+      continue;
     }
+    if (now >= r.next_fallback) send_fallback(r, now);
+    ++i;
   }
+  if (m_advert.due(now) && digests_sendable()) send_advert(now);
   switch (m_phase) {
     case phase::announcing:
       // Eager start: data follows the first announce cycles without waiting a round trip for
@@ -400,19 +479,7 @@ void sender_session::on_timer(time_point now) {
         send_marker(now, true, true);
         m_next_status = now + status_interval();
       }
-      for (auto& r : m_receivers) {
-        if (!times_out(*r)) continue;
-        const time_point since = std::max(r->last_heard, m_wait_start);
-        if (now - since >= m_cfg.receiver_timeout) {
-          fail_receiver(*r,
-                        "silent for " + std::to_string(to_seconds(now - since)).substr(0, 4) +
-                            " s while the sender waited for its " +
-                            (r->on_multicast()
-                                 ? "NAKs or COMPLETE"
-                                 : "COMPLETE over unicast (it answers status requests too)"),
-                        now);
-        }
-      }
+      fail_silent(now);
       check_done(now);
       break;
     }
@@ -491,6 +558,7 @@ void sender_session::start_transfer(time_point now) {
 
 void sender_session::start_pass(time_point now) {
   m_passes.start_pass();
+  m_advert.clear();  // the new sweep sends every wanted block; receivers drop old hints
   m_phase = phase::transferring;
   m_next_pass_at.reset();
   m_next_marker = now + std::clamp<duration>(m_grtt.estimate() / 2, min_marker_interval,
@@ -559,6 +627,7 @@ void sender_session::end_pass(time_point now) {
 }
 
 void sender_session::send_marker(time_point now, bool pass_end, bool status_request) {
+  m_window.update();
   wire::marker m;
   m.set_pass(m_passes.pass());
   m.set_file(pass_end ? static_cast<std::uint32_t>(m_files.size()) : m_passes.cursor_file());
@@ -570,8 +639,18 @@ void sender_session::send_marker(time_point now, bool pass_end, bool status_requ
   m.set_seq(m_passes.seq());
   m.set_digests_through(m_digests_through);
   m.set_nak_backoff_us(static_cast<std::uint32_t>(
-      std::chrono::duration_cast<std::chrono::microseconds>(nak_backoff()).count()));
+      std::chrono::duration_cast<std::chrono::microseconds>(nak_window()).count()));
   m.set_status_request(status_request);
+  m.set_group_size(m_registered);
+  if (status_request) {
+    const std::uint32_t slices =
+        status_slices(m_active, status_interval(), m_cfg.receiver_timeout);
+    if (slices > 1) {
+      m.set_status_slices(slices);
+      m.set_status_slice(m_status_round % slices);
+    }
+    ++m_status_round;
+  }
   queue_multicast(now, encode(wire::msg_type::marker, m_cfg.session, m));
   m_next_marker =
       now + std::clamp<duration>(m_grtt.estimate() / 2, min_marker_interval, max_marker_interval);
@@ -653,6 +732,7 @@ void sender_session::on_datagram(std::span<const std::byte> datagram, const endp
         m_drops.add(errc::bad_protobuf);
         return;
       }
+      ++m_counters.registers;
       handle_register(m, from, now);
       break;
     }
@@ -671,6 +751,7 @@ void sender_session::on_datagram(std::span<const std::byte> datagram, const endp
         m_drops.add(errc::bad_protobuf);
         return;
       }
+      ++m_counters.completes;
       handle_complete(m, from, now);
       break;
     }
@@ -735,6 +816,7 @@ void sender_session::handle_register(const wire::register_request& m, const endp
     // A repeat (our reply was lost) or a restarted receiver: same answer again.
     sample_rtt(*r, m.echo_time_us(), m.hold_us(), now);
     r->last_heard = now;
+    track(*r, true);
     r->rep.address = from;
     if (r->rep.state == receiver_report::state_t::failed) {
       refuse("this receiver was failed in the session: " + r->rep.reason);
@@ -769,6 +851,7 @@ void sender_session::handle_register(const wire::register_request& m, const endp
   if (!r) {
     auto owned = std::make_unique<receiver_state>();
     owned->rep.id = m.receiver_id();
+    owned->index = static_cast<std::uint32_t>(m_receivers.size());
     r = owned.get();
     m_by_id[r->rep.id] = r;
     m_receivers.push_back(std::move(owned));
@@ -778,6 +861,7 @@ void sender_session::handle_register(const wire::register_request& m, const endp
   r->rep.last_seq = m.last_seq();
   r->rep.missing_seqs = std::move(missing);
   r->last_heard = now;
+  track(*r, true);
   ++m_registered;
   if (!r->keyed) {
     r->keyed = true;
@@ -837,12 +921,15 @@ void sender_session::handle_nak(const wire::nak& m, const endpoint& from, time_p
       r->unicast_started = false;
       r->next_fallback = now;
     }
+    ++(m.files_size() > 0 ? m_counters.naks : m_counters.status);
+    track(*r, true);
     for (const auto f : m.digests_wanted()) {
       if (f < file_count && m_files[f].digest) m_digest_queue.push_back(f);
     }
     if (!m_digest_queue.empty() && digests_sendable()) send_digests(now);
     return;
   }
+  ++(m.files_size() > 0 ? m_counters.naks : m_counters.status);
   if (!r->on_multicast()) {
     m_drops.add(errc::stale);  // completed or failed already
     return;
@@ -856,19 +943,32 @@ void sender_session::handle_nak(const wire::nak& m, const endpoint& from, time_p
     }
   }
   r->last_heard = now;
+  track(*r, true);
   r->rep.address = from;
   r->rep.bytes_received = m.bytes_received();
   ++r->rep.naks;
   sample_rtt(*r, m.echo_time_us(), m.hold_us(), now);
   std::uint64_t naked = 0;
+  const bool advertise = suppressing();
+  const bool advert_was_pending = m_advert.pending();
+  std::uint64_t fresh = 0;
   for (const auto& fn : m.files()) {
     for_each_range(std::span(fn.ranges().data(), static_cast<std::size_t>(fn.ranges_size())),
                    m_passes.blocks(fn.file()), [&](std::uint32_t first, std::uint32_t count) {
                      naked += count;
-                     m_passes.nak(fn.file(), first, count, m.seen_seq(),
-                                  m_phase == phase::transferring);
+                     m_added.clear();
+                     fresh += m_passes.nak(fn.file(), first, count, m.seen_seq(),
+                                           m_phase == phase::transferring,
+                                           advertise ? &m_added : nullptr);
+                     for (const auto& [a, b] : m_added) m_advert.scheduled(fn.file(), a, b - a);
                    });
   }
+  m_counters.nak_blocks += naked;
+  m_counters.nak_new_blocks += fresh;
+  m_window.on_nak(naked, fresh);
+  // The first advert after a quiet spell leaves a moment after the NAK, once the prompt
+  // repairs of this wake-up have left: it then names only blocks still waiting.
+  if (!advert_was_pending && m_advert.pending()) m_advert.hold_until(now + min_advert_interval);
   r->rep.blocks_naked += naked;
   // Blocks asked for now go out in the next pass at the latest.
   if (naked > 0) r->last_nak_pass = m_passes.pass();
@@ -891,7 +991,7 @@ void sender_session::handle_nak(const wire::nak& m, const endpoint& from, time_p
                     now);
       return;
     }
-    if (m_passes.wanted() > 0 && !m_next_pass_at) m_next_pass_at = now + nak_backoff();
+    if (m_passes.wanted() > 0 && !m_next_pass_at) m_next_pass_at = now + collection_delay();
   }
 }
 
@@ -924,6 +1024,7 @@ void sender_session::handle_complete(const wire::complete& m, const endpoint& fr
     r->rep.reason = std::to_string(r->rep.file_failures.size()) + " files could not be stored";
   }
   --m_active;
+  track(*r, false);
   if (m_log) {
     if (r->rep.state != receiver_report::state_t::failed) {
       m_log->info("session {:08x}: receiver '{}' completed {} in {:.3f} s: {} files stored, {} "
@@ -958,6 +1059,7 @@ void sender_session::fail_receiver(receiver_state& r, std::string why, time_poin
   r.rep.passes = m_passes.pass();
   r.rep.completion_time = now - m_start;
   if (was_active) --m_active;
+  track(r, false);
   if (m_log) {
     m_log->warn("session {:08x}: receiver '{}' failed: {}", m_cfg.session.value, r.rep.id,
                 r.rep.reason);
@@ -1035,8 +1137,11 @@ std::optional<time_point> sender_session::next_deadline(time_point now) const {
     case phase::waiting:
       consider(m_next_status);
       if (m_next_pass_at) consider(*m_next_pass_at);
-      for (const auto& r : m_receivers) {
-        if (times_out(*r)) consider(std::max(r->last_heard, m_wait_start) + m_cfg.receiver_timeout);
+      // The least recently heard receiver times out first (a receiver that no longer times out
+      // may still be at the front: an early wake-up, on_timer takes it out).
+      if (!m_silence.empty()) {
+        const auto& r = *m_receivers[m_silence.front()];
+        consider(std::max(r.last_heard, m_wait_start) + m_cfg.receiver_timeout);
       }
       break;
     case phase::ending:
@@ -1045,12 +1150,12 @@ std::optional<time_point> sender_session::next_deadline(time_point now) const {
     case phase::done:
       return std::nullopt;
   }
-  for (const auto& r : m_receivers) {
-    if (r->on_unicast() && !r->unicast_started) {
-      consider(r->next_fallback);
-    }
+  for (const auto i : m_awaiting_connection) {
+    const auto& r = *m_receivers[i];
+    if (r.on_unicast() && !r.unicast_started) consider(r.next_fallback);
   }
   if (!m_digest_queue.empty() && digests_sendable()) consider(now);
+  if (m_advert.pending() && digests_sendable()) consider(m_advert.due_at());
   return t;
 }
 
@@ -1073,6 +1178,7 @@ session_report sender_session::report(time_point now) const {
   rep.grtt = m_grtt.estimate();
   rep.elapsed = (m_phase == phase::done || m_phase == phase::ending ? m_finished : now) - m_start;
   rep.drops = m_drops;
+  rep.control = m_counters;
   for (const auto& r : m_receivers) rep.receivers.push_back(r->rep);
   return rep;
 }

@@ -14,8 +14,11 @@
 #include "common/time.hpp"
 #include "sender/core/announce.hpp"
 #include "sender/core/fallback_policy.hpp"
+#include "sender/core/feedback_plan.hpp"
 #include "sender/core/grtt.hpp"
 #include "sender/core/pass_scheduler.hpp"
+#include "sender/core/repair_advert.hpp"
+#include "sender/core/silence_list.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -171,6 +174,21 @@ struct receiver_report {
   std::vector<std::pair<std::uint64_t, std::uint64_t>> missing_seqs;
 };
 
+/// Control datagrams the sender received and multicast, by kind (issue 12: what feedback costs
+/// as the group grows).
+struct control_counters {
+  std::uint64_t registers = 0;  ///< REGISTER datagrams received
+  std::uint64_t naks = 0;       ///< NAK datagrams received that name blocks
+  std::uint64_t status = 0;     ///< NAK datagrams received that name none (status replies)
+  std::uint64_t completes = 0;  ///< COMPLETE datagrams received
+  std::uint64_t nak_blocks = 0;      ///< blocks those NAKs named (a block named twice: twice)
+  std::uint64_t nak_new_blocks = 0;  ///< of those, blocks that were not wanted already
+  std::uint64_t adverts = 0;         ///< repair adverts multicast
+  std::uint64_t advertised_blocks = 0;  ///< blocks they carried
+  /// Datagrams received, all kinds above.
+  std::uint64_t received() const noexcept { return registers + naks + status + completes; }
+};
+
 /// Session totals, for the summary.
 struct session_report {
   session_id session{};
@@ -186,6 +204,7 @@ struct session_report {
   std::uint64_t repair_datagrams = 0;
   duration grtt{};
   duration elapsed{};
+  control_counters control;
   std::vector<receiver_report> receivers;
   drop_counters drops;
 };
@@ -297,7 +316,19 @@ class sender_session {
   void queue_multicast(time_point now, std::vector<std::byte> bytes);
   void queue_unicast(const endpoint& to, std::vector<std::byte> bytes);
   void sample_rtt(receiver_state& r, std::uint64_t echo_us, std::uint64_t hold_us, time_point now);
-  duration nak_backoff() const noexcept;
+  /// The window receivers draw their NAK delay from (feedback_plan.hpp nak_window).
+  duration nak_window() const noexcept;
+  /// How long a waiting sender collects NAKs before it starts the next pass: the NAK window
+  /// when suppressing, else the spread.
+  duration collection_delay() const noexcept;
+  /// NAK suppression is worth its delay: more than suppression_threshold receivers.
+  bool suppressing() const noexcept;
+  void send_advert(time_point now);
+  /// Keeps the silence list and the list of receivers awaiting their unicast connection in
+  /// step with `r`'s state; `heard`: it was just heard from (moves to the back).
+  void track(receiver_state& r, bool heard);
+  /// Fails multicast receivers silent for receiver_timeout while the sender waits.
+  void fail_silent(time_point now);
   /// Authenticated sessions (start_on_registration): pass 1 starts when every listed receiver
   /// holds the session key (on_site_keyed, or registered), or keyed_start_grace() after the
   /// first did.
@@ -330,6 +361,16 @@ class sender_session {
   pass_scheduler m_passes;
   fallback_policy m_fallback;
   announcer m_announce;
+  repair_advert m_advert;
+  window_control m_window;
+  /// Receivers that time out when silent (times_out()), least recently heard first.
+  silence_list m_silence;
+  /// Receivers moved to unicast whose connection has not arrived: FALLBACK is repeated to them.
+  std::vector<std::uint32_t> m_awaiting_connection;
+  control_counters m_counters;
+  std::uint32_t m_status_round = 0;  ///< status requests sent, for the slice they ask
+  /// Runs a NAK just added to the wanted set (scratch for handle_nak).
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> m_added;
 
   phase m_phase = phase::announcing;
   time_point m_start{};

@@ -111,6 +111,11 @@ std::string summary_json(const run_result& r) {
   j["passes"] = rep.passes;
   j["data_datagrams"] = rep.data_datagrams;
   j["repair_datagrams"] = rep.repair_datagrams;
+  const auto& c = rep.control;
+  j["control_received"] = {{"register", c.registers}, {"nak", c.naks}, {"status", c.status},
+                           {"complete", c.completes}, {"nak_blocks", c.nak_blocks},
+                           {"nak_new_blocks", c.nak_new_blocks}};
+  j["repair_adverts"] = {{"sent", c.adverts}, {"blocks", c.advertised_blocks}};
   j["grtt_ms"] = to_ms(rep.grtt);
   j["succeeded"] = r.succeeded;
   j["signed"] = r.signed_session;

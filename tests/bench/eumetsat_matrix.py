@@ -220,12 +220,16 @@ def run_mcdist(args, emu, ds, work, cap, seed):
     summary = os.path.join(work, "mcdist-summary.json")
     if os.path.exists(summary):
         os.unlink(summary)
+    # The sender's log stays in the work directory (its pass and repair lines, for when a cell
+    # looks wrong); the last scenario's work directory is left for inspection.
+    send_log = open(os.path.join(work, "mcdist-send.log"), "w")
     t0 = time.monotonic()
-    p = subprocess.Popen(in_ns(emu.ns(0), [send, "-q", "--group", group, "--interface", emu.addr(0), "--rate",
-                                           args.rate, "--receivers", "h1,h2", "--register-timeout", "10s",
-                                           "--summary-json", summary, ds.path]),
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p = subprocess.Popen(in_ns(emu.ns(0), [send, "--no-progress", "--group", group, "--interface", emu.addr(0),
+                                           "--rate", args.rate, "--receivers", "h1,h2", "--register-timeout",
+                                           "10s", "--summary-json", summary, ds.path]),
+                         stdout=send_log, stderr=subprocess.STDOUT)
     elapsed, finished = wait_capped(p, cap, t0)
+    send_log.close()
     sampler.stop_flag = True
     for dp, logf, _ in daemons:
         stop_proc(dp)

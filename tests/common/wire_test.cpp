@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <string>
 #include <vector>
 
 using namespace mcdist;
@@ -108,6 +109,12 @@ TEST_CASE("headers with wrong magic, version, type or size are refused by name",
   REQUIRE(wire::parse_header(bad, h) == errc::unknown_type);
   bad[3] = std::byte{12};
   REQUIRE(wire::parse_header(bad, h) == errc::unknown_type);
+  bad[3] = std::byte{15};
+  REQUIRE(wire::parse_header(bad, h) == errc::unknown_type);
+  bad[3] = std::byte{14};  // repair_advert
+  REQUIRE_FALSE(wire::parse_header(bad, h));
+  REQUIRE(h.type == wire::msg_type::repair_advert);
+  REQUIRE(std::string(wire::to_string(h.type)) == "repair_advert");
   bad = d;
   bad.resize(wire::max_datagram_size + 1);
   REQUIRE(wire::parse_header(bad, h) == errc::oversized);

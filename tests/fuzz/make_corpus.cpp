@@ -105,6 +105,15 @@ wire::marker marker_msg(std::uint32_t pass, bool end, std::uint32_t seq) {
   m.set_status_request(end);
   return m;
 }
+wire::repair_advert advert_msg(std::uint32_t pass) {
+  wire::repair_advert a;
+  a.set_pass(pass);
+  auto* f = a.add_files();
+  f->set_file(1);
+  f->add_ranges(0);  // blocks [0, 2) of file 1
+  f->add_ranges(2);
+  return a;
+}
 wire::digest_list digests_msg() {
   wire::digest_list d;
   for (std::uint32_t f = 0; f < 3; ++f) {
@@ -161,6 +170,7 @@ void receiver_seeds() {
     s.add(dg, data_dg(1, 1, 0, 1000));
     s.add(dg, data_dg(2, 1, 2, 500));
     s.add(dg, datagram(wire::msg_type::marker, marker_msg(1, true, 3)));
+    s.add(dg, datagram(wire::msg_type::repair_advert, advert_msg(1)));
     s.add(advance, be3(50));
     s.add(dg, data_dg(3, 2, 0, 1000));
     s.add(dg, data_dg(4, 1, 1, 1000));
@@ -452,6 +462,7 @@ void wire_seeds() {
   write("wire", "complete_ack", datagram(wire::msg_type::complete_ack, ack_msg()));
   write("wire", "end", datagram(wire::msg_type::session_end, end_msg(true)));
   write("wire", "fallback", datagram(wire::msg_type::fallback, fallback_msg(wire::fallback::TCP)));
+  write("wire", "repair_advert", datagram(wire::msg_type::repair_advert, advert_msg(2)));
   write("wire", "data", data_dg(5, 1, 2, 64));
   // Session numbering: a sequenced announce, a catch-up announce, a REGISTER with gaps.
   wire::announce sequenced = announce_msg();

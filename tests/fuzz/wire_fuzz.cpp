@@ -63,6 +63,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     case wire::msg_type::complete_ack: round_trip<wire::complete_ack>(d, h); break;
     case wire::msg_type::session_end: round_trip<wire::session_end>(d, h); break;
     case wire::msg_type::fallback: round_trip<wire::fallback>(d, h); break;
+    case wire::msg_type::repair_advert: round_trip<wire::repair_advert>(d, h); break;
   }
   return 0;
 }

@@ -141,14 +141,15 @@ int main(int argc, char** argv) {
               o.model == "burst" ? (" burst " + std::to_string(o.burst)).c_str() : "", o.lossy,
               o.lossy_loss, o.up_loss, o.files, static_cast<unsigned long long>(o.size),
               static_cast<double>(o.rate_bps) / 1e6, static_cast<unsigned long long>(o.seed));
-  std::printf("%4s %9s %9s %9s %10s %9s %9s %9s %9s %9s %10s\n", "pass", "data", "repair",
-              "NAK", "NAK-blocks", "status", "COMPLETE", "REGISTER", "other", "ctl-sent",
+  std::printf("%4s %9s %9s %9s %9s %10s %9s %9s %9s %9s %9s %10s\n", "pass", "data", "repair",
+              "lost", "NAK", "NAK-blocks", "status", "COMPLETE", "REGISTER", "other", "ctl-sent",
               "cpu-ms");
   sim::pass_stats total;
   for (const auto& p : r.passes) {
-    std::printf("%4u %9llu %9llu %9llu %10llu %9llu %9llu %9llu %9llu %9llu %10.1f\n", p.pass,
+    std::printf("%4u %9llu %9llu %9llu %9llu %10llu %9llu %9llu %9llu %9llu %9llu %10.1f\n", p.pass,
                 static_cast<unsigned long long>(p.data_datagrams),
                 static_cast<unsigned long long>(p.repair_datagrams),
+                static_cast<unsigned long long>(p.lost_datagrams),
                 static_cast<unsigned long long>(p.naks),
                 static_cast<unsigned long long>(p.nak_blocks),
                 static_cast<unsigned long long>(p.status),
@@ -158,6 +159,7 @@ int main(int argc, char** argv) {
                 static_cast<unsigned long long>(p.control_sent), p.sender_cpu_s * 1e3);
     total.data_datagrams += p.data_datagrams;
     total.repair_datagrams += p.repair_datagrams;
+    total.lost_datagrams += p.lost_datagrams;
     total.naks += p.naks;
     total.nak_blocks += p.nak_blocks;
     total.status += p.status;
@@ -167,9 +169,10 @@ int main(int argc, char** argv) {
     total.control_sent += p.control_sent;
     total.sender_cpu_s += p.sender_cpu_s;
   }
-  std::printf(" sum %9llu %9llu %9llu %10llu %9llu %9llu %9llu %9llu %9llu %10.1f\n",
+  std::printf(" sum %9llu %9llu %9llu %9llu %10llu %9llu %9llu %9llu %9llu %9llu %10.1f\n",
               static_cast<unsigned long long>(total.data_datagrams),
               static_cast<unsigned long long>(total.repair_datagrams),
+              static_cast<unsigned long long>(total.lost_datagrams),
               static_cast<unsigned long long>(total.naks),
               static_cast<unsigned long long>(total.nak_blocks),
               static_cast<unsigned long long>(total.status),
@@ -197,6 +200,14 @@ int main(int argc, char** argv) {
               ratio(static_cast<double>(total.nak_blocks), static_cast<double>(l.union_lost)),
               ratio(static_cast<double>(total.received()),
                     static_cast<double>(r.report.passes ? r.report.passes : 1)));
+  const auto& c = r.report.control;
+  std::printf("NAK datagrams per distinct lost datagram %.2f; repair adverts %llu carrying %llu "
+              "blocks; blocks named that were not wanted already %llu of %llu\n",
+              ratio(static_cast<double>(total.naks), static_cast<double>(total.lost_datagrams)),
+              static_cast<unsigned long long>(c.adverts),
+              static_cast<unsigned long long>(c.advertised_blocks),
+              static_cast<unsigned long long>(c.nak_new_blocks),
+              static_cast<unsigned long long>(c.nak_blocks));
   std::printf("complete %zu/%zu (unicast %zu), succeeded %s, passes %u, virtual %.2f s, wall %.1f "
               "s, sender core CPU %.2f s, peak RSS %.0f MB, mismatched finalizations %llu\n",
               complete, o.receivers, unicast, r.succeeded ? "yes" : "no", r.report.passes,

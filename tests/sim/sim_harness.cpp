@@ -254,7 +254,7 @@ class world {
 
   /// Sends `d` to the group. `original` is true for a block's first transmission, whose
   /// losses are counted in loss_stats.
-  void multicast(std::span<const std::byte> d, bool original = false) {
+  void multicast(std::span<const std::byte> d, bool original = false, bool data = false) {
     auto bytes = std::make_shared<std::vector<std::byte>>(d.begin(), d.end());
     // Index of this first transmission in m_original_lost (unused otherwise).
     const std::size_t ordinal = m_original_lost.size();
@@ -262,20 +262,25 @@ class world {
       ++m_losses.original_blocks;
       m_original_lost.push_back(false);
     }
+    // Index of this data datagram in m_data_lost (unused for control).
+    const std::size_t data_ordinal = m_data_lost.size();
+    if (data) m_data_lost.emplace_back(static_cast<std::uint32_t>(m_passes.size() - 1), false);
     if (m_common_state.lost(m_cfg.common, m_rng)) {
       if (original) {
         ++m_losses.common_lost;
         m_original_lost[ordinal] = true;
         for (auto& r : m_receivers) ++r->m_lost_originals;
       }
+      if (data) m_data_lost[data_ordinal].second = true;
       return;
     }
     // One event per distinct receiver delay: the group fans out when the datagram arrives, and
     // each receiver's own loss, reordering and duplication apply then.
     const time_point sent = m_now + m_cfg.common.delay;
     for (std::size_t g = 0; g < m_fanout.size(); ++g) {
-      at(sent + m_fanout[g].first, [this, bytes, g, original, sent, ordinal] {
+      at(sent + m_fanout[g].first, [this, bytes, g, original, sent, ordinal, data, data_ordinal] {
         bool any_lost = false;
+        bool data_lost = false;
         for (const std::size_t i : m_fanout[g].second) {
           auto* r = m_receivers[i].get();
           const auto& down = r->m_spec.down;
@@ -284,6 +289,7 @@ class world {
               any_lost = true;
               ++r->m_lost_originals;
             }
+            data_lost = true;
             continue;
           }
           const auto times = timing(down, sent);
@@ -296,6 +302,7 @@ class world {
           }
         }
         if (any_lost) m_original_lost[ordinal] = true;
+        if (data && data_lost) m_data_lost[data_ordinal].second = true;
       });
     }
     if (m_cfg.garbage > 0) {
@@ -434,7 +441,7 @@ class world {
         sent[d.block.value] = true;
         ++m_passes.back().data_datagrams;
         if (!original) ++m_passes.back().repair_datagrams;
-        multicast(buf, original);
+        multicast(buf, original, true);
       }
       if (n < batch.size()) break;
     }
@@ -501,6 +508,9 @@ class world {
     res.trace = m_trace.finish();
     res.events = m_events;
     res.unicast_to_sender = m_unicast_to_sender;
+    for (const auto& [pass, lost] : m_data_lost) {
+      if (lost && pass < m_passes.size()) ++m_passes[pass].lost_datagrams;
+    }
     res.passes = m_passes;
     res.losses = m_losses;
     return res;
@@ -535,6 +545,8 @@ class world {
   loss_chain m_common_state;
   std::vector<std::vector<bool>> m_sent_before;  ///< per file, per block
   std::vector<bool> m_original_lost;  ///< per first transmission: lost by some receiver
+  /// Per data datagram: the pass it was sent in, and whether some receiver lost it.
+  std::vector<std::pair<std::uint32_t, bool>> m_data_lost;
   std::vector<pass_stats> m_passes;
   loss_stats m_losses;
   std::optional<time_point> m_done_at;

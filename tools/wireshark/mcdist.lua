@@ -43,7 +43,7 @@ local MAX_DEPTH = 8
 local type_names = {
   [1] = "data", [2] = "announce", [3] = "register_request", [4] = "register_reply",
   [5] = "marker", [6] = "nak", [7] = "digest_list", [8] = "complete", [9] = "complete_ack",
-  [10] = "session_end", [11] = "fallback",
+  [10] = "session_end", [11] = "fallback", [14] = "repair_advert",
 }
 local version_names = { [1] = "plain", [2] = "authenticated" }
 
@@ -60,6 +60,7 @@ local trailer_layout = {
   [9] = { { "hmac", 32 } },
   [10] = { { "signature", 64 } },
   [11] = { { "hmac", 32 } },
+  [14] = { { "counter", 8 }, { "gcm_tag", 16 } },
 }
 local trailer_size = {}
 for t, parts in pairs(trailer_layout) do
@@ -142,6 +143,13 @@ local schema = {
     { 8, "digests_through", "uint32" },
     { 9, "nak_backoff_us", "uint32" },
     { 10, "status_request", "bool" },
+    { 30, "group_size", "uint32" },
+    { 31, "status_slices", "uint32" },
+    { 32, "status_slice", "uint32" },
+  },
+  repair_advert = {
+    { 1, "pass", "uint32" },
+    { 2, "files", "message", { msg = "file_nak", repeated = true } },
   },
   nak = {
     { 1, "receiver_id", "string", { rid = true } },
@@ -692,6 +700,9 @@ local info = {
   complete_ack = function(v) return "id=" .. rid(v) end,
   session_end = function(v)
     return (v.reason == 1 and "ABORTED" or "DONE") .. (v.detail and (": " .. v.detail) or "")
+  end,
+  repair_advert = function(v)
+    return string.format("pass=%d files=%d", v.pass or 0, v["files#"] or 0)
   end,
   fallback = function(v)
     local kinds = { [0] = "SCTP_UDP", [1] = "SCTP_KERNEL", [2] = "TCP" }

@@ -1,4 +1,5 @@
 #include "receiver/core/receiver_engine.hpp"
+#include "receiver/core/nak_scheduler.hpp"
 #include "receiver/core/register_backoff.hpp"
 
 #include "common/ranges.hpp"
@@ -1248,4 +1249,127 @@ TEST_CASE("manifest_complete says when a session's announces are only repeats", 
   REQUIRE_FALSE(h.engine.manifest_complete(sid));  // chunk 1 of 3 missing
   h.announce(entries, 2, {1});
   REQUIRE(h.engine.manifest_complete(sid));
+}
+
+TEST_CASE("advertised blocks are left out of the NAK until a rescan asks for everything",
+          "[unit][receiver][nak]") {
+  harness h;
+  h.announce({entry("a", 10'000)});  // 10 blocks
+  h.held_none();
+  h.accept();
+  for (std::uint32_t b : {0u, 1u, 5u, 9u}) h.feed(data(b + 1, 0, b, 1000));
+  // The sender has scheduled blocks 2-4 (another receiver asked): only 6-8 are NAKed.
+  wire::marker m;  // pass 1 begins (hints of another pass would be ignored)
+  m.set_pass(1);
+  h.feed(datagram(wire::msg_type::marker, m));
+  wire::repair_advert adv;
+  adv.set_pass(1);
+  auto* fa = adv.add_files();
+  fa->set_file(0);
+  fa->add_ranges(2);
+  fa->add_ranges(3);
+  h.feed(datagram(wire::msg_type::repair_advert, adv));
+  h.marker(1, 1, 0, true, 10);
+  auto naks = h.sink.of_type<wire::nak>(wire::msg_type::nak);
+  REQUIRE(naks.size() == 1);
+  REQUIRE(runs(naks[0], 0) == std::vector<std::pair<std::uint32_t, std::uint32_t>>{{6, 3}});
+  // The repair of 2-4 was lost: the sender asks again for the end of the pass, and the
+  // receiver NAKs everything still missing, advertised or not.
+  h.marker(1, 1, 0, true, 12);
+  naks = h.sink.of_type<wire::nak>(wire::msg_type::nak);
+  REQUIRE(naks.size() == 2);
+  REQUIRE(runs(naks[1], 0) == std::vector<std::pair<std::uint32_t, std::uint32_t>>{{2, 3}, {6, 3}});
+  // A malformed advert (a run past the file's end) is counted and dropped.
+  const auto before = h.engine.stats().drops.total();
+  fa->set_ranges(1, 30);
+  h.feed(datagram(wire::msg_type::repair_advert, adv));
+  REQUIRE(h.engine.stats().drops.total() == before + 1);
+}
+
+TEST_CASE("a status request answers only in its slice when there is nothing to NAK",
+          "[unit][receiver][nak]") {
+  harness h;
+  h.announce({entry("a", 10'000), entry("b", 10'000)});
+  h.held_none();
+  h.accept();
+  for (std::uint32_t b = 0; b < 10; ++b) h.feed(data(b + 1, 0, b, 1000));
+  const auto hash = nak_scheduler::id_hash("site");
+  std::size_t sent = 0;
+  for (std::uint32_t slice = 0; slice < 4; ++slice) {
+    wire::marker m;
+    m.set_pass(1);
+    m.set_file(1);  // file 0 complete, file 1 not reached: nothing to NAK
+    m.set_seq(10 + slice);
+    m.set_status_request(true);
+    m.set_status_slices(4);
+    m.set_status_slice(slice);
+    h.feed(datagram(wire::msg_type::marker, m));
+    const auto naks = h.sink.of_type<wire::nak>(wire::msg_type::nak);
+    const bool answered = naks.size() > sent;
+    REQUIRE(answered == nak_scheduler::in_status_sample(hash, 4, slice));
+    sent = naks.size();
+  }
+  REQUIRE(sent == 1);  // asked four times, one slice each: answered once
+}
+
+TEST_CASE("with a group size, NAK rounds wait their drawn backoff, one per marker",
+          "[unit][receiver][nak]") {
+  harness h;
+  h.announce({entry("a", 100'000)});  // 100 blocks
+  h.held_none();
+  h.accept();
+  for (std::uint32_t b = 0; b < 100; ++b) {
+    if (b != 10 && b != 60) h.feed(data(b + 1, 0, b, 1000));
+  }
+  auto marker = [&](std::uint32_t block) {
+    wire::marker m;
+    m.set_pass(1);
+    m.set_block(block);
+    m.set_seq(100);
+    m.set_nak_backoff_us(200'000);  // 200 ms window
+    m.set_group_size(1000);
+    h.feed(datagram(wire::msg_type::marker, m));
+  };
+  marker(50);   // block 10 is behind it
+  marker(100);  // block 60 too: a second round, drawn on its own
+  REQUIRE(h.sink.of_type<wire::nak>(wire::msg_type::nak).empty());  // nothing before the draw
+  const auto due = h.engine.next_deadline();
+  REQUIRE(due);
+  REQUIRE(*due <= h.now + 200ms);
+  std::set<std::uint32_t> asked;
+  for (int step = 0; step < 200; ++step) {
+    h.now += 1ms;
+    h.engine.on_timer(h.now);
+  }
+  const auto naks = h.sink.of_type<wire::nak>(wire::msg_type::nak);
+  REQUIRE(naks.size() == 2);  // one per round
+  for (const auto& n : naks) {
+    for (const auto& [first, count] : runs(n, 0)) {
+      REQUIRE(count == 1);
+      REQUIRE(asked.insert(first).second);  // each block asked once
+    }
+  }
+  REQUIRE(asked == std::set<std::uint32_t>{10, 60});
+}
+
+TEST_CASE("a completed receiver does not repeat COMPLETE to a status request its COMPLETE crossed",
+          "[unit][receiver]") {
+  harness h;
+  h.announce({entry("a", 1000)});
+  h.held_none();
+  h.accept();
+  h.feed(data(1, 0, 0, 1000));
+  h.engine.on_file_stored(sid, file_index{0}, {}, {}, h.now);
+  REQUIRE(h.sink.of_type<wire::complete>(wire::msg_type::complete).size() == 1);
+  wire::marker m;  // an end-of-pass status request, GRTT 10 ms
+  m.set_pass(1);
+  m.set_file(1);
+  m.set_pass_end(true);
+  m.set_status_request(true);
+  m.set_grtt_us(10'000);
+  h.feed(datagram(wire::msg_type::marker, m));  // sent before the sender had the COMPLETE
+  REQUIRE(h.sink.of_type<wire::complete>(wire::msg_type::complete).size() == 1);
+  h.now += 10ms;  // no acknowledgement within a GRTT: answered
+  h.feed(datagram(wire::msg_type::marker, m));
+  REQUIRE(h.sink.of_type<wire::complete>(wire::msg_type::complete).size() == 2);
 }

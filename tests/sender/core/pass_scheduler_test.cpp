@@ -136,3 +136,43 @@ TEST_CASE("sequence numbers run on across passes, one per block sent", "[unit][s
     last = seq;
   }
 }
+
+TEST_CASE("a NAK is handled per range: what was wanted already is skipped, the runs it adds are "
+          "reported, and prompt repairs queue as runs", "[unit][sender]") {
+  pass_scheduler s({10000, 100});
+  s.want_all();
+  s.start_pass();
+  // Pass 1 sends file 0 entirely (seq 1..10000), then stops inside file 1.
+  for (int i = 0; i < 10000 + 10; ++i) {
+    const auto p = s.peek();
+    REQUIRE(p);
+    s.take(*p);
+  }
+  REQUIRE(s.cursor_file() == 1);
+  REQUIRE(s.cursor_block() == 10);
+  // A fade: blocks 1000-8999 of file 0, NAKed by a receiver that saw everything.
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> added;
+  REQUIRE(s.nak(0, 1000, 8000, 10010, true, &added) == 8000);
+  REQUIRE(added == std::vector<std::pair<std::uint32_t, std::uint32_t>>{{1000, 9000}});
+  // Every other receiver names the same range: nothing new, nothing reported.
+  added.clear();
+  REQUIRE(s.nak(0, 0, 10000, 10010, true, &added) == 10000 - 8000);  // 0-999 and 9000-9999
+  REQUIRE(added == std::vector<std::pair<std::uint32_t, std::uint32_t>>{{0, 1000}, {9000, 10000}});
+  added.clear();
+  REQUIRE(s.nak(0, 500, 9000, 10010, true, &added) == 0);
+  REQUIRE(added.empty());
+  // A receiver whose view ended at seq 5000 cannot have missed file 1 (sent from seq 10001 on):
+  // that copy is on its way.
+  REQUIRE(s.nak(1, 0, 100, 5000, true, &added) == 0);
+  // File 1's blocks behind the cursor, NAKed by a receiver with a current view: prompt.
+  REQUIRE(s.nak(1, 0, 20, 10010, true, &added) == 10);  // 10-19 not sent yet: still wanted
+  // Prompt repairs go first, in runs: file 0's 10,000 blocks, then file 1's 10.
+  std::uint32_t prompt = 0;
+  while (const auto p = s.peek()) {
+    if (!p->prompt) break;
+    ++prompt;
+    s.take(*p);
+  }
+  REQUIRE(prompt == 10000 + 10);
+  REQUIRE(s.repairs() == 10010);
+}
