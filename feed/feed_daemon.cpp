@@ -2,6 +2,7 @@
 
 #include "common/units.hpp"
 #include "common/digest_xattr.hpp"
+#include "common/key_file.hpp"
 #include "common/sha256.hpp"
 #include "sender/io/file_hasher.hpp"
 

@@ -1,5 +1,6 @@
 #include "receiver/io/daemon.hpp"
 
+#include "common/key_file.hpp"
 #include "common/log_limit.hpp"
 #include "common/units.hpp"
 #include "common/wire.hpp"
