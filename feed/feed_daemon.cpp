@@ -135,6 +135,7 @@ std::optional<std::size_t> feed_daemon::channel_index(std::string_view name) con
 }
 
 void feed_daemon::start() {
+  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   if (const auto n = m_journal.close_interrupted_sessions()) {
     m_log->warn("journal: {} session{} had no end (the feed stopped mid-session): recorded as aborted",
                 n, n == 1 ? "" : "s");
@@ -176,6 +177,7 @@ void feed_daemon::start() {
 }
 
 void feed_daemon::on_found(spooled_file f) {
+  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   if (m_stopping) return;
   m_found.push_back(std::move(f));
   if (m_found.size() > 1) return;
@@ -246,6 +248,7 @@ void feed_daemon::arm_batch_timer(std::size_t ch) {
 }
 
 void feed_daemon::maybe_start(std::size_t ch) {
+  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   auto& cs = m_channels[ch];
   if (cs.retired) return;
   while (!cs.run && !m_stopping) {
@@ -410,6 +413,7 @@ void feed_daemon::rebalance() {
 }
 
 void feed_daemon::on_session_done(std::size_t ch, sender::run_result r) {
+  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   auto& cs = m_channels[ch];
   running run = std::move(*cs.run);
   cs.run.reset();
@@ -619,6 +623,7 @@ void feed_daemon::dispose_spool(std::size_t ch, const product& p) {
 }
 
 void feed_daemon::do_expire() {
+  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   // The journal and the retained copies are bounded by the same window.
   const auto keep = m_cfg.retention.count() > 0 ? m_cfg.retention
                                                 : std::chrono::nanoseconds(min_journal_history);
@@ -649,6 +654,7 @@ void feed_daemon::do_expire() {
 }
 
 void feed_daemon::stop(std::function<void()> done) {
+  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   m_stopping = true;
   m_stopped = std::move(done);
   m_watcher.reset();
@@ -728,6 +734,7 @@ nlohmann::json feed_daemon::resend(const resend_order& order) {
 }
 
 nlohmann::json feed_daemon::queue_resend(const resend_order& order, resend_products by_channel) {
+  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   if (order.sites.empty()) throw std::invalid_argument("resend: no site given");
   nlohmann::json j;
   std::size_t total = 0;

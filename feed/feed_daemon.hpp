@@ -12,6 +12,7 @@
 /// queue behind each other, while other channels go on (a warning never waits for a model
 /// field of another channel).
 
+#include "common/single_thread.hpp"
 #include "feed/arbiter.hpp"
 #include "feed/batcher.hpp"
 #include "feed/feed_board.hpp"
@@ -176,6 +177,9 @@ class feed_daemon {
   std::vector<spooled_file> m_found;  ///< reported, not yet enqueued (flush_found)
   boost::asio::steady_timer m_expire_timer;
   bool m_stopping = false;
+  /// The thread of m_io: spool events, sessions, timers and control requests are handled there;
+  /// the query workers touch their own journal connections only (common/single_thread.hpp).
+  single_thread m_io_thread;
   std::function<void()> m_stopped;
   feed_board m_board;
   /// `[wis2]`: announces each product of a batch once its session ended (nullptr: off).

@@ -31,6 +31,7 @@ void server_state::count_error(const std::error_code& ec) {
 
 const client_grant* server_state::authenticate(const hello& h, const challenge& c,
                                                const endpoint& from, refuse& why) {
+  MCDIST_ASSERT_SINGLE_THREAD(io_thread);
   if (stopped) {
     why = {refuse_reason::shutting_down, "the server is shutting down"};
     return nullptr;
@@ -68,6 +69,7 @@ const client_grant* server_state::authenticate(const hello& h, const challenge& 
 }
 
 void server_state::on_sctp_association(std::unique_ptr<sctp_assoc> a, transport_kind kind) {
+  MCDIST_ASSERT_SINGLE_THREAD(io_thread);
   ++counters.connections_accepted;
   if (stopped || handshakes >= options.max_handshakes) {
     ++counters.busy_refused;
@@ -116,6 +118,7 @@ void server_session::begin() {
 }
 
 void server_session::do_watchdog() {
+  MCDIST_ASSERT_SINGLE_THREAD(m_state->io_thread);
   const auto idle = m_state->options.idle_timeout;
   const auto period = std::max<std::chrono::milliseconds>(idle / 4, std::chrono::milliseconds(10));
   m_watchdog.expires_after(period);
@@ -146,6 +149,7 @@ void server_session::do_watchdog() {
 }
 
 void server_session::finish(const std::error_code& ec, const std::string& detail, bool graceful) {
+  MCDIST_ASSERT_SINGLE_THREAD(m_state->io_thread);
   if (m_finished) return;
   m_finished = true;
   auto self = shared_from_this();
@@ -176,6 +180,7 @@ void server_session::finish(const std::error_code& ec, const std::string& detail
 
 std::error_code server_session::handle_control(frame_type type, std::span<const std::byte> body,
                                                std::string& detail) {
+  MCDIST_ASSERT_SINGLE_THREAD(m_state->io_thread);
   auto self = shared_from_this();
   touch();
   switch (type) {
@@ -274,6 +279,7 @@ server::~server() {
 }
 
 std::error_code server::start(std::string& detail) {
+  MCDIST_ASSERT_SINGLE_THREAD(m_state->io_thread);
   auto& s = *m_state;
   const auto& o = s.options;
   if (o.record_size < min_record_size || o.record_size > max_record_size) {
@@ -332,6 +338,7 @@ std::optional<endpoint> server::sctp_kernel_endpoint() const {
 }
 
 std::error_code server::register_client(client_grant grant) {
+  MCDIST_ASSERT_SINGLE_THREAD(m_state->io_thread);
   return m_state->grants.add(std::move(grant));
 }
 
@@ -342,6 +349,7 @@ bool server::unregister_client(const fallback_token& token) {
 }
 
 bool server::abort_client(const fallback_token& token) {
+  MCDIST_ASSERT_SINGLE_THREAD(m_state->io_thread);
   const auto it = m_state->sessions.find(token);
   if (it == m_state->sessions.end()) return false;
   auto s = it->second;
@@ -350,6 +358,7 @@ bool server::abort_client(const fallback_token& token) {
 }
 
 void server::stop() {
+  MCDIST_ASSERT_SINGLE_THREAD(m_state->io_thread);
   auto& s = *m_state;
   s.stopped = true;
   if (s.tcp) close_tcp_listener(*s.tcp);

@@ -350,6 +350,7 @@ void daemon::finish_stop() {
 void daemon::do_receive(std::size_t index) {
   socket_at(index).async_wait(net::udp::socket::wait_read, [this, index](
                                                                const boost::system::error_code& ec) {
+    MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
     if (ec || m_stopping || !socket_at(index).is_open()) return;
     // Back-pressure: while the storage pool is nearly full, leave datagrams in the socket's
     // kernel buffer (32 MiB) and look again shortly, rather than take blocks we would drop.
@@ -399,6 +400,7 @@ void daemon::do_receive(std::size_t index) {
 }
 
 void daemon::service() {
+  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   if (m_stopping) return;
   const auto now = from_steady(std::chrono::steady_clock::now());
   m_engine->on_timer(now);
@@ -599,6 +601,7 @@ auth::auth_stats daemon::auth_refused() const {
 }
 
 void daemon::send(const endpoint& to, std::span<const std::byte> datagram) {
+  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   if (datagram.size() >= wire::header_size) {
     if (auto* keys = keys_of(session_id{load_be32(datagram.data() + 4)})) {
       m_send_buffer.resize(datagram.size() + auth::max_trailer_bytes);
@@ -615,6 +618,7 @@ void daemon::send(const endpoint& to, std::span<const std::byte> datagram) {
 }
 
 void daemon::session_closed(session_id s, bool remove_temp) {
+  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   if (!remove_temp) return;  // kept for a resume: keep its keys too
   for (auto& k : m_keys) k->forget(s);
   if (m_keys_saved.erase(s)) {
@@ -627,6 +631,7 @@ void daemon::session_closed(session_id s, bool remove_temp) {
 
 void daemon::start_unicast(session_id s, const unicast_order& order,
                            std::vector<byte_range> wanted) {
+  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   stop_unicast(s);
   unicast::client_options co;
   co.kind = order.transport == unicast_order::transport_t::tcp ? unicast::transport_kind::tcp
@@ -657,6 +662,7 @@ void daemon::start_unicast(session_id s, const unicast_order& order,
   const std::uint64_t gen = ++m_unicast_generation;
   unicast::client_events ev;
   ev.on_data = [this, s, gen](file_index f, std::uint64_t off, std::span<const std::byte> b) {
+    MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
     const auto t = std::chrono::steady_clock::now();
     if (const auto it = m_unicast.find(s); it != m_unicast.end() && it->second.generation == gen) {
       if (!it->second.first) it->second.first = t;
@@ -792,6 +798,7 @@ void daemon::log_status(bool final) {
 }
 
 nlohmann::json daemon::status_json() {
+  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   const auto& st = m_engine->stats();
   const auto ss = m_store->get_stats();
   nlohmann::json j;

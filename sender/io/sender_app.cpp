@@ -113,6 +113,7 @@ void sender_app::start_unicast_server(const sender_config& cfg) {
   so.tcp_max_rate_bps = cfg.unicast_max_rate_bps;
   unicast::server_events ev;
   ev.on_session_start = [this](const unicast::session_info& info) {
+    MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
     m_log->info("unicast: '{}' connected from {} ({} connection{})", info.receiver_id,
                 info.remote.to_string(), info.connections, info.connections == 1 ? "" : "s");
     m_session.on_unicast_started(info.receiver_id, from_steady(std::chrono::steady_clock::now()));
@@ -240,6 +241,7 @@ void sender_app::start(std::function<void(run_result)> done) {
 }
 
 void sender_app::set_rate(std::uint64_t rate_bps) {
+  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   if (m_session.done() || m_session.rate_bps() == rate_bps) return;
   m_session.set_rate(rate_bps);
   // A higher rate moves the next deadline earlier: serve now and re-arm the timer.
@@ -247,12 +249,14 @@ void sender_app::set_rate(std::uint64_t rate_bps) {
 }
 
 void sender_app::abort(const std::string& why) {
+  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   if (m_session.done()) return;
   m_session.abort(from_steady(std::chrono::steady_clock::now()), why);
   service();
 }
 
 void sender_app::service() {
+  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   if (m_session.done()) return;
   const auto now = from_steady(std::chrono::steady_clock::now());
   m_session.on_timer(now);
@@ -443,6 +447,7 @@ void sender_app::do_wait_writable() {
 
 void sender_app::do_receive() {
   m_socket.async_wait(net::udp::socket::wait_read, [this](const boost::system::error_code& ec) {
+    MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
     if (ec) return;
     std::error_code rec;
     const auto now = from_steady(std::chrono::steady_clock::now());
