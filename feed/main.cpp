@@ -8,6 +8,7 @@
 #include "common/units.hpp"
 #include "feed/control_server.hpp"
 #include "feed/feed_config.hpp"
+#include "feed/daemon_handler.hpp"
 #include "feed/feed_daemon.hpp"
 #include "feed/feed_http.hpp"
 

@@ -2,11 +2,12 @@
 // (as in one program), every delivered byte checked against the source as it arrives and every
 // file's SHA-256 at the end.
 
-#include "common/unicast/client.hpp"
 #include "common/unicast/server.hpp"
+
 #include "common/net/udp.hpp"
-#include "tests/unicast/test_support.hpp"
-#include "tests/unicast/token.hpp"
+#include "common/unicast/client.hpp"
+#include "tests/common/unicast/test_support.hpp"
+#include "tests/common/unicast/token.hpp"
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ip/udp.hpp>

@@ -18,7 +18,7 @@
 
 #include "common/unicast/client.hpp"
 #include "common/unicast/server.hpp"
-#include "tests/unicast/token.hpp"
+#include "tests/common/unicast/token.hpp"
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
