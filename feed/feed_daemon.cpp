@@ -365,9 +365,8 @@ bool feed_daemon::start_session(std::size_t ch, session_kind kind, std::vector<p
 
   std::vector<std::int64_t> ids;
   for (const auto& p : sent) ids.push_back(p.id);
-  char hex[16];
-  std::snprintf(hex, sizeof hex, "%08x", sc.session.value);
-  run.row = m_journal.begin_session(session_row{cc.name, run.seq, hex, kind, {}}, ids);
+  run.row = m_journal.begin_session(
+      session_row{cc.name, run.seq, fmt::format("{}", sc.session), kind, {}}, ids);
   std::uint64_t bytes = 0;
   for (const auto& p : sent) bytes += p.size;
   run.products = std::move(sent);
@@ -461,8 +460,8 @@ void feed_daemon::on_session_done(std::size_t ch, sender::run_result r) {
       ++done;
     }
   }
-  m_log->info("channel {}: session {:08x} ({}{}) ended: {} of {} sites complete in {:.3f} s{}",
-              cc.name, r.report.session.value, kind_name(run.kind),
+  m_log->info("channel {}: session {} ({}{}) ended: {} of {} sites complete in {:.3f} s{}",
+              cc.name, r.report.session, kind_name(run.kind),
               run.seq ? " " + std::to_string(run.seq) : std::string(), done,
               r.report.receivers.size(), r.wall_seconds, r.error.empty() ? "" : ": " + r.error);
   if (!m_stopping) {

@@ -114,11 +114,11 @@ void client_impl::do_watchdog() {
   });
 }
 
-std::error_code client_impl::request(std::span<const file_request> ranges) {
+std::error_code client_impl::request(std::span<const byte_range> ranges) {
   MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   if (m_phase == phase::closing || m_phase == phase::closed) return error::aborted;
   // Validate the whole call first: nothing is requested unless everything is acceptable.
-  std::vector<file_request> wanted;
+  std::vector<byte_range> wanted;
   std::vector<file_index> empty;
   for (const auto& r : ranges) {
     if (r.length == 0) {
@@ -128,7 +128,7 @@ std::error_code client_impl::request(std::span<const file_request> ranges) {
     if (r.offset > UINT64_MAX - r.length || m_tracker.overlaps(r)) return errc::invalid_field;
     wanted.push_back(r);
   }
-  std::vector<file_request> sorted = wanted;
+  std::vector<byte_range> sorted = wanted;
   std::sort(sorted.begin(), sorted.end());
   for (std::size_t i = 1; i < sorted.size(); ++i) {
     if (sorted[i].file == sorted[i - 1].file &&

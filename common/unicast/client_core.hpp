@@ -29,7 +29,7 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
   /// Starts the transport; calls begin_connect() first.
   virtual void start() = 0;
 
-  std::error_code request(std::span<const file_request> ranges);
+  std::error_code request(std::span<const byte_range> ranges);
   void close();
   /// The owning handle is gone: no more callbacks, tear down now.
   void abandon();
@@ -38,7 +38,7 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
   void set_paused(bool paused);
   bool paused() const noexcept { return m_paused; }
 
-  std::vector<file_request> outstanding() const { return m_tracker.outstanding(); }
+  std::vector<byte_range> outstanding() const { return m_tracker.outstanding(); }
   std::uint64_t outstanding_bytes() const { return m_tracker.outstanding_bytes(); }
   client_stats stats() const { return m_stats; }
   transport_kind kind() const { return m_options.kind; }

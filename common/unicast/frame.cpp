@@ -292,10 +292,10 @@ std::error_code decode(std::span<const std::byte> body, request& out) noexcept {
     if (n == 0 || static_cast<std::size_t>(msg.offset_size()) != n ||
         static_cast<std::size_t>(msg.length_size()) != n)
       return errc::invalid_field;
-    std::vector<file_request> ranges;
+    std::vector<byte_range> ranges;
     ranges.reserve(n);
     for (int i = 0; i < static_cast<int>(n); ++i) {
-      const file_request r{file_index{msg.file(i)}, msg.offset(i), msg.length(i)};
+      const byte_range r{file_index{msg.file(i)}, msg.offset(i), msg.length(i)};
       if (r.length == 0 || r.offset > UINT64_MAX - r.length) return errc::invalid_field;
       ranges.push_back(r);
     }

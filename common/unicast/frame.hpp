@@ -198,7 +198,7 @@ inline constexpr std::size_t max_refuse_size = max_refuse_text + 32;
 
 /// A request: byte ranges wanted, 1 to max_request_ranges (unicast.request).
 struct request {
-  std::vector<file_request> ranges;
+  std::vector<byte_range> ranges;
 };
 
 /// An ack: files whose requested bytes all arrived, 1 to max_ack_files (unicast.ack).

@@ -40,9 +40,9 @@ const client_grant* server_state::authenticate(const hello& h, const challenge& 
   if (g == nullptr) {
     ++counters.hellos_refused;
     if (worth_logging(counters.hellos_refused))
-      spdlog::warn("unicast: refused hello from {} claiming receiver '{}' session {:08x}: "
+      spdlog::warn("unicast: refused hello from {} claiming receiver '{}' session {}: "
                    "credentials not registered ({} refused so far)",
-                   from.to_string(), h.receiver_id, h.session.value, counters.hellos_refused);
+                   from.to_string(), h.receiver_id, h.session, counters.hellos_refused);
     why = {refuse_reason::bad_credentials,
            "token, receiver id '" + h.receiver_id + "' and session not accepted by this sender"};
     return nullptr;
@@ -51,9 +51,9 @@ const client_grant* server_state::authenticate(const hello& h, const challenge& 
     ++counters.hellos_refused;
     ++counters.hellos_bad_proof;
     if (worth_logging(counters.hellos_bad_proof))
-      spdlog::warn("unicast: refused hello from {} claiming receiver '{}' session {:08x}: right "
+      spdlog::warn("unicast: refused hello from {} claiming receiver '{}' session {}: right "
                    "token but {} proof of the site key ({} such hellos so far)",
-                   from.to_string(), h.receiver_id, h.session.value, h.proof ? "a wrong" : "no",
+                   from.to_string(), h.receiver_id, h.session, h.proof ? "a wrong" : "no",
                    counters.hellos_bad_proof);
     why = {refuse_reason::bad_credentials,
            "receiver id '" + h.receiver_id + "' did not prove its site key"};
@@ -110,8 +110,8 @@ void server_session::begin() {
   m_start = std::chrono::steady_clock::now();
   touch();
   ++m_state->counters.sessions_started;
-  spdlog::info("unicast: receiver '{}' session {:08x} connected over {} from {} ({} connection{})",
-               m_info.receiver_id, m_info.session.value, to_string(m_info.kind),
+  spdlog::info("unicast: receiver '{}' session {} connected over {} from {} ({} connection{})",
+               m_info.receiver_id, m_info.session, to_string(m_info.kind),
                m_info.remote.to_string(), m_info.connections, m_info.connections == 1 ? "" : "s");
   if (!m_state->silent && m_state->events.on_session_start) m_state->events.on_session_start(m_info);
   if (!m_finished) do_watchdog();
@@ -163,15 +163,15 @@ void server_session::finish(const std::error_code& ec, const std::string& detail
   m_stats.elapsed = std::chrono::steady_clock::now() - m_start;
   if (ec) {
     ++m_state->counters.sessions_failed;
-    spdlog::warn("unicast: receiver '{}' session {:08x} over {} from {} failed after {} bytes: "
+    spdlog::warn("unicast: receiver '{}' session {} over {} from {} failed after {} bytes: "
                  "{}: {}",
-                 m_info.receiver_id, m_info.session.value, to_string(m_info.kind),
+                 m_info.receiver_id, m_info.session, to_string(m_info.kind),
                  m_info.remote.to_string(), m_stats.bytes_sent, ec.message(), detail);
   } else {
     ++m_state->counters.sessions_completed;
-    spdlog::info("unicast: receiver '{}' session {:08x} over {} done: {} bytes in {} records, {} "
+    spdlog::info("unicast: receiver '{}' session {} over {} done: {} bytes in {} records, {} "
                  "files acknowledged",
-                 m_info.receiver_id, m_info.session.value, to_string(m_info.kind),
+                 m_info.receiver_id, m_info.session, to_string(m_info.kind),
                  m_stats.bytes_sent, m_stats.records_sent, m_stats.files_acked);
   }
   if (!m_state->silent && m_state->events.on_session_end)

@@ -202,15 +202,15 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
     with_state.push_back(session);
     const auto blob = remap_checkpoint(saved);
     if (!blob) {
-      m_log->warn("session {:08x}: its channel is no longer configured (name and dest); "
+      m_log->warn("session {}: its channel is no longer configured (name and dest); "
                   "discarding its saved state",
-                  session.value);
+                  session);
       m_store->close_session(session, true);
       continue;
     }
     restore_keys(session);
     if (auto ec = m_engine->restore(*blob, now)) {
-      m_log->warn("session {:08x}: saved state is unusable ({}); discarding it", session.value,
+      m_log->warn("session {}: saved state is unusable ({}); discarding it", session,
                   ec.message());
       m_store->close_session(session, true);
     }
@@ -548,15 +548,13 @@ void daemon::save_keys(session_id s, std::size_t channel) {
   if (m_keys_saved.count(s)) return;
   const auto blob = m_keys[channel]->export_session(s);
   if (!blob) return;
-  char name[16];
-  std::snprintf(name, sizeof name, "%08x", s.value);
-  const auto file = m_cfg.temp / "keys" / name;
+  const auto file = m_cfg.temp / "keys" / fmt::format("{}", s);
   const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
   std::string content(1, static_cast<char>(channel));
   content += *blob;
   if (fd < 0 || ::write(fd, content.data(), content.size()) != static_cast<ssize_t>(content.size())) {
-    m_log->warn("session {:08x}: cannot save its keys in {} ({}): a restart will not resume it",
-                s.value, file.string(), std::strerror(errno));
+    m_log->warn("session {}: cannot save its keys in {} ({}): a restart will not resume it",
+                s, file.string(), std::strerror(errno));
   } else {
     m_keys_saved.insert(s);
   }
@@ -564,9 +562,7 @@ void daemon::save_keys(session_id s, std::size_t channel) {
 }
 
 void daemon::restore_keys(session_id s) {
-  char name[16];
-  std::snprintf(name, sizeof name, "%08x", s.value);
-  std::ifstream in(m_cfg.temp / "keys" / name, std::ios::binary);
+  std::ifstream in(m_cfg.temp / "keys" / fmt::format("{}", s), std::ios::binary);
   if (!in) return;
   std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::optional<std::uint32_t> channel;
@@ -578,8 +574,8 @@ void daemon::restore_keys(session_id s) {
   }
   if (!channel || *channel >= m_keys.size() ||
       !m_keys[*channel]->import_session(s, std::string_view(content).substr(1))) {
-    m_log->warn("session {:08x}: its saved keys are unusable; it resumes only if announced again",
-                s.value);
+    m_log->warn("session {}: its saved keys are unusable; it resumes only if announced again",
+                s);
     return;
   }
   m_keys_saved.insert(s);
@@ -622,10 +618,8 @@ void daemon::session_closed(session_id s, bool remove_temp) {
   if (!remove_temp) return;  // kept for a resume: keep its keys too
   for (auto& k : m_keys) k->forget(s);
   if (m_keys_saved.erase(s)) {
-    char name[16];
-    std::snprintf(name, sizeof name, "%08x", s.value);
     std::error_code ec;
-    std::filesystem::remove(m_cfg.temp / "keys" / name, ec);
+    std::filesystem::remove(m_cfg.temp / "keys" / fmt::format("{}", s), ec);
   }
 }
 
@@ -649,8 +643,8 @@ void daemon::start_unicast(session_id s, const unicast_order& order,
     // Decided from what this site knows of the session, never from the FALLBACK order.
     co.seal_records = keys->encrypted(s);
     if (co.seal_records && !co.proof_key) {
-      m_log->warn("session {:08x}: encrypted, but no fallback key yet; not connecting in the "
-                   "clear", s.value);
+      m_log->warn("session {}: encrypted, but no fallback key yet; not connecting in the "
+                   "clear", s);
       return;
     }
   }
@@ -679,9 +673,9 @@ void daemon::start_unicast(session_id s, const unicast_order& order,
     const auto& slot = it->second;
     if (slot.first) {
       const double secs = std::chrono::duration<double>(slot.last - *slot.first).count();
-      m_log->info("session {:08x}: unicast transfer done: {} bytes in {:.3f} s from first to last "
+      m_log->info("session {}: unicast transfer done: {} bytes in {:.3f} s from first to last "
                   "byte ({})",
-                  s.value, slot.bytes, secs,
+                  s, slot.bytes, secs,
                   format_rate(secs > 0 ? static_cast<double>(slot.bytes) * 8 / secs : 0));
     }
     it->second.client->close();
@@ -693,10 +687,10 @@ void daemon::start_unicast(session_id s, const unicast_order& order,
       // A sealed frame that did not open: someone on the path altered or injected bytes. The
       // connection is gone; the engine retries as after any failed connection.
       if (worth_logging(++m_unicast_unsealed))
-        m_log->warn("session {:08x}: unicast: a sealed frame did not open ({} so far): {}",
-                    s.value, m_unicast_unsealed, detail);
+        m_log->warn("session {}: unicast: a sealed frame did not open ({} so far): {}",
+                    s, m_unicast_unsealed, detail);
     } else if (ec) {
-      m_log->warn("session {:08x}: unicast: {}", s.value, detail);
+      m_log->warn("session {}: unicast: {}", s, detail);
     }
     // The client may not be destroyed inside its own last callback's caller frame safely for
     // every transport: let the io_context unwind first.
@@ -707,7 +701,7 @@ void daemon::start_unicast(session_id s, const unicast_order& order,
       service();
     });
   };
-  std::vector<unicast::file_request> req;
+  std::vector<mcdist::byte_range> req;
   req.reserve(wanted.size());
   std::uint64_t bytes = 0;
   for (const auto& w : wanted) {
@@ -716,10 +710,10 @@ void daemon::start_unicast(session_id s, const unicast_order& order,
   }
   auto c = unicast::make_client(m_io, co, std::move(ev));
   if (auto ec = c->request(req)) {
-    m_log->error("session {:08x}: unicast request refused locally: {}", s.value, ec.message());
+    m_log->error("session {}: unicast request refused locally: {}", s, ec.message());
     return;
   }
-  m_log->info("session {:08x}: fetching {} ranges, {} over {} from {}", s.value, req.size(),
+  m_log->info("session {}: fetching {} ranges, {} over {} from {}", s, req.size(),
               format_bytes(static_cast<double>(bytes)),
               co.kind == unicast::transport_kind::tcp ? "tcp" : "sctp", co.server.to_string());
   c->start();

@@ -72,19 +72,19 @@ sender_app::sender_app(boost::asio::io_context& io, app_options opts, sender_con
     m_keys = std::make_unique<auth::sender_keys>(*m_opts.identity, m_session_id, m_opts.site_keys,
                                                  m_opts.encrypt);
     if (m_opts.encrypt) {
-      m_log->info("session {:08x}: encrypted: manifest, digests and data readable only by the {} "
+      m_log->info("session {}: encrypted: manifest, digests and data readable only by the {} "
                   "pinned sites",
-                  m_session_id.value, m_opts.site_keys.size());
+                  m_session_id, m_opts.site_keys.size());
     }
-    m_log->info("session {:08x}: signed by {}{}", m_session_id.value,
+    m_log->info("session {}: signed by {}{}", m_session_id,
                 crypto::format_public_key(m_opts.identity->public_key),
                 m_opts.site_keys.empty()
                     ? std::string("; site keys not pinned (any host may register under an unused id)")
                     : "; " + std::to_string(m_opts.site_keys.size()) + " site keys pinned");
   } else {
-    m_log->warn("session {:08x}: not signed (no --key): receivers cannot tell this sender's "
+    m_log->warn("session {}: not signed (no --key): receivers cannot tell this sender's "
                 "products from anyone else's",
-                m_session_id.value);
+                m_session_id);
   }
   if (cfg.fallback != fallback_mode::off) start_unicast_server(cfg);
 }

@@ -468,8 +468,8 @@ TEST_CASE("hello values are validated", "[unit][unicast][frame]") {
 }
 
 TEST_CASE("requests refuse empty and wrapping ranges", "[unit][unicast][frame]") {
-  for (const file_request r : {file_request{file_index{1}, 0, 0},
-                               file_request{file_index{1}, UINT64_MAX, 1}}) {
+  for (const byte_range r : {byte_range{file_index{1}, 0, 0},
+                               byte_range{file_index{1}, UINT64_MAX, 1}}) {
     std::vector<std::byte> out;
     append_frame(out, request{{r}});
     request back;
