@@ -3,7 +3,7 @@
 #include "common/byte_order.hpp"
 #include "common/unicast/record_seal.hpp"
 #include "common/wire.hpp"
-#include "unicast.msg.h"
+#include "unicast.pb.h"
 
 #include <algorithm>
 #include <cassert>
