@@ -56,7 +56,7 @@ std::error_code parse_message(std::span<const std::byte> body, frame_type t,
 }
 
 template <std::size_t N>
-std::string_view as_view(const std::array<std::uint8_t, N>& a) {
+std::string as_bytes(const std::array<std::uint8_t, N>& a) {
   return {reinterpret_cast<const char*>(a.data()), N};
 }
 
@@ -154,18 +154,18 @@ std::error_code decode_record(std::span<const std::byte> body, file_index& file,
 
 void append_frame(std::vector<std::byte>& out, const challenge& m) {
   pb::challenge msg;
-  msg.set_nonce(as_view(m.nonce));
+  msg.set_nonce(as_bytes(m.nonce));
   append_message(out, frame_type::challenge, msg);
 }
 
 void append_frame(std::vector<std::byte>& out, const hello& m) {
   pb::hello msg;
-  msg.set_token(as_view(m.token));
+  msg.set_token(as_bytes(m.token));
   msg.set_session(m.session.value);
   msg.set_client_nonce(m.client_nonce);
   msg.set_connection_index(m.connection_index);
   msg.set_connection_count(m.connection_count);
-  if (m.proof) msg.set_proof(as_view(*m.proof));
+  if (m.proof) msg.set_proof(as_bytes(*m.proof));
   msg.set_receiver_id(m.receiver_id.substr(0, max_hello_receiver_id));
   append_message(out, frame_type::hello, msg);
 }
