@@ -387,7 +387,7 @@ bool feed_daemon::start_session(std::size_t ch, session_kind kind, std::vector<p
     return false;
   }
   tx.commit();
-  m_log->info("channel {}: session {} ({}{}): {} product{}, {} at {}", cc.name, hex,
+  m_log->info("channel {}: session {} ({}{}): {} product{}, {} at {}", cc.name, sc.session,
               kind_name(kind), batch ? " " + std::to_string(run.seq) : " to " + std::to_string(run.only.size()) + " sites",
               run.products.size(), run.products.size() == 1 ? "" : "s",
               format_bytes(static_cast<double>(bytes)), format_rate(static_cast<double>(sc.rate_bps)));
