@@ -1,11 +1,28 @@
-# DESIGN.md keeps the protocol cores pure: no sockets, no Asio, no clocks; STYLE.md keeps the
-# storage path (receiver/storage) free of Asio too. Two checks enforce it on each target given.
+# What a layer may use (DESIGN.md "a pure core in a thin shell", STYLE.md "Rooms": a folder says
+# what its code may use), checked on every build:
 #
-# 1. At configure time: the link closure of each core target must not contain mcdist_asio or
-#    any Boost/Asio target.
-# 2. At build time: a custom command scans the core sources for Asio includes and fails the
-#    build if it finds one; the core library depends on it, so it reruns whenever a core file
-#    changes.
+#   pure     the protocol cores (sender/core, receiver/core) and the pure parts of common
+#            (mcdist_common_core, mcdist_unicast_core): the standard library, protobuf,
+#            OpenSSL/libsodium computation, spdlog/fmt for log lines, and other pure files of
+#            the project. No Asio or Beast, no sockets, no file I/O, no threads, no clock
+#            reads, no global randomness (common/crypto.hpp's random_bytes, the kernel CSPRNG
+#            for keys and nonces, is the one source allowed).
+#   storage  the receiver's storage path (receiver/storage): files, threads and clocks, but no
+#            Asio, no sockets, and of the project only pure files, its own and mcdist_common's
+#            (log sinks, xattrs, key files: no Asio either).
+#
+# mcdist_check_purity(PROFILE target...) checks each target twice:
+# 1. At configure time: its link closure holds no Asio, Boost, shell or I/O library target.
+# 2. At build time (cmake/scan_core_includes.cmake, rerun whenever one of the files changes):
+#    every file of the target, headers included, is scanned for forbidden includes, for
+#    quoted includes of project files outside what the profile allows, and (pure) for clock
+#    reads and global randomness.
+#
+# A target's files: its SOURCES, and every .hpp/.cpp in the folders of its sources that no
+# other target of the same CMakeLists lists. So sender/core's header-only units are scanned
+# without being listed, and in a folder holding two layers (common/, common/unicast/) a file
+# not listed by the shell target counts as pure: a new file is checked strictly until it is
+# listed where it belongs.
 
 function(_mcdist_link_closure target out)
   set(seen "")
@@ -28,40 +45,127 @@ function(_mcdist_link_closure target out)
   set(${out} ${seen} PARENT_SCOPE)
 endfunction()
 
-function(mcdist_check_core_purity)
-  foreach(core IN LISTS ARGN)
-    _mcdist_link_closure(${core} closure)
-    foreach(dep IN LISTS closure)
-      if(dep MATCHES "^(mcdist_asio|Boost::.*|asio.*)$")
-        message(FATAL_ERROR "Protocol core ${core} links ${dep}: the cores must stay free of Asio "
-                            "(DESIGN.md, 'a pure core in a thin shell'). Move the I/O into the shell.")
+# Absolute paths of the files of `target` (see above).
+function(_mcdist_target_files target out)
+  get_target_property(srcdir ${target} SOURCE_DIR)
+  get_property(siblings DIRECTORY ${srcdir} PROPERTY BUILDSYSTEM_TARGETS)
+  set(theirs "")
+  foreach(other IN LISTS siblings)
+    if(other STREQUAL target)
+      continue()
+    endif()
+    get_target_property(osrcs ${other} SOURCES)
+    foreach(s IN LISTS osrcs)
+      cmake_path(ABSOLUTE_PATH s BASE_DIRECTORY ${srcdir} OUTPUT_VARIABLE a)
+      list(APPEND theirs ${a})
+    endforeach()
+  endforeach()
+  get_target_property(srcs ${target} SOURCES)
+  set(files "")
+  set(dirs "")
+  foreach(s IN LISTS srcs)
+    cmake_path(ABSOLUTE_PATH s BASE_DIRECTORY ${srcdir} OUTPUT_VARIABLE a)
+    list(APPEND files ${a})
+    cmake_path(GET a PARENT_PATH d)
+    list(APPEND dirs ${d})
+  endforeach()
+  list(REMOVE_DUPLICATES dirs)
+  foreach(d IN LISTS dirs)
+    file(GLOB in_dir CONFIGURE_DEPENDS ${d}/*.hpp ${d}/*.cpp)
+    foreach(f IN LISTS in_dir)
+      if(NOT f IN_LIST theirs)
+        list(APPEND files ${f})
       endif()
     endforeach()
-    get_target_property(srcs ${core} SOURCES)
-    get_target_property(srcdir ${core} SOURCE_DIR)
-    set(stamp ${CMAKE_CURRENT_BINARY_DIR}/${core}_purity.stamp)
-    # The sources, and every header in the directories they live in (receiver/core/*.hpp, not
-    # receiver/*.hpp: a core's SOURCE_DIR is its parent folder), header-only units included.
-    set(abs_srcs "")
-    set(src_dirs "")
-    foreach(s IN LISTS srcs)
-      cmake_path(ABSOLUTE_PATH s BASE_DIRECTORY ${srcdir} OUTPUT_VARIABLE a)
-      list(APPEND abs_srcs ${a})
-      cmake_path(GET a PARENT_PATH d)
-      list(APPEND src_dirs ${d})
+  endforeach()
+  list(FILTER files INCLUDE REGEX "\\.(hpp|cpp|h)$")
+  list(REMOVE_DUPLICATES files)
+  list(SORT files)
+  set(${out} ${files} PARENT_SCOPE)
+endfunction()
+
+# Project-relative paths ("common/wire.hpp") of `files`.
+function(_mcdist_relative list_var out)
+  set(rel "")
+  foreach(f IN LISTS ${list_var})
+    cmake_path(RELATIVE_PATH f BASE_DIRECTORY ${PROJECT_SOURCE_DIR} OUTPUT_VARIABLE r)
+    list(APPEND rel ${r})
+  endforeach()
+  set(${out} ${rel} PARENT_SCOPE)
+endfunction()
+
+# Targets no pure or storage target may link (the closure check): Asio and Boost, the shells'
+# libraries, and the I/O libraries behind them.
+set(_mcdist_impure_link "^(mcdist_asio|Boost::.*|asio.*|mcdist_net|mcdist_http|mcdist_unicast|mcdist_sqlite|mcdist_wis2|mcdist_sender_io|mcdist_receiver_io|mcdist_feed_lib|PkgConfig::USRSCTP|PkgConfig::SQLITE3|PkgConfig::MOSQUITTO)$")
+
+# mcdist_check_purity(pure|storage target...)
+function(mcdist_check_purity profile)
+  if(NOT profile MATCHES "^(pure|storage)$")
+    message(FATAL_ERROR "mcdist_check_purity: profile must be pure or storage, not ${profile}")
+  endif()
+  foreach(t IN LISTS ARGN)
+    _mcdist_link_closure(${t} closure)
+    foreach(dep IN LISTS closure)
+      set(bad FALSE)
+      if(dep MATCHES "${_mcdist_impure_link}")
+        set(bad TRUE)
+      elseif(profile STREQUAL "pure" AND dep STREQUAL "mcdist_common")
+        set(bad TRUE)  # the shells' log sinks, xattrs, key files
+      endif()
+      if(bad)
+        message(FATAL_ERROR "${t} (${profile}) links ${dep}: see cmake/core_purity.cmake for what "
+                            "a ${profile} layer may use (DESIGN.md, 'a pure core in a thin shell'). "
+                            "Move the I/O into a shell target.")
+      endif()
     endforeach()
-    list(REMOVE_DUPLICATES src_dirs)
-    foreach(d IN LISTS src_dirs)
-      file(GLOB core_headers CONFIGURE_DEPENDS ${d}/*.hpp)
-      list(APPEND abs_srcs ${core_headers})
-    endforeach()
+    _mcdist_target_files(${t} files)
+    set_property(GLOBAL APPEND PROPERTY MCDIST_PURITY_TARGETS ${t})
+    set_property(GLOBAL PROPERTY MCDIST_PURITY_PROFILE_${t} ${profile})
+    set_property(GLOBAL PROPERTY MCDIST_PURITY_FILES_${t} ${files})
+    if(profile STREQUAL "pure")
+      set_property(GLOBAL APPEND PROPERTY MCDIST_PURE_FILES ${files})
+    endif()
+  endforeach()
+endfunction()
+
+# Adds the build-time scans of every target given to mcdist_check_purity; call once, after it.
+# `sys_target` is the no-Asio support layer (mcdist_common) that storage may include.
+function(mcdist_add_purity_scans sys_target)
+  get_property(targets GLOBAL PROPERTY MCDIST_PURITY_TARGETS)
+  get_property(pure GLOBAL PROPERTY MCDIST_PURE_FILES)
+  _mcdist_relative(pure pure_rel)
+  get_target_property(sys_srcs ${sys_target} SOURCES)
+  get_target_property(sys_dir ${sys_target} SOURCE_DIR)
+  set(sys_rel "")
+  foreach(s IN LISTS sys_srcs)
+    cmake_path(ABSOLUTE_PATH s BASE_DIRECTORY ${sys_dir} OUTPUT_VARIABLE a)
+    cmake_path(RELATIVE_PATH a BASE_DIRECTORY ${PROJECT_SOURCE_DIR} OUTPUT_VARIABLE r)
+    list(APPEND sys_rel ${r})
+  endforeach()
+  set(dir ${CMAKE_BINARY_DIR}/purity)
+  foreach(t IN LISTS targets)
+    get_property(profile GLOBAL PROPERTY MCDIST_PURITY_PROFILE_${t})
+    get_property(files GLOBAL PROPERTY MCDIST_PURITY_FILES_${t})
+    _mcdist_relative(files own_rel)
+    set(allowed ${pure_rel} ${own_rel})
+    if(profile STREQUAL "storage")
+      list(APPEND allowed ${sys_rel})
+    endif()
+    list(REMOVE_DUPLICATES allowed)
+    string(REPLACE ";" "\n" files_text "${files}")
+    string(REPLACE ";" "\n" allowed_text "${allowed}")
+    file(CONFIGURE OUTPUT ${dir}/${t}.files CONTENT "${files_text}\n")
+    file(CONFIGURE OUTPUT ${dir}/${t}.allowed CONTENT "${allowed_text}\n")
+    set(stamp ${dir}/${t}.stamp)
     add_custom_command(
       OUTPUT ${stamp}
-      COMMAND ${CMAKE_COMMAND} -DFILES="${abs_srcs}" -DCORE=${core} -DSTAMP=${stamp}
+      COMMAND ${CMAKE_COMMAND} -DFILES_LIST=${dir}/${t}.files -DALLOWED_LIST=${dir}/${t}.allowed
+              -DPROFILE=${profile} -DTARGET=${t} -DSTAMP=${stamp}
               -P ${PROJECT_SOURCE_DIR}/cmake/scan_core_includes.cmake
-      DEPENDS ${abs_srcs} ${PROJECT_SOURCE_DIR}/cmake/scan_core_includes.cmake
-      COMMENT "Checking that ${core} includes no Asio")
-    add_custom_target(${core}_purity DEPENDS ${stamp})
-    add_dependencies(${core} ${core}_purity)
+      DEPENDS ${files} ${dir}/${t}.files ${dir}/${t}.allowed
+              ${PROJECT_SOURCE_DIR}/cmake/scan_core_includes.cmake
+      COMMENT "Checking that ${t} uses only what a ${profile} layer may")
+    add_custom_target(${t}_purity DEPENDS ${stamp})
+    add_dependencies(${t} ${t}_purity)
   endforeach()
 endfunction()

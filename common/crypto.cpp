@@ -1,17 +1,11 @@
 #include "common/crypto.hpp"
 
-#include <fcntl.h>
 #include <openssl/core_names.h>
 #include <openssl/evp.h>
 #include <openssl/kdf.h>
 #include <sodium.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 namespace mcdist::crypto {
 
@@ -83,57 +77,23 @@ key32 parse_public_key(std::string_view text) {
   return pk;
 }
 
-void write_secret_key_file(const std::filesystem::path& file, const identity& id) {
-  const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0) {
-    throw key_error("cannot create the key file " + file.string() + ": " + std::strerror(errno));
-  }
+std::string format_secret_key(const identity& id) {
   std::array<std::uint8_t, 32> seed{};
   crypto_sign_ed25519_sk_to_seed(seed.data(), id.secret_key.data());
   std::string text = std::string(secret_prefix) + to_base64(seed) + "\n" +
                      format_public_key(id.public_key) + "\n";
   sodium_memzero(seed.data(), seed.size());
-  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
-                  ::fsync(fd) == 0;
-  const int err = errno;
-  sodium_memzero(text.data(), text.size());
-  ::close(fd);
-  if (!ok) throw key_error("cannot write the key file " + file.string() + ": " + std::strerror(err));
+  return text;
 }
 
-identity read_secret_key_file(const std::filesystem::path& file) {
+std::optional<identity> parse_secret_key(std::string_view text) {
   init();
-  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) {
-    throw key_error("cannot open the key file " + file.string() + ": " + std::strerror(errno));
-  }
-  struct stat st{};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw key_error("the key file " + file.string() + " is not a regular file");
-  }
-  if ((st.st_mode & 077) != 0) {
-    ::close(fd);
-    char mode[8];
-    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
-    throw key_error("the key file " + file.string() + " has mode " + mode +
-                    ": a secret key must be readable by its owner only (chmod 600)");
-  }
-  std::string text(4096, '\0');
-  const ssize_t n = ::read(fd, text.data(), text.size());
-  ::close(fd);
-  if (n < 0) throw key_error("cannot read the key file " + file.string() + ": " + std::strerror(errno));
-  text.resize(static_cast<std::size_t>(n));
-  std::string_view first = text;
-  first = trim(first.substr(0, first.find('\n')));
+  std::string_view first = trim(text.substr(0, text.find('\n')));
   key32 seed{};
-  const bool ok = first.substr(0, secret_prefix.size()) == secret_prefix &&
-                  from_base64(first.substr(secret_prefix.size()), seed);
-  sodium_memzero(text.data(), text.size());
-  if (!ok) {
-    throw key_error("the key file " + file.string() +
-                    " holds no secret key (its first line must be \"mcdist-ed25519-secret:BASE64\"; "
-                    "make one with mcdist-keygen)");
+  if (first.substr(0, secret_prefix.size()) != secret_prefix ||
+      !from_base64(first.substr(secret_prefix.size()), seed)) {
+    sodium_memzero(seed.data(), seed.size());
+    return std::nullopt;
   }
   identity id;
   crypto_sign_seed_keypair(id.public_key.data(), id.secret_key.data(), seed.data());
@@ -141,26 +101,22 @@ identity read_secret_key_file(const std::filesystem::path& file) {
   return id;
 }
 
-key32 read_public_key(std::string_view text_or_file) {
-  const auto t = trim(text_or_file);
-  if (t.substr(0, public_prefix.size()) == public_prefix) return parse_public_key(t);
-  std::ifstream in{std::string(t)};
-  if (!in) {
-    throw key_error("\"" + std::string(t) +
-                    "\" is neither a public key (mcdist-ed25519:BASE64) nor a readable key file");
+std::optional<key32> find_public_key(std::string_view text) {
+  while (!text.empty()) {
+    const auto nl = text.find('\n');
+    const auto line = trim(text.substr(0, nl));
+    if (line.substr(0, public_prefix.size()) == public_prefix) return parse_public_key(line);
+    if (nl == std::string_view::npos) break;
+    text.remove_prefix(nl + 1);
   }
-  std::string line;
-  while (std::getline(in, line)) {
-    if (trim(line).substr(0, public_prefix.size()) == public_prefix) {
-      try {
-        return parse_public_key(line);
-      } catch (const key_error& e) {
-        throw key_error(std::string(t) + ": " + e.what());
-      }
-    }
-  }
-  throw key_error("the file " + std::string(t) + " holds no line \"mcdist-ed25519:BASE64\"");
+  return std::nullopt;
 }
+
+bool is_public_key_text(std::string_view text) noexcept {
+  return trim(text).substr(0, public_prefix.size()) == public_prefix;
+}
+
+void wipe(std::span<char> secret) noexcept { sodium_memzero(secret.data(), secret.size()); }
 
 signature sign(const identity& id, std::span<const std::byte> message) noexcept {
   signature sig{};

@@ -14,11 +14,15 @@
 /// - AES-256-GCM (NIST SP 800-38D) as GMAC (empty plaintext, everything as associated data),
 ///   OpenSSL EVP: the per-datagram tag on data blocks and markers; and as authenticated
 ///   encryption of the payload (class gcm): data blocks of encrypted sessions.
+///
+/// Computation only (part of mcdist_common_core): key files are read and written by
+/// common/key_file.hpp. random_bytes reads the kernel's CSPRNG: the one source of randomness the
+/// pure layer may use, because keys, nonces and challenges must never come from a seeded
+/// generator (cores otherwise get their randomness injected).
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <filesystem>
 #include <optional>
 #include <span>
 #include <stdexcept>
@@ -75,17 +79,20 @@ std::string format_public_key(const key32& pk);
 /// @throws key_error naming what is wrong
 key32 parse_public_key(std::string_view text);
 
-/// Writes a secret key file: one line "mcdist-ed25519-secret:BASE64(seed)" then the public key
-/// line, created with mode 0600 (O_EXCL: an existing file is never overwritten).
-/// @throws key_error on any I/O error
-void write_secret_key_file(const std::filesystem::path& file, const identity& id);
-/// Reads a secret key file. The file must be a regular file readable by its owner only (no
-/// group or other permission bits), like ssh's private keys.
-/// @throws key_error naming the file and the problem
-identity read_secret_key_file(const std::filesystem::path& file);
-/// Reads a public key given inline ("mcdist-ed25519:...") or as a file holding one (the first
-/// line starting with "mcdist-ed25519:"). @throws key_error
-key32 read_public_key(std::string_view text_or_file);
+/// The text of a secret key file: one line "mcdist-ed25519-secret:" followed by the base64 of
+/// the 32-byte seed, then the format_public_key line. The caller wipes it after use
+/// (common/key_file.hpp writes it to a file).
+std::string format_secret_key(const identity& id);
+/// The identity of format_secret_key's text (its first line); std::nullopt when the first line
+/// is not "mcdist-ed25519-secret:" and 32 bytes of base64. Leaves no copy of the seed behind.
+std::optional<identity> parse_secret_key(std::string_view text);
+/// The key of the first line of `text` that starts with "mcdist-ed25519:" (surrounding white
+/// space allowed); std::nullopt when there is none. @throws key_error if that line is bad
+std::optional<key32> find_public_key(std::string_view text);
+/// True when `text` (trimmed) starts like format_public_key's text.
+bool is_public_key_text(std::string_view text) noexcept;
+/// Overwrites secret bytes in a way the compiler cannot drop (libsodium sodium_memzero).
+void wipe(std::span<char> secret) noexcept;
 
 /// Ed25519 signature of `message` (RFC 8032 section 5.1.6).
 signature sign(const identity& id, std::span<const std::byte> message) noexcept;

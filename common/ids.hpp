@@ -4,10 +4,13 @@
 /// strong_typedef<std::int32_t, piece_index_tag>): a file index is not a block index, a pass
 /// number is not a session id.
 
+#include <fmt/format.h>
+
 #include <array>
 #include <compare>
 #include <cstdint>
 #include <functional>
+#include <string_view>
 
 namespace mcdist {
 
@@ -25,7 +28,9 @@ struct strong_id {
   }
 };
 
-/// 32-bit session identifier chosen at random by the sender (DESIGN.md "session").
+/// 32-bit session identifier chosen at random by the sender (DESIGN.md "session"). Its text
+/// form, in logs, file names, journals and status pages, is 8 lower-case hex digits, written by
+/// the fmt formatter below and nowhere else: fmt::format("session {}", id).
 using session_id = strong_id<std::uint32_t, struct session_id_tag>;
 /// Index of a file in a session's manifest, 0-based.
 using file_index = strong_id<std::uint32_t, struct file_index_tag>;
@@ -53,5 +58,18 @@ template <class T, class Tag>
 struct std::hash<mcdist::strong_id<T, Tag>> {
   std::size_t operator()(const mcdist::strong_id<T, Tag>& id) const noexcept {
     return std::hash<T>{}(id.value);
+  }
+};
+
+/// A session id as 8 lower-case hex digits ("0000abcd"): fmt::format("{}", id). Format
+/// specifications apply to the text (e.g. "{:>10}").
+template <>
+struct fmt::formatter<mcdist::session_id> : fmt::formatter<std::string_view> {
+  template <class FormatContext>
+  auto format(mcdist::session_id id, FormatContext& ctx) const {
+    static constexpr char digits[] = "0123456789abcdef";
+    char text[8];
+    for (int i = 0; i < 8; ++i) text[i] = digits[(id.value >> (28 - 4 * i)) & 0xfu];
+    return fmt::formatter<std::string_view>::format(std::string_view(text, sizeof text), ctx);
   }
 };

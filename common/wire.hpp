@@ -21,6 +21,7 @@
 #include "common/byte_order.hpp"
 #include "common/error.hpp"
 #include "common/ids.hpp"
+#include "common/packet.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -51,17 +52,21 @@ inline constexpr std::size_t data_header_size = 20;
 /// Smallest block size a sender may choose, bytes.
 inline constexpr std::uint32_t min_block_size = 256;
 /// Largest block size, bytes: a 9000-byte jumbo frame minus IPv4 (20), UDP (8) and our
-/// data header (20).
-inline constexpr std::uint32_t max_block_size = 8952;
+/// data header (20): 8952.
+inline constexpr std::uint32_t max_block_size =
+    packet::jumbo_mtu - packet::ipv4_udp_overhead - data_header_size;
 /// Default block size, bytes: 1400 + 20 + 28 = 1448, inside a 1500-byte MTU with room for
 /// tunnel overheads (DESIGN.md "block").
 inline constexpr std::uint32_t default_block_size = 1400;
+static_assert(default_block_size + data_header_size + packet::ipv4_udp_overhead <
+              packet::ethernet_mtu);
 /// Largest datagram a receiver accepts, bytes: a UDP datagram over IPv4 can carry 65507, but
 /// nothing mcdist sends is larger than a jumbo frame; anything bigger is hostile.
-inline constexpr std::size_t max_datagram_size = 9000;
+inline constexpr std::size_t max_datagram_size = packet::jumbo_mtu;
 /// Budget for control datagrams the programs build, bytes: fits a 1500-byte MTU with IPv6
 /// (40) and UDP (8) headers.
 inline constexpr std::size_t control_budget = 1400;
+static_assert(control_budget + packet::ipv6_header + packet::udp_header <= packet::ethernet_mtu);
 
 /// Message types (the header's type byte).
 enum class msg_type : std::uint8_t {

@@ -99,7 +99,7 @@ struct control_handler {
   /// or an {"ok":false,"error":...} object; it is not called when the answer can no longer be
   /// given (the daemon is shutting down). The default calls the synchronous functions below at
   /// once (answer(control_handler&, control_request&)); the daemon overrides it to run journal
-  /// queries off its io thread (feed_daemon.hpp daemon_handler).
+  /// queries off its io thread (daemon_handler.hpp).
   virtual void answer_async(control_request r, answer_callback done);
   /// Daemon state. Keys: "daemon" (bool), "channels" [channel_row], "sites" [site_row], plus
   /// whatever the daemon adds ("sessions_running", "rate_bps", ...).

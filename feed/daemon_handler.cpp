@@ -1,6 +1,4 @@
-// daemon_handler (feed_daemon.hpp): mcdistctl's requests in the running daemon, with the journal
-// queries on query workers and the answers completed on the io thread.
-#include "feed/feed_daemon.hpp"
+#include "feed/daemon_handler.hpp"
 
 #include <boost/asio/post.hpp>
 

@@ -97,8 +97,7 @@ void feed_board::session_done(std::size_t channel, session_kind kind, std::uint6
       if (held.count(i) || (done && !failed.count(i))) ++ok[i];
     }
   }
-  char hex[16];
-  std::snprintf(hex, sizeof hex, "%08x", report.session.value);
+  const std::string hex = fmt::format("{}", report.session);
   for (std::size_t i = 0; i < products.size(); ++i) {
     const auto& p = products[i];
     ++c.products_sent;

@@ -2,6 +2,7 @@
 
 #include "common/units.hpp"
 #include "common/digest_xattr.hpp"
+#include "common/key_file.hpp"
 #include "common/sha256.hpp"
 #include "sender/io/file_hasher.hpp"
 
@@ -134,6 +135,7 @@ std::optional<std::size_t> feed_daemon::channel_index(std::string_view name) con
 }
 
 void feed_daemon::start() {
+  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   if (const auto n = m_journal.close_interrupted_sessions()) {
     m_log->warn("journal: {} session{} had no end (the feed stopped mid-session): recorded as aborted",
                 n, n == 1 ? "" : "s");
@@ -175,6 +177,7 @@ void feed_daemon::start() {
 }
 
 void feed_daemon::on_found(spooled_file f) {
+  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   if (m_stopping) return;
   m_found.push_back(std::move(f));
   if (m_found.size() > 1) return;
@@ -245,6 +248,7 @@ void feed_daemon::arm_batch_timer(std::size_t ch) {
 }
 
 void feed_daemon::maybe_start(std::size_t ch) {
+  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   auto& cs = m_channels[ch];
   if (cs.retired) return;
   while (!cs.run && !m_stopping) {
@@ -361,9 +365,8 @@ bool feed_daemon::start_session(std::size_t ch, session_kind kind, std::vector<p
 
   std::vector<std::int64_t> ids;
   for (const auto& p : sent) ids.push_back(p.id);
-  char hex[16];
-  std::snprintf(hex, sizeof hex, "%08x", sc.session.value);
-  run.row = m_journal.begin_session(session_row{cc.name, run.seq, hex, kind, {}}, ids);
+  run.row = m_journal.begin_session(
+      session_row{cc.name, run.seq, fmt::format("{}", sc.session), kind, {}}, ids);
   std::uint64_t bytes = 0;
   for (const auto& p : sent) bytes += p.size;
   run.products = std::move(sent);
@@ -384,7 +387,7 @@ bool feed_daemon::start_session(std::size_t ch, session_kind kind, std::vector<p
     return false;
   }
   tx.commit();
-  m_log->info("channel {}: session {} ({}{}): {} product{}, {} at {}", cc.name, hex,
+  m_log->info("channel {}: session {} ({}{}): {} product{}, {} at {}", cc.name, sc.session,
               kind_name(kind), batch ? " " + std::to_string(run.seq) : " to " + std::to_string(run.only.size()) + " sites",
               run.products.size(), run.products.size() == 1 ? "" : "s",
               format_bytes(static_cast<double>(bytes)), format_rate(static_cast<double>(sc.rate_bps)));
@@ -409,6 +412,7 @@ void feed_daemon::rebalance() {
 }
 
 void feed_daemon::on_session_done(std::size_t ch, sender::run_result r) {
+  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   auto& cs = m_channels[ch];
   running run = std::move(*cs.run);
   cs.run.reset();
@@ -456,8 +460,8 @@ void feed_daemon::on_session_done(std::size_t ch, sender::run_result r) {
       ++done;
     }
   }
-  m_log->info("channel {}: session {:08x} ({}{}) ended: {} of {} sites complete in {:.3f} s{}",
-              cc.name, r.report.session.value, kind_name(run.kind),
+  m_log->info("channel {}: session {} ({}{}) ended: {} of {} sites complete in {:.3f} s{}",
+              cc.name, r.report.session, kind_name(run.kind),
               run.seq ? " " + std::to_string(run.seq) : std::string(), done,
               r.report.receivers.size(), r.wall_seconds, r.error.empty() ? "" : ": " + r.error);
   if (!m_stopping) {
@@ -618,6 +622,7 @@ void feed_daemon::dispose_spool(std::size_t ch, const product& p) {
 }
 
 void feed_daemon::do_expire() {
+  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   // The journal and the retained copies are bounded by the same window.
   const auto keep = m_cfg.retention.count() > 0 ? m_cfg.retention
                                                 : std::chrono::nanoseconds(min_journal_history);
@@ -648,6 +653,7 @@ void feed_daemon::do_expire() {
 }
 
 void feed_daemon::stop(std::function<void()> done) {
+  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   m_stopping = true;
   m_stopped = std::move(done);
   m_watcher.reset();
@@ -727,6 +733,7 @@ nlohmann::json feed_daemon::resend(const resend_order& order) {
 }
 
 nlohmann::json feed_daemon::queue_resend(const resend_order& order, resend_products by_channel) {
+  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   if (order.sites.empty()) throw std::invalid_argument("resend: no site given");
   nlohmann::json j;
   std::size_t total = 0;

@@ -12,13 +12,13 @@
 /// queue behind each other, while other channels go on (a warning never waits for a model
 /// field of another channel).
 
+#include "common/single_thread.hpp"
 #include "feed/arbiter.hpp"
 #include "feed/batcher.hpp"
 #include "feed/feed_board.hpp"
 #include "feed/control_protocol.hpp"
 #include "feed/feed_config.hpp"
 #include "feed/journal.hpp"
-#include "feed/query_worker.hpp"
 #include "feed/spool_watcher.hpp"
 #include "sender/io/sender_app.hpp"
 
@@ -103,7 +103,7 @@ class feed_daemon {
   /// @throws std::invalid_argument when no site is given or nothing matches
   nlohmann::json resend(const resend_order& order);
 
-  /// A resend's lookup alone, on any connection to the journal (daemon_handler runs it on its
+  /// A resend's lookup alone, on any connection to the journal (daemon_handler.hpp runs it on its
   /// query worker's read-only one): the retained products the order selects, by channel.
   /// @throws std::invalid_argument when no site is given; sqlite::error
   static resend_products find_resend(hub_journal& journal, const resend_order& order);
@@ -114,7 +114,7 @@ class feed_daemon {
   nlohmann::json queue_resend(const resend_order& order, resend_products by_channel);
 
   /// The journal, read-write, for the io thread only (mcdistctl's queries do not use it: they
-  /// run on daemon_handler's query workers with read-only connections).
+  /// run on daemon_handler's query workers (daemon_handler.hpp) with read-only connections).
   hub_journal& journal() { return m_journal; }
 
   /// The journal file (for read-only connections of other threads).
@@ -176,6 +176,9 @@ class feed_daemon {
   std::vector<spooled_file> m_found;  ///< reported, not yet enqueued (flush_found)
   boost::asio::steady_timer m_expire_timer;
   bool m_stopping = false;
+  /// The thread of m_io: spool events, sessions, timers and control requests are handled there;
+  /// the query workers touch their own journal connections only (common/single_thread.hpp).
+  single_thread m_io_thread;
   std::function<void()> m_stopped;
   feed_board m_board;
   /// `[wis2]`: announces each product of a batch once its session ended (nullptr: off).
@@ -185,43 +188,6 @@ class feed_daemon {
   void announce_wis2(std::size_t ch, const std::vector<product>& products);
   std::uint64_t m_reloads_ok = 0;
   std::uint64_t m_reloads_failed = 0;
-};
-
-/// The control socket's handler in the running daemon. The io thread runs no journal query for
-/// mcdistctl: `history`, `missing` and a resend's lookup run on a query worker (query_worker.hpp,
-/// its own thread and read-only connection), `status`'s journal part on a second one, so that a
-/// status answers while a long history runs; the answers are posted back to the io thread, where
-/// status adds the daemon's live state and a resend queues its sessions. The synchronous
-/// functions (journal_handler's, on the daemon's connection) remain for direct calls; the
-/// control server uses answer_async().
-class daemon_handler : public journal_handler {
- public:
-  /// Opens the workers' read-only connections to the daemon's journal.
-  /// @throws sqlite::error, std::runtime_error (query_worker)
-  explicit daemon_handler(feed_daemon& d, boost::asio::io_context& io);
-  ~daemon_handler() override;
-  /// journal_handler::status() with "daemon": true and "feed": feed_daemon::status().
-  nlohmann::json status() override;
-  /// Keys of control_handler::resend, plus "channels".
-  nlohmann::json resend(const resend_request& r) override;
-  /// See the class: status, history, missing and resend's lookup on the workers; `done` on the
-  /// io thread.
-  void answer_async(control_request r, answer_callback done) override;
-
-  /// Test hook: called on the worker thread before each history, missing or resend lookup
-  /// (query_worker::set_before_job), e.g. to hold a query running while the test asks status.
-  void set_query_hook(std::function<void()> hook);
-
- private:
-  /// Runs `query` on worker `w` and posts `done(answer)` to the io thread; an exception of the
-  /// query becomes {"ok":false,"error":...}. `then` (on the io thread) completes the answer.
-  void on_worker(query_worker& w, std::function<nlohmann::json(hub_journal&)> query,
-                 std::function<nlohmann::json(nlohmann::json)> then, answer_callback done);
-
-  feed_daemon& m_daemon;
-  boost::asio::io_context& m_io;
-  std::unique_ptr<query_worker> m_queries;  ///< history, missing, resend lookups
-  std::unique_ptr<query_worker> m_status;   ///< status's journal part (short queries)
 };
 
 }  // namespace mcdist::feed

@@ -45,6 +45,7 @@ bool same_wis2(const std::optional<wis2_action>& a, const std::optional<wis2_act
 }  // namespace
 
 bool feed_daemon::reload(const std::function<feed_config()>& source) {
+  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   feed_config next;
   std::map<std::string, crypto::key32, std::less<>> site_keys;
   try {

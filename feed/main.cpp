@@ -2,11 +2,13 @@
 // multicasts each batch as one signed session to the sites, with strict priority between
 // channels, a durable outbox, a delivery journal and catch-up for sites that missed sessions.
 
+#include "common/key_file.hpp"
 #include "common/logging.hpp"
 #include "common/sd_notify.hpp"
 #include "common/units.hpp"
 #include "feed/control_server.hpp"
 #include "feed/feed_config.hpp"
+#include "feed/daemon_handler.hpp"
 #include "feed/feed_daemon.hpp"
 #include "feed/feed_http.hpp"
 

@@ -1,5 +1,6 @@
 // mcdistd: the mcdist receiver daemon.
 
+#include "common/key_file.hpp"
 #include "common/logging.hpp"
 #include "common/units.hpp"
 #include "receiver/io/daemon.hpp"

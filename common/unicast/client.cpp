@@ -16,12 +16,12 @@ class client_handle final : public client {
   ~client_handle() override { m_impl->abandon(); }
 
   void start() override { m_impl->start(); }
-  std::error_code request(std::span<const file_request> ranges) override {
+  std::error_code request(std::span<const byte_range> ranges) override {
     return m_impl->request(ranges);
   }
   void close() override { m_impl->close(); }
   void set_paused(bool paused) override { m_impl->set_paused(paused); }
-  std::vector<file_request> outstanding() const override { return m_impl->outstanding(); }
+  std::vector<byte_range> outstanding() const override { return m_impl->outstanding(); }
   std::uint64_t outstanding_bytes() const override { return m_impl->outstanding_bytes(); }
   client_stats stats() const override { return m_impl->stats(); }
   transport_kind kind() const override { return m_impl->kind(); }

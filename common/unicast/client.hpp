@@ -129,7 +129,7 @@ class client {
   /// @return errc::invalid_field, and nothing requested, if a range wraps past 2^64 or overlaps
   ///         one still outstanding (or another in the same call); error::aborted after close()
   ///         or failure.
-  virtual std::error_code request(std::span<const file_request> ranges) = 0;
+  virtual std::error_code request(std::span<const byte_range> ranges) = 0;
 
   /// Ends the session politely: bye to the server, then on_closed. Data still arriving after
   /// close() is not delivered.
@@ -142,7 +142,7 @@ class client {
 
   /// Requested bytes not yet received, by file then offset: what to ask a new client for after
   /// a failure.
-  virtual std::vector<file_request> outstanding() const = 0;
+  virtual std::vector<byte_range> outstanding() const = 0;
   /// Bytes not yet received.
   virtual std::uint64_t outstanding_bytes() const = 0;
 

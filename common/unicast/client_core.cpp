@@ -81,6 +81,7 @@ void client_impl::begin_connect() {
 }
 
 void client_impl::connected(std::vector<std::byte> hello_frame) {
+  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   m_outbox.push_front(std::move(hello_frame));
   spdlog::debug("unicast client {}: connected after {} ms", m_where,
                 std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -92,6 +93,7 @@ void client_impl::connected(std::vector<std::byte> hello_frame) {
 }
 
 void client_impl::do_watchdog() {
+  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   const auto period =
       std::max<std::chrono::milliseconds>(m_options.idle_timeout / 4, std::chrono::milliseconds(10));
   m_watchdog.expires_after(period);
@@ -112,10 +114,11 @@ void client_impl::do_watchdog() {
   });
 }
 
-std::error_code client_impl::request(std::span<const file_request> ranges) {
+std::error_code client_impl::request(std::span<const byte_range> ranges) {
+  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   if (m_phase == phase::closing || m_phase == phase::closed) return error::aborted;
   // Validate the whole call first: nothing is requested unless everything is acceptable.
-  std::vector<file_request> wanted;
+  std::vector<byte_range> wanted;
   std::vector<file_index> empty;
   for (const auto& r : ranges) {
     if (r.length == 0) {
@@ -125,7 +128,7 @@ std::error_code client_impl::request(std::span<const file_request> ranges) {
     if (r.offset > UINT64_MAX - r.length || m_tracker.overlaps(r)) return errc::invalid_field;
     wanted.push_back(r);
   }
-  std::vector<file_request> sorted = wanted;
+  std::vector<byte_range> sorted = wanted;
   std::sort(sorted.begin(), sorted.end());
   for (std::size_t i = 1; i < sorted.size(); ++i) {
     if (sorted[i].file == sorted[i - 1].file &&
@@ -157,6 +160,7 @@ std::error_code client_impl::request(std::span<const file_request> ranges) {
 }
 
 void client_impl::close() {
+  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   if (m_phase == phase::closing || m_phase == phase::closed) return;
   const bool was_idle = m_phase == phase::idle;
   m_phase = phase::closing;
@@ -219,6 +223,7 @@ std::error_code client_impl::deliver(file_index file, std::uint64_t offset,
 }
 
 std::error_code client_impl::handle_control(frame_type type, std::span<const std::byte> body) {
+  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   switch (type) {
     case frame_type::challenge: {
       challenge c;

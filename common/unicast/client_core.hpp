@@ -4,6 +4,7 @@
 /// bookkeeping, validation of everything the server sends, callbacks, timeouts and the
 /// one-time end report.
 
+#include "common/single_thread.hpp"
 #include "common/unicast/client.hpp"
 #include "common/unicast/frame.hpp"
 #include "common/unicast/range_tracker.hpp"
@@ -28,7 +29,7 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
   /// Starts the transport; calls begin_connect() first.
   virtual void start() = 0;
 
-  std::error_code request(std::span<const file_request> ranges);
+  std::error_code request(std::span<const byte_range> ranges);
   void close();
   /// The owning handle is gone: no more callbacks, tear down now.
   void abandon();
@@ -37,7 +38,7 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
   void set_paused(bool paused);
   bool paused() const noexcept { return m_paused; }
 
-  std::vector<file_request> outstanding() const { return m_tracker.outstanding(); }
+  std::vector<byte_range> outstanding() const { return m_tracker.outstanding(); }
   std::uint64_t outstanding_bytes() const { return m_tracker.outstanding_bytes(); }
   client_stats stats() const { return m_stats; }
   transport_kind kind() const { return m_options.kind; }
@@ -93,6 +94,9 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
   const std::string& where() const noexcept { return m_where; }
 
   boost::asio::io_context& m_io;
+  /// The thread of m_io: every call and completion of this client runs there
+  /// (common/single_thread.hpp).
+  single_thread m_io_thread;
   client_options m_options;
   std::deque<std::vector<std::byte>> m_outbox;  ///< control frames not yet handed to the transport
   std::string m_detail;                         ///< detail of the last handler error

@@ -3,6 +3,7 @@
 #include "common/byte_order.hpp"
 #include "common/unicast/record_seal.hpp"
 #include "common/wire.hpp"
+#include "unicast.pb.h"
 
 #include <algorithm>
 #include <cassert>
@@ -16,9 +17,9 @@ namespace {
 std::uint32_t body_limit(frame_type t) noexcept {
   switch (t) {
     case frame_type::hello: return max_hello_size;
-    case frame_type::challenge: return challenge_size;
-    case frame_type::welcome: return welcome_size;
-    case frame_type::refuse: return 3 + max_refuse_text;
+    case frame_type::challenge: return challenge_body_size;
+    case frame_type::welcome: return max_welcome_size;
+    case frame_type::refuse: return max_refuse_size;
     case frame_type::request: return max_control_body;
     case frame_type::ack: return max_control_body;
     case frame_type::bye: return 0;
@@ -34,13 +35,46 @@ bool known_type(std::uint8_t t) noexcept {
          t <= static_cast<std::uint8_t>(frame_type::sealed);
 }
 
-/// Reserves room for a frame of `body` bytes at the end of `out`, writes its header, and
-/// returns where the body goes.
-std::byte* grow(std::vector<std::byte>& out, frame_type t, std::size_t body) {
+/// Appends a frame of type `t` whose body is `m` (which must be under the type's limit).
+void append_message(std::vector<std::byte>& out, frame_type t,
+                    const google::protobuf::MessageLite& m) {
+  const std::size_t body = m.ByteSizeLong();
+  assert(body <= body_limit(t));
   const std::size_t at = out.size();
   out.resize(at + frame_header_size + body);
   write_frame_header(std::span(out).subspan(at), t, static_cast<std::uint32_t>(body));
-  return out.data() + at + frame_header_size;
+  auto* p = reinterpret_cast<std::uint8_t*>(out.data() + at + frame_header_size);
+  m.SerializeWithCachedSizesToArray(p);
+}
+
+/// Parses `body` as `m` after checking it against the type's limit.
+std::error_code parse_message(std::span<const std::byte> body, frame_type t,
+                              google::protobuf::MessageLite& m) {
+  if (body.size() > body_limit(t)) return errc::oversized;
+  if (!m.ParseFromArray(body.data(), static_cast<int>(body.size()))) return errc::invalid_field;
+  return {};
+}
+
+template <std::size_t N>
+std::string as_bytes(const std::array<std::uint8_t, N>& a) {
+  return {reinterpret_cast<const char*>(a.data()), N};
+}
+
+template <std::size_t N>
+bool copy_exact(const std::string& from, std::array<std::uint8_t, N>& to) {
+  if (from.size() != N) return false;
+  std::memcpy(to.data(), from.data(), N);
+  return true;
+}
+
+/// Runs a decoder, turning an allocation failure into errc::oversized (never a throw).
+template <class Fn>
+std::error_code guarded(Fn&& fn) noexcept {
+  try {
+    return fn();
+  } catch (const std::bad_alloc&) {
+    return errc::oversized;
+  }
 }
 
 }  // namespace
@@ -119,157 +153,170 @@ std::error_code decode_record(std::span<const std::byte> body, file_index& file,
 }
 
 void append_frame(std::vector<std::byte>& out, const challenge& m) {
-  std::byte* p = grow(out, frame_type::challenge, challenge_size);
-  std::memcpy(p, m.nonce.data(), challenge_size);
+  pb::challenge msg;
+  msg.set_nonce(as_bytes(m.nonce));
+  append_message(out, frame_type::challenge, msg);
 }
 
 void append_frame(std::vector<std::byte>& out, const hello& m) {
-  const std::size_t id = std::min(m.receiver_id.size(), max_hello_receiver_id);
-  const std::size_t proof = m.proof ? hello_proof_size : 0;
-  std::byte* p = grow(out, frame_type::hello, hello_fixed_size + id + proof);
-  std::memcpy(p, m.token.data(), m.token.size());
-  store_be32(p + 16, m.session.value);
-  store_be64(p + 20, m.client_nonce);
-  p[28] = std::byte{m.connection_index};
-  p[29] = std::byte{m.connection_count};
-  p[30] = std::byte{m.proof ? hello_flag_proof : std::uint8_t{0}};
-  p[31] = std::byte{0};
-  p[32] = std::byte{static_cast<std::uint8_t>(id)};
-  std::memcpy(p + hello_fixed_size, m.receiver_id.data(), id);
-  if (m.proof) std::memcpy(p + hello_fixed_size + id, m.proof->data(), hello_proof_size);
+  pb::hello msg;
+  msg.set_token(as_bytes(m.token));
+  msg.set_session(m.session.value);
+  msg.set_client_nonce(m.client_nonce);
+  msg.set_connection_index(m.connection_index);
+  msg.set_connection_count(m.connection_count);
+  if (m.proof) msg.set_proof(as_bytes(*m.proof));
+  msg.set_receiver_id(m.receiver_id.substr(0, max_hello_receiver_id));
+  append_message(out, frame_type::hello, msg);
 }
 
 void append_frame(std::vector<std::byte>& out, const welcome& m) {
-  std::byte* p = grow(out, frame_type::welcome, welcome_size);
-  store_be32(p, m.record_size);
-  store_be16(p + 4, m.streams);
-  p[6] = std::byte{m.connection_count};
-  p[7] = std::byte{0};
+  pb::welcome msg;
+  msg.set_streams(m.streams);
+  msg.set_connection_count(m.connection_count);
+  msg.set_record_size(m.record_size);
+  append_message(out, frame_type::welcome, msg);
 }
 
 void append_frame(std::vector<std::byte>& out, const refuse& m) {
-  const std::size_t n = std::min(m.text.size(), max_refuse_text);
-  std::byte* p = grow(out, frame_type::refuse, 3 + n);
-  p[0] = std::byte{static_cast<std::uint8_t>(m.reason)};
-  store_be16(p + 1, static_cast<std::uint16_t>(n));
-  std::memcpy(p + 3, m.text.data(), n);
+  pb::refuse msg;
+  msg.set_text(m.text.substr(0, max_refuse_text));
+  msg.set_reason(static_cast<pb::refuse::reason_t>(m.reason));
+  append_message(out, frame_type::refuse, msg);
 }
 
 void append_frame(std::vector<std::byte>& out, const request& m) {
-  assert(m.ranges.size() <= max_request_ranges);
-  std::byte* p = grow(out, frame_type::request, 4 + request_range_size * m.ranges.size());
-  store_be32(p, static_cast<std::uint32_t>(m.ranges.size()));
-  p += 4;
+  assert(!m.ranges.empty() && m.ranges.size() <= max_request_ranges);
+  pb::request msg;
+  msg.mutable_file()->Reserve(static_cast<int>(m.ranges.size()));
+  msg.mutable_offset()->Reserve(static_cast<int>(m.ranges.size()));
+  msg.mutable_length()->Reserve(static_cast<int>(m.ranges.size()));
   for (const auto& r : m.ranges) {
-    store_be32(p, r.file.value);
-    store_be64(p + 4, r.offset);
-    store_be64(p + 12, r.length);
-    p += request_range_size;
+    msg.add_file(r.file.value);
+    msg.add_offset(r.offset);
+    msg.add_length(r.length);
   }
+  append_message(out, frame_type::request, msg);
 }
 
 void append_frame(std::vector<std::byte>& out, const ack& m) {
-  assert(m.files.size() <= max_ack_files);
-  std::byte* p = grow(out, frame_type::ack, 4 + 4 * m.files.size());
-  store_be32(p, static_cast<std::uint32_t>(m.files.size()));
-  p += 4;
-  for (const auto f : m.files) {
-    store_be32(p, f.value);
-    p += 4;
-  }
+  assert(!m.files.empty() && m.files.size() <= max_ack_files);
+  pb::ack msg;
+  msg.mutable_file()->Reserve(static_cast<int>(m.files.size()));
+  for (const auto f : m.files) msg.add_file(f.value);
+  append_message(out, frame_type::ack, msg);
 }
 
-void append_bye(std::vector<std::byte>& out) { grow(out, frame_type::bye, 0); }
-
-std::error_code decode(std::span<const std::byte> body, challenge& out) {
-  if (body.size() < challenge_size) return errc::truncated;
-  if (body.size() != challenge_size) return errc::invalid_field;
-  std::memcpy(out.nonce.data(), body.data(), challenge_size);
-  return {};
+void append_bye(std::vector<std::byte>& out) {
+  const std::size_t at = out.size();
+  out.resize(at + frame_header_size);
+  write_frame_header(std::span(out).subspan(at), frame_type::bye, 0);
 }
 
-std::error_code decode(std::span<const std::byte> body, hello& out) {
-  if (body.size() < hello_fixed_size) return errc::truncated;
-  const std::size_t id = std::to_integer<std::size_t>(body[32]);
-  if (id > max_hello_receiver_id) return errc::oversized;
-  const auto flags = std::to_integer<std::uint8_t>(body[30]);
-  if ((flags & ~hello_flag_proof) != 0 || body[31] != std::byte{0}) return errc::invalid_field;
-  const std::size_t proof = (flags & hello_flag_proof) ? hello_proof_size : 0;
-  if (body.size() != hello_fixed_size + id + proof) return errc::invalid_field;
-  const std::string_view rid(reinterpret_cast<const char*>(body.data()) + hello_fixed_size, id);
-  if (!wire::valid_receiver_id(rid)) return errc::invalid_field;
-  const auto index = std::to_integer<std::uint8_t>(body[28]);
-  const auto count = std::to_integer<std::uint8_t>(body[29]);
-  if (count == 0 || count > max_connections || index >= count) return errc::invalid_field;
-  std::memcpy(out.token.data(), body.data(), out.token.size());
-  out.session = session_id{load_be32(body.data() + 16)};
-  out.client_nonce = load_be64(body.data() + 20);
-  out.connection_index = index;
-  out.connection_count = count;
-  out.receiver_id.assign(rid);
-  out.proof.reset();
-  if (proof) {
-    out.proof.emplace();
-    std::memcpy(out.proof->data(), body.data() + hello_fixed_size + id, hello_proof_size);
-  }
-  return {};
+std::error_code decode(std::span<const std::byte> body, challenge& out) noexcept {
+  return guarded([&]() -> std::error_code {
+    pb::challenge msg;
+    if (auto ec = parse_message(body, frame_type::challenge, msg)) return ec;
+    challenge c;
+    if (!copy_exact(msg.nonce(), c.nonce)) return errc::invalid_field;
+    out = c;
+    return {};
+  });
 }
 
-std::error_code decode(std::span<const std::byte> body, welcome& out) {
-  if (body.size() < welcome_size) return errc::truncated;
-  if (body.size() != welcome_size) return errc::invalid_field;
-  const std::uint32_t rs = load_be32(body.data());
-  if (rs < min_record_size || rs > max_record_size) return errc::invalid_field;
-  if (std::to_integer<std::uint8_t>(body[7]) != 0) return errc::invalid_field;
-  out.record_size = rs;
-  out.streams = load_be16(body.data() + 4);
-  out.connection_count = std::to_integer<std::uint8_t>(body[6]);
-  return {};
+std::error_code decode(std::span<const std::byte> body, hello& out) noexcept {
+  return guarded([&]() -> std::error_code {
+    pb::hello msg;
+    if (auto ec = parse_message(body, frame_type::hello, msg)) return ec;
+    if (msg.receiver_id().size() > max_hello_receiver_id) return errc::oversized;
+    hello h;
+    if (!copy_exact(msg.token(), h.token)) return errc::invalid_field;
+    if (!wire::valid_receiver_id(msg.receiver_id())) return errc::invalid_field;
+    if (msg.connection_count() == 0 || msg.connection_count() > max_connections ||
+        msg.connection_index() >= msg.connection_count())
+      return errc::invalid_field;
+    if (!msg.proof().empty() && !copy_exact(msg.proof(), h.proof.emplace()))
+      return errc::invalid_field;
+    h.session = session_id{msg.session()};
+    h.client_nonce = msg.client_nonce();
+    h.connection_index = static_cast<std::uint8_t>(msg.connection_index());
+    h.connection_count = static_cast<std::uint8_t>(msg.connection_count());
+    h.receiver_id = msg.receiver_id();
+    out = std::move(h);
+    return {};
+  });
 }
 
-std::error_code decode(std::span<const std::byte> body, refuse& out) {
-  if (body.size() < 3) return errc::truncated;
-  const std::size_t n = load_be16(body.data() + 1);
-  if (n > max_refuse_text) return errc::oversized;
-  if (body.size() != 3 + n) return errc::invalid_field;
-  const auto reason = std::to_integer<std::uint8_t>(body[0]);
-  if (reason < 1 || reason > static_cast<std::uint8_t>(refuse_reason::shutting_down))
-    return errc::invalid_field;
-  out.reason = static_cast<refuse_reason>(reason);
-  out.text.clear();
-  // Operator-facing text from the network: keep printable ASCII only.
-  for (std::size_t i = 0; i < n; ++i) {
-    const auto c = std::to_integer<unsigned char>(body[3 + i]);
-    out.text.push_back(c >= 0x20 && c < 0x7f ? static_cast<char>(c) : '?');
-  }
-  return {};
+std::error_code decode(std::span<const std::byte> body, welcome& out) noexcept {
+  return guarded([&]() -> std::error_code {
+    pb::welcome msg;
+    if (auto ec = parse_message(body, frame_type::welcome, msg)) return ec;
+    if (msg.record_size() < min_record_size || msg.record_size() > max_record_size ||
+        msg.streams() > UINT16_MAX || msg.connection_count() > UINT8_MAX)
+      return errc::invalid_field;
+    out.record_size = msg.record_size();
+    out.streams = static_cast<std::uint16_t>(msg.streams());
+    out.connection_count = static_cast<std::uint8_t>(msg.connection_count());
+    return {};
+  });
 }
 
-std::error_code decode(std::span<const std::byte> body, request& out) {
-  if (body.size() < 4) return errc::truncated;
-  const std::uint32_t count = load_be32(body.data());
-  if (count > max_request_ranges) return errc::oversized;
-  if (body.size() != 4 + request_range_size * std::size_t{count}) return errc::invalid_field;
-  out.ranges.clear();
-  out.ranges.reserve(count);
-  const std::byte* p = body.data() + 4;
-  for (std::uint32_t i = 0; i < count; ++i, p += request_range_size) {
-    const file_request r{file_index{load_be32(p)}, load_be64(p + 4), load_be64(p + 12)};
-    if (r.length == 0 || r.offset > UINT64_MAX - r.length) return errc::invalid_field;
-    out.ranges.push_back(r);
-  }
-  return {};
+std::error_code decode(std::span<const std::byte> body, refuse& out) noexcept {
+  return guarded([&]() -> std::error_code {
+    pb::refuse msg;
+    if (auto ec = parse_message(body, frame_type::refuse, msg)) return ec;
+    if (msg.text().size() > max_refuse_text) return errc::oversized;
+    const int reason = msg.reason();
+    if (reason < static_cast<int>(refuse_reason::bad_credentials) ||
+        reason > static_cast<int>(refuse_reason::shutting_down))
+      return errc::invalid_field;
+    refuse r;
+    r.reason = static_cast<refuse_reason>(reason);
+    // Operator-facing text from the network: keep printable ASCII only.
+    r.text.reserve(msg.text().size());
+    for (const char ch : msg.text()) {
+      const auto c = static_cast<unsigned char>(ch);
+      r.text.push_back(c >= 0x20 && c < 0x7f ? ch : '?');
+    }
+    out = std::move(r);
+    return {};
+  });
 }
 
-std::error_code decode(std::span<const std::byte> body, ack& out) {
-  if (body.size() < 4) return errc::truncated;
-  const std::uint32_t count = load_be32(body.data());
-  if (count > max_ack_files) return errc::oversized;
-  if (body.size() != 4 + 4 * std::size_t{count}) return errc::invalid_field;
-  out.files.clear();
-  out.files.reserve(count);
-  for (std::uint32_t i = 0; i < count; ++i) out.files.push_back(file_index{load_be32(body.data() + 4 + 4 * i)});
-  return {};
+std::error_code decode(std::span<const std::byte> body, request& out) noexcept {
+  return guarded([&]() -> std::error_code {
+    pb::request msg;
+    if (auto ec = parse_message(body, frame_type::request, msg)) return ec;
+    const auto n = static_cast<std::size_t>(msg.file_size());
+    if (n > max_request_ranges) return errc::oversized;
+    if (n == 0 || static_cast<std::size_t>(msg.offset_size()) != n ||
+        static_cast<std::size_t>(msg.length_size()) != n)
+      return errc::invalid_field;
+    std::vector<byte_range> ranges;
+    ranges.reserve(n);
+    for (int i = 0; i < static_cast<int>(n); ++i) {
+      const byte_range r{file_index{msg.file(i)}, msg.offset(i), msg.length(i)};
+      if (r.length == 0 || r.offset > UINT64_MAX - r.length) return errc::invalid_field;
+      ranges.push_back(r);
+    }
+    out.ranges = std::move(ranges);
+    return {};
+  });
+}
+
+std::error_code decode(std::span<const std::byte> body, ack& out) noexcept {
+  return guarded([&]() -> std::error_code {
+    pb::ack msg;
+    if (auto ec = parse_message(body, frame_type::ack, msg)) return ec;
+    const auto n = static_cast<std::size_t>(msg.file_size());
+    if (n > max_ack_files) return errc::oversized;
+    if (n == 0) return errc::invalid_field;
+    std::vector<file_index> files;
+    files.reserve(n);
+    for (const auto f : msg.file()) files.push_back(file_index{f});
+    out.files = std::move(files);
+    return {};
+  });
 }
 
 frame_reader::frame_reader(bool accept_data, std::uint32_t max_record_bytes)

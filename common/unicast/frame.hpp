@@ -18,8 +18,11 @@
 ///     +--------------+------------------------------+-------------------+
 ///
 /// Control bodies (client -> server: hello, request, ack, bye; server -> client: challenge,
-/// welcome, refuse) are fixed binary layouts documented at each struct below; every count and length
-/// in them is checked against the named limits before anything is allocated.
+/// welcome, refuse) are the protobuf messages of proto/unicast.proto, one per frame, the frame
+/// header's type saying which; bye has an empty body. Each body is capped by its type's limit
+/// before it is read, parsed, then every value is checked (decode below) before a caller sees
+/// it. The structs below are what the rest of the program uses; this file is the one place
+/// that converts them to and from the messages.
 ///
 /// Over TCP, frames follow each other in the byte stream; over SCTP each frame is one SCTP
 /// message (control on stream 0, data on the file's stream), and a message that does not hold
@@ -52,8 +55,10 @@ namespace mcdist::unicast {
 /// wrong port is refused at the first check.
 inline constexpr std::uint16_t frame_magic = 0x4d55;
 /// The framing version this build speaks; frames of any other version are refused. Version 2:
-/// 128-bit tokens, the server's challenge and the hello's proof of the site key.
-inline constexpr std::uint8_t frame_version = 2;
+/// 128-bit tokens, the server's challenge and the hello's proof of the site key. Version 3:
+/// control bodies are the messages of proto/unicast.proto (version 2's were fixed binary
+/// layouts).
+inline constexpr std::uint8_t frame_version = 3;
 /// Size of the frame header, bytes.
 inline constexpr std::size_t frame_header_size = 8;
 /// Size of a data frame's record prefix (file index + offset), bytes.
@@ -73,14 +78,14 @@ inline constexpr std::uint32_t max_record_size = 1u << 20;
 /// still far more records than connections (m >> n) for any file over a few hundred kB. Small
 /// files are one record each.
 inline constexpr std::uint32_t default_record_size = 64u << 10;
-/// Largest control frame body, bytes: a request of max_request_ranges ranges fits.
+/// Largest request or ack body, bytes: a request of max_request_ranges ranges fits with any
+/// values (2048 x 25 bytes of varints), and so does an ack of max_ack_files files.
 inline constexpr std::uint32_t max_control_body = 64u << 10;
-/// Bytes per range in a request body: file (4) + offset (8) + length (8).
-inline constexpr std::size_t request_range_size = 20;
-/// Most ranges in one request frame: 2048 x 20 = 40 KiB, under max_control_body. A client with
-/// more ranges sends several request frames back to back (still pipelined).
+/// Most ranges in one request frame. A client with more ranges sends several request frames
+/// back to back (still pipelined); 2048 keeps a frame under max_control_body whatever its
+/// values.
 inline constexpr std::size_t max_request_ranges = 2048;
-/// Most files in one ack frame: 8192 x 4 = 32 KiB, under max_control_body.
+/// Most files in one ack frame: 8192 x 5 bytes of varints = 40 KiB, under max_control_body.
 inline constexpr std::size_t max_ack_files = 8192;
 /// Longest refuse text, bytes: one operator-readable sentence.
 inline constexpr std::size_t max_refuse_text = 512;
@@ -133,24 +138,23 @@ void write_record_header(std::span<std::byte> out, file_index file, std::uint64_
 std::error_code decode_record(std::span<const std::byte> body, file_index& file,
                               std::uint64_t& offset, std::span<const std::byte>& payload) noexcept;
 
-/// Bytes of a challenge body: 128 random bits, so a challenge never repeats (birthday bound
+/// Bytes of a challenge's nonce: 128 random bits, so a challenge never repeats (birthday bound
 /// 2^64 connections) and a recorded hello is never valid on another connection.
 inline constexpr std::size_t challenge_size = 16;
+/// Bytes of a challenge body (unicast.challenge: tag, length, nonce). A client of a signed
+/// session reads exactly this much after the frame header.
+inline constexpr std::size_t challenge_body_size = 2 + challenge_size;
 
-/// challenge body (16 bytes): nonce (random, from getrandom)
+/// A challenge: the server's first frame (unicast.challenge).
 struct challenge {
-  std::array<std::uint8_t, challenge_size> nonce{};
+  std::array<std::uint8_t, challenge_size> nonce{};  ///< random, from getrandom
 };
 
 /// Bytes of a hello's proof (HMAC-SHA-512/256, common/unicast/hello_proof.hpp).
 inline constexpr std::size_t hello_proof_size = crypto::hmac_bytes;
-/// hello flags: bit 0, a proof follows the receiver id.
-inline constexpr std::uint8_t hello_flag_proof = 0x01;
 
-/// hello body (33 + id bytes, + 32 with a proof):
-///     token 16 bytes | session u32 | client nonce u64 | connection index u8 |
-///     connection count u8 | flags u8 | reserved u8 (0) | id length u8 | receiver id |
-///     [proof 32 bytes, when flags has hello_flag_proof]
+/// A hello: the client's first frame on every connection and on the association
+/// (unicast.hello).
 struct hello {
   fallback_token token{};           ///< secret given by the sender with the fallback order
   session_id session{};             ///< the multicast session this remainder belongs to
@@ -161,20 +165,20 @@ struct hello {
   /// Proof of the site key over the server's challenge (signed sessions only).
   std::optional<crypto::hmac_tag> proof;
 };
-/// Fixed part of a hello body, bytes.
-inline constexpr std::size_t hello_fixed_size = 33;
-/// Largest hello body, bytes.
-inline constexpr std::size_t max_hello_size = hello_fixed_size + max_hello_receiver_id + hello_proof_size;
+/// Largest hello body, bytes: with a 64-byte id, a proof and the largest varints a hello is
+/// 144 bytes; the rest is room for fields a later version may add.
+inline constexpr std::size_t max_hello_size = 192;
 
-/// welcome body (8 bytes): record size u32 | outbound streams u16 | connection count u8 | 0 u8
+/// A welcome: the server accepts the hello (unicast.welcome).
 struct welcome {
-  std::uint32_t record_size = 0;
+  std::uint32_t record_size = 0;      ///< bytes, min_record_size to max_record_size
   std::uint16_t streams = 0;          ///< SCTP outbound streams the server uses; 0 for TCP
   std::uint8_t connection_count = 0;  ///< TCP connections the server accepts for this client
 };
-inline constexpr std::size_t welcome_size = 8;
+/// Largest welcome body, bytes: three varints of at most 6 bytes with their tags, and room.
+inline constexpr std::size_t max_welcome_size = 32;
 
-/// Why a hello was refused.
+/// Why a hello was refused (unicast.refuse.reason_t, the same numbers).
 enum class refuse_reason : std::uint8_t {
   bad_credentials = 1,  ///< token, receiver id and session do not match a registered client
   busy = 2,             ///< session limit reached
@@ -184,25 +188,27 @@ enum class refuse_reason : std::uint8_t {
 /// Short name of a refuse reason, "unknown" otherwise.
 std::string_view to_string(refuse_reason r) noexcept;
 
-/// refuse body (3 + text bytes): reason u8 | text length u16 | text
+/// A refuse: the server refuses the hello and closes (unicast.refuse).
 struct refuse {
   refuse_reason reason = refuse_reason::bad_credentials;
-  std::string text;
+  std::string text;  ///< one sentence for the operator; printable ASCII after decode
 };
+/// Largest refuse body, bytes: the text with its tag and 2-byte length, the reason, and room.
+inline constexpr std::size_t max_refuse_size = max_refuse_text + 32;
 
-/// request body (4 + 20 x count): count u32 | count x (file u32 | offset u64 | length u64)
+/// A request: byte ranges wanted, 1 to max_request_ranges (unicast.request).
 struct request {
-  std::vector<file_request> ranges;
+  std::vector<byte_range> ranges;
 };
 
-/// ack body (4 + 4 x count): count u32 | count x file u32
+/// An ack: files whose requested bytes all arrived, 1 to max_ack_files (unicast.ack).
 struct ack {
   std::vector<file_index> files;
 };
 
 /// Appends a whole frame (header + body) to `out`. Values must respect the limits above
-/// (receiver id <= 64 bytes, text <= 512, ranges <= max_request_ranges, files <=
-/// max_ack_files); longer text is cut, longer lists are the caller's bug (asserted).
+/// (receiver id <= 64 bytes, text <= 512, 1 to max_request_ranges ranges, 1 to max_ack_files
+/// files); longer text is cut, longer or empty lists are the caller's bug (asserted).
 void append_frame(std::vector<std::byte>& out, const challenge& m);
 void append_frame(std::vector<std::byte>& out, const hello& m);
 void append_frame(std::vector<std::byte>& out, const welcome& m);
@@ -213,16 +219,18 @@ void append_frame(std::vector<std::byte>& out, const ack& m);
 void append_bye(std::vector<std::byte>& out);
 
 /// Decoders of control bodies (the bytes after the frame header). Each checks, in order: the
-/// fixed part is there (truncated), declared counts and lengths are under their limits
-/// (oversized) and match the body size exactly (invalid_field), then the values (receiver id
-/// characters, zero reserved bytes, known reason: invalid_field). Nothing is allocated before
-/// the counts are checked.
-std::error_code decode(std::span<const std::byte> body, challenge& out);
-std::error_code decode(std::span<const std::byte> body, hello& out);
-std::error_code decode(std::span<const std::byte> body, welcome& out);
-std::error_code decode(std::span<const std::byte> body, refuse& out);
-std::error_code decode(std::span<const std::byte> body, request& out);
-std::error_code decode(std::span<const std::byte> body, ack& out);
+/// body is under its type's limit (oversized), it parses as its message (invalid_field; a body
+/// cut short fails here or at the next check), the counts are under their limits (oversized),
+/// then the values: token, nonce and proof sizes, receiver id characters, connection index and
+/// count, record size, known reason, non-empty lists of non-empty ranges that end by 2^64
+/// (invalid_field). `out` is only written when the body is accepted. Never throws (an
+/// allocation failure is errc::oversized).
+std::error_code decode(std::span<const std::byte> body, challenge& out) noexcept;
+std::error_code decode(std::span<const std::byte> body, hello& out) noexcept;
+std::error_code decode(std::span<const std::byte> body, welcome& out) noexcept;
+std::error_code decode(std::span<const std::byte> body, refuse& out) noexcept;
+std::error_code decode(std::span<const std::byte> body, request& out) noexcept;
+std::error_code decode(std::span<const std::byte> body, ack& out) noexcept;
 
 class frame_opener;
 

@@ -6,7 +6,7 @@
 
 namespace mcdist::unicast {
 
-std::error_code range_tracker::add(const file_request& r) {
+std::error_code range_tracker::add(const byte_range& r) {
   if (r.length == 0 || r.offset > UINT64_MAX - r.length) return errc::invalid_field;
   const std::uint64_t start = r.offset;
   const std::uint64_t end = r.offset + r.length;
@@ -36,7 +36,7 @@ std::error_code range_tracker::add(const file_request& r) {
   return {};
 }
 
-bool range_tracker::overlaps(const file_request& r) const {
+bool range_tracker::overlaps(const byte_range& r) const {
   if (r.length == 0) return false;
   const auto fit = m_files.find(r.file);
   if (fit == m_files.end()) return false;
@@ -73,8 +73,8 @@ std::error_code range_tracker::take(file_index file, std::uint64_t offset, std::
   return {};
 }
 
-std::vector<file_request> range_tracker::outstanding() const {
-  std::vector<file_request> out;
+std::vector<byte_range> range_tracker::outstanding() const {
+  std::vector<byte_range> out;
   for (const auto& [file, ivs] : m_files)
     for (const auto& [s, e] : ivs) out.push_back({file, s, e - s});
   return out;

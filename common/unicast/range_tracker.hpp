@@ -19,10 +19,10 @@ class range_tracker {
   /// Adds a requested range (length > 0; offset + length must not wrap).
   /// @return errc::invalid_field, and nothing added, when it overlaps a range still
   ///         outstanding (the same bytes would come twice) or is empty or wraps.
-  std::error_code add(const file_request& r);
+  std::error_code add(const byte_range& r);
 
   /// True when `r` shares a byte with a range still outstanding.
-  bool overlaps(const file_request& r) const;
+  bool overlaps(const byte_range& r) const;
 
   /// Records that [offset, offset + length) of `file` arrived.
   /// @param file_done set to true when `file` has nothing outstanding left afterwards
@@ -32,7 +32,7 @@ class range_tracker {
                        bool& file_done);
 
   /// Ranges still outstanding, ordered by file then offset; adjacent pieces are merged.
-  std::vector<file_request> outstanding() const;
+  std::vector<byte_range> outstanding() const;
   /// Bytes still outstanding.
   std::uint64_t outstanding_bytes() const noexcept { return m_bytes; }
   /// Files with something outstanding.

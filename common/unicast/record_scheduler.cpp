@@ -11,7 +11,7 @@ record_scheduler::record_scheduler(std::uint32_t record_size, std::size_t max_ac
       m_max_active(std::max<std::size_t>(max_active, 1)),
       m_tail_spread(tail_spread) {}
 
-void record_scheduler::push(const file_request& r) {
+void record_scheduler::push(const byte_range& r) {
   assert(r.length > 0);
   m_pending_bytes += r.length;
   if (m_active.size() < m_max_active) {
@@ -24,7 +24,7 @@ void record_scheduler::push(const file_request& r) {
 std::optional<record> record_scheduler::next() {
   if (m_active.empty()) return std::nullopt;
   if (m_cursor >= m_active.size()) m_cursor = 0;
-  file_request& r = m_active[m_cursor];
+  byte_range& r = m_active[m_cursor];
   std::uint64_t size = m_record_size;
   if (m_tail_spread > 1) {
     const std::uint64_t share = m_pending_bytes / (4 * m_tail_spread);

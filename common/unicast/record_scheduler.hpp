@@ -30,7 +30,7 @@ class record_scheduler {
   record_scheduler(std::uint32_t record_size, std::size_t max_active, std::size_t tail_spread = 0);
 
   /// Queues a request (already validated: length > 0, inside its file), after the others.
-  void push(const file_request& r);
+  void push(const byte_range& r);
 
   /// Smallest record cut at the tail of a spread session, bytes (Allman et al.'s 8 KB records
   /// halved: on a 1.5 Mbit/s link cut 8 ways it is 0.17 s of one connection's share).
@@ -55,8 +55,8 @@ class record_scheduler {
   std::uint32_t m_record_size;
   std::size_t m_max_active;
   std::size_t m_tail_spread;
-  std::vector<file_request> m_active;  ///< offset/length = what is left of each
-  std::deque<file_request> m_waiting;
+  std::vector<byte_range> m_active;  ///< offset/length = what is left of each
+  std::deque<byte_range> m_waiting;
   std::size_t m_cursor = 0;            ///< next active request to serve
   std::uint64_t m_pending_bytes = 0;
 };

@@ -7,6 +7,7 @@
 /// receive and close freely.
 
 #include "common/endpoint.hpp"
+#include "common/packet.hpp"
 #include "common/unicast/usrsctp_stack.hpp"
 
 #include <boost/asio/io_context.hpp>
@@ -60,7 +61,7 @@ struct sctp_socket_options {
   /// SCTP packet size for usrsctp, bytes: 1500 - 40 (IPv6) - 8 (UDP) so an encapsulated packet
   /// fits a 1500-byte MTU over IPv4 or IPv6. usrsctp cannot probe the path MTU through AF_CONN
   /// (no ICMP reaches it), so path MTU discovery is off and this is fixed.
-  std::uint32_t path_mtu = 1452;
+  std::uint32_t path_mtu = packet::udp_payload_ethernet_ipv6;
   /// SO_SNDBUF and SO_RCVBUF of the association, bytes. The receive buffer is the advertised
   /// window: it must exceed the bandwidth-delay product (1.5 Mbit/s x 590 ms = 110 kB; 8 MiB
   /// carries 100 Mbit/s at 700 ms).

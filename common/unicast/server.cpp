@@ -31,6 +31,7 @@ void server_state::count_error(const std::error_code& ec) {
 
 const client_grant* server_state::authenticate(const hello& h, const challenge& c,
                                                const endpoint& from, refuse& why) {
+  MCDIST_ASSERT_SINGLE_THREAD(io_thread);
   if (stopped) {
     why = {refuse_reason::shutting_down, "the server is shutting down"};
     return nullptr;
@@ -39,9 +40,9 @@ const client_grant* server_state::authenticate(const hello& h, const challenge& 
   if (g == nullptr) {
     ++counters.hellos_refused;
     if (worth_logging(counters.hellos_refused))
-      spdlog::warn("unicast: refused hello from {} claiming receiver '{}' session {:08x}: "
+      spdlog::warn("unicast: refused hello from {} claiming receiver '{}' session {}: "
                    "credentials not registered ({} refused so far)",
-                   from.to_string(), h.receiver_id, h.session.value, counters.hellos_refused);
+                   from.to_string(), h.receiver_id, h.session, counters.hellos_refused);
     why = {refuse_reason::bad_credentials,
            "token, receiver id '" + h.receiver_id + "' and session not accepted by this sender"};
     return nullptr;
@@ -50,9 +51,9 @@ const client_grant* server_state::authenticate(const hello& h, const challenge& 
     ++counters.hellos_refused;
     ++counters.hellos_bad_proof;
     if (worth_logging(counters.hellos_bad_proof))
-      spdlog::warn("unicast: refused hello from {} claiming receiver '{}' session {:08x}: right "
+      spdlog::warn("unicast: refused hello from {} claiming receiver '{}' session {}: right "
                    "token but {} proof of the site key ({} such hellos so far)",
-                   from.to_string(), h.receiver_id, h.session.value, h.proof ? "a wrong" : "no",
+                   from.to_string(), h.receiver_id, h.session, h.proof ? "a wrong" : "no",
                    counters.hellos_bad_proof);
     why = {refuse_reason::bad_credentials,
            "receiver id '" + h.receiver_id + "' did not prove its site key"};
@@ -68,6 +69,7 @@ const client_grant* server_state::authenticate(const hello& h, const challenge& 
 }
 
 void server_state::on_sctp_association(std::unique_ptr<sctp_assoc> a, transport_kind kind) {
+  MCDIST_ASSERT_SINGLE_THREAD(io_thread);
   ++counters.connections_accepted;
   if (stopped || handshakes >= options.max_handshakes) {
     ++counters.busy_refused;
@@ -108,14 +110,15 @@ void server_session::begin() {
   m_start = std::chrono::steady_clock::now();
   touch();
   ++m_state->counters.sessions_started;
-  spdlog::info("unicast: receiver '{}' session {:08x} connected over {} from {} ({} connection{})",
-               m_info.receiver_id, m_info.session.value, to_string(m_info.kind),
+  spdlog::info("unicast: receiver '{}' session {} connected over {} from {} ({} connection{})",
+               m_info.receiver_id, m_info.session, to_string(m_info.kind),
                m_info.remote.to_string(), m_info.connections, m_info.connections == 1 ? "" : "s");
   if (!m_state->silent && m_state->events.on_session_start) m_state->events.on_session_start(m_info);
   if (!m_finished) do_watchdog();
 }
 
 void server_session::do_watchdog() {
+  MCDIST_ASSERT_SINGLE_THREAD(m_state->io_thread);
   const auto idle = m_state->options.idle_timeout;
   const auto period = std::max<std::chrono::milliseconds>(idle / 4, std::chrono::milliseconds(10));
   m_watchdog.expires_after(period);
@@ -146,6 +149,7 @@ void server_session::do_watchdog() {
 }
 
 void server_session::finish(const std::error_code& ec, const std::string& detail, bool graceful) {
+  MCDIST_ASSERT_SINGLE_THREAD(m_state->io_thread);
   if (m_finished) return;
   m_finished = true;
   auto self = shared_from_this();
@@ -159,15 +163,15 @@ void server_session::finish(const std::error_code& ec, const std::string& detail
   m_stats.elapsed = std::chrono::steady_clock::now() - m_start;
   if (ec) {
     ++m_state->counters.sessions_failed;
-    spdlog::warn("unicast: receiver '{}' session {:08x} over {} from {} failed after {} bytes: "
+    spdlog::warn("unicast: receiver '{}' session {} over {} from {} failed after {} bytes: "
                  "{}: {}",
-                 m_info.receiver_id, m_info.session.value, to_string(m_info.kind),
+                 m_info.receiver_id, m_info.session, to_string(m_info.kind),
                  m_info.remote.to_string(), m_stats.bytes_sent, ec.message(), detail);
   } else {
     ++m_state->counters.sessions_completed;
-    spdlog::info("unicast: receiver '{}' session {:08x} over {} done: {} bytes in {} records, {} "
+    spdlog::info("unicast: receiver '{}' session {} over {} done: {} bytes in {} records, {} "
                  "files acknowledged",
-                 m_info.receiver_id, m_info.session.value, to_string(m_info.kind),
+                 m_info.receiver_id, m_info.session, to_string(m_info.kind),
                  m_stats.bytes_sent, m_stats.records_sent, m_stats.files_acked);
   }
   if (!m_state->silent && m_state->events.on_session_end)
@@ -176,6 +180,7 @@ void server_session::finish(const std::error_code& ec, const std::string& detail
 
 std::error_code server_session::handle_control(frame_type type, std::span<const std::byte> body,
                                                std::string& detail) {
+  MCDIST_ASSERT_SINGLE_THREAD(m_state->io_thread);
   auto self = shared_from_this();
   touch();
   switch (type) {
@@ -274,6 +279,7 @@ server::~server() {
 }
 
 std::error_code server::start(std::string& detail) {
+  MCDIST_ASSERT_SINGLE_THREAD(m_state->io_thread);
   auto& s = *m_state;
   const auto& o = s.options;
   if (o.record_size < min_record_size || o.record_size > max_record_size) {
@@ -332,6 +338,7 @@ std::optional<endpoint> server::sctp_kernel_endpoint() const {
 }
 
 std::error_code server::register_client(client_grant grant) {
+  MCDIST_ASSERT_SINGLE_THREAD(m_state->io_thread);
   return m_state->grants.add(std::move(grant));
 }
 
@@ -342,6 +349,7 @@ bool server::unregister_client(const fallback_token& token) {
 }
 
 bool server::abort_client(const fallback_token& token) {
+  MCDIST_ASSERT_SINGLE_THREAD(m_state->io_thread);
   const auto it = m_state->sessions.find(token);
   if (it == m_state->sessions.end()) return false;
   auto s = it->second;
@@ -350,6 +358,7 @@ bool server::abort_client(const fallback_token& token) {
 }
 
 void server::stop() {
+  MCDIST_ASSERT_SINGLE_THREAD(m_state->io_thread);
   auto& s = *m_state;
   s.stopped = true;
   if (s.tcp) close_tcp_listener(*s.tcp);

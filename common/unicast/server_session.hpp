@@ -5,6 +5,7 @@
 /// request validation, record scheduling, acks, idle watchdog, the end report).
 
 #include "common/log_limit.hpp"
+#include "common/single_thread.hpp"
 #include "common/unicast/frame.hpp"
 #include "common/unicast/record_scheduler.hpp"
 #include "common/unicast/record_seal.hpp"
@@ -45,6 +46,9 @@ struct server_state : std::enable_shared_from_this<server_state> {
   bool stopped = false;
   /// Callbacks are suppressed once the server object is destroyed.
   bool silent = false;
+  /// The thread of `io`: the server, its listeners and sessions are used there only
+  /// (common/single_thread.hpp).
+  single_thread io_thread;
   /// The active session of each token.
   std::map<fallback_token, std::shared_ptr<server_session>> sessions;
   /// Connections/associations accepted but not yet past their hello.

@@ -111,7 +111,7 @@ class tcp_client final : public client_impl {
     const challenge* proved = nullptr;
     if (self->proves()) {
       // Signed session: the server's first frame is this connection's challenge.
-      std::array<std::byte, frame_header_size + challenge_size> first{};
+      std::array<std::byte, frame_header_size + challenge_body_size> first{};
       auto [rec, rn] = co_await asio::async_read(c.socket, asio::buffer(first), use_tuple);
       (void)rn;
       if (self->dead()) co_return;
@@ -122,7 +122,7 @@ class tcp_client final : public client_impl {
       }
       frame_header fh;
       auto dec = decode_frame_header(first, fh);
-      if (!dec && (fh.type != frame_type::challenge || fh.length != challenge_size))
+      if (!dec && (fh.type != frame_type::challenge || fh.length != challenge_body_size))
         dec = error::protocol_violation;
       if (!dec) dec = decode(std::span(first).subspan(frame_header_size), c.server_challenge);
       if (dec) {

@@ -6,6 +6,7 @@
 // slow connection simply takes fewer.
 
 #include "common/net/udp.hpp"
+#include "common/packet.hpp"
 #include "common/unicast/hello_proof.hpp"
 #include "common/unicast/server_session.hpp"
 
@@ -100,7 +101,7 @@ class tcp_server_conn final : public std::enable_shared_from_this<tcp_server_con
   /// records, the n connections run dry together instead of one finishing the set alone at its
   /// 1/n of the link. Best effort: a failure is logged once.
   void pace(std::uint64_t bps) {
-    const std::uint64_t bytes_per_s = bps / 8 * 1448 / 1500;
+    const std::uint64_t bytes_per_s = bps / 8 * packet::tcp_mss_ethernet / packet::ethernet_mtu;
     const auto v = static_cast<unsigned>(std::min<std::uint64_t>(bytes_per_s, ~0u - 1));
     if (::setsockopt(m_socket.native_handle(), SOL_SOCKET, SO_MAX_PACING_RATE, &v, sizeof v) != 0) {
       if (m_state->pacing_failure_log.tick())

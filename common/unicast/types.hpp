@@ -1,9 +1,10 @@
 #pragma once
 /// @file
 /// Vocabulary of the unicast fallback (DESIGN.md "Unicast fallback"), shared by the server
-/// and client sides and by the framing: which transport, what a request is, where the
-/// server's bytes come from.
+/// and client sides and by the framing: which transport, what a record is, where the server's
+/// bytes come from.
 
+#include "common/byte_range.hpp"
 #include "common/ids.hpp"
 #include "common/transport.hpp"
 
@@ -23,14 +24,9 @@ using mcdist::transport_kind;
 using mcdist::to_string;
 using mcdist::parse_transport_kind;
 
-/// A byte range of one file: [offset, offset + length), bytes.
-struct file_request {
-  file_index file{};
-  std::uint64_t offset = 0;
-  std::uint64_t length = 0;
-
-  auto operator<=>(const file_request&) const = default;
-};
+/// A byte range of one file: the one type of common/byte_range.hpp (a request's ranges, the
+/// client's outstanding bytes, the server's schedule).
+using mcdist::byte_range;
 
 /// One record on the wire: a piece of a file of at most the record size, tagged with its file
 /// and byte offset (XFTP's records, Allman et al. section 3).

@@ -400,8 +400,8 @@ bool receiver_engine::new_session(const wire::announce& m, session_id id, const 
           p.only_receivers().end()) {
     add_tombstone(id, now + m_cfg.session_timeout);
     if (m_log) {
-      m_log->info("session {:08x} from {}: a resend for other receivers; not taking part",
-                  id.value, from.address_string());
+      m_log->info("session {} from {}: a resend for other receivers; not taking part",
+                  id, from.address_string());
     }
     return false;
   }
@@ -415,10 +415,10 @@ bool receiver_engine::new_session(const wire::announce& m, session_id id, const 
       need > m_cfg.session_memory_bytes) {
     m_stats.drops.add(errc::over_budget);
     if (m_log) {
-      m_log->warn("session {:08x} from {}: refused: {} files, {} bytes in {}-byte blocks would "
+      m_log->warn("session {} from {}: refused: {} files, {} bytes in {}-byte blocks would "
                   "need {} bytes of state, over the session budget of {} (session_memory_bytes) "
                   "or the file limit {}",
-                  id.value, from.address_string(), p.file_count(), p.total_bytes(),
+                  id, from.address_string(), p.file_count(), p.total_bytes(),
                   p.block_size(), need, m_cfg.session_memory_bytes, m_cfg.max_files);
     }
     return false;
@@ -1160,8 +1160,8 @@ void receiver_engine::late_file_stored(session_id id, file_index f, std::error_c
     m_sink.file_finished({id, lf.channel, lf.path, lf.size, true, {}, lf.mtime_ns,
                           lf.digest ? &*lf.digest : nullptr});
     if (m_log) {
-      m_log->info("session {:08x}: stored '{}' ({} bytes), finalized after the session ended",
-                  id.value, printable(lf.path), lf.size);
+      m_log->info("session {}: stored '{}' ({} bytes), finalized after the session ended",
+                  id, printable(lf.path), lf.size);
     }
     return;
   }
@@ -1169,7 +1169,7 @@ void receiver_engine::late_file_stored(session_id id, file_index f, std::error_c
   ++m_stats.files_failed;
   m_sink.file_finished({id, lf.channel, lf.path, lf.size, false, failure, lf.mtime_ns, nullptr});
   if (m_log) {
-    m_log->error("session {:08x}: could not store '{}': {}", id.value, printable(lf.path), failure);
+    m_log->error("session {}: could not store '{}': {}", id, printable(lf.path), failure);
   }
 }
 

@@ -1,5 +1,6 @@
 #include "receiver/io/daemon.hpp"
 
+#include "common/key_file.hpp"
 #include "common/log_limit.hpp"
 #include "common/units.hpp"
 #include "common/wire.hpp"
@@ -201,15 +202,15 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
     with_state.push_back(session);
     const auto blob = remap_checkpoint(saved);
     if (!blob) {
-      m_log->warn("session {:08x}: its channel is no longer configured (name and dest); "
+      m_log->warn("session {}: its channel is no longer configured (name and dest); "
                   "discarding its saved state",
-                  session.value);
+                  session);
       m_store->close_session(session, true);
       continue;
     }
     restore_keys(session);
     if (auto ec = m_engine->restore(*blob, now)) {
-      m_log->warn("session {:08x}: saved state is unusable ({}); discarding it", session.value,
+      m_log->warn("session {}: saved state is unusable ({}); discarding it", session,
                   ec.message());
       m_store->close_session(session, true);
     }
@@ -349,6 +350,7 @@ void daemon::finish_stop() {
 void daemon::do_receive(std::size_t index) {
   socket_at(index).async_wait(net::udp::socket::wait_read, [this, index](
                                                                const boost::system::error_code& ec) {
+    MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
     if (ec || m_stopping || !socket_at(index).is_open()) return;
     // Back-pressure: while the storage pool is nearly full, leave datagrams in the socket's
     // kernel buffer (32 MiB) and look again shortly, rather than take blocks we would drop.
@@ -412,6 +414,7 @@ void daemon::handle_datagram(std::size_t index, std::span<const std::byte> d, co
 }
 
 void daemon::service() {
+  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   if (m_stopping) return;
   const auto now = from_steady(std::chrono::steady_clock::now());
   m_engine->on_timer(now);
@@ -447,6 +450,7 @@ void daemon::arm_timer(time_point now) {
 }
 
 void daemon::send(const endpoint& to, std::span<const std::byte> datagram) {
+  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   if (datagram.size() >= wire::header_size) {
     if (auto* keys = keys_of(session_id{load_be32(datagram.data() + 4)})) {
       m_send_buffer.resize(datagram.size() + auth::max_trailer_bytes);
@@ -463,18 +467,18 @@ void daemon::send(const endpoint& to, std::span<const std::byte> datagram) {
 }
 
 void daemon::session_closed(session_id s, bool remove_temp) {
+  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   if (!remove_temp) return;  // kept for a resume: keep its keys too
   for (auto& k : m_keys) k->forget(s);
   if (m_keys_saved.erase(s)) {
-    char name[16];
-    std::snprintf(name, sizeof name, "%08x", s.value);
     std::error_code ec;
-    std::filesystem::remove(m_cfg.temp / "keys" / name, ec);
+    std::filesystem::remove(m_cfg.temp / "keys" / fmt::format("{}", s), ec);
   }
 }
 
 void daemon::start_unicast(session_id s, const unicast_order& order,
                            std::vector<byte_range> wanted) {
+  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   stop_unicast(s);
   unicast::client_options co;
   co.kind = order.transport == unicast_order::transport_t::tcp ? unicast::transport_kind::tcp
@@ -492,8 +496,8 @@ void daemon::start_unicast(session_id s, const unicast_order& order,
     // Decided from what this site knows of the session, never from the FALLBACK order.
     co.seal_records = keys->encrypted(s);
     if (co.seal_records && !co.proof_key) {
-      m_log->warn("session {:08x}: encrypted, but no fallback key yet; not connecting in the "
-                   "clear", s.value);
+      m_log->warn("session {}: encrypted, but no fallback key yet; not connecting in the "
+                   "clear", s);
       return;
     }
   }
@@ -505,6 +509,7 @@ void daemon::start_unicast(session_id s, const unicast_order& order,
   const std::uint64_t gen = ++m_unicast_generation;
   unicast::client_events ev;
   ev.on_data = [this, s, gen](file_index f, std::uint64_t off, std::span<const std::byte> b) {
+    MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
     const auto t = std::chrono::steady_clock::now();
     if (const auto it = m_unicast.find(s); it != m_unicast.end() && it->second.generation == gen) {
       if (!it->second.first) it->second.first = t;
@@ -521,9 +526,9 @@ void daemon::start_unicast(session_id s, const unicast_order& order,
     const auto& slot = it->second;
     if (slot.first) {
       const double secs = std::chrono::duration<double>(slot.last - *slot.first).count();
-      m_log->info("session {:08x}: unicast transfer done: {} bytes in {:.3f} s from first to last "
+      m_log->info("session {}: unicast transfer done: {} bytes in {:.3f} s from first to last "
                   "byte ({})",
-                  s.value, slot.bytes, secs,
+                  s, slot.bytes, secs,
                   format_rate(secs > 0 ? static_cast<double>(slot.bytes) * 8 / secs : 0));
     }
     it->second.client->close();
@@ -535,10 +540,10 @@ void daemon::start_unicast(session_id s, const unicast_order& order,
       // A sealed frame that did not open: someone on the path altered or injected bytes. The
       // connection is gone; the engine retries as after any failed connection.
       if (worth_logging(++m_unicast_unsealed))
-        m_log->warn("session {:08x}: unicast: a sealed frame did not open ({} so far): {}",
-                    s.value, m_unicast_unsealed, detail);
+        m_log->warn("session {}: unicast: a sealed frame did not open ({} so far): {}",
+                    s, m_unicast_unsealed, detail);
     } else if (ec) {
-      m_log->warn("session {:08x}: unicast: {}", s.value, detail);
+      m_log->warn("session {}: unicast: {}", s, detail);
     }
     // The client may not be destroyed inside its own last callback's caller frame safely for
     // every transport: let the io_context unwind first.
@@ -549,7 +554,7 @@ void daemon::start_unicast(session_id s, const unicast_order& order,
       service();
     });
   };
-  std::vector<unicast::file_request> req;
+  std::vector<mcdist::byte_range> req;
   req.reserve(wanted.size());
   std::uint64_t bytes = 0;
   for (const auto& w : wanted) {
@@ -558,10 +563,10 @@ void daemon::start_unicast(session_id s, const unicast_order& order,
   }
   auto c = unicast::make_client(m_io, co, std::move(ev));
   if (auto ec = c->request(req)) {
-    m_log->error("session {:08x}: unicast request refused locally: {}", s.value, ec.message());
+    m_log->error("session {}: unicast request refused locally: {}", s, ec.message());
     return;
   }
-  m_log->info("session {:08x}: fetching {} ranges, {} over {} from {}", s.value, req.size(),
+  m_log->info("session {}: fetching {} ranges, {} over {} from {}", s, req.size(),
               format_bytes(static_cast<double>(bytes)),
               co.kind == unicast::transport_kind::tcp ? "tcp" : "sctp", co.server.to_string());
   c->start();
@@ -640,6 +645,7 @@ void daemon::log_status(bool final) {
 }
 
 nlohmann::json daemon::status_json() {
+  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   const auto& st = m_engine->stats();
   const auto ss = m_store->get_stats();
   nlohmann::json j;

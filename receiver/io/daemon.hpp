@@ -9,6 +9,7 @@
 #include "common/http/server.hpp"
 #include "common/net/udp.hpp"
 #include "common/sd_notify.hpp"
+#include "common/single_thread.hpp"
 #include "common/unicast/client.hpp"
 #include "receiver/core/receiver_engine.hpp"
 #include "receiver/io/action_runner.hpp"
@@ -255,6 +256,9 @@ class daemon final : public receiver_sink {
   bool m_unicast_polling = false;
   std::optional<time_point> m_timer_at;
   bool m_stopping = false;
+  /// The thread of m_io: handlers, store callbacks and the engine's calls all run there
+  /// (common/single_thread.hpp).
+  single_thread m_io_thread;
   bool m_stop_finished = false;
   std::uint64_t m_last_logged_drops = 0;
   /// sequence_book::changes() as of the last write of TEMP/sequences.

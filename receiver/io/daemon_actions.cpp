@@ -23,8 +23,6 @@ namespace {
 /// thread; the next pass goes on).
 constexpr std::size_t retention_batch = 1000;
 
-std::string session_hex(session_id s) { return fmt::format("{:08x}", s.value); }
-
 std::int64_t mtime_ns_of(const struct stat& st) {
   return static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
 }
@@ -86,7 +84,7 @@ void daemon::journal_intents(std::span<const pending_rename> intents) {
     d.size = i.spec->size;
     d.mtime_ns = i.spec->mtime_ns;
     d.sha256 = to_hex(i.digest);
-    d.session = session_hex(i.key.session);
+    d.session = fmt::format("{}", i.key.session);
     rows.push_back(std::move(d));
   }
   // An exception fails the batch's files (not renamed): they are fetched again.
@@ -109,7 +107,7 @@ void daemon::journal_delivery(const file_outcome& o) {
     d.size = o.size;
     d.mtime_ns = o.mtime_ns;
     d.sha256 = to_hex(*o.digest);
-    d.session = session_hex(o.session);
+    d.session = fmt::format("{}", o.session);
     // The pinned trusted sender key that verified the session ("mcdist-ed25519:BASE64", as in
     // trusted_senders); "" (NULL in the journal) for an unsigned session.
     d.sender_key = sender_key(o.session);

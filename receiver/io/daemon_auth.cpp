@@ -1,6 +1,7 @@
 #include "receiver/io/daemon.hpp"
 
 #include "common/byte_order.hpp"
+#include "common/key_file.hpp"
 #include "common/wire.hpp"
 
 #include <spdlog/spdlog.h>
@@ -180,15 +181,13 @@ void daemon::save_keys(session_id s, std::size_t channel) {
   if (m_keys_saved.count(s)) return;
   const auto blob = m_keys[channel]->export_session(s);
   if (!blob) return;
-  char name[16];
-  std::snprintf(name, sizeof name, "%08x", s.value);
-  const auto file = m_cfg.temp / "keys" / name;
+  const auto file = m_cfg.temp / "keys" / fmt::format("{}", s);
   const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
   std::string content(1, static_cast<char>(channel));
   content += *blob;
   if (fd < 0 || ::write(fd, content.data(), content.size()) != static_cast<ssize_t>(content.size())) {
-    m_log->warn("session {:08x}: cannot save its keys in {} ({}): a restart will not resume it",
-                s.value, file.string(), std::strerror(errno));
+    m_log->warn("session {}: cannot save its keys in {} ({}): a restart will not resume it",
+                s, file.string(), std::strerror(errno));
   } else {
     m_keys_saved.insert(s);
   }
@@ -196,9 +195,7 @@ void daemon::save_keys(session_id s, std::size_t channel) {
 }
 
 void daemon::restore_keys(session_id s) {
-  char name[16];
-  std::snprintf(name, sizeof name, "%08x", s.value);
-  std::ifstream in(m_cfg.temp / "keys" / name, std::ios::binary);
+  std::ifstream in(m_cfg.temp / "keys" / fmt::format("{}", s), std::ios::binary);
   if (!in) return;
   std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::optional<std::uint32_t> channel;
@@ -210,8 +207,8 @@ void daemon::restore_keys(session_id s) {
   }
   if (!channel || *channel >= m_keys.size() ||
       !m_keys[*channel]->import_session(s, std::string_view(content).substr(1))) {
-    m_log->warn("session {:08x}: its saved keys are unusable; it resumes only if announced again",
-                s.value);
+    m_log->warn("session {}: its saved keys are unusable; it resumes only if announced again",
+                s);
     return;
   }
   m_keys_saved.insert(s);

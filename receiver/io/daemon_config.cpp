@@ -1,5 +1,6 @@
 #include "receiver/io/daemon_config.hpp"
 
+#include "common/key_file.hpp"
 #include "common/units.hpp"
 #include "common/wire.hpp"
 

@@ -64,6 +64,7 @@ void daemon::do_sample() {
 }
 
 void daemon::file_finished(const file_outcome& outcome) {
+  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   m_board.file_finished(outcome, std::chrono::system_clock::now());
   journal_delivery(outcome);
   if (!outcome.stored || !outcome.digest) return;

@@ -181,6 +181,7 @@ void daemon::close_idle_channels() {
 }
 
 bool daemon::reload(const std::function<daemon_config()>& source) {
+  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   daemon_config next;
   try {
     next = source();

@@ -44,12 +44,6 @@ std::string clock_time(wall_time t) {
   return buf;
 }
 
-std::string session_text(session_id s) {
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "%08x", s.value);
-  return buf;
-}
-
 const char* level_name(spdlog::level::level_enum l) {
   switch (l) {
     case spdlog::level::warn:
@@ -250,7 +244,7 @@ nlohmann::json render_status_json(const status_snapshot& s) {
       nlohmann::json p;
       p["path"] = it->path;
       p["size"] = it->size;
-      p["session"] = session_text(it->session);
+      p["session"] = fmt::format("{}", it->session);
       p["time"] = iso_time(it->at);
       p["age_seconds"] = age_seconds(s.now, it->at);
       p["stored"] = it->stored;
@@ -363,7 +357,7 @@ std::string render_status_page(const status_snapshot& s) {
       h += "<tr><td>" + clock_time(it->at) + "</td><td>" +
            http::format_age(age_seconds(s.now, it->at)) + "</td><td class=\"path product\">" +
            html_escape(it->path) + "</td><td class=\"num\">" +
-           format_bytes(static_cast<double>(it->size)) + "</td><td>" + session_text(it->session) +
+           format_bytes(static_cast<double>(it->size)) + "</td><td>" + fmt::format("{}", it->session) +
            "</td><td>" +
            (it->stored ? std::string("<span class=\"ok\">stored</span>")
                        : "<span class=\"bad\">failed</span>: " + html_escape(it->failure)) +

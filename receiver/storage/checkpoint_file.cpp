@@ -103,9 +103,9 @@ std::vector<std::pair<session_id, std::string>> load_checkpoints(
       continue;
     }
     if (head.session() != id->value) {
-      spdlog::warn("storage: checkpoint {} is of session {:08x}, not of its directory's; "
+      spdlog::warn("storage: checkpoint {} is of session {}, not of its directory's; "
                    "ignored, the session starts over",
-                   state.string(), head.session());
+                   state.string(), session_id{head.session()});
       continue;
     }
     out.emplace_back(*id, std::move(blob));

@@ -5,15 +5,10 @@
 #include <fcntl.h>
 
 #include <cerrno>
-#include <cstdio>
 
 namespace mcdist::receiver {
 
-std::string session_hex(session_id s) {
-  char buf[9];
-  std::snprintf(buf, sizeof buf, "%08x", s.value);
-  return buf;
-}
+std::string session_hex(session_id s) { return fmt::format("{}", s); }
 
 std::filesystem::path temp_file_path(const std::filesystem::path& temp_dir, file_key key) {
   return temp_dir / session_hex(key.session) / (std::to_string(key.file.value) + ".part");

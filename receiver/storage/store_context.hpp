@@ -41,7 +41,8 @@ struct store_counters {
 /// 1 MiB amortises the syscall to nothing and is small next to the chunk pool.
 inline constexpr std::size_t reread_buffer_bytes = 1u << 20;
 
-/// The session's temp directory name: its id as 8 lower-case hex digits.
+/// The session's temp directory name: its id's text form, 8 lower-case hex digits (the
+/// session_id formatter of common/ids.hpp).
 std::string session_hex(session_id s);
 
 /// The temp file of a file: temp_dir/<session hex>/<file index>.part.

@@ -1,5 +1,7 @@
 #include "sender/core/fallback_policy.hpp"
 
+#include "common/packet.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -8,7 +10,7 @@ namespace mcdist::sender {
 
 std::uint32_t auto_tcp_connections(std::uint64_t rate_bps, duration rtt) noexcept {
   constexpr std::uint32_t fewest = 4, most = 8;
-  constexpr double initial_window_bytes = 10 * 1448.0;  // RFC 6928, 1500-byte MTU
+  constexpr double initial_window_bytes = 10.0 * packet::tcp_mss_ethernet;  // RFC 6928
   if (rate_bps == 0 || rtt <= duration::zero()) return fewest;
   const double bdp_bytes = static_cast<double>(rate_bps) / 8 * to_seconds(rtt);
   const double n = std::ceil(bdp_bytes / initial_window_bytes);

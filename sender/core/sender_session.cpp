@@ -187,14 +187,14 @@ void sender_session::start(time_point now) {
     std::uint64_t total = 0;
     for (const auto& f : m_files) total += f.size;
     if (m_cfg.receivers.empty()) {
-      m_log->info("session {:08x}: announcing {} files, {} bytes in {} announce chunks; open group, "
+      m_log->info("session {}: announcing {} files, {} bytes in {} announce chunks; open group, "
                   "registration window {:.1f} s",
-                  m_cfg.session.value, m_files.size(), total, m_announce.chunks(),
+                  m_cfg.session, m_files.size(), total, m_announce.chunks(),
                   to_seconds(m_cfg.register_window));
     } else {
-      m_log->info("session {:08x}: announcing {} files, {} bytes in {} announce chunks to a closed "
+      m_log->info("session {}: announcing {} files, {} bytes in {} announce chunks to a closed "
                   "group of {} receivers",
-                  m_cfg.session.value, m_files.size(), total, m_announce.chunks(),
+                  m_cfg.session, m_files.size(), total, m_announce.chunks(),
                   m_cfg.receivers.size());
     }
   }
@@ -251,7 +251,7 @@ void sender_session::order_fallback(receiver_state& r, std::string reason, time_
   track(r, false);
   if (m_log) {
     const auto n = r.rep.fallback_connections;
-    m_log->info("session {:08x}: receiver '{}' goes unicast over {}{}: {}", m_cfg.session.value,
+    m_log->info("session {}: receiver '{}' goes unicast over {}{}: {}", m_cfg.session,
                 r.rep.id, *t,
                 n ? fmt::format(" ({} connection{}{})", n, n == 1 ? "" : "s",
                                 m_cfg.tcp_connections ? "" : ", automatic")
@@ -310,8 +310,8 @@ void sender_session::on_unicast_failed(const std::string& receiver_id, const std
     return;
   }
   if (m_log) {
-    m_log->warn("session {:08x}: unicast session of '{}' ended early ({}); it may reconnect",
-                m_cfg.session.value, receiver_id, why);
+    m_log->warn("session {}: unicast session of '{}' ended early ({}); it may reconnect",
+                m_cfg.session, receiver_id, why);
   }
   r->next_fallback = now;  // order it again: the receiver reconnects and asks for what it lacks
 }
@@ -419,8 +419,8 @@ void sender_session::on_site_keyed(std::string_view receiver_id, time_point now)
   ++m_keyed;
   if (!m_first_keyed) m_first_keyed = now;
   if (m_log) {
-    m_log->debug("session {:08x}: receiver '{}' holds the session key ({} of {})",
-                 m_cfg.session.value, receiver_id, m_keyed, m_cfg.receivers.size());
+    m_log->debug("session {}: receiver '{}' holds the session key ({} of {})",
+                 m_cfg.session, receiver_id, m_keyed, m_cfg.receivers.size());
   }
 }
 
@@ -520,8 +520,8 @@ void sender_session::close_registration(time_point now) {
     }
   }
   if (m_log) {
-    m_log->info("session {:08x}: registration closed, {} receivers registered, GRTT {:.1f} ms",
-                m_cfg.session.value, m_registered, to_ms(m_grtt.estimate()));
+    m_log->info("session {}: registration closed, {} receivers registered, GRTT {:.1f} ms",
+                m_cfg.session, m_registered, to_ms(m_grtt.estimate()));
   }
   if (m_registered == 0) {
     start_ending(now, true, "no receiver registered");
@@ -565,11 +565,11 @@ void sender_session::start_pass(time_point now) {
                                              max_marker_interval);
   if (m_log) {
     if (m_registration_open) {
-      m_log->info("session {:08x}: pass {} starts while registration is open: {} blocks",
-                  m_cfg.session.value, m_passes.pass(), m_passes.wanted());
+      m_log->info("session {}: pass {} starts while registration is open: {} blocks",
+                  m_cfg.session, m_passes.pass(), m_passes.wanted());
     } else {
-      m_log->info("session {:08x}: pass {} starts: {} blocks, {} receivers active",
-                  m_cfg.session.value, m_passes.pass(), m_passes.wanted(), m_active);
+      m_log->info("session {}: pass {} starts: {} blocks, {} receivers active",
+                  m_cfg.session, m_passes.pass(), m_passes.wanted(), m_active);
     }
   }
 }
@@ -607,8 +607,8 @@ std::size_t sender_session::next_data(time_point now, std::span<data_send> out) 
 
 void sender_session::end_pass(time_point now) {
   if (m_log) {
-    m_log->info("session {:08x}: pass {} done at {:.3f} s; {} blocks NAKed for the next pass",
-                m_cfg.session.value, m_passes.pass(), to_seconds(now - m_start), m_passes.wanted());
+    m_log->info("session {}: pass {} done at {:.3f} s; {} blocks NAKed for the next pass",
+                m_cfg.session, m_passes.pass(), to_seconds(now - m_start), m_passes.wanted());
   }
   send_marker(now, true, true);
   if (const auto why = m_fallback.after_passes(m_passes.pass())) {
@@ -801,7 +801,7 @@ void sender_session::handle_register(const wire::register_request& m, const endp
     reply.set_reason(why);
     queue_unicast(from, encode(wire::msg_type::register_reply, m_cfg.session, reply));
     if (m_log) {
-      m_log->warn("session {:08x}: refused registration of '{}' from {}: {}", m_cfg.session.value,
+      m_log->warn("session {}: refused registration of '{}' from {}: {}", m_cfg.session,
                   m.receiver_id(), from.to_string(), why);
     }
   };
@@ -838,9 +838,9 @@ void sender_session::handle_register(const wire::register_request& m, const endp
     ++m_receivers_refused_full;
     // One line per refusal could be a flood: log the first, then rarely (log_limit.hpp).
     if (worth_logging(m_receivers_refused_full) && m_log) {
-      m_log->warn("session {:08x}: registration of '{}' from {} refused: the session has its "
+      m_log->warn("session {}: registration of '{}' from {} refused: the session has its "
                   "maximum of {} receivers ({} refused so far)",
-                  m_cfg.session.value, m.receiver_id(), from.to_string(),
+                  m_cfg.session, m.receiver_id(), from.to_string(),
                   m_cfg.max_receivers, m_receivers_refused_full);
     }
     reply.set_accepted(false);
@@ -886,8 +886,8 @@ void sender_session::handle_register(const wire::register_request& m, const endp
   reply.set_accepted(true);
   queue_unicast(from, encode(wire::msg_type::register_reply, m_cfg.session, reply));
   if (m_log) {
-    m_log->info("session {:08x}: receiver '{}' registered from {}{}, RTT {:.2f} ms, holds {} files",
-                m_cfg.session.value, r->rep.id, from.to_string(), m.resumed() ? " (resumed)" : "",
+    m_log->info("session {}: receiver '{}' registered from {}{}, RTT {:.2f} ms, holds {} files",
+                m_cfg.session, r->rep.id, from.to_string(), m.resumed() ? " (resumed)" : "",
                 to_ms(r->rep.rtt), r->rep.files_held);
     if (!r->rep.missing_seqs.empty()) {
       std::string ranges;
@@ -895,9 +895,9 @@ void sender_session::handle_register(const wire::register_request& m, const endp
         ranges += (ranges.empty() ? "" : ",") + std::to_string(first) +
                   (first == last ? "" : "-" + std::to_string(last));
       }
-      m_log->warn("session {:08x}: receiver '{}' never completed sessions {} of channel {} "
+      m_log->warn("session {}: receiver '{}' never completed sessions {} of channel {} "
                   "(its last completed: {})",
-                  m_cfg.session.value, r->rep.id, ranges, m_cfg.channel, r->rep.last_seq);
+                  m_cfg.session, r->rep.id, ranges, m_cfg.channel, r->rep.last_seq);
     }
   }
   if (!m_cfg.receivers.empty() && m_registered == m_cfg.receivers.size()) {
@@ -1027,17 +1027,17 @@ void sender_session::handle_complete(const wire::complete& m, const endpoint& fr
   track(*r, false);
   if (m_log) {
     if (r->rep.state != receiver_report::state_t::failed) {
-      m_log->info("session {:08x}: receiver '{}' completed {} in {:.3f} s: {} files stored, {} "
+      m_log->info("session {}: receiver '{}' completed {} in {:.3f} s: {} files stored, {} "
                   "held, {} bytes",
-                  m_cfg.session.value, r->rep.id,
+                  m_cfg.session, r->rep.id,
                   via_unicast ? fmt::format("over {}", *r->rep.fallback_transport)
                               : "after pass " + std::to_string(m_passes.pass()),
                   to_seconds(r->rep.completion_time), r->rep.files_stored, r->rep.files_held,
                   r->rep.bytes_stored);
     } else {
-      m_log->warn("session {:08x}: receiver '{}' finished with {} files it could not store "
+      m_log->warn("session {}: receiver '{}' finished with {} files it could not store "
                   "(first: file {}: {})",
-                  m_cfg.session.value, r->rep.id, r->rep.file_failures.size(),
+                  m_cfg.session, r->rep.id, r->rep.file_failures.size(),
                   r->rep.file_failures.front().first, r->rep.file_failures.front().second);
     }
   }
@@ -1061,7 +1061,7 @@ void sender_session::fail_receiver(receiver_state& r, std::string why, time_poin
   if (was_active) --m_active;
   track(r, false);
   if (m_log) {
-    m_log->warn("session {:08x}: receiver '{}' failed: {}", m_cfg.session.value, r.rep.id,
+    m_log->warn("session {}: receiver '{}' failed: {}", m_cfg.session, r.rep.id,
                 r.rep.reason);
   }
 }
@@ -1083,10 +1083,10 @@ void sender_session::start_ending(time_point now, bool aborted, const std::strin
   m_finished = now;
   if (m_log) {
     if (aborted) {
-      m_log->warn("session {:08x}: ending early: {}", m_cfg.session.value, why);
+      m_log->warn("session {}: ending early: {}", m_cfg.session, why);
     } else {
-      m_log->info("session {:08x}: every receiver is done after {} passes, {:.3f} s",
-                  m_cfg.session.value, m_passes.pass(), to_seconds(now - m_start));
+      m_log->info("session {}: every receiver is done after {} passes, {:.3f} s",
+                  m_cfg.session, m_passes.pass(), to_seconds(now - m_start));
     }
   }
 }

@@ -1,5 +1,6 @@
 #include "sender/io/sender_app.hpp"
 
+#include "common/key_file.hpp"
 #include "common/units.hpp"
 #include "common/wire.hpp"
 
@@ -80,19 +81,19 @@ sender_app::sender_app(boost::asio::io_context& io, app_options opts, sender_con
     m_keys = std::make_unique<auth::sender_keys>(*m_opts.identity, m_session_id, m_opts.site_keys,
                                                  m_opts.encrypt);
     if (m_opts.encrypt) {
-      m_log->info("session {:08x}: encrypted: manifest, digests and data readable only by the {} "
+      m_log->info("session {}: encrypted: manifest, digests and data readable only by the {} "
                   "pinned sites",
-                  m_session_id.value, m_opts.site_keys.size());
+                  m_session_id, m_opts.site_keys.size());
     }
-    m_log->info("session {:08x}: signed by {}{}", m_session_id.value,
+    m_log->info("session {}: signed by {}{}", m_session_id,
                 crypto::format_public_key(m_opts.identity->public_key),
                 m_opts.site_keys.empty()
                     ? std::string("; site keys not pinned (any host may register under an unused id)")
                     : "; " + std::to_string(m_opts.site_keys.size()) + " site keys pinned");
   } else {
-    m_log->warn("session {:08x}: not signed (no --key): receivers cannot tell this sender's "
+    m_log->warn("session {}: not signed (no --key): receivers cannot tell this sender's "
                 "products from anyone else's",
-                m_session_id.value);
+                m_session_id);
   }
   if (cfg.fallback != fallback_mode::off) start_unicast_server(cfg);
 }
@@ -121,6 +122,7 @@ void sender_app::start_unicast_server(const sender_config& cfg) {
   so.tcp_max_rate_bps = cfg.unicast_max_rate_bps;
   unicast::server_events ev;
   ev.on_session_start = [this](const unicast::session_info& info) {
+    MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
     m_log->info("unicast: '{}' connected from {} ({} connection{})", info.receiver_id,
                 info.remote.to_string(), info.connections, info.connections == 1 ? "" : "s");
     m_session.on_unicast_started(info.receiver_id, from_steady(std::chrono::steady_clock::now()));
@@ -248,6 +250,7 @@ void sender_app::start(std::function<void(run_result)> done) {
 }
 
 void sender_app::set_rate(std::uint64_t rate_bps) {
+  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   if (m_session.done() || m_session.rate_bps() == rate_bps) return;
   m_session.set_rate(rate_bps);
   // A higher rate moves the next deadline earlier: serve now and re-arm the timer.
@@ -255,12 +258,14 @@ void sender_app::set_rate(std::uint64_t rate_bps) {
 }
 
 void sender_app::abort(const std::string& why) {
+  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   if (m_session.done()) return;
   m_session.abort(from_steady(std::chrono::steady_clock::now()), why);
   service();
 }
 
 void sender_app::service() {
+  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   if (m_session.done()) return;
   const auto now = from_steady(std::chrono::steady_clock::now());
   m_session.on_timer(now);
@@ -455,6 +460,7 @@ void sender_app::do_wait_writable() {
 
 void sender_app::do_receive() {
   m_socket.async_wait(net::udp::socket::wait_read, [this](const boost::system::error_code& ec) {
+    MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
     if (ec) return;
     std::error_code rec;
     const auto now = from_steady(std::chrono::steady_clock::now());

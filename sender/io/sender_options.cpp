@@ -1,5 +1,6 @@
 #include "sender/io/sender_options.hpp"
 
+#include "common/key_file.hpp"
 #include "common/logging.hpp"
 #include "common/units.hpp"
 #include "common/wire.hpp"

@@ -31,9 +31,9 @@ std::string format_summary(const run_result& r) {
   const double goodput =
       r.wall_seconds > 0 ? static_cast<double>(rep.transferred_bytes) * 8 / r.wall_seconds : 0;
   std::snprintf(line, sizeof line,
-                "session %08x: %u files, %s in %.3f s (goodput %s), %u passes, %llu datagrams "
+                "session %s: %u files, %s in %.3f s (goodput %s), %u passes, %llu datagrams "
                 "(%llu repairs), GRTT %.2f ms\n",
-                rep.session.value, rep.files, format_bytes(static_cast<double>(rep.bytes)).c_str(),
+                fmt::format("{}", rep.session).c_str(), rep.files, format_bytes(static_cast<double>(rep.bytes)).c_str(),
                 r.wall_seconds, format_rate(goodput).c_str(), rep.passes,
                 static_cast<unsigned long long>(rep.data_datagrams),
                 static_cast<unsigned long long>(rep.repair_datagrams), to_ms(rep.grtt));

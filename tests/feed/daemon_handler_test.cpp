@@ -2,6 +2,8 @@
 // journal queries run on the handler's query worker, not on the daemon's io thread, so a status
 // request is answered while a history query is held running (a test hook blocks the worker
 // until the test releases it; futures synchronise, no sleeps).
+#include "feed/daemon_handler.hpp"
+
 #include "feed/control_server.hpp"
 #include "feed/feed_daemon.hpp"
 

@@ -6,9 +6,10 @@
 /// sealed frames of an encrypted session, below; the other bits seed how the stream is cut
 /// into reads), then the byte stream. The stream is fed twice: whole, and cut into reads of
 /// 1..64 bytes. Invariants checked (abort on violation): both feeds report the same control
-/// frames, the same data bytes and the same error; every control body a decoder accepts
-/// re-encodes (append_frame) into a frame that decodes and re-encodes to the same bytes; every
-/// decoder and decode_record survive every body.
+/// frames, the same data bytes and the same error; every control body a decoder accepts (a
+/// message of proto/unicast.proto whose values pass the checks) re-encodes (append_frame) into
+/// a frame within its type's limit that decodes and re-encodes to the same bytes; every decoder
+/// and decode_record survive every body.
 ///
 /// Sealed (bit 1; common/unicast/record_seal.hpp): the input after the flags byte is a tamper
 /// byte, then chunks `length u16 (big-endian) | inner frame bytes`. Each chunk is sealed under a

@@ -5,7 +5,7 @@ address (issue 8, docs/security.md).
 1. A forged site on the fallback. A signed session moves site-a to unicast (--unicast), once
    over TCP and once over SCTP. A raw packet socket on lo sniffs the FALLBACK order: its token
    must be 128 bits. The real site is frozen (SIGSTOP) while a forged site
-   (tests/unicast/fallback_intruder: right receiver id, session and sniffed token, no key or a
+   (tests/common/unicast/fallback_intruder: right receiver id, session and sniffed token, no key or a
    key of its own) connects to the sender's unicast server: it must be refused at its hello
    and receive no byte, and the sender's summary must count the missing proofs. Then the site
    resumes and gets its file intact over the same fallback.
@@ -121,7 +121,7 @@ class fallback_sniffer(threading.Thread):
 
 
 def intruder(bin_dir, kind, addr, port, token, session, rid, mode):
-    out = subprocess.run([os.path.join(bin_dir, "tests", "unicast", "fallback_intruder"), kind,
+    out = subprocess.run([os.path.join(bin_dir, "tests", "common", "unicast", "fallback_intruder"), kind,
                           "%s:%d" % (addr, port), token.hex(), "%08x" % session, rid, mode],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
     return out.stdout.decode("utf-8", "replace")

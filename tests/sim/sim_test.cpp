@@ -1,5 +1,8 @@
 #include "tests/sim/sim_harness.hpp"
 
+#include "common/packet.hpp"
+#include "common/wire.hpp"
+
 #include <catch2/catch.hpp>
 
 using namespace mcdist;
@@ -105,7 +108,9 @@ TEST_CASE("a geostationary hop with 1e-3 loss costs about one RTT of repair", "[
   REQUIRE(r.succeeded);
   require_all_delivered(r, files);
   // 8 MB at 50 Mbit/s is ~1.33 s of pass 1; repairs should add a few RTTs, not a pass each.
-  const double bytes_time = 8e6 * 8 * (1448.0 / 1400) / 50e6;
+  const double datagram =
+      wire::default_block_size + wire::data_header_size + packet::ipv4_udp_overhead;
+  const double bytes_time = 8e6 * 8 * (datagram / wire::default_block_size) / 50e6;
   REQUIRE(to_seconds(r.elapsed) < bytes_time + 4 * 0.7);
 }
 

@@ -2,6 +2,7 @@
 // (mcdistd key_file), and prints a key file's public key.
 
 #include "common/crypto.hpp"
+#include "common/key_file.hpp"
 
 #include <CLI/CLI.hpp>
 

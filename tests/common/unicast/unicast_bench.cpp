@@ -18,7 +18,7 @@
 
 #include "common/unicast/client.hpp"
 #include "common/unicast/server.hpp"
-#include "tests/unicast/token.hpp"
+#include "tests/common/unicast/token.hpp"
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -252,7 +252,7 @@ bool run_client_once(const args& a, const endpoint& server_ep) {
   o.idle_timeout = std::chrono::seconds(120);
   if (a.auth != "plain") o.proof_key = bench_site_key();
   o.seal_records = a.auth == "encrypted";
-  std::vector<file_request> wanted;
+  std::vector<byte_range> wanted;
   std::uint64_t total = 0;
   for (std::uint32_t f = 0; f < sizes.file_count(); ++f) {
     wanted.push_back({file_index{f}, 0, sizes.size(file_index{f})});

@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
     io.stop();
   };
   c = unicast::make_client(io, o, ev);
-  const unicast::file_request want{file_index{0}, 0, 1000};
+  const byte_range want{file_index{0}, 0, 1000};
   (void)c->request({&want, 1});
   c->start();
   boost::asio::steady_timer limit(io);

@@ -1,6 +1,6 @@
 #include "common/unicast/hello_proof.hpp"
 
-#include "tests/unicast/token.hpp"
+#include "tests/common/unicast/token.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -1,7 +1,7 @@
 #include "common/unicast/grant_table.hpp"
 
 #include "common/error.hpp"
-#include "tests/unicast/token.hpp"
+#include "tests/common/unicast/token.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -1,21 +1,14 @@
-// Actions on receipt: templates and placeholders, their configuration errors, the delivery
-// journal on a real SQLite file, and the runner's timeout on real child processes.
+// Actions on receipt: templates and placeholders, and their configuration ([[action]],
+// [retention]) with its errors.
 
-#include "receiver/io/action_runner.hpp"
+#include "receiver/io/action_config.hpp"
+
 #include "receiver/io/daemon_config.hpp"
-#include "receiver/io/delivery_journal.hpp"
 
-#include <boost/asio/io_context.hpp>
 #include <catch2/catch.hpp>
-#include <spdlog/sinks/ostream_sink.h>
-#include <spdlog/spdlog.h>
 
-#include <csignal>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
-
-#include <unistd.h>
+#include <chrono>
+#include <string>
 
 using namespace mcdist;
 using namespace mcdist::receiver;
@@ -35,20 +28,6 @@ placeholder_values sample_values() {
   v.delivered = std::chrono::system_clock::time_point(std::chrono::seconds(1795406706));
   return v;
 }
-
-/// A fresh directory under TMPDIR, removed at the end of the scope.
-struct temp_dir {
-  std::filesystem::path path;
-  temp_dir() {
-    std::string t = (std::filesystem::temp_directory_path() / "mcdist-actions-XXXXXX").string();
-    REQUIRE(::mkdtemp(t.data()) != nullptr);
-    path = t;
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-};
 
 std::string config_error_of(const std::string& actions) {
   const std::string text =
@@ -212,128 +191,4 @@ TEST_CASE("bad actions are refused naming the action and the problem",
              Catch::Contains("journal_max_age"));
   CHECK_THAT(config_error_of("[retention]\nmax_age = \"soon\"\n"),
              Catch::Contains("retention.max_age"));
-}
-
-TEST_CASE("the journal turns intents into deliveries and tracks runs",
-          "[unit][receiver][journal]") {
-  temp_dir dir;
-  const auto file = dir.path / "journal.db";
-  const auto t0 = std::chrono::system_clock::now();
-  std::int64_t run_a = 0;
-  {
-    delivery_journal j(file);
-    delivery_intent i{0, "synop", "/srv/in", "obs/a.bufr", 10, 5, std::string(64, 'a'), "0000abcd"};
-    delivery_intent other = i;
-    other.relpath = "obs/b.bufr";
-    j.record_intents(std::vector{i, other});
-    REQUIRE(j.intents().size() == 2);
-
-    delivery_row d;
-    d.channel = "synop";
-    d.dest = "/srv/in";
-    d.relpath = "obs/a.bufr";
-    d.path = "/srv/in/obs/a.bufr";
-    d.size = 10;
-    d.mtime_ns = 5;
-    d.sha256 = std::string(64, 'a');
-    d.session = "0000abcd";
-    d.delivered_at = t0 - 10s;
-    std::vector<std::int64_t> ids;
-    const std::vector<std::string> names{"ingest", "archive"};
-    j.deliver(d, names, ids);
-    REQUIRE(ids.size() == 2);
-    run_a = ids[0];
-    // The delivered file's intent is gone; the other stays until start-up looks at it.
-    REQUIRE(j.intents().size() == 1);
-    CHECK(j.intents()[0].relpath == "obs/b.bufr");
-    CHECK(j.run_started(ids[0], t0) == 1);
-    j.run_ended(ids[0], "pending", 2, "exit status 2", t0);
-    CHECK(j.run_started(ids[0], t0) == 2);
-    j.run_ended(ids[1], "done", 0, "", t0);
-  }
-  // Reopened (a restart): the run that was running is unfinished, with its product.
-  delivery_journal j(file);
-  const auto runs = j.unfinished_runs();
-  REQUIRE(runs.size() == 1);
-  CHECK(runs[0].id == run_a);
-  CHECK(runs[0].state == "running");
-  CHECK(runs[0].attempt == 2);
-  CHECK(runs[0].action == "ingest");
-  CHECK(runs[0].product.path == "/srv/in/obs/a.bufr");
-  CHECK(runs[0].product.session == "0000abcd");
-
-  // Retention sees it once it is older than the cut, and not after mark_removed.
-  CHECK(j.expired("synop", t0 - 20s, 10).empty());
-  auto old = j.expired("synop", t0, 10);
-  REQUIRE(old.size() == 1);
-  CHECK(old[0].size == 10);
-  CHECK(j.expired("grib", t0, 10).empty());
-  j.mark_removed(old[0].id, "deleted", t0);
-  CHECK(j.expired("synop", t0, 10).empty());
-
-  // Pruning keeps a delivery while one of its runs is unfinished.
-  CHECK(j.prune(t0) == 0);
-  j.run_ended(run_a, "failed", 2, "exit status 2", t0);
-  CHECK(j.prune(t0) == 1);
-  CHECK(j.unfinished_runs().empty());
-}
-
-TEST_CASE("a timed-out exec action has its whole process group killed and is retried",
-          "[unit][receiver][actions]") {
-  temp_dir dir;
-  delivery_journal journal(dir.path / "journal.db");
-  const auto pidfile = dir.path / "grandchild.pid";
-  action_config a;
-  a.name = "slow";
-  a.channel = "*";
-  a.match = ".";
-  a.re = std::regex(a.match);
-  // The shell starts a grandchild that would outlive it, then waits.
-  a.argv = {"/bin/sh", "-c", "sleep 30 & echo $! > " + pidfile.string() + "; echo started; wait"};
-  a.timeout = 300ms;
-  a.retries = 1;
-  a.retry_delay = 10ms;
-  std::ostringstream logged;
-  auto log = std::make_shared<spdlog::logger>(
-      "t", std::make_shared<spdlog::sinks::ostream_sink_mt>(logged));
-  boost::asio::io_context io;
-  action_runner runner(io, {a}, journal, log);
-  delivery_row d;
-  d.channel = "c";
-  d.relpath = "x";
-  d.path = "/nonexistent/x";
-  d.sha256 = std::string(64, '0');
-  d.session = "00000001";
-  d.delivered_at = std::chrono::system_clock::now();
-  std::vector<std::int64_t> ids;
-  journal.deliver(d, std::vector<std::string>{"slow"}, ids);
-  runner.submit(ids[0], "slow", d);
-  const auto t0 = std::chrono::steady_clock::now();
-  while (runner.stats()[0].second.failed == 0 && std::chrono::steady_clock::now() - t0 < 10s) {
-    io.run_for(50ms);
-  }
-  const auto st = runner.stats()[0].second;
-  CHECK(st.retried == 1);
-  CHECK(st.failed == 1);
-  CHECK(st.done == 0);
-  const auto text = logged.str();
-  CHECK_THAT(text, Catch::Contains("timed out"));
-  CHECK_THAT(text, Catch::Contains("started"));  // the child's output went to the log
-  // The grandchild of the last attempt died with its group (kill(pid, 0) fails once reaped
-  // by init; a zombie still answers, so look at /proc).
-  std::ifstream pf(pidfile);
-  pid_t gc = 0;
-  pf >> gc;
-  REQUIRE(gc > 0);
-  bool gone = false;
-  for (int i = 0; i < 100 && !gone; ++i) {
-    std::ifstream stat("/proc/" + std::to_string(gc) + "/stat");
-    std::string s;
-    std::getline(stat, s);
-    gone = !stat || s.find(") Z") != std::string::npos;
-    if (!gone) ::usleep(10000);
-  }
-  CHECK(gone);
-  const auto runs = journal.unfinished_runs();
-  CHECK(runs.empty());
 }

@@ -2,11 +2,12 @@
 // (as in one program), every delivered byte checked against the source as it arrives and every
 // file's SHA-256 at the end.
 
-#include "common/unicast/client.hpp"
 #include "common/unicast/server.hpp"
+
 #include "common/net/udp.hpp"
-#include "tests/unicast/test_support.hpp"
-#include "tests/unicast/token.hpp"
+#include "common/unicast/client.hpp"
+#include "tests/common/unicast/test_support.hpp"
+#include "tests/common/unicast/token.hpp"
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ip/udp.hpp>
@@ -79,8 +80,8 @@ struct rig {
     return o;
   }
 
-  std::vector<file_request> everything() const {
-    std::vector<file_request> r;
+  std::vector<byte_range> everything() const {
+    std::vector<byte_range> r;
     for (std::uint32_t f = 0; f < source.file_count(); ++f)
       r.push_back({file_index{f}, 0, source.size(file_index{f})});
     return r;
@@ -98,7 +99,7 @@ struct outcome {
   std::error_code ec;
   std::string detail;
   client_stats stats;
-  std::vector<file_request> outstanding;
+  std::vector<byte_range> outstanding;
   std::int64_t done_before_file0 = -1;  ///< files completed before file 0 completed
 };
 
@@ -121,7 +122,7 @@ struct close_record {
 /// Runs one client to its end: requests `wanted` at once, closes on completion.
 /// `on_progress` sees the bytes delivered so far after each piece.
 outcome fetch(rig& r, const client_options& o, test::checking_sink& sink,
-              const std::vector<file_request>& wanted,
+              const std::vector<byte_range>& wanted,
               const std::function<void(std::uint64_t)>& on_progress = {},
               std::chrono::milliseconds limit = 120s) {
   outcome out;
@@ -155,9 +156,9 @@ outcome fetch(rig& r, const client_options& o, test::checking_sink& sink,
   return out;
 }
 
-std::uint64_t sum_bytes(const std::vector<file_request>& v) {
+std::uint64_t sum_bytes(const std::vector<byte_range>& v) {
   return std::accumulate(v.begin(), v.end(), std::uint64_t{0},
-                         [](std::uint64_t a, const file_request& r) { return a + r.length; });
+                         [](std::uint64_t a, const byte_range& r) { return a + r.length; });
 }
 
 std::string kind_name(transport_kind k, std::size_t n) {
@@ -675,10 +676,10 @@ TEST_CASE("a server that sends nothing makes the client time out", "[integration
   co.idle_timeout = 200ms;
   close_record cr;
   auto c = make_client(io, co, cr.events());
-  REQUIRE_FALSE(c->request(std::vector<file_request>{{file_index{0}, 0, 100}}));
+  REQUIRE_FALSE(c->request(std::vector<byte_range>{{file_index{0}, 0, 100}}));
   c->start();
   REQUIRE(test::run_until(io, [&] { return cr.closed; }, 10s));
   REQUIRE(cr.got == error::idle_timeout);
   REQUIRE(cr.text.find("100 bytes outstanding") != std::string::npos);
-  REQUIRE(c->outstanding() == std::vector<file_request>{{file_index{0}, 0, 100}});
+  REQUIRE(c->outstanding() == std::vector<byte_range>{{file_index{0}, 0, 100}});
 }

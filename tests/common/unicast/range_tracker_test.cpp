@@ -18,7 +18,7 @@ TEST_CASE("bytes are accepted once, inside what was requested", "[unit][unicast]
   REQUIRE_FALSE(t.take(file_index{1}, 110, 10, done));
   REQUIRE_FALSE(done);
   REQUIRE(t.take(file_index{1}, 115, 1, done) == errc::invalid_field);   // twice
-  REQUIRE(t.outstanding() == std::vector<file_request>{{file_index{1}, 100, 10},
+  REQUIRE(t.outstanding() == std::vector<byte_range>{{file_index{1}, 100, 10},
                                                        {file_index{1}, 120, 30}});
   REQUIRE_FALSE(t.take(file_index{1}, 100, 10, done));
   REQUIRE_FALSE(done);
@@ -39,11 +39,11 @@ TEST_CASE("overlapping requests are refused, adjacent ones merge", "[unit][unica
   REQUIRE_FALSE(t.add({file_index{0}, 10, 10}));
   REQUIRE_FALSE(t.add({file_index{0}, 30, 10}));
   REQUIRE_FALSE(t.add({file_index{0}, 20, 10}));
-  REQUIRE(t.outstanding() == std::vector<file_request>{{file_index{0}, 0, 40}});
+  REQUIRE(t.outstanding() == std::vector<byte_range>{{file_index{0}, 0, 40}});
   // One piece spanning what were three requests is fine: they are one range now.
   bool done = false;
   REQUIRE_FALSE(t.take(file_index{0}, 5, 30, done));
-  REQUIRE(t.outstanding() == std::vector<file_request>{{file_index{0}, 0, 5},
+  REQUIRE(t.outstanding() == std::vector<byte_range>{{file_index{0}, 0, 5},
                                                        {file_index{0}, 35, 5}});
 }
 

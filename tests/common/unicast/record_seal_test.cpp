@@ -1,7 +1,7 @@
 #include "common/unicast/record_seal.hpp"
 
 #include "common/unicast/hello_proof.hpp"
-#include "tests/unicast/token.hpp"
+#include "tests/common/unicast/token.hpp"
 
 #include <catch2/catch.hpp>
 
