@@ -25,8 +25,13 @@ measures the load.
 Needs root (`ip link set lo multicast on`, as uftp_compare.py), iperf3 and uftp
 (deploy/install-deps.sh --bench), a build (deploy/build.sh).
 
-usage: limit_bench.py [--build DIR] [--dir DIR] [--repeat N] [--rates 4G,5G] [--no-uftp]
-                      [--iperf-seconds S] [--sync batch|file|none] [--boost]
+mcdist-send takes the file's SHA-256 from its user.mcdist.sha256 xattr once an earlier run
+recorded it (a resend of the same file); --cold makes every run hash it again (--no-digest-cache),
+as the first send of a new file does. --baseline DIR adds rows of a second build (e.g. main's),
+run beside --build in every repetition, each with its own receiver daemon.
+
+usage: limit_bench.py [--build DIR] [--baseline DIR] [--dir DIR] [--repeat N] [--rates 4G,5G]
+                      [--no-uftp] [--iperf-seconds S] [--sync batch|file|none] [--cold] [--boost]
 """
 
 import argparse
@@ -114,6 +119,9 @@ def on_tmpfs(path):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(TOP, "build"))
+    ap.add_argument("--baseline", default=None, help="a second build, run beside --build")
+    ap.add_argument("--cold", action="store_true",
+                    help="mcdist-send --no-digest-cache: every run hashes the file")
     ap.add_argument("--dir", default="/dev/shm/mcdist-limit",
                     help="where the source file and the receivers' trees live (tmpfs by default)")
     ap.add_argument("--repeat", type=int, default=3)
@@ -139,11 +147,11 @@ def main():
         if not shutil.which(tool):
             sys.exit("%s is not installed: deploy/install-deps.sh --bench" % tool)
     subprocess.run(["ip", "link", "set", "lo", "multicast", "on"], check=True)
-    send = os.path.join(args.build, "sender", "mcdist-send")
-    recv = os.path.join(args.build, "receiver", "mcdistd")
-    for b in (send, recv):
-        if not os.access(b, os.X_OK):
-            sys.exit("build mcdist first (deploy/build.sh): %s missing" % b)
+    variants = [("", args.build)] + ([(" (baseline)", args.baseline)] if args.baseline else [])
+    for _, build in variants:
+        for b in (os.path.join(build, "sender", "mcdist-send"), os.path.join(build, "receiver", "mcdistd")):
+            if not os.access(b, os.X_OK):
+                sys.exit("build mcdist first (deploy/build.sh): %s missing" % b)
 
     base = args.dir
     clear(base)
@@ -159,15 +167,23 @@ def main():
             chunk = chunk[1:] + chunk[:1]  # no two MiB alike
     src_digest = digest(src_file)
 
-    md_dest, md_temp, uf_dest = (os.path.join(base, d) for d in ("md-dest", "md-temp", "uf-dest"))
-    for d in (md_dest, md_temp, uf_dest):
-        clear(d)
-    group = "239.192.78.%d:%d" % (os.getpid() % 200 + 1, 4800 + os.getpid() % 1000)
-    daemon_args = [recv, "--id", "bench", "--group", group, "--interface", "127.0.0.1", "--dest",
-                   md_dest, "--temp", md_temp, "--status-interval", "1h", "--http", "off"]
-    if args.sync:
-        daemon_args += ["--sync", args.sync]
-    mcdistd = Child(daemon_args, os.path.join(base, "mcdistd.log"))
+    uf_dest = os.path.join(base, "uf-dest")
+    clear(uf_dest)
+    # One receiver daemon per build, each on its own group and trees.
+    mc = []
+    for i, (suffix, build) in enumerate(variants):
+        dest, temp = os.path.join(base, "md-dest%d" % i), os.path.join(base, "md-temp%d" % i)
+        for d in (dest, temp):
+            clear(d)
+        group = "239.192.78.%d:%d" % (os.getpid() % 200 + 1, 4800 + os.getpid() % 1000 + i)
+        daemon_args = [os.path.join(build, "receiver", "mcdistd"), "--id", "bench", "--group", group,
+                       "--interface", "127.0.0.1", "--dest", dest, "--temp", temp,
+                       "--status-interval", "1h", "--http", "off"]
+        if args.sync:
+            daemon_args += ["--sync", args.sync]
+        mc.append({"suffix": suffix, "send": os.path.join(build, "sender", "mcdist-send"),
+                   "group": group, "dest": dest,
+                   "daemon": Child(daemon_args, os.path.join(base, "mcdistd%d.log" % i))})
     uftpd = None
     if not args.no_uftp:
         uftpd = Child(["uftpd", "-d", "-I", "127.0.0.1", "-M", "230.4.4.1", "-D", uf_dest, "-U",
@@ -175,8 +191,9 @@ def main():
 
     rates = args.rates.split(",")
     samples = {"iperf3": [], "disk": [], "uftp": []}
-    for r in rates:
-        samples["mcdist " + r] = []
+    names = ["mcdist " + r + v["suffix"] for r in rates for v in mc]
+    for n in names:
+        samples[n] = []
     loads = []
     try:
         for rep in range(args.repeat):
@@ -189,28 +206,29 @@ def main():
                 w = disk_write_rate(base, args.bytes)
                 samples["disk"].append({"goodput": w})
                 log("run %d: disk sequential write %.0f Mbit/s" % (rep + 1, w / 1e6))
-            for r in rates:
-                clear(md_dest)
+            for r, v in [(r, v) for r in rates for v in mc]:
+                clear(v["dest"])
                 if not tmpfs:
                     os.sync()
                 summary = os.path.join(base, "summary.json")
-                rcpu0 = mcdistd.cpu()
+                rcpu0 = v["daemon"].cpu()
                 code, wall, scpu, out = sender_run(
-                    [send, "-q", "--group", group, "--interface", "127.0.0.1", "--rate", r,
-                     "--receivers", "bench", "--summary-json", summary, src])
+                    [v["send"], "-q", "--group", v["group"], "--interface", "127.0.0.1", "--rate", r,
+                     "--receivers", "bench", "--summary-json", summary]
+                    + (["--no-digest-cache"] if args.cold else []) + [src])
                 time.sleep(0.05)
-                rcpu = mcdistd.cpu() - rcpu0
+                rcpu = v["daemon"].cpu() - rcpu0
                 if code != 0:
                     sys.exit("mcdist-send failed (%d):\n%s" % (code, out))
                 with open(summary) as f:
                     passes = json.load(f)["passes"]
-                got = os.path.join(md_dest, "src", "model_field.grib2")
+                got = os.path.join(v["dest"], "src", "model_field.grib2")
                 ok = os.path.exists(got) and digest(got) == src_digest
-                samples["mcdist " + r].append({"goodput": args.bytes * 8 / wall, "wall": wall,
-                                               "passes": passes, "cpu_send": scpu, "cpu_recv": rcpu,
-                                               "ok": ok})
-                log("run %d: mcdist %-5s %.3f s  %.0f Mbit/s  %d pass(es)  CPU %.2f + %.2f s  %s" % (
-                    rep + 1, r, wall, args.bytes * 8 / wall / 1e6, passes, scpu, rcpu,
+                samples["mcdist " + r + v["suffix"]].append({
+                    "goodput": args.bytes * 8 / wall, "wall": wall, "passes": passes,
+                    "cpu_send": scpu, "cpu_recv": rcpu, "ok": ok})
+                log("run %d: mcdist %-5s%s %.3f s  %.0f Mbit/s  %d pass(es)  CPU %.2f + %.2f s  %s" % (
+                    rep + 1, r, v["suffix"], wall, args.bytes * 8 / wall / 1e6, passes, scpu, rcpu,
                     "ok" if ok else "WRONG OR MISSING FILE"))
             if uftpd:
                 clear(uf_dest)
@@ -232,7 +250,8 @@ def main():
                 log("run %d: uftp -R -1 %.3f s  %.0f Mbit/s  %d pass(es)  %s" % (
                     rep + 1, wall, args.bytes * 8 / wall / 1e6, upasses, "ok" if ok else "INCOMPLETE"))
     finally:
-        mcdistd.stop()
+        for v in mc:
+            v["daemon"].stop()
         if uftpd:
             uftpd.stop()
 
@@ -242,7 +261,9 @@ def main():
     print()
     print("1 GB at the machine's limit, data on %s (%s), %s; median of %d, load average %.1f-%.1f%s"
           % (base, "tmpfs" if tmpfs else "disk", time.strftime("%Y-%m-%d %H:%M"), args.repeat,
-             min(loads), max(loads), "; autogroup nice -19 (--boost)" if args.boost else ""))
+             min(loads), max(loads), "; autogroup nice -19 (--boost)" if args.boost else "")
+          + ("; digests hashed in every run (--cold)" if args.cold else
+             "; digest from the xattr after the first run"))
     print()
     print("| row | wall | goodput | share of the UDP limit | passes | CPU s (send + receive) | CPU s per GB |")
     print("|---|---|---|---|---|---|---|")
@@ -254,11 +275,11 @@ def main():
         w = med(samples["disk"], "goodput")
         print("| disk: sequential write + fdatasync, same filesystem | %.2f s | %.0f Mbit/s | %.0f %% | - | - | - |" % (
             args.bytes * 8 / w, w / 1e6, w / limit * 100))
-    for name in ["mcdist " + r for r in rates] + (["uftp"] if uftpd else []):
+    for name in names + (["uftp"] if uftpd else []):
         rows = samples[name]
         label = name if name != "uftp" else "UFTP 4.10 -R -1"
         if name.startswith("mcdist"):
-            label = "mcdist --rate %s" % name.split()[1]
+            label = "mcdist --rate " + name[len("mcdist "):]
         bad = sum(1 for r in rows if not r["ok"])
         cpu = statistics.median(r["cpu_send"] + r["cpu_recv"] for r in rows)
         print("| %s%s | %.2f s | %.0f Mbit/s | %.0f %% | %s | %.2f (%.2f + %.2f) | %.2f |" % (
