@@ -12,6 +12,14 @@ namespace mcdist::unicast {
 
 namespace {
 
+/// Ranges in the client's first request frame. Over SCTP the hello and the first requests ride
+/// in the packet of the COOKIE ECHO (sctp_client.cpp), which has about 1 kB left for data after
+/// the cookie: the hello (~80 bytes with its chunk header) and 40 ranges (8 + 4 + 40 x 20 =
+/// 812 bytes, + 16) fit, more than the 31 files the server keeps in flight over SCTP, so the
+/// first round trip after the handshake already carries records. The rest follow at once in
+/// frames of up to max_request_ranges.
+constexpr std::size_t first_request_ranges = 40;
+
 std::uint64_t random_nonce() {
   std::random_device rd;
   return (std::uint64_t{rd()} << 32) ^ rd();
@@ -80,9 +88,14 @@ void client_impl::begin_connect() {
   do_watchdog();
 }
 
-void client_impl::connected(std::vector<std::byte> hello_frame) {
+void client_impl::queue_hello_early(std::vector<std::byte> hello_frame) {
   MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   m_outbox.push_front(std::move(hello_frame));
+}
+
+void client_impl::connected(std::vector<std::byte> hello_frame) {
+  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
+  if (!hello_frame.empty()) m_outbox.push_front(std::move(hello_frame));
   spdlog::debug("unicast client {}: connected after {} ms", m_where,
                 std::chrono::duration_cast<std::chrono::milliseconds>(
                     std::chrono::steady_clock::now() - m_start).count());
@@ -136,13 +149,16 @@ std::error_code client_impl::request(std::span<const byte_range> ranges) {
       return errc::invalid_field;
   }
   for (const auto& r : wanted) (void)m_tracker.add(r);
-  for (std::size_t at = 0; at < wanted.size(); at += max_request_ranges) {
+  for (std::size_t at = 0; at < wanted.size();) {
     unicast::request frame;
-    const std::size_t n = std::min(max_request_ranges, wanted.size() - at);
+    const std::size_t cap = m_requests_framed ? max_request_ranges : first_request_ranges;
+    m_requests_framed = true;
+    const std::size_t n = std::min(cap, wanted.size() - at);
     frame.ranges.assign(wanted.begin() + static_cast<std::ptrdiff_t>(at),
                         wanted.begin() + static_cast<std::ptrdiff_t>(at + n));
     m_outbox.emplace_back();
     append_frame(m_outbox.back(), frame);
+    at += n;
   }
   if (!wanted.empty()) m_complete_reported = false;
   if (!empty.empty()) {

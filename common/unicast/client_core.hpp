@@ -55,8 +55,12 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
 
   /// Arms the connect timer and idle watchdog; phase connecting.
   void begin_connect();
-  /// The transport can carry control now: the hello goes first, ahead of queued requests.
+  /// The transport can carry control now: the hello goes first, ahead of queued requests
+  /// (empty: it was queued before, see queue_hello_early).
   void connected(std::vector<std::byte> hello_frame);
+  /// Puts the hello ahead of the queued requests before the transport is up (SCTP bundles
+  /// them with its COOKIE ECHO); connected({}) follows when it is.
+  void queue_hello_early(std::vector<std::byte> hello_frame);
   /// A hello for connection `index` of `count`; with the proof over `c` when the options hold
   /// a proof key.
   std::vector<std::byte> make_hello(std::uint8_t index, std::uint8_t count,
@@ -115,6 +119,7 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
   bool m_paused = false;
   bool m_connected_once = false;  ///< connected() ran (close() may have moved us on since)
   bool m_complete_reported = true;  ///< on_complete already said for the current requests
+  bool m_requests_framed = false;   ///< a request frame was queued (the first is small)
   std::uint64_t m_nonce;
   std::string m_where;
   boost::asio::steady_timer m_connect_timer;

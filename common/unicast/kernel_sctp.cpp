@@ -61,6 +61,11 @@ int open_socket(const endpoint& for_address, const sctp_socket_options& o, std::
   else if ((e = set_opt(fd, IPPROTO_SCTP, SCTP_RECVRCVINFO, one))) step = "SCTP_RECVRCVINFO";
   else if ((e = set_opt(fd, SOL_SOCKET, SO_SNDBUF, buf))) step = "SO_SNDBUF";
   else if ((e = set_opt(fd, SOL_SOCKET, SO_RCVBUF, buf))) step = "SO_RCVBUF";
+  if (e == 0 && o.initial_rto_ms > 0) {
+    sctp_rtoinfo rto{};
+    rto.srto_initial = o.initial_rto_ms;  // min and max 0: unchanged
+    if ((e = set_opt(fd, IPPROTO_SCTP, SCTP_RTOINFO, rto))) step = "SCTP_RTOINFO";
+  }
   if (e != 0) {
     ::close(fd);
     ec = errno_code(e);

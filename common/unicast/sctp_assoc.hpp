@@ -72,6 +72,12 @@ struct sctp_socket_options {
   /// possible. usrsctp's default (0) round-robins per chunk across streams, so 31 queued
   /// records all complete late together (measured: first byte one RTT later at 590 ms).
   std::uint32_t stream_scheduler = 5;
+  /// RTO.Initial of this association, ms (SCTP_RTOINFO); 0 = the stack's (usrsctp_tuning::
+  /// rto_initial_ms, 1 s). The client sets it from the RTT it measured to the sender at
+  /// registration, as RFC 6298 section 2.2 does after a first sample (RTO = R + 4 x R/2 = 3R):
+  /// a lost INIT or COOKIE ECHO then costs 3 RTT rather than 1 s (3 % loss each way: one
+  /// association set-up in nine loses a packet).
+  std::uint32_t initial_rto_ms = 0;
 };
 
 /// Counters of an SCTP listener's UDP port (usrsctp only).

@@ -34,6 +34,15 @@ class sctp_client final : public client_impl {
     m_assoc->set_ready_handler([w = weak_from_this()] {
       if (auto s = w.lock()) static_cast<sctp_client&>(*s).on_ready();
     });
+    if (!proves()) {
+      // An unsigned hello needs nothing from the server: it and every request queued so far
+      // go now, and SCTP sends them with its COOKIE ECHO (RFC 9260 section 5.1), so the first
+      // record leaves the server one round trip earlier than if we waited for the association.
+      m_hello_queued = true;
+      m_hello_early = true;
+      queue_hello_early(make_hello(0, 1));
+      do_send();
+    }
   }
 
  private:
@@ -65,6 +74,11 @@ class sctp_client final : public client_impl {
     if (!m_up) {
       const auto ec = m_assoc->connect_status();
       if (ec == std::errc::operation_in_progress) return;
+      if (ec == std::errc::connection_reset && m_hello_early) {
+        // Our hello and requests went with the COOKIE ECHO: the server may have read them and
+        // aborted before we saw the association up, as it would have right after.
+        return fail(error::connection_lost, where() + ": association aborted by the server");
+      }
       if (ec) {
         const bool refused = ec == std::errc::connection_refused;
         return fail(ec, where() + ": " +
@@ -73,7 +87,9 @@ class sctp_client final : public client_impl {
                                  : "association not established: " + ec.message()));
       }
       m_up = true;
-      if (!proves()) {
+      if (m_hello_early) {
+        connected({});
+      } else if (!proves()) {
         m_hello_queued = true;
         connected(make_hello(0, 1));
       }
@@ -153,7 +169,12 @@ class sctp_client final : public client_impl {
     while (!m_outbox.empty()) {
       if (m_sealer) seal_outgoing(*m_sealer, m_outbox.front(), 0);
       const auto ec = m_assoc->send(0, m_outbox.front());
-      if (ec == std::errc::operation_would_block) return m_assoc->want_write();
+      // Before the association is up a stack may refuse data it cannot queue yet: try again
+      // when it is (on_ready).
+      if (ec == std::errc::operation_would_block ||
+          (!m_up && (ec == std::errc::not_connected || ec == std::errc::operation_in_progress))) {
+        return m_assoc->want_write();
+      }
       if (ec) return fail(error::connection_lost, where() + ": sending control: " + ec.message());
       m_outbox.pop_front();
     }
@@ -181,6 +202,7 @@ class sctp_client final : public client_impl {
   std::unique_ptr<frame_opener> m_opener;  ///< encrypted sessions: from the server, all streams
   bool m_up = false;
   bool m_hello_queued = false;  ///< the hello is in the outbox (first) or sent
+  bool m_hello_early = false;   ///< queued before the association was up (unsigned sessions)
   bool m_bye_sent = false;
 };
 

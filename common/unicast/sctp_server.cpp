@@ -276,6 +276,12 @@ class sctp_handshake final : public std::enable_shared_from_this<sctp_handshake>
       std::vector<std::byte> out;
       append_frame(out, why);
       (void)m_assoc->send(0, out);
+      // Requests may have come with the hello (sctp_client sends them with its COOKIE ECHO):
+      // discard them, since closing with unread data aborts and the refuse would be lost.
+      for (int i = 0; i < 64; ++i) {
+        sctp_assoc::received r;
+        if (m_assoc->receive(std::span(m_buffer), r)) break;
+      }
       done();
       m_assoc->close();  // graceful: the refuse is delivered before the SHUTDOWN
       m_assoc.reset();

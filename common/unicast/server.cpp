@@ -155,6 +155,10 @@ void server_session::finish(const std::error_code& ec, const std::string& detail
   auto self = shared_from_this();
   m_watchdog.cancel();
   m_scheduler.clear();
+  if (spdlog::should_log(spdlog::level::debug)) {
+    spdlog::debug("unicast: receiver '{}' over {} at the end: {}", m_info.receiver_id,
+                  to_string(m_info.kind), transport_state());
+  }
   close_transport(graceful);
   if (!m_registered) return;  // never past the hello: nothing to report
   if (auto it = m_state->sessions.find(m_info.token);

@@ -1,8 +1,11 @@
 // Client side of multi-socket TCP (XFTP): n connections opened at once, each with its own
 // hello; connection 0 also carries the requests (sent right behind its hello, without waiting
-// for the welcome) and the acks. Records arrive on any connection and are placed by their
-// offset. In a signed session each connection first reads the server's challenge and proves
-// the site key over it in its hello (common/unicast/hello_proof.hpp).
+// for the welcome or for the other connections) and the acks. Connection indexes are given in
+// the order the connections come up, so connection 0 is the first one established: a SYN lost
+// on one connection (1 s before Linux sends it again) delays that connection only, not the
+// requests. Records arrive on any connection and are placed by their offset. In a signed
+// session each connection first reads the server's challenge and proves the site key over it
+// in its hello (common/unicast/hello_proof.hpp).
 
 #include "common/net/udp.hpp"
 #include "common/unicast/client_core.hpp"
@@ -14,6 +17,7 @@
 #include <boost/asio/read.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
+#include <spdlog/spdlog.h>
 
 namespace mcdist::unicast {
 
@@ -52,7 +56,7 @@ class tcp_client final : public client_impl {
  private:
   struct conn final : frame_handler {
     conn(tcp_client& o, std::size_t i, asio::io_context& io)
-        : owner(o), index(i), socket(io), reader(true), buffer(client_read_buffer) {}
+        : owner(o), slot(i), socket(io), reader(true), buffer(client_read_buffer) {}
     std::error_code on_control(frame_type type, std::span<const std::byte> body) override {
       // A refused hello is answered on every connection, and every connection starts with a
       // challenge; anything else only on connection 0.
@@ -68,7 +72,8 @@ class tcp_client final : public client_impl {
       return owner.deliver(f, off, b, index);
     }
     tcp_client& owner;
-    std::size_t index;
+    std::size_t slot;   ///< place in m_conns
+    std::size_t index = 0;  ///< the connection index of its hello (0: the control connection)
     tcp::socket socket;
     frame_reader reader;
     std::vector<std::byte> buffer;
@@ -97,6 +102,13 @@ class tcp_client final : public client_impl {
     }
     auto [ec] = co_await c.socket.async_connect(remote, use_tuple);
     if (self->dead()) co_return;
+    if (ec && self->m_next_index > 0) {
+      // Others are up and carry the session; this one is left out.
+      spdlog::debug("unicast client {}: {}: connect: {}; going on without it", self->where(),
+                    self->conn_name(i), ec.message());
+      self->connection_ended(i, {});
+      co_return;
+    }
     if (ec) {
       self->fail(ec, self->conn_name(i) + ": connect: " + ec.message());
       co_return;
@@ -130,18 +142,24 @@ class tcp_client final : public client_impl {
         co_return;
       }
       proved = &c.server_challenge;
-      if (self->seals()) {
-        // Everything after this connection's hello is sealed, both ways.
-        const auto keys = self->record_keys(static_cast<std::uint8_t>(i), count, c.server_challenge);
-        c.opener = std::make_unique<frame_opener>(keys.to_client);
-        c.reader.set_opener(c.opener.get());
-        if (i == 0) c.sealer = std::make_unique<frame_sealer>(keys.to_server);
-      }
     }
-    if (i == 0) {
+    // Indexes in the order connections come up: the first carries control.
+    const std::size_t index = self->m_next_index++;
+    c.index = index;
+    if (proved && self->seals()) {
+      // Everything after this connection's hello is sealed, both ways, under its index's keys.
+      const auto keys = self->record_keys(static_cast<std::uint8_t>(index), count, c.server_challenge);
+      c.opener = std::make_unique<frame_opener>(keys.to_client);
+      c.reader.set_opener(c.opener.get());
+      if (index == 0) c.sealer = std::make_unique<frame_sealer>(keys.to_server);
+    }
+    if (index == 0) {
+      // Its hello goes ahead of every queued request.
+      self->m_control = i;
+      self->connected(self->make_hello(0, count, proved));
       asio::co_spawn(self->m_io, control_writer(self), asio::detached);
     } else {
-      auto frame = self->make_hello(static_cast<std::uint8_t>(i), count, proved);
+      auto frame = self->make_hello(static_cast<std::uint8_t>(index), count, proved);
       auto [wec, wn] = co_await asio::async_write(c.socket, asio::buffer(frame), use_tuple);
       (void)wn;
       if (self->dead()) co_return;
@@ -150,12 +168,7 @@ class tcp_client final : public client_impl {
         co_return;
       }
     }
-    if (++self->m_connected == self->m_conns.size()) {
-      // The hello of connection 0 goes ahead of every queued request.
-      self->connected(
-          self->make_hello(0, count, self->proves() ? &self->m_conns[0]->server_challenge : nullptr));
-      self->flush_control();
-    }
+    if (index == 0) self->flush_control();
     for (;;) {
       while (self->paused() && !self->dead()) {
         self->m_resume.expires_at(asio::steady_timer::time_point::max());
@@ -180,12 +193,13 @@ class tcp_client final : public client_impl {
     }
   }
 
-  /// Writes the outbox on connection 0, in order, until the bye is written.
+  /// Writes the outbox on connection 0 (the first established), in order, until the bye is
+  /// written.
   static asio::awaitable<void> control_writer(std::shared_ptr<tcp_client> self) {
-    conn& c = *self->m_conns[0];
+    conn& c = *self->m_conns[self->m_control];
     for (;;) {
       if (self->dead()) co_return;
-      if (self->m_outbox.empty() || self->m_connected < self->m_conns.size()) {
+      if (self->m_outbox.empty()) {
         if (self->closing() && self->m_outbox.empty()) {
           // The bye is out. The server closes every connection when it reads it; closing ours
           // first could let a FIN on another connection overtake the bye, which the server
@@ -203,14 +217,21 @@ class tcp_client final : public client_impl {
       (void)n;
       if (self->dead()) co_return;
       if (ec) {
-        self->fail(ec, self->conn_name(0) + ": sending control: " + ec.message());
+        self->fail(ec, self->conn_name(self->m_control) + ": sending control: " + ec.message());
         co_return;
       }
     }
   }
 
+  /// Connection `i` ended (`ec`), or never came up while others did (no `ec`).
   void connection_ended(std::size_t i, const boost::system::error_code& ec) {
     conn& c = *m_conns[i];
+    if (!ec) {
+      c.ended = true;
+      if (closing() && std::all_of(m_conns.begin(), m_conns.end(), [](const auto& k) { return k->ended; }))
+        closed_ok();
+      return;
+    }
     if (closing()) {
       // After our bye the server closes every connection: that is the polite end.
       c.ended = true;
@@ -244,7 +265,8 @@ class tcp_client final : public client_impl {
   asio::steady_timer m_wake;
   asio::steady_timer m_resume;  ///< readers wait on it while paused
   std::vector<std::byte> m_writing;
-  std::size_t m_connected = 0;
+  std::size_t m_next_index = 0;  ///< connection index of the next connection to come up
+  std::size_t m_control = 0;     ///< slot of connection 0
 };
 
 }  // namespace

@@ -111,6 +111,15 @@ int configure(struct socket* so, const sctp_socket_options& o, bool before_assoc
     step = "SCTP_INITMSG";
     return e;
   }
+  if (o.initial_rto_ms > 0) {
+    sctp_rtoinfo rto{};
+    rto.srto_assoc_id = SCTP_FUTURE_ASSOC;
+    rto.srto_initial = o.initial_rto_ms;  // min and max 0: unchanged
+    if (int e = set_opt(so, IPPROTO_SCTP, SCTP_RTOINFO, rto)) {
+      step = "SCTP_RTOINFO";
+      return e;
+    }
+  }
   return 0;
 }
 
@@ -180,7 +189,12 @@ class usrsctp_assoc final : public sctp_assoc, private upcall_target {
     len = sizeof st;
     if (usrsctp_getsockopt(m_so, IPPROTO_SCTP, SCTP_STATUS, &st, &len) != 0)
       return std::make_error_code(std::errc::operation_in_progress);
-    if (st.sstat_state == SCTP_ESTABLISHED) return {};
+    // Up, or up and already being shut down by the server (a refusal that came with the
+    // COOKIE ACK): what it sent before is readable either way.
+    if (st.sstat_state == SCTP_ESTABLISHED || st.sstat_state == SCTP_SHUTDOWN_RECEIVED ||
+        st.sstat_state == SCTP_SHUTDOWN_ACK_SENT || st.sstat_state == SCTP_SHUTDOWN_PENDING ||
+        st.sstat_state == SCTP_SHUTDOWN_SENT)
+      return {};
     if (st.sstat_state == SCTP_COOKIE_WAIT || st.sstat_state == SCTP_COOKIE_ECHOED)
       return std::make_error_code(std::errc::operation_in_progress);
     return std::make_error_code(std::errc::connection_refused);
@@ -251,7 +265,13 @@ class usrsctp_assoc final : public sctp_assoc, private upcall_target {
     sctp_status st{};
     socklen_t len = sizeof st;
     if (usrsctp_getsockopt(m_so, IPPROTO_SCTP, SCTP_STATUS, &st, &len) != 0) return "no status";
-    return describe_sctp_status(st);
+    // The stack's counters are process-wide (all associations of this usrsctp instance).
+    sctpstat ss{};
+    usrsctp_get_stat(&ss);
+    return describe_sctp_status(st) + "; usrsctp: T3 timeouts " + std::to_string(ss.sctps_timodata) +
+           ", fast retransmits " + std::to_string(ss.sctps_sendfastretrans) +
+           ", retransmitted chunks " + std::to_string(ss.sctps_sendretransdata) +
+           ", duplicate chunks received " + std::to_string(ss.sctps_recvdupdata);
   }
 
   std::uint64_t backlog() override {

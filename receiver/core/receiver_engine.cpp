@@ -175,6 +175,8 @@ struct receiver_engine::session_rx {
   std::uint32_t digests_through = 0;
   time_point next_register{};
   std::uint32_t register_sends = 0;
+  time_point register_sent{};  ///< when the first REGISTER left
+  duration register_rtt{};     ///< first REGISTER to its answer; zero if unknown (unicast_order::rtt)
   time_point next_complete{};
   std::uint32_t complete_sends = 0;
   time_point next_checkpoint{};
@@ -724,12 +726,20 @@ void receiver_engine::send_register(session_rx& s, time_point now) {
   // receivers restarted together do not retry together.
   s.next_register = now + register_retry_delay(s.register_sends, m_cfg.retransmit_min,
                                                retransmit_interval(s), random());
+  if (s.register_sends == 0) s.register_sent = now;
   ++s.register_sends;
+}
+
+void receiver_engine::note_register_answer(session_rx& s, time_point now) {
+  if (s.state == session_rx::state_t::registering && s.register_sends == 1) {
+    s.register_rtt = now - s.register_sent;
+  }
 }
 
 void receiver_engine::handle_register_reply(session_rx& s, const wire::register_reply& m,
                                             time_point now) {
   if (m.receiver_id() != m_cfg.id || s.state != session_rx::state_t::registering) return;
+  note_register_answer(s, now);
   if (!m.accepted()) {
     if (m_log) {
       m_log->warn("session {}: sender {} refused our registration: {}", s.name(),
@@ -1202,6 +1212,7 @@ void receiver_engine::handle_fallback(session_rx& s, const wire::fallback& m, co
   o.token = token;
   o.connections = m.connections();
   const bool first = !s.unicast;
+  note_register_answer(s, now);
   s.unicast = true;
   s.order = o;
   if (m_log && first) {
@@ -1241,6 +1252,7 @@ void receiver_engine::start_unicast_attempt(session_rx& s, time_point now) {
   }
   ++s.unicast_attempts;
   s.unicast_active = true;
+  s.order.rtt = s.register_rtt;
   m_sink.start_unicast(s.id, s.order, std::move(wanted));
   (void)now;
 }

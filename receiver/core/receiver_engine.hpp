@@ -97,6 +97,10 @@ struct unicast_order {
   endpoint server;
   fallback_token token{};
   std::uint32_t connections = 0;  ///< TCP sockets; 0 = the shell's default
+  /// Round trip to the sender measured at registration (the first REGISTER to its answer, the
+  /// register reply or the FALLBACK order; Karn: not when REGISTER was sent again); zero when
+  /// unknown. The shell bases the association's first retransmission timeout on it.
+  duration rtt{};
 };
 
 /// Bytes [offset, offset + length) of one file.
@@ -256,6 +260,8 @@ class receiver_engine {
   void handle_end(session_rx& s, const wire::session_end& m, time_point now);
   void handle_fallback(session_rx& s, const wire::fallback& m, const endpoint& from, time_point now);
   void start_unicast_attempt(session_rx& s, time_point now);
+  /// The register reply or FALLBACK answering REGISTER arrived: the registration RTT sample.
+  void note_register_answer(session_rx& s, time_point now);
   void dispatch(std::span<const std::byte> datagram, const endpoint& from, std::uint32_t channel,
                 time_point now);
   bool new_session(const wire::announce& m, session_id id, const endpoint& from,

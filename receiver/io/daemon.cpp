@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -502,6 +503,14 @@ void daemon::start_unicast(session_id s, const unicast_order& order,
     }
   }
   co.tcp_connections = order.connections;
+  if (order.rtt > decltype(order.rtt)::zero()) {
+    // RFC 6298 section 2.2 after one sample R: RTO = 3R, within the stack's RTO.Min and
+    // RTO.Initial (common/unicast/sctp_assoc.hpp).
+    const auto& t = co.usrsctp;
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(order.rtt * 3).count();
+    co.sctp.initial_rto_ms = static_cast<std::uint32_t>(
+        std::clamp<std::int64_t>(ms, t.rto_min_ms, t.rto_initial_ms));
+  }
   const bool any = std::all_of(m_cfg.interface.addr.begin(),
                                m_cfg.interface.addr.begin() + (m_cfg.interface.v6 ? 16 : 4),
                                [](std::uint8_t b) { return b == 0; });

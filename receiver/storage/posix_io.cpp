@@ -58,9 +58,11 @@ int posix_io::open(int dir, const char* path, int flags, mode_t mode, const file
   return fd < 0 ? errno : 0;
 }
 
-int posix_io::fallocate(int fd, std::uint64_t size, const file_key* key) const {
+int posix_io::fallocate(int fd, std::uint64_t offset, std::uint64_t length,
+                        const file_key* key) const {
   if (int e = inject(storage_op::fallocate, key)) return e;
-  return ::fallocate(fd, 0, 0, static_cast<off_t>(size)) != 0 ? errno : 0;
+  return ::fallocate(fd, 0, static_cast<off_t>(offset), static_cast<off_t>(length)) != 0 ? errno
+                                                                                          : 0;
 }
 
 int posix_io::pwrite_all(int fd, std::span<const std::byte> data, std::uint64_t offset,

@@ -32,7 +32,7 @@ namespace mcdist::receiver {
 /// The system calls file_store makes on files and directories, named for failure injection.
 enum class storage_op : std::uint8_t {
   open,       ///< open/openat of a temp file, destination directory or checkpoint file
-  fallocate,  ///< preallocation of a temp file at begin_file
+  fallocate,  ///< preallocation of a temp file (at begin_file, and ahead of the data in steps)
   pwrite,     ///< a write of file data or of a checkpoint
   pread,      ///< a read-back of written data for hashing (prefix catch-up, finalize tail)
   fsync,      ///< fsync of one file (sync_mode::file, a batch of one, syncfs fallback, state)
@@ -118,8 +118,8 @@ class posix_io {
   /// openat(dir, path, flags, mode) (storage_op::open). @param fd  set to the new descriptor
   /// on success, -1 otherwise
   int open(int dir, const char* path, int flags, mode_t mode, const file_key* key, int& fd) const;
-  /// fallocate(fd, 0, 0, size) (storage_op::fallocate).
-  int fallocate(int fd, std::uint64_t size, const file_key* key) const;
+  /// fallocate(fd, 0, offset, length) (storage_op::fallocate).
+  int fallocate(int fd, std::uint64_t offset, std::uint64_t length, const file_key* key) const;
   /// Writes all `data` at `offset` (storage_op::pwrite, asked once for the whole range),
   /// retrying on EINTR and short writes; a write of 0 bytes is EIO.
   int pwrite_all(int fd, std::span<const std::byte> data, std::uint64_t offset,

@@ -4,7 +4,9 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <linux/magic.h>
 #include <sys/statvfs.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <spdlog/spdlog.h>
@@ -27,7 +29,17 @@ constexpr std::uint64_t catchup_min_bytes = 64u << 10;
 
 temp_writer::temp_writer(store_context& ctx, chunk_pool& pool, finalizer& fin,
                          std::size_t max_open_files)
-    : m_ctx(ctx), m_pool(pool), m_fin(fin), m_max_open_files(max_open_files) {}
+    : m_ctx(ctx), m_pool(pool), m_fin(fin), m_max_open_files(max_open_files) {
+  bool steps = false;
+  if (m_ctx.cfg.preallocate_in_steps) {
+    steps = *m_ctx.cfg.preallocate_in_steps;
+  } else {
+    struct statfs fs{};
+    steps = ::statfs(m_ctx.cfg.temp_dir.c_str(), &fs) == 0 &&
+            static_cast<unsigned long>(fs.f_type) == TMPFS_MAGIC;
+  }
+  if (steps) m_preallocate_step = m_ctx.cfg.preallocate_step_bytes;
+}
 
 temp_writer::~temp_writer() {
   stop();
@@ -294,15 +306,33 @@ void temp_writer::do_job(begin_job& j) {
                                  path, f.spec.relative_path, ec.message()));
   }
   if (f.spec.size > 0 && f.spec.size >= m_ctx.cfg.preallocate_min_bytes) {
-    const int e = m_ctx.io.fallocate(f.fd, f.spec.size, &f.key);
-    if (e != 0 && e != EOPNOTSUPP && e != ENOSYS) {
-      return fail_file(j.handle, errno_code(e),
-                       fmt::format("cannot reserve {} bytes for \"{}\" in temp file {} "
-                                   "(fallocate): {}; free space on the temp filesystem, the "
-                                   "file will be fetched again when retried",
-                                   f.spec.size, f.spec.relative_path, path, std::strerror(e)));
-    }
+    f.preallocate_to = f.spec.size;
+    preallocate(j.handle, f, 0);
   }
+}
+
+bool temp_writer::preallocate(std::uint64_t handle, wfile& f, std::uint64_t end) {
+  const std::uint64_t from = f.preallocated;
+  const std::uint64_t to =
+      m_preallocate_step == 0
+          ? f.preallocate_to
+          : std::min(f.preallocate_to, std::max(end, from) + m_preallocate_step);
+  if (to <= from) return true;
+  const int e = m_ctx.io.fallocate(f.fd, from, to - from, &f.key);
+  if (e == EOPNOTSUPP || e == ENOSYS) {
+    f.preallocate_to = 0;  // not on this filesystem: writes allocate as they go
+    return true;
+  }
+  if (e != 0) {
+    fail_file(handle, errno_code(e),
+              fmt::format("cannot reserve {} bytes for \"{}\" in temp file {} (fallocate): {}; "
+                          "free space on the temp filesystem, the file will be fetched again "
+                          "when retried",
+                          f.spec.size, f.spec.relative_path, f.temp_path, std::strerror(e)));
+    return false;
+  }
+  f.preallocated = to;
+  return true;
 }
 
 void temp_writer::flush_handoffs() { m_fin.push(m_handoffs); }
@@ -389,6 +419,11 @@ void temp_writer::write_range(std::uint64_t handle, std::uint64_t offset,
                      fmt::format("cannot reopen temp file {} for \"{}\" (open): {}; was it "
                                  "removed?",
                                  f.temp_path, f.spec.relative_path, ec.message()));
+  }
+  // Stepwise preallocation stays at least half a step ahead of the data.
+  if (f.preallocated < f.preallocate_to && end + m_preallocate_step / 2 > f.preallocated &&
+      !preallocate(handle, f, end)) {
+    return;
   }
   if (const int e = m_ctx.io.pwrite_all(f.fd, data, offset, &f.key)) {
     return fail_file(handle, errno_code(e),

@@ -108,6 +108,8 @@ class temp_writer {
     std::uint64_t prefix = 0;  ///< bytes [0, prefix) hashed
     interval_set written;      ///< written ranges past prefix, not hashed yet
     std::uint64_t wb_lo = UINT64_MAX, wb_hi = 0, wb_bytes = 0;  ///< dirty since last kick
+    std::uint64_t preallocated = 0;  ///< bytes [0, preallocated) reserved with fallocate
+    std::uint64_t preallocate_to = 0;  ///< where preallocation ends (0: none wanted)
   };
 
   void run();
@@ -121,6 +123,10 @@ class temp_writer {
   bool admit(const begin_job& j);
   void write_range(std::uint64_t handle, std::uint64_t offset, std::span<const std::byte> data);
   void kick_writeback(wfile& f, std::uint64_t offset, std::uint64_t end);
+  /// Extends the file's preallocation past `end` (the end of data about to be written): the
+  /// whole file at once, or a step (storage_config::preallocate_step_bytes) beyond
+  /// max(end, what is preallocated). @return false when it failed (the file was failed)
+  bool preallocate(std::uint64_t handle, wfile& f, std::uint64_t end);
   void hand_off(std::uint64_t handle, const sha256_digest& expected);
   void flush_handoffs();
   std::error_code ensure_open(std::uint64_t handle, wfile& f, bool create, bool truncate);
@@ -139,6 +145,8 @@ class temp_writer {
   chunk_pool& m_pool;
   finalizer& m_fin;
   const std::size_t m_max_open_files;
+  /// Preallocation step in bytes; 0 = whole files at once (storage_config::preallocate_in_steps).
+  std::uint64_t m_preallocate_step = 0;
 
   // queue
   std::mutex m_mutex;

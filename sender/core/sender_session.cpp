@@ -497,6 +497,8 @@ void sender_session::on_timer(time_point now) {
         queue_multicast(now, encode(wire::msg_type::session_end, m_cfg.session, end));
         ++m_end_repeats;
         m_next_end = now + end_spacing;
+        // Done with the last one: the shell sends it before it looks at done().
+        if (m_end_repeats >= repeats) m_phase = phase::done;
       }
       break;
     case phase::done:

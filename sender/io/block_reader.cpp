@@ -3,6 +3,9 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <climits>
 #include <cstring>
 #include <utility>
 
@@ -11,7 +14,8 @@ namespace mcdist::sender {
 block_reader::block_reader(const std::vector<source_file>& files, std::size_t chunk_bytes,
                            std::size_t chunks, std::size_t max_open)
     : m_files(files), m_chunk_bytes(chunk_bytes), m_chunks(chunks), m_max_open(max_open) {
-  for (auto& c : m_chunks) c.data.resize(chunk_bytes);
+  // Chunk buffers are sized on first use: a reader used only through read_into (pass data)
+  // never touches them.
 }
 
 block_reader::~block_reader() {
@@ -80,22 +84,82 @@ std::error_code block_reader::read(std::uint32_t file, std::uint64_t offset, std
   c.file = file;
   c.offset = start;
   c.length = got;
-  if (file < m_hashing.size() && m_hashing[file]) {
-    auto& h = *m_hashing[file];
-    if (start == h.prefix) {
-      h.hasher.update({c.data.data(), got});
-      h.prefix += got;
-      if (h.prefix == m_files[file].entry.size) {
-        m_digests.emplace_back(file, h.hasher.finish());
-        m_hashing[file].reset();
-      }
-    } else if (start > h.prefix) {
-      m_unhashable.push_back(file);
-      m_hashing[file].reset();
-    }
-  }
+  const iovec whole{c.data.data(), got};
+  hash_read(file, start, {&whole, 1});
   out = {c.data.data() + (offset - start), length};
   return {};
+}
+
+std::error_code block_reader::read_into(std::uint32_t file, std::uint64_t offset,
+                                        std::span<const iovec> pieces, std::string& why) {
+  std::size_t want = 0;
+  for (const auto& p : pieces) want += p.iov_len;
+  if (want == 0) return {};
+  const int fd = descriptor(file, why);
+  if (fd < 0) return {errno, std::generic_category()};
+  // preadv may stop short (a signal, the end of the file): continue from where it stopped.
+  std::size_t got = 0;
+  std::size_t first = 0;  // the piece the next byte goes to
+  std::size_t skip = 0;   // bytes of that piece already filled
+  iovec rest[IOV_MAX];
+  while (got < want) {
+    std::size_t n = 0;
+    for (std::size_t i = first; i < pieces.size() && n < IOV_MAX; ++i, ++n) {
+      rest[n] = pieces[i];
+      if (i == first) {
+        rest[n].iov_base = static_cast<std::byte*>(rest[n].iov_base) + skip;
+        rest[n].iov_len -= skip;
+      }
+    }
+    const ssize_t r = ::preadv(fd, rest, static_cast<int>(n), static_cast<off_t>(offset + got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      why = "cannot read " + m_files[file].local.string() + ": " + std::strerror(errno);
+      return {errno, std::generic_category()};
+    }
+    if (r == 0) break;
+    got += static_cast<std::size_t>(r);
+    std::size_t left = static_cast<std::size_t>(r) + skip;
+    while (first < pieces.size() && left >= pieces[first].iov_len) {
+      left -= pieces[first].iov_len;
+      ++first;
+    }
+    skip = left;
+  }
+  m_bytes_read += got;
+  if (got < want) {
+    why = m_files[file].local.string() + " is shorter than when it was announced: it changed "
+          "while being sent";
+    return std::make_error_code(std::errc::io_error);
+  }
+  hash_read(file, offset, pieces);
+  return {};
+}
+
+void block_reader::hash_read(std::uint32_t file, std::uint64_t start,
+                             std::span<const iovec> parts) {
+  if (file >= m_hashing.size() || !m_hashing[file]) return;
+  auto& h = *m_hashing[file];
+  if (start > h.prefix) {
+    // A gap before these bytes (read out of order): the in-band hash cannot continue.
+    m_unhashable.push_back(file);
+    m_hashing[file].reset();
+    return;
+  }
+  // Bytes below the prefix were hashed already (a repair, a revisited chunk): skip them.
+  std::uint64_t pos = start;
+  for (const auto& p : parts) {
+    const std::uint64_t skip = h.prefix > pos ? std::min<std::uint64_t>(h.prefix - pos, p.iov_len) : 0;
+    if (skip < p.iov_len) {
+      h.hasher.update({static_cast<const std::byte*>(p.iov_base) + skip, p.iov_len - skip});
+      h.prefix += p.iov_len - skip;
+    }
+    pos += p.iov_len;
+  }
+  if (h.prefix == m_files[file].entry.size) {
+    m_digests.emplace_back(file, h.hasher.finish());
+    m_hashing[file].reset();
+  }
 }
 
 void block_reader::hash_while_reading(std::uint32_t file) {

@@ -6,6 +6,8 @@
 #include "common/sha256.hpp"
 #include "sender/io/file_set.hpp"
 
+#include <sys/uio.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <list>
@@ -35,6 +37,16 @@ class block_reader {
   std::error_code read(std::uint32_t file, std::uint64_t offset, std::uint32_t length,
                        std::span<const std::byte>& out, std::string& why);
 
+  /// Reads the bytes [offset, offset + total length of `pieces`) of file `file` straight into
+  /// `pieces` with one preadv (each piece typically the payload slot of one datagram in a GSO
+  /// buffer), hashing them in band like read() when they continue the file's hashed prefix.
+  /// Pass data thus goes from the page cache into the datagrams in one copy, into a buffer
+  /// small enough to stay in cache; the chunks of read() are not used (measured on 1 GB from
+  /// tmpfs: the pread into 1 MiB chunks and the copy out of them were 60 % of the sender's
+  /// CPU). At most IOV_MAX pieces. @return an error, with `why` naming the file, as read()
+  std::error_code read_into(std::uint32_t file, std::uint64_t offset,
+                            std::span<const iovec> pieces, std::string& why);
+
   /// Bytes read from disk so far.
   std::uint64_t bytes_read() const noexcept { return m_bytes_read; }
 
@@ -55,6 +67,8 @@ class block_reader {
     std::vector<std::byte> data;
   };
   int descriptor(std::uint32_t file, std::string& why);
+  /// In-band hashing of bytes [start, start + n) of `file` just read, given as `parts`.
+  void hash_read(std::uint32_t file, std::uint64_t start, std::span<const iovec> parts);
 
   const std::vector<source_file>& m_files;
   std::size_t m_chunk_bytes;

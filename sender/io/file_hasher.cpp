@@ -7,6 +7,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <mutex>
 
@@ -83,6 +85,9 @@ void prehash(std::vector<source_file>& files, std::uint64_t per_file_max,
       budget -= files[i].entry.size;
     }
   }
+  const std::uint64_t to_hash = total_budget - budget;
+  threads = static_cast<unsigned>(
+      std::min<std::uint64_t>(threads, 1 + to_hash / prehash_bytes_per_thread));
   std::atomic<std::size_t> next{0};
   std::mutex mu;
   std::string first_error;

@@ -361,22 +361,25 @@ bool sender_app::flush_pending(time_point) {
     while (end < m_pending.size() && end - m_pending_pos < m_sends.size()) {
       const std::size_t size = m_pending[end].length + wire::data_header_size + trailer;
       if (size > segment) break;
-      const auto& d = m_pending[end];
-      std::byte* out = m_gso_buffer.data() + bytes;
-      wire::write_data_header({out, wire::data_header_size}, {m_session_id, d.seq, d.file, d.block});
-      std::span<const std::byte> payload;
-      std::string why;
-      if (m_reader.read(d.file.value, d.offset, d.length, payload, why)) {
-        fail(why);
-        m_pending.clear();
-        m_pending_pos = 0;
-        return false;
-      }
-      std::memcpy(out + wire::data_header_size, payload.data(), payload.size());
-      if (m_keys) m_keys->seal_data({out, size}, size - trailer);
       bytes += size;
       ++end;
       if (size < segment) break;
+    }
+    // The payloads go from the file straight into their datagrams: one read per run of
+    // consecutive blocks of a file (all of pass 1), no copy through the reader's chunks.
+    std::string why;
+    if (read_payloads(m_pending_pos, end, segment, why)) {
+      fail(why);
+      m_pending.clear();
+      m_pending_pos = 0;
+      return false;
+    }
+    for (std::size_t i = m_pending_pos; i < end; ++i) {
+      const auto& d = m_pending[i];
+      std::byte* out = m_gso_buffer.data() + (i - m_pending_pos) * segment;
+      wire::write_data_header({out, wire::data_header_size}, {m_session_id, d.seq, d.file, d.block});
+      const std::size_t size = d.length + wire::data_header_size + trailer;
+      if (m_keys) m_keys->seal_data({out, size}, size - trailer);
     }
     std::error_code ec;
     const std::size_t count = end - m_pending_pos;
@@ -397,6 +400,29 @@ bool sender_app::flush_pending(time_point) {
   m_pending.clear();
   m_pending_pos = 0;
   return true;
+}
+
+std::error_code sender_app::read_payloads(std::size_t first, std::size_t last, std::size_t segment,
+                                          std::string& why) {
+  std::size_t run = first;  // the first datagram of the current run
+  m_payload_iov.clear();
+  for (std::size_t i = first; i <= last; ++i) {
+    const bool ends_run = i == last || (i > run && (m_pending[i].file != m_pending[i - 1].file ||
+                                                    m_pending[i].offset !=
+                                                        m_pending[i - 1].offset + m_pending[i - 1].length));
+    if (ends_run && !m_payload_iov.empty()) {
+      if (auto ec = m_reader.read_into(m_pending[run].file.value, m_pending[run].offset,
+                                       m_payload_iov, why)) {
+        return ec;
+      }
+      m_payload_iov.clear();
+      run = i;
+    }
+    if (i == last) break;
+    std::byte* payload = m_gso_buffer.data() + (i - first) * segment + wire::data_header_size;
+    m_payload_iov.push_back({payload, m_pending[i].length});
+  }
+  return {};
 }
 
 void sender_app::collect_digests(time_point now) {

@@ -96,6 +96,10 @@ class sender_app {
   void send_data(time_point now);
   void collect_digests(time_point now);
   bool flush_pending(time_point now);
+  /// Reads the payloads of m_pending[first, last) into their slots of m_gso_buffer (datagram
+  /// i at (i - first) x segment, payload after the header). @return an error with `why`
+  std::error_code read_payloads(std::size_t first, std::size_t last, std::size_t segment,
+                                std::string& why);
   void flush_control();
   void arm_timer(time_point now);
   void do_receive();
@@ -148,6 +152,7 @@ class sender_app {
   std::vector<data_send> m_pending;  ///< taken from the session, not yet accepted by the socket
   std::size_t m_pending_pos = 0;
   std::vector<std::byte> m_gso_buffer;
+  std::vector<iovec> m_payload_iov;  ///< read_payloads: one run of consecutive blocks
   bool m_waiting_writable = false;
   bool m_timer_armed = false;
   std::optional<time_point> m_timer_at;

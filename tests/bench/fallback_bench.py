@@ -17,7 +17,12 @@ Times: "session" is the sender's wall time, program start to exit (announce, reg
 fallback order, connection, transfer, verification, COMPLETE); "transfer" is the receiver's
 first to last unicast payload byte (its log line "unicast transfer done").
 
+With --baseline DIR (another build, e.g. main's), the Ladha & Amer and three-receiver cells
+run with both builds, one after the other with the same seeds, and the tables show both side by
+side. --losses picks the Ladha & Amer loss rates.
+
 Needs root and a build with tests/linkem. usage: fallback_bench.py [--build DIR] [--quick]
+       [--baseline DIR] [--losses 0.01,0.03] [--only ladha|allman|three] [--repeat N]
 """
 
 import argparse
@@ -96,37 +101,51 @@ def transfer_seconds(daemon_log):
     return int(m[-1][0]), float(m[-1][1])
 
 
+def builds(args):
+    """(label, build directory) of every build a cell runs with: the baseline first."""
+    return ([("baseline", args.baseline)] if args.baseline else []) + [("build", args.build)]
+
+
 def ladha(args, linkem, work, rng):
     log("== Ladha & Amer Fig. 6(a): 100 x 10 kB, 1 Mbit/s, 35 ms one way, loss both ways")
     src = os.path.join(work, "src-ladha")
     write_set(src, [(100, 10_000)], rng)
     rows = []
-    losses = [0.03] if args.quick else [0.0, 0.01, 0.03, 0.06, 0.10]
+    if args.losses:
+        losses = [float(x) for x in args.losses.split(",")]
+    else:
+        losses = [0.03] if args.quick else [0.0, 0.01, 0.03, 0.06, 0.10]
     for loss in losses:
         row = {"loss": loss}
         for transport in ("sctp", "tcp"):
-            runs = []
+            runs = {label: [] for label, _ in builds(args)}
             for rep in range(args.repeat):
-                spec = "h1:rate=1Mbit,delay=35ms" + (",loss=%g" % loss if loss else "")
-                emu = Emulator(linkem, work, [spec], seed=int(loss * 1000) + 7 + 100 * rep)
-                extra = ["--unicast", "--fallback", transport, "--rate", "800k", "--tcp-connections", "4"]
-                if args.tcp_congestion:
-                    extra += ["--tcp-congestion", args.tcp_congestion]
-                try:
-                    s, wall, logs, rc = session(args.build, emu, work, src, ["r1"], extra)
-                finally:
-                    emu.stop()
-                b, t = transfer_seconds(logs["r1"])
-                ok = (rc == 0 and s["receivers"][0]["state"] == "completed" and
-                      s["receivers"][0]["path"].startswith("unicast-"))
-                runs.append({"session": wall, "transfer": t or float("nan"), "ok": ok})
-                log("  loss %4.0f %%  %-4s session %6.2f s  transfer %s  %s" % (
-                    loss * 100, transport, wall, "%.2f s" % t if t else "-", "ok" if ok else "FAILED"))
-            med = lambda k: sorted(r[k] for r in runs)[len(runs) // 2]
-            row[transport] = {"session": med("session"), "transfer": med("transfer"),
-                              "transfer_min": min(r["transfer"] for r in runs),
-                              "transfer_max": max(r["transfer"] for r in runs),
-                              "ok": all(r["ok"] for r in runs), "runs": runs}
+                for label, build in builds(args):
+                    spec = "h1:rate=1Mbit,delay=35ms" + (",loss=%g" % loss if loss else "")
+                    emu = Emulator(linkem, work, [spec], seed=int(loss * 1000) + 7 + 100 * rep)
+                    extra = ["--unicast", "--fallback", transport, "--rate", "800k", "--tcp-connections", "4"]
+                    if args.tcp_congestion:
+                        extra += ["--tcp-congestion", args.tcp_congestion]
+                    try:
+                        s, wall, logs, rc = session(build, emu, work, src, ["r1"], extra)
+                    finally:
+                        emu.stop()
+                    b, t = transfer_seconds(logs["r1"])
+                    ok = (rc == 0 and s["receivers"][0]["state"] == "completed" and
+                          s["receivers"][0]["path"].startswith("unicast-"))
+                    runs[label].append({"session": wall, "transfer": t or float("nan"), "ok": ok})
+                    log("  loss %4.0f %%  %-4s %-8s seed %3d  session %6.2f s  transfer %s  %s" % (
+                        loss * 100, transport, label, int(loss * 1000) + 7 + 100 * rep, wall,
+                        "%.2f s" % t if t else "-", "ok" if ok else "FAILED"))
+            for label, rs in runs.items():
+                med = lambda k: sorted(r[k] for r in rs)[len(rs) // 2]
+                key = transport if label == "build" else transport + " baseline"
+                row[key] = {"session": med("session"), "transfer": med("transfer"),
+                            "session_min": min(r["session"] for r in rs),
+                            "session_max": max(r["session"] for r in rs),
+                            "transfer_min": min(r["transfer"] for r in rs),
+                            "transfer_max": max(r["transfer"] for r in rs),
+                            "ok": all(r["ok"] for r in rs), "runs": rs}
         rows.append(row)
     return rows
 
@@ -186,17 +205,21 @@ def three_receivers(args, linkem, work, rng):
     # The last forces the move (the default policy keeps a 1e-2 receiver on multicast: its
     # repairs cost the group little) over TCP with BBR, since one loss-based window at 1e-2 and
     # 70 ms is held near 2 Mbit/s (Mathis et al.) and would take minutes for this set.
-    for label, receivers, extra in (
-            ("clean receivers alone", ["clean1", "clean2"], []),
-            ("without fallback (--fallback off)", ["clean1", "clean2", "lossy"], ["--fallback", "off"]),
-            ("fallback, default policy (NAK ratio > 5 %)", ["clean1", "clean2", "lossy"], []),
-            ("forced: --fallback-nak-ratio 0.005, tcp bbr", ["clean1", "clean2", "lossy"],
-             ["--fallback-nak-ratio", "0.005", "--fallback", "tcp", "--tcp-congestion", "bbr"])):
+    for (label, receivers, extra), (build_label, build) in [
+            (policy, b) for policy in (
+                ("clean receivers alone", ["clean1", "clean2"], []),
+                ("without fallback (--fallback off)", ["clean1", "clean2", "lossy"], ["--fallback", "off"]),
+                ("fallback, default policy (NAK ratio > 5 %)", ["clean1", "clean2", "lossy"], []),
+                ("forced: --fallback-nak-ratio 0.005, tcp bbr", ["clean1", "clean2", "lossy"],
+                 ["--fallback-nak-ratio", "0.005", "--fallback", "tcp", "--tcp-congestion", "bbr"]))
+            for b in builds(args)]:
         emu = Emulator(linkem, work, links, hosts=4, seed=5)
         try:
-            s, wall, logs, rc = session(args.build, emu, work, src, receivers, ["--rate", "200M"] + extra)
+            s, wall, logs, rc = session(build, emu, work, src, receivers, ["--rate", "200M"] + extra)
         finally:
             emu.stop()
+        if build_label == "baseline":
+            label = label + " (baseline)"
         r = {x["id"]: x for x in s["receivers"]}
         row = {"label": label, "wall": wall, "passes": s["passes"], "repairs": s["repair_datagrams"],
                "clean": max(r["clean1"]["completion_seconds"], r["clean2"]["completion_seconds"]),
@@ -218,6 +241,9 @@ def main():
     ap.add_argument("--only", choices=["ladha", "allman", "three"])
     ap.add_argument("--repeat", type=int, default=3,
                     help="runs per cell in the Ladha and Allman settings (seeds differ); the median is shown")
+    ap.add_argument("--baseline", default=None,
+                    help="a second build run beside --build in the Ladha and three-receiver cells")
+    ap.add_argument("--losses", default=None, help="Ladha & Amer loss rates, e.g. 0.01,0.03")
     ap.add_argument("--tcp-congestion", default=None,
                     help="congestion control of the TCP fallback connections (default: the system's, %s)"
                     % open("/proc/sys/net/ipv4/tcp_congestion_control").read().strip())
@@ -251,6 +277,18 @@ def main():
                 r["loss"] * 100, r["sctp"]["session"], tr(r["sctp"]), r["tcp"]["session"], tr(r["tcp"]),
                 p[0], p[1]))
         print()
+        if args.baseline:
+            print("Side by side, same seeds, run one after the other: session median (min-max).")
+            print()
+            print("| loss | SCTP session, baseline | SCTP session, this build | TCP x4 session, baseline | TCP x4 session, this build |")
+            print("|---|---|---|---|---|")
+            ss = lambda c: "%.2f s (%.2f-%.2f)%s" % (c["session"], c["session_min"], c["session_max"],
+                                                  "" if c["ok"] else " FAILED")
+            for r in out["ladha"]:
+                print("| %g %% | %s | %s | %s | %s |" % (
+                    r["loss"] * 100, ss(r["sctp baseline"]), ss(r["sctp"]), ss(r["tcp baseline"]),
+                    ss(r["tcp"])))
+            print()
     if "allman" in out:
         print("Median of %d runs, (min-max). Payload share = 5 MB x 8 / transfer / 1.536 Mbit/s."
               % args.repeat)

@@ -22,13 +22,17 @@ class Emulator:
     """mcdist-linkem with `hosts` hosts (h0 is the sender) and the given --link specs, e.g.
     "h2:delay=350ms,loss=0.001". Waits until the namespaces exist; env holds the variables of
     its --env-file (MLE_H<n>_NETNS, MLE_H<n>_ADDR). stats_json: where it writes its per-link
-    counters on exit. Exits the script with a message if the emulator does not start in 20 s."""
+    counters on exit. The namespaces are named PREFIX-RUN-hN, PREFIX from the environment's
+    MCDIST_NETNS_PREFIX (default "mle"), so runs of several people on one machine are told
+    apart. Exits the script with a message if the emulator does not start in 20 s."""
 
     def __init__(self, binary, workdir, links, hosts=2, seed=1, stats_json=None):
         self.env_file = os.path.join(workdir, "mle.env")
         if os.path.exists(self.env_file):
             os.unlink(self.env_file)
         args = [binary, "--hosts", str(hosts), "--env-file", self.env_file, "--seed", str(seed), "-q"]
+        if os.environ.get("MCDIST_NETNS_PREFIX"):
+            args += ["--netns-prefix", os.environ["MCDIST_NETNS_PREFIX"]]
         for link in links:
             args += ["--link", link]
         if stats_json:

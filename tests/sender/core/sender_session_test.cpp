@@ -309,6 +309,17 @@ TEST_CASE("the session ends once every receiver completed", "[unit][sender]") {
   REQUIRE(h.sent<wire::session_end>(wire::msg_type::session_end).size() == 1);
 }
 
+TEST_CASE("when every receiver completed, the session is done with its one END", "[unit][sender]") {
+  harness h(files({100}), {"a"});
+  h.tick();
+  h.register_rx("a", rx_a);
+  h.drain_data();
+  h.complete("a", rx_a);  // no time passes: END goes out and the session is over
+  REQUIRE(h.s->done());
+  REQUIRE(h.s->succeeded());
+  REQUIRE(h.sent<wire::session_end>(wire::msg_type::session_end).size() == 1);
+}
+
 TEST_CASE("a silent receiver is failed after the receiver timeout", "[unit][sender]") {
   harness h(files({100}));
   h.tick();
