@@ -132,7 +132,10 @@ int main(int argc, char** argv) {
   app.add_option("-i,--interface", interface, "Local address to join on and reply from")->type_name("ADDR");
   app.add_option("-d,--dest", dest, "Destination directory")->type_name("DIR");
   app.add_option("-t,--temp", temp, "Temp directory (same filesystem as --dest)")->type_name("DIR");
-  app.add_option("--sync", sync, "batch (group commit, default), file (fsync each) or none")
+  app.add_option("--sync", sync,
+                 "How delivered files are made durable: batch (group commit by the default "
+                 "method, fdatasync), syncfs, fdatasync, range, uring (group commit methods; "
+                 "docs/design-notes.md \"Durability\"), file (fsync each) or none")
       ->type_name("MODE");
   app.add_option("--session-timeout", session_timeout,
                  "Abandon a session whose sender is silent this long (default 60s)")
@@ -230,10 +233,13 @@ int main(int argc, char** argv) {
       for (auto& ch : cfg.channels) ch.trusted_senders = keys;
     }
     if (!sync.empty()) {
-      if (sync == "batch") cfg.sync = mcdist::receiver::sync_mode::batch;
-      else if (sync == "file") cfg.sync = mcdist::receiver::sync_mode::file;
-      else if (sync == "none") cfg.sync = mcdist::receiver::sync_mode::none;
-      else throw mcdist::receiver::config_error("--sync must be batch, file or none");
+      const auto m = mcdist::receiver::parse_sync_mode(sync);
+      if (!m) {
+        throw mcdist::receiver::config_error(std::string("--sync must be one of ") +
+                                             mcdist::receiver::sync_mode_names + ", not \"" +
+                                             sync + "\"");
+      }
+      cfg.sync = *m;
     }
     for (auto [text, out, opt] :
          {std::tuple{&session_timeout, &cfg.session_timeout, "--session-timeout"},

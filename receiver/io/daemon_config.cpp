@@ -277,10 +277,9 @@ daemon_config from_table(const toml::table& t, const std::string& source) {
   if (auto n = t["temp"]) cfg.temp = require_type<std::string>(*n.node(), "temp", "a string");
   if (auto n = t["sync"]) {
     const auto s = require_type<std::string>(*n.node(), "sync", "a string");
-    if (s == "batch") cfg.sync = sync_mode::batch;
-    else if (s == "file") cfg.sync = sync_mode::file;
-    else if (s == "none") cfg.sync = sync_mode::none;
-    else throw config_error("'sync' must be \"batch\", \"file\" or \"none\", not \"" + s + "\"");
+    const auto m = parse_sync_mode(s);
+    if (!m) throw config_error(std::string("'sync' must be one of ") + sync_mode_names + ", not \"" + s + "\"");
+    cfg.sync = *m;
   }
   auto size_setting = [&](const char* key, auto& out) {
     using out_t = std::remove_reference_t<decltype(out)>;

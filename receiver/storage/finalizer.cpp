@@ -90,7 +90,13 @@ finalizer::finalizer(store_context& ctx) : m_ctx(ctx) {}
 
 finalizer::~finalizer() { stop(); }
 
-void finalizer::start() { m_thread = std::thread([this] { run(); }); }
+void finalizer::start() {
+  // Here, not in the constructor: file_store fills the context (logger, temp_fd) after
+  // constructing its components.
+  m_commit = std::make_unique<group_commit>(m_ctx.io, m_ctx.cfg.sync, m_ctx.cfg.commit_threads,
+                                            m_ctx.temp_fd.get(), m_ctx.log());
+  m_thread = std::thread([this] { run(); });
+}
 
 void finalizer::stop() {
   {
@@ -340,29 +346,22 @@ void finalizer::open_dest_dir(work& w, dir_cache& dirs) {
 }
 
 void finalizer::make_durable(std::vector<work>& batch) {
-  if (m_ctx.cfg.sync == sync_mode::none) return;
-  const posix_io& io = m_ctx.io;
   std::vector<work*> ok;
-  for (auto& w : batch)
-    if (w.ok) ok.push_back(&w);
-  bool per_file = m_ctx.cfg.sync == sync_mode::file || ok.size() == 1;
-  if (!per_file && !ok.empty()) {
-    if (int e = io.syncfs(m_ctx.temp_fd.get())) {
-      // Which file lost data is unknown: ask each with fsync, which reports its own error.
-      m_ctx.log().warn("storage: syncfs on temp_dir {} failed: {}; falling back to fsync per "
-                       "file",
-                       m_ctx.cfg.temp_dir.string(), std::strerror(e));
-      per_file = true;
-    }
+  std::vector<durable_file> files;
+  for (auto& w : batch) {
+    if (!w.ok) continue;
+    ok.push_back(&w);
+    files.push_back(durable_file{w.f->fd, &w.f->key});
   }
-  if (!per_file) return;
-  for (work* w : ok) {
-    if (int e = io.fsync(w->f->fd, &w->f->key)) {
-      fail(*w, errno_code(e),
-           fmt::format("cannot make temp file {} for {} durable (fsync): {}; not delivered; "
-                       "check the temp filesystem and the system log",
-                       w->f->temp_path, w->dest, std::strerror(e)));
-    }
+  m_commit->make_durable(files);
+  for (std::size_t i = 0; i < ok.size(); ++i) {
+    const durable_file& d = files[i];
+    if (d.error == 0) continue;
+    work& w = *ok[i];
+    fail(w, errno_code(d.error),
+         fmt::format("cannot make temp file {} for {} durable ({}): {}; not delivered; check "
+                     "the temp filesystem and the system log",
+                     w.f->temp_path, w.dest, to_string(d.failed_op), std::strerror(d.error)));
   }
 }
 

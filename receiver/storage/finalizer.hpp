@@ -7,8 +7,8 @@
 ///   1. verify    hash what the writer has not, compare with the manifest; mode, mtime, xattr
 ///   2. dirs      open each destination directory from dest_root without following symlinks,
 ///                creating missing ones (mkdir -p)
-///   3. durable   one syncfs of the temp filesystem for the batch (sync_mode::batch, more than
-///                one file), else fsync per file; nothing in sync_mode::none
+///   3. durable   the data of every file of the batch, by the sync_mode's method
+///                (group_commit.hpp: syncfs, parallel fdatasync, ...); nothing in none
 ///   -  before_renames: storage_config::before_renames sees the files about to be renamed
 ///   4. rename    renameat each file into place (atomic, replaces an existing file)
 ///   5. dir sync  fsync each distinct destination directory once
@@ -17,6 +17,7 @@
 /// (checkpoint_file) and session closes are queued in the same order as the files, so a
 /// checkpoint never lands before the data queued ahead of it.
 
+#include "receiver/storage/group_commit.hpp"
 #include "receiver/storage/store_context.hpp"
 
 #include <condition_variable>
@@ -133,6 +134,7 @@ class finalizer {
   std::atomic<std::size_t> m_fds{0};
   std::atomic<bool> m_xattr_warned{false};
   std::unique_ptr<std::byte[]> m_buffer;
+  std::unique_ptr<group_commit> m_commit;  ///< step 3 (made by start()); finalizer thread only
   std::thread m_thread;
 };
 

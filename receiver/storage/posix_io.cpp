@@ -17,6 +17,7 @@ std::string_view to_string(storage_op op) noexcept {
     case storage_op::pwrite: return "pwrite";
     case storage_op::pread: return "pread";
     case storage_op::fsync: return "fsync";
+    case storage_op::fdatasync: return "fdatasync";
     case storage_op::syncfs: return "syncfs";
     case storage_op::fchmod: return "fchmod";
     case storage_op::futimens: return "futimens";
@@ -105,6 +106,11 @@ int posix_io::read_hash(int fd, std::uint64_t from, std::uint64_t to, sha256_has
 int posix_io::fsync(int fd, const file_key* key) const {
   if (int e = inject(storage_op::fsync, key)) return e;
   return ::fsync(fd) != 0 ? errno : 0;
+}
+
+int posix_io::fdatasync(int fd, const file_key* key) const {
+  if (int e = inject(storage_op::fdatasync, key)) return e;
+  return ::fdatasync(fd) != 0 ? errno : 0;
 }
 
 int posix_io::dir_fsync(int fd) const {

@@ -36,6 +36,7 @@ enum class storage_op : std::uint8_t {
   pwrite,     ///< a write of file data or of a checkpoint
   pread,      ///< a read-back of written data for hashing (prefix catch-up, finalize tail)
   fsync,      ///< fsync of one file (sync_mode::file, a batch of one, syncfs fallback, state)
+  fdatasync,  ///< fdatasync of one file (group commit by fdatasync, range or uring)
   syncfs,     ///< syncfs of the temp filesystem (sync_mode::batch, checkpoint)
   fchmod,
   futimens,
@@ -132,6 +133,9 @@ class posix_io {
                 std::atomic<std::uint64_t>* reread) const;
   /// fsync of a file (storage_op::fsync).
   int fsync(int fd, const file_key* key) const;
+  /// fdatasync of a file (storage_op::fdatasync): its data and the metadata needed to read it
+  /// back (size, block allocation), not its times.
+  int fdatasync(int fd, const file_key* key) const;
   /// fsync of a directory (storage_op::dir_fsync).
   int dir_fsync(int fd) const;
   /// syncfs of the filesystem holding `fd` (storage_op::syncfs).

@@ -25,21 +25,45 @@ class logger;
 
 namespace mcdist::receiver {
 
-/// How finalized data is made durable before it is renamed into the destination.
+/// How finalized data is made durable before it is renamed into the destination. The first
+/// four are group commit: the finalizer takes every finalize request waiting (up to
+/// finalizer::batch_max), verifies them, makes their data durable together by the method
+/// named, renames each and fsyncs each distinct destination directory once
+/// (receiver/storage/group_commit.hpp; the measurements behind the default are in
+/// docs/benchmarks.md "Group commit" and the reasoning in docs/design-notes.md "Durability").
 enum class sync_mode : std::uint8_t {
-  /// Group commit: the finalizer takes every finalize request waiting (up to
-  /// finalizer::batch_max), verifies them, makes them durable together (one
-  /// syncfs() on the temp filesystem when more than one file, fsync for one), renames each and
-  /// fsyncs each distinct destination directory once. Measured here: 1000 small files cost
-  /// ~40 ms with one syncfs against ~450 ms with an fsync each.
-  batch,
-  /// fsync each file before its rename, then its directory.
+  /// One syncfs() of the temp filesystem for the batch (fsync for a batch of one). Cheapest
+  /// when this daemon is the filesystem's only writer; waits for every other writer's dirty
+  /// data too.
+  syncfs,
+  /// fdatasync() of each file of the batch, in parallel on storage_config::commit_threads
+  /// threads, so the filesystem's journal commits them together (ext4's jbd2 joins concurrent
+  /// syncs into one transaction commit), and nobody else's dirty data is waited for.
+  fdatasync,
+  /// sync_file_range(SYNC_FILE_RANGE_WRITE) on every file of the batch (writeback of all of
+  /// them starts at once), then fdatasync() of each in turn; the first waits for the journal
+  /// commit that carries the others.
+  range,
+  /// fdatasync of every file of the batch submitted at once to an io_uring
+  /// (IORING_OP_FSYNC with IORING_FSYNC_DATASYNC); falls back to `fdatasync` where io_uring
+  /// is unavailable (old kernel, seccomp, kernel.io_uring_disabled).
+  uring,
+  /// fsync each file before its rename, then its directory: batches of one.
   file,
   /// No fsync at all: for tmpfs and tests. A crash may leave renamed files with lost data.
   none,
+  /// The group commit method used when the configuration says "batch".
+  batch = fdatasync,
 };
 
-/// Name of a sync mode: "batch", "file" or "none".
+/// Parses a sync mode's name: "batch" (the default method), "syncfs", "fdatasync", "range",
+/// "uring", "file" or "none". @return nullopt for anything else
+std::optional<sync_mode> parse_sync_mode(std::string_view name) noexcept;
+
+/// Names accepted by parse_sync_mode, for messages: "batch, syncfs, fdatasync, ...".
+inline constexpr const char* sync_mode_names = "batch, syncfs, fdatasync, range, uring, file, none";
+
+/// Name of a sync mode: "syncfs", "fdatasync", "range", "uring", "file" or "none".
 std::string_view to_string(sync_mode m) noexcept;
 
 struct file_spec;
@@ -92,6 +116,9 @@ struct storage_config {
   /// 500 MB/s). Not done in sync_mode::none. 0 disables.
   std::uint64_t writeback_bytes = 8u << 20;
   sync_mode sync = sync_mode::batch;
+  /// Threads of sync_mode::fdatasync that call fdatasync() at once, each on its own file (8:
+  /// placeholder until measured).
+  unsigned commit_threads = 8;
   /// Store "user.mcdist.sha256" = "<64 hex> <size> <mtime_ns>" on delivered files, so
   /// query_held need not hash them again.
   bool record_digest_xattr = true;

@@ -18,8 +18,15 @@ announces, AES-256-GCM tags on every block; docs/security.md) and UFTP encrypted
 With --encrypt (implies --auth) mcdist also runs encrypted (mcdist-send --encrypt --site-keys:
 manifest sealed, every block AES-256-GCM-encrypted), the like of UFTP's -Y aes256-gcm.
 
+With --disk DIR the same cells run twice, on tmpfs and with every tree (the data, mcdistd's
+temp and destination, uftpd's destination) under DIR on a real disk (refused if DIR is on
+tmpfs), with `sync` before every run so no run pays for the previous one's dirty pages, and a
+last table puts them side by side: wall times, median of --repeat, and the ratio UFTP / mcdist.
+mcdistd delivers durably (its --sync, default "batch": group commit); UFTP writes straight into
+its destination and never syncs.
+
 usage: uftp_compare.py [--build DIR] [--repeat N] [--rates 500M,1G,2G,max] [--only big|small]
-                       [--auth] [--encrypt]
+                       [--auth] [--encrypt] [--disk DIR] [--mcdist-sync MODE]
 """
 
 import argparse
@@ -81,8 +88,13 @@ class Child:
         self.logf.close()
 
 
+SYNC_EACH = False  # --sync-each: sync(2) before every run, outside the timed part
+
+
 def sender_run(args):
     """Runs the sender, returns (code, wall, sender cpu, output)."""
+    if SYNC_EACH:
+        os.sync()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.monotonic()
     p = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -139,9 +151,19 @@ def main():
                     help="also run mcdist signed and UFTP encrypted (aes256-gcm, sha256)")
     ap.add_argument("--encrypt", action="store_true",
                     help="also run mcdist encrypted (--encrypt); implies --auth")
+    ap.add_argument("--disk", default=None, metavar="DIR",
+                    help="run every cell on tmpfs and again under DIR (a real disk), side by side")
+    ap.add_argument("--sync-each", action="store_true", help="sync(2) before every run")
+    ap.add_argument("--mcdist-sync", default=None, metavar="MODE",
+                    help="mcdistd --sync (batch, syncfs, fdatasync, range, uring, file, none)")
+    ap.add_argument("--json", default=None, help=argparse.SUPPRESS)  # --disk's own runs
     args = ap.parse_args()
     if args.encrypt:
         args.auth = True
+    if args.disk:
+        return disk_and_tmpfs(args)
+    global SYNC_EACH
+    SYNC_EACH = args.sync_each
 
     if os.geteuid() != 0:
         sys.exit("uftp_compare.py needs root (ip link set lo multicast on)")
@@ -183,7 +205,8 @@ def main():
     pick = random.Random(os.getpid() ^ int(time.time()))
     group = "239.192.%d.%d:%d" % (pick.randrange(1, 255), pick.randrange(1, 255), pick.randrange(20000, 40000))
     mcdistd = Child([recv, "--id", "bench", "--group", group, "--interface", "127.0.0.1",
-                     "--dest", md_dest, "--temp", md_temp, "--status-interval", "1h", "--http", "off"],
+                     "--dest", md_dest, "--temp", md_temp, "--status-interval", "1h", "--http", "off"]
+                    + (["--sync", args.mcdist_sync] if args.mcdist_sync else []),
                     os.path.join(base, "mcdistd.log"))
     signed_group = "239.193.%d.%d:%d" % (pick.randrange(1, 255), pick.randrange(1, 255), pick.randrange(40000, 60000))
     hub_key = os.path.join(base, "hub.key")
@@ -323,7 +346,52 @@ def main():
     print("mcdistd peak resident set over the whole run: %.1f MiB" % md_rss)
     print("data on %s; %d run(s) per cell, median shown; wall time includes program start-up"
           % (base, args.repeat))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump([{"work": r[0], "rate": r[1], "nbytes": r[4],
+                        "mcdist": r[5]["mcdist"], "uftp": r[5]["uftp"]} for r in rows], f)
     shutil.rmtree(base, ignore_errors=True)
+
+
+def disk_and_tmpfs(args):
+    """--disk: this script twice, on tmpfs and on the disk (with --sync-each), then both side
+    by side."""
+    fs_type = subprocess.run(["stat", "-f", "-c", "%T", args.disk if os.path.isdir(args.disk)
+                              else os.path.dirname(os.path.abspath(args.disk))],
+                             stdout=subprocess.PIPE, check=True).stdout.decode().strip()
+    if fs_type == "tmpfs":
+        sys.exit("--disk %s is on tmpfs; give a directory on a real disk" % args.disk)
+    common = [sys.executable, os.path.abspath(__file__), "--build", args.build, "--repeat",
+              str(args.repeat), "--rates", args.rates, "--mcdist-max", args.mcdist_max,
+              "--uftp-max", args.uftp_max, "--big-bytes", str(args.big_bytes)]
+    if args.only:
+        common += ["--only", args.only]
+    if args.mcdist_sync:
+        common += ["--mcdist-sync", args.mcdist_sync]
+    results = {}
+    for place, d, extra in (("tmpfs", args.dir, []),
+                            ("disk (%s)" % fs_type, os.path.join(args.disk, "mcdist-bench"),
+                             ["--sync-each"])):
+        out = os.path.join("/dev/shm", "uftp_compare.%d.json" % os.getpid())
+        print("== %s: %s" % (place, d), flush=True)
+        subprocess.run(common + ["--dir", d, "--json", out] + extra, check=True)
+        with open(out) as f:
+            results[place] = json.load(f)
+        os.unlink(out)
+    print()
+    print("| work | rate | filesystem | mcdist wall | UFTP wall | UFTP / mcdist | mcdist passes |"
+          " all runs mcdist | all runs UFTP |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for place, rows in results.items():
+        for r in rows:
+            m, u = median_cell(r["mcdist"]), median_cell(r["uftp"])
+            runs = lambda c: " ".join("%.3f" % s[0] for s in c)
+            print("| %s | %s | %s | %.3f s%s | %.3f s%s | %.2fx | %d | %s | %s |" % (
+                r["work"], r["rate"], place, m[0], "" if m[3] else " (incomplete)", u[0],
+                "" if u[3] else " (incomplete)", u[0] / m[0], m[1], runs(r["mcdist"]),
+                runs(r["uftp"])))
+    print("median of %d; on the disk sync(2) before every run; mcdistd --sync %s"
+          % (args.repeat, args.mcdist_sync or "batch (default)"))
 
 
 def median_cell(samples):

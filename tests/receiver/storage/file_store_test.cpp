@@ -224,6 +224,7 @@ TEST_CASE("injected failures fail only the file concerned", "[file_store]") {
   cfg.fault = fail_nth(inj.op, 1, inj.error, b);
   // fsync of one file happens in a batch of one, or as the fallback of a failed syncfs.
   if (inj.op == storage_op::fsync) {
+    cfg.sync = sync_mode::syncfs;
     cfg.fault = [f1 = fail_nth(storage_op::syncfs, 1, EIO),
                  f2 = fail_nth(storage_op::fsync, 1, EIO, b)](storage_op op, const file_key* k) {
       if (int e = f1(op, k)) return e;
@@ -273,6 +274,7 @@ TEST_CASE("injected failures fail only the file concerned", "[file_store]") {
 TEST_CASE("a failed syncfs falls back to fsync per file and still delivers", "[file_store]") {
   std::mt19937_64 rng(10);
   storage_config cfg;
+  cfg.sync = sync_mode::syncfs;
   fail_nth syncfs_fails(storage_op::syncfs, 1, EIO);
   cfg.fault = syncfs_fails;
   rig r(cfg);
@@ -286,6 +288,57 @@ TEST_CASE("a failed syncfs falls back to fsync per file and still delivers", "[f
   r.store->flush();
   for (std::uint32_t i = 0; i < 5; ++i) CHECK_FALSE(r.wait_result(key_of(4, i)).ec);
   CHECK(syncfs_fails.seen() == 1);  // one batch, one syncfs
+}
+
+TEST_CASE("every commit method fails only the file whose sync fails and delivers the rest of "
+          "its batch", "[file_store]") {
+  std::mt19937_64 rng(11);
+  const sync_mode mode = GENERATE(sync_mode::syncfs, sync_mode::fdatasync, sync_mode::range,
+                                  sync_mode::uring, sync_mode::file);
+  CAPTURE(to_string(mode));
+  const auto a = key_of(5, 0), b = key_of(5, 1), c = key_of(5, 2);
+  // The call that makes b durable: fsync per file (file; syncfs after its syncfs failed, since
+  // a failed syncfs does not say whose data was lost), fdatasync for the others.
+  const storage_op op =
+      mode == sync_mode::file || mode == sync_mode::syncfs ? storage_op::fsync : storage_op::fdatasync;
+  std::mutex m;
+  std::vector<file_key> synced;  // files whose sync call was made (or failed)
+  storage_config cfg;
+  cfg.sync = mode;
+  cfg.fault = [&, syncfs_fails = fail_nth(storage_op::syncfs, 1, EIO),
+               b_fails = fail_nth(op, 1, EIO, b)](storage_op o, const file_key* k) {
+    if (int e = syncfs_fails(o, k)) return e;
+    if (o == op && k != nullptr) {
+      std::lock_guard lk(m);
+      synced.push_back(*k);
+    }
+    return b_fails(o, k);
+  };
+  rig r(cfg);
+  std::map<std::uint32_t, std::vector<std::byte>> data;
+  for (auto k : {a, b, c}) {
+    data[k.file.value] = random_bytes(rng, 3000 + k.file.value);
+    r.store->begin_file(k, r.spec("d/h" + std::to_string(k.file.value), data[k.file.value].size()));
+    r.feed_in_order(k, data[k.file.value]);
+  }
+  // All three finalize requests ride in one chunk, so the finalizer takes them as one batch.
+  for (auto k : {a, b, c}) r.store->finalize(k, sha256(data[k.file.value]));
+  r.store->flush();
+  r.pq.run_until([&] { return r.results.count(a) && r.results.count(b) && r.results.count(c); });
+  CHECK_FALSE(r.results.find(a)->ec);
+  CHECK_FALSE(r.results.find(c)->ec);
+  const auto rb = *r.results.find(b);
+  CHECK(rb.ec == std::errc::io_error);
+  CHECK(rb.detail.find(std::string(to_string(op))) != std::string::npos);
+  CHECK(rb.detail.find("durable") != std::string::npos);
+  CHECK(read_file(r.dest / "d" / "h0") == data[0]);
+  CHECK(read_file(r.dest / "d" / "h2") == data[2]);
+  CHECK_FALSE(exists_nofollow(r.dest / "d" / "h1"));
+  CHECK_FALSE(exists_nofollow(file_store::temp_path(r.temp, b)));
+  std::lock_guard lk(m);
+  std::sort(synced.begin(), synced.end(),
+            [](file_key x, file_key y) { return x.file.value < y.file.value; });
+  CHECK(synced == std::vector<file_key>{a, b, c});  // each file of the batch asked once
 }
 
 TEST_CASE("hostile destination paths are refused without writing outside", "[file_store]") {
@@ -897,7 +950,7 @@ TEST_CASE("the before_renames hook sees each batch after its data is durable and
     std::lock_guard lk(m);
     if (k != nullptr && k->session == session_id{50}) {
       if (op == storage_op::rename) events.push_back("rename");
-      if (op == storage_op::fsync) events.push_back("sync");
+      if (op == storage_op::fsync || op == storage_op::fdatasync) events.push_back("sync");
     }
     if (op == storage_op::syncfs) events.push_back("sync");
     return 0;
