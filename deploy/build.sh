@@ -9,6 +9,9 @@ shift || true
 launcher=()
 if command -v ccache >/dev/null; then
   export CCACHE_BASEDIR="$top"
+  # -g puts the working directory in the hash unless told not to (ccache manual, hash_dir):
+  # without this a clone in another directory never hits.
+  export CCACHE_NOHASHDIR=1
   launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
 fi
 cmake -S "$top" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" "$@" >/dev/null
