@@ -89,7 +89,7 @@ TEST_CASE("fec codec recovers every erasure pattern of up to m blocks for small 
 
 TEST_CASE("fec codec recovers random erasures for large k", "[unit][fec]") {
   std::mt19937_64 rng(2);
-  for (const auto [k, m] : {std::pair{128u, 127u}, std::pair{200u, 55u}, std::pair{32u, 8u}}) {
+  for (const auto& [k, m] : {std::pair{128u, 127u}, std::pair{200u, 55u}, std::pair{32u, 8u}}) {
     const fec::codec c(k, m);
     for (int round = 0; round < 6; ++round) {
       const std::uint32_t n = round == 0 ? k : 1 + static_cast<std::uint32_t>(rng() % k);
