@@ -81,6 +81,14 @@ source_ref layout::source(std::uint32_t fb, std::uint32_t index) const noexcept 
   return {f, static_cast<std::uint32_t>(g - m_prefix[f])};
 }
 
+std::uint32_t layout::sources_before(std::uint32_t fb, std::uint64_t g) const noexcept {
+  const auto shape = group_of_fec(fb);
+  const std::uint64_t first = shape.first_block + (fb - shape.first_fec);  // its source 0
+  if (g <= first) return 0;
+  const std::uint64_t before = (g - first + shape.depth - 1) / shape.depth;
+  return static_cast<std::uint32_t>(std::min<std::uint64_t>(before, sources(fb)));
+}
+
 std::optional<std::pair<std::uint32_t, std::uint32_t>> layout::fec_blocks_of(
     std::uint32_t file) const noexcept {
   const std::uint64_t first = m_prefix[file];

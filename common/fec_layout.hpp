@@ -63,6 +63,14 @@ class layout {
   std::uint32_t sources(std::uint32_t fb) const noexcept;
   /// Source `index` (< sources(fb)) of FEC block `fb`.
   source_ref source(std::uint32_t fb, std::uint32_t index) const noexcept;
+  /// Sequence number of block `block` of `file` in the session (file may be the file count,
+  /// block 0: the end of the session, total_blocks()).
+  std::uint64_t sequence_number(std::uint32_t file, std::uint32_t block) const noexcept {
+    return m_prefix[file] + block;
+  }
+  /// Sources of FEC block `fb` whose sequence number is below `g`: what pass 1 has sent of it
+  /// when its cursor is at `g`.
+  std::uint32_t sources_before(std::uint32_t fb, std::uint64_t g) const noexcept;
   /// The FEC blocks that hold blocks of `file`: [first, last] (inclusive) holds all of them,
   /// though with depth > 1 not every FEC block in between does. nullopt for an empty file.
   std::optional<std::pair<std::uint32_t, std::uint32_t>> fec_blocks_of(

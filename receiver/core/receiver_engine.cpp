@@ -1,6 +1,8 @@
 #include "receiver/core/receiver_engine.hpp"
 
 #include "common/ranges.hpp"
+#include "common/fec.hpp"
+#include "receiver/core/fec_tracker.hpp"
 #include "receiver/core/nak_builder.hpp"
 #include "receiver/core/session_checkpoint.hpp"
 #include "common/wire.hpp"
@@ -167,6 +169,11 @@ struct receiver_engine::session_rx {
   time_point next_unicast{};
   /// Bytes received of blocks that arrived in pieces over unicast, by (file << 32 | block).
   std::unordered_map<std::uint64_t, std::uint32_t> partial;
+  // Parity repairs (session_params.fec_*; fec_k 0: none).
+  std::uint32_t fec_k = 0;
+  std::uint32_t fec_max_parity = 0;
+  std::uint32_t fec_depth = 1;
+  std::unique_ptr<fec_tracker> fec;  ///< built when the session receives (ensure_fec)
 
   std::string name() const {
     char buf[16];
@@ -264,6 +271,10 @@ void receiver_engine::dispatch(std::span<const std::byte> datagram, const endpoi
   }
   if (h.type == wire::msg_type::data) {
     handle_data(datagram, from, now);
+    return;
+  }
+  if (h.type == wire::msg_type::parity) {
+    handle_parity(datagram, from, now);
     return;
   }
   if (h.type == wire::msg_type::announce) {
@@ -420,6 +431,14 @@ bool receiver_engine::new_session(const wire::announce& m, session_id id, const 
   s->seq_channel = p.channel();
   s->seq = p.channel_seq();
   s->catch_up = std::move(catch_up);
+  // Parity repairs: a shape the codec cannot have means no FEC here (explicit NAKs still work).
+  if (p.fec_k() > 0 && p.fec_max_parity() > 0 && p.fec_k() < fec::max_blocks &&
+      p.fec_max_parity() < fec::max_blocks && p.fec_k() + p.fec_max_parity() <= fec::max_blocks &&
+      p.fec_depth() >= 1 && p.fec_depth() <= fec::max_depth) {
+    s->fec_k = p.fec_k();
+    s->fec_max_parity = p.fec_max_parity();
+    s->fec_depth = p.fec_depth();
+  }
   if (!s->seq_channel.empty()) {
     s->seq_source = sequence_book::source_of(m_sink.sender_key(id), p.sender_name());
   }
@@ -823,6 +842,7 @@ void receiver_engine::handle_data(std::span<const std::byte> datagram, const end
   s->dirty = true;
   ++m_stats.data_blocks;
   m_stats.data_bytes += payload.size();
+  if (s->fec) fec_source_added(*s, h.file.value, h.block.value);
   // Before the held check, a complete file waits (on_held finalizes it unless it is held).
   if (fr.received.all() && s->state != session_rx::state_t::manifest &&
       s->state != session_rx::state_t::checking_held) {
@@ -915,6 +935,204 @@ void receiver_engine::handle_marker(session_rx& s, const wire::marker& m, time_p
   }
 }
 
+void receiver_engine::handle_parity(std::span<const std::byte> datagram, const endpoint& from,
+                                    time_point now) {
+  wire::parity_header h;
+  std::span<const std::byte> payload;
+  if (auto ec = wire::parse_parity(datagram, h, payload)) {
+    m_stats.drops.add(static_cast<errc>(ec.value()));
+    return;
+  }
+  session_rx* s = find(h.session);
+  if (!s) {
+    m_stats.drops.add(m_tombstones.count(h.session) ? errc::stale : errc::unknown_session);
+    return;
+  }
+  if (!same_host(from, s->sender)) {
+    m_stats.drops.add(errc::wrong_source);
+    return;
+  }
+  if (s->state == session_rx::state_t::completing || s->unicast) {
+    m_stats.drops.add(errc::duplicate);
+    return;
+  }
+  // Parity is used once the session receives (its manifest complete, registered); before,
+  // or in a session without FEC, it is dropped like a block of an unknown file.
+  if (!ensure_fec(*s)) {
+    m_stats.drops.add(errc::stale);
+    return;
+  }
+  auto& t = *s->fec;
+  if (h.fec_block >= t.layout().fec_blocks() || h.index >= t.max_parity() ||
+      payload.size() != s->block_size) {
+    m_stats.drops.add(errc::invalid_field);
+    return;
+  }
+  s->last_heard = now;
+  if (seq_after(h.seq, s->seen_seq)) s->seen_seq = h.seq;
+  if (!t.add_parity(h.fec_block, h.index)) {
+    m_stats.drops.add(errc::duplicate);
+    return;
+  }
+  if (!m_store.write_parity(s->id, h.fec_block, h.index, payload)) {
+    // This storage path does not decode (or is full): NAK the FEC block's blocks instead.
+    t.set_explicit_only(h.fec_block);
+    m_stats.drops.add(errc::storage_full);
+    return;
+  }
+  ++m_stats.parity_blocks;
+  if (t.decodable(h.fec_block)) start_recovery(*s, h.fec_block);
+}
+
+bool receiver_engine::ensure_fec(session_rx& s) {
+  if (s.fec) return true;
+  if (s.fec_k == 0 || s.state != session_rx::state_t::receiving || s.files.size() != s.file_count) {
+    return false;
+  }
+  // The layout is the sender's: every manifest entry's block count, refused ones included.
+  std::vector<std::uint32_t> blocks(s.file_count);
+  for (std::uint32_t i = 0; i < s.file_count; ++i) {
+    const std::uint64_t n = (s.files[i].entry.size + s.block_size - 1) / s.block_size;
+    if (n > 0x7fffffffu) {
+      s.fec_k = 0;
+      return false;
+    }
+    blocks[i] = static_cast<std::uint32_t>(n);
+  }
+  try {
+    fec::layout l(blocks, s.fec_k, s.fec_depth);
+    // 2 bytes per FEC block (fec_tracker.hpp), charged before it is allocated.
+    if (!m_budget.charge(s.id, std::uint64_t{l.fec_blocks()} * 2 + sizeof(fec_tracker))) {
+      s.fec_k = 0;
+      return false;
+    }
+    s.fec = std::make_unique<fec_tracker>(std::move(l), s.fec_max_parity);
+  } catch (const std::invalid_argument&) {
+    s.fec_k = 0;
+    return false;
+  }
+  // What this receiver can already read back: received blocks, and held or stored files whole.
+  for (std::uint32_t i = 0; i < s.file_count; ++i) {
+    const auto& fr = s.files[i];
+    const bool whole = fr.state == file_rx::state_t::stored || fr.state == file_rx::state_t::held;
+    const bool partial = (fr.state == file_rx::state_t::receiving ||
+                          fr.state == file_rx::state_t::awaiting_digest ||
+                          fr.state == file_rx::state_t::finalizing) &&
+                         fr.received.size() == blocks[i] && blocks[i] > 0;
+    if (!whole && !partial) continue;
+    for (std::uint32_t b = 0; b < blocks[i]; ++b) {
+      if (whole || fr.received.test(b)) s.fec->add_source(s.fec->layout().locate(i, b).fec_block);
+    }
+  }
+  return true;
+}
+
+void receiver_engine::fec_source_added(session_rx& s, std::uint32_t f, std::uint32_t b) {
+  const std::uint32_t fb = s.fec->layout().locate(f, b).fec_block;
+  s.fec->add_source(fb);
+  if (s.fec->decodable(fb)) start_recovery(s, fb);
+}
+
+void receiver_engine::start_recovery(session_rx& s, std::uint32_t fb) {
+  auto& t = *s.fec;
+  recovery_request req;
+  req.fec_block = fb;
+  req.k = s.fec_k;
+  req.max_parity = s.fec_max_parity;
+  req.block_size = s.block_size;
+  req.parity = t.parity_indexes(fb);
+  const std::uint32_t n = t.layout().sources(fb);
+  req.sources.reserve(n);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    const auto src = t.layout().source(fb, i);
+    auto& fr = s.files[src.file];
+    fec_source fs;
+    fs.file = file_index{src.file};
+    fs.block = src.block;
+    fs.offset = std::uint64_t{src.block} * s.block_size;
+    fs.length = block_length(fr.entry.size, s.block_size, src.block);
+    const bool has_map = fr.received.size() == fr.blocks && fr.blocks > 0;
+    fs.available = fr.state == file_rx::state_t::stored || fr.state == file_rx::state_t::held ||
+                   ((fr.state == file_rx::state_t::receiving ||
+                     fr.state == file_rx::state_t::awaiting_digest ||
+                     fr.state == file_rx::state_t::finalizing) &&
+                    has_map && fr.received.test(src.block));
+    fs.wanted = !fs.available && fr.state == file_rx::state_t::receiving && has_map;
+    if (fs.wanted && !fr.begun) {
+      m_store.begin_file({s.id, fs.file}, s.channel, fr.entry, fr.resume);
+      fr.begun = true;
+    }
+    req.sources.push_back(fs);
+  }
+  t.start_decode(fb);
+  m_store.recover(s.id, std::move(req));
+}
+
+void receiver_engine::on_recovered(session_id id, std::uint32_t fb, std::error_code ec,
+                                   time_point now) {
+  session_rx* s = find(id);
+  if (!s || !s->fec || fb >= s->fec->layout().fec_blocks() || !s->fec->decoding(fb)) return;
+  if (ec) {
+    s->fec->set_explicit_only(fb);
+    if (m_log) {
+      m_log->warn("session {}: decoding FEC block {} failed ({}); asking for its blocks instead",
+                  s->name(), fb, ec.message());
+    }
+    return;
+  }
+  const std::uint32_t n = s->fec->layout().sources(fb);
+  std::vector<std::uint32_t> completed;
+  for (std::uint32_t i = 0; i < n; ++i) {
+    const auto src = s->fec->layout().source(fb, i);
+    auto& fr = s->files[src.file];
+    if (fr.state != file_rx::state_t::receiving || fr.received.size() != fr.blocks ||
+        fr.blocks == 0 || fr.received.test(src.block)) {
+      continue;
+    }
+    const std::uint32_t len = block_length(fr.entry.size, s->block_size, src.block);
+    fr.received.set(src.block);
+    s->bytes_received += len;
+    s->dirty = true;
+    ++m_stats.blocks_recovered;
+    m_stats.data_bytes += len;
+    if (fr.received.all()) completed.push_back(src.file);
+  }
+  s->fec->decoded(fb);
+  if (s->state == session_rx::state_t::manifest || s->state == session_rx::state_t::checking_held) {
+    return;
+  }
+  for (const auto f : completed) {
+    if (s->files[f].state == file_rx::state_t::receiving) file_data_complete(*s, f);
+  }
+  file_done(*s, now);
+}
+
+std::uint32_t receiver_engine::fec_sent(const session_rx& s, std::uint32_t fb) const {
+  const auto& l = s.fec->layout();
+  // Pass 1 sends every source in sequence order; later passes and the end of pass 1 are past
+  // all of them.
+  if (s.marker_pass > 1 || s.marker_pass_end || s.marker_file >= s.file_count) return l.sources(fb);
+  return l.sources_before(fb, l.sequence_number(s.marker_file, s.marker_block));
+}
+
+block_map receiver_engine::fec_mask(session_rx& s, std::uint32_t f, std::uint32_t from,
+                                    std::uint32_t end, std::map<std::uint32_t, std::uint32_t>& lacks) {
+  auto& t = *s.fec;
+  block_map masked = s.files[f].received;
+  for (std::uint32_t b = masked.find_clear(from); b < end; b = masked.find_clear(b + 1)) {
+    const std::uint32_t fb = t.layout().locate(f, b).fec_block;
+    if (t.decoding(fb)) {
+      masked.set(b);  // being recovered now
+      continue;
+    }
+    const std::uint32_t lack = t.lack(fb, fec_sent(s, fb));
+    if (!t.by_count(fb, lack)) continue;  // NAKed one by one
+    masked.set(b);
+    if (lack > 0) lacks[fb] = lack;  // 0: enough parity held, the decode follows
+  }
+  return masked;
+}
+
 void receiver_engine::send_naks(session_rx& s, time_point now) {
   s.nak_due.reset();
   if (s.marker_pass != s.nak_pass || s.rescan) {
@@ -938,13 +1156,16 @@ void receiver_engine::send_naks(session_rx& s, time_point now) {
   header.set_bytes_received(s.bytes_received);
   nak_builder naks(header, m_cfg.max_nak_datagrams);
   bool stopped = false;
+  std::map<std::uint32_t, std::uint32_t> fec_lacks;  // FEC block -> blocks it lacks
+  const bool fec = !s.unicast && ensure_fec(s);
   const std::uint32_t last_file = std::min(s.marker_file, s.file_count);
   for (std::uint32_t f = s.nak_file, b = s.nak_block; f <= last_file && f < s.file_count;
        ++f, b = 0) {
     auto& fr = s.files[f];
     if (fr.state != file_rx::state_t::receiving) continue;
     const std::uint32_t end = f == s.marker_file ? std::min(s.marker_block, fr.blocks) : fr.blocks;
-    if (!naks.add_missing(f, fr.received, b, end)) {
+    const block_map masked = fec ? fec_mask(s, f, b, end, fec_lacks) : block_map();
+    if (!naks.add_missing(f, fec ? masked : fr.received, b, end)) {
       stopped = true;
       s.nak_file = f;
       s.nak_block = b;
@@ -955,6 +1176,9 @@ void receiver_engine::send_naks(session_rx& s, time_point now) {
     s.nak_file = s.marker_file;
     s.nak_block = s.marker_block;
     if (s.marker_pass_end) s.pass_end_answered = s.marker_pass;
+  }
+  for (const auto& [fb, lack] : fec_lacks) {
+    if (!naks.add_fec_lack(fb, lack)) break;  // the rest at the next marker's round
   }
   for (std::uint32_t i = 0;
        i < s.digests_through && !naks.full() && naks.digests_wanted() < max_digests_wanted; ++i) {

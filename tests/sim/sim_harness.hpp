@@ -88,6 +88,7 @@ struct pass_stats {
   std::uint32_t pass = 0;
   std::uint64_t data_datagrams = 0;    ///< data datagrams sent, repairs included
   std::uint64_t repair_datagrams = 0;  ///< data datagrams of a block sent before
+  std::uint64_t parity_datagrams = 0;  ///< parity datagrams (in data_datagrams too)
   std::uint64_t naks = 0;              ///< NAK datagrams received that name blocks
   std::uint64_t nak_blocks = 0;        ///< blocks those NAKs name (a block named twice: twice)
   std::uint64_t status = 0;            ///< NAK datagrams naming no block (status replies)
