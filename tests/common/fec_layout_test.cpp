@@ -39,6 +39,9 @@ void check_bijection(const std::vector<std::uint32_t>& blocks, std::uint32_t k,
       const auto back = l.source(p.fec_block, p.index);
       REQUIRE(back.file == f);
       REQUIRE(back.block == b);
+      // Sources sent before this block's sequence number: exactly its index.
+      REQUIRE(l.sources_before(p.fec_block, l.sequence_number(f, b)) == p.index);
+      REQUIRE(l.sources_before(p.fec_block, l.sequence_number(f, b) + 1) == p.index + 1);
       REQUIRE(p.fec_block >= span->first);
       REQUIRE(p.fec_block <= span->second);
     }
