@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <set>
 #include <unordered_set>
 
 namespace mcdist::receiver {
@@ -174,6 +175,9 @@ struct receiver_engine::session_rx {
   std::uint32_t fec_max_parity = 0;
   std::uint32_t fec_depth = 1;
   std::unique_ptr<fec_tracker> fec;  ///< built when the session receives (ensure_fec)
+  /// FEC blocks with a missing block behind the marker whose other sources pass 1 had not sent
+  /// yet: reported once they are all sent (and the FEC block's proactive parity with them).
+  std::set<std::uint32_t> fec_deferred;
 
   std::string name() const {
     char buf[16];
@@ -842,7 +846,7 @@ void receiver_engine::handle_data(std::span<const std::byte> datagram, const end
   s->dirty = true;
   ++m_stats.data_blocks;
   m_stats.data_bytes += payload.size();
-  if (s->fec) fec_source_added(*s, h.file.value, h.block.value);
+  if (s->fec) fec_source_added(*s, h.file.value, h.block.value, now);
   // Before the held check, a complete file waits (on_held finalizes it unless it is held).
   if (fr.received.all() && s->state != session_rx::state_t::manifest &&
       s->state != session_rx::state_t::checking_held) {
@@ -956,8 +960,8 @@ void receiver_engine::handle_parity(std::span<const std::byte> datagram, const e
     m_stats.drops.add(errc::duplicate);
     return;
   }
-  // Parity is used once the session receives (its manifest complete, registered); before,
-  // or in a session without FEC, it is dropped like a block of an unknown file.
+  // Parity is used once the manifest is complete; before, or in a session without FEC, it is
+  // dropped like a block of an unknown file.
   if (!ensure_fec(*s)) {
     m_stats.drops.add(errc::stale);
     return;
@@ -981,12 +985,14 @@ void receiver_engine::handle_parity(std::span<const std::byte> datagram, const e
     return;
   }
   ++m_stats.parity_blocks;
-  if (t.decodable(h.fec_block)) start_recovery(*s, h.fec_block);
+  if (t.decodable(h.fec_block)) start_recovery(*s, h.fec_block, now);
 }
 
 bool receiver_engine::ensure_fec(session_rx& s) {
   if (s.fec) return true;
-  if (s.fec_k == 0 || s.state != session_rx::state_t::receiving || s.files.size() != s.file_count) {
+  // The manifest must be complete (the layout needs every entry); registration need not be:
+  // an eager sender's first blocks and parity arrive while the site registers.
+  if (s.fec_k == 0 || s.state == session_rx::state_t::manifest || s.files.size() != s.file_count) {
     return false;
   }
   // The layout is the sender's: every manifest entry's block count, refused ones included.
@@ -1027,13 +1033,14 @@ bool receiver_engine::ensure_fec(session_rx& s) {
   return true;
 }
 
-void receiver_engine::fec_source_added(session_rx& s, std::uint32_t f, std::uint32_t b) {
+void receiver_engine::fec_source_added(session_rx& s, std::uint32_t f, std::uint32_t b,
+                                       time_point now) {
   const std::uint32_t fb = s.fec->layout().locate(f, b).fec_block;
   s.fec->add_source(fb);
-  if (s.fec->decodable(fb)) start_recovery(s, fb);
+  if (s.fec->decodable(fb)) start_recovery(s, fb, now);
 }
 
-void receiver_engine::start_recovery(session_rx& s, std::uint32_t fb) {
+void receiver_engine::start_recovery(session_rx& s, std::uint32_t fb, time_point now) {
   auto& t = *s.fec;
   recovery_request req;
   req.fec_block = fb;
@@ -1046,6 +1053,9 @@ void receiver_engine::start_recovery(session_rx& s, std::uint32_t fb) {
   for (std::uint32_t i = 0; i < n; ++i) {
     const auto src = t.layout().source(fb, i);
     auto& fr = s.files[src.file];
+    // A file whose blocks have not started arriving gets its block map now, so what the
+    // decode recovers for it is recorded (a map that does not fit fails the file).
+    if (fr.state == file_rx::state_t::receiving) ensure_block_map(s, src.file, now);
     fec_source fs;
     fs.file = file_index{src.file};
     fs.block = src.block;
@@ -1112,7 +1122,12 @@ std::uint32_t receiver_engine::fec_sent(const session_rx& s, std::uint32_t fb) c
   // Pass 1 sends every source in sequence order; later passes and the end of pass 1 are past
   // all of them.
   if (s.marker_pass > 1 || s.marker_pass_end || s.marker_file >= s.file_count) return l.sources(fb);
-  return l.sources_before(fb, l.sequence_number(s.marker_file, s.marker_block));
+  // The marker stands at the next block to send. Parity goes out ahead of blocks, so once
+  // the sweep has sent one block past a FEC block's last source, that FEC block's proactive
+  // parity has gone out too: count its sources as sent only then, so the NAK is not for
+  // parity already on its way.
+  const std::uint64_t g = l.sequence_number(s.marker_file, s.marker_block);
+  return l.sources_before(fb, g > 0 ? g - 1 : 0);
 }
 
 block_map receiver_engine::fec_mask(session_rx& s, std::uint32_t f, std::uint32_t from,
@@ -1125,12 +1140,48 @@ block_map receiver_engine::fec_mask(session_rx& s, std::uint32_t f, std::uint32_
       masked.set(b);  // being recovered now
       continue;
     }
-    const std::uint32_t lack = t.lack(fb, fec_sent(s, fb));
+    const std::uint32_t sent = fec_sent(s, fb);
+    if (sent < t.layout().sources(fb) && !t.explicit_only(fb)) {
+      // Pass 1 has more of it to send, then its proactive parity: ask once they went out.
+      masked.set(b);
+      s.fec_deferred.insert(fb);
+      continue;
+    }
+    const std::uint32_t lack = t.lack(fb, sent);
     if (!t.by_count(fb, lack)) continue;  // NAKed one by one
     masked.set(b);
     if (lack > 0) lacks[fb] = lack;  // 0: enough parity held, the decode follows
   }
   return masked;
+}
+
+void receiver_engine::fec_undefer(session_rx& s, nak_builder& naks,
+                                  std::map<std::uint32_t, std::uint32_t>& lacks) {
+  auto& t = *s.fec;
+  for (auto it = s.fec_deferred.begin(); it != s.fec_deferred.end();) {
+    const std::uint32_t fb = *it;
+    const std::uint32_t n = t.layout().sources(fb);
+    if (fec_sent(s, fb) < n) {
+      ++it;
+      continue;
+    }
+    it = s.fec_deferred.erase(it);
+    if (t.decoding(fb)) continue;
+    const std::uint32_t lack = t.lack(fb, n);
+    if (lack == 0) continue;
+    if (t.by_count(fb, lack)) {
+      lacks[fb] = lack;
+      continue;
+    }
+    // Parity cannot make it whole: its missing blocks one by one.
+    for (std::uint32_t i = 0; i < n; ++i) {
+      const auto src = t.layout().source(fb, i);
+      const auto& fr = s.files[src.file];
+      if (fr.state != file_rx::state_t::receiving || fr.received.size() != fr.blocks) continue;
+      std::uint32_t from = src.block;
+      if (!naks.add_missing(src.file, fr.received, from, src.block + 1)) return;
+    }
+  }
 }
 
 void receiver_engine::send_naks(session_rx& s, time_point now) {
@@ -1177,6 +1228,7 @@ void receiver_engine::send_naks(session_rx& s, time_point now) {
     s.nak_block = s.marker_block;
     if (s.marker_pass_end) s.pass_end_answered = s.marker_pass;
   }
+  if (fec && !s.fec_deferred.empty()) fec_undefer(s, naks, fec_lacks);
   for (const auto& [fb, lack] : fec_lacks) {
     if (!naks.add_fec_lack(fb, lack)) break;  // the rest at the next marker's round
   }

@@ -250,14 +250,17 @@ class receiver_engine {
   // Parity repairs (docs/design-notes.md "Parity repairs"; fec_tracker.hpp).
   void handle_parity(std::span<const std::byte> datagram, const endpoint& from, time_point now);
   bool ensure_fec(session_rx& s);
-  void fec_source_added(session_rx& s, std::uint32_t f, std::uint32_t b);
-  void start_recovery(session_rx& s, std::uint32_t fec_block);
+  void fec_source_added(session_rx& s, std::uint32_t f, std::uint32_t b, time_point now);
+  void start_recovery(session_rx& s, std::uint32_t fec_block, time_point now);
   /// Sources of FEC block `fb` the sender has sent as of the latest marker.
   std::uint32_t fec_sent(const session_rx& s, std::uint32_t fb) const;
   /// `fr.received` with the missing blocks in [from, end) that parity will repair set, so the
   /// NAK names only the others; the FEC blocks repaired by parity go into `lacks`.
   block_map fec_mask(session_rx& s, std::uint32_t f, std::uint32_t from, std::uint32_t end,
                      std::map<std::uint32_t, std::uint32_t>& lacks);
+  /// Reports the deferred FEC blocks (session_rx::fec_deferred) whose sources are all sent.
+  void fec_undefer(session_rx& s, class nak_builder& naks,
+                   std::map<std::uint32_t, std::uint32_t>& lacks);
   void handle_digests(session_rx& s, const wire::digest_list& m, time_point now);
   void handle_register_reply(session_rx& s, const wire::register_reply& m, time_point now);
   void handle_complete_ack(session_rx& s, time_point now);

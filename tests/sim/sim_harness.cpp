@@ -119,6 +119,7 @@ class rx_node final : public receiver::receiver_sink, public receiver::storage_p
   void query_held(session_id s, std::uint32_t, std::vector<receiver::held_query> q) override;
   bool write_parity(session_id s, std::uint32_t fb, std::uint32_t index,
                     std::span<const std::byte> data) override {
+    if (m_spec.refuse_parity) return false;
     m_parity[{s.value, fb}][index].assign(data.begin(), data.end());
     return true;
   }
