@@ -86,6 +86,11 @@ sender_app::sender_app(boost::asio::io_context& io, app_options opts, sender_con
                 m_session_id.value);
   }
   if (cfg.fallback != fallback_mode::off) start_unicast_server(cfg);
+  if (const auto* layout = m_session.fec_layout()) {
+    m_parity = std::make_unique<parity_source>(
+        *layout, m_files, cfg.fec_max_parity ? cfg.fec_max_parity : fec::max_blocks - cfg.fec_k,
+        cfg.block_size);
+  }
 }
 
 std::error_code sender_app::file_source::read(file_index f, std::uint64_t offset,
@@ -345,16 +350,30 @@ bool sender_app::flush_pending(time_point) {
       if (size > segment) break;
       const auto& d = m_pending[end];
       std::byte* out = m_gso_buffer.data() + bytes;
-      wire::write_data_header({out, wire::data_header_size}, {m_session_id, d.seq, d.file, d.block});
-      std::span<const std::byte> payload;
       std::string why;
-      if (m_reader.read(d.file.value, d.offset, d.length, payload, why)) {
-        fail(why);
-        m_pending.clear();
-        m_pending_pos = 0;
-        return false;
+      if (d.parity) {
+        // A parity block: same header shape and length as a full data block.
+        wire::write_parity_header({out, wire::data_header_size},
+                                  {m_session_id, d.seq, d.fec_block, d.parity_index});
+        if (!m_parity || m_parity->parity(d.fec_block, d.parity_index,
+                                          {out + wire::data_header_size, d.length}, why)) {
+          fail(why.empty() ? "parity block requested in a session without FEC" : why);
+          m_pending.clear();
+          m_pending_pos = 0;
+          return false;
+        }
+      } else {
+        wire::write_data_header({out, wire::data_header_size},
+                                {m_session_id, d.seq, d.file, d.block});
+        std::span<const std::byte> payload;
+        if (m_reader.read(d.file.value, d.offset, d.length, payload, why)) {
+          fail(why);
+          m_pending.clear();
+          m_pending_pos = 0;
+          return false;
+        }
+        std::memcpy(out + wire::data_header_size, payload.data(), payload.size());
       }
-      std::memcpy(out + wire::data_header_size, payload.data(), payload.size());
       if (m_keys) m_keys->seal_data({out, size}, size - trailer);
       bytes += size;
       ++end;
