@@ -995,6 +995,12 @@ bool receiver_engine::ensure_fec(session_rx& s) {
   if (s.fec_k == 0 || s.state == session_rx::state_t::manifest || s.files.size() != s.file_count) {
     return false;
   }
+  // A storage path that cannot decode: no FEC state at all, missing blocks are NAKed one by
+  // one and parity is dropped (as stale).
+  if (!m_store.decodes_parity()) {
+    s.fec_k = 0;
+    return false;
+  }
   // The layout is the sender's: every manifest entry's block count, refused ones included.
   std::vector<std::uint32_t> blocks(s.file_count);
   for (std::uint32_t i = 0; i < s.file_count; ++i) {

@@ -97,6 +97,9 @@ class storage_port {
                           std::vector<held_query> queries) = 0;
   /// Persists `blob` as the session's resume state, after the writes queued before it.
   virtual void checkpoint(session_id session, std::string blob) = 0;
+  /// True when this storage path keeps parity and decodes FEC blocks (write_parity, recover).
+  /// The default, false: the engine drops parity and NAKs missing blocks one by one.
+  virtual bool decodes_parity() const { return false; }
   /// Keeps parity block `index` of FEC block `fec_block` (block_size bytes) until recover or
   /// close_session. The default keeps nothing: a storage path that cannot decode refuses, and
   /// the engine NAKs that FEC block's missing blocks one by one instead.

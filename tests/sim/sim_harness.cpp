@@ -117,6 +117,7 @@ class rx_node final : public receiver::receiver_sink, public receiver::storage_p
     m_temp.erase({key.session.value, key.file.value});
   }
   void query_held(session_id s, std::uint32_t, std::vector<receiver::held_query> q) override;
+  bool decodes_parity() const override { return !m_spec.refuse_parity; }
   bool write_parity(session_id s, std::uint32_t fb, std::uint32_t index,
                     std::span<const std::byte> data) override {
     if (m_spec.refuse_parity) return false;

@@ -68,8 +68,8 @@ struct receiver_spec {
   /// Throughput of this receiver's unicast fallback path, bit/s (modelled as a reliable pipe
   /// that needs two round trips to connect).
   double unicast_rate_bps = 50e6;
-  /// Its storage keeps no parity (storage_port::write_parity refuses, as a storage path that
-  /// does not decode): it must NAK block by block.
+  /// Its storage does not decode (storage_port::decodes_parity false, like mcdistd's
+  /// file_store today): it must NAK block by block.
   bool refuse_parity = false;
 };
 
