@@ -16,6 +16,7 @@ void fec_tracker::add_source(std::uint32_t fb) noexcept {
 bool fec_tracker::add_parity(std::uint32_t fb, std::uint32_t index) {
   if (fb >= m_sources.size() || index >= m_max_parity) return false;
   if (m_sources[fb] >= m_layout.sources(fb)) return false;  // complete
+  if (m_parity.size() >= max_parity_states && !m_parity.count(fb)) return false;
   auto& st = m_parity[fb];
   if (st.decoding || st.explicit_only || st.held.test(index)) return false;
   st.held.set(index);
@@ -71,6 +72,7 @@ void fec_tracker::decoded(std::uint32_t fb) {
 }
 
 void fec_tracker::set_explicit_only(std::uint32_t fb) {
+  if (m_parity.size() >= max_parity_states && !m_parity.count(fb)) return;
   auto& st = m_parity[fb];
   st.held.reset();
   st.decoding = false;

@@ -12,7 +12,10 @@
 /// does not hold yet); otherwise, or once a decode failed, its missing blocks are NAKed one by
 /// one as without FEC (`explicit_only`).
 ///
-/// Pure. Memory: 2 bytes per FEC block plus 40 bytes per FEC block holding parity.
+/// Pure. Memory: 2 bytes per FEC block plus about 100 bytes (entry and map node) per FEC block
+/// holding parity or marked explicit_only, at most max_parity_states of those: a sender that
+/// sends one parity block for every FEC block of a huge declared set and never completes one
+/// cannot make the site spend more than ~6.5 MB here.
 
 #include "common/fec_layout.hpp"
 
@@ -26,6 +29,10 @@ namespace mcdist::receiver {
 /// Source and parity counts of a session's FEC blocks.
 class fec_tracker {
  public:
+  /// Most FEC blocks with parity state at once: 65,536 FEC blocks of 128 blocks are 11 GB of a
+  /// session's data awaiting repair, far beyond any real loss; beyond it parity is dropped.
+  static constexpr std::size_t max_parity_states = 1 << 16;
+
   /// @param layout      the session's FEC blocks
   /// @param max_parity  parity indexes per FEC block (session_params.fec_max_parity), <= 254
   fec_tracker(fec::layout layout, std::uint32_t max_parity);
