@@ -127,7 +127,8 @@ std::string sealed_field(msg_type type, std::span<const std::byte> body) {
 
 std::size_t trailer_size(msg_type t) noexcept {
   switch (t) {
-    case msg_type::data: return data_trailer_bytes;
+    case msg_type::data:
+    case msg_type::parity: return data_trailer_bytes;  // both go through seal_data
     case msg_type::announce: return announce_trailer;
     case msg_type::register_request: return register_trailer;
     case msg_type::register_reply: return reply_trailer;
@@ -448,7 +449,9 @@ std::error_code receiver_keys::open(std::span<const std::byte> d, time_point now
     return {};
   }
   const std::size_t trailer = trailer_size(h.type);
-  const std::size_t min_body = h.type == msg_type::data ? wire::data_header_size : wire::header_size;
+  const std::size_t min_body = h.type == msg_type::data || h.type == msg_type::parity
+                                   ? wire::data_header_size
+                                   : wire::header_size;
   if (d.size() < min_body + trailer) {
     // Too short for its trailer: refused here, never handed on (it would parse as version 1).
     ++m_stats.unauthenticated;
@@ -505,6 +508,7 @@ std::error_code receiver_keys::open(std::span<const std::byte> d, time_point now
       }
       break;
     case msg_type::data:
+    case msg_type::parity:  // the same 20-byte header shape and sequence: the same tag or seal
       if (s && s->encrypted) {
         // Encrypted session: decrypt the payload behind the 20-byte headers into m_scratch.
         if (!s->sealed_data) return refuse(m_stats.no_key);

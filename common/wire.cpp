@@ -47,6 +47,7 @@ const char* to_string(msg_type t) noexcept {
     case msg_type::complete_ack: return "complete_ack";
     case msg_type::session_end: return "end";
     case msg_type::fallback: return "fallback";
+    case msg_type::parity: return "parity";
     case msg_type::repair_advert: return "repair_advert";
   }
   return "unknown";
@@ -59,8 +60,9 @@ std::error_code parse_header(std::span<const std::byte> datagram, header& out) n
   const auto v = std::to_integer<std::uint8_t>(datagram[2]);
   if (v != version && v != authenticated_version) return errc::bad_version;
   const auto type = std::to_integer<std::uint8_t>(datagram[3]);
+  // 1-12 (data to parity) and 14 (repair_advert); 13 is unassigned.
   if ((type < static_cast<std::uint8_t>(msg_type::data) ||
-       type > static_cast<std::uint8_t>(msg_type::fallback)) &&
+       type > static_cast<std::uint8_t>(msg_type::parity)) &&
       type != static_cast<std::uint8_t>(msg_type::repair_advert)) {
     return errc::unknown_type;
   }
@@ -92,6 +94,24 @@ void write_data_header(std::span<std::byte> out, const data_header& h) noexcept 
   store_be32(out.data() + 8, h.seq);
   store_be32(out.data() + 12, h.file.value);
   store_be32(out.data() + 16, h.block.value);
+}
+
+std::error_code parse_parity(std::span<const std::byte> datagram, parity_header& out,
+                             std::span<const std::byte>& payload) noexcept {
+  if (datagram.size() < data_header_size) return errc::truncated;
+  out.session = session_id{load_be32(datagram.data() + 4)};
+  out.seq = load_be32(datagram.data() + 8);
+  out.fec_block = load_be32(datagram.data() + 12);
+  out.index = load_be32(datagram.data() + 16);
+  payload = datagram.subspan(data_header_size);
+  return {};
+}
+
+void write_parity_header(std::span<std::byte> out, const parity_header& h) noexcept {
+  write_header(out, msg_type::parity, h.session);
+  store_be32(out.data() + 8, h.seq);
+  store_be32(out.data() + 12, h.fec_block);
+  store_be32(out.data() + 16, h.index);
 }
 
 std::size_t encode_control(std::span<std::byte> out, msg_type type, session_id session,

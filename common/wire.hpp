@@ -16,6 +16,15 @@
 ///     | sequence     | file index   | block index  | payload ...      |
 ///     +--------------+--------------+--------------+------------------+
 ///
+/// A parity datagram (type parity, issue 12) has the same shape, naming a FEC block and a parity
+/// index instead of a file and a block; its payload is one block_size-byte parity block of the
+/// FEC block's sources, each zero-padded to block_size (common/fec.hpp, common/fec_layout.hpp):
+///
+///     8              12             16             20
+///     +--------------+--------------+--------------+------------------+
+///     | sequence     | FEC block    | parity index | parity ...       |
+///     +--------------+--------------+--------------+------------------+
+///
 /// Every other type continues with one protobuf message of proto/mcdist.proto.
 
 #include "common/byte_order.hpp"
@@ -81,7 +90,9 @@ enum class msg_type : std::uint8_t {
   complete_ack = 9,
   session_end = 10,
   fallback = 11,
-  /// Blocks scheduled for repair (proto repair_advert), multicast; issue 12's numbers are 14-15.
+  parity = 12,  ///< a parity block of a FEC block (issue 12, parity repairs)
+  // 13 is unassigned.
+  /// Blocks scheduled for repair (proto repair_advert), multicast (issue 12, NAK feedback).
   repair_advert = 14,
 };
 
@@ -132,6 +143,14 @@ struct data_header {
   block_index block{};
 };
 
+/// The fields of a parity datagram after the common header (same offsets as data_header).
+struct parity_header {
+  session_id session{};
+  std::uint32_t seq = 0;        ///< shares the data datagrams' sequence
+  std::uint32_t fec_block = 0;  ///< FEC block index (fec::layout)
+  std::uint32_t index = 0;      ///< parity index within the FEC block (< fec::codec::max_parity)
+};
+
 /// Checks the common header: length, magic, version, known type, size limit.
 /// @param datagram  the whole datagram as received
 /// @param out       filled on success
@@ -151,6 +170,14 @@ std::error_code parse_data(std::span<const std::byte> datagram, data_header& out
 
 /// Writes the 20-byte header of a data datagram into `out` (at least data_header_size bytes).
 void write_data_header(std::span<std::byte> out, const data_header& h) noexcept;
+
+/// Parses a parity datagram whose common header parse_header accepted as type parity.
+/// @return empty, or errc::truncated
+std::error_code parse_parity(std::span<const std::byte> datagram, parity_header& out,
+                             std::span<const std::byte>& payload) noexcept;
+
+/// Writes the 20-byte header of a parity datagram into `out` (at least data_header_size bytes).
+void write_parity_header(std::span<std::byte> out, const parity_header& h) noexcept;
 
 /// Encodes header + message into `out`.
 /// @return bytes written, or 0 if `out` is too small.

@@ -11,6 +11,25 @@ void nak_builder::close() {
   m_done.push_back(std::move(m_msg));
   m_msg = m_header;
   m_used = 0;
+  m_last_fec = 0;
+}
+
+bool nak_builder::add_fec_lack(std::uint32_t fec_block, std::uint32_t lack) {
+  // Two varints of at most 5 bytes each, plus the packed field's tag and length once.
+  constexpr std::size_t pair_cost = 10;
+  constexpr std::size_t field_overhead = 6;
+  const std::size_t cost = pair_cost + (m_msg.fec_lacks_size() == 0 ? field_overhead : 0);
+  if (m_used + cost > range_budget) {
+    close();
+    if (full()) return false;
+    return add_fec_lack(fec_block, lack);
+  }
+  const bool first = m_msg.fec_lacks_size() == 0;
+  m_msg.add_fec_lacks(first ? fec_block : fec_block - m_last_fec);
+  m_msg.add_fec_lacks(lack);
+  m_last_fec = fec_block;
+  m_used += cost;
+  return true;
 }
 
 bool nak_builder::add_missing(std::uint32_t file, const block_map& received, std::uint32_t& from,
@@ -52,7 +71,10 @@ bool nak_builder::add_missing(std::uint32_t file, const block_map& received, std
 }
 
 void nak_builder::finish(bool always) {
-  if (!full() && (m_msg.files_size() > 0 || m_msg.digests_wanted_size() > 0 || always)) close();
+  if (!full() && (m_msg.files_size() > 0 || m_msg.fec_lacks_size() > 0 ||
+                  m_msg.digests_wanted_size() > 0 || always)) {
+    close();
+  }
 }
 
 }  // namespace mcdist::receiver

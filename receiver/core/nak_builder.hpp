@@ -37,6 +37,10 @@ class nak_builder {
   /// @return false when the datagram cap was reached (nothing more fits this round)
   bool add_missing(std::uint32_t file, const block_map& received, std::uint32_t& from,
                    std::uint32_t end);
+  /// Reports that FEC block `fec_block` lacks `lack` blocks (nak.fec_lacks; FEC blocks in
+  /// ascending order within one round).
+  /// @return false when the datagram cap was reached (it was not added)
+  bool add_fec_lack(std::uint32_t fec_block, std::uint32_t lack);
   /// Asks for `file`'s digest in the open datagram.
   void want_digest(std::uint32_t file) { m_msg.add_digests_wanted(file); }
   /// Digests asked for in the open datagram.
@@ -57,6 +61,7 @@ class nak_builder {
   wire::nak m_header;
   wire::nak m_msg;
   std::size_t m_used = 0;  ///< range bytes in m_msg
+  std::uint32_t m_last_fec = 0;  ///< FEC block of m_msg's last fec_lacks pair (gap base)
   std::uint32_t m_max;
   std::vector<wire::nak> m_done;
 };

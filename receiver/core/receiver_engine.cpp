@@ -1,6 +1,8 @@
 #include "receiver/core/receiver_engine.hpp"
 
 #include "common/ranges.hpp"
+#include "common/fec.hpp"
+#include "receiver/core/fec_tracker.hpp"
 #include "receiver/core/manifest_assembler.hpp"
 #include "receiver/core/nak_builder.hpp"
 #include "receiver/core/nak_scheduler.hpp"
@@ -14,6 +16,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <set>
 #include <unordered_set>
 
 namespace mcdist::receiver {
@@ -193,6 +196,14 @@ struct receiver_engine::session_rx {
   time_point next_unicast{};
   /// Bytes received of blocks that arrived in pieces over unicast, by (file << 32 | block).
   std::unordered_map<std::uint64_t, std::uint32_t> partial;
+  // Parity repairs (session_params.fec_*; fec_k 0: none).
+  std::uint32_t fec_k = 0;
+  std::uint32_t fec_max_parity = 0;
+  std::uint32_t fec_depth = 1;
+  std::unique_ptr<fec_tracker> fec;  ///< built when the session receives (ensure_fec)
+  /// FEC blocks with a missing block behind the marker whose other sources pass 1 had not sent
+  /// yet: reported once they are all sent (and the FEC block's proactive parity with them).
+  std::set<std::uint32_t> fec_deferred;
 
   std::string name() const {
     char buf[16];
@@ -296,6 +307,10 @@ void receiver_engine::dispatch(std::span<const std::byte> datagram, const endpoi
   }
   if (h.type == wire::msg_type::data) {
     handle_data(datagram, from, now);
+    return;
+  }
+  if (h.type == wire::msg_type::parity) {
+    handle_parity(datagram, from, now);
     return;
   }
   if (h.type == wire::msg_type::announce) {
@@ -457,6 +472,14 @@ bool receiver_engine::new_session(const wire::announce& m, session_id id, const 
   s->seq_channel = p.channel();
   s->seq = p.channel_seq();
   s->catch_up = std::move(catch_up);
+  // Parity repairs: a shape the codec cannot have means no FEC here (explicit NAKs still work).
+  if (p.fec_k() > 0 && p.fec_max_parity() > 0 && p.fec_k() < fec::max_blocks &&
+      p.fec_max_parity() < fec::max_blocks && p.fec_k() + p.fec_max_parity() <= fec::max_blocks &&
+      p.fec_depth() >= 1 && p.fec_depth() <= fec::max_depth) {
+    s->fec_k = p.fec_k();
+    s->fec_max_parity = p.fec_max_parity();
+    s->fec_depth = p.fec_depth();
+  }
   if (!s->seq_channel.empty()) {
     s->seq_source = sequence_book::source_of(m_sink.sender_key(id), p.sender_name());
   }
@@ -836,6 +859,7 @@ void receiver_engine::handle_data(std::span<const std::byte> datagram, const end
   s->dirty = true;
   ++m_stats.data_blocks;
   m_stats.data_bytes += payload.size();
+  if (s->fec) fec_source_added(*s, h.file.value, h.block.value, now);
   // Before the held check, a complete file waits (on_held finalizes it unless it is held).
   if (fr.received.all() && s->state != session_rx::state_t::manifest &&
       s->state != session_rx::state_t::checking_held) {
@@ -982,6 +1006,261 @@ void receiver_engine::handle_advert(session_rx& s, const wire::repair_advert& m,
   }
 }
 
+void receiver_engine::handle_parity(std::span<const std::byte> datagram, const endpoint& from,
+                                    time_point now) {
+  wire::parity_header h;
+  std::span<const std::byte> payload;
+  if (auto ec = wire::parse_parity(datagram, h, payload)) {
+    m_stats.drops.add(static_cast<errc>(ec.value()));
+    return;
+  }
+  session_rx* s = find(h.session);
+  if (!s) {
+    m_stats.drops.add(m_tombstones.count(h.session) ? errc::stale : errc::unknown_session);
+    return;
+  }
+  if (!same_host(from, s->sender)) {
+    m_stats.drops.add(errc::wrong_source);
+    return;
+  }
+  if (s->state == session_rx::state_t::completing || s->unicast) {
+    m_stats.drops.add(errc::duplicate);
+    return;
+  }
+  // Parity is used once the manifest is complete; before, or in a session without FEC, it is
+  // dropped like a block of an unknown file.
+  if (!ensure_fec(*s)) {
+    m_stats.drops.add(errc::stale);
+    return;
+  }
+  auto& t = *s->fec;
+  if (h.fec_block >= t.layout().fec_blocks() || h.index >= t.max_parity() ||
+      payload.size() != s->block_size) {
+    m_stats.drops.add(errc::invalid_field);
+    return;
+  }
+  s->last_heard = now;
+  if (seq_after(h.seq, s->seen_seq)) s->seen_seq = h.seq;
+  if (!t.add_parity(h.fec_block, h.index)) {
+    m_stats.drops.add(errc::duplicate);
+    return;
+  }
+  if (!m_store.write_parity(s->id, h.fec_block, h.index, payload)) {
+    // This storage path does not decode (or is full): NAK the FEC block's blocks instead.
+    t.set_explicit_only(h.fec_block);
+    m_stats.drops.add(errc::storage_full);
+    return;
+  }
+  ++m_stats.parity_blocks;
+  if (t.decodable(h.fec_block)) start_recovery(*s, h.fec_block, now);
+}
+
+bool receiver_engine::ensure_fec(session_rx& s) {
+  if (s.fec) return true;
+  // The manifest must be complete (the layout needs every entry); registration need not be:
+  // an eager sender's first blocks and parity arrive while the site registers.
+  if (s.fec_k == 0 || s.state == session_rx::state_t::manifest || s.files.size() != s.file_count) {
+    return false;
+  }
+  // A storage path that cannot decode: no FEC state at all, missing blocks are NAKed one by
+  // one and parity is dropped (as stale).
+  if (!m_store.decodes_parity()) {
+    s.fec_k = 0;
+    return false;
+  }
+  // The layout is the sender's: every manifest entry's block count, refused ones included.
+  std::vector<std::uint32_t> blocks(s.file_count);
+  for (std::uint32_t i = 0; i < s.file_count; ++i) {
+    const std::uint64_t n = (s.files[i].entry.size + s.block_size - 1) / s.block_size;
+    if (n > 0x7fffffffu) {
+      s.fec_k = 0;
+      return false;
+    }
+    blocks[i] = static_cast<std::uint32_t>(n);
+  }
+  try {
+    fec::layout l(blocks, s.fec_k, s.fec_depth);
+    // 2 bytes per FEC block (fec_tracker.hpp), charged before it is allocated.
+    if (!m_budget.charge(s.id, std::uint64_t{l.fec_blocks()} * 2 + sizeof(fec_tracker))) {
+      s.fec_k = 0;
+      return false;
+    }
+    s.fec = std::make_unique<fec_tracker>(std::move(l), s.fec_max_parity);
+  } catch (const std::invalid_argument&) {
+    s.fec_k = 0;
+    return false;
+  }
+  // What this receiver can already read back: received blocks, and held or stored files whole.
+  for (std::uint32_t i = 0; i < s.file_count; ++i) {
+    const auto& fr = s.files[i];
+    const bool whole = fr.state == file_rx::state_t::stored || fr.state == file_rx::state_t::held;
+    const bool partial = (fr.state == file_rx::state_t::receiving ||
+                          fr.state == file_rx::state_t::awaiting_digest ||
+                          fr.state == file_rx::state_t::finalizing) &&
+                         fr.received.size() == blocks[i] && blocks[i] > 0;
+    if (!whole && !partial) continue;
+    for (std::uint32_t b = 0; b < blocks[i]; ++b) {
+      if (whole || fr.received.test(b)) s.fec->add_source(s.fec->layout().locate(i, b).fec_block);
+    }
+  }
+  return true;
+}
+
+void receiver_engine::fec_source_added(session_rx& s, std::uint32_t f, std::uint32_t b,
+                                       time_point now) {
+  const std::uint32_t fb = s.fec->layout().locate(f, b).fec_block;
+  s.fec->add_source(fb);
+  if (s.fec->decodable(fb)) start_recovery(s, fb, now);
+}
+
+void receiver_engine::start_recovery(session_rx& s, std::uint32_t fb, time_point now) {
+  auto& t = *s.fec;
+  recovery_request req;
+  req.fec_block = fb;
+  req.k = s.fec_k;
+  req.max_parity = s.fec_max_parity;
+  req.block_size = s.block_size;
+  req.parity = t.parity_indexes(fb);
+  const std::uint32_t n = t.layout().sources(fb);
+  req.sources.reserve(n);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    const auto src = t.layout().source(fb, i);
+    auto& fr = s.files[src.file];
+    // A file whose blocks have not started arriving gets its block map now, so what the
+    // decode recovers for it is recorded (a map that does not fit fails the file).
+    if (fr.state == file_rx::state_t::receiving) ensure_block_map(s, src.file, now);
+    fec_source fs;
+    fs.file = file_index{src.file};
+    fs.block = src.block;
+    fs.offset = std::uint64_t{src.block} * s.block_size;
+    fs.length = block_length(fr.entry.size, s.block_size, src.block);
+    const bool has_map = fr.received.size() == fr.blocks && fr.blocks > 0;
+    fs.available = fr.state == file_rx::state_t::stored || fr.state == file_rx::state_t::held ||
+                   ((fr.state == file_rx::state_t::receiving ||
+                     fr.state == file_rx::state_t::awaiting_digest ||
+                     fr.state == file_rx::state_t::finalizing) &&
+                    has_map && fr.received.test(src.block));
+    fs.wanted = !fs.available && fr.state == file_rx::state_t::receiving && has_map;
+    if (fs.wanted && !fr.begun) {
+      m_store.begin_file({s.id, fs.file}, s.channel, fr.entry, fr.resume);
+      fr.begun = true;
+    }
+    req.sources.push_back(fs);
+  }
+  t.start_decode(fb);
+  m_store.recover(s.id, std::move(req));
+}
+
+void receiver_engine::on_recovered(session_id id, std::uint32_t fb, std::error_code ec,
+                                   time_point now) {
+  session_rx* s = find(id);
+  if (!s || !s->fec || fb >= s->fec->layout().fec_blocks() || !s->fec->decoding(fb)) return;
+  if (ec) {
+    s->fec->set_explicit_only(fb);
+    if (m_log) {
+      m_log->warn("session {}: decoding FEC block {} failed ({}); asking for its blocks instead",
+                  s->name(), fb, ec.message());
+    }
+    return;
+  }
+  const std::uint32_t n = s->fec->layout().sources(fb);
+  std::vector<std::uint32_t> completed;
+  for (std::uint32_t i = 0; i < n; ++i) {
+    const auto src = s->fec->layout().source(fb, i);
+    auto& fr = s->files[src.file];
+    if (fr.state != file_rx::state_t::receiving || fr.received.size() != fr.blocks ||
+        fr.blocks == 0 || fr.received.test(src.block)) {
+      continue;
+    }
+    const std::uint32_t len = block_length(fr.entry.size, s->block_size, src.block);
+    fr.received.set(src.block);
+    s->bytes_received += len;
+    s->dirty = true;
+    ++m_stats.blocks_recovered;
+    m_stats.data_bytes += len;
+    if (fr.received.all()) completed.push_back(src.file);
+  }
+  s->fec->decoded(fb);
+  if (s->state == session_rx::state_t::manifest || s->state == session_rx::state_t::checking_held) {
+    return;
+  }
+  for (const auto f : completed) {
+    if (s->files[f].state == file_rx::state_t::receiving) file_data_complete(*s, f);
+  }
+  file_done(*s, now);
+}
+
+std::uint32_t receiver_engine::fec_sent(const session_rx& s, std::uint32_t fb) const {
+  const auto& l = s.fec->layout();
+  // Pass 1 sends every source in sequence order; later passes and the end of pass 1 are past
+  // all of them.
+  if (s.marker_pass > 1 || s.marker_pass_end || s.marker_file >= s.file_count) return l.sources(fb);
+  // The marker stands at the next block to send. Parity goes out ahead of blocks, so once
+  // the sweep has sent one block past a FEC block's last source, that FEC block's proactive
+  // parity has gone out too: count its sources as sent only then, so the NAK is not for
+  // parity already on its way.
+  const std::uint64_t g = l.sequence_number(s.marker_file, s.marker_block);
+  return l.sources_before(fb, g > 0 ? g - 1 : 0);
+}
+
+block_map receiver_engine::fec_mask(session_rx& s, std::uint32_t f, std::uint32_t from,
+                                    std::uint32_t end, std::map<std::uint32_t, std::uint32_t>& lacks) {
+  auto& t = *s.fec;
+  block_map masked = s.files[f].received;
+  for (std::uint32_t b = masked.find_clear(from); b < end; b = masked.find_clear(b + 1)) {
+    const std::uint32_t fb = t.layout().locate(f, b).fec_block;
+    if (t.decoding(fb)) {
+      masked.set(b);  // being recovered now
+      continue;
+    }
+    const std::uint32_t sent = fec_sent(s, fb);
+    if (sent < t.layout().sources(fb) && !t.explicit_only(fb)) {
+      // Pass 1 has more of it to send, then its proactive parity: ask once they went out.
+      masked.set(b);
+      s.fec_deferred.insert(fb);
+      continue;
+    }
+    const std::uint32_t lack = t.lack(fb, sent);
+    if (!t.by_count(fb, lack)) continue;  // NAKed one by one
+    masked.set(b);
+    if (lack > 0) lacks[fb] = lack;  // 0: enough parity held, the decode follows
+  }
+  return masked;
+}
+
+void receiver_engine::fec_undefer(session_rx& s, nak_builder& naks,
+                                  std::map<std::uint32_t, std::uint32_t>& lacks) {
+  auto& t = *s.fec;
+  for (auto it = s.fec_deferred.begin(); it != s.fec_deferred.end();) {
+    const std::uint32_t fb = *it;
+    const std::uint32_t n = t.layout().sources(fb);
+    if (fec_sent(s, fb) < n) {
+      ++it;
+      continue;
+    }
+    it = s.fec_deferred.erase(it);
+    if (t.decoding(fb)) continue;
+    const std::uint32_t lack = t.lack(fb, n);
+    if (lack == 0) continue;
+    if (t.by_count(fb, lack)) {
+      lacks[fb] = lack;
+      continue;
+    }
+    // Parity cannot make it whole: its missing blocks one by one.
+    for (std::uint32_t i = 0; i < n; ++i) {
+      const auto src = t.layout().source(fb, i);
+      const auto& fr = s.files[src.file];
+      if (fr.state != file_rx::state_t::receiving || fr.received.size() != fr.blocks) continue;
+      if (s.feedback.advertised(src.file, src.block)) continue;  // nak_scheduler.hpp
+      std::uint32_t from = src.block;
+      if (!naks.add_missing(src.file, fr.received, from, src.block + 1)) {
+        s.fec_deferred.insert(fb);  // the datagram cap: again at the next round
+        return;
+      }
+    }
+  }
+}
+
 void receiver_engine::send_naks(session_rx& s, time_point now) {
   // The rounds due now, in the order scheduled; the others wait.
   std::vector<nak_round> due;
@@ -1010,16 +1289,21 @@ void receiver_engine::send_round(session_rx& s, const nak_round& r, time_point n
   header.set_bytes_received(s.bytes_received);
   nak_builder naks(header, m_cfg.max_nak_datagrams);
   bool stopped = false;
+  std::map<std::uint32_t, std::uint32_t> fec_lacks;  // FEC block -> blocks it lacks
+  const bool fec = !s.unicast && ensure_fec(s);
   const std::uint32_t last_file = std::min(r.to_file, s.file_count);
   for (std::uint32_t f = r.from_file, b = r.from_block; f <= last_file && f < s.file_count;
        ++f, b = 0) {
     auto& fr = s.files[f];
     if (fr.state != file_rx::state_t::receiving) continue;
     const std::uint32_t end = f == r.to_file ? std::min(r.to_block, fr.blocks) : fr.blocks;
+    // Blocks that parity will repair are masked (received) and counted in fec_lacks instead.
+    const block_map masked = fec ? fec_mask(s, f, b, end, fec_lacks) : block_map();
+    const block_map& have = fec ? masked : fr.received;
     // Blocks the sender advertised as scheduled are left out (nak_scheduler.hpp).
     const bool all_in = s.feedback.for_each_unadvertised(
         f, b, end, [&](std::uint32_t from, std::uint32_t to) {
-          if (naks.add_missing(f, fr.received, from, to)) return true;
+          if (naks.add_missing(f, have, from, to)) return true;
           b = from;
           return false;
         });
@@ -1037,6 +1321,13 @@ void receiver_engine::send_round(session_rx& s, const nak_round& r, time_point n
     }
   }
   if (!stopped && r.pass_end) s.pass_end_answered = s.marker_pass;
+  if (fec && !s.fec_deferred.empty()) fec_undefer(s, naks, fec_lacks);
+  for (auto it = fec_lacks.begin(); it != fec_lacks.end(); ++it) {
+    if (naks.add_fec_lack(it->first, it->second)) continue;
+    // The datagram cap: the rest are deferred, so the next round reports them (fec_undefer).
+    for (; it != fec_lacks.end(); ++it) s.fec_deferred.insert(it->first);
+    break;
+  }
   for (std::uint32_t i = 0;
        i < s.digests_through && !naks.full() && naks.digests_wanted() < max_digests_wanted; ++i) {
     const auto& fr = s.files[i];

@@ -163,6 +163,8 @@ struct receiver_stats {
   std::uint64_t files_refused = 0;
   std::uint64_t sessions_completed = 0;
   std::uint64_t sessions_failed = 0;
+  std::uint64_t parity_blocks = 0;     ///< parity blocks kept for decoding (issue 12)
+  std::uint64_t blocks_recovered = 0;  ///< source blocks recovered from parity
   drop_counters drops;
 };
 
@@ -196,6 +198,10 @@ class receiver_engine {
   /// Outcome of storage_port::finalize. ec empty: delivered.
   void on_file_stored(session_id s, file_index f, std::error_code ec, const std::string& detail,
                       time_point now);
+
+  /// Outcome of storage_port::recover for FEC block `fec_block`. ec empty: its wanted sources
+  /// were written; otherwise its missing blocks are NAKed one by one from now on.
+  void on_recovered(session_id s, std::uint32_t fec_block, std::error_code ec, time_point now);
 
   /// Bytes of a file arrived over unicast (exact, final, each byte once per request).
   void on_unicast_data(session_id s, file_index f, std::uint64_t offset,
@@ -254,6 +260,20 @@ class receiver_engine {
   /// Blocks the sender scheduled for repair: left out of this receiver's NAKs for the pass
   /// (nak_scheduler.hpp).
   void handle_advert(session_rx& s, const wire::repair_advert& m, time_point now);
+  // Parity repairs (docs/design-notes.md "Parity repairs"; fec_tracker.hpp).
+  void handle_parity(std::span<const std::byte> datagram, const endpoint& from, time_point now);
+  bool ensure_fec(session_rx& s);
+  void fec_source_added(session_rx& s, std::uint32_t f, std::uint32_t b, time_point now);
+  void start_recovery(session_rx& s, std::uint32_t fec_block, time_point now);
+  /// Sources of FEC block `fb` the sender has sent as of the latest marker.
+  std::uint32_t fec_sent(const session_rx& s, std::uint32_t fb) const;
+  /// `fr.received` with the missing blocks in [from, end) that parity will repair set, so the
+  /// NAK names only the others; the FEC blocks repaired by parity go into `lacks`.
+  block_map fec_mask(session_rx& s, std::uint32_t f, std::uint32_t from, std::uint32_t end,
+                     std::map<std::uint32_t, std::uint32_t>& lacks);
+  /// Reports the deferred FEC blocks (session_rx::fec_deferred) whose sources are all sent.
+  void fec_undefer(session_rx& s, class nak_builder& naks,
+                   std::map<std::uint32_t, std::uint32_t>& lacks);
   void handle_digests(session_rx& s, const wire::digest_list& m, time_point now);
   void handle_register_reply(session_rx& s, const wire::register_reply& m, time_point now);
   void handle_complete_ack(session_rx& s, time_point now);

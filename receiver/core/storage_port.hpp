@@ -44,6 +44,32 @@ struct held_answer {
   sha256_digest digest{};
 };
 
+/// One source block of a FEC block, for storage_port::recover.
+struct fec_source {
+  file_index file{};
+  std::uint32_t block = 0;
+  std::uint64_t offset = 0;   ///< bytes into the file
+  std::uint32_t length = 0;   ///< bytes (the file's last block may be short)
+  /// Readable: in the file's temp file, or in the destination (a stored or held file).
+  bool available = false;
+  /// To be recovered and written to the file's temp file (begun); a source neither available
+  /// nor wanted (a refused or failed file's block) is recovered and thrown away.
+  bool wanted = false;
+};
+
+/// A FEC block to decode (docs/design-notes.md "Parity repairs"): storage reads the available
+/// sources, zero-pads each to block_size, takes the parity blocks kept with write_parity, and
+/// recovers the rest (fec::codec(k, max_parity).decode); it writes the wanted ones and forgets
+/// the FEC block's parity. The outcome arrives as receiver_engine::on_recovered.
+struct recovery_request {
+  std::uint32_t fec_block = 0;
+  std::uint32_t k = 0;            ///< session_params.fec_k
+  std::uint32_t max_parity = 0;   ///< session_params.fec_max_parity
+  std::uint32_t block_size = 0;   ///< bytes
+  std::vector<fec_source> sources;       ///< the FEC block's sources, in index order
+  std::vector<std::uint32_t> parity;     ///< parity indexes kept for it, ascending
+};
+
 /// The storage path as the core sees it. Calls come from the core's thread and never block on
 /// disk; outcomes are reported later, on the same thread, through the shell.
 class storage_port {
@@ -71,6 +97,23 @@ class storage_port {
                           std::vector<held_query> queries) = 0;
   /// Persists `blob` as the session's resume state, after the writes queued before it.
   virtual void checkpoint(session_id session, std::string blob) = 0;
+  /// True when this storage path keeps parity and decodes FEC blocks (write_parity, recover).
+  /// The default, false: the engine drops parity and NAKs missing blocks one by one.
+  virtual bool decodes_parity() const { return false; }
+  /// Keeps parity block `index` of FEC block `fec_block` (block_size bytes) until recover or
+  /// close_session. The default keeps nothing: a storage path that cannot decode refuses, and
+  /// the engine NAKs that FEC block's missing blocks one by one instead.
+  /// @return false if it was not kept
+  virtual bool write_parity(session_id session, std::uint32_t fec_block, std::uint32_t index,
+                            std::span<const std::byte> data) {
+    (void)session, (void)fec_block, (void)index, (void)data;
+    return false;
+  }
+  /// Decodes a FEC block as `request` says; the outcome arrives as
+  /// receiver_engine::on_recovered. Only called after write_parity kept its parity.
+  virtual void recover(session_id session, recovery_request request) {
+    (void)session, (void)request;
+  }
   /// The session is over for this receiver: drops its files (no outcomes for them).
   /// @param remove_temp  also delete its temp files and resume state
   virtual void close_session(session_id session, bool remove_temp) = 0;

@@ -38,6 +38,11 @@ struct announce_settings {
   std::uint64_t channel_seq = 0;            ///< 0: unsequenced
   /// A catch-up session's ranges of the channel's sequence numbers, inclusive.
   std::vector<std::pair<std::uint64_t, std::uint64_t>> catch_up_seqs;
+  /// Parity repairs (session_params.fec_*, common/fec_layout.hpp): sources per FEC block, 0 for
+  /// none (the three fields are then left out); parity indexes per FEC block; interleaving depth.
+  std::uint32_t fec_k = 0;
+  std::uint32_t fec_max_parity = 0;
+  std::uint32_t fec_depth = 1;
   /// Bytes each chunk leaves unused below wire::control_budget for what the shell adds to its
   /// body (auth::sealed_body_overhead in an encrypted session).
   std::uint32_t reserve_bytes = 0;

@@ -83,6 +83,11 @@ class pass_scheduler {
   /// The sweep's position: the file and block it sends next (file_count() at the end).
   std::uint32_t cursor_file() const noexcept { return m_cursor_file; }
   std::uint32_t cursor_block() const noexcept { return m_cursor_block; }
+  /// Takes a sequence number for a datagram that is not a block of this sweep (a parity block).
+  std::uint32_t take_seq() noexcept {
+    if (++m_seq == 0) ++m_seq;  // 0 means "never sent"
+    return m_seq;
+  }
   /// The last sequence number taken (0 before the first).
   std::uint32_t seq() const noexcept { return m_seq; }
   /// Blocks sent again: prompt repairs and every block of passes after the first.

@@ -1,14 +1,16 @@
 #include "sender/core/sender_session.hpp"
 
+#include "common/fec.hpp"
 #include "common/log_limit.hpp"
-#include "sender/core/feedback_plan.hpp"
 #include "common/ranges.hpp"
 #include "common/wire.hpp"
 #include "mcdist.pb.h"
+#include "sender/core/feedback_plan.hpp"
 
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <stdexcept>
 
@@ -72,6 +74,9 @@ announce_settings announce_settings_of(const sender_config& c) {
           .channel = c.channel,
           .channel_seq = c.channel_seq,
           .catch_up_seqs = c.catch_up_seqs,
+          .fec_k = c.fec_k,
+          .fec_max_parity = c.fec_max_parity,
+          .fec_depth = c.fec_depth,
           .reserve_bytes = c.announce_reserve_bytes};
 }
 
@@ -155,6 +160,21 @@ sender_session::sender_session(sender_config cfg, std::vector<manifest_entry> fi
     blocks[i] = block_count(m_files[i].size, m_cfg.block_size);
   }
   m_passes = pass_scheduler(blocks);
+  if (m_cfg.fec_k > 0) {
+    if (m_cfg.fec_max_parity == 0 && m_cfg.fec_k < fec::max_blocks) {
+      m_cfg.fec_max_parity = fec::max_blocks - m_cfg.fec_k;
+    }
+    if (m_cfg.fec_k >= fec::max_blocks || m_cfg.fec_max_parity == 0 ||
+        m_cfg.fec_k + m_cfg.fec_max_parity > fec::max_blocks || m_cfg.fec_overhead < 0 ||
+        m_cfg.fec_overhead > 1) {
+      throw std::invalid_argument("FEC blocks of " + std::to_string(m_cfg.fec_k) + " sources and " +
+                                  std::to_string(m_cfg.fec_max_parity) +
+                                  " parity blocks: at most " + std::to_string(fec::max_blocks) +
+                                  " in all, overhead 0..100 %");
+    }
+    m_fec.emplace(blocks, m_cfg.fec_k, m_cfg.fec_depth);  // throws for a bad depth
+    m_parity.emplace(m_fec->fec_blocks(), m_cfg.fec_max_parity);
+  }
   while (m_digests_through < m_files.size() && m_files[m_digests_through].digest) {
     ++m_digests_through;
   }
@@ -581,6 +601,25 @@ std::size_t sender_session::next_data(time_point now, std::span<data_send> out) 
   std::uint64_t allowance = m_pacer.allowance(now);
   std::size_t n = 0;
   while (n < out.size()) {
+    // Parity first, like prompt repairs: it answers NAKs, or completes a FEC block of pass 1.
+    if (const auto pp = m_parity ? m_parity->peek() : std::nullopt) {
+      const std::uint64_t wire_bytes =
+          m_cfg.block_size + wire::data_header_size + ip_udp_overhead + m_cfg.data_trailer_bytes;
+      if (wire_bytes > allowance) break;
+      allowance -= wire_bytes;
+      m_pacer.consume(now, wire_bytes);
+      auto& d = out[n++];
+      d = data_send{};
+      d.parity = true;
+      d.fec_block = pp->fec_block;
+      d.parity_index = pp->index;
+      d.length = m_cfg.block_size;
+      d.seq = m_passes.take_seq();
+      m_parity->take(*pp, d.seq);
+      ++m_data_datagrams;
+      m_data_bytes += m_cfg.block_size;
+      continue;
+    }
     // Blocks NAKed behind the cursor go out first, while the pass still runs (DESIGN.md: repair
     // starts while data still flows), so a receiver's holes close within a round trip and its
     // in-order hashing does not stall until the next pass.
@@ -596,9 +635,21 @@ std::size_t sender_session::next_data(time_point now, std::span<data_send> out) 
     allowance -= wire_bytes;
     m_pacer.consume(now, wire_bytes);
     auto& d = out[n++];
+    d = data_send{};
     d.file = file_index{pick->file};
     d.block = block_index{pick->block};
     d.seq = m_passes.take(*pick);
+    if (m_fec && m_cfg.fec_overhead > 0 && m_passes.pass() == 1 && !pick->prompt) {
+      // The FEC block's last source went out in pass 1: its proactive parity follows.
+      const auto pos = m_fec->locate(pick->file, pick->block);
+      const std::uint32_t n_src = m_fec->sources(pos.fec_block);
+      if (pos.index + 1 == n_src) {
+        const auto count = static_cast<std::uint32_t>(
+            std::ceil(m_cfg.fec_overhead * static_cast<double>(n_src) - 1e-9));
+        m_parity->add(pos.fec_block, std::min(count, m_cfg.fec_max_parity));
+        m_proactive_parity += std::min(count, m_cfg.fec_max_parity);
+      }
+    }
     d.offset = std::uint64_t{pick->block} * m_cfg.block_size;
     d.length = len;
     ++m_data_datagrams;
@@ -618,7 +669,8 @@ void sender_session::end_pass(time_point now) {
       if (r->on_multicast() && r->last_nak_pass == m_passes.pass()) order_fallback(*r, *why, now);
     }
   }
-  if (m_passes.wanted() > 0 && m_passes.pass() < m_cfg.max_passes) {
+  if ((m_passes.wanted() > 0 || (m_parity && m_parity->scheduled() > 0)) &&
+      m_passes.pass() < m_cfg.max_passes) {
     start_pass(now);
     return;
   }
@@ -931,10 +983,27 @@ void sender_session::handle_nak(const wire::nak& m, const endpoint& from, time_p
     if (!m_digest_queue.empty() && digests_sendable()) send_digests(now);
     return;
   }
-  ++(m.files_size() > 0 ? m_counters.naks : m_counters.status);
+  ++(m.files_size() > 0 || m.fec_lacks_size() > 0 ? m_counters.naks : m_counters.status);
   if (!r->on_multicast()) {
     m_drops.add(errc::stale);  // completed or failed already
     return;
+  }
+  // FEC lacks: (gap, lack) pairs over ascending FEC blocks, each lack at most its sources.
+  if (m.fec_lacks_size() > 0) {
+    if (!m_fec || m.fec_lacks_size() % 2 != 0) {
+      m_drops.add(errc::invalid_field);
+      return;
+    }
+    std::uint64_t fb = 0;
+    for (int i = 0; i < m.fec_lacks_size(); i += 2) {
+      if (i > 0 && m.fec_lacks(i) == 0) fb = m_fec->fec_blocks();  // not ascending
+      fb += m.fec_lacks(i);
+      if (fb >= m_fec->fec_blocks() || m.fec_lacks(i + 1) == 0 ||
+          m.fec_lacks(i + 1) > m_fec->sources(static_cast<std::uint32_t>(fb))) {
+        m_drops.add(errc::invalid_field);
+        return;
+      }
+    }
   }
   for (const auto& fn : m.files()) {
     if (fn.file() >= file_count ||
@@ -965,6 +1034,13 @@ void sender_session::handle_nak(const wire::nak& m, const endpoint& from, time_p
                      for (const auto& [a, b] : m_added) m_advert.scheduled(fn.file(), a, b - a);
                    });
   }
+  // FEC lacks (validated above): new parity, counted with the blocks named for the window.
+  for (std::uint32_t i = 0, fb = 0; i + 1 < static_cast<std::uint32_t>(m.fec_lacks_size()); i += 2) {
+    fb += m.fec_lacks(static_cast<int>(i));
+    const std::uint32_t lack = m.fec_lacks(static_cast<int>(i + 1));
+    naked += lack;
+    fresh += m_parity->nak(fb, lack, m.seen_seq());
+  }
   m_counters.nak_blocks += naked;
   m_counters.nak_new_blocks += fresh;
   m_window.on_nak(naked, fresh);
@@ -993,7 +1069,9 @@ void sender_session::handle_nak(const wire::nak& m, const endpoint& from, time_p
                     now);
       return;
     }
-    if (m_passes.wanted() > 0 && !m_next_pass_at) m_next_pass_at = now + collection_delay();
+    if ((m_passes.wanted() > 0 || (m_parity && m_parity->scheduled() > 0)) && !m_next_pass_at) {
+      m_next_pass_at = now + collection_delay();
+    }
   }
 }
 
@@ -1176,7 +1254,10 @@ session_report sender_session::report(time_point now) const {
   rep.passes = m_passes.pass();
   rep.data_datagrams = m_data_datagrams;
   rep.data_bytes = m_data_bytes;
-  rep.repair_datagrams = m_passes.repairs();
+  const std::uint64_t parity = m_parity ? m_parity->sent() : 0;
+  rep.repair_datagrams = m_passes.repairs() + (parity - std::min(parity, m_proactive_parity));
+  rep.parity_datagrams = parity;
+  rep.proactive_parity = std::min(parity, m_proactive_parity);
   rep.grtt = m_grtt.estimate();
   rep.elapsed = (m_phase == phase::done || m_phase == phase::ending ? m_finished : now) - m_start;
   rep.drops = m_drops;

@@ -8,6 +8,7 @@
 #include "common/block_map.hpp"
 #include "common/endpoint.hpp"
 #include "common/error.hpp"
+#include "common/fec_layout.hpp"
 #include "common/ids.hpp"
 #include "common/manifest.hpp"
 #include "common/pacer.hpp"
@@ -16,6 +17,7 @@
 #include "sender/core/fallback_policy.hpp"
 #include "sender/core/feedback_plan.hpp"
 #include "sender/core/grtt.hpp"
+#include "sender/core/parity_planner.hpp"
 #include "sender/core/pass_scheduler.hpp"
 #include "sender/core/repair_advert.hpp"
 #include "sender/core/silence_list.hpp"
@@ -104,6 +106,19 @@ struct sender_config {
   /// simulation).
   std::function<fallback_token()> token_source;
 
+  // --- parity repairs (docs/design-notes.md "Parity repairs") ---
+  /// Source blocks per FEC block; 0: no parity, NAKs name blocks (common/fec_layout.hpp).
+  std::uint32_t fec_k = 0;
+  /// Parity indexes per FEC block (fec_k + fec_max_parity <= fec::max_blocks); 0: as many as
+  /// fit, 255 - fec_k.
+  std::uint32_t fec_max_parity = 0;
+  /// Interleaving depth: a burst of this many lost datagrams takes at most one block of each
+  /// FEC block (1..fec::max_depth).
+  std::uint32_t fec_depth = 1;
+  /// Proactive parity sent in pass 1 after each FEC block's sources, as a fraction of them
+  /// (0.03: 3 %, rounded up per FEC block), so most sites need no repair round trip.
+  double fec_overhead = 0;
+
   // --- unicast fallback policy (fallback_policy.hpp) ---
   fallback_mode fallback = fallback_mode::automatic;
   /// A receiver whose NAKed blocks exceed this fraction of the data sent is moved to unicast,
@@ -178,7 +193,7 @@ struct receiver_report {
 /// as the group grows).
 struct control_counters {
   std::uint64_t registers = 0;  ///< REGISTER datagrams received
-  std::uint64_t naks = 0;       ///< NAK datagrams received that name blocks
+  std::uint64_t naks = 0;       ///< NAK datagrams received that name blocks or FEC lacks
   std::uint64_t status = 0;     ///< NAK datagrams received that name none (status replies)
   std::uint64_t completes = 0;  ///< COMPLETE datagrams received
   std::uint64_t nak_blocks = 0;      ///< blocks those NAKs named (a block named twice: twice)
@@ -201,7 +216,9 @@ struct session_report {
   std::uint32_t passes = 0;
   std::uint64_t data_datagrams = 0;
   std::uint64_t data_bytes = 0;    ///< payload bytes sent, repairs included
-  std::uint64_t repair_datagrams = 0;
+  std::uint64_t repair_datagrams = 0;  ///< blocks sent again and parity sent for NAKs
+  std::uint64_t parity_datagrams = 0;  ///< parity blocks sent, proactive and for NAKs
+  std::uint64_t proactive_parity = 0;  ///< of which proactive (pass 1, fec_overhead)
   duration grtt{};
   duration elapsed{};
   control_counters control;
@@ -210,13 +227,18 @@ struct session_report {
 };
 
 /// One data datagram to send: the shell reads `length` bytes at `offset` of file `file` and
-/// writes header + payload.
+/// writes header + payload. A parity datagram (`parity`) instead carries parity block
+/// `parity_index` of FEC block `fec_block` (block_size bytes; file, block and offset unused): the
+/// shell encodes it from the FEC block's sources (fec::layout::source, fec::codec::encode).
 struct data_send {
   file_index file{};
   block_index block{};
   std::uint32_t seq = 0;
   std::uint64_t offset = 0;  ///< bytes
   std::uint32_t length = 0;  ///< bytes of payload
+  bool parity = false;
+  std::uint32_t fec_block = 0;
+  std::uint32_t parity_index = 0;
 };
 
 /// A control datagram to send: to the multicast group when `to` is empty.
@@ -296,6 +318,8 @@ class sender_session {
   void set_rate(std::uint64_t rate_bps) noexcept;
   /// The multicast rate in force, bit/s (0 = unpaced).
   std::uint64_t rate_bps() const noexcept { return m_cfg.rate_bps; }
+  /// The session's FEC blocks; null when it sends no parity (fec_k 0).
+  const fec::layout* fec_layout() const noexcept { return m_fec ? &*m_fec : nullptr; }
 
  private:
   struct receiver_state;
@@ -371,6 +395,9 @@ class sender_session {
   std::uint32_t m_status_round = 0;  ///< status requests sent, for the slice they ask
   /// Runs a NAK just added to the wanted set (scratch for handle_nak).
   std::vector<std::pair<std::uint32_t, std::uint32_t>> m_added;
+  std::optional<fec::layout> m_fec;
+  std::optional<parity_planner> m_parity;
+  std::uint64_t m_proactive_parity = 0;
 
   phase m_phase = phase::announcing;
   time_point m_start{};

@@ -96,6 +96,11 @@ sender_app::sender_app(boost::asio::io_context& io, app_options opts, sender_con
                 m_session_id);
   }
   if (cfg.fallback != fallback_mode::off) start_unicast_server(cfg);
+  if (const auto* layout = m_session.fec_layout()) {
+    m_parity = std::make_unique<parity_source>(
+        *layout, m_files, cfg.fec_max_parity ? cfg.fec_max_parity : fec::max_blocks - cfg.fec_k,
+        cfg.block_size);
+  }
 }
 
 std::error_code sender_app::file_source::read(file_index f, std::uint64_t offset,
@@ -377,7 +382,22 @@ bool sender_app::flush_pending(time_point) {
     for (std::size_t i = m_pending_pos; i < end; ++i) {
       const auto& d = m_pending[i];
       std::byte* out = m_gso_buffer.data() + (i - m_pending_pos) * segment;
-      wire::write_data_header({out, wire::data_header_size}, {m_session_id, d.seq, d.file, d.block});
+      if (d.parity) {
+        // A parity block (issue 12): a data header's shape, a full block's length, its bytes
+        // encoded here from the FEC block's sources (read_payloads left its payload alone).
+        wire::write_parity_header({out, wire::data_header_size},
+                                  {m_session_id, d.seq, d.fec_block, d.parity_index});
+        if (!m_parity || m_parity->parity(d.fec_block, d.parity_index,
+                                          {out + wire::data_header_size, d.length}, why)) {
+          fail(why.empty() ? "parity block requested in a session without FEC" : why);
+          m_pending.clear();
+          m_pending_pos = 0;
+          return false;
+        }
+      } else {
+        wire::write_data_header({out, wire::data_header_size},
+                                {m_session_id, d.seq, d.file, d.block});
+      }
       const std::size_t size = d.length + wire::data_header_size + trailer;
       if (m_keys) m_keys->seal_data({out, size}, size - trailer);
     }
@@ -404,25 +424,34 @@ bool sender_app::flush_pending(time_point) {
 
 std::error_code sender_app::read_payloads(std::size_t first, std::size_t last, std::size_t segment,
                                           std::string& why) {
+  // Runs of consecutive blocks of one file, each read with one preadv; a parity datagram (its
+  // payload is encoded, not read) ends a run.
   std::size_t run = first;  // the first datagram of the current run
   m_payload_iov.clear();
-  for (std::size_t i = first; i <= last; ++i) {
-    const bool ends_run = i == last || (i > run && (m_pending[i].file != m_pending[i - 1].file ||
-                                                    m_pending[i].offset !=
-                                                        m_pending[i - 1].offset + m_pending[i - 1].length));
-    if (ends_run && !m_payload_iov.empty()) {
-      if (auto ec = m_reader.read_into(m_pending[run].file.value, m_pending[run].offset,
-                                       m_payload_iov, why)) {
-        return ec;
-      }
-      m_payload_iov.clear();
+  const auto read_run = [&]() -> std::error_code {
+    if (m_payload_iov.empty()) return {};
+    auto ec = m_reader.read_into(m_pending[run].file.value, m_pending[run].offset, m_payload_iov,
+                                 why);
+    m_payload_iov.clear();
+    return ec;
+  };
+  for (std::size_t i = first; i < last; ++i) {
+    const auto& d = m_pending[i];
+    if (d.parity) {
+      if (auto ec = read_run()) return ec;
+      continue;
+    }
+    // The run is not empty only when datagram i - 1 is in it (a parity datagram ends it).
+    const bool continues = !m_payload_iov.empty() && d.file == m_pending[i - 1].file &&
+                           d.offset == m_pending[i - 1].offset + m_pending[i - 1].length;
+    if (!continues) {
+      if (auto ec = read_run()) return ec;
       run = i;
     }
-    if (i == last) break;
     std::byte* payload = m_gso_buffer.data() + (i - first) * segment + wire::data_header_size;
-    m_payload_iov.push_back({payload, m_pending[i].length});
+    m_payload_iov.push_back({payload, d.length});
   }
-  return {};
+  return read_run();
 }
 
 void sender_app::collect_digests(time_point now) {

@@ -12,6 +12,7 @@
 #include "sender/io/block_reader.hpp"
 #include "sender/io/file_hasher.hpp"
 #include "sender/io/file_set.hpp"
+#include "sender/io/parity_source.hpp"
 #include "sender/io/summary.hpp"
 
 #include <boost/asio/io_context.hpp>
@@ -136,6 +137,8 @@ class sender_app {
   boost::asio::signal_set m_signals;
   sender_session m_session;
   block_reader m_reader;
+  /// Parity blocks of a session sent with FEC (--fec-k); null otherwise.
+  std::unique_ptr<parity_source> m_parity;
   net::batch_sender m_batch;
   net::batch_receiver m_receiver;
   std::unique_ptr<file_source> m_source;

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <charconv>
+#include <cstdlib>
 #include <iostream>
 #include <random>
 #include <string_view>
@@ -155,6 +156,24 @@ void add_sender_options(CLI::App& app, sender_cli& c) {
       ->type_name("LEVEL");
   app.add_flag("-q,--quiet", c.quiet, "Only warnings and errors; no progress line");
   app.add_flag("--no-progress", c.no_progress, "No progress line even on a terminal");
+  app.add_option("--fec-k", c.fec_k,
+                 "Parity repairs: code blocks in FEC blocks of this many sources (Reed-Solomon, "
+                 "at most 254; 0 = off) so that one repair datagram serves different losses at "
+                 "different sites (docs/design-notes.md \"Parity repairs\")")
+      ->capture_default_str()
+      ->type_name("K")
+      ->check(CLI::Range(0u, 254u));
+  app.add_option("--fec-depth", c.fec_depth,
+                 "With --fec-k: interleaving depth; a burst of this many lost datagrams takes at "
+                 "most one block of each FEC block")
+      ->capture_default_str()
+      ->type_name("D")
+      ->check(CLI::Range(1u, 64u));
+  app.add_option("--fec-overhead", c.fec_overhead,
+                 "With --fec-k: proactive parity sent in pass 1, as a share of the data (3% or "
+                 "0.03), so most sites finish without a repair round trip")
+      ->capture_default_str()
+      ->type_name("SHARE");
   app.add_option("--fallback", c.fallback,
                  "Unicast fallback: auto (SCTP over UDP, multi-socket TCP on long paths), sctp, "
                  "tcp, sctp-kernel or off")
@@ -274,6 +293,22 @@ sender_options make_sender_options(const sender_cli& c) {
     *out = *d;
   }
   o.session.max_passes = c.max_passes;
+  o.session.fec_k = c.fec_k;
+  o.session.fec_depth = c.fec_depth;
+  {
+    std::string v = c.fec_overhead;
+    const bool percent = !v.empty() && v.back() == '%';
+    if (percent) v.pop_back();
+    char* end = nullptr;
+    const double x = std::strtod(v.c_str(), &end);
+    const double share = percent ? x / 100 : x;
+    if (v.empty() || end != v.c_str() + v.size() || !(share >= 0 && share <= 1)) {
+      throw usage_error("--fec-overhead " + c.fec_overhead + " is not a share of 0 to 100 % "
+                        "(e.g. 3% or 0.03)");
+    }
+    if (share > 0 && c.fec_k == 0) throw usage_error("--fec-overhead needs --fec-k");
+    o.session.fec_overhead = share;
+  }
   o.session.fallback = c.fallback == "off"           ? fallback_mode::off
                        : c.fallback == "sctp"        ? fallback_mode::sctp
                        : c.fallback == "tcp"         ? fallback_mode::tcp

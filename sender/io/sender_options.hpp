@@ -70,6 +70,9 @@ struct sender_cli {
   std::string channel;
   std::uint64_t channel_seq = 0;
   std::string catch_up;
+  std::uint32_t fec_k = 0;
+  std::uint32_t fec_depth = 8;
+  std::string fec_overhead = "0";
 };
 
 /// A command line an operator must correct; the message names the option.

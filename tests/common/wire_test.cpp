@@ -46,6 +46,30 @@ TEST_CASE("data header round-trips every field in network byte order", "[unit][w
   REQUIRE(payload.size() == 5);
 }
 
+TEST_CASE("parity header round-trips every field and every truncation is refused",
+          "[unit][wire]") {
+  std::vector<std::byte> buf(wire::data_header_size + 7, std::byte{0x5a});
+  const wire::parity_header h{session_id{0x0a0b0c0d}, 0x80000001, 0x00c0ffee, 54};
+  wire::write_parity_header(buf, h);
+  wire::header common;
+  REQUIRE_FALSE(wire::parse_header(buf, common));
+  REQUIRE(common.type == wire::msg_type::parity);
+  REQUIRE(std::string(wire::to_string(common.type)) == "parity");
+  wire::parity_header back;
+  std::span<const std::byte> payload;
+  REQUIRE_FALSE(wire::parse_parity(buf, back, payload));
+  REQUIRE(back.session == h.session);
+  REQUIRE(back.seq == h.seq);
+  REQUIRE(back.fec_block == h.fec_block);
+  REQUIRE(back.index == h.index);
+  REQUIRE(payload.size() == 7);
+  for (std::size_t n = wire::header_size; n < wire::data_header_size; ++n) {
+    INFO("length " << n);
+    REQUIRE(wire::parse_parity(std::span<const std::byte>(buf.data(), n), back, payload) ==
+            errc::truncated);
+  }
+}
+
 TEST_CASE("every truncation of a data datagram header is refused", "[unit][wire]") {
   std::vector<std::byte> buf(wire::data_header_size);
   wire::write_data_header(buf, {session_id{1}, 1, file_index{0}, block_index{0}});
@@ -107,7 +131,10 @@ TEST_CASE("headers with wrong magic, version, type or size are refused by name",
   bad = d;
   bad[3] = std::byte{0};
   REQUIRE(wire::parse_header(bad, h) == errc::unknown_type);
-  bad[3] = std::byte{12};
+  bad[3] = std::byte{12};  // parity (issue 12)
+  REQUIRE_FALSE(wire::parse_header(bad, h));
+  REQUIRE(h.type == wire::msg_type::parity);
+  bad[3] = std::byte{13};
   REQUIRE(wire::parse_header(bad, h) == errc::unknown_type);
   bad[3] = std::byte{15};
   REQUIRE(wire::parse_header(bad, h) == errc::unknown_type);

@@ -464,6 +464,11 @@ void wire_seeds() {
   write("wire", "fallback", datagram(wire::msg_type::fallback, fallback_msg(wire::fallback::TCP)));
   write("wire", "repair_advert", datagram(wire::msg_type::repair_advert, advert_msg(2)));
   write("wire", "data", data_dg(5, 1, 2, 64));
+  {
+    bytes parity(wire::data_header_size + 64, std::byte{9});
+    wire::write_parity_header(parity, {rx_sid, 6, 0, 3});
+    write("wire", "parity", parity);
+  }
   // Session numbering: a sequenced announce, a catch-up announce, a REGISTER with gaps.
   wire::announce sequenced = announce_msg();
   sequenced.mutable_params()->set_channel("obs");

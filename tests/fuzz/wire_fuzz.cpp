@@ -53,6 +53,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       if (std::memcmp(back.data(), d.data(), back.size()) != 0) std::abort();
       break;
     }
+    case wire::msg_type::parity: {
+      wire::parity_header ph;
+      std::span<const std::byte> payload;
+      if (wire::parse_parity(d, ph, payload)) return 0;
+      if (payload.data() != d.data() + wire::data_header_size) std::abort();
+      std::array<std::byte, wire::data_header_size> back{};
+      wire::write_parity_header(back, ph);
+      back[2] = d[2];
+      if (std::memcmp(back.data(), d.data(), back.size()) != 0) std::abort();
+      break;
+    }
     case wire::msg_type::announce: round_trip<wire::announce>(d, h); break;
     case wire::msg_type::register_request: round_trip<wire::register_request>(d, h); break;
     case wire::msg_type::register_reply: round_trip<wire::register_reply>(d, h); break;

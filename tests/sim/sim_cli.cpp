@@ -11,6 +11,8 @@
 ///   burst        each receiver's own Gilbert chain, mean loss --loss, mean burst --burst
 /// --lossy K puts K receivers (spread over the group) at --lossy-loss (default 10 %).
 /// --up-loss applies to every receiver's upstream path (NAK, status, COMPLETE, REGISTER).
+/// --fec-k K codes blocks in FEC blocks of K sources (interleaving --fec-depth) so that NAKs ask
+/// for parity by count; --fec-overhead F sends F x the sources as proactive parity in pass 1.
 
 #include "tests/sim/sim_harness.hpp"
 
@@ -42,6 +44,9 @@ struct options {
   int spread_ms = 10;
   std::uint64_t seed = 1;
   std::string fallback = "auto";
+  std::uint32_t fec_k = 0;
+  std::uint32_t fec_depth = 1;
+  double fec_overhead = 0;
 };
 
 [[noreturn]] void usage() {
@@ -49,7 +54,7 @@ struct options {
                "usage: sim [--receivers N] [--model independent|correlated|burst] [--loss P]\n"
                "           [--burst L] [--lossy K] [--lossy-loss P] [--up-loss P] [--files N]\n"
                "           [--size BYTES] [--rate BPS] [--delay MS] [--spread MS] [--seed S]\n"
-               "           [--fallback auto|off]\n");
+               "           [--fallback auto|off] [--fec-k K] [--fec-depth D] [--fec-overhead F]\n");
   std::exit(2);
 }
 
@@ -73,6 +78,9 @@ options parse(int argc, char** argv) {
     else if (a == "--spread") o.spread_ms = std::atoi(v);
     else if (a == "--seed") o.seed = std::strtoull(v, nullptr, 10);
     else if (a == "--fallback") o.fallback = v;
+    else if (a == "--fec-k") o.fec_k = static_cast<std::uint32_t>(std::strtoul(v, nullptr, 10));
+    else if (a == "--fec-depth") o.fec_depth = static_cast<std::uint32_t>(std::strtoul(v, nullptr, 10));
+    else if (a == "--fec-overhead") o.fec_overhead = std::strtod(v, nullptr);
     else usage();
   }
   if (o.receivers == 0 || o.files == 0 ||
@@ -103,6 +111,9 @@ int main(int argc, char** argv) {
   cfg.sender.register_timeout = 60s;
   cfg.sender.fallback = o.fallback == "off" ? sender::fallback_mode::off
                                             : sender::fallback_mode::automatic;
+  cfg.sender.fec_k = o.fec_k;
+  cfg.sender.fec_depth = o.fec_depth;
+  cfg.sender.fec_overhead = o.fec_overhead;
   if (o.model == "correlated") cfg.common.loss = o.loss;
   const std::size_t lossy_every = o.lossy ? o.receivers / o.lossy : 0;
   for (std::size_t i = 0; i < o.receivers; ++i) {
@@ -141,14 +152,15 @@ int main(int argc, char** argv) {
               o.model == "burst" ? (" burst " + std::to_string(o.burst)).c_str() : "", o.lossy,
               o.lossy_loss, o.up_loss, o.files, static_cast<unsigned long long>(o.size),
               static_cast<double>(o.rate_bps) / 1e6, static_cast<unsigned long long>(o.seed));
-  std::printf("%4s %9s %9s %9s %9s %10s %9s %9s %9s %9s %9s %10s\n", "pass", "data", "repair",
-              "lost", "NAK", "NAK-blocks", "status", "COMPLETE", "REGISTER", "other", "ctl-sent",
-              "cpu-ms");
+  std::printf("%4s %9s %9s %9s %9s %9s %10s %9s %9s %9s %9s %9s %10s\n", "pass", "data",
+              "repair", "parity", "lost", "NAK", "NAK-blocks", "status", "COMPLETE", "REGISTER",
+              "other", "ctl-sent", "cpu-ms");
   sim::pass_stats total;
   for (const auto& p : r.passes) {
-    std::printf("%4u %9llu %9llu %9llu %9llu %10llu %9llu %9llu %9llu %9llu %9llu %10.1f\n", p.pass,
-                static_cast<unsigned long long>(p.data_datagrams),
+    std::printf("%4u %9llu %9llu %9llu %9llu %9llu %10llu %9llu %9llu %9llu %9llu %9llu %10.1f\n",
+                p.pass, static_cast<unsigned long long>(p.data_datagrams),
                 static_cast<unsigned long long>(p.repair_datagrams),
+                static_cast<unsigned long long>(p.parity_datagrams),
                 static_cast<unsigned long long>(p.lost_datagrams),
                 static_cast<unsigned long long>(p.naks),
                 static_cast<unsigned long long>(p.nak_blocks),
@@ -160,6 +172,7 @@ int main(int argc, char** argv) {
     total.data_datagrams += p.data_datagrams;
     total.repair_datagrams += p.repair_datagrams;
     total.lost_datagrams += p.lost_datagrams;
+    total.parity_datagrams += p.parity_datagrams;
     total.naks += p.naks;
     total.nak_blocks += p.nak_blocks;
     total.status += p.status;
@@ -169,9 +182,10 @@ int main(int argc, char** argv) {
     total.control_sent += p.control_sent;
     total.sender_cpu_s += p.sender_cpu_s;
   }
-  std::printf(" sum %9llu %9llu %9llu %9llu %10llu %9llu %9llu %9llu %9llu %9llu %10.1f\n",
+  std::printf(" sum %9llu %9llu %9llu %9llu %9llu %10llu %9llu %9llu %9llu %9llu %9llu %10.1f\n",
               static_cast<unsigned long long>(total.data_datagrams),
               static_cast<unsigned long long>(total.repair_datagrams),
+              static_cast<unsigned long long>(total.parity_datagrams),
               static_cast<unsigned long long>(total.lost_datagrams),
               static_cast<unsigned long long>(total.naks),
               static_cast<unsigned long long>(total.nak_blocks),
@@ -181,6 +195,15 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(total.other),
               static_cast<unsigned long long>(total.control_sent), total.sender_cpu_s * 1e3);
   const auto& l = r.losses;
+  // Repairs: blocks sent again plus parity sent for NAKs (proactive parity is overhead).
+  const std::uint64_t proactive = r.report.proactive_parity;
+  total.repair_datagrams += total.parity_datagrams - std::min(total.parity_datagrams, proactive);
+  std::printf("parity datagrams %llu (proactive %llu, for NAKs %llu); repairs (blocks again + "
+              "parity for NAKs) %llu\n",
+              static_cast<unsigned long long>(total.parity_datagrams),
+              static_cast<unsigned long long>(proactive),
+              static_cast<unsigned long long>(total.parity_datagrams - std::min(total.parity_datagrams, proactive)),
+              static_cast<unsigned long long>(total.repair_datagrams));
   auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
   std::printf("first transmissions %llu; lost: shared link %llu, union %llu (%.2f %%), largest "
               "single receiver %llu (%s), mean per receiver %.1f\n",

@@ -1,5 +1,6 @@
 #include "tests/sim/sim_harness.hpp"
 
+#include "common/fec.hpp"
 #include "common/wire.hpp"
 #include "mcdist.pb.h"
 
@@ -67,6 +68,14 @@ class range_set {
     }
   }
   /// True when [0, n) is wholly inside the set (always for n == 0).
+  /// True when [a, b) is wholly inside the set.
+  bool contains(std::uint64_t a, std::uint64_t b) const {
+    if (a >= b) return true;
+    auto it = m_r.upper_bound(a);
+    if (it == m_r.begin()) return false;
+    --it;
+    return it->first <= a && it->second >= b;
+  }
   bool covers(std::uint64_t n) const {
     if (n == 0) return true;
     return !m_r.empty() && m_r.begin()->first == 0 && m_r.begin()->second >= n;
@@ -108,6 +117,14 @@ class rx_node final : public receiver::receiver_sink, public receiver::storage_p
     m_temp.erase({key.session.value, key.file.value});
   }
   void query_held(session_id s, std::uint32_t, std::vector<receiver::held_query> q) override;
+  bool decodes_parity() const override { return !m_spec.refuse_parity; }
+  bool write_parity(session_id s, std::uint32_t fb, std::uint32_t index,
+                    std::span<const std::byte> data) override {
+    if (m_spec.refuse_parity) return false;
+    m_parity[{s.value, fb}][index].assign(data.begin(), data.end());
+    return true;
+  }
+  void recover(session_id s, receiver::recovery_request req) override;
   void checkpoint(session_id s, std::string blob) override { m_checkpoints[s.value] = std::move(blob); }
   void start_unicast(session_id s, const receiver::unicast_order& order,
                      std::vector<receiver::byte_range> wanted) override;
@@ -117,6 +134,9 @@ class rx_node final : public receiver::receiver_sink, public receiver::storage_p
     m_checkpoints.erase(s.value);
     for (auto it = m_temp.begin(); it != m_temp.end();) {
       it = it->first.first == s.value ? m_temp.erase(it) : std::next(it);
+    }
+    for (auto it = m_parity.begin(); it != m_parity.end();) {
+      it = it->first.first == s.value ? m_parity.erase(it) : std::next(it);
     }
   }
 
@@ -155,6 +175,10 @@ class rx_node final : public receiver::receiver_sink, public receiver::storage_p
   std::uint64_t m_seed;
   std::unique_ptr<receiver::receiver_engine> m_engine;
   std::map<std::pair<std::uint32_t, std::uint32_t>, temp_file> m_temp;
+  /// Parity blocks kept for decoding: (session, FEC block) -> parity index -> bytes.
+  std::map<std::pair<std::uint32_t, std::uint32_t>,
+           std::map<std::uint32_t, std::vector<std::byte>>>
+      m_parity;
   std::map<std::uint32_t, std::string> m_checkpoints;
   bool m_crashed = false;
   std::uint64_t m_generation = 0;
@@ -204,6 +228,37 @@ class world {
   void service_sender_at_now() { service_sender(); }
   std::mt19937_64& rng() { return m_rng; }
   const std::vector<sim_file>& files() const { return m_files; }
+  /// Block `block` of `file` zero-padded to the block size: what a FEC block codes.
+  std::vector<std::byte> padded_block(std::uint32_t file, std::uint32_t block) const {
+    const std::uint32_t bs = m_cfg.sender.block_size;
+    std::vector<std::byte> out(bs);
+    const auto& d = m_files[file].data;
+    const std::uint64_t off = std::uint64_t{block} * bs;
+    if (off < d.size()) {
+      std::memcpy(out.data(), d.data() + off, std::min<std::uint64_t>(bs, d.size() - off));
+    }
+    return out;
+  }
+  /// Parity block `index` of FEC block `fb`, computed from the reference files.
+  std::vector<std::byte> parity_block(std::uint32_t fb, std::uint32_t index) {
+    const auto& l = *m_sender->fec_layout();
+    if (!m_codec) {
+      const std::uint32_t k = m_cfg.sender.fec_k;
+      m_codec.emplace(k, m_cfg.sender.fec_max_parity ? m_cfg.sender.fec_max_parity
+                                                     : fec::max_blocks - k);
+    }
+    std::vector<std::vector<std::byte>> src;
+    std::vector<const std::byte*> in;
+    for (std::uint32_t i = 0; i < l.sources(fb); ++i) {
+      const auto r = l.source(fb, i);
+      src.push_back(padded_block(r.file, r.block));
+    }
+    for (const auto& b : src) in.push_back(b.data());
+    std::vector<std::byte> out(m_cfg.sender.block_size);
+    std::byte* dst = out.data();
+    m_codec->encode(in, std::span(&index, 1), std::span(&dst, 1), out.size());
+    return out;
+  }
   const sha256_digest& digest(std::uint32_t file) const { return m_digests[file]; }
 
   void at(time_point t, std::function<void()> fn) {
@@ -376,7 +431,7 @@ class world {
           ++p.other;
           return;
         }
-        if (m.files_size() == 0) {
+        if (m.files_size() == 0 && m.fec_lacks_size() == 0) {
           ++p.status;
           return;
         }
@@ -384,6 +439,7 @@ class world {
         for (const auto& fn : m.files()) {
           for (int k = 1; k < fn.ranges_size(); k += 2) p.nak_blocks += fn.ranges(k);
         }
+        for (int k = 1; k < m.fec_lacks_size(); k += 2) p.nak_blocks += m.fec_lacks(k);
         return;
       }
       case wire::msg_type::complete: ++p.completes; return;
@@ -431,6 +487,16 @@ class world {
       track_pass();
       for (std::size_t i = 0; i < n; ++i) {
         const auto& d = batch[i];
+        if (d.parity) {
+          buf.resize(wire::data_header_size + d.length);
+          wire::write_parity_header(buf, {m_cfg.sender.session, d.seq, d.fec_block, d.parity_index});
+          const auto p = parity_block(d.fec_block, d.parity_index);
+          std::memcpy(buf.data() + wire::data_header_size, p.data(), p.size());
+          ++m_passes.back().data_datagrams;
+          ++m_passes.back().parity_datagrams;
+          multicast(buf, false, true);
+          continue;
+        }
         buf.resize(wire::data_header_size + d.length);
         wire::write_data_header(buf, {m_cfg.sender.session, d.seq, d.file, d.block});
         std::memcpy(buf.data() + wire::data_header_size, m_files[d.file.value].data.data() + d.offset,
@@ -553,6 +619,7 @@ class world {
   sha256_hasher m_trace;
   std::uint64_t m_events = 0;
   std::uint64_t m_unicast_to_sender = 0;
+  std::optional<fec::codec> m_codec;
 };
 
 rx_node::rx_node(world& w, receiver_spec spec, endpoint addr, std::uint64_t seed)
@@ -613,6 +680,64 @@ void rx_node::finalize(receiver::file_key key, const sha256_digest& expected) {
       m_temp.erase(it);
     }
     m_engine->on_file_stored(s, f, ec, {}, m_world.now());
+    service(m_world.now());
+  });
+}
+
+void rx_node::recover(session_id s, receiver::recovery_request req) {
+  const std::uint64_t gen = m_generation;
+  m_world.at(m_world.now() + m_spec.store_time, [this, s, req = std::move(req), gen] {
+    if (m_crashed || gen != m_generation) return;
+    // Read back the available sources as a storage path would: from the temp file when that
+    // range was written with the right bytes, from the destination when the file is delivered
+    // (held or stored). Anything else reads as zeros, and the decode then writes wrong bytes,
+    // which finalize catches as a digest mismatch.
+    std::vector<std::vector<std::byte>> bufs;
+    std::vector<fec::symbol> rx;
+    std::vector<std::uint32_t> missing;
+    const auto key = std::pair{s.value, req.fec_block};
+    const auto par = m_parity.find(key);
+    bufs.reserve(req.sources.size() + req.parity.size());
+    for (std::uint32_t i = 0; i < req.sources.size(); ++i) {
+      const auto& src = req.sources[i];
+      if (!src.available) {
+        missing.push_back(i);
+        continue;
+      }
+      const auto t = m_temp.find({s.value, src.file.value});
+      const bool readable =
+          m_delivered[src.file.value] ||
+          (t != m_temp.end() && t->second.written.contains(src.offset, src.offset + src.length) &&
+           !t->second.wrong.contains(src.offset, src.offset + 1));
+      bufs.push_back(readable ? m_world.padded_block(src.file.value, src.block)
+                              : std::vector<std::byte>(req.block_size));
+      rx.push_back({false, i, bufs.back().data()});
+    }
+    std::error_code ec;
+    if (par == m_parity.end()) {
+      ec = errc::invalid_field;
+    } else {
+      for (const auto index : req.parity) {
+        const auto it = par->second.find(index);
+        if (it != par->second.end()) rx.push_back({true, index, it->second.data()});
+      }
+    }
+    std::vector<std::vector<std::byte>> out(missing.size(), std::vector<std::byte>(req.block_size));
+    std::vector<std::byte*> dst;
+    for (auto& o : out) dst.push_back(o.data());
+    if (!ec) {
+      const fec::codec c(req.k, req.max_parity);
+      ec = c.decode(static_cast<std::uint32_t>(req.sources.size()), rx, missing, dst,
+                    req.block_size);
+    }
+    if (!ec) {
+      for (std::size_t j = 0; j < missing.size(); ++j) {
+        const auto& src = req.sources[missing[j]];
+        if (src.wanted) write({s, src.file}, src.offset, std::span(out[j]).first(src.length));
+      }
+    }
+    if (par != m_parity.end()) m_parity.erase(par);
+    m_engine->on_recovered(s, req.fec_block, ec, m_world.now());
     service(m_world.now());
   });
 }

@@ -68,6 +68,9 @@ struct receiver_spec {
   /// Throughput of this receiver's unicast fallback path, bit/s (modelled as a reliable pipe
   /// that needs two round trips to connect).
   double unicast_rate_bps = 50e6;
+  /// Its storage does not decode (storage_port::decodes_parity false, like mcdistd's
+  /// file_store today): it must NAK block by block.
+  bool refuse_parity = false;
 };
 
 /// A file of the simulated set: its bytes and whether its digest is in the manifest.
@@ -91,6 +94,7 @@ struct pass_stats {
   /// Data datagrams of this pass that at least one receiver lost: the pass's distinct losses,
   /// what its NAKs (after suppression) should be bounded by.
   std::uint64_t lost_datagrams = 0;
+  std::uint64_t parity_datagrams = 0;  ///< parity datagrams (in data_datagrams too)
   std::uint64_t naks = 0;              ///< NAK datagrams received that name blocks
   std::uint64_t nak_blocks = 0;        ///< blocks those NAKs name (a block named twice: twice)
   std::uint64_t status = 0;            ///< NAK datagrams naming no block (status replies)

@@ -43,7 +43,7 @@ local MAX_DEPTH = 8
 local type_names = {
   [1] = "data", [2] = "announce", [3] = "register_request", [4] = "register_reply",
   [5] = "marker", [6] = "nak", [7] = "digest_list", [8] = "complete", [9] = "complete_ack",
-  [10] = "session_end", [11] = "fallback", [14] = "repair_advert",
+  [10] = "session_end", [11] = "fallback", [12] = "parity", [14] = "repair_advert",
 }
 local version_names = { [1] = "plain", [2] = "authenticated" }
 
@@ -60,6 +60,7 @@ local trailer_layout = {
   [9] = { { "hmac", 32 } },
   [10] = { { "signature", 64 } },
   [11] = { { "hmac", 32 } },
+  [12] = { { "gcm_tag", 16 } },
   [14] = { { "counter", 8 }, { "gcm_tag", 16 } },
 }
 local trailer_size = {}
@@ -97,6 +98,9 @@ local schema = {
     { 12, "channel", "string" },
     { 13, "channel_seq", "uint64" },
     { 14, "catch_up_seqs", "message", { msg = "seq_range", repeated = true } },
+    { 20, "fec_k", "uint32" },
+    { 21, "fec_max_parity", "uint32" },
+    { 22, "fec_depth", "uint32" },
   },
   seq_range = {
     { 1, "first", "uint64" },
@@ -161,6 +165,7 @@ local schema = {
     { 7, "digests_wanted", "uint32", { repeated = true, packed = true } },
     { 8, "files_finalizing", "uint32" },
     { 9, "bytes_received", "uint64" },
+    { 20, "fec_lacks", "uint32", { repeated = true, packed = true } },
   },
   file_nak = {
     { 1, "file", "uint32" },
@@ -214,6 +219,8 @@ local hf = {
   data_file = ProtoField.uint32("mcdist.data.file", "File index", base.DEC),
   data_block = ProtoField.uint32("mcdist.data.block", "Block index", base.DEC),
   data_payload = ProtoField.bytes("mcdist.data.payload", "Payload"),
+  parity_fec_block = ProtoField.uint32("mcdist.parity.fec_block", "FEC block", base.DEC),
+  parity_index = ProtoField.uint32("mcdist.parity.index", "Parity index", base.DEC),
   encrypted = ProtoField.bool("mcdist.encrypted", "Encrypted (mcdist-send --encrypt)"),
   data_path = ProtoField.string("mcdist.data.path", "File path (from the announce)"),
   data_payload_len = ProtoField.uint32("mcdist.data.payload_length", "Payload length", base.DEC),
@@ -760,7 +767,7 @@ local function dissect_datagram(tvb, pinfo, root, off, len, label)
   local tlen = 0
   if version == 2 then
     tlen = trailer_size[mtype]
-    local min = (mtype == 1 and DATA_HEADER_SIZE or HEADER_SIZE) + tlen
+    local min = ((mtype == 1 or mtype == 12) and DATA_HEADER_SIZE or HEADER_SIZE) + tlen
     if len < min then
       tree:add_proto_expert_info(ef.short_trailer,
                                  string.format("%d bytes, a version 2 %s needs at least %d",
@@ -771,7 +778,30 @@ local function dissect_datagram(tvb, pinfo, root, off, len, label)
   end
 
   local text = prefix
-  if mtype == 1 then
+  if mtype == 12 then
+    -- A parity block (issue 12): the data header's shape with a FEC block and a parity index.
+    if len < DATA_HEADER_SIZE then
+      tree:add_proto_expert_info(ef.truncated, string.format("%d bytes, the parity header needs %d",
+                                                             len, DATA_HEADER_SIZE))
+      return prefix .. " truncated"
+    end
+    local seq = tvb(off + 8, 4):uint()
+    local fb = tvb(off + 12, 4):uint()
+    local index = tvb(off + 16, 4):uint()
+    tree:add(hf.data_seq, tvb(off + 8, 4))
+    tree:add(hf.parity_fec_block, tvb(off + 12, 4))
+    tree:add(hf.parity_index, tvb(off + 16, 4))
+    local plen = body_end - (off + DATA_HEADER_SIZE)
+    local sealed = version == 2 and encrypted_sessions[session]
+    if plen > 0 then
+      local item = tree:add(hf.data_payload, tvb(off + DATA_HEADER_SIZE, plen))
+      if sealed then item:append_text(" (AES-256-GCM ciphertext)") end
+    end
+    tree:add(hf.data_payload_len, plen):set_generated()
+    tree:append_text(string.format(", FEC block %d parity %d", fb, index))
+    text = string.format("%s seq=%d fec_block=%d parity=%d len=%d%s", prefix, seq, fb, index, plen,
+                         sealed and " encrypted" or "")
+  elseif mtype == 1 then
     if len < DATA_HEADER_SIZE then
       tree:add_proto_expert_info(ef.truncated, string.format("%d bytes, the data header needs %d",
                                                              len, DATA_HEADER_SIZE))

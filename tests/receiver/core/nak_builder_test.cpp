@@ -156,3 +156,38 @@ TEST_CASE("digests are asked for in the last NAK of the round", "[unit][receiver
   CHECK(b.datagrams()[0].digests_wanted_size() == 2);
   CHECK(b.datagrams()[0].files_size() == 1);
 }
+
+TEST_CASE("FEC lacks are packed as (gap, lack) pairs, split at the budget and capped",
+          "[unit][nak_builder][fec]") {
+  // 1,000 FEC blocks lacking 1..7 blocks each: more than one datagram's worth.
+  nak_builder b(header(), 64);
+  for (std::uint32_t fb = 5; fb < 5 + 3000; fb += 3) REQUIRE(b.add_fec_lack(fb, 1 + fb % 7));
+  b.finish(false);
+  const auto& naks = b.datagrams();
+  REQUIRE(naks.size() > 1);
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> got;
+  for (const auto& n : naks) {
+    REQUIRE(n.ByteSizeLong() + wire::header_size <= wire::control_budget);
+    REQUIRE(n.fec_lacks_size() % 2 == 0);
+    std::uint32_t fb = 0;
+    for (int i = 0; i < n.fec_lacks_size(); i += 2) {
+      if (i > 0) REQUIRE(n.fec_lacks(i) > 0);  // strictly ascending within a datagram
+      fb += n.fec_lacks(i);
+      got.emplace_back(fb, n.fec_lacks(i + 1));
+    }
+  }
+  REQUIRE(got.size() == 1000);
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const std::uint32_t fb = 5 + 3 * static_cast<std::uint32_t>(i);
+    REQUIRE(got[i] == std::pair{fb, 1 + fb % 7});
+  }
+  // The cap: two datagrams at most; what does not fit is refused.
+  nak_builder capped(header(), 2);
+  std::uint32_t taken = 0;
+  for (std::uint32_t fb = 0; fb < 100000; ++fb) {
+    if (!capped.add_fec_lack(fb, 1)) break;
+    ++taken;
+  }
+  REQUIRE(taken < 100000);
+  REQUIRE(capped.full());
+}

@@ -1,0 +1,59 @@
+#pragma once
+/// @file
+/// Parity blocks for the sender's shell (issue 12; docs/design-notes.md "Parity repairs"): the
+/// core says which parity block of which FEC block goes out (data_send::parity), this computes
+/// its bytes from the FEC block's sources read through the block_reader, each zero-padded to
+/// the block size (common/fec.hpp). The sources of the last FEC block used are kept, so the
+/// parity blocks of one FEC block (sent round robin with a few others) cost one read of it;
+/// encoding one parity block of k = 128 sources takes about 24 us on a core of this machine
+/// (docs/benchmarks.md "Parity codec"). Lives on the network thread.
+
+#include "common/fec.hpp"
+#include "common/fec_layout.hpp"
+#include "sender/io/block_reader.hpp"
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <system_error>
+#include <vector>
+
+namespace mcdist::sender {
+
+/// Computes parity blocks of a session's FEC blocks.
+class parity_source {
+ public:
+  /// FEC blocks whose sources are kept: parity is sent round robin over the FEC blocks with
+  /// parity pending, usually a handful at a time (the FEC blocks of one interleaving group).
+  static constexpr std::size_t cached_fec_blocks = 8;
+
+  /// @param layout      the session's FEC blocks (sender_session::fec_layout); must outlive this
+  /// @param files       the session's files, manifest order
+  /// @param max_parity  parity indexes per FEC block (the session's fec_max_parity)
+  /// @param block_size  bytes
+  parity_source(const fec::layout& layout, const std::vector<source_file>& files,
+                std::uint32_t max_parity, std::uint32_t block_size);
+
+  /// Writes parity block `index` of FEC block `fec_block` into `out` (block_size bytes).
+  /// @return an error with `why` naming the file when a source cannot be read
+  std::error_code parity(std::uint32_t fec_block, std::uint32_t index, std::span<std::byte> out,
+                         std::string& why);
+
+ private:
+  struct cached {
+    std::uint32_t fec_block = UINT32_MAX;
+    std::vector<std::byte> bytes;  ///< sources, block_size each, back to back
+    std::uint64_t used = 0;        ///< LRU stamp
+  };
+  std::error_code load(cached& c, std::uint32_t fec_block, std::string& why);
+
+  const fec::layout& m_layout;
+  const std::vector<source_file>& m_files;
+  fec::codec m_codec;
+  std::uint32_t m_block_size;
+  block_reader m_reader;  ///< its own, so parity reads do not disturb pass 1's in-band hashing
+  std::vector<cached> m_cache;
+  std::uint64_t m_clock = 0;
+};
+
+}  // namespace mcdist::sender

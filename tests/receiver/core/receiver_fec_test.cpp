@@ -1,0 +1,237 @@
+// The receiver core's side of parity repairs (docs/design-notes.md "Parity repairs"): what a NAK
+// names in a FEC session, when a decode is asked of storage, what follows its outcome.
+#include "receiver/core/receiver_engine.hpp"
+
+#include "common/ranges.hpp"
+#include "common/wire.hpp"
+#include "mcdist.pb.h"
+
+#include <catch2/catch.hpp>
+
+#include <map>
+
+using namespace mcdist;
+using namespace mcdist::receiver;
+using namespace std::chrono_literals;
+
+namespace {
+
+const endpoint sender_ep = *parse_endpoint("10.0.0.1:5000");
+constexpr session_id sid{0x4321};
+constexpr std::uint32_t block = 1000;
+
+/// Storage that records parity and decode requests; decodes_parity as configured.
+struct fec_sink final : receiver_sink, storage_port {
+  bool decodes = true;
+  std::vector<std::vector<std::byte>> sent;
+  std::map<std::pair<std::uint32_t, std::uint64_t>, std::size_t> writes;
+  std::vector<std::uint32_t> finalized;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> parity_kept;  ///< (FEC block, index)
+  std::vector<recovery_request> recoveries;
+  std::size_t held_queries = 0;
+
+  void send(const endpoint&, std::span<const std::byte> d) override { sent.emplace_back(d.begin(), d.end()); }
+  void begin_file(file_key, std::uint32_t, const manifest_entry&, bool) override {}
+  bool write(file_key k, std::uint64_t off, std::span<const std::byte> d) override {
+    writes[{k.file.value, off}] = d.size();
+    return true;
+  }
+  void finalize(file_key k, const sha256_digest&) override { finalized.push_back(k.file.value); }
+  void discard_file(file_key) override {}
+  void query_held(session_id, std::uint32_t, std::vector<held_query>) override { ++held_queries; }
+  void checkpoint(session_id, std::string) override {}
+  void close_session(session_id, bool) override {}
+  void session_closed(session_id, bool) override {}
+  void start_unicast(session_id, const unicast_order&, std::vector<byte_range>) override {}
+  void stop_unicast(session_id) override {}
+  bool decodes_parity() const override { return decodes; }
+  bool write_parity(session_id, std::uint32_t fb, std::uint32_t index,
+                    std::span<const std::byte> d) override {
+    REQUIRE(d.size() == block);
+    parity_kept.emplace_back(fb, index);
+    return true;
+  }
+  void recover(session_id, recovery_request r) override { recoveries.push_back(std::move(r)); }
+
+  std::vector<wire::nak> naks() const {
+    std::vector<wire::nak> out;
+    for (const auto& d : sent) {
+      wire::header h;
+      if (wire::parse_header(d, h) || h.type != wire::msg_type::nak) continue;
+      wire::nak m;
+      REQUIRE_FALSE(wire::parse_control(d, m));
+      out.push_back(m);
+    }
+    return out;
+  }
+};
+
+template <class Msg>
+std::vector<std::byte> datagram(wire::msg_type t, const Msg& m) {
+  std::vector<std::byte> out(wire::header_size + m.ByteSizeLong());
+  wire::encode_control(out, t, sid, m);
+  return out;
+}
+
+struct harness {
+  fec_sink sink;
+  receiver_engine engine{receiver_config{"site"}, sink, sink, 1, nullptr};
+  time_point now{50s};
+  std::uint32_t seq = 0;
+
+  void feed(const std::vector<std::byte>& d) {
+    engine.on_datagram(d, sender_ep, 0, now);
+    engine.on_timer(now);
+  }
+  /// One file of `blocks` full blocks, FEC blocks of k sources, registered and receiving.
+  void start(std::uint32_t blocks, std::uint32_t k, std::uint32_t max_parity) {
+    wire::announce a;
+    auto* p = a.mutable_params();
+    p->set_block_size(block);
+    p->set_file_count(1);
+    p->set_manifest_chunks(1);
+    p->set_total_bytes(std::uint64_t{blocks} * block);
+    p->set_grtt_us(10000);
+    p->set_fec_k(k);
+    p->set_fec_max_parity(max_parity);
+    p->set_fec_depth(1);
+    a.set_sender_time_us(1);
+    auto* e = a.add_files();
+    e->set_path("f");
+    e->set_size(std::uint64_t{blocks} * block);
+    e->set_mode(0644);
+    e->set_sha256(std::string(32, '\x11'));
+    feed(datagram(wire::msg_type::announce, a));
+    REQUIRE(sink.held_queries == 1);
+    engine.on_held(sid, {}, now);
+    wire::register_reply r;
+    r.set_receiver_id("site");
+    r.set_accepted(true);
+    feed(datagram(wire::msg_type::register_reply, r));
+  }
+  void data(std::uint32_t b) {
+    std::vector<std::byte> d(wire::data_header_size + block, std::byte{7});
+    wire::write_data_header(d, {sid, ++seq, file_index{0}, block_index{b}});
+    feed(d);
+  }
+  void parity(std::uint32_t fb, std::uint32_t index) {
+    std::vector<std::byte> d(wire::data_header_size + block, std::byte{9});
+    wire::write_parity_header(d, {sid, ++seq, fb, index});
+    feed(d);
+  }
+  void pass_end(std::uint32_t pass) {
+    wire::marker m;
+    m.set_pass(pass);
+    m.set_file(1);
+    m.set_pass_end(true);
+    m.set_status_request(true);
+    m.set_seq(seq);
+    feed(datagram(wire::msg_type::marker, m));
+  }
+};
+
+/// (FEC block, lack) pairs of a NAK, decoded.
+std::vector<std::pair<std::uint32_t, std::uint32_t>> lacks(const wire::nak& n) {
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> out;
+  std::uint32_t fb = 0;
+  for (int i = 0; i + 1 < n.fec_lacks_size(); i += 2) {
+    fb += n.fec_lacks(i);
+    out.emplace_back(fb, n.fec_lacks(i + 1));
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a FEC session NAKs a count per FEC block and asks storage to decode once parity "
+          "suffices", "[unit][receiver][fec]") {
+  harness h;
+  h.start(8, 4, 4);  // FEC blocks 0 (blocks 0-3) and 1 (blocks 4-7)
+  for (const std::uint32_t b : {0u, 1u, 3u, 4u, 6u}) h.data(b);  // lost 2, 5 and 7
+  h.pass_end(1);
+  const auto naks = h.sink.naks();
+  REQUIRE(naks.size() == 1);
+  REQUIRE(naks[0].files_size() == 0);  // no block named
+  REQUIRE(lacks(naks[0]) == std::vector<std::pair<std::uint32_t, std::uint32_t>>{{0, 1}, {1, 2}});
+  // One parity block makes FEC block 0 whole: storage is asked to decode it.
+  h.parity(0, 2);
+  REQUIRE(h.sink.parity_kept == std::vector<std::pair<std::uint32_t, std::uint32_t>>{{0, 2}});
+  REQUIRE(h.sink.recoveries.size() == 1);
+  const auto& r = h.sink.recoveries[0];
+  REQUIRE(r.fec_block == 0);
+  REQUIRE(r.k == 4);
+  REQUIRE(r.parity == std::vector<std::uint32_t>{2});
+  REQUIRE(r.sources.size() == 4);
+  for (std::uint32_t i = 0; i < 4; ++i) {
+    REQUIRE(r.sources[i].block == i);
+    REQUIRE(r.sources[i].available == (i != 2));
+    REQUIRE(r.sources[i].wanted == (i == 2));
+  }
+  // The same parity block again, or parity for a FEC block being decoded, is a duplicate.
+  h.parity(0, 2);
+  h.parity(0, 3);
+  REQUIRE(h.sink.parity_kept.size() == 1);
+  REQUIRE(h.engine.stats().drops.total() >= 2);
+  // FEC block 1 needs two; the decode of block 0 succeeds.
+  h.parity(1, 0);
+  h.engine.on_recovered(sid, 0, {}, h.now);
+  REQUIRE(h.engine.stats().blocks_recovered == 1);
+  REQUIRE(h.sink.finalized.empty());  // blocks 5 and 7 still missing
+  h.parity(1, 1);
+  REQUIRE(h.sink.recoveries.size() == 2);
+  h.engine.on_recovered(sid, 1, {}, h.now);
+  REQUIRE(h.engine.stats().blocks_recovered == 3);
+  REQUIRE(h.sink.finalized == std::vector<std::uint32_t>{0});
+}
+
+TEST_CASE("a failed decode turns the FEC block to NAKs block by block", "[unit][receiver][fec]") {
+  harness h;
+  h.start(4, 4, 4);
+  for (const std::uint32_t b : {0u, 1u, 3u}) h.data(b);
+  h.parity(0, 0);
+  REQUIRE(h.sink.recoveries.size() == 1);
+  h.engine.on_recovered(sid, 0, errc::invalid_field, h.now);
+  REQUIRE(h.engine.stats().blocks_recovered == 0);
+  h.pass_end(1);
+  const auto naks = h.sink.naks();
+  REQUIRE_FALSE(naks.empty());
+  REQUIRE(naks.back().fec_lacks_size() == 0);
+  REQUIRE(naks.back().files_size() == 1);
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> missing;
+  for_each_range(std::span(naks.back().files(0).ranges().data(),
+                           static_cast<std::size_t>(naks.back().files(0).ranges_size())),
+                 4, [&](std::uint32_t f, std::uint32_t c) { missing.emplace_back(f, c); });
+  REQUIRE(missing == std::vector<std::pair<std::uint32_t, std::uint32_t>>{{2, 1}});
+  // Parity for it is not kept any more.
+  h.parity(0, 1);
+  REQUIRE(h.sink.parity_kept.size() == 1);
+}
+
+TEST_CASE("a storage path that does not decode gets block NAKs and drops parity",
+          "[unit][receiver][fec]") {
+  harness h;
+  h.sink.decodes = false;
+  h.start(8, 4, 4);
+  for (const std::uint32_t b : {0u, 1u, 3u, 4u, 5u, 6u, 7u}) h.data(b);
+  h.parity(0, 0);
+  REQUIRE(h.sink.parity_kept.empty());
+  REQUIRE(h.sink.recoveries.empty());
+  h.pass_end(1);
+  const auto naks = h.sink.naks();
+  REQUIRE(naks.size() == 1);
+  REQUIRE(naks[0].fec_lacks_size() == 0);
+  REQUIRE(naks[0].files_size() == 1);
+}
+
+TEST_CASE("an announce with an impossible FEC shape is taken without FEC", "[unit][receiver][fec]") {
+  harness h;
+  h.start(8, 200, 100);  // 300 blocks in a FEC block: more than GF(2^8) has
+  for (const std::uint32_t b : {0u, 1u, 3u, 4u, 5u, 6u, 7u}) h.data(b);
+  h.parity(0, 0);
+  REQUIRE(h.sink.parity_kept.empty());
+  h.pass_end(1);
+  const auto naks = h.sink.naks();
+  REQUIRE(naks.size() == 1);
+  REQUIRE(naks[0].fec_lacks_size() == 0);
+  REQUIRE(naks[0].files_size() == 1);
+}
