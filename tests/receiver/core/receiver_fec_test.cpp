@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include <map>
+#include <set>
 
 using namespace mcdist;
 using namespace mcdist::receiver;
@@ -75,9 +76,12 @@ std::vector<std::byte> datagram(wire::msg_type t, const Msg& m) {
 
 struct harness {
   fec_sink sink;
-  receiver_engine engine{receiver_config{"site"}, sink, sink, 1, nullptr};
+  receiver_engine engine;
   time_point now{50s};
   std::uint32_t seq = 0;
+
+  explicit harness(receiver_config cfg = receiver_config{"site"})
+      : engine{std::move(cfg), sink, sink, 1, nullptr} {}
 
   void feed(const std::vector<std::byte>& d) {
     engine.on_datagram(d, sender_ep, 0, now);
@@ -118,6 +122,15 @@ struct harness {
     std::vector<std::byte> d(wire::data_header_size + block, std::byte{9});
     wire::write_parity_header(d, {sid, ++seq, fb, index});
     feed(d);
+  }
+  /// A marker of pass 1 in the middle of file 0, before block `b` (no status request).
+  void marker_at(std::uint32_t b) {
+    wire::marker m;
+    m.set_pass(1);
+    m.set_file(0);
+    m.set_block(b);
+    m.set_seq(seq);
+    feed(datagram(wire::msg_type::marker, m));
   }
   void pass_end(std::uint32_t pass) {
     wire::marker m;
@@ -234,4 +247,36 @@ TEST_CASE("an announce with an impossible FEC shape is taken without FEC", "[uni
   REQUIRE(naks.size() == 1);
   REQUIRE(naks[0].fec_lacks_size() == 0);
   REQUIRE(naks[0].files_size() == 1);
+}
+
+TEST_CASE("FEC lacks past a round's datagram cap go out in the next round, not at the pass end",
+          "[unit][receiver][fec]") {
+  // nak12's rounds each cover the blocks since the previous marker; lacks the cap cut off are
+  // deferred to the next round instead of waiting for a rescan.
+  receiver_config cfg{"site"};
+  cfg.max_nak_datagrams = 1;  // about 128 lacks fit in one NAK
+  harness h(cfg);
+  h.start(800, 2, 2);  // FEC block i: blocks 2i and 2i + 1
+  for (std::uint32_t b = 1; b < 600; b += 2) h.data(b);  // FEC blocks 0-299 lack one each
+  h.marker_at(600);
+  auto naks = h.sink.naks();
+  REQUIRE(naks.size() == 1);
+  REQUIRE(naks[0].files_size() == 0);
+  const auto first = lacks(naks[0]).size();
+  REQUIRE(first > 0);
+  REQUIRE(first < 300);  // the cap cut the round
+  for (std::uint32_t m = 0; m < 4; ++m) {
+    for (std::uint32_t b = 600 + 10 * m; b < 610 + 10 * m; ++b) h.data(b);
+    h.marker_at(610 + 10 * m);
+  }
+  std::set<std::uint32_t> reported;
+  for (const auto& n : h.sink.naks()) {
+    REQUIRE(n.files_size() == 0);
+    for (const auto& [fb, lack] : lacks(n)) {
+      REQUIRE(lack == 1);
+      reported.insert(fb);
+    }
+  }
+  REQUIRE(reported.size() == 300);
+  REQUIRE(*reported.rbegin() == 299);
 }

@@ -142,6 +142,29 @@ TEST_CASE("lacks from two receivers get the largest lack in new parity blocks",
   REQUIRE(parity_of(h.drain()).empty());
 }
 
+TEST_CASE("lacks count in the NAK feedback: a NAK of lacks only is a NAK, new parity is fresh",
+          "[unit][sender][fec]") {
+  // nak12's counters (control_counters, the window's redundancy) see FEC lacks like blocks.
+  harness h(40, 16);
+  const auto pass1 = h.drain();
+  const std::uint32_t seen = pass1.back().seq;
+  const auto before = h.s->report(h.now).control;
+  h.lacks("a", rx_a, {{0, 2}, {2, 1}}, seen);
+  h.lacks("b", rx_b, {{0, 3}}, seen);
+  auto c = h.s->report(h.now).control;
+  REQUIRE(c.naks == before.naks + 2);
+  REQUIRE(c.status == before.status);
+  REQUIRE(c.nak_blocks == before.nak_blocks + 6);          // 2 + 1 + 3 named
+  REQUIRE(c.nak_new_blocks == before.nak_new_blocks + 4);  // parity scheduled: 3 + 1
+  h.drain();
+  // A repeat from before that parity went out names blocks, schedules nothing.
+  h.lacks("a", rx_a, {{0, 2}}, seen);
+  c = h.s->report(h.now).control;
+  REQUIRE(c.naks == before.naks + 3);
+  REQUIRE(c.nak_blocks == before.nak_blocks + 8);
+  REQUIRE(c.nak_new_blocks == before.nak_new_blocks + 4);
+}
+
 TEST_CASE("proactive parity follows each FEC block's last source in pass 1", "[unit][sender][fec]") {
   harness h(40, 16, 0.10);  // 10 %: 2 parity blocks for 16 sources, 1 for 8
   const auto pass1 = h.drain();
