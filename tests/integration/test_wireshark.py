@@ -368,7 +368,9 @@ def malformed_datagrams(session):
         ("bad receiver id", header(9, session) + pb_bytes(1, "no spaces please"), None, "mcdist.bad_value"),
         ("bad magic on the mcdist port", b"XX\x01\x02" + struct.pack("!I", session), 4711, "mcdist.bad_magic"),
         ("version 3 on the mcdist port", header(2, session, version=3), 4711, "mcdist.bad_version"),
-        ("type 12 on the mcdist port", header(12, session), 4711, "mcdist.unknown_type"),
+        # 12 is parity and 14 repair_advert (issue 12); 13 is unassigned.
+        ("type 13 on the mcdist port", header(13, session), 4711, "mcdist.unknown_type"),
+        ("parity without its header on the mcdist port", header(12, session), 4711, "mcdist.truncated"),
         ("7 bytes on the mcdist port", header(2, session)[:7], 4711, "mcdist.truncated"),
         ("oversized on the mcdist port", header(1, session) + bytes(9000), 4711, "mcdist.oversized"),
     ]
