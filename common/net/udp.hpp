@@ -41,7 +41,7 @@ udp::socket open_sender_socket(boost::asio::io_context& io, const sender_socket_
 struct channel_socket_options {
   endpoint group;               ///< multicast group + port
   endpoint interface;           ///< local address to join on
-  int receive_buffer = 64 << 20;  ///< bytes; absorbs bursts while storage catches up
+  int receive_buffer = 32 << 20;  ///< bytes; absorbs bursts while storage catches up (mcdistd: socket_buffer)
   bool gro = true;              ///< ask for UDP GRO (coalesced datagrams)
 };
 

@@ -29,8 +29,8 @@ namespace mcdist::receiver {
 /// four are group commit: the finalizer takes every finalize request waiting (up to
 /// finalizer::batch_max), verifies them, makes their data durable together by the method
 /// named, renames each and fsyncs each distinct destination directory once
-/// (receiver/storage/group_commit.hpp; the measurements behind the default are in
-/// docs/benchmarks.md "Group commit" and the reasoning in docs/design-notes.md "Durability").
+/// (receiver/storage/group_commit.hpp; why the default is syncfs: docs/design-notes.md
+/// "Durability").
 enum class sync_mode : std::uint8_t {
   /// One syncfs() of the temp filesystem for the batch (fsync for a batch of one). Cheapest
   /// when this daemon is the filesystem's only writer; waits for every other writer's dirty
@@ -52,8 +52,10 @@ enum class sync_mode : std::uint8_t {
   file,
   /// No fsync at all: for tmpfs and tests. A crash may leave renamed files with lost data.
   none,
-  /// The group commit method used when the configuration says "batch".
-  batch = fdatasync,
+  /// The group commit method used when the configuration says "batch": syncfs, the method
+  /// measured so far (docs/design-notes.md "Durability"); the others are there to be chosen
+  /// by tests/bench/commit_latency.py on a filesystem shared with other writers.
+  batch = syncfs,
 };
 
 /// Parses a sync mode's name: "batch" (the default method), "syncfs", "fdatasync", "range",
