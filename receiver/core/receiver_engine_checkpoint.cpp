@@ -1,0 +1,144 @@
+// receiver_engine: resume state (checkpoints and restore).
+#include "receiver/core/receiver_engine_parts.hpp"
+
+namespace mcdist::receiver {
+
+using namespace engine_detail;
+
+void receiver_engine::do_checkpoint(session_rx& s, time_point now) {
+  saved_session head;
+  head.id = s.id;
+  head.sender = s.sender;
+  head.channel = s.channel;
+  head.block_size = s.block_size;
+  head.file_count = s.file_count;
+  head.chunks = s.chunks;
+  head.total_bytes = s.total_bytes;
+  head.sender_name = s.sender_name;
+  head.seq_channel = s.seq_channel;
+  head.seq = s.seq;
+  head.catch_up = s.catch_up;
+  head.seq_source = s.seq_source;
+  head.seen_seq = s.seen_seq;
+  head.bytes_received = s.bytes_received;
+  checkpoint_writer w(head);
+  for (const auto& fr : s.files) {
+    // A file being finalized is saved as fully received: on resume it is finalized again.
+    // (No file is pending once the session receives.)
+    saved_phase phase = saved_phase::receiving;
+    switch (fr.state) {
+      case file_rx::state_t::refused: phase = saved_phase::refused; break;
+      case file_rx::state_t::held: phase = saved_phase::held; break;
+      case file_rx::state_t::stored: phase = saved_phase::stored; break;
+      case file_rx::state_t::failed: phase = saved_phase::failed; break;
+      case file_rx::state_t::awaiting_digest: phase = saved_phase::awaiting_digest; break;
+      case file_rx::state_t::pending:
+      case file_rx::state_t::receiving:
+      case file_rx::state_t::finalizing: break;
+    }
+    const bool partial = phase == saved_phase::receiving || phase == saved_phase::awaiting_digest;
+    w.add_file(fr.entry, phase, fr.begun || fr.resume, fr.digest_retries, fr.failure,
+               partial ? fr.received.words() : std::span<const std::uint64_t>{});
+  }
+  m_store.checkpoint(s.id, w.finish());
+  s.dirty = false;
+  s.next_checkpoint = now + m_cfg.checkpoint_interval;
+}
+
+void receiver_engine::checkpoint_all(time_point now) {
+  for (auto& [id, s] : m_sessions) {
+    if (s->state == session_rx::state_t::receiving) do_checkpoint(*s, now);
+  }
+}
+
+std::error_code receiver_engine::restore(std::string_view blob, time_point now) {
+  saved_session saved;
+  if (auto ec = read_checkpoint(blob, m_cfg.channel_count, saved)) return ec;
+  const session_id id = saved.id;
+  if (find(id)) return errc::invalid_field;
+  // A restored session is charged like an announced one; what does not fit is not resumed.
+  const std::uint64_t table_bytes = std::uint64_t{saved.file_count} * sizeof(file_rx);
+  if (!m_budget.charge(id, session_overhead_bytes + table_bytes)) {
+    return errc::over_budget;
+  }
+  struct release_unless_kept {
+    memory_budget& budget;
+    session_id id;
+    bool kept = false;
+    ~release_unless_kept() {
+      if (!kept) budget.release_session(id);
+    }
+  } guard{m_budget, id};
+  auto owned = std::make_unique<session_rx>();
+  auto& s = *owned;
+  s.id = id;
+  s.sender = saved.sender;
+  s.channel = saved.channel;
+  s.block_size = saved.block_size;
+  s.file_count = saved.file_count;
+  s.chunks = saved.chunks;
+  s.total_bytes = saved.total_bytes;
+  s.sender_name = printable(saved.sender_name);
+  s.catch_up = std::move(saved.catch_up);
+  s.seq_channel = std::move(saved.seq_channel);
+  s.seq = saved.seq;
+  s.seq_source = std::move(saved.seq_source);
+  s.seen_seq = saved.seen_seq;
+  s.bytes_received = saved.bytes_received;
+  s.files.resize(s.file_count);
+  s.started = now;
+  s.last_heard = now;
+  for (std::uint32_t i = 0; i < s.file_count; ++i) {
+    auto& sf = saved.files[i];
+    auto& fr = s.files[i];
+    fr.entry = std::move(sf.entry);
+    fr.failure = std::move(sf.failure);
+    fr.digest_retries = sf.digest_retries;
+    fr.blocks = sf.blocks;
+    switch (sf.phase) {
+      case saved_phase::refused: fr.state = file_rx::state_t::refused; break;
+      case saved_phase::held:
+        fr.state = file_rx::state_t::held;
+        ++s.files_held;
+        break;
+      case saved_phase::stored:
+        fr.state = file_rx::state_t::stored;
+        ++s.files_stored;
+        s.bytes_stored += fr.entry.size;
+        break;
+      case saved_phase::failed:
+        fr.state = file_rx::state_t::failed;
+        ++s.files_failed;
+        break;
+      case saved_phase::receiving:
+      case saved_phase::awaiting_digest:
+        // read_checkpoint sized the bitmap by the blob; charged before it is copied again.
+        if (!m_budget.charge(id, bitmap_bytes(fr.blocks))) return errc::over_budget;
+        fr.received = block_map(fr.blocks);
+        fr.received.assign_words(sf.received);
+        sf.received = {};
+        fr.state = file_rx::state_t::receiving;
+        fr.resume = sf.begun;
+        ++s.files_open;
+        break;
+    }
+  }
+  s.state = session_rx::state_t::receiving;
+  s.next_checkpoint = now + m_cfg.checkpoint_interval;
+  guard.kept = true;
+  session_rx& ref = *owned;
+  m_sessions.emplace(s.id, std::move(owned));
+  if (m_log) {
+    m_log->info("session {}: resumed from checkpoint: {} of {} files to go, {} bytes received "
+                "earlier",
+                ref.name(), ref.files_open, ref.file_count, ref.bytes_received);
+  }
+  for (std::uint32_t i = 0; i < ref.file_count; ++i) {
+    auto& fr = ref.files[i];
+    if (fr.state == file_rx::state_t::receiving && fr.received.all()) file_data_complete(ref, i);
+  }
+  file_done(ref, now);
+  return {};
+}
+
+}  // namespace mcdist::receiver
