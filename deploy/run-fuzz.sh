@@ -44,6 +44,8 @@ fi
 
 # ccache's paths relative to the tree, so that clones in other directories share its cache.
 export CCACHE_BASEDIR="$src"
+# -g puts the working directory in the hash unless told not to (ccache manual, hash_dir).
+export CCACHE_NOHASHDIR=1
 if [ ! -f "$build/build.ninja" ]; then
   launcher=()
   command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
