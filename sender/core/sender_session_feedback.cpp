@@ -1,0 +1,173 @@
+// sender_session: NAK feedback (the NAK window, suppression, repair adverts, NAK handling).
+#include "sender/core/sender_session_parts.hpp"
+
+namespace mcdist::sender {
+
+using namespace session_detail;
+
+duration sender_session::nak_window() const noexcept {
+  return sender::nak_window(m_registered, m_grtt.estimate(), m_window.scale());
+}
+
+duration sender_session::collection_delay() const noexcept {
+  // The NAKs one status request brings come back over the receivers' whole window: a pass
+  // started at the first of them would end before the rest arrive, and every new pass makes
+  // the receivers draw their timers again.
+  return suppressing() ? nak_window() : nak_spread(m_registered, m_grtt.estimate());
+}
+
+bool sender_session::suppressing() const noexcept {
+  return m_registered > suppression_threshold;
+}
+
+void sender_session::track(receiver_state& r, bool heard) {
+  if (times_out(r)) {
+    if (heard || !m_silence.contains(r.index)) m_silence.touch(r.index);
+  } else {
+    m_silence.remove(r.index);
+  }
+  if (r.on_unicast() && !r.unicast_started && !r.awaiting_listed) {
+    r.awaiting_listed = true;
+    m_awaiting_connection.push_back(r.index);
+  }
+}
+
+void sender_session::send_advert(time_point now) {
+  wire::repair_advert m;
+  m.set_pass(m_passes.pass());
+  const std::uint64_t blocks = m_advert.take(
+      m, [this](std::uint32_t file, std::uint32_t first, std::uint32_t end, auto&& emit) {
+        const auto& w = m_passes.wanted_blocks(file);
+        for (std::uint32_t b = first; b < end;) {
+          const std::uint32_t a = w.find_set(b);
+          if (a >= end) return;
+          const std::uint32_t e = std::min(end, w.find_clear(a));
+          if (!emit(a, e)) return;
+          b = e;
+        }
+      });
+  m_advert.sent(now, std::clamp<duration>(m_grtt.estimate() / advert_interval_grtt_divisor,
+                                          min_advert_interval, max_advert_interval));
+  if (blocks == 0) return;  // every block named has left already: its repair is the hint
+  ++m_counters.adverts;
+  m_counters.advertised_blocks += blocks;
+  queue_multicast(now, encode(wire::msg_type::repair_advert, m_cfg.session, m));
+}
+
+void sender_session::handle_nak(const wire::nak& m, const endpoint& from, time_point now) {
+  receiver_state* r = find_receiver(m.receiver_id());
+  if (!r || r->rep.state == receiver_report::state_t::missing) {
+    m_drops.add(errc::not_registered);
+    return;
+  }
+  const std::uint32_t file_count = static_cast<std::uint32_t>(m_files.size());
+  if (r->on_unicast()) {
+    // Its data comes over unicast; its NAKs only ask for digests and show it is alive. A NAK
+    // with blocks means it lost its unicast state (a restart): order it again.
+    r->last_heard = now;
+    r->rep.address = from;  // a restarted receiver answers from a new port
+    if (m.files_size() > 0 && r->unicast_started) {
+      r->unicast_started = false;
+      r->next_fallback = now;
+    }
+    ++(m.files_size() > 0 ? m_counters.naks : m_counters.status);
+    track(*r, true);
+    for (const auto f : m.digests_wanted()) {
+      if (f < file_count && m_files[f].digest) m_digest_queue.push_back(f);
+    }
+    if (!m_digest_queue.empty() && digests_sendable()) send_digests(now);
+    return;
+  }
+  ++(m.files_size() > 0 || m.fec_lacks_size() > 0 ? m_counters.naks : m_counters.status);
+  if (!r->on_multicast()) {
+    m_drops.add(errc::stale);  // completed or failed already
+    return;
+  }
+  // FEC lacks: (gap, lack) pairs over ascending FEC blocks, each lack at most its sources.
+  if (m.fec_lacks_size() > 0) {
+    if (!m_fec || m.fec_lacks_size() % 2 != 0) {
+      m_drops.add(errc::invalid_field);
+      return;
+    }
+    std::uint64_t fb = 0;
+    for (int i = 0; i < m.fec_lacks_size(); i += 2) {
+      if (i > 0 && m.fec_lacks(i) == 0) fb = m_fec->fec_blocks();  // not ascending
+      fb += m.fec_lacks(i);
+      if (fb >= m_fec->fec_blocks() || m.fec_lacks(i + 1) == 0 ||
+          m.fec_lacks(i + 1) > m_fec->sources(static_cast<std::uint32_t>(fb))) {
+        m_drops.add(errc::invalid_field);
+        return;
+      }
+    }
+  }
+  for (const auto& fn : m.files()) {
+    if (fn.file() >= file_count ||
+        for_each_range(std::span(fn.ranges().data(), static_cast<std::size_t>(fn.ranges_size())),
+                       m_passes.blocks(fn.file()), [](std::uint32_t, std::uint32_t) {})) {
+      m_drops.add(errc::invalid_field);
+      return;
+    }
+  }
+  r->last_heard = now;
+  track(*r, true);
+  r->rep.address = from;
+  r->rep.bytes_received = m.bytes_received();
+  ++r->rep.naks;
+  sample_rtt(*r, m.echo_time_us(), m.hold_us(), now);
+  std::uint64_t naked = 0;
+  const bool advertise = suppressing();
+  const bool advert_was_pending = m_advert.pending();
+  std::uint64_t fresh = 0;
+  for (const auto& fn : m.files()) {
+    for_each_range(std::span(fn.ranges().data(), static_cast<std::size_t>(fn.ranges_size())),
+                   m_passes.blocks(fn.file()), [&](std::uint32_t first, std::uint32_t count) {
+                     naked += count;
+                     m_added.clear();
+                     fresh += m_passes.nak(fn.file(), first, count, m.seen_seq(),
+                                           m_phase == phase::transferring,
+                                           advertise ? &m_added : nullptr);
+                     for (const auto& [a, b] : m_added) m_advert.scheduled(fn.file(), a, b - a);
+                   });
+  }
+  // FEC lacks (validated above): new parity, counted with the blocks named for the window.
+  for (std::uint32_t i = 0, fb = 0; i + 1 < static_cast<std::uint32_t>(m.fec_lacks_size()); i += 2) {
+    fb += m.fec_lacks(static_cast<int>(i));
+    const std::uint32_t lack = m.fec_lacks(static_cast<int>(i + 1));
+    naked += lack;
+    fresh += m_parity->nak(fb, lack, m.seen_seq());
+  }
+  m_counters.nak_blocks += naked;
+  m_counters.nak_new_blocks += fresh;
+  m_window.on_nak(naked, fresh);
+  // The first advert after a quiet spell leaves a moment after the NAK, once the prompt
+  // repairs of this wake-up have left: it then names only blocks still waiting.
+  if (!advert_was_pending && m_advert.pending()) m_advert.hold_until(now + min_advert_interval);
+  r->rep.blocks_naked += naked;
+  // Blocks asked for now go out in the next pass at the latest.
+  if (naked > 0) r->last_nak_pass = m_passes.pass();
+  if (const auto why = m_fallback.nak_ratio_exceeded(r->rep.blocks_naked, m_data_datagrams)) {
+    order_fallback(*r, *why, now);
+  }
+  for (const auto f : m.digests_wanted()) {
+    if (f < file_count && m_files[f].digest) m_digest_queue.push_back(f);
+  }
+  if (!m_digest_queue.empty() && digests_sendable()) send_digests(now);
+  if (m_phase == phase::waiting && naked > 0 && r->on_multicast()) {
+    if (const auto why = m_fallback.after_passes(m_passes.pass())) {
+      order_fallback(*r, *why, now);
+      return;
+    }
+    if (m_passes.pass() >= m_cfg.max_passes) {
+      fail_receiver(*r,
+                    "still missing " + std::to_string(naked) + " blocks after " +
+                        std::to_string(m_cfg.max_passes) + " passes",
+                    now);
+      return;
+    }
+    if ((m_passes.wanted() > 0 || (m_parity && m_parity->scheduled() > 0)) && !m_next_pass_at) {
+      m_next_pass_at = now + collection_delay();
+    }
+  }
+}
+
+}  // namespace mcdist::sender

@@ -1,0 +1,250 @@
+// sender_session: receivers (registration, session keys, COMPLETE, time-outs).
+#include "sender/core/sender_session_parts.hpp"
+
+namespace mcdist::sender {
+
+using namespace session_detail;
+
+duration sender_session::keyed_start_grace() const noexcept {
+  // Two GRTT: the other sites' REGISTERs, sent on the same announce, arrive within about one
+  // round trip of the first; their register_replies then reach them before the first blocks.
+  return m_grtt.estimate() * 2;
+}
+
+bool sender_session::keyed_start_due(time_point now) const noexcept {
+  if (!m_first_keyed) return false;
+  const bool all_in = !m_cfg.receivers.empty() && m_keyed == m_cfg.receivers.size();
+  return all_in || now >= *m_first_keyed + keyed_start_grace();
+}
+
+void sender_session::on_site_keyed(std::string_view receiver_id, time_point now) {
+  if (m_cfg.receivers.empty()) {
+    if (!m_first_keyed) m_first_keyed = now;
+    return;
+  }
+  const auto it = m_by_id.find(std::string(receiver_id));
+  if (it == m_by_id.end() || it->second->keyed) return;
+  it->second->keyed = true;
+  ++m_keyed;
+  if (!m_first_keyed) m_first_keyed = now;
+  if (m_log) {
+    m_log->debug("session {}: receiver '{}' holds the session key ({} of {})",
+                 m_cfg.session, receiver_id, m_keyed, m_cfg.receivers.size());
+  }
+}
+
+void sender_session::handle_register(const wire::register_request& m, const endpoint& from,
+                                     time_point now) {
+  if (!wire::valid_receiver_id(m.receiver_id())) {
+    m_drops.add(errc::invalid_field);
+    return;
+  }
+  const std::uint32_t file_count = static_cast<std::uint32_t>(m_files.size());
+  // Validate everything before changing any state.
+  if (for_each_range(std::span(m.held_files().data(), static_cast<std::size_t>(m.held_files_size())),
+                     file_count, [](std::uint32_t, std::uint32_t) {})) {
+    m_drops.add(errc::invalid_field);
+    return;
+  }
+  for (const auto& hd : m.held_pending()) {
+    if (hd.file() >= file_count || hd.sha256().size() != 32) {
+      m_drops.add(errc::invalid_field);
+      return;
+    }
+  }
+  // Sequence report: only in a sequenced session, bounded, ranges below this session's number.
+  if (static_cast<std::size_t>(m.missing_seqs_size()) > wire::max_seq_ranges ||
+      (m_cfg.channel_seq == 0 && (m.missing_seqs_size() > 0 || m.last_seq() != 0))) {
+    m_drops.add(errc::invalid_field);
+    return;
+  }
+  std::vector<wire::seq_span> missing;
+  missing.reserve(static_cast<std::size_t>(m.missing_seqs_size()));
+  for (const auto& r : m.missing_seqs()) missing.emplace_back(r.first(), r.last());
+  if (!wire::valid_seq_ranges(missing, m_cfg.channel_seq)) {
+    m_drops.add(errc::invalid_field);
+    return;
+  }
+  wire::register_reply reply;
+  reply.set_receiver_id(m.receiver_id());
+  auto refuse = [&](const std::string& why) {
+    reply.set_accepted(false);
+    reply.set_reason(why);
+    queue_unicast(from, encode(wire::msg_type::register_reply, m_cfg.session, reply));
+    if (m_log) {
+      m_log->warn("session {}: refused registration of '{}' from {}: {}", m_cfg.session,
+                  m.receiver_id(), from.to_string(), why);
+    }
+  };
+  if (!m_cfg.only_receivers.empty() &&
+      std::find(m_cfg.only_receivers.begin(), m_cfg.only_receivers.end(), m.receiver_id()) ==
+          m_cfg.only_receivers.end()) {
+    refuse("this session is a resend to other receivers");
+    return;
+  }
+  receiver_state* r = find_receiver(m.receiver_id());
+  if (r && r->rep.state != receiver_report::state_t::missing) {
+    // A repeat (our reply was lost) or a restarted receiver: same answer again.
+    sample_rtt(*r, m.echo_time_us(), m.hold_us(), now);
+    r->last_heard = now;
+    track(*r, true);
+    r->rep.address = from;
+    if (r->rep.state == receiver_report::state_t::failed) {
+      refuse("this receiver was failed in the session: " + r->rep.reason);
+      return;
+    }
+    reply.set_accepted(true);
+    queue_unicast(from, encode(wire::msg_type::register_reply, m_cfg.session, reply));
+    return;
+  }
+  if (!r && !m_cfg.receivers.empty()) {
+    refuse("not a member of the closed group");
+    return;
+  }
+  if (!m_registration_open) {
+    refuse("registration closed");
+    return;
+  }
+  if (!r && m_receivers.size() >= m_cfg.max_receivers) {
+    ++m_receivers_refused_full;
+    // One line per refusal could be a flood: log the first, then rarely (log_limit.hpp).
+    if (worth_logging(m_receivers_refused_full) && m_log) {
+      m_log->warn("session {}: registration of '{}' from {} refused: the session has its "
+                  "maximum of {} receivers ({} refused so far)",
+                  m_cfg.session, m.receiver_id(), from.to_string(),
+                  m_cfg.max_receivers, m_receivers_refused_full);
+    }
+    reply.set_accepted(false);
+    reply.set_reason("the session has its maximum number of receivers");
+    queue_unicast(from, encode(wire::msg_type::register_reply, m_cfg.session, reply));
+    return;
+  }
+  if (!r) {
+    auto owned = std::make_unique<receiver_state>();
+    owned->rep.id = m.receiver_id();
+    owned->index = static_cast<std::uint32_t>(m_receivers.size());
+    r = owned.get();
+    m_by_id[r->rep.id] = r;
+    m_receivers.push_back(std::move(owned));
+  }
+  r->rep.state = receiver_report::state_t::registered;
+  r->rep.address = from;
+  r->rep.last_seq = m.last_seq();
+  r->rep.missing_seqs = std::move(missing);
+  r->last_heard = now;
+  track(*r, true);
+  ++m_registered;
+  if (!r->keyed) {
+    r->keyed = true;
+    ++m_keyed;
+  }
+  if (!m_first_keyed) m_first_keyed = now;
+  ++m_active;
+  sample_rtt(*r, m.echo_time_us(), m.hold_us(), now);
+  for_each_range(std::span(m.held_files().data(), static_cast<std::size_t>(m.held_files_size())),
+                 file_count, [&](std::uint32_t first, std::uint32_t count) {
+                   for (std::uint32_t f = first; f < first + count; ++f) mark_held(*r, f);
+                 });
+  for (const auto& hd : m.held_pending()) {
+    const auto claimed = *digest_from_bytes(hd.sha256());
+    const auto& known = m_files[hd.file()].digest;
+    if (known) {
+      if (*known == claimed) mark_held(*r, hd.file());
+    } else {
+      r->pending_claims.emplace_back(hd.file(), claimed);
+    }
+  }
+  reply.set_accepted(true);
+  queue_unicast(from, encode(wire::msg_type::register_reply, m_cfg.session, reply));
+  if (m_log) {
+    m_log->info("session {}: receiver '{}' registered from {}{}, RTT {:.2f} ms, holds {} files",
+                m_cfg.session, r->rep.id, from.to_string(), m.resumed() ? " (resumed)" : "",
+                to_ms(r->rep.rtt), r->rep.files_held);
+    if (!r->rep.missing_seqs.empty()) {
+      std::string ranges;
+      for (const auto& [first, last] : r->rep.missing_seqs) {
+        ranges += (ranges.empty() ? "" : ",") + std::to_string(first) +
+                  (first == last ? "" : "-" + std::to_string(last));
+      }
+      m_log->warn("session {}: receiver '{}' never completed sessions {} of channel {} "
+                  "(its last completed: {})",
+                  m_cfg.session, r->rep.id, ranges, m_cfg.channel, r->rep.last_seq);
+    }
+  }
+  if (!m_cfg.receivers.empty() && m_registered == m_cfg.receivers.size()) {
+    close_registration(now);
+  }
+}
+
+void sender_session::handle_complete(const wire::complete& m, const endpoint& from,
+                                     time_point now) {
+  receiver_state* r = find_receiver(m.receiver_id());
+  if (!r || r->rep.state == receiver_report::state_t::missing) {
+    m_drops.add(errc::not_registered);
+    return;
+  }
+  wire::complete_ack ack;
+  ack.set_receiver_id(m.receiver_id());
+  queue_unicast(from, encode(wire::msg_type::complete_ack, m_cfg.session, ack));
+  r->last_heard = now;
+  if (r->rep.state != receiver_report::state_t::registered) return;  // a repeat
+  const bool via_unicast = r->rep.fallback_transport.has_value();
+  sample_rtt(*r, m.echo_time_us(), m.hold_us(), now);
+  r->rep.state = receiver_report::state_t::completed;
+  r->rep.files_stored = m.files_stored();
+  r->rep.bytes_stored = m.bytes_stored();
+  r->rep.files_held = std::max(r->rep.files_held, m.files_held());
+  // The pass that brought its last missing block: one after the pass of its last NAK.
+  r->rep.passes = via_unicast ? r->last_nak_pass : std::min(m_passes.pass(), r->last_nak_pass + 1);
+  r->rep.completion_time = now - m_start;
+  for (const auto& f : m.failures()) {
+    r->rep.file_failures.emplace_back(f.file(), f.reason().substr(0, 256));
+  }
+  if (!r->rep.file_failures.empty()) {
+    r->rep.state = receiver_report::state_t::failed;
+    r->rep.reason = std::to_string(r->rep.file_failures.size()) + " files could not be stored";
+  }
+  --m_active;
+  track(*r, false);
+  if (m_log) {
+    if (r->rep.state != receiver_report::state_t::failed) {
+      m_log->info("session {}: receiver '{}' completed {} in {:.3f} s: {} files stored, {} "
+                  "held, {} bytes",
+                  m_cfg.session, r->rep.id,
+                  via_unicast ? fmt::format("over {}", *r->rep.fallback_transport)
+                              : "after pass " + std::to_string(m_passes.pass()),
+                  to_seconds(r->rep.completion_time), r->rep.files_stored, r->rep.files_held,
+                  r->rep.bytes_stored);
+    } else {
+      m_log->warn("session {}: receiver '{}' finished with {} files it could not store "
+                  "(first: file {}: {})",
+                  m_cfg.session, r->rep.id, r->rep.file_failures.size(),
+                  r->rep.file_failures.front().first, r->rep.file_failures.front().second);
+    }
+  }
+  check_done(now);
+}
+
+bool sender_session::times_out(const receiver_state& r) const noexcept {
+  // Every receiver the session waits for is answered by it within receiver_timeout while the
+  // sender asks for status: registered ones by NAK or COMPLETE, unicast ones (connected) by a
+  // NAK as a sign of life or COMPLETE. One that stops (a full disk, a crash) is failed, so the
+  // session always ends. Unconnected unicast receivers are bounded by fallback_max_orders.
+  return r.on_multicast() || (r.on_unicast() && r.unicast_started);
+}
+
+void sender_session::fail_receiver(receiver_state& r, std::string why, time_point now) {
+  const bool was_active = r.rep.state == receiver_report::state_t::registered;
+  r.rep.state = receiver_report::state_t::failed;
+  r.rep.reason = std::move(why);
+  r.rep.passes = m_passes.pass();
+  r.rep.completion_time = now - m_start;
+  if (was_active) --m_active;
+  track(r, false);
+  if (m_log) {
+    m_log->warn("session {}: receiver '{}' failed: {}", m_cfg.session, r.rep.id,
+                r.rep.reason);
+  }
+}
+
+}  // namespace mcdist::sender
