@@ -134,7 +134,7 @@ int main(int argc, char** argv) {
   app.add_option("-t,--temp", temp, "Temp directory (same filesystem as --dest)")->type_name("DIR");
   app.add_option("--sync", sync,
                  "How delivered files are made durable: batch (group commit by the default "
-                 "method, syncfs), syncfs, fdatasync, range, uring (group commit methods; "
+                 "method, range), syncfs, fdatasync, range, uring (group commit methods; "
                  "docs/design-notes.md \"Durability\"), file (fsync each) or none")
       ->type_name("MODE");
   app.add_option("--session-timeout", session_timeout,

@@ -29,7 +29,7 @@ namespace mcdist::receiver {
 /// four are group commit: the finalizer takes every finalize request waiting (up to
 /// finalizer::batch_max), verifies them, makes their data durable together by the method
 /// named, renames each and fsyncs each distinct destination directory once
-/// (receiver/storage/group_commit.hpp; why the default is syncfs: docs/design-notes.md
+/// (receiver/storage/group_commit.hpp; why the default is range: docs/design-notes.md
 /// "Durability").
 enum class sync_mode : std::uint8_t {
   /// One syncfs() of the temp filesystem for the batch (fsync for a batch of one). Cheapest
@@ -52,10 +52,11 @@ enum class sync_mode : std::uint8_t {
   file,
   /// No fsync at all: for tmpfs and tests. A crash may leave renamed files with lost data.
   none,
-  /// The group commit method used when the configuration says "batch": syncfs, the method
-  /// measured so far (docs/design-notes.md "Durability"); the others are there to be chosen
-  /// by tests/bench/commit_latency.py on a filesystem shared with other writers.
-  batch = syncfs,
+  /// The group commit method used when the configuration says "batch": range, chosen by
+  /// tests/bench/commit_latency.py (docs/benchmarks.md "Group commit methods"): with another
+  /// process writing 4 GB to the same filesystem a bulletin's p99 was 0.4-0.7 s against
+  /// syncfs's 2.6-3.4 s, which waits for that writer's data too.
+  batch = range,
 };
 
 /// Parses a sync mode's name: "batch" (the default method), "syncfs", "fdatasync", "range",

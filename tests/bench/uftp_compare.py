@@ -8,7 +8,7 @@ bytes x 8 / wall), passes, and sender + receiver CPU seconds, side by side, and 
 
 The data lives on tmpfs (/dev/shm) by default so the comparison measures the protocols, not the
 disk; --dir puts it elsewhere. mcdistd still verifies SHA-256 and renames atomically (its sync
-mode is "batch": syncfs is free on tmpfs). UFTP receives straight into its destination.
+mode is "batch", range: free on tmpfs). UFTP receives straight into its destination.
 
 Needs root (ip link set lo multicast on, which UFTP needs to see loopback as multicast-capable).
 
