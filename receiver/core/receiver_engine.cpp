@@ -588,6 +588,24 @@ void receiver_engine::start_receiving(session_rx& s, time_point now) {
   file_done(s, now);
 }
 
+receiver_engine::session_rx* receiver_engine::receiving_session(session_id id,
+                                                                const endpoint& from) {
+  session_rx* s = find(id);
+  if (!s) {
+    m_stats.drops.add(m_tombstones.count(id) ? errc::stale : errc::unknown_session);
+    return nullptr;
+  }
+  if (!same_host(from, s->sender)) {
+    m_stats.drops.add(errc::wrong_source);
+    return nullptr;
+  }
+  if (s->state == session_rx::state_t::completing || s->unicast) {
+    m_stats.drops.add(errc::duplicate);
+    return nullptr;
+  }
+  return s;
+}
+
 void receiver_engine::handle_data(std::span<const std::byte> datagram, const endpoint& from,
                                   time_point now) {
   wire::data_header h;
@@ -596,19 +614,8 @@ void receiver_engine::handle_data(std::span<const std::byte> datagram, const end
     m_stats.drops.add(static_cast<errc>(ec.value()));
     return;
   }
-  session_rx* s = find(h.session);
-  if (!s) {
-    m_stats.drops.add(m_tombstones.count(h.session) ? errc::stale : errc::unknown_session);
-    return;
-  }
-  if (!same_host(from, s->sender)) {
-    m_stats.drops.add(errc::wrong_source);
-    return;
-  }
-  if (s->state == session_rx::state_t::completing || s->unicast) {
-    m_stats.drops.add(errc::duplicate);
-    return;
-  }
+  session_rx* s = receiving_session(h.session, from);
+  if (!s) return;
   if (h.file.value >= s->file_count) {
     m_stats.drops.add(errc::invalid_field);
     return;

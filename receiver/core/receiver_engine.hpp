@@ -253,6 +253,10 @@ class receiver_engine {
   struct session_rx;
 
   session_rx* find(session_id s);
+  /// The session a data or parity datagram of session `s` from `from` belongs to, or nullptr
+  /// after counting why it is dropped (unknown or stale session, wrong source, a session that
+  /// is completing or moved to unicast).
+  session_rx* receiving_session(session_id s, const endpoint& from);
   void handle_announce(const wire::announce& m, session_id s, const endpoint& from,
                        std::uint32_t channel, time_point now);
   void handle_data(std::span<const std::byte> datagram, const endpoint& from, time_point now);

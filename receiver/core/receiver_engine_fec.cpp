@@ -13,19 +13,8 @@ void receiver_engine::handle_parity(std::span<const std::byte> datagram, const e
     m_stats.drops.add(static_cast<errc>(ec.value()));
     return;
   }
-  session_rx* s = find(h.session);
-  if (!s) {
-    m_stats.drops.add(m_tombstones.count(h.session) ? errc::stale : errc::unknown_session);
-    return;
-  }
-  if (!same_host(from, s->sender)) {
-    m_stats.drops.add(errc::wrong_source);
-    return;
-  }
-  if (s->state == session_rx::state_t::completing || s->unicast) {
-    m_stats.drops.add(errc::duplicate);
-    return;
-  }
+  session_rx* s = receiving_session(h.session, from);
+  if (!s) return;
   // Parity is used once the manifest is complete; before, or in a session without FEC, it is
   // dropped like a block of an unknown file.
   if (!ensure_fec(*s)) {
