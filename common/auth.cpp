@@ -75,7 +75,8 @@ constexpr std::string_view sealed_data_info = "mcdist v2 data sealed";
 
 /// The 12-byte GCM nonce of a data datagram: its sequence number, file and block (bytes 8..19).
 std::span<const std::uint8_t, crypto::gcm_nonce_bytes> data_nonce(std::span<const std::byte> d) {
-  return std::span<const std::uint8_t, crypto::gcm_nonce_bytes>(u8(d.data() + 8), crypto::gcm_nonce_bytes);
+  return std::span<const std::uint8_t, crypto::gcm_nonce_bytes>(u8(d.data() + 8),
+                                                                crypto::gcm_nonce_bytes);
 }
 
 /// Seals the body of the control datagram in buf[0, len) (announce or digest_list) in place:
@@ -88,10 +89,13 @@ std::size_t seal_body(const crypto::key32& key, msg_type type, std::span<std::by
   scratch.resize(crypto::xchacha_nonce_bytes + body + crypto::aead_tag_bytes);
   auto* nonce = u8(scratch.data());
   crypto::random_bytes({nonce, crypto::xchacha_nonce_bytes});
-  crypto::aead_seal(key, std::span<const std::uint8_t, crypto::xchacha_nonce_bytes>(nonce, crypto::xchacha_nonce_bytes),
-                    buf.first(wire::header_size),
-                    std::span<const std::uint8_t>(u8(buf.data() + wire::header_size), body),
-                    std::span<std::uint8_t>(nonce + crypto::xchacha_nonce_bytes, body + crypto::aead_tag_bytes));
+  crypto::aead_seal(
+      key,
+      std::span<const std::uint8_t, crypto::xchacha_nonce_bytes>(nonce,
+                                                                 crypto::xchacha_nonce_bytes),
+      buf.first(wire::header_size),
+      std::span<const std::uint8_t>(u8(buf.data() + wire::header_size), body),
+      std::span<std::uint8_t>(nonce + crypto::xchacha_nonce_bytes, body + crypto::aead_tag_bytes));
   const std::string sealed(reinterpret_cast<const char*>(scratch.data()), scratch.size());
   std::size_t out = 0;
   if (type == msg_type::announce) {
@@ -157,21 +161,18 @@ std::string_view leading_receiver_id(std::span<const std::byte> body) noexcept {
 
 sender_keys::sender_keys(const crypto::identity& id, session_id session,
                          std::map<std::string, crypto::key32, std::less<>> pinned, bool encrypted)
-    : m_id(id),
-      m_session(session),
-      m_pinned(std::move(pinned)),
-      m_ephemeral(crypto::generate_x25519()),
-      m_session_key([] {
+    : m_id(id), m_session(session), m_pinned(std::move(pinned)),
+      m_ephemeral(crypto::generate_x25519()), m_session_key([] {
         crypto::key32 k{};
         crypto::random_bytes(k);
         return k;
       }()),
       m_data(derive(m_session_key, session, "mcdist v2 data")),
-      m_marker(derive(m_session_key, session, "mcdist v2 marker")),
-      m_encrypted(encrypted) {
+      m_marker(derive(m_session_key, session, "mcdist v2 marker")), m_encrypted(encrypted) {
   if (m_encrypted) {
     m_manifest_key = derive(m_session_key, session, manifest_info);
-    m_sealed_data.emplace(derive(m_session_key, session, sealed_data_info), crypto::gcm::direction::encrypt);
+    m_sealed_data.emplace(derive(m_session_key, session, sealed_data_info),
+                          crypto::gcm::direction::encrypt);
   }
 }
 
@@ -184,7 +185,8 @@ std::size_t sender_keys::seal_control(std::span<std::byte> buf, std::size_t len)
   if (m_encrypted && (type == msg_type::announce || type == msg_type::digest_list)) {
     // The signature below covers the sealed form; room for the trailer stays (the caller
     // leaves max_trailer_bytes, which counts the sealed body's overhead).
-    len = seal_body(m_manifest_key, type, buf.first(buf.size() - largest_trailer_bytes), len, m_scratch);
+    len = seal_body(m_manifest_key, type, buf.first(buf.size() - largest_trailer_bytes), len,
+                    m_scratch);
     if (len == 0) return 0;
   }
   std::byte* end = buf.data() + len;
@@ -236,8 +238,9 @@ std::size_t sender_keys::seal_data(std::span<std::byte> buf, std::size_t len) no
   buf[2] = std::byte{wire::authenticated_version};
   if (m_sealed_data) {
     // Encrypted session: the payload is encrypted in place, the headers are associated data.
-    const auto tag = m_sealed_data->seal(data_nonce(buf), buf.first(wire::data_header_size),
-                                         buf.subspan(wire::data_header_size, len - wire::data_header_size));
+    const auto tag =
+        m_sealed_data->seal(data_nonce(buf), buf.first(wire::data_header_size),
+                            buf.subspan(wire::data_header_size, len - wire::data_header_size));
     std::memcpy(buf.data() + len, tag.data(), tag.size());
     return len + data_trailer_bytes;
   }
@@ -261,8 +264,8 @@ std::error_code sender_keys::open(std::span<const std::byte> d, std::span<const 
   const std::size_t trailer = trailer_size(h.type);
   const auto id = d.size() < wire::header_size + trailer
                       ? std::string_view()
-                      : leading_receiver_id(d.subspan(wire::header_size,
-                                                      d.size() - wire::header_size - trailer));
+                      : leading_receiver_id(
+                            d.subspan(wire::header_size, d.size() - wire::header_size - trailer));
   if (id.empty()) {
     // Too short for its trailer, or no receiver id to find a key by.
     ++m_stats.unauthenticated;
@@ -284,8 +287,8 @@ std::error_code sender_keys::open(std::span<const std::byte> d, std::span<const 
       ++m_stats.untrusted_site;
       return errc::unauthenticated;
     }
-    const auto pw = pairwise_key(m_ephemeral.secret_key, *site_x, m_ephemeral.public_key, *site_x,
-                                 m_session);
+    const auto pw =
+        pairwise_key(m_ephemeral.secret_key, *site_x, m_ephemeral.public_key, *site_x, m_session);
     if (!pw || !crypto::hmac_verify(*pw, d.first(d.size() - crypto::hmac_bytes),
                                     fixed<crypto::hmac_bytes>(d.last(crypto::hmac_bytes)))) {
       ++m_stats.bad_tag;
@@ -335,8 +338,8 @@ std::size_t sender_keys::take_key_reply(std::span<std::byte> buf) {
   r.set_key_only(true);
   m_key_reply_to.clear();
   if (buf.size() < max_trailer_bytes) return 0;
-  const std::size_t n =
-      wire::encode_control(buf.first(buf.size() - max_trailer_bytes), msg_type::register_reply, m_session, r);
+  const std::size_t n = wire::encode_control(buf.first(buf.size() - max_trailer_bytes),
+                                             msg_type::register_reply, m_session, r);
   if (n == 0) return 0;
   return seal_control(buf, n);
 }
@@ -364,7 +367,8 @@ void receiver_keys::session_keys::set_session_key(const crypto::key32& k, sessio
 }
 
 receiver_keys::receiver_keys(receiver_auth_options o)
-    : m_opts(std::move(o)), m_site_x(crypto::x25519_of(m_opts.site)), m_scratch(wire::max_datagram_size) {}
+    : m_opts(std::move(o)), m_site_x(crypto::x25519_of(m_opts.site)),
+      m_scratch(wire::max_datagram_size) {}
 
 receiver_keys::~receiver_keys() = default;
 
@@ -393,7 +397,8 @@ receiver_keys::session_keys& receiver_keys::learn(session_id s, const crypto::ke
     auto oldest = m_sessions.end();
     for (auto it = m_sessions.begin(); it != m_sessions.end(); ++it) {
       if (it->first == s.value) continue;
-      if (oldest == m_sessions.end() || it->second.last_used < oldest->second.last_used) oldest = it;
+      if (oldest == m_sessions.end() || it->second.last_used < oldest->second.last_used)
+        oldest = it;
     }
     if (oldest != m_sessions.end()) {
       release(oldest->second);
@@ -499,8 +504,8 @@ std::error_code receiver_keys::open(std::span<const std::byte> d, time_point now
     case msg_type::digest_list:
     case msg_type::session_end:
       if (!s) return refuse(m_stats.no_key);
-      if (!verify_signed(signed_part, fixed<crypto::signature_bytes>(d.last(crypto::signature_bytes)),
-                         now)) {
+      if (!verify_signed(signed_part,
+                         fixed<crypto::signature_bytes>(d.last(crypto::signature_bytes)), now)) {
         return errc::unauthenticated;
       }
       if (h.type == msg_type::digest_list && s->encrypted) {
@@ -514,9 +519,10 @@ std::error_code receiver_keys::open(std::span<const std::byte> d, time_point now
         if (!s->sealed_data) return refuse(m_stats.no_key);
         const auto cipher = signed_part.subspan(wire::data_header_size);
         std::memcpy(m_scratch.data(), d.data(), wire::data_header_size);
-        if (!s->sealed_data->open(data_nonce(d), d.first(wire::data_header_size), cipher,
-                                  fixed<crypto::gcm_tag_bytes>(d.last(crypto::gcm_tag_bytes)),
-                                  std::span(m_scratch).subspan(wire::data_header_size, cipher.size()))) {
+        if (!s->sealed_data->open(
+                data_nonce(d), d.first(wire::data_header_size), cipher,
+                fixed<crypto::gcm_tag_bytes>(d.last(crypto::gcm_tag_bytes)),
+                std::span(m_scratch).subspan(wire::data_header_size, cipher.size()))) {
           return refuse(m_stats.bad_tag);
         }
         out = std::span<const std::byte>(m_scratch.data(), signed_part.size());
@@ -538,11 +544,12 @@ std::error_code receiver_keys::open(std::span<const std::byte> d, time_point now
       break;
     case msg_type::register_reply: {
       if (!s || !s->has_pairwise) return refuse(m_stats.no_key);
-      const auto nonce = fixed<crypto::xchacha_nonce_bytes>(std::span(t, crypto::xchacha_nonce_bytes));
+      const auto nonce =
+          fixed<crypto::xchacha_nonce_bytes>(std::span(t, crypto::xchacha_nonce_bytes));
       crypto::key32 k{};
       if (!crypto::aead_open(s->pairwise, nonce, d.first(d.size() - trailer + nonce.size()),
-                             std::span<const std::uint8_t>(u8(t) + nonce.size(),
-                                                           crypto::key_bytes + crypto::aead_tag_bytes),
+                             std::span<const std::uint8_t>(
+                                 u8(t) + nonce.size(), crypto::key_bytes + crypto::aead_tag_bytes),
                              k)) {
         return refuse(m_stats.bad_tag);
       }
@@ -562,7 +569,8 @@ std::error_code receiver_keys::open(std::span<const std::byte> d, time_point now
     case msg_type::complete_ack:
     case msg_type::fallback:
       if (!s || !s->has_pairwise) return refuse(m_stats.no_key);
-      if (!crypto::hmac_verify(s->pairwise, signed_part, fixed<crypto::hmac_bytes>(d.last(crypto::hmac_bytes)))) {
+      if (!crypto::hmac_verify(s->pairwise, signed_part,
+                               fixed<crypto::hmac_bytes>(d.last(crypto::hmac_bytes)))) {
         return refuse(m_stats.bad_tag);
       }
       break;
@@ -572,7 +580,8 @@ std::error_code receiver_keys::open(std::span<const std::byte> d, time_point now
   }
   if (h.type == msg_type::announce) {
     session_keys* keys = find(h.session);
-    if (keys && (keys->encrypted || !sealed_field(h.type, signed_part.subspan(wire::header_size)).empty())) {
+    if (keys && (keys->encrypted ||
+                 !sealed_field(h.type, signed_part.subspan(wire::header_size)).empty())) {
       keys->encrypted = true;
       return open_sealed_body(*keys, signed_part, h.type, now, out, d, fresh, &from);
     }
@@ -584,7 +593,8 @@ std::error_code receiver_keys::open(std::span<const std::byte> d, time_point now
   return {};
 }
 
-std::error_code receiver_keys::open_sealed_body(session_keys& s, std::span<const std::byte> signed_part,
+std::error_code receiver_keys::open_sealed_body(session_keys& s,
+                                                std::span<const std::byte> signed_part,
                                                 wire::msg_type t, time_point now,
                                                 std::span<const std::byte>& out,
                                                 std::span<const std::byte> datagram, bool fresh,
@@ -615,12 +625,14 @@ std::error_code receiver_keys::open_sealed_body(session_keys& s, std::span<const
   const std::size_t plain = sealed.size() - crypto::xchacha_nonce_bytes - crypto::aead_tag_bytes;
   std::memcpy(m_scratch.data(), signed_part.data(), wire::header_size);
   const auto* p = reinterpret_cast<const std::uint8_t*>(sealed.data());
-  if (!crypto::aead_open(s.manifest_key,
-                         std::span<const std::uint8_t, crypto::xchacha_nonce_bytes>(p, crypto::xchacha_nonce_bytes),
-                         signed_part.first(wire::header_size),
-                         std::span<const std::uint8_t>(p + crypto::xchacha_nonce_bytes,
-                                                       sealed.size() - crypto::xchacha_nonce_bytes),
-                         std::span<std::uint8_t>(u8(m_scratch.data() + wire::header_size), plain))) {
+  if (!crypto::aead_open(
+          s.manifest_key,
+          std::span<const std::uint8_t, crypto::xchacha_nonce_bytes>(p,
+                                                                     crypto::xchacha_nonce_bytes),
+          signed_part.first(wire::header_size),
+          std::span<const std::uint8_t>(p + crypto::xchacha_nonce_bytes,
+                                        sealed.size() - crypto::xchacha_nonce_bytes),
+          std::span<std::uint8_t>(u8(m_scratch.data() + wire::header_size), plain))) {
     ++m_stats.bad_tag;
     return errc::unauthenticated;
   }
@@ -729,7 +741,8 @@ std::optional<crypto::key32> receiver_keys::signer(session_id s) const {
 std::optional<std::string> receiver_keys::export_session(session_id s) const {
   const auto it = m_sessions.find(s.value);
   if (it == m_sessions.end() || !it->second.session_key) return std::nullopt;
-  std::string blob(reinterpret_cast<const char*>(it->second.sender_public.data()), crypto::key_bytes);
+  std::string blob(reinterpret_cast<const char*>(it->second.sender_public.data()),
+                   crypto::key_bytes);
   blob.append(reinterpret_cast<const char*>(it->second.session_key->data()), crypto::key_bytes);
   if (it->second.encrypted) blob.push_back('E');  // an encrypted session: one byte more
   return blob;

@@ -10,20 +10,21 @@
 ///
 /// | type | trailer | content |
 /// |---|---|---|
-/// | data | 16 | AES-256-GCM tag (GMAC) under the session data key; nonce = bytes 8..19 (seq, file, block) |
-/// | announce | 96 | sender's X25519 session public key (32), Ed25519 signature (64) |
-/// | register_request | 64 | site's Ed25519 public key (32), HMAC under the pairwise key (32) |
-/// | register_reply | 72 | nonce (24), session key under the pairwise key, XChaCha20-Poly1305 (48) |
-/// | marker, repair_advert | 24 | counter (8, one counter for both), AES-256-GCM tag under the session marker key (16) |
-/// | nak, complete, complete_ack, fallback | 32 | HMAC under the pairwise key |
-/// | digest_list, session_end | 64 | Ed25519 signature |
+/// | data | 16 | AES-256-GCM tag (GMAC) under the session data key; nonce = bytes 8..19 (seq, file,
+/// block) | | announce | 96 | sender's X25519 session public key (32), Ed25519 signature (64) | |
+/// register_request | 64 | site's Ed25519 public key (32), HMAC under the pairwise key (32) | |
+/// register_reply | 72 | nonce (24), session key under the pairwise key, XChaCha20-Poly1305 (48) |
+/// | marker, repair_advert | 24 | counter (8, one counter for both), AES-256-GCM tag under the
+/// session marker key (16) | | nak, complete, complete_ack, fallback | 32 | HMAC under the pairwise
+/// key | | digest_list, session_end | 64 | Ed25519 signature |
 ///
 /// Signatures and tags cover every byte before them. Keys (RFC 5869 HKDF-SHA-256, salt =
 /// session id, 4 bytes big-endian):
 /// - pairwise key of a site = HKDF(X25519(sender session secret, site X25519 public),
 ///   info "mcdist v2 pairwise" || sender session public || site X25519 public);
 /// - session key K: 32 random bytes per session, given to each registered site in its
-///   register_reply; data key = HKDF(K, "mcdist v2 data"), marker key = HKDF(K, "mcdist v2 marker");
+///   register_reply; data key = HKDF(K, "mcdist v2 data"), marker key = HKDF(K, "mcdist v2
+///   marker");
 /// - fallback key of a site = HKDF(pairwise key, "mcdist v2 fallback"): the key its unicast
 ///   fallback connections prove (common/unicast/hello_proof.hpp).
 ///
@@ -68,7 +69,8 @@ namespace mcdist::auth {
 inline constexpr std::uint8_t wire_version = 2;
 /// What sealing a body for an encrypted session adds to it, bytes: field tag (1), length
 /// varint (at most 2 for a body below 16 KiB), nonce (24), tag (16).
-inline constexpr std::size_t sealed_body_overhead = 3 + crypto::xchacha_nonce_bytes + crypto::aead_tag_bytes;
+inline constexpr std::size_t sealed_body_overhead =
+    3 + crypto::xchacha_nonce_bytes + crypto::aead_tag_bytes;
 /// The largest trailer of any type, bytes.
 inline constexpr std::size_t largest_trailer_bytes = 96;
 /// The most bytes sealing adds to a datagram (the largest trailer, and for an encrypted
@@ -87,14 +89,14 @@ std::string_view leading_receiver_id(std::span<const std::byte> body) noexcept;
 
 /// Counters of what authentication refused, by reason.
 struct auth_stats {
-  std::uint64_t unauthenticated = 0;   ///< version-1 datagram where version 2 is required
-  std::uint64_t bad_signature = 0;     ///< signature by no trusted sender key
-  std::uint64_t bad_tag = 0;           ///< data or marker tag, or HMAC, that does not verify
-  std::uint64_t no_key = 0;            ///< no key (yet) for the session or the receiver
-  std::uint64_t untrusted_site = 0;    ///< site key not the one pinned for its id
-  std::uint64_t verify_budget = 0;     ///< signature checks over the per-second budget
+  std::uint64_t unauthenticated = 0;  ///< version-1 datagram where version 2 is required
+  std::uint64_t bad_signature = 0;    ///< signature by no trusted sender key
+  std::uint64_t bad_tag = 0;          ///< data or marker tag, or HMAC, that does not verify
+  std::uint64_t no_key = 0;           ///< no key (yet) for the session or the receiver
+  std::uint64_t untrusted_site = 0;   ///< site key not the one pinned for its id
+  std::uint64_t verify_budget = 0;    ///< signature checks over the per-second budget
   // Not refusals, so not in total(): encrypted sessions' key exchange.
-  std::uint64_t key_requests = 0;      ///< sender: key requests answered; site: requests sent
+  std::uint64_t key_requests = 0;  ///< sender: key requests answered; site: requests sent
   std::uint64_t total() const noexcept {
     return unauthenticated + bad_signature + bad_tag + no_key + untrusted_site + verify_budget;
   }
@@ -292,7 +294,7 @@ class receiver_keys {
  private:
   /// What the site holds for one session.
   struct session_keys {
-    crypto::key32 sender_public{};             ///< the sender's X25519 session key (announce)
+    crypto::key32 sender_public{};  ///< the sender's X25519 session key (announce)
     crypto::key32 pairwise{};
     bool has_pairwise = false;
     std::optional<crypto::key32> session_key;  ///< from the register_reply
@@ -334,7 +336,8 @@ class receiver_keys {
   /// @param fresh  the announce's signature was checked just now (not a repeat): before the
   ///                key, it is held
   std::error_code open_sealed_body(session_keys& s, std::span<const std::byte> signed_part,
-                                   wire::msg_type t, time_point now, std::span<const std::byte>& out,
+                                   wire::msg_type t, time_point now,
+                                   std::span<const std::byte>& out,
                                    std::span<const std::byte> datagram = {}, bool fresh = false,
                                    const endpoint* from = nullptr);
   std::unordered_map<std::uint32_t, session_keys> m_sessions;

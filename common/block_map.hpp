@@ -22,9 +22,7 @@ class block_map {
   bool all() const noexcept { return m_count == m_size; }
   bool none() const noexcept { return m_count == 0; }
 
-  bool test(std::uint32_t i) const noexcept {
-    return (m_words[i >> 6] >> (i & 63)) & 1u;
-  }
+  bool test(std::uint32_t i) const noexcept { return (m_words[i >> 6] >> (i & 63)) & 1u; }
   /// Sets bit i. @return true if it was clear.
   bool set(std::uint32_t i) noexcept;
   /// Clears bit i. @return true if it was set.

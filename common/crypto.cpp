@@ -33,10 +33,12 @@ bool from_base64(std::string_view text, key32& out) {
 }
 
 std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\n' || s.front() == '\r')) {
+  while (!s.empty() &&
+         (s.front() == ' ' || s.front() == '\t' || s.front() == '\n' || s.front() == '\r')) {
     s.remove_prefix(1);
   }
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\n' || s.back() == '\r')) {
+  while (!s.empty() &&
+         (s.back() == ' ' || s.back() == '\t' || s.back() == '\n' || s.back() == '\r')) {
     s.remove_suffix(1);
   }
   return s;
@@ -61,7 +63,9 @@ identity generate_identity() {
   return id;
 }
 
-std::string format_public_key(const key32& pk) { return std::string(public_prefix) + to_base64(pk); }
+std::string format_public_key(const key32& pk) {
+  return std::string(public_prefix) + to_base64(pk);
+}
 
 key32 parse_public_key(std::string_view text) {
   text = trim(text);
@@ -71,7 +75,8 @@ key32 parse_public_key(std::string_view text) {
   }
   key32 pk{};
   if (!from_base64(text.substr(public_prefix.size()), pk)) {
-    throw key_error("bad mcdist public key: the base64 after \"mcdist-ed25519:\" must decode to 32 bytes");
+    throw key_error(
+        "bad mcdist public key: the base64 after \"mcdist-ed25519:\" must decode to 32 bytes");
   }
   if (!x25519_public_of(pk)) throw key_error("bad mcdist public key: not a valid Ed25519 point");
   return pk;
@@ -80,8 +85,8 @@ key32 parse_public_key(std::string_view text) {
 std::string format_secret_key(const identity& id) {
   std::array<std::uint8_t, 32> seed{};
   crypto_sign_ed25519_sk_to_seed(seed.data(), id.secret_key.data());
-  std::string text = std::string(secret_prefix) + to_base64(seed) + "\n" +
-                     format_public_key(id.public_key) + "\n";
+  std::string text =
+      std::string(secret_prefix) + to_base64(seed) + "\n" + format_public_key(id.public_key) + "\n";
   sodium_memzero(seed.data(), seed.size());
   return text;
 }
@@ -156,7 +161,8 @@ std::optional<key32> x25519_public_of(const key32& ed25519_pk) noexcept {
 std::optional<key32> x25519(const key32& our_secret, const key32& their_public) noexcept {
   key32 out{};
   // crypto_scalarmult fails on an all-zero result (RFC 7748 section 6.1).
-  if (crypto_scalarmult(out.data(), our_secret.data(), their_public.data()) != 0) return std::nullopt;
+  if (crypto_scalarmult(out.data(), our_secret.data(), their_public.data()) != 0)
+    return std::nullopt;
   return out;
 }
 
@@ -197,7 +203,8 @@ void aead_seal(const key32& key, std::span<const std::uint8_t, xchacha_nonce_byt
                std::span<std::uint8_t> out) noexcept {
   unsigned long long len = 0;
   crypto_aead_xchacha20poly1305_ietf_encrypt(out.data(), &len, plain.data(), plain.size(),
-                                             bytes(ad), ad.size(), nullptr, nonce.data(), key.data());
+                                             bytes(ad), ad.size(), nullptr, nonce.data(),
+                                             key.data());
 }
 
 bool aead_open(const key32& key, std::span<const std::uint8_t, xchacha_nonce_bytes> nonce,

@@ -150,7 +150,9 @@ class cipher_ctx {
   cipher_ctx(const cipher_ctx& other);
   cipher_ctx& operator=(const cipher_ctx& other);
   ~cipher_ctx();
-  operator evp_cipher_ctx_st*() const noexcept { return m_ctx; }  // NOLINT(google-explicit-constructor)
+  operator evp_cipher_ctx_st*() const noexcept {
+    return m_ctx;
+  }  // NOLINT(google-explicit-constructor)
 
  private:
   evp_cipher_ctx_st* m_ctx = nullptr;

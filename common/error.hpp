@@ -15,19 +15,19 @@ namespace mcdist {
 enum class errc : std::uint8_t {
   ok = 0,
   // Datagram framing (checked in this order, after STYLE.md "Input from the network").
-  truncated,         ///< shorter than the fixed header, or than a declared length
-  bad_magic,         ///< first two bytes are not the mcdist magic
-  bad_version,       ///< protocol version this build does not speak
-  unknown_type,      ///< message type byte not defined
-  oversized,         ///< larger than the limit for its type
-  bad_protobuf,      ///< control payload failed to parse
-  invalid_field,     ///< a parsed value is out of range (index past end, bad size, ...)
+  truncated,      ///< shorter than the fixed header, or than a declared length
+  bad_magic,      ///< first two bytes are not the mcdist magic
+  bad_version,    ///< protocol version this build does not speak
+  unknown_type,   ///< message type byte not defined
+  oversized,      ///< larger than the limit for its type
+  bad_protobuf,   ///< control payload failed to parse
+  invalid_field,  ///< a parsed value is out of range (index past end, bad size, ...)
   // Session routing.
-  unknown_session,   ///< data or control for a session this receiver does not know
-  wrong_source,      ///< datagram for a known session from another source address
-  not_registered,    ///< message from a receiver id the sender does not have registered
-  stale,             ///< message for an earlier pass or answered state; harmless
-  duplicate,         ///< block already held
+  unknown_session,  ///< data or control for a session this receiver does not know
+  wrong_source,     ///< datagram for a known session from another source address
+  not_registered,   ///< message from a receiver id the sender does not have registered
+  stale,            ///< message for an earlier pass or answered state; harmless
+  duplicate,        ///< block already held
   // Manifest paths (DESIGN.md "Receiver storage").
   path_empty,
   path_absolute,
@@ -37,24 +37,24 @@ enum class errc : std::uint8_t {
   path_too_long,
   path_component_too_long,
   path_too_deep,
-  path_conflict,     ///< two manifest entries map to the same file, or a file and a directory
+  path_conflict,  ///< two manifest entries map to the same file, or a file and a directory
   // Files.
   file_too_large,
-  digest_mismatch,   ///< received file does not hash to the manifest's SHA-256
-  storage_full,      ///< the write buffer pool is full; the block is dropped and will be NAKed
+  digest_mismatch,  ///< received file does not hash to the manifest's SHA-256
+  storage_full,     ///< the write buffer pool is full; the block is dropped and will be NAKed
   registration_closed,
   not_in_group,
   cancelled,
   // Budgets (issue 8 item 4: an unverified datagram costs bounded memory and disk).
-  over_budget,       ///< the session's or the daemon's memory budget cannot cover the state
-  too_many_sessions, ///< the daemon's or this source's session limit is reached
-  wrong_socket,      ///< an announce arrived on the unicast reply socket, not a channel
-  out_of_memory,     ///< an allocation failed while handling a datagram; it was dropped
-  disk_reserve,      ///< storing the file would eat into the temp filesystem's free reserve
-  quota,             ///< the session's files being written would exceed its disk quota
+  over_budget,        ///< the session's or the daemon's memory budget cannot cover the state
+  too_many_sessions,  ///< the daemon's or this source's session limit is reached
+  wrong_socket,       ///< an announce arrived on the unicast reply socket, not a channel
+  out_of_memory,      ///< an allocation failed while handling a datagram; it was dropped
+  disk_reserve,       ///< storing the file would eat into the temp filesystem's free reserve
+  quota,              ///< the session's files being written would exceed its disk quota
   // Authentication (common/auth.hpp).
-  unauthenticated,   ///< not authenticated as required: no trailer, bad signature or tag, no key
-  count_  ///< number of codes; not an error
+  unauthenticated,  ///< not authenticated as required: no trailer, bad signature or tag, no key
+  count_            ///< number of codes; not an error
 };
 
 /// The category of mcdist::errc; name() is "mcdist".

@@ -46,8 +46,8 @@ void codec::encode(std::span<const std::byte* const> sources,
   for (std::uint32_t c = 0; c < n; ++c) in[c] = mutable_bytes(sources[c]);
   std::vector<unsigned char*> dst(rows);
   for (std::uint32_t r = 0; r < rows; ++r) dst[r] = reinterpret_cast<unsigned char*>(out[r]);
-  ec_encode_data(static_cast<int>(len), static_cast<int>(n), static_cast<int>(rows),
-                 tables.data(), in.data(), dst.data());
+  ec_encode_data(static_cast<int>(len), static_cast<int>(n), static_cast<int>(rows), tables.data(),
+                 in.data(), dst.data());
 }
 
 std::error_code codec::decode(std::uint32_t n, std::span<const symbol> received,

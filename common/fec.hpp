@@ -32,7 +32,7 @@ inline constexpr std::uint32_t max_blocks = 255;
 /// One received block of a FEC block, for decode: a source block (index < n) or a parity block.
 struct symbol {
   bool parity = false;
-  std::uint32_t index = 0;        ///< source index (< n) or parity index (< max_parity)
+  std::uint32_t index = 0;          ///< source index (< n) or parity index (< max_parity)
   const std::byte* data = nullptr;  ///< `len` bytes
 };
 

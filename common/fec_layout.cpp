@@ -73,8 +73,8 @@ std::uint32_t layout::sources(std::uint32_t fb) const noexcept {
 
 source_ref layout::source(std::uint32_t fb, std::uint32_t index) const noexcept {
   const auto shape = group_of_fec(fb);
-  const std::uint64_t g = shape.first_block + std::uint64_t{index} * shape.depth +
-                          (fb - shape.first_fec);
+  const std::uint64_t g =
+      shape.first_block + std::uint64_t{index} * shape.depth + (fb - shape.first_fec);
   // The file whose range [prefix[f], prefix[f + 1]) holds g; empty files have equal bounds.
   const auto it = std::upper_bound(m_prefix.begin(), m_prefix.end() - 1, g);
   const auto f = static_cast<std::uint32_t>(it - m_prefix.begin() - 1);

@@ -23,7 +23,8 @@ void write_secret_key_file(const std::filesystem::path& file, const identity& id
   const int err = errno;
   wipe(text);
   ::close(fd);
-  if (!ok) throw key_error("cannot write the key file " + file.string() + ": " + std::strerror(err));
+  if (!ok)
+    throw key_error("cannot write the key file " + file.string() + ": " + std::strerror(err));
 }
 
 identity read_secret_key_file(const std::filesystem::path& file) {
@@ -31,7 +32,7 @@ identity read_secret_key_file(const std::filesystem::path& file) {
   if (fd < 0) {
     throw key_error("cannot open the key file " + file.string() + ": " + std::strerror(errno));
   }
-  struct stat st{};
+  struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
     throw key_error("the key file " + file.string() + " is not a regular file");
@@ -46,14 +47,16 @@ identity read_secret_key_file(const std::filesystem::path& file) {
   std::string text(4096, '\0');
   const ssize_t n = ::read(fd, text.data(), text.size());
   ::close(fd);
-  if (n < 0) throw key_error("cannot read the key file " + file.string() + ": " + std::strerror(errno));
+  if (n < 0)
+    throw key_error("cannot read the key file " + file.string() + ": " + std::strerror(errno));
   text.resize(static_cast<std::size_t>(n));
   auto id = parse_secret_key(text);
   wipe(text);
   if (!id) {
-    throw key_error("the key file " + file.string() +
-                    " holds no secret key (its first line must be \"mcdist-ed25519-secret:BASE64\"; "
-                    "make one with mcdist-keygen)");
+    throw key_error(
+        "the key file " + file.string() +
+        " holds no secret key (its first line must be \"mcdist-ed25519-secret:BASE64\"; "
+        "make one with mcdist-keygen)");
   }
   return *id;
 }

@@ -71,9 +71,10 @@ class reopenable_file_sink final : public spdlog::sinks::base_sink<std::mutex> {
 /// the caller already counts as bad_protobuf (found by tests/fuzz). Debug level, then.
 void protobuf_log(google::protobuf::LogLevel level, const char* file, int line,
                   const std::string& message) {
-  const auto l = level == google::protobuf::LOGLEVEL_FATAL ? spdlog::level::critical
-                                                           : spdlog::level::debug;
-  if (auto* log = spdlog::default_logger_raw()) log->log(l, "libprotobuf {}:{}: {}", file, line, message);
+  const auto l =
+      level == google::protobuf::LOGLEVEL_FATAL ? spdlog::level::critical : spdlog::level::debug;
+  if (auto* log = spdlog::default_logger_raw())
+    log->log(l, "libprotobuf {}:{}: {}", file, line, message);
 }
 
 }  // namespace
@@ -95,7 +96,8 @@ std::shared_ptr<spdlog::logger> make_logger(const std::string& name, const log_o
     sinks.push_back(std::make_shared<spdlog::sinks::ansicolor_stderr_sink_mt>());
   }
   if (o.file) {
-    sinks.push_back(std::make_shared<reopenable_file_sink>(*o.file, o.rotate_bytes, o.rotate_files));
+    sinks.push_back(
+        std::make_shared<reopenable_file_sink>(*o.file, o.rotate_bytes, o.rotate_files));
   }
   auto log = std::make_shared<spdlog::logger>(name, sinks.begin(), sinks.end());
   log->set_level(o.level);

@@ -26,10 +26,10 @@ inline constexpr std::uint64_t max_file_size = std::uint64_t{1} << 42;
 
 /// One file of a file set.
 struct manifest_entry {
-  std::string path;        ///< relative, '/'-separated
-  std::uint64_t size = 0;  ///< bytes
-  std::int64_t mtime_ns = 0;  ///< ns since the Unix epoch
-  std::uint32_t mode = 0644;  ///< permission bits
+  std::string path;                     ///< relative, '/'-separated
+  std::uint64_t size = 0;               ///< bytes
+  std::int64_t mtime_ns = 0;            ///< ns since the Unix epoch
+  std::uint32_t mode = 0644;            ///< permission bits
   std::optional<sha256_digest> digest;  ///< absent until hashed (large files: during pass 1)
 };
 

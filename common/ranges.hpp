@@ -44,8 +44,7 @@ class range_encoder {
 /// even length, count > 0, no overflow, every run inside [0, limit).
 /// @return empty, or errc::invalid_field (fn is not called at all in that case)
 template <class Fn>
-std::error_code for_each_range(std::span<const std::uint32_t> pairs, std::uint32_t limit,
-                               Fn&& fn) {
+std::error_code for_each_range(std::span<const std::uint32_t> pairs, std::uint32_t limit, Fn&& fn) {
   if (pairs.size() % 2 != 0) return errc::invalid_field;
   std::uint64_t end = 0;
   for (std::size_t i = 0; i < pairs.size(); i += 2) {

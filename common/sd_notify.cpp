@@ -5,8 +5,8 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstddef>
 #include <charconv>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 

@@ -63,8 +63,8 @@ class single_thread {
 
 #if MCDIST_THREAD_CHECKS
 /// Aborts unless called on the thread `checker` (a mcdist::single_thread) belongs to.
-#define MCDIST_ASSERT_SINGLE_THREAD(checker)                                                 \
-  ((checker).is_single_thread() ? static_cast<void>(0)                                       \
+#define MCDIST_ASSERT_SINGLE_THREAD(checker)           \
+  ((checker).is_single_thread() ? static_cast<void>(0) \
                                 : ::mcdist::single_thread_violation(#checker, __FILE__, __LINE__))
 #else
 #define MCDIST_ASSERT_SINGLE_THREAD(checker) static_cast<void>(0)

@@ -123,7 +123,10 @@ std::string format_bytes(double bytes) {
   if (u == 0) {
     std::snprintf(buf, sizeof buf, "%.0f B", bytes);
   } else {
-    std::snprintf(buf, sizeof buf, bytes >= 100 ? "%.0f %s" : bytes >= 10 ? "%.1f %s" : "%.2f %s",
+    std::snprintf(buf, sizeof buf,
+                  bytes >= 100  ? "%.0f %s"
+                  : bytes >= 10 ? "%.1f %s"
+                                : "%.2f %s",
                   bytes, units[u]);
   }
   return buf;

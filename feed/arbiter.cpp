@@ -20,7 +20,8 @@ std::vector<std::uint64_t> share_rate(std::uint64_t total_bps, std::span<const r
     const auto& c = claims[i];
     std::uint64_t want = c.cap_bps;
     if (want == 0) {
-      want = static_cast<std::uint64_t>(static_cast<double>(total_bps) * std::clamp(c.share, 0.0, 1.0));
+      want = static_cast<std::uint64_t>(static_cast<double>(total_bps) *
+                                        std::clamp(c.share, 0.0, 1.0));
     }
     const auto got = std::min(want, left);
     left -= got;

@@ -22,7 +22,7 @@ namespace mcdist::feed {
 /// When a batch closes.
 struct batch_limits {
   duration window = std::chrono::milliseconds(200);
-  std::size_t max_files = 1000;     ///< at least 1
+  std::size_t max_files = 1000;                      ///< at least 1
   std::uint64_t max_bytes = std::uint64_t{4} << 30;  ///< a larger single product is a batch alone
 };
 

@@ -376,8 +376,8 @@ void control_handler::answer_async(control_request r, answer_callback done) {
   done(answer(*this, r));
 }
 
-void answer_async(control_handler& h, std::string_view line,
-                  std::optional<std::uint32_t> peer_uid, answer_callback done) {
+void answer_async(control_handler& h, std::string_view line, std::optional<std::uint32_t> peer_uid,
+                  answer_callback done) {
   auto parsed = parse_request(line);
   if (!parsed.request) {
     done({{"ok", false}, {"error", parsed.error}});

@@ -144,8 +144,8 @@ nlohmann::json finish_answer(nlohmann::json out);
 /// Parses one request line (filling a resend's peer_uid) and answers it through
 /// h.answer_async(); `done` gets the answer or the parse error, finished by finish_answer().
 /// Never throws (an exception of answer_async becomes an error answer).
-void answer_async(control_handler& h, std::string_view line,
-                  std::optional<std::uint32_t> peer_uid, answer_callback done);
+void answer_async(control_handler& h, std::string_view line, std::optional<std::uint32_t> peer_uid,
+                  answer_callback done);
 
 /// Serialises an answer as one line, '\n' included. Invalid UTF-8 in strings (a product name is
 /// bytes from a file system) becomes U+FFFD instead of throwing.

@@ -24,9 +24,7 @@ nlohmann::json error_answer(const std::exception& e) {
 }  // namespace
 
 daemon_handler::daemon_handler(feed_daemon& d, boost::asio::io_context& io)
-    : journal_handler(d.journal()),
-      m_daemon(d),
-      m_io(io),
+    : journal_handler(d.journal()), m_daemon(d), m_io(io),
       m_queries(std::make_unique<query_worker>(d.journal_path())),
       m_status(std::make_unique<query_worker>(d.journal_path())) {}
 

@@ -11,8 +11,8 @@ std::int64_t minute_since_epoch(clock_time t) noexcept {
 feed_board::feed_board(std::vector<std::string> channels)
     : m_names(std::move(channels)), m_channels(m_names.size()) {}
 
-void feed_board::record_outcome(std::string_view site, std::size_t channel,
-                                std::int64_t product_id, feed::outcome o, clock_time now) {
+void feed_board::record_outcome(std::string_view site, std::size_t channel, std::int64_t product_id,
+                                feed::outcome o, clock_time now) {
   if (channel >= m_channels.size()) return;
   auto it = m_sites.find(site);
   if (it == m_sites.end()) it = m_sites.emplace(std::string(site), site_tally{}).first;
@@ -109,8 +109,7 @@ void feed_board::session_done(std::size_t channel, session_kind kind, std::uint6
   if (!products.empty()) c.last_sent = now;
 }
 
-std::vector<std::uint64_t> feed_board::bytes_per_minute(std::size_t channel,
-                                                        clock_time now) const {
+std::vector<std::uint64_t> feed_board::bytes_per_minute(std::size_t channel, clock_time now) const {
   std::vector<std::uint64_t> out(minutes_kept, 0);
   if (channel >= m_channels.size()) return out;
   const std::int64_t last = minute_since_epoch(now);

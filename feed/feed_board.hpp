@@ -32,11 +32,11 @@ namespace mcdist::feed {
 struct sent_record {
   std::string name;  ///< path inside the set
   std::uint64_t size = 0;
-  std::uint64_t seq = 0;            ///< the batch's sequence number
-  std::string session;              ///< session id, text form
-  clock_time at{};                  ///< when its session ended
-  std::uint32_t sites_ok = 0;       ///< sites that stored or held it
-  std::uint32_t sites = 0;          ///< sites in the session
+  std::uint64_t seq = 0;       ///< the batch's sequence number
+  std::string session;         ///< session id, text form
+  clock_time at{};             ///< when its session ended
+  std::uint32_t sites_ok = 0;  ///< sites that stored or held it
+  std::uint32_t sites = 0;     ///< sites in the session
 };
 
 /// Per-channel counters, recent products and throughput.
@@ -59,11 +59,11 @@ struct site_tally {
   /// How its latest session's data reached it: multicast, unicast-sctp, unicast-tcp, ... (empty
   /// while missing).
   std::string path;
-  std::string channel;           ///< of its latest session
+  std::string channel;                          ///< of its latest session
   std::set<std::string, std::less<>> channels;  ///< every channel it was seen on
-  std::optional<clock_time> last_seen;  ///< end of the latest session it took part in
-  std::optional<double> rtt_s;   ///< last RTT sample, seconds
-  double nak_ratio = 0;          ///< blocks NAKed / data datagrams sent, latest session, 0..1
+  std::optional<clock_time> last_seen;          ///< end of the latest session it took part in
+  std::optional<double> rtt_s;                  ///< last RTT sample, seconds
+  double nak_ratio = 0;  ///< blocks NAKed / data datagrams sent, latest session, 0..1
   std::map<std::string, std::uint64_t, std::less<>> fallbacks;  ///< by transport ("tcp", ...)
   std::array<std::uint64_t, 4> outcomes{};  ///< by outcome (stored, held, failed, missed)
   /// Products sent that it has not stored or held yet: id -> (channel, when first missed).

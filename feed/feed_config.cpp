@@ -60,8 +60,8 @@ class table_reader {
   std::string required_string(std::string_view name, const char* example) const {
     auto s = string(name);
     if (!s || s->empty()) {
-      throw config_error(m_source + ": '" + key(name) + "' is required (e.g. " + key(name) +
-                         " = " + example + ")");
+      throw config_error(m_source + ": '" + key(name) + "' is required (e.g. " + key(name) + " = " +
+                         example + ")");
     }
     return *s;
   }
@@ -97,7 +97,8 @@ class table_reader {
     auto s = string(name);
     if (!s) return std::nullopt;
     const auto d = parse_duration(*s);
-    if (!d || d->count() < 0) fail(name, "= \"" + *s + "\" is not a duration (e.g. \"200ms\", \"24h\")");
+    if (!d || d->count() < 0)
+      fail(name, "= \"" + *s + "\" is not a duration (e.g. \"200ms\", \"24h\")");
     return d;
   }
 
@@ -105,7 +106,8 @@ class table_reader {
     auto s = string(name);
     if (!s) return std::nullopt;
     const auto r = parse_rate(*s);
-    if (!r || *r == 0) fail(name, "= \"" + *s + "\" is not a rate in bit/s (e.g. \"500M\", \"1G\")");
+    if (!r || *r == 0)
+      fail(name, "= \"" + *s + "\" is not a rate in bit/s (e.g. \"500M\", \"1G\")");
     return r;
   }
 
@@ -133,8 +135,8 @@ bool valid_channel_name(std::string_view n) {
   // Channel names key the journal and the receivers' sequence state: printable, no spaces.
   if (n.empty() || n.size() > 64) return false;
   return std::all_of(n.begin(), n.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '-' || c == '_' || c == '.';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+           c == '_' || c == '.';
   });
 }
 
@@ -142,8 +144,8 @@ channel_config parse_channel(const toml::table& t, std::size_t index, const std:
                              std::uint64_t total_rate) {
   const table_reader r(t, "channel[" + std::to_string(index) + "].", source,
                        {"name", "group", "spool", "priority", "share", "cap", "batch_window",
-                        "batch_max_files", "batch_max_bytes", "after", "ignore", "ttl",
-                        "receivers", "register_window", "register_timeout", "encrypt"});
+                        "batch_max_files", "batch_max_bytes", "after", "ignore", "ttl", "receivers",
+                        "register_window", "register_timeout", "encrypt"});
   channel_config c;
   c.name = r.required_string("name", "\"warnings\"");
   if (!valid_channel_name(c.name)) {
@@ -169,7 +171,8 @@ channel_config parse_channel(const toml::table& t, std::size_t index, const std:
   if (auto v = r.integer("priority", -1000, 1000)) c.priority = static_cast<int>(*v);
   if (const auto* n = r.get("share")) {
     const auto v = n->value<double>();
-    if (!v || !(*v > 0.0 && *v <= 1.0)) r.fail("share", "must be a fraction of the rate, 0 < share <= 1");
+    if (!v || !(*v > 0.0 && *v <= 1.0))
+      r.fail("share", "must be a fraction of the rate, 0 < share <= 1");
     c.share = *v;
   }
   if (auto v = r.rate("cap")) {
@@ -183,12 +186,14 @@ channel_config parse_channel(const toml::table& t, std::size_t index, const std:
     c.batch_max_files = static_cast<std::size_t>(*v);
   }
   if (auto v = r.size("batch_max_bytes")) c.batch_max_bytes = *v;
-  if (auto v = r.string("after")) c.after = parse_after(*v, source + ": '" + r.key("after") + "'", c.move_dir);
+  if (auto v = r.string("after"))
+    c.after = parse_after(*v, source + ": '" + r.key("after") + "'", c.move_dir);
   c.ignore = r.strings("ignore");
   if (auto v = r.integer("ttl", 0, 255)) c.ttl = static_cast<int>(*v);
   c.receivers = r.strings("receivers");
   for (const auto& id : c.receivers) {
-    if (!wire::valid_receiver_id(id)) r.fail("receivers", "lists \"" + id + "\", not a valid site id");
+    if (!wire::valid_receiver_id(id))
+      r.fail("receivers", "lists \"" + id + "\", not a valid site id");
   }
   if (auto v = r.duration("register_window")) c.register_window = *v;
   if (auto v = r.duration("register_timeout")) c.register_timeout = *v;
@@ -222,8 +227,8 @@ namespace {
 
 feed_config from_table(const toml::table& t, const std::string& source) {
   const table_reader r(t, "", source,
-                       {"interface", "key", "site_keys", "rate", "journal", "retention",
-                        "retained", "control_socket", "control_group", "http", "channel", "wis2"});
+                       {"interface", "key", "site_keys", "rate", "journal", "retention", "retained",
+                        "control_socket", "control_group", "http", "channel", "wis2"});
   feed_config c;
   const auto itf = r.required_string("interface", "\"10.0.0.5\"");
   const auto a = parse_address(itf);
@@ -231,21 +236,24 @@ feed_config from_table(const toml::table& t, const std::string& source) {
   c.interface = *a;
   if (auto v = r.string("key")) c.key_file = *v;
   if (auto v = r.string("site_keys")) {
-    if (c.key_file.empty()) r.fail("site_keys", "needs 'key' (only signed sessions check site keys)");
+    if (c.key_file.empty())
+      r.fail("site_keys", "needs 'key' (only signed sessions check site keys)");
     c.site_keys = *v;
   }
   if (auto v = r.rate("rate")) {
     c.rate_bps = *v;
   } else {
-    throw config_error(source + ": 'rate' is required: the total multicast rate of every channel "
-                                "together (e.g. rate = \"500M\")");
+    throw config_error(source +
+                       ": 'rate' is required: the total multicast rate of every channel "
+                       "together (e.g. rate = \"500M\")");
   }
   c.journal = r.required_string("journal", "\"/var/lib/mcdist-feed/journal.db\"");
   if (auto v = r.duration("retention")) c.retention = *v;
   if (auto v = r.string("retained")) c.retained_dir = *v;
   if (c.retention.count() > 0 && c.retained_dir.empty()) {
-    throw config_error(source + ": 'retained' is required when 'retention' is not \"0s\": the "
-                                "directory that keeps sent products for catch-up and resend");
+    throw config_error(source +
+                       ": 'retained' is required when 'retention' is not \"0s\": the "
+                       "directory that keeps sent products for catch-up and resend");
   }
   if (auto v = r.string("control_socket")) c.control_socket = *v;
   if (auto v = r.string("control_group")) c.control_group = *v;
@@ -259,7 +267,8 @@ feed_config from_table(const toml::table& t, const std::string& source) {
       const auto e = any_port ? parse_endpoint(std::string_view(*v).substr(0, v->size() - 2), 0)
                               : parse_endpoint(*v);
       if (!e || e->is_multicast()) {
-        r.fail("http", "= \"" + *v + "\" is not a local ADDR:PORT to serve status on (e.g. \"127.0.0.1:" +
+        r.fail("http", "= \"" + *v +
+                           "\" is not a local ADDR:PORT to serve status on (e.g. \"127.0.0.1:" +
                            std::to_string(default_http_port) + "\") or \"off\"");
       }
       c.http = e;
@@ -286,7 +295,8 @@ feed_config from_table(const toml::table& t, const std::string& source) {
     if (auto v = wr.string("username")) wa.username = *v;
     if (auto v = wr.string("password")) wa.password = *v;
     if (auto v = wr.integer("qos", 0, 2)) wa.qos = static_cast<int>(*v);
-    if (auto v = wr.integer("max_queued", 1, 1'000'000)) wa.max_queued = static_cast<std::size_t>(*v);
+    if (auto v = wr.integer("max_queued", 1, 1'000'000))
+      wa.max_queued = static_cast<std::size_t>(*v);
     try {
       check_wis2_action(wa);
     } catch (const std::invalid_argument& e) {
@@ -333,8 +343,9 @@ feed_config from_table(const toml::table& t, const std::string& source) {
       }
     }
     if (cc.encrypt && (c.key_file.empty() || c.site_keys.empty())) {
-      throw config_error(source + ": channel \"" + cc.name + "\": encrypt = true needs 'key' and "
-                                  "'site_keys' (only pinned sites may get the session key)");
+      throw config_error(source + ": channel \"" + cc.name +
+                         "\": encrypt = true needs 'key' and "
+                         "'site_keys' (only pinned sites may get the session key)");
     }
     c.channels.push_back(std::move(cc));
   }

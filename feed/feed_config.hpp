@@ -42,8 +42,8 @@ endpoint default_http_endpoint();
 
 /// One `[[channel]]`.
 struct channel_config {
-  std::string name;                 ///< journal, logs, receivers' per-channel sequence numbers
-  endpoint group;                   ///< multicast group + port
+  std::string name;  ///< journal, logs, receivers' per-channel sequence numbers
+  endpoint group;    ///< multicast group + port
   /// Spool directories, watched recursively; a product's name is its path below its spool.
   std::vector<std::filesystem::path> spools;
   /// Strict priority: a higher number is served first (arbiter.hpp).
@@ -60,11 +60,11 @@ struct channel_config {
   /// ... or this many bytes.
   std::uint64_t batch_max_bytes = std::uint64_t{4} << 30;
   after_send after = after_send::keep;
-  std::filesystem::path move_dir;   ///< after_send::move
+  std::filesystem::path move_dir;  ///< after_send::move
   /// fnmatch(3) globs on the file name and on the name below the spool; dot-files are always
   /// ignored (the usual "write .name, rename to name" convention).
   std::vector<std::string> ignore;
-  int ttl = 1;                      ///< multicast TTL, hops
+  int ttl = 1;  ///< multicast TTL, hops
   /// Closed group: these sites must take part in every session (empty: open group).
   std::vector<std::string> receivers;
   /// Open group: how long a session accepts registrations (pass 1 starts at once, eager).
@@ -82,16 +82,16 @@ struct feed_config {
   std::filesystem::path key_file;   ///< sender key (mcdist-keygen); empty: unsigned sessions
   std::filesystem::path site_keys;  ///< "SITE-ID KEY" lines (sender_app read_site_keys); optional
   std::uint64_t rate_bps = 100'000'000;  ///< total multicast rate of all channels, bit/s
-  std::filesystem::path journal;    ///< hub journal (SQLite)
+  std::filesystem::path journal;         ///< hub journal (SQLite)
   /// How long sent products stay in retained_dir for catch-up and resend (0 = none kept).
   std::chrono::nanoseconds retention = std::chrono::hours(24);
   std::filesystem::path retained_dir;
   std::filesystem::path control_socket;  ///< mcdistctl's Unix socket
-  std::string control_group;        ///< group that may use it besides the daemon's user
+  std::string control_group;             ///< group that may use it besides the daemon's user
   /// Status page, /status and /metrics (feed_http.hpp); std::nullopt = "off". Default
   /// 127.0.0.1:default_http_port: status stays on the host unless the operator opens it.
   std::optional<endpoint> http = default_http_endpoint();
-  bool http_explicit = false;       ///< `http` was set: an address in use is then an error
+  bool http_explicit = false;  ///< `http` was set: an address in use is then an error
   std::vector<channel_config> channels;
   /// `[wis2]`: a WIS2 Notification Message per product once the batch session that sent it
   /// ended (common/wis2/wis2_publisher.hpp; README "WIS2 notifications"). nullopt: none.

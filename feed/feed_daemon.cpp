@@ -1,9 +1,9 @@
 #include "feed/feed_daemon.hpp"
 
-#include "common/units.hpp"
 #include "common/digest_xattr.hpp"
 #include "common/key_file.hpp"
 #include "common/sha256.hpp"
+#include "common/units.hpp"
 #include "sender/io/file_hasher.hpp"
 
 #include <boost/asio/post.hpp>
@@ -12,9 +12,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <fcntl.h>
 #include <cerrno>
 #include <cstring>
+#include <fcntl.h>
 #include <random>
 #include <system_error>
 
@@ -90,12 +90,8 @@ const char* kind_name(session_kind k) { return to_string(k).data(); }
 
 feed_daemon::feed_daemon(boost::asio::io_context& io, feed_config cfg,
                          std::shared_ptr<spdlog::logger> log)
-    : m_io(io),
-      m_cfg(std::move(cfg)),
-      m_log(std::move(log)),
-      m_journal(m_cfg.journal),
-      m_expire_timer(io),
-      m_board([this] {
+    : m_io(io), m_cfg(std::move(cfg)), m_log(std::move(log)), m_journal(m_cfg.journal),
+      m_expire_timer(io), m_board([this] {
         std::vector<std::string> names;
         for (const auto& c : m_cfg.channels) names.push_back(c.name);
         return names;
@@ -109,8 +105,8 @@ feed_daemon::feed_daemon(boost::asio::io_context& io, feed_config cfg,
   for (const auto& c : m_cfg.channels) {
     for (const auto& id : c.receivers) {
       if (!m_site_keys.empty() && !m_site_keys.count(id)) {
-        throw config_error("channel " + c.name + " lists receiver " + id + ", whose key is not in " +
-                           m_cfg.site_keys.string());
+        throw config_error("channel " + c.name + " lists receiver " + id +
+                           ", whose key is not in " + m_cfg.site_keys.string());
       }
     }
   }
@@ -119,8 +115,13 @@ feed_daemon::feed_daemon(boost::asio::io_context& io, feed_config cfg,
   }
   m_channels.reserve(m_cfg.channels.size());
   for (const auto& c : m_cfg.channels) {
-    channel_state s{&c, batcher({c.batch_window, c.batch_max_files, c.batch_max_bytes}),
-                    std::make_unique<boost::asio::steady_timer>(io), std::nullopt, {}, false, 0};
+    channel_state s{&c,
+                    batcher({c.batch_window, c.batch_max_files, c.batch_max_bytes}),
+                    std::make_unique<boost::asio::steady_timer>(io),
+                    std::nullopt,
+                    {},
+                    false,
+                    0};
     m_channels.push_back(std::move(s));
   }
 }
@@ -137,8 +138,9 @@ std::optional<std::size_t> feed_daemon::channel_index(std::string_view name) con
 void feed_daemon::start() {
   MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   if (const auto n = m_journal.close_interrupted_sessions()) {
-    m_log->warn("journal: {} session{} had no end (the feed stopped mid-session): recorded as aborted",
-                n, n == 1 ? "" : "s");
+    m_log->warn(
+        "journal: {} session{} had no end (the feed stopped mid-session): recorded as aborted", n,
+        n == 1 ? "" : "s");
   }
   const auto unfinished = m_journal.unfinished();
   {
@@ -147,9 +149,10 @@ void feed_daemon::start() {
     tx.commit();
   }
   if (!unfinished.empty()) {
-    m_log->warn("journal: {} product{} of interrupted batches queued again (sites that hold them "
-                "answer 'held')",
-                unfinished.size(), unfinished.size() == 1 ? "" : "s");
+    m_log->warn(
+        "journal: {} product{} of interrupted batches queued again (sites that hold them "
+        "answer 'held')",
+        unfinished.size(), unfinished.size() == 1 ? "" : "s");
   }
   for (std::size_t ch = 0; ch < m_channels.size(); ++ch) {
     for (const auto& p : m_journal.queued(m_cfg.channels[ch].name)) queue_product(ch, p);
@@ -215,8 +218,10 @@ void feed_daemon::flush_found() {
   }
   m_found.clear();
   for (const auto& [ch, p] : leftover) {
-    m_log->info("channel {}: {} was sent before the last stop but is still in the spool; "
-                "applying 'after' now", p.channel, p.name);
+    m_log->info(
+        "channel {}: {} was sent before the last stop but is still in the spool; "
+        "applying 'after' now",
+        p.channel, p.name);
     dispose_spool(ch, p);
   }
   for (const auto& [ch, p] : ready) {
@@ -387,10 +392,11 @@ bool feed_daemon::start_session(std::size_t ch, session_kind kind, std::vector<p
     return false;
   }
   tx.commit();
-  m_log->info("channel {}: session {} ({}{}): {} product{}, {} at {}", cc.name, sc.session,
-              kind_name(kind), batch ? " " + std::to_string(run.seq) : " to " + std::to_string(run.only.size()) + " sites",
-              run.products.size(), run.products.size() == 1 ? "" : "s",
-              format_bytes(static_cast<double>(bytes)), format_rate(static_cast<double>(sc.rate_bps)));
+  m_log->info(
+      "channel {}: session {} ({}{}): {} product{}, {} at {}", cc.name, sc.session, kind_name(kind),
+      batch ? " " + std::to_string(run.seq) : " to " + std::to_string(run.only.size()) + " sites",
+      run.products.size(), run.products.size() == 1 ? "" : "s",
+      format_bytes(static_cast<double>(bytes)), format_rate(static_cast<double>(sc.rate_bps)));
   auto* app = run.app.get();
   cs.run = std::move(run);
   ++cs.sessions;
@@ -429,7 +435,7 @@ void feed_daemon::on_session_done(std::size_t ch, sender::run_result r) {
   {
     sqlite::transaction tx(m_journal.db());
     record_outcomes(ch, run, r);
-    m_journal.end_session(run.row, aborted      ? session_outcome::aborted
+    m_journal.end_session(run.row, aborted       ? session_outcome::aborted
                                    : r.succeeded ? session_outcome::complete
                                                  : session_outcome::partial);
     if (run.kind == session_kind::batch) {
@@ -460,8 +466,8 @@ void feed_daemon::on_session_done(std::size_t ch, sender::run_result r) {
       ++done;
     }
   }
-  m_log->info("channel {}: session {} ({}{}) ended: {} of {} sites complete in {:.3f} s{}",
-              cc.name, r.report.session, kind_name(run.kind),
+  m_log->info("channel {}: session {} ({}{}) ended: {} of {} sites complete in {:.3f} s{}", cc.name,
+              r.report.session, kind_name(run.kind),
               run.seq ? " " + std::to_string(run.seq) : std::string(), done,
               r.report.receivers.size(), r.wall_seconds, r.error.empty() ? "" : ": " + r.error);
   if (!m_stopping) {
@@ -509,10 +515,10 @@ void feed_daemon::record_outcomes(std::size_t ch, const running& run, const send
       m_journal.record_outcome(run.products[i].id, rr.id, o, reason, run.seq, now);
       m_board.record_outcome(rr.id, ch, run.products[i].id, o, now);
     }
-    const double nak_ratio =
-        r.report.data_datagrams ? std::min(1.0, static_cast<double>(rr.blocks_naked) /
-                                                    static_cast<double>(r.report.data_datagrams))
-                                : 0;
+    const double nak_ratio = r.report.data_datagrams
+                                 ? std::min(1.0, static_cast<double>(rr.blocks_naked) /
+                                                     static_cast<double>(r.report.data_datagrams))
+                                 : 0;
     m_board.site_report(ch, rr, nak_ratio, now);
     if (absent) continue;
     site_row s;
@@ -552,19 +558,22 @@ void feed_daemon::request_catch_up(
     if (n++ == max_catch_up_ranges) break;
     const auto ps = m_journal.products_of_seqs(cc.name, from, to);
     if (ps.empty()) {
-      m_log->warn("channel {}: site {} misses sessions {}-{}, whose products are no longer "
-                  "retained (retention {:.1f} h); they cannot be caught up",
-                  cc.name, site, from, to, std::chrono::duration<double, std::ratio<3600>>(m_cfg.retention).count());
+      m_log->warn(
+          "channel {}: site {} misses sessions {}-{}, whose products are no longer "
+          "retained (retention {:.1f} h); they cannot be caught up",
+          cc.name, site, from, to,
+          std::chrono::duration<double, std::ratio<3600>>(m_cfg.retention).count());
       continue;
     }
     req.seqs.insert({from, to});
     for (const auto& p : ps) req.products.emplace(p.id, p);
   }
   if (req.products.empty()) return;
-  m_log->info("channel {}: site {} reports {} missed session range{}: catch-up of {} product{} "
-              "queued",
-              cc.name, site, req.seqs.size(), req.seqs.size() == 1 ? "" : "s", req.products.size(),
-              req.products.size() == 1 ? "" : "s");
+  m_log->info(
+      "channel {}: site {} reports {} missed session range{}: catch-up of {} product{} "
+      "queued",
+      cc.name, site, req.seqs.size(), req.seqs.size() == 1 ? "" : "s", req.products.size(),
+      req.products.size() == 1 ? "" : "s");
   add_extra(ch, std::move(req));
 }
 
@@ -588,8 +597,8 @@ std::optional<std::string> feed_daemon::retain(std::size_t ch, const product& p)
   const auto& cc = *m_channels[ch].cfg;
   const auto target = m_cfg.retained_dir / cc.name / std::to_string(p.id) / p.name;
   if (auto ec = link_or_copy(p.spool_path, target)) {
-    m_log->error("channel {}: cannot keep {} in {}: {} (it cannot be caught up or resent)",
-                 cc.name, p.name, target.string(), ec.message());
+    m_log->error("channel {}: cannot keep {} in {}: {} (it cannot be caught up or resent)", cc.name,
+                 p.name, target.string(), ec.message());
     return std::nullopt;
   }
   return target.string();
@@ -600,9 +609,7 @@ void feed_daemon::dispose_spool(std::size_t ch, const product& p) {
   const std::filesystem::path spool(p.spool_path);
   std::error_code ec;
   switch (cc.after) {
-    case after_send::remove:
-      std::filesystem::remove(spool, ec);
-      break;
+    case after_send::remove: std::filesystem::remove(spool, ec); break;
     case after_send::move: {
       const auto to = cc.move_dir / p.name;
       std::filesystem::create_directories(to.parent_path(), ec);
@@ -613,8 +620,7 @@ void feed_daemon::dispose_spool(std::size_t ch, const product& p) {
       }
       break;
     }
-    case after_send::keep:
-      return;
+    case after_send::keep: return;
   }
   if (ec) m_log->error("channel {}: after sending {}: {}", cc.name, spool.string(), ec.message());
   // Empty spool subdirectories stay: a producer may have just created or found one and be about
@@ -624,8 +630,8 @@ void feed_daemon::dispose_spool(std::size_t ch, const product& p) {
 void feed_daemon::do_expire() {
   MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   // The journal and the retained copies are bounded by the same window.
-  const auto keep = m_cfg.retention.count() > 0 ? m_cfg.retention
-                                                : std::chrono::nanoseconds(min_journal_history);
+  const auto keep =
+      m_cfg.retention.count() > 0 ? m_cfg.retention : std::chrono::nanoseconds(min_journal_history);
   const auto before = std::chrono::system_clock::now() -
                       std::chrono::duration_cast<std::chrono::system_clock::duration>(keep);
   try {
@@ -637,15 +643,16 @@ void feed_daemon::do_expire() {
       prune_empty(std::filesystem::path(p).parent_path(), m_cfg.retained_dir);
     }
     if (r.products || !paths.empty()) {
-      m_log->info("retention: {} products, {} sessions, {} outcomes forgotten; {} retained files "
-                  "removed",
-                  r.products, r.sessions, r.outcomes, paths.size());
+      m_log->info(
+          "retention: {} products, {} sessions, {} outcomes forgotten; {} retained files "
+          "removed",
+          r.products, r.sessions, r.outcomes, paths.size());
     }
   } catch (const std::exception& e) {
     m_log->error("retention: {}", e.what());
   }
-  const auto every = std::clamp<std::chrono::nanoseconds>(m_cfg.retention / 20, std::chrono::seconds(1),
-                                                          std::chrono::minutes(10));
+  const auto every = std::clamp<std::chrono::nanoseconds>(
+      m_cfg.retention / 20, std::chrono::seconds(1), std::chrono::minutes(10));
   m_expire_timer.expires_after(every);
   m_expire_timer.async_wait([this](const boost::system::error_code& ec) {
     if (!ec) do_expire();
@@ -684,8 +691,8 @@ nlohmann::json feed_daemon::status() const {
   if (m_wis2) {
     const auto ws = m_wis2->stats();
     j["wis2"] = {{"topic", m_wis2->action().topic}, {"connected", ws.connected},
-                 {"published", ws.published}, {"failed", ws.failed}, {"dropped", ws.dropped},
-                 {"queued", ws.queued}};
+                 {"published", ws.published},       {"failed", ws.failed},
+                 {"dropped", ws.dropped},           {"queued", ws.queued}};
   }
   for (const auto& c : m_channels) {
     nlohmann::json o;
@@ -723,7 +730,8 @@ resend_products feed_daemon::find_resend(hub_journal& journal, const resend_orde
       }
     }
   } else {
-    for (auto& p : journal.find_products(order.filter)) by_channel[p.channel].push_back(std::move(p));
+    for (auto& p : journal.find_products(order.filter))
+      by_channel[p.channel].push_back(std::move(p));
   }
   return by_channel;
 }
@@ -756,8 +764,9 @@ nlohmann::json feed_daemon::queue_resend(const resend_order& order, resend_produ
     add_extra(*ch, std::move(req));
   }
   if (total == 0) {
-    throw std::invalid_argument("resend: no retained product matches (sent products are kept "
-                                "for the configured retention only)");
+    throw std::invalid_argument(
+        "resend: no retained product matches (sent products are kept "
+        "for the configured retention only)");
   }
   j["products"] = total;
   j["bytes"] = bytes;

@@ -15,8 +15,8 @@
 #include "common/single_thread.hpp"
 #include "feed/arbiter.hpp"
 #include "feed/batcher.hpp"
-#include "feed/feed_board.hpp"
 #include "feed/control_protocol.hpp"
+#include "feed/feed_board.hpp"
 #include "feed/feed_config.hpp"
 #include "feed/journal.hpp"
 #include "feed/spool_watcher.hpp"
@@ -45,13 +45,13 @@ struct extra_request {
   /// Catch-up: the channel's sequence ranges the products come from (sender_config
   /// catch_up_seqs), so sites that complete it stop reporting them missing.
   std::set<std::pair<std::uint64_t, std::uint64_t>> seqs;
-  bool unicast = false;                       ///< resend --unicast: every site over unicast
+  bool unicast = false;  ///< resend --unicast: every site over unicast
 };
 
 /// An operator's resend (mcdistctl resend): which products, to which sites.
 struct resend_order {
   std::vector<std::string> sites;
-  product_filter filter;          ///< retained products matching it ...
+  product_filter filter;  ///< retained products matching it ...
   /// ... or, when set, the products the journal lists as missing at these sites since then
   std::optional<clock_time> missing_since;
   bool unicast = false;

@@ -11,19 +11,15 @@
 
 namespace mcdist::feed {
 
-feed_http::feed_http(boost::asio::io_context& io, const feed_config& cfg,
-                     const feed_daemon& daemon, std::shared_ptr<http::log_ring_sink> ring,
-                     std::shared_ptr<spdlog::logger> log)
-    : m_cfg(cfg),
-      m_daemon(daemon),
-      m_ring(std::move(ring)),
-      m_log(std::move(log)),
+feed_http::feed_http(boost::asio::io_context& io, const feed_config& cfg, const feed_daemon& daemon,
+                     std::shared_ptr<http::log_ring_sink> ring, std::shared_ptr<spdlog::logger> log)
+    : m_cfg(cfg), m_daemon(daemon), m_ring(std::move(ring)), m_log(std::move(log)),
       m_started(std::chrono::system_clock::now()) {
   if (!m_cfg.http) return;
   try {
     m_server = std::make_unique<http::server>(
-        io, *m_cfg.http, [this](const http::request& r) { return serve(r); },
-        http::server_limits{}, m_log);
+        io, *m_cfg.http, [this](const http::request& r) { return serve(r); }, http::server_limits{},
+        m_log);
   } catch (const std::system_error& e) {
     if (m_cfg.http_explicit) {
       throw std::runtime_error(std::string(e.what()) +
@@ -76,9 +72,9 @@ http::response feed_http::serve(const http::request& r) const {
   if (metrics) return {200, std::string(http::prometheus_content_type), render_feed_metrics(s)};
   if (page) return {200, "text/html; charset=utf-8", render_feed_page(s)};
   // Product and site names come from spools and the network: invalid UTF-8 is replaced.
-  return {200, "application/json",
-          render_feed_status(s).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) +
-              "\n"};
+  return {
+      200, "application/json",
+      render_feed_status(s).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"};
 }
 
 }  // namespace mcdist::feed

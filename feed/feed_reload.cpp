@@ -103,11 +103,15 @@ bool feed_daemon::reload(const std::function<feed_config()>& source) {
     if (matched[j]) continue;
     m_cfg.channels.push_back(next.channels[j]);
     const auto& c = m_cfg.channels.back();
-    m_channels.push_back(channel_state{nullptr,
-                                       batcher({c.batch_window, c.batch_max_files,
-                                                c.batch_max_bytes}),
-                                       std::make_unique<boost::asio::steady_timer>(m_io),
-                                       std::nullopt, {}, false, 0, false});
+    m_channels.push_back(
+        channel_state{nullptr,
+                      batcher({c.batch_window, c.batch_max_files, c.batch_max_bytes}),
+                      std::make_unique<boost::asio::steady_timer>(m_io),
+                      std::nullopt,
+                      {},
+                      false,
+                      0,
+                      false});
     m_board.add_channel(c.name);
     added.push_back(m_channels.size() - 1);
     changes.push_back("channel " + c.name + " added");
@@ -132,9 +136,10 @@ bool feed_daemon::reload(const std::function<feed_config()>& source) {
     changes.push_back("retention changed");
   }
   for (const auto& name : restart_only_changes(m_cfg, next)) {
-    m_log->warn("SIGHUP: {} changed in the configuration but needs a restart: keeping the "
-                "running value",
-                name);
+    m_log->warn(
+        "SIGHUP: {} changed in the configuration but needs a restart: keeping the "
+        "running value",
+        name);
     changes.push_back(name + " needs a restart");
   }
   if (m_watcher) {
@@ -151,8 +156,8 @@ bool feed_daemon::reload(const std::function<feed_config()>& source) {
       try {
         m_watcher->add_channel(i);
       } catch (const std::exception& e) {
-        m_log->error("SIGHUP: channel {}: {}; its spools are not watched",
-                     m_cfg.channels[i].name, e.what());
+        m_log->error("SIGHUP: channel {}: {}; its spools are not watched", m_cfg.channels[i].name,
+                     e.what());
       }
     }
   }

@@ -48,14 +48,10 @@ std::string clock_text(clock_time t) {
 
 const char* level_name(spdlog::level::level_enum l) {
   switch (l) {
-    case spdlog::level::warn:
-      return "warning";
-    case spdlog::level::err:
-      return "error";
-    case spdlog::level::critical:
-      return "critical";
-    default:
-      return "info";
+    case spdlog::level::warn: return "warning";
+    case spdlog::level::err: return "error";
+    case spdlog::level::critical: return "critical";
+    default: return "info";
   }
 }
 
@@ -156,8 +152,7 @@ std::string render_feed_metrics(const feed_snapshot& s) {
   p.family("mcdist_feed_sessions_running", metric_type::gauge,
            "1 while the channel sends a session.");
   for (const std::size_t i : shown(s))
-    p.sample({{"channel", names[i]}},
-             std::uint64_t{running_of(daemon_channel(s, i)) ? 1u : 0u});
+    p.sample({{"channel", names[i]}}, std::uint64_t{running_of(daemon_channel(s, i)) ? 1u : 0u});
   p.family("mcdist_feed_session_rate_bytes_per_second", metric_type::gauge,
            "Rate of the channel's running session (its priority share of the total), 0 if none.");
   for (const std::size_t i : shown(s)) {
@@ -167,12 +162,10 @@ std::string render_feed_metrics(const feed_snapshot& s) {
   }
   p.family("mcdist_feed_products_sent_total", metric_type::counter,
            "Products of ended batch sessions (each counted once, whatever the sites did).");
-  for (const std::size_t i : shown(s))
-    p.sample({{"channel", names[i]}}, chans[i].products_sent);
+  for (const std::size_t i : shown(s)) p.sample({{"channel", names[i]}}, chans[i].products_sent);
   p.family("mcdist_feed_bytes_sent_total", metric_type::counter,
            "Bytes of the products of ended batch sessions.");
-  for (const std::size_t i : shown(s))
-    p.sample({{"channel", names[i]}}, chans[i].bytes_sent);
+  for (const std::size_t i : shown(s)) p.sample({{"channel", names[i]}}, chans[i].bytes_sent);
   p.family("mcdist_feed_sessions_total", metric_type::counter,
            "Sessions ended, by kind: batch (new products), catchup (missed sequence numbers), "
            "resend (mcdistctl).");
@@ -380,12 +373,11 @@ std::string render_feed_page(const feed_snapshot& s) {
     for (auto k : b.sessions) sessions += k;
     h += "<tr data-channel=\"" + html_escape(cfg.name) + "\"><td>" + html_escape(cfg.name) +
          "</td><td>" + html_escape(cfg.group.to_string()) + "</td><td class=\"num\">" +
-         std::to_string(cfg.priority) + "</td><td class=\"num\" id=\"channel-" + n +
-         "-queued\">" + std::to_string(queued_of(dc)) + "</td><td id=\"channel-" + n +
-         "-running\">" + run + "</td><td class=\"num\" id=\"channel-" + n + "-sent\">" +
-         std::to_string(b.products_sent) + "</td><td class=\"num\">" +
-         format_bytes(static_cast<double>(b.bytes_sent)) + "</td><td class=\"num\">" +
-         std::to_string(sessions) + "</td><td>" +
+         std::to_string(cfg.priority) + "</td><td class=\"num\" id=\"channel-" + n + "-queued\">" +
+         std::to_string(queued_of(dc)) + "</td><td id=\"channel-" + n + "-running\">" + run +
+         "</td><td class=\"num\" id=\"channel-" + n + "-sent\">" + std::to_string(b.products_sent) +
+         "</td><td class=\"num\">" + format_bytes(static_cast<double>(b.bytes_sent)) +
+         "</td><td class=\"num\">" + std::to_string(sessions) + "</td><td>" +
          (b.last_sent ? http::format_age(age_seconds(s.now, *b.last_sent)) + " ago"
                       : std::string("<span class=\"none\">none yet</span>")) +
          "</td></tr>\n";
@@ -437,9 +429,9 @@ std::string render_feed_page(const feed_snapshot& s) {
            http::format_age(age_seconds(s.now, it->at)) + "</td><td class=\"path product\">" +
            html_escape(it->name) + "</td><td class=\"num\">" +
            format_bytes(static_cast<double>(it->size)) + "</td><td class=\"num\">" +
-           std::to_string(it->seq) + "</td><td>" + html_escape(it->session) +
-           "</td><td class=\"" + (all ? "ok" : "bad") + "\">" + std::to_string(it->sites_ok) +
-           " of " + std::to_string(it->sites) + "</td></tr>\n";
+           std::to_string(it->seq) + "</td><td>" + html_escape(it->session) + "</td><td class=\"" +
+           (all ? "ok" : "bad") + "\">" + std::to_string(it->sites_ok) + " of " +
+           std::to_string(it->sites) + "</td></tr>\n";
     }
     h += "</tbody></table>\n";
   }

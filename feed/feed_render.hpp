@@ -43,7 +43,7 @@ struct site_lag {
   std::uint64_t missing = 0;  ///< products sent that it did not store or hold (failed, missed)
   std::uint64_t queued = 0;   ///< products waiting on the channels it is on
   std::optional<double> oldest_missing_age_s;  ///< age of the oldest missing product
-  bool truncated = false;     ///< missing is a lower bound (feed_board::max_missing_tracked)
+  bool truncated = false;  ///< missing is a lower bound (feed_board::max_missing_tracked)
 };
 
 /// The lag of `site` in the snapshot.

@@ -528,18 +528,10 @@ std::vector<channel_row> hub_journal::channels() {
     auto& r = row(counts.column_text(0));
     const auto n = counts.column_int64(2);
     switch (parse_product_state(counts.column_text(1)).value_or(product_state::failed)) {
-      case product_state::queued:
-        r.queued = n;
-        break;
-      case product_state::sending:
-        r.sending = n;
-        break;
-      case product_state::sent:
-        r.sent = n;
-        break;
-      case product_state::failed:
-        r.failed = n;
-        break;
+      case product_state::queued: r.queued = n; break;
+      case product_state::sending: r.sending = n; break;
+      case product_state::sent: r.sent = n; break;
+      case product_state::failed: r.failed = n; break;
     }
   }
   auto last = m_db.prepare("SELECT channel, MAX(started) FROM sessions GROUP BY channel");

@@ -7,8 +7,8 @@
 #include "common/sd_notify.hpp"
 #include "common/units.hpp"
 #include "feed/control_server.hpp"
-#include "feed/feed_config.hpp"
 #include "feed/daemon_handler.hpp"
+#include "feed/feed_config.hpp"
 #include "feed/feed_daemon.hpp"
 #include "feed/feed_http.hpp"
 
@@ -175,8 +175,8 @@ int main(int argc, char** argv) {
               << mcdist::format_rate(static_cast<double>(cfg.rate_bps)) << " in total\n";
     for (const auto& c : cfg.channels) {
       std::cout << "  " << c.name << ": " << c.group.to_string() << ", priority " << c.priority
-                << ", " << c.spools.size() << " spool director" << (c.spools.size() == 1 ? "y" : "ies")
-                << "\n";
+                << ", " << c.spools.size() << " spool director"
+                << (c.spools.size() == 1 ? "y" : "ies") << "\n";
     }
     return exit_ok;
   }
@@ -230,7 +230,8 @@ int main(int argc, char** argv) {
           if (mcdist::reopen_log_files(*log, error)) {
             log->info("SIGHUP: log file reopened");
           } else {
-            log->error("SIGHUP: cannot reopen the log file ({}); still writing to the old one", error);
+            log->error("SIGHUP: cannot reopen the log file ({}); still writing to the old one",
+                       error);
           }
           if (!stopping) {
             daemon.reload([&] { return mcdist::feed::load_feed_config(config_file); });

@@ -47,12 +47,8 @@ bool ignored_name(const std::string& name, const std::vector<std::string>& globs
 spool_watcher::spool_watcher(boost::asio::io_context& io,
                              const std::vector<channel_config>& channels, handler found,
                              std::shared_ptr<spdlog::logger> log)
-    : m_io(io),
-      m_channels(channels),
-      m_found(std::move(found)),
-      m_log(std::move(log)),
-      m_fd(io, open_inotify()),
-      m_buffer(event_buffer_bytes) {}
+    : m_io(io), m_channels(channels), m_found(std::move(found)), m_log(std::move(log)),
+      m_fd(io, open_inotify()), m_buffer(event_buffer_bytes) {}
 
 spool_watcher::~spool_watcher() = default;
 
@@ -62,8 +58,8 @@ void spool_watcher::start() {
       std::error_code ec;
       std::filesystem::create_directories(root, ec);
       if (ec) {
-        throw std::system_error(ec, "cannot create the spool " + root.string() + " of channel " +
-                                        m_channels[c].name);
+        throw std::system_error(
+            ec, "cannot create the spool " + root.string() + " of channel " + m_channels[c].name);
       }
       add_tree(c, root, root, true);
     }
@@ -111,13 +107,14 @@ void spool_watcher::add_tree(std::size_t channel, const std::filesystem::path& r
   if (wd < 0) {
     const int e = errno;
     if (dir == root) {
-      throw std::system_error(e, std::generic_category(),
-                              "cannot watch the spool " + dir.string() + " of channel " +
-                                  m_channels[channel].name);
+      throw std::system_error(
+          e, std::generic_category(),
+          "cannot watch the spool " + dir.string() + " of channel " + m_channels[channel].name);
     }
-    m_log->error("channel {}: cannot watch {}: {} (its products are picked up at the next "
-                 "rescan only)",
-                 m_channels[channel].name, dir.string(), std::strerror(e));
+    m_log->error(
+        "channel {}: cannot watch {}: {} (its products are picked up at the next "
+        "rescan only)",
+        m_channels[channel].name, dir.string(), std::strerror(e));
     return;
   }
   m_watches[wd] = watch{channel, root, dir};
@@ -135,7 +132,9 @@ void spool_watcher::add_tree(std::size_t channel, const std::filesystem::path& r
       report(channel, root, p);
     }
   }
-  if (ec) m_log->warn("channel {}: cannot list {}: {}", m_channels[channel].name, dir.string(), ec.message());
+  if (ec)
+    m_log->warn("channel {}: cannot list {}: {}", m_channels[channel].name, dir.string(),
+                ec.message());
 }
 
 void spool_watcher::report(std::size_t channel, const std::filesystem::path& root,
@@ -186,9 +185,10 @@ void spool_watcher::on_events(std::size_t bytes) {
     }
     if (ev.mask & (IN_DELETE_SELF | IN_MOVE_SELF)) {
       if (it->second.dir == it->second.root) {
-        m_log->error("channel {}: the spool {} was removed or moved; restart the feed once it "
-                     "is back",
-                     m_channels[it->second.channel].name, it->second.dir.string());
+        m_log->error(
+            "channel {}: the spool {} was removed or moved; restart the feed once it "
+            "is back",
+            m_channels[it->second.channel].name, it->second.dir.string());
       }
       continue;
     }

@@ -32,11 +32,11 @@ namespace mcdist::feed {
 
 /// A complete file found in a spool.
 struct spooled_file {
-  std::size_t channel = 0;          ///< index into feed_config::channels
-  std::string name;                 ///< path below the spool directory ("a/b.grib")
-  std::filesystem::path path;       ///< absolute path of the spool file
-  std::uint64_t size = 0;           ///< bytes
-  std::int64_t mtime_ns = 0;        ///< modification time, ns since the epoch
+  std::size_t channel = 0;     ///< index into feed_config::channels
+  std::string name;            ///< path below the spool directory ("a/b.grib")
+  std::filesystem::path path;  ///< absolute path of the spool file
+  std::uint64_t size = 0;      ///< bytes
+  std::int64_t mtime_ns = 0;   ///< modification time, ns since the epoch
 };
 
 /// True when `name` (relative to its spool) is not a product: a path component starts with '.'

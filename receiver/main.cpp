@@ -93,9 +93,10 @@ Example:
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"mcdistd - mcdist receiver daemon: receives multicast file sets and delivers each "
-               "file atomically into a destination tree.",
-               "mcdistd"};
+  CLI::App app{
+      "mcdistd - mcdist receiver daemon: receives multicast file sets and delivers each "
+      "file atomically into a destination tree.",
+      "mcdistd"};
   app.footer(footer);
   app.get_formatter()->column_width(34);
 
@@ -126,10 +127,12 @@ int main(int argc, char** argv) {
                  "check its directories without creating them, print the problem and exit: 0 "
                  "valid, 2 not. Binds no socket (replaces --config)")
       ->type_name("FILE");
-  app.add_option("--id", id, "This site's receiver id (letters, digits, - _ . : @)")->type_name("ID");
+  app.add_option("--id", id, "This site's receiver id (letters, digits, - _ . : @)")
+      ->type_name("ID");
   app.add_option("-g,--group", groups, "Multicast channel to join (repeat for more channels)")
       ->type_name("ADDR:PORT");
-  app.add_option("-i,--interface", interface, "Local address to join on and reply from")->type_name("ADDR");
+  app.add_option("-i,--interface", interface, "Local address to join on and reply from")
+      ->type_name("ADDR");
   app.add_option("-d,--dest", dest, "Destination directory")->type_name("DIR");
   app.add_option("-t,--temp", temp, "Temp directory (same filesystem as --dest)")->type_name("DIR");
   app.add_option("--sync", sync,
@@ -140,18 +143,23 @@ int main(int argc, char** argv) {
   app.add_option("--session-timeout", session_timeout,
                  "Abandon a session whose sender is silent this long (default 60s)")
       ->type_name("DURATION");
-  app.add_option("--status-interval", status_interval, "How often to log status (default 60s)")->type_name("DURATION");
+  app.add_option("--status-interval", status_interval, "How often to log status (default 60s)")
+      ->type_name("DURATION");
   app.add_option("--checkpoint-interval", checkpoint_interval,
                  "How often unfinished sessions' resume state is saved (default 2s)")
       ->type_name("DURATION");
-  app.add_option("--status-file", status_file, "Also write status as JSON to this file")->type_name("FILE");
-  app.add_option("--http", http,
-                 "Serve /metrics (Prometheus), /status (JSON) and a status page here (port 0: any free "
-                 "port, logged), or \"off\" "
-                 "(default 127.0.0.1:9611)")
+  app.add_option("--status-file", status_file, "Also write status as JSON to this file")
+      ->type_name("FILE");
+  app.add_option(
+         "--http", http,
+         "Serve /metrics (Prometheus), /status (JSON) and a status page here (port 0: any free "
+         "port, logged), or \"off\" "
+         "(default 127.0.0.1:9611)")
       ->type_name("ADDR:PORT");
-  app.add_option("--log-level", log_level, "trace, debug, info (default), warn, error, off")->type_name("LEVEL");
-  app.add_option("--log-file", log_file, "Also log to this file (rotated at 10 MiB, 5 kept)")->type_name("FILE");
+  app.add_option("--log-level", log_level, "trace, debug, info (default), warn, error, off")
+      ->type_name("LEVEL");
+  app.add_option("--log-file", log_file, "Also log to this file (rotated at 10 MiB, 5 kept)")
+      ->type_name("FILE");
   app.add_option("--drop-rate", drop_rate,
                  "TEST ONLY: drop received datagrams with this probability before the protocol "
                  "sees them (simulated loss)")
@@ -185,7 +193,8 @@ int main(int argc, char** argv) {
     if (!id.empty()) cfg.id = id;
     if (!interface.empty()) {
       const auto a = mcdist::parse_address(interface);
-      if (!a) throw mcdist::receiver::config_error("--interface " + interface + " is not an IP address");
+      if (!a)
+        throw mcdist::receiver::config_error("--interface " + interface + " is not an IP address");
       cfg.interface = *a;
     }
     if (!groups.empty()) {
@@ -236,8 +245,8 @@ int main(int argc, char** argv) {
       const auto m = mcdist::receiver::parse_sync_mode(sync);
       if (!m) {
         throw mcdist::receiver::config_error(std::string("--sync must be one of ") +
-                                             mcdist::receiver::sync_mode_names + ", not \"" +
-                                             sync + "\"");
+                                             mcdist::receiver::sync_mode_names + ", not \"" + sync +
+                                             "\"");
       }
       cfg.sync = *m;
     }
@@ -247,7 +256,8 @@ int main(int argc, char** argv) {
           std::tuple{&checkpoint_interval, &cfg.checkpoint_interval, "--checkpoint-interval"}}) {
       if (text->empty()) continue;
       const auto d = mcdist::parse_duration(*text);
-      if (!d) throw mcdist::receiver::config_error(std::string(opt) + " " + *text + " is not a duration");
+      if (!d)
+        throw mcdist::receiver::config_error(std::string(opt) + " " + *text + " is not a duration");
       *out = *d;
     }
     if (!status_file.empty()) cfg.status_file = status_file;
@@ -280,7 +290,8 @@ int main(int argc, char** argv) {
       return 0;
     }
   } catch (const mcdist::receiver::config_error& e) {
-    std::cerr << "mcdistd: " << (check_config.empty() ? "" : check_config + ": ") << e.what() << "\n";
+    std::cerr << "mcdistd: " << (check_config.empty() ? "" : check_config + ": ") << e.what()
+              << "\n";
     return 2;
   }
 
@@ -292,7 +303,8 @@ int main(int argc, char** argv) {
     return 3;
   }
   if (cfg.drop_rate > 0) {
-    log->warn("--drop-rate {}: dropping received datagrams on purpose (test option)", cfg.drop_rate);
+    log->warn("--drop-rate {}: dropping received datagrams on purpose (test option)",
+              cfg.drop_rate);
   }
   try {
     boost::asio::io_context io(1);

@@ -186,18 +186,14 @@ udp::socket open_unicast_socket(boost::asio::io_context& io, const endpoint& loc
 }
 
 batch_receiver::batch_receiver(std::size_t batch, std::size_t buffer_bytes)
-    : m_batch(batch),
-      m_buffer_bytes(buffer_bytes),
-      m_storage(batch * buffer_bytes),
-      m_control(batch * CMSG_SPACE(sizeof(int))),
-      m_names(batch * sizeof(sockaddr_storage)),
-      m_headers(batch * sizeof(mmsghdr)),
-      m_iovecs(batch * sizeof(iovec)) {}
+    : m_batch(batch), m_buffer_bytes(buffer_bytes), m_storage(batch * buffer_bytes),
+      m_control(batch * CMSG_SPACE(sizeof(int))), m_names(batch * sizeof(sockaddr_storage)),
+      m_headers(batch * sizeof(mmsghdr)), m_iovecs(batch * sizeof(iovec)) {}
 
 std::size_t batch_receiver::drain(
     int fd, std::size_t max_datagrams,
-    const std::function<void(std::span<const std::byte>, const endpoint&)>& fn,
-    std::error_code& ec, std::size_t max_bytes) {
+    const std::function<void(std::span<const std::byte>, const endpoint&)>& fn, std::error_code& ec,
+    std::size_t max_bytes) {
   auto* hdrs = reinterpret_cast<mmsghdr*>(m_headers.data());
   auto* iovs = reinterpret_cast<iovec*>(m_iovecs.data());
   auto* names = reinterpret_cast<sockaddr_storage*>(m_names.data());
@@ -307,7 +303,8 @@ std::size_t batch_sender::send_mmsg(int fd, const endpoint& to, std::span<const 
     const std::size_t n = std::min(max_batch, count - sent);
     for (std::size_t i = 0; i < n; ++i) {
       const std::size_t off = (sent + i) * segment;
-      iovs[i] = {const_cast<std::byte*>(buffer.data()) + off, std::min(segment, buffer.size() - off)};
+      iovs[i] = {const_cast<std::byte*>(buffer.data()) + off,
+                 std::min(segment, buffer.size() - off)};
       std::memset(&hdrs[i], 0, sizeof(mmsghdr));
       hdrs[i].msg_hdr.msg_name = &ss;
       hdrs[i].msg_hdr.msg_namelen = len;

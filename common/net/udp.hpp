@@ -26,10 +26,10 @@ endpoint from_asio(const udp::endpoint& e);
 
 /// Options for the sender's socket.
 struct sender_socket_options {
-  endpoint interface;           ///< local address multicast leaves from (IP_MULTICAST_IF); port 0 = any
-  int ttl = 1;                  ///< IP_MULTICAST_TTL; 1 keeps traffic on the local network
-  int send_buffer = 8 << 20;    ///< SO_SNDBUF(FORCE), bytes
-  int receive_buffer = 8 << 20; ///< SO_RCVBUF(FORCE), bytes: NAKs of hundreds of receivers
+  endpoint interface;  ///< local address multicast leaves from (IP_MULTICAST_IF); port 0 = any
+  int ttl = 1;         ///< IP_MULTICAST_TTL; 1 keeps traffic on the local network
+  int send_buffer = 8 << 20;     ///< SO_SNDBUF(FORCE), bytes
+  int receive_buffer = 8 << 20;  ///< SO_RCVBUF(FORCE), bytes: NAKs of hundreds of receivers
 };
 
 /// Opens and binds the sender's socket: multicast out through `interface`, loopback of our
@@ -39,10 +39,11 @@ udp::socket open_sender_socket(boost::asio::io_context& io, const sender_socket_
 
 /// Options for a receiver's channel socket.
 struct channel_socket_options {
-  endpoint group;               ///< multicast group + port
-  endpoint interface;           ///< local address to join on
-  int receive_buffer = 32 << 20;  ///< bytes; absorbs bursts while storage catches up (mcdistd: socket_buffer)
-  bool gro = true;              ///< ask for UDP GRO (coalesced datagrams)
+  endpoint group;      ///< multicast group + port
+  endpoint interface;  ///< local address to join on
+  int receive_buffer =
+      32 << 20;     ///< bytes; absorbs bursts while storage catches up (mcdistd: socket_buffer)
+  bool gro = true;  ///< ask for UDP GRO (coalesced datagrams)
 };
 
 /// Opens a socket bound to group:port with SO_REUSEADDR (several daemons on one host each get
@@ -104,7 +105,6 @@ class batch_sender {
 };
 
 /// Sends one datagram (control traffic). @return false and sets ec on failure (EAGAIN incl.).
-bool send_one(int fd, const endpoint& to, std::span<const std::byte> datagram,
-              std::error_code& ec);
+bool send_one(int fd, const endpoint& to, std::span<const std::byte> datagram, std::error_code& ec);
 
 }  // namespace mcdist::net

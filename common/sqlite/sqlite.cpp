@@ -107,8 +107,7 @@ int database::user_version() {
 void database::set_user_version(int v) { exec("PRAGMA user_version=" + std::to_string(v)); }
 
 statement::statement(sqlite3* db, std::string_view sql) : m_db(db) {
-  const int rc = sqlite3_prepare_v2(db, sql.data(), static_cast<int>(sql.size()), &m_stmt,
-                                    nullptr);
+  const int rc = sqlite3_prepare_v2(db, sql.data(), static_cast<int>(sql.size()), &m_stmt, nullptr);
   if (rc != SQLITE_OK) fail(db, rc, "SQL " + std::string(sql.substr(0, 60)));
 }
 
@@ -141,8 +140,8 @@ statement& statement::bind(int index, double v) {
 }
 
 statement& statement::bind(int index, std::string_view v) {
-  const int rc = sqlite3_bind_text64(m_stmt, index, v.data(), v.size(), SQLITE_TRANSIENT,
-                                     SQLITE_UTF8);
+  const int rc =
+      sqlite3_bind_text64(m_stmt, index, v.data(), v.size(), SQLITE_TRANSIENT, SQLITE_UTF8);
   if (rc != SQLITE_OK) fail(m_db, rc, "bind");
   return *this;
 }

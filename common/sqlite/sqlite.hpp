@@ -51,8 +51,8 @@ class database {
   ///                    while no other process writes it (a tool reading a stopped daemon's
   ///                    journal)
   /// @throws error when the file cannot be opened or is not a database
-  explicit database(const std::string& path, durability sync = durability::full,
-                    int busy_ms = 5000, bool read_only = false, bool immutable = false);
+  explicit database(const std::string& path, durability sync = durability::full, int busy_ms = 5000,
+                    bool read_only = false, bool immutable = false);
   ~database();
   database(const database&) = delete;
   database& operator=(const database&) = delete;

@@ -27,16 +27,10 @@ std::uint64_t random_nonce() {
 
 }  // namespace
 
-client_impl::client_impl(boost::asio::io_context& io, client_options options,
-                         client_events events)
-    : m_io(io),
-      m_options(std::move(options)),
-      m_events(std::move(events)),
-      m_nonce(random_nonce()),
+client_impl::client_impl(boost::asio::io_context& io, client_options options, client_events events)
+    : m_io(io), m_options(std::move(options)), m_events(std::move(events)), m_nonce(random_nonce()),
       m_where(std::string(to_string(m_options.kind)) + " to " + m_options.server.to_string()),
-      m_connect_timer(io),
-      m_watchdog(io),
-      m_close_timer(io) {}
+      m_connect_timer(io), m_watchdog(io), m_close_timer(io) {}
 
 std::vector<std::byte> client_impl::make_hello(std::uint8_t index, std::uint8_t count,
                                                const challenge* c) const {
@@ -83,7 +77,8 @@ void client_impl::begin_connect() {
                self->m_where + ": not connected within " +
                    std::to_string(self->m_options.connect_timeout.count()) +
                    " ms (is mcdist-send listening there, and does the path let " +
-                   (self->m_options.kind == transport_kind::sctp_udp ? "UDP" : "it") + " through?)");
+                   (self->m_options.kind == transport_kind::sctp_udp ? "UDP" : "it") +
+                   " through?)");
   });
   do_watchdog();
 }
@@ -98,7 +93,8 @@ void client_impl::connected(std::vector<std::byte> hello_frame) {
   if (!hello_frame.empty()) m_outbox.push_front(std::move(hello_frame));
   spdlog::debug("unicast client {}: connected after {} ms", m_where,
                 std::chrono::duration_cast<std::chrono::milliseconds>(
-                    std::chrono::steady_clock::now() - m_start).count());
+                    std::chrono::steady_clock::now() - m_start)
+                    .count());
   m_connected_once = true;
   m_connect_timer.cancel();
   if (m_phase == phase::connecting) m_phase = phase::running;
@@ -107,8 +103,8 @@ void client_impl::connected(std::vector<std::byte> hello_frame) {
 
 void client_impl::do_watchdog() {
   MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
-  const auto period =
-      std::max<std::chrono::milliseconds>(m_options.idle_timeout / 4, std::chrono::milliseconds(10));
+  const auto period = std::max<std::chrono::milliseconds>(m_options.idle_timeout / 4,
+                                                          std::chrono::milliseconds(10));
   m_watchdog.expires_after(period);
   m_watchdog.async_wait([w = weak_from_this()](const boost::system::error_code& ec) {
     auto self = w.lock();
@@ -116,11 +112,12 @@ void client_impl::do_watchdog() {
     const auto quiet = std::chrono::steady_clock::now() - self->m_last_activity;
     if (self->m_phase == phase::running && self->m_tracker.outstanding_bytes() > 0 &&
         quiet >= self->m_options.idle_timeout) {
-      self->fail(error::idle_timeout,
-                 self->m_where + ": nothing received for " +
-                     std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(quiet).count()) +
-                     " ms with " + std::to_string(self->m_tracker.outstanding_bytes()) +
-                     " bytes outstanding");
+      self->fail(
+          error::idle_timeout,
+          self->m_where + ": nothing received for " +
+              std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(quiet).count()) +
+              " ms with " + std::to_string(self->m_tracker.outstanding_bytes()) +
+              " bytes outstanding");
       return;
     }
     self->do_watchdog();
@@ -259,7 +256,8 @@ std::error_code client_impl::handle_control(frame_type type, std::span<const std
       }
       spdlog::debug("unicast client {}: welcome after {} ms", m_where,
                     std::chrono::duration_cast<std::chrono::milliseconds>(
-                        std::chrono::steady_clock::now() - m_start).count());
+                        std::chrono::steady_clock::now() - m_start)
+                        .count());
       m_stats.record_size = w.record_size;
       m_stats.streams = w.streams;
       m_stats.connections = w.connection_count;
@@ -276,7 +274,8 @@ std::error_code client_impl::handle_control(frame_type type, std::span<const std
       return r.reason == refuse_reason::busy ? error::server_busy : error::refused;
     }
     default:
-      m_detail = m_where + ": unexpected " + std::string(to_string(type)) + " frame from the server";
+      m_detail =
+          m_where + ": unexpected " + std::string(to_string(type)) + " frame from the server";
       return error::protocol_violation;
   }
 }

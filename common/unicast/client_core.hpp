@@ -117,7 +117,7 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
   bool m_abandoned = false;
   std::optional<challenge> m_challenge;
   bool m_paused = false;
-  bool m_connected_once = false;  ///< connected() ran (close() may have moved us on since)
+  bool m_connected_once = false;    ///< connected() ran (close() may have moved us on since)
   bool m_complete_reported = true;  ///< on_complete already said for the current requests
   bool m_requests_framed = false;   ///< a request frame was queued (the first is small)
   std::uint64_t m_nonce;

@@ -12,7 +12,8 @@ class category final : public std::error_category {
   std::string message(int ev) const override {
     switch (static_cast<error>(ev)) {
       case error::ok: return "success";
-      case error::refused: return "refused by the server (token, receiver id or session not accepted)";
+      case error::refused:
+        return "refused by the server (token, receiver id or session not accepted)";
       case error::server_busy: return "server busy (session limit reached)";
       case error::connect_timeout: return "connect timed out";
       case error::hello_timeout: return "no hello within the hello timeout";

@@ -13,14 +13,14 @@ namespace mcdist::unicast {
 /// Why a unicast session or connection ended in failure.
 enum class error : std::uint8_t {
   ok = 0,
-  refused,                  ///< the server refused our hello (token, receiver id or session unknown)
-  server_busy,              ///< the server is at its session limit
-  connect_timeout,          ///< no connection/association within the connect timeout
-  hello_timeout,            ///< a peer connected but sent no valid hello in time
-  idle_timeout,             ///< nothing moved in either direction for the idle timeout
-  connection_lost,          ///< the peer closed or reset before the session was over
-  protocol_violation,       ///< a well-formed frame the protocol does not allow here
-  request_invalid,          ///< a request names a file not granted or bytes past its end
+  refused,             ///< the server refused our hello (token, receiver id or session unknown)
+  server_busy,         ///< the server is at its session limit
+  connect_timeout,     ///< no connection/association within the connect timeout
+  hello_timeout,       ///< a peer connected but sent no valid hello in time
+  idle_timeout,        ///< nothing moved in either direction for the idle timeout
+  connection_lost,     ///< the peer closed or reset before the session was over
+  protocol_violation,  ///< a well-formed frame the protocol does not allow here
+  request_invalid,     ///< a request names a file not granted or bytes past its end
   kernel_sctp_unavailable,  ///< the kernel has no SCTP (socket() said protocol not supported)
   usrsctp_unavailable,      ///< the userland SCTP stack is bound to another io_context
   aborted,                  ///< the session was aborted locally (server shut down, operator)

@@ -121,8 +121,7 @@ std::error_code decode_frame_header(std::span<const std::byte> in, frame_header&
   return {};
 }
 
-void write_frame_header(std::span<std::byte> out, frame_type type,
-                        std::uint32_t length) noexcept {
+void write_frame_header(std::span<std::byte> out, frame_type type, std::uint32_t length) noexcept {
   assert(out.size() >= frame_header_size);
   store_be16(out.data(), frame_magic);
   out[2] = std::byte{frame_version};
@@ -140,8 +139,7 @@ void write_record_header(std::span<std::byte> out, file_index file, std::uint64_
 }
 
 std::error_code decode_record(std::span<const std::byte> body, file_index& file,
-                              std::uint64_t& offset,
-                              std::span<const std::byte>& payload) noexcept {
+                              std::uint64_t& offset, std::span<const std::byte>& payload) noexcept {
   if (body.size() <= record_prefix_size) return errc::truncated;
   const std::uint64_t o = load_be64(body.data() + 4);
   const std::uint64_t n = body.size() - record_prefix_size;
@@ -345,7 +343,8 @@ std::error_code frame_reader::feed(std::span<const std::byte> in, frame_handler&
             return fail(error::protocol_violation);
           if (m_header.type == frame_type::sealed &&
               m_header.length - seal_overhead >
-                  (m_accept_data ? record_prefix_size + std::size_t{m_max_record} : max_control_body))
+                  (m_accept_data ? record_prefix_size + std::size_t{m_max_record}
+                                 : max_control_body))
             return fail(errc::oversized);
         } else if (m_header.type == frame_type::sealed) {
           return fail(error::protocol_violation);

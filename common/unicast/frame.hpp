@@ -40,9 +40,9 @@
 #include "common/unicast/types.hpp"
 
 #include <array>
-#include <optional>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -98,13 +98,13 @@ inline constexpr std::uint8_t max_connections = 16;
 
 /// Frame types (the header's type byte).
 enum class frame_type : std::uint8_t {
-  hello = 1,    ///< client -> server, first frame on every connection / the association
-  welcome = 2,  ///< server -> client, hello accepted
-  refuse = 3,   ///< server -> client, hello refused; the server closes after it
-  request = 4,  ///< client -> server, byte ranges wanted (any number of frames, pipelined)
-  ack = 5,      ///< client -> server, files whose requested bytes all arrived
-  bye = 6,      ///< client -> server, the client is done; the server closes
-  data = 7,     ///< server -> client, one record
+  hello = 1,      ///< client -> server, first frame on every connection / the association
+  welcome = 2,    ///< server -> client, hello accepted
+  refuse = 3,     ///< server -> client, hello refused; the server closes after it
+  request = 4,    ///< client -> server, byte ranges wanted (any number of frames, pipelined)
+  ack = 5,        ///< client -> server, files whose requested bytes all arrived
+  bye = 6,        ///< client -> server, the client is done; the server closes
+  data = 7,       ///< server -> client, one record
   challenge = 8,  ///< server -> client, first frame on every connection / the association
   /// either way after the hello, encrypted sessions only: another frame sealed under the
   /// connection's key (common/unicast/record_seal.hpp)
@@ -156,12 +156,12 @@ inline constexpr std::size_t hello_proof_size = crypto::hmac_bytes;
 /// A hello: the client's first frame on every connection and on the association
 /// (unicast.hello).
 struct hello {
-  fallback_token token{};           ///< secret given by the sender with the fallback order
-  session_id session{};             ///< the multicast session this remainder belongs to
-  std::uint64_t client_nonce = 0;   ///< random per client object: groups its TCP connections
+  fallback_token token{};             ///< secret given by the sender with the fallback order
+  session_id session{};               ///< the multicast session this remainder belongs to
+  std::uint64_t client_nonce = 0;     ///< random per client object: groups its TCP connections
   std::uint8_t connection_index = 0;  ///< 0 carries control; < connection_count
   std::uint8_t connection_count = 1;  ///< TCP connections of this client; 1 for SCTP
-  std::string receiver_id;          ///< the site's id (wire::valid_receiver_id)
+  std::string receiver_id;            ///< the site's id (wire::valid_receiver_id)
   /// Proof of the site key over the server's challenge (signed sessions only).
   std::optional<crypto::hmac_tag> proof;
 };
@@ -296,11 +296,11 @@ class frame_reader {
   std::uint32_t m_max_record;
   state m_state = state::header;
   std::array<std::byte, record_header_size> m_head{};
-  std::size_t m_have = 0;       ///< bytes of m_head (header/prefix) or m_body held
+  std::size_t m_have = 0;  ///< bytes of m_head (header/prefix) or m_body held
   frame_header m_header{};
   file_index m_file{};
-  std::uint64_t m_offset = 0;   ///< file offset of the next payload byte
-  std::uint64_t m_left = 0;     ///< payload bytes still to come
+  std::uint64_t m_offset = 0;  ///< file offset of the next payload byte
+  std::uint64_t m_left = 0;    ///< payload bytes still to come
   std::vector<std::byte> m_body;
   std::uint64_t m_frames = 0;
   std::error_code m_error;

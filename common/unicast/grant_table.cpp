@@ -10,7 +10,8 @@
 namespace mcdist::unicast {
 
 std::error_code grant_table::add(client_grant g) {
-  if (g.token == fallback_token{} || !wire::valid_receiver_id(g.receiver_id)) return errc::invalid_field;
+  if (g.token == fallback_token{} || !wire::valid_receiver_id(g.receiver_id))
+    return errc::invalid_field;
   if (g.seal_records && !g.proof_key) return errc::invalid_field;
   for (const auto& existing : m_grants)
     if (existing.token == g.token) return errc::invalid_field;

@@ -6,8 +6,8 @@
 //
 // This file must not include usrsctp.h: both define the RFC 6458 structures.
 
-#include "common/unicast/error.hpp"
 #include "common/net/udp.hpp"
+#include "common/unicast/error.hpp"
 #include "common/unicast/sctp_assoc.hpp"
 
 #include <boost/asio/ip/tcp.hpp>
@@ -56,11 +56,16 @@ int open_socket(const endpoint& for_address, const sctp_socket_options& o, std::
   const int one = 1;
   const int buf = o.buffer_bytes;
   int e = 0;
-  if ((e = set_opt(fd, IPPROTO_SCTP, SCTP_INITMSG, im))) step = "SCTP_INITMSG";
-  else if ((e = set_opt(fd, IPPROTO_SCTP, SCTP_NODELAY, one))) step = "SCTP_NODELAY";
-  else if ((e = set_opt(fd, IPPROTO_SCTP, SCTP_RECVRCVINFO, one))) step = "SCTP_RECVRCVINFO";
-  else if ((e = set_opt(fd, SOL_SOCKET, SO_SNDBUF, buf))) step = "SO_SNDBUF";
-  else if ((e = set_opt(fd, SOL_SOCKET, SO_RCVBUF, buf))) step = "SO_RCVBUF";
+  if ((e = set_opt(fd, IPPROTO_SCTP, SCTP_INITMSG, im)))
+    step = "SCTP_INITMSG";
+  else if ((e = set_opt(fd, IPPROTO_SCTP, SCTP_NODELAY, one)))
+    step = "SCTP_NODELAY";
+  else if ((e = set_opt(fd, IPPROTO_SCTP, SCTP_RECVRCVINFO, one)))
+    step = "SCTP_RECVRCVINFO";
+  else if ((e = set_opt(fd, SOL_SOCKET, SO_SNDBUF, buf)))
+    step = "SO_SNDBUF";
+  else if ((e = set_opt(fd, SOL_SOCKET, SO_RCVBUF, buf)))
+    step = "SO_RCVBUF";
   if (e == 0 && o.initial_rto_ms > 0) {
     sctp_rtoinfo rto{};
     rto.srto_initial = o.initial_rto_ms;  // min and max 0: unchanged
@@ -121,7 +126,8 @@ class kernel_assoc final : public sctp_assoc {
     const ssize_t n = ::sendmsg(m_fd.native_handle(), &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (n < 0) {
       const int e = errno;
-      if (e == EAGAIN || e == EWOULDBLOCK) return std::make_error_code(std::errc::operation_would_block);
+      if (e == EAGAIN || e == EWOULDBLOCK)
+        return std::make_error_code(std::errc::operation_would_block);
       return errno_code(e);
     }
     if (static_cast<std::size_t>(n) != message.size())
@@ -141,7 +147,8 @@ class kernel_assoc final : public sctp_assoc {
     const ssize_t n = ::recvmsg(m_fd.native_handle(), &mh, MSG_DONTWAIT);
     if (n < 0) {
       const int e = errno;
-      if (e == EAGAIN || e == EWOULDBLOCK) return std::make_error_code(std::errc::operation_would_block);
+      if (e == EAGAIN || e == EWOULDBLOCK)
+        return std::make_error_code(std::errc::operation_would_block);
       return errno_code(e);
     }
     out = {};
@@ -172,7 +179,8 @@ class kernel_assoc final : public sctp_assoc {
     if (!m_fd.is_open()) return "closed";
     sctp_status st{};
     socklen_t len = sizeof st;
-    if (::getsockopt(m_fd.native_handle(), IPPROTO_SCTP, SCTP_STATUS, &st, &len) != 0) return "no status";
+    if (::getsockopt(m_fd.native_handle(), IPPROTO_SCTP, SCTP_STATUS, &st, &len) != 0)
+      return "no status";
     return describe_sctp_status(st);
   }
 
@@ -232,7 +240,8 @@ class kernel_assoc final : public sctp_assoc {
 
 endpoint from_sockaddr(const sockaddr_storage& ss) {
   boost::asio::ip::tcp::endpoint ep;
-  std::memcpy(ep.data(), &ss, ss.ss_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in));
+  std::memcpy(ep.data(), &ss,
+              ss.ss_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in));
   return net::from_asio(boost::asio::ip::udp::endpoint(ep.address(), ep.port()));
 }
 
@@ -243,8 +252,7 @@ boost::asio::ip::tcp::endpoint to_sockaddr(const endpoint& e) {
 
 class kernel_listener final : public sctp_listener {
  public:
-  kernel_listener(boost::asio::io_context& io, int fd, endpoint local,
-                  const sctp_socket_options& o)
+  kernel_listener(boost::asio::io_context& io, int fd, endpoint local, const sctp_socket_options& o)
       : m_io(io), m_fd(io, fd), m_local(local), m_options(o) {}
   ~kernel_listener() override { close(); }
 
@@ -262,25 +270,24 @@ class kernel_listener final : public sctp_listener {
 
  private:
   void do_wait() {
-    m_fd.async_wait(stream_descriptor::wait_read,
-                    [this, alive = m_alive](const boost::system::error_code& ec) {
-                      if (!*alive || ec) return;
-                      for (;;) {
-                        sockaddr_storage peer{};
-                        socklen_t len = sizeof peer;
-                        const int fd = ::accept4(m_fd.native_handle(),
-                                                 reinterpret_cast<sockaddr*>(&peer), &len,
-                                                 SOCK_NONBLOCK | SOCK_CLOEXEC);
-                        if (fd < 0) break;
-                        const int one = 1;
-                        set_opt(fd, IPPROTO_SCTP, SCTP_NODELAY, one);
-                        set_opt(fd, IPPROTO_SCTP, SCTP_RECVRCVINFO, one);
-                        auto a = std::make_unique<kernel_assoc>(m_io, fd, from_sockaddr(peer), false);
-                        if (m_accept) m_accept(std::move(a));
-                        if (!*alive) return;
-                      }
-                      do_wait();
-                    });
+    m_fd.async_wait(
+        stream_descriptor::wait_read, [this, alive = m_alive](const boost::system::error_code& ec) {
+          if (!*alive || ec) return;
+          for (;;) {
+            sockaddr_storage peer{};
+            socklen_t len = sizeof peer;
+            const int fd = ::accept4(m_fd.native_handle(), reinterpret_cast<sockaddr*>(&peer), &len,
+                                     SOCK_NONBLOCK | SOCK_CLOEXEC);
+            if (fd < 0) break;
+            const int one = 1;
+            set_opt(fd, IPPROTO_SCTP, SCTP_NODELAY, one);
+            set_opt(fd, IPPROTO_SCTP, SCTP_RECVRCVINFO, one);
+            auto a = std::make_unique<kernel_assoc>(m_io, fd, from_sockaddr(peer), false);
+            if (m_accept) m_accept(std::move(a));
+            if (!*alive) return;
+          }
+          do_wait();
+        });
   }
 
   boost::asio::io_context& m_io;
@@ -296,8 +303,7 @@ class kernel_listener final : public sctp_listener {
 std::unique_ptr<sctp_listener> open_kernel_sctp_listener(boost::asio::io_context& io,
                                                          const endpoint& local,
                                                          const sctp_socket_options& options,
-                                                         std::error_code& ec,
-                                                         std::string& detail) {
+                                                         std::error_code& ec, std::string& detail) {
   const std::string where = "kernel SCTP listener on " + local.to_string();
   std::string step;
   const int fd = open_socket(local, options, ec, step);
@@ -321,8 +327,7 @@ std::unique_ptr<sctp_listener> open_kernel_sctp_listener(boost::asio::io_context
   return std::make_unique<kernel_listener>(io, fd, from_sockaddr(bound), options);
 }
 
-std::unique_ptr<sctp_assoc> kernel_sctp_connect(boost::asio::io_context& io,
-                                                const endpoint& remote,
+std::unique_ptr<sctp_assoc> kernel_sctp_connect(boost::asio::io_context& io, const endpoint& remote,
                                                 const std::optional<endpoint>& local,
                                                 const sctp_socket_options& options,
                                                 std::error_code& ec, std::string& detail) {

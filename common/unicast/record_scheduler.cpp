@@ -8,8 +8,7 @@ namespace mcdist::unicast {
 record_scheduler::record_scheduler(std::uint32_t record_size, std::size_t max_active,
                                    std::size_t tail_spread)
     : m_record_size(std::max<std::uint32_t>(record_size, 1)),
-      m_max_active(std::max<std::size_t>(max_active, 1)),
-      m_tail_spread(tail_spread) {}
+      m_max_active(std::max<std::size_t>(max_active, 1)), m_tail_spread(tail_spread) {}
 
 void record_scheduler::push(const byte_range& r) {
   assert(r.length > 0);

@@ -57,7 +57,7 @@ class record_scheduler {
   std::size_t m_tail_spread;
   std::vector<byte_range> m_active;  ///< offset/length = what is left of each
   std::deque<byte_range> m_waiting;
-  std::size_t m_cursor = 0;            ///< next active request to serve
+  std::size_t m_cursor = 0;  ///< next active request to serve
   std::uint64_t m_pending_bytes = 0;
 };
 

@@ -82,11 +82,11 @@ struct sctp_socket_options {
 
 /// Counters of an SCTP listener's UDP port (usrsctp only).
 struct sctp_listener_counters {
-  std::uint64_t datagrams = 0;          ///< received on the UDP port
-  std::uint64_t dropped_short = 0;      ///< shorter than an SCTP common + chunk header
-  std::uint64_t dropped_unknown = 0;    ///< from an unknown source and not an INIT
-  std::uint64_t dropped_peer_limit = 0; ///< INIT refused: too many peers
-  std::uint64_t peers_expired = 0;      ///< peers that never completed an association
+  std::uint64_t datagrams = 0;           ///< received on the UDP port
+  std::uint64_t dropped_short = 0;       ///< shorter than an SCTP common + chunk header
+  std::uint64_t dropped_unknown = 0;     ///< from an unknown source and not an INIT
+  std::uint64_t dropped_peer_limit = 0;  ///< INIT refused: too many peers
+  std::uint64_t peers_expired = 0;       ///< peers that never completed an association
 };
 
 /// One end of one association.
@@ -195,13 +195,11 @@ std::unique_ptr<sctp_assoc> usrsctp_connect(boost::asio::io_context& io, const e
 std::unique_ptr<sctp_listener> open_kernel_sctp_listener(boost::asio::io_context& io,
                                                          const endpoint& local,
                                                          const sctp_socket_options& options,
-                                                         std::error_code& ec,
-                                                         std::string& detail);
+                                                         std::error_code& ec, std::string& detail);
 
 /// Starts a kernel SCTP association to `remote`.
 /// @return nullptr with ec = error::kernel_sctp_unavailable when the kernel has no SCTP.
-std::unique_ptr<sctp_assoc> kernel_sctp_connect(boost::asio::io_context& io,
-                                                const endpoint& remote,
+std::unique_ptr<sctp_assoc> kernel_sctp_connect(boost::asio::io_context& io, const endpoint& remote,
                                                 const std::optional<endpoint>& local,
                                                 const sctp_socket_options& options,
                                                 std::error_code& ec, std::string& detail);

@@ -24,8 +24,8 @@ class sctp_client final : public client_impl {
     std::error_code ec;
     std::string detail;
     if (m_options.kind == transport_kind::sctp_kernel) {
-      m_assoc = kernel_sctp_connect(m_io, m_options.server, m_options.local, m_options.sctp, ec,
-                                    detail);
+      m_assoc =
+          kernel_sctp_connect(m_io, m_options.server, m_options.local, m_options.sctp, ec, detail);
     } else {
       m_assoc = usrsctp_connect(m_io, m_options.server, m_options.local, m_options.sctp,
                                 m_options.usrsctp, ec, detail);
@@ -55,7 +55,8 @@ class sctp_client final : public client_impl {
       }
       return owner.handle_control(type, body);
     }
-    std::error_code on_data(file_index f, std::uint64_t off, std::span<const std::byte> b) override {
+    std::error_code on_data(file_index f, std::uint64_t off,
+                            std::span<const std::byte> b) override {
       if (stream == 0) {
         owner.m_detail = owner.where() + ": data on the control stream";
         return error::protocol_violation;
@@ -156,9 +157,9 @@ class sctp_client final : public client_impl {
         const auto frames = static_cast<std::int64_t>(sr.reader.frames()) - sr.message_start;
         sr.message_start = -1;
         if (!sr.reader.at_boundary() || frames != 1) {
-          return fail(error::protocol_violation,
-                      where() + ": an SCTP message on stream " + std::to_string(r.stream) +
-                          " that is not exactly one frame");
+          return fail(error::protocol_violation, where() + ": an SCTP message on stream " +
+                                                     std::to_string(r.stream) +
+                                                     " that is not exactly one frame");
         }
       }
     }

@@ -22,13 +22,10 @@ constexpr std::size_t server_receive_buffer = seal_overhead + frame_header_size 
 class sctp_server_session final : public server_session, private frame_handler {
  public:
   sctp_server_session(std::shared_ptr<server_state> state, const client_grant& grant,
-                      transport_kind kind, std::unique_ptr<sctp_assoc> assoc,
-                      std::uint16_t streams, std::uint64_t nonce,
-                      const std::optional<seal_keys>& keys)
+                      transport_kind kind, std::unique_ptr<sctp_assoc> assoc, std::uint16_t streams,
+                      std::uint64_t nonce, const std::optional<seal_keys>& keys)
       : server_session(state, grant, kind, assoc->remote(), 1, streams - 1u, nonce),
-        m_assoc(std::move(assoc)),
-        m_streams(streams),
-        m_reader(false),
+        m_assoc(std::move(assoc)), m_streams(streams), m_reader(false),
         m_buffer(server_receive_buffer) {
     if (keys) {
       // Encrypted session: every frame after the hello is sealed, both ways (record_seal.hpp).
@@ -72,8 +69,8 @@ class sctp_server_session final : public server_session, private frame_handler {
       if (ec == std::errc::operation_would_block) return;
       if (ec) {
         if (bye_received()) return finish({}, {});
-        return finish(error::connection_lost, "association with " + m_info.remote.to_string() +
-                                                  ": " + ec.message());
+        return finish(error::connection_lost,
+                      "association with " + m_info.remote.to_string() + ": " + ec.message());
       }
       if (r.notification) continue;
       if (r.bytes == 0) {
@@ -137,11 +134,11 @@ class sctp_server_session final : public server_session, private frame_handler {
       if (!m_pending) {
         m_pending = next_record();
         if (!m_pending) return;
-        if (const auto ec = fill_record(*m_pending, m_record, m_sealer.get(),
-                                        stream_of(m_pending->file))) {
-          return finish(error::source_failed, "reading file " +
-                                                  std::to_string(m_pending->file.value) + ": " +
-                                                  ec.message());
+        if (const auto ec =
+                fill_record(*m_pending, m_record, m_sealer.get(), stream_of(m_pending->file))) {
+          return finish(
+              error::source_failed,
+              "reading file " + std::to_string(m_pending->file.value) + ": " + ec.message());
         }
       }
       const auto ec = m_assoc->send(stream_of(m_pending->file), m_record);
@@ -295,8 +292,8 @@ class sctp_handshake final : public std::enable_shared_from_this<sctp_handshake>
     std::optional<seal_keys> keys;
     if (g->seal_records) keys = derive_seal_keys(*g->proof_key, m_challenge, h);
     done();
-    auto s = std::make_shared<sctp_server_session>(m_state, *g, m_kind, std::move(m_assoc),
-                                                   streams, h.client_nonce, keys);
+    auto s = std::make_shared<sctp_server_session>(m_state, *g, m_kind, std::move(m_assoc), streams,
+                                                   h.client_nonce, keys);
     s->run();
     return {};
   }

@@ -40,9 +40,10 @@ const client_grant* server_state::authenticate(const hello& h, const challenge& 
   if (g == nullptr) {
     ++counters.hellos_refused;
     if (worth_logging(counters.hellos_refused))
-      spdlog::warn("unicast: refused hello from {} claiming receiver '{}' session {}: "
-                   "credentials not registered ({} refused so far)",
-                   from.to_string(), h.receiver_id, h.session, counters.hellos_refused);
+      spdlog::warn(
+          "unicast: refused hello from {} claiming receiver '{}' session {}: "
+          "credentials not registered ({} refused so far)",
+          from.to_string(), h.receiver_id, h.session, counters.hellos_refused);
     why = {refuse_reason::bad_credentials,
            "token, receiver id '" + h.receiver_id + "' and session not accepted by this sender"};
     return nullptr;
@@ -51,18 +52,19 @@ const client_grant* server_state::authenticate(const hello& h, const challenge& 
     ++counters.hellos_refused;
     ++counters.hellos_bad_proof;
     if (worth_logging(counters.hellos_bad_proof))
-      spdlog::warn("unicast: refused hello from {} claiming receiver '{}' session {}: right "
-                   "token but {} proof of the site key ({} such hellos so far)",
-                   from.to_string(), h.receiver_id, h.session, h.proof ? "a wrong" : "no",
-                   counters.hellos_bad_proof);
+      spdlog::warn(
+          "unicast: refused hello from {} claiming receiver '{}' session {}: right "
+          "token but {} proof of the site key ({} such hellos so far)",
+          from.to_string(), h.receiver_id, h.session, h.proof ? "a wrong" : "no",
+          counters.hellos_bad_proof);
     why = {refuse_reason::bad_credentials,
            "receiver id '" + h.receiver_id + "' did not prove its site key"};
     return nullptr;
   }
   if (!sessions.contains(h.token) && sessions.size() >= options.max_sessions) {
     ++counters.busy_refused;
-    why = {refuse_reason::busy, "session limit (" + std::to_string(options.max_sessions) +
-                                    ") reached; retry later"};
+    why = {refuse_reason::busy,
+           "session limit (" + std::to_string(options.max_sessions) + ") reached; retry later"};
     return nullptr;
   }
   return g;
@@ -82,9 +84,7 @@ void server_state::on_sctp_association(std::unique_ptr<sctp_assoc> a, transport_
 server_session::server_session(std::shared_ptr<server_state> state, const client_grant& grant,
                                transport_kind kind, endpoint remote, std::size_t connections,
                                std::size_t active_files, std::uint64_t nonce)
-    : m_state(std::move(state)),
-      m_grant(grant),
-      m_nonce(nonce),
+    : m_state(std::move(state)), m_grant(grant), m_nonce(nonce),
       m_scheduler(m_state->options.record_size, active_files,
                   kind == transport_kind::tcp ? connections : 0),
       m_watchdog(m_state->io) {
@@ -113,7 +113,8 @@ void server_session::begin() {
   spdlog::info("unicast: receiver '{}' session {} connected over {} from {} ({} connection{})",
                m_info.receiver_id, m_info.session, to_string(m_info.kind),
                m_info.remote.to_string(), m_info.connections, m_info.connections == 1 ? "" : "s");
-  if (!m_state->silent && m_state->events.on_session_start) m_state->events.on_session_start(m_info);
+  if (!m_state->silent && m_state->events.on_session_start)
+    m_state->events.on_session_start(m_info);
   if (!m_finished) do_watchdog();
 }
 
@@ -138,10 +139,11 @@ void server_session::do_watchdog() {
     const auto quiet = std::chrono::steady_clock::now() - self->m_last_activity;
     if (quiet >= self->m_state->options.idle_timeout) {
       ++self->m_state->counters.idle_timeouts;
-      self->finish(error::idle_timeout,
-                   "nothing moved for " +
-                       std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(quiet).count()) +
-                       " ms");
+      self->finish(
+          error::idle_timeout,
+          "nothing moved for " +
+              std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(quiet).count()) +
+              " ms");
       return;
     }
     self->do_watchdog();
@@ -167,16 +169,18 @@ void server_session::finish(const std::error_code& ec, const std::string& detail
   m_stats.elapsed = std::chrono::steady_clock::now() - m_start;
   if (ec) {
     ++m_state->counters.sessions_failed;
-    spdlog::warn("unicast: receiver '{}' session {} over {} from {} failed after {} bytes: "
-                 "{}: {}",
-                 m_info.receiver_id, m_info.session, to_string(m_info.kind),
-                 m_info.remote.to_string(), m_stats.bytes_sent, ec.message(), detail);
+    spdlog::warn(
+        "unicast: receiver '{}' session {} over {} from {} failed after {} bytes: "
+        "{}: {}",
+        m_info.receiver_id, m_info.session, to_string(m_info.kind), m_info.remote.to_string(),
+        m_stats.bytes_sent, ec.message(), detail);
   } else {
     ++m_state->counters.sessions_completed;
-    spdlog::info("unicast: receiver '{}' session {} over {} done: {} bytes in {} records, {} "
-                 "files acknowledged",
-                 m_info.receiver_id, m_info.session, to_string(m_info.kind),
-                 m_stats.bytes_sent, m_stats.records_sent, m_stats.files_acked);
+    spdlog::info(
+        "unicast: receiver '{}' session {} over {} done: {} bytes in {} records, {} "
+        "files acknowledged",
+        m_info.receiver_id, m_info.session, to_string(m_info.kind), m_stats.bytes_sent,
+        m_stats.records_sent, m_stats.files_acked);
   }
   if (!m_state->silent && m_state->events.on_session_end)
     m_state->events.on_session_end(m_info, m_stats, ec, detail);
@@ -239,16 +243,13 @@ std::error_code server_session::handle_control(frame_type type, std::span<const 
       }
       return {};
     }
-    case frame_type::bye:
-      m_bye = true;
-      return {};
+    case frame_type::bye: m_bye = true; return {};
     case frame_type::hello:
     case frame_type::welcome:
     case frame_type::refuse:
     case frame_type::data:
     case frame_type::challenge:
-    case frame_type::sealed:
-      break;
+    case frame_type::sealed: break;
   }
   detail = "unexpected " + std::string(to_string(type)) + " frame from the client";
   return error::protocol_violation;

@@ -16,8 +16,8 @@
 /// Everything read from the network is untrusted: frames are bounded and checked
 /// (common/unicast/frame.hpp), tokens compared in constant time, every request checked against
 /// the grant and the file sizes; in a signed session the hello must also prove the site's key
-/// over the connection's challenge (common/unicast/hello_proof.hpp). A client that breaks any rule is dropped and counted; the
-/// others are not disturbed.
+/// over the connection's challenge (common/unicast/hello_proof.hpp). A client that breaks any rule
+/// is dropped and counted; the others are not disturbed.
 
 #include "common/endpoint.hpp"
 #include "common/error.hpp"
@@ -97,10 +97,10 @@ struct session_info {
 
 /// What a session moved.
 struct session_stats {
-  std::uint64_t bytes_sent = 0;    ///< record payload bytes handed to the transport
+  std::uint64_t bytes_sent = 0;  ///< record payload bytes handed to the transport
   std::uint64_t records_sent = 0;
-  std::uint64_t requests = 0;      ///< ranges received
-  std::uint64_t files_acked = 0;   ///< files the client confirmed complete
+  std::uint64_t requests = 0;                     ///< ranges received
+  std::uint64_t files_acked = 0;                  ///< files the client confirmed complete
   std::chrono::steady_clock::duration elapsed{};  ///< from hello to end
 };
 
@@ -120,19 +120,19 @@ struct server_events {
 
 /// Counters of refused and failed input (the server's own; each network thread owns its own).
 struct server_counters {
-  drop_counters frames;                 ///< framing errors by reason (mcdist::errc)
-  std::uint64_t hellos_refused = 0;     ///< bad credentials (token, id, session; or proof)
+  drop_counters frames;              ///< framing errors by reason (mcdist::errc)
+  std::uint64_t hellos_refused = 0;  ///< bad credentials (token, id, session; or proof)
   /// Of hellos_refused: right token, id and session, but no valid proof of the site key (a
   /// forged site with a sniffed token, signed sessions only).
   std::uint64_t hellos_bad_proof = 0;
-  std::uint64_t busy_refused = 0;       ///< session or handshake limit
+  std::uint64_t busy_refused = 0;  ///< session or handshake limit
   std::uint64_t hello_timeouts = 0;
   std::uint64_t idle_timeouts = 0;
   std::uint64_t protocol_violations = 0;
   std::uint64_t invalid_requests = 0;
   std::uint64_t connections_accepted = 0;  ///< TCP connections and SCTP associations
   std::uint64_t sessions_started = 0;
-  std::uint64_t sessions_completed = 0;    ///< ended by the client's bye
+  std::uint64_t sessions_completed = 0;  ///< ended by the client's bye
   std::uint64_t sessions_failed = 0;
 };
 
@@ -158,7 +158,8 @@ class server {
   std::optional<endpoint> tcp_endpoint() const;
   std::optional<endpoint> sctp_kernel_endpoint() const;
 
-  /// Lets a receiver in. @return errc::invalid_field for an all-zero token, a bad receiver id or a token
+  /// Lets a receiver in. @return errc::invalid_field for an all-zero token, a bad receiver id or a
+  /// token
   ///         already registered.
   std::error_code register_client(client_grant grant);
   /// Withdraws a grant and aborts its session if one is active. @return false if unknown.

@@ -40,8 +40,8 @@ class tcp_client final : public client_impl {
  public:
   tcp_client(asio::io_context& io, client_options o, client_events e)
       : client_impl(io, std::move(o), std::move(e)), m_wake(io), m_resume(io) {
-    std::size_t n = m_options.tcp_connections == 0 ? default_tcp_connections
-                                                   : m_options.tcp_connections;
+    std::size_t n =
+        m_options.tcp_connections == 0 ? default_tcp_connections : m_options.tcp_connections;
     n = std::clamp<std::size_t>(n, 1, max_connections);
     for (std::size_t i = 0; i < n; ++i) m_conns.push_back(std::make_unique<conn>(*this, i, io));
   }
@@ -72,7 +72,7 @@ class tcp_client final : public client_impl {
       return owner.deliver(f, off, b, index);
     }
     tcp_client& owner;
-    std::size_t slot;   ///< place in m_conns
+    std::size_t slot;       ///< place in m_conns
     std::size_t index = 0;  ///< the connection index of its hello (0: the control connection)
     tcp::socket socket;
     frame_reader reader;
@@ -86,8 +86,8 @@ class tcp_client final : public client_impl {
   };
 
   std::string conn_name(std::size_t i) const {
-    return where() + " (connection " + std::to_string(i) + " of " +
-           std::to_string(m_conns.size()) + ")";
+    return where() + " (connection " + std::to_string(i) + " of " + std::to_string(m_conns.size()) +
+           ")";
   }
 
   static asio::awaitable<void> run(std::shared_ptr<tcp_client> self, std::size_t i) {
@@ -116,8 +116,10 @@ class tcp_client final : public client_impl {
     boost::system::error_code ignored;
     c.socket.set_option(tcp::no_delay(true), ignored);
     if (self->m_options.tcp_buffer_bytes > 0) {
-      c.socket.set_option(asio::socket_base::send_buffer_size(self->m_options.tcp_buffer_bytes), ignored);
-      c.socket.set_option(asio::socket_base::receive_buffer_size(self->m_options.tcp_buffer_bytes), ignored);
+      c.socket.set_option(asio::socket_base::send_buffer_size(self->m_options.tcp_buffer_bytes),
+                          ignored);
+      c.socket.set_option(asio::socket_base::receive_buffer_size(self->m_options.tcp_buffer_bytes),
+                          ignored);
     }
     const auto count = static_cast<std::uint8_t>(self->m_conns.size());
     const challenge* proved = nullptr;
@@ -148,7 +150,8 @@ class tcp_client final : public client_impl {
     c.index = index;
     if (proved && self->seals()) {
       // Everything after this connection's hello is sealed, both ways, under its index's keys.
-      const auto keys = self->record_keys(static_cast<std::uint8_t>(index), count, c.server_challenge);
+      const auto keys =
+          self->record_keys(static_cast<std::uint8_t>(index), count, c.server_challenge);
       c.opener = std::make_unique<frame_opener>(keys.to_client);
       c.reader.set_opener(c.opener.get());
       if (index == 0) c.sealer = std::make_unique<frame_sealer>(keys.to_server);
@@ -185,8 +188,9 @@ class tcp_client final : public client_impl {
       const auto fec = c.reader.feed(std::span(c.buffer).first(n), c);
       if (self->dead()) co_return;
       if (fec) {
-        self->fail(fec, self->m_detail.empty() ? self->conn_name(i) + ": bad frame: " + fec.message()
-                                               : self->m_detail);
+        self->fail(fec, self->m_detail.empty()
+                            ? self->conn_name(i) + ": bad frame: " + fec.message()
+                            : self->m_detail);
         co_return;
       }
       self->after_batch();
@@ -228,7 +232,8 @@ class tcp_client final : public client_impl {
     conn& c = *m_conns[i];
     if (!ec) {
       c.ended = true;
-      if (closing() && std::all_of(m_conns.begin(), m_conns.end(), [](const auto& k) { return k->ended; }))
+      if (closing() &&
+          std::all_of(m_conns.begin(), m_conns.end(), [](const auto& k) { return k->ended; }))
         closed_ok();
       return;
     }
@@ -240,9 +245,9 @@ class tcp_client final : public client_impl {
       return;
     }
     const bool eof = ec == asio::error::eof;
-    fail(error::connection_lost,
-         conn_name(i) + ": " + (eof ? std::string("closed by the server") : ec.message()) +
-             (c.reader.at_boundary() ? "" : " in the middle of a frame"));
+    fail(error::connection_lost, conn_name(i) + ": " +
+                                     (eof ? std::string("closed by the server") : ec.message()) +
+                                     (c.reader.at_boundary() ? "" : " in the middle of a frame"));
   }
 
   void flush_control() override { m_wake.cancel(); }

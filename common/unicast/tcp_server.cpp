@@ -181,7 +181,7 @@ class tcp_server_conn final : public std::enable_shared_from_this<tcp_server_con
   endpoint m_remote;
   frame_reader m_reader;
   asio::steady_timer m_hello_timer;
-  asio::steady_timer m_wake;  ///< a writer with nothing to send waits on it; wake() cancels
+  asio::steady_timer m_wake;   ///< a writer with nothing to send waits on it; wake() cancels
   asio::steady_timer m_drain;  ///< a paced writer waits on it for its unsent queue to drain
   std::uint64_t m_paced_bytes_per_s = 0;  ///< payload bytes/s of the pacing; 0 = unpaced
   std::uint64_t m_unsent_limit = 0;       ///< a paced writer takes a record below this, bytes
@@ -293,7 +293,8 @@ asio::awaitable<void> tcp_server_conn::read_loop(std::shared_ptr<tcp_server_conn
     if (ec) {
       auto s = self->m_session.lock();
       if (s) {
-        s->connection_ended(self->m_index, ec == asio::error::eof ? std::error_code{} : std::error_code(ec),
+        s->connection_ended(self->m_index,
+                            ec == asio::error::eof ? std::error_code{} : std::error_code(ec),
                             ec == asio::error::eof ? "closed by the client" : "receive failed");
       } else {
         self->close(true);
@@ -316,10 +317,10 @@ asio::awaitable<void> tcp_server_conn::read_loop(std::shared_ptr<tcp_server_conn
       self->m_state->count_error(fec);
       auto s = self->m_session.lock();
       if (s && !s->finished()) {
-        s->finish(fec, self->m_detail.empty() ? "bad frame on TCP connection " +
-                                                    std::to_string(self->m_index) + ": " +
-                                                    fec.message()
-                                              : self->m_detail);
+        s->finish(fec, self->m_detail.empty()
+                           ? "bad frame on TCP connection " + std::to_string(self->m_index) + ": " +
+                                 fec.message()
+                           : self->m_detail);
       } else {
         if (self->m_state->dropped_connection_log.tick())
           spdlog::warn("unicast: dropped TCP connection from {}: {}", self->m_remote.to_string(),
@@ -435,9 +436,9 @@ std::error_code tcp_server_conn::on_hello(std::span<const std::byte> body) {
     if (s->finished()) return error::aborted;
   }
   if (!s->attach(shared_from_this(), h.connection_index)) {
-    m_refuse = refuse{refuse_reason::bad_hello,
-                      "connection index " + std::to_string(h.connection_index) +
-                          " already connected"};
+    m_refuse =
+        refuse{refuse_reason::bad_hello,
+               "connection index " + std::to_string(h.connection_index) + " already connected"};
     return {};
   }
   return {};
@@ -465,7 +466,9 @@ class tcp_listener : public std::enable_shared_from_this<tcp_listener> {
     return {};
   }
 
-  void start(asio::io_context& io) { asio::co_spawn(io, accept_loop(shared_from_this()), asio::detached); }
+  void start(asio::io_context& io) {
+    asio::co_spawn(io, accept_loop(shared_from_this()), asio::detached);
+  }
 
   void close() {
     m_closed = true;
@@ -501,7 +504,8 @@ class tcp_listener : public std::enable_shared_from_this<tcp_listener> {
       sock.set_option(tcp::no_delay(true), ignored);
       if (st->options.tcp_buffer_bytes > 0) {
         sock.set_option(asio::socket_base::send_buffer_size(st->options.tcp_buffer_bytes), ignored);
-        sock.set_option(asio::socket_base::receive_buffer_size(st->options.tcp_buffer_bytes), ignored);
+        sock.set_option(asio::socket_base::receive_buffer_size(st->options.tcp_buffer_bytes),
+                        ignored);
       }
       if (!st->options.tcp_congestion.empty()) {
         const auto& cc = st->options.tcp_congestion;

@@ -20,9 +20,9 @@ namespace mcdist::unicast {
 
 /// The transport under a unicast session: the one enum of common/transport.hpp, spelt "sctp",
 /// "sctp-kernel", "tcp" in logs and summaries.
-using mcdist::transport_kind;
-using mcdist::to_string;
 using mcdist::parse_transport_kind;
+using mcdist::to_string;
+using mcdist::transport_kind;
 
 /// A byte range of one file: the one type of common/byte_range.hpp (a request's ranges, the
 /// client's outstanding bytes, the server's schedule).
@@ -49,8 +49,7 @@ class byte_source {
   virtual std::uint64_t size(file_index file) const = 0;
   /// Fills all of `out` with the bytes of `file` at `offset`. Only called with ranges inside
   /// the file. @return empty, or the I/O error (the session using it then fails).
-  virtual std::error_code read(file_index file, std::uint64_t offset,
-                               std::span<std::byte> out) = 0;
+  virtual std::error_code read(file_index file, std::uint64_t offset, std::span<std::byte> out) = 0;
 };
 
 }  // namespace mcdist::unicast

@@ -6,9 +6,9 @@
 #include "common/unicast/error.hpp"
 #include "common/unicast/sctp_assoc.hpp"
 
+#include <boost/asio/ip/udp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/asio/ip/udp.hpp>
 #include <spdlog/spdlog.h>
 #include <usrsctp.h>
 
@@ -219,7 +219,8 @@ class usrsctp_assoc final : public sctp_assoc, private upcall_target {
                                     sizeof si, SCTP_SENDV_SNDINFO, 0);
     if (n < 0) {
       const int e = errno;
-      if (e == EWOULDBLOCK || e == EAGAIN) return std::make_error_code(std::errc::operation_would_block);
+      if (e == EWOULDBLOCK || e == EAGAIN)
+        return std::make_error_code(std::errc::operation_would_block);
       return errno_code(e);
     }
     if (static_cast<std::size_t>(n) != message.size()) {
@@ -239,12 +240,13 @@ class usrsctp_assoc final : public sctp_assoc, private upcall_target {
     int flags = 0;
     sockaddr_conn from{};
     socklen_t from_len = sizeof from;
-    const ssize_t n = usrsctp_recvv(m_so, buffer.data(), buffer.size(),
-                                    reinterpret_cast<sockaddr*>(&from), &from_len, &ri, &info_len,
-                                    &info_type, &flags);
+    const ssize_t n =
+        usrsctp_recvv(m_so, buffer.data(), buffer.size(), reinterpret_cast<sockaddr*>(&from),
+                      &from_len, &ri, &info_len, &info_type, &flags);
     if (n < 0) {
       const int e = errno;
-      if (e == EWOULDBLOCK || e == EAGAIN) return std::make_error_code(std::errc::operation_would_block);
+      if (e == EWOULDBLOCK || e == EAGAIN)
+        return std::make_error_code(std::errc::operation_would_block);
       return errno_code(e);
     }
     out = {};
@@ -277,10 +279,11 @@ class usrsctp_assoc final : public sctp_assoc, private upcall_target {
     // The stack's counters are process-wide (all associations of this usrsctp instance).
     sctpstat ss{};
     usrsctp_get_stat(&ss);
-    return describe_sctp_status(st) + "; usrsctp: T3 timeouts " + std::to_string(ss.sctps_timodata) +
-           ", fast retransmits " + std::to_string(ss.sctps_sendfastretrans) +
-           ", retransmitted chunks " + std::to_string(ss.sctps_sendretransdata) +
-           ", duplicate chunks received " + std::to_string(ss.sctps_recvdupdata);
+    return describe_sctp_status(st) + "; usrsctp: T3 timeouts " +
+           std::to_string(ss.sctps_timodata) + ", fast retransmits " +
+           std::to_string(ss.sctps_sendfastretrans) + ", retransmitted chunks " +
+           std::to_string(ss.sctps_sendretransdata) + ", duplicate chunks received " +
+           std::to_string(ss.sctps_recvdupdata);
   }
 
   std::uint64_t backlog() override {
@@ -361,7 +364,8 @@ class usrsctp_listener_state final : public std::enable_shared_from_this<usrsctp
       return ec;
     }
     if (int e = configure(m_listen, m_options, true, step)) {
-      detail = "configuring the usrsctp listening socket (" + step + "): " + errno_code(e).message();
+      detail =
+          "configuring the usrsctp listening socket (" + step + "): " + errno_code(e).message();
       return errno_code(e);
     }
     sockaddr_conn sc{};
@@ -373,7 +377,8 @@ class usrsctp_listener_state final : public std::enable_shared_from_this<usrsctp
       detail = "binding the usrsctp listening socket: " + ec.message();
       return ec;
     }
-    if (usrsctp_listen(m_listen, static_cast<int>(std::min<std::size_t>(m_limits.max_peers, 1024))) != 0) {
+    if (usrsctp_listen(m_listen,
+                       static_cast<int>(std::min<std::size_t>(m_limits.max_peers, 1024))) != 0) {
       const auto ec = errno_code(errno);
       detail = "listening on the usrsctp socket: " + ec.message();
       return ec;
@@ -447,18 +452,19 @@ class usrsctp_listener_state final : public std::enable_shared_from_this<usrsctp
       auto& p = m_peers.at(it->second);
       p.state = peer_state::active;
       p.since = steady::now();
-      auto a = std::make_unique<usrsctp_assoc>(m_stack, so, p.addr, it->second,
-                                               shared_from_this(), nullptr);
+      auto a = std::make_unique<usrsctp_assoc>(m_stack, so, p.addr, it->second, shared_from_this(),
+                                               nullptr);
       m_accept(std::move(a));
     }
   }
 
   void do_udp_wait() {
-    m_udp.async_wait(udp::socket::wait_read, [w = weak_from_this()](const boost::system::error_code& ec) {
-      auto self = w.lock();
-      if (!self || ec) return;
-      self->on_udp_readable();
-    });
+    m_udp.async_wait(udp::socket::wait_read,
+                     [w = weak_from_this()](const boost::system::error_code& ec) {
+                       auto self = w.lock();
+                       if (!self || ec) return;
+                       self->on_udp_readable();
+                     });
   }
 
   void on_udp_readable() {
@@ -586,26 +592,25 @@ void usrsctp_assoc::start_udp() { do_udp_wait(); }
 
 void usrsctp_assoc::do_udp_wait() {
   if (!m_udp) return;
-  m_udp->socket.async_wait(udp::socket::wait_read,
-                           [this, alive = m_alive](const boost::system::error_code& ec) {
-                             if (!*alive || ec || !m_udp) return;
-                             // Bounded per wake-up, like the listener.
-                             for (int i = 0; i < 256 && m_udp; ++i) {
-                               boost::system::error_code rec;
-                               const std::size_t n = m_udp->socket.receive(
-                                   boost::asio::buffer(m_udp->buffer), 0, rec);
-                               if (rec == boost::asio::error::would_block) break;
-                               if (rec) {
-                                 // ECONNREFUSED: ICMP port unreachable for our last packet.
-                                 m_udp_error = rec;
-                                 on_upcall();
-                                 return;
-                               }
-                               if (n < 16) continue;
-                               m_stack->input(m_addr, m_udp->buffer.data(), n);
-                             }
-                             do_udp_wait();
-                           });
+  m_udp->socket.async_wait(
+      udp::socket::wait_read, [this, alive = m_alive](const boost::system::error_code& ec) {
+        if (!*alive || ec || !m_udp) return;
+        // Bounded per wake-up, like the listener.
+        for (int i = 0; i < 256 && m_udp; ++i) {
+          boost::system::error_code rec;
+          const std::size_t n = m_udp->socket.receive(boost::asio::buffer(m_udp->buffer), 0, rec);
+          if (rec == boost::asio::error::would_block) break;
+          if (rec) {
+            // ECONNREFUSED: ICMP port unreachable for our last packet.
+            m_udp_error = rec;
+            on_upcall();
+            return;
+          }
+          if (n < 16) continue;
+          m_stack->input(m_addr, m_udp->buffer.data(), n);
+        }
+        do_udp_wait();
+      });
 }
 
 class usrsctp_listener final : public sctp_listener {
@@ -670,8 +675,9 @@ std::unique_ptr<sctp_assoc> usrsctp_connect(boost::asio::io_context& io, const e
   }
   auto u = std::make_unique<client_udp>(io);
   const auto peer = net::to_asio(remote);
-  const udp::endpoint any = local ? net::to_asio(*local)
-                                  : udp::endpoint(peer.address().is_v6() ? udp::v6() : udp::v4(), 0);
+  const udp::endpoint any = local
+                                ? net::to_asio(*local)
+                                : udp::endpoint(peer.address().is_v6() ? udp::v6() : udp::v4(), 0);
   std::string step;
   if ((ec = open_udp(u->socket, any, step))) {
     detail = where + ": " + step + ": " + ec.message();

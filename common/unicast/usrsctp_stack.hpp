@@ -84,8 +84,8 @@ struct conn_route {
 struct usrsctp_counters {
   std::uint64_t packets_out = 0;
   std::uint64_t packets_in = 0;
-  std::uint64_t send_dropped = 0;     ///< sendto failed (EAGAIN: socket buffer full; counted as loss)
-  std::uint64_t no_route_dropped = 0; ///< packet for an address already removed
+  std::uint64_t send_dropped = 0;  ///< sendto failed (EAGAIN: socket buffer full; counted as loss)
+  std::uint64_t no_route_dropped = 0;  ///< packet for an address already removed
 };
 
 class usrsctp_stack {
@@ -95,8 +95,7 @@ class usrsctp_stack {
   /// @return nullptr with `ec` = error::usrsctp_unavailable when the stack is alive and bound
   ///         to another io_context.
   static std::shared_ptr<usrsctp_stack> acquire(boost::asio::io_context& io,
-                                                const usrsctp_tuning& tuning,
-                                                std::error_code& ec);
+                                                const usrsctp_tuning& tuning, std::error_code& ec);
 
   ~usrsctp_stack();
   usrsctp_stack(const usrsctp_stack&) = delete;

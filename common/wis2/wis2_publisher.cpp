@@ -106,8 +106,8 @@ std::string base64(std::span<const std::uint8_t> bytes) {
   out.reserve((bytes.size() + 2) / 3 * 4);
   std::size_t i = 0;
   for (; i + 3 <= bytes.size(); i += 3) {
-    const std::uint32_t v = (std::uint32_t{bytes[i]} << 16) | (std::uint32_t{bytes[i + 1]} << 8) |
-                            bytes[i + 2];
+    const std::uint32_t v =
+        (std::uint32_t{bytes[i]} << 16) | (std::uint32_t{bytes[i + 1]} << 8) | bytes[i + 2];
     out += alphabet[(v >> 18) & 63];
     out += alphabet[(v >> 12) & 63];
     out += alphabet[(v >> 6) & 63];
@@ -162,16 +162,25 @@ std::string_view guess_media_type(std::string_view path) {
   };
   // BUFR and GRIB as WIS2 publishers (wis2box) name them; the rest from the IANA registry.
   static constexpr entry table[] = {
-      {".bufr", "application/bufr"},     {".bufr4", "application/bufr"},
+      {".bufr", "application/bufr"},
+      {".bufr4", "application/bufr"},
       {".bin", "application/octet-stream"},
-      {".grib", "application/grib"},     {".grib2", "application/grib"},
-      {".grb", "application/grib"},      {".grb2", "application/grib"},
-      {".nc", "application/netcdf"},     {".geojson", "application/geo+json"},
-      {".json", "application/json"},     {".xml", "application/xml"},
-      {".txt", "text/plain"},            {".csv", "text/csv"},
-      {".png", "image/png"},             {".jpg", "image/jpeg"},
-      {".jpeg", "image/jpeg"},           {".gz", "application/gzip"},
-      {".zip", "application/zip"},       {".h5", "application/x-hdf5"},
+      {".grib", "application/grib"},
+      {".grib2", "application/grib"},
+      {".grb", "application/grib"},
+      {".grb2", "application/grib"},
+      {".nc", "application/netcdf"},
+      {".geojson", "application/geo+json"},
+      {".json", "application/json"},
+      {".xml", "application/xml"},
+      {".txt", "text/plain"},
+      {".csv", "text/csv"},
+      {".png", "image/png"},
+      {".jpg", "image/jpeg"},
+      {".jpeg", "image/jpeg"},
+      {".gz", "application/gzip"},
+      {".zip", "application/zip"},
+      {".h5", "application/x-hdf5"},
   };
   for (const auto& e : table) {
     if (ends_with_ci(path, e.ext)) return e.type;
@@ -180,9 +189,8 @@ std::string_view guess_media_type(std::string_view path) {
 }
 
 std::string build_wis2_message(const wis2_notice& n) {
-  const auto pub_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                          n.pubtime.time_since_epoch())
-                          .count();
+  const auto pub_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(n.pubtime.time_since_epoch()).count();
   nlohmann::json j;
   j["id"] = n.id;
   j["conformsTo"] = {"http://wis.wmo.int/spec/wnm/1/conf/core"};
@@ -223,8 +231,8 @@ wis2_publisher::wis2_publisher(wis2_action action, std::string channel,
     throw std::runtime_error(std::string("WIS2: cannot start libmosquitto's thread: ") +
                              mosquitto_strerror(lrc));
   }
-  const int rc = mosquitto_connect_async(m_mosq, m_action.broker_host.c_str(),
-                                         m_action.broker_port, keepalive_seconds);
+  const int rc = mosquitto_connect_async(m_mosq, m_action.broker_host.c_str(), m_action.broker_port,
+                                         keepalive_seconds);
   if (rc != MOSQ_ERR_SUCCESS && m_log) {
     m_log->warn("WIS2 (channel {}): broker {}:{} not reachable yet ({}); retrying", m_channel,
                 m_action.broker_host, m_action.broker_port, mosquitto_strerror(rc));

@@ -51,16 +51,16 @@ namespace mcdist {
 
 /// One `[[channel.action]] type = "wis2"` of the configuration (README "WIS2 notifications").
 struct wis2_action {
-  std::string broker_host;        ///< from broker = "mqtt://HOST:PORT"
+  std::string broker_host;  ///< from broker = "mqtt://HOST:PORT"
   std::uint16_t broker_port = 1883;
-  std::string topic;              ///< origin/a/wis2/... or cache/a/wis2/..., no wildcards
-  std::string base_url;           ///< http(s)://..., always ends in '/'
+  std::string topic;     ///< origin/a/wis2/... or cache/a/wis2/..., no wildcards
+  std::string base_url;  ///< http(s)://..., always ends in '/'
   /// Prepended to the manifest path to make properties.data_id. Default: the topic after
   /// "origin/a/wis2/" or "cache/a/wis2/", with a trailing '/' (the WIS2 Guide's
   /// "centre-id/data/..." form).
   std::string data_id_prefix;
-  int qos = 1;                    ///< MQTT QoS 0, 1 or 2 (WIS2 Guide: 1)
-  std::string username;           ///< empty: anonymous
+  int qos = 1;           ///< MQTT QoS 0, 1 or 2 (WIS2 Guide: 1)
+  std::string username;  ///< empty: anonymous
   std::string password;
   /// Most notifications held at once (queued plus unacknowledged); 0 until check_wis2_action
   /// sets the default, wis2_queue_limit. Tests set a few to see drops.
@@ -82,14 +82,14 @@ void check_wis2_action(wis2_action& a);
 
 /// Inputs of one notification (all known when the engine reports a stored file).
 struct wis2_notice {
-  std::string id;                 ///< UUID v4 text (format_uuid_v4)
+  std::string id;  ///< UUID v4 text (format_uuid_v4)
   std::string data_id;
   std::chrono::system_clock::time_point pubtime;
-  std::int64_t datetime_ns = 0;   ///< the data's time: the file's mtime, ns since the epoch
-  sha256_digest digest{};         ///< SHA-256 of the stored file
-  std::string href;               ///< canonical link
+  std::int64_t datetime_ns = 0;  ///< the data's time: the file's mtime, ns since the epoch
+  sha256_digest digest{};        ///< SHA-256 of the stored file
+  std::string href;              ///< canonical link
   std::string media_type;
-  std::uint64_t length = 0;       ///< bytes
+  std::uint64_t length = 0;  ///< bytes
 };
 
 /// The WNM 1.0 JSON text of `n` (compact, UTF-8; invalid UTF-8 in paths replaced). Pure.
@@ -153,8 +153,8 @@ class wis2_publisher {
   std::string m_channel;
   std::shared_ptr<spdlog::logger> m_log;
   struct mosquitto* m_mosq = nullptr;
-  std::mt19937_64 m_rng;             ///< UUIDs; io thread only
-  mutable std::mutex m_mutex;        ///< guards everything below
+  std::mt19937_64 m_rng;       ///< UUIDs; io thread only
+  mutable std::mutex m_mutex;  ///< guards everything below
   std::deque<std::string> m_queue;
   std::uint64_t m_unacked = 0;
   wis2_stats m_stats;

@@ -5,8 +5,7 @@
 namespace mcdist::receiver {
 
 fec_tracker::fec_tracker(fec::layout layout, std::uint32_t max_parity)
-    : m_layout(std::move(layout)),
-      m_max_parity(std::min<std::uint32_t>(max_parity, 255)),
+    : m_layout(std::move(layout)), m_max_parity(std::min<std::uint32_t>(max_parity, 255)),
       m_sources(m_layout.fec_blocks(), 0) {}
 
 void fec_tracker::add_source(std::uint32_t fb) noexcept {

@@ -8,12 +8,8 @@
 namespace mcdist::receiver {
 
 manifest_assembler::manifest_assembler(const wire::session_params& p, std::size_t slot_bytes)
-    : m_block_size(p.block_size()),
-      m_file_count(p.file_count()),
-      m_total_bytes(p.total_bytes()),
-      m_slot_bytes(slot_bytes),
-      m_chunks(p.manifest_chunks()),
-      m_entries(p.file_count()) {}
+    : m_block_size(p.block_size()), m_file_count(p.file_count()), m_total_bytes(p.total_bytes()),
+      m_slot_bytes(slot_bytes), m_chunks(p.manifest_chunks()), m_entries(p.file_count()) {}
 
 manifest_assembler::fit manifest_assembler::admit(const wire::announce& m, memory_budget& budget,
                                                   session_id s) {
@@ -55,8 +51,7 @@ manifest_assembler::progress manifest_assembler::take(const wire::announce& m,
     // The entries may not add up to more than the announced total the budget was checked
     // against; the entry that would is refused.
     if (!ec && raw.size() > m_total_bytes - entry_bytes) ec = errc::invalid_field;
-    if (!ec && t.entry.path.size() > inline_path_bytes &&
-        !budget.charge(s, t.entry.path.size())) {
+    if (!ec && t.entry.path.size() > inline_path_bytes && !budget.charge(s, t.entry.path.size())) {
       ec = errc::over_budget;
     }
     if (ec) {

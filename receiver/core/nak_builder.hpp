@@ -60,7 +60,7 @@ class nak_builder {
 
   wire::nak m_header;
   wire::nak m_msg;
-  std::size_t m_used = 0;  ///< range bytes in m_msg
+  std::size_t m_used = 0;        ///< range bytes in m_msg
   std::uint32_t m_last_fec = 0;  ///< FEC block of m_msg's last fec_lacks pair (gap base)
   std::uint32_t m_max;
   std::vector<wire::nak> m_done;

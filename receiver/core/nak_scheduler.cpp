@@ -18,7 +18,8 @@ duration nak_scheduler::draw_delay(std::uint64_t random) const noexcept {
     const double lambda = std::log(static_cast<double>(m_group)) + 1.0;
     x = t / lambda * std::log1p(u * std::expm1(lambda));
   }
-  return duration(std::clamp<duration::rep>(static_cast<duration::rep>(x), 0, m_window.count() - 1));
+  return duration(
+      std::clamp<duration::rep>(static_cast<duration::rep>(x), 0, m_window.count() - 1));
 }
 
 void nak_scheduler::advertise(std::uint32_t pass, std::uint32_t current, std::uint32_t file,

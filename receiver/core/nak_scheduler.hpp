@@ -60,8 +60,8 @@ class nak_scheduler {
   /// The sender advertised blocks [first, first + count) of `file` as scheduled for repair in
   /// `pass`. Hints of a pass other than the one the engine is in are ignored (the caller
   /// passes its current pass as `current`).
-  void advertise(std::uint32_t pass, std::uint32_t current, std::uint32_t file,
-                 std::uint32_t first, std::uint32_t count);
+  void advertise(std::uint32_t pass, std::uint32_t current, std::uint32_t file, std::uint32_t first,
+                 std::uint32_t count);
   /// A new pass began or the sender asked again for a pass end already answered: every hint is
   /// dropped, so the next round asks for everything still missing.
   void clear() noexcept { m_runs.clear(); }

@@ -8,11 +8,7 @@ using namespace engine_detail;
 
 receiver_engine::receiver_engine(receiver_config cfg, receiver_sink& sink, storage_port& store,
                                  std::uint64_t seed, std::shared_ptr<spdlog::logger> log)
-    : m_cfg(std::move(cfg)),
-      m_sink(sink),
-      m_store(store),
-      m_log(std::move(log)),
-      m_rng_state(seed),
+    : m_cfg(std::move(cfg)), m_sink(sink), m_store(store), m_log(std::move(log)), m_rng_state(seed),
       m_id_hash(nak_scheduler::id_hash(m_cfg.id)),
       m_budget(m_cfg.session_memory_bytes, m_cfg.total_memory_bytes) {}
 
@@ -28,9 +24,9 @@ std::uint64_t receiver_engine::random() noexcept {
 std::size_t receiver_engine::active_sessions() const noexcept { return m_sessions.size(); }
 
 std::size_t receiver_engine::active_sessions_on(std::uint32_t channel) const noexcept {
-  return static_cast<std::size_t>(std::count_if(
-      m_sessions.begin(), m_sessions.end(),
-      [channel](const auto& kv) { return kv.second->channel == channel; }));
+  return static_cast<std::size_t>(
+      std::count_if(m_sessions.begin(), m_sessions.end(),
+                    [channel](const auto& kv) { return kv.second->channel == channel; }));
 }
 
 std::optional<std::uint32_t> receiver_engine::channel_of(session_id s) const noexcept {
@@ -85,8 +81,9 @@ void receiver_engine::on_datagram(std::span<const std::byte> datagram, const end
     dispatch(datagram, from, channel, now);
   } catch (const std::bad_alloc&) {
     m_stats.drops.add(errc::out_of_memory);
-    if (m_log) m_log->error("out of memory while handling a datagram from {}; dropped it",
-                            from.address_string());
+    if (m_log)
+      m_log->error("out of memory while handling a datagram from {}; dropped it",
+                   from.address_string());
   } catch (const std::length_error&) {
     m_stats.drops.add(errc::out_of_memory);
   }
@@ -177,9 +174,7 @@ void receiver_engine::dispatch(std::span<const std::byte> datagram, const endpoi
       if (parse(m)) handle_advert(*s, m, now);
       break;
     }
-    default:
-      m_stats.drops.add(errc::unknown_type);
-      break;
+    default: m_stats.drops.add(errc::unknown_type); break;
   }
 }
 
@@ -206,13 +201,12 @@ bool receiver_engine::new_session(const wire::announce& m, session_id id, const 
     m_stats.drops.add(errc::invalid_field);
     return false;
   }
-  if (p.only_receivers_size() > 0 &&
-      std::find(p.only_receivers().begin(), p.only_receivers().end(), m_cfg.id) ==
-          p.only_receivers().end()) {
+  if (p.only_receivers_size() > 0 && std::find(p.only_receivers().begin(), p.only_receivers().end(),
+                                               m_cfg.id) == p.only_receivers().end()) {
     add_tombstone(id, now + m_cfg.session_timeout);
     if (m_log) {
-      m_log->info("session {} from {}: a resend for other receivers; not taking part",
-                  id, from.address_string());
+      m_log->info("session {} from {}: a resend for other receivers; not taking part", id,
+                  from.address_string());
     }
     return false;
   }
@@ -226,11 +220,12 @@ bool receiver_engine::new_session(const wire::announce& m, session_id id, const 
       need > m_cfg.session_memory_bytes) {
     m_stats.drops.add(errc::over_budget);
     if (m_log) {
-      m_log->warn("session {} from {}: refused: {} files, {} bytes in {}-byte blocks would "
-                  "need {} bytes of state, over the session budget of {} (session_memory_bytes) "
-                  "or the file limit {}",
-                  id, from.address_string(), p.file_count(), p.total_bytes(),
-                  p.block_size(), need, m_cfg.session_memory_bytes, m_cfg.max_files);
+      m_log->warn(
+          "session {} from {}: refused: {} files, {} bytes in {}-byte blocks would "
+          "need {} bytes of state, over the session budget of {} (session_memory_bytes) "
+          "or the file limit {}",
+          id, from.address_string(), p.file_count(), p.total_bytes(), p.block_size(), need,
+          m_cfg.session_memory_bytes, m_cfg.max_files);
     }
     return false;
   }
@@ -281,10 +276,11 @@ bool receiver_engine::new_session(const wire::announce& m, session_id id, const 
   s->started = now;
   m_sessions.emplace(id, std::move(owned));
   if (m_log) {
-    m_log->info("session {} from {} ({}): {} files, {} bytes announced, block {} bytes, rate {} "
-                "bit/s",
-                s->name(), from.address_string(), s->sender_name, s->file_count, s->total_bytes,
-                s->block_size, p.rate_bps());
+    m_log->info(
+        "session {} from {} ({}): {} files, {} bytes announced, block {} bytes, rate {} "
+        "bit/s",
+        s->name(), from.address_string(), s->sender_name, s->file_count, s->total_bytes,
+        s->block_size, p.rate_bps());
   }
   return true;
 }
@@ -421,9 +417,10 @@ void receiver_engine::manifest_complete(session_rx& s, time_point now) {
       fr.failure = "path_conflict";
       ++m_stats.files_refused;
       if (m_log) {
-        m_log->warn("session {}: refused file {} path '{}': conflicts with another file of the "
-                    "manifest",
-                    s.name(), i, printable(path));
+        m_log->warn(
+            "session {}: refused file {} path '{}': conflicts with another file of the "
+            "manifest",
+            s.name(), i, printable(path));
       }
       continue;
     }
@@ -448,8 +445,7 @@ void receiver_engine::manifest_complete(session_rx& s, time_point now) {
   }
 }
 
-void receiver_engine::on_held(session_id id, const std::vector<held_answer>& held,
-                              time_point now) {
+void receiver_engine::on_held(session_id id, const std::vector<held_answer>& held, time_point now) {
   session_rx* s = find(id);
   if (!s || s->state != session_rx::state_t::checking_held) return;
   for (const auto& [f, digest] : held) {
@@ -489,18 +485,20 @@ void receiver_engine::send_register(session_rx& s, time_point now) {
     if (!s.seq_report) {
       s.seq_report = m_sequences.on_session(s.seq_channel, s.seq_source, s.seq);
       if (s.seq_report->reset && m_log) {
-        m_log->warn("session {}: channel {} from {}: session number {} is below {} seen before "
-                    "(the sender's numbering was reset); starting this channel's sequence over",
-                    s.name(), s.seq_channel, s.seq_source, s.seq, s.seq_report->previous_seen);
+        m_log->warn(
+            "session {}: channel {} from {}: session number {} is below {} seen before "
+            "(the sender's numbering was reset); starting this channel's sequence over",
+            s.name(), s.seq_channel, s.seq_source, s.seq, s.seq_report->previous_seen);
       } else if (!s.seq_report->missing.empty() && m_log) {
         std::string ranges;
         for (const auto& [first, last] : s.seq_report->missing) {
           ranges += (ranges.empty() ? "" : ",") + std::to_string(first) +
                     (first == last ? "" : "-" + std::to_string(last));
         }
-        m_log->warn("session {}: channel {} session {}: never completed sessions {}; reporting "
-                    "them for catch-up",
-                    s.name(), s.seq_channel, s.seq, ranges);
+        m_log->warn(
+            "session {}: channel {} session {}: never completed sessions {}; reporting "
+            "them for catch-up",
+            s.name(), s.seq_channel, s.seq, ranges);
       }
     }
     m.set_last_seq(s.seq_report->last_seq);
@@ -699,7 +697,8 @@ void receiver_engine::handle_digests(session_rx& s, const wire::digest_list& m, 
     fr.entry.digest = digest_from_bytes(d.sha256());
     s.dirty = true;
     if (fr.held_digest && *fr.held_digest == *fr.entry.digest &&
-        (fr.state == file_rx::state_t::receiving || fr.state == file_rx::state_t::awaiting_digest)) {
+        (fr.state == file_rx::state_t::receiving ||
+         fr.state == file_rx::state_t::awaiting_digest)) {
       if (fr.begun) m_store.discard_file({s.id, file_index{d.file()}});
       fr.begun = false;
       fr.state = file_rx::state_t::held;
@@ -769,8 +768,8 @@ void receiver_engine::handle_marker(session_rx& s, const wire::marker& m, time_p
   r.status = m.status_request();
   r.status_slices = m.status_slices();
   r.status_slice = m.status_slice();
-  const bool covers = r.from_file < r.to_file ||
-                      (r.from_file == r.to_file && r.from_block < r.to_block);
+  const bool covers =
+      r.from_file < r.to_file || (r.from_file == r.to_file && r.from_block < r.to_block);
   s.nak_file = s.marker_file;
   s.nak_block = s.marker_block;
   if (!covers && !r.status && !rescan) return;
@@ -817,13 +816,13 @@ void receiver_engine::file_done(session_rx& s, time_point now) {
     if (!s.catch_up.empty()) m_sequences.on_caught_up(s.seq_channel, s.seq_source, s.catch_up);
   }
   if (m_log) {
-    m_log->info("session {}: complete in {:.3f} s: {} files stored ({} bytes), {} held, {} failed, "
-                "{} refused",
-                s.name(), to_seconds(now - s.started), s.files_stored, s.bytes_stored,
-                s.files_held, s.files_failed,
-                std::count_if(s.files.begin(), s.files.end(), [](const file_rx& fr) {
-                  return fr.state == file_rx::state_t::refused;
-                }));
+    m_log->info(
+        "session {}: complete in {:.3f} s: {} files stored ({} bytes), {} held, {} failed, "
+        "{} refused",
+        s.name(), to_seconds(now - s.started), s.files_stored, s.bytes_stored, s.files_held,
+        s.files_failed, std::count_if(s.files.begin(), s.files.end(), [](const file_rx& fr) {
+          return fr.state == file_rx::state_t::refused;
+        }));
   }
   send_complete(s, now);
 }
@@ -856,8 +855,14 @@ void receiver_engine::on_file_stored(session_id id, file_index f, std::error_cod
     ++s->files_stored;
     s->bytes_stored += fr.entry.size;
     ++m_stats.files_stored;
-    m_sink.file_finished({s->id, s->channel, fr.entry.path, fr.entry.size, true, {},
-                          fr.entry.mtime_ns, fr.entry.digest ? &*fr.entry.digest : nullptr});
+    m_sink.file_finished({s->id,
+                          s->channel,
+                          fr.entry.path,
+                          fr.entry.size,
+                          true,
+                          {},
+                          fr.entry.mtime_ns,
+                          fr.entry.digest ? &*fr.entry.digest : nullptr});
     if (m_log) {
       m_log->info("session {}: stored '{}' ({} bytes)", s->name(), printable(fr.entry.path),
                   fr.entry.size);
@@ -869,8 +874,7 @@ void receiver_engine::on_file_stored(session_id id, file_index f, std::error_cod
     if (s->unicast && !s->unicast_active) s->next_unicast = now;
     if (m_log) {
       m_log->warn("session {}: '{}' failed SHA-256 verification; fetching it again ({} of {})",
-                  s->name(), printable(fr.entry.path), fr.digest_retries,
-                  m_cfg.max_digest_retries);
+                  s->name(), printable(fr.entry.path), fr.digest_retries, m_cfg.max_digest_retries);
     }
   } else {
     fr.state = file_rx::state_t::failed;
@@ -896,11 +900,17 @@ void receiver_engine::late_file_stored(session_id id, file_index f, std::error_c
   m_late_files.erase(it);
   if (!ec) {
     ++m_stats.files_stored;
-    m_sink.file_finished({id, lf.channel, lf.path, lf.size, true, {}, lf.mtime_ns,
+    m_sink.file_finished({id,
+                          lf.channel,
+                          lf.path,
+                          lf.size,
+                          true,
+                          {},
+                          lf.mtime_ns,
                           lf.digest ? &*lf.digest : nullptr});
     if (m_log) {
-      m_log->info("session {}: stored '{}' ({} bytes), finalized after the session ended",
-                  id, printable(lf.path), lf.size);
+      m_log->info("session {}: stored '{}' ({} bytes), finalized after the session ended", id,
+                  printable(lf.path), lf.size);
     }
     return;
   }
@@ -980,8 +990,7 @@ void receiver_engine::on_timer(time_point now) {
     }
     switch (s->state) {
       case session_rx::state_t::manifest:
-      case session_rx::state_t::checking_held:
-        break;
+      case session_rx::state_t::checking_held: break;
       case session_rx::state_t::registering:
         if (now >= s->next_register) send_register(*s, now);
         if (s->nak_due && now >= *s->nak_due) {
@@ -1017,19 +1026,14 @@ std::optional<time_point> receiver_engine::next_deadline() const {
   for (const auto& [id, s] : m_sessions) {
     consider(s->last_heard + session_timeout(*s));
     switch (s->state) {
-      case session_rx::state_t::registering:
-        consider(s->next_register);
-        break;
+      case session_rx::state_t::registering: consider(s->next_register); break;
       case session_rx::state_t::receiving:
         if (s->unicast && !s->unicast_active) consider(s->next_unicast);
         if (s->nak_due) consider(*s->nak_due);
         if (s->dirty) consider(s->next_checkpoint);
         break;
-      case session_rx::state_t::completing:
-        consider(s->next_complete);
-        break;
-      default:
-        break;
+      case session_rx::state_t::completing: consider(s->next_complete); break;
+      default: break;
     }
   }
   return t;

@@ -113,12 +113,12 @@ struct byte_range {
 /// How a file ended on this receiver, for status pages and metrics (receiver_sink::file_finished).
 struct file_outcome {
   session_id session{};
-  std::uint32_t channel = 0;   ///< the channel the session came on
-  std::string_view path;       ///< manifest path; valid during the call only
-  std::uint64_t size = 0;      ///< bytes
-  bool stored = false;         ///< verified and renamed into place; false: failed
-  std::string_view failure;    ///< why it failed; empty when stored
-  std::int64_t mtime_ns = 0;   ///< the manifest's mtime, ns since the Unix epoch
+  std::uint32_t channel = 0;  ///< the channel the session came on
+  std::string_view path;      ///< manifest path; valid during the call only
+  std::uint64_t size = 0;     ///< bytes
+  bool stored = false;        ///< verified and renamed into place; false: failed
+  std::string_view failure;   ///< why it failed; empty when stored
+  std::int64_t mtime_ns = 0;  ///< the manifest's mtime, ns since the Unix epoch
   /// The SHA-256 the stored file was verified against (manifest entry); nullptr when failed.
   const sha256_digest* digest = nullptr;
 };
@@ -155,7 +155,7 @@ class receiver_sink {
 /// Counters for logs and status.
 struct receiver_stats {
   std::uint64_t datagrams = 0;
-  std::uint64_t data_blocks = 0;      ///< new blocks taken
+  std::uint64_t data_blocks = 0;  ///< new blocks taken
   std::uint64_t data_bytes = 0;
   std::uint64_t naks_sent = 0;
   std::uint64_t files_stored = 0;
@@ -179,15 +179,15 @@ class receiver_engine {
   /// @param store  where files go (the daemon's file_store); must outlive the engine
   /// @param seed   seeds the NAK backoff jitter
   /// @param log    may be null
-  receiver_engine(receiver_config cfg, receiver_sink& sink, storage_port& store,
-                  std::uint64_t seed, std::shared_ptr<spdlog::logger> log);
+  receiver_engine(receiver_config cfg, receiver_sink& sink, storage_port& store, std::uint64_t seed,
+                  std::shared_ptr<spdlog::logger> log);
   ~receiver_engine();
 
   /// A datagram arrived on `channel` (control_channel: the unicast reply socket) from `from`.
   /// Never throws: malformed, truncated, wrong-version, unknown-session datagrams are counted
   /// and dropped; so is one whose handling fails to allocate (errc::out_of_memory).
-  void on_datagram(std::span<const std::byte> datagram, const endpoint& from,
-                   std::uint32_t channel, time_point now);
+  void on_datagram(std::span<const std::byte> datagram, const endpoint& from, std::uint32_t channel,
+                   time_point now);
   /// Runs due timers (NAKs, retransmissions, checkpoints, timeouts).
   void on_timer(time_point now);
   /// Earliest time on_timer has work, or nullopt.
@@ -282,7 +282,8 @@ class receiver_engine {
   void handle_register_reply(session_rx& s, const wire::register_reply& m, time_point now);
   void handle_complete_ack(session_rx& s, time_point now);
   void handle_end(session_rx& s, const wire::session_end& m, time_point now);
-  void handle_fallback(session_rx& s, const wire::fallback& m, const endpoint& from, time_point now);
+  void handle_fallback(session_rx& s, const wire::fallback& m, const endpoint& from,
+                       time_point now);
   void start_unicast_attempt(session_rx& s, time_point now);
   /// The register reply or FALLBACK answering REGISTER arrived: the registration RTT sample.
   void note_register_answer(session_rx& s, time_point now);

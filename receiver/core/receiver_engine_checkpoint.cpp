@@ -129,9 +129,10 @@ std::error_code receiver_engine::restore(std::string_view blob, time_point now) 
   session_rx& ref = *owned;
   m_sessions.emplace(s.id, std::move(owned));
   if (m_log) {
-    m_log->info("session {}: resumed from checkpoint: {} of {} files to go, {} bytes received "
-                "earlier",
-                ref.name(), ref.files_open, ref.file_count, ref.bytes_received);
+    m_log->info(
+        "session {}: resumed from checkpoint: {} of {} files to go, {} bytes received "
+        "earlier",
+        ref.name(), ref.files_open, ref.file_count, ref.bytes_received);
   }
   for (std::uint32_t i = 0; i < ref.file_count; ++i) {
     auto& fr = ref.files[i];

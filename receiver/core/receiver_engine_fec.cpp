@@ -82,10 +82,10 @@ bool receiver_engine::ensure_fec(session_rx& s) {
   for (std::uint32_t i = 0; i < s.file_count; ++i) {
     const auto& fr = s.files[i];
     const bool whole = fr.state == file_rx::state_t::stored || fr.state == file_rx::state_t::held;
-    const bool partial = (fr.state == file_rx::state_t::receiving ||
-                          fr.state == file_rx::state_t::awaiting_digest ||
-                          fr.state == file_rx::state_t::finalizing) &&
-                         fr.received.size() == blocks[i] && blocks[i] > 0;
+    const bool partial =
+        (fr.state == file_rx::state_t::receiving || fr.state == file_rx::state_t::awaiting_digest ||
+         fr.state == file_rx::state_t::finalizing) &&
+        fr.received.size() == blocks[i] && blocks[i] > 0;
     if (!whole && !partial) continue;
     for (std::uint32_t b = 0; b < blocks[i]; ++b) {
       if (whole || fr.received.test(b)) s.fec->add_source(s.fec->layout().locate(i, b).fec_block);
@@ -192,7 +192,8 @@ std::uint32_t receiver_engine::fec_sent(const session_rx& s, std::uint32_t fb) c
 }
 
 block_map receiver_engine::fec_mask(session_rx& s, std::uint32_t f, std::uint32_t from,
-                                    std::uint32_t end, std::map<std::uint32_t, std::uint32_t>& lacks) {
+                                    std::uint32_t end,
+                                    std::map<std::uint32_t, std::uint32_t>& lacks) {
   auto& t = *s.fec;
   block_map masked = s.files[f].received;
   for (std::uint32_t b = masked.find_clear(from); b < end; b = masked.find_clear(b + 1)) {

@@ -45,8 +45,8 @@ void receiver_engine::send_round(session_rx& s, const nak_round& r, time_point n
     const block_map masked = fec ? fec_mask(s, f, b, end, fec_lacks) : block_map();
     const block_map& have = fec ? masked : fr.received;
     // Blocks the sender advertised as scheduled are left out (nak_scheduler.hpp).
-    const bool all_in = s.feedback.for_each_unadvertised(
-        f, b, end, [&](std::uint32_t from, std::uint32_t to) {
+    const bool all_in =
+        s.feedback.for_each_unadvertised(f, b, end, [&](std::uint32_t from, std::uint32_t to) {
           if (naks.add_missing(f, have, from, to)) return true;
           b = from;
           return false;

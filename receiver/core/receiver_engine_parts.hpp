@@ -68,7 +68,9 @@ inline std::string printable(std::string_view s) {
   return out;
 }
 
-inline bool same_host(const endpoint& a, const endpoint& b) { return a.v6 == b.v6 && a.addr == b.addr; }
+inline bool same_host(const endpoint& a, const endpoint& b) {
+  return a.v6 == b.v6 && a.addr == b.addr;
+}
 
 template <class Msg>
 std::vector<std::byte> encode(wire::msg_type type, session_id session, const Msg& m) {
@@ -79,16 +81,15 @@ std::vector<std::byte> encode(wire::msg_type type, session_id session, const Msg
 
 inline duration from_us(std::uint64_t us) { return std::chrono::microseconds(us); }
 
-
 }  // namespace mcdist::receiver::engine_detail
 
 namespace mcdist::receiver {
 
 struct receiver_engine::file_rx {
   enum class state_t : std::uint8_t {
-    pending = 0,      ///< entry not yet received
-    refused,          ///< entry failed validation (terminal)
-    held,             ///< already held identically (terminal)
+    pending = 0,  ///< entry not yet received
+    refused,      ///< entry failed validation (terminal)
+    held,         ///< already held identically (terminal)
     receiving,
     awaiting_digest,  ///< all data in, digest not yet known
     finalizing,       ///< storage is verifying and delivering
@@ -125,7 +126,7 @@ struct receiver_engine::nak_round {
   time_point due{};
   std::uint32_t from_file = 0;
   std::uint32_t from_block = 0;
-  std::uint32_t to_file = 0;   ///< up to the marker: (file_count, 0) at a pass end
+  std::uint32_t to_file = 0;  ///< up to the marker: (file_count, 0) at a pass end
   std::uint32_t to_block = 0;
   bool pass_end = false;  ///< covers the pass's end: answering it answers the pass end
   bool status = false;    ///< answers a status request: a status reply even with nothing missing
@@ -145,9 +146,9 @@ struct receiver_engine::session_rx {
   std::uint64_t total_bytes = 0;
   std::string sender_name;
   // Session numbering (session_params.channel / channel_seq / catch_up_seqs).
-  std::string seq_channel;             ///< empty: unsequenced
-  std::uint64_t seq = 0;               ///< 0: unsequenced
-  std::string seq_source;              ///< sequence_book::source_of
+  std::string seq_channel;  ///< empty: unsequenced
+  std::uint64_t seq = 0;    ///< 0: unsequenced
+  std::string seq_source;   ///< sequence_book::source_of
   std::vector<wire::seq_span> catch_up;
   std::optional<sequence_report> seq_report;  ///< what REGISTER carries, fixed at the first send
   /// The chunks and entries taken while state is manifest (default: a restored session).
@@ -188,7 +189,7 @@ struct receiver_engine::session_rx {
   time_point next_register{};
   std::uint32_t register_sends = 0;
   time_point register_sent{};  ///< when the first REGISTER left
-  duration register_rtt{};     ///< first REGISTER to its answer; zero if unknown (unicast_order::rtt)
+  duration register_rtt{};  ///< first REGISTER to its answer; zero if unknown (unicast_order::rtt)
   time_point next_complete{};
   std::uint32_t complete_sends = 0;
   time_point next_checkpoint{};

@@ -21,9 +21,10 @@ void receiver_engine::handle_fallback(session_rx& s, const wire::fallback& m, co
   std::memcpy(token.data(), m.token().data(), token.size());
   if (s.unicast && s.order.token == token && s.unicast_active) return;  // a repeat
   unicast_order o;
-  o.transport = m.transport() == wire::fallback::TCP           ? unicast_order::transport_t::tcp
-                : m.transport() == wire::fallback::SCTP_KERNEL ? unicast_order::transport_t::sctp_kernel
-                                                               : unicast_order::transport_t::sctp_udp;
+  o.transport = m.transport() == wire::fallback::TCP ? unicast_order::transport_t::tcp
+                : m.transport() == wire::fallback::SCTP_KERNEL
+                    ? unicast_order::transport_t::sctp_kernel
+                    : unicast_order::transport_t::sctp_udp;
   o.server = from;
   if (!m.address().empty()) {
     o.server.v6 = m.address().size() == 16;
@@ -61,7 +62,8 @@ void receiver_engine::start_unicast_attempt(session_rx& s, time_point now) {
       std::uint32_t e = fr.received.find_set(b);
       if (e > fr.blocks) e = fr.blocks;
       const std::uint64_t off = std::uint64_t{b} * s.block_size;
-      const std::uint64_t end = std::min<std::uint64_t>(std::uint64_t{e} * s.block_size, fr.entry.size);
+      const std::uint64_t end =
+          std::min<std::uint64_t>(std::uint64_t{e} * s.block_size, fr.entry.size);
       wanted.push_back({file_index{f}, off, end - off});
       b = fr.received.find_clear(e);
     }
@@ -147,17 +149,17 @@ void receiver_engine::on_unicast_closed(session_id id, bool complete, const std:
   }
   if (!missing) return;  // everything is in; files are being stored
   if (s->unicast_attempts >= max_unicast_attempts) {
-    close_session(*s, false, "unicast fallback failed " + std::to_string(s->unicast_attempts) +
-                                 " times: " + why,
-                  now);
+    close_session(
+        *s, false,
+        "unicast fallback failed " + std::to_string(s->unicast_attempts) + " times: " + why, now);
     return;
   }
   if (m_log) {
-    m_log->warn("session {}: unicast transfer {} ({}); asking again for what is missing",
-                s->name(), complete ? "ended with data missing" : "interrupted", printable(why));
+    m_log->warn("session {}: unicast transfer {} ({}); asking again for what is missing", s->name(),
+                complete ? "ended with data missing" : "interrupted", printable(why));
   }
-  s->next_unicast = now + std::min<duration>(unicast_backoff * s->unicast_attempts,
-                                             std::chrono::seconds(10));
+  s->next_unicast =
+      now + std::min<duration>(unicast_backoff * s->unicast_attempts, std::chrono::seconds(10));
 }
 
 }  // namespace mcdist::receiver

@@ -118,11 +118,11 @@ class sequence_book {
 
  private:
   struct stream {
-    std::uint64_t floor = 0;           ///< every number <= floor completed or given up
+    std::uint64_t floor = 0;  ///< every number <= floor completed or given up
     std::uint64_t last_seen = 0;
     std::uint64_t last_completed = 0;
-    std::set<std::uint64_t> done;      ///< completed numbers > floor, <= last_seen
-    std::uint64_t used = 0;            ///< m_clock when last used (least recently used goes)
+    std::set<std::uint64_t> done;  ///< completed numbers > floor, <= last_seen
+    std::uint64_t used = 0;        ///< m_clock when last used (least recently used goes)
   };
   using key = std::pair<std::string, std::string>;  ///< channel, source
 

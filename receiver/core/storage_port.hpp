@@ -48,8 +48,8 @@ struct held_answer {
 struct fec_source {
   file_index file{};
   std::uint32_t block = 0;
-  std::uint64_t offset = 0;   ///< bytes into the file
-  std::uint32_t length = 0;   ///< bytes (the file's last block may be short)
+  std::uint64_t offset = 0;  ///< bytes into the file
+  std::uint32_t length = 0;  ///< bytes (the file's last block may be short)
   /// Readable: in the file's temp file, or in the destination (a stored or held file).
   bool available = false;
   /// To be recovered and written to the file's temp file (begun); a source neither available
@@ -63,11 +63,11 @@ struct fec_source {
 /// the FEC block's parity. The outcome arrives as receiver_engine::on_recovered.
 struct recovery_request {
   std::uint32_t fec_block = 0;
-  std::uint32_t k = 0;            ///< session_params.fec_k
-  std::uint32_t max_parity = 0;   ///< session_params.fec_max_parity
-  std::uint32_t block_size = 0;   ///< bytes
-  std::vector<fec_source> sources;       ///< the FEC block's sources, in index order
-  std::vector<std::uint32_t> parity;     ///< parity indexes kept for it, ascending
+  std::uint32_t k = 0;                ///< session_params.fec_k
+  std::uint32_t max_parity = 0;       ///< session_params.fec_max_parity
+  std::uint32_t block_size = 0;       ///< bytes
+  std::vector<fec_source> sources;    ///< the FEC block's sources, in index order
+  std::vector<std::uint32_t> parity;  ///< parity indexes kept for it, ascending
 };
 
 /// The storage path as the core sees it. Calls come from the core's thread and never block on

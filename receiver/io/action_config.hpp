@@ -60,11 +60,11 @@ inline constexpr auto max_retry_delay = std::chrono::hours(1);
 
 /// The values placeholders take for one delivered product.
 struct placeholder_values {
-  std::string path;     ///< {path}: absolute path of the delivered file
-  std::string relpath;  ///< {relpath}: path below the channel's destination
-  std::string channel;  ///< {channel}: channel name
-  std::string session;  ///< {session}: session id, 8 lower-case hex digits
-  std::string sha256;   ///< {sha256}: 64 lower-case hex digits
+  std::string path;                 ///< {path}: absolute path of the delivered file
+  std::string relpath;              ///< {relpath}: path below the channel's destination
+  std::string channel;              ///< {channel}: channel name
+  std::string session;              ///< {session}: session id, 8 lower-case hex digits
+  std::string sha256;               ///< {sha256}: 64 lower-case hex digits
   std::vector<std::string> groups;  ///< {0}..{9}: match and capture groups ("" when absent)
   /// Delivery time for the date fields of link/copy templates (%Y %m %d %H %M %S %j, UTC).
   std::chrono::system_clock::time_point delivered{};

@@ -68,8 +68,8 @@ std::string file_op(action_kind kind, const std::string& src, const std::string&
     std::string err;
     off_t left = st.st_size;
     while (left > 0) {
-      const ssize_t n = ::copy_file_range(in.fd, nullptr, out.fd, nullptr,
-                                          static_cast<std::size_t>(left), 0);
+      const ssize_t n =
+          ::copy_file_range(in.fd, nullptr, out.fd, nullptr, static_cast<std::size_t>(left), 0);
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) {
         err = n == 0 ? "copy_file_range " + src + ": file shrank while copied"
@@ -117,10 +117,7 @@ struct action_runner::child {
 
 action_runner::action_runner(boost::asio::io_context& io, std::vector<action_config> actions,
                              delivery_journal& journal, std::shared_ptr<spdlog::logger> log)
-    : m_io(io),
-      m_actions(std::move(actions)),
-      m_journal(journal),
-      m_log(std::move(log)),
+    : m_io(io), m_actions(std::move(actions)), m_journal(journal), m_log(std::move(log)),
       m_slots(m_actions.size()) {}
 
 action_runner::~action_runner() {
@@ -189,8 +186,10 @@ void action_runner::start(job j) {
   v.sha256 = j.product.sha256;
   v.delivered = j.product.delivered_at;
   if (auto g = match_action(a, j.product.relpath)) v.groups = std::move(*g);
-  if (a.kind == action_kind::exec) start_exec(std::move(j), v);
-  else start_file_op(std::move(j), v);
+  if (a.kind == action_kind::exec)
+    start_exec(std::move(j), v);
+  else
+    start_file_op(std::move(j), v);
 }
 
 void action_runner::start_file_op(job j, const placeholder_values& v) {
@@ -210,8 +209,7 @@ void action_runner::start_file_op(job j, const placeholder_values& v) {
       if (alive.expired()) return;
       if (!err.empty() && err[0] == '\n') {
         m_log->info("action {}: {} {} -> {}", j.name,
-                    kind == action_kind::link ? "linked" : "copied",
-                    j.product.path, err.substr(1));
+                    kind == action_kind::link ? "linked" : "copied", j.product.path, err.substr(1));
         err.clear();
       }
       finished(std::move(j), std::nullopt, std::move(err));
@@ -262,8 +260,8 @@ void action_runner::start_exec(job j, const placeholder_values& v) {
   for (int sig : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGUSR1, SIGUSR2}) {
     sigaddset(&defaults, sig);
   }
-  ::posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
-                                      POSIX_SPAWN_SETSIGDEF);
+  ::posix_spawnattr_setflags(
+      &at, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   ::posix_spawnattr_setpgroup(&at, 0);  // its own process group: a timeout kills all of it
   ::posix_spawnattr_setsigmask(&at, &none);
   ::posix_spawnattr_setsigdefault(&at, &defaults);
@@ -332,57 +330,58 @@ void action_runner::start_exec(job j, const placeholder_values& v) {
   using exit_handler = std::function<void(const boost::system::error_code&)>;
   auto on_exit = std::make_shared<exit_handler>();
   *on_exit = [this, alive, c, read, on_bytes, j = std::move(j), timeout = a.timeout,
-              weak = std::weak_ptr<exit_handler>(on_exit)](const boost::system::error_code& ec) mutable {
-        if (ec || alive.expired()) return;
-        int status = 0;
-        const pid_t reaped = ::waitpid(c->pid, &status, WNOHANG);
-        if (reaped == 0) {
-          // The pidfd turned readable a moment before the child could be reaped (seen on a
-          // loaded host, where a blocking wait took ms): never block the io thread, look again.
-          if (auto self = weak.lock()) {
-            c->reap_timer.expires_after(std::chrono::milliseconds(1));
-            c->reap_timer.async_wait([self](const boost::system::error_code& e) { (*self)(e); });
-          }
-          return;
-        }
-        c->reaped = true;
-        c->timer.cancel();
-        // What the child wrote before it ended; a grandchild keeping the pipe open is cut off.
-        for (;;) {
-          const ssize_t n = ::read(c->out.native_handle(), c->buf.data(), c->buf.size());
-          if (n <= 0) break;
-          on_bytes(std::string_view(c->buf.data(), static_cast<std::size_t>(n)));
-        }
-        if (!c->partial.empty()) {
-          if (c->lines++ < max_logged_lines) {
-            m_log->info("action {} [{}]: {}", c->name, c->pid, c->partial.substr(0, max_line_bytes));
-          }
-          c->partial.clear();
-        }
-        if (c->lines > max_logged_lines) {
-          m_log->info("action {} [{}]: {} more output lines not logged", c->name, c->pid,
-                      c->lines - max_logged_lines);
-        }
-        boost::system::error_code ignored;
-        c->out.close(ignored);
-        c->pidfd.close(ignored);
-        m_children.erase(j.run_id);
-        std::optional<int> exit_status;
-        std::string error;
-        if (WIFEXITED(status)) {
-          exit_status = WEXITSTATUS(status);
-          if (*exit_status != 0) error = fmt::format("exit status {}", *exit_status);
-        } else if (WIFSIGNALED(status)) {
-          exit_status = -WTERMSIG(status);
-          error = fmt::format("killed by signal {} ({})", WTERMSIG(status),
-                              ::strsignal(WTERMSIG(status)));
-        }
-        if (c->timed_out) {
-          error = fmt::format("timed out after {:.3g} s (process group killed)",
-                              std::chrono::duration<double>(timeout).count());
-        }
-        finished(std::move(j), exit_status, std::move(error));
-      };
+              weak = std::weak_ptr<exit_handler>(on_exit)](
+                 const boost::system::error_code& ec) mutable {
+    if (ec || alive.expired()) return;
+    int status = 0;
+    const pid_t reaped = ::waitpid(c->pid, &status, WNOHANG);
+    if (reaped == 0) {
+      // The pidfd turned readable a moment before the child could be reaped (seen on a
+      // loaded host, where a blocking wait took ms): never block the io thread, look again.
+      if (auto self = weak.lock()) {
+        c->reap_timer.expires_after(std::chrono::milliseconds(1));
+        c->reap_timer.async_wait([self](const boost::system::error_code& e) { (*self)(e); });
+      }
+      return;
+    }
+    c->reaped = true;
+    c->timer.cancel();
+    // What the child wrote before it ended; a grandchild keeping the pipe open is cut off.
+    for (;;) {
+      const ssize_t n = ::read(c->out.native_handle(), c->buf.data(), c->buf.size());
+      if (n <= 0) break;
+      on_bytes(std::string_view(c->buf.data(), static_cast<std::size_t>(n)));
+    }
+    if (!c->partial.empty()) {
+      if (c->lines++ < max_logged_lines) {
+        m_log->info("action {} [{}]: {}", c->name, c->pid, c->partial.substr(0, max_line_bytes));
+      }
+      c->partial.clear();
+    }
+    if (c->lines > max_logged_lines) {
+      m_log->info("action {} [{}]: {} more output lines not logged", c->name, c->pid,
+                  c->lines - max_logged_lines);
+    }
+    boost::system::error_code ignored;
+    c->out.close(ignored);
+    c->pidfd.close(ignored);
+    m_children.erase(j.run_id);
+    std::optional<int> exit_status;
+    std::string error;
+    if (WIFEXITED(status)) {
+      exit_status = WEXITSTATUS(status);
+      if (*exit_status != 0) error = fmt::format("exit status {}", *exit_status);
+    } else if (WIFSIGNALED(status)) {
+      exit_status = -WTERMSIG(status);
+      error =
+          fmt::format("killed by signal {} ({})", WTERMSIG(status), ::strsignal(WTERMSIG(status)));
+    }
+    if (c->timed_out) {
+      error = fmt::format("timed out after {:.3g} s (process group killed)",
+                          std::chrono::duration<double>(timeout).count());
+    }
+    finished(std::move(j), exit_status, std::move(error));
+  };
   c->pidfd.async_wait(boost::asio::posix::stream_descriptor::wait_read,
                       [on_exit](const boost::system::error_code& ec) { (*on_exit)(ec); });
 }
@@ -422,9 +421,10 @@ void action_runner::replace_actions(std::vector<action_config> actions) {
       }
     }
     if (!m_slots[k].queue.empty() || m_slots[k].running > 0) {
-      m_log->warn("action {} removed by the reload: {} queued run(s) marked failed, {} running "
-                  "attempt(s) left to finish",
-                  m_actions[k].name, m_slots[k].queue.size(), m_slots[k].running);
+      m_log->warn(
+          "action {} removed by the reload: {} queued run(s) marked failed, {} running "
+          "attempt(s) left to finish",
+          m_actions[k].name, m_slots[k].queue.size(), m_slots[k].running);
     }
   }
   m_actions = std::move(actions);
@@ -521,8 +521,10 @@ void action_runner::drain(std::chrono::nanoseconds grace, std::function<void()> 
   m_drain_timer.async_wait([this](const boost::system::error_code& ec) {
     if (ec) return;
     if (running() > 0) {
-      m_log->warn("{} action attempt(s) still running at shutdown: killed, they run again at the "
-                  "next start", running());
+      m_log->warn(
+          "{} action attempt(s) still running at shutdown: killed, they run again at the "
+          "next start",
+          running());
     }
     call_drained();
   });
@@ -555,7 +557,8 @@ void action_runner::stop() {
 
 std::vector<std::pair<std::string, action_stats>> action_runner::stats() const {
   std::vector<std::pair<std::string, action_stats>> out;
-  for (std::size_t i = 0; i < m_actions.size(); ++i) out.emplace_back(m_actions[i].name, m_slots[i].st);
+  for (std::size_t i = 0; i < m_actions.size(); ++i)
+    out.emplace_back(m_actions[i].name, m_slots[i].st);
   return out;
 }
 

@@ -34,7 +34,6 @@ class logger;
 
 namespace mcdist::receiver {
 
-
 /// See the file comment. All member functions on the io thread.
 class action_runner {
  public:

@@ -49,7 +49,7 @@ void make_dir(const std::filesystem::path& p, const char* what) {
 }
 
 dev_t device_of(const std::filesystem::path& p) {
-  struct stat st{};
+  struct stat st {};
   if (::stat(p.c_str(), &st) != 0) return 0;
   return st.st_dev;
 }
@@ -72,12 +72,14 @@ void check_dir(const std::filesystem::path& p, const char* what) {
   if (a.empty() || !std::filesystem::is_directory(a)) {
     throw config_error(std::string("the ") + what + " directory " + p.string() + " cannot be " +
                        (a == std::filesystem::absolute(p).lexically_normal() ? "used" : "created") +
-                       ": " + (a.empty() ? "no part of it exists" : a.string() + " is not a directory"));
+                       ": " +
+                       (a.empty() ? "no part of it exists" : a.string() + " is not a directory"));
   }
   if (::access(a.c_str(), W_OK | X_OK) != 0) {
-    throw config_error(std::string("the ") + what + " directory " + p.string() + " cannot be " +
-                       (a == std::filesystem::absolute(p).lexically_normal() ? "written" : "created") +
-                       ": " + a.string() + ": " + std::strerror(errno));
+    throw config_error(
+        std::string("the ") + what + " directory " + p.string() + " cannot be " +
+        (a == std::filesystem::absolute(p).lexically_normal() ? "written" : "created") + ": " +
+        a.string() + ": " + std::strerror(errno));
   }
 }
 
@@ -85,8 +87,10 @@ void check_dir(const std::filesystem::path& p, const char* what) {
 
 void check_directories(const daemon_config& cfg, bool create) {
   const auto prepare = [create](const std::filesystem::path& p, const char* what) {
-    if (create) make_dir(p, what);
-    else check_dir(p, what);
+    if (create)
+      make_dir(p, what);
+    else
+      check_dir(p, what);
   };
   prepare(cfg.temp, "temp");
   const dev_t temp_dev = device_of(existing_part(cfg.temp));
@@ -110,20 +114,11 @@ void check_directories(const daemon_config& cfg, bool create) {
 }
 
 daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<spdlog::logger> log)
-    : m_io(io),
-      m_cfg(std::move(cfg)),
-      m_log(std::move(log)),
-      m_timer(io),
-      m_status_timer(io),
-      m_signals(io, SIGINT, SIGTERM, SIGHUP),
-      m_watchdog_timer(io),
-      m_receiver(receive_batch, receive_buffer_bytes),
-      m_drop_rng(m_cfg.drop_seed),
-      m_unicast_poll(io),
-      m_board(m_cfg.channels.size()),
-      m_sample_timer(io),
-      m_started(std::chrono::system_clock::now()),
-      m_retention_timer(io) {
+    : m_io(io), m_cfg(std::move(cfg)), m_log(std::move(log)), m_timer(io), m_status_timer(io),
+      m_signals(io, SIGINT, SIGTERM, SIGHUP), m_watchdog_timer(io),
+      m_receiver(receive_batch, receive_buffer_bytes), m_drop_rng(m_cfg.drop_seed),
+      m_unicast_poll(io), m_board(m_cfg.channels.size()), m_sample_timer(io),
+      m_started(std::chrono::system_clock::now()), m_retention_timer(io) {
   validate(m_cfg);
   if (m_cfg.http) {
     // Before the store's threads exist: spdlog's sink list is not guarded.
@@ -179,9 +174,10 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
     if (auto ec = load_sequences(file, m_engine->sequences(), detail)) {
       std::error_code rec;
       std::filesystem::rename(file, file.string() + ".damaged", rec);
-      m_log->warn("{}; kept as {}.damaged: channels start numbering afresh (sessions missed "
-                  "before now are not reported)",
-                  detail, file.string());
+      m_log->warn(
+          "{}; kept as {}.damaged: channels start numbering afresh (sessions missed "
+          "before now are not reported)",
+          detail, file.string());
     } else if (m_engine->sequences().size() > 0) {
       m_log->info("sequence state of {} channel stream(s) loaded from {}",
                   m_engine->sequences().size(), file.string());
@@ -191,7 +187,8 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
   recover_intents();
   for (const auto& ch : m_cfg.channels) {
     m_sockets.push_back(net::open_channel_socket(
-        io, net::channel_socket_options{ch.group, m_cfg.interface, m_cfg.socket_buffer_bytes, true}));
+        io,
+        net::channel_socket_options{ch.group, m_cfg.interface, m_cfg.socket_buffer_bytes, true}));
   }
   m_retired.assign(m_cfg.channels.size(), false);
   publish_dest_names();
@@ -203,16 +200,16 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
     with_state.push_back(session);
     const auto blob = remap_checkpoint(saved);
     if (!blob) {
-      m_log->warn("session {}: its channel is no longer configured (name and dest); "
-                  "discarding its saved state",
-                  session);
+      m_log->warn(
+          "session {}: its channel is no longer configured (name and dest); "
+          "discarding its saved state",
+          session);
       m_store->close_session(session, true);
       continue;
     }
     restore_keys(session);
     if (auto ec = m_engine->restore(*blob, now)) {
-      m_log->warn("session {}: saved state is unusable ({}); discarding it", session,
-                  ec.message());
+      m_log->warn("session {}: saved state is unusable ({}); discarding it", session, ec.message());
       m_store->close_session(session, true);
     }
   }
@@ -229,12 +226,14 @@ daemon::~daemon() {
   m_store.reset();
   m_engine.reset();
   m_actions.reset();  // kills running children: their runs run again at the next start
-  m_wis2.clear();  // disconnects and joins libmosquitto's threads
+  m_wis2.clear();     // disconnects and joins libmosquitto's threads
   m_http.reset();
   if (m_log_ring) std::erase(m_log->sinks(), m_log_ring);
 }
 
-endpoint daemon::control_endpoint() const { return net::from_asio(m_control_socket->local_endpoint()); }
+endpoint daemon::control_endpoint() const {
+  return net::from_asio(m_control_socket->local_endpoint());
+}
 
 void daemon::run() {
   for (std::size_t i = 0; i < m_sockets.size(); ++i) do_receive(i);
@@ -249,9 +248,9 @@ void daemon::run() {
     channels += (channels.empty() ? "" : ", ") + ch.name + " " + ch.group.to_string() + " -> " +
                 ch.dest.string();
   }
-  m_log->info("mcdistd '{}' listening on {} (interface {}, control {}, temp {}, sync {})",
-              m_cfg.id, channels, m_cfg.interface.address_string(),
-              control_endpoint().to_string(), m_cfg.temp.string(), to_string(m_cfg.sync));
+  m_log->info("mcdistd '{}' listening on {} (interface {}, control {}, temp {}, sync {})", m_cfg.id,
+              channels, m_cfg.interface.address_string(), control_endpoint().to_string(),
+              m_cfg.temp.string(), to_string(m_cfg.sync));
   start_http();
   resume_runs();
   run_retention();
@@ -276,7 +275,8 @@ void daemon::wait_signal() {
       if (reopen_log_files(*m_log, error)) {
         m_log->info("SIGHUP: log file reopened");
       } else {
-        m_log->error("SIGHUP: cannot reopen the log file ({}); still writing to the old one", error);
+        m_log->error("SIGHUP: cannot reopen the log file ({}); still writing to the old one",
+                     error);
       }
       if (m_config_source && !m_stopping) reload(m_config_source);
       wait_signal();
@@ -288,8 +288,9 @@ void daemon::wait_signal() {
       // Waiting for running actions: a second signal stops at once.
       m_signals.async_wait([this](const boost::system::error_code& ec2, int) {
         if (ec2 || m_stop_finished) return;
-        m_log->warn("second signal: not waiting for running actions (they run again at the next "
-                    "start)");
+        m_log->warn(
+            "second signal: not waiting for running actions (they run again at the next "
+            "start)");
         finish_stop();
       });
     }
@@ -349,46 +350,46 @@ void daemon::finish_stop() {
 }
 
 void daemon::do_receive(std::size_t index) {
-  socket_at(index).async_wait(net::udp::socket::wait_read, [this, index](
-                                                               const boost::system::error_code& ec) {
-    MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
-    if (ec || m_stopping || !socket_at(index).is_open()) return;
-    // Back-pressure: while the storage pool is nearly full, leave datagrams in the socket's
-    // kernel buffer (32 MiB) and look again shortly, rather than take blocks we would drop.
-    const std::size_t room = m_store->free_bytes();
-    if (room < min_pool_room) {
-      ++m_read_pauses;
-      auto t = std::make_shared<boost::asio::steady_timer>(m_io, read_pause);
-      t->async_wait([this, index, t](const boost::system::error_code& e) {
-        if (!e && !m_stopping) do_receive(index);
+  socket_at(index).async_wait(
+      net::udp::socket::wait_read, [this, index](const boost::system::error_code& ec) {
+        MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
+        if (ec || m_stopping || !socket_at(index).is_open()) return;
+        // Back-pressure: while the storage pool is nearly full, leave datagrams in the socket's
+        // kernel buffer (32 MiB) and look again shortly, rather than take blocks we would drop.
+        const std::size_t room = m_store->free_bytes();
+        if (room < min_pool_room) {
+          ++m_read_pauses;
+          auto t = std::make_shared<boost::asio::steady_timer>(m_io, read_pause);
+          t->async_wait([this, index, t](const boost::system::error_code& e) {
+            if (!e && !m_stopping) do_receive(index);
+          });
+          return;
+        }
+        const auto now = from_steady(std::chrono::steady_clock::now());
+        std::error_code rec;
+        std::uniform_real_distribution<double> u(0, 1);
+        m_key_polls = 0;
+        m_receiver.drain(
+            socket_at(index).native_handle(), max_datagrams_per_wake,
+            [&](std::span<const std::byte> d, const endpoint& from) {
+              if (m_cfg.drop_rate > 0 && u(m_drop_rng) < m_cfg.drop_rate) {
+                ++m_dropped_by_option;
+                return;
+              }
+              handle_datagram(index, d, from, now);
+            },
+            rec, room - min_pool_room / 2);
+        if (rec) m_log->warn("receive error on socket {}: {}", index, rec.message());
+        m_store->flush();
+        service();
+        do_receive(index);
       });
-      return;
-    }
-    const auto now = from_steady(std::chrono::steady_clock::now());
-    std::error_code rec;
-    std::uniform_real_distribution<double> u(0, 1);
-    m_key_polls = 0;
-    m_receiver.drain(
-        socket_at(index).native_handle(), max_datagrams_per_wake,
-        [&](std::span<const std::byte> d, const endpoint& from) {
-          if (m_cfg.drop_rate > 0 && u(m_drop_rng) < m_cfg.drop_rate) {
-            ++m_dropped_by_option;
-            return;
-          }
-          handle_datagram(index, d, from, now);
-        },
-        rec, room - min_pool_room / 2);
-    if (rec) m_log->warn("receive error on socket {}: {}", index, rec.message());
-    m_store->flush();
-    service();
-    do_receive(index);
-  });
 }
 
 void daemon::handle_datagram(std::size_t index, std::span<const std::byte> d, const endpoint& from,
                              time_point now) {
-  const std::uint32_t channel = index != control_index ? static_cast<std::uint32_t>(index)
-                                                       : receiver_engine::control_channel;
+  const std::uint32_t channel =
+      index != control_index ? static_cast<std::uint32_t>(index) : receiver_engine::control_channel;
   if (index != control_index && !channel_takes(index, d)) return;
   if (announce_repeat(index, d, now)) {
     ++m_announce_repeats_unchecked;
@@ -497,8 +498,10 @@ void daemon::start_unicast(session_id s, const unicast_order& order,
     // Decided from what this site knows of the session, never from the FALLBACK order.
     co.seal_records = keys->encrypted(s);
     if (co.seal_records && !co.proof_key) {
-      m_log->warn("session {}: encrypted, but no fallback key yet; not connecting in the "
-                   "clear", s);
+      m_log->warn(
+          "session {}: encrypted, but no fallback key yet; not connecting in the "
+          "clear",
+          s);
       return;
     }
   }
@@ -508,8 +511,8 @@ void daemon::start_unicast(session_id s, const unicast_order& order,
     // RTO.Initial (common/unicast/sctp_assoc.hpp).
     const auto& t = co.usrsctp;
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(order.rtt * 3).count();
-    co.sctp.initial_rto_ms = static_cast<std::uint32_t>(
-        std::clamp<std::int64_t>(ms, t.rto_min_ms, t.rto_initial_ms));
+    co.sctp.initial_rto_ms =
+        static_cast<std::uint32_t>(std::clamp<std::int64_t>(ms, t.rto_min_ms, t.rto_initial_ms));
   }
   const bool any = std::all_of(m_cfg.interface.addr.begin(),
                                m_cfg.interface.addr.begin() + (m_cfg.interface.v6 ? 16 : 4),
@@ -535,10 +538,11 @@ void daemon::start_unicast(session_id s, const unicast_order& order,
     const auto& slot = it->second;
     if (slot.first) {
       const double secs = std::chrono::duration<double>(slot.last - *slot.first).count();
-      m_log->info("session {}: unicast transfer done: {} bytes in {:.3f} s from first to last "
-                  "byte ({})",
-                  s, slot.bytes, secs,
-                  format_rate(secs > 0 ? static_cast<double>(slot.bytes) * 8 / secs : 0));
+      m_log->info(
+          "session {}: unicast transfer done: {} bytes in {:.3f} s from first to last "
+          "byte ({})",
+          s, slot.bytes, secs,
+          format_rate(secs > 0 ? static_cast<double>(slot.bytes) * 8 / secs : 0));
     }
     it->second.client->close();
   };
@@ -549,8 +553,8 @@ void daemon::start_unicast(session_id s, const unicast_order& order,
       // A sealed frame that did not open: someone on the path altered or injected bytes. The
       // connection is gone; the engine retries as after any failed connection.
       if (worth_logging(++m_unicast_unsealed))
-        m_log->warn("session {}: unicast: a sealed frame did not open ({} so far): {}",
-                    s, m_unicast_unsealed, detail);
+        m_log->warn("session {}: unicast: a sealed frame did not open ({} so far): {}", s,
+                    m_unicast_unsealed, detail);
     } else if (ec) {
       m_log->warn("session {}: unicast: {}", s, detail);
     }
@@ -628,21 +632,23 @@ void daemon::log_status(bool final) {
              std::to_string(m_read_pauses) + " times)";
   }
   if (m_dropped_by_option) {
-    drops += (drops.empty() ? "" : ", ") + std::string("--drop-rate ") + std::to_string(m_dropped_by_option);
+    drops += (drops.empty() ? "" : ", ") + std::string("--drop-rate ") +
+             std::to_string(m_dropped_by_option);
   }
   if (const auto a = auth_refused(); a.total() > 0) {
-    drops += (drops.empty() ? "" : ", ") +
-             fmt::format("not authenticated {} (bad signature {}, bad tag {}, no key {}, unsigned "
-                         "{}, over the verification budget {})",
-                         a.total(), a.bad_signature, a.bad_tag, a.no_key, a.unauthenticated,
-                         a.verify_budget);
+    drops +=
+        (drops.empty() ? "" : ", ") +
+        fmt::format(
+            "not authenticated {} (bad signature {}, bad tag {}, no key {}, unsigned "
+            "{}, over the verification budget {})",
+            a.total(), a.bad_signature, a.bad_tag, a.no_key, a.unauthenticated, a.verify_budget);
   }
-  m_log->info("{}: {} sessions active, {} completed, {} failed; {} files stored, {} failed, {} "
-              "refused; {} received; dropped: {}",
-              final ? "final status" : "status", m_engine->active_sessions(),
-              st.sessions_completed, st.sessions_failed, st.files_stored, st.files_failed,
-              st.files_refused, format_bytes(static_cast<double>(st.data_bytes)),
-              drops.empty() ? "none" : drops);
+  m_log->info(
+      "{}: {} sessions active, {} completed, {} failed; {} files stored, {} failed, {} "
+      "refused; {} received; dropped: {}",
+      final ? "final status" : "status", m_engine->active_sessions(), st.sessions_completed,
+      st.sessions_failed, st.files_stored, st.files_failed, st.files_refused,
+      format_bytes(static_cast<double>(st.data_bytes)), drops.empty() ? "none" : drops);
   (void)ss;
   if (m_cfg.status_file) write_status_file();
   if (!final && !m_stopping) {
@@ -675,7 +681,8 @@ nlohmann::json daemon::status_json() {
   j["announce_repeats_unchecked"] = m_announce_repeats_unchecked;  // auth::announce_repeat_interval
   nlohmann::json drops = nlohmann::json::object();
   for (std::size_t i = 1; i < st.drops.counts.size(); ++i) {
-    if (st.drops.counts[i]) drops[std::string(to_string(static_cast<errc>(i)))] = st.drops.counts[i];
+    if (st.drops.counts[i])
+      drops[std::string(to_string(static_cast<errc>(i)))] = st.drops.counts[i];
   }
   j["dropped"] = drops;
   const auto a = auth_refused();
@@ -683,30 +690,43 @@ nlohmann::json daemon::status_json() {
     auto& w = j["wis2"] = nlohmann::json::array();
     for (const auto& [channel, p] : m_wis2) {
       const auto ws = p->stats();
-      w.push_back({{"channel", p->channel()}, {"topic", p->action().topic},
-                   {"connected", ws.connected}, {"published", ws.published},
-                   {"failed", ws.failed}, {"dropped", ws.dropped}, {"queued", ws.queued}});
+      w.push_back({{"channel", p->channel()},
+                   {"topic", p->action().topic},
+                   {"connected", ws.connected},
+                   {"published", ws.published},
+                   {"failed", ws.failed},
+                   {"dropped", ws.dropped},
+                   {"queued", ws.queued}});
     }
   }
   // Per channel (as announced) and sender: the newest session number seen, the newest
   // completed, and how many below the newest were never completed.
   auto& seqs = j["sequences"] = nlohmann::json::array();
   for (const auto& q : m_engine->sequences().status()) {
-    seqs.push_back({{"channel", q.channel}, {"source", q.source}, {"last_seq_seen", q.last_seen},
-                    {"last_seq_completed", q.last_completed}, {"missing_sessions", q.missing}});
+    seqs.push_back({{"channel", q.channel},
+                    {"source", q.source},
+                    {"last_seq_seen", q.last_seen},
+                    {"last_seq_completed", q.last_completed},
+                    {"missing_sessions", q.missing}});
   }
   if (m_actions && !m_actions->actions().empty()) {
     auto& acts = j["actions"] = nlohmann::json::array();
     for (const auto& [name, as] : m_actions->stats()) {
-      acts.push_back({{"name", name}, {"done", as.done}, {"retried", as.retried},
-                      {"failed", as.failed}, {"running", as.running}, {"queued", as.queued}});
+      acts.push_back({{"name", name},
+                      {"done", as.done},
+                      {"retried", as.retried},
+                      {"failed", as.failed},
+                      {"running", as.running},
+                      {"queued", as.queued}});
     }
   }
   j["retention"] = {{"deleted", m_retention_deleted}, {"skipped", m_retention_skipped}};
   j["config_reloads"] = {{"success", m_reloads_ok}, {"failure", m_reloads_failed}};
   if (m_journal) j["journal"] = m_journal->file().string();
-  j["not_authenticated"] = {{"bad_signature", a.bad_signature}, {"bad_tag", a.bad_tag},
-                            {"no_key", a.no_key},          {"unsigned", a.unauthenticated},
+  j["not_authenticated"] = {{"bad_signature", a.bad_signature},
+                            {"bad_tag", a.bad_tag},
+                            {"no_key", a.no_key},
+                            {"unsigned", a.unauthenticated},
                             {"verify_budget", a.verify_budget}};
   return j;
 }
@@ -724,7 +744,9 @@ void daemon::write_status_file() {
   }
   std::error_code ec;
   std::filesystem::rename(tmp, *m_cfg.status_file, ec);
-  if (ec) m_log->warn("cannot rename the status file into {}: {}", m_cfg.status_file->string(), ec.message());
+  if (ec)
+    m_log->warn("cannot rename the status file into {}: {}", m_cfg.status_file->string(),
+                ec.message());
 }
 
 }  // namespace mcdist::receiver

@@ -15,8 +15,8 @@
 #include "receiver/io/action_runner.hpp"
 #include "receiver/io/daemon_config.hpp"
 #include "receiver/io/delivery_journal.hpp"
-#include "receiver/storage/file_store.hpp"
 #include "receiver/io/status_board.hpp"
+#include "receiver/storage/file_store.hpp"
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -27,8 +27,8 @@
 #include <deque>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <set>
@@ -67,7 +67,9 @@ class daemon final : public receiver_sink {
 
   /// Where SIGHUP gets the next configuration: mcdistd's main re-reads --config and applies
   /// its command-line options over it. Unset: SIGHUP only reopens the log file.
-  void set_config_source(std::function<daemon_config()> source) { m_config_source = std::move(source); }
+  void set_config_source(std::function<daemon_config()> source) {
+    m_config_source = std::move(source);
+  }
   /// Applies the configuration `source` gives, after checking it whole (validate, directories);
   /// an invalid one is logged and changes nothing. Channels are matched by name: an added one
   /// is joined; a removed one takes no new session and is left once its sessions under way
@@ -219,9 +221,9 @@ class daemon final : public receiver_sink {
   std::unique_ptr<receiver_engine> m_engine;
   /// Authentication, one keyring per channel (each trusts its own senders).
   std::vector<std::unique_ptr<auth::receiver_keys>> m_keys;
-  std::set<session_id> m_keys_saved;     ///< sessions whose keys are saved under temp/keys
+  std::set<session_id> m_keys_saved;  ///< sessions whose keys are saved under temp/keys
   std::vector<std::byte> m_send_buffer;
-  std::uint64_t m_unknown_unicast = 0;   ///< unicast datagrams of sessions no channel knows
+  std::uint64_t m_unknown_unicast = 0;  ///< unicast datagrams of sessions no channel knows
   net::batch_receiver m_receiver;
   /// Reads the control socket in the middle of a channel's batch (poll_control), so its own
   /// buffers are not m_receiver's, which hold that batch.
@@ -242,7 +244,7 @@ class daemon final : public receiver_sink {
     std::unique_ptr<unicast::client> client;
     std::uint64_t generation = 0;
     bool paused = false;
-    std::uint64_t bytes = 0;  ///< payload received
+    std::uint64_t bytes = 0;                                     ///< payload received
     std::optional<std::chrono::steady_clock::time_point> first;  ///< first payload byte
     std::chrono::steady_clock::time_point last{};                ///< latest payload byte
   };

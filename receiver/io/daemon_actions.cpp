@@ -48,8 +48,9 @@ std::optional<sha256_digest> digest_of(int fd, std::uint64_t size, std::int64_t 
 void daemon::open_journal() {
   const auto file = m_cfg.journal.empty() ? m_cfg.temp / "journal.db" : m_cfg.journal;
   try {
-    m_journal = std::make_unique<delivery_journal>(
-        file, m_cfg.sync == sync_mode::none ? sqlite::durability::normal : sqlite::durability::full);
+    m_journal = std::make_unique<delivery_journal>(file, m_cfg.sync == sync_mode::none
+                                                             ? sqlite::durability::normal
+                                                             : sqlite::durability::full);
   } catch (const sqlite::error& e) {
     throw config_error(std::string("delivery journal: ") + e.what() +
                        " (set journal = \"FILE\" to a writable place)");
@@ -129,10 +130,10 @@ void daemon::flush_deliveries() {
     m_journal->deliver_batch(batch);
   } catch (const std::exception& e) {
     // The intents stay: the next start finds these files in place and journals them then.
-    m_log->error("journal {}: cannot record {} deliver{} ({}): their actions run after the "
-                 "next restart",
-                 m_journal->file().string(), batch.size(), batch.size() == 1 ? "y" : "ies",
-                 e.what());
+    m_log->error(
+        "journal {}: cannot record {} deliver{} ({}): their actions run after the "
+        "next restart",
+        m_journal->file().string(), batch.size(), batch.size() == 1 ? "y" : "ies", e.what());
     return;
   }
   for (const auto& e : batch) {
@@ -189,10 +190,11 @@ void daemon::recover_intents() {
     }
   }
   if (!left.empty()) {
-    m_log->info("journal: {} product{} renamed into place before the last stop were not yet "
-                "journaled as delivered: {} found in place (journaled now, actions queued), {} "
-                "dropped",
-                left.size(), left.size() == 1 ? "" : "s", delivered, left.size() - delivered);
+    m_log->info(
+        "journal: {} product{} renamed into place before the last stop were not yet "
+        "journaled as delivered: {} found in place (journaled now, actions queued), {} "
+        "dropped",
+        left.size(), left.size() == 1 ? "" : "s", delivered, left.size() - delivered);
   }
 }
 
@@ -219,8 +221,8 @@ void daemon::run_retention() {
     const auto& ch = m_cfg.channels[c];
     // A channel a reload removed or replaced: its live successor (same name) does this.
     if (m_retired[c] || !ch.retention_max_age) continue;
-    const auto before =
-        now - std::chrono::duration_cast<std::chrono::system_clock::duration>(*ch.retention_max_age);
+    const auto before = now - std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                                  *ch.retention_max_age);
     std::vector<delivery_row> rows;
     try {
       rows = m_journal->expired(ch.name, before, retention_batch);
@@ -266,8 +268,8 @@ void daemon::run_retention() {
     }
   }
   try {
-    const auto cut =
-        now - std::chrono::duration_cast<std::chrono::system_clock::duration>(m_cfg.journal_max_age);
+    const auto cut = now - std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                               m_cfg.journal_max_age);
     if (const auto n = m_journal->prune(cut)) {
       m_log->info("journal: {} deliveries older than journal_max_age forgotten", n);
     }

@@ -55,9 +55,10 @@ void daemon::setup_keys() {
   for (const auto& ch : m_cfg.channels) {
     m_keys.push_back(channel_keys(ch));
     if (ch.trusted_senders.empty()) {
-      m_log->warn("channel {}: no trusted_senders: any host that can reach {} can write products "
-                  "into {}",
-                  ch.name, ch.group.to_string(), ch.dest.string());
+      m_log->warn(
+          "channel {}: no trusted_senders: any host that can reach {} can write products "
+          "into {}",
+          ch.name, ch.group.to_string(), ch.dest.string());
     } else {
       m_log->info("channel {}: accepts sessions signed by {} trusted sender key{}", ch.name,
                   ch.trusted_senders.size(), ch.trusted_senders.size() == 1 ? "" : "s");
@@ -94,8 +95,8 @@ std::error_code daemon::authenticate(std::size_t index, std::span<const std::byt
     }
   }
   if (!keys) {
-    const bool any_required = std::any_of(m_keys.begin(), m_keys.end(),
-                                          [](const auto& k) { return k->required(); });
+    const bool any_required =
+        std::any_of(m_keys.begin(), m_keys.end(), [](const auto& k) { return k->required(); });
     if (any_required || d.size() < wire::header_size ||
         std::to_integer<std::uint8_t>(d[2]) != wire::version) {
       ++m_unknown_unicast;
@@ -105,7 +106,8 @@ std::error_code daemon::authenticate(std::size_t index, std::span<const std::byt
     return {};
   }
   if (auto ec = keys->open(d, now, out, from)) return ec;
-  if (std::to_integer<std::uint8_t>(d[3]) == static_cast<std::uint8_t>(wire::msg_type::register_reply)) {
+  if (std::to_integer<std::uint8_t>(d[3]) ==
+      static_cast<std::uint8_t>(wire::msg_type::register_reply)) {
     save_keys(session_id{load_be32(d.data() + 4)}, channel);
   }
   return {};
@@ -148,10 +150,12 @@ void daemon::after_open(const endpoint& from) {
   }
 }
 
-bool daemon::announce_repeat(std::size_t index, std::span<const std::byte> d, time_point now) const {
+bool daemon::announce_repeat(std::size_t index, std::span<const std::byte> d,
+                             time_point now) const {
   if (index >= m_keys.size() || d.size() < wire::header_size ||
       std::to_integer<std::uint8_t>(d[2]) != wire::authenticated_version ||
-      static_cast<wire::msg_type>(std::to_integer<std::uint8_t>(d[3])) != wire::msg_type::announce) {
+      static_cast<wire::msg_type>(std::to_integer<std::uint8_t>(d[3])) !=
+          wire::msg_type::announce) {
     return false;
   }
   const session_id s{load_be32(d.data() + 4)};
@@ -185,9 +189,10 @@ void daemon::save_keys(session_id s, std::size_t channel) {
   const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
   std::string content(1, static_cast<char>(channel));
   content += *blob;
-  if (fd < 0 || ::write(fd, content.data(), content.size()) != static_cast<ssize_t>(content.size())) {
-    m_log->warn("session {}: cannot save its keys in {} ({}): a restart will not resume it",
-                s, file.string(), std::strerror(errno));
+  if (fd < 0 ||
+      ::write(fd, content.data(), content.size()) != static_cast<ssize_t>(content.size())) {
+    m_log->warn("session {}: cannot save its keys in {} ({}): a restart will not resume it", s,
+                file.string(), std::strerror(errno));
   } else {
     m_keys_saved.insert(s);
   }
@@ -207,8 +212,7 @@ void daemon::restore_keys(session_id s) {
   }
   if (!channel || *channel >= m_keys.size() ||
       !m_keys[*channel]->import_session(s, std::string_view(content).substr(1))) {
-    m_log->warn("session {}: its saved keys are unusable; it resumes only if announced again",
-                s);
+    m_log->warn("session {}: its saved keys are unusable; it resumes only if announced again", s);
     return;
   }
   m_keys_saved.insert(s);

@@ -56,8 +56,8 @@ std::vector<wis2_action> parse_actions(const toml::node& node, const std::string
     const std::string k = key + "[" + std::to_string(i) + "]";
     const auto* at = arr->get(i)->as_table();
     if (!at) throw config_error(k + " must be a table ([[channel.action]])");
-    static const char* known[] = {"type", "broker", "topic", "base_url", "data_id_prefix",
-                                  "qos", "username", "password", "max_queued"};
+    static const char* known[] = {"type", "broker",   "topic",    "base_url",  "data_id_prefix",
+                                  "qos",  "username", "password", "max_queued"};
     for (const auto& [name, v] : *at) {
       if (std::find(std::begin(known), std::end(known), std::string(name.str())) ==
           std::end(known)) {
@@ -68,10 +68,12 @@ std::vector<wis2_action> parse_actions(const toml::node& node, const std::string
     const auto type = (*at)["type"];
     if (!type) throw config_error(k + " needs type = \"wis2\"");
     const auto t = require_type<std::string>(*type.node(), k + ".type", "a string");
-    if (t != "wis2") throw config_error(k + ".type = \"" + t + "\": the only action type is \"wis2\"");
+    if (t != "wis2")
+      throw config_error(k + ".type = \"" + t + "\": the only action type is \"wis2\"");
     wis2_action a;
     auto str = [&](const char* name, std::string& v) {
-      if (auto n = (*at)[name]) v = require_type<std::string>(*n.node(), k + "." + name, "a string");
+      if (auto n = (*at)[name])
+        v = require_type<std::string>(*n.node(), k + "." + name, "a string");
     };
     std::string broker;
     str("broker", broker);
@@ -127,8 +129,8 @@ std::vector<action_config> parse_receipt_actions(const toml::node& node) {
     std::string k = "action[" + std::to_string(i) + "]";
     const auto* at = arr->get(i)->as_table();
     if (!at) throw config_error(k + " must be a table ([[action]])");
-    static const char* known[] = {"name", "channel", "match", "exec", "link", "copy",
-                                  "timeout", "concurrency", "retries", "retry_delay"};
+    static const char* known[] = {"name", "channel", "match",       "exec",    "link",
+                                  "copy", "timeout", "concurrency", "retries", "retry_delay"};
     for (const auto& [name, v] : *at) {
       if (std::find(std::begin(known), std::end(known), std::string(name.str())) ==
           std::end(known)) {
@@ -137,12 +139,16 @@ std::vector<action_config> parse_receipt_actions(const toml::node& node) {
       }
     }
     action_config a;
-    if (auto n = (*at)["name"]) a.name = require_type<std::string>(*n.node(), k + ".name", "a string");
+    if (auto n = (*at)["name"])
+      a.name = require_type<std::string>(*n.node(), k + ".name", "a string");
     if (!a.name.empty()) k = "action '" + a.name + "'";
     a.channel = "*";
-    if (auto n = (*at)["channel"]) a.channel = require_type<std::string>(*n.node(), k + ".channel", "a string");
-    if (auto n = (*at)["match"]) a.match = require_type<std::string>(*n.node(), k + ".match", "a string");
-    else throw config_error(k + " needs match = \"REGEX\" (ECMAScript, searched in the product path)");
+    if (auto n = (*at)["channel"])
+      a.channel = require_type<std::string>(*n.node(), k + ".channel", "a string");
+    if (auto n = (*at)["match"])
+      a.match = require_type<std::string>(*n.node(), k + ".match", "a string");
+    else
+      throw config_error(k + " needs match = \"REGEX\" (ECMAScript, searched in the product path)");
     // libstdc++ compiles and matches regular expressions recursively: a bounded pattern keeps
     // the stack bounded (product paths are at most max_path_bytes = 1024, common/path_check.hpp).
     if (a.match.size() > max_match_bytes) {
@@ -151,29 +157,32 @@ std::vector<action_config> parse_receipt_actions(const toml::node& node) {
     try {
       a.re = std::regex(a.match, std::regex::ECMAScript | std::regex::optimize);
     } catch (const std::regex_error& e) {
-      throw config_error(k + ".match = \"" + a.match + "\" is not a valid regular expression: " +
-                         e.what());
+      throw config_error(k + ".match = \"" + a.match +
+                         "\" is not a valid regular expression: " + e.what());
     }
     int kinds = 0;
     if (auto n = (*at)["exec"]) {
       ++kinds;
       a.kind = action_kind::exec;
       const auto* argv = n.as_array();
-      if (!argv) throw config_error(k + ".exec must be an array of strings: [\"/path/prog\", \"{path}\"]");
+      if (!argv)
+        throw config_error(k + ".exec must be an array of strings: [\"/path/prog\", \"{path}\"]");
       for (std::size_t j = 0; j < argv->size(); ++j) {
         const auto* v = argv->get(j)->as_string();
         if (!v) throw config_error(k + ".exec must be an array of strings");
         a.argv.push_back(v->get());
       }
     }
-    for (auto [name, kind] : {std::pair{"link", action_kind::link}, std::pair{"copy", action_kind::copy}}) {
+    for (auto [name, kind] :
+         {std::pair{"link", action_kind::link}, std::pair{"copy", action_kind::copy}}) {
       if (auto n = (*at)[name]) {
         ++kinds;
         a.kind = kind;
         a.target = require_type<std::string>(*n.node(), k + "." + name, "a path template string");
       }
     }
-    if (kinds != 1) throw config_error(k + " needs exactly one of exec = [...], link = \"...\", copy = \"...\"");
+    if (kinds != 1)
+      throw config_error(k + " needs exactly one of exec = [...], link = \"...\", copy = \"...\"");
     if (auto n = (*at)["timeout"]) a.timeout = age_setting(*n.node(), k + ".timeout");
     if (auto n = (*at)["retry_delay"]) a.retry_delay = age_setting(*n.node(), k + ".retry_delay");
     if (auto n = (*at)["concurrency"]) {
@@ -211,8 +220,9 @@ std::optional<endpoint> parse_http_setting(const std::string& text, const std::s
   const auto e = any_port ? parse_endpoint(std::string_view(text).substr(0, text.size() - 2), 0)
                           : parse_endpoint(text);
   if (!e || e->is_multicast()) {
-    throw config_error(what + " \"" + text +
-                       "\" is not a local ADDR:PORT to serve status on (e.g. 127.0.0.1:9611) or \"off\"");
+    throw config_error(
+        what + " \"" + text +
+        "\" is not a local ADDR:PORT to serve status on (e.g. 127.0.0.1:9611) or \"off\"");
   }
   return e;
 }
@@ -253,13 +263,32 @@ namespace {
 daemon_config from_table(const toml::table& t, const std::string& source) {
   daemon_config cfg;
   std::filesystem::path default_dest;
-  static const char* known[] = {"id", "interface", "dest", "temp", "sync", "buffer_pool",
-                                "socket_buffer", "session_timeout", "status_interval",
+  static const char* known[] = {"id",
+                                "interface",
+                                "dest",
+                                "temp",
+                                "sync",
+                                "buffer_pool",
+                                "socket_buffer",
+                                "session_timeout",
+                                "status_interval",
                                 "checkpoint_interval",
-                                "status_file", "http", "log", "channel", "max_sessions",
-                                "max_sessions_per_source", "session_memory", "total_memory",
-                                "disk_reserve", "disk_reserve_percent", "session_quota", "key_file",
-                                "trusted_senders", "journal", "action", "retention"};
+                                "status_file",
+                                "http",
+                                "log",
+                                "channel",
+                                "max_sessions",
+                                "max_sessions_per_source",
+                                "session_memory",
+                                "total_memory",
+                                "disk_reserve",
+                                "disk_reserve_percent",
+                                "session_quota",
+                                "key_file",
+                                "trusted_senders",
+                                "journal",
+                                "action",
+                                "retention"};
   for (const auto& [k, v] : t) {
     if (std::find(std::begin(known), std::end(known), std::string(k.str())) == std::end(known)) {
       throw config_error(source + ": unknown setting '" + std::string(k.str()) + "' (" +
@@ -278,7 +307,9 @@ daemon_config from_table(const toml::table& t, const std::string& source) {
   if (auto n = t["sync"]) {
     const auto s = require_type<std::string>(*n.node(), "sync", "a string");
     const auto m = parse_sync_mode(s);
-    if (!m) throw config_error(std::string("'sync' must be one of ") + sync_mode_names + ", not \"" + s + "\"");
+    if (!m)
+      throw config_error(std::string("'sync' must be one of ") + sync_mode_names + ", not \"" + s +
+                         "\"");
     cfg.sync = *m;
   }
   auto size_setting = [&](const char* key, auto& out) {
@@ -288,12 +319,15 @@ daemon_config from_table(const toml::table& t, const std::string& source) {
       // 5.4e31 to int64 with a cast that is undefined behaviour out of range (found by
       // tests/fuzz/config_fuzz).
       if (!n.is_string() && !n.is_integer()) {
-        throw config_error(std::string("'") + key + "' must be a size like \"32M\" or a whole number of bytes (" +
+        throw config_error(std::string("'") + key +
+                           "' must be a size like \"32M\" or a whole number of bytes (" +
                            where(n.node()->source()) + ")");
       }
-      const auto s = n.is_string() ? *n.value<std::string>() : std::to_string(*n.value<std::int64_t>());
+      const auto s =
+          n.is_string() ? *n.value<std::string>() : std::to_string(*n.value<std::int64_t>());
       const auto v = parse_size(s);
-      if (!v) throw config_error(std::string("'") + key + "' = \"" + s + "\" is not a size (e.g. 32M)");
+      if (!v)
+        throw config_error(std::string("'") + key + "' = \"" + s + "\" is not a size (e.g. 32M)");
       if (*v > static_cast<std::uint64_t>(std::numeric_limits<out_t>::max())) {
         throw config_error(std::string("'") + key + "' = \"" + s + "\" is too large");
       }
@@ -337,18 +371,21 @@ daemon_config from_table(const toml::table& t, const std::string& source) {
     cfg.status_file = require_type<std::string>(*n.node(), "status_file", "a string");
   }
   if (auto n = t["http"]) {
-    cfg.http = parse_http_setting(require_type<std::string>(*n.node(), "http", "a string"), "'http' =");
+    cfg.http =
+        parse_http_setting(require_type<std::string>(*n.node(), "http", "a string"), "'http' =");
     cfg.http_explicit = true;
   }
   if (auto lt = t["log"].as_table()) {
     if (auto n = (*lt)["level"]) {
       try {
-        cfg.log.level = parse_log_level(require_type<std::string>(*n.node(), "log.level", "a string"));
+        cfg.log.level =
+            parse_log_level(require_type<std::string>(*n.node(), "log.level", "a string"));
       } catch (const std::invalid_argument& e) {
         throw config_error(std::string("log.level: ") + e.what());
       }
     }
-    if (auto n = (*lt)["file"]) cfg.log.file = require_type<std::string>(*n.node(), "log.file", "a string");
+    if (auto n = (*lt)["file"])
+      cfg.log.file = require_type<std::string>(*n.node(), "log.file", "a string");
   }
   auto key_list = [](const auto& n, const std::string& key) {
     std::vector<crypto::key32> keys;
@@ -365,20 +402,26 @@ daemon_config from_table(const toml::table& t, const std::string& source) {
     }
     return keys;
   };
-  if (auto n = t["journal"]) cfg.journal = require_type<std::string>(*n.node(), "journal", "a string");
+  if (auto n = t["journal"])
+    cfg.journal = require_type<std::string>(*n.node(), "journal", "a string");
   if (auto n = t["action"]) cfg.actions = parse_receipt_actions(*n.node());
   if (auto n = t["retention"]) {
     const auto* rt = n.as_table();
     if (!rt) throw config_error("'retention' must be a table: [retention]");
     for (const auto& [name, v] : *rt) {
       const std::string nm(name.str());
-      if (nm == "max_age") cfg.retention_max_age = age_setting(v, "retention.max_age");
-      else if (nm == "interval") cfg.retention_interval = age_setting(v, "retention.interval");
-      else if (nm == "journal_max_age") cfg.journal_max_age = age_setting(v, "retention.journal_max_age");
-      else throw config_error("retention: unknown setting '" + nm + "' (" + where(v.source()) + ")");
+      if (nm == "max_age")
+        cfg.retention_max_age = age_setting(v, "retention.max_age");
+      else if (nm == "interval")
+        cfg.retention_interval = age_setting(v, "retention.interval");
+      else if (nm == "journal_max_age")
+        cfg.journal_max_age = age_setting(v, "retention.journal_max_age");
+      else
+        throw config_error("retention: unknown setting '" + nm + "' (" + where(v.source()) + ")");
     }
   }
-  if (auto n = t["key_file"]) cfg.key_file = require_type<std::string>(*n.node(), "key_file", "a string");
+  if (auto n = t["key_file"])
+    cfg.key_file = require_type<std::string>(*n.node(), "key_file", "a string");
   std::vector<crypto::key32> default_trusted;
   if (auto n = t["trusted_senders"]) default_trusted = key_list(n, "trusted_senders");
   if (auto arr = t["channel"].as_array()) {
@@ -387,12 +430,14 @@ daemon_config from_table(const toml::table& t, const std::string& source) {
       const std::string key = "channel[" + std::to_string(i) + "]";
       if (!ct) throw config_error(key + " must be a table ([[channel]])");
       channel_config ch;
-      if (auto n = (*ct)["name"]) ch.name = require_type<std::string>(*n.node(), key + ".name", "a string");
+      if (auto n = (*ct)["name"])
+        ch.name = require_type<std::string>(*n.node(), key + ".name", "a string");
       const auto g = (*ct)["group"];
       if (!g) throw config_error(key + " needs group = \"ADDR:PORT\"");
       ch.group = parse_group(require_type<std::string>(*g.node(), key + ".group", "a string"),
                              key + ".group");
-      if (auto n = (*ct)["dest"]) ch.dest = require_type<std::string>(*n.node(), key + ".dest", "a string");
+      if (auto n = (*ct)["dest"])
+        ch.dest = require_type<std::string>(*n.node(), key + ".dest", "a string");
       if (auto n = (*ct)["trusted_senders"]) {
         ch.trusted_senders = key_list(n, key + ".trusted_senders");
       } else {
@@ -445,8 +490,8 @@ void validate(const daemon_config& cfg) {
       throw config_error("channel " + ch.name + " has no destination: set --dest or dest = ...");
     }
     if (ch.group.v6 != cfg.interface.v6) {
-      throw config_error("channel " + ch.name + " and interface " +
-                         cfg.interface.address_string() + " are of different address families");
+      throw config_error("channel " + ch.name + " and interface " + cfg.interface.address_string() +
+                         " are of different address families");
     }
   }
   if (cfg.temp.empty()) throw config_error("no temp directory: set --temp or temp = ...");
@@ -462,9 +507,12 @@ void validate(const daemon_config& cfg) {
     if (a.kind == action_kind::exec) {
       struct stat st {};
       std::string why;
-      if (::stat(a.argv[0].c_str(), &st) != 0) why = std::strerror(errno);
-      else if (!S_ISREG(st.st_mode)) why = "not a regular file";
-      else if (::access(a.argv[0].c_str(), X_OK) != 0) why = std::strerror(errno);
+      if (::stat(a.argv[0].c_str(), &st) != 0)
+        why = std::strerror(errno);
+      else if (!S_ISREG(st.st_mode))
+        why = "not a regular file";
+      else if (::access(a.argv[0].c_str(), X_OK) != 0)
+        why = std::strerror(errno);
       if (!why.empty()) {
         throw config_error("action '" + a.name + "': exec[0] = \"" + a.argv[0] +
                            "\" is not an executable file (" + why + ")");

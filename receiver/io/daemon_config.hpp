@@ -5,9 +5,9 @@
 #include "common/crypto.hpp"
 #include "common/endpoint.hpp"
 #include "common/logging.hpp"
+#include "common/wis2/wis2_publisher.hpp"
 #include "receiver/io/action_config.hpp"
 #include "receiver/storage/file_store.hpp"
-#include "common/wis2/wis2_publisher.hpp"
 
 #include <chrono>
 #include <filesystem>
@@ -21,9 +21,9 @@ namespace mcdist::receiver {
 
 /// A channel this receiver subscribes to.
 struct channel_config {
-  std::string name;                 ///< for logs
-  endpoint group;                   ///< multicast group + port
-  std::filesystem::path dest;       ///< destination tree of sessions on this channel
+  std::string name;            ///< for logs
+  endpoint group;              ///< multicast group + port
+  std::filesystem::path dest;  ///< destination tree of sessions on this channel
   /// Ed25519 keys of the senders whose sessions this channel accepts (docs/security.md). Empty:
   /// any host that reaches the group can write into dest (mcdistd warns at start).
   std::vector<crypto::key32> trusted_senders;
@@ -46,10 +46,10 @@ std::optional<endpoint> parse_http_setting(const std::string& text, const std::s
 
 /// Everything mcdistd needs.
 struct daemon_config {
-  std::string id;                   ///< receiver id (wire::valid_receiver_id)
-  endpoint interface;               ///< local address to join on and send from
+  std::string id;      ///< receiver id (wire::valid_receiver_id)
+  endpoint interface;  ///< local address to join on and send from
   std::vector<channel_config> channels;
-  std::filesystem::path temp;       ///< temp files and checkpoints; same filesystem as dest
+  std::filesystem::path temp;  ///< temp files and checkpoints; same filesystem as dest
   /// This site's secret key file (mcdist-keygen, mode 0600). Empty: temp/site.key, made at
   /// the first start, so the site keeps one key across restarts.
   std::filesystem::path key_file;
@@ -68,8 +68,8 @@ struct daemon_config {
   std::optional<std::filesystem::path> status_file;  ///< JSON status, rewritten every interval
   // Budgets (README "mcdistd configuration", design notes "Budgets"); defaults are the
   // engine's and the store's.
-  std::uint32_t max_sessions = 64;             ///< receiver_config::max_sessions
-  std::uint32_t max_sessions_per_source = 4;   ///< receiver_config::max_sessions_per_source
+  std::uint32_t max_sessions = 64;            ///< receiver_config::max_sessions
+  std::uint32_t max_sessions_per_source = 4;  ///< receiver_config::max_sessions_per_source
   std::uint64_t session_memory_bytes = std::uint64_t{256} << 20;  ///< receiver_config
   std::uint64_t total_memory_bytes = std::uint64_t{1} << 30;      ///< receiver_config
   std::uint64_t disk_reserve_bytes = std::uint64_t{1} << 30;      ///< storage_config

@@ -3,9 +3,9 @@
 // destination roots, the keyrings and the status board all name a channel by index, so a
 // removed channel keeps its index (retired) and a new one takes the next.
 
+#include "checkpoint.pb.h"
 #include "common/byte_order.hpp"
 #include "common/wire.hpp"
-#include "checkpoint.pb.h"
 #include "receiver/io/daemon.hpp"
 
 #include <fmt/format.h>
@@ -30,8 +30,8 @@ bool same_wis2(const std::vector<wis2_action>& a, const std::vector<wis2_action>
 
 bool same_actions(const std::vector<action_config>& a, const std::vector<action_config>& b) {
   const auto key = [](const action_config& x) {
-    return std::tie(x.name, x.channel, x.match, x.kind, x.argv, x.target, x.timeout,
-                    x.concurrency, x.retries, x.retry_delay);
+    return std::tie(x.name, x.channel, x.match, x.kind, x.argv, x.target, x.timeout, x.concurrency,
+                    x.retries, x.retry_delay);
   };
   return std::equal(a.begin(), a.end(), b.begin(), b.end(),
                     [&](const auto& x, const auto& y) { return key(x) == key(y); });
@@ -96,13 +96,13 @@ void daemon::save_channel_table() {
   {
     std::ofstream out(tmp, std::ios::trunc);
     for (std::size_t i = 0; i < m_cfg.channels.size(); ++i) {
-      out << i << '\t' << m_cfg.channels[i].name << '\t' << m_cfg.channels[i].dest.string()
-          << '\n';
+      out << i << '\t' << m_cfg.channels[i].name << '\t' << m_cfg.channels[i].dest.string() << '\n';
     }
     if (!out) {
-      m_log->warn("cannot write {}: a restart may not resume sessions of channels a reload "
-                  "added",
-                  tmp);
+      m_log->warn(
+          "cannot write {}: a restart may not resume sessions of channels a reload "
+          "added",
+          tmp);
       return;
     }
   }
@@ -148,7 +148,8 @@ std::optional<std::string> daemon::remap_checkpoint(std::string blob) const {
 void daemon::add_channel(const channel_config& ch) {
   const std::size_t index = m_cfg.channels.size();
   m_sockets.push_back(net::open_channel_socket(
-      m_io, net::channel_socket_options{ch.group, m_cfg.interface, m_cfg.socket_buffer_bytes, true}));
+      m_io,
+      net::channel_socket_options{ch.group, m_cfg.interface, m_cfg.socket_buffer_bytes, true}));
   m_cfg.channels.push_back(ch);
   m_retired.push_back(false);
   m_keys.push_back(channel_keys(ch));
@@ -159,17 +160,18 @@ void daemon::add_channel(const channel_config& ch) {
     m_wis2.push_back({index, std::make_unique<wis2_publisher>(a, ch.name, m_log)});
   }
   if (ch.trusted_senders.empty()) {
-    m_log->warn("channel {}: no trusted_senders: any host that can reach {} can write products "
-                "into {}",
-                ch.name, ch.group.to_string(), ch.dest.string());
+    m_log->warn(
+        "channel {}: no trusted_senders: any host that can reach {} can write products "
+        "into {}",
+        ch.name, ch.group.to_string(), ch.dest.string());
   }
   do_receive(index);
 }
 
 void daemon::close_idle_channels() {
   for (std::size_t i = 0; i < m_sockets.size(); ++i) {
-    if (!m_retired[i] || !m_sockets[i].is_open() || m_engine->active_sessions_on(
-                                                         static_cast<std::uint32_t>(i)) > 0) {
+    if (!m_retired[i] || !m_sockets[i].is_open() ||
+        m_engine->active_sessions_on(static_cast<std::uint32_t>(i)) > 0) {
       continue;
     }
     boost::system::error_code ignored;
@@ -232,8 +234,8 @@ bool daemon::reload(const std::function<daemon_config()>& source) {
       }
       // Bind and join once here: a group that cannot be joined fails the reload whole.
       auto probe = net::open_channel_socket(
-          m_io, net::channel_socket_options{ch->group, m_cfg.interface, m_cfg.socket_buffer_bytes,
-                                            true});
+          m_io,
+          net::channel_socket_options{ch->group, m_cfg.interface, m_cfg.socket_buffer_bytes, true});
       boost::system::error_code ignored;
       probe.close(ignored);
     }
@@ -279,8 +281,8 @@ bool daemon::reload(const std::function<daemon_config()>& source) {
   publish_dest_names();
   save_channel_table();
   if (!same_actions(m_cfg.actions, next.actions)) {
-    changes.push_back(fmt::format("actions replaced ({} -> {})", m_cfg.actions.size(),
-                                  next.actions.size()));
+    changes.push_back(
+        fmt::format("actions replaced ({} -> {})", m_cfg.actions.size(), next.actions.size()));
     m_actions->replace_actions(next.actions);
     m_cfg.actions = next.actions;
   }
@@ -305,9 +307,10 @@ bool daemon::reload(const std::function<daemon_config()>& source) {
   }
   m_cfg.trusted_senders = next.trusted_senders;
   for (const auto& name : restart_only_changes(m_cfg, next)) {
-    m_log->warn("SIGHUP: {} changed in the configuration but needs a restart: keeping the "
-                "running value",
-                name);
+    m_log->warn(
+        "SIGHUP: {} changed in the configuration but needs a restart: keeping the "
+        "running value",
+        name);
     changes.push_back(name + " needs a restart");
   }
   ++m_reloads_ok;

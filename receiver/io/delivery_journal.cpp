@@ -125,7 +125,8 @@ void delivery_journal::record_intents(std::span<const delivery_intent> intents) 
 std::vector<delivery_intent> delivery_journal::intents() {
   std::lock_guard lock(m_mutex);
   auto st = m_db.prepare(
-      "SELECT id, channel, dest, relpath, size, mtime_ns, sha256, session FROM intents ORDER BY id");
+      "SELECT id, channel, dest, relpath, size, mtime_ns, sha256, session FROM intents ORDER BY "
+      "id");
   std::vector<delivery_intent> out;
   while (st.step()) {
     delivery_intent i;
@@ -163,8 +164,8 @@ struct deliver_statements {
   sqlite::statement insert_delivery;
   sqlite::statement insert_run;
   explicit deliver_statements(sqlite::database& db)
-      : drop_intent(db.prepare(
-            "DELETE FROM intents WHERE dest = ?1 AND relpath = ?2 AND sha256 = ?3")),
+      : drop_intent(
+            db.prepare("DELETE FROM intents WHERE dest = ?1 AND relpath = ?2 AND sha256 = ?3")),
         insert_delivery(db.prepare(
             "INSERT INTO deliveries(channel, dest, relpath, path, size, mtime_ns, sha256, "
             "session, sender_key, delivered_at) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)")),
@@ -180,8 +181,10 @@ std::int64_t deliver_one(sqlite::database& db, deliver_statements& st, const del
   ins.bind(1, d.channel).bind(2, d.dest).bind(3, d.relpath).bind(4, d.path);
   ins.bind(5, static_cast<std::int64_t>(d.size)).bind(6, d.mtime_ns).bind(7, d.sha256);
   ins.bind(8, d.session);
-  if (d.sender_key.empty()) ins.bind_null(9);
-  else ins.bind(9, d.sender_key);
+  if (d.sender_key.empty())
+    ins.bind_null(9);
+  else
+    ins.bind(9, d.sender_key);
   ins.bind(10, journal_time(d.delivered_at));
   ins.run();
   const std::int64_t id = db.last_insert_rowid();
@@ -216,10 +219,10 @@ void delivery_journal::deliver_batch(std::span<batch_entry> entries) {
 
 std::vector<action_run_row> delivery_journal::unfinished_runs() {
   std::lock_guard lock(m_mutex);
-  auto st = m_db.prepare(std::string("SELECT r.id, r.action, r.state, r.attempt, ") +
-                         delivery_columns +
-                         " FROM action_runs r JOIN deliveries d ON d.id = r.delivery_id "
-                         "WHERE r.state IN ('pending', 'running') ORDER BY r.id");
+  auto st =
+      m_db.prepare(std::string("SELECT r.id, r.action, r.state, r.attempt, ") + delivery_columns +
+                   " FROM action_runs r JOIN deliveries d ON d.id = r.delivery_id "
+                   "WHERE r.state IN ('pending', 'running') ORDER BY r.id");
   std::vector<action_run_row> out;
   while (st.step()) {
     action_run_row r;
@@ -256,8 +259,10 @@ void delivery_journal::run_ended(std::int64_t run_id, std::string_view state,
       "WHERE id = ?1");
   st.bind(1, run_id).bind(2, state).bind(3, journal_time(now));
   st.bind(4, exit_status ? std::optional<std::int64_t>(*exit_status) : std::nullopt);
-  if (error.empty()) st.bind_null(5);
-  else st.bind(5, error);
+  if (error.empty())
+    st.bind_null(5);
+  else
+    st.bind(5, error);
   st.run();
 }
 

@@ -54,7 +54,8 @@ std::error_code load_sequences(const std::filesystem::path& file, sequence_book&
     return ec;
   }
   if (auto pe = book.parse(text)) {
-    detail = file.string() + " is not a version-1 sequence state (damaged or from another "
+    detail = file.string() +
+             " is not a version-1 sequence state (damaged or from another "
              "version)";
     return pe;
   }

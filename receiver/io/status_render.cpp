@@ -46,18 +46,12 @@ std::string clock_time(wall_time t) {
 
 const char* level_name(spdlog::level::level_enum l) {
   switch (l) {
-    case spdlog::level::warn:
-      return "warning";
-    case spdlog::level::err:
-      return "error";
-    case spdlog::level::critical:
-      return "critical";
-    case spdlog::level::info:
-      return "info";
-    case spdlog::level::debug:
-      return "debug";
-    default:
-      return "trace";
+    case spdlog::level::warn: return "warning";
+    case spdlog::level::err: return "error";
+    case spdlog::level::critical: return "critical";
+    case spdlog::level::info: return "info";
+    case spdlog::level::debug: return "debug";
+    default: return "trace";
   }
 }
 
@@ -172,8 +166,7 @@ std::string render_metrics(const status_snapshot& s) {
     for (const auto& w : s.wis2) {
       p.sample({{"channel", w.channel}, {"topic", w.topic}, {"outcome", "published"}},
                w.stats.published);
-      p.sample({{"channel", w.channel}, {"topic", w.topic}, {"outcome", "failed"}},
-               w.stats.failed);
+      p.sample({{"channel", w.channel}, {"topic", w.topic}, {"outcome", "failed"}}, w.stats.failed);
       p.sample({{"channel", w.channel}, {"topic", w.topic}, {"outcome", "dropped"}},
                w.stats.dropped);
     }
@@ -198,8 +191,7 @@ std::string render_metrics(const status_snapshot& s) {
       p.sample({{"action", name}, {"result", "retry"}}, as.retried);
       p.sample({{"action", name}, {"result", "failed"}}, as.failed);
     }
-    p.family("mcdist_receiver_actions_running", metric_type::gauge,
-             "Action attempts running now.");
+    p.family("mcdist_receiver_actions_running", metric_type::gauge, "Action attempts running now.");
     for (const auto& [name, as] : s.actions) p.sample({{"action", name}}, as.running);
     p.family("mcdist_receiver_actions_queued", metric_type::gauge,
              "Action runs waiting for a concurrency slot.");
@@ -357,8 +349,8 @@ std::string render_status_page(const status_snapshot& s) {
       h += "<tr><td>" + clock_time(it->at) + "</td><td>" +
            http::format_age(age_seconds(s.now, it->at)) + "</td><td class=\"path product\">" +
            html_escape(it->path) + "</td><td class=\"num\">" +
-           format_bytes(static_cast<double>(it->size)) + "</td><td>" + fmt::format("{}", it->session) +
-           "</td><td>" +
+           format_bytes(static_cast<double>(it->size)) + "</td><td>" +
+           fmt::format("{}", it->session) + "</td><td>" +
            (it->stored ? std::string("<span class=\"ok\">stored</span>")
                        : "<span class=\"bad\">failed</span>: " + html_escape(it->failure)) +
            "</td></tr>\n";

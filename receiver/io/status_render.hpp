@@ -34,7 +34,7 @@ struct status_snapshot {
   /// Configuration reloads (SIGHUP) applied and refused.
   std::uint64_t reloads_ok = 0;
   std::uint64_t reloads_failed = 0;
-  const receiver_stats* stats = nullptr;                  ///< the engine's counters
+  const receiver_stats* stats = nullptr;  ///< the engine's counters
   const status_board* board = nullptr;
   std::size_t sessions_active = 0;
   std::size_t unicast_active = 0;           ///< unicast fallback transfers running

@@ -34,9 +34,10 @@ void save_checkpoint(const store_context& ctx, session_id session, std::string_v
   const bool sync = ctx.cfg.sync != sync_mode::none;
   const posix_io& io = ctx.io;
   auto failed = [&](const char* call, int e) {
-    ctx.log().error("storage: checkpoint of session {} not saved ({} on {}): {}; the previous "
-                    "state stays",
-                    session_hex(session), call, dir.string(), std::strerror(e));
+    ctx.log().error(
+        "storage: checkpoint of session {} not saved ({} on {}): {}; the previous "
+        "state stays",
+        session_hex(session), call, dir.string(), std::strerror(e));
   };
   int e = 0;
   unique_fd dfd(ctx.open_session_dir(session, e));
@@ -76,8 +77,8 @@ std::vector<std::pair<session_id, std::string>> load_checkpoints(
     const auto size = std::filesystem::file_size(state, sec);
     if (sec) continue;
     if (size > max_checkpoint_bytes) {
-      spdlog::warn("storage: checkpoint {} is {} bytes, over the {} limit; ignored",
-                   state.string(), size, max_checkpoint_bytes);
+      spdlog::warn("storage: checkpoint {} is {} bytes, over the {} limit; ignored", state.string(),
+                   size, max_checkpoint_bytes);
       continue;
     }
     std::ifstream in(state, std::ios::binary);
@@ -91,21 +92,24 @@ std::vector<std::pair<session_id, std::string>> load_checkpoints(
     // directory is swept and the session starts over when announced again.
     checkpoint::session_header head;
     if (!head.ParseFromString(blob)) {
-      spdlog::warn("storage: checkpoint {} is damaged (not a checkpoint); ignored, the session "
-                   "starts over",
-                   state.string());
+      spdlog::warn(
+          "storage: checkpoint {} is damaged (not a checkpoint); ignored, the session "
+          "starts over",
+          state.string());
       continue;
     }
     if (head.version() > checkpoint::CURRENT) {
-      spdlog::warn("storage: checkpoint {} was written by a newer mcdist (format version {}, "
-                   "this one reads up to {}); ignored, the session starts over",
-                   state.string(), head.version(), static_cast<int>(checkpoint::CURRENT));
+      spdlog::warn(
+          "storage: checkpoint {} was written by a newer mcdist (format version {}, "
+          "this one reads up to {}); ignored, the session starts over",
+          state.string(), head.version(), static_cast<int>(checkpoint::CURRENT));
       continue;
     }
     if (head.session() != id->value) {
-      spdlog::warn("storage: checkpoint {} is of session {}, not of its directory's; "
-                   "ignored, the session starts over",
-                   state.string(), session_id{head.session()});
+      spdlog::warn(
+          "storage: checkpoint {} is of session {}, not of its directory's; "
+          "ignored, the session starts over",
+          state.string(), session_id{head.session()});
       continue;
     }
     out.emplace_back(*id, std::move(blob));

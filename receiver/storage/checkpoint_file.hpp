@@ -4,8 +4,8 @@
 /// state is enough to resume after a restart): the core's checkpoint blob
 /// (proto/checkpoint.proto, written by receiver/core/session_checkpoint.hpp; only its header
 /// is read here), kept as `temp_dir/<session id as 8 lower-case hex digits>/state` beside the
-/// session's .part files. Saved by write-to-temp and rename (state.tmp, fsync, rename, fsync the directory);
-/// read back at start-up; session directories left without usable state are swept.
+/// session's .part files. Saved by write-to-temp and rename (state.tmp, fsync, rename, fsync the
+/// directory); read back at start-up; session directories left without usable state are swept.
 
 #include "common/ids.hpp"
 

@@ -128,8 +128,10 @@ bool chunk_pool::add_data(std::uint64_t handle, std::uint64_t offset,
       slab* sl = m_free.back();
       m_free.pop_back();
       sl->refs = 1;  // the network thread's own reference while it fills the slab
-      if (n_spare < std::size(spare)) spare[n_spare++] = sl;
-      else many.push_back(sl);
+      if (n_spare < std::size(spare))
+        spare[n_spare++] = sl;
+      else
+        many.push_back(sl);
     }
     m_in_flight.fetch_add(need, std::memory_order_relaxed);
   }

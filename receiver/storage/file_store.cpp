@@ -41,10 +41,10 @@ std::size_t fit_open_files(std::size_t wanted, spdlog::logger& log) {
   if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= needed) return wanted;
   const std::uint64_t fit = rl.rlim_cur > others + 16 ? rl.rlim_cur - others : 16;
   const std::size_t n = std::min<std::size_t>(wanted, fit);
-  log.warn("storage: RLIMIT_NOFILE is {} (hard {}), below the {} needed; keeping at most {} "
-           "temp files open. Raise the limit (LimitNOFILE= in the unit file).",
-           static_cast<std::uint64_t>(rl.rlim_cur), static_cast<std::uint64_t>(rl.rlim_max),
-           needed, n);
+  log.warn(
+      "storage: RLIMIT_NOFILE is {} (hard {}), below the {} needed; keeping at most {} "
+      "temp files open. Raise the limit (LimitNOFILE= in the unit file).",
+      static_cast<std::uint64_t>(rl.rlim_cur), static_cast<std::uint64_t>(rl.rlim_max), needed, n);
   return n;
 }
 
@@ -52,8 +52,9 @@ std::size_t fit_open_files(std::size_t wanted, spdlog::logger& log) {
 void open_temp_dir(store_context& ctx) {
   const storage_config& cfg = ctx.cfg;
   if (cfg.temp_dir.empty())
-    throw std::invalid_argument("storage: temp_dir is empty; set it to a directory on the "
-                                "destination filesystem");
+    throw std::invalid_argument(
+        "storage: temp_dir is empty; set it to a directory on the "
+        "destination filesystem");
   if (cfg.max_open_files == 0)
     throw std::invalid_argument("storage: max_open_files must be at least 1");
   std::error_code ec;
@@ -122,14 +123,10 @@ struct file_store::impl {
 file_store::impl::impl(storage_config cfg, post_fn post,
                        std::function<void(store_result)> on_stored,
                        std::function<void(session_id, std::vector<held_answer>)> on_held)
-    : m_post(std::move(post)),
-      m_on_stored(std::move(on_stored)),
-      m_on_held(std::move(on_held)),
-      m_ctx{std::move(cfg), posix_io{}, nullptr, unique_fd{}, 0, {}, {}},
-      m_finalizer(m_ctx),
-      m_scanner(m_ctx),
-      m_pool(m_ctx.cfg.buffer_pool_bytes, m_ctx.cfg.chunk_bytes,
-             [this](chunk* c) { m_writer.push(chunk_job{c}); }),
+    : m_post(std::move(post)), m_on_stored(std::move(on_stored)), m_on_held(std::move(on_held)),
+      m_ctx{std::move(cfg), posix_io{}, nullptr, unique_fd{}, 0, {}, {}}, m_finalizer(m_ctx),
+      m_scanner(m_ctx), m_pool(m_ctx.cfg.buffer_pool_bytes, m_ctx.cfg.chunk_bytes,
+                               [this](chunk* c) { m_writer.push(chunk_job{c}); }),
       m_writer(m_ctx, m_pool, m_finalizer,
                fit_open_files(m_ctx.cfg.max_open_files,
                               m_ctx.cfg.log ? *m_ctx.cfg.log : *spdlog::default_logger())) {
@@ -304,14 +301,14 @@ void file_store::checkpoint(session_id session, std::string blob) {
 
 void file_store::query_held(std::vector<held_query> queries, std::filesystem::path dest_root,
                             std::function<void(std::vector<held_answer>)> done) {
-  m_impl->m_scanner.push(scan_job{
-      std::move(queries), std::move(dest_root),
-      [post = m_impl->m_post, weak = std::weak_ptr<impl>(m_impl),
-       done = std::move(done)](std::vector<held_answer> answers) mutable {
-        post([weak, done = std::move(done), answers = std::move(answers)]() mutable {
-          if (weak.lock() && done) done(std::move(answers));
-        });
-      }});
+  m_impl->m_scanner.push(
+      scan_job{std::move(queries), std::move(dest_root),
+               [post = m_impl->m_post, weak = std::weak_ptr<impl>(m_impl),
+                done = std::move(done)](std::vector<held_answer> answers) mutable {
+                 post([weak, done = std::move(done), answers = std::move(answers)]() mutable {
+                   if (weak.lock() && done) done(std::move(answers));
+                 });
+               }});
 }
 
 void file_store::add_dest_root(std::filesystem::path root) {

@@ -55,15 +55,15 @@ class file_store final : public storage_port {
  public:
   /// Counters; readable from any thread.
   struct stats {
-    std::uint64_t bytes_written = 0;     ///< file data bytes pwritten
-    std::uint64_t files_stored = 0;      ///< files delivered
-    std::uint64_t files_failed = 0;      ///< failed store_results reported
-    std::uint64_t pool_exhausted = 0;    ///< write() calls refused for want of a chunk
+    std::uint64_t bytes_written = 0;   ///< file data bytes pwritten
+    std::uint64_t files_stored = 0;    ///< files delivered
+    std::uint64_t files_failed = 0;    ///< failed store_results reported
+    std::uint64_t pool_exhausted = 0;  ///< write() calls refused for want of a chunk
     /// Pool buffers (chunk_bytes each) taken: the one being filled plus those the writer has
     /// not finished with. At most buffer_pool_bytes / chunk_bytes.
     std::uint64_t chunks_in_flight = 0;
-    std::uint64_t queue_depth = 0;       ///< jobs waiting for the writer thread
-    std::uint64_t bytes_reread = 0;      ///< bytes read back from temp files for hashing
+    std::uint64_t queue_depth = 0;   ///< jobs waiting for the writer thread
+    std::uint64_t bytes_reread = 0;  ///< bytes read back from temp files for hashing
   };
 
   /// Starts the writer, finalizer and scanner threads; creates temp_dir; raises the soft

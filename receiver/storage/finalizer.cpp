@@ -193,8 +193,8 @@ void finalizer::verify(work& w) {
   struct stat st {};
   if (::fstat(f.fd, &st) != 0) {
     const int e = errno;
-    return fail(w, errno_code(e), fmt::format("cannot stat temp file {} (fstat): {}",
-                                              f.temp_path, std::strerror(e)));
+    return fail(w, errno_code(e),
+                fmt::format("cannot stat temp file {} (fstat): {}", f.temp_path, std::strerror(e)));
   }
   const auto size = f.spec.size;
   if (static_cast<std::uint64_t>(st.st_size) > size &&
@@ -228,22 +228,25 @@ void finalizer::verify(work& w) {
                             w.dest, to_hex(w.r.digest), to_hex(f.expected)));
   }
   if (int e = io.fchmod(f.fd, static_cast<mode_t>(f.spec.mode), &f.key)) {
-    return fail(w, errno_code(e), fmt::format("cannot set mode {:o} on temp file {} (fchmod): {}",
-                                              f.spec.mode, f.temp_path, std::strerror(e)));
+    return fail(w, errno_code(e),
+                fmt::format("cannot set mode {:o} on temp file {} (fchmod): {}", f.spec.mode,
+                            f.temp_path, std::strerror(e)));
   }
   const struct timespec times[2] = {{0, UTIME_NOW}, timespec_of_ns(f.spec.mtime_ns)};
   if (int e = io.futimens(f.fd, times, &f.key)) {
-    return fail(w, errno_code(e), fmt::format("cannot set mtime on temp file {} (futimens): {}",
-                                              f.temp_path, std::strerror(e)));
+    return fail(w, errno_code(e),
+                fmt::format("cannot set mtime on temp file {} (futimens): {}", f.temp_path,
+                            std::strerror(e)));
   }
   if (m_ctx.cfg.record_digest_xattr) {
     const std::string v = digest_xattr_value(w.r.digest, size, f.spec.mtime_ns);
     const int e = io.fsetxattr(f.fd, digest_xattr_name, v, &f.key);
     if (e != 0 && !m_xattr_warned.exchange(true)) {
       // Not fatal: the file is right; query_held will hash it instead.
-      m_ctx.log().warn("storage: cannot record {} on {} (fsetxattr): {}; held files will be "
-                       "hashed to be recognised (further such failures are not logged)",
-                       digest_xattr_name, f.temp_path, std::strerror(e));
+      m_ctx.log().warn(
+          "storage: cannot record {} on {} (fsetxattr): {}; held files will be "
+          "hashed to be recognised (further such failures are not logged)",
+          digest_xattr_name, f.temp_path, std::strerror(e));
     }
   }
 }
@@ -311,13 +314,15 @@ void finalizer::open_dest_dir(work& w, dir_cache& dirs) {
       if (e != 0) {
         d.ec = errno_code(e);
         if (e == ENOTDIR) {
-          d.detail = fmt::format("{}/{} exists and is not a directory, so {} cannot be "
-                                 "created there; remove it or fix the manifest",
-                                 root, walked, f.spec.relative_path);
+          d.detail = fmt::format(
+              "{}/{} exists and is not a directory, so {} cannot be "
+              "created there; remove it or fix the manifest",
+              root, walked, f.spec.relative_path);
         } else if (e == ELOOP) {
-          d.detail = fmt::format("{}/{} is a symbolic link; files are never written through "
-                                 "links below the destination root; replace it by a directory",
-                                 root, walked);
+          d.detail = fmt::format(
+              "{}/{} is a symbolic link; files are never written through "
+              "links below the destination root; replace it by a directory",
+              root, walked);
         } else {
           d.detail = fmt::format("cannot open or create directory {}/{}: {}", root, walked,
                                  std::strerror(e));
@@ -390,14 +395,16 @@ void finalizer::rename_all(std::vector<work>& batch, dir_cache& dirs) {
                                 &w.f->key)) {
       std::string why;
       if (e == EXDEV)
-        why = "temp_dir and the destination are on different filesystems; set temp_dir on the "
-              "destination filesystem";
+        why =
+            "temp_dir and the destination are on different filesystems; set temp_dir on the "
+            "destination filesystem";
       else if (e == EISDIR)
         why = "the destination is a directory; remove it";
       else
         why = "check permissions and space on the destination filesystem";
-      fail(w, errno_code(e), fmt::format("cannot rename {} to {} (renameat): {}; {}",
-                                         w.f->temp_path, w.dest, std::strerror(e), why));
+      fail(w, errno_code(e),
+           fmt::format("cannot rename {} to {} (renameat): {}; {}", w.f->temp_path, w.dest,
+                       std::strerror(e), why));
       continue;
     }
     w.renamed = true;

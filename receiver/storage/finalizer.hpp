@@ -103,9 +103,7 @@ class finalizer {
   void wait_closed(session_id session);
 
   /// Whether the writer may hand one more open descriptor over (then it calls take_fd()).
-  bool fd_available() const noexcept {
-    return m_fds.load(std::memory_order_relaxed) < fd_budget;
-  }
+  bool fd_available() const noexcept { return m_fds.load(std::memory_order_relaxed) < fd_budget; }
   /// Counts one descriptor handed over with a fin_file (fd_counted).
   void take_fd() noexcept { m_fds.fetch_add(1, std::memory_order_relaxed); }
 

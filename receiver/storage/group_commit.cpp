@@ -41,17 +41,19 @@ group_commit::group_commit(const posix_io& io, sync_mode mode, unsigned threads,
 #ifdef MCDIST_HAVE_LIBURING
   auto r = std::make_unique<ring>();
   if (const int e = io_uring_queue_init(ring_entries, &r->r, 0); e < 0) {
-    m_log.warn("storage: io_uring unavailable ({}); sync \"uring\" uses parallel fdatasync "
-               "instead",
-               std::strerror(-e));
+    m_log.warn(
+        "storage: io_uring unavailable ({}); sync \"uring\" uses parallel fdatasync "
+        "instead",
+        std::strerror(-e));
     m_mode = sync_mode::fdatasync;
     return;
   }
   r->up = true;
   m_ring = std::move(r);
 #else
-  m_log.warn("storage: this mcdistd was built without liburing; sync \"uring\" uses parallel "
-             "fdatasync instead");
+  m_log.warn(
+      "storage: this mcdistd was built without liburing; sync \"uring\" uses parallel "
+      "fdatasync instead");
   m_mode = sync_mode::fdatasync;
 #endif
 }
@@ -61,26 +63,22 @@ group_commit::~group_commit() = default;
 void group_commit::make_durable(std::span<durable_file> files) {
   if (files.empty()) return;
   switch (m_mode) {
-    case sync_mode::none:
-      return;
-    case sync_mode::file:
-      return per_file(files, storage_op::fsync);
+    case sync_mode::none: return;
+    case sync_mode::file: return per_file(files, storage_op::fsync);
     case sync_mode::syncfs:
       if (files.size() == 1) return per_file(files, storage_op::fsync);
       if (const int e = m_io.syncfs(m_temp_fd)) {
         // Which file lost data is unknown: ask each with fsync, which reports its own error.
-        m_log.warn("storage: syncfs of the temp filesystem failed: {}; falling back to fsync "
-                   "per file",
-                   std::strerror(e));
+        m_log.warn(
+            "storage: syncfs of the temp filesystem failed: {}; falling back to fsync "
+            "per file",
+            std::strerror(e));
         per_file(files, storage_op::fsync);
       }
       return;
-    case sync_mode::fdatasync:
-      return in_parallel(files);
-    case sync_mode::range:
-      return by_range(files);
-    case sync_mode::uring:
-      return by_uring(files);
+    case sync_mode::fdatasync: return in_parallel(files);
+    case sync_mode::range: return by_range(files);
+    case sync_mode::uring: return by_uring(files);
   }
 }
 
@@ -137,9 +135,10 @@ void group_commit::by_uring(std::span<durable_file> files) {
     if (submitted < 0 || static_cast<unsigned>(submitted) != queued) {
       // Not submitted (or only in part): the ring is unusable, which is not these files'
       // fault. Drain what was submitted, then make the batch durable the plain way.
-      m_log.warn("storage: io_uring submission failed ({}); sync \"uring\" uses parallel "
-                 "fdatasync from now on",
-                 submitted < 0 ? std::strerror(-submitted) : "short submit");
+      m_log.warn(
+          "storage: io_uring submission failed ({}); sync \"uring\" uses parallel "
+          "fdatasync from now on",
+          submitted < 0 ? std::strerror(-submitted) : "short submit");
       for (int k = 0; k < std::max(submitted, 0); ++k) {
         io_uring_cqe* cqe = nullptr;
         if (io_uring_wait_cqe(&r, &cqe) == 0) io_uring_cqe_seen(&r, cqe);
@@ -156,9 +155,10 @@ void group_commit::by_uring(std::span<durable_file> files) {
       if (e < 0) {
         // The ring broke with syncs in flight: their outcome is unknown, so those files
         // fail (they are fetched again), and the ring is not used again.
-        m_log.error("storage: waiting for io_uring completions failed ({}); sync \"uring\" "
-                    "uses parallel fdatasync from now on",
-                    std::strerror(-e));
+        m_log.error(
+            "storage: waiting for io_uring completions failed ({}); sync \"uring\" "
+            "uses parallel fdatasync from now on",
+            std::strerror(-e));
         for (std::size_t i = base; i < end; ++i)
           if (pending[i - base]) files[i].error = -e;
         m_ring.reset();

@@ -26,9 +26,9 @@ namespace mcdist::receiver {
 
 /// One file of a batch to make durable.
 struct durable_file {
-  int fd = -1;                   ///< the open temp file
-  const file_key* key = nullptr;  ///< for failure injection (posix_io)
-  int error = 0;                 ///< out: 0, or the errno of the call that failed
+  int fd = -1;                               ///< the open temp file
+  const file_key* key = nullptr;             ///< for failure injection (posix_io)
+  int error = 0;                             ///< out: 0, or the errno of the call that failed
   storage_op failed_op = storage_op::fsync;  ///< out: that call, for the message
 };
 

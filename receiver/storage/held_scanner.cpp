@@ -16,7 +16,9 @@ held_scanner::held_scanner(store_context& ctx) : m_ctx(ctx) {}
 
 held_scanner::~held_scanner() { stop(); }
 
-void held_scanner::start() { m_thread = std::thread([this] { run(); }); }
+void held_scanner::start() {
+  m_thread = std::thread([this] { run(); });
+}
 
 void held_scanner::stop() {
   {
@@ -80,8 +82,8 @@ std::vector<held_answer> held_scanner::scan(const scan_job& j) {
     }
     if (!ok) continue;
     int raw = -1;
-    if (m_ctx.io.open(cur, leaf.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0,
-                      nullptr, raw))
+    if (m_ctx.io.open(cur, leaf.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0, nullptr,
+                      raw))
       continue;
     unique_fd fd(raw);
     struct stat st {};

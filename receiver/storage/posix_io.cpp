@@ -31,10 +31,7 @@ std::string_view to_string(storage_op op) noexcept {
 }
 
 fail_nth::fail_nth(storage_op op, std::uint64_t n, int error, std::optional<file_key> only)
-    : m_op(op),
-      m_n(n),
-      m_error(error),
-      m_only(only),
+    : m_op(op), m_n(n), m_error(error), m_only(only),
       m_count(std::make_shared<std::atomic<std::uint64_t>>(0)) {}
 
 int fail_nth::operator()(storage_op op, const file_key* key) const {
@@ -63,7 +60,7 @@ int posix_io::fallocate(int fd, std::uint64_t offset, std::uint64_t length,
                         const file_key* key) const {
   if (int e = inject(storage_op::fallocate, key)) return e;
   return ::fallocate(fd, 0, static_cast<off_t>(offset), static_cast<off_t>(length)) != 0 ? errno
-                                                                                          : 0;
+                                                                                         : 0;
 }
 
 int posix_io::pwrite_all(int fd, std::span<const std::byte> data, std::uint64_t offset,

@@ -150,8 +150,7 @@ class posix_io {
   /// reported: the caller's openat says whether it is a directory).
   int mkdir(int dir, const char* name, mode_t mode) const;
   /// renameat (storage_op::rename).
-  int rename(int from_dir, const char* from, int to_dir, const char* to,
-             const file_key* key) const;
+  int rename(int from_dir, const char* from, int to_dir, const char* to, const file_key* key) const;
 
  private:
   fault_hook m_fault;

@@ -3,8 +3,8 @@
 #include "common/error.hpp"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <linux/magic.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/vfs.h>
 #include <unistd.h>
@@ -34,7 +34,7 @@ temp_writer::temp_writer(store_context& ctx, chunk_pool& pool, finalizer& fin,
   if (m_ctx.cfg.preallocate_in_steps) {
     steps = *m_ctx.cfg.preallocate_in_steps;
   } else {
-    struct statfs fs{};
+    struct statfs fs {};
     steps = ::statfs(m_ctx.cfg.temp_dir.c_str(), &fs) == 0 &&
             static_cast<unsigned long>(fs.f_type) == TMPFS_MAGIC;
   }
@@ -50,7 +50,9 @@ temp_writer::~temp_writer() {
   }
 }
 
-void temp_writer::start() { m_thread = std::thread([this] { run(); }); }
+void temp_writer::start() {
+  m_thread = std::thread([this] { run(); });
+}
 
 void temp_writer::stop() {
   {
@@ -124,8 +126,8 @@ std::pair<std::error_code, std::string> temp_writer::check_dest_root(
                               root.string(), ec.message())};
   } else if (::stat(root.c_str(), &st) != 0) {
     const int e = errno;
-    result = {errno_code(e), fmt::format("cannot stat destination directory {}: {}",
-                                         root.string(), std::strerror(e))};
+    result = {errno_code(e), fmt::format("cannot stat destination directory {}: {}", root.string(),
+                                         std::strerror(e))};
   } else if (!S_ISDIR(st.st_mode)) {
     result = {std::make_error_code(std::errc::not_a_directory),
               fmt::format("destination {} is not a directory", root.string())};
@@ -233,8 +235,7 @@ bool temp_writer::admit(const begin_job& j) {
       fail_begin(j, make_error_code(errc::quota),
                  fmt::format("\"{}\" ({} bytes) would take session {}'s files being written past "
                              "its quota of {} bytes (session_quota)",
-                             j.spec.relative_path, j.spec.size, session_hex(j.key.session),
-                             quota));
+                             j.spec.relative_path, j.spec.size, session_hex(j.key.session), quota));
       if (session_bytes == 0) m_session_bytes.erase(j.key.session.value);
       return false;
     }
@@ -243,17 +244,17 @@ bool temp_writer::admit(const begin_job& j) {
     if (reserve_on && ::fstatvfs(m_ctx.temp_fd.get(), &sv) == 0) {
       const std::uint64_t unit = sv.f_frsize ? sv.f_frsize : sv.f_bsize;
       const std::uint64_t avail = std::uint64_t{sv.f_bavail} * unit;
-      const auto pct_bytes = static_cast<std::uint64_t>(
-          static_cast<double>(sv.f_blocks) * static_cast<double>(unit) *
-          cfg.disk_reserve_percent / 100.0);
+      const auto pct_bytes =
+          static_cast<std::uint64_t>(static_cast<double>(sv.f_blocks) * static_cast<double>(unit) *
+                                     cfg.disk_reserve_percent / 100.0);
       const std::uint64_t reserve = std::min(cfg.disk_reserve_bytes, pct_bytes);
       if (j.spec.size > avail || avail - j.spec.size < reserve) {
-        fail_begin(j, make_error_code(errc::disk_reserve),
-                   fmt::format("\"{}\" ({} bytes) does not fit the temp filesystem of {}: {} "
-                               "bytes free, {} kept in reserve (disk_reserve, "
-                               "disk_reserve_percent); free space there",
-                               j.spec.relative_path, j.spec.size, cfg.temp_dir.string(), avail,
-                               reserve));
+        fail_begin(
+            j, make_error_code(errc::disk_reserve),
+            fmt::format("\"{}\" ({} bytes) does not fit the temp filesystem of {}: {} "
+                        "bytes free, {} kept in reserve (disk_reserve, "
+                        "disk_reserve_percent); free space there",
+                        j.spec.relative_path, j.spec.size, cfg.temp_dir.string(), avail, reserve));
         if (session_bytes == 0) m_session_bytes.erase(j.key.session.value);
         return false;
       }
@@ -289,8 +290,8 @@ void temp_writer::do_job(begin_job& j) {
     m_session_dirs[j.key.session.value].reset(fd);
   }
   if (auto [ec, detail] = check_dest_root(j.spec.dest_root); ec) {
-    return fail_begin(j, ec, fmt::format("{} (while starting \"{}\")", detail,
-                                         j.spec.relative_path));
+    return fail_begin(j, ec,
+                      fmt::format("{} (while starting \"{}\")", detail, j.spec.relative_path));
   }
   if (!admit(j)) return;
 
@@ -426,15 +427,15 @@ void temp_writer::write_range(std::uint64_t handle, std::uint64_t offset,
     return;
   }
   if (const int e = m_ctx.io.pwrite_all(f.fd, data, offset, &f.key)) {
-    return fail_file(handle, errno_code(e),
-                     fmt::format("write of {} bytes at offset {} to temp file {} for \"{}\" "
-                                 "failed (pwrite): {}; {}",
-                                 data.size(), offset, f.temp_path, f.spec.relative_path,
-                                 std::strerror(e),
-                                 e == ENOSPC || e == EDQUOT
-                                     ? "free space on the temp filesystem; the file will be "
-                                       "fetched again when retried"
-                                     : "check the temp filesystem and the system log"));
+    return fail_file(
+        handle, errno_code(e),
+        fmt::format("write of {} bytes at offset {} to temp file {} for \"{}\" "
+                    "failed (pwrite): {}; {}",
+                    data.size(), offset, f.temp_path, f.spec.relative_path, std::strerror(e),
+                    e == ENOSPC || e == EDQUOT
+                        ? "free space on the temp filesystem; the file will be "
+                          "fetched again when retried"
+                        : "check the temp filesystem and the system log"));
   }
   m_ctx.counters.bytes_written.fetch_add(data.size(), std::memory_order_relaxed);
 

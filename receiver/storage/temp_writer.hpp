@@ -108,7 +108,7 @@ class temp_writer {
     std::uint64_t prefix = 0;  ///< bytes [0, prefix) hashed
     interval_set written;      ///< written ranges past prefix, not hashed yet
     std::uint64_t wb_lo = UINT64_MAX, wb_hi = 0, wb_bytes = 0;  ///< dirty since last kick
-    std::uint64_t preallocated = 0;  ///< bytes [0, preallocated) reserved with fallocate
+    std::uint64_t preallocated = 0;    ///< bytes [0, preallocated) reserved with fallocate
     std::uint64_t preallocate_to = 0;  ///< where preallocation ends (0: none wanted)
   };
 

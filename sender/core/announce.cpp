@@ -38,8 +38,7 @@ std::vector<std::unique_ptr<wire::announce>> build_announce_chunks(
   const std::size_t params_bytes = params.ByteSizeLong();
   if (params_bytes > max_announce_params_bytes) {
     throw std::invalid_argument("session parameters too large for an announce (" +
-                                std::to_string(params_bytes) +
-                                " bytes); name fewer receivers");
+                                std::to_string(params_bytes) + " bytes); name fewer receivers");
   }
   // header + params (tag + length + body) + chunk + first_file + timestamp, worst case
   const std::size_t fixed = wire::header_size + params_bytes + 3 + 6 + 6 + 11;

@@ -31,8 +31,8 @@ struct announce_settings {
   std::uint32_t block_size = 1400;  ///< payload bytes per data datagram
   std::uint64_t rate_bps = 0;       ///< multicast rate, bit/s; 0 = unpaced
   std::uint32_t max_passes = 0;
-  bool closed_group = false;  ///< the sender waits for a list of receivers
-  std::string sender_name;    ///< for receivers' logs; cut to 64 bytes
+  bool closed_group = false;                ///< the sender waits for a list of receivers
+  std::string sender_name;                  ///< for receivers' logs; cut to 64 bytes
   std::vector<std::string> only_receivers;  ///< resend: only these take part
   std::string channel;                      ///< empty: unsequenced
   std::uint64_t channel_seq = 0;            ///< 0: unsequenced
@@ -122,10 +122,10 @@ class announcer {
     m_next_chunk = 0;
     if (++m_cycles < initial_cycles) return out;  // the next cycle follows at once
     const duration::rep eighth = m_interval.count() / 8;
-    const duration jitter = m_interval.count() > 8
-                                ? duration(static_cast<duration::rep>(
-                                      random() % static_cast<std::uint64_t>(eighth)))
-                                : duration::zero();
+    const duration jitter =
+        m_interval.count() > 8
+            ? duration(static_cast<duration::rep>(random() % static_cast<std::uint64_t>(eighth)))
+            : duration::zero();
     m_next_cycle = now + m_interval + jitter;
     return out;
   }

@@ -17,7 +17,8 @@ std::uint32_t auto_tcp_connections(std::uint64_t rate_bps, duration rtt) noexcep
   return n >= most ? most : std::max(fewest, static_cast<std::uint32_t>(n));
 }
 
-std::optional<transport_kind> fallback_policy::transport(std::optional<duration> rtt) const noexcept {
+std::optional<transport_kind> fallback_policy::transport(
+    std::optional<duration> rtt) const noexcept {
   auto offered = [this](transport_kind k) -> std::optional<transport_kind> {
     if (m_endpoints[index(k)]) return k;
     return std::nullopt;
@@ -35,10 +36,9 @@ std::optional<transport_kind> fallback_policy::transport(std::optional<duration>
   return std::nullopt;
 }
 
-std::optional<std::string> fallback_policy::unicast_from_start(double set_bytes,
-                                                               std::uint32_t receivers,
-                                                               duration grtt,
-                                                               std::uint64_t multicast_rate_bps) const {
+std::optional<std::string> fallback_policy::unicast_from_start(
+    double set_bytes, std::uint32_t receivers, duration grtt,
+    std::uint64_t multicast_rate_bps) const {
   if (m_s.force_unicast) return "unicast requested by the operator";
   if (m_s.unicast_rate_bps == 0 || receivers == 0) return std::nullopt;
   const double rtt = to_seconds(grtt);

@@ -77,7 +77,8 @@ class fallback_policy {
 
   /// The transport for a receiver whose RTT is `rtt` (nullopt: unknown, or any receiver), or
   /// nullopt when the mode is off or its transport has no endpoint.
-  std::optional<transport_kind> transport(std::optional<duration> rtt = std::nullopt) const noexcept;
+  std::optional<transport_kind> transport(
+      std::optional<duration> rtt = std::nullopt) const noexcept;
 
   /// The small-set cost model, when registration closed with `receivers` (> 0) registered:
   /// multicast sends the set once at the rate, then needs about two round trips for the tail
@@ -104,9 +105,8 @@ class fallback_policy {
   /// auto_tcp_connections of its unicast cap (else `multicast_rate_bps`).
   std::uint32_t tcp_connections(std::uint64_t multicast_rate_bps, duration rtt) const noexcept {
     if (m_s.tcp_connections) return m_s.tcp_connections;
-    return auto_tcp_connections(m_s.unicast_max_rate_bps ? m_s.unicast_max_rate_bps
-                                                         : multicast_rate_bps,
-                                rtt);
+    return auto_tcp_connections(
+        m_s.unicast_max_rate_bps ? m_s.unicast_max_rate_bps : multicast_rate_bps, rtt);
   }
 
  private:

@@ -113,7 +113,8 @@ inline std::uint32_t status_slices(std::uint32_t incomplete, duration interval,
   const std::uint32_t by_count =
       (incomplete + status_answers_per_request - 1) / status_answers_per_request;
   const auto per_timeout = interval.count() > 0 ? timeout / (interval * 4) : 1;
-  const auto by_time = static_cast<std::uint32_t>(std::clamp<std::int64_t>(per_timeout, 1, 1 << 16));
+  const auto by_time =
+      static_cast<std::uint32_t>(std::clamp<std::int64_t>(per_timeout, 1, 1 << 16));
   return std::max<std::uint32_t>(1, std::min(by_count, by_time));
 }
 

@@ -71,8 +71,8 @@ class parity_planner {
 
  private:
   struct fec_state {
-    std::uint32_t next = 0;     ///< parity blocks sent so far; the next index is next % max
-    std::uint32_t pending = 0;  ///< scheduled, not sent
+    std::uint32_t next = 0;           ///< parity blocks sent so far; the next index is next % max
+    std::uint32_t pending = 0;        ///< scheduled, not sent
     std::vector<std::uint32_t> seqs;  ///< sequence numbers of the latest sends, oldest first
   };
   void schedule(std::uint32_t fb, fec_state& st, std::uint32_t count);

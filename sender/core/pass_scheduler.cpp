@@ -85,9 +85,9 @@ std::uint32_t pass_scheduler::take(const block_pick& p) {
   return m_seq;
 }
 
-std::uint64_t pass_scheduler::nak(std::uint32_t file, std::uint32_t first, std::uint32_t count,
-                                  std::uint32_t seen_seq, bool prompt,
-                                  std::vector<std::pair<std::uint32_t, std::uint32_t>>* added_runs) {
+std::uint64_t pass_scheduler::nak(
+    std::uint32_t file, std::uint32_t first, std::uint32_t count, std::uint32_t seen_seq,
+    bool prompt, std::vector<std::pair<std::uint32_t, std::uint32_t>>* added_runs) {
   auto& fs = m_files[file];
   std::uint32_t end = first + count;
   // Pass 1 sent block b with sequence number first_seq + b (an underestimate, repair_log.hpp):
@@ -100,8 +100,9 @@ std::uint64_t pass_scheduler::nak(std::uint32_t file, std::uint32_t first, std::
       end = std::max(first, static_cast<std::uint32_t>(seen_block) + 1);
     }
   }
-  const std::uint32_t behind_end =
-      file < m_cursor_file ? end : file == m_cursor_file ? std::min(end, m_cursor_block) : 0;
+  const std::uint32_t behind_end = file < m_cursor_file    ? end
+                                   : file == m_cursor_file ? std::min(end, m_cursor_block)
+                                                           : 0;
   std::uint64_t added = 0;
   auto add_run = [&](std::uint32_t a, std::uint32_t b) {
     if (a >= b) return;

@@ -8,26 +8,21 @@ using namespace session_detail;
 
 sender_session::sender_session(sender_config cfg, std::vector<manifest_entry> files,
                                std::uint64_t seed, std::shared_ptr<spdlog::logger> log)
-    : m_cfg(std::move(cfg)),
-      m_files(std::move(files)),
-      m_log(std::move(log)),
-      m_rng_state(seed),
+    : m_cfg(std::move(cfg)), m_files(std::move(files)), m_log(std::move(log)), m_rng_state(seed),
       m_grtt(m_cfg.grtt_initial, m_cfg.grtt_min, m_cfg.grtt_max),
       m_pacer(m_cfg.rate_bps,
               std::max({m_cfg.burst_bytes, m_cfg.rate_bps / 8 / 1000 * catch_up_ms,
                         std::uint64_t{m_cfg.block_size + wire::data_header_size + ip_udp_overhead +
                                       m_cfg.data_trailer_bytes}})),
-      m_passes(std::vector<std::uint32_t>{}),
-      m_fallback(fallback_settings_of(m_cfg)) {
+      m_passes(std::vector<std::uint32_t>{}), m_fallback(fallback_settings_of(m_cfg)) {
   if (m_cfg.block_size < wire::min_block_size || m_cfg.block_size > wire::max_block_size) {
-    throw std::invalid_argument("block size " + std::to_string(m_cfg.block_size) +
-                                " is outside " + std::to_string(wire::min_block_size) + ".." +
+    throw std::invalid_argument("block size " + std::to_string(m_cfg.block_size) + " is outside " +
+                                std::to_string(wire::min_block_size) + ".." +
                                 std::to_string(wire::max_block_size) + " bytes");
   }
   if (m_files.size() > max_files_per_session) {
-    throw std::invalid_argument("too many files in one session: " +
-                                std::to_string(m_files.size()) + " (limit " +
-                                std::to_string(max_files_per_session) + ")");
+    throw std::invalid_argument("too many files in one session: " + std::to_string(m_files.size()) +
+                                " (limit " + std::to_string(max_files_per_session) + ")");
   }
   if (m_cfg.max_passes == 0) throw std::invalid_argument("max passes must be at least 1");
   if (!m_cfg.channel.empty() && !wire::valid_channel_name(m_cfg.channel)) {
@@ -45,10 +40,12 @@ sender_session::sender_session(sender_config cfg, std::vector<manifest_entry> fi
                                 " ascending disjoint ranges from 1, in an unsequenced session");
   }
   for (const auto& id : m_cfg.receivers) {
-    if (!wire::valid_receiver_id(id)) throw std::invalid_argument("invalid receiver id '" + id + "'");
+    if (!wire::valid_receiver_id(id))
+      throw std::invalid_argument("invalid receiver id '" + id + "'");
   }
   for (const auto& id : m_cfg.only_receivers) {
-    if (!wire::valid_receiver_id(id)) throw std::invalid_argument("invalid receiver id '" + id + "'");
+    if (!wire::valid_receiver_id(id))
+      throw std::invalid_argument("invalid receiver id '" + id + "'");
   }
   std::vector<std::uint32_t> blocks(m_files.size());
   for (std::size_t i = 0; i < m_files.size(); ++i) {
@@ -105,15 +102,16 @@ void sender_session::start(time_point now) {
     std::uint64_t total = 0;
     for (const auto& f : m_files) total += f.size;
     if (m_cfg.receivers.empty()) {
-      m_log->info("session {}: announcing {} files, {} bytes in {} announce chunks; open group, "
-                  "registration window {:.1f} s",
-                  m_cfg.session, m_files.size(), total, m_announce.chunks(),
-                  to_seconds(m_cfg.register_window));
+      m_log->info(
+          "session {}: announcing {} files, {} bytes in {} announce chunks; open group, "
+          "registration window {:.1f} s",
+          m_cfg.session, m_files.size(), total, m_announce.chunks(),
+          to_seconds(m_cfg.register_window));
     } else {
-      m_log->info("session {}: announcing {} files, {} bytes in {} announce chunks to a closed "
-                  "group of {} receivers",
-                  m_cfg.session, m_files.size(), total, m_announce.chunks(),
-                  m_cfg.receivers.size());
+      m_log->info(
+          "session {}: announcing {} files, {} bytes in {} announce chunks to a closed "
+          "group of {} receivers",
+          m_cfg.session, m_files.size(), total, m_announce.chunks(), m_cfg.receivers.size());
     }
   }
 }
@@ -242,8 +240,7 @@ void sender_session::on_timer(time_point now) {
         if (m_end_repeats >= repeats) m_phase = phase::done;
       }
       break;
-    case phase::done:
-      break;
+    case phase::done: break;
   }
   if (!m_digest_queue.empty() && digests_sendable()) send_digests(now);
 }
@@ -256,9 +253,9 @@ void sender_session::close_registration(time_point now) {
   m_registration_open = false;
   for (auto& r : m_receivers) {
     if (r->rep.state == receiver_report::state_t::missing) {
-      fail_receiver(*r, "did not register within " + std::to_string(static_cast<int>(
-                                                          to_seconds(m_cfg.register_timeout))) +
-                            " s",
+      fail_receiver(*r,
+                    "did not register within " +
+                        std::to_string(static_cast<int>(to_seconds(m_cfg.register_timeout))) + " s",
                     now);
     }
   }
@@ -304,15 +301,15 @@ void sender_session::start_pass(time_point now) {
   m_advert.clear();  // the new sweep sends every wanted block; receivers drop old hints
   m_phase = phase::transferring;
   m_next_pass_at.reset();
-  m_next_marker = now + std::clamp<duration>(m_grtt.estimate() / 2, min_marker_interval,
-                                             max_marker_interval);
+  m_next_marker =
+      now + std::clamp<duration>(m_grtt.estimate() / 2, min_marker_interval, max_marker_interval);
   if (m_log) {
     if (m_registration_open) {
-      m_log->info("session {}: pass {} starts while registration is open: {} blocks",
-                  m_cfg.session, m_passes.pass(), m_passes.wanted());
+      m_log->info("session {}: pass {} starts while registration is open: {} blocks", m_cfg.session,
+                  m_passes.pass(), m_passes.wanted());
     } else {
-      m_log->info("session {}: pass {} starts: {} blocks, {} receivers active",
-                  m_cfg.session, m_passes.pass(), m_passes.wanted(), m_active);
+      m_log->info("session {}: pass {} starts: {} blocks, {} receivers active", m_cfg.session,
+                  m_passes.pass(), m_passes.wanted(), m_active);
     }
   }
 }
@@ -418,8 +415,7 @@ void sender_session::send_marker(time_point now, bool pass_end, bool status_requ
   m.set_status_request(status_request);
   m.set_group_size(m_registered);
   if (status_request) {
-    const std::uint32_t slices =
-        status_slices(m_active, status_interval(), m_cfg.receiver_timeout);
+    const std::uint32_t slices = status_slices(m_active, status_interval(), m_cfg.receiver_timeout);
     if (slices > 1) {
       m.set_status_slices(slices);
       m.set_status_slice(m_status_round % slices);
@@ -556,8 +552,8 @@ void sender_session::start_ending(time_point now, bool aborted, const std::strin
     if (aborted) {
       m_log->warn("session {}: ending early: {}", m_cfg.session, why);
     } else {
-      m_log->info("session {}: every receiver is done after {} passes, {:.3f} s",
-                  m_cfg.session, m_passes.pass(), to_seconds(now - m_start));
+      m_log->info("session {}: every receiver is done after {} passes, {:.3f} s", m_cfg.session,
+                  m_passes.pass(), to_seconds(now - m_start));
     }
   }
 }
@@ -615,11 +611,8 @@ std::optional<time_point> sender_session::next_deadline(time_point now) const {
         consider(std::max(r.last_heard, m_wait_start) + m_cfg.receiver_timeout);
       }
       break;
-    case phase::ending:
-      consider(m_next_end);
-      break;
-    case phase::done:
-      return std::nullopt;
+    case phase::ending: consider(m_next_end); break;
+    case phase::done: return std::nullopt;
   }
   for (const auto i : m_awaiting_connection) {
     const auto& r = *m_receivers[i];

@@ -48,9 +48,9 @@ namespace mcdist::sender {
 /// Session settings. Durations are core-clock durations; rates bit/s; sizes bytes.
 struct sender_config {
   session_id session{1};
-  std::uint32_t block_size = 1400;     ///< payload bytes per data datagram
+  std::uint32_t block_size = 1400;       ///< payload bytes per data datagram
   std::uint64_t rate_bps = 100'000'000;  ///< multicast rate incl. IPv4+UDP headers; 0 = unpaced
-  std::uint32_t max_passes = 100;      ///< passes before incomplete receivers are failed
+  std::uint32_t max_passes = 100;        ///< passes before incomplete receivers are failed
   /// Closed group: exactly these receiver ids; empty = open group with a registration window.
   std::vector<std::string> receivers;
   /// Resend mode: only these receiver ids take part; others ignore the session.
@@ -59,8 +59,8 @@ struct sender_config {
   /// hundred bytes each) against a flood of REGISTERs under made-up ids from a host without a
   /// pinned site key; a closed group or pinned site keys (docs/security.md) keep strangers out.
   std::size_t max_receivers = 10'000;
-  duration register_window = std::chrono::seconds(2);    ///< open group: how long to accept
-  duration register_timeout = std::chrono::seconds(30);  ///< closed group: longest wait
+  duration register_window = std::chrono::seconds(2);           ///< open group: how long to accept
+  duration register_timeout = std::chrono::seconds(30);         ///< closed group: longest wait
   duration announce_interval = std::chrono::milliseconds(250);  ///< between announce cycles
   /// An incomplete receiver silent this long while the sender asks for status is failed.
   duration receiver_timeout = std::chrono::seconds(10);
@@ -73,7 +73,7 @@ struct sender_config {
   /// The shell is woken when this much may be sent (capped by 1 ms of the rate and the burst):
   /// one GSO send of 64 KiB per wake-up instead of a timer per datagram.
   std::uint64_t pacing_quantum_bytes = 64 * 1024;
-  std::string sender_name;                ///< shown in receivers' logs
+  std::string sender_name;  ///< shown in receivers' logs
   /// The channel this session belongs to (wire::valid_channel_name; empty = unsequenced). With
   /// channel_seq it numbers the channel's sessions, so receivers find the ones they never
   /// completed and report them in REGISTER (docs/design-notes.md "Session sequence numbers").
@@ -165,20 +165,20 @@ struct receiver_report {
   std::uint32_t files_held = 0;    ///< skipped: already held
   /// Indexes of the files it held already (a file may appear twice: claim and hold report).
   std::vector<std::uint32_t> held_files;
-  std::uint64_t bytes_stored = 0;  ///< from COMPLETE
+  std::uint64_t bytes_stored = 0;    ///< from COMPLETE
   std::uint64_t bytes_received = 0;  ///< last progress report (NAK)
-  std::uint32_t passes = 0;        ///< passes it needed: 1 + the pass of its last NAK with blocks
-  std::uint64_t naks = 0;          ///< NAK datagrams received from it
-  std::uint64_t blocks_naked = 0;  ///< blocks it asked for
-  duration rtt{};                  ///< last RTT sample
+  std::uint32_t passes = 0;          ///< passes it needed: 1 + the pass of its last NAK with blocks
+  std::uint64_t naks = 0;            ///< NAK datagrams received from it
+  std::uint64_t blocks_naked = 0;    ///< blocks it asked for
+  duration rtt{};                    ///< last RTT sample
   bool rtt_valid = false;
-  duration completion_time{};      ///< from session start
-  std::string reason;              ///< why it failed
-  std::string fallback_reason;     ///< why it was moved to unicast (empty: it was not)
+  duration completion_time{};   ///< from session start
+  std::string reason;           ///< why it failed
+  std::string fallback_reason;  ///< why it was moved to unicast (empty: it was not)
   /// The path of its data: empty = multicast; else the unicast transport it was moved to.
   std::optional<transport_kind> fallback_transport;
   std::uint32_t fallback_connections = 0;  ///< TCP connections it was told to open (0: not TCP)
-  duration fallback_at{};          ///< when, from session start
+  duration fallback_at{};                  ///< when, from session start
   std::vector<std::pair<std::uint32_t, std::string>> file_failures;  ///< files it could not store
   /// From its REGISTER in a sequenced session: the highest sequence number of the channel it
   /// completed from this sender key (0 = none, or a site new to the channel).
@@ -192,13 +192,13 @@ struct receiver_report {
 /// Control datagrams the sender received and multicast, by kind (issue 12: what feedback costs
 /// as the group grows).
 struct control_counters {
-  std::uint64_t registers = 0;  ///< REGISTER datagrams received
-  std::uint64_t naks = 0;       ///< NAK datagrams received that name blocks or FEC lacks
-  std::uint64_t status = 0;     ///< NAK datagrams received that name none (status replies)
-  std::uint64_t completes = 0;  ///< COMPLETE datagrams received
-  std::uint64_t nak_blocks = 0;      ///< blocks those NAKs named (a block named twice: twice)
-  std::uint64_t nak_new_blocks = 0;  ///< of those, blocks that were not wanted already
-  std::uint64_t adverts = 0;         ///< repair adverts multicast
+  std::uint64_t registers = 0;          ///< REGISTER datagrams received
+  std::uint64_t naks = 0;               ///< NAK datagrams received that name blocks or FEC lacks
+  std::uint64_t status = 0;             ///< NAK datagrams received that name none (status replies)
+  std::uint64_t completes = 0;          ///< COMPLETE datagrams received
+  std::uint64_t nak_blocks = 0;         ///< blocks those NAKs named (a block named twice: twice)
+  std::uint64_t nak_new_blocks = 0;     ///< of those, blocks that were not wanted already
+  std::uint64_t adverts = 0;            ///< repair adverts multicast
   std::uint64_t advertised_blocks = 0;  ///< blocks they carried
   /// Datagrams received, all kinds above.
   std::uint64_t received() const noexcept { return registers + naks + status + completes; }
@@ -207,15 +207,15 @@ struct control_counters {
 /// Session totals, for the summary.
 struct session_report {
   session_id session{};
-  std::string channel;             ///< sender_config::channel (empty: unsequenced)
-  std::uint64_t channel_seq = 0;   ///< sender_config::channel_seq (0: unsequenced)
+  std::string channel;            ///< sender_config::channel (empty: unsequenced)
+  std::uint64_t channel_seq = 0;  ///< sender_config::channel_seq (0: unsequenced)
   std::uint32_t files = 0;
-  std::uint64_t bytes = 0;         ///< sum of file sizes
+  std::uint64_t bytes = 0;  ///< sum of file sizes
   /// Bytes of the files some receiver needed (not held by every one): what was moved.
   std::uint64_t transferred_bytes = 0;
   std::uint32_t passes = 0;
   std::uint64_t data_datagrams = 0;
-  std::uint64_t data_bytes = 0;    ///< payload bytes sent, repairs included
+  std::uint64_t data_bytes = 0;        ///< payload bytes sent, repairs included
   std::uint64_t repair_datagrams = 0;  ///< blocks sent again and parity sent for NAKs
   std::uint64_t parity_datagrams = 0;  ///< parity blocks sent, proactive and for NAKs
   std::uint64_t proactive_parity = 0;  ///< of which proactive (pass 1, fec_overhead)

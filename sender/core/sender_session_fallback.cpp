@@ -40,8 +40,7 @@ void sender_session::order_fallback(receiver_state& r, std::string reason, time_
   track(r, false);
   if (m_log) {
     const auto n = r.rep.fallback_connections;
-    m_log->info("session {}: receiver '{}' goes unicast over {}{}: {}", m_cfg.session,
-                r.rep.id, *t,
+    m_log->info("session {}: receiver '{}' goes unicast over {}{}: {}", m_cfg.session, r.rep.id, *t,
                 n ? fmt::format(" ({} connection{}{})", n, n == 1 ? "" : "s",
                                 m_cfg.tcp_connections ? "" : ", automatic")
                   : std::string(),
@@ -52,8 +51,9 @@ void sender_session::order_fallback(receiver_state& r, std::string reason, time_
 
 void sender_session::send_fallback(receiver_state& r, time_point now) {
   if (r.fallback_orders >= m_cfg.fallback_max_orders) {
-    fail_receiver(r, "did not connect for its unicast fallback after " +
-                         std::to_string(r.fallback_orders) + " orders",
+    fail_receiver(r,
+                  "did not connect for its unicast fallback after " +
+                      std::to_string(r.fallback_orders) + " orders",
                   now);
     check_done(now);
     return;

@@ -16,9 +16,7 @@ duration sender_session::collection_delay() const noexcept {
   return suppressing() ? nak_window() : nak_spread(m_registered, m_grtt.estimate());
 }
 
-bool sender_session::suppressing() const noexcept {
-  return m_registered > suppression_threshold;
-}
+bool sender_session::suppressing() const noexcept { return m_registered > suppression_threshold; }
 
 void sender_session::track(receiver_state& r, bool heard) {
   if (times_out(r)) {
@@ -130,7 +128,8 @@ void sender_session::handle_nak(const wire::nak& m, const endpoint& from, time_p
                    });
   }
   // FEC lacks (validated above): new parity, counted with the blocks named for the window.
-  for (std::uint32_t i = 0, fb = 0; i + 1 < static_cast<std::uint32_t>(m.fec_lacks_size()); i += 2) {
+  for (std::uint32_t i = 0, fb = 0; i + 1 < static_cast<std::uint32_t>(m.fec_lacks_size());
+       i += 2) {
     fb += m.fec_lacks(static_cast<int>(i));
     const std::uint32_t lack = m.fec_lacks(static_cast<int>(i + 1));
     naked += lack;

@@ -13,14 +13,13 @@
 #include "common/wire.hpp"
 #include "mcdist.pb.h"
 #include "sender/core/feedback_plan.hpp"
-#include <spdlog/spdlog.h>
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <spdlog/spdlog.h>
 #include <stdexcept>
 
 namespace mcdist::sender::session_detail {
-
 
 /// IPv4 (20) + UDP (8) header bytes, counted against the rate: the rate is what the link
 /// carries, which is what an operator provisions.
@@ -84,14 +83,13 @@ inline announce_settings announce_settings_of(const sender_config& c) {
           .reserve_bytes = c.announce_reserve_bytes};
 }
 
-
 }  // namespace mcdist::sender::session_detail
 
 namespace mcdist::sender {
 
 struct sender_session::receiver_state {
   receiver_report rep;
-  std::uint32_t index = 0;  ///< in m_receivers
+  std::uint32_t index = 0;       ///< in m_receivers
   bool awaiting_listed = false;  ///< in m_awaiting_connection
   time_point last_heard{};
   // Unicast fallback (rep.fallback_transport: its transport once ordered).

@@ -28,8 +28,8 @@ void sender_session::on_site_keyed(std::string_view receiver_id, time_point now)
   ++m_keyed;
   if (!m_first_keyed) m_first_keyed = now;
   if (m_log) {
-    m_log->debug("session {}: receiver '{}' holds the session key ({} of {})",
-                 m_cfg.session, receiver_id, m_keyed, m_cfg.receivers.size());
+    m_log->debug("session {}: receiver '{}' holds the session key ({} of {})", m_cfg.session,
+                 receiver_id, m_keyed, m_cfg.receivers.size());
   }
 }
 
@@ -41,8 +41,9 @@ void sender_session::handle_register(const wire::register_request& m, const endp
   }
   const std::uint32_t file_count = static_cast<std::uint32_t>(m_files.size());
   // Validate everything before changing any state.
-  if (for_each_range(std::span(m.held_files().data(), static_cast<std::size_t>(m.held_files_size())),
-                     file_count, [](std::uint32_t, std::uint32_t) {})) {
+  if (for_each_range(
+          std::span(m.held_files().data(), static_cast<std::size_t>(m.held_files_size())),
+          file_count, [](std::uint32_t, std::uint32_t) {})) {
     m_drops.add(errc::invalid_field);
     return;
   }
@@ -109,10 +110,11 @@ void sender_session::handle_register(const wire::register_request& m, const endp
     ++m_receivers_refused_full;
     // One line per refusal could be a flood: log the first, then rarely (log_limit.hpp).
     if (worth_logging(m_receivers_refused_full) && m_log) {
-      m_log->warn("session {}: registration of '{}' from {} refused: the session has its "
-                  "maximum of {} receivers ({} refused so far)",
-                  m_cfg.session, m.receiver_id(), from.to_string(),
-                  m_cfg.max_receivers, m_receivers_refused_full);
+      m_log->warn(
+          "session {}: registration of '{}' from {} refused: the session has its "
+          "maximum of {} receivers ({} refused so far)",
+          m_cfg.session, m.receiver_id(), from.to_string(), m_cfg.max_receivers,
+          m_receivers_refused_full);
     }
     reply.set_accepted(false);
     reply.set_reason("the session has its maximum number of receivers");
@@ -166,9 +168,10 @@ void sender_session::handle_register(const wire::register_request& m, const endp
         ranges += (ranges.empty() ? "" : ",") + std::to_string(first) +
                   (first == last ? "" : "-" + std::to_string(last));
       }
-      m_log->warn("session {}: receiver '{}' never completed sessions {} of channel {} "
-                  "(its last completed: {})",
-                  m_cfg.session, r->rep.id, ranges, m_cfg.channel, r->rep.last_seq);
+      m_log->warn(
+          "session {}: receiver '{}' never completed sessions {} of channel {} "
+          "(its last completed: {})",
+          m_cfg.session, r->rep.id, ranges, m_cfg.channel, r->rep.last_seq);
     }
   }
   if (!m_cfg.receivers.empty() && m_registered == m_cfg.receivers.size()) {
@@ -208,18 +211,20 @@ void sender_session::handle_complete(const wire::complete& m, const endpoint& fr
   track(*r, false);
   if (m_log) {
     if (r->rep.state != receiver_report::state_t::failed) {
-      m_log->info("session {}: receiver '{}' completed {} in {:.3f} s: {} files stored, {} "
-                  "held, {} bytes",
-                  m_cfg.session, r->rep.id,
-                  via_unicast ? fmt::format("over {}", *r->rep.fallback_transport)
-                              : "after pass " + std::to_string(m_passes.pass()),
-                  to_seconds(r->rep.completion_time), r->rep.files_stored, r->rep.files_held,
-                  r->rep.bytes_stored);
+      m_log->info(
+          "session {}: receiver '{}' completed {} in {:.3f} s: {} files stored, {} "
+          "held, {} bytes",
+          m_cfg.session, r->rep.id,
+          via_unicast ? fmt::format("over {}", *r->rep.fallback_transport)
+                      : "after pass " + std::to_string(m_passes.pass()),
+          to_seconds(r->rep.completion_time), r->rep.files_stored, r->rep.files_held,
+          r->rep.bytes_stored);
     } else {
-      m_log->warn("session {}: receiver '{}' finished with {} files it could not store "
-                  "(first: file {}: {})",
-                  m_cfg.session, r->rep.id, r->rep.file_failures.size(),
-                  r->rep.file_failures.front().first, r->rep.file_failures.front().second);
+      m_log->warn(
+          "session {}: receiver '{}' finished with {} files it could not store "
+          "(first: file {}: {})",
+          m_cfg.session, r->rep.id, r->rep.file_failures.size(), r->rep.file_failures.front().first,
+          r->rep.file_failures.front().second);
     }
   }
   check_done(now);
@@ -242,8 +247,7 @@ void sender_session::fail_receiver(receiver_state& r, std::string why, time_poin
   if (was_active) --m_active;
   track(r, false);
   if (m_log) {
-    m_log->warn("session {}: receiver '{}' failed: {}", m_cfg.session, r.rep.id,
-                r.rep.reason);
+    m_log->warn("session {}: receiver '{}' failed: {}", m_cfg.session, r.rep.id, r.rep.reason);
   }
 }
 

@@ -54,8 +54,14 @@ class silence_list {
   void unlink(std::uint32_t i) {
     const std::uint32_t p = m_prev[i];
     const std::uint32_t n = m_next[i];
-    if (p != none) m_next[p] = n; else m_head = n;
-    if (n != none) m_prev[n] = p; else m_tail = p;
+    if (p != none)
+      m_next[p] = n;
+    else
+      m_head = n;
+    if (n != none)
+      m_prev[n] = p;
+    else
+      m_tail = p;
   }
 
   std::vector<std::uint32_t> m_prev;

@@ -77,7 +77,8 @@ std::error_code block_reader::read(std::uint32_t file, std::uint64_t offset, std
   m_bytes_read += got;
   if (got < want) {
     c.file = UINT32_MAX;
-    why = m_files[file].local.string() + " is shorter than when it was announced: it changed "
+    why = m_files[file].local.string() +
+          " is shorter than when it was announced: it changed "
           "while being sent";
     return std::make_error_code(std::errc::io_error);
   }
@@ -128,7 +129,8 @@ std::error_code block_reader::read_into(std::uint32_t file, std::uint64_t offset
   }
   m_bytes_read += got;
   if (got < want) {
-    why = m_files[file].local.string() + " is shorter than when it was announced: it changed "
+    why = m_files[file].local.string() +
+          " is shorter than when it was announced: it changed "
           "while being sent";
     return std::make_error_code(std::errc::io_error);
   }
@@ -149,7 +151,8 @@ void block_reader::hash_read(std::uint32_t file, std::uint64_t start,
   // Bytes below the prefix were hashed already (a repair, a revisited chunk): skip them.
   std::uint64_t pos = start;
   for (const auto& p : parts) {
-    const std::uint64_t skip = h.prefix > pos ? std::min<std::uint64_t>(h.prefix - pos, p.iov_len) : 0;
+    const std::uint64_t skip =
+        h.prefix > pos ? std::min<std::uint64_t>(h.prefix - pos, p.iov_len) : 0;
     if (skip < p.iov_len) {
       h.hasher.update({static_cast<const std::byte*>(p.iov_base) + skip, p.iov_len - skip});
       h.prefix += p.iov_len - skip;
@@ -171,6 +174,8 @@ std::vector<std::pair<std::uint32_t, sha256_digest>> block_reader::take_digests(
   return std::exchange(m_digests, {});
 }
 
-std::vector<std::uint32_t> block_reader::take_unhashable() { return std::exchange(m_unhashable, {}); }
+std::vector<std::uint32_t> block_reader::take_unhashable() {
+  return std::exchange(m_unhashable, {});
+}
 
 }  // namespace mcdist::sender

@@ -44,8 +44,8 @@ class block_reader {
   /// small enough to stay in cache; the chunks of read() are not used (measured on 1 GB from
   /// tmpfs: the pread into 1 MiB chunks and the copy out of them were 60 % of the sender's
   /// CPU). At most IOV_MAX pieces. @return an error, with `why` naming the file, as read()
-  std::error_code read_into(std::uint32_t file, std::uint64_t offset,
-                            std::span<const iovec> pieces, std::string& why);
+  std::error_code read_into(std::uint32_t file, std::uint64_t offset, std::span<const iovec> pieces,
+                            std::string& why);
 
   /// Bytes read from disk so far.
   std::uint64_t bytes_read() const noexcept { return m_bytes_read; }

@@ -58,7 +58,7 @@ std::error_code hash_file(const std::filesystem::path& p, std::uint64_t expected
 void remember_digest(const source_file& f, const sha256_digest& d) {
   const int fd = ::open(f.local.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return;
-  struct stat st{};
+  struct stat st {};
   if (::fstat(fd, &st) == 0 && static_cast<std::uint64_t>(st.st_size) == f.entry.size &&
       std::int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec == f.entry.mtime_ns) {
     write_digest_xattr(fd, d, f.entry.size, f.entry.mtime_ns);

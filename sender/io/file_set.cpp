@@ -17,7 +17,7 @@ namespace {
 
 void add_file(const fs::path& local, const std::string& relative, std::vector<source_file>& out,
               std::unordered_set<std::string>& seen) {
-  struct stat st{};
+  struct stat st {};
   if (::stat(local.c_str(), &st) != 0) {
     throw file_set_error("cannot stat " + local.string() + ": " + std::strerror(errno));
   }

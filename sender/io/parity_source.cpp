@@ -7,13 +7,9 @@ namespace mcdist::sender {
 
 parity_source::parity_source(const fec::layout& layout, const std::vector<source_file>& files,
                              std::uint32_t max_parity, std::uint32_t block_size)
-    : m_layout(layout),
-      m_files(files),
-      m_codec(layout.k(), max_parity),
-      m_block_size(block_size),
+    : m_layout(layout), m_files(files), m_codec(layout.k(), max_parity), m_block_size(block_size),
       // Reads come in FEC blocks of k x depth consecutive blocks at most: small chunks.
-      m_reader(files, 256 * 1024, 8, 64),
-      m_cache(cached_fec_blocks) {}
+      m_reader(files, 256 * 1024, 8, 64), m_cache(cached_fec_blocks) {}
 
 std::error_code parity_source::load(cached& c, std::uint32_t fec_block, std::string& why) {
   const std::uint32_t n = m_layout.sources(fec_block);
@@ -25,7 +21,8 @@ std::error_code parity_source::load(cached& c, std::uint32_t fec_block, std::str
     std::span<const std::byte> got;
     // The last block of a file is short: read what there is, the rest stays zero.
     const std::uint64_t size = m_files[src.file].entry.size;
-    const auto len = static_cast<std::uint32_t>(std::min<std::uint64_t>(m_block_size, size - offset));
+    const auto len =
+        static_cast<std::uint32_t>(std::min<std::uint64_t>(m_block_size, size - offset));
     if (auto ec = m_reader.read(src.file, offset, len, got, why)) return ec;
     std::memcpy(c.bytes.data() + std::size_t{i} * m_block_size, got.data(), got.size());
   }

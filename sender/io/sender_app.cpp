@@ -36,17 +36,12 @@ constexpr int data_send_buffer = 8 << 20;
 sender_app::sender_app(boost::asio::io_context& io, app_options opts, sender_config cfg,
                        std::vector<source_file> files, std::shared_ptr<spdlog::logger> log,
                        std::chrono::steady_clock::time_point started)
-    : m_io(io),
-      m_opts(std::move(opts)),
-      m_files(std::move(files)),
-      m_log(std::move(log)),
+    : m_io(io), m_opts(std::move(opts)), m_files(std::move(files)), m_log(std::move(log)),
       m_started(started),
       m_socket(net::open_sender_socket(
           io, net::sender_socket_options{m_opts.interface, m_opts.ttl, data_send_buffer,
-                                                  control_receive_buffer})),
-      m_timer(io),
-      m_progress_timer(io),
-      m_signals(io),
+                                         control_receive_buffer})),
+      m_timer(io), m_progress_timer(io), m_signals(io),
       m_session(
           [&] {
             cfg.token_source = [] {
@@ -69,31 +64,32 @@ sender_app::sender_app(boost::asio::io_context& io, app_options opts, sender_con
           }(),
           std::random_device{}() ^ static_cast<std::uint64_t>(started.time_since_epoch().count()),
           m_log),
-      m_reader(m_files),
-      m_receiver(64, 2048),
-      m_block_size(cfg.block_size),
+      m_reader(m_files), m_receiver(64, 2048), m_block_size(cfg.block_size),
       m_session_id(cfg.session) {
-  const std::size_t datagram = cfg.block_size + wire::data_header_size +
-                               (m_opts.identity ? auth::data_trailer_bytes : 0);
+  const std::size_t datagram =
+      cfg.block_size + wire::data_header_size + (m_opts.identity ? auth::data_trailer_bytes : 0);
   m_sends.resize(net::batch_sender::max_segments(datagram));
   m_gso_buffer.resize(m_sends.size() * datagram);
   if (m_opts.identity) {
     m_keys = std::make_unique<auth::sender_keys>(*m_opts.identity, m_session_id, m_opts.site_keys,
                                                  m_opts.encrypt);
     if (m_opts.encrypt) {
-      m_log->info("session {}: encrypted: manifest, digests and data readable only by the {} "
-                  "pinned sites",
-                  m_session_id, m_opts.site_keys.size());
+      m_log->info(
+          "session {}: encrypted: manifest, digests and data readable only by the {} "
+          "pinned sites",
+          m_session_id, m_opts.site_keys.size());
     }
-    m_log->info("session {}: signed by {}{}", m_session_id,
-                crypto::format_public_key(m_opts.identity->public_key),
-                m_opts.site_keys.empty()
-                    ? std::string("; site keys not pinned (any host may register under an unused id)")
-                    : "; " + std::to_string(m_opts.site_keys.size()) + " site keys pinned");
+    m_log->info(
+        "session {}: signed by {}{}", m_session_id,
+        crypto::format_public_key(m_opts.identity->public_key),
+        m_opts.site_keys.empty()
+            ? std::string("; site keys not pinned (any host may register under an unused id)")
+            : "; " + std::to_string(m_opts.site_keys.size()) + " site keys pinned");
   } else {
-    m_log->warn("session {}: not signed (no --key): receivers cannot tell this sender's "
-                "products from anyone else's",
-                m_session_id);
+    m_log->warn(
+        "session {}: not signed (no --key): receivers cannot tell this sender's "
+        "products from anyone else's",
+        m_session_id);
   }
   if (cfg.fallback != fallback_mode::off) start_unicast_server(cfg);
   if (const auto* layout = m_session.fec_layout()) {
@@ -120,8 +116,10 @@ void sender_app::start_unicast_server(const sender_config& cfg) {
   unicast::server_options so;
   endpoint local = m_opts.interface;
   local.port = m_opts.unicast_port;
-  if (cfg.fallback == fallback_mode::automatic || cfg.fallback == fallback_mode::sctp) so.sctp_udp = local;
-  if (cfg.fallback == fallback_mode::automatic || cfg.fallback == fallback_mode::tcp) so.tcp = local;
+  if (cfg.fallback == fallback_mode::automatic || cfg.fallback == fallback_mode::sctp)
+    so.sctp_udp = local;
+  if (cfg.fallback == fallback_mode::automatic || cfg.fallback == fallback_mode::tcp)
+    so.tcp = local;
   if (cfg.fallback == fallback_mode::sctp_kernel) so.sctp_kernel = local;
   so.tcp_congestion = m_opts.tcp_congestion;
   so.tcp_max_rate_bps = cfg.unicast_max_rate_bps;
@@ -136,7 +134,8 @@ void sender_app::start_unicast_server(const sender_config& cfg) {
   ev.on_session_end = [this](const unicast::session_info& info, const unicast::session_stats&,
                              const std::error_code& ec, const std::string& detail) {
     if (!ec) return;
-    m_session.on_unicast_failed(info.receiver_id, detail, from_steady(std::chrono::steady_clock::now()));
+    m_session.on_unicast_failed(info.receiver_id, detail,
+                                from_steady(std::chrono::steady_clock::now()));
     service();
   };
   m_unicast = std::make_unique<unicast::server>(m_io, *m_source, so, ev);
@@ -146,7 +145,8 @@ void sender_app::start_unicast_server(const sender_config& cfg) {
     m_unicast.reset();
     return;
   }
-  if (auto e = m_unicast->sctp_udp_endpoint()) m_session.set_unicast_endpoint(transport_kind::sctp_udp, *e);
+  if (auto e = m_unicast->sctp_udp_endpoint())
+    m_session.set_unicast_endpoint(transport_kind::sctp_udp, *e);
   if (auto e = m_unicast->tcp_endpoint()) m_session.set_unicast_endpoint(transport_kind::tcp, *e);
   if (auto e = m_unicast->sctp_kernel_endpoint()) {
     m_session.set_unicast_endpoint(transport_kind::sctp_kernel, *e);
@@ -430,8 +430,8 @@ std::error_code sender_app::read_payloads(std::size_t first, std::size_t last, s
   m_payload_iov.clear();
   const auto read_run = [&]() -> std::error_code {
     if (m_payload_iov.empty()) return {};
-    auto ec = m_reader.read_into(m_pending[run].file.value, m_pending[run].offset, m_payload_iov,
-                                 why);
+    auto ec =
+        m_reader.read_into(m_pending[run].file.value, m_pending[run].offset, m_payload_iov, why);
     m_payload_iov.clear();
     return ec;
   };
@@ -550,7 +550,8 @@ void sender_app::draw_progress(bool final_line) {
   const auto now = std::chrono::steady_clock::now();
   const auto rep = m_session.report(from_steady(now));
   const double dt = std::chrono::duration<double>(now - m_last_progress_time).count();
-  const double rate = dt > 0 ? static_cast<double>(rep.data_bytes - m_last_progress_bytes) * 8 / dt : 0;
+  const double rate =
+      dt > 0 ? static_cast<double>(rep.data_bytes - m_last_progress_bytes) * 8 / dt : 0;
   m_last_progress_bytes = rep.data_bytes;
   m_last_progress_time = now;
   std::size_t done = 0;
@@ -561,12 +562,12 @@ void sender_app::draw_progress(bool final_line) {
     }
   }
   const double pct = rep.bytes ? 100.0 * std::min<double>(1.0, static_cast<double>(rep.data_bytes) /
-                                                                  static_cast<double>(rep.bytes))
+                                                                   static_cast<double>(rep.bytes))
                                : 100.0;
   std::fprintf(stderr, "\r\033[Kpass %u  sent %s of %s (%.0f%%)  %s  receivers %zu/%zu done%s",
                rep.passes, format_bytes(static_cast<double>(rep.data_bytes)).c_str(),
-               format_bytes(static_cast<double>(rep.bytes)).c_str(), pct,
-               format_rate(rate).c_str(), done, rep.receivers.size(), final_line ? "\n" : "");
+               format_bytes(static_cast<double>(rep.bytes)).c_str(), pct, format_rate(rate).c_str(),
+               done, rep.receivers.size(), final_line ? "\n" : "");
   std::fflush(stderr);
   if (!final_line && !m_session.done()) {
     m_progress_timer.expires_after(progress_interval);
@@ -590,9 +591,11 @@ std::map<std::string, crypto::key32, std::less<>> read_site_keys(const std::stri
     if (!(fields >> id)) continue;  // blank or comment
     const std::string where = file + " line " + std::to_string(n) + ": ";
     if (!(fields >> key) || (fields >> extra)) {
-      throw crypto::key_error(where + "expected \"SITE-ID KEY\" (KEY: mcdist-ed25519:BASE64 or a key file)");
+      throw crypto::key_error(
+          where + "expected \"SITE-ID KEY\" (KEY: mcdist-ed25519:BASE64 or a key file)");
     }
-    if (!wire::valid_receiver_id(id)) throw crypto::key_error(where + "\"" + id + "\" is not a valid receiver id");
+    if (!wire::valid_receiver_id(id))
+      throw crypto::key_error(where + "\"" + id + "\" is not a valid receiver id");
     try {
       if (!out.emplace(id, crypto::read_public_key(key)).second) {
         throw crypto::key_error("site " + id + " is listed twice");

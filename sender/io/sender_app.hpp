@@ -31,10 +31,10 @@ namespace mcdist::sender {
 
 /// Settings of one run of mcdist-send beyond the session's own.
 struct app_options {
-  endpoint group;            ///< multicast group + port
-  endpoint interface;        ///< local address (port = our control port, 0 = any)
+  endpoint group;      ///< multicast group + port
+  endpoint interface;  ///< local address (port = our control port, 0 = any)
   int ttl = 1;
-  bool progress = false;     ///< draw a progress line on stderr
+  bool progress = false;  ///< draw a progress line on stderr
   std::optional<std::string> summary_json;
   bool digest_cache = true;  ///< record digests hashed during the session in the files' xattr
   /// Unicast fallback server: the port its UDP (SCTP encapsulation) and TCP listeners use on
@@ -143,7 +143,7 @@ class sender_app {
   net::batch_receiver m_receiver;
   std::unique_ptr<file_source> m_source;
   std::unique_ptr<unicast::server> m_unicast;
-    /// Fallback hashing of files the block reader could not hash in order.
+  /// Fallback hashing of files the block reader could not hash in order.
   std::vector<std::unique_ptr<background_hasher>> m_hashers;
   std::vector<std::uint32_t> m_fallback_index;
   std::uint32_t m_block_size;

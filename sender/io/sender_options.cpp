@@ -68,7 +68,6 @@ go on as if it were not there. With --unicast-rate, a set small enough that unic
 multicast pass goes unicast from the start. Every decision is logged and shown in the summary.
 )";
 
-
 /// --catch-up N-M,...: inclusive ranges of channel sequence numbers.
 /// @throws usage_error naming the bad item
 std::vector<std::pair<std::uint64_t, std::uint64_t>> parse_catch_up(const std::string& text) {
@@ -99,8 +98,9 @@ std::vector<std::pair<std::uint64_t, std::uint64_t>> parse_catch_up(const std::s
 void add_sender_options(CLI::App& app, sender_cli& c) {
   app.footer(footer);
   app.get_formatter()->column_width(34);
-  app.add_option("PATH", c.paths, "Files and directories to send (directories recursively, "
-                                "relative paths kept)")
+  app.add_option("PATH", c.paths,
+                 "Files and directories to send (directories recursively, "
+                 "relative paths kept)")
       ->required();
   app.add_option("-g,--group", c.group, "Multicast group and port")
       ->capture_default_str()
@@ -142,13 +142,16 @@ void add_sender_options(CLI::App& app, sender_cli& c) {
                  "Hash files up to this size before the announce; larger ones during pass 1")
       ->capture_default_str()
       ->type_name("BYTES");
-  app.add_option("--ttl", c.ttl, "Multicast TTL (hops)")->capture_default_str()->check(CLI::Range(0, 255));
+  app.add_option("--ttl", c.ttl, "Multicast TTL (hops)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 255));
   app.add_option("--port", c.port, "Local UDP port for receivers' replies (0 = any)")
       ->capture_default_str();
   app.add_option("--summary-json", c.summary_json_path,
                  "Write the end-of-session summary as JSON to this file")
       ->type_name("FILE");
-  app.add_option("--session-id", c.session_hex, "Session id, 8 hex digits (default: random)")->type_name("HEX");
+  app.add_option("--session-id", c.session_hex, "Session id, 8 hex digits (default: random)")
+      ->type_name("HEX");
   app.add_option("--name", c.name, "Sender name shown in receivers' logs (default: host name)")
       ->type_name("NAME");
   app.add_option("--log-level", c.log_level, "trace, debug, info, warn, error, off")
@@ -303,7 +306,8 @@ sender_options make_sender_options(const sender_cli& c) {
     const double x = std::strtod(v.c_str(), &end);
     const double share = percent ? x / 100 : x;
     if (v.empty() || end != v.c_str() + v.size() || !(share >= 0 && share <= 1)) {
-      throw usage_error("--fec-overhead " + c.fec_overhead + " is not a share of 0 to 100 % "
+      throw usage_error("--fec-overhead " + c.fec_overhead +
+                        " is not a share of 0 to 100 % "
                         "(e.g. 3% or 0.03)");
     }
     if (share > 0 && c.fec_k == 0) throw usage_error("--fec-overhead needs --fec-k");
@@ -340,8 +344,9 @@ sender_options make_sender_options(const sender_cli& c) {
   o.session.channel_seq = c.channel_seq;
   if (!c.catch_up.empty()) {
     if (c.channel.empty() || c.channel_seq > 0) {
-      throw usage_error("--catch-up needs --channel and no --channel-seq (a catch-up session is "
-                        "unsequenced)");
+      throw usage_error(
+          "--catch-up needs --channel and no --channel-seq (a catch-up session is "
+          "unsequenced)");
     }
     o.session.catch_up_seqs = parse_catch_up(c.catch_up);
     if (!wire::valid_seq_ranges(o.session.catch_up_seqs, UINT64_MAX)) {
@@ -357,7 +362,8 @@ sender_options make_sender_options(const sender_cli& c) {
     try {
       std::size_t used = 0;
       const auto v = std::stoul(c.session_hex, &used, 16);
-      if (used != c.session_hex.size() || v == 0 || v > 0xffffffffu) throw std::invalid_argument("");
+      if (used != c.session_hex.size() || v == 0 || v > 0xffffffffu)
+        throw std::invalid_argument("");
       o.session.session = session_id{static_cast<std::uint32_t>(v)};
     } catch (const std::exception&) {
       throw usage_error("--session-id must be 1 to 8 hex digits, not 0");
@@ -381,9 +387,10 @@ sender_options make_sender_options(const sender_cli& c) {
     throw usage_error(e.what());
   }
   if (c.encrypt && (c.key_file.empty() || c.site_keys_file.empty())) {
-    throw usage_error("--encrypt needs --key (a signed session) and --site-keys (the sites that "
-                      "may read it, each proving its key): without them anyone could register "
-                      "and get the session key");
+    throw usage_error(
+        "--encrypt needs --key (a signed session) and --site-keys (the sites that "
+        "may read it, each proving its key): without them anyone could register "
+        "and get the session key");
   }
   o.app.encrypt = c.encrypt;
   o.session.sender_name = c.name;

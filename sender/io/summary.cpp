@@ -33,21 +33,21 @@ std::string format_summary(const run_result& r) {
   std::snprintf(line, sizeof line,
                 "session %s: %u files, %s in %.3f s (goodput %s), %u passes, %llu datagrams "
                 "(%llu repairs), GRTT %.2f ms\n",
-                fmt::format("{}", rep.session).c_str(), rep.files, format_bytes(static_cast<double>(rep.bytes)).c_str(),
-                r.wall_seconds, format_rate(goodput).c_str(), rep.passes,
+                fmt::format("{}", rep.session).c_str(), rep.files,
+                format_bytes(static_cast<double>(rep.bytes)).c_str(), r.wall_seconds,
+                format_rate(goodput).c_str(), rep.passes,
                 static_cast<unsigned long long>(rep.data_datagrams),
                 static_cast<unsigned long long>(rep.repair_datagrams), to_ms(rep.grtt));
   os << line;
-  std::snprintf(line, sizeof line, "%-20s %-10s %-12s %7s %7s %11s %6s %8s %10s %9s\n",
-                "receiver", "state", "path", "files", "held", "bytes", "passes", "NAKs", "NAKed",
-                "RTT ms");
+  std::snprintf(line, sizeof line, "%-20s %-10s %-12s %7s %7s %11s %6s %8s %10s %9s\n", "receiver",
+                "state", "path", "files", "held", "bytes", "passes", "NAKs", "NAKed", "RTT ms");
   os << line;
   for (const auto& rr : rep.receivers) {
     char rtt[32] = "-";
     if (rr.rtt_valid) std::snprintf(rtt, sizeof rtt, "%.2f", to_ms(rr.rtt));
     std::snprintf(line, sizeof line, "%-20s %-10s %-12s %7u %7u %11s %6u %8llu %10llu %9s\n",
-                  rr.id.c_str(), std::string(to_string(rr.state)).c_str(),
-                  path_name(rr).c_str(), rr.files_stored, rr.files_held,
+                  rr.id.c_str(), std::string(to_string(rr.state)).c_str(), path_name(rr).c_str(),
+                  rr.files_stored, rr.files_held,
                   format_bytes(static_cast<double>(rr.bytes_stored)).c_str(), rr.passes,
                   static_cast<unsigned long long>(rr.naks),
                   static_cast<unsigned long long>(rr.blocks_naked), rtt);
@@ -58,9 +58,8 @@ std::string format_summary(const run_result& r) {
                  ? " (" + std::to_string(rr.fallback_connections) +
                        (rr.fallback_connections == 1 ? " connection)" : " connections)")
                  : std::string())
-         << " from "
-         << std::to_string(to_seconds(rr.fallback_at)).substr(0, 5) << " s: " << rr.fallback_reason
-         << "\n";
+         << " from " << std::to_string(to_seconds(rr.fallback_at)).substr(0, 5)
+         << " s: " << rr.fallback_reason << "\n";
     }
     if (!rr.reason.empty()) os << "    reason: " << rr.reason << "\n";
     if (!rr.missing_seqs.empty()) {
@@ -112,9 +111,9 @@ std::string summary_json(const run_result& r) {
   j["data_datagrams"] = rep.data_datagrams;
   j["repair_datagrams"] = rep.repair_datagrams;
   const auto& c = rep.control;
-  j["control_received"] = {{"register", c.registers}, {"nak", c.naks}, {"status", c.status},
-                           {"complete", c.completes}, {"nak_blocks", c.nak_blocks},
-                           {"nak_new_blocks", c.nak_new_blocks}};
+  j["control_received"] = {{"register", c.registers},    {"nak", c.naks},
+                           {"status", c.status},         {"complete", c.completes},
+                           {"nak_blocks", c.nak_blocks}, {"nak_new_blocks", c.nak_new_blocks}};
   j["repair_adverts"] = {{"sent", c.adverts}, {"blocks", c.advertised_blocks}};
   j["grtt_ms"] = to_ms(rep.grtt);
   j["succeeded"] = r.succeeded;
@@ -133,7 +132,8 @@ std::string summary_json(const run_result& r) {
   if (!r.error.empty()) j["error"] = r.error;
   nlohmann::json drops = nlohmann::json::object();
   for (std::size_t i = 1; i < rep.drops.counts.size(); ++i) {
-    if (rep.drops.counts[i]) drops[std::string(to_string(static_cast<errc>(i)))] = rep.drops.counts[i];
+    if (rep.drops.counts[i])
+      drops[std::string(to_string(static_cast<errc>(i)))] = rep.drops.counts[i];
   }
   j["dropped"] = drops;
   auto& list = j["receivers"] = nlohmann::json::array();
@@ -159,7 +159,8 @@ std::string summary_json(const run_result& r) {
       if (rr.fallback_connections) o["fallback"]["connections"] = rr.fallback_connections;
     }
     auto& ff = o["file_failures"] = nlohmann::json::array();
-    for (const auto& [file, why] : rr.file_failures) ff.push_back({{"file", file}, {"reason", why}});
+    for (const auto& [file, why] : rr.file_failures)
+      ff.push_back({{"file", file}, {"reason", why}});
     // Sequenced sessions: what the site reported in its REGISTER (docs/design-notes.md
     // "Session sequence numbers"); inclusive [first, last] pairs.
     o["last_seq"] = rr.last_seq;
@@ -176,7 +177,8 @@ std::string incomplete_receivers(const run_result& r) {
   for (const auto& rr : r.report.receivers) {
     if (rr.state == receiver_report::state_t::completed) continue;
     ++bad;
-    names += (names.empty() ? "" : ", ") + rr.id + (rr.reason.empty() ? "" : " (" + rr.reason + ")");
+    names +=
+        (names.empty() ? "" : ", ") + rr.id + (rr.reason.empty() ? "" : " (" + rr.reason + ")");
   }
   if (r.report.receivers.empty()) names = "no receiver registered";
   return std::to_string(bad) + " of " + std::to_string(r.report.receivers.size()) +

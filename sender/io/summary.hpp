@@ -18,10 +18,10 @@ namespace mcdist::sender {
 /// Outcome of a run.
 struct run_result {
   session_report report;
-  double wall_seconds = 0;   ///< from program start to the end of the session
+  double wall_seconds = 0;  ///< from program start to the end of the session
   bool succeeded = false;
-  std::string error;         ///< set when the run could not proceed (I/O error)
-  bool signed_session = false;  ///< the session was signed (--key)
+  std::string error;               ///< set when the run could not proceed (I/O error)
+  bool signed_session = false;     ///< the session was signed (--key)
   bool encrypted_session = false;  ///< the session was encrypted (--encrypt)
   /// Datagrams from the network refused because they did not authenticate (signed sessions):
   /// forged or stale NAKs, registrations and COMPLETEs, counted by reason.

@@ -40,9 +40,9 @@ int main(int argc, char** argv) {
   struct shape {
     std::uint32_t k, m, e;
   };
-  for (const auto [k, m, e] : {shape{32, 32, 1}, shape{64, 64, 2}, shape{128, 127, 1},
-                               shape{128, 127, 4}, shape{128, 127, 16}, shape{200, 55, 4},
-                               shape{200, 55, 16}}) {
+  for (const auto [k, m, e] :
+       {shape{32, 32, 1}, shape{64, 64, 2}, shape{128, 127, 1}, shape{128, 127, 4},
+        shape{128, 127, 16}, shape{200, 55, 4}, shape{200, 55, 16}}) {
     const fec::codec c(k, m);
     std::vector<std::vector<std::byte>> src(k, std::vector<std::byte>(len));
     for (auto& b : src) {

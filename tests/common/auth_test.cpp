@@ -137,8 +137,9 @@ TEST_CASE("a signed announce opens; forged, altered and unsigned ones are counte
   // Another sender's key: the signature is by no trusted key.
   const auto mallory = crypto::generate_identity();
   auth::sender_keys forger(mallory, session_id{0x5555}, {});
-  const auto forged = sealed(control(wire::msg_type::announce, sample_announce(), session_id{0x5555}),
-                             [&](auto b, auto n) { return forger.seal_control(b, n); });
+  const auto forged =
+      sealed(control(wire::msg_type::announce, sample_announce(), session_id{0x5555}),
+             [&](auto b, auto n) { return forger.seal_control(b, n); });
   REQUIRE(x.receiver.open(forged, t0, x.out) == errc::unauthenticated);
   REQUIRE(x.receiver.stats().bad_signature == 1);
 
@@ -212,7 +213,8 @@ TEST_CASE("NAK and COMPLETE speak only for the site that registered", "[unit][au
   wire::nak n;
   n.set_receiver_id("site-a");
   n.set_pass(1);
-  const auto nak = sealed(control(wire::msg_type::nak, n), [&](auto b, auto l) { return x.receiver.seal(b, l); });
+  const auto nak = sealed(control(wire::msg_type::nak, n),
+                          [&](auto b, auto l) { return x.receiver.seal(b, l); });
   REQUIRE_FALSE(x.sender.open(nak, x.out));
   REQUIRE(x.out.size() == nak.size() - 32);
 
@@ -223,7 +225,8 @@ TEST_CASE("NAK and COMPLETE speak only for the site that registered", "[unit][au
   const auto a = sealed(control(wire::msg_type::announce, sample_announce()),
                         [&](auto b, auto l) { return x.sender.seal_control(b, l); });
   REQUIRE_FALSE(mallory.open(a, t0, x.out));
-  const auto forged = sealed(control(wire::msg_type::nak, n), [&](auto b, auto l) { return mallory.seal(b, l); });
+  const auto forged =
+      sealed(control(wire::msg_type::nak, n), [&](auto b, auto l) { return mallory.seal(b, l); });
   REQUIRE(x.sender.open(forged, x.out) == errc::unauthenticated);
   REQUIRE(x.sender.stats().bad_tag == 1);
   // ... nor can it re-register as site-a with its key: the first key keeps the id.
@@ -235,7 +238,8 @@ TEST_CASE("NAK and COMPLETE speak only for the site that registered", "[unit][au
   REQUIRE(x.sender.stats().untrusted_site == 1);
   // ... and a NAK for an id that never registered has no key.
   n.set_receiver_id("site-b");
-  const auto other = sealed(control(wire::msg_type::nak, n), [&](auto b, auto l) { return x.receiver.seal(b, l); });
+  const auto other = sealed(control(wire::msg_type::nak, n),
+                            [&](auto b, auto l) { return x.receiver.seal(b, l); });
   REQUIRE(x.sender.open(other, x.out) == errc::unauthenticated);
   REQUIRE(x.sender.stats().no_key == 1);
 }
@@ -273,7 +277,8 @@ TEST_CASE("a session's keys survive a restart through export and import", "[unit
   REQUIRE_FALSE(restarted.open(d, t0, x.out));
   wire::nak n;
   n.set_receiver_id("site-a");
-  const auto nak = sealed(control(wire::msg_type::nak, n), [&](auto b, auto l) { return restarted.seal(b, l); });
+  const auto nak =
+      sealed(control(wire::msg_type::nak, n), [&](auto b, auto l) { return restarted.seal(b, l); });
   REQUIRE_FALSE(x.sender.open(nak, x.out));
 }
 
@@ -315,7 +320,8 @@ struct encrypted_exchange {
 
   encrypted_exchange()
       : sender(sender_id, sid, {{"site-a", site_id.public_key}}, true),
-        receiver(auth::receiver_auth_options{{sender_id.public_key}, site_id, 256, 100, "site-a"}) {}
+        receiver(auth::receiver_auth_options{{sender_id.public_key}, site_id, 256, 100, "site-a"}) {
+  }
 
   std::vector<std::byte> announce_datagram() {
     return sealed(control(wire::msg_type::announce, sample_announce()),
@@ -351,8 +357,8 @@ TEST_CASE("encrypted session: sealed announce, key request and reply, then the m
   encrypted_exchange x;
   const auto ann = x.announce_datagram();
   REQUIRE_FALSE(contains(ann, "obs/x.bufr"));  // the path is not in the datagram
-  REQUIRE(ann.size() <= wire::header_size + sample_announce().ByteSizeLong() +
-                            auth::sealed_body_overhead + 96);
+  REQUIRE(ann.size() <=
+          wire::header_size + sample_announce().ByteSizeLong() + auth::sealed_body_overhead + 96);
   x.key_exchange(t0);
   REQUIRE(x.receiver.encrypted(sid));
   // With the key, the sealed announce opens to the sender core's announce.
@@ -382,7 +388,8 @@ TEST_CASE("encrypted session: key requests are rate-limited and refused for unpi
 
   // Another site, not pinned: its key request is refused, it gets no reply.
   const auto other = crypto::generate_identity();
-  auth::receiver_keys intruder(auth::receiver_auth_options{{x.sender_id.public_key}, other, 256, 100, "site-z"});
+  auth::receiver_keys intruder(
+      auth::receiver_auth_options{{x.sender_id.public_key}, other, 256, 100, "site-z"});
   REQUIRE_FALSE(intruder.open(x.announce_datagram(), t0, x.out));
   const std::size_t n = intruder.take_key_request(buf);
   REQUIRE(n > 0);
@@ -468,7 +475,8 @@ TEST_CASE("encrypted session: the saved keys keep the session encrypted after a 
   x.key_exchange(t0);
   const auto blob = x.receiver.export_session(sid);
   REQUIRE(blob);
-  auth::receiver_keys restarted(auth::receiver_auth_options{{x.sender_id.public_key}, x.site_id, 256, 100, "site-a"});
+  auth::receiver_keys restarted(
+      auth::receiver_auth_options{{x.sender_id.public_key}, x.site_id, 256, 100, "site-a"});
   REQUIRE(restarted.import_session(sid, *blob));
   REQUIRE(restarted.encrypted(sid));
   auto d = data_datagram(9, 0, 1);
@@ -476,9 +484,10 @@ TEST_CASE("encrypted session: the saved keys keep the session encrypted after a 
   REQUIRE_FALSE(restarted.open(d, t0, x.out));
 }
 
-TEST_CASE("copied keys are independent snapshots: a copy opens what the original opens, and "
-          "forgetting in one leaves the other",
-          "[unit][auth][encrypt]") {
+TEST_CASE(
+    "copied keys are independent snapshots: a copy opens what the original opens, and "
+    "forgetting in one leaves the other",
+    "[unit][auth][encrypt]") {
   encrypted_exchange x;
   x.key_exchange(t0);
   auth::receiver_keys site_copy = x.receiver;
@@ -494,19 +503,21 @@ TEST_CASE("copied keys are independent snapshots: a copy opens what the original
   site_copy.forget(sid);
   REQUIRE_FALSE(site_copy.has_session_key(sid));
   REQUIRE(x.receiver.has_session_key(sid));
-  REQUIRE_FALSE(x.receiver.open(a, t0, x.out));        // the original still opens it
+  REQUIRE_FALSE(x.receiver.open(a, t0, x.out));                    // the original still opens it
   REQUIRE(site_copy.open(a, t0, x.out) == errc::unauthenticated);  // the copy forgot
 }
 
 // --- the session key before registration (signed and encrypted sessions) --------------------
 
-TEST_CASE("signed session: the site asks for the key at the first announce and checks blocks "
-          "before it registers; the answer never reaches its core",
-          "[unit][auth]") {
+TEST_CASE(
+    "signed session: the site asks for the key at the first announce and checks blocks "
+    "before it registers; the answer never reaches its core",
+    "[unit][auth]") {
   crypto::identity sender_id = crypto::generate_identity();
   crypto::identity site_id = crypto::generate_identity();
   auth::sender_keys sender(sender_id, sid, {{"site-a", site_id.public_key}});
-  auth::receiver_keys site(auth::receiver_auth_options{{sender_id.public_key}, site_id, 256, 100, "site-a"});
+  auth::receiver_keys site(
+      auth::receiver_auth_options{{sender_id.public_key}, site_id, 256, 100, "site-a"});
   std::span<const std::byte> out;
   std::vector<std::byte> buf(wire::control_budget + auth::max_trailer_bytes);
 
@@ -560,7 +571,8 @@ TEST_CASE("signed session: a key request is checked like a REGISTER (pinned key,
   crypto::identity other_id = crypto::generate_identity();
   auth::sender_keys sender(sender_id, sid, {{"site-a", site_id.public_key}});
   // A site with another key than the pinned one, asking in site-a's name.
-  auth::receiver_keys intruder(auth::receiver_auth_options{{sender_id.public_key}, other_id, 256, 100, "site-a"});
+  auth::receiver_keys intruder(
+      auth::receiver_auth_options{{sender_id.public_key}, other_id, 256, 100, "site-a"});
   std::span<const std::byte> out;
   std::vector<std::byte> buf(wire::control_budget + auth::max_trailer_bytes);
   const auto ann = sealed(control(wire::msg_type::announce, sample_announce()),
@@ -573,7 +585,8 @@ TEST_CASE("signed session: a key request is checked like a REGISTER (pinned key,
   std::vector<std::byte> reply(wire::control_budget + auth::max_trailer_bytes);
   REQUIRE(sender.take_key_reply(reply) == 0);
   // The pinned site's request with a byte altered fails its HMAC.
-  auth::receiver_keys site(auth::receiver_auth_options{{sender_id.public_key}, site_id, 256, 100, "site-a"});
+  auth::receiver_keys site(
+      auth::receiver_auth_options{{sender_id.public_key}, site_id, 256, 100, "site-a"});
   REQUIRE_FALSE(site.open(ann, t0, out));
   const std::size_t n = site.take_key_request(buf);
   REQUIRE(n > 0);
@@ -582,9 +595,10 @@ TEST_CASE("signed session: a key request is checked like a REGISTER (pinned key,
   REQUIRE(sender.take_key_reply(reply) == 0);
 }
 
-TEST_CASE("encrypted session: sealed announces verified before the key are held and open once "
-          "it arrives, with their source and arrival time",
-          "[unit][auth][encrypt]") {
+TEST_CASE(
+    "encrypted session: sealed announces verified before the key are held and open once "
+    "it arrives, with their source and arrival time",
+    "[unit][auth][encrypt]") {
   encrypted_exchange x;
   endpoint hub;
   hub.addr[0] = 127;
@@ -657,7 +671,8 @@ TEST_CASE("encrypted session: held announces are bounded in bytes and freed with
     REQUIRE_FALSE(x.receiver.open(announce(x.sender, sid), now, x.out));
   }
   // A second session's announces find the bound reached: none is held.
-  for (int i = 0; i < 5; ++i, now += 11ms) REQUIRE_FALSE(x.receiver.open(announce(second, session_id{0x55}), now, x.out));
+  for (int i = 0; i < 5; ++i, now += 11ms)
+    REQUIRE_FALSE(x.receiver.open(announce(second, session_id{0x55}), now, x.out));
   key_exchange(second, now);
   REQUIRE(x.receiver.take_held().empty());
 
@@ -665,14 +680,16 @@ TEST_CASE("encrypted session: held announces are bounded in bytes and freed with
   x.receiver.forget(sid);
   REQUIRE_FALSE(x.receiver.awaiting_key(sid));
   auth::sender_keys third(x.sender_id, session_id{0x66}, {{"site-a", x.site_id.public_key}}, true);
-  for (int i = 0; i < 5; ++i, now += 11ms) REQUIRE_FALSE(x.receiver.open(announce(third, session_id{0x66}), now, x.out));
+  for (int i = 0; i < 5; ++i, now += 11ms)
+    REQUIRE_FALSE(x.receiver.open(announce(third, session_id{0x66}), now, x.out));
   key_exchange(third, now);
   REQUIRE(x.receiver.take_held().size() == 5);
 }
 
-TEST_CASE("an announce verified within announce_repeat_interval makes the next one a repeat that "
-          "needs no check; a forged one does not count",
-          "[unit][auth]") {
+TEST_CASE(
+    "an announce verified within announce_repeat_interval makes the next one a repeat that "
+    "needs no check; a forged one does not count",
+    "[unit][auth]") {
   exchange x;
   REQUIRE_FALSE(x.receiver.repeat_verified_recently(sid, t0));  // unknown session
   REQUIRE_FALSE(x.announce());                                  // verified at t0

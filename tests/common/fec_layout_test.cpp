@@ -56,8 +56,8 @@ TEST_CASE("fec layout maps every block to one FEC block slot and back", "[unit][
   check_bijection({10}, 4, 1);
   check_bijection({0, 3, 0, 0, 8, 1}, 4, 2);  // empty files in between
   check_bijection({100, 1, 1, 1, 200}, 16, 4);
-  check_bijection({64}, 16, 4);   // exactly one group
-  check_bijection({65}, 16, 4);   // one block into a second group
+  check_bijection({64}, 16, 4);  // exactly one group
+  check_bijection({65}, 16, 4);  // one block into a second group
   std::mt19937_64 rng(5);
   for (int round = 0; round < 30; ++round) {
     std::vector<std::uint32_t> blocks(1 + rng() % 40);

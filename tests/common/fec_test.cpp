@@ -64,8 +64,7 @@ void check_pattern(const fec::codec& c, const std::vector<bytes>& sources,
 
 }  // namespace
 
-TEST_CASE("fec codec recovers every erasure pattern of up to m blocks for small k",
-          "[unit][fec]") {
+TEST_CASE("fec codec recovers every erasure pattern of up to m blocks for small k", "[unit][fec]") {
   std::mt19937_64 rng(1);
   constexpr std::size_t len = 300;
   constexpr std::uint32_t m = 4;
@@ -100,7 +99,8 @@ TEST_CASE("fec codec recovers random erasures for large k", "[unit][fec]") {
       std::vector<std::uint32_t> order(n + m);
       for (std::uint32_t i = 0; i < order.size(); ++i) order[i] = i;
       std::shuffle(order.begin(), order.end(), rng);
-      const std::uint32_t e = std::min<std::uint32_t>(m, static_cast<std::uint32_t>(rng() % (m + 1)));
+      const std::uint32_t e =
+          std::min<std::uint32_t>(m, static_cast<std::uint32_t>(rng() % (m + 1)));
       std::vector<bool> erased(n + m);
       for (std::uint32_t i = 0; i < e; ++i) erased[order[i]] = true;
       INFO("k " << k << " n " << n << " erased " << e);

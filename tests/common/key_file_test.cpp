@@ -13,20 +13,22 @@ using namespace mcdist;
 
 TEST_CASE("secret key files are created 0600, read back, and refused when others can read them",
           "[unit][key_file]") {
-  const auto dir = std::filesystem::temp_directory_path() / ("mcdist-auth-test-" + std::to_string(::getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("mcdist-auth-test-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const auto file = dir / "site.key";
   std::filesystem::remove(file);
   const auto id = crypto::generate_identity();
   crypto::write_secret_key_file(file, id);
-  struct stat st{};
+  struct stat st {};
   REQUIRE(::stat(file.c_str(), &st) == 0);
   REQUIRE((st.st_mode & 0777) == 0600);
   const auto back = crypto::read_secret_key_file(file);
   REQUIRE(back.public_key == id.public_key);
   REQUIRE(back.secret_key == id.secret_key);
   REQUIRE(crypto::read_public_key(file.string()) == id.public_key);  // the public line
-  REQUIRE_THROWS_AS(crypto::write_secret_key_file(file, id), crypto::key_error);  // never overwrites
+  REQUIRE_THROWS_AS(crypto::write_secret_key_file(file, id),
+                    crypto::key_error);  // never overwrites
   ::chmod(file.c_str(), 0640);
   REQUIRE_THROWS_WITH(crypto::read_secret_key_file(file), Catch::Contains("chmod 600"));
   std::filesystem::remove_all(dir);

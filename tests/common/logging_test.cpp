@@ -37,10 +37,13 @@ std::vector<std::byte> bad_utf8_datagram() {
 
 }  // namespace
 
-TEST_CASE("libprotobuf's complaint about a hostile datagram goes to the log at debug level, "
-          "not to stderr", "[unit][logging]") {
+TEST_CASE(
+    "libprotobuf's complaint about a hostile datagram goes to the log at debug level, "
+    "not to stderr",
+    "[unit][logging]") {
   // Found by tests/fuzz: every refused string of invalid UTF-8 wrote a line to stderr.
-  const auto dir = std::filesystem::temp_directory_path() / ("mcdist-logging-" + std::to_string(getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("mcdist-logging-" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
   const auto err_path = dir / "stderr";
   const auto log_path = dir / "log";

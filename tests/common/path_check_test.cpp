@@ -28,7 +28,8 @@ TEST_CASE("paths that could escape or mislead are refused with the reason", "[un
   REQUIRE(check_relative_path("./a") == errc::path_dot_dot);
   REQUIRE(check_relative_path("a//b") == errc::path_empty_component);
   REQUIRE(check_relative_path("a/") == errc::path_empty_component);
-  REQUIRE(check_relative_path("a\x01" "b") == errc::path_control_char);
+  REQUIRE(check_relative_path("a\x01"
+                              "b") == errc::path_control_char);
   REQUIRE(check_relative_path("a\nb") == errc::path_control_char);
   REQUIRE(check_relative_path("a\x7f") == errc::path_control_char);
   REQUIRE(check_relative_path("a\0b"s) == errc::path_control_char);

@@ -20,7 +20,8 @@ std::vector<std::byte> control_datagram() {
   m.set_sender_time_us(123456789);
   m.set_grtt_us(700000);
   std::vector<std::byte> out(wire::header_size + m.ByteSizeLong());
-  REQUIRE(wire::encode_control(out, wire::msg_type::marker, session_id{0xabcdef01}, m) == out.size());
+  REQUIRE(wire::encode_control(out, wire::msg_type::marker, session_id{0xabcdef01}, m) ==
+          out.size());
   return out;
 }
 
@@ -28,7 +29,8 @@ std::vector<std::byte> control_datagram() {
 
 TEST_CASE("data header round-trips every field in network byte order", "[unit][wire]") {
   std::vector<std::byte> buf(wire::data_header_size + 5, std::byte{0x5a});
-  const wire::data_header h{session_id{0x01020304}, 0xfffffffe, file_index{7}, block_index{0x10000}};
+  const wire::data_header h{session_id{0x01020304}, 0xfffffffe, file_index{7},
+                            block_index{0x10000}};
   wire::write_data_header(buf, h);
   REQUIRE(std::to_integer<int>(buf[0]) == 'M');
   REQUIRE(std::to_integer<int>(buf[1]) == 'D');
@@ -46,8 +48,7 @@ TEST_CASE("data header round-trips every field in network byte order", "[unit][w
   REQUIRE(payload.size() == 5);
 }
 
-TEST_CASE("parity header round-trips every field and every truncation is refused",
-          "[unit][wire]") {
+TEST_CASE("parity header round-trips every field and every truncation is refused", "[unit][wire]") {
   std::vector<std::byte> buf(wire::data_header_size + 7, std::byte{0x5a});
   const wire::parity_header h{session_id{0x0a0b0c0d}, 0x80000001, 0x00c0ffee, 54};
   wire::write_parity_header(buf, h);
@@ -171,10 +172,10 @@ TEST_CASE("range lists round-trip and malformed ones are refused whole", "[unit]
   enc.add(10, 1);
   enc.add(4000000000u, 5);
   std::vector<std::pair<std::uint32_t, std::uint32_t>> got;
-  REQUIRE_FALSE(for_each_range(pairs, 4000000005u, [&](std::uint32_t f, std::uint32_t c) {
-    got.emplace_back(f, c);
-  }));
-  REQUIRE(got == std::vector<std::pair<std::uint32_t, std::uint32_t>>{{0, 3}, {10, 1}, {4000000000u, 5}});
+  REQUIRE_FALSE(for_each_range(pairs, 4000000005u,
+                               [&](std::uint32_t f, std::uint32_t c) { got.emplace_back(f, c); }));
+  REQUIRE(got ==
+          std::vector<std::pair<std::uint32_t, std::uint32_t>>{{0, 3}, {10, 1}, {4000000000u, 5}});
   int calls = 0;
   auto count = [&](std::uint32_t, std::uint32_t) { ++calls; };
   REQUIRE(for_each_range(pairs, 4000000004u, count) == errc::invalid_field);  // past the limit

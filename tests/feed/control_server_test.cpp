@@ -8,9 +8,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/executor_work_guard.hpp>
 
 #include <atomic>
 #include <filesystem>

@@ -146,9 +146,10 @@ group = "239.1.1.1:4711"
 spool = ["/s"]
 )"),
              Catch::Contains("'channel[0].name'"));
-  CHECK_THAT(error_of("interface = \"10.0.0.5\"\nrate = \"fast\"\njournal = \"/j\"\nretention = \"0s\"\n" +
-                      warnings),
-             Catch::Contains("'rate'"));
+  CHECK_THAT(
+      error_of("interface = \"10.0.0.5\"\nrate = \"fast\"\njournal = \"/j\"\nretention = \"0s\"\n" +
+               warnings),
+      Catch::Contains("'rate'"));
   CHECK_THAT(error_of("interface = \"10.0.0.5\"\nrate = \"1G\"\njournal = \"/j\"\n" + warnings),
              Catch::Contains("'retained' is required"));
   CHECK_THAT(error_of(top + "rate = [\n"), Catch::Contains("feed.toml"));  // syntax error
@@ -207,13 +208,15 @@ TEST_CASE("the status port defaults to 127.0.0.1:9612, can be moved or turned of
 
 TEST_CASE("an encrypted channel needs the feed's key and site keys", "[unit][feed]") {
   const std::string encrypted = warnings + "encrypt = true\n";
-  CHECK_THAT(error_of(top + encrypted), Catch::Contains("encrypt = true needs 'key' and 'site_keys'"));
+  CHECK_THAT(error_of(top + encrypted),
+             Catch::Contains("encrypt = true needs 'key' and 'site_keys'"));
   CHECK_THAT(error_of("key = \"/etc/mcdist/feed.key\"\n" + top + encrypted),
              Catch::Contains("encrypt = true needs"));
-  CHECK_THAT(error_of(top + warnings + "encrypt = \"yes\"\n"), Catch::Contains("'channel[0].encrypt'"));
-  const auto c = parse_feed_config("key = \"/etc/mcdist/feed.key\"\nsite_keys = \"/etc/mcdist/sites\"\n" +
-                                       top + encrypted,
-                                   "feed.toml");
+  CHECK_THAT(error_of(top + warnings + "encrypt = \"yes\"\n"),
+             Catch::Contains("'channel[0].encrypt'"));
+  const auto c = parse_feed_config(
+      "key = \"/etc/mcdist/feed.key\"\nsite_keys = \"/etc/mcdist/sites\"\n" + top + encrypted,
+      "feed.toml");
   REQUIRE(c.channels.size() == 1);
   CHECK(c.channels[0].encrypt);
   CHECK_FALSE(parse_feed_config(top + warnings, "feed.toml").channels[0].encrypt);

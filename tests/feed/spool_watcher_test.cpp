@@ -21,7 +21,7 @@ TEST_CASE("dot-files, dot-directories and ignore globs are not products", "[unit
   CHECK_FALSE(ignored_name("obs/2026/a.bufr", globs));
   CHECK(ignored_name(".a.grib.part", globs));
   CHECK(ignored_name("obs/.incoming/a.bufr", globs));
-  CHECK(ignored_name("obs/x.tmp", globs));      // glob on the file name
+  CHECK(ignored_name("obs/x.tmp", globs));       // glob on the file name
   CHECK(ignored_name("partial/x.grib", globs));  // glob on the whole name
   CHECK_FALSE(ignored_name("other/partial/x.grib", globs));
 }
@@ -35,9 +35,10 @@ void write(const std::filesystem::path& p, const std::string& text) {
 
 }  // namespace
 
-TEST_CASE("the watcher reports files present at start and files closed or renamed later, "
-          "in new subdirectories too",
-          "[unit][feed]") {
+TEST_CASE(
+    "the watcher reports files present at start and files closed or renamed later, "
+    "in new subdirectories too",
+    "[unit][feed]") {
   char tmpl[] = "/tmp/mcdist-spool-test-XXXXXX";
   REQUIRE(::mkdtemp(tmpl));
   const std::filesystem::path root(tmpl);
@@ -51,7 +52,8 @@ TEST_CASE("the watcher reports files present at start and files closed or rename
   boost::asio::io_context io;
   std::map<std::string, spooled_file> seen;
   auto log = std::make_shared<spdlog::logger>("t", std::make_shared<spdlog::sinks::null_sink_mt>());
-  spool_watcher w(io, channels, [&](spooled_file f) { seen[f.name] = f; }, log);
+  spool_watcher w(
+      io, channels, [&](spooled_file f) { seen[f.name] = f; }, log);
   w.start();
   REQUIRE(seen.size() == 1);
   REQUIRE(seen.count("early.bin"));

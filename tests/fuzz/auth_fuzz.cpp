@@ -7,8 +7,8 @@
 /// announce, the site opens it, seals a register_request, the sender opens that and seals the
 /// register_reply, the site opens it. The handshakes run once per process; each input works on
 /// a copy of both sides (so inputs are independent and reproducible, and an input costs its own
-/// records rather than the handshakes' key agreements and signatures). Then the input is a script (tests/fuzz/fuzz_script.hpp)
-/// whose records, by op % 6, are:
+/// records rather than the handshakes' key agreements and signatures). Then the input is a script
+/// (tests/fuzz/fuzz_script.hpp) whose records, by op % 6, are:
 ///
 ///   0  a datagram to the site:           receiver_keys::open
 ///   1  a datagram to the sender:         sender_keys::open (a key request, which signed
@@ -34,10 +34,10 @@
 ///  10  a data datagram of the encrypted sender: encrypted, then opened by the site: the same
 ///      payload
 ///
-/// Invariants (abort on violation; encrypted session: opened views are not prefixes): the handshake succeeds and both sides derive the same
-/// fallback key; an opened datagram is a prefix of the input, shorter by exactly the type's
-/// trailer; a sealed datagram is the input plus the type's trailer; a hello's proof made with
-/// the site's key verifies, one made with another key does not.
+/// Invariants (abort on violation; encrypted session: opened views are not prefixes): the handshake
+/// succeeds and both sides derive the same fallback key; an opened datagram is a prefix of the
+/// input, shorter by exactly the type's trailer; a sealed datagram is the input plus the type's
+/// trailer; a hello's proof made with the site's key verifies, one made with another key does not.
 
 #include "common/auth.hpp"
 #include "common/unicast/hello_proof.hpp"
@@ -151,7 +151,8 @@ struct encrypted_pair {
 void check_opened_encrypted(std::span<const std::byte> in, std::span<const std::byte> out) {
   const auto t = static_cast<wire::msg_type>(std::to_integer<std::uint8_t>(in[3]));
   require(out.empty() || out.size() <= in.size() - auth::trailer_size(t));
-  if (t == wire::msg_type::data && !out.empty()) require(out.size() == in.size() - auth::data_trailer_bytes);
+  if (t == wire::msg_type::data && !out.empty())
+    require(out.size() == in.size() - auth::data_trailer_bytes);
 }
 
 void encrypted_op(encrypted_pair& e, unsigned op, std::span<const std::byte> p, time_point now) {
@@ -161,7 +162,8 @@ void encrypted_op(encrypted_pair& e, unsigned op, std::span<const std::byte> p, 
       if (!e.site.open(p, now, opened)) check_opened_encrypted(p, opened);
       // Held announces whose key just arrived open again without a second signature check.
       for (const auto& h : e.site.take_held()) {
-        if (!e.site.open(h.datagram, h.at, opened, h.from)) check_opened_encrypted(h.datagram, opened);
+        if (!e.site.open(h.datagram, h.at, opened, h.from))
+          check_opened_encrypted(h.datagram, opened);
       }
       break;
     case 7:
@@ -195,7 +197,8 @@ void encrypted_op(encrypted_pair& e, unsigned op, std::span<const std::byte> p, 
           (t == wire::msg_type::announce || t == wire::msg_type::digest_list)) {
         // The round trip gives the core's body back.
         require(opened.size() == p.size());
-        require(std::equal(opened.begin() + wire::header_size, opened.end(), p.begin() + wire::header_size));
+        require(std::equal(opened.begin() + wire::header_size, opened.end(),
+                           p.begin() + wire::header_size));
       }
       break;
     }
@@ -205,8 +208,9 @@ void encrypted_op(encrypted_pair& e, unsigned op, std::span<const std::byte> p, 
       const std::size_t n = e.hub.seal_data(b, p.size());
       require(n == p.size() + auth::data_trailer_bytes);
       wire::header h;
-      const bool ours = !wire::parse_header(std::span(b).first(n), h) && h.type == wire::msg_type::data &&
-                        h.session == fuzz_session && e.site.has_session_key(fuzz_session);
+      const bool ours = !wire::parse_header(std::span(b).first(n), h) &&
+                        h.type == wire::msg_type::data && h.session == fuzz_session &&
+                        e.site.has_session_key(fuzz_session);
       if (e.site.open(std::span(b).first(n), now, opened)) {
         require(!ours);  // a block of the live session always opens
         break;
@@ -365,7 +369,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         auto b = roomy(p);
         const std::size_t n = hub.seal_data(b, p.size());
         require(n == p.size() + auth::data_trailer_bytes);
-        if (!site.open(std::span(b).first(n), now, opened)) check_opened(std::span(b).first(n), opened);
+        if (!site.open(std::span(b).first(n), now, opened))
+          check_opened(std::span(b).first(n), opened);
         break;
       }
       case 5: {

@@ -7,11 +7,11 @@
 /// a checkpoint (which must restore again into a fresh engine), every finalize answered, and
 /// the sender's END.
 
-#include "common/wire.hpp"
 #include "checkpoint.pb.h"
+#include "common/wire.hpp"
 #include "mcdist.pb.h"
-#include "tests/fuzz/quiet_protobuf.hpp"
 #include "receiver/core/receiver_engine.hpp"
+#include "tests/fuzz/quiet_protobuf.hpp"
 
 #include <spdlog/sinks/null_sink.h>
 #include <spdlog/spdlog.h>
@@ -34,7 +34,9 @@ struct sink final : receiver_sink, storage_port {
   }
   void begin_file(file_key, std::uint32_t, const manifest_entry&, bool) override {}
   bool write(file_key, std::uint64_t, std::span<const std::byte>) override { return true; }
-  void finalize(file_key k, const sha256_digest&) override { finalizing.emplace_back(k.session, k.file); }
+  void finalize(file_key k, const sha256_digest&) override {
+    finalizing.emplace_back(k.session, k.file);
+  }
   void discard_file(file_key) override {}
   void query_held(session_id, std::uint32_t, std::vector<held_query>) override {}
   void checkpoint(session_id, std::string blob) override { blobs.push_back(std::move(blob)); }
@@ -46,7 +48,8 @@ struct sink final : receiver_sink, storage_port {
 
 std::shared_ptr<spdlog::logger> null_logger() {
   static auto log = [] {
-    auto l = std::make_shared<spdlog::logger>("fuzz", std::make_shared<spdlog::sinks::null_sink_mt>());
+    auto l =
+        std::make_shared<spdlog::logger>("fuzz", std::make_shared<spdlog::sinks::null_sink_mt>());
     l->set_level(spdlog::level::trace);
     return l;
   }();

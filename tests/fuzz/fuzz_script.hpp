@@ -38,10 +38,10 @@ class script_reader {
   bool next(record& out) noexcept {
     if (m_in.size() < record_header_size) return false;
     out.op = std::to_integer<std::uint8_t>(m_in[0]);
-    const std::size_t len = std::to_integer<std::size_t>(m_in[1]) << 8 |
-                            std::to_integer<std::size_t>(m_in[2]);
-    const std::size_t take = len < m_in.size() - record_header_size ? len
-                                                                     : m_in.size() - record_header_size;
+    const std::size_t len =
+        std::to_integer<std::size_t>(m_in[1]) << 8 | std::to_integer<std::size_t>(m_in[2]);
+    const std::size_t take =
+        len < m_in.size() - record_header_size ? len : m_in.size() - record_header_size;
     out.payload = m_in.subspan(record_header_size, take);
     m_in = m_in.subspan(record_header_size + take);
     return true;

@@ -9,8 +9,8 @@
 
 #include "common/auth.hpp"
 #include "common/ranges.hpp"
-#include "common/unicast/hello_proof.hpp"
 #include "common/unicast/frame.hpp"
+#include "common/unicast/hello_proof.hpp"
 #include "common/wire.hpp"
 #include "mcdist.pb.h"
 #include "receiver/core/receiver_engine.hpp"
@@ -29,8 +29,8 @@ namespace fs = std::filesystem;
 namespace {
 
 using bytes = std::vector<std::byte>;
-constexpr session_id rx_sid{0x1234};   // receiver seeds' session
-constexpr session_id tx_sid{42};       // sender_fuzz's session
+constexpr session_id rx_sid{0x1234};  // receiver seeds' session
+constexpr session_id tx_sid{42};      // sender_fuzz's session
 
 fs::path g_root;
 
@@ -57,9 +57,7 @@ bytes data_dg(std::uint32_t seq, std::uint32_t file, std::uint32_t block, std::s
   return d;
 }
 
-bytes be3(std::uint32_t v) {
-  return {std::byte(v >> 16), std::byte(v >> 8), std::byte(v)};
-}
+bytes be3(std::uint32_t v) { return {std::byte(v >> 16), std::byte(v >> 8), std::byte(v)}; }
 
 // --- the receiver's side of one session: 3 files (empty, 2500 bytes, 1000 bytes) ---
 
@@ -147,7 +145,16 @@ wire::complete_ack ack_msg() {
 }
 
 /// Receiver script ops (receiver_fuzz.cpp).
-enum rx_op : std::uint8_t { dg = 0, dg_other = 1, advance = 2, held = 3, stored = 4, udata = 5, uclosed = 6, ckpt = 7 };
+enum rx_op : std::uint8_t {
+  dg = 0,
+  dg_other = 1,
+  advance = 2,
+  held = 3,
+  stored = 4,
+  udata = 5,
+  uclosed = 6,
+  ckpt = 7
+};
 
 struct script {
   bytes b;
@@ -282,14 +289,17 @@ struct capture_sink final : receiver::receiver_sink, receiver::storage_port {
   std::vector<std::string> blobs;
   void send(const endpoint&, std::span<const std::byte>) override {}
   void begin_file(receiver::file_key, std::uint32_t, const manifest_entry&, bool) override {}
-  bool write(receiver::file_key, std::uint64_t, std::span<const std::byte>) override { return true; }
+  bool write(receiver::file_key, std::uint64_t, std::span<const std::byte>) override {
+    return true;
+  }
   void finalize(receiver::file_key, const sha256_digest&) override {}
   void discard_file(receiver::file_key) override {}
   void query_held(session_id, std::uint32_t, std::vector<receiver::held_query>) override {}
   void checkpoint(session_id, std::string blob) override { blobs.push_back(std::move(blob)); }
   void close_session(session_id, bool) override {}
   void session_closed(session_id, bool) override {}
-  void start_unicast(session_id, const receiver::unicast_order&, std::vector<receiver::byte_range>) override {}
+  void start_unicast(session_id, const receiver::unicast_order&,
+                     std::vector<receiver::byte_range>) override {}
   void stop_unicast(session_id) override {}
 };
 
@@ -325,14 +335,16 @@ wire::register_request sequenced_register_msg(const std::string& id) {
   r.set_receiver_id(id);
   r.set_echo_time_us(100'000'000);
   r.set_last_seq(990);
-  for (const auto& [first, last] : {std::pair<std::uint64_t, std::uint64_t>{991, 993}, {996, 999}}) {
+  for (const auto& [first, last] :
+       {std::pair<std::uint64_t, std::uint64_t>{991, 993}, {996, 999}}) {
     auto* m = r.add_missing_seqs();
     m->set_first(first);
     m->set_last(last);
   }
   return r;
 }
-wire::register_request register_msg(const std::string& id, std::vector<std::uint32_t> held_files = {}) {
+wire::register_request register_msg(const std::string& id,
+                                    std::vector<std::uint32_t> held_files = {}) {
   wire::register_request r;
   r.set_receiver_id(id);
   r.set_echo_time_us(100'000'000);
@@ -372,7 +384,10 @@ wire::complete complete_msg(const std::string& id, bool with_failure) {
 }
 
 void sender_seeds() {
-  const auto id_bytes = [](std::string_view s) { return bytes(reinterpret_cast<const std::byte*>(s.data()), reinterpret_cast<const std::byte*>(s.data()) + s.size()); };
+  const auto id_bytes = [](std::string_view s) {
+    return bytes(reinterpret_cast<const std::byte*>(s.data()),
+                 reinterpret_cast<const std::byte*>(s.data()) + s.size());
+  };
   {  // closed group: both register, one NAKs, both complete
     script s;
     s.add(0, tx_dg(wire::msg_type::register_request, register_msg("a")));
@@ -423,7 +438,8 @@ void sender_seeds() {
     s.add(3, bytes{std::byte{2}});
     for (int i = 0; i < 4; ++i) {
       s.add(2, be3(20));
-      s.add(0, tx_dg(wire::msg_type::nak, nak_msg("site-x", static_cast<std::uint32_t>(i + 1), 2, {{0, 40}})));
+      s.add(0, tx_dg(wire::msg_type::nak,
+                     nak_msg("site-x", static_cast<std::uint32_t>(i + 1), 2, {{0, 40}})));
     }
     s.add(4, id_bytes("site-x"));
     s.add(5, id_bytes("site-x"));
@@ -480,8 +496,8 @@ void wire_seeds() {
   r->set_first(3);
   r->set_last(4);
   write("wire", "announce_catch_up", datagram(wire::msg_type::announce, catch_up));
-  write("wire", "register_sequenced", datagram(wire::msg_type::register_request,
-                                               sequenced_register_msg("a")));
+  write("wire", "register_sequenced",
+        datagram(wire::msg_type::register_request, sequenced_register_msg("a")));
   // Encrypted sessions' fields (mcdist-send --encrypt): a sealed announce and digest list (the
   // cores never get them sealed, but must survive them), a key request, a key_only reply.
   wire::announce sealed_announce;
@@ -527,7 +543,8 @@ void unicast_seeds() {
   using namespace mcdist::unicast;
   bytes client{std::byte{0}};
   hello h;
-  h.token = {0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef, 0x10, 0x32, 0x54, 0x76, 0x98, 0xba, 0xdc, 0xfe};
+  h.token = {0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef,
+             0x10, 0x32, 0x54, 0x76, 0x98, 0xba, 0xdc, 0xfe};
   h.session = rx_sid;
   h.client_nonce = 42;
   h.connection_index = 0;
@@ -583,7 +600,8 @@ void unicast_seeds() {
       write_record_header(rec, file_index{2}, off, 300);
       chunk(sealed_server, rec);
     }
-    write("unicast_frame", tamper ? "sealed_server_tampered" : "sealed_server_stream", sealed_server);
+    write("unicast_frame", tamper ? "sealed_server_tampered" : "sealed_server_stream",
+          sealed_server);
   }
   bytes sealed_client{std::byte{2}, std::byte{0}};
   {
@@ -614,7 +632,14 @@ void auth_seeds() {
   o.site = site_id;
   auth::receiver_keys rx(o);
   const time_point now{std::chrono::seconds(1)};
-  enum op : std::uint8_t { to_site = 0, to_sender = 1, site_seal = 2, sender_seal = 3, data_seal = 4, hello_proof = 5 };
+  enum op : std::uint8_t {
+    to_site = 0,
+    to_sender = 1,
+    site_seal = 2,
+    sender_seal = 3,
+    data_seal = 4,
+    hello_proof = 5
+  };
   script s;
   auto sealed = [](bytes d, auto&& seal) {
     const std::size_t len = d.size();
@@ -623,28 +648,36 @@ void auth_seeds() {
     return d;
   };
   std::span<const std::byte> opened;
-  const auto ann = sealed(datagram(wire::msg_type::announce, announce_msg()),
-                          [&](std::span<std::byte> b, std::size_t n) { return tx.seal_control(b, n); });
+  const auto ann =
+      sealed(datagram(wire::msg_type::announce, announce_msg()),
+             [&](std::span<std::byte> b, std::size_t n) { return tx.seal_control(b, n); });
   if (rx.open(ann, now, opened)) throw std::runtime_error("auth seeds: the announce does not open");
   s.add(to_site, ann);
   wire::register_request rr;
   rr.set_receiver_id("site");
   const auto reg = sealed(datagram(wire::msg_type::register_request, rr),
                           [&](std::span<std::byte> b, std::size_t n) { return rx.seal(b, n); });
-  if (tx.open(reg, opened)) throw std::runtime_error("auth seeds: the register_request does not open");
+  if (tx.open(reg, opened))
+    throw std::runtime_error("auth seeds: the register_request does not open");
   s.add(to_sender, reg);
-  const auto reply = sealed(datagram(wire::msg_type::register_reply, reply_msg(true)),
-                            [&](std::span<std::byte> b, std::size_t n) { return tx.seal_control(b, n); });
+  const auto reply =
+      sealed(datagram(wire::msg_type::register_reply, reply_msg(true)),
+             [&](std::span<std::byte> b, std::size_t n) { return tx.seal_control(b, n); });
   s.add(to_site, reply);
-  s.add(to_site, sealed(data_dg(1, 1, 0, 1000), [&](std::span<std::byte> b, std::size_t n) { return tx.seal_data(b, n); }));
-  s.add(to_site, sealed(datagram(wire::msg_type::marker, marker_msg(1, true, 2)),
-                        [&](std::span<std::byte> b, std::size_t n) { return tx.seal_control(b, n); }));
-  s.add(to_site, sealed(datagram(wire::msg_type::digest_list, digests_msg()),
-                        [&](std::span<std::byte> b, std::size_t n) { return tx.seal_control(b, n); }));
-  s.add(to_site, sealed(datagram(wire::msg_type::fallback, fallback_msg(wire::fallback::TCP)),
-                        [&](std::span<std::byte> b, std::size_t n) { return tx.seal_control(b, n); }));
-  s.add(to_site, sealed(datagram(wire::msg_type::session_end, end_msg(false)),
-                        [&](std::span<std::byte> b, std::size_t n) { return tx.seal_control(b, n); }));
+  s.add(to_site, sealed(data_dg(1, 1, 0, 1000),
+                        [&](std::span<std::byte> b, std::size_t n) { return tx.seal_data(b, n); }));
+  s.add(to_site,
+        sealed(datagram(wire::msg_type::marker, marker_msg(1, true, 2)),
+               [&](std::span<std::byte> b, std::size_t n) { return tx.seal_control(b, n); }));
+  s.add(to_site,
+        sealed(datagram(wire::msg_type::digest_list, digests_msg()),
+               [&](std::span<std::byte> b, std::size_t n) { return tx.seal_control(b, n); }));
+  s.add(to_site,
+        sealed(datagram(wire::msg_type::fallback, fallback_msg(wire::fallback::TCP)),
+               [&](std::span<std::byte> b, std::size_t n) { return tx.seal_control(b, n); }));
+  s.add(to_site,
+        sealed(datagram(wire::msg_type::session_end, end_msg(false)),
+               [&](std::span<std::byte> b, std::size_t n) { return tx.seal_control(b, n); }));
   wire::nak nk;
   nk.set_receiver_id("site");
   nk.set_pass(1);
@@ -674,27 +707,40 @@ void auth_seeds() {
 
   // An encrypted session (ops 6..10 of auth_fuzz): sealed announce, key request, key_only
   // reply, encrypted data, sealed digest list; and the cores' datagrams to seal.
-  enum enc_op : std::uint8_t { to_esite = 6, to_esender = 7, esite_seal = 8, esender_seal = 9, edata_seal = 10 };
+  enum enc_op : std::uint8_t {
+    to_esite = 6,
+    to_esender = 7,
+    esite_seal = 8,
+    esender_seal = 9,
+    edata_seal = 10
+  };
   auth::sender_keys etx(hub, rx_sid, {{"site", site_id.public_key}}, true);
   o.receiver_id = "site";
   auth::receiver_keys erx(o);
   script e;
-  const auto eann = sealed(datagram(wire::msg_type::announce, announce_msg()),
-                           [&](std::span<std::byte> b, std::size_t n) { return etx.seal_control(b, n); });
-  if (erx.open(eann, now, opened) || !opened.empty()) throw std::runtime_error("auth seeds: the sealed announce");
+  const auto eann =
+      sealed(datagram(wire::msg_type::announce, announce_msg()),
+             [&](std::span<std::byte> b, std::size_t n) { return etx.seal_control(b, n); });
+  if (erx.open(eann, now, opened) || !opened.empty())
+    throw std::runtime_error("auth seeds: the sealed announce");
   e.add(to_esite, eann);
   bytes kreq(wire::control_budget + auth::max_trailer_bytes);
   kreq.resize(erx.take_key_request(kreq));
-  if (kreq.empty() || etx.open(kreq, opened)) throw std::runtime_error("auth seeds: the key request");
+  if (kreq.empty() || etx.open(kreq, opened))
+    throw std::runtime_error("auth seeds: the key request");
   e.add(to_esender, kreq);
   bytes krep(wire::control_budget + auth::max_trailer_bytes);
   krep.resize(etx.take_key_reply(krep));
-  if (krep.empty() || erx.open(krep, now, opened)) throw std::runtime_error("auth seeds: the key reply");
+  if (krep.empty() || erx.open(krep, now, opened))
+    throw std::runtime_error("auth seeds: the key reply");
   e.add(to_esite, krep);
   e.add(to_esite, eann);
-  e.add(to_esite, sealed(data_dg(1, 1, 0, 1000), [&](std::span<std::byte> b, std::size_t n) { return etx.seal_data(b, n); }));
-  e.add(to_esite, sealed(datagram(wire::msg_type::digest_list, digests_msg()),
-                         [&](std::span<std::byte> b, std::size_t n) { return etx.seal_control(b, n); }));
+  e.add(to_esite, sealed(data_dg(1, 1, 0, 1000), [&](std::span<std::byte> b, std::size_t n) {
+          return etx.seal_data(b, n);
+        }));
+  e.add(to_esite,
+        sealed(datagram(wire::msg_type::digest_list, digests_msg()),
+               [&](std::span<std::byte> b, std::size_t n) { return etx.seal_control(b, n); }));
   e.add(esite_seal, datagram(wire::msg_type::register_request, rr));
   e.add(esender_seal, datagram(wire::msg_type::announce, announce_msg()));
   e.add(esender_seal, datagram(wire::msg_type::digest_list, digests_msg()));

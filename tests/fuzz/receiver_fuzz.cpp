@@ -21,9 +21,9 @@
 
 #include "common/wire.hpp"
 #include "mcdist.pb.h"
-#include "tests/fuzz/quiet_protobuf.hpp"
 #include "receiver/core/receiver_engine.hpp"
 #include "tests/fuzz/fuzz_script.hpp"
+#include "tests/fuzz/quiet_protobuf.hpp"
 
 #include <spdlog/sinks/null_sink.h>
 #include <spdlog/spdlog.h>
@@ -83,7 +83,8 @@ struct recording_sink final : receiver_sink, storage_port {
 std::shared_ptr<spdlog::logger> null_logger() {
   // Trace level: every log line is formatted, so the formatting of hostile fields is fuzzed too.
   static auto log = [] {
-    auto l = std::make_shared<spdlog::logger>("fuzz", std::make_shared<spdlog::sinks::null_sink_mt>());
+    auto l =
+        std::make_shared<spdlog::logger>("fuzz", std::make_shared<spdlog::sinks::null_sink_mt>());
     l->set_level(spdlog::level::trace);
     return l;
   }();
@@ -113,19 +114,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const auto p = r.payload;
     switch (r.op % 8) {
       case 0:
-      case 1:
-        engine.on_datagram(p, r.op % 8 == 0 ? sender_ep : stranger, r.op % 8, now);
-        break;
-      case 2:
-        now += std::chrono::milliseconds(fuzz::read_be(p, 0, 3));
-        break;
+      case 1: engine.on_datagram(p, r.op % 8 == 0 ? sender_ep : stranger, r.op % 8, now); break;
+      case 2: now += std::chrono::milliseconds(fuzz::read_be(p, 0, 3)); break;
       case 3: {
         if (sink.held.empty()) break;
         auto q = std::move(sink.held.front());
         sink.held.pop_front();
         sha256_digest digest;
         digest.fill(0x11);
-        for (std::size_t i = 0; i < 32 && i < p.size(); ++i) digest[i] = std::to_integer<std::uint8_t>(p[i]);
+        for (std::size_t i = 0; i < 32 && i < p.size(); ++i)
+          digest[i] = std::to_integer<std::uint8_t>(p[i]);
         std::vector<held_answer> held;
         for (std::size_t i = 0; i < q.files.size(); ++i) {
           const std::size_t byte = 32 + i / 8;
@@ -141,7 +139,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         const auto [s, f] = sink.finalizing.front();
         sink.finalizing.pop_front();
         const bool fail = !p.empty() && (std::to_integer<unsigned>(p[0]) & 1);
-        engine.on_file_stored(s, f, fail ? std::make_error_code(std::errc::io_error) : std::error_code{},
+        engine.on_file_stored(s, f,
+                              fail ? std::make_error_code(std::errc::io_error) : std::error_code{},
                               fail ? "fuzz: i/o error" : "", now);
         break;
       }
@@ -151,7 +150,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         const std::size_t i = fuzz::read_be(p, 2, 1) % o.wanted.size();
         const auto& w = o.wanted[i];
         const std::uint64_t left = w.length - o.done[i];
-        const std::uint64_t n = std::min<std::uint64_t>(std::max<std::uint64_t>(fuzz::read_be(p, 0, 2), 1), left);
+        const std::uint64_t n =
+            std::min<std::uint64_t>(std::max<std::uint64_t>(fuzz::read_be(p, 0, 2), 1), left);
         if (n == 0) break;
         const std::vector<std::byte> bytes(n, std::byte{7});
         const std::uint64_t at = w.offset + o.done[i];
@@ -164,7 +164,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         if (sink.orders.empty()) break;
         const session_id s = sink.orders.front().s;
         sink.orders.pop_front();
-        engine.on_unicast_closed(s, !p.empty() && (std::to_integer<unsigned>(p[0]) & 1), "fuzz", now);
+        engine.on_unicast_closed(s, !p.empty() && (std::to_integer<unsigned>(p[0]) & 1), "fuzz",
+                                 now);
         break;
       }
       case 7: {

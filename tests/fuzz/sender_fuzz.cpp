@@ -20,9 +20,9 @@
 
 #include "common/wire.hpp"
 #include "mcdist.pb.h"
-#include "tests/fuzz/quiet_protobuf.hpp"
 #include "sender/core/sender_session.hpp"
 #include "tests/fuzz/fuzz_script.hpp"
+#include "tests/fuzz/quiet_protobuf.hpp"
 
 #include <spdlog/sinks/null_sink.h>
 #include <spdlog/spdlog.h>
@@ -38,7 +38,8 @@ namespace {
 
 std::shared_ptr<spdlog::logger> null_logger() {
   static auto log = [] {
-    auto l = std::make_shared<spdlog::logger>("fuzz", std::make_shared<spdlog::sinks::null_sink_mt>());
+    auto l =
+        std::make_shared<spdlog::logger>("fuzz", std::make_shared<spdlog::sinks::null_sink_mt>());
     l->set_level(spdlog::level::trace);
     return l;
   }();
@@ -114,7 +115,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   s.start(now);
   drain(s, now);
 
-  fuzz::script_reader script(std::span<const std::byte>(reinterpret_cast<const std::byte*>(data), size).subspan(1));
+  fuzz::script_reader script(
+      std::span<const std::byte>(reinterpret_cast<const std::byte*>(data), size).subspan(1));
   fuzz::record r;
   while (script.next(r)) {
     const auto p = r.payload;
@@ -123,7 +125,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       case 0: s.on_datagram(p, rx_a, now); break;
       case 1: s.on_datagram(p, rx_b, now); break;
       case 2: now += std::chrono::milliseconds(fuzz::read_be(p, 0, 3)); break;
-      case 3: s.on_digest(file_index{static_cast<std::uint32_t>(fuzz::read_be(p, 0, 1) % 4)}, sha256_digest{}, now); break;
+      case 3:
+        s.on_digest(file_index{static_cast<std::uint32_t>(fuzz::read_be(p, 0, 1) % 4)},
+                    sha256_digest{}, now);
+        break;
       case 4: s.on_unicast_started(text, now); break;
       case 5: s.on_unicast_failed(text, "fuzz", now); break;
       case 6: s.abort(now, "fuzz"); break;

@@ -128,7 +128,8 @@ int sealed_input(const std::uint8_t* data, std::size_t size) {
   std::vector<std::byte> sealed;
   std::vector<std::byte> buf;
   while (chunks.size() >= 2) {
-    const std::size_t n = std::to_integer<std::size_t>(chunks[0]) << 8 | std::to_integer<std::size_t>(chunks[1]);
+    const std::size_t n =
+        std::to_integer<std::size_t>(chunks[0]) << 8 | std::to_integer<std::size_t>(chunks[1]);
     if (chunks.size() - 2 < n) break;
     buf.assign(seal_front, std::byte{0});
     buf.insert(buf.end(), chunks.begin() + 2, chunks.begin() + 2 + static_cast<std::ptrdiff_t>(n));

@@ -64,24 +64,42 @@ options parse(int argc, char** argv) {
     const std::string a = argv[i];
     if (i + 1 >= argc) usage();
     const char* v = argv[++i];
-    if (a == "--receivers") o.receivers = std::strtoull(v, nullptr, 10);
-    else if (a == "--model") o.model = v;
-    else if (a == "--loss") o.loss = std::strtod(v, nullptr);
-    else if (a == "--burst") o.burst = std::strtod(v, nullptr);
-    else if (a == "--lossy") o.lossy = std::strtoull(v, nullptr, 10);
-    else if (a == "--lossy-loss") o.lossy_loss = std::strtod(v, nullptr);
-    else if (a == "--up-loss") o.up_loss = std::strtod(v, nullptr);
-    else if (a == "--files") o.files = std::strtoull(v, nullptr, 10);
-    else if (a == "--size") o.size = std::strtoull(v, nullptr, 10);
-    else if (a == "--rate") o.rate_bps = std::strtoull(v, nullptr, 10);
-    else if (a == "--delay") o.delay_ms = std::atoi(v);
-    else if (a == "--spread") o.spread_ms = std::atoi(v);
-    else if (a == "--seed") o.seed = std::strtoull(v, nullptr, 10);
-    else if (a == "--fallback") o.fallback = v;
-    else if (a == "--fec-k") o.fec_k = static_cast<std::uint32_t>(std::strtoul(v, nullptr, 10));
-    else if (a == "--fec-depth") o.fec_depth = static_cast<std::uint32_t>(std::strtoul(v, nullptr, 10));
-    else if (a == "--fec-overhead") o.fec_overhead = std::strtod(v, nullptr);
-    else usage();
+    if (a == "--receivers")
+      o.receivers = std::strtoull(v, nullptr, 10);
+    else if (a == "--model")
+      o.model = v;
+    else if (a == "--loss")
+      o.loss = std::strtod(v, nullptr);
+    else if (a == "--burst")
+      o.burst = std::strtod(v, nullptr);
+    else if (a == "--lossy")
+      o.lossy = std::strtoull(v, nullptr, 10);
+    else if (a == "--lossy-loss")
+      o.lossy_loss = std::strtod(v, nullptr);
+    else if (a == "--up-loss")
+      o.up_loss = std::strtod(v, nullptr);
+    else if (a == "--files")
+      o.files = std::strtoull(v, nullptr, 10);
+    else if (a == "--size")
+      o.size = std::strtoull(v, nullptr, 10);
+    else if (a == "--rate")
+      o.rate_bps = std::strtoull(v, nullptr, 10);
+    else if (a == "--delay")
+      o.delay_ms = std::atoi(v);
+    else if (a == "--spread")
+      o.spread_ms = std::atoi(v);
+    else if (a == "--seed")
+      o.seed = std::strtoull(v, nullptr, 10);
+    else if (a == "--fallback")
+      o.fallback = v;
+    else if (a == "--fec-k")
+      o.fec_k = static_cast<std::uint32_t>(std::strtoul(v, nullptr, 10));
+    else if (a == "--fec-depth")
+      o.fec_depth = static_cast<std::uint32_t>(std::strtoul(v, nullptr, 10));
+    else if (a == "--fec-overhead")
+      o.fec_overhead = std::strtod(v, nullptr);
+    else
+      usage();
   }
   if (o.receivers == 0 || o.files == 0 ||
       (o.model != "independent" && o.model != "correlated" && o.model != "burst") ||
@@ -109,8 +127,8 @@ int main(int argc, char** argv) {
   cfg.trace = false;
   cfg.sender.rate_bps = o.rate_bps;
   cfg.sender.register_timeout = 60s;
-  cfg.sender.fallback = o.fallback == "off" ? sender::fallback_mode::off
-                                            : sender::fallback_mode::automatic;
+  cfg.sender.fallback =
+      o.fallback == "off" ? sender::fallback_mode::off : sender::fallback_mode::automatic;
   cfg.sender.fec_k = o.fec_k;
   cfg.sender.fec_depth = o.fec_depth;
   cfg.sender.fec_overhead = o.fec_overhead;
@@ -137,7 +155,8 @@ int main(int argc, char** argv) {
   }
   const auto wall0 = std::chrono::steady_clock::now();
   const auto r = sim::run(cfg, files);
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
 
   std::size_t complete = 0;
   for (const auto& [id, d] : r.delivered) complete += d.size() == files.size();
@@ -146,29 +165,28 @@ int main(int argc, char** argv) {
     unicast += rep.state == sender::receiver_report::state_t::completed &&
                rep.fallback_transport.has_value();
   }
-  std::printf("receivers %zu  model %s  loss %g%s  lossy %zu at %g  up-loss %g  files %zu x %llu B"
-              "  rate %.0f Mbit/s  seed %llu\n",
-              o.receivers, o.model.c_str(), o.loss,
-              o.model == "burst" ? (" burst " + std::to_string(o.burst)).c_str() : "", o.lossy,
-              o.lossy_loss, o.up_loss, o.files, static_cast<unsigned long long>(o.size),
-              static_cast<double>(o.rate_bps) / 1e6, static_cast<unsigned long long>(o.seed));
-  std::printf("%4s %9s %9s %9s %9s %9s %10s %9s %9s %9s %9s %9s %10s\n", "pass", "data",
-              "repair", "parity", "lost", "NAK", "NAK-blocks", "status", "COMPLETE", "REGISTER",
-              "other", "ctl-sent", "cpu-ms");
+  std::printf(
+      "receivers %zu  model %s  loss %g%s  lossy %zu at %g  up-loss %g  files %zu x %llu B"
+      "  rate %.0f Mbit/s  seed %llu\n",
+      o.receivers, o.model.c_str(), o.loss,
+      o.model == "burst" ? (" burst " + std::to_string(o.burst)).c_str() : "", o.lossy,
+      o.lossy_loss, o.up_loss, o.files, static_cast<unsigned long long>(o.size),
+      static_cast<double>(o.rate_bps) / 1e6, static_cast<unsigned long long>(o.seed));
+  std::printf("%4s %9s %9s %9s %9s %9s %10s %9s %9s %9s %9s %9s %10s\n", "pass", "data", "repair",
+              "parity", "lost", "NAK", "NAK-blocks", "status", "COMPLETE", "REGISTER", "other",
+              "ctl-sent", "cpu-ms");
   sim::pass_stats total;
   for (const auto& p : r.passes) {
-    std::printf("%4u %9llu %9llu %9llu %9llu %9llu %10llu %9llu %9llu %9llu %9llu %9llu %10.1f\n",
-                p.pass, static_cast<unsigned long long>(p.data_datagrams),
-                static_cast<unsigned long long>(p.repair_datagrams),
-                static_cast<unsigned long long>(p.parity_datagrams),
-                static_cast<unsigned long long>(p.lost_datagrams),
-                static_cast<unsigned long long>(p.naks),
-                static_cast<unsigned long long>(p.nak_blocks),
-                static_cast<unsigned long long>(p.status),
-                static_cast<unsigned long long>(p.completes),
-                static_cast<unsigned long long>(p.registers),
-                static_cast<unsigned long long>(p.other),
-                static_cast<unsigned long long>(p.control_sent), p.sender_cpu_s * 1e3);
+    std::printf(
+        "%4u %9llu %9llu %9llu %9llu %9llu %10llu %9llu %9llu %9llu %9llu %9llu %10.1f\n", p.pass,
+        static_cast<unsigned long long>(p.data_datagrams),
+        static_cast<unsigned long long>(p.repair_datagrams),
+        static_cast<unsigned long long>(p.parity_datagrams),
+        static_cast<unsigned long long>(p.lost_datagrams), static_cast<unsigned long long>(p.naks),
+        static_cast<unsigned long long>(p.nak_blocks), static_cast<unsigned long long>(p.status),
+        static_cast<unsigned long long>(p.completes), static_cast<unsigned long long>(p.registers),
+        static_cast<unsigned long long>(p.other), static_cast<unsigned long long>(p.control_sent),
+        p.sender_cpu_s * 1e3);
     total.data_datagrams += p.data_datagrams;
     total.repair_datagrams += p.repair_datagrams;
     total.lost_datagrams += p.lost_datagrams;
@@ -198,43 +216,47 @@ int main(int argc, char** argv) {
   // Repairs: blocks sent again plus parity sent for NAKs (proactive parity is overhead).
   const std::uint64_t proactive = r.report.proactive_parity;
   total.repair_datagrams += total.parity_datagrams - std::min(total.parity_datagrams, proactive);
-  std::printf("parity datagrams %llu (proactive %llu, for NAKs %llu); repairs (blocks again + "
-              "parity for NAKs) %llu\n",
-              static_cast<unsigned long long>(total.parity_datagrams),
-              static_cast<unsigned long long>(proactive),
-              static_cast<unsigned long long>(total.parity_datagrams - std::min(total.parity_datagrams, proactive)),
-              static_cast<unsigned long long>(total.repair_datagrams));
+  std::printf(
+      "parity datagrams %llu (proactive %llu, for NAKs %llu); repairs (blocks again + "
+      "parity for NAKs) %llu\n",
+      static_cast<unsigned long long>(total.parity_datagrams),
+      static_cast<unsigned long long>(proactive),
+      static_cast<unsigned long long>(total.parity_datagrams -
+                                      std::min(total.parity_datagrams, proactive)),
+      static_cast<unsigned long long>(total.repair_datagrams));
   auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
-  std::printf("first transmissions %llu; lost: shared link %llu, union %llu (%.2f %%), largest "
-              "single receiver %llu (%s), mean per receiver %.1f\n",
-              static_cast<unsigned long long>(l.original_blocks),
-              static_cast<unsigned long long>(l.common_lost),
-              static_cast<unsigned long long>(l.union_lost),
-              100 * ratio(static_cast<double>(l.union_lost), static_cast<double>(l.original_blocks)),
-              static_cast<unsigned long long>(l.max_receiver_lost), l.max_receiver.c_str(),
-              ratio(static_cast<double>(l.total_receiver_lost), static_cast<double>(o.receivers)));
-  std::printf("repairs / union %.2f, repairs / largest single loss %.2f; NAK datagrams per lost "
-              "block (union) %.2f, NAK-named blocks per lost block %.2f; control datagrams "
-              "received per pass %.0f\n",
-              ratio(static_cast<double>(total.repair_datagrams), static_cast<double>(l.union_lost)),
-              ratio(static_cast<double>(total.repair_datagrams),
-                    static_cast<double>(l.max_receiver_lost)),
-              ratio(static_cast<double>(total.naks), static_cast<double>(l.union_lost)),
-              ratio(static_cast<double>(total.nak_blocks), static_cast<double>(l.union_lost)),
-              ratio(static_cast<double>(total.received()),
-                    static_cast<double>(r.report.passes ? r.report.passes : 1)));
+  std::printf(
+      "first transmissions %llu; lost: shared link %llu, union %llu (%.2f %%), largest "
+      "single receiver %llu (%s), mean per receiver %.1f\n",
+      static_cast<unsigned long long>(l.original_blocks),
+      static_cast<unsigned long long>(l.common_lost), static_cast<unsigned long long>(l.union_lost),
+      100 * ratio(static_cast<double>(l.union_lost), static_cast<double>(l.original_blocks)),
+      static_cast<unsigned long long>(l.max_receiver_lost), l.max_receiver.c_str(),
+      ratio(static_cast<double>(l.total_receiver_lost), static_cast<double>(o.receivers)));
+  std::printf(
+      "repairs / union %.2f, repairs / largest single loss %.2f; NAK datagrams per lost "
+      "block (union) %.2f, NAK-named blocks per lost block %.2f; control datagrams "
+      "received per pass %.0f\n",
+      ratio(static_cast<double>(total.repair_datagrams), static_cast<double>(l.union_lost)),
+      ratio(static_cast<double>(total.repair_datagrams), static_cast<double>(l.max_receiver_lost)),
+      ratio(static_cast<double>(total.naks), static_cast<double>(l.union_lost)),
+      ratio(static_cast<double>(total.nak_blocks), static_cast<double>(l.union_lost)),
+      ratio(static_cast<double>(total.received()),
+            static_cast<double>(r.report.passes ? r.report.passes : 1)));
   const auto& c = r.report.control;
-  std::printf("NAK datagrams per distinct lost datagram %.2f; repair adverts %llu carrying %llu "
-              "blocks; blocks named that were not wanted already %llu of %llu\n",
-              ratio(static_cast<double>(total.naks), static_cast<double>(total.lost_datagrams)),
-              static_cast<unsigned long long>(c.adverts),
-              static_cast<unsigned long long>(c.advertised_blocks),
-              static_cast<unsigned long long>(c.nak_new_blocks),
-              static_cast<unsigned long long>(c.nak_blocks));
-  std::printf("complete %zu/%zu (unicast %zu), succeeded %s, passes %u, virtual %.2f s, wall %.1f "
-              "s, sender core CPU %.2f s, peak RSS %.0f MB, mismatched finalizations %llu\n",
-              complete, o.receivers, unicast, r.succeeded ? "yes" : "no", r.report.passes,
-              to_seconds(r.elapsed), wall, total.sender_cpu_s, peak_rss_mb(),
-              static_cast<unsigned long long>(r.corrupt_files));
+  std::printf(
+      "NAK datagrams per distinct lost datagram %.2f; repair adverts %llu carrying %llu "
+      "blocks; blocks named that were not wanted already %llu of %llu\n",
+      ratio(static_cast<double>(total.naks), static_cast<double>(total.lost_datagrams)),
+      static_cast<unsigned long long>(c.adverts),
+      static_cast<unsigned long long>(c.advertised_blocks),
+      static_cast<unsigned long long>(c.nak_new_blocks),
+      static_cast<unsigned long long>(c.nak_blocks));
+  std::printf(
+      "complete %zu/%zu (unicast %zu), succeeded %s, passes %u, virtual %.2f s, wall %.1f "
+      "s, sender core CPU %.2f s, peak RSS %.0f MB, mismatched finalizations %llu\n",
+      complete, o.receivers, unicast, r.succeeded ? "yes" : "no", r.report.passes,
+      to_seconds(r.elapsed), wall, total.sender_cpu_s, peak_rss_mb(),
+      static_cast<unsigned long long>(r.corrupt_files));
   return r.succeeded && complete == o.receivers ? 0 : 1;
 }

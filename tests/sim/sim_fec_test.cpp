@@ -111,8 +111,10 @@ TEST_CASE("proactive parity lets most receivers of a long lossy path finish with
   REQUIRE(r.report.proactive_parity * 100 <= r.losses.original_blocks * 3 + 100 * 60);
 }
 
-TEST_CASE("FEC sessions survive heavy loss, duplication, reordering, held files, late digests "
-          "and a crash, and repeat exactly from their seed", "[sim][fec]") {
+TEST_CASE(
+    "FEC sessions survive heavy loss, duplication, reordering, held files, late digests "
+    "and a crash, and repeat exactly from their seed",
+    "[sim][fec]") {
   std::mt19937_64 rng(12);
   auto files = sim::make_files(rng, 30, {0, 1, 1400, 5000, 30000, 200000});
   for (std::size_t i = 0; i < files.size(); i += 5) files[i].digest_in_manifest = false;

@@ -125,7 +125,9 @@ class rx_node final : public receiver::receiver_sink, public receiver::storage_p
     return true;
   }
   void recover(session_id s, receiver::recovery_request req) override;
-  void checkpoint(session_id s, std::string blob) override { m_checkpoints[s.value] = std::move(blob); }
+  void checkpoint(session_id s, std::string blob) override {
+    m_checkpoints[s.value] = std::move(blob);
+  }
   void start_unicast(session_id s, const receiver::unicast_order& order,
                      std::vector<receiver::byte_range> wanted) override;
   void stop_unicast(session_id) override { ++m_unicast_generation; }
@@ -176,8 +178,7 @@ class rx_node final : public receiver::receiver_sink, public receiver::storage_p
   std::unique_ptr<receiver::receiver_engine> m_engine;
   std::map<std::pair<std::uint32_t, std::uint32_t>, temp_file> m_temp;
   /// Parity blocks kept for decoding: (session, FEC block) -> parity index -> bytes.
-  std::map<std::pair<std::uint32_t, std::uint32_t>,
-           std::map<std::uint32_t, std::vector<std::byte>>>
+  std::map<std::pair<std::uint32_t, std::uint32_t>, std::map<std::uint32_t, std::vector<std::byte>>>
       m_parity;
   std::map<std::uint32_t, std::string> m_checkpoints;
   bool m_crashed = false;
@@ -206,9 +207,10 @@ class world {
       m_sent_before.emplace_back();
     }
     m_sender_addr = *parse_endpoint("10.0.0.1:5000");
-    m_sender = std::make_unique<sender::sender_session>(cfg.sender, std::move(manifest), m_rng(),
-                                                        nullptr);
-    m_sender->set_unicast_endpoint(sender::transport_kind::sctp_udp, *parse_endpoint("10.0.0.1:5001"));
+    m_sender =
+        std::make_unique<sender::sender_session>(cfg.sender, std::move(manifest), m_rng(), nullptr);
+    m_sender->set_unicast_endpoint(sender::transport_kind::sctp_udp,
+                                   *parse_endpoint("10.0.0.1:5001"));
     m_sender->set_unicast_endpoint(sender::transport_kind::tcp, *parse_endpoint("10.0.0.1:5002"));
     std::map<duration, std::vector<std::size_t>> by_delay;
     for (std::size_t i = 0; i < cfg.receivers.size(); ++i) {
@@ -244,8 +246,8 @@ class world {
     const auto& l = *m_sender->fec_layout();
     if (!m_codec) {
       const std::uint32_t k = m_cfg.sender.fec_k;
-      m_codec.emplace(k, m_cfg.sender.fec_max_parity ? m_cfg.sender.fec_max_parity
-                                                     : fec::max_blocks - k);
+      m_codec.emplace(
+          k, m_cfg.sender.fec_max_parity ? m_cfg.sender.fec_max_parity : fec::max_blocks - k);
     }
     std::vector<std::vector<std::byte>> src;
     std::vector<const std::byte*> in;
@@ -489,7 +491,8 @@ class world {
         const auto& d = batch[i];
         if (d.parity) {
           buf.resize(wire::data_header_size + d.length);
-          wire::write_parity_header(buf, {m_cfg.sender.session, d.seq, d.fec_block, d.parity_index});
+          wire::write_parity_header(buf,
+                                    {m_cfg.sender.session, d.seq, d.fec_block, d.parity_index});
           const auto p = parity_block(d.fec_block, d.parity_index);
           std::memcpy(buf.data() + wire::data_header_size, p.data(), p.size());
           ++m_passes.back().data_datagrams;
@@ -499,8 +502,8 @@ class world {
         }
         buf.resize(wire::data_header_size + d.length);
         wire::write_data_header(buf, {m_cfg.sender.session, d.seq, d.file, d.block});
-        std::memcpy(buf.data() + wire::data_header_size, m_files[d.file.value].data.data() + d.offset,
-                    d.length);
+        std::memcpy(buf.data() + wire::data_header_size,
+                    m_files[d.file.value].data.data() + d.offset, d.length);
         auto& sent = m_sent_before[d.file.value];
         if (sent.size() <= d.block.value) sent.resize(d.block.value + 1);
         const bool original = !sent[d.block.value];
@@ -538,7 +541,8 @@ class world {
       if (r->m_spec.crash_at.count() > 0) {
         rx_node* node = r.get();
         at(m_now + r->m_spec.crash_at, [node] { node->crash(); });
-        at(m_now + r->m_spec.crash_at + r->m_spec.restart_after, [this, node] { node->restart(m_now); });
+        at(m_now + r->m_spec.crash_at + r->m_spec.restart_after,
+           [this, node] { node->restart(m_now); });
       }
     }
     const time_point start = m_now;
@@ -610,7 +614,7 @@ class world {
   std::vector<std::pair<duration, std::vector<std::size_t>>> m_fanout;
   loss_chain m_common_state;
   std::vector<std::vector<bool>> m_sent_before;  ///< per file, per block
-  std::vector<bool> m_original_lost;  ///< per first transmission: lost by some receiver
+  std::vector<bool> m_original_lost;             ///< per first transmission: lost by some receiver
   /// Per data datagram: the pass it was sent in, and whether some receiver lost it.
   std::vector<std::pair<std::uint32_t, bool>> m_data_lost;
   std::vector<pass_stats> m_passes;
@@ -635,8 +639,7 @@ void rx_node::send(const endpoint&, std::span<const std::byte> datagram) {
   m_world.to_sender(*this, datagram);
 }
 
-bool rx_node::write(receiver::file_key key, std::uint64_t offset,
-                    std::span<const std::byte> data) {
+bool rx_node::write(receiver::file_key key, std::uint64_t offset, std::span<const std::byte> data) {
   if (m_spec.storage_refuse > 0 &&
       std::uniform_real_distribution<double>(0, 1)(m_rng) < m_spec.storage_refuse) {
     return false;

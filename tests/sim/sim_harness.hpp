@@ -35,10 +35,10 @@ namespace mcdist::sim {
 /// burst >= loss / (1 - loss); beyond that p is taken as 1 and the loss rate is higher.
 struct link_model {
   duration delay = std::chrono::milliseconds(1);  ///< one-way base delay
-  double loss = 0;          ///< long-run fraction of datagrams dropped
-  double burst = 1;         ///< mean loss burst length, datagrams (<= 1: independent loss)
-  double duplicate = 0;     ///< probability a datagram is delivered twice
-  double reorder = 0;       ///< probability a datagram is held back by reorder_delay
+  double loss = 0;                                ///< long-run fraction of datagrams dropped
+  double burst = 1;      ///< mean loss burst length, datagrams (<= 1: independent loss)
+  double duplicate = 0;  ///< probability a datagram is delivered twice
+  double reorder = 0;    ///< probability a datagram is held back by reorder_delay
   duration reorder_delay = std::chrono::microseconds(500);
 };
 
@@ -104,9 +104,7 @@ struct pass_stats {
   std::uint64_t control_sent = 0;      ///< control datagrams sent (multicast or unicast)
   double sender_cpu_s = 0;             ///< thread CPU time inside the sender core's calls
   /// Datagrams received, all kinds.
-  std::uint64_t received() const noexcept {
-    return naks + status + completes + registers + other;
-  }
+  std::uint64_t received() const noexcept { return naks + status + completes + registers + other; }
 };
 
 /// Losses of the blocks' first transmissions (what repair has to make good).
@@ -119,7 +117,7 @@ struct loss_stats {
   std::uint64_t union_lost = 0;
   /// The most first transmissions any single receiver lost: what parity repairs need.
   std::uint64_t max_receiver_lost = 0;
-  std::string max_receiver;           ///< who lost them
+  std::string max_receiver;               ///< who lost them
   std::uint64_t total_receiver_lost = 0;  ///< summed over receivers
 };
 

@@ -54,8 +54,10 @@ TEST_CASE("a clean group gets every file in one pass", "[sim]") {
   }
 }
 
-TEST_CASE("sixty receivers with loss up to 20 %, duplication and reordering all complete, "
-          "and the run repeats exactly from its seed", "[sim]") {
+TEST_CASE(
+    "sixty receivers with loss up to 20 %, duplication and reordering all complete, "
+    "and the run repeats exactly from its seed",
+    "[sim]") {
   std::mt19937_64 rng(11);
   auto files = sim::make_files(rng, 60, {0, 1, 1400, 5000, 30000, 200000});
   // Large files announce their digest later, as the real sender does for big files.
@@ -204,8 +206,10 @@ TEST_CASE("a resend restricted to chosen receivers leaves the others out", "[sim
   REQUIRE(r.delivered.at("b").size() == files.size());
 }
 
-TEST_CASE("a receiver at 10 % loss is moved to unicast and the others finish as if it were "
-          "not there", "[sim][fallback]") {
+TEST_CASE(
+    "a receiver at 10 % loss is moved to unicast and the others finish as if it were "
+    "not there",
+    "[sim][fallback]") {
   std::mt19937_64 rng(21);
   const auto files = sim::make_files(rng, 40, {10'000, 500'000, 2'000'000});
   auto config = [](std::vector<sim::receiver_spec> rx_specs, sender::fallback_mode mode) {
@@ -224,7 +228,8 @@ TEST_CASE("a receiver at 10 % loss is moved to unicast and the others finish as 
 
   const auto alone = sim::run(config({clean_a, clean_b}, sender::fallback_mode::automatic), files);
   REQUIRE(alone.succeeded);
-  const auto with = sim::run(config({clean_a, clean_b, lossy}, sender::fallback_mode::automatic), files);
+  const auto with =
+      sim::run(config({clean_a, clean_b, lossy}, sender::fallback_mode::automatic), files);
   REQUIRE(with.succeeded);
   require_all_delivered(with, files);
   std::map<std::string, duration> t_alone;
@@ -243,7 +248,8 @@ TEST_CASE("a receiver at 10 % loss is moved to unicast and the others finish as 
     }
   }
   // Without the policy the lossy receiver stays in the group and costs it repair traffic.
-  const auto without = sim::run(config({clean_a, clean_b, lossy}, sender::fallback_mode::off), files);
+  const auto without =
+      sim::run(config({clean_a, clean_b, lossy}, sender::fallback_mode::off), files);
   REQUIRE(without.succeeded);
   REQUIRE(without.report.repair_datagrams > with.report.repair_datagrams);
 }
@@ -290,8 +296,10 @@ TEST_CASE("the small-set cost model picks unicast only when it is cheaper", "[si
   }
 }
 
-TEST_CASE("a receiver on a long path goes to multi-socket TCP with enough connections to fill "
-          "its link in the first round trip", "[sim][fallback]") {
+TEST_CASE(
+    "a receiver on a long path goes to multi-socket TCP with enough connections to fill "
+    "its link in the first round trip",
+    "[sim][fallback]") {
   std::mt19937_64 rng(24);
   const auto files = sim::make_files(rng, 4, {100'000});
   sim::sim_config cfg;
@@ -394,8 +402,10 @@ TEST_CASE("the Gilbert chain keeps the mean loss and the mean burst length", "[s
   REQUIRE(static_cast<double>(lost) / static_cast<double>(bursts) < 1.05);
 }
 
-TEST_CASE("300 receivers with independent loss and three at 10 % all complete; resending the "
-          "blocks named costs at least the union of the losses", "[sim][scale]") {
+TEST_CASE(
+    "300 receivers with independent loss and three at 10 % all complete; resending the "
+    "blocks named costs at least the union of the losses",
+    "[sim][scale]") {
   std::mt19937_64 rng(31);
   const auto files = sim::make_files(rng, 8, {1, 60'000});
   auto cfg = group(300, 0.01);
@@ -422,8 +432,10 @@ TEST_CASE("300 receivers with independent loss and three at 10 % all complete; r
   REQUIRE(t.repair_datagrams >= l.union_lost);
 }
 
-TEST_CASE("fully correlated loss: every receiver loses the same blocks, and the NAKs per lost "
-          "block stay below a constant at 1,000 and 10,000 receivers", "[sim][scale]") {
+TEST_CASE(
+    "fully correlated loss: every receiver loses the same blocks, and the NAKs per lost "
+    "block stay below a constant at 1,000 and 10,000 receivers",
+    "[sim][scale]") {
   // An uplink fade: the shared link loses blocks for everyone. Without suppression every
   // receiver named every lost block (1,000 block requests per lost block at 1,000 receivers,
   // docs/benchmarks.md "Scale: baseline"); the exponential backoff and the repair adverts keep
@@ -451,8 +463,10 @@ TEST_CASE("fully correlated loss: every receiver loses the same blocks, and the 
   }
 }
 
-TEST_CASE("independent loss at 1,000 receivers: the NAKs the sender reads stay within twice the "
-          "distinct losses", "[sim][scale]") {
+TEST_CASE(
+    "independent loss at 1,000 receivers: the NAKs the sender reads stay within twice the "
+    "distinct losses",
+    "[sim][scale]") {
   std::mt19937_64 rng(33);
   const auto files = sim::make_files(rng, 4, {60'000});
   for (const double loss : {1e-3, 1e-2}) {
@@ -472,8 +486,10 @@ TEST_CASE("independent loss at 1,000 receivers: the NAKs the sender reads stay w
   }
 }
 
-TEST_CASE("with 1 % loss on every receiver's NAKs, status replies and COMPLETEs, every receiver "
-          "still completes", "[sim][scale]") {
+TEST_CASE(
+    "with 1 % loss on every receiver's NAKs, status replies and COMPLETEs, every receiver "
+    "still completes",
+    "[sim][scale]") {
   std::mt19937_64 rng(34);
   const auto files = sim::make_files(rng, 4, {60'000});
   auto cfg = group(1000, 1e-3);

@@ -117,9 +117,7 @@ TEST_CASE("sqlite: a transaction inside another is a savepoint of the outer one"
 
 TEST_CASE("sqlite: errors carry the code and name the file") {
   const auto path = temp_db("c.db");
-  {
-    std::ofstream(path) << "this is not a database, it is a text file of some length........";
-  }
+  { std::ofstream(path) << "this is not a database, it is a text file of some length........"; }
   try {
     sqlite::database db(path.string());
     FAIL("opened a text file as a database");

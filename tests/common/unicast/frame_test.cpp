@@ -199,7 +199,8 @@ TEST_CASE("control bodies round-trip", "[unit][unicast][frame]") {
   out.clear();
   auto proved = sample_hello();
   proved.proof.emplace();
-  for (std::size_t i = 0; i < proved.proof->size(); ++i) (*proved.proof)[i] = static_cast<std::uint8_t>(i);
+  for (std::size_t i = 0; i < proved.proof->size(); ++i)
+    (*proved.proof)[i] = static_cast<std::uint8_t>(i);
   append_frame(out, proved);
   REQUIRE_FALSE(decode(std::span(out).subspan(frame_header_size), back));
   REQUIRE(back.proof == proved.proof);
@@ -278,12 +279,36 @@ TEST_CASE("every truncation of a control body is refused", "[unit][unicast][fram
       const auto cut = body.first(n);
       std::error_code ec;
       switch (static_cast<frame_type>(std::to_integer<int>(f[3]))) {
-        case frame_type::hello: { hello m; ec = decode(cut, m); break; }
-        case frame_type::welcome: { welcome m; ec = decode(cut, m); break; }
-        case frame_type::refuse: { refuse m; ec = decode(cut, m); break; }
-        case frame_type::request: { request m; ec = decode(cut, m); break; }
-        case frame_type::ack: { ack m; ec = decode(cut, m); break; }
-        case frame_type::challenge: { challenge m; ec = decode(cut, m); break; }
+        case frame_type::hello: {
+          hello m;
+          ec = decode(cut, m);
+          break;
+        }
+        case frame_type::welcome: {
+          welcome m;
+          ec = decode(cut, m);
+          break;
+        }
+        case frame_type::refuse: {
+          refuse m;
+          ec = decode(cut, m);
+          break;
+        }
+        case frame_type::request: {
+          request m;
+          ec = decode(cut, m);
+          break;
+        }
+        case frame_type::ack: {
+          ack m;
+          ec = decode(cut, m);
+          break;
+        }
+        case frame_type::challenge: {
+          challenge m;
+          ec = decode(cut, m);
+          break;
+        }
         default: FAIL("unexpected type");
       }
       REQUIRE(ec == errc::invalid_field);
@@ -291,7 +316,8 @@ TEST_CASE("every truncation of a control body is refused", "[unit][unicast][fram
   }
 }
 
-TEST_CASE("every truncation of a frame stream is held back, never delivered", "[unit][unicast][frame]") {
+TEST_CASE("every truncation of a frame stream is held back, never delivered",
+          "[unit][unicast][frame]") {
   // The frame header's length, not the body, says where a frame ends: a stream cut anywhere
   // delivers the frames before the cut and nothing of the one cut, and its end is a truncation.
   std::vector<std::byte> stream;
@@ -315,8 +341,8 @@ TEST_CASE("every truncation of a frame stream is held back, never delivered", "[
     recorder rec;
     frame_reader r(false);
     REQUIRE_FALSE(r.feed(std::span(stream).first(n), rec));
-    const auto complete = static_cast<std::size_t>(std::count_if(
-        ends.begin(), ends.end(), [n](std::size_t e) { return e <= n; }));
+    const auto complete = static_cast<std::size_t>(
+        std::count_if(ends.begin(), ends.end(), [n](std::size_t e) { return e <= n; }));
     REQUIRE(rec.controls.size() == complete);
     const bool boundary = n == 0 || std::find(ends.begin(), ends.end(), n) != ends.end();
     REQUIRE((boundary ? !r.finish() : r.finish() == errc::truncated));
@@ -468,8 +494,8 @@ TEST_CASE("hello values are validated", "[unit][unicast][frame]") {
 }
 
 TEST_CASE("requests refuse empty and wrapping ranges", "[unit][unicast][frame]") {
-  for (const byte_range r : {byte_range{file_index{1}, 0, 0},
-                               byte_range{file_index{1}, UINT64_MAX, 1}}) {
+  for (const byte_range r :
+       {byte_range{file_index{1}, 0, 0}, byte_range{file_index{1}, UINT64_MAX, 1}}) {
     std::vector<std::byte> out;
     append_frame(out, request{{r}});
     request back;

@@ -11,7 +11,8 @@ using mcdist::unicast::test::tok;
 
 TEST_CASE("a grant is found only with all three credentials", "[unit][unicast][grant]") {
   grant_table g;
-  REQUIRE_FALSE(g.add({tok(0x1111), "site-a", session_id{7}, {file_index{3}, file_index{1}}, false}));
+  REQUIRE_FALSE(
+      g.add({tok(0x1111), "site-a", session_id{7}, {file_index{3}, file_index{1}}, false}));
   REQUIRE_FALSE(g.add({tok(0x2222), "site-b", session_id{7}, {}, true}));
   REQUIRE(g.find(tok(0x1111), session_id{7}, "site-a") != nullptr);
   REQUIRE(g.find(tok(0x1111), session_id{7}, "site-b") == nullptr);

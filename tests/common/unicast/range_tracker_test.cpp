@@ -17,9 +17,9 @@ TEST_CASE("bytes are accepted once, inside what was requested", "[unit][unicast]
   REQUIRE(t.take(file_index{2}, 100, 1, done) == errc::invalid_field);   // other file
   REQUIRE_FALSE(t.take(file_index{1}, 110, 10, done));
   REQUIRE_FALSE(done);
-  REQUIRE(t.take(file_index{1}, 115, 1, done) == errc::invalid_field);   // twice
-  REQUIRE(t.outstanding() == std::vector<byte_range>{{file_index{1}, 100, 10},
-                                                       {file_index{1}, 120, 30}});
+  REQUIRE(t.take(file_index{1}, 115, 1, done) == errc::invalid_field);  // twice
+  REQUIRE(t.outstanding() ==
+          std::vector<byte_range>{{file_index{1}, 100, 10}, {file_index{1}, 120, 30}});
   REQUIRE_FALSE(t.take(file_index{1}, 100, 10, done));
   REQUIRE_FALSE(done);
   REQUIRE_FALSE(t.take(file_index{1}, 120, 30, done));
@@ -43,8 +43,8 @@ TEST_CASE("overlapping requests are refused, adjacent ones merge", "[unit][unica
   // One piece spanning what were three requests is fine: they are one range now.
   bool done = false;
   REQUIRE_FALSE(t.take(file_index{0}, 5, 30, done));
-  REQUIRE(t.outstanding() == std::vector<byte_range>{{file_index{0}, 0, 5},
-                                                       {file_index{0}, 35, 5}});
+  REQUIRE(t.outstanding() ==
+          std::vector<byte_range>{{file_index{0}, 0, 5}, {file_index{0}, 35, 5}});
 }
 
 TEST_CASE("received bytes may be requested again", "[unit][unicast][tracker]") {

@@ -72,8 +72,10 @@ TEST_CASE("clear drops everything", "[unit][unicast][scheduler]") {
   REQUIRE_FALSE(s.next());
 }
 
-TEST_CASE("spread over n connections the last records shrink so the connections run dry "
-          "together", "[unit][unicast][scheduler]") {
+TEST_CASE(
+    "spread over n connections the last records shrink so the connections run dry "
+    "together",
+    "[unit][unicast][scheduler]") {
   constexpr std::uint32_t rs = 64 << 10;
   constexpr std::size_t n = 8;
   record_scheduler s(rs, 4, n);
@@ -89,11 +91,12 @@ TEST_CASE("spread over n connections the last records shrink so the connections 
     next_offset += r->length;
     // Never above record_size, never above a (4 n)th of what is left unless at the floor.
     REQUIRE(r->length <= rs);
-    REQUIRE(r->length <= std::max<std::uint64_t>(pending / (4 * n), record_scheduler::min_tail_record));
+    REQUIRE(r->length <=
+            std::max<std::uint64_t>(pending / (4 * n), record_scheduler::min_tail_record));
     sizes.push_back(r->length);
   }
   REQUIRE(next_offset == total);
-  REQUIRE(sizes.front() == rs);                               // full records while far from the end
+  REQUIRE(sizes.front() == rs);  // full records while far from the end
   REQUIRE(sizes.back() <= record_scheduler::min_tail_record);  // the tail is cut fine
   // The last n records together are at most n small records: no connection gets a big one last.
   for (std::size_t i = sizes.size() - n; i < sizes.size(); ++i)

@@ -96,9 +96,8 @@ TEST_CASE("sealed frames open in order and hide their content", "[unit][unicast]
   }
   REQUIRE(s.sealed() == 5);
   REQUIRE(o.opened() == 5);
-  REQUIRE(s.seal(max_seal_streams, *std::make_unique<std::vector<std::byte>>(
-                                       std::vector<std::byte>(seal_front + 8))) ==
-          make_error_code(errc::invalid_field));
+  REQUIRE(s.seal(max_seal_streams, *std::make_unique<std::vector<std::byte>>(std::vector<std::byte>(
+                                       seal_front + 8))) == make_error_code(errc::invalid_field));
 }
 
 TEST_CASE("a tampered sealed frame is refused", "[unit][unicast][seal]") {

@@ -148,7 +148,8 @@ outcome fetch(rig& r, const client_options& o, test::checking_sink& sink,
   c = make_client(r.io, o, ev);
   REQUIRE_FALSE(c->request(wanted));
   c->start();
-  const bool finished = test::run_until(r.io, [&] { return out.closed; }, limit);
+  const bool finished = test::run_until(
+      r.io, [&] { return out.closed; }, limit);
   out.stats = c->stats();
   out.outstanding = c->outstanding();
   c.reset();
@@ -197,13 +198,14 @@ TEST_CASE("each transport delivers a mixed set exactly, files interleaved",
         // Records went on many streams at once, none on the control stream 0.
         REQUIRE(o.stats.streams == default_sctp_streams);
         REQUIRE(o.stats.bytes_per_channel.at(0) == 0);
-        const auto used = std::count_if(o.stats.bytes_per_channel.begin(),
-                                        o.stats.bytes_per_channel.end(),
-                                        [](std::uint64_t b) { return b > 0; });
+        const auto used =
+            std::count_if(o.stats.bytes_per_channel.begin(), o.stats.bytes_per_channel.end(),
+                          [](std::uint64_t b) { return b > 0; });
         REQUIRE(used >= 16);
       }
       // The server saw one session, ended by the client's bye, every file acknowledged.
-      REQUIRE(test::run_until(r.io, [&] { return !r.ends.empty(); }, 10s));
+      REQUIRE(test::run_until(
+          r.io, [&] { return !r.ends.empty(); }, 10s));
       REQUIRE(r.ends.size() == 1);
       REQUIRE_FALSE(r.ends[0].ec);
       REQUIRE(r.ends[0].info.receiver_id == receiver);
@@ -231,8 +233,7 @@ TEST_CASE("a cut mid-transfer delivers only correct bytes and a second client co
         // Cut the server-to-client bytes of one connection at an odd count, inside a record.
         const auto t = net::to_asio(*r.srv->tcp_endpoint());
         proxy = std::make_shared<test::cutting_proxy>(
-            r.io, asio::ip::tcp::endpoint(t.address(), t.port()), n > 1 ? 1 : 0,
-            3'000'000 + 777);
+            r.io, asio::ip::tcp::endpoint(t.address(), t.port()), n > 1 ? 1 : 0, 3'000'000 + 777);
         proxy->start();
         first_opts.server = net::from_asio(
             asio::ip::udp::endpoint(proxy->local().address(), proxy->local().port()));
@@ -446,9 +447,9 @@ TEST_CASE("garbage on the TCP port is dropped and the server keeps serving",
   INFO(out.detail);
   REQUIRE_FALSE(out.ec);
   REQUIRE(sink.all_equal());
-  REQUIRE(test::run_until(r.io, [&] {
-    return std::all_of(dropped.begin(), dropped.end(), [](bool d) { return d; });
-  }, 10s));
+  REQUIRE(test::run_until(
+      r.io, [&] { return std::all_of(dropped.begin(), dropped.end(), [](bool d) { return d; }); },
+      10s));
   const auto& c = r.srv->counters();
   REQUIRE(c.frames[errc::bad_magic] == 1);
   REQUIRE(c.frames[errc::oversized] == 1);
@@ -466,12 +467,12 @@ TEST_CASE("garbage on the SCTP UDP port is dropped and the server keeps serving"
   std::vector<std::byte> d(1200);
   std::uint32_t x = 12345;
   for (auto& b : d) b = std::byte(x = x * 1103515245u + 12345u);
-  junk.send_to(asio::buffer(d.data(), 3), target);    // shorter than an SCTP header
-  junk.send_to(asio::buffer(d), target);              // random, unknown source, not an INIT
+  junk.send_to(asio::buffer(d.data(), 3), target);     // shorter than an SCTP header
+  junk.send_to(asio::buffer(d), target);               // random, unknown source, not an INIT
   std::vector<std::byte> fake_init(64, std::byte{0});  // vtag 0, chunk type 1, bad CRC32c
   fake_init[12] = std::byte{1};
   junk.send_to(asio::buffer(fake_init), target);
-  junk.send_to(asio::buffer(d), target);              // now from a known peer: usrsctp's CRC drops it
+  junk.send_to(asio::buffer(d), target);  // now from a known peer: usrsctp's CRC drops it
   std::vector<std::byte> big(9000, std::byte{0x42});
   junk.send_to(asio::buffer(big), target);
 
@@ -490,7 +491,8 @@ TEST_CASE("a request outside the grant drops that client only", "[integration][u
   for (const auto kind : {transport_kind::sctp_udp, transport_kind::tcp}) {
     SECTION(std::string(to_string(kind))) {
       rig r({1000, 2000, 3000});
-      REQUIRE_FALSE(r.srv->register_client({test::tok(token_value + 1), "site-b", session, {file_index{0}}, false}));
+      REQUIRE_FALSE(r.srv->register_client(
+          {test::tok(token_value + 1), "site-b", session, {file_index{0}}, false}));
       test::checking_sink sink(r.source);
       auto o = r.options(kind, 1);
       o.token = test::tok(token_value + 1);
@@ -498,7 +500,8 @@ TEST_CASE("a request outside the grant drops that client only", "[integration][u
       const auto out = fetch(r, o, sink, {{file_index{1}, 0, 2000}}, {}, 20s);
       REQUIRE(out.ec == error::connection_lost);
       REQUIRE(sink.delivered == 0);
-      REQUIRE(test::run_until(r.io, [&] { return !r.ends.empty(); }, 10s));
+      REQUIRE(test::run_until(
+          r.io, [&] { return !r.ends.empty(); }, 10s));
       REQUIRE(r.ends[0].ec == error::request_invalid);
       REQUIRE(r.srv->counters().invalid_requests == 1);
       // Past the end of a file is refused too.
@@ -544,7 +547,8 @@ TEST_CASE("asking for kernel SCTP on a host without it fails at once and clearly
   c->start();
   REQUIRE_FALSE(cr.closed);  // reported through the io_context, not from inside start()
   const auto t0 = std::chrono::steady_clock::now();
-  REQUIRE(test::run_until(io, [&] { return cr.closed; }, 5s));
+  REQUIRE(test::run_until(
+      io, [&] { return cr.closed; }, 5s));
   REQUIRE(std::chrono::steady_clock::now() - t0 < 1s);
   REQUIRE(cr.got == error::kernel_sctp_unavailable);
   REQUIRE(cr.text.find("use sctp over UDP or tcp") != std::string::npos);
@@ -571,7 +575,8 @@ TEST_CASE("connecting where nobody listens fails with a clear error", "[integrat
     close_record cr;
     auto c = make_client(io, co, cr.events());
     c->start();
-    REQUIRE(test::run_until(io, [&] { return cr.closed; }, 10s));
+    REQUIRE(test::run_until(
+        io, [&] { return cr.closed; }, 10s));
     INFO(cr.text);
     REQUIRE(cr.got);
     REQUIRE(cr.text.find(co.server.to_string()) != std::string::npos);
@@ -614,16 +619,20 @@ TEST_CASE("several receivers are served at once over both transports", "[integra
     REQUIRE_FALSE(k.c->request(r.everything()));
     k.c->start();
   }
-  REQUIRE(test::run_until(r.io, [&] {
-    return std::all_of(clients.begin(), clients.end(), [](const one& k) { return k.closed; });
-  }, 120s));
+  REQUIRE(test::run_until(
+      r.io,
+      [&] {
+        return std::all_of(clients.begin(), clients.end(), [](const one& k) { return k.closed; });
+      },
+      120s));
   for (auto& k : clients) {
     INFO(k.detail);
     REQUIRE_FALSE(k.ec);
     REQUIRE(k.sink->mismatches == 0);
     REQUIRE(k.sink->all_equal());
   }
-  REQUIRE(test::run_until(r.io, [&] { return r.ends.size() == 3; }, 10s));
+  REQUIRE(test::run_until(
+      r.io, [&] { return r.ends.size() == 3; }, 10s));
   REQUIRE(r.srv->counters().sessions_completed == 3);
 }
 
@@ -646,15 +655,18 @@ TEST_CASE("a connected client outlives its connect timeout", "[integration][unic
       c = make_client(r.io, o, ev);
       REQUIRE_FALSE(c->request(r.everything()));
       c->start();
-      REQUIRE(test::run_until(r.io, [&] { return complete; }, 10s));
+      REQUIRE(test::run_until(
+          r.io, [&] { return complete; }, 10s));
       // Stay connected and idle for three connect timeouts.
       asio::steady_timer t(r.io, 300ms);
       bool waited = false;
       t.async_wait([&](const boost::system::error_code&) { waited = true; });
-      REQUIRE(test::run_until(r.io, [&] { return waited || closed; }, 10s));
+      REQUIRE(test::run_until(
+          r.io, [&] { return waited || closed; }, 10s));
       REQUIRE_FALSE(closed);
       c->close();
-      REQUIRE(test::run_until(r.io, [&] { return closed; }, 10s));
+      REQUIRE(test::run_until(
+          r.io, [&] { return closed; }, 10s));
       REQUIRE_FALSE(got);
     }
   }
@@ -678,7 +690,8 @@ TEST_CASE("a server that sends nothing makes the client time out", "[integration
   auto c = make_client(io, co, cr.events());
   REQUIRE_FALSE(c->request(std::vector<byte_range>{{file_index{0}, 0, 100}}));
   c->start();
-  REQUIRE(test::run_until(io, [&] { return cr.closed; }, 10s));
+  REQUIRE(test::run_until(
+      io, [&] { return cr.closed; }, 10s));
   REQUIRE(cr.got == error::idle_timeout);
   REQUIRE(cr.text.find("100 bytes outstanding") != std::string::npos);
   REQUIRE(c->outstanding() == std::vector<byte_range>{{file_index{0}, 0, 100}});

@@ -169,10 +169,12 @@ class cutting_proxy : public std::enable_shared_from_this<cutting_proxy> {
     std::vector<std::byte> buf(64 << 10);
     std::uint64_t moved = 0;
     for (;;) {
-      const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), limit - moved));
+      const std::size_t want =
+          static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), limit - moved));
       auto [ec, n] = co_await from->async_read_some(boost::asio::buffer(buf.data(), want), tuple);
       if (ec) break;
-      auto [wec, wn] = co_await boost::asio::async_write(*to, boost::asio::buffer(buf.data(), n), tuple);
+      auto [wec, wn] =
+          co_await boost::asio::async_write(*to, boost::asio::buffer(buf.data(), n), tuple);
       if (wec) break;
       moved += n;
       if (moved == limit) {

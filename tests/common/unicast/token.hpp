@@ -13,7 +13,8 @@ namespace mcdist::unicast::test {
 inline fallback_token tok(std::uint64_t v) {
   fallback_token t{0xa5, 0x5a, 0xa5, 0x5a, 0xa5, 0x5a, 0xa5, 0x5a};
   if (v == 0) return fallback_token{};
-  for (int i = 0; i < 8; ++i) t[8 + static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(v >> (56 - 8 * i));
+  for (int i = 0; i < 8; ++i)
+    t[8 + static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(v >> (56 - 8 * i));
   return t;
 }
 

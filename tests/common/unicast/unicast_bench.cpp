@@ -116,7 +116,8 @@ std::vector<std::uint64_t> make_set(const std::string& name) {
     }
     return std::vector<std::uint64_t>(n, std::stoull(size) * mult);
   }
-  throw std::invalid_argument("unknown set " + name + " (1g, 10k, mixed, or NxS such as 100x10k, 10x1m)");
+  throw std::invalid_argument("unknown set " + name +
+                              " (1g, 10k, mixed, or NxS such as 100x10k, 10x1m)");
 }
 
 struct args {
@@ -160,33 +161,49 @@ args parse(int argc, char** argv) {
       if (!e) throw std::invalid_argument("bad address " + v);
       return *e;
     };
-    if (k == "--role") a.role = value();
+    if (k == "--role")
+      a.role = value();
     else if (k == "--kind") {
       const auto v = value();
       auto t = parse_transport_kind(v);
       if (!t) throw std::invalid_argument("bad kind " + v);
       a.kind = *t;
-    } else if (k == "--connections") a.connections = std::stoul(value());
-    else if (k == "--set") a.set = value();
-    else if (k == "--repeat") a.repeat = std::stoi(value());
-    else if (k == "--record-size") a.record_size = static_cast<std::uint32_t>(std::stoul(value()));
-    else if (k == "--no-verify") a.verify = false;
-    else if (k == "--no-crc") a.crc = false;
-    else if (k == "--server-idle-ms") a.server_idle = std::chrono::milliseconds(std::stol(value()));
-    else if (k == "--tcp-cc") a.tcp_cc = value();
-    else if (k == "--rto-min") a.rto_min = static_cast<std::uint32_t>(std::stoul(value()));
-    else if (k == "--cc") a.cc = static_cast<std::uint32_t>(std::stoul(value()));
-    else if (k == "--scheduler") a.scheduler = static_cast<std::uint32_t>(std::stoul(value()));
-    else if (k == "--max-burst") a.max_burst = static_cast<std::uint32_t>(std::stoul(value()));
-    else if (k == "--listen-udp") a.listen_udp = ep(value());
-    else if (k == "--listen-tcp") a.listen_tcp = ep(value());
-    else if (k == "--connect") a.connect = ep(value());
+    } else if (k == "--connections")
+      a.connections = std::stoul(value());
+    else if (k == "--set")
+      a.set = value();
+    else if (k == "--repeat")
+      a.repeat = std::stoi(value());
+    else if (k == "--record-size")
+      a.record_size = static_cast<std::uint32_t>(std::stoul(value()));
+    else if (k == "--no-verify")
+      a.verify = false;
+    else if (k == "--no-crc")
+      a.crc = false;
+    else if (k == "--server-idle-ms")
+      a.server_idle = std::chrono::milliseconds(std::stol(value()));
+    else if (k == "--tcp-cc")
+      a.tcp_cc = value();
+    else if (k == "--rto-min")
+      a.rto_min = static_cast<std::uint32_t>(std::stoul(value()));
+    else if (k == "--cc")
+      a.cc = static_cast<std::uint32_t>(std::stoul(value()));
+    else if (k == "--scheduler")
+      a.scheduler = static_cast<std::uint32_t>(std::stoul(value()));
+    else if (k == "--max-burst")
+      a.max_burst = static_cast<std::uint32_t>(std::stoul(value()));
+    else if (k == "--listen-udp")
+      a.listen_udp = ep(value());
+    else if (k == "--listen-tcp")
+      a.listen_tcp = ep(value());
+    else if (k == "--connect")
+      a.connect = ep(value());
     else if (k == "--auth") {
       a.auth = value();
       if (a.auth != "plain" && a.auth != "signed" && a.auth != "encrypted")
         throw std::invalid_argument("--auth is plain, signed or encrypted");
-    }
-    else throw std::invalid_argument("unknown option " + k);
+    } else
+      throw std::invalid_argument("unknown option " + k);
   }
   return a;
 }
@@ -297,12 +314,13 @@ bool run_client_once(const args& a, const endpoint& server_ep) {
   const auto st = c->stats();
   std::size_t channels = 0;
   for (auto b : st.bytes_per_channel) channels += b > 0;
-  std::printf("%-9s %-11s %-6s conns=%zu record=%u: %12llu bytes in %7.3f s = %8.1f Mbit/s "
-              "(%zu files, first byte after %.1f ms, %zu channels used)\n",
-              a.auth.c_str(), std::string(to_string(a.kind)).c_str(), a.set.c_str(),
-              a.kind == transport_kind::tcp ? (a.connections ? a.connections : default_tcp_connections) : 1,
-              a.record_size, static_cast<unsigned long long>(got), s, got * 8 / s / 1e6, files_done,
-              std::chrono::duration<double, std::milli>(t_first - t0).count(), channels);
+  std::printf(
+      "%-9s %-11s %-6s conns=%zu record=%u: %12llu bytes in %7.3f s = %8.1f Mbit/s "
+      "(%zu files, first byte after %.1f ms, %zu channels used)\n",
+      a.auth.c_str(), std::string(to_string(a.kind)).c_str(), a.set.c_str(),
+      a.kind == transport_kind::tcp ? (a.connections ? a.connections : default_tcp_connections) : 1,
+      a.record_size, static_cast<unsigned long long>(got), s, got * 8 / s / 1e6, files_done,
+      std::chrono::duration<double, std::milli>(t_first - t0).count(), channels);
   std::fflush(stdout);
   return true;
 }
@@ -317,7 +335,8 @@ int main(int argc, char** argv) {
     std::cerr << "unicast_bench: " << e.what() << "\n";
     return 2;
   }
-  spdlog::set_level(std::getenv("UNICAST_BENCH_DEBUG") ? spdlog::level::debug : spdlog::level::warn);
+  spdlog::set_level(std::getenv("UNICAST_BENCH_DEBUG") ? spdlog::level::debug
+                                                       : spdlog::level::warn);
   if (a.role == "server") return run_server(a, -1);
   if (a.role == "client") {
     if (!a.connect) {

@@ -21,38 +21,22 @@ constexpr std::uint32_t k_limited_broadcast = 0xFFFFFFFFU;
 
 std::string_view global_counter_name(global_counter c) noexcept {
   switch (c) {
-    case global_counter::frames_read:
-      return "frames_read";
-    case global_counter::frames_written:
-      return "frames_written";
-    case global_counter::not_ipv4:
-      return "not_ipv4";
-    case global_counter::malformed:
-      return "malformed";
-    case global_counter::unsupported_gso:
-      return "unsupported_gso";
-    case global_counter::unknown_destination:
-      return "unknown_destination";
-    case global_counter::no_members:
-      return "no_members";
-    case global_counter::igmp_messages:
-      return "igmp_messages";
-    case global_counter::igmp_joins:
-      return "igmp_joins";
-    case global_counter::igmp_leaves:
-      return "igmp_leaves";
-    case global_counter::write_errors:
-      return "write_errors";
-    case global_counter::buffer_exhausted:
-      return "buffer_exhausted";
-    case global_counter::releases:
-      return "releases";
-    case global_counter::lateness_total_us:
-      return "lateness_total_us";
-    case global_counter::lateness_max_us:
-      return "lateness_max_us";
-    case global_counter::count_:
-      break;
+    case global_counter::frames_read: return "frames_read";
+    case global_counter::frames_written: return "frames_written";
+    case global_counter::not_ipv4: return "not_ipv4";
+    case global_counter::malformed: return "malformed";
+    case global_counter::unsupported_gso: return "unsupported_gso";
+    case global_counter::unknown_destination: return "unknown_destination";
+    case global_counter::no_members: return "no_members";
+    case global_counter::igmp_messages: return "igmp_messages";
+    case global_counter::igmp_joins: return "igmp_joins";
+    case global_counter::igmp_leaves: return "igmp_leaves";
+    case global_counter::write_errors: return "write_errors";
+    case global_counter::buffer_exhausted: return "buffer_exhausted";
+    case global_counter::releases: return "releases";
+    case global_counter::lateness_total_us: return "lateness_total_us";
+    case global_counter::lateness_max_us: return "lateness_max_us";
+    case global_counter::count_: break;
   }
   return "?";
 }
@@ -69,11 +53,8 @@ std::optional<std::int64_t> forwarder::direction_state::front_due() const noexce
 }
 
 forwarder::forwarder(const forwarder_config& config, packet_sink& sink)
-    : m_pool(config.max_buffer_bytes),
-      m_sink(sink),
-      m_network(config.network),
-      m_netmask(config.netmask),
-      m_flood_multicast(config.flood_multicast) {
+    : m_pool(config.max_buffer_bytes), m_sink(sink), m_network(config.network),
+      m_netmask(config.netmask), m_flood_multicast(config.flood_multicast) {
   const std::size_t n = config.addresses.size();
   if (n == 0 || n > k_max_hosts) {
     throw config_error("host count must be between 1 and " + std::to_string(k_max_hosts));
@@ -163,17 +144,10 @@ void forwarder::on_frame(std::size_t host, buffer_handle& frame, std::chrono::na
   count(global_counter::frames_read);
   packet_info info;
   switch (parse_frame(std::span<std::byte>(frame->data(), frame->length), info)) {
-    case parse_result::ok:
-      break;
-    case parse_result::not_ipv4:
-      count(global_counter::not_ipv4);
-      return;
-    case parse_result::malformed:
-      count(global_counter::malformed);
-      return;
-    case parse_result::unsupported_gso:
-      count(global_counter::unsupported_gso);
-      return;
+    case parse_result::ok: break;
+    case parse_result::not_ipv4: count(global_counter::not_ipv4); return;
+    case parse_result::malformed: count(global_counter::malformed); return;
+    case parse_result::unsupported_gso: count(global_counter::unsupported_gso); return;
   }
   frame->info = info;
   frame->source = static_cast<std::uint16_t>(host);

@@ -71,28 +71,21 @@ igmp_result parse_igmp(std::span<const std::byte> message,
         }
         switch (record_type) {
           case k_mode_is_exclude:
-          case k_change_to_exclude:
-            changes.push_back({group, true});
-            break;
+          case k_change_to_exclude: changes.push_back({group, true}); break;
           case k_mode_is_include:
-          case k_change_to_include:
-            changes.push_back({group, sources > 0});
-            break;
+          case k_change_to_include: changes.push_back({group, sources > 0}); break;
           case k_allow_new_sources:
             if (sources > 0) {
               changes.push_back({group, true});
             }
             break;
-          case k_block_old_sources:
-            break;
-          default:
-            break;  // unknown record types are skipped (RFC 3376 §4.2.12)
+          case k_block_old_sources: break;
+          default: break;  // unknown record types are skipped (RFC 3376 §4.2.12)
         }
       }
       return igmp_result::ok;
     }
-    default:
-      return igmp_result::ignored;
+    default: return igmp_result::ignored;
   }
 }
 

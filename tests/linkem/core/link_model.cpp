@@ -103,33 +103,22 @@ std::string link_params::describe() const {
 
 std::string_view link_counter_name(link_counter c) noexcept {
   switch (c) {
-    case link_counter::packets_in:
-      return "packets_in";
-    case link_counter::bytes_in:
-      return "bytes_in";
-    case link_counter::delivered:
-      return "delivered";
-    case link_counter::bytes_delivered:
-      return "bytes_delivered";
-    case link_counter::dropped_loss:
-      return "dropped_loss";
-    case link_counter::dropped_queue:
-      return "dropped_queue";
-    case link_counter::dropped_other:
-      return "dropped_other";
-    case link_counter::duplicated:
-      return "duplicated";
-    case link_counter::reordered:
-      return "reordered";
-    case link_counter::count_:
-      break;
+    case link_counter::packets_in: return "packets_in";
+    case link_counter::bytes_in: return "bytes_in";
+    case link_counter::delivered: return "delivered";
+    case link_counter::bytes_delivered: return "bytes_delivered";
+    case link_counter::dropped_loss: return "dropped_loss";
+    case link_counter::dropped_queue: return "dropped_queue";
+    case link_counter::dropped_other: return "dropped_other";
+    case link_counter::duplicated: return "duplicated";
+    case link_counter::reordered: return "reordered";
+    case link_counter::count_: break;
   }
   return "?";
 }
 
 link_direction::link_direction(const link_params& params, std::uint64_t seed)
-    : m_params(params),
-      m_transparent(params.is_transparent()),
+    : m_params(params), m_transparent(params.is_transparent()),
       m_loss_rng(derive_seed(seed, k_stream_loss)),
       m_dup_rng(derive_seed(seed, k_stream_duplicate)),
       m_reorder_rng(derive_seed(seed, k_stream_reorder)) {

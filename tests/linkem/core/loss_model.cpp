@@ -66,12 +66,9 @@ loss_process::loss_process(const gilbert_elliott_loss::parameters& params, std::
 
 bool loss_process::lose(std::mt19937_64& rng) noexcept {
   switch (m_kind) {
-    case kind::none:
-      return false;
-    case kind::bernoulli:
-      return bernoulli(rng, m_rate);
-    case kind::gilbert_elliott:
-      return m_ge.lose(rng);
+    case kind::none: return false;
+    case kind::bernoulli: return bernoulli(rng, m_rate);
+    case kind::gilbert_elliott: return m_ge.lose(rng);
   }
   return false;
 }

@@ -103,8 +103,7 @@ double parse_bit_rate(std::string_view text) {
         scale = 1e12;
         unit.remove_prefix(1);
         break;
-      default:
-        break;
+      default: break;
     }
   }
   // What remains after the prefix: a byte unit (case-sensitive "B", since "Bps" and "bps"

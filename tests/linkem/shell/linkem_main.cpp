@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
-#include <CLI/CLI.hpp>
 
 #include "tests/linkem/core/scenario.hpp"
 #include "tests/linkem/core/units.hpp"

@@ -85,8 +85,7 @@ named_netns::named_netns(std::string name) : m_name(std::move(name)) {
 }
 
 named_netns::named_netns(named_netns&& other) noexcept
-    : m_name(std::move(other.m_name)),
-      m_fd(std::move(other.m_fd)),
+    : m_name(std::move(other.m_name)), m_fd(std::move(other.m_fd)),
       m_bound(std::exchange(other.m_bound, false)) {}
 
 named_netns::~named_netns() { remove(); }

@@ -28,8 +28,7 @@ constexpr unsigned long k_timer_slack_ns = 1;
 }  // namespace
 
 tun_loop::tun_loop(const forwarder_config& config, std::vector<unique_fd> tun_fds)
-    : m_fds(std::move(tun_fds)),
-      m_forwarder(config, *this),
+    : m_fds(std::move(tun_fds)), m_forwarder(config, *this),
       m_epoll(::epoll_create1(EPOLL_CLOEXEC)),
       m_stop_event(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
       m_scratch(packet_pool::k_class_capacity.back()) {

@@ -480,9 +480,7 @@ int run_recv(const recv_options& o) {
           end_deadline = t + linger_ns;
         }
         break;
-      default:
-        ++foreign;
-        break;
+      default: ++foreign; break;
     }
   };
 

@@ -49,7 +49,8 @@ TEST_CASE("fec tracker reports by count only while parity can make the FEC block
 TEST_CASE("fec tracker keeps parity state for a bounded number of FEC blocks", "[unit][fec]") {
   const std::uint32_t n = fec_tracker::max_parity_states + 10;
   fec_tracker t(fec::layout(std::vector<std::uint32_t>(1, n * 2), 2, 1), 2);
-  for (std::uint32_t fb = 0; fb < fec_tracker::max_parity_states; ++fb) REQUIRE(t.add_parity(fb, 0));
+  for (std::uint32_t fb = 0; fb < fec_tracker::max_parity_states; ++fb)
+    REQUIRE(t.add_parity(fb, 0));
   REQUIRE_FALSE(t.add_parity(fec_tracker::max_parity_states, 0));  // full: dropped
   REQUIRE(t.add_parity(0, 1));  // a FEC block already tracked still takes parity
   t.decoded(0);

@@ -148,11 +148,11 @@ TEST_CASE("entries that do not fit the parameters are refused, the others taken"
   const std::uint64_t huge = std::uint64_t{1} << 40;
   manifest_assembler a(params(5, 1, huge + 300, 256), slot);
   std::vector<taken_entry> t;
-  REQUIRE(add(a,
-              chunk(0, 0,
-                    {{"ok", 100}, {"../etc/passwd", 10}, {"big", huge}, {"fits", 200},
-                     {"small", 1}}),
-              budget, t) == progress::complete);
+  REQUIRE(
+      add(a,
+          chunk(0, 0,
+                {{"ok", 100}, {"../etc/passwd", 10}, {"big", huge}, {"fits", 200}, {"small", 1}}),
+          budget, t) == progress::complete);
   REQUIRE(t.size() == 5);
   REQUIRE(t[0].refused == errc::ok);
   REQUIRE(t[1].refused == errc::path_dot_dot);
@@ -210,7 +210,8 @@ TEST_CASE("the file table grows geometrically, charged before the engine allocat
   std::size_t grew = 0;
   for (std::uint32_t c = 0; c < 10; ++c) {
     std::vector<file> files;
-    for (std::uint32_t i = 0; i < 10; ++i) files.push_back({"f" + std::to_string(c * 10 + i), 1000});
+    for (std::uint32_t i = 0; i < 10; ++i)
+      files.push_back({"f" + std::to_string(c * 10 + i), 1000});
     const std::size_t before = a.table_capacity();
     add(a, chunk(c, c * 10, files), budget, t);
     if (a.table_capacity() > before) ++grew;

@@ -37,9 +37,10 @@ std::set<std::pair<std::uint32_t, std::uint32_t>> asked(const std::vector<wire::
   for (const auto& n : naks) {
     for (const auto& fn : n.files()) {
       const std::vector<std::uint32_t> pairs(fn.ranges().begin(), fn.ranges().end());
-      REQUIRE_FALSE(for_each_range(pairs, 0x7fffffff, [&](std::uint32_t first, std::uint32_t count) {
-        for (std::uint32_t b = first; b < first + count; ++b) out.emplace(fn.file(), b);
-      }));
+      REQUIRE_FALSE(
+          for_each_range(pairs, 0x7fffffff, [&](std::uint32_t first, std::uint32_t count) {
+            for (std::uint32_t b = first; b < first + count; ++b) out.emplace(fn.file(), b);
+          }));
     }
   }
   return out;
@@ -76,10 +77,11 @@ TEST_CASE("the missing blocks of each file become runs from block 0 of its own f
 TEST_CASE("only blocks before the end given are asked for", "[unit][receiver][nak]") {
   nak_builder b(header(), 64);
   const auto f = with_holes(100, {10, 20, 30, 40});
-  std::uint32_t from = 15;  // where the last round stopped
+  std::uint32_t from = 15;                 // where the last round stopped
   REQUIRE(b.add_missing(0, f, from, 35));  // the sender's marker is at block 35
   b.finish(false);
-  CHECK(asked(b.datagrams()) == std::set<std::pair<std::uint32_t, std::uint32_t>>{{0, 20}, {0, 30}});
+  CHECK(asked(b.datagrams()) ==
+        std::set<std::pair<std::uint32_t, std::uint32_t>>{{0, 20}, {0, 30}});
 }
 
 TEST_CASE("a long loss list is split into NAKs that each fit the control budget",

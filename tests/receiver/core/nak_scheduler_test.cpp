@@ -14,8 +14,8 @@ using namespace std::chrono_literals;
 namespace {
 
 std::vector<std::pair<std::uint32_t, std::uint32_t>> pieces(const nak_scheduler& s,
-                                                            std::uint32_t file,
-                                                            std::uint32_t from, std::uint32_t to) {
+                                                            std::uint32_t file, std::uint32_t from,
+                                                            std::uint32_t to) {
   std::vector<std::pair<std::uint32_t, std::uint32_t>> out;
   s.for_each_unadvertised(file, from, to, [&](std::uint32_t a, std::uint32_t b) {
     out.emplace_back(a, b);

@@ -2,9 +2,9 @@
 #include "receiver/core/nak_scheduler.hpp"
 #include "receiver/core/register_backoff.hpp"
 
+#include "checkpoint.pb.h"
 #include "common/ranges.hpp"
 #include "common/wire.hpp"
-#include "checkpoint.pb.h"
 #include "mcdist.pb.h"
 
 #include <catch2/catch.hpp>
@@ -36,16 +36,24 @@ struct fake_sink final : receiver_sink, storage_port {
   std::vector<std::uint32_t> closed;
   bool refuse_writes = false;
 
-  void send(const endpoint&, std::span<const std::byte> d) override { sent.emplace_back(d.begin(), d.end()); }
-  void begin_file(file_key k, std::uint32_t, const manifest_entry& e, bool) override { begun[k.file.value] = e.path; }
+  void send(const endpoint&, std::span<const std::byte> d) override {
+    sent.emplace_back(d.begin(), d.end());
+  }
+  void begin_file(file_key k, std::uint32_t, const manifest_entry& e, bool) override {
+    begun[k.file.value] = e.path;
+  }
   bool write(file_key k, std::uint64_t off, std::span<const std::byte> d) override {
     if (refuse_writes) return false;
     writes[{k.file.value, off}] = d.size();
     return true;
   }
-  void finalize(file_key k, const sha256_digest& d) override { finalized.emplace_back(k.file.value, d); }
+  void finalize(file_key k, const sha256_digest& d) override {
+    finalized.emplace_back(k.file.value, d);
+  }
   void discard_file(file_key k) override { discarded.push_back(k.file.value); }
-  void query_held(session_id, std::uint32_t, std::vector<held_query> q) override { held_queries.push_back(std::move(q)); }
+  void query_held(session_id, std::uint32_t, std::vector<held_query> q) override {
+    held_queries.push_back(std::move(q));
+  }
   void checkpoint(session_id, std::string blob) override { checkpoints.push_back(std::move(blob)); }
   void close_session(session_id, bool) override {}
   void session_closed(session_id s, bool) override { closed.push_back(s.value); }
@@ -83,7 +91,8 @@ std::vector<std::byte> datagram(wire::msg_type t, const Msg& m, session_id s = s
   return out;
 }
 
-std::vector<std::byte> data(std::uint32_t seq, std::uint32_t file, std::uint32_t block, std::size_t len) {
+std::vector<std::byte> data(std::uint32_t seq, std::uint32_t file, std::uint32_t block,
+                            std::size_t len) {
   std::vector<std::byte> d(wire::data_header_size + len, std::byte{7});
   wire::write_data_header(d, {sid, seq, file_index{file}, block_index{block}});
   return d;
@@ -104,7 +113,8 @@ struct harness {
   void announce(const std::vector<wire::file_entry>& entries, std::size_t per_chunk = 100,
                 std::vector<std::size_t> order = {}) {
     const std::size_t chunks = (entries.size() + per_chunk - 1) / per_chunk;
-    if (order.empty()) for (std::size_t c = 0; c < chunks; ++c) order.push_back(c);
+    if (order.empty())
+      for (std::size_t c = 0; c < chunks; ++c) order.push_back(c);
     for (const auto c : order) {
       wire::announce a;
       auto* p = a.mutable_params();
@@ -134,7 +144,8 @@ struct harness {
     r.set_accepted(true);
     feed(datagram(wire::msg_type::register_reply, r));
   }
-  void marker(std::uint32_t pass, std::uint32_t file, std::uint32_t block, bool end, std::uint32_t seq) {
+  void marker(std::uint32_t pass, std::uint32_t file, std::uint32_t block, bool end,
+              std::uint32_t seq) {
     wire::marker m;
     m.set_pass(pass);
     m.set_file(file);
@@ -168,7 +179,8 @@ std::vector<std::pair<std::uint32_t, std::uint32_t>> runs(const wire::nak& n, st
 
 }  // namespace
 
-TEST_CASE("a manifest assembled from chunks in any order leads to one REGISTER", "[unit][receiver]") {
+TEST_CASE("a manifest assembled from chunks in any order leads to one REGISTER",
+          "[unit][receiver]") {
   harness h;
   std::vector<wire::file_entry> entries;
   for (int i = 0; i < 25; ++i) entries.push_back(entry("d/f" + std::to_string(i), 100));
@@ -183,7 +195,8 @@ TEST_CASE("a manifest assembled from chunks in any order leads to one REGISTER",
   REQUIRE(regs[0].held_files_size() == 0);
 }
 
-TEST_CASE("files held identically are reported in REGISTER and never requested", "[unit][receiver]") {
+TEST_CASE("files held identically are reported in REGISTER and never requested",
+          "[unit][receiver]") {
   harness h;
   h.announce({entry("a", 10), entry("b", 10), entry("c", 10)});
   sha256_digest same;
@@ -200,7 +213,8 @@ TEST_CASE("files held identically are reported in REGISTER and never requested",
   REQUIRE(h.engine.stats().drops[errc::duplicate] == 1);
 }
 
-TEST_CASE("bad and conflicting paths are refused, the rest of the session proceeds", "[unit][receiver]") {
+TEST_CASE("bad and conflicting paths are refused, the rest of the session proceeds",
+          "[unit][receiver]") {
   harness h;
   h.announce({entry("../up", 10), entry("ok/x", 10), entry("ok/x", 10), entry("ok", 10),
               entry("ok/x/y", 10), entry("/abs", 10), entry("fine", 10)});
@@ -211,7 +225,8 @@ TEST_CASE("bad and conflicting paths are refused, the rest of the session procee
   REQUIRE(h.engine.stats().files_refused == 5);
 }
 
-TEST_CASE("blocks are written, complete files finalized, and COMPLETE follows storage", "[unit][receiver]") {
+TEST_CASE("blocks are written, complete files finalized, and COMPLETE follows storage",
+          "[unit][receiver]") {
   harness h;
   h.announce({entry("a", 2500), entry("empty", 0)});
   h.held_none();
@@ -269,7 +284,8 @@ TEST_CASE("a file being finalized when the sender aborts is still reported store
   REQUIRE(h.engine.stats().files_stored == 1);
 }
 
-TEST_CASE("NAKs cover what is missing behind the sender's marker, once per pass", "[unit][receiver]") {
+TEST_CASE("NAKs cover what is missing behind the sender's marker, once per pass",
+          "[unit][receiver]") {
   harness h;
   h.announce({entry("a", 10'000), entry("b", 10'000)});  // 10 blocks each
   h.held_none();
@@ -333,7 +349,8 @@ TEST_CASE("a NAK round past its datagram cap goes on where it stopped at the nex
   for (const auto b : asked) CHECK(b % 2 == 0);
 }
 
-TEST_CASE("data from another host or for another session is dropped and counted", "[unit][receiver]") {
+TEST_CASE("data from another host or for another session is dropped and counted",
+          "[unit][receiver]") {
   harness h;
   h.announce({entry("a", 1000)});
   h.held_none();
@@ -500,7 +517,8 @@ TEST_CASE("a checkpoint with an empty file being finalized restores and finalize
   REQUIRE(sink2.finalized[0].first == 0);
 }
 
-TEST_CASE("a damaged checkpoint whose bitmap does not fit its file is refused", "[unit][receiver]") {
+TEST_CASE("a damaged checkpoint whose bitmap does not fit its file is refused",
+          "[unit][receiver]") {
   harness h;
   h.announce({entry("a", 3000)});
   h.held_none();
@@ -586,10 +604,13 @@ TEST_CASE("a session whose sender goes silent is abandoned", "[unit][receiver]")
   REQUIRE(h.engine.stats().sessions_failed == 1);
 }
 
-TEST_CASE("blocks of a file are taken before the manifest is complete and finalized after the "
-          "held check", "[unit][receiver]") {
+TEST_CASE(
+    "blocks of a file are taken before the manifest is complete and finalized after the "
+    "held check",
+    "[unit][receiver]") {
   harness h;
-  std::vector<wire::file_entry> entries{entry("early", 2000), entry("held", 1000), entry("late", 1000)};
+  std::vector<wire::file_entry> entries{entry("early", 2000), entry("held", 1000),
+                                        entry("late", 1000)};
   h.announce(entries, 2, {0});  // only the chunk with files 0 and 1
   h.feed(data(1, 0, 0, 1000));
   h.feed(data(2, 0, 1, 1000));
@@ -627,7 +648,7 @@ TEST_CASE("a FALLBACK order moves the session to unicast; pieces of blocks compl
   REQUIRE(h.sink.orders[0].server.address_string() == "10.0.0.1");  // the control source
   REQUIRE(h.sink.orders[0].server.port == 4712);
   REQUIRE(h.sink.orders[0].token == fallback_token{'0', '1', '2', '3', '4', '5', '6', '7', '8', '9',
-                                                    'a', 'b', 'c', 'd', 'e', 'f'});
+                                                   'a', 'b', 'c', 'd', 'e', 'f'});
   REQUIRE(h.sink.wanted[0].size() == 2);
   REQUIRE(h.sink.wanted[0][0].offset == 1000);  // a: blocks 1-2
   REQUIRE(h.sink.wanted[0][0].length == 2000);
@@ -669,8 +690,10 @@ TEST_CASE("a unicast order carries the registration round trip, unless REGISTER 
   h.held_none();
   REQUIRE(h.sink.of_type<wire::register_request>(wire::msg_type::register_request).size() == 1);
   if (c == how::register_resent) {
-    for (int i = 0; i < 100 && h.sink.of_type<wire::register_request>(
-                                    wire::msg_type::register_request).size() < 2; ++i) {
+    for (int i = 0;
+         i < 100 &&
+         h.sink.of_type<wire::register_request>(wire::msg_type::register_request).size() < 2;
+         ++i) {
       h.now += 10ms;
       h.engine.on_timer(h.now);
     }
@@ -687,7 +710,7 @@ TEST_CASE("a unicast order carries the registration round trip, unless REGISTER 
   h.feed(datagram(wire::msg_type::fallback, fb));
   REQUIRE(h.sink.orders.size() == 1);
   // Karn: a sample of a resent REGISTER could be either send's; none is taken.
-  CHECK(h.sink.orders[0].rtt == (c == how::register_resent     ? duration::zero()
+  CHECK(h.sink.orders[0].rtt == (c == how::register_resent    ? duration::zero()
                                  : c == how::reply_then_order ? duration(73ms)
                                                               : duration(74ms)));
 }
@@ -903,8 +926,10 @@ TEST_CASE("an allocation failure while handling a datagram is counted and droppe
   REQUIRE(engine.stats().drops[errc::out_of_memory] == 1);
 }
 
-TEST_CASE("a storage error before finalize fails that file; the rest completes and COMPLETE "
-          "reports it", "[unit][receiver][storage]") {
+TEST_CASE(
+    "a storage error before finalize fails that file; the rest completes and COMPLETE "
+    "reports it",
+    "[unit][receiver][storage]") {
   harness h;
   h.announce({entry("a", 2000), entry("b", 1000), entry("c", 1000)});
   // A failure while the manifest is still being checked (the store reports EROFS at open).
@@ -981,7 +1006,9 @@ struct keyed_sink final : receiver_sink, storage_port {
   std::vector<std::vector<std::byte>> sent;
   std::map<std::uint32_t, std::string> keys;
   std::vector<std::string> checkpoints;
-  void send(const endpoint&, std::span<const std::byte> d) override { sent.emplace_back(d.begin(), d.end()); }
+  void send(const endpoint&, std::span<const std::byte> d) override {
+    sent.emplace_back(d.begin(), d.end());
+  }
   void begin_file(file_key, std::uint32_t, const manifest_entry&, bool) override {}
   bool write(file_key, std::uint64_t, std::span<const std::byte>) override { return true; }
   void finalize(file_key, const sha256_digest&) override {}
@@ -1001,7 +1028,8 @@ struct keyed_sink final : receiver_sink, storage_port {
     std::vector<wire::register_request> out;
     for (const auto& d : sent) {
       wire::header h;
-      if (wire::parse_header(d, h) || h.type != wire::msg_type::register_request || h.session != s) continue;
+      if (wire::parse_header(d, h) || h.type != wire::msg_type::register_request || h.session != s)
+        continue;
       wire::register_request m;
       REQUIRE_FALSE(wire::parse_control(d, m));
       out.push_back(m);
@@ -1106,7 +1134,8 @@ TEST_CASE("an unsequenced session's REGISTER carries no sequence report and chan
   REQUIRE(h.engine.sequences().changes() == before);
 }
 
-TEST_CASE("a completed catch-up session clears the numbers it carried", "[unit][receiver][sequence]") {
+TEST_CASE("a completed catch-up session clears the numbers it carried",
+          "[unit][receiver][sequence]") {
   sequenced h;
   h.session(1, true);
   h.session(4, true);
@@ -1118,11 +1147,12 @@ TEST_CASE("a completed catch-up session clears the numbers it carried", "[unit][
   REQUIRE(reg.missing_seqs_size() == 0);
 }
 
-TEST_CASE("sessions signed by different sender keys are numbered apart", "[unit][receiver][sequence]") {
+TEST_CASE("sessions signed by different sender keys are numbered apart",
+          "[unit][receiver][sequence]") {
   sequenced h;
   h.sink.keys[101] = h.sink.keys[103] = "mcdist-ed25519:AAAA";
-  h.session(1, true);  // signed by AAAA
-  h.session(2, true);  // unsigned "hub": a stream of its own, starting at 2
+  h.session(1, true);                   // signed by AAAA
+  h.session(2, true);                   // unsigned "hub": a stream of its own, starting at 2
   const auto reg = h.session(3, true);  // AAAA again: 2 is not its number
   REQUIRE(reg.last_seq() == 1);
   REQUIRE(missing_of(reg) == std::vector<wire::seq_span>{{2, 2}});
@@ -1155,7 +1185,8 @@ TEST_CASE("the completed numbers survive a restart through the book's text and c
   REQUIRE(missing_of(reg) == std::vector<wire::seq_span>{{4, 4}});
 }
 
-TEST_CASE("a hostile session number of 2^64-1 costs a bounded report", "[unit][receiver][sequence]") {
+TEST_CASE("a hostile session number of 2^64-1 costs a bounded report",
+          "[unit][receiver][sequence]") {
   sequenced h;
   h.session(1, true);
   const auto reg = h.session(std::numeric_limits<std::uint64_t>::max(), true);
@@ -1168,20 +1199,22 @@ TEST_CASE("a hostile session number of 2^64-1 costs a bounded report", "[unit][r
   REQUIRE(h.engine.sequences().status().at(0).missing == 0);
 }
 
-TEST_CASE("announces with malformed numbering are dropped and counted", "[unit][receiver][sequence]") {
+TEST_CASE("announces with malformed numbering are dropped and counted",
+          "[unit][receiver][sequence]") {
   sequenced h;
-  h.announce(session_id{1}, 3, {}, "bad name");           // space in the channel
-  h.announce(session_id{2}, 3, {}, "");                   // a number without a channel
-  h.announce(session_id{3}, 3, {{1, 2}});                 // catch-up in a sequenced session
-  h.announce(session_id{4}, 0, {{2, 1}});                 // first > last
+  h.announce(session_id{1}, 3, {}, "bad name");  // space in the channel
+  h.announce(session_id{2}, 3, {}, "");          // a number without a channel
+  h.announce(session_id{3}, 3, {{1, 2}});        // catch-up in a sequenced session
+  h.announce(session_id{4}, 0, {{2, 1}});        // first > last
   std::vector<wire::seq_span> many;
   for (std::uint64_t i = 0; i <= wire::max_seq_ranges; ++i) many.emplace_back(2 * i + 1, 2 * i + 1);
-  h.announce(session_id{5}, 0, many);                     // 33 ranges
+  h.announce(session_id{5}, 0, many);  // 33 ranges
   REQUIRE(h.engine.stats().drops[errc::invalid_field] == 5);
   REQUIRE(h.engine.active_sessions() == 0);
 }
 
-TEST_CASE("a checkpoint whose numbering fields are damaged is refused", "[unit][receiver][sequence]") {
+TEST_CASE("a checkpoint whose numbering fields are damaged is refused",
+          "[unit][receiver][sequence]") {
   sequenced a;
   a.announce(session_id{103}, 3);
   a.registered(session_id{103}, false);
@@ -1273,7 +1306,8 @@ TEST_CASE("receivers that start together retry REGISTER at different times", "[u
   REQUIRE(retries.size() >= 15);  // 20 seeds, not one schedule
 }
 
-TEST_CASE("manifest_complete says when a session's announces are only repeats", "[unit][receiver][auth]") {
+TEST_CASE("manifest_complete says when a session's announces are only repeats",
+          "[unit][receiver][auth]") {
   harness h;
   REQUIRE_FALSE(h.engine.manifest_complete(sid));  // unknown
   std::vector<wire::file_entry> entries;

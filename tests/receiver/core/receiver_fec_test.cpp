@@ -31,7 +31,9 @@ struct fec_sink final : receiver_sink, storage_port {
   std::vector<recovery_request> recoveries;
   std::size_t held_queries = 0;
 
-  void send(const endpoint&, std::span<const std::byte> d) override { sent.emplace_back(d.begin(), d.end()); }
+  void send(const endpoint&, std::span<const std::byte> d) override {
+    sent.emplace_back(d.begin(), d.end());
+  }
   void begin_file(file_key, std::uint32_t, const manifest_entry&, bool) override {}
   bool write(file_key k, std::uint64_t off, std::span<const std::byte> d) override {
     writes[{k.file.value, off}] = d.size();
@@ -156,8 +158,10 @@ std::vector<std::pair<std::uint32_t, std::uint32_t>> lacks(const wire::nak& n) {
 
 }  // namespace
 
-TEST_CASE("a FEC session NAKs a count per FEC block and asks storage to decode once parity "
-          "suffices", "[unit][receiver][fec]") {
+TEST_CASE(
+    "a FEC session NAKs a count per FEC block and asks storage to decode once parity "
+    "suffices",
+    "[unit][receiver][fec]") {
   harness h;
   h.start(8, 4, 4);  // FEC blocks 0 (blocks 0-3) and 1 (blocks 4-7)
   for (const std::uint32_t b : {0u, 1u, 3u, 4u, 6u}) h.data(b);  // lost 2, 5 and 7
@@ -236,7 +240,8 @@ TEST_CASE("a storage path that does not decode gets block NAKs and drops parity"
   REQUIRE(naks[0].files_size() == 1);
 }
 
-TEST_CASE("an announce with an impossible FEC shape is taken without FEC", "[unit][receiver][fec]") {
+TEST_CASE("an announce with an impossible FEC shape is taken without FEC",
+          "[unit][receiver][fec]") {
   harness h;
   h.start(8, 200, 100);  // 300 blocks in a FEC block: more than GF(2^8) has
   for (const std::uint32_t b : {0u, 1u, 3u, 4u, 5u, 6u, 7u}) h.data(b);
@@ -256,7 +261,7 @@ TEST_CASE("FEC lacks past a round's datagram cap go out in the next round, not a
   receiver_config cfg{"site"};
   cfg.max_nak_datagrams = 1;  // about 128 lacks fit in one NAK
   harness h(cfg);
-  h.start(800, 2, 2);  // FEC block i: blocks 2i and 2i + 1
+  h.start(800, 2, 2);                                    // FEC block i: blocks 2i and 2i + 1
   for (std::uint32_t b = 1; b < 600; b += 2) h.data(b);  // FEC blocks 0-299 lack one each
   h.marker_at(600);
   auto naks = h.sink.naks();

@@ -167,20 +167,20 @@ TEST_CASE("the text form round-trips and anything malformed is refused whole",
   }
   for (const std::string bad : {
            "mcdist-sequences 2\n",
-           "mcdist-sequences 1\nobs key:x 2 7 4\n",              // a field short
-           "mcdist-sequences 1\nobs key:x 2 7 4 4 9\n",          // a field long
-           "mcdist-sequences 1\nobs  key:x 2 7 4 4\n",           // double space
-           "mcdist-sequences 1\nobs key:x 02 7 4 4\n",           // leading zero
-           "mcdist-sequences 1\nobs key:x +2 7 4 4\n",           // sign
-           "mcdist-sequences 1\nobs key:x 8 7 4 -\n",            // floor above last seen
-           "mcdist-sequences 1\nobs key:x 2 7 9 -\n",            // completed above last seen
-           "mcdist-sequences 1\nobs key:x 1 5000 4 -\n",         // wider than the window
-           "mcdist-sequences 1\nobs key:x 2 7 4 5,4\n",          // not ascending
-           "mcdist-sequences 1\nobs key:x 2 7 4 3\n",            // floor's successor
-           "mcdist-sequences 1\nobs key:x 2 7 4 8\n",            // above last seen
-           "mcdist-sequences 1\nobs key:x 2 7 4 4,\n",           // empty number
-           "mcdist-sequences 1\nobs other:x 2 7 4 -\n",          // unknown source kind
-           "mcdist-sequences 1\no bs key:x 2 7 4 -\n",           // space in a channel
+           "mcdist-sequences 1\nobs key:x 2 7 4\n",       // a field short
+           "mcdist-sequences 1\nobs key:x 2 7 4 4 9\n",   // a field long
+           "mcdist-sequences 1\nobs  key:x 2 7 4 4\n",    // double space
+           "mcdist-sequences 1\nobs key:x 02 7 4 4\n",    // leading zero
+           "mcdist-sequences 1\nobs key:x +2 7 4 4\n",    // sign
+           "mcdist-sequences 1\nobs key:x 8 7 4 -\n",     // floor above last seen
+           "mcdist-sequences 1\nobs key:x 2 7 9 -\n",     // completed above last seen
+           "mcdist-sequences 1\nobs key:x 1 5000 4 -\n",  // wider than the window
+           "mcdist-sequences 1\nobs key:x 2 7 4 5,4\n",   // not ascending
+           "mcdist-sequences 1\nobs key:x 2 7 4 3\n",     // floor's successor
+           "mcdist-sequences 1\nobs key:x 2 7 4 8\n",     // above last seen
+           "mcdist-sequences 1\nobs key:x 2 7 4 4,\n",    // empty number
+           "mcdist-sequences 1\nobs other:x 2 7 4 -\n",   // unknown source kind
+           "mcdist-sequences 1\no bs key:x 2 7 4 -\n",    // space in a channel
            "mcdist-sequences 1\nobs key:x 2 7 4 -\nobs key:x 2 7 4 -\n",  // twice
            "mcdist-sequences 1\nobs key:x 2 7 4 99999999999999999999\n",  // overflow
        }) {

@@ -84,7 +84,7 @@ TEST_CASE("link and copy targets must stay absolute and cannot climb with '..'",
   CHECK_THROWS_AS(expand_target("/archive/{1}/{2}", v), template_error);
   v.groups = {"", "", "x"};
   CHECK_THROWS_AS(expand_target("/archive/{1}/{2}", v), template_error);  // empty component
-  CHECK_THROWS_AS(expand_target("{relpath}", v), template_error);          // relative
+  CHECK_THROWS_AS(expand_target("{relpath}", v), template_error);         // relative
   v.groups = {"", ".", "x"};
   CHECK_THROWS_AS(expand_target("/archive/{1}/{2}", v), template_error);
 }
@@ -158,8 +158,7 @@ link = "/archive/%Y%m%d/{1}"
   CHECK_FALSE(parse_age("7x"));
 }
 
-TEST_CASE("bad actions are refused naming the action and the problem",
-          "[unit][receiver][config]") {
+TEST_CASE("bad actions are refused naming the action and the problem", "[unit][receiver][config]") {
   const std::string head = "[[action]]\nname = \"x\"\n";
   CHECK_THAT(config_error_of(head + "match = \"a((\"\nexec = [\"/bin/true\"]\n"),
              Catch::Contains("action 'x'.match") && Catch::Contains("regular expression"));
@@ -171,8 +170,7 @@ TEST_CASE("bad actions are refused naming the action and the problem",
              Catch::Contains("not a regular file"));
   CHECK_THAT(config_error_of(head + "match = \"a\"\nexec = [\"/bin/true\", \"{x}\"]\n"),
              Catch::Contains("unknown placeholder {x}"));
-  CHECK_THAT(config_error_of(head + "match = \"a\"\nlink = \"/a/%q\"\n"),
-             Catch::Contains("%q"));
+  CHECK_THAT(config_error_of(head + "match = \"a\"\nlink = \"/a/%q\"\n"), Catch::Contains("%q"));
   CHECK_THAT(config_error_of(head + "match = \"a\"\ncopy = \"rel/{0}\"\n"),
              Catch::Contains("absolute path template"));
   CHECK_THAT(config_error_of(head + "match = \"a\"\ncopy = \"/a\"\nlink = \"/b\"\n"),

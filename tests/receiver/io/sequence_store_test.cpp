@@ -28,7 +28,8 @@ struct scratch_dir {
 
 }  // namespace
 
-TEST_CASE("the completed numbers survive a reopen of the sequences file", "[unit][receiver][sequence]") {
+TEST_CASE("the completed numbers survive a reopen of the sequences file",
+          "[unit][receiver][sequence]") {
   scratch_dir d;
   const auto file = d.path / sequences_file_name;
   std::string detail;
@@ -62,7 +63,8 @@ TEST_CASE("a damaged sequences file is refused whole with a reason", "[unit][rec
   REQUIRE(detail.find(file.string()) != std::string::npos);
 }
 
-TEST_CASE("saving into a directory that is gone fails with the path", "[unit][receiver][sequence]") {
+TEST_CASE("saving into a directory that is gone fails with the path",
+          "[unit][receiver][sequence]") {
   sequence_book b;
   std::string detail;
   REQUIRE(save_sequences("/nonexistent-mcdist-dir/sequences", b, detail));

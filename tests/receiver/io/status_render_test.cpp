@@ -101,7 +101,8 @@ TEST_CASE("metrics and page show each channel's last session number and missing 
   const auto m = render_metrics(f.snap);
   CHECK(m.find("# TYPE mcdist_receiver_channel_missing_sessions gauge\n") != std::string::npos);
   // Two senders numbering one channel: their gaps add up, the newest number is the larger.
-  CHECK(m.find("mcdist_receiver_channel_missing_sessions{channel=\"obs\"} 3\n") != std::string::npos);
+  CHECK(m.find("mcdist_receiver_channel_missing_sessions{channel=\"obs\"} 3\n") !=
+        std::string::npos);
   CHECK(m.find("mcdist_receiver_channel_missing_sessions{channel=\"warnings\"} 0\n") !=
         std::string::npos);
   CHECK(m.find("mcdist_receiver_channel_last_seq{channel=\"obs\"} 9\n") != std::string::npos);

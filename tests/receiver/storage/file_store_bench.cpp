@@ -49,7 +49,8 @@ struct content {
   std::vector<std::byte> pattern;
   std::uint64_t size;
   sha256_digest digest;
-  std::span<const std::byte> at(std::uint64_t off, std::size_t n, std::vector<std::byte>& tmp) const {
+  std::span<const std::byte> at(std::uint64_t off, std::size_t n,
+                                std::vector<std::byte>& tmp) const {
     const std::size_t p = static_cast<std::size_t>(off % pattern_bytes);
     if (p + n <= pattern.size()) return std::span(pattern).subspan(p, n);
     tmp.resize(n);
@@ -101,8 +102,10 @@ void run(const fs::path& base, sync_mode mode, const content& c, double loss) {
       }
     };
     for (std::uint64_t off = 0; off < c.size; off += block) {
-      if (loss > 0 && lost(rng)) missed.push_back(off);
-      else send(off);
+      if (loss > 0 && lost(rng))
+        missed.push_back(off);
+      else
+        send(off);
     }
     for (auto off : missed) send(off);
     store.finalize(k, c.digest);
@@ -116,13 +119,14 @@ void run(const fs::path& base, sync_mode mode, const content& c, double loss) {
     }
   }
   const double bits = static_cast<double>(c.size) * 8;
-  std::printf("%-10s sync=%-5s loss=%g %.2f GB: blocks taken at %.2f Gbit/s, delivered (verified, %s, "
-              "renamed) at %.2f Gbit/s in %.2f s; refused-and-retried blocks %llu; peak RSS "
-              "%.1f MiB (%.1f MiB before)\n",
-              base.c_str(), std::string(to_string(mode)).c_str(), loss, static_cast<double>(c.size) / 1e9,
-              bits / t_written / 1e9, mode == sync_mode::none ? "no sync" : "synced",
-              bits / t_delivered / 1e9, t_delivered, static_cast<unsigned long long>(refused),
-              static_cast<double>(peak_rss_kib()) / 1024, static_cast<double>(rss_before) / 1024);
+  std::printf(
+      "%-10s sync=%-5s loss=%g %.2f GB: blocks taken at %.2f Gbit/s, delivered (verified, %s, "
+      "renamed) at %.2f Gbit/s in %.2f s; refused-and-retried blocks %llu; peak RSS "
+      "%.1f MiB (%.1f MiB before)\n",
+      base.c_str(), std::string(to_string(mode)).c_str(), loss, static_cast<double>(c.size) / 1e9,
+      bits / t_written / 1e9, mode == sync_mode::none ? "no sync" : "synced",
+      bits / t_delivered / 1e9, t_delivered, static_cast<unsigned long long>(refused),
+      static_cast<double>(peak_rss_kib()) / 1024, static_cast<double>(rss_before) / 1024);
 }
 
 }  // namespace
@@ -139,7 +143,8 @@ int main(int argc, char** argv) {
     sha256_hasher h;
     std::vector<std::byte> tmp;
     for (std::uint64_t off = 0; off < size; off += pattern_bytes) {
-      const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(pattern_bytes, size - off));
+      const std::size_t n =
+          static_cast<std::size_t>(std::min<std::uint64_t>(pattern_bytes, size - off));
       h.update(c.at(off, n, tmp));
     }
     c.digest = h.finish();

@@ -59,10 +59,10 @@ struct enospc_case {
 
 TEST_CASE("a full filesystem fails the file that does not fit, the others are delivered",
           "[file_store][integration]") {
-  const enospc_case c = GENERATE(enospc_case{"at fallocate", 1u << 20, "fallocate", false},
-                                 enospc_case{"at pwrite", UINT64_MAX, "pwrite", false},
-                                 enospc_case{"by the disk reserve", UINT64_MAX, "disk_reserve",
-                                             true});
+  const enospc_case c =
+      GENERATE(enospc_case{"at fallocate", 1u << 20, "fallocate", false},
+               enospc_case{"at pwrite", UINT64_MAX, "pwrite", false},
+               enospc_case{"by the disk reserve", UINT64_MAX, "disk_reserve", true});
   CAPTURE(c.name);
   tiny_tmpfs mnt;
   std::mt19937_64 rng(31);
@@ -94,7 +94,8 @@ TEST_CASE("a full filesystem fails the file that does not fit, the others are de
   auto feed = [&](file_key k, const std::vector<std::byte>& d) {
     for (std::uint64_t off = 0; off < d.size(); off += block) {
       // Refusal is allowed for b (failed); a and c must always be taken.
-      const bool took = store.write(k, off, std::span(d).subspan(off, std::min<std::size_t>(block, d.size() - off)));
+      const bool took = store.write(
+          k, off, std::span(d).subspan(off, std::min<std::size_t>(block, d.size() - off)));
       if (!(k == kb)) REQUIRE(took);
       // Let failure results reach the "network thread" as they happen.
       if (off % (64 * block) == 0) pq.run_ready();

@@ -44,7 +44,8 @@ double run(sync_mode mode, std::mt19937_64& rng, bool check_content) {
     s.mode = 0644;
     store.begin_file(k, std::move(s));
     for (std::uint64_t off = 0; off < file_bytes; off += block)
-      REQUIRE(store.write(k, off, std::span(data[i]).subspan(off, std::min<std::size_t>(block, file_bytes - off))));
+      REQUIRE(store.write(
+          k, off, std::span(data[i]).subspan(off, std::min<std::size_t>(block, file_bytes - off))));
     store.finalize(k, sha256(data[i]));
     if (i % 8 == 7) store.flush();  // a receive batch every 8 files
     pq.run_ready();
@@ -71,8 +72,9 @@ TEST_CASE("1000 small files are delivered with group commit; batch against fsync
   const double batch = run(sync_mode::batch, rng, true);
   const double file = run(sync_mode::file, rng, false);
   const double none = run(sync_mode::none, rng, false);
-  std::printf("file_store, %u files of %zu bytes on /tmp: batch %.0f files/s, file %.0f files/s, "
-              "none %.0f files/s\n",
-              n_files, file_bytes, batch, file, none);
+  std::printf(
+      "file_store, %u files of %zu bytes on /tmp: batch %.0f files/s, file %.0f files/s, "
+      "none %.0f files/s\n",
+      n_files, file_bytes, batch, file, none);
   CHECK(batch > 0);
 }

@@ -58,7 +58,8 @@ struct rig {
   }
 
   /// Writes `data` in 1400-byte blocks in `order`, requiring every write to be taken.
-  void feed(file_key k, const std::vector<std::byte>& data, const std::vector<std::uint64_t>& order) {
+  void feed(file_key k, const std::vector<std::byte>& data,
+            const std::vector<std::uint64_t>& order) {
     for (auto off : order) {
       const std::size_t n = std::min<std::size_t>(block, data.size() - off);
       REQUIRE(store->write(k, off, std::span(data).subspan(off, n)));
@@ -147,9 +148,9 @@ TEST_CASE("files of every edge size are delivered intact, in order and shuffled"
     char x[128];
     const ssize_t xn = ::getxattr((r.dest / rel).c_str(), "user.mcdist.sha256", x, sizeof x);
     REQUIRE(xn > 0);
-    CHECK(std::string(x, static_cast<std::size_t>(xn)) ==
-          to_hex(sha256(data)) + " " + std::to_string(size) + " " +
-              std::to_string(-1'500'000'000 + idx));
+    CHECK(std::string(x, static_cast<std::size_t>(xn)) == to_hex(sha256(data)) + " " +
+                                                              std::to_string(size) + " " +
+                                                              std::to_string(-1'500'000'000 + idx));
     if (!shuffle) CHECK(r.store->get_stats().bytes_reread == before.bytes_reread);
   }
   const auto st = r.store->get_stats();
@@ -211,13 +212,14 @@ TEST_CASE("injected failures fail only the file concerned", "[file_store]") {
     int error;
     std::errc expect;
   };
-  const injection inj = GENERATE(injection{storage_op::pwrite, ENOSPC, std::errc::no_space_on_device},
-                                 injection{storage_op::fallocate, ENOSPC, std::errc::no_space_on_device},
-                                 injection{storage_op::open, EACCES, std::errc::permission_denied},
-                                 injection{storage_op::pread, EIO, std::errc::io_error},
-                                 injection{storage_op::fchmod, EPERM, std::errc::operation_not_permitted},
-                                 injection{storage_op::fsync, EIO, std::errc::io_error},
-                                 injection{storage_op::rename, EIO, std::errc::io_error});
+  const injection inj =
+      GENERATE(injection{storage_op::pwrite, ENOSPC, std::errc::no_space_on_device},
+               injection{storage_op::fallocate, ENOSPC, std::errc::no_space_on_device},
+               injection{storage_op::open, EACCES, std::errc::permission_denied},
+               injection{storage_op::pread, EIO, std::errc::io_error},
+               injection{storage_op::fchmod, EPERM, std::errc::operation_not_permitted},
+               injection{storage_op::fsync, EIO, std::errc::io_error},
+               injection{storage_op::rename, EIO, std::errc::io_error});
   CAPTURE(to_string(inj.op));
   storage_config cfg;
   cfg.preallocate_min_bytes = 1;  // every non-empty file is fallocated
@@ -244,7 +246,8 @@ TEST_CASE("injected failures fail only the file concerned", "[file_store]") {
     if (gap && k == b) std::rotate(order.begin(), order.begin() + 1, order.end());
     for (auto off : order) {
       const auto& d = data[k.file.value];
-      r.store->write(k, off, std::span(d).subspan(off, std::min<std::size_t>(block, d.size() - off)));
+      r.store->write(k, off,
+                     std::span(d).subspan(off, std::min<std::size_t>(block, d.size() - off)));
     }
   }
   for (auto k : {a, b, c}) r.store->finalize(k, sha256(data[k.file.value]));
@@ -255,8 +258,8 @@ TEST_CASE("injected failures fail only the file concerned", "[file_store]") {
   const auto rb = *r.results.find(b);
   CHECK(rb.ec == std::make_error_code(inj.expect));
   CHECK_FALSE(rb.detail.empty());
-  CHECK(rb.detail.find(std::string(to_string(inj.op) == std::string_view("rename") ? "renameat"
-                                                                                   : to_string(inj.op))) !=
+  CHECK(rb.detail.find(std::string(
+            to_string(inj.op) == std::string_view("rename") ? "renameat" : to_string(inj.op))) !=
         std::string::npos);
   CHECK(read_file(r.dest / "f0") == data[0]);
   CHECK(read_file(r.dest / "f2") == data[2]);
@@ -290,8 +293,10 @@ TEST_CASE("a failed syncfs falls back to fsync per file and still delivers", "[f
   CHECK(syncfs_fails.seen() == 1);  // one batch, one syncfs
 }
 
-TEST_CASE("every commit method fails only the file whose sync fails and delivers the rest of "
-          "its batch", "[file_store]") {
+TEST_CASE(
+    "every commit method fails only the file whose sync fails and delivers the rest of "
+    "its batch",
+    "[file_store]") {
   std::mt19937_64 rng(11);
   const sync_mode mode = GENERATE(sync_mode::syncfs, sync_mode::fdatasync, sync_mode::range,
                                   sync_mode::uring, sync_mode::file);
@@ -299,8 +304,9 @@ TEST_CASE("every commit method fails only the file whose sync fails and delivers
   const auto a = key_of(5, 0), b = key_of(5, 1), c = key_of(5, 2);
   // The call that makes b durable: fsync per file (file; syncfs after its syncfs failed, since
   // a failed syncfs does not say whose data was lost), fdatasync for the others.
-  const storage_op op =
-      mode == sync_mode::file || mode == sync_mode::syncfs ? storage_op::fsync : storage_op::fdatasync;
+  const storage_op op = mode == sync_mode::file || mode == sync_mode::syncfs
+                            ? storage_op::fsync
+                            : storage_op::fdatasync;
   std::mutex m;
   std::vector<file_key> synced;  // files whose sync call was made (or failed)
   storage_config cfg;
@@ -368,7 +374,8 @@ TEST_CASE("hostile destination paths are refused without writing outside", "[fil
   const auto k = key_of(5, 0);
   r.store->begin_file(k, r.spec(h.rel, data.size()));
   for (std::uint64_t off = 0; off < data.size(); off += block)
-    r.store->write(k, off, std::span(data).subspan(off, std::min<std::size_t>(block, data.size() - off)));
+    r.store->write(k, off,
+                   std::span(data).subspan(off, std::min<std::size_t>(block, data.size() - off)));
   r.store->finalize(k, sha256(data));
   r.store->flush();
   const auto res = r.wait_result(k);
@@ -411,7 +418,8 @@ TEST_CASE("delivery replaces an existing file or symlink atomically and creates 
 
 TEST_CASE("a destination on another filesystem than temp_dir fails at begin", "[file_store]") {
   if (!fs::is_directory("/dev/shm")) return;
-  struct stat a {}, b {};
+  struct stat a {
+  }, b{};
   if (::stat("/dev/shm", &a) != 0 || ::stat("/tmp", &b) != 0 || a.st_dev == b.st_dev) return;
   scratch_dir shm("/dev/shm");
   storage_config cfg;
@@ -478,8 +486,9 @@ TEST_CASE("many files through a tiny descriptor budget are reopened on demand", 
   for (std::uint64_t off = 0; off < 21'000; off += block) {
     for (std::uint32_t i = 0; i < n; ++i) {
       if (off >= data[i].size()) continue;
-      REQUIRE(r.store->write(key_of(10, i), off,
-                             std::span(data[i]).subspan(off, std::min<std::size_t>(block, data[i].size() - off))));
+      REQUIRE(r.store->write(
+          key_of(10, i), off,
+          std::span(data[i]).subspan(off, std::min<std::size_t>(block, data[i].size() - off))));
     }
     r.store->flush();
   }
@@ -497,9 +506,9 @@ TEST_CASE("discard_file and close_session remove temp files", "[file_store]") {
   const auto data = random_bytes(rng, 5000);
   const auto k1 = key_of(11, 0), k2 = key_of(11, 1), k3 = key_of(12, 0);
   for (auto k : {k1, k2, k3}) {
-    r.store->begin_file(k, r.spec("d" + std::to_string(k.session.value) + "_" +
-                                      std::to_string(k.file.value),
-                                  data.size()));
+    r.store->begin_file(
+        k, r.spec("d" + std::to_string(k.session.value) + "_" + std::to_string(k.file.value),
+                  data.size()));
     r.feed_in_order(k, data);
   }
   r.store->flush();
@@ -567,7 +576,8 @@ TEST_CASE("resume keeps the bytes of an existing temp file; a fresh begin does n
   file_store store(cfg, pq.poster(), results.sink());
   store.begin_file(k, make_spec(), resume);
   for (std::uint64_t off = half; off < data.size(); off += block)
-    REQUIRE(store.write(k, off, std::span(data).subspan(off, std::min<std::size_t>(block, data.size() - off))));
+    REQUIRE(store.write(
+        k, off, std::span(data).subspan(off, std::min<std::size_t>(block, data.size() - off))));
   store.finalize(k, sha256(data));
   store.flush();
   pq.run_until([&] { return results.count(k) == 1; });
@@ -651,9 +661,11 @@ TEST_CASE("query_held answers from the xattr, by hashing, and never for mismatch
   set_mtime(r.dest / "h/1");
   // Stale: records a different mtime, so it must not be trusted even though its digest is junk.
   const std::string stale = std::string(64, 'a') + " " + std::to_string(data[2].size()) + " 5";
-  REQUIRE(::setxattr((r.dest / "h/2").c_str(), "user.mcdist.sha256", stale.data(), stale.size(), 0) == 0);
+  REQUIRE(::setxattr((r.dest / "h/2").c_str(), "user.mcdist.sha256", stale.data(), stale.size(),
+                     0) == 0);
   const std::string other = std::string(64, 'b') + " 1 " + std::to_string(mtime);
-  REQUIRE(::setxattr((r.dest / "h/3").c_str(), "user.mcdist.sha256", other.data(), other.size(), 0) == 0);
+  REQUIRE(::setxattr((r.dest / "h/3").c_str(), "user.mcdist.sha256", other.data(), other.size(),
+                     0) == 0);
   write_plain_file(r.dest / "h/4", data[4]);
   set_mtime(r.dest / "h/4");
   fs::create_symlink(r.dest / "h/1", r.dest / "h/5");
@@ -698,7 +710,9 @@ TEST_CASE("an exhausted pool refuses writes and recovers once the writer drains"
   std::uint64_t off = 0;
   bool refused = false;
   for (; off < data.size(); off += block) {
-    if (!r.store->write(k, off, std::span(data).subspan(off, std::min<std::size_t>(block, data.size() - off)))) {
+    if (!r.store->write(
+            k, off,
+            std::span(data).subspan(off, std::min<std::size_t>(block, data.size() - off)))) {
       refused = true;
       break;
     }
@@ -807,8 +821,10 @@ TEST_CASE("a symlink planted at temp/<session> is refused, not followed; the fil
   CHECK(read_file(r.dest / "y") == data);
 }
 
-TEST_CASE("a file that would eat into the disk reserve fails with disk_reserve before any "
-          "allocation", "[file_store][budget]") {
+TEST_CASE(
+    "a file that would eat into the disk reserve fails with disk_reserve before any "
+    "allocation",
+    "[file_store][budget]") {
   storage_config cfg;
   cfg.disk_reserve_bytes = UINT64_MAX;
   cfg.disk_reserve_percent = 50;  // half the temp filesystem must stay free
@@ -897,8 +913,9 @@ TEST_CASE("storage_port calls deliver below the channel's destination tree", "[f
   cfg.temp_dir = dir.path() / "temp";
   cfg.dest_roots = {dir.path() / "ch0", dir.path() / "ch1"};
   std::optional<std::pair<session_id, std::vector<held_answer>>> held;
-  file_store store(cfg, pq.poster(), results.sink(),
-                   [&](session_id s, std::vector<held_answer> a) { held.emplace(s, std::move(a)); });
+  file_store store(cfg, pq.poster(), results.sink(), [&](session_id s, std::vector<held_answer> a) {
+    held.emplace(s, std::move(a));
+  });
   storage_port& port = store;
 
   const auto data = random_bytes(rng, 5000);
@@ -939,8 +956,10 @@ TEST_CASE("storage_port calls deliver below the channel's destination tree", "[f
   CHECK(results.find(bad)->ec == std::errc::invalid_argument);
 }
 
-TEST_CASE("the before_renames hook sees each batch after its data is durable and before any "
-          "rename", "[file_store]") {
+TEST_CASE(
+    "the before_renames hook sees each batch after its data is durable and before any "
+    "rename",
+    "[file_store]") {
   std::mt19937_64 rng(32);
   std::mutex m;
   std::vector<std::string> events;  // "sync", "hook:<n files>", "rename"

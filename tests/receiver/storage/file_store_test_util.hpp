@@ -113,7 +113,8 @@ class scratch_dir {
  public:
   explicit scratch_dir(const std::filesystem::path& base = "/tmp") {
     std::string templ = (base / "mcdist-store-XXXXXX").string();
-    if (::mkdtemp(templ.data()) == nullptr) throw std::runtime_error("mkdtemp failed in " + base.string());
+    if (::mkdtemp(templ.data()) == nullptr)
+      throw std::runtime_error("mkdtemp failed in " + base.string());
     m_path = templ;
   }
   ~scratch_dir() {

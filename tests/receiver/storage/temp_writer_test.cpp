@@ -55,7 +55,8 @@ struct stepwise_rig {
   }
 
   /// Writes the blocks of `data` in `order`; false when a write was refused.
-  bool feed(file_key k, const std::vector<std::byte>& data, const std::vector<std::uint64_t>& order) {
+  bool feed(file_key k, const std::vector<std::byte>& data,
+            const std::vector<std::uint64_t>& order) {
     for (auto off : order) {
       const std::size_t n = std::min<std::size_t>(block, data.size() - off);
       if (!store->write(k, off, std::span(data).subspan(off, n))) return false;
@@ -144,7 +145,8 @@ TEST_CASE("without steps the whole file is preallocated at begin_file", "[temp_w
   s.size = data.size();
   store.begin_file(k, s);
   for (std::uint64_t off = 0; off < data.size(); off += block) {
-    REQUIRE(store.write(k, off, std::span(data).subspan(off, std::min<std::size_t>(block, data.size() - off))));
+    REQUIRE(store.write(
+        k, off, std::span(data).subspan(off, std::min<std::size_t>(block, data.size() - off))));
   }
   store.finalize(k, sha256(data));
   store.flush();

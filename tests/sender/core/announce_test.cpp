@@ -135,8 +135,7 @@ TEST_CASE("the reserve for a sealed body leaves that much room in every chunk", 
   }
 }
 
-TEST_CASE("an entry larger than a chunk's room goes out alone in its own chunk",
-          "[unit][sender]") {
+TEST_CASE("an entry larger than a chunk's room goes out alone in its own chunk", "[unit][sender]") {
   auto files = bulletins(3);
   files[1].path = std::string(1500, 'x');
   const auto chunks = build_announce_chunks(settings(), files);
@@ -176,7 +175,8 @@ TEST_CASE("every chunk carries the session parameters", "[unit][sender]") {
 
 TEST_CASE("parameters that leave no room for entries are refused at start-up", "[unit][sender]") {
   auto s = settings();
-  for (int i = 0; i < 40; ++i) s.only_receivers.push_back("receiver-with-a-long-name-" + std::to_string(i));
+  for (int i = 0; i < 40; ++i)
+    s.only_receivers.push_back("receiver-with-a-long-name-" + std::to_string(i));
   REQUIRE_THROWS_AS(build_announce_chunks(s, bulletins(3)), std::invalid_argument);
   REQUIRE_THROWS_AS(announcer(s, bulletins(3), 250ms), std::invalid_argument);
 }

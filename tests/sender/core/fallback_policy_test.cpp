@@ -44,8 +44,8 @@ TEST_CASE("the fallback transport follows the mode and what the shell offers", "
 }
 
 TEST_CASE("a receiver goes unicast on its NAK ratio or after enough passes", "[unit][sender]") {
-  const auto p = with({.nak_ratio = 0.05, .min_sample = 2000, .after_passes = 10},
-                      {transport_kind::sctp_udp});
+  const auto p =
+      with({.nak_ratio = 0.05, .min_sample = 2000, .after_passes = 10}, {transport_kind::sctp_udp});
   REQUIRE_FALSE(p.nak_ratio_exceeded(500, 1999));  // sample too small
   REQUIRE_FALSE(p.nak_ratio_exceeded(100, 2000));  // exactly 5 %: not above
   const auto why = p.nak_ratio_exceeded(110, 2000);
@@ -66,7 +66,8 @@ TEST_CASE("the small-set cost model sends a set unicast when that is cheaper", "
   REQUIRE(p.decides_at_registration());
   const auto why = p.unicast_from_start(1e6, 2, 10ms, 100'000'000);
   REQUIRE(why);
-  REQUIRE(why->rfind("small set: unicast to 2 receivers 0.036 s < 1.00 x multicast 0.100 s", 0) == 0);
+  REQUIRE(why->rfind("small set: unicast to 2 receivers 0.036 s < 1.00 x multicast 0.100 s", 0) ==
+          0);
   REQUIRE_FALSE(p.unicast_from_start(1e6, 20, 10ms, 100'000'000));
   REQUIRE_FALSE(p.unicast_from_start(1e6, 0, 10ms, 100'000'000));
   // Model off without a unicast rate; --unicast forces it whatever the numbers.
@@ -76,7 +77,8 @@ TEST_CASE("the small-set cost model sends a set unicast when that is cheaper", "
   const auto forced = with({.force_unicast = true}, {transport_kind::tcp});
   REQUIRE(forced.decides_at_registration());
   REQUIRE(forced.unicast_from_start(1e12, 1000, 1s, 0) == "unicast requested by the operator");
-  REQUIRE_FALSE(with({.mode = fallback_mode::off, .force_unicast = true}, {}).decides_at_registration());
+  REQUIRE_FALSE(
+      with({.mode = fallback_mode::off, .force_unicast = true}, {}).decides_at_registration());
 }
 
 TEST_CASE("TCP connections cover the bandwidth-delay product, 4 to 8", "[unit][sender]") {

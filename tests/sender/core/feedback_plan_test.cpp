@@ -13,8 +13,7 @@ TEST_CASE("small groups keep the short uniform NAK spread", "[unit][sender]") {
   REQUIRE(nak_window(0, 20ms) == duration::zero());
 }
 
-TEST_CASE("above the threshold the NAK window grows with ln(group size) x GRTT",
-          "[unit][sender]") {
+TEST_CASE("above the threshold the NAK window grows with ln(group size) x GRTT", "[unit][sender]") {
   // lambda / 2 x GRTT: 3.95 GRTT at 1,000 (NORM's backoff factor 4), 5.1 at 10,000.
   REQUIRE(to_seconds(nak_window(1000, 100ms)) == Approx(0.395).epsilon(0.01));
   REQUIRE(to_seconds(nak_window(10000, 100ms)) == Approx(0.5105).epsilon(0.01));
@@ -35,8 +34,10 @@ TEST_CASE("a status request asks a slice of a large group, but everyone often en
   REQUIRE(status_slices(0, 50ms, 10s) == 1);
 }
 
-TEST_CASE("the window shrinks while NAKs show losses are not shared, and is full again as soon "
-          "as they are", "[unit][sender]") {
+TEST_CASE(
+    "the window shrinks while NAKs show losses are not shared, and is full again as soon "
+    "as they are",
+    "[unit][sender]") {
   window_control w;
   REQUIRE(w.scale() == 1.0);
   w.on_nak(10, 10);

@@ -24,8 +24,8 @@ std::vector<parity_pick> drain(parity_planner& p, std::uint32_t& seq) {
 TEST_CASE("parity planner sends the largest lack, not the sum", "[unit][parity_planner]") {
   parity_planner p(10, 50);
   REQUIRE(p.nak(5, 2, 0) == 2);
-  REQUIRE(p.nak(5, 3, 0) == 1);   // raised to 3
-  REQUIRE(p.nak(5, 1, 0) == 0);   // covered
+  REQUIRE(p.nak(5, 3, 0) == 1);  // raised to 3
+  REQUIRE(p.nak(5, 1, 0) == 0);  // covered
   REQUIRE(p.scheduled() == 3);
   std::uint32_t seq = 100;
   const auto sent = drain(p, seq);

@@ -37,7 +37,8 @@ TEST_CASE("pass 1 sweeps every block in order, later passes only the NAKed ones"
   REQUIRE(s.wanted() == 5);
   const auto p1 = sweep(s);
   REQUIRE(p1.size() == 5);
-  const std::vector<std::pair<std::uint32_t, std::uint32_t>> order{{0, 0}, {0, 1}, {0, 2}, {2, 0}, {2, 1}};
+  const std::vector<std::pair<std::uint32_t, std::uint32_t>> order{
+      {0, 0}, {0, 1}, {0, 2}, {2, 0}, {2, 1}};
   for (std::size_t i = 0; i < p1.size(); ++i) {
     REQUIRE(std::pair(p1[i].file, p1[i].block) == order[i]);
     REQUIRE(p1[i].seq == i + 1);
@@ -137,8 +138,10 @@ TEST_CASE("sequence numbers run on across passes, one per block sent", "[unit][s
   }
 }
 
-TEST_CASE("a NAK is handled per range: what was wanted already is skipped, the runs it adds are "
-          "reported, and prompt repairs queue as runs", "[unit][sender]") {
+TEST_CASE(
+    "a NAK is handled per range: what was wanted already is skipped, the runs it adds are "
+    "reported, and prompt repairs queue as runs",
+    "[unit][sender]") {
   pass_scheduler s({10000, 100});
   s.want_all();
   s.start_pass();

@@ -165,7 +165,8 @@ TEST_CASE("lacks count in the NAK feedback: a NAK of lacks only is a NAK, new pa
   REQUIRE(c.nak_new_blocks == before.nak_new_blocks + 4);
 }
 
-TEST_CASE("proactive parity follows each FEC block's last source in pass 1", "[unit][sender][fec]") {
+TEST_CASE("proactive parity follows each FEC block's last source in pass 1",
+          "[unit][sender][fec]") {
   harness h(40, 16, 0.10);  // 10 %: 2 parity blocks for 16 sources, 1 for 8
   const auto pass1 = h.drain();
   const auto par = parity_of(pass1);
@@ -189,10 +190,10 @@ TEST_CASE("malformed FEC lacks are dropped whole", "[unit][sender][fec]") {
   const auto pass1 = h.drain();
   const std::uint32_t seen = pass1.back().seq;
   const auto before = h.s->report(h.now).drops.total();
-  h.lacks("a", rx_a, {{3, 1}}, seen);              // no FEC block 3
-  h.lacks("a", rx_a, {{2, 9}}, seen);              // FEC block 2 has 8 sources
-  h.lacks("a", rx_a, {{0, 1}, {0, 1}}, seen);      // not ascending
-  h.lacks("a", rx_a, {{1, 0}}, seen);              // a lack of 0
+  h.lacks("a", rx_a, {{3, 1}}, seen);          // no FEC block 3
+  h.lacks("a", rx_a, {{2, 9}}, seen);          // FEC block 2 has 8 sources
+  h.lacks("a", rx_a, {{0, 1}, {0, 1}}, seen);  // not ascending
+  h.lacks("a", rx_a, {{1, 0}}, seen);          // a lack of 0
   REQUIRE(h.s->report(h.now).drops.total() == before + 4);
   REQUIRE(parity_of(h.drain()).empty());
 }

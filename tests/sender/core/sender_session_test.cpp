@@ -70,7 +70,8 @@ struct harness {
     }
     return out;
   }
-  void register_rx(const std::string& id, const endpoint& from, std::vector<std::uint32_t> held = {}) {
+  void register_rx(const std::string& id, const endpoint& from,
+                   std::vector<std::uint32_t> held = {}) {
     wire::register_request r;
     r.set_receiver_id(id);
     for (auto v : held) r.add_held_files(v);
@@ -134,7 +135,8 @@ TEST_CASE("announce carries the whole manifest in chunks that fit a datagram", "
     REQUIRE(2 * a.params().manifest_chunks() == ann.size());
     REQUIRE(a.params().file_count() == 500);
     REQUIRE(a.params().closed_group());
-    for (int i = 0; i < a.files_size(); ++i) seen[a.first_file() + static_cast<std::uint32_t>(i)] = a.files(i).path();
+    for (int i = 0; i < a.files_size(); ++i)
+      seen[a.first_file() + static_cast<std::uint32_t>(i)] = a.files(i).path();
   }
   REQUIRE(seen.size() == 500);
   REQUIRE(seen[499] == many[499].path);
@@ -217,9 +219,9 @@ TEST_CASE("set_rate changes the pace of a running session from the next datagram
   REQUIRE(fast >= 4'900'000);  // 80 Mbit/s
   h.s->set_rate(800'000);      // 1 %
   REQUIRE(h.s->rate_bps() == 800'000);
-  send_for(300ms);             // what the bucket held drains
+  send_for(300ms);  // what the bucket held drains
   const auto slow = send_for(1s);
-  REQUIRE(slow >= 90'000);     // 100 kB/s
+  REQUIRE(slow >= 90'000);  // 100 kB/s
   REQUIRE(slow <= 110'000 + 1500);
   h.s->set_rate(80'000'000);
   const auto again = send_for(500ms);
@@ -235,7 +237,7 @@ TEST_CASE("NAKs from several receivers are merged into one repair pass", "[unit]
   const auto pass1 = h.drain_data();
   REQUIRE(pass1.size() == 10);
   const std::uint32_t last_seq = pass1.back().seq;
-  h.nak("a", rx_a, 0, {{2, 3}}, last_seq);     // 2,3,4
+  h.nak("a", rx_a, 0, {{2, 3}}, last_seq);          // 2,3,4
   h.nak("b", rx_b, 0, {{3, 1}, {8, 2}}, last_seq);  // 3, 8, 9
   h.now += 50ms;
   const auto pass2 = h.drain_data();
@@ -262,9 +264,9 @@ TEST_CASE("malformed NAKs change nothing and are counted", "[unit][sender]") {
   h.tick();
   h.register_rx("a", rx_a);
   h.drain_data();
-  h.nak("a", rx_a, 5, {{0, 1}}, 100);          // no file 5
-  h.nak("a", rx_a, 0, {{9, 5}}, 100);          // past the end of the file
-  h.nak("nobody", rx_a, 0, {{0, 1}}, 100);     // not registered
+  h.nak("a", rx_a, 5, {{0, 1}}, 100);       // no file 5
+  h.nak("a", rx_a, 0, {{9, 5}}, 100);       // past the end of the file
+  h.nak("nobody", rx_a, 0, {{0, 1}}, 100);  // not registered
   h.now += 50ms;
   REQUIRE(h.drain_data().empty());
   const auto rep = h.s->report(h.now);
@@ -364,7 +366,7 @@ TEST_CASE("blocks NAKed behind the cursor are repaired during the pass, ahead of
   h.register_rx("a", rx_a);
   std::array<data_send, 10> buf;
   h.tick();
-  REQUIRE(h.s->next_data(h.now, buf) == 10);  // blocks 0-9
+  REQUIRE(h.s->next_data(h.now, buf) == 10);   // blocks 0-9
   h.nak("a", rx_a, 0, {{3, 2}}, buf[9].seq);   // lost 3 and 4
   h.nak("a", rx_a, 0, {{50, 1}}, buf[9].seq);  // ahead of the cursor: served in order
   h.now += 10ms;
@@ -379,8 +381,10 @@ TEST_CASE("blocks NAKed behind the cursor are repaired during the pass, ahead of
   REQUIRE(rest.size() == 100 - 18);  // block 50 once, nothing sent twice
 }
 
-TEST_CASE("eager start sends data before registrations arrive and skips files all receivers hold "
-          "once they have", "[unit][sender]") {
+TEST_CASE(
+    "eager start sends data before registrations arrive and skips files all receivers hold "
+    "once they have",
+    "[unit][sender]") {
   harness h(files({14'000, 14'000, 14'000}));  // 10 blocks each
   h.tick();
   REQUIRE(h.s->current_phase() == sender_session::phase::transferring);
@@ -415,8 +419,10 @@ TEST_CASE("the automatic TCP connection count covers the path's bandwidth-delay 
   REQUIRE(auto_tcp_connections(1'000'000'000, duration::zero()) == 4);
 }
 
-TEST_CASE("a unicast receiver that stops answering is failed after the receiver timeout and the "
-          "session ends", "[unit][sender][fallback]") {
+TEST_CASE(
+    "a unicast receiver that stops answering is failed after the receiver timeout and the "
+    "session ends",
+    "[unit][sender][fallback]") {
   sender_config cfg;
   cfg.session = session_id{42};
   cfg.rate_bps = 80'000'000;
@@ -484,8 +490,9 @@ TEST_CASE("COMPLETE with failed files fails the receiver and lists them in the r
 namespace {
 
 /// A REGISTER of a sequenced session: last completed seq and missing ranges.
-std::vector<std::byte> sequenced_register(session_id s, const std::string& id, std::uint64_t last,
-                                          std::vector<std::pair<std::uint64_t, std::uint64_t>> missing) {
+std::vector<std::byte> sequenced_register(
+    session_id s, const std::string& id, std::uint64_t last,
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> missing) {
   wire::register_request r;
   r.set_receiver_id(id);
   r.set_last_seq(last);
@@ -623,9 +630,10 @@ TEST_CASE("an open group accepts at most max_receivers; more REGISTERs are refus
   REQUIRE(h.s->report(h.now).receivers.size() == 2);
 }
 
-TEST_CASE("an authenticated session starts pass 1 once every listed site holds the session key, "
-          "from its key request or its registration",
-          "[unit][sender][auth]") {
+TEST_CASE(
+    "an authenticated session starts pass 1 once every listed site holds the session key, "
+    "from its key request or its registration",
+    "[unit][sender][auth]") {
   harness h(files({5000, 5000}), {"a", "b"});
   h.cfg.start_on_registration = true;
   h.s = std::make_unique<sender_session>(h.cfg, files({5000, 5000}), 1, nullptr);
@@ -633,8 +641,8 @@ TEST_CASE("an authenticated session starts pass 1 once every listed site holds t
   for (int i = 0; i < 20; ++i, h.now += 1ms) h.tick();
   REQUIRE(h.s->current_phase() == sender_session::phase::announcing);  // no site holds the key
   h.s->on_site_keyed("a", h.now);
-  h.s->on_site_keyed("a", h.now);        // counted once
-  h.s->on_site_keyed("stranger", h.now); // not listed: ignored
+  h.s->on_site_keyed("a", h.now);         // counted once
+  h.s->on_site_keyed("stranger", h.now);  // not listed: ignored
   h.tick();
   REQUIRE(h.s->current_phase() == sender_session::phase::announcing);
   // b registers without a key request (a sender answering none gives the key there): a has

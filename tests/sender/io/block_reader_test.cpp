@@ -35,7 +35,8 @@ struct temp_files {
       f.entry.path = "f" + std::to_string(i);
       f.entry.size = data.size();
       std::ofstream(f.local, std::ios::binary)
-          .write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
+          .write(reinterpret_cast<const char*>(data.data()),
+                 static_cast<std::streamsize>(data.size()));
       files.push_back(std::move(f));
       contents.push_back(std::move(data));
     }

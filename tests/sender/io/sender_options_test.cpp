@@ -41,11 +41,36 @@ TEST_CASE("mcdist-send's defaults and typed options become the session's setting
   REQUIRE(d.session.session.value != 0);
   REQUIRE_FALSE(d.session.sender_name.empty());  // the host name
 
-  const auto o = parse({"-g", "239.192.0.9:5000", "-i", "127.0.0.1", "--rate", "350M",
-                        "--receivers", "a,b", "--register-timeout", "5s", "--fallback", "tcp",
-                        "--tcp-connections", "3", "--unicast-max-rate", "20M", "--session-id",
-                        "5f0e21c4", "--channel", "fields", "--catch-up", "3-4,7", "--name", "hub",
-                        "--summary-json", "out.json", "--no-digest-cache", "-q", "a", "b"});
+  const auto o = parse({"-g",
+                        "239.192.0.9:5000",
+                        "-i",
+                        "127.0.0.1",
+                        "--rate",
+                        "350M",
+                        "--receivers",
+                        "a,b",
+                        "--register-timeout",
+                        "5s",
+                        "--fallback",
+                        "tcp",
+                        "--tcp-connections",
+                        "3",
+                        "--unicast-max-rate",
+                        "20M",
+                        "--session-id",
+                        "5f0e21c4",
+                        "--channel",
+                        "fields",
+                        "--catch-up",
+                        "3-4,7",
+                        "--name",
+                        "hub",
+                        "--summary-json",
+                        "out.json",
+                        "--no-digest-cache",
+                        "-q",
+                        "a",
+                        "b"});
   REQUIRE(o.paths == std::vector<std::string>{"a", "b"});
   REQUIRE(o.app.group.to_string() == "239.192.0.9:5000");
   REQUIRE(o.app.interface.to_string() == "127.0.0.1:0");

@@ -61,9 +61,10 @@ TEST_CASE("a receiver's state is its outcome and its path how the data came", "[
   const auto j = nlohmann::json::parse(mcdist::sender::summary_json(r));
   REQUIRE(j["session_id"] == 0x5f0e21c4u);
   REQUIRE(j["receivers"].size() == 4);
-  const std::vector<std::pair<std::string, std::string>> want{
-      {"completed", "multicast"}, {"completed", "unicast-tcp"}, {"failed", "unicast-sctp"},
-      {"missing", "multicast"}};
+  const std::vector<std::pair<std::string, std::string>> want{{"completed", "multicast"},
+                                                              {"completed", "unicast-tcp"},
+                                                              {"failed", "unicast-sctp"},
+                                                              {"missing", "multicast"}};
   for (std::size_t i = 0; i < want.size(); ++i) {
     INFO(j["receivers"][i].dump());
     REQUIRE(j["receivers"][i]["state"] == want[i].first);
@@ -77,8 +78,7 @@ TEST_CASE("a receiver's state is its outcome and its path how the data came", "[
   REQUIRE(j["goodput_bps"] == Approx(8e6));
 }
 
-TEST_CASE("the text summary shows state and path columns and the fallback line",
-          "[unit][sender]") {
+TEST_CASE("the text summary shows state and path columns and the fallback line", "[unit][sender]") {
   const auto text = mcdist::sender::format_summary(sample());
   INFO(text);
   REQUIRE(text.rfind("session 5f0e21c4: 3 files", 0) == 0);
@@ -89,7 +89,8 @@ TEST_CASE("the text summary shows state and path columns and the fallback line",
   REQUIRE(text.find("    unicast over tcp (4 connections) from 1.500 s: NAK ratio 10.2 %") !=
           std::string::npos);
   REQUIRE(text.find("    unicast over sctp from") != std::string::npos);
-  REQUIRE(text.find("    reason: unicast fallback failed: connection refused") != std::string::npos);
+  REQUIRE(text.find("    reason: unicast fallback failed: connection refused") !=
+          std::string::npos);
   REQUIRE(text.find("error:") == std::string::npos);
 }
 
