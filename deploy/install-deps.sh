@@ -19,7 +19,7 @@ packages=(
   chromium prometheus
   systemd help2man lintian
   tshark
-  clang-14 libfuzzer-14-dev
+  clang-14 libfuzzer-14-dev clang-format-14 clang-tidy-14
   libmosquitto-dev mosquitto mosquitto-clients
   libsqlite3-dev sqlite3
 )

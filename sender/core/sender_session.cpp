@@ -558,7 +558,7 @@ void sender_session::start_ending(time_point now, bool aborted, const std::strin
   }
 }
 
-void sender_session::abort(time_point now, std::string why) {
+void sender_session::abort(time_point now, const std::string& why) {
   for (auto& r : m_receivers) {
     if (r->rep.state == receiver_report::state_t::registered ||
         r->rep.state == receiver_report::state_t::missing) {

@@ -311,7 +311,7 @@ class sender_session {
   /// Totals and per-receiver reports as of `now`.
   session_report report(time_point now) const;
   /// Aborts the session (operator interrupt): sends END(aborted) and finishes.
-  void abort(time_point now, std::string why);
+  void abort(time_point now, const std::string& why);
   /// Changes the multicast rate while the session runs (mcdist-feed's strict-priority sharing
   /// of one link between channels). Bytes already paced keep their schedule; the next datagram
   /// leaves at the new rate. @param rate_bps bit/s incl. IPv4+UDP headers, 0 = unpaced
