@@ -1,5 +1,6 @@
 #include "feed/feed_config.hpp"
 
+#include "common/toml_file.hpp"
 #include "common/units.hpp"
 #include "common/wire.hpp"
 
@@ -19,12 +20,6 @@ constexpr std::size_t max_channels = 256;
 constexpr std::size_t max_spools_per_channel = 64;
 constexpr std::int64_t max_batch_files = 100'000;
 
-std::string where(const toml::source_region& r) {
-  std::ostringstream os;
-  os << "line " << r.begin.line << ", column " << r.begin.column;
-  return os.str();
-}
-
 /// The settings of one table, checked against the keys it may hold.
 class table_reader {
  public:
@@ -34,8 +29,8 @@ class table_reader {
     for (const auto& [name, v] : t) {
       const std::string n(name.str());
       if (std::none_of(known.begin(), known.end(), [&](const char* k) { return n == k; })) {
-        throw config_error(m_source + ": unknown setting '" + key(n) + "' (" + where(v.source()) +
-                           ")");
+        throw config_error(m_source + ": unknown setting '" + key(n) + "' (" +
+                           toml_where(v.source()) + ")");
       }
     }
   }
@@ -44,7 +39,7 @@ class table_reader {
 
   [[noreturn]] void fail(std::string_view name, const std::string& what) const {
     std::string at;
-    if (const auto* n = m_t.get(name)) at = " (" + where(n->source()) + ")";
+    if (const auto* n = m_t.get(name)) at = " (" + toml_where(n->source()) + ")";
     throw config_error(m_source + ": '" + key(name) + "' " + what + at);
   }
 
@@ -375,27 +370,11 @@ after_send parse_after(const std::string& text, const std::string& key,
 }
 
 feed_config parse_feed_config(std::string_view text, const std::string& source) {
-  toml::table t;
-  try {
-    t = toml::parse(text, source);
-  } catch (const toml::parse_error& e) {
-    std::ostringstream os;
-    os << source << ": " << e.description() << " (" << where(e.source()) << ")";
-    throw config_error(os.str());
-  }
-  return from_table(t, source);
+  return from_table(parse_toml<config_error>(text, source), source);
 }
 
 feed_config load_feed_config(const std::filesystem::path& file) {
-  toml::table t;
-  try {
-    t = toml::parse_file(file.string());
-  } catch (const toml::parse_error& e) {
-    std::ostringstream os;
-    os << file.string() << ": " << e.description() << " (" << where(e.source()) << ")";
-    throw config_error(os.str());
-  }
-  return from_table(t, file.string());
+  return from_table(parse_toml_file<config_error>(file), file.string());
 }
 
 }  // namespace mcdist::feed

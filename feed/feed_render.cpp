@@ -13,6 +13,8 @@ namespace mcdist::feed {
 namespace {
 
 using http::html_escape;
+using http::iso_time;
+using http::level_name;
 using http::metric_type;
 
 constexpr std::array<const char*, 3> kind_names = {"batch", "catchup", "resend"};
@@ -24,35 +26,6 @@ double unix_seconds(clock_time t) {
 
 double age_seconds(clock_time now, clock_time then) {
   return std::max(0.0, std::chrono::duration<double>(now - then).count());
-}
-
-/// "2026-11-23T10:20:03Z".
-std::string iso_time(clock_time t) {
-  const std::time_t tt = std::chrono::system_clock::to_time_t(t);
-  std::tm tm{};
-  gmtime_r(&tt, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
-/// "10:20:03" (UTC), for tables.
-std::string clock_text(clock_time t) {
-  const std::time_t tt = std::chrono::system_clock::to_time_t(t);
-  std::tm tm{};
-  gmtime_r(&tt, &tm);
-  char buf[16];
-  std::strftime(buf, sizeof buf, "%H:%M:%S", &tm);
-  return buf;
-}
-
-const char* level_name(spdlog::level::level_enum l) {
-  switch (l) {
-    case spdlog::level::warn: return "warning";
-    case spdlog::level::err: return "error";
-    case spdlog::level::critical: return "critical";
-    default: return "info";
-  }
 }
 
 /// The daemon's status of channel i (an empty object if absent).
@@ -425,7 +398,7 @@ std::string render_feed_page(const feed_snapshot& s) {
          "<th>sites</th></tr></thead><tbody>\n";
     for (auto it = b.recent.rbegin(); it != b.recent.rend(); ++it) {
       const bool all = it->sites_ok == it->sites;
-      h += "<tr><td>" + clock_text(it->at) + "</td><td>" +
+      h += "<tr><td>" + http::utc_clock(it->at) + "</td><td>" +
            http::format_age(age_seconds(s.now, it->at)) + "</td><td class=\"path product\">" +
            html_escape(it->name) + "</td><td class=\"num\">" +
            format_bytes(static_cast<double>(it->size)) + "</td><td class=\"num\">" +
@@ -451,7 +424,7 @@ std::string render_feed_page(const feed_snapshot& s) {
     peak = std::max(peak, bps);
     const auto at =
         clock_time(std::chrono::minutes(last - static_cast<std::int64_t>(minutes.size() - 1 - i)));
-    titles.push_back(clock_text(at).substr(0, 5) + " UTC: " +
+    titles.push_back(http::utc_clock(at).substr(0, 5) + " UTC: " +
                      format_bytes(static_cast<double>(minutes[i])) + ", " + format_rate(bps));
   }
   h += "<h2>Throughput, last hour</h2>\n<figure id=\"throughput\" style=\"margin:0\">" +
@@ -461,19 +434,7 @@ std::string render_feed_page(const feed_snapshot& s) {
        "included; a session counts in the minute it ended), as a mean rate; peak " +
        format_rate(peak) + ".</figcaption></figure>\n";
 
-  h += "<h2>Recent warnings and errors</h2>\n";
-  if (s.recent_log.empty()) {
-    h += "<p class=\"none\" id=\"recent-log\">None since the daemon started.</p>\n";
-  } else {
-    h += "<table id=\"recent-log\"><thead><tr><th>time (UTC)</th><th>level</th><th>message</th>"
-         "</tr></thead><tbody>\n";
-    for (auto it = s.recent_log.rbegin(); it != s.recent_log.rend(); ++it) {
-      const char* lv = level_name(it->level);
-      h += "<tr><td>" + iso_time(it->time) + "</td><td class=\"" + lv + "\">" + lv +
-           "</td><td class=\"path\">" + html_escape(it->text) + "</td></tr>\n";
-    }
-    h += "</tbody></table>\n";
-  }
+  h += http::recent_log_html(s.recent_log);
   h += "</body></html>\n";
   return h;
 }

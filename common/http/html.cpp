@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 
 namespace mcdist::http {
 
@@ -159,5 +160,22 @@ std::string svg_bar_chart(const std::vector<double>& values,
   svg += "</svg>";
   return svg;
 }
+
+namespace {
+std::string utc_format(std::chrono::system_clock::time_point t, const char* format) {
+  const std::time_t tt = std::chrono::system_clock::to_time_t(t);
+  std::tm tm{};
+  gmtime_r(&tt, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, format, &tm);
+  return buf;
+}
+}  // namespace
+
+std::string iso_time(std::chrono::system_clock::time_point t) {
+  return utc_format(t, "%Y-%m-%dT%H:%M:%SZ");
+}
+
+std::string utc_clock(std::chrono::system_clock::time_point t) { return utc_format(t, "%H:%M:%S"); }
 
 }  // namespace mcdist::http

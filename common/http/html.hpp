@@ -4,6 +4,7 @@
 /// chart as inline SVG (no script, no external asset: the page works offline and in a
 /// browser with scripts off). Pure functions.
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -17,6 +18,12 @@ std::string html_escape(std::string_view text);
 
 /// "4 s", "3 min 20 s", "2 h 5 min", "3 d 4 h" for an age in seconds (negative: "0 s").
 std::string format_age(double seconds);
+
+/// `t` as ISO 8601 UTC to the second, "2026-11-23T10:20:03Z" (status JSON and pages).
+std::string iso_time(std::chrono::system_clock::time_point t);
+
+/// The time of day of `t` in UTC, "10:20:03", for table cells.
+std::string utc_clock(std::chrono::system_clock::time_point t);
 
 /// A bar chart of `values` (oldest first) as an `<svg>` element, `width` x `height` pixels
 /// plus axis text: one bar per value, the y axis scaled to the largest value and labelled

@@ -52,4 +52,14 @@ class log_ring_sink final : public spdlog::sinks::base_sink<std::mutex> {
   std::array<std::uint64_t, spdlog::level::n_levels> m_counts{};
 };
 
+/// The name a status page and its JSON give `level`: "warning", "error", "critical", "info",
+/// "debug" or "trace".
+const char* level_name(spdlog::level::level_enum level) noexcept;
+
+/// The status pages' "Recent warnings and errors" section: a heading and a table (id
+/// "recent-log") of `entries` newest first, time in ISO 8601 UTC, text escaped; or a line saying
+/// there are none.
+/// @param entries  oldest first, as log_ring_sink::recent returns them
+std::string recent_log_html(const std::vector<log_entry>& entries);
+
 }  // namespace mcdist::http

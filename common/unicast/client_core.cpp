@@ -32,8 +32,7 @@ client_impl::client_impl(boost::asio::io_context& io, client_options options, cl
       m_where(std::string(to_string(m_options.kind)) + " to " + m_options.server.to_string()),
       m_connect_timer(io), m_watchdog(io), m_close_timer(io) {}
 
-std::vector<std::byte> client_impl::make_hello(std::uint8_t index, std::uint8_t count,
-                                               const challenge* c) const {
+hello client_impl::hello_fields(std::uint8_t index, std::uint8_t count) const {
   hello h;
   h.token = m_options.token;
   h.session = m_options.session;
@@ -41,6 +40,12 @@ std::vector<std::byte> client_impl::make_hello(std::uint8_t index, std::uint8_t 
   h.connection_index = index;
   h.connection_count = count;
   h.receiver_id = m_options.receiver_id;
+  return h;
+}
+
+std::vector<std::byte> client_impl::make_hello(std::uint8_t index, std::uint8_t count,
+                                               const challenge* c) const {
+  hello h = hello_fields(index, count);
   if (m_options.proof_key && c != nullptr) h.proof = hello_proof(*m_options.proof_key, *c, h);
   std::vector<std::byte> out;
   append_frame(out, h);
@@ -49,13 +54,7 @@ std::vector<std::byte> client_impl::make_hello(std::uint8_t index, std::uint8_t 
 
 seal_keys client_impl::record_keys(std::uint8_t index, std::uint8_t count,
                                    const challenge& c) const {
-  hello h;
-  h.token = m_options.token;
-  h.session = m_options.session;
-  h.client_nonce = m_nonce;
-  h.connection_index = index;
-  h.connection_count = count;
-  return derive_seal_keys(*m_options.proof_key, c, h);
+  return derive_seal_keys(*m_options.proof_key, c, hello_fields(index, count));
 }
 
 void client_impl::seal_outgoing(frame_sealer& s, std::vector<std::byte>& f, std::uint32_t stream) {

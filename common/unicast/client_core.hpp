@@ -61,6 +61,9 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
   /// Puts the hello ahead of the queued requests before the transport is up (SCTP bundles
   /// them with its COOKIE ECHO); connected({}) follows when it is.
   void queue_hello_early(std::vector<std::byte> hello_frame);
+  /// The hello's fields for connection `index` of `count` (token, session, nonce, receiver),
+  /// without the proof: make_hello adds it, record_keys derives from these.
+  hello hello_fields(std::uint8_t index, std::uint8_t count) const;
   /// A hello for connection `index` of `count`; with the proof over `c` when the options hold
   /// a proof key.
   std::vector<std::byte> make_hello(std::uint8_t index, std::uint8_t count,

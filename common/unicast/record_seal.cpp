@@ -31,6 +31,20 @@ bool sealable(frame_type t) noexcept {
          t == frame_type::ack || t == frame_type::bye;
 }
 
+/// The record counter of `stream` in `counters` (one per stream, grown on first use, so a
+/// connection pays only for the streams it uses; stream < max_seal_streams bounds it).
+/// @return nullptr when the memory for it could not be had
+std::uint64_t* counter_of(std::vector<std::uint64_t>& counters, std::uint32_t stream) noexcept {
+  if (counters.size() <= stream) {
+    try {
+      counters.resize(stream + 1, 0);
+    } catch (...) {
+      return nullptr;
+    }
+  }
+  return &counters[stream];
+}
+
 }  // namespace
 
 seal_keys derive_seal_keys(const crypto::key32& fallback_key, const challenge& c, const hello& h) {
@@ -52,15 +66,9 @@ std::error_code frame_sealer::seal(std::uint32_t stream, std::vector<std::byte>&
   if (buf.size() < seal_front + frame_header_size ||
       buf.size() - seal_front > frame_header_size + record_prefix_size + max_record_size)
     return errc::invalid_field;
-  if (m_next.size() <= stream) {
-    try {
-      m_next.resize(stream + 1, 0);
-    } catch (...) {
-      return errc::out_of_memory;
-    }
-  }
-  std::uint64_t& next = m_next[stream];
-  if (next == UINT64_MAX) return errc::oversized;
+  std::uint64_t* const next = counter_of(m_next, stream);
+  if (next == nullptr) return errc::out_of_memory;
+  if (*next == UINT64_MAX) return errc::oversized;
   const auto inner = buf.size() - seal_front;
   try {
     buf.resize(buf.size() + crypto::gcm_tag_bytes);
@@ -70,7 +78,7 @@ std::error_code frame_sealer::seal(std::uint32_t stream, std::vector<std::byte>&
   const auto span = std::span(buf);
   write_frame_header(span, frame_type::sealed,
                      static_cast<std::uint32_t>(inner + crypto::gcm_tag_bytes));
-  const auto n = nonce_of(stream, next++);
+  const auto n = nonce_of(stream, (*next)++);
   const auto tag = m_gcm.seal(n, span.first(frame_header_size), span.subspan(seal_front, inner));
   std::memcpy(buf.data() + seal_front + inner, tag.data(), tag.size());
   ++m_sealed;
@@ -96,26 +104,20 @@ std::error_code frame_opener::open(std::uint32_t stream, std::span<const std::by
   if (stream >= max_seal_streams) return errc::invalid_field;
   if (header.size() != frame_header_size) return errc::truncated;
   if (body.size() < frame_header_size + crypto::gcm_tag_bytes) return errc::truncated;
-  if (m_next.size() <= stream) {
-    try {
-      m_next.resize(stream + 1, 0);
-    } catch (...) {
-      return errc::out_of_memory;
-    }
-  }
-  std::uint64_t& next = m_next[stream];
-  if (next == UINT64_MAX) return errc::oversized;
+  std::uint64_t* const next = counter_of(m_next, stream);
+  if (next == nullptr) return errc::out_of_memory;
+  if (*next == UINT64_MAX) return errc::oversized;
   const auto cipher_len = body.size() - crypto::gcm_tag_bytes;
   const auto cipher = body.first(cipher_len);
   std::array<std::uint8_t, crypto::gcm_tag_bytes> tag{};
   std::memcpy(tag.data(), body.data() + cipher_len, tag.size());
-  const auto n = nonce_of(stream, next);
+  const auto n = nonce_of(stream, *next);
   if (!m_gcm.open(n, header, cipher, tag, cipher)) {
     // Unauthenticated bytes: wipe them so nobody uses them by mistake.
     std::memset(cipher.data(), 0, cipher.size());
     return errc::unauthenticated;
   }
-  ++next;
+  ++*next;
   ++m_opened;
   frame_header fh;
   if (auto ec = decode_frame_header(cipher, fh)) return ec;

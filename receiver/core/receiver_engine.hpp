@@ -7,11 +7,13 @@
 /// no global randomness; actions go out through receiver_sink.
 
 #include "common/block_map.hpp"
+#include "common/byte_range.hpp"
 #include "common/endpoint.hpp"
 #include "common/error.hpp"
 #include "common/ids.hpp"
 #include "common/manifest.hpp"
 #include "common/time.hpp"
+#include "common/transport.hpp"
 #include "receiver/core/memory_budget.hpp"
 #include "receiver/core/sequence_book.hpp"
 #include "receiver/core/storage_port.hpp"
@@ -92,8 +94,7 @@ struct receiver_config {
 
 /// How to reach the sender's unicast server (from its FALLBACK order).
 struct unicast_order {
-  enum class transport_t : std::uint8_t { sctp_udp, sctp_kernel, tcp };
-  transport_t transport = transport_t::sctp_udp;
+  transport_kind transport = transport_kind::sctp_udp;
   endpoint server;
   fallback_token token{};
   std::uint32_t connections = 0;  ///< TCP sockets; 0 = the shell's default
@@ -103,12 +104,8 @@ struct unicast_order {
   duration rtt{};
 };
 
-/// Bytes [offset, offset + length) of one file.
-struct byte_range {
-  file_index file{};
-  std::uint64_t offset = 0;
-  std::uint64_t length = 0;
-};
+/// A byte range of one file the receiver still needs (common/byte_range.hpp).
+using mcdist::byte_range;
 
 /// How a file ended on this receiver, for status pages and metrics (receiver_sink::file_finished).
 struct file_outcome {

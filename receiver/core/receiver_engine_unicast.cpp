@@ -21,10 +21,9 @@ void receiver_engine::handle_fallback(session_rx& s, const wire::fallback& m, co
   std::memcpy(token.data(), m.token().data(), token.size());
   if (s.unicast && s.order.token == token && s.unicast_active) return;  // a repeat
   unicast_order o;
-  o.transport = m.transport() == wire::fallback::TCP ? unicast_order::transport_t::tcp
-                : m.transport() == wire::fallback::SCTP_KERNEL
-                    ? unicast_order::transport_t::sctp_kernel
-                    : unicast_order::transport_t::sctp_udp;
+  o.transport = m.transport() == wire::fallback::TCP           ? transport_kind::tcp
+                : m.transport() == wire::fallback::SCTP_KERNEL ? transport_kind::sctp_kernel
+                                                               : transport_kind::sctp_udp;
   o.server = from;
   if (!m.address().empty()) {
     o.server.v6 = m.address().size() == 16;
@@ -40,8 +39,7 @@ void receiver_engine::handle_fallback(session_rx& s, const wire::fallback& m, co
   s.order = o;
   if (m_log && first) {
     m_log->info("session {}: the sender moves this receiver to unicast ({}) at {}: {}", s.name(),
-                o.transport == unicast_order::transport_t::tcp ? "tcp" : "sctp",
-                o.server.to_string(), printable(m.reason()));
+                to_string(o.transport), o.server.to_string(), printable(m.reason()));
   }
   if (s.state == session_rx::state_t::registering) start_receiving(s, now);
   if (s.unicast_active) {

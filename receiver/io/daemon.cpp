@@ -483,10 +483,7 @@ void daemon::start_unicast(session_id s, const unicast_order& order,
   MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   stop_unicast(s);
   unicast::client_options co;
-  co.kind = order.transport == unicast_order::transport_t::tcp ? unicast::transport_kind::tcp
-            : order.transport == unicast_order::transport_t::sctp_kernel
-                ? unicast::transport_kind::sctp_kernel
-                : unicast::transport_kind::sctp_udp;
+  co.kind = order.transport;
   co.server = order.server;
   co.token = order.token;
   co.session = s;

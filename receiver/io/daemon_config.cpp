@@ -1,6 +1,7 @@
 #include "receiver/io/daemon_config.hpp"
 
 #include "common/key_file.hpp"
+#include "common/toml_file.hpp"
 #include "common/units.hpp"
 #include "common/wire.hpp"
 
@@ -19,23 +20,18 @@ namespace mcdist::receiver {
 
 namespace {
 
-std::string where(const toml::source_region& r) {
-  std::ostringstream os;
-  os << "line " << r.begin.line << ", column " << r.begin.column;
-  return os.str();
-}
-
 template <class T>
 T require_type(const toml::node& n, const std::string& key, const char* type_name) {
   // An integer setting takes integers only: toml++ converts a float (1e40) to an integer type
   // with a cast that is undefined behaviour out of range (found by tests/fuzz/config_fuzz).
   if constexpr (std::is_integral_v<T>) {
     if (!n.is_integer()) {
-      throw config_error("'" + key + "' must be " + type_name + " (" + where(n.source()) + ")");
+      throw config_error("'" + key + "' must be " + type_name + " (" + toml_where(n.source()) +
+                         ")");
     }
   }
   if (auto v = n.value<T>()) return *v;
-  throw config_error("'" + key + "' must be " + type_name + " (" + where(n.source()) + ")");
+  throw config_error("'" + key + "' must be " + type_name + " (" + toml_where(n.source()) + ")");
 }
 
 endpoint parse_group(const std::string& text, const std::string& key) {
@@ -62,7 +58,7 @@ std::vector<wis2_action> parse_actions(const toml::node& node, const std::string
       if (std::find(std::begin(known), std::end(known), std::string(name.str())) ==
           std::end(known)) {
         throw config_error(k + ": unknown setting '" + std::string(name.str()) + "' (" +
-                           where(v.source()) + ")");
+                           toml_where(v.source()) + ")");
       }
     }
     const auto type = (*at)["type"];
@@ -135,7 +131,7 @@ std::vector<action_config> parse_receipt_actions(const toml::node& node) {
       if (std::find(std::begin(known), std::end(known), std::string(name.str())) ==
           std::end(known)) {
         throw config_error(k + ": unknown setting '" + std::string(name.str()) + "' (" +
-                           where(v.source()) + ")");
+                           toml_where(v.source()) + ")");
       }
     }
     action_config a;
@@ -235,27 +231,11 @@ daemon_config from_table(const toml::table& t, const std::string& source);
 }  // namespace
 
 daemon_config load_config_file(const std::filesystem::path& file) {
-  toml::table t;
-  try {
-    t = toml::parse_file(file.string());
-  } catch (const toml::parse_error& e) {
-    std::ostringstream os;
-    os << file.string() << ": " << e.description() << " (" << where(e.source()) << ")";
-    throw config_error(os.str());
-  }
-  return from_table(t, file.string());
+  return from_table(parse_toml_file<config_error>(file), file.string());
 }
 
 daemon_config load_config_string(std::string_view text, const std::string& source) {
-  toml::table t;
-  try {
-    t = toml::parse(text, source);
-  } catch (const toml::parse_error& e) {
-    std::ostringstream os;
-    os << source << ": " << e.description() << " (" << where(e.source()) << ")";
-    throw config_error(os.str());
-  }
-  return from_table(t, source);
+  return from_table(parse_toml<config_error>(text, source), source);
 }
 
 namespace {
@@ -292,7 +272,7 @@ daemon_config from_table(const toml::table& t, const std::string& source) {
   for (const auto& [k, v] : t) {
     if (std::find(std::begin(known), std::end(known), std::string(k.str())) == std::end(known)) {
       throw config_error(source + ": unknown setting '" + std::string(k.str()) + "' (" +
-                         where(v.source()) + ")");
+                         toml_where(v.source()) + ")");
     }
   }
   if (auto n = t["id"]) cfg.id = require_type<std::string>(*n.node(), "id", "a string");
@@ -321,7 +301,7 @@ daemon_config from_table(const toml::table& t, const std::string& source) {
       if (!n.is_string() && !n.is_integer()) {
         throw config_error(std::string("'") + key +
                            "' must be a size like \"32M\" or a whole number of bytes (" +
-                           where(n.node()->source()) + ")");
+                           toml_where(n.node()->source()) + ")");
       }
       const auto s =
           n.is_string() ? *n.value<std::string>() : std::to_string(*n.value<std::int64_t>());
@@ -417,7 +397,8 @@ daemon_config from_table(const toml::table& t, const std::string& source) {
       else if (nm == "journal_max_age")
         cfg.journal_max_age = age_setting(v, "retention.journal_max_age");
       else
-        throw config_error("retention: unknown setting '" + nm + "' (" + where(v.source()) + ")");
+        throw config_error("retention: unknown setting '" + nm + "' (" + toml_where(v.source()) +
+                           ")");
     }
   }
   if (auto n = t["key_file"])

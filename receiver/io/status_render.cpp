@@ -14,6 +14,8 @@ namespace mcdist::receiver {
 namespace {
 
 using http::html_escape;
+using http::iso_time;
+using http::level_name;
 using http::metric_type;
 
 double unix_seconds(wall_time t) {
@@ -22,37 +24,6 @@ double unix_seconds(wall_time t) {
 
 double age_seconds(wall_time now, wall_time then) {
   return std::max(0.0, std::chrono::duration<double>(now - then).count());
-}
-
-/// "2026-11-23T10:20:03Z".
-std::string iso_time(wall_time t) {
-  const std::time_t tt = std::chrono::system_clock::to_time_t(t);
-  std::tm tm{};
-  gmtime_r(&tt, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
-/// "10:20:03" (UTC), for tables.
-std::string clock_time(wall_time t) {
-  const std::time_t tt = std::chrono::system_clock::to_time_t(t);
-  std::tm tm{};
-  gmtime_r(&tt, &tm);
-  char buf[16];
-  std::strftime(buf, sizeof buf, "%H:%M:%S", &tm);
-  return buf;
-}
-
-const char* level_name(spdlog::level::level_enum l) {
-  switch (l) {
-    case spdlog::level::warn: return "warning";
-    case spdlog::level::err: return "error";
-    case spdlog::level::critical: return "critical";
-    case spdlog::level::info: return "info";
-    case spdlog::level::debug: return "debug";
-    default: return "trace";
-  }
 }
 
 const std::string& channel_name(const status_snapshot& s, std::size_t i) {
@@ -346,7 +317,7 @@ std::string render_status_page(const status_snapshot& s) {
          "-products\"><thead><tr><th>time (UTC)</th><th>age</th><th>file</th>"
          "<th class=\"num\">size</th><th>session</th><th>state</th></tr></thead><tbody>\n";
     for (auto it = b.recent.rbegin(); it != b.recent.rend(); ++it) {
-      h += "<tr><td>" + clock_time(it->at) + "</td><td>" +
+      h += "<tr><td>" + http::utc_clock(it->at) + "</td><td>" +
            http::format_age(age_seconds(s.now, it->at)) + "</td><td class=\"path product\">" +
            html_escape(it->path) + "</td><td class=\"num\">" +
            format_bytes(static_cast<double>(it->size)) + "</td><td>" +
@@ -369,7 +340,7 @@ std::string render_status_page(const status_snapshot& s) {
     peak = std::max(peak, bps);
     const auto at =
         wall_time(std::chrono::minutes(last - static_cast<std::int64_t>(minutes.size() - 1 - i)));
-    titles.push_back(clock_time(at).substr(0, 5) + " UTC: " +
+    titles.push_back(http::utc_clock(at).substr(0, 5) + " UTC: " +
                      format_bytes(static_cast<double>(minutes[i])) + ", " + format_rate(bps));
   }
   h += "<h2>Throughput, last hour</h2>\n<figure id=\"throughput\" style=\"margin:0\">" +
@@ -379,19 +350,7 @@ std::string render_status_page(const status_snapshot& s) {
        "mean rate; peak " +
        format_rate(peak) + ".</figcaption></figure>\n";
 
-  h += "<h2>Recent warnings and errors</h2>\n";
-  if (s.recent_log.empty()) {
-    h += "<p class=\"none\" id=\"recent-log\">None since the daemon started.</p>\n";
-  } else {
-    h += "<table id=\"recent-log\"><thead><tr><th>time (UTC)</th><th>level</th><th>message</th>"
-         "</tr></thead><tbody>\n";
-    for (auto it = s.recent_log.rbegin(); it != s.recent_log.rend(); ++it) {
-      const char* lv = level_name(it->level);
-      h += "<tr><td>" + iso_time(it->time) + "</td><td class=\"" + lv + "\">" + lv +
-           "</td><td class=\"path\">" + html_escape(it->text) + "</td></tr>\n";
-    }
-    h += "</tbody></table>\n";
-  }
+  h += http::recent_log_html(s.recent_log);
   h += "</body></html>\n";
   return h;
 }

@@ -644,7 +644,7 @@ TEST_CASE("a FALLBACK order moves the session to unicast; pieces of blocks compl
   fb.set_connections(4);
   h.feed(datagram(wire::msg_type::fallback, fb));
   REQUIRE(h.sink.orders.size() == 1);
-  REQUIRE(h.sink.orders[0].transport == unicast_order::transport_t::tcp);
+  REQUIRE(h.sink.orders[0].transport == transport_kind::tcp);
   REQUIRE(h.sink.orders[0].server.address_string() == "10.0.0.1");  // the control source
   REQUIRE(h.sink.orders[0].server.port == 4712);
   REQUIRE(h.sink.orders[0].token == fallback_token{'0', '1', '2', '3', '4', '5', '6', '7', '8', '9',
