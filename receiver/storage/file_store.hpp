@@ -66,9 +66,9 @@ class file_store final : public storage_port {
     std::uint64_t queue_depth = 0;   ///< jobs waiting for the writer thread
     std::uint64_t bytes_reread = 0;  ///< bytes read back from temp files for hashing
     // Parity repairs (write_parity, recover; docs/design-notes.md "Parity repairs").
-    std::uint64_t parity_kept = 0;           ///< parity blocks kept
-    std::uint64_t parity_refused = 0;        ///< parity blocks refused (parity_memory_bytes full)
-    std::uint64_t parity_bytes = 0;          ///< bytes of parity held now, overhead included
+    std::uint64_t parity_kept = 0;     ///< parity blocks kept
+    std::uint64_t parity_refused = 0;  ///< refused: parity_memory_bytes full, or out of bounds
+    std::uint64_t parity_bytes = 0;    ///< bytes of parity held now, overhead included
     std::uint64_t fec_blocks_recovered = 0;  ///< FEC blocks decoded
     std::uint64_t blocks_recovered = 0;      ///< source blocks decoded and written
     std::uint64_t decode_failures = 0;       ///< recover requests that failed

@@ -39,8 +39,8 @@ struct store_counters {
   std::atomic<std::uint64_t> queue_depth{0};    ///< jobs waiting for the writer thread
   std::atomic<std::uint64_t> bytes_reread{0};   ///< bytes read back from temp files for hashing
   // Parity repairs (docs/design-notes.md "Parity repairs"; parity_store.hpp).
-  std::atomic<std::uint64_t> parity_kept{0};           ///< parity blocks kept (write_parity true)
-  std::atomic<std::uint64_t> parity_refused{0};        ///< parity blocks refused: over the budget
+  std::atomic<std::uint64_t> parity_kept{0};     ///< parity blocks kept (write_parity true)
+  std::atomic<std::uint64_t> parity_refused{0};  ///< refused: over the budget, or out of bounds
   std::atomic<std::uint64_t> fec_blocks_recovered{0};  ///< FEC blocks decoded
   std::atomic<std::uint64_t> blocks_recovered{0};      ///< source blocks decoded and written
   std::atomic<std::uint64_t> decode_failures{0};       ///< recover requests that failed
