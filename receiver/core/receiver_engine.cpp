@@ -816,13 +816,19 @@ void receiver_engine::file_done(session_rx& s, time_point now) {
     if (!s.catch_up.empty()) m_sequences.on_caught_up(s.seq_channel, s.seq_source, s.catch_up);
   }
   if (m_log) {
+    const auto& p = s.parity;
     m_log->info(
         "session {}: complete in {:.3f} s: {} files stored ({} bytes), {} held, {} failed, "
-        "{} refused",
+        "{} refused{}",
         s.name(), to_seconds(now - s.started), s.files_stored, s.bytes_stored, s.files_held,
-        s.files_failed, std::count_if(s.files.begin(), s.files.end(), [](const file_rx& fr) {
-          return fr.state == file_rx::state_t::refused;
-        }));
+        s.files_failed,
+        std::count_if(s.files.begin(), s.files.end(),
+                      [](const file_rx& fr) { return fr.state == file_rx::state_t::refused; }),
+        p.kept + p.refused == 0
+            ? std::string()
+            : fmt::format("; parity: {} blocks kept, {} refused, {} FEC blocks decoded, {} "
+                          "blocks recovered, {} decode failures",
+                          p.kept, p.refused, p.fec_blocks, p.blocks, p.failures));
   }
   send_complete(s, now);
 }

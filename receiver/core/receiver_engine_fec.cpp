@@ -37,9 +37,11 @@ void receiver_engine::handle_parity(std::span<const std::byte> datagram, const e
     // This storage path does not decode (or is full): NAK the FEC block's blocks instead.
     t.set_explicit_only(h.fec_block);
     m_stats.drops.add(errc::storage_full);
+    ++s->parity.refused;
     return;
   }
   ++m_stats.parity_blocks;
+  ++s->parity.kept;
   if (t.decodable(h.fec_block)) start_recovery(*s, h.fec_block, now);
 }
 
@@ -105,6 +107,7 @@ void receiver_engine::start_recovery(session_rx& s, std::uint32_t fb, time_point
   auto& t = *s.fec;
   recovery_request req;
   req.fec_block = fb;
+  req.channel = s.channel;
   req.k = s.fec_k;
   req.max_parity = s.fec_max_parity;
   req.block_size = s.block_size;
@@ -129,6 +132,7 @@ void receiver_engine::start_recovery(session_rx& s, std::uint32_t fb, time_point
                      fr.state == file_rx::state_t::finalizing) &&
                     has_map && fr.received.test(src.block));
     fs.wanted = !fs.available && fr.state == file_rx::state_t::receiving && has_map;
+    if (fs.available) fs.path = fr.entry.path;
     if (fs.wanted && !fr.begun) {
       m_store.begin_file({s.id, fs.file}, s.channel, fr.entry, fr.resume);
       fr.begun = true;
@@ -144,6 +148,7 @@ void receiver_engine::on_recovered(session_id id, std::uint32_t fb, std::error_c
   session_rx* s = find(id);
   if (!s || !s->fec || fb >= s->fec->layout().fec_blocks() || !s->fec->decoding(fb)) return;
   if (ec) {
+    ++s->parity.failures;
     s->fec->set_explicit_only(fb);
     if (m_log) {
       m_log->warn("session {}: decoding FEC block {} failed ({}); asking for its blocks instead",
@@ -165,10 +170,12 @@ void receiver_engine::on_recovered(session_id id, std::uint32_t fb, std::error_c
     s->bytes_received += len;
     s->dirty = true;
     ++m_stats.blocks_recovered;
+    ++s->parity.blocks;
     m_stats.data_bytes += len;
     if (fr.received.all()) completed.push_back(src.file);
   }
   s->fec->decoded(fb);
+  ++s->parity.fec_blocks;
   if (s->state == session_rx::state_t::manifest || s->state == session_rx::state_t::checking_held) {
     return;
   }

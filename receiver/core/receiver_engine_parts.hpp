@@ -198,6 +198,11 @@ struct receiver_engine::session_rx {
   std::uint32_t files_held = 0;
   std::uint32_t files_failed = 0;
   std::uint64_t bytes_stored = 0;
+  /// Parity repairs of this session, for its summary line: parity blocks kept and refused by
+  /// storage, FEC blocks decoded, source blocks recovered, decodes failed.
+  struct {
+    std::uint32_t kept = 0, refused = 0, fec_blocks = 0, blocks = 0, failures = 0;
+  } parity;
   // Unicast fallback.
   bool unicast = false;         ///< the sender moved us to unicast: multicast data is ignored
   bool unicast_active = false;  ///< a unicast client is running

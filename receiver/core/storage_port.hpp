@@ -55,6 +55,9 @@ struct fec_source {
   /// To be recovered and written to the file's temp file (begun); a source neither available
   /// nor wanted (a refused or failed file's block) is recovered and thrown away.
   bool wanted = false;
+  /// Manifest path below the channel's destination tree, set for available sources: where a
+  /// storage path reads the block once the file has left its temp file (stored or held).
+  std::string path;
 };
 
 /// A FEC block to decode (docs/design-notes.md "Parity repairs"): storage reads the available
@@ -63,6 +66,7 @@ struct fec_source {
 /// the FEC block's parity. The outcome arrives as receiver_engine::on_recovered.
 struct recovery_request {
   std::uint32_t fec_block = 0;
+  std::uint32_t channel = 0;          ///< the session's channel: whose destination tree
   std::uint32_t k = 0;                ///< session_params.fec_k
   std::uint32_t max_parity = 0;       ///< session_params.fec_max_parity
   std::uint32_t block_size = 0;       ///< bytes

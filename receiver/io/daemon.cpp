@@ -134,6 +134,7 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
   sc.disk_reserve_bytes = m_cfg.disk_reserve_bytes;
   sc.disk_reserve_percent = m_cfg.disk_reserve_percent;
   sc.session_quota_bytes = m_cfg.session_quota_bytes;
+  sc.parity_memory_bytes = m_cfg.parity_memory_bytes;
   sc.log = m_log;
   for (const auto& ch : m_cfg.channels) sc.dest_roots.push_back(ch.dest);
   sc.before_renames = [this](std::span<const pending_rename> intents) { journal_intents(intents); };
@@ -148,6 +149,11 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
       [this](session_id s, std::vector<held_answer> held) {
         if (!m_engine) return;
         m_engine->on_held(s, held, from_steady(std::chrono::steady_clock::now()));
+        service();
+      },
+      [this](session_id s, std::uint32_t fec_block, std::error_code ec) {
+        if (!m_engine) return;
+        m_engine->on_recovered(s, fec_block, ec, from_steady(std::chrono::steady_clock::now()));
         service();
       });
   setup_keys();
@@ -646,7 +652,13 @@ void daemon::log_status(bool final) {
       final ? "final status" : "status", m_engine->active_sessions(), st.sessions_completed,
       st.sessions_failed, st.files_stored, st.files_failed, st.files_refused,
       format_bytes(static_cast<double>(st.data_bytes)), drops.empty() ? "none" : drops);
-  (void)ss;
+  if (ss.parity_kept + ss.parity_refused > 0) {
+    m_log->info(
+        "{}: parity: {} blocks kept, {} refused (parity_memory), {} bytes held; {} FEC "
+        "blocks decoded, {} blocks recovered, {} decode failures",
+        final ? "final status" : "status", ss.parity_kept, ss.parity_refused, ss.parity_bytes,
+        ss.fec_blocks_recovered, ss.blocks_recovered, ss.decode_failures);
+  }
   if (m_cfg.status_file) write_status_file();
   if (!final && !m_stopping) {
     m_status_timer.expires_after(m_cfg.status_interval);
@@ -673,6 +685,12 @@ nlohmann::json daemon::status_json() {
   j["naks_sent"] = st.naks_sent;
   j["session_memory_bytes"] = m_engine->memory_charged();  // charged to the memory budgets
   j["bytes_written"] = ss.bytes_written;
+  j["parity"] = {{"kept", ss.parity_kept},
+                 {"refused", ss.parity_refused},
+                 {"bytes", ss.parity_bytes},
+                 {"fec_blocks_recovered", ss.fec_blocks_recovered},
+                 {"blocks_recovered", ss.blocks_recovered},
+                 {"decode_failures", ss.decode_failures}};
   j["dropped_by_drop_rate"] = m_dropped_by_option;
   j["read_pauses"] = m_read_pauses;
   j["announce_repeats_unchecked"] = m_announce_repeats_unchecked;  // auth::announce_repeat_interval

@@ -261,6 +261,7 @@ daemon_config from_table(const toml::table& t, const std::string& source) {
                                 "max_sessions_per_source",
                                 "session_memory",
                                 "total_memory",
+                                "parity_memory",
                                 "disk_reserve",
                                 "disk_reserve_percent",
                                 "session_quota",
@@ -318,6 +319,7 @@ daemon_config from_table(const toml::table& t, const std::string& source) {
   size_setting("socket_buffer", cfg.socket_buffer_bytes);
   size_setting("session_memory", cfg.session_memory_bytes);
   size_setting("total_memory", cfg.total_memory_bytes);
+  size_setting("parity_memory", cfg.parity_memory_bytes);
   size_setting("disk_reserve", cfg.disk_reserve_bytes);
   size_setting("session_quota", cfg.session_quota_bytes);
   auto count_setting = [&](const char* key, std::uint32_t& out) {

@@ -72,9 +72,11 @@ struct daemon_config {
   std::uint32_t max_sessions_per_source = 4;  ///< receiver_config::max_sessions_per_source
   std::uint64_t session_memory_bytes = std::uint64_t{256} << 20;  ///< receiver_config
   std::uint64_t total_memory_bytes = std::uint64_t{1} << 30;      ///< receiver_config
-  std::uint64_t disk_reserve_bytes = std::uint64_t{1} << 30;      ///< storage_config
-  double disk_reserve_percent = 5;                                ///< storage_config
-  std::uint64_t session_quota_bytes = std::uint64_t{256} << 30;   ///< storage_config; 0: none
+  /// Parity blocks kept awaiting a decode, all sessions (storage_config::parity_memory_bytes).
+  std::uint64_t parity_memory_bytes = std::uint64_t{64} << 20;
+  std::uint64_t disk_reserve_bytes = std::uint64_t{1} << 30;     ///< storage_config
+  double disk_reserve_percent = 5;                               ///< storage_config
+  std::uint64_t session_quota_bytes = std::uint64_t{256} << 30;  ///< storage_config; 0: none
   /// Status HTTP server address; nullopt: off ("off").
   std::optional<endpoint> http = default_http_endpoint();
   /// `http` was set by the operator: failing to bind it is then fatal, while the default

@@ -95,7 +95,10 @@ http::response daemon::serve_http(const http::request& r) {
   s.board = &m_board;
   s.sessions_active = m_engine->active_sessions();
   s.unicast_active = m_unicast.size();
-  s.bytes_written = m_store->get_stats().bytes_written;
+  const auto ss = m_store->get_stats();
+  s.bytes_written = ss.bytes_written;
+  s.parity = {ss.parity_kept,          ss.parity_refused,   ss.parity_bytes,
+              ss.fec_blocks_recovered, ss.blocks_recovered, ss.decode_failures};
   s.dropped_by_option = m_dropped_by_option;
   s.not_authenticated = auth_refused();
   s.read_pauses = m_read_pauses;

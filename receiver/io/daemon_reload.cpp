@@ -56,6 +56,7 @@ std::vector<std::string> restart_only_changes(const daemon_config& now, const da
   check(now.key_file == next.key_file, "key_file");
   check(now.sync == next.sync, "sync");
   check(now.buffer_pool_bytes == next.buffer_pool_bytes, "buffer_pool");
+  check(now.parity_memory_bytes == next.parity_memory_bytes, "parity_memory");
   check(now.socket_buffer_bytes == next.socket_buffer_bytes, "socket_buffer");
   check(now.session_timeout == next.session_timeout, "session_timeout");
   check(now.checkpoint_interval == next.checkpoint_interval, "checkpoint_interval");

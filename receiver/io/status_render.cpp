@@ -104,6 +104,23 @@ std::string render_metrics(const status_snapshot& s) {
   p.family("mcdist_receiver_storage_written_bytes_total", metric_type::counter,
            "Bytes written into temp files.");
   p.sample(s.bytes_written);
+  p.family("mcdist_receiver_parity_blocks_total", metric_type::counter,
+           "Parity blocks taken for decoding, by outcome: kept, or refused (parity_memory full; "
+           "the FEC block's blocks are then NAKed one by one).");
+  p.sample({{"outcome", "kept"}}, s.parity.kept);
+  p.sample({{"outcome", "refused"}}, s.parity.refused);
+  p.family("mcdist_receiver_parity_bytes", metric_type::gauge,
+           "Bytes of parity blocks held in memory, awaiting a decode.");
+  p.sample(s.parity.bytes);
+  p.family("mcdist_receiver_fec_blocks_recovered_total", metric_type::counter,
+           "FEC blocks decoded from parity.");
+  p.sample(s.parity.fec_blocks_recovered);
+  p.family("mcdist_receiver_blocks_recovered_total", metric_type::counter,
+           "Source blocks recovered from parity and written.");
+  p.sample(s.parity.blocks_recovered);
+  p.family("mcdist_receiver_fec_decode_failures_total", metric_type::counter,
+           "FEC block decodes that failed (their blocks are then NAKed one by one).");
+  p.sample(s.parity.decode_failures);
   p.family("mcdist_receiver_read_pauses_total", metric_type::counter,
            "Times reading paused because the storage pool was full.");
   p.sample(s.read_pauses);

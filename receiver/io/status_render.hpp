@@ -37,8 +37,17 @@ struct status_snapshot {
   const receiver_stats* stats = nullptr;  ///< the engine's counters
   const status_board* board = nullptr;
   std::size_t sessions_active = 0;
-  std::size_t unicast_active = 0;           ///< unicast fallback transfers running
-  std::uint64_t bytes_written = 0;          ///< storage: bytes written to temp files
+  std::size_t unicast_active = 0;   ///< unicast fallback transfers running
+  std::uint64_t bytes_written = 0;  ///< storage: bytes written to temp files
+  /// Storage: parity repairs (file_store::stats; docs/design-notes.md "Parity repairs").
+  struct parity_counters {
+    std::uint64_t kept = 0;     ///< parity blocks kept
+    std::uint64_t refused = 0;  ///< parity blocks refused (parity_memory full)
+    std::uint64_t bytes = 0;    ///< parity bytes held now
+    std::uint64_t fec_blocks_recovered = 0;
+    std::uint64_t blocks_recovered = 0;  ///< source blocks decoded and written
+    std::uint64_t decode_failures = 0;
+  } parity;
   std::uint64_t dropped_by_option = 0;      ///< --drop-rate (test option)
   auth::auth_stats not_authenticated;       ///< refused by authentication (common/auth.hpp)
   std::uint64_t read_pauses = 0;            ///< reads paused for a full storage pool

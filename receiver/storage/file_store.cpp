@@ -78,7 +78,8 @@ struct file_store::impl {
   using post_fn = std::function<void(std::function<void()>)>;
 
   impl(storage_config cfg, post_fn post, std::function<void(store_result)> on_stored,
-       std::function<void(session_id, std::vector<held_answer>)> on_held);
+       std::function<void(session_id, std::vector<held_answer>)> on_held,
+       recovered_fn on_recovered);
   ~impl() { shutdown(); }
 
   void start(const std::shared_ptr<impl>& self);
@@ -90,6 +91,9 @@ struct file_store::impl {
   void finalize(file_key key, const sha256_digest& expected);
   void discard_file(file_key key);
   void close_session(session_id session, bool remove_temp);
+  bool write_parity(session_id session, std::uint32_t fec_block, std::uint32_t index,
+                    std::span<const std::byte> data);
+  void recover(session_id session, recovery_request request);
   void on_results(std::vector<internal_result>& results);
   void post_results(std::vector<internal_result> results);
 
@@ -106,6 +110,7 @@ struct file_store::impl {
   post_fn m_post;
   std::function<void(store_result)> m_on_stored;
   std::function<void(session_id, std::vector<held_answer>)> m_on_held;
+  recovered_fn m_on_recovered;
   std::weak_ptr<impl> m_self;
   store_context m_ctx;
   // Declared in the order they may be destroyed backwards: the writer uses the pool and the
@@ -122,11 +127,14 @@ struct file_store::impl {
 
 file_store::impl::impl(storage_config cfg, post_fn post,
                        std::function<void(store_result)> on_stored,
-                       std::function<void(session_id, std::vector<held_answer>)> on_held)
+                       std::function<void(session_id, std::vector<held_answer>)> on_held,
+                       recovered_fn on_recovered)
     : m_post(std::move(post)), m_on_stored(std::move(on_stored)), m_on_held(std::move(on_held)),
-      m_ctx{std::move(cfg), posix_io{}, nullptr, unique_fd{}, 0, {}, {}}, m_finalizer(m_ctx),
-      m_scanner(m_ctx), m_pool(m_ctx.cfg.buffer_pool_bytes, m_ctx.cfg.chunk_bytes,
-                               [this](chunk* c) { m_writer.push(chunk_job{c}); }),
+      m_on_recovered(std::move(on_recovered)),
+      m_ctx{std::move(cfg), posix_io{}, nullptr, unique_fd{}, 0, {}, {}, nullptr, {}},
+      m_finalizer(m_ctx), m_scanner(m_ctx),
+      m_pool(m_ctx.cfg.buffer_pool_bytes, m_ctx.cfg.chunk_bytes,
+             [this](chunk* c) { m_writer.push(chunk_job{c}); }),
       m_writer(m_ctx, m_pool, m_finalizer,
                fit_open_files(m_ctx.cfg.max_open_files,
                               m_ctx.cfg.log ? *m_ctx.cfg.log : *spdlog::default_logger())) {
@@ -135,6 +143,12 @@ file_store::impl::impl(storage_config cfg, post_fn post,
   if (!m_post) throw std::invalid_argument("storage: post function is empty");
   open_temp_dir(m_ctx);
   m_ctx.post_results = [this](std::vector<internal_result> r) { post_results(std::move(r)); };
+  m_ctx.parity = std::make_unique<parity_store>(m_ctx.cfg.parity_memory_bytes);
+  m_ctx.post_recovered = [this](session_id s, std::uint32_t fb, std::error_code ec) {
+    m_post([weak = m_self, s, fb, ec] {
+      if (auto self = weak.lock(); self && self->m_on_recovered) self->m_on_recovered(s, fb, ec);
+    });
+  };
 }
 
 void file_store::impl::start(const std::shared_ptr<impl>& self) {
@@ -224,7 +238,44 @@ void file_store::impl::discard_file(file_key key) {
 void file_store::impl::close_session(session_id session, bool remove_temp) {
   m_pool.submit_current();  // finalize requests of the session riding in it complete first
   std::erase_if(m_front, [&](const auto& kv) { return kv.first.session == session; });
+  m_ctx.parity->drop_session(session);
   m_writer.push(close_job{session, remove_temp});
+}
+
+bool file_store::impl::write_parity(session_id session, std::uint32_t fec_block,
+                                    std::uint32_t index, std::span<const std::byte> data) {
+  store_counters& c = m_ctx.counters;
+  if (m_ctx.parity->keep(session, fec_block, index, data)) {
+    c.parity_kept.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+  // The engine NAKs this FEC block's blocks one by one from now on and never asks to decode
+  // it: what was kept for it is of no use.
+  c.parity_refused.fetch_add(1, std::memory_order_relaxed);
+  m_ctx.parity->drop(session, fec_block);
+  return false;
+}
+
+void file_store::impl::recover(session_id session, recovery_request request) {
+  recover_job j;
+  j.session = session;
+  j.handles.assign(request.sources.size(), 0);
+  for (std::size_t i = 0; i < request.sources.size(); ++i) {
+    const fec_source& src = request.sources[i];
+    const auto it = m_front.find({session, src.file});
+    if (it == m_front.end()) continue;  // delivered (stored or held), or never begun
+    const front_file& f = it->second;
+    if (f.st == front_file::state::active ||
+        (src.available && f.st == front_file::state::finalizing)) {
+      j.handles[i] = f.handle;
+    }
+  }
+  const auto& roots = m_ctx.cfg.dest_roots;
+  if (request.channel < roots.size()) j.dest_root = roots[request.channel];
+  j.request = std::move(request);
+  // The sources' blocks riding in the current chunk are written before the job reads them.
+  m_pool.submit_current();
+  m_writer.push(std::move(j));
 }
 
 void file_store::impl::on_results(std::vector<internal_result>& results) {
@@ -252,9 +303,10 @@ void file_store::impl::on_results(std::vector<internal_result>& results) {
 
 file_store::file_store(storage_config cfg, std::function<void(std::function<void()>)> post,
                        std::function<void(store_result)> on_stored,
-                       std::function<void(session_id, std::vector<held_answer>)> on_held)
+                       std::function<void(session_id, std::vector<held_answer>)> on_held,
+                       recovered_fn on_recovered)
     : m_impl(std::make_shared<impl>(std::move(cfg), std::move(post), std::move(on_stored),
-                                    std::move(on_held))) {
+                                    std::move(on_held), std::move(on_recovered))) {
   m_impl->start(m_impl);
 }
 
@@ -280,6 +332,17 @@ void file_store::begin_file(file_key key, std::uint32_t channel, const manifest_
 
 bool file_store::write(file_key key, std::uint64_t offset, std::span<const std::byte> data) {
   return m_impl->write(key, offset, data);
+}
+
+bool file_store::decodes_parity() const { return m_impl->m_ctx.cfg.parity_memory_bytes > 0; }
+
+bool file_store::write_parity(session_id session, std::uint32_t fec_block, std::uint32_t index,
+                              std::span<const std::byte> data) {
+  return m_impl->write_parity(session, fec_block, index, data);
+}
+
+void file_store::recover(session_id session, recovery_request request) {
+  m_impl->recover(session, std::move(request));
 }
 
 void file_store::flush() { m_impl->m_pool.submit_current(); }
@@ -336,6 +399,12 @@ file_store::stats file_store::get_stats() const {
   s.chunks_in_flight = m_impl->m_pool.chunks_in_flight();
   s.queue_depth = c.queue_depth.load(std::memory_order_relaxed);
   s.bytes_reread = c.bytes_reread.load(std::memory_order_relaxed);
+  s.parity_kept = c.parity_kept.load(std::memory_order_relaxed);
+  s.parity_refused = c.parity_refused.load(std::memory_order_relaxed);
+  s.parity_bytes = m_impl->m_ctx.parity->bytes();
+  s.fec_blocks_recovered = c.fec_blocks_recovered.load(std::memory_order_relaxed);
+  s.blocks_recovered = c.blocks_recovered.load(std::memory_order_relaxed);
+  s.decode_failures = c.decode_failures.load(std::memory_order_relaxed);
   return s;
 }
 

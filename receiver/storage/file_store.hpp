@@ -37,6 +37,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -64,7 +65,17 @@ class file_store final : public storage_port {
     std::uint64_t chunks_in_flight = 0;
     std::uint64_t queue_depth = 0;   ///< jobs waiting for the writer thread
     std::uint64_t bytes_reread = 0;  ///< bytes read back from temp files for hashing
+    // Parity repairs (write_parity, recover; docs/design-notes.md "Parity repairs").
+    std::uint64_t parity_kept = 0;     ///< parity blocks kept
+    std::uint64_t parity_refused = 0;  ///< refused: parity_memory_bytes full, or out of bounds
+    std::uint64_t parity_bytes = 0;    ///< bytes of parity held now, overhead included
+    std::uint64_t fec_blocks_recovered = 0;  ///< FEC blocks decoded
+    std::uint64_t blocks_recovered = 0;      ///< source blocks decoded and written
+    std::uint64_t decode_failures = 0;       ///< recover requests that failed
   };
+
+  /// Outcome of storage_port::recover: the session, the FEC block, and empty or why not.
+  using recovered_fn = std::function<void(session_id, std::uint32_t, std::error_code)>;
 
   /// Starts the writer, finalizer and scanner threads; creates temp_dir; raises the soft
   /// RLIMIT_NOFILE towards the hard limit if it is below what max_open_files needs.
@@ -73,11 +84,13 @@ class file_store final : public storage_port {
   ///                   io_context; tests: a queue). Called from the store's threads.
   /// @param on_stored  receives every store_result, through `post`
   /// @param on_held    receives the answers of storage_port::query_held, through `post`
+  /// @param on_recovered  receives the outcome of every storage_port::recover, through `post`
   /// @throws std::invalid_argument on a bad configuration, std::system_error if temp_dir
   ///         cannot be created or opened (start-up errors, for the operator)
   file_store(storage_config cfg, std::function<void(std::function<void()>)> post,
              std::function<void(store_result)> on_stored,
-             std::function<void(session_id, std::vector<held_answer>)> on_held = {});
+             std::function<void(session_id, std::vector<held_answer>)> on_held = {},
+             recovered_fn on_recovered = {});
   /// Hands pending data to the writer, lets the threads finish every queued job (writes,
   /// finalizes, checkpoints), then joins them. Temp files of unfinished files stay (resume).
   /// Results produced during destruction are not delivered.
@@ -117,6 +130,20 @@ class file_store final : public storage_port {
   ///         the caller drops the block and it will be asked for again).
   bool write(file_key key, std::uint64_t offset, std::span<const std::byte> data) override;
 
+  /// True unless storage_config::parity_memory_bytes is 0.
+  bool decodes_parity() const override;
+  /// Keeps a copy of a parity block in memory, charged to parity_memory_bytes (parity_store).
+  /// @return false when it does not fit (or is out of bounds, or a duplicate): the FEC block's
+  ///         other parity is then forgotten too, since the engine NAKs its blocks one by one
+  bool write_parity(session_id session, std::uint32_t fec_block, std::uint32_t index,
+                    std::span<const std::byte> data) override;
+  /// Decodes a FEC block on the writer thread, after every write queued before this call:
+  /// reads its available sources (temp file, or destination once delivered), recovers the
+  /// missing ones with the parity kept, writes the wanted ones like received blocks and frees
+  /// the parity. The outcome arrives through on_recovered (ec: errc::invalid_field when the
+  /// parity or sources do not suffice, an errno code when a read failed).
+  void recover(session_id session, recovery_request request) override;
+
   /// Hands the partially filled chunk to the writer. Call after each receive batch.
   void flush();
 
@@ -132,7 +159,8 @@ class file_store final : public storage_port {
   void discard_file(file_key key) override;
 
   /// Drops every file of a session (no store_results for them, except those already being
-  /// finalized, which complete first).
+  /// finalized, which complete first) and the parity kept for it (recover calls still queued
+  /// report a failure, for a session the engine has forgotten).
   /// @param remove_temp  also delete temp_dir/<session hex>/ with its .part files and state
   void close_session(session_id session, bool remove_temp) override;
 

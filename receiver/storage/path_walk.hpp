@@ -5,9 +5,12 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -32,6 +35,30 @@ inline std::vector<std::string_view> split_path(std::string_view p) {
 inline bool is_symlink_at(int dir, const char* name) {
   struct stat st {};
   return ::fstatat(dir, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode);
+}
+
+/// Opens `relative` (accepted by check_relative_path) below the directory `root` for reading:
+/// every directory below root with openat(O_DIRECTORY | O_NOFOLLOW), the file with O_NOFOLLOW,
+/// so no symlink below root is followed.
+/// @return 0 with `fd` set (the caller closes it), or an errno value
+inline int open_below(int root, std::string_view relative, int& fd) {
+  auto comps = split_path(relative);
+  const std::string leaf(comps.back());
+  comps.pop_back();
+  int cur = root;
+  int owned = -1;
+  for (auto c : comps) {
+    const std::string comp(c);
+    const int next = ::openat(cur, comp.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    const int e = errno;
+    if (owned >= 0) ::close(owned);
+    if (next < 0) return e;
+    cur = owned = next;
+  }
+  fd = ::openat(cur, leaf.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  const int e = errno;
+  if (owned >= 0) ::close(owned);
+  return fd < 0 ? e : 0;
 }
 
 /// A stat's mtime in ns since the Unix epoch.

@@ -100,6 +100,22 @@ int posix_io::read_hash(int fd, std::uint64_t from, std::uint64_t to, sha256_has
   return 0;
 }
 
+int posix_io::pread_all(int fd, std::span<std::byte> out, std::uint64_t offset,
+                        const file_key* key) const {
+  while (!out.empty()) {
+    if (int e = inject(storage_op::pread, key)) return e;
+    const ssize_t n = ::pread(fd, out.data(), out.size(), static_cast<off_t>(offset));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    if (n == 0) return ENODATA;  // shorter than expected
+    out = out.subspan(static_cast<std::size_t>(n));
+    offset += static_cast<std::uint64_t>(n);
+  }
+  return 0;
+}
+
 int posix_io::fsync(int fd, const file_key* key) const {
   if (int e = inject(storage_op::fsync, key)) return e;
   return ::fsync(fd) != 0 ? errno : 0;

@@ -34,7 +34,7 @@ enum class storage_op : std::uint8_t {
   open,       ///< open/openat of a temp file, destination directory or checkpoint file
   fallocate,  ///< preallocation of a temp file (at begin_file, and ahead of the data in steps)
   pwrite,     ///< a write of file data or of a checkpoint
-  pread,      ///< a read-back of written data for hashing (prefix catch-up, finalize tail)
+  pread,      ///< a read-back of written data: hashing (catch-up, finalize tail), parity decode
   fsync,      ///< fsync of one file (sync_mode::file, a batch of one, syncfs fallback, state)
   fdatasync,  ///< fdatasync of one file (group commit by fdatasync, range or uring)
   syncfs,     ///< syncfs of the temp filesystem (sync_mode::batch, checkpoint)
@@ -125,6 +125,10 @@ class posix_io {
   /// retrying on EINTR and short writes; a write of 0 bytes is EIO.
   int pwrite_all(int fd, std::span<const std::byte> data, std::uint64_t offset,
                  const file_key* key) const;
+  /// Reads exactly `out.size()` bytes of `fd` at `offset` (storage_op::pread, asked before
+  /// each call): a parity decode's source blocks. @return 0, an errno value, or ENODATA when
+  /// the file ends first
+  int pread_all(int fd, std::span<std::byte> out, std::uint64_t offset, const file_key* key) const;
   /// Reads bytes [from, to) of `fd` into `h` through `buf` (storage_op::pread, asked before
   /// each read of up to buf.size() bytes); a file shorter than `to` is ENODATA.
   /// @param reread  when not null, counts the bytes read

@@ -141,6 +141,13 @@ struct storage_config {
   /// 256 GiB: far above a day's products, it stops one announced session from claiming a
   /// whole filesystem by itself.
   std::uint64_t session_quota_bytes = std::uint64_t{256} << 30;
+  /// Most bytes of parity blocks kept in memory, all sessions together, until their FEC block
+  /// is decoded (storage_port::write_parity; 96 bytes of overhead are charged per block). A
+  /// parity block beyond it is refused and the engine NAKs that FEC block's missing blocks one
+  /// by one. 64 MiB: about 46,000 parity blocks of 1400 bytes, i.e. 23,000 FEC blocks each
+  /// waiting for 2 parity blocks; a FEC block whose parity covers its loss is decoded, and its
+  /// parity freed, as soon as the parity arrives. 0: no parity kept (the engine then NAKs).
+  std::uint64_t parity_memory_bytes = std::uint64_t{64} << 20;
   /// Where warnings and errors go; null: spdlog's default logger.
   std::shared_ptr<spdlog::logger> log;
   /// Tests only: failure injection; empty in production.

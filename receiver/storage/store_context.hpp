@@ -4,6 +4,7 @@
 /// the temp directory's descriptor, the counters and the way results reach the network thread.
 /// Internal to receiver/storage; built by file_store and outliving every component thread.
 
+#include "receiver/storage/parity_store.hpp"
 #include "receiver/storage/posix_io.hpp"
 #include "receiver/storage/storage_config.hpp"
 
@@ -13,7 +14,9 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <string>
+#include <system_error>
 #include <vector>
 
 namespace spdlog {
@@ -35,6 +38,12 @@ struct store_counters {
   std::atomic<std::uint64_t> files_failed{0};   ///< failed store_results reported
   std::atomic<std::uint64_t> queue_depth{0};    ///< jobs waiting for the writer thread
   std::atomic<std::uint64_t> bytes_reread{0};   ///< bytes read back from temp files for hashing
+  // Parity repairs (docs/design-notes.md "Parity repairs"; parity_store.hpp).
+  std::atomic<std::uint64_t> parity_kept{0};     ///< parity blocks kept (write_parity true)
+  std::atomic<std::uint64_t> parity_refused{0};  ///< refused: over the budget, or out of bounds
+  std::atomic<std::uint64_t> fec_blocks_recovered{0};  ///< FEC blocks decoded
+  std::atomic<std::uint64_t> blocks_recovered{0};      ///< source blocks decoded and written
+  std::atomic<std::uint64_t> decode_failures{0};       ///< recover requests that failed
 };
 
 /// Read-back size when hashing written data (prefix catch-up, finalize tail, query_held):
@@ -58,6 +67,11 @@ struct store_context {
   store_counters counters;
   /// Hands results to the network thread (file_store::on_results through `post`). Any thread.
   std::function<void(std::vector<internal_result>)> post_results;
+  /// Parity blocks kept until their FEC block is decoded (storage_config::parity_memory_bytes).
+  std::unique_ptr<parity_store> parity;
+  /// Hands the outcome of a recover (session, FEC block, error) to the network thread (the
+  /// on_recovered callback of file_store through `post`). Any thread.
+  std::function<void(session_id, std::uint32_t, std::error_code)> post_recovered;
 
   spdlog::logger& log() const { return *logger; }
 

@@ -19,6 +19,10 @@
 /// always describes the file's content.
 ///
 /// Descriptors: at most max_open_files temp files stay open (LRU); others are reopened.
+///
+/// Parity: a recover job decodes a FEC block on this thread (parity_store.hpp), after the
+/// writes queued before it, and writes the recovered sources through write_range, so hashing,
+/// finalize and checkpoints see them as received blocks.
 
 #include "receiver/storage/chunk_pool.hpp"
 #include "receiver/storage/finalizer.hpp"
@@ -73,9 +77,19 @@ struct checkpoint_job {
   session_id session;
   std::string blob;
 };
+/// Decode a FEC block (storage_port::recover; temp_writer_recover.cpp), behind every write
+/// queued before it, and write its wanted sources like received blocks.
+struct recover_job {
+  session_id session;
+  recovery_request request;
+  /// Per source: the file's handle while the front knows it (begun, not delivered), or 0.
+  std::vector<std::uint64_t> handles;
+  /// The channel's destination tree, where a delivered (stored or held) source is read.
+  std::filesystem::path dest_root;
+};
 /// One writer job, in queue order.
-using writer_job =
-    std::variant<begin_job, chunk_job, finalize_job, discard_job, close_job, checkpoint_job>;
+using writer_job = std::variant<begin_job, chunk_job, finalize_job, discard_job, close_job,
+                                checkpoint_job, recover_job>;
 
 /// The writer thread and its queue.
 class temp_writer {
@@ -119,6 +133,10 @@ class temp_writer {
   void do_job(discard_job& j);
   void do_job(close_job& j);
   void do_job(checkpoint_job& j);
+  void do_job(recover_job& j);
+  /// Reads available source `i` of a recover_job: from the file the writer holds, else from
+  /// its temp file (being finalized), else from the destination. @return 0 or an errno value
+  int read_source(const recover_job& j, std::size_t i, std::span<std::byte> out);
   /// Quota and disk reserve for a new file; false (reported) when it does not fit.
   bool admit(const begin_job& j);
   void write_range(std::uint64_t handle, std::uint64_t offset, std::span<const std::byte> data);

@@ -110,6 +110,8 @@ std::string summary_json(const run_result& r) {
   j["passes"] = rep.passes;
   j["data_datagrams"] = rep.data_datagrams;
   j["repair_datagrams"] = rep.repair_datagrams;
+  j["parity_datagrams"] = rep.parity_datagrams;  // proactive and for NAKs
+  j["proactive_parity"] = rep.proactive_parity;
   const auto& c = rep.control;
   j["control_received"] = {{"register", c.registers},    {"nak", c.naks},
                            {"status", c.status},         {"complete", c.completes},

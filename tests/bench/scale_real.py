@@ -204,7 +204,10 @@ def part_loopback(args, src, digests, nbytes, blocks):
         group = "239.192.88.1:4788"
         ids = ["site%03d" % i for i in range(args.receivers)]
         if "mcdist" in args.programs:
-            rows += loopback_mcdist(args, ns, work, src, digests, blocks, ids, group, recv, send)
+            # One run per FEC variant, side by side in this run (--fec).
+            for variant in args.fec.split(","):
+                rows += loopback_mcdist(args, ns, work, src, digests, blocks, ids, group, recv, send,
+                                        variant)
         if "uftp" in args.programs:
             rows += loopback_uftp(args, ns, work, src, digests, blocks)
     finally:
@@ -212,12 +215,21 @@ def part_loopback(args, src, digests, nbytes, blocks):
     return rows
 
 
-def loopback_mcdist(args, ns, work, src, digests, blocks, ids, group, recv, send):
+def fec_args(args, variant):
+    """mcdist-send options of a --fec variant: "off" (no FEC), or a proactive overhead ("0", "3%")
+    with --fec-k/--fec-depth."""
+    if variant == "off":
+        return []
+    return ["--fec-k", str(args.fec_k), "--fec-depth", str(args.fec_depth), "--fec-overhead", variant]
+
+
+def loopback_mcdist(args, ns, work, src, digests, blocks, ids, group, recv, send, variant="off"):
     rows = []
     daemons = start_daemons(args, lambda i, d: ns.cmd([
         recv, "--id", ids[i], "--group", group, "--interface", "127.0.0.1", "--dest",
         os.path.join(d, "dest"), "--temp", os.path.join(d, "temp"), "--http", "off",
-        "--status-interval", "1h", "--drop-rate", str(args.drop), "--drop-seed", str(i + 1),
+        "--status-interval", "1h", "--status-file", os.path.join(d, "status.json"),
+        "--drop-rate", str(args.drop), "--drop-seed", str(i + 1),
         "--sync", "none"]), args.receivers, work, "md")
     time.sleep(2 + args.receivers / 50)
     cap = Capture(ns.name, MCDIST_PORT, os.path.join(work, "md-capture.txt"))
@@ -225,20 +237,36 @@ def loopback_mcdist(args, ns, work, src, digests, blocks, ids, group, recv, send
     t0, t1, finished, text = run_sender(ns.cmd([
         send, "-q", "--group", group, "--interface", "127.0.0.1", "--port", str(MCDIST_PORT),
         "--rate", args.rate, "--receivers", ",".join(ids), "--fallback", "off",
-        "--register-timeout", "30s", "--summary-json", summary, src]), args.cap)
+        "--register-timeout", "30s", "--summary-json", summary] + fec_args(args, variant) + [src]),
+        args.cap)
     times = cap.stop()
     stop_daemons(daemons)
-    row = {"part": "loopback", "program": "mcdist", "receivers": args.receivers, "time": t1 - t0,
+    name = "mcdist" if variant == "off" else "mcdist, --fec-k %d, overhead %s" % (args.fec_k, variant)
+    row = {"part": "loopback", "program": name, "receivers": args.receivers, "time": t1 - t0,
            "finished": finished, "complete": complete_receivers(
                [os.path.join(d, "dest", "set") for _, _, d in daemons], digests)}
     try:
         with open(summary) as f:
             s = json.load(f)
-        row.update(passes=s["passes"], sent=s["data_datagrams"], repairs=s["repair_datagrams"])
+        row.update(passes=s["passes"], sent=s["data_datagrams"], repairs=s["repair_datagrams"],
+                   proactive=s.get("proactive_parity", 0), parity=s.get("parity_datagrams", 0),
+                   control_counted=sum(s["control_received"][k]
+                                       for k in ("register", "nak", "status", "complete")),
+                   naks=s["control_received"]["nak"])
     except (OSError, ValueError, KeyError):
         row.update(passes=None, sent=None, repairs=None)
     row["control"], row["control_per_s"], row["control_peak"] = rates(times, t0, t1)
     row["blocks"] = blocks
+    # The daemons' parity counters (status file, written once more at exit).
+    recovered = 0
+    for _, _, d in daemons:
+        try:
+            with open(os.path.join(d, "status.json")) as f:
+                recovered += json.load(f).get("parity", {}).get("blocks_recovered", 0)
+        except (OSError, ValueError):
+            pass
+    row["blocks_recovered"] = recovered
+    log("%s: %d blocks recovered from parity at the %d daemons" % (name, recovered, args.receivers))
     rows.append(row)
     log(fmt_row(row))
     return rows
@@ -378,6 +406,19 @@ HEADER = ("| part | program | receivers | completion | passes | datagrams sent p
           " receivers complete |\n|---|---|---|---|---|---|---|---|---|---|---|")
 
 
+FEC_HEADER = ("| program | completion | passes | datagrams sent per source block | proactive parity |"
+              " repair datagrams | NAK datagrams (sender's count) | control datagrams (sender's count) |"
+              " blocks recovered from parity, all sites | receivers complete |\n"
+              "|---|---|---|---|---|---|---|---|---|---|")
+
+
+def fmt_fec_row(r):
+    return "| %s | %.1f s%s | %d | %.3f | %d | %d | %d | %d | %d | %d/%d |" % (
+        r["program"], r["time"], "" if r["finished"] else " (cap)", r["passes"], r["sent"] / r["blocks"],
+        r["proactive"], r["repairs"], r["naks"], r["control_counted"], r["blocks_recovered"], r["complete"],
+        r["receivers"])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(TOP, "build"))
@@ -392,6 +433,11 @@ def main():
     ap.add_argument("--geo-rtt-ms", type=float, default=700)
     ap.add_argument("--geo-loss", type=float, default=1e-3)
     ap.add_argument("--geo-rate", default="100M")
+    ap.add_argument("--fec", default="off",
+                    help="loopback part, mcdist: comma-separated variants run one after the other, "
+                         "'off' (no FEC) or a proactive overhead with --fec-k ('0', '3%%')")
+    ap.add_argument("--fec-k", type=int, default=64)
+    ap.add_argument("--fec-depth", type=int, default=4)
     ap.add_argument("--cap", type=float, default=180, help="seconds one sender run may take")
     ap.add_argument("--no-uftp", action="store_true", help="same as --programs mcdist")
     ap.add_argument("--programs", default="mcdist,uftp", help="which programs to run")
@@ -424,6 +470,12 @@ def main():
     print(HEADER)
     for r in rows:
         print(fmt_row(r))
+    fec_rows = [r for r in rows if "blocks_recovered" in r and r.get("passes") is not None]
+    if len(args.fec.split(",")) > 1 and fec_rows:
+        print()
+        print(FEC_HEADER)
+        for r in fec_rows:
+            print(fmt_fec_row(r))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -12,6 +12,7 @@ dest = "/srv/in"
 temp = "/srv/tmp"
 sync = "file"
 buffer_pool = "8M"
+parity_memory = "2M"
 session_timeout = "90s"
 [[channel]]
 name = "products"
@@ -24,6 +25,7 @@ dest = "/srv/other"
   REQUIRE(cfg.id == "site-a");
   REQUIRE(cfg.sync == sync_mode::file);
   REQUIRE(cfg.buffer_pool_bytes == 8u << 20);
+  REQUIRE(cfg.parity_memory_bytes == 2u << 20);
   REQUIRE(cfg.session_timeout == std::chrono::seconds(90));
   REQUIRE(cfg.channels.size() == 2);
   REQUIRE(cfg.channels[0].name == "products");
