@@ -396,9 +396,10 @@ void daemon::handle_datagram(std::size_t index, std::span<const std::byte> d, co
     return;
   }
   if (m_key_polls < max_key_polls_per_wake && key_awaited(index, d)) {
-    // A block or marker of a session whose key this site asked for: the sender answered before
-    // it sent them, so the answer is likely queued on the control socket behind this channel's
-    // batch. Read it first, so the block is checked instead of refused for want of the key.
+    // A block, marker or announce of a session whose key this site asked for: the sender
+    // answers during its announce burst, so the answer is likely queued on the control socket
+    // behind this channel's batch. Read it first, so the block is checked instead of refused
+    // for want of the key, and an encrypted announce is opened instead of held.
     ++m_key_polls;
     poll_control(now);
   }

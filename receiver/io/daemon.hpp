@@ -145,8 +145,8 @@ class daemon final : public receiver_sink {
   /// engine holds whole and one of whose announces verified within
   /// auth::announce_repeat_interval: a repeat, dropped without a signature check.
   bool announce_repeat(std::size_t index, std::span<const std::byte> d, time_point now) const;
-  /// True for a data or marker datagram on channel socket `index` of a session whose key this
-  /// site asked for and does not have yet.
+  /// True for a data, marker or announce datagram on channel socket `index` of a session whose
+  /// key this site asked for and does not have yet.
   bool key_awaited(std::size_t index, std::span<const std::byte> d) const;
   /// Reads what the control socket holds now (at most max_control_per_key_poll datagrams).
   void poll_control(time_point now);
@@ -233,7 +233,9 @@ class daemon final : public receiver_sink {
   std::uint32_t m_key_polls = 0;
   /// Signed announce repeats dropped without a signature check (announce_repeat).
   std::uint64_t m_announce_repeats_unchecked = 0;
-  static constexpr std::uint32_t max_key_polls_per_wake = 8;
+  /// One poll is one recvmmsg (a few us): 32 cover the announces a site checks (Ed25519, about
+  /// 100 us each) before the sender's answer to its key request is read.
+  static constexpr std::uint32_t max_key_polls_per_wake = 32;
   static constexpr std::size_t max_control_per_key_poll = 16;
   std::mt19937_64 m_drop_rng;
   std::uint64_t m_dropped_by_option = 0;
