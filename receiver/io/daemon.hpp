@@ -229,13 +229,12 @@ class daemon final : public receiver_sink {
   /// buffers are not m_receiver's, which hold that batch.
   net::batch_receiver m_key_poll_receiver{4, wire::max_datagram_size};
   /// Control socket reads for awaited keys in this wake-up (at most max_key_polls_per_wake):
-  /// blocks of a session that never gets its key cost this many extra reads, no more.
+  /// blocks of a session that never gets its key cost this many extra reads, no more (an
+  /// announce polls uncounted: its signature check costs far more than the read).
   std::uint32_t m_key_polls = 0;
   /// Signed announce repeats dropped without a signature check (announce_repeat).
   std::uint64_t m_announce_repeats_unchecked = 0;
-  /// One poll is one recvmmsg (a few us): 32 cover the announces a site checks (Ed25519, about
-  /// 100 us each) before the sender's answer to its key request is read.
-  static constexpr std::uint32_t max_key_polls_per_wake = 32;
+  static constexpr std::uint32_t max_key_polls_per_wake = 8;
   static constexpr std::size_t max_control_per_key_poll = 16;
   std::mt19937_64 m_drop_rng;
   std::uint64_t m_dropped_by_option = 0;
