@@ -145,8 +145,8 @@ class daemon final : public receiver_sink {
   /// engine holds whole and one of whose announces verified within
   /// auth::announce_repeat_interval: a repeat, dropped without a signature check.
   bool announce_repeat(std::size_t index, std::span<const std::byte> d, time_point now) const;
-  /// True for a data or marker datagram on channel socket `index` of a session whose key this
-  /// site asked for and does not have yet.
+  /// True for a data, marker or announce datagram on channel socket `index` of a session whose
+  /// key this site asked for and does not have yet.
   bool key_awaited(std::size_t index, std::span<const std::byte> d) const;
   /// Reads what the control socket holds now (at most max_control_per_key_poll datagrams).
   void poll_control(time_point now);
@@ -229,7 +229,8 @@ class daemon final : public receiver_sink {
   /// buffers are not m_receiver's, which hold that batch.
   net::batch_receiver m_key_poll_receiver{4, wire::max_datagram_size};
   /// Control socket reads for awaited keys in this wake-up (at most max_key_polls_per_wake):
-  /// blocks of a session that never gets its key cost this many extra reads, no more.
+  /// blocks of a session that never gets its key cost this many extra reads, no more (an
+  /// announce polls uncounted: its signature check costs far more than the read).
   std::uint32_t m_key_polls = 0;
   /// Signed announce repeats dropped without a signature check (announce_repeat).
   std::uint64_t m_announce_repeats_unchecked = 0;

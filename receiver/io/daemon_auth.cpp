@@ -167,7 +167,13 @@ bool daemon::key_awaited(std::size_t index, std::span<const std::byte> d) const 
     return false;
   }
   const auto type = static_cast<wire::msg_type>(std::to_integer<std::uint8_t>(d[3]));
-  if (type != wire::msg_type::data && type != wire::msg_type::marker) return false;
+  // Announces too: an encrypted session's announces behind the first are held and each checked
+  // with Ed25519 until the key is read, and a channel batch holds both initial cycles (two
+  // checks per chunk instead of one, the second cycle no repeat while the manifest is sealed).
+  if (type != wire::msg_type::data && type != wire::msg_type::marker &&
+      type != wire::msg_type::announce) {
+    return false;
+  }
   return m_keys[index]->awaiting_key(session_id{load_be32(d.data() + 4)});
 }
 

@@ -594,7 +594,11 @@ std::optional<time_point> sender_session::next_deadline(time_point now) const {
   switch (m_phase) {
     case phase::announcing:
       if (m_cfg.start_on_registration && m_first_keyed) {
-        consider(*m_first_keyed + keyed_start_grace());
+        // Every listed site may hold the key already (answered between announce chunks,
+        // inside the shell's flush): pass 1 is due as soon as the initial cycles are out.
+        const bool due =
+            m_cfg.eager_start && m_announce.initial_cycles_sent() && keyed_start_due(now);
+        consider(due ? now : *m_first_keyed + keyed_start_grace());
       }
       break;
     case phase::transferring:

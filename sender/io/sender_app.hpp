@@ -104,6 +104,14 @@ class sender_app {
   void flush_control();
   void arm_timer(time_point now);
   void do_receive();
+  /// One datagram from the socket: opened (authenticated sessions; a key request is answered
+  /// at once) and handed to the session core.
+  void on_feedback(std::span<const std::byte> d, const endpoint& from, time_point now);
+  /// Reads what the socket holds now, without waiting: flush_control calls it between the
+  /// announce chunks of a burst, so a site's key request is answered while the burst is still
+  /// being signed instead of after it (docs/benchmarks.md "Key exchange during the announce
+  /// burst").
+  void poll_feedback();
   void do_wait_writable();
   void draw_progress(bool final_line);
   void fail(const std::string& why);

@@ -676,3 +676,30 @@ TEST_CASE("an authenticated open group starts pass 1 two GRTT after the first si
   }
   REQUIRE(h.s->current_phase() == sender_session::phase::transferring);
 }
+
+TEST_CASE(
+    "an authenticated session whose sites got the key during the announce burst is due to "
+    "start pass 1 at once, not a grace period later",
+    "[unit][sender][auth]") {
+  harness h(files({5000, 5000}), {"a", "b"});
+  h.cfg.start_on_registration = true;
+  h.s = std::make_unique<sender_session>(h.cfg, files({5000, 5000}), 1, nullptr);
+  h.s->start(h.now);
+  // One wake-up queues the whole initial burst; the shell answers the key requests between
+  // its chunks (sender_app::poll_feedback), so on_site_keyed comes after on_timer, with no
+  // datagram left to wake the shell again.
+  h.s->on_timer(h.now);
+  h.s->on_site_keyed("a", h.now);
+  REQUIRE(h.s->current_phase() == sender_session::phase::announcing);
+  // b does not hold the key: no start before the grace period (no busy wake-ups either).
+  auto next = h.s->next_deadline(h.now);
+  REQUIRE(next);
+  REQUIRE(*next > h.now);
+  h.s->on_site_keyed("b", h.now);
+  next = h.s->next_deadline(h.now);
+  REQUIRE(next);
+  REQUIRE(*next <= h.now);  // every listed site holds the key: due now
+  h.tick();
+  REQUIRE(h.s->current_phase() == sender_session::phase::transferring);
+  REQUIRE(h.drain_data().size() == 8);  // 2 x ceil(5000 / 1400)
+}
