@@ -1,0 +1,193 @@
+#include "receiver/core/loss_estimator.hpp"
+
+#include "common/tcp_throughput.hpp"
+#include "receiver/core/rate_feedback.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+using mcdist::duration;
+using mcdist::time_point;
+using mcdist::receiver::loss_estimator;
+using mcdist::receiver::rate_feedback;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr duration rtt = 10ms;
+
+/// Feeds numbers [from, to) one millisecond apart, starting at `t`; returns the next time.
+time_point feed(loss_estimator& e, std::uint32_t from, std::uint32_t to, time_point t) {
+  for (std::uint32_t s = from; s != to; ++s) {
+    e.on_datagram(s, t, rtt);
+    t += 1ms;
+  }
+  return t;
+}
+
+/// RFC 5348 section 5.4, written out for the test: intervals newest first, I_0 the open one.
+double rfc_loss_event_rate(const std::vector<double>& closed, double open) {
+  const double w[] = {1, 1, 1, 1, 0.8, 0.6, 0.4, 0.2};
+  std::vector<double> i = {open};
+  i.insert(i.end(), closed.begin(), closed.end());
+  const std::size_t k = std::min<std::size_t>(closed.size(), 8);
+  double tot0 = 0, w0 = 0, tot1 = 0, w1 = 0;
+  for (std::size_t n = 0; n <= std::min<std::size_t>(k, 7); ++n) {
+    tot0 += i[n] * w[n];
+    w0 += w[n];
+  }
+  for (std::size_t n = 1; n <= k; ++n) {
+    tot1 += i[n] * w[n - 1];
+    w1 += w[n - 1];
+  }
+  return 1 / std::max(tot0 / w0, tot1 / w1);
+}
+
+}  // namespace
+
+TEST_CASE("no gap, no loss event: p is 0 and the TCP-friendly rate unbounded", "[unit][receiver]") {
+  loss_estimator e;
+  feed(e, 1000, 3000, time_point{});
+  REQUIRE_FALSE(e.has_loss());
+  REQUIRE(e.loss_event_rate() == 0);
+  REQUIRE(std::isinf(mcdist::tcp_throughput_bps(1448, rtt, e.loss_event_rate())));
+}
+
+TEST_CASE("the loss event rate of two gaps is the RFC 5348 weighted average of their intervals",
+          "[unit][receiver]") {
+  loss_estimator e;
+  time_point t = feed(e, 0, 100, time_point{});  // 0..99
+  t = feed(e, 101, 250, t + 1s);                 // 100 lost
+  t = feed(e, 252, 400, t + 1s);                 // 250, 251 lost: one event
+  REQUIRE(e.loss_events() == 2);
+  REQUIRE(e.lost() == 3);
+  REQUIRE(e.closed_intervals() == 2);
+  REQUIRE(e.closed_interval(0) == 150);  // 250 - 100
+  REQUIRE(e.closed_interval(1) == 100);  // 100 - 0 (the first datagram seen)
+  REQUIRE(e.open_interval() == 150);     // 250..399
+  REQUIRE(e.loss_event_rate() == Approx(rfc_loss_event_rate({150, 100}, 150)));
+  REQUIRE(e.loss_event_rate() == Approx(3.0 / 400));  // max(400/3, 250/2) = 133.3
+}
+
+TEST_CASE("with more than eight loss events only the newest eight intervals count, weighted",
+          "[unit][receiver]") {
+  const std::vector<std::uint32_t> gaps = {100, 300, 50, 400, 80, 120, 90, 60, 500, 70, 30};
+  loss_estimator e;
+  std::uint32_t seq = 5;
+  time_point t{};
+  t = feed(e, seq, seq + 1, t);
+  ++seq;
+  std::vector<double> closed;   // newest first
+  std::uint32_t prev_loss = 5;  // the first interval counts from the first datagram seen
+  for (const auto g : gaps) {
+    // g datagrams arrive after the previous loss, then one is lost.
+    t = feed(e, seq, prev_loss + g, t + 1s);
+    seq = prev_loss + g + 1;  // prev_loss + g is lost
+    closed.insert(closed.begin(), static_cast<double>(prev_loss + g - prev_loss));
+    prev_loss = prev_loss + g;
+  }
+  t = feed(e, seq, seq + 40, t + 1s);  // the open interval: the lost one + 40
+  closed.resize(8);
+  REQUIRE(e.loss_events() == gaps.size());
+  REQUIRE(e.closed_intervals() == 8);
+  REQUIRE(e.open_interval() == 41);
+  REQUIRE(e.loss_event_rate() == Approx(rfc_loss_event_rate(closed, 41)));
+}
+
+TEST_CASE("losses less than one RTT apart are one loss event", "[unit][receiver]") {
+  loss_estimator e;
+  time_point t = feed(e, 0, 100, time_point{});
+  e.on_datagram(102, t, rtt);        // 100, 101 lost
+  e.on_datagram(105, t + 5ms, rtt);  // 103, 104 lost, 5 ms later: same event
+  REQUIRE(e.loss_events() == 1);
+  e.on_datagram(107, t + 20ms, rtt);  // 106 lost two RTTs later: a new event
+  REQUIRE(e.loss_events() == 2);
+  REQUIRE(e.lost() == 5);
+  REQUIRE(e.closed_interval(0) == 6);  // 106 - 100
+}
+
+TEST_CASE("duplicates and reordered datagrams are ignored, across the sequence wrap",
+          "[unit][receiver]") {
+  loss_estimator e;
+  time_point t = feed(e, 0xFFFFFF00u, 0xFFFFFFFFu, time_point{});
+  e.on_datagram(0xFFFFFFFFu, t, rtt);
+  e.on_datagram(0, t, rtt);            // wraps: in order
+  e.on_datagram(0, t, rtt);            // duplicate
+  e.on_datagram(0xFFFFFFF0u, t, rtt);  // old
+  REQUIRE_FALSE(e.has_loss());
+  e.on_datagram(2, t + 1s, rtt);  // 1 lost
+  REQUIRE(e.loss_events() == 1);
+  REQUIRE(e.lost() == 1);
+  REQUIRE(e.closed_interval(0) == std::uint64_t{0x100} + 1);  // from 0xFFFFFF00 to 1
+}
+
+TEST_CASE("the TCP throughput equation matches RFC 5348 section 3.1 and falls with p and R",
+          "[unit][receiver]") {
+  // s = 1448 bytes, R = 100 ms, p = 1 %: X = s / (R sqrt(2p/3) + 4R (3 sqrt(3p/8)) p (1 + 32p^2))
+  const double r = 0.1, p = 0.01;
+  const double x = 1448.0 / (r * std::sqrt(2 * p / 3) +
+                             4 * r * (3 * std::sqrt(3 * p / 8)) * p * (1 + 32 * p * p));
+  REQUIRE(mcdist::tcp_throughput_bps(1448, 100ms, 0.01) == Approx(x * 8));
+  REQUIRE(mcdist::tcp_throughput_bps(1448, 100ms, 0.02) <
+          mcdist::tcp_throughput_bps(1448, 100ms, 0.01));
+  REQUIRE(mcdist::tcp_throughput_bps(1448, 200ms, 0.01) <
+          mcdist::tcp_throughput_bps(1448, 100ms, 0.01));
+}
+
+TEST_CASE("rate reports: only receivers below the sender's rate draw a timer, within the round",
+          "[unit][receiver]") {
+  const time_point t0{};
+  REQUIRE(rate_feedback::delay(100ms, 1.0) == 100ms);
+  REQUIRE(rate_feedback::delay(100ms, 1e-9) == duration::zero());  // ln(u)/ln(N) < -1
+  rate_feedback above;
+  above.on_marker(100'000'000, false, 1, 100ms, 0, 200e6, rtt, 0.5, t0);
+  REQUIRE_FALSE(above.due());
+  rate_feedback no_loss;
+  no_loss.on_marker(100'000'000, false, 1, 100ms, 0, INFINITY, rtt, 0.5, t0);
+  REQUIRE_FALSE(no_loss.due());
+  rate_feedback below;
+  below.on_marker(100'000'000, false, 1, 100ms, 0, 50e6, rtt, 0.5, t0);
+  REQUIRE(below.due());
+  REQUIRE(*below.due() >= t0);
+  REQUIRE(*below.due() < t0 + 100ms);
+  // A marker of the same round draws nothing new; the timer fires and reports.
+  const auto due = *below.due();
+  below.on_marker(100'000'000, false, 1, 100ms, 0, 50e6, rtt, 0.9, t0 + 1ms);
+  REQUIRE(*below.due() == due);
+  REQUIRE(below.fire(due, 50e6));
+  REQUIRE_FALSE(below.due());
+}
+
+TEST_CASE("rate reports: a receiver not 10 % below the lowest echoed rate keeps quiet",
+          "[unit][receiver]") {
+  const time_point t0{};
+  rate_feedback f;
+  f.on_marker(100'000'000, false, 1, 100ms, 0, 50e6, rtt, 0.5, t0);
+  REQUIRE(f.due());
+  // Someone reported 52 Mbit/s: 50 is not 10 % below it.
+  f.on_marker(100'000'000, false, 1, 100ms, 52'000'000, 50e6, rtt, 0.5, t0 + 1ms);
+  REQUIRE_FALSE(f.fire(*f.due(), 50e6));
+  // Next round, someone reported 80: 50 is well below, it reports.
+  f.on_marker(100'000'000, false, 2, 100ms, 0, 50e6, rtt, 0.5, t0 + 200ms);
+  f.on_marker(100'000'000, false, 2, 100ms, 80'000'000, 50e6, rtt, 0.5, t0 + 201ms);
+  REQUIRE(f.fire(*f.due(), 50e6));
+}
+
+TEST_CASE("rate reports: the CLR reports at every marker, at most once per RTT",
+          "[unit][receiver]") {
+  const time_point t0{};
+  rate_feedback f;
+  f.on_marker(100'000'000, true, 1, 100ms, 0, 150e6, rtt, 0.5, t0);
+  REQUIRE(f.due() == t0);  // even above the sender's rate: the sender follows the CLR up
+  REQUIRE(f.fire(t0, 150e6));
+  f.on_marker(100'000'000, true, 1, 100ms, 0, 150e6, rtt, 0.5, t0 + 5ms);
+  REQUIRE_FALSE(f.due());  // 5 ms < RTT
+  f.on_marker(100'000'000, true, 1, 100ms, 0, 150e6, rtt, 0.5, t0 + 10ms);
+  REQUIRE(f.due() == t0 + 10ms);
+  // Not --rate auto: nothing.
+  f.on_marker(0, true, 1, 100ms, 0, 150e6, rtt, 0.5, t0 + 30ms);
+  REQUIRE_FALSE(f.due());
+}
