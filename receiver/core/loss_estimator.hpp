@@ -16,17 +16,26 @@
 ///     I_tot0 = sum_{i=0}^{n-1} I_i w_i,  I_tot1 = sum_{i=1}^{n} I_i w_{i-1},
 ///     I_mean = max(I_tot0, I_tot1) / W_tot.
 /// With k < n closed intervals the sums run over the intervals there are, each divided by its
-/// own weight total.
+/// own weight total. History discounting (RFC 5348 section 5.5): when I_0 is more than twice
+/// the mean of the closed intervals, their weights in I_tot0 are multiplied by
+/// DF = max(0.5, 2 I_mean / I_0) (one factor for all, where the RFC keeps one per interval).
+///
+/// The first interval is synthesised (RFC 5348 section 6.3.1): the interval 1/p whose p makes
+/// the TCP throughput equation give the receive rate X_recv measured just before the first loss
+/// (datagrams received per window of max(RTT, 10 ms), times the packet size), so the rate right
+/// after the first loss is what got through, not what a slow start overshooting a bottleneck
+/// lost. Without a measured window (fewer than two datagrams) it is the count of numbers from
+/// the first datagram seen to the first loss.
 ///
 /// Departures from the RFC, for simplicity: a loss is dated at the arrival of the datagram that
-/// reveals the gap (not interpolated between its neighbours), and the first interval is the
-/// count of numbers from the first datagram seen to the first loss (RFC 5348 section 6.3.1
-/// synthesises it from the receive rate instead). Reordered and duplicate datagrams (a number
-/// not after the highest) are ignored: a reordering is counted as a loss.
+/// reveals the gap (not interpolated between its neighbours), and reordered and duplicate
+/// datagrams (a number not after the highest) are ignored: a reordering is counted as a loss.
 ///
 /// Pure: no clock; the caller passes `now` and its RTT.
 
 #include "common/time.hpp"
+
+#include <chrono>
 
 #include <array>
 #include <cstddef>
@@ -41,6 +50,28 @@ class loss_estimator {
   static constexpr std::size_t intervals = 8;
   /// Their weights, newest first (RFC 5348 section 5.4).
   static constexpr std::array<double, intervals> weights = {1, 1, 1, 1, 0.8, 0.6, 0.4, 0.2};
+  /// The smallest history discount factor (RFC 5348 section 5.5: 0.5).
+  static constexpr double discount_floor = 0.5;
+
+  /// Shortest window the receive rate X_recv is measured over (RFC 5348: one RTT; loopback RTTs
+  /// of microseconds would measure a handful of datagrams).
+  static constexpr duration min_rate_window = std::chrono::milliseconds(10);
+
+  /// @param packet_bytes  s of the throughput equation: a whole IP packet of a full block,
+  ///                      bytes (what --rate counts), for the synthetic first interval
+  explicit loss_estimator(std::uint32_t packet_bytes = 1448) noexcept
+      : m_packet_bytes(packet_bytes) {}
+
+  /// Sets s (the session's block size is known once its announce arrived).
+  void set_packet_bytes(std::uint32_t packet_bytes) noexcept { m_packet_bytes = packet_bytes; }
+
+  /// The receive rate of the last whole window, datagrams per second (0: none measured yet).
+  double receive_rate_pps() const noexcept { return m_recv_pps; }
+
+  /// The interval 1/p whose p makes the throughput equation give `rate_bps` for `packet_bytes`
+  /// packets at `rtt` (RFC 5348 section 6.3.1), at least 1.
+  static double synthetic_interval(double rate_bps, std::uint32_t packet_bytes,
+                                   duration rtt) noexcept;
 
   /// A datagram with sequence number `seq` arrived at `now`.
   /// @param rtt  the receiver's round-trip time to the sender: losses within one rtt of the
@@ -63,6 +94,10 @@ class loss_estimator {
   std::uint64_t open_interval() const noexcept;
 
  private:
+  std::uint32_t m_packet_bytes;
+  time_point m_window_start{};
+  std::uint64_t m_window_count = 0;
+  double m_recv_pps = 0;
   bool m_started = false;
   std::uint32_t m_first = 0;      ///< first number seen
   std::uint32_t m_highest = 0;    ///< highest number seen (wraparound-safe order)

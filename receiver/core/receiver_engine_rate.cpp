@@ -26,6 +26,7 @@ std::uint32_t packet_bytes(std::uint32_t block_size) {
 }  // namespace
 
 void receiver_engine::note_seq(session_rx& s, std::uint32_t seq, time_point now) {
+  s.loss.set_packet_bytes(packet_bytes(s.block_size));
   s.loss.on_datagram(seq, now, rate_rtt(s.register_rtt, s.grtt));
 }
 

@@ -12,10 +12,19 @@ checked: the delivered file must have the source's SHA-256. Also shown per row: 
 repair datagrams, and for auto the rate at the end and the lowest after slow start (from the
 summary JSON).
 
-Needs root (`ip link set lo multicast on`) and a build (deploy/build.sh).
+With --linkem RATE (e.g. 200M) it runs through tests/linkem instead: h0 sends to one mcdistd on
+h1 whose downlink is a RATE bottleneck (drop-tail queue of --queue packets, --delay one way on
+every direction), and compares --rate auto --rate-max CEILING (the first of --ceilings) with
+fixed rates of 100 % and 95 % of RATE. Shown per row besides goodput: the bottleneck's queue
+drops as a share of the packets that reached it (the loss the bottleneck caused). One emulator
+per run, so each row's counters are its own.
+
+Needs root (`ip link set lo multicast on`; namespaces and TUN for --linkem) and a build
+(deploy/build.sh).
 
 usage: rate_auto_bench.py [--build DIR] [--dir DIR] [--bytes N] [--repeat N]
                           [--ceilings 2G,8G] [--fixed 1G,2G,4G,5G,8G]
+                          [--linkem 200M [--delay 10ms] [--queue 100]]
 """
 
 import argparse
@@ -26,6 +35,7 @@ import subprocess
 import sys
 import time
 
+from linkem_run import Emulator, stop_proc
 from uftp_compare import Child, clear, digest, sender_run
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -50,7 +60,12 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--ceilings", default="2G,8G")
     ap.add_argument("--fixed", default="1G,2G,4G,5G,8G")
+    ap.add_argument("--linkem", default=None, help="bottleneck rate: run through tests/linkem")
+    ap.add_argument("--delay", default="10ms", help="--linkem: one-way delay of every direction")
+    ap.add_argument("--queue", default="100", help="--linkem: bottleneck queue, packets")
     args = ap.parse_args()
+    if args.linkem:
+        return linkem_main(args)
     if os.geteuid() != 0:
         sys.exit("rate_auto_bench.py needs root (ip link set lo multicast on)")
     subprocess.run(["ip", "link", "set", "lo", "multicast", "on"], check=True)
@@ -122,7 +137,7 @@ def main():
     log("|---|---|---|---|---|---|---|---|")
     for row in rows:
         log("| %s %s | %.0f | %.3f | %.0f | %.0f | %s | %s | %s |" % (
-            row[0], row[1], med(row, "goodput"), med(row, "wall"), med(row, "passes"),
+            row[0], row[1], med(row, "goodput") / 1e6, med(row, "wall"), med(row, "passes"),
             med(row, "repairs"), "%.0f" % (med(row, "end") / 1e6) if row[0] == "auto" else "-",
             "%.0f" % (med(row, "lowest") / 1e6) if row[0] == "auto" else "-",
             all(x["ok"] for x in samples[row])))
@@ -134,7 +149,112 @@ def main():
         best = max(cands, key=lambda row: med(row, "goodput"))
         a = med(("auto", c), "goodput")
         b = med(best, "goodput")
-        log("| %s | %.0f | %s | %.0f | %.2f |" % (c, a, best[1], b, a / b))
+        log("| %s | %.0f | %s | %.0f | %.2f |" % (c, a / 1e6, best[1], b / 1e6, a / b))
+
+
+def find_down(stats, host):
+    """The `down` counters of `host` in mcdist-linkem's --stats-json output."""
+    if isinstance(stats, dict):
+        if host in (stats.get("name"), stats.get("host")) and isinstance(stats.get("down"), dict):
+            return stats["down"]
+        if isinstance(stats.get(host), dict) and isinstance(stats[host].get("down"), dict):
+            return stats[host]["down"]
+        vals = stats.values()
+    elif isinstance(stats, list):
+        vals = stats
+    else:
+        return None
+    for v in vals:
+        r = find_down(v, host)
+        if r is not None:
+            return r
+    return None
+
+
+def linkem_main(args):
+    if os.geteuid() != 0:
+        sys.exit("rate_auto_bench.py --linkem needs root (namespaces, TUN)")
+    linkem = os.path.join(args.build, "tests", "linkem", "mcdist-linkem")
+    send = os.path.join(args.build, "sender", "mcdist-send")
+    recv = os.path.join(args.build, "receiver", "mcdistd")
+    for b in (linkem, send, recv):
+        if not os.access(b, os.X_OK):
+            sys.exit("build mcdist first (deploy/build.sh): %s missing" % b)
+    os.environ.setdefault("MCDIST_NETNS_PREFIX", "rate13")
+    base = args.dir
+    clear(base)
+    src = os.path.join(base, "src")
+    os.makedirs(src)
+    src_file = os.path.join(src, "model_field.grib2")
+    with open(src_file, "wb") as f:
+        f.write(os.urandom(args.bytes))
+    src_digest = digest(src_file)
+    bottleneck = bps(args.linkem)
+    ceiling = args.ceilings.split(",")[0]
+    rows = [("fixed", args.linkem), ("fixed", "%dM" % int(bottleneck * 0.95 / 1e6)),
+            ("auto", ceiling)]
+    links = ["all:delay=%s" % args.delay, "h1.down:rate=%s,queue=%s" % (
+        args.linkem.replace("M", "Mbit").replace("G", "Gbit"), args.queue)]
+    samples = {row: [] for row in rows}
+    for rep in range(args.repeat):
+        for mode, r in rows:
+            work = os.path.join(base, "run")
+            clear(work)
+            stats_json = os.path.join(work, "linkem-stats.json")
+            emu = Emulator(linkem, work, links, hosts=2, seed=rep + 1, stats_json=stats_json)
+            dest, temp = os.path.join(work, "dest"), os.path.join(work, "temp")
+            group = "239.192.80.%d:%d" % (os.getpid() % 200 + 1, 5000 + os.getpid() % 1000)
+            logf = open(os.path.join(work, "mcdistd.log"), "w")
+            daemon = subprocess.Popen(["ip", "netns", "exec", emu.ns(1), recv, "--id", "bench",
+                                       "--group", group, "--interface", emu.addr(1), "--dest", dest,
+                                       "--temp", temp, "--status-interval", "1h", "--http", "off"],
+                                      stdout=logf, stderr=subprocess.STDOUT)
+            time.sleep(0.5)
+            summary = os.path.join(work, "summary.json")
+            rate_args = ["--rate", r] if mode == "fixed" else ["--rate", "auto", "--rate-max", r]
+            try:
+                code, wall, _, out = sender_run(
+                    ["ip", "netns", "exec", emu.ns(0), send, "-q", "--group", group, "--interface",
+                     emu.addr(0), "--receivers", "bench", "--fallback", "off", "--summary-json",
+                     summary] + rate_args + [src])
+            finally:
+                stop_proc(daemon)
+                logf.close()
+                emu.stop()
+            if code != 0:
+                sys.exit("mcdist-send failed (%d):\n%s" % (code, out))
+            with open(summary) as f:
+                s = json.load(f)
+            with open(stats_json) as f:
+                down = find_down(json.load(f), "h1") or {}
+            got = os.path.join(dest, "src", "model_field.grib2")
+            ok = os.path.exists(got) and digest(got) == src_digest
+            rate = s.get("rate", {})
+            drops = down.get("dropped_queue", 0)
+            pin = down.get("packets_in", 0) or 1
+            samples[(mode, r)].append({
+                "goodput": args.bytes * 8 / wall, "wall": wall, "passes": s["passes"],
+                "repairs": s["repair_datagrams"], "end": rate.get("bps", 0),
+                "lowest": rate.get("lowest_bps", 0), "drop": drops / pin, "ok": ok})
+            log("run %d: %-5s %-5s %.3f s  %5.1f Mbit/s  %d pass(es)  %d repairs  bottleneck drops "
+                "%.2f %%  end %.0f M  lowest %.0f M  %s" % (
+                    rep + 1, mode, r, wall, args.bytes * 8 / wall / 1e6, s["passes"],
+                    s["repair_datagrams"], 100 * drops / pin, rate.get("bps", 0) / 1e6,
+                    rate.get("lowest_bps", 0) / 1e6, "ok" if ok else "WRONG OR MISSING FILE"))
+    med = lambda row, k: statistics.median(x[k] for x in samples[row])
+    log("")
+    log("%d bytes through a %s bottleneck (queue %s packets, %s one way per direction), median "
+        "of %d" % (args.bytes, args.linkem, args.queue, args.delay, args.repeat))
+    log("| row | goodput Mbit/s | share of the bottleneck | wall s | passes | repairs | "
+        "bottleneck drops | end rate Mbit/s | lowest Mbit/s | all ok |")
+    log("|---|---|---|---|---|---|---|---|---|---|")
+    for row in rows:
+        log("| %s %s | %.1f | %.2f | %.2f | %.0f | %.0f | %.2f %% | %s | %s | %s |" % (
+            row[0], row[1], med(row, "goodput") / 1e6, med(row, "goodput") / bottleneck,
+            med(row, "wall"), med(row, "passes"), med(row, "repairs"), 100 * med(row, "drop"),
+            "%.0f" % (med(row, "end") / 1e6) if row[0] == "auto" else "-",
+            "%.0f" % (med(row, "lowest") / 1e6) if row[0] == "auto" else "-",
+            all(x["ok"] for x in samples[row])))
 
 
 if __name__ == "__main__":

@@ -43,7 +43,18 @@ double rfc_loss_event_rate(const std::vector<double>& closed, double open) {
     tot1 += i[n] * w[n - 1];
     w1 += w[n - 1];
   }
-  return 1 / std::max(tot0 / w0, tot1 / w1);
+  // RFC 5348 section 5.5: an open interval above twice the closed mean discounts the history.
+  const double closed_mean = tot1 / w1;
+  if (open > 2 * closed_mean) {
+    const double df = std::max(0.5, 2 * closed_mean / open);
+    tot0 = open * w[0];
+    w0 = w[0];
+    for (std::size_t n = 1; n <= std::min<std::size_t>(k, 7); ++n) {
+      tot0 += i[n] * w[n] * df;
+      w0 += w[n] * df;
+    }
+  }
+  return 1 / std::max(tot0 / w0, closed_mean);
 }
 
 }  // namespace
@@ -66,10 +77,34 @@ TEST_CASE("the loss event rate of two gaps is the RFC 5348 weighted average of t
   REQUIRE(e.lost() == 3);
   REQUIRE(e.closed_intervals() == 2);
   REQUIRE(e.closed_interval(0) == 150);  // 250 - 100
-  REQUIRE(e.closed_interval(1) == 100);  // 100 - 0 (the first datagram seen)
   REQUIRE(e.open_interval() == 150);     // 250..399
-  REQUIRE(e.loss_event_rate() == Approx(rfc_loss_event_rate({150, 100}, 150)));
-  REQUIRE(e.loss_event_rate() == Approx(3.0 / 400));  // max(400/3, 250/2) = 133.3
+  // The first interval is synthesised from the receive rate before the first loss (RFC 5348
+  // section 6.3.1): 1,000 datagrams/s of 1448 bytes.
+  const double first = static_cast<double>(e.closed_interval(1));
+  REQUIRE(first == std::llround(loss_estimator::synthetic_interval(1000.0 * 1448 * 8, 1448, rtt)));
+  REQUIRE(e.loss_event_rate() == Approx(rfc_loss_event_rate({150, first}, 150)));
+}
+
+TEST_CASE("the synthetic first interval gives back the receive rate through the equation",
+          "[unit][receiver]") {
+  for (const double rate : {1e6, 11.584e6, 200e6, 4e9}) {
+    for (const duration r : {duration(1ms), duration(40ms), duration(700ms)}) {
+      const double i = loss_estimator::synthetic_interval(rate, 1448, r);
+      if (i > 1 && i < 1e10) {
+        REQUIRE(mcdist::tcp_throughput_bps(1448, r, 1 / i) == Approx(rate).epsilon(1e-6));
+      }
+    }
+  }
+  // A slow start through a 200 Mbit/s bottleneck: the rate after the first loss is what got
+  // through (while the open interval is shorter than the synthetic one).
+  loss_estimator e;
+  time_point t{};
+  std::uint32_t seq = 0;
+  for (int i = 0; i < 1000; ++i, ++seq, t += 58us) e.on_datagram(seq, t, 1ms);  // ~200 Mbit/s
+  e.on_datagram(seq + 5, t, 1ms);  // the overshoot lost 5 (I_0 = 6, below the synthetic I_1)
+  REQUIRE(e.receive_rate_pps() == Approx(1e6 / 58).epsilon(0.02));
+  REQUIRE(mcdist::tcp_throughput_bps(1448, 1ms, e.loss_event_rate()) ==
+          Approx(1e6 / 58 * 1448 * 8).epsilon(0.03));
 }
 
 TEST_CASE("with more than eight loss events only the newest eight intervals count, weighted",
@@ -121,7 +156,7 @@ TEST_CASE("duplicates and reordered datagrams are ignored, across the sequence w
   e.on_datagram(2, t + 1s, rtt);  // 1 lost
   REQUIRE(e.loss_events() == 1);
   REQUIRE(e.lost() == 1);
-  REQUIRE(e.closed_interval(0) == std::uint64_t{0x100} + 1);  // from 0xFFFFFF00 to 1
+  REQUIRE(e.open_interval() == 2);  // 1..2, across the wrap
 }
 
 TEST_CASE("the TCP throughput equation matches RFC 5348 section 3.1 and falls with p and R",
@@ -190,4 +225,26 @@ TEST_CASE("rate reports: the CLR reports at every marker, at most once per RTT",
   // Not --rate auto: nothing.
   f.on_marker(0, true, 1, 100ms, 0, 150e6, rtt, 0.5, t0 + 30ms);
   REQUIRE_FALSE(f.due());
+}
+
+TEST_CASE("a long loss-free stretch discounts the loss history (RFC 5348 section 5.5)",
+          "[unit][receiver]") {
+  loss_estimator e;
+  time_point t = feed(e, 0, 100, time_point{});
+  for (std::uint32_t k = 1; k <= 8; ++k) t = feed(e, 100 * k + 1, 100 * k + 100, t + 1s);
+  REQUIRE(e.closed_intervals() == 8);
+  std::vector<double> closed(8, 100);
+  closed[7] = static_cast<double>(e.closed_interval(7));  // the synthetic first
+  const double before = e.loss_event_rate();
+  REQUIRE(before == Approx(rfc_loss_event_rate(closed, 100)));
+  // 1,000 datagrams without loss: I_0 = 1,100 > 2 x the closed mean, so DF applies.
+  feed(e, 900, 1900, t + 1s);
+  REQUIRE(e.open_interval() == 1100);
+  REQUIRE(e.loss_event_rate() == Approx(rfc_loss_event_rate(closed, 1100)));
+  // Without discounting I_tot0 / W_tot would be (1100 + the seven newest closed intervals
+  // weighted w_1..w_7) / 6; discounted, the open interval weighs more and p is lower.
+  double plain = 1100;
+  for (std::size_t i = 0; i < 7; ++i) plain += closed[i] * loss_estimator::weights[i + 1];
+  REQUIRE(e.loss_event_rate() < 6.0 / plain);
+  REQUIRE(e.loss_event_rate() < before);
 }
