@@ -36,8 +36,10 @@ void loss_estimator::on_datagram(std::uint32_t seq, time_point now, duration rtt
     if (m_events == 0 || now - m_event_at > rtt) {
       // A new loss event: the interval since the previous one's first loss closes. The first
       // is synthesised from the receive rate before this datagram (RFC 5348 section 6.3.1).
+      // A window shorter than min_rate_window is not a rate: datagrams arrive in batches
+      // (recvmmsg, GRO) that share one `now`.
       double pps = m_recv_pps;
-      if (pps == 0 && now > m_window_start && m_window_count > 1) {
+      if (pps == 0 && now - m_window_start >= min_rate_window && m_window_count > 1) {
         pps = static_cast<double>(m_window_count) /
               std::chrono::duration<double>(now - m_window_start).count();
       }

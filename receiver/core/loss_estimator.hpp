@@ -24,8 +24,8 @@
 /// the TCP throughput equation give the receive rate X_recv measured just before the first loss
 /// (datagrams received per window of max(RTT, 10 ms), times the packet size), so the rate right
 /// after the first loss is what got through, not what a slow start overshooting a bottleneck
-/// lost. Without a measured window (fewer than two datagrams) it is the count of numbers from
-/// the first datagram seen to the first loss.
+/// lost. Without a measured window (the first loss came less than min_rate_window after the
+/// first datagram) it is the count of numbers from the first datagram seen to the first loss.
 ///
 /// Departures from the RFC, for simplicity: a loss is dated at the arrival of the datagram that
 /// reveals the gap (not interpolated between its neighbours), and reordered and duplicate

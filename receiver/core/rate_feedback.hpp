@@ -8,7 +8,10 @@
 /// report early and the sender echoes the lowest rate heard in its next markers; when its timer
 /// fires, a receiver whose rate is not at least 10 % below that echo keeps quiet (the
 /// suppression). The current limiting receiver (CLR), named in the markers, is exempt: it
-/// reports at every marker, at most once per RTT, so the sender follows its rate.
+/// reports at every marker, at most once per RTT, so the sender follows its rate. A receiver
+/// whose new loss event puts its rate below half the sender's reports at once, without timer or
+/// suppression (at most once per RTT): a slow start overshooting a bottleneck must hear of it
+/// within a round trip, not a feedback round (4 GRTT) later, or it keeps doubling into the loss.
 ///
 /// Pure: time and the random draw are passed in.
 
@@ -29,6 +32,9 @@ class rate_feedback {
   static constexpr double group_bound = 10'000;
   /// A receiver reports only if its rate is below this fraction of the lowest echoed rate.
   static constexpr double suppress_fraction = 0.9;
+  /// A new loss event that puts a receiver's rate below this fraction of the sender's is
+  /// reported at once.
+  static constexpr double urgent_fraction = 0.5;
 
   /// The report time drawn at the start of a round. @param round_len T @param u in (0, 1]
   static duration delay(duration round_len, double u) noexcept {
@@ -68,6 +74,16 @@ class rate_feedback {
     }
   }
 
+  /// A new loss event was seen. @param own_bps this receiver's rate now @param rtt its RTT
+  void on_loss_event(double own_bps, duration rtt, time_point now) noexcept {
+    if (m_sender_bps == 0 || !(own_bps < urgent_fraction * static_cast<double>(m_sender_bps))) {
+      return;
+    }
+    if (m_last_report && now - *m_last_report < rtt) return;
+    m_due = now;
+    m_urgent = true;
+  }
+
   /// When a report is due, if one is.
   std::optional<time_point> due() const noexcept { return m_due; }
 
@@ -75,8 +91,10 @@ class rate_feedback {
   /// @return true: send the report now; false: suppressed (or no longer below the sender)
   bool fire(time_point now, double own_bps) noexcept {
     m_due.reset();
+    const bool urgent = m_urgent;
+    m_urgent = false;
     if (!std::isfinite(own_bps)) return false;
-    if (!m_clr) {
+    if (!m_clr && !urgent) {
       if (own_bps >= static_cast<double>(m_sender_bps)) return false;
       if (m_lowest_bps > 0 && own_bps >= suppress_fraction * static_cast<double>(m_lowest_bps)) {
         return false;
@@ -90,6 +108,7 @@ class rate_feedback {
   std::uint64_t m_sender_bps = 0;
   std::uint64_t m_lowest_bps = 0;
   bool m_clr = false;
+  bool m_urgent = false;
   std::optional<std::uint32_t> m_round;
   std::optional<time_point> m_due;
   std::optional<time_point> m_last_report;

@@ -27,7 +27,13 @@ std::uint32_t packet_bytes(std::uint32_t block_size) {
 
 void receiver_engine::note_seq(session_rx& s, std::uint32_t seq, time_point now) {
   s.loss.set_packet_bytes(packet_bytes(s.block_size));
-  s.loss.on_datagram(seq, now, rate_rtt(s.register_rtt, s.grtt));
+  const std::uint64_t events = s.loss.loss_events();
+  const duration rtt = rate_rtt(s.register_rtt, s.grtt);
+  s.loss.on_datagram(seq, now, rtt);
+  if (s.loss.loss_events() != events) {
+    s.rate.on_loss_event(
+        tcp_throughput_bps(packet_bytes(s.block_size), rtt, s.loss.loss_event_rate()), rtt, now);
+  }
 }
 
 void receiver_engine::on_rate_marker(session_rx& s, const wire::marker& m, time_point now) {

@@ -66,7 +66,8 @@ sender_session::sender_session(sender_config cfg, std::vector<manifest_entry> fi
         static_cast<std::uint32_t>(m_cfg.block_size + wire::data_header_size + ip_udp_overhead);
     rc.min_rtt = m_cfg.grtt_min;
     m_rate.emplace(rc);
-    set_rate(m_rate->rate_bps());
+    m_cfg.rate_bps = 0;  // update_auto_rate sets the rate and the bucket
+    update_auto_rate(time_point{});
   }
   if (m_cfg.fec_k > 0) {
     if (m_cfg.fec_max_parity == 0 && m_cfg.fec_k < fec::max_blocks) {

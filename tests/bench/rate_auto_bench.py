@@ -214,13 +214,16 @@ def linkem_main(args):
             rate_args = ["--rate", r] if mode == "fixed" else ["--rate", "auto", "--rate-max", r]
             try:
                 code, wall, _, out = sender_run(
-                    ["ip", "netns", "exec", emu.ns(0), send, "-q", "--group", group, "--interface",
+                    ["ip", "netns", "exec", emu.ns(0), send, "--no-progress", "--group", group,
+                     "--interface",
                      emu.addr(0), "--receivers", "bench", "--fallback", "off", "--summary-json",
                      summary] + rate_args + [src])
             finally:
                 stop_proc(daemon)
                 logf.close()
                 emu.stop()
+            with open(os.path.join(base, "sender-%s-%s.log" % (mode, r)), "w") as f:
+                f.write(out)  # the last repetition's, for when a row looks wrong
             if code != 0:
                 sys.exit("mcdist-send failed (%d):\n%s" % (code, out))
             with open(summary) as f:

@@ -248,3 +248,22 @@ TEST_CASE("a long loss-free stretch discounts the loss history (RFC 5348 section
   REQUIRE(e.loss_event_rate() < 6.0 / plain);
   REQUIRE(e.loss_event_rate() < before);
 }
+
+TEST_CASE("rate reports: a loss event far below the sender's rate is reported at once",
+          "[unit][receiver]") {
+  const time_point t0{};
+  rate_feedback f;
+  f.on_marker(400'000'000, false, 1, 100ms, 0, INFINITY, rtt, 0.5, t0);
+  REQUIRE_FALSE(f.due());
+  f.on_loss_event(300e6, rtt, t0 + 1ms);  // not below half the sender's rate: the round decides
+  REQUIRE_FALSE(f.due());
+  f.on_loss_event(150e6, rtt, t0 + 2ms);
+  REQUIRE(f.due() == t0 + 2ms);
+  // Not suppressed by a lower echo: it is urgent.
+  f.on_marker(400'000'000, false, 1, 100ms, 100'000'000, 150e6, rtt, 0.5, t0 + 2ms);
+  REQUIRE(f.fire(t0 + 2ms, 150e6));
+  f.on_loss_event(100e6, rtt, t0 + 5ms);  // within one RTT of the last report
+  REQUIRE_FALSE(f.due());
+  f.on_loss_event(100e6, rtt, t0 + 12ms);
+  REQUIRE(f.due() == t0 + 12ms);
+}
