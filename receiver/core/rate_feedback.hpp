@@ -84,6 +84,9 @@ class rate_feedback {
     m_urgent = true;
   }
 
+  /// True when the latest marker said the session's rate is auto (reports wanted).
+  bool enabled() const noexcept { return m_sender_bps > 0; }
+
   /// When a report is due, if one is.
   std::optional<time_point> due() const noexcept { return m_due; }
 

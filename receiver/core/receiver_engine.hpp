@@ -320,7 +320,8 @@ class receiver_engine {
   void on_rate_marker(session_rx& s, const wire::marker& m, time_point now);
   /// The rate-report timer fired: sends a NAK with the rate fields and nothing to NAK.
   void send_rate_report(session_rx& s, time_point now);
-  /// Sets a NAK's rate fields (40-43) when the session is in --rate auto and has seen loss.
+  /// Sets a NAK's rate fields (40-43) when the session is in --rate auto (its latest marker
+  /// said so) and has seen loss.
   void fill_rate(const session_rx& s, wire::nak& m) const;
   std::uint64_t random() noexcept;
 

@@ -48,7 +48,8 @@ void receiver_engine::on_rate_marker(session_rx& s, const wire::marker& m, time_
 }
 
 void receiver_engine::fill_rate(const session_rx& s, wire::nak& m) const {
-  if (!s.loss.has_loss() || s.unicast) return;
+  // Only in --rate auto sessions: a fixed-rate session's NAKs stay as they were.
+  if (!s.rate.enabled() || !s.loss.has_loss() || s.unicast) return;
   const duration rtt = rate_rtt(s.register_rtt, s.grtt);
   const double p = s.loss.loss_event_rate();
   const double own = tcp_throughput_bps(packet_bytes(s.block_size), rtt, p);
