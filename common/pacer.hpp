@@ -23,6 +23,8 @@ class pacer {
   std::uint64_t rate_bps() const noexcept { return m_rate_bps; }
   /// Changes the rate; the schedule already consumed stays.
   void set_rate(std::uint64_t rate_bps) noexcept { m_rate_bps = rate_bps; }
+  /// Changes the bucket depth, bytes (at least one datagram).
+  void set_burst(std::uint64_t burst_bytes) noexcept { m_burst_bytes = burst_bytes; }
 
   /// Bytes that may be sent at `now` without exceeding the rate.
   std::uint64_t allowance(time_point now) const noexcept;

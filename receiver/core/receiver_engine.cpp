@@ -614,6 +614,9 @@ void receiver_engine::handle_data(std::span<const std::byte> datagram, const end
   }
   session_rx* s = receiving_session(h.session, from);
   if (!s) return;
+  // Every datagram of the session counts for the loss event rate, wanted or not (a repair
+  // for another receiver is not a loss here).
+  note_seq(*s, h.seq, now);
   if (h.file.value >= s->file_count) {
     m_stats.drops.add(errc::invalid_field);
     return;
@@ -727,6 +730,7 @@ void receiver_engine::handle_marker(session_rx& s, const wire::marker& m, time_p
   if (s.state != session_rx::state_t::receiving && s.state != session_rx::state_t::registering) {
     return;
   }
+  on_rate_marker(s, m, now);
   if (m.file() > s.file_count || (m.file() == s.file_count && m.block() != 0)) {
     m_stats.drops.add(errc::invalid_field);
     return;
@@ -1009,6 +1013,7 @@ void receiver_engine::on_timer(time_point now) {
           start_unicast_attempt(*s, now);
         }
         if (s->nak_due && now >= *s->nak_due) send_naks(*s, now);
+        if (s->rate.due() && now >= *s->rate.due()) send_rate_report(*s, now);
         if (s->dirty && now >= s->next_checkpoint) do_checkpoint(*s, now);
         break;
       case session_rx::state_t::completing:
@@ -1036,6 +1041,7 @@ std::optional<time_point> receiver_engine::next_deadline() const {
       case session_rx::state_t::receiving:
         if (s->unicast && !s->unicast_active) consider(s->next_unicast);
         if (s->nak_due) consider(*s->nak_due);
+        if (s->rate.due()) consider(*s->rate.due());
         if (s->dirty) consider(s->next_checkpoint);
         break;
       case session_rx::state_t::completing: consider(s->next_complete); break;

@@ -42,6 +42,7 @@ class register_reply;
 class session_end;
 class fallback;
 class repair_advert;
+class nak;
 }  // namespace mcdist::wire
 
 namespace mcdist::receiver {
@@ -309,6 +310,16 @@ class receiver_engine {
   /// The outcome of a file finalized after its session closed (m_late_files).
   void late_file_stored(session_id id, file_index f, std::error_code ec, const std::string& detail);
   duration retransmit_interval(const session_rx& s) const;
+  // --rate auto (receiver_engine_rate.cpp; docs/design-notes.md "Rate auto").
+  /// A multicast data or parity datagram with sequence number `seq` arrived.
+  void note_seq(session_rx& s, std::uint32_t seq, time_point now);
+  /// A marker's rate fields: schedules a rate report when this receiver should send one.
+  void on_rate_marker(session_rx& s, const wire::marker& m, time_point now);
+  /// The rate-report timer fired: sends a NAK with the rate fields and nothing to NAK.
+  void send_rate_report(session_rx& s, time_point now);
+  /// Sets a NAK's rate fields (40-43) when the session is in --rate auto (its latest marker
+  /// said so) and has seen loss.
+  void fill_rate(const session_rx& s, wire::nak& m) const;
   std::uint64_t random() noexcept;
 
   receiver_config m_cfg;

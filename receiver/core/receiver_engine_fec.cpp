@@ -15,6 +15,7 @@ void receiver_engine::handle_parity(std::span<const std::byte> datagram, const e
   }
   session_rx* s = receiving_session(h.session, from);
   if (!s) return;
+  note_seq(*s, h.seq, now);
   // Parity is used once the manifest is complete; before, or in a session without FEC, it is
   // dropped like a block of an unknown file.
   if (!ensure_fec(*s)) {

@@ -31,6 +31,7 @@ void receiver_engine::send_round(session_rx& s, const nak_round& r, time_point n
       std::chrono::duration_cast<std::chrono::microseconds>(now - s.echo_at).count()));
   header.set_files_finalizing(s.files_finalizing);
   header.set_bytes_received(s.bytes_received);
+  fill_rate(s, header);
   nak_builder naks(header, m_cfg.max_nak_datagrams);
   bool stopped = false;
   std::map<std::uint32_t, std::uint32_t> fec_lacks;  // FEC block -> blocks it lacks

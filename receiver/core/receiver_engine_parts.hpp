@@ -12,9 +12,11 @@
 #include "common/wire.hpp"
 #include "mcdist.pb.h"
 #include "receiver/core/fec_tracker.hpp"
+#include "receiver/core/loss_estimator.hpp"
 #include "receiver/core/manifest_assembler.hpp"
 #include "receiver/core/nak_builder.hpp"
 #include "receiver/core/nak_scheduler.hpp"
+#include "receiver/core/rate_feedback.hpp"
 #include "receiver/core/register_backoff.hpp"
 #include "receiver/core/session_checkpoint.hpp"
 
@@ -219,6 +221,10 @@ struct receiver_engine::session_rx {
   /// FEC blocks with a missing block behind the marker whose other sources pass 1 had not sent
   /// yet: reported once they are all sent (and the FEC block's proactive parity with them).
   std::set<std::uint32_t> fec_deferred;
+  // --rate auto (receiver_engine_rate.cpp): loss event rate of the multicast datagrams and
+  // the rate-report timing.
+  loss_estimator loss;
+  rate_feedback rate;
 
   std::string name() const { return fmt::format("{}", id); }
 };

@@ -11,9 +11,11 @@ sender_session::sender_session(sender_config cfg, std::vector<manifest_entry> fi
     : m_cfg(std::move(cfg)), m_files(std::move(files)), m_log(std::move(log)), m_rng_state(seed),
       m_grtt(m_cfg.grtt_initial, m_cfg.grtt_min, m_cfg.grtt_max),
       m_pacer(m_cfg.rate_bps,
-              std::max({m_cfg.burst_bytes, m_cfg.rate_bps / 8 / 1000 * catch_up_ms,
-                        std::uint64_t{m_cfg.block_size + wire::data_header_size + ip_udp_overhead +
-                                      m_cfg.data_trailer_bytes}})),
+              std::max(
+                  {m_cfg.burst_bytes,
+                   (m_cfg.rate_auto ? m_cfg.rate_max_bps : m_cfg.rate_bps) / 8 / 1000 * catch_up_ms,
+                   std::uint64_t{m_cfg.block_size + wire::data_header_size + ip_udp_overhead +
+                                 m_cfg.data_trailer_bytes}})),
       m_passes(std::vector<std::uint32_t>{}), m_fallback(fallback_settings_of(m_cfg)) {
   if (m_cfg.block_size < wire::min_block_size || m_cfg.block_size > wire::max_block_size) {
     throw std::invalid_argument("block size " + std::to_string(m_cfg.block_size) + " is outside " +
@@ -55,6 +57,18 @@ sender_session::sender_session(sender_config cfg, std::vector<manifest_entry> fi
     blocks[i] = block_count(m_files[i].size, m_cfg.block_size);
   }
   m_passes = pass_scheduler(blocks);
+  if (m_cfg.rate_auto) {
+    if (m_cfg.rate_max_bps == 0) throw std::invalid_argument("--rate auto needs a --rate-max");
+    rate_controller_config rc;
+    rc.rate_max_bps = m_cfg.rate_max_bps;
+    rc.initial_bps = std::min(m_cfg.rate_auto_initial_bps, m_cfg.rate_max_bps);
+    rc.packet_bytes =
+        static_cast<std::uint32_t>(m_cfg.block_size + wire::data_header_size + ip_udp_overhead);
+    rc.min_rtt = m_cfg.grtt_min;
+    m_rate.emplace(rc);
+    m_cfg.rate_bps = 0;  // update_auto_rate sets the rate and the bucket
+    update_auto_rate(time_point{});
+  }
   if (m_cfg.fec_k > 0) {
     if (m_cfg.fec_max_parity == 0 && m_cfg.fec_k < fec::max_blocks) {
       m_cfg.fec_max_parity = fec::max_blocks - m_cfg.fec_k;
@@ -292,6 +306,7 @@ void sender_session::close_registration(time_point now) {
 }
 
 void sender_session::start_transfer(time_point now) {
+  if (m_rate) m_rate->start(now);
   m_passes.want_all();
   start_pass(now);
 }
@@ -316,6 +331,7 @@ void sender_session::start_pass(time_point now) {
 
 std::size_t sender_session::next_data(time_point now, std::span<data_send> out) {
   if (m_phase != phase::transferring) return 0;
+  update_auto_rate(now);
   std::uint64_t allowance = m_pacer.allowance(now);
   std::size_t n = 0;
   while (n < out.size()) {
@@ -414,6 +430,7 @@ void sender_session::send_marker(time_point now, bool pass_end, bool status_requ
       std::chrono::duration_cast<std::chrono::microseconds>(nak_window()).count()));
   m.set_status_request(status_request);
   m.set_group_size(m_registered);
+  fill_rate_fields(m, now);
   if (status_request) {
     const std::uint32_t slices = status_slices(m_active, status_interval(), m_cfg.receiver_timeout);
     if (slices > 1) {
@@ -650,6 +667,15 @@ session_report sender_session::report(time_point now) const {
   rep.elapsed = (m_phase == phase::done || m_phase == phase::ending ? m_finished : now) - m_start;
   rep.drops = m_drops;
   rep.control = m_counters;
+  if (m_rate) {
+    rep.rate_auto = true;
+    rep.rate_bps = m_cfg.rate_bps;
+    rep.rate_lowest_bps = m_rate->lowest_bps();
+    rep.rate_max_bps = m_cfg.rate_max_bps;
+    rep.rate_clr = m_rate->clr();
+  } else {
+    rep.rate_bps = m_cfg.rate_bps;
+  }
   for (const auto& r : m_receivers) rep.receivers.push_back(r->rep);
   return rep;
 }

@@ -19,6 +19,7 @@
 #include "sender/core/grtt.hpp"
 #include "sender/core/parity_planner.hpp"
 #include "sender/core/pass_scheduler.hpp"
+#include "sender/core/rate_controller.hpp"
 #include "sender/core/repair_advert.hpp"
 #include "sender/core/silence_list.hpp"
 
@@ -39,6 +40,7 @@ class logger;
 
 namespace mcdist::wire {
 class nak;
+class marker;
 class register_request;
 class complete;
 }  // namespace mcdist::wire
@@ -50,7 +52,12 @@ struct sender_config {
   session_id session{1};
   std::uint32_t block_size = 1400;       ///< payload bytes per data datagram
   std::uint64_t rate_bps = 100'000'000;  ///< multicast rate incl. IPv4+UDP headers; 0 = unpaced
-  std::uint32_t max_passes = 100;        ///< passes before incomplete receivers are failed
+  /// --rate auto: the rate follows the receivers' TFMCC reports (rate_controller.hpp) from
+  /// rate_auto_initial_bps up to rate_max_bps; rate_bps is then only the pacer's bucket sizing.
+  bool rate_auto = false;
+  std::uint64_t rate_max_bps = 1'000'000'000;        ///< --rate-max: the ceiling of auto
+  std::uint64_t rate_auto_initial_bps = 10'000'000;  ///< slow start's first rate
+  std::uint32_t max_passes = 100;  ///< passes before incomplete receivers are failed
   /// Closed group: exactly these receiver ids; empty = open group with a registration window.
   std::vector<std::string> receivers;
   /// Resend mode: only these receiver ids take part; others ignore the session.
@@ -199,6 +206,7 @@ struct control_counters {
   std::uint64_t nak_blocks = 0;         ///< blocks those NAKs named (a block named twice: twice)
   std::uint64_t nak_new_blocks = 0;     ///< of those, blocks that were not wanted already
   std::uint64_t adverts = 0;            ///< repair adverts multicast
+  std::uint64_t rate_reports = 0;       ///< NAKs carrying a --rate auto report (rate_report set)
   std::uint64_t advertised_blocks = 0;  ///< blocks they carried
   /// Datagrams received, all kinds above.
   std::uint64_t received() const noexcept { return registers + naks + status + completes; }
@@ -221,6 +229,13 @@ struct session_report {
   std::uint64_t proactive_parity = 0;  ///< of which proactive (pass 1, fec_overhead)
   duration grtt{};
   duration elapsed{};
+  /// --rate auto: the rate at the end, the lowest after slow start (0: it never ended), the
+  /// ceiling, and the last current limiting receiver (empty: none).
+  bool rate_auto = false;
+  std::uint64_t rate_bps = 0;
+  std::uint64_t rate_lowest_bps = 0;
+  std::uint64_t rate_max_bps = 0;
+  std::string rate_clr;
   control_counters control;
   std::vector<receiver_report> receivers;
   drop_counters drops;
@@ -361,6 +376,15 @@ class sender_session {
   duration status_interval() const noexcept;
   std::uint64_t pacing_quantum() const noexcept;
   void mark_held(receiver_state& r, std::uint32_t file);
+  // --rate auto (sender_session_rate.cpp).
+  /// Moves the pacer to the rate controller's rate as of `now`.
+  void update_auto_rate(time_point now);
+  /// The rate fields of a marker (40-44); starts a new feedback round when the last is over.
+  void fill_rate_fields(wire::marker& m, time_point now);
+  /// A NAK's rate fields, from a receiver on multicast (validated here).
+  void handle_rate(receiver_state& r, const wire::nak& m, time_point now);
+  /// `r` no longer holds the multicast rate back (unicast, completed, failed).
+  void forget_rate(const receiver_state& r, time_point now);
 
   void order_fallback(receiver_state& r, std::string reason, time_point now);
   void send_fallback(receiver_state& r, time_point now);
@@ -397,6 +421,11 @@ class sender_session {
   std::vector<std::pair<std::uint32_t, std::uint32_t>> m_added;
   std::optional<fec::layout> m_fec;
   std::optional<parity_planner> m_parity;
+  /// --rate auto: the TFMCC controller and its feedback round (marker fields 42-44).
+  std::optional<rate_controller> m_rate;
+  std::uint32_t m_rate_round = 0;
+  time_point m_rate_round_end{};
+  std::uint64_t m_rate_round_lowest = 0;
   std::uint64_t m_proactive_parity = 0;
 
   phase m_phase = phase::announcing;

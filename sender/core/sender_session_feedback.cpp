@@ -112,6 +112,7 @@ void sender_session::handle_nak(const wire::nak& m, const endpoint& from, time_p
   r->rep.bytes_received = m.bytes_received();
   ++r->rep.naks;
   sample_rtt(*r, m.echo_time_us(), m.hold_us(), now);
+  handle_rate(*r, m, now);
   std::uint64_t naked = 0;
   const bool advertise = suppressing();
   const bool advert_was_pending = m_advert.pending();

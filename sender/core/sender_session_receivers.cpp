@@ -209,6 +209,7 @@ void sender_session::handle_complete(const wire::complete& m, const endpoint& fr
   }
   --m_active;
   track(*r, false);
+  forget_rate(*r, now);
   if (m_log) {
     if (r->rep.state != receiver_report::state_t::failed) {
       m_log->info(
@@ -246,6 +247,7 @@ void sender_session::fail_receiver(receiver_state& r, std::string why, time_poin
   r.rep.completion_time = now - m_start;
   if (was_active) --m_active;
   track(r, false);
+  forget_rate(r, now);
   if (m_log) {
     m_log->warn("session {}: receiver '{}' failed: {}", m_cfg.session, r.rep.id, r.rep.reason);
   }

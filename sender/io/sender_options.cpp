@@ -24,6 +24,11 @@ RATE is in bit/s with an optional SI suffix: 500M, 1.5G, 100000; "max" sends unp
 counts whole IP packets (IPv4 + UDP + mcdist headers), which is what the link carries. Unpaced
 sending outruns receivers on a fast path and costs repairs: a paced rate just under what the
 slowest receiver sustains is faster (loopback here: 1 GB in 2.1 s at 4G, 5.6 s unpaced).
+--rate auto lets the receivers set the rate (TFMCC, RFC 4654): it starts at 10M, doubles every
+GRTT until a receiver reports loss, then follows the lowest TCP-friendly rate a receiver on
+multicast reports (from its loss event rate and RTT, RFC 5348's equation), never above
+--rate-max. Receivers moved to unicast no longer hold it back. It is a first version: see
+docs/benchmarks.md "Rate auto" for what it reaches against a well-chosen fixed rate.
 DURATION takes a unit: 250ms, 2s, 1m.
 
 Closed group (--receivers a,b,c): the session starts as soon as every listed receiver has
@@ -109,7 +114,12 @@ void add_sender_options(CLI::App& app, sender_cli& c) {
                  "Local address multicast leaves from; 127.0.0.1 for loopback")
       ->capture_default_str()
       ->type_name("ADDR");
-  app.add_option("-r,--rate", c.rate, "Multicast rate in bit/s (k, M, G suffixes; max = unpaced)")
+  app.add_option("-r,--rate", c.rate,
+                 "Multicast rate in bit/s (k, M, G suffixes; max = unpaced; auto = set by the "
+                 "receivers' loss reports, TFMCC, up to --rate-max)")
+      ->capture_default_str()
+      ->type_name("RATE");
+  app.add_option("--rate-max", c.rate_max, "With --rate auto: the highest rate it may reach")
       ->capture_default_str()
       ->type_name("RATE");
   app.add_option("--receivers", c.receivers, "Closed group: the receiver ids that must take part")
@@ -276,9 +286,19 @@ sender_options make_sender_options(const sender_cli& c) {
   o.app.interface = *itf;
   o.app.interface.port = c.port;
   o.app.ttl = c.ttl;
-  const auto r = parse_rate(c.rate);
-  if (!r) throw usage_error("--rate " + c.rate + " is not a rate (e.g. 500M, 1G, max)");
-  o.session.rate_bps = *r;
+  const auto rmax = parse_rate(c.rate_max);
+  if (!rmax || *rmax == 0) {
+    throw usage_error("--rate-max " + c.rate_max + " is not a rate (e.g. 200M, 8G)");
+  }
+  if (c.rate == "auto") {
+    o.session.rate_auto = true;
+    o.session.rate_max_bps = *rmax;
+    o.session.rate_bps = *rmax;  // the pacer's bucket is sized for the ceiling
+  } else {
+    const auto r = parse_rate(c.rate);
+    if (!r) throw usage_error("--rate " + c.rate + " is not a rate (e.g. 500M, 1G, max, auto)");
+    o.session.rate_bps = *r;
+  }
   const auto bs = parse_size(c.block_size);
   if (!bs || *bs < wire::min_block_size || *bs > wire::max_block_size) {
     throw usage_error("--block-size must be " + std::to_string(wire::min_block_size) + ".." +

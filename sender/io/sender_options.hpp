@@ -37,6 +37,7 @@ struct sender_cli {
   std::string group = "239.192.0.1:4711";
   std::string interface = "0.0.0.0";
   std::string rate = "100M";
+  std::string rate_max = "1G";
   std::vector<std::string> receivers;
   std::vector<std::string> only;
   std::string register_window = "2s";

@@ -39,6 +39,17 @@ std::string format_summary(const run_result& r) {
                 static_cast<unsigned long long>(rep.data_datagrams),
                 static_cast<unsigned long long>(rep.repair_datagrams), to_ms(rep.grtt));
   os << line;
+  if (rep.rate_auto) {
+    os << "rate auto (max " << format_rate(static_cast<double>(rep.rate_max_bps))
+       << "): " << format_rate(static_cast<double>(rep.rate_bps)) << " at the end, lowest "
+       << (rep.rate_lowest_bps ? format_rate(static_cast<double>(rep.rate_lowest_bps))
+                               : std::string("- (no loss reported)"))
+       << ", " << rep.control.rate_reports << " rate reports"
+       << (rep.rate_clr.empty() ? std::string() : ", limited by " + rep.rate_clr) << "\n";
+  } else {
+    os << "rate fixed: "
+       << (rep.rate_bps ? format_rate(static_cast<double>(rep.rate_bps)) : "unpaced") << "\n";
+  }
   std::snprintf(line, sizeof line, "%-20s %-10s %-12s %7s %7s %11s %6s %8s %10s %9s\n", "receiver",
                 "state", "path", "files", "held", "bytes", "passes", "NAKs", "NAKed", "RTT ms");
   os << line;
@@ -118,6 +129,12 @@ std::string summary_json(const run_result& r) {
                            {"nak_blocks", c.nak_blocks}, {"nak_new_blocks", c.nak_new_blocks}};
   j["repair_adverts"] = {{"sent", c.adverts}, {"blocks", c.advertised_blocks}};
   j["grtt_ms"] = to_ms(rep.grtt);
+  j["rate"] = {{"mode", rep.rate_auto ? "auto" : "fixed"},
+               {"bps", rep.rate_bps},
+               {"lowest_bps", rep.rate_lowest_bps},
+               {"max_bps", rep.rate_max_bps},
+               {"clr", rep.rate_clr},
+               {"reports", c.rate_reports}};
   j["succeeded"] = r.succeeded;
   j["signed"] = r.signed_session;
   j["encrypted"] = r.encrypted_session;

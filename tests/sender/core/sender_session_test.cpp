@@ -703,3 +703,97 @@ TEST_CASE(
   REQUIRE(h.s->current_phase() == sender_session::phase::transferring);
   REQUIRE(h.drain_data().size() == 8);  // 2 x ceil(5000 / 1400)
 }
+
+TEST_CASE(
+    "rate auto: a loss report lowers the rate at once, markers name the CLR, and a receiver "
+    "moved to unicast no longer holds the rate back",
+    "[unit][sender][rate]") {
+  sender_config cfg;
+  cfg.session = session_id{42};
+  cfg.receivers = {"a", "b"};
+  cfg.rate_auto = true;
+  cfg.rate_max_bps = 1'000'000'000;
+  cfg.rate_bps = cfg.rate_max_bps;
+  cfg.fallback = fallback_mode::sctp;
+  cfg.fallback_nak_ratio = 0.05;
+  cfg.fallback_min_sample = 1;
+  sender_session s(cfg, files({1'400'000}), 1, nullptr);  // 1000 blocks
+  s.set_unicast_endpoint(transport_kind::sctp_udp, *parse_endpoint("10.0.0.1:4712"));
+  time_point now{100s};
+  s.start(now);
+  std::vector<control_send> sent;
+  auto tick = [&] {
+    s.on_timer(now);
+    control_send c;
+    while (s.pop_control(c)) sent.push_back(std::move(c));
+  };
+  tick();
+  for (const char* id : {"a", "b"}) {
+    wire::register_request r;
+    r.set_receiver_id(id);
+    s.on_datagram(datagram(wire::msg_type::register_request, cfg.session, r),
+                  std::string(id) == "a" ? rx_a : rx_b, now);
+    tick();
+  }
+  REQUIRE(s.rate_bps() == cfg.rate_auto_initial_bps);
+  // Slow start: without a loss report the rate doubles once per GRTT.
+  std::array<data_send, 64> buf;
+  for (int i = 0; i < 40; ++i) {
+    now += 50ms;
+    s.next_data(now, buf);
+    tick();
+  }
+  REQUIRE(s.rate_bps() > cfg.rate_auto_initial_bps);
+  const std::uint64_t before = s.rate_bps();
+  auto report = [&](const char* id, const endpoint& from, std::uint64_t bps) {
+    wire::nak m;
+    m.set_receiver_id(id);
+    m.set_rate_report(true);
+    m.set_rate_bps(bps);
+    m.set_loss_ppb(1'000'000);
+    m.set_rtt_us(10'000);
+    s.on_datagram(datagram(wire::msg_type::nak, cfg.session, m), from, now);
+    tick();
+  };
+  report("a", rx_a, 2'000'000);
+  REQUIRE(s.rate_bps() == 2'000'000);
+  REQUIRE(s.rate_bps() < before);
+  report("b", rx_b, 50'000'000);  // higher: a stays the CLR
+  REQUIRE(s.rate_bps() == 2'000'000);
+  REQUIRE(s.report(now).rate_clr == "a");
+  now += 1s;
+  tick();
+  bool named = false;
+  for (const auto& c : sent) {
+    wire::header h;
+    wire::marker m;
+    if (wire::parse_header(c.bytes, h) || h.type != wire::msg_type::marker) continue;
+    REQUIRE_FALSE(wire::parse_control(c.bytes, m));
+    REQUIRE(m.rate_bps() > 0);
+    named = named || m.rate_clr() == "a";
+  }
+  REQUIRE(named);
+  // a NAKs far more than 5 % of what was sent: it is moved to unicast and stops being the CLR.
+  wire::nak n;
+  n.set_receiver_id("a");
+  n.set_seen_seq(0);
+  auto* fn = n.add_files();
+  fn->set_file(0);
+  fn->add_ranges(0);
+  fn->add_ranges(900);
+  s.on_datagram(datagram(wire::msg_type::nak, cfg.session, n), rx_a, now);
+  tick();
+  fallback_order order;
+  REQUIRE(s.pop_fallback(order));
+  REQUIRE(order.receiver_id == "a");
+  REQUIRE(s.report(now).rate_clr == "b");
+  // Its reports no longer count.
+  const std::uint64_t after = s.rate_bps();
+  report("a", rx_a, 1'000'000);
+  REQUIRE(s.rate_bps() >= after);
+  REQUIRE(s.report(now).rate_clr == "b");
+  const auto rep = s.report(now);
+  REQUIRE(rep.rate_auto);
+  REQUIRE(rep.rate_max_bps == cfg.rate_max_bps);
+  REQUIRE(rep.rate_lowest_bps == 2'000'000);
+}

@@ -103,6 +103,7 @@ TEST_CASE("mcdist-send refuses command lines an operator must correct", "[unit][
   };
   refused({"-g", "10.0.0.1:4711", "x"}, "--group 10.0.0.1:4711 is not a multicast ADDR:PORT");
   refused({"--rate", "fast", "x"}, "--rate fast is not a rate");
+  refused({"--rate", "auto", "--rate-max", "0", "x"}, "--rate-max 0 is not a rate");
   refused({"--block-size", "20", "x"}, "--block-size must be");
   refused({"--register-window", "soon", "x"}, "--register-window soon is not a duration");
   refused({"--unicast", "--fallback", "off", "x"}, "--unicast needs a fallback transport");
@@ -117,4 +118,14 @@ TEST_CASE("mcdist-send refuses command lines an operator must correct", "[unit][
   REQUIRE_THROWS_AS(parse({"--fallback", "udp", "x"}), CLI::ValidationError);
   REQUIRE_THROWS_AS(parse({"--max-passes", "0", "x"}), CLI::ValidationError);
   REQUIRE_THROWS_AS(parse({}), CLI::RequiredError);
+}
+
+TEST_CASE("--rate auto takes its ceiling from --rate-max", "[unit][sender]") {
+  const auto d = parse({"--rate", "auto", "products/"});
+  REQUIRE(d.session.rate_auto);
+  REQUIRE(d.session.rate_max_bps == 1'000'000'000);
+  const auto m = parse({"--rate", "auto", "--rate-max", "200M", "products/"});
+  REQUIRE(m.session.rate_auto);
+  REQUIRE(m.session.rate_max_bps == 200'000'000);
+  REQUIRE_FALSE(parse({"--rate", "300M", "products/"}).session.rate_auto);
 }

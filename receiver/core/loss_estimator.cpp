@@ -1,0 +1,107 @@
+#include "receiver/core/loss_estimator.hpp"
+
+#include "common/tcp_throughput.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace mcdist::receiver {
+
+double loss_estimator::synthetic_interval(double rate_bps, std::uint32_t packet_bytes,
+                                          duration rtt) noexcept {
+  // The equation falls monotonically in p: bisect on log p over [1e-10, 1].
+  double lo = std::log(1e-10), hi = 0;
+  if (tcp_throughput_bps(packet_bytes, rtt, std::exp(lo)) <= rate_bps) return 1e10;
+  if (tcp_throughput_bps(packet_bytes, rtt, 1) >= rate_bps) return 1;
+  for (int i = 0; i < 64; ++i) {
+    const double mid = (lo + hi) / 2;
+    (tcp_throughput_bps(packet_bytes, rtt, std::exp(mid)) > rate_bps ? lo : hi) = mid;
+  }
+  return std::max(1.0, 1 / std::exp((lo + hi) / 2));
+}
+
+void loss_estimator::on_datagram(std::uint32_t seq, time_point now, duration rtt) noexcept {
+  if (!m_started) {
+    m_started = true;
+    m_first = seq;
+    m_highest = seq;
+    m_window_start = now;
+    return;
+  }
+  const auto ahead = static_cast<std::int32_t>(seq - m_highest);
+  if (ahead <= 0) return;  // duplicate or reordered: already counted (as lost, if reordered)
+  if (ahead > 1) {
+    const std::uint32_t first_lost = m_highest + 1;
+    m_lost += static_cast<std::uint32_t>(ahead - 1);
+    if (m_events == 0 || now - m_event_at > rtt) {
+      // A new loss event: the interval since the previous one's first loss closes. The first
+      // is synthesised from the receive rate before this datagram (RFC 5348 section 6.3.1).
+      // A window shorter than min_rate_window is not a rate: datagrams arrive in batches
+      // (recvmmsg, GRO) that share one `now`.
+      double pps = m_recv_pps;
+      if (pps == 0 && now - m_window_start >= min_rate_window && m_window_count > 1) {
+        pps = static_cast<double>(m_window_count) /
+              std::chrono::duration<double>(now - m_window_start).count();
+      }
+      const std::uint64_t closed = m_events > 0 ? first_lost - m_event_seq
+                                   : pps > 0
+                                       ? static_cast<std::uint64_t>(std::llround(synthetic_interval(
+                                             pps * m_packet_bytes * 8, m_packet_bytes, rtt)))
+                                       : first_lost - m_first;
+      std::copy_backward(m_closed.begin(), m_closed.end() - 1, m_closed.end());
+      m_closed[0] = std::max<std::uint64_t>(closed, 1);
+      m_closed_count = std::min(m_closed_count + 1, intervals);
+      m_event_seq = first_lost;
+      m_event_at = now;
+      ++m_events;
+    }
+  }
+  m_highest = seq;
+  // The receive rate, datagrams per window of max(RTT, min_rate_window).
+  ++m_window_count;
+  if (now - m_window_start >= std::max(rtt, min_rate_window)) {
+    m_recv_pps = static_cast<double>(m_window_count) /
+                 std::chrono::duration<double>(now - m_window_start).count();
+    m_window_start = now;
+    m_window_count = 0;
+  }
+}
+
+std::uint64_t loss_estimator::open_interval() const noexcept {
+  return m_events == 0 ? 0 : std::uint64_t{static_cast<std::uint32_t>(m_highest - m_event_seq)} + 1;
+}
+
+double loss_estimator::loss_event_rate() const noexcept {
+  if (m_events == 0) return 0;
+  // I_0 is the open interval, I_1..I_k the closed ones (k = m_closed_count).
+  auto interval = [this](std::size_t i) {
+    return static_cast<double>(i == 0 ? open_interval() : m_closed[i - 1]);
+  };
+  const std::size_t k = m_closed_count;
+  double tot0 = 0, w0 = 0, tot1 = 0, w1 = 0;
+  for (std::size_t i = 0; i <= std::min(k, intervals - 1); ++i) {
+    tot0 += interval(i) * weights[i];
+    w0 += weights[i];
+  }
+  for (std::size_t i = 1; i <= k; ++i) {
+    tot1 += interval(i) * weights[i - 1];
+    w1 += weights[i - 1];
+  }
+  // History discounting (RFC 5348 section 5.5): an open interval more than twice the mean of
+  // the closed ones weighs the older intervals down by DF = max(0.5, 2 I_mean / I_0), so the
+  // rate recovers sooner after a loss-free stretch.
+  const double closed_mean = tot1 / w1;
+  if (interval(0) > 2 * closed_mean) {
+    const double df = std::max(discount_floor, 2 * closed_mean / interval(0));
+    tot0 = interval(0) * weights[0];
+    w0 = weights[0];
+    for (std::size_t i = 1; i <= std::min(k, intervals - 1); ++i) {
+      tot0 += interval(i) * weights[i] * df;
+      w0 += weights[i] * df;
+    }
+  }
+  const double mean = std::max(tot0 / w0, closed_mean);
+  return mean > 1 ? 1 / mean : 1.0;
+}
+
+}  // namespace mcdist::receiver

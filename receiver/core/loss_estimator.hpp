@@ -1,0 +1,113 @@
+#pragma once
+/// @file
+/// A receiver's loss event rate p for --rate auto (docs/design-notes.md "Rate auto"), the
+/// receiver half of TFMCC (RFC 4654 section 3.2, which takes it from TFRC, RFC 5348 section 5).
+///
+/// Fed with the sequence number of every multicast data and parity datagram the receiver gets
+/// (wire::data_header::seq, one number per datagram the sender sends, repairs included), in
+/// arrival order. A gap in the numbers is lost datagrams. Losses less than one RTT after the
+/// start of the current loss event belong to it (RFC 5348 section 5.2: at most one loss event
+/// per RTT); a later loss starts a new event. A loss interval is the count of sequence numbers
+/// from the first loss of one event to the first loss of the next (RFC 5348 section 5.3); the
+/// open interval I_0 runs from the latest event's first loss to the highest number seen.
+///
+/// p = 1 / I_mean with the weighted average of RFC 5348 section 5.4 over n = 8 intervals,
+/// weights 1, 1, 1, 1, 0.8, 0.6, 0.4, 0.2:
+///     I_tot0 = sum_{i=0}^{n-1} I_i w_i,  I_tot1 = sum_{i=1}^{n} I_i w_{i-1},
+///     I_mean = max(I_tot0, I_tot1) / W_tot.
+/// With k < n closed intervals the sums run over the intervals there are, each divided by its
+/// own weight total. History discounting (RFC 5348 section 5.5): when I_0 is more than twice
+/// the mean of the closed intervals, their weights in I_tot0 are multiplied by
+/// DF = max(0.5, 2 I_mean / I_0) (one factor for all, where the RFC keeps one per interval).
+///
+/// The first interval is synthesised (RFC 5348 section 6.3.1): the interval 1/p whose p makes
+/// the TCP throughput equation give the receive rate X_recv measured just before the first loss
+/// (datagrams received per window of max(RTT, 10 ms), times the packet size), so the rate right
+/// after the first loss is what got through, not what a slow start overshooting a bottleneck
+/// lost. Without a measured window (the first loss came less than min_rate_window after the
+/// first datagram) it is the count of numbers from the first datagram seen to the first loss.
+///
+/// Departures from the RFC, for simplicity: a loss is dated at the arrival of the datagram that
+/// reveals the gap (not interpolated between its neighbours), and reordered and duplicate
+/// datagrams (a number not after the highest) are ignored: a reordering is counted as a loss.
+///
+/// Pure: no clock; the caller passes `now` and its RTT.
+
+#include "common/time.hpp"
+
+#include <chrono>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
+namespace mcdist::receiver {
+
+/// Loss intervals and the loss event rate of one session's multicast datagrams.
+class loss_estimator {
+ public:
+  /// Loss intervals averaged (RFC 5348 section 5.4: n = 8).
+  static constexpr std::size_t intervals = 8;
+  /// Their weights, newest first (RFC 5348 section 5.4).
+  static constexpr std::array<double, intervals> weights = {1, 1, 1, 1, 0.8, 0.6, 0.4, 0.2};
+  /// The smallest history discount factor (RFC 5348 section 5.5: 0.5).
+  static constexpr double discount_floor = 0.5;
+
+  /// Shortest window the receive rate X_recv is measured over (RFC 5348: one RTT; loopback RTTs
+  /// of microseconds would measure a handful of datagrams).
+  static constexpr duration min_rate_window = std::chrono::milliseconds(10);
+
+  /// @param packet_bytes  s of the throughput equation: a whole IP packet of a full block,
+  ///                      bytes (what --rate counts), for the synthetic first interval
+  explicit loss_estimator(std::uint32_t packet_bytes = 1448) noexcept
+      : m_packet_bytes(packet_bytes) {}
+
+  /// Sets s (the session's block size is known once its announce arrived).
+  void set_packet_bytes(std::uint32_t packet_bytes) noexcept { m_packet_bytes = packet_bytes; }
+
+  /// The receive rate of the last whole window, datagrams per second (0: none measured yet).
+  double receive_rate_pps() const noexcept { return m_recv_pps; }
+
+  /// The interval 1/p whose p makes the throughput equation give `rate_bps` for `packet_bytes`
+  /// packets at `rtt` (RFC 5348 section 6.3.1), at least 1.
+  static double synthetic_interval(double rate_bps, std::uint32_t packet_bytes,
+                                   duration rtt) noexcept;
+
+  /// A datagram with sequence number `seq` arrived at `now`.
+  /// @param rtt  the receiver's round-trip time to the sender: losses within one rtt of the
+  ///             current loss event's start are part of it
+  void on_datagram(std::uint32_t seq, time_point now, duration rtt) noexcept;
+
+  /// The loss event rate p in (0, 1], or 0 before the first loss event.
+  double loss_event_rate() const noexcept;
+  /// True once a loss event was seen.
+  bool has_loss() const noexcept { return m_events > 0; }
+  /// Loss events seen.
+  std::uint64_t loss_events() const noexcept { return m_events; }
+  /// Datagrams counted lost (sequence numbers skipped).
+  std::uint64_t lost() const noexcept { return m_lost; }
+  /// The closed loss intervals kept (at most `intervals`), newest first, in sequence numbers.
+  std::size_t closed_intervals() const noexcept { return m_closed_count; }
+  std::uint64_t closed_interval(std::size_t i) const noexcept { return m_closed[i]; }
+  /// The open interval I_0: from the latest loss event's first loss to the highest number seen,
+  /// inclusive; 0 before the first loss event.
+  std::uint64_t open_interval() const noexcept;
+
+ private:
+  std::uint32_t m_packet_bytes;
+  time_point m_window_start{};
+  std::uint64_t m_window_count = 0;
+  double m_recv_pps = 0;
+  bool m_started = false;
+  std::uint32_t m_first = 0;      ///< first number seen
+  std::uint32_t m_highest = 0;    ///< highest number seen (wraparound-safe order)
+  std::uint32_t m_event_seq = 0;  ///< first lost number of the latest loss event
+  time_point m_event_at{};        ///< when the latest loss event started
+  std::uint64_t m_events = 0;
+  std::uint64_t m_lost = 0;
+  /// Closed intervals I_1..I_n, newest first.
+  std::array<std::uint64_t, intervals> m_closed{};
+  std::size_t m_closed_count = 0;
+};
+
+}  // namespace mcdist::receiver

@@ -1,0 +1,120 @@
+#pragma once
+/// @file
+/// When a receiver reports its TCP-friendly rate in a --rate auto session (TFMCC's feedback,
+/// RFC 4654 section 3.6; docs/design-notes.md "Rate auto"). The sender numbers feedback rounds
+/// in its markers. At the start of a round a receiver whose rate is below the sender's draws a
+/// report time t = max(T (1 + ln(u) / ln(N)), 0) in [0, T) (RFC 4654 section 3.6's exponentially
+/// distributed timers, u uniform in (0, 1], N an upper bound of the group size), so a few
+/// report early and the sender echoes the lowest rate heard in its next markers; when its timer
+/// fires, a receiver whose rate is not at least 10 % below that echo keeps quiet (the
+/// suppression). The current limiting receiver (CLR), named in the markers, is exempt: it
+/// reports at every marker, at most once per RTT, so the sender follows its rate. A receiver
+/// whose new loss event puts its rate below half the sender's reports at once, without timer or
+/// suppression (at most once per RTT): a slow start overshooting a bottleneck must hear of it
+/// within a round trip, not a feedback round (4 GRTT) later, or it keeps doubling into the loss.
+///
+/// Pure: time and the random draw are passed in.
+
+#include "common/time.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <optional>
+
+namespace mcdist::receiver {
+
+/// One session's rate-report timing.
+class rate_feedback {
+ public:
+  /// N of the timer formula: the group size the timers are spread for (RFC 4654 section 3.6
+  /// suggests an upper bound of the receivers; 10,000 is mcdist's max_receivers default).
+  static constexpr double group_bound = 10'000;
+  /// A receiver reports only if its rate is below this fraction of the lowest echoed rate.
+  static constexpr double suppress_fraction = 0.9;
+  /// A new loss event that puts a receiver's rate below this fraction of the sender's is
+  /// reported at once.
+  static constexpr double urgent_fraction = 0.5;
+
+  /// The report time drawn at the start of a round. @param round_len T @param u in (0, 1]
+  static duration delay(duration round_len, double u) noexcept {
+    const double f =
+        std::max(0.0, 1 + std::log(std::clamp(u, 1e-300, 1.0)) / std::log(group_bound));
+    return std::chrono::duration_cast<duration>(round_len * f);
+  }
+
+  /// A marker's rate fields arrived.
+  /// @param sender_bps  the sender's rate (0: not --rate auto; no reports)
+  /// @param is_clr      the marker names this receiver the CLR
+  /// @param round       the feedback round
+  /// @param round_len   T, the round's length
+  /// @param lowest_bps  the lowest rate reported this round (0: none yet)
+  /// @param own_bps     this receiver's rate (+infinity: no loss event yet)
+  /// @param rtt         this receiver's RTT (the CLR reports at most once per RTT)
+  /// @param u           a uniform draw in (0, 1] for the timer
+  void on_marker(std::uint64_t sender_bps, bool is_clr, std::uint32_t round, duration round_len,
+                 std::uint64_t lowest_bps, double own_bps, duration rtt, double u,
+                 time_point now) noexcept {
+    m_sender_bps = sender_bps;
+    m_lowest_bps = lowest_bps;
+    m_clr = is_clr && std::isfinite(own_bps);
+    if (sender_bps == 0) {
+      m_due.reset();
+      return;
+    }
+    if (m_clr) {
+      if (!m_last_report || now - *m_last_report >= rtt) m_due = now;
+      return;
+    }
+    if (m_round && *m_round == round) return;
+    m_round = round;
+    m_due.reset();
+    if (std::isfinite(own_bps) && own_bps < static_cast<double>(sender_bps)) {
+      m_due = now + delay(round_len, u);
+    }
+  }
+
+  /// A new loss event was seen. @param own_bps this receiver's rate now @param rtt its RTT
+  void on_loss_event(double own_bps, duration rtt, time_point now) noexcept {
+    if (m_sender_bps == 0 || !(own_bps < urgent_fraction * static_cast<double>(m_sender_bps))) {
+      return;
+    }
+    if (m_last_report && now - *m_last_report < rtt) return;
+    m_due = now;
+    m_urgent = true;
+  }
+
+  /// True when the latest marker said the session's rate is auto (reports wanted).
+  bool enabled() const noexcept { return m_sender_bps > 0; }
+
+  /// When a report is due, if one is.
+  std::optional<time_point> due() const noexcept { return m_due; }
+
+  /// The report timer fired at `now`. @param own_bps this receiver's rate now
+  /// @return true: send the report now; false: suppressed (or no longer below the sender)
+  bool fire(time_point now, double own_bps) noexcept {
+    m_due.reset();
+    const bool urgent = m_urgent;
+    m_urgent = false;
+    if (!std::isfinite(own_bps)) return false;
+    if (!m_clr && !urgent) {
+      if (own_bps >= static_cast<double>(m_sender_bps)) return false;
+      if (m_lowest_bps > 0 && own_bps >= suppress_fraction * static_cast<double>(m_lowest_bps)) {
+        return false;
+      }
+    }
+    m_last_report = now;
+    return true;
+  }
+
+ private:
+  std::uint64_t m_sender_bps = 0;
+  std::uint64_t m_lowest_bps = 0;
+  bool m_clr = false;
+  bool m_urgent = false;
+  std::optional<std::uint32_t> m_round;
+  std::optional<time_point> m_due;
+  std::optional<time_point> m_last_report;
+};
+
+}  // namespace mcdist::receiver

@@ -1,0 +1,81 @@
+// receiver_engine: --rate auto (TFMCC, RFC 4654; docs/design-notes.md "Rate auto"): the loss
+// event rate of the multicast datagrams, this receiver's TCP-friendly rate, and its reports.
+#include "common/tcp_throughput.hpp"
+#include "receiver/core/receiver_engine_parts.hpp"
+
+namespace mcdist::receiver {
+
+using namespace engine_detail;
+
+namespace {
+
+/// RTTs below this count as this in the rate equation (the sender's GRTT floor, grtt_min).
+inline constexpr duration min_rate_rtt = std::chrono::milliseconds(1);
+
+/// The RTT the rate is computed with: the registration's round trip when measured, else the
+/// sender's GRTT (the group's largest: a conservative stand-in).
+duration rate_rtt(duration register_rtt, duration grtt) {
+  return std::max(register_rtt > duration::zero() ? register_rtt : grtt, min_rate_rtt);
+}
+
+/// A whole IP packet of a full block, bytes: what --rate counts.
+std::uint32_t packet_bytes(std::uint32_t block_size) {
+  return block_size + static_cast<std::uint32_t>(wire::data_header_size) + 28;
+}
+
+}  // namespace
+
+void receiver_engine::note_seq(session_rx& s, std::uint32_t seq, time_point now) {
+  s.loss.set_packet_bytes(packet_bytes(s.block_size));
+  const std::uint64_t events = s.loss.loss_events();
+  const duration rtt = rate_rtt(s.register_rtt, s.grtt);
+  s.loss.on_datagram(seq, now, rtt);
+  if (s.loss.loss_events() != events) {
+    s.rate.on_loss_event(
+        tcp_throughput_bps(packet_bytes(s.block_size), rtt, s.loss.loss_event_rate()), rtt, now);
+  }
+}
+
+void receiver_engine::on_rate_marker(session_rx& s, const wire::marker& m, time_point now) {
+  if (s.state != session_rx::state_t::receiving || s.unicast) return;
+  const duration rtt = rate_rtt(s.register_rtt, s.grtt);
+  const double own = tcp_throughput_bps(packet_bytes(s.block_size), rtt, s.loss.loss_event_rate());
+  const double u = static_cast<double>((random() >> 11) + 1) * 0x1.0p-53;  // (0, 1]
+  s.rate.on_marker(
+      m.rate_bps(), !m.rate_clr().empty() && m.rate_clr() == m_cfg.id, m.rate_round(),
+      std::chrono::microseconds(std::min<std::uint32_t>(m.rate_round_us(), 10'000'000)),
+      m.rate_lowest_bps(), own, rtt, u, now);
+}
+
+void receiver_engine::fill_rate(const session_rx& s, wire::nak& m) const {
+  // Only in --rate auto sessions: a fixed-rate session's NAKs stay as they were.
+  if (!s.rate.enabled() || !s.loss.has_loss() || s.unicast) return;
+  const duration rtt = rate_rtt(s.register_rtt, s.grtt);
+  const double p = s.loss.loss_event_rate();
+  const double own = tcp_throughput_bps(packet_bytes(s.block_size), rtt, p);
+  m.set_rate_bps(static_cast<std::uint64_t>(std::clamp(own, 1.0, 1e15)));
+  m.set_loss_ppb(static_cast<std::uint32_t>(std::clamp(p * 1e9, 1.0, 1e9)));
+  m.set_rtt_us(static_cast<std::uint32_t>(std::min<std::int64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(rtt).count(), UINT32_MAX)));
+}
+
+void receiver_engine::send_rate_report(session_rx& s, time_point now) {
+  const double own = tcp_throughput_bps(packet_bytes(s.block_size),
+                                        rate_rtt(s.register_rtt, s.grtt), s.loss.loss_event_rate());
+  if (!s.rate.fire(now, own)) return;
+  wire::nak m;
+  m.set_receiver_id(m_cfg.id);
+  m.set_pass(s.marker_pass);
+  m.set_seen_seq(seq_after(s.marker_seq, s.seen_seq) ? s.marker_seq : s.seen_seq);
+  m.set_echo_time_us(s.echo_us);
+  m.set_hold_us(static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(now - s.echo_at).count()));
+  m.set_files_finalizing(s.files_finalizing);
+  m.set_bytes_received(s.bytes_received);
+  m.set_rate_report(true);
+  fill_rate(s, m);
+  m_sink.send(s.sender, encode(wire::msg_type::nak, s.id, m));
+  ++m_stats.naks_sent;
+}
+
+}  // namespace mcdist::receiver

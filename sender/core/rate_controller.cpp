@@ -1,0 +1,113 @@
+#include "sender/core/rate_controller.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace mcdist::sender {
+
+rate_controller::rate_controller(rate_controller_config cfg) noexcept
+    : m_cfg(cfg), m_rate(static_cast<double>(cfg.initial_bps)) {
+  m_cfg.rate_min_bps = std::max<std::uint64_t>(m_cfg.rate_min_bps, 1);
+  m_cfg.rate_max_bps = std::max(m_cfg.rate_max_bps, m_cfg.rate_min_bps);
+  set_rate(m_rate);
+}
+
+void rate_controller::set_rate(double r) noexcept {
+  m_rate = std::clamp(r, static_cast<double>(m_cfg.rate_min_bps),
+                      static_cast<double>(m_cfg.rate_max_bps));
+  if (!m_slow_start && (m_lowest == 0 || m_rate < m_lowest)) m_lowest = m_rate;
+}
+
+void rate_controller::start(time_point now) noexcept {
+  if (m_started) return;
+  m_started = true;
+  m_last = now;
+}
+
+std::uint64_t rate_controller::clr_rate_bps() const noexcept {
+  if (m_clr.empty()) return m_cfg.rate_max_bps;
+  return static_cast<std::uint64_t>(m_reports.find(m_clr)->second.rate_bps);
+}
+
+double rate_controller::target() const noexcept { return static_cast<double>(clr_rate_bps()); }
+
+void rate_controller::choose_clr(time_point now) {
+  m_clr.clear();
+  double lowest = 0;
+  for (auto it = m_reports.begin(); it != m_reports.end();) {
+    if (now - it->second.at > m_cfg.report_lifetime) {
+      it = m_reports.erase(it);
+      continue;
+    }
+    if (m_clr.empty() || it->second.rate_bps < lowest) {
+      m_clr = it->first;
+      lowest = it->second.rate_bps;
+    }
+    ++it;
+  }
+}
+
+void rate_controller::on_feedback(std::string_view id, std::uint64_t rate_bps, duration rtt,
+                                  bool has_loss, time_point now) {
+  if (!has_loss) return;  // no loss event: this receiver limits nothing yet
+  if (m_slow_start) {
+    // Slow start ends at the first loss report (RFC 4654 section 3.4).
+    m_slow_start = false;
+    m_last = now;
+  }
+  auto it = m_reports.find(id);
+  if (it == m_reports.end()) it = m_reports.emplace(std::string(id), report{}).first;
+  const bool was_clr = m_clr == id;
+  const double old_target = target();
+  it->second = {static_cast<double>(rate_bps), std::max(rtt, m_cfg.min_rtt), now};
+  if (m_clr.empty() || static_cast<double>(rate_bps) < old_target) {
+    m_clr = it->first;
+  } else if (was_clr) {
+    choose_clr(now);  // the CLR's rate rose: another receiver may now be the lowest
+  }
+  // Decreases are immediate (RFC 4654 section 3.5); increases go through update().
+  if (target() < m_rate) {
+    set_rate(target());
+    m_last = now;
+  }
+}
+
+void rate_controller::forget(std::string_view id, time_point now) {
+  const auto it = m_reports.find(id);
+  if (it == m_reports.end()) return;
+  m_reports.erase(it);
+  if (m_clr != id) return;
+  choose_clr(now);
+  if (target() < m_rate) {
+    set_rate(target());
+    m_last = now;
+  }
+}
+
+std::uint64_t rate_controller::update(time_point now, duration grtt) noexcept {
+  if (!m_started || now <= m_last) return rate_bps();
+  if (m_slow_start) {
+    // Double once per RTT (RFC 4654 section 3.4), never past the ceiling.
+    const duration r = std::max(grtt, m_cfg.min_rtt);
+    for (int i = 0; i < 64 && now - m_last >= r && m_rate < static_cast<double>(m_cfg.rate_max_bps);
+         ++i) {
+      set_rate(m_rate * 2);
+      m_last += r;
+    }
+    if (m_rate >= static_cast<double>(m_cfg.rate_max_bps)) m_last = now;
+    return rate_bps();
+  }
+  const double goal = target();
+  if (m_rate < goal) {
+    // At most one packet per RTT more per RTT: s / R^2 (bytes/s per second), in bit/s.
+    const duration r_clr =
+        m_clr.empty() ? std::max(grtt, m_cfg.min_rtt) : m_reports.find(m_clr)->second.rtt;
+    const double r = std::chrono::duration<double>(r_clr).count();
+    const double dt = std::chrono::duration<double>(now - m_last).count();
+    set_rate(std::min(goal, m_rate + dt * m_cfg.packet_bytes * 8 / (r * r)));
+  }
+  m_last = now;
+  return rate_bps();
+}
+
+}  // namespace mcdist::sender

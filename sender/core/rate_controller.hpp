@@ -1,0 +1,103 @@
+#pragma once
+/// @file
+/// The sender half of --rate auto (docs/design-notes.md "Rate auto"): TFMCC's rate control
+/// (RFC 4654, Widmer and Handley). Receivers compute a TCP-friendly rate from their loss event
+/// rate and RTT (common/tcp_throughput.hpp, receiver/core/loss_estimator.hpp) and report it;
+/// this unit keeps the current limiting receiver (CLR: the one with the lowest reported rate
+/// still on multicast) and sets the sending rate:
+///
+/// - Slow start (RFC 4654 section 3.4): before any receiver reported a loss the rate doubles
+///   once per RTT (the GRTT passed to update()), from `initial_bps` up to `rate_max_bps`.
+/// - A report below the current rate lowers it at once (section 3.5: decreases are immediate),
+///   and its receiver becomes the CLR if its rate is the lowest.
+/// - A CLR reporting a higher rate raises the rate no faster than one packet per RTT per RTT:
+///   d(rate)/dt <= s / R^2 with s the packet size and R the CLR's RTT (section 3.5's increase
+///   limit, as in TFRC).
+/// - A receiver that leaves the decision (moved to unicast, completed, failed: forget()) is no
+///   longer a CLR candidate; the lowest recent report of the others becomes the CLR, and with
+///   none the rate rises by the increase rule towards rate_max_bps.
+///
+/// Pure: time is passed in; no clock, no randomness.
+
+#include "common/time.hpp"
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+
+namespace mcdist::sender {
+
+/// Settings of the rate controller. Rates bit/s of whole IP packets (as --rate).
+struct rate_controller_config {
+  std::uint64_t rate_max_bps = 1'000'000'000;  ///< the ceiling (--rate-max)
+  /// Slow start's first rate (RFC 4654 starts at one packet per RTT; 10 Mbit/s reaches 1 Gbit/s
+  /// in 7 RTT, which on a 70 ms path is half a second, on loopback a few ms).
+  std::uint64_t initial_bps = 10'000'000;
+  /// Never below this: a rate of 0 would mean unpaced. 64 kbit/s, about five 1448-byte packets
+  /// a second (TFRC's floor is one packet per 64 s; a transfer must still finish).
+  std::uint64_t rate_min_bps = 64'000;
+  std::uint32_t packet_bytes = 1448;  ///< s: a whole IP packet of a full block, bytes
+  /// RTTs below this count as this (the sender's GRTT floor: timers act no faster).
+  duration min_rtt = std::chrono::milliseconds(1);
+  /// A report older than this is not a CLR candidate when the CLR leaves.
+  duration report_lifetime = std::chrono::seconds(2);
+};
+
+/// TFMCC sending-rate control for one session.
+class rate_controller {
+ public:
+  explicit rate_controller(rate_controller_config cfg) noexcept;
+
+  /// Starts slow start at `now` (the transfer begins).
+  void start(time_point now) noexcept;
+
+  /// A receiver's rate report.
+  /// @param id        its receiver id
+  /// @param rate_bps  its TCP-friendly rate, bit/s (meaningful only with has_loss)
+  /// @param rtt       its RTT to the sender (for the increase limit while it is the CLR)
+  /// @param has_loss  it has seen a loss event; a report without one limits nothing
+  void on_feedback(std::string_view id, std::uint64_t rate_bps, duration rtt, bool has_loss,
+                   time_point now);
+
+  /// Receiver `id` no longer takes part over multicast (unicast, completed, failed).
+  void forget(std::string_view id, time_point now);
+
+  /// Advances slow start and the increase to `now`. @param grtt the group RTT (slow start's
+  /// doubling period) @return the sending rate, bit/s, in [rate_min_bps, rate_max_bps]
+  std::uint64_t update(time_point now, duration grtt) noexcept;
+
+  /// The sending rate as of the last update() or report, bit/s.
+  std::uint64_t rate_bps() const noexcept { return static_cast<std::uint64_t>(m_rate); }
+  bool slow_start() const noexcept { return m_slow_start; }
+  /// The current limiting receiver's id; empty when there is none.
+  const std::string& clr() const noexcept { return m_clr; }
+  /// The CLR's reported rate, bit/s (rate_max_bps without a CLR).
+  std::uint64_t clr_rate_bps() const noexcept;
+  /// The lowest rate set after slow start ended, bit/s (0 while in slow start).
+  std::uint64_t lowest_bps() const noexcept { return static_cast<std::uint64_t>(m_lowest); }
+  /// Receivers with a report kept (CLR candidates).
+  std::size_t candidates() const noexcept { return m_reports.size(); }
+
+ private:
+  struct report {
+    double rate_bps = 0;
+    duration rtt{};
+    time_point at{};
+  };
+  /// Picks the lowest recent report as the CLR (none: empty), dropping stale ones.
+  void choose_clr(time_point now);
+  void set_rate(double r) noexcept;
+  double target() const noexcept;
+
+  rate_controller_config m_cfg;
+  std::map<std::string, report, std::less<>> m_reports;
+  std::string m_clr;
+  double m_rate;
+  double m_lowest = 0;
+  bool m_started = false;
+  bool m_slow_start = true;
+  time_point m_last{};  ///< last doubling (slow start) or last increase step
+};
+
+}  // namespace mcdist::sender

@@ -1,0 +1,87 @@
+// sender_session: --rate auto (TFMCC, RFC 4654; docs/design-notes.md "Rate auto"): the marker's
+// rate fields, the receivers' rate reports, and the pacer following rate_controller.
+#include "sender/core/sender_session_parts.hpp"
+
+namespace mcdist::sender {
+
+using namespace session_detail;
+
+namespace {
+
+/// Feedback rounds last this many GRTT (RFC 4654 section 3.6 uses a feedback delay of a few
+/// RTTs so that the earliest reports suppress the rest) ...
+inline constexpr int rate_round_grtts = 4;
+/// ... and at least this long: markers, which carry the round, leave at most every 5 ms.
+inline constexpr duration min_rate_round = std::chrono::milliseconds(20);
+/// Reported RTTs are clamped to this (a forged RTT must not freeze the increase).
+inline constexpr duration max_reported_rtt = std::chrono::seconds(15);
+
+std::uint32_t to_us32(duration d) {
+  return static_cast<std::uint32_t>(std::clamp<std::int64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(d).count(), 0, UINT32_MAX));
+}
+
+}  // namespace
+
+void sender_session::update_auto_rate(time_point now) {
+  if (!m_rate) return;
+  const std::uint64_t r = m_rate->update(now, m_grtt.estimate());
+  if (r == m_cfg.rate_bps) return;
+  set_rate(r);
+  // The bucket holds catch_up_ms of the current rate, not of the ceiling (nor burst_bytes):
+  // a burst of the ceiling's 5 ms at the start of pass 1 overflows a slow bottleneck's queue,
+  // and the loss it causes is then read as the path's rate.
+  const std::uint64_t datagram =
+      m_cfg.block_size + wire::data_header_size + ip_udp_overhead + m_cfg.data_trailer_bytes;
+  m_pacer.set_burst(std::max(4 * datagram, r / 8 / 1000 * catch_up_ms));
+}
+
+void sender_session::fill_rate_fields(wire::marker& m, time_point now) {
+  if (!m_rate) return;
+  update_auto_rate(now);
+  if (now >= m_rate_round_end) {
+    ++m_rate_round;
+    m_rate_round_lowest = 0;
+    m_rate_round_end =
+        now + std::max<duration>(m_grtt.estimate() * rate_round_grtts, min_rate_round);
+  }
+  m.set_rate_bps(m_cfg.rate_bps);
+  m.set_rate_clr(m_rate->clr());
+  m.set_rate_round(m_rate_round);
+  m.set_rate_round_us(
+      to_us32(std::max<duration>(m_grtt.estimate() * rate_round_grtts, min_rate_round)));
+  m.set_rate_lowest_bps(m_rate_round_lowest);
+}
+
+void sender_session::handle_rate(receiver_state& r, const wire::nak& m, time_point now) {
+  if (m.rate_report()) ++m_counters.rate_reports;
+  if (!m_rate || (m.loss_ppb() == 0 && m.rate_bps() == 0)) return;
+  if (m.loss_ppb() > 1'000'000'000 || m.rate_bps() == 0) {
+    m_drops.add(errc::invalid_field);
+    return;
+  }
+  const duration rtt = std::min<duration>(std::chrono::microseconds(m.rtt_us()), max_reported_rtt);
+  if (m_rate_round_lowest == 0 || m.rate_bps() < m_rate_round_lowest) {
+    m_rate_round_lowest = m.rate_bps();
+  }
+  const std::string before = m_rate->clr();
+  const std::uint64_t rate_before = m_cfg.rate_bps;
+  m_rate->on_feedback(r.rep.id, m.rate_bps(), rtt, true, now);
+  update_auto_rate(now);
+  if (m_log && (m_rate->clr() != before || m_cfg.rate_bps < rate_before / 2)) {
+    m_log->info(
+        "session {}: rate {:.1f} Mbit/s, limited by '{}' (reports {:.1f} Mbit/s, loss "
+        "event rate {:.2e}, RTT {:.2f} ms)",
+        m_cfg.session, static_cast<double>(m_cfg.rate_bps) / 1e6, m_rate->clr(),
+        static_cast<double>(m_rate->clr_rate_bps()) / 1e6, static_cast<double>(m.loss_ppb()) / 1e9,
+        to_ms(rtt));
+  }
+}
+
+void sender_session::forget_rate(const receiver_state& r, time_point now) {
+  if (!m_rate) return;
+  m_rate->forget(r.rep.id, now);
+  update_auto_rate(now);
+}
+
+}  // namespace mcdist::sender

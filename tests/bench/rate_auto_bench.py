@@ -1,0 +1,264 @@
+#!/usr/bin/env python3
+"""Benchmark: --rate auto (TFMCC, docs/design-notes.md "Rate auto"; issue 13, goal 2) against
+fixed rates, side by side in one run, on loopback: for each ceiling of --ceilings, mcdist-send
+--rate auto --rate-max CEILING and mcdist-send --rate R for each fixed rate R of --fixed that is
+at most the ceiling, one file of --bytes to one mcdistd. The rows of one repetition run one after
+the other, so a loaded machine's noise falls on all of them; the table shows medians over
+--repeat, and auto's goodput as a share of the best fixed rate's (the fixed row with the highest
+median goodput at or below that ceiling) measured in the same run.
+
+Goodput = file bytes x 8 / wall time of mcdist-send (process start to exit). Every run is
+checked: the delivered file must have the source's SHA-256. Also shown per row: passes, the
+repair datagrams, and for auto the rate at the end and the lowest after slow start (from the
+summary JSON).
+
+With --linkem RATE (e.g. 200M) it runs through tests/linkem instead: h0 sends to one mcdistd on
+h1 whose downlink is a RATE bottleneck (drop-tail queue of --queue packets, --delay one way on
+every direction), and compares --rate auto --rate-max CEILING (the first of --ceilings) with
+fixed rates of 100 % and 95 % of RATE. Shown per row besides goodput: the bottleneck's queue
+drops as a share of the packets that reached it (the loss the bottleneck caused). One emulator
+per run, so each row's counters are its own.
+
+Needs root (`ip link set lo multicast on`; namespaces and TUN for --linkem) and a build
+(deploy/build.sh).
+
+usage: rate_auto_bench.py [--build DIR] [--dir DIR] [--bytes N] [--repeat N]
+                          [--ceilings 2G,8G] [--fixed 1G,2G,4G,5G,8G]
+                          [--linkem 200M [--delay 10ms] [--queue 100]]
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+from linkem_run import Emulator, stop_proc
+from uftp_compare import Child, clear, digest, sender_run
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TOP = os.path.dirname(os.path.dirname(HERE))
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+def bps(rate):
+    mult = {"k": 1e3, "M": 1e6, "G": 1e9}
+    return float(rate[:-1]) * mult[rate[-1]] if rate[-1] in mult else float(rate)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(TOP, "build"))
+    ap.add_argument("--dir", default="/dev/shm/mcdist-rate-auto")
+    ap.add_argument("--bytes", type=int, default=1_000_000_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--ceilings", default="2G,8G")
+    ap.add_argument("--fixed", default="1G,2G,4G,5G,8G")
+    ap.add_argument("--linkem", default=None, help="bottleneck rate: run through tests/linkem")
+    ap.add_argument("--delay", default="10ms", help="--linkem: one-way delay of every direction")
+    ap.add_argument("--queue", default="100", help="--linkem: bottleneck queue, packets")
+    args = ap.parse_args()
+    if args.linkem:
+        return linkem_main(args)
+    if os.geteuid() != 0:
+        sys.exit("rate_auto_bench.py needs root (ip link set lo multicast on)")
+    subprocess.run(["ip", "link", "set", "lo", "multicast", "on"], check=True)
+    send = os.path.join(args.build, "sender", "mcdist-send")
+    recv = os.path.join(args.build, "receiver", "mcdistd")
+    for b in (send, recv):
+        if not os.access(b, os.X_OK):
+            sys.exit("build mcdist first (deploy/build.sh): %s missing" % b)
+
+    base = args.dir
+    clear(base)
+    src = os.path.join(base, "src")
+    os.makedirs(src)
+    src_file = os.path.join(src, "model_field.grib2")
+    with open(src_file, "wb") as f:
+        chunk = os.urandom(1 << 20)
+        left = args.bytes
+        while left > 0:
+            left -= f.write(chunk[:min(left, len(chunk))])
+            chunk = chunk[1:] + chunk[:1]
+    src_digest = digest(src_file)
+    dest, temp = os.path.join(base, "dest"), os.path.join(base, "temp")
+    for d in (dest, temp):
+        clear(d)
+    group = "239.192.79.%d:%d" % (os.getpid() % 200 + 1, 4900 + os.getpid() % 1000)
+    daemon = Child([recv, "--id", "bench", "--group", group, "--interface", "127.0.0.1", "--dest",
+                    dest, "--temp", temp, "--status-interval", "1h", "--http", "off"],
+                   os.path.join(base, "mcdistd.log"))
+
+    ceilings = args.ceilings.split(",")
+    fixed = [r for r in args.fixed.split(",") if any(bps(r) <= bps(c) for c in ceilings)]
+    rows = [("fixed", r) for r in fixed] + [("auto", c) for c in ceilings]
+    samples = {row: [] for row in rows}
+    try:
+        for rep in range(args.repeat):
+            for mode, r in rows:
+                clear(dest)
+                summary = os.path.join(base, "summary.json")
+                rate_args = ["--rate", r] if mode == "fixed" else ["--rate", "auto", "--rate-max", r]
+                code, wall, _, out = sender_run(
+                    [send, "-q", "--group", group, "--interface", "127.0.0.1", "--receivers",
+                     "bench", "--summary-json", summary] + rate_args + [src])
+                time.sleep(0.05)
+                if code != 0:
+                    sys.exit("mcdist-send failed (%d):\n%s" % (code, out))
+                with open(summary) as f:
+                    s = json.load(f)
+                got = os.path.join(dest, "src", "model_field.grib2")
+                ok = os.path.exists(got) and digest(got) == src_digest
+                rate = s.get("rate", {})
+                samples[(mode, r)].append({
+                    "goodput": args.bytes * 8 / wall, "wall": wall, "passes": s["passes"],
+                    "repairs": s["repair_datagrams"], "end": rate.get("bps", 0),
+                    "lowest": rate.get("lowest_bps", 0), "ok": ok})
+                log("run %d: %-5s %-4s %.3f s  %5.0f Mbit/s  %d pass(es)  %d repairs  end %.0f M  "
+                    "lowest %.0f M  %s" % (rep + 1, mode, r, wall, args.bytes * 8 / wall / 1e6,
+                                           s["passes"], s["repair_datagrams"],
+                                           rate.get("bps", 0) / 1e6, rate.get("lowest_bps", 0) / 1e6,
+                                           "ok" if ok else "WRONG OR MISSING FILE"))
+    finally:
+        daemon.stop()
+
+    med = lambda row, k: statistics.median(x[k] for x in samples[row])
+    log("")
+    log("%d bytes, loopback, median of %d, load %.1f at the end" % (args.bytes, args.repeat,
+                                                                    os.getloadavg()[0]))
+    log("| row | goodput Mbit/s | wall s | passes | repairs | end rate Mbit/s | lowest Mbit/s "
+        "| all ok |")
+    log("|---|---|---|---|---|---|---|---|")
+    for row in rows:
+        log("| %s %s | %.0f | %.3f | %.0f | %.0f | %s | %s | %s |" % (
+            row[0], row[1], med(row, "goodput") / 1e6, med(row, "wall"), med(row, "passes"),
+            med(row, "repairs"), "%.0f" % (med(row, "end") / 1e6) if row[0] == "auto" else "-",
+            "%.0f" % (med(row, "lowest") / 1e6) if row[0] == "auto" else "-",
+            all(x["ok"] for x in samples[row])))
+    log("")
+    log("| ceiling | auto Mbit/s | best fixed at or below | its Mbit/s | auto / best |")
+    log("|---|---|---|---|---|")
+    for c in ceilings:
+        cands = [("fixed", r) for r in fixed if bps(r) <= bps(c)]
+        best = max(cands, key=lambda row: med(row, "goodput"))
+        a = med(("auto", c), "goodput")
+        b = med(best, "goodput")
+        log("| %s | %.0f | %s | %.0f | %.2f |" % (c, a / 1e6, best[1], b / 1e6, a / b))
+
+
+def find_down(stats, host):
+    """The `down` counters of `host` in mcdist-linkem's --stats-json output."""
+    if isinstance(stats, dict):
+        if host in (stats.get("name"), stats.get("host")) and isinstance(stats.get("down"), dict):
+            return stats["down"]
+        if isinstance(stats.get(host), dict) and isinstance(stats[host].get("down"), dict):
+            return stats[host]["down"]
+        vals = stats.values()
+    elif isinstance(stats, list):
+        vals = stats
+    else:
+        return None
+    for v in vals:
+        r = find_down(v, host)
+        if r is not None:
+            return r
+    return None
+
+
+def linkem_main(args):
+    if os.geteuid() != 0:
+        sys.exit("rate_auto_bench.py --linkem needs root (namespaces, TUN)")
+    linkem = os.path.join(args.build, "tests", "linkem", "mcdist-linkem")
+    send = os.path.join(args.build, "sender", "mcdist-send")
+    recv = os.path.join(args.build, "receiver", "mcdistd")
+    for b in (linkem, send, recv):
+        if not os.access(b, os.X_OK):
+            sys.exit("build mcdist first (deploy/build.sh): %s missing" % b)
+    os.environ.setdefault("MCDIST_NETNS_PREFIX", "rate13")
+    base = args.dir
+    clear(base)
+    src = os.path.join(base, "src")
+    os.makedirs(src)
+    src_file = os.path.join(src, "model_field.grib2")
+    with open(src_file, "wb") as f:
+        f.write(os.urandom(args.bytes))
+    src_digest = digest(src_file)
+    bottleneck = bps(args.linkem)
+    ceiling = args.ceilings.split(",")[0]
+    rows = [("fixed", args.linkem), ("fixed", "%dM" % int(bottleneck * 0.95 / 1e6)),
+            ("auto", ceiling)]
+    links = ["all:delay=%s" % args.delay, "h1.down:rate=%s,queue=%s" % (
+        args.linkem.replace("M", "Mbit").replace("G", "Gbit"), args.queue)]
+    samples = {row: [] for row in rows}
+    for rep in range(args.repeat):
+        for mode, r in rows:
+            work = os.path.join(base, "run")
+            clear(work)
+            stats_json = os.path.join(work, "linkem-stats.json")
+            emu = Emulator(linkem, work, links, hosts=2, seed=rep + 1, stats_json=stats_json)
+            dest, temp = os.path.join(work, "dest"), os.path.join(work, "temp")
+            group = "239.192.80.%d:%d" % (os.getpid() % 200 + 1, 5000 + os.getpid() % 1000)
+            logf = open(os.path.join(work, "mcdistd.log"), "w")
+            daemon = subprocess.Popen(["ip", "netns", "exec", emu.ns(1), recv, "--id", "bench",
+                                       "--group", group, "--interface", emu.addr(1), "--dest", dest,
+                                       "--temp", temp, "--status-interval", "1h", "--http", "off"],
+                                      stdout=logf, stderr=subprocess.STDOUT)
+            time.sleep(0.5)
+            summary = os.path.join(work, "summary.json")
+            rate_args = ["--rate", r] if mode == "fixed" else ["--rate", "auto", "--rate-max", r]
+            try:
+                code, wall, _, out = sender_run(
+                    ["ip", "netns", "exec", emu.ns(0), send, "--no-progress", "--group", group,
+                     "--interface",
+                     emu.addr(0), "--receivers", "bench", "--fallback", "off", "--summary-json",
+                     summary] + rate_args + [src])
+            finally:
+                stop_proc(daemon)
+                logf.close()
+                emu.stop()
+            with open(os.path.join(base, "sender-%s-%s.log" % (mode, r)), "w") as f:
+                f.write(out)  # the last repetition's, for when a row looks wrong
+            if code != 0:
+                sys.exit("mcdist-send failed (%d):\n%s" % (code, out))
+            with open(summary) as f:
+                s = json.load(f)
+            with open(stats_json) as f:
+                down = find_down(json.load(f), "h1") or {}
+            got = os.path.join(dest, "src", "model_field.grib2")
+            ok = os.path.exists(got) and digest(got) == src_digest
+            rate = s.get("rate", {})
+            drops = down.get("dropped_queue", 0)
+            pin = down.get("packets_in", 0) or 1
+            samples[(mode, r)].append({
+                "goodput": args.bytes * 8 / wall, "wall": wall, "passes": s["passes"],
+                "repairs": s["repair_datagrams"], "end": rate.get("bps", 0),
+                "lowest": rate.get("lowest_bps", 0), "drop": drops / pin, "ok": ok})
+            log("run %d: %-5s %-5s %.3f s  %5.1f Mbit/s  %d pass(es)  %d repairs  bottleneck drops "
+                "%.2f %%  end %.0f M  lowest %.0f M  %s" % (
+                    rep + 1, mode, r, wall, args.bytes * 8 / wall / 1e6, s["passes"],
+                    s["repair_datagrams"], 100 * drops / pin, rate.get("bps", 0) / 1e6,
+                    rate.get("lowest_bps", 0) / 1e6, "ok" if ok else "WRONG OR MISSING FILE"))
+    med = lambda row, k: statistics.median(x[k] for x in samples[row])
+    log("")
+    log("%d bytes through a %s bottleneck (queue %s packets, %s one way per direction), median "
+        "of %d" % (args.bytes, args.linkem, args.queue, args.delay, args.repeat))
+    log("| row | goodput Mbit/s | share of the bottleneck | wall s | passes | repairs | "
+        "bottleneck drops | end rate Mbit/s | lowest Mbit/s | all ok |")
+    log("|---|---|---|---|---|---|---|---|---|---|")
+    for row in rows:
+        log("| %s %s | %.1f | %.2f | %.2f | %.0f | %.0f | %.2f %% | %s | %s | %s |" % (
+            row[0], row[1], med(row, "goodput") / 1e6, med(row, "goodput") / bottleneck,
+            med(row, "wall"), med(row, "passes"), med(row, "repairs"), 100 * med(row, "drop"),
+            "%.0f" % (med(row, "end") / 1e6) if row[0] == "auto" else "-",
+            "%.0f" % (med(row, "lowest") / 1e6) if row[0] == "auto" else "-",
+            all(x["ok"] for x in samples[row])))
+
+
+if __name__ == "__main__":
+    main()

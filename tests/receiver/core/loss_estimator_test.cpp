@@ -1,0 +1,269 @@
+#include "receiver/core/loss_estimator.hpp"
+
+#include "common/tcp_throughput.hpp"
+#include "receiver/core/rate_feedback.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+using mcdist::duration;
+using mcdist::time_point;
+using mcdist::receiver::loss_estimator;
+using mcdist::receiver::rate_feedback;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr duration rtt = 10ms;
+
+/// Feeds numbers [from, to) one millisecond apart, starting at `t`; returns the next time.
+time_point feed(loss_estimator& e, std::uint32_t from, std::uint32_t to, time_point t) {
+  for (std::uint32_t s = from; s != to; ++s) {
+    e.on_datagram(s, t, rtt);
+    t += 1ms;
+  }
+  return t;
+}
+
+/// RFC 5348 section 5.4, written out for the test: intervals newest first, I_0 the open one.
+double rfc_loss_event_rate(const std::vector<double>& closed, double open) {
+  const double w[] = {1, 1, 1, 1, 0.8, 0.6, 0.4, 0.2};
+  std::vector<double> i = {open};
+  i.insert(i.end(), closed.begin(), closed.end());
+  const std::size_t k = std::min<std::size_t>(closed.size(), 8);
+  double tot0 = 0, w0 = 0, tot1 = 0, w1 = 0;
+  for (std::size_t n = 0; n <= std::min<std::size_t>(k, 7); ++n) {
+    tot0 += i[n] * w[n];
+    w0 += w[n];
+  }
+  for (std::size_t n = 1; n <= k; ++n) {
+    tot1 += i[n] * w[n - 1];
+    w1 += w[n - 1];
+  }
+  // RFC 5348 section 5.5: an open interval above twice the closed mean discounts the history.
+  const double closed_mean = tot1 / w1;
+  if (open > 2 * closed_mean) {
+    const double df = std::max(0.5, 2 * closed_mean / open);
+    tot0 = open * w[0];
+    w0 = w[0];
+    for (std::size_t n = 1; n <= std::min<std::size_t>(k, 7); ++n) {
+      tot0 += i[n] * w[n] * df;
+      w0 += w[n] * df;
+    }
+  }
+  return 1 / std::max(tot0 / w0, closed_mean);
+}
+
+}  // namespace
+
+TEST_CASE("no gap, no loss event: p is 0 and the TCP-friendly rate unbounded", "[unit][receiver]") {
+  loss_estimator e;
+  feed(e, 1000, 3000, time_point{});
+  REQUIRE_FALSE(e.has_loss());
+  REQUIRE(e.loss_event_rate() == 0);
+  REQUIRE(std::isinf(mcdist::tcp_throughput_bps(1448, rtt, e.loss_event_rate())));
+}
+
+TEST_CASE("the loss event rate of two gaps is the RFC 5348 weighted average of their intervals",
+          "[unit][receiver]") {
+  loss_estimator e;
+  time_point t = feed(e, 0, 100, time_point{});  // 0..99
+  t = feed(e, 101, 250, t + 1s);                 // 100 lost
+  t = feed(e, 252, 400, t + 1s);                 // 250, 251 lost: one event
+  REQUIRE(e.loss_events() == 2);
+  REQUIRE(e.lost() == 3);
+  REQUIRE(e.closed_intervals() == 2);
+  REQUIRE(e.closed_interval(0) == 150);  // 250 - 100
+  REQUIRE(e.open_interval() == 150);     // 250..399
+  // The first interval is synthesised from the receive rate before the first loss (RFC 5348
+  // section 6.3.1): 1,000 datagrams/s of 1448 bytes.
+  const double first = static_cast<double>(e.closed_interval(1));
+  REQUIRE(first == std::llround(loss_estimator::synthetic_interval(1000.0 * 1448 * 8, 1448, rtt)));
+  REQUIRE(e.loss_event_rate() == Approx(rfc_loss_event_rate({150, first}, 150)));
+}
+
+TEST_CASE("the synthetic first interval gives back the receive rate through the equation",
+          "[unit][receiver]") {
+  for (const double rate : {1e6, 11.584e6, 200e6, 4e9}) {
+    for (const duration r : {duration(1ms), duration(40ms), duration(700ms)}) {
+      const double i = loss_estimator::synthetic_interval(rate, 1448, r);
+      if (i > 1 && i < 1e10) {
+        REQUIRE(mcdist::tcp_throughput_bps(1448, r, 1 / i) == Approx(rate).epsilon(1e-6));
+      }
+    }
+  }
+  // A slow start through a 200 Mbit/s bottleneck: the rate after the first loss is what got
+  // through (while the open interval is shorter than the synthetic one).
+  loss_estimator e;
+  time_point t{};
+  std::uint32_t seq = 0;
+  for (int i = 0; i < 1000; ++i, ++seq, t += 58us) e.on_datagram(seq, t, 1ms);  // ~200 Mbit/s
+  e.on_datagram(seq + 5, t, 1ms);  // the overshoot lost 5 (I_0 = 6, below the synthetic I_1)
+  REQUIRE(e.receive_rate_pps() == Approx(1e6 / 58).epsilon(0.02));
+  REQUIRE(mcdist::tcp_throughput_bps(1448, 1ms, e.loss_event_rate()) ==
+          Approx(1e6 / 58 * 1448 * 8).epsilon(0.03));
+}
+
+TEST_CASE("with more than eight loss events only the newest eight intervals count, weighted",
+          "[unit][receiver]") {
+  const std::vector<std::uint32_t> gaps = {100, 300, 50, 400, 80, 120, 90, 60, 500, 70, 30};
+  loss_estimator e;
+  std::uint32_t seq = 5;
+  time_point t{};
+  t = feed(e, seq, seq + 1, t);
+  ++seq;
+  std::vector<double> closed;   // newest first
+  std::uint32_t prev_loss = 5;  // the first interval counts from the first datagram seen
+  for (const auto g : gaps) {
+    // g datagrams arrive after the previous loss, then one is lost.
+    t = feed(e, seq, prev_loss + g, t + 1s);
+    seq = prev_loss + g + 1;  // prev_loss + g is lost
+    closed.insert(closed.begin(), static_cast<double>(prev_loss + g - prev_loss));
+    prev_loss = prev_loss + g;
+  }
+  t = feed(e, seq, seq + 40, t + 1s);  // the open interval: the lost one + 40
+  closed.resize(8);
+  REQUIRE(e.loss_events() == gaps.size());
+  REQUIRE(e.closed_intervals() == 8);
+  REQUIRE(e.open_interval() == 41);
+  REQUIRE(e.loss_event_rate() == Approx(rfc_loss_event_rate(closed, 41)));
+}
+
+TEST_CASE("losses less than one RTT apart are one loss event", "[unit][receiver]") {
+  loss_estimator e;
+  time_point t = feed(e, 0, 100, time_point{});
+  e.on_datagram(102, t, rtt);        // 100, 101 lost
+  e.on_datagram(105, t + 5ms, rtt);  // 103, 104 lost, 5 ms later: same event
+  REQUIRE(e.loss_events() == 1);
+  e.on_datagram(107, t + 20ms, rtt);  // 106 lost two RTTs later: a new event
+  REQUIRE(e.loss_events() == 2);
+  REQUIRE(e.lost() == 5);
+  REQUIRE(e.closed_interval(0) == 6);  // 106 - 100
+}
+
+TEST_CASE("duplicates and reordered datagrams are ignored, across the sequence wrap",
+          "[unit][receiver]") {
+  loss_estimator e;
+  time_point t = feed(e, 0xFFFFFF00u, 0xFFFFFFFFu, time_point{});
+  e.on_datagram(0xFFFFFFFFu, t, rtt);
+  e.on_datagram(0, t, rtt);            // wraps: in order
+  e.on_datagram(0, t, rtt);            // duplicate
+  e.on_datagram(0xFFFFFFF0u, t, rtt);  // old
+  REQUIRE_FALSE(e.has_loss());
+  e.on_datagram(2, t + 1s, rtt);  // 1 lost
+  REQUIRE(e.loss_events() == 1);
+  REQUIRE(e.lost() == 1);
+  REQUIRE(e.open_interval() == 2);  // 1..2, across the wrap
+}
+
+TEST_CASE("the TCP throughput equation matches RFC 5348 section 3.1 and falls with p and R",
+          "[unit][receiver]") {
+  // s = 1448 bytes, R = 100 ms, p = 1 %: X = s / (R sqrt(2p/3) + 4R (3 sqrt(3p/8)) p (1 + 32p^2))
+  const double r = 0.1, p = 0.01;
+  const double x = 1448.0 / (r * std::sqrt(2 * p / 3) +
+                             4 * r * (3 * std::sqrt(3 * p / 8)) * p * (1 + 32 * p * p));
+  REQUIRE(mcdist::tcp_throughput_bps(1448, 100ms, 0.01) == Approx(x * 8));
+  REQUIRE(mcdist::tcp_throughput_bps(1448, 100ms, 0.02) <
+          mcdist::tcp_throughput_bps(1448, 100ms, 0.01));
+  REQUIRE(mcdist::tcp_throughput_bps(1448, 200ms, 0.01) <
+          mcdist::tcp_throughput_bps(1448, 100ms, 0.01));
+}
+
+TEST_CASE("rate reports: only receivers below the sender's rate draw a timer, within the round",
+          "[unit][receiver]") {
+  const time_point t0{};
+  REQUIRE(rate_feedback::delay(100ms, 1.0) == 100ms);
+  REQUIRE(rate_feedback::delay(100ms, 1e-9) == duration::zero());  // ln(u)/ln(N) < -1
+  rate_feedback above;
+  above.on_marker(100'000'000, false, 1, 100ms, 0, 200e6, rtt, 0.5, t0);
+  REQUIRE_FALSE(above.due());
+  rate_feedback no_loss;
+  no_loss.on_marker(100'000'000, false, 1, 100ms, 0, INFINITY, rtt, 0.5, t0);
+  REQUIRE_FALSE(no_loss.due());
+  rate_feedback below;
+  below.on_marker(100'000'000, false, 1, 100ms, 0, 50e6, rtt, 0.5, t0);
+  REQUIRE(below.due());
+  REQUIRE(*below.due() >= t0);
+  REQUIRE(*below.due() < t0 + 100ms);
+  // A marker of the same round draws nothing new; the timer fires and reports.
+  const auto due = *below.due();
+  below.on_marker(100'000'000, false, 1, 100ms, 0, 50e6, rtt, 0.9, t0 + 1ms);
+  REQUIRE(*below.due() == due);
+  REQUIRE(below.fire(due, 50e6));
+  REQUIRE_FALSE(below.due());
+}
+
+TEST_CASE("rate reports: a receiver not 10 % below the lowest echoed rate keeps quiet",
+          "[unit][receiver]") {
+  const time_point t0{};
+  rate_feedback f;
+  f.on_marker(100'000'000, false, 1, 100ms, 0, 50e6, rtt, 0.5, t0);
+  REQUIRE(f.due());
+  // Someone reported 52 Mbit/s: 50 is not 10 % below it.
+  f.on_marker(100'000'000, false, 1, 100ms, 52'000'000, 50e6, rtt, 0.5, t0 + 1ms);
+  REQUIRE_FALSE(f.fire(*f.due(), 50e6));
+  // Next round, someone reported 80: 50 is well below, it reports.
+  f.on_marker(100'000'000, false, 2, 100ms, 0, 50e6, rtt, 0.5, t0 + 200ms);
+  f.on_marker(100'000'000, false, 2, 100ms, 80'000'000, 50e6, rtt, 0.5, t0 + 201ms);
+  REQUIRE(f.fire(*f.due(), 50e6));
+}
+
+TEST_CASE("rate reports: the CLR reports at every marker, at most once per RTT",
+          "[unit][receiver]") {
+  const time_point t0{};
+  rate_feedback f;
+  f.on_marker(100'000'000, true, 1, 100ms, 0, 150e6, rtt, 0.5, t0);
+  REQUIRE(f.due() == t0);  // even above the sender's rate: the sender follows the CLR up
+  REQUIRE(f.fire(t0, 150e6));
+  f.on_marker(100'000'000, true, 1, 100ms, 0, 150e6, rtt, 0.5, t0 + 5ms);
+  REQUIRE_FALSE(f.due());  // 5 ms < RTT
+  f.on_marker(100'000'000, true, 1, 100ms, 0, 150e6, rtt, 0.5, t0 + 10ms);
+  REQUIRE(f.due() == t0 + 10ms);
+  // Not --rate auto: nothing.
+  f.on_marker(0, true, 1, 100ms, 0, 150e6, rtt, 0.5, t0 + 30ms);
+  REQUIRE_FALSE(f.due());
+}
+
+TEST_CASE("a long loss-free stretch discounts the loss history (RFC 5348 section 5.5)",
+          "[unit][receiver]") {
+  loss_estimator e;
+  time_point t = feed(e, 0, 100, time_point{});
+  for (std::uint32_t k = 1; k <= 8; ++k) t = feed(e, 100 * k + 1, 100 * k + 100, t + 1s);
+  REQUIRE(e.closed_intervals() == 8);
+  std::vector<double> closed(8, 100);
+  closed[7] = static_cast<double>(e.closed_interval(7));  // the synthetic first
+  const double before = e.loss_event_rate();
+  REQUIRE(before == Approx(rfc_loss_event_rate(closed, 100)));
+  // 1,000 datagrams without loss: I_0 = 1,100 > 2 x the closed mean, so DF applies.
+  feed(e, 900, 1900, t + 1s);
+  REQUIRE(e.open_interval() == 1100);
+  REQUIRE(e.loss_event_rate() == Approx(rfc_loss_event_rate(closed, 1100)));
+  // Without discounting I_tot0 / W_tot would be (1100 + the seven newest closed intervals
+  // weighted w_1..w_7) / 6; discounted, the open interval weighs more and p is lower.
+  double plain = 1100;
+  for (std::size_t i = 0; i < 7; ++i) plain += closed[i] * loss_estimator::weights[i + 1];
+  REQUIRE(e.loss_event_rate() < 6.0 / plain);
+  REQUIRE(e.loss_event_rate() < before);
+}
+
+TEST_CASE("rate reports: a loss event far below the sender's rate is reported at once",
+          "[unit][receiver]") {
+  const time_point t0{};
+  rate_feedback f;
+  f.on_marker(400'000'000, false, 1, 100ms, 0, INFINITY, rtt, 0.5, t0);
+  REQUIRE_FALSE(f.due());
+  f.on_loss_event(300e6, rtt, t0 + 1ms);  // not below half the sender's rate: the round decides
+  REQUIRE_FALSE(f.due());
+  f.on_loss_event(150e6, rtt, t0 + 2ms);
+  REQUIRE(f.due() == t0 + 2ms);
+  // Not suppressed by a lower echo: it is urgent.
+  f.on_marker(400'000'000, false, 1, 100ms, 100'000'000, 150e6, rtt, 0.5, t0 + 2ms);
+  REQUIRE(f.fire(t0 + 2ms, 150e6));
+  f.on_loss_event(100e6, rtt, t0 + 5ms);  // within one RTT of the last report
+  REQUIRE_FALSE(f.due());
+  f.on_loss_event(100e6, rtt, t0 + 12ms);
+  REQUIRE(f.due() == t0 + 12ms);
+}

@@ -1,0 +1,121 @@
+#include "sender/core/rate_controller.hpp"
+
+#include <catch2/catch.hpp>
+
+using mcdist::duration;
+using mcdist::time_point;
+using mcdist::sender::rate_controller;
+using mcdist::sender::rate_controller_config;
+using namespace std::chrono_literals;
+
+namespace {
+
+rate_controller_config config() {
+  rate_controller_config c;
+  c.rate_max_bps = 1'000'000'000;
+  c.initial_bps = 10'000'000;
+  c.packet_bytes = 1448;
+  c.min_rtt = 1ms;
+  return c;
+}
+
+constexpr duration grtt = 10ms;
+const time_point t0{std::chrono::seconds(100)};
+
+/// A controller whose slow start reached the ceiling by t0 (no loss reported yet).
+rate_controller at_ceiling() {
+  rate_controller rc(config());
+  rc.start(t0 - 1s);
+  REQUIRE(rc.update(t0 - 1ms, grtt) == 1'000'000'000);
+  return rc;
+}
+
+}  // namespace
+
+TEST_CASE("slow start doubles the rate once per GRTT up to the ceiling", "[unit][sender]") {
+  rate_controller rc(config());
+  REQUIRE(rc.update(t0, grtt) == 10'000'000);  // not started: the initial rate
+  rc.start(t0);
+  REQUIRE(rc.slow_start());
+  REQUIRE(rc.update(t0 + 9ms, grtt) == 10'000'000);
+  REQUIRE(rc.update(t0 + 10ms, grtt) == 20'000'000);
+  REQUIRE(rc.update(t0 + 35ms, grtt) == 80'000'000);
+  REQUIRE(rc.update(t0 + 10s, grtt) == 1'000'000'000);  // capped
+  REQUIRE(rc.slow_start());
+}
+
+TEST_CASE("the rate falls at once when a receiver reports loss, and slow start ends",
+          "[unit][sender]") {
+  rate_controller rc(config());
+  rc.start(t0);
+  REQUIRE(rc.update(t0 + 30ms, grtt) == 80'000'000);
+  rc.on_feedback("a", 200'000'000, 5ms, false, t0 + 31ms);  // no loss event: limits nothing
+  REQUIRE(rc.slow_start());
+  REQUIRE(rc.clr().empty());
+  rc.on_feedback("a", 30'000'000, 5ms, true, t0 + 32ms);
+  REQUIRE_FALSE(rc.slow_start());
+  REQUIRE(rc.clr() == "a");
+  REQUIRE(rc.rate_bps() == 30'000'000);
+  REQUIRE(rc.update(t0 + 1s, grtt) == 30'000'000);  // the CLR's rate is the goal: no doubling
+  REQUIRE(rc.lowest_bps() == 30'000'000);
+}
+
+TEST_CASE("the rate rises towards the CLR's rate by at most one packet per RTT per RTT",
+          "[unit][sender]") {
+  rate_controller rc = at_ceiling();
+  rc.on_feedback("a", 30'000'000, 10ms, true, t0);
+  REQUIRE(rc.rate_bps() == 30'000'000);
+  rc.on_feedback("a", 100'000'000, 10ms, true, t0 + 1ms);  // its loss got rarer
+  REQUIRE(rc.clr() == "a");
+  REQUIRE(rc.rate_bps() == 30'000'000);  // increases are not immediate
+  // s / R^2 = 1448 bytes x 8 / (10 ms)^2 = 115.84 Mbit/s per second, counted from the last
+  // decrease (t0): 11.7 Mbit/s in 101 ms.
+  const double step = 1448.0 * 8 / (0.01 * 0.01);
+  const auto r1 = rc.update(t0 + 101ms, grtt);
+  REQUIRE(static_cast<double>(r1) <= 30e6 + step * 0.101 + 1);
+  REQUIRE(r1 > 30'000'000);
+  // Steps add up the same whatever the update cadence, and stop at the CLR's rate.
+  for (int i = 2; i <= 10; ++i) rc.update(t0 + 1ms + 100ms * i, grtt);
+  REQUIRE(static_cast<double>(rc.rate_bps()) <= 30e6 + step * 1.001 + 1);
+  REQUIRE(rc.update(t0 + 60s, grtt) == 100'000'000);
+}
+
+TEST_CASE("a receiver reporting a lower rate becomes the CLR; a higher one does not",
+          "[unit][sender]") {
+  rate_controller rc = at_ceiling();
+  rc.on_feedback("a", 50'000'000, 10ms, true, t0);
+  rc.on_feedback("b", 70'000'000, 10ms, true, t0 + 1ms);
+  REQUIRE(rc.clr() == "a");
+  REQUIRE(rc.rate_bps() == 50'000'000);
+  rc.on_feedback("b", 20'000'000, 10ms, true, t0 + 2ms);
+  REQUIRE(rc.clr() == "b");
+  REQUIRE(rc.rate_bps() == 20'000'000);
+  // The CLR's own rate rises above another's: the other becomes the CLR.
+  rc.on_feedback("b", 90'000'000, 10ms, true, t0 + 3ms);
+  REQUIRE(rc.clr() == "a");
+  REQUIRE(rc.clr_rate_bps() == 50'000'000);
+  REQUIRE(rc.rate_bps() == 20'000'000);  // and the rate climbs from 20 by the increase rule
+}
+
+TEST_CASE("a receiver moved to unicast no longer holds the rate back", "[unit][sender]") {
+  rate_controller rc = at_ceiling();
+  rc.on_feedback("slow", 5'000'000, 10ms, true, t0);
+  rc.on_feedback("fast", 300'000'000, 10ms, true, t0 + 1ms);
+  REQUIRE(rc.clr() == "slow");
+  REQUIRE(rc.rate_bps() == 5'000'000);
+  rc.forget("slow", t0 + 2ms);
+  REQUIRE(rc.clr() == "fast");
+  REQUIRE(rc.candidates() == 1);
+  REQUIRE(rc.update(t0 + 60s, grtt) == 300'000'000);
+  rc.forget("fast", t0 + 61s);
+  REQUIRE(rc.clr().empty());
+  REQUIRE(rc.update(t0 + 600s, grtt) == 1'000'000'000);  // no CLR: up to the ceiling
+}
+
+TEST_CASE("the rate stays within its floor and ceiling", "[unit][sender]") {
+  rate_controller rc = at_ceiling();
+  rc.on_feedback("a", 1, 10ms, true, t0);
+  REQUIRE(rc.rate_bps() == config().rate_min_bps);
+  rc.on_feedback("a", 50'000'000'000, 10ms, true, t0 + 1ms);
+  REQUIRE(rc.update(t0 + 3600s, grtt) == 1'000'000'000);
+}
