@@ -34,6 +34,7 @@
 /// Pure: no clock; the caller passes `now` and its RTT.
 
 #include "common/time.hpp"
+#include "common/wire.hpp"
 
 #include <chrono>
 
@@ -59,7 +60,9 @@ class loss_estimator {
 
   /// @param packet_bytes  s of the throughput equation: a whole IP packet of a full block,
   ///                      bytes (what --rate counts), for the synthetic first interval
-  explicit loss_estimator(std::uint32_t packet_bytes = 1448) noexcept
+  explicit loss_estimator(std::uint32_t packet_bytes = static_cast<std::uint32_t>(
+                              wire::default_block_size + wire::data_header_size +
+                              packet::ipv4_udp_overhead)) noexcept
       : m_packet_bytes(packet_bytes) {}
 
   /// Sets s (the session's block size is known once its announce arrived).

@@ -20,7 +20,8 @@ duration rate_rtt(duration register_rtt, duration grtt) {
 
 /// A whole IP packet of a full block, bytes: what --rate counts.
 std::uint32_t packet_bytes(std::uint32_t block_size) {
-  return block_size + static_cast<std::uint32_t>(wire::data_header_size) + 28;
+  return block_size +
+         static_cast<std::uint32_t>(wire::data_header_size + packet::ipv4_udp_overhead);
 }
 
 }  // namespace

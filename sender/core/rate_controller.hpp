@@ -20,6 +20,7 @@
 /// Pure: time is passed in; no clock, no randomness.
 
 #include "common/time.hpp"
+#include "common/wire.hpp"
 
 #include <cstdint>
 #include <map>
@@ -37,7 +38,9 @@ struct rate_controller_config {
   /// Never below this: a rate of 0 would mean unpaced. 64 kbit/s, about five 1448-byte packets
   /// a second (TFRC's floor is one packet per 64 s; a transfer must still finish).
   std::uint64_t rate_min_bps = 64'000;
-  std::uint32_t packet_bytes = 1448;  ///< s: a whole IP packet of a full block, bytes
+  /// s: a whole IP packet of a full block, bytes (1448 for the default block size)
+  std::uint32_t packet_bytes = static_cast<std::uint32_t>(
+      wire::default_block_size + wire::data_header_size + packet::ipv4_udp_overhead);
   /// RTTs below this count as this (the sender's GRTT floor: timers act no faster).
   duration min_rtt = std::chrono::milliseconds(1);
   /// A report older than this is not a CLR candidate when the CLR leaves.

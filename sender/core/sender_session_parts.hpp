@@ -23,7 +23,7 @@ namespace mcdist::sender::session_detail {
 
 /// IPv4 (20) + UDP (8) header bytes, counted against the rate: the rate is what the link
 /// carries, which is what an operator provisions.
-inline constexpr std::uint32_t ip_udp_overhead = 28;
+inline constexpr std::uint32_t ip_udp_overhead = packet::ipv4_udp_overhead;
 /// The pacing bucket holds at least this many milliseconds of the rate, so a sender thread
 /// that wakes late on a busy machine catches up instead of losing rate; bursts stay bounded by
 /// it (5 ms at 1 Gbit/s is 625 kB, far inside a receiver's socket buffer).
