@@ -478,9 +478,7 @@ void receiver_engine::on_held(session_id id, const std::vector<held_answer>& hel
 void receiver_engine::send_register(session_rx& s, time_point now) {
   wire::register_request m;
   m.set_receiver_id(m_cfg.id);
-  m.set_echo_time_us(s.echo_us);
-  m.set_hold_us(static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::microseconds>(now - s.echo_at).count()));
+  set_echo(m, s, now);
   if (s.seq > 0) {
     if (!s.seq_report) {
       s.seq_report = m_sequences.on_session(s.seq_channel, s.seq_source, s.seq);

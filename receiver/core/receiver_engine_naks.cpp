@@ -22,15 +22,7 @@ void receiver_engine::send_naks(session_rx& s, time_point now) {
 }
 
 void receiver_engine::send_round(session_rx& s, const nak_round& r, time_point now) {
-  wire::nak header;
-  header.set_receiver_id(m_cfg.id);
-  header.set_pass(s.marker_pass);
-  header.set_seen_seq(seq_after(s.marker_seq, s.seen_seq) ? s.marker_seq : s.seen_seq);
-  header.set_echo_time_us(s.echo_us);
-  header.set_hold_us(static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::microseconds>(now - s.echo_at).count()));
-  header.set_files_finalizing(s.files_finalizing);
-  header.set_bytes_received(s.bytes_received);
+  wire::nak header = nak_header(s, m_cfg.id, now);
   fill_rate(s, header);
   nak_builder naks(header, m_cfg.max_nak_datagrams);
   bool stopped = false;
@@ -93,9 +85,7 @@ void receiver_engine::send_round(session_rx& s, const nak_round& r, time_point n
 void receiver_engine::send_complete(session_rx& s, time_point now) {
   wire::complete m;
   m.set_receiver_id(m_cfg.id);
-  m.set_echo_time_us(s.echo_us);
-  m.set_hold_us(static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::microseconds>(now - s.echo_at).count()));
+  set_echo(m, s, now);
   m.set_files_stored(s.files_stored);
   m.set_bytes_stored(s.bytes_stored);
   m.set_files_held(s.files_held);

@@ -229,4 +229,32 @@ struct receiver_engine::session_rx {
   std::string name() const { return fmt::format("{}", id); }
 };
 
+namespace engine_detail {
+
+/// Sets the timestamp echo that every feedback message (REGISTER, NAK, COMPLETE) carries: the
+/// sender's timestamp of the latest marker of session `s` (µs) and how long this receiver has
+/// held it (µs, to `now`), from which the sender measures its GRTT (docs/design-notes.md).
+template <class Msg, class Session>
+void set_echo(Msg& m, const Session& s, time_point now) {
+  m.set_echo_time_us(s.echo_us);
+  m.set_hold_us(static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(now - s.echo_at).count()));
+}
+
+/// A NAK of session `s` from `receiver_id` with the fields every NAK carries (pass, the
+/// sequence seen, the timestamp echo, progress) and nothing NAKed yet.
+template <class Session>
+wire::nak nak_header(const Session& s, const std::string& receiver_id, time_point now) {
+  wire::nak m;
+  m.set_receiver_id(receiver_id);
+  m.set_pass(s.marker_pass);
+  m.set_seen_seq(seq_after(s.marker_seq, s.seen_seq) ? s.marker_seq : s.seen_seq);
+  set_echo(m, s, now);
+  m.set_files_finalizing(s.files_finalizing);
+  m.set_bytes_received(s.bytes_received);
+  return m;
+}
+
+}  // namespace engine_detail
+
 }  // namespace mcdist::receiver

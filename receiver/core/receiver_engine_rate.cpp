@@ -64,15 +64,7 @@ void receiver_engine::send_rate_report(session_rx& s, time_point now) {
   const double own = tcp_throughput_bps(packet_bytes(s.block_size),
                                         rate_rtt(s.register_rtt, s.grtt), s.loss.loss_event_rate());
   if (!s.rate.fire(now, own)) return;
-  wire::nak m;
-  m.set_receiver_id(m_cfg.id);
-  m.set_pass(s.marker_pass);
-  m.set_seen_seq(seq_after(s.marker_seq, s.seen_seq) ? s.marker_seq : s.seen_seq);
-  m.set_echo_time_us(s.echo_us);
-  m.set_hold_us(static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::microseconds>(now - s.echo_at).count()));
-  m.set_files_finalizing(s.files_finalizing);
-  m.set_bytes_received(s.bytes_received);
+  wire::nak m = nak_header(s, m_cfg.id, now);
   m.set_rate_report(true);
   fill_rate(s, m);
   m_sink.send(s.sender, encode(wire::msg_type::nak, s.id, m));
