@@ -222,6 +222,23 @@ def run_sender(bin_dir, paths, group, receivers=None, rate="500M", extra=(), tim
     return p.returncode, data, out
 
 
+def wait_checkpoint(d, timeout=30):
+    """Waits until mcdistd `d` saves a session checkpoint (temp/<session>/state) newer than the
+    call: the event a kill-and-resume test needs, instead of a sleep that a slow (ASan, loaded)
+    run can outlast."""
+    since = time.time_ns()
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        for name in os.listdir(d.temp) if os.path.isdir(d.temp) else []:
+            try:
+                if os.stat(os.path.join(d.temp, name, "state")).st_mtime_ns >= since:
+                    return
+            except OSError:
+                pass
+        time.sleep(0.02)
+    fail("mcdistd %s saved no checkpoint within %s s:\n%s" % (d.id, timeout, d.log_text()))
+
+
 def written_bytes(pid):
     """Bytes the process has written so far (/proc/PID/io wchar): temp files are preallocated,
     so their size says nothing about progress."""

@@ -229,7 +229,7 @@ def main():
         write_random(os.path.join(src2, "y.bufr"), 300_000, rng)
         code, summary, out = run_sender(bin_dir, [src2], group, ["site-a", "site-b"],
                                         extra=["--key", os.path.join(base, "hub.key"), "--site-keys", sites,
-                                               "--register-timeout", "2s", "--fallback", "off"])
+                                               "--register-timeout", "5s", "--fallback", "off"])
         attacker.stop = True
         attacker.join(5)
         log(out)
@@ -266,7 +266,7 @@ def main():
         while written_bytes(d.proc.pid) < 3_000_000:
             check(time.time() < deadline and sender.poll() is None, "the signed transfer did not start:\n" + d.log_text())
             time.sleep(0.05)
-        time.sleep(0.5)  # a checkpoint after the first bytes
+        wait_checkpoint(d)  # a checkpoint after the first bytes
         d.proc.send_signal(signal.SIGKILL)
         d.proc.wait()
         d.logf.close()

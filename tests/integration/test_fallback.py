@@ -232,7 +232,7 @@ def interrupted_case(bin_dir, base, rng, transport, how):
                     sender.returncode, sender.stdout.read().decode(), d.log_text()))
             time.sleep(0.05)
         if how == "kill":
-            time.sleep(0.5)  # at least one checkpoint after the first bytes
+            wait_checkpoint(d)  # at least one checkpoint after the first bytes
             before = written_bytes(d.proc.pid)
             d.proc.send_signal(signal.SIGKILL)
             d.proc.wait()
