@@ -44,7 +44,7 @@ import subprocess
 import sys
 import time
 
-from uftp_compare import Child, clear, digest, sender_run, ticks
+from uftp_compare import Child, clear, digest, need_programs, sender_run, ticks, write_field
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(os.path.dirname(HERE))
@@ -149,9 +149,7 @@ def main():
     subprocess.run(["ip", "link", "set", "lo", "multicast", "on"], check=True)
     variants = [("", args.build)] + ([(" (baseline)", args.baseline)] if args.baseline else [])
     for _, build in variants:
-        for b in (os.path.join(build, "sender", "mcdist-send"), os.path.join(build, "receiver", "mcdistd")):
-            if not os.access(b, os.X_OK):
-                sys.exit("build mcdist first (deploy/build.sh): %s missing" % b)
+        need_programs(os.path.join(build, "sender", "mcdist-send"), os.path.join(build, "receiver", "mcdistd"))
 
     base = args.dir
     clear(base)
@@ -159,12 +157,7 @@ def main():
     src = os.path.join(base, "src")
     os.makedirs(src)
     src_file = os.path.join(src, "model_field.grib2")
-    with open(src_file, "wb") as f:
-        chunk = os.urandom(1 << 20)
-        left = args.bytes
-        while left > 0:
-            left -= f.write(chunk[:min(left, len(chunk))])
-            chunk = chunk[1:] + chunk[:1]  # no two MiB alike
+    write_field(src_file, args.bytes)
     src_digest = digest(src_file)
 
     uf_dest = os.path.join(base, "uf-dest")

@@ -36,7 +36,7 @@ import sys
 import time
 
 from linkem_run import Emulator, stop_proc
-from uftp_compare import Child, clear, digest, sender_run
+from uftp_compare import Child, clear, digest, need_programs, sender_run, write_field
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(os.path.dirname(HERE))
@@ -71,21 +71,14 @@ def main():
     subprocess.run(["ip", "link", "set", "lo", "multicast", "on"], check=True)
     send = os.path.join(args.build, "sender", "mcdist-send")
     recv = os.path.join(args.build, "receiver", "mcdistd")
-    for b in (send, recv):
-        if not os.access(b, os.X_OK):
-            sys.exit("build mcdist first (deploy/build.sh): %s missing" % b)
+    need_programs(send, recv)
 
     base = args.dir
     clear(base)
     src = os.path.join(base, "src")
     os.makedirs(src)
     src_file = os.path.join(src, "model_field.grib2")
-    with open(src_file, "wb") as f:
-        chunk = os.urandom(1 << 20)
-        left = args.bytes
-        while left > 0:
-            left -= f.write(chunk[:min(left, len(chunk))])
-            chunk = chunk[1:] + chunk[:1]
+    write_field(src_file, args.bytes)
     src_digest = digest(src_file)
     dest, temp = os.path.join(base, "dest"), os.path.join(base, "temp")
     for d in (dest, temp):
@@ -177,17 +170,14 @@ def linkem_main(args):
     linkem = os.path.join(args.build, "tests", "linkem", "mcdist-linkem")
     send = os.path.join(args.build, "sender", "mcdist-send")
     recv = os.path.join(args.build, "receiver", "mcdistd")
-    for b in (linkem, send, recv):
-        if not os.access(b, os.X_OK):
-            sys.exit("build mcdist first (deploy/build.sh): %s missing" % b)
+    need_programs(linkem, send, recv)
     os.environ.setdefault("MCDIST_NETNS_PREFIX", "rate13")
     base = args.dir
     clear(base)
     src = os.path.join(base, "src")
     os.makedirs(src)
     src_file = os.path.join(src, "model_field.grib2")
-    with open(src_file, "wb") as f:
-        f.write(os.urandom(args.bytes))
+    write_field(src_file, args.bytes)
     src_digest = digest(src_file)
     bottleneck = bps(args.linkem)
     ceiling = args.ceilings.split(",")[0]

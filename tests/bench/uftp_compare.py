@@ -137,6 +137,24 @@ def clear(d):
     os.makedirs(d)
 
 
+def need_programs(*paths):
+    """Exits with a clear message unless every program in `paths` is built and executable."""
+    for b in paths:
+        if not os.access(b, os.X_OK):
+            sys.exit("build mcdist first (deploy/build.sh): %s missing" % b)
+
+
+def write_field(path, size):
+    """Writes `size` bytes of incompressible content to `path` (a model field's stand-in),
+    1 MiB at a time, no two MiB alike."""
+    with open(path, "wb") as f:
+        chunk = os.urandom(1 << 20)
+        left = size
+        while left > 0:
+            left -= f.write(chunk[:min(left, len(chunk))])
+            chunk = hashlib.sha512(chunk[:64]).digest() * 16384  # vary content cheaply
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(TOP, "build"))
@@ -172,23 +190,14 @@ def main():
     subprocess.run(["ip", "link", "set", "lo", "multicast", "on"], check=True)
     send = os.path.join(args.build, "sender", "mcdist-send")
     recv = os.path.join(args.build, "receiver", "mcdistd")
-    for b in (send, recv):
-        if not os.access(b, os.X_OK):
-            sys.exit("build mcdist first (deploy/build.sh): %s missing" % b)
+    need_programs(send, recv)
 
     base = args.dir
     clear(base)
     src_big = os.path.join(base, "src-big")
     src_small = os.path.join(base, "src-small")
     os.makedirs(src_big)
-    with open(os.path.join(src_big, "model_field.grib2"), "wb") as f:
-        chunk = os.urandom(1 << 20)
-        left = args.big_bytes
-        while left > 0:
-            n = min(left, len(chunk))
-            f.write(chunk[:n])
-            left -= n
-            chunk = hashlib.sha512(chunk[:64]).digest() * 16384  # vary content cheaply
+    write_field(os.path.join(src_big, "model_field.grib2"), args.big_bytes)
     for i in range(1000):
         d = os.path.join(src_small, "obs", "%02d" % (i % 20))
         os.makedirs(d, exist_ok=True)
