@@ -51,6 +51,17 @@ def bps(rate):
     return float(rate[:-1]) * mult[rate[-1]] if rate[-1] in mult else float(rate)
 
 
+def source_field(base, size):
+    """Empties `base` and writes the file set: one model field of `size` bytes in base/src.
+    Returns (the source directory, the field's digest)."""
+    clear(base)
+    src = os.path.join(base, "src")
+    os.makedirs(src)
+    src_file = os.path.join(src, "model_field.grib2")
+    write_field(src_file, size)
+    return src, digest(src_file)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -74,12 +85,7 @@ def main():
     need_programs(send, recv)
 
     base = args.dir
-    clear(base)
-    src = os.path.join(base, "src")
-    os.makedirs(src)
-    src_file = os.path.join(src, "model_field.grib2")
-    write_field(src_file, args.bytes)
-    src_digest = digest(src_file)
+    src, src_digest = source_field(base, args.bytes)
     dest, temp = os.path.join(base, "dest"), os.path.join(base, "temp")
     for d in (dest, temp):
         clear(d)
@@ -173,12 +179,7 @@ def linkem_main(args):
     need_programs(linkem, send, recv)
     os.environ.setdefault("MCDIST_NETNS_PREFIX", "rate13")
     base = args.dir
-    clear(base)
-    src = os.path.join(base, "src")
-    os.makedirs(src)
-    src_file = os.path.join(src, "model_field.grib2")
-    write_field(src_file, args.bytes)
-    src_digest = digest(src_file)
+    src, src_digest = source_field(base, args.bytes)
     bottleneck = bps(args.linkem)
     ceiling = args.ceilings.split(",")[0]
     rows = [("fixed", args.linkem), ("fixed", "%dM" % int(bottleneck * 0.95 / 1e6)),
