@@ -12,7 +12,14 @@
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 "$top/deploy/install-deps.sh"
-"$top/deploy/build.sh" "$top/build" >/dev/null
+# The build's own output goes to a log: on a fresh machine it takes several minutes, so say so.
+mkdir -p "$top/build"
+echo "run-demo.sh: building mcdist in $top/build (several minutes the first time; log: build/demo-build.log)"
+if ! "$top/deploy/build.sh" "$top/build" > "$top/build/demo-build.log" 2>&1; then
+  tail -n 30 "$top/build/demo-build.log" >&2
+  echo "run-demo.sh: the build failed (whole log: $top/build/demo-build.log)" >&2
+  exit 1
+fi
 bin="$top/build"
 
 demo=${MCDIST_DEMO_DIR:-/tmp/mcdist-demo}
