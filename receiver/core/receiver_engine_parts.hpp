@@ -1,7 +1,9 @@
 // The receiver engine's session state and helpers, shared by the .cpp files that implement
-// receiver_engine (receiver_engine.cpp: sessions, manifest, registration, data, markers, timers;
-// receiver_engine_fec.cpp: parity; receiver_engine_naks.cpp: NAK rounds and COMPLETE;
-// receiver_engine_unicast.cpp: the fallback; receiver_engine_checkpoint.cpp: resume state).
+// receiver_engine (receiver_engine.cpp: dispatch, data, markers, timers, session close;
+// receiver_engine_session.cpp: announces, manifest, registration; receiver_engine_files.cpp:
+// digests and a file's end; receiver_engine_fec.cpp: parity; receiver_engine_naks.cpp: NAK
+// rounds and COMPLETE; receiver_engine_unicast.cpp: the fallback;
+// receiver_engine_checkpoint.cpp: resume state; receiver_engine_rate.cpp: rate reports).
 // Not part of the engine's interface: include it only from those files.
 #pragma once
 

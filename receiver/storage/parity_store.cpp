@@ -5,6 +5,7 @@
 #include "receiver/storage/posix_io.hpp"
 
 #include <cerrno>
+#include <new>
 #include <stdexcept>
 
 namespace mcdist::receiver {
@@ -16,16 +17,21 @@ std::uint64_t parity_store::charge_of(const parity_blocks& p) noexcept {
 }
 
 bool parity_store::keep(session_id session, std::uint32_t fec_block, std::uint32_t index,
-                        std::span<const std::byte> data) {
+                        std::span<const std::byte> data) noexcept {
   if (index >= fec::max_blocks || data.empty() || data.size() > max_block_bytes) return false;
   const std::uint64_t charge = data.size() + overhead_bytes;
   std::lock_guard lk(m_mutex);
   // The budget first: nothing is allocated for a block that does not fit.
   if (charge > m_budget - std::min(m_budget, m_used)) return false;
-  auto& blocks = m_blocks[{session.value, fec_block}];
-  const auto [it, inserted] = blocks.try_emplace(index);
-  if (!inserted) return false;
-  it->second.assign(data.begin(), data.end());
+  // std::map::emplace inserts nothing when the copy's allocation fails, so no empty parity
+  // block is left behind for the decoder to take; the one block is refused.
+  try {
+    auto& blocks = m_blocks[{session.value, fec_block}];
+    if (blocks.contains(index)) return false;
+    blocks.emplace(index, std::vector<std::byte>(data.begin(), data.end()));
+  } catch (const std::bad_alloc&) {
+    return false;
+  }
   m_used += charge;
   return true;
 }

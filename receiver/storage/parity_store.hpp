@@ -49,9 +49,10 @@ class parity_store {
 
   /// Keeps a copy of `data` as parity block `index` of FEC block `fec_block` of `session`.
   /// @return false (nothing kept) when the budget has no room, `index` >= fec::max_blocks,
-  ///         `data` is empty or longer than max_block_bytes, or that block is kept already
+  ///         `data` is empty or longer than max_block_bytes, that block is kept already, or
+  ///         the copy could not be allocated (then nothing is changed)
   bool keep(session_id session, std::uint32_t fec_block, std::uint32_t index,
-            std::span<const std::byte> data);
+            std::span<const std::byte> data) noexcept;
   /// Removes and returns the parity kept for a FEC block (empty if none), freeing its budget.
   parity_blocks take(session_id session, std::uint32_t fec_block);
   /// Forgets the parity kept for a FEC block.

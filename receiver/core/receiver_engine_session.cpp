@@ -1,0 +1,377 @@
+// receiver_engine: a session's start: announces, the manifest, registration, held files.
+#include "receiver/core/receiver_engine_parts.hpp"
+
+namespace mcdist::receiver {
+
+using namespace engine_detail;
+
+bool receiver_engine::new_session(const wire::announce& m, session_id id, const endpoint& from,
+                                  std::uint32_t channel, time_point now) {
+  const auto& p = m.params();
+  if (p.block_size() < wire::min_block_size || p.block_size() > wire::max_block_size ||
+      p.manifest_chunks() == 0 ||
+      p.manifest_chunks() > std::max<std::uint32_t>(1, p.file_count())) {
+    m_stats.drops.add(errc::invalid_field);
+    return false;
+  }
+  // Session numbering: a channel name we can key state by, ranges within the limits.
+  std::vector<wire::seq_span> catch_up;
+  if (static_cast<std::size_t>(p.catch_up_seqs_size()) > wire::max_seq_ranges ||
+      (!p.channel().empty() && !wire::valid_channel_name(p.channel())) ||
+      ((p.channel_seq() > 0 || p.catch_up_seqs_size() > 0) && p.channel().empty()) ||
+      (p.channel_seq() > 0 && p.catch_up_seqs_size() > 0)) {
+    m_stats.drops.add(errc::invalid_field);
+    return false;
+  }
+  for (const auto& r : p.catch_up_seqs()) catch_up.emplace_back(r.first(), r.last());
+  if (!wire::valid_seq_ranges(catch_up, std::numeric_limits<std::uint64_t>::max())) {
+    m_stats.drops.add(errc::invalid_field);
+    return false;
+  }
+  if (p.only_receivers_size() > 0 && std::find(p.only_receivers().begin(), p.only_receivers().end(),
+                                               m_cfg.id) == p.only_receivers().end()) {
+    add_tombstone(id, now + m_cfg.session_timeout);
+    if (m_log) {
+      m_log->info("session {} from {}: a resend for other receivers; not taking part", id,
+                  from.address_string());
+    }
+    return false;
+  }
+  // Totals first, before anything is allocated: the declared files and blocks must fit the
+  // limits and the session's memory budget (file table and block maps at their full size).
+  const std::uint64_t blocks = p.total_bytes() / p.block_size() + p.file_count();
+  const std::uint64_t need = session_overhead_bytes +
+                             manifest_assembler::state_bytes(p.manifest_chunks(), p.file_count()) +
+                             std::uint64_t{p.file_count()} * sizeof(file_rx) + bitmap_bytes(blocks);
+  if (p.file_count() > std::min(m_cfg.max_files, max_files_per_session) ||
+      need > m_cfg.session_memory_bytes) {
+    m_stats.drops.add(errc::over_budget);
+    if (m_log) {
+      m_log->warn(
+          "session {} from {}: refused: {} files, {} bytes in {}-byte blocks would "
+          "need {} bytes of state, over the session budget of {} (session_memory_bytes) "
+          "or the file limit {}",
+          id, from.address_string(), p.file_count(), p.total_bytes(), p.block_size(), need,
+          m_cfg.session_memory_bytes, m_cfg.max_files);
+    }
+    return false;
+  }
+  if (m_sessions.size() >= m_cfg.max_sessions) {
+    m_stats.drops.add(errc::too_many_sessions);
+    return false;
+  }
+  const auto from_here = std::count_if(m_sessions.begin(), m_sessions.end(), [&](const auto& kv) {
+    return same_host(kv.second->sender, from);
+  });
+  if (static_cast<std::uint64_t>(from_here) >= m_cfg.max_sessions_per_source) {
+    m_stats.drops.add(errc::too_many_sessions);
+    return false;
+  }
+  // What is allocated now: the session and its two manifest bitmaps. The file table grows
+  // with the entries, block maps come with the blocks; each is charged as it is allocated.
+  const std::uint64_t now_bytes =
+      session_overhead_bytes + manifest_assembler::state_bytes(p.manifest_chunks(), p.file_count());
+  if (!m_budget.charge(id, now_bytes)) {
+    m_stats.drops.add(errc::over_budget);
+    return false;
+  }
+  auto owned = std::make_unique<session_rx>();
+  session_rx* s = owned.get();
+  s->id = id;
+  s->sender = from;
+  s->channel = channel;
+  s->block_size = p.block_size();
+  s->file_count = p.file_count();
+  s->chunks = p.manifest_chunks();
+  s->total_bytes = p.total_bytes();
+  s->sender_name = printable(p.sender_name().substr(0, 64));
+  s->seq_channel = p.channel();
+  s->seq = p.channel_seq();
+  s->catch_up = std::move(catch_up);
+  // Parity repairs: a shape the codec cannot have means no FEC here (explicit NAKs still work).
+  if (p.fec_k() > 0 && p.fec_max_parity() > 0 && p.fec_k() < fec::max_blocks &&
+      p.fec_max_parity() < fec::max_blocks && p.fec_k() + p.fec_max_parity() <= fec::max_blocks &&
+      p.fec_depth() >= 1 && p.fec_depth() <= fec::max_depth) {
+    s->fec_k = p.fec_k();
+    s->fec_max_parity = p.fec_max_parity();
+    s->fec_depth = p.fec_depth();
+  }
+  if (!s->seq_channel.empty()) {
+    s->seq_source = sequence_book::source_of(m_sink.sender_key(id), p.sender_name());
+  }
+  s->manifest = manifest_assembler(p, sizeof(file_rx));
+  s->started = now;
+  m_sessions.emplace(id, std::move(owned));
+  if (m_log) {
+    m_log->info(
+        "session {} from {} ({}): {} files, {} bytes announced, block {} bytes, rate {} "
+        "bit/s",
+        s->name(), from.address_string(), s->sender_name, s->file_count, s->total_bytes,
+        s->block_size, p.rate_bps());
+  }
+  return true;
+}
+
+void receiver_engine::handle_announce(const wire::announce& m, session_id id, const endpoint& from,
+                                      std::uint32_t channel, time_point now) {
+  const auto& p = m.params();
+  session_rx* s = find(id);
+  if (!s) {
+    if (m_tombstones.count(id)) {
+      m_stats.drops.add(errc::stale);
+      return;
+    }
+    if (!new_session(m, id, from, channel, now)) return;
+    s = find(id);
+  } else {
+    if (!same_host(from, s->sender)) {
+      m_stats.drops.add(errc::wrong_source);
+      return;
+    }
+    if (p.block_size() != s->block_size || p.file_count() != s->file_count ||
+        p.manifest_chunks() != s->chunks || p.total_bytes() != s->total_bytes) {
+      m_stats.drops.add(errc::invalid_field);
+      return;
+    }
+  }
+  s->last_heard = now;
+  s->echo_us = m.sender_time_us();
+  s->echo_at = now;
+  s->grtt = std::min(from_us(p.grtt_us()), m_cfg.max_grtt);
+  s->sender.port = from.port;
+  if (s->state != session_rx::state_t::manifest) return;
+  switch (s->manifest.admit(m, m_budget, s->id)) {
+    case manifest_assembler::fit::ignored: return;
+    case manifest_assembler::fit::invalid: m_stats.drops.add(errc::invalid_field); return;
+    // The chunk is not taken: a later copy may fit once other sessions end.
+    case manifest_assembler::fit::over_budget: m_stats.drops.add(errc::over_budget); return;
+    case manifest_assembler::fit::admitted: break;
+  }
+  s->files.reserve(s->manifest.table_capacity());
+  s->files.resize(s->manifest.table_size());
+  std::vector<taken_entry> taken;
+  const auto progress = s->manifest.take(m, m_budget, s->id, taken);
+  for (auto& t : taken) {
+    auto& fr = s->files[t.index];
+    fr.entry = std::move(t.entry);
+    if (t.refused != errc::ok) {
+      fr.state = file_rx::state_t::refused;
+      fr.failure = std::string(to_string(t.refused));
+      ++m_stats.files_refused;
+      if (m_log) {
+        m_log->warn("session {}: refused file {} path '{}': {}", s->name(), t.index,
+                    printable(fr.entry.path), make_error_code(t.refused).message());
+      }
+    } else {
+      // Blocks of a file are taken as soon as its entry is known, even before the manifest is
+      // complete and registration done: the sender does not wait a round trip for those.
+      fr.blocks = t.blocks;
+      fr.state = file_rx::state_t::receiving;
+    }
+  }
+  if (progress == manifest_assembler::progress::malformed) {
+    if (m_log) {
+      m_log->error("session {}: manifest chunks do not cover every file; ignoring the session",
+                   s->name());
+    }
+    m_stats.drops.add(errc::invalid_field);
+    close_session(*s, false, "malformed manifest", now);
+    return;
+  }
+  if (progress == manifest_assembler::progress::complete) manifest_complete(*s, now);
+}
+
+void receiver_engine::manifest_complete(session_rx& s, time_point now) {
+  // Two entries may not name the same file, nor may a file sit where another entry needs a
+  // directory: the second of each pair is refused.
+  std::unordered_set<std::string_view> paths;
+  std::unordered_set<std::string_view> dirs;
+  for (std::uint32_t i = 0; i < s.file_count; ++i) {
+    auto& fr = s.files[i];
+    if (fr.state == file_rx::state_t::refused) continue;
+    const std::string_view path = fr.entry.path;
+    if (fr.state == file_rx::state_t::failed) {
+      // Failed while the manifest was assembled (storage, budget): its path still counts.
+      paths.insert(path);
+      continue;
+    }
+    bool conflict = paths.count(path) > 0 || dirs.count(path) > 0;
+    for (std::size_t pos = path.find('/'); !conflict && pos != std::string_view::npos;
+         pos = path.find('/', pos + 1)) {
+      conflict = paths.count(path.substr(0, pos)) > 0;
+    }
+    if (conflict) {
+      if (fr.begun) m_store.discard_file({s.id, file_index{i}});
+      fr.begun = false;
+      fr.state = file_rx::state_t::refused;
+      fr.failure = "path_conflict";
+      ++m_stats.files_refused;
+      if (m_log) {
+        m_log->warn(
+            "session {}: refused file {} path '{}': conflicts with another file of the "
+            "manifest",
+            s.name(), i, printable(path));
+      }
+      continue;
+    }
+    paths.insert(path);
+    for (std::size_t pos = path.find('/'); pos != std::string_view::npos;
+         pos = path.find('/', pos + 1)) {
+      dirs.insert(path.substr(0, pos));
+    }
+    ++s.files_open;
+  }
+  s.state = session_rx::state_t::checking_held;
+  std::vector<held_query> q;
+  for (std::uint32_t i = 0; i < s.file_count; ++i) {
+    const auto& fr = s.files[i];
+    if (fr.state != file_rx::state_t::receiving) continue;
+    q.push_back({file_index{i}, fr.entry.path, fr.entry.size, fr.entry.mtime_ns});
+  }
+  if (q.empty()) {
+    on_held(s.id, {}, now);
+  } else {
+    m_store.query_held(s.id, s.channel, std::move(q));
+  }
+}
+
+void receiver_engine::on_held(session_id id, const std::vector<held_answer>& held, time_point now) {
+  session_rx* s = find(id);
+  if (!s || s->state != session_rx::state_t::checking_held) return;
+  for (const auto& [f, digest] : held) {
+    if (f.value >= s->file_count) continue;
+    auto& fr = s->files[f.value];
+    if (fr.state != file_rx::state_t::receiving) continue;
+    if (fr.entry.digest) {
+      if (*fr.entry.digest == digest) {
+        if (fr.begun) m_store.discard_file({s->id, f});
+        fr.begun = false;
+        fr.state = file_rx::state_t::held;
+        --s->files_open;
+        ++s->files_held;
+      }
+    } else {
+      fr.held_digest = digest;
+    }
+  }
+  // Files whose every block arrived while the manifest was being assembled.
+  for (std::uint32_t i = 0; i < s->file_count; ++i) {
+    auto& fr = s->files[i];
+    if (fr.state == file_rx::state_t::receiving && fr.blocks > 0 && fr.all_received()) {
+      file_data_complete(*s, i);
+    }
+  }
+  s->state = session_rx::state_t::registering;
+  send_register(*s, now);
+}
+
+void receiver_engine::send_register(session_rx& s, time_point now) {
+  wire::register_request m;
+  m.set_receiver_id(m_cfg.id);
+  set_echo(m, s, now);
+  if (s.seq > 0) {
+    if (!s.seq_report) {
+      s.seq_report = m_sequences.on_session(s.seq_channel, s.seq_source, s.seq);
+      if (s.seq_report->reset && m_log) {
+        m_log->warn(
+            "session {}: channel {} from {}: session number {} is below {} seen before "
+            "(the sender's numbering was reset); starting this channel's sequence over",
+            s.name(), s.seq_channel, s.seq_source, s.seq, s.seq_report->previous_seen);
+      } else if (!s.seq_report->missing.empty() && m_log) {
+        std::string ranges;
+        for (const auto& [first, last] : s.seq_report->missing) {
+          ranges += (ranges.empty() ? "" : ",") + std::to_string(first) +
+                    (first == last ? "" : "-" + std::to_string(last));
+        }
+        m_log->warn(
+            "session {}: channel {} session {}: never completed sessions {}; reporting "
+            "them for catch-up",
+            s.name(), s.seq_channel, s.seq, ranges);
+      }
+    }
+    m.set_last_seq(s.seq_report->last_seq);
+    for (const auto& [first, last] : s.seq_report->missing) {
+      auto* r = m.add_missing_seqs();
+      r->set_first(first);
+      r->set_last(last);
+    }
+  }
+  std::vector<std::uint32_t> held;
+  range_encoder enc(held);
+  std::size_t budget = wire::control_budget - wire::header_size - 100;
+  // The sequence report goes first; the held-file runs fill what is left of the budget.
+  budget -= std::min(budget, m.ByteSizeLong());
+  for (std::uint32_t i = 0; i < s.file_count && budget > 40;) {
+    if (s.files[i].state != file_rx::state_t::held) {
+      ++i;
+      continue;
+    }
+    std::uint32_t j = i;
+    while (j < s.file_count && s.files[j].state == file_rx::state_t::held) ++j;
+    budget -= std::min(budget, enc.cost(i, j - i));
+    enc.add(i, j - i);
+    i = j;
+  }
+  for (const auto v : held) m.add_held_files(v);
+  for (std::uint32_t i = 0; i < s.file_count && budget > 40; ++i) {
+    const auto& fr = s.files[i];
+    if (fr.held_digest && fr.state == file_rx::state_t::receiving) {
+      auto* hd = m.add_held_pending();
+      hd->set_file(i);
+      hd->set_sha256(fr.held_digest->data(), 32);
+      budget -= 40;
+    }
+  }
+  const auto bytes = encode(wire::msg_type::register_request, s.id, m);
+  m_sink.send(s.sender, bytes);
+  // Retransmit soon, then back off to the GRTT: before the sender has measured anyone its
+  // GRTT is a 0.5 s guess, and a lost REGISTER should not cost a second. Jittered, so that
+  // receivers restarted together do not retry together.
+  s.next_register = now + register_retry_delay(s.register_sends, m_cfg.retransmit_min,
+                                               retransmit_interval(s), random());
+  if (s.register_sends == 0) s.register_sent = now;
+  ++s.register_sends;
+}
+
+void receiver_engine::note_register_answer(session_rx& s, time_point now) {
+  if (s.state == session_rx::state_t::registering && s.register_sends == 1) {
+    s.register_rtt = now - s.register_sent;
+  }
+}
+
+void receiver_engine::handle_register_reply(session_rx& s, const wire::register_reply& m,
+                                            time_point now) {
+  if (m.receiver_id() != m_cfg.id || s.state != session_rx::state_t::registering) return;
+  note_register_answer(s, now);
+  if (!m.accepted()) {
+    if (m_log) {
+      m_log->warn("session {}: sender {} refused our registration: {}", s.name(),
+                  s.sender.address_string(), printable(m.reason()));
+    }
+    close_session(s, false, "registration refused", now);
+    return;
+  }
+  start_receiving(s, now);
+}
+
+void receiver_engine::start_receiving(session_rx& s, time_point now) {
+  s.state = session_rx::state_t::receiving;
+  s.next_checkpoint = now + m_cfg.checkpoint_interval;
+  if (m_log) {
+    m_log->info("session {}: registered; {} files to receive, {} already held", s.name(),
+                s.files_open, s.files_held);
+  }
+  for (std::uint32_t i = 0; i < s.file_count; ++i) {
+    auto& fr = s.files[i];
+    if (fr.state != file_rx::state_t::receiving) continue;
+    if (fr.blocks == 0) {
+      file_data_complete(s, i);
+    } else {
+      // NAKs and the unicast fallback read every receiving file's block map from here on.
+      ensure_block_map(s, i, now);
+    }
+  }
+  file_done(s, now);
+}
+
+}  // namespace mcdist::receiver
