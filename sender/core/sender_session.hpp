@@ -346,6 +346,9 @@ class sender_session {
   void end_pass(time_point now);
   void send_marker(time_point now, bool pass_end, bool status_request);
   void send_digests(time_point now);
+  /// Queues the digests a NAK asks for (`digests_wanted`, bounded by the file count) and sends
+  /// them when digests may go out.
+  void queue_digests(const wire::nak& m, time_point now);
   bool digests_sendable() const noexcept;
   void check_done(time_point now);
   void start_ending(time_point now, bool aborted, const std::string& why);

@@ -52,6 +52,13 @@ void sender_session::send_advert(time_point now) {
   queue_multicast(now, encode(wire::msg_type::repair_advert, m_cfg.session, m));
 }
 
+void sender_session::queue_digests(const wire::nak& m, time_point now) {
+  for (const auto f : m.digests_wanted()) {
+    if (f < m_files.size() && m_files[f].digest) m_digest_queue.push_back(f);
+  }
+  if (!m_digest_queue.empty() && digests_sendable()) send_digests(now);
+}
+
 void sender_session::handle_nak(const wire::nak& m, const endpoint& from, time_point now) {
   receiver_state* r = find_receiver(m.receiver_id());
   if (!r || r->rep.state == receiver_report::state_t::missing) {
@@ -70,10 +77,7 @@ void sender_session::handle_nak(const wire::nak& m, const endpoint& from, time_p
     }
     ++(m.files_size() > 0 ? m_counters.naks : m_counters.status);
     track(*r, true);
-    for (const auto f : m.digests_wanted()) {
-      if (f < file_count && m_files[f].digest) m_digest_queue.push_back(f);
-    }
-    if (!m_digest_queue.empty() && digests_sendable()) send_digests(now);
+    queue_digests(m, now);
     return;
   }
   ++(m.files_size() > 0 || m.fec_lacks_size() > 0 ? m_counters.naks : m_counters.status);
@@ -81,6 +85,8 @@ void sender_session::handle_nak(const wire::nak& m, const endpoint& from, time_p
     m_drops.add(errc::stale);  // completed or failed already
     return;
   }
+  // Blocks this NAK asks for (named, and FEC lacks), counted while it is validated.
+  std::uint64_t asked = 0;
   // FEC lacks: (gap, lack) pairs over ascending FEC blocks, each lack at most its sources.
   if (m.fec_lacks_size() > 0) {
     if (!m_fec || m.fec_lacks_size() % 2 != 0) {
@@ -96,12 +102,14 @@ void sender_session::handle_nak(const wire::nak& m, const endpoint& from, time_p
         m_drops.add(errc::invalid_field);
         return;
       }
+      asked += m.fec_lacks(i + 1);
     }
   }
   for (const auto& fn : m.files()) {
     if (fn.file() >= file_count ||
         for_each_range(std::span(fn.ranges().data(), static_cast<std::size_t>(fn.ranges_size())),
-                       m_passes.blocks(fn.file()), [](std::uint32_t, std::uint32_t) {})) {
+                       m_passes.blocks(fn.file()),
+                       [&](std::uint32_t, std::uint32_t count) { asked += count; })) {
       m_drops.add(errc::invalid_field);
       return;
     }
@@ -113,6 +121,20 @@ void sender_session::handle_nak(const wire::nak& m, const endpoint& from, time_p
   ++r->rep.naks;
   sample_rtt(*r, m.echo_time_us(), m.hold_us(), now);
   handle_rate(*r, m, now);
+  // A NAK that takes its receiver over the NAK ratio moves it to unicast, which then carries
+  // what it names: scheduled on multicast as well, those blocks would go to every site again.
+  // (At 10,000 sites a site that missed the opening announce cycles names most of the set at
+  // the end of pass 1: docs/benchmarks.md "Scale: parity repairs".)
+  if (const auto why =
+          m_fallback.nak_ratio_exceeded(r->rep.blocks_naked + asked, m_data_datagrams)) {
+    order_fallback(*r, *why, now);
+    if (r->on_unicast()) {
+      r->rep.blocks_naked += asked;
+      m_counters.nak_blocks += asked;
+      queue_digests(m, now);
+      return;
+    }
+  }
   std::uint64_t naked = 0;
   const bool advertise = suppressing();
   const bool advert_was_pending = m_advert.pending();
@@ -145,13 +167,7 @@ void sender_session::handle_nak(const wire::nak& m, const endpoint& from, time_p
   r->rep.blocks_naked += naked;
   // Blocks asked for now go out in the next pass at the latest.
   if (naked > 0) r->last_nak_pass = m_passes.pass();
-  if (const auto why = m_fallback.nak_ratio_exceeded(r->rep.blocks_naked, m_data_datagrams)) {
-    order_fallback(*r, *why, now);
-  }
-  for (const auto f : m.digests_wanted()) {
-    if (f < file_count && m_files[f].digest) m_digest_queue.push_back(f);
-  }
-  if (!m_digest_queue.empty() && digests_sendable()) send_digests(now);
+  queue_digests(m, now);
   if (m_phase == phase::waiting && naked > 0 && r->on_multicast()) {
     if (const auto why = m_fallback.after_passes(m_passes.pass())) {
       order_fallback(*r, *why, now);

@@ -18,6 +18,7 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -252,6 +253,26 @@ int main(int argc, char** argv) {
       static_cast<unsigned long long>(c.advertised_blocks),
       static_cast<unsigned long long>(c.nak_new_blocks),
       static_cast<unsigned long long>(c.nak_blocks));
+  if (!r.fec_named_naks.empty()) {
+    // Which sites NAKed blocks by name instead of by count, and how many: a few sites naming
+    // most of the set look different from many naming a few.
+    std::vector<std::pair<std::string, sim::sim_result::named_naks>> named(
+        r.fec_named_naks.begin(), r.fec_named_naks.end());
+    std::sort(named.begin(), named.end(),
+              [](const auto& a, const auto& b) { return a.second.blocks > b.second.blocks; });
+    std::uint64_t blocks = 0;
+    for (const auto& [id, n] : named) blocks += n.blocks;
+    std::printf("FEC sites that NAKed blocks by name: %zu, naming %llu blocks; most:", named.size(),
+                static_cast<unsigned long long>(blocks));
+    for (std::size_t i = 0; i < named.size() && i < 5; ++i) {
+      const auto& st = r.receiver_stats.at(named[i].first);
+      std::printf(" %s %llu (first in pass %u; parity kept %llu, recovered %llu)",
+                  named[i].first.c_str(), static_cast<unsigned long long>(named[i].second.blocks),
+                  named[i].second.first_pass, static_cast<unsigned long long>(st.parity_blocks),
+                  static_cast<unsigned long long>(st.blocks_recovered));
+    }
+    std::printf("\n");
+  }
   std::printf(
       "complete %zu/%zu (unicast %zu), succeeded %s, passes %u, virtual %.2f s, wall %.1f "
       "s, sender core CPU %.2f s, peak RSS %.0f MB, mismatched finalizations %llu\n",

@@ -438,8 +438,15 @@ class world {
           return;
         }
         ++p.naks;
+        std::uint64_t named = 0;
         for (const auto& fn : m.files()) {
-          for (int k = 1; k < fn.ranges_size(); k += 2) p.nak_blocks += fn.ranges(k);
+          for (int k = 1; k < fn.ranges_size(); k += 2) named += fn.ranges(k);
+        }
+        p.nak_blocks += named;
+        if (named > 0 && m_cfg.sender.fec_k > 0) {
+          auto [it, fresh] = m_named_naks.try_emplace(m.receiver_id());
+          if (fresh) it->second.first_pass = p.pass;
+          it->second.blocks += named;
         }
         for (int k = 1; k < m.fec_lacks_size(); k += 2) p.nak_blocks += m.fec_lacks(k);
         return;
@@ -582,6 +589,7 @@ class world {
       if (lost && pass < m_passes.size()) ++m_passes[pass].lost_datagrams;
     }
     res.passes = m_passes;
+    res.fec_named_naks = m_named_naks;
     res.losses = m_losses;
     return res;
   }
@@ -618,6 +626,7 @@ class world {
   /// Per data datagram: the pass it was sent in, and whether some receiver lost it.
   std::vector<std::pair<std::uint32_t, bool>> m_data_lost;
   std::vector<pass_stats> m_passes;
+  std::map<std::string, sim_result::named_naks> m_named_naks;
   loss_stats m_losses;
   std::optional<time_point> m_done_at;
   sha256_hasher m_trace;

@@ -142,6 +142,15 @@ struct sim_result {
   std::map<std::string, std::uint64_t> unicast_bytes;
   /// Per pass, in order: pass 0 (registration) first.
   std::vector<pass_stats> passes;
+  /// Per receiver id that NAKed blocks by name in a FEC session (rather than by count, when
+  /// parity can no longer make a FEC block whole): the blocks it named, over the session, and
+  /// the pass of its first such NAK. Empty without FEC. Tells a site that NAKs most of the set
+  /// apart from many sites each naming a few.
+  struct named_naks {
+    std::uint64_t blocks = 0;
+    std::uint32_t first_pass = 0;
+  };
+  std::map<std::string, named_naks> fec_named_naks;
   loss_stats losses;
   /// Finalizations whose content differed from the reference (all receivers): the engine was
   /// told digest_mismatch and fetched the file again. Garbage datagrams and crashes cause

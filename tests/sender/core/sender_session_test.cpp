@@ -797,3 +797,39 @@ TEST_CASE(
   REQUIRE(rep.rate_max_bps == cfg.rate_max_bps);
   REQUIRE(rep.rate_lowest_bps == 2'000'000);
 }
+
+TEST_CASE(
+    "a NAK that moves its receiver to unicast is answered there, not by a multicast repair "
+    "pass to every receiver",
+    "[unit][sender]") {
+  harness h(files({14'000}), {"a", "b"});  // 10 blocks
+  h.cfg.fallback = fallback_mode::sctp;
+  h.cfg.fallback_nak_ratio = 0.5;  // a's 8 of 10 blocks are over it, b's 1 is not
+  h.cfg.fallback_min_sample = 1;
+  h.s = std::make_unique<sender_session>(h.cfg, files({14'000}), 1, nullptr);
+  h.s->set_unicast_endpoint(transport_kind::sctp_udp, *parse_endpoint("10.0.0.1:4712"));
+  h.s->start(h.now);
+  h.tick();
+  h.register_rx("a", rx_a);
+  h.register_rx("b", rx_b);
+  const auto pass1 = h.drain_data();
+  REQUIRE(pass1.size() == 10);
+  const std::uint32_t last_seq = pass1.back().seq;
+  // a lacks 8 of 10 blocks (it learned the manifest late): over the ratio, it goes unicast.
+  h.nak("a", rx_a, 0, {{0, 8}}, last_seq);
+  fallback_order order;
+  REQUIRE(h.s->pop_fallback(order));
+  REQUIRE(order.receiver_id == "a");
+  // b lacks one block: the repair pass carries that one, not a's eight.
+  h.nak("b", rx_b, 0, {{9, 1}}, last_seq);
+  h.now += 50ms;
+  const auto pass2 = h.drain_data();
+  std::vector<std::uint32_t> blocks;
+  for (const auto& d : pass2) blocks.push_back(d.block.value);
+  REQUIRE(blocks == std::vector<std::uint32_t>{9});
+  const auto rep = h.s->report(h.now);
+  REQUIRE(rep.repair_datagrams == 1);
+  for (const auto& rr : rep.receivers) {
+    if (rr.id == "a") REQUIRE(rr.blocks_naked == 8);
+  }
+}
