@@ -256,8 +256,8 @@ int main(int argc, char** argv) {
   if (!r.fec_named_naks.empty()) {
     // Which sites NAKed blocks by name instead of by count, and how many: a few sites naming
     // most of the set look different from many naming a few.
-    std::vector<std::pair<std::string, sim::sim_result::named_naks>> named(
-        r.fec_named_naks.begin(), r.fec_named_naks.end());
+    std::vector<std::pair<std::string, sim::sim_result::named_naks>> named(r.fec_named_naks.begin(),
+                                                                           r.fec_named_naks.end());
     std::sort(named.begin(), named.end(),
               [](const auto& a, const auto& b) { return a.second.blocks > b.second.blocks; });
     std::uint64_t blocks = 0;
