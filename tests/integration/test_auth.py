@@ -202,7 +202,9 @@ def main():
                 s.sendto(blocks, (host, port))
                 s.sendto(blocks, ("127.0.0.1", control))
         signed_looking = announce(0xF0F0F003, [entry])
-        signed_looking = signed_looking[:2] + b"\x02" + signed_looking[3:] + os.urandom(96)
+        # Trailer of a one-announce tree (common/auth.hpp): key, signature, leaf 0 of 1.
+        signed_looking = (signed_looking[:2] + b"\x02" + signed_looking[3:] + os.urandom(96) +
+                          b"\x00\x00\x00\x01")
         for _ in range(3):
             s.sendto(signed_looking, (host, port))
         wait_status(d, lambda st: st["not_authenticated"]["unsigned"] >= unsigned0 + 20 and
