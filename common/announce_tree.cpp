@@ -18,8 +18,7 @@ hash leaf_hash(std::span<const std::byte> data) noexcept {
   crypto_hash_sha256_init(&st);
   const unsigned char prefix = 0x00;
   crypto_hash_sha256_update(&st, &prefix, 1);
-  crypto_hash_sha256_update(&st, reinterpret_cast<const unsigned char*>(data.data()),
-                            data.size());
+  crypto_hash_sha256_update(&st, reinterpret_cast<const unsigned char*>(data.data()), data.size());
   hash out{};
   crypto_hash_sha256_final(&st, out.data());
   return out;

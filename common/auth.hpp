@@ -385,8 +385,8 @@ class receiver_keys {
   /// Checks an announce (version 2, trailer of `trailer` bytes): by its path to a root
   /// verified before, or by the signature of the root its path leads to.
   /// @param fresh  set when the announce verified (not a remembered repeat)
-  std::error_code open_announce(std::span<const std::byte> d, std::size_t trailer,
-                                session_keys* s, time_point now, bool& fresh);
+  std::error_code open_announce(std::span<const std::byte> d, std::size_t trailer, session_keys* s,
+                                time_point now, bool& fresh);
   /// Asks for the session key (take_key_request), at most once per key_request_interval.
   void want_key(session_keys& s, session_id id, time_point now);
   /// Before a session's keys are dropped or start over: its held announces' bytes and its

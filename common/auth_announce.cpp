@@ -112,8 +112,8 @@ std::error_code receiver_keys::open_announce(std::span<const std::byte> d, std::
   const std::size_t count = load_be16(d.data() + d.size() - 2);
   const std::size_t path_bytes = trailer - announce_trailer_fixed_bytes;
   const auto leaf = announce_tree::leaf_hash(d.first(d.size() - trailer + crypto::key_bytes));
-  const auto root = announce_tree::root_from_path(
-      leaf, index, count, std::span(t + crypto::key_bytes, path_bytes));
+  const auto root = announce_tree::root_from_path(leaf, index, count,
+                                                  std::span(t + crypto::key_bytes, path_bytes));
   if (!root) {
     ++m_stats.unauthenticated;  // announce_trailer_bytes checked index and count: not reached
     return errc::unauthenticated;

@@ -646,13 +646,12 @@ void daemon::log_status(bool final) {
              std::to_string(m_dropped_by_option);
   }
   if (const auto a = auth_refused(); a.total() > 0) {
-    drops +=
-        (drops.empty() ? "" : ", ") +
-        fmt::format(
-            "not authenticated {} (bad signature {}, bad path {}, bad tag {}, no key {}, "
-            "unsigned {}, over the verification budget {})",
-            a.total(), a.bad_signature, a.bad_path, a.bad_tag, a.no_key, a.unauthenticated,
-            a.verify_budget);
+    drops += (drops.empty() ? "" : ", ") +
+             fmt::format(
+                 "not authenticated {} (bad signature {}, bad path {}, bad tag {}, no key {}, "
+                 "unsigned {}, over the verification budget {})",
+                 a.total(), a.bad_signature, a.bad_path, a.bad_tag, a.no_key, a.unauthenticated,
+                 a.verify_budget);
   }
   m_log->info(
       "{}: {} sessions active, {} completed, {} failed; {} files stored, {} failed, {} "

@@ -349,8 +349,8 @@ void sender_app::seal_batch() {
     auto& buf = m_sealed[i];
     buf.resize(bytes.size() + auth::max_trailer_bytes);
     std::memcpy(buf.data(), bytes.data(), bytes.size());
-    if (bytes.size() > 3 && static_cast<wire::msg_type>(std::to_integer<std::uint8_t>(
-                                bytes[3])) == wire::msg_type::announce) {
+    if (bytes.size() > 3 && static_cast<wire::msg_type>(std::to_integer<std::uint8_t>(bytes[3])) ==
+                                wire::msg_type::announce) {
       m_announce_slots.push_back({std::span<std::byte>(buf), bytes.size()});
       m_announce_index.push_back(i);
     } else {
@@ -389,8 +389,7 @@ void sender_app::flush_control() {
       }
       if (!net::send_one(m_socket.native_handle(), to, bytes, ec) && m_log) {
         // Control traffic is repeated by the protocol; a lost one costs a retransmission.
-        m_log->debug("could not send a control datagram to {}: {}", to.to_string(),
-                     ec.message());
+        m_log->debug("could not send a control datagram to {}: {}", to.to_string(), ec.message());
       }
       // The key requests a burst of announces provokes (two cycles back to back at the start)
       // are answered during it, so a site holds the key (and opens the rest of an encrypted

@@ -47,8 +47,7 @@ hash reference_root(std::span<const hash> l) {
 
 }  // namespace
 
-TEST_CASE("leaf and node hashes are domain-separated (RFC 9162 section 2.1.1)",
-          "[announce_tree]") {
+TEST_CASE("leaf and node hashes are domain-separated (RFC 9162 section 2.1.1)", "[announce_tree]") {
   // A node's 64 input bytes hashed as a leaf give a different value: a leaf cannot pass for a
   // node.
   const hash a = announce_tree::leaf_hash(bytes_of("a"));

@@ -56,7 +56,8 @@ struct burst {
       bufs.push_back(core.back());
       bufs.back().resize(core.back().size() + auth::max_trailer_bytes);
     }
-    for (std::size_t i = 0; i < n; ++i) slots.push_back({std::span<std::byte>(bufs[i]), core[i].size()});
+    for (std::size_t i = 0; i < n; ++i)
+      slots.push_back({std::span<std::byte>(bufs[i]), core[i].size()});
     sender.seal_announces(slots);
     for (std::size_t i = 0; i < n; ++i) {
       REQUIRE(slots[i].len > core[i].size());
@@ -68,9 +69,10 @@ struct burst {
 
 }  // namespace
 
-TEST_CASE("a burst of announces costs one signature per tree of max_leaves, and every announce "
-          "opens alone, in any order, with one signature check per tree",
-          "[unit][auth]") {
+TEST_CASE(
+    "a burst of announces costs one signature per tree of max_leaves, and every announce "
+    "opens alone, in any order, with one signature check per tree",
+    "[unit][auth]") {
   burst b(150);  // three trees: 64, 64, 22
   REQUIRE(b.sender.stats().signatures == 3);
   for (std::size_t i = 0; i < b.sealed.size(); ++i) {
@@ -99,9 +101,10 @@ TEST_CASE("a burst of announces costs one signature per tree of max_leaves, and 
   REQUIRE(b.site.stats().by_path == order.size() - 3);
 }
 
-TEST_CASE("a forged announce carrying a verified root's signature is refused by its path, "
-          "without a signature check, and the real ones still open",
-          "[unit][auth]") {
+TEST_CASE(
+    "a forged announce carrying a verified root's signature is refused by its path, "
+    "without a signature check, and the real ones still open",
+    "[unit][auth]") {
   burst b(10);
   REQUIRE_FALSE(b.site.open(b.sealed[0], t0, b.out));  // the root's signature checked
   REQUIRE(b.site.stats().signatures == 1);
@@ -124,7 +127,8 @@ TEST_CASE("a forged announce carrying a verified root's signature is refused by 
   REQUIRE(b.site.stats().signatures == 1);  // neither cost a signature check
 
   // The real chunks of the tree open by their paths.
-  for (std::size_t i = 1; i < b.sealed.size(); ++i) REQUIRE_FALSE(b.site.open(b.sealed[i], t0, b.out));
+  for (std::size_t i = 1; i < b.sealed.size(); ++i)
+    REQUIRE_FALSE(b.site.open(b.sealed[i], t0, b.out));
   REQUIRE(b.site.stats().signatures == 1);
   REQUIRE(b.site.stats().by_path == 9);
 }
@@ -142,9 +146,10 @@ TEST_CASE("a copied signature of a root not yet verified costs one budgeted chec
   REQUIRE(b.site.stats().signatures == 2);
 }
 
-TEST_CASE("an announce whose leaf index or count is out of bounds, or too short for its path, is "
-          "refused before any hashing or check",
-          "[unit][auth]") {
+TEST_CASE(
+    "an announce whose leaf index or count is out of bounds, or too short for its path, is "
+    "refused before any hashing or check",
+    "[unit][auth]") {
   burst b(5);
   auto set = [](std::vector<std::byte> d, std::uint16_t index, std::uint16_t count) {
     d[d.size() - 4] = std::byte(index >> 8);

@@ -359,9 +359,8 @@ TEST_CASE("encrypted session: sealed announce, key request and reply, then the m
   encrypted_exchange x;
   const auto ann = x.announce_datagram();
   REQUIRE_FALSE(contains(ann, "obs/x.bufr"));  // the path is not in the datagram
-  REQUIRE(ann.size() <=
-          wire::header_size + sample_announce().ByteSizeLong() + auth::sealed_body_overhead +
-                     auth::announce_trailer_fixed_bytes);
+  REQUIRE(ann.size() <= wire::header_size + sample_announce().ByteSizeLong() +
+                            auth::sealed_body_overhead + auth::announce_trailer_fixed_bytes);
   x.key_exchange(t0);
   REQUIRE(x.receiver.encrypted(sid));
   // With the key, the sealed announce opens to the sender core's announce.

@@ -38,7 +38,8 @@
 /// Invariants (abort on violation; encrypted session: opened views are not prefixes): the handshake
 /// succeeds and both sides derive the same fallback key; an opened datagram is a prefix of the
 /// input, shorter by exactly the type's trailer (an announce's: what its leaf index and count
-/// say); a sealed datagram is the input plus the type's trailer; a hello's proof made with the site's key verifies, one made with another key does not.
+/// say); a sealed datagram is the input plus the type's trailer; a hello's proof made with the
+/// site's key verifies, one made with another key does not.
 
 #include "common/auth.hpp"
 #include "common/unicast/hello_proof.hpp"
