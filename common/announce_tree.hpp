@@ -4,7 +4,9 @@
 /// the burst (docs/security.md "Announce trees"): the sender signs the tree's root once, and
 /// each chunk carries that signature and its own authentication path, so every chunk still
 /// verifies alone (a lost chunk costs nothing more) and a site checks the signature of a root
-/// once and every other chunk under it with a few SHA-256 (common/auth.hpp).
+/// once and every other chunk under it with a few SHA-256 (common/auth.hpp). This is the "tree
+/// chaining" of Wong and Lam, "Digital Signatures for Flows and Multicasts", IEEE/ACM
+/// Transactions on Networking 7(4), 1999.
 ///
 /// The tree is RFC 9162 (Certificate Transparency 2.0) section 2.1.1's, as in RFC 6962
 /// section 2.1: leaf hash SHA-256(0x00 || data), node hash SHA-256(0x01 || left || right),
