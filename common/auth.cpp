@@ -14,14 +14,10 @@ namespace {
 
 using wire::msg_type;
 
-constexpr std::size_t announce_trailer = crypto::key_bytes + crypto::signature_bytes;
 constexpr std::size_t register_trailer = crypto::key_bytes + crypto::hmac_bytes;
 constexpr std::size_t reply_trailer =
     crypto::xchacha_nonce_bytes + crypto::key_bytes + crypto::aead_tag_bytes;
 constexpr std::size_t marker_trailer = 8 + crypto::gcm_tag_bytes;
-/// Verified announce datagrams remembered per session (their digests), so the repeats of an
-/// announce cost a SHA-256 instead of a signature check.
-constexpr std::size_t max_remembered_announces = 4096;
 
 const std::uint8_t* u8(const std::byte* p) { return reinterpret_cast<const std::uint8_t*>(p); }
 std::uint8_t* u8(std::byte* p) { return reinterpret_cast<std::uint8_t*>(p); }
@@ -133,7 +129,7 @@ std::size_t trailer_size(msg_type t) noexcept {
   switch (t) {
     case msg_type::data:
     case msg_type::parity: return data_trailer_bytes;  // both go through seal_data
-    case msg_type::announce: return announce_trailer;
+    case msg_type::announce: return announce_trailer_fixed_bytes;
     case msg_type::register_request: return register_trailer;
     case msg_type::register_reply: return reply_trailer;
     case msg_type::marker:
@@ -180,25 +176,24 @@ sender_keys::~sender_keys() = default;
 
 std::size_t sender_keys::seal_control(std::span<std::byte> buf, std::size_t len) {
   if (len < wire::header_size || buf.size() < len + max_trailer_bytes) return 0;
-  buf[2] = std::byte{wire::authenticated_version};
   const auto type = static_cast<msg_type>(std::to_integer<std::uint8_t>(buf[3]));
-  if (m_encrypted && (type == msg_type::announce || type == msg_type::digest_list)) {
+  if (type == msg_type::announce) {
+    announce_slot one{buf, len};
+    seal_announces({&one, 1});
+    return one.len;
+  }
+  buf[2] = std::byte{wire::authenticated_version};
+  if (m_encrypted && type == msg_type::digest_list) {
     // The signature below covers the sealed form; room for the trailer stays (the caller
     // leaves max_trailer_bytes, which counts the sealed body's overhead).
-    len = seal_body(m_manifest_key, type, buf.first(buf.size() - largest_trailer_bytes), len,
-                    m_scratch);
+    len = seal_body(buf.first(buf.size() - largest_trailer_bytes), len);
     if (len == 0) return 0;
   }
   std::byte* end = buf.data() + len;
   switch (type) {
-    case msg_type::announce: {
-      std::memcpy(end, m_ephemeral.public_key.data(), crypto::key_bytes);
-      const auto sig = crypto::sign(m_id, buf.first(len + crypto::key_bytes));
-      std::memcpy(end + crypto::key_bytes, sig.data(), sig.size());
-      return len + announce_trailer;
-    }
     case msg_type::digest_list:
     case msg_type::session_end: {
+      ++m_stats.signatures;
       const auto sig = crypto::sign(m_id, buf.first(len));
       std::memcpy(end, sig.data(), sig.size());
       return len + crypto::signature_bytes;
@@ -330,6 +325,11 @@ std::error_code sender_keys::open(std::span<const std::byte> d, std::span<const 
   return {};
 }
 
+std::size_t sender_keys::seal_body(std::span<std::byte> buf, std::size_t len) {
+  const auto type = static_cast<msg_type>(std::to_integer<std::uint8_t>(buf[3]));
+  return auth::seal_body(m_manifest_key, type, buf, len, m_scratch);
+}
+
 std::size_t sender_keys::take_key_reply(std::span<std::byte> buf) {
   if (m_key_reply_to.empty()) return 0;
   wire::register_reply r;
@@ -426,6 +426,7 @@ bool receiver_keys::verify_signed(std::span<const std::byte> signed_part,
                                   time_point now, const crypto::key32** signer) {
   if (m_opts.trusted_senders.empty()) return true;
   if (!take_verification(now)) return false;
+  ++m_stats.signatures;
   for (const auto& k : m_opts.trusted_senders) {
     if (crypto::verify(k, signed_part, sig)) {
       if (signer) *signer = &k;
@@ -453,11 +454,12 @@ std::error_code receiver_keys::open(std::span<const std::byte> d, time_point now
     out = d;  // no keys configured: version 1 is taken as it is (warned at start)
     return {};
   }
-  const std::size_t trailer = trailer_size(h.type);
+  const std::size_t trailer =
+      h.type == msg_type::announce ? announce_trailer_bytes(d) : trailer_size(h.type);
   const std::size_t min_body = h.type == msg_type::data || h.type == msg_type::parity
                                    ? wire::data_header_size
                                    : wire::header_size;
-  if (d.size() < min_body + trailer) {
+  if (trailer == 0 || d.size() < min_body + trailer) {
     // Too short for its trailer: refused here, never handed on (it would parse as version 1).
     ++m_stats.unauthenticated;
     return errc::unauthenticated;
@@ -471,36 +473,9 @@ std::error_code receiver_keys::open(std::span<const std::byte> d, time_point now
   };
   bool fresh = false;  // an announce whose signature was checked now, not a remembered repeat
   switch (h.type) {
-    case msg_type::announce: {
-      const auto covered = d.first(d.size() - crypto::signature_bytes);
-      const auto sig = fixed<crypto::signature_bytes>(d.last(crypto::signature_bytes));
-      crypto::key32 sender_public{};
-      std::memcpy(sender_public.data(), t, crypto::key_bytes);
-      std::uint64_t fingerprint = 0;
-      if (s && s->sender_public == sender_public) {
-        const auto digest = sha256(d);
-        std::memcpy(&fingerprint, digest.data(), sizeof fingerprint);
-        if (s->verified_announces.count(fingerprint)) {
-          s->last_used = now;
-          s->last_announce = now;
-          break;
-        }
-      }
-      const crypto::key32* signed_by = nullptr;
-      if (!verify_signed(covered, sig, now, &signed_by)) return errc::unauthenticated;
-      fresh = true;
-      auto& keys = learn(h.session, sender_public, now);
-      keys.last_announce = now;
-      if (signed_by) keys.signer = *signed_by;
-      if (fingerprint == 0) {
-        const auto digest = sha256(d);
-        std::memcpy(&fingerprint, digest.data(), sizeof fingerprint);
-      }
-      if (keys.verified_announces.size() < max_remembered_announces) {
-        keys.verified_announces.insert(fingerprint);
-      }
+    case msg_type::announce:
+      if (auto ec = open_announce(d, trailer, s, now, fresh)) return ec;
       break;
-    }
     case msg_type::digest_list:
     case msg_type::session_end:
       if (!s) return refuse(m_stats.no_key);

@@ -10,16 +10,27 @@
 ///
 /// | type | trailer | content |
 /// |---|---|---|
-/// | data | 16 | AES-256-GCM tag (GMAC) under the session data key; nonce = bytes 8..19 (seq, file,
-/// block) | | announce | 96 | sender's X25519 session public key (32), Ed25519 signature (64) | |
-/// register_request | 64 | site's Ed25519 public key (32), HMAC under the pairwise key (32) | |
-/// register_reply | 72 | nonce (24), session key under the pairwise key, XChaCha20-Poly1305 (48) |
+/// | data | 16 | AES-256-GCM tag (GMAC) under the session data key; nonce = bytes 8..19 (seq,
+/// file, block) |
+/// | announce | 100 to 292 | sender's X25519 session public key (32), authentication path
+/// (32 x 0..6), Ed25519 signature of the announce tree's root (64), leaf index (2), leaf count
+/// (2); the last 4 bytes give the path's length (announce_trailer_bytes) |
+/// | register_request | 64 | site's Ed25519 public key (32), HMAC under the pairwise key (32) |
+/// | register_reply | 72 | nonce (24), session key under the pairwise key, XChaCha20-Poly1305
+/// (48) |
 /// | marker, repair_advert | 24 | counter (8, one counter for both), AES-256-GCM tag under the
-/// session marker key (16) | | nak, complete, complete_ack, fallback | 32 | HMAC under the pairwise
-/// key | | digest_list, session_end | 64 | Ed25519 signature |
+/// session marker key (16) |
+/// | nak, complete, complete_ack, fallback | 32 | HMAC under the pairwise key |
+/// | digest_list, session_end | 64 | Ed25519 signature |
 ///
-/// Signatures and tags cover every byte before them. Keys (RFC 5869 HKDF-SHA-256, salt =
-/// session id, 4 bytes big-endian):
+/// Signatures and tags cover every byte before them, except the announce's: the sender cuts
+/// each burst of announces it sends at once into trees of up to announce_tree::max_leaves
+/// (common/announce_tree.hpp, RFC 9162 section 2.1); a leaf is an announce datagram up to and
+/// including its session public key, and the signature is Ed25519 of "mcdist v2 announce
+/// tree" || leaf count (2 bytes big-endian) || root. Each announce verifies alone (its path
+/// leads to the signed root); a site checks the signature of a root once, remembers it per
+/// session (max_verified_roots), and checks the other announces of the tree by their paths.
+/// Keys (RFC 5869 HKDF-SHA-256, salt = session id, 4 bytes big-endian):
 /// - pairwise key of a site = HKDF(X25519(sender session secret, site X25519 public),
 ///   info "mcdist v2 pairwise" || sender session public || site X25519 public);
 /// - session key K: 32 random bytes per session, given to each registered site in its
@@ -44,6 +55,7 @@
 ///   fallback connections it opens seal every frame after the hello under per-connection keys
 ///   derived from the site's fallback key (common/unicast/record_seal.hpp).
 
+#include "common/announce_tree.hpp"
 #include "common/crypto.hpp"
 #include "common/endpoint.hpp"
 #include "common/error.hpp"
@@ -51,6 +63,7 @@
 #include "common/time.hpp"
 #include "common/wire.hpp"
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -71,16 +84,34 @@ inline constexpr std::uint8_t wire_version = 2;
 /// varint (at most 2 for a body below 16 KiB), nonce (24), tag (16).
 inline constexpr std::size_t sealed_body_overhead =
     3 + crypto::xchacha_nonce_bytes + crypto::aead_tag_bytes;
-/// The largest trailer of any type, bytes.
-inline constexpr std::size_t largest_trailer_bytes = 96;
+/// An announce's trailer without its authentication path, bytes: session public key (32),
+/// signature (64), leaf index (2), leaf count (2).
+inline constexpr std::size_t announce_trailer_fixed_bytes =
+    crypto::key_bytes + crypto::signature_bytes + 4;
+/// Bytes an announce chunk leaves unused for the longest authentication path
+/// (announce_tree::max_depth hashes) and the leaf index and count, so that a signed announce
+/// is no longer than an unsigned one plus the 96 bytes (key, signature) it carried before
+/// announce trees: the sender's core takes it as part of announce_reserve_bytes.
+inline constexpr std::size_t announce_path_reserve =
+    announce_tree::max_depth * announce_tree::hash_bytes + 4;
+/// The largest trailer of any type, bytes: an announce's with the longest path.
+inline constexpr std::size_t largest_trailer_bytes =
+    announce_trailer_fixed_bytes + announce_tree::max_depth * announce_tree::hash_bytes;
 /// The most bytes sealing adds to a datagram (the largest trailer, and for an encrypted
 /// session's announce the sealed body's overhead): the room callers leave after a datagram.
 inline constexpr std::size_t max_trailer_bytes = largest_trailer_bytes + sealed_body_overhead;
 /// Trailer of a data datagram, bytes: what authentication adds to every block.
 inline constexpr std::size_t data_trailer_bytes = crypto::gcm_tag_bytes;
 
-/// Trailer size of a version-2 datagram of this type, bytes; 0 for an unknown type.
+/// Trailer size of a version-2 datagram of this type, bytes; 0 for an unknown type. For an
+/// announce, the least (announce_trailer_fixed_bytes): its path makes it longer
+/// (announce_trailer_bytes).
 std::size_t trailer_size(wire::msg_type t) noexcept;
+/// Trailer size of a version-2 announce datagram, from the leaf index and count in its last 4
+/// bytes: announce_trailer_fixed_bytes + 32 x the path's length. @return 0 when the datagram
+/// is shorter than that, or the index and count are out of bounds (index < count <=
+/// announce_tree::max_leaves)
+std::size_t announce_trailer_bytes(std::span<const std::byte> datagram) noexcept;
 
 /// The receiver id in the first field of a control body (register_request, nak, complete,
 /// register_reply, complete_ack and fallback all carry it as field 1, which protobuf
@@ -95,10 +126,17 @@ struct auth_stats {
   std::uint64_t no_key = 0;           ///< no key (yet) for the session or the receiver
   std::uint64_t untrusted_site = 0;   ///< site key not the one pinned for its id
   std::uint64_t verify_budget = 0;    ///< signature checks over the per-second budget
-  // Not refusals, so not in total(): encrypted sessions' key exchange.
+  /// Announce whose signature is that of a root this site verified, but whose path leads to
+  /// another root: a forged chunk with a copied signature, refused without a signature check.
+  std::uint64_t bad_path = 0;
+  // Not refusals, so not in total(): encrypted sessions' key exchange, and what signatures
+  // cost.
   std::uint64_t key_requests = 0;  ///< sender: key requests answered; site: requests sent
+  std::uint64_t signatures = 0;    ///< Ed25519: sender, signatures made; site, checked
+  std::uint64_t by_path = 0;       ///< site: announces verified by the path to a known root
   std::uint64_t total() const noexcept {
-    return unauthenticated + bad_signature + bad_tag + no_key + untrusted_site + verify_budget;
+    return unauthenticated + bad_signature + bad_tag + no_key + untrusted_site + verify_budget +
+           bad_path;
   }
 };
 
@@ -120,10 +158,21 @@ class sender_keys {
   sender_keys& operator=(const sender_keys&) = delete;
 
   /// Seals a control datagram the session core produced: `buf` holds `len` bytes and has room
-  /// for max_trailer_bytes more. Sets the version byte, appends the trailer.
+  /// for max_trailer_bytes more. Sets the version byte, appends the trailer. An announce gets a
+  /// tree of its own (one signature); a burst of them goes through seal_announces.
   /// @return the new length, or 0 when it cannot be sealed (a per-site message for a site
   ///         without a pairwise key; the core repeats or gives up on such messages)
   std::size_t seal_control(std::span<std::byte> buf, std::size_t len);
+  /// One announce datagram of a burst for seal_announces.
+  struct announce_slot {
+    std::span<std::byte> buf;  ///< holds `len` bytes, with room for max_trailer_bytes more
+    std::size_t len = 0;       ///< in: the core's datagram; out: sealed, 0 when it could not be
+  };
+  /// Seals a burst of announce datagrams the session core produced, in their order: cut into
+  /// trees of announce_tree::max_leaves, one Ed25519 signature per tree (docs/security.md
+  /// "Announce trees"). Encrypted sessions: each body is sealed first, the tree covers the
+  /// sealed forms.
+  void seal_announces(std::span<announce_slot> burst);
   /// Seals one data datagram in place: `buf` holds `len` bytes (headers and payload) and has
   /// room for data_trailer_bytes more. @return len + data_trailer_bytes
   std::size_t seal_data(std::span<std::byte> buf, std::size_t len) noexcept;
@@ -167,6 +216,9 @@ class sender_keys {
   std::optional<crypto::gcm> m_sealed_data;
   std::string m_key_reply_to;  ///< receiver id of a key request open() consumed
   std::vector<std::byte> m_scratch;
+  /// Seals the body of the announce or digest_list in buf[0, len) in place (encrypted
+  /// sessions). @return the new length, 0 when `buf` has no room
+  std::size_t seal_body(std::span<std::byte> buf, std::size_t len);
   struct site {
     crypto::key32 site_key{};
     crypto::key32 pairwise{};
@@ -188,6 +240,11 @@ inline constexpr duration announce_repeat_interval = std::chrono::milliseconds(1
 /// announces whose signature verified are held (by a trusted sender when trusted keys are
 /// configured); beyond the bound they are dropped as before, and the site opens the next cycle.
 inline constexpr std::size_t max_held_announce_bytes = 1 << 20;
+/// Announce tree roots a site remembers per session once their signature verified, the oldest
+/// forgotten first: a burst of the sender is at most a few trees (two cycles of 1000 files
+/// are about 170 chunks, three trees), and the root of a cycle's trees is of no use once the
+/// cycle is over (the next one is stamped anew). ~100 bytes each.
+inline constexpr std::size_t max_verified_roots = 8;
 
 /// A verified sealed announce that arrived before its session key (receiver_keys::take_held).
 struct held_announce {
@@ -310,12 +367,26 @@ class receiver_keys {
     std::vector<held_announce> held;  ///< sealed announces before the key (encrypted)
     bool awaiting = false;            ///< key asked for, not received (counted in m_awaiting)
     std::optional<time_point> last_announce;  ///< when an announce of it last verified
+    /// Announce tree roots whose signature verified, a ring of max_verified_roots.
+    struct verified_root {
+      crypto::signature sig{};
+      announce_tree::hash root{};
+      std::uint16_t count = 0;
+    };
+    std::array<verified_root, max_verified_roots> roots{};
+    std::size_t roots_used = 0;
+    std::size_t next_root = 0;
 
     /// Takes the session key of a register_reply and derives the data, marker, manifest and
     /// sealed-data keys from it (HKDF, RFC 5869).
     void set_session_key(const crypto::key32& k, session_id s);
   };
   session_keys* find(session_id s);
+  /// Checks an announce (version 2, trailer of `trailer` bytes): by its path to a root
+  /// verified before, or by the signature of the root its path leads to.
+  /// @param fresh  set when the announce verified (not a remembered repeat)
+  std::error_code open_announce(std::span<const std::byte> d, std::size_t trailer, session_keys* s,
+                                time_point now, bool& fresh);
   /// Asks for the session key (take_key_request), at most once per key_request_interval.
   void want_key(session_keys& s, session_id id, time_point now);
   /// Before a session's keys are dropped or start over: its held announces' bytes and its

@@ -646,12 +646,12 @@ void daemon::log_status(bool final) {
              std::to_string(m_dropped_by_option);
   }
   if (const auto a = auth_refused(); a.total() > 0) {
-    drops +=
-        (drops.empty() ? "" : ", ") +
-        fmt::format(
-            "not authenticated {} (bad signature {}, bad tag {}, no key {}, unsigned "
-            "{}, over the verification budget {})",
-            a.total(), a.bad_signature, a.bad_tag, a.no_key, a.unauthenticated, a.verify_budget);
+    drops += (drops.empty() ? "" : ", ") +
+             fmt::format(
+                 "not authenticated {} (bad signature {}, bad path {}, bad tag {}, no key {}, "
+                 "unsigned {}, over the verification budget {})",
+                 a.total(), a.bad_signature, a.bad_path, a.bad_tag, a.no_key, a.unauthenticated,
+                 a.verify_budget);
   }
   m_log->info(
       "{}: {} sessions active, {} completed, {} failed; {} files stored, {} failed, {} "
@@ -749,7 +749,11 @@ nlohmann::json daemon::status_json() {
                             {"bad_tag", a.bad_tag},
                             {"no_key", a.no_key},
                             {"unsigned", a.unauthenticated},
-                            {"verify_budget", a.verify_budget}};
+                            {"verify_budget", a.verify_budget},
+                            {"bad_path", a.bad_path}};
+  // What announce signatures cost (docs/security.md "Announce trees"): Ed25519 checks made,
+  // and announces verified by their path to a root checked before.
+  j["announce_signatures"] = {{"checked", a.signatures}, {"by_path", a.by_path}};
   return j;
 }
 

@@ -234,6 +234,9 @@ auth::auth_stats daemon::auth_refused() const {
     sum.no_key += st.no_key;
     sum.untrusted_site += st.untrusted_site;
     sum.verify_budget += st.verify_budget;
+    sum.bad_path += st.bad_path;
+    sum.signatures += st.signatures;
+    sum.by_path += st.by_path;
   }
   sum.no_key += m_unknown_unicast;
   return sum;

@@ -99,6 +99,7 @@ std::string render_metrics(const status_snapshot& s) {
   p.sample({{"reason", "no_key"}}, a.no_key);
   p.sample({{"reason", "unsigned"}}, a.unauthenticated);
   p.sample({{"reason", "verify_budget"}}, a.verify_budget);
+  p.sample({{"reason", "bad_path"}}, a.bad_path);
   p.family("mcdist_receiver_naks_sent_total", metric_type::counter, "NAK datagrams sent.");
   p.sample(st.naks_sent);
   p.family("mcdist_receiver_storage_written_bytes_total", metric_type::counter,

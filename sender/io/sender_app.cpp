@@ -21,7 +21,7 @@ namespace {
 /// and timers: about 4 MB, so NAKs are read promptly even when sending unpaced.
 constexpr std::size_t max_datagrams_per_round = 3000;
 /// flush_control reads the socket after this many announce chunks of an authenticated session
-/// (each costs an Ed25519 signature, about 50 us; a poll that finds nothing, one recvmmsg).
+/// (a poll that finds nothing costs one recvmmsg).
 constexpr std::uint32_t announce_chunks_per_poll = 4;
 /// Datagrams one such poll reads at most (the rest wait for the io loop).
 constexpr std::size_t max_datagrams_per_poll = 64;
@@ -57,7 +57,10 @@ sender_app::sender_app(boost::asio::io_context& io, app_options opts, sender_con
             if (m_opts.identity) {
               cfg.start_on_registration = true;
               cfg.data_trailer_bytes = auth::data_trailer_bytes;
-              if (m_opts.encrypt) cfg.announce_reserve_bytes = auth::sealed_body_overhead;
+              // Room in every announce chunk for its authentication path (auth.hpp), and in an
+              // encrypted session for sealing its body.
+              cfg.announce_reserve_bytes =
+                  auth::announce_path_reserve + (m_opts.encrypt ? auth::sealed_body_overhead : 0);
             }
             return cfg;
           }(),
@@ -336,37 +339,68 @@ void sender_app::send_key_reply(const endpoint& to, time_point now) {
   m_session.on_site_keyed(site, now);
 }
 
+void sender_app::seal_batch() {
+  if (m_sealed.size() < m_control_batch.size()) m_sealed.resize(m_control_batch.size());
+  m_sealed_len.assign(m_control_batch.size(), 0);
+  m_announce_slots.clear();
+  m_announce_index.clear();
+  for (std::size_t i = 0; i < m_control_batch.size(); ++i) {
+    const auto& bytes = m_control_batch[i].bytes;
+    auto& buf = m_sealed[i];
+    buf.resize(bytes.size() + auth::max_trailer_bytes);
+    std::memcpy(buf.data(), bytes.data(), bytes.size());
+    if (bytes.size() > 3 && static_cast<wire::msg_type>(std::to_integer<std::uint8_t>(bytes[3])) ==
+                                wire::msg_type::announce) {
+      m_announce_slots.push_back({std::span<std::byte>(buf), bytes.size()});
+      m_announce_index.push_back(i);
+    } else {
+      m_sealed_len[i] = m_keys->seal_control(buf, bytes.size());
+    }
+  }
+  // The batch's announces, in their order, as one burst: one signature per announce tree.
+  m_keys->seal_announces(m_announce_slots);
+  for (std::size_t k = 0; k < m_announce_slots.size(); ++k) {
+    m_sealed_len[m_announce_index[k]] = m_announce_slots[k].len;
+  }
+}
+
 void sender_app::flush_control() {
   control_send c;
   std::uint32_t announces = 0;
   while (m_session.pop_control(c)) {
-    std::error_code ec;
-    const endpoint& to = c.to ? *c.to : m_opts.group;
-    std::span<const std::byte> bytes = c.bytes;
-    if (m_keys) {
-      m_control_buffer.resize(c.bytes.size() + auth::max_trailer_bytes);
-      std::memcpy(m_control_buffer.data(), c.bytes.data(), c.bytes.size());
-      const std::size_t n = m_keys->seal_control(m_control_buffer, c.bytes.size());
-      if (n == 0) {
-        // A per-site message to a site that never proved its key: nothing to seal it with.
-        if (m_log) m_log->debug("no key to seal a control datagram to {}", to.to_string());
-        continue;
+    // All the core queued: an authenticated session's announces are signed together.
+    m_control_batch.clear();
+    m_control_batch.push_back(std::move(c));
+    while (m_session.pop_control(c)) m_control_batch.push_back(std::move(c));
+    if (m_keys) seal_batch();
+    for (std::size_t i = 0; i < m_control_batch.size(); ++i) {
+      std::error_code ec;
+      const control_send& b = m_control_batch[i];
+      const endpoint& to = b.to ? *b.to : m_opts.group;
+      std::span<const std::byte> bytes = b.bytes;
+      if (m_keys) {
+        const std::size_t n = m_sealed_len[i];
+        if (n == 0) {
+          // A per-site message to a site that never proved its key: nothing to seal it with.
+          if (m_log) m_log->debug("no key to seal a control datagram to {}", to.to_string());
+          continue;
+        }
+        bytes = std::span<const std::byte>(m_sealed[i].data(), n);
       }
-      bytes = std::span<const std::byte>(m_control_buffer.data(), n);
-    }
-    if (!net::send_one(m_socket.native_handle(), to, bytes, ec) && m_log) {
-      // Control traffic is repeated by the protocol; a lost one costs a retransmission.
-      m_log->debug("could not send a control datagram to {}: {}", to.to_string(), ec.message());
-    }
-    // An authenticated session's announce burst (two cycles back to back at the start) is
-    // signed chunk by chunk: the key requests it provokes are answered during it, so a site
-    // holds the key (and opens the rest of an encrypted manifest at once) by the burst's end.
-    // m_control_buffer is free again here (send_key_reply uses it).
-    if (m_keys && c.bytes.size() > 3 &&
-        static_cast<wire::msg_type>(std::to_integer<std::uint8_t>(c.bytes[3])) ==
-            wire::msg_type::announce &&
-        ++announces % announce_chunks_per_poll == 0) {
-      poll_feedback();
+      if (!net::send_one(m_socket.native_handle(), to, bytes, ec) && m_log) {
+        // Control traffic is repeated by the protocol; a lost one costs a retransmission.
+        m_log->debug("could not send a control datagram to {}: {}", to.to_string(), ec.message());
+      }
+      // The key requests a burst of announces provokes (two cycles back to back at the start)
+      // are answered during it, so a site holds the key (and opens the rest of an encrypted
+      // manifest at once) by the burst's end. poll_feedback may queue more control datagrams
+      // in the core: the next round of the outer loop takes them.
+      if (m_keys && b.bytes.size() > 3 &&
+          static_cast<wire::msg_type>(std::to_integer<std::uint8_t>(b.bytes[3])) ==
+              wire::msg_type::announce &&
+          ++announces % announce_chunks_per_poll == 0) {
+        poll_feedback();
+      }
     }
   }
 }

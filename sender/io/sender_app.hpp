@@ -101,7 +101,12 @@ class sender_app {
   /// i at (i - first) x segment, payload after the header). @return an error with `why`
   std::error_code read_payloads(std::size_t first, std::size_t last, std::size_t segment,
                                 std::string& why);
+  /// Sends what the session core queued: in an authenticated session, sealed first, the
+  /// announces of the batch together (one signature per announce tree,
+  /// auth::sender_keys::seal_announces).
   void flush_control();
+  /// Seals m_control_batch into m_sealed (length 0: not sealed, not sent).
+  void seal_batch();
   void arm_timer(time_point now);
   void do_receive();
   /// One datagram from the socket: opened (authenticated sessions; a key request is answered
@@ -109,7 +114,7 @@ class sender_app {
   void on_feedback(std::span<const std::byte> d, const endpoint& from, time_point now);
   /// Reads what the socket holds now, without waiting: flush_control calls it between the
   /// announce chunks of a burst, so a site's key request is answered while the burst is still
-  /// being signed instead of after it (docs/benchmarks.md "Key exchange during the announce
+  /// being sent instead of after it (docs/benchmarks.md "Key exchange during the announce
   /// burst").
   void poll_feedback();
   void do_wait_writable();
@@ -159,6 +164,12 @@ class sender_app {
   /// The session's keys when it is signed (app_options::identity).
   std::unique_ptr<auth::sender_keys> m_keys;
   std::vector<std::byte> m_control_buffer;
+  std::vector<control_send> m_control_batch;  ///< flush_control: what the core queued, in order
+  /// flush_control: m_control_batch sealed, each with room for its trailer, and its sealed length.
+  std::vector<std::vector<std::byte>> m_sealed;
+  std::vector<std::size_t> m_sealed_len;
+  std::vector<auth::sender_keys::announce_slot> m_announce_slots;  ///< seal_batch's announces
+  std::vector<std::size_t> m_announce_index;  ///< their places in m_control_batch
   std::vector<data_send> m_sends;
   std::vector<data_send> m_pending;  ///< taken from the session, not yet accepted by the socket
   std::size_t m_pending_pos = 0;

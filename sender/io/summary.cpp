@@ -146,6 +146,8 @@ std::string summary_json(const run_result& r) {
                                   {"no_key", r.refused.no_key},
                                   {"untrusted_site", r.refused.untrusted_site},
                                   {"unsigned", r.refused.unauthenticated}};
+  // Ed25519 signatures made: one per announce tree, digest list and session end.
+  if (r.signed_session) j["signatures"] = r.refused.signatures;
   j["fallback_refused"] = {{"hellos", r.fallback_hellos_refused},
                            {"bad_proof", r.fallback_hellos_bad_proof}};
   if (!r.error.empty()) j["error"] = r.error;

@@ -15,7 +15,8 @@
 ///      sessions have too, is answered with take_key_reply, which the site must open)
 ///   2  a datagram the site's core made:  receiver_keys::seal, then the sender opens the result
 ///      (and answers it, if it was a key request)
-///   3  a datagram the sender's core made: sender_keys::seal_control, then the site opens it
+///   3  a datagram the sender's core made: sender_keys::seal_control, then the site opens it;
+///      an announce goes as a burst of three copies (sender_keys::seal_announces, one tree)
 ///   4  a data datagram of the sender:    sender_keys::seal_data (payloads of at least the data
 ///      header), then the site opens it
 ///   5  a fallback hello: 16 bytes of challenge, then a hello body; decoded and its proof
@@ -36,8 +37,9 @@
 ///
 /// Invariants (abort on violation; encrypted session: opened views are not prefixes): the handshake
 /// succeeds and both sides derive the same fallback key; an opened datagram is a prefix of the
-/// input, shorter by exactly the type's trailer; a sealed datagram is the input plus the type's
-/// trailer; a hello's proof made with the site's key verifies, one made with another key does not.
+/// input, shorter by exactly the type's trailer (an announce's: what its leaf index and count
+/// say); a sealed datagram is the input plus the type's trailer; a hello's proof made with the
+/// site's key verifies, one made with another key does not.
 
 #include "common/auth.hpp"
 #include "common/unicast/hello_proof.hpp"
@@ -89,11 +91,17 @@ void require(bool ok) {
   if (!ok) std::abort();
 }
 
+/// The trailer of a version-2 datagram: its type's, or for an announce the length its leaf
+/// index and count give (auth::announce_trailer_bytes).
+std::size_t trailer_of(std::span<const std::byte> d) {
+  const auto t = static_cast<wire::msg_type>(std::to_integer<std::uint8_t>(d[3]));
+  return t == wire::msg_type::announce ? auth::announce_trailer_bytes(d) : auth::trailer_size(t);
+}
+
 /// The opened view must be the datagram without its trailer.
 void check_opened(std::span<const std::byte> in, std::span<const std::byte> out) {
   require(out.data() == in.data() && out.size() < in.size());
-  const auto t = static_cast<wire::msg_type>(std::to_integer<std::uint8_t>(in[3]));
-  require(in.size() - out.size() == auth::trailer_size(t));
+  require(in.size() - out.size() == trailer_of(in));
 }
 
 /// A key request the sender's layer consumed (encrypted and signed sessions alike): its answer
@@ -150,7 +158,7 @@ struct encrypted_pair {
 /// An opened datagram of the encrypted session: no longer than the input without its trailer.
 void check_opened_encrypted(std::span<const std::byte> in, std::span<const std::byte> out) {
   const auto t = static_cast<wire::msg_type>(std::to_integer<std::uint8_t>(in[3]));
-  require(out.empty() || out.size() <= in.size() - auth::trailer_size(t));
+  require(out.empty() || out.size() <= in.size() - trailer_of(in));
   if (t == wire::msg_type::data && !out.empty())
     require(out.size() == in.size() - auth::data_trailer_bytes);
 }
@@ -344,10 +352,33 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       }
       case 3: {
         if (p.size() < wire::header_size) break;  // the core's datagrams have their header
+        const auto t = static_cast<wire::msg_type>(std::to_integer<std::uint8_t>(p[3]));
+        if (t == wire::msg_type::announce) {
+          // A burst of three copies under one tree: each seals to the input plus its trailer,
+          // and each opens (the first by the root's signature, the others by their paths) or
+          // is refused as the single announce would be.
+          std::vector<std::vector<std::byte>> bufs(3, roomy(p));
+          std::vector<auth::sender_keys::announce_slot> burst;
+          for (auto& buf : bufs) burst.push_back({std::span<std::byte>(buf), p.size()});
+          hub.seal_announces(burst);
+          for (std::size_t i = 0; i < burst.size(); ++i) {
+            const std::size_t n = burst[i].len;
+            require(n > p.size() && n <= p.size() + auth::largest_trailer_bytes);
+            const auto sealed = std::span<const std::byte>(bufs[i]).first(n);
+            require(n == p.size() + auth::announce_trailer_bytes(sealed));
+            if (site.open(sealed, now, opened)) continue;
+            const session_id sid{static_cast<std::uint32_t>(fuzz::read_be(p, 4, 4))};
+            if (opened.empty()) {
+              require(site.encrypted(sid));
+              continue;
+            }
+            check_opened(sealed, opened);
+          }
+          break;
+        }
         auto b = roomy(p);
         const std::size_t n = hub.seal_control(b, p.size());
         if (n == 0) break;
-        const auto t = static_cast<wire::msg_type>(std::to_integer<std::uint8_t>(p[3]));
         require(n == p.size() + auth::trailer_size(t));
         if (site.open(std::span(b).first(n), now, opened)) break;
         if (opened.empty()) {

@@ -653,6 +653,22 @@ void auth_seeds() {
              [&](std::span<std::byte> b, std::size_t n) { return tx.seal_control(b, n); });
   if (rx.open(ann, now, opened)) throw std::runtime_error("auth seeds: the announce does not open");
   s.add(to_site, ann);
+  {
+    // A burst of three announces under one tree (sender_keys::seal_announces): the second and
+    // third carry authentication paths, and open by them once the first verified the root.
+    std::vector<bytes> bufs(3, datagram(wire::msg_type::announce, announce_msg()));
+    std::vector<auth::sender_keys::announce_slot> burst;
+    for (auto& b : bufs) {
+      const std::size_t len = b.size();
+      b.resize(len + auth::max_trailer_bytes);
+      burst.push_back({std::span<std::byte>(b), len});
+    }
+    tx.seal_announces(burst);
+    for (std::size_t i = 0; i < bufs.size(); ++i) {
+      bufs[i].resize(burst[i].len);
+      s.add(to_site, bufs[i]);
+    }
+  }
   wire::register_request rr;
   rr.set_receiver_id("site");
   const auto reg = sealed(datagram(wire::msg_type::register_request, rr),
@@ -686,6 +702,7 @@ void auth_seeds() {
   // What the cores hand each side to seal.
   s.add(site_seal, datagram(wire::msg_type::nak, nk));
   s.add(sender_seal, datagram(wire::msg_type::marker, marker_msg(2, false, 9)));
+  s.add(sender_seal, datagram(wire::msg_type::announce, announce_msg()));  // sealed as a burst
   s.add(sender_seal, datagram(wire::msg_type::register_reply, reply_msg(true)));
   s.add(data_seal, data_dg(3, 1, 1, 500));
   // A fallback hello with its proof over a challenge.

@@ -105,6 +105,69 @@ class forged_site(threading.Thread):
             time.sleep(0.02)
 
 
+def announce_path_length(index, count):
+    """Hashes in an announce's authentication path (common/announce_tree.hpp, RFC 9162)."""
+    if not 1 <= count <= 64 or index >= count:
+        return None
+    n = 0
+    while count > 1:
+        k = 1
+        while k * 2 < count:
+            k *= 2
+        if index < k:
+            count = k
+        else:
+            index, count = index - k, count - k
+        n += 1
+    return n
+
+
+class copied_root_forger(threading.Thread):
+    """Waits for a signed announce on the group, then sends announces of the same session with
+    its own manifest behind that announce's whole trailer (session key, path, the root's real
+    signature, leaf index and count): what an outsider can do with a real announce tree."""
+
+    def __init__(self, group):
+        super().__init__(daemon=True)
+        self.host, self.port = parse_group(group)
+        self.listen = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.listen.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listen.bind((self.host, self.port))
+        mreq = socket.inet_aton(self.host) + socket.inet_aton("127.0.0.1")
+        self.listen.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, mreq)
+        self.listen.settimeout(0.2)
+        self.out = multicast_socket()
+        self.sent = 0
+        self.stop = False
+
+    def run(self):
+        # Each forged announce copies the trailer of the latest real one, 150 ms after it: its
+        # root is then one the site verified (a root is remembered while its session is), and
+        # the site's 100 ms without checks after a verified announce of a session whose
+        # manifest it holds (auth::announce_repeat_interval) is over.
+        self.listen.settimeout(0.01)
+        entry = file_entry("obs/y.bufr", 6, mode=0o777, mtime_ns=4102444800 * 10**9)
+        forged, due = None, None
+        while not self.stop:
+            try:
+                real, _ = self.listen.recvfrom(65536)
+                if len(real) >= 108 and real[2] == 2 and real[3] == T_ANNOUNCE:
+                    session = struct.unpack("!I", real[4:8])[0]
+                    index, count = struct.unpack("!HH", real[-4:])
+                    k = announce_path_length(index, count)
+                    check(k is not None, "a real announce's trailer has no valid index and count")
+                    trailer = real[len(real) - (100 + 32 * k):]
+                    body = announce(session, [entry])
+                    forged = body[:2] + b"\x02" + body[3:] + trailer
+                    due = time.monotonic() + 0.15
+            except socket.timeout:
+                pass
+            if forged is not None and time.monotonic() >= due:
+                self.out.sendto(forged, (self.host, self.port))
+                self.sent += 1
+                forged = None
+
+
 def main():
     bin_dir = sys.argv[1]
     if not loopback_multicast_works():
@@ -202,7 +265,9 @@ def main():
                 s.sendto(blocks, (host, port))
                 s.sendto(blocks, ("127.0.0.1", control))
         signed_looking = announce(0xF0F0F003, [entry])
-        signed_looking = signed_looking[:2] + b"\x02" + signed_looking[3:] + os.urandom(96)
+        # Trailer of a one-announce tree (common/auth.hpp): key, signature, leaf 0 of 1.
+        signed_looking = (signed_looking[:2] + b"\x02" + signed_looking[3:] + os.urandom(96) +
+                          b"\x00\x00\x00\x01")
         for _ in range(3):
             s.sendto(signed_looking, (host, port))
         wait_status(d, lambda st: st["not_authenticated"]["unsigned"] >= unsigned0 + 20 and
@@ -225,6 +290,9 @@ def main():
         # 4. A forged site: site-b (pinned, absent) registers and completes, site-a NAKs all.
         attacker = forged_site(group)
         attacker.start()
+        copier = copied_root_forger(group)
+        copier.start()
+        bad_path0 = status_counter(d, "bad_path")
         src2 = os.path.join(base, "round2", "obs")
         write_random(os.path.join(src2, "y.bufr"), 300_000, rng)
         code, summary, out = run_sender(bin_dir, [src2], group, ["site-a", "site-b"],
@@ -232,7 +300,14 @@ def main():
                                                "--register-timeout", "5s", "--fallback", "off"])
         attacker.stop = True
         attacker.join(5)
+        copier.stop = True
+        copier.join(5)
         log(out)
+        check(copier.sent > 0, "the copied-root forger never saw a signed announce")
+        # The forged announces with a real root's signature are refused by their paths (the
+        # delivery of obs/y.bufr below is unaffected).
+        wait_status(d, lambda st: st["not_authenticated"]["bad_path"] > bad_path0, 5,
+                    "a bad_path count for announces with a copied root signature")
         check(attacker.sent > 0, "the forged site never saw an announce")
         by_id = {r["id"]: r for r in summary["receivers"]}
         check(by_id["site-a"]["state"] == "completed", "site-a: %s" % by_id["site-a"])
@@ -282,8 +357,9 @@ def main():
         os.unlink(summary_path)
 
         log("PASS: signed sessions delivered; forged senders (other key, unsigned, made-up signature) "
-            "wrote nothing; a forged site was neither completed nor repaired for; %d forged site "
-            "datagrams refused; a killed daemon resumed a signed session" % attacker.sent)
+            "wrote nothing; announces with a copied root signature were refused by their paths; a "
+            "forged site was neither completed nor repaired for; %d forged site datagrams "
+            "refused; a killed daemon resumed a signed session" % attacker.sent)
         return 0
     finally:
         for dd in daemons:

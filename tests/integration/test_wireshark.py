@@ -277,10 +277,15 @@ def v2_datagrams(session):
                 {"mcdist.data.seq": ["77"], "mcdist.data.file": ["3"], "mcdist.data.block": ["5"],
                  "mcdist.data.payload_length": ["100"], "mcdist.auth.gcm_tag": [tag16.hex()]}))
     body = announce(session, [file_entry("v2/a.bin", 12345)], first_file=0)[8:]
-    out.append(("announce", h(2) + body + part(0x11, 32) + part(0x22, 64),
+    # Leaf 2 of an announce tree of 5 (docs/security.md "Announce trees"): a path of 3 hashes.
+    path = part(0x12, 32) + part(0x13, 32) + part(0x14, 32)
+    out.append(("announce", h(2) + body + part(0x11, 32) + path + part(0x22, 64) +
+                struct.pack("!HH", 2, 5),
                 {"mcdist.file_entry.path": ["v2/a.bin"], "mcdist.file_entry.size": ["12345"],
                  "mcdist.auth.session_public_key": [part(0x11, 32).hex()],
-                 "mcdist.auth.signature": [part(0x22, 64).hex()]}))
+                 "mcdist.auth.path_hash": [part(b, 32).hex() for b in (0x12, 0x13, 0x14)],
+                 "mcdist.auth.signature": [part(0x22, 64).hex()],
+                 "mcdist.auth.leaf_index": ["2"], "mcdist.auth.leaf_count": ["5"]}))
     # A sequenced REGISTER: last completed session 2, sessions 3-4 and 7 never completed.
     missing = pb_bytes(8, pb_uint(1, 3) + pb_uint(2, 4)) + pb_bytes(8, pb_uint(1, 7) + pb_uint(2, 7))
     out.append(("register_request", h(3) + rid + pb_uint(2, 99) + packed(4, [2, 3, 1, 1]) +
@@ -351,6 +356,8 @@ def malformed_datagrams(session):
     return [
         ("v2 nak shorter than its trailer", header(6, session, version=2) + pb_bytes(1, "x") + part(0, 10),
          None, "mcdist.auth.short"),
+        ("v2 announce with leaf count 0", header(2, session, version=2) + part(0, 120) +
+         struct.pack("!HH", 0, 0), None, "mcdist.auth.short"),
         ("v1 data without a data header", header(1, session) + b"\0\0\0\1", None, "mcdist.truncated"),
         ("announce with a length past the end", header(2, session) + varint(4 << 3 | 2) + varint(200) + b"abc",
          None, "mcdist.pb.malformed"),

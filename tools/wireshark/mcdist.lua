@@ -7,8 +7,10 @@
 --     the schema table below (varints, length-delimited, packed repeated, nested messages),
 --     field by field with the .proto's names (filter names mcdist.<message>.<field>);
 --   * version 2 (authenticated) datagrams: the authentication trailer, whose length depends on
---     the type only, split into its parts (keys, signature, tag, nonce, counter) as laid out by
---     common/auth.hpp (issue 8); the marker counter is big-endian like every other integer;
+--     the type only (an announce's also on its announce tree leaf index and count, its last 4
+--     bytes), split into its parts (keys, path hashes, signature, tag, nonce, counter) as laid
+--     out by common/auth.hpp (issue 8); the marker counter is big-endian like every other
+--     integer;
 --   * GSO super-packets: a capture taken on the sending host (loopback, or a NIC with UDP
 --     segmentation offload) shows one UDP packet holding many equal-sized data datagrams, the
 --     way the sender hands them to the kernel with UDP_SEGMENT; they are split and dissected one
@@ -50,7 +52,10 @@ local version_names = { [1] = "plain", [2] = "authenticated" }
 -- Version 2 trailers: per type, its parts in order as {field key, length}.
 local trailer_layout = {
   [1] = { { "gcm_tag", 16 } },
-  [2] = { { "session_public_key", 32 }, { "signature", 64 } },
+  -- An announce's authentication path (32 bytes per level) sits between the key and the
+  -- signature; announce_layout() gives its real layout, this is the one without a path.
+  [2] = { { "session_public_key", 32 }, { "signature", 64 }, { "leaf_index", 2 },
+          { "leaf_count", 2 } },
   [3] = { { "site_public_key", 32 }, { "hmac", 32 } },
   [4] = { { "nonce", 24 }, { "encrypted_session_key", 32 }, { "aead_tag", 16 } },
   [5] = { { "counter", 8 }, { "gcm_tag", 16 } },
@@ -68,6 +73,39 @@ for t, parts in pairs(trailer_layout) do
   local n = 0
   for _, p in ipairs(parts) do n = n + p[2] end
   trailer_size[t] = n
+end
+
+-- Announce trees (common/announce_tree.hpp): most leaves, and the length of leaf `index`'s
+-- authentication path in a tree of `count` leaves (RFC 9162 section 2.1.3.1), nil when out of
+-- bounds.
+local ANNOUNCE_TREE_MAX_LEAVES = 64
+local function announce_path_length(index, count)
+  if count < 1 or count > ANNOUNCE_TREE_MAX_LEAVES or index >= count then return nil end
+  local len = 0
+  while count > 1 do
+    local k = 1
+    while k * 2 < count do k = k * 2 end
+    if index < k then count = k else index = index - k; count = count - k end
+    len = len + 1
+  end
+  return len
+end
+
+-- The trailer layout of a version 2 announce whose last 4 bytes are at tvb(off + len - 4):
+-- key, path hashes, signature, leaf index, leaf count; nil when the index and count are out of
+-- bounds or the datagram is too short for its path.
+local function announce_layout(tvb, off, len)
+  if len < trailer_size[2] then return nil end
+  local index = tvb(off + len - 4, 2):uint()
+  local count = tvb(off + len - 2, 2):uint()
+  local k = announce_path_length(index, count)
+  if not k or len < trailer_size[2] + 32 * k then return nil end
+  local parts = { { "session_public_key", 32 } }
+  for _ = 1, k do parts[#parts + 1] = { "path_hash", 32 } end
+  parts[#parts + 1] = { "signature", 64 }
+  parts[#parts + 1] = { "leaf_index", 2 }
+  parts[#parts + 1] = { "leaf_count", 2 }
+  return parts, trailer_size[2] + 32 * k
 end
 
 -- proto/mcdist.proto as a table: message -> list of {number, name, kind, options}.
@@ -233,6 +271,12 @@ local hf = {
   auth_session_public_key = ProtoField.bytes("mcdist.auth.session_public_key",
                                              "Session public key (X25519)"),
   auth_signature = ProtoField.bytes("mcdist.auth.signature", "Signature (Ed25519)"),
+  auth_path_hash = ProtoField.bytes("mcdist.auth.path_hash",
+                                    "Authentication path hash (announce tree, SHA-256)"),
+  auth_leaf_index = ProtoField.uint16("mcdist.auth.leaf_index", "Announce tree leaf index",
+                                      base.DEC),
+  auth_leaf_count = ProtoField.uint16("mcdist.auth.leaf_count", "Announce tree leaf count",
+                                      base.DEC),
   auth_site_public_key = ProtoField.bytes("mcdist.auth.site_public_key",
                                           "Site public key (Ed25519)"),
   auth_hmac = ProtoField.bytes("mcdist.auth.hmac", "HMAC-SHA-512/256"),
@@ -765,8 +809,20 @@ local function dissect_datagram(tvb, pinfo, root, off, len, label)
   -- The body is everything between the header(s) and the version 2 trailer.
   local body_end = off + len
   local tlen = 0
+  local layout = trailer_layout[mtype]
   if version == 2 then
     tlen = trailer_size[mtype]
+    if mtype == 2 then
+      local parts, n = announce_layout(tvb, off, len)
+      if not parts then
+        tree:add_proto_expert_info(ef.short_trailer,
+                                   string.format("%d bytes, no announce tree index and count " ..
+                                                 "that fit (leaf count 1..%d)", len,
+                                                 ANNOUNCE_TREE_MAX_LEAVES))
+        return prefix .. " truncated"
+      end
+      layout, tlen = parts, n
+    end
     local min = ((mtype == 1 or mtype == 12) and DATA_HEADER_SIZE or HEADER_SIZE) + tlen
     if len < min then
       tree:add_proto_expert_info(ef.short_trailer,
@@ -853,7 +909,7 @@ local function dissect_datagram(tvb, pinfo, root, off, len, label)
     local t = tree:add(hf.auth, tvb(body_end, tlen))
     t:set_text(string.format("Authentication trailer (%d bytes)", tlen))
     local p = body_end
-    for _, part in ipairs(trailer_layout[mtype]) do
+    for _, part in ipairs(layout) do
       t:add(hf["auth_" .. part[1]], tvb(p, part[2]))
       p = p + part[2]
     end
