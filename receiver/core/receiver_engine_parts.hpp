@@ -225,6 +225,10 @@ struct receiver_engine::session_rx {
   // the rate-report timing.
   loss_estimator loss;
   rate_feedback rate;
+  /// Silent here (docs/design-notes.md "Silent sessions"): the announce carried silent_passes
+  /// (its value, 0 otherwise) or the channel is configured silent. Nothing is ever sent for it.
+  bool silent = false;
+  std::uint32_t silent_passes = 0;
 
   std::string name() const { return fmt::format("{}", id); }
 };
