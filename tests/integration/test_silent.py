@@ -14,11 +14,17 @@ and none is missing; the hopeless site holds only identical files and records th
 (datagrams_sent and naks_sent 0 in each status file) and the sender received none
 (silent_refused and every control counter 0); the sender sent exactly 2 passes and exited 0.
 
+Then a signed silent session (mcdist-send --key) to a site that trusts only that key and drops
+2 %: it never gets the session key, takes the tagged blocks and parity unchecked, verifies each
+file against the signed manifest, delivers every file identically and sends nothing (no key
+request either).
+
 usage: test_silent.py BUILD_DIR"""
 
 import os
 import random
 import shutil
+import subprocess
 import sys
 import tempfile
 
@@ -30,6 +36,36 @@ def session_over(d):
     """The daemon's status file shows its one session ended (completed or given up)."""
     st = d.read_status()
     return st if st and st["sessions_completed"] + st["sessions_failed"] >= 1 else None
+
+
+def signed_run(bin_dir, base, src, want):
+    """A signed silent session to a trusting, lossy site: see the module's docstring."""
+    key = os.path.join(base, "hub.key")
+    subprocess.run([os.path.join(bin_dir, "tools", "keygen", "mcdist-keygen"), key],
+                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=True)
+    group = free_group()
+    site = Daemon(bin_dir, base, "signed", group,
+                  ["--trust", key + ".pub", "--drop-rate", "0.02", "--drop-seed", "7"])
+    try:
+        code, summary, out = run_sender(
+            bin_dir, [src], group, rate="50M",
+            extra=["--key", key, "--silent-passes", "2", "--fec-k", "64", "--fec-depth", "4",
+                   "--fec-overhead", "5%"])
+        log(out)
+        check(code == 0, "signed: mcdist-send exited %d" % code)
+        check(summary["signed"], "signed: the session was not signed")
+        check(summary["silent_refused"] == 0, "signed: datagrams reached the sender")
+        wait_for("signed: the session's end", lambda: session_over(site), 30, site)
+    finally:
+        site.stop()
+    st = site.read_status()
+    log("signed: stored %d, incomplete %d; parity %s; not authenticated %s; sent %d datagrams"
+        % (st["files_stored"], st["files_incomplete"], st["parity"], st.get("not_authenticated"),
+           st["datagrams_sent"]))
+    check(st["datagrams_sent"] == 0, "signed: the site sent %d datagrams" % st["datagrams_sent"])
+    got = tree_digests(site.dest)
+    check(got == want, "signed: delivered files differ from the source")
+    check(st["parity"]["blocks_recovered"] > 0, "signed: no block recovered from parity")
 
 
 def main():
@@ -116,6 +152,7 @@ def main():
             else:
                 check(set(got) == set(want), "%s: missing %s" % (d.id, sorted(set(want) - set(got))[:5]))
                 check(st["files_incomplete"] == 0, "%s: files incomplete" % d.id)
+        signed_run(bin_dir, base, src, want)
         lossy = statuses["lossy"]
         check(lossy["dropped_by_drop_rate"] > 0, "the lossy receiver dropped nothing")
         check(lossy["parity"]["blocks_recovered"] > 0, "lossy: no block recovered from parity")
