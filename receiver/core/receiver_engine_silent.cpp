@@ -34,14 +34,14 @@ void receiver_engine::record_incomplete(session_rx& s, const std::string& why) {
     const std::uint32_t have = fr.received.size() == fr.blocks ? fr.received.count() : 0;
     const std::string failure =
         fr.state == file_rx::state_t::awaiting_digest
-            ? fmt::format("incomplete: all {} blocks, but no digest to verify them ({})",
-                          fr.blocks, why)
+            ? fmt::format("incomplete: all {} blocks, but no digest to verify them ({})", fr.blocks,
+                          why)
             : fmt::format("incomplete: {} of {} blocks ({})", have, fr.blocks, why);
     ++incomplete;
     ++m_stats.files_incomplete;
     ++m_stats.files_failed;
-    m_sink.file_finished(
-        {s.id, s.channel, fr.entry.path, fr.entry.size, false, failure, fr.entry.mtime_ns, nullptr});
+    m_sink.file_finished({s.id, s.channel, fr.entry.path, fr.entry.size, false, failure,
+                          fr.entry.mtime_ns, nullptr});
     if (incomplete <= max_logged_paths) {
       paths += (paths.empty() ? "" : ", ") + printable(fr.entry.path);
     }

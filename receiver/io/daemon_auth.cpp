@@ -149,7 +149,8 @@ void daemon::send_key_request(const endpoint& to) {
     const std::size_t n = k->take_key_request(m_send_buffer);
     if (n == 0) continue;
     // Never for a silent channel or session (set_silent drops them already; this is the gate).
-    if (m_cfg.channels[c].silent || m_engine->silent(session_id{load_be32(m_send_buffer.data() + 4)}))
+    if (m_cfg.channels[c].silent ||
+        m_engine->silent(session_id{load_be32(m_send_buffer.data() + 4)}))
       continue;
     std::error_code ec;
     ++m_datagrams_sent;

@@ -219,7 +219,8 @@ bool daemon::reload(const std::function<daemon_config()>& source) {
     if (!same_receiving(cur, *it)) {
       retire.push_back(i);
       add.push_back(&*it);
-      changes.push_back("channel " + cur.name + " changed (group, dest, trusted_senders or silent)");
+      changes.push_back("channel " + cur.name +
+                        " changed (group, dest, trusted_senders or silent)");
     }
   }
   for (std::size_t j = 0; j < next.channels.size(); ++j) {

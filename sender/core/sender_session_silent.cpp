@@ -55,8 +55,8 @@ bool sender_session::plan_silent_pass() {
   }
   // Fresh parity for every FEC block: the planner's index moves on from what earlier passes
   // sent, so a site combines the parity of every pass (Reed-Solomon is MDS: any k of a FEC
-  // block's k + parity blocks decode it; RFC 5510). Past fec_max_parity the index wraps and repeats parity sent before,
-  // which repairs the same losses as repeating the sources would.
+  // block's k + parity blocks decode it; RFC 5510). Past fec_max_parity the index wraps and repeats
+  // parity sent before, which repairs the same losses as repeating the sources would.
   const double share = m_cfg.fec_overhead;
   for (std::uint32_t fb = 0; fb < m_fec->fec_blocks(); ++fb) {
     const std::uint32_t n_src = m_fec->sources(fb);

@@ -344,12 +344,14 @@ sender_options make_sender_options(const sender_cli& c) {
   o.session.silent_passes = c.silent_passes;
   if (c.silent_passes > 0) {
     if (!c.receivers.empty()) {
-      throw usage_error("--silent-passes takes no --receivers: the sites of a silent session "
-                        "never register");
+      throw usage_error(
+          "--silent-passes takes no --receivers: the sites of a silent session "
+          "never register");
     }
     if (c.encrypt) {
-      throw usage_error("--silent-passes and --encrypt: the session key of an encrypted "
-                        "session is handed out at registration, which a silent site never does");
+      throw usage_error(
+          "--silent-passes and --encrypt: the session key of an encrypted "
+          "session is handed out at registration, which a silent site never does");
     }
   }
   o.session.fallback = c.fallback == "off"           ? fallback_mode::off
