@@ -147,6 +147,8 @@ def run_variant(args, src, digests, passes, overhead):
         st = read_json(os.path.join(d, "status.json")) or {}
         incomplete += st.get("files_incomplete", 0)
         sent += st.get("datagrams_sent", 0)
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)  # 20 copies of the set on tmpfs
     sources = s.get("source_datagrams", 0)
     parity = s.get("parity_datagrams", 0)
     if passes == 0:
@@ -194,6 +196,8 @@ def main():
     ap.add_argument("--seed", type=int, default=7, help="the emulator's loss seed")
     ap.add_argument("--cap", type=float, default=300, help="seconds one sender run may take")
     ap.add_argument("--json", help="also write the rows here")
+    ap.add_argument("--keep", action="store_true",
+                    help="keep each variant's daemons' trees and logs under --work")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("silent_bench.py needs root (network namespaces)")
