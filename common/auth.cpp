@@ -503,6 +503,7 @@ std::error_code receiver_keys::open(std::span<const std::byte> d, time_point now
         out = std::span<const std::byte>(m_scratch.data(), signed_part.size());
         return {};
       }
+      if (s && !s->data && s->silent) break;  // set_silent: the file digest decides
       if (!s || !s->data) return refuse(m_stats.no_key);
       if (!s->data->verify(fixed<crypto::gcm_nonce_bytes>(d.subspan(8, 12)), signed_part,
                            fixed<crypto::gcm_tag_bytes>(d.last(crypto::gcm_tag_bytes)))) {
@@ -511,6 +512,7 @@ std::error_code receiver_keys::open(std::span<const std::byte> d, time_point now
       break;
     case msg_type::marker:
     case msg_type::repair_advert:
+      if (s && !s->marker && s->silent) break;  // set_silent: progress only, never trusted
       if (!s || !s->marker) return refuse(m_stats.no_key);
       if (!s->marker->verify(marker_nonce(t), d.first(d.size() - crypto::gcm_tag_bytes),
                              fixed<crypto::gcm_tag_bytes>(d.last(crypto::gcm_tag_bytes)))) {
@@ -562,7 +564,7 @@ std::error_code receiver_keys::open(std::span<const std::byte> d, time_point now
     }
     // A signed session: ask for the key at once, so that blocks can be checked before this
     // site has assembled the manifest and registered (the register_reply repeats the key).
-    if (keys && !keys->session_key) want_key(*keys, h.session, now);
+    if (keys && !keys->session_key && !keys->silent) want_key(*keys, h.session, now);
   }
   out = signed_part;
   return {};
@@ -743,6 +745,14 @@ std::optional<crypto::key32> receiver_keys::fallback_key(session_id s) const {
   const auto it = m_sessions.find(s.value);
   if (it == m_sessions.end() || !it->second.has_pairwise) return std::nullopt;
   return derive(it->second.pairwise, s, fallback_info);
+}
+
+void receiver_keys::set_silent(session_id s) {
+  session_keys* k = find(s);
+  if (!k) return;
+  k->silent = true;
+  keyed(*k);  // awaits no key
+  if (m_key_request == s) m_key_request.reset();
 }
 
 void receiver_keys::forget(session_id s) {

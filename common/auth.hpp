@@ -344,6 +344,13 @@ class receiver_keys {
   bool import_session(session_id s, std::string_view blob);
   /// Drops a session's keys.
   void forget(session_id s);
+  /// Session `s` (whose announce verified) is silent at this site (docs/security.md "Silent
+  /// sessions"): its key is never asked for (a pending key request is dropped), and its data
+  /// and markers, whose tags only the session key checks, pass with the trailer cut off
+  /// unchecked while the site has no key. What makes a file of it trustworthy is then the
+  /// SHA-256 of the signed announce or digest list, checked before the file is renamed into
+  /// place. No effect for an unknown session.
+  void set_silent(session_id s);
   /// True when trusted sender keys are configured (version 2 required).
   bool required() const noexcept { return !m_opts.trusted_senders.empty(); }
   const auth_stats& stats() const noexcept { return m_stats; }
@@ -376,6 +383,7 @@ class receiver_keys {
     std::array<verified_root, max_verified_roots> roots{};
     std::size_t roots_used = 0;
     std::size_t next_root = 0;
+    bool silent = false;                      ///< set_silent: no key, tags not checked
 
     /// Takes the session key of a register_reply and derives the data, marker, manifest and
     /// sealed-data keys from it (HKDF, RFC 5869).

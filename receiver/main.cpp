@@ -52,6 +52,7 @@ Settings come from --config FILE (TOML) and are overridden by options on the com
   group = "239.192.0.1:4711"
   dest = "/srv/mcdist/in/products"       # optional, else the top-level dest
   trusted_senders = ["/etc/mcdist/hub.pub"]  # optional, else the top-level list
+  silent = false                         # true: a one-way link, never transmit (see below)
   [[channel.action]]                     # optional: a WIS2 notification per stored file
   type = "wis2"
   broker = "mqtt://127.0.0.1:1883"
@@ -70,6 +71,13 @@ announces, digests and session ends, tags on markers and data blocks under a ses
 site receives sealed to its own key) and everything else is counted and dropped. A channel
 without trusted_senders takes any sender's products: mcdistd warns about it at start.
 
+Silent channels (docs/design-notes.md "Silent sessions"): with silent = true, and for every
+session a sender marks silent (mcdist-send --silent-passes), mcdistd never transmits: no
+REGISTER, NAK, COMPLETE, key request or unicast fallback. It delivers the files it completes
+from the multicast passes and parity alone and, when the session ends, records each file it
+could not complete (log, status page, files_incomplete) for a catch-up over another path.
+Signed silent sessions are checked by the signed manifest's SHA-256 per file, not per block.
+
 Under systemd (Type=notify) mcdistd reports READY=1 once its sockets are bound, WATCHDOG=1
 every half WatchdogSec= and STOPPING=1 on SIGTERM.
 
@@ -77,7 +85,7 @@ SIGHUP reopens the log file (for logrotate) and reloads the configuration: --con
 again with the command-line options over it and checked whole first (an invalid file is
 logged and changes nothing). Channels are matched by name: an added one is joined; a removed
 one takes no new session, finishes those under way (into its old dest) and is then left; a
-channel whose group, dest or trusted_senders changed is both, so new sessions get the new
+channel whose group, dest, trusted_senders or silent changed is both, so new sessions get the new
 settings. Actions, retention, status_interval, max_sessions and max_sessions_per_source are
 replaced (running action attempts finish). id, interface, temp, key_file, sync, http, journal,
 log, the memory and disk budgets and the timeouts need a restart: a change to them is logged

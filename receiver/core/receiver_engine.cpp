@@ -293,7 +293,7 @@ void receiver_engine::handle_marker(session_rx& s, const wire::marker& m, time_p
   if (s.state != session_rx::state_t::receiving && s.state != session_rx::state_t::registering) {
     return;
   }
-  on_rate_marker(s, m, now);
+  if (!s.silent) on_rate_marker(s, m, now);
   if (m.file() > s.file_count || (m.file() == s.file_count && m.block() != 0)) {
     m_stats.drops.add(errc::invalid_field);
     return;
@@ -316,6 +316,9 @@ void receiver_engine::handle_marker(session_rx& s, const wire::marker& m, time_p
   s.marker_block = m.block();
   if (seq_after(m.seq(), s.marker_seq) || s.marker_seq == 0) s.marker_seq = m.seq();
   s.marker_pass_end = s.marker_pass_end || m.pass_end();
+  // A silent site keeps the sender's progress (FEC blocks whose sources are all sent) and
+  // schedules no NAK round.
+  if (s.silent) return;
   nak_round r;
   // The sender is idle and asking again at the end of a pass we already answered: our NAKs
   // were lost, or its repairs were (or a repair it advertised). NAK everything still missing.
@@ -395,6 +398,7 @@ void receiver_engine::close_session(session_rx& s, bool success, const std::stri
     ++m_stats.sessions_completed;
   } else {
     ++m_stats.sessions_failed;
+    if (s.silent) record_incomplete(s, why);
     if (m_log && !why.empty()) {
       std::uint32_t missing = 0;
       for (const auto& fr : s.files) {

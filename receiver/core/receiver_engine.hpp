@@ -91,6 +91,10 @@ struct receiver_config {
   std::uint32_t max_digest_retries = 2;
   /// COMPLETE is repeated at most this many times without an acknowledgement.
   std::uint32_t max_complete_repeats = 20;
+  /// Channels configured silent (`silent = true`, docs/design-notes.md "Silent sessions"),
+  /// indexed by channel: every session on them is silent here, whatever its announce says.
+  /// Sessions whose announce carries silent_passes are silent on any channel.
+  std::vector<bool> silent_channels;
 };
 
 /// How to reach the sender's unicast server (from its FALLBACK order).
@@ -163,6 +167,12 @@ struct receiver_stats {
   std::uint64_t sessions_failed = 0;
   std::uint64_t parity_blocks = 0;     ///< parity blocks kept for decoding (issue 12)
   std::uint64_t blocks_recovered = 0;  ///< source blocks recovered from parity
+  /// Files that silent sessions ended without (recorded with their session and channel through
+  /// receiver_sink::file_finished, reason "incomplete: ..."; a catch-up brings them).
+  std::uint64_t files_incomplete = 0;
+  /// Feedback a silent session would have sent and did not (REGISTER, NAK, COMPLETE, rate
+  /// report, unicast): what a normal session of the same data would have cost the uplink.
+  std::uint64_t silent_suppressed = 0;
   drop_counters drops;
 };
 
@@ -226,6 +236,13 @@ class receiver_engine {
   /// that only refresh the sender's timestamp and GRTT (the shell need not check every one's
   /// signature, auth::receiver_keys::repeat_verified_recently).
   bool manifest_complete(session_id s) const noexcept;
+  /// True for a tracked session that is silent here: its announce carried silent_passes, or
+  /// it came on a channel configured silent. Such a session never makes the engine call
+  /// receiver_sink::send or start_unicast; the shell also sends no key request for it.
+  bool silent(session_id s) const noexcept;
+  /// A reload changed which channels are silent (receiver_config::silent_channels): applies to
+  /// sessions announced from now on.
+  void set_silent_channels(std::vector<bool> silent) { m_cfg.silent_channels = std::move(silent); }
   /// A reload added channels: restore() accepts checkpoints of indexes below `n`.
   void set_channel_count(std::uint32_t n) noexcept { m_cfg.channel_count = n; }
   /// A reload changed the session counts: they apply to sessions announced from now on
@@ -306,6 +323,9 @@ class receiver_engine {
   void file_data_complete(session_rx& s, std::uint32_t f);
   void file_done(session_rx& s, time_point now);
   void close_session(session_rx& s, bool success, const std::string& why, time_point now);
+  /// A silent session ends short of some files: each is recorded (receiver_sink::file_finished
+  /// with stored false, files_incomplete) and logged, with `why`.
+  void record_incomplete(session_rx& s, const std::string& why);
   void do_checkpoint(session_rx& s, time_point now);
   /// The outcome of a file finalized after its session closed (m_late_files).
   void late_file_stored(session_id id, file_index f, std::error_code ec, const std::string& detail);

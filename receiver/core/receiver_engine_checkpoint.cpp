@@ -17,6 +17,7 @@ void receiver_engine::do_checkpoint(session_rx& s, time_point now) {
   head.sender_name = s.sender_name;
   head.seq_channel = s.seq_channel;
   head.seq = s.seq;
+  head.silent_passes = s.silent_passes;
   head.catch_up = s.catch_up;
   head.seq_source = s.seq_source;
   head.seen_seq = s.seen_seq;
@@ -82,6 +83,9 @@ std::error_code receiver_engine::restore(std::string_view blob, time_point now) 
   s.catch_up = std::move(saved.catch_up);
   s.seq_channel = std::move(saved.seq_channel);
   s.seq = saved.seq;
+  s.silent_passes = saved.silent_passes;
+  s.silent = saved.silent_passes > 0 ||
+             (saved.channel < m_cfg.silent_channels.size() && m_cfg.silent_channels[saved.channel]);
   s.seq_source = std::move(saved.seq_source);
   s.seen_seq = saved.seen_seq;
   s.bytes_received = saved.bytes_received;

@@ -95,6 +95,11 @@ void receiver_engine::file_done(session_rx& s, time_point now) {
                           "blocks recovered, {} decode failures",
                           p.kept, p.refused, p.fec_blocks, p.blocks, p.failures));
   }
+  if (s.silent) {
+    // Nobody to tell: the session is over for this site.
+    close_session(s, true, {}, now);
+    return;
+  }
   send_complete(s, now);
 }
 

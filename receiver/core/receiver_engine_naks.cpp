@@ -22,6 +22,10 @@ void receiver_engine::send_naks(session_rx& s, time_point now) {
 }
 
 void receiver_engine::send_round(session_rx& s, const nak_round& r, time_point now) {
+  if (s.silent) {
+    ++m_stats.silent_suppressed;
+    return;
+  }
   wire::nak header = nak_header(s, m_cfg.id, now);
   fill_rate(s, header);
   nak_builder naks(header, m_cfg.max_nak_datagrams);
@@ -83,6 +87,10 @@ void receiver_engine::send_round(session_rx& s, const nak_round& r, time_point n
 }
 
 void receiver_engine::send_complete(session_rx& s, time_point now) {
+  if (s.silent) {
+    ++m_stats.silent_suppressed;
+    return;
+  }
   wire::complete m;
   m.set_receiver_id(m_cfg.id);
   set_echo(m, s, now);

@@ -3,7 +3,8 @@
 // receiver_engine_session.cpp: announces, manifest, registration; receiver_engine_files.cpp:
 // digests and a file's end; receiver_engine_fec.cpp: parity; receiver_engine_naks.cpp: NAK
 // rounds and COMPLETE; receiver_engine_unicast.cpp: the fallback;
-// receiver_engine_checkpoint.cpp: resume state; receiver_engine_rate.cpp: rate reports).
+// receiver_engine_checkpoint.cpp: resume state; receiver_engine_rate.cpp: rate reports;
+// receiver_engine_silent.cpp: silent sessions).
 // Not part of the engine's interface: include it only from those files.
 #pragma once
 
@@ -227,6 +228,10 @@ struct receiver_engine::session_rx {
   // the rate-report timing.
   loss_estimator loss;
   rate_feedback rate;
+  /// Silent here (docs/design-notes.md "Silent sessions"): the announce carried silent_passes
+  /// (its value, 0 otherwise) or the channel is configured silent. Nothing is ever sent for it.
+  bool silent = false;
+  std::uint32_t silent_passes = 0;
 
   std::string name() const { return fmt::format("{}", id); }
 };

@@ -64,6 +64,10 @@ void receiver_engine::send_rate_report(session_rx& s, time_point now) {
   const double own = tcp_throughput_bps(packet_bytes(s.block_size),
                                         rate_rtt(s.register_rtt, s.grtt), s.loss.loss_event_rate());
   if (!s.rate.fire(now, own)) return;
+  if (s.silent) {
+    ++m_stats.silent_suppressed;
+    return;
+  }
   wire::nak m = nak_header(s, m_cfg.id, now);
   m.set_rate_report(true);
   fill_rate(s, m);

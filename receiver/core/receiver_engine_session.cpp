@@ -99,15 +99,23 @@ bool receiver_engine::new_session(const wire::announce& m, session_id id, const 
   if (!s->seq_channel.empty()) {
     s->seq_source = sequence_book::source_of(m_sink.sender_key(id), p.sender_name());
   }
+  s->silent_passes = p.silent_passes();
+  s->silent = p.silent_passes() > 0 ||
+              (channel < m_cfg.silent_channels.size() && m_cfg.silent_channels[channel]);
   s->manifest = manifest_assembler(p, sizeof(file_rx));
   s->started = now;
   m_sessions.emplace(id, std::move(owned));
   if (m_log) {
     m_log->info(
         "session {} from {} ({}): {} files, {} bytes announced, block {} bytes, rate {} "
-        "bit/s",
+        "bit/s{}",
         s->name(), from.address_string(), s->sender_name, s->file_count, s->total_bytes,
-        s->block_size, p.rate_bps());
+        s->block_size, p.rate_bps(),
+        !s->silent ? std::string()
+        : s->silent_passes > 0
+            ? fmt::format("; silent session of {} passes: this site sends nothing",
+                          s->silent_passes)
+            : std::string("; silent channel: this site sends nothing"));
   }
   return true;
 }
@@ -261,11 +269,20 @@ void receiver_engine::on_held(session_id id, const std::vector<held_answer>& hel
       file_data_complete(*s, i);
     }
   }
+  if (s->silent) {
+    // No registration: the blocks are taken and the files delivered as they complete.
+    start_receiving(*s, now);
+    return;
+  }
   s->state = session_rx::state_t::registering;
   send_register(*s, now);
 }
 
 void receiver_engine::send_register(session_rx& s, time_point now) {
+  if (s.silent) {
+    ++m_stats.silent_suppressed;
+    return;
+  }
   wire::register_request m;
   m.set_receiver_id(m_cfg.id);
   set_echo(m, s, now);
@@ -358,8 +375,9 @@ void receiver_engine::start_receiving(session_rx& s, time_point now) {
   s.state = session_rx::state_t::receiving;
   s.next_checkpoint = now + m_cfg.checkpoint_interval;
   if (m_log) {
-    m_log->info("session {}: registered; {} files to receive, {} already held", s.name(),
-                s.files_open, s.files_held);
+    m_log->info("session {}: {}; {} files to receive, {} already held", s.name(),
+                s.silent ? "silent, receiving without registration" : "registered", s.files_open,
+                s.files_held);
   }
   for (std::uint32_t i = 0; i < s.file_count; ++i) {
     auto& fr = s.files[i];

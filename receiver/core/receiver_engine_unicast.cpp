@@ -8,6 +8,11 @@ using namespace engine_detail;
 void receiver_engine::handle_fallback(session_rx& s, const wire::fallback& m, const endpoint& from,
                                       time_point now) {
   if (m.receiver_id() != m_cfg.id) return;
+  if (s.silent) {
+    // A silent site never connects anywhere: an order (forged, or a sender's mistake) is void.
+    ++m_stats.silent_suppressed;
+    return;
+  }
   if (s.state != session_rx::state_t::registering && s.state != session_rx::state_t::receiving) {
     return;
   }

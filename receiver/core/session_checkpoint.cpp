@@ -36,6 +36,7 @@ checkpoint_writer::checkpoint_writer(const saved_session& s)
   p->set_sender_name(s.sender_name);
   p->set_channel(s.seq_channel);
   p->set_channel_seq(s.seq);
+  p->set_silent_passes(s.silent_passes);
   for (const auto& [first, last] : s.catch_up) {
     auto* r = p->add_catch_up_seqs();
     r->set_first(first);
@@ -102,6 +103,7 @@ std::error_code read_checkpoint(std::string_view blob, std::uint32_t channel_cou
   out.sender_name = p.sender_name();
   out.seq_channel = p.channel();
   out.seq = p.channel_seq();
+  out.silent_passes = p.silent_passes();
   out.seq_source = st.sequence_source();
   out.seen_seq = st.seen_seq();
   out.bytes_received = st.bytes_received();

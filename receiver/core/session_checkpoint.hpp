@@ -66,6 +66,8 @@ struct saved_session {
   std::string sender_name;  ///< as announced: not made printable here
   std::string seq_channel;  ///< empty: unsequenced
   std::uint64_t seq = 0;
+  /// The announce's silent_passes (0: a normal session): a resumed silent session stays silent.
+  std::uint32_t silent_passes = 0;
   std::vector<wire::seq_span> catch_up;
   std::string seq_source;
   std::uint32_t seen_seq = 0;

@@ -171,6 +171,7 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
   rc.session_memory_bytes = m_cfg.session_memory_bytes;
   rc.total_memory_bytes = m_cfg.total_memory_bytes;
   rc.channel_count = static_cast<std::uint32_t>(m_cfg.channels.size());
+  rc.silent_channels = silent_channels();
   m_engine = std::make_unique<receiver_engine>(rc, *this, *m_store, std::random_device{}(), m_log);
   {
     // The channels' completed session numbers (docs/design-notes.md "Session sequence
@@ -424,7 +425,10 @@ void daemon::handle_datagram(std::size_t index, std::span<const std::byte> d, co
   }
   // Empty: taken by the authentication layer (a sealed announce before its key, or the
   // answer to a key request): nothing for the engine.
-  if (!plain.empty()) m_engine->on_datagram(plain, from, channel, now);
+  if (!plain.empty()) {
+    m_engine->on_datagram(plain, from, channel, now);
+    if (announce) note_silent(index, plain);
+  }
   after_open(from);
 }
 
@@ -464,8 +468,19 @@ void daemon::arm_timer(time_point now) {
   });
 }
 
+std::vector<bool> daemon::silent_channels() const {
+  std::vector<bool> out;
+  for (const auto& ch : m_cfg.channels) out.push_back(ch.silent);
+  return out;
+}
+
 void daemon::send(const endpoint& to, std::span<const std::byte> datagram) {
   MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
+  // The engine sends nothing for a silent session; this is the last gate before the socket.
+  if (datagram.size() >= wire::header_size &&
+      m_engine->silent(session_id{load_be32(datagram.data() + 4)})) {
+    return;
+  }
   if (datagram.size() >= wire::header_size) {
     if (auto* keys = keys_of(session_id{load_be32(datagram.data() + 4)})) {
       m_send_buffer.resize(datagram.size() + auth::max_trailer_bytes);
@@ -476,6 +491,7 @@ void daemon::send(const endpoint& to, std::span<const std::byte> datagram) {
     }
   }
   std::error_code ec;
+  ++m_datagrams_sent;
   if (!net::send_one(m_control_socket->native_handle(), to, datagram, ec)) {
     m_log->debug("cannot send to {}: {}", to.to_string(), ec.message());
   }
@@ -690,6 +706,11 @@ nlohmann::json daemon::status_json() {
   j["datagrams"] = st.datagrams;
   j["data_bytes"] = st.data_bytes;
   j["naks_sent"] = st.naks_sent;
+  j["datagrams_sent"] = m_datagrams_sent;  // every datagram from the control socket
+  // Silent sessions (docs/design-notes.md "Silent sessions"): files they ended without, and
+  // the feedback they did not send.
+  j["files_incomplete"] = st.files_incomplete;
+  j["silent_suppressed"] = st.silent_suppressed;
   j["session_memory_bytes"] = m_engine->memory_charged();  // charged to the memory budgets
   j["bytes_written"] = ss.bytes_written;
   j["parity"] = {{"kept", ss.parity_kept},

@@ -108,6 +108,8 @@ class daemon final : public receiver_sink {
   /// Opens channel `ch` as the next channel index (socket, keyring, destination root, board,
   /// WIS2 publishers). @throws std::system_error when the socket cannot be opened
   void add_channel(const channel_config& ch);
+  /// Which channels are configured silent, by index (receiver_config::silent_channels).
+  std::vector<bool> silent_channels() const;
   /// Leaves (closes the socket of) removed channels whose sessions all ended.
   void close_idle_channels();
   /// The dest -> channel name table the finalizer thread reads (journal_intents).
@@ -138,6 +140,10 @@ class daemon final : public receiver_sink {
   /// Sends the key request a verified announce left due (from the control socket, to the
   /// announce's source), if any.
   void send_key_request(const endpoint& to);
+  /// After an announce (`plain`, opened) on channel `index` reached the engine: a session that
+  /// is silent here (a silent channel, or the announce's silent_passes) is marked silent in the
+  /// channel's keys, so no key request goes out for it and its untagged blocks pass.
+  void note_silent(std::size_t index, std::span<const std::byte> plain);
   /// After a datagram was opened: sends a due key request, and hands the engine the sealed
   /// announces held before a session key that just arrived.
   void after_open(const endpoint& from);
@@ -223,6 +229,9 @@ class daemon final : public receiver_sink {
   std::vector<std::unique_ptr<auth::receiver_keys>> m_keys;
   std::set<session_id> m_keys_saved;  ///< sessions whose keys are saved under temp/keys
   std::vector<std::byte> m_send_buffer;
+  /// Datagrams this daemon sent from its control socket (feedback and key requests); a site
+  /// whose sessions are all silent keeps it at 0 (status file "datagrams_sent").
+  std::uint64_t m_datagrams_sent = 0;
   std::uint64_t m_unknown_unicast = 0;  ///< unicast datagrams of sessions no channel knows
   net::batch_receiver m_receiver;
   /// Reads the control socket in the middle of a channel's batch (poll_control), so its own

@@ -3,6 +3,7 @@
 #include "common/byte_order.hpp"
 #include "common/key_file.hpp"
 #include "common/wire.hpp"
+#include "mcdist.pb.h"
 
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
@@ -63,6 +64,12 @@ void daemon::setup_keys() {
       m_log->info("channel {}: accepts sessions signed by {} trusted sender key{}", ch.name,
                   ch.trusted_senders.size(), ch.trusted_senders.size() == 1 ? "" : "s");
     }
+    if (ch.silent) {
+      m_log->info(
+          "channel {}: silent (a one-way link): this site never transmits for its sessions and "
+          "records the files it cannot complete",
+          ch.name);
+    }
   }
   std::error_code ec;
   std::filesystem::create_directories(m_cfg.temp / "keys", ec);
@@ -121,14 +128,32 @@ std::unique_ptr<auth::receiver_keys> daemon::channel_keys(const channel_config& 
   return std::make_unique<auth::receiver_keys>(std::move(o));
 }
 
+void daemon::note_silent(std::size_t index, std::span<const std::byte> plain) {
+  if (index >= m_keys.size() || plain.size() < wire::header_size) return;
+  const session_id s{load_be32(plain.data() + 4)};
+  bool silent = m_cfg.channels[index].silent || m_engine->silent(s);
+  if (!silent && !m_engine->channel_of(s)) {
+    // The engine did not take the session (limits, budget): the announce says it all the same.
+    wire::announce m;
+    silent = !wire::parse_control(plain, m) && m.params().silent_passes() > 0;
+  }
+  if (silent) m_keys[index]->set_silent(s);
+}
+
 void daemon::send_key_request(const endpoint& to) {
-  for (auto& k : m_keys) {
+  for (std::size_t c = 0; c < m_keys.size(); ++c) {
+    auto& k = m_keys[c];
     if (m_send_buffer.size() < wire::control_budget + auth::max_trailer_bytes) {
       m_send_buffer.resize(wire::control_budget + auth::max_trailer_bytes);
     }
     const std::size_t n = k->take_key_request(m_send_buffer);
     if (n == 0) continue;
+    // Never for a silent channel or session (set_silent drops them already; this is the gate).
+    if (m_cfg.channels[c].silent ||
+        m_engine->silent(session_id{load_be32(m_send_buffer.data() + 4)}))
+      continue;
     std::error_code ec;
+    ++m_datagrams_sent;
     if (!net::send_one(m_control_socket->native_handle(), to, {m_send_buffer.data(), n}, ec)) {
       m_log->debug("cannot send a key request to {}: {}", to.to_string(), ec.message());
     }

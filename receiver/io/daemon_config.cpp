@@ -426,6 +426,13 @@ daemon_config from_table(const toml::table& t, const std::string& source) {
       } else {
         ch.trusted_senders = default_trusted;
       }
+      if (auto n = (*ct)["silent"]) {
+        if (!n.is_boolean()) {
+          throw config_error("'" + key + ".silent' must be true or false (" +
+                             toml_where(n.node()->source()) + ")");
+        }
+        ch.silent = n.value_or(false);
+      }
       if (ch.name.empty()) ch.name = ch.group.to_string();
       if (auto n = (*ct)["action"]) ch.wis2 = parse_actions(*n.node(), key + ".action");
       if (auto n = (*ct)["retention"]) {

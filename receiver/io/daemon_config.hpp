@@ -33,6 +33,12 @@ struct channel_config {
   /// `[channel.retention] max_age`: delivered products older than this are deleted from dest
   /// (daemon_config::retention_max_age when unset; nullopt: kept).
   std::optional<std::chrono::nanoseconds> retention_max_age;
+  /// `silent = true`: a one-way link (docs/design-notes.md "Silent sessions"). The daemon
+  /// never transmits for a session on this channel (no REGISTER, NAK, COMPLETE, key request or
+  /// unicast fallback): it delivers the files it completes from the multicast passes alone and
+  /// records the others. Sessions a sender marks silent (mcdist-send --silent-passes) are
+  /// silent on every channel.
+  bool silent = false;
 };
 
 /// Port of mcdistd's status HTTP server (/metrics, /status, /) unless configured otherwise.

@@ -40,7 +40,8 @@ bool same_actions(const std::vector<action_config>& a, const std::vector<action_
 /// What a channel's sessions are received with: a change of any of these is a new channel
 /// (the old one finishes its sessions with the old settings).
 bool same_receiving(const channel_config& a, const channel_config& b) {
-  return a.group == b.group && a.dest == b.dest && a.trusted_senders == b.trusted_senders;
+  return a.group == b.group && a.dest == b.dest && a.trusted_senders == b.trusted_senders &&
+         a.silent == b.silent;
 }
 
 /// The settings of `next` that differ from `now` and that a running daemon cannot change:
@@ -157,6 +158,7 @@ void daemon::add_channel(const channel_config& ch) {
   m_store->add_dest_root(ch.dest);
   m_board.add_channel();
   m_engine->set_channel_count(static_cast<std::uint32_t>(m_cfg.channels.size()));
+  m_engine->set_silent_channels(silent_channels());
   for (const auto& a : ch.wis2) {
     m_wis2.push_back({index, std::make_unique<wis2_publisher>(a, ch.name, m_log)});
   }
@@ -217,7 +219,8 @@ bool daemon::reload(const std::function<daemon_config()>& source) {
     if (!same_receiving(cur, *it)) {
       retire.push_back(i);
       add.push_back(&*it);
-      changes.push_back("channel " + cur.name + " changed (group, dest or trusted_senders)");
+      changes.push_back("channel " + cur.name +
+                        " changed (group, dest, trusted_senders or silent)");
     }
   }
   for (std::size_t j = 0; j < next.channels.size(); ++j) {

@@ -102,6 +102,9 @@ std::string render_metrics(const status_snapshot& s) {
   p.sample({{"reason", "bad_path"}}, a.bad_path);
   p.family("mcdist_receiver_naks_sent_total", metric_type::counter, "NAK datagrams sent.");
   p.sample(st.naks_sent);
+  p.family("mcdist_receiver_files_incomplete_total", metric_type::counter,
+           "Files silent sessions ended without (docs/design-notes.md \"Silent sessions\").");
+  p.sample(st.files_incomplete);
   p.family("mcdist_receiver_storage_written_bytes_total", metric_type::counter,
            "Bytes written into temp files.");
   p.sample(s.bytes_written);

@@ -43,6 +43,8 @@ struct announce_settings {
   std::uint32_t fec_k = 0;
   std::uint32_t fec_max_parity = 0;
   std::uint32_t fec_depth = 1;
+  /// Silent session (session_params.silent_passes): passes it sends; 0 for a normal session.
+  std::uint32_t silent_passes = 0;
   /// Bytes each chunk leaves unused below wire::control_budget for what the shell adds to its
   /// body (auth::sealed_body_overhead in an encrypted session).
   std::uint32_t reserve_bytes = 0;

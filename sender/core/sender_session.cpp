@@ -87,6 +87,7 @@ sender_session::sender_session(sender_config cfg, std::vector<manifest_entry> fi
   while (m_digests_through < m_files.size() && m_files[m_digests_through].digest) {
     ++m_digests_through;
   }
+  if (m_cfg.silent_passes > 0) configure_silent();
   // A resend to named receivers is a closed group of exactly those.
   if (m_cfg.receivers.empty()) m_cfg.receivers = m_cfg.only_receivers;
   // Deciding for unicast from the start needs the registrations (count, RTT): do not start
@@ -100,7 +101,9 @@ sender_session::sender_session(sender_config cfg, std::vector<manifest_entry> fi
     m_by_id[id] = r.get();
     m_receivers.push_back(std::move(r));
   }
-  m_announce = announcer(announce_settings_of(m_cfg), m_files, m_cfg.announce_interval);
+  m_announce =
+      announcer(announce_settings_of(m_cfg), m_files,
+                m_cfg.announce_interval * (silent() ? silent_announce_interval_factor : 1));
 }
 
 sender_session::~sender_session() = default;
@@ -112,10 +115,17 @@ void sender_session::start(time_point now) {
   m_register_deadline =
       now + (m_cfg.receivers.empty() ? m_cfg.register_window : m_cfg.register_timeout);
   m_next_decay = now + std::chrono::seconds(1);
+  // A silent session takes no registrations: it announces and sends its passes.
+  if (silent()) m_registration_open = false;
   if (m_log) {
     std::uint64_t total = 0;
     for (const auto& f : m_files) total += f.size;
-    if (m_cfg.receivers.empty()) {
+    if (silent()) {
+      m_log->info(
+          "session {}: silent session: announcing {} files, {} bytes in {} announce chunks; "
+          "{} passes, no registration, no NAKs",
+          m_cfg.session, m_files.size(), total, m_announce.chunks(), m_cfg.silent_passes);
+    } else if (m_cfg.receivers.empty()) {
       m_log->info(
           "session {}: announcing {} files, {} bytes in {} announce chunks; open group, "
           "registration window {:.1f} s",
@@ -197,6 +207,8 @@ void sender_session::on_timer(time_point now) {
         send_announce_chunk(now);
       }
     }
+  } else if (silent()) {
+    silent_announce(now);
   }
   // FALLBACK orders not yet answered by a connection: only those receivers, not all of them.
   for (std::size_t i = 0; i < m_awaiting_connection.size();) {
@@ -224,6 +236,11 @@ void sender_session::on_timer(time_point now) {
       if (now >= m_next_marker) send_marker(now, false, false);
       break;
     case phase::waiting: {
+      if (silent()) {
+        // Nothing to wait for but the linger: no receiver reports to a silent session.
+        if (m_silent_end_at && now >= *m_silent_end_at) start_ending(now, false, {});
+        break;
+      }
       if (m_next_pass_at && now >= *m_next_pass_at) {
         start_pass(now);
         break;
@@ -240,7 +257,8 @@ void sender_session::on_timer(time_point now) {
       if (now >= m_next_end) {
         // Completed receivers have their COMPLETE acknowledged; END only matters to the others,
         // so it is repeated only when some receiver did not complete.
-        const std::uint32_t repeats = succeeded() ? 1 : end_repeats;
+        // A silent session's sites never acknowledge: END goes out every time.
+        const std::uint32_t repeats = succeeded() && !silent() ? 1 : end_repeats;
         if (m_end_repeats >= repeats) {
           m_phase = phase::done;
           break;
@@ -319,7 +337,11 @@ void sender_session::start_pass(time_point now) {
   m_next_marker =
       now + std::clamp<duration>(m_grtt.estimate() / 2, min_marker_interval, max_marker_interval);
   if (m_log) {
-    if (m_registration_open) {
+    if (silent()) {
+      m_log->info("session {}: silent pass {} of {} starts: {} blocks, {} parity blocks",
+                  m_cfg.session, m_passes.pass(), m_cfg.silent_passes, m_passes.wanted(),
+                  m_parity ? m_parity->scheduled() : 0);
+    } else if (m_registration_open) {
       m_log->info("session {}: pass {} starts while registration is open: {} blocks", m_cfg.session,
                   m_passes.pass(), m_passes.wanted());
     } else {
@@ -373,6 +395,7 @@ std::size_t sender_session::next_data(time_point now, std::span<data_send> out) 
     d.file = file_index{pick->file};
     d.block = block_index{pick->block};
     d.seq = m_passes.take(*pick);
+    ++m_source_datagrams;
     if (m_fec && m_cfg.fec_overhead > 0 && m_passes.pass() == 1 && !pick->prompt) {
       // The FEC block's last source went out in pass 1: its proactive parity follows.
       const auto pos = m_fec->locate(pick->file, pick->block);
@@ -393,6 +416,22 @@ std::size_t sender_session::next_data(time_point now, std::span<data_send> out) 
 }
 
 void sender_session::end_pass(time_point now) {
+  if (silent()) {
+    if (m_log) {
+      m_log->info("session {}: silent pass {} of {} done at {:.3f} s", m_cfg.session,
+                  m_passes.pass(), m_cfg.silent_passes, to_seconds(now - m_start));
+    }
+    send_marker(now, true, false);
+    if (plan_silent_pass()) {
+      start_pass(now);
+      return;
+    }
+    m_phase = phase::waiting;
+    m_wait_start = now;
+    m_silent_end_at = now + m_cfg.silent_linger;
+    m_next_status = *m_silent_end_at;
+    return;
+  }
   if (m_log) {
     m_log->info("session {}: pass {} done at {:.3f} s; {} blocks NAKed for the next pass",
                 m_cfg.session, m_passes.pass(), to_seconds(now - m_start), m_passes.wanted());
@@ -416,6 +455,7 @@ void sender_session::end_pass(time_point now) {
 
 void sender_session::send_marker(time_point now, bool pass_end, bool status_request) {
   m_window.update();
+  if (silent()) status_request = false;  // nobody answers a silent session
   wire::marker m;
   m.set_pass(m_passes.pass());
   m.set_file(pass_end ? static_cast<std::uint32_t>(m_files.size()) : m_passes.cursor_file());
@@ -504,6 +544,11 @@ sender_session::receiver_state* sender_session::find_receiver(const std::string&
 
 void sender_session::on_datagram(std::span<const std::byte> datagram, const endpoint& from,
                                  time_point now) {
+  if (silent()) {
+    // Sites of a silent session never transmit: whatever arrives is counted, never read.
+    ++m_counters.silent_refused;
+    return;
+  }
   wire::header h;
   if (auto ec = wire::parse_header(datagram, h)) {
     m_drops.add(static_cast<errc>(ec.value()));
@@ -551,6 +596,8 @@ void sender_session::on_datagram(std::span<const std::byte> datagram, const endp
 }
 
 void sender_session::check_done(time_point now) {
+  // A silent session ends by its pass count (end_pass), not by its receivers.
+  if (silent()) return;
   if (m_registration_open || m_phase == phase::announcing || m_phase == phase::ending ||
       m_phase == phase::done) {
     return;
@@ -568,6 +615,9 @@ void sender_session::start_ending(time_point now, bool aborted, const std::strin
   if (m_log) {
     if (aborted) {
       m_log->warn("session {}: ending early: {}", m_cfg.session, why);
+    } else if (silent()) {
+      m_log->info("session {}: silent session sent its {} passes in {:.3f} s", m_cfg.session,
+                  m_passes.pass(), to_seconds(now - m_start));
     } else {
       m_log->info("session {}: every receiver is done after {} passes, {:.3f} s", m_cfg.session,
                   m_passes.pass(), to_seconds(now - m_start));
@@ -591,6 +641,7 @@ void sender_session::set_rate(std::uint64_t rate_bps) noexcept {
 }
 
 bool sender_session::succeeded() const noexcept {
+  if (silent()) return !m_aborted && (m_phase == phase::ending || m_phase == phase::done);
   if (m_aborted || m_receivers.empty()) return false;
   return std::all_of(m_receivers.begin(), m_receivers.end(), [](const auto& r) {
     return r->rep.state == receiver_report::state_t::completed;
@@ -602,6 +653,12 @@ std::optional<time_point> sender_session::next_deadline(time_point now) const {
   auto consider = [&t](time_point c) { t = std::min(t, c); };
   if (m_registration_open) {
     consider(m_register_deadline);
+    if (m_announce.due(now)) {
+      consider(m_pacer.ready_at(now, wire::control_budget + ip_udp_overhead));
+    } else {
+      consider(m_announce.next_cycle());
+    }
+  } else if (silent() && m_phase != phase::ending && m_phase != phase::done) {
     if (m_announce.due(now)) {
       consider(m_pacer.ready_at(now, wire::control_budget + ip_udp_overhead));
     } else {
@@ -663,6 +720,8 @@ session_report sender_session::report(time_point now) const {
   rep.repair_datagrams = m_passes.repairs() + (parity - std::min(parity, m_proactive_parity));
   rep.parity_datagrams = parity;
   rep.proactive_parity = std::min(parity, m_proactive_parity);
+  rep.source_datagrams = m_source_datagrams;
+  rep.silent_passes = m_cfg.silent_passes;
   rep.grtt = m_grtt.estimate();
   rep.elapsed = (m_phase == phase::done || m_phase == phase::ending ? m_finished : now) - m_start;
   rep.drops = m_drops;

@@ -149,6 +149,19 @@ struct sender_config {
   std::uint64_t unicast_max_rate_bps = 0;
   /// FALLBACK orders sent without the receiver connecting before it is failed.
   std::uint32_t fallback_max_orders = 10;
+
+  // --- silent sessions (docs/design-notes.md "Silent sessions"; issue 12 item 3) ---
+  /// Passes of a silent session, for one-way links: 0 = a normal session. Otherwise no
+  /// registration and no NAK or status is taken (whatever arrives is counted and dropped), pass
+  /// 1 sends the sources and the proactive parity (fec_overhead), each later pass
+  /// max(1, ceil(fec_overhead x sources)) parity blocks of every FEC block not sent before
+  /// (the parity index wraps past fec_max_parity), or every source again without FEC; the
+  /// manifest and digests repeat through the session; the session ends silent_linger after
+  /// pass silent_passes. Needs no receiver list, no --rate auto and no forced unicast.
+  std::uint32_t silent_passes = 0;
+  /// Between the last pass of a silent session and its END: the last parity still decodes and
+  /// its files finalize at the sites before END tells them what they could not complete.
+  duration silent_linger = std::chrono::seconds(1);
 };
 
 /// A receiver the policy moved to unicast: the shell registers its grant with the unicast
@@ -208,6 +221,8 @@ struct control_counters {
   std::uint64_t adverts = 0;            ///< repair adverts multicast
   std::uint64_t rate_reports = 0;       ///< NAKs carrying a --rate auto report (rate_report set)
   std::uint64_t advertised_blocks = 0;  ///< blocks they carried
+  /// Datagrams that reached a silent session (receivers there send none): counted, dropped.
+  std::uint64_t silent_refused = 0;
   /// Datagrams received, all kinds above.
   std::uint64_t received() const noexcept { return registers + naks + status + completes; }
 };
@@ -226,7 +241,11 @@ struct session_report {
   std::uint64_t data_bytes = 0;        ///< payload bytes sent, repairs included
   std::uint64_t repair_datagrams = 0;  ///< blocks sent again and parity sent for NAKs
   std::uint64_t parity_datagrams = 0;  ///< parity blocks sent, proactive and for NAKs
-  std::uint64_t proactive_parity = 0;  ///< of which proactive (pass 1, fec_overhead)
+  std::uint64_t proactive_parity = 0;  ///< of which proactive (pass 1, fec_overhead; every
+                                       ///< parity block of a silent session)
+  std::uint64_t source_datagrams = 0;  ///< data datagrams that carried source blocks
+  /// sender_config::silent_passes: 0 for a normal session; the summary then has no receivers.
+  std::uint32_t silent_passes = 0;
   duration grtt{};
   duration elapsed{};
   /// --rate auto: the rate at the end, the lowest after slow start (0: it never ended), the
@@ -317,8 +336,11 @@ class sender_session {
 
   phase current_phase() const noexcept { return m_phase; }
   bool done() const noexcept { return m_phase == phase::done; }
-  /// True if every receiver completed.
+  /// True if every receiver completed; for a silent session (no receivers known), true once
+  /// it sent its passes without an abort.
   bool succeeded() const noexcept;
+  /// A silent session (sender_config::silent_passes > 0).
+  bool silent() const noexcept { return m_cfg.silent_passes > 0; }
   /// Current pass number, 0 before pass 1.
   std::uint32_t pass() const noexcept { return m_passes.pass(); }
   duration grtt() const noexcept { return m_grtt.estimate(); }
@@ -379,6 +401,16 @@ class sender_session {
   duration status_interval() const noexcept;
   std::uint64_t pacing_quantum() const noexcept;
   void mark_held(receiver_state& r, std::uint32_t file);
+  // Silent sessions (sender_session_silent.cpp).
+  /// Checks and adjusts the configuration of a silent session. @throws std::invalid_argument
+  void configure_silent();
+  /// The pass after `m_passes.pass()` of a silent session: schedules its fresh parity (or
+  /// every source again without FEC). @return false when the session has sent its passes
+  bool plan_silent_pass();
+  /// Announce chunks and repeated digests of a silent session while it transfers.
+  void silent_announce(time_point now);
+  /// Queues the digest of every file that has one (silent sessions repeat them).
+  void requeue_digests();
   // --rate auto (sender_session_rate.cpp).
   /// Moves the pacer to the rate controller's rate as of `now`.
   void update_auto_rate(time_point now);
@@ -430,6 +462,11 @@ class sender_session {
   time_point m_rate_round_end{};
   std::uint64_t m_rate_round_lowest = 0;
   std::uint64_t m_proactive_parity = 0;
+  std::uint64_t m_source_datagrams = 0;
+  /// Silent session: END goes out at this time (silent_linger after the last pass).
+  std::optional<time_point> m_silent_end_at;
+  /// Silent session: announce cycles after which the digests were last queued again.
+  std::uint32_t m_silent_digest_cycle = 0;
 
   phase m_phase = phase::announcing;
   time_point m_start{};

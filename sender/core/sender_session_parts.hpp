@@ -32,6 +32,10 @@ inline constexpr std::uint64_t catch_up_ms = 5;
 /// one still learns the session is over.
 inline constexpr std::uint32_t end_repeats = 3;
 inline constexpr duration end_spacing = std::chrono::milliseconds(20);
+/// A silent session announces its manifest through the whole session, one cycle per this many
+/// announce intervals (1 s at the default 250 ms), so a site that joins late or lost chunks
+/// still gets the manifest; the digests of files announced without one go with every cycle.
+inline constexpr int silent_announce_interval_factor = 4;
 /// Floor and ceiling of the interval between progress markers during a pass.
 inline constexpr duration min_marker_interval = std::chrono::milliseconds(5);
 inline constexpr duration max_marker_interval = std::chrono::seconds(1);
@@ -80,6 +84,7 @@ inline announce_settings announce_settings_of(const sender_config& c) {
           .fec_k = c.fec_k,
           .fec_max_parity = c.fec_max_parity,
           .fec_depth = c.fec_depth,
+          .silent_passes = c.silent_passes,
           .reserve_bytes = c.announce_reserve_bytes};
 }
 

@@ -187,6 +187,14 @@ void add_sender_options(CLI::App& app, sender_cli& c) {
                  "0.03), so most sites finish without a repair round trip")
       ->capture_default_str()
       ->type_name("SHARE");
+  app.add_option("--silent-passes", c.silent_passes,
+                 "Silent session for one-way links (docs/design-notes.md \"Silent sessions\"): "
+                 "no registration, no NAKs, the sites never transmit; send this many passes (the "
+                 "first with --fec-overhead parity, each later one fresh parity of the same share, "
+                 "or the files again without --fec-k) and end. 0 = a normal session")
+      ->capture_default_str()
+      ->type_name("N")
+      ->check(CLI::Range(0u, 64u));
   app.add_option("--fallback", c.fallback,
                  "Unicast fallback: auto (SCTP over UDP, multi-socket TCP on long paths), sctp, "
                  "tcp, sctp-kernel or off")
@@ -332,6 +340,19 @@ sender_options make_sender_options(const sender_cli& c) {
     }
     if (share > 0 && c.fec_k == 0) throw usage_error("--fec-overhead needs --fec-k");
     o.session.fec_overhead = share;
+  }
+  o.session.silent_passes = c.silent_passes;
+  if (c.silent_passes > 0) {
+    if (!c.receivers.empty()) {
+      throw usage_error(
+          "--silent-passes takes no --receivers: the sites of a silent session "
+          "never register");
+    }
+    if (c.encrypt) {
+      throw usage_error(
+          "--silent-passes and --encrypt: the session key of an encrypted "
+          "session is handed out at registration, which a silent site never does");
+    }
   }
   o.session.fallback = c.fallback == "off"           ? fallback_mode::off
                        : c.fallback == "sctp"        ? fallback_mode::sctp

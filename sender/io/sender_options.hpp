@@ -74,6 +74,7 @@ struct sender_cli {
   std::uint32_t fec_k = 0;
   std::uint32_t fec_depth = 8;
   std::string fec_overhead = "0";
+  std::uint32_t silent_passes = 0;
 };
 
 /// A command line an operator must correct; the message names the option.

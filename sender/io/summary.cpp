@@ -50,9 +50,27 @@ std::string format_summary(const run_result& r) {
     os << "rate fixed: "
        << (rep.rate_bps ? format_rate(static_cast<double>(rep.rate_bps)) : "unpaced") << "\n";
   }
-  std::snprintf(line, sizeof line, "%-20s %-10s %-12s %7s %7s %11s %6s %8s %10s %9s\n", "receiver",
-                "state", "path", "files", "held", "bytes", "passes", "NAKs", "NAKed", "RTT ms");
-  os << line;
+  if (rep.silent_passes > 0) {
+    // No receiver reports to a silent session: what was sent is all the sender knows.
+    const double share = rep.source_datagrams ? 100.0 * static_cast<double>(rep.parity_datagrams) /
+                                                    static_cast<double>(rep.source_datagrams)
+                                              : 0.0;
+    std::snprintf(line, sizeof line,
+                  "silent session: %u of %u passes sent, %llu source datagrams, %llu parity "
+                  "(%.2f %% of the sources); sites send nothing, %llu datagrams arrived and were "
+                  "dropped\n",
+                  rep.passes, rep.silent_passes,
+                  static_cast<unsigned long long>(rep.source_datagrams),
+                  static_cast<unsigned long long>(rep.parity_datagrams), share,
+                  static_cast<unsigned long long>(rep.control.silent_refused));
+    os << line;
+  }
+  if (rep.silent_passes == 0) {
+    std::snprintf(line, sizeof line, "%-20s %-10s %-12s %7s %7s %11s %6s %8s %10s %9s\n",
+                  "receiver", "state", "path", "files", "held", "bytes", "passes", "NAKs", "NAKed",
+                  "RTT ms");
+    os << line;
+  }
   for (const auto& rr : rep.receivers) {
     char rtt[32] = "-";
     if (rr.rtt_valid) std::snprintf(rtt, sizeof rtt, "%.2f", to_ms(rr.rtt));
@@ -128,6 +146,9 @@ std::string summary_json(const run_result& r) {
                            {"status", c.status},         {"complete", c.completes},
                            {"nak_blocks", c.nak_blocks}, {"nak_new_blocks", c.nak_new_blocks}};
   j["repair_adverts"] = {{"sent", c.adverts}, {"blocks", c.advertised_blocks}};
+  j["silent_passes"] = rep.silent_passes;  // 0: a normal session
+  j["source_datagrams"] = rep.source_datagrams;
+  j["silent_refused"] = c.silent_refused;  // datagrams that reached a silent session
   j["grtt_ms"] = to_ms(rep.grtt);
   j["rate"] = {{"mode", rep.rate_auto ? "auto" : "fixed"},
                {"bps", rep.rate_bps},
