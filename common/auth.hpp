@@ -383,7 +383,7 @@ class receiver_keys {
     std::array<verified_root, max_verified_roots> roots{};
     std::size_t roots_used = 0;
     std::size_t next_root = 0;
-    bool silent = false;                      ///< set_silent: no key, tags not checked
+    bool silent = false;  ///< set_silent: no key, tags not checked
 
     /// Takes the session key of a register_reply and derives the data, marker, manifest and
     /// sealed-data keys from it (HKDF, RFC 5869).
