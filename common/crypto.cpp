@@ -237,24 +237,60 @@ cipher_ctx& cipher_ctx::operator=(const cipher_ctx& other) {
 
 cipher_ctx::~cipher_ctx() { EVP_CIPHER_CTX_free(m_ctx); }
 
-gmac::gmac(const key32& key) {
-  if (EVP_EncryptInit_ex(m_ctx, EVP_aes_256_gcm(), nullptr, nullptr, nullptr) != 1 ||
-      EVP_CIPHER_CTX_ctrl(m_ctx, EVP_CTRL_GCM_SET_IVLEN, gcm_nonce_bytes, nullptr) != 1 ||
-      EVP_EncryptInit_ex(m_ctx, nullptr, nullptr, key.data(), nullptr) != 1) {
+static_assert(sizeof(crypto_aead_aes256gcm_state) == 512 &&
+              alignof(crypto_aead_aes256gcm_state) <= 16);
+
+bool gcm_hardware() noexcept {
+  // sodium_init() probes the CPU; crypto_aead_aes256gcm_is_available() reads what it found.
+  static const bool hardware = sodium_init() >= 0 && crypto_aead_aes256gcm_is_available() == 1;
+  return hardware;
+}
+
+gcm_key::gcm_key(const key32& key, bool encrypt, gcm_backend backend) {
+  if (backend == gcm_backend::automatic && gcm_hardware()) {
+    crypto_aead_aes256gcm_beforenm(reinterpret_cast<crypto_aead_aes256gcm_state*>(m_state.data()),
+                                   key.data());
+    return;
+  }
+  m_evp.emplace();
+  const int enc = encrypt ? 1 : 0;
+  if (EVP_CipherInit_ex(*m_evp, EVP_aes_256_gcm(), nullptr, nullptr, nullptr, enc) != 1 ||
+      EVP_CIPHER_CTX_ctrl(*m_evp, EVP_CTRL_GCM_SET_IVLEN, gcm_nonce_bytes, nullptr) != 1 ||
+      EVP_CipherInit_ex(*m_evp, nullptr, nullptr, key.data(), nullptr, enc) != 1) {
     throw key_error("OpenSSL cannot set up AES-256-GCM");
   }
 }
 
+namespace {
+
+const crypto_aead_aes256gcm_state* sodium_state(const gcm_key& k) noexcept {
+  return static_cast<const crypto_aead_aes256gcm_state*>(k.sodium());
+}
+
+}  // namespace
+
+gmac::gmac(const key32& key, gcm_backend backend) : m_key(key, true, backend) {}
+
 gcm_tag gmac::tag(std::span<const std::uint8_t, gcm_nonce_bytes> nonce,
                   std::span<const std::byte> data) noexcept {
   gcm_tag t{};
+  if (const auto* st = sodium_state(m_key)) {
+    // GMAC is GCM over an empty plaintext with `data` as associated data (SP 800-38D
+    // section 3): the same tag as the EVP path below.
+    unsigned long long tag_len = 0;
+    unsigned char none = 0;
+    crypto_aead_aes256gcm_encrypt_detached_afternm(&none, t.data(), &tag_len, &none, 0, bytes(data),
+                                                   data.size(), nullptr, nonce.data(), st);
+    return t;
+  }
+  evp_cipher_ctx_st* ctx = m_key.evp();
   int len = 0;
   // Re-using the context with only a new IV keeps the expanded key (EVP_EncryptInit_ex(3)).
-  EVP_EncryptInit_ex(m_ctx, nullptr, nullptr, nullptr, nonce.data());
-  EVP_EncryptUpdate(m_ctx, nullptr, &len, bytes(data), static_cast<int>(data.size()));
+  EVP_EncryptInit_ex(ctx, nullptr, nullptr, nullptr, nonce.data());
+  EVP_EncryptUpdate(ctx, nullptr, &len, bytes(data), static_cast<int>(data.size()));
   unsigned char none[16];
-  EVP_EncryptFinal_ex(m_ctx, none, &len);
-  EVP_CIPHER_CTX_ctrl(m_ctx, EVP_CTRL_GCM_GET_TAG, gcm_tag_bytes, t.data());
+  EVP_EncryptFinal_ex(ctx, none, &len);
+  EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, gcm_tag_bytes, t.data());
   return t;
 }
 
@@ -265,26 +301,28 @@ bool gmac::verify(std::span<const std::uint8_t, gcm_nonce_bytes> nonce,
   return sodium_memcmp(t.data(), expected.data(), gcm_tag_bytes) == 0;
 }
 
-gcm::gcm(const key32& key, direction d) {
-  const int enc = d == direction::encrypt ? 1 : 0;
-  if (EVP_CipherInit_ex(m_ctx, EVP_aes_256_gcm(), nullptr, nullptr, nullptr, enc) != 1 ||
-      EVP_CIPHER_CTX_ctrl(m_ctx, EVP_CTRL_GCM_SET_IVLEN, gcm_nonce_bytes, nullptr) != 1 ||
-      EVP_CipherInit_ex(m_ctx, nullptr, nullptr, key.data(), nullptr, enc) != 1) {
-    throw key_error("OpenSSL cannot set up AES-256-GCM");
-  }
-}
+gcm::gcm(const key32& key, direction d, gcm_backend backend)
+    : m_key(key, d == direction::encrypt, backend) {}
 
 gcm_tag gcm::seal(std::span<const std::uint8_t, gcm_nonce_bytes> nonce,
                   std::span<const std::byte> ad, std::span<std::byte> data) noexcept {
   gcm_tag t{};
-  int len = 0;
   auto* p = reinterpret_cast<unsigned char*>(data.data());
-  EVP_EncryptInit_ex(m_ctx, nullptr, nullptr, nullptr, nonce.data());
-  EVP_EncryptUpdate(m_ctx, nullptr, &len, bytes(ad), static_cast<int>(ad.size()));
-  EVP_EncryptUpdate(m_ctx, p, &len, p, static_cast<int>(data.size()));
+  if (const auto* st = sodium_state(m_key)) {
+    // In place: libsodium reads each 16-byte block before it writes it.
+    unsigned long long tag_len = 0;
+    crypto_aead_aes256gcm_encrypt_detached_afternm(p, t.data(), &tag_len, p, data.size(), bytes(ad),
+                                                   ad.size(), nullptr, nonce.data(), st);
+    return t;
+  }
+  evp_cipher_ctx_st* ctx = m_key.evp();
+  int len = 0;
+  EVP_EncryptInit_ex(ctx, nullptr, nullptr, nullptr, nonce.data());
+  EVP_EncryptUpdate(ctx, nullptr, &len, bytes(ad), static_cast<int>(ad.size()));
+  EVP_EncryptUpdate(ctx, p, &len, p, static_cast<int>(data.size()));
   unsigned char none[16];
-  EVP_EncryptFinal_ex(m_ctx, none, &len);  // GCM is a stream mode: nothing is left over
-  EVP_CIPHER_CTX_ctrl(m_ctx, EVP_CTRL_GCM_GET_TAG, gcm_tag_bytes, t.data());
+  EVP_EncryptFinal_ex(ctx, none, &len);  // GCM is a stream mode: nothing is left over
+  EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, gcm_tag_bytes, t.data());
   return t;
 }
 
@@ -292,17 +330,24 @@ bool gcm::open(std::span<const std::uint8_t, gcm_nonce_bytes> nonce, std::span<c
                std::span<const std::byte> cipher, std::span<const std::uint8_t, gcm_tag_bytes> tag,
                std::span<std::byte> out) noexcept {
   if (out.size() < cipher.size()) return false;
+  auto* o = reinterpret_cast<unsigned char*>(out.data());
+  if (const auto* st = sodium_state(m_key)) {
+    // Checks the tag in constant time; on failure libsodium zeroes `out`.
+    return crypto_aead_aes256gcm_decrypt_detached_afternm(o, nullptr, bytes(cipher), cipher.size(),
+                                                          tag.data(), bytes(ad), ad.size(),
+                                                          nonce.data(), st) == 0;
+  }
+  evp_cipher_ctx_st* ctx = m_key.evp();
   int len = 0;
-  EVP_DecryptInit_ex(m_ctx, nullptr, nullptr, nullptr, nonce.data());
-  EVP_DecryptUpdate(m_ctx, nullptr, &len, bytes(ad), static_cast<int>(ad.size()));
-  EVP_DecryptUpdate(m_ctx, reinterpret_cast<unsigned char*>(out.data()), &len, bytes(cipher),
-                    static_cast<int>(cipher.size()));
+  EVP_DecryptInit_ex(ctx, nullptr, nullptr, nullptr, nonce.data());
+  EVP_DecryptUpdate(ctx, nullptr, &len, bytes(ad), static_cast<int>(ad.size()));
+  EVP_DecryptUpdate(ctx, o, &len, bytes(cipher), static_cast<int>(cipher.size()));
   std::array<std::uint8_t, gcm_tag_bytes> expected{};
   std::memcpy(expected.data(), tag.data(), gcm_tag_bytes);
-  EVP_CIPHER_CTX_ctrl(m_ctx, EVP_CTRL_GCM_SET_TAG, gcm_tag_bytes, expected.data());
+  EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, gcm_tag_bytes, expected.data());
   unsigned char none[16];
   // EVP_DecryptFinal_ex checks the tag (constant time inside OpenSSL).
-  return EVP_DecryptFinal_ex(m_ctx, none, &len) == 1;
+  return EVP_DecryptFinal_ex(ctx, none, &len) == 1;
 }
 
 }  // namespace mcdist::crypto

@@ -158,14 +158,48 @@ class cipher_ctx {
   evp_cipher_ctx_st* m_ctx = nullptr;
 };
 
+/// Which implementation of AES-256-GCM a gmac or gcm object runs.
+enum class gcm_backend {
+  /// libsodium's AES-NI/PCLMULQDQ code (crypto_aead_aes256gcm_*_afternm) where the CPU has both
+  /// instructions (crypto_aead_aes256gcm_is_available()), else OpenSSL EVP.
+  automatic,
+  /// OpenSSL EVP (EVP_aes_256_gcm), on any CPU. Same output bit for bit; slower per call.
+  openssl,
+};
+
+/// True when the automatic backend is libsodium's (this CPU has AES-NI and PCLMULQDQ).
+bool gcm_hardware() noexcept;
+
+/// An AES-256-GCM key with its schedule expanded once, for one direction: libsodium's AES-NI
+/// state where the CPU has the instructions (about 1.4x faster per 1.3 kB block than OpenSSL 3
+/// EVP, whose per-call parameter handling dominates at that size: docs/benchmarks.md "GMAC per
+/// block"), else an OpenSSL context. Copies like a value. Not thread-safe.
+class gcm_key {
+ public:
+  /// @throws key_error if OpenSSL cannot set the cipher up (OpenSSL backend)
+  gcm_key(const key32& key, bool encrypt, gcm_backend backend);
+
+  /// libsodium's state, or null on the OpenSSL backend.
+  const void* sodium() const noexcept { return m_evp ? nullptr : m_state.data(); }
+  /// The OpenSSL context, or null on the libsodium backend.
+  evp_cipher_ctx_st* evp() const noexcept {
+    return m_evp ? static_cast<evp_cipher_ctx_st*>(*m_evp) : nullptr;
+  }
+
+ private:
+  /// crypto_aead_aes256gcm_state (512 bytes, 16-aligned; checked in crypto.cpp).
+  alignas(16) std::array<unsigned char, 512> m_state{};
+  std::optional<cipher_ctx> m_evp;
+};
+
 /// AES-256-GCM used as GMAC: a 16-byte tag over `data` (all associated data, no plaintext)
 /// with a caller-supplied 96-bit nonce that must never repeat under one key (SP 800-38D
-/// section 8). Holds one OpenSSL context with the key schedule expanded once. Not thread-safe;
-/// a copy is independent (same key, its own context).
+/// section 8). The key schedule is expanded once (gcm_key). Not thread-safe; a copy is
+/// independent (same key, its own state).
 class gmac {
  public:
-  /// @throws key_error if OpenSSL cannot set the cipher up
-  explicit gmac(const key32& key);
+  /// @throws key_error if OpenSSL cannot set the cipher up (OpenSSL backend)
+  explicit gmac(const key32& key, gcm_backend backend = gcm_backend::automatic);
 
   /// Tag of `data` under `nonce`.
   gcm_tag tag(std::span<const std::uint8_t, gcm_nonce_bytes> nonce,
@@ -175,18 +209,18 @@ class gmac {
               std::span<const std::uint8_t, gcm_tag_bytes> expected) noexcept;
 
  private:
-  cipher_ctx m_ctx;
+  gcm_key m_key;
 };
 
 /// AES-256-GCM authenticated encryption (NIST SP 800-38D) in one direction, with the key
-/// schedule expanded once (OpenSSL EVP, AES-NI). The 96-bit nonce is the caller's and must
-/// never repeat under one key with a different plaintext (SP 800-38D section 8). Not
-/// thread-safe.
+/// schedule expanded once (gcm_key: libsodium AES-NI, else OpenSSL EVP). The 96-bit nonce is
+/// the caller's and must never repeat under one key with a different plaintext (SP 800-38D
+/// section 8). Not thread-safe.
 class gcm {
  public:
   enum class direction { encrypt, decrypt };
-  /// @throws key_error if OpenSSL cannot set the cipher up
-  gcm(const key32& key, direction d);
+  /// @throws key_error if OpenSSL cannot set the cipher up (OpenSSL backend)
+  gcm(const key32& key, direction d, gcm_backend backend = gcm_backend::automatic);
 
   /// Encrypts `data` in place (ciphertext has the plaintext's length) with associated data
   /// `ad`; returns the 16-byte tag. Only on an encrypt object.
@@ -194,14 +228,14 @@ class gcm {
                std::span<std::byte> data) noexcept;
   /// Decrypts `cipher` into `out` (same length; may be the same memory) and checks `tag` over
   /// `ad` and the ciphertext. Only on a decrypt object.
-  /// @return false when the tag does not verify; `out` then holds unauthenticated bytes the
+  /// @return false when the tag does not verify; `out` then holds unspecified bytes the
   ///         caller must not use
   bool open(std::span<const std::uint8_t, gcm_nonce_bytes> nonce, std::span<const std::byte> ad,
             std::span<const std::byte> cipher, std::span<const std::uint8_t, gcm_tag_bytes> tag,
             std::span<std::byte> out) noexcept;
 
  private:
-  cipher_ctx m_ctx;
+  gcm_key m_key;
 };
 
 }  // namespace mcdist::crypto
