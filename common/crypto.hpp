@@ -12,8 +12,9 @@
 /// - XChaCha20-Poly1305 (RFC 8439 with the XChaCha extension, draft-irtf-cfrg-xchacha),
 ///   libsodium crypto_aead_xchacha20poly1305_ietf_*: wrapping the session key for one site.
 /// - AES-256-GCM (NIST SP 800-38D) as GMAC (empty plaintext, everything as associated data),
-///   OpenSSL EVP: the per-datagram tag on data blocks and markers; and as authenticated
-///   encryption of the payload (class gcm): data blocks of encrypted sessions.
+///   libsodium crypto_aead_aes256gcm_*_afternm where the CPU has AES-NI and PCLMULQDQ, OpenSSL
+///   EVP elsewhere (same output): the per-datagram tag on data blocks and markers; and as
+///   authenticated encryption of the payload (class gcm): data blocks of encrypted sessions.
 ///
 /// Computation only (part of mcdist_common_core): key files are read and written by
 /// common/key_file.hpp. random_bytes reads the kernel's CSPRNG: the one source of randomness the
