@@ -33,7 +33,7 @@ using hash = std::array<std::uint8_t, hash_bytes>;
 /// Most leaves in one tree, so that a path is at most max_depth hashes: 64 chunks (90 kB of
 /// announce) cover one pacing burst of the sender (64 KiB by default, sender_session.hpp), and
 /// a longer burst is cut into several trees. Each level costs every chunk 32 bytes of room
-/// (auth::announce_path_reserve).
+/// (auth::announce_reserve).
 inline constexpr std::size_t max_leaves = 64;
 /// Most hashes in an authentication path: log2(max_leaves).
 inline constexpr std::size_t max_depth = 6;

@@ -88,15 +88,18 @@ inline constexpr std::size_t sealed_body_overhead =
 /// signature (64), leaf index (2), leaf count (2).
 inline constexpr std::size_t announce_trailer_fixed_bytes =
     crypto::key_bytes + crypto::signature_bytes + 4;
-/// Bytes an announce chunk leaves unused for the longest authentication path
-/// (announce_tree::max_depth hashes) and the leaf index and count, so that a signed announce
-/// is no longer than an unsigned one plus the 96 bytes (key, signature) it carried before
-/// announce trees: the sender's core takes it as part of announce_reserve_bytes.
-inline constexpr std::size_t announce_path_reserve =
-    announce_tree::max_depth * announce_tree::hash_bytes + 4;
 /// The largest trailer of any type, bytes: an announce's with the longest path.
 inline constexpr std::size_t largest_trailer_bytes =
     announce_trailer_fixed_bytes + announce_tree::max_depth * announce_tree::hash_bytes;
+/// Bytes an announce chunk of a signed session leaves unused below wire::control_budget: its
+/// whole trailer at the longest path (and in an encrypted session, sealed_body_overhead more),
+/// so a signed or sealed announce is no longer than wire::control_budget and crosses a
+/// 1500-byte Ethernet link in one frame over IPv6 too (1400 + 40 + 8 bytes): a fragmented
+/// announce is lost when either fragment is. The sender's core takes it as
+/// announce_reserve_bytes.
+inline constexpr std::size_t announce_reserve(bool encrypted) noexcept {
+  return largest_trailer_bytes + (encrypted ? sealed_body_overhead : 0);
+}
 /// The most bytes sealing adds to a datagram (the largest trailer, and for an encrypted
 /// session's announce the sealed body's overhead): the room callers leave after a datagram.
 inline constexpr std::size_t max_trailer_bytes = largest_trailer_bytes + sealed_body_overhead;

@@ -363,6 +363,7 @@ class sender_session {
 
   void send_announce_chunk(time_point now);
   void close_registration(time_point now);
+  // Passes (sender_session_passes.cpp).
   void start_transfer(time_point now);
   void start_pass(time_point now);
   void end_pass(time_point now);

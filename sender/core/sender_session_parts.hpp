@@ -1,8 +1,10 @@
 // The sender session's per-receiver state and helpers, shared by the .cpp files that implement
-// sender_session (sender_session.cpp: passes, markers, digests, timers, the report;
-// sender_session_receivers.cpp: registration, keys, COMPLETE; sender_session_feedback.cpp: NAKs
-// and adverts; sender_session_fallback.cpp: the unicast fallback). Not part of the session's
-// interface: include it only from those files.
+// sender_session (sender_session.cpp: construction, timers, datagrams in, the end, the report;
+// sender_session_passes.cpp: passes, data, markers, digests; sender_session_receivers.cpp:
+// registration, keys, COMPLETE; sender_session_feedback.cpp: NAKs and adverts;
+// sender_session_fallback.cpp: the unicast fallback; sender_session_rate.cpp: --rate auto;
+// sender_session_silent.cpp: silent sessions). Not part of the session's interface: include it
+// only from those files.
 #pragma once
 
 #include "sender/core/sender_session.hpp"

@@ -57,10 +57,9 @@ sender_app::sender_app(boost::asio::io_context& io, app_options opts, sender_con
             if (m_opts.identity) {
               cfg.start_on_registration = true;
               cfg.data_trailer_bytes = auth::data_trailer_bytes;
-              // Room in every announce chunk for its authentication path (auth.hpp), and in an
-              // encrypted session for sealing its body.
-              cfg.announce_reserve_bytes =
-                  auth::announce_path_reserve + (m_opts.encrypt ? auth::sealed_body_overhead : 0);
+              // Room in every announce chunk for its trailer (auth.hpp), and in an encrypted
+              // session for sealing its body: a sealed announce fits wire::control_budget.
+              cfg.announce_reserve_bytes = auth::announce_reserve(m_opts.encrypt);
             }
             return cfg;
           }(),

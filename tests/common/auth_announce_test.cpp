@@ -1,6 +1,7 @@
 // Announce trees (common/auth_announce.cpp): one signature per burst, each announce verified
 // alone, a copied signature caught by its path.
 #include "common/auth.hpp"
+#include "common/packet.hpp"
 
 #include "mcdist.pb.h"
 
@@ -18,8 +19,9 @@ namespace {
 const session_id sid{0x0a0b0c0d};
 const time_point t0{std::chrono::seconds(100)};
 
-/// Chunk `i` of a manifest, encoded, with room for any trailer after it.
-std::vector<std::byte> chunk(std::uint32_t i) {
+/// Chunk `i` of a manifest, encoded; `size`, when given, pads the first path so the encoded
+/// chunk has exactly that many bytes.
+std::vector<std::byte> chunk(std::uint32_t i, std::size_t size = 0) {
   wire::announce a;
   a.mutable_params()->set_block_size(1400);
   a.mutable_params()->set_file_count(1000);
@@ -31,6 +33,15 @@ std::vector<std::byte> chunk(std::uint32_t i) {
     e->set_path("obs/" + std::to_string(i) + "/" + std::to_string(f) + ".bufr");
     e->set_size(10000);
   }
+  // Each padding byte adds one byte, except where a length prefix grows: step until exact.
+  while (size > 0 && wire::header_size + a.ByteSizeLong() != size) {
+    auto* path = a.mutable_files(0)->mutable_path();
+    if (wire::header_size + a.ByteSizeLong() < size) {
+      path->push_back('p');
+    } else {
+      path->pop_back();
+    }
+  }
   std::vector<std::byte> out(wire::header_size + a.ByteSizeLong() + auth::max_trailer_bytes);
   const std::size_t n = wire::encode_control(out, wire::msg_type::announce, sid, a);
   REQUIRE(n > 0);
@@ -38,21 +49,23 @@ std::vector<std::byte> chunk(std::uint32_t i) {
   return out;
 }
 
-/// A sender, a site that trusts it, and a burst of `n` announces the sender sealed at once.
+/// A sender, a site that trusts it, and a burst of `n` announces (of `size` bytes each, when
+/// given) the sender sealed at once; `encrypted`: the sender of an encrypted session.
 struct burst {
   crypto::identity sender_id = crypto::generate_identity();
   crypto::identity site_id = crypto::generate_identity();
-  auth::sender_keys sender{sender_id, sid, {}};
+  auth::sender_keys sender;
   auth::receiver_keys site{auth::receiver_auth_options{{sender_id.public_key}, site_id, 256, 100}};
   std::vector<std::vector<std::byte>> core;    ///< the core's datagrams
   std::vector<std::vector<std::byte>> sealed;  ///< as sent
   std::span<const std::byte> out;
 
-  explicit burst(std::size_t n) {
+  explicit burst(std::size_t n, std::size_t size = 0, bool encrypted = false)
+      : sender(sender_id, sid, {}, encrypted) {
     std::vector<std::vector<std::byte>> bufs;
     std::vector<auth::sender_keys::announce_slot> slots;
     for (std::uint32_t i = 0; i < n; ++i) {
-      core.push_back(chunk(i));
+      core.push_back(chunk(i, size));
       bufs.push_back(core.back());
       bufs.back().resize(core.back().size() + auth::max_trailer_bytes);
     }
@@ -99,6 +112,27 @@ TEST_CASE(
   REQUIRE_FALSE(b.site.open(b.sealed[order[0]], t0, b.out));
   REQUIRE(b.site.stats().signatures == 3);
   REQUIRE(b.site.stats().by_path == order.size() - 3);
+}
+
+TEST_CASE(
+    "the largest chunk the sender's core makes with the announce reserve is, signed or sealed, "
+    "no longer than the control budget: one unfragmented frame over IPv6",
+    "[unit][auth]") {
+  for (const bool encrypted : {false, true}) {
+    INFO("encrypted " << encrypted);
+    // The core fills a chunk up to control_budget - reserve (announce_test.cpp checks that).
+    const std::size_t largest = wire::control_budget - auth::announce_reserve(encrypted);
+    burst b(130, largest, encrypted);  // trees of 64, 64 and 2 leaves: the longest paths
+    for (std::size_t i = 0; i < b.sealed.size(); ++i) {
+      REQUIRE(b.core[i].size() == largest);
+      REQUIRE(b.sealed[i].size() <= wire::control_budget);
+      REQUIRE(b.sealed[i].size() + packet::ipv6_header + packet::udp_header <=
+              packet::ethernet_mtu);
+    }
+    // The first 128 sit in full trees: their trailers take the whole reserve but the sealed
+    // body's two length bytes at most (the bound is tight).
+    REQUIRE(b.sealed[0].size() + 2 >= wire::control_budget);
+  }
 }
 
 TEST_CASE(

@@ -1,0 +1,215 @@
+// The passes of a session: pass 1's start, the data each wake-up sends, the end of a pass and
+// what follows it (the status marker, the next pass, the digests of files whose blocks have all
+// gone). Part of sender_session (sender_session.hpp); split by concern like the other
+// sender_session_*.cpp files.
+#include "sender/core/sender_session.hpp"
+
+#include "sender/core/sender_session_parts.hpp"
+
+namespace mcdist::sender {
+
+using namespace session_detail;
+
+bool sender_session::digests_sendable() const noexcept {
+  return m_phase == phase::transferring || m_phase == phase::waiting;
+}
+
+void sender_session::start_transfer(time_point now) {
+  if (m_rate) m_rate->start(now);
+  m_passes.want_all();
+  start_pass(now);
+}
+
+void sender_session::start_pass(time_point now) {
+  m_passes.start_pass();
+  m_advert.clear();  // the new sweep sends every wanted block; receivers drop old hints
+  m_phase = phase::transferring;
+  m_next_pass_at.reset();
+  m_next_marker =
+      now + std::clamp<duration>(m_grtt.estimate() / 2, min_marker_interval, max_marker_interval);
+  if (m_log) {
+    if (silent()) {
+      m_log->info("session {}: silent pass {} of {} starts: {} blocks, {} parity blocks",
+                  m_cfg.session, m_passes.pass(), m_cfg.silent_passes, m_passes.wanted(),
+                  m_parity ? m_parity->scheduled() : 0);
+    } else if (m_registration_open) {
+      m_log->info("session {}: pass {} starts while registration is open: {} blocks", m_cfg.session,
+                  m_passes.pass(), m_passes.wanted());
+    } else {
+      m_log->info("session {}: pass {} starts: {} blocks, {} receivers active", m_cfg.session,
+                  m_passes.pass(), m_passes.wanted(), m_active);
+    }
+  }
+}
+
+std::size_t sender_session::next_data(time_point now, std::span<data_send> out) {
+  if (m_phase != phase::transferring) return 0;
+  update_auto_rate(now);
+  std::uint64_t allowance = m_pacer.allowance(now);
+  std::size_t n = 0;
+  while (n < out.size()) {
+    // Parity first, like prompt repairs: it answers NAKs, or completes a FEC block of pass 1.
+    if (const auto pp = m_parity ? m_parity->peek() : std::nullopt) {
+      const std::uint64_t wire_bytes =
+          m_cfg.block_size + wire::data_header_size + ip_udp_overhead + m_cfg.data_trailer_bytes;
+      if (wire_bytes > allowance) break;
+      allowance -= wire_bytes;
+      m_pacer.consume(now, wire_bytes);
+      auto& d = out[n++];
+      d = data_send{};
+      d.parity = true;
+      d.fec_block = pp->fec_block;
+      d.parity_index = pp->index;
+      d.length = m_cfg.block_size;
+      d.seq = m_passes.take_seq();
+      m_parity->take(*pp, d.seq);
+      ++m_data_datagrams;
+      m_data_bytes += m_cfg.block_size;
+      continue;
+    }
+    // Blocks NAKed behind the cursor go out first, while the pass still runs (DESIGN.md: repair
+    // starts while data still flows), so a receiver's holes close within a round trip and its
+    // in-order hashing does not stall until the next pass.
+    const auto pick = m_passes.peek();
+    if (!pick) {
+      end_pass(now);
+      break;
+    }
+    const std::uint32_t len = block_length(m_files[pick->file].size, m_cfg.block_size, pick->block);
+    const std::uint64_t wire_bytes =
+        len + wire::data_header_size + ip_udp_overhead + m_cfg.data_trailer_bytes;
+    if (wire_bytes > allowance) break;
+    allowance -= wire_bytes;
+    m_pacer.consume(now, wire_bytes);
+    auto& d = out[n++];
+    d = data_send{};
+    d.file = file_index{pick->file};
+    d.block = block_index{pick->block};
+    d.seq = m_passes.take(*pick);
+    ++m_source_datagrams;
+    if (m_fec && m_cfg.fec_overhead > 0 && m_passes.pass() == 1 && !pick->prompt) {
+      // The FEC block's last source went out in pass 1: its proactive parity follows.
+      const auto pos = m_fec->locate(pick->file, pick->block);
+      const std::uint32_t n_src = m_fec->sources(pos.fec_block);
+      if (pos.index + 1 == n_src) {
+        const auto count = static_cast<std::uint32_t>(
+            std::ceil(m_cfg.fec_overhead * static_cast<double>(n_src) - 1e-9));
+        m_parity->add(pos.fec_block, std::min(count, m_cfg.fec_max_parity));
+        m_proactive_parity += std::min(count, m_cfg.fec_max_parity);
+      }
+    }
+    d.offset = std::uint64_t{pick->block} * m_cfg.block_size;
+    d.length = len;
+    ++m_data_datagrams;
+    m_data_bytes += len;
+  }
+  return n;
+}
+
+void sender_session::end_pass(time_point now) {
+  if (silent()) {
+    if (m_log) {
+      m_log->info("session {}: silent pass {} of {} done at {:.3f} s", m_cfg.session,
+                  m_passes.pass(), m_cfg.silent_passes, to_seconds(now - m_start));
+    }
+    send_marker(now, true, false);
+    if (plan_silent_pass()) {
+      start_pass(now);
+      return;
+    }
+    m_phase = phase::waiting;
+    m_wait_start = now;
+    m_silent_end_at = now + m_cfg.silent_linger;
+    m_next_status = *m_silent_end_at;
+    return;
+  }
+  if (m_log) {
+    m_log->info("session {}: pass {} done at {:.3f} s; {} blocks NAKed for the next pass",
+                m_cfg.session, m_passes.pass(), to_seconds(now - m_start), m_passes.wanted());
+  }
+  send_marker(now, true, true);
+  if (const auto why = m_fallback.after_passes(m_passes.pass())) {
+    for (auto& r : m_receivers) {
+      if (r->on_multicast() && r->last_nak_pass == m_passes.pass()) order_fallback(*r, *why, now);
+    }
+  }
+  if ((m_passes.wanted() > 0 || (m_parity && m_parity->scheduled() > 0)) &&
+      m_passes.pass() < m_cfg.max_passes) {
+    start_pass(now);
+    return;
+  }
+  m_phase = phase::waiting;
+  m_wait_start = now;
+  m_next_status = now + status_interval();
+  check_done(now);
+}
+
+void sender_session::send_marker(time_point now, bool pass_end, bool status_request) {
+  m_window.update();
+  if (silent()) status_request = false;  // nobody answers a silent session
+  wire::marker m;
+  m.set_pass(m_passes.pass());
+  m.set_file(pass_end ? static_cast<std::uint32_t>(m_files.size()) : m_passes.cursor_file());
+  m.set_block(pass_end ? 0 : m_passes.cursor_block());
+  m.set_pass_end(pass_end);
+  m.set_sender_time_us(to_wire_us(now));
+  m.set_grtt_us(static_cast<std::uint32_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(m_grtt.estimate()).count()));
+  m.set_seq(m_passes.seq());
+  m.set_digests_through(m_digests_through);
+  m.set_nak_backoff_us(static_cast<std::uint32_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(nak_window()).count()));
+  m.set_status_request(status_request);
+  m.set_group_size(m_registered);
+  fill_rate_fields(m, now);
+  if (status_request) {
+    const std::uint32_t slices = status_slices(m_active, status_interval(), m_cfg.receiver_timeout);
+    if (slices > 1) {
+      m.set_status_slices(slices);
+      m.set_status_slice(m_status_round % slices);
+    }
+    ++m_status_round;
+  }
+  queue_multicast(now, encode(wire::msg_type::marker, m_cfg.session, m));
+  m_next_marker =
+      now + std::clamp<duration>(m_grtt.estimate() / 2, min_marker_interval, max_marker_interval);
+}
+
+void sender_session::send_digests(time_point now) {
+  // 32-byte digest + file index + framing: about 40 bytes an entry.
+  constexpr std::size_t per_datagram = (wire::control_budget - wire::header_size) / 40;
+  std::sort(m_digest_queue.begin(), m_digest_queue.end());
+  m_digest_queue.erase(std::unique(m_digest_queue.begin(), m_digest_queue.end()),
+                       m_digest_queue.end());
+  wire::digest_list list;
+  for (std::size_t i = 0; i < m_digest_queue.size(); ++i) {
+    const auto f = m_digest_queue[i];
+    auto* d = list.add_digests();
+    d->set_file(f);
+    d->set_sha256(m_files[f].digest->data(), 32);
+    if (list.digests_size() == static_cast<int>(per_datagram) || i + 1 == m_digest_queue.size()) {
+      queue_multicast(now, encode(wire::msg_type::digest_list, m_cfg.session, list));
+      list.Clear();
+    }
+  }
+  m_digest_queue.clear();
+}
+
+void sender_session::on_digest(file_index file, const sha256_digest& digest, time_point now) {
+  if (file.value >= m_files.size()) return;
+  auto& f = m_files[file.value];
+  if (f.digest) return;
+  f.digest = digest;
+  while (m_digests_through < m_files.size() && m_files[m_digests_through].digest) {
+    ++m_digests_through;
+  }
+  for (auto& r : m_receivers) {
+    for (const auto& [claimed_file, claimed] : r->pending_claims) {
+      if (claimed_file == file.value && claimed == digest) mark_held(*r, file.value);
+    }
+  }
+  m_digest_queue.push_back(file.value);
+  if (digests_sendable()) send_digests(now);
+}
+
+}  // namespace mcdist::sender
