@@ -33,8 +33,10 @@ std::vector<std::byte> chunk(std::uint32_t i, std::size_t size = 0) {
     e->set_path("obs/" + std::to_string(i) + "/" + std::to_string(f) + ".bufr");
     e->set_size(10000);
   }
-  // Each padding byte adds one byte, except where a length prefix grows: step until exact.
-  while (size > 0 && wire::header_size + a.ByteSizeLong() != size) {
+  // Each padding byte adds one byte, except where a length prefix grows: step until exact (a
+  // size that only a prefix's growth jumps over would oscillate; the bound makes that a failure).
+  for (int step = 0; size > 0 && wire::header_size + a.ByteSizeLong() != size; ++step) {
+    REQUIRE(step < 4096);
     auto* path = a.mutable_files(0)->mutable_path();
     if (wire::header_size + a.ByteSizeLong() < size) {
       path->push_back('p');
