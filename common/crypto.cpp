@@ -267,31 +267,38 @@ const crypto_aead_aes256gcm_state* sodium_state(const gcm_key& k) noexcept {
   return static_cast<const crypto_aead_aes256gcm_state*>(k.sodium());
 }
 
+/// AES-256-GCM encryption of `data` in place with associated data `ad`: the tag. With `data`
+/// empty it is GMAC over `ad` (SP 800-38D section 3), on either backend.
+gcm_tag encrypt_in_place(const gcm_key& key, std::span<const std::uint8_t, gcm_nonce_bytes> nonce,
+                         std::span<const std::byte> ad, std::span<std::byte> data) noexcept {
+  gcm_tag t{};
+  unsigned char none[16]{};
+  auto* p = data.empty() ? none : reinterpret_cast<unsigned char*>(data.data());
+  if (const auto* st = sodium_state(key)) {
+    // In place: libsodium reads each 16-byte block before it writes it.
+    unsigned long long tag_len = 0;
+    crypto_aead_aes256gcm_encrypt_detached_afternm(p, t.data(), &tag_len, p, data.size(), bytes(ad),
+                                                   ad.size(), nullptr, nonce.data(), st);
+    return t;
+  }
+  evp_cipher_ctx_st* ctx = key.evp();
+  int len = 0;
+  // Re-using the context with only a new IV keeps the expanded key (EVP_EncryptInit_ex(3)).
+  EVP_EncryptInit_ex(ctx, nullptr, nullptr, nullptr, nonce.data());
+  EVP_EncryptUpdate(ctx, nullptr, &len, bytes(ad), static_cast<int>(ad.size()));
+  if (!data.empty()) EVP_EncryptUpdate(ctx, p, &len, p, static_cast<int>(data.size()));
+  EVP_EncryptFinal_ex(ctx, none, &len);  // GCM is a stream mode: nothing is left over
+  EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, gcm_tag_bytes, t.data());
+  return t;
+}
+
 }  // namespace
 
 gmac::gmac(const key32& key, gcm_backend backend) : m_key(key, true, backend) {}
 
 gcm_tag gmac::tag(std::span<const std::uint8_t, gcm_nonce_bytes> nonce,
                   std::span<const std::byte> data) noexcept {
-  gcm_tag t{};
-  if (const auto* st = sodium_state(m_key)) {
-    // GMAC is GCM over an empty plaintext with `data` as associated data (SP 800-38D
-    // section 3): the same tag as the EVP path below.
-    unsigned long long tag_len = 0;
-    unsigned char none = 0;
-    crypto_aead_aes256gcm_encrypt_detached_afternm(&none, t.data(), &tag_len, &none, 0, bytes(data),
-                                                   data.size(), nullptr, nonce.data(), st);
-    return t;
-  }
-  evp_cipher_ctx_st* ctx = m_key.evp();
-  int len = 0;
-  // Re-using the context with only a new IV keeps the expanded key (EVP_EncryptInit_ex(3)).
-  EVP_EncryptInit_ex(ctx, nullptr, nullptr, nullptr, nonce.data());
-  EVP_EncryptUpdate(ctx, nullptr, &len, bytes(data), static_cast<int>(data.size()));
-  unsigned char none[16];
-  EVP_EncryptFinal_ex(ctx, none, &len);
-  EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, gcm_tag_bytes, t.data());
-  return t;
+  return encrypt_in_place(m_key, nonce, data, {});
 }
 
 bool gmac::verify(std::span<const std::uint8_t, gcm_nonce_bytes> nonce,
@@ -306,24 +313,7 @@ gcm::gcm(const key32& key, direction d, gcm_backend backend)
 
 gcm_tag gcm::seal(std::span<const std::uint8_t, gcm_nonce_bytes> nonce,
                   std::span<const std::byte> ad, std::span<std::byte> data) noexcept {
-  gcm_tag t{};
-  auto* p = reinterpret_cast<unsigned char*>(data.data());
-  if (const auto* st = sodium_state(m_key)) {
-    // In place: libsodium reads each 16-byte block before it writes it.
-    unsigned long long tag_len = 0;
-    crypto_aead_aes256gcm_encrypt_detached_afternm(p, t.data(), &tag_len, p, data.size(), bytes(ad),
-                                                   ad.size(), nullptr, nonce.data(), st);
-    return t;
-  }
-  evp_cipher_ctx_st* ctx = m_key.evp();
-  int len = 0;
-  EVP_EncryptInit_ex(ctx, nullptr, nullptr, nullptr, nonce.data());
-  EVP_EncryptUpdate(ctx, nullptr, &len, bytes(ad), static_cast<int>(ad.size()));
-  EVP_EncryptUpdate(ctx, p, &len, p, static_cast<int>(data.size()));
-  unsigned char none[16];
-  EVP_EncryptFinal_ex(ctx, none, &len);  // GCM is a stream mode: nothing is left over
-  EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, gcm_tag_bytes, t.data());
-  return t;
+  return encrypt_in_place(m_key, nonce, ad, data);
 }
 
 bool gcm::open(std::span<const std::uint8_t, gcm_nonce_bytes> nonce, std::span<const std::byte> ad,
