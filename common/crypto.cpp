@@ -272,6 +272,7 @@ const crypto_aead_aes256gcm_state* sodium_state(const gcm_key& k) noexcept {
 gcm_tag encrypt_in_place(const gcm_key& key, std::span<const std::uint8_t, gcm_nonce_bytes> nonce,
                          std::span<const std::byte> ad, std::span<std::byte> data) noexcept {
   gcm_tag t{};
+  // libsodium declares the ciphertext pointer nonnull even for 0 bytes (an empty span's is null).
   unsigned char none[16]{};
   auto* p = data.empty() ? none : reinterpret_cast<unsigned char*>(data.data());
   if (const auto* st = sodium_state(key)) {
@@ -320,12 +321,14 @@ bool gcm::open(std::span<const std::uint8_t, gcm_nonce_bytes> nonce, std::span<c
                std::span<const std::byte> cipher, std::span<const std::uint8_t, gcm_tag_bytes> tag,
                std::span<std::byte> out) noexcept {
   if (out.size() < cipher.size()) return false;
-  auto* o = reinterpret_cast<unsigned char*>(out.data());
+  // libsodium declares the ciphertext pointer nonnull even for 0 bytes (an empty span's is null).
+  unsigned char none[16]{};
+  auto* o = cipher.empty() ? none : reinterpret_cast<unsigned char*>(out.data());
   if (const auto* st = sodium_state(m_key)) {
     // Checks the tag in constant time; on failure libsodium zeroes `out`.
-    return crypto_aead_aes256gcm_decrypt_detached_afternm(o, nullptr, bytes(cipher), cipher.size(),
-                                                          tag.data(), bytes(ad), ad.size(),
-                                                          nonce.data(), st) == 0;
+    return crypto_aead_aes256gcm_decrypt_detached_afternm(
+               o, nullptr, cipher.empty() ? none : bytes(cipher), cipher.size(), tag.data(),
+               bytes(ad), ad.size(), nonce.data(), st) == 0;
   }
   evp_cipher_ctx_st* ctx = m_key.evp();
   int len = 0;
@@ -335,7 +338,6 @@ bool gcm::open(std::span<const std::uint8_t, gcm_nonce_bytes> nonce, std::span<c
   std::array<std::uint8_t, gcm_tag_bytes> expected{};
   std::memcpy(expected.data(), tag.data(), gcm_tag_bytes);
   EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, gcm_tag_bytes, expected.data());
-  unsigned char none[16];
   // EVP_DecryptFinal_ex checks the tag (constant time inside OpenSSL).
   return EVP_DecryptFinal_ex(ctx, none, &len) == 1;
 }
