@@ -374,6 +374,13 @@ void receiver_engine::handle_register_reply(session_rx& s, const wire::register_
 void receiver_engine::start_receiving(session_rx& s, time_point now) {
   s.state = session_rx::state_t::receiving;
   s.next_checkpoint = now + m_cfg.checkpoint_interval;
+  // Markers seen while registering moved the NAK position, but their rounds were dropped
+  // (on_timer: the sender ignores a receiver it does not know). The first round from here
+  // starts at the beginning of the pass, so the holes of what arrived during registration
+  // (a GRTT's worth of data when pass 1 starts while registration is open) are NAKed now,
+  // not at the next pass's full scan a round trip later, with hashing stalled behind them.
+  s.nak_file = 0;
+  s.nak_block = 0;
   if (m_log) {
     m_log->info("session {}: {}; {} files to receive, {} already held", s.name(),
                 s.silent ? "silent, receiving without registration" : "registered", s.files_open,

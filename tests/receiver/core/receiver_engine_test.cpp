@@ -312,6 +312,27 @@ TEST_CASE("NAKs cover what is missing behind the sender's marker, once per pass"
   REQUIRE(runs(naks.back(), 1) == std::vector<std::pair<std::uint32_t, std::uint32_t>>{{0, 10}});
 }
 
+TEST_CASE("holes in what arrived before the registration was accepted are NAKed after it",
+          "[unit][receiver]") {
+  // Pass 1 starts while registration is open: blocks arrive and markers pass before the
+  // sender's reply. Rounds due then are dropped (the sender ignores a receiver it does not
+  // know yet), so the first round after the reply starts from the beginning of the pass;
+  // otherwise these holes wait for the next pass's full scan, a round trip late (700 ms on a
+  // geostationary link) and with the file's in-order hashing stalled behind them.
+  harness h;
+  h.announce({entry("a", 10'000), entry("b", 10'000)});  // 10 blocks each
+  h.held_none();
+  for (std::uint32_t b : {0u, 1u, 3u, 4u}) h.feed(data(b + 1, 0, b, 1000));
+  h.marker(1, 0, 6, false, 6);  // blocks 0-5 of file 0 sent; no reply yet
+  REQUIRE(h.sink.of_type<wire::nak>(wire::msg_type::nak).empty());
+  h.accept();
+  for (std::uint32_t b : {6u, 7u, 8u, 9u}) h.feed(data(b + 1, 0, b, 1000));
+  h.marker(1, 1, 0, false, 10);
+  const auto naks = h.sink.of_type<wire::nak>(wire::msg_type::nak);
+  REQUIRE(naks.size() == 1);
+  REQUIRE(runs(naks[0], 0) == std::vector<std::pair<std::uint32_t, std::uint32_t>>{{2, 1}, {5, 1}});
+}
+
 TEST_CASE("a NAK round past its datagram cap goes on where it stopped at the next marker",
           "[unit][receiver][nak]") {
   receiver_config cfg{"site"};
