@@ -400,6 +400,10 @@ def main():
     ap.add_argument("--no-tcp", action="store_true")
     ap.add_argument("--no-uftp", action="store_true")
     ap.add_argument("--plots", default="3,6,18,24,26", help="scenarios to plot")
+    ap.add_argument("--seed", type=int, default=0,
+                    help="added to each scenario's number to seed the emulator's loss: another value "
+                         "draws other losses (a cell's result can hinge on which datagrams are lost, "
+                         "e.g. one repair early in a 512 MB file)")
     args = ap.parse_args()
     m = "full" if args.full else "quick"
     if os.geteuid() != 0:
@@ -432,7 +436,7 @@ def main():
         shutil.rmtree(work, ignore_errors=True)
         os.makedirs(work)
         spec = "h2:delay=%gms" % (rtt / 2) + (",loss=%g" % loss if loss > 0 else "")
-        emu = Emulator(linkem, work, [spec], hosts=3, seed=num,
+        emu = Emulator(linkem, work, [spec], hosts=3, seed=num + args.seed,
                        stats_json=os.path.join(work, "linkem-stats.json"))
         row = {"scenario": num, "category": cat, "rtt_ms": rtt, "loss": loss, "bytes": ds.bytes,
                "files": len(ds.files)}
