@@ -558,6 +558,8 @@ def part_geo(args, src, digests, nbytes, blocks):
                                                      uftp_rate(args.geo_rate), "-Y", "none", "-B", "104857600",
                                                      src], args.cap)
                 stop_daemons(daemons)
+                with open(os.path.join(work, "uftp.out"), "w") as f:
+                    f.write(text)
                 row = {"passes": uftp_passes(text), "repairs": None}
                 name = "UFTP 4.10"
         finally:
