@@ -55,13 +55,17 @@ std::optional<std::string> fallback_policy::unicast_from_start(
   return std::string(buf);
 }
 
+bool fallback_policy::over_nak_ratio(std::uint64_t blocks_naked,
+                                     std::uint64_t data_datagrams) const noexcept {
+  if (m_s.mode == fallback_mode::off || data_datagrams < m_s.min_sample) return false;
+  return static_cast<double>(blocks_naked) / static_cast<double>(data_datagrams) > m_s.nak_ratio;
+}
+
 std::optional<std::string> fallback_policy::nak_ratio_exceeded(std::uint64_t blocks_naked,
-                                                               std::uint64_t data_datagrams) const {
-  if (m_s.mode == fallback_mode::off || data_datagrams < m_s.min_sample) {
-    return std::nullopt;
-  }
+                                                               std::uint64_t data_datagrams,
+                                                               bool others_below) const {
+  if (!others_below || !over_nak_ratio(blocks_naked, data_datagrams)) return std::nullopt;
   const double ratio = static_cast<double>(blocks_naked) / static_cast<double>(data_datagrams);
-  if (!(ratio > m_s.nak_ratio)) return std::nullopt;
   char buf[120];
   std::snprintf(buf, sizeof buf, "NAK ratio %.1f %% above %.1f %% (%llu of %llu blocks)",
                 ratio * 100, m_s.nak_ratio * 100, static_cast<unsigned long long>(blocks_naked),

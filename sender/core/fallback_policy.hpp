@@ -92,10 +92,23 @@ class fallback_policy {
                                                 duration grtt,
                                                 std::uint64_t multicast_rate_bps) const;
 
+  /// True when `blocks_naked` of `data_datagrams` sent is above the NAK ratio, once the
+  /// sample is large enough (min_sample); false when the mode is off.
+  bool over_nak_ratio(std::uint64_t blocks_naked, std::uint64_t data_datagrams) const noexcept;
+
   /// The NAK-ratio trigger, after a NAK: `blocks_naked` blocks the receiver asked for so far,
-  /// of `data_datagrams` sent. @return the reason to move it to unicast, or nullopt
+  /// of `data_datagrams` sent, and whether another receiver still on multicast is at or below
+  /// the ratio (`others_below`). The trigger exists because a lossy receiver's repairs cost
+  /// every other receiver; when none is served better (it is the only one left on multicast,
+  /// or every one loses as much: a sender rate above what the receivers or the path take, a
+  /// fade), moving it off multicast spares no one and trades the paced multicast rate for one
+  /// unicast stream (loopback at 8G: 1 GB in 6.8-7.7 s over usrsctp instead of 1.4 s with
+  /// repairs, docs/benchmarks.md "1 GB at the machine's limit"). The pass-count trigger
+  /// still applies to it.
+  /// @return the reason to move it to unicast, or nullopt
   std::optional<std::string> nak_ratio_exceeded(std::uint64_t blocks_naked,
-                                                std::uint64_t data_datagrams) const;
+                                                std::uint64_t data_datagrams,
+                                                bool others_below = true) const;
 
   /// The pass-count trigger for a receiver still missing data at the end of pass `pass`.
   /// @return the reason to move it to unicast, or nullopt (too early, or no transport)

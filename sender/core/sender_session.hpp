@@ -388,6 +388,12 @@ class sender_session {
   duration collection_delay() const noexcept;
   /// NAK suppression is worth its delay: more than suppression_threshold receivers.
   bool suppressing() const noexcept;
+  /// Whether a receiver other than `r` is still on multicast at or below the NAK ratio, so that
+  /// moving `r` off spares someone its repairs (fallback_policy::nak_ratio_exceeded). Scans the
+  /// receivers at most once per fallback sample (min_sample data datagrams, or after a
+  /// fallback), stopping at the second one found: O(receivers) per 2,000 datagrams at most,
+  /// and only while some receiver is over the ratio.
+  bool another_below_nak_ratio(const receiver_state& r);
   void send_advert(time_point now);
   /// Keeps the silence list and the list of receivers awaiting their unicast connection in
   /// step with `r`'s state; `heard`: it was just heard from (moves to the back).
@@ -479,6 +485,11 @@ class sender_session {
   bool m_registration_open = true;
   std::uint32_t m_registered = 0;
   std::uint32_t m_active = 0;  ///< registered, not yet completed or failed
+  /// another_below_nak_ratio's last scan: when (data datagrams sent; nullopt: due), how many
+  /// multicast receivers were at or below the ratio (counted up to 2), and the one if one.
+  std::optional<std::uint64_t> m_below_scan_at;
+  std::uint32_t m_below_count = 0;
+  const receiver_state* m_below_one = nullptr;
 
   time_point m_next_marker{};
   time_point m_next_status{};

@@ -124,9 +124,13 @@ void sender_session::handle_nak(const wire::nak& m, const endpoint& from, time_p
   // A NAK that takes its receiver over the NAK ratio moves it to unicast, which then carries
   // what it names: scheduled on multicast as well, those blocks would go to every site again.
   // (At 10,000 sites a site that missed the opening announce cycles names most of the set at
-  // the end of pass 1: docs/benchmarks.md "Scale: parity repairs".)
-  if (const auto why =
-          m_fallback.nak_ratio_exceeded(r->rep.blocks_naked + asked, m_data_datagrams)) {
+  // the end of pass 1: docs/benchmarks.md "Scale: parity repairs".) Only while some other
+  // receiver on multicast is below the ratio: otherwise no one is spared its repairs.
+  const std::uint64_t naked_so_far = r->rep.blocks_naked + asked;
+  if (const auto why = m_fallback.over_nak_ratio(naked_so_far, m_data_datagrams)
+                           ? m_fallback.nak_ratio_exceeded(naked_so_far, m_data_datagrams,
+                                                           another_below_nak_ratio(*r))
+                           : std::nullopt) {
     order_fallback(*r, *why, now);
     if (r->on_unicast()) {
       r->rep.blocks_naked += asked;
@@ -184,6 +188,22 @@ void sender_session::handle_nak(const wire::nak& m, const endpoint& from, time_p
       m_next_pass_at = now + collection_delay();
     }
   }
+}
+
+bool sender_session::another_below_nak_ratio(const receiver_state& r) {
+  if (!m_below_scan_at || m_data_datagrams >= *m_below_scan_at + m_cfg.fallback_min_sample) {
+    m_below_scan_at = m_data_datagrams;
+    m_below_count = 0;
+    m_below_one = nullptr;
+    for (const auto& o : m_receivers) {
+      if (!o->on_multicast() || m_fallback.over_nak_ratio(o->rep.blocks_naked, m_data_datagrams)) {
+        continue;
+      }
+      m_below_one = o.get();
+      if (++m_below_count == 2) break;
+    }
+  }
+  return m_below_count >= 2 || (m_below_count == 1 && m_below_one != &r);
 }
 
 }  // namespace mcdist::sender

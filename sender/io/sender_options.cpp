@@ -66,10 +66,11 @@ never a name, a digest or a byte of content. Its unicast fallback is sealed too:
 hello every frame (records, requests, acks) is AES-256-GCM under keys only that site and this
 sender hold; an observer sees frame sizes and timing, never a byte of a record.
 
-Unicast fallback: a receiver whose NAKs exceed --fallback-nak-ratio of the data sent, or that
-still misses data after --fallback-after-passes passes, is told to fetch the rest of the set
-over unicast (it connects to this sender, so receivers behind firewalls work), and the others
-go on as if it were not there. With --unicast-rate, a set small enough that unicast beats a
+Unicast fallback: a receiver whose NAKs exceed --fallback-nak-ratio of the data sent while
+another receiver on multicast stays below it, or that still misses data after
+--fallback-after-passes passes, is told to fetch the rest of the set over unicast (it connects
+to this sender, so receivers behind firewalls work), and the others go on as if it were not
+there. The only receiver left on multicast is repaired there, whatever it loses. With --unicast-rate, a set small enough that unicast beats a
 multicast pass goes unicast from the start. Every decision is logged and shown in the summary.
 )";
 
@@ -203,7 +204,8 @@ void add_sender_options(CLI::App& app, sender_cli& c) {
       ->check(CLI::IsMember({"auto", "sctp", "tcp", "sctp-kernel", "off"}));
   app.add_option("--fallback-nak-ratio", c.fallback_nak_ratio,
                  "Move a receiver to unicast when its NAKed blocks exceed this fraction of the "
-                 "data sent")
+                 "data sent and another receiver on multicast is below it (whom its repairs "
+                 "would cost)")
       ->capture_default_str()
       ->type_name("FRACTION")
       ->check(CLI::Range(0.0, 1.0));

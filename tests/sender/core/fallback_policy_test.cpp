@@ -52,6 +52,13 @@ TEST_CASE("a receiver goes unicast on its NAK ratio or after enough passes", "[u
   REQUIRE(why);
   REQUIRE(*why == "NAK ratio 5.5 % above 5.0 % (110 of 2000 blocks)");
   REQUIRE_FALSE(with({.mode = fallback_mode::off}, {}).nak_ratio_exceeded(2000, 2000));
+  // Over the ratio, but no other receiver on multicast is below it: moving this one would
+  // spare no one its repairs.
+  REQUIRE(p.over_nak_ratio(110, 2000));
+  REQUIRE_FALSE(p.over_nak_ratio(100, 2000));
+  REQUIRE_FALSE(p.over_nak_ratio(500, 1999));
+  REQUIRE_FALSE(p.nak_ratio_exceeded(110, 2000, false));
+  REQUIRE(p.nak_ratio_exceeded(110, 2000, true) == why);
 
   REQUIRE_FALSE(p.after_passes(9));
   REQUIRE(p.after_passes(10) == "still missing data after 10 passes");

@@ -799,6 +799,54 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "a receiver over the NAK ratio stays on multicast when no other receiver is below it",
+    "[unit][sender]") {
+  // The trigger spares the others a lossy receiver's repairs. Alone on multicast, or with every
+  // receiver as lossy (a rate above what they take), moving it spares no one and trades the
+  // multicast rate for one unicast stream.
+  SECTION("the only receiver") {
+    harness h(files({14'000}), {"a"});  // 10 blocks
+    h.cfg.fallback = fallback_mode::sctp;
+    h.cfg.fallback_nak_ratio = 0.5;
+    h.cfg.fallback_min_sample = 1;
+    h.s = std::make_unique<sender_session>(h.cfg, files({14'000}), 1, nullptr);
+    h.s->set_unicast_endpoint(transport_kind::sctp_udp, *parse_endpoint("10.0.0.1:4712"));
+    h.s->start(h.now);
+    h.tick();
+    h.register_rx("a", rx_a);
+    const auto pass1 = h.drain_data();
+    REQUIRE(pass1.size() == 10);
+    h.nak("a", rx_a, 0, {{0, 8}}, pass1.back().seq);
+    fallback_order order;
+    REQUIRE_FALSE(h.s->pop_fallback(order));
+    h.now += 50ms;
+    REQUIRE(h.drain_data().size() == 8);  // repaired on multicast
+    for (const auto& rr : h.s->report(h.now).receivers) REQUIRE_FALSE(rr.fallback_transport);
+  }
+  SECTION("the last receiver left on multicast") {
+    harness h(files({14'000}), {"a", "b"});
+    h.cfg.fallback = fallback_mode::sctp;
+    h.cfg.fallback_nak_ratio = 0.5;
+    h.cfg.fallback_min_sample = 1;
+    h.s = std::make_unique<sender_session>(h.cfg, files({14'000}), 1, nullptr);
+    h.s->set_unicast_endpoint(transport_kind::sctp_udp, *parse_endpoint("10.0.0.1:4712"));
+    h.s->start(h.now);
+    h.tick();
+    h.register_rx("a", rx_a);
+    h.register_rx("b", rx_b);
+    const auto pass1 = h.drain_data();
+    REQUIRE(pass1.size() == 10);
+    // b is below when a first goes over: a moves, and b, now alone on multicast, stays.
+    h.nak("a", rx_a, 0, {{0, 8}}, pass1.back().seq);
+    fallback_order order;
+    REQUIRE(h.s->pop_fallback(order));
+    REQUIRE(order.receiver_id == "a");
+    h.nak("b", rx_b, 0, {{0, 7}}, pass1.back().seq);
+    REQUIRE_FALSE(h.s->pop_fallback(order));
+  }
+}
+
+TEST_CASE(
     "a NAK that moves its receiver to unicast is answered there, not by a multicast repair "
     "pass to every receiver",
     "[unit][sender]") {
