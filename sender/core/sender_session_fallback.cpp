@@ -21,7 +21,8 @@ void sender_session::order_fallback(receiver_state& r, std::string reason, time_
   const auto t = m_fallback.transport(r.rep.rtt_valid ? std::optional(r.rep.rtt) : std::nullopt);
   if (!t) return;
   r.rep.fallback_transport = *t;
-  m_below_scan_at.reset();  // the multicast group changed: the next NAK-ratio check scans again
+  // The multicast group changed: the next NAK-ratio check scans the receivers again.
+  m_below_scan_at.reset();
   forget_rate(r, now);  // a receiver on unicast no longer holds the group's rate back
   if (m_cfg.token_source) {
     r.token = m_cfg.token_source();

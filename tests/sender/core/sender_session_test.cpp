@@ -798,21 +798,30 @@ TEST_CASE(
   REQUIRE(rep.rate_lowest_bps == 2'000'000);
 }
 
-TEST_CASE(
-    "a receiver over the NAK ratio stays on multicast when no other receiver is below it",
-    "[unit][sender]") {
+namespace {
+
+/// Rebuilds h's session over one 14,000-byte file (10 blocks) with an SCTP fallback at NAK
+/// ratio `ratio`, judged from the first datagram on, and starts it.
+void with_sctp_fallback(harness& h, double ratio) {
+  h.cfg.fallback = fallback_mode::sctp;
+  h.cfg.fallback_nak_ratio = ratio;
+  h.cfg.fallback_min_sample = 1;
+  h.s = std::make_unique<sender_session>(h.cfg, files({14'000}), 1, nullptr);
+  h.s->set_unicast_endpoint(transport_kind::sctp_udp, *parse_endpoint("10.0.0.1:4712"));
+  h.s->start(h.now);
+  h.tick();
+}
+
+}  // namespace
+
+TEST_CASE("a receiver over the NAK ratio stays on multicast when no other receiver is below it",
+          "[unit][sender]") {
   // The trigger spares the others a lossy receiver's repairs. Alone on multicast, or with every
   // receiver as lossy (a rate above what they take), moving it spares no one and trades the
   // multicast rate for one unicast stream.
   SECTION("the only receiver") {
     harness h(files({14'000}), {"a"});  // 10 blocks
-    h.cfg.fallback = fallback_mode::sctp;
-    h.cfg.fallback_nak_ratio = 0.5;
-    h.cfg.fallback_min_sample = 1;
-    h.s = std::make_unique<sender_session>(h.cfg, files({14'000}), 1, nullptr);
-    h.s->set_unicast_endpoint(transport_kind::sctp_udp, *parse_endpoint("10.0.0.1:4712"));
-    h.s->start(h.now);
-    h.tick();
+    with_sctp_fallback(h, 0.5);
     h.register_rx("a", rx_a);
     const auto pass1 = h.drain_data();
     REQUIRE(pass1.size() == 10);
@@ -825,13 +834,7 @@ TEST_CASE(
   }
   SECTION("the last receiver left on multicast") {
     harness h(files({14'000}), {"a", "b"});
-    h.cfg.fallback = fallback_mode::sctp;
-    h.cfg.fallback_nak_ratio = 0.5;
-    h.cfg.fallback_min_sample = 1;
-    h.s = std::make_unique<sender_session>(h.cfg, files({14'000}), 1, nullptr);
-    h.s->set_unicast_endpoint(transport_kind::sctp_udp, *parse_endpoint("10.0.0.1:4712"));
-    h.s->start(h.now);
-    h.tick();
+    with_sctp_fallback(h, 0.5);
     h.register_rx("a", rx_a);
     h.register_rx("b", rx_b);
     const auto pass1 = h.drain_data();
@@ -851,13 +854,7 @@ TEST_CASE(
     "pass to every receiver",
     "[unit][sender]") {
   harness h(files({14'000}), {"a", "b"});  // 10 blocks
-  h.cfg.fallback = fallback_mode::sctp;
-  h.cfg.fallback_nak_ratio = 0.5;  // a's 8 of 10 blocks are over it, b's 1 is not
-  h.cfg.fallback_min_sample = 1;
-  h.s = std::make_unique<sender_session>(h.cfg, files({14'000}), 1, nullptr);
-  h.s->set_unicast_endpoint(transport_kind::sctp_udp, *parse_endpoint("10.0.0.1:4712"));
-  h.s->start(h.now);
-  h.tick();
+  with_sctp_fallback(h, 0.5);              // a's 8 of 10 blocks are over it, b's 1 is not
   h.register_rx("a", rx_a);
   h.register_rx("b", rx_b);
   const auto pass1 = h.drain_data();
