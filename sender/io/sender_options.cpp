@@ -70,8 +70,10 @@ Unicast fallback: a receiver whose NAKs exceed --fallback-nak-ratio of the data 
 another receiver on multicast stays below it, or that still misses data after
 --fallback-after-passes passes, is told to fetch the rest of the set over unicast (it connects
 to this sender, so receivers behind firewalls work), and the others go on as if it were not
-there. The only receiver left on multicast is repaired there, whatever it loses. With --unicast-rate, a set small enough that unicast beats a
-multicast pass goes unicast from the start. Every decision is logged and shown in the summary.
+there. The only receiver left on multicast is not moved for its NAKs (no one else would be
+spared its repairs), only after the passes. With --unicast-rate, a set small enough that
+unicast beats a multicast pass goes unicast from the start. Every decision is logged and shown
+in the summary.
 )";
 
 /// --catch-up N-M,...: inclusive ranges of channel sequence numbers.
