@@ -89,6 +89,26 @@ std::uint32_t layout::sources_before(std::uint32_t fb, std::uint64_t g) const no
   return static_cast<std::uint32_t>(std::min<std::uint64_t>(before, sources(fb)));
 }
 
+std::vector<std::uint32_t> layout::completed_in(std::uint64_t g0, std::uint64_t g1) const {
+  std::vector<std::uint32_t> out;
+  g1 = std::min(g1, m_total);
+  while (g0 < g1) {
+    const auto shape = group_of_block(g0);
+    const std::uint64_t end = shape.first_block + shape.size;
+    // The group's tail: its last `depth` blocks hold every FEC block's last source.
+    const std::uint64_t tail = end - std::min<std::uint64_t>(shape.depth, shape.size);
+    for (std::uint64_t g = std::max(g0, tail); g < std::min(g1, end); ++g) {
+      const std::uint64_t o = g - shape.first_block;
+      const auto fb = shape.first_fec + static_cast<std::uint32_t>(o % shape.depth);
+      // The last source of fb is the last offset of its residue class in the group.
+      if (o + shape.depth >= shape.size) out.push_back(fb);
+    }
+    g0 = end;
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 std::optional<std::pair<std::uint32_t, std::uint32_t>> layout::fec_blocks_of(
     std::uint32_t file) const noexcept {
   const std::uint64_t first = m_prefix[file];

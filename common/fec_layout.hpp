@@ -71,6 +71,10 @@ class layout {
   /// Sources of FEC block `fb` whose sequence number is below `g`: what pass 1 has sent of it
   /// when its cursor is at `g`.
   std::uint32_t sources_before(std::uint32_t fb, std::uint64_t g) const noexcept;
+  /// The FEC blocks whose last source has a sequence number in [g0, g1), ascending: those pass 1
+  /// completes between two markers. Each FEC block's last source lies in the last `depth`
+  /// blocks of its group, so this costs at most the overlap of [g0, g1) with those tails.
+  std::vector<std::uint32_t> completed_in(std::uint64_t g0, std::uint64_t g1) const;
   /// The FEC blocks that hold blocks of `file`: [first, last] (inclusive) holds all of them,
   /// though with depth > 1 not every FEC block in between does. nullopt for an empty file.
   std::optional<std::pair<std::uint32_t, std::uint32_t>> fec_blocks_of(

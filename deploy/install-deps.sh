@@ -14,7 +14,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   libboost1.81-dev libprotobuf-dev protobuf-compiler libspdlog-dev catch2 libssl-dev
   libcli11-dev libtomlplusplus-dev libsodium-dev libusrsctp-dev libsctp-dev nlohmann-json3-dev
-  libisal-dev
+  libisal-dev libgf-complete-dev ccache
   python3 iproute2 libeccodes-data
   chromium prometheus
   systemd help2man lintian

@@ -1,11 +1,14 @@
 #include "receiver/core/fec_tracker.hpp"
 
+#include "common/fec.hpp"
+
 #include <algorithm>
 
 namespace mcdist::receiver {
 
 fec_tracker::fec_tracker(fec::layout layout, std::uint32_t max_parity)
-    : m_layout(std::move(layout)), m_max_parity(std::min<std::uint32_t>(max_parity, 255)),
+    : m_layout(std::move(layout)),
+      m_max_parity(std::min<std::uint32_t>(max_parity, fec::max_blocks_gf16)),
       m_sources(m_layout.fec_blocks(), 0) {}
 
 void fec_tracker::add_source(std::uint32_t fb) noexcept {
@@ -17,24 +20,22 @@ bool fec_tracker::add_parity(std::uint32_t fb, std::uint32_t index) {
   if (m_sources[fb] >= m_layout.sources(fb)) return false;  // complete
   if (m_parity.size() >= max_parity_states && !m_parity.count(fb)) return false;
   auto& st = m_parity[fb];
-  if (st.decoding || st.explicit_only || st.held.test(index)) return false;
-  st.held.set(index);
+  if (st.decoding || st.explicit_only) return false;
+  const auto at = std::lower_bound(st.held.begin(), st.held.end(), index);
+  if (at != st.held.end() && *at == index) return false;
+  st.held.insert(at, index);
   return true;
 }
 
 std::uint32_t fec_tracker::parity_held(std::uint32_t fb) const noexcept {
   const auto it = m_parity.find(fb);
-  return it == m_parity.end() ? 0 : static_cast<std::uint32_t>(it->second.held.count());
+  return it == m_parity.end() ? 0 : static_cast<std::uint32_t>(it->second.held.size());
 }
 
 std::vector<std::uint32_t> fec_tracker::parity_indexes(std::uint32_t fb) const {
-  std::vector<std::uint32_t> out;
   const auto it = m_parity.find(fb);
-  if (it == m_parity.end()) return out;
-  for (std::uint32_t i = 0; i < m_max_parity; ++i) {
-    if (it->second.held.test(i)) out.push_back(i);
-  }
-  return out;
+  if (it == m_parity.end()) return {};
+  return it->second.held;
 }
 
 std::uint32_t fec_tracker::lack(std::uint32_t fb, std::uint32_t sent) const noexcept {
@@ -44,8 +45,13 @@ std::uint32_t fec_tracker::lack(std::uint32_t fb, std::uint32_t sent) const noex
   return due > have ? due - have : 0;
 }
 
+bool fec_tracker::too_costly(std::uint32_t fb) const noexcept {
+  const std::uint64_t n = m_layout.sources(fb);
+  return (n - std::min<std::uint64_t>(n, m_sources[fb])) * n > fec::max_decode_work;
+}
+
 bool fec_tracker::by_count(std::uint32_t fb, std::uint32_t lack) const noexcept {
-  if (explicit_only(fb)) return false;
+  if (explicit_only(fb) || too_costly(fb)) return false;
   return lack <= m_max_parity - parity_held(fb);
 }
 
@@ -54,7 +60,7 @@ bool fec_tracker::decodable(std::uint32_t fb) const noexcept {
   const auto it = m_parity.find(fb);
   if (it == m_parity.end() || it->second.decoding || it->second.explicit_only) return false;
   const std::uint32_t n = m_layout.sources(fb);
-  return m_sources[fb] < n && m_sources[fb] + it->second.held.count() >= n;
+  return m_sources[fb] < n && m_sources[fb] + it->second.held.size() >= n && !too_costly(fb);
 }
 
 void fec_tracker::start_decode(std::uint32_t fb) { m_parity[fb].decoding = true; }
@@ -73,7 +79,8 @@ void fec_tracker::decoded(std::uint32_t fb) {
 void fec_tracker::set_explicit_only(std::uint32_t fb) {
   if (m_parity.size() >= max_parity_states && !m_parity.count(fb)) return;
   auto& st = m_parity[fb];
-  st.held.reset();
+  st.held.clear();
+  st.held.shrink_to_fit();
   st.decoding = false;
   st.explicit_only = true;
 }

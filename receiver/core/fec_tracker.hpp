@@ -12,14 +12,19 @@
 /// does not hold yet); otherwise, or once a decode failed, its missing blocks are NAKed one by
 /// one as without FEC (`explicit_only`).
 ///
+/// A FEC block is also NAKed one by one when decoding it would cost more than
+/// fec::max_decode_work (missing sources x sources): a site that missed most of a large GF(2^16)
+/// FEC block asks for the blocks rather than burn seconds of CPU on one decode.
+///
 /// Pure. Memory: 2 bytes per FEC block plus about 100 bytes (entry and map node) per FEC block
-/// holding parity or marked explicit_only, at most max_parity_states of those: a sender that
+/// holding parity or marked explicit_only, at most max_parity_states of those, plus 4 bytes per
+/// parity index held: an index is recorded only for a parity block storage keeps, so the
+/// storage's parity budget bounds those (64 MiB of parity is ~45,000 indexes). A sender that
 /// sends one parity block for every FEC block of a huge declared set and never completes one
-/// cannot make the site spend more than ~6.5 MB here.
+/// cannot make the site spend more than ~6.5 MB in entries here.
 
 #include "common/fec_layout.hpp"
 
-#include <bitset>
 #include <cstdint>
 #include <unordered_map>
 #include <vector>
@@ -34,7 +39,8 @@ class fec_tracker {
   static constexpr std::size_t max_parity_states = 1 << 16;
 
   /// @param layout      the session's FEC blocks
-  /// @param max_parity  parity indexes per FEC block (session_params.fec_max_parity), <= 254
+  /// @param max_parity  parity indexes per FEC block (session_params.fec_max_parity;
+  ///                    fec::valid_shape with the layout's k)
   fec_tracker(fec::layout layout, std::uint32_t max_parity);
 
   const fec::layout& layout() const noexcept { return m_layout; }
@@ -55,8 +61,8 @@ class fec_tracker {
 
   /// Blocks of `fb` still lacking given that the sender has sent `sent` of its sources.
   std::uint32_t lack(std::uint32_t fb, std::uint32_t sent) const noexcept;
-  /// True when `fb` can be reported by count: not explicit_only, and the lack fits in the
-  /// parity indexes not held yet.
+  /// True when `fb` can be reported by count: not explicit_only, the lack fits in the parity
+  /// indexes not held yet, and decoding it stays within fec::max_decode_work.
   bool by_count(std::uint32_t fb, std::uint32_t lack) const noexcept;
   /// True when `fb` misses sources and holds enough parity to decode them, and no decode runs.
   bool decodable(std::uint32_t fb) const noexcept;
@@ -73,10 +79,12 @@ class fec_tracker {
 
  private:
   struct parity_state {
-    std::bitset<256> held;
+    std::vector<std::uint32_t> held;  ///< parity indexes held, ascending
     bool decoding = false;
     bool explicit_only = false;
   };
+  /// Decoding `fb` now would take more than fec::max_decode_work.
+  bool too_costly(std::uint32_t fb) const noexcept;
 
   fec::layout m_layout;
   std::uint32_t m_max_parity;

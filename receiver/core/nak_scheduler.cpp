@@ -41,6 +41,17 @@ void nak_scheduler::advertise(std::uint32_t pass, std::uint32_t current, std::ui
   m_runs.emplace(a, b);
 }
 
+void nak_scheduler::cover_parity(std::uint32_t pass, std::uint32_t current, std::uint32_t fb,
+                                 std::uint64_t parity) {
+  if (pass != current || parity == 0) return;
+  const auto it = m_covered.find(fb);
+  if (it != m_covered.end()) {
+    it->second = std::max(it->second, parity);
+  } else if (m_covered.size() < max_covered_fec_blocks) {
+    m_covered.emplace(fb, parity);
+  }
+}
+
 bool nak_scheduler::advertised(std::uint32_t file, std::uint32_t block) const noexcept {
   const std::uint64_t k = key(file, block);
   auto it = m_runs.upper_bound(k);

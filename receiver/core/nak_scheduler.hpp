@@ -15,6 +15,13 @@
 ///   from its NAK. The hint holds for the current pass only and is forgotten when the sender
 ///   asks again for the end of a pass already answered (a rescan), so a lost repair still costs
 ///   one status interval, like a lost NAK.
+/// - **Parity coverage.** A FEC block's lack is reported once per pass, and not at all while the
+///   parity the sender advertised as pending (`repair_advert.fec_parity`) covers it: the sender
+///   raises a FEC block's parity to the largest lack it hears, so one report of the largest
+///   lack serves every site (RFC 5740 section 5.3's suppression, applied to NORM's erasure
+///   counts). What covers a FEC block is kept as the number of parity blocks this receiver
+///   expects to hold: the ones held plus the lack it reported or the parity advertised. A lost
+///   parity block then waits for the next pass or rescan, like a lost repair.
 /// - **Sampled status.** A status request asks the slice of the group whose id hash falls in
 ///   it to answer even with nothing to NAK (RFC 5740's ACK request to a subset of receivers);
 ///   receivers with something to NAK always answer.
@@ -39,6 +46,10 @@ class nak_scheduler {
   /// most). A fade is one run; beyond the cap new hints are ignored, which costs at most a
   /// duplicate NAK, never a block.
   static constexpr std::size_t max_runs = 1024;
+  /// FEC blocks whose parity coverage is remembered per session (about 40 bytes each: 160 KiB
+  /// at most); beyond the cap a FEC block is reported again, which costs a datagram, never a
+  /// block.
+  static constexpr std::size_t max_covered_fec_blocks = 4096;
 
   /// The sender's NAK parameters, from its latest marker.
   /// @param window      marker.nak_backoff_us: delays are drawn in [0, window)
@@ -64,7 +75,21 @@ class nak_scheduler {
                  std::uint32_t count);
   /// A new pass began or the sender asked again for a pass end already answered: every hint is
   /// dropped, so the next round asks for everything still missing.
-  void clear() noexcept { m_runs.clear(); }
+  void clear() noexcept {
+    m_runs.clear();
+    m_covered.clear();
+  }
+  /// FEC block `fb` is covered until this receiver holds `parity` parity blocks of it (it
+  /// reported its lack then, or the sender advertised that much parity pending): raises what
+  /// is remembered, never lowers it. Hints of another pass are ignored (`pass` != `current`).
+  void cover_parity(std::uint32_t pass, std::uint32_t current, std::uint32_t fb,
+                    std::uint64_t parity);
+  /// True if FEC block `fb`, lacking `need` parity blocks in all (its missing sources, before
+  /// the parity held), is covered: the parity expected reaches `need`.
+  bool parity_covered(std::uint32_t fb, std::uint64_t need) const noexcept {
+    const auto it = m_covered.find(fb);
+    return it != m_covered.end() && need <= it->second;
+  }
   /// Advertised runs held.
   std::size_t runs() const noexcept { return m_runs.size(); }
   /// True if block `block` of `file` is advertised.
@@ -114,6 +139,8 @@ class nak_scheduler {
   std::uint32_t m_group = 0;
   /// Advertised runs: key(file, first) -> key(file, end), disjoint and not touching.
   std::map<std::uint64_t, std::uint64_t> m_runs;
+  /// FEC block -> parity blocks expected held (cover_parity).
+  std::map<std::uint32_t, std::uint64_t> m_covered;
 };
 
 }  // namespace mcdist::receiver

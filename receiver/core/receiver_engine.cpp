@@ -368,6 +368,28 @@ void receiver_engine::handle_advert(session_rx& s, const wire::repair_advert& m,
       return;
     }
   }
+  // Parity pending per FEC block: (gap, pending) pairs, ascending, as nak.fec_lacks.
+  if (m.fec_parity_size() > 0 && ensure_fec(s)) {
+    const auto& t = *s.fec;
+    bool ok = m.fec_parity_size() % 2 == 0;
+    std::uint64_t fb = 0;
+    for (int i = 0; ok && i < m.fec_parity_size(); i += 2) {
+      if (i > 0 && m.fec_parity(i) == 0) ok = false;  // not ascending
+      fb += m.fec_parity(i);
+      ok = ok && fb < t.layout().fec_blocks() && m.fec_parity(i + 1) > 0;
+    }
+    if (!ok) {
+      m_stats.drops.add(errc::invalid_field);
+      return;
+    }
+    fb = 0;
+    for (int i = 0; i < m.fec_parity_size(); i += 2) {
+      fb += m.fec_parity(i);
+      const auto f = static_cast<std::uint32_t>(fb);
+      s.feedback.cover_parity(m.pass(), s.marker_pass, f,
+                              std::uint64_t{t.parity_held(f)} + m.fec_parity(i + 1));
+    }
+  }
   for (const auto& fn : m.files()) {
     for_each_range(std::span(fn.ranges().data(), static_cast<std::size_t>(fn.ranges_size())),
                    s.files[fn.file()].blocks, [&](std::uint32_t first, std::uint32_t count) {

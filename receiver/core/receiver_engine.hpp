@@ -23,6 +23,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -167,6 +168,9 @@ struct receiver_stats {
   std::uint64_t sessions_failed = 0;
   std::uint64_t parity_blocks = 0;     ///< parity blocks kept for decoding (issue 12)
   std::uint64_t blocks_recovered = 0;  ///< source blocks recovered from parity
+  /// FEC block lacks left out of NAKs because this receiver had reported them this pass or the
+  /// sender advertised enough parity pending (nak_scheduler.hpp "Parity coverage").
+  std::uint64_t fec_lacks_covered = 0;
   /// Files that silent sessions ended without (recorded with their session and channel through
   /// receiver_sink::file_finished, reason "incomplete: ..."; a catch-up brings them).
   std::uint64_t files_incomplete = 0;
@@ -284,15 +288,20 @@ class receiver_engine {
   bool ensure_fec(session_rx& s);
   void fec_source_added(session_rx& s, std::uint32_t f, std::uint32_t b, time_point now);
   void start_recovery(session_rx& s, std::uint32_t fec_block, time_point now);
-  /// Sources of FEC block `fb` the sender has sent as of the latest marker.
-  std::uint32_t fec_sent(const session_rx& s, std::uint32_t fb) const;
+  /// Sources of FEC block `fb` the sender had sent as of round `r`'s marker: a FEC block is
+  /// reported by the first round drawn at or after the marker that completed it, so its
+  /// backoff starts there (a round drawn earlier in the pass would fire at a time unrelated to
+  /// it, and every site's NAK would come at once).
+  std::uint32_t fec_sent(const session_rx& s, std::uint32_t fb, const nak_round& r) const;
   /// `fr.received` with the missing blocks in [from, end) that parity will repair set, so the
   /// NAK names only the others; the FEC blocks repaired by parity go into `lacks`.
-  block_map fec_mask(session_rx& s, std::uint32_t f, std::uint32_t from, std::uint32_t end,
-                     std::map<std::uint32_t, std::uint32_t>& lacks);
-  /// Reports the deferred FEC blocks (session_rx::fec_deferred) whose sources are all sent.
-  void fec_undefer(session_rx& s, class nak_builder& naks,
-                   std::map<std::uint32_t, std::uint32_t>& lacks);
+  block_map fec_mask(session_rx& s, const nak_round& r, std::uint32_t f, std::uint32_t from,
+                     std::uint32_t end, std::map<std::uint32_t, std::uint32_t>& lacks);
+  /// Reports the FEC blocks `due` (finished by round `r`'s marker, or pushed out of the last
+  /// round by the datagram cap): their lack into `lacks`, or their missing blocks by name when
+  /// parity cannot make them whole.
+  void fec_report(session_rx& s, const nak_round& r, std::set<std::uint32_t> due,
+                  class nak_builder& naks, std::map<std::uint32_t, std::uint32_t>& lacks);
   void handle_digests(session_rx& s, const wire::digest_list& m, time_point now);
   void handle_register_reply(session_rx& s, const wire::register_reply& m, time_point now);
   void handle_complete_ack(session_rx& s, time_point now);

@@ -186,21 +186,22 @@ void receiver_engine::on_recovered(session_id id, std::uint32_t fb, std::error_c
   file_done(*s, now);
 }
 
-std::uint32_t receiver_engine::fec_sent(const session_rx& s, std::uint32_t fb) const {
+std::uint32_t receiver_engine::fec_sent(const session_rx& s, std::uint32_t fb,
+                                        const nak_round& r) const {
   const auto& l = s.fec->layout();
   // Pass 1 sends every source in sequence order; later passes and the end of pass 1 are past
   // all of them.
-  if (s.marker_pass > 1 || s.marker_pass_end || s.marker_file >= s.file_count) return l.sources(fb);
+  if (s.marker_pass > 1 || r.pass_end || r.to_file >= s.file_count) return l.sources(fb);
   // The marker stands at the next block to send. Parity goes out ahead of blocks, so once
   // the sweep has sent one block past a FEC block's last source, that FEC block's proactive
   // parity has gone out too: count its sources as sent only then, so the NAK is not for
   // parity already on its way.
-  const std::uint64_t g = l.sequence_number(s.marker_file, s.marker_block);
+  const std::uint64_t g = l.sequence_number(r.to_file, r.to_block);
   return l.sources_before(fb, g > 0 ? g - 1 : 0);
 }
 
-block_map receiver_engine::fec_mask(session_rx& s, std::uint32_t f, std::uint32_t from,
-                                    std::uint32_t end,
+block_map receiver_engine::fec_mask(session_rx& s, const nak_round& r, std::uint32_t f,
+                                    std::uint32_t from, std::uint32_t end,
                                     std::map<std::uint32_t, std::uint32_t>& lacks) {
   auto& t = *s.fec;
   block_map masked = s.files[f].received;
@@ -210,11 +211,11 @@ block_map receiver_engine::fec_mask(session_rx& s, std::uint32_t f, std::uint32_
       masked.set(b);  // being recovered now
       continue;
     }
-    const std::uint32_t sent = fec_sent(s, fb);
+    const std::uint32_t sent = fec_sent(s, fb, r);
     if (sent < t.layout().sources(fb) && !t.explicit_only(fb)) {
-      // Pass 1 has more of it to send, then its proactive parity: ask once they went out.
+      // Pass 1 has more of it to send, then its proactive parity: the round drawn at the
+      // marker that finishes it asks (fec_report).
       masked.set(b);
-      s.fec_deferred.insert(fb);
       continue;
     }
     const std::uint32_t lack = t.lack(fb, sent);
@@ -225,33 +226,34 @@ block_map receiver_engine::fec_mask(session_rx& s, std::uint32_t f, std::uint32_
   return masked;
 }
 
-void receiver_engine::fec_undefer(session_rx& s, nak_builder& naks,
-                                  std::map<std::uint32_t, std::uint32_t>& lacks) {
+void receiver_engine::fec_report(session_rx& s, const nak_round& r, std::set<std::uint32_t> due,
+                                 nak_builder& naks, std::map<std::uint32_t, std::uint32_t>& lacks) {
   auto& t = *s.fec;
-  for (auto it = s.fec_deferred.begin(); it != s.fec_deferred.end();) {
+  for (auto it = due.begin(); it != due.end(); it = due.erase(it)) {
     const std::uint32_t fb = *it;
     const std::uint32_t n = t.layout().sources(fb);
-    if (fec_sent(s, fb) < n) {
-      ++it;
-      continue;
-    }
-    it = s.fec_deferred.erase(it);
-    if (t.decoding(fb)) continue;
+    if (fec_sent(s, fb, r) < n || t.decoding(fb)) continue;
     const std::uint32_t lack = t.lack(fb, n);
     if (lack == 0) continue;
     if (t.by_count(fb, lack)) {
       lacks[fb] = lack;
       continue;
     }
-    // Parity cannot make it whole: its missing blocks one by one.
+    // Parity cannot make it whole: its missing blocks one by one, but for those of this round's
+    // own segment, which fec_mask judged already.
+    const std::uint64_t seg_from = t.layout().sequence_number(r.from_file, r.from_block);
+    const std::uint64_t seg_to = t.layout().sequence_number(r.to_file, r.to_block);
     for (std::uint32_t i = 0; i < n; ++i) {
       const auto src = t.layout().source(fb, i);
+      const std::uint64_t g = t.layout().sequence_number(src.file, src.block);
+      if (g >= seg_from && g < seg_to) continue;
       const auto& fr = s.files[src.file];
       if (fr.state != file_rx::state_t::receiving || fr.received.size() != fr.blocks) continue;
       if (s.feedback.advertised(src.file, src.block)) continue;  // nak_scheduler.hpp
       std::uint32_t from = src.block;
       if (!naks.add_missing(src.file, fr.received, from, src.block + 1)) {
-        s.fec_deferred.insert(fb);  // the datagram cap: again at the next round
+        // The datagram cap: this one and the rest again at the next round.
+        s.fec_deferred.insert(due.begin(), due.end());
         return;
       }
     }

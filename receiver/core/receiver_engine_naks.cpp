@@ -39,7 +39,7 @@ void receiver_engine::send_round(session_rx& s, const nak_round& r, time_point n
     if (fr.state != file_rx::state_t::receiving) continue;
     const std::uint32_t end = f == r.to_file ? std::min(r.to_block, fr.blocks) : fr.blocks;
     // Blocks that parity will repair are masked (received) and counted in fec_lacks instead.
-    const block_map masked = fec ? fec_mask(s, f, b, end, fec_lacks) : block_map();
+    const block_map masked = fec ? fec_mask(s, r, f, b, end, fec_lacks) : block_map();
     const block_map& have = fec ? masked : fr.received;
     // Blocks the sender advertised as scheduled are left out (nak_scheduler.hpp).
     const bool all_in =
@@ -62,10 +62,37 @@ void receiver_engine::send_round(session_rx& s, const nak_round& r, time_point n
     }
   }
   if (!stopped && r.pass_end) s.pass_end_answered = s.marker_pass;
-  if (fec && !s.fec_deferred.empty()) fec_undefer(s, naks, fec_lacks);
+  // FEC blocks this round reports besides those fec_mask found: what the cap pushed out of the
+  // last round, and in pass 1 the FEC blocks finished between this round's two markers. The
+  // round drawn at the marker that finishes a FEC block is the one that reports it, so its
+  // backoff starts there; rounds drawn at later markers, whose timers may fire first, do not
+  // (every site would NAK at once).
+  std::set<std::uint32_t> fec_due;
+  if (fec) fec_due.swap(s.fec_deferred);
+  if (fec && s.marker_pass <= 1) {
+    const auto& l = s.fec->layout();
+    const std::uint64_t from = l.sequence_number(r.from_file, r.from_block);
+    const std::uint64_t to = l.sequence_number(r.to_file, r.to_block);
+    // As fec_sent counts: a FEC block is complete once the marker is one block past its last
+    // source, and every one is at the end of the sweep.
+    const std::uint64_t to_done =
+        r.pass_end || r.to_file >= s.file_count ? l.total_blocks() : (to > 0 ? to - 1 : 0);
+    for (const auto fb : l.completed_in(from > 0 ? from - 1 : 0, to_done)) fec_due.insert(fb);
+  }
+  if (!fec_due.empty()) fec_report(s, r, std::move(fec_due), naks, fec_lacks);
   for (auto it = fec_lacks.begin(); it != fec_lacks.end(); ++it) {
-    if (naks.add_fec_lack(it->first, it->second)) continue;
-    // The datagram cap: the rest are deferred, so the next round reports them (fec_undefer).
+    // Reported already this pass, or covered by parity the sender advertised (nak_scheduler.hpp
+    // "Parity coverage"): the parity on its way makes it whole.
+    const std::uint64_t need = std::uint64_t{it->second} + s.fec->parity_held(it->first);
+    if (s.feedback.parity_covered(it->first, need)) {
+      ++m_stats.fec_lacks_covered;
+      continue;
+    }
+    if (naks.add_fec_lack(it->first, it->second)) {
+      s.feedback.cover_parity(s.marker_pass, s.marker_pass, it->first, need);
+      continue;
+    }
+    // The datagram cap: the rest are deferred, so the next round reports them (fec_report).
     for (; it != fec_lacks.end(); ++it) s.fec_deferred.insert(it->first);
     break;
   }

@@ -221,8 +221,9 @@ struct receiver_engine::session_rx {
   std::uint32_t fec_max_parity = 0;
   std::uint32_t fec_depth = 1;
   std::unique_ptr<fec_tracker> fec;  ///< built when the session receives (ensure_fec)
-  /// FEC blocks with a missing block behind the marker whose other sources pass 1 had not sent
-  /// yet: reported once they are all sent (and the FEC block's proactive parity with them).
+  /// FEC blocks whose report the NAK datagram cap pushed out of a round: the next round
+  /// reports them. (A FEC block pass 1 has not finished is reported by the round drawn at the
+  /// marker that finishes it, receiver_engine::fec_report.)
   std::set<std::uint32_t> fec_deferred;
   // --rate auto (receiver_engine_rate.cpp): loss event rate of the multicast datagrams and
   // the rate-report timing.

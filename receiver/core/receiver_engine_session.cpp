@@ -89,9 +89,11 @@ bool receiver_engine::new_session(const wire::announce& m, session_id id, const 
   s->seq = p.channel_seq();
   s->catch_up = std::move(catch_up);
   // Parity repairs: a shape the codec cannot have means no FEC here (explicit NAKs still work).
-  if (p.fec_k() > 0 && p.fec_max_parity() > 0 && p.fec_k() < fec::max_blocks &&
-      p.fec_max_parity() < fec::max_blocks && p.fec_k() + p.fec_max_parity() <= fec::max_blocks &&
-      p.fec_depth() >= 1 && p.fec_depth() <= fec::max_depth) {
+  // GF(2^16) codes symbols of whole 16-bit words: an odd block size there is refused too.
+  if (fec::valid_shape(p.fec_k(), p.fec_max_parity()) && p.fec_depth() >= 1 &&
+      p.fec_depth() <= fec::max_depth &&
+      (fec::field_for(p.fec_k(), p.fec_max_parity()) == fec::field::gf8 ||
+       s->block_size % 2 == 0)) {
     s->fec_k = p.fec_k();
     s->fec_max_parity = p.fec_max_parity();
     s->fec_depth = p.fec_depth();

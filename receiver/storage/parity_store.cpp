@@ -18,7 +18,7 @@ std::uint64_t parity_store::charge_of(const parity_blocks& p) noexcept {
 
 bool parity_store::keep(session_id session, std::uint32_t fec_block, std::uint32_t index,
                         std::span<const std::byte> data) noexcept {
-  if (index >= fec::max_blocks || data.empty() || data.size() > max_block_bytes) return false;
+  if (index >= fec::max_blocks_gf16 || data.empty() || data.size() > max_block_bytes) return false;
   const std::uint64_t charge = data.size() + overhead_bytes;
   std::lock_guard lk(m_mutex);
   // The budget first: nothing is allocated for a block that does not fit.
@@ -66,7 +66,7 @@ std::error_code decode_fec_block(const recovery_request& req, const parity_block
   const auto n = static_cast<std::uint32_t>(req.sources.size());
   const std::size_t len = req.block_size;
   if (n == 0 || n > req.k || len == 0 || len > parity_store::max_block_bytes ||
-      req.max_parity == 0 || req.k + req.max_parity > fec::max_blocks) {
+      !fec::valid_shape(req.k, req.max_parity)) {
     return make_error_code(errc::invalid_field);
   }
   // Present sources, zero-padded to the block size (a file's last block may be short).

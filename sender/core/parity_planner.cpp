@@ -28,6 +28,16 @@ std::uint32_t parity_planner::nak(std::uint32_t fb, std::uint32_t lack, std::uin
   return more;
 }
 
+std::uint32_t parity_planner::raise_sent_to(std::uint32_t fb, std::uint64_t total) {
+  if (fb >= m_fec_blocks) return 0;
+  auto& st = m_state[fb];
+  const std::uint64_t have = std::uint64_t{st.next} + st.pending;
+  if (total <= have) return 0;
+  const auto more = static_cast<std::uint32_t>(std::min<std::uint64_t>(total - have, UINT32_MAX));
+  schedule(fb, st, more);
+  return more;
+}
+
 void parity_planner::add(std::uint32_t fb, std::uint32_t count) {
   if (fb >= m_fec_blocks) return;
   schedule(fb, m_state[fb], count);

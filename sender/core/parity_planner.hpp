@@ -56,6 +56,10 @@ class parity_planner {
   std::uint32_t nak(std::uint32_t fb, std::uint32_t lack, std::uint32_t seen_seq);
   /// Proactive parity (pass 1, --fec-overhead): `count` more parity blocks of `fb`.
   void add(std::uint32_t fb, std::uint32_t count);
+  /// Schedules parity of `fb` until the parity sent of it (sent_of, counting all passes) plus
+  /// the parity scheduled reaches `total` (group_lack's estimate for the group).
+  /// @return parity blocks newly scheduled
+  std::uint32_t raise_sent_to(std::uint32_t fb, std::uint64_t total);
 
   /// The next parity block to send without taking it; nullopt when none is scheduled.
   std::optional<parity_pick> peek() const;
@@ -64,6 +68,11 @@ class parity_planner {
 
   /// Parity blocks scheduled and not sent yet.
   std::uint64_t scheduled() const noexcept { return m_scheduled; }
+  /// Parity blocks of FEC block `fb` scheduled and not sent yet.
+  std::uint32_t pending_of(std::uint32_t fb) const {
+    const auto it = m_state.find(fb);
+    return it == m_state.end() ? 0 : it->second.pending;
+  }
   /// Parity blocks sent so far.
   std::uint64_t sent() const noexcept { return m_sent; }
   /// Parity blocks sent of FEC block `fb` so far (indexes used, counting repeats).

@@ -6,8 +6,14 @@
 /// that, as NORM's NORM_CMD(REPAIR_ADV) does for unicast NACKs (RFC 5740). Coalesced: the
 /// blocks NAKs newly added to the wanted set go into a pending set, and at most one advert per
 /// interval (a quarter GRTT) carries those still wanted then (a prompt repair that already
-/// left needs no hint: the repair itself reaches the others first). Bounded: at most
-/// max_pending_runs runs wait, one advert carries at most range_budget bytes of runs.
+/// left needs no hint: the repair itself reaches the others first). FEC blocks whose parity NAKs
+/// raised wait the same way, and an advert carries the parity each still has pending, so a
+/// receiver lacking no more leaves it out of its NAK (nak_scheduler.hpp "Parity coverage"). A
+/// FEC block's pending parity is advertised parity_advert_sends times, one advert interval
+/// apart, each time with the count then pending: one advert covers nearly every receiver at
+/// once, so a receiver that loses it (1 % of 10,000 at 1e-2 loss) would otherwise NAK.
+/// Bounded: at most max_pending_runs runs and max_pending_fec_blocks FEC blocks wait, one advert
+/// carries at most range_budget bytes of runs and parity counts.
 /// Pure; sends nothing itself (the session queues the datagram).
 
 #include "common/ranges.hpp"
@@ -35,6 +41,16 @@ class repair_advert {
   static constexpr std::size_t range_budget = 1000;
   /// Bytes a file_nak costs before its ranges (tag, length, file index), an upper bound.
   static constexpr std::size_t file_overhead = 12;
+  /// FEC blocks waiting to have their pending parity advertised: 4096 x ~40 bytes.
+  static constexpr std::size_t max_pending_fec_blocks = 4096;
+  /// Adverts that carry a FEC block's pending parity after a NAK raised it: at loss p a
+  /// receiver misses all of them with probability p^3 (1e-6 at 1e-2).
+  static constexpr std::uint8_t parity_advert_sends = 3;
+  /// Bytes a (gap, pending) pair costs at most (two varints of up to 5 bytes).
+  static constexpr std::size_t fec_pair_bytes = 10;
+  /// Bytes of (gap, pending) pairs one advert carries: 32 FEC blocks, beside range_budget of
+  /// runs, well inside wire::control_budget.
+  static constexpr std::size_t fec_budget = 320;
 
   /// Blocks [first, first + count) of `file` were just added to the wanted set.
   void scheduled(std::uint32_t file, std::uint32_t first, std::uint32_t count) {
@@ -53,13 +69,20 @@ class repair_advert {
     if (!merged && m_pending.size() >= max_pending_runs) return;
     m_pending.emplace(a, b);
   }
+  /// NAKs raised the parity scheduled for FEC block `fb`.
+  void scheduled_parity(std::uint32_t fb) {
+    if (m_fec.size() < max_pending_fec_blocks || m_fec.count(fb)) m_fec[fb] = parity_advert_sends;
+  }
   /// Something waits to be advertised.
-  bool pending() const noexcept { return !m_pending.empty(); }
+  bool pending() const noexcept { return !m_pending.empty() || !m_fec.empty(); }
   /// Runs waiting.
   std::size_t pending_runs() const noexcept { return m_pending.size(); }
   /// A new pass starts: its sweep sends every wanted block, and receivers forget the hints of
   /// the pass before, so what waits is dropped.
-  void clear() noexcept { m_pending.clear(); }
+  void clear() noexcept {
+    m_pending.clear();
+    m_fec.clear();
+  }
   /// An advert may leave at or after this time (when pending()).
   time_point due_at() const noexcept { return m_next; }
   /// An advert is due at `now`.
@@ -119,6 +142,32 @@ class repair_advert {
     seal();
     return blocks;
   }
+
+  /// Moves the waiting FEC blocks into `out.fec_parity` as (gap, pending) pairs, ascending,
+  /// with the parity each still has pending (pending_of(fb); 0: all sent, left out and
+  /// forgotten: the parity itself is on its way), up to fec_budget bytes; what does not fit
+  /// stays waiting, and each one taken waits again until it has gone parity_advert_sends times.
+  /// @return FEC blocks put into `out`
+  template <class PendingOf>
+  std::uint64_t take_parity(wire::repair_advert& out, PendingOf&& pending_of) {
+    std::uint64_t taken = 0;
+    std::uint32_t previous = 0;
+    std::size_t used = 0;
+    for (auto it = m_fec.begin(); it != m_fec.end() && used + fec_pair_bytes <= fec_budget;) {
+      const std::uint32_t pending = pending_of(it->first);
+      if (pending == 0) {
+        it = m_fec.erase(it);
+        continue;
+      }
+      out.add_fec_parity(it->first - previous);
+      out.add_fec_parity(pending);
+      previous = it->first;
+      used += fec_pair_bytes;
+      ++taken;
+      it = --it->second == 0 ? m_fec.erase(it) : std::next(it);
+    }
+    return taken;
+  }
   /// No advert before `t` (the session holds the first one of a burst until the prompt repairs
   /// of the same wake-up have left).
   void hold_until(time_point t) noexcept { m_next = std::max(m_next, t); }
@@ -132,6 +181,8 @@ class repair_advert {
 
   /// key(file, first) -> key(file, end), disjoint and not touching.
   std::map<std::uint64_t, std::uint64_t> m_pending;
+  /// FEC blocks whose raised parity is still to be advertised -> adverts left, ascending.
+  std::map<std::uint32_t, std::uint8_t> m_fec;
   time_point m_next{};
 };
 

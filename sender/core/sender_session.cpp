@@ -70,16 +70,21 @@ sender_session::sender_session(sender_config cfg, std::vector<manifest_entry> fi
     update_auto_rate(time_point{});
   }
   if (m_cfg.fec_k > 0) {
-    if (m_cfg.fec_max_parity == 0 && m_cfg.fec_k < fec::max_blocks) {
-      m_cfg.fec_max_parity = fec::max_blocks - m_cfg.fec_k;
-    }
-    if (m_cfg.fec_k >= fec::max_blocks || m_cfg.fec_max_parity == 0 ||
-        m_cfg.fec_k + m_cfg.fec_max_parity > fec::max_blocks || m_cfg.fec_overhead < 0 ||
+    if (m_cfg.fec_max_parity == 0) m_cfg.fec_max_parity = fec::default_max_parity(m_cfg.fec_k);
+    if (!fec::valid_shape(m_cfg.fec_k, m_cfg.fec_max_parity) || m_cfg.fec_overhead < 0 ||
         m_cfg.fec_overhead > 1) {
       throw std::invalid_argument("FEC blocks of " + std::to_string(m_cfg.fec_k) + " sources and " +
                                   std::to_string(m_cfg.fec_max_parity) +
-                                  " parity blocks: at most " + std::to_string(fec::max_blocks) +
-                                  " in all, overhead 0..100 %");
+                                  " parity blocks: at most " + std::to_string(fec::max_k) +
+                                  " sources and " + std::to_string(fec::max_blocks_gf16) +
+                                  " blocks in all, overhead 0..100 %");
+    }
+    if (fec::field_for(m_cfg.fec_k, m_cfg.fec_max_parity) == fec::field::gf16 &&
+        m_cfg.block_size % 2 != 0) {
+      throw std::invalid_argument("FEC blocks of more than " + std::to_string(fec::max_blocks_gf8) +
+                                  " blocks are coded over GF(2^16) in 16-bit words: the block size "
+                                  "must be even, not " +
+                                  std::to_string(m_cfg.block_size));
     }
     m_fec.emplace(blocks, m_cfg.fec_k, m_cfg.fec_depth);  // throws for a bad depth
     m_parity.emplace(m_fec->fec_blocks(), m_cfg.fec_max_parity);

@@ -16,6 +16,7 @@
 #include "sender/core/announce.hpp"
 #include "sender/core/fallback_policy.hpp"
 #include "sender/core/feedback_plan.hpp"
+#include "sender/core/group_lack.hpp"
 #include "sender/core/grtt.hpp"
 #include "sender/core/parity_planner.hpp"
 #include "sender/core/pass_scheduler.hpp"
@@ -116,8 +117,8 @@ struct sender_config {
   // --- parity repairs (docs/design-notes.md "Parity repairs") ---
   /// Source blocks per FEC block; 0: no parity, NAKs name blocks (common/fec_layout.hpp).
   std::uint32_t fec_k = 0;
-  /// Parity indexes per FEC block (fec_k + fec_max_parity <= fec::max_blocks); 0: as many as
-  /// fit, 255 - fec_k.
+  /// Parity indexes per FEC block (fec::valid_shape; over GF(2^16) when fec_k + fec_max_parity
+  /// exceeds 255); 0: fec::default_max_parity(fec_k), 255 - fec_k for fec_k <= 254.
   std::uint32_t fec_max_parity = 0;
   /// Interleaving depth: a burst of this many lost datagrams takes at most one block of each
   /// FEC block (1..fec::max_depth).
@@ -463,6 +464,8 @@ class sender_session {
   std::vector<std::pair<std::uint32_t, std::uint32_t>> m_added;
   std::optional<fec::layout> m_fec;
   std::optional<parity_planner> m_parity;
+  /// The parity a FEC block needs for the whole group, from the first lacks of a pass.
+  group_lack m_group_lack;
   /// --rate auto: the TFMCC controller and its feedback round (marker fields 42-44).
   std::optional<rate_controller> m_rate;
   std::uint32_t m_rate_round = 0;

@@ -44,9 +44,14 @@ void sender_session::send_advert(time_point now) {
           b = e;
         }
       });
+  const std::uint64_t fec_blocks =
+      m_parity
+          ? m_advert.take_parity(m, [this](std::uint32_t fb) { return m_parity->pending_of(fb); })
+          : 0;
   m_advert.sent(now, std::clamp<duration>(m_grtt.estimate() / advert_interval_grtt_divisor,
                                           min_advert_interval, max_advert_interval));
-  if (blocks == 0) return;  // every block named has left already: its repair is the hint
+  // Every block named and every parity block raised has left already: the repairs are the hint.
+  if (blocks == 0 && fec_blocks == 0) return;
   ++m_counters.adverts;
   m_counters.advertised_blocks += blocks;
   queue_multicast(now, encode(wire::msg_type::repair_advert, m_cfg.session, m));
@@ -154,17 +159,30 @@ void sender_session::handle_nak(const wire::nak& m, const endpoint& from, time_p
                      for (const auto& [a, b] : m_added) m_advert.scheduled(fn.file(), a, b - a);
                    });
   }
-  // FEC lacks (validated above): new parity, counted with the blocks named for the window.
+  // The window is judged by blocks named only: one parity block serves every site's lack, so
+  // lacks are shared by nature and always gain from suppression (and the group estimate below
+  // makes the first lack schedule most of the parity, which would read as unshared losses).
+  m_window.on_nak(naked, fresh);
+  // FEC lacks (validated above): new parity.
   for (std::uint32_t i = 0, fb = 0; i + 1 < static_cast<std::uint32_t>(m.fec_lacks_size());
        i += 2) {
     fb += m.fec_lacks(static_cast<int>(i));
     const std::uint32_t lack = m.fec_lacks(static_cast<int>(i + 1));
     naked += lack;
-    fresh += m_parity->nak(fb, lack, m.seen_seq());
+    // This receiver's lack, against the parity on its way to it; and what the whole group is
+    // expected to lack this pass (group_lack.hpp), so that one advert covers nearly everyone.
+    // Only lacks measured in this pass make the estimate: a NAK of the last pass arriving now
+    // counts parity this pass has already sent as missing.
+    std::uint32_t more = m_parity->nak(fb, lack, m.seen_seq());
+    if (m.pass() == m_passes.pass()) {
+      more += m_parity->raise_sent_to(
+          fb, m_group_lack.on_lack(fb, lack, m_fec->sources(fb), m_active, m_parity->sent_of(fb)));
+    }
+    fresh += more;
+    if (more > 0 && advertise) m_advert.scheduled_parity(fb);
   }
   m_counters.nak_blocks += naked;
   m_counters.nak_new_blocks += fresh;
-  m_window.on_nak(naked, fresh);
   // The first advert after a quiet spell leaves a moment after the NAK, once the prompt
   // repairs of this wake-up have left: it then names only blocks still waiting.
   if (!advert_was_pending && m_advert.pending()) m_advert.hold_until(now + min_advert_interval);

@@ -23,6 +23,7 @@ void sender_session::start_transfer(time_point now) {
 void sender_session::start_pass(time_point now) {
   m_passes.start_pass();
   m_advert.clear();  // the new sweep sends every wanted block; receivers drop old hints
+  m_group_lack.new_pass();
   m_phase = phase::transferring;
   m_next_pass_at.reset();
   m_next_marker =

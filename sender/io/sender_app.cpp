@@ -101,7 +101,8 @@ sender_app::sender_app(boost::asio::io_context& io, app_options opts, sender_con
   if (cfg.fallback != fallback_mode::off) start_unicast_server(cfg);
   if (const auto* layout = m_session.fec_layout()) {
     m_parity = std::make_unique<parity_source>(
-        *layout, m_files, cfg.fec_max_parity ? cfg.fec_max_parity : fec::max_blocks - cfg.fec_k,
+        *layout, m_files,
+        cfg.fec_max_parity ? cfg.fec_max_parity : fec::default_max_parity(cfg.fec_k),
         cfg.block_size);
   }
 }

@@ -1,5 +1,6 @@
 #include "sender/io/sender_options.hpp"
 
+#include "common/fec.hpp"
 #include "common/key_file.hpp"
 #include "common/logging.hpp"
 #include "common/units.hpp"
@@ -173,12 +174,15 @@ void add_sender_options(CLI::App& app, sender_cli& c) {
   app.add_flag("-q,--quiet", c.quiet, "Only warnings and errors; no progress line");
   app.add_flag("--no-progress", c.no_progress, "No progress line even on a terminal");
   app.add_option("--fec-k", c.fec_k,
-                 "Parity repairs: code blocks in FEC blocks of this many sources (Reed-Solomon, "
-                 "at most 254; 0 = off) so that one repair datagram serves different losses at "
-                 "different sites (docs/design-notes.md \"Parity repairs\")")
+                 "Parity repairs: code blocks in FEC blocks of this many sources (Reed-Solomon; "
+                 "0 = off) so that one repair datagram serves different losses at different "
+                 "sites. Up to 254: GF(2^8), fast (several GB/s). 255 to 4096: GF(2^16), about "
+                 "1.3 GB/s per parity row; larger FEC blocks bring the parity for many sites "
+                 "close to the largest single site's loss (docs/design-notes.md \"Parity "
+                 "repairs\")")
       ->capture_default_str()
       ->type_name("K")
-      ->check(CLI::Range(0u, 254u));
+      ->check(CLI::Range(0u, fec::max_k));
   app.add_option("--fec-depth", c.fec_depth,
                  "With --fec-k: interleaving depth; a burst of this many lost datagrams takes at "
                  "most one block of each FEC block")

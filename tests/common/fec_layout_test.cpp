@@ -2,6 +2,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <random>
 #include <set>
 #include <stdexcept>
@@ -47,6 +48,31 @@ void check_bijection(const std::vector<std::uint32_t>& blocks, std::uint32_t k,
     }
   }
   REQUIRE(seen.size() == total);
+  // completed_in: the FEC blocks whose last source lies in [g0, g1), against the definition
+  // (the sequence number of source sources(fb) - 1), for ranges that split groups anywhere.
+  std::vector<std::uint64_t> last(l.fec_blocks());
+  for (std::uint32_t fb = 0; fb < l.fec_blocks(); ++fb) {
+    const auto r = l.source(fb, l.sources(fb) - 1);
+    last[fb] = l.sequence_number(r.file, r.block);
+  }
+  std::vector<std::uint32_t> all;
+  for (std::uint64_t g0 = 0, step = 1; g0 <= total; g0 += step, step = step % 7 + 1) {
+    for (const std::uint64_t len : {std::uint64_t{0}, std::uint64_t{1}, std::uint64_t{5},
+                                    std::uint64_t{k * depth}, total + 3}) {
+      std::vector<std::uint32_t> want;
+      for (std::uint32_t fb = 0; fb < l.fec_blocks(); ++fb) {
+        if (last[fb] >= g0 && last[fb] < g0 + len) want.push_back(fb);
+      }
+      INFO("range [" << g0 << ", " << g0 + len << ")");
+      REQUIRE(l.completed_in(g0, g0 + len) == want);
+    }
+    // Consecutive ranges see every FEC block exactly once.
+    const auto part = l.completed_in(g0, g0 + step);
+    all.insert(all.end(), part.begin(), part.end());
+  }
+  std::sort(all.begin(), all.end());
+  REQUIRE(all.size() == l.fec_blocks());
+  REQUIRE(std::adjacent_find(all.begin(), all.end()) == all.end());
 }
 
 }  // namespace

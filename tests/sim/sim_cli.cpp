@@ -13,6 +13,9 @@
 /// --up-loss applies to every receiver's upstream path (NAK, status, COMPLETE, REGISTER).
 /// --fec-k K codes blocks in FEC blocks of K sources (interleaving --fec-depth) so that NAKs ask
 /// for parity by count; --fec-overhead F sends F x the sources as proactive parity in pass 1.
+/// --decode-sample N: only the first N receivers run the parity codec; the others decode by
+/// count (sim::receiver_spec::decode_by_count), for thousands of receivers with GF(2^16) FEC
+/// blocks (default: every receiver decodes for real).
 
 #include "tests/sim/sim_harness.hpp"
 
@@ -48,6 +51,7 @@ struct options {
   std::uint32_t fec_k = 0;
   std::uint32_t fec_depth = 1;
   double fec_overhead = 0;
+  std::size_t decode_sample = static_cast<std::size_t>(-1);
 };
 
 [[noreturn]] void usage() {
@@ -55,7 +59,8 @@ struct options {
                "usage: sim [--receivers N] [--model independent|correlated|burst] [--loss P]\n"
                "           [--burst L] [--lossy K] [--lossy-loss P] [--up-loss P] [--files N]\n"
                "           [--size BYTES] [--rate BPS] [--delay MS] [--spread MS] [--seed S]\n"
-               "           [--fallback auto|off] [--fec-k K] [--fec-depth D] [--fec-overhead F]\n");
+               "           [--fallback auto|off] [--fec-k K] [--fec-depth D] [--fec-overhead F]\n"
+               "           [--decode-sample N]\n");
   std::exit(2);
 }
 
@@ -99,6 +104,8 @@ options parse(int argc, char** argv) {
       o.fec_depth = static_cast<std::uint32_t>(std::strtoul(v, nullptr, 10));
     else if (a == "--fec-overhead")
       o.fec_overhead = std::strtod(v, nullptr);
+    else if (a == "--decode-sample")
+      o.decode_sample = std::strtoull(v, nullptr, 10);
     else
       usage();
   }
@@ -138,6 +145,7 @@ int main(int argc, char** argv) {
   for (std::size_t i = 0; i < o.receivers; ++i) {
     sim::receiver_spec s;
     s.id = "r" + std::to_string(i);
+    s.decode_by_count = i >= o.decode_sample;
     s.down.delay = std::chrono::milliseconds(
         o.delay_ms + static_cast<int>(i * 7 % static_cast<std::size_t>(o.spread_ms + 1)));
     s.up.delay = s.down.delay;
@@ -173,17 +181,18 @@ int main(int argc, char** argv) {
       o.model == "burst" ? (" burst " + std::to_string(o.burst)).c_str() : "", o.lossy,
       o.lossy_loss, o.up_loss, o.files, static_cast<unsigned long long>(o.size),
       static_cast<double>(o.rate_bps) / 1e6, static_cast<unsigned long long>(o.seed));
-  std::printf("%4s %9s %9s %9s %9s %9s %10s %9s %9s %9s %9s %9s %10s\n", "pass", "data", "repair",
-              "parity", "lost", "NAK", "NAK-blocks", "status", "COMPLETE", "REGISTER", "other",
-              "ctl-sent", "cpu-ms");
+  std::printf("%4s %9s %9s %9s %9s %8s %9s %10s %9s %9s %9s %9s %9s %10s\n", "pass", "data",
+              "repair", "parity", "lost", "lost-FEC", "NAK", "NAK-blocks", "status", "COMPLETE",
+              "REGISTER", "other", "ctl-sent", "cpu-ms");
   sim::pass_stats total;
   for (const auto& p : r.passes) {
     std::printf(
-        "%4u %9llu %9llu %9llu %9llu %9llu %10llu %9llu %9llu %9llu %9llu %9llu %10.1f\n", p.pass,
-        static_cast<unsigned long long>(p.data_datagrams),
+        "%4u %9llu %9llu %9llu %9llu %8llu %9llu %10llu %9llu %9llu %9llu %9llu %9llu %10.1f\n",
+        p.pass, static_cast<unsigned long long>(p.data_datagrams),
         static_cast<unsigned long long>(p.repair_datagrams),
         static_cast<unsigned long long>(p.parity_datagrams),
-        static_cast<unsigned long long>(p.lost_datagrams), static_cast<unsigned long long>(p.naks),
+        static_cast<unsigned long long>(p.lost_datagrams),
+        static_cast<unsigned long long>(p.lost_fec_blocks), static_cast<unsigned long long>(p.naks),
         static_cast<unsigned long long>(p.nak_blocks), static_cast<unsigned long long>(p.status),
         static_cast<unsigned long long>(p.completes), static_cast<unsigned long long>(p.registers),
         static_cast<unsigned long long>(p.other), static_cast<unsigned long long>(p.control_sent),
@@ -191,6 +200,7 @@ int main(int argc, char** argv) {
     total.data_datagrams += p.data_datagrams;
     total.repair_datagrams += p.repair_datagrams;
     total.lost_datagrams += p.lost_datagrams;
+    total.lost_fec_blocks += p.lost_fec_blocks;
     total.parity_datagrams += p.parity_datagrams;
     total.naks += p.naks;
     total.nak_blocks += p.nak_blocks;
@@ -201,18 +211,20 @@ int main(int argc, char** argv) {
     total.control_sent += p.control_sent;
     total.sender_cpu_s += p.sender_cpu_s;
   }
-  std::printf(" sum %9llu %9llu %9llu %9llu %9llu %10llu %9llu %9llu %9llu %9llu %9llu %10.1f\n",
-              static_cast<unsigned long long>(total.data_datagrams),
-              static_cast<unsigned long long>(total.repair_datagrams),
-              static_cast<unsigned long long>(total.parity_datagrams),
-              static_cast<unsigned long long>(total.lost_datagrams),
-              static_cast<unsigned long long>(total.naks),
-              static_cast<unsigned long long>(total.nak_blocks),
-              static_cast<unsigned long long>(total.status),
-              static_cast<unsigned long long>(total.completes),
-              static_cast<unsigned long long>(total.registers),
-              static_cast<unsigned long long>(total.other),
-              static_cast<unsigned long long>(total.control_sent), total.sender_cpu_s * 1e3);
+  std::printf(
+      " sum %9llu %9llu %9llu %9llu %8llu %9llu %10llu %9llu %9llu %9llu %9llu %9llu %10.1f\n",
+      static_cast<unsigned long long>(total.data_datagrams),
+      static_cast<unsigned long long>(total.repair_datagrams),
+      static_cast<unsigned long long>(total.parity_datagrams),
+      static_cast<unsigned long long>(total.lost_datagrams),
+      static_cast<unsigned long long>(total.lost_fec_blocks),
+      static_cast<unsigned long long>(total.naks),
+      static_cast<unsigned long long>(total.nak_blocks),
+      static_cast<unsigned long long>(total.status),
+      static_cast<unsigned long long>(total.completes),
+      static_cast<unsigned long long>(total.registers),
+      static_cast<unsigned long long>(total.other),
+      static_cast<unsigned long long>(total.control_sent), total.sender_cpu_s * 1e3);
   const auto& l = r.losses;
   // Repairs: blocks sent again plus parity sent for NAKs (proactive parity is overhead).
   const std::uint64_t proactive = r.report.proactive_parity;
@@ -253,6 +265,18 @@ int main(int argc, char** argv) {
       static_cast<unsigned long long>(c.advertised_blocks),
       static_cast<unsigned long long>(c.nak_new_blocks),
       static_cast<unsigned long long>(c.nak_blocks));
+  if (o.fec_k > 0) {
+    // Issue 12's bound on feedback with parity: NAK and status datagrams per pass against
+    // 2 x the FEC blocks that lost something per pass, plus the status replies.
+    const double passes = r.report.passes ? r.report.passes : 1;
+    std::printf(
+        "per pass: NAK datagrams %.1f + status %.1f, against 2 x lost FEC blocks %.1f + "
+        "status %.1f; decoded by count at %zu of %zu receivers\n",
+        static_cast<double>(total.naks) / passes, static_cast<double>(total.status) / passes,
+        2.0 * static_cast<double>(total.lost_fec_blocks) / passes,
+        static_cast<double>(total.status) / passes,
+        o.decode_sample < o.receivers ? o.receivers - o.decode_sample : 0, o.receivers);
+  }
   if (!r.fec_named_naks.empty()) {
     // Which sites NAKed blocks by name instead of by count, and how many: a few sites naming
     // most of the set look different from many naming a few.

@@ -36,6 +36,9 @@ namespace {
 
 using namespace std::chrono_literals;
 
+/// multicast(): a datagram outside any FEC block (control, or a session without FEC).
+constexpr std::uint32_t no_fec_block = 0xffffffffU;
+
 class world;
 
 /// Disjoint half-open byte ranges [first, end), merged on insertion.
@@ -121,7 +124,9 @@ class rx_node final : public receiver::receiver_sink, public receiver::storage_p
   bool write_parity(session_id s, std::uint32_t fb, std::uint32_t index,
                     std::span<const std::byte> data) override {
     if (m_spec.refuse_parity) return false;
-    m_parity[{s.value, fb}][index].assign(data.begin(), data.end());
+    // A receiver that decodes by count keeps the index only (the bytes are the sender's).
+    auto& kept = m_parity[{s.value, fb}][index];
+    if (!m_spec.decode_by_count) kept.assign(data.begin(), data.end());
     return true;
   }
   void recover(session_id s, receiver::recovery_request req) override;
@@ -246,8 +251,8 @@ class world {
     const auto& l = *m_sender->fec_layout();
     if (!m_codec) {
       const std::uint32_t k = m_cfg.sender.fec_k;
-      m_codec.emplace(
-          k, m_cfg.sender.fec_max_parity ? m_cfg.sender.fec_max_parity : fec::max_blocks - k);
+      m_codec.emplace(k, m_cfg.sender.fec_max_parity ? m_cfg.sender.fec_max_parity
+                                                     : fec::default_max_parity(k));
     }
     std::vector<std::vector<std::byte>> src;
     std::vector<const std::byte*> in;
@@ -311,7 +316,10 @@ class world {
 
   /// Sends `d` to the group. `original` is true for a block's first transmission, whose
   /// losses are counted in loss_stats.
-  void multicast(std::span<const std::byte> d, bool original = false, bool data = false) {
+  /// `fec_block`: the FEC block a data or parity datagram belongs to (no_fec_block without FEC),
+  /// for pass_stats::lost_fec_blocks.
+  void multicast(std::span<const std::byte> d, bool original = false, bool data = false,
+                 std::uint32_t fec_block = no_fec_block) {
     auto bytes = std::make_shared<std::vector<std::byte>>(d.begin(), d.end());
     // Index of this first transmission in m_original_lost (unused otherwise).
     const std::size_t ordinal = m_original_lost.size();
@@ -321,14 +329,16 @@ class world {
     }
     // Index of this data datagram in m_data_lost (unused for control).
     const std::size_t data_ordinal = m_data_lost.size();
-    if (data) m_data_lost.emplace_back(static_cast<std::uint32_t>(m_passes.size() - 1), false);
+    if (data) {
+      m_data_lost.push_back({static_cast<std::uint32_t>(m_passes.size() - 1), false, fec_block});
+    }
     if (m_common_state.lost(m_cfg.common, m_rng)) {
       if (original) {
         ++m_losses.common_lost;
         m_original_lost[ordinal] = true;
         for (auto& r : m_receivers) ++r->m_lost_originals;
       }
-      if (data) m_data_lost[data_ordinal].second = true;
+      if (data) m_data_lost[data_ordinal].lost = true;
       return;
     }
     // One event per distinct receiver delay: the group fans out when the datagram arrives, and
@@ -359,7 +369,7 @@ class world {
           }
         }
         if (any_lost) m_original_lost[ordinal] = true;
-        if (data && data_lost) m_data_lost[data_ordinal].second = true;
+        if (data && data_lost) m_data_lost[data_ordinal].lost = true;
       });
     }
     if (m_cfg.garbage > 0) {
@@ -504,7 +514,7 @@ class world {
           std::memcpy(buf.data() + wire::data_header_size, p.data(), p.size());
           ++m_passes.back().data_datagrams;
           ++m_passes.back().parity_datagrams;
-          multicast(buf, false, true);
+          multicast(buf, false, true, d.fec_block);
           continue;
         }
         buf.resize(wire::data_header_size + d.length);
@@ -517,7 +527,9 @@ class world {
         sent[d.block.value] = true;
         ++m_passes.back().data_datagrams;
         if (!original) ++m_passes.back().repair_datagrams;
-        multicast(buf, original, true);
+        const auto* layout = s.fec_layout();
+        multicast(buf, original, true,
+                  layout ? layout->locate(d.file.value, d.block.value).fec_block : no_fec_block);
       }
       if (n < batch.size()) break;
     }
@@ -585,8 +597,13 @@ class world {
     res.trace = m_trace.finish();
     res.events = m_events;
     res.unicast_to_sender = m_unicast_to_sender;
-    for (const auto& [pass, lost] : m_data_lost) {
-      if (lost && pass < m_passes.size()) ++m_passes[pass].lost_datagrams;
+    std::set<std::pair<std::uint32_t, std::uint32_t>> lost_fec;  // (pass, FEC block)
+    for (const auto& d : m_data_lost) {
+      if (!d.lost || d.pass >= m_passes.size()) continue;
+      ++m_passes[d.pass].lost_datagrams;
+      if (d.fec_block != no_fec_block && lost_fec.insert({d.pass, d.fec_block}).second) {
+        ++m_passes[d.pass].lost_fec_blocks;
+      }
     }
     res.passes = m_passes;
     res.fec_named_naks = m_named_naks;
@@ -624,7 +641,13 @@ class world {
   std::vector<std::vector<bool>> m_sent_before;  ///< per file, per block
   std::vector<bool> m_original_lost;             ///< per first transmission: lost by some receiver
   /// Per data datagram: the pass it was sent in, and whether some receiver lost it.
-  std::vector<std::pair<std::uint32_t, bool>> m_data_lost;
+  /// A data or parity datagram sent: its pass, whether some receiver lost it, its FEC block.
+  struct data_sent {
+    std::uint32_t pass = 0;
+    bool lost = false;
+    std::uint32_t fec_block = no_fec_block;
+  };
+  std::vector<data_sent> m_data_lost;
   std::vector<pass_stats> m_passes;
   std::map<std::string, sim_result::named_naks> m_named_naks;
   loss_stats m_losses;
@@ -707,6 +730,7 @@ void rx_node::recover(session_id s, receiver::recovery_request req) {
     std::vector<std::vector<std::byte>> bufs;
     std::vector<fec::symbol> rx;
     std::vector<std::uint32_t> missing;
+    bool all_readable = true;
     const auto key = std::pair{s.value, req.fec_block};
     const auto par = m_parity.find(key);
     bufs.reserve(req.sources.size() + req.parity.size());
@@ -721,6 +745,7 @@ void rx_node::recover(session_id s, receiver::recovery_request req) {
           m_delivered[src.file.value] ||
           (t != m_temp.end() && t->second.written.contains(src.offset, src.offset + src.length) &&
            !t->second.wrong.contains(src.offset, src.offset + 1));
+      all_readable = all_readable && readable;
       bufs.push_back(readable ? m_world.padded_block(src.file.value, src.block)
                               : std::vector<std::byte>(req.block_size));
       rx.push_back({false, i, bufs.back().data()});
@@ -737,7 +762,19 @@ void rx_node::recover(session_id s, receiver::recovery_request req) {
     std::vector<std::vector<std::byte>> out(missing.size(), std::vector<std::byte>(req.block_size));
     std::vector<std::byte*> dst;
     for (auto& o : out) dst.push_back(o.data());
-    if (!ec) {
+    if (!ec && m_spec.decode_by_count) {
+      // Any n distinct blocks of an MDS code decode (common/fec.hpp): the count decides, and
+      // the result is what the codec would give, the reference blocks, unless a source read
+      // back wrong (then the codec's output is wrong too: zeros here, caught at finalize).
+      if (rx.size() < req.sources.size()) {
+        ec = errc::invalid_field;
+      } else {
+        for (std::size_t j = 0; j < missing.size() && all_readable; ++j) {
+          const auto& src = req.sources[missing[j]];
+          out[j] = m_world.padded_block(src.file.value, src.block);
+        }
+      }
+    } else if (!ec) {
       const fec::codec c(req.k, req.max_parity);
       ec = c.decode(static_cast<std::uint32_t>(req.sources.size()), rx, missing, dst,
                     req.block_size);

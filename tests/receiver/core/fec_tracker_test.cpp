@@ -32,6 +32,37 @@ TEST_CASE("fec tracker counts what a receiver lacks and when it can decode", "[u
   REQUIRE_FALSE(t.add_parity(0, 3));  // complete
 }
 
+TEST_CASE("fec tracker keeps parity indexes of GF(2^16) FEC blocks past 255", "[unit][fec]") {
+  // One FEC block of 1,000 sources with 1,000 parity indexes (GF(2^16)).
+  fec_tracker t(fec::layout({1000}, 1000, 1), 1000);
+  for (std::uint32_t i = 0; i < 990; ++i) t.add_source(0);
+  REQUIRE(t.lack(0, 1000) == 10);
+  REQUIRE(t.by_count(0, 10));
+  for (std::uint32_t p : {999u, 300u, 256u, 0u, 700u, 512u, 4u, 800u, 901u}) {
+    REQUIRE(t.add_parity(0, p));
+  }
+  REQUIRE_FALSE(t.add_parity(0, 300));   // duplicate
+  REQUIRE_FALSE(t.add_parity(0, 1000));  // out of range
+  REQUIRE(t.lack(0, 1000) == 1);
+  REQUIRE_FALSE(t.decodable(0));
+  REQUIRE(t.add_parity(0, 257));
+  REQUIRE(t.decodable(0));
+  REQUIRE(t.parity_indexes(0) ==
+          std::vector<std::uint32_t>{0, 4, 256, 257, 300, 512, 700, 800, 901, 999});
+}
+
+TEST_CASE("fec tracker NAKs block by block a FEC block too costly to decode", "[unit][fec]") {
+  // 4,096 sources: more than fec::max_decode_work / 4096 = 64 missing is NAKed by name.
+  fec_tracker t(fec::layout({4096}, 4096, 1), 4096);
+  for (std::uint32_t i = 0; i < 4096 - 65; ++i) t.add_source(0);
+  REQUIRE_FALSE(t.by_count(0, 65));
+  for (std::uint32_t p = 0; p < 65; ++p) REQUIRE(t.add_parity(0, p));
+  REQUIRE_FALSE(t.decodable(0));  // enough parity, but the decode would cost too much
+  t.add_source(0);                // 64 missing: within the bound
+  REQUIRE(t.by_count(0, 1));
+  REQUIRE(t.decodable(0));
+}
+
 TEST_CASE("fec tracker reports by count only while parity can make the FEC block whole",
           "[unit][fec]") {
   fec_tracker t(fec::layout({40}, 20, 1), 4);

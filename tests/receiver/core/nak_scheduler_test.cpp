@@ -145,3 +145,38 @@ TEST_CASE("status slices partition the group", "[unit][receiver]") {
   REQUIRE(nak_scheduler::id_hash("dwd-offenbach") == nak_scheduler::id_hash("dwd-offenbach"));
   REQUIRE(nak_scheduler::id_hash("a") != nak_scheduler::id_hash("b"));
 }
+
+TEST_CASE("a FEC block's lack is covered once reported, or by the parity advertised pending",
+          "[unit][receiver][fec]") {
+  nak_scheduler s;
+  // Nothing covers a FEC block before it is reported or advertised.
+  REQUIRE_FALSE(s.parity_covered(3, 1));
+  // Reported with 5 parity blocks needed in all: covered up to 5, not beyond (a lost source
+  // or parity block that raises the need is reported again).
+  s.cover_parity(1, 1, 3, 5);
+  REQUIRE(s.parity_covered(3, 5));
+  REQUIRE(s.parity_covered(3, 4));
+  REQUIRE_FALSE(s.parity_covered(3, 6));
+  // An advert of more pending parity raises it; one of less never lowers it.
+  s.cover_parity(1, 1, 3, 9);
+  REQUIRE(s.parity_covered(3, 9));
+  s.cover_parity(1, 1, 3, 2);
+  REQUIRE(s.parity_covered(3, 9));
+  // Hints of another pass are ignored, and a new pass or a rescan forgets them.
+  s.cover_parity(2, 1, 4, 9);
+  REQUIRE_FALSE(s.parity_covered(4, 1));
+  s.clear();
+  REQUIRE_FALSE(s.parity_covered(3, 1));
+}
+
+TEST_CASE("the parity coverage a receiver keeps is bounded", "[unit][receiver][fec]") {
+  nak_scheduler s;
+  for (std::uint32_t fb = 0; fb < nak_scheduler::max_covered_fec_blocks + 10; ++fb) {
+    s.cover_parity(1, 1, fb, 1);
+  }
+  REQUIRE(s.parity_covered(0, 1));
+  REQUIRE_FALSE(s.parity_covered(nak_scheduler::max_covered_fec_blocks, 1));  // not kept
+  // One held is still raised.
+  s.cover_parity(1, 1, 0, 7);
+  REQUIRE(s.parity_covered(0, 7));
+}

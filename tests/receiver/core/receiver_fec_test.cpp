@@ -2,6 +2,7 @@
 // names in a FEC session, when a decode is asked of storage, what follows its outcome.
 #include "receiver/core/receiver_engine.hpp"
 
+#include "common/fec.hpp"
 #include "common/ranges.hpp"
 #include "common/wire.hpp"
 #include "mcdist.pb.h"
@@ -134,6 +135,14 @@ struct harness {
     m.set_seq(seq);
     feed(datagram(wire::msg_type::marker, m));
   }
+  /// A repair advert of pass 1 with `pending` parity blocks of FEC block `fb` still to come.
+  void advert_parity(std::uint32_t fb, std::uint32_t pending) {
+    wire::repair_advert a;
+    a.set_pass(1);
+    a.add_fec_parity(fb);
+    a.add_fec_parity(pending);
+    feed(datagram(wire::msg_type::repair_advert, a));
+  }
   void pass_end(std::uint32_t pass) {
     wire::marker m;
     m.set_pass(pass);
@@ -243,7 +252,7 @@ TEST_CASE("a storage path that does not decode gets block NAKs and drops parity"
 TEST_CASE("an announce with an impossible FEC shape is taken without FEC",
           "[unit][receiver][fec]") {
   harness h;
-  h.start(8, 200, 100);  // 300 blocks in a FEC block: more than GF(2^8) has
+  h.start(8, fec::max_k + 1, 4);  // more sources than either field is offered for
   for (const std::uint32_t b : {0u, 1u, 3u, 4u, 5u, 6u, 7u}) h.data(b);
   h.parity(0, 0);
   REQUIRE(h.sink.parity_kept.empty());
@@ -284,4 +293,34 @@ TEST_CASE("FEC lacks past a round's datagram cap go out in the next round, not a
   }
   REQUIRE(reported.size() == 300);
   REQUIRE(*reported.rbegin() == 299);
+}
+
+TEST_CASE(
+    "a FEC block's lack is left out of the NAK while the parity the sender advertised covers it",
+    "[unit][receiver][fec]") {
+  harness h;
+  h.start(16, 4, 8);  // FEC blocks 0-3 of four sources each
+  // FEC block 1 (blocks 4-7) loses one, FEC block 2 (blocks 8-11) two.
+  for (const std::uint32_t b : {0u, 1u, 2u, 3u, 4u, 5u, 7u, 9u, 11u}) h.data(b);
+  h.marker_at(4);  // pass 1 under way
+  // The sender has two parity blocks of each pending (another site's NAK raised them).
+  h.advert_parity(1, 2);
+  h.advert_parity(2, 2);
+  h.marker_at(13);  // completes FEC blocks 0-2 (one block past their last sources)
+  REQUIRE(h.engine.stats().fec_lacks_covered == 2);
+  REQUIRE(h.sink.naks().empty());  // nothing to report, no status asked
+  // FEC block 3 loses three; one parity block is pending: the lack of 3 is reported, once.
+  h.data(12);
+  h.advert_parity(3, 1);
+  h.pass_end(1);
+  auto naks = h.sink.naks();
+  REQUIRE(naks.size() == 1);
+  REQUIRE(lacks(naks[0]) == std::vector<std::pair<std::uint32_t, std::uint32_t>>{{3, 3}});
+  // A rescan (the sender asking for the pass end again: NAKs or parity were lost) reports
+  // everything still missing, covered or not.
+  h.pass_end(1);
+  naks = h.sink.naks();
+  REQUIRE(naks.size() == 2);
+  REQUIRE(lacks(naks[1]) ==
+          std::vector<std::pair<std::uint32_t, std::uint32_t>>{{1, 1}, {2, 2}, {3, 3}});
 }

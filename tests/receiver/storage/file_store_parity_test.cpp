@@ -148,7 +148,7 @@ TEST_CASE("recover writes the lost blocks, short last block included, from temp 
   REQUIRE(r.store->decodes_parity());
   REQUIRE(r.store->write_parity(s, 0, 0, parity[0]));
   REQUIRE(r.store->write_parity(s, 0, 3, parity[2]));
-  REQUIRE_FALSE(r.store->write_parity(s, 7, fec::max_blocks, parity[1]));  // index out of range
+  REQUIRE_FALSE(r.store->write_parity(s, 7, fec::max_blocks_gf16, parity[1]));  // index out of range
   CHECK(r.store->get_stats().parity_kept == 2);
   CHECK(r.store->get_stats().parity_bytes == 2 * (block + parity_store::overhead_bytes));
 
@@ -244,7 +244,7 @@ TEST_CASE("parity_store bounds what it keeps", "[parity_store]") {
   const std::vector<std::byte> p(block, std::byte{1});
   CHECK_FALSE(ps.keep(s, 0, 0, {}));  // empty
   CHECK_FALSE(ps.keep(s, 0, 0, std::vector<std::byte>(parity_store::max_block_bytes + 1)));
-  CHECK_FALSE(ps.keep(s, 0, fec::max_blocks, p));  // index
+  CHECK_FALSE(ps.keep(s, 0, fec::max_blocks_gf16, p));  // index
   REQUIRE(ps.keep(s, 0, 4, p));
   CHECK_FALSE(ps.keep(s, 0, 4, p));  // duplicate
   REQUIRE(ps.keep(s, 0, 1, p));

@@ -102,3 +102,55 @@ TEST_CASE("an advert is bounded; what does not fit waits for the next", "[unit][
   adv.clear();  // a new pass
   REQUIRE_FALSE(adv.due(t0 + 5ms));
 }
+
+TEST_CASE("an advert carries the parity still pending of the FEC blocks NAKs raised, three times",
+          "[unit][sender][fec]") {
+  repair_advert a;
+  std::map<std::uint32_t, std::uint32_t> pending{{2, 40}, {7, 3}, {9, 0}};
+  auto pending_of = [&](std::uint32_t fb) { return pending[fb]; };
+  a.scheduled_parity(7);
+  a.scheduled_parity(2);
+  a.scheduled_parity(9);
+  REQUIRE(a.pending());
+  auto take = [&] {
+    mcdist::wire::repair_advert m;
+    a.take_parity(m, pending_of);
+    // (gap, pending) pairs over ascending FEC blocks, decoded back to (FEC block, pending).
+    std::vector<std::pair<std::uint32_t, std::uint32_t>> out;
+    std::uint32_t fb = 0;
+    for (int i = 0; i + 1 < m.fec_parity_size(); i += 2) {
+      fb += m.fec_parity(i);
+      out.emplace_back(fb, m.fec_parity(i + 1));
+    }
+    return out;
+  };
+  using pairs = std::vector<std::pair<std::uint32_t, std::uint32_t>>;
+  // FEC block 9 has nothing pending (its parity left): it is dropped, the parity is the hint.
+  REQUIRE(take() == pairs{{2, 40}, {7, 3}});
+  // Each advert says what is pending then.
+  pending[2] = 38;
+  REQUIRE(take() == pairs{{2, 38}, {7, 3}});
+  pending[7] = 0;
+  REQUIRE(take() == pairs{{2, 38}});
+  // Three adverts in all, then nothing waits.
+  REQUIRE_FALSE(a.pending());
+  REQUIRE(take().empty());
+  // A NAK that raises it again starts over.
+  a.scheduled_parity(2);
+  REQUIRE(take() == pairs{{2, 38}});
+  a.clear();
+  REQUIRE_FALSE(a.pending());
+}
+
+TEST_CASE("an advert carries at most fec_budget bytes of parity counts", "[unit][sender][fec]") {
+  repair_advert a;
+  const std::size_t per_advert = repair_advert::fec_budget / repair_advert::fec_pair_bytes;
+  for (std::uint32_t fb = 0; fb < per_advert + 5; ++fb) a.scheduled_parity(fb * 1000);
+  mcdist::wire::repair_advert m;
+  REQUIRE(a.take_parity(m, [](std::uint32_t) { return 4u; }) == per_advert);
+  REQUIRE(m.ByteSizeLong() <= repair_advert::range_budget + repair_advert::fec_budget);
+  mcdist::wire::repair_advert next;
+  // The rest, and the first ones for their second advert.
+  REQUIRE(a.take_parity(next, [](std::uint32_t) { return 4u; }) == per_advert);
+  REQUIRE(next.fec_parity(0) == 0);  // FEC block 0 again first
+}
