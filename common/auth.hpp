@@ -154,7 +154,8 @@ struct auth_stats {
   std::uint64_t bad_digest = 0;
   /// Data or parity block of a block-digest session for whose sequence number this site holds
   /// no signed digest (forged, or both copies of its digest chunk were lost), or a block of such
-  /// a session that is not version 3 (its sender sends none): dropped, repaired like a loss.
+  /// a session that is not version 3 (its sender sends none): dropped, repaired like a loss. A
+  /// version-3 block of a session this site holds no keys of counts as no_key.
   std::uint64_t no_digest = 0;
   // Not refusals, so not in total(): encrypted sessions' key exchange, and what signatures
   // cost.

@@ -68,7 +68,10 @@ std::error_code receiver_keys::open_digested(std::span<const std::byte> d, const
     if (d.size() < wire::data_header_size) return refuse(m_stats.unauthenticated);
     // O(1): one SHA-256 of the datagram, then a look-up by its sequence number in at most
     // block_digests::windows_held windows.
-    if (!s || !s->block_digests || !s->digests) return refuse(m_stats.no_digest);
+    // A session this site holds no keys of (not announced, or over and forgotten) is no_key,
+    // as a version-2 block of it would be; one that sends no digests, or none yet, no_digest.
+    if (!s) return refuse(m_stats.no_key);
+    if (!s->block_digests || !s->digests) return refuse(m_stats.no_digest);
     switch (s->digests->check(load_be32(d.data() + 8), block_digests::digest_of(d))) {
       case block_digests::verdict::match:
         ++m_stats.blocks_checked;

@@ -196,6 +196,11 @@ TEST_CASE(
   for (std::size_t n = 0; n < chunks[4].size(); ++n) {
     REQUIRE(s.site.open(std::span(chunks[4]).first(n), t0, s.out));
   }
+  // A block of a session this site holds no keys of.
+  auto stranger = block(100);
+  store_be32(stranger.data() + 4, 0x99);
+  REQUIRE(s.site.open(stranger, t0, s.out) == errc::unauthenticated);
+  REQUIRE(s.site.stats().no_key == 2);
   // None of it reached the table: only chunk 0's blocks open.
   REQUIRE_FALSE(s.site.open(block(100), t0, s.out));
   REQUIRE(s.site.open(block(100 + 128), t0, s.out) == errc::unauthenticated);
