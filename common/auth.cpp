@@ -123,6 +123,18 @@ std::string sealed_field(msg_type type, std::span<const std::byte> body) {
   return m.sealed();
 }
 
+/// What the authentication layer reads of a verified announce body besides `sealed`.
+struct announce_flags {
+  bool sealed = false;
+  bool block_digests = false;  ///< session_params.block_digests of a silent session
+};
+
+announce_flags flags_of(std::span<const std::byte> body) {
+  wire::announce m;
+  if (!m.ParseFromArray(body.data(), static_cast<int>(body.size()))) return {};
+  return {!m.sealed().empty(), m.params().block_digests() != 0 && m.params().silent_passes() > 0};
+}
+
 }  // namespace
 
 std::size_t trailer_size(msg_type t) noexcept {
@@ -140,6 +152,7 @@ std::size_t trailer_size(msg_type t) noexcept {
     case msg_type::fallback: return crypto::hmac_bytes;
     case msg_type::digest_list:
     case msg_type::session_end: return crypto::signature_bytes;
+    case msg_type::block_digests: return block_digests::trailer_fixed_bytes;  // version 3 only
   }
   return 0;
 }
@@ -423,10 +436,16 @@ bool receiver_keys::take_verification(time_point now) {
 
 bool receiver_keys::verify_signed(std::span<const std::byte> signed_part,
                                   std::span<const std::uint8_t, crypto::signature_bytes> sig,
-                                  time_point now, const crypto::key32** signer) {
+                                  time_point now, const crypto::key32** signer,
+                                  const crypto::key32* only) {
   if (m_opts.trusted_senders.empty()) return true;
   if (!take_verification(now)) return false;
   ++m_stats.signatures;
+  if (only) {
+    if (crypto::verify(*only, signed_part, sig)) return true;
+    ++m_stats.bad_signature;
+    return false;
+  }
   for (const auto& k : m_opts.trusted_senders) {
     if (crypto::verify(k, signed_part, sig)) {
       if (signer) *signer = &k;
@@ -446,6 +465,9 @@ std::error_code receiver_keys::open(std::span<const std::byte> d, time_point now
                                     std::span<const std::byte>& out, const endpoint& from) {
   wire::header h;
   if (auto ec = wire::parse_header(d, h)) return ec;
+  if (std::to_integer<std::uint8_t>(d[2]) == wire::digest_version) {
+    return open_digested(d, h, now, out);
+  }
   if (std::to_integer<std::uint8_t>(d[2]) != wire::authenticated_version) {
     if (required()) {
       ++m_stats.unauthenticated;
@@ -503,6 +525,8 @@ std::error_code receiver_keys::open(std::span<const std::byte> d, time_point now
         out = std::span<const std::byte>(m_scratch.data(), signed_part.size());
         return {};
       }
+      // A block-digest session sends its blocks as version 3 only (open_digested).
+      if (s && s->block_digests) return refuse(m_stats.no_digest);
       if (s && !s->data && s->silent) break;  // set_silent: the file digest decides
       if (!s || !s->data) return refuse(m_stats.no_key);
       if (!s->data->verify(fixed<crypto::gcm_nonce_bytes>(d.subspan(8, 12)), signed_part,
@@ -557,10 +581,20 @@ std::error_code receiver_keys::open(std::span<const std::byte> d, time_point now
   }
   if (h.type == msg_type::announce) {
     session_keys* keys = find(h.session);
-    if (keys && (keys->encrypted ||
-                 !sealed_field(h.type, signed_part.subspan(wire::header_size)).empty())) {
+    const auto flags = keys && !keys->encrypted ? flags_of(signed_part.subspan(wire::header_size))
+                                                : announce_flags{};
+    if (keys && (keys->encrypted || flags.sealed)) {
       keys->encrypted = true;
       return open_sealed_body(*keys, signed_part, h.type, now, out, d, fresh, &from);
+    }
+    if (keys && flags.block_digests && !keys->block_digests) {
+      // A silent signed session with block digests (docs/security.md "Block digests"): its
+      // blocks are checked against signed digests from now on, never passed unchecked, and the
+      // site never asks for its key.
+      keys->block_digests = true;
+      keys->silent = true;
+      keyed(*keys);
+      if (m_key_request == h.session) m_key_request.reset();
     }
     // A signed session: ask for the key at once, so that blocks can be checked before this
     // site has assembled the manifest and registered (the register_reply repeats the key).
@@ -685,6 +719,16 @@ bool receiver_keys::encrypted(session_id s) const {
   return it != m_sessions.end() && it->second.encrypted;
 }
 
+bool receiver_keys::block_digests(session_id s) const {
+  const auto it = m_sessions.find(s.value);
+  return it != m_sessions.end() && it->second.block_digests;
+}
+
+std::size_t receiver_keys::digest_bytes_held(session_id s) const {
+  const auto it = m_sessions.find(s.value);
+  return it == m_sessions.end() || !it->second.digests ? 0 : it->second.digests->memory_bytes();
+}
+
 std::size_t receiver_keys::seal(std::span<std::byte> buf, std::size_t len) {
   if (len < wire::header_size || buf.size() < len + max_trailer_bytes) return 0;
   session_keys* s = find(session_of(buf));
@@ -747,12 +791,13 @@ std::optional<crypto::key32> receiver_keys::fallback_key(session_id s) const {
   return derive(it->second.pairwise, s, fallback_info);
 }
 
-void receiver_keys::set_silent(session_id s) {
+bool receiver_keys::set_silent(session_id s) {
   session_keys* k = find(s);
-  if (!k) return;
+  if (!k || k->silent) return false;
   k->silent = true;
   keyed(*k);  // awaits no key
   if (m_key_request == s) m_key_request.reset();
+  return true;
 }
 
 void receiver_keys::forget(session_id s) {

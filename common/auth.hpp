@@ -23,6 +23,16 @@
 /// | nak, complete, complete_ack, fallback | 32 | HMAC under the pairwise key |
 /// | digest_list, session_end | 64 | Ed25519 signature |
 ///
+/// Silent signed sessions (docs/security.md "Block digests") send their data and parity as wire
+/// version 3 datagrams instead, without a trailer (the sites hold no session key to check a
+/// GMAC with), and ahead of them version-3 block_digests chunks (common/block_digests.hpp)
+/// whose trailer is an announce's without the session public key: authentication path (32 x
+/// 0..4), Ed25519 signature (64), leaf index (2), leaf count (2). The sender signs the root of
+/// one tree per window of chunks, as "mcdist v3 block digests" || leaf count (2 bytes
+/// big-endian) || root; a site checks each chunk by its path to a root it verified (or that
+/// root's signature, by the key that signed the session's announce) and each block by the
+/// digest its sequence number has in a verified chunk.
+///
 /// Signatures and tags cover every byte before them, except the announce's: the sender cuts
 /// each burst of announces it sends at once into trees of up to announce_tree::max_leaves
 /// (common/announce_tree.hpp, RFC 9162 section 2.1); a leaf is an announce datagram up to and
@@ -56,6 +66,7 @@
 ///   derived from the site's fallback key (common/unicast/record_seal.hpp).
 
 #include "common/announce_tree.hpp"
+#include "common/block_digests.hpp"
 #include "common/crypto.hpp"
 #include "common/endpoint.hpp"
 #include "common/error.hpp"
@@ -115,6 +126,11 @@ std::size_t trailer_size(wire::msg_type t) noexcept;
 /// is shorter than that, or the index and count are out of bounds (index < count <=
 /// announce_tree::max_leaves)
 std::size_t announce_trailer_bytes(std::span<const std::byte> datagram) noexcept;
+/// Trailer size of a version-3 block_digests datagram, from the leaf index and count in its last
+/// 4 bytes: block_digests::trailer_fixed_bytes + 32 x the path's length. @return 0 when the
+/// datagram is shorter than that, or the index and count are out of bounds (index < count <=
+/// block_digests::max_chunks)
+std::size_t digest_trailer_bytes(std::span<const std::byte> datagram) noexcept;
 
 /// The receiver id in the first field of a control body (register_request, nak, complete,
 /// register_reply, complete_ack and fallback all carry it as field 1, which protobuf
@@ -132,14 +148,27 @@ struct auth_stats {
   /// Announce whose signature is that of a root this site verified, but whose path leads to
   /// another root: a forged chunk with a copied signature, refused without a signature check.
   std::uint64_t bad_path = 0;
+  /// Data or parity block of a block-digest session (silent, signed: docs/security.md "Block
+  /// digests") whose truncated SHA-256 is not the signed digest of its sequence number: a
+  /// forged or altered block, dropped before it reaches storage.
+  std::uint64_t bad_digest = 0;
+  /// Data or parity block of a block-digest session for whose sequence number this site holds
+  /// no signed digest (forged, or both copies of its digest chunk were lost), or a block of such
+  /// a session that is not version 3 (its sender sends none): dropped, repaired like a loss. A
+  /// version-3 block of a session this site holds no keys of counts as no_key.
+  std::uint64_t no_digest = 0;
   // Not refusals, so not in total(): encrypted sessions' key exchange, and what signatures
   // cost.
   std::uint64_t key_requests = 0;  ///< sender: key requests answered; site: requests sent
   std::uint64_t signatures = 0;    ///< Ed25519: sender, signatures made; site, checked
   std::uint64_t by_path = 0;       ///< site: announces verified by the path to a known root
+  /// Sender: block digest chunks sealed; site: verified chunks taken (repeats included).
+  std::uint64_t digest_chunks = 0;
+  /// Site: data and parity blocks whose digest matched (block-digest sessions).
+  std::uint64_t blocks_checked = 0;
   std::uint64_t total() const noexcept {
     return unauthenticated + bad_signature + bad_tag + no_key + untrusted_site + verify_budget +
-           bad_path;
+           bad_path + bad_digest + no_digest;
   }
 };
 
@@ -176,6 +205,11 @@ class sender_keys {
   /// "Announce trees"). Encrypted sessions: each body is sealed first, the tree covers the
   /// sealed forms.
   void seal_announces(std::span<announce_slot> burst);
+  /// Seals the block digest chunks of one window (block_digests::write_chunk's output, leaves
+  /// 0..n-1 in order, n <= block_digests::max_chunks; each slot with room for max_trailer_bytes
+  /// more): one tree, one Ed25519 signature (docs/security.md "Block digests"). A slot that
+  /// cannot be sealed gets len 0.
+  void seal_block_digests(std::span<announce_slot> window);
   /// Seals one data datagram in place: `buf` holds `len` bytes (headers and payload) and has
   /// room for data_trailer_bytes more. @return len + data_trailer_bytes
   std::size_t seal_data(std::span<std::byte> buf, std::size_t len) noexcept;
@@ -329,6 +363,12 @@ class receiver_keys {
   bool awaiting_any() const noexcept { return m_awaiting > 0; }
   /// True for a session whose verified announce was sealed (mcdist-send --encrypt).
   bool encrypted(session_id s) const;
+  /// True for a session whose verified announce says block_digests (a silent signed session
+  /// whose blocks this site checks against signed block digests; docs/security.md "Block
+  /// digests").
+  bool block_digests(session_id s) const;
+  /// Bytes of block digests held for session `s` (block_digests::table::memory_bytes).
+  std::size_t digest_bytes_held(session_id s) const;
   /// True when a verified announce of the session was seen (its keys are held).
   bool knows(session_id s) const { return m_sessions.count(s.value) != 0; }
   /// True once the session's register_reply gave this site the session key.
@@ -352,8 +392,10 @@ class receiver_keys {
   /// and markers, whose tags only the session key checks, pass with the trailer cut off
   /// unchecked while the site has no key. What makes a file of it trustworthy is then the
   /// SHA-256 of the signed announce or digest list, checked before the file is renamed into
-  /// place. No effect for an unknown session.
-  void set_silent(session_id s);
+  /// place. No effect for an unknown session. A session whose announce says block_digests is
+  /// silent already, and its blocks are checked (docs/security.md "Block digests").
+  /// @return true when the session was not silent before
+  bool set_silent(session_id s);
   /// True when trusted sender keys are configured (version 2 required).
   bool required() const noexcept { return !m_opts.trusted_senders.empty(); }
   const auth_stats& stats() const noexcept { return m_stats; }
@@ -387,6 +429,15 @@ class receiver_keys {
     std::size_t roots_used = 0;
     std::size_t next_root = 0;
     bool silent = false;  ///< set_silent: no key, tags not checked
+    /// Its verified announce says block_digests: version-3 blocks checked against `digests`,
+    /// every other block refused (no_digest).
+    bool block_digests = false;
+    /// Signed block digests of the last windows (created with the first verified chunk).
+    std::optional<block_digests::table> digests;
+    /// Roots of block digest trees whose signature verified, a ring like `roots`.
+    std::array<verified_root, max_verified_roots> digest_roots{};
+    std::size_t digest_roots_used = 0;
+    std::size_t next_digest_root = 0;
 
     /// Takes the session key of a register_reply and derives the data, marker, manifest and
     /// sealed-data keys from it (HKDF, RFC 5869).
@@ -398,6 +449,10 @@ class receiver_keys {
   /// @param fresh  set when the announce verified (not a remembered repeat)
   std::error_code open_announce(std::span<const std::byte> d, std::size_t trailer, session_keys* s,
                                 time_point now, bool& fresh);
+  /// Checks a version-3 datagram (auth_digests.cpp): a block against the signed digest of its
+  /// sequence number, or a block digest chunk by its path and signature (taken: `out` empty).
+  std::error_code open_digested(std::span<const std::byte> d, const wire::header& h, time_point now,
+                                std::span<const std::byte>& out);
   /// Asks for the session key (take_key_request), at most once per key_request_interval.
   void want_key(session_keys& s, session_id id, time_point now);
   /// Before a session's keys are dropped or start over: its held announces' bytes and its
@@ -407,9 +462,10 @@ class receiver_keys {
   void keyed(session_keys& s) noexcept;
   session_keys& learn(session_id s, const crypto::key32& sender_public, time_point now);
   /// @param signer  set to the trusted key that verified, when one did
+  /// @param only    when set, the one key that may have signed (the session's announce signer)
   bool verify_signed(std::span<const std::byte> signed_part,
                      std::span<const std::uint8_t, crypto::signature_bytes> sig, time_point now,
-                     const crypto::key32** signer = nullptr);
+                     const crypto::key32** signer = nullptr, const crypto::key32* only = nullptr);
   bool take_verification(time_point now);
 
   receiver_auth_options m_opts;

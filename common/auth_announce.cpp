@@ -4,6 +4,7 @@
 // and opens every other type.
 #include "common/auth.hpp"
 
+#include "common/auth_tree.hpp"
 #include "common/byte_order.hpp"
 #include "common/sha256.hpp"
 
@@ -18,21 +19,43 @@ namespace {
 /// announce cost a SHA-256 instead of a path or a signature check.
 constexpr std::size_t max_remembered_announces = 4096;
 
-/// What the sender signs for one tree: a context no wire datagram starts with (those start
-/// with the magic "MD"), the leaf count and the root (auth.hpp file comment).
+/// The context of an announce tree's signature (auth.hpp file comment).
 constexpr std::string_view tree_context = "mcdist v2 announce tree";
-using tree_message_bytes =
-    std::array<std::byte, tree_context.size() + 2 + announce_tree::hash_bytes>;
 
-tree_message_bytes tree_message(std::size_t count, const announce_tree::hash& root) {
-  tree_message_bytes m{};
-  std::memcpy(m.data(), tree_context.data(), tree_context.size());
-  store_be16(m.data() + tree_context.size(), static_cast<std::uint16_t>(count));
-  std::memcpy(m.data() + tree_context.size() + 2, root.data(), root.size());
+}  // namespace
+
+namespace tree_detail {
+
+std::vector<std::byte> signed_message(std::string_view context, std::size_t count,
+                                      const announce_tree::hash& root) {
+  std::vector<std::byte> m(context.size() + 2 + root.size());
+  std::memcpy(m.data(), context.data(), context.size());
+  store_be16(m.data() + context.size(), static_cast<std::uint16_t>(count));
+  std::memcpy(m.data() + context.size() + 2, root.data(), root.size());
   return m;
 }
 
-}  // namespace
+void seal_tree(const crypto::identity& id, std::string_view context,
+               std::span<sender_keys::announce_slot* const> slots,
+               std::span<const announce_tree::hash> leaves) {
+  if (leaves.empty()) return;
+  const announce_tree::tree t(leaves);
+  const auto sig = crypto::sign(id, signed_message(context, t.size(), t.root()));
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    sender_keys::announce_slot& a = *slots[i];
+    std::byte* end = a.buf.data() + a.len;
+    for (const auto& h : t.path(i)) {
+      std::memcpy(end, h.data(), h.size());
+      end += h.size();
+    }
+    std::memcpy(end, sig.data(), sig.size());
+    store_be16(end + sig.size(), static_cast<std::uint16_t>(i));
+    store_be16(end + sig.size() + 2, static_cast<std::uint16_t>(t.size()));
+    a.len = static_cast<std::size_t>(end + sig.size() + 4 - a.buf.data());
+  }
+}
+
+}  // namespace tree_detail
 
 std::size_t announce_trailer_bytes(std::span<const std::byte> d) noexcept {
   if (d.size() < announce_trailer_fixed_bytes) return 0;
@@ -51,21 +74,8 @@ void sender_keys::seal_announces(std::span<announce_slot> burst) {
   leaves.reserve(announce_tree::max_leaves);
   auto sign_tree = [&] {
     if (leaves.empty()) return;
-    const announce_tree::tree t(leaves);
-    const auto sig = crypto::sign(m_id, tree_message(t.size(), t.root()));
+    tree_detail::seal_tree(m_id, tree_context, tree_slots, leaves);
     ++m_stats.signatures;
-    for (std::size_t i = 0; i < t.size(); ++i) {
-      announce_slot& a = *tree_slots[i];
-      std::byte* end = a.buf.data() + a.len;
-      for (const auto& h : t.path(i)) {
-        std::memcpy(end, h.data(), h.size());
-        end += h.size();
-      }
-      std::memcpy(end, sig.data(), sig.size());
-      store_be16(end + sig.size(), static_cast<std::uint16_t>(i));
-      store_be16(end + sig.size() + 2, static_cast<std::uint16_t>(t.size()));
-      a.len = static_cast<std::size_t>(end + sig.size() + 4 - a.buf.data());
-    }
     tree_slots.clear();
     leaves.clear();
   };
@@ -136,7 +146,8 @@ std::error_code receiver_keys::open_announce(std::span<const std::byte> d, std::
     }
   }
   const crypto::key32* signed_by = nullptr;
-  if (!by_path && !verify_signed(tree_message(count, *root), sig, now, &signed_by)) {
+  if (!by_path && !verify_signed(tree_detail::signed_message(tree_context, count, *root), sig, now,
+                                 &signed_by)) {
     return errc::unauthenticated;
   }
   fresh = true;

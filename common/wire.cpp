@@ -49,6 +49,7 @@ const char* to_string(msg_type t) noexcept {
     case msg_type::fallback: return "fallback";
     case msg_type::parity: return "parity";
     case msg_type::repair_advert: return "repair_advert";
+    case msg_type::block_digests: return "block_digests";
   }
   return "unknown";
 }
@@ -58,12 +59,13 @@ std::error_code parse_header(std::span<const std::byte> datagram, header& out) n
   if (datagram.size() > max_datagram_size) return errc::oversized;
   if (load_be16(datagram.data()) != magic) return errc::bad_magic;
   const auto v = std::to_integer<std::uint8_t>(datagram[2]);
-  if (v != version && v != authenticated_version) return errc::bad_version;
+  if (v != version && v != authenticated_version && v != digest_version) return errc::bad_version;
   const auto type = std::to_integer<std::uint8_t>(datagram[3]);
-  // 1-12 (data to parity) and 14 (repair_advert); 13 is unassigned.
+  // 1-12 (data to parity), 14 (repair_advert) and 15 (block_digests); 13 is unassigned.
   if ((type < static_cast<std::uint8_t>(msg_type::data) ||
        type > static_cast<std::uint8_t>(msg_type::parity)) &&
-      type != static_cast<std::uint8_t>(msg_type::repair_advert)) {
+      type != static_cast<std::uint8_t>(msg_type::repair_advert) &&
+      type != static_cast<std::uint8_t>(msg_type::block_digests)) {
     return errc::unknown_type;
   }
   out.type = static_cast<msg_type>(type);

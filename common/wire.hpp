@@ -25,6 +25,12 @@
 ///     | sequence     | FEC block    | parity index | parity ...       |
 ///     +--------------+--------------+--------------+------------------+
 ///
+/// A block digest chunk (type block_digests, wire version 3 only; silent signed sessions) is
+/// binary too: a window of the sender's data and parity datagrams, given by its first sequence
+/// number and its length, and the truncated SHA-256 of some of them (common/block_digests.hpp
+/// has the layout and owns the format); its trailer is an announce tree's without the session
+/// key (common/auth.hpp).
+///
 /// Every other type continues with one protobuf message of proto/mcdist.proto.
 
 #include "common/byte_order.hpp"
@@ -54,6 +60,13 @@ inline constexpr std::uint8_t version = 1;
 /// followed by an authentication trailer. The shells check and cut the trailer off before the
 /// cores see the datagram; parse_header accepts both versions.
 inline constexpr std::uint8_t authenticated_version = 2;
+/// The version byte of a datagram authenticated by a signed block digest (silent signed
+/// sessions; common/block_digests.hpp, docs/security.md "Block digests"): a data or parity
+/// datagram without any trailer, whose truncated SHA-256 a block digest chunk (type
+/// block_digests, also version 3) carried ahead of it. A peer that does not know these drops
+/// them as bad_version; parse_header accepts them, and the shells check them before the cores
+/// see them.
+inline constexpr std::uint8_t digest_version = 3;
 /// Size of the common header, bytes.
 inline constexpr std::size_t header_size = 8;
 /// Size of the common header plus the data header, bytes: what precedes a block's payload.
@@ -94,6 +107,9 @@ enum class msg_type : std::uint8_t {
   // 13 is unassigned.
   /// Blocks scheduled for repair (proto repair_advert), multicast (issue 12, NAK feedback).
   repair_advert = 14,
+  /// Truncated SHA-256 of a window of data and parity datagrams, signed (wire version 3 only:
+  /// common/block_digests.hpp), multicast ahead of them in silent signed sessions.
+  block_digests = 15,
 };
 
 /// Longest receiver id, bytes. Ids are site names ("dwd-offenbach"), not documents.
@@ -154,6 +170,7 @@ struct parity_header {
 /// Checks the common header: length, magic, version, known type, size limit.
 /// @param datagram  the whole datagram as received
 /// @param out       filled on success
+/// Versions 1 (wire::version), 2 (authenticated_version) and 3 (digest_version) are accepted.
 /// @return empty, or errc::truncated / bad_magic / bad_version / unknown_type / oversized
 std::error_code parse_header(std::span<const std::byte> datagram, header& out) noexcept;
 

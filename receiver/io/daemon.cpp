@@ -664,10 +664,10 @@ void daemon::log_status(bool final) {
   if (const auto a = auth_refused(); a.total() > 0) {
     drops += (drops.empty() ? "" : ", ") +
              fmt::format(
-                 "not authenticated {} (bad signature {}, bad path {}, bad tag {}, no key {}, "
-                 "unsigned {}, over the verification budget {})",
-                 a.total(), a.bad_signature, a.bad_path, a.bad_tag, a.no_key, a.unauthenticated,
-                 a.verify_budget);
+                 "not authenticated {} (bad signature {}, bad path {}, bad tag {}, bad digest {}, "
+                 "no digest {}, no key {}, unsigned {}, over the verification budget {})",
+                 a.total(), a.bad_signature, a.bad_path, a.bad_tag, a.bad_digest, a.no_digest,
+                 a.no_key, a.unauthenticated, a.verify_budget);
   }
   m_log->info(
       "{}: {} sessions active, {} completed, {} failed; {} files stored, {} failed, {} "
@@ -771,7 +771,12 @@ nlohmann::json daemon::status_json() {
                             {"no_key", a.no_key},
                             {"unsigned", a.unauthenticated},
                             {"verify_budget", a.verify_budget},
-                            {"bad_path", a.bad_path}};
+                            {"bad_path", a.bad_path},
+                            {"bad_digest", a.bad_digest},
+                            {"no_digest", a.no_digest}};
+  // Block digests (silent signed sessions, docs/security.md "Block digests"): verified chunks
+  // taken and blocks whose digest matched.
+  j["block_digests"] = {{"chunks", a.digest_chunks}, {"blocks_checked", a.blocks_checked}};
   // What announce signatures cost (docs/security.md "Announce trees"): Ed25519 checks made,
   // and announces verified by their path to a root checked before.
   j["announce_signatures"] = {{"checked", a.signatures}, {"by_path", a.by_path}};

@@ -137,7 +137,15 @@ void daemon::note_silent(std::size_t index, std::span<const std::byte> plain) {
     wire::announce m;
     silent = !wire::parse_control(plain, m) && m.params().silent_passes() > 0;
   }
-  if (silent) m_keys[index]->set_silent(s);
+  if (!silent || !m_keys[index]->set_silent(s) || !m_keys[index]->required()) return;
+  // Silent here, signed, without block digests (an older mcdist-send, or a sender that expects
+  // registrations on a channel configured silent): no key to check its blocks with.
+  m_log->warn(
+      "session {} (channel {}): silent and signed, but its sender sends no block digests: its "
+      "blocks pass unchecked until each file's signed SHA-256 is verified, so any host that can "
+      "send to {} can spoil its files (never deliver a forged one); upgrade mcdist-send "
+      "(docs/security.md \"Block digests\")",
+      s, m_cfg.channels[index].name, m_cfg.channels[index].group.to_string());
 }
 
 void daemon::send_key_request(const endpoint& to) {
@@ -260,6 +268,10 @@ auth::auth_stats daemon::auth_refused() const {
     sum.untrusted_site += st.untrusted_site;
     sum.verify_budget += st.verify_budget;
     sum.bad_path += st.bad_path;
+    sum.bad_digest += st.bad_digest;
+    sum.no_digest += st.no_digest;
+    sum.digest_chunks += st.digest_chunks;
+    sum.blocks_checked += st.blocks_checked;
     sum.signatures += st.signatures;
     sum.by_path += st.by_path;
   }

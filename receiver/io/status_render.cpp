@@ -100,6 +100,8 @@ std::string render_metrics(const status_snapshot& s) {
   p.sample({{"reason", "unsigned"}}, a.unauthenticated);
   p.sample({{"reason", "verify_budget"}}, a.verify_budget);
   p.sample({{"reason", "bad_path"}}, a.bad_path);
+  p.sample({{"reason", "bad_digest"}}, a.bad_digest);
+  p.sample({{"reason", "no_digest"}}, a.no_digest);
   p.family("mcdist_receiver_naks_sent_total", metric_type::counter, "NAK datagrams sent.");
   p.sample(st.naks_sent);
   p.family("mcdist_receiver_files_incomplete_total", metric_type::counter,

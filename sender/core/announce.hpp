@@ -45,6 +45,9 @@ struct announce_settings {
   std::uint32_t fec_depth = 1;
   /// Silent session (session_params.silent_passes): passes it sends; 0 for a normal session.
   std::uint32_t silent_passes = 0;
+  /// Block digests (session_params.block_digests): the session's data and parity are version 3,
+  /// checked against signed block digests (docs/security.md "Block digests").
+  bool block_digests = false;
   /// Bytes each chunk leaves unused below wire::control_budget for what the shell adds to its
   /// body (auth::sealed_body_overhead in an encrypted session).
   std::uint32_t reserve_bytes = 0;

@@ -93,6 +93,11 @@ sender_session::sender_session(sender_config cfg, std::vector<manifest_entry> fi
     ++m_digests_through;
   }
   if (m_cfg.silent_passes > 0) configure_silent();
+  if (m_cfg.block_digests && !silent()) {
+    throw std::invalid_argument(
+        "block digests are for silent sessions: an ordinary signed session checks its blocks "
+        "with the session key");
+  }
   // A resend to named receivers is a closed group of exactly those.
   if (m_cfg.receivers.empty()) m_cfg.receivers = m_cfg.only_receivers;
   // Deciding for unicast from the start needs the registrations (count, RTT): do not start
@@ -525,6 +530,12 @@ session_report sender_session::report(time_point now) const {
   rep.proactive_parity = std::min(parity, m_proactive_parity);
   rep.source_datagrams = m_source_datagrams;
   rep.silent_passes = m_cfg.silent_passes;
+  if (m_digests) {
+    rep.block_digests = true;
+    rep.digest_windows = m_digests->windows();
+    rep.digest_chunks = m_digests->chunks_sent();
+    rep.digest_bytes = m_digests->bytes_sent();
+  }
   rep.grtt = m_grtt.estimate();
   rep.elapsed = (m_phase == phase::done || m_phase == phase::ending ? m_finished : now) - m_start;
   rep.drops = m_drops;

@@ -48,6 +48,8 @@ class complete;
 
 namespace mcdist::sender {
 
+class digest_windows;
+
 /// Session settings. Durations are core-clock durations; rates bit/s; sizes bytes.
 struct sender_config {
   session_id session{1};
@@ -163,6 +165,12 @@ struct sender_config {
   /// Between the last pass of a silent session and its END: the last parity still decodes and
   /// its files finalize at the sites before END tells them what they could not complete.
   duration silent_linger = std::chrono::seconds(1);
+  /// Block digests (docs/security.md "Block digests"; silent sessions only, the shell sets it
+  /// for a signed one): each pass is planned a window ahead (digest_windows.hpp), and before a
+  /// window's first datagram the digests of the next window and of this one are handed to the
+  /// shell (pop_digest_window) to hash, sign and multicast; the announce says block_digests, and
+  /// the data and parity datagrams are version 3 without a trailer (data_trailer_bytes 0).
+  bool block_digests = false;
 };
 
 /// A receiver the policy moved to unicast: the shell registers its grant with the unicast
@@ -247,6 +255,12 @@ struct session_report {
   std::uint64_t source_datagrams = 0;  ///< data datagrams that carried source blocks
   /// sender_config::silent_passes: 0 for a normal session; the summary then has no receivers.
   std::uint32_t silent_passes = 0;
+  /// Block digests (sender_config::block_digests): windows planned, chunks sent (both copies)
+  /// and their bytes as the pacer counted them (IPv4 and UDP headers included).
+  bool block_digests = false;
+  std::uint64_t digest_windows = 0;
+  std::uint64_t digest_chunks = 0;
+  std::uint64_t digest_bytes = 0;
   duration grtt{};
   duration elapsed{};
   /// --rate auto: the rate at the end, the lowest after slow start (0: it never ended), the
@@ -274,6 +288,17 @@ struct data_send {
   bool parity = false;
   std::uint32_t fec_block = 0;
   std::uint32_t parity_index = 0;
+};
+
+/// One copy of the block digests of a window of planned datagrams (block_digests sessions;
+/// digest_windows.hpp): the shell multicasts it before the data it takes next.
+struct digest_window_send {
+  std::uint32_t first_seq = 0;  ///< sequence number of the window's first datagram
+  std::uint32_t count = 0;      ///< datagrams in the window, 1..block_digests::max_window
+  /// The first copy: the shell reads, hashes and signs the window's datagrams (all of them, in
+  /// sequence order) and keeps the chunks; the second copy sends those chunks again.
+  bool first_copy = true;
+  std::vector<data_send> datagrams;  ///< the first copy's datagrams; empty for the second
 };
 
 /// A control datagram to send: to the multicast group when `to` is empty.
@@ -314,6 +339,11 @@ class sender_session {
 
   /// Takes the next queued control datagram. @return false when none is queued.
   bool pop_control(control_send& out);
+
+  /// Block digest sessions: takes the next window of block digests to multicast; the shell
+  /// sends every one queued by a next_data call before that call's datagrams.
+  /// @return false when none is queued
+  bool pop_digest_window(digest_window_send& out);
 
   /// The shell's authentication layer gave `receiver_id` the session key in answer to its key
   /// request (auth::sender_keys::take_key_reply), before it registered: for the start of pass
@@ -363,6 +393,16 @@ class sender_session {
   struct receiver_state;
 
   void send_announce_chunk(time_point now);
+  /// Takes the next datagram of the pass, parity first, without pacing: its sequence number,
+  /// counters, and the proactive parity scheduled after a FEC block's last source in pass 1.
+  /// @return false when the sweep is over
+  bool take_next(data_send& d);
+  /// Fills `d` with parity block `pp`, taken now.
+  void take_parity(const parity_pick& pp, data_send& d);
+  /// Fills `d` with source block `pick` of `len` bytes, taken now.
+  void take_source(const block_pick& pick, std::uint32_t len, data_send& d);
+  /// next_data of a block digest session (sender_session_silent.cpp): planned a window ahead.
+  std::size_t next_data_planned(time_point now, std::span<data_send> out);
   void close_registration(time_point now);
   // Passes (sender_session_passes.cpp).
   void start_transfer(time_point now);
@@ -466,6 +506,8 @@ class sender_session {
   std::optional<parity_planner> m_parity;
   /// The parity a FEC block needs for the whole group, from the first lacks of a pass.
   group_lack m_group_lack;
+  /// Block digest sessions: the pass planned a window ahead (digest_windows.hpp).
+  std::unique_ptr<digest_windows> m_digests;
   /// --rate auto: the TFMCC controller and its feedback round (marker fields 42-44).
   std::optional<rate_controller> m_rate;
   std::uint32_t m_rate_round = 0;

@@ -14,6 +14,7 @@
 #include "common/ranges.hpp"
 #include "common/wire.hpp"
 #include "mcdist.pb.h"
+#include "sender/core/digest_windows.hpp"
 #include "sender/core/feedback_plan.hpp"
 #include <algorithm>
 #include <cmath>
@@ -87,6 +88,7 @@ inline announce_settings announce_settings_of(const sender_config& c) {
           .fec_max_parity = c.fec_max_parity,
           .fec_depth = c.fec_depth,
           .silent_passes = c.silent_passes,
+          .block_digests = c.block_digests,
           .reserve_bytes = c.announce_reserve_bytes};
 }
 

@@ -22,6 +22,7 @@ void sender_session::start_transfer(time_point now) {
 
 void sender_session::start_pass(time_point now) {
   m_passes.start_pass();
+  if (m_digests) m_digests->start_pass();
   m_advert.clear();  // the new sweep sends every wanted block; receivers drop old hints
   m_group_lack.new_pass();
   m_phase = phase::transferring;
@@ -45,6 +46,7 @@ void sender_session::start_pass(time_point now) {
 
 std::size_t sender_session::next_data(time_point now, std::span<data_send> out) {
   if (m_phase != phase::transferring) return 0;
+  if (m_digests) return next_data_planned(now, out);
   update_auto_rate(now);
   std::uint64_t allowance = m_pacer.allowance(now);
   std::size_t n = 0;
@@ -56,16 +58,7 @@ std::size_t sender_session::next_data(time_point now, std::span<data_send> out) 
       if (wire_bytes > allowance) break;
       allowance -= wire_bytes;
       m_pacer.consume(now, wire_bytes);
-      auto& d = out[n++];
-      d = data_send{};
-      d.parity = true;
-      d.fec_block = pp->fec_block;
-      d.parity_index = pp->index;
-      d.length = m_cfg.block_size;
-      d.seq = m_passes.take_seq();
-      m_parity->take(*pp, d.seq);
-      ++m_data_datagrams;
-      m_data_bytes += m_cfg.block_size;
+      take_parity(*pp, out[n++]);
       continue;
     }
     // Blocks NAKed behind the cursor go out first, while the pass still runs (DESIGN.md: repair
@@ -82,29 +75,55 @@ std::size_t sender_session::next_data(time_point now, std::span<data_send> out) 
     if (wire_bytes > allowance) break;
     allowance -= wire_bytes;
     m_pacer.consume(now, wire_bytes);
-    auto& d = out[n++];
-    d = data_send{};
-    d.file = file_index{pick->file};
-    d.block = block_index{pick->block};
-    d.seq = m_passes.take(*pick);
-    ++m_source_datagrams;
-    if (m_fec && m_cfg.fec_overhead > 0 && m_passes.pass() == 1 && !pick->prompt) {
-      // The FEC block's last source went out in pass 1: its proactive parity follows.
-      const auto pos = m_fec->locate(pick->file, pick->block);
-      const std::uint32_t n_src = m_fec->sources(pos.fec_block);
-      if (pos.index + 1 == n_src) {
-        const auto count = static_cast<std::uint32_t>(
-            std::ceil(m_cfg.fec_overhead * static_cast<double>(n_src) - 1e-9));
-        m_parity->add(pos.fec_block, std::min(count, m_cfg.fec_max_parity));
-        m_proactive_parity += std::min(count, m_cfg.fec_max_parity);
-      }
-    }
-    d.offset = std::uint64_t{pick->block} * m_cfg.block_size;
-    d.length = len;
-    ++m_data_datagrams;
-    m_data_bytes += len;
+    take_source(*pick, len, out[n++]);
   }
   return n;
+}
+
+void sender_session::take_parity(const parity_pick& pp, data_send& d) {
+  d = data_send{};
+  d.parity = true;
+  d.fec_block = pp.fec_block;
+  d.parity_index = pp.index;
+  d.length = m_cfg.block_size;
+  d.seq = m_passes.take_seq();
+  m_parity->take(pp, d.seq);
+  ++m_data_datagrams;
+  m_data_bytes += m_cfg.block_size;
+}
+
+void sender_session::take_source(const block_pick& pick, std::uint32_t len, data_send& d) {
+  d = data_send{};
+  d.file = file_index{pick.file};
+  d.block = block_index{pick.block};
+  d.seq = m_passes.take(pick);
+  ++m_source_datagrams;
+  if (m_fec && m_cfg.fec_overhead > 0 && m_passes.pass() == 1 && !pick.prompt) {
+    // The FEC block's last source went out in pass 1: its proactive parity follows.
+    const auto pos = m_fec->locate(pick.file, pick.block);
+    const std::uint32_t n_src = m_fec->sources(pos.fec_block);
+    if (pos.index + 1 == n_src) {
+      const auto count = static_cast<std::uint32_t>(
+          std::ceil(m_cfg.fec_overhead * static_cast<double>(n_src) - 1e-9));
+      m_parity->add(pos.fec_block, std::min(count, m_cfg.fec_max_parity));
+      m_proactive_parity += std::min(count, m_cfg.fec_max_parity);
+    }
+  }
+  d.offset = std::uint64_t{pick.block} * m_cfg.block_size;
+  d.length = len;
+  ++m_data_datagrams;
+  m_data_bytes += len;
+}
+
+bool sender_session::take_next(data_send& d) {
+  if (const auto pp = m_parity ? m_parity->peek() : std::nullopt) {
+    take_parity(*pp, d);
+    return true;
+  }
+  const auto pick = m_passes.peek();
+  if (!pick) return false;
+  take_source(*pick, block_length(m_files[pick->file].size, m_cfg.block_size, pick->block), d);
+  return true;
 }
 
 void sender_session::end_pass(time_point now) {

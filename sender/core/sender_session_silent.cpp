@@ -44,6 +44,9 @@ void sender_session::configure_silent() {
   m_cfg.eager_start = true;
   m_cfg.start_on_registration = false;
   m_cfg.max_passes = m_cfg.silent_passes;
+  if (m_cfg.block_digests) {
+    m_digests = std::make_unique<digest_windows>(block_digests::max_window, ip_udp_overhead);
+  }
 }
 
 bool sender_session::plan_silent_pass() {
@@ -67,6 +70,46 @@ bool sender_session::plan_silent_pass() {
     m_proactive_parity += count;
   }
   return true;
+}
+
+std::size_t sender_session::next_data_planned(time_point now, std::span<data_send> out) {
+  std::uint64_t allowance = m_pacer.allowance(now);
+  std::size_t n = 0;
+  while (n < out.size()) {
+    // Plan the window being released and the next one in full (digest_windows.hpp).
+    while (m_digests->wants_more()) {
+      data_send d;
+      if (!take_next(d)) {
+        m_digests->pass_planned();
+        break;
+      }
+      m_digests->plan(d);
+    }
+    const data_send* d = m_digests->peek();
+    if (!d) {
+      end_pass(now);  // planned to its end and all released
+      break;
+    }
+    const std::uint64_t wire_bytes =
+        d->length + wire::data_header_size + ip_udp_overhead + m_cfg.data_trailer_bytes;
+    if (wire_bytes > allowance) break;
+    // The digests due before this datagram (the shell sends them before this call's data)
+    // count against the rate like every byte on the link.
+    if (const std::uint64_t chunks = m_digests->prepare()) {
+      m_pacer.consume(now, chunks);
+      allowance = allowance > chunks ? allowance - chunks : 0;
+      if (wire_bytes > allowance) break;  // the datagram waits for the next wake-up
+    }
+    allowance -= wire_bytes;
+    m_pacer.consume(now, wire_bytes);
+    out[n++] = *d;
+    m_digests->release();
+  }
+  return n;
+}
+
+bool sender_session::pop_digest_window(digest_window_send& out) {
+  return m_digests && m_digests->pop(out);
 }
 
 void sender_session::requeue_digests() {

@@ -54,9 +54,15 @@ sender_app::sender_app(boost::asio::io_context& io, app_options opts, sender_con
               crypto::random_bytes(t);
               return t;
             };
+            if (m_opts.identity && cfg.silent_passes > 0) {
+              // A silent signed session: its sites hold no session key, so its blocks are
+              // checked against signed block digests instead of a GMAC (docs/security.md
+              // "Block digests"): version 3, no trailer.
+              cfg.block_digests = true;
+            }
             if (m_opts.identity) {
               cfg.start_on_registration = true;
-              cfg.data_trailer_bytes = auth::data_trailer_bytes;
+              cfg.data_trailer_bytes = cfg.block_digests ? 0 : auth::data_trailer_bytes;
               // Room in every announce chunk for its trailer (auth.hpp), and in an encrypted
               // session for sealing its body: a sealed announce fits wire::control_budget.
               cfg.announce_reserve_bytes = auth::announce_reserve(m_opts.encrypt);
@@ -72,9 +78,9 @@ sender_app::sender_app(boost::asio::io_context& io, app_options opts, sender_con
           std::random_device{}() ^ static_cast<std::uint64_t>(started.time_since_epoch().count()),
           m_log),
       m_reader(m_files), m_receiver(64, 2048), m_block_size(cfg.block_size),
-      m_session_id(cfg.session) {
-  const std::size_t datagram =
-      cfg.block_size + wire::data_header_size + (m_opts.identity ? auth::data_trailer_bytes : 0);
+      m_session_id(cfg.session),
+      m_data_trailer(m_opts.identity && cfg.silent_passes == 0 ? auth::data_trailer_bytes : 0) {
+  const std::size_t datagram = cfg.block_size + wire::data_header_size + m_data_trailer;
   m_sends.resize(net::batch_sender::max_segments(datagram));
   m_gso_buffer.resize(m_sends.size() * datagram);
   if (m_opts.identity) {
@@ -104,6 +110,14 @@ sender_app::sender_app(boost::asio::io_context& io, app_options opts, sender_con
         *layout, m_files,
         cfg.fec_max_parity ? cfg.fec_max_parity : fec::default_max_parity(cfg.fec_k),
         cfg.block_size);
+  }
+  if (m_keys && m_session.silent()) {
+    m_digest_source = std::make_unique<digest_source>(m_session_id, cfg.block_size, m_reader,
+                                                      m_parity.get(), *m_keys);
+    m_log->info(
+        "session {}: silent and signed: the sites check every data and parity block against "
+        "signed block digests sent ahead of it (wire version 3)",
+        m_session_id);
   }
 }
 
@@ -408,7 +422,7 @@ void sender_app::flush_control() {
 bool sender_app::flush_pending(time_point) {
   const int fd = m_socket.native_handle();
   while (m_pending_pos < m_pending.size()) {
-    const std::size_t trailer = m_keys ? auth::data_trailer_bytes : 0;
+    const std::size_t trailer = m_data_trailer;
     const std::size_t segment = m_pending[m_pending_pos].length + wire::data_header_size + trailer;
     std::size_t end = m_pending_pos;
     std::size_t bytes = 0;
@@ -420,16 +434,23 @@ bool sender_app::flush_pending(time_point) {
       ++end;
       if (size < segment) break;
     }
-    // The payloads go from the file straight into their datagrams: one read per run of
-    // consecutive blocks of a file (all of pass 1), no copy through the reader's chunks.
     std::string why;
-    if (read_payloads(m_pending_pos, end, segment, why)) {
+    if (m_digest_source) {
+      // Block digests: each datagram exactly as it was built and hashed a window ahead.
+      if (!copy_built(m_pending_pos, end, segment)) {
+        m_pending.clear();
+        m_pending_pos = 0;
+        return false;
+      }
+    } else if (read_payloads(m_pending_pos, end, segment, why)) {
+      // The payloads go from the file straight into their datagrams: one read per run of
+      // consecutive blocks of a file (all of pass 1), no copy through the reader's chunks.
       fail(why);
       m_pending.clear();
       m_pending_pos = 0;
       return false;
     }
-    for (std::size_t i = m_pending_pos; i < end; ++i) {
+    for (std::size_t i = m_pending_pos; i < end && !m_digest_source; ++i) {
       const auto& d = m_pending[i];
       std::byte* out = m_gso_buffer.data() + (i - m_pending_pos) * segment;
       if (d.parity) {
@@ -537,6 +558,8 @@ void sender_app::send_data(time_point now) {
   std::size_t total = 0;
   while (total < max_datagrams_per_round) {
     const std::size_t n = m_session.next_data(now, m_sends);
+    // The block digests due go out before the datagrams they cover.
+    if (m_digest_source && !send_digest_windows()) return;
     if (n == 0) break;
     total += n;
     m_pending.assign(m_sends.begin(), m_sends.begin() + static_cast<std::ptrdiff_t>(n));

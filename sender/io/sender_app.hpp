@@ -10,6 +10,7 @@
 #include "common/unicast/server.hpp"
 #include "sender/core/sender_session.hpp"
 #include "sender/io/block_reader.hpp"
+#include "sender/io/digest_source.hpp"
 #include "sender/io/file_hasher.hpp"
 #include "sender/io/file_set.hpp"
 #include "sender/io/parity_source.hpp"
@@ -97,6 +98,12 @@ class sender_app {
   void send_data(time_point now);
   void collect_digests(time_point now);
   bool flush_pending(time_point now);
+  /// Block digest sessions: builds and multicasts the block digests the core queued (first
+  /// copies are built, hashed and signed by m_digest_source). @return false after fail()
+  bool send_digest_windows();
+  /// Block digest sessions: copies m_pending[first, last) as m_digest_source built them into
+  /// m_gso_buffer, `segment` apart. @return false after fail()
+  bool copy_built(std::size_t first, std::size_t last, std::size_t segment);
   /// Reads the payloads of m_pending[first, last) into their slots of m_gso_buffer (datagram
   /// i at (i - first) x segment, payload after the header). @return an error with `why`
   std::error_code read_payloads(std::size_t first, std::size_t last, std::size_t segment,
@@ -152,6 +159,9 @@ class sender_app {
   block_reader m_reader;
   /// Parity blocks of a session sent with FEC (--fec-k); null otherwise.
   std::unique_ptr<parity_source> m_parity;
+  /// Silent signed sessions: the windows of datagrams built, hashed and signed ahead (block
+  /// digests, docs/security.md); null otherwise.
+  std::unique_ptr<digest_source> m_digest_source;
   net::batch_sender m_batch;
   net::batch_receiver m_receiver;
   std::unique_ptr<file_source> m_source;
@@ -161,6 +171,9 @@ class sender_app {
   std::vector<std::uint32_t> m_fallback_index;
   std::uint32_t m_block_size;
   session_id m_session_id;
+  /// Bytes after each data and parity payload: the GMAC tag of a signed session, none in an
+  /// unsigned or a block digest session.
+  std::size_t m_data_trailer;
   /// The session's keys when it is signed (app_options::identity).
   std::unique_ptr<auth::sender_keys> m_keys;
   std::vector<std::byte> m_control_buffer;

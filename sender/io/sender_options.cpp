@@ -198,7 +198,8 @@ void add_sender_options(CLI::App& app, sender_cli& c) {
                  "Silent session for one-way links (docs/design-notes.md \"Silent sessions\"): "
                  "no registration, no NAKs, the sites never transmit; send this many passes (the "
                  "first with --fec-overhead parity, each later one fresh parity of the same share, "
-                 "or the files again without --fec-k) and end. 0 = a normal session")
+                 "or the files again without --fec-k) and end; with --key every block is checked "
+                 "at the sites against signed block digests. 0 = a normal session")
       ->capture_default_str()
       ->type_name("N")
       ->check(CLI::Range(0u, 64u));

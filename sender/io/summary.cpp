@@ -1,6 +1,8 @@
 #include "sender/io/summary.hpp"
 
+#include "common/packet.hpp"
 #include "common/units.hpp"
+#include "common/wire.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -63,6 +65,20 @@ std::string format_summary(const run_result& r) {
                   static_cast<unsigned long long>(rep.source_datagrams),
                   static_cast<unsigned long long>(rep.parity_datagrams), share,
                   static_cast<unsigned long long>(rep.control.silent_refused));
+    os << line;
+  }
+  if (rep.block_digests) {
+    const double data =
+        static_cast<double>(rep.data_datagrams) *
+            static_cast<double>(wire::data_header_size + packet::ipv4_udp_overhead) +
+        static_cast<double>(rep.data_bytes);
+    std::snprintf(line, sizeof line,
+                  "block digests: %llu windows, %llu chunks sent (both copies), %llu bytes, "
+                  "%.2f %% of the data and parity on the wire\n",
+                  static_cast<unsigned long long>(rep.digest_windows),
+                  static_cast<unsigned long long>(rep.digest_chunks),
+                  static_cast<unsigned long long>(rep.digest_bytes),
+                  data > 0 ? 100.0 * static_cast<double>(rep.digest_bytes) / data : 0.0);
     os << line;
   }
   if (rep.silent_passes == 0) {
@@ -149,6 +165,13 @@ std::string summary_json(const run_result& r) {
   j["silent_passes"] = rep.silent_passes;  // 0: a normal session
   j["source_datagrams"] = rep.source_datagrams;
   j["silent_refused"] = c.silent_refused;  // datagrams that reached a silent session
+  // Block digests (silent signed sessions): bytes as the pacer counts them (IP and UDP headers
+  // included), both copies of every window.
+  j["block_digests"] = {{"enabled", rep.block_digests},
+                        {"windows", rep.digest_windows},
+                        {"chunks", rep.digest_chunks},
+                        {"bytes", rep.digest_bytes}};
+  j["data_bytes"] = rep.data_bytes;
   j["grtt_ms"] = to_ms(rep.grtt);
   j["rate"] = {{"mode", rep.rate_auto ? "auto" : "fixed"},
                {"bps", rep.rate_bps},

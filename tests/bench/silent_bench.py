@@ -13,11 +13,20 @@ receivers' hosts put on their links ('up' packets_in) and of packets delivered t
 host. A variant with 0 passes is the peer: an ordinary session (--receivers, NAKs, repairs) of
 the same data with the same proactive parity, in the same run.
 
+With --signed the sessions are signed (mcdist-send --key, every mcdistd --trust): a silent
+signed session then checks every block against signed block digests (docs/security.md "Block
+digests"). With --before DIR every variant runs twice, side by side in the same run: first with
+the build in DIR (e.g. main before a change), then with --build. Per run it also prints the bytes
+authentication adds to the data on the wire (the GMAC tags of version-2 blocks, or the block
+digest chunks, IP and UDP headers included, over the data and parity datagrams' wire bytes), the
+sender's CPU time and the mean CPU time of a receiving mcdistd.
+
 Re-runnable with one command (root, network namespaces named MCDIST_NETNS_PREFIX-..., default
 "silent12"):
 
     tests/bench/silent_bench.py --build build
     tests/bench/silent_bench.py --build build --receivers 10 --variants 1:4%,2:2%
+    tests/bench/silent_bench.py --build build --before ../main-build --signed --variants 2:2%,1:4%
 
 Data set: --small files of 10 kB, --medium of 500 kB and --large of 5 MB (default 1000, 40, 2:
 40 MB, 1042 files), written once under --work (tmpfs).
@@ -27,7 +36,9 @@ import argparse
 import hashlib
 import json
 import os
+import resource
 import shutil
+import subprocess
 import sys
 import time
 
@@ -91,14 +102,30 @@ def read_json(path):
         return None
 
 
-def run_variant(args, src, digests, passes, overhead):
+def cpu_seconds(pid):
+    """User + system CPU time of a running process, seconds (/proc/PID/stat fields 14 and 15)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def children_cpu():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def run_variant(args, src, digests, passes, overhead, build, label):
     n = args.receivers
-    work = os.path.join(args.work, "run-%d-%s" % (passes, overhead.rstrip("%")))
+    work = os.path.join(args.work, "run-%s-%d-%s" % (label, passes, overhead.rstrip("%")))
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     linkem = os.path.join(args.build, "tests", "linkem", "mcdist-linkem")
-    recv = os.path.join(args.build, "receiver", "mcdistd")
-    send = os.path.join(args.build, "sender", "mcdist-send")
+    recv = os.path.join(build, "receiver", "mcdistd")
+    send = os.path.join(build, "sender", "mcdist-send")
+    trust = ["--trust", args.key + ".pub"] if args.signed else []
     spec = "h1-h%d:delay=%gms,loss=%g,burst=%g" % (n, args.rtt_ms / 2, args.loss, args.burst)
     stats = os.path.join(work, "linkem.json")
     emu = Emulator(linkem, work, [spec], hosts=n + 1, seed=args.seed, stats_json=stats)
@@ -109,7 +136,7 @@ def run_variant(args, src, digests, passes, overhead):
                                 "--group", group, "--interface", emu.addr(i + 1), "--dest",
                                 os.path.join(d, "dest"), "--temp", os.path.join(d, "temp"),
                                 "--http", "off", "--status-interval", "1s", "--status-file",
-                                os.path.join(d, "status.json"), "--sync", "none"],
+                                os.path.join(d, "status.json"), "--sync", "none"] + trust,
             n, work, "r")
         time.sleep(2)  # the daemons join their group
         summary_path = os.path.join(work, "summary.json")
@@ -118,11 +145,14 @@ def run_variant(args, src, digests, passes, overhead):
         mode = (["--silent-passes", str(passes)] if passes > 0 else
                 ["--receivers", ",".join("h%d" % (i + 1) for i in range(n)), "--fallback", "off",
                  "--register-timeout", "30s"])
+        cpu0 = children_cpu()
         t0, t1, finished, text = run_sender(
             ["ip", "netns", "exec", emu.ns(0), send, "-q", "--group", group, "--interface",
              emu.addr(0), "--rate", args.rate] + mode +
+            (["--key", args.key] if args.signed else []) +
             ["--fec-k", str(args.fec_k), "--fec-depth", str(args.fec_depth), "--fec-overhead",
              overhead, "--summary-json", summary_path, src], args.cap)
+        sender_cpu = children_cpu() - cpu0
         # Every daemon's session ends (END after the sender's linger, or the session timeout).
         deadline = time.time() + 90
         for _, _, d in daemons:
@@ -131,6 +161,7 @@ def run_variant(args, src, digests, passes, overhead):
                 if st and st["sessions_completed"] + st["sessions_failed"] >= 1:
                     break
                 time.sleep(0.2)
+        receiver_cpu = [cpu_seconds(p.pid) for p, _, _ in daemons]
         stop_daemons(daemons)
     finally:
         emu.stop()
@@ -142,11 +173,14 @@ def run_variant(args, src, digests, passes, overhead):
     to_sender = hosts["h0"]["down"]["delivered"]
     files = len(digests)
     got = incomplete = sent = 0
+    refused = {}
     for _, _, d in daemons:
         got += delivered(os.path.join(d, "dest"), digests)
         st = read_json(os.path.join(d, "status.json")) or {}
         incomplete += st.get("files_incomplete", 0)
         sent += st.get("datagrams_sent", 0)
+        for k, v in st.get("not_authenticated", {}).items():
+            refused[k] = refused.get(k, 0) + v
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)  # 20 copies of the set on tmpfs
     sources = s.get("source_datagrams", 0)
@@ -154,25 +188,48 @@ def run_variant(args, src, digests, passes, overhead):
     if passes == 0:
         # An ordinary session also resends blocks NAKed by name: count them as overhead too.
         parity += s.get("repair_datagrams", 0) - (parity - s.get("proactive_parity", 0))
-    return {"passes": passes, "overhead": overhead, "finished": finished and s.get("succeeded", False),
+    # Authentication on the wire: the block digest chunks (IP and UDP headers included), or the
+    # 16-byte GMAC tag of every version-2 data and parity datagram, over those datagrams' bytes.
+    datagrams = s.get("data_datagrams", 0)
+    data_bytes = s.get("data_bytes", s.get("bytes", 0) + parity_sent(s) * args.block_size)
+    data_wire = data_bytes + datagrams * (20 + 28)
+    bd = s.get("block_digests", {})
+    if bd.get("enabled"):
+        auth_bytes, auth_kind = bd.get("bytes", 0), "digests"
+    elif s.get("signed"):
+        auth_bytes, auth_kind = 16 * datagrams, "GMAC tags"
+    else:
+        auth_bytes, auth_kind = 0, "none"
+    return {"label": label, "passes": passes, "overhead": overhead,
+            "finished": finished and s.get("succeeded", False),
             "time": t1 - t0, "sources": sources, "parity": parity,
             "parity_share": parity / sources if sources else 0.0, "files": files * n,
             "delivered": got, "incomplete": incomplete, "daemons_sent": sent, "rx_link_packets": rx_up,
-            "to_sender": to_sender, "sender_heard": s.get("silent_refused", 0)}
+            "to_sender": to_sender, "sender_heard": s.get("silent_refused", 0),
+            "auth_kind": auth_kind, "auth_share": auth_bytes / data_wire if data_wire else 0.0,
+            "sender_cpu": sender_cpu, "receiver_cpu": sum(receiver_cpu) / max(1, len(receiver_cpu)),
+            "refused": refused}
 
 
-HEADER = ("| --silent-passes (0: ordinary session) | --fec-overhead | parity and repairs / sources |"
-          " files delivered (files x receivers) | recorded incomplete | sent by the daemons"
-          " (datagrams_sent) | packets the receivers' hosts sent (linkem) | packets delivered to"
-          " the sender (linkem) | sender run |\n"
-          "|---|---|---|---|---|---|---|---|---|")
+def parity_sent(s):
+    return s.get("parity_datagrams", 0)
+
+
+HEADER = ("| build | --silent-passes (0: ordinary session) | --fec-overhead | parity and repairs /"
+          " sources | files delivered (files x receivers) | recorded incomplete | sent by the"
+          " daemons (datagrams_sent) | packets the receivers' hosts sent (linkem) | packets"
+          " delivered to the sender (linkem) | authentication / data on the wire | sender CPU |"
+          " receiver CPU (mean) | sender run |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 def fmt_row(r):
-    return "| %d | %s | %.2f %% (%d / %d) | %.3f %% (%d / %d) | %d | %d | %d | %d | %.1f s%s |" % (
-        r["passes"], r["overhead"], 100 * r["parity_share"], r["parity"], r["sources"],
+    return ("| %s | %d | %s | %.2f %% (%d / %d) | %.3f %% (%d / %d) | %d | %d | %d | %d |"
+            " %.2f %% (%s) | %.2f s | %.2f s | %.1f s%s |") % (
+        r["label"], r["passes"], r["overhead"], 100 * r["parity_share"], r["parity"], r["sources"],
         100.0 * r["delivered"] / max(r["files"], 1), r["delivered"], r["files"], r["incomplete"],
-        r["daemons_sent"], r["rx_link_packets"], r["to_sender"], r["time"],
+        r["daemons_sent"], r["rx_link_packets"], r["to_sender"], 100 * r["auth_share"],
+        r["auth_kind"], r["sender_cpu"], r["receiver_cpu"], r["time"],
         "" if r["finished"] else " (failed)")
 
 
@@ -198,25 +255,41 @@ def main():
     ap.add_argument("--json", help="also write the rows here")
     ap.add_argument("--keep", action="store_true",
                     help="keep each variant's daemons' trees and logs under --work")
+    ap.add_argument("--signed", action="store_true",
+                    help="sign the sessions (mcdist-send --key, mcdistd --trust)")
+    ap.add_argument("--before", help="a second build dir: each variant runs with it first, then "
+                                     "with --build, side by side")
+    ap.add_argument("--block-size", type=int, default=1400, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("silent_bench.py needs root (network namespaces)")
     os.environ.setdefault("MCDIST_NETNS_PREFIX", "silent12")
     os.makedirs(args.work, exist_ok=True)
     src, digests = make_dataset(args.work, [args.small, args.medium, args.large])
+    if args.signed:
+        args.key = os.path.join(args.work, "hub.key")
+        if not os.path.exists(args.key):
+            subprocess.run([os.path.join(args.build, "tools", "keygen", "mcdist-keygen"), args.key],
+                           check=True, stdout=subprocess.DEVNULL)
+    builds = ([("before", args.before)] if args.before else []) + [("after" if args.before else
+                                                                   "build", args.build)]
     started = time.strftime("%Y-%m-%d %H:%M")
     rows = []
     log(HEADER)
     for v in args.variants.split(","):
         passes, overhead = v.split(":")
-        r = run_variant(args, src, digests, int(passes), overhead)
-        rows.append(r)
-        log(fmt_row(r))
+        for label, build in builds:
+            r = run_variant(args, src, digests, int(passes), overhead, build, label)
+            rows.append(r)
+            log(fmt_row(r))
+            if r["refused"]:
+                log("  %s: not authenticated at the sites: %s" % (label, r["refused"]))
     print()
     print("Silent sessions, %s: %d receivers through mcdist-linkem, RTT %g ms, loss %g in bursts of "
-          "mean %g, %s, --fec-k %d --fec-depth %d; %d files (%d x 10 kB, %d x 500 kB, %d x 5 MB)." % (
+          "mean %g, %s, --fec-k %d --fec-depth %d; %d files (%d x 10 kB, %d x 500 kB, %d x 5 MB)%s." % (
               started, args.receivers, args.rtt_ms, args.loss, args.burst, args.rate, args.fec_k,
-              args.fec_depth, len(digests), args.small, args.medium, args.large))
+              args.fec_depth, len(digests), args.small, args.medium, args.large,
+              "; signed" if args.signed else ""))
     print(HEADER)
     for r in rows:
         print(fmt_row(r))

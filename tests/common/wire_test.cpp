@@ -123,11 +123,13 @@ TEST_CASE("headers with wrong magic, version, type or size are refused by name",
   bad[0] = std::byte{'X'};
   REQUIRE(wire::parse_header(bad, h) == errc::bad_magic);
   bad = d;
-  bad[2] = std::byte{3};
+  bad[2] = std::byte{4};
   REQUIRE(wire::parse_header(bad, h) == errc::bad_version);
   bad[2] = std::byte{0};
   REQUIRE(wire::parse_header(bad, h) == errc::bad_version);
   bad[2] = std::byte{wire::authenticated_version};  // accepted: the shells cut its trailer off
+  REQUIRE_FALSE(wire::parse_header(bad, h));
+  bad[2] = std::byte{wire::digest_version};  // accepted: the shells check its block digest
   REQUIRE_FALSE(wire::parse_header(bad, h));
   bad = d;
   bad[3] = std::byte{0};
@@ -137,8 +139,12 @@ TEST_CASE("headers with wrong magic, version, type or size are refused by name",
   REQUIRE(h.type == wire::msg_type::parity);
   bad[3] = std::byte{13};
   REQUIRE(wire::parse_header(bad, h) == errc::unknown_type);
-  bad[3] = std::byte{15};
+  bad[3] = std::byte{16};
   REQUIRE(wire::parse_header(bad, h) == errc::unknown_type);
+  bad[3] = std::byte{15};  // block_digests (silent signed sessions)
+  REQUIRE_FALSE(wire::parse_header(bad, h));
+  REQUIRE(h.type == wire::msg_type::block_digests);
+  REQUIRE(std::string(wire::to_string(h.type)) == "block_digests");
   bad[3] = std::byte{14};  // repair_advert
   REQUIRE_FALSE(wire::parse_header(bad, h));
   REQUIRE(h.type == wire::msg_type::repair_advert);

@@ -35,11 +35,23 @@
 ///  10  a data datagram of the encrypted sender: encrypted, then opened by the site: the same
 ///      payload
 ///
+/// and, against a third pair whose signed announce said block_digests (a silent signed session,
+/// docs/security.md "Block digests"), by op % 13:
+///
+///  11  a datagram to the block digest site: receiver_keys::open
+///  12  a data or parity block of the sender: made version 3 from the payload (at least the data
+///      header), its digest sealed by the sender in a one-chunk window under the block's
+///      sequence number (sender_keys::seal_block_digests), the chunk opened by a fresh copy of
+///      the site (whose table is empty, so the window is kept), then the block: it opens to
+///      itself, and with one payload byte changed it is refused; the chunk and the block then
+///      go to the running site too (op 11's), unchecked
+///
 /// Invariants (abort on violation; encrypted session: opened views are not prefixes): the handshake
 /// succeeds and both sides derive the same fallback key; an opened datagram is a prefix of the
 /// input, shorter by exactly the type's trailer (an announce's: what its leaf index and count
-/// say); a sealed datagram is the input plus the type's trailer; a hello's proof made with the
-/// site's key verifies, one made with another key does not.
+/// say), except a version-3 block, which opens to itself, and a block digest chunk, which is
+/// taken (empty view); a sealed datagram is the input plus the type's trailer; a hello's proof
+/// made with the site's key verifies, one made with another key does not.
 
 #include "common/auth.hpp"
 #include "common/unicast/hello_proof.hpp"
@@ -98,8 +110,18 @@ std::size_t trailer_of(std::span<const std::byte> d) {
   return t == wire::msg_type::announce ? auth::announce_trailer_bytes(d) : auth::trailer_size(t);
 }
 
-/// The opened view must be the datagram without its trailer.
+/// The opened view must be the datagram without its trailer; a version-3 block has none, and a
+/// block digest chunk is taken by the layer.
 void check_opened(std::span<const std::byte> in, std::span<const std::byte> out) {
+  if (std::to_integer<std::uint8_t>(in[2]) == wire::digest_version) {
+    const auto t = static_cast<wire::msg_type>(std::to_integer<std::uint8_t>(in[3]));
+    if (t == wire::msg_type::block_digests) {
+      require(out.empty());
+    } else {
+      require(out.data() == in.data() && out.size() == in.size());
+    }
+    return;
+  }
   require(out.data() == in.data() && out.size() < in.size());
   require(in.size() - out.size() == trailer_of(in));
 }
@@ -288,13 +310,86 @@ struct plain_pair {
   }
 };
 
+/// A site and a sender of a silent signed session with block digests, after the sender's
+/// announce (block_digests set) verified at the site.
+struct digest_pair {
+  auth::receiver_keys site;
+  auth::sender_keys hub;
+  digest_pair(const identities& id, time_point now)
+      : site([&] {
+          auth::receiver_auth_options o;
+          o.trusted_senders = {id.hub.public_key};
+          o.site = id.site;
+          o.max_sessions = 4;
+          return o;
+        }()),
+        hub(id.hub, fuzz_session, {}) {
+    wire::announce a;
+    a.mutable_params()->set_block_size(1000);
+    a.mutable_params()->set_file_count(1);
+    a.mutable_params()->set_manifest_chunks(1);
+    a.mutable_params()->set_silent_passes(2);
+    a.mutable_params()->set_block_digests(1);
+    auto* f = a.add_files();
+    f->set_path("x");
+    f->set_size(100000);
+    auto b = control(wire::msg_type::announce, a);
+    const std::size_t len = b.size();
+    b = roomy(b);
+    const std::size_t n = hub.seal_control(b, len);
+    std::span<const std::byte> opened;
+    require(!site.open(std::span(b).first(n), now, opened));
+    require(site.block_digests(fuzz_session));
+  }
+};
+
+void digest_op(digest_pair& running, const digest_pair& pristine_pair, unsigned op,
+               std::span<const std::byte> p, time_point now) {
+  std::span<const std::byte> opened;
+  if (op == 11) {
+    if (!running.site.open(p, now, opened)) check_opened(p, opened);
+    return;
+  }
+  digest_pair d = pristine_pair;
+  if (p.size() < wire::data_header_size) return;
+  std::vector<std::byte> blk(p.begin(), p.end());
+  wire::header h;
+  if (wire::parse_header(blk, h) ||
+      (h.type != wire::msg_type::data && h.type != wire::msg_type::parity)) {
+    return;
+  }
+  blk[2] = std::byte{wire::digest_version};
+  const std::uint32_t seq = static_cast<std::uint32_t>(fuzz::read_be(blk, 8, 4));
+  const auto digest = block_digests::digest_of(blk);
+  std::vector<std::byte> chunk(block_digests::chunk_body_bytes(1, 0) + auth::max_trailer_bytes);
+  const std::size_t n = block_digests::write_chunk(chunk, h.session, seq, 1, 0, {&digest, 1});
+  require(n == block_digests::chunk_body_bytes(1, 0));
+  auth::sender_keys::announce_slot slot{std::span<std::byte>(chunk), n};
+  d.hub.seal_block_digests({&slot, 1});
+  require(slot.len == block_digests::chunk_wire_bytes(1, 0));
+  const bool ours = h.session == fuzz_session && d.site.block_digests(fuzz_session);
+  if (d.site.open(std::span(chunk).first(slot.len), now, opened)) {
+    require(!ours);  // a chunk of the live session, signed by its sender, always opens
+    return;
+  }
+  require(opened.empty());
+  require(!d.site.open(blk, now, opened) && opened.size() == blk.size());
+  (void)running.site.open(std::span(chunk).first(slot.len), now, opened);
+  (void)running.site.open(blk, now, opened);
+  if (blk.size() > wire::data_header_size) {
+    blk.back() ^= std::byte{1};
+    require(d.site.open(blk, now, opened) == errc::unauthenticated);
+  }
+}
+
 /// Both pairs after their handshakes, made once per process: every input starts from a copy
 /// (sender_keys and receiver_keys copy as values), so an input costs its own records, not four
 /// key agreements and two signatures, and inputs stay independent of each other.
 struct handshakes {
   plain_pair plain;
   encrypted_pair enc;
-  explicit handshakes(time_point now) : plain(ids(), now), enc(ids(), now) {}
+  digest_pair digests;
+  explicit handshakes(time_point now) : plain(ids(), now), enc(ids(), now), digests(ids(), now) {}
 };
 
 constexpr time_point handshake_time{std::chrono::seconds(1000)};
@@ -307,6 +402,7 @@ const handshakes& pristine() {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   plain_pair pair = pristine().plain;
   encrypted_pair enc = pristine().enc;
+  digest_pair dig = pristine().digests;
   auth::receiver_keys& site = pair.site;
   auth::sender_keys& hub = pair.hub;
   time_point now = handshake_time;
@@ -318,11 +414,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   while (script.next(rec)) {
     now += std::chrono::milliseconds(1);
     const auto p = rec.payload;
-    if (rec.op % 11 >= 6) {
-      encrypted_op(enc, rec.op % 11, p, now);
+    if (rec.op % 13 >= 11) {
+      digest_op(dig, pristine().digests, rec.op % 13, p, now);
       continue;
     }
-    switch (rec.op % 11) {
+    if (rec.op % 13 >= 6) {
+      encrypted_op(enc, rec.op % 13, p, now);
+      continue;
+    }
+    switch (rec.op % 13) {
       case 0:
         if (!site.open(p, now, opened)) check_opened(p, opened);
         break;

@@ -764,6 +764,29 @@ void auth_seeds() {
   e.add(esender_seal, datagram(wire::msg_type::fallback, fallback_msg(wire::fallback::TCP)));
   e.add(edata_seal, data_dg(3, 1, 1, 500));
   write("auth", "encrypted_session", e.b);
+
+  // A silent signed session with block digests (ops 11 and 12 of auth_fuzz): blocks the target
+  // digests, signs and opens (op 12), a data and a parity block, and what a forger sends the
+  // site (op 11): a version-3 block with no digest, a block digest chunk of another key.
+  enum digest_op : std::uint8_t { to_dsite = 11, digest_block = 12 };
+  script g;
+  g.add(digest_block, data_dg(5, 0, 2, 1000));
+  bytes parity = data_dg(6, 0, 0, 1000);
+  parity[3] = std::byte{static_cast<std::uint8_t>(wire::msg_type::parity)};
+  g.add(digest_block, parity);
+  bytes v3 = data_dg(7, 0, 3, 1000);
+  v3[2] = std::byte{wire::digest_version};
+  g.add(to_dsite, v3);
+  {
+    const auto d = block_digests::digest_of(v3);
+    bytes chunk(block_digests::chunk_body_bytes(1, 0) + auth::max_trailer_bytes);
+    const std::size_t n = block_digests::write_chunk(chunk, rx_sid, 7, 1, 0, {&d, 1});
+    auth::sender_keys::announce_slot slot{std::span<std::byte>(chunk), n};
+    tx.seal_block_digests({&slot, 1});
+    chunk.resize(slot.len);
+    g.add(to_dsite, chunk);
+  }
+  write("auth", "block_digests", g.b);
 }
 
 void config_seeds() {

@@ -15,9 +15,10 @@ and none is missing; the hopeless site holds only identical files and records th
 (silent_refused and every control counter 0); the sender sent exactly 2 passes and exited 0.
 
 Then a signed silent session (mcdist-send --key) to a site that trusts only that key and drops
-2 %: it never gets the session key, takes the tagged blocks and parity unchecked, verifies each
-file against the signed manifest, delivers every file identically and sends nothing (no key
-request either).
+2 %: it never gets the session key, checks every block and parity block against the signed block
+digests sent ahead of it (docs/security.md "Block digests"; none refused), verifies each file
+against the signed manifest, delivers every file identically and sends nothing (no key request
+either). test_silent_forge.py adds a forger.
 
 usage: test_silent.py BUILD_DIR"""
 
@@ -66,6 +67,9 @@ def signed_run(bin_dir, base, src, want):
     got = tree_digests(site.dest)
     check(got == want, "signed: delivered files differ from the source")
     check(st["parity"]["blocks_recovered"] > 0, "signed: no block recovered from parity")
+    check(st["block_digests"]["blocks_checked"] > 0, "signed: no block checked against a digest")
+    refused = st["not_authenticated"]
+    check(refused["bad_digest"] == 0, "signed: real blocks refused as bad_digest: %s" % refused)
 
 
 def main():

@@ -347,6 +347,24 @@ def v2_datagrams(session):
              "fallback [%08x] id=site-a TCP port 5000"]
     for (_, _, expect), info in zip(out, infos):
         expect["_ws.col.Info"] = [(info % session) + " [auth]"]
+    # Version 3 (docs/security.md "Block digests"): a data block without a trailer, and leaf 1
+    # of a window's tree of 2 chunks (a path of 1 hash), window 100+70, digests 64..69.
+    v3 = lambda t: header(t, session, version=3)  # noqa: E731
+    out.append(("v3 data", v3(1) + struct.pack("!III", 78, 3, 6) + part(0xEE, 100),
+                {"mcdist.data.seq": ["78"], "mcdist.data.block": ["6"],
+                 "mcdist.data.payload_length": ["100"],
+                 "_ws.col.Info": ["data [%08x] seq=78 file=3 block=6 len=100" % session]}))
+    digests = [part(0x70 + i, 16) for i in range(6)]
+    out.append(("v3 block_digests", v3(15) + struct.pack("!IHH", 100, 70, 64) + b"".join(digests) +
+                part(0x13, 32) + part(0x22, 64) + struct.pack("!HH", 1, 2),
+                {"mcdist.block_digests.first_seq": ["100"], "mcdist.block_digests.count": ["70"],
+                 "mcdist.block_digests.offset": ["64"],
+                 "mcdist.block_digests.digest": [d.hex() for d in digests],
+                 "mcdist.auth.path_hash": [part(0x13, 32).hex()],
+                 "mcdist.auth.signature": [part(0x22, 64).hex()],
+                 "mcdist.auth.leaf_index": ["1"], "mcdist.auth.leaf_count": ["2"],
+                 "_ws.col.Info": ["block_digests [%08x] window=100+70 digests=64..69 [auth]"
+                                  % session]}))
     return out
 
 
@@ -374,7 +392,11 @@ def malformed_datagrams(session):
          pb_bytes(6, pb_uint(1, 0) + packed(2, [3, 0])), None, "mcdist.bad_value"),
         ("bad receiver id", header(9, session) + pb_bytes(1, "no spaces please"), None, "mcdist.bad_value"),
         ("bad magic on the mcdist port", b"XX\x01\x02" + struct.pack("!I", session), 4711, "mcdist.bad_magic"),
-        ("version 3 on the mcdist port", header(2, session, version=3), 4711, "mcdist.bad_version"),
+        ("an announce in version 3 on the mcdist port", header(2, session, version=3), 4711,
+         "mcdist.bad_version"),
+        ("version 4 on the mcdist port", header(1, session, version=4), 4711, "mcdist.bad_version"),
+        ("block digests in version 2 on the mcdist port", header(15, session, version=2) + bytes(100),
+         4711, "mcdist.bad_version"),
         # 12 is parity and 14 repair_advert (issue 12); 13 is unassigned.
         ("type 13 on the mcdist port", header(13, session), 4711, "mcdist.unknown_type"),
         ("parity without its header on the mcdist port", header(12, session), 4711, "mcdist.truncated"),
@@ -397,9 +419,9 @@ def hand_built(base):
               "_ws.expert.severity", "_ws.expert.message"] + want_fields + experts
     rows = tshark_fields(pcap, fields)
     check(len(rows) == len(good) + len(bad), "%d frames dissected, %d written" % (len(rows), len(good) + len(bad)))
-    for (name, _, expect), r in zip(good, rows[:len(good)]):
+    for (name, d, expect), r in zip(good, rows[:len(good)]):
         check(":mcdist" in r["frame.protocols"][0], "v2 %s: not dissected as mcdist" % name)
-        check(r["mcdist.version"] == ["2"], "v2 %s: version %s" % (name, r["mcdist.version"]))
+        check(r["mcdist.version"] == [str(d[2])], "v2 %s: version %s" % (name, r["mcdist.version"]))
         check(r["mcdist.session"] == ["0x%08x" % session], "v2 %s: session %s" % (name, r["mcdist.session"]))
         check(not r["_ws.expert.severity"] or all(int(s, 0) < 0x600000 for s in r["_ws.expert.severity"]),
               "v2 %s: expert info %s" % (name, r["_ws.expert.message"]))
@@ -412,7 +434,8 @@ def hand_built(base):
         check(expert_field in raised, "%s: expert %s not raised (raised %s: %s)" % (
             name, expert_field, raised, r["_ws.expert.message"]))
         check("Lua Error" not in " ".join(r["_ws.expert.message"]), "%s: %s" % (name, r["_ws.expert.message"]))
-    log("hand-built: %d version 2 datagrams decoded with their trailers, %d malformed ones flagged" % (
+    log("hand-built: %d version 2 and 3 datagrams decoded with their trailers, %d malformed ones "
+        "flagged" % (
         len(good), len(bad)))
 
     # Every truncation of every hand-built datagram, in version 1 and 2, and one bit flipped

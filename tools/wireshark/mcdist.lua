@@ -11,6 +11,10 @@
 --     bytes), split into its parts (keys, path hashes, signature, tag, nonce, counter) as laid
 --     out by common/auth.hpp (issue 8); the marker counter is big-endian like every other
 --     integer;
+--   * version 3 datagrams (silent signed sessions, docs/security.md "Block digests"): data and
+--     parity blocks without a trailer, and block digest chunks (type 15: the window's first
+--     sequence number, its length, the chunk's offset, its 16-byte digests; then its trailer:
+--     path hashes, signature, leaf index, leaf count), laid out by common/block_digests.hpp;
 --   * GSO super-packets: a capture taken on the sending host (loopback, or a NIC with UDP
 --     segmentation offload) shows one UDP packet holding many equal-sized data datagrams, the
 --     way the sender hands them to the kernel with UDP_SEGMENT; they are split and dissected one
@@ -22,7 +26,7 @@
 -- Malformed datagrams (truncated, bad magic/version/type, oversized, broken protobuf, short
 -- trailer, out-of-range values) raise expert info instead of Lua errors.
 --
--- The dissector claims UDP datagrams heuristically (magic, version 1 or 2, known type) on any
+-- The dissector claims UDP datagrams heuristically (magic, version 1 to 3, known type) on any
 -- port, and always on the UDP ports of the "mcdist.ports" preference (default 4711, the default
 -- group port), where it also flags datagrams that are not mcdist.
 --
@@ -46,8 +50,11 @@ local type_names = {
   [1] = "data", [2] = "announce", [3] = "register_request", [4] = "register_reply",
   [5] = "marker", [6] = "nak", [7] = "digest_list", [8] = "complete", [9] = "complete_ack",
   [10] = "session_end", [11] = "fallback", [12] = "parity", [14] = "repair_advert",
+  [15] = "block_digests",
 }
-local version_names = { [1] = "plain", [2] = "authenticated" }
+local version_names = { [1] = "plain", [2] = "authenticated", [3] = "block digest" }
+-- Version 3 carries only these types (common/wire.hpp digest_version); block_digests only it.
+local version3_types = { [1] = true, [12] = true, [15] = true }
 
 -- Version 2 trailers: per type, its parts in order as {field key, length}.
 local trailer_layout = {
@@ -106,6 +113,28 @@ local function announce_layout(tvb, off, len)
   parts[#parts + 1] = { "leaf_index", 2 }
   parts[#parts + 1] = { "leaf_count", 2 }
   return parts, trailer_size[2] + 32 * k
+end
+
+-- Block digest chunks (common/block_digests.hpp): the fields after the header, the digest size,
+-- the most leaves of a window's tree, and the trailer layout of a chunk whose last 4 bytes are
+-- at tvb(off + len - 4): path hashes, signature, leaf index, leaf count (nil when out of bounds).
+local DIGEST_FIELDS = 8
+local DIGEST_BYTES = 16
+local DIGEST_MAX_CHUNKS = 16
+local DIGEST_TRAILER_FIXED = 68
+local function digest_layout(tvb, off, len)
+  if len < DIGEST_TRAILER_FIXED then return nil end
+  local index = tvb(off + len - 4, 2):uint()
+  local count = tvb(off + len - 2, 2):uint()
+  if count > DIGEST_MAX_CHUNKS then return nil end
+  local k = announce_path_length(index, count)
+  if not k or len < DIGEST_TRAILER_FIXED + 32 * k then return nil end
+  local parts = {}
+  for _ = 1, k do parts[#parts + 1] = { "path_hash", 32 } end
+  parts[#parts + 1] = { "signature", 64 }
+  parts[#parts + 1] = { "leaf_index", 2 }
+  parts[#parts + 1] = { "leaf_count", 2 }
+  return parts, DIGEST_TRAILER_FIXED + 32 * k
 end
 
 -- proto/mcdist.proto as a table: message -> list of {number, name, kind, options}.
@@ -259,6 +288,13 @@ local hf = {
   data_payload = ProtoField.bytes("mcdist.data.payload", "Payload"),
   parity_fec_block = ProtoField.uint32("mcdist.parity.fec_block", "FEC block", base.DEC),
   parity_index = ProtoField.uint32("mcdist.parity.index", "Parity index", base.DEC),
+  digests_first_seq = ProtoField.uint32("mcdist.block_digests.first_seq",
+                                        "Window's first sequence number", base.DEC),
+  digests_count = ProtoField.uint16("mcdist.block_digests.count", "Datagrams in the window",
+                                    base.DEC),
+  digests_offset = ProtoField.uint16("mcdist.block_digests.offset", "Offset of the first digest",
+                                     base.DEC),
+  digest = ProtoField.bytes("mcdist.block_digests.digest", "Block digest (SHA-256, 16 bytes)"),
   encrypted = ProtoField.bool("mcdist.encrypted", "Encrypted (mcdist-send --encrypt)"),
   data_path = ProtoField.string("mcdist.data.path", "File path (from the announce)"),
   data_payload_len = ProtoField.uint32("mcdist.data.payload_length", "Payload length", base.DEC),
@@ -797,13 +833,18 @@ local function dissect_datagram(tvb, pinfo, root, off, len, label)
     magic_item:add_proto_expert_info(ef.bad_magic)
     return "not mcdist (bad magic)"
   end
-  if version ~= 1 and version ~= 2 then
+  if version ~= 1 and version ~= 2 and version ~= 3 then
     version_item:add_proto_expert_info(ef.bad_version, string.format("version %d", version))
     return prefix .. string.format(" version %d", version)
   end
   if not type_names[mtype] then
     type_item:add_proto_expert_info(ef.unknown_type, string.format("type %d", mtype))
     return prefix
+  end
+  if (version == 3) ~= (mtype == 15) and not (version == 3 and version3_types[mtype]) then
+    version_item:add_proto_expert_info(ef.bad_version,
+                                       string.format("%s in version %d", tname, version))
+    return prefix .. string.format(" version %d", version)
   end
 
   -- The body is everything between the header(s) and the version 2 trailer.
@@ -832,9 +873,41 @@ local function dissect_datagram(tvb, pinfo, root, off, len, label)
     end
     body_end = off + len - tlen
   end
+  if mtype == 15 then
+    local parts, n = digest_layout(tvb, off, len)
+    if not parts or len < HEADER_SIZE + DIGEST_FIELDS + n then
+      tree:add_proto_expert_info(ef.short_trailer,
+                                 string.format("%d bytes, no digest tree index and count that " ..
+                                               "fit (leaf count 1..%d)", len, DIGEST_MAX_CHUNKS))
+      return prefix .. " truncated"
+    end
+    layout, tlen = parts, n
+    body_end = off + len - tlen
+  end
 
   local text = prefix
-  if mtype == 12 then
+  if mtype == 15 then
+    -- Block digests (version 3): a window of datagrams and the digests of some of them.
+    local first = tvb(off + 8, 4):uint()
+    local count = tvb(off + 12, 2):uint()
+    local offset = tvb(off + 14, 2):uint()
+    tree:add(hf.digests_first_seq, tvb(off + 8, 4))
+    tree:add(hf.digests_count, tvb(off + 12, 2))
+    tree:add(hf.digests_offset, tvb(off + 14, 2))
+    local dlen = body_end - (off + HEADER_SIZE + DIGEST_FIELDS)
+    if dlen % DIGEST_BYTES ~= 0 or count == 0 or offset >= count then
+      tree:add_proto_expert_info(ef.value, string.format("%d digest bytes, count %d, offset %d",
+                                                         dlen, count, offset))
+    end
+    local n = math.floor(dlen / DIGEST_BYTES)
+    for i = 0, n - 1 do
+      tree:add(hf.digest, tvb(off + HEADER_SIZE + DIGEST_FIELDS + i * DIGEST_BYTES, DIGEST_BYTES))
+    end
+    tree:append_text(string.format(", window %d+%d, digests %d..%d", first, count, offset,
+                                   offset + n - 1))
+    text = string.format("%s window=%d+%d digests=%d..%d", prefix, first, count, offset,
+                         offset + n - 1)
+  elseif mtype == 12 then
     -- A parity block (issue 12): the data header's shape with a FEC block and a parity index.
     if len < DATA_HEADER_SIZE then
       tree:add_proto_expert_info(ef.truncated, string.format("%d bytes, the parity header needs %d",
@@ -905,7 +978,7 @@ local function dissect_datagram(tvb, pinfo, root, off, len, label)
     if f then text = prefix .. " " .. f(vals) end
   end
 
-  if version == 2 then
+  if version == 2 or mtype == 15 then
     local t = tree:add(hf.auth, tvb(body_end, tlen))
     t:set_text(string.format("Authentication trailer (%d bytes)", tlen))
     local p = body_end
@@ -984,7 +1057,7 @@ local function heuristic(tvb, pinfo, tree)
   if tvb:len() < HEADER_SIZE then return false end
   if tvb(0, 2):uint() ~= MAGIC then return false end
   local v = tvb(2, 1):uint()
-  if v ~= 1 and v ~= 2 then return false end
+  if v ~= 1 and v ~= 2 and v ~= 3 then return false end
   if not type_names[tvb(3, 1):uint()] then return false end
   dissect(tvb, pinfo, tree)
   return true
