@@ -328,6 +328,9 @@ class receiver_engine {
   /// Sends the NAK rounds due at `now`.
   void send_naks(session_rx& s, time_point now);
   void send_round(session_rx& s, const nak_round& r, time_point now);
+  /// Blocks of the files being received that lie behind round `r`'s marker and are missing
+  /// (nak.blocks_missing); a file's blocks beyond the marker are not counted.
+  std::uint64_t blocks_missing(const session_rx& s, const nak_round& r) const;
   void send_complete(session_rx& s, time_point now);
   void file_data_complete(session_rx& s, std::uint32_t f);
   void file_done(session_rx& s, time_point now);

@@ -28,6 +28,7 @@ void receiver_engine::send_round(session_rx& s, const nak_round& r, time_point n
   }
   wire::nak header = nak_header(s, m_cfg.id, now);
   fill_rate(s, header);
+  header.set_blocks_missing(blocks_missing(s, r));
   nak_builder naks(header, m_cfg.max_nak_datagrams);
   bool stopped = false;
   std::map<std::uint32_t, std::uint32_t> fec_lacks;  // FEC block -> blocks it lacks
@@ -111,6 +112,19 @@ void receiver_engine::send_round(session_rx& s, const nak_round& r, time_point n
     m_sink.send(s.sender, encode(wire::msg_type::nak, s.id, m));
     ++m_stats.naks_sent;
   }
+}
+
+std::uint64_t receiver_engine::blocks_missing(const session_rx& s, const nak_round& r) const {
+  std::uint64_t missing = 0;
+  const std::uint32_t last = std::min(r.to_file, s.file_count);
+  for (std::uint32_t f = 0; f <= last && f < s.file_count; ++f) {
+    const auto& fr = s.files[f];
+    if (fr.state != file_rx::state_t::receiving) continue;
+    const std::uint32_t behind = f == r.to_file ? std::min(r.to_block, fr.blocks) : fr.blocks;
+    const std::uint32_t have = fr.received.size() == fr.blocks ? fr.received.count() : 0;
+    missing += behind - std::min(behind, have);
+  }
+  return missing;
 }
 
 void receiver_engine::send_complete(session_rx& s, time_point now) {

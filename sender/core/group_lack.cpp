@@ -18,24 +18,30 @@ std::uint32_t group_lack::quantile(double mean, std::uint32_t group, std::uint32
   return cap;
 }
 
-std::uint64_t group_lack::on_lack(std::uint32_t fb, std::uint32_t lack, std::uint32_t sources,
-                                  std::uint32_t group, std::uint32_t sent) {
-  lack = std::min(lack, sources);
-  if (group < min_group) return 0;
+void group_lack::on_nak(std::uint64_t lacks, std::uint64_t sources) noexcept {
+  if (sources == 0 || m_rates >= samples) return;
+  const double rate = std::min(1.0, static_cast<double>(lacks) / static_cast<double>(sources));
+  // Kept sorted by insertion (three values at most).
+  std::uint32_t i = m_rates++;
+  for (; i > 0 && m_rate[i - 1] > rate; --i) m_rate[i] = m_rate[i - 1];
+  m_rate[i] = rate;
+  ++m_version;
+}
+
+double group_lack::median_rate() const noexcept { return m_rate[(m_rates - 1) / 2]; }
+
+std::uint64_t group_lack::target(std::uint32_t fb, std::uint32_t sources, std::uint32_t group,
+                                 std::uint32_t sent) {
+  if (group < min_group || m_rates == 0) return 0;
   auto it = m_fec.find(fb);
   if (it == m_fec.end()) {
     if (m_fec.size() >= max_fec_blocks) return 0;
-    it = m_fec.emplace(fb, sample_set{}).first;
-    it->second.sent_before = sent;
+    it = m_fec.emplace(fb, fec_state{sent, 0, 0}).first;
   }
   auto& s = it->second;
-  if (s.count < samples) {
-    // Kept sorted by insertion (three values at most).
-    std::uint32_t i = s.count++;
-    for (; i > 0 && s.lack[i - 1] > lack; --i) s.lack[i] = s.lack[i - 1];
-    s.lack[i] = lack;
-    // The median (the lower one of two): a lossy receiver among the first does not set it.
-    s.estimate = quantile(s.lack[(s.count - 1) / 2], group, sources);
+  if (s.version != m_version) {
+    s.estimate = quantile(median_rate() * sources, group, sources);
+    s.version = m_version;
   }
   return std::uint64_t{s.sent_before} + s.estimate;
 }

@@ -131,7 +131,11 @@ void sender_session::handle_nak(const wire::nak& m, const endpoint& from, time_p
   // (At 10,000 sites a site that missed the opening announce cycles names most of the set at
   // the end of pass 1: docs/benchmarks.md "Scale: parity repairs".) Only while some other
   // receiver on multicast is below the ratio: otherwise no one is spared its repairs.
-  const std::uint64_t naked_so_far = r->rep.blocks_naked + asked;
+  // Its whole need counts at its first NAK datagram (nak.blocks_missing, at most what was
+  // sent): a round that names thousands of blocks over several datagrams would otherwise have
+  // the first ones scheduled for everyone before the ratio is crossed.
+  const std::uint64_t naked_so_far =
+      std::max(r->rep.blocks_naked + asked, std::min(m.blocks_missing(), m_data_datagrams));
   if (const auto why = m_fallback.over_nak_ratio(naked_so_far, m_data_datagrams)
                            ? m_fallback.nak_ratio_exceeded(naked_so_far, m_data_datagrams,
                                                            another_below_nak_ratio(*r))
@@ -163,20 +167,32 @@ void sender_session::handle_nak(const wire::nak& m, const endpoint& from, time_p
   // lacks are shared by nature and always gain from suppression (and the group estimate below
   // makes the first lack schedule most of the parity, which would read as unshared losses).
   m_window.on_nak(naked, fresh);
-  // FEC lacks (validated above): new parity.
+  // FEC lacks (validated above): new parity. A NAK of this pass is a loss rate sample for the
+  // group estimate (group_lack.hpp): a NAK of the last pass arriving now counts parity this
+  // pass has already sent as missing.
+  const bool this_pass = m.pass() == m_passes.pass();
+  if (this_pass && m.fec_lacks_size() > 0) {
+    std::uint64_t lacks = 0;
+    std::uint64_t sources = 0;
+    for (std::uint32_t i = 0, fb = 0; i + 1 < static_cast<std::uint32_t>(m.fec_lacks_size());
+         i += 2) {
+      fb += m.fec_lacks(static_cast<int>(i));
+      lacks += m.fec_lacks(static_cast<int>(i + 1));
+      sources += m_fec->sources(fb);
+    }
+    m_group_lack.on_nak(lacks, sources);
+  }
   for (std::uint32_t i = 0, fb = 0; i + 1 < static_cast<std::uint32_t>(m.fec_lacks_size());
        i += 2) {
     fb += m.fec_lacks(static_cast<int>(i));
     const std::uint32_t lack = m.fec_lacks(static_cast<int>(i + 1));
     naked += lack;
     // This receiver's lack, against the parity on its way to it; and what the whole group is
-    // expected to lack this pass (group_lack.hpp), so that one advert covers nearly everyone.
-    // Only lacks measured in this pass make the estimate: a NAK of the last pass arriving now
-    // counts parity this pass has already sent as missing.
+    // expected to lack this pass, so that one advert covers nearly everyone.
     std::uint32_t more = m_parity->nak(fb, lack, m.seen_seq());
-    if (m.pass() == m_passes.pass()) {
+    if (this_pass) {
       more += m_parity->raise_sent_to(
-          fb, m_group_lack.on_lack(fb, lack, m_fec->sources(fb), m_active, m_parity->sent_of(fb)));
+          fb, m_group_lack.target(fb, m_fec->sources(fb), m_active, m_parity->sent_of(fb)));
     }
     fresh += more;
     if (more > 0 && advertise) m_advert.scheduled_parity(fb);

@@ -1,5 +1,7 @@
 #include "receiver/core/fec_tracker.hpp"
 
+#include "common/fec.hpp"
+
 #include <catch2/catch.hpp>
 
 using namespace mcdist;
@@ -52,13 +54,14 @@ TEST_CASE("fec tracker keeps parity indexes of GF(2^16) FEC blocks past 255", "[
 }
 
 TEST_CASE("fec tracker NAKs block by block a FEC block too costly to decode", "[unit][fec]") {
-  // 4,096 sources: more than fec::max_decode_work / 4096 = 64 missing is NAKed by name.
+  // 4,096 sources: more than fec::max_decode_work / 4096 = 256 missing is NAKed by name.
+  constexpr std::uint32_t bound = fec::max_decode_work / 4096;
   fec_tracker t(fec::layout({4096}, 4096, 1), 4096);
-  for (std::uint32_t i = 0; i < 4096 - 65; ++i) t.add_source(0);
-  REQUIRE_FALSE(t.by_count(0, 65));
-  for (std::uint32_t p = 0; p < 65; ++p) REQUIRE(t.add_parity(0, p));
+  for (std::uint32_t i = 0; i < 4096 - bound - 1; ++i) t.add_source(0);
+  REQUIRE_FALSE(t.by_count(0, bound + 1));
+  for (std::uint32_t p = 0; p <= bound; ++p) REQUIRE(t.add_parity(0, p));
   REQUIRE_FALSE(t.decodable(0));  // enough parity, but the decode would cost too much
-  t.add_source(0);                // 64 missing: within the bound
+  t.add_source(0);                // `bound` missing: within it
   REQUIRE(t.by_count(0, 1));
   REQUIRE(t.decodable(0));
 }

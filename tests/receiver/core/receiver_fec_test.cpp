@@ -324,3 +324,19 @@ TEST_CASE(
   REQUIRE(lacks(naks[1]) ==
           std::vector<std::pair<std::uint32_t, std::uint32_t>>{{1, 1}, {2, 2}, {3, 3}});
 }
+
+TEST_CASE("a NAK says how many blocks behind its marker the receiver lacks in all",
+          "[unit][receiver]") {
+  harness h;
+  h.start(16, 4, 8);
+  for (const std::uint32_t b : {0u, 1u, 5u, 6u, 7u}) h.data(b);
+  // Behind a marker at block 8: 2, 3 and 4 are missing (block 8 on is not sent yet).
+  h.marker_at(4);
+  h.marker_at(9);
+  auto naks = h.sink.naks();
+  REQUIRE_FALSE(naks.empty());
+  REQUIRE(naks.back().blocks_missing() == 4);  // 2, 3, 4 and 8 (sent: the marker is past it)
+  h.pass_end(1);
+  naks = h.sink.naks();
+  REQUIRE(naks.back().blocks_missing() == 11);  // all of 16 but the five received
+}

@@ -42,25 +42,34 @@ TEST_CASE("the group quantile is the smallest count whose tail is at most 1 / N"
   REQUIRE(group_lack::quantile(0, 10000, 30) == 0);
 }
 
-TEST_CASE("a large group's parity is raised to the expected largest lack at the first lacks",
+TEST_CASE("a large group's parity is raised to the expected largest lack from the first NAKs",
           "[unit][sender][fec]") {
   group_lack g;
-  // Small groups: no estimate, each lack is answered on its own.
-  REQUIRE(g.on_lack(0, 7, 200, group_lack::min_group - 1, 0) == 0);
-  // 10,000 receivers: the first lack already asks for the group's expected maximum, on top of
-  // the parity sent before it (3 proactive parity blocks here).
+  // No estimate before a rate sample, nor for a small group.
+  REQUIRE(g.target(1, 2860, 10000, 0) == 0);
+  g.on_nak(30, 2860);
+  REQUIRE(g.target(0, 200, group_lack::min_group - 1, 0) == 0);
+  // 10,000 receivers: the first NAK already asks for the group's expected maximum, on top of
+  // the parity sent of the FEC block when its first lack came (3 proactive parity blocks).
   const auto q30 = group_lack::quantile(30, 10000, 2860);
-  REQUIRE(g.on_lack(1, 30, 2860, 10000, 3) == 3 + q30);
+  REQUIRE(g.target(1, 2860, 10000, 3) == 3 + q30);
   REQUIRE(q30 > 30);
-  // A lossy receiver among the first three does not set the estimate (the median does), and
+  // The rate is pooled over FEC blocks: a FEC block of half the size gets half the mean.
+  REQUIRE(g.target(2, 1430, 10000, 0) == group_lack::quantile(15, 10000, 1430));
+  // A lossy receiver among the first three does not set the rate (the median does), and
   // parity sent since does not move the base.
-  REQUIRE(g.on_lack(1, 400, 2860, 10000, 20) == 3 + q30);
-  REQUIRE(g.on_lack(1, 26, 2860, 10000, 40) == 3 + q30);
-  // The fourth lack no longer moves it.
-  REQUIRE(g.on_lack(1, 2, 2860, 10000, 50) == 3 + q30);
+  g.on_nak(4000, 2860);
+  REQUIRE(g.target(1, 2860, 10000, 20) == 3 + q30);
+  g.on_nak(26 * 3, 2860 * 3);
+  REQUIRE(g.target(1, 2860, 10000, 40) == 3 + q30);
+  // The fourth NAK no longer moves it.
+  g.on_nak(0, 2860);
+  REQUIRE(g.target(1, 2860, 10000, 50) == 3 + q30);
   // Never more than the FEC block's sources beyond the base.
-  REQUIRE(g.on_lack(2, 90, 100, 10000, 0) == 100);
+  REQUIRE(g.target(3, 40, 10000, 0) <= 40);
   // A new pass starts over, from the parity sent by then.
   g.new_pass();
-  REQUIRE(g.on_lack(1, 1, 2860, 10000, 80) == 80 + group_lack::quantile(1, 10000, 2860));
+  REQUIRE(g.target(1, 2860, 10000, 80) == 0);
+  g.on_nak(1, 2860);
+  REQUIRE(g.target(1, 2860, 10000, 80) == 80 + group_lack::quantile(1, 10000, 2860));
 }

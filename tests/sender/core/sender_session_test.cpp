@@ -92,10 +92,12 @@ struct harness {
     return all;
   }
   void nak(const std::string& id, const endpoint& from, std::uint32_t file,
-           std::vector<std::pair<std::uint32_t, std::uint32_t>> runs, std::uint32_t seen_seq) {
+           std::vector<std::pair<std::uint32_t, std::uint32_t>> runs, std::uint32_t seen_seq,
+           std::uint64_t blocks_missing = 0) {
     wire::nak m;
     m.set_receiver_id(id);
     m.set_seen_seq(seen_seq);
+    m.set_blocks_missing(blocks_missing);
     auto* fn = m.add_files();
     fn->set_file(file);
     std::vector<std::uint32_t> pairs;
@@ -876,5 +878,42 @@ TEST_CASE(
   REQUIRE(rep.repair_datagrams == 1);
   for (const auto& rr : rep.receivers) {
     if (rr.id == "a") REQUIRE(rr.blocks_naked == 8);
+  }
+}
+
+TEST_CASE(
+    "a receiver whose whole need is over the NAK ratio moves at its first NAK datagram, before "
+    "the blocks that datagram names are scheduled for everyone",
+    "[unit][sender]") {
+  harness h(files({14'000}), {"a", "b"});  // 10 blocks
+  with_sctp_fallback(h, 0.5);
+  h.register_rx("a", rx_a);
+  h.register_rx("b", rx_b);
+  const auto pass1 = h.drain_data();
+  REQUIRE(pass1.size() == 10);
+  // a's round names its 8 missing blocks over several datagrams (the cap cut it): the first
+  // names 2, under the ratio, but says 8 are missing in all.
+  h.nak("a", rx_a, 0, {{0, 2}}, pass1.back().seq, 8);
+  fallback_order order;
+  REQUIRE(h.s->pop_fallback(order));
+  REQUIRE(order.receiver_id == "a");
+  h.nak("b", rx_b, 0, {{9, 1}}, pass1.back().seq, 1);
+  h.now += 50ms;
+  std::vector<std::uint32_t> blocks;
+  for (const auto& d : h.drain_data()) blocks.push_back(d.block.value);
+  REQUIRE(blocks == std::vector<std::uint32_t>{9});  // not a's two
+  // A claim of more than was sent counts as what was sent (here the whole file: still over).
+  SECTION("blocks_missing is capped at the data sent") {
+    harness g(files({14'000}), {"a", "b"});
+    with_sctp_fallback(g, 0.5);
+    g.register_rx("a", rx_a);
+    g.register_rx("b", rx_b);
+    const auto p1 = g.drain_data();
+    g.nak("b", rx_b, 0, {{9, 1}}, p1.back().seq, 1'000'000);
+    REQUIRE(g.s->pop_fallback(order));
+    REQUIRE(order.receiver_id == "b");
+    for (const auto& rr : g.s->report(g.now).receivers) {
+      if (rr.id == "b") REQUIRE(rr.blocks_naked <= 10);
+    }
   }
 }
