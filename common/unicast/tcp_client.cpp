@@ -222,9 +222,17 @@ class tcp_client final : public client_impl {
         co_await self->m_wake.async_wait(use_tuple);
         continue;
       }
-      self->m_writing = std::move(self->m_outbox.front());
-      self->m_outbox.pop_front();
-      if (c.sealer) seal_outgoing(*c.sealer, self->m_writing, 0);
+      // Every frame queued goes in one write, so the hello and the requests behind it leave
+      // in one segment rather than one each (TCP_NODELAY): on Ladha & Amer's 3 % link each
+      // segment lost at the start cost ~0.5 s (the client has nothing more to send, so only
+      // a probe timeout repairs it), and three segments lose one three times as often.
+      self->m_writing.clear();
+      while (!self->m_outbox.empty()) {
+        auto frame = std::move(self->m_outbox.front());
+        self->m_outbox.pop_front();
+        if (c.sealer) seal_outgoing(*c.sealer, frame, 0);
+        self->m_writing.insert(self->m_writing.end(), frame.begin(), frame.end());
+      }
       auto [ec, n] = co_await asio::async_write(c.socket, asio::buffer(self->m_writing), use_tuple);
       (void)n;
       if (self->dead()) co_return;
