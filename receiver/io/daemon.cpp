@@ -654,13 +654,14 @@ void daemon::start_unicast(session_id s, const unicast_order& order,
     // The transport opened while this site registered (session_params.unicast_start): the
     // hello and the requests go on it now.
     auto& slot = it->second;
-    slot.prepared = false;
     // Requests first: the hello goes ahead of them, and over SCTP all of them with the COOKIE
     // ECHO when the INIT ACK has not arrived yet.
-    if (auto ec = slot.client->request(req)) {
-      m_log->error("session {}: unicast request refused locally: {}", s, ec.message());
+    if (slot.client->request(req)) {
+      // It failed a moment ago (its end is still on its way): connect afresh.
+      connect_unicast(s, order, req, *creds);
       return;
     }
+    slot.prepared = false;
     slot.client->set_credentials(*creds);
     m_log->info("session {}: fetching {} ranges, {} over the {} opened to {} while registering", s,
                 req.size(), format_bytes(static_cast<double>(bytes)), to_string(order.transport),
