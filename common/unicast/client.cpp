@@ -19,8 +19,14 @@ class client_handle final : public client {
   std::error_code request(std::span<const byte_range> ranges) override {
     return m_impl->request(ranges);
   }
+  void set_credentials(const client_credentials& c) override {
+    if (c.seal_records && !c.proof_key)
+      throw std::invalid_argument("unicast client: sealed records need the site's fallback key");
+    m_impl->set_credentials(c);
+  }
   void close() override { m_impl->close(); }
   void set_paused(bool paused) override { m_impl->set_paused(paused); }
+  bool established() const override { return m_impl->established(); }
   std::vector<byte_range> outstanding() const override { return m_impl->outstanding(); }
   std::uint64_t outstanding_bytes() const override { return m_impl->outstanding_bytes(); }
   client_stats stats() const override { return m_impl->stats(); }

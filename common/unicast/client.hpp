@@ -52,6 +52,12 @@ struct client_options {
   std::optional<endpoint> local;
   /// Credentials the sender gave this receiver for this session.
   fallback_token token{};
+  /// The credentials (token, proof_key, seal_records) are not known yet: start() connects at
+  /// once, but no hello (and so no request) leaves before set_credentials(). A site of a
+  /// session served over unicast from the start opens its association while it registers,
+  /// before the FALLBACK order brings the token (session_params.unicast_start): the handshake
+  /// and the order's round trip overlap instead of following each other.
+  bool await_credentials = false;
   session_id session{};
   std::string receiver_id;
   /// Signed sessions: the site's fallback key (receiver_keys::fallback_key). Set, the client
@@ -114,6 +120,14 @@ struct client_stats {
   std::uint8_t connections = 0;
 };
 
+/// What a client started with client_options::await_credentials still needs: the fields of
+/// client_options of the same names.
+struct client_credentials {
+  fallback_token token{};
+  std::optional<crypto::key32> proof_key;
+  bool seal_records = false;
+};
+
 /// One unicast client. Create with make_client, then start().
 class client {
  public:
@@ -131,6 +145,13 @@ class client {
   ///         or failure.
   virtual std::error_code request(std::span<const byte_range> ranges) = 0;
 
+  /// Gives a client created with client_options::await_credentials its credentials: the hello
+  /// goes as soon as the transport can carry it (in a signed session, once the server's
+  /// challenge is in), the requests queued so far right behind it. Ignored when the client
+  /// has its credentials already or has ended.
+  /// @throws std::invalid_argument for seal_records without proof_key (as make_client)
+  virtual void set_credentials(const client_credentials& credentials) = 0;
+
   /// Ends the session politely: bye to the server, then on_closed. Data still arriving after
   /// close() is not delivered.
   virtual void close() = 0;
@@ -139,6 +160,10 @@ class client {
   /// server is held back by TCP's / SCTP's receive window instead of the receiver dropping
   /// bytes its storage cannot take yet. The idle watchdog does not count paused time.
   virtual void set_paused(bool paused) = 0;
+
+  /// True once the transport is up: the association established, or a TCP connection
+  /// connected.
+  virtual bool established() const = 0;
 
   /// Requested bytes not yet received, by file then offset: what to ask a new client for after
   /// a failure.

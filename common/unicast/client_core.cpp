@@ -30,7 +30,9 @@ std::uint64_t random_nonce() {
 client_impl::client_impl(boost::asio::io_context& io, client_options options, client_events events)
     : m_io(io), m_options(std::move(options)), m_events(std::move(events)), m_nonce(random_nonce()),
       m_where(std::string(to_string(m_options.kind)) + " to " + m_options.server.to_string()),
-      m_connect_timer(io), m_watchdog(io), m_close_timer(io) {}
+      m_connect_timer(io), m_watchdog(io), m_close_timer(io) {
+  m_awaiting_credentials = m_options.await_credentials;
+}
 
 hello client_impl::hello_fields(std::uint8_t index, std::uint8_t count) const {
   hello h;
@@ -82,6 +84,30 @@ void client_impl::begin_connect() {
   do_watchdog();
 }
 
+void client_impl::set_credentials(const client_credentials& c) {
+  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
+  if (!m_awaiting_credentials || dead() || m_abandoned) return;
+  m_options.token = c.token;
+  m_options.proof_key = c.proof_key;
+  m_options.seal_records = c.seal_records;
+  m_awaiting_credentials = false;
+  if (m_phase == phase::idle) return;  // start() says hello when it is called
+  credentials_ready();
+}
+
+void client_impl::transport_up() {
+  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
+  if (m_connected_once) return;
+  spdlog::debug("unicast client {}: up after {} ms{}", m_where,
+                std::chrono::duration_cast<std::chrono::milliseconds>(
+                    std::chrono::steady_clock::now() - m_start)
+                    .count(),
+                m_awaiting_credentials ? "; the hello waits for the token" : "");
+  m_connected_once = true;
+  m_connect_timer.cancel();
+  touch();
+}
+
 void client_impl::queue_hello_early(std::vector<std::byte> hello_frame) {
   MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   m_outbox.push_front(std::move(hello_frame));
@@ -90,7 +116,7 @@ void client_impl::queue_hello_early(std::vector<std::byte> hello_frame) {
 void client_impl::connected(std::vector<std::byte> hello_frame) {
   MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   if (!hello_frame.empty()) m_outbox.push_front(std::move(hello_frame));
-  spdlog::debug("unicast client {}: connected after {} ms", m_where,
+  spdlog::debug("unicast client {}: hello after {} ms", m_where,
                 std::chrono::duration_cast<std::chrono::milliseconds>(
                     std::chrono::steady_clock::now() - m_start)
                     .count());
@@ -243,8 +269,9 @@ std::error_code client_impl::handle_control(frame_type type, std::span<const std
         m_detail = m_where + ": malformed challenge";
         return ec;
       }
-      // Unsigned: the hello went out without waiting; the challenge is not needed.
-      if (proves() && !m_challenge) m_challenge = c;
+      // Unsigned: the hello went out without waiting; the challenge is not needed. A client
+      // still awaiting its credentials keeps it: they may say the session is signed.
+      if ((proves() || m_awaiting_credentials) && !m_challenge) m_challenge = c;
       return {};
     }
     case frame_type::welcome: {

@@ -30,6 +30,8 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
   virtual void start() = 0;
 
   std::error_code request(std::span<const byte_range> ranges);
+  /// See client::set_credentials.
+  void set_credentials(const client_credentials& credentials);
   void close();
   /// The owning handle is gone: no more callbacks, tear down now.
   void abandon();
@@ -37,6 +39,8 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
   /// See client::set_paused. Resuming wakes the transport's readers.
   void set_paused(bool paused);
   bool paused() const noexcept { return m_paused; }
+  /// See client::established.
+  bool established() const noexcept { return m_connected_once && !dead(); }
 
   std::vector<byte_range> outstanding() const { return m_tracker.outstanding(); }
   std::uint64_t outstanding_bytes() const { return m_tracker.outstanding_bytes(); }
@@ -48,6 +52,9 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
 
   /// The outbox has new frames: send them when the transport can.
   virtual void flush_control() = 0;
+  /// set_credentials() gave a client that awaited them its credentials: say hello when the
+  /// transport can.
+  virtual void credentials_ready() = 0;
   /// Tears the transport down at once; called once, by fail/closed_ok/abandon.
   virtual void transport_abort() = 0;
   /// Reading may go on again after a pause.
@@ -58,6 +65,12 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
   /// The transport can carry control now: the hello goes first, ahead of queued requests
   /// (empty: it was queued before, see queue_hello_early).
   void connected(std::vector<std::byte> hello_frame);
+  /// The transport is up (the association, or a TCP connection): the connect timeout no longer
+  /// applies; connected() follows with the hello, at once or after set_credentials() or the
+  /// server's challenge.
+  void transport_up();
+  /// True until set_credentials() for a client created with await_credentials: no hello yet.
+  bool awaiting_credentials() const noexcept { return m_awaiting_credentials; }
   /// Puts the hello ahead of the queued requests before the transport is up (SCTP bundles
   /// them with its COOKIE ECHO); connected({}) follows when it is.
   void queue_hello_early(std::vector<std::byte> hello_frame);
@@ -120,9 +133,10 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
   bool m_abandoned = false;
   std::optional<challenge> m_challenge;
   bool m_paused = false;
-  bool m_connected_once = false;    ///< connected() ran (close() may have moved us on since)
-  bool m_complete_reported = true;  ///< on_complete already said for the current requests
-  bool m_requests_framed = false;   ///< a request frame was queued (the first is small)
+  bool m_connected_once = false;        ///< connected() or transport_up() ran
+  bool m_awaiting_credentials = false;  ///< see awaiting_credentials()
+  bool m_complete_reported = true;      ///< on_complete already said for the current requests
+  bool m_requests_framed = false;       ///< a request frame was queued (the first is small)
   std::uint64_t m_nonce;
   std::string m_where;
   boost::asio::steady_timer m_connect_timer;

@@ -34,15 +34,8 @@ class sctp_client final : public client_impl {
     m_assoc->set_ready_handler([w = weak_from_this()] {
       if (auto s = w.lock()) static_cast<sctp_client&>(*s).on_ready();
     });
-    if (!proves()) {
-      // An unsigned hello needs nothing from the server: it and every request queued so far
-      // go now, and SCTP sends them with its COOKIE ECHO (RFC 9260 section 5.1), so the first
-      // record leaves the server one round trip earlier than if we waited for the association.
-      m_hello_queued = true;
-      m_hello_early = true;
-      queue_hello_early(make_hello(0, 1));
-      do_send();
-    }
+    say_hello();
+    do_send();
   }
 
  private:
@@ -88,28 +81,49 @@ class sctp_client final : public client_impl {
                                  : "association not established: " + ec.message()));
       }
       m_up = true;
-      if (m_hello_early) {
-        connected({});
-      } else if (!proves()) {
-        m_hello_queued = true;
-        connected(make_hello(0, 1));
-      }
+      transport_up();
+      if (m_hello_early) connected({});
     }
     do_receive();
     if (dead()) return;
-    if (!m_hello_queued && received_challenge()) {
-      m_hello_queued = true;
-      if (seals()) {
-        // Everything after the hello is sealed, both ways, every stream (record_seal.hpp).
-        const auto keys = record_keys(0, 1, *received_challenge());
-        m_sealer = std::make_unique<frame_sealer>(keys.to_server);
-        m_opener = std::make_unique<frame_opener>(keys.to_client);
-        for (auto& [stream, sr] : m_readers) sr->reader.set_opener(m_opener.get(), stream);
-      }
-      connected(make_hello(0, 1, &*received_challenge()));
-    }
+    say_hello();
     after_batch();
     if (dead()) return;
+    do_send();
+  }
+
+  /// Queues the hello once it can be made: with the credentials, and in a signed session the
+  /// server's challenge. An unsigned hello needs nothing from the server: queued before the
+  /// association is up, it and every request queued so far go with the COOKIE ECHO (RFC 9260
+  /// section 5.1), so the first record leaves the server one round trip earlier than if we
+  /// waited for the association.
+  void say_hello() {
+    if (m_hello_queued || awaiting_credentials()) return;
+    if (!proves()) {
+      m_hello_queued = true;
+      if (m_up) {
+        connected(make_hello(0, 1));
+      } else {
+        m_hello_early = true;
+        queue_hello_early(make_hello(0, 1));
+      }
+      return;
+    }
+    if (!received_challenge()) return;
+    m_hello_queued = true;
+    if (seals()) {
+      // Everything after the hello is sealed, both ways, every stream (record_seal.hpp).
+      const auto keys = record_keys(0, 1, *received_challenge());
+      m_sealer = std::make_unique<frame_sealer>(keys.to_server);
+      m_opener = std::make_unique<frame_opener>(keys.to_client);
+      for (auto& [stream, sr] : m_readers) sr->reader.set_opener(m_opener.get(), stream);
+    }
+    connected(make_hello(0, 1, &*received_challenge()));
+  }
+
+  void credentials_ready() override {
+    if (dead() || !m_assoc) return;
+    say_hello();
     do_send();
   }
 
@@ -183,7 +197,9 @@ class sctp_client final : public client_impl {
   }
 
   void flush_control() override {
-    if (m_up && !dead()) do_send();
+    // Before the association is up, frames queued behind an early hello may still go with the
+    // COOKIE ECHO.
+    if ((m_up || m_hello_early) && !dead()) do_send();
   }
 
   void transport_abort() override {

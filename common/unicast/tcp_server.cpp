@@ -8,7 +8,9 @@
 #include "common/net/udp.hpp"
 #include "common/packet.hpp"
 #include "common/unicast/hello_proof.hpp"
+#include "common/unicast/send_queue.hpp"
 #include "common/unicast/server_session.hpp"
+#include "common/unicast/tcp_info.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -95,11 +97,8 @@ class tcp_server_conn final : public std::enable_shared_from_this<tcp_server_con
 
   /// Paces this connection at `bps` bit/s of IP packets (SO_MAX_PACING_RATE, which counts TCP
   /// payload and header bytes: scaled by 1448/1500 for a 1500-byte packet with 52 bytes of
-  /// IPv4 + TCP headers and timestamps). A paced connection also takes a record only once its
-  /// unsent queue is below ~50 ms of that rate (at least 8 KiB; see write_loop), so records go
-  /// to a connection just before it can send them and, with record_scheduler's shrinking tail
-  /// records, the n connections run dry together instead of one finishing the set alone at its
-  /// 1/n of the link. Best effort: a failure is logged once.
+  /// IPv4 + TCP headers and timestamps), and the connection's send queue follows that rate
+  /// (record_wait). Best effort: a failure is logged once.
   void pace(std::uint64_t bps) {
     const std::uint64_t bytes_per_s = bps / 8 * packet::tcp_mss_ethernet / packet::ethernet_mtu;
     const auto v = static_cast<unsigned>(std::min<std::uint64_t>(bytes_per_s, ~0u - 1));
@@ -110,7 +109,14 @@ class tcp_server_conn final : public std::enable_shared_from_this<tcp_server_con
       return;
     }
     m_paced_bytes_per_s = std::max<std::uint64_t>(bytes_per_s, 1);
-    m_unsent_limit = std::clamp<std::uint64_t>(bytes_per_s / 20, 8 << 10, 4 << 20);
+  }
+
+  /// How long the writer waits before it takes another record (send_queue.hpp): while its
+  /// unsent queue holds more than its rule allows at the rate it drains (the sender's pacing
+  /// rate, else the kernel's), the time to drain to half of that; nullopt to take one now.
+  std::optional<std::chrono::microseconds> record_wait() {
+    if (m_paced_bytes_per_s) return paced_queue.wait(unsent(), m_paced_bytes_per_s);
+    return unpaced_queue.wait(unsent(), kernel_pacing_rate(m_socket.native_handle()));
   }
 
   void queue_control(std::vector<std::byte> frame) {
@@ -182,9 +188,8 @@ class tcp_server_conn final : public std::enable_shared_from_this<tcp_server_con
   frame_reader m_reader;
   asio::steady_timer m_hello_timer;
   asio::steady_timer m_wake;   ///< a writer with nothing to send waits on it; wake() cancels
-  asio::steady_timer m_drain;  ///< a paced writer waits on it for its unsent queue to drain
+  asio::steady_timer m_drain;  ///< the writer waits on it for its unsent queue to drain
   std::uint64_t m_paced_bytes_per_s = 0;  ///< payload bytes/s of the pacing; 0 = unpaced
-  std::uint64_t m_unsent_limit = 0;       ///< a paced writer takes a record below this, bytes
   std::weak_ptr<tcp_session> m_session;
   std::size_t m_index = 0;
   std::deque<std::vector<std::byte>> m_control;
@@ -247,6 +252,8 @@ class tcp_session final : public server_session {
     return r;
   }
   void sent(const record& r) { record_sent(r); }
+  /// True while records are left to hand out.
+  bool pending() const noexcept { return has_pending(); }
 
   /// A connection ended (EOF or error) or failed.
   void connection_ended(std::size_t index, const std::error_code& ec, const std::string& what) {
@@ -343,13 +350,11 @@ asio::awaitable<void> tcp_server_conn::write_loop(std::shared_ptr<tcp_server_con
       self->m_control.pop_front();
       // Sealed here, in the order frames go out: the sequence numbers follow the stream.
       if (self->m_sealer) self->m_out = self->m_sealer->seal_copy(0, self->m_out);
-    } else if (const auto q = self->m_paced_bytes_per_s ? self->unsent() : 0;
-               q >= self->m_unsent_limit && q > 0) {
-      // Paced: wait until the queue has drained to half the limit at the pacing rate (the
-      // kernel gives no event for it), then look again.
+    } else if (const auto wait = s->pending() ? self->record_wait() : std::nullopt) {
+      // Records go to a connection just before it can send them (send_queue.hpp): wait until
+      // its queue has drained (the kernel gives no event for it), then look again.
       s.reset();
-      const auto us = (q - self->m_unsent_limit / 2) * 1'000'000 / self->m_paced_bytes_per_s;
-      self->m_drain.expires_after(std::chrono::microseconds(std::max<std::uint64_t>(us, 1000)));
+      self->m_drain.expires_after(*wait);
       co_await self->m_drain.async_wait(use_tuple);
       continue;
     } else {

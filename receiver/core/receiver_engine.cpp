@@ -430,7 +430,7 @@ void receiver_engine::close_session(session_rx& s, bool success, const std::stri
                   s.file_count);
     }
   }
-  if (s.unicast_active) m_sink.stop_unicast(s.id);
+  if (s.unicast_active || s.unicast_prepared) m_sink.stop_unicast(s.id);
   // Files already handed to the finalizer are renamed into place whatever happens to the
   // session now; their outcomes still arrive (on_file_stored) and are reported then.
   for (std::size_t i = 0; i < s.files.size(); ++i) {

@@ -37,6 +37,7 @@ class logger;
 
 namespace mcdist::wire {
 class announce;
+class session_params;
 class marker;
 class digest_list;
 class register_reply;
@@ -141,7 +142,18 @@ class receiver_sink {
   /// back through receiver_engine::on_unicast_data, the end through on_unicast_closed.
   virtual void start_unicast(session_id s, const unicast_order& order,
                              std::vector<byte_range> wanted) = 0;
-  /// Drop the session's unicast client, if any (no on_unicast_closed follows).
+  /// Open the transport `order` names now, without a token (order.token is zero), for a
+  /// session served over unicast from the start (session_params.unicast_start; called right
+  /// after the first REGISTER is sent): the hello and
+  /// the requests follow when start_unicast brings the token, on these connections if the
+  /// order names the same transport, server and connection count. Nothing comes back through
+  /// the engine before that. The default does nothing (start_unicast then connects).
+  virtual void prepare_unicast(session_id s, const unicast_order& order) {
+    (void)s;
+    (void)order;
+  }
+  /// Drop the session's unicast client, if any, prepared or running (no on_unicast_closed
+  /// follows).
   virtual void stop_unicast(session_id s) = 0;
   /// A file was stored or failed for good (counted in receiver_stats::files_stored /
   /// files_failed at the same moment). Observation only; the default does nothing.
@@ -309,6 +321,10 @@ class receiver_engine {
   void handle_fallback(session_rx& s, const wire::fallback& m, const endpoint& from,
                        time_point now);
   void start_unicast_attempt(session_rx& s, time_point now);
+  /// A new session's announce says it is served over unicast from the start: keeps where (in
+  /// session_rx::unicast_start) for the shell to open it with the first REGISTER
+  /// (receiver_sink::prepare_unicast).
+  void note_unicast_start(session_rx& s, const wire::session_params& p, const endpoint& from);
   /// The register reply or FALLBACK answering REGISTER arrived: the registration RTT sample.
   void note_register_answer(session_rx& s, time_point now);
   void dispatch(std::span<const std::byte> datagram, const endpoint& from, std::uint32_t channel,

@@ -45,6 +45,9 @@ inline constexpr std::size_t max_digests_wanted = 128;
 inline constexpr std::size_t max_reason_bytes = 200;
 /// Unicast attempts (connections) per session before the receiver gives up on it.
 inline constexpr std::uint32_t max_unicast_attempts = 8;
+/// Most TCP connections a FALLBACK order or an announce may ask a site to open; the unicast
+/// framing itself allows 16 per session (unicast::max_connections, whose client clamps).
+inline constexpr std::uint32_t max_fallback_connections = 64;
 /// Back-off after a lost unicast connection: this times the attempt number, at most 10 s.
 inline constexpr auto unicast_backoff = std::chrono::milliseconds(500);
 /// Bytes charged for a session's fixed state besides its tables (the session_rx itself, its
@@ -211,6 +214,11 @@ struct receiver_engine::session_rx {
   // Unicast fallback.
   bool unicast = false;         ///< the sender moved us to unicast: multicast data is ignored
   bool unicast_active = false;  ///< a unicast client is running
+  /// The announce's session_params.unicast_start (token zero): opened with the first REGISTER.
+  std::optional<unicast_order> unicast_start;
+  /// The shell holds a transport opened for this session before its FALLBACK order
+  /// (receiver_sink::prepare_unicast) until start_unicast takes it or the session closes.
+  bool unicast_prepared = false;
   unicast_order order;
   std::uint32_t unicast_attempts = 0;
   time_point next_unicast{};

@@ -5,6 +5,17 @@ namespace mcdist::receiver {
 
 using namespace engine_detail;
 
+namespace {
+
+/// The transport a FALLBACK order or an announce's unicast_start names (validated).
+transport_kind transport_of(wire::fallback::transport_kind t) noexcept {
+  return t == wire::fallback::TCP           ? transport_kind::tcp
+         : t == wire::fallback::SCTP_KERNEL ? transport_kind::sctp_kernel
+                                            : transport_kind::sctp_udp;
+}
+
+}  // namespace
+
 void receiver_engine::handle_fallback(session_rx& s, const wire::fallback& m, const endpoint& from,
                                       time_point now) {
   if (m.receiver_id() != m_cfg.id) return;
@@ -18,7 +29,8 @@ void receiver_engine::handle_fallback(session_rx& s, const wire::fallback& m, co
   }
   if (!wire::fallback::transport_kind_IsValid(m.transport()) || m.port() == 0 || m.port() > 65535 ||
       (!m.address().empty() && m.address().size() != 4 && m.address().size() != 16) ||
-      m.connections() > 64 || m.token().size() != std::tuple_size_v<fallback_token>) {
+      m.connections() > max_fallback_connections ||
+      m.token().size() != std::tuple_size_v<fallback_token>) {
     m_stats.drops.add(errc::invalid_field);
     return;
   }
@@ -26,9 +38,7 @@ void receiver_engine::handle_fallback(session_rx& s, const wire::fallback& m, co
   std::memcpy(token.data(), m.token().data(), token.size());
   if (s.unicast && s.order.token == token && s.unicast_active) return;  // a repeat
   unicast_order o;
-  o.transport = m.transport() == wire::fallback::TCP           ? transport_kind::tcp
-                : m.transport() == wire::fallback::SCTP_KERNEL ? transport_kind::sctp_kernel
-                                                               : transport_kind::sctp_udp;
+  o.transport = transport_of(m.transport());
   o.server = from;
   if (!m.address().empty()) {
     o.server.v6 = m.address().size() == 16;
@@ -55,6 +65,34 @@ void receiver_engine::handle_fallback(session_rx& s, const wire::fallback& m, co
   start_unicast_attempt(s, now);
 }
 
+void receiver_engine::note_unicast_start(session_rx& s, const wire::session_params& p,
+                                         const endpoint& from) {
+  const auto& u = p.unicast_start();
+  // A silent site never connects anywhere (as for a FALLBACK order).
+  if (s.silent) return;
+  if (!wire::fallback::transport_kind_IsValid(u.transport()) || u.port() == 0 || u.port() > 65535 ||
+      u.connections() > max_fallback_connections ||
+      (!u.address().empty() && u.address().size() != (from.v6 ? 16u : 4u))) {
+    m_stats.drops.add(errc::invalid_field);
+    return;
+  }
+  // Only ever the host the announce came from, which the site registers with anyway: an
+  // announce cannot point the connections of a whole group at a third host (docs/security.md
+  // "Unicast fallback"). A server elsewhere is reached when the FALLBACK order names it.
+  if (!u.address().empty() && std::memcmp(u.address().data(), from.addr.data(), u.address().size()))
+    return;
+  unicast_order o;
+  o.transport = transport_of(u.transport());
+  o.server = from;
+  o.server.port = static_cast<std::uint16_t>(u.port());
+  o.connections = u.connections();
+  s.unicast_start = o;
+  if (m_log) {
+    m_log->debug("session {}: served over unicast from the start: {} at {}", s.name(),
+                 to_string(o.transport), o.server.to_string());
+  }
+}
+
 void receiver_engine::start_unicast_attempt(session_rx& s, time_point now) {
   if (s.state != session_rx::state_t::receiving || s.unicast_active) return;
   std::vector<byte_range> wanted;
@@ -75,10 +113,13 @@ void receiver_engine::start_unicast_attempt(session_rx& s, time_point now) {
   s.partial.clear();
   if (wanted.empty()) {
     s.next_unicast = time_point::max();  // nothing to fetch (a failed digest re-arms it)
+    if (s.unicast_prepared) m_sink.stop_unicast(s.id);
+    s.unicast_prepared = false;
     return;
   }
   ++s.unicast_attempts;
   s.unicast_active = true;
+  s.unicast_prepared = false;  // the shell takes the prepared transport, or drops it
   s.order.rtt = s.register_rtt;
   m_sink.start_unicast(s.id, s.order, std::move(wanted));
   (void)now;

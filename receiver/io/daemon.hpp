@@ -90,6 +90,7 @@ class daemon final : public receiver_sink {
   void session_closed(session_id s, bool remove_temp) override;
   void start_unicast(session_id s, const unicast_order& order,
                      std::vector<byte_range> wanted) override;
+  void prepare_unicast(session_id s, const unicast_order& order) override;
   void stop_unicast(session_id s) override;
   void file_finished(const file_outcome& outcome) override;
   std::string sender_key(session_id s) override;
@@ -128,6 +129,18 @@ class daemon final : public receiver_sink {
   void arm_timer(time_point now);
   void log_status(bool final);
   void check_unicast_backpressure();
+  /// Client settings for `order` of session `s`, without the credentials.
+  unicast::client_options unicast_options(session_id s, const unicast_order& order) const;
+  /// The token of `order` and, in a signed session, this site's fallback key; nullopt (with a
+  /// warning) for an encrypted session whose key this site does not hold yet.
+  std::optional<unicast::client_credentials> unicast_credentials(session_id s,
+                                                                 const unicast_order& order);
+  /// The callbacks of client generation `gen` of session `s`.
+  unicast::client_events unicast_events(session_id s, std::uint64_t gen);
+  /// Replaces session `s`'s client with a new one connecting for `order`, asking for `req`.
+  void connect_unicast(session_id s, const unicast_order& order,
+                       const std::vector<mcdist::byte_range>& req,
+                       const unicast::client_credentials& creds);
   void write_status_file();
   /// Writes TEMP/sequences when the engine's sequence book changed since the last write.
   void save_sequences_if_changed();
@@ -257,6 +270,13 @@ class daemon final : public receiver_sink {
     std::uint64_t bytes = 0;                                     ///< payload received
     std::optional<std::chrono::steady_clock::time_point> first;  ///< first payload byte
     std::chrono::steady_clock::time_point last{};                ///< latest payload byte
+    /// Opened by prepare_unicast and not yet given its token: not the engine's yet.
+    bool prepared = false;
+    unicast_order prepared_for;  ///< what prepare_unicast opened (token zero)
+    std::chrono::steady_clock::time_point prepared_at{};  ///< when it began connecting
+    /// A prepared client taken by an order before it was up: replaced by a fresh one when its
+    /// handshake is not up in time (start_unicast).
+    std::unique_ptr<boost::asio::steady_timer> hedge;
   };
   std::map<session_id, unicast_slot> m_unicast;
   std::uint64_t m_unicast_generation = 0;

@@ -3,6 +3,7 @@
 #include "common/wire.hpp"
 #include "mcdist.pb.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace mcdist::sender {
@@ -28,6 +29,19 @@ std::vector<std::unique_ptr<wire::announce>> build_announce_chunks(
     params.set_fec_k(s.fec_k);
     params.set_fec_max_parity(s.fec_max_parity);
     params.set_fec_depth(s.fec_depth);
+  }
+  if (s.unicast_start) {
+    auto* u = params.mutable_unicast_start();
+    u->set_transport(s.unicast_start->transport == transport_kind::tcp ? wire::fallback::TCP
+                     : s.unicast_start->transport == transport_kind::sctp_kernel
+                         ? wire::fallback::SCTP_KERNEL
+                         : wire::fallback::SCTP_UDP);
+    const auto& e = s.unicast_start->server;
+    u->set_port(e.port);
+    u->set_connections(s.unicast_start->connections);
+    const std::size_t len = e.v6 ? 16 : 4;
+    if (!std::all_of(e.addr.begin(), e.addr.begin() + len, [](std::uint8_t b) { return b == 0; }))
+      u->set_address(e.addr.data(), len);
   }
   for (const auto& [first, last] : s.catch_up_seqs) {
     auto* r = params.add_catch_up_seqs();

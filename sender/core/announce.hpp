@@ -9,13 +9,16 @@
 /// generator; sealing an encrypted session's bodies is the shell's work (common/auth.hpp), for
 /// which the chunks leave room.
 
+#include "common/endpoint.hpp"
 #include "common/ids.hpp"
 #include "common/manifest.hpp"
 #include "common/time.hpp"
+#include "common/transport.hpp"
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,6 +28,14 @@ class announce;
 }
 
 namespace mcdist::sender {
+
+/// session_params.unicast_start: where a site of a session served over unicast from the start
+/// connects while it registers (docs/design-notes.md "Unicast fallback").
+struct unicast_start_settings {
+  transport_kind transport = transport_kind::sctp_udp;
+  endpoint server;                ///< the unicast server; an unspecified address: the sender's
+  std::uint32_t connections = 0;  ///< TCP connections; 0 = the receiver's default
+};
 
 /// What an announce says besides the manifest: sender_config's fields (sender_session.hpp).
 struct announce_settings {
@@ -48,6 +59,9 @@ struct announce_settings {
   /// Block digests (session_params.block_digests): the session's data and parity are version 3,
   /// checked against signed block digests (docs/security.md "Block digests").
   bool block_digests = false;
+  /// A session served over unicast from the start: its unicast server (unset: sites connect
+  /// when their FALLBACK order arrives).
+  std::optional<unicast_start_settings> unicast_start;
   /// Bytes each chunk leaves unused below wire::control_budget for what the shell adds to its
   /// body (auth::sealed_body_overhead in an encrypted session).
   std::uint32_t reserve_bytes = 0;

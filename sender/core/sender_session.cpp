@@ -121,6 +121,7 @@ sender_session::~sender_session() = default;
 void sender_session::start(time_point now) {
   m_start = now;
   m_phase = phase::announcing;
+  if (m_cfg.force_unicast && !silent()) announce_unicast_start();
   m_announce.start(now);
   m_register_deadline =
       now + (m_cfg.receivers.empty() ? m_cfg.register_window : m_cfg.register_timeout);

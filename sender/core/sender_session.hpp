@@ -470,6 +470,11 @@ class sender_session {
   void forget_rate(const receiver_state& r, time_point now);
 
   void order_fallback(receiver_state& r, std::string reason, time_point now);
+  /// A session served over unicast from the start (force_unicast): the announce names the
+  /// unicast server so sites open their association while they register (one round trip
+  /// saved: docs/design-notes.md "Unicast fallback"): the transport and TCP connection count
+  /// chosen without an RTT; a FALLBACK order naming others makes the site connect afresh.
+  void announce_unicast_start();
   void send_fallback(receiver_state& r, time_point now);
   void handle_register(const wire::register_request& m, const endpoint& from, time_point now);
   void handle_nak(const wire::nak& m, const endpoint& from, time_point now);

@@ -9,6 +9,21 @@ void sender_session::set_unicast_endpoint(transport_kind k, const endpoint& e) {
   m_fallback.set_endpoint(k, e);
 }
 
+void sender_session::announce_unicast_start() {
+  const auto t = m_fallback.transport();  // no receiver's RTT is known yet
+  if (!t) return;
+  auto settings = announce_settings_of(m_cfg);
+  settings.unicast_start = unicast_start_settings{
+      .transport = *t,
+      .server = *m_fallback.endpoint_of(*t),
+      .connections = *t == transport_kind::tcp
+                         ? m_fallback.tcp_connections(m_cfg.rate_bps, duration::zero())
+                         : 0};
+  m_announce =
+      announcer(settings, m_files,
+                m_cfg.announce_interval * (silent() ? silent_announce_interval_factor : 1));
+}
+
 bool sender_session::pop_fallback(fallback_order& out) {
   if (m_fallbacks.empty()) return false;
   out = std::move(m_fallbacks.front());

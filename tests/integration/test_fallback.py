@@ -5,8 +5,10 @@ Over plain loopback:
   1. the policy moves a receiver that drops 10 % of what it receives to unicast (auto: SCTP over
      UDP on a short path, TCP when the RTT sample says the path is long, which load can do)
      while a clean receiver finishes over multicast;
-  2. forced unicast (--unicast) over SCTP and over 4 TCP connections, mixed file set, and over
-     TCP with the automatic connection count paced by --unicast-max-rate (rate cap held);
+  2. forced unicast (--unicast) over SCTP and over 4 TCP connections, mixed file set (the site
+     opens them with its REGISTER, from the announce, and the order's token goes over them),
+     and over TCP with the automatic connection count paced by --unicast-max-rate (rate cap
+     held);
   3. manual resend (--only) of a whole earlier set to one of two receivers, over multicast and
      then over unicast: the named receiver gets back exactly what it lost, the other ignores it.
 Inside a network namespace whose loopback is rate-limited with tbf (needs root; SKIPPED
@@ -119,6 +121,15 @@ def forced_case(bin_dir, base, rng, transport, paced=None):
                   "the decision's log line does not name %d automatic connections:\n%s" % (n, out))
         check(summary["data_datagrams"] == 0, "forced unicast sent multicast data")
         check_delivered(d.dest, want, d.id)
+        if not paced:
+            # The announce named the unicast server (session_params.unicast_start): the site
+            # opened its association or connections with its REGISTER and the order's token
+            # went over them. (The paced case's automatic count comes from the RTT the order
+            # measured, which may differ from the announce's: it may connect afresh.)
+            check(re.search(r"fetching \d+ ranges, .* over the %s opened to .* while registering"
+                            % transport, d.log_text()),
+                  "the site did not use the %s it opened while registering:\n%s"
+                  % (transport, d.log_text()))
         if paced:
             m = re.findall(r"unicast transfer done: (\d+) bytes in ([0-9.]+) s", d.log_text())
             check(m, "no 'unicast transfer done' line in the daemon's log")

@@ -340,6 +340,90 @@ TEST_CASE("a signed grant lets in only a client that proves the site key",
   }
 }
 
+TEST_CASE("a client opened before its credentials says nothing until they come, then fetches",
+          "[integration][unicast]") {
+  // A site of a session served over unicast from the start opens its association (or its
+  // connections) with its REGISTER and gets the token from the FALLBACK order a round trip
+  // later (client_options::await_credentials).
+  enum class grant_kind { plain, proved, sealed };
+  const auto gk = GENERATE(grant_kind::plain, grant_kind::proved, grant_kind::sealed);
+  CAPTURE(static_cast<int>(gk));
+  crypto::key32 site_key{};
+  crypto::random_bytes(site_key);
+  for (const auto kind : {transport_kind::sctp_udp, transport_kind::tcp}) {
+    SECTION(std::string(to_string(kind))) {
+      rig r({300'000, 10'000, 0});
+      const auto t = test::tok(token_value + 11);
+      client_grant g{t, "site-p", session, {}, true};
+      if (gk != grant_kind::plain) g.proof_key = site_key;
+      g.seal_records = gk == grant_kind::sealed;
+      REQUIRE_FALSE(r.srv->register_client(g));
+      auto o = r.options(kind, 3);
+      o.token = {};
+      o.receiver_id = "site-p";
+      o.await_credentials = true;
+      test::checking_sink sink(r.source);
+      close_record cr;
+      std::unique_ptr<client> c;
+      client_events ev = cr.events();
+      ev.on_data = [&](file_index f, std::uint64_t off, std::span<const std::byte> b) {
+        sink.on_data(f, off, b);
+      };
+      ev.on_file_done = [&](file_index f) { sink.on_file_done(f); };
+      ev.on_complete = [&] { c->close(); };
+      c = make_client(r.io, o, ev);
+      c->start();
+      REQUIRE(test::run_until(
+          r.io, [&] { return c->established() && r.srv->counters().connections_accepted >= 1; },
+          10s));
+      // Up, but no hello: no session, nothing sent, even with requests queued.
+      REQUIRE_FALSE(c->request(r.everything()));
+      test::run_until(
+          r.io, [] { return false; }, 200ms);
+      CHECK_FALSE(cr.closed);
+      CHECK(r.srv->counters().sessions_started == 0);
+      CHECK(sink.delivered == 0);
+      client_credentials creds{t, std::nullopt, false};
+      if (gk != grant_kind::plain) creds.proof_key = site_key;
+      creds.seal_records = gk == grant_kind::sealed;
+      c->set_credentials(creds);
+      REQUIRE(test::run_until(
+          r.io, [&] { return cr.closed; }, 60s));
+      INFO(cr.text);
+      REQUIRE_FALSE(cr.got);
+      REQUIRE(sink.delivered == 310'000);
+      REQUIRE(sink.out_of_range == 0);
+      REQUIRE(r.srv->counters().sessions_started == 1);
+      REQUIRE(r.srv->counters().sessions_completed == 1);
+      c.reset();
+    }
+  }
+}
+
+TEST_CASE("a client opened before its credentials is refused with wrong ones",
+          "[integration][unicast]") {
+  for (const auto kind : {transport_kind::sctp_udp, transport_kind::tcp}) {
+    SECTION(std::string(to_string(kind))) {
+      rig r({10'000});
+      auto o = r.options(kind, 2);
+      o.token = {};
+      o.await_credentials = true;
+      close_record cr;
+      auto c = make_client(r.io, o, cr.events());
+      REQUIRE_FALSE(c->request(r.everything()));
+      c->start();
+      REQUIRE(test::run_until(
+          r.io, [&] { return c->established(); }, 10s));
+      c->set_credentials({test::tok(token_value ^ 1), std::nullopt, false});
+      REQUIRE(test::run_until(
+          r.io, [&] { return cr.closed; }, 20s));
+      CHECK(cr.got == error::refused);
+      CHECK(r.srv->counters().hellos_refused >= 1);
+      CHECK(r.srv->counters().sessions_started == 0);
+    }
+  }
+}
+
 TEST_CASE("an encrypted grant seals every frame after the hello, both transports",
           "[integration][unicast]") {
   crypto::key32 site_key{};

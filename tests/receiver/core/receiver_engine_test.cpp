@@ -38,6 +38,8 @@ struct fake_sink final : receiver_sink, storage_port {
 
   void send(const endpoint&, std::span<const std::byte> d) override {
     sent.emplace_back(d.begin(), d.end());
+    wire::header h;
+    if (!wire::parse_header(d, h)) events.push_back(std::to_string(static_cast<int>(h.type)));
   }
   void begin_file(file_key k, std::uint32_t, const manifest_entry& e, bool) override {
     begun[k.file.value] = e.path;
@@ -60,14 +62,25 @@ struct fake_sink final : receiver_sink, storage_port {
   void start_unicast(session_id, const unicast_order& o, std::vector<byte_range> w) override {
     orders.push_back(o);
     wanted.push_back(std::move(w));
+    events.push_back("start");
   }
-  void stop_unicast(session_id) override { ++stops; }
+  void prepare_unicast(session_id, const unicast_order& o) override {
+    prepared.push_back(o);
+    events.push_back("prepare");
+  }
+  void stop_unicast(session_id) override {
+    ++stops;
+    events.push_back("stop");
+  }
   void file_finished(const file_outcome& o) override {
     outcomes.emplace_back(std::string(o.path), o.stored);
   }
   std::vector<std::pair<std::string, bool>> outcomes;
   std::vector<unicast_order> orders;
   std::vector<std::vector<byte_range>> wanted;
+  std::vector<unicast_order> prepared;
+  /// Sends (by message type number), prepare, start and stop, in the order they happened.
+  std::vector<std::string> events;
   int stops = 0;
 
   template <class Msg>
@@ -102,6 +115,10 @@ struct harness {
   fake_sink sink;
   receiver_engine engine;
   time_point now{50s};
+  /// Announced as session_params.unicast_start when set.
+  std::optional<wire::unicast_start> unicast_start;
+  /// Announced as session_params.silent_passes.
+  std::uint32_t silent_passes = 0;
   harness() : engine(receiver_config{"site"}, sink, sink, 1, nullptr) {}
   explicit harness(receiver_config cfg) : engine(std::move(cfg), sink, sink, 1, nullptr) {}
 
@@ -125,6 +142,8 @@ struct harness {
       for (const auto& e : entries) total += e.size();
       p->set_total_bytes(total);
       p->set_grtt_us(10000);
+      if (unicast_start) *p->mutable_unicast_start() = *unicast_start;
+      p->set_silent_passes(silent_passes);
       a.set_chunk(static_cast<std::uint32_t>(c));
       a.set_first_file(static_cast<std::uint32_t>(c * per_chunk));
       a.set_sender_time_us(1);
@@ -750,6 +769,160 @@ TEST_CASE("a malformed FALLBACK order is refused and counted", "[unit][receiver]
   h.feed(datagram(wire::msg_type::fallback, fb));
   REQUIRE(h.sink.orders.empty());
   REQUIRE(h.engine.stats().drops[errc::invalid_field] == 2);
+}
+
+namespace {
+
+wire::unicast_start tcp_start(std::uint32_t port, std::uint32_t connections) {
+  wire::unicast_start u;
+  u.set_transport(wire::fallback::TCP);
+  u.set_port(port);
+  u.set_connections(connections);
+  return u;
+}
+
+wire::fallback order_of(wire::fallback::transport_kind t, std::uint32_t port,
+                        std::uint32_t connections) {
+  wire::fallback fb;
+  fb.set_receiver_id("site");
+  fb.set_transport(t);
+  fb.set_port(port);
+  fb.set_token(std::string("0123456789abcdef"));
+  fb.set_connections(connections);
+  return fb;
+}
+
+}  // namespace
+
+TEST_CASE("a session served over unicast from the start opens its transport with its REGISTER",
+          "[unit][receiver][fallback]") {
+  harness h;
+  h.unicast_start = tcp_start(4712, 4);
+  h.announce({entry("a", 3000), entry("b", 1000)});
+  // Nothing opens before the site registers (manifest complete, held files checked).
+  REQUIRE(h.sink.prepared.empty());
+  h.held_none();
+  REQUIRE(h.sink.prepared.size() == 1);
+  const auto& p = h.sink.prepared[0];
+  CHECK(p.transport == transport_kind::tcp);
+  CHECK(p.server.address_string() == "10.0.0.1");  // the announce's source
+  CHECK(p.server.port == 4712);
+  CHECK(p.connections == 4);
+  CHECK(p.token == fallback_token{});  // no credential before the order
+  // REGISTER leaves first, so the order can overtake the handshake's answer.
+  const auto reg = std::to_string(static_cast<int>(wire::msg_type::register_request));
+  REQUIRE(h.sink.events == std::vector<std::string>{reg, "prepare"});
+  // Further announces and REGISTER retries open nothing more.
+  h.announce({entry("a", 3000), entry("b", 1000)});
+  for (int i = 0; i < 20; ++i) {
+    h.now += 50ms;
+    h.engine.on_timer(h.now);
+  }
+  REQUIRE(h.sink.of_type<wire::register_request>(wire::msg_type::register_request).size() > 1);
+  REQUIRE(h.sink.prepared.size() == 1);
+  // The order brings the token: the shell hands it and the requests to what it opened.
+  h.feed(datagram(wire::msg_type::fallback, order_of(wire::fallback::TCP, 4712, 4)));
+  REQUIRE(h.sink.orders.size() == 1);
+  CHECK(h.sink.orders[0].server == p.server);
+  CHECK(h.sink.orders[0].token != fallback_token{});
+  REQUIRE(h.sink.wanted[0].size() == 2);
+  CHECK(h.sink.stops == 0);
+  // Delivered over it like any fallback.
+  std::vector<std::byte> bytes(3000, std::byte{9});
+  h.engine.on_unicast_data(sid, file_index{0}, 0, bytes, h.now);
+  h.engine.on_unicast_data(sid, file_index{1}, 0, std::span(bytes).first(1000), h.now);
+  h.engine.on_file_stored(sid, file_index{0}, {}, {}, h.now);
+  h.engine.on_file_stored(sid, file_index{1}, {}, {}, h.now);
+  const auto done = h.sink.of_type<wire::complete>(wire::msg_type::complete);
+  REQUIRE(done.size() == 1);
+  CHECK(done[0].files_stored() == 2);
+}
+
+TEST_CASE("a unicast server announced at another host is reached only when the order names it",
+          "[unit][receiver][fallback]") {
+  harness h;
+  h.unicast_start = tcp_start(4712, 4);
+  h.unicast_start->set_address(std::string("\x0a\x09\x09\x09", 4));  // 10.9.9.9
+  h.announce({entry("a", 1000)});
+  h.held_none();
+  REQUIRE(h.sink.prepared.empty());
+  REQUIRE(h.engine.stats().drops[errc::invalid_field] == 0);
+  auto fb = order_of(wire::fallback::TCP, 4712, 4);
+  fb.set_address(std::string("\x0a\x09\x09\x09", 4));
+  h.feed(datagram(wire::msg_type::fallback, fb));
+  REQUIRE(h.sink.orders.size() == 1);
+  CHECK(h.sink.orders[0].server.address_string() == "10.9.9.9");
+}
+
+TEST_CASE("the announce's own address as the unicast server is opened ahead of the order",
+          "[unit][receiver][fallback]") {
+  harness h;
+  h.unicast_start = tcp_start(4712, 0);
+  h.unicast_start->set_transport(wire::fallback::SCTP_UDP);
+  h.unicast_start->set_address(std::string("\x0a\x00\x00\x01", 4));  // 10.0.0.1
+  h.announce({entry("a", 1000)});
+  h.held_none();
+  REQUIRE(h.sink.prepared.size() == 1);
+  CHECK(h.sink.prepared[0].transport == transport_kind::sctp_udp);
+  CHECK(h.sink.prepared[0].server.to_string() == "10.0.0.1:4712");
+}
+
+TEST_CASE("a malformed unicast_start is counted and opens nothing; a silent site opens nothing",
+          "[unit][receiver][fallback]") {
+  enum class bad { port0, port_high, address_size, connections, silent };
+  const bad c =
+      GENERATE(bad::port0, bad::port_high, bad::address_size, bad::connections, bad::silent);
+  CAPTURE(static_cast<int>(c));
+  harness h;
+  h.unicast_start = tcp_start(4712, 4);
+  if (c == bad::port0) h.unicast_start->set_port(0);
+  if (c == bad::port_high) h.unicast_start->set_port(70000);
+  if (c == bad::address_size) h.unicast_start->set_address("abc");
+  if (c == bad::connections) h.unicast_start->set_connections(65);
+  if (c == bad::silent) h.silent_passes = 2;
+  h.announce({entry("a", 1000)});
+  if (c != bad::silent) h.held_none();
+  REQUIRE(h.sink.prepared.empty());
+  CHECK(h.engine.stats().drops[errc::invalid_field] == (c == bad::silent ? 0u : 1u));
+}
+
+TEST_CASE("a session that ends before its order drops the transport it opened",
+          "[unit][receiver][fallback]") {
+  harness h;
+  h.unicast_start = tcp_start(4712, 4);
+  h.announce({entry("a", 1000)});
+  h.held_none();
+  REQUIRE(h.sink.prepared.size() == 1);
+  wire::register_reply r;
+  r.set_receiver_id("site");
+  r.set_accepted(false);
+  r.set_reason("not a member of the closed group");
+  h.feed(datagram(wire::msg_type::register_reply, r));
+  REQUIRE(h.sink.closed.size() == 1);
+  CHECK(h.sink.stops == 1);
+  CHECK(h.sink.orders.empty());
+}
+
+TEST_CASE("a site holding every file fetches nothing and drops the transport it opened",
+          "[unit][receiver][fallback]") {
+  harness h;
+  h.unicast_start = tcp_start(4712, 4);
+  h.announce({entry("a", 1000)});
+  REQUIRE(h.sink.held_queries.size() == 1);
+  sha256_digest same;
+  same.fill(0x11);
+  h.engine.on_held(sid, {{file_index{0}, same}}, h.now);
+  REQUIRE(h.sink.prepared.size() == 1);
+  h.feed(datagram(wire::msg_type::fallback, order_of(wire::fallback::TCP, 4712, 4)));
+  CHECK(h.sink.orders.empty());  // nothing to fetch
+  const auto done = h.sink.of_type<wire::complete>(wire::msg_type::complete);
+  REQUIRE(done.size() == 1);
+  CHECK(done[0].files_held() == 1);
+  wire::complete_ack ack;
+  ack.set_receiver_id("site");
+  h.feed(datagram(wire::msg_type::complete_ack, ack));
+  REQUIRE(h.sink.closed.size() == 1);
+  CHECK(h.sink.stops == 1);
 }
 
 // --- budgets (issue 8 item 4) and storage errors (item 5) ---------------------------------------

@@ -421,6 +421,76 @@ TEST_CASE("the automatic TCP connection count covers the path's bandwidth-delay 
   REQUIRE(auto_tcp_connections(1'000'000'000, duration::zero()) == 4);
 }
 
+namespace {
+
+/// The announces `s` sends at `now` on start, decoded.
+std::vector<wire::announce> first_announces(sender_session& s, time_point now) {
+  s.start(now);
+  s.on_timer(now);
+  std::vector<wire::announce> out;
+  control_send c;
+  while (s.pop_control(c)) {
+    wire::header h;
+    REQUIRE_FALSE(wire::parse_header(c.bytes, h));
+    if (h.type != wire::msg_type::announce) continue;
+    wire::announce a;
+    REQUIRE_FALSE(wire::parse_control(c.bytes, a));
+    out.push_back(a);
+  }
+  REQUIRE_FALSE(out.empty());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a session served over unicast from the start names its unicast server in the announce",
+          "[unit][sender][fallback]") {
+  const auto mode = GENERATE(fallback_mode::tcp, fallback_mode::sctp, fallback_mode::automatic);
+  CAPTURE(static_cast<int>(mode));
+  sender_config cfg;
+  cfg.session = session_id{42};
+  cfg.rate_bps = 800'000;
+  cfg.receivers = {"a"};
+  cfg.force_unicast = true;
+  cfg.fallback = mode;
+  cfg.tcp_connections = 4;
+  sender_session s(cfg, files({100, 200, 300}), 1, nullptr);
+  s.set_unicast_endpoint(transport_kind::tcp, *parse_endpoint("10.0.0.1:4712"));
+  s.set_unicast_endpoint(transport_kind::sctp_udp, *parse_endpoint("0.0.0.0:4713"));
+  for (const auto& a : first_announces(s, time_point{100s})) {
+    REQUIRE(a.params().has_unicast_start());
+    const auto& u = a.params().unicast_start();
+    if (mode == fallback_mode::tcp) {
+      CHECK(u.transport() == wire::fallback::TCP);
+      CHECK(u.port() == 4712);
+      CHECK(u.address() == std::string("\x0a\x00\x00\x01", 4));
+      CHECK(u.connections() == 4);
+    } else {
+      // SCTP (automatic, with no RTT known yet, gives it too); an unspecified address means
+      // the announce's own source, and is left out.
+      CHECK(u.transport() == wire::fallback::SCTP_UDP);
+      CHECK(u.port() == 4713);
+      CHECK(u.address().empty());
+      CHECK(u.connections() == 0);
+    }
+  }
+}
+
+TEST_CASE("a session that may still go multicast does not name its unicast server",
+          "[unit][sender][fallback]") {
+  sender_config cfg;
+  cfg.session = session_id{42};
+  cfg.rate_bps = 800'000;
+  cfg.receivers = {"a"};
+  cfg.fallback = fallback_mode::tcp;
+  cfg.unicast_rate_bps = 100'000'000;  // the cost model may still choose unicast: not forced
+  sender_session s(cfg, files({100}), 1, nullptr);
+  s.set_unicast_endpoint(transport_kind::tcp, *parse_endpoint("10.0.0.1:4712"));
+  for (const auto& a : first_announces(s, time_point{100s})) {
+    CHECK_FALSE(a.params().has_unicast_start());
+  }
+}
+
 TEST_CASE(
     "a unicast receiver that stops answering is failed after the receiver timeout and the "
     "session ends",
