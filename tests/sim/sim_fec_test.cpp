@@ -28,6 +28,8 @@ sim::receiver_spec rx(std::string id, double loss, duration one_way) {
 struct totals {
   std::uint64_t resent = 0;  ///< source blocks sent again
   std::uint64_t parity = 0;
+  std::uint64_t naks = 0;             ///< NAK datagrams naming blocks or lacks
+  std::uint64_t lost_fec_blocks = 0;  ///< per pass, FEC blocks some receiver lost from, summed
 };
 
 totals sum(const sim::sim_result& r) {
@@ -35,6 +37,8 @@ totals sum(const sim::sim_result& r) {
   for (const auto& p : r.passes) {
     t.resent += p.repair_datagrams;
     t.parity += p.parity_datagrams;
+    t.naks += p.naks;
+    t.lost_fec_blocks += p.lost_fec_blocks;
   }
   return t;
 }
@@ -151,4 +155,50 @@ TEST_CASE(
   REQUIRE(sum(r1).parity > 0);
   const auto r2 = sim::run(cfg, files);
   REQUIRE(r2.trace == r1.trace);
+}
+
+TEST_CASE(
+    "at 1,000 receivers with independent loss, GF(2^16) FEC blocks keep parity near the largest "
+    "single loss and the NAKs within twice the FEC blocks lost",
+    "[sim][fec][scale]") {
+  // Issue 12's figures at a size CI can run (docs/benchmarks.md "Scale: parity repairs" has
+  // 10,000): FEC blocks of 1,430 sources (GF(2^16)), interleaved five deep so they finish
+  // together, every receiver losing 1 % independently.
+  std::mt19937_64 rng(41);
+  const auto files = sim::make_files(rng, 10, {1'000'000});
+  sim::sim_config cfg;
+  cfg.seed = 9;
+  cfg.trace = false;
+  cfg.sender.rate_bps = 100'000'000;
+  cfg.sender.fallback = sender::fallback_mode::off;
+  cfg.sender.fec_k = 1430;
+  cfg.sender.fec_depth = 5;
+  for (int i = 0; i < 1000; ++i) {
+    auto s = rx("r" + std::to_string(i), 0.01, std::chrono::milliseconds(10 + i % 11));
+    s.decode_by_count = i >= 3;  // three receivers run the GF(2^16) codec for real
+    cfg.sender.receivers.push_back(s.id);
+    cfg.receivers.push_back(s);
+  }
+  const auto r = sim::run(cfg, files);
+  REQUIRE(r.succeeded);
+  require_all_delivered(r, files);
+  REQUIRE(r.corrupt_files == 0);
+  const auto t = sum(r);
+  const auto& l = r.losses;
+  INFO("parity " << t.parity << " resent " << t.resent << " union " << l.union_lost
+                 << " largest single " << l.max_receiver_lost << " NAKs " << t.naks
+                 << " lost FEC blocks " << t.lost_fec_blocks << " passes " << r.report.passes);
+  // Every receiver lost something of every FEC block: the union is the whole set.
+  REQUIRE(l.union_lost > 50 * l.max_receiver_lost);
+  // Repairs are parity only, about the largest single receiver's loss (the sum over FEC blocks
+  // of each one's largest lack, plus the estimate's overshoot and lost parity): within 1.6 x.
+  REQUIRE(t.resent == 0);
+  REQUIRE(t.parity * 10 <= l.max_receiver_lost * 16);
+  // Feedback: a lack is reported once per pass and covered by the advertised parity, so the
+  // sender reads about one NAK datagram per lost FEC block per pass, not one per receiver.
+  REQUIRE(t.naks <= 2 * t.lost_fec_blocks);
+  // The real decoders recovered their blocks through the codec.
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE(r.receiver_stats.at("r" + std::to_string(i)).blocks_recovered > 0);
+  }
 }
