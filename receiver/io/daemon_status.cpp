@@ -1,0 +1,177 @@
+// daemon: the status it reports: the periodic status log line, the status file's JSON (also
+// served on the status port) and its atomic write.
+#include "receiver/io/daemon.hpp"
+
+#include "common/units.hpp"
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+namespace mcdist::receiver {
+
+void daemon::log_status(bool final) {
+  const auto& st = m_engine->stats();
+  const auto ss = m_store->get_stats();
+  std::string drops;
+  for (std::size_t i = 1; i < st.drops.counts.size(); ++i) {
+    if (st.drops.counts[i] == 0) continue;
+    drops += (drops.empty() ? "" : ", ") + std::string(to_string(static_cast<errc>(i))) + " " +
+             std::to_string(st.drops.counts[i]);
+  }
+  if (m_read_pauses) {
+    drops += (drops.empty() ? "" : ", ") + std::string("(reads paused for storage ") +
+             std::to_string(m_read_pauses) + " times)";
+  }
+  if (m_dropped_by_option) {
+    drops += (drops.empty() ? "" : ", ") + std::string("--drop-rate ") +
+             std::to_string(m_dropped_by_option);
+  }
+  if (const auto a = auth_refused(); a.total() > 0) {
+    drops += (drops.empty() ? "" : ", ") +
+             fmt::format(
+                 "not authenticated {} (bad signature {}, bad path {}, bad tag {}, bad digest {}, "
+                 "no digest {}, no key {}, unsigned {}, over the verification budget {})",
+                 a.total(), a.bad_signature, a.bad_path, a.bad_tag, a.bad_digest, a.no_digest,
+                 a.no_key, a.unauthenticated, a.verify_budget);
+  }
+  m_log->info(
+      "{}: {} sessions active, {} completed, {} failed; {} files stored, {} failed, {} "
+      "refused; {} received; dropped: {}",
+      final ? "final status" : "status", m_engine->active_sessions(), st.sessions_completed,
+      st.sessions_failed, st.files_stored, st.files_failed, st.files_refused,
+      format_bytes(static_cast<double>(st.data_bytes)), drops.empty() ? "none" : drops);
+  if (ss.parity_kept + ss.parity_refused > 0) {
+    m_log->info(
+        "{}: parity: {} blocks kept, {} refused (parity_memory), {} bytes held; {} FEC "
+        "blocks decoded, {} blocks recovered, {} decode failures",
+        final ? "final status" : "status", ss.parity_kept, ss.parity_refused, ss.parity_bytes,
+        ss.fec_blocks_recovered, ss.blocks_recovered, ss.decode_failures);
+  }
+  if (m_cfg.status_file) write_status_file();
+  if (!final && !m_stopping) {
+    m_status_timer.expires_after(m_cfg.status_interval);
+    m_status_timer.async_wait([this](const boost::system::error_code& ec) {
+      if (!ec) log_status(false);
+    });
+  }
+}
+
+nlohmann::json daemon::status_json() {
+  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
+  const auto& st = m_engine->stats();
+  const auto ss = m_store->get_stats();
+  nlohmann::json j;
+  j["id"] = m_cfg.id;
+  j["sessions_active"] = m_engine->active_sessions();
+  j["sessions_completed"] = st.sessions_completed;
+  j["sessions_failed"] = st.sessions_failed;
+  j["files_stored"] = st.files_stored;
+  j["files_failed"] = st.files_failed;
+  j["files_refused"] = st.files_refused;
+  j["datagrams"] = st.datagrams;
+  j["data_bytes"] = st.data_bytes;
+  j["naks_sent"] = st.naks_sent;
+  j["datagrams_sent"] = m_datagrams_sent;  // every datagram from the control socket
+  // Silent sessions (docs/design-notes.md "Silent sessions"): files they ended without, and
+  // the feedback they did not send.
+  j["files_incomplete"] = st.files_incomplete;
+  j["silent_suppressed"] = st.silent_suppressed;
+  j["session_memory_bytes"] = m_engine->memory_charged();  // charged to the memory budgets
+  j["bytes_written"] = ss.bytes_written;
+  j["parity"] = {{"kept", ss.parity_kept},
+                 {"refused", ss.parity_refused},
+                 {"bytes", ss.parity_bytes},
+                 {"fec_blocks_recovered", ss.fec_blocks_recovered},
+                 {"blocks_recovered", ss.blocks_recovered},
+                 {"decode_failures", ss.decode_failures}};
+  j["dropped_by_drop_rate"] = m_dropped_by_option;
+  j["read_pauses"] = m_read_pauses;
+  j["announce_repeats_unchecked"] = m_announce_repeats_unchecked;  // auth::announce_repeat_interval
+  nlohmann::json drops = nlohmann::json::object();
+  for (std::size_t i = 1; i < st.drops.counts.size(); ++i) {
+    if (st.drops.counts[i])
+      drops[std::string(to_string(static_cast<errc>(i)))] = st.drops.counts[i];
+  }
+  j["dropped"] = drops;
+  const auto a = auth_refused();
+  if (!m_wis2.empty()) {
+    auto& w = j["wis2"] = nlohmann::json::array();
+    for (const auto& [channel, p] : m_wis2) {
+      const auto ws = p->stats();
+      w.push_back({{"channel", p->channel()},
+                   {"topic", p->action().topic},
+                   {"connected", ws.connected},
+                   {"published", ws.published},
+                   {"failed", ws.failed},
+                   {"dropped", ws.dropped},
+                   {"queued", ws.queued}});
+    }
+  }
+  // Per channel (as announced) and sender: the newest session number seen, the newest
+  // completed, and how many below the newest were never completed.
+  auto& seqs = j["sequences"] = nlohmann::json::array();
+  for (const auto& q : m_engine->sequences().status()) {
+    seqs.push_back({{"channel", q.channel},
+                    {"source", q.source},
+                    {"last_seq_seen", q.last_seen},
+                    {"last_seq_completed", q.last_completed},
+                    {"missing_sessions", q.missing}});
+  }
+  if (m_actions && !m_actions->actions().empty()) {
+    auto& acts = j["actions"] = nlohmann::json::array();
+    for (const auto& [name, as] : m_actions->stats()) {
+      acts.push_back({{"name", name},
+                      {"done", as.done},
+                      {"retried", as.retried},
+                      {"failed", as.failed},
+                      {"running", as.running},
+                      {"queued", as.queued}});
+    }
+  }
+  j["retention"] = {{"deleted", m_retention_deleted}, {"skipped", m_retention_skipped}};
+  j["config_reloads"] = {{"success", m_reloads_ok}, {"failure", m_reloads_failed}};
+  if (m_journal) j["journal"] = m_journal->file().string();
+  j["not_authenticated"] = {{"bad_signature", a.bad_signature},
+                            {"bad_tag", a.bad_tag},
+                            {"no_key", a.no_key},
+                            {"unsigned", a.unauthenticated},
+                            {"verify_budget", a.verify_budget},
+                            {"bad_path", a.bad_path},
+                            {"bad_digest", a.bad_digest},
+                            {"no_digest", a.no_digest}};
+  // Block digests (silent signed sessions, docs/security.md "Block digests"): verified chunks
+  // taken and blocks whose digest matched.
+  j["block_digests"] = {{"chunks", a.digest_chunks}, {"blocks_checked", a.blocks_checked}};
+  // What announce signatures cost (docs/security.md "Announce trees"): Ed25519 checks made,
+  // and announces verified by their path to a root checked before.
+  j["announce_signatures"] = {{"checked", a.signatures}, {"by_path", a.by_path}};
+  return j;
+}
+
+void daemon::write_status_file() {
+  const auto j = status_json();
+  const auto tmp = m_cfg.status_file->string() + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << j.dump(2) << "\n";
+    if (!out) {
+      m_log->warn("cannot write the status file {}", tmp);
+      return;
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, *m_cfg.status_file, ec);
+  if (ec)
+    m_log->warn("cannot rename the status file into {}: {}", m_cfg.status_file->string(),
+                ec.message());
+}
+
+}  // namespace mcdist::receiver
