@@ -3,6 +3,7 @@
 // name a channel by index, so a removed channel stays, retired, and an added one takes the
 // next index.
 
+#include "common/logging.hpp"
 #include "feed/feed_daemon.hpp"
 #include "sender/io/sender_app.hpp"
 
@@ -60,10 +61,7 @@ bool feed_daemon::reload(const std::function<feed_config()>& source) {
       }
     }
   } catch (const std::exception& e) {
-    ++m_reloads_failed;
-    m_log->error("SIGHUP: configuration not reloaded, still running on the previous one: {}",
-                 e.what());
-    return false;
+    return log_reload_refused(*m_log, m_reloads_failed, e);
   }
 
   std::vector<std::string> changes;
@@ -135,13 +133,7 @@ bool feed_daemon::reload(const std::function<feed_config()>& source) {
     m_cfg.retention = next.retention;
     changes.push_back("retention changed");
   }
-  for (const auto& name : restart_only_changes(m_cfg, next)) {
-    m_log->warn(
-        "SIGHUP: {} changed in the configuration but needs a restart: keeping the "
-        "running value",
-        name);
-    changes.push_back(name + " needs a restart");
-  }
+  log_restart_only(*m_log, restart_only_changes(m_cfg, next), changes);
   if (m_watcher) {
     for (const auto i : respool) {
       m_watcher->remove_channel(i);

@@ -5,6 +5,7 @@
 
 #include "checkpoint.pb.h"
 #include "common/byte_order.hpp"
+#include "common/logging.hpp"
 #include "common/wire.hpp"
 #include "receiver/io/daemon.hpp"
 
@@ -193,10 +194,7 @@ bool daemon::reload(const std::function<daemon_config()>& source) {
     validate(next);
     check_directories(next, false);
   } catch (const std::exception& e) {
-    ++m_reloads_failed;
-    m_log->error("SIGHUP: configuration not reloaded, still running on the previous one: {}",
-                 e.what());
-    return false;
+    return log_reload_refused(*m_log, m_reloads_failed, e);
   }
 
   // Plan the channels by name, then open what is new before changing anything, so a socket
@@ -310,13 +308,7 @@ bool daemon::reload(const std::function<daemon_config()>& source) {
     m_cfg.status_interval = next.status_interval;
   }
   m_cfg.trusted_senders = next.trusted_senders;
-  for (const auto& name : restart_only_changes(m_cfg, next)) {
-    m_log->warn(
-        "SIGHUP: {} changed in the configuration but needs a restart: keeping the "
-        "running value",
-        name);
-    changes.push_back(name + " needs a restart");
-  }
+  log_restart_only(*m_log, restart_only_changes(m_cfg, next), changes);
   ++m_reloads_ok;
   std::size_t live = 0;
   for (std::size_t i = 0; i < m_retired.size(); ++i) live += m_retired[i] ? 0 : 1;
