@@ -18,9 +18,30 @@ std::uint32_t group_lack::quantile(double mean, std::uint32_t group, std::uint32
   return cap;
 }
 
-void group_lack::on_nak(std::uint64_t lacks, std::uint64_t sources) noexcept {
-  if (sources == 0 || m_rates >= samples) return;
-  const double rate = std::min(1.0, static_cast<double>(lacks) / static_cast<double>(sources));
+double group_lack::untruncated_mean(double mean) noexcept {
+  if (mean <= 1.0) return 0;
+  // The root of g(lambda) = lambda - mean (1 - e^-lambda), by Newton's method from lambda =
+  // mean: g is convex, g(mean) > 0 and g' > 0 from the root up, so the steps fall
+  // monotonically onto the root (quadratically once close).
+  double lambda = mean;
+  for (int i = 0; i < 100; ++i) {
+    const double g = lambda + mean * std::expm1(-lambda);
+    const double dg = 1 - mean * std::exp(-lambda);
+    if (dg <= 0) break;
+    const double next = lambda - g / dg;
+    if (!(next < lambda)) break;  // converged (or NaN)
+    lambda = next;
+  }
+  return lambda;
+}
+
+void group_lack::on_nak(std::uint64_t lacks, std::uint64_t fec_blocks,
+                        std::uint64_t sources) noexcept {
+  if (sources == 0 || fec_blocks == 0 || m_rates >= samples) return;
+  const double lambda =
+      untruncated_mean(static_cast<double>(lacks) / static_cast<double>(fec_blocks));
+  const double rate = std::min(
+      1.0, lambda * static_cast<double>(fec_blocks) / static_cast<double>(sources));
   // Kept sorted by insertion (three values at most).
   std::uint32_t i = m_rates++;
   for (; i > 0 && m_rate[i - 1] > rate; --i) m_rate[i] = m_rate[i - 1];

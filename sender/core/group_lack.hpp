@@ -14,10 +14,14 @@
 ///
 /// The estimate: each of the pass's first NAKs gives a loss rate, its lacks over the sources of
 /// the FEC blocks they are for (one NAK often reports several FEC blocks: a rate pooled over
-/// them); the median of the first three rates (so one lossy receiver among them does not set
-/// it) times a FEC block's sources is the mean of a Poisson count (a binomial with a small loss
-/// rate), whose 1 - 1/N quantile is what that FEC block gets on top of the parity sent of it
-/// when its first lack of the pass came. Groups of fewer than min_group receivers get no
+/// them). A NAK leaves out the FEC blocks its receiver lacks nothing of, so the lacks it
+/// carries are a zero-truncated Poisson sample: the rate is taken from the mean lambda whose
+/// truncated mean lambda / (1 - e^-lambda) is the NAK's mean lack (without it, a mean lack of
+/// 2 reads as 2.3 and every FEC block got one parity block too many at 1,000 receivers). The
+/// median of the first three rates (so one lossy receiver among them does not set it) times a
+/// FEC block's sources is the mean of a Poisson count (a binomial with a small loss rate), whose
+/// 1 - 1/N quantile is what that FEC block gets on top of the parity sent of it when its first
+/// lack of the pass came. Groups of fewer than min_group receivers get no
 /// estimate: there are few records to save. Pure; memory: a map entry per FEC block with lacks
 /// this pass, at most max_fec_blocks.
 
@@ -37,9 +41,14 @@ class group_lack {
   /// FEC blocks tracked per pass; beyond, lacks are answered on their own (never less parity).
   static constexpr std::size_t max_fec_blocks = 65536;
 
-  /// A NAK of this pass reports `lacks` blocks lacking in all, over FEC blocks of `sources`
-  /// sources in all: one loss rate sample (the first `samples` of a pass are kept).
-  void on_nak(std::uint64_t lacks, std::uint64_t sources) noexcept;
+  /// A NAK of this pass reports `lacks` blocks lacking in all, over `fec_blocks` FEC blocks
+  /// (each lacking at least one) of `sources` sources in all: one loss rate sample (the first
+  /// `samples` of a pass are kept).
+  void on_nak(std::uint64_t lacks, std::uint64_t fec_blocks, std::uint64_t sources) noexcept;
+
+  /// The Poisson mean lambda whose zero-truncated mean lambda / (1 - e^-lambda) is `mean`
+  /// (>= 1; 0 for a mean of 1 or less, where every reported count is 1).
+  static double untruncated_mean(double mean) noexcept;
 
   /// The parity of FEC block `fb` (of `sources` sources) the group needs sent in all, with
   /// `group` receivers still waiting and `sent` parity blocks of it sent so far

@@ -180,7 +180,7 @@ void sender_session::handle_nak(const wire::nak& m, const endpoint& from, time_p
       lacks += m.fec_lacks(static_cast<int>(i + 1));
       sources += m_fec->sources(fb);
     }
-    m_group_lack.on_nak(lacks, sources);
+    m_group_lack.on_nak(lacks, static_cast<std::uint64_t>(m.fec_lacks_size() / 2), sources);
   }
   for (std::uint32_t i = 0, fb = 0; i + 1 < static_cast<std::uint32_t>(m.fec_lacks_size());
        i += 2) {
