@@ -79,7 +79,8 @@ void receiver_engine::note_unicast_start(session_rx& s, const wire::session_para
   // Only ever the host the announce came from, which the site registers with anyway: an
   // announce cannot point the connections of a whole group at a third host (docs/security.md
   // "Unicast fallback"). A server elsewhere is reached when the FALLBACK order names it.
-  if (!u.address().empty() && std::memcmp(u.address().data(), from.addr.data(), u.address().size()))
+  if (!u.address().empty() &&
+      std::memcmp(u.address().data(), from.addr.data(), u.address().size()) != 0)
     return;
   unicast_order o;
   o.transport = transport_of(u.transport());

@@ -17,6 +17,11 @@
 namespace mcdist::receiver {
 
 #ifdef MCDIST_HAVE_LIBURING
+namespace {
+/// Submission queue entries of the ring: one batch (finalizer::batch_max) at a time.
+constexpr unsigned ring_entries = 256;
+}  // namespace
+
 /// An io_uring sized for one batch, kept for the life of the finalizer.
 struct group_commit::ring {
   io_uring r{};
@@ -28,11 +33,6 @@ struct group_commit::ring {
 #else
 struct group_commit::ring {};
 #endif
-
-namespace {
-/// Submission queue entries of the ring: one batch (finalizer::batch_max) at a time.
-constexpr unsigned ring_entries = 256;
-}  // namespace
 
 group_commit::group_commit(const posix_io& io, sync_mode mode, unsigned threads, int temp_fd,
                            spdlog::logger& log)

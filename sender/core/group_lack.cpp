@@ -40,8 +40,8 @@ void group_lack::on_nak(std::uint64_t lacks, std::uint64_t fec_blocks,
   if (sources == 0 || fec_blocks == 0 || m_rates >= samples) return;
   const double lambda =
       untruncated_mean(static_cast<double>(lacks) / static_cast<double>(fec_blocks));
-  const double rate = std::min(
-      1.0, lambda * static_cast<double>(fec_blocks) / static_cast<double>(sources));
+  const double rate =
+      std::min(1.0, lambda * static_cast<double>(fec_blocks) / static_cast<double>(sources));
   // Kept sorted by insertion (three values at most).
   std::uint32_t i = m_rates++;
   for (; i > 0 && m_rate[i - 1] > rate; --i) m_rate[i] = m_rate[i - 1];

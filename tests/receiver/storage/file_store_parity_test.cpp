@@ -148,7 +148,8 @@ TEST_CASE("recover writes the lost blocks, short last block included, from temp 
   REQUIRE(r.store->decodes_parity());
   REQUIRE(r.store->write_parity(s, 0, 0, parity[0]));
   REQUIRE(r.store->write_parity(s, 0, 3, parity[2]));
-  REQUIRE_FALSE(r.store->write_parity(s, 7, fec::max_blocks_gf16, parity[1]));  // index out of range
+  REQUIRE_FALSE(
+      r.store->write_parity(s, 7, fec::max_blocks_gf16, parity[1]));  // index out of range
   CHECK(r.store->get_stats().parity_kept == 2);
   CHECK(r.store->get_stats().parity_bytes == 2 * (block + parity_store::overhead_bytes));
 
