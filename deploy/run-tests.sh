@@ -12,7 +12,12 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 jobs=$(nproc)
 
 echo "== build (RelWithDebInfo)"
-"$top/deploy/build.sh" "$top/build" -DMCDIST_WERROR=ON
+# Line tables only (-g1) instead of full debug information: the same code (GCC's -g never
+# changes code generation), backtraces and perf still have file and line, and the build is
+# about a quarter faster (common/http/server.cpp: 22.6 s -> 16.3 s), which CI's 30 minutes
+# need. deploy/build.sh alone keeps CMake's -O2 -g for a tree one debugs.
+"$top/deploy/build.sh" "$top/build" -DMCDIST_WERROR=ON \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG"
 echo "== tests"
 ctest --test-dir "$top/build" --output-on-failure -j "$jobs" --timeout 900
 
