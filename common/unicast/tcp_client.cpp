@@ -9,6 +9,7 @@
 
 #include "common/net/udp.hpp"
 #include "common/unicast/client_core.hpp"
+#include "common/unicast/tcp_endpoint.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -30,11 +31,6 @@ constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 
 /// Bytes per read call: several records at once, so a 10 Gbit/s stream costs few wake-ups.
 constexpr std::size_t client_read_buffer = 256 << 10;
-
-tcp::endpoint to_tcp(const endpoint& e) {
-  const auto u = net::to_asio(e);
-  return {u.address(), u.port()};
-}
 
 class tcp_client final : public client_impl {
  public:

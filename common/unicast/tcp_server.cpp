@@ -10,6 +10,7 @@
 #include "common/unicast/hello_proof.hpp"
 #include "common/unicast/send_queue.hpp"
 #include "common/unicast/server_session.hpp"
+#include "common/unicast/tcp_endpoint.hpp"
 #include "common/unicast/tcp_info.hpp"
 
 #include <boost/asio/as_tuple.hpp>
@@ -40,15 +41,6 @@ namespace {
 /// Bytes read per read call on the server: it only receives control frames, and a request
 /// frame is at most 40 KiB.
 constexpr std::size_t server_read_buffer = 64 << 10;
-
-endpoint from_tcp(const tcp::endpoint& e) {
-  return net::from_asio(asio::ip::udp::endpoint(e.address(), e.port()));
-}
-
-tcp::endpoint to_tcp(const endpoint& e) {
-  const auto u = net::to_asio(e);
-  return {u.address(), u.port()};
-}
 
 class tcp_session;
 

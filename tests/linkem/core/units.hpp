@@ -13,6 +13,9 @@
 
 namespace mcdist::linkem {
 
+/// `s` without the white space (std::isspace) at either end.
+std::string_view trim(std::string_view s);
+
 /// Error in a scenario file, a --link specification or a command-line value. The
 /// message names the offending text and says what is expected.
 class config_error : public std::runtime_error {
