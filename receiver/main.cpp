@@ -145,8 +145,10 @@ int main(int argc, char** argv) {
   app.add_option("-t,--temp", temp, "Temp directory (same filesystem as --dest)")->type_name("DIR");
   app.add_option("--sync", sync,
                  "How delivered files are made durable: batch (group commit by the default "
-                 "method, range), syncfs, fdatasync, range, uring (group commit methods; "
-                 "docs/design-notes.md \"Durability\"), file (fsync each) or none")
+                 "method, adaptive), adaptive (syncfs while the page cache holds little else "
+                 "that is dirty, range otherwise), syncfs, fdatasync, range, uring (group "
+                 "commit methods; docs/design-notes.md \"Durability\"), file (fsync each) or "
+                 "none")
       ->type_name("MODE");
   app.add_option("--session-timeout", session_timeout,
                  "Abandon a session whose sender is silent this long (default 60s)")

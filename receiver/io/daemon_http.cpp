@@ -99,6 +99,8 @@ http::response daemon::serve_http(const http::request& r) {
   s.bytes_written = ss.bytes_written;
   s.parity = {ss.parity_kept,          ss.parity_refused,   ss.parity_bytes,
               ss.fec_blocks_recovered, ss.blocks_recovered, ss.decode_failures};
+  s.commit_batches = ss.commit_batches;
+  s.commit_batches_syncfs = ss.commit_batches_syncfs;
   s.dropped_by_option = m_dropped_by_option;
   s.not_authenticated = auth_refused();
   s.read_pauses = m_read_pauses;

@@ -92,6 +92,7 @@ nlohmann::json daemon::status_json() {
                  {"fec_blocks_recovered", ss.fec_blocks_recovered},
                  {"blocks_recovered", ss.blocks_recovered},
                  {"decode_failures", ss.decode_failures}};
+  j["commit"] = {{"batches", ss.commit_batches}, {"batches_by_syncfs", ss.commit_batches_syncfs}};
   j["dropped_by_drop_rate"] = m_dropped_by_option;
   j["read_pauses"] = m_read_pauses;
   j["announce_repeats_unchecked"] = m_announce_repeats_unchecked;  // auth::announce_repeat_interval

@@ -110,6 +110,15 @@ std::string render_metrics(const status_snapshot& s) {
   p.family("mcdist_receiver_storage_written_bytes_total", metric_type::counter,
            "Bytes written into temp files.");
   p.sample(s.bytes_written);
+  p.family("mcdist_receiver_commit_batches_total", metric_type::counter,
+           "Group commits (batches of files made durable before their renames), by how: one "
+           "syncfs, or each file's own sync (range, fdatasync, uring; docs/design-notes.md "
+           "\"Durability\").");
+  p.sample({{"method", "syncfs"}}, s.commit_batches_syncfs);
+  // Read apart from each other, so the second may be ahead by a batch.
+  p.sample({{"method", "per_file"}}, s.commit_batches > s.commit_batches_syncfs
+                                         ? s.commit_batches - s.commit_batches_syncfs
+                                         : 0);
   p.family("mcdist_receiver_parity_blocks_total", metric_type::counter,
            "Parity blocks taken for decoding, by outcome: kept, or refused (parity_memory full; "
            "the FEC block's blocks are then NAKed one by one).");

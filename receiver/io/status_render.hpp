@@ -48,6 +48,9 @@ struct status_snapshot {
     std::uint64_t blocks_recovered = 0;  ///< source blocks decoded and written
     std::uint64_t decode_failures = 0;
   } parity;
+  /// Storage: group commits, and those made by one syncfs (file_store::stats).
+  std::uint64_t commit_batches = 0;
+  std::uint64_t commit_batches_syncfs = 0;
   std::uint64_t dropped_by_option = 0;      ///< --drop-rate (test option)
   auth::auth_stats not_authenticated;       ///< refused by authentication (common/auth.hpp)
   std::uint64_t read_pauses = 0;            ///< reads paused for a full storage pool

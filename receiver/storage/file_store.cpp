@@ -405,6 +405,8 @@ file_store::stats file_store::get_stats() const {
   s.fec_blocks_recovered = c.fec_blocks_recovered.load(std::memory_order_relaxed);
   s.blocks_recovered = c.blocks_recovered.load(std::memory_order_relaxed);
   s.decode_failures = c.decode_failures.load(std::memory_order_relaxed);
+  s.commit_batches = c.commit_batches.load(std::memory_order_relaxed);
+  s.commit_batches_syncfs = c.commit_batches_syncfs.load(std::memory_order_relaxed);
   return s;
 }
 

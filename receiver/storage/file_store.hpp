@@ -72,6 +72,10 @@ class file_store final : public storage_port {
     std::uint64_t fec_blocks_recovered = 0;  ///< FEC blocks decoded
     std::uint64_t blocks_recovered = 0;      ///< source blocks decoded and written
     std::uint64_t decode_failures = 0;       ///< recover requests that failed
+    /// Group commits (storage_config::sync): batches made durable, and those of them made
+    /// durable by one syncfs (sync_mode::syncfs, or sync_mode::adaptive's choice).
+    std::uint64_t commit_batches = 0;
+    std::uint64_t commit_batches_syncfs = 0;
   };
 
   /// Outcome of storage_port::recover: the session, the FEC block, and empty or why not.

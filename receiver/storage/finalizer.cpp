@@ -93,8 +93,7 @@ finalizer::~finalizer() { stop(); }
 void finalizer::start() {
   // Here, not in the constructor: file_store fills the context (logger, temp_fd) after
   // constructing its components.
-  m_commit = std::make_unique<group_commit>(m_ctx.io, m_ctx.cfg.sync, m_ctx.cfg.commit_threads,
-                                            m_ctx.temp_fd.get(), m_ctx.log());
+  m_commit = std::make_unique<group_commit>(m_ctx.io, m_ctx.cfg, m_ctx.temp_fd.get(), m_ctx.log());
   m_thread = std::thread([this] { run(); });
 }
 
@@ -359,9 +358,14 @@ void finalizer::make_durable(std::vector<work>& batch) {
   for (auto& w : batch) {
     if (!w.ok) continue;
     ok.push_back(&w);
-    files.push_back(durable_file{w.f->fd, &w.f->key});
+    files.push_back(durable_file{w.f->fd, &w.f->key, w.f->spec.size});
   }
   m_commit->make_durable(files);
+  if (!files.empty() && m_ctx.cfg.sync != sync_mode::none) {
+    m_ctx.counters.commit_batches.fetch_add(1, std::memory_order_relaxed);
+    if (m_commit->last_by_syncfs())
+      m_ctx.counters.commit_batches_syncfs.fetch_add(1, std::memory_order_relaxed);
+  }
   for (std::size_t i = 0; i < ok.size(); ++i) {
     const durable_file& d = files[i];
     if (d.error == 0) continue;
@@ -417,6 +421,9 @@ void finalizer::rename_all(std::vector<work>& batch, dir_cache& dirs) {
 
 void finalizer::sync_dirs(std::vector<work>& batch, dir_cache& dirs) {
   if (m_ctx.cfg.sync == sync_mode::none) return;
+  // One syncfs for every directory of a batch whose data went by syncfs: one flush, not one
+  // per directory (ext4 without a journal flushes the device on each fsync).
+  if (dirs.to_sync.size() > 1 && m_commit->make_dirs_durable_by_syncfs()) return;
   for (auto& [id, fd] : dirs.to_sync) {
     const int e = m_ctx.io.dir_fsync(fd);
     if (e == 0) continue;

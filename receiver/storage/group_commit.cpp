@@ -4,9 +4,14 @@
 
 #include <spdlog/spdlog.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <cstring>
+#include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -34,9 +39,47 @@ struct group_commit::ring {
 struct group_commit::ring {};
 #endif
 
-group_commit::group_commit(const posix_io& io, sync_mode mode, unsigned threads, int temp_fd,
+std::optional<std::uint64_t> machine_dirty_bytes() noexcept {
+  // One read: /proc/meminfo is ~1.5 kB and generated whole at open.
+  const int fd = ::open("/proc/meminfo", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  char buf[4096];
+  const ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return std::nullopt;
+  const std::string_view text(buf, static_cast<std::size_t>(n));
+  // "Dirty:             10140 kB": the value in KiB.
+  auto field = [&](std::string_view name) -> std::optional<std::uint64_t> {
+    for (std::size_t at = 0; at < text.size();) {
+      const std::size_t eol = std::min(text.find('\n', at), text.size());
+      const std::string_view line = text.substr(at, eol - at);
+      at = eol + 1;
+      if (!line.starts_with(name) || line.size() <= name.size() || line[name.size()] != ':')
+        continue;
+      std::size_t i = name.size() + 1;
+      while (i < line.size() && line[i] == ' ') ++i;
+      std::uint64_t kib = 0;
+      const auto [end, ec] = std::from_chars(line.data() + i, line.data() + line.size(), kib);
+      if (ec != std::errc{} || end == line.data() + i) return std::nullopt;
+      return kib * 1024;
+    }
+    return std::nullopt;
+  };
+  const auto dirty = field("Dirty");
+  const auto writeback = field("Writeback");
+  if (!dirty || !writeback) return std::nullopt;
+  return *dirty + *writeback;
+}
+
+group_commit::group_commit(const posix_io& io, const storage_config& cfg, int temp_fd,
                            spdlog::logger& log)
-    : m_io(io), m_mode(mode), m_threads(std::max(1u, threads)), m_temp_fd(temp_fd), m_log(log) {
+    : m_io(io),
+      m_mode(cfg.sync),
+      m_threads(std::max(1u, cfg.commit_threads)),
+      m_dirty_limit(cfg.adaptive_dirty_limit_bytes),
+      m_dirty_probe(cfg.dirty_probe ? cfg.dirty_probe : [] { return machine_dirty_bytes(); }),
+      m_temp_fd(temp_fd),
+      m_log(log) {
   if (m_mode != sync_mode::uring) return;
 #ifdef MCDIST_HAVE_LIBURING
   auto r = std::make_unique<ring>();
@@ -61,25 +104,60 @@ group_commit::group_commit(const posix_io& io, sync_mode mode, unsigned threads,
 group_commit::~group_commit() = default;
 
 void group_commit::make_durable(std::span<durable_file> files) {
+  m_last_by_syncfs = false;
   if (files.empty()) return;
   switch (m_mode) {
     case sync_mode::none: return;
     case sync_mode::file: return per_file(files, storage_op::fsync);
     case sync_mode::syncfs:
       if (files.size() == 1) return per_file(files, storage_op::fsync);
-      if (const int e = m_io.syncfs(m_temp_fd)) {
-        // Which file lost data is unknown: ask each with fsync, which reports its own error.
-        m_log.warn(
-            "storage: syncfs of the temp filesystem failed: {}; falling back to fsync "
-            "per file",
-            std::strerror(e));
-        per_file(files, storage_op::fsync);
-      }
+      m_last_by_syncfs = by_syncfs(files);
       return;
+    case sync_mode::adaptive: return adaptively(files);
     case sync_mode::fdatasync: return in_parallel(files);
     case sync_mode::range: return by_range(files);
     case sync_mode::uring: return by_uring(files);
   }
+}
+
+bool group_commit::by_syncfs(std::span<durable_file> files) {
+  const int e = m_io.syncfs(m_temp_fd);
+  if (e == 0) return true;
+  // Which file lost data is unknown: ask each with fsync, which reports its own error.
+  m_log.warn("storage: syncfs of the temp filesystem failed: {}; falling back to fsync per file",
+             std::strerror(e));
+  per_file(files, storage_op::fsync);
+  return false;
+}
+
+void group_commit::adaptively(std::span<durable_file> files) {
+  if (files.size() > 1) {
+    std::uint64_t own = 0;
+    for (const auto& f : files) own += f.bytes;
+    const auto dirty = m_dirty_probe();
+    if (dirty && *dirty <= m_dirty_limit + own) {
+      m_log.debug("storage: batch of {} files ({} bytes) by syncfs: {} bytes dirty", files.size(),
+                  own, *dirty);
+      m_last_by_syncfs = by_syncfs(files);
+      return;
+    }
+    m_log.debug("storage: batch of {} files ({} bytes) by range: {} dirty", files.size(), own,
+                dirty ? std::to_string(*dirty) + " bytes" : std::string("unknown"));
+  }
+  by_range(files);
+}
+
+bool group_commit::make_dirs_durable_by_syncfs() {
+  if (!m_last_by_syncfs) return false;
+  m_last_by_syncfs = false;
+  if (const int e = m_io.syncfs(m_temp_fd)) {
+    m_log.warn(
+        "storage: syncfs of the temp filesystem failed: {}; falling back to fsync per "
+        "directory",
+        std::strerror(e));
+    return false;
+  }
+  return true;
 }
 
 void group_commit::per_file(std::span<durable_file> files, storage_op op) {

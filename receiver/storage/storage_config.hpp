@@ -52,21 +52,29 @@ enum class sync_mode : std::uint8_t {
   file,
   /// No fsync at all: for tmpfs and tests. A crash may leave renamed files with lost data.
   none,
-  /// The group commit method used when the configuration says "batch": range, chosen by
-  /// tests/bench/commit_latency.py (docs/benchmarks.md "Group commit methods"): with another
-  /// process writing 4 GB to the same filesystem a bulletin's p99 was 0.4-0.7 s against
-  /// syncfs's 2.6-3.4 s, which waits for that writer's data too.
-  batch = range,
+  /// Per batch, syncfs while the machine's page cache holds little dirty data besides the
+  /// batch's own (Dirty + Writeback of /proc/meminfo at most
+  /// storage_config::adaptive_dirty_limit_bytes plus the batch's bytes), range otherwise.
+  /// syncfs is one call and one device flush for the batch and its directories, where range
+  /// costs a flush per file on ext4 without a journal; with another writer's data dirty,
+  /// range does not wait for it.
+  adaptive,
+  /// The group commit method used when the configuration says "batch": adaptive, chosen by
+  /// tests/bench/commit_latency.py and tests/bench/small_files_bench.py (docs/benchmarks.md
+  /// "Group commit methods"): with another process writing 4 GB to the same filesystem it
+  /// keeps range's p99, and on a quiet disk it has syncfs's whole run.
+  batch = adaptive,
 };
 
-/// Parses a sync mode's name: "batch" (the default method), "syncfs", "fdatasync", "range",
-/// "uring", "file" or "none". @return nullopt for anything else
+/// Parses a sync mode's name: "batch" (the default method), "adaptive", "syncfs", "fdatasync",
+/// "range", "uring", "file" or "none". @return nullopt for anything else
 std::optional<sync_mode> parse_sync_mode(std::string_view name) noexcept;
 
 /// Names accepted by parse_sync_mode, for messages: "batch, syncfs, fdatasync, ...".
-inline constexpr const char* sync_mode_names = "batch, syncfs, fdatasync, range, uring, file, none";
+inline constexpr const char* sync_mode_names =
+    "batch, adaptive, syncfs, fdatasync, range, uring, file, none";
 
-/// Name of a sync mode: "syncfs", "fdatasync", "range", "uring", "file" or "none".
+/// Name of a sync mode: "adaptive", "syncfs", "fdatasync", "range", "uring", "file" or "none".
 std::string_view to_string(sync_mode m) noexcept;
 
 struct file_spec;
@@ -119,6 +127,14 @@ struct storage_config {
   /// 500 MB/s). Not done in sync_mode::none. 0 disables.
   std::uint64_t writeback_bytes = 8u << 20;
   sync_mode sync = sync_mode::batch;
+  /// sync_mode::adaptive uses syncfs for a batch only while the machine's dirty and
+  /// under-writeback page cache, less the batch's own bytes, is at most this many bytes
+  /// (16 MiB: what syncfs may then wait for beyond the batch, ~30-80 ms of writeback on a disk
+  /// of 200-500 MB/s, against range's flush per file).
+  std::uint64_t adaptive_dirty_limit_bytes = 16u << 20;
+  /// Test hook for sync_mode::adaptive: the machine's dirty + writeback bytes, or nullopt when
+  /// unknown (then range). Unset: read from /proc/meminfo (machine_dirty_bytes).
+  std::function<std::optional<std::uint64_t>()> dirty_probe;
   /// Threads of sync_mode::fdatasync that call fdatasync() at once, each on its own file (8:
   /// placeholder until measured).
   unsigned commit_threads = 8;

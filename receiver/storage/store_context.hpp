@@ -44,6 +44,9 @@ struct store_counters {
   std::atomic<std::uint64_t> fec_blocks_recovered{0};  ///< FEC blocks decoded
   std::atomic<std::uint64_t> blocks_recovered{0};      ///< source blocks decoded and written
   std::atomic<std::uint64_t> decode_failures{0};       ///< recover requests that failed
+  // Group commit (group_commit.hpp): batches made durable, and those by one syncfs.
+  std::atomic<std::uint64_t> commit_batches{0};
+  std::atomic<std::uint64_t> commit_batches_syncfs{0};
 };
 
 /// Read-back size when hashing written data (prefix catch-up, finalize tail, query_held):

@@ -108,6 +108,10 @@ def main():
         wait_value(prom_port, 'mcdist_receiver_stored_bytes_total{job="mcdistd"}', FILES * SIZE, 10, prom)
         wait_value(prom_port, 'sum(mcdist_receiver_files_failed_total{job="mcdistd"})', 0, 5, prom)
         wait_value(prom_port, 'mcdist_receiver_sessions_completed_total{job="mcdistd"}', 1, 5, prom)
+        # The default group commit (adaptive) made the files durable in at least one batch,
+        # by one syncfs or by each file's own sync.
+        got = query(prom_port, 'sum(mcdist_receiver_commit_batches_total{job="mcdistd"})')
+        check(len(got) == 1 and 1 <= got[0][1] <= FILES, "commit batches %s" % got)
         got = query(prom_port, 'mcdist_receiver_last_product_timestamp_seconds{job="mcdistd"}')
         check(len(got) == 1 and abs(got[0][1] - time.time()) < 120, "last product time %s" % got)
         log("prometheus reads files stored %d, bytes %d" % (FILES, FILES * SIZE))

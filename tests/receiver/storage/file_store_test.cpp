@@ -1,4 +1,5 @@
 #include "receiver/storage/file_store.hpp"
+#include "receiver/storage/group_commit.hpp"
 
 #include "checkpoint.pb.h"
 #include "common/error.hpp"
@@ -11,13 +12,17 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/sysinfo.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <array>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 
 using namespace mcdist;
 using namespace mcdist::receiver;
@@ -291,6 +296,73 @@ TEST_CASE("a failed syncfs falls back to fsync per file and still delivers", "[f
   r.store->flush();
   for (std::uint32_t i = 0; i < 5; ++i) CHECK_FALSE(r.wait_result(key_of(4, i)).ec);
   CHECK(syncfs_fails.seen() == 1);  // one batch, one syncfs
+}
+
+TEST_CASE("machine_dirty_bytes reads Dirty and Writeback of /proc/meminfo", "[file_store]") {
+  const auto got = machine_dirty_bytes();
+  REQUIRE(got.has_value());
+  // Both lines of /proc/meminfo are in KiB: the sum is a whole number of KiB, and at most
+  // all of memory.
+  CHECK(*got % 1024 == 0);
+  struct sysinfo si {};
+  REQUIRE(::sysinfo(&si) == 0);
+  CHECK(*got <= std::uint64_t{si.totalram} * si.mem_unit);
+}
+
+TEST_CASE(
+    "adaptive group commit takes one syncfs on a clean page cache and range behind another "
+    "writer's dirty data",
+    "[file_store]") {
+  std::mt19937_64 rng(12);
+  // What the probe reports, and the sync calls made since the files were fed.
+  const std::uint64_t limit = 1u << 20;
+  const auto [dirty, want_syncfs] = GENERATE(
+      std::pair<std::optional<std::uint64_t>, bool>{0, true},
+      // The batch's own 5 files (~10 kB) are not held against it.
+      std::pair<std::optional<std::uint64_t>, bool>{(1u << 20) + 8000, true},
+      std::pair<std::optional<std::uint64_t>, bool>{64u << 20, false},
+      std::pair<std::optional<std::uint64_t>, bool>{std::nullopt, false});
+  CAPTURE(dirty.value_or(~0ull), want_syncfs);
+  std::array<std::atomic<int>, static_cast<std::size_t>(storage_op::count_)> calls{};
+  std::atomic<bool> counting{false};
+  storage_config cfg;
+  cfg.sync = sync_mode::adaptive;
+  cfg.adaptive_dirty_limit_bytes = limit;
+  cfg.dirty_probe = [dirty = dirty] { return dirty; };
+  cfg.fault = [&](storage_op o, const file_key*) {
+    if (counting) ++calls[static_cast<std::size_t>(o)];
+    return 0;
+  };
+  rig r(cfg);
+  std::vector<std::vector<std::byte>> data;
+  // Two destination directories, so the batch has two to make durable.
+  auto rel = [](std::uint32_t i) { return (i % 2 ? "a/" : "b/") + std::to_string(i); };
+  for (std::uint32_t i = 0; i < 5; ++i) {
+    data.push_back(random_bytes(rng, 2000 + i));
+    r.store->begin_file(key_of(6, i), r.spec(rel(i), data[i].size()));
+    r.feed_in_order(key_of(6, i), data[i]);
+  }
+  counting = true;
+  // All five requests ride in one chunk: one batch.
+  for (std::uint32_t i = 0; i < 5; ++i) r.store->finalize(key_of(6, i), sha256(data[i]));
+  r.store->flush();
+  for (std::uint32_t i = 0; i < 5; ++i) {
+    CHECK_FALSE(r.wait_result(key_of(6, i)).ec);
+    CHECK(read_file(r.dest / rel(i)) == data[i]);
+  }
+  auto n = [&](storage_op o) { return calls[static_cast<std::size_t>(o)].load(); };
+  const auto st = r.store->get_stats();
+  CHECK(st.commit_batches == 1);
+  CHECK(st.commit_batches_syncfs == (want_syncfs ? 1u : 0u));
+  if (want_syncfs) {
+    CHECK(n(storage_op::syncfs) == 2);  // the data, then the renames and both directories
+    CHECK(n(storage_op::fdatasync) == 0);
+    CHECK(n(storage_op::dir_fsync) == 0);
+  } else {
+    CHECK(n(storage_op::syncfs) == 0);
+    CHECK(n(storage_op::fdatasync) == 5);
+    CHECK(n(storage_op::dir_fsync) >= 2);
+  }
 }
 
 TEST_CASE(
