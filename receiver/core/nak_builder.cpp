@@ -2,6 +2,8 @@
 
 #include "common/ranges.hpp"
 
+#include <algorithm>
+
 namespace mcdist::receiver {
 
 nak_builder::nak_builder(const wire::nak& header, std::uint32_t max_datagrams)
@@ -32,8 +34,8 @@ bool nak_builder::add_fec_lack(std::uint32_t fec_block, std::uint32_t lack) {
   return true;
 }
 
-bool nak_builder::add_missing(std::uint32_t file, const block_map& received, std::uint32_t& from,
-                              std::uint32_t end) {
+template <class Next, class Taken>
+bool nak_builder::add_runs(std::uint32_t file, Next&& next, Taken&& taken) {
   wire::file_nak* fn = nullptr;
   std::vector<std::uint32_t> pairs;
   range_encoder enc(pairs);
@@ -44,13 +46,9 @@ bool nak_builder::add_missing(std::uint32_t file, const block_map& received, std
     enc = range_encoder(pairs);
     fn = nullptr;
   };
-  std::uint32_t& b = from;
-  while (b < end) {
-    const std::uint32_t first = received.find_clear(b);
-    if (first >= end) break;
-    std::uint32_t last = received.find_set(first);
-    if (last > end) last = end;
-    const std::size_t cost = enc.cost(first, last - first) + (fn ? 0 : file_overhead);
+  std::uint32_t first = 0, count = 0;
+  while (next(first, count)) {
+    const std::size_t cost = enc.cost(first, count) + (fn ? 0 : file_overhead);
     if (m_used + cost > range_budget) {
       if (fn) seal();
       close();
@@ -62,12 +60,41 @@ bool nak_builder::add_missing(std::uint32_t file, const block_map& received, std
       fn->set_file(file);
       m_used += file_overhead;  // ranges restart at block 0 in each file_nak (a fresh encoder)
     }
-    m_used += enc.cost(first, last - first);
-    enc.add(first, last - first);
-    b = last;
+    m_used += enc.cost(first, count);
+    enc.add(first, count);
+    taken(first, count);
   }
   if (fn) seal();
   return true;
+}
+
+bool nak_builder::add_missing(std::uint32_t file, const block_map& received, std::uint32_t& from,
+                              std::uint32_t end) {
+  std::uint32_t& b = from;
+  return add_runs(
+      file,
+      [&](std::uint32_t& first, std::uint32_t& count) {
+        first = received.find_clear(b);
+        if (first >= end) return false;
+        const std::uint32_t last = std::min(received.find_set(first), end);
+        count = last - first;
+        return true;
+      },
+      [&](std::uint32_t first, std::uint32_t count) { b = first + count; });
+}
+
+bool nak_builder::add_blocks(std::uint32_t file, std::span<const std::uint32_t> blocks,
+                             std::size_t& done) {
+  return add_runs(
+      file,
+      [&](std::uint32_t& first, std::uint32_t& count) {
+        if (done >= blocks.size()) return false;
+        first = blocks[done];
+        count = 1;
+        while (done + count < blocks.size() && blocks[done + count] == first + count) ++count;
+        return true;
+      },
+      [&](std::uint32_t, std::uint32_t count) { done += count; });
 }
 
 void nak_builder::finish(bool always) {

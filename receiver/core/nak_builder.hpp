@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 namespace mcdist::receiver {
@@ -37,6 +38,13 @@ class nak_builder {
   /// @return false when the datagram cap was reached (nothing more fits this round)
   bool add_missing(std::uint32_t file, const block_map& received, std::uint32_t& from,
                    std::uint32_t end);
+  /// Adds the given blocks of `file` (ascending, distinct): consecutive indexes go as one
+  /// run, all of them in one file_nak per datagram (a FEC block named one by one, whose
+  /// sources of a file are every depth-th block, costs 2 bytes a block, not a file_nak each).
+  /// @param done  blocks[0, done) are already in; advanced past each block added, so on a
+  ///              false return blocks[done, ...) are the ones left out
+  /// @return false when the datagram cap was reached
+  bool add_blocks(std::uint32_t file, std::span<const std::uint32_t> blocks, std::size_t& done);
   /// Reports that FEC block `fec_block` lacks `lack` blocks (nak.fec_lacks; FEC blocks in
   /// ascending order within one round).
   /// @return false when the datagram cap was reached (it was not added)
@@ -57,6 +65,10 @@ class nak_builder {
 
  private:
   void close();
+  /// The runs `next` yields for `file` (next(first, count) sets the next run and returns
+  /// true, or returns false at the end; taken() consumes it), packed like add_missing.
+  template <class Next, class Taken>
+  bool add_runs(std::uint32_t file, Next&& next, Taken&& taken);
 
   wire::nak m_header;
   wire::nak m_msg;

@@ -1,6 +1,8 @@
 // receiver_engine: parity repairs (FEC blocks, lacks, decode requests).
 #include "receiver/core/receiver_engine_parts.hpp"
 
+#include <algorithm>
+
 namespace mcdist::receiver {
 
 using namespace engine_detail;
@@ -229,8 +231,13 @@ block_map receiver_engine::fec_mask(session_rx& s, const nak_round& r, std::uint
 void receiver_engine::fec_report(session_rx& s, const nak_round& r, std::set<std::uint32_t> due,
                                  nak_builder& naks, std::map<std::uint32_t, std::uint32_t>& lacks) {
   auto& t = *s.fec;
-  for (auto it = due.begin(); it != due.end(); it = due.erase(it)) {
-    const std::uint32_t fb = *it;
+  // Blocks of FEC blocks parity cannot make whole, to name one by one: gathered per file over
+  // every such FEC block first, so that each file's go in one file_nak as runs (the FEC blocks
+  // of one interleaved stripe together are contiguous).
+  std::map<std::uint32_t, std::vector<std::uint32_t>> named;  // file -> blocks
+  const std::uint64_t seg_from = t.layout().sequence_number(r.from_file, r.from_block);
+  const std::uint64_t seg_to = t.layout().sequence_number(r.to_file, r.to_block);
+  for (const std::uint32_t fb : due) {
     const std::uint32_t n = t.layout().sources(fb);
     if (fec_sent(s, fb, r) < n || t.decoding(fb)) continue;
     const std::uint32_t lack = t.lack(fb, n);
@@ -241,22 +248,28 @@ void receiver_engine::fec_report(session_rx& s, const nak_round& r, std::set<std
     }
     // Parity cannot make it whole: its missing blocks one by one, but for those of this round's
     // own segment, which fec_mask judged already.
-    const std::uint64_t seg_from = t.layout().sequence_number(r.from_file, r.from_block);
-    const std::uint64_t seg_to = t.layout().sequence_number(r.to_file, r.to_block);
     for (std::uint32_t i = 0; i < n; ++i) {
       const auto src = t.layout().source(fb, i);
       const std::uint64_t g = t.layout().sequence_number(src.file, src.block);
       if (g >= seg_from && g < seg_to) continue;
       const auto& fr = s.files[src.file];
       if (fr.state != file_rx::state_t::receiving || fr.received.size() != fr.blocks) continue;
+      if (fr.received.test(src.block)) continue;
       if (s.feedback.advertised(src.file, src.block)) continue;  // nak_scheduler.hpp
-      std::uint32_t from = src.block;
-      if (!naks.add_missing(src.file, fr.received, from, src.block + 1)) {
-        // The datagram cap: this one and the rest again at the next round.
-        s.fec_deferred.insert(due.begin(), due.end());
-        return;
-      }
+      named[src.file].push_back(src.block);
     }
+  }
+  for (auto it = named.begin(); it != named.end(); ++it) {
+    auto& blocks = it->second;
+    std::sort(blocks.begin(), blocks.end());
+    std::size_t done = 0;
+    if (naks.add_blocks(it->first, blocks, done)) continue;
+    // The datagram cap: the FEC blocks of the blocks left out report again at the next round.
+    for (; it != named.end(); ++it, done = 0) {
+      for (std::size_t j = done; j < it->second.size(); ++j)
+        s.fec_deferred.insert(t.layout().locate(it->first, it->second[j]).fec_block);
+    }
+    return;
   }
 }
 

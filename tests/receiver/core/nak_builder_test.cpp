@@ -126,6 +126,43 @@ TEST_CASE("at the datagram cap the round stops and says where the next one goes 
   CHECK(b.datagrams().size() == 2);
 }
 
+TEST_CASE("blocks named one by one go as runs of one file_nak, split at the budget and capped",
+          "[unit][receiver][nak]") {
+  // A FEC block of an interleaved layout: every 7th block of file 3, plus a contiguous stretch
+  // (a stripe's FEC blocks together), 1,200 blocks in all.
+  std::vector<std::uint32_t> blocks;
+  for (std::uint32_t i = 0; i < 1000; ++i) blocks.push_back(i * 7);
+  for (std::uint32_t i = 0; i < 200; ++i) blocks.push_back(7000 + i);
+  std::set<std::pair<std::uint32_t, std::uint32_t>> want;
+  for (const auto v : blocks) want.emplace(3, v);
+
+  nak_builder b(header(), 64);
+  std::size_t done = 0;
+  REQUIRE(b.add_blocks(3, blocks, done));
+  CHECK(done == blocks.size());
+  b.finish(false);
+  CHECK(asked(b.datagrams()) == want);
+  std::size_t file_naks = 0;
+  for (const auto& n : b.datagrams()) {
+    CHECK(wire::header_size + n.ByteSizeLong() <= wire::control_budget);
+    file_naks += static_cast<std::size_t>(n.files_size());
+  }
+  // One file_nak per datagram, and 1,001 runs of ~2 bytes: two or three datagrams, where a
+  // file_nak per block (14 bytes each) would take 15.
+  CHECK(file_naks == b.datagrams().size());
+  CHECK(b.datagrams().size() <= 3);
+
+  // At the cap: what went in is exactly blocks[0, done).
+  nak_builder capped(header(), 1);
+  done = 0;
+  CHECK_FALSE(capped.add_blocks(3, blocks, done));
+  REQUIRE(done > 0);
+  REQUIRE(done < blocks.size());
+  std::set<std::pair<std::uint32_t, std::uint32_t>> first_part;
+  for (std::size_t i = 0; i < done; ++i) first_part.emplace(3, blocks[i]);
+  CHECK(asked(capped.datagrams()) == first_part);
+}
+
 TEST_CASE("a round without losses sends nothing, unless the sender asked for a status",
           "[unit][receiver][nak]") {
   const auto full = with_holes(50, {});
