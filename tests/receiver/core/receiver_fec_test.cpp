@@ -233,6 +233,46 @@ TEST_CASE("a failed decode turns the FEC block to NAKs block by block", "[unit][
   REQUIRE(h.sink.parity_kept.size() == 1);
 }
 
+TEST_CASE("a FEC block too costly to decode is NAKed by name in runs, one file_nak a datagram",
+          "[unit][receiver][fec]") {
+  // One FEC block of 4,096 sources of which this site has every 10th: decoding 3,686 missing
+  // sources would take 3,686 x 4,096 multiply-adds, past fec::max_decode_work, so the round
+  // that finishes the FEC block names them. Those behind earlier markers are named by
+  // fec_report: as runs of 9 in one file_nak they fit a datagram or two, where a file_nak per
+  // block (14 bytes each) took 30.
+  harness h;
+  constexpr std::uint32_t blocks = 4096;
+  h.start(blocks, blocks, 64);
+  std::set<std::uint32_t> missing;
+  for (std::uint32_t b = 0; b < blocks; ++b) {
+    if (b % 10 == 0) {
+      h.data(b);
+    } else {
+      missing.insert(b);
+    }
+    if (b > 0 && b % 1024 == 0) h.marker_at(b);
+  }
+  REQUIRE(h.sink.naks().empty());  // the FEC block was not finished: nothing to NAK yet
+  h.pass_end(1);
+  const auto naks = h.sink.naks();
+  REQUIRE_FALSE(naks.empty());
+  CHECK(naks.size() <= 3);
+  std::set<std::uint32_t> named;
+  for (const auto& n : naks) {
+    CHECK(n.fec_lacks_size() == 0);
+    CHECK(n.files_size() <= 2);  // this round's own segment, and the blocks before it
+    for (const auto& fn : n.files()) {
+      REQUIRE(fn.file() == 0);
+      REQUIRE_FALSE(for_each_range(
+          std::span(fn.ranges().data(), static_cast<std::size_t>(fn.ranges_size())), blocks,
+          [&](std::uint32_t f, std::uint32_t c) {
+            for (std::uint32_t b = f; b < f + c; ++b) named.insert(b);
+          }));
+    }
+  }
+  CHECK(named == missing);
+}
+
 TEST_CASE("a storage path that does not decode gets block NAKs and drops parity",
           "[unit][receiver][fec]") {
   harness h;
