@@ -36,6 +36,14 @@ std::optional<sha256_digest> read_digest_xattr(int fd, std::uint64_t size, std::
   return parse_digest_xattr(std::string_view(buf, static_cast<std::size_t>(n)), size, mtime_ns);
 }
 
+std::optional<sha256_digest> read_digest_xattr(const char* path, std::uint64_t size,
+                                               std::int64_t mtime_ns) {
+  char buf[max_digest_xattr_bytes];
+  const ssize_t n = ::getxattr(path, digest_xattr_name, buf, sizeof buf);
+  if (n <= 0) return std::nullopt;
+  return parse_digest_xattr(std::string_view(buf, static_cast<std::size_t>(n)), size, mtime_ns);
+}
+
 int write_digest_xattr(int fd, const sha256_digest& d, std::uint64_t size, std::int64_t mtime_ns) {
   const std::string v = digest_xattr_value(d, size, mtime_ns);
   return ::fsetxattr(fd, digest_xattr_name, v.data(), v.size(), 0) == 0 ? 0 : errno;

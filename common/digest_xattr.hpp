@@ -30,6 +30,10 @@ std::optional<sha256_digest> parse_digest_xattr(std::string_view v, std::uint64_
 /// Reads the record of the open file `fd`; nullopt when absent, stale, malformed or the
 /// filesystem has no user xattrs.
 std::optional<sha256_digest> read_digest_xattr(int fd, std::uint64_t size, std::int64_t mtime_ns);
+/// The same for the file at `path` (symbolic links followed), without opening it: one
+/// getxattr(2) where open, fgetxattr and close are three (a sender's start-up reads 20,000).
+std::optional<sha256_digest> read_digest_xattr(const char* path, std::uint64_t size,
+                                               std::int64_t mtime_ns);
 
 /// Records `d` on the open file `fd`. @return 0, or the errno of fsetxattr (ENOTSUP on
 /// filesystems without user xattrs, EACCES/EPERM without write permission).

@@ -69,12 +69,9 @@ void remember_digest(const source_file& f, const sha256_digest& d) {
 void prehash(std::vector<source_file>& files, std::uint64_t per_file_max,
              std::uint64_t total_budget, unsigned threads, bool use_cache) {
   if (use_cache) {
-    for (auto& f : files) {
-      const int fd = ::open(f.local.c_str(), O_RDONLY | O_CLOEXEC);
-      if (fd < 0) continue;  // reported when hashed or sent
-      f.entry.digest = read_digest_xattr(fd, f.entry.size, f.entry.mtime_ns);
-      ::close(fd);
-    }
+    // By path: a file that cannot be read is reported when it is hashed or sent.
+    for (auto& f : files)
+      f.entry.digest = read_digest_xattr(f.local.c_str(), f.entry.size, f.entry.mtime_ns);
   }
   std::vector<std::size_t> todo;
   std::uint64_t budget = total_budget;
