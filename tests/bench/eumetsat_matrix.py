@@ -226,7 +226,8 @@ def run_mcdist(args, emu, ds, work, cap, seed):
     t0 = time.monotonic()
     p = subprocess.Popen(in_ns(emu.ns(0), [send, "--no-progress", "--group", group, "--interface", emu.addr(0),
                                            "--rate", args.rate, "--receivers", "h1,h2", "--register-timeout",
-                                           "10s", "--summary-json", summary, ds.path]),
+                                           "10s", "--summary-json", summary] + args.mcdist_args.split() +
+                                          [ds.path]),
                          stdout=send_log, stderr=subprocess.STDOUT)
     elapsed, finished = wait_capped(p, cap, t0)
     send_log.close()
@@ -397,6 +398,8 @@ def main():
     ap.add_argument("--out", default=os.path.join(TOP, "build", "matrix"))
     ap.add_argument("--rate", default="800M", help="multicast rate for mcdist and UFTP (same bit/s)")
     ap.add_argument("--scenarios", default="1-26", help="e.g. 1-6,13,25")
+    ap.add_argument("--mcdist-args", default="",
+                    help="more mcdist-send options, e.g. \"--fec-k 200 --fec-overhead 2%%\"")
     ap.add_argument("--no-tcp", action="store_true")
     ap.add_argument("--no-uftp", action="store_true")
     ap.add_argument("--plots", default="3,6,18,24,26", help="scenarios to plot")
