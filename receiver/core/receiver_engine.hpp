@@ -312,7 +312,7 @@ class receiver_engine {
   /// Reports the FEC blocks `due` (finished by round `r`'s marker, or pushed out of the last
   /// round by the datagram cap): their lack into `lacks`, or their missing blocks by name when
   /// parity cannot make them whole.
-  void fec_report(session_rx& s, const nak_round& r, std::set<std::uint32_t> due,
+  void fec_report(session_rx& s, const nak_round& r, const std::set<std::uint32_t>& due,
                   class nak_builder& naks, std::map<std::uint32_t, std::uint32_t>& lacks);
   void handle_digests(session_rx& s, const wire::digest_list& m, time_point now);
   void handle_register_reply(session_rx& s, const wire::register_reply& m, time_point now);

@@ -228,8 +228,9 @@ block_map receiver_engine::fec_mask(session_rx& s, const nak_round& r, std::uint
   return masked;
 }
 
-void receiver_engine::fec_report(session_rx& s, const nak_round& r, std::set<std::uint32_t> due,
-                                 nak_builder& naks, std::map<std::uint32_t, std::uint32_t>& lacks) {
+void receiver_engine::fec_report(session_rx& s, const nak_round& r,
+                                 const std::set<std::uint32_t>& due, nak_builder& naks,
+                                 std::map<std::uint32_t, std::uint32_t>& lacks) {
   auto& t = *s.fec;
   // Blocks of FEC blocks parity cannot make whole, to name one by one: gathered per file over
   // every such FEC block first, so that each file's go in one file_nak as runs (the FEC blocks

@@ -80,7 +80,7 @@ void receiver_engine::send_round(session_rx& s, const nak_round& r, time_point n
         r.pass_end || r.to_file >= s.file_count ? l.total_blocks() : (to > 0 ? to - 1 : 0);
     for (const auto fb : l.completed_in(from > 0 ? from - 1 : 0, to_done)) fec_due.insert(fb);
   }
-  if (!fec_due.empty()) fec_report(s, r, std::move(fec_due), naks, fec_lacks);
+  if (!fec_due.empty()) fec_report(s, r, fec_due, naks, fec_lacks);
   for (auto it = fec_lacks.begin(); it != fec_lacks.end(); ++it) {
     // Reported already this pass, or covered by parity the sender advertised (nak_scheduler.hpp
     // "Parity coverage"): the parity on its way makes it whole.

@@ -73,13 +73,10 @@ std::optional<std::uint64_t> machine_dirty_bytes() noexcept {
 
 group_commit::group_commit(const posix_io& io, const storage_config& cfg, int temp_fd,
                            spdlog::logger& log)
-    : m_io(io),
-      m_mode(cfg.sync),
-      m_threads(std::max(1u, cfg.commit_threads)),
+    : m_io(io), m_mode(cfg.sync), m_threads(std::max(1u, cfg.commit_threads)),
       m_dirty_limit(cfg.adaptive_dirty_limit_bytes),
       m_dirty_probe(cfg.dirty_probe ? cfg.dirty_probe : [] { return machine_dirty_bytes(); }),
-      m_temp_fd(temp_fd),
-      m_log(log) {
+      m_temp_fd(temp_fd), m_log(log) {
   if (m_mode != sync_mode::uring) return;
 #ifdef MCDIST_HAVE_LIBURING
   auto r = std::make_unique<ring>();

@@ -17,8 +17,8 @@ std::string_view to_string(sync_mode m) noexcept {
 
 std::optional<sync_mode> parse_sync_mode(std::string_view name) noexcept {
   if (name == "batch") return sync_mode::batch;
-  for (auto m : {sync_mode::adaptive, sync_mode::syncfs, sync_mode::fdatasync, sync_mode::range, sync_mode::uring,
-                 sync_mode::file, sync_mode::none})
+  for (auto m : {sync_mode::adaptive, sync_mode::syncfs, sync_mode::fdatasync, sync_mode::range,
+                 sync_mode::uring, sync_mode::file, sync_mode::none})
     if (name == to_string(m)) return m;
   return std::nullopt;
 }

@@ -83,10 +83,10 @@ void walk(int dfd, const fs::path& dir, const std::string& prefix, std::vector<s
     }
     if (S_ISDIR(st.st_mode)) {
       struct stat lst {};
-      const bool link = type == DT_LNK || (type == DT_UNKNOWN &&
-                                           ::fstatat(fd, name.c_str(), &lst, AT_SYMLINK_NOFOLLOW) ==
-                                               0 &&
-                                           S_ISLNK(lst.st_mode));
+      const bool link =
+          type == DT_LNK ||
+          (type == DT_UNKNOWN && ::fstatat(fd, name.c_str(), &lst, AT_SYMLINK_NOFOLLOW) == 0 &&
+           S_ISLNK(lst.st_mode));
       if (link) {
         warn("skipping " + local.string() + ": symbolic link to a directory");
         continue;

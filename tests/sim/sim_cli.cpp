@@ -290,11 +290,12 @@ int main(int argc, char** argv) {
                 static_cast<unsigned long long>(blocks));
     for (std::size_t i = 0; i < named.size() && i < 5; ++i) {
       const auto& st = r.receiver_stats.at(named[i].first);
-      std::printf(" %s %llu (first in pass %u; NAK datagrams %llu; parity kept %llu, recovered %llu)",
-                  named[i].first.c_str(), static_cast<unsigned long long>(named[i].second.blocks),
-                  named[i].second.first_pass, static_cast<unsigned long long>(st.naks_sent),
-                  static_cast<unsigned long long>(st.parity_blocks),
-                  static_cast<unsigned long long>(st.blocks_recovered));
+      std::printf(
+          " %s %llu (first in pass %u; NAK datagrams %llu; parity kept %llu, recovered %llu)",
+          named[i].first.c_str(), static_cast<unsigned long long>(named[i].second.blocks),
+          named[i].second.first_pass, static_cast<unsigned long long>(st.naks_sent),
+          static_cast<unsigned long long>(st.parity_blocks),
+          static_cast<unsigned long long>(st.blocks_recovered));
     }
     std::printf("\n");
   }

@@ -162,8 +162,8 @@ TEST_CASE(
     "single loss and the NAKs within twice the FEC blocks lost",
     "[sim][fec][scale]") {
   // Issue 12's figures at a size CI can run (docs/benchmarks.md "Scale: 10,000 sites with FEC
-  // blocks of thousands" has 10,000): FEC blocks of 1,430 sources (GF(2^16)), interleaved five deep so they finish
-  // together, every receiver losing 1 % independently.
+  // blocks of thousands" has 10,000): FEC blocks of 1,430 sources (GF(2^16)), interleaved five deep
+  // so they finish together, every receiver losing 1 % independently.
   std::mt19937_64 rng(41);
   const auto files = sim::make_files(rng, 10, {1'000'000});
   sim::sim_config cfg;

@@ -263,11 +263,11 @@ TEST_CASE("a FEC block too costly to decode is NAKed by name in runs, one file_n
     CHECK(n.files_size() <= 2);  // this round's own segment, and the blocks before it
     for (const auto& fn : n.files()) {
       REQUIRE(fn.file() == 0);
-      REQUIRE_FALSE(for_each_range(
-          std::span(fn.ranges().data(), static_cast<std::size_t>(fn.ranges_size())), blocks,
-          [&](std::uint32_t f, std::uint32_t c) {
-            for (std::uint32_t b = f; b < f + c; ++b) named.insert(b);
-          }));
+      REQUIRE_FALSE(
+          for_each_range(std::span(fn.ranges().data(), static_cast<std::size_t>(fn.ranges_size())),
+                         blocks, [&](std::uint32_t f, std::uint32_t c) {
+                           for (std::uint32_t b = f; b < f + c; ++b) named.insert(b);
+                         }));
     }
   }
   CHECK(named == missing);

@@ -316,12 +316,12 @@ TEST_CASE(
   std::mt19937_64 rng(12);
   // What the probe reports, and the sync calls made since the files were fed.
   const std::uint64_t limit = 1u << 20;
-  const auto [dirty, want_syncfs] = GENERATE(
-      std::pair<std::optional<std::uint64_t>, bool>{0, true},
-      // The batch's own 5 files (~10 kB) are not held against it.
-      std::pair<std::optional<std::uint64_t>, bool>{(1u << 20) + 8000, true},
-      std::pair<std::optional<std::uint64_t>, bool>{64u << 20, false},
-      std::pair<std::optional<std::uint64_t>, bool>{std::nullopt, false});
+  const auto [dirty, want_syncfs] =
+      GENERATE(std::pair<std::optional<std::uint64_t>, bool>{0, true},
+               // The batch's own 5 files (~10 kB) are not held against it.
+               std::pair<std::optional<std::uint64_t>, bool>{(1u << 20) + 8000, true},
+               std::pair<std::optional<std::uint64_t>, bool>{64u << 20, false},
+               std::pair<std::optional<std::uint64_t>, bool>{std::nullopt, false});
   CAPTURE(dirty.value_or(~0ull), want_syncfs);
   std::array<std::atomic<int>, static_cast<std::size_t>(storage_op::count_)> calls{};
   std::atomic<bool> counting{false};

@@ -53,8 +53,8 @@ TEST_CASE("a directory is walked in name order, each file with its stat and a re
   s.file("obs/b/10.bufr", 30);
   s.file("obs/c/deep/x.grib2", 0);
   std::vector<std::string> warnings;
-  const auto files =
-      collect_files({(s.dir / "obs").string()}, [&](const std::string& w) { warnings.push_back(w); });
+  const auto files = collect_files({(s.dir / "obs").string()},
+                                   [&](const std::string& w) { warnings.push_back(w); });
   CHECK(warnings.empty());
   // Byte order within each directory: "10.bufr" before "2.bufr".
   CHECK(names(files) == std::vector<std::string>{"obs/a.bufr", "obs/b/10.bufr", "obs/b/2.bufr",
@@ -72,9 +72,10 @@ TEST_CASE("a directory is walked in name order, each file with its stat and a re
   CHECK(files[2].entry.mode == 0640);
 }
 
-TEST_CASE("links to files are followed; links to directories, dangling links and FIFOs are "
-          "skipped with a warning",
-          "[unit][sender][file_set]") {
+TEST_CASE(
+    "links to files are followed; links to directories, dangling links and FIFOs are "
+    "skipped with a warning",
+    "[unit][sender][file_set]") {
   scratch s;
   s.file("set/real.bin", 5);
   s.file("elsewhere/target.bin", 7);
@@ -84,8 +85,8 @@ TEST_CASE("links to files are followed; links to directories, dangling links and
   fs::create_symlink(s.dir / "nowhere", s.dir / "set/dangling");
   REQUIRE(::mkfifo((s.dir / "set/fifo").c_str(), 0600) == 0);
   std::vector<std::string> warnings;
-  const auto files =
-      collect_files({(s.dir / "set").string()}, [&](const std::string& w) { warnings.push_back(w); });
+  const auto files = collect_files({(s.dir / "set").string()},
+                                   [&](const std::string& w) { warnings.push_back(w); });
   CHECK(names(files) == std::vector<std::string>{"set/link.bin", "set/real.bin"});
   REQUIRE(files.size() == 2);
   CHECK(files[0].entry.size == 7);  // the target's size
@@ -114,6 +115,7 @@ TEST_CASE("file arguments, missing paths and clashing names", "[unit][sender][fi
         std::vector<std::string>{"a/x.bin", "a/y.bin"});
   CHECK_THROWS_WITH(collect_files({(s.dir / "nope").string()}, none),
                     Catch::Contains("no such file or directory"));
-  CHECK_THROWS_WITH(collect_files({(s.dir / "a/x.bin").string(), (s.dir / "b/x.bin").string()}, none),
-                    Catch::Contains("two files would both be sent as 'x.bin'"));
+  CHECK_THROWS_WITH(
+      collect_files({(s.dir / "a/x.bin").string(), (s.dir / "b/x.bin").string()}, none),
+      Catch::Contains("two files would both be sent as 'x.bin'"));
 }
