@@ -35,7 +35,7 @@ Settings come from --config FILE (TOML) and are overridden by options on the com
   interface = "10.0.0.7"        # local address to join on and reply from
   dest = "/srv/mcdist/in"       # default destination of every channel
   temp = "/srv/mcdist/tmp"      # same filesystem as every destination
-  sync = "batch"                # batch (group commit), file (fsync each) or none
+  sync = "batch"                # batch (group commit, adaptive), file (fsync each) or none
   session_timeout = "60s"
   status_interval = "60s"
   checkpoint_interval = "2s"     # how often resume state of unfinished sessions is saved
