@@ -239,6 +239,12 @@ void receiver_engine::fec_report(session_rx& s, const nak_round& r,
   const std::uint64_t seg_from = t.layout().sequence_number(r.from_file, r.from_block);
   const std::uint64_t seg_to = t.layout().sequence_number(r.to_file, r.to_block);
   for (const std::uint32_t fb : due) {
+    // Where the last round's datagram cap stopped naming this FEC block's blocks, if it did.
+    std::uint32_t first = 0;
+    if (const auto it = s.fec_name_resume.find(fb); it != s.fec_name_resume.end()) {
+      first = it->second;
+      s.fec_name_resume.erase(it);
+    }
     const std::uint32_t n = t.layout().sources(fb);
     if (fec_sent(s, fb, r) < n || t.decoding(fb)) continue;
     const std::uint32_t lack = t.lack(fb, n);
@@ -249,7 +255,7 @@ void receiver_engine::fec_report(session_rx& s, const nak_round& r,
     }
     // Parity cannot make it whole: its missing blocks one by one, but for those of this round's
     // own segment, which fec_mask judged already.
-    for (std::uint32_t i = 0; i < n; ++i) {
+    for (std::uint32_t i = first; i < n; ++i) {
       const auto src = t.layout().source(fb, i);
       const std::uint64_t g = t.layout().sequence_number(src.file, src.block);
       if (g >= seg_from && g < seg_to) continue;
@@ -265,10 +271,16 @@ void receiver_engine::fec_report(session_rx& s, const nak_round& r,
     std::sort(blocks.begin(), blocks.end());
     std::size_t done = 0;
     if (naks.add_blocks(it->first, blocks, done)) continue;
-    // The datagram cap: the FEC blocks of the blocks left out report again at the next round.
+    // The datagram cap: the FEC blocks of the blocks left out report again at the next round,
+    // from the first block left out. Blocks go out in (file, block) order, which is each FEC
+    // block's source order, so what was named of a FEC block is a prefix of its sources.
     for (; it != named.end(); ++it, done = 0) {
-      for (std::size_t j = done; j < it->second.size(); ++j)
-        s.fec_deferred.insert(t.layout().locate(it->first, it->second[j]).fec_block);
+      for (std::size_t j = done; j < it->second.size(); ++j) {
+        const auto pos = t.layout().locate(it->first, it->second[j]);
+        s.fec_deferred.insert(pos.fec_block);
+        const auto [at, fresh] = s.fec_name_resume.emplace(pos.fec_block, pos.index);
+        if (!fresh) at->second = std::min(at->second, pos.index);
+      }
     }
     return;
   }

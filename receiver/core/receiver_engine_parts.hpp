@@ -29,6 +29,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <set>
 #include <unordered_set>
 
@@ -233,6 +234,10 @@ struct receiver_engine::session_rx {
   /// reports them. (A FEC block pass 1 has not finished is reported by the round drawn at the
   /// marker that finishes it, receiver_engine::fec_report.)
   std::set<std::uint32_t> fec_deferred;
+  /// Of those FEC blocks whose missing blocks are named one by one, the source index where the
+  /// cap stopped the naming: the next round goes on from there rather than name the first
+  /// part again (one entry per deferred FEC block at most).
+  std::map<std::uint32_t, std::uint32_t> fec_name_resume;
   // --rate auto (receiver_engine_rate.cpp): loss event rate of the multicast datagrams and
   // the rate-report timing.
   loss_estimator loss;

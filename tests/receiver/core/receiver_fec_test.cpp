@@ -273,6 +273,47 @@ TEST_CASE("a FEC block too costly to decode is NAKed by name in runs, one file_n
   CHECK(named == missing);
 }
 
+TEST_CASE("blocks named past a round's datagram cap go out in the rounds that follow",
+          "[unit][receiver][fec]") {
+  // Two FEC blocks of 4,096 sources. The site has every other block of the first (too costly
+  // to decode) and all of the second. The marker one past the first FEC block's end has its
+  // 2,048 missing blocks named: runs of one block, more than the one datagram a round may
+  // send here. What the cap leaves out is deferred, and the rounds of the later markers name
+  // it: the pass-end round alone would not, since the first FEC block is not among those it
+  // finishes. (Blocks of the finishing round's own segment may be named twice.)
+  receiver_config cfg{"site"};
+  cfg.max_nak_datagrams = 1;
+  harness h(cfg);
+  constexpr std::uint32_t k = 4096, blocks = 2 * k;
+  h.start(blocks, k, 64);
+  const std::set<std::uint32_t> markers{1024, 2048, 3072, k + 1, 5120, 6144, 7168};
+  std::set<std::uint32_t> missing;
+  for (std::uint32_t b = 0; b < blocks; ++b) {
+    if (b >= k || b % 2 == 0) {
+      h.data(b);
+    } else {
+      missing.insert(b);
+    }
+    if (markers.count(b + 1)) h.marker_at(b + 1);
+  }
+  h.pass_end(1);
+  const auto naks = h.sink.naks();
+  std::set<std::uint32_t> named;
+  for (const auto& n : naks) {
+    for (const auto& fn : n.files()) {
+      REQUIRE_FALSE(
+          for_each_range(std::span(fn.ranges().data(), static_cast<std::size_t>(fn.ranges_size())),
+                         blocks, [&](std::uint32_t f, std::uint32_t c) {
+                           for (std::uint32_t b = f; b < f + c; ++b) named.insert(b);
+                         }));
+    }
+  }
+  CHECK(naks.size() >= 4);  // one datagram a round: the names took several rounds
+  // Every missing block asked for: each round went on where the cap had stopped the last one
+  // (before, each named the first ~660 blocks again).
+  CHECK(named == missing);
+}
+
 TEST_CASE("a storage path that does not decode gets block NAKs and drops parity",
           "[unit][receiver][fec]") {
   harness h;
