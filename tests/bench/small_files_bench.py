@@ -56,6 +56,8 @@ import subprocess
 import sys
 import time
 
+from uftp_compare import Child, ticks
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(os.path.dirname(HERE))
 
@@ -73,12 +75,6 @@ PHASES = ["start-up", "register", "pass 1", "tail", "complete", "exit"]
 
 def stamp(text):
     return datetime.datetime.strptime(text, "%Y-%m-%d %H:%M:%S.%f").timestamp()
-
-
-def ticks(pid):
-    with open("/proc/%d/stat" % pid) as f:
-        parts = f.read().rsplit(")", 1)[1].split()
-    return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def fs_type(path):
@@ -108,33 +104,19 @@ def clear(d):
     os.makedirs(d)
 
 
-class Daemon:
-    """A receiver process, its log and its destination tree."""
+class Daemon(Child):
+    """A receiver process (uftp_compare.Child: start, CPU time, stop), its log and its
+    destination tree."""
 
     def __init__(self, args, log, dest):
+        super().__init__(args, log)
         self.dest = dest
         self.log = log
-        self.logf = open(log, "wb")
-        self.proc = subprocess.Popen(args, stdout=self.logf, stderr=subprocess.STDOUT)
-        time.sleep(0.7)
-        if self.proc.poll() is not None:
-            sys.exit("receiver exited at start: %s (see %s)" % (" ".join(args), log))
-
-    def cpu(self):
-        return ticks(self.proc.pid)
 
     def text(self):
         self.logf.flush()
         with open(self.log, errors="replace") as f:
             return f.read()
-
-    def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self.logf.close()
 
 
 def timed(args, sync_first):
