@@ -19,17 +19,22 @@ fixed rates of 100 % and 95 % of RATE. Shown per row besides goodput: the bottle
 drops as a share of the packets that reached it (the loss the bottleneck caused). One emulator
 per run, so each row's counters are its own.
 
+With --uftp, UFTP 4.10 with its TFMCC congestion control (`uftp -C tfmcc:max=CEILING`, uftpd
+receiving; on loopback one row per ceiling, through the emulator one for the first ceiling) runs
+in the same rounds, and the tables give auto's goodput over UFTP's.
+
 Needs root (`ip link set lo multicast on`; namespaces and TUN for --linkem) and a build
 (deploy/build.sh).
 
 usage: rate_auto_bench.py [--build DIR] [--dir DIR] [--bytes N] [--repeat N]
                           [--ceilings 2G,8G] [--fixed 1G,2G,4G,5G,8G]
-                          [--linkem 200M [--delay 10ms] [--queue 100]]
+                          [--linkem 200M [--delay 10ms] [--queue 100]] [--uftp]
 """
 
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -74,6 +79,9 @@ def main():
     ap.add_argument("--linkem", default=None, help="bottleneck rate: run through tests/linkem")
     ap.add_argument("--delay", default="10ms", help="--linkem: one-way delay of every direction")
     ap.add_argument("--queue", default="100", help="--linkem: bottleneck queue, packets")
+    ap.add_argument("--uftp", action="store_true",
+                    help="also UFTP 4.10 -C tfmcc (RFC 4654) with each ceiling as its max rate, "
+                         "uftpd as the receiver, in the same rounds")
     args = ap.parse_args()
     if args.linkem:
         return linkem_main(args)
@@ -97,10 +105,31 @@ def main():
     ceilings = args.ceilings.split(",")
     fixed = [r for r in args.fixed.split(",") if any(bps(r) <= bps(c) for c in ceilings)]
     rows = [("fixed", r) for r in fixed] + [("auto", c) for c in ceilings]
+    uftpd = None
+    if args.uftp:
+        need_programs(shutil.which("uftp") or "uftp", shutil.which("uftpd") or "uftpd")
+        rows += [("uftp", c) for c in ceilings]
+        uf_dest = os.path.join(base, "uftp-dest")
+        clear(uf_dest)
+        uftpd = Child(["uftpd", "-d", "-I", "127.0.0.1", "-M", "230.4.4.1", "-D", uf_dest, "-U",
+                       "0x01020304", "-B", "104857600", "-q", "-x", "1"],
+                      os.path.join(base, "uftpd.log"))
     samples = {row: [] for row in rows}
     try:
         for rep in range(args.repeat):
             for mode, r in rows:
+                if mode == "uftp":
+                    clear(uf_dest)
+                    code, wall, _, out = sender_run(uftp_tfmcc("127.0.0.1", "0x01020304", r, src))
+                    time.sleep(0.05)
+                    ok = uftp_ok(code, os.path.join(uf_dest, "src", "model_field.grib2"), src_digest)
+                    samples[(mode, r)].append({"goodput": args.bytes * 8 / wall, "wall": wall,
+                                               "passes": uftp_passes(out), "repairs": 0, "end": 0,
+                                               "lowest": 0, "ok": ok})
+                    log("run %d: uftp  %-4s %.3f s  %5.0f Mbit/s  %d pass(es)  %s" % (
+                        rep + 1, r, wall, args.bytes * 8 / wall / 1e6, uftp_passes(out),
+                        "ok" if ok else "WRONG OR MISSING FILE"))
+                    continue
                 clear(dest)
                 summary = os.path.join(base, "summary.json")
                 rate_args = ["--rate", r] if mode == "fixed" else ["--rate", "auto", "--rate-max", r]
@@ -126,6 +155,8 @@ def main():
                                            "ok" if ok else "WRONG OR MISSING FILE"))
     finally:
         daemon.stop()
+        if uftpd:
+            uftpd.stop()
 
     med = lambda row, k: statistics.median(x[k] for x in samples[row])
     log("")
@@ -135,20 +166,44 @@ def main():
         "| all ok |")
     log("|---|---|---|---|---|---|---|---|")
     for row in rows:
-        log("| %s %s | %.0f | %.3f | %.0f | %.0f | %s | %s | %s |" % (
+        log("| %s %s | %.0f | %.3f | %.0f | %s | %s | %s | %s |" % (
             row[0], row[1], med(row, "goodput") / 1e6, med(row, "wall"), med(row, "passes"),
-            med(row, "repairs"), "%.0f" % (med(row, "end") / 1e6) if row[0] == "auto" else "-",
+            med(row, "repairs") if row[0] != "uftp" else "-",
+            "%.0f" % (med(row, "end") / 1e6) if row[0] == "auto" else "-",
             "%.0f" % (med(row, "lowest") / 1e6) if row[0] == "auto" else "-",
             all(x["ok"] for x in samples[row])))
     log("")
-    log("| ceiling | auto Mbit/s | best fixed at or below | its Mbit/s | auto / best |")
-    log("|---|---|---|---|---|")
+    log("| ceiling | auto Mbit/s | best fixed at or below | its Mbit/s | auto / best |%s" % (
+        " UFTP -C tfmcc Mbit/s | auto / UFTP |" if args.uftp else ""))
+    log("|---|---|---|---|---|%s" % ("---|---|" if args.uftp else ""))
     for c in ceilings:
         cands = [("fixed", r) for r in fixed if bps(r) <= bps(c)]
         best = max(cands, key=lambda row: med(row, "goodput"))
         a = med(("auto", c), "goodput")
         b = med(best, "goodput")
-        log("| %s | %.0f | %s | %.0f | %.2f |" % (c, a / 1e6, best[1], b / 1e6, a / b))
+        more = ""
+        if args.uftp:
+            u = med(("uftp", c), "goodput")
+            more = " %.0f | %.2f |" % (u / 1e6, a / u)
+        log("| %s | %.0f | %s | %.0f | %.2f |%s" % (c, a / 1e6, best[1], b / 1e6, a / b, more))
+
+
+def uftp_tfmcc(interface, client, ceiling, src):
+    """uftp's command line: UFTP 4.10's TFMCC congestion control (-C tfmcc, RFC 4654) with
+    `ceiling` as its max rate in UFTP's Kbps (1024 bit/s, uftp_compare.uftp_rate), a closed group
+    of one client, 100 MB socket buffers, no encryption (as uftp_compare.py and
+    eumetsat_matrix.py)."""
+    return ["uftp", "-I", interface, "-M", "230.4.4.1", "-P", "230.5.5.1", "-H", client, "-Y", "none",
+            "-B", "104857600", "-C", "tfmcc:max=%d" % int(bps(ceiling) / 1024), src]
+
+
+def uftp_passes(out):
+    return max([int(l.split()[-1]) for l in out.splitlines() if l.startswith("Starting pass")] or [0])
+
+
+def uftp_ok(code, got, src_digest):
+    """uftp exited 0 and uftpd's copy of the field (DEST/src/model_field.grib2) is the source's."""
+    return code == 0 and os.path.exists(got) and digest(got) == src_digest
 
 
 def find_down(stats, host):
@@ -184,6 +239,9 @@ def linkem_main(args):
     ceiling = args.ceilings.split(",")[0]
     rows = [("fixed", args.linkem), ("fixed", "%dM" % int(bottleneck * 0.95 / 1e6)),
             ("auto", ceiling)]
+    if args.uftp:
+        need_programs(shutil.which("uftp") or "uftp", shutil.which("uftpd") or "uftpd")
+        rows.append(("uftp", ceiling))
     links = ["all:delay=%s" % args.delay, "h1.down:rate=%s,queue=%s" % (
         args.linkem.replace("M", "Mbit").replace("G", "Gbit"), args.queue)]
     samples = {row: [] for row in rows}
@@ -193,6 +251,33 @@ def linkem_main(args):
             clear(work)
             stats_json = os.path.join(work, "linkem-stats.json")
             emu = Emulator(linkem, work, links, hosts=2, seed=rep + 1, stats_json=stats_json)
+            if mode == "uftp":
+                uf_dest = os.path.join(work, "uftp-dest")
+                os.makedirs(uf_dest)
+                logf = open(os.path.join(work, "uftpd.log"), "w")
+                daemon = subprocess.Popen(["ip", "netns", "exec", emu.ns(1), "uftpd", "-d", "-I",
+                                           "mle0", "-M", "230.4.4.1", "-D", uf_dest, "-U",
+                                           "0x00000002", "-B", "104857600", "-q"],
+                                          stdout=logf, stderr=subprocess.STDOUT)
+                time.sleep(0.5)
+                try:
+                    code, wall, _, out = sender_run(["ip", "netns", "exec", emu.ns(0)] +
+                                                    uftp_tfmcc("mle0", "0x00000002", r, src))
+                finally:
+                    stop_proc(daemon)
+                    logf.close()
+                    emu.stop()
+                with open(stats_json) as f:
+                    down = find_down(json.load(f), "h1") or {}
+                ok = uftp_ok(code, os.path.join(uf_dest, "src", "model_field.grib2"), src_digest)
+                drops, pin = down.get("dropped_queue", 0), down.get("packets_in", 0) or 1
+                samples[(mode, r)].append({
+                    "goodput": args.bytes * 8 / wall, "wall": wall, "passes": uftp_passes(out),
+                    "repairs": 0, "end": 0, "lowest": 0, "drop": drops / pin, "ok": ok})
+                log("run %d: uftp  %-5s %.3f s  %5.1f Mbit/s  %d pass(es)  bottleneck drops %.2f %%  "
+                    "%s" % (rep + 1, r, wall, args.bytes * 8 / wall / 1e6, uftp_passes(out),
+                            100 * drops / pin, "ok" if ok else "WRONG OR MISSING FILE"))
+                continue
             dest, temp = os.path.join(work, "dest"), os.path.join(work, "temp")
             group = "239.192.80.%d:%d" % (os.getpid() % 200 + 1, 5000 + os.getpid() % 1000)
             logf = open(os.path.join(work, "mcdistd.log"), "w")
@@ -243,9 +328,10 @@ def linkem_main(args):
         "bottleneck drops | end rate Mbit/s | lowest Mbit/s | all ok |")
     log("|---|---|---|---|---|---|---|---|---|---|")
     for row in rows:
-        log("| %s %s | %.1f | %.2f | %.2f | %.0f | %.0f | %.2f %% | %s | %s | %s |" % (
+        log("| %s %s | %.1f | %.2f | %.2f | %.0f | %s | %.2f %% | %s | %s | %s |" % (
             row[0], row[1], med(row, "goodput") / 1e6, med(row, "goodput") / bottleneck,
-            med(row, "wall"), med(row, "passes"), med(row, "repairs"), 100 * med(row, "drop"),
+            med(row, "wall"), med(row, "passes"),
+            "%.0f" % med(row, "repairs") if row[0] != "uftp" else "-", 100 * med(row, "drop"),
             "%.0f" % (med(row, "end") / 1e6) if row[0] == "auto" else "-",
             "%.0f" % (med(row, "lowest") / 1e6) if row[0] == "auto" else "-",
             all(x["ok"] for x in samples[row])))
