@@ -480,9 +480,9 @@ def main():
     table = "\n".join(lines)
     header = ("EUMETSAT matrix, %s mode, rate %s for mcdist and UFTP, on %s; %.1f min in all.\n"
               "Goodput = verified bytes at the impaired receiver h2 x 8 / time; time = program start to "
-              "end, or the cap (quick: mcdist %ds, UFTP %ds, TCP %ds).\n" % (
-                  m, args.rate, time.strftime("%Y-%m-%d %H:%M"), total / 60, CAPS[m]["mcdist"], CAPS[m]["uftp"],
-                  CAPS[m]["tcp"]))
+              "end, or the cap (%s: mcdist %ds, UFTP %ds, TCP %ds).\n" % (
+                  m, args.rate, time.strftime("%Y-%m-%d %H:%M"), total / 60, m, CAPS[m]["mcdist"],
+                  CAPS[m]["uftp"], CAPS[m]["tcp"]))
     print()
     print(header)
     print(table)
