@@ -21,7 +21,8 @@ per run, so each row's counters are its own.
 
 With --uftp, UFTP 4.10 with its TFMCC congestion control (`uftp -C tfmcc:max=CEILING`, uftpd
 receiving; on loopback one row per ceiling, through the emulator one for the first ceiling) runs
-in the same rounds, and the tables give auto's goodput over UFTP's.
+in the same rounds, and the tables give auto's goodput over UFTP's. A UFTP run that fails or
+delivers a file that differs from the source counts as goodput 0.
 
 Needs root (`ip link set lo multicast on`; namespaces and TUN for --linkem) and a build
 (deploy/build.sh).
@@ -123,9 +124,9 @@ def main():
                     code, wall, _, out = sender_run(uftp_tfmcc("127.0.0.1", "0x01020304", r, src))
                     time.sleep(0.05)
                     ok = uftp_ok(code, os.path.join(uf_dest, "src", "model_field.grib2"), src_digest)
-                    samples[(mode, r)].append({"goodput": args.bytes * 8 / wall, "wall": wall,
-                                               "passes": uftp_passes(out), "repairs": 0, "end": 0,
-                                               "lowest": 0, "ok": ok})
+                    samples[(mode, r)].append({"goodput": args.bytes * 8 / wall if ok else 0,
+                                               "wall": wall, "passes": uftp_passes(out),
+                                               "repairs": 0, "end": 0, "lowest": 0, "ok": ok})
                     log("run %d: uftp  %-4s %.3f s  %5.0f Mbit/s  %d pass(es)  %s" % (
                         rep + 1, r, wall, args.bytes * 8 / wall / 1e6, uftp_passes(out),
                         "ok" if ok else "WRONG OR MISSING FILE"))
@@ -168,7 +169,7 @@ def main():
     for row in rows:
         log("| %s %s | %.0f | %.3f | %.0f | %s | %s | %s | %s |" % (
             row[0], row[1], med(row, "goodput") / 1e6, med(row, "wall"), med(row, "passes"),
-            med(row, "repairs") if row[0] != "uftp" else "-",
+            "%.0f" % med(row, "repairs") if row[0] != "uftp" else "-",
             "%.0f" % (med(row, "end") / 1e6) if row[0] == "auto" else "-",
             "%.0f" % (med(row, "lowest") / 1e6) if row[0] == "auto" else "-",
             all(x["ok"] for x in samples[row])))
@@ -184,7 +185,7 @@ def main():
         more = ""
         if args.uftp:
             u = med(("uftp", c), "goodput")
-            more = " %.0f | %.2f |" % (u / 1e6, a / u)
+            more = " %.0f | %s |" % (u / 1e6, "%.2f" % (a / u) if u > 0 else "-")
         log("| %s | %.0f | %s | %.0f | %.2f |%s" % (c, a / 1e6, best[1], b / 1e6, a / b, more))
 
 
@@ -272,8 +273,9 @@ def linkem_main(args):
                 ok = uftp_ok(code, os.path.join(uf_dest, "src", "model_field.grib2"), src_digest)
                 drops, pin = down.get("dropped_queue", 0), down.get("packets_in", 0) or 1
                 samples[(mode, r)].append({
-                    "goodput": args.bytes * 8 / wall, "wall": wall, "passes": uftp_passes(out),
-                    "repairs": 0, "end": 0, "lowest": 0, "drop": drops / pin, "ok": ok})
+                    "goodput": args.bytes * 8 / wall if ok else 0, "wall": wall,
+                    "passes": uftp_passes(out), "repairs": 0, "end": 0, "lowest": 0,
+                    "drop": drops / pin, "ok": ok})
                 log("run %d: uftp  %-5s %.3f s  %5.1f Mbit/s  %d pass(es)  bottleneck drops %.2f %%  "
                     "%s" % (rep + 1, r, wall, args.bytes * 8 / wall / 1e6, uftp_passes(out),
                             100 * drops / pin, "ok" if ok else "WRONG OR MISSING FILE"))
