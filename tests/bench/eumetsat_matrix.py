@@ -36,6 +36,7 @@ import threading
 import time
 
 from linkem_run import Emulator, stop_proc
+from uftp_compare import uftp_passes
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(os.path.dirname(HERE))
@@ -289,11 +290,8 @@ def run_uftp(args, emu, ds, work, cap, seed):
     for dp, logf, _ in daemons:
         stop_proc(dp)
         logf.close()
-    passes = 0
     with open(os.path.join(work, "uftp.out"), errors="replace") as f:
-        for line in f:
-            if line.startswith("Starting pass"):
-                passes = max(passes, int(line.split()[-1]))
+        passes = uftp_passes(f.read())
     verified = ds.verified_bytes(os.path.join(daemons[1][2], "dest"))
     drop_trees(daemons)
     return {"program": "uftp", "finished": finished and verified == ds.bytes, "time": elapsed,

@@ -44,7 +44,8 @@ import subprocess
 import sys
 import time
 
-from uftp_compare import Child, clear, digest, need_programs, sender_run, ticks, write_field
+from uftp_compare import (Child, clear, digest, need_programs, sender_run, ticks, uftp_passes,
+                          write_field)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(os.path.dirname(HERE))
@@ -233,8 +234,7 @@ def main():
                      "0x01020304", "-R", "-1", "-Y", "none", "-B", "104857600", src])
                 time.sleep(0.05)
                 rcpu = uftpd.cpu() - rcpu0
-                upasses = max([int(l.split()[-1]) for l in out.splitlines()
-                               if l.startswith("Starting pass")] or [0])
+                upasses = uftp_passes(out)
                 got = os.path.join(uf_dest, "src", "model_field.grib2")
                 ok = code == 0 and os.path.exists(got) and os.path.getsize(got) == args.bytes
                 samples["uftp"].append({"goodput": args.bytes * 8 / wall, "wall": wall,

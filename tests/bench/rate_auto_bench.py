@@ -42,7 +42,7 @@ import sys
 import time
 
 from linkem_run import Emulator, stop_proc
-from uftp_compare import Child, clear, digest, need_programs, sender_run, write_field
+from uftp_compare import Child, clear, digest, need_programs, sender_run, uftp_passes, write_field
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(os.path.dirname(HERE))
@@ -196,10 +196,6 @@ def uftp_tfmcc(interface, client, ceiling, src):
     eumetsat_matrix.py)."""
     return ["uftp", "-I", interface, "-M", "230.4.4.1", "-P", "230.5.5.1", "-H", client, "-Y", "none",
             "-B", "104857600", "-C", "tfmcc:max=%d" % int(bps(ceiling) / 1024), src]
-
-
-def uftp_passes(out):
-    return max([int(l.split()[-1]) for l in out.splitlines() if l.startswith("Starting pass")] or [0])
 
 
 def uftp_ok(code, got, src_digest):

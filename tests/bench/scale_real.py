@@ -51,6 +51,7 @@ import sys
 import time
 
 from linkem_run import Emulator, stop_proc
+from uftp_compare import uftp_passes
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(os.path.dirname(HERE))
@@ -365,10 +366,6 @@ def run_sender(cmd, cap):
         text, _ = out.communicate()
         finished = False
     return t0, time.time(), finished, text.decode("utf-8", "replace")
-
-
-def uftp_passes(text):
-    return max([int(l.split()[-1]) for l in text.splitlines() if l.startswith("Starting pass")] or [0])
 
 
 def part_loopback(args, src, digests, nbytes, blocks):

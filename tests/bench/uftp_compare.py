@@ -132,6 +132,11 @@ def uftp_rate(rate):
     return str(int(round(bps / 1024)))
 
 
+def uftp_passes(text):
+    """The passes a uftp run made: the highest N of its "Starting pass N" lines (0: none)."""
+    return max([int(l.split()[-1]) for l in text.splitlines() if l.startswith("Starting pass")] or [0])
+
+
 def clear(d):
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d)
@@ -297,8 +302,7 @@ def main():
                              "104857600", src])
                         time.sleep(0.05)
                         rcpu = uftpd.cpu() - rcpu0
-                        upasses = max([int(l.split()[-1]) for l in out.splitlines()
-                                       if l.startswith("Starting pass")] or [0])
+                        upasses = uftp_passes(out)
                         got = tree_sizes(os.path.join(uf_dest, os.path.basename(src)))
                         cell["uftp encrypted"].append((wall, upasses, scpu + rcpu,
                                                        code == 0 and sum(got.values()) == nbytes))
@@ -330,8 +334,7 @@ def main():
                          "0x01020304", "-R", urate, "-Y", "none", "-B", "104857600", src])
                     time.sleep(0.05)
                     rcpu = uftpd.cpu() - rcpu0
-                    upasses = max([int(l.split()[-1]) for l in out.splitlines()
-                                   if l.startswith("Starting pass")] or [0])
+                    upasses = uftp_passes(out)
                     got = tree_sizes(os.path.join(uf_dest, os.path.basename(src)))
                     ok = code == 0 and sum(got.values()) == nbytes
                     cell["uftp"].append((wall, upasses, scpu + rcpu, ok))
