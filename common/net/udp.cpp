@@ -1,6 +1,7 @@
 #include "common/net/udp.hpp"
 
 #include <arpa/inet.h>
+#include <linux/sock_diag.h>
 #include <netinet/in.h>
 #include <netinet/udp.h>
 #include <sys/socket.h>
@@ -164,6 +165,11 @@ udp::socket open_channel_socket(boost::asio::io_context& io, const channel_socke
     const int one = 1;
     ::setsockopt(fd, IPPROTO_UDP, UDP_GRO, &one, sizeof one);  // best effort
   }
+  {
+    // Best effort: each datagram then carries the socket's drop count (batch_receiver).
+    const int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_RXQ_OVFL, &one, sizeof one);
+  }
   s.non_blocking(true);
   return s;
 }
@@ -187,8 +193,9 @@ udp::socket open_unicast_socket(boost::asio::io_context& io, const endpoint& loc
 
 batch_receiver::batch_receiver(std::size_t batch, std::size_t buffer_bytes)
     : m_batch(batch), m_buffer_bytes(buffer_bytes), m_storage(batch * buffer_bytes),
-      m_control(batch * CMSG_SPACE(sizeof(int))), m_names(batch * sizeof(sockaddr_storage)),
-      m_headers(batch * sizeof(mmsghdr)), m_iovecs(batch * sizeof(iovec)) {}
+      m_control(batch * (CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(std::uint32_t)))),
+      m_names(batch * sizeof(sockaddr_storage)), m_headers(batch * sizeof(mmsghdr)),
+      m_iovecs(batch * sizeof(iovec)) {}
 
 std::size_t batch_receiver::drain(
     int fd, std::size_t max_datagrams,
@@ -197,7 +204,7 @@ std::size_t batch_receiver::drain(
   auto* hdrs = reinterpret_cast<mmsghdr*>(m_headers.data());
   auto* iovs = reinterpret_cast<iovec*>(m_iovecs.data());
   auto* names = reinterpret_cast<sockaddr_storage*>(m_names.data());
-  const std::size_t cspace = CMSG_SPACE(sizeof(int));
+  const std::size_t cspace = CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(std::uint32_t));
   std::size_t delivered = 0;
   std::size_t bytes = 0;
   while (delivered < max_datagrams && bytes < max_bytes) {
@@ -224,11 +231,15 @@ std::size_t batch_receiver::drain(
     for (int i = 0; i < n; ++i) {
       const auto& mh = hdrs[i].msg_hdr;
       std::size_t segment = 0;
+      m_drops = 0;  // the kernel adds SO_RXQ_OVFL only once the count is above 0
       for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(const_cast<msghdr*>(&mh), c)) {
         if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
           int v = 0;
           std::memcpy(&v, CMSG_DATA(c), sizeof v);
           if (v > 0) segment = static_cast<std::size_t>(v);
+        } else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SO_RXQ_OVFL &&
+                   c->cmsg_len >= CMSG_LEN(sizeof(std::uint32_t))) {
+          std::memcpy(&m_drops, CMSG_DATA(c), sizeof m_drops);
         }
       }
       const endpoint from = from_sockaddr(names[i]);
@@ -249,6 +260,17 @@ std::size_t batch_receiver::drain(
     if (static_cast<std::size_t>(n) < batch) return delivered;
   }
   return delivered;
+}
+
+double receive_buffer_fill(int fd) noexcept {
+  std::uint32_t mem[SK_MEMINFO_VARS] = {};
+  socklen_t len = sizeof mem;
+  if (::getsockopt(fd, SOL_SOCKET, SO_MEMINFO, mem, &len) != 0 ||
+      len < (SK_MEMINFO_RCVBUF + 1) * sizeof(std::uint32_t) || mem[SK_MEMINFO_RCVBUF] == 0) {
+    return 0;
+  }
+  return static_cast<double>(mem[SK_MEMINFO_RMEM_ALLOC]) /
+         static_cast<double>(mem[SK_MEMINFO_RCVBUF]);
 }
 
 batch_sender::batch_sender() = default;

@@ -71,6 +71,12 @@ class batch_receiver {
                     const std::function<void(std::span<const std::byte>, const endpoint&)>& fn,
                     std::error_code& ec, std::size_t max_bytes = SIZE_MAX);
 
+  /// During `fn`: the socket's count of datagrams its kernel dropped for a full receive buffer,
+  /// as of the moment the datagram being delivered was queued (SO_RXQ_OVFL, which
+  /// open_channel_socket turns on; 0 when the socket has dropped none or does not ask). A count
+  /// higher than the previous datagram's means datagrams were lost just before this one.
+  std::uint32_t socket_drops() const noexcept { return m_drops; }
+
  private:
   std::size_t m_batch;
   std::size_t m_buffer_bytes;
@@ -79,7 +85,13 @@ class batch_receiver {
   std::vector<char> m_names;
   std::vector<char> m_headers;
   std::vector<char> m_iovecs;
+  std::uint32_t m_drops = 0;
 };
+
+/// The share of `fd`'s receive buffer its queued datagrams take, 0 to 1 (SO_MEMINFO: the
+/// kernel's receive-queue bytes, skb overhead included, over the buffer size); 0 when the
+/// kernel does not say.
+double receive_buffer_fill(int fd) noexcept;
 
 /// Sends datagrams to one destination, several per system call: with UDP GSO where the kernel
 /// takes it, else with sendmmsg.

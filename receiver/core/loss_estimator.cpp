@@ -20,17 +20,22 @@ double loss_estimator::synthetic_interval(double rate_bps, std::uint32_t packet_
   return std::max(1.0, 1 / std::exp((lo + hi) / 2));
 }
 
-void loss_estimator::on_datagram(std::uint32_t seq, time_point now, duration rtt) noexcept {
+void loss_estimator::on_datagram(std::uint32_t seq, time_point now, duration rtt,
+                                 bool overrun) noexcept {
   if (!m_started) {
     m_started = true;
     m_first = seq;
     m_highest = seq;
     m_window_start = now;
+    m_sustained_start = now;
+    m_sustained_count = 1;
     return;
   }
   const auto ahead = static_cast<std::int32_t>(seq - m_highest);
   if (ahead <= 0) return;  // duplicate or reordered: already counted (as lost, if reordered)
-  if (ahead > 1) {
+  if (ahead > 1 && overrun) {
+    m_overrun_lost += static_cast<std::uint32_t>(ahead - 1);
+  } else if (ahead > 1) {
     const std::uint32_t first_lost = m_highest + 1;
     m_lost += static_cast<std::uint32_t>(ahead - 1);
     if (m_events == 0 || now - m_event_at > rtt) {
@@ -57,6 +62,13 @@ void loss_estimator::on_datagram(std::uint32_t seq, time_point now, duration rtt
     }
   }
   m_highest = seq;
+  ++m_sustained_count;
+  if (now - m_sustained_start >= sustained_window) {
+    m_sustained_pps = static_cast<double>(m_sustained_count) /
+                      std::chrono::duration<double>(now - m_sustained_start).count();
+    m_sustained_start = now;
+    m_sustained_count = 0;
+  }
   // The receive rate, datagrams per window of max(RTT, min_rate_window).
   ++m_window_count;
   if (now - m_window_start >= std::max(rtt, min_rate_window)) {
@@ -65,6 +77,13 @@ void loss_estimator::on_datagram(std::uint32_t seq, time_point now, duration rtt
     m_window_start = now;
     m_window_count = 0;
   }
+}
+
+double loss_estimator::sustained_rate_pps(time_point now) const noexcept {
+  if (m_sustained_pps > 0) return m_sustained_pps;
+  if (!m_started || now - m_sustained_start < min_rate_window || m_sustained_count < 2) return 0;
+  return static_cast<double>(m_sustained_count) /
+         std::chrono::duration<double>(now - m_sustained_start).count();
 }
 
 std::uint64_t loss_estimator::open_interval() const noexcept {

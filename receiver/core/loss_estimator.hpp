@@ -27,6 +27,11 @@
 /// lost. Without a measured window (the first loss came less than min_rate_window after the
 /// first datagram) it is the count of numbers from the first datagram seen to the first loss.
 ///
+/// Gaps the receiver's own kernel made (its socket buffer overran: SO_RXQ_OVFL counted drops
+/// before the datagram that reveals the gap) are not loss events: they say this host could not
+/// keep up, not that the path is congested, and go to the sender as an overrun report instead
+/// (docs/design-notes.md "Receiver overrun"). They are counted in overrun_lost().
+///
 /// Departures from the RFC, for simplicity: a loss is dated at the arrival of the datagram that
 /// reveals the gap (not interpolated between its neighbours), and reordered and duplicate
 /// datagrams (a number not after the highest) are ignored: a reordering is counted as a loss.
@@ -71,15 +76,26 @@ class loss_estimator {
   /// The receive rate of the last whole window, datagrams per second (0: none measured yet).
   double receive_rate_pps() const noexcept { return m_recv_pps; }
 
+  /// Shortest window of the sustained receive rate (an overrun report's rate): long enough to
+  /// span the pauses of a receiver whose storage holds its reading back, so it is the rate
+  /// the host keeps up, not that of a burst between pauses.
+  static constexpr duration sustained_window = std::chrono::milliseconds(100);
+  /// The sustained receive rate at `now`, datagrams per second: of the last whole window of
+  /// sustained_window, or before the first, of the datagrams since the first (once
+  /// min_rate_window has passed); 0 when neither is measured.
+  double sustained_rate_pps(time_point now) const noexcept;
+
   /// The interval 1/p whose p makes the throughput equation give `rate_bps` for `packet_bytes`
   /// packets at `rtt` (RFC 5348 section 6.3.1), at least 1.
   static double synthetic_interval(double rate_bps, std::uint32_t packet_bytes,
                                    duration rtt) noexcept;
 
   /// A datagram with sequence number `seq` arrived at `now`.
-  /// @param rtt  the receiver's round-trip time to the sender: losses within one rtt of the
-  ///             current loss event's start are part of it
-  void on_datagram(std::uint32_t seq, time_point now, duration rtt) noexcept;
+  /// @param rtt      the receiver's round-trip time to the sender: losses within one rtt of the
+  ///                 current loss event's start are part of it
+  /// @param overrun  the receiver's socket dropped datagrams just before this one (a full
+  ///                 buffer): a gap it reveals is counted in overrun_lost(), not as a loss event
+  void on_datagram(std::uint32_t seq, time_point now, duration rtt, bool overrun = false) noexcept;
 
   /// The loss event rate p in (0, 1], or 0 before the first loss event.
   double loss_event_rate() const noexcept;
@@ -87,8 +103,10 @@ class loss_estimator {
   bool has_loss() const noexcept { return m_events > 0; }
   /// Loss events seen.
   std::uint64_t loss_events() const noexcept { return m_events; }
-  /// Datagrams counted lost (sequence numbers skipped).
+  /// Datagrams counted lost (sequence numbers skipped), socket overruns excluded.
   std::uint64_t lost() const noexcept { return m_lost; }
+  /// Datagrams skipped in gaps the receiver's socket overrun made (not loss events).
+  std::uint64_t overrun_lost() const noexcept { return m_overrun_lost; }
   /// The closed loss intervals kept (at most `intervals`), newest first, in sequence numbers.
   std::size_t closed_intervals() const noexcept { return m_closed_count; }
   std::uint64_t closed_interval(std::size_t i) const noexcept { return m_closed[i]; }
@@ -108,6 +126,10 @@ class loss_estimator {
   time_point m_event_at{};        ///< when the latest loss event started
   std::uint64_t m_events = 0;
   std::uint64_t m_lost = 0;
+  std::uint64_t m_overrun_lost = 0;
+  time_point m_sustained_start{};
+  std::uint64_t m_sustained_count = 0;
+  double m_sustained_pps = 0;
   /// Closed intervals I_1..I_n, newest first.
   std::array<std::uint64_t, intervals> m_closed{};
   std::size_t m_closed_count = 0;

@@ -189,6 +189,12 @@ struct receiver_stats {
   /// Feedback a silent session would have sent and did not (REGISTER, NAK, COMPLETE, rate
   /// report, unicast): what a normal session of the same data would have cost the uplink.
   std::uint64_t silent_suppressed = 0;
+  /// --rate auto overrun reports sent: this host's socket buffer was half full or dropped
+  /// datagrams (docs/design-notes.md "Receiver overrun").
+  std::uint64_t overrun_reports = 0;
+  /// Datagrams of receiving sessions lost to this host's full socket buffer (SO_RXQ_OVFL):
+  /// gaps left out of the loss event rate.
+  std::uint64_t overrun_lost = 0;
   drop_counters drops;
 };
 
@@ -212,6 +218,19 @@ class receiver_engine {
   /// and dropped; so is one whose handling fails to allocate (errc::out_of_memory).
   void on_datagram(std::span<const std::byte> datagram, const endpoint& from, std::uint32_t channel,
                    time_point now);
+  /// The kernel dropped datagrams of `channel`'s socket for a full receive buffer before the
+  /// next datagram this engine gets on the channel (SO_RXQ_OVFL's count rose). A gap that
+  /// datagram reveals is this host's overrun, not the path's loss (loss_estimator), and a
+  /// --rate auto session it belongs to reports the overrun (docs/design-notes.md "Receiver
+  /// overrun").
+  void on_socket_drops(std::uint32_t channel) noexcept { m_drops_channel = channel; }
+  /// `fill` of `channel`'s socket receive buffer is queued (0 to 1, SO_MEMINFO before a read).
+  /// From backlog_report_fill on, every receiving --rate auto session on the channel reports an
+  /// overrun (at most once per RTT each), before the kernel has to drop anything.
+  void on_socket_backlog(std::uint32_t channel, double fill, time_point now);
+  /// The share of a socket's receive buffer in use from which --rate auto sessions report an
+  /// overrun (half: the other half absorbs what is in flight until the sender slows down).
+  static constexpr double backlog_report_fill = 0.5;
   /// Runs due timers (NAKs, retransmissions, checkpoints, timeouts).
   void on_timer(time_point now);
   /// Earliest time on_timer has work, or nullopt.
@@ -365,6 +384,9 @@ class receiver_engine {
   void on_rate_marker(session_rx& s, const wire::marker& m, time_point now);
   /// The rate-report timer fired: sends a NAK with the rate fields and nothing to NAK.
   void send_rate_report(session_rx& s, time_point now);
+  /// Sends `s` an overrun report (at most once per RTT) when it is a --rate auto session with
+  /// a measured receive rate.
+  void report_overrun(session_rx& s, time_point now);
   /// Sets a NAK's rate fields (40-43) when the session is in --rate auto (its latest marker
   /// said so) and has seen loss.
   void fill_rate(const session_rx& s, wire::nak& m) const;
@@ -385,6 +407,9 @@ class receiver_engine {
   std::deque<std::pair<session_id, time_point>> m_tombstone_order;
   memory_budget m_budget;
   receiver_stats m_stats;
+  /// The channel whose socket dropped datagrams before the datagram being handled (cleared
+  /// when on_datagram returns): see on_socket_drops.
+  std::optional<std::uint32_t> m_drops_channel;
   sequence_book m_sequences;
   /// Files that were being finalized (verified, made durable, renamed) when their session was
   /// given up or aborted: the storage still finishes them and reports the outcome, which is

@@ -242,6 +242,8 @@ struct receiver_engine::session_rx {
   // the rate-report timing.
   loss_estimator loss;
   rate_feedback rate;
+  /// When this session last reported an overrun (report_overrun).
+  std::optional<time_point> overrun_reported;
   /// Silent here (docs/design-notes.md "Silent sessions"): the announce carried silent_passes
   /// (its value, 0 otherwise) or the channel is configured silent. Nothing is ever sent for it.
   bool silent = false;

@@ -30,7 +30,13 @@ void receiver_engine::note_seq(session_rx& s, std::uint32_t seq, time_point now)
   s.loss.set_packet_bytes(packet_bytes(s.block_size));
   const std::uint64_t events = s.loss.loss_events();
   const duration rtt = rate_rtt(s.register_rtt, s.grtt);
-  s.loss.on_datagram(seq, now, rtt);
+  const bool overrun = m_drops_channel == s.channel;
+  const std::uint64_t overrun_lost = s.loss.overrun_lost();
+  s.loss.on_datagram(seq, now, rtt, overrun);
+  if (s.loss.overrun_lost() != overrun_lost) {
+    m_stats.overrun_lost += s.loss.overrun_lost() - overrun_lost;
+    report_overrun(s, now);
+  }
   if (s.loss.loss_events() != events) {
     s.rate.on_loss_event(
         tcp_throughput_bps(packet_bytes(s.block_size), rtt, s.loss.loss_event_rate()), rtt, now);
@@ -73,6 +79,34 @@ void receiver_engine::send_rate_report(session_rx& s, time_point now) {
   fill_rate(s, m);
   m_sink.send(s.sender, encode(wire::msg_type::nak, s.id, m));
   ++m_stats.naks_sent;
+}
+
+void receiver_engine::on_socket_backlog(std::uint32_t channel, double fill, time_point now) {
+  if (!(fill >= backlog_report_fill)) return;
+  for (auto& [id, s] : m_sessions) {
+    if (s->channel == channel) report_overrun(*s, now);
+  }
+}
+
+void receiver_engine::report_overrun(session_rx& s, time_point now) {
+  if (s.state != session_rx::state_t::receiving || s.unicast || !s.rate.enabled()) return;
+  const double pps = s.loss.sustained_rate_pps(now);
+  if (pps <= 0) return;  // no window measured yet: no rate to report
+  const duration rtt = rate_rtt(s.register_rtt, s.grtt);
+  if (s.overrun_reported && now - *s.overrun_reported < rtt) return;
+  s.overrun_reported = now;
+  if (s.silent) {
+    ++m_stats.silent_suppressed;
+    return;
+  }
+  wire::nak m = nak_header(s, m_cfg.id, now);
+  m.set_rate_report(true);
+  fill_rate(s, m);
+  m.set_overrun_bps(
+      static_cast<std::uint64_t>(std::clamp(pps * packet_bytes(s.block_size) * 8, 1.0, 1e15)));
+  m_sink.send(s.sender, encode(wire::msg_type::nak, s.id, m));
+  ++m_stats.naks_sent;
+  ++m_stats.overrun_reports;
 }
 
 }  // namespace mcdist::receiver

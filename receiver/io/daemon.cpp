@@ -369,9 +369,21 @@ void daemon::do_receive(std::size_t index) {
         std::error_code rec;
         std::uniform_real_distribution<double> u(0, 1);
         m_key_polls = 0;
+        const int fd = socket_at(index).native_handle();
+        if (index != control_index) {
+          // --rate auto: a channel socket filling up is this host falling behind; tell the
+          // engine before the kernel has to drop (docs/design-notes.md "Receiver overrun").
+          if (m_socket_drops.size() <= index) m_socket_drops.resize(index + 1, 0);
+          m_engine->on_socket_backlog(static_cast<std::uint32_t>(index),
+                                      net::receive_buffer_fill(fd), now);
+        }
         m_receiver.drain(
-            socket_at(index).native_handle(), max_datagrams_per_wake,
+            fd, max_datagrams_per_wake,
             [&](std::span<const std::byte> d, const endpoint& from) {
+              if (index != control_index && m_receiver.socket_drops() != m_socket_drops[index]) {
+                m_socket_drops[index] = m_receiver.socket_drops();
+                m_engine->on_socket_drops(static_cast<std::uint32_t>(index));
+              }
               if (m_cfg.drop_rate > 0 && u(m_drop_rng) < m_cfg.drop_rate) {
                 ++m_dropped_by_option;
                 return;

@@ -261,6 +261,9 @@ class daemon final : public receiver_sink {
   std::mt19937_64 m_drop_rng;
   std::uint64_t m_dropped_by_option = 0;
   std::uint64_t m_read_pauses = 0;
+  /// Per channel socket index: the SO_RXQ_OVFL drop count of the last datagram read from it
+  /// (a rise tells the engine the datagrams before the next one were this host's overrun).
+  std::vector<std::uint32_t> m_socket_drops;
   /// Unicast fallback clients, one per session in fallback; generation tells a stale
   /// callback from the current client's.
   struct unicast_slot {

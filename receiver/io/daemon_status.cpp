@@ -84,6 +84,9 @@ nlohmann::json daemon::status_json() {
   // the feedback they did not send.
   j["files_incomplete"] = st.files_incomplete;
   j["silent_suppressed"] = st.silent_suppressed;
+  // --rate auto: this host's socket buffer overran (docs/design-notes.md "Receiver overrun").
+  j["overrun_reports"] = st.overrun_reports;
+  j["overrun_lost"] = st.overrun_lost;
   j["session_memory_bytes"] = m_engine->memory_charged();  // charged to the memory budgets
   j["bytes_written"] = ss.bytes_written;
   j["parity"] = {{"kept", ss.parity_kept},

@@ -104,6 +104,10 @@ std::string render_metrics(const status_snapshot& s) {
   p.sample({{"reason", "no_digest"}}, a.no_digest);
   p.family("mcdist_receiver_naks_sent_total", metric_type::counter, "NAK datagrams sent.");
   p.sample(st.naks_sent);
+  p.family("mcdist_receiver_overrun_lost_total", metric_type::counter,
+           "Datagrams of receiving sessions this host's full socket buffer dropped "
+           "(SO_RXQ_OVFL; docs/design-notes.md \"Receiver overrun\").");
+  p.sample(st.overrun_lost);
   p.family("mcdist_receiver_files_incomplete_total", metric_type::counter,
            "Files silent sessions ended without (docs/design-notes.md \"Silent sessions\").");
   p.sample(st.files_incomplete);

@@ -29,7 +29,10 @@ std::uint64_t rate_controller::clr_rate_bps() const noexcept {
   return static_cast<std::uint64_t>(m_reports.find(m_clr)->second.rate_bps);
 }
 
-double rate_controller::target() const noexcept { return static_cast<double>(clr_rate_bps()); }
+double rate_controller::target() const noexcept {
+  const auto clr = static_cast<double>(clr_rate_bps());
+  return m_cap > 0 ? std::min(clr, m_cap) : clr;
+}
 
 void rate_controller::choose_clr(time_point now) {
   m_clr.clear();
@@ -72,7 +75,29 @@ void rate_controller::on_feedback(std::string_view id, std::uint64_t rate_bps, d
   }
 }
 
+void rate_controller::on_overrun(std::string_view id, std::uint64_t recv_bps, duration rtt,
+                                 time_point now) {
+  const double cap = std::max(m_cfg.overrun_factor * static_cast<double>(recv_bps),
+                              static_cast<double>(m_cfg.rate_min_bps));
+  if (m_slow_start) {
+    m_slow_start = false;
+    m_last = now;
+  }
+  if (m_cap > 0 && cap >= m_cap) return;
+  m_cap = cap;
+  m_cap_rtt = std::max(rtt, m_cfg.min_rtt);
+  m_cap_owner = std::string(id);
+  if (m_cap < m_rate) {
+    set_rate(m_cap);
+    m_last = now;
+  }
+}
+
 void rate_controller::forget(std::string_view id, time_point now) {
+  if (m_cap > 0 && m_cap_owner == id) {
+    m_cap = 0;
+    m_cap_owner.clear();
+  }
   const auto it = m_reports.find(id);
   if (it == m_reports.end()) return;
   m_reports.erase(it);
@@ -97,11 +122,26 @@ std::uint64_t rate_controller::update(time_point now, duration grtt) noexcept {
     if (m_rate >= static_cast<double>(m_cfg.rate_max_bps)) m_last = now;
     return rate_bps();
   }
+  if (m_cap > 0) {
+    // The overrun cap rises by the increase limit with its reporter's RTT, and is gone once
+    // it reaches the ceiling.
+    const double r = std::chrono::duration<double>(m_cap_rtt).count();
+    const double dt = std::chrono::duration<double>(now - m_last).count();
+    m_cap += dt * m_cfg.packet_bytes * 8 / (r * r);
+    if (m_cap >= static_cast<double>(m_cfg.rate_max_bps)) {
+      m_cap = 0;
+      m_cap_owner.clear();
+    }
+  }
   const double goal = target();
   if (m_rate < goal) {
     // At most one packet per RTT more per RTT: s / R^2 (bytes/s per second), in bit/s.
-    const duration r_clr =
-        m_clr.empty() ? std::max(grtt, m_cfg.min_rtt) : m_reports.find(m_clr)->second.rtt;
+    // The overrun cap, when it binds, rises with its reporter's RTT; the path's rate with the
+    // CLR's (or the GRTT's without one).
+    const bool capped = m_cap > 0 && m_cap <= static_cast<double>(clr_rate_bps());
+    const duration r_clr = capped          ? m_cap_rtt
+                           : m_clr.empty() ? std::max(grtt, m_cfg.min_rtt)
+                                           : m_reports.find(m_clr)->second.rtt;
     const double r = std::chrono::duration<double>(r_clr).count();
     const double dt = std::chrono::duration<double>(now - m_last).count();
     set_rate(std::min(goal, m_rate + dt * m_cfg.packet_bytes * 8 / (r * r)));

@@ -13,6 +13,13 @@
 /// - A CLR reporting a higher rate raises the rate no faster than one packet per RTT per RTT:
 ///   d(rate)/dt <= s / R^2 with s the packet size and R the CLR's RTT (section 3.5's increase
 ///   limit, as in TFRC).
+/// - Receiver overrun (docs/design-notes.md "Receiver overrun"; not in RFC 4654, whose losses
+///   are the path's): a receiver whose own socket buffer is half full or dropped datagrams
+///   reports the rate it takes datagrams in. The rate is capped at overrun_factor times that
+///   (so the receiver's queue drains), slow start ends, and the cap then rises by the same
+///   increase limit, s / R^2 per second with the reporter's RTT, until the ceiling lifts it
+///   or another overrun lowers it: a flow-control loop beside TFMCC's congestion control, so
+///   a host that cannot keep up is neither overrun for long nor mistaken for a congested path.
 /// - A receiver that leaves the decision (moved to unicast, completed, failed: forget()) is no
 ///   longer a CLR candidate; the lowest recent report of the others becomes the CLR, and with
 ///   none the rate rises by the increase rule towards rate_max_bps.
@@ -45,6 +52,9 @@ struct rate_controller_config {
   duration min_rtt = std::chrono::milliseconds(1);
   /// A report older than this is not a CLR candidate when the CLR leaves.
   duration report_lifetime = std::chrono::seconds(2);
+  /// An overrun report caps the rate at this share of the rate the receiver takes datagrams in
+  /// (below 1, so its queue drains; 0.85 leaves it 15 % to catch up with).
+  double overrun_factor = 0.85;
 };
 
 /// TFMCC sending-rate control for one session.
@@ -62,6 +72,12 @@ class rate_controller {
   /// @param has_loss  it has seen a loss event; a report without one limits nothing
   void on_feedback(std::string_view id, std::uint64_t rate_bps, duration rtt, bool has_loss,
                    time_point now);
+
+  /// Receiver `id` overruns: its socket buffer is half full or dropped datagrams while it took
+  /// them in at `recv_bps` (bit/s of whole IP packets). Ends slow start and caps the rate at
+  /// overrun_factor x recv_bps (a lower cap than the current one only). @param rtt its RTT
+  /// (the cap's increase limit)
+  void on_overrun(std::string_view id, std::uint64_t recv_bps, duration rtt, time_point now);
 
   /// Receiver `id` no longer takes part over multicast (unicast, completed, failed).
   void forget(std::string_view id, time_point now);
@@ -81,6 +97,10 @@ class rate_controller {
   std::uint64_t lowest_bps() const noexcept { return static_cast<std::uint64_t>(m_lowest); }
   /// Receivers with a report kept (CLR candidates).
   std::size_t candidates() const noexcept { return m_reports.size(); }
+  /// The overrun cap, bit/s (0: none: no overrun, or the cap has risen to the ceiling).
+  std::uint64_t overrun_cap_bps() const noexcept { return static_cast<std::uint64_t>(m_cap); }
+  /// The receiver whose overrun set the cap; empty without a cap.
+  const std::string& overrun_receiver() const noexcept { return m_cap_owner; }
 
  private:
   struct report {
@@ -101,6 +121,9 @@ class rate_controller {
   bool m_started = false;
   bool m_slow_start = true;
   time_point m_last{};  ///< last doubling (slow start) or last increase step
+  double m_cap = 0;     ///< the overrun cap, bit/s (0: none)
+  duration m_cap_rtt{};
+  std::string m_cap_owner;
 };
 
 }  // namespace mcdist::sender

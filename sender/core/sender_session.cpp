@@ -306,6 +306,12 @@ void sender_session::close_registration(time_point now) {
     start_ending(now, true, "no receiver registered");
     return;
   }
+  // A pass that started while registration was open scheduled its next marker by the initial
+  // GRTT (0.5 s): now that registrations measured it, markers (and --rate auto's feedback
+  // rounds) follow the measured one.
+  m_next_marker = std::min(
+      m_next_marker,
+      now + std::clamp<duration>(m_grtt.estimate() / 2, min_marker_interval, max_marker_interval));
   m_passes.group_known(m_registered);
   if (m_fallback.transport()) {
     double bytes = 0;

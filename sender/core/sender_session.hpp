@@ -221,14 +221,16 @@ struct receiver_report {
 /// Control datagrams the sender received and multicast, by kind (issue 12: what feedback costs
 /// as the group grows).
 struct control_counters {
-  std::uint64_t registers = 0;          ///< REGISTER datagrams received
-  std::uint64_t naks = 0;               ///< NAK datagrams received that name blocks or FEC lacks
-  std::uint64_t status = 0;             ///< NAK datagrams received that name none (status replies)
-  std::uint64_t completes = 0;          ///< COMPLETE datagrams received
-  std::uint64_t nak_blocks = 0;         ///< blocks those NAKs named (a block named twice: twice)
-  std::uint64_t nak_new_blocks = 0;     ///< of those, blocks that were not wanted already
-  std::uint64_t adverts = 0;            ///< repair adverts multicast
-  std::uint64_t rate_reports = 0;       ///< NAKs carrying a --rate auto report (rate_report set)
+  std::uint64_t registers = 0;       ///< REGISTER datagrams received
+  std::uint64_t naks = 0;            ///< NAK datagrams received that name blocks or FEC lacks
+  std::uint64_t status = 0;          ///< NAK datagrams received that name none (status replies)
+  std::uint64_t completes = 0;       ///< COMPLETE datagrams received
+  std::uint64_t nak_blocks = 0;      ///< blocks those NAKs named (a block named twice: twice)
+  std::uint64_t nak_new_blocks = 0;  ///< of those, blocks that were not wanted already
+  std::uint64_t adverts = 0;         ///< repair adverts multicast
+  std::uint64_t rate_reports = 0;    ///< NAKs carrying a --rate auto report (rate_report set)
+  /// --rate auto reports of a receiver's socket buffer overrunning (overrun_bps set)
+  std::uint64_t overrun_reports = 0;
   std::uint64_t advertised_blocks = 0;  ///< blocks they carried
   /// Datagrams that reached a silent session (receivers there send none): counted, dropped.
   std::uint64_t silent_refused = 0;

@@ -55,6 +55,28 @@ void sender_session::fill_rate_fields(wire::marker& m, time_point now) {
 
 void sender_session::handle_rate(receiver_state& r, const wire::nak& m, time_point now) {
   if (m.rate_report()) ++m_counters.rate_reports;
+  if (m_rate && m.overrun_bps() > 0) {
+    // The receiver's own socket buffer overruns (docs/design-notes.md "Receiver overrun").
+    ++m_counters.overrun_reports;
+    const duration rtt =
+        std::min<duration>(std::chrono::microseconds(m.rtt_us()), max_reported_rtt);
+    const bool first = m_rate->overrun_cap_bps() == 0 && m_rate->slow_start();
+    m_rate->on_overrun(r.rep.id, m.overrun_bps(), rtt, now);
+    update_auto_rate(now);
+    if (m_log && !first) {
+      m_log->debug("session {}: receiver '{}' overruns at {:.1f} Mbit/s: cap {:.1f}, rate {:.1f}",
+                   m_cfg.session, r.rep.id, static_cast<double>(m.overrun_bps()) / 1e6,
+                   static_cast<double>(m_rate->overrun_cap_bps()) / 1e6,
+                   static_cast<double>(m_cfg.rate_bps) / 1e6);
+    }
+    if (m_log && first) {
+      m_log->info(
+          "session {}: receiver '{}' overruns its socket buffer at {:.1f} Mbit/s: slow start "
+          "ends, rate {:.1f} Mbit/s",
+          m_cfg.session, r.rep.id, static_cast<double>(m.overrun_bps()) / 1e6,
+          static_cast<double>(m_cfg.rate_bps) / 1e6);
+    }
+  }
   if (!m_rate || (m.loss_ppb() == 0 && m.rate_bps() == 0)) return;
   if (m.loss_ppb() > 1'000'000'000 || m.rate_bps() == 0) {
     m_drops.add(errc::invalid_field);

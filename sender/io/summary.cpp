@@ -47,6 +47,9 @@ std::string format_summary(const run_result& r) {
        << (rep.rate_lowest_bps ? format_rate(static_cast<double>(rep.rate_lowest_bps))
                                : std::string("- (no loss reported)"))
        << ", " << rep.control.rate_reports << " rate reports"
+       << (rep.control.overrun_reports > 0
+               ? " (" + std::to_string(rep.control.overrun_reports) + " of receiver overrun)"
+               : std::string())
        << (rep.rate_clr.empty() ? std::string() : ", limited by " + rep.rate_clr) << "\n";
   } else {
     os << "rate fixed: "
@@ -178,7 +181,8 @@ std::string summary_json(const run_result& r) {
                {"lowest_bps", rep.rate_lowest_bps},
                {"max_bps", rep.rate_max_bps},
                {"clr", rep.rate_clr},
-               {"reports", c.rate_reports}};
+               {"reports", c.rate_reports},
+               {"overrun_reports", c.overrun_reports}};
   j["succeeded"] = r.succeeded;
   j["signed"] = r.signed_session;
   j["encrypted"] = r.encrypted_session;

@@ -268,6 +268,7 @@ def main():
         sys.exit("small_files_bench.py needs root (ip link set lo multicast on)")
     if not shutil.which("uftp"):
         sys.exit("uftp is not installed: deploy/install-deps.sh --bench")
+    os.makedirs(args.disk, exist_ok=True)
     if fs_type(args.disk) == "tmpfs":
         sys.exit("--disk %s is on tmpfs; give a directory on a real disk" % args.disk)
     if fs_type(args.tmpfs) != "tmpfs":

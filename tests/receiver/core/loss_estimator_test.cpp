@@ -267,3 +267,38 @@ TEST_CASE("rate reports: a loss event far below the sender's rate is reported at
   f.on_loss_event(100e6, rtt, t0 + 12ms);
   REQUIRE(f.due() == t0 + 12ms);
 }
+
+TEST_CASE("a gap the receiver's own socket made is counted apart, not as a loss event",
+          "[unit][receiver]") {
+  loss_estimator e;
+  time_point t = feed(e, 0, 100, time_point{});
+  // The socket dropped 50 datagrams before number 150 (SO_RXQ_OVFL rose).
+  e.on_datagram(150, t, rtt, true);
+  REQUIRE_FALSE(e.has_loss());
+  REQUIRE(e.lost() == 0);
+  REQUIRE(e.overrun_lost() == 50);
+  REQUIRE(e.loss_event_rate() == 0);
+  // A later gap without the flag is the path's loss.
+  t = feed(e, 151, 200, t + 1ms);
+  e.on_datagram(202, t, rtt);  // 200 and 201 lost
+  REQUIRE(e.has_loss());
+  REQUIRE(e.lost() == 2);
+  REQUIRE(e.overrun_lost() == 50);
+}
+
+TEST_CASE("the sustained receive rate spans a whole window, not a burst", "[unit][receiver]") {
+  loss_estimator e;
+  const time_point t0{};
+  REQUIRE(e.sustained_rate_pps(t0) == 0);
+  // 1000 datagrams in a burst at 0 ms, then nothing until 100 ms: 10,000 a second, although
+  // the burst itself came in no time.
+  for (std::uint32_t s = 0; s < 1000; ++s) e.on_datagram(s, t0, rtt);
+  REQUIRE(e.sustained_rate_pps(t0 + 5ms) == 0);  // less than min_rate_window: not a rate
+  // Before the first whole window: the datagrams since the first.
+  REQUIRE(e.sustained_rate_pps(t0 + 50ms) == Approx(1000 / 0.05));
+  e.on_datagram(1000, t0 + 100ms, rtt);
+  REQUIRE(e.sustained_rate_pps(t0 + 100ms) == Approx(1001 / 0.1));
+  // It stays the last whole window's until the next one closes.
+  e.on_datagram(1001, t0 + 150ms, rtt);
+  REQUIRE(e.sustained_rate_pps(t0 + 150ms) == Approx(1001 / 0.1));
+}

@@ -119,3 +119,55 @@ TEST_CASE("the rate stays within its floor and ceiling", "[unit][sender]") {
   rc.on_feedback("a", 50'000'000'000, 10ms, true, t0 + 1ms);
   REQUIRE(rc.update(t0 + 3600s, grtt) == 1'000'000'000);
 }
+
+TEST_CASE("a receiver's overrun ends slow start and caps the rate below its receive rate",
+          "[unit][sender]") {
+  rate_controller rc(config());
+  rc.start(t0);
+  REQUIRE(rc.update(t0 + 50ms, grtt) == 320'000'000);
+  rc.on_overrun("a", 200'000'000, 2ms, t0 + 51ms);
+  REQUIRE_FALSE(rc.slow_start());
+  REQUIRE(rc.overrun_receiver() == "a");
+  // overrun_factor (0.85) of the rate it takes datagrams in: its queue drains.
+  REQUIRE(rc.overrun_cap_bps() == 170'000'000);
+  REQUIRE(rc.rate_bps() == 170'000'000);
+  REQUIRE(rc.clr().empty());  // an overrun is no loss report: no CLR
+  // A report of a higher receive rate does not raise the cap; a lower one lowers it.
+  rc.on_overrun("a", 300'000'000, 2ms, t0 + 52ms);
+  REQUIRE(rc.overrun_cap_bps() < 171'000'000);
+  rc.on_overrun("b", 100'000'000, 2ms, t0 + 52ms);
+  REQUIRE(rc.overrun_cap_bps() == 85'000'000);
+  REQUIRE(rc.overrun_receiver() == "b");
+  REQUIRE(rc.rate_bps() == 85'000'000);
+}
+
+TEST_CASE("the overrun cap rises by one packet per RTT per RTT and lifts at the ceiling",
+          "[unit][sender]") {
+  rate_controller rc = at_ceiling();
+  rc.on_overrun("a", 100'000'000, 10ms, t0);
+  REQUIRE(rc.rate_bps() == 85'000'000);
+  // s / R^2 with the reporter's RTT: 115.84 Mbit/s per second; the rate follows the cap.
+  const double step = 1448.0 * 8 / (0.01 * 0.01);
+  const auto r1 = rc.update(t0 + 100ms, grtt);
+  REQUIRE(static_cast<double>(r1) <= 85e6 + step * 0.1 + 1);
+  REQUIRE(static_cast<double>(r1) >= 85e6 + step * 0.1 * 0.99);
+  REQUIRE(rc.overrun_cap_bps() >= r1);
+  // (1000 - 85) / 115.84 = 7.9 s to the ceiling, where the cap is gone.
+  for (int i = 1; i <= 90; ++i) rc.update(t0 + 100ms + 100ms * i, grtt);
+  REQUIRE(rc.overrun_cap_bps() == 0);
+  REQUIRE(rc.overrun_receiver().empty());
+  REQUIRE(rc.rate_bps() == 1'000'000'000);
+}
+
+TEST_CASE("the overrun cap leaves with its receiver; a loss report still limits the rate",
+          "[unit][sender]") {
+  rate_controller rc = at_ceiling();
+  rc.on_overrun("a", 100'000'000, 1ms, t0);
+  rc.on_feedback("b", 400'000'000, 5ms, true, t0);
+  REQUIRE(rc.rate_bps() == 85'000'000);  // the lower of the cap and the CLR's rate
+  rc.forget("a", t0 + 1ms);              // moved to unicast
+  REQUIRE(rc.overrun_cap_bps() == 0);
+  REQUIRE(rc.clr() == "b");
+  // It rises towards the CLR's rate by the CLR's increase limit (5 ms: 463 Mbit/s per s).
+  REQUIRE(rc.update(t0 + 10s, grtt) == 400'000'000);
+}

@@ -870,6 +870,56 @@ TEST_CASE(
   REQUIRE(rep.rate_lowest_bps == 2'000'000);
 }
 
+TEST_CASE(
+    "rate auto: a receiver's overrun report ends slow start and caps the rate below what it "
+    "takes in; a registered receiver only",
+    "[unit][sender][rate]") {
+  sender_config cfg;
+  cfg.session = session_id{43};
+  cfg.receivers = {"a"};
+  cfg.rate_auto = true;
+  cfg.rate_max_bps = 20'000'000'000;
+  cfg.rate_bps = cfg.rate_max_bps;
+  sender_session s(cfg, files({14'000'000}), 1, nullptr);
+  time_point now{100s};
+  s.start(now);
+  auto tick = [&] {
+    s.on_timer(now);
+    control_send c;
+    while (s.pop_control(c)) {
+    }
+  };
+  tick();
+  wire::register_request r;
+  r.set_receiver_id("a");
+  s.on_datagram(datagram(wire::msg_type::register_request, cfg.session, r), rx_a, now);
+  tick();
+  std::array<data_send, 64> buf;
+  for (int i = 0; i < 40; ++i) {
+    now += 50ms;
+    s.next_data(now, buf);
+    tick();
+  }
+  REQUIRE(s.rate_bps() > 100'000'000);  // slow start, above what "a" takes
+  auto overrun = [&](const char* id, const endpoint& from, std::uint64_t bps) {
+    wire::nak m;
+    m.set_receiver_id(id);
+    m.set_rate_report(true);
+    m.set_overrun_bps(bps);
+    m.set_rtt_us(1'000);
+    s.on_datagram(datagram(wire::msg_type::nak, cfg.session, m), from, now);
+    tick();
+  };
+  overrun("x", rx_b, 1'000'000);  // not a registered receiver: ignored
+  REQUIRE(s.rate_bps() > 100'000'000);
+  overrun("a", rx_a, 100'000'000);
+  REQUIRE(s.rate_bps() == 85'000'000);  // 0.85 of what it takes in
+  const auto rep = s.report(now);
+  REQUIRE(rep.control.overrun_reports == 1);
+  REQUIRE(rep.rate_lowest_bps == 85'000'000);  // slow start is over
+  REQUIRE(rep.rate_clr.empty());               // an overrun names no CLR: not the path's loss
+}
+
 namespace {
 
 /// Rebuilds h's session over one 14,000-byte file (10 blocks) with an SCTP fallback at NAK

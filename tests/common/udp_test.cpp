@@ -1,0 +1,101 @@
+// batch_receiver's SO_RXQ_OVFL count and receive_buffer_fill on a real UDP socket whose
+// receive buffer overflows (docs/design-notes.md "Receiver overrun").
+#include "common/net/udp.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+
+#include <array>
+#include <cstring>
+#include <vector>
+
+using mcdist::net::batch_receiver;
+using mcdist::net::receive_buffer_fill;
+
+namespace {
+
+/// A UDP socket bound to 127.0.0.1 on an ephemeral port; closed on scope exit.
+struct udp_fd {
+  int fd = -1;
+  sockaddr_in addr{};
+  udp_fd() {
+    fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK, 0);
+    REQUIRE(fd >= 0);
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    socklen_t len = sizeof addr;
+    REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  }
+  ~udp_fd() { ::close(fd); }
+  udp_fd(const udp_fd&) = delete;
+  udp_fd& operator=(const udp_fd&) = delete;
+};
+
+}  // namespace
+
+TEST_CASE("a receive buffer that overflows: its fill, and the drop count on what follows",
+          "[unit][net]") {
+  udp_fd rx, tx;
+  const int one = 1, small = 16 * 1024;  // the kernel doubles it and keeps a minimum
+  REQUIRE(::setsockopt(rx.fd, SOL_SOCKET, SO_RXQ_OVFL, &one, sizeof one) == 0);
+  REQUIRE(::setsockopt(rx.fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small) == 0);
+  REQUIRE(receive_buffer_fill(rx.fd) == 0);
+
+  // Numbered datagrams, far more than the buffer holds, none read meanwhile.
+  constexpr std::uint32_t sent = 400;
+  std::array<std::byte, 1000> payload{};
+  for (std::uint32_t i = 0; i < sent; ++i) {
+    std::memcpy(payload.data(), &i, sizeof i);
+    REQUIRE(::sendto(tx.fd, payload.data(), payload.size(), 0,
+                     reinterpret_cast<const sockaddr*>(&rx.addr),
+                     sizeof rx.addr) == static_cast<ssize_t>(payload.size()));
+  }
+  const double fill = receive_buffer_fill(rx.fd);
+  REQUIRE(fill > 0.5);  // full up to the last datagram it could take
+
+  batch_receiver br(16, 2048);
+  std::vector<std::uint32_t> numbers, drops;
+  std::error_code ec;
+  const std::size_t got = br.drain(
+      rx.fd, SIZE_MAX,
+      [&](std::span<const std::byte> d, const mcdist::endpoint&) {
+        std::uint32_t n = 0;
+        std::memcpy(&n, d.data(), sizeof n);
+        numbers.push_back(n);
+        drops.push_back(br.socket_drops());
+      },
+      ec);
+  REQUIRE_FALSE(ec);
+  REQUIRE(got == numbers.size());
+  REQUIRE(got < sent);
+  REQUIRE(receive_buffer_fill(rx.fd) == 0);  // drained
+  // The first datagrams were queued before any drop; the kernel dropped every later one, so
+  // what was read is 0..got-1 in order, each carrying the count as of its queueing: 0.
+  for (std::size_t i = 0; i < numbers.size(); ++i) REQUIRE(numbers[i] == i);
+  REQUIRE(drops.back() == 0);
+
+  // One more datagram, queued after the drops: it carries their count.
+  const std::uint32_t last = sent;
+  std::memcpy(payload.data(), &last, sizeof last);
+  REQUIRE(::sendto(tx.fd, payload.data(), payload.size(), 0,
+                   reinterpret_cast<const sockaddr*>(&rx.addr),
+                   sizeof rx.addr) == static_cast<ssize_t>(payload.size()));
+  numbers.clear();
+  drops.clear();
+  REQUIRE(br.drain(
+              rx.fd, SIZE_MAX,
+              [&](std::span<const std::byte> d, const mcdist::endpoint&) {
+                std::uint32_t n = 0;
+                std::memcpy(&n, d.data(), sizeof n);
+                numbers.push_back(n);
+                drops.push_back(br.socket_drops());
+              },
+              ec) == 1);
+  REQUIRE(numbers.front() == sent);
+  REQUIRE(drops.front() == sent - got);  // every datagram not read was dropped, and counted
+}
