@@ -38,15 +38,21 @@ void loss_estimator::on_datagram(std::uint32_t seq, time_point now, duration rtt
   } else if (ahead > 1) {
     const std::uint32_t first_lost = m_highest + 1;
     m_lost += static_cast<std::uint32_t>(ahead - 1);
-    if (m_events == 0 || now - m_event_at > rtt) {
+    // The first loss event (slow start's end) spans two RTTs: what the sender sent at the
+    // doubled rate before the report reached it is still arriving a round trip after the first
+    // loss, and behind a full bottleneck queue later than the unloaded RTT says.
+    if (m_events == 0 || now - m_event_at > (m_events == 1 ? 2 * rtt : rtt)) {
       // A new loss event: the interval since the previous one's first loss closes. The first
       // is synthesised from the receive rate before this datagram (RFC 5348 section 6.3.1).
       // A window shorter than min_rate_window is not a rate: datagrams arrive in batches
       // (recvmmsg, GRO) that share one `now`.
+      // Of the last whole window, or of the current one once it is min_rate_window long, if
+      // higher: in slow start the rate doubles every RTT, and the last whole window (up to two
+      // old) holds half of what now gets through.
       double pps = m_recv_pps;
-      if (pps == 0 && now - m_window_start >= min_rate_window && m_window_count > 1) {
-        pps = static_cast<double>(m_window_count) /
-              std::chrono::duration<double>(now - m_window_start).count();
+      if (now - m_window_start >= min_rate_window && m_window_count > 1) {
+        pps = std::max(pps, static_cast<double>(m_window_count) /
+                                std::chrono::duration<double>(now - m_window_start).count());
       }
       const std::uint64_t closed = m_events > 0 ? first_lost - m_event_seq
                                    : pps > 0

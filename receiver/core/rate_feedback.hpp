@@ -74,9 +74,12 @@ class rate_feedback {
     }
   }
 
-  /// A new loss event was seen. @param own_bps this receiver's rate now @param rtt its RTT
-  void on_loss_event(double own_bps, duration rtt, time_point now) noexcept {
-    if (m_sender_bps == 0 || !(own_bps < urgent_fraction * static_cast<double>(m_sender_bps))) {
+  /// A new loss event was seen. @param first it is this receiver's first (it ends slow start,
+  /// which RFC 4654 section 3.4 ends at any receiver's first loss: reported at once whatever
+  /// the rate) @param own_bps this receiver's rate now @param rtt its RTT
+  void on_loss_event(bool first, double own_bps, duration rtt, time_point now) noexcept {
+    if (m_sender_bps == 0 ||
+        !(first || own_bps < urgent_fraction * static_cast<double>(m_sender_bps))) {
       return;
     }
     if (m_last_report && now - *m_last_report < rtt) return;

@@ -39,6 +39,7 @@ void receiver_engine::note_seq(session_rx& s, std::uint32_t seq, time_point now)
   }
   if (s.loss.loss_events() != events) {
     s.rate.on_loss_event(
+        s.loss.loss_events() == 1,
         tcp_throughput_bps(packet_bytes(s.block_size), rtt, s.loss.loss_event_rate()), rtt, now);
   }
 }

@@ -28,8 +28,10 @@ slowest receiver sustains is faster (loopback here: 1 GB in 2.1 s at 4G, 5.6 s u
 --rate auto lets the receivers set the rate (TFMCC, RFC 4654): it starts at 10M, doubles every
 GRTT until a receiver reports loss, then follows the lowest TCP-friendly rate a receiver on
 multicast reports (from its loss event rate and RTT, RFC 5348's equation), never above
---rate-max. Receivers moved to unicast no longer hold it back. It is a first version: see
-docs/benchmarks.md "Rate auto" for what it reaches against a well-chosen fixed rate.
+--rate-max. A receiver that cannot keep up (its socket buffer half full or dropping) reports
+what it takes in, and the rate stays below that (docs/design-notes.md "Receiver overrun").
+Receivers moved to unicast no longer hold it back. docs/benchmarks.md "Rate auto" has what
+it reaches against fixed rates, UFTP's TFMCC and a TCP flow.
 DURATION takes a unit: 250ms, 2s, 1m.
 
 Closed group (--receivers a,b,c): the session starts as soon as every listed receiver has

@@ -19,6 +19,10 @@ fixed rates of 100 % and 95 % of RATE. Shown per row besides goodput: the bottle
 drops as a share of the packets that reached it (the loss the bottleneck caused). One emulator
 per run, so each row's counters are its own.
 
+With --linkem and --tcp, one more auto row shares the bottleneck with a TCP flow (iperf3 from h0
+to h1, cubic unless --tcp-congestion says otherwise, started 2 s before mcdist-send): it prints
+mcdist's goodput and TCP's rate over the same interval beside the fair share (half the link).
+
 With --uftp, UFTP 4.10 with its TFMCC congestion control (`uftp -C tfmcc:max=CEILING`, uftpd
 receiving; on loopback one row per ceiling, through the emulator one for the first ceiling) runs
 in the same rounds, and the tables give auto's goodput over UFTP's. A UFTP run that fails or
@@ -29,13 +33,14 @@ Needs root (`ip link set lo multicast on`; namespaces and TUN for --linkem) and 
 
 usage: rate_auto_bench.py [--build DIR] [--dir DIR] [--bytes N] [--repeat N]
                           [--ceilings 2G,8G] [--fixed 1G,2G,4G,5G,8G]
-                          [--linkem 200M [--delay 10ms] [--queue 100]] [--uftp]
+                          [--linkem 200M [--delay 10ms] [--queue 100] [--tcp]] [--uftp]
 """
 
 import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -80,6 +85,12 @@ def main():
     ap.add_argument("--linkem", default=None, help="bottleneck rate: run through tests/linkem")
     ap.add_argument("--delay", default="10ms", help="--linkem: one-way delay of every direction")
     ap.add_argument("--queue", default="100", help="--linkem: bottleneck queue, packets")
+    ap.add_argument("--tcp", action="store_true",
+                    help="--linkem: one more auto row that shares the bottleneck with a TCP "
+                         "flow (iperf3 h0 to h1, started 2 s before); prints both rates")
+    ap.add_argument("--tcp-congestion", default="cubic",
+                    help="--tcp: the TCP flow's congestion control (iperf3 -C; TFMCC is to be "
+                         "fair to loss-based TCP such as cubic or reno; bbr ignores loss)")
     ap.add_argument("--uftp", action="store_true",
                     help="also UFTP 4.10 -C tfmcc (RFC 4654) with each ceiling as its max rate, "
                          "uftpd as the receiver, in the same rounds")
@@ -239,6 +250,9 @@ def linkem_main(args):
     if args.uftp:
         need_programs(shutil.which("uftp") or "uftp", shutil.which("uftpd") or "uftpd")
         rows.append(("uftp", ceiling))
+    if args.tcp:
+        need_programs(shutil.which("iperf3") or "iperf3")
+        rows.append(("auto+tcp", ceiling))
     links = ["all:delay=%s" % args.delay, "h1.down:rate=%s,queue=%s" % (
         args.linkem.replace("M", "Mbit").replace("G", "Gbit"), args.queue)]
     samples = {row: [] for row in rows}
@@ -286,13 +300,22 @@ def linkem_main(args):
             time.sleep(0.5)
             summary = os.path.join(work, "summary.json")
             rate_args = ["--rate", r] if mode == "fixed" else ["--rate", "auto", "--rate-max", r]
+            tcp = None
+            if mode == "auto+tcp":
+                # A TCP flow (iperf3, --tcp-congestion) through the same
+                # bottleneck, started first so it holds its share when mcdist comes.
+                tcp = TcpFlow(emu, work, args.tcp_congestion)
+                time.sleep(2)
+            t_start = t_end = time.time()
             try:
                 code, wall, _, out = sender_run(
                     ["ip", "netns", "exec", emu.ns(0), send, "--no-progress", "--group", group,
                      "--interface",
                      emu.addr(0), "--receivers", "bench", "--fallback", "off", "--summary-json",
                      summary] + rate_args + [src])
+                t_end = time.time()
             finally:
+                tcp_bps = tcp.rate_between(t_start, t_end) if tcp else 0
                 stop_proc(daemon)
                 logf.close()
                 emu.stop()
@@ -312,12 +335,14 @@ def linkem_main(args):
             samples[(mode, r)].append({
                 "goodput": args.bytes * 8 / wall, "wall": wall, "passes": s["passes"],
                 "repairs": s["repair_datagrams"], "end": rate.get("bps", 0),
-                "lowest": rate.get("lowest_bps", 0), "drop": drops / pin, "ok": ok})
+                "lowest": rate.get("lowest_bps", 0), "drop": drops / pin, "ok": ok,
+                "tcp": tcp_bps})
             log("run %d: %-5s %-5s %.3f s  %5.1f Mbit/s  %d pass(es)  %d repairs  bottleneck drops "
-                "%.2f %%  end %.0f M  lowest %.0f M  %s" % (
+                "%.2f %%  end %.0f M  lowest %.0f M  %s%s" % (
                     rep + 1, mode, r, wall, args.bytes * 8 / wall / 1e6, s["passes"],
                     s["repair_datagrams"], 100 * drops / pin, rate.get("bps", 0) / 1e6,
-                    rate.get("lowest_bps", 0) / 1e6, "ok" if ok else "WRONG OR MISSING FILE"))
+                    rate.get("lowest_bps", 0) / 1e6, "ok" if ok else "WRONG OR MISSING FILE",
+                    "  TCP meanwhile %.1f Mbit/s" % (tcp_bps / 1e6) if tcp else ""))
     med = lambda row, k: statistics.median(x[k] for x in samples[row])
     log("")
     log("%d bytes through a %s bottleneck (queue %s packets, %s one way per direction), median "
@@ -330,9 +355,57 @@ def linkem_main(args):
             row[0], row[1], med(row, "goodput") / 1e6, med(row, "goodput") / bottleneck,
             med(row, "wall"), med(row, "passes"),
             "%.0f" % med(row, "repairs") if row[0] != "uftp" else "-", 100 * med(row, "drop"),
-            "%.0f" % (med(row, "end") / 1e6) if row[0] == "auto" else "-",
-            "%.0f" % (med(row, "lowest") / 1e6) if row[0] == "auto" else "-",
+            "%.0f" % (med(row, "end") / 1e6) if row[0].startswith("auto") else "-",
+            "%.0f" % (med(row, "lowest") / 1e6) if row[0].startswith("auto") else "-",
             all(x["ok"] for x in samples[row])))
+    if args.tcp:
+        row = ("auto+tcp", ceiling)
+        log("")
+        log("Sharing with TCP (iperf3, %s): the bottleneck's fair share is %.1f Mbit/s each" % (
+            args.tcp_congestion, bottleneck / 2e6))
+        log("| run | mcdist auto Mbit/s | TCP meanwhile Mbit/s | mcdist / TCP |")
+        log("|---|---|---|---|")
+        for i, x in enumerate(samples[row]):
+            log("| %d | %.1f | %.1f | %.2f |" % (i + 1, x["goodput"] / 1e6, x["tcp"] / 1e6,
+                                                 x["goodput"] / x["tcp"] if x["tcp"] else 0))
+
+
+class TcpFlow:
+    """iperf3 from h0 to h1 with TCP congestion control `congestion` until rate_between() stops
+    it (SIGINT: iperf3 still writes its JSON report), with half-second intervals."""
+
+    def __init__(self, emu, work, congestion):
+        self.json = os.path.join(work, "iperf3.json")
+        self.server = subprocess.Popen(["ip", "netns", "exec", emu.ns(1), "iperf3", "-s", "-1",
+                                        "-p", "5291"], stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.DEVNULL)
+        time.sleep(0.3)
+        self.out = open(self.json, "w")
+        self.started = time.time()  # iperf3's own start stamp is in whole seconds
+        self.client = subprocess.Popen(["ip", "netns", "exec", emu.ns(0), "iperf3", "-c",
+                                        emu.addr(1), "-p", "5291", "-t", "3600", "-i", "0.5",
+                                        "-C", congestion, "-J"], stdout=self.out, stderr=subprocess.DEVNULL)
+
+    def rate_between(self, t0, t1):
+        """TCP's received bit/s over [t0, t1] (wall clock), from the intervals overlapping it;
+        stops the flow first."""
+        stop_proc(self.client, sig=signal.SIGINT)
+        stop_proc(self.server)
+        self.out.close()
+        with open(self.json) as f:
+            text = f.read()
+        try:
+            rep = json.loads(text)
+        except ValueError:
+            return 0
+        start = self.started
+        bits = 0.0
+        for iv in rep.get("intervals", []):
+            a, b = start + iv["sum"]["start"], start + iv["sum"]["end"]
+            overlap = max(0.0, min(b, t1) - max(a, t0))
+            if b > a:
+                bits += iv["sum"]["bits_per_second"] * overlap
+        return bits / (t1 - t0) if t1 > t0 else 0
 
 
 if __name__ == "__main__":

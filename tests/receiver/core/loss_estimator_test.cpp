@@ -132,16 +132,24 @@ TEST_CASE("with more than eight loss events only the newest eight intervals coun
   REQUIRE(e.loss_event_rate() == Approx(rfc_loss_event_rate(closed, 41)));
 }
 
-TEST_CASE("losses less than one RTT apart are one loss event", "[unit][receiver]") {
+TEST_CASE("losses less than one RTT apart are one loss event; the first event spans two",
+          "[unit][receiver]") {
   loss_estimator e;
   time_point t = feed(e, 0, 100, time_point{});
   e.on_datagram(102, t, rtt);        // 100, 101 lost
   e.on_datagram(105, t + 5ms, rtt);  // 103, 104 lost, 5 ms later: same event
   REQUIRE(e.loss_events() == 1);
-  e.on_datagram(107, t + 20ms, rtt);  // 106 lost two RTTs later: a new event
+  // Slow start's overshoot still arriving: the first event takes losses for two RTTs.
+  e.on_datagram(107, t + 15ms, rtt);  // 106 lost
+  REQUIRE(e.loss_events() == 1);
+  e.on_datagram(109, t + 21ms, rtt);  // 108 lost more than two RTTs later: a new event
   REQUIRE(e.loss_events() == 2);
-  REQUIRE(e.lost() == 5);
-  REQUIRE(e.closed_interval(0) == 6);  // 106 - 100
+  REQUIRE(e.lost() == 6);
+  REQUIRE(e.closed_interval(0) == 8);  // 108 - 100
+  // Later events span one RTT.
+  e.on_datagram(111, t + 32ms, rtt);  // 110 lost 11 ms after the second event began
+  REQUIRE(e.loss_events() == 3);
+  REQUIRE(e.closed_interval(0) == 2);  // 110 - 108
 }
 
 TEST_CASE("duplicates and reordered datagrams are ignored, across the sequence wrap",
@@ -255,17 +263,28 @@ TEST_CASE("rate reports: a loss event far below the sender's rate is reported at
   rate_feedback f;
   f.on_marker(400'000'000, false, 1, 100ms, 0, INFINITY, rtt, 0.5, t0);
   REQUIRE_FALSE(f.due());
-  f.on_loss_event(300e6, rtt, t0 + 1ms);  // not below half the sender's rate: the round decides
+  f.on_loss_event(false, 300e6, rtt,
+                  t0 + 1ms);  // not below half the sender's rate: the round decides
   REQUIRE_FALSE(f.due());
-  f.on_loss_event(150e6, rtt, t0 + 2ms);
+  f.on_loss_event(false, 150e6, rtt, t0 + 2ms);
   REQUIRE(f.due() == t0 + 2ms);
   // Not suppressed by a lower echo: it is urgent.
   f.on_marker(400'000'000, false, 1, 100ms, 100'000'000, 150e6, rtt, 0.5, t0 + 2ms);
   REQUIRE(f.fire(t0 + 2ms, 150e6));
-  f.on_loss_event(100e6, rtt, t0 + 5ms);  // within one RTT of the last report
+  f.on_loss_event(false, 100e6, rtt, t0 + 5ms);  // within one RTT of the last report
   REQUIRE_FALSE(f.due());
-  f.on_loss_event(100e6, rtt, t0 + 12ms);
+  f.on_loss_event(false, 100e6, rtt, t0 + 12ms);
   REQUIRE(f.due() == t0 + 12ms);
+}
+
+TEST_CASE("rate reports: a receiver's first loss event is reported at once (slow start's end)",
+          "[unit][receiver]") {
+  rate_feedback f;
+  const time_point t0{std::chrono::seconds(5)};
+  f.on_marker(400'000'000, false, 1, 100ms, 0, INFINITY, rtt, 0.5, t0);
+  f.on_loss_event(true, 390e6, rtt, t0 + 1ms);  // hardly below the sender's rate, but the first
+  REQUIRE(f.due() == t0 + 1ms);
+  REQUIRE(f.fire(t0 + 1ms, 390e6));
 }
 
 TEST_CASE("a gap the receiver's own socket made is counted apart, not as a loss event",
