@@ -89,6 +89,8 @@ class rate_feedback {
 
   /// True when the latest marker said the session's rate is auto (reports wanted).
   bool enabled() const noexcept { return m_sender_bps > 0; }
+  /// The sender's rate as of the latest marker, bit/s (0: not --rate auto).
+  std::uint64_t sender_bps() const noexcept { return m_sender_bps; }
 
   /// When a report is due, if one is.
   std::optional<time_point> due() const noexcept { return m_due; }

@@ -242,8 +242,11 @@ struct receiver_engine::session_rx {
   // the rate-report timing.
   loss_estimator loss;
   rate_feedback rate;
-  /// When this session last reported an overrun (report_overrun).
+  /// When this session last reported an overrun (report_overrun), and the rate the sender
+  /// holds below after it (overrun_cap_share of what it reported) until the next marker tells
+  /// the sender's rate itself; 0: take the marker's.
   std::optional<time_point> overrun_reported;
+  double overrun_assumed_bps = 0;
   /// Silent here (docs/design-notes.md "Silent sessions"): the announce carried silent_passes
   /// (its value, 0 otherwise) or the channel is configured silent. Nothing is ever sent for it.
   bool silent = false;

@@ -46,6 +46,7 @@ void receiver_engine::note_seq(session_rx& s, std::uint32_t seq, time_point now)
 
 void receiver_engine::on_rate_marker(session_rx& s, const wire::marker& m, time_point now) {
   if (s.state != session_rx::state_t::receiving || s.unicast) return;
+  s.overrun_assumed_bps = 0;
   const duration rtt = rate_rtt(s.register_rtt, s.grtt);
   const double own = tcp_throughput_bps(packet_bytes(s.block_size), rtt, s.loss.loss_event_rate());
   const double u = static_cast<double>((random() >> 11) + 1) * 0x1.0p-53;  // (0, 1]
@@ -93,9 +94,19 @@ void receiver_engine::report_overrun(session_rx& s, time_point now) {
   if (s.state != session_rx::state_t::receiving || s.unicast || !s.rate.enabled()) return;
   const double pps = s.loss.sustained_rate_pps(now);
   if (pps <= 0) return;  // no window measured yet: no rate to report
+  const double bps = pps * packet_bytes(s.block_size) * 8;
+  // Bounded like the loss reports: at most one per RTT; and after the first, none while the
+  // sender's rate (the latest marker's, or below overrun_cap_share of the last report until a
+  // marker says more) is under overrun_report_fraction of this rate: its cap holds and the
+  // queue is draining. A group of overrunning sites then costs the sender a report or two
+  // each per cut (one more per stale marker), not one per RTT while their buffers drain.
   const duration rtt = rate_rtt(s.register_rtt, s.grtt);
   if (s.overrun_reported && now - *s.overrun_reported < rtt) return;
+  double sender = static_cast<double>(s.rate.sender_bps());
+  if (s.overrun_assumed_bps > 0) sender = std::min(sender, s.overrun_assumed_bps);
+  if (s.overrun_reported && sender < overrun_report_fraction * bps) return;
   s.overrun_reported = now;
+  s.overrun_assumed_bps = overrun_cap_share * bps;
   if (s.silent) {
     ++m_stats.silent_suppressed;
     return;
@@ -103,8 +114,7 @@ void receiver_engine::report_overrun(session_rx& s, time_point now) {
   wire::nak m = nak_header(s, m_cfg.id, now);
   m.set_rate_report(true);
   fill_rate(s, m);
-  m.set_overrun_bps(
-      static_cast<std::uint64_t>(std::clamp(pps * packet_bytes(s.block_size) * 8, 1.0, 1e15)));
+  m.set_overrun_bps(static_cast<std::uint64_t>(std::clamp(bps, 1.0, 1e15)));
   m_sink.send(s.sender, encode(wire::msg_type::nak, s.id, m));
   ++m_stats.naks_sent;
   ++m_stats.overrun_reports;

@@ -1634,3 +1634,76 @@ TEST_CASE("a completed receiver does not repeat COMPLETE to a status request its
   h.feed(datagram(wire::msg_type::marker, m));
   REQUIRE(h.sink.of_type<wire::complete>(wire::msg_type::complete).size() == 2);
 }
+
+TEST_CASE(
+    "rate auto: a socket half full or dropping sends an overrun report, bounded; the gap "
+    "of a drop is no loss event",
+    "[unit][receiver][rate]") {
+  harness h;
+  h.announce({entry("big", 1'000'000)});  // 1000 blocks of 1000 bytes
+  h.held_none();
+  h.accept();
+  auto rate_marker = [&](std::uint64_t bps) {
+    wire::marker m;
+    m.set_pass(1);
+    m.set_rate_bps(bps);
+    m.set_rate_round(1);
+    m.set_rate_round_us(20'000);
+    h.feed(datagram(wire::msg_type::marker, m));
+  };
+  auto overruns = [&] {
+    std::vector<wire::nak> out;
+    for (auto& n : h.sink.of_type<wire::nak>(wire::msg_type::nak)) {
+      if (n.overrun_bps() > 0) out.push_back(n);
+    }
+    return out;
+  };
+  // 500 datagrams over 50 ms: 10,000 a second of 1048-byte packets (1000 + 20 + 28).
+  rate_marker(1'000'000'000);
+  std::uint32_t seq = 1;
+  for (std::uint32_t b = 0; b < 500; ++b, ++seq) {
+    if (b % 10 == 0) h.now += 1ms;
+    h.feed(data(seq, 0, b, 1000));
+  }
+  const double x = 10'000.0 * 1048 * 8;
+  h.engine.on_socket_backlog(0, 0.4, h.now);  // below half: nothing
+  REQUIRE(overruns().empty());
+  h.engine.on_socket_backlog(1, 0.9, h.now);  // another channel's socket: not this session's
+  REQUIRE(overruns().empty());
+  h.engine.on_socket_backlog(0, 0.6, h.now);
+  auto got = overruns();
+  REQUIRE(got.size() == 1);
+  REQUIRE(got[0].rate_report());
+  REQUIRE(static_cast<double>(got[0].overrun_bps()) == Approx(x).epsilon(0.05));
+  REQUIRE(got[0].loss_ppb() == 0);  // no loss event: no TFMCC fields
+  REQUIRE(h.engine.stats().overrun_reports == 1);
+  // At most one per RTT (the 1 ms floor here), and then not while the sender is taken to be
+  // below 0.9 of it (it caps at 0.85) until a marker says its rate is back up.
+  h.engine.on_socket_backlog(0, 0.9, h.now);
+  h.now += 2ms;
+  h.engine.on_socket_backlog(0, 0.9, h.now);
+  REQUIRE(overruns().size() == 1);
+  rate_marker(static_cast<std::uint64_t>(0.8 * x));  // the cap holds: the queue drains
+  h.now += 2ms;
+  h.engine.on_socket_backlog(0, 0.9, h.now);
+  REQUIRE(overruns().size() == 1);
+  rate_marker(static_cast<std::uint64_t>(1.2 * x));  // the cap rose past what it takes
+  h.engine.on_socket_backlog(0, 0.9, h.now);
+  REQUIRE(overruns().size() == 2);
+
+  // The kernel dropped datagrams 501-509 before 510: an overrun, not the path's loss.
+  h.now += 2ms;
+  rate_marker(static_cast<std::uint64_t>(1.2 * x));
+  h.engine.on_socket_drops(0);
+  h.feed(data(510, 0, 509, 1000));
+  REQUIRE(h.engine.stats().overrun_lost == 9);
+  REQUIRE(overruns().size() == 3);  // reported at the gap
+  // The same gap without the drop count is a loss event: the next NAK carries TFMCC fields.
+  h.feed(data(520, 0, 519, 1000));
+  REQUIRE(h.engine.stats().overrun_lost == 9);
+  bool loss_reported = false;
+  for (const auto& n : h.sink.of_type<wire::nak>(wire::msg_type::nak)) {
+    loss_reported = loss_reported || n.loss_ppb() > 0;
+  }
+  REQUIRE(loss_reported);
+}
