@@ -60,21 +60,21 @@ void sender_session::handle_rate(receiver_state& r, const wire::nak& m, time_poi
     ++m_counters.overrun_reports;
     const duration rtt =
         std::min<duration>(std::chrono::microseconds(m.rtt_us()), max_reported_rtt);
-    const bool first = m_rate->overrun_cap_bps() == 0 && m_rate->slow_start();
+    const bool in_slow_start = m_rate->slow_start();
     m_rate->on_overrun(r.rep.id, m.overrun_bps(), rtt, now);
     update_auto_rate(now);
-    if (m_log && !first) {
+    if (m_log && m_counters.overrun_reports == 1) {
+      // The session's first: at info, so an operator sees which site cannot keep up.
+      m_log->info(
+          "session {}: receiver '{}' overruns its socket buffer at {:.1f} Mbit/s: {}rate {:.1f} "
+          "Mbit/s, held below it",
+          m_cfg.session, r.rep.id, static_cast<double>(m.overrun_bps()) / 1e6,
+          in_slow_start ? "slow start ends, " : "", static_cast<double>(m_cfg.rate_bps) / 1e6);
+    } else if (m_log) {
       m_log->debug("session {}: receiver '{}' overruns at {:.1f} Mbit/s: cap {:.1f}, rate {:.1f}",
                    m_cfg.session, r.rep.id, static_cast<double>(m.overrun_bps()) / 1e6,
                    static_cast<double>(m_rate->overrun_cap_bps()) / 1e6,
                    static_cast<double>(m_cfg.rate_bps) / 1e6);
-    }
-    if (m_log && first) {
-      m_log->info(
-          "session {}: receiver '{}' overruns its socket buffer at {:.1f} Mbit/s: slow start "
-          "ends, rate {:.1f} Mbit/s",
-          m_cfg.session, r.rep.id, static_cast<double>(m.overrun_bps()) / 1e6,
-          static_cast<double>(m_cfg.rate_bps) / 1e6);
     }
   }
   if (!m_rate || (m.loss_ppb() == 0 && m.rate_bps() == 0)) return;
