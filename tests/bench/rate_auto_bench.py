@@ -22,6 +22,9 @@ per run, so each row's counters are its own.
 With --linkem and --tcp, one more auto row shares the bottleneck with a TCP flow (iperf3 from h0
 to h1, cubic unless --tcp-congestion says otherwise, started 2 s before mcdist-send): it prints
 mcdist's goodput and TCP's rate over the same interval beside the fair share (half the link).
+With --history, the auto rows' sender runs on a pseudo-terminal so that it draws its progress
+line, and the bench prints the sending rate of every 0.5 s and, after the first 5 s, how often
+it was within 10 % of the bottleneck (issue 13 goal 2's "settles within 10 %").
 
 With --uftp, UFTP 4.10 with its TFMCC congestion control (`uftp -C tfmcc:max=CEILING`, uftpd
 receiving; on loopback one row per ceiling, through the emulator one for the first ceiling) runs
@@ -33,12 +36,15 @@ Needs root (`ip link set lo multicast on`; namespaces and TUN for --linkem) and 
 
 usage: rate_auto_bench.py [--build DIR] [--dir DIR] [--bytes N] [--repeat N]
                           [--ceilings 2G,8G] [--fixed 1G,2G,4G,5G,8G]
-                          [--linkem 200M [--delay 10ms] [--queue 100] [--tcp]] [--uftp]
+                          [--linkem 200M [--delay 10ms] [--queue 100] [--tcp] [--history]]
+                          [--uftp]
 """
 
 import argparse
 import json
 import os
+import pty
+import re
 import shutil
 import signal
 import statistics
@@ -88,6 +94,10 @@ def main():
     ap.add_argument("--tcp", action="store_true",
                     help="--linkem: one more auto row that shares the bottleneck with a TCP "
                          "flow (iperf3 h0 to h1, started 2 s before); prints both rates")
+    ap.add_argument("--history", action="store_true",
+                    help="--linkem: run the auto rows' sender on a pseudo-terminal and print "
+                         "its sending rate every 0.5 s (its progress line), and after 5 s how "
+                         "often it was within 10 %% of the bottleneck")
     ap.add_argument("--tcp-congestion", default="cubic",
                     help="--tcp: the TCP flow's congestion control (iperf3 -C; TFMCC is to be "
                          "fair to loss-based TCP such as cubic or reno; bbr ignores loss)")
@@ -308,11 +318,15 @@ def linkem_main(args):
                 time.sleep(2)
             t_start = t_end = time.time()
             try:
-                code, wall, _, out = sender_run(
-                    ["ip", "netns", "exec", emu.ns(0), send, "--no-progress", "--group", group,
-                     "--interface",
-                     emu.addr(0), "--receivers", "bench", "--fallback", "off", "--summary-json",
-                     summary] + rate_args + [src])
+                cmd = (["ip", "netns", "exec", emu.ns(0), send] +
+                       ([] if args.history and mode != "fixed" else ["--no-progress"]) +
+                       ["--group", group, "--interface", emu.addr(0), "--receivers", "bench",
+                        "--fallback", "off", "--summary-json", summary] + rate_args + [src])
+                if args.history and mode != "fixed":
+                    code, wall, out, history = sender_run_history(cmd)
+                else:
+                    code, wall, _, out = sender_run(cmd)
+                    history = []
                 t_end = time.time()
             finally:
                 tcp_bps = tcp.rate_between(t_start, t_end) if tcp else 0
@@ -343,6 +357,8 @@ def linkem_main(args):
                     s["repair_datagrams"], 100 * drops / pin, rate.get("bps", 0) / 1e6,
                     rate.get("lowest_bps", 0) / 1e6, "ok" if ok else "WRONG OR MISSING FILE",
                     "  TCP meanwhile %.1f Mbit/s" % (tcp_bps / 1e6) if tcp else ""))
+            if history:
+                log_history(history, bottleneck, mode)
     med = lambda row, k: statistics.median(x[k] for x in samples[row])
     log("")
     log("%d bytes through a %s bottleneck (queue %s packets, %s one way per direction), median "
@@ -368,6 +384,51 @@ def linkem_main(args):
         for i, x in enumerate(samples[row]):
             log("| %d | %.1f | %.1f | %.2f |" % (i + 1, x["goodput"] / 1e6, x["tcp"] / 1e6,
                                                  x["goodput"] / x["tcp"] if x["tcp"] else 0))
+
+
+PROGRESS_RATE = re.compile(r"\)\s+([0-9.]+) (k|M|G)bit/s\s+receivers")
+
+
+def sender_run_history(cmd):
+    """Runs mcdist-send with its progress line on a pseudo-terminal (it draws one only on a
+    terminal, every 0.5 s) and records the sending rate each line shows.
+    @return (exit code, wall seconds, stdout text, [(seconds since start, bit/s)])"""
+    master, slave = pty.openpty()
+    start = time.monotonic()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=slave)
+    os.close(slave)
+    history = []
+    buf = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # EIO: the sender closed the terminal
+            break
+        if not chunk:
+            break
+        now = time.monotonic() - start
+        buf += chunk
+        *lines, buf = buf.split(b"\r")
+        for line in lines:
+            m = PROGRESS_RATE.search(line.decode("utf-8", "replace"))
+            if m:
+                history.append((now, float(m.group(1)) * {"k": 1e3, "M": 1e6, "G": 1e9}[m.group(2)]))
+    os.close(master)
+    out = p.stdout.read().decode("utf-8", "replace")
+    p.wait()
+    return p.returncode, time.monotonic() - start, out, history
+
+
+def log_history(history, bottleneck, mode):
+    """Prints the sending rate every 0.5 s and, after the first 5 s (start-up and slow start),
+    how much of the time it was within 10 % of the bottleneck."""
+    log("  sending rate every 0.5 s, Mbit/s: " + " ".join("%.0f" % (b / 1e6) for _, b in history))
+    steady = [b for t, b in history if t >= 5]
+    if steady and mode == "auto":
+        within = sum(1 for b in steady if abs(b - bottleneck) <= 0.1 * bottleneck)
+        log("  after 5 s: median %.1f Mbit/s, min %.1f, max %.1f; within 10 %% of %.0f Mbit/s "
+            "in %d of %d samples" % (statistics.median(steady) / 1e6, min(steady) / 1e6,
+                                     max(steady) / 1e6, bottleneck / 1e6, within, len(steady)))
 
 
 class TcpFlow:
