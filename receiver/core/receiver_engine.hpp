@@ -393,6 +393,9 @@ class receiver_engine {
   /// Sends `s` an overrun report (at most once per RTT) when it is a --rate auto session with
   /// a measured receive rate.
   void report_overrun(session_rx& s, time_point now);
+  /// Sends `s`'s sender a rate report (a NAK naming nothing, rate fields filled), with
+  /// `overrun_bps` (bit/s) when above 0; a silent session counts it suppressed instead.
+  void send_rate_nak(session_rx& s, double overrun_bps, time_point now);
   /// Sets a NAK's rate fields (40-43) when the session is in --rate auto (its latest marker
   /// said so) and has seen loss.
   void fill_rate(const session_rx& s, wire::nak& m) const;

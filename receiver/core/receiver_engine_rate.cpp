@@ -72,6 +72,10 @@ void receiver_engine::send_rate_report(session_rx& s, time_point now) {
   const double own = tcp_throughput_bps(packet_bytes(s.block_size),
                                         rate_rtt(s.register_rtt, s.grtt), s.loss.loss_event_rate());
   if (!s.rate.fire(now, own)) return;
+  send_rate_nak(s, 0, now);
+}
+
+void receiver_engine::send_rate_nak(session_rx& s, double overrun_bps, time_point now) {
   if (s.silent) {
     ++m_stats.silent_suppressed;
     return;
@@ -79,6 +83,10 @@ void receiver_engine::send_rate_report(session_rx& s, time_point now) {
   wire::nak m = nak_header(s, m_cfg.id, now);
   m.set_rate_report(true);
   fill_rate(s, m);
+  if (overrun_bps > 0) {
+    m.set_overrun_bps(static_cast<std::uint64_t>(std::clamp(overrun_bps, 1.0, 1e15)));
+    ++m_stats.overrun_reports;
+  }
   m_sink.send(s.sender, encode(wire::msg_type::nak, s.id, m));
   ++m_stats.naks_sent;
 }
@@ -107,17 +115,7 @@ void receiver_engine::report_overrun(session_rx& s, time_point now) {
   if (s.overrun_reported && sender < overrun_report_fraction * bps) return;
   s.overrun_reported = now;
   s.overrun_assumed_bps = overrun_cap_share * bps;
-  if (s.silent) {
-    ++m_stats.silent_suppressed;
-    return;
-  }
-  wire::nak m = nak_header(s, m_cfg.id, now);
-  m.set_rate_report(true);
-  fill_rate(s, m);
-  m.set_overrun_bps(static_cast<std::uint64_t>(std::clamp(bps, 1.0, 1e15)));
-  m_sink.send(s.sender, encode(wire::msg_type::nak, s.id, m));
-  ++m_stats.naks_sent;
-  ++m_stats.overrun_reports;
+  send_rate_nak(s, bps, now);
 }
 
 }  // namespace mcdist::receiver
