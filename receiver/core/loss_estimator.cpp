@@ -20,15 +20,45 @@ double loss_estimator::synthetic_interval(double rate_bps, std::uint32_t packet_
   return std::max(1.0, 1 / std::exp((lo + hi) / 2));
 }
 
+namespace {
+
+std::int64_t to_ms(time_point t) noexcept {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
+}
+
+}  // namespace
+
+double loss_estimator::recent_rate_pps(time_point now) const noexcept {
+  const std::int64_t ms = to_ms(now);
+  if (!m_started || ms - m_first_ms <= recent_span_ms) return 0;
+  std::uint64_t count = 0;
+  for (const auto& b : m_recent) {
+    if (b.ms >= ms - recent_span_ms && b.ms < ms) count += b.count;
+  }
+  return static_cast<double>(count) * 1000.0 / recent_span_ms;
+}
+
+void loss_estimator::count_recent(time_point now) noexcept {
+  const std::int64_t ms = to_ms(now);
+  auto& b = m_recent[static_cast<std::uint64_t>(ms) % m_recent.size()];
+  if (b.ms != ms) {
+    b.ms = ms;
+    b.count = 0;
+  }
+  ++b.count;
+}
+
 void loss_estimator::on_datagram(std::uint32_t seq, time_point now, duration rtt,
                                  bool overrun) noexcept {
   if (!m_started) {
     m_started = true;
     m_first = seq;
     m_highest = seq;
+    m_first_ms = to_ms(now);
     m_window_start = now;
     m_sustained_start = now;
     m_sustained_count = 1;
+    count_recent(now);
     return;
   }
   const auto ahead = static_cast<std::int32_t>(seq - m_highest);
@@ -44,21 +74,16 @@ void loss_estimator::on_datagram(std::uint32_t seq, time_point now, duration rtt
     if (m_events == 0 || now - m_event_at > (m_events == 1 ? 2 * rtt : rtt)) {
       // A new loss event: the interval since the previous one's first loss closes. The first
       // is synthesised from the receive rate before this datagram (RFC 5348 section 6.3.1).
-      // A window shorter than min_rate_window is not a rate: datagrams arrive in batches
-      // (recvmmsg, GRO) that share one `now`.
-      // Of the last whole window, or of the current one once it is min_rate_window long, if
-      // higher: in slow start the rate doubles every RTT, and the last whole window (up to two
-      // old) holds half of what now gets through.
-      double pps = m_recv_pps;
-      if (now - m_window_start >= min_rate_window && m_window_count > 1) {
-        pps = std::max(pps, static_cast<double>(m_window_count) /
-                                std::chrono::duration<double>(now - m_window_start).count());
-      }
-      const std::uint64_t closed = m_events > 0 ? first_lost - m_event_seq
-                                   : pps > 0
-                                       ? static_cast<std::uint64_t>(std::llround(synthetic_interval(
-                                             pps * m_packet_bytes * 8, m_packet_bytes, rtt)))
-                                       : first_lost - m_first;
+      // The rate of the last whole window, or of the last recent_span_ms before this datagram
+      // if higher: in slow start the rate doubles every RTT, and the last whole window (up to
+      // two old) holds half of what now gets through; through a bottleneck the last 10 ms
+      // before the first loss are the saturated link's.
+      const double pps = std::max(m_recv_pps, recent_rate_pps(now));
+      const std::uint64_t closed =
+          m_events > 0 ? first_lost - m_event_seq
+          : pps > 0    ? static_cast<std::uint64_t>(std::llround(synthetic_interval(
+                             first_rate_share * pps * m_packet_bytes * 8, m_packet_bytes, rtt)))
+                       : first_lost - m_first;
       std::copy_backward(m_closed.begin(), m_closed.end() - 1, m_closed.end());
       m_closed[0] = std::max<std::uint64_t>(closed, 1);
       m_closed_count = std::min(m_closed_count + 1, intervals);
@@ -68,6 +93,7 @@ void loss_estimator::on_datagram(std::uint32_t seq, time_point now, duration rtt
     }
   }
   m_highest = seq;
+  count_recent(now);
   ++m_sustained_count;
   if (now - m_sustained_start >= sustained_window) {
     m_sustained_pps = static_cast<double>(m_sustained_count) /

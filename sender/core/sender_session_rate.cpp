@@ -97,6 +97,13 @@ void sender_session::handle_rate(receiver_state& r, const wire::nak& m, time_poi
         m_cfg.session, static_cast<double>(m_cfg.rate_bps) / 1e6, m_rate->clr(),
         static_cast<double>(m_rate->clr_rate_bps()) / 1e6, static_cast<double>(m.loss_ppb()) / 1e9,
         to_ms(rtt));
+  } else if (m_log) {
+    m_log->debug(
+        "session {}: rate report from '{}': {:.1f} Mbit/s, loss event rate {:.2e}, RTT {:.2f} "
+        "ms; rate {:.1f} -> {:.1f} Mbit/s",
+        m_cfg.session, r.rep.id, static_cast<double>(m.rate_bps()) / 1e6,
+        static_cast<double>(m.loss_ppb()) / 1e9, to_ms(rtt), static_cast<double>(rate_before) / 1e6,
+        static_cast<double>(m_cfg.rate_bps) / 1e6);
   }
 }
 

@@ -26,6 +26,10 @@ With --history, the auto rows' sender runs on a pseudo-terminal so that it draws
 line, and the bench prints the sending rate of every 0.5 s and, after the first 5 s, how often
 it was within 10 % of the bottleneck (issue 13 goal 2's "settles within 10 %").
 
+--sender-log-level LEVEL runs the auto rows' sender at that log level (debug shows every rate
+report); every run's output is kept in --dir as sender-MODE-RATE-RUN.log. --no-fixed leaves the
+fixed rows out of --linkem runs, to repeat the auto row many times.
+
 With --uftp, UFTP 4.10 with its TFMCC congestion control (`uftp -C tfmcc:max=CEILING`, uftpd
 receiving; on loopback one row per ceiling, through the emulator one for the first ceiling) runs
 in the same rounds, and the tables give auto's goodput over UFTP's. A UFTP run that fails or
@@ -36,8 +40,8 @@ Needs root (`ip link set lo multicast on`; namespaces and TUN for --linkem) and 
 
 usage: rate_auto_bench.py [--build DIR] [--dir DIR] [--bytes N] [--repeat N]
                           [--ceilings 2G,8G] [--fixed 1G,2G,4G,5G,8G]
-                          [--linkem 200M [--delay 10ms] [--queue 100] [--tcp] [--history]]
-                          [--uftp]
+                          [--linkem 200M [--delay 10ms] [--queue 100] [--tcp] [--history]
+                           [--no-fixed]] [--sender-log-level debug] [--uftp]
 """
 
 import argparse
@@ -101,6 +105,11 @@ def main():
     ap.add_argument("--tcp-congestion", default="cubic",
                     help="--tcp: the TCP flow's congestion control (iperf3 -C; TFMCC is to be "
                          "fair to loss-based TCP such as cubic or reno; bbr ignores loss)")
+    ap.add_argument("--no-fixed", action="store_true",
+                    help="--linkem: leave out the fixed-rate rows (many auto runs quickly)")
+    ap.add_argument("--sender-log-level", default=None,
+                    help="--log-level of the auto rows' mcdist-send (e.g. debug); each run's "
+                         "output is kept in --dir as sender-MODE-RATE-RUN.log")
     ap.add_argument("--uftp", action="store_true",
                     help="also UFTP 4.10 -C tfmcc (RFC 4654) with each ceiling as its max rate, "
                          "uftpd as the receiver, in the same rounds")
@@ -255,8 +264,9 @@ def linkem_main(args):
     src, src_digest = source_field(base, args.bytes)
     bottleneck = bps(args.linkem)
     ceiling = args.ceilings.split(",")[0]
-    rows = [("fixed", args.linkem), ("fixed", "%dM" % int(bottleneck * 0.95 / 1e6)),
-            ("auto", ceiling)]
+    rows = ([] if args.no_fixed else
+            [("fixed", args.linkem), ("fixed", "%dM" % int(bottleneck * 0.95 / 1e6))]) + \
+        [("auto", ceiling)]
     if args.uftp:
         need_programs(shutil.which("uftp") or "uftp", shutil.which("uftpd") or "uftpd")
         rows.append(("uftp", ceiling))
@@ -321,7 +331,9 @@ def linkem_main(args):
                 cmd = (["ip", "netns", "exec", emu.ns(0), send] +
                        ([] if args.history and mode != "fixed" else ["--no-progress"]) +
                        ["--group", group, "--interface", emu.addr(0), "--receivers", "bench",
-                        "--fallback", "off", "--summary-json", summary] + rate_args + [src])
+                        "--fallback", "off", "--summary-json", summary] + rate_args +
+                       (["--log-level", args.sender_log_level]
+                        if args.sender_log_level and mode != "fixed" else []) + [src])
                 if args.history and mode != "fixed":
                     code, wall, out, history = sender_run_history(cmd)
                 else:
@@ -333,8 +345,8 @@ def linkem_main(args):
                 stop_proc(daemon)
                 logf.close()
                 emu.stop()
-            with open(os.path.join(base, "sender-%s-%s.log" % (mode, r)), "w") as f:
-                f.write(out)  # the last repetition's, for when a row looks wrong
+            with open(os.path.join(base, "sender-%s-%s-%d.log" % (mode, r, rep + 1)), "w") as f:
+                f.write(out)  # every run's, for when a row looks wrong
             if code != 0:
                 sys.exit("mcdist-send failed (%d):\n%s" % (code, out))
             with open(summary) as f:
@@ -392,12 +404,14 @@ PROGRESS_RATE = re.compile(r"\)\s+([0-9.]+) (k|M|G)bit/s\s+receivers")
 def sender_run_history(cmd):
     """Runs mcdist-send with its progress line on a pseudo-terminal (it draws one only on a
     terminal, every 0.5 s) and records the sending rate each line shows.
-    @return (exit code, wall seconds, stdout text, [(seconds since start, bit/s)])"""
+    @return (exit code, wall seconds, stdout text followed by the terminal's lines other than
+    the progress line (the log), [(seconds since start, bit/s)])"""
     master, slave = pty.openpty()
     start = time.monotonic()
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=slave)
     os.close(slave)
     history = []
+    logged = []
     buf = b""
     while True:
         try:
@@ -408,13 +422,16 @@ def sender_run_history(cmd):
             break
         now = time.monotonic() - start
         buf += chunk
-        *lines, buf = buf.split(b"\r")
+        *lines, buf = re.split(rb"[\r\n]", buf)
         for line in lines:
-            m = PROGRESS_RATE.search(line.decode("utf-8", "replace"))
+            text = line.decode("utf-8", "replace")
+            m = PROGRESS_RATE.search(text)
             if m:
                 history.append((now, float(m.group(1)) * {"k": 1e3, "M": 1e6, "G": 1e9}[m.group(2)]))
+            elif text.strip():
+                logged.append(text)
     os.close(master)
-    out = p.stdout.read().decode("utf-8", "replace")
+    out = p.stdout.read().decode("utf-8", "replace") + "".join(l + "\n" for l in logged)
     p.wait()
     return p.returncode, time.monotonic() - start, out, history
 

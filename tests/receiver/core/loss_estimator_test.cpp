@@ -79,9 +79,10 @@ TEST_CASE("the loss event rate of two gaps is the RFC 5348 weighted average of t
   REQUIRE(e.closed_interval(0) == 150);  // 250 - 100
   REQUIRE(e.open_interval() == 150);     // 250..399
   // The first interval is synthesised from the receive rate before the first loss (RFC 5348
-  // section 6.3.1): 1,000 datagrams/s of 1448 bytes.
+  // section 6.3.1): first_rate_share of 1,000 datagrams/s of 1448 bytes.
   const double first = static_cast<double>(e.closed_interval(1));
-  REQUIRE(first == std::llround(loss_estimator::synthetic_interval(1000.0 * 1448 * 8, 1448, rtt)));
+  REQUIRE(first == std::llround(loss_estimator::synthetic_interval(
+                       loss_estimator::first_rate_share * 1000.0 * 1448 * 8, 1448, rtt)));
   REQUIRE(e.loss_event_rate() == Approx(rfc_loss_event_rate({150, first}, 150)));
 }
 
@@ -95,8 +96,9 @@ TEST_CASE("the synthetic first interval gives back the receive rate through the 
       }
     }
   }
-  // A slow start through a 200 Mbit/s bottleneck: the rate after the first loss is what got
-  // through (while the open interval is shorter than the synthetic one).
+  // A slow start through a 200 Mbit/s bottleneck: the rate after the first loss is a little
+  // under what got through, so the queue slow start filled drains (while the open interval is
+  // shorter than the synthetic one).
   loss_estimator e;
   time_point t{};
   std::uint32_t seq = 0;
@@ -104,7 +106,33 @@ TEST_CASE("the synthetic first interval gives back the receive rate through the 
   e.on_datagram(seq + 5, t, 1ms);  // the overshoot lost 5 (I_0 = 6, below the synthetic I_1)
   REQUIRE(e.receive_rate_pps() == Approx(1e6 / 58).epsilon(0.02));
   REQUIRE(mcdist::tcp_throughput_bps(1448, 1ms, e.loss_event_rate()) ==
-          Approx(1e6 / 58 * 1448 * 8).epsilon(0.03));
+          Approx(loss_estimator::first_rate_share * 1e6 / 58 * 1448 * 8).epsilon(0.03));
+}
+
+TEST_CASE("a first loss just after slow start's last doubling synthesises the link's rate",
+          "[unit][receiver][rate]") {
+  // Through a 200 Mbit/s bottleneck at a 40 ms RTT: 100 Mbit/s for 60 ms, then the doubled rate
+  // fills the link (one datagram every 58 us) and 18 ms later the queue overflows. The window
+  // of the RTT that is open at the loss holds 20 ms at 100 and 18 at 200 (about 150 Mbit/s):
+  // the rate after the first loss must follow the link's (first_rate_share of it), from the
+  // last 10 ms.
+  constexpr duration r = 40ms;
+  loss_estimator e;
+  time_point t{};
+  std::uint32_t seq = 0;
+  for (; t < time_point{} + 60ms; t += 116us) e.on_datagram(seq++, t, r);
+  for (; t < time_point{} + 78ms; t += 58us) e.on_datagram(seq++, t, r);
+  REQUIRE(e.recent_rate_pps(t) == Approx(1e6 / 58).epsilon(0.02));
+  REQUIRE(e.receive_rate_pps() < 0.6 * 1e6 / 58);  // the last whole window: before the doubling
+  e.on_datagram(seq + 3, t, r);                    // 3 lost
+  REQUIRE(e.loss_events() == 1);
+  REQUIRE(mcdist::tcp_throughput_bps(1448, r, e.loss_event_rate()) ==
+          Approx(loss_estimator::first_rate_share * 1e6 / 58 * 1448 * 8).epsilon(0.03));
+  // Before 10 whole milliseconds have passed there is no recent rate.
+  loss_estimator young;
+  young.on_datagram(0, time_point{}, r);
+  young.on_datagram(1, time_point{} + 5ms, r);
+  REQUIRE(young.recent_rate_pps(time_point{} + 5ms) == 0);
 }
 
 TEST_CASE("with more than eight loss events only the newest eight intervals count, weighted",
