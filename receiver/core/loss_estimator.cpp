@@ -29,13 +29,20 @@ std::int64_t to_ms(time_point t) noexcept {
 }  // namespace
 
 double loss_estimator::recent_rate_pps(time_point now) const noexcept {
+  if (!m_started) return 0;
   const std::int64_t ms = to_ms(now);
-  if (!m_started || ms - m_first_ms <= recent_span_ms) return 0;
+  const auto slots = static_cast<std::int64_t>(m_recent.size());
   std::uint64_t count = 0;
-  for (const auto& b : m_recent) {
-    if (b.ms >= ms - recent_span_ms && b.ms < ms) count += b.count;
+  // Whole milliseconds back from the one before `now`'s, never the first datagram's (partly
+  // seen) nor one whose slot `now`'s shares.
+  for (std::int64_t span = 1; span < slots - 1 && ms - span > m_first_ms; ++span) {
+    const auto& b = m_recent[static_cast<std::uint64_t>(ms - span) % m_recent.size()];
+    if (b.ms == ms - span) count += b.count;
+    if (span >= recent_span_ms && count >= recent_min_datagrams) {
+      return static_cast<double>(count) * 1000.0 / static_cast<double>(span);
+    }
   }
-  return static_cast<double>(count) * 1000.0 / recent_span_ms;
+  return 0;
 }
 
 void loss_estimator::count_recent(time_point now) noexcept {

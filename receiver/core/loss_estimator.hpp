@@ -21,12 +21,13 @@
 /// DF = max(0.5, 2 I_mean / I_0) (one factor for all, where the RFC keeps one per interval).
 ///
 /// The first interval is synthesised (RFC 5348 section 6.3.1): the interval 1/p whose p makes
-/// the TCP throughput equation give the receive rate X_recv measured just before the first loss
-/// (datagrams received in the last whole window of max(RTT, 10 ms), or in the last 10 whole
-/// milliseconds if that is higher, times the packet size), so the rate right after the first
-/// loss is what got through, not what a slow start overshooting a bottleneck lost. Without a
-/// measured window (the first loss came less than min_rate_window after the first datagram) it is
-/// the count of numbers from the first datagram seen to the first loss.
+/// the TCP throughput equation give first_rate_share of the receive rate X_recv measured just
+/// before the first loss (datagrams received in the last whole window of max(RTT, 10 ms), or in
+/// the last 10 or more whole milliseconds holding at least 100 datagrams if that is higher,
+/// times the packet size), so the rate right after the first loss is just under what got
+/// through, not what a slow start overshooting a bottleneck lost. Without a measured window
+/// (the first loss came less than min_rate_window after the first datagram) it is the count of
+/// numbers from the first datagram seen to the first loss.
 ///
 /// Gaps the receiver's own kernel made (its socket buffer overran: SO_RXQ_OVFL counted drops
 /// before the datagram that reveals the gap) are not loss events: they say this host could not
@@ -86,11 +87,16 @@ class loss_estimator {
   /// (which takes X_recv whole: its slow start is held to twice X_recv, ours is not).
   static constexpr double first_rate_share = 0.95;
 
-  /// The span of the recent receive rate, ms: the whole milliseconds just before a first loss
-  /// whose rate the synthetic first interval takes when it is higher than the last window's.
+  /// The shortest span of the recent receive rate, ms: the whole milliseconds just before a
+  /// first loss whose rate the synthetic first interval takes when it is higher than the last
+  /// window's ...
   static constexpr std::int64_t recent_span_ms = 10;
-  /// The receive rate over the recent_span_ms whole milliseconds before the one `now` falls
-  /// in, datagrams per second; 0 until the estimator has seen more than that span.
+  /// ... long enough to hold this many datagrams, so that one datagram more or less moves the
+  /// rate by at most 1 % (at 1 Mbit/s a 10 ms span holds 0, 1 or 2 datagrams: no rate at all).
+  static constexpr std::uint64_t recent_min_datagrams = 100;
+  /// The receive rate over the shortest span of at least recent_span_ms whole milliseconds
+  /// before the one `now` falls in that holds recent_min_datagrams, datagrams per second; 0
+  /// when no span of up to 62 ms does (below about 19 Mbit/s, or too early).
   double recent_rate_pps(time_point now) const noexcept;
 
   /// Shortest window of the sustained receive rate (an overrun report's rate): long enough to
@@ -142,9 +148,9 @@ class loss_estimator {
   void count_recent(time_point now) noexcept;
 
   std::uint32_t m_packet_bytes;
-  /// The last milliseconds' arrivals, a ring indexed by ms modulo its size (more than
-  /// recent_span_ms + 1, so the span and the current millisecond never share a slot).
-  std::array<ms_count, 16> m_recent{};
+  /// The last milliseconds' arrivals, a ring indexed by ms modulo its size (a span uses at most
+  /// size - 2 slots, so it never shares one with the current millisecond).
+  std::array<ms_count, 64> m_recent{};
   std::int64_t m_first_ms = 0;  ///< the millisecond of the first datagram
   time_point m_window_start{};
   std::uint64_t m_window_count = 0;

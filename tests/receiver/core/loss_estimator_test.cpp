@@ -135,6 +135,27 @@ TEST_CASE("a first loss just after slow start's last doubling synthesises the li
   REQUIRE(young.recent_rate_pps(time_point{} + 5ms) == 0);
 }
 
+TEST_CASE("the recent receive rate spans at least 100 datagrams, and none below ~19 Mbit/s",
+          "[unit][receiver][rate]") {
+  // 5 datagrams a millisecond (58 Mbit/s): 10 ms hold 50, so the span is 20 ms.
+  loss_estimator e;
+  std::uint32_t seq = 0;
+  time_point t{};
+  for (; t < time_point{} + 100ms; t += 200us) e.on_datagram(seq++, t, 40ms);
+  REQUIRE(e.recent_rate_pps(t) == Approx(5000).epsilon(0.01));
+  // One datagram a millisecond (11.6 Mbit/s): 62 ms hold 62, too few to be a rate; 2 in a 10 ms
+  // span would have read as twice the rate.
+  loss_estimator slow;
+  t = time_point{};
+  for (seq = 0; t < time_point{} + 200ms; t += 1ms) slow.on_datagram(seq++, t, 40ms);
+  REQUIRE(slow.recent_rate_pps(t) == 0);
+  // Then the first loss takes the last whole window's rate (RFC 5348's X_recv alone).
+  slow.on_datagram(seq + 1, t, 40ms);
+  REQUIRE(slow.loss_events() == 1);
+  REQUIRE(mcdist::tcp_throughput_bps(1448, 40ms, slow.loss_event_rate()) ==
+          Approx(loss_estimator::first_rate_share * 1000 * 1448 * 8).epsilon(0.03));
+}
+
 TEST_CASE("with more than eight loss events only the newest eight intervals count, weighted",
           "[unit][receiver]") {
   const std::vector<std::uint32_t> gaps = {100, 300, 50, 400, 80, 120, 90, 60, 500, 70, 30};
