@@ -94,9 +94,10 @@ class loss_estimator {
   /// ... long enough to hold this many datagrams, so that one datagram more or less moves the
   /// rate by at most 1 % (at 1 Mbit/s a 10 ms span holds 0, 1 or 2 datagrams: no rate at all).
   static constexpr std::uint64_t recent_min_datagrams = 100;
-  /// The receive rate over the shortest span of at least recent_span_ms whole milliseconds
-  /// before the one `now` falls in that holds recent_min_datagrams, datagrams per second; 0
-  /// when no span of up to 62 ms does (below about 19 Mbit/s, or too early).
+  /// The receive rate from the start of the shortest span of at least recent_span_ms whole
+  /// milliseconds before the one `now` falls in, to `now`, that holds recent_min_datagrams
+  /// (counting those of `now`'s millisecond so far), datagrams per second; 0 when no span of up
+  /// to 62 ms does (below about 19 Mbit/s, or too early).
   double recent_rate_pps(time_point now) const noexcept;
 
   /// Shortest window of the sustained receive rate (an overrun report's rate): long enough to

@@ -128,6 +128,15 @@ TEST_CASE("a first loss just after slow start's last doubling synthesises the li
   REQUIRE(e.loss_events() == 1);
   REQUIRE(mcdist::tcp_throughput_bps(1448, r, e.loss_event_rate()) ==
           Approx(loss_estimator::first_rate_share * 1e6 / 58 * 1448 * 8).epsilon(0.03));
+  // A receiver held up 2 ms reads what arrived meanwhile in one batch, all at one `now`: those
+  // datagrams count, over the span up to `now`.
+  loss_estimator held;
+  seq = 0;
+  for (t = time_point{}; t < time_point{} + 70ms; t += 58us) held.on_datagram(seq++, t, r);
+  const auto backlog = static_cast<std::uint32_t>(2ms / 58us);
+  t = time_point{} + 72ms;
+  for (std::uint32_t i = 0; i < backlog; ++i) held.on_datagram(seq++, t, r);
+  REQUIRE(held.recent_rate_pps(t) == Approx(1e6 / 58).epsilon(0.03));
   // Before 10 whole milliseconds have passed there is no recent rate.
   loss_estimator young;
   young.on_datagram(0, time_point{}, r);
