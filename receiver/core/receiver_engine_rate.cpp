@@ -3,6 +3,8 @@
 #include "common/tcp_throughput.hpp"
 #include "receiver/core/receiver_engine_parts.hpp"
 
+#include <spdlog/spdlog.h>
+
 namespace mcdist::receiver {
 
 using namespace engine_detail;
@@ -32,15 +34,28 @@ void receiver_engine::note_seq(session_rx& s, std::uint32_t seq, time_point now)
   const duration rtt = rate_rtt(s.register_rtt, s.grtt);
   const bool overrun = m_drops_channel == s.channel;
   const std::uint64_t overrun_lost = s.loss.overrun_lost();
+  const std::uint64_t lost = s.loss.lost();
   s.loss.on_datagram(seq, now, rtt, overrun);
   if (s.loss.overrun_lost() != overrun_lost) {
     m_stats.overrun_lost += s.loss.overrun_lost() - overrun_lost;
     report_overrun(s, now);
   }
   if (s.loss.loss_events() != events) {
-    s.rate.on_loss_event(
-        s.loss.loss_events() == 1,
-        tcp_throughput_bps(packet_bytes(s.block_size), rtt, s.loss.loss_event_rate()), rtt, now);
+    const double rate =
+        tcp_throughput_bps(packet_bytes(s.block_size), rtt, s.loss.loss_event_rate());
+    if (m_log && s.rate.enabled() && m_log->should_log(spdlog::level::debug)) {
+      // What --rate auto's loss history saw (docs/design-notes.md "Rate auto"), for a rate that
+      // went where it should not have; the receive rates (this datagram counted) are what the
+      // first interval is synthesised from.
+      const double bits = packet_bytes(s.block_size) * 8.0 / 1e6;
+      m_log->debug(
+          "session {}: loss event {}: {} datagrams lost before sequence {}; loss event rate "
+          "{:.2e}, rate {:.1f} Mbit/s (receive rate {:.1f} Mbit/s over the RTT window, {:.1f} "
+          "over the last milliseconds)",
+          s.name(), s.loss.loss_events(), s.loss.lost() - lost, seq, s.loss.loss_event_rate(),
+          rate / 1e6, s.loss.receive_rate_pps() * bits, s.loss.recent_rate_pps(now) * bits);
+    }
+    s.rate.on_loss_event(s.loss.loss_events() == 1, rate, rtt, now);
   }
 }
 

@@ -28,9 +28,11 @@ it was within 10 % of the bottleneck (issue 13 goal 2's "settles within 10 %"). 
 file bytes (1400 of every 1448-byte packet), the bottleneck whole IP packets: the check is
 strict by 3.3 %.
 
---sender-log-level LEVEL runs the auto rows' sender at that log level (debug shows every rate
-report); every run's output is kept in --dir as sender-MODE-RATE-RUN.log. --no-fixed leaves the
-fixed rows out of --linkem runs, to repeat the auto row many times.
+--log-level LEVEL runs the auto rows' sender and (with --linkem) mcdistd at that log level
+(debug: the sender logs every rate report, the receiver every loss event); every run's output is
+kept in --dir as sender-MODE-RATE-RUN.log, and with --linkem mcdistd's as
+mcdistd-MODE-RATE-RUN.log. --no-fixed leaves the fixed rows out of --linkem runs, to repeat the
+auto row many times.
 
 With --uftp, UFTP 4.10 with its TFMCC congestion control (`uftp -C tfmcc:max=CEILING`, uftpd
 receiving; on loopback one row per ceiling, through the emulator one for the first ceiling) runs
@@ -43,7 +45,7 @@ Needs root (`ip link set lo multicast on`; namespaces and TUN for --linkem) and 
 usage: rate_auto_bench.py [--build DIR] [--dir DIR] [--bytes N] [--repeat N]
                           [--ceilings 2G,8G] [--fixed 1G,2G,4G,5G,8G]
                           [--linkem 200M [--delay 10ms] [--queue 100] [--tcp] [--history]
-                           [--no-fixed]] [--sender-log-level debug] [--uftp]
+                           [--no-fixed]] [--log-level debug] [--uftp]
 """
 
 import argparse
@@ -109,9 +111,9 @@ def main():
                          "fair to loss-based TCP such as cubic or reno; bbr ignores loss)")
     ap.add_argument("--no-fixed", action="store_true",
                     help="--linkem: leave out the fixed-rate rows (many auto runs quickly)")
-    ap.add_argument("--sender-log-level", default=None,
-                    help="--log-level of the auto rows' mcdist-send (e.g. debug); each run's "
-                         "output is kept in --dir as sender-MODE-RATE-RUN.log")
+    ap.add_argument("--log-level", default=None,
+                    help="--log-level of the auto rows' mcdist-send and (--linkem) mcdistd, e.g. "
+                         "debug; each run's output is kept in --dir")
     ap.add_argument("--uftp", action="store_true",
                     help="also UFTP 4.10 -C tfmcc (RFC 4654) with each ceiling as its max rate, "
                          "uftpd as the receiver, in the same rounds")
@@ -317,7 +319,9 @@ def linkem_main(args):
             logf = open(os.path.join(work, "mcdistd.log"), "w")
             daemon = subprocess.Popen(["ip", "netns", "exec", emu.ns(1), recv, "--id", "bench",
                                        "--group", group, "--interface", emu.addr(1), "--dest", dest,
-                                       "--temp", temp, "--status-interval", "1h", "--http", "off"],
+                                       "--temp", temp, "--status-interval", "1h", "--http", "off"] +
+                                      (["--log-level", args.log_level]
+                                       if args.log_level and mode != "fixed" else []),
                                       stdout=logf, stderr=subprocess.STDOUT)
             time.sleep(0.5)
             summary = os.path.join(work, "summary.json")
@@ -334,8 +338,8 @@ def linkem_main(args):
                        ([] if args.history and mode != "fixed" else ["--no-progress"]) +
                        ["--group", group, "--interface", emu.addr(0), "--receivers", "bench",
                         "--fallback", "off", "--summary-json", summary] + rate_args +
-                       (["--log-level", args.sender_log_level]
-                        if args.sender_log_level and mode != "fixed" else []) + [src])
+                       (["--log-level", args.log_level]
+                        if args.log_level and mode != "fixed" else []) + [src])
                 if args.history and mode != "fixed":
                     code, wall, out, history = sender_run_history(cmd)
                 else:
@@ -349,12 +353,21 @@ def linkem_main(args):
                 emu.stop()
             with open(os.path.join(base, "sender-%s-%s-%d.log" % (mode, r, rep + 1)), "w") as f:
                 f.write(out)  # every run's, for when a row looks wrong
+            shutil.copyfile(os.path.join(work, "mcdistd.log"),
+                            os.path.join(base, "mcdistd-%s-%s-%d.log" % (mode, r, rep + 1)))
             if code != 0:
                 sys.exit("mcdist-send failed (%d):\n%s" % (code, out))
             with open(summary) as f:
                 s = json.load(f)
             with open(stats_json) as f:
-                down = find_down(json.load(f), "h1") or {}
+                stats = json.load(f)
+            down = find_down(stats, "h1") or {}
+            # The emulator's own timing error (a release later than due): when it is held up, what
+            # arrives meanwhile reaches its queue at once, and the queue may drop what the link
+            # would have carried.
+            late_ms = stats.get("switch", {}).get("lateness_max_us", 0) / 1e3
+            shutil.copyfile(stats_json,
+                            os.path.join(base, "linkem-%s-%s-%d.json" % (mode, r, rep + 1)))
             got = os.path.join(dest, "src", "model_field.grib2")
             ok = os.path.exists(got) and digest(got) == src_digest
             rate = s.get("rate", {})
@@ -366,10 +379,11 @@ def linkem_main(args):
                 "lowest": rate.get("lowest_bps", 0), "drop": drops / pin, "ok": ok,
                 "tcp": tcp_bps})
             log("run %d: %-5s %-5s %.3f s  %5.1f Mbit/s  %d pass(es)  %d repairs  bottleneck drops "
-                "%.2f %%  end %.0f M  lowest %.0f M  %s%s" % (
+                "%.2f %%  end %.0f M  lowest %.0f M  emulator late %.1f ms at most  %s%s" % (
                     rep + 1, mode, r, wall, args.bytes * 8 / wall / 1e6, s["passes"],
                     s["repair_datagrams"], 100 * drops / pin, rate.get("bps", 0) / 1e6,
-                    rate.get("lowest_bps", 0) / 1e6, "ok" if ok else "WRONG OR MISSING FILE",
+                    rate.get("lowest_bps", 0) / 1e6, late_ms,
+                    "ok" if ok else "WRONG OR MISSING FILE",
                     "  TCP meanwhile %.1f Mbit/s" % (tcp_bps / 1e6) if tcp else ""))
             if history:
                 log_history(history, bottleneck, mode)
