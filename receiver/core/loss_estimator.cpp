@@ -87,10 +87,10 @@ void loss_estimator::on_datagram(std::uint32_t seq, time_point now, duration rtt
     if (m_events == 0 || now - m_event_at > (m_events == 1 ? 2 * rtt : rtt)) {
       // A new loss event: the interval since the previous one's first loss closes. The first
       // is synthesised from the receive rate before this datagram (RFC 5348 section 6.3.1).
-      // The rate of the last whole window, or of the last recent_span_ms before this datagram
-      // if higher: in slow start the rate doubles every RTT, and the last whole window (up to
-      // two old) holds half of what now gets through; through a bottleneck the last 10 ms
-      // before the first loss are the saturated link's.
+      // The rate of the last whole window, or of the recent span up to this datagram
+      // (recent_rate_pps) if higher: in slow start the rate doubles every RTT, and the last
+      // whole window (up to two old) holds half of what now gets through; through a bottleneck
+      // the last 10 ms before the first loss are the saturated link's.
       const double pps = std::max(m_recv_pps, recent_rate_pps(now));
       const std::uint64_t closed =
           m_events > 0 ? first_lost - m_event_seq
