@@ -27,6 +27,10 @@ void sender_session::update_auto_rate(time_point now) {
   if (!m_rate) return;
   const std::uint64_t r = m_rate->update(now, m_grtt.estimate());
   if (r == m_cfg.rate_bps) return;
+  if (m_log && m_rate->slow_start()) {
+    m_log->debug("session {}: slow start: rate {:.1f} Mbit/s", m_cfg.session,
+                 static_cast<double>(r) / 1e6);
+  }
   set_rate(r);
   // The bucket holds catch_up_ms of the current rate, not of the ceiling (nor burst_bytes):
   // a burst of the ceiling's 5 ms at the start of pass 1 overflows a slow bottleneck's queue,
