@@ -89,6 +89,11 @@ inline constexpr std::size_t max_datagram_size = packet::jumbo_mtu;
 /// (40) and UDP (8) headers.
 inline constexpr std::size_t control_budget = 1400;
 static_assert(control_budget + packet::ipv6_header + packet::udp_header <= packet::ethernet_mtu);
+/// --rate auto: the share of a receiver's overrun_bps (NAK field 44: the rate it takes
+/// datagrams in) that the sender caps its rate at, so the receiver's queue drains (0.85 leaves
+/// it 15 % to catch up with). The receiver assumes the same cap until the next marker tells the
+/// sender's rate (docs/design-notes.md "Receiver overrun"). A choice, not from a paper.
+inline constexpr double overrun_cap_share = 0.85;
 
 /// Message types (the header's type byte).
 enum class msg_type : std::uint8_t {

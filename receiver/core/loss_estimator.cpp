@@ -22,7 +22,8 @@ double loss_estimator::synthetic_interval(double rate_bps, std::uint32_t packet_
 
 namespace {
 
-std::int64_t to_ms(time_point t) noexcept {
+/// Whole milliseconds since the core clock's epoch.
+std::int64_t epoch_ms(time_point t) noexcept {
   return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
 }
 
@@ -30,7 +31,7 @@ std::int64_t to_ms(time_point t) noexcept {
 
 double loss_estimator::recent_rate_pps(time_point now) const noexcept {
   if (!m_started) return 0;
-  const std::int64_t ms = to_ms(now);
+  const std::int64_t ms = epoch_ms(now);
   const auto slots = static_cast<std::int64_t>(m_recent.size());
   // `now`'s millisecond so far: a batch read late (recvmmsg after the thread was held up) is
   // counted here although it arrived in the milliseconds before, so leaving it out would read
@@ -52,7 +53,7 @@ double loss_estimator::recent_rate_pps(time_point now) const noexcept {
 }
 
 void loss_estimator::count_recent(time_point now) noexcept {
-  const std::int64_t ms = to_ms(now);
+  const std::int64_t ms = epoch_ms(now);
   auto& b = m_recent[static_cast<std::uint64_t>(ms) % m_recent.size()];
   if (b.ms != ms) {
     b.ms = ms;
@@ -67,7 +68,7 @@ void loss_estimator::on_datagram(std::uint32_t seq, time_point now, duration rtt
     m_started = true;
     m_first = seq;
     m_highest = seq;
-    m_first_ms = to_ms(now);
+    m_first_ms = epoch_ms(now);
     m_window_start = now;
     m_sustained_start = now;
     m_sustained_count = 1;

@@ -232,11 +232,9 @@ class receiver_engine {
   /// overrun (half: the other half absorbs what is in flight until the sender slows down).
   static constexpr double backlog_report_fill = 0.5;
   /// After its first overrun report, a session reports again only while the sender's rate is
-  /// at least this share of its sustained receive rate ...
+  /// at least this share of its sustained receive rate, taking the sender's rate, until the
+  /// next marker, as at most wire::overrun_cap_share of the rate it reported (the sender's cap).
   static constexpr double overrun_report_fraction = 0.9;
-  /// ... taking the sender's rate, until the next marker, as at most this share of the rate
-  /// it reported (the sender's cap: sender::rate_controller_config::overrun_factor).
-  static constexpr double overrun_cap_share = 0.85;
   /// Runs due timers (NAKs, retransmissions, checkpoints, timeouts).
   void on_timer(time_point now);
   /// Earliest time on_timer has work, or nullopt.

@@ -243,8 +243,8 @@ struct receiver_engine::session_rx {
   loss_estimator loss;
   rate_feedback rate;
   /// When this session last reported an overrun (report_overrun), and the rate the sender
-  /// holds below after it (overrun_cap_share of what it reported) until the next marker tells
-  /// the sender's rate itself; 0: take the marker's.
+  /// holds below after it (wire::overrun_cap_share of what it reported) until the next marker
+  /// tells the sender's rate itself; 0: take the marker's.
   std::optional<time_point> overrun_reported;
   double overrun_assumed_bps = 0;
   /// Silent here (docs/design-notes.md "Silent sessions"): the announce carried silent_passes

@@ -119,9 +119,9 @@ void receiver_engine::report_overrun(session_rx& s, time_point now) {
   if (pps <= 0) return;  // no window measured yet: no rate to report
   const double bps = pps * packet_bytes(s.block_size) * 8;
   // Bounded like the loss reports: at most one per RTT; and after the first, none while the
-  // sender's rate (the latest marker's, or below overrun_cap_share of the last report until a
-  // marker says more) is under overrun_report_fraction of this rate: its cap holds and the
-  // queue is draining. A group of overrunning sites then costs the sender a report or two
+  // sender's rate (the latest marker's, or below wire::overrun_cap_share of the last report
+  // until a marker says more) is under overrun_report_fraction of this rate: its cap holds and
+  // the queue is draining. A group of overrunning sites then costs the sender a report or two
   // each per cut (one more per stale marker), not one per RTT while their buffers drain.
   const duration rtt = rate_rtt(s.register_rtt, s.grtt);
   if (s.overrun_reported && now - *s.overrun_reported < rtt) return;
@@ -129,7 +129,7 @@ void receiver_engine::report_overrun(session_rx& s, time_point now) {
   if (s.overrun_assumed_bps > 0) sender = std::min(sender, s.overrun_assumed_bps);
   if (s.overrun_reported && sender < overrun_report_fraction * bps) return;
   s.overrun_reported = now;
-  s.overrun_assumed_bps = overrun_cap_share * bps;
+  s.overrun_assumed_bps = wire::overrun_cap_share * bps;
   send_rate_nak(s, bps, now);
 }
 

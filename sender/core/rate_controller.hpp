@@ -53,8 +53,8 @@ struct rate_controller_config {
   /// A report older than this is not a CLR candidate when the CLR leaves.
   duration report_lifetime = std::chrono::seconds(2);
   /// An overrun report caps the rate at this share of the rate the receiver takes datagrams in
-  /// (below 1, so its queue drains; 0.85 leaves it 15 % to catch up with).
-  double overrun_factor = 0.85;
+  /// (below 1, so its queue drains; receivers assume wire::overrun_cap_share).
+  double overrun_factor = wire::overrun_cap_share;
 };
 
 /// TFMCC sending-rate control for one session.

@@ -317,11 +317,11 @@ def linkem_main(args):
             dest, temp = os.path.join(work, "dest"), os.path.join(work, "temp")
             group = "239.192.80.%d:%d" % (os.getpid() % 200 + 1, 5000 + os.getpid() % 1000)
             logf = open(os.path.join(work, "mcdistd.log"), "w")
+            log_args = ["--log-level", args.log_level] if args.log_level and mode != "fixed" else []
             daemon = subprocess.Popen(["ip", "netns", "exec", emu.ns(1), recv, "--id", "bench",
                                        "--group", group, "--interface", emu.addr(1), "--dest", dest,
                                        "--temp", temp, "--status-interval", "1h", "--http", "off"] +
-                                      (["--log-level", args.log_level]
-                                       if args.log_level and mode != "fixed" else []),
+                                      log_args,
                                       stdout=logf, stderr=subprocess.STDOUT)
             time.sleep(0.5)
             summary = os.path.join(work, "summary.json")
@@ -338,8 +338,7 @@ def linkem_main(args):
                        ([] if args.history and mode != "fixed" else ["--no-progress"]) +
                        ["--group", group, "--interface", emu.addr(0), "--receivers", "bench",
                         "--fallback", "off", "--summary-json", summary] + rate_args +
-                       (["--log-level", args.log_level]
-                        if args.log_level and mode != "fixed" else []) + [src])
+                       log_args + [src])
                 if args.history and mode != "fixed":
                     code, wall, out, history = sender_run_history(cmd)
                 else:
