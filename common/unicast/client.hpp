@@ -72,6 +72,10 @@ struct client_options {
   bool seal_records = false;
   /// TCP connections, 1..max_connections; 0 = default_tcp_connections.
   std::size_t tcp_connections = 0;
+  /// SCTP associations over UDP, 1..max_connections; 0 = 1. Several share the records as
+  /// several TCP connections do: a loss shrinks one association's congestion window, not the
+  /// session's (docs/design-notes.md "Unicast fallback"). Kernel SCTP always uses one.
+  std::size_t sctp_associations = 0;
   /// SCTP association settings (streams we accept, path MTU, buffers).
   sctp_socket_options sctp;
   /// Process-wide usrsctp settings, applied if this client initializes usrsctp.
@@ -114,6 +118,8 @@ struct client_stats {
   std::uint64_t files_done = 0;
   /// Payload bytes per TCP connection (index) or per SCTP stream (index = stream id).
   std::vector<std::uint64_t> bytes_per_channel;
+  /// Payload bytes per TCP connection or SCTP association (index = its hello's index).
+  std::vector<std::uint64_t> bytes_per_connection;
   /// The server's record size and stream/connection counts from its welcome (0 until then).
   std::uint32_t record_size = 0;
   std::uint16_t streams = 0;

@@ -231,7 +231,8 @@ void client_impl::abandon() {
 }
 
 std::error_code client_impl::deliver(file_index file, std::uint64_t offset,
-                                     std::span<const std::byte> bytes, std::size_t channel) {
+                                     std::span<const std::byte> bytes, std::size_t channel,
+                                     std::size_t connection) {
   if (dead() || m_abandoned) return error::aborted;
   if (m_phase == phase::closing) return {};  // close() was called: not delivered any more
   bool file_done = false;
@@ -245,6 +246,9 @@ std::error_code client_impl::deliver(file_index file, std::uint64_t offset,
   ++m_stats.pieces;
   if (m_stats.bytes_per_channel.size() <= channel) m_stats.bytes_per_channel.resize(channel + 1);
   m_stats.bytes_per_channel[channel] += bytes.size();
+  if (m_stats.bytes_per_connection.size() <= connection)
+    m_stats.bytes_per_connection.resize(connection + 1);
+  m_stats.bytes_per_connection[connection] += bytes.size();
   if (m_events.on_data) {
     m_events.on_data(file, offset, bytes);
     if (dead() || m_abandoned) return error::aborted;
@@ -269,9 +273,8 @@ std::error_code client_impl::handle_control(frame_type type, std::span<const std
         m_detail = m_where + ": malformed challenge";
         return ec;
       }
-      // Unsigned: the hello went out without waiting; the challenge is not needed. A client
-      // still awaiting its credentials keeps it: they may say the session is signed.
-      if ((proves() || m_awaiting_credentials) && !m_challenge) m_challenge = c;
+      // Read here only where no hello needs it: a TCP connection of an unsigned session (a
+      // signed one reads it before its hello); SCTP keeps each association's own.
       return {};
     }
     case frame_type::welcome: {

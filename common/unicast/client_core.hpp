@@ -90,13 +90,12 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
   /// Seals the control frame `f` in place for `stream` unless it is the hello (which always
   /// goes plain) or sealed already (a send that would have blocked is retried with it).
   static void seal_outgoing(frame_sealer& s, std::vector<std::byte>& f, std::uint32_t stream);
-  /// The challenge that arrived through handle_control (SCTP), if any.
-  const std::optional<challenge>& received_challenge() const noexcept { return m_challenge; }
 
-  /// Checks and delivers record bytes that arrived on `channel` (TCP connection / SCTP stream).
+  /// Checks and delivers record bytes that arrived on `channel` (TCP connection / SCTP stream)
+  /// of `connection` (TCP connection / SCTP association).
   /// @return protocol_violation (with m_detail) when they were not requested or came twice.
   std::error_code deliver(file_index file, std::uint64_t offset, std::span<const std::byte> bytes,
-                          std::size_t channel);
+                          std::size_t channel, std::size_t connection);
   /// Handles a control frame from the server (welcome, refuse; anything else is a violation).
   std::error_code handle_control(frame_type type, std::span<const std::byte> body);
   /// After a batch of input: sends acks for completed files, reports on_complete.
@@ -131,7 +130,6 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
   std::vector<file_index> m_acks;  ///< files completed since the last ack frame
   phase m_phase = phase::idle;
   bool m_abandoned = false;
-  std::optional<challenge> m_challenge;
   bool m_paused = false;
   bool m_connected_once = false;        ///< connected() or transport_up() ran
   bool m_awaiting_credentials = false;  ///< see awaiting_credentials()

@@ -158,9 +158,9 @@ inline constexpr std::size_t hello_proof_size = crypto::hmac_bytes;
 struct hello {
   fallback_token token{};             ///< secret given by the sender with the fallback order
   session_id session{};               ///< the multicast session this remainder belongs to
-  std::uint64_t client_nonce = 0;     ///< random per client object: groups its TCP connections
+  std::uint64_t client_nonce = 0;     ///< random per client object: groups its connections
   std::uint8_t connection_index = 0;  ///< 0 carries control; < connection_count
-  std::uint8_t connection_count = 1;  ///< TCP connections of this client; 1 for SCTP
+  std::uint8_t connection_count = 1;  ///< TCP connections or SCTP associations of this client
   std::string receiver_id;            ///< the site's id (wire::valid_receiver_id)
   /// Proof of the site key over the server's challenge (signed sessions only).
   std::optional<crypto::hmac_tag> proof;
@@ -173,7 +173,7 @@ inline constexpr std::size_t max_hello_size = 192;
 struct welcome {
   std::uint32_t record_size = 0;      ///< bytes, min_record_size to max_record_size
   std::uint16_t streams = 0;          ///< SCTP outbound streams the server uses; 0 for TCP
-  std::uint8_t connection_count = 0;  ///< TCP connections the server accepts for this client
+  std::uint8_t connection_count = 0;  ///< connections/associations the server accepts for it
 };
 /// Largest welcome body, bytes: three varints of at most 6 bytes with their tags, and room.
 inline constexpr std::size_t max_welcome_size = 32;

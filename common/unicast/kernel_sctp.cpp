@@ -192,6 +192,10 @@ class kernel_assoc final : public sctp_assoc {
     return std::uint64_t{st.sstat_unackdata} + st.sstat_penddata;
   }
 
+  /// Linux reports no per-association send queue through SCTP_STATUS, so a kernel client
+  /// uses one association (client_options::sctp_associations).
+  std::optional<send_queue_state> send_queue() override { return std::nullopt; }
+
   std::uint16_t outbound_streams() override {
     if (!m_fd.is_open()) return 0;
     sctp_status st{};

@@ -139,6 +139,15 @@ class sctp_assoc {
   /// idle watchdog can tell a slow but live peer from a dead one after we queued everything.
   virtual std::uint64_t backlog() = 0;
 
+  /// What an association holds for its peer against what it may have in flight, bytes.
+  struct send_queue_state {
+    std::uint64_t queued_bytes = 0;  ///< unacknowledged + not yet sent
+    std::uint64_t cwnd_bytes = 0;    ///< congestion window of the primary path
+  };
+  /// The association's send queue, for spreading records over a client's associations.
+  /// @return nullopt when the stack cannot tell (kernel SCTP) or the association is gone.
+  virtual std::optional<send_queue_state> send_queue() = 0;
+
   /// Transport state for debug logs: "cwnd=... srtt=... rto=... unacked=... pending=...".
   virtual std::string describe() = 0;
 

@@ -19,63 +19,116 @@ namespace {
 /// Receive buffer of the server side, bytes: the server only receives control frames.
 constexpr std::size_t server_receive_buffer = seal_overhead + frame_header_size + max_control_body;
 
-class sctp_server_session final : public server_session, private frame_handler {
+/// One session over the client's n associations (n = the hello's connection_count, 1 to
+/// max_connections). Association 0 carries control both ways; records go to whichever
+/// association has room in its congestion window (see can_take), each on the stream of its
+/// file within that association, so n associations share the client's files as n TCP
+/// connections do (XFTP) and a loss holds back one association's window, not the session's.
+class sctp_server_session final : public server_session {
  public:
   sctp_server_session(std::shared_ptr<server_state> state, const client_grant& grant,
-                      transport_kind kind, std::unique_ptr<sctp_assoc> assoc, std::uint16_t streams,
-                      std::uint64_t nonce, const std::optional<seal_keys>& keys)
-      : server_session(state, grant, kind, assoc->remote(), 1, streams - 1u, nonce),
-        m_assoc(std::move(assoc)), m_streams(streams), m_reader(false),
+                      transport_kind kind, const endpoint& remote, std::size_t associations,
+                      std::uint16_t streams, std::uint64_t nonce)
+      : server_session(state, grant, kind, remote, associations, streams - 1u, nonce),
         m_buffer(server_receive_buffer) {
-    if (keys) {
-      // Encrypted session: every frame after the hello is sealed, both ways (record_seal.hpp).
-      m_sealer = std::make_unique<frame_sealer>(keys->to_client);
-      m_opener = std::make_unique<frame_opener>(keys->to_server);
-      m_reader.set_opener(m_opener.get(), 0);
-    }
+    m_slots.resize(associations);
   }
 
-  /// Takes over the association after a valid hello.
-  void run() {
+  /// Takes over association `index` after its valid hello, with `streams` outbound streams
+  /// negotiated and, in an encrypted session, its record keys. The first association to come
+  /// registers the session (begin()). @return false when that index is taken already.
+  bool attach(std::unique_ptr<sctp_assoc> assoc, std::size_t index, std::uint16_t streams,
+              const std::optional<seal_keys>& keys) {
+    if (index >= m_slots.size() || m_slots[index]) return false;
     auto self = std::static_pointer_cast<sctp_server_session>(shared_from_this());
-    begin();
-    if (finished()) return;
-    welcome w;
-    w.record_size = m_state->options.record_size;
-    w.streams = m_streams;
-    w.connection_count = 1;
-    m_control.emplace_back();
-    append_frame(m_control.back(), w);
-    if (m_sealer) m_control.back() = m_sealer->seal_copy(0, m_control.back());
-    m_assoc->set_ready_handler([w = weak_from_this()] {
-      if (auto s = w.lock()) static_cast<sctp_server_session&>(*s).on_ready();
+    const bool first =
+        std::none_of(m_slots.begin(), m_slots.end(), [](const auto& s) { return s != nullptr; });
+    m_slots[index] = std::make_unique<slot>(*this, index, std::move(assoc), streams);
+    slot& s = *m_slots[index];
+    if (keys) {
+      // Encrypted session: every frame after the hello is sealed, both ways, every stream of
+      // this association, under its own keys (record_seal.hpp).
+      s.sealer = std::make_unique<frame_sealer>(keys->to_client);
+      s.opener = std::make_unique<frame_opener>(keys->to_server);
+      s.reader.set_opener(s.opener.get(), 0);
+    }
+    if (first) {
+      begin();
+      if (finished()) return true;
+    }
+    if (index == 0) {
+      welcome w;
+      w.record_size = m_state->options.record_size;
+      w.streams = streams;
+      w.connection_count = static_cast<std::uint8_t>(m_slots.size());
+      s.control.emplace_back();
+      append_frame(s.control.back(), w);
+      if (s.sealer) s.control.back() = s.sealer->seal_copy(0, s.control.back());
+    }
+    s.assoc->set_ready_handler([w = weak_from_this(), index] {
+      if (auto p = w.lock()) static_cast<sctp_server_session&>(*p).on_ready(index);
     });
-    on_ready();
+    on_ready(index);
+    return true;
   }
 
  private:
-  void on_ready() {
+  struct slot final : frame_handler {
+    slot(sctp_server_session& o, std::size_t i, std::unique_ptr<sctp_assoc> a, std::uint16_t n)
+        : owner(o), index(i), assoc(std::move(a)), streams(n), reader(false) {}
+    std::error_code on_control(frame_type type, std::span<const std::byte> body) override {
+      return owner.control(index, type, body);
+    }
+    std::error_code on_data(file_index, std::uint64_t, std::span<const std::byte>) override {
+      return error::protocol_violation;  // unreachable: the reader refuses data frames
+    }
+    std::uint16_t stream_of(file_index f) const noexcept {
+      return static_cast<std::uint16_t>(1 + f.value % (streams - 1u));
+    }
+
+    sctp_server_session& owner;
+    std::size_t index;
+    std::unique_ptr<sctp_assoc> assoc;
+    std::uint16_t streams;
+    frame_reader reader;
+    std::deque<std::vector<std::byte>> control;  ///< association 0 only
+    std::optional<record> pending;               ///< read from the source, not yet taken by SCTP
+    std::vector<std::byte> out;            ///< its frame (sealed for this association and stream)
+    std::int64_t message_frames = -1;      ///< reader.frames() when the current message began
+    std::unique_ptr<frame_sealer> sealer;  ///< encrypted sessions: to the client
+    std::unique_ptr<frame_opener> opener;  ///< encrypted sessions: from the client
+  };
+
+  std::string name(std::size_t index) const {
+    return m_slots.size() == 1
+               ? std::string("association")
+               : "association " + std::to_string(index) + " of " + std::to_string(m_slots.size());
+  }
+
+  void on_ready(std::size_t index) {
     auto self = shared_from_this();
     if (finished()) return;
-    do_receive();
+    do_receive(*m_slots[index]);
     if (finished()) return;
     do_send();
   }
 
-  void do_receive() {
+  void do_receive(slot& s) {
     for (;;) {
       sctp_assoc::received r;
-      const auto ec = m_assoc->receive(m_buffer, r);
+      const auto ec = s.assoc->receive(m_buffer, r);
       if (ec == std::errc::operation_would_block) return;
       if (ec) {
         if (bye_received()) return finish({}, {});
-        return finish(error::connection_lost,
-                      "association with " + m_info.remote.to_string() + ": " + ec.message());
+        return finish(
+            error::connection_lost,
+            name(s.index) + " with " + s.assoc->remote().to_string() + ": " + ec.message());
       }
       if (r.notification) continue;
       if (r.bytes == 0) {
         if (bye_received()) return finish({}, {});
-        return finish(error::connection_lost, "the client shut the association down without bye");
+        return finish(error::connection_lost,
+                      "the client shut " + name(s.index) + " down without bye");
       }
       touch();
       if (r.stream != 0) {
@@ -83,10 +136,10 @@ class sctp_server_session final : public server_session, private frame_handler {
         return finish(error::protocol_violation,
                       "data on stream " + std::to_string(r.stream) + " from the client");
       }
-      if (m_message_frames < 0) m_message_frames = static_cast<std::int64_t>(m_reader.frames());
+      if (s.message_frames < 0) s.message_frames = static_cast<std::int64_t>(s.reader.frames());
       std::string detail;
       m_detail = &detail;
-      const auto fec = m_reader.feed(std::span(m_buffer).first(r.bytes), *this);
+      const auto fec = s.reader.feed(std::span(m_buffer).first(r.bytes), s);
       m_detail = nullptr;
       if (finished()) return;
       if (fec) {
@@ -94,9 +147,9 @@ class sctp_server_session final : public server_session, private frame_handler {
         return finish(fec, detail.empty() ? "bad frame from the client: " + fec.message() : detail);
       }
       if (r.end_of_message) {
-        const auto frames = static_cast<std::int64_t>(m_reader.frames()) - m_message_frames;
-        m_message_frames = -1;
-        if (!m_reader.at_boundary() || frames != 1) {
+        const auto frames = static_cast<std::int64_t>(s.reader.frames()) - s.message_frames;
+        s.message_frames = -1;
+        if (!s.reader.at_boundary() || frames != 1) {
           m_state->count_error(error::protocol_violation);
           return finish(error::protocol_violation, "an SCTP message that is not exactly one frame");
         }
@@ -108,72 +161,114 @@ class sctp_server_session final : public server_session, private frame_handler {
     }
   }
 
-  std::error_code on_control(frame_type type, std::span<const std::byte> body) override {
+  std::error_code control(std::size_t index, frame_type type, std::span<const std::byte> body) {
     std::string local;
-    return handle_control(type, body, m_detail ? *m_detail : local);
+    std::string& detail = m_detail ? *m_detail : local;
+    if (index != 0) {
+      detail = "control frame on " + name(index) + " (only 0 carries it)";
+      return error::protocol_violation;
+    }
+    return handle_control(type, body, detail);
   }
 
-  std::error_code on_data(file_index, std::uint64_t, std::span<const std::byte>) override {
-    return error::protocol_violation;  // unreachable: the reader refuses data frames
-  }
-
-  std::uint16_t stream_of(file_index f) const noexcept {
-    return static_cast<std::uint16_t>(1 + f.value % (m_streams - 1u));
+  /// True when association `s` should take another record now. One association takes records
+  /// as long as the stack takes them (its send buffer holds the whole remainder, as before).
+  /// Of several, each takes one only while what it holds (unacknowledged + unsent bytes) is
+  /// below its congestion window, so the others get the rest: without this rule the first
+  /// association to become writable would queue the whole session in its 8 MiB send buffer.
+  /// An association whose stack cannot tell (kernel SCTP) takes records as one does.
+  bool can_take(slot& s) const {
+    if (m_slots.size() == 1) return true;
+    const auto q = s.assoc->send_queue();
+    return !q || q->queued_bytes < q->cwnd_bytes;
   }
 
   void do_send() {
+    for (auto& s : m_slots) {
+      if (finished()) return;
+      if (s) send_on(*s);
+    }
+  }
+
+  /// Sends control (association 0) and records on `s` until it would block, may take no more
+  /// (can_take) or nothing is left.
+  void send_on(slot& s) {
     for (;;) {
       if (finished()) return;
-      if (!m_control.empty()) {
-        const auto ec = m_assoc->send(0, m_control.front());
-        if (ec == std::errc::operation_would_block) return m_assoc->want_write();
-        if (ec) return finish(error::connection_lost, "sending on stream 0: " + ec.message());
-        m_control.pop_front();
+      if (!s.control.empty()) {
+        const auto ec = s.assoc->send(0, s.control.front());
+        if (ec == std::errc::operation_would_block) {
+          s.assoc->want_write();
+          return;
+        }
+        if (ec) {
+          finish(error::connection_lost,
+                 "sending on stream 0 of " + name(s.index) + ": " + ec.message());
+          return;
+        }
+        s.control.pop_front();
         continue;
       }
-      if (!m_pending) {
-        m_pending = next_record();
-        if (!m_pending) return;
+      if (!s.pending) {
+        if (!has_pending() || !can_take(s)) return;
+        s.pending = next_record();
+        if (!s.pending) return;
         if (const auto ec =
-                fill_record(*m_pending, m_record, m_sealer.get(), stream_of(m_pending->file))) {
-          return finish(
-              error::source_failed,
-              "reading file " + std::to_string(m_pending->file.value) + ": " + ec.message());
+                fill_record(*s.pending, s.out, s.sealer.get(), s.stream_of(s.pending->file))) {
+          finish(error::source_failed,
+                 "reading file " + std::to_string(s.pending->file.value) + ": " + ec.message());
+          return;
         }
       }
-      const auto ec = m_assoc->send(stream_of(m_pending->file), m_record);
-      if (ec == std::errc::operation_would_block) return m_assoc->want_write();
-      if (ec) return finish(error::connection_lost, "sending a record: " + ec.message());
-      record_sent(*m_pending);
-      m_pending.reset();
+      const auto ec = s.assoc->send(s.stream_of(s.pending->file), s.out);
+      if (ec == std::errc::operation_would_block) {
+        s.assoc->want_write();
+        return;
+      }
+      if (ec) {
+        finish(error::connection_lost,
+               "sending a record on " + name(s.index) + ": " + ec.message());
+        return;
+      }
+      record_sent(*s.pending);
+      s.pending.reset();
     }
   }
 
   void close_transport(bool graceful) override {
-    if (!m_assoc) return;
-    if (graceful) {
-      m_assoc->close();
-    } else {
-      m_assoc->abort();
+    for (auto& s : m_slots) {
+      if (!s || !s->assoc) continue;
+      if (graceful) {
+        s->assoc->close();
+      } else {
+        s->assoc->abort();
+      }
     }
   }
 
   void on_new_requests() override {}  // on_ready sends after it has read
 
-  std::uint64_t transport_backlog() override { return m_assoc ? m_assoc->backlog() : 0; }
-  std::string transport_state() override { return m_assoc ? m_assoc->describe() : std::string(); }
+  std::uint64_t transport_backlog() override {
+    std::uint64_t b = 0;
+    for (auto& s : m_slots)
+      if (s && s->assoc) b += s->assoc->backlog();
+    return b;
+  }
 
-  std::unique_ptr<sctp_assoc> m_assoc;
-  std::uint16_t m_streams;
-  frame_reader m_reader;
+  std::string transport_state() override {
+    std::string out;
+    for (auto& s : m_slots) {
+      if (!s || !s->assoc) continue;
+      if (!out.empty()) out += " | ";
+      if (m_slots.size() > 1) out += std::to_string(s->index) + ": ";
+      out += s->assoc->describe();
+    }
+    return out;
+  }
+
+  std::vector<std::unique_ptr<slot>> m_slots;  ///< by association index; null until attached
   std::vector<std::byte> m_buffer;
-  std::deque<std::vector<std::byte>> m_control;
-  std::optional<record> m_pending;  ///< read from the source, not yet taken by SCTP
-  std::vector<std::byte> m_record;
-  std::int64_t m_message_frames = -1;  ///< reader.frames() when the current message began
   std::string* m_detail = nullptr;
-  std::unique_ptr<frame_sealer> m_sealer;  ///< encrypted sessions: to the client
-  std::unique_ptr<frame_opener> m_opener;  ///< encrypted sessions: from the client
 };
 
 /// Owns a new association until its hello arrives (or the hello timeout fires).
@@ -265,7 +360,6 @@ class sctp_handshake final : public std::enable_shared_from_this<sctp_handshake>
     if (type != frame_type::hello) return error::protocol_violation;
     hello h;
     if (auto ec = decode(body, h)) return ec;
-    if (h.connection_count != 1 || h.connection_index != 0) return error::protocol_violation;
     const endpoint from = m_assoc->remote();
     refuse why;
     const client_grant* g = m_state->authenticate(h, m_challenge, from, why);
@@ -291,10 +385,25 @@ class sctp_handshake final : public std::enable_shared_from_this<sctp_handshake>
     if (streams < 2) return error::protocol_violation;
     std::optional<seal_keys> keys;
     if (g->seal_records) keys = derive_seal_keys(*g->proof_key, m_challenge, h);
+    // The client's other associations carry the same token and nonce: the first of them to
+    // arrive made the session, the others join it.
+    std::shared_ptr<sctp_server_session> s;
+    if (auto it = m_state->sessions.find(h.token); it != m_state->sessions.end()) {
+      auto existing = std::dynamic_pointer_cast<sctp_server_session>(it->second);
+      if (existing && !existing->finished() && existing->nonce() == h.client_nonce &&
+          existing->info().kind == m_kind && existing->info().connections == h.connection_count)
+        s = existing;
+    }
     done();
-    auto s = std::make_shared<sctp_server_session>(m_state, *g, m_kind, std::move(m_assoc), streams,
-                                                   h.client_nonce, keys);
-    s->run();
+    if (!s) {
+      s = std::make_shared<sctp_server_session>(m_state, *g, m_kind, from, h.connection_count,
+                                                streams, h.client_nonce);
+    }
+    auto assoc = std::move(m_assoc);
+    if (!s->attach(std::move(assoc), h.connection_index, streams, keys)) {
+      // A second association with the same index: dropped on its own, the session goes on.
+      return error::protocol_violation;
+    }
     return {};
   }
 

@@ -85,8 +85,7 @@ server_session::server_session(std::shared_ptr<server_state> state, const client
                                transport_kind kind, endpoint remote, std::size_t connections,
                                std::size_t active_files, std::uint64_t nonce)
     : m_state(std::move(state)), m_grant(grant), m_nonce(nonce),
-      m_scheduler(m_state->options.record_size, active_files,
-                  kind == transport_kind::tcp ? connections : 0),
+      m_scheduler(m_state->options.record_size, active_files, connections),
       m_watchdog(m_state->io) {
   m_info.token = grant.token;
   m_info.receiver_id = grant.receiver_id;
@@ -110,9 +109,11 @@ void server_session::begin() {
   m_start = std::chrono::steady_clock::now();
   touch();
   ++m_state->counters.sessions_started;
-  spdlog::info("unicast: receiver '{}' session {} connected over {} from {} ({} connection{})",
+  spdlog::info("unicast: receiver '{}' session {} connected over {} from {} ({} {}{})",
                m_info.receiver_id, m_info.session, to_string(m_info.kind),
-               m_info.remote.to_string(), m_info.connections, m_info.connections == 1 ? "" : "s");
+               m_info.remote.to_string(), m_info.connections,
+               m_info.kind == transport_kind::tcp ? "connection" : "association",
+               m_info.connections == 1 ? "" : "s");
   if (!m_state->silent && m_state->events.on_session_start)
     m_state->events.on_session_start(m_info);
   if (!m_finished) do_watchdog();
@@ -305,7 +306,8 @@ std::error_code server::start(std::string& detail) {
   std::weak_ptr<server_state> w = m_state;
   if (o.sctp_udp) {
     sctp_listener_limits limits;
-    limits.max_peers = o.max_sessions + o.max_handshakes;
+    // A client may open up to max_connections associations, each from its own UDP port.
+    limits.max_peers = o.max_sessions * max_connections + o.max_handshakes;
     limits.handshake_timeout = std::max(o.hello_timeout, std::chrono::milliseconds(30'000));
     s.sctp_udp = open_usrsctp_listener(s.io, *o.sctp_udp, o.sctp, o.usrsctp, limits, ec, detail);
     if (!s.sctp_udp) return ec;

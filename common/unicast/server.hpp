@@ -92,7 +92,7 @@ struct session_info {
   session_id session{};
   transport_kind kind = transport_kind::sctp_udp;
   endpoint remote;              ///< of the first connection / the association
-  std::size_t connections = 1;  ///< TCP connections announced by the client; 1 for SCTP
+  std::size_t connections = 1;  ///< TCP connections or SCTP associations announced by the client
 };
 
 /// What a session moved.

@@ -65,7 +65,7 @@ class tcp_client final : public client_impl {
     }
     std::error_code on_data(file_index f, std::uint64_t off,
                             std::span<const std::byte> b) override {
-      return owner.deliver(f, off, b, index);
+      return owner.deliver(f, off, b, index, index);
     }
     tcp_client& owner;
     std::size_t slot;       ///< place in m_conns

@@ -21,6 +21,17 @@ namespace mcdist::unicast {
 
 namespace {
 
+/// SCTP_GET_SNDBUF_USE of usrsctp's netinet/sctp.h (as in FreeBSD's), which usrsctp.h does not
+/// export, and its struct sctp_sockstat: the bytes an association holds for its peer
+/// (asoc.total_output_queue_size: unacknowledged + not yet sent) and the bytes received but not
+/// yet read.
+constexpr int sctp_get_sndbuf_use = 0x00001101;
+struct sndbuf_use {
+  sctp_assoc_t assoc_id;
+  std::uint32_t total_sndbuf;
+  std::uint32_t total_recv_buf;
+};
+
 using udp = boost::asio::ip::udp;
 using steady = std::chrono::steady_clock;
 
@@ -292,6 +303,19 @@ class usrsctp_assoc final : public sctp_assoc, private upcall_target {
     socklen_t len = sizeof st;
     if (usrsctp_getsockopt(m_so, IPPROTO_SCTP, SCTP_STATUS, &st, &len) != 0) return 0;
     return std::uint64_t{st.sstat_unackdata} + st.sstat_penddata;
+  }
+
+  std::optional<send_queue_state> send_queue() override {
+    if (m_so == nullptr) return std::nullopt;
+    sctp_status st{};
+    socklen_t len = sizeof st;
+    if (usrsctp_getsockopt(m_so, IPPROTO_SCTP, SCTP_STATUS, &st, &len) != 0) return std::nullopt;
+    sndbuf_use use{};
+    use.assoc_id = st.sstat_assoc_id;
+    len = sizeof use;
+    if (usrsctp_getsockopt(m_so, IPPROTO_SCTP, sctp_get_sndbuf_use, &use, &len) != 0)
+      return std::nullopt;
+    return send_queue_state{use.total_sndbuf, st.sstat_primary.spinfo_cwnd};
   }
 
   std::uint16_t outbound_streams() override {

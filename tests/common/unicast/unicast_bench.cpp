@@ -1,6 +1,7 @@
 // Throughput benchmark of the unicast transports (a program, not a test).
 //
 //   unicast_bench [--kind sctp|tcp] [--connections N] [--set 1g|10k|mixed] [--repeat K]
+//       (--connections: TCP connections, or SCTP associations)
 //                 [--record-size BYTES] [--no-verify] [--no-crc] [--auth plain|signed|encrypted]
 //       runs the server in a child process and the client here, over loopback, and prints
 //       goodput (payload bytes / time from start() to the last byte).
@@ -265,6 +266,7 @@ bool run_client_once(const args& a, const endpoint& server_ep) {
   o.session = bench_session;
   o.receiver_id = bench_receiver;
   o.tcp_connections = a.connections;
+  o.sctp_associations = a.connections;
   o.usrsctp = tuning_of(a);
   o.idle_timeout = std::chrono::seconds(120);
   if (a.auth != "plain") o.proof_key = bench_site_key();
@@ -318,7 +320,8 @@ bool run_client_once(const args& a, const endpoint& server_ep) {
       "%-9s %-11s %-6s conns=%zu record=%u: %12llu bytes in %7.3f s = %8.1f Mbit/s "
       "(%zu files, first byte after %.1f ms, %zu channels used)\n",
       a.auth.c_str(), std::string(to_string(a.kind)).c_str(), a.set.c_str(),
-      a.kind == transport_kind::tcp ? (a.connections ? a.connections : default_tcp_connections) : 1,
+      a.kind == transport_kind::tcp ? (a.connections ? a.connections : default_tcp_connections)
+                                    : std::max<std::size_t>(a.connections, 1),
       a.record_size, static_cast<unsigned long long>(got), s, got * 8 / s / 1e6, files_done,
       std::chrono::duration<double, std::milli>(t_first - t0).count(), channels);
   std::fflush(stdout);
