@@ -20,6 +20,7 @@ unicast::client_options daemon::unicast_options(session_id s, const unicast_orde
   co.session = s;
   co.receiver_id = m_cfg.id;
   co.tcp_connections = order.connections;
+  co.sctp_associations = order.connections;
   if (order.rtt > decltype(order.rtt)::zero()) {
     // RFC 6298 section 2.2 after one sample R: RTO = 3R, within the stack's RTO.Min and
     // RTO.Initial (common/unicast/sctp_assoc.hpp).

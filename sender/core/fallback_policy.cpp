@@ -8,7 +8,7 @@
 
 namespace mcdist::sender {
 
-std::uint32_t auto_tcp_connections(std::uint64_t rate_bps, duration rtt) noexcept {
+std::uint32_t auto_unicast_connections(std::uint64_t rate_bps, duration rtt) noexcept {
   constexpr std::uint32_t fewest = 4, most = 8;
   constexpr double initial_window_bytes = 10.0 * packet::tcp_mss_ethernet;  // RFC 6928
   if (rate_bps == 0 || rtt <= duration::zero()) return fewest;

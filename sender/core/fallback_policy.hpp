@@ -27,17 +27,19 @@ enum class fallback_mode : std::uint8_t { off, automatic, sctp, sctp_kernel, tcp
 /// The policy's settings (sender_config's fallback fields; mcdist-send --fallback-*).
 struct fallback_settings {
   fallback_mode mode = fallback_mode::automatic;
-  double nak_ratio = 0.05;             ///< NAKed blocks / data datagrams sent above this: unicast
-  std::uint64_t min_sample = 2000;     ///< ... once this many data datagrams were sent
-  std::uint32_t after_passes = 10;     ///< still missing data after this many passes: unicast
-  std::uint64_t unicast_rate_bps = 0;  ///< unicast capacity for the cost model; 0 = model off
-  double unicast_threshold = 1.0;      ///< unicast from the start when cost < this x multicast
-  bool force_unicast = false;          ///< every receiver over unicast from the start
-  std::uint32_t tcp_connections = 0;   ///< per receiver; 0 = auto_tcp_connections
+  double nak_ratio = 0.05;              ///< NAKed blocks / data datagrams sent above this: unicast
+  std::uint64_t min_sample = 2000;      ///< ... once this many data datagrams were sent
+  std::uint32_t after_passes = 10;      ///< still missing data after this many passes: unicast
+  std::uint64_t unicast_rate_bps = 0;   ///< unicast capacity for the cost model; 0 = model off
+  double unicast_threshold = 1.0;       ///< unicast from the start when cost < this x multicast
+  bool force_unicast = false;           ///< every receiver over unicast from the start
+  std::uint32_t tcp_connections = 0;    ///< per receiver; 0 = auto_unicast_connections
+  std::uint32_t sctp_associations = 0;  ///< per receiver over SCTP/UDP; 0 = the same rule
   std::uint64_t unicast_max_rate_bps = 0;  ///< per-receiver unicast cap, bit/s; 0 = none
 };
 
-/// TCP connections for a receiver's multi-socket fallback when the operator gave none: enough
+/// TCP connections (or SCTP associations) for a receiver's fallback when the operator gave
+/// none: enough
 /// that their initial windows together (10 segments of 1448 bytes each, RFC 6928) cover the
 /// path's bandwidth-delay product, so the first round trip already fills the link, and no
 /// fewer than 4 nor more than 8. Allman, Ostermann & Kruse (T1, 590 ms): 1 connection reached
@@ -46,7 +48,7 @@ struct fallback_settings {
 ///        0 = unknown: 4)
 /// @param rtt      the receiver's measured round-trip time (zero = unknown: 4)
 /// @return 4..8
-std::uint32_t auto_tcp_connections(std::uint64_t rate_bps, duration rtt) noexcept;
+std::uint32_t auto_unicast_connections(std::uint64_t rate_bps, duration rtt) noexcept;
 
 /// The fallback decisions of one session.
 class fallback_policy {
@@ -114,12 +116,24 @@ class fallback_policy {
   /// @return the reason to move it to unicast, or nullopt (too early, or no transport)
   std::optional<std::string> after_passes(std::uint32_t pass) const;
 
-  /// TCP connections to tell a receiver of RTT `rtt` to open: the operator's count, else
-  /// auto_tcp_connections of its unicast cap (else `multicast_rate_bps`).
-  std::uint32_t tcp_connections(std::uint64_t multicast_rate_bps, duration rtt) const noexcept {
-    if (m_s.tcp_connections) return m_s.tcp_connections;
-    return auto_tcp_connections(
+  /// TCP connections or SCTP associations to tell a receiver of RTT `rtt` to open over
+  /// transport `t`: the operator's count (--tcp-connections, --sctp-associations), else
+  /// auto_unicast_connections of its unicast cap (else `multicast_rate_bps`), except that SCTP
+  /// over UDP takes one association up to long_path_rtt (several gained nothing there:
+  /// docs/benchmarks.md) and kernel SCTP always one (unicast::client_options).
+  std::uint32_t connections(transport_kind t, std::uint64_t multicast_rate_bps,
+                            duration rtt) const noexcept {
+    if (t == transport_kind::sctp_kernel) return 1;
+    const std::uint32_t given =
+        t == transport_kind::tcp ? m_s.tcp_connections : m_s.sctp_associations;
+    if (given) return given;
+    if (t == transport_kind::sctp_udp && rtt <= long_path_rtt) return 1;
+    return auto_unicast_connections(
         m_s.unicast_max_rate_bps ? m_s.unicast_max_rate_bps : multicast_rate_bps, rtt);
+  }
+  /// True when the operator gave the count for `t` (for logs: "automatic" otherwise).
+  bool connections_given(transport_kind t) const noexcept {
+    return t == transport_kind::tcp ? m_s.tcp_connections != 0 : m_s.sctp_associations != 0;
   }
 
  private:

@@ -144,8 +144,10 @@ struct sender_config {
   double unicast_threshold = 1.0;
   /// Every receiver goes unicast at once (manual resend over unicast).
   bool force_unicast = false;
-  /// TCP connections a receiver opens (0: automatic, see auto_tcp_connections).
+  /// TCP connections a receiver opens (0: automatic, see auto_unicast_connections).
   std::uint32_t tcp_connections = 0;
+  /// SCTP associations (over UDP) a receiver opens (0: automatic, the same rule).
+  std::uint32_t sctp_associations = 0;
   /// Most bit/s sent to one receiver over unicast (--unicast-max-rate; 0 = no cap). The core
   /// reads it for the automatic TCP connection count; the shell hands it to the unicast server,
   /// which paces the connections.
@@ -206,8 +208,9 @@ struct receiver_report {
   std::string fallback_reason;  ///< why it was moved to unicast (empty: it was not)
   /// The path of its data: empty = multicast; else the unicast transport it was moved to.
   std::optional<transport_kind> fallback_transport;
-  std::uint32_t fallback_connections = 0;  ///< TCP connections it was told to open (0: not TCP)
-  duration fallback_at{};                  ///< when, from session start
+  /// TCP connections or SCTP associations it was told to open (0: not moved to unicast).
+  std::uint32_t fallback_connections = 0;
+  duration fallback_at{};                                            ///< when, from session start
   std::vector<std::pair<std::uint32_t, std::string>> file_failures;  ///< files it could not store
   /// From its REGISTER in a sequenced session: the highest sequence number of the channel it
   /// completed from this sender key (0 = none, or a site new to the channel).

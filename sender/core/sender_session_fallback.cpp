@@ -16,9 +16,7 @@ void sender_session::announce_unicast_start() {
   settings.unicast_start = unicast_start_settings{
       .transport = *t,
       .server = *m_fallback.endpoint_of(*t),
-      .connections = *t == transport_kind::tcp
-                         ? m_fallback.tcp_connections(m_cfg.rate_bps, duration::zero())
-                         : 0};
+      .connections = m_fallback.connections(*t, m_cfg.rate_bps, duration::zero())};
   m_announce =
       announcer(settings, m_files,
                 m_cfg.announce_interval * (silent() ? silent_announce_interval_factor : 1));
@@ -50,19 +48,15 @@ void sender_session::order_fallback(receiver_state& r, std::string reason, time_
   r.token.back() |= 1;  // never all zero
   r.rep.fallback_reason = reason;
   r.rep.fallback_at = now - m_start;
-  if (*t == transport_kind::tcp) {
-    r.rep.fallback_connections =
-        m_fallback.tcp_connections(m_cfg.rate_bps, r.rep.rtt_valid ? r.rep.rtt : m_grtt.estimate());
-  }
+  r.rep.fallback_connections =
+      m_fallback.connections(*t, m_cfg.rate_bps, r.rep.rtt_valid ? r.rep.rtt : m_grtt.estimate());
   m_fallbacks.push_back({r.rep.id, *t, r.token, reason});
   track(r, false);
   if (m_log) {
     const auto n = r.rep.fallback_connections;
-    m_log->info("session {}: receiver '{}' goes unicast over {}{}: {}", m_cfg.session, r.rep.id, *t,
-                n ? fmt::format(" ({} connection{}{})", n, n == 1 ? "" : "s",
-                                m_cfg.tcp_connections ? "" : ", automatic")
-                  : std::string(),
-                reason);
+    m_log->info("session {}: receiver '{}' goes unicast over {} ({} {}{}{}): {}", m_cfg.session,
+                r.rep.id, *t, n, *t == transport_kind::tcp ? "connection" : "association",
+                n == 1 ? "" : "s", m_fallback.connections_given(*t) ? "" : ", automatic", reason);
   }
   send_fallback(r, now);
 }

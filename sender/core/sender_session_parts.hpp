@@ -71,6 +71,7 @@ inline fallback_settings fallback_settings_of(const sender_config& c) {
           .unicast_threshold = c.unicast_threshold,
           .force_unicast = c.force_unicast,
           .tcp_connections = c.tcp_connections,
+          .sctp_associations = c.sctp_associations,
           .unicast_max_rate_bps = c.unicast_max_rate_bps};
 }
 

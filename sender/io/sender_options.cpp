@@ -246,6 +246,14 @@ void add_sender_options(CLI::App& app, sender_cli& c) {
       ->capture_default_str()
       ->type_name("N")
       ->check(CLI::Range(0u, 64u));
+  app.add_option("--sctp-associations", c.sctp_associations,
+                 "SCTP associations per receiver in an SCTP fallback over UDP (0 = automatic: one "
+                 "up to 200 ms RTT, beyond it the rule of --tcp-connections); records go to "
+                 "whichever association has room in its congestion window, so a loss slows one of "
+                 "them, not the receiver's transfer. Kernel SCTP uses one")
+      ->capture_default_str()
+      ->type_name("N")
+      ->check(CLI::Range(0u, 16u));
   app.add_option("--unicast-max-rate", c.unicast_max_rate,
                  "Most bit/s sent to one receiver over TCP (paced; counts IP packets like "
                  "--rate), e.g. the site's link rate so the fallback does not overflow its queue "
@@ -378,6 +386,7 @@ sender_options make_sender_options(const sender_cli& c) {
   o.session.unicast_rate_bps = *ur;
   o.session.unicast_threshold = c.unicast_threshold;
   o.session.tcp_connections = c.tcp_connections;
+  o.session.sctp_associations = c.sctp_associations;
   if (c.force_unicast && o.session.fallback == fallback_mode::off) {
     throw usage_error("--unicast needs a fallback transport; not with --fallback off");
   }

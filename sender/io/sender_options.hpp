@@ -64,6 +64,7 @@ struct sender_cli {
   double unicast_threshold = 1.0;
   std::uint16_t unicast_port = 0;
   std::uint32_t tcp_connections = 0;
+  std::uint32_t sctp_associations = 0;
   std::string tcp_congestion;
   std::string key_file;
   std::string site_keys_file;

@@ -104,7 +104,9 @@ std::string format_summary(const run_result& r) {
       os << "    unicast over " << to_string(*rr.fallback_transport)
          << (rr.fallback_connections
                  ? " (" + std::to_string(rr.fallback_connections) +
-                       (rr.fallback_connections == 1 ? " connection)" : " connections)")
+                       (*rr.fallback_transport == transport_kind::tcp ? " connection"
+                                                                      : " association") +
+                       (rr.fallback_connections == 1 ? ")" : "s)")
                  : std::string())
          << " from " << std::to_string(to_seconds(rr.fallback_at)).substr(0, 5)
          << " s: " << rr.fallback_reason << "\n";

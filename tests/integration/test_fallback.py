@@ -88,12 +88,14 @@ def policy_case(bin_dir, base, rng):
         lossy.stop()
 
 
-def forced_case(bin_dir, base, rng, transport, paced=None):
+def forced_case(bin_dir, base, rng, transport, paced=None, associations=None):
     """Every receiver unicast from the start. paced: --unicast-max-rate in bit/s for a TCP case
     with the automatic connection count (4 to 8, from the measured RTT): the records, shrunk at the tail and
     handed out just in time, must still make every file whole, and the transfer must take at
-    least 80 % of bytes x 8 / rate (unpaced, loopback moves the set ten times faster)."""
-    name = "forced-" + transport + ("-paced" if paced else "")
+    least 80 % of bytes x 8 / rate (unpaced, loopback moves the set ten times faster).
+    associations: --sctp-associations for an SCTP case (records spread over that many)."""
+    name = "forced-" + transport + ("-paced" if paced else "") + (
+        "-x%d" % associations if associations else "")
     src = os.path.join(base, "src", name)
     want = make_set(src, rng)
     group = free_group()
@@ -104,6 +106,8 @@ def forced_case(bin_dir, base, rng, transport, paced=None):
             extra += ["--tcp-connections", "4"]
         if paced:
             extra += ["--unicast-max-rate", str(paced)]
+        if associations:
+            extra += ["--sctp-associations", str(associations)]
         code, summary, out = run_sender(bin_dir, [src], group, [d.id], extra=extra)
         check(code == 0, "sender failed (%d):\n%s" % (code, out))
         r = by_id(summary)[d.id]
@@ -119,6 +123,16 @@ def forced_case(bin_dir, base, rng, transport, paced=None):
             check(4 <= n <= 8, "automatic connections %s outside 4..8" % r["fallback"])
             check(re.search(r"\(%d connections, automatic\)" % n, out),
                   "the decision's log line does not name %d automatic connections:\n%s" % (n, out))
+        elif transport == "sctp":
+            # One association on a short path unless the operator asks for more; the sender
+            # says which, and the site tells the server how many it opened.
+            n = associations or 1
+            check(r["fallback"].get("connections") == n, "associations %s" % r["fallback"])
+            check(re.search(r"\(%d associations?%s\)" % (n, "" if associations else ", automatic"),
+                            out),
+                  "the decision's log line does not name %d associations:\n%s" % (n, out))
+            check(re.search(r"connected over sctp from .* \(%d associations?\)" % n, out),
+                  "the unicast server did not see %d associations:\n%s" % (n, out))
         check(summary["data_datagrams"] == 0, "forced unicast sent multicast data")
         check_delivered(d.dest, want, d.id)
         if not paced:
@@ -140,7 +154,8 @@ def forced_case(bin_dir, base, rng, transport, paced=None):
             log("forced unicast over %s paced at %d bit/s: %d files, %d bytes in %.2f s" % (
                 transport, paced, len(want), moved, seconds))
         else:
-            log("forced unicast over %s: %d files delivered" % (transport, len(want)))
+            log("forced unicast over %s%s: %d files delivered" % (
+                transport, " (%d associations)" % associations if associations else "", len(want)))
     finally:
         d.stop()
 
@@ -292,6 +307,7 @@ def main():
         for transport in ("sctp", "tcp"):
             forced_case(bin_dir, base, rng, transport)
         forced_case(bin_dir, base, rng, "tcp", paced=200_000_000)
+        forced_case(bin_dir, base, rng, "sctp", associations=3)
         resend_case(bin_dir, base, rng)
         if os.geteuid() != 0 or not shutil.which("tc") or not shutil.which("ss"):
             print("SKIPPED (in part): the interruption cases need root, tc and ss to run in a "

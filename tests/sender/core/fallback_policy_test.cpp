@@ -4,7 +4,7 @@
 
 using namespace std::chrono_literals;
 using mcdist::transport_kind;
-using mcdist::sender::auto_tcp_connections;
+using mcdist::sender::auto_unicast_connections;
 using mcdist::sender::fallback_mode;
 using mcdist::sender::fallback_policy;
 using mcdist::sender::fallback_settings;
@@ -88,15 +88,31 @@ TEST_CASE("the small-set cost model sends a set unicast when that is cheaper", "
       with({.mode = fallback_mode::off, .force_unicast = true}, {}).decides_at_registration());
 }
 
-TEST_CASE("TCP connections cover the bandwidth-delay product, 4 to 8", "[unit][sender]") {
-  REQUIRE(auto_tcp_connections(0, 100ms) == 4);
-  REQUIRE(auto_tcp_connections(100'000'000, duration_cast<mcdist::duration>(0ms)) == 4);
-  REQUIRE(auto_tcp_connections(10'000'000, 10ms) == 4);  // 12.5 kB: one initial window
+TEST_CASE("TCP connections and SCTP associations cover the bandwidth-delay product, 4 to 8",
+          "[unit][sender]") {
+  REQUIRE(auto_unicast_connections(0, 100ms) == 4);
+  REQUIRE(auto_unicast_connections(100'000'000, duration_cast<mcdist::duration>(0ms)) == 4);
+  REQUIRE(auto_unicast_connections(10'000'000, 10ms) == 4);  // 12.5 kB: one initial window
   // 100 Mbit/s x 70 ms = 875 kB = 60 initial windows: capped at 8.
-  REQUIRE(auto_tcp_connections(100'000'000, 70ms) == 8);
+  REQUIRE(auto_unicast_connections(100'000'000, 70ms) == 8);
   // 10 Mbit/s x 70 ms = 87.5 kB / 14.48 kB = 6.04: 7.
-  REQUIRE(auto_tcp_connections(10'000'000, 70ms) == 7);
+  REQUIRE(auto_unicast_connections(10'000'000, 70ms) == 7);
   const auto p = with({.unicast_max_rate_bps = 10'000'000}, {transport_kind::tcp});
-  REQUIRE(p.tcp_connections(1'000'000'000, 70ms) == 7);  // the per-receiver cap, not the rate
-  REQUIRE(with({.tcp_connections = 3}, {}).tcp_connections(1'000'000'000, 70ms) == 3);
+  // The per-receiver cap, not the rate.
+  REQUIRE(p.connections(transport_kind::tcp, 1'000'000'000, 70ms) == 7);
+  // SCTP over UDP: one association up to 200 ms (and when the RTT is not known yet), the TCP
+  // rule on longer paths: 10 Mbit/s x 700 ms = 875 kB, capped at 8.
+  REQUIRE(p.connections(transport_kind::sctp_udp, 1'000'000'000, 70ms) == 1);
+  REQUIRE(p.connections(transport_kind::sctp_udp, 1'000'000'000, 200ms) == 1);
+  REQUIRE(p.connections(transport_kind::sctp_udp, 1'000'000'000, 0ms) == 1);
+  REQUIRE(p.connections(transport_kind::sctp_udp, 1'000'000'000, 700ms) == 8);
+  REQUIRE(with({.unicast_max_rate_bps = 1'000'000}, {})
+              .connections(transport_kind::sctp_udp, 1'000'000'000, 300ms) == 4);
+  // Each transport's own operator count; kernel SCTP always one.
+  const auto given = with({.tcp_connections = 3, .sctp_associations = 2}, {});
+  REQUIRE(given.connections(transport_kind::tcp, 1'000'000'000, 70ms) == 3);
+  REQUIRE(given.connections(transport_kind::sctp_udp, 1'000'000'000, 70ms) == 2);
+  REQUIRE(given.connections(transport_kind::sctp_kernel, 1'000'000'000, 70ms) == 1);
+  REQUIRE(given.connections_given(transport_kind::sctp_udp));
+  REQUIRE_FALSE(p.connections_given(transport_kind::sctp_udp));
 }

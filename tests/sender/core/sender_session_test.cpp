@@ -410,15 +410,15 @@ TEST_CASE("the automatic TCP connection count covers the path's bandwidth-delay 
           "[unit][sender][fallback]") {
   using std::chrono::milliseconds;
   // Allman et al.: T1 at 590 ms, 113 kB in flight = 7.8 initial windows of 10 x 1448 bytes.
-  REQUIRE(auto_tcp_connections(1'536'000, milliseconds(590)) == 8);
+  REQUIRE(auto_unicast_connections(1'536'000, milliseconds(590)) == 8);
   // 2 Mbit/s at 300 ms: 75 kB = 5.2 initial windows.
-  REQUIRE(auto_tcp_connections(2'000'000, milliseconds(300)) == 6);
+  REQUIRE(auto_unicast_connections(2'000'000, milliseconds(300)) == 6);
   // Ladha & Amer's 1 Mbit/s at 70 ms needs one window: the floor of 4.
-  REQUIRE(auto_tcp_connections(1'000'000, milliseconds(70)) == 4);
+  REQUIRE(auto_unicast_connections(1'000'000, milliseconds(70)) == 4);
   // A fast long path is capped at 8; an unknown rate or RTT gives the floor.
-  REQUIRE(auto_tcp_connections(1'000'000'000, milliseconds(700)) == 8);
-  REQUIRE(auto_tcp_connections(0, milliseconds(700)) == 4);
-  REQUIRE(auto_tcp_connections(1'000'000'000, duration::zero()) == 4);
+  REQUIRE(auto_unicast_connections(1'000'000'000, milliseconds(700)) == 8);
+  REQUIRE(auto_unicast_connections(0, milliseconds(700)) == 4);
+  REQUIRE(auto_unicast_connections(1'000'000'000, duration::zero()) == 4);
 }
 
 namespace {
@@ -466,12 +466,13 @@ TEST_CASE("a session served over unicast from the start names its unicast server
       CHECK(u.address() == std::string("\x0a\x00\x00\x01", 4));
       CHECK(u.connections() == 4);
     } else {
-      // SCTP (automatic, with no RTT known yet, gives it too); an unspecified address means
-      // the announce's own source, and is left out.
+      // SCTP (automatic, with no RTT known yet, gives it too), one association until an RTT
+      // above 200 ms says otherwise; an unspecified address means the announce's own source,
+      // and is left out.
       CHECK(u.transport() == wire::fallback::SCTP_UDP);
       CHECK(u.port() == 4713);
       CHECK(u.address().empty());
-      CHECK(u.connections() == 0);
+      CHECK(u.connections() == 1);
     }
   }
 }

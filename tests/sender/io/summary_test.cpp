@@ -36,6 +36,7 @@ run_result sample() {
   failed.id = "site-c";
   failed.state = st::failed;
   failed.fallback_transport = transport_kind::sctp_udp;
+  failed.fallback_connections = 2;
   failed.reason = "unicast fallback failed: connection refused";
   receiver_report absent;
   absent.id = "site-d";
@@ -75,6 +76,7 @@ TEST_CASE("a receiver's state is its outcome and its path how the data came", "[
   REQUIRE(j["receivers"][1]["fallback"]["connections"] == 4);
   REQUIRE(j["receivers"][1]["fallback"]["at_seconds"] == Approx(1.5));
   REQUIRE(j["receivers"][2]["fallback"]["transport"] == "sctp");
+  REQUIRE(j["receivers"][2]["fallback"]["connections"] == 2);
   REQUIRE(j["goodput_bps"] == Approx(8e6));
 }
 
@@ -88,7 +90,7 @@ TEST_CASE("the text summary shows state and path columns and the fallback line",
   REQUIRE(text.find("site-c               failed     unicast-sctp") != std::string::npos);
   REQUIRE(text.find("    unicast over tcp (4 connections) from 1.500 s: NAK ratio 10.2 %") !=
           std::string::npos);
-  REQUIRE(text.find("    unicast over sctp from") != std::string::npos);
+  REQUIRE(text.find("    unicast over sctp (2 associations) from") != std::string::npos);
   REQUIRE(text.find("    reason: unicast fallback failed: connection refused") !=
           std::string::npos);
   REQUIRE(text.find("error:") == std::string::npos);
