@@ -34,16 +34,15 @@ struct fallback_settings {
   double unicast_threshold = 1.0;       ///< unicast from the start when cost < this x multicast
   bool force_unicast = false;           ///< every receiver over unicast from the start
   std::uint32_t tcp_connections = 0;    ///< per receiver; 0 = auto_unicast_connections
-  std::uint32_t sctp_associations = 0;  ///< per receiver over SCTP/UDP; 0 = the same rule
+  std::uint32_t sctp_associations = 0;  ///< per receiver over SCTP/UDP; 0 = see connections()
   std::uint64_t unicast_max_rate_bps = 0;  ///< per-receiver unicast cap, bit/s; 0 = none
 };
 
-/// TCP connections (or SCTP associations) for a receiver's fallback when the operator gave
-/// none: enough
-/// that their initial windows together (10 segments of 1448 bytes each, RFC 6928) cover the
-/// path's bandwidth-delay product, so the first round trip already fills the link, and no
-/// fewer than 4 nor more than 8. Allman, Ostermann & Kruse (T1, 590 ms): 1 connection reached
-/// 24 % of the link, 8 reached 91 %, more overflowed the router queues.
+/// TCP connections (or, beyond long_path_rtt, SCTP associations) for a receiver's fallback
+/// when the operator gave none: enough that their initial windows together (10 segments of 1448
+/// bytes each, RFC 6928) cover the path's bandwidth-delay product, so the first round trip already
+/// fills the link, and no fewer than 4 nor more than 8. Allman, Ostermann & Kruse (T1, 590 ms): 1
+/// connection reached 24 % of the link, 8 reached 91 %, more overflowed the router queues.
 /// @param rate_bps bit/s one receiver can take (its --unicast-max-rate, else the multicast rate;
 ///        0 = unknown: 4)
 /// @param rtt      the receiver's measured round-trip time (zero = unknown: 4)

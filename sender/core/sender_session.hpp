@@ -146,7 +146,8 @@ struct sender_config {
   bool force_unicast = false;
   /// TCP connections a receiver opens (0: automatic, see auto_unicast_connections).
   std::uint32_t tcp_connections = 0;
-  /// SCTP associations (over UDP) a receiver opens (0: automatic, the same rule).
+  /// SCTP associations (over UDP) a receiver opens (0: automatic, one up to 200 ms RTT, else
+  /// auto_unicast_connections; fallback_policy::connections).
   std::uint32_t sctp_associations = 0;
   /// Most bit/s sent to one receiver over unicast (--unicast-max-rate; 0 = no cap). The core
   /// reads it for the automatic TCP connection count; the shell hands it to the unicast server,
@@ -210,7 +211,8 @@ struct receiver_report {
   std::optional<transport_kind> fallback_transport;
   /// TCP connections or SCTP associations it was told to open (0: not moved to unicast).
   std::uint32_t fallback_connections = 0;
-  duration fallback_at{};                                            ///< when, from session start
+  /// When it was moved, from session start.
+  duration fallback_at{};
   std::vector<std::pair<std::uint32_t, std::string>> file_failures;  ///< files it could not store
   /// From its REGISTER in a sequenced session: the highest sequence number of the channel it
   /// completed from this sender key (0 = none, or a site new to the channel).
