@@ -20,6 +20,7 @@ prints SKIPPED with the reason (the test skips when neither could run).
 
 usage: test_auth_fallback.py BUILD_DIR"""
 
+import ctypes
 import json
 import os
 import random
@@ -79,6 +80,30 @@ def pb_fields(body):
     return out
 
 
+SO_ATTACH_FILTER = 26
+SO_RCVBUFFORCE = 33
+
+
+def small_udp_filter(max_frame=600):
+    """A classic BPF program (struct sock_fprog) that keeps IPv4 UDP frames of at most
+    max_frame bytes (a FALLBACK order is ~150) and drops the rest in the kernel."""
+    insns = [
+        (0x28, 0, 0, 12),         # ldh [12]: ethertype
+        (0x15, 0, 5, 0x0800),     # jeq IPv4, else drop
+        (0x30, 0, 0, 23),         # ldb [23]: IP protocol
+        (0x15, 0, 3, 17),         # jeq UDP, else drop
+        (0x80, 0, 0, 0),          # ld len
+        (0x25, 1, 0, max_frame),  # jgt max_frame: drop
+        (0x06, 0, 0, 0xFFFF),     # ret: keep
+        (0x06, 0, 0, 0),          # ret: drop
+    ]
+    prog = b"".join(struct.pack("HBBI", *i) for i in insns)
+    buf = ctypes.create_string_buffer(prog)
+    fprog = struct.pack("HL", len(insns), ctypes.addressof(buf))
+    small_udp_filter.keep = buf  # the kernel copies it at attach; keep it alive until then
+    return fprog
+
+
 class fallback_sniffer(threading.Thread):
     """Captures, on lo, the first FALLBACK order (a signed one: version 2, 32-byte HMAC
     trailer) for `rid`; sets .order = (session, sender address, port, token) and calls
@@ -89,6 +114,12 @@ class fallback_sniffer(threading.Thread):
         self.rid = rid.encode()
         self.on_order = on_order
         self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+        # Only small IPv4 UDP frames reach this thread, into a large buffer: tests running
+        # beside this one load lo with hundreds of Mbit/s, which a Python reader of every
+        # frame cannot keep up with, and the one FALLBACK order was lost in the overflow
+        # (seen once in 16 runs beside integration_fallback).
+        self.sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, small_udp_filter())
+        self.sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 8 << 20)
         self.sock.bind(("lo", 0))
         self.sock.settimeout(0.2)
         self.order = None
