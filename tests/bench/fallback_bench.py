@@ -9,7 +9,8 @@ settings of the papers the fallback comes from (../shared/ANCHORS.md):
    multi-socket TCP.
 2. Allman, Ostermann & Kruse: a 5 MB file over a 1.536 Mbit/s link with ~590 ms RTT; their
    8-socket XFTP reached 91 % of the link. mcdist: TCP with the automatic connection count (8
-   here) and with 4, unpaced and paced at the link rate (--unicast-max-rate), and SCTP.
+   here) and with 4, unpaced and paced at the link rate (--unicast-max-rate), and SCTP over
+   one association and over the automatic count (--sctp-associations, 8 here).
 3. Three receivers on 70 ms links, one at 1e-2 loss, mixed products: wall time with the fallback
    policy against without it (--fallback off), side by side.
 
@@ -155,11 +156,12 @@ def allman(args, linkem, work, rng):
     src = os.path.join(work, "src-allman")
     write_set(src, [(1, 5_000_000)], rng)
     rows = []
-    # (transport, --tcp-connections (0 = automatic), --unicast-max-rate): unpaced as XFTP was,
-    # and paced at the link rate an operator who knows the site's link gives. The multicast
-    # --rate is the link's, which is what the automatic connection count reads without a cap.
+    # (transport, --tcp-connections or --sctp-associations (0 = automatic), --unicast-max-rate):
+    # unpaced as XFTP was, and paced at the link rate an operator who knows the site's link
+    # gives. The multicast --rate is the link's, which is what the automatic count reads without
+    # a cap. SCTP: the paper's single association, and the automatic count (8 at 590 ms).
     for transport, conns, cap in (("tcp", 0, None), ("tcp", 4, None), ("tcp", 0, "1.536M"),
-                                  ("tcp", 4, "1.536M"), ("sctp", 1, None)):
+                                  ("tcp", 4, "1.536M"), ("sctp", 1, None), ("sctp", 0, None)):
         runs = []
         for rep in range(args.repeat):
             emu = Emulator(linkem, work, ["h1:rate=1.536Mbit,delay=295ms,queue=100"], seed=11 + 100 * rep)
@@ -171,6 +173,8 @@ def allman(args, linkem, work, rng):
                         extra += ["--tcp-congestion", args.tcp_congestion]
                     if cap:
                         extra += ["--unicast-max-rate", cap]
+                else:
+                    extra += ["--sctp-associations", str(conns)]
                 s, wall, logs, rc = session(args.build, emu, work, src, ["r1"], extra, timeout=900)
             finally:
                 emu.stop()
@@ -179,7 +183,7 @@ def allman(args, linkem, work, rng):
             used = rr.get("fallback", {}).get("connections", 1)
             ok = rc == 0 and rr["state"] == "completed" and rr["path"].startswith("unicast-") and t is not None
             runs.append({"session": wall, "transfer": t or float("inf"), "connections": used, "ok": ok})
-            label = "%s x%d%s%s" % (transport, used, " (automatic)" if transport == "tcp" and not conns else "",
+            label = "%s x%d%s%s" % (transport, used, " (automatic)" if not conns else "",
                                     " paced %s" % cap if cap else "")
             log("  %-32s session %6.1f s  transfer %s  %.1f %% of the link  %s" % (
                 label, wall, "%.2f s" % t if t else "-",
