@@ -190,22 +190,29 @@ class sctp_server_session final : public server_session {
     }
   }
 
+  /// Hands the message `m` to association `s` on `stream`. @return false when it would block
+  /// (a ready call follows when it may not) or failed, which finishes the session with
+  /// `what` + the association's name + the error.
+  bool hand_over(slot& s, std::uint16_t stream, std::span<const std::byte> m, const char* what) {
+    const auto ec = s.assoc->send(stream, m);
+    if (ec == std::errc::operation_would_block) {
+      s.assoc->want_write();
+      return false;
+    }
+    if (ec) {
+      finish(error::connection_lost, what + name(s.index) + ": " + ec.message());
+      return false;
+    }
+    return true;
+  }
+
   /// Sends control (association 0) and records on `s` until it would block, may take no more
   /// (can_take) or nothing is left.
   void send_on(slot& s) {
     for (;;) {
       if (finished()) return;
       if (!s.control.empty()) {
-        const auto ec = s.assoc->send(0, s.control.front());
-        if (ec == std::errc::operation_would_block) {
-          s.assoc->want_write();
-          return;
-        }
-        if (ec) {
-          finish(error::connection_lost,
-                 "sending on stream 0 of " + name(s.index) + ": " + ec.message());
-          return;
-        }
+        if (!hand_over(s, 0, s.control.front(), "sending on stream 0 of ")) return;
         s.control.pop_front();
         continue;
       }
@@ -220,16 +227,7 @@ class sctp_server_session final : public server_session {
           return;
         }
       }
-      const auto ec = s.assoc->send(s.stream_of(s.pending->file), s.out);
-      if (ec == std::errc::operation_would_block) {
-        s.assoc->want_write();
-        return;
-      }
-      if (ec) {
-        finish(error::connection_lost,
-               "sending a record on " + name(s.index) + ": " + ec.message());
-        return;
-      }
+      if (!hand_over(s, s.stream_of(s.pending->file), s.out, "sending a record on ")) return;
       record_sent(*s.pending);
       s.pending.reset();
     }
