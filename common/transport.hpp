@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace mcdist {
@@ -36,6 +37,13 @@ constexpr std::string_view to_string(transport_kind k) noexcept {
     case transport_kind::tcp: return "tcp";
   }
   return "unknown";
+}
+
+/// "1 connection", "4 connections" (TCP) or "1 association", "8 associations" (SCTP): the
+/// words logs and summaries use for a unicast session's n connections or associations.
+inline std::string connection_count_text(transport_kind k, std::uint64_t n) {
+  return fmt::format("{} {}{}", n, k == transport_kind::tcp ? "connection" : "association",
+                     n == 1 ? "" : "s");
 }
 
 /// Parses the names of to_string; also "sctp-udp" and the enumerator spellings ("sctp_udp",

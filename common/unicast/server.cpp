@@ -109,11 +109,9 @@ void server_session::begin() {
   m_start = std::chrono::steady_clock::now();
   touch();
   ++m_state->counters.sessions_started;
-  spdlog::info("unicast: receiver '{}' session {} connected over {} from {} ({} {}{})",
+  spdlog::info("unicast: receiver '{}' session {} connected over {} from {} ({})",
                m_info.receiver_id, m_info.session, to_string(m_info.kind),
-               m_info.remote.to_string(), m_info.connections,
-               m_info.kind == transport_kind::tcp ? "connection" : "association",
-               m_info.connections == 1 ? "" : "s");
+               m_info.remote.to_string(), connection_count_text(m_info.kind, m_info.connections));
   if (!m_state->silent && m_state->events.on_session_start)
     m_state->events.on_session_start(m_info);
   if (!m_finished) do_watchdog();

@@ -54,9 +54,9 @@ void sender_session::order_fallback(receiver_state& r, std::string reason, time_
   track(r, false);
   if (m_log) {
     const auto n = r.rep.fallback_connections;
-    m_log->info("session {}: receiver '{}' goes unicast over {} ({} {}{}{}): {}", m_cfg.session,
-                r.rep.id, *t, n, *t == transport_kind::tcp ? "connection" : "association",
-                n == 1 ? "" : "s", m_fallback.connections_given(*t) ? "" : ", automatic", reason);
+    m_log->info("session {}: receiver '{}' goes unicast over {} ({}{}): {}", m_cfg.session,
+                r.rep.id, *t, connection_count_text(*t, n),
+                m_fallback.connections_given(*t) ? "" : ", automatic", reason);
   }
   send_fallback(r, now);
 }

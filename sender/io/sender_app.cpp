@@ -148,10 +148,8 @@ void sender_app::start_unicast_server(const sender_config& cfg) {
   unicast::server_events ev;
   ev.on_session_start = [this](const unicast::session_info& info) {
     MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
-    m_log->info("unicast: '{}' connected from {} ({} {}{})", info.receiver_id,
-                info.remote.to_string(), info.connections,
-                info.kind == transport_kind::tcp ? "connection" : "association",
-                info.connections == 1 ? "" : "s");
+    m_log->info("unicast: '{}' connected from {} ({})", info.receiver_id, info.remote.to_string(),
+                connection_count_text(info.kind, info.connections));
     m_session.on_unicast_started(info.receiver_id, from_steady(std::chrono::steady_clock::now()));
     service();
   };

@@ -103,10 +103,8 @@ std::string format_summary(const run_result& r) {
     if (rr.fallback_transport) {
       os << "    unicast over " << to_string(*rr.fallback_transport)
          << (rr.fallback_connections
-                 ? " (" + std::to_string(rr.fallback_connections) +
-                       (*rr.fallback_transport == transport_kind::tcp ? " connection"
-                                                                      : " association") +
-                       (rr.fallback_connections == 1 ? ")" : "s)")
+                 ? " (" + connection_count_text(*rr.fallback_transport, rr.fallback_connections) +
+                       ")"
                  : std::string())
          << " from " << std::to_string(to_seconds(rr.fallback_at)).substr(0, 5)
          << " s: " << rr.fallback_reason << "\n";
