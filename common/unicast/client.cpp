@@ -24,6 +24,7 @@ class client_handle final : public client {
       throw std::invalid_argument("unicast client: sealed records need the site's fallback key");
     m_impl->set_credentials(c);
   }
+  bool grow(std::size_t count) override { return m_impl->grow(count); }
   void close() override { m_impl->close(); }
   void set_paused(bool paused) override { m_impl->set_paused(paused); }
   bool established() const override { return m_impl->established(); }

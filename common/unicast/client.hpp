@@ -158,6 +158,19 @@ class client {
   /// @throws std::invalid_argument for seal_records without proof_key (as make_client)
   virtual void set_credentials(const client_credentials& credentials) = 0;
 
+  /// Grows a client created with client_options::await_credentials, before set_credentials(),
+  /// to `count` TCP connections or SCTP associations over UDP: the new ones start connecting
+  /// at once (at start() if it has not been called), and every hello, none of which has left
+  /// yet, names the new count. A site's transport opened while it registered holds the
+  /// announce's count, computed before any RTT was known; the FALLBACK order's may be higher
+  /// (fallback_policy::connections beyond 200 ms), and growing keeps what is up or on its way
+  /// instead of setting everything up afresh.
+  /// @return true when the client has `count` connections now; false, and nothing changed,
+  ///         when it cannot: its credentials came already, it has failed or been closed, it is
+  ///         kernel SCTP (always one association), or `count` is below what it has or above
+  ///         max_connections (16)
+  virtual bool grow(std::size_t count) = 0;
+
   /// Ends the session politely: bye to the server, then on_closed. Data still arriving after
   /// close() is not delivered.
   virtual void close() = 0;

@@ -95,6 +95,14 @@ void client_impl::set_credentials(const client_credentials& c) {
   credentials_ready();
 }
 
+bool client_impl::grow(std::size_t count) {
+  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
+  // Only before any hello: every hello carries the count, and the server keeps the first's.
+  if (!m_awaiting_credentials || dead() || closing() || m_abandoned) return false;
+  if (count > max_connections) return false;
+  return grow_transport(count);
+}
+
 void client_impl::transport_up() {
   MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   if (m_connected_once) return;

@@ -32,6 +32,8 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
   std::error_code request(std::span<const byte_range> ranges);
   /// See client::set_credentials.
   void set_credentials(const client_credentials& credentials);
+  /// See client::grow; checks, then grow_transport.
+  bool grow(std::size_t count);
   void close();
   /// The owning handle is gone: no more callbacks, tear down now.
   void abandon();
@@ -55,6 +57,10 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
   /// set_credentials() gave a client that awaited them its credentials: say hello when the
   /// transport can.
   virtual void credentials_ready() = 0;
+  /// Adds connections up to `count` (above the current count, at most max_connections), only
+  /// while awaiting_credentials(); opens them at once when started() (else start() does).
+  /// @return false when the transport cannot have several (kernel SCTP)
+  virtual bool grow_transport(std::size_t count) = 0;
   /// Tears the transport down at once; called once, by fail/closed_ok/abandon.
   virtual void transport_abort() = 0;
   /// Reading may go on again after a pause.
@@ -69,6 +75,8 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
   /// applies; connected() follows with the hello, at once or after set_credentials() or the
   /// server's challenge.
   void transport_up();
+  /// True once start() has run.
+  bool started() const noexcept { return m_phase != phase::idle; }
   /// True until set_credentials() for a client created with await_credentials: no hello yet.
   bool awaiting_credentials() const noexcept { return m_awaiting_credentials; }
   /// Puts the hello ahead of the queued requests before the transport is up (SCTP bundles

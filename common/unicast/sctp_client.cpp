@@ -36,27 +36,7 @@ class sctp_client final : public client_impl {
   void start() override {
     begin_connect();
     for (auto& p : m_slots) {
-      slot& s = *p;
-      std::error_code ec;
-      std::string detail;
-      if (m_options.kind == transport_kind::sctp_kernel) {
-        s.assoc = kernel_sctp_connect(m_io, m_options.server, m_options.local, m_options.sctp, ec,
-                                      detail);
-      } else {
-        s.assoc = usrsctp_connect(m_io, m_options.server, m_options.local, m_options.sctp,
-                                  m_options.usrsctp, ec, detail);
-      }
-      if (!s.assoc) {
-        if (s.index == 0) return fail(ec, detail);
-        spdlog::debug("unicast client {}: {}: {}; going on without it", where(), name(s), detail);
-        s.ended = true;
-        continue;
-      }
-      s.assoc->set_ready_handler([w = weak_from_this(), i = s.index] {
-        if (auto c = w.lock()) static_cast<sctp_client&>(*c).on_ready(i);
-      });
-      say_hello(s);
-      do_send(s);
+      open(*p);
       if (dead()) return;
     }
   }
@@ -120,6 +100,44 @@ class sctp_client final : public client_impl {
   }
 
   std::uint8_t count() const noexcept { return static_cast<std::uint8_t>(m_slots.size()); }
+
+  /// Begins the handshake of `s`; a failure to begin it fails the client for association 0 and
+  /// leaves any other out.
+  void open(slot& s) {
+    std::error_code ec;
+    std::string detail;
+    if (m_options.kind == transport_kind::sctp_kernel) {
+      s.assoc =
+          kernel_sctp_connect(m_io, m_options.server, m_options.local, m_options.sctp, ec, detail);
+    } else {
+      s.assoc = usrsctp_connect(m_io, m_options.server, m_options.local, m_options.sctp,
+                                m_options.usrsctp, ec, detail);
+    }
+    if (!s.assoc) {
+      if (s.index == 0) return fail(ec, detail);
+      spdlog::debug("unicast client {}: {}: {}; going on without it", where(), name(s), detail);
+      s.ended = true;
+      return;
+    }
+    s.assoc->set_ready_handler([w = weak_from_this(), i = s.index] {
+      if (auto c = w.lock()) static_cast<sctp_client&>(*c).on_ready(i);
+    });
+    say_hello(s);
+    do_send(s);
+  }
+
+  bool grow_transport(std::size_t n) override {
+    if (n <= m_slots.size()) return n == m_slots.size();
+    // Kernel SCTP: one association (see the constructor).
+    if (m_options.kind == transport_kind::sctp_kernel) return false;
+    // No hello is made before the credentials, so none names the old count.
+    const std::size_t first = m_slots.size();
+    while (m_slots.size() < n) m_slots.push_back(std::make_unique<slot>(*this, m_slots.size()));
+    if (started()) {
+      for (std::size_t i = first; i < n && !dead(); ++i) open(*m_slots[i]);
+    }
+    return true;
+  }
 
   std::error_code on_challenge(slot& s, std::span<const std::byte> body) {
     challenge c;

@@ -44,9 +44,7 @@ class tcp_client final : public client_impl {
 
   void start() override {
     begin_connect();
-    for (std::size_t i = 0; i < m_conns.size(); ++i)
-      asio::co_spawn(m_io, run(std::static_pointer_cast<tcp_client>(shared_from_this()), i),
-                     asio::detached);
+    for (std::size_t i = 0; i < m_conns.size(); ++i) open(i);
   }
 
  private:
@@ -80,6 +78,22 @@ class tcp_client final : public client_impl {
     std::unique_ptr<frame_opener> opener;
     bool ended = false;
   };
+
+  void open(std::size_t i) {
+    asio::co_spawn(m_io, run(std::static_pointer_cast<tcp_client>(shared_from_this()), i),
+                   asio::detached);
+  }
+
+  bool grow_transport(std::size_t count) override {
+    if (count < m_conns.size()) return false;
+    // No connection has passed the wait for the credentials, so none has said hello or read
+    // the count yet: the new ones simply join them.
+    while (m_conns.size() < count) {
+      m_conns.push_back(std::make_unique<conn>(*this, m_conns.size(), m_io));
+      if (started()) open(m_conns.size() - 1);
+    }
+    return true;
+  }
 
   std::string conn_name(std::size_t i) const {
     return where() + " (connection " + std::to_string(i) + " of " + std::to_string(m_conns.size()) +

@@ -153,10 +153,21 @@ void daemon::start_unicast(session_id s, const unicast_order& order,
     bytes += w.length;
   }
   const auto it = m_unicast.find(s);
-  const bool adopt = it != m_unicast.end() && it->second.prepared &&
-                     it->second.prepared_for.transport == order.transport &&
-                     it->second.prepared_for.server == order.server &&
-                     it->second.prepared_for.connections == order.connections;
+  const bool same_place = it != m_unicast.end() && it->second.prepared &&
+                          it->second.prepared_for.transport == order.transport &&
+                          it->second.prepared_for.server == order.server;
+  // 0 in an announce or an order: the client's default (unicast::client_options).
+  const auto count = [&order](std::uint32_t n) -> std::size_t {
+    if (n != 0) return n;
+    return order.transport == transport_kind::tcp ? unicast::default_tcp_connections : 1;
+  };
+  const std::size_t had = same_place ? count(it->second.prepared_for.connections) : 0;
+  const std::size_t wanted_count = count(order.connections);
+  // The announce's count was computed before any RTT was known; beyond 200 ms the order asks
+  // for more (fallback_policy::connections). No hello has left yet, so the prepared client
+  // grows to it and keeps what is up or on its way. It cannot shrink: fewer means afresh.
+  const bool adopt = same_place && (had == wanted_count ||
+                                    (wanted_count > had && it->second.client->grow(wanted_count)));
   if (adopt) {
     // The transport opened while this site registered (session_params.unicast_start): the
     // hello and the requests go on it now.
@@ -170,9 +181,13 @@ void daemon::start_unicast(session_id s, const unicast_order& order,
     }
     slot.prepared = false;
     slot.client->set_credentials(*creds);
-    m_log->info("session {}: fetching {} ranges, {} over the {} opened to {} while registering", s,
-                req.size(), format_bytes(static_cast<double>(bytes)), to_string(order.transport),
-                order.server.to_string());
+    m_log->info("session {}: fetching {} ranges, {} over the {} opened to {} while registering{}",
+                s, req.size(), format_bytes(static_cast<double>(bytes)), to_string(order.transport),
+                order.server.to_string(),
+                had == wanted_count
+                    ? std::string()
+                    : fmt::format(", grown from {} to {}", had,
+                                  connection_count_text(order.transport, wanted_count)));
     if (!slot.client->established()) {
       // The handshake left with REGISTER, R ago (the registration round trip, or more when
       // REGISTER was sent again). Not up within 3R more (RFC 6298 section 2.2's RTO after one

@@ -18,8 +18,8 @@ Times: "session" is the sender's wall time, program start to exit (announce, reg
 fallback order, connection, transfer, verification, COMPLETE); "transfer" is the receiver's
 first to last unicast payload byte (its log line "unicast transfer done").
 
-With --baseline DIR (another build, e.g. main's), the Ladha & Amer and three-receiver cells
-run with both builds, one after the other with the same seeds, and the tables show both side by
+With --baseline DIR (another build, e.g. main's), the Ladha & Amer, Allman and three-receiver
+cells run with both builds, one after the other with the same seeds, and the tables show both side by
 side. --losses picks the Ladha & Amer loss rates.
 
 Needs root and a build with tests/linkem. usage: fallback_bench.py [--build DIR] [--quick]
@@ -162,40 +162,49 @@ def allman(args, linkem, work, rng):
     # a cap. SCTP: the paper's single association, and the automatic count (8 at 590 ms).
     for transport, conns, cap in (("tcp", 0, None), ("tcp", 4, None), ("tcp", 0, "1.536M"),
                                   ("tcp", 4, "1.536M"), ("sctp", 1, None), ("sctp", 0, None)):
-        runs = []
+        runs = {name: [] for name, _ in builds(args)}
         for rep in range(args.repeat):
-            emu = Emulator(linkem, work, ["h1:rate=1.536Mbit,delay=295ms,queue=100"], seed=11 + 100 * rep)
-            try:
-                extra = ["--unicast", "--fallback", transport, "--rate", "1.536M", "--receiver-timeout", "60s"]
-                if transport == "tcp":
-                    extra += ["--tcp-connections", str(conns)]
-                    if args.tcp_congestion:
-                        extra += ["--tcp-congestion", args.tcp_congestion]
-                    if cap:
-                        extra += ["--unicast-max-rate", cap]
-                else:
-                    extra += ["--sctp-associations", str(conns)]
-                s, wall, logs, rc = session(args.build, emu, work, src, ["r1"], extra, timeout=900)
-            finally:
-                emu.stop()
-            b, t = transfer_seconds(logs["r1"])
-            rr = s["receivers"][0]
-            used = rr.get("fallback", {}).get("connections", 1)
-            ok = rc == 0 and rr["state"] == "completed" and rr["path"].startswith("unicast-") and t is not None
-            runs.append({"session": wall, "transfer": t or float("inf"), "connections": used, "ok": ok})
-            label = "%s x%d%s%s" % (transport, used, " (automatic)" if not conns else "",
-                                    " paced %s" % cap if cap else "")
-            log("  %-32s session %6.1f s  transfer %s  %.1f %% of the link  %s" % (
-                label, wall, "%.2f s" % t if t else "-",
-                5_000_000 * 8 / t / 1.536e6 * 100 if t else 0, "ok" if ok else "FAILED"))
-        med = lambda k: sorted(r[k] for r in runs)[len(runs) // 2]
+            for name, build in builds(args):
+                emu = Emulator(linkem, work, ["h1:rate=1.536Mbit,delay=295ms,queue=100"], seed=11 + 100 * rep)
+                try:
+                    extra = ["--unicast", "--fallback", transport, "--rate", "1.536M", "--receiver-timeout", "60s"]
+                    if transport == "tcp":
+                        extra += ["--tcp-connections", str(conns)]
+                        if args.tcp_congestion:
+                            extra += ["--tcp-congestion", args.tcp_congestion]
+                        if cap:
+                            extra += ["--unicast-max-rate", cap]
+                    else:
+                        extra += ["--sctp-associations", str(conns)]
+                    s, wall, logs, rc = session(build, emu, work, src, ["r1"], extra, timeout=900)
+                finally:
+                    emu.stop()
+                b, t = transfer_seconds(logs["r1"])
+                rr = s["receivers"][0]
+                used = rr.get("fallback", {}).get("connections", 1)
+                ok = rc == 0 and rr["state"] == "completed" and rr["path"].startswith("unicast-") and t is not None
+                runs[name].append({"session": wall, "transfer": t or float("inf"), "connections": used, "ok": ok})
+                label = "%s x%d%s%s" % (transport, used, " (automatic)" if not conns else "",
+                                        " paced %s" % cap if cap else "")
+                log("  %-32s %-8s session %6.1f s  transfer %s  %.1f %% of the link  %s" % (
+                    label, name, wall, "%.2f s" % t if t else "-",
+                    5_000_000 * 8 / t / 1.536e6 * 100 if t else 0, "ok" if ok else "FAILED"))
         util = lambda t: 5_000_000 * 8 / t / 1.536e6
-        rows.append({"transport": label, "connections": runs[-1]["connections"], "session": med("session"),
-                     "transfer": med("transfer"), "transfer_min": min(r["transfer"] for r in runs),
-                     "transfer_max": max(r["transfer"] for r in runs), "utilization": util(med("transfer")),
-                     "utilization_min": util(max(r["transfer"] for r in runs)),
-                     "utilization_max": util(min(r["transfer"] for r in runs)),
-                     "ok": all(r["ok"] for r in runs), "runs": runs})
+        row = {"transport": label}
+        for name, rs in runs.items():
+            med = lambda k: sorted(r[k] for r in rs)[len(rs) // 2]
+            cell = {"connections": rs[-1]["connections"], "session": med("session"),
+                    "session_min": min(r["session"] for r in rs), "session_max": max(r["session"] for r in rs),
+                    "transfer": med("transfer"), "transfer_min": min(r["transfer"] for r in rs),
+                    "transfer_max": max(r["transfer"] for r in rs), "utilization": util(med("transfer")),
+                    "utilization_min": util(max(r["transfer"] for r in rs)),
+                    "utilization_max": util(min(r["transfer"] for r in rs)),
+                    "ok": all(r["ok"] for r in rs), "runs": rs}
+            if name == "build":
+                row.update(cell)
+            else:
+                row[name] = cell
+        rows.append(row)
     return rows
 
 
@@ -246,7 +255,7 @@ def main():
     ap.add_argument("--repeat", type=int, default=3,
                     help="runs per cell in the Ladha and Allman settings (seeds differ); the median is shown")
     ap.add_argument("--baseline", default=None,
-                    help="a second build run beside --build in the Ladha and three-receiver cells")
+                    help="a second build run beside --build in every cell")
     ap.add_argument("--losses", default=None, help="Ladha & Amer loss rates, e.g. 0.01,0.03")
     ap.add_argument("--tcp-congestion", default=None,
                     help="congestion control of the TCP fallback connections (default: the system's, %s)"
@@ -309,6 +318,18 @@ def main():
                 r["utilization"] * 100 * 1500 / 1448,
                 ("XFTP, 8 sockets: 91 %" if r["connections"] == 8 else "") + ("" if r["ok"] else " FAILED")))
         print()
+        if args.baseline:
+            print("Side by side, same seeds, run one after the other: session median (min-max).")
+            print()
+            print("| transport | session, baseline | session, this build | transfer, baseline | transfer, this build |")
+            print("|---|---|---|---|---|")
+            ss = lambda c: "%.1f s (%.1f-%.1f)%s" % (c["session"], c["session_min"], c["session_max"],
+                                                  "" if c["ok"] else " FAILED")
+            for r in out["allman"]:
+                b = r["baseline"]
+                print("| %s | %s | %s | %.2f s | %.2f s |" % (r["transport"], ss(b), ss(r), b["transfer"],
+                                                           r["transfer"]))
+            print()
     if "three" in out:
         print("| policy | wall | clean receivers done | lossy receiver | passes | repair datagrams |")
         print("|---|---|---|---|---|---|")

@@ -86,7 +86,7 @@ def write_random(path, size, rng):
 class Daemon:
     """One mcdistd process with its own dest/temp under `base`."""
 
-    def __init__(self, bin_dir, base, rid, group, extra=(), prefix=()):
+    def __init__(self, bin_dir, base, rid, group, extra=(), prefix=(), interface="127.0.0.1"):
         self.id = rid
         self.dest = os.path.join(base, rid, "dest")
         self.temp = os.path.join(base, rid, "temp")
@@ -95,7 +95,7 @@ class Daemon:
         os.makedirs(self.dest, exist_ok=True)
         os.makedirs(self.temp, exist_ok=True)
         self.args = list(prefix) + [os.path.join(bin_dir, "receiver", "mcdistd"), "--id", rid, "--group", group,
-                     "--interface", "127.0.0.1", "--dest", self.dest, "--temp", self.temp,
+                     "--interface", interface, "--dest", self.dest, "--temp", self.temp,
                      "--status-file", self.status, "--status-interval", "1s"] + list(extra)
         self.proc = None
         self.start()

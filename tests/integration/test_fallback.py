@@ -17,6 +17,10 @@ otherwise), so a transfer lasts long enough to be interrupted:
      it resumes from its checkpoint and completes what it missed;
   5. TCP connections are cut mid-record (ss -K) while the daemon runs: it reconnects and no file
      is corrupt.
+Through the link emulator (tests/linkem; needs root), a site 300 ms away:
+  6. for each transport, the announce's count (the floor) opens the transport while the site
+     registers and the order asks for more (the RTT is beyond 200 ms): the site grows what it
+     opened instead of connecting afresh, and the server sees one session of the order's count.
 Every delivered file is compared by SHA-256 with its source.
 
 usage: test_fallback.py BUILD_DIR"""
@@ -135,15 +139,16 @@ def forced_case(bin_dir, base, rng, transport, paced=None, associations=None):
                   "the unicast server did not see %d associations:\n%s" % (n, out))
         check(summary["data_datagrams"] == 0, "forced unicast sent multicast data")
         check_delivered(d.dest, want, d.id)
-        if not paced:
-            # The announce named the unicast server (session_params.unicast_start): the site
-            # opened its association or connections with its REGISTER and the order's token
-            # went over them. (The paced case's automatic count comes from the RTT the order
-            # measured, which may differ from the announce's: it may connect afresh.)
-            check(re.search(r"fetching \d+ ranges, .* over the %s opened to .* while registering"
-                            % transport, d.log_text()),
-                  "the site did not use the %s it opened while registering:\n%s"
-                  % (transport, d.log_text()))
+        # The announce named the unicast server (session_params.unicast_start): the site
+        # opened its association or connections with its REGISTER and the order's token went
+        # over them. The paced case's automatic count follows the RTT the order measured, at
+        # least the announce's 4: when it is more, the site grew what it had opened.
+        n = r["fallback"].get("connections", 0)
+        grown = ", grown from 4 to %d connections" % n if paced and n > 4 else ""
+        check(re.search(r"fetching \d+ ranges, .* over the %s opened to .* while registering%s$"
+                        % (transport, re.escape(grown)), d.log_text(), re.M),
+              "the site did not use the %s it opened while registering%s:\n%s"
+              % (transport, grown, d.log_text()))
         if paced:
             m = re.findall(r"unicast transfer done: (\d+) bytes in ([0-9.]+) s", d.log_text())
             check(m, "no 'unicast transfer done' line in the daemon's log")
@@ -295,6 +300,69 @@ def interrupted_case(bin_dir, base, rng, transport, how):
         ns.close()
 
 
+# --- a long path, through the link emulator ---------------------------------------------------
+
+def long_path_case(bin_dir, base, rng, transport):
+    """A site 300 ms away (tests/linkem: 150 ms each way). The announce's count is computed
+    before any RTT is known, so it is the floor: 1 SCTP association, 4 TCP connections. The
+    order's follows the RTT the sender measured, which the emulator keeps at 300 ms or more,
+    beyond fallback_policy's 200 ms: more than the floor (8 at 100 Mbit/s). The site grows the
+    transport it opened while registering to the order's count instead of setting it up again,
+    and the server sees one session of that count."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
+    from linkem_run import Emulator
+    work = os.path.join(base, "longpath-" + transport)
+    os.makedirs(work)
+    src = os.path.join(base, "src", "longpath-" + transport)
+    want = make_set(src, rng, big=2_000_000)
+    floor = 1 if transport == "sctp" else 4
+    noun = "associations" if transport == "sctp" else "connections"
+    emu = Emulator(os.path.join(bin_dir, "tests", "linkem", "mcdist-linkem"), work,
+                   ["h1:delay=150ms"], seed=rng.randrange(1 << 30))
+    d = None
+    try:
+        group = free_group()
+        d = Daemon(bin_dir, base, "longpath-" + transport, group, interface=emu.addr(1),
+                   prefix=["ip", "netns", "exec", emu.ns(1)])
+        fd, summary_path = tempfile.mkstemp(suffix=".json")
+        os.close(fd)
+        p = subprocess.run(["ip", "netns", "exec", emu.ns(0),
+                            os.path.join(bin_dir, "sender", "mcdist-send"), "--group", group,
+                            "--interface", emu.addr(0), "--rate", "100M", "--receivers", d.id,
+                            "--unicast", "--fallback", transport, "--summary-json", summary_path,
+                            "--no-progress", src],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=180)
+        out = p.stdout.decode("utf-8", "replace")
+        with open(summary_path) as f:
+            summary = json.load(f)
+        os.unlink(summary_path)
+        check(p.returncode == 0, "sender failed (%d):\n%s\n--- daemon:\n%s" % (
+            p.returncode, out, d.log_text()))
+        r = by_id(summary)[d.id]
+        check(r["state"] == "completed" and r["path"] == "unicast-" + transport,
+              "state %s, path %s" % (r["state"], r["path"]))
+        n = r["fallback"].get("connections", 0)
+        check(floor < n <= 8, "the order's automatic count %s is not above the floor %d at "
+              "300 ms" % (r["fallback"], floor))
+        check_delivered(d.dest, want, d.id)
+        text = d.log_text()
+        check(re.search(r"fetching \d+ ranges, .* over the %s opened to .* while registering, "
+                        r"grown from %d to %d %s" % (transport, floor, n, noun), text),
+              "the site did not grow the %s it opened while registering from %d to %d:\n%s"
+              % (transport, floor, n, text))
+        check(not re.search(r"fetching \d+ ranges, .* over %s from" % transport, text),
+              "the site connected afresh:\n" + text)
+        sessions = re.findall(r"connected over %s from .* \((\d+) %s\)" % (transport, noun), out)
+        check(sessions == [str(n)], "the unicast server saw sessions %s, want one of %d %s:\n%s"
+              % (sessions, n, noun, out))
+        log("a site 300 ms away over %s: the transport opened while registering grew from %d to "
+            "%d %s; %d files delivered" % (transport, floor, n, noun, len(want)))
+    finally:
+        if d:
+            d.stop()
+        emu.stop()
+
+
 def main():
     bin_dir = sys.argv[1]
     if not loopback_multicast_works():
@@ -316,7 +384,14 @@ def main():
         for transport in ("sctp", "tcp"):
             interrupted_case(bin_dir, base, rng, transport, "kill")
         interrupted_case(bin_dir, base, rng, "tcp", "cut")
-        log("PASS: unicast fallback by policy and forced, over SCTP and TCP, survives kills and cuts")
+        if not os.path.exists(os.path.join(bin_dir, "tests", "linkem", "mcdist-linkem")):
+            print("SKIPPED (in part): the long-path cases need the link emulator "
+                  "(MCDIST_BUILD_LINKEM); the cases above passed")
+            return SKIP
+        for transport in ("sctp", "tcp"):
+            long_path_case(bin_dir, base, rng, transport)
+        log("PASS: unicast fallback by policy and forced, over SCTP and TCP, survives kills and cuts, "
+            "grows the transport opened while registering on a long path")
         return 0
     finally:
         shutil.rmtree(base, ignore_errors=True)

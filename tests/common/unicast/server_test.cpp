@@ -411,6 +411,144 @@ TEST_CASE("a client opened before its credentials says nothing until they come, 
   }
 }
 
+TEST_CASE("a client opened before its credentials grows to the order's count, then fetches",
+          "[integration][unicast]") {
+  // The announce's count (computed before any RTT is known) opened the transport; the FALLBACK
+  // order asks for more. The connections already up stay; the new ones join them, and every
+  // hello names the grown count.
+  const bool sealed = GENERATE(false, true);
+  CAPTURE(sealed);
+  crypto::key32 site_key{};
+  crypto::random_bytes(site_key);
+  for (const auto& [kind, before, after] :
+       {std::tuple{transport_kind::sctp_udp, std::size_t{1}, std::size_t{4}},
+        std::tuple{transport_kind::tcp, std::size_t{2}, std::size_t{5}}}) {
+    SECTION(kind_name(kind, before) + " -> " + std::to_string(after)) {
+      rig r({6'000'000, 10'000, 0});
+      const auto t = test::tok(token_value + 21);
+      client_grant g{t, "site-g", session, {}, true};
+      if (sealed) {
+        g.proof_key = site_key;
+        g.seal_records = true;
+      }
+      REQUIRE_FALSE(r.srv->register_client(g));
+      auto o = r.options(kind, before);
+      o.token = {};
+      o.receiver_id = "site-g";
+      o.await_credentials = true;
+      test::checking_sink sink(r.source);
+      close_record cr;
+      std::unique_ptr<client> c;
+      client_events ev = cr.events();
+      ev.on_data = [&](file_index f, std::uint64_t off, std::span<const std::byte> b) {
+        sink.on_data(f, off, b);
+      };
+      ev.on_file_done = [&](file_index f) { sink.on_file_done(f); };
+      ev.on_complete = [&] { c->close(); };
+      c = make_client(r.io, o, ev);
+      REQUIRE_FALSE(c->request(r.everything()));
+      c->start();
+      REQUIRE(test::run_until(
+          r.io,
+          [&] { return c->established() && r.srv->counters().connections_accepted >= before; },
+          10s));
+      // Never below what it has, never above the protocol's limit.
+      REQUIRE_FALSE(c->grow(before - 1));
+      REQUIRE_FALSE(c->grow(max_connections + 1));
+      REQUIRE(c->grow(before));
+      REQUIRE(c->grow(after));
+      client_credentials creds{t, std::nullopt, false};
+      if (sealed) {
+        creds.proof_key = site_key;
+        creds.seal_records = true;
+      }
+      c->set_credentials(creds);
+      // The hellos are made: the count is fixed now.
+      REQUIRE_FALSE(c->grow(after + 1));
+      REQUIRE(test::run_until(
+          r.io, [&] { return cr.closed; }, 60s));
+      INFO(cr.text);
+      REQUIRE_FALSE(cr.got);
+      REQUIRE(sink.delivered == r.source.total());
+      REQUIRE(sink.mismatches == 0);
+      REQUIRE(sink.out_of_range == 0);
+      REQUIRE(sink.all_equal());
+      // One session of the grown count, records on every connection.
+      const auto st = c->stats();
+      REQUIRE(st.connections == after);
+      REQUIRE(st.bytes_per_connection.size() == after);
+      for (auto b : st.bytes_per_connection) REQUIRE(b > 0);
+      REQUIRE(r.srv->counters().sessions_started == 1);
+      REQUIRE(r.srv->counters().sessions_completed == 1);
+      REQUIRE(test::run_until(
+          r.io, [&] { return !r.ends.empty(); }, 10s));
+      REQUIRE(r.ends[0].info.connections == after);
+      REQUIRE(r.ends[0].stats.bytes_sent == r.source.total());
+      c.reset();
+    }
+  }
+}
+
+TEST_CASE("a client grows only before its credentials, and kernel SCTP never",
+          "[integration][unicast]") {
+  rig r({10'000});
+  SECTION("after set_credentials") {
+    auto o = r.options(transport_kind::tcp, 2);
+    o.token = {};
+    o.await_credentials = true;
+    test::checking_sink sink(r.source);
+    close_record cr;
+    std::unique_ptr<client> c;
+    client_events ev = cr.events();
+    ev.on_data = [&](file_index f, std::uint64_t off, std::span<const std::byte> b) {
+      sink.on_data(f, off, b);
+    };
+    ev.on_complete = [&] { c->close(); };
+    c = make_client(r.io, o, ev);
+    c->set_credentials({token, std::nullopt, false});
+    REQUIRE_FALSE(c->grow(4));
+    REQUIRE_FALSE(c->request(r.everything()));
+    c->start();
+    REQUIRE(test::run_until(
+        r.io, [&] { return cr.closed; }, 20s));
+    INFO(cr.text);
+    REQUIRE_FALSE(cr.got);
+    REQUIRE(sink.delivered == r.source.total());
+    // Two connections, as created: the refused grow changed nothing.
+    CHECK(c->stats().connections == 2);
+    REQUIRE(test::run_until(
+        r.io, [&] { return !r.ends.empty(); }, 10s));
+    CHECK(r.ends[0].info.connections == 2);
+  }
+  SECTION("without await_credentials") {
+    close_record cr;
+    auto c = make_client(r.io, r.options(transport_kind::sctp_udp, 1), cr.events());
+    REQUIRE_FALSE(c->grow(3));
+  }
+  SECTION("kernel SCTP") {
+    auto o = r.options(transport_kind::sctp_kernel, 1);
+    o.token = {};
+    o.await_credentials = true;
+    close_record cr;
+    auto c = make_client(r.io, o, cr.events());
+    REQUIRE_FALSE(c->grow(2));
+    REQUIRE(c->grow(1));
+  }
+  SECTION("a failed client") {
+    auto o = r.options(transport_kind::tcp, 1);
+    o.server = *parse_endpoint("127.0.0.1:1");  // nobody listens
+    o.token = {};
+    o.await_credentials = true;
+    close_record cr;
+    auto c = make_client(r.io, o, cr.events());
+    c->start();
+    REQUIRE(test::run_until(
+        r.io, [&] { return cr.closed; }, 10s));
+    REQUIRE(cr.got);
+    REQUIRE_FALSE(c->grow(2));
+  }
+}
+
 TEST_CASE("a client opened before its credentials is refused with wrong ones",
           "[integration][unicast]") {
   for (const auto kind : {transport_kind::sctp_udp, transport_kind::tcp}) {
