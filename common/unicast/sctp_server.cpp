@@ -393,6 +393,16 @@ class sctp_handshake final : public std::enable_shared_from_this<sctp_handshake>
         s = existing;
     }
     done();
+    if (!s && m_state->is_late(h)) {
+      ++m_state->counters.late_hellos;
+      spdlog::debug(
+          "unicast: receiver '{}': an association from {} came up after its session "
+          "ended; closed",
+          h.receiver_id, from.to_string());
+      m_assoc->abort();
+      m_assoc.reset();
+      return {};
+    }
     if (!s) {
       s = std::make_shared<sctp_server_session>(m_state, *g, m_kind, from, h.connection_count,
                                                 streams, h.client_nonce);

@@ -70,6 +70,11 @@ const client_grant* server_state::authenticate(const hello& h, const challenge& 
   return g;
 }
 
+bool server_state::is_late(const hello& h) const {
+  const auto it = ended_nonces.find(h.token);
+  return it != ended_nonces.end() && it->second == h.client_nonce;
+}
+
 void server_state::on_sctp_association(std::unique_ptr<sctp_assoc> a, transport_kind kind) {
   MCDIST_ASSERT_SINGLE_THREAD(io_thread);
   ++counters.connections_accepted;
@@ -165,6 +170,9 @@ void server_session::finish(const std::error_code& ec, const std::string& detail
   if (auto it = m_state->sessions.find(m_info.token);
       it != m_state->sessions.end() && it->second.get() == this)
     m_state->sessions.erase(it);
+  // Only while the grant stands: unregister_client erases it, so one entry per grant at most.
+  if (m_state->grants.find(m_info.token, m_info.session, m_info.receiver_id) != nullptr)
+    m_state->ended_nonces[m_info.token] = m_nonce;
   m_stats.elapsed = std::chrono::steady_clock::now() - m_start;
   if (ec) {
     ++m_state->counters.sessions_failed;
@@ -350,6 +358,7 @@ std::error_code server::register_client(client_grant grant) {
 bool server::unregister_client(const fallback_token& token) {
   const bool known = m_state->grants.remove(token);
   abort_client(token);
+  m_state->ended_nonces.erase(token);
   return known;
 }
 

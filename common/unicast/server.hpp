@@ -127,6 +127,9 @@ struct server_counters {
   std::uint64_t hellos_bad_proof = 0;
   std::uint64_t busy_refused = 0;  ///< session or handshake limit
   std::uint64_t hello_timeouts = 0;
+  /// Hellos of a client whose session has ended (server_state::is_late): a connection or
+  /// association that came up after the end, closed without starting a session.
+  std::uint64_t late_hellos = 0;
   std::uint64_t idle_timeouts = 0;
   std::uint64_t protocol_violations = 0;
   std::uint64_t invalid_requests = 0;

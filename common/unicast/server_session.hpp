@@ -51,6 +51,9 @@ struct server_state : std::enable_shared_from_this<server_state> {
   single_thread io_thread;
   /// The active session of each token.
   std::map<fallback_token, std::shared_ptr<server_session>> sessions;
+  /// The client nonce of each token's last ended session, while its grant stands (at most one
+  /// entry per grant): see is_late.
+  std::map<fallback_token, std::uint64_t> ended_nonces;
   /// Connections/associations accepted but not yet past their hello.
   std::size_t handshakes = 0;
   /// How to abort each of them (keyed by the handshake object), for stop().
@@ -65,6 +68,14 @@ struct server_state : std::enable_shared_from_this<server_state> {
   /// limit. @return the grant, or nullptr with `why` filled for the refuse frame.
   const client_grant* authenticate(const hello& h, const challenge& c, const endpoint& from,
                                    refuse& why);
+
+  /// True when `h` comes from the client of a session of its token that has ended: one of its
+  /// connections or associations came up after the session's end (a handshake retransmitted
+  /// after a loss, or begun when the FALLBACK order asked for more, on a set small enough to
+  /// be done first). Such a hello is dropped with its connection (counters.late_hellos)
+  /// instead of starting a second session that would wait out the idle timeout. A client that
+  /// connects again after a failure is a new client with a new nonce.
+  bool is_late(const hello& h) const;
 
   /// Accepts a new association from an SCTP listener.
   void on_sctp_association(std::unique_ptr<sctp_assoc> a, transport_kind kind);

@@ -194,6 +194,7 @@ class tcp_server_conn final : public std::enable_shared_from_this<tcp_server_con
   std::string m_detail;
   bool m_in_handshake = false;
   bool m_closed = false;
+  bool m_late = false;  ///< its hello came after its client's session ended: close it
 };
 
 class tcp_session final : public server_session {
@@ -302,6 +303,10 @@ asio::awaitable<void> tcp_server_conn::read_loop(std::shared_ptr<tcp_server_conn
     }
     self->m_detail.clear();
     const auto fec = self->m_reader.feed(std::span(buf).first(n), *self);
+    if (self->m_late) {
+      self->close(false);
+      co_return;
+    }
     if (self->m_refuse) {
       // Tell the client why, then close. The hello timer still bounds this write.
       std::vector<std::byte> out;
@@ -380,6 +385,7 @@ asio::awaitable<void> tcp_server_conn::write_loop(std::shared_ptr<tcp_server_con
 
 std::error_code tcp_server_conn::on_control(frame_type type, std::span<const std::byte> body) {
   if (m_refuse) return error::protocol_violation;  // nothing after a refused hello
+  if (m_late) return {};                           // read_loop closes it after this read
   if (auto s = m_session.lock()) {
     auto ec = s->control(m_index, type, body, m_detail);
     if (!ec && s->bye()) {
@@ -417,6 +423,16 @@ std::error_code tcp_server_conn::on_hello(std::span<const std::byte> body) {
       s = existing;
   }
   const bool fresh = !s;
+  if (fresh && m_state->is_late(h)) {
+    ++m_state->counters.late_hellos;
+    spdlog::debug(
+        "unicast: receiver '{}': a TCP connection from {} came up after its session "
+        "ended; closed",
+        h.receiver_id, m_remote.to_string());
+    m_late = true;
+    end_handshake();
+    return {};
+  }
   if (g->seal_records) {
     // From here on both directions are sealed under this connection's keys.
     const auto keys = derive_seal_keys(*g->proof_key, m_challenge, h);

@@ -691,6 +691,114 @@ TEST_CASE("garbage on the TCP port is dropped and the server keeps serving",
   REQUIRE(c.sessions_completed == 1);
 }
 
+TEST_CASE("a hello after its client's session ended is closed, not a second session",
+          "[integration][unicast]") {
+  // A connection or association of a client that comes up after the client's bye (a grown
+  // client's late association, a handshake retransmitted after a loss) must not start a
+  // session that waits out the idle timeout; a new client (a new nonce) still gets one.
+  rig r({10'000});
+  auto hello_frame = [](std::uint64_t nonce) {
+    hello h;
+    h.token = token;
+    h.session = session;
+    h.receiver_id = receiver;
+    h.client_nonce = nonce;
+    h.connection_index = 0;
+    h.connection_count = 2;
+    std::vector<std::byte> f;
+    append_frame(f, h);
+    return f;
+  };
+  auto with_bye = [](std::vector<std::byte> f) {
+    append_bye(f);
+    return f;
+  };
+  using tcp = asio::ip::tcp;
+  SECTION("tcp") {
+    const auto t = net::to_asio(*r.srv->tcp_endpoint());
+    const tcp::endpoint target(t.address(), t.port());
+    // Says `frames`, then reads until the server closes; returns once it has.
+    auto say = [&](const std::vector<std::byte>& frames) {
+      tcp::socket sock(r.io);
+      sock.connect(target);
+      asio::write(sock, asio::buffer(frames));
+      bool closed = false;
+      std::array<std::byte, 512> buf{};
+      std::function<void()> read = [&] {
+        sock.async_read_some(asio::buffer(buf),
+                             [&](const boost::system::error_code& ec, std::size_t) {
+                               if (ec) {
+                                 closed = true;
+                               } else {
+                                 read();
+                               }
+                             });
+      };
+      read();
+      REQUIRE(test::run_until(
+          r.io, [&] { return closed; }, 10s));
+    };
+    say(with_bye(hello_frame(0x1111)));  // a session, ended by its bye
+    REQUIRE(r.srv->counters().sessions_started == 1);
+    REQUIRE(r.srv->counters().sessions_completed == 1);
+    say(hello_frame(0x1111));  // its second connection, too late
+    CHECK(r.srv->counters().late_hellos == 1);
+    CHECK(r.srv->counters().sessions_started == 1);
+    CHECK(r.srv->active_sessions() == 0);
+    say(with_bye(hello_frame(0x2222)));  // another client of the same grant
+    CHECK(r.srv->counters().sessions_started == 2);
+    CHECK(r.srv->counters().sessions_completed == 2);
+    CHECK(r.srv->counters().late_hellos == 1);
+  }
+  SECTION("sctp") {
+    const sctp_socket_options so;
+    const usrsctp_tuning tuning;
+    // Says `frames` on stream 0, one message each (an SCTP message is exactly one frame),
+    // then waits until the server ends the association.
+    auto say = [&](const std::vector<std::vector<std::byte>>& frames) {
+      std::error_code ec;
+      std::string detail;
+      auto a =
+          usrsctp_connect(r.io, *r.srv->sctp_udp_endpoint(), std::nullopt, so, tuning, ec, detail);
+      INFO(detail);
+      REQUIRE(a);
+      bool ended = false;
+      std::size_t sent = 0;
+      std::vector<std::byte> buf(70'000);
+      a->set_ready_handler([&] {
+        if (a->connect_status()) {
+          ended = a->connect_status() != std::errc::operation_in_progress;
+          return;
+        }
+        while (sent < frames.size() && !a->send(0, frames[sent])) ++sent;
+        for (;;) {
+          sctp_assoc::received got;
+          const auto rec = a->receive(buf, got);
+          if (rec == std::errc::operation_would_block) return;
+          if (rec || (!got.notification && got.bytes == 0)) {
+            ended = true;
+            return;
+          }
+        }
+      });
+      REQUIRE(test::run_until(
+          r.io, [&] { return ended; }, 10s));
+      a->abort();
+    };
+    say({hello_frame(0x3333), with_bye({})});
+    REQUIRE(r.srv->counters().sessions_started == 1);
+    REQUIRE(r.srv->counters().sessions_completed == 1);
+    say({hello_frame(0x3333)});
+    CHECK(r.srv->counters().late_hellos == 1);
+    CHECK(r.srv->counters().sessions_started == 1);
+    CHECK(r.srv->active_sessions() == 0);
+    say({hello_frame(0x4444), with_bye({})});
+    CHECK(r.srv->counters().sessions_started == 2);
+    CHECK(r.srv->counters().sessions_completed == 2);
+    CHECK(r.srv->counters().late_hellos == 1);
+  }
+}
+
 TEST_CASE("a usrsctp association reports its send queue against its congestion window",
           "[integration][unicast]") {
   // What the server spreads records over several associations by (sctp_assoc::send_queue,
