@@ -4,6 +4,7 @@
 #include "receiver/io/daemon.hpp"
 
 #include "common/log_limit.hpp"
+#include "common/unicast/frame.hpp"
 #include "common/units.hpp"
 
 #include <boost/asio/post.hpp>
@@ -156,10 +157,12 @@ void daemon::start_unicast(session_id s, const unicast_order& order,
   const bool same_place = it != m_unicast.end() && it->second.prepared &&
                           it->second.prepared_for.transport == order.transport &&
                           it->second.prepared_for.server == order.server;
-  // 0 in an announce or an order: the client's default (unicast::client_options).
+  // What the client makes of a count (unicast::client_options): 0 is its default, and it
+  // opens at most max_connections (the engine accepts orders of up to 64).
   const auto count = [&order](std::uint32_t n) -> std::size_t {
-    if (n != 0) return n;
-    return order.transport == transport_kind::tcp ? unicast::default_tcp_connections : 1;
+    if (n == 0)
+      return order.transport == transport_kind::tcp ? unicast::default_tcp_connections : 1;
+    return std::min<std::size_t>(n, unicast::max_connections);
   };
   const std::size_t had = same_place ? count(it->second.prepared_for.connections) : 0;
   const std::size_t wanted_count = count(order.connections);
