@@ -102,6 +102,35 @@ def transfer_seconds(daemon_log):
     return int(m[-1][0]), float(m[-1][1])
 
 
+def summarize(rs):
+    """Median, min and max of the session and transfer times of runs `rs`, whether all were ok,
+    and the runs themselves."""
+    med = lambda k: sorted(r[k] for r in rs)[len(rs) // 2]
+    return {"session": med("session"), "transfer": med("transfer"),
+            "session_min": min(r["session"] for r in rs), "session_max": max(r["session"] for r in rs),
+            "transfer_min": min(r["transfer"] for r in rs), "transfer_max": max(r["transfer"] for r in rs),
+            "ok": all(r["ok"] for r in rs), "runs": rs}
+
+
+def session_text(c, digits):
+    """A summarize() cell's session as "median s (min-max)", FAILED when a run failed."""
+    f = "%%.%df" % digits
+    return (f + " s (" + f + "-" + f + ")%s") % (c["session"], c["session_min"], c["session_max"],
+                                                 "" if c["ok"] else " FAILED")
+
+
+def side_by_side(header, lines):
+    """Prints the table of a cell run with --baseline: `header` the column names, `lines` the
+    rows (lists of cell texts)."""
+    print("Side by side, same seeds, run one after the other: session median (min-max).")
+    print()
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for cells in lines:
+        print("| " + " | ".join(cells) + " |")
+    print()
+
+
 def builds(args):
     """(label, build directory) of every build a cell runs with: the baseline first."""
     return ([("baseline", args.baseline)] if args.baseline else []) + [("build", args.build)]
@@ -139,14 +168,7 @@ def ladha(args, linkem, work, rng):
                         loss * 100, transport, label, int(loss * 1000) + 7 + 100 * rep, wall,
                         "%.2f s" % t if t else "-", "ok" if ok else "FAILED"))
             for label, rs in runs.items():
-                med = lambda k: sorted(r[k] for r in rs)[len(rs) // 2]
-                key = transport if label == "build" else transport + " baseline"
-                row[key] = {"session": med("session"), "transfer": med("transfer"),
-                            "session_min": min(r["session"] for r in rs),
-                            "session_max": max(r["session"] for r in rs),
-                            "transfer_min": min(r["transfer"] for r in rs),
-                            "transfer_max": max(r["transfer"] for r in rs),
-                            "ok": all(r["ok"] for r in rs), "runs": rs}
+                row[transport if label == "build" else transport + " baseline"] = summarize(rs)
         rows.append(row)
     return rows
 
@@ -192,14 +214,10 @@ def allman(args, linkem, work, rng):
         util = lambda t: 5_000_000 * 8 / t / 1.536e6
         row = {"transport": label}
         for name, rs in runs.items():
-            med = lambda k: sorted(r[k] for r in rs)[len(rs) // 2]
-            cell = {"connections": rs[-1]["connections"], "session": med("session"),
-                    "session_min": min(r["session"] for r in rs), "session_max": max(r["session"] for r in rs),
-                    "transfer": med("transfer"), "transfer_min": min(r["transfer"] for r in rs),
-                    "transfer_max": max(r["transfer"] for r in rs), "utilization": util(med("transfer")),
-                    "utilization_min": util(max(r["transfer"] for r in rs)),
-                    "utilization_max": util(min(r["transfer"] for r in rs)),
-                    "ok": all(r["ok"] for r in rs), "runs": rs}
+            cell = summarize(rs)
+            cell.update({"connections": rs[-1]["connections"], "utilization": util(cell["transfer"]),
+                         "utilization_min": util(cell["transfer_max"]),
+                         "utilization_max": util(cell["transfer_min"])})
             if name == "build":
                 row.update(cell)
             else:
@@ -291,17 +309,11 @@ def main():
                 p[0], p[1]))
         print()
         if args.baseline:
-            print("Side by side, same seeds, run one after the other: session median (min-max).")
-            print()
-            print("| loss | SCTP session, baseline | SCTP session, this build | TCP x4 session, baseline | TCP x4 session, this build |")
-            print("|---|---|---|---|---|")
-            ss = lambda c: "%.2f s (%.2f-%.2f)%s" % (c["session"], c["session_min"], c["session_max"],
-                                                  "" if c["ok"] else " FAILED")
-            for r in out["ladha"]:
-                print("| %g %% | %s | %s | %s | %s |" % (
-                    r["loss"] * 100, ss(r["sctp baseline"]), ss(r["sctp"]), ss(r["tcp baseline"]),
-                    ss(r["tcp"])))
-            print()
+            side_by_side(["loss", "SCTP session, baseline", "SCTP session, this build",
+                          "TCP x4 session, baseline", "TCP x4 session, this build"],
+                         [["%g %%" % (r["loss"] * 100)] +
+                          [session_text(r[k], 2) for k in ("sctp baseline", "sctp", "tcp baseline", "tcp")]
+                          for r in out["ladha"]])
     if "allman" in out:
         print("Median of %d runs, (min-max). Payload share = 5 MB x 8 / transfer / 1.536 Mbit/s."
               % args.repeat)
@@ -319,17 +331,11 @@ def main():
                 ("XFTP, 8 sockets: 91 %" if r["connections"] == 8 else "") + ("" if r["ok"] else " FAILED")))
         print()
         if args.baseline:
-            print("Side by side, same seeds, run one after the other: session median (min-max).")
-            print()
-            print("| transport | session, baseline | session, this build | transfer, baseline | transfer, this build |")
-            print("|---|---|---|---|---|")
-            ss = lambda c: "%.1f s (%.1f-%.1f)%s" % (c["session"], c["session_min"], c["session_max"],
-                                                  "" if c["ok"] else " FAILED")
-            for r in out["allman"]:
-                b = r["baseline"]
-                print("| %s | %s | %s | %.2f s | %.2f s |" % (r["transport"], ss(b), ss(r), b["transfer"],
-                                                           r["transfer"]))
-            print()
+            side_by_side(["transport", "session, baseline", "session, this build", "transfer, baseline",
+                          "transfer, this build"],
+                         [[r["transport"], session_text(r["baseline"], 1), session_text(r, 1),
+                           "%.2f s" % r["baseline"]["transfer"], "%.2f s" % r["transfer"]]
+                          for r in out["allman"]])
     if "three" in out:
         print("| policy | wall | clean receivers done | lossy receiver | passes | repair datagrams |")
         print("|---|---|---|---|---|---|")

@@ -121,6 +121,33 @@ struct close_record {
   }
 };
 
+/// A client made with client_options::await_credentials for grant `g`, registered with `r`'s
+/// server here: its bytes go to a checking sink, and it closes once everything requested is
+/// in. Not started. Stays in place (its events point at it).
+struct awaiting_client {
+  awaiting_client(rig& r, transport_kind kind, std::size_t connections, const client_grant& g)
+      : sink(r.source) {
+    REQUIRE_FALSE(r.srv->register_client(g));
+    auto o = r.options(kind, connections);
+    o.token = {};
+    o.receiver_id = g.receiver_id;
+    o.await_credentials = true;
+    client_events ev = cr.events();
+    ev.on_data = [this](file_index f, std::uint64_t off, std::span<const std::byte> b) {
+      sink.on_data(f, off, b);
+    };
+    ev.on_file_done = [this](file_index f) { sink.on_file_done(f); };
+    ev.on_complete = [this] { c->close(); };
+    c = make_client(r.io, o, ev);
+  }
+  awaiting_client(const awaiting_client&) = delete;
+  awaiting_client& operator=(const awaiting_client&) = delete;
+
+  test::checking_sink sink;
+  close_record cr;
+  std::unique_ptr<client> c;
+};
+
 /// Runs one client to its end: requests `wanted` at once, closes on completion.
 /// `on_progress` sees the bytes delivered so far after each piece.
 outcome fetch(rig& r, const client_options& o, test::checking_sink& sink,
@@ -381,21 +408,8 @@ TEST_CASE("a client opened before its credentials says nothing until they come, 
       client_grant g{t, "site-p", session, {}, true};
       if (gk != grant_kind::plain) g.proof_key = site_key;
       g.seal_records = gk == grant_kind::sealed;
-      REQUIRE_FALSE(r.srv->register_client(g));
-      auto o = r.options(kind, 3);
-      o.token = {};
-      o.receiver_id = "site-p";
-      o.await_credentials = true;
-      test::checking_sink sink(r.source);
-      close_record cr;
-      std::unique_ptr<client> c;
-      client_events ev = cr.events();
-      ev.on_data = [&](file_index f, std::uint64_t off, std::span<const std::byte> b) {
-        sink.on_data(f, off, b);
-      };
-      ev.on_file_done = [&](file_index f) { sink.on_file_done(f); };
-      ev.on_complete = [&] { c->close(); };
-      c = make_client(r.io, o, ev);
+      awaiting_client a(r, kind, 3, g);
+      auto& [sink, cr, c] = a;
       c->start();
       REQUIRE(test::run_until(
           r.io, [&] { return c->established() && r.srv->counters().connections_accepted >= 1; },
@@ -444,21 +458,8 @@ TEST_CASE("a client opened before its credentials grows to the order's count, th
         g.proof_key = site_key;
         g.seal_records = true;
       }
-      REQUIRE_FALSE(r.srv->register_client(g));
-      auto o = r.options(kind, before);
-      o.token = {};
-      o.receiver_id = "site-g";
-      o.await_credentials = true;
-      test::checking_sink sink(r.source);
-      close_record cr;
-      std::unique_ptr<client> c;
-      client_events ev = cr.events();
-      ev.on_data = [&](file_index f, std::uint64_t off, std::span<const std::byte> b) {
-        sink.on_data(f, off, b);
-      };
-      ev.on_file_done = [&](file_index f) { sink.on_file_done(f); };
-      ev.on_complete = [&] { c->close(); };
-      c = make_client(r.io, o, ev);
+      awaiting_client a(r, kind, before, g);
+      auto& [sink, cr, c] = a;
       REQUIRE_FALSE(c->request(r.everything()));
       c->start();
       REQUIRE(test::run_until(
