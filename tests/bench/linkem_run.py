@@ -24,9 +24,10 @@ class Emulator:
     its --env-file (MLE_H<n>_NETNS, MLE_H<n>_ADDR). stats_json: where it writes its per-link
     counters on exit. The namespaces are named PREFIX-RUN-hN, PREFIX from the environment's
     MCDIST_NETNS_PREFIX (default "mle"), so runs of several people on one machine are told
-    apart. Exits the script with a message if the emulator does not start in 20 s."""
+    apart. extra: more mcdist-linkem options. Exits the script with a message if the emulator
+    does not start in 20 s."""
 
-    def __init__(self, binary, workdir, links, hosts=2, seed=1, stats_json=None):
+    def __init__(self, binary, workdir, links, hosts=2, seed=1, stats_json=None, extra=()):
         self.env_file = os.path.join(workdir, "mle.env")
         if os.path.exists(self.env_file):
             os.unlink(self.env_file)
@@ -37,6 +38,7 @@ class Emulator:
             args += ["--link", link]
         if stats_json:
             args += ["--stats-json", stats_json]
+        args += list(extra)
         self.log = open(os.path.join(workdir, "linkem.log"), "w")
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 20

@@ -17,7 +17,10 @@ h1 whose downlink is a RATE bottleneck (drop-tail queue of --queue packets, --de
 every direction), and compares --rate auto --rate-max CEILING (the first of --ceilings) with
 fixed rates of 100 % and 95 % of RATE. Shown per row besides goodput: the bottleneck's queue
 drops as a share of the packets that reached it (the loss the bottleneck caused). One emulator
-per run, so each row's counters are its own.
+per run, so each row's counters are its own. The emulator dates each frame by the time the
+sender's kernel handed it over (--ingress-stamp tap, its default); --ingress-stamp tap,read runs
+every row a second time with the frames dated when the emulator read them, as before that
+existed: a held-up emulator then delivers a burst into the bottleneck's queue.
 
 With --linkem and --tcp, one more auto row shares the bottleneck with a TCP flow (iperf3 from h0
 to h1, cubic unless --tcp-congestion says otherwise, started 2 s before mcdist-send): it prints
@@ -45,7 +48,8 @@ Needs root (`ip link set lo multicast on`; namespaces and TUN for --linkem) and 
 usage: rate_auto_bench.py [--build DIR] [--dir DIR] [--bytes N] [--repeat N]
                           [--ceilings 2G,8G] [--fixed 1G,2G,4G,5G,8G]
                           [--linkem 200M [--delay 10ms] [--queue 100] [--tcp] [--history]
-                           [--no-fixed]] [--log-level debug] [--uftp]
+                           [--no-fixed] [--ingress-stamp tap,read]] [--log-level debug]
+                          [--uftp]
 """
 
 import argparse
@@ -99,6 +103,9 @@ def main():
     ap.add_argument("--linkem", default=None, help="bottleneck rate: run through tests/linkem")
     ap.add_argument("--delay", default="10ms", help="--linkem: one-way delay of every direction")
     ap.add_argument("--queue", default="100", help="--linkem: bottleneck queue, packets")
+    ap.add_argument("--ingress-stamp", default="tap", metavar="MODE[,MODE]",
+                    help="--linkem: mcdist-linkem --ingress-stamp; 'tap,read' runs every row "
+                         "with each, side by side")
     ap.add_argument("--tcp", action="store_true",
                     help="--linkem: one more auto row that shares the bottleneck with a TCP "
                          "flow (iperf3 h0 to h1, started 2 s before); prints both rates")
@@ -279,13 +286,22 @@ def linkem_main(args):
         rows.append(("auto+tcp", ceiling))
     links = ["all:delay=%s" % args.delay, "h1.down:rate=%s,queue=%s" % (
         args.linkem.replace("M", "Mbit").replace("G", "Gbit"), args.queue)]
+    stamps = args.ingress_stamp.split(",")
+    if any(st not in ("tap", "read") for st in stamps):
+        sys.exit("--ingress-stamp takes tap, read or both")
+    if len(stamps) > 1:
+        # One row per ingress stamping, the rows of a repetition one after the other.
+        rows = [(mode, r, st) for mode, r in rows for st in stamps]
     samples = {row: [] for row in rows}
     for rep in range(args.repeat):
-        for mode, r in rows:
+        for row in rows:
+            mode, r = row[0], row[1]
+            stamp = row[2] if len(row) > 2 else stamps[0]
             work = os.path.join(base, "run")
             clear(work)
             stats_json = os.path.join(work, "linkem-stats.json")
-            emu = Emulator(linkem, work, links, hosts=2, seed=rep + 1, stats_json=stats_json)
+            emu = Emulator(linkem, work, links, hosts=2, seed=rep + 1, stats_json=stats_json,
+                           extra=["--ingress-stamp", stamp])
             if mode == "uftp":
                 uf_dest = os.path.join(work, "uftp-dest")
                 os.makedirs(uf_dest)
@@ -306,7 +322,7 @@ def linkem_main(args):
                     down = find_down(json.load(f), "h1") or {}
                 ok = uftp_ok(code, os.path.join(uf_dest, "src", "model_field.grib2"), src_digest)
                 drops, pin = down.get("dropped_queue", 0), down.get("packets_in", 0) or 1
-                samples[(mode, r)].append({
+                samples[row].append({
                     "goodput": args.bytes * 8 / wall if ok else 0, "wall": wall,
                     "passes": uftp_passes(out), "repairs": 0, "end": 0, "lowest": 0,
                     "drop": drops / pin, "ok": ok})
@@ -365,6 +381,10 @@ def linkem_main(args):
             # arrives meanwhile reaches its queue at once, and the queue may drop what the link
             # would have carried.
             late_ms = stats.get("switch", {}).get("lateness_max_us", 0) / 1e3
+            # With --ingress-stamp tap, how long a frame of the sender's waited on its device
+            # before the emulator read it (the hold-up the tap's dates bridge).
+            h0 = next((h for h in stats.get("hosts", []) if h.get("name") == "h0"), {})
+            waited = h0.get("ingress", {}).get("max_wait_us")
             shutil.copyfile(stats_json,
                             os.path.join(base, "linkem-%s-%s-%d.json" % (mode, r, rep + 1)))
             got = os.path.join(dest, "src", "model_field.grib2")
@@ -372,16 +392,18 @@ def linkem_main(args):
             rate = s.get("rate", {})
             drops = down.get("dropped_queue", 0)
             pin = down.get("packets_in", 0) or 1
-            samples[(mode, r)].append({
+            samples[row].append({
                 "goodput": args.bytes * 8 / wall, "wall": wall, "passes": s["passes"],
                 "repairs": s["repair_datagrams"], "end": rate.get("bps", 0),
                 "lowest": rate.get("lowest_bps", 0), "drop": drops / pin, "ok": ok,
                 "tcp": tcp_bps})
-            log("run %d: %-5s %-5s %.3f s  %5.1f Mbit/s  %d pass(es)  %d repairs  bottleneck drops "
-                "%.2f %%  end %.0f M  lowest %.0f M  emulator late %.1f ms at most  %s%s" % (
-                    rep + 1, mode, r, wall, args.bytes * 8 / wall / 1e6, s["passes"],
+            log("run %d: %-5s %-5s %s%.3f s  %5.1f Mbit/s  %d pass(es)  %d repairs  bottleneck "
+                "drops %.2f %%  end %.0f M  lowest %.0f M  emulator late %.1f ms at most%s  %s%s" % (
+                    rep + 1, mode, r, stamp + "-dated  " if len(stamps) > 1 else "", wall,
+                    args.bytes * 8 / wall / 1e6, s["passes"],
                     s["repair_datagrams"], 100 * drops / pin, rate.get("bps", 0) / 1e6,
                     rate.get("lowest_bps", 0) / 1e6, late_ms,
+                    "" if waited is None else ", frames waited %.1f ms at most" % (waited / 1e3),
                     "ok" if ok else "WRONG OR MISSING FILE",
                     "  TCP meanwhile %.1f Mbit/s" % (tcp_bps / 1e6) if tcp else ""))
             if history:
@@ -394,14 +416,15 @@ def linkem_main(args):
         "bottleneck drops | end rate Mbit/s | lowest Mbit/s | all ok |")
     log("|---|---|---|---|---|---|---|---|---|---|")
     for row in rows:
-        log("| %s %s | %.1f | %.2f | %.2f | %.0f | %s | %.2f %% | %s | %s | %s |" % (
-            row[0], row[1], med(row, "goodput") / 1e6, med(row, "goodput") / bottleneck,
+        log("| %s %s%s | %.1f | %.2f | %.2f | %.0f | %s | %.2f %% | %s | %s | %s |" % (
+            row[0], row[1], " " + row[2] + "-dated" if len(row) > 2 else "",
+            med(row, "goodput") / 1e6, med(row, "goodput") / bottleneck,
             med(row, "wall"), med(row, "passes"),
             "%.0f" % med(row, "repairs") if row[0] != "uftp" else "-", 100 * med(row, "drop"),
             "%.0f" % (med(row, "end") / 1e6) if row[0].startswith("auto") else "-",
             "%.0f" % (med(row, "lowest") / 1e6) if row[0].startswith("auto") else "-",
             all(x["ok"] for x in samples[row])))
-    if args.tcp:
+    if args.tcp and len(stamps) == 1:
         row = ("auto+tcp", ceiling)
         log("")
         log("Sharing with TCP (iperf3, %s): the bottleneck's fair share is %.1f Mbit/s each" % (

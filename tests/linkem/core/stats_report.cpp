@@ -120,6 +120,20 @@ std::string format_stats_table(const run_stats& stats) {
   if (!tun.empty()) {
     out += "kernel TUN tx drops (emulator too slow to read):" + tun + "\n";
   }
+  for (const auto& h : stats.hosts) {
+    if (!h.ingress_stamps) {
+      continue;
+    }
+    const auto& g = *h.ingress_stamps;
+    std::snprintf(
+        line, sizeof line,
+        "ingress %s: tap-dated=%llu read-dated=%llu skipped=%llu lost=%llu "
+        "longest wait on the device=%.1fms\n",
+        h.name.c_str(), static_cast<unsigned long long>(g.tapped),
+        static_cast<unsigned long long>(g.read_stamped), static_cast<unsigned long long>(g.skipped),
+        static_cast<unsigned long long>(g.lost), static_cast<double>(g.max_wait_us) / 1000.0);
+    out += line;
+  }
   std::snprintf(line, sizeof line, "packet memory: peak %s in use, %s reserved; elapsed %.3fs\n",
                 human_bytes(stats.pool_peak_bytes).c_str(),
                 human_bytes(stats.pool_reserved_bytes).c_str(), stats.elapsed_seconds);
@@ -143,6 +157,13 @@ std::string format_stats_json(const run_stats& stats) {
     append_direction_json(out, h.down);
     if (h.tun_tx_dropped) {
       out += ",\"tun_tx_dropped\":" + std::to_string(*h.tun_tx_dropped);
+    }
+    if (h.ingress_stamps) {
+      const auto& g = *h.ingress_stamps;
+      out += ",\"ingress\":{\"tap_dated\":" + std::to_string(g.tapped) +
+             ",\"read_dated\":" + std::to_string(g.read_stamped) +
+             ",\"skipped\":" + std::to_string(g.skipped) + ",\"lost\":" + std::to_string(g.lost) +
+             ",\"max_wait_us\":" + std::to_string(g.max_wait_us) + "}";
     }
     out += "}";
   }

@@ -34,6 +34,18 @@ struct host_stats {
   /// Frames the host's kernel dropped because the emulator did not read them in time
   /// (TUN tx_dropped), if known.
   std::optional<std::uint64_t> tun_tx_dropped;
+  /// How the host's frames were dated (--ingress-stamp tap), if a tap ran: frames dated by
+  /// the tap, frames that kept their read time, tap records without a frame (the device
+  /// dropped it), tap records lost (the tap's buffer or queue was full), and the longest
+  /// time a frame waited on the device before the emulator read it, microseconds.
+  struct ingress {
+    std::uint64_t tapped = 0;
+    std::uint64_t read_stamped = 0;
+    std::uint64_t skipped = 0;
+    std::uint64_t lost = 0;
+    std::uint64_t max_wait_us = 0;
+  };
+  std::optional<ingress> ingress_stamps;
 };
 
 /// Snapshot of a whole run.

@@ -170,6 +170,7 @@ int run_emulator(const run_options& options) {
   // --- namespaces and devices ---------------------------------------------------------
   std::vector<host_resources> hosts;
   std::vector<unique_fd> tun_fds;
+  std::vector<std::unique_ptr<ingress_tap>> taps;
   tun_info offload{};
   for (std::size_t i = 0; i < options.hosts; ++i) {
     host_resources h;
@@ -184,6 +185,14 @@ int run_emulator(const run_options& options) {
     topt.txqueuelen = options.txqueuelen;
     topt.offload = options.offload;
     tun_fds.push_back(create_tun(*h.ns, topt, offload));
+    if (options.ingress_tap && (i == 0 || !taps.empty())) {
+      try {
+        taps.push_back(std::make_unique<ingress_tap>(*h.ns, options.ifname));
+      } catch (const setup_error& e) {
+        spdlog::warn("{}; frames are dated when read (--ingress-stamp read)", e.what());
+        taps.clear();
+      }
+    }
     hosts.push_back(std::move(h));
   }
 
@@ -198,7 +207,8 @@ int run_emulator(const run_options& options) {
   fcfg.flood_multicast = options.flood_multicast;
   fcfg.seed = options.seed;
   fcfg.max_buffer_bytes = options.max_memory;
-  tun_loop loop(fcfg, std::move(tun_fds));
+  const bool taps_opened = !taps.empty();
+  tun_loop loop(fcfg, std::move(tun_fds), std::move(taps));
 
   // --- forwarding thread (running before anything is announced as ready) ----------------
   unique_fd forwarder_done(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
@@ -230,10 +240,11 @@ int run_emulator(const run_options& options) {
   offload_text += offload.uso ? "+uso" : "";
   std::printf(
       "linkem: run-id=%s hosts=%zu prefix=%s/%u dev=%s seed=%llu offload=%s "
-      "multicast=%s\n",
+      "multicast=%s ingress=%s\n",
       options.run_id.c_str(), options.hosts, format_ipv4(options.prefix.network).c_str(),
       options.prefix.length, options.ifname.c_str(), static_cast<unsigned long long>(options.seed),
-      offload_text.c_str(), options.flood_multicast ? "flood" : "igmp-snooping");
+      offload_text.c_str(), options.flood_multicast ? "flood" : "igmp-snooping",
+      taps_opened ? "tap" : "read");
   for (std::size_t i = 0; i < hosts.size(); ++i) {
     std::printf("linkem: host=%s netns=%s addr=%s up=%s down=%s\n", hosts[i].name.c_str(),
                 hosts[i].ns->name().c_str(), hosts[i].address.c_str(),
@@ -468,6 +479,12 @@ int run_emulator(const run_options& options) {
   stats = snapshot_stats(loop.engine(), names, ns_names, addrs, true);
   for (std::size_t i = 0; i < hosts.size(); ++i) {
     stats.hosts[i].tun_tx_dropped = read_tx_dropped(*hosts[i].ns, options.ifname);
+    if (loop.tapped()) {
+      const auto& c = loop.ingress(i);
+      stats.hosts[i].ingress_stamps = host_stats::ingress{
+          c.tapped.value(), c.read_stamped.value(), c.skipped.value(),
+          c.overflowed.value() + loop.tap_kernel_drops(i), c.max_wait_us.value()};
+    }
   }
   stats.elapsed_seconds = std::chrono::duration<double>(monotonic_now() - started).count();
   if (!options.quiet) {

@@ -41,6 +41,9 @@ struct run_options {
   std::chrono::nanoseconds kill_timeout = std::chrono::seconds(2);
   std::optional<std::chrono::nanoseconds> stats_interval;
   int realtime_priority = 10;  ///< SCHED_FIFO priority of forwarding; 0 = off
+  /// Date each frame by the time its host handed it to the TUN device (an AF_PACKET tap,
+  /// ingress_tap.hpp) rather than by the time the forwarding thread read it.
+  bool ingress_tap = true;
 };
 
 /// Runs the emulator. Signals SIGINT, SIGTERM, SIGHUP and SIGCHLD must already be

@@ -171,6 +171,7 @@ int main(int argc, char** argv) {
   std::string stats_interval;
   std::string max_memory = "1GiB";
   int realtime_priority = 10;
+  std::string ingress_stamp = "tap";
   bool flood_multicast = false;
   bool no_offload = false;
   bool print_env = false;
@@ -207,6 +208,13 @@ int main(int argc, char** argv) {
                  "SCHED_FIFO priority of the forwarding thread (1-99), so that CPU load from "
                  "the hosts' programs cannot delay packets; 0 = normal scheduling")
       ->check(CLI::Range(0, 99))
+      ->capture_default_str();
+  app.add_option("--ingress-stamp", ingress_stamp,
+                 "when a frame enters its host's up link: 'tap', the time the host's kernel "
+                 "handed it to the TUN device (a packet socket on the device dates it), or "
+                 "'read', the time the forwarding thread read it (frames that queued while "
+                 "the thread was held up then arrive together, and a small queue drops them)")
+      ->check(CLI::IsMember({"tap", "read"}))
       ->capture_default_str();
   app.add_option("--max-memory", max_memory, "cap on packet buffer memory (e.g. 512MiB)")
       ->capture_default_str();
@@ -277,6 +285,7 @@ int main(int argc, char** argv) {
     opt.txqueuelen = txqueuelen;
     opt.offload = !no_offload;
     opt.realtime_priority = realtime_priority;
+    opt.ingress_tap = ingress_stamp == "tap";
     opt.max_memory = parse_byte_size(max_memory);
     if (opt.max_memory < k_min_memory) {
       throw config_error("--max-memory must be at least 16 MiB");
