@@ -20,7 +20,9 @@ drops as a share of the packets that reached it (the loss the bottleneck caused)
 per run, so each row's counters are its own. The emulator dates each frame by the time the
 sender's kernel handed it over (--ingress-stamp tap, its default); --ingress-stamp tap,read runs
 every row a second time with the frames dated when the emulator read them, as before that
-existed: a held-up emulator then delivers a burst into the bottleneck's queue.
+existed: a held-up emulator then delivers a burst into the bottleneck's queue. --hold MS:EVERY
+stops the emulator for MS ms every EVERY s of each mcdist run (from 3 s in), to make such
+hold-ups on purpose.
 
 With --linkem and --tcp, one more auto row shares the bottleneck with a TCP flow (iperf3 from h0
 to h1, cubic unless --tcp-congestion says otherwise, started 2 s before mcdist-send): it prints
@@ -34,7 +36,8 @@ strict by 3.3 %.
 --log-level LEVEL runs the auto rows' sender and (with --linkem) mcdistd at that log level
 (debug: the sender logs every rate report, the receiver every loss event); every run's output is
 kept in --dir as sender-MODE-RATE-RUN.log, and with --linkem mcdistd's as
-mcdistd-MODE-RATE-RUN.log. --no-fixed leaves the fixed rows out of --linkem runs, to repeat the
+mcdistd-MODE-RATE-RUN.log and the emulator's counters as linkem-MODE-RATE-RUN.json (with two
+--ingress-stamp modes, MODE-RATE-STAMP-RUN). --no-fixed leaves the fixed rows out of --linkem runs, to repeat the
 auto row many times.
 
 With --uftp, UFTP 4.10 with its TFMCC congestion control (`uftp -C tfmcc:max=CEILING`, uftpd
@@ -48,7 +51,8 @@ Needs root (`ip link set lo multicast on`; namespaces and TUN for --linkem) and 
 usage: rate_auto_bench.py [--build DIR] [--dir DIR] [--bytes N] [--repeat N]
                           [--ceilings 2G,8G] [--fixed 1G,2G,4G,5G,8G]
                           [--linkem 200M [--delay 10ms] [--queue 100] [--tcp] [--history]
-                           [--no-fixed] [--ingress-stamp tap,read]] [--log-level debug]
+                           [--no-fixed] [--ingress-stamp tap,read] [--hold 25:2]]
+                          [--log-level debug]
                           [--uftp]
 """
 
@@ -62,6 +66,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 from linkem_run import Emulator, stop_proc
@@ -103,6 +108,10 @@ def main():
     ap.add_argument("--linkem", default=None, help="bottleneck rate: run through tests/linkem")
     ap.add_argument("--delay", default="10ms", help="--linkem: one-way delay of every direction")
     ap.add_argument("--queue", default="100", help="--linkem: bottleneck queue, packets")
+    ap.add_argument("--hold", default=None, metavar="MS:EVERY",
+                    help="--linkem: stop the emulator (SIGSTOP) for MS milliseconds every EVERY "
+                         "seconds of each mcdist run, from 3 s in, as this shared machine "
+                         "sometimes holds its forwarding thread up, e.g. 25:2")
     ap.add_argument("--ingress-stamp", default="tap", metavar="MODE[,MODE]",
                     help="--linkem: mcdist-linkem --ingress-stamp; 'tap,read' runs every row "
                          "with each, side by side")
@@ -349,6 +358,7 @@ def linkem_main(args):
                 tcp = TcpFlow(emu, work, args.tcp_congestion)
                 time.sleep(2)
             t_start = t_end = time.time()
+            holder = EmulatorHolds(emu, args.hold) if args.hold else None
             try:
                 cmd = (["ip", "netns", "exec", emu.ns(0), send] +
                        ([] if args.history and mode != "fixed" else ["--no-progress"]) +
@@ -362,14 +372,16 @@ def linkem_main(args):
                     history = []
                 t_end = time.time()
             finally:
+                holds = holder.stop() if holder else 0
                 tcp_bps = tcp.rate_between(t_start, t_end) if tcp else 0
                 stop_proc(daemon)
                 logf.close()
                 emu.stop()
-            with open(os.path.join(base, "sender-%s-%s-%d.log" % (mode, r, rep + 1)), "w") as f:
+            tag = "%s-%s%s-%d" % (mode, r, "-" + stamp if len(stamps) > 1 else "", rep + 1)
+            with open(os.path.join(base, "sender-%s.log" % tag), "w") as f:
                 f.write(out)  # every run's, for when a row looks wrong
             shutil.copyfile(os.path.join(work, "mcdistd.log"),
-                            os.path.join(base, "mcdistd-%s-%s-%d.log" % (mode, r, rep + 1)))
+                            os.path.join(base, "mcdistd-%s.log" % tag))
             if code != 0:
                 sys.exit("mcdist-send failed (%d):\n%s" % (code, out))
             with open(summary) as f:
@@ -386,7 +398,7 @@ def linkem_main(args):
             h0 = next((h for h in stats.get("hosts", []) if h.get("name") == "h0"), {})
             waited = h0.get("ingress", {}).get("max_wait_us")
             shutil.copyfile(stats_json,
-                            os.path.join(base, "linkem-%s-%s-%d.json" % (mode, r, rep + 1)))
+                            os.path.join(base, "linkem-%s.json" % tag))
             got = os.path.join(dest, "src", "model_field.grib2")
             ok = os.path.exists(got) and digest(got) == src_digest
             rate = s.get("rate", {})
@@ -403,7 +415,8 @@ def linkem_main(args):
                     args.bytes * 8 / wall / 1e6, s["passes"],
                     s["repair_datagrams"], 100 * drops / pin, rate.get("bps", 0) / 1e6,
                     rate.get("lowest_bps", 0) / 1e6, late_ms,
-                    "" if waited is None else ", frames waited %.1f ms at most" % (waited / 1e3),
+                    ("" if waited is None else ", frames waited %.1f ms at most" % (waited / 1e3)) +
+                    (", %d holds of %s ms" % (holds, args.hold.split(":")[0]) if holder else ""),
                     "ok" if ok else "WRONG OR MISSING FILE",
                     "  TCP meanwhile %.1f Mbit/s" % (tcp_bps / 1e6) if tcp else ""))
             if history:
@@ -484,6 +497,38 @@ def log_history(history, bottleneck, mode):
         log("  after 5 s: median %.1f Mbit/s, min %.1f, max %.1f; within 10 %% of %.0f Mbit/s "
             "in %d of %d samples" % (statistics.median(steady) / 1e6, min(steady) / 1e6,
                                      max(steady) / 1e6, bottleneck / 1e6, within, len(steady)))
+
+
+class EmulatorHolds:
+    """Stops the emulator (SIGSTOP, then SIGCONT) for MS milliseconds every EVERY seconds, "MS:EVERY",
+    from 3 s after it is made until stop(): the hold-ups its forwarding thread sometimes suffers
+    on this machine, made on purpose."""
+
+    def __init__(self, emu, spec):
+        ms, every = spec.split(":")
+        self.hold, self.every = float(ms) / 1e3, float(every)
+        self.pid = emu.proc.pid
+        self.done = threading.Event()
+        self.count = 0
+        self.thread = threading.Thread(target=self.run)
+        self.thread.start()
+
+    def run(self):
+        if self.done.wait(3):
+            return
+        while True:
+            os.kill(self.pid, signal.SIGSTOP)
+            time.sleep(self.hold)
+            os.kill(self.pid, signal.SIGCONT)
+            self.count += 1
+            if self.done.wait(self.every):
+                return
+
+    def stop(self):
+        """Ends the holds. @return how many there were."""
+        self.done.set()
+        self.thread.join()
+        return self.count
 
 
 class TcpFlow:
