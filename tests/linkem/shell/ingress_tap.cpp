@@ -65,13 +65,14 @@ ingress_tap::ingress_tap(const named_netns& ns, const std::string& ifname) {
   if (::setsockopt(m_fd.get(), SOL_SOCKET, SO_RCVBUFFORCE, &buffer, sizeof buffer) != 0) {
     set_or_throw(m_fd.get(), SOL_SOCKET, SO_RCVBUF, &buffer, sizeof buffer, "SO_RCVBUF");
   }
+  m_ifindex = static_cast<int>(::if_nametoindex(ifname.c_str()));
+  if (m_ifindex == 0) {
+    throw setup_error(exit_runtime, errno_message("ingress tap: no device " + ifname));
+  }
   sockaddr_ll addr{};
   addr.sll_family = AF_PACKET;
   addr.sll_protocol = htons(ETH_P_ALL);
-  addr.sll_ifindex = static_cast<int>(::if_nametoindex(ifname.c_str()));
-  if (addr.sll_ifindex == 0) {
-    throw setup_error(exit_runtime, errno_message("ingress tap: no device " + ifname));
-  }
+  addr.sll_ifindex = m_ifindex;
   if (::bind(m_fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
     throw setup_error(exit_runtime, errno_message("ingress tap: bind to " + ifname));
   }
@@ -104,8 +105,10 @@ std::size_t ingress_tap::drain(ingress_stamper& to) {
     }
     for (int i = 0; i < n; ++i) {
       const auto k = static_cast<std::size_t>(i);
-      if (from[k].sll_pkttype != PACKET_OUTGOING) {
-        continue;  // the filter keeps these out; a frame queued before it was attached
+      if (from[k].sll_pkttype != PACKET_OUTGOING || from[k].sll_ifindex != m_ifindex) {
+        // The filter and the bind keep these out; this is a frame of any device of the
+        // namespace (lo) queued before they took effect.
+        continue;
       }
       tap_record r;
       r.head_len = static_cast<std::uint8_t>(std::min<std::size_t>(msgs[k].msg_len, r.head.size()));

@@ -40,6 +40,7 @@ class ingress_tap {
 
  private:
   unique_fd m_fd;
+  int m_ifindex = 0;          ///< the TUN device's index in its namespace
   std::uint64_t m_drops = 0;  ///< sum of PACKET_STATISTICS reads (each read resets them)
 };
 
