@@ -25,7 +25,12 @@ bool ingress_stamper::matches(const tap_record& r, std::span<const std::byte> ip
   return std::memcmp(r.head.data(), ip_packet.data(), n) == 0;
 }
 
-std::optional<std::int64_t> ingress_stamper::take(std::span<const std::byte> ip_packet) {
+std::optional<std::int64_t> ingress_stamper::take(std::span<const std::byte> ip_packet,
+                                                  std::int64_t read_ns) {
+  while (!m_records.empty() && m_records.front().at_ns < read_ns - k_stale_ns) {
+    (void)m_records.pop_front();
+    m_counters.skipped.add();
+  }
   const std::size_t depth = std::min(m_records.size(), k_search_depth);
   for (std::size_t i = 0; i < depth; ++i) {
     if (matches(m_records.at(i), ip_packet)) {
@@ -52,7 +57,7 @@ std::int64_t ingress_stamper::settle(std::optional<std::int64_t> tapped, std::in
 }
 
 std::int64_t ingress_stamper::stamp(std::span<const std::byte> ip_packet, std::int64_t read_ns) {
-  return settle(take(ip_packet), read_ns);
+  return settle(take(ip_packet, read_ns), read_ns);
 }
 
 }  // namespace mcdist::linkem

@@ -56,6 +56,10 @@ class ingress_stamper {
  public:
   /// Records a frame may be looked for past before it is taken as one the tap missed.
   static constexpr std::size_t k_search_depth = 256;
+  /// A record this much older than a frame read is of a frame the device dropped (no frame
+  /// waits that long on the device unless the emulator stopped): it is discarded then, so a
+  /// run of more than k_search_depth drops cannot keep later frames from their records.
+  static constexpr std::int64_t k_stale_ns = 1'000'000'000;
 
   /// @param capacity records kept; beyond it the oldest is discarded (counted as overflowed)
   explicit ingress_stamper(std::size_t capacity = 16384);
@@ -66,10 +70,11 @@ class ingress_stamper {
   /// The arrival time of `ip_packet`, read from the device at `read_ns`: settle(take(...)).
   std::int64_t stamp(std::span<const std::byte> ip_packet, std::int64_t read_ns);
 
-  /// The time of the first queued record that matches `ip_packet` (length and head), which is
-  /// removed with the records before it (frames the device dropped); nullopt, removing
-  /// nothing, if none of the next k_search_depth records matches.
-  std::optional<std::int64_t> take(std::span<const std::byte> ip_packet);
+  /// The time of the first queued record that matches `ip_packet`, read at `read_ns` (length
+  /// and head), which is removed with the records before it (frames the device dropped);
+  /// nullopt if none of the next k_search_depth records matches. Records made more than
+  /// k_stale_ns before `read_ns` are discarded first (counted as skipped).
+  std::optional<std::int64_t> take(std::span<const std::byte> ip_packet, std::int64_t read_ns);
 
   /// The arrival time of a frame read at `read_ns` whose record gave `tapped` (nullopt: none
   /// did, the frame keeps its read time): never later than `read_ns`, never earlier than the

@@ -114,9 +114,9 @@ void tun_loop::read_device(std::size_t host) {
     const std::span<const std::byte> ip(m_read_buffer->data() + k_vnet_header_size,
                                         m_read_buffer->length - k_vnet_header_size);
     auto& stamper = m_stampers[host];
-    auto tapped = stamper.take(ip);
+    auto tapped = stamper.take(ip, now.count());
     if (!tapped && m_taps[host]->drain(stamper) > 0) {
-      tapped = stamper.take(ip);
+      tapped = stamper.take(ip, now.count());
     }
     m_forwarder.on_frame(host, m_read_buffer,
                          std::chrono::nanoseconds(stamper.settle(tapped, now.count())));

@@ -115,3 +115,20 @@ TEST_CASE("a frame is looked for only k_search_depth records ahead", "[ingress]"
   CHECK(s.stamp(far, 5000) == 5000);
   CHECK(s.queued() == ingress_stamper::k_search_depth + 1);
 }
+
+TEST_CASE(
+    "records a second older than the read are discarded, so a long run of device drops "
+    "does not strand later frames",
+    "[ingress]") {
+  ingress_stamper s;
+  // More dropped frames than the search looks past, then a frame that was read.
+  for (std::uint32_t i = 0; i < ingress_stamper::k_search_depth + 10; ++i) {
+    s.on_tap(record_of(packet(5000 + i), 1'000 + i));
+  }
+  const auto read = packet(1);
+  const std::int64_t at = 3'000'000'000;
+  s.on_tap(record_of(read, at - 1'000'000));
+  CHECK(s.stamp(read, at) == at - 1'000'000);
+  CHECK(s.counters().skipped.value() == ingress_stamper::k_search_depth + 10);
+  CHECK(s.queued() == 0);
+}
