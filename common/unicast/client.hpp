@@ -13,6 +13,7 @@
 #include "common/crypto.hpp"
 #include "common/endpoint.hpp"
 #include "common/unicast/error.hpp"
+#include "common/unicast/frame.hpp"
 #include "common/unicast/sctp_assoc.hpp"
 #include "common/unicast/types.hpp"
 #include "common/unicast/usrsctp_stack.hpp"
@@ -41,6 +42,16 @@ namespace mcdist::unicast {
 /// 50-packet bottleneck queue (XFTP saw the same past 8). With BBR, on loopback and on clean
 /// paths n makes no difference. So 4.
 inline constexpr std::size_t default_tcp_connections = 4;
+
+/// The connections (TCP) or associations (SCTP) a client opens when asked for `requested`:
+/// 0 is the default (default_tcp_connections for TCP, one association for SCTP), kernel SCTP
+/// always one (it reports no per-association send queue, which the server needs to spread
+/// records over several), and never more than max_connections.
+inline std::size_t client_connection_count(transport_kind kind, std::size_t requested) noexcept {
+  if (kind == transport_kind::sctp_kernel) return 1;
+  if (requested == 0) return kind == transport_kind::tcp ? default_tcp_connections : 1;
+  return requested < max_connections ? requested : max_connections;
+}
 
 /// Client settings.
 struct client_options {

@@ -23,13 +23,7 @@ class sctp_client final : public client_impl {
   sctp_client(boost::asio::io_context& io, client_options o, client_events e)
       : client_impl(io, std::move(o), std::move(e)),
         m_buffer(seal_overhead + record_header_size + max_record_size) {
-    // Kernel SCTP reports no per-association send queue (sctp_assoc::send_queue), which the
-    // server needs to spread records over several: one association there.
-    std::size_t n =
-        m_options.kind == transport_kind::sctp_kernel || m_options.sctp_associations == 0
-            ? 1
-            : m_options.sctp_associations;
-    n = std::clamp<std::size_t>(n, 1, max_connections);
+    const std::size_t n = client_connection_count(m_options.kind, m_options.sctp_associations);
     for (std::size_t i = 0; i < n; ++i) m_slots.push_back(std::make_unique<slot>(*this, i));
   }
 

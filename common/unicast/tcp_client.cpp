@@ -36,9 +36,7 @@ class tcp_client final : public client_impl {
  public:
   tcp_client(asio::io_context& io, client_options o, client_events e)
       : client_impl(io, std::move(o), std::move(e)), m_wake(io), m_resume(io), m_credentials(io) {
-    std::size_t n =
-        m_options.tcp_connections == 0 ? default_tcp_connections : m_options.tcp_connections;
-    n = std::clamp<std::size_t>(n, 1, max_connections);
+    const std::size_t n = client_connection_count(transport_kind::tcp, m_options.tcp_connections);
     for (std::size_t i = 0; i < n; ++i) m_conns.push_back(std::make_unique<conn>(*this, i, io));
   }
 

@@ -4,7 +4,6 @@
 #include "receiver/io/daemon.hpp"
 
 #include "common/log_limit.hpp"
-#include "common/unicast/frame.hpp"
 #include "common/units.hpp"
 
 #include <boost/asio/post.hpp>
@@ -157,15 +156,12 @@ void daemon::start_unicast(session_id s, const unicast_order& order,
   const bool same_place = it != m_unicast.end() && it->second.prepared &&
                           it->second.prepared_for.transport == order.transport &&
                           it->second.prepared_for.server == order.server;
-  // What the client makes of a count (unicast::client_options): 0 is its default, and it
-  // opens at most max_connections (the engine accepts orders of up to 64).
-  const auto count = [&order](std::uint32_t n) -> std::size_t {
-    if (n == 0)
-      return order.transport == transport_kind::tcp ? unicast::default_tcp_connections : 1;
-    return std::min<std::size_t>(n, unicast::max_connections);
-  };
-  const std::size_t had = same_place ? count(it->second.prepared_for.connections) : 0;
-  const std::size_t wanted_count = count(order.connections);
+  // Both counts as the client takes them (the engine accepts orders of up to 64).
+  const std::size_t had = same_place ? unicast::client_connection_count(
+                                           order.transport, it->second.prepared_for.connections)
+                                     : 0;
+  const std::size_t wanted_count =
+      unicast::client_connection_count(order.transport, order.connections);
   // The announce's count was computed before any RTT was known; beyond 200 ms the order asks
   // for more (fallback_policy::connections). No hello has left yet, so the prepared client
   // grows to it and keeps what is up or on its way. It cannot shrink: fewer means afresh.
