@@ -87,7 +87,6 @@ void receiver_engine::on_datagram(std::span<const std::byte> datagram, const end
   } catch (const std::length_error&) {
     m_stats.drops.add(errc::out_of_memory);
   }
-  if (m_drops_channel == channel) m_drops_channel.reset();
 }
 
 void receiver_engine::dispatch(std::span<const std::byte> datagram, const endpoint& from,

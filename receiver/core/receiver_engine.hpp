@@ -219,10 +219,10 @@ class receiver_engine {
   void on_datagram(std::span<const std::byte> datagram, const endpoint& from, std::uint32_t channel,
                    time_point now);
   /// The kernel dropped datagrams of `channel`'s socket for a full receive buffer before the
-  /// next datagram this engine gets on the channel (SO_RXQ_OVFL's count rose). A gap that
-  /// datagram reveals is this host's overrun, not the path's loss (loss_estimator), and a
-  /// --rate auto session it belongs to reports the overrun (docs/design-notes.md "Receiver
-  /// overrun").
+  /// next datagram this engine gets on the channel (SO_RXQ_OVFL's count rose). A gap the next
+  /// data or parity datagram on the channel reveals (whatever control datagrams come first) is
+  /// this host's overrun, not the path's loss (loss_estimator), and a --rate auto session it
+  /// belongs to reports the overrun (docs/design-notes.md "Receiver overrun").
   void on_socket_drops(std::uint32_t channel) noexcept { m_drops_channel = channel; }
   /// `fill` of `channel`'s socket receive buffer is queued (0 to 1, SO_MEMINFO before a read).
   /// From backlog_report_fill on, every receiving --rate auto session on the channel reports an

@@ -32,7 +32,10 @@ void receiver_engine::note_seq(session_rx& s, std::uint32_t seq, time_point now)
   s.loss.set_packet_bytes(packet_bytes(s.block_size));
   const std::uint64_t events = s.loss.loss_events();
   const duration rtt = rate_rtt(s.register_rtt, s.grtt);
+  // The first sequenced datagram after the kernel's drops is the one whose gap they made: a
+  // marker, announce or digest read in between must not take the flag away from it.
   const bool overrun = m_drops_channel == s.channel;
+  if (overrun) m_drops_channel.reset();
   const std::uint64_t overrun_lost = s.loss.overrun_lost();
   const std::uint64_t lost = s.loss.lost();
   s.loss.on_datagram(seq, now, rtt, overrun);
