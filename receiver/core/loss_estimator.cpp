@@ -29,7 +29,7 @@ std::int64_t epoch_ms(time_point t) noexcept {
 
 }  // namespace
 
-double loss_estimator::recent_rate_pps(time_point now) const noexcept {
+double loss_estimator::recent_rate_pps(time_point now, std::int64_t min_span_ms) const noexcept {
   if (!m_started) return 0;
   const std::int64_t ms = epoch_ms(now);
   const auto slots = static_cast<std::int64_t>(m_recent.size());
@@ -44,7 +44,7 @@ double loss_estimator::recent_rate_pps(time_point now) const noexcept {
   for (std::int64_t span = 1; span < slots - 1 && ms - span > m_first_ms; ++span) {
     const auto& b = m_recent[static_cast<std::uint64_t>(ms - span) % m_recent.size()];
     if (b.ms == ms - span) count += b.count;
-    if (span >= recent_span_ms && count >= recent_min_datagrams) {
+    if (span >= min_span_ms && count >= recent_min_datagrams) {
       const time_point from{std::chrono::milliseconds(ms - span)};
       return static_cast<double>(count) / std::chrono::duration<double>(now - from).count();
     }

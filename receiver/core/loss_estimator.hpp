@@ -98,7 +98,22 @@ class loss_estimator {
   /// milliseconds before the one `now` falls in, to `now`, that holds recent_min_datagrams
   /// (counting those of `now`'s millisecond so far), datagrams per second; 0 when no span of up
   /// to 62 ms does (below about 19 Mbit/s, or too early).
-  double recent_rate_pps(time_point now) const noexcept;
+  /// @param min_span_ms  the shortest span, whole ms (recent_span_ms unless said)
+  double recent_rate_pps(time_point now, std::int64_t min_span_ms = recent_span_ms) const noexcept;
+
+  /// The shortest span of the receive rate a slow-start report gives (X_recv, RFC 4654 section
+  /// 3.4), ms. The sender holds slow start to twice the reported rate, so each doubling waits
+  /// for a report of the last one: the shorter the span, the sooner (at 8 Gbit/s a millisecond
+  /// holds 690 datagrams; at 1 Gbit/s 100 datagrams take 1.2 ms).
+  static constexpr std::int64_t slow_start_span_ms = 1;
+  /// X_recv for a slow-start report, datagrams per second: the rate of the last
+  /// slow_start_span_ms or more whole milliseconds holding recent_min_datagrams, or below
+  /// about 19 Mbit/s (no 62 ms span holds 100) the last whole window's; 0 when neither is
+  /// measured yet.
+  double slow_start_rate_pps(time_point now) const noexcept {
+    const double recent = recent_rate_pps(now, slow_start_span_ms);
+    return recent > 0 ? recent : m_recv_pps;
+  }
 
   /// Shortest window of the sustained receive rate (an overrun report's rate): long enough to
   /// span the pauses of a receiver whose storage holds its reading back, so it is the rate

@@ -52,18 +52,37 @@ class rate_feedback {
   /// @param own_bps     this receiver's rate (+infinity: no loss event yet)
   /// @param rtt         this receiver's RTT (the CLR reports at most once per RTT)
   /// @param u           a uniform draw in (0, 1] for the timer
+  /// @param slow_start  the sender is in slow start: own_bps is this receiver's receive rate
+  ///                    (it has no loss event), and as the CLR it reports every RTT, not only
+  ///                    at markers, since each doubling waits for a report of the last
+  /// @param clr_named   the marker names a CLR (any receiver); in slow start without one,
+  ///                    this receiver reports at once (at most once per RTT), so that the
+  ///                    sender has a receive rate within a round trip, not a round
   void on_marker(std::uint64_t sender_bps, bool is_clr, std::uint32_t round, duration round_len,
-                 std::uint64_t lowest_bps, double own_bps, duration rtt, double u,
-                 time_point now) noexcept {
+                 std::uint64_t lowest_bps, double own_bps, duration rtt, double u, time_point now,
+                 bool slow_start = false, bool clr_named = true) noexcept {
     m_sender_bps = sender_bps;
     m_lowest_bps = lowest_bps;
     m_clr = is_clr && std::isfinite(own_bps);
+    m_slow_start = slow_start;
+    m_rtt = rtt;
     if (sender_bps == 0) {
       m_due.reset();
       return;
     }
+    if (slow_start && !clr_named && std::isfinite(own_bps) &&
+        (!m_last_report || now - *m_last_report >= rtt)) {
+      m_round = round;  // this is its report of the round
+      m_due = now;
+      m_urgent = true;
+      return;
+    }
     if (m_clr) {
-      if (!m_last_report || now - *m_last_report >= rtt) m_due = now;
+      if (!m_last_report || now - *m_last_report >= rtt) {
+        m_due = now;
+      } else if (slow_start) {
+        m_due = *m_last_report + rtt;
+      }
       return;
     }
     if (m_round && *m_round == round) return;
@@ -82,7 +101,9 @@ class rate_feedback {
         !(first || own_bps < urgent_fraction * static_cast<double>(m_sender_bps))) {
       return;
     }
-    if (m_last_report && now - *m_last_report < rtt) return;
+    // The first is reported even right after a slow start's receive-rate report: it ends the
+    // slow start, and it comes once.
+    if (!first && m_last_report && now - *m_last_report < rtt) return;
     m_due = now;
     m_urgent = true;
   }
@@ -101,6 +122,9 @@ class rate_feedback {
     m_due.reset();
     const bool urgent = m_urgent;
     m_urgent = false;
+    // The CLR of a slow start reports again an RTT later, marker or not.
+    if (m_clr && m_slow_start)
+      m_due = now + std::max(m_rtt, duration{std::chrono::milliseconds(1)});
     if (!std::isfinite(own_bps)) return false;
     if (!m_clr && !urgent) {
       if (own_bps >= static_cast<double>(m_sender_bps)) return false;
@@ -116,6 +140,8 @@ class rate_feedback {
   std::uint64_t m_sender_bps = 0;
   std::uint64_t m_lowest_bps = 0;
   bool m_clr = false;
+  bool m_slow_start = false;
+  duration m_rtt{};
   bool m_urgent = false;
   std::optional<std::uint32_t> m_round;
   std::optional<time_point> m_due;

@@ -395,8 +395,13 @@ class receiver_engine {
   /// `overrun_bps` (bit/s) when above 0; a silent session counts it suppressed instead.
   void send_rate_nak(session_rx& s, double overrun_bps, time_point now);
   /// Sets a NAK's rate fields (40-43) when the session is in --rate auto (its latest marker
-  /// said so) and has seen loss.
-  void fill_rate(const session_rx& s, wire::nak& m) const;
+  /// said so) and has seen loss; without a loss event while the sender is in slow start, its
+  /// receive rate (field 45) instead.
+  void fill_rate(const session_rx& s, wire::nak& m, time_point now) const;
+  /// The rate this receiver's reports carry, bit/s: its TCP-friendly rate after a loss event;
+  /// before one, its receive rate while the sender is in slow start (0 while none is
+  /// measured); +infinity otherwise (it limits nothing).
+  double own_rate_bps(const session_rx& s, time_point now) const;
   std::uint64_t random() noexcept;
 
   receiver_config m_cfg;

@@ -27,7 +27,7 @@ void receiver_engine::send_round(session_rx& s, const nak_round& r, time_point n
     return;
   }
   wire::nak header = nak_header(s, m_cfg.id, now);
-  fill_rate(s, header);
+  fill_rate(s, header, now);
   header.set_blocks_missing(blocks_missing(s, r));
   nak_builder naks(header, m_cfg.max_nak_datagrams);
   bool stopped = false;

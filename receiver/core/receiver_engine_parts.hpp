@@ -242,6 +242,8 @@ struct receiver_engine::session_rx {
   // the rate-report timing.
   loss_estimator loss;
   rate_feedback rate;
+  /// The latest marker said the sender is in slow start (its receive-rate reports wanted).
+  bool rate_slow_start = false;
   /// When this session last reported an overrun (report_overrun), and the rate the sender
   /// holds below after it (wire::overrun_cap_share of what it reported) until the next marker
   /// tells the sender's rate itself; 0: take the marker's.

@@ -5,6 +5,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <limits>
+
 namespace mcdist::receiver {
 
 using namespace engine_detail;
@@ -62,22 +64,44 @@ void receiver_engine::note_seq(session_rx& s, std::uint32_t seq, time_point now)
   }
 }
 
+double receiver_engine::own_rate_bps(const session_rx& s, time_point now) const {
+  const duration rtt = rate_rtt(s.register_rtt, s.grtt);
+  if (s.loss.has_loss()) {
+    return tcp_throughput_bps(packet_bytes(s.block_size), rtt, s.loss.loss_event_rate());
+  }
+  if (!s.rate_slow_start) return std::numeric_limits<double>::infinity();
+  // X_recv of RFC 4654 section 3.4: the sender's slow start goes no higher than twice it.
+  return s.loss.slow_start_rate_pps(now) * packet_bytes(s.block_size) * 8;
+}
+
 void receiver_engine::on_rate_marker(session_rx& s, const wire::marker& m, time_point now) {
   if (s.state != session_rx::state_t::receiving || s.unicast) return;
   s.overrun_assumed_bps = 0;
+  s.rate_slow_start = m.rate_slow_start();
   const duration rtt = rate_rtt(s.register_rtt, s.grtt);
-  const double own = tcp_throughput_bps(packet_bytes(s.block_size), rtt, s.loss.loss_event_rate());
+  double own = own_rate_bps(s, now);
+  // No receive rate measured yet: nothing to report, as without a loss event.
+  if (own <= 0) own = std::numeric_limits<double>::infinity();
   const double u = static_cast<double>((random() >> 11) + 1) * 0x1.0p-53;  // (0, 1]
   s.rate.on_marker(
       m.rate_bps(), !m.rate_clr().empty() && m.rate_clr() == m_cfg.id, m.rate_round(),
       std::chrono::microseconds(std::min<std::uint32_t>(m.rate_round_us(), 10'000'000)),
-      m.rate_lowest_bps(), own, rtt, u, now);
+      m.rate_lowest_bps(), own, rtt, u, now, s.rate_slow_start && !s.loss.has_loss(),
+      !m.rate_clr().empty());
 }
 
-void receiver_engine::fill_rate(const session_rx& s, wire::nak& m) const {
+void receiver_engine::fill_rate(const session_rx& s, wire::nak& m, time_point now) const {
   // Only in --rate auto sessions: a fixed-rate session's NAKs stay as they were.
-  if (!s.rate.enabled() || !s.loss.has_loss() || s.unicast) return;
+  if (!s.rate.enabled() || s.unicast) return;
   const duration rtt = rate_rtt(s.register_rtt, s.grtt);
+  if (!s.loss.has_loss()) {
+    const double recv = s.rate_slow_start ? own_rate_bps(s, now) : 0;
+    if (recv < 1) return;
+    m.set_receive_bps(static_cast<std::uint64_t>(std::min(recv, 1e15)));
+    m.set_rtt_us(static_cast<std::uint32_t>(std::min<std::int64_t>(
+        std::chrono::duration_cast<std::chrono::microseconds>(rtt).count(), UINT32_MAX)));
+    return;
+  }
   const double p = s.loss.loss_event_rate();
   const double own = tcp_throughput_bps(packet_bytes(s.block_size), rtt, p);
   m.set_rate_bps(static_cast<std::uint64_t>(std::clamp(own, 1.0, 1e15)));
@@ -87,8 +111,8 @@ void receiver_engine::fill_rate(const session_rx& s, wire::nak& m) const {
 }
 
 void receiver_engine::send_rate_report(session_rx& s, time_point now) {
-  const double own = tcp_throughput_bps(packet_bytes(s.block_size),
-                                        rate_rtt(s.register_rtt, s.grtt), s.loss.loss_event_rate());
+  double own = own_rate_bps(s, now);
+  if (own <= 0) own = std::numeric_limits<double>::infinity();
   if (!s.rate.fire(now, own)) return;
   send_rate_nak(s, 0, now);
 }
@@ -100,7 +124,7 @@ void receiver_engine::send_rate_nak(session_rx& s, double overrun_bps, time_poin
   }
   wire::nak m = nak_header(s, m_cfg.id, now);
   m.set_rate_report(true);
-  fill_rate(s, m);
+  fill_rate(s, m, now);
   if (overrun_bps > 0) {
     m.set_overrun_bps(static_cast<std::uint64_t>(std::clamp(overrun_bps, 1.0, 1e15)));
     ++m_stats.overrun_reports;

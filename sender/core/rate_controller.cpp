@@ -10,6 +10,45 @@ rate_controller::rate_controller(rate_controller_config cfg) noexcept
   m_cfg.rate_min_bps = std::max<std::uint64_t>(m_cfg.rate_min_bps, 1);
   m_cfg.rate_max_bps = std::max(m_cfg.rate_max_bps, m_cfg.rate_min_bps);
   set_rate(m_rate);
+  m_ss_step = m_rate;
+}
+
+void rate_controller::end_slow_start(time_point now) {
+  m_slow_start = false;
+  m_last = now;
+  m_recv.clear();
+  m_ss_clr.clear();
+  m_ss_limit = 0;
+}
+
+void rate_controller::apply_receive_limit(time_point now) {
+  m_ss_clr.clear();
+  m_ss_limit = 0;
+  for (auto it = m_recv.begin(); it != m_recv.end();) {
+    if (now - it->second.second > m_cfg.report_lifetime) {
+      it = m_recv.erase(it);
+      continue;
+    }
+    if (m_ss_clr.empty() || 2 * it->second.first < m_ss_limit) {
+      m_ss_clr = it->first;
+      m_ss_limit = 2 * it->second.first;
+    }
+    ++it;
+  }
+  // The limit holds the next doubling back; it never lowers the rate (a decrease is a loss
+  // report's or an overrun's).
+  const double allowed = m_ss_limit > 0 ? std::min(m_ss_step, m_ss_limit) : m_ss_step;
+  if (allowed > m_rate) set_rate(allowed);
+}
+
+void rate_controller::on_receive_rate(std::string_view id, std::uint64_t recv_bps, duration,
+                                      time_point now) {
+  if (!m_slow_start || recv_bps == 0) return;
+  auto it = m_recv.find(id);
+  if (it == m_recv.end())
+    it = m_recv.emplace(std::string(id), std::pair<double, time_point>{}).first;
+  it->second = {static_cast<double>(recv_bps), now};
+  apply_receive_limit(now);
 }
 
 void rate_controller::set_rate(double r) noexcept {
@@ -53,11 +92,8 @@ void rate_controller::choose_clr(time_point now) {
 void rate_controller::on_feedback(std::string_view id, std::uint64_t rate_bps, duration rtt,
                                   bool has_loss, time_point now) {
   if (!has_loss) return;  // no loss event: this receiver limits nothing yet
-  if (m_slow_start) {
-    // Slow start ends at the first loss report (RFC 4654 section 3.4).
-    m_slow_start = false;
-    m_last = now;
-  }
+  // Slow start ends at the first loss report (RFC 4654 section 3.4).
+  if (m_slow_start) end_slow_start(now);
   auto it = m_reports.find(id);
   if (it == m_reports.end()) it = m_reports.emplace(std::string(id), report{}).first;
   const bool was_clr = m_clr == id;
@@ -79,10 +115,7 @@ void rate_controller::on_overrun(std::string_view id, std::uint64_t recv_bps, du
                                  time_point now) {
   const double cap = std::max(m_cfg.overrun_factor * static_cast<double>(recv_bps),
                               static_cast<double>(m_cfg.rate_min_bps));
-  if (m_slow_start) {
-    m_slow_start = false;
-    m_last = now;
-  }
+  if (m_slow_start) end_slow_start(now);
   if (m_cap > 0 && cap >= m_cap) return;
   m_cap = cap;
   m_cap_rtt = std::max(rtt, m_cfg.min_rtt);
@@ -94,6 +127,10 @@ void rate_controller::on_overrun(std::string_view id, std::uint64_t recv_bps, du
 }
 
 void rate_controller::forget(std::string_view id, time_point now) {
+  if (const auto r = m_recv.find(id); r != m_recv.end()) {
+    m_recv.erase(r);
+    apply_receive_limit(now);
+  }
   if (m_cap > 0 && m_cap_owner == id) {
     m_cap = 0;
     m_cap_owner.clear();
@@ -112,12 +149,19 @@ void rate_controller::forget(std::string_view id, time_point now) {
 std::uint64_t rate_controller::update(time_point now, duration grtt) noexcept {
   if (!m_started || now <= m_last) return rate_bps();
   if (m_slow_start) {
-    // Double once per RTT (RFC 4654 section 3.4), never past the ceiling.
+    // Double once per RTT (RFC 4654 section 3.4), never past the ceiling, nor past twice the
+    // lowest receive rate reported: a doubling not yet shown to get through waits for it.
     const duration r = std::max(grtt, m_cfg.min_rtt);
     for (int i = 0; i < 64 && now - m_last >= r && m_rate < static_cast<double>(m_cfg.rate_max_bps);
          ++i) {
-      set_rate(m_rate * 2);
+      m_ss_step = 2 * m_rate;
       m_last += r;
+      apply_receive_limit(now);
+      if (m_rate < m_ss_step) {
+        // Held back: the next doubling is a period after this one, not banked meanwhile.
+        m_last = now;
+        break;
+      }
     }
     if (m_rate >= static_cast<double>(m_cfg.rate_max_bps)) m_last = now;
     return rate_bps();

@@ -7,7 +7,12 @@
 /// still on multicast) and sets the sending rate:
 ///
 /// - Slow start (RFC 4654 section 3.4): before any receiver reported a loss the rate doubles
-///   once per RTT (the GRTT passed to update()), from `initial_bps` up to `rate_max_bps`.
+///   once per RTT (the GRTT passed to update()), from `initial_bps` up to `rate_max_bps`, and
+///   never above twice the lowest receive rate (X_recv) the receivers report meanwhile
+///   (on_receive_rate). Each doubling therefore waits until a report shows the last one got
+///   through: a step past a bottleneck is not followed by another before the loss it causes
+///   is heard of. Without receive-rate reports (none yet, or receivers that send none) it
+///   doubles unchecked.
 /// - A report below the current rate lowers it at once (section 3.5: decreases are immediate),
 ///   and its receiver becomes the CLR if its rate is the lowest.
 /// - A CLR reporting a higher rate raises the rate no faster than one packet per RTT per RTT:
@@ -73,6 +78,12 @@ class rate_controller {
   void on_feedback(std::string_view id, std::uint64_t rate_bps, duration rtt, bool has_loss,
                    time_point now);
 
+  /// A receiver without a loss event reports the rate it receives at in slow start, X_recv
+  /// (RFC 4654 section 3.4): slow start stays at or below twice the lowest recent such report.
+  /// The receiver with the lowest is slow start's CLR (clr()). Ignored after slow start.
+  /// @param recv_bps bit/s of whole IP packets
+  void on_receive_rate(std::string_view id, std::uint64_t recv_bps, duration rtt, time_point now);
+
   /// Receiver `id` overruns: its socket buffer is half full or dropped datagrams while it took
   /// them in at `recv_bps` (bit/s of whole IP packets). Ends slow start and caps the rate at
   /// overrun_factor x recv_bps (a lower cap than the current one only). @param rtt its RTT
@@ -89,8 +100,14 @@ class rate_controller {
   /// The sending rate as of the last update() or report, bit/s.
   std::uint64_t rate_bps() const noexcept { return static_cast<std::uint64_t>(m_rate); }
   bool slow_start() const noexcept { return m_slow_start; }
-  /// The current limiting receiver's id; empty when there is none.
-  const std::string& clr() const noexcept { return m_clr; }
+  /// The current limiting receiver's id; empty when there is none. In slow start, the receiver
+  /// with the lowest receive rate (on_receive_rate).
+  const std::string& clr() const noexcept { return m_slow_start ? m_ss_clr : m_clr; }
+  /// Slow start's limit from the receive rates, bit/s: twice the lowest recent report (0: no
+  /// report, or slow start is over).
+  std::uint64_t receive_limit_bps() const noexcept {
+    return static_cast<std::uint64_t>(m_ss_limit);
+  }
   /// The CLR's reported rate, bit/s (rate_max_bps without a CLR).
   std::uint64_t clr_rate_bps() const noexcept;
   /// The lowest rate set after slow start ended, bit/s (0 while in slow start).
@@ -110,6 +127,11 @@ class rate_controller {
   };
   /// Picks the lowest recent report as the CLR (none: empty), dropping stale ones.
   void choose_clr(time_point now);
+  /// Slow start: recomputes m_ss_limit and m_ss_clr from the recent receive-rate reports
+  /// (dropping stale ones) and sets the rate to the lower of the doubling's and the limit.
+  void apply_receive_limit(time_point now);
+  /// Slow start is over: the receive-rate reports no longer matter.
+  void end_slow_start(time_point now);
   void set_rate(double r) noexcept;
   double target() const noexcept;
 
@@ -121,7 +143,12 @@ class rate_controller {
   bool m_started = false;
   bool m_slow_start = true;
   time_point m_last{};  ///< last doubling (slow start) or last increase step
-  double m_cap = 0;     ///< the overrun cap, bit/s (0: none)
+  /// Slow start: each receiver's latest receive rate, bit/s, and when it came.
+  std::map<std::string, std::pair<double, time_point>, std::less<>> m_recv;
+  std::string m_ss_clr;
+  double m_ss_limit = 0;  ///< twice the lowest recent receive rate (0: none)
+  double m_ss_step = 0;   ///< the rate the last doubling allows, bit/s
+  double m_cap = 0;       ///< the overrun cap, bit/s (0: none)
   duration m_cap_rtt{};
   std::string m_cap_owner;
 };

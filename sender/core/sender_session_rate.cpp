@@ -55,6 +55,7 @@ void sender_session::fill_rate_fields(wire::marker& m, time_point now) {
   m.set_rate_round_us(
       to_us32(std::max<duration>(m_grtt.estimate() * rate_round_grtts, min_rate_round)));
   m.set_rate_lowest_bps(m_rate_round_lowest);
+  m.set_rate_slow_start(m_rate->slow_start());
 }
 
 void sender_session::handle_rate(receiver_state& r, const wire::nak& m, time_point now) {
@@ -80,6 +81,25 @@ void sender_session::handle_rate(receiver_state& r, const wire::nak& m, time_poi
                    static_cast<double>(m_rate->overrun_cap_bps()) / 1e6,
                    static_cast<double>(m_cfg.rate_bps) / 1e6);
     }
+  }
+  if (m_rate && m.receive_bps() > 0 && m.loss_ppb() == 0 && m.rate_bps() == 0) {
+    // A receive rate in slow start (RFC 4654 section 3.4): slow start stays under twice the
+    // lowest; it echoes in the round's lowest, for the other receivers' suppression.
+    const duration rtt =
+        std::min<duration>(std::chrono::microseconds(m.rtt_us()), max_reported_rtt);
+    if (m_rate->slow_start() &&
+        (m_rate_round_lowest == 0 || m.receive_bps() < m_rate_round_lowest)) {
+      m_rate_round_lowest = m.receive_bps();
+    }
+    m_rate->on_receive_rate(r.rep.id, m.receive_bps(), rtt, now);
+    update_auto_rate(now);
+    if (m_log && m_rate->slow_start()) {
+      m_log->debug(
+          "session {}: receive rate from '{}': {:.1f} Mbit/s; slow start rate {:.1f} Mbit/s",
+          m_cfg.session, r.rep.id, static_cast<double>(m.receive_bps()) / 1e6,
+          static_cast<double>(m_cfg.rate_bps) / 1e6);
+    }
+    return;
   }
   if (!m_rate || (m.loss_ppb() == 0 && m.rate_bps() == 0)) return;
   if (m.loss_ppb() > 1'000'000'000 || m.rate_bps() == 0) {

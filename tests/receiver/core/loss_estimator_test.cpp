@@ -379,3 +379,67 @@ TEST_CASE("the sustained receive rate spans a whole window, not a burst", "[unit
   e.on_datagram(1001, t0 + 150ms, rtt);
   REQUIRE(e.sustained_rate_pps(t0 + 150ms) == Approx(1001 / 0.1));
 }
+
+TEST_CASE("slow start's receive rate spans a millisecond at high rates, the window at low",
+          "[unit][receiver][rate]") {
+  // 200 datagrams a millisecond (2.3 Gbit/s): a millisecond holds 200, so the slow-start rate
+  // is there 2 ms in, where the 10 ms span of recent_rate_pps has nothing yet.
+  loss_estimator e;
+  std::uint32_t seq = 0;
+  time_point t{std::chrono::seconds(1)};
+  const time_point start = t;
+  for (; t < start + 3ms; t += 5us) e.on_datagram(seq++, t, 1ms);
+  REQUIRE(e.recent_rate_pps(t) == 0);
+  REQUIRE(e.slow_start_rate_pps(t) == Approx(200'000).epsilon(0.01));
+  // A doubling is seen within the milliseconds after it: 400 a millisecond.
+  const time_point doubled = t;
+  for (; t < doubled + 3ms; t += 2500ns) e.on_datagram(seq++, t, 1ms);
+  REQUIRE(e.slow_start_rate_pps(t) == Approx(400'000).epsilon(0.01));
+  // One datagram a millisecond: no 62 ms span holds 100, so the last whole window's rate.
+  loss_estimator slow;
+  t = time_point{};
+  for (seq = 0; t < time_point{} + 200ms; t += 1ms) slow.on_datagram(seq++, t, 40ms);
+  REQUIRE(slow.recent_rate_pps(t, loss_estimator::slow_start_span_ms) == 0);
+  REQUIRE(slow.slow_start_rate_pps(t) == Approx(1000).epsilon(0.03));
+  REQUIRE(slow.slow_start_rate_pps(t) == slow.receive_rate_pps());
+}
+
+TEST_CASE("rate reports in slow start: at once without a CLR, then the CLR every RTT",
+          "[unit][receiver]") {
+  const time_point t0{std::chrono::seconds(5)};
+  rate_feedback f;
+  // The sender is in slow start and names no CLR: the receive rate goes at once, unsuppressed.
+  f.on_marker(40'000'000, false, 1, 100ms, 30'000'000, 35e6, rtt, 1.0, t0, true, false);
+  REQUIRE(f.due() == t0);
+  REQUIRE(f.fire(t0, 35e6));
+  REQUIRE_FALSE(f.due());  // not the CLR: nothing re-armed
+  // Within an RTT of that report, another marker without a CLR waits for the round.
+  f.on_marker(40'000'000, false, 1, 100ms, 0, 35e6, rtt, 1.0, t0 + 5ms, true, false);
+  REQUIRE_FALSE(f.due());
+  // Named the CLR: it reports, and again an RTT later with no marker in between.
+  f.on_marker(80'000'000, true, 1, 100ms, 0, 70e6, rtt, 1.0, t0 + 12ms, true, true);
+  REQUIRE(f.due() == t0 + 12ms);
+  REQUIRE(f.fire(t0 + 12ms, 70e6));
+  REQUIRE(f.due() == t0 + 12ms + rtt);
+  REQUIRE(f.fire(t0 + 22ms, 75e6));
+  REQUIRE(f.due() == t0 + 32ms);
+  // Slow start over (the marker says so): the CLR goes back to reporting at markers.
+  f.on_marker(80'000'000, true, 1, 100ms, 0, 70e6, rtt, 1.0, t0 + 32ms, false, true);
+  REQUIRE(f.fire(t0 + 32ms, 70e6));
+  REQUIRE_FALSE(f.due());
+}
+
+TEST_CASE("rate reports: the first loss event goes at once even right after a receive rate",
+          "[unit][receiver]") {
+  const time_point t0{std::chrono::seconds(5)};
+  rate_feedback f;
+  f.on_marker(320'000'000, false, 1, 100ms, 0, 190e6, rtt, 1.0, t0, true, false);
+  REQUIRE(f.fire(t0, 190e6));
+  // 2 ms later the first loss: within the RTT of the last report, but it ends slow start.
+  f.on_loss_event(true, 180e6, rtt, t0 + 2ms);
+  REQUIRE(f.due() == t0 + 2ms);
+  REQUIRE(f.fire(t0 + 2ms, 180e6));
+  // A later urgent event within the RTT waits, as before.
+  f.on_loss_event(false, 50e6, rtt, t0 + 4ms);
+  REQUIRE_FALSE(f.due());
+}

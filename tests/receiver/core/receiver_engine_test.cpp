@@ -1716,3 +1716,62 @@ TEST_CASE(
   }
   REQUIRE(loss_reported);
 }
+
+TEST_CASE("rate auto: in the sender's slow start a receiver reports its receive rate, then loss",
+          "[unit][receiver][rate]") {
+  harness h;
+  h.announce({entry("big", 1'000'000)});  // 1000 blocks of 1000 bytes
+  h.held_none();
+  h.accept();
+  auto rate_marker = [&](std::uint64_t bps, bool slow_start, const std::string& clr) {
+    wire::marker m;
+    m.set_pass(1);
+    m.set_rate_bps(bps);
+    m.set_rate_round(1);
+    m.set_rate_round_us(20'000);
+    m.set_rate_slow_start(slow_start);
+    m.set_rate_clr(clr);
+    m.set_grtt_us(1000);  // the RTT the receiver takes without a registration RTT
+    h.feed(datagram(wire::msg_type::marker, m));
+  };
+  auto reports = [&] { return h.sink.of_type<wire::nak>(wire::msg_type::nak); };
+  // 20 datagrams a millisecond for 20 ms: 20,000 a second of 1048-byte packets.
+  std::uint32_t seq = 1;
+  auto feed_ms = [&](int ms) {
+    for (int i = 0; i < ms; ++i) {
+      for (int k = 0; k < 20; ++k, ++seq) {
+        h.now += 50us;
+        h.feed(data(seq, 0, (seq - 1) % 1000, 1000));
+      }
+      h.engine.on_timer(h.now);
+    }
+  };
+  rate_marker(400'000'000, false, "");
+  feed_ms(20);
+  REQUIRE(reports().empty());  // not slow start, no loss event: nothing to report
+  rate_marker(400'000'000, true, "");
+  h.engine.on_timer(h.now);
+  auto got = reports();
+  REQUIRE(got.size() == 1);  // slow start, no CLR yet: at once
+  const double x = 20'000.0 * 1048 * 8;
+  REQUIRE(got[0].rate_report());
+  REQUIRE(static_cast<double>(got[0].receive_bps()) == Approx(x).epsilon(0.06));
+  REQUIRE(got[0].rate_bps() == 0);
+  REQUIRE(got[0].loss_ppb() == 0);
+  // Named the CLR: a report every RTT (the markers' GRTT of 1 ms: the registration RTT is
+  // unknown here), markers or not.
+  rate_marker(400'000'000, true, "site");
+  feed_ms(5);
+  got = reports();
+  REQUIRE(got.size() >= 4);
+  for (const auto& n : got) REQUIRE(n.receive_bps() > 0);
+  // The first loss event: a loss report at once, without the receive rate.
+  const std::size_t before = got.size();
+  seq += 5;
+  feed_ms(1);
+  got = reports();
+  REQUIRE(got.size() > before);
+  REQUIRE(got[before].loss_ppb() > 0);
+  REQUIRE(got[before].rate_bps() > 0);
+  REQUIRE(got[before].receive_bps() == 0);
+}

@@ -171,3 +171,59 @@ TEST_CASE("the overrun cap leaves with its receiver; a loss report still limits 
   // It rises towards the CLR's rate by the CLR's increase limit (5 ms: 463 Mbit/s per s).
   REQUIRE(rc.update(t0 + 10s, grtt) == 400'000'000);
 }
+
+TEST_CASE("slow start doubles no higher than twice the lowest receive rate reported",
+          "[unit][sender]") {
+  // RFC 4654 section 3.4: each doubling waits for a report that the last one got through.
+  rate_controller rc(config());
+  rc.start(t0);
+  REQUIRE(rc.update(t0 + 10ms, grtt) == 20'000'000);  // no report yet: it doubles unchecked
+  rc.on_receive_rate("a", 10'000'000, 5ms, t0 + 12ms);
+  REQUIRE(rc.clr() == "a");
+  REQUIRE(rc.receive_limit_bps() == 20'000'000);
+  REQUIRE(rc.rate_bps() == 20'000'000);               // a limit never lowers the rate
+  REQUIRE(rc.update(t0 + 20ms, grtt) == 20'000'000);  // the doubling waits ...
+  REQUIRE(rc.update(t0 + 40ms, grtt) == 20'000'000);  // ... however long
+  rc.on_receive_rate("a", 20'000'000, 5ms, t0 + 41ms);
+  REQUIRE(rc.rate_bps() == 40'000'000);  // ... until the last doubling is seen to get through
+  // A lower receive rate of another receiver holds the next doubling back, not the rate.
+  rc.on_receive_rate("b", 15'000'000, 5ms, t0 + 42ms);
+  REQUIRE(rc.clr() == "b");
+  REQUIRE(rc.rate_bps() == 40'000'000);
+  REQUIRE(rc.update(t0 + 60ms, grtt) == 40'000'000);
+  // A bottleneck: the receive rate stays below the rate sent, and slow start stays at twice it.
+  rc.on_receive_rate("b", 30'000'000, 5ms, t0 + 61ms);
+  rc.on_receive_rate("a", 40'000'000, 5ms, t0 + 61ms);
+  REQUIRE(rc.update(t0 + 70ms, grtt) == 60'000'000);
+  REQUIRE(rc.update(t0 + 200ms, grtt) == 60'000'000);
+  // The receiver leaves multicast: the other's limit is 80.
+  rc.forget("b", t0 + 201ms);
+  REQUIRE(rc.clr() == "a");
+  REQUIRE(rc.rate_bps() == 80'000'000);
+  REQUIRE(rc.slow_start());
+}
+
+TEST_CASE("a stale receive rate limits nothing, and slow start's end forgets them all",
+          "[unit][sender]") {
+  rate_controller rc(config());
+  rc.start(t0);
+  rc.on_receive_rate("a", 5'000'000, 5ms, t0 + 1ms);
+  REQUIRE(rc.update(t0 + 10ms, grtt) == 10'000'000);
+  REQUIRE(rc.update(t0 + 1s, grtt) == 10'000'000);
+  REQUIRE(rc.update(t0 + 2s, grtt) == 10'000'000);
+  // Older than report_lifetime (2 s): the doubling goes on, one per GRTT (none banked while
+  // it was held back).
+  REQUIRE(rc.update(t0 + 2s + 10ms, grtt) == 20'000'000);
+  REQUIRE(rc.update(t0 + 2s + 20ms, grtt) == 40'000'000);
+  REQUIRE(rc.receive_limit_bps() == 0);
+  rc.on_receive_rate("a", 20'000'000, 5ms, t0 + 3s);
+  REQUIRE(rc.receive_limit_bps() == 40'000'000);
+  rc.on_feedback("b", 25'000'000, 5ms, true, t0 + 3s + 1ms);
+  REQUIRE_FALSE(rc.slow_start());
+  REQUIRE(rc.clr() == "b");
+  REQUIRE(rc.receive_limit_bps() == 0);
+  REQUIRE(rc.rate_bps() == 25'000'000);
+  rc.on_receive_rate("a", 1'000'000, 5ms, t0 + 3s + 2ms);  // after slow start: ignored
+  REQUIRE(rc.receive_limit_bps() == 0);
+  REQUIRE(rc.rate_bps() == 25'000'000);
+}

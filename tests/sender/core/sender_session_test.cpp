@@ -921,6 +921,79 @@ TEST_CASE(
   REQUIRE(rep.rate_clr.empty());               // an overrun names no CLR: not the path's loss
 }
 
+TEST_CASE(
+    "rate auto: slow start's markers ask for receive rates and stay under twice the lowest "
+    "(RFC 4654 section 3.4)",
+    "[unit][sender][rate]") {
+  sender_config cfg;
+  cfg.session = session_id{44};
+  cfg.receivers = {"a"};
+  cfg.rate_auto = true;
+  cfg.rate_max_bps = 20'000'000'000;
+  cfg.rate_bps = cfg.rate_max_bps;
+  sender_session s(cfg, files({14'000'000}), 1, nullptr);
+  time_point now{100s};
+  s.start(now);
+  std::vector<wire::marker> markers;
+  auto tick = [&] {
+    s.on_timer(now);
+    control_send c;
+    while (s.pop_control(c)) {
+      wire::header h;
+      wire::marker m;
+      if (wire::parse_header(c.bytes, h) || h.type != wire::msg_type::marker) continue;
+      if (!wire::parse_control(c.bytes, m)) markers.push_back(m);
+    }
+  };
+  tick();
+  wire::register_request r;
+  r.set_receiver_id("a");
+  s.on_datagram(datagram(wire::msg_type::register_request, cfg.session, r), rx_a, now);
+  tick();
+  std::array<data_send, 64> buf;
+  auto run = [&](int steps) {
+    for (int i = 0; i < steps; ++i) {
+      now += 50ms;
+      s.next_data(now, buf);
+      tick();
+    }
+  };
+  run(40);
+  REQUIRE(s.rate_bps() > cfg.rate_auto_initial_bps);  // no report yet: it doubles
+  REQUIRE_FALSE(markers.empty());
+  REQUIRE(markers.back().rate_slow_start());
+  REQUIRE(markers.back().rate_clr().empty());
+  auto receive_rate = [&](const char* id, const endpoint& from, std::uint64_t bps) {
+    wire::nak m;
+    m.set_receiver_id(id);
+    m.set_rate_report(true);
+    m.set_receive_bps(bps);
+    m.set_rtt_us(1'000);
+    s.on_datagram(datagram(wire::msg_type::nak, cfg.session, m), from, now);
+    tick();
+  };
+  const std::uint64_t held = s.rate_bps();
+  receive_rate("x", rx_b, 1'000);  // not a registered receiver: ignored
+  receive_rate("a", rx_a, held / 2);
+  run(30);  // 1.5 s: several GRTTs, and no doubling (the report is not yet 2 s old)
+  REQUIRE(s.rate_bps() == held);
+  REQUIRE(markers.back().rate_slow_start());
+  REQUIRE(markers.back().rate_clr() == "a");
+  receive_rate("a", rx_a, held);  // the last doubling got through: the next may go
+  REQUIRE(s.rate_bps() == 2 * held);
+  // The first loss report ends slow start; the markers say so.
+  wire::nak loss;
+  loss.set_receiver_id("a");
+  loss.set_rate_report(true);
+  loss.set_rate_bps(held);
+  loss.set_loss_ppb(1'000);
+  loss.set_rtt_us(1'000);
+  s.on_datagram(datagram(wire::msg_type::nak, cfg.session, loss), rx_a, now);
+  run(10);
+  REQUIRE(s.rate_bps() == held);
+  REQUIRE_FALSE(markers.back().rate_slow_start());
+}
+
 namespace {
 
 /// Rebuilds h's session over one 14,000-byte file (10 blocks) with an SCTP fallback at NAK
