@@ -26,7 +26,8 @@ counts whole IP packets (IPv4 + UDP + mcdist headers), which is what the link ca
 sending outruns receivers on a fast path and costs repairs: a paced rate just under what the
 slowest receiver sustains is faster (loopback here: 1 GB in 2.1 s at 4G, 5.6 s unpaced).
 --rate auto lets the receivers set the rate (TFMCC, RFC 4654): it starts at 10M, doubles every
-GRTT until a receiver reports loss, then follows the lowest TCP-friendly rate a receiver on
+GRTT but never above twice the lowest rate the receivers report receiving at, until a receiver
+reports loss, then follows the lowest TCP-friendly rate a receiver on
 multicast reports (from its loss event rate and RTT, RFC 5348's equation), never above
 --rate-max. A receiver that cannot keep up (its socket buffer half full or dropping) reports
 what it takes in, and the rate stays below that (docs/design-notes.md "Receiver overrun").
