@@ -24,6 +24,11 @@ existed: a held-up emulator then delivers a burst into the bottleneck's queue. -
 stops the emulator for MS ms every EVERY s of each mcdist run (from 3 s in), to make such
 hold-ups on purpose.
 
+With --linkem and --baseline BUILD, one more auto row (auto-baseline) runs mcdist-send and
+mcdistd of another build in the same rounds, right after the auto row, through the same
+emulator: a change to rate auto measured side by side with what it changes. The table counts,
+per auto row, the runs whose rate at the end was within 10 % of the bottleneck.
+
 With --linkem and --tcp, one more auto row shares the bottleneck with a TCP flow (iperf3 from h0
 to h1, cubic unless --tcp-congestion says otherwise, started 2 s before mcdist-send): it prints
 mcdist's goodput and TCP's rate over the same interval beside the fair share (half the link).
@@ -130,6 +135,10 @@ def main():
     ap.add_argument("--log-level", default=None,
                     help="--log-level of the auto rows' mcdist-send and (--linkem) mcdistd, e.g. "
                          "debug; each run's output is kept in --dir")
+    ap.add_argument("--baseline", default=None, metavar="BUILD",
+                    help="--linkem: one more auto row with mcdist-send and mcdistd of another "
+                         "build (e.g. main before a change, deploy/build.sh /tmp/base), in the "
+                         "same rounds and the same emulator")
     ap.add_argument("--uftp", action="store_true",
                     help="also UFTP 4.10 -C tfmcc (RFC 4654) with each ceiling as its max rate, "
                          "uftpd as the receiver, in the same rounds")
@@ -279,6 +288,11 @@ def linkem_main(args):
     send = os.path.join(args.build, "sender", "mcdist-send")
     recv = os.path.join(args.build, "receiver", "mcdistd")
     need_programs(linkem, send, recv)
+    programs = {"": (send, recv)}
+    if args.baseline:
+        programs["baseline"] = (os.path.join(args.baseline, "sender", "mcdist-send"),
+                                os.path.join(args.baseline, "receiver", "mcdistd"))
+        need_programs(*programs["baseline"])
     os.environ.setdefault("MCDIST_NETNS_PREFIX", "rate13")
     base = args.dir
     src, src_digest = source_field(base, args.bytes)
@@ -286,7 +300,7 @@ def linkem_main(args):
     ceiling = args.ceilings.split(",")[0]
     rows = ([] if args.no_fixed else
             [("fixed", args.linkem), ("fixed", "%dM" % int(bottleneck * 0.95 / 1e6))]) + \
-        [("auto", ceiling)]
+        [("auto", ceiling)] + ([("auto-baseline", ceiling)] if args.baseline else [])
     if args.uftp:
         need_programs(shutil.which("uftp") or "uftp", shutil.which("uftpd") or "uftpd")
         rows.append(("uftp", ceiling))
@@ -339,6 +353,7 @@ def linkem_main(args):
                     "%s" % (rep + 1, r, wall, args.bytes * 8 / wall / 1e6, uftp_passes(out),
                             100 * drops / pin, "ok" if ok else "WRONG OR MISSING FILE"))
                 continue
+            send, recv = programs["baseline" if mode == "auto-baseline" else ""]
             dest, temp = os.path.join(work, "dest"), os.path.join(work, "temp")
             group = "239.192.80.%d:%d" % (os.getpid() % 200 + 1, 5000 + os.getpid() % 1000)
             logf = open(os.path.join(work, "mcdistd.log"), "w")
@@ -426,17 +441,20 @@ def linkem_main(args):
     log("%d bytes through a %s bottleneck (queue %s packets, %s one way per direction), median "
         "of %d" % (args.bytes, args.linkem, args.queue, args.delay, args.repeat))
     log("| row | goodput Mbit/s | share of the bottleneck | wall s | passes | repairs | "
-        "bottleneck drops | end rate Mbit/s | lowest Mbit/s | all ok |")
-    log("|---|---|---|---|---|---|---|---|---|---|")
+        "bottleneck drops | end rate Mbit/s | lowest Mbit/s | runs ending within 10 %% | "
+        "all ok |")
+    log("|---|---|---|---|---|---|---|---|---|---|---|")
     for row in rows:
-        log("| %s %s%s | %.1f | %.2f | %.2f | %.0f | %s | %.2f %% | %s | %s | %s |" % (
+        held = ("%d of %d" % (sum(x["end"] >= 0.9 * bottleneck for x in samples[row]),
+                              len(samples[row])) if row[0].startswith("auto") else "-")
+        log("| %s %s%s | %.1f | %.2f | %.2f | %.0f | %s | %.2f %% | %s | %s | %s | %s |" % (
             row[0], row[1], " " + row[2] + "-dated" if len(row) > 2 else "",
             med(row, "goodput") / 1e6, med(row, "goodput") / bottleneck,
             med(row, "wall"), med(row, "passes"),
             "%.0f" % med(row, "repairs") if row[0] != "uftp" else "-", 100 * med(row, "drop"),
             "%.0f" % (med(row, "end") / 1e6) if row[0].startswith("auto") else "-",
             "%.0f" % (med(row, "lowest") / 1e6) if row[0].startswith("auto") else "-",
-            all(x["ok"] for x in samples[row])))
+            held, all(x["ok"] for x in samples[row])))
     if args.tcp and len(stamps) == 1:
         row = ("auto+tcp", ceiling)
         log("")
@@ -492,7 +510,7 @@ def log_history(history, bottleneck, mode):
     how much of the time it was within 10 % of the bottleneck."""
     log("  sending rate every 0.5 s, Mbit/s: " + " ".join("%.0f" % (b / 1e6) for _, b in history))
     steady = [b for t, b in history if t >= 5]
-    if steady and mode == "auto":
+    if steady and mode in ("auto", "auto-baseline"):
         within = sum(1 for b in steady if abs(b - bottleneck) <= 0.1 * bottleneck)
         log("  after 5 s: median %.1f Mbit/s, min %.1f, max %.1f; within 10 %% of %.0f Mbit/s "
             "in %d of %d samples" % (statistics.median(steady) / 1e6, min(steady) / 1e6,
