@@ -111,10 +111,13 @@ void sender_session::handle_rate(receiver_state& r, const wire::nak& m, time_poi
     m_rate_round_lowest = m.rate_bps();
   }
   const std::string before = m_rate->clr();
+  const bool was_slow_start = m_rate->slow_start();
   const std::uint64_t rate_before = m_cfg.rate_bps;
   m_rate->on_feedback(r.rep.id, m.rate_bps(), rtt, true, now);
   update_auto_rate(now);
-  if (m_log && (m_rate->clr() != before || m_cfg.rate_bps < rate_before / 2)) {
+  // At info: slow start's end (its CLR may be the same receiver), a new CLR, a halving.
+  if (m_log && (m_rate->clr() != before || was_slow_start != m_rate->slow_start() ||
+                m_cfg.rate_bps < rate_before / 2)) {
     m_log->info(
         "session {}: rate {:.1f} Mbit/s, limited by '{}' (reports {:.1f} Mbit/s, loss "
         "event rate {:.2e}, RTT {:.2f} ms)",

@@ -441,7 +441,7 @@ def linkem_main(args):
     log("%d bytes through a %s bottleneck (queue %s packets, %s one way per direction), median "
         "of %d" % (args.bytes, args.linkem, args.queue, args.delay, args.repeat))
     log("| row | goodput Mbit/s | share of the bottleneck | wall s | passes | repairs | "
-        "bottleneck drops | end rate Mbit/s | lowest Mbit/s | runs ending within 10 %% | "
+        "bottleneck drops | end rate Mbit/s | lowest Mbit/s | runs ending within 10 % | "
         "all ok |")
     log("|---|---|---|---|---|---|---|---|---|---|---|")
     for row in rows:
