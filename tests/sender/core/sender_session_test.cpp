@@ -871,51 +871,83 @@ TEST_CASE(
   REQUIRE(rep.rate_lowest_bps == 2'000'000);
 }
 
+namespace {
+
+/// A --rate auto session (ceiling 20 Gbit/s) of one 14 MB file to the closed group {"a"}, "a"
+/// registered, driven by hand: the markers it sends are kept.
+struct auto_session {
+  explicit auto_session(std::uint32_t id)
+      : cfg(config(id)), s(cfg, files({14'000'000}), 1, nullptr) {
+    s.start(now);
+    tick();
+    wire::register_request r;
+    r.set_receiver_id("a");
+    s.on_datagram(datagram(wire::msg_type::register_request, cfg.session, r), rx_a, now);
+    tick();
+  }
+  static sender_config config(std::uint32_t id) {
+    sender_config c;
+    c.session = session_id{id};
+    c.receivers = {"a"};
+    c.rate_auto = true;
+    c.rate_max_bps = 20'000'000'000;
+    c.rate_bps = c.rate_max_bps;
+    return c;
+  }
+  void tick() {
+    s.on_timer(now);
+    control_send c;
+    while (s.pop_control(c)) {
+      wire::header h;
+      wire::marker m;
+      if (wire::parse_header(c.bytes, h) || h.type != wire::msg_type::marker) continue;
+      if (!wire::parse_control(c.bytes, m)) markers.push_back(m);
+    }
+  }
+  /// `steps` steps of 50 ms, sending what the pacer lets go.
+  void run(int steps) {
+    std::array<data_send, 64> buf;
+    for (int i = 0; i < steps; ++i) {
+      now += 50ms;
+      s.next_data(now, buf);
+      tick();
+    }
+  }
+  /// A rate report (a NAK naming nothing) from `id` at `from`, its fields set by `fill`.
+  template <typename Fill>
+  void report(const char* id, const endpoint& from, Fill fill) {
+    wire::nak m;
+    m.set_receiver_id(id);
+    m.set_rate_report(true);
+    m.set_rtt_us(1'000);
+    fill(m);
+    s.on_datagram(datagram(wire::msg_type::nak, cfg.session, m), from, now);
+    tick();
+  }
+
+  sender_config cfg;
+  time_point now{100s};
+  sender_session s;
+  std::vector<wire::marker> markers;
+};
+
+}  // namespace
+
 TEST_CASE(
     "rate auto: a receiver's overrun report ends slow start and caps the rate below what it "
     "takes in; a registered receiver only",
     "[unit][sender][rate]") {
-  sender_config cfg;
-  cfg.session = session_id{43};
-  cfg.receivers = {"a"};
-  cfg.rate_auto = true;
-  cfg.rate_max_bps = 20'000'000'000;
-  cfg.rate_bps = cfg.rate_max_bps;
-  sender_session s(cfg, files({14'000'000}), 1, nullptr);
-  time_point now{100s};
-  s.start(now);
-  auto tick = [&] {
-    s.on_timer(now);
-    control_send c;
-    while (s.pop_control(c)) {
-    }
-  };
-  tick();
-  wire::register_request r;
-  r.set_receiver_id("a");
-  s.on_datagram(datagram(wire::msg_type::register_request, cfg.session, r), rx_a, now);
-  tick();
-  std::array<data_send, 64> buf;
-  for (int i = 0; i < 40; ++i) {
-    now += 50ms;
-    s.next_data(now, buf);
-    tick();
-  }
-  REQUIRE(s.rate_bps() > 100'000'000);  // slow start, above what "a" takes
+  auto_session a(43);
+  a.run(40);
+  REQUIRE(a.s.rate_bps() > 100'000'000);  // slow start, above what "a" takes
   auto overrun = [&](const char* id, const endpoint& from, std::uint64_t bps) {
-    wire::nak m;
-    m.set_receiver_id(id);
-    m.set_rate_report(true);
-    m.set_overrun_bps(bps);
-    m.set_rtt_us(1'000);
-    s.on_datagram(datagram(wire::msg_type::nak, cfg.session, m), from, now);
-    tick();
+    a.report(id, from, [&](wire::nak& m) { m.set_overrun_bps(bps); });
   };
   overrun("x", rx_b, 1'000'000);  // not a registered receiver: ignored
-  REQUIRE(s.rate_bps() > 100'000'000);
+  REQUIRE(a.s.rate_bps() > 100'000'000);
   overrun("a", rx_a, 100'000'000);
-  REQUIRE(s.rate_bps() == 85'000'000);  // 0.85 of what it takes in
-  const auto rep = s.report(now);
+  REQUIRE(a.s.rate_bps() == 85'000'000);  // 0.85 of what it takes in
+  const auto rep = a.s.report(a.now);
   REQUIRE(rep.control.overrun_reports == 1);
   REQUIRE(rep.rate_lowest_bps == 85'000'000);  // slow start is over
   REQUIRE(rep.rate_clr.empty());               // an overrun names no CLR: not the path's loss
@@ -925,73 +957,32 @@ TEST_CASE(
     "rate auto: slow start's markers ask for receive rates and stay under twice the lowest "
     "(RFC 4654 section 3.4)",
     "[unit][sender][rate]") {
-  sender_config cfg;
-  cfg.session = session_id{44};
-  cfg.receivers = {"a"};
-  cfg.rate_auto = true;
-  cfg.rate_max_bps = 20'000'000'000;
-  cfg.rate_bps = cfg.rate_max_bps;
-  sender_session s(cfg, files({14'000'000}), 1, nullptr);
-  time_point now{100s};
-  s.start(now);
-  std::vector<wire::marker> markers;
-  auto tick = [&] {
-    s.on_timer(now);
-    control_send c;
-    while (s.pop_control(c)) {
-      wire::header h;
-      wire::marker m;
-      if (wire::parse_header(c.bytes, h) || h.type != wire::msg_type::marker) continue;
-      if (!wire::parse_control(c.bytes, m)) markers.push_back(m);
-    }
-  };
-  tick();
-  wire::register_request r;
-  r.set_receiver_id("a");
-  s.on_datagram(datagram(wire::msg_type::register_request, cfg.session, r), rx_a, now);
-  tick();
-  std::array<data_send, 64> buf;
-  auto run = [&](int steps) {
-    for (int i = 0; i < steps; ++i) {
-      now += 50ms;
-      s.next_data(now, buf);
-      tick();
-    }
-  };
-  run(40);
-  REQUIRE(s.rate_bps() > cfg.rate_auto_initial_bps);  // no report yet: it doubles
-  REQUIRE_FALSE(markers.empty());
-  REQUIRE(markers.back().rate_slow_start());
-  REQUIRE(markers.back().rate_clr().empty());
+  auto_session a(44);
+  a.run(40);
+  REQUIRE(a.s.rate_bps() > a.cfg.rate_auto_initial_bps);  // no report yet: it doubles
+  REQUIRE_FALSE(a.markers.empty());
+  REQUIRE(a.markers.back().rate_slow_start());
+  REQUIRE(a.markers.back().rate_clr().empty());
   auto receive_rate = [&](const char* id, const endpoint& from, std::uint64_t bps) {
-    wire::nak m;
-    m.set_receiver_id(id);
-    m.set_rate_report(true);
-    m.set_receive_bps(bps);
-    m.set_rtt_us(1'000);
-    s.on_datagram(datagram(wire::msg_type::nak, cfg.session, m), from, now);
-    tick();
+    a.report(id, from, [&](wire::nak& m) { m.set_receive_bps(bps); });
   };
-  const std::uint64_t held = s.rate_bps();
+  const std::uint64_t held = a.s.rate_bps();
   receive_rate("x", rx_b, 1'000);  // not a registered receiver: ignored
   receive_rate("a", rx_a, held / 2);
-  run(30);  // 1.5 s: several GRTTs, and no doubling (the report is not yet 2 s old)
-  REQUIRE(s.rate_bps() == held);
-  REQUIRE(markers.back().rate_slow_start());
-  REQUIRE(markers.back().rate_clr() == "a");
+  a.run(30);  // 1.5 s: several GRTTs, and no doubling (the report is not yet 2 s old)
+  REQUIRE(a.s.rate_bps() == held);
+  REQUIRE(a.markers.back().rate_slow_start());
+  REQUIRE(a.markers.back().rate_clr() == "a");
   receive_rate("a", rx_a, held);  // the last doubling got through: the next may go
-  REQUIRE(s.rate_bps() == 2 * held);
+  REQUIRE(a.s.rate_bps() == 2 * held);
   // The first loss report ends slow start; the markers say so.
-  wire::nak loss;
-  loss.set_receiver_id("a");
-  loss.set_rate_report(true);
-  loss.set_rate_bps(held);
-  loss.set_loss_ppb(1'000);
-  loss.set_rtt_us(1'000);
-  s.on_datagram(datagram(wire::msg_type::nak, cfg.session, loss), rx_a, now);
-  run(10);
-  REQUIRE(s.rate_bps() == held);
-  REQUIRE_FALSE(markers.back().rate_slow_start());
+  a.report("a", rx_a, [&](wire::nak& m) {
+    m.set_rate_bps(held);
+    m.set_loss_ppb(1'000);
+  });
+  a.run(10);
+  REQUIRE(a.s.rate_bps() == held);
+  REQUIRE_FALSE(a.markers.back().rate_slow_start());
 }
 
 namespace {
