@@ -35,6 +35,10 @@ void rate_controller::apply_receive_limit(time_point now) {
     }
     ++it;
   }
+  raise_to_limit();
+}
+
+void rate_controller::raise_to_limit() noexcept {
   // The limit holds the next doubling back; it never lowers the rate (a decrease is a loss
   // report's or an overrun's).
   const double allowed = m_ss_limit > 0 ? std::min(m_ss_step, m_ss_limit) : m_ss_step;
@@ -48,7 +52,15 @@ void rate_controller::on_receive_rate(std::string_view id, std::uint64_t recv_bp
   if (it == m_recv.end())
     it = m_recv.emplace(std::string(id), std::pair<double, time_point>{}).first;
   it->second = {static_cast<double>(recv_bps), now};
-  apply_receive_limit(now);
+  if (m_ss_clr.empty() || m_ss_clr == id) {
+    apply_receive_limit(now);  // the lowest may have risen: look at them all
+  } else if (2 * it->second.first < m_ss_limit) {
+    // A new lowest: no need to walk a large group's reports for each one (stale ones are
+    // dropped at the next doubling's walk).
+    m_ss_clr = it->first;
+    m_ss_limit = 2 * it->second.first;
+    raise_to_limit();
+  }
 }
 
 void rate_controller::set_rate(double r) noexcept {

@@ -130,6 +130,8 @@ class rate_controller {
   /// Slow start: recomputes m_ss_limit and m_ss_clr from the recent receive-rate reports
   /// (dropping stale ones) and sets the rate to the lower of the doubling's and the limit.
   void apply_receive_limit(time_point now);
+  /// Slow start: raises the rate to the lower of the doubling's step and m_ss_limit.
+  void raise_to_limit() noexcept;
   /// Slow start is over: the receive-rate reports no longer matter.
   void end_slow_start(time_point now);
   void set_rate(double r) noexcept;
