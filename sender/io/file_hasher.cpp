@@ -10,7 +10,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <memory>
 #include <mutex>
+#include <system_error>
+#include <thread>
 
 namespace mcdist::sender {
 
@@ -66,13 +69,40 @@ void remember_digest(const source_file& f, const sha256_digest& d) {
   ::close(fd);
 }
 
+void read_cached_digests(std::vector<source_file>& files, unsigned threads) {
+  struct shared_work {
+    source_file* files;
+    std::size_t count;
+    std::atomic<std::size_t> next{0};
+    std::atomic<std::size_t> done{0};
+  };
+  auto work = [](shared_work& w) {
+    for (std::size_t k = w.next++; k < w.count; k = w.next++) {
+      auto& f = w.files[k];
+      // By path: a file that cannot be read is reported when it is hashed or sent.
+      f.entry.digest = read_digest_xattr(f.local.c_str(), f.entry.size, f.entry.mtime_ns);
+      if (w.done.fetch_add(1) + 1 == w.count) w.done.notify_all();
+    }
+  };
+  auto w = std::make_shared<shared_work>();
+  w->files = files.data();
+  w->count = files.size();
+  const std::size_t wanted = std::min<std::size_t>(threads, files.size() / xattr_reads_per_thread);
+  for (std::size_t t = 1; t < wanted; ++t) {
+    try {
+      std::thread([w, work] { work(*w); }).detach();
+    } catch (const std::system_error&) {
+      break;  // no thread to be had: the caller reads them all
+    }
+  }
+  work(*w);
+  // A helper that took a file finishes it within microseconds; one that never ran takes none.
+  for (std::size_t d = w->done.load(); d != w->count; d = w->done.load()) w->done.wait(d);
+}
+
 void prehash(std::vector<source_file>& files, std::uint64_t per_file_max,
              std::uint64_t total_budget, unsigned threads, bool use_cache) {
-  if (use_cache) {
-    // By path: a file that cannot be read is reported when it is hashed or sent.
-    for (auto& f : files)
-      f.entry.digest = read_digest_xattr(f.local.c_str(), f.entry.size, f.entry.mtime_ns);
-  }
+  if (use_cache) read_cached_digests(files, threads);
   std::vector<std::size_t> todo;
   std::uint64_t budget = total_budget;
   for (std::size_t i = 0; i < files.size(); ++i) {

@@ -38,6 +38,19 @@ inline constexpr std::uint64_t prehash_bytes_per_thread = 64u << 20;
 void prehash(std::vector<source_file>& files, std::uint64_t per_file_max,
              std::uint64_t total_budget, unsigned threads, bool use_cache);
 
+/// Files whose digest xattrs justify one more reading thread. One getxattr(2) by path costs
+/// about 2 us (tmpfs and ext4 here), so a set of 1000 bulletins spends 2 ms of the sender's
+/// start-up in them; a thread costs ~0.1 ms to start.
+inline constexpr std::size_t xattr_reads_per_thread = 256;
+
+/// Takes each file's digest from its user.mcdist.sha256 xattr where one is recorded for its
+/// size and mtime (common/digest_xattr.hpp), on the calling thread and up to `threads` - 1
+/// helpers (one per xattr_reads_per_thread files). The helpers are detached and share the work
+/// through an atomic index: the caller waits only for reads a helper has begun, never for a
+/// helper that has not been scheduled yet (on a loaded machine that can take tens of ms).
+/// A file that cannot be read keeps no digest; it is reported when it is hashed or sent.
+void read_cached_digests(std::vector<source_file>& files, unsigned threads);
+
 /// Records `d` as the digest of `f` in its xattr, if the file is unchanged since the scan.
 /// Failures (read-only file, no xattr support) are silent: the cache is an optimisation.
 void remember_digest(const source_file& f, const sha256_digest& d);
