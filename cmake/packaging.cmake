@@ -29,8 +29,9 @@ if(MCDIST_HELP2MAN AND MCDIST_GZIP)
     add_custom_command(
       OUTPUT ${out}.gz
       COMMAND ${CMAKE_COMMAND} -E make_directory ${PROJECT_BINARY_DIR}/man
-      # --no-info: Debian has no info pages for it; --version-string: the programs have no
-      # --version; SOURCE_DATE_EPOCH: a reproducible date line.
+      # --no-info: Debian has no info pages for it; --version-string: the release, as the
+      # programs' --version prints it, without running them twice; SOURCE_DATE_EPOCH: a
+      # reproducible date line.
       COMMAND ${CMAKE_COMMAND} -E env SOURCE_DATE_EPOCH=1767225600
               ${MCDIST_HELP2MAN} --no-info --no-discard-stderr --section=${section}
               --name=${what} --version-string=${PROJECT_VERSION}

@@ -1,13 +1,10 @@
 #include "feed/feed_http.hpp"
 
 #include "common/http/prometheus_text.hpp"
+#include "common/version.hpp"
 #include "feed/feed_render.hpp"
 
 #include <spdlog/spdlog.h>
-
-#ifndef MCDIST_VERSION
-#define MCDIST_VERSION "unknown"
-#endif
 
 namespace mcdist::feed {
 
@@ -58,7 +55,7 @@ http::response feed_http::serve(const http::request& r) const {
     return {404, "text/plain; charset=utf-8", "404 Not Found: try /, /status or /metrics\n"};
   }
   feed_snapshot s;
-  s.version = MCDIST_VERSION;
+  s.version = mcdist::version();
   s.now = std::chrono::system_clock::now();
   s.started = m_started;
   s.cfg = &m_daemon.config();  // the reloaded one (channels by index, as the board)

@@ -6,6 +6,7 @@
 #include "common/logging.hpp"
 #include "common/sd_notify.hpp"
 #include "common/units.hpp"
+#include "common/version.hpp"
 #include "feed/control_server.hpp"
 #include "feed/daemon_handler.hpp"
 #include "feed/feed_config.hpp"
@@ -125,6 +126,8 @@ int main(int argc, char** argv) {
       "batched per channel, to mcdistd sites, with priorities, a durable outbox, a delivery "
       "journal and catch-up of missed sessions.",
       "mcdist-feed"};
+  app.set_version_flag("--version", std::string("mcdist-feed ") + mcdist::version(),
+                       "Print the release and exit");
   app.footer(footer);
   app.get_formatter()->column_width(34);
   std::string config_file = "/etc/mcdist/mcdist-feed.toml";

@@ -3,6 +3,7 @@
 #include "common/key_file.hpp"
 #include "common/logging.hpp"
 #include "common/units.hpp"
+#include "common/version.hpp"
 #include "receiver/io/daemon.hpp"
 
 #include <CLI/CLI.hpp>
@@ -105,6 +106,8 @@ int main(int argc, char** argv) {
       "mcdistd - mcdist receiver daemon: receives multicast file sets and delivers each "
       "file atomically into a destination tree.",
       "mcdistd"};
+  app.set_version_flag("--version", std::string("mcdistd ") + mcdist::version(),
+                       "Print the release and exit");
   app.footer(footer);
   app.get_formatter()->column_width(34);
 

@@ -4,6 +4,7 @@
 #include "common/key_file.hpp"
 #include "common/logging.hpp"
 #include "common/units.hpp"
+#include "common/version.hpp"
 #include "common/wire.hpp"
 
 #include <CLI/CLI.hpp>
@@ -479,6 +480,8 @@ std::variant<sender_options, int> parse_sender_options(int argc, const char* con
       "mcdist-send - announce a file set and multicast it reliably, at a configured rate, in "
       "NAK-collected passes, to mcdistd receivers.",
       "mcdist-send"};
+  app.set_version_flag("--version", std::string("mcdist-send ") + mcdist::version(),
+                       "Print the release and exit");
   sender_cli cli;
   add_sender_options(app, cli);
   try {

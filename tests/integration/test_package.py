@@ -93,6 +93,17 @@ def main():
                   "/usr/lib/tmpfiles.d/mcdist.conf", "/usr/lib/sysctl.d/60-mcdist.conf",
                   "/etc/mcdist/mcdistd.toml", "/usr/share/doc/mcdist/copyright"):
             check(os.path.exists(f), "the package did not install " + f)
+        code, out = run(["dpkg-query", "-W", "-f=${Version}\n${Depends}", "mcdist"])
+        version, depends = out.strip().split("\n", 1)
+        for prog in ("mcdistd", "mcdist-send", "mcdistctl", "mcdist-feed", "mcdist-keygen"):
+            code, got = run(["/usr/bin/" + prog, "--version"])
+            check(code == 0 and got.strip() == "%s %s" % (prog, version.split("-")[0]),
+                  "%s --version: exit %d, %r (package %s)" % (prog, code, got, version))
+        # The control messages use protobuf's lite runtime (proto/mcdist.proto).
+        check("libprotobuf-lite" in depends and "libprotobuf3" not in depends,
+              "the package's dependencies: " + depends)
+        log("--version of each program is the package's %s; depends on %s" % (
+            version, ", ".join(d.strip().split(" ")[0] for d in depends.split(",") if "protobuf" in d)))
         code, out = run(["dpkg-query", "-W", "-f=${Conffiles}", "mcdist"])
         check("/etc/mcdist/mcdistd.toml" in out, "/etc/mcdist/mcdistd.toml is not a conffile: %r" % out)
         user = pwd.getpwnam("mcdist")

@@ -3,6 +3,7 @@
 
 #include "common/crypto.hpp"
 #include "common/key_file.hpp"
+#include "common/version.hpp"
 
 #include <CLI/CLI.hpp>
 
@@ -29,6 +30,8 @@ Exit status: 0 done; 1 the key file exists or cannot be written or read; 2 usage
 int main(int argc, char** argv) {
   CLI::App app{"mcdist-keygen - make an mcdist key pair (Ed25519) or print a key file's public key",
                "mcdist-keygen"};
+  app.set_version_flag("--version", std::string("mcdist-keygen ") + mcdist::version(),
+                       "Print the release and exit");
   app.footer(footer);
   std::string file;
   bool show_public = false;

@@ -3,6 +3,7 @@
 // from its journal, read-only (feed/journal.hpp).
 
 #include "common/units.hpp"
+#include "common/version.hpp"
 #include "feed/control_protocol.hpp"
 #include "feed/journal.hpp"
 #include "tools/mcdistctl/client.hpp"
@@ -130,6 +131,8 @@ int main(int argc, char** argv) {
       "mcdistctl - query and steer the mcdist hub daemon (mcdist-feed): status, "
       "delivery history, missing products, resends",
       "mcdistctl"};
+  app.set_version_flag("--version", std::string("mcdistctl ") + mcdist::version(),
+                       "Print the release and exit");
   app.footer(footer);
   app.get_formatter()->column_width(34);
   app.require_subcommand(1);
