@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
@@ -50,4 +51,34 @@ TEST_CASE("a digest record reads back by descriptor and by path while size and m
   CHECK_FALSE(read_digest_xattr((dir / "missing").c_str(), 1, 0));
   ::close(fd);
   fs::remove_all(dir);
+}
+
+TEST_CASE("a digest's hex parses back whatever its case, and no other byte is a digit",
+          "[unit][digest_xattr]") {
+  sha256_digest d{};
+  for (int round = 0; round < 64; ++round) {
+    for (std::size_t i = 0; i < d.size(); ++i)
+      d[i] = static_cast<std::uint8_t>((round * 131 + static_cast<int>(i) * 37) ^ (i << 3));
+    const std::string hex = to_hex(d);
+    REQUIRE(hex.size() == 64);
+    CHECK(digest_from_hex(hex) == d);
+    std::string upper = hex;
+    for (auto& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    CHECK(digest_from_hex(upper) == d);
+  }
+  // Every byte value that is not a hex digit, at the first, a middle and the last position.
+  const std::string good = to_hex(d);
+  for (int b = 0; b < 256; ++b) {
+    const char c = static_cast<char>(b);
+    const bool digit = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+    for (const std::size_t at : {std::size_t{0}, std::size_t{33}, std::size_t{63}}) {
+      std::string s = good;
+      s[at] = c;
+      INFO("byte " << b << " at " << at);
+      CHECK(digest_from_hex(s).has_value() == digit);
+    }
+  }
+  CHECK_FALSE(digest_from_hex(good.substr(0, 63)));
+  CHECK_FALSE(digest_from_hex(good + "0"));
+  CHECK_FALSE(digest_from_hex(""));
 }
