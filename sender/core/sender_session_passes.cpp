@@ -144,8 +144,10 @@ void sender_session::end_pass(time_point now) {
     return;
   }
   if (m_log) {
-    m_log->info("session {}: pass {} done at {:.3f} s; {} blocks NAKed for the next pass",
-                m_cfg.session, m_passes.pass(), to_seconds(now - m_start), m_passes.wanted());
+    // NAKs still on their way after the pass-end marker can start another pass even when this
+    // count is 0 (the pass-end marker asks every receiver for its status).
+    m_log->info("session {}: pass {} done at {:.3f} s; {} blocks NAKed so far", m_cfg.session,
+                m_passes.pass(), to_seconds(now - m_start), m_passes.wanted());
   }
   send_marker(now, true, true);
   if (const auto why = m_fallback.after_passes(m_passes.pass())) {
