@@ -15,6 +15,7 @@
 #include <span>
 #include <string>
 #include <system_error>
+#include <unordered_map>
 #include <vector>
 
 namespace mcdist::sender {
@@ -75,7 +76,11 @@ class block_reader {
   std::vector<chunk> m_chunks;
   std::size_t m_next_victim = 0;
   std::size_t m_max_open;
-  std::list<std::pair<std::uint32_t, int>> m_open;  ///< most recent first
+  using open_list = std::list<std::pair<std::uint32_t, int>>;
+  open_list m_open;  ///< (file, descriptor), most recent first
+  /// Where each open file is in m_open: a lookup per read was a walk of up to max_open nodes,
+  /// on every new file of pass 1 (5 % of the sender's CPU on 1000 x 10 kB, perf).
+  std::unordered_map<std::uint32_t, open_list::iterator> m_where;
   struct inband_hash {
     sha256_hasher hasher;
     std::uint64_t prefix = 0;  ///< bytes hashed

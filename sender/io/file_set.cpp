@@ -12,7 +12,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
-#include <unordered_set>
+#include <string_view>
 #include <utility>
 
 namespace mcdist::sender {
@@ -22,26 +22,31 @@ namespace fs = std::filesystem;
 namespace {
 
 /// Adds the regular file `local` (already stat()ed into `st`, symlinks followed) as `relative`.
-void add_file(const fs::path& local, const std::string& relative, const struct stat& st,
-              std::vector<source_file>& out, std::unordered_set<std::string>& seen) {
+void add_file(std::string local, std::string relative, const struct stat& st,
+              std::vector<source_file>& out) {
   if (auto ec = check_relative_path(relative)) {
-    throw file_set_error("cannot send " + local.string() + ": its name '" + relative +
+    throw file_set_error("cannot send " + local + ": its name '" + relative +
                          "' is not a valid manifest path (" + ec.message() + ")");
   }
   if (static_cast<std::uint64_t>(st.st_size) > max_file_size) {
-    throw file_set_error("cannot send " + local.string() + ": larger than the 4 TiB limit");
+    throw file_set_error("cannot send " + local + ": larger than the 4 TiB limit");
   }
-  if (!seen.insert(relative).second) {
-    throw file_set_error("two files would both be sent as '" + relative +
-                         "'; send them in separate sessions or rename one");
-  }
-  source_file f;
-  f.local = local;
-  f.entry.path = relative;
+  source_file& f = out.emplace_back();
+  f.local = std::move(local);
+  f.entry.path = std::move(relative);
   f.entry.size = static_cast<std::uint64_t>(st.st_size);
   f.entry.mtime_ns = std::int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec;
   f.entry.mode = st.st_mode & 0777;
-  out.push_back(std::move(f));
+}
+
+/// `dir` + "/" + `name`, without doubling a slash `dir` ends with ("obs/" as given).
+std::string join(const std::string& dir, const std::string& name) {
+  std::string out;
+  out.reserve(dir.size() + 1 + name.size());
+  out += dir;
+  if (out.empty() || out.back() != '/') out += '/';
+  out += name;
+  return out;
 }
 
 /// Closes a directory stream on scope exit.
@@ -51,15 +56,15 @@ struct dir_closer {
 
 /// Walks `dir` (open as `dfd`, which it takes) in name order: each entry is stat()ed once,
 /// relative to its directory, so a tree of 20,000 bulletins costs one short lookup per file
-/// rather than two walks of its whole path.
-void walk(int dfd, const fs::path& dir, const std::string& prefix, std::vector<source_file>& out,
-          std::unordered_set<std::string>& seen,
+/// rather than two walks of its whole path. Paths are plain strings: a std::filesystem::path
+/// keeps a list of its components, a few allocations per file.
+void walk(int dfd, const std::string& dir, const std::string& prefix, std::vector<source_file>& out,
           const std::function<void(const std::string&)>& warn) {
   std::unique_ptr<DIR, dir_closer> d(::fdopendir(dfd));
   if (!d) {
     const int e = errno;
     ::close(dfd);
-    throw file_set_error("cannot read directory " + dir.string() + ": " + std::strerror(e));
+    throw file_set_error("cannot read directory " + dir + ": " + std::strerror(e));
   }
   std::vector<std::pair<std::string, unsigned char>> entries;  // name, d_type
   errno = 0;
@@ -69,16 +74,20 @@ void walk(int dfd, const fs::path& dir, const std::string& prefix, std::vector<s
     errno = 0;
   }
   if (errno != 0) {
-    throw file_set_error("cannot read directory " + dir.string() + ": " + std::strerror(errno));
+    throw file_set_error("cannot read directory " + dir + ": " + std::strerror(errno));
   }
   std::sort(entries.begin(), entries.end());
+  // Room for the entries at once (mostly files), growing geometrically all the same: many
+  // small directories must not each cost a copy of everything found so far.
+  if (const std::size_t need = out.size() + entries.size(); need > out.capacity())
+    out.reserve(std::max(need, 2 * out.capacity()));
   const int fd = ::dirfd(d.get());
   for (const auto& [name, type] : entries) {
-    const fs::path local = dir / name;
-    const std::string rel = prefix + "/" + name;
+    std::string local = join(dir, name);
+    std::string rel = join(prefix, name);
     struct stat st {};
     if (::fstatat(fd, name.c_str(), &st, 0) != 0) {  // follows symlinks
-      warn("skipping " + local.string() + ": " + std::strerror(errno));
+      warn("skipping " + local + ": " + std::strerror(errno));
       continue;
     }
     if (S_ISDIR(st.st_mode)) {
@@ -88,19 +97,18 @@ void walk(int dfd, const fs::path& dir, const std::string& prefix, std::vector<s
           (type == DT_UNKNOWN && ::fstatat(fd, name.c_str(), &lst, AT_SYMLINK_NOFOLLOW) == 0 &&
            S_ISLNK(lst.st_mode));
       if (link) {
-        warn("skipping " + local.string() + ": symbolic link to a directory");
+        warn("skipping " + local + ": symbolic link to a directory");
         continue;
       }
       const int sub = ::openat(fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
       if (sub < 0) {
-        throw file_set_error("cannot read directory " + local.string() + ": " +
-                             std::strerror(errno));
+        throw file_set_error("cannot read directory " + local + ": " + std::strerror(errno));
       }
-      walk(sub, local, rel, out, seen, warn);
+      walk(sub, local, rel, out, warn);
     } else if (S_ISREG(st.st_mode)) {
-      add_file(local, rel, st, out, seen);
+      add_file(std::move(local), std::move(rel), st, out);
     } else {
-      warn("skipping " + local.string() + ": not a regular file");
+      warn("skipping " + local + ": not a regular file");
     }
   }
 }
@@ -110,7 +118,6 @@ void walk(int dfd, const fs::path& dir, const std::string& prefix, std::vector<s
 std::vector<source_file> collect_files(const std::vector<std::string>& args,
                                        const std::function<void(const std::string&)>& warn) {
   std::vector<source_file> out;
-  std::unordered_set<std::string> seen;
   for (const auto& arg : args) {
     fs::path p(arg);
     std::error_code ec;
@@ -130,15 +137,27 @@ std::vector<source_file> collect_files(const std::vector<std::string>& args,
       if (dfd < 0) {
         throw file_set_error("cannot read directory " + p.string() + ": " + std::strerror(errno));
       }
-      walk(dfd, p, name, out, seen, warn);
+      walk(dfd, arg, name, out, warn);
     } else if (fs::is_regular_file(status)) {
       struct stat st {};
       if (::stat(p.c_str(), &st) != 0) {
         throw file_set_error("cannot stat " + p.string() + ": " + std::strerror(errno));
       }
-      add_file(p, name, st, out, seen);
+      add_file(arg, name, st, out);
     } else {
       throw file_set_error("not a regular file or directory: " + arg);
+    }
+  }
+  // One argument's names are unique (a directory's entries are, and each directory adds its
+  // own prefix), so only two arguments can send the same name.
+  if (args.size() > 1) {
+    std::vector<std::string_view> names;
+    names.reserve(out.size());
+    for (const auto& f : out) names.emplace_back(f.entry.path);
+    std::sort(names.begin(), names.end());
+    if (const auto twice = std::adjacent_find(names.begin(), names.end()); twice != names.end()) {
+      throw file_set_error("two files would both be sent as '" + std::string(*twice) +
+                           "'; send them in separate sessions or rename one");
     }
   }
   return out;

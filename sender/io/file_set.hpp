@@ -15,8 +15,8 @@ namespace mcdist::sender {
 
 /// One file of the set: where it is here and what the manifest says.
 struct source_file {
-  std::filesystem::path local;  ///< path on this host, as given or found
-  manifest_entry entry;         ///< relative path, size, mtime, mode; digest filled later
+  std::string local;     ///< path on this host, as given or found
+  manifest_entry entry;  ///< relative path, size, mtime, mode; digest filled later
 };
 
 /// Error in the operator's input: names the path and what is wrong.

@@ -140,5 +140,57 @@ TEST_CASE("a file shorter than announced is an error naming it", "[block_reader]
   const auto ec = r.read_into(0, 3000, across, why);  // [3000, 6000): 1000 bytes are missing
   CHECK(ec == std::errc::io_error);
   CHECK(why.find("shorter than when it was announced") != std::string::npos);
-  CHECK(why.find(t.files[0].local.string()) != std::string::npos);
+  CHECK(why.find(t.files[0].local) != std::string::npos);
+}
+
+namespace {
+
+/// The files of `t` this process holds open, by index (from /proc/self/fd).
+std::vector<std::size_t> open_files(const temp_files& t) {
+  std::vector<std::size_t> out;
+  for (const auto& e : fs::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    const auto target = fs::read_symlink(e.path(), ec);
+    if (ec) continue;
+    for (std::size_t i = 0; i < t.files.size(); ++i) {
+      if (target == t.files[i].local) out.push_back(i);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("descriptors are kept to max_open, the least recently read file closed first",
+          "[block_reader]") {
+  // Sizes on both sides of the 128 kB below which no readahead hint is given.
+  temp_files t({3000, 200'000, 4000, 150'000, 5000});
+  std::string why;
+  {
+    block_reader r(t.files, 1 << 20, 8, 3);
+    std::vector<std::byte> buf(1000);
+    const iovec piece{buf.data(), buf.size()};
+    auto read = [&](std::uint32_t f) {
+      REQUIRE_FALSE(r.read_into(f, 1000, {&piece, 1}, why));
+      CHECK(std::equal(buf.begin(), buf.end(), t.contents[f].begin() + 1000));
+    };
+    read(0);
+    read(1);
+    read(2);
+    CHECK(open_files(t) == std::vector<std::size_t>{0, 1, 2});
+    read(0);  // now the most recent: 1 is the least recently read
+    read(3);
+    CHECK(open_files(t) == std::vector<std::size_t>{0, 2, 3});
+    read(4);  // closes 2
+    CHECK(open_files(t) == std::vector<std::size_t>{0, 3, 4});
+    read(2);  // reopened, closing 0
+    read(2);
+    CHECK(open_files(t) == std::vector<std::size_t>{2, 3, 4});
+    for (std::uint32_t round = 0; round < 3; ++round) {
+      for (std::uint32_t f = 0; f < 5; ++f) read(f);
+    }
+    CHECK(open_files(t) == std::vector<std::size_t>{2, 3, 4});
+  }
+  CHECK(open_files(t).empty());  // the destructor closes them all
 }

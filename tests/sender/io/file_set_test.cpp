@@ -110,9 +110,25 @@ TEST_CASE("file arguments, missing paths and clashing names", "[unit][sender][fi
   // A file argument contributes its base name, in argument order.
   CHECK(names(collect_files({(s.dir / "a/y.bin").string(), (s.dir / "b/x.bin").string()}, none)) ==
         std::vector<std::string>{"y.bin", "x.bin"});
-  // "dir/" names the directory "dir".
-  CHECK(names(collect_files({(s.dir / "a").string() + "/"}, none)) ==
-        std::vector<std::string>{"a/x.bin", "a/y.bin"});
+  // "dir/" names the directory "dir", and its files' local paths have no doubled slash.
+  const auto slashed = collect_files({(s.dir / "a").string() + "/"}, none);
+  CHECK(names(slashed) == std::vector<std::string>{"a/x.bin", "a/y.bin"});
+  REQUIRE(slashed.size() == 2);
+  CHECK(slashed[1].local == (s.dir / "a/y.bin").string());
+  // Two directories of the same name clash on their first common file, named in the error.
+  s.file("one/obs/p.bin", 2);
+  s.file("one/obs/q.bin", 2);
+  s.file("two/obs/q.bin", 3);
+  s.file("two/obs/r.bin", 3);
+  CHECK_THROWS_WITH(
+      collect_files({(s.dir / "one/obs").string(), (s.dir / "two/obs").string()}, none),
+      Catch::Contains("two files would both be sent as 'obs/q.bin'"));
+  // The same directory given twice clashes too.
+  CHECK_THROWS_WITH(collect_files({(s.dir / "a").string(), (s.dir / "a").string() + "/"}, none),
+                    Catch::Contains("two files would both be sent as 'a/x.bin'"));
+  // Different names in several arguments do not.
+  CHECK(names(collect_files({(s.dir / "one/obs").string(), (s.dir / "a").string()}, none)) ==
+        std::vector<std::string>{"obs/p.bin", "obs/q.bin", "a/x.bin", "a/y.bin"});
   CHECK_THROWS_WITH(collect_files({(s.dir / "nope").string()}, none),
                     Catch::Contains("no such file or directory"));
   CHECK_THROWS_WITH(
