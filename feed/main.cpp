@@ -2,6 +2,7 @@
 // multicasts each batch as one signed session to the sites, with strict priority between
 // channels, a durable outbox, a delivery journal and catch-up for sites that missed sessions.
 
+#include "common/descriptors.hpp"
 #include "common/key_file.hpp"
 #include "common/logging.hpp"
 #include "common/sd_notify.hpp"
@@ -12,6 +13,7 @@
 #include "feed/feed_config.hpp"
 #include "feed/feed_daemon.hpp"
 #include "feed/feed_http.hpp"
+#include "sender/io/block_reader.hpp"
 
 #include <CLI/CLI.hpp>
 #include <boost/asio/io_context.hpp>
@@ -121,6 +123,10 @@ Examples:
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before any thread: each channel's session keeps up to default_open_files products open,
+  // and a table grown under threads waits for an RCU grace period each time
+  // (common/descriptors.hpp). Room for several channels at once.
+  mcdist::reserve_descriptors(8 * mcdist::sender::default_open_files);
   CLI::App app{
       "mcdist-feed - the hub daemon: watches spool directories and multicasts their products, "
       "batched per channel, to mcdistd sites, with priorities, a durable outbox, a delivery "

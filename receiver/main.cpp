@@ -1,10 +1,12 @@
 // mcdistd: the mcdist receiver daemon.
 
+#include "common/descriptors.hpp"
 #include "common/key_file.hpp"
 #include "common/logging.hpp"
 #include "common/units.hpp"
 #include "common/version.hpp"
 #include "receiver/io/daemon.hpp"
+#include "receiver/storage/file_store.hpp"
 
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
@@ -102,6 +104,11 @@ Example:
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before any thread: the store keeps up to max_open_files temp files open, and a table
+  // grown under threads waits for an RCU grace period each time (common/descriptors.hpp).
+  // RLIMIT_NOFILE's soft limit caps it (LimitNOFILE= of the unit files allows this).
+  mcdist::reserve_descriptors(
+      mcdist::receiver::store_descriptors(mcdist::receiver::storage_config{}.max_open_files));
   CLI::App app{
       "mcdistd - mcdist receiver daemon: receives multicast file sets and delivers each "
       "file atomically into a destination tree.",

@@ -1,6 +1,8 @@
 // mcdist-send: distribute a file set over IP multicast, reliably, at a configured rate.
 
+#include "common/descriptors.hpp"
 #include "common/logging.hpp"
+#include "sender/io/block_reader.hpp"
 #include "sender/io/file_hasher.hpp"
 #include "sender/io/file_set.hpp"
 #include "sender/io/sender_app.hpp"
@@ -21,6 +23,10 @@ namespace sender = mcdist::sender;
 
 int main(int argc, char** argv) {
   const auto started = std::chrono::steady_clock::now();
+  // Before any thread: pass 1 keeps up to default_open_files files open, and a table grown
+  // under threads waits for an RCU grace period each time (common/descriptors.hpp). As many
+  // again for sockets, unicast connections and logs.
+  mcdist::reserve_descriptors(2 * sender::default_open_files);
   auto parsed = sender::parse_sender_options(argc, argv);
   if (const int* status = std::get_if<int>(&parsed)) return *status;
   auto& o = std::get<sender::sender_options>(parsed);

@@ -21,16 +21,19 @@
 
 namespace mcdist::receiver {
 
-namespace {
+std::size_t store_descriptors(std::size_t max_open_files) noexcept {
+  // Descriptors left for everything else in the process: sockets, logs, directories walked.
+  constexpr std::size_t fd_reserve = 64;
+  return max_open_files + finalizer::fd_budget + 2 * finalizer::batch_max + fd_reserve;
+}
 
-/// Descriptors left for everything else in the process: sockets, logs, directories walked.
-constexpr std::uint64_t fd_reserve = 64;
+namespace {
 
 /// How many temp files the writer may keep open: `wanted`, unless RLIMIT_NOFILE cannot be
 /// raised to cover it plus the finalizer's descriptors (then less, with a warning).
 std::size_t fit_open_files(std::size_t wanted, spdlog::logger& log) {
-  const std::uint64_t others = finalizer::fd_budget + 2 * finalizer::batch_max + fd_reserve;
-  const std::uint64_t needed = wanted + others;
+  const std::uint64_t others = store_descriptors(0);
+  const std::uint64_t needed = store_descriptors(wanted);
   struct rlimit rl {};
   if (::getrlimit(RLIMIT_NOFILE, &rl) != 0) return wanted;
   if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < needed) {

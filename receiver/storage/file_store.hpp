@@ -47,6 +47,11 @@ class logger;
 
 namespace mcdist::receiver {
 
+/// Descriptors the store may hold at once with `max_open_files` temp files open: those, the
+/// finalizer's (finalizer::fd_budget, and two batches of finalizer::batch_max) and a reserve
+/// of 64 for sockets, logs and directories walked. RLIMIT_NOFILE must allow them.
+std::size_t store_descriptors(std::size_t max_open_files) noexcept;
+
 /// The storage path of the receiver daemon. See the file comment for threads, temp_writer.hpp
 /// for the temp layout.
 /// The public member functions other than get_stats and free_bytes must be called from

@@ -20,6 +20,9 @@
 
 namespace mcdist::sender {
 
+/// Descriptors a block_reader keeps open by default (its LRU of files).
+inline constexpr std::size_t default_open_files = 256;
+
 /// Block source over a file set. Not thread-safe; lives on the network thread.
 class block_reader {
  public:
@@ -27,7 +30,7 @@ class block_reader {
   /// @param chunks       chunks cached (repairs revisit recent chunks)
   /// @param max_open     descriptors kept open (LRU)
   block_reader(const std::vector<source_file>& files, std::size_t chunk_bytes = 1 << 20,
-               std::size_t chunks = 8, std::size_t max_open = 256);
+               std::size_t chunks = 8, std::size_t max_open = default_open_files);
   ~block_reader();
   block_reader(const block_reader&) = delete;
   block_reader& operator=(const block_reader&) = delete;
