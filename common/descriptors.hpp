@@ -16,9 +16,10 @@ namespace mcdist {
 /// (synchronize_rcu()) before the old table can be freed: opening the 65th, the 129th, the
 /// 257th... descriptor sleeps for that long, 10-25 ms on this project's test machines. The
 /// sender, which keeps up to 256 of its files open, slept there in openat -> expand_files ->
-/// synchronize_rcu in the middle of pass 1, and pass 1 of 1000 bulletins at 1 Gbit/s took
-/// 10-25 % longer than its bytes need (docs/benchmarks.md, "The descriptor table"). Grown
-/// while the process has one thread, the old table is freed at once.
+/// synchronize_rcu in the middle of pass 1, and pass 1 of 1000 bulletins at 1 Gbit/s took up
+/// to a third longer than its bytes need (docs/benchmarks.md, "Durable small files: the
+/// descriptor table and the walk"). Grown while the process has one thread, the old table is
+/// freed at once.
 ///
 /// @param count  descriptors wanted; clamped to RLIMIT_NOFILE's soft limit
 /// @return the count the table was grown for (after clamping); 0 when nothing was done (a
