@@ -11,8 +11,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <ctime>
 
 #ifndef UDP_SEGMENT
 #define UDP_SEGMENT 103
@@ -166,9 +168,11 @@ udp::socket open_channel_socket(boost::asio::io_context& io, const channel_socke
     ::setsockopt(fd, IPPROTO_UDP, UDP_GRO, &one, sizeof one);  // best effort
   }
   {
-    // Best effort: each datagram then carries the socket's drop count (batch_receiver).
+    // Best effort: each datagram then carries the socket's drop count and the time the kernel
+    // received it (batch_receiver).
     const int one = 1;
     ::setsockopt(fd, SOL_SOCKET, SO_RXQ_OVFL, &one, sizeof one);
+    ::setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one);
   }
   s.non_blocking(true);
   return s;
@@ -191,11 +195,16 @@ udp::socket open_unicast_socket(boost::asio::io_context& io, const endpoint& loc
   return s;
 }
 
+namespace {
+/// Control bytes per message: UDP_GRO's segment size, SO_RXQ_OVFL's count, SO_TIMESTAMPNS.
+constexpr std::size_t control_space =
+    CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(std::uint32_t)) + CMSG_SPACE(sizeof(timespec));
+}  // namespace
+
 batch_receiver::batch_receiver(std::size_t batch, std::size_t buffer_bytes)
     : m_batch(batch), m_buffer_bytes(buffer_bytes), m_storage(batch * buffer_bytes),
-      m_control(batch * (CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(std::uint32_t)))),
-      m_names(batch * sizeof(sockaddr_storage)), m_headers(batch * sizeof(mmsghdr)),
-      m_iovecs(batch * sizeof(iovec)) {}
+      m_control(batch * control_space), m_names(batch * sizeof(sockaddr_storage)),
+      m_headers(batch * sizeof(mmsghdr)), m_iovecs(batch * sizeof(iovec)) {}
 
 std::size_t batch_receiver::drain(
     int fd, std::size_t max_datagrams,
@@ -204,7 +213,7 @@ std::size_t batch_receiver::drain(
   auto* hdrs = reinterpret_cast<mmsghdr*>(m_headers.data());
   auto* iovs = reinterpret_cast<iovec*>(m_iovecs.data());
   auto* names = reinterpret_cast<sockaddr_storage*>(m_names.data());
-  const std::size_t cspace = CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(std::uint32_t));
+  const std::size_t cspace = control_space;
   std::size_t delivered = 0;
   std::size_t bytes = 0;
   while (delivered < max_datagrams && bytes < max_bytes) {
@@ -228,10 +237,20 @@ std::size_t batch_receiver::drain(
       }
       return delivered;
     }
+    // The kernel dates datagrams in real time; the offset to the steady clock, read now that
+    // they are all in, converts the dates (both clocks are slewed alike by NTP; a step of the
+    // real-time clock in between shows as a date out of range, which is dropped).
+    const auto read_at = std::chrono::steady_clock::now();
+    const std::int64_t steady_minus_real =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(read_at.time_since_epoch()).count() -
+        std::chrono::duration_cast<std::chrono::nanoseconds>(
+            std::chrono::system_clock::now().time_since_epoch())
+            .count();
     for (int i = 0; i < n; ++i) {
       const auto& mh = hdrs[i].msg_hdr;
       std::size_t segment = 0;
       m_drops = 0;  // the kernel adds SO_RXQ_OVFL only once the count is above 0
+      m_arrival.reset();
       for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(const_cast<msghdr*>(&mh), c)) {
         if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
           int v = 0;
@@ -240,6 +259,16 @@ std::size_t batch_receiver::drain(
         } else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SO_RXQ_OVFL &&
                    c->cmsg_len >= CMSG_LEN(sizeof(std::uint32_t))) {
           std::memcpy(&m_drops, CMSG_DATA(c), sizeof m_drops);
+        } else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS &&
+                   c->cmsg_len >= CMSG_LEN(sizeof(timespec))) {
+          timespec ts{};
+          std::memcpy(&ts, CMSG_DATA(c), sizeof ts);
+          const auto at = std::chrono::steady_clock::time_point(std::chrono::nanoseconds(
+              std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec + steady_minus_real));
+          if (at <= read_at + std::chrono::milliseconds(1) &&
+              at >= read_at - std::chrono::seconds(10)) {
+            m_arrival = std::min(at, read_at);
+          }
         }
       }
       const endpoint from = from_sockaddr(names[i]);

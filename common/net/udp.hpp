@@ -9,9 +9,12 @@
 
 #include <boost/asio/ip/udp.hpp>
 
+#include <chrono>
+
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <system_error>
 #include <vector>
@@ -77,6 +80,17 @@ class batch_receiver {
   /// higher than the previous datagram's means datagrams were lost just before this one.
   std::uint32_t socket_drops() const noexcept { return m_drops; }
 
+  /// During `fn`: when the kernel received the datagram being delivered, on the steady clock
+  /// (SO_TIMESTAMPNS, which open_channel_socket turns on: the kernel dates it in real time, and
+  /// this converts it with the two clocks' offset read once per recvmmsg); nothing when the
+  /// socket does not ask, or the date is more than 10 s old (the real-time clock was set).
+  /// A receiver that reads in batches, when its thread gets the CPU, would otherwise date a
+  /// whole batch at its read: a receive rate measured over 10 ms then counts a batch read late
+  /// in the next window (docs/design-notes.md "Rate auto").
+  std::optional<std::chrono::steady_clock::time_point> arrival() const noexcept {
+    return m_arrival;
+  }
+
  private:
   std::size_t m_batch;
   std::size_t m_buffer_bytes;
@@ -86,6 +100,7 @@ class batch_receiver {
   std::vector<char> m_headers;
   std::vector<char> m_iovecs;
   std::uint32_t m_drops = 0;
+  std::optional<std::chrono::steady_clock::time_point> m_arrival;
 };
 
 /// The share of `fd`'s receive buffer its queued datagrams take, 0 to 1 (SO_MEMINFO: the

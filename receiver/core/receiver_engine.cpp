@@ -73,12 +73,13 @@ void receiver_engine::add_tombstone(session_id id, time_point until) {
 }
 
 void receiver_engine::on_datagram(std::span<const std::byte> datagram, const endpoint& from,
-                                  std::uint32_t channel, time_point now) {
+                                  std::uint32_t channel, time_point now,
+                                  std::optional<time_point> arrival) {
   ++m_stats.datagrams;
   // The datagram boundary: an allocation that fails while handling one datagram costs that
   // datagram, never the daemon (budgets make it rare; this makes it harmless).
   try {
-    dispatch(datagram, from, channel, now);
+    dispatch(datagram, from, channel, now, arrival ? std::min(*arrival, now) : now);
   } catch (const std::bad_alloc&) {
     m_stats.drops.add(errc::out_of_memory);
     if (m_log)
@@ -90,18 +91,18 @@ void receiver_engine::on_datagram(std::span<const std::byte> datagram, const end
 }
 
 void receiver_engine::dispatch(std::span<const std::byte> datagram, const endpoint& from,
-                               std::uint32_t channel, time_point now) {
+                               std::uint32_t channel, time_point now, time_point arrival) {
   wire::header h;
   if (auto ec = wire::parse_header(datagram, h)) {
     m_stats.drops.add(static_cast<errc>(ec.value()));
     return;
   }
   if (h.type == wire::msg_type::data) {
-    handle_data(datagram, from, now);
+    handle_data(datagram, from, now, arrival);
     return;
   }
   if (h.type == wire::msg_type::parity) {
-    handle_parity(datagram, from, now);
+    handle_parity(datagram, from, now, arrival);
     return;
   }
   if (h.type == wire::msg_type::announce) {
@@ -212,7 +213,7 @@ receiver_engine::session_rx* receiver_engine::receiving_session(session_id id,
 }
 
 void receiver_engine::handle_data(std::span<const std::byte> datagram, const endpoint& from,
-                                  time_point now) {
+                                  time_point now, time_point arrival) {
   wire::data_header h;
   std::span<const std::byte> payload;
   if (auto ec = wire::parse_data(datagram, h, payload)) {
@@ -223,7 +224,7 @@ void receiver_engine::handle_data(std::span<const std::byte> datagram, const end
   if (!s) return;
   // Every datagram of the session counts for the loss event rate, wanted or not (a repair
   // for another receiver is not a loss here).
-  note_seq(*s, h.seq, now);
+  note_seq(*s, h.seq, now, arrival);
   if (h.file.value >= s->file_count) {
     m_stats.drops.add(errc::invalid_field);
     return;

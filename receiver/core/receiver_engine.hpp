@@ -216,8 +216,12 @@ class receiver_engine {
   /// A datagram arrived on `channel` (control_channel: the unicast reply socket) from `from`.
   /// Never throws: malformed, truncated, wrong-version, unknown-session datagrams are counted
   /// and dropped; so is one whose handling fails to allocate (errc::out_of_memory).
+  /// @param arrival  when the kernel received it (batch_receiver::arrival), if known: dates it
+  ///                  for --rate auto's receive rates and loss intervals (loss_estimator),
+  ///                  which `now`, the time a batch was read, blurs by the reading thread's
+  ///                  scheduling. Later than `now` counts as `now`.
   void on_datagram(std::span<const std::byte> datagram, const endpoint& from, std::uint32_t channel,
-                   time_point now);
+                   time_point now, std::optional<time_point> arrival = std::nullopt);
   /// The kernel dropped datagrams of `channel`'s socket for a full receive buffer before the
   /// next datagram this engine gets on the channel (SO_RXQ_OVFL's count rose). A gap the next
   /// data or parity datagram on the channel reveals (whatever control datagrams come first) is
@@ -313,13 +317,16 @@ class receiver_engine {
   session_rx* receiving_session(session_id s, const endpoint& from);
   void handle_announce(const wire::announce& m, session_id s, const endpoint& from,
                        std::uint32_t channel, time_point now);
-  void handle_data(std::span<const std::byte> datagram, const endpoint& from, time_point now);
+  /// @param arrival  the datagram's arrival (on_datagram), for note_seq
+  void handle_data(std::span<const std::byte> datagram, const endpoint& from, time_point now,
+                   time_point arrival);
   void handle_marker(session_rx& s, const wire::marker& m, time_point now);
   /// Blocks the sender scheduled for repair: left out of this receiver's NAKs for the pass
   /// (nak_scheduler.hpp).
   void handle_advert(session_rx& s, const wire::repair_advert& m, time_point now);
   // Parity repairs (docs/design-notes.md "Parity repairs"; fec_tracker.hpp).
-  void handle_parity(std::span<const std::byte> datagram, const endpoint& from, time_point now);
+  void handle_parity(std::span<const std::byte> datagram, const endpoint& from, time_point now,
+                     time_point arrival);
   bool ensure_fec(session_rx& s);
   void fec_source_added(session_rx& s, std::uint32_t f, std::uint32_t b, time_point now);
   void start_recovery(session_rx& s, std::uint32_t fec_block, time_point now);
@@ -351,7 +358,7 @@ class receiver_engine {
   /// The register reply or FALLBACK answering REGISTER arrived: the registration RTT sample.
   void note_register_answer(session_rx& s, time_point now);
   void dispatch(std::span<const std::byte> datagram, const endpoint& from, std::uint32_t channel,
-                time_point now);
+                time_point now, time_point arrival);
   bool new_session(const wire::announce& m, session_id id, const endpoint& from,
                    std::uint32_t channel, time_point now);
   bool ensure_block_map(session_rx& s, std::uint32_t f, time_point now);
@@ -382,8 +389,9 @@ class receiver_engine {
   void late_file_stored(session_id id, file_index f, std::error_code ec, const std::string& detail);
   duration retransmit_interval(const session_rx& s) const;
   // --rate auto (receiver_engine_rate.cpp; docs/design-notes.md "Rate auto").
-  /// A multicast data or parity datagram with sequence number `seq` arrived.
-  void note_seq(session_rx& s, std::uint32_t seq, time_point now);
+  /// A multicast data or parity datagram with sequence number `seq` arrived at `arrival` (at
+  /// or before `now`: the loss history dates datagrams by it).
+  void note_seq(session_rx& s, std::uint32_t seq, time_point now, time_point arrival);
   /// A marker's rate fields: schedules a rate report when this receiver should send one.
   void on_rate_marker(session_rx& s, const wire::marker& m, time_point now);
   /// The rate-report timer fired: sends a NAK with the rate fields and nothing to NAK.

@@ -8,7 +8,7 @@ namespace mcdist::receiver {
 using namespace engine_detail;
 
 void receiver_engine::handle_parity(std::span<const std::byte> datagram, const endpoint& from,
-                                    time_point now) {
+                                    time_point now, time_point arrival) {
   wire::parity_header h;
   std::span<const std::byte> payload;
   if (auto ec = wire::parse_parity(datagram, h, payload)) {
@@ -17,7 +17,7 @@ void receiver_engine::handle_parity(std::span<const std::byte> datagram, const e
   }
   session_rx* s = receiving_session(h.session, from);
   if (!s) return;
-  note_seq(*s, h.seq, now);
+  note_seq(*s, h.seq, now, arrival);
   // Parity is used once the manifest is complete; before, or in a session without FEC, it is
   // dropped like a block of an unknown file.
   if (!ensure_fec(*s)) {

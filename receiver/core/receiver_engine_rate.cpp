@@ -30,7 +30,8 @@ std::uint32_t packet_bytes(std::uint32_t block_size) {
 
 }  // namespace
 
-void receiver_engine::note_seq(session_rx& s, std::uint32_t seq, time_point now) {
+void receiver_engine::note_seq(session_rx& s, std::uint32_t seq, time_point now,
+                               time_point arrival) {
   s.loss.set_packet_bytes(packet_bytes(s.block_size));
   const std::uint64_t events = s.loss.loss_events();
   const duration rtt = rate_rtt(s.register_rtt, s.grtt);
@@ -40,7 +41,7 @@ void receiver_engine::note_seq(session_rx& s, std::uint32_t seq, time_point now)
   if (overrun) m_drops_channel.reset();
   const std::uint64_t overrun_lost = s.loss.overrun_lost();
   const std::uint64_t lost = s.loss.lost();
-  s.loss.on_datagram(seq, now, rtt, overrun);
+  s.loss.on_datagram(seq, arrival, rtt, overrun);
   if (s.loss.overrun_lost() != overrun_lost) {
     m_stats.overrun_lost += s.loss.overrun_lost() - overrun_lost;
     report_overrun(s, now);
@@ -58,7 +59,7 @@ void receiver_engine::note_seq(session_rx& s, std::uint32_t seq, time_point now)
           "{:.2e}, rate {:.1f} Mbit/s (receive rate {:.1f} Mbit/s over the RTT window, {:.1f} "
           "over the last milliseconds)",
           s.name(), s.loss.loss_events(), s.loss.lost() - lost, seq, s.loss.loss_event_rate(),
-          rate / 1e6, s.loss.receive_rate_pps() * bits, s.loss.recent_rate_pps(now) * bits);
+          rate / 1e6, s.loss.receive_rate_pps() * bits, s.loss.recent_rate_pps(arrival) * bits);
     }
     s.rate.on_loss_event(s.loss.loss_events() == 1, rate, rtt, now);
   }

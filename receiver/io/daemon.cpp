@@ -388,7 +388,9 @@ void daemon::do_receive(std::size_t index) {
                 ++m_dropped_by_option;
                 return;
               }
-              handle_datagram(index, d, from, now);
+              const auto arrival = m_receiver.arrival();
+              handle_datagram(index, d, from, now,
+                              arrival ? std::optional(from_steady(*arrival)) : std::nullopt);
             },
             rec, room - min_pool_room / 2);
         if (rec) m_log->warn("receive error on socket {}: {}", index, rec.message());
@@ -399,7 +401,7 @@ void daemon::do_receive(std::size_t index) {
 }
 
 void daemon::handle_datagram(std::size_t index, std::span<const std::byte> d, const endpoint& from,
-                             time_point now) {
+                             time_point now, std::optional<time_point> arrival) {
   const std::uint32_t channel =
       index != control_index ? static_cast<std::uint32_t>(index) : receiver_engine::control_channel;
   if (index != control_index && !channel_takes(index, d)) return;
@@ -425,13 +427,13 @@ void daemon::handle_datagram(std::size_t index, std::span<const std::byte> d, co
   if (const auto refused = authenticate(index, d, now, plain, from)) {
     // Framing errors (bad magic, truncated, ...) go on to the engine, which counts them by
     // reason like any malformed datagram; refusals are counted already.
-    if (refused != errc::unauthenticated) m_engine->on_datagram(d, from, channel, now);
+    if (refused != errc::unauthenticated) m_engine->on_datagram(d, from, channel, now, arrival);
     return;
   }
   // Empty: taken by the authentication layer (a sealed announce before its key, or the
   // answer to a key request): nothing for the engine.
   if (!plain.empty()) {
-    m_engine->on_datagram(plain, from, channel, now);
+    m_engine->on_datagram(plain, from, channel, now, arrival);
     if (announce) note_silent(index, plain);
   }
   after_open(from);

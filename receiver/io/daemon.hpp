@@ -148,8 +148,9 @@ class daemon final : public receiver_sink {
   /// that trust any sender.
   void setup_keys();
   /// One datagram from socket `index`: authenticated, then handed to the engine.
+  /// @param arrival  when the kernel received it, if the socket says (batch_receiver::arrival)
   void handle_datagram(std::size_t index, std::span<const std::byte> d, const endpoint& from,
-                       time_point now);
+                       time_point now, std::optional<time_point> arrival = std::nullopt);
   /// Sends the key request a verified announce left due (from the control socket, to the
   /// announce's source), if any.
   void send_key_request(const endpoint& to);

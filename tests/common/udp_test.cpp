@@ -1,4 +1,5 @@
-// batch_receiver's SO_RXQ_OVFL count and receive_buffer_fill on a real UDP socket whose
+// batch_receiver's SO_RXQ_OVFL count, its arrival dates (SO_TIMESTAMPNS) and
+// receive_buffer_fill on a real UDP socket whose
 // receive buffer overflows (docs/design-notes.md "Receiver overrun").
 #include "common/net/udp.hpp"
 
@@ -10,7 +11,10 @@
 #include <catch2/catch.hpp>
 
 #include <array>
+#include <chrono>
 #include <cstring>
+#include <optional>
+#include <thread>
 #include <vector>
 
 using mcdist::net::batch_receiver;
@@ -94,4 +98,65 @@ TEST_CASE("a receive buffer that overflows: its fill, and the drop count on what
   REQUIRE(drain() == 1);
   REQUIRE(numbers.front() == sent);
   REQUIRE(drops.front() == sent - got);  // every datagram not read was dropped, and counted
+}
+
+TEST_CASE("each datagram carries the time the kernel received it, on the steady clock",
+          "[unit][net]") {
+  using clock = std::chrono::steady_clock;
+  udp_fd rx, tx;
+  auto send = [&](std::uint32_t n) {
+    REQUIRE(::sendto(tx.fd, &n, sizeof n, 0, reinterpret_cast<const sockaddr*>(&rx.addr),
+                     sizeof rx.addr) == static_cast<ssize_t>(sizeof n));
+  };
+  batch_receiver br(16, 2048);
+  std::vector<std::optional<clock::time_point>> arrivals;
+  std::error_code ec;
+  auto drain = [&] {
+    arrivals.clear();
+    return br.drain(
+        rx.fd, SIZE_MAX,
+        [&](std::span<const std::byte>, const mcdist::endpoint&) {
+          arrivals.push_back(br.arrival());
+        },
+        ec);
+  };
+  // Without SO_TIMESTAMPNS: no date.
+  send(0);
+  REQUIRE(drain() == 1);
+  REQUIRE_FALSE(arrivals[0]);
+
+  const int one = 1;
+  REQUIRE(::setsockopt(rx.fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one) == 0);
+  // The kernel turns receive dating on for every packet a little after the first socket asks
+  // (net_enable_timestamp(), from a work queue); until then it dates a datagram when it is
+  // read. Wait for a probe read later than it arrived.
+  bool dated_on_arrival = false;
+  for (int i = 0; i < 1000 && !dated_on_arrival; ++i) {
+    send(100);
+    const auto sent = clock::now();
+    while (clock::now() - sent < std::chrono::microseconds(200)) {
+    }
+    REQUIRE(drain() == 1);
+    dated_on_arrival = arrivals[0] && *arrivals[0] <= sent;
+  }
+  REQUIRE(dated_on_arrival);
+  // Two datagrams 20 ms apart, read together: each keeps its own arrival, within the times
+  // around its send (the clocks' conversion is exact to far below the 1 ms allowed).
+  constexpr auto slack = std::chrono::milliseconds(1);
+  const auto before_first = clock::now();
+  send(1);
+  const auto after_first = clock::now();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the spacing under test
+  const auto before_second = clock::now();
+  send(2);
+  REQUIRE(drain() == 2);
+  const auto after_read = clock::now();
+  REQUIRE_FALSE(ec);
+  REQUIRE(arrivals[0]);
+  REQUIRE(arrivals[1]);
+  CHECK(*arrivals[0] >= before_first - slack);
+  CHECK(*arrivals[0] <= after_first + slack);
+  CHECK(*arrivals[1] >= before_second - slack);
+  CHECK(*arrivals[1] <= after_read);
+  CHECK(*arrivals[1] - *arrivals[0] >= std::chrono::milliseconds(20) - 2 * slack);
 }

@@ -1775,3 +1775,71 @@ TEST_CASE("rate auto: in the sender's slow start a receiver reports its receive 
   REQUIRE(got[before].rate_bps() > 0);
   REQUIRE(got[before].receive_bps() == 0);
 }
+
+namespace {
+
+/// How rate_after_first_loss reads its datagrams.
+enum class reading {
+  smooth,        ///< each one when it arrives
+  batched,       ///< every 7 ms, all dated by the read
+  batched_dated  ///< every 7 ms, each with its arrival (the kernel's date, SO_TIMESTAMPNS)
+};
+
+/// The rate of the first loss report of a --rate auto receiver that gets 20 datagrams of 1048
+/// bytes a millisecond, evenly spaced, for 60 ms, then loses 5: what the synthetic first
+/// interval made of the receive rate before the loss (loss_estimator).
+std::uint64_t rate_after_first_loss(reading how) {
+  harness h;
+  h.announce({entry("big", 1'000'000)});
+  h.held_none();
+  h.accept();
+  wire::marker m;
+  m.set_pass(1);
+  m.set_rate_bps(400'000'000);
+  m.set_rate_round(1);
+  m.set_rate_round_us(20'000);
+  m.set_rate_slow_start(true);
+  m.set_rate_clr("site");
+  m.set_grtt_us(1000);
+  h.feed(datagram(wire::msg_type::marker, m));
+  std::vector<std::pair<std::vector<std::byte>, time_point>> queued;  // read at the next batch
+  auto read = [&](time_point at) {
+    for (const auto& [d, arrived] : queued) {
+      if (how == reading::batched_dated) {
+        h.engine.on_datagram(d, sender_ep, 0, at, arrived);
+      } else {
+        h.engine.on_datagram(d, sender_ep, 0, at);
+      }
+    }
+    queued.clear();
+    h.engine.on_timer(at);
+  };
+  std::uint32_t seq = 1;
+  time_point t = h.now;
+  for (int i = 0; i < 60 * 20; ++i, ++seq) {
+    t += 50us;
+    if (i == 59 * 20) seq += 5;  // the loss, in the last millisecond
+    queued.emplace_back(data(seq, 0, (seq - 1) % 1000, 1000), t);
+    if (how == reading::smooth || (i + 1) % 140 == 0) read(t);
+  }
+  read(t);
+  for (const auto& n : h.sink.of_type<wire::nak>(wire::msg_type::nak)) {
+    if (n.loss_ppb() > 0) return n.rate_bps();
+  }
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("rate auto: datagrams are dated by their arrival, not by when a batch was read",
+          "[unit][receiver][rate]") {
+  // A receiver's thread reads in batches when it gets the CPU. Dated by the reads, the
+  // milliseconds before the loss hold a batch or none, and the rate the first interval is made
+  // from is off by the batches; dated by their arrival it is the rate they came at.
+  const std::uint64_t smooth = rate_after_first_loss(reading::smooth);
+  const std::uint64_t dated = rate_after_first_loss(reading::batched_dated);
+  const std::uint64_t batched = rate_after_first_loss(reading::batched);
+  REQUIRE(smooth > 0);
+  CHECK(static_cast<double>(dated) == Approx(static_cast<double>(smooth)).epsilon(0.01));
+  CHECK(static_cast<double>(batched) != Approx(static_cast<double>(smooth)).epsilon(0.05));
+}
