@@ -10,7 +10,6 @@
 #include <boost/asio/ip/udp.hpp>
 
 #include <chrono>
-
 #include <cstddef>
 #include <cstdint>
 #include <functional>
