@@ -32,12 +32,12 @@ void sender_session::update_auto_rate(time_point now) {
                  static_cast<double>(r) / 1e6);
   }
   set_rate(r);
-  // The bucket holds catch_up_ms of the current rate, not of the ceiling (nor burst_bytes):
-  // a burst of the ceiling's 5 ms at the start of pass 1 overflows a slow bottleneck's queue,
-  // and the loss it causes is then read as the path's rate.
+  // The bucket holds auto_catch_up_ms of the current rate, not of the ceiling (nor
+  // burst_bytes): a burst of the ceiling's 5 ms at the start of pass 1 overflows a slow
+  // bottleneck's queue, and the loss it causes is then read as the path's rate.
   const std::uint64_t datagram =
       m_cfg.block_size + wire::data_header_size + ip_udp_overhead + m_cfg.data_trailer_bytes;
-  m_pacer.set_burst(std::max(4 * datagram, r / 8 / 1000 * catch_up_ms));
+  m_pacer.set_burst(std::max(4 * datagram, r / 8 / 1000 * auto_catch_up_ms));
 }
 
 void sender_session::fill_rate_fields(wire::marker& m, time_point now) {

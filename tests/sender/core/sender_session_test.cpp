@@ -1,4 +1,5 @@
 #include "sender/core/sender_session.hpp"
+#include "sender/core/sender_session_parts.hpp"
 
 #include "common/ranges.hpp"
 #include "common/wire.hpp"
@@ -983,6 +984,45 @@ TEST_CASE(
   a.run(10);
   REQUIRE(a.s.rate_bps() == held);
   REQUIRE_FALSE(a.markers.back().rate_slow_start());
+}
+
+TEST_CASE(
+    "rate auto: after a hold-up the sender catches up at most auto_catch_up_ms of the rate, "
+    "not a burst into the bottleneck's queue",
+    "[unit][sender][rate]") {
+  auto_session a(45);
+  a.run(40);
+  // A loss report ends slow start and sets the rate: 100 Mbit/s, 12.5 kB a millisecond.
+  constexpr std::uint64_t rate = 100'000'000;
+  REQUIRE(a.s.rate_bps() > rate);
+  a.report("a", rx_a, [&](wire::nak& m) {
+    m.set_rate_bps(rate);
+    m.set_loss_ppb(1'000);
+  });
+  REQUIRE(a.s.rate_bps() == rate);
+  // Steady sending, 1 ms steps, then the sender is held up for 20 ms.
+  std::array<data_send, 256> buf;
+  auto wire_bytes = [&](std::size_t n) {
+    std::uint64_t b = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      b += buf[i].length + wire::data_header_size + session_detail::ip_udp_overhead;
+    }
+    return b;
+  };
+  for (int i = 0; i < 50; ++i) {
+    a.now += 1ms;
+    (void)a.s.next_data(a.now, buf);
+  }
+  a.now += 20ms;
+  std::uint64_t burst = 0;
+  for (std::size_t n; (n = a.s.next_data(a.now, buf)) > 0;) burst += wire_bytes(n);
+  REQUIRE(a.s.rate_bps() == rate);
+  const std::uint64_t per_ms = rate / 8 / 1000;
+  // One datagram of rounding on either side of the bucket's depth.
+  const std::uint64_t datagram = a.cfg.block_size + wire::data_header_size + 100;
+  REQUIRE(burst + datagram >= session_detail::auto_catch_up_ms * per_ms);
+  REQUIRE(burst <= session_detail::auto_catch_up_ms * per_ms + datagram);
+  REQUIRE(session_detail::auto_catch_up_ms < session_detail::catch_up_ms);
 }
 
 namespace {
