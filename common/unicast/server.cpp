@@ -371,7 +371,7 @@ bool server::abort_client(const fallback_token& token) {
   return true;
 }
 
-void server::stop() {
+void server::stop(const std::function<bool(const std::string& receiver_id)>& completed) {
   MCDIST_ASSERT_SINGLE_THREAD(m_state->io_thread);
   auto& s = *m_state;
   s.stopped = true;
@@ -383,7 +383,13 @@ void server::stop() {
   for (auto& [key, abort] : pending) abort();
   std::vector<std::shared_ptr<server_session>> all;
   for (auto& [token, sess] : s.sessions) all.push_back(sess);
-  for (auto& sess : all) sess->finish(error::aborted, "the server stopped");
+  for (auto& sess : all) {
+    if (completed && completed(sess->info().receiver_id)) {
+      sess->finish({}, "the receiver completed the session");
+    } else {
+      sess->finish(error::aborted, "the server stopped");
+    }
+  }
 }
 
 std::size_t server::active_sessions() const { return m_state->sessions.size(); }

@@ -170,8 +170,13 @@ class server {
   /// Aborts the active session of `token` (the grant stays, so the receiver may come back).
   /// on_session_end reports error::aborted. @return false when no session was active.
   bool abort_client(const fallback_token& token);
-  /// Closes the listeners and aborts every session, reporting each through on_session_end.
-  void stop();
+  /// Closes the listeners and ends every session, reporting each through on_session_end: as
+  /// done (no error, counted in sessions_completed) when `completed` says its receiver
+  /// completed the session, otherwise with error::aborted (sessions_failed). The sender stops
+  /// the server when its session is over; a receiver's COMPLETE may arrive before its bye and
+  /// close do (a lost segment, a close still crossing the path), and such a session is not a
+  /// failure. `completed` empty: every session is aborted.
+  void stop(const std::function<bool(const std::string& receiver_id)>& completed = {});
 
   std::size_t active_sessions() const;
   const server_counters& counters() const;

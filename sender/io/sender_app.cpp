@@ -7,6 +7,7 @@
 #include <boost/asio/post.hpp>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -302,7 +303,16 @@ void sender_app::service() {
   register_fallbacks();
   flush_control();
   if (m_session.done()) {
-    if (m_unicast) m_unicast->stop();
+    if (m_unicast) {
+      // A receiver whose COMPLETE came in before its unicast bye and close is done, not
+      // failed: its unicast session ends as completed.
+      const auto report = m_session.report(now);
+      m_unicast->stop([&report](const std::string& id) {
+        return std::any_of(report.receivers.begin(), report.receivers.end(), [&](const auto& r) {
+          return r.id == id && r.state == receiver_report::state_t::completed;
+        });
+      });
+    }
     m_timer.cancel();
     m_progress_timer.cancel();
     m_signals.cancel();

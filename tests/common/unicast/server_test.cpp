@@ -266,6 +266,58 @@ TEST_CASE("each transport delivers a mixed set exactly, files interleaved",
   }
 }
 
+TEST_CASE(
+    "stopping the server ends a session whose receiver completed as done, any other as aborted",
+    "[integration][unicast]") {
+  // The sender stops its server when its session is over. A receiver's COMPLETE may come in
+  // before its bye and close (a lost segment still being retransmitted): that unicast session
+  // is done, not failed, in the log, the counters and on_session_end.
+  for (const auto kind : {transport_kind::sctp_udp, transport_kind::tcp}) {
+    for (const bool completed : {true, false}) {
+      DYNAMIC_SECTION(to_string(kind) << (completed ? ", completed" : ", not completed")) {
+        rig r({10'000, 20'000});
+        test::checking_sink sink(r.source);
+        std::unique_ptr<client> c;
+        bool all_in = false;
+        client_events ev;
+        ev.on_data = [&](file_index f, std::uint64_t off, std::span<const std::byte> b) {
+          sink.on_data(f, off, b);
+        };
+        ev.on_file_done = [&](file_index f) { sink.on_file_done(f); };
+        ev.on_complete = [&] { all_in = true; };  // no close: the bye never leaves
+        c = make_client(r.io, r.options(kind), ev);
+        REQUIRE_FALSE(c->request(r.everything()));
+        c->start();
+        REQUIRE(test::run_until(
+            r.io, [&] { return all_in && r.acked == r.source.file_count(); }, 30s));
+        REQUIRE(sink.all_equal());
+        REQUIRE(r.srv->active_sessions() == 1);
+        REQUIRE(r.ends.empty());
+        std::vector<std::string> asked;
+        r.srv->stop([&](const std::string& id) {
+          asked.push_back(id);
+          return completed && id == receiver;
+        });
+        REQUIRE(asked == std::vector<std::string>{receiver});
+        REQUIRE(r.ends.size() == 1);
+        REQUIRE(r.ends[0].info.receiver_id == receiver);
+        REQUIRE(r.ends[0].stats.bytes_sent == r.source.total());
+        REQUIRE(r.srv->active_sessions() == 0);
+        if (completed) {
+          REQUIRE_FALSE(r.ends[0].ec);
+          REQUIRE(r.srv->counters().sessions_completed == 1);
+          REQUIRE(r.srv->counters().sessions_failed == 0);
+        } else {
+          REQUIRE(r.ends[0].ec == error::aborted);
+          REQUIRE(r.srv->counters().sessions_completed == 0);
+          REQUIRE(r.srv->counters().sessions_failed == 1);
+        }
+        c.reset();
+      }
+    }
+  }
+}
+
 TEST_CASE("a cut mid-transfer delivers only correct bytes and a second client completes",
           "[integration][unicast]") {
   const std::vector<std::pair<transport_kind, std::size_t>> variants{{transport_kind::sctp_udp, 0},
