@@ -35,9 +35,9 @@ inline constexpr std::uint64_t catch_up_ms = 5;
 /// pacing quantum (at most 1 ms, pacing_quantum) and 1 ms of lateness are caught up, a longer
 /// hold-up is not. Near a bottleneck a catch-up is a burst into its queue. Through a 200 Mbit/s
 /// bottleneck with a 100-packet queue, with 5 ms (81 datagrams at 190 Mbit/s) 11 runs of 48
-/// took a second loss event and went on at 119-179 Mbit/s; with 2 ms 2 of 48 ended below 180
-/// (at 175 and 179), at the same goodput (docs/benchmarks.md, stop 36). With 1 ms the late
-/// wake-ups of a busy machine were lost and goodput fell 8 %.
+/// ended below 180 Mbit/s (119-179, 4 of them falls seconds in); with 2 ms 2 of 72 did (175,
+/// 179), at the same goodput (docs/benchmarks.md, stop 36). With 1 ms the late wake-ups of a
+/// busy machine were lost and goodput fell 8 %.
 inline constexpr std::uint64_t auto_catch_up_ms = 2;
 /// END is multicast this many times, end_spacing apart, so a receiver that loses
 /// one still learns the session is over.
