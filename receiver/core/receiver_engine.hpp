@@ -264,7 +264,10 @@ class receiver_engine {
   /// Restores a session from a checkpoint blob written earlier.
   /// @return empty, or errc::bad_protobuf / invalid_field for a damaged blob
   std::error_code restore(std::string_view blob, time_point now);
-  /// Checkpoints every receiving session now (shutdown).
+  /// Checkpoints every receiving session now (shutdown), and every completing one (all files
+  /// stored, held, failed or refused; COMPLETE sent, not yet acknowledged): its last
+  /// checkpoint was written while it received and names files as missing that are in place
+  /// now. Restored, a completing session has nothing to receive and repeats its COMPLETE.
   void checkpoint_all(time_point now);
 
   const receiver_stats& stats() const noexcept { return m_stats; }

@@ -48,7 +48,9 @@ void receiver_engine::do_checkpoint(session_rx& s, time_point now) {
 
 void receiver_engine::checkpoint_all(time_point now) {
   for (auto& [id, s] : m_sessions) {
-    if (s->state == session_rx::state_t::receiving) do_checkpoint(*s, now);
+    if (s->state == session_rx::state_t::receiving || s->state == session_rx::state_t::completing) {
+      do_checkpoint(*s, now);
+    }
   }
 }
 

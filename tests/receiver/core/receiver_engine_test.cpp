@@ -483,6 +483,51 @@ TEST_CASE("a checkpoint restores a session that resumes where it stopped", "[uni
   REQUIRE(runs(naks[0], 1).empty());
 }
 
+TEST_CASE(
+    "a session stopped after its COMPLETE, before the acknowledgement, is checkpointed "
+    "complete and, restored, repeats its COMPLETE instead of waiting for data",
+    "[unit][receiver][checkpoint]") {
+  harness h;
+  h.announce({entry("a", 1000), entry("b", 1000)});
+  h.held_none();
+  h.accept();
+  h.feed(data(1, 0, 0, 1000));
+  h.engine.on_file_stored(sid, file_index{0}, {}, {}, h.now);
+  h.engine.checkpoint_all(h.now);  // a checkpoint while it receives: "b" missing
+  REQUIRE(h.sink.checkpoints.size() == 1);
+  h.feed(data(2, 1, 0, 1000));
+  h.engine.on_file_stored(sid, file_index{1}, {}, {}, h.now);
+  REQUIRE(h.sink.of_type<wire::complete>(wire::msg_type::complete).size() == 1);
+  REQUIRE(h.sink.closed.empty());  // no acknowledgement yet: completing
+  // The daemon stops now. The checkpoint it leaves says both files are stored.
+  h.engine.checkpoint_all(h.now);
+  REQUIRE(h.sink.checkpoints.size() == 2);
+  checkpoint::session_state st;
+  REQUIRE(st.ParseFromString(h.sink.checkpoints.back()));
+  REQUIRE(st.files_size() == 2);
+  CHECK(st.files(0).phase() == checkpoint::file_state::STORED);
+  CHECK(st.files(1).phase() == checkpoint::file_state::STORED);
+
+  fake_sink sink2;
+  receiver_engine restarted(receiver_config{"site"}, sink2, sink2, 2, nullptr);
+  REQUIRE_FALSE(restarted.restore(h.sink.checkpoints.back(), h.now));
+  // Nothing to finalize again, nothing to ask for: the COMPLETE goes out again at once.
+  CHECK(sink2.finalized.empty());
+  const auto again = sink2.of_type<wire::complete>(wire::msg_type::complete);
+  REQUIRE(again.size() == 1);
+  CHECK(again[0].files_stored() == 2);
+  CHECK(again[0].failures_size() == 0);
+  wire::marker m;
+  m.set_pass(2);
+  m.set_file(2);
+  m.set_pass_end(true);
+  m.set_seq(9);
+  restarted.on_datagram(datagram(wire::msg_type::marker, m), sender_ep, 0, h.now);
+  restarted.on_timer(h.now);
+  CHECK(sink2.of_type<wire::nak>(wire::msg_type::nak).empty());
+  CHECK(restarted.stats().files_failed == 0);
+}
+
 TEST_CASE("a checkpoint written before format versions resumes after an upgrade",
           "[unit][receiver][checkpoint]") {
   // Written by the engine before issue 9 (testdata/README.md): session 0x1234 from
