@@ -453,6 +453,22 @@ TEST_CASE("storage back-pressure leaves the block missing", "[unit][receiver]") 
   REQUIRE(h.engine.stats().drops[errc::storage_full] == 1);
 }
 
+namespace {
+
+/// Feeds a restored engine the sender's pass-2 end marker (past the last of 2 files, seq 9)
+/// and runs its timer: what it lacks is NAKed now.
+void pass_end(receiver_engine& e, time_point now) {
+  wire::marker m;
+  m.set_pass(2);
+  m.set_file(2);
+  m.set_pass_end(true);
+  m.set_seq(9);
+  e.on_datagram(datagram(wire::msg_type::marker, m), sender_ep, 0, now);
+  e.on_timer(now);
+}
+
+}  // namespace
+
 TEST_CASE("a checkpoint restores a session that resumes where it stopped", "[unit][receiver]") {
   harness h;
   h.announce({entry("a", 3000), entry("b", 1000)});
@@ -470,13 +486,7 @@ TEST_CASE("a checkpoint restores a session that resumes where it stopped", "[uni
   REQUIRE(restarted.restore(h.sink.checkpoints.back(), h.now) == errc::invalid_field);  // twice
   REQUIRE(restarted.restore("garbage", h.now));
   // It NAKs only what it lacks, and writes with resume so the temp file is kept.
-  wire::marker m;
-  m.set_pass(2);
-  m.set_file(2);
-  m.set_pass_end(true);
-  m.set_seq(9);
-  restarted.on_datagram(datagram(wire::msg_type::marker, m), sender_ep, 0, h.now);
-  restarted.on_timer(h.now);
+  pass_end(restarted, h.now);
   const auto naks = sink2.of_type<wire::nak>(wire::msg_type::nak);
   REQUIRE(naks.size() == 1);
   REQUIRE(runs(naks[0], 0) == std::vector<std::pair<std::uint32_t, std::uint32_t>>{{1, 2}});
@@ -517,13 +527,7 @@ TEST_CASE(
   REQUIRE(again.size() == 1);
   CHECK(again[0].files_stored() == 2);
   CHECK(again[0].failures_size() == 0);
-  wire::marker m;
-  m.set_pass(2);
-  m.set_file(2);
-  m.set_pass_end(true);
-  m.set_seq(9);
-  restarted.on_datagram(datagram(wire::msg_type::marker, m), sender_ep, 0, h.now);
-  restarted.on_timer(h.now);
+  pass_end(restarted, h.now);
   CHECK(sink2.of_type<wire::nak>(wire::msg_type::nak).empty());
   CHECK(restarted.stats().files_failed == 0);
 }
