@@ -213,7 +213,6 @@ std::size_t batch_receiver::drain(
   auto* hdrs = reinterpret_cast<mmsghdr*>(m_headers.data());
   auto* iovs = reinterpret_cast<iovec*>(m_iovecs.data());
   auto* names = reinterpret_cast<sockaddr_storage*>(m_names.data());
-  const std::size_t cspace = control_space;
   std::size_t delivered = 0;
   std::size_t bytes = 0;
   while (delivered < max_datagrams && bytes < max_bytes) {
@@ -227,8 +226,8 @@ std::size_t batch_receiver::drain(
       hdrs[i].msg_hdr.msg_iovlen = 1;
       hdrs[i].msg_hdr.msg_name = &names[i];
       hdrs[i].msg_hdr.msg_namelen = sizeof(sockaddr_storage);
-      hdrs[i].msg_hdr.msg_control = m_control.data() + i * cspace;
-      hdrs[i].msg_hdr.msg_controllen = cspace;
+      hdrs[i].msg_hdr.msg_control = m_control.data() + i * control_space;
+      hdrs[i].msg_hdr.msg_controllen = control_space;
     }
     const int n = ::recvmmsg(fd, hdrs, static_cast<unsigned>(batch), MSG_DONTWAIT, nullptr);
     if (n < 0) {
