@@ -21,8 +21,8 @@ per run, so each row's counters are its own. The emulator dates each frame by th
 sender's kernel handed it over (--ingress-stamp tap, its default); --ingress-stamp tap,read runs
 every row a second time with the frames dated when the emulator read them, as before that
 existed: a held-up emulator then delivers a burst into the bottleneck's queue. --hold MS:EVERY
-stops the emulator for MS ms every EVERY s of each mcdist run (from 3 s in), to make such
-hold-ups on purpose.
+stops the emulator for MS ms every EVERY s of each mcdist run (from 3 s in, or from START s in
+with MS:EVERY:START; 0 holds slow start up too), to make such hold-ups on purpose.
 
 With --linkem and --baseline BUILD, one more auto row (auto-baseline) runs mcdist-send and
 mcdistd of another build in the same rounds, right after the auto row, through the same
@@ -56,7 +56,7 @@ Needs root (`ip link set lo multicast on`; namespaces and TUN for --linkem) and 
 usage: rate_auto_bench.py [--build DIR] [--dir DIR] [--bytes N] [--repeat N]
                           [--ceilings 2G,8G] [--fixed 1G,2G,4G,5G,8G]
                           [--linkem 200M [--delay 10ms] [--queue 100] [--tcp] [--history]
-                           [--no-fixed] [--ingress-stamp tap,read] [--hold 25:2]]
+                           [--no-fixed] [--ingress-stamp tap,read] [--hold 25:2[:0]]]
                           [--log-level debug]
                           [--uftp]
 """
@@ -113,10 +113,11 @@ def main():
     ap.add_argument("--linkem", default=None, help="bottleneck rate: run through tests/linkem")
     ap.add_argument("--delay", default="10ms", help="--linkem: one-way delay of every direction")
     ap.add_argument("--queue", default="100", help="--linkem: bottleneck queue, packets")
-    ap.add_argument("--hold", default=None, metavar="MS:EVERY",
+    ap.add_argument("--hold", default=None, metavar="MS:EVERY[:START]",
                     help="--linkem: stop the emulator (SIGSTOP) for MS milliseconds every EVERY "
-                         "seconds of each mcdist run, from 3 s in, as this shared machine "
-                         "sometimes holds its forwarding thread up, e.g. 25:2")
+                         "seconds of each mcdist run, from START seconds in (default 3; 0 "
+                         "holds slow start up too), as this shared machine sometimes holds its "
+                         "forwarding thread up, e.g. 25:2 or 12:0.1:0")
     ap.add_argument("--ingress-stamp", default="tap", metavar="MODE[,MODE]",
                     help="--linkem: mcdist-linkem --ingress-stamp; 'tap,read' runs every row "
                          "with each, side by side")
@@ -518,12 +519,14 @@ def log_history(history, bottleneck, mode):
 
 
 class EmulatorHolds:
-    """Stops the emulator (SIGSTOP, then SIGCONT) for MS milliseconds every EVERY seconds, "MS:EVERY",
-    from 3 s after it is made until stop(): the hold-ups its forwarding thread sometimes suffers
-    on this machine, made on purpose."""
+    """Stops the emulator (SIGSTOP, then SIGCONT) for MS milliseconds every EVERY seconds,
+    "MS:EVERY[:START]", from START seconds (default 3) after it is made until stop(): the
+    hold-ups its forwarding thread sometimes suffers on this machine, made on purpose."""
 
     def __init__(self, emu, spec):
-        ms, every = spec.split(":")
+        parts = spec.split(":")
+        ms, every = parts[0], parts[1]
+        self.start = float(parts[2]) if len(parts) > 2 else 3.0
         self.hold, self.every = float(ms) / 1e3, float(every)
         self.pid = emu.proc.pid
         self.done = threading.Event()
@@ -532,7 +535,7 @@ class EmulatorHolds:
         self.thread.start()
 
     def run(self):
-        if self.done.wait(3):
+        if self.done.wait(self.start):
             return
         while True:
             os.kill(self.pid, signal.SIGSTOP)

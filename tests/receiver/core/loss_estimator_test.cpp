@@ -144,6 +144,42 @@ TEST_CASE("a first loss just after slow start's last doubling synthesises the li
   REQUIRE(young.recent_rate_pps(time_point{} + 5ms) == 0);
 }
 
+TEST_CASE("a burst after a silence is counted over the time it was held, not as a faster link",
+          "[unit][receiver][rate]") {
+  // 200 Mbit/s (a datagram every 58 us) for 100.5 ms; then the path holds everything for 12 ms
+  // (a held-up emulator or router) and delivers those 12 ms of datagrams at once; then 3 ms
+  // more at 200 Mbit/s and a loss. The 10 ms span before the loss starts inside the silence:
+  // counted over only its own 10 ms it holds about 1.5 times the link's rate; without the half
+  // millisecond the silence began in, 4 % more.
+  constexpr duration r = 20ms;
+  loss_estimator e;
+  std::uint32_t seq = 0;
+  time_point t{std::chrono::seconds(1)};
+  const time_point start = t;
+  for (; t < start + 100500us; t += 58us) e.on_datagram(seq++, t, r);
+  const time_point released = t + 12ms;
+  for (; t < released; t += 58us) e.on_datagram(seq++, released, r);
+  for (; t < released + 3ms; t += 58us) e.on_datagram(seq++, t, r);
+  const double link_pps = 1e6 / 58;
+  REQUIRE(e.recent_rate_pps(t) == Approx(link_pps).epsilon(0.03));
+  REQUIRE(e.recent_rate_pps(t) <= 1.01 * link_pps);
+  // Slow start's 1 ms span right after the burst: the burst alone holds 100 datagrams, at what
+  // would read as 12 times the link's rate.
+  loss_estimator ss;
+  std::uint32_t ss_seq = 0;
+  time_point u = start;
+  for (; u < start + 100500us; u += 58us) ss.on_datagram(ss_seq++, u, r);
+  for (; u < released; u += 58us) ss.on_datagram(ss_seq++, released, r);
+  REQUIRE(ss.slow_start_rate_pps(released) == Approx(link_pps).epsilon(0.1));
+  REQUIRE(ss.slow_start_rate_pps(released) <= 1.01 * link_pps);
+  // The first loss then synthesises the link's rate, not the burst's.
+  e.on_datagram(seq + 4, t, r);
+  REQUIRE(e.loss_events() == 1);
+  const double first_bps = mcdist::tcp_throughput_bps(1448, r, e.loss_event_rate());
+  REQUIRE(first_bps <= 1.01 * loss_estimator::first_rate_share * link_pps * 1448 * 8);
+  REQUIRE(first_bps >= 0.95 * loss_estimator::first_rate_share * link_pps * 1448 * 8);
+}
+
 TEST_CASE("the recent receive rate spans at least 100 datagrams, and none below ~19 Mbit/s",
           "[unit][receiver][rate]") {
   // 5 datagrams a millisecond (58 Mbit/s): 10 ms hold 50, so the span is 20 ms.
