@@ -33,17 +33,36 @@ double loss_estimator::recent_rate_pps(time_point now, std::int64_t min_span_ms)
   if (!m_started) return 0;
   const std::int64_t ms = epoch_ms(now);
   const auto slots = static_cast<std::int64_t>(m_recent.size());
-  // `now`'s millisecond so far: a batch read late (recvmmsg after the thread was held up) is
-  // counted here although it arrived in the milliseconds before, so leaving it out would read
-  // a 1.5 ms hold-up as a 10 ms span 15 % slower (measured: first reports at 0.81-0.90 of the
-  // link's rate in 2 runs of 8).
-  const auto& current = m_recent[static_cast<std::uint64_t>(ms) % m_recent.size()];
-  std::uint64_t count = current.ms == ms ? current.count : 0;
-  // Then whole milliseconds back, never the first datagram's (partly seen) nor one whose slot
-  // `now`'s shares.
-  for (std::int64_t span = 1; span < slots - 1 && ms - span > m_first_ms; ++span) {
-    const auto& b = m_recent[static_cast<std::uint64_t>(ms - span) % m_recent.size()];
-    if (b.ms == ms - span) count += b.count;
+  // Datagrams of millisecond t, if its slot still holds it.
+  auto arrivals = [this](std::int64_t t) -> std::uint64_t {
+    const auto& b = m_recent[static_cast<std::uint64_t>(t) % m_recent.size()];
+    return b.ms == t ? b.count : 0;
+  };
+  // The span ends at `now` and counts `now`'s millisecond so far: a batch read late (recvmmsg
+  // after the thread was held up) is counted here although it arrived in the milliseconds
+  // before, so leaving it out would read a 1.5 ms hold-up as a 10 ms span 15 % slower
+  // (measured: first reports at 0.81-0.90 of the link's rate in 2 runs of 8).
+  std::int64_t top = ms;  // the newest millisecond counted
+  time_point end = now;
+  std::uint64_t count = arrivals(ms);
+  if (ms - 1 > m_first_ms && arrivals(ms - 1) == 0) {
+    // Right after a silence, `now` is the start of the burst that ends it (a held-up path
+    // delivering what it held), and the rest of the burst has not been counted yet: the span
+    // ends where the silence began instead, at the start of the last millisecond with
+    // arrivals (the silence began in it). Measured from `now`, 10 ms of silence read as a
+    // third of the link's rate, and with the window's older rate the first loss set 139-143
+    // Mbit/s through a 200 Mbit/s bottleneck (stop 36).
+    std::int64_t last = ms - 1;
+    while (last > m_first_ms && ms - last < slots - 2 && arrivals(last) == 0) --last;
+    if (last <= m_first_ms || arrivals(last) == 0) return 0;
+    top = last;
+    end = time_point{std::chrono::milliseconds(last)};
+    count = 0;
+  }
+  // Then whole milliseconds back from top, never the first datagram's (partly seen) nor one
+  // whose slot `now`'s shares.
+  for (std::int64_t span = 1; ms - top + span < slots - 1 && top - span > m_first_ms; ++span) {
+    count += arrivals(top - span);
     if (span >= min_span_ms && count >= recent_min_datagrams) {
       // A span that starts inside a silence counts the burst that ended it (what a held-up
       // link or emulator delivered at once) but not the time those datagrams were held: it
@@ -52,11 +71,10 @@ double loss_estimator::recent_rate_pps(time_point now, std::int64_t min_span_ms)
       // silence is left out: 207-211 Mbit/s through a 200 Mbit/s bottleneck). Measured through
       // tests/linkem held 12 ms every 0.1 s: first estimates of 356 and 397 Mbit/s through
       // that bottleneck without the extension, and a rate that then settled 20 % low.
-      for (bool silent = false; span < slots - 2 && ms - span - 1 > m_first_ms;) {
-        const auto& before = m_recent[static_cast<std::uint64_t>(ms - span - 1) % m_recent.size()];
-        if (before.ms == ms - span - 1) {  // arrivals in that millisecond
+      for (bool silent = false; ms - top + span < slots - 2 && top - span - 1 > m_first_ms;) {
+        if (const std::uint64_t n = arrivals(top - span - 1); n > 0) {
           if (silent) {
-            count += before.count;
+            count += n;
             ++span;
           }
           break;
@@ -64,8 +82,8 @@ double loss_estimator::recent_rate_pps(time_point now, std::int64_t min_span_ms)
         silent = true;
         ++span;
       }
-      const time_point from{std::chrono::milliseconds(ms - span)};
-      return static_cast<double>(count) / std::chrono::duration<double>(now - from).count();
+      const time_point from{std::chrono::milliseconds(top - span)};
+      return static_cast<double>(count) / std::chrono::duration<double>(end - from).count();
     }
   }
   return 0;

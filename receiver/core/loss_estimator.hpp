@@ -97,11 +97,15 @@ class loss_estimator {
   /// The receive rate from the start of the shortest span of at least recent_span_ms whole
   /// milliseconds before the one `now` falls in, to `now`, that holds recent_min_datagrams
   /// (counting those of `now`'s millisecond so far), datagrams per second; 0 when no span of up
-  /// to 62 ms does (below about 19 Mbit/s, or too early). A span that would start in
-  /// milliseconds without arrivals starts at the last one with arrivals, where the silence
-  /// began (up to 62 ms back): a burst after a silence (datagrams held up on the path and
-  /// delivered at once) is counted over the time it was held, not as a rate the path does
-  /// not have.
+  /// to 62 ms does (below about 19 Mbit/s, or too early). Silences (milliseconds without
+  /// arrivals: a path held up, that then delivers what it held in one burst) are not read as
+  /// rates the path does not have:
+  /// - a span that would start in a silence starts at the last millisecond with arrivals
+  ///   before it, where the silence began (up to 62 ms back), so the burst is counted over
+  ///   the time it was held;
+  /// - right after a silence (the millisecond before `now`'s had no arrivals: the burst is
+  ///   still arriving) the span ends where the silence began, at the start of the last
+  ///   millisecond with arrivals, instead of at `now`.
   /// @param min_span_ms  the shortest span, whole ms (recent_span_ms unless said)
   double recent_rate_pps(time_point now, std::int64_t min_span_ms = recent_span_ms) const noexcept;
 

@@ -180,6 +180,34 @@ TEST_CASE("a burst after a silence is counted over the time it was held, not as 
   REQUIRE(first_bps >= 0.95 * loss_estimator::first_rate_share * link_pps * 1448 * 8);
 }
 
+TEST_CASE("a first loss at the start of a burst takes the rate from before the silence",
+          "[unit][receiver][rate]") {
+  // Slow start's last doubling through a 200 Mbit/s bottleneck at a 20 ms RTT: 100 Mbit/s for
+  // 60 ms, then the link's rate for 18.5 ms; then the path holds everything for 12 ms, and the
+  // first datagram of the burst that ends the silence reveals the first loss. Measured up to
+  // that datagram, the last 10 ms are silent (no rate), and the last whole window is mostly
+  // the 100 Mbit/s before the doubling.
+  constexpr duration r = 20ms;
+  loss_estimator e;
+  std::uint32_t seq = 0;
+  time_point t{std::chrono::seconds(1)};
+  const time_point start = t;
+  for (; t < start + 60ms; t += 116us) e.on_datagram(seq++, t, r);
+  for (; t < start + 78500us; t += 58us) e.on_datagram(seq++, t, r);
+  REQUIRE(e.receive_rate_pps() < 0.8 * 1e6 / 58);
+  const time_point released = t + 12ms;
+  e.on_datagram(seq + 3, released, r);  // 3 lost
+  REQUIRE(e.loss_events() == 1);
+  const double link_bps = 1e6 / 58 * 1448 * 8;
+  const double first_bps = mcdist::tcp_throughput_bps(1448, r, e.loss_event_rate());
+  REQUIRE(first_bps == Approx(loss_estimator::first_rate_share * link_bps).epsilon(0.03));
+  // A silence reaching back past the ring (62 ms) leaves no recent rate at all.
+  loss_estimator gone;
+  seq = 0;
+  for (t = start; t < start + 100ms; t += 58us) gone.on_datagram(seq++, t, r);
+  REQUIRE(gone.recent_rate_pps(t + 70ms) == 0);
+}
+
 TEST_CASE("the recent receive rate spans at least 100 datagrams, and none below ~19 Mbit/s",
           "[unit][receiver][rate]") {
   // 5 datagrams a millisecond (58 Mbit/s): 10 ms hold 50, so the span is 20 ms.
