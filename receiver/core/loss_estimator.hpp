@@ -103,8 +103,8 @@ class loss_estimator {
   /// - a span that would start in a silence starts at the last millisecond with arrivals
   ///   before it, where the silence began (up to 62 ms back), so the burst is counted over
   ///   the time it was held;
-  /// - right after a silence (the millisecond before `now`'s had no arrivals: the burst is
-  ///   still arriving) the span ends where the silence began, at the start of the last
+  /// - a silence between `now` and the span's start (the burst after it may still be
+  ///   arriving) makes the span end where the silence began, at the start of the last
   ///   millisecond with arrivals, instead of at `now`.
   /// @param min_span_ms  the shortest span, whole ms (recent_span_ms unless said)
   double recent_rate_pps(time_point now, std::int64_t min_span_ms = recent_span_ms) const noexcept;

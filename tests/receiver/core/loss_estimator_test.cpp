@@ -128,8 +128,8 @@ TEST_CASE("a first loss just after slow start's last doubling synthesises the li
   REQUIRE(e.loss_events() == 1);
   REQUIRE(mcdist::tcp_throughput_bps(1448, r, e.loss_event_rate()) ==
           Approx(loss_estimator::first_rate_share * 1e6 / 58 * 1448 * 8).epsilon(0.03));
-  // A receiver held up 2 ms reads what arrived meanwhile in one batch, all at one `now`: those
-  // datagrams count, over the span up to `now`.
+  // Datagrams dated 2 ms late, all at one `now` (a receiver that dates them by its read): the
+  // rate is that of the whole milliseconds before the silence.
   loss_estimator held;
   seq = 0;
   for (t = time_point{}; t < time_point{} + 70ms; t += 58us) held.on_datagram(seq++, t, r);
@@ -180,7 +180,7 @@ TEST_CASE("a burst after a silence is counted over the time it was held, not as 
   REQUIRE(first_bps >= 0.95 * loss_estimator::first_rate_share * link_pps * 1448 * 8);
 }
 
-TEST_CASE("a first loss at the start of a burst takes the rate from before the silence",
+TEST_CASE("a first loss in the burst after a silence takes the rate from before the silence",
           "[unit][receiver][rate]") {
   // Slow start's last doubling through a 200 Mbit/s bottleneck at a 20 ms RTT: 100 Mbit/s for
   // 60 ms, then the link's rate for 18.5 ms; then the path holds everything for 12 ms, and the
@@ -201,6 +201,18 @@ TEST_CASE("a first loss at the start of a burst takes the rate from before the s
   const double link_bps = 1e6 / 58 * 1448 * 8;
   const double first_bps = mcdist::tcp_throughput_bps(1448, r, e.loss_event_rate());
   REQUIRE(first_bps == Approx(loss_estimator::first_rate_share * link_bps).epsilon(0.03));
+  // The same when the burst straddles a millisecond and the loss shows in its second part:
+  // the span up to it holds the silence and only the first part.
+  loss_estimator mid;
+  seq = 0;
+  for (t = start; t < start + 60ms; t += 116us) mid.on_datagram(seq++, t, r);
+  for (; t < start + 78500us; t += 58us) mid.on_datagram(seq++, t, r);
+  const time_point burst = start + 90900us;  // 30 datagrams late in one millisecond
+  for (int i = 0; i < 30; ++i) mid.on_datagram(seq++, burst, r);
+  mid.on_datagram(seq + 2, burst + 200us, r);  // the next millisecond: 2 lost
+  REQUIRE(mid.loss_events() == 1);
+  REQUIRE(mcdist::tcp_throughput_bps(1448, r, mid.loss_event_rate()) ==
+          Approx(loss_estimator::first_rate_share * link_bps).epsilon(0.03));
   // A silence reaching back past the ring (62 ms) leaves no recent rate at all.
   loss_estimator gone;
   seq = 0;
