@@ -33,42 +33,17 @@ double loss_estimator::recent_rate_pps(time_point now, std::int64_t min_span_ms)
   if (!m_started) return 0;
   const std::int64_t ms = epoch_ms(now);
   const auto slots = static_cast<std::int64_t>(m_recent.size());
-  // Datagrams of millisecond t, if its slot still holds it.
-  auto arrivals = [this](std::int64_t t) -> std::uint64_t {
-    const auto& b = m_recent[static_cast<std::uint64_t>(t) % m_recent.size()];
-    return b.ms == t ? b.count : 0;
-  };
-  // The span ends at `now` and counts `now`'s millisecond so far: a batch read late (recvmmsg
-  // after the thread was held up) is counted here although it arrived in the milliseconds
-  // before, so leaving it out would read a 1.5 ms hold-up as a 10 ms span 15 % slower
-  // (measured: first reports at 0.81-0.90 of the link's rate in 2 runs of 8).
-  std::int64_t top = ms;  // the newest millisecond counted
-  time_point end = now;
-  std::uint64_t count = arrivals(ms);
-  bool moved = false;  // the end moved back to before a silence
-  // Then whole milliseconds back from top, never the first datagram's (partly seen) nor one
-  // whose slot `now`'s shares.
-  for (std::int64_t span = 1; ms - top + span < slots - 1 && top - span > m_first_ms; ++span) {
-    const std::uint64_t n = arrivals(top - span);
-    if (n == 0 && !moved) {
-      // A silence after which datagrams arrive again: a held-up path delivering what it held
-      // in one burst, which may still be arriving (the datagram that revealed a loss is often
-      // one of it). The span ends where the silence began instead, at the start of the last
-      // millisecond with arrivals (the silence began in it). Measured through a part of the
-      // burst and the silence, the first loss read 95-131 Mbit/s through a 200 Mbit/s
-      // bottleneck, the last whole window's older rate set the first interval, and the runs
-      // resumed at 139-143 Mbit/s and climbed back over 10 s (stops 36, 37).
-      std::int64_t last = top - span - 1;
-      while (last > m_first_ms && ms - last < slots - 2 && arrivals(last) == 0) --last;
-      if (last <= m_first_ms || arrivals(last) == 0) return 0;
-      top = last;
-      end = time_point{std::chrono::milliseconds(last)};
-      count = 0;
-      moved = true;
-      span = 0;
-      continue;
-    }
-    count += n;
+  // `now`'s millisecond so far: a batch read late (recvmmsg after the thread was held up) is
+  // counted here although it arrived in the milliseconds before, so leaving it out would read
+  // a 1.5 ms hold-up as a 10 ms span 15 % slower (measured: first reports at 0.81-0.90 of the
+  // link's rate in 2 runs of 8).
+  const auto& current = m_recent[static_cast<std::uint64_t>(ms) % m_recent.size()];
+  std::uint64_t count = current.ms == ms ? current.count : 0;
+  // Then whole milliseconds back, never the first datagram's (partly seen) nor one whose slot
+  // `now`'s shares.
+  for (std::int64_t span = 1; span < slots - 1 && ms - span > m_first_ms; ++span) {
+    const auto& b = m_recent[static_cast<std::uint64_t>(ms - span) % m_recent.size()];
+    if (b.ms == ms - span) count += b.count;
     if (span >= min_span_ms && count >= recent_min_datagrams) {
       // A span that starts inside a silence counts the burst that ended it (what a held-up
       // link or emulator delivered at once) but not the time those datagrams were held: it
@@ -77,10 +52,14 @@ double loss_estimator::recent_rate_pps(time_point now, std::int64_t min_span_ms)
       // silence is left out: 207-211 Mbit/s through a 200 Mbit/s bottleneck). Measured through
       // tests/linkem held 12 ms every 0.1 s: first estimates of 356 and 397 Mbit/s through
       // that bottleneck without the extension, and a rate that then settled 20 % low.
-      for (bool silent = false; ms - top + span < slots - 2 && top - span - 1 > m_first_ms;) {
-        if (const std::uint64_t before = arrivals(top - span - 1); before > 0) {
+      // (The span's own first millisecond may be the silence's last: then it starts inside
+      // it too; without that, 216 Mbit/s in one run of 14 with holds of 5 ms every 35 ms.)
+      const auto& first = m_recent[static_cast<std::uint64_t>(ms - span) % m_recent.size()];
+      for (bool silent = first.ms != ms - span; span < slots - 2 && ms - span - 1 > m_first_ms;) {
+        const auto& before = m_recent[static_cast<std::uint64_t>(ms - span - 1) % m_recent.size()];
+        if (before.ms == ms - span - 1) {  // arrivals in that millisecond
           if (silent) {
-            count += before;
+            count += before.count;
             ++span;
           }
           break;
@@ -88,8 +67,8 @@ double loss_estimator::recent_rate_pps(time_point now, std::int64_t min_span_ms)
         silent = true;
         ++span;
       }
-      const time_point from{std::chrono::milliseconds(top - span)};
-      return static_cast<double>(count) / std::chrono::duration<double>(end - from).count();
+      const time_point from{std::chrono::milliseconds(ms - span)};
+      return static_cast<double>(count) / std::chrono::duration<double>(now - from).count();
     }
   }
   return 0;
@@ -112,6 +91,8 @@ void loss_estimator::on_datagram(std::uint32_t seq, time_point now, duration rtt
     m_first = seq;
     m_highest = seq;
     m_first_ms = epoch_ms(now);
+    m_last_arrival = now;
+    m_burst_start = now;
     m_window_start = now;
     m_sustained_start = now;
     m_sustained_count = 1;
@@ -120,30 +101,27 @@ void loss_estimator::on_datagram(std::uint32_t seq, time_point now, duration rtt
   }
   const auto ahead = static_cast<std::int32_t>(seq - m_highest);
   if (ahead <= 0) return;  // duplicate or reordered: already counted (as lost, if reordered)
+  if (now - m_last_arrival >= silence_gap) m_burst_start = now;
+  m_last_arrival = now;
   if (ahead > 1 && overrun) {
     m_overrun_lost += static_cast<std::uint32_t>(ahead - 1);
   } else if (ahead > 1) {
     const std::uint32_t first_lost = m_highest + 1;
     m_lost += static_cast<std::uint32_t>(ahead - 1);
-    // The first loss event (slow start's end) spans two RTTs: what the sender sent at the
-    // doubled rate before the report reached it is still arriving a round trip after the first
-    // loss, and behind a full bottleneck queue later than the unloaded RTT says.
-    if (m_events == 0 || now - m_event_at > (m_events == 1 ? 2 * rtt : rtt)) {
+    if (m_events == 0) {
+      // The first loss (slow start's end) becomes an event first_loss_settle later (below);
+      // losses meanwhile are part of it.
+      if (!m_first_pending) {
+        m_first_pending = true;
+        m_event_seq = first_lost;
+        m_event_at = now;
+      }
+    } else if (now - m_event_at > (m_events == 1 ? 2 * rtt : rtt)) {
       // A new loss event: the interval since the previous one's first loss closes. The first
-      // is synthesised from the receive rate before this datagram (RFC 5348 section 6.3.1).
-      // The rate of the last whole window, or of the recent span up to this datagram
-      // (recent_rate_pps) if higher: in slow start the rate doubles every RTT, and the last
-      // whole window (up to two old) holds half of what now gets through; through a bottleneck
-      // the last 10 ms before the first loss are the saturated link's.
-      const double pps = std::max(m_recv_pps, recent_rate_pps(now));
-      const std::uint64_t closed =
-          m_events > 0 ? first_lost - m_event_seq
-          : pps > 0    ? static_cast<std::uint64_t>(std::llround(synthetic_interval(
-                             first_rate_share * pps * m_packet_bytes * 8, m_packet_bytes, rtt)))
-                       : first_lost - m_first;
-      std::copy_backward(m_closed.begin(), m_closed.end() - 1, m_closed.end());
-      m_closed[0] = std::max<std::uint64_t>(closed, 1);
-      m_closed_count = std::min(m_closed_count + 1, intervals);
+      // loss event (slow start's end) spans two RTTs: what the sender sent at the doubled rate
+      // before the report reached it is still arriving a round trip after the first loss, and
+      // behind a full bottleneck queue later than the unloaded RTT says.
+      close_interval(first_lost - m_event_seq);
       m_event_seq = first_lost;
       m_event_at = now;
       ++m_events;
@@ -151,6 +129,20 @@ void loss_estimator::on_datagram(std::uint32_t seq, time_point now, duration rtt
   }
   m_highest = seq;
   count_recent(now);
+  if (m_first_pending && now - m_event_at >= m_first_settle &&
+      (now - m_burst_start >= m_first_settle || now - m_event_at >= first_loss_settle_max)) {
+    // The first interval is synthesised (RFC 5348 section 6.3.1) from the receive rate up to
+    // this datagram: the rate of the last whole window, or of the recent span
+    // (recent_rate_pps) if higher: in slow start the rate doubles every RTT, and the last
+    // whole window (up to two old) holds half of what now gets through; through a bottleneck
+    // the last 10 ms before the first loss are the saturated link's.
+    const double pps = std::max(m_recv_pps, recent_rate_pps(now));
+    close_interval(pps > 0 ? static_cast<std::uint64_t>(std::llround(synthetic_interval(
+                                 first_rate_share * pps * m_packet_bytes * 8, m_packet_bytes, rtt)))
+                           : m_event_seq - m_first);
+    m_first_pending = false;
+    ++m_events;
+  }
   ++m_sustained_count;
   if (now - m_sustained_start >= sustained_window) {
     m_sustained_pps = static_cast<double>(m_sustained_count) /
@@ -166,6 +158,12 @@ void loss_estimator::on_datagram(std::uint32_t seq, time_point now, duration rtt
     m_window_start = now;
     m_window_count = 0;
   }
+}
+
+void loss_estimator::close_interval(std::uint64_t interval) noexcept {
+  std::copy_backward(m_closed.begin(), m_closed.end() - 1, m_closed.end());
+  m_closed[0] = std::max<std::uint64_t>(interval, 1);
+  m_closed_count = std::min(m_closed_count + 1, intervals);
 }
 
 double loss_estimator::sustained_rate_pps(time_point now) const noexcept {

@@ -21,13 +21,15 @@
 /// DF = max(0.5, 2 I_mean / I_0) (one factor for all, where the RFC keeps one per interval).
 ///
 /// The first interval is synthesised (RFC 5348 section 6.3.1): the interval 1/p whose p makes
-/// the TCP throughput equation give first_rate_share of the receive rate X_recv measured just
-/// before the first loss (datagrams received in the last whole window of max(RTT, 10 ms), or in
-/// the last 10 or more whole milliseconds holding at least 100 datagrams if that is higher,
-/// times the packet size), so the rate right after the first loss is just under what got
-/// through, not what a slow start overshooting a bottleneck lost. Without a measured window
-/// (the first loss came less than min_rate_window after the first datagram) it is the count of
-/// numbers from the first datagram seen to the first loss.
+/// the TCP throughput equation give first_rate_share of the receive rate X_recv measured
+/// first_loss_settle after the first loss (datagrams received in the last whole window of
+/// max(RTT, 10 ms), or in the last 10 or more whole milliseconds holding at least 100 datagrams
+/// if that is higher, times the packet size), so the rate right after the first loss is just
+/// under what got through, not what a slow start overshooting a bottleneck lost. The first
+/// loss event is made then (by the first datagram at least first_loss_settle after the first
+/// loss and after the last silence, see first_loss_settle). Without a measured window (the first
+/// loss came less than min_rate_window after the first datagram) it is the count of numbers from
+/// the first datagram seen to the first loss.
 ///
 /// Gaps the receiver's own kernel made (its socket buffer overran: SO_RXQ_OVFL counted drops
 /// before the datagram that reveals the gap) are not loss events: they say this host could not
@@ -61,6 +63,21 @@ class loss_estimator {
   /// The smallest history discount factor (RFC 5348 section 5.5: 0.5).
   static constexpr double discount_floor = 0.5;
 
+  /// How long after the first loss its loss event is made, with the first interval
+  /// synthesised from the receive rate then: the first datagram at least this long after it,
+  /// and at least this long after the end of the last silence (a gap of silence_gap or more
+  /// between datagrams), does it. A loss revealed in a burst (a held-up path delivering what
+  /// it held at once), or followed by a hold, is then measured with the whole burst, not with
+  /// its first datagrams and the silence before it. Losses meanwhile belong to that event. Not
+  /// in RFC 5348.
+  static constexpr duration first_loss_settle = std::chrono::milliseconds(2);
+  /// A gap between datagrams this long or longer is a silence (first_loss_settle).
+  static constexpr duration silence_gap = std::chrono::milliseconds(2);
+  /// The first loss event is made at the first datagram this long after the first loss
+  /// whatever the silences: below about 6 Mbit/s every gap is one (and there the receive rate
+  /// is the window's, which bursts do not mislead).
+  static constexpr duration first_loss_settle_max = std::chrono::milliseconds(20);
+
   /// Shortest window the receive rate X_recv is measured over (RFC 5348: one RTT; loopback RTTs
   /// of microseconds would measure a handful of datagrams).
   static constexpr duration min_rate_window = std::chrono::milliseconds(10);
@@ -71,6 +88,10 @@ class loss_estimator {
                               wire::default_block_size + wire::data_header_size +
                               packet::ipv4_udp_overhead)) noexcept
       : m_packet_bytes(packet_bytes) {}
+
+  /// Sets how long after the first loss its loss event is made (first_loss_settle unless set;
+  /// 0 makes it at once, as RFC 5348 does: for tests of the loss history itself).
+  void set_first_loss_settle(duration d) noexcept { m_first_settle = d; }
 
   /// Sets s (the session's block size is known once its announce arrived).
   void set_packet_bytes(std::uint32_t packet_bytes) noexcept { m_packet_bytes = packet_bytes; }
@@ -97,15 +118,11 @@ class loss_estimator {
   /// The receive rate from the start of the shortest span of at least recent_span_ms whole
   /// milliseconds before the one `now` falls in, to `now`, that holds recent_min_datagrams
   /// (counting those of `now`'s millisecond so far), datagrams per second; 0 when no span of up
-  /// to 62 ms does (below about 19 Mbit/s, or too early). Silences (milliseconds without
-  /// arrivals: a path held up, that then delivers what it held in one burst) are not read as
-  /// rates the path does not have:
-  /// - a span that would start in a silence starts at the last millisecond with arrivals
-  ///   before it, where the silence began (up to 62 ms back), so the burst is counted over
-  ///   the time it was held;
-  /// - a silence between `now` and the span's start (the burst after it may still be
-  ///   arriving) makes the span end where the silence began, at the start of the last
-  ///   millisecond with arrivals, instead of at `now`.
+  /// to 62 ms does (below about 19 Mbit/s, or too early). A span that would start in
+  /// milliseconds without arrivals (a silence: a path held up, that then delivers what it held
+  /// in one burst) starts at the last one with arrivals, where the silence began (up to 62 ms
+  /// back), so the burst is counted over the time it was held, not as a rate the path does
+  /// not have.
   /// @param min_span_ms  the shortest span, whole ms (recent_span_ms unless said)
   double recent_rate_pps(time_point now, std::int64_t min_span_ms = recent_span_ms) const noexcept;
 
@@ -170,6 +187,8 @@ class loss_estimator {
 
   /// Counts a datagram in its millisecond of m_recent.
   void count_recent(time_point now) noexcept;
+  /// Pushes a closed loss interval (newest first, at least 1).
+  void close_interval(std::uint64_t interval) noexcept;
 
   std::uint32_t m_packet_bytes;
   /// The last milliseconds' arrivals, a ring indexed by ms modulo its size (a span uses at most
@@ -182,8 +201,12 @@ class loss_estimator {
   bool m_started = false;
   std::uint32_t m_first = 0;      ///< first number seen
   std::uint32_t m_highest = 0;    ///< highest number seen (wraparound-safe order)
-  std::uint32_t m_event_seq = 0;  ///< first lost number of the latest loss event
-  time_point m_event_at{};        ///< when the latest loss event started
+  std::uint32_t m_event_seq = 0;  ///< first lost number of the latest (or pending) loss event
+  time_point m_event_at{};        ///< when the latest (or pending) loss event started
+  bool m_first_pending = false;   ///< a first loss seen, its event not yet made
+  time_point m_last_arrival{};    ///< the latest datagram's arrival
+  time_point m_burst_start{};     ///< the first datagram after the latest silence
+  duration m_first_settle = first_loss_settle;
   std::uint64_t m_events = 0;
   std::uint64_t m_lost = 0;
   std::uint64_t m_overrun_lost = 0;

@@ -28,6 +28,14 @@ time_point feed(loss_estimator& e, std::uint32_t from, std::uint32_t to, time_po
   return t;
 }
 
+/// An estimator that makes the first loss event at once (RFC 5348's timing), for the tests of
+/// the loss history itself; the default waits loss_estimator::first_loss_settle.
+loss_estimator at_once() {
+  loss_estimator e;
+  e.set_first_loss_settle(duration::zero());
+  return e;
+}
+
 /// RFC 5348 section 5.4, written out for the test: intervals newest first, I_0 the open one.
 double rfc_loss_event_rate(const std::vector<double>& closed, double open) {
   const double w[] = {1, 1, 1, 1, 0.8, 0.6, 0.4, 0.2};
@@ -60,7 +68,7 @@ double rfc_loss_event_rate(const std::vector<double>& closed, double open) {
 }  // namespace
 
 TEST_CASE("no gap, no loss event: p is 0 and the TCP-friendly rate unbounded", "[unit][receiver]") {
-  loss_estimator e;
+  auto e = at_once();
   feed(e, 1000, 3000, time_point{});
   REQUIRE_FALSE(e.has_loss());
   REQUIRE(e.loss_event_rate() == 0);
@@ -69,7 +77,7 @@ TEST_CASE("no gap, no loss event: p is 0 and the TCP-friendly rate unbounded", "
 
 TEST_CASE("the loss event rate of two gaps is the RFC 5348 weighted average of their intervals",
           "[unit][receiver]") {
-  loss_estimator e;
+  auto e = at_once();
   time_point t = feed(e, 0, 100, time_point{});  // 0..99
   t = feed(e, 101, 250, t + 1s);                 // 100 lost
   t = feed(e, 252, 400, t + 1s);                 // 250, 251 lost: one event
@@ -99,7 +107,7 @@ TEST_CASE("the synthetic first interval gives back the receive rate through the 
   // A slow start through a 200 Mbit/s bottleneck: the rate after the first loss is a little
   // under what got through, so the queue slow start filled drains (while the open interval is
   // shorter than the synthetic one).
-  loss_estimator e;
+  auto e = at_once();
   time_point t{};
   std::uint32_t seq = 0;
   for (int i = 0; i < 1000; ++i, ++seq, t += 58us) e.on_datagram(seq, t, 1ms);  // ~200 Mbit/s
@@ -117,7 +125,7 @@ TEST_CASE("a first loss just after slow start's last doubling synthesises the li
   // the rate after the first loss must follow the link's (first_rate_share of it), from the
   // last 10 ms.
   constexpr duration r = 40ms;
-  loss_estimator e;
+  auto e = at_once();
   time_point t{};
   std::uint32_t seq = 0;
   for (; t < time_point{} + 60ms; t += 116us) e.on_datagram(seq++, t, r);
@@ -130,7 +138,7 @@ TEST_CASE("a first loss just after slow start's last doubling synthesises the li
           Approx(loss_estimator::first_rate_share * 1e6 / 58 * 1448 * 8).epsilon(0.03));
   // Datagrams dated 2 ms late, all at one `now` (a receiver that dates them by its read): the
   // rate is that of the whole milliseconds before the silence.
-  loss_estimator held;
+  auto held = at_once();
   seq = 0;
   for (t = time_point{}; t < time_point{} + 70ms; t += 58us) held.on_datagram(seq++, t, r);
   const auto backlog = static_cast<std::uint32_t>(2ms / 58us);
@@ -138,7 +146,7 @@ TEST_CASE("a first loss just after slow start's last doubling synthesises the li
   for (std::uint32_t i = 0; i < backlog; ++i) held.on_datagram(seq++, t, r);
   REQUIRE(held.recent_rate_pps(t) == Approx(1e6 / 58).epsilon(0.03));
   // Before 10 whole milliseconds have passed there is no recent rate.
-  loss_estimator young;
+  auto young = at_once();
   young.on_datagram(0, time_point{}, r);
   young.on_datagram(1, time_point{} + 5ms, r);
   REQUIRE(young.recent_rate_pps(time_point{} + 5ms) == 0);
@@ -152,17 +160,29 @@ TEST_CASE("a burst after a silence is counted over the time it was held, not as 
   // counted over only its own 10 ms it holds about 1.5 times the link's rate; without the half
   // millisecond the silence began in, 4 % more.
   constexpr duration r = 20ms;
-  loss_estimator e;
-  std::uint32_t seq = 0;
-  time_point t{std::chrono::seconds(1)};
-  const time_point start = t;
-  for (; t < start + 100500us; t += 58us) e.on_datagram(seq++, t, r);
-  const time_point released = t + 12ms;
-  for (; t < released; t += 58us) e.on_datagram(seq++, released, r);
-  for (; t < released + 3ms; t += 58us) e.on_datagram(seq++, t, r);
   const double link_pps = 1e6 / 58;
-  REQUIRE(e.recent_rate_pps(t) == Approx(link_pps).epsilon(0.03));
-  REQUIRE(e.recent_rate_pps(t) <= 1.01 * link_pps);
+  const time_point start{std::chrono::seconds(1)};
+  // Wherever the span starts, before the silence, in it (on its first, a middle or its last
+  // millisecond), and until it has passed, the rate is the link's: holds of 12 and 5 ms.
+  for (const duration hold : {duration{12ms}, duration{5ms}}) {
+    loss_estimator e;
+    std::uint32_t seq = 0;
+    time_point t = start;
+    for (; t < start + 100500us; t += 58us) e.on_datagram(seq++, t, r);
+    const time_point end = t + hold;
+    for (; t < end; t += 58us) e.on_datagram(seq++, end, r);
+    double lowest = link_pps, highest = link_pps;
+    for (; t < end + 12ms; t += 58us) {
+      e.on_datagram(seq++, t, r);
+      lowest = std::min(lowest, e.recent_rate_pps(t));
+      highest = std::max(highest, e.recent_rate_pps(t));
+    }
+    REQUIRE(lowest >= 0.95 * link_pps);
+    REQUIRE(highest <= 1.02 * link_pps);
+  }
+  const time_point released = start + 100500us + 12ms;
+  time_point t = released;
+  std::uint32_t seq = 0;
   // Slow start's 1 ms span right after the burst: the burst alone holds 100 datagrams, at what
   // would read as 12 times the link's rate.
   loss_estimator ss;
@@ -172,65 +192,102 @@ TEST_CASE("a burst after a silence is counted over the time it was held, not as 
   for (; u < released; u += 58us) ss.on_datagram(ss_seq++, released, r);
   REQUIRE(ss.slow_start_rate_pps(released) == Approx(link_pps).epsilon(0.1));
   REQUIRE(ss.slow_start_rate_pps(released) <= 1.01 * link_pps);
-  // The first loss then synthesises the link's rate, not the burst's.
-  e.on_datagram(seq + 4, t, r);
-  REQUIRE(e.loss_events() == 1);
-  const double first_bps = mcdist::tcp_throughput_bps(1448, r, e.loss_event_rate());
+  // A first loss 3 ms after the burst synthesises the link's rate, not the burst's: its event
+  // is made with the first datagram first_loss_settle after it.
+  loss_estimator f;
+  seq = 0;
+  for (t = start; t < start + 100500us; t += 58us) f.on_datagram(seq++, t, r);
+  for (; t < released; t += 58us) f.on_datagram(seq++, released, r);
+  for (; t < released + 3ms; t += 58us) f.on_datagram(seq++, t, r);
+  seq += 4;
+  f.on_datagram(seq++, t, r);
+  REQUIRE(f.loss_events() == 0);
+  const time_point lost_at = t;
+  for (t += 58us; t < lost_at + loss_estimator::first_loss_settle; t += 58us) {
+    f.on_datagram(seq++, t, r);
+  }
+  REQUIRE(f.loss_events() == 0);
+  f.on_datagram(seq++, t, r);
+  REQUIRE(f.loss_events() == 1);
+  const double first_bps = mcdist::tcp_throughput_bps(1448, r, f.loss_event_rate());
   REQUIRE(first_bps <= 1.01 * loss_estimator::first_rate_share * link_pps * 1448 * 8);
   REQUIRE(first_bps >= 0.95 * loss_estimator::first_rate_share * link_pps * 1448 * 8);
 }
 
-TEST_CASE("a first loss in the burst after a silence takes the rate from before the silence",
+TEST_CASE("a first loss revealed in the burst after a silence is made once the burst is in",
           "[unit][receiver][rate]") {
   // Slow start's last doubling through a 200 Mbit/s bottleneck at a 20 ms RTT: 100 Mbit/s for
-  // 60 ms, then the link's rate for 18.5 ms; then the path holds everything for 12 ms, and the
-  // first datagram of the burst that ends the silence reveals the first loss. Measured up to
-  // that datagram, the last 10 ms are silent (no rate), and the last whole window is mostly
-  // the 100 Mbit/s before the doubling.
+  // 60 ms, then the link's rate for 18.5 ms; then the path holds everything for 12 ms and
+  // delivers it in one burst, then the link's rate again. A datagram early in the burst reveals
+  // the first loss: measured up to it, the span holds the silence and only the burst's first
+  // datagrams, and the last whole window is mostly the 100 Mbit/s before the doubling.
   constexpr duration r = 20ms;
-  loss_estimator e;
-  std::uint32_t seq = 0;
-  time_point t{std::chrono::seconds(1)};
-  const time_point start = t;
-  for (; t < start + 60ms; t += 116us) e.on_datagram(seq++, t, r);
-  for (; t < start + 78500us; t += 58us) e.on_datagram(seq++, t, r);
-  REQUIRE(e.receive_rate_pps() < 0.8 * 1e6 / 58);
-  const time_point released = t + 12ms;
-  e.on_datagram(seq + 3, released, r);  // 3 lost
-  REQUIRE(e.loss_events() == 1);
   const double link_bps = 1e6 / 58 * 1448 * 8;
-  const double first_bps = mcdist::tcp_throughput_bps(1448, r, e.loss_event_rate());
-  REQUIRE(first_bps == Approx(loss_estimator::first_rate_share * link_bps).epsilon(0.03));
-  // The same when the burst straddles a millisecond and the loss shows in its second part:
-  // the span up to it holds the silence and only the first part.
-  loss_estimator mid;
-  seq = 0;
-  for (t = start; t < start + 60ms; t += 116us) mid.on_datagram(seq++, t, r);
-  for (; t < start + 78500us; t += 58us) mid.on_datagram(seq++, t, r);
-  const time_point burst = start + 90900us;  // 30 datagrams late in one millisecond
-  for (int i = 0; i < 30; ++i) mid.on_datagram(seq++, burst, r);
-  mid.on_datagram(seq + 2, burst + 200us, r);  // the next millisecond: 2 lost
-  REQUIRE(mid.loss_events() == 1);
-  REQUIRE(mcdist::tcp_throughput_bps(1448, r, mid.loss_event_rate()) ==
-          Approx(loss_estimator::first_rate_share * link_bps).epsilon(0.03));
+  const time_point start{std::chrono::seconds(1)};
+  // The rate after the first loss, bit/s, when the burst's datagram number `reveal` shows it
+  // and its first `first` datagrams arrive when the hold ends, the rest `straddle` later.
+  auto first_rate = [&](loss_estimator e, std::uint32_t reveal, std::uint32_t first,
+                        duration straddle) {
+    std::uint32_t seq = 0;
+    time_point t = start;
+    for (; t < start + 60ms; t += 116us) e.on_datagram(seq++, t, r);
+    for (; t < start + 78900us; t += 58us) e.on_datagram(seq++, t, r);
+    REQUIRE(e.receive_rate_pps() < 0.8 * 1e6 / 58);
+    const time_point released = t + 12ms;  // about 0.9 ms into a millisecond
+    for (std::uint32_t i = 0; t < released; t += 58us, ++i) {
+      if (i == reveal) seq += 3;  // 3 lost
+      e.on_datagram(seq++, i < first ? released : released + straddle, r);
+    }
+    for (t = released + straddle; t < released + 3ms; t += 58us) e.on_datagram(seq++, t, r);
+    REQUIRE(e.loss_events() == 1);
+    return mcdist::tcp_throughput_bps(1448, r, e.loss_event_rate());
+  };
+  const double expected = loss_estimator::first_rate_share * link_bps;
+  // The loss in the burst's first datagram, the burst in one millisecond.
+  REQUIRE(first_rate(loss_estimator{}, 0, 1000, 0us) == Approx(expected).epsilon(0.03));
+  // The burst straddles a millisecond and the loss shows in its second part.
+  REQUIRE(first_rate(loss_estimator{}, 40, 30, 200us) == Approx(expected).epsilon(0.03));
+  // A hold that starts while the first loss settles: the event waits until the burst after
+  // it is in (made with the burst's first datagram, the span held the silence: 0.8 of it).
+  {
+    loss_estimator e;
+    std::uint32_t seq = 0;
+    time_point t = start;
+    for (; t < start + 60ms; t += 116us) e.on_datagram(seq++, t, r);
+    for (; t < start + 78900us; t += 58us) e.on_datagram(seq++, t, r);
+    seq += 3;  // 3 lost
+    const time_point hold = t + 1ms;
+    for (; t < hold; t += 58us) e.on_datagram(seq++, t, r);
+    const time_point released = t + 5ms;
+    for (; t < released; t += 58us) e.on_datagram(seq++, released, r);
+    REQUIRE(e.loss_events() == 0);
+    for (; t < released + 3ms; t += 58us) e.on_datagram(seq++, t, r);
+    REQUIRE(e.loss_events() == 1);
+    REQUIRE(mcdist::tcp_throughput_bps(1448, r, e.loss_event_rate()) ==
+            Approx(expected).epsilon(0.03));
+  }
+  // Made at once (RFC 5348's timing), both read the silence as a slower link.
+  REQUIRE(first_rate(at_once(), 0, 1000, 0us) < 0.8 * expected);
+  REQUIRE(first_rate(at_once(), 40, 30, 200us) < 0.8 * expected);
   // A silence reaching back past the ring (62 ms) leaves no recent rate at all.
-  loss_estimator gone;
-  seq = 0;
-  for (t = start; t < start + 100ms; t += 58us) gone.on_datagram(seq++, t, r);
+  auto gone = at_once();
+  std::uint32_t seq = 0;
+  time_point t = start;
+  for (; t < start + 100ms; t += 58us) gone.on_datagram(seq++, t, r);
   REQUIRE(gone.recent_rate_pps(t + 70ms) == 0);
 }
 
 TEST_CASE("the recent receive rate spans at least 100 datagrams, and none below ~19 Mbit/s",
           "[unit][receiver][rate]") {
   // 5 datagrams a millisecond (58 Mbit/s): 10 ms hold 50, so the span is 20 ms.
-  loss_estimator e;
+  auto e = at_once();
   std::uint32_t seq = 0;
   time_point t{};
   for (; t < time_point{} + 100ms; t += 200us) e.on_datagram(seq++, t, 40ms);
   REQUIRE(e.recent_rate_pps(t) == Approx(5000).epsilon(0.01));
   // One datagram a millisecond (11.6 Mbit/s): 62 ms hold 62, too few to be a rate; 2 in a 10 ms
   // span would have read as twice the rate.
-  loss_estimator slow;
+  auto slow = at_once();
   t = time_point{};
   for (seq = 0; t < time_point{} + 200ms; t += 1ms) slow.on_datagram(seq++, t, 40ms);
   REQUIRE(slow.recent_rate_pps(t) == 0);
@@ -244,7 +301,7 @@ TEST_CASE("the recent receive rate spans at least 100 datagrams, and none below 
 TEST_CASE("with more than eight loss events only the newest eight intervals count, weighted",
           "[unit][receiver]") {
   const std::vector<std::uint32_t> gaps = {100, 300, 50, 400, 80, 120, 90, 60, 500, 70, 30};
-  loss_estimator e;
+  auto e = at_once();
   std::uint32_t seq = 5;
   time_point t{};
   t = feed(e, seq, seq + 1, t);
@@ -268,7 +325,7 @@ TEST_CASE("with more than eight loss events only the newest eight intervals coun
 
 TEST_CASE("losses less than one RTT apart are one loss event; the first event spans two",
           "[unit][receiver]") {
-  loss_estimator e;
+  auto e = at_once();
   time_point t = feed(e, 0, 100, time_point{});
   e.on_datagram(102, t, rtt);        // 100, 101 lost
   e.on_datagram(105, t + 5ms, rtt);  // 103, 104 lost, 5 ms later: same event
@@ -288,7 +345,7 @@ TEST_CASE("losses less than one RTT apart are one loss event; the first event sp
 
 TEST_CASE("duplicates and reordered datagrams are ignored, across the sequence wrap",
           "[unit][receiver]") {
-  loss_estimator e;
+  auto e = at_once();
   time_point t = feed(e, 0xFFFFFF00u, 0xFFFFFFFFu, time_point{});
   e.on_datagram(0xFFFFFFFFu, t, rtt);
   e.on_datagram(0, t, rtt);            // wraps: in order
@@ -371,7 +428,7 @@ TEST_CASE("rate reports: the CLR reports at every marker, at most once per RTT",
 
 TEST_CASE("a long loss-free stretch discounts the loss history (RFC 5348 section 5.5)",
           "[unit][receiver]") {
-  loss_estimator e;
+  auto e = at_once();
   time_point t = feed(e, 0, 100, time_point{});
   for (std::uint32_t k = 1; k <= 8; ++k) t = feed(e, 100 * k + 1, 100 * k + 100, t + 1s);
   REQUIRE(e.closed_intervals() == 8);
@@ -423,7 +480,7 @@ TEST_CASE("rate reports: a receiver's first loss event is reported at once (slow
 
 TEST_CASE("a gap the receiver's own socket made is counted apart, not as a loss event",
           "[unit][receiver]") {
-  loss_estimator e;
+  auto e = at_once();
   time_point t = feed(e, 0, 100, time_point{});
   // The socket dropped 50 datagrams before number 150 (SO_RXQ_OVFL rose).
   e.on_datagram(150, t, rtt, true);
@@ -440,7 +497,7 @@ TEST_CASE("a gap the receiver's own socket made is counted apart, not as a loss 
 }
 
 TEST_CASE("the sustained receive rate spans a whole window, not a burst", "[unit][receiver]") {
-  loss_estimator e;
+  auto e = at_once();
   const time_point t0{};
   REQUIRE(e.sustained_rate_pps(t0) == 0);
   // 1000 datagrams in a burst at 0 ms, then nothing until 100 ms: 10,000 a second, although
@@ -460,7 +517,7 @@ TEST_CASE("slow start's receive rate spans a millisecond at high rates, the wind
           "[unit][receiver][rate]") {
   // 200 datagrams a millisecond (2.3 Gbit/s): a millisecond holds 200, so the slow-start rate
   // is there 2 ms in, where the 10 ms span of recent_rate_pps has nothing yet.
-  loss_estimator e;
+  auto e = at_once();
   std::uint32_t seq = 0;
   time_point t{std::chrono::seconds(1)};
   const time_point start = t;
@@ -472,7 +529,7 @@ TEST_CASE("slow start's receive rate spans a millisecond at high rates, the wind
   for (; t < doubled + 3ms; t += 2500ns) e.on_datagram(seq++, t, 1ms);
   REQUIRE(e.slow_start_rate_pps(t) == Approx(400'000).epsilon(0.01));
   // One datagram a millisecond: no 62 ms span holds 100, so the last whole window's rate.
-  loss_estimator slow;
+  auto slow = at_once();
   t = time_point{};
   for (seq = 0; t < time_point{} + 200ms; t += 1ms) slow.on_datagram(seq++, t, 40ms);
   REQUIRE(slow.recent_rate_pps(t, loss_estimator::slow_start_span_ms) == 0);

@@ -1,4 +1,5 @@
 #include "receiver/core/receiver_engine.hpp"
+#include "receiver/core/loss_estimator.hpp"
 #include "receiver/core/nak_scheduler.hpp"
 #include "receiver/core/register_backoff.hpp"
 
@@ -9,6 +10,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <array>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -1756,8 +1759,13 @@ TEST_CASE(
   h.feed(data(515, 0, 514, 1000));
   REQUIRE(h.engine.stats().overrun_lost == 13);
   REQUIRE(h.engine.stats().overrun_reports == 4);
-  // The same gap without the drop count is a loss event: the next NAK carries TFMCC fields.
+  // The same gap without the drop count is a loss event (made with the first datagram
+  // loss_estimator::first_loss_settle after it): the next NAK carries TFMCC fields.
   h.feed(data(520, 0, 519, 1000));
+  for (std::uint32_t i = 521; i <= 522; ++i) {  // 1 ms apart: no silence
+    h.now += mcdist::receiver::loss_estimator::first_loss_settle / 2;
+    h.feed(data(i, 0, i - 1, 1000));
+  }
   REQUIRE(h.engine.stats().overrun_lost == 13);
   bool loss_reported = false;
   for (const auto& n : h.sink.of_type<wire::nak>(wire::msg_type::nak)) {
@@ -1814,15 +1822,17 @@ TEST_CASE("rate auto: in the sender's slow start a receiver reports its receive 
   got = reports();
   REQUIRE(got.size() >= 4);
   for (const auto& n : got) REQUIRE(n.receive_bps() > 0);
-  // The first loss event: a loss report at once, without the receive rate.
+  // The first loss event (made loss_estimator::first_loss_settle after the loss): a loss
+  // report at once, without the receive rate.
   const std::size_t before = got.size();
   seq += 5;
-  feed_ms(1);
+  feed_ms(3);
   got = reports();
-  REQUIRE(got.size() > before);
-  REQUIRE(got[before].loss_ppb() > 0);
-  REQUIRE(got[before].rate_bps() > 0);
-  REQUIRE(got[before].receive_bps() == 0);
+  const auto loss = std::find_if(got.begin() + static_cast<std::ptrdiff_t>(before), got.end(),
+                                 [](const wire::nak& n) { return n.loss_ppb() > 0; });
+  REQUIRE(loss != got.end());
+  REQUIRE(loss->rate_bps() > 0);
+  REQUIRE(loss->receive_bps() == 0);
 }
 
 namespace {
@@ -1830,13 +1840,13 @@ namespace {
 /// How rate_after_first_loss reads its datagrams.
 enum class reading {
   smooth,        ///< each one when it arrives
-  batched,       ///< every 7 ms, all dated by the read
-  batched_dated  ///< every 7 ms, each with its arrival (the kernel's date, SO_TIMESTAMPNS)
+  batched,       ///< in batches, all dated by the read
+  batched_dated  ///< in batches, each with its arrival (the kernel's date, SO_TIMESTAMPNS)
 };
 
 /// The rate of the first loss report of a --rate auto receiver that gets 20 datagrams of 1048
-/// bytes a millisecond, evenly spaced, for 60 ms, then loses 5: what the synthetic first
-/// interval made of the receive rate before the loss (loss_estimator).
+/// bytes a millisecond, evenly spaced, for 60 ms, and loses 5 at 49.5 ms: what the synthetic
+/// first interval made of the receive rate around the loss (loss_estimator).
 std::uint64_t rate_after_first_loss(reading how) {
   harness h;
   h.announce({entry("big", 1'000'000)});
@@ -1864,12 +1874,25 @@ std::uint64_t rate_after_first_loss(reading how) {
     h.engine.on_timer(at);
   };
   std::uint32_t seq = 1;
-  time_point t = h.now;
+  const time_point start = h.now;
+  time_point t = start;
+  // Batches read every 10 ms, then 10.5 ms after the last (the thread held up), then 2.1 ms
+  // later. The loss comes at 49.5 ms; its event is made by the first datagram dated 2 ms
+  // later: at 51.5 ms dated by arrival, or with the read at 52.6 ms, whose span (10 ms back,
+  // then over the milliseconds without a read to the one before) holds 12.6 ms and three
+  // batches of 10, 10.5 and 2.1 ms of datagrams.
+  const std::array<duration, 6> reads = {10ms, 20ms, 30ms, 40ms, 50500us, 52600us};
+  std::size_t next = 0;
   for (int i = 0; i < 60 * 20; ++i, ++seq) {
     t += 50us;
-    if (i == 59 * 20) seq += 5;  // the loss, in the last millisecond
+    if (i == 990) seq += 5;
     queued.emplace_back(data(seq, 0, (seq - 1) % 1000, 1000), t);
-    if (how == reading::smooth || (i + 1) % 140 == 0) read(t);
+    if (how == reading::smooth) {
+      read(t);
+    } else if (next < reads.size() && t >= start + reads[next]) {
+      read(t);
+      ++next;
+    }
   }
   read(t);
   for (const auto& n : h.sink.of_type<wire::nak>(wire::msg_type::nak)) {
