@@ -136,8 +136,8 @@ TEST_CASE("a first loss just after slow start's last doubling synthesises the li
   REQUIRE(e.loss_events() == 1);
   REQUIRE(mcdist::tcp_throughput_bps(1448, r, e.loss_event_rate()) ==
           Approx(loss_estimator::first_rate_share * 1e6 / 58 * 1448 * 8).epsilon(0.03));
-  // Datagrams dated 2 ms late, all at one `now` (a receiver that dates them by its read): the
-  // rate is that of the whole milliseconds before the silence.
+  // A receiver held up 2 ms reads what arrived meanwhile in one batch, all at one `now`: those
+  // datagrams count, over the span up to `now`.
   auto held = at_once();
   seq = 0;
   for (t = time_point{}; t < time_point{} + 70ms; t += 58us) held.on_datagram(seq++, t, r);
@@ -181,8 +181,6 @@ TEST_CASE("a burst after a silence is counted over the time it was held, not as 
     REQUIRE(highest <= 1.02 * link_pps);
   }
   const time_point released = start + 100500us + 12ms;
-  time_point t = released;
-  std::uint32_t seq = 0;
   // Slow start's 1 ms span right after the burst: the burst alone holds 100 datagrams, at what
   // would read as 12 times the link's rate.
   loss_estimator ss;
@@ -195,8 +193,9 @@ TEST_CASE("a burst after a silence is counted over the time it was held, not as 
   // A first loss 3 ms after the burst synthesises the link's rate, not the burst's: its event
   // is made with the first datagram first_loss_settle after it.
   loss_estimator f;
-  seq = 0;
-  for (t = start; t < start + 100500us; t += 58us) f.on_datagram(seq++, t, r);
+  std::uint32_t seq = 0;
+  time_point t = start;
+  for (; t < start + 100500us; t += 58us) f.on_datagram(seq++, t, r);
   for (; t < released; t += 58us) f.on_datagram(seq++, released, r);
   for (; t < released + 3ms; t += 58us) f.on_datagram(seq++, t, r);
   seq += 4;
@@ -248,7 +247,8 @@ TEST_CASE("a first loss revealed in the burst after a silence is made once the b
   // The burst straddles a millisecond and the loss shows in its second part.
   REQUIRE(first_rate(loss_estimator{}, 40, 30, 200us) == Approx(expected).epsilon(0.03));
   // A hold that starts while the first loss settles: the event waits until the burst after
-  // it is in (made with the burst's first datagram, the span held the silence: 0.8 of it).
+  // it is in (made with the burst's first datagram, the span would hold the silence and not
+  // the burst).
   {
     loss_estimator e;
     std::uint32_t seq = 0;
