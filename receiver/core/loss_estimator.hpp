@@ -185,6 +185,9 @@ class loss_estimator {
     std::uint32_t count = 0;
   };
 
+  /// Datagrams that arrived in millisecond `ms` (since the clock's epoch), 0 when its slot of
+  /// m_recent no longer holds it.
+  std::uint32_t arrivals(std::int64_t ms) const noexcept;
   /// Counts a datagram in its millisecond of m_recent.
   void count_recent(time_point now) noexcept;
   /// Pushes a closed loss interval (newest first, at least 1).
