@@ -191,8 +191,8 @@ class client {
   /// bytes its storage cannot take yet. The idle watchdog does not count paused time.
   virtual void set_paused(bool paused) = 0;
 
-  /// True once the transport is up: the association established, or a TCP connection
-  /// connected.
+  /// True once the transport can carry the session: SCTP association 0 (the one that carries
+  /// control) established, or a TCP connection connected (the first one up is connection 0).
   virtual bool established() const = 0;
 
   /// Requested bytes not yet received, by file then offset: what to ask a new client for after

@@ -175,7 +175,11 @@ class sctp_client final : public client_impl {
         return fail(ec, where() + ": " + why);
       }
       s.up = true;
-      transport_up();
+      // Only association 0 carries the hello's requests and the server's control: the others
+      // up without it cannot start the transfer, so the client is not established until it is
+      // (a lost INIT or COOKIE ECHO of association 0 then still lets the receiver's hedge
+      // connect afresh instead of waiting out RTO.Initial, docs/benchmarks.md).
+      if (s.index == 0) transport_up();
       if (s.index == 0 && s.hello_early) connected({});
     }
     do_receive(s);
