@@ -294,7 +294,8 @@ class usrsctp_assoc final : public sctp_assoc, private upcall_target {
            std::to_string(ss.sctps_timodata) + ", fast retransmits " +
            std::to_string(ss.sctps_sendfastretrans) + ", retransmitted chunks " +
            std::to_string(ss.sctps_sendretransdata) + ", duplicate chunks received " +
-           std::to_string(ss.sctps_recvdupdata);
+           std::to_string(ss.sctps_recvdupdata) + ", loss repairs " +
+           std::to_string(m_stack->counters().loss_repairs);
   }
 
   std::uint64_t backlog() override {

@@ -1,12 +1,14 @@
 #include "common/unicast/usrsctp_stack.hpp"
 
 #include "common/unicast/error.hpp"
+#include "common/unicast/sctp_packet.hpp"
 
 #include <spdlog/spdlog.h>
 #include <usrsctp.h>
 
 #include <cerrno>
 #include <cstdarg>
+#include <span>
 
 namespace mcdist::unicast {
 
@@ -78,7 +80,7 @@ usrsctp_stack::usrsctp_stack(boost::asio::io_context& io, const usrsctp_tuning& 
 usrsctp_stack::~usrsctp_stack() {
   *m_alive = false;
   m_timer.cancel();
-  for (auto& [addr, route] : m_routes) usrsctp_deregister_address(addr);
+  for (auto& [addr, peer] : m_routes) usrsctp_deregister_address(addr);
   m_routes.clear();
   // Closed sockets are freed by usrsctp's timers (the endpoint-kill timer); give them a few
   // virtual seconds so usrsctp_finish finds nothing left and frees its memory.
@@ -97,22 +99,69 @@ usrsctp_stack::~usrsctp_stack() {
 void* usrsctp_stack::add_address(const conn_route& route) {
   void* addr = reinterpret_cast<void*>(g_next_address);
   g_next_address += 16;
-  m_routes.emplace(addr, route);
+  m_routes.emplace(addr, peer_state{route, {}});
   usrsctp_register_address(addr);
   return addr;
 }
 
 void usrsctp_stack::update_route(void* addr, const conn_route& route) {
-  if (auto it = m_routes.find(addr); it != m_routes.end()) it->second = route;
+  if (auto it = m_routes.find(addr); it != m_routes.end()) it->second.route = route;
 }
 
 void usrsctp_stack::remove_address(void* addr) {
   if (m_routes.erase(addr) != 0) usrsctp_deregister_address(addr);
 }
 
+namespace {
+
+/// At trace level, one line per SCTP packet of an association: direction, steady-clock time
+/// (s), address token, length, the TSNs of its DATA and the acks of its SACK (the record the
+/// loss-repair measurements in docs/benchmarks.md were read from).
+void trace_packet(const char* direction, void* addr, std::span<const std::byte> packet) {
+  if (!spdlog::should_log(spdlog::level::trace)) return;
+  sctp_wire::packet_summary p;
+  sctp_wire::summarize(packet, p);
+  std::string gaps;
+  for (std::size_t i = 0; i < p.gap_count; ++i)
+    gaps += fmt::format(" {}-{}", p.gaps[i].first, p.gaps[i].last);
+  spdlog::trace(
+      "usrsctp packet {} {:.4f} {} {} bytes, DATA {} TSN {}-{}, SACK {} cum {} gaps{}", direction,
+      std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(),
+      addr, packet.size(), p.data, p.first_tsn, p.last_tsn, p.sack, p.cum_tsn, gaps);
+}
+
+}  // namespace
+
 void usrsctp_stack::input(void* addr, const void* data, std::size_t length) {
+  const std::span packet(static_cast<const std::byte*>(data), length);
+  trace_packet("in", addr, packet);
   ++m_counters.packets_in;
+  // Before usrsctp reads it: what usrsctp sends in reply (a fast retransmission) is then seen
+  // against this SACK. The entry may be gone after usrsctp_conninput (an upcall may close the
+  // association), so nothing of it is kept across the call.
+  if (m_tuning.loss_repair) {
+    if (auto it = m_routes.find(addr); it != m_routes.end())
+      it->second.probe.on_received(packet, std::chrono::steady_clock::now());
+  }
   usrsctp_conninput(addr, data, length, 0);
+}
+
+bool usrsctp_stack::send_packet(const conn_route& r, const void* data, std::size_t length) {
+  ssize_t n;
+  if (r.to_len == 0) {
+    n = ::send(r.fd, data, length, MSG_DONTWAIT | MSG_NOSIGNAL);
+  } else {
+    n = ::sendto(r.fd, data, length, MSG_DONTWAIT | MSG_NOSIGNAL,
+                 reinterpret_cast<const sockaddr*>(&r.to), r.to_len);
+  }
+  if (n < 0) {
+    // A full socket buffer is a queue drop, as in a router: SCTP retransmits. Other errors
+    // (ECONNREFUSED from an earlier ICMP) surface on the socket's receive side too.
+    ++m_counters.send_dropped;
+    return false;
+  }
+  ++m_counters.packets_out;
+  return true;
 }
 
 int usrsctp_stack::conn_output(void* addr, void* buffer, std::size_t length, std::uint8_t,
@@ -124,22 +173,23 @@ int usrsctp_stack::conn_output(void* addr, void* buffer, std::size_t length, std
     ++s->m_counters.no_route_dropped;
     return 0;
   }
-  const conn_route& r = it->second;
-  ssize_t n;
-  if (r.to_len == 0) {
-    n = ::send(r.fd, buffer, length, MSG_DONTWAIT | MSG_NOSIGNAL);
-  } else {
-    n = ::sendto(r.fd, buffer, length, MSG_DONTWAIT | MSG_NOSIGNAL,
-                 reinterpret_cast<const sockaddr*>(&r.to), r.to_len);
-  }
-  if (n < 0) {
-    // A full socket buffer is a queue drop, as in a router: SCTP retransmits. Other errors
-    // (ECONNREFUSED from an earlier ICMP) surface on the socket's receive side too.
-    ++s->m_counters.send_dropped;
-    return 0;
-  }
-  ++s->m_counters.packets_out;
+  const std::span packet(static_cast<const std::byte*>(buffer), length);
+  trace_packet("out", addr, packet);
+  // Recorded whether or not the socket took it: a packet dropped here is lost like one
+  // dropped on the path, and repaired the same way.
+  if (s->m_tuning.loss_repair) it->second.probe.on_sent(packet, std::chrono::steady_clock::now());
+  s->send_packet(it->second.route, buffer, length);
   return 0;
+}
+
+void usrsctp_stack::repair_losses(std::chrono::steady_clock::time_point now) {
+  for (auto& [addr, peer] : m_routes) {
+    for (const auto packet : peer.probe.due(now)) {
+      trace_packet("repair", addr, packet);
+      ++m_counters.loss_repairs;
+      send_packet(peer.route, packet.data(), packet.size());
+    }
+  }
 }
 
 void usrsctp_stack::do_tick() {
@@ -152,6 +202,7 @@ void usrsctp_stack::do_tick() {
       m_last_tick += ms;
       usrsctp_handle_timers(static_cast<std::uint32_t>(ms.count()));
     }
+    if (m_tuning.loss_repair) repair_losses(now);
     do_tick();
   });
 }

@@ -9,6 +9,8 @@
 /// usrsctp is a singleton: the first acquire() initializes it, the last release finishes it.
 /// It may be driven by one io_context at a time (the program's one network thread).
 
+#include "common/unicast/sctp_loss_probe.hpp"
+
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 
@@ -70,6 +72,11 @@ struct usrsctp_tuning {
   /// guards the payload and peers that do check CRC32c drop our packets; files are still
   /// verified by SHA-256 end to end.
   bool crc32c = true;
+  /// Repair the losses SCTP would leave to its T3 timer (a loss among the last packets of a
+  /// flight, a lost fast retransmission) by sending the packet again from our UDP path, after
+  /// RACK-TLP (sctp_loss_probe.hpp). Ladha & Amer's setting with three associations: the tail
+  /// stalls of 0.3-0.5 s went (docs/benchmarks.md "SCTP loss repair").
+  bool loss_repair = true;
 };
 
 /// One way out for packets of an AF_CONN address: a UDP socket and, when it is not connected,
@@ -86,6 +93,7 @@ struct usrsctp_counters {
   std::uint64_t packets_in = 0;
   std::uint64_t send_dropped = 0;  ///< sendto failed (EAGAIN: socket buffer full; counted as loss)
   std::uint64_t no_route_dropped = 0;  ///< packet for an address already removed
+  std::uint64_t loss_repairs = 0;      ///< packets sent again by the loss probe
 };
 
 class usrsctp_stack {
@@ -126,12 +134,22 @@ class usrsctp_stack {
   static int conn_output(void* addr, void* buffer, std::size_t length, std::uint8_t tos,
                          std::uint8_t set_df);
   void do_tick();
+  /// Sends one packet by `route`. @return false when the socket refused it (counted).
+  bool send_packet(const conn_route& route, const void* data, std::size_t length);
+  /// Sends what the addresses' loss probes have due at `now`.
+  void repair_losses(std::chrono::steady_clock::time_point now);
+
+  /// One AF_CONN address: where its packets go and what its loss probe has seen.
+  struct peer_state {
+    conn_route route;
+    sctp_loss_probe probe;
+  };
 
   boost::asio::io_context& m_io;
   usrsctp_tuning m_tuning;
   boost::asio::steady_timer m_timer;
   std::chrono::steady_clock::time_point m_last_tick;
-  std::unordered_map<void*, conn_route> m_routes;
+  std::unordered_map<void*, peer_state> m_routes;
   usrsctp_counters m_counters;
   std::shared_ptr<bool> m_alive = std::make_shared<bool>(true);
 };

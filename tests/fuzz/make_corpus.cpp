@@ -3,7 +3,8 @@
 /// datagrams, frames, checkpoints and configuration files, encoded by the project's own
 /// encoders, so each fuzz target starts from inputs that reach deep into its code.
 ///
-///     make_corpus DIR     writes DIR/{wire,receiver,sender,unicast_frame,checkpoint,config,auth}/*
+///     make_corpus DIR     writes DIR/{wire,receiver,sender,unicast_frame,checkpoint,config,auth,
+///                         sctp_probe}/*
 ///
 /// Run by hand after a wire format change (deploy/run-fuzz.sh --seeds), then commit the files.
 
@@ -822,6 +823,65 @@ group = "[ff15::1]:4711"
   write_text("config", "bad.toml", "id = 7\n[[channel]]\ngroup = \"10.0.0.1:1\"\nunknown = 1\n");
 }
 
+/// sctp_probe_fuzz scripts (tests/fuzz/sctp_probe_fuzz.cpp): DATA packets sent, SACKs received
+/// (a cumulative ack, gap blocks), and asks for what is due, as a tail loss and a hole.
+void sctp_probe_seeds() {
+  auto be16 = [](bytes& b, std::uint32_t v) {
+    b.push_back(std::byte(v >> 8));
+    b.push_back(std::byte(v));
+  };
+  auto be32 = [&](bytes& b, std::uint32_t v) {
+    be16(b, v >> 16);
+    be16(b, v & 0xffff);
+  };
+  auto event = [&](bytes& script, std::uint8_t op, std::uint8_t advance_ms, const bytes& packet) {
+    script.push_back(std::byte{op});
+    script.push_back(std::byte{advance_ms});
+    if (op == 2) return;
+    be16(script, static_cast<std::uint32_t>(packet.size()));
+    script.insert(script.end(), packet.begin(), packet.end());
+  };
+  auto data_packet = [&](std::uint32_t tsn) {
+    bytes b(12, std::byte{0});
+    b.push_back(std::byte{0});
+    b.push_back(std::byte{3});
+    be16(b, 16 + 8);
+    be32(b, tsn);
+    be32(b, 0x00010000);
+    be32(b, 0);
+    b.insert(b.end(), 8, std::byte{0x42});
+    return b;
+  };
+  auto sack_packet = [&](std::uint32_t cum,
+                         std::vector<std::pair<std::uint16_t, std::uint16_t>> gaps) {
+    bytes b(12, std::byte{0});
+    b.push_back(std::byte{3});
+    b.push_back(std::byte{0});
+    be16(b, static_cast<std::uint32_t>(16 + 4 * gaps.size()));
+    be32(b, cum);
+    be32(b, 1 << 20);
+    be16(b, static_cast<std::uint32_t>(gaps.size()));
+    be16(b, 0);
+    for (auto [s, e] : gaps) {
+      be16(b, s);
+      be16(b, e);
+    }
+    return b;
+  };
+  bytes tail, hole;
+  for (std::uint32_t t = 1000; t < 1006; ++t) {
+    event(tail, 0, 0, data_packet(t));
+    event(hole, 0, 0, data_packet(t));
+  }
+  event(tail, 1, 70, sack_packet(1002, {}));
+  for (int i = 0; i < 6; ++i) event(tail, 2, 50, {});
+  event(hole, 1, 70, sack_packet(1000, {{2, 5}}));
+  for (int i = 0; i < 6; ++i) event(hole, 2, 30, {});
+  event(hole, 1, 70, sack_packet(1005, {}));
+  write("sctp_probe", "tail", tail);
+  write("sctp_probe", "hole", hole);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -839,6 +899,7 @@ int main(int argc, char** argv) {
     unicast_seeds();
     auth_seeds();
     config_seeds();
+    sctp_probe_seeds();
   } catch (const std::exception& e) {
     std::cerr << "make_corpus: " << e.what() << "\n";
     return 1;

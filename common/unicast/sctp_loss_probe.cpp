@@ -1,0 +1,138 @@
+#include "common/unicast/sctp_loss_probe.hpp"
+
+#include "common/unicast/sctp_packet.hpp"
+
+#include <algorithm>
+
+namespace mcdist::unicast {
+
+using sctp_wire::tsn_before;
+
+namespace {
+
+/// a <= b in serial arithmetic.
+bool tsn_at_most(std::uint32_t a, std::uint32_t b) noexcept { return !tsn_before(b, a); }
+
+}  // namespace
+
+void sctp_loss_probe::on_sent(std::span<const std::byte> packet, clock::time_point now) {
+  sctp_wire::packet_summary p;
+  // usrsctp's packets read whole; one that does not is not repaired from here.
+  if (!sctp_wire::summarize(packet, p) || !p.data) return;
+  // TSNs at or below the highest sent: a retransmission by SCTP, of whole packets or of
+  // chunks bundled with new data. The packets that held them count as sent again now.
+  if (m_any_sent && tsn_at_most(p.first_tsn, m_high)) {
+    const std::uint32_t old_last = tsn_before(p.last_tsn, m_high) ? p.last_tsn : m_high;
+    for (auto& e : m_packets) {
+      if (tsn_before(old_last, e.first_tsn)) break;
+      if (tsn_before(e.last_tsn, p.first_tsn)) continue;
+      e.last_sent = now;
+      ++e.sends;
+    }
+  }
+  if (m_any_sent && tsn_at_most(p.last_tsn, m_high)) return;
+  const std::uint32_t first =
+      m_any_sent && tsn_at_most(p.first_tsn, m_high) ? m_high + 1 : p.first_tsn;
+  m_any_sent = true;
+  m_high = p.last_tsn;
+  if (m_packets.size() >= max_packets) return;
+  sent_packet e;
+  e.first_tsn = first;
+  e.last_tsn = p.last_tsn;
+  e.last_sent = now;
+  if (!m_spare.empty()) {  // a buffer of an acknowledged copy: no allocation per packet
+    e.bytes = std::move(m_spare.back());
+    m_spare.pop_back();
+  }
+  e.bytes.assign(packet.begin(), packet.end());
+  m_packets.push_back(std::move(e));
+}
+
+void sctp_loss_probe::on_received(std::span<const std::byte> packet, clock::time_point now) {
+  sctp_wire::packet_summary p;
+  // A packet that does not read whole is dropped by usrsctp too (its CRC32c cannot match a
+  // packet the peer's SCTP built): nothing of it is believed.
+  if (!sctp_wire::summarize(packet, p) || !p.sack || !m_any_sent) return;
+  // An ack of a TSN never sent is not from our peer's SCTP (usrsctp drops it too): ignored.
+  if (tsn_before(m_high, p.cum_tsn)) return;
+  m_last_sack = now;
+  if (!m_any_acked || tsn_before(m_cum, p.cum_tsn)) {
+    m_cum = p.cum_tsn;
+    if (!m_any_acked || tsn_before(m_high_acked, m_cum)) m_high_acked = m_cum;
+    m_any_acked = true;
+  }
+  // Acknowledged cumulatively: dropped. The newest of them sent only once gives the sample.
+  bool sampled = false;
+  clock::time_point sample_sent{};
+  while (!m_packets.empty() && tsn_at_most(m_packets.front().last_tsn, m_cum)) {
+    if (m_packets.front().sends == 1) {
+      sampled = true;
+      sample_sent = m_packets.front().last_sent;
+    }
+    if (m_spare.size() < max_spare) m_spare.push_back(std::move(m_packets.front().bytes));
+    m_packets.pop_front();
+  }
+  if (sampled) sample_rtt(now - sample_sent);
+  if (p.gap_count == 0 && !m_any_sacked) return;
+  // Gap blocks: each SACK reports all of them (RFC 9260 section 3.3.4), so `sacked` is set
+  // afresh. A block beyond the highest TSN sent is ignored like a bad cumulative ack.
+  m_any_sacked = false;
+  for (auto& e : m_packets) e.sacked = false;
+  for (std::size_t i = 0; i < p.gap_count; ++i) {
+    const auto& g = p.gaps[i];
+    if (tsn_before(m_high, g.last)) continue;
+    if (tsn_before(m_high_acked, g.last)) m_high_acked = g.last;
+    for (auto& e : m_packets) {
+      if (tsn_before(g.last, e.first_tsn)) break;
+      if (tsn_at_most(g.first, e.first_tsn) && tsn_at_most(e.last_tsn, g.last)) {
+        e.sacked = true;
+        m_any_sacked = true;
+      }
+    }
+  }
+}
+
+void sctp_loss_probe::sample_rtt(duration r) noexcept {
+  if (r < duration::zero()) return;
+  // RFC 6298 section 2: SRTT = R at first, then 7/8 SRTT + 1/8 R.
+  m_srtt = m_srtt == duration::zero() ? r : m_srtt - m_srtt / 8 + r / 8;
+}
+
+sctp_loss_probe::duration sctp_loss_probe::wait_for(const sent_packet& p,
+                                                    duration base) const noexcept {
+  return base * (1u << p.repeats);
+}
+
+std::vector<std::span<const std::byte>> sctp_loss_probe::due(clock::time_point now) {
+  std::vector<std::span<const std::byte>> out;
+  if (m_srtt == duration::zero() || m_packets.empty()) return out;
+  const duration window = std::max(m_srtt / 4, min_window);
+  auto send_again = [&](sent_packet& e) {
+    e.last_sent = now;
+    ++e.sends;
+    ++e.repeats;
+    ++m_repairs;
+    out.emplace_back(e.bytes);
+  };
+  if (m_any_acked && !tsn_before(m_high_acked, m_high)) {
+    // Holes: everything sent is acknowledged or missing below an acknowledged TSN, so no SACK
+    // is on its way to make SCTP's third miss indication.
+    for (auto& e : m_packets) {
+      if (out.size() >= max_repairs_per_call) break;
+      if (e.sacked || e.repeats >= max_repeats) continue;
+      if (now - e.last_sent >= wait_for(e, m_srtt + window)) send_again(e);
+    }
+    return out;
+  }
+  // Tail: the newest packet is unacknowledged long after it left and the SACKs have stopped.
+  sent_packet& last = m_packets.back();
+  if (last.last_tsn != m_high || last.sacked || last.repeats >= max_repeats) return out;
+  if (now - last.last_sent >= wait_for(last, std::max(2 * m_srtt, min_window)) &&
+      now - m_last_sack >= m_srtt) {
+    send_again(last);
+    ++m_tail_probes;
+  }
+  return out;
+}
+
+}  // namespace mcdist::unicast

@@ -1,0 +1,59 @@
+/// @file
+/// libFuzzer target: the loss probe under usrsctp associations (common/unicast/
+/// sctp_loss_probe.hpp) and the SCTP packet reader it uses (sctp_packet.hpp), fed packets in
+/// both directions as a peer on the path could forge them.
+///
+/// Input: a script of events, each `op u8 | advance u8 (ms)` then, for ops 0 (a packet we
+/// sent) and 1 (a packet received), `length u16 (big-endian) | packet bytes`; op 2 asks what is
+/// due. The clock moves forward by `advance` ms before each event. Invariants checked (abort
+/// on violation): every packet due() hands back is one we sent (it parses and carries DATA);
+/// asked again at the same moment, nothing more is due (unless the first answer was cut at
+/// max_repairs_per_call); no more copies are held than
+/// max_packets; the repair count only grows, by what due() returned.
+
+#include "common/unicast/sctp_loss_probe.hpp"
+#include "common/unicast/sctp_packet.hpp"
+
+#include <cstdlib>
+
+using namespace mcdist::unicast;
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  sctp_loss_probe probe;
+  auto now = sctp_loss_probe::clock::time_point{} + std::chrono::hours(1);
+  std::uint64_t repairs = 0;
+  std::size_t at = 0;
+  while (at + 2 <= size) {
+    const std::uint8_t op = data[at] % 3;
+    now += std::chrono::milliseconds(data[at + 1]);
+    at += 2;
+    if (op == 2) {
+      const auto due = probe.due(now);
+      for (const auto p : due) {
+        mcdist::unicast::sctp_wire::packet_summary s;
+        if (!sctp_wire::summarize(p, s) || !s.data) std::abort();
+      }
+      repairs += due.size();
+      if (probe.repairs() != repairs) std::abort();
+      if (due.size() < sctp_loss_probe::max_repairs_per_call && !probe.due(now).empty())
+        std::abort();
+      continue;
+    }
+    if (at + 2 > size) break;
+    const std::size_t length = std::size_t{data[at]} << 8 | data[at + 1];
+    at += 2;
+    const std::size_t n = std::min(length, size - at);
+    const std::span packet(reinterpret_cast<const std::byte*>(data + at), n);
+    at += n;
+    mcdist::unicast::sctp_wire::packet_summary s;
+    sctp_wire::summarize(packet, s);
+    if (s.gap_count > s.gaps.size()) std::abort();
+    if (op == 0) {
+      probe.on_sent(packet, now);
+    } else {
+      probe.on_received(packet, now);
+    }
+    if (probe.held() > sctp_loss_probe::max_packets) std::abort();
+  }
+  return 0;
+}
