@@ -23,7 +23,8 @@ cells run with both builds, one after the other with the same seeds, and the tab
 side. --losses picks the Ladha & Amer loss rates.
 
 Needs root and a build with tests/linkem. usage: fallback_bench.py [--build DIR] [--quick]
-       [--baseline DIR] [--losses 0.01,0.03] [--only ladha|allman|three] [--repeat N]
+       [--baseline DIR] [--losses 0.01,0.03] [--transports sctp,tcp] [--only ladha|allman|three]
+       [--repeat N]
 """
 
 import argparse
@@ -147,15 +148,18 @@ def ladha(args, linkem, work, rng):
         losses = [0.03] if args.quick else [0.0, 0.01, 0.03, 0.06, 0.10]
     for loss in losses:
         row = {"loss": loss}
-        for transport in ("sctp", "tcp"):
+        for transport in args.transports.split(","):
             runs = {label: [] for label, _ in builds(args)}
             for rep in range(args.repeat):
                 for label, build in builds(args):
                     spec = "h1:rate=1Mbit,delay=35ms" + (",loss=%g" % loss if loss else "")
-                    emu = Emulator(linkem, work, [spec], seed=int(loss * 1000) + 7 + 100 * rep)
+                    seed = int(loss * 1000) + 7 + 100 * (rep + args.first_seed)
+                    emu = Emulator(linkem, work, [spec], seed=seed)
                     extra = ["--unicast", "--fallback", transport, "--rate", "800k", "--tcp-connections", "4"]
                     if args.tcp_congestion:
                         extra += ["--tcp-congestion", args.tcp_congestion]
+                    if args.sctp_associations is not None and transport == "sctp":
+                        extra += ["--sctp-associations", str(args.sctp_associations)]
                     try:
                         s, wall, logs, rc = session(build, emu, work, src, ["r1"], extra)
                     finally:
@@ -165,7 +169,7 @@ def ladha(args, linkem, work, rng):
                           s["receivers"][0]["path"].startswith("unicast-"))
                     runs[label].append({"session": wall, "transfer": t or float("nan"), "ok": ok})
                     log("  loss %4.0f %%  %-4s %-8s seed %3d  session %6.2f s  transfer %s  %s" % (
-                        loss * 100, transport, label, int(loss * 1000) + 7 + 100 * rep, wall,
+                        loss * 100, transport, label, seed, wall,
                         "%.2f s" % t if t else "-", "ok" if ok else "FAILED"))
             for label, rs in runs.items():
                 row[transport if label == "build" else transport + " baseline"] = summarize(rs)
@@ -184,6 +188,8 @@ def allman(args, linkem, work, rng):
     # a cap. SCTP: the paper's single association, and the automatic count (8 at 590 ms).
     for transport, conns, cap in (("tcp", 0, None), ("tcp", 4, None), ("tcp", 0, "1.536M"),
                                   ("tcp", 4, "1.536M"), ("sctp", 1, None), ("sctp", 0, None)):
+        if transport not in args.transports.split(","):
+            continue
         runs = {name: [] for name, _ in builds(args)}
         for rep in range(args.repeat):
             for name, build in builds(args):
@@ -275,6 +281,12 @@ def main():
     ap.add_argument("--baseline", default=None,
                     help="a second build run beside --build in every cell")
     ap.add_argument("--losses", default=None, help="Ladha & Amer loss rates, e.g. 0.01,0.03")
+    ap.add_argument("--sctp-associations", type=int, default=None,
+                    help="--sctp-associations of the Ladha & Amer SCTP sessions (default: the automatic count)")
+    ap.add_argument("--first-seed", type=int, default=0,
+                    help="Ladha & Amer: the emulator seed of run k is 7 + 1000 x loss + 100 x (k + this)")
+    ap.add_argument("--transports", default="sctp,tcp",
+                    help="transports of the Ladha & Amer and Allman cells: sctp,tcp (default) or one")
     ap.add_argument("--tcp-congestion", default=None,
                     help="congestion control of the TCP fallback connections (default: the system's, %s)"
                     % open("/proc/sys/net/ipv4/tcp_congestion_control").read().strip())
@@ -302,17 +314,19 @@ def main():
         paper = {0.03: ("19.8 s", "103.3 s")}
         for r in out["ladha"]:
             p = paper.get(r["loss"], ("-", "-"))
-            tr = lambda c: "%.2f s (%.2f-%.2f)%s" % (c["transfer"], c["transfer_min"], c["transfer_max"],
-                                                  "" if c["ok"] else " FAILED")
-            print("| %g %% | %.2f s | %s | %.2f s | %s | %s | %s |" % (
-                r["loss"] * 100, r["sctp"]["session"], tr(r["sctp"]), r["tcp"]["session"], tr(r["tcp"]),
+            tr = lambda c: "-" if c is None else "%.2f s (%.2f-%.2f)%s" % (
+                c["transfer"], c["transfer_min"], c["transfer_max"], "" if c["ok"] else " FAILED")
+            se = lambda c: "-" if c is None else "%.2f s" % c["session"]
+            print("| %g %% | %s | %s | %s | %s | %s | %s |" % (
+                r["loss"] * 100, se(r.get("sctp")), tr(r.get("sctp")), se(r.get("tcp")), tr(r.get("tcp")),
                 p[0], p[1]))
         print()
         if args.baseline:
             side_by_side(["loss", "SCTP session, baseline", "SCTP session, this build",
                           "TCP x4 session, baseline", "TCP x4 session, this build"],
                          [["%g %%" % (r["loss"] * 100)] +
-                          [session_text(r[k], 2) for k in ("sctp baseline", "sctp", "tcp baseline", "tcp")]
+                          [session_text(r[k], 2) if k in r else "-"
+                           for k in ("sctp baseline", "sctp", "tcp baseline", "tcp")]
                           for r in out["ladha"]])
     if "allman" in out:
         print("Median of %d runs, (min-max). Payload share = 5 MB x 8 / transfer / 1.536 Mbit/s."
