@@ -2,7 +2,8 @@
 //
 //   unicast_bench [--kind sctp|tcp] [--connections N] [--set 1g|10k|mixed] [--repeat K]
 //       (--connections: TCP connections, or SCTP associations)
-//                 [--record-size BYTES] [--no-verify] [--no-crc] [--auth plain|signed|encrypted]
+//                 [--record-size BYTES] [--no-verify] [--no-crc] [--no-loss-repair]
+//                 [--auth plain|signed|encrypted]
 //       runs the server in a child process and the client here, over loopback, and prints
 //       goodput (payload bytes / time from start() to the last byte).
 //   unicast_bench --role server --listen-udp ADDR:PORT --listen-tcp ADDR:PORT [--set ...]
@@ -130,6 +131,7 @@ struct args {
   std::uint32_t record_size = default_record_size;
   bool verify = true;
   bool crc = true;
+  bool loss_repair = true;  ///< usrsctp_tuning::loss_repair
   std::uint32_t max_burst = usrsctp_tuning{}.max_burst;
   std::uint32_t scheduler = sctp_socket_options{}.stream_scheduler;
   std::uint32_t cc = usrsctp_tuning{}.cc_module;
@@ -181,6 +183,8 @@ args parse(int argc, char** argv) {
       a.verify = false;
     else if (k == "--no-crc")
       a.crc = false;
+    else if (k == "--no-loss-repair")
+      a.loss_repair = false;
     else if (k == "--server-idle-ms")
       a.server_idle = std::chrono::milliseconds(std::stol(value()));
     else if (k == "--tcp-cc")
@@ -212,6 +216,7 @@ args parse(int argc, char** argv) {
 usrsctp_tuning tuning_of(const args& a) {
   usrsctp_tuning t;
   t.crc32c = a.crc;
+  t.loss_repair = a.loss_repair;
   t.max_burst = a.max_burst;
   t.cc_module = a.cc;
   t.rto_min_ms = a.rto_min;
