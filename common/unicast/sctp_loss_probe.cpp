@@ -61,35 +61,44 @@ void sctp_loss_probe::on_received(std::span<const std::byte> packet, clock::time
     if (!m_any_acked || tsn_before(m_high_acked, m_cum)) m_high_acked = m_cum;
     m_any_acked = true;
   }
-  // Acknowledged cumulatively: dropped. The newest of them sent only once gives the sample.
+  // The RTT sample: the newest packet this SACK acknowledges for the first time (cumulatively
+  // or in a gap block) that was sent only once (Karn's rule; RFC 9260 section 6.3.1 C5). A
+  // packet gap-acked before and now passed by the cumulative ack gives none: it arrived long
+  // ago.
   bool sampled = false;
   clock::time_point sample_sent{};
+  auto candidate = [&](const sent_packet& e) {
+    if (e.sends != 1 || e.ever_sacked) return;
+    if (!sampled || sample_sent < e.last_sent) sample_sent = e.last_sent;
+    sampled = true;
+  };
+  // Acknowledged cumulatively: dropped.
   while (!m_packets.empty() && tsn_at_most(m_packets.front().last_tsn, m_cum)) {
-    if (m_packets.front().sends == 1) {
-      sampled = true;
-      sample_sent = m_packets.front().last_sent;
-    }
+    candidate(m_packets.front());
     if (m_spare.size() < max_spare) m_spare.push_back(std::move(m_packets.front().bytes));
     m_packets.pop_front();
   }
-  if (sampled) sample_rtt(now - sample_sent);
-  if (p.gap_count == 0 && !m_any_sacked) return;
-  // Gap blocks: each SACK reports all of them (RFC 9260 section 3.3.4), so `sacked` is set
-  // afresh. A block beyond the highest TSN sent is ignored like a bad cumulative ack.
-  m_any_sacked = false;
-  for (auto& e : m_packets) e.sacked = false;
-  for (std::size_t i = 0; i < p.gap_count; ++i) {
-    const auto& g = p.gaps[i];
-    if (tsn_before(m_high, g.last)) continue;
-    if (tsn_before(m_high_acked, g.last)) m_high_acked = g.last;
-    for (auto& e : m_packets) {
-      if (tsn_before(g.last, e.first_tsn)) break;
-      if (tsn_at_most(g.first, e.first_tsn) && tsn_at_most(e.last_tsn, g.last)) {
-        e.sacked = true;
-        m_any_sacked = true;
+  if (p.gap_count != 0 || m_any_sacked) {
+    // Gap blocks: each SACK reports all of them (RFC 9260 section 3.3.4), so `sacked` is set
+    // afresh. A block beyond the highest TSN sent is ignored like a bad cumulative ack.
+    m_any_sacked = false;
+    for (auto& e : m_packets) e.sacked = false;
+    for (std::size_t i = 0; i < p.gap_count; ++i) {
+      const auto& g = p.gaps[i];
+      if (tsn_before(m_high, g.last)) continue;
+      if (tsn_before(m_high_acked, g.last)) m_high_acked = g.last;
+      for (auto& e : m_packets) {
+        if (tsn_before(g.last, e.first_tsn)) break;
+        if (tsn_at_most(g.first, e.first_tsn) && tsn_at_most(e.last_tsn, g.last)) {
+          candidate(e);
+          e.sacked = true;
+          e.ever_sacked = true;
+          m_any_sacked = true;
+        }
       }
     }
   }
+  if (sampled) sample_rtt(now - sample_sent);
 }
 
 void sctp_loss_probe::sample_rtt(duration r) noexcept {

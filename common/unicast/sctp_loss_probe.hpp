@@ -27,9 +27,9 @@
 ///   what is missing.
 ///
 /// A copy is sent again at most max_repeats times, each time after twice the previous wait
-/// (the probe backs off as the RTO does). The round-trip time is measured here from
-/// packets sent once and acknowledged cumulatively (Karn's rule, RFC 6298 section 3); nothing
-/// is repaired before the first sample.
+/// (the probe backs off as the RTO does). The round-trip time is measured here from the
+/// newest packet a SACK acknowledges for the first time, if it was sent once (Karn's rule,
+/// RFC 6298 section 3); nothing is repaired before the first sample.
 ///
 /// Congestion control: usrsctp does not learn of a loss repaired here, so its window is not
 /// reduced for it. The repairs are limited to losses that would otherwise cost a T3 timeout
@@ -91,9 +91,10 @@ class sctp_loss_probe {
     std::uint32_t first_tsn = 0;
     std::uint32_t last_tsn = 0;
     clock::time_point last_sent{};
-    unsigned sends = 1;    ///< transmissions, ours and SCTP's
-    unsigned repeats = 0;  ///< of them, ours
-    bool sacked = false;   ///< inside a gap block of the latest SACK
+    unsigned sends = 1;        ///< transmissions, ours and SCTP's
+    unsigned repeats = 0;      ///< of them, ours
+    bool sacked = false;       ///< inside a gap block of the latest SACK
+    bool ever_sacked = false;  ///< inside a gap block of some SACK (gives no RTT sample later)
     std::vector<std::byte> bytes;
   };
 

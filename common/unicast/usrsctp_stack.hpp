@@ -74,8 +74,10 @@ struct usrsctp_tuning {
   bool crc32c = true;
   /// Repair the losses SCTP would leave to its T3 timer (a loss among the last packets of a
   /// flight, a lost fast retransmission) by sending the packet again from our UDP path, after
-  /// RACK-TLP (sctp_loss_probe.hpp). Ladha & Amer's setting with three associations: the tail
-  /// stalls of 0.3-0.5 s went (docs/benchmarks.md "SCTP loss repair").
+  /// RACK-TLP (sctp_loss_probe.hpp). Ladha & Amer's setting with three associations: median
+  /// session 0.3-0.4 s shorter in paired runs; one association there needs no repair; about 4 %
+  /// of loopback throughput (docs/benchmarks.md "SCTP loss repair and association 0's
+  /// handshake").
   bool loss_repair = true;
 };
 

@@ -192,8 +192,21 @@ TEST_CASE("a hole below the last acknowledged packet is repaired once no SACK ca
   REQUIRE(p.due(t0 + 124ms).empty());  // SRTT + reordering window (SRTT / 4) after it left
   REQUIRE(first_tsns(p.due(t0 + 125ms)) == std::vector<std::uint32_t>{2});
   REQUIRE(p.tail_probes() == 0);
+  // The repair fills the hole; 3-5 arrived long ago and 2 was sent twice: no RTT sample.
   p.on_received(sack_packet(5), t0 + 230ms);
   REQUIRE(p.held() == 0);
+  REQUIRE(p.srtt() == 100ms);
+}
+
+TEST_CASE("a gap block gives an RTT sample when it first acknowledges a packet",
+          "[unit][unicast][sctp_loss_probe]") {
+  sctp_loss_probe p;
+  const auto t0 = clock_type::now();
+  send_each(p, 1, 3, t0);
+  p.on_received(sack_packet(0, {{2, 3}}), t0 + 80ms);  // 1 missing, 2-3 in: sample 80 ms
+  REQUIRE(p.srtt() == 80ms);
+  p.on_received(sack_packet(0, {{2, 3}}), t0 + 200ms);  // the same report again: no sample
+  REQUIRE(p.srtt() == 80ms);
 }
 
 TEST_CASE("a hole with packets still in flight above it is left to SCTP's fast retransmit",
@@ -211,8 +224,14 @@ TEST_CASE("a hole with packets still in flight above it is left to SCTP's fast r
   // (and the reordering window) after it.
   p.on_sent(data_packet(2, 1), t0 + 120ms);
   p.on_received(sack_packet(1, {{2, 7}}), t0 + 130ms);
-  REQUIRE(p.due(t0 + 244ms).empty());
-  REQUIRE(first_tsns(p.due(t0 + 245ms)) == std::vector<std::uint32_t>{2});
+  // Each SACK acknowledged packets sent at t0 for the first time: samples of 100, 110 and
+  // 130 ms (RFC 6298 smoothing).
+  const auto srtt = p.srtt();
+  REQUIRE(srtt > 100ms);
+  REQUIRE(srtt < 110ms);
+  const auto at = t0 + 120ms + srtt + srtt / 4;
+  REQUIRE(p.due(at - 1ms).empty());
+  REQUIRE(first_tsns(p.due(at)) == std::vector<std::uint32_t>{2});
 }
 
 TEST_CASE("the loss probe ignores acks of TSNs never sent and bounds its copies",
