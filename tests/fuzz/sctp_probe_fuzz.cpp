@@ -8,8 +8,8 @@
 /// due. The clock moves forward by `advance` ms before each event. Invariants checked (abort
 /// on violation): every packet due() hands back is one we sent (it parses and carries DATA);
 /// asked again at the same moment, nothing more is due (unless the first answer was cut at
-/// max_repairs_per_call); no more copies are held than
-/// max_packets; the repair count only grows, by what due() returned.
+/// max_repairs_per_call); no more copies are held than max_packets; the repair count only
+/// grows, by what due() returned.
 
 #include "common/unicast/sctp_loss_probe.hpp"
 #include "common/unicast/sctp_packet.hpp"
@@ -30,7 +30,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (op == 2) {
       const auto due = probe.due(now);
       for (const auto p : due) {
-        mcdist::unicast::sctp_wire::packet_summary s;
+        sctp_wire::packet_summary s;
         if (!sctp_wire::summarize(p, s) || !s.data) std::abort();
       }
       repairs += due.size();
@@ -45,7 +45,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const std::size_t n = std::min(length, size - at);
     const std::span packet(reinterpret_cast<const std::byte*>(data + at), n);
     at += n;
-    mcdist::unicast::sctp_wire::packet_summary s;
+    sctp_wire::packet_summary s;
     sctp_wire::summarize(packet, s);
     if (s.gap_count > s.gaps.size()) std::abort();
     if (op == 0) {
