@@ -18,7 +18,13 @@ bool tsn_at_most(std::uint32_t a, std::uint32_t b) noexcept { return !tsn_before
 void sctp_loss_probe::on_sent(std::span<const std::byte> packet, clock::time_point now) {
   sctp_wire::packet_summary p;
   // usrsctp's packets read whole; one that does not is not repaired from here.
-  if (!sctp_wire::summarize(packet, p) || !p.data) return;
+  if (!sctp_wire::summarize(packet, p)) return;
+  if (p.init) {
+    // Our INIT or INIT ACK: the tag the peer's packets must carry (RFC 9260 section 8.5).
+    m_local_tag = p.initiate_tag;
+    m_have_tag = true;
+  }
+  if (!p.data) return;
   // TSNs at or below the highest sent: a retransmission by SCTP, of whole packets or of
   // chunks bundled with new data. The packets that held them count as sent again now.
   if (m_any_sent && tsn_at_most(p.first_tsn, m_high)) {
@@ -51,8 +57,11 @@ void sctp_loss_probe::on_sent(std::span<const std::byte> packet, clock::time_poi
 void sctp_loss_probe::on_received(std::span<const std::byte> packet, clock::time_point now) {
   sctp_wire::packet_summary p;
   // A packet that does not read whole is dropped by usrsctp too (its CRC32c cannot match a
-  // packet the peer's SCTP built): nothing of it is believed.
+  // packet the peer's SCTP built), and so is one without our tag (RFC 9260 section 8.5: an
+  // off-path sender cannot guess the 32 bits): nothing of either is believed. This runs before
+  // usrsctp checks the packet, so a forged SACK must not steer the repairs.
   if (!sctp_wire::summarize(packet, p) || !p.sack || !m_any_sent) return;
+  if (!m_have_tag || p.verification_tag != m_local_tag) return;
   // An ack of a TSN never sent is not from our peer's SCTP (usrsctp drops it too): ignored.
   if (tsn_before(m_high, p.cum_tsn)) return;
   m_last_sack = now;
@@ -83,18 +92,21 @@ void sctp_loss_probe::on_received(std::span<const std::byte> packet, clock::time
     // afresh. A block beyond the highest TSN sent is ignored like a bad cumulative ack.
     m_any_sacked = false;
     for (auto& e : m_packets) e.sacked = false;
-    for (std::size_t i = 0; i < p.gap_count; ++i) {
-      const auto& g = p.gaps[i];
-      if (tsn_before(m_high, g.last)) continue;
-      if (tsn_before(m_high_acked, g.last)) m_high_acked = g.last;
-      for (auto& e : m_packets) {
-        if (tsn_before(g.last, e.first_tsn)) break;
-        if (tsn_at_most(g.first, e.first_tsn) && tsn_at_most(e.last_tsn, g.last)) {
-          candidate(e);
-          e.sacked = true;
-          e.ever_sacked = true;
-          m_any_sacked = true;
-        }
+    // The blocks ascend and are disjoint (sctp_wire::summarize), the copies ascend: one merge
+    // pass, whatever a forged SACK holds. Blocks beyond the highest TSN sent end the list.
+    std::size_t gaps = 0;
+    while (gaps < p.gap_count && !tsn_before(m_high, p.gaps[gaps].last)) ++gaps;
+    if (gaps != 0 && tsn_before(m_high_acked, p.gaps[gaps - 1].last))
+      m_high_acked = p.gaps[gaps - 1].last;
+    std::size_t g = 0;
+    for (auto& e : m_packets) {
+      while (g < gaps && tsn_before(p.gaps[g].last, e.first_tsn)) ++g;
+      if (g == gaps) break;
+      if (tsn_at_most(p.gaps[g].first, e.first_tsn) && tsn_at_most(e.last_tsn, p.gaps[g].last)) {
+        candidate(e);
+        e.sacked = true;
+        e.ever_sacked = true;
+        m_any_sacked = true;
       }
     }
   }

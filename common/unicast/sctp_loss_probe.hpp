@@ -62,15 +62,18 @@ class sctp_loss_probe {
   /// the floor covers the 10 ms timer granularity of usrsctp_stack).
   static constexpr duration min_window = std::chrono::milliseconds(10);
 
-  /// A DATA-carrying SCTP packet `packet` left for the peer at `now` (other packets, and
-  /// packets sctp_wire::summarize cannot read whole, are ignored). Records a copy when it carries
+  /// An SCTP packet `packet` left for the peer at `now`. An INIT or INIT ACK gives the tag the
+  /// peer's packets must carry; a DATA-carrying packet is recorded (other packets, and packets
+  /// sctp_wire::summarize cannot read whole, are ignored). Records a copy when it carries
   /// new TSNs; a retransmission (its TSNs all sent before) marks the packets holding them as sent
   /// again at `now`.
   void on_sent(std::span<const std::byte> packet, clock::time_point now);
 
   /// An SCTP packet `packet` came from the peer at `now`; its SACK or NR-SACK, if any,
   /// acknowledges packets (cumulatively or in gap blocks) and may give an RTT sample. A packet
-  /// that does not read whole, or acknowledges a TSN never sent, is ignored.
+  /// that does not read whole, does not carry the verification tag our INIT or INIT ACK named
+  /// (none seen yet: every packet), or acknowledges a TSN never sent, is ignored. Cost: one
+  /// pass over the copies held.
   void on_received(std::span<const std::byte> packet, clock::time_point now);
 
   /// The copies to send again at `now` (see the file comment), in TSN order; each is marked
@@ -106,6 +109,8 @@ class sctp_loss_probe {
 
   std::deque<sent_packet> m_packets;            ///< unacknowledged, in TSN (= send) order
   std::vector<std::vector<std::byte>> m_spare;  ///< buffers of acknowledged copies
+  bool m_have_tag = false;
+  std::uint32_t m_local_tag = 0;  ///< Initiate Tag of our last INIT or INIT ACK
   bool m_any_sent = false;
   std::uint32_t m_high = 0;  ///< highest TSN sent
   bool m_any_acked = false;

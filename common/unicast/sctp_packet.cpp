@@ -9,6 +9,8 @@ namespace {
 constexpr std::size_t common_header_bytes = 12;  // RFC 9260 section 3.1
 constexpr std::size_t chunk_header_bytes = 4;    // type, flags, length
 constexpr std::uint8_t chunk_data = 0;           // RFC 9260 section 3.3.1
+constexpr std::uint8_t chunk_init = 1;           // RFC 9260 section 3.3.2
+constexpr std::uint8_t chunk_init_ack = 2;       // RFC 9260 section 3.3.3
 constexpr std::uint8_t chunk_sack = 3;           // RFC 9260 section 3.3.4
 constexpr std::uint8_t chunk_nr_sack = 16;       // usrsctp's SCTP_NR_SELECTIVE_ACK
 constexpr std::uint8_t chunk_idata = 64;         // RFC 8260 section 2.1
@@ -33,12 +35,14 @@ void read_sack(std::span<const std::byte> c, bool nr, packet_summary& out) noexc
   out.cum_tsn = load_be32(c.data());
   const std::size_t blocks = load_be16(c.data() + 8);
   out.gap_count = 0;
+  std::uint32_t previous_end = 0;  // offsets from the cum TSN; the first block starts at >= 1
   for (std::size_t i = 0; i < blocks && out.gap_count < packet_summary::max_gaps; ++i) {
     const std::size_t at = fixed + 4 * i;
     if (at + 4 > c.size()) break;
     const std::uint16_t start = load_be16(c.data() + at);
     const std::uint16_t end = load_be16(c.data() + at + 2);
-    if (start == 0 || end < start) continue;  // RFC 9260: offsets from the cum TSN, start >= 1
+    if (start <= previous_end || end < start) break;  // not ascending and disjoint
+    previous_end = end;
     out.gaps[out.gap_count++] = {out.cum_tsn + start, out.cum_tsn + end};
   }
 }
@@ -48,6 +52,7 @@ void read_sack(std::span<const std::byte> c, bool nr, packet_summary& out) noexc
 bool summarize(std::span<const std::byte> packet, packet_summary& out) noexcept {
   out = packet_summary{};
   if (packet.size() < common_header_bytes) return false;
+  out.verification_tag = load_be32(packet.data() + 4);
   std::size_t at = common_header_bytes;
   while (at + chunk_header_bytes <= packet.size()) {
     const auto type = static_cast<std::uint8_t>(packet[at]);
@@ -56,6 +61,9 @@ bool summarize(std::span<const std::byte> packet, packet_summary& out) noexcept 
     const auto body = packet.subspan(at + chunk_header_bytes, length - chunk_header_bytes);
     if ((type == chunk_data || type == chunk_idata) && body.size() >= 4) {
       add_tsn(out, load_be32(body.data()));
+    } else if ((type == chunk_init || type == chunk_init_ack) && body.size() >= 4) {
+      out.init = true;
+      out.initiate_tag = load_be32(body.data());
     } else if ((type == chunk_sack || type == chunk_nr_sack) && !out.sack) {
       read_sack(body, type == chunk_nr_sack, out);
     }

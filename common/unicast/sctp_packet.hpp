@@ -30,6 +30,13 @@ struct gap_block {
 
 /// What one SCTP packet says about data and its acknowledgement.
 struct packet_summary {
+  /// The common header's verification tag (RFC 9260 section 3.1).
+  std::uint32_t verification_tag = 0;
+  /// The packet carries an INIT or INIT ACK chunk (RFC 9260 sections 3.3.2-3.3.3) ...
+  bool init = false;
+  /// ... whose Initiate Tag, the verification tag the other side must put on every packet it
+  /// sends to this one (section 8.5), is this.
+  std::uint32_t initiate_tag = 0;
   /// The packet carries at least one DATA or I-DATA chunk.
   bool data = false;
   /// Lowest and highest TSN of those chunks (serial arithmetic), valid when `data`.
@@ -39,8 +46,10 @@ struct packet_summary {
   bool sack = false;
   /// Its cumulative TSN ack, valid when `sack`.
   std::uint32_t cum_tsn = 0;
-  /// Its gap ack blocks, in the order sent, at most max_gaps of them (more are not read:
-  /// usrsctp reports at most a few dozen, and the blocks read are the lowest TSNs).
+  /// Its gap ack blocks, at most max_gaps of them (more are not read: usrsctp reports at most
+  /// a few dozen, and the blocks read are the lowest TSNs). Reading stops at a block that does
+  /// not begin above the previous one's end (RFC 9260 sends them ascending and disjoint), so
+  /// the blocks read are ascending and disjoint.
   static constexpr std::size_t max_gaps = 32;
   std::array<gap_block, max_gaps> gaps{};
   std::size_t gap_count = 0;

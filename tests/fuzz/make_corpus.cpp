@@ -823,8 +823,8 @@ group = "[ff15::1]:4711"
   write_text("config", "bad.toml", "id = 7\n[[channel]]\ngroup = \"10.0.0.1:1\"\nunknown = 1\n");
 }
 
-/// sctp_probe_fuzz scripts (tests/fuzz/sctp_probe_fuzz.cpp): DATA packets sent, SACKs received
-/// (a cumulative ack, gap blocks), and asks for what is due, as a tail loss and a hole.
+/// sctp_probe_fuzz scripts (tests/fuzz/sctp_probe_fuzz.cpp): our INIT ACK, DATA packets sent, SACKs
+/// received (a cumulative ack, gap blocks), and asks for what is due, as a tail loss and a hole.
 void sctp_probe_seeds() {
   auto be16 = [](bytes& b, std::uint32_t v) {
     b.push_back(std::byte(v >> 8));
@@ -868,7 +868,19 @@ void sctp_probe_seeds() {
     }
     return b;
   };
+  // Our INIT ACK first: it names the verification tag (0, as in these packets' headers) the
+  // probe then requires of the SACKs.
+  bytes init_ack(12, std::byte{0});
+  init_ack.push_back(std::byte{2});
+  init_ack.push_back(std::byte{0});
+  be16(init_ack, 20);
+  be32(init_ack, 0);
+  be32(init_ack, 1 << 20);
+  be32(init_ack, 0x000a000a);
+  be32(init_ack, 1000);
   bytes tail, hole;
+  event(tail, 0, 0, init_ack);
+  event(hole, 0, 0, init_ack);
   for (std::uint32_t t = 1000; t < 1006; ++t) {
     event(tail, 0, 0, data_packet(t));
     event(hole, 0, 0, data_packet(t));

@@ -78,9 +78,27 @@ std::vector<std::uint32_t> first_tsns(const std::vector<std::span<const std::byt
   return out;
 }
 
-/// Sends TSNs first .. last, one packet each, at `t`.
+/// The verification tag of every packet built here (common_header()).
+constexpr std::uint32_t our_tag = 0x5a5a5a5a;
+
+/// Our INIT ACK (type 2), naming `tag` as the tag the peer's packets must carry.
+bytes init_ack_packet(std::uint32_t tag) {
+  bytes b = common_header();
+  b.push_back(std::byte{2});
+  b.push_back(std::byte{0});
+  put16(b, 20);
+  put32(b, tag);
+  put32(b, 1 << 20);     // a_rwnd
+  put32(b, 0x000a000a);  // streams out, in
+  put32(b, 1);           // initial TSN
+  return b;
+}
+
+/// Our INIT ACK naming our_tag (as usrsctp's handshake would), then TSNs first .. last, one
+/// packet each, at `t`.
 void send_each(sctp_loss_probe& p, std::uint32_t first, std::uint32_t last,
                clock_type::time_point t) {
+  p.on_sent(init_ack_packet(our_tag), t);
   for (std::uint32_t tsn = first; tsn != last + 1; ++tsn) p.on_sent(data_packet(tsn, 1), t);
 }
 
@@ -100,6 +118,8 @@ TEST_CASE("the SCTP packet reader finds TSNs and acks and stops at a bad chunk",
   REQUIRE(s.last_tsn == 78);
 
   REQUIRE(sctp_wire::summarize(sack_packet(100, {{2, 3}, {6, 6}}), s));
+  REQUIRE(s.verification_tag == our_tag);
+  REQUIRE_FALSE(s.init);
   REQUIRE(s.sack);
   REQUIRE_FALSE(s.data);
   REQUIRE(s.cum_tsn == 100);
@@ -112,6 +132,15 @@ TEST_CASE("the SCTP packet reader finds TSNs and acks and stops at a bad chunk",
   REQUIRE(s.cum_tsn == 7);
   REQUIRE(s.gap_count == 1);
   REQUIRE(s.gaps[0].first == 8);
+
+  REQUIRE(sctp_wire::summarize(init_ack_packet(0x01020304), s));
+  REQUIRE(s.init);
+  REQUIRE(s.initiate_tag == 0x01020304);
+  // Gap blocks that do not ascend disjoint (overlapping, repeated, out of order) end the list.
+  REQUIRE(sctp_wire::summarize(sack_packet(10, {{2, 3}, {3, 5}, {7, 7}}), s));
+  REQUIRE(s.gap_count == 1);
+  REQUIRE(sctp_wire::summarize(sack_packet(10, {{5, 6}, {2, 3}}), s));
+  REQUIRE(s.gap_count == 1);
 
   // A SACK bundled after DATA (as usrsctp does): both read.
   bytes both = data_packet(5, 1);
@@ -232,6 +261,23 @@ TEST_CASE("a hole with packets still in flight above it is left to SCTP's fast r
   const auto at = t0 + 120ms + srtt + srtt / 4;
   REQUIRE(p.due(at - 1ms).empty());
   REQUIRE(first_tsns(p.due(at)) == std::vector<std::uint32_t>{2});
+}
+
+TEST_CASE("the loss probe believes only SACKs with the tag its INIT ACK named",
+          "[unit][unicast][sctp_loss_probe]") {
+  sctp_loss_probe p;
+  const auto t0 = clock_type::now();
+  for (std::uint32_t tsn = 1; tsn <= 3; ++tsn) p.on_sent(data_packet(tsn, 1), t0);
+  p.on_received(sack_packet(3), t0 + 50ms);  // no INIT or INIT ACK seen: no tag known
+  REQUIRE(p.held() == 3);
+  p.on_sent(init_ack_packet(0x11111111), t0);  // the peer's packets must carry 0x11111111
+  p.on_received(sack_packet(3), t0 + 60ms);    // ours carry 0x5a5a5a5a: forged
+  REQUIRE(p.held() == 3);
+  REQUIRE(p.srtt() == clock_type::duration::zero());
+  p.on_sent(init_ack_packet(our_tag), t0);  // a restart names the tag they carry
+  p.on_received(sack_packet(3), t0 + 70ms);
+  REQUIRE(p.held() == 0);
+  REQUIRE(p.srtt() == 70ms);
 }
 
 TEST_CASE("the loss probe ignores acks of TSNs never sent and bounds its copies",
