@@ -51,6 +51,7 @@ void sctp_loss_probe::on_sent(std::span<const std::byte> packet, clock::time_poi
     m_spare.pop_back();
   }
   e.bytes.assign(packet.begin(), packet.end());
+  m_in_flight += e.bytes.size();
   m_packets.push_back(std::move(e));
 }
 
@@ -84,6 +85,9 @@ void sctp_loss_probe::on_received(std::span<const std::byte> packet, clock::time
   // Acknowledged cumulatively: dropped.
   while (!m_packets.empty() && tsn_at_most(m_packets.front().last_tsn, m_cum)) {
     candidate(m_packets.front());
+    const sent_packet& e = m_packets.front();
+    if (!e.sacked) m_in_flight -= e.bytes.size();
+    if (!e.ever_sacked) m_delivered += e.bytes.size();
     if (m_spare.size() < max_spare) m_spare.push_back(std::move(m_packets.front().bytes));
     m_packets.pop_front();
   }
@@ -91,7 +95,10 @@ void sctp_loss_probe::on_received(std::span<const std::byte> packet, clock::time
     // Gap blocks: each SACK reports all of them (RFC 9260 section 3.3.4), so `sacked` is set
     // afresh. A block beyond the highest TSN sent is ignored like a bad cumulative ack.
     m_any_sacked = false;
-    for (auto& e : m_packets) e.sacked = false;
+    for (auto& e : m_packets) {
+      if (e.sacked) m_in_flight += e.bytes.size();
+      e.sacked = false;
+    }
     // The blocks ascend and are disjoint (sctp_wire::summarize), the copies ascend: one merge
     // pass, whatever a forged SACK holds. Blocks beyond the highest TSN sent end the list.
     std::size_t gaps = 0;
@@ -104,6 +111,8 @@ void sctp_loss_probe::on_received(std::span<const std::byte> packet, clock::time
       if (g == gaps) break;
       if (tsn_at_most(p.gaps[g].first, e.first_tsn) && tsn_at_most(e.last_tsn, p.gaps[g].last)) {
         candidate(e);
+        if (!e.ever_sacked) m_delivered += e.bytes.size();
+        m_in_flight -= e.bytes.size();
         e.sacked = true;
         e.ever_sacked = true;
         m_any_sacked = true;
@@ -115,6 +124,8 @@ void sctp_loss_probe::on_received(std::span<const std::byte> packet, clock::time
 
 void sctp_loss_probe::sample_rtt(duration r) noexcept {
   if (r < duration::zero()) return;
+  m_latest_rtt = r;
+  ++m_rtt_samples;
   // RFC 6298 section 2: SRTT = R at first, then 7/8 SRTT + 1/8 R.
   m_srtt = m_srtt == duration::zero() ? r : m_srtt - m_srtt / 8 + r / 8;
 }

@@ -88,6 +88,15 @@ class sctp_loss_probe {
   std::uint64_t tail_probes() const noexcept { return m_tail_probes; }
   /// Copies held.
   std::size_t held() const noexcept { return m_packets.size(); }
+  /// Bytes of the copies held that the latest SACK neither acknowledged nor reported in a gap
+  /// block: what is in flight, as far as the copies tell (sctp_flight_cap's measure).
+  std::size_t in_flight_bytes() const noexcept { return m_in_flight; }
+  /// Bytes of copies acknowledged for the first time (cumulatively or in a gap block), in all:
+  /// the delivered count of a delivery-rate estimate (sctp_flight_cap).
+  std::uint64_t delivered_bytes() const noexcept { return m_delivered; }
+  /// RTT samples taken, in all, and the latest of them (zero before the first).
+  std::uint64_t rtt_samples() const noexcept { return m_rtt_samples; }
+  sctp_loss_probe::duration latest_rtt() const noexcept { return m_latest_rtt; }
 
  private:
   struct sent_packet {
@@ -119,6 +128,10 @@ class sctp_loss_probe {
   std::uint32_t m_high_acked = 0;  ///< highest TSN acknowledged, cumulatively or in a gap block
   clock::time_point m_last_sack{};
   duration m_srtt{};
+  duration m_latest_rtt{};
+  std::uint64_t m_rtt_samples = 0;
+  std::size_t m_in_flight = 0;
+  std::uint64_t m_delivered = 0;
   std::uint64_t m_repairs = 0;
   std::uint64_t m_tail_probes = 0;
 };

@@ -295,7 +295,9 @@ class usrsctp_assoc final : public sctp_assoc, private upcall_target {
            std::to_string(ss.sctps_sendfastretrans) + ", retransmitted chunks " +
            std::to_string(ss.sctps_sendretransdata) + ", duplicate chunks received " +
            std::to_string(ss.sctps_recvdupdata) + ", loss repairs " +
-           std::to_string(m_stack->counters().loss_repairs);
+           std::to_string(m_stack->counters().loss_repairs) + ", packets held for the flight cap " +
+           std::to_string(m_stack->counters().cap_held) + " (dropped " +
+           std::to_string(m_stack->counters().cap_dropped) + ")";
   }
 
   std::uint64_t backlog() override {

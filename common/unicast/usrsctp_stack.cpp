@@ -6,9 +6,12 @@
 #include <spdlog/spdlog.h>
 #include <usrsctp.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdarg>
 #include <span>
+
+#include <netinet/in.h>
 
 namespace mcdist::unicast {
 
@@ -99,17 +102,67 @@ usrsctp_stack::~usrsctp_stack() {
 void* usrsctp_stack::add_address(const conn_route& route) {
   void* addr = reinterpret_cast<void*>(g_next_address);
   g_next_address += 16;
-  m_routes.emplace(addr, peer_state{route, {}});
+  auto [it, inserted] = m_routes.emplace(addr, peer_state{route, {}, {}, false, 0});
+  join_site(addr, it->second);
   usrsctp_register_address(addr);
   return addr;
 }
 
 void usrsctp_stack::update_route(void* addr, const conn_route& route) {
-  if (auto it = m_routes.find(addr); it != m_routes.end()) it->second.route = route;
+  if (auto it = m_routes.find(addr); it != m_routes.end()) {
+    leave_site(addr, it->second);
+    it->second.route = route;
+    join_site(addr, it->second);
+  }
 }
 
 void usrsctp_stack::remove_address(void* addr) {
-  if (m_routes.erase(addr) != 0) usrsctp_deregister_address(addr);
+  if (auto it = m_routes.find(addr); it != m_routes.end()) {
+    leave_site(addr, it->second);
+    m_routes.erase(it);
+    usrsctp_deregister_address(addr);
+  }
+}
+
+std::string usrsctp_stack::site_key(const conn_route& route) {
+  std::string key = std::to_string(route.fd);
+  if (route.to_len == 0) return key;  // a connected socket: its own path
+  key += '/';
+  if (route.to.ss_family == AF_INET) {
+    const auto& a = reinterpret_cast<const sockaddr_in&>(route.to).sin_addr;
+    key.append(reinterpret_cast<const char*>(&a), sizeof a);
+  } else if (route.to.ss_family == AF_INET6) {
+    const auto& a = reinterpret_cast<const sockaddr_in6&>(route.to).sin6_addr;
+    key.append(reinterpret_cast<const char*>(&a), sizeof a);
+  }
+  return key;
+}
+
+void usrsctp_stack::join_site(void* addr, peer_state& peer) {
+  if (!m_tuning.flight_cap) return;
+  peer.site = site_key(peer.route);
+  m_sites[peer.site].members.push_back(addr);
+}
+
+void usrsctp_stack::leave_site(void* addr, peer_state& peer) {
+  const auto it = m_sites.find(peer.site);
+  if (it == m_sites.end()) return;
+  site_state& site = it->second;
+  std::erase(site.members, addr);
+  std::erase_if(site.held, [&](const held_packet& h) {
+    if (h.addr != addr) return false;
+    site.held_bytes -= h.bytes.size();
+    return true;
+  });
+  if (site.members.empty()) m_sites.erase(it);
+}
+
+std::size_t usrsctp_stack::in_flight(const site_state& site) const {
+  std::size_t n = 0;
+  for (void* a : site.members)
+    if (const auto it = m_routes.find(a); it != m_routes.end())
+      n += it->second.probe.in_flight_bytes();
+  return n;
 }
 
 namespace {
@@ -139,11 +192,28 @@ void usrsctp_stack::input(void* addr, const void* data, std::size_t length) {
   // Before usrsctp reads it: what usrsctp sends in reply (a fast retransmission) is then seen
   // against this SACK. The entry may be gone after usrsctp_conninput (an upcall may close the
   // association), so nothing of it is kept across the call.
-  if (m_tuning.loss_repair) {
-    if (auto it = m_routes.find(addr); it != m_routes.end())
-      it->second.probe.on_received(packet, std::chrono::steady_clock::now());
+  const auto now = std::chrono::steady_clock::now();
+  std::string site;
+  if (m_tuning.loss_repair || m_tuning.flight_cap) {
+    if (auto it = m_routes.find(addr); it != m_routes.end()) {
+      sctp_loss_probe& probe = it->second.probe;
+      const std::uint64_t delivered = probe.delivered_bytes();
+      const std::uint64_t samples = probe.rtt_samples();
+      probe.on_received(packet, now);
+      if (const auto s = m_sites.find(it->second.site); s != m_sites.end()) {
+        site = it->second.site;
+        site_state& st = s->second;
+        if (probe.rtt_samples() != samples) st.cap.on_rtt(probe.latest_rtt(), now);
+        st.cap.on_delivered(probe.delivered_bytes() - delivered, st.bound || !st.held.empty(), now);
+        st.bound = false;
+      }
+    }
   }
   usrsctp_conninput(addr, data, length, 0);
+  // What the SACK acknowledged leaves room under the cap (the entry may be gone by now).
+  if (!site.empty()) {
+    if (const auto s = m_sites.find(site); s != m_sites.end()) release(s->second, now);
+  }
 }
 
 bool usrsctp_stack::send_packet(const conn_route& r, const void* data, std::size_t length) {
@@ -174,12 +244,75 @@ int usrsctp_stack::conn_output(void* addr, void* buffer, std::size_t length, std
     return 0;
   }
   const std::span packet(static_cast<const std::byte*>(buffer), length);
+  const auto now = std::chrono::steady_clock::now();
+  peer_state& peer = it->second;
+  if (s->m_tuning.flight_cap) {
+    sctp_wire::packet_summary p;
+    if (sctp_wire::summarize(packet, p) && p.data) {
+      // New TSNs wait for the cap; SCTP's retransmissions (all TSNs sent before) go at once.
+      const bool new_data = !peer.any_data || sctp_wire::tsn_before(peer.high_tsn, p.last_tsn);
+      if (new_data) peer.high_tsn = p.last_tsn;
+      peer.any_data = true;
+      s->send_data(addr, peer, packet, new_data, now);
+      return 0;
+    }
+  }
   trace_packet("out", addr, packet);
   // Recorded whether or not the socket took it: a packet dropped here is lost like one
   // dropped on the path, and repaired the same way.
-  if (s->m_tuning.loss_repair) it->second.probe.on_sent(packet, std::chrono::steady_clock::now());
-  s->send_packet(it->second.route, buffer, length);
+  if (s->m_tuning.loss_repair || s->m_tuning.flight_cap) peer.probe.on_sent(packet, now);
+  s->send_packet(peer.route, buffer, length);
   return 0;
+}
+
+void usrsctp_stack::send_data(void* addr, peer_state& peer, std::span<const std::byte> packet,
+                              bool new_data, std::chrono::steady_clock::time_point now) {
+  const auto it = m_sites.find(peer.site);
+  if (new_data && it != m_sites.end()) {
+    site_state& site = it->second;
+    const std::size_t cap = site.cap.cap();
+    if (!site.held.empty() || in_flight(site) >= cap) {
+      // Held, up to max_held_bytes: SCTP's windows grow while nothing is lost, and the
+      // packets they send beyond the cap wait here rather than in the path's queue. Past
+      // the bound the oldest held packet is dropped, which SCTP takes as a loss and halves
+      // its window for; dropped from the head (as CoDel does), SCTP learns of it from the
+      // next packets' SACKs, not after the whole held queue has left.
+      while (!site.held.empty() && site.held_bytes + packet.size() > max_held_bytes) {
+        site.held_bytes -= site.held.front().bytes.size();
+        site.held.pop_front();
+        ++m_counters.cap_dropped;
+      }
+      if (spdlog::should_log(spdlog::level::trace))
+        spdlog::trace(
+            "usrsctp flight cap: {} bytes in flight, cap {}, {} bytes held, bandwidth {:.0f} B/s, "
+            "RTprop {} us",
+            in_flight(site), cap, site.held_bytes, site.cap.bottleneck_bandwidth(),
+            std::chrono::duration_cast<std::chrono::microseconds>(site.cap.rtprop()).count());
+      site.held.push_back(held_packet{addr, {packet.begin(), packet.end()}});
+      site.held_bytes += packet.size();
+      site.bound = true;
+      ++m_counters.cap_held;
+      return;
+    }
+  }
+  trace_packet("out", addr, packet);
+  peer.probe.on_sent(packet, now);
+  send_packet(peer.route, packet.data(), packet.size());
+}
+
+void usrsctp_stack::release(site_state& site, std::chrono::steady_clock::time_point now) {
+  while (!site.held.empty()) {
+    held_packet& h = site.held.front();
+    const auto it = m_routes.find(h.addr);
+    if (it != m_routes.end()) {
+      if (in_flight(site) >= site.cap.cap()) return;
+      trace_packet("out", h.addr, h.bytes);
+      it->second.probe.on_sent(h.bytes, now);
+      send_packet(it->second.route, h.bytes.data(), h.bytes.size());
+    }
+    site.held_bytes -= h.bytes.size();
+    site.held.pop_front();
+  }
 }
 
 void usrsctp_stack::repair_losses(std::chrono::steady_clock::time_point now) {
@@ -203,6 +336,7 @@ void usrsctp_stack::do_tick() {
       usrsctp_handle_timers(static_cast<std::uint32_t>(ms.count()));
     }
     if (m_tuning.loss_repair) repair_losses(now);
+    for (auto& [key, site] : m_sites) release(site, now);
     do_tick();
   });
 }

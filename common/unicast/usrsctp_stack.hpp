@@ -9,6 +9,7 @@
 /// usrsctp is a singleton: the first acquire() initializes it, the last release finishes it.
 /// It may be driven by one io_context at a time (the program's one network thread).
 
+#include "common/unicast/sctp_flight_cap.hpp"
 #include "common/unicast/sctp_loss_probe.hpp"
 
 #include <boost/asio/io_context.hpp>
@@ -17,9 +18,13 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <memory>
+#include <span>
+#include <string>
 #include <system_error>
 #include <unordered_map>
+#include <vector>
 
 #include <sys/socket.h>
 
@@ -79,6 +84,13 @@ struct usrsctp_tuning {
   /// of loopback throughput (docs/benchmarks.md "SCTP loss repair and association 0's
   /// handshake").
   bool loss_repair = true;
+  /// Hold a site's new DATA packets in the sender while its associations have more in flight
+  /// than twice the bandwidth-delay product their acknowledgements measure (sctp_flight_cap.hpp,
+  /// after BBR), so their windows do not overflow the path's queue together. Ladha & Amer's
+  /// setting, two associations (the automatic count), seeds 7007-7437: 8.70 s at 0 % loss and
+  /// 9.17 s at 3 % with the cap, where without it one association took 8.7-10.1 s and 9.6-9.8 s
+  /// (docs/benchmarks.md "An in-flight cap beneath usrsctp").
+  bool flight_cap = true;
 };
 
 /// One way out for packets of an AF_CONN address: a UDP socket and, when it is not connected,
@@ -96,6 +108,8 @@ struct usrsctp_counters {
   std::uint64_t send_dropped = 0;  ///< sendto failed (EAGAIN: socket buffer full; counted as loss)
   std::uint64_t no_route_dropped = 0;  ///< packet for an address already removed
   std::uint64_t loss_repairs = 0;      ///< packets sent again by the loss probe
+  std::uint64_t cap_held = 0;          ///< DATA packets that waited for a site's flight cap
+  std::uint64_t cap_dropped = 0;       ///< DATA packets dropped when a site's wait queue was full
 };
 
 class usrsctp_stack {
@@ -145,13 +159,47 @@ class usrsctp_stack {
   struct peer_state {
     conn_route route;
     sctp_loss_probe probe;
+    std::string site;            ///< key of its site (site_key)
+    bool any_data = false;       ///< a DATA packet has been sent
+    std::uint32_t high_tsn = 0;  ///< highest TSN sent, valid with any_data
   };
+  /// A DATA packet waiting for its site's flight cap.
+  struct held_packet {
+    void* addr;
+    std::vector<std::byte> bytes;
+  };
+  /// The associations that share one path: same UDP socket, same peer IP address (a site's
+  /// associations differ in UDP port only). Their new DATA packets wait here while the data
+  /// they have in flight reaches the cap.
+  struct site_state {
+    sctp_flight_cap cap;
+    std::vector<void*> members;
+    std::deque<held_packet> held;
+    std::size_t held_bytes = 0;
+    bool bound = false;  ///< a packet waited since the last delivery was counted
+  };
+  /// Bytes held at most per site (8.4 s at 1 Mbit/s, 84 ms at 100 Mbit/s). Dropping sooner, at
+  /// the cap's worth, cost 0.4 s a session in Ladha & Amer's setting (docs/benchmarks.md).
+  static constexpr std::size_t max_held_bytes = 1024 * 1024;
+
+  /// The site key of `route`: its socket and the peer's IP address without the port.
+  static std::string site_key(const conn_route& route);
+  void join_site(void* addr, peer_state& peer);
+  void leave_site(void* addr, peer_state& peer);
+  /// Bytes in flight of `site`'s associations (their loss probes' count).
+  std::size_t in_flight(const site_state& site) const;
+  /// Sends `site`'s held packets while its data in flight is below the cap.
+  void release(site_state& site, std::chrono::steady_clock::time_point now);
+  /// Sends a DATA packet now or holds it for its site's cap. @return false when dropped.
+  void send_data(void* addr, peer_state& peer, std::span<const std::byte> packet, bool new_data,
+                 std::chrono::steady_clock::time_point now);
 
   boost::asio::io_context& m_io;
   usrsctp_tuning m_tuning;
   boost::asio::steady_timer m_timer;
   std::chrono::steady_clock::time_point m_last_tick;
   std::unordered_map<void*, peer_state> m_routes;
+  std::unordered_map<std::string, site_state> m_sites;
   usrsctp_counters m_counters;
   std::shared_ptr<bool> m_alive = std::make_shared<bool>(true);
 };

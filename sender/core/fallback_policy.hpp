@@ -57,6 +57,14 @@ class fallback_policy {
   /// 10 Mbit/s, 700 ms RTT, 1e-3 loss: 10 MB took 194-231 s against 14-16 s over four TCP
   /// connections, common/unicast/README.md).
   static constexpr duration long_path_rtt = std::chrono::milliseconds(200);
+  /// SCTP associations over UDP a receiver opens up to long_path_rtt when the operator gave
+  /// none. One association's NewReno window, halved at every random loss, falls under a short
+  /// path's bandwidth-delay product (Ladha & Amer, 1 Mbit/s, 70 ms, 3 %: the link idle 1.9 s
+  /// of a 9.7 s session); two keep it busy, and usrsctp_stack's flight cap keeps their slow
+  /// starts from overflowing the path's queue together. Ladha & Amer's setting, sessions
+  /// (seeds 7007-7437): 3 %: 1 = 10.2 s, 2 = 9.17 s, 3 = 9.14 s; 0 %: 8.70, 8.71, 8.99 s
+  /// (docs/benchmarks.md "An in-flight cap beneath usrsctp").
+  static constexpr std::uint32_t short_path_sctp_associations = 2;
 
   explicit fallback_policy(fallback_settings s) : m_s(s) {}
 
@@ -118,15 +126,15 @@ class fallback_policy {
   /// TCP connections or SCTP associations to tell a receiver of RTT `rtt` to open over
   /// transport `t`: the operator's count (--tcp-connections, --sctp-associations), else
   /// auto_unicast_connections of its unicast cap (else `multicast_rate_bps`), except that SCTP
-  /// over UDP takes one association up to long_path_rtt (several gained nothing there:
-  /// docs/benchmarks.md) and kernel SCTP always one (unicast::client_options).
+  /// over UDP takes short_path_sctp_associations up to long_path_rtt (and while the RTT is
+  /// not known) and kernel SCTP always one (unicast::client_options).
   std::uint32_t connections(transport_kind t, std::uint64_t multicast_rate_bps,
                             duration rtt) const noexcept {
     if (t == transport_kind::sctp_kernel) return 1;
     const std::uint32_t given =
         t == transport_kind::tcp ? m_s.tcp_connections : m_s.sctp_associations;
     if (given) return given;
-    if (t == transport_kind::sctp_udp && rtt <= long_path_rtt) return 1;
+    if (t == transport_kind::sctp_udp && rtt <= long_path_rtt) return short_path_sctp_associations;
     return auto_unicast_connections(
         m_s.unicast_max_rate_bps ? m_s.unicast_max_rate_bps : multicast_rate_bps, rtt);
   }

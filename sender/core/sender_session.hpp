@@ -146,7 +146,7 @@ struct sender_config {
   bool force_unicast = false;
   /// TCP connections a receiver opens (0: automatic, see auto_unicast_connections).
   std::uint32_t tcp_connections = 0;
-  /// SCTP associations (over UDP) a receiver opens (0: automatic, one up to 200 ms RTT, else
+  /// SCTP associations (over UDP) a receiver opens (0: automatic, two up to 200 ms RTT, else
   /// auto_unicast_connections; fallback_policy::connections).
   std::uint32_t sctp_associations = 0;
   /// Most bit/s sent to one receiver over unicast (--unicast-max-rate; 0 = no cap). The core

@@ -249,7 +249,7 @@ void add_sender_options(CLI::App& app, sender_cli& c) {
       ->type_name("N")
       ->check(CLI::Range(0u, 64u));
   app.add_option("--sctp-associations", c.sctp_associations,
-                 "SCTP associations per receiver in an SCTP fallback over UDP (0 = automatic: one "
+                 "SCTP associations per receiver in an SCTP fallback over UDP (0 = automatic: two "
                  "up to 200 ms RTT, beyond it the rule of --tcp-connections); records go to "
                  "whichever association has room in its congestion window, so a loss slows one of "
                  "them, not the receiver's transfer. Kernel SCTP uses one")

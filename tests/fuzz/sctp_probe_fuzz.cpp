@@ -9,8 +9,12 @@
 /// on violation): every packet due() hands back is one we sent (it parses and carries DATA);
 /// asked again at the same moment, nothing more is due (unless the first answer was cut at
 /// max_repairs_per_call); no more copies are held than max_packets; the repair count only
-/// grows, by what due() returned.
+/// grows, by what due() returned; the bytes in flight never exceed what the copies hold (an
+/// unsigned wrap would) and the delivered count only grows. The flight cap
+/// (sctp_flight_cap.hpp) is fed as usrsctp_stack feeds it and must give a cap of at least its
+/// floor once it has one.
 
+#include "common/unicast/sctp_flight_cap.hpp"
 #include "common/unicast/sctp_loss_probe.hpp"
 #include "common/unicast/sctp_packet.hpp"
 
@@ -20,6 +24,7 @@ using namespace mcdist::unicast;
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   sctp_loss_probe probe;
+  sctp_flight_cap cap;
   auto now = sctp_loss_probe::clock::time_point{} + std::chrono::hours(1);
   std::uint64_t repairs = 0;
   std::size_t at = 0;
@@ -51,9 +56,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (op == 0) {
       probe.on_sent(packet, now);
     } else {
+      const std::uint64_t delivered = probe.delivered_bytes();
+      const std::uint64_t samples = probe.rtt_samples();
       probe.on_received(packet, now);
+      if (probe.delivered_bytes() < delivered) std::abort();
+      if (probe.rtt_samples() != samples) cap.on_rtt(probe.latest_rtt(), now);
+      cap.on_delivered(probe.delivered_bytes() - delivered, (data[at - 1] & 1) != 0, now);
+      if (cap.cap() < sctp_flight_cap::min_cap_bytes) std::abort();
     }
     if (probe.held() > sctp_loss_probe::max_packets) std::abort();
+    if (probe.in_flight_bytes() > probe.held() * std::size_t{65535}) std::abort();
   }
   return 0;
 }

@@ -128,9 +128,10 @@ def forced_case(bin_dir, base, rng, transport, paced=None, associations=None):
             check(re.search(r"\(%d connections, automatic\)" % n, out),
                   "the decision's log line does not name %d automatic connections:\n%s" % (n, out))
         elif transport == "sctp":
-            # One association on a short path unless the operator asks for more; the sender
-            # says which, and the site tells the server how many it opened.
-            n = associations or 1
+            # Two associations on a short path (loopback) unless the operator asks for more
+            # (fallback_policy::short_path_sctp_associations); the sender says which, and the
+            # site tells the server how many it opened.
+            n = associations or 2
             check(r["fallback"].get("connections") == n, "associations %s" % r["fallback"])
             check(re.search(r"\(%d associations?%s\)" % (n, "" if associations else ", automatic"),
                             out),
@@ -304,7 +305,7 @@ def interrupted_case(bin_dir, base, rng, transport, how):
 
 def long_path_case(bin_dir, base, rng, transport):
     """A site 300 ms away (tests/linkem: 150 ms each way). The announce's count is computed
-    before any RTT is known, so it is the floor: 1 SCTP association, 4 TCP connections. The
+    before any RTT is known, so it is the floor: 2 SCTP associations, 4 TCP connections. The
     order's follows the RTT the sender measured, which the emulator keeps at 300 ms or more,
     beyond fallback_policy's 200 ms: more than the floor (8 at 100 Mbit/s). The site grows the
     transport it opened while registering to the order's count instead of setting it up again,
@@ -315,7 +316,7 @@ def long_path_case(bin_dir, base, rng, transport):
     os.makedirs(work)
     src = os.path.join(base, "src", "longpath-" + transport)
     want = make_set(src, rng, big=2_000_000)
-    floor = 1 if transport == "sctp" else 4
+    floor = 2 if transport == "sctp" else 4  # fallback_policy: short_path_sctp_associations
     noun = "associations" if transport == "sctp" else "connections"
     emu = Emulator(os.path.join(bin_dir, "tests", "linkem", "mcdist-linkem"), work,
                    ["h1:delay=150ms"], seed=rng.randrange(1 << 30))

@@ -297,3 +297,26 @@ TEST_CASE("the loss probe ignores acks of TSNs never sent and bounds its copies"
   send_each(many, 1, sctp_loss_probe::max_packets + 100, t0);
   REQUIRE(many.held() == sctp_loss_probe::max_packets);
 }
+
+TEST_CASE("the loss probe counts what is in flight and what is delivered once",
+          "[unit][unicast][sctp_loss_probe]") {
+  sctp_loss_probe p;
+  const auto t0 = clock_type::now();
+  send_each(p, 1, 4, t0);
+  const std::size_t each = data_packet(1, 1).size();
+  REQUIRE(p.in_flight_bytes() == 4 * each);
+  REQUIRE(p.delivered_bytes() == 0);
+  // 1 acked, 3 in a gap block: two delivered, two in flight (2 missing, 4 not reported).
+  p.on_received(sack_packet(1, {{2, 2}}), t0 + 70ms);
+  REQUIRE(p.in_flight_bytes() == 2 * each);
+  REQUIRE(p.delivered_bytes() == 2 * each);
+  REQUIRE(p.rtt_samples() == 1);
+  REQUIRE(p.latest_rtt() == 70ms);
+  // A SACK that no longer reports 3 (reneged, RFC 9260 section 6.2): in flight again, but not
+  // delivered twice when it is acknowledged after all.
+  p.on_received(sack_packet(1), t0 + 80ms);
+  REQUIRE(p.in_flight_bytes() == 3 * each);
+  p.on_received(sack_packet(4), t0 + 150ms);
+  REQUIRE(p.in_flight_bytes() == 0);
+  REQUIRE(p.delivered_bytes() == 4 * each);
+}

@@ -3,6 +3,7 @@
 //   unicast_bench [--kind sctp|tcp] [--connections N] [--set 1g|10k|mixed] [--repeat K]
 //       (--connections: TCP connections, or SCTP associations)
 //                 [--record-size BYTES] [--no-verify] [--no-crc] [--no-loss-repair]
+//                 [--no-flight-cap]
 //                 [--auth plain|signed|encrypted]
 //       runs the server in a child process and the client here, over loopback, and prints
 //       goodput (payload bytes / time from start() to the last byte).
@@ -132,6 +133,7 @@ struct args {
   bool verify = true;
   bool crc = true;
   bool loss_repair = true;  ///< usrsctp_tuning::loss_repair
+  bool flight_cap = true;   ///< usrsctp_tuning::flight_cap
   std::uint32_t max_burst = usrsctp_tuning{}.max_burst;
   std::uint32_t scheduler = sctp_socket_options{}.stream_scheduler;
   std::uint32_t cc = usrsctp_tuning{}.cc_module;
@@ -185,6 +187,8 @@ args parse(int argc, char** argv) {
       a.crc = false;
     else if (k == "--no-loss-repair")
       a.loss_repair = false;
+    else if (k == "--no-flight-cap")
+      a.flight_cap = false;
     else if (k == "--server-idle-ms")
       a.server_idle = std::chrono::milliseconds(std::stol(value()));
     else if (k == "--tcp-cc")
@@ -217,6 +221,7 @@ usrsctp_tuning tuning_of(const args& a) {
   usrsctp_tuning t;
   t.crc32c = a.crc;
   t.loss_repair = a.loss_repair;
+  t.flight_cap = a.flight_cap;
   t.max_burst = a.max_burst;
   t.cc_module = a.cc;
   t.rto_min_ms = a.rto_min;

@@ -100,11 +100,11 @@ TEST_CASE("TCP connections and SCTP associations cover the bandwidth-delay produ
   const auto p = with({.unicast_max_rate_bps = 10'000'000}, {transport_kind::tcp});
   // The per-receiver cap, not the rate.
   REQUIRE(p.connections(transport_kind::tcp, 1'000'000'000, 70ms) == 7);
-  // SCTP over UDP: one association up to 200 ms (and when the RTT is not known yet), the TCP
+  // SCTP over UDP: two associations up to 200 ms (and when the RTT is not known yet), the TCP
   // rule on longer paths: 10 Mbit/s x 700 ms = 875 kB, capped at 8.
-  REQUIRE(p.connections(transport_kind::sctp_udp, 1'000'000'000, 70ms) == 1);
-  REQUIRE(p.connections(transport_kind::sctp_udp, 1'000'000'000, 200ms) == 1);
-  REQUIRE(p.connections(transport_kind::sctp_udp, 1'000'000'000, 0ms) == 1);
+  REQUIRE(p.connections(transport_kind::sctp_udp, 1'000'000'000, 70ms) == 2);
+  REQUIRE(p.connections(transport_kind::sctp_udp, 1'000'000'000, 200ms) == 2);
+  REQUIRE(p.connections(transport_kind::sctp_udp, 1'000'000'000, 0ms) == 2);
   REQUIRE(p.connections(transport_kind::sctp_udp, 1'000'000'000, 700ms) == 8);
   REQUIRE(with({.unicast_max_rate_bps = 1'000'000}, {})
               .connections(transport_kind::sctp_udp, 1'000'000'000, 300ms) == 4);

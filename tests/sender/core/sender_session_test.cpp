@@ -1,4 +1,5 @@
 #include "sender/core/sender_session.hpp"
+#include "sender/core/fallback_policy.hpp"
 #include "sender/core/sender_session_parts.hpp"
 
 #include "common/ranges.hpp"
@@ -467,13 +468,13 @@ TEST_CASE("a session served over unicast from the start names its unicast server
       CHECK(u.address() == std::string("\x0a\x00\x00\x01", 4));
       CHECK(u.connections() == 4);
     } else {
-      // SCTP (automatic, with no RTT known yet, gives it too), one association until an RTT
-      // above 200 ms says otherwise; an unspecified address means the announce's own source,
-      // and is left out.
+      // SCTP (automatic, with no RTT known yet, gives it too), two associations
+      // (fallback_policy::short_path_sctp_associations) until an RTT above 200 ms says
+      // otherwise; an unspecified address means the announce's own source, and is left out.
       CHECK(u.transport() == wire::fallback::SCTP_UDP);
       CHECK(u.port() == 4713);
       CHECK(u.address().empty());
-      CHECK(u.connections() == 1);
+      CHECK(u.connections() == fallback_policy::short_path_sctp_associations);
     }
   }
 }
