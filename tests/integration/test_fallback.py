@@ -364,6 +364,62 @@ def long_path_case(bin_dir, base, rng, transport):
         emu.stop()
 
 
+def flight_cap_case(bin_dir, base, rng):
+    """A site behind a 2 Mbit/s, 20 ms path (tests/linkem), over SCTP with the automatic count:
+    two associations whose initial windows (10 packets each, ~29 kB) already exceed the flight
+    cap once it is measured (2 x 250 kB/s x 20 ms, raised to its 16 KiB floor), so usrsctp_stack
+    holds packets in the sender (common/unicast/README.md "An in-flight cap beneath usrsctp").
+    Every file arrives whole; the sender's end-of-session line counts packets held and none
+    dropped (a set smaller than the 1 MiB bound cannot fill it)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
+    from linkem_run import Emulator
+    work = os.path.join(base, "flightcap")
+    os.makedirs(work)
+    src = os.path.join(base, "src", "flightcap")
+    for i in range(40):
+        write_random(os.path.join(src, "b%02d.bin" % i), 10_000, rng)
+    write_random(os.path.join(src, "field.bin"), 200_000, rng)
+    want = {"flightcap/" + p: h for p, h in tree_digests(src).items()}
+    emu = Emulator(os.path.join(bin_dir, "tests", "linkem", "mcdist-linkem"), work,
+                   ["h1:rate=2Mbit,delay=10ms"], seed=rng.randrange(1 << 30))
+    d = None
+    try:
+        group = free_group()
+        d = Daemon(bin_dir, base, "flightcap", group, interface=emu.addr(1),
+                   prefix=["ip", "netns", "exec", emu.ns(1)])
+        fd, summary_path = tempfile.mkstemp(suffix=".json")
+        os.close(fd)
+        p = subprocess.run(["ip", "netns", "exec", emu.ns(0),
+                            os.path.join(bin_dir, "sender", "mcdist-send"), "--group", group,
+                            "--interface", emu.addr(0), "--rate", "2M", "--receivers", d.id,
+                            "--unicast", "--fallback", "sctp", "--log-level", "debug",
+                            "--summary-json", summary_path, "--no-progress", src],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=180)
+        out = p.stdout.decode("utf-8", "replace")
+        with open(summary_path) as f:
+            summary = json.load(f)
+        os.unlink(summary_path)
+        check(p.returncode == 0, "sender failed (%d):\n%s\n--- daemon:\n%s" % (
+            p.returncode, out, d.log_text()))
+        r = by_id(summary)[d.id]
+        check(r["state"] == "completed" and r["path"] == "unicast-sctp",
+              "state %s, path %s" % (r["state"], r["path"]))
+        check(r["fallback"].get("connections") == 2, "associations %s" % r["fallback"])
+        check_delivered(d.dest, want, d.id)
+        end = re.findall(r"over sctp at the end: .*?packets held for the flight cap (\d+) "
+                         r"\(dropped (\d+)\)", out)
+        check(end, "no end-of-session line with the flight cap's counters:\n" + out[-3000:])
+        held, dropped = int(end[-1][0]), int(end[-1][1])
+        check(held > 0, "no packet waited for the flight cap:\n" + out[-3000:])
+        check(dropped == 0, "%d held packets dropped below the 1 MiB bound" % dropped)
+        log("a site behind 2 Mbit/s and 20 ms over SCTP: %d packets held for the flight cap, "
+            "none dropped; %d files delivered" % (held, len(want)))
+    finally:
+        if d:
+            d.stop()
+        emu.stop()
+
+
 def main():
     bin_dir = sys.argv[1]
     if not loopback_multicast_works():
@@ -391,8 +447,10 @@ def main():
             return SKIP
         for transport in ("sctp", "tcp"):
             long_path_case(bin_dir, base, rng, transport)
+        flight_cap_case(bin_dir, base, rng)
         log("PASS: unicast fallback by policy and forced, over SCTP and TCP, survives kills and cuts, "
-            "grows the transport opened while registering on a long path")
+            "grows the transport opened while registering on a long path, holds SCTP packets "
+            "for the flight cap on a short one")
         return 0
     finally:
         shutil.rmtree(base, ignore_errors=True)

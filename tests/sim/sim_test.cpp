@@ -2,6 +2,7 @@
 
 #include "common/packet.hpp"
 #include "common/wire.hpp"
+#include "sender/core/fallback_policy.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -314,11 +315,13 @@ TEST_CASE(
   std::map<std::string, sender::receiver_report> by_id;
   for (const auto& rep : r.report.receivers) by_id[rep.id] = rep;
   // 590 ms x 1.536 Mbit/s = 113 kB: 8 initial windows of 14.5 kB. The near receiver's path
-  // (10 ms) is below the long-path RTT, so it gets SCTP over one association.
+  // (10 ms) is below the long-path RTT, so it gets SCTP over
+  // fallback_policy::short_path_sctp_associations (two).
   REQUIRE(by_id.at("sat").fallback_transport == transport_kind::tcp);
   REQUIRE(by_id.at("sat").fallback_connections == 8);
   REQUIRE(by_id.at("near").fallback_transport == transport_kind::sctp_udp);
-  REQUIRE(by_id.at("near").fallback_connections == 1);
+  REQUIRE(by_id.at("near").fallback_connections ==
+          sender::fallback_policy::short_path_sctp_associations);
   // An operator's --tcp-connections wins.
   cfg.sender.tcp_connections = 3;
   r = sim::run(cfg, files);
