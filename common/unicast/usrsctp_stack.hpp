@@ -87,9 +87,10 @@ struct usrsctp_tuning {
   /// Hold a site's new DATA packets in the sender while its associations have more in flight
   /// than twice the bandwidth-delay product their acknowledgements measure (sctp_flight_cap.hpp,
   /// after BBR), so their windows do not overflow the path's queue together. Ladha & Amer's
-  /// setting, two associations (the automatic count), seeds 7007-7437: 8.70 s at 0 % loss and
-  /// 9.17 s at 3 % with the cap, where without it one association took 8.7-10.1 s and 9.6-9.8 s
-  /// (docs/benchmarks.md "An in-flight cap beneath usrsctp").
+  /// setting, two associations (the automatic count) with the cap against one without (main
+  /// before), paired, median of 10: 3 % 9.14 s against 9.94 s and 9.03 s against 10.25 s;
+  /// 1 % 8.79 s against 9.10 s (docs/benchmarks.md "An in-flight cap beneath usrsctp"). No cap
+  /// above sctp_flight_cap::max_rtprop.
   bool flight_cap = true;
 };
 

@@ -62,8 +62,8 @@ class fallback_policy {
   /// path's bandwidth-delay product (Ladha & Amer, 1 Mbit/s, 70 ms, 3 %: the link idle 1.9 s
   /// of a 9.7 s session); two keep it busy, and usrsctp_stack's flight cap keeps their slow
   /// starts from overflowing the path's queue together. Ladha & Amer's setting, sessions
-  /// (seeds 7007-7437): 3 %: 1 = 10.2 s, 2 = 9.17 s, 3 = 9.14 s; 0 %: 8.70, 8.71, 8.99 s
-  /// (docs/benchmarks.md "An in-flight cap beneath usrsctp").
+  /// with the cap (seeds 7007-7437, median of 5): 3 %: 1 = 10.57 s, 2 = 9.17 s, 3 = 9.14 s;
+  /// 0 %: 8.70, 8.71, 8.99 s (docs/benchmarks.md "An in-flight cap beneath usrsctp").
   static constexpr std::uint32_t short_path_sctp_associations = 2;
 
   explicit fallback_policy(fallback_settings s) : m_s(s) {}
