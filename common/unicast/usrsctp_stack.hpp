@@ -191,7 +191,9 @@ class usrsctp_stack {
   std::size_t in_flight(const site_state& site) const;
   /// Sends `site`'s held packets while its data in flight is below the cap.
   void release(site_state& site, std::chrono::steady_clock::time_point now);
-  /// Sends a DATA packet now or holds it for its site's cap. @return false when dropped.
+  /// Sends a DATA packet now, or holds it for its site's cap (`new_data`; a retransmission is
+  /// never held). A packet held past max_held_bytes pushes the oldest held one out (counted
+  /// in usrsctp_counters::cap_dropped).
   void send_data(void* addr, peer_state& peer, std::span<const std::byte> packet, bool new_data,
                  std::chrono::steady_clock::time_point now);
 
