@@ -12,7 +12,7 @@
 ///
 /// The cap is BBR's in-flight bound (Cardwell, Cheng, Gunn, Hassas Yeganeh, Jacobson, "BBR:
 /// Congestion-Based Congestion Control", ACM Queue 14(5), 2016; draft-cardwell-iccrg-bbr-
-/// congestion-control-02 section 4.6.4.2, cwnd_gain 2):
+/// congestion-control, BBR v1's cwnd_gain of 2):
 ///
 ///     cap = gain x BtlBw x RTprop
 ///
@@ -26,8 +26,8 @@
 /// Delivery rate: bytes acknowledged for the first time (cumulatively or in a gap block) over
 /// one round (RTprop, at least min_round), a sample per round. A round in which the cap did
 /// not bind (nothing waited for it) is application- or window-limited; its rate only raises
-/// the estimate, never lowers it (BBR's app-limited rule, draft section 4.1.2.4). Before the
-/// first sample there is no cap.
+/// the estimate, never lowers it (the application-limited rule of draft-cheng-iccrg-delivery-
+/// rate-estimation, which BBR uses). Before the first sample there is no cap.
 ///
 /// Growth: when the cap binds, a round delivers at most cap / RTprop = gain x BtlBw, so the
 /// estimate, and with it the cap, can double each round until the path is full (BBR's
@@ -45,16 +45,16 @@ class sctp_flight_cap {
   using clock = std::chrono::steady_clock;
   using duration = clock::duration;
 
-  /// BBR's cwnd_gain (draft-cardwell-iccrg-bbr-congestion-control-02 section 4.6.4.2).
+  /// BBR v1's cwnd_gain (draft-cardwell-iccrg-bbr-congestion-control).
   static constexpr unsigned gain = 2;
   /// Rounds the delivery-rate maximum is kept (BBR's BtlBwFilterLen, 10 round trips).
   static constexpr std::size_t bw_window_rounds = 10;
   /// How long the lowest RTT is kept before a higher one replaces it. BBR keeps it 10 s
   /// (RTpropFilterLen) because it drains the queue every 10 s (ProbeRTT) and so samples the
   /// empty path again; usrsctp's windows cannot be drained from here, so after 10 s a sample
-  /// inflated by the queue the cap allows would become RTprop and raise the cap with it
-  /// (Allman's 590 ms path, eight associations: 37.4 s against 31.3 s without the cap). Ten
-  /// minutes: a path that became longer is followed, slowly.
+  /// inflated by the queue the cap allows would become RTprop and raise the cap with it. Ten
+  /// minutes: a path that became longer is followed, slowly. (Tried against the cap's cost on
+  /// Allman's 590 ms path; it did not remove it: max_rtprop.)
   static constexpr duration rtprop_window = std::chrono::minutes(10);
   /// Shortest round: usrsctp_stack's timer granularity. Below it a round's few acks make a
   /// noisy rate, and on loopback (RTT tens of microseconds) the cap would be a few packets
