@@ -303,6 +303,30 @@ def interrupted_case(bin_dir, base, rng, transport, how):
 
 # --- a long path, through the link emulator ---------------------------------------------------
 
+def emulated_unicast_session(bin_dir, emu, group, d, src, transport, extra):
+    """Sends `src` from the emulator's host 0 to daemon `d` over unicast `transport` (`extra`:
+    more sender options) and checks the sender succeeded and the site completed over it.
+    @return (the sender's output, the site's entry of the summary)"""
+    fd, summary_path = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    p = subprocess.run(["ip", "netns", "exec", emu.ns(0),
+                        os.path.join(bin_dir, "sender", "mcdist-send"), "--group", group,
+                        "--interface", emu.addr(0), "--receivers", d.id, "--unicast",
+                        "--fallback", transport, "--summary-json", summary_path,
+                        "--no-progress"] + extra + [src],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=180)
+    out = p.stdout.decode("utf-8", "replace")
+    with open(summary_path) as f:
+        summary = json.load(f)
+    os.unlink(summary_path)
+    check(p.returncode == 0, "sender failed (%d):\n%s\n--- daemon:\n%s" % (
+        p.returncode, out, d.log_text()))
+    r = by_id(summary)[d.id]
+    check(r["state"] == "completed" and r["path"] == "unicast-" + transport,
+          "state %s, path %s" % (r["state"], r["path"]))
+    return out, r
+
+
 def long_path_case(bin_dir, base, rng, transport):
     """A site 300 ms away (tests/linkem: 150 ms each way). The announce's count is computed
     before any RTT is known, so it is the floor: 2 SCTP associations, 4 TCP connections. The
@@ -325,23 +349,7 @@ def long_path_case(bin_dir, base, rng, transport):
         group = free_group()
         d = Daemon(bin_dir, base, "longpath-" + transport, group, interface=emu.addr(1),
                    prefix=["ip", "netns", "exec", emu.ns(1)])
-        fd, summary_path = tempfile.mkstemp(suffix=".json")
-        os.close(fd)
-        p = subprocess.run(["ip", "netns", "exec", emu.ns(0),
-                            os.path.join(bin_dir, "sender", "mcdist-send"), "--group", group,
-                            "--interface", emu.addr(0), "--rate", "100M", "--receivers", d.id,
-                            "--unicast", "--fallback", transport, "--summary-json", summary_path,
-                            "--no-progress", src],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=180)
-        out = p.stdout.decode("utf-8", "replace")
-        with open(summary_path) as f:
-            summary = json.load(f)
-        os.unlink(summary_path)
-        check(p.returncode == 0, "sender failed (%d):\n%s\n--- daemon:\n%s" % (
-            p.returncode, out, d.log_text()))
-        r = by_id(summary)[d.id]
-        check(r["state"] == "completed" and r["path"] == "unicast-" + transport,
-              "state %s, path %s" % (r["state"], r["path"]))
+        out, r = emulated_unicast_session(bin_dir, emu, group, d, src, transport, ["--rate", "100M"])
         n = r["fallback"].get("connections", 0)
         check(floor < n <= 8, "the order's automatic count %s is not above the floor %d at "
               "300 ms" % (r["fallback"], floor))
@@ -387,23 +395,8 @@ def flight_cap_case(bin_dir, base, rng):
         group = free_group()
         d = Daemon(bin_dir, base, "flightcap", group, interface=emu.addr(1),
                    prefix=["ip", "netns", "exec", emu.ns(1)])
-        fd, summary_path = tempfile.mkstemp(suffix=".json")
-        os.close(fd)
-        p = subprocess.run(["ip", "netns", "exec", emu.ns(0),
-                            os.path.join(bin_dir, "sender", "mcdist-send"), "--group", group,
-                            "--interface", emu.addr(0), "--rate", "2M", "--receivers", d.id,
-                            "--unicast", "--fallback", "sctp", "--log-level", "debug",
-                            "--summary-json", summary_path, "--no-progress", src],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=180)
-        out = p.stdout.decode("utf-8", "replace")
-        with open(summary_path) as f:
-            summary = json.load(f)
-        os.unlink(summary_path)
-        check(p.returncode == 0, "sender failed (%d):\n%s\n--- daemon:\n%s" % (
-            p.returncode, out, d.log_text()))
-        r = by_id(summary)[d.id]
-        check(r["state"] == "completed" and r["path"] == "unicast-sctp",
-              "state %s, path %s" % (r["state"], r["path"]))
+        out, r = emulated_unicast_session(bin_dir, emu, group, d, src, "sctp",
+                                          ["--rate", "2M", "--log-level", "debug"])
         check(r["fallback"].get("connections") == 2, "associations %s" % r["fallback"])
         check_delivered(d.dest, want, d.id)
         end = re.findall(r"over sctp at the end: .*?packets held for the flight cap (\d+) "
