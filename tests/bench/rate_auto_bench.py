@@ -32,6 +32,9 @@ per auto row, the runs whose rate at the end was within 10 % of the bottleneck.
 With --linkem and --tcp, one more auto row shares the bottleneck with a TCP flow (iperf3 from h0
 to h1, cubic unless --tcp-congestion says otherwise, started 2 s before mcdist-send): it prints
 mcdist's goodput and TCP's rate over the same interval beside the fair share (half the link).
+With --tcp-reference CC, one more row puts a second TCP flow (iperf3 -C CC, started 2 s after
+the --tcp-congestion flow, run for --tcp-seconds) where mcdist would be: how two TCP flows share
+the same bottleneck, the yardstick for auto's share (e.g. reno beside cubic).
 With --history, the auto rows' sender runs on a pseudo-terminal so that it draws its progress
 line, and the bench prints the sending rate of every 0.5 s and, after the first 5 s, how often
 it was within 10 % of the bottleneck (issue 13 goal 2's "settles within 10 %"). That rate counts
@@ -56,6 +59,7 @@ Needs root (`ip link set lo multicast on`; namespaces and TUN for --linkem) and 
 usage: rate_auto_bench.py [--build DIR] [--dir DIR] [--bytes N] [--repeat N]
                           [--ceilings 2G,8G] [--fixed 1G,2G,4G,5G,8G]
                           [--linkem 200M [--delay 10ms] [--queue 100] [--tcp] [--history]
+                           [--tcp-congestion cubic] [--tcp-reference reno [--tcp-seconds 30]]
                            [--no-fixed] [--ingress-stamp tap,read] [--hold 25:2[:0]]]
                           [--log-level debug]
                           [--uftp]
@@ -131,6 +135,12 @@ def main():
     ap.add_argument("--tcp-congestion", default="cubic",
                     help="--tcp: the TCP flow's congestion control (iperf3 -C; TFMCC is to be "
                          "fair to loss-based TCP such as cubic or reno; bbr ignores loss)")
+    ap.add_argument("--tcp-reference", default=None, metavar="CC",
+                    help="--linkem: one more row in which a second TCP flow (iperf3 -C CC) "
+                         "takes the place of mcdist beside the --tcp-congestion flow, for "
+                         "--tcp-seconds: how two TCP flows share the same bottleneck")
+    ap.add_argument("--tcp-seconds", type=float, default=30,
+                    help="--tcp-reference: how long the second TCP flow runs, s (default 30)")
     ap.add_argument("--no-fixed", action="store_true",
                     help="--linkem: leave out the fixed-rate rows (many auto runs quickly)")
     ap.add_argument("--log-level", default=None,
@@ -229,7 +239,7 @@ def main():
     for row in rows:
         log("| %s %s | %.0f | %.3f | %.0f | %s | %s | %s | %s |" % (
             row[0], row[1], med(row, "goodput") / 1e6, med(row, "wall"), med(row, "passes"),
-            "%.0f" % med(row, "repairs") if row[0] != "uftp" else "-",
+            "%.0f" % med(row, "repairs") if row[0] not in ("uftp", "tcp+tcp") else "-",
             "%.0f" % (med(row, "end") / 1e6) if row[0] == "auto" else "-",
             "%.0f" % (med(row, "lowest") / 1e6) if row[0] == "auto" else "-",
             all(x["ok"] for x in samples[row])))
@@ -308,6 +318,9 @@ def linkem_main(args):
     if args.tcp:
         need_programs(shutil.which("iperf3") or "iperf3")
         rows.append(("auto+tcp", ceiling))
+    if args.tcp_reference:
+        need_programs(shutil.which("iperf3") or "iperf3")
+        rows.append(("tcp+tcp", args.tcp_reference))
     links = ["all:delay=%s" % args.delay, "h1.down:rate=%s,queue=%s" % (
         args.linkem.replace("M", "Mbit").replace("G", "Gbit"), args.queue)]
     stamps = args.ingress_stamp.split(",")
@@ -326,6 +339,29 @@ def linkem_main(args):
             stats_json = os.path.join(work, "linkem-stats.json")
             emu = Emulator(linkem, work, links, hosts=2, seed=rep + 1, stats_json=stats_json,
                            extra=["--ingress-stamp", stamp])
+            if mode == "tcp+tcp":
+                # The reference: a TCP flow of congestion control r where mcdist would be.
+                first = TcpFlow(emu, work, args.tcp_congestion)
+                time.sleep(2)
+                second = TcpFlow(emu, work, r, port=5292, name="iperf3-second.json")
+                t_start = time.time()
+                time.sleep(args.tcp_seconds)
+                t_end = time.time()
+                second_bps = second.rate_between(t_start, t_end)
+                first_bps = first.rate_between(t_start, t_end)
+                emu.stop()
+                with open(stats_json) as f:
+                    down = find_down(json.load(f), "h1") or {}
+                drops, pin = down.get("dropped_queue", 0), down.get("packets_in", 0) or 1
+                samples[row].append({
+                    "goodput": second_bps, "wall": t_end - t_start, "passes": 0, "repairs": 0,
+                    "end": 0, "lowest": 0, "drop": drops / pin, "ok": second_bps > 0,
+                    "tcp": first_bps})
+                log("run %d: tcp %s beside tcp %s  %.1f s  %5.1f Mbit/s beside %5.1f Mbit/s  "
+                    "bottleneck drops %.2f %%" % (rep + 1, r, args.tcp_congestion, t_end - t_start,
+                                                  second_bps / 1e6, first_bps / 1e6,
+                                                  100 * drops / pin))
+                continue
             if mode == "uftp":
                 uf_dest = os.path.join(work, "uftp-dest")
                 os.makedirs(uf_dest)
@@ -452,16 +488,18 @@ def linkem_main(args):
             row[0], row[1], " " + row[2] + "-dated" if len(row) > 2 else "",
             med(row, "goodput") / 1e6, med(row, "goodput") / bottleneck,
             med(row, "wall"), med(row, "passes"),
-            "%.0f" % med(row, "repairs") if row[0] != "uftp" else "-", 100 * med(row, "drop"),
+            "%.0f" % med(row, "repairs") if row[0] not in ("uftp", "tcp+tcp") else "-", 100 * med(row, "drop"),
             "%.0f" % (med(row, "end") / 1e6) if row[0].startswith("auto") else "-",
             "%.0f" % (med(row, "lowest") / 1e6) if row[0].startswith("auto") else "-",
             held, all(x["ok"] for x in samples[row])))
-    if args.tcp and len(stamps) == 1:
-        row = ("auto+tcp", ceiling)
+    for row, what in ((("auto+tcp", ceiling), "mcdist auto"),
+                      (("tcp+tcp", args.tcp_reference), "TCP %s" % args.tcp_reference)):
+        if row not in samples or len(stamps) != 1:
+            continue
         log("")
-        log("Sharing with TCP (iperf3, %s): the bottleneck's fair share is %.1f Mbit/s each" % (
-            args.tcp_congestion, bottleneck / 2e6))
-        log("| run | mcdist auto Mbit/s | TCP meanwhile Mbit/s | mcdist / TCP |")
+        log("Sharing with TCP (iperf3, %s, started 2 s before): the bottleneck's fair share is "
+            "%.1f Mbit/s each" % (args.tcp_congestion, bottleneck / 2e6))
+        log("| run | %s Mbit/s | TCP %s meanwhile Mbit/s | ratio |" % (what, args.tcp_congestion))
         log("|---|---|---|---|")
         for i, x in enumerate(samples[row]):
             log("| %d | %.1f | %.1f | %.2f |" % (i + 1, x["goodput"] / 1e6, x["tcp"] / 1e6,
@@ -556,16 +594,16 @@ class TcpFlow:
     """iperf3 from h0 to h1 with TCP congestion control `congestion` until rate_between() stops
     it (SIGINT: iperf3 still writes its JSON report), with half-second intervals."""
 
-    def __init__(self, emu, work, congestion):
-        self.json = os.path.join(work, "iperf3.json")
+    def __init__(self, emu, work, congestion, port=5291, name="iperf3.json"):
+        self.json = os.path.join(work, name)
         self.server = subprocess.Popen(["ip", "netns", "exec", emu.ns(1), "iperf3", "-s", "-1",
-                                        "-p", "5291"], stdout=subprocess.DEVNULL,
+                                        "-p", str(port)], stdout=subprocess.DEVNULL,
                                        stderr=subprocess.DEVNULL)
         time.sleep(0.3)
         self.out = open(self.json, "w")
         self.started = time.time()  # iperf3's own start stamp is in whole seconds
         self.client = subprocess.Popen(["ip", "netns", "exec", emu.ns(0), "iperf3", "-c",
-                                        emu.addr(1), "-p", "5291", "-t", "3600", "-i", "0.5",
+                                        emu.addr(1), "-p", str(port), "-t", "3600", "-i", "0.5",
                                         "-C", congestion, "-J"], stdout=self.out, stderr=subprocess.DEVNULL)
 
     def rate_between(self, t0, t1):
