@@ -11,11 +11,11 @@ double loss_estimator::synthetic_interval(double rate_bps, std::uint32_t packet_
                                           duration rtt) noexcept {
   // The equation falls monotonically in p: bisect on log p over [1e-10, 1].
   double lo = std::log(1e-10), hi = 0;
-  if (tcp_throughput_bps(packet_bytes, rtt, std::exp(lo)) <= rate_bps) return 1e10;
-  if (tcp_throughput_bps(packet_bytes, rtt, 1) >= rate_bps) return 1;
+  if (tcp_friendly_rate_bps(packet_bytes, rtt, std::exp(lo)) <= rate_bps) return 1e10;
+  if (tcp_friendly_rate_bps(packet_bytes, rtt, 1) >= rate_bps) return 1;
   for (int i = 0; i < 64; ++i) {
     const double mid = (lo + hi) / 2;
-    (tcp_throughput_bps(packet_bytes, rtt, std::exp(mid)) > rate_bps ? lo : hi) = mid;
+    (tcp_friendly_rate_bps(packet_bytes, rtt, std::exp(mid)) > rate_bps ? lo : hi) = mid;
   }
   return std::max(1.0, 1 / std::exp((lo + hi) / 2));
 }
@@ -117,11 +117,11 @@ void loss_estimator::on_datagram(std::uint32_t seq, time_point now, duration rtt
         m_event_seq = first_lost;
         m_event_at = now;
       }
-    } else if (now - m_event_at > (m_events == 1 ? 2 * rtt : rtt)) {
-      // A new loss event: the interval since the previous one's first loss closes. The first
-      // loss event (slow start's end) spans two RTTs: what the sender sent at the doubled rate
-      // before the report reached it is still arriving a round trip after the first loss, and
-      // behind a full bottleneck queue later than the unloaded RTT says.
+    } else if (now - m_event_at > event_span_rtts * rtt) {
+      // A new loss event: the interval since the previous one's first loss closes. A loss
+      // event spans two RTTs (RFC 5348 section 5.2 says one): what the sender sent before the
+      // event's report reached it is still arriving a round trip after the first loss, behind
+      // a full bottleneck queue later than the unloaded RTT (the registration's) says.
       close_interval(first_lost - m_event_seq);
       m_event_seq = first_lost;
       m_event_at = now;

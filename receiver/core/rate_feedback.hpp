@@ -12,6 +12,8 @@
 /// whose new loss event puts its rate below half the sender's reports at once, without timer or
 /// suppression (at most once per RTT): a slow start overshooting a bottleneck must hear of it
 /// within a round trip, not a feedback round (4 GRTT) later, or it keeps doubling into the loss.
+/// So does the CLR when a new loss event puts its rate below the sender's (the report then asks
+/// for at most what got through: docs/design-notes.md "A loss event caps the report").
 ///
 /// Pure: time and the random draw are passed in.
 
@@ -96,9 +98,13 @@ class rate_feedback {
   /// A new loss event was seen. @param first it is this receiver's first (it ends slow start,
   /// which RFC 4654 section 3.4 ends at any receiver's first loss: reported at once whatever
   /// the rate) @param own_bps this receiver's rate now @param rtt its RTT
+  /// Reported at once, too: a loss event that puts the CLR's rate below the sender's (the
+  /// sender follows the CLR; its next marker may be a feedback round away, while the queue that
+  /// overflowed stays full at the sender's rate), and one that puts any receiver's below half.
   void on_loss_event(bool first, double own_bps, duration rtt, time_point now) noexcept {
+    const auto sender = static_cast<double>(m_sender_bps);
     if (m_sender_bps == 0 ||
-        !(first || own_bps < urgent_fraction * static_cast<double>(m_sender_bps))) {
+        !(first || own_bps < urgent_fraction * sender || (m_clr && own_bps < sender))) {
       return;
     }
     // The first is reported even right after a slow start's receive-rate report: it ends the

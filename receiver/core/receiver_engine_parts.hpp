@@ -244,6 +244,12 @@ struct receiver_engine::session_rx {
   rate_feedback rate;
   /// The latest marker said the sender is in slow start (its receive-rate reports wanted).
   bool rate_slow_start = false;
+  /// After a loss event other than the first: the rate reports ask for at most this, bit/s
+  /// (loss_estimator::first_rate_share of the rate that got through up to the event), until
+  /// loss_cap_until (two RTTs; docs/design-notes.md "Rate auto", "A loss event caps the
+  /// report"). 0: no cap.
+  double loss_cap_bps = 0;
+  time_point loss_cap_until{};
   /// When this session last reported an overrun (report_overrun), and the rate the sender
   /// holds below after it (wire::overrun_cap_share of what it reported) until the next marker
   /// tells the sender's rate itself; 0: take the marker's.

@@ -47,28 +47,41 @@ void receiver_engine::note_seq(session_rx& s, std::uint32_t seq, time_point now,
     report_overrun(s, now);
   }
   if (s.loss.loss_events() != events) {
-    const double rate =
-        tcp_throughput_bps(packet_bytes(s.block_size), rtt, s.loss.loss_event_rate());
+    const bool first = s.loss.loss_events() == 1;
+    const double bits = packet_bytes(s.block_size) * 8.0;
+    const double got_bps =
+        std::max(s.loss.receive_rate_pps(), s.loss.recent_rate_pps(arrival)) * bits;
+    if (!first && got_bps > 0) {
+      // What got through up to this loss is the path's rate for this session now: a report
+      // asking for more would keep the bottleneck's queue full (docs/design-notes.md "Rate
+      // auto", "A loss event caps the report").
+      s.loss_cap_bps = loss_estimator::first_rate_share * got_bps;
+      s.loss_cap_until = now + loss_estimator::event_span_rtts * rtt;
+    }
+    const double rate = own_rate_bps(s, now);
     if (m_log && s.rate.enabled() && m_log->should_log(spdlog::level::debug)) {
       // What --rate auto's loss history saw (docs/design-notes.md "Rate auto"), for a rate that
       // went where it should not have; the receive rates (this datagram counted) are what the
-      // first interval is synthesised from.
-      const double bits = packet_bytes(s.block_size) * 8.0 / 1e6;
+      // first interval is synthesised from and what caps a later event's report.
       m_log->debug(
           "session {}: loss event {}: {} datagrams lost before sequence {}; loss event rate "
-          "{:.2e}, rate {:.1f} Mbit/s (receive rate {:.1f} Mbit/s over the RTT window, {:.1f} "
-          "over the last milliseconds)",
+          "{:.2e}, rate {:.1f} Mbit/s (equation {:.1f}; receive rate {:.1f} Mbit/s over the RTT "
+          "window, {:.1f} over the last milliseconds)",
           s.name(), s.loss.loss_events(), s.loss.lost() - lost, seq, s.loss.loss_event_rate(),
-          rate / 1e6, s.loss.receive_rate_pps() * bits, s.loss.recent_rate_pps(arrival) * bits);
+          rate / 1e6,
+          tcp_friendly_rate_bps(packet_bytes(s.block_size), rtt, s.loss.loss_event_rate()) / 1e6,
+          s.loss.receive_rate_pps() * bits / 1e6, s.loss.recent_rate_pps(arrival) * bits / 1e6);
     }
-    s.rate.on_loss_event(s.loss.loss_events() == 1, rate, rtt, now);
+    s.rate.on_loss_event(first, rate, rtt, now);
   }
 }
 
 double receiver_engine::own_rate_bps(const session_rx& s, time_point now) const {
   const duration rtt = rate_rtt(s.register_rtt, s.grtt);
   if (s.loss.has_loss()) {
-    return tcp_throughput_bps(packet_bytes(s.block_size), rtt, s.loss.loss_event_rate());
+    const double x =
+        tcp_friendly_rate_bps(packet_bytes(s.block_size), rtt, s.loss.loss_event_rate());
+    return s.loss_cap_bps > 0 && now < s.loss_cap_until ? std::min(x, s.loss_cap_bps) : x;
   }
   if (!s.rate_slow_start) return std::numeric_limits<double>::infinity();
   // X_recv of RFC 4654 section 3.4: the sender's slow start goes no higher than twice it.
@@ -104,7 +117,7 @@ void receiver_engine::fill_rate(const session_rx& s, wire::nak& m, time_point no
     return;
   }
   const double p = s.loss.loss_event_rate();
-  const double own = tcp_throughput_bps(packet_bytes(s.block_size), rtt, p);
+  const double own = own_rate_bps(s, now);
   m.set_rate_bps(static_cast<std::uint64_t>(std::clamp(own, 1.0, 1e15)));
   m.set_loss_ppb(static_cast<std::uint32_t>(std::clamp(p * 1e9, 1.0, 1e9)));
   m.set_rtt_us(static_cast<std::uint32_t>(std::min<std::int64_t>(

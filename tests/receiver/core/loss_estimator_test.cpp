@@ -100,7 +100,7 @@ TEST_CASE("the synthetic first interval gives back the receive rate through the 
     for (const duration r : {duration(1ms), duration(40ms), duration(700ms)}) {
       const double i = loss_estimator::synthetic_interval(rate, 1448, r);
       if (i > 1 && i < 1e10) {
-        REQUIRE(mcdist::tcp_throughput_bps(1448, r, 1 / i) == Approx(rate).epsilon(1e-6));
+        REQUIRE(mcdist::tcp_friendly_rate_bps(1448, r, 1 / i) == Approx(rate).epsilon(1e-6));
       }
     }
   }
@@ -113,7 +113,7 @@ TEST_CASE("the synthetic first interval gives back the receive rate through the 
   for (int i = 0; i < 1000; ++i, ++seq, t += 58us) e.on_datagram(seq, t, 1ms);  // ~200 Mbit/s
   e.on_datagram(seq + 5, t, 1ms);  // the overshoot lost 5 (I_0 = 6, below the synthetic I_1)
   REQUIRE(e.receive_rate_pps() == Approx(1e6 / 58).epsilon(0.02));
-  REQUIRE(mcdist::tcp_throughput_bps(1448, 1ms, e.loss_event_rate()) ==
+  REQUIRE(mcdist::tcp_friendly_rate_bps(1448, 1ms, e.loss_event_rate()) ==
           Approx(loss_estimator::first_rate_share * 1e6 / 58 * 1448 * 8).epsilon(0.03));
 }
 
@@ -134,7 +134,7 @@ TEST_CASE("a first loss just after slow start's last doubling synthesises the li
   REQUIRE(e.receive_rate_pps() < 0.6 * 1e6 / 58);  // the last whole window: before the doubling
   e.on_datagram(seq + 3, t, r);                    // 3 lost
   REQUIRE(e.loss_events() == 1);
-  REQUIRE(mcdist::tcp_throughput_bps(1448, r, e.loss_event_rate()) ==
+  REQUIRE(mcdist::tcp_friendly_rate_bps(1448, r, e.loss_event_rate()) ==
           Approx(loss_estimator::first_rate_share * 1e6 / 58 * 1448 * 8).epsilon(0.03));
   // A receiver held up 2 ms reads what arrived meanwhile in one batch, all at one `now`: those
   // datagrams count, over the span up to `now`.
@@ -208,7 +208,7 @@ TEST_CASE("a burst after a silence is counted over the time it was held, not as 
   REQUIRE(f.loss_events() == 0);
   f.on_datagram(seq++, t, r);
   REQUIRE(f.loss_events() == 1);
-  const double first_bps = mcdist::tcp_throughput_bps(1448, r, f.loss_event_rate());
+  const double first_bps = mcdist::tcp_friendly_rate_bps(1448, r, f.loss_event_rate());
   REQUIRE(first_bps <= 1.01 * loss_estimator::first_rate_share * link_pps * 1448 * 8);
   REQUIRE(first_bps >= 0.95 * loss_estimator::first_rate_share * link_pps * 1448 * 8);
 }
@@ -239,7 +239,7 @@ TEST_CASE("a first loss revealed in the burst after a silence is made once the b
     }
     for (t = released + straddle; t < released + 3ms; t += 58us) e.on_datagram(seq++, t, r);
     REQUIRE(e.loss_events() == 1);
-    return mcdist::tcp_throughput_bps(1448, r, e.loss_event_rate());
+    return mcdist::tcp_friendly_rate_bps(1448, r, e.loss_event_rate());
   };
   const double expected = loss_estimator::first_rate_share * link_bps;
   // The loss in the burst's first datagram, the burst in one millisecond.
@@ -263,7 +263,7 @@ TEST_CASE("a first loss revealed in the burst after a silence is made once the b
     REQUIRE(e.loss_events() == 0);
     for (; t < released + 3ms; t += 58us) e.on_datagram(seq++, t, r);
     REQUIRE(e.loss_events() == 1);
-    REQUIRE(mcdist::tcp_throughput_bps(1448, r, e.loss_event_rate()) ==
+    REQUIRE(mcdist::tcp_friendly_rate_bps(1448, r, e.loss_event_rate()) ==
             Approx(expected).epsilon(0.03));
   }
   // Made at once (RFC 5348's timing), both read the silence as a slower link.
@@ -294,7 +294,7 @@ TEST_CASE("the recent receive rate spans at least 100 datagrams, and none below 
   // Then the first loss takes the last whole window's rate (RFC 5348's X_recv alone).
   slow.on_datagram(seq + 1, t, 40ms);
   REQUIRE(slow.loss_events() == 1);
-  REQUIRE(mcdist::tcp_throughput_bps(1448, 40ms, slow.loss_event_rate()) ==
+  REQUIRE(mcdist::tcp_friendly_rate_bps(1448, 40ms, slow.loss_event_rate()) ==
           Approx(loss_estimator::first_rate_share * 1000 * 1448 * 8).epsilon(0.03));
 }
 
@@ -323,24 +323,27 @@ TEST_CASE("with more than eight loss events only the newest eight intervals coun
   REQUIRE(e.loss_event_rate() == Approx(rfc_loss_event_rate(closed, 41)));
 }
 
-TEST_CASE("losses less than one RTT apart are one loss event; the first event spans two",
+TEST_CASE("losses less than two RTTs after a loss event's first loss are part of it",
           "[unit][receiver]") {
   auto e = at_once();
   time_point t = feed(e, 0, 100, time_point{});
   e.on_datagram(102, t, rtt);        // 100, 101 lost
   e.on_datagram(105, t + 5ms, rtt);  // 103, 104 lost, 5 ms later: same event
   REQUIRE(e.loss_events() == 1);
-  // Slow start's overshoot still arriving: the first event takes losses for two RTTs.
+  // What the sender sent before it heard of the event still arriving: two RTTs.
   e.on_datagram(107, t + 15ms, rtt);  // 106 lost
   REQUIRE(e.loss_events() == 1);
   e.on_datagram(109, t + 21ms, rtt);  // 108 lost more than two RTTs later: a new event
   REQUIRE(e.loss_events() == 2);
   REQUIRE(e.lost() == 6);
   REQUIRE(e.closed_interval(0) == 8);  // 108 - 100
-  // Later events span one RTT.
+  // Later events span two RTTs as well (RFC 5348 section 5.2 says one).
   e.on_datagram(111, t + 32ms, rtt);  // 110 lost 11 ms after the second event began
+  REQUIRE(e.loss_events() == 2);
+  e.on_datagram(113, t + 42ms, rtt);  // 112 lost 21 ms after it: a new event
   REQUIRE(e.loss_events() == 3);
-  REQUIRE(e.closed_interval(0) == 2);  // 110 - 108
+  REQUIRE(e.closed_interval(0) == 4);  // 112 - 108
+  REQUIRE(loss_estimator::event_span_rtts == 2);
 }
 
 TEST_CASE("duplicates and reordered datagrams are ignored, across the sequence wrap",
@@ -466,6 +469,53 @@ TEST_CASE("rate reports: a loss event far below the sender's rate is reported at
   REQUIRE_FALSE(f.due());
   f.on_loss_event(false, 100e6, rtt, t0 + 12ms);
   REQUIRE(f.due() == t0 + 12ms);
+}
+
+TEST_CASE("rate reports: a loss event that puts the CLR below the sender's rate goes at once",
+          "[unit][receiver]") {
+  const time_point t0{std::chrono::seconds(5)};
+  // Not the CLR: a rate just below the sender's waits for its round's timer.
+  rate_feedback other;
+  other.on_marker(200'000'000, false, 1, 100ms, 0, INFINITY, rtt, 1.0, t0);
+  other.on_loss_event(false, 190e6, rtt, t0 + 1ms);
+  REQUIRE_FALSE(other.due());
+  // The CLR (it reports at every marker; this loss must not wait for the next).
+  rate_feedback clr;
+  clr.on_marker(200'000'000, true, 1, 100ms, 0, 250e6, rtt, 1.0, t0);
+  REQUIRE(clr.due() == t0);
+  REQUIRE(clr.fire(t0, 250e6));
+  clr.on_loss_event(false, 210e6, rtt, t0 + 20ms);  // still above the sender's: no hurry
+  REQUIRE_FALSE(clr.due());
+  clr.on_loss_event(false, 190e6, rtt, t0 + 30ms);
+  REQUIRE(clr.due() == t0 + 30ms);
+  REQUIRE(clr.fire(t0 + 30ms, 190e6));
+}
+
+TEST_CASE("CUBIC's response function matches RFC 8312 section 5.1 and takes over at low loss",
+          "[unit][receiver]") {
+  // AVG_W = (C (3 + beta) / (4 (1 - beta)))^(1/4) (R / p)^(3/4) packets, C = 0.4, beta = 0.7.
+  const double r = 0.04, p = 1e-5;
+  const double w = std::pow(0.4 * 3.7 / 1.2, 0.25) * std::pow(r / p, 0.75);
+  REQUIRE(mcdist::cubic_throughput_bps(1448, 40ms, p) == Approx(w * 1448 * 8 / r));
+  // At a 40 ms RTT and p = 1e-5 (a 200 Mbit/s path's loss rate) CUBIC's is the higher;
+  // the rate reported is it.
+  REQUIRE(mcdist::cubic_throughput_bps(1448, 40ms, p) >
+          1.3 * mcdist::tcp_throughput_bps(1448, 40ms, p));
+  REQUIRE(mcdist::tcp_friendly_rate_bps(1448, 40ms, p) ==
+          mcdist::cubic_throughput_bps(1448, 40ms, p));
+  // At 1 % loss, or on a 1 ms path, Reno's is the higher (CUBIC's Reno-friendly region).
+  REQUIRE(mcdist::tcp_friendly_rate_bps(1448, 40ms, 0.01) ==
+          mcdist::tcp_throughput_bps(1448, 40ms, 0.01));
+  REQUIRE(mcdist::tcp_friendly_rate_bps(1448, 1ms, 1e-5) ==
+          mcdist::tcp_throughput_bps(1448, 1ms, 1e-5));
+  // Falls with p, which synthetic_interval's bisection relies on.
+  double last = INFINITY;
+  for (double q = 1e-9; q <= 1; q *= 1.5) {
+    const double x = mcdist::tcp_friendly_rate_bps(1448, 40ms, q);
+    REQUIRE(x < last);
+    last = x;
+  }
+  REQUIRE(std::isinf(mcdist::cubic_throughput_bps(1448, 40ms, 0)));
 }
 
 TEST_CASE("rate reports: a receiver's first loss event is reported at once (slow start's end)",

@@ -1835,6 +1835,76 @@ TEST_CASE("rate auto: in the sender's slow start a receiver reports its receive 
   REQUIRE(loss->receive_bps() == 0);
 }
 
+TEST_CASE("rate auto: a later loss event caps the CLR's report at what got through, at once",
+          "[unit][receiver][rate]") {
+  harness h;
+  h.announce({entry("big", 1'000'000)});  // 1000 blocks of 1000 bytes
+  h.held_none();
+  h.accept();
+  auto rate_marker = [&](std::uint64_t bps) {
+    wire::marker m;
+    m.set_pass(1);
+    m.set_rate_bps(bps);
+    m.set_rate_round(1);
+    m.set_rate_round_us(20'000);
+    m.set_rate_clr("site");  // this receiver is the CLR
+    m.set_grtt_us(1000);     // the RTT it takes (no registration RTT here): 1 ms
+    h.feed(datagram(wire::msg_type::marker, m));
+  };
+  auto rates = [&] {
+    std::vector<double> out;
+    for (const auto& n : h.sink.of_type<wire::nak>(wire::msg_type::nak)) {
+      if (n.rate_bps() > 0) out.push_back(static_cast<double>(n.rate_bps()));
+    }
+    return out;
+  };
+  // 20 datagrams of 1048 bytes a millisecond: 167.7 Mbit/s gets through.
+  std::uint32_t seq = 1;
+  auto feed_ms = [&](int ms) {
+    for (int i = 0; i < ms; ++i) {
+      for (int k = 0; k < 20; ++k, ++seq) {
+        h.now += 50us;
+        h.feed(data(seq, 0, (seq - 1) % 1000, 1000));
+      }
+      h.engine.on_timer(h.now);
+    }
+  };
+  const double got = 20'000.0 * 1048 * 8;
+  const double cap = mcdist::receiver::loss_estimator::first_rate_share * got;
+  rate_marker(170'000'000);
+  feed_ms(20);
+  seq += 3;  // the first loss event: its interval synthesised from what got through
+  feed_ms(5);
+  REQUIRE(!rates().empty());
+  REQUIRE(rates().back() == Approx(cap).epsilon(0.05));
+  // 100 ms without loss: the open interval outgrows the synthetic one, and the equation asks
+  // for more than gets through.
+  feed_ms(100);
+  std::size_t before = rates().size();
+  rate_marker(170'000'000);
+  h.engine.on_timer(h.now);
+  REQUIRE(rates().size() > before);
+  const double equation = rates().back();
+  REQUIRE(equation > 1.5 * got);
+  // The next loss: its event's report asks for what got through (first_rate_share of it), below
+  // the sender's 170 Mbit/s, at once, not at the next marker.
+  feed_ms(2);
+  before = rates().size();
+  seq += 1;
+  feed_ms(1);
+  REQUIRE(rates().size() > before);
+  REQUIRE(rates().back() == Approx(cap).epsilon(0.05));
+  // Two RTTs later the cap is gone: the next marker's report is the equation's again (a little
+  // lower: one more loss event).
+  feed_ms(3);
+  before = rates().size();
+  rate_marker(170'000'000);
+  h.engine.on_timer(h.now);
+  REQUIRE(rates().size() > before);
+  REQUIRE(rates().back() > 1.5 * got);
+  REQUIRE(rates().back() < equation);
+}
+
 namespace {
 
 /// How rate_after_first_loss reads its datagrams.
