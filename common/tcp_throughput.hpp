@@ -67,8 +67,9 @@ inline double cubic_throughput_bps(std::uint32_t packet_bytes, duration rtt, dou
 /// Reno's (RFC 5348 section 3.1, what TFMCC specifies) and CUBIC's (RFC 8312 section 5.1), the
 /// rate a CUBIC flow, the TCP of Linux hosts, takes at the same loss event rate and RTT. With
 /// Reno's alone a session beside a CUBIC flow took 0.40-0.70 of its rate through a 200 Mbit/s
-/// bottleneck at a 40 ms RTT (docs/benchmarks.md "Rate auto"); at high loss rates or short RTTs
-/// the two agree (Reno's is the higher).
+/// bottleneck at a 40 ms RTT, and less than a Reno TCP flow takes there (docs/benchmarks.md
+/// "Rate auto: CUBIC's response"); at high loss rates or short RTTs the two agree (Reno's is
+/// the higher).
 /// @return as tcp_throughput_bps(); falls monotonically in p
 inline double tcp_friendly_rate_bps(std::uint32_t packet_bytes, duration rtt, double p) noexcept {
   return std::max(tcp_throughput_bps(packet_bytes, rtt, p),

@@ -246,8 +246,8 @@ struct receiver_engine::session_rx {
   bool rate_slow_start = false;
   /// After a loss event other than the first: the rate reports ask for at most this, bit/s
   /// (loss_estimator::first_rate_share of the rate that got through up to the event), until
-  /// loss_cap_until (two RTTs; docs/design-notes.md "Rate auto", "A loss event caps the
-  /// report"). 0: no cap.
+  /// loss_cap_until (two RTTs) and then while the open loss interval is shorter than the mean
+  /// one (docs/design-notes.md "Rate auto", "A loss event caps the report"). 0: no cap.
   double loss_cap_bps = 0;
   time_point loss_cap_until{};
   /// When this session last reported an overrun (report_overrun), and the rate the sender

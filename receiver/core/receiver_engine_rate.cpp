@@ -81,7 +81,13 @@ double receiver_engine::own_rate_bps(const session_rx& s, time_point now) const 
   if (s.loss.has_loss()) {
     const double x =
         tcp_friendly_rate_bps(packet_bytes(s.block_size), rtt, s.loss.loss_event_rate());
-    return s.loss_cap_bps > 0 && now < s.loss_cap_until ? std::min(x, s.loss_cap_bps) : x;
+    // The cap holds two RTTs, then until the open interval reaches the mean one (1/p): until
+    // then the loss history has not shown that more gets through.
+    const bool capped =
+        s.loss_cap_bps > 0 &&
+        (now < s.loss_cap_until ||
+         static_cast<double>(s.loss.open_interval()) * s.loss.loss_event_rate() < 1);
+    return capped ? std::min(x, s.loss_cap_bps) : x;
   }
   if (!s.rate_slow_start) return std::numeric_limits<double>::infinity();
   // X_recv of RFC 4654 section 3.4: the sender's slow start goes no higher than twice it.

@@ -28,14 +28,14 @@ sending outruns receivers on a fast path and costs repairs: a paced rate just un
 slowest receiver sustains is faster (loopback here: 1 GB in 2.1 s at 4G, 5.6 s unpaced).
 --rate auto lets the receivers set the rate (TFMCC, RFC 4654): it starts at 10M, doubles every
 GRTT but never above twice the lowest rate the receivers report receiving at, until a receiver
-reports loss, then follows the lowest TCP-friendly rate a receiver on
-multicast reports (from its loss event rate and RTT: the higher of Reno's rate, RFC 5348's
-equation, and CUBIC's, RFC 8312 section 5.1, as a Linux TCP flow would take; right after a loss
-no more than 0.95 of what got through to it), never above --rate-max. A receiver that cannot
-keep up (its socket buffer half full or dropping) reports what it takes in, and the rate stays
-below that (docs/design-notes.md "Receiver overrun").
-Receivers moved to unicast no longer hold it back. docs/benchmarks.md "Rate auto" has what
-it reaches against fixed rates, UFTP's TFMCC and a TCP flow.
+reports loss, then follows the lowest TCP-friendly rate a receiver on multicast reports (from
+its loss event rate and RTT: the higher of Reno's rate, RFC 5348's equation, and CUBIC's, RFC
+8312 section 5.1, as a Linux TCP flow would take; after a loss no more than 0.95 of what got
+through to it until its loss history says more), never above --rate-max. A receiver that
+cannot keep up (its socket buffer half full or dropping) reports what it takes in, and the
+rate stays below that (docs/design-notes.md "Receiver overrun"). Receivers moved to unicast
+no longer hold it back. docs/benchmarks.md "Rate auto" has what it reaches against fixed
+rates, UFTP's TFMCC and a TCP flow.
 DURATION takes a unit: 250ms, 2s, 1m.
 
 Closed group (--receivers a,b,c): the session starts as soon as every listed receiver has
