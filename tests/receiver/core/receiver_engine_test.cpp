@@ -1774,13 +1774,23 @@ TEST_CASE(
   REQUIRE(loss_reported);
 }
 
-TEST_CASE("rate auto: in the sender's slow start a receiver reports its receive rate, then loss",
-          "[unit][receiver][rate]") {
+namespace {
+
+/// A receiver of one --rate auto session of a 1,000,000-byte file (1000 blocks of 1000
+/// bytes: 1048-byte packets) fed 20 data datagrams a millisecond, 167.7 Mbit/s.
+struct rate_session {
   harness h;
-  h.announce({entry("big", 1'000'000)});  // 1000 blocks of 1000 bytes
-  h.held_none();
-  h.accept();
-  auto rate_marker = [&](std::uint64_t bps, bool slow_start, const std::string& clr) {
+  std::uint32_t seq = 1;  ///< the next data datagram's sequence number
+
+  rate_session() {
+    h.announce({entry("big", 1'000'000)});
+    h.held_none();
+    h.accept();
+  }
+  /// A marker of pass 1 with the rate fields: the sender's rate `bps`, feedback round 1 of
+  /// 20 ms, its slow start, the CLR it names, and a GRTT of 1 ms (the RTT the receiver takes
+  /// without a registration RTT).
+  void marker(std::uint64_t bps, bool slow_start, const std::string& clr) {
     wire::marker m;
     m.set_pass(1);
     m.set_rate_bps(bps);
@@ -1788,13 +1798,11 @@ TEST_CASE("rate auto: in the sender's slow start a receiver reports its receive 
     m.set_rate_round_us(20'000);
     m.set_rate_slow_start(slow_start);
     m.set_rate_clr(clr);
-    m.set_grtt_us(1000);  // the RTT the receiver takes without a registration RTT
+    m.set_grtt_us(1000);
     h.feed(datagram(wire::msg_type::marker, m));
-  };
-  auto reports = [&] { return h.sink.of_type<wire::nak>(wire::msg_type::nak); };
-  // 20 datagrams a millisecond for 20 ms: 20,000 a second of 1048-byte packets.
-  std::uint32_t seq = 1;
-  auto feed_ms = [&](int ms) {
+  }
+  /// `ms` milliseconds of datagrams, 50 us apart, the timers run after each millisecond.
+  void feed_ms(int ms) {
     for (int i = 0; i < ms; ++i) {
       for (int k = 0; k < 20; ++k, ++seq) {
         h.now += 50us;
@@ -1802,13 +1810,22 @@ TEST_CASE("rate auto: in the sender's slow start a receiver reports its receive 
       }
       h.engine.on_timer(h.now);
     }
-  };
-  rate_marker(400'000'000, false, "");
-  feed_ms(20);
-  REQUIRE(reports().empty());  // not slow start, no loss event: nothing to report
-  rate_marker(400'000'000, true, "");
-  h.engine.on_timer(h.now);
-  auto got = reports();
+  }
+  /// The NAKs sent so far.
+  std::vector<wire::nak> naks() { return h.sink.of_type<wire::nak>(wire::msg_type::nak); }
+};
+
+}  // namespace
+
+TEST_CASE("rate auto: in the sender's slow start a receiver reports its receive rate, then loss",
+          "[unit][receiver][rate]") {
+  rate_session r;
+  r.marker(400'000'000, false, "");
+  r.feed_ms(20);
+  REQUIRE(r.naks().empty());  // not slow start, no loss event: nothing to report
+  r.marker(400'000'000, true, "");
+  r.h.engine.on_timer(r.h.now);
+  auto got = r.naks();
   REQUIRE(got.size() == 1);  // slow start, no CLR yet: at once
   const double x = 20'000.0 * 1048 * 8;
   REQUIRE(got[0].rate_report());
@@ -1817,17 +1834,17 @@ TEST_CASE("rate auto: in the sender's slow start a receiver reports its receive 
   REQUIRE(got[0].loss_ppb() == 0);
   // Named the CLR: a report every RTT (the markers' GRTT of 1 ms: the registration RTT is
   // unknown here), markers or not.
-  rate_marker(400'000'000, true, "site");
-  feed_ms(5);
-  got = reports();
+  r.marker(400'000'000, true, "site");
+  r.feed_ms(5);
+  got = r.naks();
   REQUIRE(got.size() >= 4);
   for (const auto& n : got) REQUIRE(n.receive_bps() > 0);
   // The first loss event (made loss_estimator::first_loss_settle after the loss): a loss
   // report at once, without the receive rate.
   const std::size_t before = got.size();
-  seq += 5;
-  feed_ms(3);
-  got = reports();
+  r.seq += 5;
+  r.feed_ms(3);
+  got = r.naks();
   const auto loss = std::find_if(got.begin() + static_cast<std::ptrdiff_t>(before), got.end(),
                                  [](const wire::nak& n) { return n.loss_ppb() > 0; });
   REQUIRE(loss != got.end());
@@ -1837,75 +1854,51 @@ TEST_CASE("rate auto: in the sender's slow start a receiver reports its receive 
 
 TEST_CASE("rate auto: a later loss event caps the CLR's report at what got through, at once",
           "[unit][receiver][rate]") {
-  harness h;
-  h.announce({entry("big", 1'000'000)});  // 1000 blocks of 1000 bytes
-  h.held_none();
-  h.accept();
-  auto rate_marker = [&](std::uint64_t bps) {
-    wire::marker m;
-    m.set_pass(1);
-    m.set_rate_bps(bps);
-    m.set_rate_round(1);
-    m.set_rate_round_us(20'000);
-    m.set_rate_clr("site");  // this receiver is the CLR
-    m.set_grtt_us(1000);     // the RTT it takes (no registration RTT here): 1 ms
-    h.feed(datagram(wire::msg_type::marker, m));
-  };
+  rate_session r;  // this receiver is the CLR the markers name ("site"), at a 1 ms RTT
   auto rates = [&] {
     std::vector<double> out;
-    for (const auto& n : h.sink.of_type<wire::nak>(wire::msg_type::nak)) {
+    for (const auto& n : r.naks()) {
       if (n.rate_bps() > 0) out.push_back(static_cast<double>(n.rate_bps()));
     }
     return out;
   };
-  // 20 datagrams of 1048 bytes a millisecond: 167.7 Mbit/s gets through.
-  std::uint32_t seq = 1;
-  auto feed_ms = [&](int ms) {
-    for (int i = 0; i < ms; ++i) {
-      for (int k = 0; k < 20; ++k, ++seq) {
-        h.now += 50us;
-        h.feed(data(seq, 0, (seq - 1) % 1000, 1000));
-      }
-      h.engine.on_timer(h.now);
-    }
-  };
   const double got = 20'000.0 * 1048 * 8;
   const double cap = mcdist::receiver::loss_estimator::first_rate_share * got;
-  rate_marker(170'000'000);
-  feed_ms(20);
-  seq += 3;  // the first loss event: its interval synthesised from what got through
-  feed_ms(5);
+  r.marker(170'000'000, false, "site");
+  r.feed_ms(20);
+  r.seq += 3;  // the first loss event: its interval synthesised from what got through
+  r.feed_ms(5);
   REQUIRE(!rates().empty());
   REQUIRE(rates().back() == Approx(cap).epsilon(0.05));
   // 100 ms without loss: the open interval outgrows the synthetic one, and the equation asks
   // for more than gets through.
-  feed_ms(100);
+  r.feed_ms(100);
   std::size_t before = rates().size();
-  rate_marker(170'000'000);
-  h.engine.on_timer(h.now);
+  r.marker(170'000'000, false, "site");
+  r.h.engine.on_timer(r.h.now);
   REQUIRE(rates().size() > before);
   REQUIRE(rates().back() > 1.5 * got);
   // The next loss: its event's report asks for what got through (first_rate_share of it), below
   // the sender's 170 Mbit/s, at once, not at the next marker.
-  feed_ms(2);
+  r.feed_ms(2);
   before = rates().size();
-  seq += 1;
-  feed_ms(1);
+  r.seq += 1;
+  r.feed_ms(1);
   REQUIRE(rates().size() > before);
   REQUIRE(rates().back() == Approx(cap).epsilon(0.05));
   // Two RTTs later the cap still holds while the open interval is shorter than the mean one
   // (the loss history has not shown that more gets through)...
-  feed_ms(3);
+  r.feed_ms(3);
   before = rates().size();
-  rate_marker(170'000'000);
-  h.engine.on_timer(h.now);
+  r.marker(170'000'000, false, "site");
+  r.h.engine.on_timer(r.h.now);
   REQUIRE(rates().size() > before);
   REQUIRE(rates().back() == Approx(cap).epsilon(0.05));
   // ... and is gone once it is longer: the report is the equation's again.
-  feed_ms(100);
+  r.feed_ms(100);
   before = rates().size();
-  rate_marker(170'000'000);
-  h.engine.on_timer(h.now);
+  r.marker(170'000'000, false, "site");
+  r.h.engine.on_timer(r.h.now);
   REQUIRE(rates().size() > before);
   REQUIRE(rates().back() > 1.5 * got);
 }
