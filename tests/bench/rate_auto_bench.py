@@ -24,6 +24,8 @@ existed: a held-up emulator then delivers a burst into the bottleneck's queue. -
 stops the emulator for MS ms every EVERY s of each mcdist run (from 3 s in, or from START s in
 with MS:EVERY:START; 0 holds slow start up too), to make such hold-ups on purpose.
 
+On loopback, --baseline BUILD adds an auto-baseline row after each auto row: BUILD's mcdist-send
+(to this build's mcdistd) in the same rounds, a sender change measured side by side.
 With --linkem and --baseline BUILD, one more auto row (auto-baseline) runs mcdist-send and
 mcdistd of another build in the same rounds, right after the auto row, through the same
 emulator: a change to rate auto measured side by side with what it changes. The table counts,
@@ -35,6 +37,9 @@ mcdist's goodput and TCP's rate over the same interval beside the fair share (ha
 With --tcp-reference CC, one more row puts a second TCP flow (iperf3 -C CC, started 2 s after
 the --tcp-congestion flow, run for --tcp-seconds) where mcdist would be: how two TCP flows share
 the same bottleneck, the yardstick for auto's share (e.g. reno beside cubic).
+With --tcp-alone, one more row sends --bytes over TCP alone (iperf3 -n, --tcp-congestion) through
+the same bottleneck: TCP's own start-up loss on this link (its repairs column counts TCP's
+retransmits), the yardstick for auto's slow start.
 With --history, the auto rows' sender runs on a pseudo-terminal so that it draws its progress
 line, and the bench prints the sending rate of every 0.5 s and, after the first 5 s, how often
 it was within 10 % of the bottleneck (issue 13 goal 2's "settles within 10 %"). That rate counts
@@ -43,10 +48,10 @@ strict by 3.3 %.
 
 --log-level LEVEL runs the auto rows' sender and (with --linkem) mcdistd at that log level
 (debug: the sender logs every rate report, the receiver every loss event); every run's output is
-kept in --dir as sender-MODE-RATE-RUN.log, and with --linkem mcdistd's as
-mcdistd-MODE-RATE-RUN.log and the emulator's counters as linkem-MODE-RATE-RUN.json (with two
---ingress-stamp modes, MODE-RATE-STAMP-RUN). --no-fixed leaves the fixed rows out of --linkem runs, to repeat the
-auto row many times.
+kept in --dir as sender-MODE-RATE-RUN.log (on loopback the auto rows' only), and with --linkem
+mcdistd's as mcdistd-MODE-RATE-RUN.log and the emulator's counters as linkem-MODE-RATE-RUN.json
+(with two --ingress-stamp modes, MODE-RATE-STAMP-RUN). --no-fixed leaves the fixed rows out of
+--linkem runs, to repeat the auto row many times.
 
 With --uftp, UFTP 4.10 with its TFMCC congestion control (`uftp -C tfmcc:max=CEILING`, uftpd
 receiving; on loopback one row per ceiling, through the emulator one for the first ceiling) runs
@@ -60,6 +65,7 @@ usage: rate_auto_bench.py [--build DIR] [--dir DIR] [--bytes N] [--repeat N]
                           [--ceilings 2G,8G] [--fixed 1G,2G,4G,5G,8G]
                           [--linkem 200M [--delay 10ms] [--queue 100] [--tcp] [--history]
                            [--tcp-congestion cubic] [--tcp-reference reno [--tcp-seconds 30]]
+                           [--tcp-alone]
                            [--no-fixed] [--ingress-stamp tap,read] [--hold 25:2[:0]]]
                           [--log-level debug]
                           [--uftp]
@@ -139,6 +145,11 @@ def main():
                     help="--linkem: one more row in which a second TCP flow (iperf3 -C CC) "
                          "takes the place of mcdist beside the --tcp-congestion flow, for "
                          "--tcp-seconds: how two TCP flows share the same bottleneck")
+    ap.add_argument("--tcp-alone", action="store_true",
+                    help="--linkem: one more row in which a TCP flow of --tcp-congestion "
+                         "(iperf3 -n BYTES) alone sends --bytes through the bottleneck: its "
+                         "goodput and the bottleneck drops (TCP's own slow start on the same "
+                         "link, the yardstick for auto's start-up loss)")
     ap.add_argument("--tcp-seconds", type=float, default=30,
                     help="--tcp-reference: how long the second TCP flow runs, s (default 30)")
     ap.add_argument("--no-fixed", action="store_true",
@@ -147,9 +158,10 @@ def main():
                     help="--log-level of the auto rows' mcdist-send and (--linkem) mcdistd, e.g. "
                          "debug; each run's output is kept in --dir")
     ap.add_argument("--baseline", default=None, metavar="BUILD",
-                    help="--linkem: one more auto row with mcdist-send and mcdistd of another "
+                    help="one more auto row with mcdist-send and (--linkem) mcdistd of another "
                          "build (e.g. main before a change, deploy/build.sh /tmp/base), in the "
-                         "same rounds and the same emulator")
+                         "same rounds (and the same emulator); on loopback after each auto row, "
+                         "to this build's mcdistd")
     ap.add_argument("--uftp", action="store_true",
                     help="also UFTP 4.10 -C tfmcc (RFC 4654) with each ceiling as its max rate, "
                          "uftpd as the receiver, in the same rounds")
@@ -175,7 +187,13 @@ def main():
 
     ceilings = args.ceilings.split(",")
     fixed = [r for r in args.fixed.split(",") if any(bps(r) <= bps(c) for c in ceilings)]
-    rows = [("fixed", r) for r in fixed] + [("auto", c) for c in ceilings]
+    rows = [("fixed", r) for r in fixed]
+    for c in ceilings:
+        rows += [("auto", c)] + ([("auto-baseline", c)] if args.baseline else [])
+    base_send = None
+    if args.baseline:
+        base_send = os.path.join(args.baseline, "sender", "mcdist-send")
+        need_programs(base_send)
     uftpd = None
     if args.uftp:
         need_programs(shutil.which("uftp") or "uftp", shutil.which("uftpd") or "uftpd")
@@ -204,10 +222,16 @@ def main():
                 clear(dest)
                 summary = os.path.join(base, "summary.json")
                 rate_args = ["--rate", r] if mode == "fixed" else ["--rate", "auto", "--rate-max", r]
+                auto = mode.startswith("auto")
+                log_args = ["--log-level", args.log_level] if args.log_level and auto else ["-q"]
                 code, wall, _, out = sender_run(
-                    [send, "-q", "--group", group, "--interface", "127.0.0.1", "--receivers",
-                     "bench", "--summary-json", summary] + rate_args + [src])
+                    [base_send if mode == "auto-baseline" else send, "--group", group, "--interface", "127.0.0.1", "--receivers",
+                     "bench", "--summary-json", summary] + log_args + rate_args + [src])
                 time.sleep(0.05)
+                if args.log_level and auto:
+                    with open(os.path.join(base, "sender-%s-%s-%d.log" % (mode, r, rep + 1)),
+                              "w") as f:
+                        f.write(out)  # every auto run's, for when one looks wrong
                 if code != 0:
                     sys.exit("mcdist-send failed (%d):\n%s" % (code, out))
                 with open(summary) as f:
@@ -240,23 +264,30 @@ def main():
         log("| %s %s | %.0f | %.3f | %.0f | %s | %s | %s | %s |" % (
             row[0], row[1], med(row, "goodput") / 1e6, med(row, "wall"), med(row, "passes"),
             "%.0f" % med(row, "repairs") if row[0] not in ("uftp", "tcp+tcp") else "-",
-            "%.0f" % (med(row, "end") / 1e6) if row[0] == "auto" else "-",
-            "%.0f" % (med(row, "lowest") / 1e6) if row[0] == "auto" else "-",
+            "%.0f" % (med(row, "end") / 1e6) if row[0].startswith("auto") else "-",
+            "%.0f" % (med(row, "lowest") / 1e6) if row[0].startswith("auto") else "-",
             all(x["ok"] for x in samples[row])))
     log("")
-    log("| ceiling | auto Mbit/s | best fixed at or below | its Mbit/s | auto / best |%s" % (
+    log("| ceiling | auto Mbit/s | best fixed at or below | its Mbit/s | auto / best |%s%s" % (
+        " baseline auto Mbit/s | baseline / best |" if args.baseline else "",
         " UFTP -C tfmcc Mbit/s | auto / UFTP |" if args.uftp else ""))
-    log("|---|---|---|---|---|%s" % ("---|---|" if args.uftp else ""))
+    log("|---|---|---|---|---|%s%s" % ("---|---|" if args.baseline else "",
+                                    "---|---|" if args.uftp else ""))
     for c in ceilings:
         cands = [("fixed", r) for r in fixed if bps(r) <= bps(c)]
-        best = max(cands, key=lambda row: med(row, "goodput"))
+        best = max(cands, key=lambda row: med(row, "goodput")) if cands else None
         a = med(("auto", c), "goodput")
-        b = med(best, "goodput")
+        b = med(best, "goodput") if best else 0
+        share = lambda x: "%.2f" % (x / b) if b > 0 else "-"
         more = ""
+        if args.baseline:
+            ab = med(("auto-baseline", c), "goodput")
+            more += " %.0f | %s |" % (ab / 1e6, share(ab))
         if args.uftp:
             u = med(("uftp", c), "goodput")
-            more = " %.0f | %s |" % (u / 1e6, "%.2f" % (a / u) if u > 0 else "-")
-        log("| %s | %.0f | %s | %.0f | %.2f |%s" % (c, a / 1e6, best[1], b / 1e6, a / b, more))
+            more += " %.0f | %s |" % (u / 1e6, "%.2f" % (a / u) if u > 0 else "-")
+        log("| %s | %.0f | %s | %s | %s |%s" % (c, a / 1e6, best[1] if best else "-",
+                                              "%.0f" % (b / 1e6) if best else "-", share(a), more))
 
 
 def uftp_tfmcc(interface, client, ceiling, src):
@@ -321,6 +352,9 @@ def linkem_main(args):
     if args.tcp_reference:
         need_programs(shutil.which("iperf3") or "iperf3")
         rows.append(("tcp+tcp", args.tcp_reference))
+    if args.tcp_alone:
+        need_programs(shutil.which("iperf3") or "iperf3")
+        rows.append(("tcp", args.tcp_congestion))
     links = ["all:delay=%s" % args.delay, "h1.down:rate=%s,queue=%s" % (
         args.linkem.replace("M", "Mbit").replace("G", "Gbit"), args.queue)]
     stamps = args.ingress_stamp.split(",")
@@ -361,6 +395,34 @@ def linkem_main(args):
                     "bottleneck drops %.2f %%" % (rep + 1, r, args.tcp_congestion, t_end - t_start,
                                                   second_bps / 1e6, first_bps / 1e6,
                                                   100 * drops / pin))
+                continue
+            if mode == "tcp":
+                # TCP alone with the same bytes: its own start-up loss on this link.
+                server = subprocess.Popen(["ip", "netns", "exec", emu.ns(1), "iperf3", "-s", "-1",
+                                           "-p", "5293"], stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.DEVNULL)
+                time.sleep(0.3)
+                try:
+                    code, wall, _, out = sender_run(["ip", "netns", "exec", emu.ns(0), "iperf3",
+                                                     "-c", emu.addr(1), "-p", "5293", "-n",
+                                                     str(args.bytes), "-C", r, "-J"])
+                finally:
+                    stop_proc(server)
+                    emu.stop()
+                with open(stats_json) as f:
+                    down = find_down(json.load(f), "h1") or {}
+                drops, pin = down.get("dropped_queue", 0), down.get("packets_in", 0) or 1
+                try:
+                    retr = json.loads(out)["end"]["sum_sent"].get("retransmits", 0)
+                except (ValueError, KeyError):
+                    retr = -1
+                ok = code == 0 and retr >= 0
+                samples[row].append({
+                    "goodput": args.bytes * 8 / wall if ok else 0, "wall": wall, "passes": 0,
+                    "repairs": retr, "end": 0, "lowest": 0, "drop": drops / pin, "ok": ok})
+                log("run %d: tcp %s alone  %.3f s  %5.1f Mbit/s  %d retransmits  bottleneck drops "
+                    "%.2f %%  %s" % (rep + 1, r, wall, args.bytes * 8 / wall / 1e6, retr,
+                                     100 * drops / pin, "ok" if ok else "IPERF3 FAILED"))
                 continue
             if mode == "uftp":
                 uf_dest = os.path.join(work, "uftp-dest")
