@@ -45,9 +45,26 @@ void rate_controller::raise_to_limit() noexcept {
   if (allowed > m_rate) set_rate(allowed);
 }
 
-void rate_controller::on_receive_rate(std::string_view id, std::uint64_t recv_bps, duration,
+duration rate_controller::on_rtt_sample(std::string_view id, duration rtt) {
+  auto it = m_base_rtt.find(id);
+  if (it == m_base_rtt.end()) {
+    it = m_base_rtt.emplace(std::string(id), rtt).first;
+  } else if (rtt < it->second) {
+    it->second = rtt;
+  }
+  if (m_cap > 0 && m_cap_owner == id) m_cap_rtt = std::max(it->second, m_cfg.min_rtt);
+  return it->second;
+}
+
+duration rate_controller::base_rtt(std::string_view id) const noexcept {
+  const auto it = m_base_rtt.find(id);
+  return it == m_base_rtt.end() ? duration{} : it->second;
+}
+
+void rate_controller::on_receive_rate(std::string_view id, std::uint64_t recv_bps, duration rtt,
                                       time_point now) {
   if (!m_slow_start || recv_bps == 0) return;
+  on_rtt_sample(id, rtt);
   auto it = m_recv.find(id);
   if (it == m_recv.end())
     it = m_recv.emplace(std::string(id), std::pair<double, time_point>{}).first;
@@ -103,6 +120,7 @@ void rate_controller::choose_clr(time_point now) {
 
 void rate_controller::on_feedback(std::string_view id, std::uint64_t rate_bps, duration rtt,
                                   bool has_loss, time_point now) {
+  on_rtt_sample(id, rtt);
   if (!has_loss) return;  // no loss event: this receiver limits nothing yet
   // Slow start ends at the first loss report (RFC 4654 section 3.4).
   if (m_slow_start) end_slow_start(now);
@@ -128,9 +146,11 @@ void rate_controller::on_overrun(std::string_view id, std::uint64_t recv_bps, du
   const double cap = std::max(m_cfg.overrun_factor * static_cast<double>(recv_bps),
                               static_cast<double>(m_cfg.rate_min_bps));
   if (m_slow_start) end_slow_start(now);
+  // The cap rises with the reporter's base RTT: the RTT it reports now holds its own queue.
+  const duration base = on_rtt_sample(id, rtt);
   if (m_cap > 0 && cap >= m_cap) return;
   m_cap = cap;
-  m_cap_rtt = std::max(rtt, m_cfg.min_rtt);
+  m_cap_rtt = std::max(base, m_cfg.min_rtt);
   m_cap_owner = std::string(id);
   if (m_cap < m_rate) {
     set_rate(m_cap);
@@ -139,6 +159,7 @@ void rate_controller::on_overrun(std::string_view id, std::uint64_t recv_bps, du
 }
 
 void rate_controller::forget(std::string_view id, time_point now) {
+  if (const auto b = m_base_rtt.find(id); b != m_base_rtt.end()) m_base_rtt.erase(b);
   if (const auto r = m_recv.find(id); r != m_recv.end()) {
     m_recv.erase(r);
     apply_receive_limit(now);

@@ -22,9 +22,11 @@
 ///   are the path's): a receiver whose own socket buffer is half full or dropped datagrams
 ///   reports the rate it takes datagrams in. The rate is capped at overrun_factor times that
 ///   (so the receiver's queue drains), slow start ends, and the cap then rises by the same
-///   increase limit, s / R^2 per second with the reporter's RTT, until the ceiling lifts it
-///   or another overrun lowers it: a flow-control loop beside TFMCC's congestion control, so
-///   a host that cannot keep up is neither overrun for long nor mistaken for a congested path.
+///   increase limit, s / R^2 per second with R the reporter's base RTT (the smallest of its
+///   RTTs this session, the sender's echo samples and its reports': the RTT it shows while
+///   overrun holds its own queue, which the cap is there to drain), until the ceiling lifts it or
+///   another overrun lowers it: a flow-control loop beside TFMCC's congestion control, so a host
+///   that cannot keep up is neither overrun for long nor mistaken for a congested path.
 /// - A receiver that leaves the decision (moved to unicast, completed, failed: forget()) is no
 ///   longer a CLR candidate; the lowest recent report of the others becomes the CLR, and with
 ///   none the rate rises by the increase rule towards rate_max_bps.
@@ -86,9 +88,15 @@ class rate_controller {
 
   /// Receiver `id` overruns: its socket buffer is half full or dropped datagrams while it took
   /// them in at `recv_bps` (bit/s of whole IP packets). Ends slow start and caps the rate at
-  /// overrun_factor x recv_bps (a lower cap than the current one only). @param rtt its RTT
-  /// (the cap's increase limit)
+  /// overrun_factor x recv_bps (a lower cap than the current one only). @param rtt its RTT as
+  /// reported; the cap rises with the smallest RTT of `id` this session (base_rtt())
   void on_overrun(std::string_view id, std::uint64_t recv_bps, duration rtt, time_point now);
+
+  /// An RTT of receiver `id`: the sender's own sample (an echo) or the one a report carries.
+  /// Keeps the smallest (its base RTT: the path without the queue of its own socket, which
+  /// inflates the RTT it shows while it overruns) and moves the overrun cap's RTT down to it
+  /// when `id` set the cap. @return that base RTT
+  duration on_rtt_sample(std::string_view id, duration rtt);
 
   /// Receiver `id` no longer takes part over multicast (unicast, completed, failed).
   void forget(std::string_view id, time_point now);
@@ -118,6 +126,12 @@ class rate_controller {
   std::uint64_t overrun_cap_bps() const noexcept { return static_cast<std::uint64_t>(m_cap); }
   /// The receiver whose overrun set the cap; empty without a cap.
   const std::string& overrun_receiver() const noexcept { return m_cap_owner; }
+  /// The RTT the overrun cap rises with: its receiver's base RTT, at least min_rtt (zero
+  /// without a cap).
+  duration overrun_cap_rtt() const noexcept { return m_cap > 0 ? m_cap_rtt : duration{}; }
+  /// The smallest RTT of receiver `id` in this session (on_rtt_sample and the reports; zero:
+  /// none, or it left), unfloored.
+  duration base_rtt(std::string_view id) const noexcept;
 
  private:
   struct report {
@@ -153,6 +167,9 @@ class rate_controller {
   double m_cap = 0;       ///< the overrun cap, bit/s (0: none)
   duration m_cap_rtt{};
   std::string m_cap_owner;
+  /// Each reporting receiver's smallest reported RTT (one entry per receiver that reported,
+  /// as m_reports; forget() removes it).
+  std::map<std::string, duration, std::less<>> m_base_rtt;
 };
 
 }  // namespace mcdist::sender

@@ -350,6 +350,7 @@ void sender_session::sample_rtt(receiver_state& r, std::uint64_t echo_us, std::u
   r.rep.rtt = rtt;
   r.rep.rtt_valid = true;
   m_grtt.add_sample(rtt);
+  if (m_rate) m_rate->on_rtt_sample(r.rep.id, rtt);  // the overrun cap's base RTT
 }
 
 sender_session::receiver_state* sender_session::find_receiver(const std::string& id) {

@@ -75,11 +75,14 @@ void sender_session::handle_rate(receiver_state& r, const wire::nak& m, time_poi
           "Mbit/s, held below it",
           m_cfg.session, r.rep.id, static_cast<double>(m.overrun_bps()) / 1e6,
           in_slow_start ? "slow start ends, " : "", static_cast<double>(m_cfg.rate_bps) / 1e6);
-    } else if (m_log) {
-      m_log->debug("session {}: receiver '{}' overruns at {:.1f} Mbit/s: cap {:.1f}, rate {:.1f}",
-                   m_cfg.session, r.rep.id, static_cast<double>(m.overrun_bps()) / 1e6,
-                   static_cast<double>(m_rate->overrun_cap_bps()) / 1e6,
-                   static_cast<double>(m_cfg.rate_bps) / 1e6);
+    }
+    if (m_log) {
+      m_log->debug(
+          "session {}: receiver '{}' overruns at {:.1f} Mbit/s: cap {:.1f} (rising with RTT "
+          "{:.2f} ms), rate {:.1f}",
+          m_cfg.session, r.rep.id, static_cast<double>(m.overrun_bps()) / 1e6,
+          static_cast<double>(m_rate->overrun_cap_bps()) / 1e6, to_ms(m_rate->overrun_cap_rtt()),
+          static_cast<double>(m_cfg.rate_bps) / 1e6);
     }
   }
   if (m_rate && m.receive_bps() > 0 && m.loss_ppb() == 0 && m.rate_bps() == 0) {
@@ -95,9 +98,10 @@ void sender_session::handle_rate(receiver_state& r, const wire::nak& m, time_poi
     update_auto_rate(now);
     if (m_log && m_rate->slow_start()) {
       m_log->debug(
-          "session {}: receive rate from '{}': {:.1f} Mbit/s; slow start rate {:.1f} Mbit/s",
-          m_cfg.session, r.rep.id, static_cast<double>(m.receive_bps()) / 1e6,
-          static_cast<double>(m_cfg.rate_bps) / 1e6);
+          "session {}: receive rate from '{}': {:.1f} Mbit/s (RTT {:.2f} ms, base {:.2f}); slow "
+          "start rate {:.1f} Mbit/s",
+          m_cfg.session, r.rep.id, static_cast<double>(m.receive_bps()) / 1e6, to_ms(rtt),
+          to_ms(m_rate->base_rtt(r.rep.id)), static_cast<double>(m_cfg.rate_bps) / 1e6);
     }
     return;
   }

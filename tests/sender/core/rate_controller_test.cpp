@@ -159,6 +159,44 @@ TEST_CASE("the overrun cap rises by one packet per RTT per RTT and lifts at the 
   REQUIRE(rc.rate_bps() == 1'000'000'000);
 }
 
+TEST_CASE("the overrun cap rises with its receiver's base RTT, not one its own queue inflated",
+          "[unit][sender]") {
+  rate_controller rc(config());
+  rc.start(t0);
+  // Slow start: the sender's echo samples of "a" at 2 ms, its receive-rate reports at 4 ms
+  // (a registration RTT measured while pass 1 began), and of "b" at 30 ms.
+  rc.on_rtt_sample("a", 2ms);
+  rc.on_receive_rate("a", 100'000'000, 4ms, t0 + 5ms);
+  rc.on_rtt_sample("b", 30ms);
+  REQUIRE(rc.base_rtt("a") == 2ms);
+  REQUIRE(rc.base_rtt("b") == 30ms);
+  REQUIRE(rc.update(t0 + 30ms, grtt) == 80'000'000);
+  // "a" overruns, its socket's queue now in every RTT it shows: 20 ms reported.
+  rc.on_rtt_sample("a", 20ms);
+  rc.on_overrun("a", 100'000'000, 20ms, t0 + 31ms);
+  REQUIRE(rc.overrun_cap_bps() == 85'000'000);
+  REQUIRE(rc.overrun_cap_rtt() == 2ms);
+  REQUIRE(rc.rate_bps() == 80'000'000);  // below the cap already
+  // s / R^2 with 2 ms: 2896 Mbit/s per second (with the 20 ms reported, 29), for the cap and
+  // the rate under it.
+  const double step = 1448.0 * 8 / (0.002 * 0.002);
+  const auto r1 = rc.update(t0 + 41ms, grtt);
+  const auto cap = static_cast<double>(rc.overrun_cap_bps());
+  REQUIRE(cap >= 85e6 + step * 0.01 * 0.99);
+  REQUIRE(cap <= 85e6 + step * 0.01 + 1);
+  REQUIRE(static_cast<double>(r1) >= 80e6 + step * 0.01 * 0.99);
+  REQUIRE(static_cast<double>(r1) <= cap);
+  // A smaller RTT later moves the cap's down (floored at min_rtt); another receiver's does not.
+  rc.on_rtt_sample("b", 500us);
+  REQUIRE(rc.overrun_cap_rtt() == 2ms);
+  rc.on_rtt_sample("a", 500us);
+  REQUIRE(rc.base_rtt("a") == 500us);
+  REQUIRE(rc.overrun_cap_rtt() == 1ms);
+  // A receiver that leaves is forgotten.
+  rc.forget("b", t0 + 42ms);
+  REQUIRE(rc.base_rtt("b") == duration{});
+}
+
 TEST_CASE("the overrun cap leaves with its receiver; a loss report still limits the rate",
           "[unit][sender]") {
   rate_controller rc = at_ceiling();
