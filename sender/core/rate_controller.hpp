@@ -167,8 +167,8 @@ class rate_controller {
   double m_cap = 0;       ///< the overrun cap, bit/s (0: none)
   duration m_cap_rtt{};
   std::string m_cap_owner;
-  /// Each reporting receiver's smallest reported RTT (one entry per receiver that reported,
-  /// as m_reports; forget() removes it).
+  /// Each receiver's smallest RTT, from on_rtt_sample and its reports (one entry per receiver
+  /// with an RTT: at most the session's receivers; forget() removes it).
   std::map<std::string, duration, std::less<>> m_base_rtt;
 };
 

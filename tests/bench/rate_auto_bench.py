@@ -224,8 +224,9 @@ def main():
                 rate_args = ["--rate", r] if mode == "fixed" else ["--rate", "auto", "--rate-max", r]
                 auto = mode.startswith("auto")
                 log_args = ["--log-level", args.log_level] if args.log_level and auto else ["-q"]
+                program = base_send if mode == "auto-baseline" else send
                 code, wall, _, out = sender_run(
-                    [base_send if mode == "auto-baseline" else send, "--group", group, "--interface", "127.0.0.1", "--receivers",
+                    [program, "--group", group, "--interface", "127.0.0.1", "--receivers",
                      "bench", "--summary-json", summary] + log_args + rate_args + [src])
                 time.sleep(0.05)
                 if args.log_level and auto:
