@@ -1862,6 +1862,14 @@ TEST_CASE("rate auto: a later loss event caps the CLR's report at what got throu
     }
     return out;
   };
+  // A marker naming this receiver the CLR, then its timers: it must report; the report's rate.
+  auto report_at_marker = [&] {
+    const std::size_t before = rates().size();
+    r.marker(170'000'000, false, "site");
+    r.h.engine.on_timer(r.h.now);
+    REQUIRE(rates().size() > before);
+    return rates().back();
+  };
   const double got = 20'000.0 * 1048 * 8;
   const double cap = mcdist::receiver::loss_estimator::first_rate_share * got;
   r.marker(170'000'000, false, "site");
@@ -1873,15 +1881,11 @@ TEST_CASE("rate auto: a later loss event caps the CLR's report at what got throu
   // 100 ms without loss: the open interval outgrows the synthetic one, and the equation asks
   // for more than gets through.
   r.feed_ms(100);
-  std::size_t before = rates().size();
-  r.marker(170'000'000, false, "site");
-  r.h.engine.on_timer(r.h.now);
-  REQUIRE(rates().size() > before);
-  REQUIRE(rates().back() > 1.5 * got);
+  REQUIRE(report_at_marker() > 1.5 * got);
   // The next loss: its event's report asks for what got through (first_rate_share of it), below
   // the sender's 170 Mbit/s, at once, not at the next marker.
   r.feed_ms(2);
-  before = rates().size();
+  const std::size_t before = rates().size();
   r.seq += 1;
   r.feed_ms(1);
   REQUIRE(rates().size() > before);
@@ -1889,18 +1893,10 @@ TEST_CASE("rate auto: a later loss event caps the CLR's report at what got throu
   // Two RTTs later the cap still holds while the open interval is shorter than the mean one
   // (the loss history has not shown that more gets through)...
   r.feed_ms(3);
-  before = rates().size();
-  r.marker(170'000'000, false, "site");
-  r.h.engine.on_timer(r.h.now);
-  REQUIRE(rates().size() > before);
-  REQUIRE(rates().back() == Approx(cap).epsilon(0.05));
+  REQUIRE(report_at_marker() == Approx(cap).epsilon(0.05));
   // ... and is gone once it is longer: the report is the equation's again.
   r.feed_ms(100);
-  before = rates().size();
-  r.marker(170'000'000, false, "site");
-  r.h.engine.on_timer(r.h.now);
-  REQUIRE(rates().size() > before);
-  REQUIRE(rates().back() > 1.5 * got);
+  REQUIRE(report_at_marker() > 1.5 * got);
 }
 
 namespace {
