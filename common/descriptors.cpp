@@ -6,8 +6,19 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdint>
 
 namespace mcdist {
+
+std::size_t raise_descriptor_limit() noexcept {
+  struct rlimit rl {};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0) return 0;
+  if (rl.rlim_cur != rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &rl) != 0) (void)::getrlimit(RLIMIT_NOFILE, &rl);
+  }
+  return rl.rlim_cur == RLIM_INFINITY ? SIZE_MAX : static_cast<std::size_t>(rl.rlim_cur);
+}
 
 std::size_t reserve_descriptors(std::size_t count) noexcept {
   struct rlimit rl {};

@@ -26,4 +26,10 @@ namespace mcdist {
 ///         count below 2, or no descriptor could be duplicated: best effort, never fails)
 std::size_t reserve_descriptors(std::size_t count) noexcept;
 
+/// Raises RLIMIT_NOFILE's soft limit to its hard limit (the soft limit of 1024 a shell gives
+/// is select(2)'s legacy; programs that use no select raise it, as systemd.exec(5) advises).
+/// The hub holds every product of its running batches open (a batch takes up to 1000 files)
+/// besides its sockets. @return the soft limit now in force (SIZE_MAX: unlimited; 0: unknown)
+std::size_t raise_descriptor_limit() noexcept;
+
 }  // namespace mcdist

@@ -34,6 +34,12 @@ class category final : public std::error_category {
       case errc::path_component_too_long: return "path component too long";
       case errc::path_too_deep: return "path has too many components";
       case errc::path_conflict: return "path conflicts with another manifest entry";
+      case errc::path_not_utf8: return "path is not valid UTF-8";
+      case errc::replayed: return "session already seen (a replay)";
+      case errc::expired: return "session stamped longer ago than max_session_age";
+      case errc::clock_skew: return "session stamped ahead of this host's clock beyond max_clock_skew";
+      case errc::unstamped: return "signed session without a timestamp (sender too old)";
+      case errc::replay_cache_unwritable: return "the replay cache cannot be written";
       case errc::file_too_large: return "file too large";
       case errc::digest_mismatch: return "SHA-256 mismatch";
       case errc::storage_full: return "write buffers full";
@@ -97,6 +103,12 @@ std::string_view to_string(errc e) noexcept {
     case errc::disk_reserve: return "disk_reserve";
     case errc::quota: return "quota";
     case errc::unauthenticated: return "unauthenticated";
+    case errc::path_not_utf8: return "path_not_utf8";
+    case errc::replayed: return "replayed";
+    case errc::expired: return "expired";
+    case errc::clock_skew: return "clock_skew";
+    case errc::unstamped: return "unstamped";
+    case errc::replay_cache_unwritable: return "replay_cache_unwritable";
     case errc::count_: break;
   }
   return "unknown";

@@ -54,6 +54,14 @@ enum class errc : std::uint8_t {
   quota,              ///< the session's files being written would exceed its disk quota
   // Authentication (common/auth.hpp).
   unauthenticated,  ///< not authenticated as required: no trailer, bad signature or tag, no key
+  // Added later, kept last so the earlier codes keep their numbers.
+  path_not_utf8,  ///< a manifest path that is not valid UTF-8 (RFC 3629)
+  // Freshness of signed sessions (common/replay_guard.hpp).
+  replayed,    ///< a signed session this site has already seen: a replay
+  expired,     ///< a signed session stamped longer ago than the site's max_session_age
+  clock_skew,  ///< a signed session stamped ahead of the site's clock by more than max_clock_skew
+  unstamped,   ///< a signed session whose announce carries no timestamp (an older sender)
+  replay_cache_unwritable,  ///< the site cannot make its replay cache durable: fails closed
   count_            ///< number of codes; not an error
 };
 

@@ -6,11 +6,29 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
 
 namespace mcdist::crypto {
+
+std::filesystem::path resolve_key_path(std::string_view configured) {
+  constexpr std::string_view prefix = "credential:";
+  if (!configured.starts_with(prefix)) return std::filesystem::path(configured);
+  const auto name = configured.substr(prefix.size());
+  if (name.empty() || name.find('/') != std::string_view::npos) {
+    throw key_error("'" + std::string(configured) +
+                    "': a credential's name is one file name (credential:NAME)");
+  }
+  const char* dir = std::getenv("CREDENTIALS_DIRECTORY");
+  if (!dir || !*dir) {
+    throw key_error("'" + std::string(configured) +
+                    "' needs systemd's credentials: run under a unit with LoadCredential=" +
+                    std::string(name) + ":/path/to/key ($CREDENTIALS_DIRECTORY is not set)");
+  }
+  return std::filesystem::path(dir) / name;
+}
 
 void write_secret_key_file(const std::filesystem::path& file, const identity& id) {
   const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);

@@ -12,6 +12,13 @@
 
 namespace mcdist::crypto {
 
+/// Where a configured secret key lives: `configured` itself, or for "credential:NAME" the file
+/// NAME of the directory systemd gives the service in $CREDENTIALS_DIRECTORY (systemd.exec(5),
+/// LoadCredential=: systemd reads the key as root and hands the service a copy on a private
+/// read-only ramfs, so the service user needs no access to the original file).
+/// @throws key_error when NAME is empty or holds '/', or $CREDENTIALS_DIRECTORY is not set
+std::filesystem::path resolve_key_path(std::string_view configured);
+
 /// Writes a secret key file (format_secret_key's text), created with mode 0600 (O_EXCL: an
 /// existing file is never overwritten) and fsynced.
 /// @throws key_error on any I/O error, naming the file

@@ -18,10 +18,15 @@ inline constexpr std::size_t max_component_bytes = 255;
 /// Most components in one path; deeper trees are refused rather than walked.
 inline constexpr std::size_t max_path_depth = 64;
 
-/// Checks that `path` is a safe relative path: '/'-separated components, none empty, none
-/// "." or "..", no NUL or control character (0x00-0x1f, 0x7f), no leading '/', not longer
-/// than max_path_bytes, no component longer than max_component_bytes, at most max_path_depth
-/// components.
+/// True when `text` is well-formed UTF-8 as RFC 3629 section 4 defines it: no overlong form,
+/// no surrogate (U+D800..U+DFFF), nothing above U+10FFFF, no truncated sequence.
+bool valid_utf8(std::string_view text) noexcept;
+
+/// Checks that `path` is a safe relative path: valid UTF-8 (valid_utf8; manifest paths are
+/// protobuf text, and a receiver stores them as names other programs read as UTF-8),
+/// '/'-separated components, none empty, none "." or "..", no NUL or control character
+/// (0x00-0x1f, 0x7f), no leading '/', not longer than max_path_bytes, no component longer than
+/// max_component_bytes, at most max_path_depth components.
 /// @return an empty error_code, or one of errc::path_* naming the first problem found.
 std::error_code check_relative_path(std::string_view path) noexcept;
 

@@ -43,6 +43,9 @@ struct sent_record {
 struct channel_tally {
   std::uint64_t products_sent = 0;  ///< products of ended batch sessions
   std::uint64_t bytes_sent = 0;     ///< their sizes
+  /// Spool files refused: at intake (a name that cannot be a product) or when their batch
+  /// opened them (not a regular file, a link, changed since queued); journaled failed.
+  std::uint64_t products_refused = 0;
   /// Sessions ended, by session_kind (batch, catchup, resend).
   std::array<std::uint64_t, 3> sessions{};
   std::optional<clock_time> last_sent;  ///< end of the latest batch session
@@ -105,6 +108,9 @@ class feed_board {
   void session_done(std::size_t channel, session_kind kind, std::uint64_t seq,
                     const std::vector<product>& products, const sender::session_report& report,
                     bool products_sent, clock_time now);
+
+  /// A spool file of `channel` was refused (channel_tally::products_refused).
+  void refused(std::size_t channel) { ++m_channels.at(channel).products_refused; }
 
   /// A channel added by a reload: the next index.
   void add_channel(std::string name) {

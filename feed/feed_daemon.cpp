@@ -52,21 +52,6 @@ std::vector<std::pair<std::uint64_t, std::uint64_t>> missing_seqs_of(
 
 std::uint64_t last_seq_of(const sender::receiver_report& r) { return r.last_seq; }
 
-std::int64_t mtime_ns_of(const struct stat& st) {
-  return static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
-}
-
-/// Hard link, or a copy across file systems. @return the error, if any
-std::error_code link_or_copy(const std::filesystem::path& from, const std::filesystem::path& to) {
-  std::error_code ec;
-  std::filesystem::create_directories(to.parent_path(), ec);
-  if (ec) return ec;
-  std::filesystem::remove(to, ec);
-  if (::link(from.c_str(), to.c_str()) == 0) return {};
-  std::filesystem::copy_file(from, to, std::filesystem::copy_options::overwrite_existing, ec);
-  return ec;
-}
-
 /// Removes empty directories from `dir` up to (not including) `root`.
 void prune_empty(std::filesystem::path dir, const std::filesystem::path& root) {
   std::error_code ec;
@@ -97,7 +82,10 @@ feed_daemon::feed_daemon(boost::asio::io_context& io, feed_config cfg,
         return names;
       }()) {
   try {
-    if (!m_cfg.key_file.empty()) m_identity = crypto::read_secret_key_file(m_cfg.key_file);
+    if (!m_cfg.key_file.empty()) {
+      m_key_path = crypto::resolve_key_path(m_cfg.key_file.string());
+      m_identity = crypto::read_secret_key_file(m_key_path);
+    }
     if (!m_cfg.site_keys.empty()) m_site_keys = sender::read_site_keys(m_cfg.site_keys.string());
   } catch (const crypto::key_error& e) {
     throw config_error(e.what());
@@ -173,6 +161,12 @@ void feed_daemon::start() {
       }
     }
   }
+  // The journal's files exist now (the recovery above wrote to it).
+  for (const auto& own : {m_key_path, m_cfg.site_keys, m_cfg.journal,
+                          std::filesystem::path(m_cfg.journal.string() + "-wal"),
+                          std::filesystem::path(m_cfg.journal.string() + "-shm")}) {
+    if (const auto id = identity_of(own)) m_own_files.push_back(*id);
+  }
   m_watcher = std::make_unique<spool_watcher>(
       m_io, m_cfg.channels, [this](spooled_file f) { on_found(std::move(f)); }, m_log);
   m_watcher->start();
@@ -198,6 +192,10 @@ void feed_daemon::flush_found() {
   {
     sqlite::transaction tx(m_journal.db());
     for (const auto& f : m_found) {
+      if (auto problem = product_name_problem(f.name); !problem.empty()) {
+        reject(f, problem);
+        continue;
+      }
       product p;
       p.channel = m_cfg.channels[f.channel].name;
       p.name = f.name;
@@ -218,11 +216,18 @@ void feed_daemon::flush_found() {
   }
   m_found.clear();
   for (const auto& [ch, p] : leftover) {
+    // The file sent is known by its size and mtime only: it is disposed of if it still has
+    // them (and is a regular file below the spool), else left as a new product.
+    std::string why;
+    const auto root = spool_root_of(p.spool_path, p.name);
+    const auto o = root ? open_product(*root, p.name, {p.size, p.mtime_ns}, m_own_files, why)
+                        : std::nullopt;
+    if (!o) continue;
     m_log->info(
         "channel {}: {} was sent before the last stop but is still in the spool; "
         "applying 'after' now",
         p.channel, p.name);
-    dispose_spool(ch, p);
+    dispose_spool(ch, p, *o);
   }
   for (const auto& [ch, p] : ready) {
     m_log->debug("channel {}: queued {} ({} bytes)", p.channel, p.name, p.size);
@@ -285,31 +290,47 @@ bool feed_daemon::start_session(std::size_t ch, session_kind kind, std::vector<p
   std::vector<sender::source_file> files;
   std::vector<product> sent;
   std::set<std::string> names;
+  std::vector<opened_product> opened;
   for (auto& p : products) {
-    const std::string src = batch ? p.spool_path : p.retained_path.value_or("");
-    struct stat st {};
     std::string why;
-    if (src.empty() || ::stat(src.c_str(), &st) != 0) {
-      why = batch ? "vanished from the spool before it was sent" : "no longer retained";
-    } else if (static_cast<std::uint64_t>(st.st_size) != p.size || mtime_ns_of(st) != p.mtime_ns) {
-      why = batch ? "changed in the spool before it was sent (its new version is queued on its own)"
-                  : "its retained copy changed";
-    } else if (!names.insert(p.name).second) {
+    std::optional<opened_product> o;
+    if (batch) {
+      if (const auto root = spool_root_of(p.spool_path, p.name)) {
+        o = open_product(*root, p.name, {p.size, p.mtime_ns}, m_own_files, why);
+      } else {
+        why = "its spool path " + p.spool_path + " does not end in its name";
+      }
+    } else if (!p.retained_path) {
+      why = "no longer retained";
+    } else if (const auto root = spool_root_of(*p.retained_path, p.name)) {
+      o = open_product(*root, p.name, {p.size, p.mtime_ns}, m_own_files, why);
+      if (!o) why = "its retained copy " + why;
+    } else {
+      why = "its retained path does not end in its name";
+    }
+    if (o && !names.insert(p.name).second) {
+      o.reset();
       why = "another product of the same name is in the session";
     }
-    if (!why.empty()) {
-      m_log->warn("channel {}: {} {}: {}", cc.name, p.name, batch ? "not sent" : "not resent", why);
-      if (batch) m_journal.mark_failed(p.id, why);
+    if (!o) {
+      m_log->warn("channel {}: {} {}: {}", cc.name, escape_name(p.name),
+                  batch ? "not sent" : "not resent", why);
+      if (batch) {
+        m_journal.mark_failed(p.id, why);
+        m_board.refused(ch);
+      }
       continue;
     }
     sender::source_file sf;
-    sf.local = src;
+    sf.local = batch ? p.spool_path : *p.retained_path;
+    sf.fd = o->fd;
     sf.entry.path = p.name;
     sf.entry.size = p.size;
     sf.entry.mtime_ns = p.mtime_ns;
-    sf.entry.mode = st.st_mode & 07777;
+    sf.entry.mode = o->st.st_mode & 07777;
     files.push_back(std::move(sf));
     sent.push_back(std::move(p));
+    opened.push_back(std::move(*o));
   }
   if (files.empty()) {
     tx.commit();
@@ -375,6 +396,7 @@ bool feed_daemon::start_session(std::size_t ch, session_kind kind, std::vector<p
   std::uint64_t bytes = 0;
   for (const auto& p : sent) bytes += p.size;
   run.products = std::move(sent);
+  run.opened = std::move(opened);
   try {
     run.app = std::make_unique<sender::sender_app>(m_io, opts, sc, std::move(files), m_log,
                                                    steady::now());
@@ -428,7 +450,9 @@ void feed_daemon::on_session_done(std::size_t ch, sender::run_result r) {
   // The retained copies first, so that mark_sent records them ...
   std::vector<std::optional<std::string>> kept;
   if (dispose_now) {
-    for (const auto& p : run.products) kept.push_back(retain(ch, p));
+    for (std::size_t i = 0; i < run.products.size(); ++i) {
+      kept.push_back(retain(ch, run.products[i], run.opened[i]));
+    }
   }
   // ... then every journal write of the session's end in one commit (one fsync for hundreds of
   // product x site outcomes) ...
@@ -451,12 +475,14 @@ void feed_daemon::on_session_done(std::size_t ch, sender::run_result r) {
     tx.commit();
   }
   // WIS2 notifications before the spool files go (their digests are read from them).
-  if (dispose_now && m_wis2) announce_wis2(ch, run.products);
+  if (dispose_now && m_wis2) announce_wis2(ch, run);
   // ... and only then the spool files go: a crash in between leaves a product 'sent' with its
   // file still in the spool (the next start's scan finds it sent and leaves it), never a
   // product gone from the spool that the journal would send again.
   if (dispose_now) {
-    for (const auto& p : run.products) dispose_spool(ch, p);
+    for (std::size_t i = 0; i < run.products.size(); ++i) {
+      dispose_spool(ch, run.products[i], run.opened[i]);
+    }
   }
   m_board.session_done(ch, run.kind, run.seq, run.products, r.report, dispose_now,
                        std::chrono::system_clock::now());
@@ -592,11 +618,12 @@ void feed_daemon::add_extra(std::size_t ch, extra_request req) {
   if (!cs.run) maybe_start(ch);
 }
 
-std::optional<std::string> feed_daemon::retain(std::size_t ch, const product& p) {
+std::optional<std::string> feed_daemon::retain(std::size_t ch, const product& p,
+                                               const opened_product& o) {
   if (m_cfg.retention.count() <= 0) return std::nullopt;
   const auto& cc = *m_channels[ch].cfg;
   const auto target = m_cfg.retained_dir / cc.name / std::to_string(p.id) / p.name;
-  if (auto ec = link_or_copy(p.spool_path, target)) {
+  if (auto ec = link_or_copy_fd(o.fd->get(), target)) {
     m_log->error("channel {}: cannot keep {} in {}: {} (it cannot be caught up or resent)", cc.name,
                  p.name, target.string(), ec.message());
     return std::nullopt;
@@ -604,27 +631,48 @@ std::optional<std::string> feed_daemon::retain(std::size_t ch, const product& p)
   return target.string();
 }
 
-void feed_daemon::dispose_spool(std::size_t ch, const product& p) {
+void feed_daemon::dispose_spool(std::size_t ch, const product& p, const opened_product& o) {
   const auto& cc = *m_channels[ch].cfg;
-  const std::filesystem::path spool(p.spool_path);
-  std::error_code ec;
-  switch (cc.after) {
-    case after_send::remove: std::filesystem::remove(spool, ec); break;
-    case after_send::move: {
-      const auto to = cc.move_dir / p.name;
-      std::filesystem::create_directories(to.parent_path(), ec);
-      if (!ec) std::filesystem::rename(spool, to, ec);
-      if (ec == std::errc::cross_device_link) {
-        ec = link_or_copy(spool, to);
-        if (!ec) std::filesystem::remove(spool, ec);
-      }
-      break;
-    }
-    case after_send::keep: return;
+  const auto root = spool_root_of(p.spool_path, p.name);
+  if (!root || cc.after == after_send::keep) return;
+  // Only while the spool name still leads to the file sent: a new version a producer renamed
+  // over it during the session is its own product, queued for the next batch.
+  const auto ec = cc.after == after_send::remove
+                      ? remove_if_same(*root, p.name, o.identity())
+                      : move_if_same(*root, p.name, o.identity(), o.fd->get(), cc.move_dir / p.name);
+  if (ec == std::errc::file_exists) {
+    m_log->info("channel {}: {} was replaced in the spool during its session; the new file stays",
+                cc.name, p.name);
+  } else if (ec && ec != std::errc::no_such_file_or_directory) {
+    m_log->error("channel {}: after sending {}: {}", cc.name, p.spool_path, ec.message());
   }
-  if (ec) m_log->error("channel {}: after sending {}: {}", cc.name, spool.string(), ec.message());
   // Empty spool subdirectories stay: a producer may have just created or found one and be about
   // to write into it (removing it would fail that producer's write with ENOENT).
+}
+
+void feed_daemon::reject(const spooled_file& f, const std::string& why) {
+  const auto& cc = m_cfg.channels[f.channel];
+  const auto shown = escape_name(f.name);
+  const auto root = spool_root_of(f.path.string(), f.name);
+  std::string where = "left in the spool";
+  if (root) {
+    const auto aside = *root / rejected_dir_name / f.name;
+    std::error_code ec;
+    std::filesystem::create_directories(aside.parent_path(), ec);
+    if (!ec && ::rename(f.path.c_str(), aside.c_str()) == 0) {
+      where = "moved to " + escape_name((*root / rejected_dir_name).string());
+    }
+  }
+  product p;
+  p.channel = cc.name;
+  p.name = shown;
+  p.spool_path = escape_name(f.path.string());
+  p.size = f.size;
+  p.mtime_ns = f.mtime_ns;
+  const auto id = m_journal.enqueue(p);
+  m_journal.mark_failed(id, why + "; " + where);
+  m_board.refused(f.channel);
+  m_log->warn("channel {}: {} refused at intake: {}; {}", cc.name, shown, why, where);
 }
 
 void feed_daemon::do_expire() {
@@ -775,42 +823,34 @@ nlohmann::json feed_daemon::queue_resend(const resend_order& order, resend_produ
   return j;
 }
 
-void feed_daemon::announce_wis2(std::size_t ch, const std::vector<product>& products) {
+void feed_daemon::announce_wis2(std::size_t ch, const running& run) {
   const auto& name = m_cfg.channels[ch].name;
   if (!m_cfg.wis2_channels.empty() &&
       std::find(m_cfg.wis2_channels.begin(), m_cfg.wis2_channels.end(), name) ==
           m_cfg.wis2_channels.end()) {
     return;
   }
-  for (const auto& p : products) {
-    const int fd = ::open(p.spool_path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0) {
-      m_log->warn("channel {}: {}: no WIS2 notification: cannot open {}: {}", name, p.name,
-                  p.spool_path, std::strerror(errno));
-      continue;
-    }
-    // The session recorded the digest it announced in the file's xattr (sender digest cache);
-    // a file system without user xattrs makes us hash it here, on the io thread (products
-    // announced over WIS2 are usually small; a big one delays other channels a moment).
-    auto d = read_digest_xattr(fd, p.size, p.mtime_ns);
+  for (std::size_t i = 0; i < run.products.size(); ++i) {
+    const auto& p = run.products[i];
+    // The descriptor the session sent from: the digest is of the file that was sent, whatever
+    // the spool name leads to now. The session recorded the digest it announced in the file's
+    // xattr (sender digest cache); a file system without user xattrs makes us hash it here, on
+    // the io thread (products announced over WIS2 are usually small; a big one delays other
+    // channels a moment).
+    sender::source_file f;
+    f.local = p.spool_path;
+    f.fd = run.opened[i].fd;
+    f.entry.size = p.size;
+    f.entry.mtime_ns = p.mtime_ns;
+    auto d = read_digest_xattr(f.fd->get(), p.size, p.mtime_ns);
     if (!d) {
-      sha256_hasher h;
-      std::vector<std::byte> buf(1 << 20);
-      bool ok = true;
-      for (;;) {
-        const ssize_t n = ::read(fd, buf.data(), buf.size());
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) ok = false;
-        if (n <= 0) break;
-        h.update(std::span<const std::byte>(buf.data(), static_cast<std::size_t>(n)));
+      sha256_digest digest;
+      std::string why;
+      if (sender::hash_file(f, digest, why)) {
+        m_log->warn("channel {}: {}: no WIS2 notification: {}", name, p.name, why);
+        continue;
       }
-      if (ok) d = h.finish();
-    }
-    ::close(fd);
-    if (!d) {
-      m_log->warn("channel {}: {}: no WIS2 notification: cannot read {}", name, p.name,
-                  p.spool_path);
-      continue;
+      d = digest;
     }
     m_wis2->publish(p.name, p.size, p.mtime_ns, *d);
   }

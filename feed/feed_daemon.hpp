@@ -19,6 +19,7 @@
 #include "feed/feed_board.hpp"
 #include "feed/feed_config.hpp"
 #include "feed/journal.hpp"
+#include "feed/spool_file.hpp"
 #include "feed/spool_watcher.hpp"
 #include "sender/io/sender_app.hpp"
 
@@ -130,6 +131,9 @@ class feed_daemon {
     std::uint64_t seq = 0;
     std::int64_t row = 0;           ///< journal session row
     std::vector<product> products;  ///< file index i of the session = products[i]
+    /// products[i] as opened for the session (spool_file.hpp): sent, retained, announced and
+    /// disposed of through this, never by its path again.
+    std::vector<opened_product> opened;
     std::vector<std::string> only;  ///< catch-up/resend sites
     rate_claim claim;
   };
@@ -156,10 +160,15 @@ class feed_daemon {
   void request_catch_up(std::size_t ch, const std::string& site,
                         const std::vector<std::pair<std::uint64_t, std::uint64_t>>& ranges);
   void add_extra(std::size_t ch, extra_request req);
-  /// Keeps a sent product for catch-up and resend (hard link, else copy). @return its path
-  std::optional<std::string> retain(std::size_t ch, const product& p);
-  /// The channel's `after`: delete, move or keep the spool file.
-  void dispose_spool(std::size_t ch, const product& p);
+  /// Keeps a sent product for catch-up and resend: a hard link to the file sent (`o`), else a
+  /// copy of it. @return its path
+  std::optional<std::string> retain(std::size_t ch, const product& p, const opened_product& o);
+  /// The channel's `after`: delete, move or keep the spool file, if its name still leads to
+  /// the file sent (`o`).
+  void dispose_spool(std::size_t ch, const product& p, const opened_product& o);
+  /// Refuses a spool file at intake (its name cannot be a product): journaled failed with
+  /// `why`, moved below its spool's rejected_dir_name, logged.
+  void reject(const spooled_file& f, const std::string& why);
   void rebalance();
   void do_expire();
   void check_stopped();
@@ -170,9 +179,13 @@ class feed_daemon {
   std::shared_ptr<spdlog::logger> m_log;
   hub_journal m_journal;
   std::optional<crypto::identity> m_identity;
+  std::filesystem::path m_key_path;  ///< the key file read (key, or its systemd credential)
   std::map<std::string, crypto::key32, std::less<>> m_site_keys;
   std::vector<channel_state> m_channels;
   std::unique_ptr<spool_watcher> m_watcher;
+  /// The hub's own files (key, site keys, journal): never sent, even if a producer hard-links
+  /// one into a spool.
+  std::vector<file_identity> m_own_files;
   std::vector<spooled_file> m_found;  ///< reported, not yet enqueued (flush_found)
   boost::asio::steady_timer m_expire_timer;
   bool m_stopping = false;
@@ -185,7 +198,7 @@ class feed_daemon {
   std::unique_ptr<wis2_publisher> m_wis2;
   /// Publishes the WNMs of a batch session's products (their SHA-256 from the digest cache the
   /// session wrote on the spool file, else hashed).
-  void announce_wis2(std::size_t ch, const std::vector<product>& products);
+  void announce_wis2(std::size_t ch, const running& run);
   std::uint64_t m_reloads_ok = 0;
   std::uint64_t m_reloads_failed = 0;
 };

@@ -136,6 +136,12 @@ std::string render_feed_metrics(const feed_snapshot& s) {
   p.family("mcdist_feed_products_sent_total", metric_type::counter,
            "Products of ended batch sessions (each counted once, whatever the sites did).");
   for (const std::size_t i : shown(s)) p.sample({{"channel", names[i]}}, chans[i].products_sent);
+  p.family("mcdist_feed_products_refused_total", metric_type::counter,
+           "Spool files refused: a name that cannot be a product, not a regular file, a link, "
+           "or changed since queued (journaled failed with the reason)");
+  for (const std::size_t i : shown(s)) {
+    p.sample({{"channel", names[i]}}, chans[i].products_refused);
+  }
   p.family("mcdist_feed_bytes_sent_total", metric_type::counter,
            "Bytes of the products of ended batch sessions.");
   for (const std::size_t i : shown(s)) p.sample({{"channel", names[i]}}, chans[i].bytes_sent);
@@ -218,6 +224,7 @@ nlohmann::json render_feed_status(const feed_snapshot& s) {
     const auto& b = chans[i];
     c["products_sent"] = b.products_sent;
     c["bytes_sent"] = b.bytes_sent;
+    c["products_refused"] = b.products_refused;
     for (std::size_t k = 0; k < kind_names.size(); ++k)
       c["sessions_ended"][kind_names[k]] = b.sessions[k];
     if (b.last_sent) {

@@ -36,7 +36,9 @@ enum exit_status : int {
 constexpr const char* footer = R"(
 CONFIGURATION (TOML, --config):
   interface = "10.0.0.5"            local address sessions leave from
-  key = "/etc/mcdist/feed.key"      sender key (mcdist-keygen); sessions are signed with it
+  key = "/etc/mcdist/feed.key"      sender key (mcdist-keygen); sessions are signed with it;
+                                    "credential:NAME": the systemd credential NAME (the
+                                    packaged unit: LoadCredential=hub.key:/etc/mcdist/feed.key)
   site_keys = "/etc/mcdist/sites"   optional: only these sites may register ("SITE-ID KEY" lines)
   rate = "500M"                     total multicast rate of every channel together, bit/s
   journal = "/var/lib/mcdist-feed/journal.db"   SQLite journal: outbox, sessions, outcomes
@@ -126,6 +128,9 @@ int main(int argc, char** argv) {
   // Before any thread: each channel's session keeps up to default_open_files products open,
   // and a table grown under threads waits for an RCU grace period each time
   // (common/descriptors.hpp). Room for several channels at once.
+  // Every product of the running batches is held open from its batch's start to its end
+  // (feed/spool_file.hpp), up to batch_max_files per channel.
+  mcdist::raise_descriptor_limit();
   mcdist::reserve_descriptors(8 * mcdist::sender::default_open_files);
   CLI::App app{
       "mcdist-feed - the hub daemon: watches spool directories and multicasts their products, "
@@ -173,7 +178,15 @@ int main(int argc, char** argv) {
   if (!log_file.empty()) lo.file = log_file;
   if (check_only) {
     try {
-      if (!cfg.key_file.empty()) (void)mcdist::crypto::read_secret_key_file(cfg.key_file);
+      if (cfg.key_file.string().starts_with("credential:") &&
+          !std::getenv("CREDENTIALS_DIRECTORY")) {
+        std::cout << "key: " << cfg.key_file.string()
+                  << " is read from systemd's credentials when the unit runs (not checked "
+                     "here)\n";
+      } else if (!cfg.key_file.empty()) {
+        (void)mcdist::crypto::read_secret_key_file(
+            mcdist::crypto::resolve_key_path(cfg.key_file.string()));
+      }
       if (!cfg.site_keys.empty()) (void)mcdist::sender::read_site_keys(cfg.site_keys.string());
     } catch (const mcdist::crypto::key_error& e) {
       std::cerr << "mcdist-feed: " << e.what() << "\n";

@@ -103,7 +103,12 @@ void spool_watcher::add_channel(std::size_t channel) {
 void spool_watcher::add_tree(std::size_t channel, const std::filesystem::path& root,
                              const std::filesystem::path& dir, bool report_files) {
   // Watch first, then list: a file closed between the two is reported twice, never missed.
-  const int wd = ::inotify_add_watch(m_fd.native_handle(), dir.c_str(), watch_mask);
+  // Below the spool's root a directory is never followed through a link (a producer may swap
+  // one in after its IN_CREATE): what is not a directory there is not watched. Products are
+  // opened without following links anyway (spool_file.hpp); this keeps a producer from making
+  // the feed watch, and list, a directory outside its spools.
+  const int wd = ::inotify_add_watch(m_fd.native_handle(), dir.c_str(),
+                                     dir == root ? watch_mask : watch_mask | IN_DONT_FOLLOW);
   if (wd < 0) {
     const int e = errno;
     if (dir == root) {

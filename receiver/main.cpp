@@ -46,6 +46,9 @@ Settings come from --config FILE (TOML) and are overridden by options on the com
   status_file = "/run/mcdistd/status.json"
   key_file = "/etc/mcdist/site.key"      # this site's key (default: TEMP/site.key, made at first start)
   trusted_senders = ["mcdist-ed25519:BASE64...", "/etc/mcdist/hub.pub"]  # default of every channel
+  # allow_unsigned = true         # only to take unsigned sessions from anyone (no trusted_senders)
+  max_session_age = "1h"        # signed sessions stamped longer ago are refused (replays)
+  max_clock_skew = "5m"         # ... and those stamped further ahead of this host's clock
   http = "127.0.0.1:9611"       # /metrics, /status and a status page; "off" disables
   [log]
   level = "info"
@@ -55,6 +58,7 @@ Settings come from --config FILE (TOML) and are overridden by options on the com
   group = "239.192.0.1:4711"
   dest = "/srv/mcdist/in/products"       # optional, else the top-level dest
   trusted_senders = ["/etc/mcdist/hub.pub"]  # optional, else the top-level list
+  # allow_unsigned = true                # optional, else the top-level setting
   silent = false                         # true: a one-way link, never transmit (see below)
   [[channel.action]]                     # optional: a WIS2 notification per stored file
   type = "wis2"
@@ -71,8 +75,12 @@ down messages wait (beyond 10000 they are dropped and counted) and mcdistd recon
 Authentication (docs/security.md): a channel with trusted_senders accepts only sessions signed
 by one of those keys (mcdist-send --key); every datagram of them is checked (signatures on
 announces, digests and session ends, tags on markers and data blocks under a session key this
-site receives sealed to its own key) and everything else is counted and dropped. A channel
-without trusted_senders takes any sender's products: mcdistd warns about it at start.
+site receives sealed to its own key) and everything else is counted and dropped. A signed
+session is taken once only, and only when its signed timestamp is within max_session_age (and
+not beyond max_clock_skew ahead): TEMP/replay remembers the sessions taken across restarts, so a
+recorded session replayed later is refused (hub and sites keep time with NTP). A channel must
+trust a sender: one without trusted_senders is a configuration error unless allow_unsigned =
+true (or --allow-unsigned) asks, by name, to take any host's unsigned sessions.
 
 Silent channels (docs/design-notes.md "Silent sessions"): with silent = true, and for every
 session a sender marks silent (mcdist-send --silent-passes), mcdistd never transmits: no
@@ -135,6 +143,7 @@ int main(int argc, char** argv) {
   std::string key_file;
   std::string journal;
   std::vector<std::string> trust;
+  bool allow_unsigned = false;
   std::string http;
   double drop_rate = -1;
   std::uint64_t drop_seed = 1;
@@ -196,6 +205,9 @@ int main(int argc, char** argv) {
                  "Accept sessions only from this sender key (mcdist-ed25519:BASE64 or a key "
                  "file); repeat for several; replaces trusted_senders of every channel")
       ->type_name("KEY");
+  app.add_flag("--allow-unsigned", allow_unsigned,
+               "Let every channel take unsigned sessions from any host that reaches its group "
+               "(allow_unsigned = true); without it a channel with no trusted sender is refused");
   app.add_option("--drop-seed", drop_seed, "TEST ONLY: seed of --drop-rate")->type_name("N");
 
   try {
@@ -237,6 +249,7 @@ int main(int argc, char** argv) {
           ch.group = *e;
           ch.dest = cfg.dest;
           ch.trusted_senders = cfg.trusted_senders;
+          ch.allow_unsigned = cfg.allow_unsigned;
           ch.retention_max_age = cfg.retention_max_age;
           chosen.push_back(std::move(ch));
         }
@@ -260,6 +273,10 @@ int main(int argc, char** argv) {
       }
       cfg.trusted_senders = keys;
       for (auto& ch : cfg.channels) ch.trusted_senders = keys;
+    }
+    if (allow_unsigned) {
+      cfg.allow_unsigned = true;
+      for (auto& ch : cfg.channels) ch.allow_unsigned = true;
     }
     if (!sync.empty()) {
       const auto m = mcdist::receiver::parse_sync_mode(sync);

@@ -165,6 +165,19 @@ class receiver_sink {
     (void)s;
     return {};
   }
+  /// A new session signed by `key` (sender_key's text) is about to be taken, stamped
+  /// `created_unix_ms` (session_params; 0: not stamped): errc::ok takes it (and the shell has
+  /// recorded it, durably, so its replay is refused later: receiver/core/replay_guard.hpp);
+  /// any other code refuses it and is counted as the drop reason (replayed, expired,
+  /// clock_skew, unstamped, replay_cache_unwritable). Asked once per session, after every
+  /// other check has passed; unsigned sessions are not asked. The default takes every session.
+  virtual errc admit_signed_session(session_id s, std::string_view key,
+                                    std::uint64_t created_unix_ms) {
+    (void)s;
+    (void)key;
+    (void)created_unix_ms;
+    return errc::ok;
+  }
 };
 
 /// Counters for logs and status.

@@ -75,6 +75,19 @@ bool receiver_engine::new_session(const wire::announce& m, session_id id, const 
     m_stats.drops.add(errc::over_budget);
     return false;
   }
+  // Freshness last, once nothing else can refuse the session: the shell records a session it
+  // admits, and a session recorded but refused here for a limit would be refused as a replay
+  // when it is announced again.
+  const auto signer = m_sink.sender_key(id);
+  if (!signer.empty()) {
+    if (const auto verdict = m_sink.admit_signed_session(id, signer, p.created_unix_ms());
+        verdict != errc::ok) {
+      m_budget.release_session(id);
+      m_stats.drops.add(verdict);
+      add_tombstone(id, now + m_cfg.session_timeout);
+      return false;
+    }
+  }
   auto owned = std::make_unique<session_rx>();
   session_rx* s = owned.get();
   s->id = id;
@@ -99,7 +112,7 @@ bool receiver_engine::new_session(const wire::announce& m, session_id id, const 
     s->fec_depth = p.fec_depth();
   }
   if (!s->seq_channel.empty()) {
-    s->seq_source = sequence_book::source_of(m_sink.sender_key(id), p.sender_name());
+    s->seq_source = sequence_book::source_of(signer, p.sender_name());
   }
   s->silent_passes = p.silent_passes();
   s->silent = p.silent_passes() > 0 ||
@@ -109,10 +122,11 @@ bool receiver_engine::new_session(const wire::announce& m, session_id id, const 
   m_sessions.emplace(id, std::move(owned));
   if (m_log) {
     m_log->info(
-        "session {} from {} ({}): {} files, {} bytes announced, block {} bytes, rate {} "
+        "session {} from {} ({}, {}): {} files, {} bytes announced, block {} bytes, rate {} "
         "bit/s{}",
-        s->name(), from.address_string(), s->sender_name, s->file_count, s->total_bytes,
-        s->block_size, p.rate_bps(),
+        s->name(), from.address_string(), s->sender_name,
+        signer.empty() ? std::string("UNSIGNED") : "signed by " + signer, s->file_count,
+        s->total_bytes, s->block_size, p.rate_bps(),
         !s->silent ? std::string()
         : s->silent_passes > 0
             ? fmt::format("; silent session of {} passes: this site sends nothing",

@@ -150,6 +150,15 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
         service();
       });
   setup_keys();
+  {
+    replay_guard::limits lim;
+    lim.max_age = m_cfg.max_session_age;
+    lim.max_skew = m_cfg.max_clock_skew;
+    std::string notice;
+    m_replay = std::make_unique<replay_store>(m_cfg.temp / replay_file_name, lim,
+                                              unix_ms_now(), notice);
+    if (!notice.empty()) m_log->info("{}", notice);
+  }
   for (std::size_t i = 0; i < m_cfg.channels.size(); ++i) {
     for (const auto& a : m_cfg.channels[i].wis2) {
       m_wis2.push_back({i, std::make_unique<wis2_publisher>(a, m_cfg.channels[i].name, m_log)});

@@ -7,6 +7,7 @@
 #include "common/auth.hpp"
 #include "common/http/log_ring.hpp"
 #include "common/http/server.hpp"
+#include "common/log_limit.hpp"
 #include "common/net/udp.hpp"
 #include "common/sd_notify.hpp"
 #include "common/single_thread.hpp"
@@ -15,6 +16,7 @@
 #include "receiver/io/action_runner.hpp"
 #include "receiver/io/daemon_config.hpp"
 #include "receiver/io/delivery_journal.hpp"
+#include "receiver/io/replay_store.hpp"
 #include "receiver/io/status_board.hpp"
 #include "receiver/storage/file_store.hpp"
 
@@ -94,6 +96,8 @@ class daemon final : public receiver_sink {
   void stop_unicast(session_id s) override;
   void file_finished(const file_outcome& outcome) override;
   std::string sender_key(session_id s) override;
+  errc admit_signed_session(session_id s, std::string_view key,
+                            std::uint64_t created_unix_ms) override;
 
  private:
   /// do_receive's index of the control (unicast reply) socket; channel sockets are 0..n-1.
@@ -288,6 +292,10 @@ class daemon final : public receiver_sink {
   /// (tampered or injected on the path; common/unicast/record_seal.hpp): counted, logged
   /// rate-limited (common/log_limit.hpp).
   std::uint64_t m_unicast_unsealed = 0;
+  /// The signed sessions taken within max_session_age, kept in TEMP/replay
+  /// (receiver/io/replay_store.hpp): a recorded session replayed later is refused.
+  std::unique_ptr<replay_store> m_replay;
+  log_limiter m_stale_sessions_logged{20};
   boost::asio::steady_timer m_unicast_poll;
   bool m_unicast_polling = false;
   std::optional<time_point> m_timer_at;

@@ -267,6 +267,9 @@ daemon_config from_table(const toml::table& t, const std::string& source) {
                                 "session_quota",
                                 "key_file",
                                 "trusted_senders",
+                                "allow_unsigned",
+                                "max_session_age",
+                                "max_clock_skew",
                                 "journal",
                                 "action",
                                 "retention"};
@@ -407,6 +410,24 @@ daemon_config from_table(const toml::table& t, const std::string& source) {
     cfg.key_file = require_type<std::string>(*n.node(), "key_file", "a string");
   std::vector<crypto::key32> default_trusted;
   if (auto n = t["trusted_senders"]) default_trusted = key_list(n, "trusted_senders");
+  auto bool_setting = [](const auto& n, const std::string& key) {
+    if (!n.is_boolean()) {
+      throw config_error("'" + key + "' must be true or false (" +
+                         toml_where(n.node()->source()) + ")");
+    }
+    return n.value_or(false);
+  };
+  if (auto n = t["allow_unsigned"]) cfg.allow_unsigned = bool_setting(n, "allow_unsigned");
+  auto ms_setting = [&](const char* key, std::chrono::milliseconds& out) {
+    std::chrono::nanoseconds d{out};
+    duration_setting(key, d);
+    if (d < std::chrono::seconds(1) || d > std::chrono::hours(24 * 7)) {
+      throw config_error(std::string("'") + key + "' must be 1s to 7d");
+    }
+    out = std::chrono::duration_cast<std::chrono::milliseconds>(d);
+  };
+  ms_setting("max_session_age", cfg.max_session_age);
+  ms_setting("max_clock_skew", cfg.max_clock_skew);
   if (auto arr = t["channel"].as_array()) {
     for (std::size_t i = 0; i < arr->size(); ++i) {
       const auto* ct = arr->get(i)->as_table();
@@ -426,12 +447,10 @@ daemon_config from_table(const toml::table& t, const std::string& source) {
       } else {
         ch.trusted_senders = default_trusted;
       }
-      if (auto n = (*ct)["silent"]) {
-        if (!n.is_boolean()) {
-          throw config_error("'" + key + ".silent' must be true or false (" +
-                             toml_where(n.node()->source()) + ")");
-        }
-        ch.silent = n.value_or(false);
+      if (auto n = (*ct)["silent"]) ch.silent = bool_setting(n, key + ".silent");
+      ch.allow_unsigned = cfg.allow_unsigned;
+      if (auto n = (*ct)["allow_unsigned"]) {
+        ch.allow_unsigned = bool_setting(n, key + ".allow_unsigned");
       }
       if (ch.name.empty()) ch.name = ch.group.to_string();
       if (auto n = (*ct)["action"]) ch.wis2 = parse_actions(*n.node(), key + ".action");
@@ -478,6 +497,15 @@ void validate(const daemon_config& cfg) {
   for (const auto& ch : cfg.channels) {
     if (ch.dest.empty()) {
       throw config_error("channel " + ch.name + " has no destination: set --dest or dest = ...");
+    }
+    if (ch.trusted_senders.empty() && !ch.allow_unsigned) {
+      throw config_error(
+          "channel " + ch.name +
+          " trusts no sender: any host that can reach " + ch.group.to_string() +
+          " could write into " + ch.dest.string() +
+          ". Set trusted_senders = [\"/etc/mcdist/hub.key.pub\"] (the hub's public key, a file "
+          "or \"mcdist-ed25519:...\"; --trust on the command line), or take unsigned sessions "
+          "from anyone by name: allow_unsigned = true (--allow-unsigned) (docs/security.md)");
     }
     if (ch.group.v6 != cfg.interface.v6) {
       throw config_error("channel " + ch.name + " and interface " + cfg.interface.address_string() +

@@ -24,9 +24,13 @@ struct channel_config {
   std::string name;            ///< for logs
   endpoint group;              ///< multicast group + port
   std::filesystem::path dest;  ///< destination tree of sessions on this channel
-  /// Ed25519 keys of the senders whose sessions this channel accepts (docs/security.md). Empty:
-  /// any host that reaches the group can write into dest (mcdistd warns at start).
+  /// Ed25519 keys of the senders whose sessions this channel accepts (docs/security.md). Empty
+  /// only with allow_unsigned (validate() refuses it otherwise).
   std::vector<crypto::key32> trusted_senders;
+  /// `allow_unsigned = true` (per channel, or top level for every channel): the channel may
+  /// trust no sender, and then any host that reaches its group can write into dest. Asked for
+  /// by name: without it a channel with no trusted_senders is a configuration error.
+  bool allow_unsigned = false;
   /// `[[channel.action]] type = "wis2"`: announce each stored file on an MQTT broker
   /// (wis2_publisher.hpp; README "WIS2 notifications").
   std::vector<wis2_action> wis2;
@@ -64,6 +68,14 @@ struct daemon_config {
   std::filesystem::path dest;
   /// The top-level trusted_senders: channels given on the command line (--group) take these.
   std::vector<crypto::key32> trusted_senders;
+  /// The top-level allow_unsigned (--allow-unsigned): the default of every channel's.
+  bool allow_unsigned = false;
+  /// Freshness of signed sessions (receiver/core/replay_guard.hpp, docs/security.md
+  /// "Freshness"): sessions stamped longer ago are refused, and the replay cache keeps this
+  /// long ...
+  std::chrono::milliseconds max_session_age = std::chrono::hours(1);
+  /// ... and sessions stamped further ahead of this host's clock are refused.
+  std::chrono::milliseconds max_clock_skew = std::chrono::minutes(5);
   sync_mode sync = sync_mode::batch;
   std::size_t buffer_pool_bytes = 16u << 20;
   int socket_buffer_bytes = 32 << 20;
@@ -124,7 +136,8 @@ daemon_config load_config_string(std::string_view text, const std::string& sourc
 std::optional<std::chrono::nanoseconds> parse_age(std::string_view text) noexcept;
 
 /// Checks a complete configuration: id set and valid, at least one channel, every group
-/// multicast, temp and dest set; actions name existing channels, have unique names, and
+/// multicast, temp and dest set, every channel trusting a sender or allowing unsigned
+/// sessions by name (allow_unsigned); actions name existing channels, have unique names, and
 /// exec programs that are absolute paths of executable files; journal_max_age is at least
 /// every retention max_age. @throws config_error naming the first problem
 void validate(const daemon_config& cfg);

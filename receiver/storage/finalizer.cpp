@@ -3,7 +3,7 @@
 #include "common/digest_xattr.hpp"
 #include "common/error.hpp"
 #include "receiver/storage/checkpoint_file.hpp"
-#include "receiver/storage/path_walk.hpp"
+#include "common/path_walk.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -2,7 +2,7 @@
 
 #include "common/digest_xattr.hpp"
 #include "common/path_check.hpp"
-#include "receiver/storage/path_walk.hpp"
+#include "common/path_walk.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>

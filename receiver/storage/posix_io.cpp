@@ -43,11 +43,6 @@ int fail_nth::operator()(storage_op op, const file_key* key) const {
 
 std::uint64_t fail_nth::seen() const noexcept { return m_count->load(); }
 
-void unique_fd::reset(int fd) noexcept {
-  if (m_fd >= 0) ::close(m_fd);
-  m_fd = fd;
-}
-
 int posix_io::open(int dir, const char* path, int flags, mode_t mode, const file_key* key,
                    int& fd) const {
   fd = -1;

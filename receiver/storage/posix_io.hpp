@@ -10,6 +10,7 @@
 /// ftruncate, unlink, close, sync_file_range) are made directly by the components.
 
 #include "common/sha256.hpp"
+#include "common/unique_fd.hpp"
 #include "receiver/core/storage_port.hpp"
 
 #include <sys/types.h>
@@ -82,29 +83,6 @@ class fail_nth {
 
 /// An errno value as a std::error_code of the generic category.
 inline std::error_code errno_code(int e) { return {e, std::generic_category()}; }
-
-/// Owns a file descriptor.
-class unique_fd {
- public:
-  unique_fd() = default;
-  explicit unique_fd(int fd) : m_fd(fd) {}
-  unique_fd(unique_fd&& o) noexcept : m_fd(std::exchange(o.m_fd, -1)) {}
-  unique_fd& operator=(unique_fd&& o) noexcept {
-    if (this != &o) reset(std::exchange(o.m_fd, -1));
-    return *this;
-  }
-  ~unique_fd() { reset(); }
-  unique_fd(const unique_fd&) = delete;
-  unique_fd& operator=(const unique_fd&) = delete;
-  /// Closes the descriptor held, if any, and takes `fd`.
-  void reset(int fd = -1) noexcept;
-  int get() const noexcept { return m_fd; }
-  int release() noexcept { return std::exchange(m_fd, -1); }
-  explicit operator bool() const noexcept { return m_fd >= 0; }
-
- private:
-  int m_fd = -1;
-};
 
 /// The storage path's system calls with failure injection. Thread-safe (const; the hook must
 /// be). Every function returns 0 or an errno value; an injected failure skips the call.

@@ -1,6 +1,6 @@
 #include "receiver/storage/store_context.hpp"
 
-#include "receiver/storage/path_walk.hpp"
+#include "common/path_walk.hpp"
 
 #include <fcntl.h>
 

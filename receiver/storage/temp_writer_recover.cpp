@@ -2,7 +2,7 @@
 // recovered ones). docs/design-notes.md "Parity repairs".
 #include "common/error.hpp"
 #include "receiver/storage/parity_store.hpp"
-#include "receiver/storage/path_walk.hpp"
+#include "common/path_walk.hpp"
 #include "receiver/storage/temp_writer.hpp"
 
 #include <fcntl.h>

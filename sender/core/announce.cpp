@@ -25,6 +25,7 @@ std::vector<std::unique_ptr<wire::announce>> build_announce_chunks(
   params.set_channel_seq(s.channel_seq);
   params.set_silent_passes(s.silent_passes);
   params.set_block_digests(s.block_digests ? 1 : 0);
+  params.set_created_unix_ms(s.created_unix_ms);
   if (s.fec_k > 0) {
     params.set_fec_k(s.fec_k);
     params.set_fec_max_parity(s.fec_max_parity);

@@ -62,6 +62,8 @@ struct announce_settings {
   /// A session served over unicast from the start: its unicast server (unset: sites connect
   /// when their FALLBACK order arrives).
   std::optional<unicast_start_settings> unicast_start;
+  /// session_params.created_unix_ms: when the session was made, Unix ms (0: not stamped).
+  std::uint64_t created_unix_ms = 0;
   /// Bytes each chunk leaves unused below wire::control_budget for what the shell adds to its
   /// body (auth::sealed_body_overhead in an encrypted session).
   std::uint32_t reserve_bytes = 0;

@@ -95,6 +95,11 @@ struct sender_config {
   /// sequence numbers whose products it carries again; a receiver that completes it stops
   /// reporting them missing. At most wire::max_seq_ranges, ascending, disjoint.
   std::vector<std::pair<std::uint64_t, std::uint64_t>> catch_up_seqs;
+  /// When the session was made, Unix time in ms (session_params.created_unix_ms; the core
+  /// reads no clock, so the shell sets it: sender_app takes the wall clock when it is 0). Sites
+  /// refuse a signed session without it, too old or from the future (docs/security.md
+  /// "Freshness").
+  std::uint64_t created_unix_ms = 0;
   /// Start pass 1 right after the first announce cycles instead of waiting a round trip for
   /// every registration; a file every receiver holds is still skipped if registration closes
   /// before the cursor reaches it.

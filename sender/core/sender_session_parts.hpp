@@ -98,6 +98,7 @@ inline announce_settings announce_settings_of(const sender_config& c) {
           .fec_depth = c.fec_depth,
           .silent_passes = c.silent_passes,
           .block_digests = c.block_digests,
+          .created_unix_ms = c.created_unix_ms,
           .reserve_bytes = c.announce_reserve_bytes};
 }
 

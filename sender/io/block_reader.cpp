@@ -33,12 +33,8 @@ int block_reader::descriptor(std::uint32_t file, std::string& why) {
     if (w->second != m_open.begin()) m_open.splice(m_open.begin(), m_open, w->second);
     return w->second->second;
   }
-  const auto& path = m_files[file].local;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    why = "cannot open " + path + ": " + std::strerror(errno);
-    return -1;
-  }
+  const int fd = open_source(m_files[file], why);
+  if (fd < 0) return -1;
   // The hint only widens readahead past its initial window (read_ahead_kb, 128 kB by
   // default), so a file that fits in it is read the same without: one syscall saved per
   // bulletin.

@@ -2,6 +2,7 @@
 
 #include "common/digest_xattr.hpp"
 #include "common/error.hpp"
+#include "common/unique_fd.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -22,35 +23,30 @@ namespace {
 constexpr std::size_t hash_read_bytes = 1 << 20;
 }  // namespace
 
-std::error_code hash_file(const std::filesystem::path& p, std::uint64_t expected_size,
-                          sha256_digest& out, std::string& why) {
-  const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    why = "cannot open " + p.string() + ": " + std::strerror(errno);
-    return {errno, std::generic_category()};
-  }
+namespace {
+
+/// Hashes the open file `fd` (closed here) named `name` in messages; see hash_file.
+std::error_code hash_descriptor(int fd, const std::string& name, std::uint64_t expected_size,
+                                sha256_digest& out, std::string& why) {
+  const unique_fd owned(fd);
   ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   std::vector<std::byte> buf(hash_read_bytes);
   sha256_hasher h;
   std::uint64_t off = 0;
-  std::error_code ec;
   while (true) {
     const ssize_t n = ::pread(fd, buf.data(), buf.size(), static_cast<off_t>(off));
     if (n < 0) {
       if (errno == EINTR) continue;
-      why = "cannot read " + p.string() + ": " + std::strerror(errno);
-      ec = {errno, std::generic_category()};
-      break;
+      why = "cannot read " + name + ": " + std::strerror(errno);
+      return {errno, std::generic_category()};
     }
     if (n == 0) break;
     h.update({buf.data(), static_cast<std::size_t>(n)});
     off += static_cast<std::uint64_t>(n);
     if (off > expected_size) break;
   }
-  ::close(fd);
-  if (ec) return ec;
   if (off != expected_size) {
-    why = p.string() + " changed size while being sent (" + std::to_string(expected_size) +
+    why = name + " changed size while being sent (" + std::to_string(expected_size) +
           " bytes when scanned, " + std::to_string(off) + " now)";
     return errc::invalid_field;
   }
@@ -58,8 +54,27 @@ std::error_code hash_file(const std::filesystem::path& p, std::uint64_t expected
   return {};
 }
 
+}  // namespace
+
+std::error_code hash_file(const std::filesystem::path& p, std::uint64_t expected_size,
+                          sha256_digest& out, std::string& why) {
+  const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    why = "cannot open " + p.string() + ": " + std::strerror(errno);
+    return {errno, std::generic_category()};
+  }
+  return hash_descriptor(fd, p.string(), expected_size, out, why);
+}
+
+std::error_code hash_file(const source_file& f, sha256_digest& out, std::string& why) {
+  const int fd = open_source(f, why);
+  if (fd < 0) return {errno, std::generic_category()};
+  return hash_descriptor(fd, f.local, f.entry.size, out, why);
+}
+
 void remember_digest(const source_file& f, const sha256_digest& d) {
-  const int fd = ::open(f.local.c_str(), O_RDONLY | O_CLOEXEC);
+  std::string why;
+  const int fd = open_source(f, why);
   if (fd < 0) return;
   struct stat st {};
   if (::fstat(fd, &st) == 0 && static_cast<std::uint64_t>(st.st_size) == f.entry.size &&
@@ -79,8 +94,9 @@ void read_cached_digests(std::vector<source_file>& files, unsigned threads) {
   auto work = [](shared_work& w) {
     for (std::size_t k = w.next++; k < w.count; k = w.next++) {
       auto& f = w.files[k];
-      // By path: a file that cannot be read is reported when it is hashed or sent.
-      f.entry.digest = read_digest_xattr(f.local.c_str(), f.entry.size, f.entry.mtime_ns);
+      // A file that cannot be read is reported when it is hashed or sent.
+      f.entry.digest = f.fd ? read_digest_xattr(f.fd->get(), f.entry.size, f.entry.mtime_ns)
+                            : read_digest_xattr(f.local.c_str(), f.entry.size, f.entry.mtime_ns);
       if (w.done.fetch_add(1) + 1 == w.count) w.done.notify_all();
     }
   };
@@ -123,7 +139,7 @@ void prehash(std::vector<source_file>& files, std::uint64_t per_file_max,
       auto& f = files[todo[k]];
       sha256_digest d;
       std::string why;
-      if (hash_file(f.local, f.entry.size, d, why)) {
+      if (hash_file(f, d, why)) {
         std::lock_guard lock(mu);
         if (first_error.empty()) first_error = why;
         continue;
@@ -160,7 +176,7 @@ void background_hasher::run() {
     sha256_digest d;
     std::string why;
     const file_index fi{index};
-    if (hash_file(f.local, f.entry.size, d, why)) {
+    if (hash_file(f, d, why)) {
       m_post([this, fi, why] { m_on_error(fi, why); });
       continue;
     }

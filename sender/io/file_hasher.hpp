@@ -22,6 +22,9 @@ namespace mcdist::sender {
 /// (errc::invalid_field with `why` set), as is any read error.
 std::error_code hash_file(const std::filesystem::path& p, std::uint64_t expected_size,
                           sha256_digest& out, std::string& why);
+/// Hashes `f` (through its descriptor when it has one: source_file::fd), expecting
+/// `f.entry.size` bytes; errors as above, naming `f.local`.
+std::error_code hash_file(const source_file& f, sha256_digest& out, std::string& why);
 
 /// Fills in digests before the announce. With `use_cache`, a file's digest recorded in its
 /// user.mcdist.sha256 xattr (common/digest_xattr.hpp) is taken as is, whatever its size; then,

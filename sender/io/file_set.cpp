@@ -163,4 +163,15 @@ std::vector<source_file> collect_files(const std::vector<std::string>& args,
   return out;
 }
 
+int open_source(const source_file& f, std::string& why) {
+  const int fd = f.fd ? ::fcntl(f.fd->get(), F_DUPFD_CLOEXEC, 0)
+                      : ::open(f.local.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int e = errno;
+    why = "cannot open " + f.local + ": " + std::strerror(e);
+    errno = e;
+  }
+  return fd;
+}
+
 }  // namespace mcdist::sender

@@ -4,9 +4,11 @@
 /// recursively, relative paths kept (a directory argument "obs" yields "obs/2026/a.bufr").
 
 #include "common/manifest.hpp"
+#include "common/unique_fd.hpp"
 
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -15,9 +17,18 @@ namespace mcdist::sender {
 
 /// One file of the set: where it is here and what the manifest says.
 struct source_file {
-  std::string local;     ///< path on this host, as given or found
+  std::string local;     ///< path on this host, as given or found (names it in messages)
   manifest_entry entry;  ///< relative path, size, mtime, mode; digest filled later
+  /// The file, already open, when whoever collected it opened and checked it (the hub opens a
+  /// spool file without following links and fstat()s the descriptor): every read then goes
+  /// through this descriptor (pread, so its offset is never used) and `local` is never opened,
+  /// so a link renamed over the path afterwards is never followed. Null: opened by `local`.
+  std::shared_ptr<const unique_fd> fd;
 };
+
+/// A descriptor of `f` for reading that the caller owns: a dup() of `f.fd` when set, else
+/// open(f.local). @return the descriptor, or -1 with `why` naming the file and the error
+int open_source(const source_file& f, std::string& why);
 
 /// Error in the operator's input: names the path and what is wrong.
 class file_set_error : public std::runtime_error {

@@ -50,6 +50,12 @@ sender_app::sender_app(boost::asio::io_context& io, app_options opts, sender_con
       m_timer(io), m_progress_timer(io), m_signals(io),
       m_session(
           [&] {
+            if (cfg.created_unix_ms == 0) {
+              cfg.created_unix_ms = static_cast<std::uint64_t>(
+                  std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::system_clock::now().time_since_epoch())
+                      .count());
+            }
             cfg.token_source = [] {
               fallback_token t{};
               crypto::random_bytes(t);

@@ -122,8 +122,17 @@ def main():
 
         code, out = run(["/usr/bin/mcdistd", "--check-config", "/etc/mcdist/mcdistd.toml"])
         check(code == 2 and "id" in out, "the shipped config without id: exit %d: %s" % (code, out))
+        # Secure by default: the shipped config trusts the hub key it names, which is not there
+        # yet; the hub's key the package made is (root's, 0600, its public half 0644).
         code, out = run(["/usr/bin/mcdistd", "--check-config", "/etc/mcdist/mcdistd.toml", "--id", "pkgtest"])
-        check(code == 0, "the shipped config with --id: exit %d: %s" % (code, out))
+        check(code == 2 and "hub.key.pub" in out,
+              "the shipped config without the hub's key: exit %d: %s" % (code, out))
+        st = os.stat("/etc/mcdist/feed.key")
+        check(st.st_uid == 0 and st.st_mode & 0o777 == 0o600,
+              "postinst's hub key: uid %d mode %o" % (st.st_uid, st.st_mode & 0o777))
+        shutil.copy("/etc/mcdist/feed.key.pub", "/etc/mcdist/hub.key.pub")
+        code, out = run(["/usr/bin/mcdistd", "--check-config", "/etc/mcdist/mcdistd.toml", "--id", "pkgtest"])
+        check(code == 0, "the shipped config with --id and the hub's key: exit %d: %s" % (code, out))
 
         # The installed programs against each other, the daemon as user mcdist. (--group replaces
         # the file's channels, and with them their destination: --dest gives it again.)
@@ -145,8 +154,10 @@ def main():
             check(daemon.poll() is None, "installed mcdistd exited:\n" + open(logpath).read())
             check(time.time() < deadline, "installed mcdistd did not start:\n" + open(logpath).read())
             time.sleep(0.02)
+        # Signed with the packaged hub key, which the shipped config trusts.
         p = subprocess.run(["/usr/bin/mcdist-send", "--group", group, "--interface", "127.0.0.1",
-                            "--rate", "200M", "--receivers", "pkgtest", "--no-progress", src],
+                            "--rate", "200M", "--receivers", "pkgtest", "--no-progress",
+                            "--key", "/etc/mcdist/feed.key", src],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
         out = p.stdout.decode("utf-8", "replace")
         log(out)
@@ -166,11 +177,14 @@ def main():
             daemon.kill()
             daemon.wait()
         shutil.rmtree("/var/spool/mcdist/in/obs", ignore_errors=True)
+        if os.path.exists("/etc/mcdist/hub.key.pub"):
+            os.unlink("/etc/mcdist/hub.key.pub")
         shutil.rmtree(base, ignore_errors=True)
         code, out = run(APT + ["purge", "mcdist"])
     check(code == 0, "apt-get purge failed:\n" + out)
     check(not installed(), "mcdist still installed after purge")
-    for f in ("/usr/bin/mcdistd", "/usr/bin/mcdist-send", "/etc/mcdist", "/var/lib/mcdist",
+    for f in ("/usr/bin/mcdistd", "/usr/bin/mcdist-send", "/etc/mcdist", "/etc/mcdist/feed.key",
+              "/var/lib/mcdist",
               "/usr/lib/systemd/system/mcdistd.service", "/var/spool/mcdist"):
         check(not os.path.exists(f), "%s is left after purge" % f)
     log("apt-get purge mcdist: binaries, configuration, state and spool removed")

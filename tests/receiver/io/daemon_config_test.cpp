@@ -14,6 +14,7 @@ sync = "file"
 buffer_pool = "8M"
 parity_memory = "2M"
 session_timeout = "90s"
+allow_unsigned = true
 [[channel]]
 name = "products"
 group = "239.192.0.1:4711"
@@ -32,6 +33,46 @@ dest = "/srv/other"
   REQUIRE(cfg.channels[0].dest == "/srv/in");
   REQUIRE(cfg.channels[1].dest == "/srv/other");
   REQUIRE_NOTHROW(validate(cfg));
+}
+
+TEST_CASE("a channel that trusts no sender is refused unless it allows unsigned sessions by name",
+          "[unit][receiver][config]") {
+  const std::string head = "id = \"site-a\"\ntemp = \"/srv/tmp\"\ndest = \"/srv/in\"\n";
+  const std::string hub = "\"mcdist-ed25519:jZOmaoskCVjTgMTuBcl72lX8tUfj2WTS6rsIvEXUzAY=\"";
+  const auto open = load_config_string(head + "[[channel]]\nname = \"obs\"\n"
+                                              "group = \"239.192.0.1:4711\"\n",
+                                       "test.toml");
+  REQUIRE_FALSE(open.channels.at(0).allow_unsigned);
+  try {
+    validate(open);
+    FAIL("a channel trusting no sender was accepted");
+  } catch (const config_error& e) {
+    const std::string what = e.what();
+    REQUIRE(what.find("channel obs trusts no sender") != std::string::npos);
+    REQUIRE(what.find("allow_unsigned = true") != std::string::npos);
+  }
+  // Top level for every channel, per channel, or a trusted sender.
+  REQUIRE_NOTHROW(validate(load_config_string(
+      head + "allow_unsigned = true\n[[channel]]\ngroup = \"239.192.0.1:4711\"\n", "t")));
+  REQUIRE_NOTHROW(validate(load_config_string(
+      head + "[[channel]]\ngroup = \"239.192.0.1:4711\"\nallow_unsigned = true\n", "t")));
+  const auto trusted = load_config_string(
+      head + "trusted_senders = [" + hub + "]\n[[channel]]\ngroup = \"239.192.0.1:4711\"\n", "t");
+  REQUIRE_NOTHROW(validate(trusted));
+  REQUIRE(trusted.max_session_age == std::chrono::hours(1));
+  REQUIRE(trusted.max_clock_skew == std::chrono::minutes(5));
+  // One channel allowing unsigned does not open the others.
+  REQUIRE_THROWS_AS(
+      validate(load_config_string(head + "[[channel]]\ngroup = \"239.192.0.1:4711\"\n"
+                                         "allow_unsigned = true\n[[channel]]\n"
+                                         "group = \"239.192.0.2:4711\"\n",
+                                  "t")),
+      config_error);
+  REQUIRE_THROWS_AS(load_config_string(head + "max_session_age = \"0s\"\n", "t"), config_error);
+  const auto aged = load_config_string(
+      head + "max_session_age = \"10m\"\nmax_clock_skew = \"30s\"\n", "t");
+  REQUIRE(aged.max_session_age == std::chrono::minutes(10));
+  REQUIRE(aged.max_clock_skew == std::chrono::seconds(30));
 }
 
 TEST_CASE("a bad configuration string is refused naming its source and the setting",

@@ -1,7 +1,8 @@
 #pragma once
 /// @file
-/// Small helpers of the storage components that walk destination trees relative to directory
-/// descriptors (openat with O_NOFOLLOW, never a path string through a symlink).
+/// Walking a tree relative to directory descriptors (openat with O_NOFOLLOW, never a path string
+/// through a symlink): the receiver's storage in its destination and temp trees, the hub in its
+/// spools, where whoever may write there could plant a link to a file of ours.
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -14,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-namespace mcdist::receiver {
+namespace mcdist {
 
 /// Splits a relative path already accepted by check_relative_path into its components.
 inline std::vector<std::string_view> split_path(std::string_view p) {
@@ -38,8 +39,10 @@ inline bool is_symlink_at(int dir, const char* name) {
 }
 
 /// Opens `relative` (accepted by check_relative_path) below the directory `root` for reading:
-/// every directory below root with openat(O_DIRECTORY | O_NOFOLLOW), the file with O_NOFOLLOW,
-/// so no symlink below root is followed.
+/// every directory below root with openat(O_DIRECTORY | O_NOFOLLOW), the file with O_NOFOLLOW
+/// and O_NONBLOCK, so no symlink below root is followed and a FIFO or device planted there
+/// opens at once instead of blocking (the caller fstat()s the descriptor and takes only what
+/// it expects, S_ISREG for a product).
 /// @return 0 with `fd` set (the caller closes it), or an errno value
 inline int open_below(int root, std::string_view relative, int& fd) {
   auto comps = split_path(relative);
@@ -66,4 +69,4 @@ inline std::int64_t mtime_ns_of(const struct stat& st) {
   return static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
 }
 
-}  // namespace mcdist::receiver
+}  // namespace mcdist

@@ -1,0 +1,154 @@
+#include "receiver/io/replay_store.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <optional>
+
+namespace mcdist::receiver {
+
+namespace {
+
+/// A cache file larger than this is not read (it would hold ten times max_entries lines).
+constexpr std::size_t max_file_bytes = 64u << 20;
+
+std::error_code last_error() { return {errno, std::generic_category()}; }
+
+bool write_all(int fd, const std::string& text) {
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+/// The file's text, or std::nullopt when it does not exist; throws nothing.
+std::optional<std::string> read_text(const std::filesystem::path& file, std::string& error) {
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) {
+    if (errno != ENOENT) error = std::strerror(errno);
+    return std::nullopt;
+  }
+  std::string text;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+      static_cast<std::uint64_t>(st.st_size) > max_file_bytes) {
+    error = "not a regular file of at most 64 MiB";
+    ::close(fd);
+    return std::nullopt;
+  }
+  text.resize(static_cast<std::size_t>(st.st_size));
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::read(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += static_cast<std::size_t>(n);
+  }
+  text.resize(done);
+  ::close(fd);
+  return text;
+}
+
+}  // namespace
+
+std::uint64_t unix_ms_now() noexcept {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                        std::chrono::system_clock::now().time_since_epoch())
+                                        .count());
+}
+
+replay_store::replay_store(std::filesystem::path file, replay_guard::limits limits,
+                           std::uint64_t now_ms, std::string& notice)
+    : m_file(std::move(file)), m_guard(limits) {
+  std::string error;
+  const auto text = read_text(m_file, error);
+  if (!text && error.empty()) {
+    notice = "no replay cache yet (" + m_file.string() +
+             "): signed sessions stamped before this start are refused";
+    m_guard.raise_floor(now_ms);
+  } else if (!text) {
+    notice = "cannot read the replay cache " + m_file.string() + " (" + error +
+             "): starting a new one; signed sessions stamped before this start are refused";
+    m_guard.raise_floor(now_ms);
+  } else if (auto why = replay_guard::decode(*text, now_ms, m_guard); !why.empty()) {
+    notice = "the replay cache " + m_file.string() + " is damaged (" + why +
+             "): starting a new one; signed sessions stamped before this start are refused";
+    m_guard.raise_floor(now_ms);
+  }
+  std::string detail;
+  if (auto ec = rewrite(detail)) throw std::system_error(ec, detail);
+}
+
+replay_store::~replay_store() {
+  if (m_fd >= 0) ::close(m_fd);
+}
+
+std::error_code replay_store::rewrite(std::string& detail) {
+  const std::string text = m_guard.encode();
+  const std::filesystem::path tmp = m_file.string() + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) {
+    const auto ec = last_error();
+    detail = "cannot create " + tmp.string() + ": " + ec.message();
+    return ec;
+  }
+  if (!write_all(fd, text) || ::fsync(fd) != 0) {
+    const auto ec = last_error();
+    ::close(fd);
+    detail = "cannot write " + tmp.string() + ": " + ec.message();
+    return ec;
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), m_file.c_str()) != 0) {
+    const auto ec = last_error();
+    detail = "cannot rename " + tmp.string() + " to " + m_file.string() + ": " + ec.message();
+    return ec;
+  }
+  const auto dir = m_file.parent_path().empty() ? std::filesystem::path(".") : m_file.parent_path();
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0 || ::fsync(dfd) != 0) {
+    const auto ec = last_error();
+    if (dfd >= 0) ::close(dfd);
+    detail = "cannot fsync the directory " + dir.string() + ": " + ec.message();
+    return ec;
+  }
+  ::close(dfd);
+  if (m_fd >= 0) ::close(m_fd);
+  m_fd = ::open(m_file.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW);
+  if (m_fd < 0) {
+    const auto ec = last_error();
+    detail = "cannot open " + m_file.string() + " to append: " + ec.message();
+    return ec;
+  }
+  m_appended = 0;
+  return {};
+}
+
+errc replay_store::admit(const replay_guard::entry& e, std::uint64_t now_ms, std::string& detail) {
+  const auto verdict = m_guard.admit(e, now_ms);
+  if (verdict != errc::ok) return verdict;
+  // Compact first when the appended lines outnumber the live entries (expired ones included).
+  if (m_appended > std::max<std::size_t>(1024, m_guard.size())) {
+    if (!rewrite(detail)) return errc::ok;  // the rewrite holds the new entry already
+    m_guard.forget(e);
+    return errc::replay_cache_unwritable;
+  }
+  if (m_fd < 0 || !write_all(m_fd, replay_guard::encode(e)) || ::fdatasync(m_fd) != 0) {
+    detail = "cannot append to " + m_file.string() + ": " +
+             (m_fd < 0 ? std::string("not open") : std::strerror(errno));
+    m_guard.forget(e);
+    return errc::replay_cache_unwritable;
+  }
+  ++m_appended;
+  return errc::ok;
+}
+
+}  // namespace mcdist::receiver
