@@ -69,6 +69,11 @@ struct control_server::impl {
     local::socket sock;
     asio::steady_timer timer;
     std::chrono::steady_clock::time_point deadline;
+    /// Awaiting a request line (none yet, or part of one): may be evicted. False from a whole
+    /// line until its answer is written.
+    bool waiting = true;
+    /// Since when it has been waiting (accept, or its last answer written).
+    std::chrono::steady_clock::time_point idle_since = std::chrono::steady_clock::now();
     bool closed = false;
 
     void close() {
@@ -99,6 +104,20 @@ struct control_server::impl {
 
   void forget(const std::shared_ptr<conn>& c) { conns.remove(c); }
 
+  /// Closes the connection that has waited longest for a request line, to make room for a new
+  /// one. @return false if every connection has a request under way (none is closed).
+  bool evict_idlest() {
+    auto idlest = conns.end();
+    for (auto it = conns.begin(); it != conns.end(); ++it) {
+      if ((*it)->waiting && (idlest == conns.end() || (*it)->idle_since < (*idlest)->idle_since))
+        idlest = it;
+    }
+    if (idlest == conns.end()) return false;
+    (*idlest)->close();  // its serve() and watchdog see `closed` and end
+    conns.erase(idlest);
+    return true;
+  }
+
   void stop() {
     if (stopped) return;
     stopped = true;
@@ -124,14 +143,19 @@ struct control_server::impl {
         continue;
       }
       if (self->conns.size() >= self->limits.max_connections) {
-        if (self->log) self->log->debug("control: connection refused, {} open", self->conns.size());
-        boost::system::error_code ignored;
-        sock.close(ignored);
-        continue;
+        if (!self->evict_idlest()) {
+          if (self->log)
+            self->log->debug("control: connection refused, {} open and busy", self->conns.size());
+          boost::system::error_code ignored;
+          sock.close(ignored);
+          continue;
+        }
+        if (self->log)
+          self->log->debug("control: closed the connection idle longest for a new one");
       }
       auto c = std::make_shared<conn>(std::move(sock));
       self->conns.push_back(c);
-      c->deadline = std::chrono::steady_clock::now() + self->limits.request_timeout;
+      c->deadline = c->idle_since + self->limits.first_request_timeout;
       asio::co_spawn(self->io, watchdog(self, c), asio::detached);
       asio::co_spawn(self->io, serve(self, c), asio::detached);
     }
@@ -176,11 +200,17 @@ struct control_server::impl {
     // One byte more than the longest line, for its '\n'.
     std::string buf;
     auto dyn = asio::dynamic_buffer(buf, max_request_bytes + 1);
-    for (;;) {
-      c->deadline = std::chrono::steady_clock::now() + self->limits.request_timeout;
-      c->timer.cancel();  // the watchdog re-arms with the new deadline
+    for (bool first = true;; first = false) {
+      c->waiting = true;
+      // The first request's deadline (first_request_timeout) runs from the accept.
+      if (!first) {
+        c->idle_since = std::chrono::steady_clock::now();
+        c->deadline = c->idle_since + self->limits.request_timeout;
+        c->timer.cancel();  // the watchdog re-arms with the new deadline
+      }
       auto [ec, n] = co_await asio::async_read_until(c->sock, dyn, '\n', use_tuple);
       if (self->stopped || c->closed) co_return;
+      c->waiting = false;
       std::string out;
       bool last = false;
       if (ec == asio::error::not_found) {

@@ -18,9 +18,12 @@
 /// stall its io thread or grow its memory: a request line is at most max_request_bytes (a longer
 /// one gets an error answer and the connection is closed); bad JSON, unknown commands and bad
 /// fields get {"ok":false,"error":...} and the connection stays; at most max_connections at
-/// once (more are closed at once); a request must arrive within request_timeout and its answer
-/// be taken within write_timeout; a client that goes away mid-answer costs one failed write
-/// (MSG_NOSIGNAL: no SIGPIPE).
+/// once: a connection over the limit evicts the one that has waited longest for a request line
+/// (as common/http/server.hpp does), so idle or trickling clients cannot lock the operators out;
+/// a connection whose request is being answered is never evicted, and only when all are is a new
+/// one closed at once; the first request line must arrive within first_request_timeout of
+/// connecting, a later one within request_timeout, and an answer be taken within write_timeout;
+/// a client that goes away mid-answer costs one failed write (MSG_NOSIGNAL: no SIGPIPE).
 
 #include "feed/control_protocol.hpp"
 
@@ -49,10 +52,15 @@ struct control_socket_options {
 /// Bounds of the server.
 struct control_limits {
   /// Concurrent connections (8: an operator or two and a monitoring script; mcdistctl opens one
-  /// per command).
+  /// per command). A connection over the limit evicts the one idle longest (waiting for a
+  /// request line); it is refused only when every connection has a request under way.
   std::size_t max_connections = 8;
-  /// From awaiting a request line to having all of it, and idle time between requests (30 s:
-  /// mcdistctl sends its request at once; a forgotten `socat` session is cut off).
+  /// From connecting to having the whole first request line (5 s: mcdistctl writes its request
+  /// as soon as it is connected, so a client silent this long is stuck or hostile; it would be
+  /// evicted by the next connection anyway, this frees its slot when no one else comes).
+  std::chrono::milliseconds first_request_timeout = std::chrono::seconds(5);
+  /// From awaiting a later request line to having all of it, i.e. idle time between requests
+  /// (30 s: a person typing requests into `socat`; a forgotten session is cut off).
   std::chrono::milliseconds request_timeout = std::chrono::seconds(30);
   /// For the client to take the whole answer (30 s: a day's history is tens of MB over a local
   /// socket, well under a second).

@@ -52,7 +52,8 @@ CONFIGURATION (TOML, --config):
                                     product once the batch session that sent it ended
   broker = "mqtt://127.0.0.1:1883"  MQTT broker (no TLS yet)
   topic = "origin/a/wis2/xx-centre/data/core/weather"   origin/a/wis2/... or cache/a/wis2/...
-  base_url = "https://data.example.org/"   canonical link = base_url + the product's name
+  base_url = "https://data.example.org/"   canonical link = base_url + the product's name,
+                                           percent-encoded (RFC 3986)
   channels = ["warnings"]           optional: only these channels (default: every channel)
   # data_id_prefix, qos (0-2, default 1), username, password, max_queued as in mcdistd
 

@@ -64,7 +64,8 @@ Settings come from --config FILE (TOML) and are overridden by options on the com
   type = "wis2"
   broker = "mqtt://127.0.0.1:1883"
   topic = "origin/a/wis2/xx-centre/data/core/weather/surface-based-observations/synop"
-  base_url = "https://data.example.org/"  # canonical link: base_url + the file's path in the set
+  base_url = "https://data.example.org/"  # canonical link: base_url + the file's path in the
+                                         # set, percent-encoded (RFC 3986)
   qos = 1                                # optional, 0-2; username/password and data_id_prefix too
 
 WIS2 notifications: with a wis2 action, every file stored on that channel is announced on the

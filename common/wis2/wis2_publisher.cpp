@@ -29,6 +29,18 @@ bool ends_with_ci(std::string_view s, std::string_view suffix) {
   return true;
 }
 
+/// Whether byte `c` may stand as itself in a URI path segment: RFC 3986 section 3.3
+/// pchar = unreserved / pct-encoded / sub-delims / ":" / "@", less pct-encoded (a '%' is always
+/// encoded: product names are text, not escapes). unreserved is section 2.3, sub-delims 2.2.
+bool is_segment_char(unsigned char c) {
+  if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')) return true;
+  constexpr std::string_view others =
+      "-._~"         // unreserved besides ALPHA and DIGIT
+      "!$&'()*+,;="  // sub-delims
+      ":@";
+  return others.find(static_cast<char>(c)) != std::string_view::npos;
+}
+
 /// libmosquitto is initialised once per process (mosquitto_lib_init is not thread-safe).
 void lib_init_once() {
   static const int rc = mosquitto_lib_init();
@@ -155,6 +167,29 @@ std::string rfc3339_utc(std::int64_t ns) {
   return out;
 }
 
+std::string percent_encode_path(std::string_view path) {
+  static constexpr char hex[] = "0123456789ABCDEF";  // upper case: RFC 3986 section 2.1
+  std::string out;
+  out.reserve(path.size());
+  for (const char ch : path) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '/' || is_segment_char(c)) {
+      out += ch;
+    } else {
+      out += '%';
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  return out;
+}
+
+std::string canonical_href(std::string_view base_url, std::string_view path) {
+  std::string out(base_url);
+  out += percent_encode_path(path);
+  return out;
+}
+
 std::string_view guess_media_type(std::string_view path) {
   struct entry {
     std::string_view ext;
@@ -258,7 +293,7 @@ void wis2_publisher::publish(std::string_view path, std::uint64_t size, std::int
   n.pubtime = std::chrono::system_clock::now();
   n.datetime_ns = mtime_ns;
   n.digest = digest;
-  n.href = m_action.base_url + std::string(path);
+  n.href = canonical_href(m_action.base_url, path);
   n.media_type = std::string(guess_media_type(path));
   n.length = size;
   auto msg = build_wis2_message(n);

@@ -16,7 +16,8 @@
 ///       "properties": { "data_id", "pubtime" (RFC 3339 UTC), "datetime" (the file's mtime
 ///                       from the manifest, RFC 3339 UTC), "integrity": {"method": "sha256",
 ///                       "value": base64 of the SHA-256 the receiver verified} },
-///       "links": [{ "href": base_url + path, "rel": "canonical", "type", "length" }] }
+///       "links": [{ "href": base_url + path (percent-encoded), "rel": "canonical", "type",
+///                   "length" }] }
 ///
 /// The WNM requires a temporal property (`datetime`, or `start_datetime` and `end_datetime`);
 /// mcdist does not read the products, so the data's time it knows is the file's mtime that the
@@ -103,6 +104,19 @@ std::string base64(std::span<const std::uint8_t> bytes);
 
 /// RFC 9562 section 5.4 UUID version 4 text from 16 random bytes (version and variant bits set).
 std::string format_uuid_v4(std::array<std::uint8_t, 16> random);
+
+/// Percent-encodes a '/'-separated product path as the path of a URI (RFC 3986 section 3.3),
+/// e.g. "obs/a b#1.bufr" -> "obs/a%20b%231.bufr", "Ünï/x" -> "%C3%9Cn%C3%AF/x". In each segment
+/// the bytes a segment may hold as they are stay (pchar: unreserved, section 2.3, sub-delims,
+/// section 2.2, ':' and '@'); every other byte, '%' included (a name's "%20" is text, not an
+/// escape), becomes "%XX" with upper-case hex digits (section 2.1); non-ASCII text is encoded as
+/// its UTF-8 bytes (section 2.5). The '/' between segments stays. Pure.
+std::string percent_encode_path(std::string_view path);
+
+/// The canonical link of a product (properties' links[0].href): `base_url` as the operator
+/// gave it (check_wis2_action added its trailing '/') followed by percent_encode_path(path).
+/// `path` is the manifest path or the feed's product name (relative, '/'-separated). Pure.
+std::string canonical_href(std::string_view base_url, std::string_view path);
 
 /// A media type for a product path, from its extension (WMO formats first: BUFR, GRIB, then
 /// common ones); application/octet-stream when unknown.

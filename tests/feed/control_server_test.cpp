@@ -3,7 +3,8 @@
 // socket or that a live server holds, a stale socket replaced; requests answered in order on one
 // connection; hostile clients (over-long line, bad JSON, unknown command, a client that goes away
 // mid-answer, one that never finishes its line) cost an error answer or their connection, never
-// the server.
+// the server; idle connections up to the limit cannot lock a real request out (the one idle
+// longest is evicted), while connections with a request under way are kept.
 #include "feed/control_server.hpp"
 
 #include <catch2/catch.hpp>
@@ -13,15 +14,20 @@
 #include <boost/asio/post.hpp>
 
 #include <atomic>
+#include <cerrno>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <grp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <thread>
 #include <unistd.h>
+#include <vector>
 
 using namespace mcdist::feed;
 using json = nlohmann::json;
@@ -37,10 +43,22 @@ fs::path temp_dir() {
 }
 
 /// Answers status with a payload of `big` bytes, so a test can make the answer outlast the
-/// socket buffers.
+/// socket buffers. With `hold` set, answers wait in `held` until the test releases them (a
+/// request under way, as the daemon's journal queries on its worker thread).
 struct fake_handler : control_handler {
   std::atomic<std::size_t> big{0};
   std::atomic<int> resends{0};
+  std::atomic<bool> hold{false};
+  std::vector<std::function<void()>> held;  ///< io thread only
+
+  void answer_async(control_request r, answer_callback done) override {
+    if (!hold) {
+      control_handler::answer_async(std::move(r), std::move(done));
+      return;
+    }
+    held.push_back(
+        [this, r = std::move(r), done = std::move(done)]() mutable { done(answer(*this, r)); });
+  }
   json status() override { return {{"daemon", true}, {"blob", std::string(big.load(), 'x')}}; }
   json history(const history_request& r) override {
     return {{"site", r.site}, {"rows", json::array()}};
@@ -107,6 +125,16 @@ std::string read_line(int fd) {
     line += c;
   }
   return line;
+}
+
+/// Whether the server closes `fd` within `wait` (end of stream; any bytes it sent first are
+/// left unread). False when the connection is still open after `wait`.
+bool closed_by_server(int fd, std::chrono::milliseconds wait) {
+  pollfd p{fd, POLLIN, 0};
+  if (::poll(&p, 1, static_cast<int>(wait.count())) != 1) return false;
+  char c;
+  const auto n = ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno == ECONNRESET);
 }
 
 json ask(int fd, std::string_view request) {
@@ -258,25 +286,127 @@ TEST_CASE("control server: a client gone mid-answer costs the server nothing") {
   ::close(fd);
 }
 
-TEST_CASE("control server: a line never finished times out; connections over the limit close") {
+TEST_CASE("control server: first lines never finished time out sooner than later ones") {
   const auto path = temp_dir() / "e.sock";
   control_limits limits;
-  limits.max_connections = 2;
-  limits.request_timeout = std::chrono::milliseconds(200);
+  limits.first_request_timeout = std::chrono::milliseconds(200);
+  limits.request_timeout = std::chrono::seconds(20);
   running_server s(path, limits);
+  const auto start = std::chrono::steady_clock::now();
   const int slow = connect_to(path);
   send_all(slow, "{\"cmd\":");  // and nothing more
   const int idle = connect_to(path);
-  // The third connection is over the limit: closed at once, end of stream for the client.
-  const int third = connect_to(path);
-  CHECK(read_line(third).empty());
-  ::close(third);
-  // Both held connections are closed by the server when their request_timeout passes.
+  // Both are closed by the server when first_request_timeout passes, long before
+  // request_timeout would.
   CHECK(read_line(slow).empty());
   CHECK(read_line(idle).empty());
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
   ::close(slow);
   ::close(idle);
+  CHECK(s.on_io([&] { return s.server->bad_requests(); }) == 2);
+  // A client that asked once is given request_timeout for its next request.
   const int fd = connect_to(path);
   CHECK(ask(fd, R"({"cmd":"status"})")["ok"] == true);
+  CHECK_FALSE(closed_by_server(fd, std::chrono::milliseconds(600)));
+  CHECK(ask(fd, R"({"cmd":"status"})")["ok"] == true);
   ::close(fd);
+}
+
+TEST_CASE("control server: a later request line never finished times out") {
+  const auto path = temp_dir() / "f.sock";
+  control_limits limits;
+  limits.request_timeout = std::chrono::milliseconds(200);
+  running_server s(path, limits);
+  const int fd = connect_to(path);
+  CHECK(ask(fd, R"({"cmd":"status"})")["ok"] == true);
+  send_all(fd, "{\"cmd\":");  // and nothing more
+  CHECK(read_line(fd).empty());
+  ::close(fd);
+}
+
+TEST_CASE("control server: max_connections idle connections cannot lock out a request") {
+  const auto path = temp_dir() / "h.sock";
+  control_limits limits;  // the daemon's max_connections
+  // Long enough that nothing here times out: a connection closed was evicted.
+  limits.first_request_timeout = std::chrono::minutes(1);
+  limits.request_timeout = std::chrono::minutes(1);
+  running_server s(path, limits);
+  const auto count = [&] { return s.on_io([&] { return s.server->connections(); }); };
+  std::vector<int> idle;
+  for (std::size_t i = 0; i < limits.max_connections; ++i) {
+    idle.push_back(connect_to(path));
+    // One at a time: the server has accepted each before the next comes (a known idle order).
+    for (int k = 0; k < 200 && count() != i + 1; ++k)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    REQUIRE(count() == i + 1);
+  }
+  // One of them sent part of a line and stalls: it is waiting too, but now idle for less long.
+  send_all(idle[1], "{\"cmd\":");
+  // A real request on a new connection is answered...
+  const int fd = connect_to(path);
+  const auto a = ask(fd, R"({"cmd":"status"})");
+  CHECK(a["ok"] == true);
+  CHECK(a["daemon"] == true);
+  // ...at the cost of the connection idle longest: the first one, closed by the server.
+  CHECK(closed_by_server(idle[0], std::chrono::seconds(5)));
+  for (std::size_t i = 1; i < idle.size(); ++i) {
+    INFO("idle connection " << i);
+    CHECK_FALSE(closed_by_server(idle[i], std::chrono::milliseconds(50)));
+  }
+  CHECK(count() == limits.max_connections);
+  // The next newcomer evicts the next oldest (the half line counts as idle); the new one that
+  // asked was answered, so it has waited least.
+  const int fd2 = connect_to(path);
+  CHECK(ask(fd2, R"({"cmd":"status"})")["ok"] == true);
+  CHECK(closed_by_server(idle[1], std::chrono::seconds(5)));
+  CHECK_FALSE(closed_by_server(idle[2], std::chrono::milliseconds(50)));
+  CHECK_FALSE(closed_by_server(fd, std::chrono::milliseconds(50)));
+  // The others left standing still get answers.
+  CHECK(ask(idle[2], R"({"cmd":"status"})")["ok"] == true);
+  CHECK(ask(fd, R"({"cmd":"status"})")["ok"] == true);
+  for (const int i : idle) ::close(i);
+  ::close(fd);
+  ::close(fd2);
+}
+
+TEST_CASE("control server: a connection with a request under way is never evicted") {
+  const auto path = temp_dir() / "i.sock";
+  control_limits limits;
+  limits.max_connections = 2;
+  limits.first_request_timeout = std::chrono::minutes(1);
+  running_server s(path, limits);
+  s.handler.hold = true;
+  const int busy = connect_to(path);
+  send_all(busy, "{\"cmd\":\"status\"}\n");  // its answer is held
+  const auto held = [&] { return s.on_io([&] { return s.handler.held.size(); }); };
+  for (int k = 0; k < 200 && held() != 1; ++k)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  REQUIRE(held() == 1);
+  const int idle = connect_to(path);
+  // A third connection evicts the idle one, though the busy one is older.
+  const int third = connect_to(path);
+  CHECK(closed_by_server(idle, std::chrono::seconds(5)));
+  CHECK_FALSE(closed_by_server(busy, std::chrono::milliseconds(50)));
+  send_all(third, "{\"cmd\":\"status\"}\n");  // held too: now both are busy
+  for (int k = 0; k < 200 && held() != 2; ++k)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  REQUIRE(held() == 2);
+  // With every connection answering, a newcomer is the one closed.
+  const int fourth = connect_to(path);
+  CHECK(closed_by_server(fourth, std::chrono::seconds(5)));
+  CHECK_FALSE(closed_by_server(busy, std::chrono::milliseconds(50)));
+  CHECK_FALSE(closed_by_server(third, std::chrono::milliseconds(50)));
+  // Released, both answers arrive.
+  s.handler.hold = false;
+  s.on_io([&] {
+    for (auto& f : s.handler.held) f();
+    s.handler.held.clear();
+    return 0;
+  });
+  for (const int fd : {busy, third}) {
+    const auto line = read_line(fd);
+    REQUIRE_FALSE(line.empty());
+    CHECK(json::parse(line)["ok"] == true);
+  }
+  for (const int fd : {busy, idle, third, fourth}) ::close(fd);
 }

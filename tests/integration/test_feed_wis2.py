@@ -4,7 +4,8 @@ broker on a free loopback port and a real mosquitto_sub on '#', then a real mcdi
 the real mcdist-feed with `[wis2]` limited to channel "obs" (channel "quiet" is not announced).
 Products dropped in both spools are delivered; exactly one WIS2 Notification Message per "obs"
 product arrives on the configured topic once its session ended: valid WNM 1.0 JSON, data_id =
-prefix + product name, canonical link = base_url + name with the file's length, integrity the
+prefix + product name (as it is), canonical link = base_url + name percent-encoded (one name
+has a space, '%', '#', '?' and non-ASCII letters) with the file's length, integrity the
 base64 SHA-256 of the product; none for "quiet"'s product. /status counts them published.
 
 SKIPPED only if mosquitto or mosquitto_sub is missing or the broker cannot run here.
@@ -28,12 +29,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from mcdist_testlib import SKIP, Daemon, check, free_group, log, loopback_multicast_works  # noqa: E402
 from status_common import free_tcp_port, get  # noqa: E402
 from test_feed import Feed, delivered, drop, wait_until  # noqa: E402
-from test_wis2 import Subscriber, find_mosquitto  # noqa: E402
+from test_wis2 import Subscriber, canonical_href, find_mosquitto  # noqa: E402
 
 TOPIC = "origin/a/wis2/xx-hub/data/core/weather/surface-based-observations/synop"
 PREFIX = "xx-hub/data/core/weather/surface-based-observations/synop/"
 BASE_URL = "https://hub.example.org/products/"
-OBS = ["synop/a.bufr", "synop/b.bufr", "temp/c.bufr"]
+OBS = ["synop/a.bufr", "synop/b.bufr", "temp/c.bufr", "temp/x y%20#?Ünï.bufr"]
 
 
 def main():
@@ -112,7 +113,7 @@ def main():
                        30, feed, [site])
         wait_until("q.bin at the site", delivered([site], "q.bin", hashlib.sha256(quiet).hexdigest()),
                    30, feed, [site])
-        wait_until("3 notifications", lambda: len(sub.messages(TOPIC)) >= len(OBS), 20, feed)
+        wait_until("%d notifications" % len(OBS), lambda: len(sub.messages(TOPIC)) >= len(OBS), 20, feed)
         wait_until("the feed to count them published",
                    lambda: json.loads(get(http, "/status")[2])["wis2"]["published"] == len(OBS), 10, feed)
         msgs = sub.messages(TOPIC)
@@ -132,7 +133,7 @@ def main():
             check(p["integrity"] == {"method": "sha256", "value": want},
                   "%s integrity %r, expected %s" % (name, p["integrity"], want))
             link = m["links"][0]
-            check(link["rel"] == "canonical" and link["href"] == BASE_URL + name and
+            check(link["rel"] == "canonical" and link["href"] == canonical_href(BASE_URL, name) and
                   link["length"] == len(data[name]), "%s link %r" % (name, link))
         check(not any("q.bin" in t for t in msgs), "the quiet channel's product was announced")
         check(all(t == TOPIC or t.startswith("probe/") for t, _ in sub.lines),

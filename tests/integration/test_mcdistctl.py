@@ -5,22 +5,30 @@ A journal of known rows is written by mcdist_control_testd (tests/feed/control_t
 rows listed there), which then serves it on a Unix socket through feed/control_server, as
 mcdist-feed does. mcdistctl's status, history, missing and resend are checked in table and JSON
 form; then the server is stopped and the same commands run on the journal read-only: the same
-rows, a note on stderr, resend refused. Also: --config supplies the socket and journal, a
-socket path that is a plain file, a journal that is not one.
+rows, a note on stderr, resend refused. Also: with 8 idle connections held open (the server's
+limit) `mcdistctl status` is still answered, the oldest idle connection closed for it;
+--config supplies the socket and journal, a socket path that is a plain file, a journal that is
+not one.
 
 Usage: test_mcdistctl.py BUILD_DIR
 """
 
 import json
 import os
+import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from mcdist_testlib import SKIP, check, fail, log  # noqa: E402
+
+# feed/control_server.hpp control_limits::max_connections, as mcdist-feed runs it.
+MAX_CONNECTIONS = 8
 
 
 def main():
@@ -75,6 +83,29 @@ def main():
         out = run("status").stdout
         check(out.startswith("mcdist-feed: running\n"), "status table head: %s" % out)
         check("rate_bps: 100000000" in out, "daemon's extra key missing: %s" % out)
+
+        # Idle connections up to the limit (a stuck script, a forgotten socat) do not lock the
+        # operator out: the one idle longest makes room.
+        idle = []
+        try:
+            for _ in range(MAX_CONNECTIONS):
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                s.connect(sock)
+                idle.append(s)
+                time.sleep(0.05)  # accepted in this order
+            started = time.monotonic()
+            st, _ = rows_json("status")
+            check(st["source"] == "daemon", "status with %d idle connections: %s"
+                  % (MAX_CONNECTIONS, st))
+            ready, _, _ = select.select([idle[0]], [], [], 5)
+            check(ready and idle[0].recv(1) == b"", "the oldest idle connection was not closed")
+            # The others stay (unless the 5 s a silent connection is given ran out meanwhile).
+            if time.monotonic() - started < 4:
+                ready, _, _ = select.select(idle[1:], [], [], 0)
+                check(not ready, "other idle connections closed too: %d" % len(ready))
+        finally:
+            for s in idle:
+                s.close()
 
         h, _ = rows_json("history", "--site", "dwd", "--since", "6h")
         got = [(r["name"], r["outcome"], r["reason"]) for r in h["rows"]]

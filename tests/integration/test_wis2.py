@@ -3,16 +3,17 @@
 free loopback port and a real mosquitto_sub on '#', then mcdistd with a wis2 action on its
 channel, then a real mcdist-send session of a few files. One WIS2 Notification Message (WMO WNM
 1.0) per stored file must arrive on the configured topic: valid JSON with the required keys,
-the right data_id, canonical link href and length, and integrity value equal to the base64 of
-the SHA-256 of the delivered file. The daemon's status JSON must count them as published. A
+the right data_id (the raw path), canonical link href (the path percent-encoded: one file's
+name has a space, '%', '#', '?' and non-ASCII letters) and length, and integrity value equal to
+the base64 of the SHA-256 of the delivered file. The daemon's status JSON must count them as published. A
 config with a bad wis2 topic must be refused by --check-config (exit 2, naming the setting).
 
 The daemon reaches the broker through a TCP relay the test controls, down when the daemon
 starts: the daemon must connect once it comes up. Later, with the relay down
-(connections cut, port closed) a second session of 6 files is stored while the action's
-max_queued is 5: the status must show the daemon disconnected, 5 queued and 1 dropped, and no
+(connections cut, port closed) a second session of 7 files is stored while the action's
+max_queued is 6: the status must show the daemon disconnected, 6 queued and 1 dropped, and no
 notification may reach the broker. With the relay back up the daemon must reconnect by itself
-and deliver the 5 queued notifications.
+and deliver the 6 queued notifications.
 
 SKIPPED only if mosquitto or mosquitto_sub is missing or the broker cannot run here.
 
@@ -31,6 +32,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from mcdist_testlib import *  # noqa: E402,F403
@@ -39,7 +41,8 @@ from status_common import free_tcp_port, get, http_port, make_products, metric_v
 TOPIC = "origin/a/wis2/xx-centre/data/core/weather/surface-based-observations/synop"
 BASE_URL = "https://data.example.org/wis2/"
 PREFIX = "xx-centre/data/core/weather/surface-based-observations/synop/"
-NAMES = ["obs/a.bufr4", "obs/b.bufr4", "grib/c.grib2", "meta/d.json", "e.bin"]
+NAMES = ["obs/a.bufr4", "obs/b.bufr4", "grib/c.grib2", "meta/d.json", "e.bin",
+         "obs/x y%20#?Ünï.bufr4"]
 UUID4 = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
 RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
 
@@ -163,6 +166,13 @@ def wait_status(daemon, pred, what, timeout=15):
     fail("status wis2 never showed %s; last %s" % (what, w))
 
 
+def canonical_href(base_url, path):
+    """The href a WNM must carry: base_url as given, then the path percent-encoded (RFC 3986
+    section 3.3: each segment keeps unreserved, sub-delims, ':' and '@'; UTF-8, upper-case
+    hex), by Python's own encoder."""
+    return base_url + urllib.parse.quote(path, safe="/!$&'()*+,;=:@")
+
+
 def check_message(text, daemon, base, names):
     """Checks one WNM against the delivered file; returns its path in the set."""
     try:
@@ -194,7 +204,8 @@ def check_message(text, daemon, base, names):
     check(len(m["links"]) == 1, "links: %s" % m["links"])
     link = m["links"][0]
     check(link.get("rel") == "canonical", "link rel %r" % link.get("rel"))
-    check(link.get("href") == BASE_URL + rel, "href %r, expected %r" % (link.get("href"), BASE_URL + rel))
+    check(link.get("href") == canonical_href(BASE_URL, rel),
+          "href %r, expected %r" % (link.get("href"), canonical_href(BASE_URL, rel)))
     check(link.get("length") == len(data), "%s length %r, file has %d" % (rel, link.get("length"), len(data)))
     check(isinstance(link.get("type"), str) and "/" in link["type"], "link type %r" % link.get("type"))
     return rel, m
@@ -329,14 +340,14 @@ def main():
               and w["topic"] == TOPIC, "status wis2 %s" % w)
         log("status wis2: %s" % w)
 
-        # Broker unreachable: 6 files stored, max_queued 5 -> 5 wait, 1 dropped.
+        # Broker unreachable: 7 files stored, max_queued 6 -> 6 wait, 1 dropped.
         relay.down()
         wait_status(daemon, lambda w: not w["connected"], "the broker lost")
         later = send_products(bin_dir, base, "later", ["f%d.bufr4" % i for i in range(len(NAMES) + 1)], rng, group, daemon)
         for rel in later:
             check(os.path.isfile(os.path.join(daemon.dest, rel)), "%s not stored" % rel)
         w = wait_status(daemon, lambda w: w["dropped"] == 1 and w["queued"] == len(NAMES),
-                        "1 dropped and 5 queued while the broker is away")
+                        "1 dropped and %d queued while the broker is away" % len(NAMES))
         check(w["published"] == len(sent) and not w["connected"], "status wis2 while down %s" % w)
         check(len(sub.messages(TOPIC)) == len(sent), "a notification went through a closed relay")
         log("broker away: %s" % w)

@@ -1,11 +1,15 @@
 #include "common/wis2/wis2_publisher.hpp"
 
+// Boost.URL (Boost 1.81) as an independent RFC 3986 parser for the hrefs, compiled header-only
+// into this test (its documented way without the separately built library).
+#include <boost/url/parse.hpp>
+#include <boost/url/src.hpp>
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
 #include <stdexcept>
+#include <vector>
 
-using namespace mcdist;
 using namespace mcdist;
 
 namespace {
@@ -54,6 +58,52 @@ TEST_CASE("build_wis2_message replaces invalid UTF-8 in paths instead of throwin
   n.href += "\xff";
   const auto j = nlohmann::json::parse(build_wis2_message(n));
   CHECK(j["links"][0]["href"].get<std::string>().starts_with("https://data.example.org/obs/"));
+}
+
+TEST_CASE("percent_encode_path encodes each segment's bytes outside RFC 3986 pchar") {
+  CHECK(percent_encode_path("obs/a.bufr4") == "obs/a.bufr4");
+  CHECK(percent_encode_path("a b.bufr") == "a%20b.bufr");
+  // '%' is text in a name: "%20" stays three characters ("%2520"), not a space.
+  CHECK(percent_encode_path("pct%20x?y#z.bufr") == "pct%2520x%3Fy%23z.bufr");
+  // Non-ASCII as its UTF-8 bytes, upper-case hex; the '/' between segments stays.
+  CHECK(percent_encode_path("Ünï/名前.bufr") == "%C3%9Cn%C3%AF/%E5%90%8D%E5%89%8D.bufr");
+  // unreserved, sub-delims, ':' and '@' may stand in a segment as they are.
+  CHECK(percent_encode_path("obs/keep-._~!$&'()*+,;=:@.bufr") == "obs/keep-._~!$&'()*+,;=:@.bufr");
+  // Delimiters and characters no URI may hold, control bytes, invalid UTF-8.
+  CHECK(percent_encode_path("x\"<>\\^`{|}[]\x01\x7f\xff.bin") ==
+        "x%22%3C%3E%5C%5E%60%7B%7C%7D%5B%5D%01%7F%FF.bin");
+  CHECK(percent_encode_path("") == "");
+}
+
+TEST_CASE("canonical_href keeps base_url and gives a URI that parses back to the name") {
+  const std::string base = "https://data.example.org/wis2/";
+  CHECK(canonical_href(base, "a b.bufr") == "https://data.example.org/wis2/a%20b.bufr");
+  CHECK(canonical_href(base, "pct%20x?y#z.bufr") ==
+        "https://data.example.org/wis2/pct%2520x%3Fy%23z.bufr");
+  CHECK(canonical_href(base, "Ünï/名前.bufr") ==
+        "https://data.example.org/wis2/%C3%9Cn%C3%AF/%E5%90%8D%E5%89%8D.bufr");
+  // The operator's base_url is not re-encoded (its own escapes and query-free path stay).
+  CHECK(canonical_href("https://h.example/a%7Eb/", "c d") == "https://h.example/a%7Eb/c%20d");
+  // The raw join these names used to give is no URI at all: the check below has teeth.
+  CHECK_FALSE(boost::urls::parse_uri(base + "a b.bufr"));
+
+  const std::vector<std::string> names = {"a b.bufr", "pct%20x?y#z.bufr", "Ünï/名前.bufr",
+                                          "obs/keep-._~!$&'()*+,;=:@.bufr",
+                                          "x\"<>\\^`{|}[]\x01\x7f.bin"};
+  for (const auto& name : names) {
+    INFO(name);
+    const auto href = canonical_href(base, name);
+    const auto u = boost::urls::parse_uri(href);
+    REQUIRE(u);
+    CHECK(u->scheme() == "https");
+    CHECK(u->encoded_host() == "data.example.org");
+    // The whole name is in the path: nothing became a query or a fragment.
+    CHECK_FALSE(u->has_query());
+    CHECK_FALSE(u->has_fragment());
+    CHECK(std::string(u->encoded_path()) == "/wis2/" + percent_encode_path(name));
+    // Decoded, the path is the name again.
+    CHECK(u->path() == "/wis2/" + name);
+  }
 }
 
 TEST_CASE("base64 follows RFC 4648 test vectors") {
