@@ -2,7 +2,26 @@
 
 #include "common/error.hpp"
 
+#include <algorithm>
+
 namespace mcdist {
+
+std::string printable(std::string_view name, std::size_t max_bytes) {
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(std::min(name.size(), max_bytes));
+  for (const char c : name.substr(0, max_bytes)) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u >= 0x7f || c == '\\') {
+      out += "\\x";
+      out += hex[u >> 4];
+      out += hex[u & 15];
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
 
 bool valid_utf8(std::string_view text) noexcept {
   // The table of RFC 3629 section 4 (UTF8-2 .. UTF8-4): the lead byte fixes the length and the

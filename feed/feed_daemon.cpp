@@ -2,6 +2,7 @@
 
 #include "common/digest_xattr.hpp"
 #include "common/key_file.hpp"
+#include "common/path_check.hpp"
 #include "common/sha256.hpp"
 #include "common/units.hpp"
 #include "sender/io/file_hasher.hpp"
@@ -313,7 +314,7 @@ bool feed_daemon::start_session(std::size_t ch, session_kind kind, std::vector<p
       why = "another product of the same name is in the session";
     }
     if (!o) {
-      m_log->warn("channel {}: {} {}: {}", cc.name, escape_name(p.name),
+      m_log->warn("channel {}: {} {}: {}", cc.name, printable(p.name),
                   batch ? "not sent" : "not resent", why);
       if (batch) {
         m_journal.mark_failed(p.id, why);
@@ -652,7 +653,8 @@ void feed_daemon::dispose_spool(std::size_t ch, const product& p, const opened_p
 
 void feed_daemon::reject(const spooled_file& f, const std::string& why) {
   const auto& cc = m_cfg.channels[f.channel];
-  const auto shown = escape_name(f.name);
+  // Whole in the journal (a name is at most a few KiB), cut in the log line.
+  const auto shown = printable(f.name, std::string::npos);
   const auto root = spool_root_of(f.path.string(), f.name);
   std::string where = "left in the spool";
   if (root) {
@@ -660,19 +662,19 @@ void feed_daemon::reject(const spooled_file& f, const std::string& why) {
     std::error_code ec;
     std::filesystem::create_directories(aside.parent_path(), ec);
     if (!ec && ::rename(f.path.c_str(), aside.c_str()) == 0) {
-      where = "moved to " + escape_name((*root / rejected_dir_name).string());
+      where = "moved to " + printable((*root / rejected_dir_name).string());
     }
   }
   product p;
   p.channel = cc.name;
   p.name = shown;
-  p.spool_path = escape_name(f.path.string());
+  p.spool_path = printable(f.path.string(), std::string::npos);
   p.size = f.size;
   p.mtime_ns = f.mtime_ns;
   const auto id = m_journal.enqueue(p);
   m_journal.mark_failed(id, why + "; " + where);
   m_board.refused(f.channel);
-  m_log->warn("channel {}: {} refused at intake: {}; {}", cc.name, shown, why, where);
+  m_log->warn("channel {}: {} refused at intake: {}; {}", cc.name, printable(f.name), why, where);
 }
 
 void feed_daemon::do_expire() {

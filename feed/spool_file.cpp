@@ -7,9 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <array>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -144,22 +142,6 @@ std::string product_name_problem(std::string_view name) {
     return "its name is not deliverable (" + ec.message() + ")";
   }
   return {};
-}
-
-std::string escape_name(std::string_view name) {
-  std::string out;
-  out.reserve(name.size());
-  for (const char c : name) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u >= 0x20 && u < 0x7f && c != '\\') {
-      out += c;
-    } else {
-      std::array<char, 5> hex{};
-      std::snprintf(hex.data(), hex.size(), "\\x%02x", u);
-      out += hex.data();
-    }
-  }
-  return out;
 }
 
 std::error_code remove_if_same(const std::filesystem::path& root, std::string_view relative,

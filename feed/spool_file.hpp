@@ -82,10 +82,6 @@ std::optional<std::filesystem::path> spool_root_of(std::string_view spool_path,
 /// bad name is refused alone instead of failing the batch it would have joined.
 std::string product_name_problem(std::string_view name);
 
-/// `name` with every byte that is not printable ASCII written as \\xHH, for logs and the
-/// journal (which hold text).
-std::string escape_name(std::string_view name);
-
 /// Removes the spool file `relative` below `root` if its name still leads to the file `sent`
 /// (without following links): a new version renamed over it is left for its own batch.
 /// @return an error; std::errc::no_such_file_or_directory when it is already gone;

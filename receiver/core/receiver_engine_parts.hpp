@@ -11,6 +11,7 @@
 #include "receiver/core/receiver_engine.hpp"
 
 #include "common/fec.hpp"
+#include "common/path_check.hpp"
 #include "common/ranges.hpp"
 #include "common/wire.hpp"
 #include "mcdist.pb.h"
@@ -57,25 +58,6 @@ inline constexpr auto unicast_backoff = std::chrono::milliseconds(500);
 inline constexpr std::uint64_t session_overhead_bytes = 4096;
 /// Bytes of a bitmap of `bits` bits (block_map: whole 64-bit words).
 constexpr std::uint64_t bitmap_bytes(std::uint64_t bits) { return (bits + 63) / 64 * 8; }
-
-/// A path from the network made safe to print: control characters and bytes >= 0x7f shown
-/// as \xNN, long paths cut.
-inline std::string printable(std::string_view s) {
-  std::string out;
-  for (const char c : s.substr(0, 300)) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u >= 0x7f || c == '\\') {
-      static constexpr char hex[] = "0123456789abcdef";
-      out += "\\x";
-      out += hex[u >> 4];
-      out += hex[u & 15];
-    } else {
-      out += c;
-    }
-  }
-  if (s.size() > 300) out += "...";
-  return out;
-}
 
 inline bool same_host(const endpoint& a, const endpoint& b) {
   return a.v6 == b.v6 && a.addr == b.addr;

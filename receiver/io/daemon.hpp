@@ -113,6 +113,8 @@ class daemon final : public receiver_sink {
   /// Opens channel `ch` as the next channel index (socket, keyring, destination root, board,
   /// WIS2 publishers). @throws std::system_error when the socket cannot be opened
   void add_channel(const channel_config& ch);
+  /// Logs whom channel `ch` trusts (a warning when it takes unsigned sessions).
+  void log_trust(const channel_config& ch) const;
   /// Which channels are configured silent, by index (receiver_config::silent_channels).
   std::vector<bool> silent_channels() const;
   /// Leaves (closes the socket of) removed channels whose sessions all ended.

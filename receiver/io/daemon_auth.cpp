@@ -76,6 +76,18 @@ errc daemon::admit_signed_session(session_id s, std::string_view key,
   return verdict;
 }
 
+void daemon::log_trust(const channel_config& ch) const {
+  if (ch.trusted_senders.empty()) {
+    m_log->warn(
+        "channel {}: allow_unsigned and no trusted_senders: any host that can reach {} can "
+        "write products into {} (every session is logged UNSIGNED)",
+        ch.name, ch.group.to_string(), ch.dest.string());
+  } else {
+    m_log->info("channel {}: accepts sessions signed by {} trusted sender key{}", ch.name,
+                ch.trusted_senders.size(), ch.trusted_senders.size() == 1 ? "" : "s");
+  }
+}
+
 void daemon::setup_keys() {
   crypto::init();
   auto key_file = m_cfg.key_file;
@@ -101,15 +113,7 @@ void daemon::setup_keys() {
   m_site = site;
   for (const auto& ch : m_cfg.channels) {
     m_keys.push_back(channel_keys(ch));
-    if (ch.trusted_senders.empty()) {
-      m_log->warn(
-          "channel {}: allow_unsigned and no trusted_senders: any host that can reach {} can "
-          "write products into {} (every session is logged UNSIGNED)",
-          ch.name, ch.group.to_string(), ch.dest.string());
-    } else {
-      m_log->info("channel {}: accepts sessions signed by {} trusted sender key{}", ch.name,
-                  ch.trusted_senders.size(), ch.trusted_senders.size() == 1 ? "" : "s");
-    }
+    log_trust(ch);
     if (ch.silent) {
       m_log->info(
           "channel {}: silent (a one-way link): this site never transmits for its sessions and "

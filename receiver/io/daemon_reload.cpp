@@ -163,12 +163,7 @@ void daemon::add_channel(const channel_config& ch) {
   for (const auto& a : ch.wis2) {
     m_wis2.push_back({index, std::make_unique<wis2_publisher>(a, ch.name, m_log)});
   }
-  if (ch.trusted_senders.empty()) {
-    m_log->warn(
-        "channel {}: no trusted_senders: any host that can reach {} can write products "
-        "into {}",
-        ch.name, ch.group.to_string(), ch.dest.string());
-  }
+  log_trust(ch);
   do_receive(index);
 }
 

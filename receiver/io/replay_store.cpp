@@ -87,10 +87,6 @@ replay_store::replay_store(std::filesystem::path file, replay_guard::limits limi
   if (auto ec = rewrite(detail)) throw std::system_error(ec, detail);
 }
 
-replay_store::~replay_store() {
-  if (m_fd >= 0) ::close(m_fd);
-}
-
 std::error_code replay_store::rewrite(std::string& detail) {
   const std::string text = m_guard.encode();
   const std::filesystem::path tmp = m_file.string() + ".tmp";
@@ -121,13 +117,6 @@ std::error_code replay_store::rewrite(std::string& detail) {
     return ec;
   }
   ::close(dfd);
-  if (m_fd >= 0) ::close(m_fd);
-  m_fd = ::open(m_file.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW);
-  if (m_fd < 0) {
-    const auto ec = last_error();
-    detail = "cannot open " + m_file.string() + " to append: " + ec.message();
-    return ec;
-  }
   m_appended = 0;
   return {};
 }
@@ -141,9 +130,14 @@ errc replay_store::admit(const replay_guard::entry& e, std::uint64_t now_ms, std
     m_guard.forget(e);
     return errc::replay_cache_unwritable;
   }
-  if (m_fd < 0 || !write_all(m_fd, replay_guard::encode(e)) || ::fdatasync(m_fd) != 0) {
-    detail = "cannot append to " + m_file.string() + ": " +
-             (m_fd < 0 ? std::string("not open") : std::strerror(errno));
+  // Opened per append, not held: a descriptor open for writing would keep the temp file
+  // system from being remounted read-only, and sessions start a few times a second at most.
+  const int fd = ::open(m_file.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW);
+  const bool ok = fd >= 0 && write_all(fd, replay_guard::encode(e)) && ::fdatasync(fd) == 0;
+  const int err = errno;
+  if (fd >= 0) ::close(fd);
+  if (!ok) {
+    detail = "cannot append to " + m_file.string() + ": " + std::strerror(err);
     m_guard.forget(e);
     return errc::replay_cache_unwritable;
   }

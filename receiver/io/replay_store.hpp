@@ -36,7 +36,6 @@ class replay_store {
   /// @throws std::system_error when the file cannot be written (the daemon cannot run safely)
   replay_store(std::filesystem::path file, replay_guard::limits limits, std::uint64_t now_ms,
                std::string& notice);
-  ~replay_store();
   replay_store(const replay_store&) = delete;
   replay_store& operator=(const replay_store&) = delete;
 
@@ -50,7 +49,6 @@ class replay_store {
   std::error_code rewrite(std::string& detail);
   std::filesystem::path m_file;
   replay_guard m_guard;
-  int m_fd = -1;                ///< the file, open for appending
   std::size_t m_appended = 0;  ///< lines appended since the last rewrite
 };
 

@@ -1,5 +1,7 @@
 #include "feed/spool_file.hpp"
 
+#include "common/path_check.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <sys/stat.h>
@@ -126,7 +128,7 @@ TEST_CASE("names that cannot be products are named as such", "[unit][feed][spool
   REQUIRE(product_name_problem("Ünïcödé/名前.grib2").empty());
   REQUIRE(product_name_problem("bad\xff.bufr").find("UTF-8") != std::string::npos);
   REQUIRE(product_name_problem(std::string("ctl\x01.bufr")).find("control") != std::string::npos);
-  REQUIRE(escape_name("bad\xff name\\.bufr") == "bad\\xff name\\x5c.bufr");
+  REQUIRE(printable("bad\xff name\\.bufr") == "bad\\xff name\\x5c.bufr");
   REQUIRE(spool_root_of("/var/spool/obs/a/b.bufr", "a/b.bufr") ==
           std::filesystem::path("/var/spool/obs"));
   REQUIRE_FALSE(spool_root_of("/var/spool/obs/a/b.bufr", "b/b.bufr"));

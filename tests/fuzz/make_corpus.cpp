@@ -15,6 +15,7 @@
 #include "common/wire.hpp"
 #include "mcdist.pb.h"
 #include "receiver/core/receiver_engine.hpp"
+#include "receiver/core/replay_guard.hpp"
 #include "tests/fuzz/fuzz_script.hpp"
 
 #include <cstdio>
@@ -538,6 +539,31 @@ void sequences_seeds() {
   write_text("sequences", "empty", "mcdist-sequences 1\n");
 }
 
+// --- a site's replay cache (TEMP/replay), then new signed sessions ---
+
+void replay_cache_seeds() {
+  constexpr std::uint64_t now = 1'796'169'600'000;  // replay_cache_fuzz's clock
+  receiver::replay_guard g({});
+  g.raise_floor(now - 600'000);
+  for (std::uint32_t i = 1; i <= 3; ++i) {
+    (void)g.admit({now - i * 1000, session_id{i * 0x1111}, "mcdist-ed25519:AAAA"}, now);
+  }
+  write_text("replay_cache", "cache", g.encode());
+  // The cache, then: a new session, a replay of an entry, one too old, one too far ahead.
+  std::string with_sessions = g.encode();
+  with_sessions += '\0';
+  const std::pair<std::uint32_t, std::int64_t> sessions[] = {
+      {0x4444, -10}, {0x1111, -1000}, {0x5555, -7'200'000}, {0x6666, 600'000}};
+  for (const auto& [id, off] : sessions) {
+    for (int k = 3; k >= 0; --k) with_sessions += static_cast<char>(id >> (8 * k));
+    const auto u = static_cast<std::uint64_t>(off);
+    for (int k = 7; k >= 0; --k) with_sessions += static_cast<char>(u >> (8 * k));
+    with_sessions += '\0';
+  }
+  write_text("replay_cache", "cache_sessions", with_sessions);
+  write_text("replay_cache", "empty", "mcdist-replay 1\nfloor 0\n");
+}
+
 // --- unicast frames: a client's stream (hello, requests, acks, bye) and a server's ---
 
 void unicast_seeds() {
@@ -907,6 +933,7 @@ int main(int argc, char** argv) {
     receiver_seeds();
     checkpoint_seeds();
     sequences_seeds();
+    replay_cache_seeds();
     sender_seeds();
     unicast_seeds();
     auth_seeds();

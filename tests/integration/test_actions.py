@@ -142,7 +142,7 @@ def main():
             g_short = free_group()
         head = ('id = "site-act"\ninterface = "127.0.0.1"\ntemp = "%s"\nstatus_file = "%s"\n'
                 'status_interval = "1s"\nhttp = "127.0.0.1:0"\njournal = "%s"\nsync = "none"\n'
-                '[retention]\ninterval = "200ms"\n'
+                'allow_unsigned = true\n[retention]\ninterval = "200ms"\n'
                 '[[channel]]\nname = "main"\ngroup = "%s"\ndest = "%s"\n'
                 '[[channel]]\nname = "short"\ngroup = "%s"\ndest = "%s"\n'
                 '[channel.retention]\nmax_age = "1s"\n'

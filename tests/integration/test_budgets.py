@@ -173,7 +173,7 @@ class StoreDaemon(Daemon):
         self.args = [os.path.join(bin_dir, "receiver", "mcdistd"), "--id", rid, "--group", group,
                      "--interface", "127.0.0.1", "--dest", self.dest, "--temp", self.temp,
                      "--status-file", self.status, "--status-interval", "1s", "--sync", "none",
-                     "--journal", os.path.join(base, rid + "-journal.db")]
+                     "--journal", os.path.join(base, rid + "-journal.db"), "--allow-unsigned"]
         self.proc = None
         self.start()
 

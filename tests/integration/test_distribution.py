@@ -79,11 +79,11 @@ def main():
             # be repeating COMPLETE after the sender has exited. Until then it keeps its last
             # checkpoint, and a stop keeps it for the restart.
             for d in daemons:
-                # The site key mcdistd made at its first start, its delivery journal and its
-                # channel table stay; nothing of the session does.
+                # The site key mcdistd made at its first start, its delivery journal, its
+                # channel table and its replay cache stay; nothing of the session does.
                 keep = {os.path.join(d.temp, n) for n in ("site.key", "journal.db",
                                                           "journal.db-wal", "journal.db-shm",
-                                                          "channels")}
+                                                          "channels", "replay")}
 
                 def session_dirs(d=d):
                     return [n for n in os.listdir(d.temp) if re.fullmatch(r"[0-9a-f]{8}", n)]

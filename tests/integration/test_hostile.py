@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Integration: a running mcdistd is sent garbage and a hostile manifest (path escapes,
-absolute paths, control characters, over-long names). It must count and drop the garbage,
-refuse each bad path with a log line naming the session and the path, never write outside
-its destination and temp directories, deliver the one good file of the hostile session, and
-go on serving a real session afterwards.
+absolute paths, control characters, over-long names, a name that is not UTF-8). It must count
+and drop the garbage, refuse each bad path with a log line naming the session and the path,
+never write outside its destination and temp directories, deliver the one good file of the
+hostile session, and go on serving a real session afterwards.
 
 usage: test_hostile.py BUILD_DIR"""
 
@@ -31,6 +31,7 @@ HOSTILE_PATHS = [
     "x" * 300,
     "/".join(["d"] * 70),
     "..",
+    b"bad\xff-not-utf8.txt",
 ]
 
 
@@ -96,9 +97,10 @@ def main():
         check(done is not None, "no COMPLETE for the hostile session:\n" + d.log_text())
         text = d.log_text()
         for p in HOSTILE_PATHS:
-            shown = p.encode("utf-8").decode("ascii", "replace")
-            printable = "".join(c if 0x20 <= ord(c) < 0x7F and c != "\\" else "\\x%02x" % ord(c)
-                                for c in p)[:300]
+            raw = p if isinstance(p, bytes) else p.encode("utf-8")
+            shown = raw.decode("ascii", "replace")
+            printable = "".join(chr(b) if 0x20 <= b < 0x7F and b != 0x5C else "\\x%02x" % b
+                                for b in raw)[:300]
             found = any(("refused file" in line and "0badf00d" in line and printable in line)
                         for line in text.splitlines())
             check(found, "no refusal line naming session 0badf00d and path %r" % shown)

@@ -61,7 +61,7 @@ def check_group_override(bin_dir, base, g_a, g_x):
     mcdistd = os.path.join(bin_dir, "receiver", "mcdistd")
     f1 = os.path.join(base, "go", "f1.toml")
     with open(f1, "w") as f:
-        f.write('id = "g"\ninterface = "127.0.0.1"\ntemp = "%s"\n'
+        f.write('id = "g"\ninterface = "127.0.0.1"\ntemp = "%s"\nallow_unsigned = true\n'
                 '[[channel]]\nname = "a"\ngroup = "%s"\ndest = "%s"\n' % (temp, g_a, d_a))
     p = subprocess.run([mcdistd, "--check-config", f1, "--group", g_a], stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, timeout=10)
@@ -70,7 +70,7 @@ def check_group_override(bin_dir, base, g_a, g_x):
     f2 = os.path.join(base, "go", "f2.toml")
     with open(f2, "w") as f:
         f.write('id = "g"\ninterface = "127.0.0.1"\ntemp = "%s"\ndest = "%s"\n'
-                '[[channel]]\nname = "a"\ngroup = "%s"\ndest = "%s"\n' % (temp, d_top, g_a, d_a))
+                'allow_unsigned = true\n[[channel]]\nname = "a"\ngroup = "%s"\ndest = "%s"\n' % (temp, d_top, g_a, d_a))
     p = subprocess.run([mcdistd, "--check-config", f2, "--group", g_x], stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, timeout=10)
     check(p.returncode == 0, "--check-config F --group G (G not in F, F has dest) refused: %s" %
@@ -106,7 +106,7 @@ def main():
         env = dict(os.environ, LOGFILE=rec_log)
         head = ('id = "site-rl"\ninterface = "127.0.0.1"\ntemp = "%s"\nstatus_file = "%s"\n'
                 'status_interval = "1s"\nhttp = "127.0.0.1:0"\nsync = "none"\n'
-                '[[channel]]\nname = "a"\ngroup = "%s"\ndest = "%s"\n'
+                'allow_unsigned = true\n[[channel]]\nname = "a"\ngroup = "%s"\ndest = "%s"\n'
                 % (temp, os.path.join(root, "status.json"), g_a, d_a))
         chan_b = '[[channel]]\nname = "b"\ngroup = "%s"\ndest = "%s"\n' % (g_b, d_b)
         act = '[[action]]\nname = "%s"\nmatch = "."\nexec = ["%s"]\n'

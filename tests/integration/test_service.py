@@ -93,7 +93,7 @@ def start(bin_dir, base, rid, group, env_extra, extra=()):
     env.update(env_extra)
     args = [os.path.join(bin_dir, "receiver", "mcdistd"), "--id", rid, "--group", group,
             "--interface", "127.0.0.1", "--dest", os.path.join(d, "dest"), "--temp",
-            os.path.join(d, "temp")] + list(extra)
+            os.path.join(d, "temp"), "--allow-unsigned"] + list(extra)
     out = open(os.path.join(d, "stderr.log"), "wb")
     return subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT), d
 
@@ -203,7 +203,12 @@ def check_config(bin_dir, base):
         return p.returncode, p.stdout.decode() + p.stderr.decode()
 
     body = ('interface = "127.0.0.1"\ndest = "%s/spool/in"\ntemp = "%s/spool/tmp"\n'
+            'allow_unsigned = true\n'
             '[[channel]]\nname = "products"\ngroup = "239.192.0.1:4711"\n') % (root, root)
+    # Secure by default: a channel that trusts no sender is refused, and the check says why.
+    code, out = run(write("open.toml", 'id = "site-a"\n' + body.replace("allow_unsigned = true\n", "")))
+    check(code == 2 and "trusts no sender" in out and "allow_unsigned" in out,
+          "a channel trusting no sender: exit %d: %s" % (code, out))
     good = write("good.toml", 'id = "site-a"\n' + body)
     code, out = run(good)
     check(code == 0 and "valid" in out, "valid config: exit %d: %s" % (code, out))

@@ -91,7 +91,7 @@ def main():
         os.makedirs(os.path.join(quiet_root, "dest"))
         os.makedirs(os.path.join(quiet_root, "temp"))
         config = ("id = \"quiet\"\ninterface = \"127.0.0.1\"\ndest = \"%s\"\ntemp = \"%s\"\n"
-                  "status_file = \"%s\"\nstatus_interval = \"1s\"\n"
+                  "status_file = \"%s\"\nstatus_interval = \"1s\"\nallow_unsigned = true\n"
                   "[[channel]]\nname = \"oneway\"\ngroup = \"%s\"\nsilent = true\n"
                   % (os.path.join(quiet_root, "dest"), os.path.join(quiet_root, "temp"),
                      os.path.join(quiet_root, "status.json"), group))

@@ -61,7 +61,8 @@ def main():
 
         mcdistd = os.path.join(bin_dir, "receiver", "mcdistd")
         common = ["--id", "other", "--group", free_group(), "--interface", "127.0.0.1",
-                  "--dest", os.path.join(base, "o", "dest"), "--temp", os.path.join(base, "o", "temp")]
+                  "--dest", os.path.join(base, "o", "dest"), "--temp", os.path.join(base, "o", "temp"),
+                  "--allow-unsigned"]
         p = subprocess.run([mcdistd] + common + ["--http", "nowhere:80"], stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, timeout=10)
         check(p.returncode == 2 and b"--http" in p.stdout, "bad --http: %d %r" % (p.returncode, p.stdout))

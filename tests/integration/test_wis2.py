@@ -241,7 +241,7 @@ class ConfigDaemon(Daemon):
         with open(self.config, "w") as f:
             f.write('id = "%s"\ninterface = "127.0.0.1"\ndest = "%s"\ntemp = "%s"\n'
                     'status_file = "%s"\nstatus_interval = "1s"\nhttp = "127.0.0.1:0"\n'
-                    '[[channel]]\nname = "synop"\ngroup = "%s"\n[[channel.action]]\n%s\n'
+                    'allow_unsigned = true\n[[channel]]\nname = "synop"\ngroup = "%s"\n[[channel.action]]\n%s\n'
                     % (rid, self.dest, self.temp, self.status, group, action))
         self.args = [os.path.join(bin_dir, "receiver", "mcdistd"), "--config", self.config]
         self.proc = None
@@ -251,7 +251,8 @@ class ConfigDaemon(Daemon):
 def check_config_refuses(bin_dir, base, group):
     bad = os.path.join(base, "bad.toml")
     with open(bad, "w") as f:
-        f.write('id = "x"\ninterface = "127.0.0.1"\ndest = "%s"\ntemp = "%s"\n[[channel]]\n'
+        f.write('id = "x"\ninterface = "127.0.0.1"\ndest = "%s"\ntemp = "%s"\n'
+                'allow_unsigned = true\n[[channel]]\n'
                 'group = "%s"\n[[channel.action]]\ntype = "wis2"\nbroker = "mqtt://127.0.0.1:1"\n'
                 'topic = "weather/synop"\nbase_url = "https://x/"\n' % (base, base, group))
     p = subprocess.run([os.path.join(bin_dir, "receiver", "mcdistd"), "--check-config", bad],

@@ -32,7 +32,7 @@ placeholder_values sample_values() {
 std::string config_error_of(const std::string& actions) {
   const std::string text =
       "id = \"a\"\ninterface = \"127.0.0.1\"\ndest = \"/tmp\"\ntemp = \"/tmp\"\n"
-      "[[channel]]\nname = \"synop\"\ngroup = \"239.192.0.1:4711\"\n" +
+      "allow_unsigned = true\n[[channel]]\nname = \"synop\"\ngroup = \"239.192.0.1:4711\"\n" +
       actions;
   try {
     validate(load_config_string(text, "t.toml"));
@@ -108,6 +108,7 @@ interface = "127.0.0.1"
 dest = "/tmp"
 temp = "/tmp"
 journal = "/var/lib/mcdist/journal.db"
+allow_unsigned = true
 [retention]
 max_age = "7d"
 interval = "30s"
