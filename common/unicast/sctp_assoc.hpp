@@ -87,6 +87,7 @@ struct sctp_listener_counters {
   std::uint64_t dropped_unknown = 0;     ///< from an unknown source and not an INIT
   std::uint64_t dropped_peer_limit = 0;  ///< INIT refused: too many peers
   std::uint64_t peers_expired = 0;       ///< peers that never completed an association
+  std::uint64_t peers_aborted = 0;       ///< peers forgotten at once: their association aborted
 };
 
 /// One end of one association.

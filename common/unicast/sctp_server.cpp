@@ -279,10 +279,16 @@ class sctp_handshake final : public std::enable_shared_from_this<sctp_handshake>
         m_timer(m_state->io) {}
 
   void start() {
-    ++m_state->handshakes;
-    m_counted = true;
     // The server's table of pending handshakes owns us until the hello is handled.
-    m_state->pending[this] = [self = shared_from_this()] { self->drop(); };
+    const auto ticket =
+        m_state->begin_handshake(m_assoc->remote(), [self = shared_from_this()] { self->drop(); });
+    if (!ticket) {
+      m_assoc->abort();  // refused for its source's limit: an ABORT frees its state at once
+      m_assoc.reset();
+      return;
+    }
+    m_ticket = *ticket;
+    m_counted = true;
     m_assoc->set_ready_handler([w = weak_from_this()] {
       if (auto s = w.lock()) s->on_ready();
     });
@@ -312,10 +318,9 @@ class sctp_handshake final : public std::enable_shared_from_this<sctp_handshake>
     auto keep = shared_from_this();  // erasing our table entry may drop the last reference
     m_timer.cancel();
     if (m_counted) {
-      --m_state->handshakes;
       m_counted = false;
+      m_state->end_handshake(m_ticket);
     }
-    m_state->pending.erase(this);
   }
 
   void on_ready() {
@@ -427,6 +432,7 @@ class sctp_handshake final : public std::enable_shared_from_this<sctp_handshake>
   std::array<std::byte, frame_header_size + max_hello_size> m_buffer{};
   challenge m_challenge;  ///< sent first; a signed session's hello proves over it
   std::vector<std::byte> m_challenge_frame;  ///< the challenge until the association took it
+  handshake_gate::ticket m_ticket = 0;       ///< its slot while m_counted
   bool m_counted = false;
 };
 

@@ -78,12 +78,48 @@ bool server_state::is_late(const hello& h) const {
 void server_state::on_sctp_association(std::unique_ptr<sctp_assoc> a, transport_kind kind) {
   MCDIST_ASSERT_SINGLE_THREAD(io_thread);
   ++counters.connections_accepted;
-  if (stopped || handshakes >= options.max_handshakes) {
-    ++counters.busy_refused;
-    a->abort();
-    return;
-  }
   start_sctp_session(shared_from_this(), std::move(a), kind);
+}
+
+std::optional<handshake_gate::ticket> server_state::begin_handshake(const endpoint& from,
+                                                                    std::function<void()> abort) {
+  MCDIST_ASSERT_SINGLE_THREAD(io_thread);
+  if (stopped) {
+    ++counters.busy_refused;
+    return std::nullopt;
+  }
+  const auto a = gate.admit(source_of(from));
+  if (a.outcome == handshake_gate::admission::verdict::refused_per_source) {
+    ++counters.per_source_refused;
+    if (per_source_log.tick())
+      spdlog::warn(
+          "unicast: closed a connection from {}: its address holds {} connections without a "
+          "hello already ({} refused so far)",
+          from.to_string(), options.max_handshakes_per_source, counters.per_source_refused);
+    return std::nullopt;
+  }
+  pending.emplace(a.id, std::move(abort));
+  if (a.evicted) {
+    ++counters.handshakes_evicted;
+    if (eviction_log.tick())
+      spdlog::warn(
+          "unicast: {} connections without a hello: closed the oldest of {}, which held {} of "
+          "them, for a new one from {} ({} closed so far)",
+          options.max_handshakes, to_string(a.evicted_source), a.evicted_source_pending,
+          from.to_string(), counters.handshakes_evicted);
+    // Out of the table before it runs: the abort ends the handshake, which erases its entry.
+    if (auto it = pending.find(*a.evicted); it != pending.end()) {
+      auto victim = std::move(it->second);
+      pending.erase(it);
+      victim();
+    }
+  }
+  return a.id;
+}
+
+void server_state::end_handshake(handshake_gate::ticket id) {
+  gate.release(id);
+  pending.erase(id);
 }
 
 server_session::server_session(std::shared_ptr<server_state> state, const client_grant& grant,
@@ -380,7 +416,7 @@ void server::stop(const std::function<bool(const std::string& receiver_id)>& com
   if (s.sctp_kernel) s.sctp_kernel->close();
   auto pending = std::move(s.pending);
   s.pending.clear();
-  for (auto& [key, abort] : pending) abort();
+  for (auto& [id, abort] : pending) abort();
   std::vector<std::shared_ptr<server_session>> all;
   for (auto& [token, sess] : s.sessions) all.push_back(sess);
   for (auto& sess : all) {

@@ -73,16 +73,36 @@ struct server_options {
   /// its queue (no slow-start overshoot losses on a long path).
   std::uint64_t tcp_max_rate_bps = 0;
 
-  /// A connection (or association) must present a valid hello within this, else it is dropped.
-  std::chrono::milliseconds hello_timeout{10'000};
+  /// A connection (or association) must present a valid hello within this, else it is dropped:
+  /// the time a connection that says nothing holds a handshake slot. A satellite site (700 ms
+  /// RTT, 1e-3 loss) gets its hello in 0.7 s after the accept (the challenge out, the hello
+  /// back), or 2.8 s when one of the two is lost and resent (1 connection in 500): TCP resends
+  /// after 3 x the handshake's RTT (RFC 6298 section 2.2), usrsctp after its RTO.Initial
+  /// (1 s) for the challenge and the client's 3 x RTT for the hello. A connection opened ahead
+  /// of its order in an open group (2 s registration window) waits up to 2 s more: 4.8 s with
+  /// a loss. Two losses in a row (1 in 10^6) cost the site a reconnection. Every second more
+  /// is a second a silent connection holds its slot, so a flood needs fewer connections per
+  /// second to keep the slots full.
+  std::chrono::milliseconds hello_timeout{5'000};
   /// A session where nothing moves either way for this long is dropped (dead peer, stalled
   /// window). 60 s outlasts several SCTP retransmissions at RTO.Max 10 s.
   std::chrono::milliseconds idle_timeout{60'000};
   /// Most sessions at once: one per receiver in fallback; beyond it hellos are refused "busy".
   std::size_t max_sessions = 256;
-  /// Most TCP connections / SCTP peers not yet past their hello: bounds what port scanners and
-  /// half-open floods can hold.
+  /// Most TCP connections / SCTP associations not yet past their hello, all sources together
+  /// (bounds what port scanners and floods of silent connections can hold: each holds a
+  /// socket, a 64 KiB read buffer over TCP, a timer). At the limit a new connection takes the
+  /// slot of the oldest pending one of the source holding the most (handshake_gate.hpp), so
+  /// it is never refused for the limit: 256 is 16 sources at their full share.
   std::size_t max_handshakes = 256;
+  /// Most of those from one source address (an IPv4 address, an IPv6 /64; handshake_gate.hpp);
+  /// beyond it a new connection is closed at once (counters.per_source_refused). A site opens
+  /// at most max_connections (16: the client clamps to it, 8 when the count is automatic) TCP
+  /// connections or SCTP associations per session, all of them at once at its start: 16 lets
+  /// the largest such set in whole, or two automatic sets behind one NAT address (or a site's
+  /// reconnection while its last connections are still pending), and keeps a flooding host to
+  /// 1/16 of max_handshakes. 0 = no per-source limit.
+  std::size_t max_handshakes_per_source = max_connections;
 };
 
 /// Who a session is, for callbacks and logs.
@@ -125,7 +145,13 @@ struct server_counters {
   /// Of hellos_refused: right token, id and session, but no valid proof of the site key (a
   /// forged site with a sniffed token, signed sessions only).
   std::uint64_t hellos_bad_proof = 0;
-  std::uint64_t busy_refused = 0;  ///< session or handshake limit
+  std::uint64_t busy_refused = 0;  ///< session limit, or a connection while stopping
+  /// Connections closed at their accept because their source already held
+  /// max_handshakes_per_source pending handshakes (a flooding host, or a scanner).
+  std::uint64_t per_source_refused = 0;
+  /// Pending handshakes closed to make room for a new connection at max_handshakes: the
+  /// oldest of the source holding the most (a flood from many sources).
+  std::uint64_t handshakes_evicted = 0;
   std::uint64_t hello_timeouts = 0;
   /// Hellos of a client whose session has ended (server_state::is_late): a connection or
   /// association that came up after the end, closed without starting a session.

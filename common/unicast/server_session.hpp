@@ -7,6 +7,7 @@
 #include "common/log_limit.hpp"
 #include "common/single_thread.hpp"
 #include "common/unicast/frame.hpp"
+#include "common/unicast/handshake_gate.hpp"
 #include "common/unicast/record_scheduler.hpp"
 #include "common/unicast/record_seal.hpp"
 #include "common/unicast/server.hpp"
@@ -38,9 +39,12 @@ struct server_state : std::enable_shared_from_this<server_state> {
   server_events events;
   grant_table grants;
   server_counters counters;
-  /// Log rate limits (common/log_limit.hpp): TCP connections dropped before a session, and
+  /// Log rate limits (common/log_limit.hpp): TCP connections dropped before a session,
+  /// connections refused for their source's handshake limit or evicted at the total one, and
   /// socket options the kernel refuses (logged once, then rarely).
   log_limiter dropped_connection_log{10};
+  log_limiter per_source_log{10};
+  log_limiter eviction_log{10};
   log_limiter pacing_failure_log{1};
   log_limiter congestion_failure_log{1};
   bool stopped = false;
@@ -54,10 +58,12 @@ struct server_state : std::enable_shared_from_this<server_state> {
   /// The client nonce of each token's last ended session, while its grant stands (at most one
   /// entry per grant): see is_late.
   std::map<fallback_token, std::uint64_t> ended_nonces;
-  /// Connections/associations accepted but not yet past their hello.
-  std::size_t handshakes = 0;
-  /// How to abort each of them (keyed by the handshake object), for stop().
-  std::unordered_map<const void*, std::function<void()>> pending;
+  /// Connections/associations accepted but not yet past their hello, by source: the limits
+  /// on them and who gives up a slot (handshake_gate.hpp).
+  handshake_gate gate{
+      {.per_source = options.max_handshakes_per_source, .total = options.max_handshakes}};
+  /// How to abort each of them (by its gate ticket), for eviction and stop().
+  std::unordered_map<handshake_gate::ticket, std::function<void()>> pending;
 
   std::shared_ptr<tcp_listener> tcp;
   std::unique_ptr<sctp_listener> sctp_udp;
@@ -79,6 +85,17 @@ struct server_state : std::enable_shared_from_this<server_state> {
 
   /// Accepts a new association from an SCTP listener.
   void on_sctp_association(std::unique_ptr<sctp_assoc> a, transport_kind kind);
+
+  /// Gives a new, unauthenticated connection or association from `from` a handshake slot,
+  /// `abort` being how to close it (for an eviction or stop()). At max_handshakes the oldest
+  /// pending handshake of the source holding the most is aborted first (counted, logged
+  /// rate-limited). @return its ticket, or nullopt when the server stops or `from`'s source
+  /// holds max_handshakes_per_source already (counted): the caller closes it then.
+  std::optional<handshake_gate::ticket> begin_handshake(const endpoint& from,
+                                                        std::function<void()> abort);
+  /// The handshake of `id` is over (hello handled, timed out, closed); harmless twice or after
+  /// its eviction.
+  void end_handshake(handshake_gate::ticket id);
 
   /// Counts a framing or protocol error by kind.
   void count_error(const std::error_code& ec);

@@ -56,11 +56,17 @@ class tcp_server_conn final : public std::enable_shared_from_this<tcp_server_con
   }
 
   void start() {
-    ++m_state->handshakes;
-    m_in_handshake = true;
-    m_state->pending[this] = [w = weak_from_this()] {
+    const auto ticket = m_state->begin_handshake(m_remote, [w = weak_from_this()] {
       if (auto c = w.lock()) c->close(true);
-    };
+    });
+    if (!ticket) {
+      // Refused for its source's limit: a reset, so no TIME_WAIT is left on our side however
+      // fast a flood reconnects.
+      close(true);
+      return;
+    }
+    m_ticket = *ticket;
+    m_in_handshake = true;
     m_hello_timer.expires_after(m_state->options.hello_timeout);
     m_hello_timer.async_wait([w = weak_from_this()](const boost::system::error_code& ec) {
       auto c = w.lock();
@@ -160,8 +166,7 @@ class tcp_server_conn final : public std::enable_shared_from_this<tcp_server_con
   void end_handshake() {
     if (!m_in_handshake) return;
     m_in_handshake = false;
-    --m_state->handshakes;
-    m_state->pending.erase(this);
+    m_state->end_handshake(m_ticket);
     m_hello_timer.cancel();
   }
 
@@ -192,6 +197,7 @@ class tcp_server_conn final : public std::enable_shared_from_this<tcp_server_con
   std::unique_ptr<frame_sealer> m_sealer;
   std::unique_ptr<frame_opener> m_opener;
   std::string m_detail;
+  handshake_gate::ticket m_ticket = 0;  ///< its slot while m_in_handshake
   bool m_in_handshake = false;
   bool m_closed = false;
   bool m_late = false;  ///< its hello came after its client's session ended: close it
@@ -507,12 +513,6 @@ class tcp_listener : public std::enable_shared_from_this<tcp_listener> {
         continue;
       }
       ++st->counters.connections_accepted;
-      if (st->handshakes >= st->options.max_handshakes) {
-        ++st->counters.busy_refused;
-        boost::system::error_code ignored;
-        sock.close(ignored);
-        continue;
-      }
       boost::system::error_code ignored;
       sock.set_option(tcp::no_delay(true), ignored);
       if (st->options.tcp_buffer_bytes > 0) {

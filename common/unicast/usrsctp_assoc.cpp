@@ -429,12 +429,23 @@ class usrsctp_listener_state final : public std::enable_shared_from_this<usrsctp
     m_accept = nullptr;
   }
 
-  /// An accepted association was closed: keep its peer a while, then forget it.
-  void release_peer(void* addr) {
+  /// An accepted association was closed: keep its peer a while, then forget it. One that was
+  /// aborted is forgotten at once: the ABORT freed the association, so no SHUTDOWN exchange
+  /// is left to carry, and a server that aborts a flood's associations as fast as they come
+  /// (refused or evicted before their hello) would otherwise fill the peer table with them
+  /// for `linger` and drop every site's INIT (max_peers).
+  void release_peer(void* addr, bool aborted) {
     const auto it = m_by_addr.find(addr);
     if (it == m_by_addr.end()) return;
     auto pit = m_peers.find(it->second);
     if (pit == m_peers.end()) return;
+    if (aborted) {
+      ++m_counters.peers_aborted;
+      m_stack->remove_address(addr);
+      m_peers.erase(pit);
+      m_by_addr.erase(it);
+      return;
+    }
     pit->second.state = peer_state::lingering;
     pit->second.since = steady::now();
   }
@@ -610,7 +621,7 @@ void usrsctp_assoc::release(bool abort) {
     m_udp.reset();
   }
   if (m_listener) {
-    m_listener->release_peer(m_addr);
+    m_listener->release_peer(m_addr, abort);
     m_listener.reset();
   }
 }

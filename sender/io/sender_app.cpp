@@ -235,8 +235,13 @@ run_result sender_app::result() const {
   r.signed_session = m_keys != nullptr;
   r.encrypted_session = m_keys && m_keys->encrypted();
   if (m_unicast) {
-    r.fallback_hellos_refused = m_unicast->counters().hellos_refused;
-    r.fallback_hellos_bad_proof = m_unicast->counters().hellos_bad_proof;
+    const auto& c = m_unicast->counters();
+    r.fallback_hellos_refused = c.hellos_refused;
+    r.fallback_hellos_bad_proof = c.hellos_bad_proof;
+    r.fallback_per_source_refused = c.per_source_refused;
+    r.fallback_handshakes_evicted = c.handshakes_evicted;
+    r.fallback_busy_refused = c.busy_refused;
+    r.fallback_hello_timeouts = c.hello_timeouts;
   }
   if (m_keys) r.refused = m_keys->stats();
   r.error = m_error;

@@ -141,6 +141,20 @@ std::string format_summary(const run_result& r) {
                   static_cast<unsigned long long>(r.fallback_hellos_bad_proof));
     os << line;
   }
+  if (r.fallback_per_source_refused + r.fallback_handshakes_evicted + r.fallback_busy_refused > 0) {
+    std::snprintf(
+        line, sizeof line,
+        "closed %llu unicast fallback connections before their hello (%llu over their "
+        "address's limit, %llu evicted at the total limit, %llu at the session limit; "
+        "%llu hello timeouts)\n",
+        static_cast<unsigned long long>(r.fallback_per_source_refused +
+                                        r.fallback_handshakes_evicted + r.fallback_busy_refused),
+        static_cast<unsigned long long>(r.fallback_per_source_refused),
+        static_cast<unsigned long long>(r.fallback_handshakes_evicted),
+        static_cast<unsigned long long>(r.fallback_busy_refused),
+        static_cast<unsigned long long>(r.fallback_hello_timeouts));
+    os << line;
+  }
   if (!r.error.empty()) os << "error: " << r.error << "\n";
   return os.str();
 }
@@ -197,7 +211,11 @@ std::string summary_json(const run_result& r) {
   // Ed25519 signatures made: one per announce tree, digest list and session end.
   if (r.signed_session) j["signatures"] = r.refused.signatures;
   j["fallback_refused"] = {{"hellos", r.fallback_hellos_refused},
-                           {"bad_proof", r.fallback_hellos_bad_proof}};
+                           {"bad_proof", r.fallback_hellos_bad_proof},
+                           {"per_source", r.fallback_per_source_refused},
+                           {"evicted", r.fallback_handshakes_evicted},
+                           {"busy", r.fallback_busy_refused},
+                           {"hello_timeouts", r.fallback_hello_timeouts}};
   if (!r.error.empty()) j["error"] = r.error;
   nlohmann::json drops = nlohmann::json::object();
   for (std::size_t i = 1; i < rep.drops.counts.size(); ++i) {

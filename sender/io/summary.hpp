@@ -32,6 +32,14 @@ struct run_result {
   /// with a sniffed token; signed sessions).
   std::uint64_t fallback_hellos_refused = 0;
   std::uint64_t fallback_hellos_bad_proof = 0;
+  /// Unicast fallback connections closed before any hello (unicast::server_counters): their
+  /// source held its share of handshakes already, evicted for a newer one at the total
+  /// limit (a flood of silent connections), refused at the session limit, and silent for the
+  /// hello timeout.
+  std::uint64_t fallback_per_source_refused = 0;
+  std::uint64_t fallback_handshakes_evicted = 0;
+  std::uint64_t fallback_busy_refused = 0;
+  std::uint64_t fallback_hello_timeouts = 0;
 };
 
 /// "missing", "registered", "completed", "failed".

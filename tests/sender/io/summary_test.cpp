@@ -104,3 +104,26 @@ TEST_CASE("the incomplete receivers are named with their reasons", "[unit][sende
   REQUIRE(mcdist::sender::incomplete_receivers(none) ==
           "0 of 0 receivers did not complete: no receiver registered");
 }
+
+TEST_CASE("connections the fallback's listener closed before their hello are counted",
+          "[unit][sender]") {
+  auto r = sample();
+  const auto quiet = nlohmann::json::parse(mcdist::sender::summary_json(r));
+  CHECK(quiet["fallback_refused"]["per_source"] == 0);
+  CHECK(quiet["fallback_refused"]["evicted"] == 0);
+  CHECK(mcdist::sender::format_summary(r).find("before their hello") == std::string::npos);
+  // A flood of silent connections: most refused for their address, some evicted.
+  r.fallback_per_source_refused = 2840;
+  r.fallback_handshakes_evicted = 17;
+  r.fallback_busy_refused = 1;
+  r.fallback_hello_timeouts = 48;
+  const auto j = nlohmann::json::parse(mcdist::sender::summary_json(r));
+  CHECK(j["fallback_refused"]["per_source"] == 2840);
+  CHECK(j["fallback_refused"]["evicted"] == 17);
+  CHECK(j["fallback_refused"]["busy"] == 1);
+  CHECK(j["fallback_refused"]["hello_timeouts"] == 48);
+  CHECK(mcdist::sender::format_summary(r).find(
+            "closed 2858 unicast fallback connections before their hello (2840 over their "
+            "address's limit, 17 evicted at the total limit, 1 at the session limit; 48 hello "
+            "timeouts)") != std::string::npos);
+}
