@@ -95,16 +95,19 @@ def main():
                   "[[channel]]\nname = \"oneway\"\ngroup = \"%s\"\nsilent = true\n"
                   % (os.path.join(quiet_root, "dest"), os.path.join(quiet_root, "temp"),
                      os.path.join(quiet_root, "status.json"), group))
-        daemons = [Daemon(bin_dir, base, "clean", group),
-                   Daemon(bin_dir, base, "lossy", group,
-                          ["--drop-rate", "0.02", "--drop-seed", "3"]),
-                   Daemon(bin_dir, base, "hopeless", group,
-                          ["--drop-rate", "0.15", "--drop-seed", "5", "--session-timeout", "5s"])]
-        quiet = ConfigDaemon(bin_dir, quiet_root, config, dict(os.environ), "quiet")
-        quiet.dest = os.path.join(quiet_root, "dest")
-        daemons.append(quiet)
-        check("channel oneway: silent" in quiet.log_text(), "quiet: the channel is not silent")
+        daemons = []
         try:
+            # Started inside the try: a daemon that fails to start stops the ones before it.
+            daemons.append(Daemon(bin_dir, base, "clean", group))
+            daemons.append(Daemon(bin_dir, base, "lossy", group,
+                                  ["--drop-rate", "0.02", "--drop-seed", "3"]))
+            daemons.append(Daemon(bin_dir, base, "hopeless", group,
+                                  ["--drop-rate", "0.15", "--drop-seed", "5",
+                                   "--session-timeout", "5s"]))
+            quiet = ConfigDaemon(bin_dir, quiet_root, config, dict(os.environ), "quiet")
+            quiet.dest = os.path.join(quiet_root, "dest")
+            daemons.append(quiet)
+            check("channel oneway: silent" in quiet.log_text(), "quiet: the channel is not silent")
             code, summary, out = run_sender(
                 bin_dir, [src], group, rate="50M",
                 extra=["--silent-passes", "2", "--fec-k", "64", "--fec-depth", "4",

@@ -1,0 +1,91 @@
+#include "sender/io/session_profile.hpp"
+
+#include "common/fec.hpp"
+#include "common/fec_layout.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <string>
+
+namespace mcdist::sender {
+
+void session_profile::apply(sender_config& c) const {
+  c.fec_k = fec_k;
+  c.fec_depth = fec_k > 0 ? fec_depth : 1;
+  c.fec_overhead = fec_k > 0 ? fec_overhead : 0;
+  c.silent_passes = silent_passes;
+  c.fallback = fallback;
+  c.register_window = register_window;
+}
+
+std::string session_profile::describe() const {
+  std::string out =
+      fec_k == 0 ? std::string("no parity")
+                 : fmt::format("fec_k {}, fec_depth {}, fec_overhead {:g} %", fec_k, fec_depth,
+                               fec_overhead * 100);
+  if (silent_passes > 0) out += fmt::format(", silent_passes {}", silent_passes);
+  out += fmt::format(", fallback {}, register_window {:g} s", to_string(fallback),
+                     std::chrono::duration<double>(register_window).count());
+  return out;
+}
+
+std::optional<double> parse_share(std::string_view text) {
+  std::string v(text);
+  const bool percent = !v.empty() && v.back() == '%';
+  if (percent) v.pop_back();
+  if (v.empty()) return std::nullopt;
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  if (end != v.c_str() + v.size()) return std::nullopt;
+  const double share = percent ? x / 100 : x;
+  if (!(share >= 0 && share <= 1)) return std::nullopt;
+  return share;
+}
+
+std::optional<fallback_mode> parse_fallback_mode(std::string_view text) {
+  if (text == "auto") return fallback_mode::automatic;
+  if (text == "sctp") return fallback_mode::sctp;
+  if (text == "tcp") return fallback_mode::tcp;
+  if (text == "sctp-kernel") return fallback_mode::sctp_kernel;
+  if (text == "off") return fallback_mode::off;
+  return std::nullopt;
+}
+
+std::string_view to_string(fallback_mode m) noexcept {
+  switch (m) {
+    case fallback_mode::automatic: return "auto";
+    case fallback_mode::sctp: return "sctp";
+    case fallback_mode::tcp: return "tcp";
+    case fallback_mode::sctp_kernel: return "sctp-kernel";
+    case fallback_mode::off: return "off";
+  }
+  return "auto";
+}
+
+std::string profile_problem(const session_profile& p, bool closed_group, bool encrypted,
+                            bool rate_auto) {
+  if (p.fec_k > 0 && !fec::valid_shape(p.fec_k, fec::default_max_parity(p.fec_k))) {
+    return fmt::format("fec_k {} is not 1 to {} (0: no parity)", p.fec_k, fec::max_k);
+  }
+  if (p.fec_k > 0 && (p.fec_depth < 1 || p.fec_depth > fec::max_depth)) {
+    return fmt::format("fec_depth {} is not 1 to {}", p.fec_depth, fec::max_depth);
+  }
+  if (p.fec_overhead > 0 && p.fec_k == 0) return "fec_overhead needs fec_k (parity)";
+  if (p.silent_passes > 0) {
+    if (closed_group) {
+      return "silent_passes takes no receivers: the sites of a silent session never register";
+    }
+    if (encrypted) {
+      return "silent_passes and encryption: the session key of an encrypted session is handed "
+             "out at registration, which a silent site never does";
+    }
+    if (rate_auto) {
+      return "silent_passes and rate auto: a silent session's rate cannot follow reports its "
+             "sites never send";
+    }
+  }
+  return {};
+}
+
+}  // namespace mcdist::sender
