@@ -64,6 +64,10 @@ std::error_code copy_fd(int fd, const std::filesystem::path& to) {
     }
     if (n == 0) break;  // shorter than its fstat: copied as it is
   }
+  // The copy keeps the file's mtime: a retained copy is opened later against the size and
+  // mtime the journal holds.
+  const struct timespec times[2] = {st.st_atim, st.st_mtim};
+  if (!ec && ::futimens(out.get(), times) != 0) ec = errno_error(errno);
   if (!ec && ::fsync(out.get()) != 0) ec = errno_error(errno);
   out.reset();
   if (!ec && ::rename(tmp.c_str(), to.c_str()) != 0) ec = errno_error(errno);

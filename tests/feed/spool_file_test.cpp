@@ -176,4 +176,9 @@ TEST_CASE("a retained copy is the file sent, linked or copied from its descripto
   s.write(s.spool / "obs/a.bufr", "something else");
   REQUIRE_FALSE(link_or_copy_fd(o->fd->get(), s.dir / "retained/1/obs/a.bufr"));
   REQUIRE(read(s.dir / "retained/1/obs/a.bufr") == "payload");
+  // A copy (the original is unlinked: no link to make) keeps the size and mtime it is found by.
+  struct stat st {};
+  REQUIRE(::stat((s.dir / "retained/1/obs/a.bufr").c_str(), &st) == 0);
+  REQUIRE(st.st_mtim.tv_sec == o->st.st_mtim.tv_sec);
+  REQUIRE(st.st_mtim.tv_nsec == o->st.st_mtim.tv_nsec);
 }
