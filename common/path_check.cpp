@@ -20,6 +20,7 @@ std::string printable(std::string_view name, std::size_t max_bytes) {
       out += c;
     }
   }
+  if (name.size() > max_bytes) out += "...";
   return out;
 }
 

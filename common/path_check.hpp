@@ -20,9 +20,9 @@ inline constexpr std::size_t max_component_bytes = 255;
 inline constexpr std::size_t max_path_depth = 64;
 
 /// `name` for a log line or a journal (text): every byte that is not printable ASCII, and the
-/// backslash, written as \xHH, cut to its first `max_bytes` bytes (300: a log line stays
-/// readable and a hostile name cannot make it long). A name from the network or a spool may be
-/// anything; this is how the daemons show one.
+/// backslash, written as \xHH; cut to its first `max_bytes` bytes and then "..." (300: a log
+/// line stays readable and a hostile name cannot make it long). A name from the network or a
+/// spool may be anything; this is how the daemons show one.
 std::string printable(std::string_view name, std::size_t max_bytes = 300);
 
 /// True when `text` is well-formed UTF-8 as RFC 3629 section 4 defines it: no overlong form,

@@ -1269,6 +1269,13 @@ struct keyed_sink final : receiver_sink, storage_port {
     const auto it = keys.find(s.value);
     return it == keys.end() ? std::string() : it->second;
   }
+  /// The freshness verdict the shell gives (errc::ok: admitted), and what it was asked.
+  errc verdict = errc::ok;
+  std::vector<std::pair<std::uint32_t, std::uint64_t>> admissions;  ///< (session, stamp)
+  errc admit_signed_session(session_id s, std::string_view, std::uint64_t stamp) override {
+    admissions.emplace_back(s.value, stamp);
+    return verdict;
+  }
   /// The REGISTERs of session `s`.
   std::vector<wire::register_request> registers(session_id s) const {
     std::vector<wire::register_request> out;
@@ -1365,6 +1372,29 @@ TEST_CASE("REGISTER of a sequenced session carries the last completed number and
   REQUIRE(st[0].source == "name:hub");
   REQUIRE(st[0].last_seen == 5);
   REQUIRE(st[0].missing == 2);
+}
+
+TEST_CASE("a signed session the shell finds stale is refused before anything is allocated",
+          "[unit][receiver][replay]") {
+  sequenced h;
+  const session_id id{321};
+  h.sink.keys[id.value] = "mcdist-ed25519:AAAA";
+  h.sink.verdict = errc::replayed;
+  h.announce(id, 0, {}, "");
+  // Asked once, with the announce's stamp (none here: 0).
+  REQUIRE(h.sink.admissions == std::vector<std::pair<std::uint32_t, std::uint64_t>>{{321, 0}});
+  REQUIRE(h.engine.stats().drops[errc::replayed] == 1);
+  REQUIRE(h.engine.active_sessions() == 0);
+  REQUIRE(h.sink.registers(id).empty());
+  // Its next announce is dropped as stale (tombstone) without asking the shell again.
+  h.announce(id, 0, {}, "");
+  REQUIRE(h.sink.admissions.size() == 1);
+  REQUIRE(h.engine.stats().drops[errc::stale] == 1);
+  // An unsigned session is never asked.
+  h.sink.verdict = errc::ok;
+  h.announce(session_id{322}, 0, {}, "");
+  REQUIRE(h.sink.admissions.size() == 1);
+  REQUIRE(h.engine.active_sessions() == 1);
 }
 
 TEST_CASE("an unsequenced session's REGISTER carries no sequence report and changes nothing",
