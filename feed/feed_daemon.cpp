@@ -177,12 +177,12 @@ void feed_daemon::start() {
       m_io, m_cfg.interface, m_identity ? &*m_identity : nullptr, m_site_keys,
       [this](std::size_t ch) { return m_journal.last_seq(m_cfg.channels[ch].name); },
       [this](std::size_t ch) {
-        std::vector<wire::seq_span> running;
+        std::vector<wire::seq_span> under_way;
         for (const auto& r : m_channels[ch].runs) {
-          if (r->seq > 0) running.emplace_back(r->seq, r->seq);
+          if (r->seq > 0) under_way.emplace_back(r->seq, r->seq);
         }
-        std::sort(running.begin(), running.end());
-        return running;
+        std::sort(under_way.begin(), under_way.end());
+        return under_way;
       },
       [this](std::size_t ch, const std::string& site, const std::vector<wire::seq_span>& gaps) {
         if (ch < m_channels.size() && !m_channels[ch].retired && !m_stopping) {

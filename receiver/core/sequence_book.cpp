@@ -95,9 +95,11 @@ sequence_report sequence_book::on_session(const std::string& channel, const std:
   }
   stream& st = it->second;
   rep.previous_seen = st.last_seen;
-  if (seq <= st.floor && seq != st.last_seen && st.floor - seq < concurrent_margin) {
-    // An older session still under way, heard after a newer one started: before this site's
-    // time, not a reset.
+  if (seq <= st.floor && seq != st.last_seen && st.last_completed == 0 &&
+      st.floor - seq < concurrent_margin) {
+    // A stream that has completed nothing yet (just created by a newer session or a
+    // heartbeat) hears an older session still under way: before this site's time, not a
+    // reset.
     rep.last_seq = st.last_completed;
     return rep;
   }

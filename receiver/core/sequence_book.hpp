@@ -81,9 +81,10 @@ class sequence_book {
   static constexpr std::size_t max_streams = 1024;
   /// Longest source string, bytes (a 64-byte sender name escaped as %XX is 197 bytes).
   static constexpr std::size_t max_source_bytes = 200;
-  /// A number at most this far below a stream's floor is an older session still under way (a
-  /// hub runs up to 16 sessions of a channel at once: feed concurrent_sessions), heard after a
-  /// newer one: neither missed nor a sign that the hub started numbering again.
+  /// A number at most this far below the floor of a stream that has completed nothing yet is an
+  /// older session still under way (a hub runs up to 16 sessions of a channel at once: feed
+  /// concurrent_sessions), heard by a site that joined after a newer one started: neither
+  /// missed nor a sign that the hub started numbering again.
   static constexpr std::uint64_t concurrent_margin = 16;
 
   /// The source of a session from its signing key (format_public_key text; empty when
