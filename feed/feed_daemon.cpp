@@ -331,10 +331,22 @@ void feed_daemon::maybe_start(std::size_t ch) {
   if (cs.retired) return;
   while (cs.runs.size() < cs.cfg->concurrent_sessions && !m_stopping) {
     const bool batch_ready = cs.batch.ready(from_steady(steady::now()));
-    // Catch-up and resend alternate with batches, so neither starves the other.
-    if (!cs.extras.empty() && (!batch_ready || !cs.last_was_extra)) {
+    // Catch-up and resend alternate with batches, so neither starves the other. An extra
+    // session waits while a product of it is still being sent (a site would store it twice,
+    // and run its actions twice).
+    const bool extra_ready =
+        !cs.extras.empty() &&
+        std::none_of(cs.extras.front().products.begin(), cs.extras.front().products.end(),
+                     [&](const auto& kv) { return name_in_flight(ch, kv.second, true); });
+    if (extra_ready && (!batch_ready || !cs.last_was_extra)) {
       auto req = std::move(cs.extras.front());
       cs.extras.pop_front();
+      if (req.kind == session_kind::catchup) {
+        // A newer version that went out since the request makes a product of it moot: sent
+        // now, it would put the site back (a resend is the operator's choice and goes as is).
+        std::erase_if(req.products, [&](const auto& kv) { return m_journal.superseded(kv.second); });
+        if (req.products.empty()) continue;
+      }
       std::vector<product> ps;
       for (auto& [id, p] : req.products) ps.push_back(std::move(p));
       cs.last_was_extra = true;
@@ -343,7 +355,7 @@ void feed_daemon::maybe_start(std::size_t ch) {
     }
     if (!batch_ready) break;
     cs.last_was_extra = false;
-    auto batch = cs.batch.take([&](const product& p) { return name_in_flight(ch, p); });
+    auto batch = cs.batch.take([&](const product& p) { return name_in_flight(ch, p, false); });
     // Everything waiting is a new version of a product still being sent: wait for that
     // session's end (on_session_done starts again).
     if (batch.empty()) return;
@@ -352,10 +364,10 @@ void feed_daemon::maybe_start(std::size_t ch) {
   if (cs.runs.size() < cs.cfg->concurrent_sessions) arm_batch_timer(ch);
 }
 
-bool feed_daemon::name_in_flight(std::size_t ch, const product& p) const {
+bool feed_daemon::name_in_flight(std::size_t ch, const product& p, bool same_too) const {
   for (const auto& r : m_channels[ch].runs) {
     for (const auto& q : r->products) {
-      if (q.name == p.name && q.id != p.id) return true;
+      if (q.name == p.name && (same_too || q.id != p.id)) return true;
     }
   }
   return false;

@@ -162,8 +162,9 @@ class feed_daemon {
   bool start_session(std::size_t ch, session_kind kind, std::vector<product> products,
                      const extra_request* extra);
   void on_session_done(std::size_t ch, const running* which, sender::run_result r);
-  /// True when `p`'s name is in a session of channel `ch` under way: its new version waits.
-  bool name_in_flight(std::size_t ch, const product& p) const;
+  /// True when a session of channel `ch` under way sends another version of `p` (or, with
+  /// `same_too`, `p` itself): a batch holds a new version back, an extra session waits.
+  bool name_in_flight(std::size_t ch, const product& p, bool same_too) const;
   void record_outcomes(std::size_t ch, const running& run, const sender::run_result& r);
   void request_catch_up(std::size_t ch, const std::string& site,
                         const std::vector<std::pair<std::uint64_t, std::uint64_t>>& ranges);
