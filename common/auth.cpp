@@ -153,6 +153,8 @@ std::size_t trailer_size(msg_type t) noexcept {
     case msg_type::digest_list:
     case msg_type::session_end: return crypto::signature_bytes;
     case msg_type::block_digests: return block_digests::trailer_fixed_bytes;  // version 3 only
+    case msg_type::heartbeat: return crypto::signature_bytes;  // common/beacon.hpp
+    case msg_type::gap_report: return crypto::key_bytes + crypto::signature_bytes;
   }
   return 0;
 }

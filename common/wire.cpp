@@ -50,6 +50,8 @@ const char* to_string(msg_type t) noexcept {
     case msg_type::parity: return "parity";
     case msg_type::repair_advert: return "repair_advert";
     case msg_type::block_digests: return "block_digests";
+    case msg_type::heartbeat: return "heartbeat";
+    case msg_type::gap_report: return "gap_report";
   }
   return "unknown";
 }
@@ -61,11 +63,9 @@ std::error_code parse_header(std::span<const std::byte> datagram, header& out) n
   const auto v = std::to_integer<std::uint8_t>(datagram[2]);
   if (v != version && v != authenticated_version && v != digest_version) return errc::bad_version;
   const auto type = std::to_integer<std::uint8_t>(datagram[3]);
-  // 1-12 (data to parity), 14 (repair_advert) and 15 (block_digests); 13 is unassigned.
-  if ((type < static_cast<std::uint8_t>(msg_type::data) ||
-       type > static_cast<std::uint8_t>(msg_type::parity)) &&
-      type != static_cast<std::uint8_t>(msg_type::repair_advert) &&
-      type != static_cast<std::uint8_t>(msg_type::block_digests)) {
+  // 1-12 (data to parity) and 14-17 (repair_advert to gap_report); 13 is unassigned.
+  if (type < static_cast<std::uint8_t>(msg_type::data) ||
+      type > static_cast<std::uint8_t>(msg_type::gap_report) || type == 13) {
     return errc::unknown_type;
   }
   out.type = static_cast<msg_type>(type);

@@ -115,6 +115,10 @@ enum class msg_type : std::uint8_t {
   /// Truncated SHA-256 of a window of data and parity datagrams, signed (wire version 3 only:
   /// common/block_digests.hpp), multicast ahead of them in silent signed sessions.
   block_digests = 15,
+  /// A hub channel's newest session number, multicast at an interval (proto heartbeat).
+  heartbeat = 16,
+  /// A site's missing session numbers, unicast to the hub (proto gap_report).
+  gap_report = 17,
 };
 
 /// Longest receiver id, bytes. Ids are site names ("dwd-offenbach"), not documents.

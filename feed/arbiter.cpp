@@ -30,4 +30,17 @@ std::vector<std::uint64_t> share_rate(std::uint64_t total_bps, std::span<const r
   return out;
 }
 
+std::vector<std::uint64_t> split_rate(std::span<const std::uint64_t> channel_bps,
+                                      std::span<const std::size_t> sessions, std::uint64_t total_bps,
+                                      double floor_fraction) {
+  const auto floor = std::max<std::uint64_t>(
+      1, static_cast<std::uint64_t>(static_cast<double>(total_bps) * floor_fraction));
+  std::vector<std::uint64_t> out;
+  for (std::size_t i = 0; i < channel_bps.size() && i < sessions.size(); ++i) {
+    const auto n = std::max<std::size_t>(1, sessions[i]);
+    for (std::size_t k = 0; k < n; ++k) out.push_back(std::max(channel_bps[i] / n, floor));
+  }
+  return out;
+}
+
 }  // namespace mcdist::feed

@@ -33,4 +33,11 @@ inline constexpr double default_floor_fraction = 0.01;
 std::vector<std::uint64_t> share_rate(std::uint64_t total_bps, std::span<const rate_claim> claims,
                                       double floor_fraction = default_floor_fraction);
 
+/// Splits each channel's rate equally among its sessions: `channel_bps[i]` among `sessions[i]`
+/// (>= 1) sessions, each at least the floor of share_rate (`floor_fraction` of `total_bps`).
+/// @return bit/s per session, channel by channel in the order given
+std::vector<std::uint64_t> split_rate(std::span<const std::uint64_t> channel_bps,
+                                      std::span<const std::size_t> sessions, std::uint64_t total_bps,
+                                      double floor_fraction = default_floor_fraction);
+
 }  // namespace mcdist::feed

@@ -23,18 +23,27 @@ std::optional<time_point> batcher::deadline() const {
   return m_waiting.front().arrived + m_limits.window;
 }
 
-std::vector<product> batcher::take() {
+std::vector<product> batcher::take(const std::function<bool(const product&)>& hold) {
   std::vector<product> out;
   std::uint64_t bytes = 0;
+  std::deque<waiting> kept;
   while (!m_waiting.empty() && out.size() < m_limits.max_files) {
-    const auto& w = m_waiting.front();
+    auto& w = m_waiting.front();
+    if (hold && hold(w.p)) {
+      kept.push_back(std::move(w));
+      m_waiting.pop_front();
+      continue;
+    }
     if (!out.empty() && bytes + w.p.size > m_limits.max_bytes) break;
     bytes += w.p.size;
     m_bytes -= w.p.size;
     m_ids.erase(w.p.id);
-    out.push_back(std::move(m_waiting.front().p));
+    out.push_back(std::move(w.p));
     m_waiting.pop_front();
   }
+  // Held products go back in front, in their order, with their arrival times.
+  m_waiting.insert(m_waiting.begin(), std::make_move_iterator(kept.begin()),
+                   std::make_move_iterator(kept.end()));
   return out;
 }
 

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <optional>
 #include <unordered_set>
 #include <vector>
@@ -46,9 +47,12 @@ class batcher {
   /// plus the window), or nullopt when none waits.
   std::optional<time_point> deadline() const;
 
-  /// Takes the next batch: the oldest products up to max_files and max_bytes (always at least
-  /// one). What is left stays, with its arrival times.
-  std::vector<product> take();
+  /// Takes the next batch: the oldest products up to max_files and max_bytes (at least one,
+  /// unless every product waiting is held). A product for which `hold` is true stays waiting
+  /// (the hub holds back a new version of a product whose older version a running session of
+  /// the channel still sends: sent at once, the two could complete at a site in either order).
+  /// What is left stays, with its arrival times.
+  std::vector<product> take(const std::function<bool(const product&)>& hold = {});
 
   bool empty() const { return m_waiting.empty(); }
   std::size_t size() const { return m_waiting.size(); }

@@ -1,5 +1,7 @@
 #include "feed/feed_config.hpp"
 
+#include "common/fec.hpp"
+#include "common/fec_layout.hpp"
 #include "common/toml_file.hpp"
 #include "common/units.hpp"
 #include "common/wire.hpp"
@@ -19,6 +21,12 @@ namespace {
 constexpr std::size_t max_channels = 256;
 constexpr std::size_t max_spools_per_channel = 64;
 constexpr std::int64_t max_batch_files = 100'000;
+/// Sessions of one channel at once: each holds its products open and has its own socket and
+/// state; 16 is far beyond what overtaking a long field needs (2).
+constexpr std::int64_t max_concurrent_sessions = 16;
+/// Heartbeats more often than this would be traffic for nothing (a site reports gaps within a
+/// heartbeat; seconds are the scale of a warning's latency budget).
+constexpr std::chrono::seconds min_heartbeat{1};
 
 /// The settings of one table, checked against the keys it may hold.
 class table_reader {
@@ -140,7 +148,9 @@ channel_config parse_channel(const toml::table& t, std::size_t index, const std:
   const table_reader r(t, "channel[" + std::to_string(index) + "].", source,
                        {"name", "group", "spool", "priority", "share", "cap", "batch_window",
                         "batch_max_files", "batch_max_bytes", "after", "ignore", "ttl", "receivers",
-                        "register_window", "register_timeout", "encrypt"});
+                        "register_window", "register_timeout", "encrypt", "fec_k", "fec_depth",
+                        "fec_overhead", "silent_passes", "fallback", "concurrent_sessions",
+                        "heartbeat"});
   channel_config c;
   c.name = r.required_string("name", "\"warnings\"");
   if (!valid_channel_name(c.name)) {
@@ -190,7 +200,38 @@ channel_config parse_channel(const toml::table& t, std::size_t index, const std:
     if (!wire::valid_receiver_id(id))
       r.fail("receivers", "lists \"" + id + "\", not a valid site id");
   }
-  if (auto v = r.duration("register_window")) c.register_window = *v;
+  auto& p = c.profile;
+  if (auto v = r.duration("register_window")) p.register_window = *v;
+  if (auto v = r.integer("fec_k", 0, fec::max_k)) p.fec_k = static_cast<std::uint32_t>(*v);
+  if (auto v = r.integer("fec_depth", 1, fec::max_depth)) {
+    p.fec_depth = static_cast<std::uint32_t>(*v);
+  }
+  if (const auto* n = r.get("fec_overhead")) {
+    // "3%" or a number: 0.03.
+    std::optional<double> share;
+    if (n->is_string()) share = sender::parse_share(*n->value<std::string>());
+    if (n->is_floating_point() || n->is_integer()) {
+      const auto x = n->value<double>();
+      if (x && *x >= 0 && *x <= 1) share = *x;
+    }
+    if (!share) r.fail("fec_overhead", "must be a share of the data, \"3%\" or 0.03");
+    p.fec_overhead = *share;
+  }
+  if (auto v = r.integer("silent_passes", 0, 64)) p.silent_passes = static_cast<std::uint32_t>(*v);
+  if (auto v = r.string("fallback")) {
+    const auto m = sender::parse_fallback_mode(*v);
+    if (!m) r.fail("fallback", "= \"" + *v + "\" is not \"sctp\", \"tcp\", \"auto\" or \"off\"");
+    p.fallback = *m;
+  }
+  if (auto v = r.integer("concurrent_sessions", 1, max_concurrent_sessions)) {
+    c.concurrent_sessions = static_cast<std::uint32_t>(*v);
+  }
+  if (auto v = r.duration("heartbeat")) {
+    if (v->count() != 0 && *v < min_heartbeat) {
+      r.fail("heartbeat", "must be \"0s\" (none) or at least 1s");
+    }
+    c.heartbeat = *v;
+  }
   if (auto v = r.duration("register_timeout")) c.register_timeout = *v;
   if (const auto* v = t.get("encrypt")) {
     const auto b = v->value<bool>();
@@ -222,7 +263,8 @@ namespace {
 
 feed_config from_table(const toml::table& t, const std::string& source) {
   const table_reader r(t, "", source,
-                       {"interface", "key", "site_keys", "rate", "journal", "retention", "retained",
+                       {"interface", "key", "site_keys", "rate", "rate_max", "journal",
+                        "retention", "retained",
                         "control_socket", "control_group", "http", "channel", "wis2"});
   feed_config c;
   const auto itf = r.required_string("interface", "\"10.0.0.5\"");
@@ -235,12 +277,24 @@ feed_config from_table(const toml::table& t, const std::string& source) {
       r.fail("site_keys", "needs 'key' (only signed sessions check site keys)");
     c.site_keys = *v;
   }
-  if (auto v = r.rate("rate")) {
+  if (r.string("rate") == std::optional<std::string>("auto")) {
+    // Every session's rate follows its sites (TFMCC), each within its share of rate_max.
+    const auto m = r.rate("rate_max");
+    if (!m) {
+      throw config_error(source +
+                         ": rate = \"auto\" needs 'rate_max': the highest total rate the "
+                         "channels may reach together (e.g. rate_max = \"1G\")");
+    }
+    c.rate_auto = true;
+    c.rate_max_bps = *m;
+    c.rate_bps = *m;
+  } else if (auto v = r.rate("rate")) {
+    if (r.get("rate_max")) r.fail("rate_max", "is only for rate = \"auto\"");
     c.rate_bps = *v;
   } else {
     throw config_error(source +
                        ": 'rate' is required: the total multicast rate of every channel "
-                       "together (e.g. rate = \"500M\")");
+                       "together (e.g. rate = \"500M\"), or \"auto\" with rate_max");
   }
   c.journal = r.required_string("journal", "\"/var/lib/mcdist-feed/journal.db\"");
   if (auto v = r.duration("retention")) c.retention = *v;
@@ -336,6 +390,11 @@ feed_config from_table(const toml::table& t, const std::string& source) {
         throw config_error(source + ": channel \"" + cc.name + "\": after = \"move:" +
                            cc.move_dir.string() + "\" lies inside its spool " + s.string());
       }
+    }
+    if (const auto why = sender::profile_problem(cc.profile, !cc.receivers.empty(), cc.encrypt,
+                                                 c.rate_auto, sender::setting_names::toml);
+        !why.empty()) {
+      throw config_error(source + ": channel \"" + cc.name + "\": " + why);
     }
     if (cc.encrypt && (c.key_file.empty() || c.site_keys.empty())) {
       throw config_error(source + ": channel \"" + cc.name +

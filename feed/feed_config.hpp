@@ -7,6 +7,7 @@
 
 #include "common/endpoint.hpp"
 #include "common/wis2/wis2_publisher.hpp"
+#include "sender/io/session_profile.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -67,8 +68,23 @@ struct channel_config {
   int ttl = 1;  ///< multicast TTL, hops
   /// Closed group: these sites must take part in every session (empty: open group).
   std::vector<std::string> receivers;
-  /// Open group: how long a session accepts registrations (pass 1 starts at once, eager).
-  std::chrono::nanoseconds register_window = std::chrono::seconds(1);
+  /// How its sessions are sent, in mcdist-send's words (sender/io/session_profile.hpp):
+  /// fec_k, fec_depth, fec_overhead, silent_passes, fallback, register_window. A channel's
+  /// register_window defaults to 1 s (a hub's sites listen all the time), the rest to
+  /// mcdist-send's defaults.
+  sender::session_profile profile = [] {
+    sender::session_profile p;
+    p.register_window = std::chrono::seconds(1);
+    return p;
+  }();
+  /// Sessions of this channel sent at once (batches, catch-ups and resends together): a long
+  /// field no longer holds the channel's later products behind it; each session's rate is its
+  /// share of the channel's (arbiter.hpp).
+  std::uint32_t concurrent_sessions = 2;
+  /// How often the channel announces its newest session number while idle (and between
+  /// sessions), so a returning site reports its gaps without waiting for the next product
+  /// (wire heartbeat; docs/design-notes.md "Heartbeats"). 0: never.
+  std::chrono::nanoseconds heartbeat = std::chrono::seconds(10);
   /// Closed group: longest wait for every listed site.
   std::chrono::nanoseconds register_timeout = std::chrono::seconds(10);
   /// Encrypted sessions (mcdist-send --encrypt; needs the feed's key and site_keys): manifest,
@@ -82,6 +98,10 @@ struct feed_config {
   std::filesystem::path key_file;   ///< sender key (mcdist-keygen); empty: unsigned sessions
   std::filesystem::path site_keys;  ///< "SITE-ID KEY" lines (sender_app read_site_keys); optional
   std::uint64_t rate_bps = 100'000'000;  ///< total multicast rate of all channels, bit/s
+  /// `rate = "auto"`: every session's rate follows its sites' reports (mcdist-send --rate auto,
+  /// TFMCC), within its priority share of rate_max_bps; rate_bps is then rate_max_bps.
+  bool rate_auto = false;
+  std::uint64_t rate_max_bps = 0;  ///< `rate_max`, with rate auto: the ceiling of every channel
   std::filesystem::path journal;         ///< hub journal (SQLite)
   /// How long sent products stay in retained_dir for catch-up and resend (0 = none kept).
   std::chrono::nanoseconds retention = std::chrono::hours(24);

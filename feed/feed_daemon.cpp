@@ -72,6 +72,10 @@ std::string join(const std::vector<std::string>& v) {
 
 const char* kind_name(session_kind k) { return to_string(k).data(); }
 
+/// A channel's sessions' sender name (and its heartbeats'): an unsigned channel's sites key its
+/// session numbers by it.
+std::string sender_name_of(const channel_config& c) { return "mcdist-feed " + c.name; }
+
 }  // namespace
 
 feed_daemon::feed_daemon(boost::asio::io_context& io, feed_config cfg,
@@ -107,7 +111,7 @@ feed_daemon::feed_daemon(boost::asio::io_context& io, feed_config cfg,
     channel_state s{&c,
                     batcher({c.batch_window, c.batch_max_files, c.batch_max_bytes}),
                     std::make_unique<boost::asio::steady_timer>(io),
-                    std::nullopt,
+                    {},
                     {},
                     false,
                     0};
@@ -168,10 +172,73 @@ void feed_daemon::start() {
                           std::filesystem::path(m_cfg.journal.string() + "-shm")}) {
     if (const auto id = identity_of(own)) m_own_files.push_back(*id);
   }
+  start_unicast();
+  m_heartbeats = std::make_unique<heartbeat_service>(
+      m_io, m_cfg.interface, m_identity ? &*m_identity : nullptr, m_site_keys,
+      [this](std::size_t ch) { return m_journal.last_seq(m_cfg.channels[ch].name); },
+      [this](std::size_t ch) {
+        std::vector<wire::seq_span> under_way;
+        for (const auto& r : m_channels[ch].runs) {
+          if (r->seq > 0) under_way.emplace_back(r->seq, r->seq);
+        }
+        std::sort(under_way.begin(), under_way.end());
+        return under_way;
+      },
+      [this](std::size_t ch, const std::string& site, const std::vector<wire::seq_span>& gaps) {
+        if (ch < m_channels.size() && !m_channels[ch].retired && !m_stopping) {
+          request_catch_up(ch, site, {gaps.begin(), gaps.end()});
+        }
+      },
+      m_log);
+  m_heartbeats->set_channels(heartbeat_channels());
   m_watcher = std::make_unique<spool_watcher>(
       m_io, m_cfg.channels, [this](spooled_file f) { on_found(std::move(f)); }, m_log);
   m_watcher->start();
   do_expire();
+}
+
+std::vector<heartbeat_channel> feed_daemon::heartbeat_channels() const {
+  std::vector<heartbeat_channel> out;
+  for (std::size_t i = 0; i < m_channels.size(); ++i) {
+    const auto& c = *m_channels[i].cfg;
+    out.push_back({c.name, c.group, c.ttl,
+                   m_channels[i].retired ? std::chrono::nanoseconds(0) : c.heartbeat,
+                   sender_name_of(c)});
+  }
+  return out;
+}
+
+void feed_daemon::start_unicast() {
+  unicast::server_options so;
+  endpoint local = m_cfg.interface;
+  local.port = 0;
+  so.sctp_udp = local;
+  so.tcp = local;
+  unicast::server_events ev;
+  ev.on_session_start = [this](const unicast::session_info& info) {
+    if (const auto it = m_apps.find(info.session); it != m_apps.end()) {
+      it->second->on_unicast_start(info);
+    }
+  };
+  ev.on_session_end = [this](const unicast::session_info& info, const unicast::session_stats&,
+                             const std::error_code& ec, const std::string& detail) {
+    if (const auto it = m_apps.find(info.session); it != m_apps.end()) {
+      it->second->on_unicast_end(info, ec, detail);
+    }
+  };
+  m_unicast = std::make_unique<unicast::server>(m_io, so, ev);
+  std::string detail;
+  if (auto ec = m_unicast->start(detail)) {
+    m_log->warn(
+        "unicast fallback: the shared server cannot start ({}); sessions fall back over TCP "
+        "listeners of their own",
+        detail);
+    m_unicast.reset();
+    return;
+  }
+  m_log->info("unicast fallback for every channel: SCTP over UDP on {}, TCP on {}",
+              m_unicast->sctp_udp_endpoint() ? m_unicast->sctp_udp_endpoint()->to_string() : "-",
+              m_unicast->tcp_endpoint() ? m_unicast->tcp_endpoint()->to_string() : "-");
 }
 
 void feed_daemon::on_found(spooled_file f) {
@@ -245,13 +312,13 @@ void feed_daemon::queue_product(std::size_t ch, const product& p) {
   const auto now_state = m_journal.get(p.id);
   if (!now_state || now_state->state != product_state::queued) return;
   if (!cs.batch.add(p, from_steady(steady::now()))) return;
-  if (!cs.run) maybe_start(ch);
+  maybe_start(ch);
 }
 
 void feed_daemon::arm_batch_timer(std::size_t ch) {
   auto& cs = m_channels[ch];
   const auto when = cs.batch.deadline();
-  if (!when || cs.run || m_stopping) return;
+  if (!when || cs.runs.size() >= cs.cfg->concurrent_sessions || m_stopping) return;
   cs.timer->expires_at(to_steady(*when));
   cs.timer->async_wait([this, ch](const boost::system::error_code& ec) {
     if (!ec) maybe_start(ch);
@@ -262,12 +329,24 @@ void feed_daemon::maybe_start(std::size_t ch) {
   MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   auto& cs = m_channels[ch];
   if (cs.retired) return;
-  while (!cs.run && !m_stopping) {
+  while (cs.runs.size() < cs.cfg->concurrent_sessions && !m_stopping) {
     const bool batch_ready = cs.batch.ready(from_steady(steady::now()));
-    // Catch-up and resend alternate with batches, so neither starves the other.
-    if (!cs.extras.empty() && (!batch_ready || !cs.last_was_extra)) {
+    // Catch-up and resend alternate with batches, so neither starves the other. An extra
+    // session waits while a product of it is still being sent (a site would store it twice,
+    // and run its actions twice).
+    const bool extra_ready =
+        !cs.extras.empty() &&
+        std::none_of(cs.extras.front().products.begin(), cs.extras.front().products.end(),
+                     [&](const auto& kv) { return name_in_flight(ch, kv.second, true); });
+    if (extra_ready && (!batch_ready || !cs.last_was_extra)) {
       auto req = std::move(cs.extras.front());
       cs.extras.pop_front();
+      if (req.kind == session_kind::catchup) {
+        // A newer version that went out since the request makes a product of it moot: sent
+        // now, it would put the site back (a resend is the operator's choice and goes as is).
+        std::erase_if(req.products, [&](const auto& kv) { return m_journal.superseded(kv.second); });
+        if (req.products.empty()) continue;
+      }
       std::vector<product> ps;
       for (auto& [id, p] : req.products) ps.push_back(std::move(p));
       cs.last_was_extra = true;
@@ -276,9 +355,22 @@ void feed_daemon::maybe_start(std::size_t ch) {
     }
     if (!batch_ready) break;
     cs.last_was_extra = false;
-    start_session(ch, session_kind::batch, cs.batch.take(), nullptr);
+    auto batch = cs.batch.take([&](const product& p) { return name_in_flight(ch, p, false); });
+    // Everything waiting is a new version of a product still being sent: wait for that
+    // session's end (on_session_done starts again).
+    if (batch.empty()) return;
+    start_session(ch, session_kind::batch, std::move(batch), nullptr);
   }
-  if (!cs.run) arm_batch_timer(ch);
+  if (cs.runs.size() < cs.cfg->concurrent_sessions) arm_batch_timer(ch);
+}
+
+bool feed_daemon::name_in_flight(std::size_t ch, const product& p, bool same_too) const {
+  for (const auto& r : m_channels[ch].runs) {
+    for (const auto& q : r->products) {
+      if (q.name == p.name && (same_too || q.id != p.id)) return true;
+    }
+  }
+  return false;
 }
 
 bool feed_daemon::start_session(std::size_t ch, session_kind kind, std::vector<product> products,
@@ -348,19 +440,21 @@ bool feed_daemon::start_session(std::size_t ch, session_kind kind, std::vector<p
     return false;
   }
 
-  running run;
+  auto owned = std::make_unique<running>();
+  running& run = *owned;
   run.kind = kind;
+  run.channel = ch;
   run.claim = {cc.priority, cc.share, cc.cap_bps};
   sender::sender_config sc;
   std::random_device rd;
   sc.session = session_id{rd() | 1u};
-  sc.register_window = cc.register_window;
+  cc.profile.apply(sc);
   sc.register_timeout = cc.register_timeout;
-  sc.sender_name = "mcdist-feed " + cc.name;
-  // usrsctp is one stack per process with one listener on a port: channels sending at once
-  // would collide on it (and its set-up costs ~100 ms per session, a warning's whole budget).
-  // Kernel TCP listeners are per session.
-  sc.fallback = sender::fallback_mode::tcp;
+  sc.sender_name = sender_name_of(cc);
+  if (m_cfg.rate_auto) {
+    sc.rate_auto = true;
+    sc.rate_max_bps = m_cfg.rate_max_bps;  // rebalance() lowers it to the session's share
+  }
   // An encrypted channel's fallback seals its frames (common/unicast/record_seal.hpp).
   std::set<std::pair<std::uint64_t, std::uint64_t>> no_ranges;
   if (batch) {
@@ -374,14 +468,8 @@ bool feed_daemon::start_session(std::size_t ch, session_kind kind, std::vector<p
     set_sequence(sc, cc.name, 0, extra->seqs);
   }
   // This session's rate: its place among the running ones (rebalance() updates the others).
-  {
-    std::vector<rate_claim> claims;
-    for (const auto& c : m_channels) {
-      if (c.run) claims.push_back(c.run->claim);
-    }
-    claims.push_back(run.claim);
-    sc.rate_bps = share_rate(m_cfg.rate_bps, claims).back();
-  }
+  sc.rate_bps = session_rates(ch).front();
+  if (sc.rate_auto) sc.rate_max_bps = sc.rate_bps;
   sender::app_options opts;
   opts.group = cc.group;
   opts.interface = m_cfg.interface;
@@ -389,6 +477,11 @@ bool feed_daemon::start_session(std::size_t ch, session_kind kind, std::vector<p
   opts.identity = m_identity;
   opts.site_keys = m_site_keys;
   opts.encrypt = cc.encrypt;
+  opts.shared_unicast = m_unicast.get();
+  if (!m_unicast && sc.fallback != sender::fallback_mode::off) {
+    // Without the shared server only per-session kernel TCP listeners can coexist.
+    sc.fallback = sender::fallback_mode::tcp;
+  }
 
   std::vector<std::int64_t> ids;
   for (const auto& p : sent) ids.push_back(p.id);
@@ -421,30 +514,64 @@ bool feed_daemon::start_session(std::size_t ch, session_kind kind, std::vector<p
       run.products.size(), run.products.size() == 1 ? "" : "s",
       format_bytes(static_cast<double>(bytes)), format_rate(static_cast<double>(sc.rate_bps)));
   auto* app = run.app.get();
-  cs.run = std::move(run);
+  m_apps[sc.session] = app;
+  const running* key = owned.get();
+  cs.runs.push_back(std::move(owned));
   ++cs.sessions;
-  app->start([this, ch](sender::run_result r) { on_session_done(ch, std::move(r)); });
+  app->start([this, ch, key](sender::run_result r) { on_session_done(ch, key, std::move(r)); });
   rebalance();
   return true;
 }
 
-void feed_daemon::rebalance() {
+std::vector<std::uint64_t> feed_daemon::session_rates(std::optional<std::size_t> adding) const {
+  // One claim per channel with sessions under way (and the channel a session is being added
+  // to), the channel's rate then split equally among its sessions.
   std::vector<rate_claim> claims;
-  std::vector<sender::sender_app*> apps;
-  for (auto& c : m_channels) {
-    if (!c.run) continue;
-    claims.push_back(c.run->claim);
-    apps.push_back(c.run->app.get());
+  std::vector<std::size_t> counts;
+  std::size_t added_at = 0;
+  for (std::size_t i = 0; i < m_channels.size(); ++i) {
+    const auto& c = m_channels[i];
+    const bool add = adding && *adding == i;
+    const auto n = c.runs.size() + (add ? 1 : 0);
+    if (n == 0) continue;
+    claims.push_back({c.cfg->priority, c.cfg->share, c.cfg->cap_bps});
+    counts.push_back(n);
+    if (add) added_at = claims.size() - 1;
   }
-  const auto rates = share_rate(m_cfg.rate_bps, claims);
-  for (std::size_t i = 0; i < apps.size(); ++i) apps[i]->set_rate(rates[i]);
+  const auto per_channel = share_rate(m_cfg.rate_bps, claims);
+  if (adding) {
+    // The new session's rate alone.
+    const auto rates = split_rate(std::span(&per_channel[added_at], 1),
+                                  std::span(&counts[added_at], 1), m_cfg.rate_bps);
+    return {rates.back()};
+  }
+  return split_rate(per_channel, counts, m_cfg.rate_bps);
 }
 
-void feed_daemon::on_session_done(std::size_t ch, sender::run_result r) {
+void feed_daemon::rebalance() {
+  std::vector<sender::sender_app*> apps;
+  for (auto& c : m_channels) {
+    for (auto& r : c.runs) apps.push_back(r->app.get());
+  }
+  const auto rates = session_rates(std::nullopt);
+  for (std::size_t i = 0; i < apps.size(); ++i) {
+    // A rate-auto session keeps finding its rate below the share, its ceiling.
+    apps[i]->set_rate(rates[i]);
+  }
+}
+
+void feed_daemon::on_session_done(std::size_t ch, const running* which, sender::run_result r) {
   MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   auto& cs = m_channels[ch];
-  running run = std::move(*cs.run);
-  cs.run.reset();
+  const auto it = std::find_if(cs.runs.begin(), cs.runs.end(),
+                               [&](const auto& p) { return p.get() == which; });
+  if (it == cs.runs.end()) return;
+  running run = std::move(**it);
+  cs.runs.erase(it);
+  m_apps.erase(r.report.session);
+  // The app withdrew its grants when its session ended; this holds whatever the path to the
+  // end, since the grants name the app's files, destroyed below.
+  if (m_unicast) m_unicast->end_session(r.report.session);
   const auto& cc = *cs.cfg;
   const bool aborted = m_stopping || !r.error.empty();
   const bool dispose_now = run.kind == session_kind::batch && !m_stopping;
@@ -580,8 +707,24 @@ void feed_daemon::request_catch_up(
   extra_request req;
   req.kind = session_kind::catchup;
   req.sites.insert(site);
-  std::size_t n = 0;
+  // Sessions of the channel still under way are not missed: a site reports a number below
+  // the newest as missing while its session runs, when sessions run concurrently.
+  std::set<std::uint64_t> running_seqs;
+  for (const auto& r : m_channels[ch].runs) {
+    if (r->seq > 0) running_seqs.insert(r->seq);
+  }
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> wanted;
   for (const auto& [from, to] : ranges) {
+    std::uint64_t cursor = from;
+    for (auto it = running_seqs.lower_bound(from); it != running_seqs.end() && *it <= to; ++it) {
+      if (*it > cursor) wanted.emplace_back(cursor, *it - 1);
+      cursor = *it + 1;
+    }
+    if (cursor <= to && cursor >= from) wanted.emplace_back(cursor, to);
+  }
+  std::size_t n = 0;
+  std::size_t superseded = 0;
+  for (const auto& [from, to] : wanted) {
     if (n++ == max_catch_up_ranges) break;
     const auto ps = m_journal.products_of_seqs(cc.name, from, to);
     if (ps.empty()) {
@@ -593,7 +736,18 @@ void feed_daemon::request_catch_up(
       continue;
     }
     req.seqs.insert({from, to});
-    for (const auto& p : ps) req.products.emplace(p.id, p);
+    for (const auto& p : ps) {
+      // A newer version went out since: sending this one would put the site back.
+      if (m_journal.superseded(p)) {
+        ++superseded;
+        continue;
+      }
+      req.products.emplace(p.id, p);
+    }
+  }
+  if (superseded > 0) {
+    m_log->info("channel {}: catch-up for {}: {} product{} left out, newer versions were sent",
+                cc.name, site, superseded, superseded == 1 ? "" : "s");
   }
   if (req.products.empty()) return;
   m_log->info(
@@ -616,7 +770,7 @@ void feed_daemon::add_extra(std::size_t ch, extra_request req) {
     return;
   }
   cs.extras.push_back(std::move(req));
-  if (!cs.run) maybe_start(ch);
+  maybe_start(ch);
 }
 
 std::optional<std::string> feed_daemon::retain(std::size_t ch, const product& p,
@@ -714,10 +868,11 @@ void feed_daemon::stop(std::function<void()> done) {
   m_stopping = true;
   m_stopped = std::move(done);
   m_watcher.reset();
+  if (m_heartbeats) m_heartbeats->stop();
   m_expire_timer.cancel();
   for (auto& c : m_channels) {
     c.timer->cancel();
-    if (c.run) c.run->app->abort("the feed is shutting down");
+    for (auto& r : c.runs) r->app->abort("the feed is shutting down");
   }
   check_stopped();
 }
@@ -725,7 +880,7 @@ void feed_daemon::stop(std::function<void()> done) {
 void feed_daemon::check_stopped() {
   if (!m_stopping || !m_stopped) return;
   for (const auto& c : m_channels) {
-    if (c.run) return;
+    if (!c.runs.empty()) return;
   }
   // After the posted destruction of the last app.
   boost::asio::post(m_io, [f = std::move(m_stopped)] { f(); });
@@ -738,6 +893,24 @@ nlohmann::json feed_daemon::status() const {
   j["stopping"] = m_stopping;
   auto& list = j["channels"] = nlohmann::json::array();
   j["config_reloads"] = {{"success", m_reloads_ok}, {"failure", m_reloads_failed}};
+  j["rate"] = m_cfg.rate_auto ? "auto" : "fixed";
+  if (m_heartbeats) {
+    const auto& h = m_heartbeats->counters();
+    j["heartbeats"] = {{"sent", h.sent},
+                       {"gap_reports", h.reports_taken},
+                       {"gap_reports_refused", h.reports_refused},
+                       {"gap_reports_too_soon", h.reports_too_soon}};
+  }
+  if (m_unicast) {
+    const auto& u = m_unicast->counters();
+    j["fallback"] = {
+        {"sctp", m_unicast->sctp_udp_endpoint() ? m_unicast->sctp_udp_endpoint()->to_string() : ""},
+        {"tcp", m_unicast->tcp_endpoint() ? m_unicast->tcp_endpoint()->to_string() : ""},
+        {"sessions_active", m_unicast->active_sessions()},
+        {"hellos_refused", u.hellos_refused},
+        {"per_source_refused", u.per_source_refused},
+        {"handshakes_evicted", u.handshakes_evicted}};
+  }
   if (m_wis2) {
     const auto ws = m_wis2->stats();
     j["wis2"] = {{"topic", m_wis2->action().topic}, {"connected", ws.connected},
@@ -754,14 +927,25 @@ nlohmann::json feed_daemon::status() const {
     o["waiting_bytes"] = c.batch.bytes();
     o["pending_extra_sessions"] = c.extras.size();
     o["sessions"] = c.sessions;
-    if (c.run) {
-      o["running"] = {{"kind", to_string(c.run->kind)},
-                      {"seq", c.run->seq},
-                      {"products", c.run->products.size()},
-                      {"rate_bps", c.run->app->rate_bps()}};
-    } else {
-      o["running"] = nullptr;
+    // The oldest session under way (the page's column), and every one of them.
+    auto& list_running = o["sessions_running"] = nlohmann::json::array();
+    for (const auto& r : c.runs) {
+      list_running.push_back({{"kind", to_string(r->kind)},
+                              {"seq", r->seq},
+                              {"products", r->products.size()},
+                              {"rate_bps", r->app->rate_bps()}});
     }
+    o["running"] = c.runs.empty() ? nlohmann::json(nullptr) : list_running.front();
+    const auto& p = c.cfg->profile;
+    o["profile"] = {{"fec_k", p.fec_k},
+                    {"fec_depth", p.fec_depth},
+                    {"fec_overhead", p.fec_overhead},
+                    {"silent_passes", p.silent_passes},
+                    {"fallback", sender::to_string(p.fallback)},
+                    {"register_window_s", std::chrono::duration<double>(p.register_window).count()},
+                    {"concurrent_sessions", c.cfg->concurrent_sessions},
+                    {"heartbeat_s", std::chrono::duration<double>(c.cfg->heartbeat).count()},
+                    {"rate", m_cfg.rate_auto ? "auto" : "fixed"}};
     list.push_back(std::move(o));
   }
   return j;

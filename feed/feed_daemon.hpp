@@ -8,16 +8,20 @@
 /// retained directory for catch-up and resend. Sites that report sequence gaps in REGISTER get
 /// a catch-up session of the retained products; an operator's resend is served the same way.
 ///
-/// One channel runs one session at a time; a batch, a catch-up and a resend of one channel
-/// queue behind each other, while other channels go on (a warning never waits for a model
-/// field of another channel).
+/// A channel runs up to `concurrent_sessions` sessions at once (batches, catch-ups and resends
+/// together, sharing the channel's rate equally), so a short product is not held behind a long
+/// field of its own channel, and other channels go on by priority (a warning never waits for a
+/// model field). A new version of a product waits while a session of its channel still sends
+/// an older one, so versions reach the sites in order.
 
 #include "common/single_thread.hpp"
+#include "common/unicast/server.hpp"
 #include "feed/arbiter.hpp"
 #include "feed/batcher.hpp"
 #include "feed/control_protocol.hpp"
 #include "feed/feed_board.hpp"
 #include "feed/feed_config.hpp"
+#include "feed/heartbeat_service.hpp"
 #include "feed/journal.hpp"
 #include "feed/spool_file.hpp"
 #include "feed/spool_watcher.hpp"
@@ -126,6 +130,7 @@ class feed_daemon {
 
  private:
   struct running {
+    std::size_t channel = 0;  ///< index of its channel
     std::unique_ptr<sender::sender_app> app;
     session_kind kind = session_kind::batch;
     std::uint64_t seq = 0;
@@ -141,7 +146,8 @@ class feed_daemon {
     const channel_config* cfg = nullptr;
     batcher batch;
     std::unique_ptr<boost::asio::steady_timer> timer;
-    std::optional<running> run;
+    /// Its sessions under way, oldest first (at most cfg->concurrent_sessions).
+    std::vector<std::unique_ptr<running>> runs;
     std::deque<extra_request> extras;
     bool last_was_extra = false;
     std::uint64_t sessions = 0;
@@ -155,7 +161,10 @@ class feed_daemon {
   void arm_batch_timer(std::size_t ch);
   bool start_session(std::size_t ch, session_kind kind, std::vector<product> products,
                      const extra_request* extra);
-  void on_session_done(std::size_t ch, sender::run_result r);
+  void on_session_done(std::size_t ch, const running* which, sender::run_result r);
+  /// True when a session of channel `ch` under way sends another version of `p` (or, with
+  /// `same_too`, `p` itself): a batch holds a new version back, an extra session waits.
+  bool name_in_flight(std::size_t ch, const product& p, bool same_too) const;
   void record_outcomes(std::size_t ch, const running& run, const sender::run_result& r);
   void request_catch_up(std::size_t ch, const std::string& site,
                         const std::vector<std::pair<std::uint64_t, std::uint64_t>>& ranges);
@@ -169,6 +178,10 @@ class feed_daemon {
   /// Refuses a spool file at intake (its name cannot be a product): journaled failed with
   /// `why`, moved below its spool's rejected_dir_name, logged.
   void reject(const spooled_file& f, const std::string& why);
+  /// Every running session's rate, bit/s, in channel and session order: channels by strict
+  /// priority (share_rate), each channel's rate split equally among its sessions
+  /// (split_rate). With `adding`: only the rate of a session about to start on that channel.
+  std::vector<std::uint64_t> session_rates(std::optional<std::size_t> adding) const;
   void rebalance();
   void do_expire();
   void check_stopped();
@@ -183,6 +196,17 @@ class feed_daemon {
   std::map<std::string, crypto::key32, std::less<>> m_site_keys;
   std::vector<channel_state> m_channels;
   std::unique_ptr<spool_watcher> m_watcher;
+  /// The unicast fallback server every session of every channel shares (one usrsctp stack per
+  /// process, one SCTP-over-UDP and one TCP listener), its events routed to the session's app
+  /// by session id; null when it could not start (sessions then fall back over TCP listeners
+  /// of their own).
+  std::unique_ptr<unicast::server> m_unicast;
+  std::map<session_id, sender::sender_app*> m_apps;  ///< running sessions, for m_unicast's events
+  void start_unicast();
+  /// Every channel's heartbeats and the gap reports they bring back (null before start()).
+  std::unique_ptr<heartbeat_service> m_heartbeats;
+  /// The channels as the heartbeats see them (a retired one sends none).
+  std::vector<heartbeat_channel> heartbeat_channels() const;
   /// The hub's own files (key, site keys, journal): never sent, even if a producer hard-links
   /// one into a spool.
   std::vector<file_identity> m_own_files;

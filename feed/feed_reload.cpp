@@ -78,7 +78,7 @@ bool feed_daemon::reload(const std::function<feed_config()>& source) {
       cs.timer->cancel();
       if (m_watcher) m_watcher->remove_channel(i);
       changes.push_back("channel " + cur.name + " removed" +
-                        (cs.run ? " (its session under way finishes)" : ""));
+                        (!cs.runs.empty() ? " (its sessions under way finish)" : ""));
       continue;
     }
     matched[static_cast<std::size_t>(it - next.channels.begin())] = true;
@@ -89,7 +89,9 @@ bool feed_daemon::reload(const std::function<feed_config()>& source) {
         cur.batch_window != it->batch_window || cur.batch_max_files != it->batch_max_files ||
         cur.batch_max_bytes != it->batch_max_bytes || cur.after != it->after ||
         cur.move_dir != it->move_dir || cur.ttl != it->ttl || cur.receivers != it->receivers ||
-        cur.register_window != it->register_window || cur.register_timeout != it->register_timeout;
+        cur.profile != it->profile || cur.register_timeout != it->register_timeout ||
+        cur.concurrent_sessions != it->concurrent_sessions || cur.heartbeat != it->heartbeat ||
+        cur.encrypt != it->encrypt;
     if (!changed) continue;
     cur = *it;  // the pointer cs.cfg stays valid: same element
     cs.batch.set_limits({cur.batch_window, cur.batch_max_files, cur.batch_max_bytes});
@@ -105,7 +107,7 @@ bool feed_daemon::reload(const std::function<feed_config()>& source) {
         channel_state{nullptr,
                       batcher({c.batch_window, c.batch_max_files, c.batch_max_bytes}),
                       std::make_unique<boost::asio::steady_timer>(m_io),
-                      std::nullopt,
+                      {},
                       {},
                       false,
                       0,
@@ -160,6 +162,10 @@ bool feed_daemon::reload(const std::function<feed_config()>& source) {
   for (const auto& c : changes) summary += (summary.empty() ? "" : "; ") + c;
   m_log->info("SIGHUP: configuration reloaded: {} ({} channel{} now)",
               summary.empty() ? "no change" : summary, live, live == 1 ? "" : "s");
+  if (m_heartbeats) {
+    m_heartbeats->set_site_keys(m_site_keys);
+    m_heartbeats->set_channels(heartbeat_channels());
+  }
   rebalance();
   for (std::size_t i = 0; i < m_channels.size(); ++i) maybe_start(i);
   return true;

@@ -205,7 +205,11 @@ void hub_journal::create_or_migrate() {
                                " is an SQLite database but not an mcdist hub journal");
     m_db.exec(schema_v1);
   }
-  // Later versions: `if (v < 2) { ALTER TABLE ... }`, each step in this same transaction.
+  // Each later version's step, in this same transaction.
+  if (v < 2) {
+    // superseded(): is there a newer version of a product's name on its channel.
+    m_db.exec("CREATE INDEX IF NOT EXISTS products_name ON products(channel, name, id)");
+  }
   m_db.set_user_version(schema_version);
   tx.commit();
 }
@@ -259,6 +263,13 @@ std::uint64_t hub_journal::next_seq(std::string_view channel) {
   st.reset();
   tx.commit();
   return seq;
+}
+
+std::uint64_t hub_journal::last_seq(std::string_view channel) {
+  auto st = m_db.prepare("SELECT last_seq FROM channels WHERE channel = ?1");
+  st.bind(1, channel);
+  if (!st.step()) return 0;
+  return static_cast<std::uint64_t>(st.column_int64(0));
 }
 
 std::int64_t hub_journal::begin_session(const session_row& s,
@@ -407,6 +418,14 @@ std::vector<product> hub_journal::products_of_seqs(std::string_view channel, std
   f.channel = std::string(channel);
   f.seqs = {from, to};
   return find_products(f);
+}
+
+bool hub_journal::superseded(const product& p) {
+  auto st = m_db.prepare(
+      "SELECT 1 FROM products WHERE channel = ?1 AND name = ?2 AND id > ?3 AND state IN "
+      "('sent', 'sending') LIMIT 1");
+  st.bind(1, p.channel).bind(2, p.name).bind(3, p.id);
+  return st.step();
 }
 
 std::vector<product> hub_journal::find_products(const product_filter& f) {

@@ -176,7 +176,8 @@ struct expire_result {
 class hub_journal {
  public:
   /// Current schema version (PRAGMA user_version); older files are migrated on open.
-  static constexpr int schema_version = 1;
+  /// 2: the index products_name (superseded()).
+  static constexpr int schema_version = 2;
 
   /// Opens (creating it and its schema if absent) the journal read-write in WAL mode.
   /// @param file  the journal; its directory must exist
@@ -201,6 +202,8 @@ class hub_journal {
   /// Allocates the channel's next session sequence number (1, 2, ...) and persists it, so that
   /// numbers survive a restart and are never reused.
   std::uint64_t next_seq(std::string_view channel);
+  /// The channel's newest sequence number allocated (0: none yet), read only.
+  std::uint64_t last_seq(std::string_view channel);
 
   /// Records a session and the products it carries, and marks them 'sending'. For a batch
   /// session (kind batch, seq > 0) the products' seq becomes the session's.
@@ -251,6 +254,11 @@ class hub_journal {
 
   /// Products whose batch seq is in [from, to] on a channel and that are still retained,
   /// ordered by seq then id.
+  /// True when a newer version of `p` (the same channel and name, a later id) was sent or is
+  /// being sent: a catch-up leaves `p` out, so a site never gets an older version after a
+  /// newer one.
+  bool superseded(const product& p);
+
   std::vector<product> products_of_seqs(std::string_view channel, std::uint64_t from,
                                         std::uint64_t to);
 

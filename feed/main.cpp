@@ -40,7 +40,9 @@ CONFIGURATION (TOML, --config):
                                     "credential:NAME": the systemd credential NAME (the
                                     packaged unit: LoadCredential=hub.key:/etc/mcdist/feed.key)
   site_keys = "/etc/mcdist/sites"   optional: only these sites may register ("SITE-ID KEY" lines)
-  rate = "500M"                     total multicast rate of every channel together, bit/s
+  rate = "500M"                     total multicast rate of every channel together, bit/s;
+                                    "auto" with rate_max = "1G": each session's rate follows
+                                    its sites (TFMCC) within its priority share of rate_max
   journal = "/var/lib/mcdist-feed/journal.db"   SQLite journal: outbox, sessions, outcomes
   retention = "24h"                 how long sent products are kept for catch-up and resend
   retained = "/var/lib/mcdist-feed/retained"    where they are kept (hard links when possible)
@@ -74,6 +76,13 @@ CONFIGURATION (TOML, --config):
   ttl = 1                           multicast TTL
   receivers = ["site-a", "site-b"]  closed group (optional; default: any site that registers)
   register_window = "1s"            open group: how long registrations are accepted
+  fec_k = 200                       parity repairs, as mcdist-send --fec-k (0: none);
+  fec_depth = 8                     fec_depth, fec_overhead ("3%"), silent_passes as well
+  fallback = "sctp"                 the sites' unicast fallback: sctp, tcp, auto or off (one
+                                    usrsctp stack and listener serve every channel)
+  concurrent_sessions = 2           sessions of the channel at once, sharing its rate
+  heartbeat = "10s"                 multicast the newest session number this often, idle or
+                                    not: returning sites report their gaps at once ("0s": off)
   register_timeout = "10s"          closed group: longest wait for every listed site
   encrypt = true                    encrypted sessions (needs key and site_keys): only the
                                     pinned sites read names and data; the unicast

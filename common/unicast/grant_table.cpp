@@ -45,4 +45,12 @@ bool grant_table::allows(const client_grant& g, file_index file) noexcept {
   return g.all_files || std::binary_search(g.files.begin(), g.files.end(), file);
 }
 
+std::vector<fallback_token> grant_table::tokens_of(session_id session) const {
+  std::vector<fallback_token> out;
+  for (const auto& g : m_grants) {
+    if (g.session == session) out.push_back(g.token);
+  }
+  return out;
+}
+
 }  // namespace mcdist::unicast

@@ -38,6 +38,9 @@ struct client_grant {
   /// proof_key and the connection's challenge (common/unicast/record_seal.hpp). Needs
   /// proof_key. False: frames travel plain, as in every session before encryption.
   bool seal_records = false;
+  /// The files this grant's session reads, on a server shared by several sessions; null: the
+  /// server's own. Must outlive the grant (end_session withdraws it).
+  byte_source* source = nullptr;
 };
 
 class grant_table {
@@ -54,6 +57,9 @@ class grant_table {
   /// timing does not tell how much of a guessed token was right.
   const client_grant* find(const fallback_token& token, session_id session,
                            std::string_view receiver_id) const;
+
+  /// The tokens of `session`'s grants.
+  std::vector<fallback_token> tokens_of(session_id session) const;
 
   /// True when `g` allows `file`.
   static bool allows(const client_grant& g, file_index file) noexcept;

@@ -125,7 +125,8 @@ void server_state::end_handshake(handshake_gate::ticket id) {
 server_session::server_session(std::shared_ptr<server_state> state, const client_grant& grant,
                                transport_kind kind, endpoint remote, std::size_t connections,
                                std::size_t active_files, std::uint64_t nonce)
-    : m_state(std::move(state)), m_grant(grant), m_nonce(nonce),
+    : m_state(std::move(state)), m_grant(grant),
+      m_source(grant.source ? *grant.source : *m_state->source), m_nonce(nonce),
       m_scheduler(m_state->options.record_size, active_files, connections),
       m_watchdog(m_state->io) {
   m_info.token = grant.token;
@@ -245,14 +246,14 @@ std::error_code server_session::handle_control(frame_type type, std::span<const 
         detail = "more than " + std::to_string(max_pending_ranges) + " ranges pending";
         return error::request_invalid;
       }
-      const std::uint32_t files = m_state->source.file_count();
+      const std::uint32_t files = m_source.file_count();
       // Check every range before taking any, so a bad request changes nothing.
       for (const auto& r : req.ranges) {
         if (r.file.value >= files || !grant_table::allows(m_grant, r.file)) {
           detail = "request for file " + std::to_string(r.file.value) + ", not granted";
           return error::request_invalid;
         }
-        const std::uint64_t size = m_state->source.size(r.file);
+        const std::uint64_t size = m_source.size(r.file);
         if (r.offset > size || r.length > size - r.offset) {
           detail = "request for bytes [" + std::to_string(r.offset) + ", " +
                    std::to_string(r.offset + r.length) + ") of file " +
@@ -272,7 +273,7 @@ std::error_code server_session::handle_control(frame_type type, std::span<const 
         return ec;
       }
       for (const auto f : a.files) {
-        if (!grant_table::allows(m_grant, f) || f.value >= m_state->source.file_count()) {
+        if (!grant_table::allows(m_grant, f) || f.value >= m_source.file_count()) {
           detail = "ack for file " + std::to_string(f.value) + ", not granted";
           return error::protocol_violation;
         }
@@ -303,13 +304,13 @@ std::error_code server_session::fill_record(const record& r, std::vector<std::by
   if (sealer == nullptr) {
     buf.resize(record_header_size + r.length);
     write_record_header(buf, r.file, r.offset, r.length);
-    return m_state->source.read(r.file, r.offset, std::span(buf).subspan(record_header_size));
+    return m_source.read(r.file, r.offset, std::span(buf).subspan(record_header_size));
   }
   // Room for the outer header in front and the tag behind, so sealing moves nothing.
   buf.reserve(seal_overhead + record_header_size + r.length);
   buf.resize(seal_front + record_header_size + r.length);
   write_record_header(std::span(buf).subspan(seal_front), r.file, r.offset, r.length);
-  if (auto ec = m_state->source.read(r.file, r.offset,
+  if (auto ec = m_source.read(r.file, r.offset,
                                      std::span(buf).subspan(seal_front + record_header_size)))
     return ec;
   return sealer->seal(stream, buf);
@@ -319,7 +320,11 @@ std::error_code server_session::fill_record(const record& r, std::vector<std::by
 
 server::server(boost::asio::io_context& io, byte_source& source, server_options options,
                server_events events)
-    : m_state(std::make_shared<server_state>(io, source, std::move(options), std::move(events))) {}
+    : m_state(std::make_shared<server_state>(io, &source, std::move(options), std::move(events))) {}
+
+server::server(boost::asio::io_context& io, server_options options, server_events events)
+    : m_state(
+          std::make_shared<server_state>(io, nullptr, std::move(options), std::move(events))) {}
 
 server::~server() {
   m_state->silent = true;
@@ -388,7 +393,29 @@ std::optional<endpoint> server::sctp_kernel_endpoint() const {
 
 std::error_code server::register_client(client_grant grant) {
   MCDIST_ASSERT_SINGLE_THREAD(m_state->io_thread);
+  if (!grant.source && !m_state->source) return errc::invalid_field;
   return m_state->grants.add(std::move(grant));
+}
+
+void server::end_session(session_id session,
+                         const std::function<bool(const std::string& receiver_id)>& completed) {
+  MCDIST_ASSERT_SINGLE_THREAD(m_state->io_thread);
+  auto& s = *m_state;
+  std::vector<std::shared_ptr<server_session>> mine;
+  for (auto& [token, sess] : s.sessions) {
+    if (sess->info().session == session) mine.push_back(sess);
+  }
+  for (auto& sess : mine) {
+    if (completed && completed(sess->info().receiver_id)) {
+      sess->finish({}, "the receiver completed the session");
+    } else {
+      sess->finish(error::aborted, "the session ended");
+    }
+  }
+  for (const auto& token : s.grants.tokens_of(session)) {
+    s.grants.remove(token);
+    s.ended_nonces.erase(token);
+  }
 }
 
 bool server::unregister_client(const fallback_token& token) {

@@ -169,9 +169,13 @@ struct server_state;
 
 class server {
  public:
-  /// @param source must outlive the server
+  /// A server for one session's files. @param source must outlive the server
   server(boost::asio::io_context& io, byte_source& source, server_options options,
          server_events events = {});
+  /// A server shared by several sessions at once (one usrsctp stack and one set of listeners
+  /// per process, as a hub with several channels needs): each grant names its own files
+  /// (client_grant::source), and session_info::session tells the events apart.
+  server(boost::asio::io_context& io, server_options options, server_events events = {});
   /// Closes the listeners and aborts every session (on_session_end is not called).
   ~server();
   server(const server&) = delete;
@@ -191,6 +195,11 @@ class server {
   /// token
   ///         already registered.
   std::error_code register_client(client_grant grant);
+  /// Ends every unicast session of multicast session `session` as stop() ends them (done when
+  /// `completed` says its receiver completed, else aborted) and withdraws its grants; the
+  /// listeners stay open for the other sessions of a shared server.
+  void end_session(session_id session,
+                   const std::function<bool(const std::string& receiver_id)>& completed = {});
   /// Withdraws a grant and aborts its session if one is active. @return false if unknown.
   bool unregister_client(const fallback_token& token);
   /// Aborts the active session of `token` (the grant stays, so the receiver may come back).

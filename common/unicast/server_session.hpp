@@ -29,12 +29,14 @@ class tcp_listener;
 /// Everything the sessions of one server share. Owned by the server and by every live
 /// session (so a session finishing after the server is gone touches nothing freed).
 struct server_state : std::enable_shared_from_this<server_state> {
-  server_state(boost::asio::io_context& io_, byte_source& source_, server_options options_,
+  server_state(boost::asio::io_context& io_, byte_source* source_, server_options options_,
                server_events events_)
       : io(io_), source(source_), options(std::move(options_)), events(std::move(events_)) {}
 
   boost::asio::io_context& io;
-  byte_source& source;
+  /// The files of the server's one session; null for a server shared by several sessions,
+  /// whose grants each name their own (client_grant::source).
+  byte_source* source;
   server_options options;
   server_events events;
   grant_table grants;
@@ -164,6 +166,7 @@ class server_session : public std::enable_shared_from_this<server_session> {
   void do_watchdog();
 
   client_grant m_grant;  ///< a copy: the grant may be withdrawn while we run
+  byte_source& m_source;  ///< the grant's files (client_grant::source, else the server's)
   std::uint64_t m_nonce;
   record_scheduler m_scheduler;
   session_stats m_stats;

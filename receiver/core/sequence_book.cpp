@@ -95,6 +95,14 @@ sequence_report sequence_book::on_session(const std::string& channel, const std:
   }
   stream& st = it->second;
   rep.previous_seen = st.last_seen;
+  if (seq <= st.floor && seq != st.last_seen && st.last_completed == 0 &&
+      st.floor - seq < concurrent_margin) {
+    // A stream that has completed nothing yet (just created by a newer session or a
+    // heartbeat) hears an older session still under way: before this site's time, not a
+    // reset.
+    rep.last_seq = st.last_completed;
+    return rep;
+  }
   if (seq <= st.floor && seq != st.last_seen) {
     // Below everything completed or given up, and not a repeat of the newest: the hub started
     // numbering again. Starting over is the only state that matches its new numbers.
@@ -119,6 +127,55 @@ sequence_report sequence_book::on_session(const std::string& channel, const std:
   }
   if (cursor < seq && rep.missing.size() < wire::max_seq_ranges) {
     rep.missing.emplace_back(cursor, seq - 1);
+  }
+  return rep;
+}
+
+sequence_report sequence_book::on_heartbeat(const std::string& channel,
+                                            const std::string& source, std::uint64_t newest,
+                                            std::span<const wire::seq_span> running) {
+  sequence_report rep;
+  if (newest == 0) return rep;
+  const key k{channel, source};
+  auto it = m_streams.find(k);
+  if (it == m_streams.end()) {
+    ++m_changes;
+    // Created past `newest`: the site starts at the next session; create() counts `seq` seen.
+    stream& st = create(k, newest);
+    st.floor = newest;
+    rep.created = true;
+    return rep;
+  }
+  stream& st = it->second;
+  if (newest <= st.floor) {
+    rep.last_seq = st.last_completed;
+    return rep;
+  }
+  if (newest > st.last_seen) {
+    ++m_changes;
+    st.last_seen = newest;
+    normalize(st);
+  }
+  touch(st);
+  rep.last_seq = st.last_completed;
+  // Gaps in (floor, newest], oldest first, leaving out what is done or still running.
+  auto skip = [&](std::uint64_t n) {
+    if (st.done.count(n)) return true;
+    return std::any_of(running.begin(), running.end(),
+                       [n](const wire::seq_span& r) { return n >= r.first && n <= r.second; });
+  };
+  std::uint64_t n = st.floor + 1;
+  while (n <= newest && rep.missing.size() < wire::max_seq_ranges) {
+    if (skip(n)) {
+      if (n == newest) break;
+      ++n;
+      continue;
+    }
+    const std::uint64_t first = n;
+    while (n < newest && !skip(n + 1)) ++n;
+    rep.missing.emplace_back(first, n);
+    if (n == newest) break;
+    ++n;
   }
   return rep;
 }

@@ -81,6 +81,11 @@ class sequence_book {
   static constexpr std::size_t max_streams = 1024;
   /// Longest source string, bytes (a 64-byte sender name escaped as %XX is 197 bytes).
   static constexpr std::size_t max_source_bytes = 200;
+  /// A number at most this far below the floor of a stream that has completed nothing yet is an
+  /// older session still under way (a hub runs up to 16 sessions of a channel at once: feed
+  /// concurrent_sessions), heard by a site that joined after a newer one started: neither
+  /// missed nor a sign that the hub started numbering again.
+  static constexpr std::uint64_t concurrent_margin = 16;
 
   /// The source of a session from its signing key (format_public_key text; empty when
   /// unsigned) and its sender name: "key:KEY", or "name:" and the name with bytes outside
@@ -95,6 +100,15 @@ class sequence_book {
   /// @return what its REGISTER carries
   sequence_report on_session(const std::string& channel, const std::string& source,
                              std::uint64_t seq);
+  /// A heartbeat of the stream: the hub's newest number is `newest` (>= 1) and `running` are
+  /// still being sent. Records `newest` as seen (so a silent site counts what it missed) and
+  /// returns what a gap report carries: the numbers in (floor, newest] never completed and not
+  /// running, oldest first, at most wire::max_seq_ranges ranges, and last_seq. A stream never
+  /// seen is created at `newest` + 1: nothing before a site first hears of a channel is asked
+  /// for. A `newest` far below the stream's (a hub that started numbering again) changes
+  /// nothing: the next session resets the stream (on_session).
+  sequence_report on_heartbeat(const std::string& channel, const std::string& source,
+                               std::uint64_t newest, std::span<const wire::seq_span> running);
   /// Every file of the stream's session `seq` was stored or held.
   void on_completed(const std::string& channel, const std::string& source, std::uint64_t seq);
   /// A catch-up session (session_params.catch_up_seqs) completed: its numbers count as

@@ -413,6 +413,12 @@ void daemon::handle_datagram(std::size_t index, std::span<const std::byte> d, co
                              time_point now, std::optional<time_point> arrival) {
   const std::uint32_t channel =
       index != control_index ? static_cast<std::uint32_t>(index) : receiver_engine::control_channel;
+  if (index != control_index && d.size() >= wire::header_size &&
+      static_cast<wire::msg_type>(std::to_integer<std::uint8_t>(d[3])) ==
+          wire::msg_type::heartbeat) {
+    on_heartbeat(index, d, from);
+    return;
+  }
   if (index != control_index && !channel_takes(index, d)) return;
   if (announce_repeat(index, d, now)) {
     ++m_announce_repeats_unchecked;

@@ -113,6 +113,9 @@ class daemon final : public receiver_sink {
   /// Opens channel `ch` as the next channel index (socket, keyring, destination root, board,
   /// WIS2 publishers). @throws std::system_error when the socket cannot be opened
   void add_channel(const channel_config& ch);
+  /// A heartbeat on channel `index` (daemon_heartbeat.cpp): recorded; a gap report answers it
+  /// when this site misses numbers and the channel is not silent.
+  void on_heartbeat(std::size_t index, std::span<const std::byte> d, const endpoint& from);
   /// Logs whom channel `ch` trusts (a warning when it takes unsigned sessions).
   void log_trust(const channel_config& ch) const;
   /// Which channels are configured silent, by index (receiver_config::silent_channels).
@@ -297,6 +300,17 @@ class daemon final : public receiver_sink {
   /// The signed sessions taken within max_session_age, kept in TEMP/replay
   /// (receiver/io/replay_store.hpp): a recorded session replayed later is refused.
   std::unique_ptr<replay_store> m_replay;
+  /// Heartbeats checked per channel in the current second (daemon_heartbeat.cpp).
+  struct heartbeat_budget {
+    std::chrono::steady_clock::time_point window_start{};
+    std::uint32_t used = 0;
+  };
+  std::vector<heartbeat_budget> m_heartbeat_budget;
+  /// (channel as announced, source) -> the newest heartbeat taken, its sent_unix_ms.
+  std::map<std::pair<std::string, std::string>, std::uint64_t> m_heartbeat_last;
+  std::uint64_t m_heartbeats_taken = 0;
+  std::uint64_t m_heartbeats_refused = 0;
+  std::uint64_t m_gap_reports_sent = 0;
   log_limiter m_stale_sessions_logged{20};
   boost::asio::steady_timer m_unicast_poll;
   bool m_unicast_polling = false;

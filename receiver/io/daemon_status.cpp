@@ -99,6 +99,9 @@ nlohmann::json daemon::status_json() {
   j["dropped_by_drop_rate"] = m_dropped_by_option;
   j["read_pauses"] = m_read_pauses;
   j["announce_repeats_unchecked"] = m_announce_repeats_unchecked;  // auth::announce_repeat_interval
+  j["heartbeats"] = {{"taken", m_heartbeats_taken},
+                     {"refused", m_heartbeats_refused},
+                     {"gap_reports_sent", m_gap_reports_sent}};
   nlohmann::json drops = nlohmann::json::object();
   for (std::size_t i = 1; i < st.drops.counts.size(); ++i) {
     if (st.drops.counts[i])

@@ -179,6 +179,11 @@ void rate_controller::forget(std::string_view id, time_point now) {
   }
 }
 
+void rate_controller::set_ceiling(std::uint64_t rate_max_bps) noexcept {
+  m_cfg.rate_max_bps = std::max(rate_max_bps, m_cfg.rate_min_bps);
+  m_rate = std::min(m_rate, static_cast<double>(m_cfg.rate_max_bps));
+}
+
 std::uint64_t rate_controller::update(time_point now, duration grtt) noexcept {
   if (!m_started || now <= m_last) return rate_bps();
   if (m_slow_start) {

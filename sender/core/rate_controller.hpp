@@ -101,6 +101,12 @@ class rate_controller {
   /// Receiver `id` no longer takes part over multicast (unicast, completed, failed).
   void forget(std::string_view id, time_point now);
 
+  /// Changes the ceiling (a hub lowering a session's share of its total rate): the rate is
+  /// clamped to it at once, and rises to at most it from then on. At least rate_min_bps.
+  void set_ceiling(std::uint64_t rate_max_bps) noexcept;
+  /// The ceiling in force, bit/s.
+  std::uint64_t ceiling() const noexcept { return m_cfg.rate_max_bps; }
+
   /// Advances slow start and the increase to `now`. @param grtt the group RTT (slow start's
   /// doubling period) @return the sending rate, bit/s, in [rate_min_bps, rate_max_bps]
   std::uint64_t update(time_point now, duration grtt) noexcept;

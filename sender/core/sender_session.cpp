@@ -452,6 +452,17 @@ void sender_session::abort(time_point now, const std::string& why) {
 }
 
 void sender_session::set_rate(std::uint64_t rate_bps) noexcept {
+  if (m_rate) {
+    // Rate auto: the controller owns the rate; what the shell gives is its ceiling.
+    m_rate->set_ceiling(rate_bps);
+    m_cfg.rate_max_bps = m_rate->ceiling();
+    if (m_cfg.rate_bps > m_cfg.rate_max_bps) apply_rate(m_cfg.rate_max_bps);
+    return;
+  }
+  apply_rate(rate_bps);
+}
+
+void sender_session::apply_rate(std::uint64_t rate_bps) noexcept {
   m_cfg.rate_bps = rate_bps;
   m_pacer.set_rate(rate_bps);
 }

@@ -394,7 +394,9 @@ class sender_session {
   void abort(time_point now, const std::string& why);
   /// Changes the multicast rate while the session runs (mcdist-feed's strict-priority sharing
   /// of one link between channels). Bytes already paced keep their schedule; the next datagram
-  /// leaves at the new rate. @param rate_bps bit/s incl. IPv4+UDP headers, 0 = unpaced
+  /// leaves at the new rate. In a rate-auto session the rate controller owns the rate and this
+  /// is its ceiling (the rate drops to it at once if above). @param rate_bps bit/s incl.
+  /// IPv4+UDP headers, 0 = unpaced
   void set_rate(std::uint64_t rate_bps) noexcept;
   /// The multicast rate in force, bit/s (0 = unpaced).
   std::uint64_t rate_bps() const noexcept { return m_cfg.rate_bps; }
@@ -474,6 +476,8 @@ class sender_session {
   // --rate auto (sender_session_rate.cpp).
   /// Moves the pacer to the rate controller's rate as of `now`.
   void update_auto_rate(time_point now);
+  /// Puts `rate_bps` in force: the session's rate and the pacer's.
+  void apply_rate(std::uint64_t rate_bps) noexcept;
   /// The rate fields of a marker (40-44); starts a new feedback round when the last is over.
   void fill_rate_fields(wire::marker& m, time_point now);
   /// A NAK's rate fields, from a receiver on multicast (validated here).

@@ -31,7 +31,7 @@ void sender_session::update_auto_rate(time_point now) {
     m_log->debug("session {}: slow start: rate {:.1f} Mbit/s", m_cfg.session,
                  static_cast<double>(r) / 1e6);
   }
-  set_rate(r);
+  apply_rate(r);
   // The bucket holds auto_catch_up_ms of the current rate, not of the ceiling (nor
   // burst_bytes): a burst of the ceiling's 5 ms at the start of pass 1 overflows a slow
   // bottleneck's queue, and the loss it causes is then read as the path's rate.

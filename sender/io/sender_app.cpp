@@ -142,6 +142,15 @@ std::error_code sender_app::file_source::read(file_index f, std::uint64_t offset
 
 void sender_app::start_unicast_server(const sender_config& cfg) {
   m_source = std::make_unique<file_source>(m_files);
+  if (auto* shared = m_opts.shared_unicast) {
+    // The process's server: its listeners, whatever this session's transport, so a site may
+    // be ordered onto any of them.
+    if (auto e = shared->sctp_udp_endpoint()) {
+      m_session.set_unicast_endpoint(transport_kind::sctp_udp, *e);
+    }
+    if (auto e = shared->tcp_endpoint()) m_session.set_unicast_endpoint(transport_kind::tcp, *e);
+    return;
+  }
   unicast::server_options so;
   endpoint local = m_opts.interface;
   local.port = m_opts.unicast_port;
@@ -153,19 +162,10 @@ void sender_app::start_unicast_server(const sender_config& cfg) {
   so.tcp_congestion = m_opts.tcp_congestion;
   so.tcp_max_rate_bps = cfg.unicast_max_rate_bps;
   unicast::server_events ev;
-  ev.on_session_start = [this](const unicast::session_info& info) {
-    MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
-    m_log->info("unicast: '{}' connected from {} ({})", info.receiver_id, info.remote.to_string(),
-                connection_count_text(info.kind, info.connections));
-    m_session.on_unicast_started(info.receiver_id, from_steady(std::chrono::steady_clock::now()));
-    service();
-  };
+  ev.on_session_start = [this](const unicast::session_info& info) { on_unicast_start(info); };
   ev.on_session_end = [this](const unicast::session_info& info, const unicast::session_stats&,
                              const std::error_code& ec, const std::string& detail) {
-    if (!ec) return;
-    m_session.on_unicast_failed(info.receiver_id, detail,
-                                from_steady(std::chrono::steady_clock::now()));
-    service();
+    on_unicast_end(info, ec, detail);
   };
   m_unicast = std::make_unique<unicast::server>(m_io, *m_source, so, ev);
   std::string detail;
@@ -182,11 +182,31 @@ void sender_app::start_unicast_server(const sender_config& cfg) {
   }
 }
 
+void sender_app::on_unicast_start(const unicast::session_info& info) {
+  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
+  if (m_session.done()) return;
+  m_log->info("unicast: '{}' connected from {} ({})", info.receiver_id, info.remote.to_string(),
+              connection_count_text(info.kind, info.connections));
+  m_session.on_unicast_started(info.receiver_id, from_steady(std::chrono::steady_clock::now()));
+  service();
+}
+
+void sender_app::on_unicast_end(const unicast::session_info& info, const std::error_code& ec,
+                                const std::string& detail) {
+  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
+  if (!ec || m_session.done()) return;
+  m_session.on_unicast_failed(info.receiver_id, detail,
+                              from_steady(std::chrono::steady_clock::now()));
+  service();
+}
+
 void sender_app::register_fallbacks() {
   fallback_order o;
   while (m_session.pop_fallback(o)) {
-    if (!m_unicast) continue;
+    auto* server = unicast_server();
+    if (!server) continue;
     unicast::client_grant g;
+    g.source = m_source.get();
     g.token = o.token;
     g.receiver_id = o.receiver_id;
     g.session = m_session_id;
@@ -202,7 +222,7 @@ void sender_app::register_fallbacks() {
       // (common/unicast/record_seal.hpp), so records and requests are never in the clear.
       g.seal_records = m_keys->encrypted();
     }
-    if (auto ec = m_unicast->register_client(std::move(g))) {
+    if (auto ec = server->register_client(std::move(g))) {
       m_log->error("unicast: cannot register '{}': {}", o.receiver_id, ec.message());
     }
   }
@@ -314,15 +334,20 @@ void sender_app::service() {
   register_fallbacks();
   flush_control();
   if (m_session.done()) {
-    if (m_unicast) {
+    if (auto* server = unicast_server()) {
       // A receiver whose COMPLETE came in before its unicast bye and close is done, not
       // failed: its unicast session ends as completed.
       const auto report = m_session.report(now);
-      m_unicast->stop([&report](const std::string& id) {
+      const auto completed = [&report](const std::string& id) {
         return std::any_of(report.receivers.begin(), report.receivers.end(), [&](const auto& r) {
           return r.id == id && r.state == receiver_report::state_t::completed;
         });
-      });
+      };
+      if (m_unicast) {
+        m_unicast->stop(completed);
+      } else {
+        server->end_session(m_session_id, completed);
+      }
     }
     m_timer.cancel();
     m_progress_timer.cancel();

@@ -53,6 +53,12 @@ struct app_options {
   /// "Encrypted sessions"); the unicast fallback seals its frames under per-site keys
   /// (common/unicast/record_seal.hpp).
   bool encrypt = false;
+  /// A unicast fallback server shared by every session of the process (mcdist-feed: usrsctp is
+  /// one stack per process, one listener port): grants go there, naming this session's files,
+  /// and its owner routes the server's events to on_unicast_start and on_unicast_end by
+  /// session id. Null: the session starts a server of its own (mcdist-send). Must outlive the
+  /// session.
+  unicast::server* shared_unicast = nullptr;
 };
 
 /// Reads a site key file for --site-keys: one site per line, "ID KEY" where KEY is
@@ -90,6 +96,12 @@ class sender_app {
 
   /// Aborts the running session (daemon shutdown): END(aborted) is sent and `done` follows.
   void abort(const std::string& why);
+
+  /// A receiver's unicast session of this session started / ended (the unicast server's
+  /// events; the shared server's owner routes them here by session id).
+  void on_unicast_start(const unicast::session_info& info);
+  void on_unicast_end(const unicast::session_info& info, const std::error_code& ec,
+                      const std::string& detail);
 
  private:
   void service();
@@ -165,7 +177,11 @@ class sender_app {
   net::batch_sender m_batch;
   net::batch_receiver m_receiver;
   std::unique_ptr<file_source> m_source;
-  std::unique_ptr<unicast::server> m_unicast;
+  std::unique_ptr<unicast::server> m_unicast;  ///< a server of its own (no shared_unicast)
+  /// The fallback server in use: m_unicast, or app_options::shared_unicast; null when off.
+  unicast::server* unicast_server() const {
+    return m_opts.shared_unicast ? m_opts.shared_unicast : m_unicast.get();
+  }
   /// Fallback hashing of files the block reader could not hash in order.
   std::vector<std::unique_ptr<background_hasher>> m_hashers;
   std::vector<std::uint32_t> m_fallback_index;

@@ -347,41 +347,28 @@ sender_options make_sender_options(const sender_cli& c) {
     *out = *d;
   }
   o.session.max_passes = c.max_passes;
-  o.session.fec_k = c.fec_k;
-  o.session.fec_depth = c.fec_depth;
-  {
-    std::string v = c.fec_overhead;
-    const bool percent = !v.empty() && v.back() == '%';
-    if (percent) v.pop_back();
-    char* end = nullptr;
-    const double x = std::strtod(v.c_str(), &end);
-    const double share = percent ? x / 100 : x;
-    if (v.empty() || end != v.c_str() + v.size() || !(share >= 0 && share <= 1)) {
-      throw usage_error("--fec-overhead " + c.fec_overhead +
-                        " is not a share of 0 to 100 % "
-                        "(e.g. 3% or 0.03)");
-    }
-    if (share > 0 && c.fec_k == 0) throw usage_error("--fec-overhead needs --fec-k");
-    o.session.fec_overhead = share;
+  session_profile profile;
+  profile.fec_k = c.fec_k;
+  profile.fec_depth = c.fec_depth;
+  profile.register_window = o.session.register_window;
+  const auto share = parse_share(c.fec_overhead);
+  if (!share) {
+    throw usage_error("--fec-overhead " + c.fec_overhead +
+                      " is not a share of 0 to 100 % (e.g. 3% or 0.03)");
   }
-  o.session.silent_passes = c.silent_passes;
-  if (c.silent_passes > 0) {
-    if (!c.receivers.empty()) {
-      throw usage_error(
-          "--silent-passes takes no --receivers: the sites of a silent session "
-          "never register");
-    }
-    if (c.encrypt) {
-      throw usage_error(
-          "--silent-passes and --encrypt: the session key of an encrypted "
-          "session is handed out at registration, which a silent site never does");
-    }
+  profile.fec_overhead = *share;
+  profile.silent_passes = c.silent_passes;
+  const auto fallback = parse_fallback_mode(c.fallback);
+  if (!fallback) {
+    throw usage_error("--fallback " + c.fallback + " is not auto, sctp, tcp, sctp-kernel or off");
   }
-  o.session.fallback = c.fallback == "off"           ? fallback_mode::off
-                       : c.fallback == "sctp"        ? fallback_mode::sctp
-                       : c.fallback == "tcp"         ? fallback_mode::tcp
-                       : c.fallback == "sctp-kernel" ? fallback_mode::sctp_kernel
-                                                     : fallback_mode::automatic;
+  profile.fallback = *fallback;
+  if (const auto why = profile_problem(profile, !c.receivers.empty(), c.encrypt,
+                                       c.rate == "auto", setting_names::options);
+      !why.empty()) {
+    throw usage_error(why);
+  }
+  profile.apply(o.session);
   o.session.fallback_nak_ratio = c.fallback_nak_ratio;
   o.session.fallback_after_passes = c.fallback_after_passes;
   o.session.force_unicast = c.force_unicast;

@@ -8,6 +8,7 @@
 
 #include "sender/core/sender_session.hpp"
 #include "sender/io/sender_app.hpp"
+#include "sender/io/session_profile.hpp"
 
 #include <spdlog/common.h>
 
@@ -40,7 +41,7 @@ struct sender_cli {
   std::string rate_max = "1G";
   std::vector<std::string> receivers;
   std::vector<std::string> only;
-  std::string register_window = "2s";
+  std::string register_window = "2s";  ///< session_profile::register_window
   std::string register_timeout = "30s";
   std::string receiver_timeout = "10s";
   std::string block_size = "1400";
@@ -72,8 +73,9 @@ struct sender_cli {
   std::string channel;
   std::uint64_t channel_seq = 0;
   std::string catch_up;
-  std::uint32_t fec_k = 0;
-  std::uint32_t fec_depth = 8;
+  // The session profile (session_profile.hpp): its defaults, as the feed's channels have them.
+  std::uint32_t fec_k = session_profile{}.fec_k;
+  std::uint32_t fec_depth = session_profile{}.fec_depth;
   std::string fec_overhead = "0";
   std::uint32_t silent_passes = 0;
 };

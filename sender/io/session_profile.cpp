@@ -64,25 +64,35 @@ std::string_view to_string(fallback_mode m) noexcept {
 }
 
 std::string profile_problem(const session_profile& p, bool closed_group, bool encrypted,
-                            bool rate_auto) {
+                            bool rate_auto, setting_names names) {
+  const bool cli = names == setting_names::options;
+  const char* k = cli ? "--fec-k" : "fec_k";
   if (p.fec_k > 0 && !fec::valid_shape(p.fec_k, fec::default_max_parity(p.fec_k))) {
-    return fmt::format("fec_k {} is not 1 to {} (0: no parity)", p.fec_k, fec::max_k);
+    return fmt::format("{} {} is not 1 to {} (0: no parity)", k, p.fec_k, fec::max_k);
   }
   if (p.fec_k > 0 && (p.fec_depth < 1 || p.fec_depth > fec::max_depth)) {
-    return fmt::format("fec_depth {} is not 1 to {}", p.fec_depth, fec::max_depth);
+    return fmt::format("{} {} is not 1 to {}", cli ? "--fec-depth" : "fec_depth", p.fec_depth,
+                       fec::max_depth);
   }
-  if (p.fec_overhead > 0 && p.fec_k == 0) return "fec_overhead needs fec_k (parity)";
+  if (p.fec_overhead > 0 && p.fec_k == 0) {
+    return fmt::format("{} needs {} (parity)", cli ? "--fec-overhead" : "fec_overhead", k);
+  }
   if (p.silent_passes > 0) {
+    const char* silent = cli ? "--silent-passes" : "silent_passes";
     if (closed_group) {
-      return "silent_passes takes no receivers: the sites of a silent session never register";
+      return fmt::format("{} takes no {}: the sites of a silent session never register", silent,
+                         cli ? "--receivers" : "receivers");
     }
     if (encrypted) {
-      return "silent_passes and encryption: the session key of an encrypted session is handed "
-             "out at registration, which a silent site never does";
+      return fmt::format(
+          "{} and {}: the session key of an encrypted session is handed out at registration, "
+          "which a silent site never does",
+          silent, cli ? "--encrypt" : "encrypt = true");
     }
     if (rate_auto) {
-      return "silent_passes and rate auto: a silent session's rate cannot follow reports its "
-             "sites never send";
+      return fmt::format(
+          "{} and {}: a silent session's rate cannot follow reports its sites never send",
+          silent, cli ? "--rate auto" : "rate = \"auto\"");
     }
   }
   return {};

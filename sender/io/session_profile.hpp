@@ -46,6 +46,8 @@ struct session_profile {
   void apply(sender_config& c) const;
   /// The profile as settings text ("fec_k 200, fec_depth 8, ..."), for logs and status.
   std::string describe() const;
+
+  friend bool operator==(const session_profile&, const session_profile&) = default;
 };
 
 /// A share given as "3%" or "0.03": the fraction, or std::nullopt unless 0 <= share <= 1.
@@ -56,12 +58,14 @@ std::optional<fallback_mode> parse_fallback_mode(std::string_view text);
 /// The inverse of parse_fallback_mode.
 std::string_view to_string(fallback_mode m) noexcept;
 
+/// How a message names the settings: mcdist-send's options or a channel's TOML keys.
+enum class setting_names { options, toml };
+
 /// Why `p` cannot be sent as given, or empty: fec_k and fec_depth out of range, fec_overhead
 /// without fec_k, a silent session with a closed group (`closed_group`), encryption
 /// (`encrypted`: its session key is handed out at registration) or rate auto (`rate_auto`:
-/// its rate follows the sites' reports). The message names the settings in mcdist-send's and
-/// the feed's shared words.
+/// its rate follows the sites' reports). The message names the settings as `names` says.
 std::string profile_problem(const session_profile& p, bool closed_group, bool encrypted,
-                            bool rate_auto);
+                            bool rate_auto, setting_names names);
 
 }  // namespace mcdist::sender

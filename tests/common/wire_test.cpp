@@ -139,8 +139,14 @@ TEST_CASE("headers with wrong magic, version, type or size are refused by name",
   REQUIRE(h.type == wire::msg_type::parity);
   bad[3] = std::byte{13};
   REQUIRE(wire::parse_header(bad, h) == errc::unknown_type);
-  bad[3] = std::byte{16};
+  bad[3] = std::byte{18};
   REQUIRE(wire::parse_header(bad, h) == errc::unknown_type);
+  bad[3] = std::byte{16};  // heartbeat (common/beacon.hpp)
+  REQUIRE_FALSE(wire::parse_header(bad, h));
+  REQUIRE(h.type == wire::msg_type::heartbeat);
+  bad[3] = std::byte{17};  // gap_report
+  REQUIRE_FALSE(wire::parse_header(bad, h));
+  REQUIRE(h.type == wire::msg_type::gap_report);
   bad[3] = std::byte{15};  // block_digests (silent signed sessions)
   REQUIRE_FALSE(wire::parse_header(bad, h));
   REQUIRE(h.type == wire::msg_type::block_digests);

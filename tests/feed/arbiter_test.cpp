@@ -44,3 +44,15 @@ TEST_CASE("equal priorities are served in the order given", "[unit][feed]") {
 TEST_CASE("no running session: nothing to share", "[unit][feed]") {
   REQUIRE(share_rate(1000, std::vector<rate_claim>{}).empty());
 }
+
+TEST_CASE("a channel's rate is split equally among its sessions, each above the floor",
+          "[unit][feed]") {
+  using mcdist::feed::split_rate;
+  const std::vector<std::uint64_t> channels{600, 300};
+  const std::vector<std::size_t> sessions{3, 1};
+  REQUIRE(split_rate(channels, sessions, 1000) == std::vector<std::uint64_t>{200, 200, 200, 300});
+  // 1 % of 1000 is the floor: 20 / 3 would starve each.
+  const std::vector<std::uint64_t> starved{20};
+  const std::vector<std::size_t> three{3};
+  REQUIRE(split_rate(starved, three, 1000) == std::vector<std::uint64_t>{10, 10, 10});
+}

@@ -74,3 +74,23 @@ TEST_CASE("the same product reported twice waits once", "[unit][feed]") {
   b.take();
   REQUIRE(b.add(make(7, 10), t0 + 2s));  // taken: a later report is a new wait (requeue)
 }
+
+TEST_CASE("a held product stays waiting, in its place, while the others go", "[unit][feed]") {
+  batcher b(batch_limits{200ms, 100, 1 << 30});
+  REQUIRE(b.add(make(1, 10), t0));
+  REQUIRE(b.add(make(2, 20), t0 + 10ms));
+  REQUIRE(b.add(make(3, 30), t0 + 20ms));
+  const auto held = [](const product& p) { return p.id == 2; };
+  const auto batch = b.take(held);
+  REQUIRE(batch.size() == 2);
+  REQUIRE(batch[0].id == 1);
+  REQUIRE(batch[1].id == 3);
+  REQUIRE(b.size() == 1);
+  REQUIRE(b.bytes() == 20);
+  // Its arrival time is kept: still ready from its own window.
+  REQUIRE(b.deadline() == t0 + 10ms + 200ms);
+  // Everything held: nothing taken.
+  REQUIRE(b.take(held).empty());
+  REQUIRE(b.take().at(0).id == 2);
+  REQUIRE(b.empty());
+}

@@ -78,8 +78,9 @@ def query(journal, sql, args=()):
 def wait_until(what, pred, timeout, feed=None, daemons=()):
     deadline = time.time() + timeout
     while time.time() < deadline:
-        if pred():
-            return
+        v = pred()
+        if v:
+            return v
         if feed is not None and feed.proc is not None and not feed.alive():
             fail("mcdist-feed exited (%s) while waiting for %s:\n%s" % (
                 feed.proc.returncode, what, feed.log_text()[-6000:]))

@@ -190,3 +190,37 @@ TEST_CASE("the text form round-trips and anything malformed is refused whole",
     REQUIRE(t.size() == 0);
   }
 }
+
+TEST_CASE("a heartbeat reports the numbers missed below the hub's newest, but not running ones",
+          "[unit][receiver][sequence]") {
+  sequence_book b;
+  // A site new to the channel hears a heartbeat first: nothing before it is asked for.
+  auto rep = b.on_heartbeat(obs, hub, 10, {});
+  REQUIRE(rep.created);
+  REQUIRE(rep.missing.empty());
+  session(b, 11, true);
+  session(b, 12, false);  // announced, never completed
+  // Down for 13..20; the hub's newest is 21, still running with 20.
+  const std::vector<wire::seq_span> running{{20, 21}};
+  rep = b.on_heartbeat(obs, hub, 21, running);
+  REQUIRE(rep.last_seq == 11);
+  REQUIRE(rep.missing == ranges{{12, 19}});
+  // The heartbeat counted what was missed even with nothing completed since (silent sites).
+  REQUIRE(b.status().at(0).last_seen == 21);
+  // A stale heartbeat below the floor changes nothing.
+  REQUIRE(b.on_heartbeat(obs, hub, 5, {}).missing.empty());
+}
+
+TEST_CASE("an older concurrent session heard after a newer one is no reset",
+          "[unit][receiver][sequence]") {
+  sequence_book b;
+  session(b, 8, false);  // the site starts at 8 ...
+  const auto rep = b.on_session(obs, hub, 7);  // ... while 7 (a long field) still runs
+  REQUIRE_FALSE(rep.reset);
+  REQUIRE(rep.missing.empty());
+  b.on_completed(obs, hub, 8);
+  REQUIRE(b.status().at(0).last_completed == 8);
+  REQUIRE(b.status().at(0).missing == 0);
+  // Once something completed, a number below the floor is the hub numbering afresh.
+  REQUIRE(b.on_session(obs, hub, 7).reset);
+}

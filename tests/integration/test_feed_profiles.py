@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+"""The hub serves every site the engine can (README "Channel profiles"): the real mcdist-feed
+with two channels, real mcdistd sites on loopback.
+
+1. Each channel's profile (parity, fallback, concurrency, heartbeat) is in `mcdistctl status`
+   and a lossy site recovers blocks from parity on the parity channel.
+2. Both channels fall back to SCTP over UDP at once: one usrsctp stack and listener for the whole
+   feed; two lossy sites (one per channel) complete over `unicast-sctp` in overlapping sessions.
+3. Concurrent sessions: a small product dropped while a large one of the same channel is being
+   sent arrives before the large one.
+4. Catch-up without waiting: a site down while products went out is restarted; no new product
+   is dropped, yet the channel's heartbeat makes it report its gaps and the catch-up brings every
+   missed product.
+
+usage: test_feed_profiles.py BUILD_DIR"""
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from mcdist_testlib import (SKIP, Daemon, check, free_group, log,  # noqa: E402
+                            loopback_multicast_works, sha256_file)
+from test_feed import Feed, control_request, delivered, drop, query, wait_until  # noqa: E402
+
+
+def digest(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def has(d, name):
+    return os.path.exists(os.path.join(d.dest, name))
+
+
+def main():
+    bin_dir = sys.argv[1]
+    if not loopback_multicast_works():
+        print("SKIPPED: loopback multicast is not available here")
+        return SKIP
+    base = tempfile.mkdtemp(prefix="mcdist-profiles-",
+                            dir=os.environ.get("MCDIST_TEST_DIR", "/tmp"))
+    rng = random.Random(4242)
+    feed = None
+    daemons = []
+    try:
+        obs_spool = os.path.join(base, "spool", "obs")
+        grib_spool = os.path.join(base, "spool", "grib")
+        journal = os.path.join(base, "journal.db")
+        control = os.path.join(base, "control.sock")
+        g_obs, g_grib = free_group(), free_group()
+        while g_grib.split(":")[0] == g_obs.split(":")[0]:
+            g_grib = free_group()
+        config = os.path.join(base, "feed.toml")
+        with open(config, "w") as f:
+            f.write("""
+interface = "127.0.0.1"
+rate = "200M"
+journal = "%(journal)s"
+retention = "1h"
+retained = "%(base)s/retained"
+control_socket = "%(control)s"
+http = "off"
+
+[[channel]]
+name = "obs"
+group = "%(g_obs)s"
+spool = ["%(obs_spool)s"]
+priority = 5
+batch_window = "100ms"
+after = "delete"
+fec_k = 64
+fec_depth = 4
+fallback = "sctp"
+heartbeat = "2s"
+concurrent_sessions = 2
+
+[[channel]]
+name = "grib"
+group = "%(g_grib)s"
+spool = ["%(grib_spool)s"]
+priority = 1
+batch_window = "100ms"
+after = "delete"
+fec_k = 0
+fallback = "sctp"
+heartbeat = "2s"
+""" % dict(locals(), base=base))
+        steady = Daemon(bin_dir, base, "steady", g_obs, ["--group", g_grib, "--session-timeout",
+                                                         "10s"])
+        daemons.append(steady)
+        feed = Feed(bin_dir, base, config)
+        feed.start()
+        wait_until("the feed's control socket", lambda: os.path.exists(control), 15, feed)
+
+        # 1. Profiles in the status; parity recovers a lossy site's blocks.
+        st = control_request(control, {"cmd": "status"})
+        check(st.get("ok") is True, "status: %s" % st)
+        chans = {c["name"]: c for c in st["feed"]["channels"]}
+        check(chans["obs"]["profile"]["fec_k"] == 64 and chans["obs"]["profile"]["fallback"] == "sctp",
+              "obs profile: %s" % chans["obs"].get("profile"))
+        check(chans["grib"]["profile"]["fec_k"] == 0, "grib profile: %s" % chans["grib"]["profile"])
+        check(chans["obs"]["profile"]["concurrent_sessions"] == 2, "concurrency not in status")
+        lossy = Daemon(bin_dir, base, "lossy", g_obs, ["--drop-rate", "0.01", "--drop-seed", "7",
+                                                       "--session-timeout", "10s"])
+        daemons.append(lossy)
+        data = rng.randbytes(3_000_000)
+        drop(obs_spool, "fields/p1.bin", data)
+        wait_until("p1 at both sites", delivered([steady, lossy], "fields/p1.bin", digest(data)),
+                   40, feed, daemons)
+        # The status file is rewritten every second.
+        recovered = wait_until("blocks recovered from parity at the 1 % site", lambda: (
+            lossy.read_status() or {}).get("parity", {}).get("blocks_recovered", 0), 10, feed,
+            daemons)
+        log("obs profile %s; the 1 %% site recovered %d blocks from parity"
+            % (chans["obs"]["profile"], recovered))
+        lossy.stop()
+        daemons.remove(lossy)
+
+        # 2. Both channels at once over SCTP: two sites too lossy for multicast.
+        bad_obs = Daemon(bin_dir, base, "bad-obs", g_obs, ["--drop-rate", "0.5", "--drop-seed", "3",
+                                                           "--session-timeout", "20s"])
+        bad_grib = Daemon(bin_dir, base, "bad-grib", g_grib,
+                          ["--drop-rate", "0.5", "--drop-seed", "4", "--session-timeout", "20s"])
+        daemons += [bad_obs, bad_grib]
+        a, b = rng.randbytes(6_000_000), rng.randbytes(6_000_000)
+        drop(obs_spool, "sctp/a.bin", a)
+        drop(grib_spool, "sctp/b.bin", b)
+        wait_until("a.bin over SCTP", delivered([bad_obs, steady], "sctp/a.bin", digest(a)), 60,
+                   feed, daemons)
+        wait_until("b.bin over SCTP", delivered([bad_grib, steady], "sctp/b.bin", digest(b)), 60,
+                   feed, daemons)
+        text = feed.log_text()
+        check("SCTP over UDP on" in text, "the feed started no shared SCTP listener")
+        for site in ("bad-obs", "bad-grib"):
+            check("unicast: '%s' connected" % site in text,
+                  "%s did not connect over the shared fallback server" % site)
+        log("bad-obs and bad-grib completed over one shared usrsctp listener")
+        for d in (bad_obs, bad_grib):
+            d.stop()
+            daemons.remove(d)
+
+        # 3. A small product overtakes a large one of its own channel.
+        big = rng.randbytes(150_000_000)
+        drop(grib_spool, "big/field.grib2", big)
+        wait_until("the large product's session under way", lambda: any(
+            r.get("products") == 1 for r in control_request(control, {"cmd": "status"})["feed"]
+            ["channels"][1].get("sessions_running", [])), 20, feed, daemons)
+        small = rng.randbytes(10_000)
+        drop(grib_spool, "small/bulletin.bufr", small)
+        wait_until("the small product", delivered([steady], "small/bulletin.bufr", digest(small)),
+                   30, feed, daemons)
+        overtook = not has(steady, "big/field.grib2")
+        wait_until("the large product", delivered([steady], "big/field.grib2", digest(big)), 120,
+                   feed, daemons)
+        check(overtook, "the small product waited for the large one of its channel")
+        log("a 10 kB product overtook a 150 MB one of its own channel (concurrent sessions)")
+
+        # 4. A site back from an outage is caught up by the heartbeat, with no new product.
+        steady.stop()
+        missed = {}
+        for i in range(5):
+            payload = rng.randbytes(20_000 + i)
+            missed["down/o%d.bufr" % i] = digest(payload)
+            drop(obs_spool, "down/o%d.bufr" % i, payload)
+            time.sleep(0.3)  # separate batches: several missed numbers
+        wait_until("the outage's products sent", lambda: query(
+            journal, "SELECT count(*) FROM products WHERE name LIKE 'down/%' AND state = 'sent'")
+            [0][0] == 5, 30, feed, daemons)
+        steady.start()
+        t0 = time.time()
+        wait_until("every missed product at the restarted site", lambda: all(
+            delivered([steady], n, h)() for n, h in missed.items()), 40, feed, daemons)
+        took = time.time() - t0
+        text = feed.log_text()
+        check("after a heartbeat" in text, "no gap report arrived from a heartbeat")
+        check((steady.read_status() or {}).get("heartbeats", {}).get("gap_reports_sent", 0) >= 1 or
+              "gap report sent" in steady.log_text(), "the site sent no gap report")
+        log("restarted site caught up on 5 products in %.1f s with no new product (heartbeat 2 s)"
+            % took)
+
+        code = feed.stop()
+        check(code == 0, "mcdist-feed exited %s on SIGTERM" % code)
+        log("PASS: channel profiles, a shared SCTP fallback, concurrent sessions, heartbeats")
+        return 0
+    finally:
+        if feed is not None:
+            feed.stop(signal.SIGKILL)
+        for d in daemons:
+            d.stop()
+        if os.environ.get("MCDIST_KEEP"):
+            log("kept " + base)
+        else:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
