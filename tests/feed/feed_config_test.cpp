@@ -61,7 +61,7 @@ register_window = "2s"
 register_timeout = "30s"
 )",
                                    "feed.toml");
-  REQUIRE(c.interface.to_string() == "10.0.0.5:0");
+  REQUIRE(c.interface.to_string() == "10.0.0.5");
   REQUIRE(c.rate_bps == 500'000'000);
   REQUIRE(c.retention == std::chrono::hours(24));
   REQUIRE(c.retained_dir == "/var/lib/mcdist-feed/retained");
