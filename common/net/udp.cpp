@@ -180,8 +180,9 @@ udp::socket open_channel_socket(boost::asio::io_context& io, const channel_socke
   if (o.source && !o.group.v6 && o.interface_index == 0 &&
       std::any_of(o.interface.addr.begin(), o.interface.addr.begin() + 4,
                   [](std::uint8_t b) { return b != 0; })) {
-    // MCAST_JOIN_SOURCE_GROUP names the interface by index only; an IPv4 address no interface
-    // lists (127.0.0.2) is left to the kernel's lookup by address, which this one does.
+    // MCAST_JOIN_SOURCE_GROUP names the interface by index only. An IPv4 address no interface
+    // lists (127.0.0.2) has none: IP_ADD_SOURCE_MEMBERSHIP names it by address, and the kernel
+    // finds its device as IP_ADD_MEMBERSHIP does.
     ip_mreq_source m{};
     std::memcpy(&m.imr_multiaddr, o.group.addr.data(), 4);
     std::memcpy(&m.imr_interface, o.interface.addr.data(), 4);
@@ -219,7 +220,8 @@ udp::socket open_channel_socket(boost::asio::io_context& io, const channel_socke
     }
   }
   if (o.group.v6) {
-    // Best effort: before Linux 4.20 an IPv6 socket sees every group joined on its port.
+    // Best effort (Linux 4.20 and later): without it the socket would also read the groups
+    // other sockets of this host joined on its port.
     const int zero = 0;
     ::setsockopt(fd, IPPROTO_IPV6, IPV6_MULTICAST_ALL, &zero, sizeof zero);
   } else {

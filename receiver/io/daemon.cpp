@@ -113,6 +113,12 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
       m_unicast_poll(io), m_board(m_cfg.channels.size()), m_sample_timer(io),
       m_started(std::chrono::system_clock::now()), m_retention_timer(io) {
   validate(m_cfg);
+  try {
+    // Before anything is made on disk: an interface that is not there is a configuration error.
+    m_interface = net::resolve_interface(m_cfg.interface, m_cfg.channels.front().group.v6);
+  } catch (const net::interface_error& e) {
+    throw config_error(std::string("interface: ") + e.what());
+  }
   if (m_cfg.http) {
     // Before the store's threads exist: spdlog's sink list is not guarded.
     m_log_ring = std::make_shared<http::log_ring_sink>();
@@ -194,11 +200,6 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
     m_sequences_saved = m_engine->sequences().changes();
   }
   recover_intents();
-  try {
-    m_interface = net::resolve_interface(m_cfg.interface, m_cfg.channels.front().group.v6);
-  } catch (const net::interface_error& e) {
-    throw config_error(std::string("interface: ") + e.what());
-  }
   for (const auto& ch : m_cfg.channels) {
     m_sockets.push_back(net::open_channel_socket(io, channel_socket(ch)));
     if (const auto w = ssm_warning(ch); !w.empty()) m_log->warn("{}", w);

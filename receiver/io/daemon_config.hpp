@@ -22,11 +22,8 @@ namespace mcdist::receiver {
 
 /// A channel this receiver subscribes to.
 struct channel_config {
-  std::string name;  ///< for logs
-  endpoint group;    ///< multicast group + port
-  /// `source = "ADDR"`: join (source, group) only (parse_source): the kernel delivers no
-  /// datagram to the group from another host. nullopt: any-source.
-  std::optional<endpoint> source;
+  std::string name;            ///< for logs
+  endpoint group;              ///< multicast group + port
   std::filesystem::path dest;  ///< destination tree of sessions on this channel
   /// Ed25519 keys of the senders whose sessions this channel accepts (docs/security.md). Empty
   /// only with allow_unsigned (validate() refuses it otherwise).
@@ -47,6 +44,9 @@ struct channel_config {
   /// records the others. Sessions a sender marks silent (mcdist-send --silent-passes) are
   /// silent on every channel.
   bool silent = false;
+  /// `source = "ADDR"`: join (source, group) only (parse_source): the kernel delivers no
+  /// datagram to the group from another host. nullopt: any-source.
+  std::optional<endpoint> source;
 };
 
 /// Port of mcdistd's status HTTP server (/metrics, /status, /) unless configured otherwise.
