@@ -20,8 +20,9 @@ bridges count every UDP datagram to the test's groups, by source and destination
   3. IPv6, the same over ff3e::/32: r1's channel is source-specific from a TOML file
      (interface = "ethA", source = s1's link-A address), r2's any-source on ethB; -i ethA then
      -i ethB each reach only their link and their site; s2's session to r1's group never
-     reaches r1's socket, s1's is delivered; then a forced unicast session over TCP
-     (--unicast --fallback tcp) from s1's link-A address to r1.
+     reaches r1's socket, s1's is delivered; then forced unicast sessions over TCP and over
+     SCTP (--unicast --fallback tcp|sctp) from s1's link-A address to r1.
+Sites register, and connect for the fallback, from their configured interface's address.
 Every delivered file is compared by SHA-256 with its source.
 
 usage: test_ssm.py BUILD_DIR
@@ -322,6 +323,10 @@ def interface_rounds(bin_dir, base, rng, family, group, r1, r2, counters, interf
         took = time.time() - t0
         completed(summary, site.id)
         check_delivered(site.dest, want, site.id)
+        # The site replies from its configured interface's address.
+        site_addr = addr[(R1 if site is r1 else R2, link)]
+        check(("registered from %s:" % (("[%s]" if family == 6 else "%s") % site_addr)) in out,
+              "%s did not register from %s:\n%s" % (site.id, site_addr, out))
         here = counters[link].to_group(group, addr[(S1, link)]) - here_before
         elsewhere = other_link.to_group(group) - elsewhere_before
         check(here > 0, "link %s carried no datagram of the session sent with -i %s" % (link,
@@ -414,20 +419,21 @@ def main():
               "r2v6 does not warn of its any-source join in the SSM range:\n" + r2v6.log_text())
         interface_rounds(bin_dir, base, rng, 6, g6, r1v6, r2v6, counters, "ethB")
         ssm_case(bin_dir, base, rng, counters, g6, r1v6, 6)
-        src = os.path.join(base, "src", "v6tcp")
-        want = make_set(src, rng)
-        summary, out = send(bin_dir, S1, src, g6, "ethA", [r1v6.id],
-                            ["--unicast", "--fallback", "tcp"])
-        completed(summary, r1v6.id, "unicast-tcp")
-        check(summary["data_datagrams"] == 0, "forced unicast sent multicast data")
-        check_delivered(r1v6.dest, want, r1v6.id)
-        check("[%s]" % V6[(S1, "A")] in out or V6[(S1, "A")] in r1v6.log_text(),
-              "the unicast session did not use s1's link-A address")
-        log("IPv6 unicast over TCP from [%s] to r1v6: %d files delivered" % (V6[(S1, "A")],
-                                                                           len(want)))
+        for transport in ("tcp", "sctp"):
+            src = os.path.join(base, "src", "v6" + transport)
+            want = make_set(src, rng)
+            summary, out = send(bin_dir, S1, src, g6, "ethA", [r1v6.id],
+                                ["--unicast", "--fallback", transport])
+            completed(summary, r1v6.id, "unicast-" + transport)
+            check(summary["data_datagrams"] == 0, "forced unicast sent multicast data")
+            check_delivered(r1v6.dest, want, r1v6.id)
+            check("connected from [%s]:" % V6[(R1, "A")] in out,
+                  "r1v6 did not connect from its ethA address:\n" + out)
+            log("IPv6 unicast over %s from [%s] to r1v6: %d files delivered" % (
+                transport, V6[(S1, "A")], len(want)))
         log("PASS: sessions leave and sites join on the configured interface (IPv4 and IPv6, "
             "by name and by address), SSM channels take only their source, IPv6 unicast "
-            "fallback; %.1f s" % (time.time() - started))
+            "fallback over TCP and SCTP; %.1f s" % (time.time() - started))
         return 0
     finally:
         for d in daemons:
