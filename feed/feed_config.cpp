@@ -267,9 +267,12 @@ feed_config from_table(const toml::table& t, const std::string& source) {
                         "retention", "retained",
                         "control_socket", "control_group", "http", "channel", "wis2"});
   feed_config c;
-  const auto itf = r.required_string("interface", "\"10.0.0.5\"");
-  const auto a = parse_address(itf);
-  if (!a) r.fail("interface", "= \"" + itf + "\" is not a local IP address");
+  const auto itf = r.required_string("interface", "\"10.0.0.5\" or \"eth1\"");
+  const auto a = net::parse_interface(itf);
+  if (!a || a->any()) {
+    r.fail("interface",
+           "= \"" + itf + "\" is neither a local IP address nor an interface name (e.g. eth1)");
+  }
   c.interface = *a;
   if (auto v = r.string("key")) c.key_file = *v;
   if (auto v = r.string("site_keys")) {
@@ -366,9 +369,15 @@ feed_config from_table(const toml::table& t, const std::string& source) {
     const auto* ct = arr->get(i)->as_table();
     if (!ct) throw config_error(source + ": 'channel[" + std::to_string(i) + "]' must be a table");
     auto cc = parse_channel(*ct, i, source, c.rate_bps);
-    if (cc.group.v6 != c.interface.v6) {
+    if (c.interface.address && cc.group.v6 != c.interface.address->v6) {
       throw config_error(source + ": 'channel[" + std::to_string(i) +
                          "].group' is not of the interface's address family");
+    }
+    // Sessions of every channel leave from one resolved interface address.
+    if (!c.channels.empty() && cc.group.v6 != c.channels.front().group.v6) {
+      throw config_error(source + ": 'channel[" + std::to_string(i) +
+                         "].group' is not of the first channel's address family: one feed "
+                         "sends one family");
     }
     if (!names.insert(cc.name).second) {
       throw config_error(source + ": two channels are named \"" + cc.name + "\"");

@@ -6,6 +6,7 @@
 /// the rate, its batching and what happens to a product once sent. Every error names the key.
 
 #include "common/endpoint.hpp"
+#include "common/net/interface.hpp"
 #include "common/wis2/wis2_publisher.hpp"
 #include "sender/io/session_profile.hpp"
 
@@ -94,7 +95,9 @@ struct channel_config {
 
 /// Everything mcdist-feed needs.
 struct feed_config {
-  endpoint interface;               ///< local address sessions leave from
+  /// `interface`: the name or local address of the interface sessions leave by
+  /// (common/net/interface.hpp; resolved when the feed starts, for the channels' family).
+  net::interface_spec interface;
   std::filesystem::path key_file;   ///< sender key (mcdist-keygen); empty: unsigned sessions
   std::filesystem::path site_keys;  ///< "SITE-ID KEY" lines (sender_app read_site_keys); optional
   std::uint64_t rate_bps = 100'000'000;  ///< total multicast rate of all channels, bit/s

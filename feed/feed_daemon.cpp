@@ -103,6 +103,14 @@ feed_daemon::feed_daemon(boost::asio::io_context& io, feed_config cfg,
       }
     }
   }
+  try {
+    const bool v6 = m_cfg.channels.empty()
+                        ? (m_cfg.interface.address && m_cfg.interface.address->v6)
+                        : m_cfg.channels.front().group.v6;
+    m_interface = net::resolve_interface(m_cfg.interface, v6);
+  } catch (const net::interface_error& e) {
+    throw config_error(std::string("interface: ") + e.what());
+  }
   if (m_cfg.wis2) {
     m_wis2 = std::make_unique<wis2_publisher>(*m_cfg.wis2, "mcdist-feed", m_log);
   }
@@ -288,8 +296,8 @@ void feed_daemon::flush_found() {
     // them (and is a regular file below the spool), else left as a new product.
     std::string why;
     const auto root = spool_root_of(p.spool_path, p.name);
-    const auto o = root ? open_product(*root, p.name, {p.size, p.mtime_ns}, m_own_files, why)
-                        : std::nullopt;
+    const auto o =
+        root ? open_product(*root, p.name, {p.size, p.mtime_ns}, m_own_files, why) : std::nullopt;
     if (!o) continue;
     m_log->info(
         "channel {}: {} was sent before the last stop but is still in the spool; "
@@ -472,7 +480,9 @@ bool feed_daemon::start_session(std::size_t ch, session_kind kind, std::vector<p
   if (sc.rate_auto) sc.rate_max_bps = sc.rate_bps;
   sender::app_options opts;
   opts.group = cc.group;
-  opts.interface = m_cfg.interface;
+  opts.interface = m_interface.address;
+  opts.interface_index = m_interface.index;
+  opts.interface_name = m_interface.name;
   opts.ttl = cc.ttl;
   opts.identity = m_identity;
   opts.site_keys = m_site_keys;
@@ -792,9 +802,9 @@ void feed_daemon::dispose_spool(std::size_t ch, const product& p, const opened_p
   if (!root || cc.after == after_send::keep) return;
   // Only while the spool name still leads to the file sent: a new version a producer renamed
   // over it during the session is its own product, queued for the next batch.
-  const auto ec = cc.after == after_send::remove
-                      ? remove_if_same(*root, p.name, o.identity())
-                      : move_if_same(*root, p.name, o.identity(), o.fd->get(), cc.move_dir / p.name);
+  const auto ec = cc.after == after_send::remove ? remove_if_same(*root, p.name, o.identity())
+                                                 : move_if_same(*root, p.name, o.identity(),
+                                                                o.fd->get(), cc.move_dir / p.name);
   if (ec == std::errc::file_exists) {
     m_log->info("channel {}: {} was replaced in the spool during its session; the new file stays",
                 cc.name, p.name);

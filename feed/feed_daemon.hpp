@@ -192,6 +192,8 @@ class feed_daemon {
   std::shared_ptr<spdlog::logger> m_log;
   hub_journal m_journal;
   std::optional<crypto::identity> m_identity;
+  /// m_cfg.interface resolved at start for the channels' family (a restart-only setting).
+  net::resolved_interface m_interface;
   std::filesystem::path m_key_path;  ///< the key file read (key, or its systemd credential)
   std::map<std::string, crypto::key32, std::less<>> m_site_keys;
   std::vector<channel_state> m_channels;

@@ -297,7 +297,7 @@ std::string render_feed_page(const feed_snapshot& s) {
   const auto& names = s.board->channel_names();
   const auto& chans = s.board->channels();
   const auto& sites = s.board->sites();
-  const std::string title = "mcdist-feed " + s.cfg->interface.address_string();
+  const std::string title = "mcdist-feed " + s.cfg->interface.to_string();
   std::uint64_t queued = 0, running = 0, sent = 0, bytes = 0;
   for (const std::size_t i : shown(s)) {
     queued += queued_of(daemon_channel(s, i));
@@ -315,8 +315,8 @@ std::string render_feed_page(const feed_snapshot& s) {
        "<meta http-equiv=\"refresh\" content=\"10\">\n<title>" +
        html_escape(title) + "</title>\n<style>" + std::string(http::page_style()) +
        "</style></head>\n<body>\n";
-  h += "<h1>mcdist-feed <span id=\"hub-interface\">" +
-       html_escape(s.cfg->interface.address_string()) + "</span></h1>\n";
+  h += "<h1>mcdist-feed <span id=\"hub-interface\">" + html_escape(s.cfg->interface.to_string()) +
+       "</span></h1>\n";
   h += "<p class=\"sub\">hub &middot; version " + html_escape(s.version) + " &middot; up " +
        http::format_age(age_seconds(s.now, s.started)) + " &middot; " + iso_time(s.now) +
        " &middot; " + format_rate(static_cast<double>(s.cfg->rate_bps)) +

@@ -113,6 +113,12 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
       m_unicast_poll(io), m_board(m_cfg.channels.size()), m_sample_timer(io),
       m_started(std::chrono::system_clock::now()), m_retention_timer(io) {
   validate(m_cfg);
+  try {
+    // Before anything is made on disk: an interface that is not there is a configuration error.
+    m_interface = net::resolve_interface(m_cfg.interface, m_cfg.channels.front().group.v6);
+  } catch (const net::interface_error& e) {
+    throw config_error(std::string("interface: ") + e.what());
+  }
   if (m_cfg.http) {
     // Before the store's threads exist: spdlog's sink list is not guarded.
     m_log_ring = std::make_shared<http::log_ring_sink>();
@@ -155,8 +161,8 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
     lim.max_age = m_cfg.max_session_age;
     lim.max_skew = m_cfg.max_clock_skew;
     std::string notice;
-    m_replay = std::make_unique<replay_store>(m_cfg.temp / replay_file_name, lim,
-                                              unix_ms_now(), notice);
+    m_replay =
+        std::make_unique<replay_store>(m_cfg.temp / replay_file_name, lim, unix_ms_now(), notice);
     if (!notice.empty()) m_log->info("{}", notice);
   }
   for (std::size_t i = 0; i < m_cfg.channels.size(); ++i) {
@@ -195,13 +201,12 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
   }
   recover_intents();
   for (const auto& ch : m_cfg.channels) {
-    m_sockets.push_back(net::open_channel_socket(
-        io,
-        net::channel_socket_options{ch.group, m_cfg.interface, m_cfg.socket_buffer_bytes, true}));
+    m_sockets.push_back(net::open_channel_socket(io, channel_socket(ch)));
+    if (const auto w = ssm_warning(ch); !w.empty()) m_log->warn("{}", w);
   }
   m_retired.assign(m_cfg.channels.size(), false);
   publish_dest_names();
-  m_control_socket.emplace(net::open_unicast_socket(io, m_cfg.interface));
+  m_control_socket.emplace(net::open_unicast_socket(io, m_interface.address));
   const auto now = from_steady(std::chrono::steady_clock::now());
   std::vector<session_id> with_state;  // restored, or removed by close_session below
   load_channel_table();
@@ -240,6 +245,17 @@ daemon::~daemon() {
   if (m_log_ring) std::erase(m_log->sinks(), m_log_ring);
 }
 
+net::channel_socket_options daemon::channel_socket(const channel_config& ch) const {
+  net::channel_socket_options o;
+  o.group = ch.group;
+  o.interface = m_interface.address;
+  o.interface_index = m_interface.index;
+  o.receive_buffer = m_cfg.socket_buffer_bytes;
+  o.gro = true;
+  o.source = ch.source;
+  return o;
+}
+
 endpoint daemon::control_endpoint() const {
   return net::from_asio(m_control_socket->local_endpoint());
 }
@@ -254,11 +270,12 @@ void daemon::run() {
   });
   std::string channels;
   for (const auto& ch : m_cfg.channels) {
-    channels += (channels.empty() ? "" : ", ") + ch.name + " " + ch.group.to_string() + " -> " +
+    channels += (channels.empty() ? "" : ", ") + ch.name + " " + ch.group.to_string() +
+                (ch.source ? " from " + ch.source->address_string() : "") + " -> " +
                 ch.dest.string();
   }
   m_log->info("mcdistd '{}' listening on {} (interface {}, control {}, temp {}, sync {})", m_cfg.id,
-              channels, m_cfg.interface.address_string(), control_endpoint().to_string(),
+              channels, m_interface.to_string(), control_endpoint().to_string(),
               m_cfg.temp.string(), to_string(m_cfg.sync));
   start_http();
   resume_runs();
@@ -383,15 +400,27 @@ void daemon::do_receive(std::size_t index) {
           // --rate auto: a channel socket filling up is this host falling behind; tell the
           // engine before the kernel has to drop (docs/design-notes.md "Receiver overrun").
           if (m_socket_drops.size() <= index) m_socket_drops.resize(index + 1, 0);
+          if (m_channel_datagrams.size() <= index) {
+            m_channel_datagrams.resize(index + 1, 0);
+            m_channel_off_source.resize(index + 1, 0);
+          }
           m_engine->on_socket_backlog(static_cast<std::uint32_t>(index),
                                       net::receive_buffer_fill(fd), now);
         }
         m_receiver.drain(
             fd, max_datagrams_per_wake,
             [&](std::span<const std::byte> d, const endpoint& from) {
-              if (index != control_index && m_receiver.socket_drops() != m_socket_drops[index]) {
-                m_socket_drops[index] = m_receiver.socket_drops();
-                m_engine->on_socket_drops(static_cast<std::uint32_t>(index));
+              if (index != control_index) {
+                if (m_receiver.socket_drops() != m_socket_drops[index]) {
+                  m_socket_drops[index] = m_receiver.socket_drops();
+                  m_engine->on_socket_drops(static_cast<std::uint32_t>(index));
+                }
+                ++m_channel_datagrams[index];
+                const auto& source = m_cfg.channels[index].source;
+                if (source && (from.v6 != source->v6 || from.addr != source->addr)) {
+                  ++m_channel_off_source[index];
+                  return;
+                }
               }
               if (m_cfg.drop_rate > 0 && u(m_drop_rng) < m_cfg.drop_rate) {
                 ++m_dropped_by_option;

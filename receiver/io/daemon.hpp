@@ -230,6 +230,16 @@ class daemon final : public receiver_sink {
   /// a reload adds sockets without moving those with waits pending.
   std::deque<net::udp::socket> m_sockets;
   std::optional<net::udp::socket> m_control_socket;
+  /// m_cfg.interface resolved at start for the channels' family: every channel is joined on
+  /// it and the control socket bound to its address (a restart-only setting).
+  net::resolved_interface m_interface;
+  /// The socket options that join `ch` on m_interface.
+  net::channel_socket_options channel_socket(const channel_config& ch) const;
+  /// Per channel index, datagrams read from its socket, and of those, datagrams from another
+  /// address than a source-specific channel's source: the kernel filters those, so a count
+  /// above 0 is a kernel that does not (they are dropped here, before the core).
+  std::vector<std::uint64_t> m_channel_datagrams;
+  std::vector<std::uint64_t> m_channel_off_source;
   /// Per channel index: a reload removed (or replaced) it; it takes no new session.
   std::vector<bool> m_retired;
   std::function<daemon_config()> m_config_source;

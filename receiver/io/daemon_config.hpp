@@ -5,6 +5,7 @@
 #include "common/crypto.hpp"
 #include "common/endpoint.hpp"
 #include "common/logging.hpp"
+#include "common/net/interface.hpp"
 #include "common/wis2/wis2_publisher.hpp"
 #include "receiver/io/action_config.hpp"
 #include "receiver/storage/file_store.hpp"
@@ -43,6 +44,9 @@ struct channel_config {
   /// records the others. Sessions a sender marks silent (mcdist-send --silent-passes) are
   /// silent on every channel.
   bool silent = false;
+  /// `source = "ADDR"`: join (source, group) only (parse_source): the kernel delivers no
+  /// datagram to the group from another host. nullopt: any-source.
+  std::optional<endpoint> source;
 };
 
 /// Port of mcdistd's status HTTP server (/metrics, /status, /) unless configured otherwise.
@@ -56,8 +60,11 @@ std::optional<endpoint> parse_http_setting(const std::string& text, const std::s
 
 /// Everything mcdistd needs.
 struct daemon_config {
-  std::string id;      ///< receiver id (wire::valid_receiver_id)
-  endpoint interface;  ///< local address to join on and send from
+  std::string id;  ///< receiver id (wire::valid_receiver_id)
+  /// `interface`: the name or local address of the interface every channel is joined on and
+  /// replies leave from (common/net/interface.hpp; resolved when the daemon starts, for the
+  /// channels' address family). Unset: the kernel's routes decide.
+  net::interface_spec interface;
   std::vector<channel_config> channels;
   std::filesystem::path temp;  ///< temp files and checkpoints; same filesystem as dest
   /// This site's secret key file (mcdist-keygen, mode 0600). Empty: temp/site.key, made at
@@ -132,14 +139,31 @@ daemon_config load_config_file(const std::filesystem::path& file);
 /// in error messages (a file name, "<fuzz>"). @throws config_error as load_config_file
 daemon_config load_config_string(std::string_view text, const std::string& source);
 
+/// Parses a channel's `source` (mcdistd `source = "ADDR"`, --source): the unicast address,
+/// of the group's family, of the one sender whose datagrams the channel takes, joined
+/// source-specific (RFC 4607; MCAST_JOIN_SOURCE_GROUP, RFC 3678 section 5.2). A group outside
+/// the SSM ranges (232.0.0.0/8, ff3x::/32) is not refused: on a link, or with routers that
+/// apply IGMPv3/MLDv2 source filters to any group, the join filters as well; the daemon warns
+/// (ssm_warning) because routers may forward such a group from every source.
+/// @param what names the setting in the message ("channel[0].source", "--source")
+/// @throws config_error when `text` is not an IP address, is multicast or the wildcard, or is
+///         not of the group's family
+endpoint parse_source(const std::string& text, const endpoint& group, const std::string& what);
+
+/// What is unusual about how `ch` is joined, for a warning at start; empty when nothing:
+/// a source outside the SSM ranges (routers may forward every source of such a group), or an
+/// SSM-range group joined any-source (routers following RFC 4607 forward nothing to it).
+std::string ssm_warning(const channel_config& ch);
+
 /// Parses an age: a parse_duration string ("90s", "6h") or a number of days ("7d").
 std::optional<std::chrono::nanoseconds> parse_age(std::string_view text) noexcept;
 
 /// Checks a complete configuration: id set and valid, at least one channel, every group
-/// multicast, temp and dest set, every channel trusting a sender or allowing unsigned
-/// sessions by name (allow_unsigned); actions name existing channels, have unique names, and
-/// exec programs that are absolute paths of executable files; journal_max_age is at least
-/// every retention max_age. @throws config_error naming the first problem
+/// multicast and of one address family (the interface's, when it is an address), every
+/// source of its group's family, temp and dest set, every channel trusting a sender or allowing
+/// unsigned sessions by name (allow_unsigned); actions name existing channels, have unique names,
+/// and exec programs that are absolute paths of executable files; journal_max_age is at least every
+/// retention max_age. @throws config_error naming the first problem
 void validate(const daemon_config& cfg);
 
 }  // namespace mcdist::receiver

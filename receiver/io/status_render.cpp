@@ -230,6 +230,7 @@ nlohmann::json render_status_json(const status_snapshot& s) {
     nlohmann::json c;
     c["name"] = cfg.name;
     c["group"] = cfg.group.to_string();
+    if (cfg.source) c["source"] = cfg.source->address_string();
     c["dest"] = cfg.dest.string();
     c["files_stored"] = b.files_stored;
     c["files_failed"] = b.files_failed;

@@ -46,7 +46,7 @@ sender_app::sender_app(boost::asio::io_context& io, app_options opts, sender_con
       m_started(started),
       m_socket(net::open_sender_socket(
           io, net::sender_socket_options{m_opts.interface, m_opts.ttl, data_send_buffer,
-                                         control_receive_buffer})),
+                                         control_receive_buffer, m_opts.interface_index})),
       m_timer(io), m_progress_timer(io), m_signals(io),
       m_session(
           [&] {
@@ -111,6 +111,11 @@ sender_app::sender_app(boost::asio::io_context& io, app_options opts, sender_con
         "products from anyone else's",
         m_session_id);
   }
+  m_log->info("session {}: multicast to {} from {}{}", m_session_id, m_opts.group.to_string(),
+              net::from_asio(m_socket.local_endpoint()).to_string(),
+              m_opts.interface_index ? " on interface " + m_opts.interface_name + " (index " +
+                                           std::to_string(m_opts.interface_index) + ")"
+                                     : std::string());
   if (cfg.fallback != fallback_mode::off) start_unicast_server(cfg);
   if (const auto* layout = m_session.fec_layout()) {
     m_parity = std::make_unique<parity_source>(

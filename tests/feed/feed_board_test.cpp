@@ -149,7 +149,7 @@ TEST_CASE("a site's report sets its state, RTT, NAK ratio and fallbacks", "[unit
 
 TEST_CASE("the documents render hostile names safely and valid metrics", "[unit][feed]") {
   mcdist::feed::feed_config cfg;
-  cfg.interface.port = 0;
+  cfg.interface = {};
   mcdist::feed::channel_config ch;
   ch.name = "warnings";
   cfg.channels.push_back(ch);
