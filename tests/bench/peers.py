@@ -67,6 +67,18 @@ def allow_unsigned(mcdistd):
     return _UNSIGNED[mcdistd]
 
 
+def signal_proc(p, sig):
+    """Sends sig to p, to its whole process group when p leads one (Popen(start_new_session=True):
+    a shell pipeline such as udp-receiver | tar)."""
+    try:
+        if os.getpgid(p.pid) == p.pid:
+            os.killpg(p.pid, sig)
+        else:
+            os.kill(p.pid, sig)
+    except OSError:
+        pass
+
+
 def wait_rusage(p, timeout=None, stop_sig=signal.SIGINT):
     """Waits for Popen p with os.wait4; past `timeout` seconds sends stop_sig, then SIGKILL 5 s
     later. @return (exit code, CPU seconds (user + system, with waited-for children), timed out)"""
@@ -79,14 +91,11 @@ def wait_rusage(p, timeout=None, stop_sig=signal.SIGINT):
             return p.returncode, ru.ru_utime + ru.ru_stime, signalled
         now = time.monotonic()
         if deadline is not None and now > deadline and not signalled:
-            try:
-                p.send_signal(stop_sig)
-            except OSError:
-                pass
+            signal_proc(p, stop_sig)
             signalled = True
             deadline = now + 5
         elif signalled and now > deadline and not killed:
-            p.kill()
+            signal_proc(p, signal.SIGKILL)
             killed = True
         time.sleep(0.01)
 
@@ -202,10 +211,11 @@ def udpcast_rate(rate):
 
 def udpcast_send_cmd(src, iface, portbase, mcast, rate, receivers):
     """udp-sender's argv: one file with --file (src a single-file directory sends that file), a
-    set as `tar -c` piped in. @return (argv, what) with what "file" or "tar"."""
+    set as `tar -c` piped in; rate None: unpaced (no --max-bitrate). @return (argv, what) with
+    what "file" or "tar"."""
     common = ["udp-sender", "--nokbd", "--interface", iface, "--portbase", str(portbase),
               "--mcast-data-address", mcast, "--min-receivers", str(receivers), "--full-duplex",
-              "--nopointopoint", "--max-bitrate", udpcast_rate(rate)]
+              "--nopointopoint"] + (["--max-bitrate", udpcast_rate(rate)] if rate else [])
     files = [os.path.join(d, n) for d, _, ns in os.walk(src) for n in ns] if os.path.isdir(src) else [src]
     if len(files) == 1:
         return common + ["--file", files[0]], "file"

@@ -403,8 +403,9 @@ def main():
     shutil.rmtree(base, ignore_errors=True)
 
 
-def run_norm(norm, group, src, expected, nbytes, rate, dest, base, timeout=600):
-    """One NORM transfer of src at a fixed rate to one mcdist-norm-recv on loopback.
+def run_norm(norm, group, src, expected, nbytes, rate, dest, base, timeout=600, cc_max=None):
+    """One NORM transfer of src at a fixed rate (or NORM-CC up to cc_max) to one mcdist-norm-recv
+    on loopback.
     @return (wall, watermark rounds, CPU s, verified, sender CPU s, receiver CPU s)"""
     send, recv = norm
     clear(dest)
@@ -417,8 +418,8 @@ def run_norm(norm, group, src, expected, nbytes, rate, dest, base, timeout=600):
         os.sync()
     slog = open(os.path.join(base, "norm-send.log"), "wb")
     start = time.monotonic()
-    s = subprocess.Popen(peers.norm_send_cmd(send, group, "lo", src, [2], rate=rate, grtt=0.001,
-                                             summary=summary, timeout=timeout),
+    s = subprocess.Popen(peers.norm_send_cmd(send, group, "lo", src, [2], rate=rate, cc_max=cc_max,
+                                             grtt=0.001, summary=summary, timeout=timeout),
                          stdout=slog, stderr=subprocess.STDOUT)
     code, scpu, _ = peers.wait_rusage(s, timeout + 10)
     wall = time.monotonic() - start
@@ -444,7 +445,7 @@ def run_udpcast(mcast, portbase, src, expected, nbytes, rate, dest, base, timeou
     send_args, what = peers.udpcast_send_cmd(src, "lo", portbase, mcast, rate, 1)
     rlog = open(os.path.join(base, "udp-receiver.log"), "wb")
     r = subprocess.Popen(peers.udpcast_recv_cmd(src, dest, "lo", portbase, what), stdout=rlog,
-                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     time.sleep(0.3)
     if SYNC_EACH:
         os.sync()
@@ -452,7 +453,7 @@ def run_udpcast(mcast, portbase, src, expected, nbytes, rate, dest, base, timeou
     slog = open(out_path, "wb")
     start = time.monotonic()
     s = subprocess.Popen(send_args, stdout=slog, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-                         if what == "file" else None)
+                         if what == "file" else None, start_new_session=True)
     code, scpu, _ = peers.wait_rusage(s, timeout)
     wall = time.monotonic() - start
     _, rcpu, _ = peers.wait_rusage(r, 15)
