@@ -387,7 +387,7 @@ def run_udpcast(args, emu, ds, work, cap, seed):
         os.makedirs(os.path.join(d, "dest"))
         logf = open(os.path.join(d, "udp-receiver.log"), "w")
         p = subprocess.Popen(in_ns(emu.ns(h), peers.udpcast_recv_cmd(
-            ds.path, os.path.join(d, "dest"), "mle0", portbase, what)),
+            ds.path, os.path.join(d, "dest"), "mle0", portbase, what, mcast)),
             stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         daemons.append((p, logf, d))
     time.sleep(0.5)

@@ -209,12 +209,21 @@ def udpcast_rate(rate):
     return "%dk" % int(round(rate_bps(rate) / 1e3))
 
 
+def udpcast_rdv(mcast):
+    """The rendezvous group for a data group: 239.199.X.Y for 239.*.X.Y. udpcast's control
+    messages go to the interface's broadcast address (or 224.0.0.1); the emulator's TUN links
+    have no broadcast, and on them sender and receivers only found each other through a group
+    of their own (--mcast-rdv-address, the manual's option for it)."""
+    return "239.199." + ".".join(mcast.split(".")[2:])
+
+
 def udpcast_send_cmd(src, iface, portbase, mcast, rate, receivers):
     """udp-sender's argv: one file with --file (src a single-file directory sends that file), a
     set as `tar -c` piped in; rate None: unpaced (no --max-bitrate). @return (argv, what) with
     what "file" or "tar"."""
     common = ["udp-sender", "--nokbd", "--interface", iface, "--portbase", str(portbase),
-              "--mcast-data-address", mcast, "--min-receivers", str(receivers), "--full-duplex",
+              "--mcast-data-address", mcast, "--mcast-rdv-address", udpcast_rdv(mcast),
+              "--min-receivers", str(receivers), "--full-duplex",
               "--nopointopoint"] + (["--max-bitrate", udpcast_rate(rate)] if rate else [])
     files = [os.path.join(d, n) for d, _, ns in os.walk(src) for n in ns] if os.path.isdir(src) else [src]
     if len(files) == 1:
@@ -224,9 +233,10 @@ def udpcast_send_cmd(src, iface, portbase, mcast, rate, receivers):
     return ["sh", "-c", pipeline], "tar"
 
 
-def udpcast_recv_cmd(src, dest, iface, portbase, what):
+def udpcast_recv_cmd(src, dest, iface, portbase, what, mcast):
     """udp-receiver's argv, writing where the other programs do: DEST/<basename of src>/..."""
-    common = ["udp-receiver", "--nokbd", "--interface", iface, "--portbase", str(portbase)]
+    common = ["udp-receiver", "--nokbd", "--interface", iface, "--portbase", str(portbase),
+              "--mcast-rdv-address", udpcast_rdv(mcast)]
     if what == "file":
         files = [os.path.join(d, n) for d, _, ns in os.walk(src) for n in ns] if os.path.isdir(src) else [src]
         rel = os.path.relpath(files[0], os.path.dirname(os.path.abspath(src)))

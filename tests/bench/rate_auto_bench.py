@@ -542,7 +542,7 @@ def linkem_main(args):
                     portbase = 2 * (4100 + os.getpid() % 1000)
                     mcast = "239.196.80.%d" % (os.getpid() % 200 + 1)
                     send_args, what = peers.udpcast_send_cmd(src, "mle0", portbase, mcast, None, 1)
-                    recv_args = peers.udpcast_recv_cmd(src, pdest, "mle0", portbase, what)
+                    recv_args = peers.udpcast_recv_cmd(src, pdest, "mle0", portbase, what, mcast)
                 daemon = subprocess.Popen(["ip", "netns", "exec", emu.ns(1)] + recv_args,
                                           stdout=logf, stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL, start_new_session=True)

@@ -444,7 +444,7 @@ def run_udpcast(mcast, portbase, src, expected, nbytes, rate, dest, base, timeou
     clear(dest)
     send_args, what = peers.udpcast_send_cmd(src, "lo", portbase, mcast, rate, 1)
     rlog = open(os.path.join(base, "udp-receiver.log"), "wb")
-    r = subprocess.Popen(peers.udpcast_recv_cmd(src, dest, "lo", portbase, what), stdout=rlog,
+    r = subprocess.Popen(peers.udpcast_recv_cmd(src, dest, "lo", portbase, what, mcast), stdout=rlog,
                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     time.sleep(0.3)
     if SYNC_EACH:
