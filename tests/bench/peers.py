@@ -67,6 +67,13 @@ def allow_unsigned(mcdistd):
     return _UNSIGNED[mcdistd]
 
 
+def leads_group(p):
+    try:
+        return os.getpgid(p.pid) == p.pid
+    except OSError:
+        return False
+
+
 def signal_proc(p, sig):
     """Sends sig to p, to its whole process group when p leads one (Popen(start_new_session=True):
     a shell pipeline such as udp-receiver | tar)."""
@@ -79,18 +86,43 @@ def signal_proc(p, sig):
         pass
 
 
+def group_cpu(pgid):
+    """CPU seconds so far of every live process in process group pgid (from /proc), children
+    they reaped included (cutime, cstime)."""
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name) as f:
+                parts = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(parts[2]) == pgid:  # field 5, pgrp
+            total += sum(int(x) for x in parts[11:15]) / tick
+    return total
+
+
 def wait_rusage(p, timeout=None, stop_sig=signal.SIGINT):
     """Waits for Popen p with os.wait4; past `timeout` seconds sends stop_sig, then SIGKILL 5 s
-    later. @return (exit code, CPU seconds (user + system, with waited-for children), timed out)"""
+    later. @return (exit code, CPU seconds (user + system, with waited-for children), timed out)
+
+    A process group (a shell pipeline) that has to be stopped loses the children the shell had
+    not reaped yet: their CPU is sampled from /proc just before the signal, and the larger of
+    the two figures is returned."""
     deadline = None if timeout is None else time.monotonic() + timeout
     signalled = killed = False
+    sampled = 0.0
     while True:
         pid, status, ru = os.wait4(p.pid, os.WNOHANG)
         if pid == p.pid:
             p.returncode = os.waitstatus_to_exitcode(status)
-            return p.returncode, ru.ru_utime + ru.ru_stime, signalled
+            return p.returncode, max(ru.ru_utime + ru.ru_stime, sampled), signalled
         now = time.monotonic()
         if deadline is not None and now > deadline and not signalled:
+            if leads_group(p):
+                sampled = group_cpu(p.pid)
             signal_proc(p, stop_sig)
             signalled = True
             deadline = now + 5
@@ -217,14 +249,18 @@ def udpcast_rdv(mcast):
     return "239.199." + ".".join(mcast.split(".")[2:])
 
 
-def udpcast_send_cmd(src, iface, portbase, mcast, rate, receivers):
+def udpcast_send_cmd(src, iface, portbase, mcast, rate, receivers, slice_size=None):
     """udp-sender's argv: one file with --file (src a single-file directory sends that file), a
-    set as `tar -c` piped in; rate None: unpaced (no --max-bitrate). @return (argv, what) with
-    what "file" or "tar"."""
+    set as `tar -c` piped in; rate None: unpaced (no --max-bitrate). slice_size: its
+    --default-slice-size, the slice every duplex-mode transfer uses (udpcast's default 112 blocks;
+    its manual's "tuning options" are about this, up to 1024): a sender waits for each slice's
+    acknowledgements, so on a long round trip the default slice bounds it to about 112 x 1456
+    bytes per RTT (70 ms: 18 Mbit/s). @return (argv, what) with what "file" or "tar"."""
     common = ["udp-sender", "--nokbd", "--interface", iface, "--portbase", str(portbase),
               "--mcast-data-address", mcast, "--mcast-rdv-address", udpcast_rdv(mcast),
               "--min-receivers", str(receivers), "--full-duplex",
-              "--nopointopoint"] + (["--max-bitrate", udpcast_rate(rate)] if rate else [])
+              "--nopointopoint"] + (["--max-bitrate", udpcast_rate(rate)] if rate else []) + \
+        (["--default-slice-size", str(slice_size)] if slice_size else [])
     files = [os.path.join(d, n) for d, _, ns in os.walk(src) for n in ns] if os.path.isdir(src) else [src]
     if len(files) == 1:
         return common + ["--file", files[0]], "file"

@@ -328,7 +328,7 @@ def main():
             "%.0f" % (med(row, "lowest") / 1e6) if row[0].startswith("auto") else "-",
             med(row, "scpu") / gbytes, med(row, "rcpu") / gbytes,
             all(x["ok"] for x in samples[row])))
-    log("(passes: NORM's watermark rounds; UDPcast's retransmitted packets are not counted here)")
+    log("(passes: NORM-CC's watermark rounds; for UDPcast its retransmitted packets)")
     log("")
     log("| ceiling | auto Mbit/s | best fixed at or below | its Mbit/s | auto / best |%s%s%s" % (
         " baseline auto Mbit/s | baseline / best |" if args.baseline else "",
