@@ -321,10 +321,17 @@ def wait_capped_cpu(p, cap, t0):
     return time.monotonic() - t0, code == 0, cpu
 
 
-def stop_daemons(daemons):
-    """SIGTERM to each receiver still running, then reaps it: its CPU seconds (wait4), in order."""
+def stop_daemons(daemons, gentle=False):
+    """SIGTERM to each receiver still running, then reaps it: its CPU seconds (wait4), in order.
+    gentle: first give each up to 5 s to exit by itself (NORM's and UDPcast's receivers exit
+    once complete; a shell pipeline stopped early would lose its children's CPU)."""
     cpus = []
     for dp, logf, _ in daemons:
+        if gentle:
+            code, cpu, stopped = peers.wait_rusage(dp, 5, stop_sig=signal.SIGTERM)
+            cpus.append(cpu)
+            logf.close()
+            continue
         # No poll() first: it would reap an exited receiver and lose its resource usage. A
         # pipeline's children die with the shell unreaped: their CPU is sampled first.
         sampled = peers.group_cpu(dp.pid) if peers.leads_group(dp) else 0.0
@@ -362,7 +369,7 @@ def run_norm(args, emu, ds, work, cap, seed, rtt_ms):
     elapsed, finished, scpu = wait_capped_cpu(p, cap, t0)
     sampler.stop_flag = True
     out.close()
-    rcpu = stop_daemons(daemons)
+    rcpu = stop_daemons(daemons, gentle=finished)
     rounds = None
     try:
         with open(summary) as f:
@@ -406,7 +413,7 @@ def run_udpcast(args, emu, ds, work, cap, seed):
     elapsed, finished, scpu = wait_capped_cpu(p, cap, t0)
     sampler.stop_flag = True
     out.close()
-    rcpu = stop_daemons(daemons)
+    rcpu = stop_daemons(daemons, gentle=finished)
     with open(out_path, errors="replace") as f:
         rexmits = peers.udpcast_retransmits(f.read())
     verified = ds.verified_bytes(os.path.join(daemons[1][2], "dest"))
