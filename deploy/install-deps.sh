@@ -4,7 +4,9 @@
 #                                   deploy/run-fuzz.sh)
 #   deploy/install-deps.sh --demo   only what building the programs and running the demo need
 #                                   (deploy/run-demo.sh: no test tools, browsers or fuzzers)
-#   deploy/install-deps.sh --bench  also the peers and tools of tests/bench (uftp, iperf3, gnuplot, rsync)
+#   deploy/install-deps.sh --bench  also the peers and tools of tests/bench (uftp, libnorm-dev for
+#                                   the NORM peer of tests/bench/norm, udpcast, iperf3, gnuplot,
+#                                   rsync)
 set -euo pipefail
 
 if [ "$(id -u)" -ne 0 ]; then
@@ -33,7 +35,7 @@ if [ "${1:-}" != "--demo" ]; then
   )
 fi
 if [ "${1:-}" = "--bench" ]; then
-  packages+=(uftp iperf3 gnuplot-nox rsync netcat-openbsd time)
+  packages+=(uftp libnorm-dev udpcast iperf3 gnuplot-nox rsync netcat-openbsd time)
 fi
 
 missing=()
