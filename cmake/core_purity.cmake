@@ -1,5 +1,5 @@
-# What a layer may use (DESIGN.md "a pure core in a thin shell", STYLE.md "Rooms": a folder says
-# what its code may use), checked on every build:
+# What a layer may use (docs/architecture.md "Layers": a folder says what its code may use),
+# checked on every build:
 #
 #   pure     the protocol cores (sender/core, receiver/core) and the pure parts of common
 #            (mcdist_common_core, mcdist_unicast_core): the standard library, protobuf,
@@ -114,7 +114,7 @@ function(mcdist_check_purity profile)
       endif()
       if(bad)
         message(FATAL_ERROR "${t} (${profile}) links ${dep}: see cmake/core_purity.cmake for what "
-                            "a ${profile} layer may use (DESIGN.md, 'a pure core in a thin shell'). "
+                            "a ${profile} layer may use (docs/architecture.md, 'Layers'). "
                             "Move the I/O into a shell target.")
       endif()
     endforeach()

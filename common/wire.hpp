@@ -1,6 +1,6 @@
 #pragma once
 /// @file
-/// The mcdist wire format (DESIGN.md "Protocol outline"; README "Wire format").
+/// The mcdist wire format (docs/architecture.md "Data flow in one session"; README "Wire format").
 ///
 /// Every datagram starts with an 8-byte header in network byte order:
 ///
@@ -16,7 +16,7 @@
 ///     | sequence     | file index   | block index  | payload ...      |
 ///     +--------------+--------------+--------------+------------------+
 ///
-/// A parity datagram (type parity, issue 12) has the same shape, naming a FEC block and a parity
+/// A parity datagram (type parity) has the same shape, naming a FEC block and a parity
 /// index instead of a file and a block; its payload is one block_size-byte parity block of the
 /// FEC block's sources, each zero-padded to block_size (common/fec.hpp, common/fec_layout.hpp):
 ///
@@ -78,7 +78,7 @@ inline constexpr std::uint32_t min_block_size = 256;
 inline constexpr std::uint32_t max_block_size =
     packet::jumbo_mtu - packet::ipv4_udp_overhead - data_header_size;
 /// Default block size, bytes: 1400 + 20 + 28 = 1448, inside a 1500-byte MTU with room for
-/// tunnel overheads (DESIGN.md "block").
+/// tunnel overheads (docs/architecture.md "Vocabulary").
 inline constexpr std::uint32_t default_block_size = 1400;
 static_assert(default_block_size + data_header_size + packet::ipv4_udp_overhead <
               packet::ethernet_mtu);
@@ -108,9 +108,9 @@ enum class msg_type : std::uint8_t {
   complete_ack = 9,
   session_end = 10,
   fallback = 11,
-  parity = 12,  ///< a parity block of a FEC block (issue 12, parity repairs)
+  parity = 12,  ///< a parity block of a FEC block (parity repairs)
   // 13 is unassigned.
-  /// Blocks scheduled for repair (proto repair_advert), multicast (issue 12, NAK feedback).
+  /// Blocks scheduled for repair (proto repair_advert), multicast (NAK feedback).
   repair_advert = 14,
   /// Truncated SHA-256 of a window of data and parity datagrams, signed (wire version 3 only:
   /// common/block_digests.hpp), multicast ahead of them in silent signed sessions.

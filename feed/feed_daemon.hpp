@@ -1,6 +1,6 @@
 #pragma once
 /// @file
-/// mcdist-feed's engine on the daemon's io_context (issue 10 item 1): spool products go through
+/// mcdist-feed's engine on the daemon's io_context: spool products go through
 /// the hub journal's durable outbox into per-channel batches; each batch is one signed session
 /// (sender_app::start) numbered by the channel's sequence; channels send at once and share the
 /// total rate by strict priority (arbiter.hpp); after a session every product x site outcome is

@@ -1,6 +1,6 @@
 #pragma once
 /// @file
-/// The hub's delivery journal (issue 10 item 3, hub side): one SQLite file (common/sqlite, WAL)
+/// The hub's delivery journal (hub side): one SQLite file (common/sqlite, WAL)
 /// that holds
 ///   - the outbox: every product picked up from a spool, with its state
 ///       queued -> sending -> sent | failed

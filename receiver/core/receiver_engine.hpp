@@ -1,10 +1,10 @@
 #pragma once
 /// @file
-/// The receiver's protocol state machine (DESIGN.md "Protocol outline"): assembles manifests,
-/// registers, takes blocks, NAKs what it misses behind the sender's progress markers, asks
-/// storage to verify and deliver complete files, reports COMPLETE. One engine serves every
-/// session of the daemon, from any number of senders and channels. Pure: no sockets, no clock,
-/// no global randomness; actions go out through receiver_sink.
+/// The receiver's protocol state machine (docs/architecture.md "Data flow in one session"):
+/// assembles manifests, registers, takes blocks, NAKs what it misses behind the sender's progress
+/// markers, asks storage to verify and deliver complete files, reports COMPLETE. One engine serves
+/// every session of the daemon, from any number of senders and channels. Pure: no sockets, no
+/// clock, no global randomness; actions go out through receiver_sink.
 
 #include "common/block_map.hpp"
 #include "common/byte_range.hpp"
@@ -191,7 +191,7 @@ struct receiver_stats {
   std::uint64_t files_refused = 0;
   std::uint64_t sessions_completed = 0;
   std::uint64_t sessions_failed = 0;
-  std::uint64_t parity_blocks = 0;     ///< parity blocks kept for decoding (issue 12)
+  std::uint64_t parity_blocks = 0;     ///< parity blocks kept for decoding
   std::uint64_t blocks_recovered = 0;  ///< source blocks recovered from parity
   /// FEC block lacks left out of NAKs because this receiver had reported them this pass or the
   /// sender advertised enough parity pending (nak_scheduler.hpp "Parity coverage").

@@ -1,13 +1,13 @@
 #pragma once
 /// @file
-/// A session's announce (DESIGN.md "Protocol outline", step 1): the session parameters and the
-/// manifest, cut into chunks that each fit one control datagram (wire::control_budget), and
-/// the schedule that repeats them while registration is open: two cycles back to back at the
-/// start, then a cycle every announce interval plus a jitter of up to 1/8 of it, so that many
-/// senders do not synchronise (Floyd & Jacobson, "The Synchronization of Periodic Routing
-/// Messages", 1994). Pure: the session passes the time and draws from its own seeded
-/// generator; sealing an encrypted session's bodies is the shell's work (common/auth.hpp), for
-/// which the chunks leave room.
+/// A session's announce (docs/architecture.md "Data flow in one session", step 1): the session
+/// parameters and the manifest, cut into chunks that each fit one control datagram
+/// (wire::control_budget), and the schedule that repeats them while registration is open: two
+/// cycles back to back at the start, then a cycle every announce interval plus a jitter of up to
+/// 1/8 of it, so that many senders do not synchronise (Floyd & Jacobson, "The Synchronization of
+/// Periodic Routing Messages", 1994). Pure: the session passes the time and draws from its own
+/// seeded generator; sealing an encrypted session's bodies is the shell's work (common/auth.hpp),
+/// for which the chunks leave room.
 
 #include "common/endpoint.hpp"
 #include "common/ids.hpp"

@@ -1,9 +1,9 @@
 #pragma once
 /// @file
-/// The sender's protocol state machine for one session (DESIGN.md "Protocol outline"): announce
-/// and registration, paced passes over the wanted blocks, NAK merging, completion. Pure: no
-/// sockets, no clock, no global randomness. Events in (on_datagram, on_timer, on_digest), actions
-/// out (control datagrams to send, data blocks to send, next_deadline()).
+/// The sender's protocol state machine for one session (docs/architecture.md "Data flow in one
+/// session"): announce and registration, paced passes over the wanted blocks, NAK merging,
+/// completion. Pure: no sockets, no clock, no global randomness. Events in (on_datagram, on_timer,
+/// on_digest), actions out (control datagrams to send, data blocks to send, next_deadline()).
 
 #include "common/block_map.hpp"
 #include "common/endpoint.hpp"
@@ -161,7 +161,7 @@ struct sender_config {
   /// FALLBACK orders sent without the receiver connecting before it is failed.
   std::uint32_t fallback_max_orders = 10;
 
-  // --- silent sessions (docs/design-notes.md "Silent sessions"; issue 12 item 3) ---
+  // --- silent sessions (docs/design-notes.md "Silent sessions") ---
   /// Passes of a silent session, for one-way links: 0 = a normal session. Otherwise no
   /// registration and no NAK or status is taken (whatever arrives is counted and dropped), pass
   /// 1 sends the sources and the proactive parity (fec_overhead), each later pass
@@ -228,7 +228,7 @@ struct receiver_report {
   std::vector<std::pair<std::uint64_t, std::uint64_t>> missing_seqs;
 };
 
-/// Control datagrams the sender received and multicast, by kind (issue 12: what feedback costs
+/// Control datagrams the sender received and multicast, by kind (what feedback costs
 /// as the group grows).
 struct control_counters {
   std::uint64_t registers = 0;       ///< REGISTER datagrams received

@@ -169,9 +169,8 @@ void sender_app::start_unicast_server(const sender_config& cfg) {
   unicast::server_events ev;
   ev.on_session_start = [this](const unicast::session_info& info) { on_unicast_start(info); };
   ev.on_session_end = [this](const unicast::session_info& info, const unicast::session_stats&,
-                             const std::error_code& ec, const std::string& detail) {
-    on_unicast_end(info, ec, detail);
-  };
+                             const std::error_code& ec,
+                             const std::string& detail) { on_unicast_end(info, ec, detail); };
   m_unicast = std::make_unique<unicast::server>(m_io, *m_source, so, ev);
   std::string detail;
   if (auto ec = m_unicast->start(detail)) {
@@ -505,7 +504,7 @@ bool sender_app::flush_pending(time_point) {
       const auto& d = m_pending[i];
       std::byte* out = m_gso_buffer.data() + (i - m_pending_pos) * segment;
       if (d.parity) {
-        // A parity block (issue 12): a data header's shape, a full block's length, its bytes
+        // A parity block: a data header's shape, a full block's length, its bytes
         // encoded here from the FEC block's sources (read_payloads left its payload alone).
         wire::write_parity_header({out, wire::data_header_size},
                                   {m_session_id, d.seq, d.fec_block, d.parity_index});

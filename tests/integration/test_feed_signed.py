@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""mcdist-feed's signed sessions end to end on loopback (issue 10: "its sessions carry the sender
+"""mcdist-feed's signed sessions end to end on loopback ("its sessions carry the sender
 and site authentication of the trust issue"): the real hub daemon with `key` and `site_keys`,
 three real mcdistd sites that pin the feed's key (--trust) and have keys of their own
 (mcdist-keygen).
