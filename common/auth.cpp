@@ -197,7 +197,7 @@ std::size_t sender_keys::seal_control(std::span<std::byte> buf, std::size_t len)
     seal_announces({&one, 1});
     return one.len;
   }
-  buf[2] = std::byte{wire::authenticated_version};
+  wire::set_version(buf, wire::authenticated_version);
   if (m_encrypted && type == msg_type::digest_list) {
     // The signature below covers the sealed form; room for the trailer stays (the caller
     // leaves max_trailer_bytes, which counts the sealed body's overhead).
@@ -245,7 +245,7 @@ std::size_t sender_keys::seal_control(std::span<std::byte> buf, std::size_t len)
 }
 
 std::size_t sender_keys::seal_data(std::span<std::byte> buf, std::size_t len) noexcept {
-  buf[2] = std::byte{wire::authenticated_version};
+  wire::set_version(buf, wire::authenticated_version);
   if (m_sealed_data) {
     // Encrypted session: the payload is encrypted in place, the headers are associated data.
     const auto tag =
@@ -262,7 +262,12 @@ std::size_t sender_keys::seal_data(std::span<std::byte> buf, std::size_t len) no
 std::error_code sender_keys::open(std::span<const std::byte> d, std::span<const std::byte>& out) {
   wire::header h;
   if (auto ec = wire::parse_header(d, h)) return ec;
-  if (std::to_integer<std::uint8_t>(d[2]) != wire::authenticated_version) {
+  return open(h, d, out);
+}
+
+std::error_code sender_keys::open(const wire::header& h, std::span<const std::byte> d,
+                                  std::span<const std::byte>& out) {
+  if (h.version != wire::authenticated_version) {
     ++m_stats.unauthenticated;
     return errc::unauthenticated;
   }
@@ -467,10 +472,14 @@ std::error_code receiver_keys::open(std::span<const std::byte> d, time_point now
                                     std::span<const std::byte>& out, const endpoint& from) {
   wire::header h;
   if (auto ec = wire::parse_header(d, h)) return ec;
-  if (std::to_integer<std::uint8_t>(d[2]) == wire::digest_version) {
-    return open_digested(d, h, now, out);
-  }
-  if (std::to_integer<std::uint8_t>(d[2]) != wire::authenticated_version) {
+  return open(h, d, now, out, from);
+}
+
+std::error_code receiver_keys::open(const wire::header& h, std::span<const std::byte> d,
+                                    time_point now, std::span<const std::byte>& out,
+                                    const endpoint& from) {
+  if (h.version == wire::digest_version) return open_digested(d, h, now, out);
+  if (h.version != wire::authenticated_version) {
     if (required()) {
       ++m_stats.unauthenticated;
       return errc::unauthenticated;
@@ -736,7 +745,7 @@ std::size_t receiver_keys::seal(std::span<std::byte> buf, std::size_t len) {
   session_keys* s = find(session_of(buf));
   if (!s) return required() ? 0 : len;  // a version-1 session: sent as it is
   if (!s->has_pairwise) return 0;
-  buf[2] = std::byte{wire::authenticated_version};
+  wire::set_version(buf, wire::authenticated_version);
   std::byte* end = buf.data() + len;
   const auto type = static_cast<msg_type>(std::to_integer<std::uint8_t>(buf[3]));
   std::size_t out = len;

@@ -222,6 +222,9 @@ class sender_keys {
   /// the site and take_key_reply() gives the answer to send back to the datagram's source.
   /// @return empty, or errc::unauthenticated, with stats() counting the reason
   std::error_code open(std::span<const std::byte> datagram, std::span<const std::byte>& out);
+  /// The same, for a datagram whose common header the caller parsed already (`h`).
+  std::error_code open(const wire::header& h, std::span<const std::byte> datagram,
+                       std::span<const std::byte>& out);
   /// The key_only register_reply (sealed) answering the key request open() just consumed,
   /// written to `buf` (at least control_budget + max_trailer_bytes bytes).
   /// @return its length; 0 when no key request is pending
@@ -333,6 +336,10 @@ class receiver_keys {
   /// (take_held) keeps it.
   std::error_code open(std::span<const std::byte> datagram, time_point now,
                        std::span<const std::byte>& out, const endpoint& from);
+  /// The same, for a datagram whose common header the caller parsed already (`h`, from
+  /// wire::parse_header on `datagram`): the daemons' receive path parses each header once.
+  std::error_code open(const wire::header& h, std::span<const std::byte> datagram,
+                       time_point now, std::span<const std::byte>& out, const endpoint& from);
   /// Seals a register_request, nak or complete the core produced for a version-2 session:
   /// `buf` holds `len` bytes with room for max_trailer_bytes more. A datagram of a version-1
   /// session is returned unchanged. @return the new length, or 0 when the session's keys are

@@ -158,6 +158,9 @@ const char* to_string(msg_type t) noexcept;
 struct header {
   msg_type type{};
   session_id session{};
+  /// version, authenticated_version or digest_version: whether a trailer (common/auth.hpp) or
+  /// a block digest (common/block_digests.hpp) authenticates the datagram
+  std::uint8_t version = wire::version;
 };
 
 /// The data header fields after the common header.
@@ -176,16 +179,23 @@ struct parity_header {
   std::uint32_t index = 0;      ///< parity index within the FEC block (< fec::codec::max_parity)
 };
 
-/// Checks the common header: length, magic, version, known type, size limit.
+/// Checks the common header: length, magic, version, known type, size limit. The one parse
+/// of a datagram's header on the receive paths: the shells hand the result on to the channel
+/// filter, authentication and the engine, and read no header bytes themselves.
 /// @param datagram  the whole datagram as received
-/// @param out       filled on success
+/// @param out       filled on success (type, session, version)
 /// Versions 1 (wire::version), 2 (authenticated_version) and 3 (digest_version) are accepted.
 /// @return empty, or errc::truncated / bad_magic / bad_version / unknown_type / oversized
 std::error_code parse_header(std::span<const std::byte> datagram, header& out) noexcept;
 
 /// Writes the common header into the first header_size bytes of `out` (which must be that
 /// long).
-void write_header(std::span<std::byte> out, msg_type type, session_id session) noexcept;
+void write_header(std::span<std::byte> out, msg_type type, session_id session,
+                  std::uint8_t version = wire::version) noexcept;
+
+/// Sets the version byte of a datagram whose common header is written (`datagram` at least
+/// header_size bytes): how an authentication layer marks the trailer it appends.
+void set_version(std::span<std::byte> datagram, std::uint8_t version) noexcept;
 
 /// Parses a data datagram whose common header parse_header already accepted as type data.
 /// @param payload  set to the block payload (may be empty only if the file is empty, which

@@ -235,6 +235,16 @@ class receiver_engine {
   ///                  scheduling. Later than `now` counts as `now`.
   void on_datagram(std::span<const std::byte> datagram, const endpoint& from, std::uint32_t channel,
                    time_point now, std::optional<time_point> arrival = std::nullopt);
+  /// The same, for a datagram whose common header the shell parsed already (`h`, from
+  /// wire::parse_header on the datagram as received; `datagram` is what authentication
+  /// returned, trailer cut off, of the same type and session).
+  void on_datagram(const wire::header& h, std::span<const std::byte> datagram,
+                   const endpoint& from, std::uint32_t channel, time_point now,
+                   std::optional<time_point> arrival = std::nullopt);
+  /// A datagram the shell refused before the engine (its header did not parse, or its
+  /// authentication failed for a framing reason): counted among the datagrams and the drops,
+  /// by `why` (an errc).
+  void on_refused(std::error_code why) noexcept;
   /// The kernel dropped datagrams of `channel`'s socket for a full receive buffer before the
   /// next datagram this engine gets on the channel (SO_RXQ_OVFL's count rose). A gap the next
   /// data or parity datagram on the channel reveals (whatever control datagrams come first) is
@@ -373,8 +383,8 @@ class receiver_engine {
   void note_unicast_start(session_rx& s, const wire::session_params& p, const endpoint& from);
   /// The register reply or FALLBACK answering REGISTER arrived: the registration RTT sample.
   void note_register_answer(session_rx& s, time_point now);
-  void dispatch(std::span<const std::byte> datagram, const endpoint& from, std::uint32_t channel,
-                time_point now, time_point arrival);
+  void dispatch(const wire::header& h, std::span<const std::byte> datagram, const endpoint& from,
+                std::uint32_t channel, time_point now, time_point arrival);
   bool new_session(const wire::announce& m, session_id id, const endpoint& from,
                    std::uint32_t channel, time_point now);
   bool ensure_block_map(session_rx& s, std::uint32_t f, time_point now);

@@ -151,13 +151,25 @@ void sender_session::start(time_point now) {
   }
 }
 
+namespace {
+
+wire::msg_type type_of(std::span<const std::byte> own) {
+  wire::header h;
+  (void)wire::parse_header(own, h);  // this session wrote it: it parses
+  return h.type;
+}
+
+}  // namespace
+
 void sender_session::queue_multicast(time_point now, std::vector<std::byte> bytes) {
   m_pacer.consume(now, bytes.size() + ip_udp_overhead);
-  m_control.push_back({std::nullopt, std::move(bytes)});
+  const auto type = type_of(bytes);
+  m_control.push_back({std::nullopt, std::move(bytes), type});
 }
 
 void sender_session::queue_unicast(const endpoint& to, std::vector<std::byte> bytes) {
-  m_control.push_back({to, std::move(bytes)});
+  const auto type = type_of(bytes);
+  m_control.push_back({to, std::move(bytes), type});
 }
 
 bool sender_session::pop_control(control_send& out) {
@@ -360,14 +372,29 @@ sender_session::receiver_state* sender_session::find_receiver(const std::string&
 
 void sender_session::on_datagram(std::span<const std::byte> datagram, const endpoint& from,
                                  time_point now) {
+  wire::header h;
+  if (auto ec = wire::parse_header(datagram, h)) {
+    on_refused(ec);
+    return;
+  }
+  on_datagram(h, datagram, from, now);
+}
+
+void sender_session::on_refused(std::error_code why) noexcept {
   if (silent()) {
-    // Sites of a silent session never transmit: whatever arrives is counted, never read.
     ++m_counters.silent_refused;
     return;
   }
-  wire::header h;
-  if (auto ec = wire::parse_header(datagram, h)) {
-    m_drops.add(static_cast<errc>(ec.value()));
+  const bool ours = why.category() == error_category() && why.value() > 0 &&
+                    why.value() < static_cast<int>(errc::count_);
+  m_drops.add(ours ? static_cast<errc>(why.value()) : errc::unauthenticated);
+}
+
+void sender_session::on_datagram(const wire::header& h, std::span<const std::byte> datagram,
+                                 const endpoint& from, time_point now) {
+  if (silent()) {
+    // Sites of a silent session never transmit: whatever arrives is counted, never read.
+    ++m_counters.silent_refused;
     return;
   }
   if (h.session != m_cfg.session) {

@@ -317,6 +317,7 @@ struct digest_window_send {
 struct control_send {
   std::optional<endpoint> to;
   std::vector<std::byte> bytes;
+  wire::msg_type type{};  ///< the type in `bytes`' header (the shell signs announces apart)
 };
 
 /// The sender side of one session.
@@ -338,6 +339,13 @@ class sender_session {
 
   /// A unicast datagram arrived from `from`. Malformed input is counted and dropped.
   void on_datagram(std::span<const std::byte> datagram, const endpoint& from, time_point now);
+  /// The same, for a datagram whose common header the shell parsed already (`h`, of the
+  /// datagram as received; `datagram` is what authentication returned).
+  void on_datagram(const wire::header& h, std::span<const std::byte> datagram,
+                   const endpoint& from, time_point now);
+  /// A datagram the shell refused before the session for a framing reason (its header did
+  /// not parse, or its trailer was cut short): counted by `why` (an errc).
+  void on_refused(std::error_code why) noexcept;
 
   /// Runs timers due at `now`.
   void on_timer(time_point now);
