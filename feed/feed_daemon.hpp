@@ -58,7 +58,7 @@ struct resend_order {
   std::vector<std::string> sites;
   product_filter filter;  ///< retained products matching it ...
   /// ... or, when set, the products the journal lists as missing at these sites since then
-  std::optional<clock_time> missing_since;
+  std::optional<wall_time> missing_since;
   bool unicast = false;
 };
 

@@ -44,7 +44,7 @@ class feed_http {
   const feed_daemon& m_daemon;
   std::shared_ptr<http::log_ring_sink> m_ring;
   std::shared_ptr<spdlog::logger> m_log;
-  clock_time m_started;
+  wall_time m_started;
   std::unique_ptr<http::server> m_server;
 };
 

@@ -104,10 +104,10 @@ settings read_config(const fs::path& file, bool explicit_file) {
   return s;
 }
 
-std::optional<feed::clock_time> since_from(const std::string& text) {
+std::optional<mcdist::wall_time> since_from(const std::string& text) {
   const auto d = parse_duration(text);
   if (!d || d->count() < 0) return std::nullopt;
-  return std::chrono::time_point_cast<feed::clock_time::duration>(std::chrono::system_clock::now() -
+  return std::chrono::time_point_cast<mcdist::wall_time::duration>(std::chrono::system_clock::now() -
                                                                   *d);
 }
 
@@ -216,7 +216,7 @@ int main(int argc, char** argv) {
 
   // Build the request.
   feed::control_request req;
-  std::optional<feed::clock_time> since;
+  std::optional<mcdist::wall_time> since;
   if (!since_text.empty()) {
     since = since_from(since_text);
     if (!since) {
