@@ -19,6 +19,7 @@
 /// The keys of each answer are listed at the functions that build them; they are stable
 /// (mcdistctl --json prints them as they are).
 
+#include "common/wire.hpp"
 #include "feed/journal.hpp"
 
 #include <nlohmann/json.hpp>
@@ -64,7 +65,7 @@ struct resend_request {
   std::string site;
   std::optional<wall_time> since;                              ///< products sent at or after
   std::optional<std::string> glob;                              ///< products whose name matches
-  std::optional<std::pair<std::uint64_t, std::uint64_t>> seqs;  ///< inclusive batch seq range
+  std::optional<wire::seq_span> seqs;  ///< inclusive batch seq range
   std::optional<std::string> channel;
   bool unicast = false;  ///< over the unicast fallback instead of multicast
   /// Filled by the server from SO_PEERCRED (who asked, for the daemon's log); not on the wire.

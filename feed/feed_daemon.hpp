@@ -49,7 +49,7 @@ struct extra_request {
   std::map<std::int64_t, product> products;   ///< by journal id (merging requests dedups)
   /// Catch-up: the channel's sequence ranges the products come from (sender_config
   /// catch_up_seqs), so sites that complete it stop reporting them missing.
-  std::set<std::pair<std::uint64_t, std::uint64_t>> seqs;
+  std::set<wire::seq_span> seqs;
   bool unicast = false;  ///< resend --unicast: every site over unicast
 };
 
@@ -167,7 +167,7 @@ class feed_daemon {
   bool name_in_flight(std::size_t ch, const product& p, bool same_too) const;
   void record_outcomes(std::size_t ch, const running& run, const sender::run_result& r);
   void request_catch_up(std::size_t ch, const std::string& site,
-                        const std::vector<std::pair<std::uint64_t, std::uint64_t>>& ranges);
+                        const std::vector<wire::seq_span>& ranges);
   void add_extra(std::size_t ch, extra_request req);
   /// Keeps a sent product for catch-up and resend: a hard link to the file sent (`o`), else a
   /// copy of it. @return its path

@@ -82,7 +82,7 @@ struct daemon_config {
   /// ... and sessions stamped further ahead of this host's clock are refused.
   std::chrono::milliseconds max_clock_skew = std::chrono::minutes(5);
   sync_mode sync = sync_mode::batch;
-  std::size_t buffer_pool_bytes = 16u << 20;
+  std::size_t buffer_pool_bytes = storage_config{}.buffer_pool_bytes;
   int socket_buffer_bytes = 32 << 20;
   std::chrono::nanoseconds session_timeout = std::chrono::seconds(60);
   std::chrono::nanoseconds status_interval = std::chrono::seconds(60);

@@ -14,6 +14,7 @@
 #include "common/manifest.hpp"
 #include "common/time.hpp"
 #include "common/transport.hpp"
+#include "common/wire.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -48,7 +49,7 @@ struct announce_settings {
   std::string channel;                      ///< empty: unsequenced
   std::uint64_t channel_seq = 0;            ///< 0: unsequenced
   /// A catch-up session's ranges of the channel's sequence numbers, inclusive.
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> catch_up_seqs;
+  std::vector<wire::seq_span> catch_up_seqs;
   /// Parity repairs (session_params.fec_*, common/fec_layout.hpp): sources per FEC block, 0 for
   /// none (the three fields are then left out); parity indexes per FEC block; interleaving depth.
   std::uint32_t fec_k = 0;

@@ -50,6 +50,15 @@ namespace mcdist::sender {
 
 class digest_windows;
 
+/// Source blocks per FEC block by default: 200 over GF(2^8) leaves 55 parity indexes per FEC
+/// block (k + parity <= 255), so one parity datagram repairs a different loss at each site
+/// and a FEC block tolerates 27 % loss before a repair needs more than one round
+/// (docs/design-notes.md "Parity by default" has the measurements that chose it).
+inline constexpr std::uint32_t default_fec_k = 200;
+/// Interleaving depth by default: a burst of up to 8 lost datagrams (a satellite link's burst
+/// of 4 with margin) takes at most one block of each FEC block.
+inline constexpr std::uint32_t default_fec_depth = 8;
+
 /// Session settings. Durations are core-clock durations; rates bit/s; sizes bytes.
 struct sender_config {
   session_id session{1};
@@ -94,7 +103,7 @@ struct sender_config {
   /// A catch-up session (channel_seq 0, channel set): the inclusive ranges of the channel's
   /// sequence numbers whose products it carries again; a receiver that completes it stops
   /// reporting them missing. At most wire::max_seq_ranges, ascending, disjoint.
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> catch_up_seqs;
+  std::vector<wire::seq_span> catch_up_seqs;
   /// When the session was made, Unix time in ms (session_params.created_unix_ms; the core
   /// reads no clock, so the shell sets it: sender_app takes the wall clock when it is 0). Sites
   /// refuse a signed session without it, too old or from the future (docs/security.md
@@ -123,13 +132,15 @@ struct sender_config {
 
   // --- parity repairs (docs/design-notes.md "Parity repairs") ---
   /// Source blocks per FEC block; 0: no parity, NAKs name blocks (common/fec_layout.hpp).
+  /// The programs' default is default_fec_k (session_profile); a core made by hand (tests,
+  /// the simulator) sends no parity unless asked.
   std::uint32_t fec_k = 0;
   /// Parity indexes per FEC block (fec::valid_shape; over GF(2^16) when fec_k + fec_max_parity
   /// exceeds 255); 0: fec::default_max_parity(fec_k), 255 - fec_k for fec_k <= 254.
   std::uint32_t fec_max_parity = 0;
   /// Interleaving depth: a burst of this many lost datagrams takes at most one block of each
   /// FEC block (1..fec::max_depth).
-  std::uint32_t fec_depth = 1;
+  std::uint32_t fec_depth = default_fec_depth;
   /// Proactive parity sent in pass 1 after each FEC block's sources, as a fraction of them
   /// (0.03: 3 %, rounded up per FEC block), so most sites need no repair round trip.
   double fec_overhead = 0;
@@ -225,7 +236,7 @@ struct receiver_report {
   /// From its REGISTER in a sequenced session: inclusive ranges of the channel's sequence
   /// numbers below this session's that it never completed, ascending; at most
   /// wire::max_seq_ranges (a site with more reports the oldest first).
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> missing_seqs;
+  std::vector<wire::seq_span> missing_seqs;
 };
 
 /// Control datagrams the sender received and multicast, by kind (what feedback costs

@@ -55,6 +55,7 @@ TEST_CASE("parity repairs cost about the largest receiver's loss, not the union 
   cfg.sender.rate_bps = 100'000'000;
   cfg.sender.fallback = sender::fallback_mode::off;
   cfg.sender.fec_k = 200;
+  cfg.sender.fec_depth = 1;
   for (int i = 0; i < 100; ++i) {
     auto s = rx("r" + std::to_string(i), 0.01, std::chrono::milliseconds(10 + i % 11));
     cfg.sender.receivers.push_back(s.id);

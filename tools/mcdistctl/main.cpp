@@ -111,7 +111,7 @@ std::optional<mcdist::wall_time> since_from(const std::string& text) {
                                                                   *d);
 }
 
-std::optional<std::pair<std::uint64_t, std::uint64_t>> parse_seq_range(const std::string& s) {
+std::optional<mcdist::wire::seq_span> parse_seq_range(const std::string& s) {
   const auto dash = s.find('-');
   const auto num = [](const std::string& t) -> std::optional<std::uint64_t> {
     if (t.empty() || t.find_first_not_of("0123456789") != std::string::npos || t.size() > 19)
