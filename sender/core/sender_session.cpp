@@ -49,14 +49,14 @@ sender_session::sender_session(sender_config cfg, std::vector<manifest_entry> fi
     if (!wire::valid_receiver_id(id))
       throw std::invalid_argument("invalid receiver id '" + id + "'");
   }
-  std::vector<std::uint32_t> blocks(m_files.size());
+  m_file_blocks.resize(m_files.size());
   for (std::size_t i = 0; i < m_files.size(); ++i) {
     if (m_files[i].size > max_file_size) {
       throw std::invalid_argument("file too large: " + m_files[i].path);
     }
-    blocks[i] = block_count(m_files[i].size, m_cfg.block_size);
+    m_file_blocks[i] = block_count(m_files[i].size, m_cfg.block_size);
   }
-  m_passes = pass_scheduler(blocks);
+  m_passes = pass_scheduler(m_file_blocks);
   if (m_cfg.rate_auto) {
     if (m_cfg.rate_max_bps == 0) throw std::invalid_argument("--rate auto needs a --rate-max");
     rate_controller_config rc;

@@ -15,6 +15,7 @@
 #include "common/time.hpp"
 #include "sender/core/announce.hpp"
 #include "sender/core/fallback_policy.hpp"
+#include "sender/core/nak_intake.hpp"
 #include "sender/core/feedback_plan.hpp"
 #include "sender/core/group_lack.hpp"
 #include "sender/core/grtt.hpp"
@@ -445,6 +446,13 @@ class sender_session {
   void send_digests(time_point now);
   /// Queues the digests a NAK asks for (`digests_wanted`, bounded by the file count) and sends
   /// them when digests may go out.
+  /// After a NAK read into m_nak: when it takes `r` over the NAK ratio (and another receiver
+  /// is below it), orders `r`'s unicast fallback; true when `r` is then on unicast and the NAK
+  /// is done with (its blocks counted, not scheduled on multicast).
+  bool nak_moves_to_unicast(receiver_state& r, const wire::nak& m, time_point now);
+  /// Schedules the repairs m_nak asks for (blocks into the pass, parity for FEC lacks, the
+  /// repair advert) and counts them. @return blocks named and lacked
+  std::uint64_t schedule_repairs(const wire::nak& m, time_point now);
   void queue_digests(const wire::nak& m, time_point now);
   bool digests_sendable() const noexcept;
   void check_done(time_point now);
@@ -529,7 +537,9 @@ class sender_session {
   drop_counters m_drops;
   /// REGISTERs of new receivers refused because max_receivers were registered.
   std::uint64_t m_receivers_refused_full = 0;
+  std::vector<std::uint32_t> m_file_blocks;  ///< blocks of each file, by file index
   pass_scheduler m_passes;
+  nak_request m_nak;  ///< the NAK being handled (read_nak), kept for its vectors' capacity
   fallback_policy m_fallback;
   announcer m_announce;
   repair_advert m_advert;
