@@ -387,6 +387,16 @@ class receiver_engine {
                 std::uint32_t channel, time_point now, time_point arrival);
   bool new_session(const wire::announce& m, session_id id, const endpoint& from,
                    std::uint32_t channel, time_point now);
+  /// A new session's parameters: block size, manifest chunks, numbering and catch-up ranges
+  /// (read into `catch_up`). @return false when one is out of bounds
+  bool valid_params(const wire::session_params& p, std::vector<wire::seq_span>& catch_up) const;
+  /// A new session's declared size against the memory budget and file limit, and the
+  /// sessions open in all and from its source; counts and logs a refusal.
+  bool within_limits(const wire::session_params& p, session_id id, const endpoint& from);
+  /// Creates the state of an admitted session from its announce's parameters.
+  session_rx& open_session(const wire::session_params& p, session_id id, const endpoint& from,
+                           std::uint32_t channel, const std::string& signer,
+                           std::vector<wire::seq_span> catch_up, time_point now);
   bool ensure_block_map(session_rx& s, std::uint32_t f, time_point now);
   void fail_file(session_rx& s, std::uint32_t f, std::error_code ec, const std::string& detail,
                  time_point now);

@@ -453,6 +453,23 @@ class sender_session {
   /// Schedules the repairs m_nak asks for (blocks into the pass, parity for FEC lacks, the
   /// repair advert) and counts them. @return blocks named and lacked
   std::uint64_t schedule_repairs(const wire::nak& m, time_point now);
+  /// Checks a register_request against the session (receiver id, held files, digests of
+  /// files held pending, the sequence report) and reads its missing sequence numbers into
+  /// `missing`. @return false when any field is out of bounds
+  bool valid_register(const wire::register_request& m,
+                      std::vector<wire::seq_span>& missing) const;
+  /// Why a receiver that has not registered yet (`known`: it is listed in a closed group)
+  /// cannot now: not in the closed group, registration closed; nullopt when it can.
+  std::optional<std::string> registration_refusal(bool known) const;
+  /// Queues the register_reply to `to`: accepted when `refused` is empty, else refused with it
+  /// as the reason (logged as a warning when `log_refusal`).
+  void answer_register(const std::string& id, const endpoint& to, const std::string& refused,
+                       bool log_refusal = true);
+  /// Takes a valid registration: the receiver's state (created unless listed), its held files
+  /// and its missing numbers. @return the registered receiver
+  receiver_state& admit(const wire::register_request& m, const endpoint& from, receiver_state* r,
+                        std::vector<wire::seq_span> missing, time_point now);
+  void log_registered(const receiver_state& r, const endpoint& from, bool resumed) const;
   void queue_digests(const wire::nak& m, time_point now);
   bool digests_sendable() const noexcept;
   void check_done(time_point now);
