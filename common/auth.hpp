@@ -480,6 +480,24 @@ class receiver_keys {
   /// Opens an encrypted session's sealed announce or digest list into m_scratch.
   /// @param fresh  the announce's signature was checked just now (not a repeat): before the
   ///                key, it is held
+  /// open()'s data and parity case: decrypts (encrypted session, into m_scratch) or checks the
+  /// tag. @return the verdict when open() is done with the datagram (`out` set on success);
+  ///         nullopt to go on (verified, `out` is the signed part)
+  std::optional<std::error_code> open_block(session_keys* s, std::span<const std::byte> d,
+                                            std::span<const std::byte> signed_part,
+                                            std::span<const std::byte>& out);
+  /// open()'s register_reply case: takes the session key sealed for this site. @return as
+  /// open_block's (a key_only reply is consumed: empty error, `out` empty)
+  std::optional<std::error_code> open_register_reply(session_keys* s, session_id session,
+                                                     std::span<const std::byte> d,
+                                                     std::size_t trailer,
+                                                     std::span<const std::byte>& out);
+  /// After an announce's signature: opens a sealed body, notes a block-digest session, asks
+  /// for a signed session's key; `out` is the announce to hand on.
+  std::error_code opened_announce(session_id session, std::span<const std::byte> d,
+                                  std::span<const std::byte> signed_part, time_point now,
+                                  bool fresh, const endpoint& from,
+                                  std::span<const std::byte>& out);
   std::error_code open_sealed_body(session_keys& s, std::span<const std::byte> signed_part,
                                    wire::msg_type t, time_point now,
                                    std::span<const std::byte>& out,
