@@ -6,6 +6,46 @@ namespace mcdist::sender {
 
 using namespace session_detail;
 
+namespace {
+
+/// The settings a session cannot start with. @throws std::invalid_argument saying which
+void check_settings(const sender_config& cfg, std::size_t file_count) {
+  if (cfg.block_size < wire::min_block_size || cfg.block_size > wire::max_block_size) {
+    throw std::invalid_argument("block size " + std::to_string(cfg.block_size) + " is outside " +
+                                std::to_string(wire::min_block_size) + ".." +
+                                std::to_string(wire::max_block_size) + " bytes");
+  }
+  if (file_count > max_files_per_session) {
+    throw std::invalid_argument("too many files in one session: " + std::to_string(file_count) +
+                                " (limit " + std::to_string(max_files_per_session) + ")");
+  }
+  if (cfg.max_passes == 0) throw std::invalid_argument("max passes must be at least 1");
+  if (!cfg.channel.empty() && !wire::valid_channel_name(cfg.channel)) {
+    throw std::invalid_argument("channel name '" + cfg.channel +
+                                "' is not 1 to 64 letters, digits or - _ . : @ /");
+  }
+  if ((cfg.channel_seq > 0 || !cfg.catch_up_seqs.empty()) && cfg.channel.empty()) {
+    throw std::invalid_argument("a channel sequence number or catch-up ranges need a channel name");
+  }
+  if (!cfg.catch_up_seqs.empty() &&
+      (cfg.channel_seq > 0 ||
+       !wire::valid_seq_ranges(cfg.catch_up_seqs, std::numeric_limits<std::uint64_t>::max()))) {
+    throw std::invalid_argument("catch-up ranges must be at most " +
+                                std::to_string(wire::max_seq_ranges) +
+                                " ascending disjoint ranges from 1, in an unsequenced session");
+  }
+  for (const auto& id : cfg.receivers) {
+    if (!wire::valid_receiver_id(id))
+      throw std::invalid_argument("invalid receiver id '" + id + "'");
+  }
+  for (const auto& id : cfg.only_receivers) {
+    if (!wire::valid_receiver_id(id))
+      throw std::invalid_argument("invalid receiver id '" + id + "'");
+  }
+}
+
+}  // namespace
+
 sender_session::sender_session(sender_config cfg, std::vector<manifest_entry> files,
                                std::uint64_t seed, std::shared_ptr<spdlog::logger> log)
     : m_cfg(std::move(cfg)), m_files(std::move(files)), m_log(std::move(log)), m_rng_state(seed),
@@ -17,38 +57,7 @@ sender_session::sender_session(sender_config cfg, std::vector<manifest_entry> fi
                    std::uint64_t{m_cfg.block_size + wire::data_header_size + ip_udp_overhead +
                                  m_cfg.data_trailer_bytes}})),
       m_passes(std::vector<std::uint32_t>{}), m_fallback(fallback_settings_of(m_cfg)) {
-  if (m_cfg.block_size < wire::min_block_size || m_cfg.block_size > wire::max_block_size) {
-    throw std::invalid_argument("block size " + std::to_string(m_cfg.block_size) + " is outside " +
-                                std::to_string(wire::min_block_size) + ".." +
-                                std::to_string(wire::max_block_size) + " bytes");
-  }
-  if (m_files.size() > max_files_per_session) {
-    throw std::invalid_argument("too many files in one session: " + std::to_string(m_files.size()) +
-                                " (limit " + std::to_string(max_files_per_session) + ")");
-  }
-  if (m_cfg.max_passes == 0) throw std::invalid_argument("max passes must be at least 1");
-  if (!m_cfg.channel.empty() && !wire::valid_channel_name(m_cfg.channel)) {
-    throw std::invalid_argument("channel name '" + m_cfg.channel +
-                                "' is not 1 to 64 letters, digits or - _ . : @ /");
-  }
-  if ((m_cfg.channel_seq > 0 || !m_cfg.catch_up_seqs.empty()) && m_cfg.channel.empty()) {
-    throw std::invalid_argument("a channel sequence number or catch-up ranges need a channel name");
-  }
-  if (!m_cfg.catch_up_seqs.empty() &&
-      (m_cfg.channel_seq > 0 ||
-       !wire::valid_seq_ranges(m_cfg.catch_up_seqs, std::numeric_limits<std::uint64_t>::max()))) {
-    throw std::invalid_argument("catch-up ranges must be at most " +
-                                std::to_string(wire::max_seq_ranges) +
-                                " ascending disjoint ranges from 1, in an unsequenced session");
-  }
-  for (const auto& id : m_cfg.receivers) {
-    if (!wire::valid_receiver_id(id))
-      throw std::invalid_argument("invalid receiver id '" + id + "'");
-  }
-  for (const auto& id : m_cfg.only_receivers) {
-    if (!wire::valid_receiver_id(id))
-      throw std::invalid_argument("invalid receiver id '" + id + "'");
-  }
+  check_settings(m_cfg, m_files.size());
   m_file_blocks.resize(m_files.size());
   for (std::size_t i = 0; i < m_files.size(); ++i) {
     if (m_files[i].size > max_file_size) {
@@ -69,26 +78,7 @@ sender_session::sender_session(sender_config cfg, std::vector<manifest_entry> fi
     m_cfg.rate_bps = 0;  // update_auto_rate sets the rate and the bucket
     update_auto_rate(time_point{});
   }
-  if (m_cfg.fec_k > 0) {
-    if (m_cfg.fec_max_parity == 0) m_cfg.fec_max_parity = fec::default_max_parity(m_cfg.fec_k);
-    if (!fec::valid_shape(m_cfg.fec_k, m_cfg.fec_max_parity) || m_cfg.fec_overhead < 0 ||
-        m_cfg.fec_overhead > 1) {
-      throw std::invalid_argument("FEC blocks of " + std::to_string(m_cfg.fec_k) + " sources and " +
-                                  std::to_string(m_cfg.fec_max_parity) +
-                                  " parity blocks: at most " + std::to_string(fec::max_k) +
-                                  " sources and " + std::to_string(fec::max_blocks_gf16) +
-                                  " blocks in all, overhead 0..100 %");
-    }
-    if (fec::field_for(m_cfg.fec_k, m_cfg.fec_max_parity) == fec::field::gf16 &&
-        m_cfg.block_size % 2 != 0) {
-      throw std::invalid_argument("FEC blocks of more than " + std::to_string(fec::max_blocks_gf8) +
-                                  " blocks are coded over GF(2^16) in 16-bit words: the block size "
-                                  "must be even, not " +
-                                  std::to_string(m_cfg.block_size));
-    }
-    m_fec.emplace(blocks, m_cfg.fec_k, m_cfg.fec_depth);  // throws for a bad depth
-    m_parity.emplace(m_fec->fec_blocks(), m_cfg.fec_max_parity);
-  }
+  if (m_cfg.fec_k > 0) configure_fec();
   while (m_digests_through < m_files.size() && m_files[m_digests_through].digest) {
     ++m_digests_through;
   }
@@ -117,6 +107,27 @@ sender_session::sender_session(sender_config cfg, std::vector<manifest_entry> fi
 }
 
 sender_session::~sender_session() = default;
+
+void sender_session::configure_fec() {
+  if (m_cfg.fec_max_parity == 0) m_cfg.fec_max_parity = fec::default_max_parity(m_cfg.fec_k);
+  if (!fec::valid_shape(m_cfg.fec_k, m_cfg.fec_max_parity) || m_cfg.fec_overhead < 0 ||
+      m_cfg.fec_overhead > 1) {
+    throw std::invalid_argument("FEC blocks of " + std::to_string(m_cfg.fec_k) + " sources and " +
+                                std::to_string(m_cfg.fec_max_parity) +
+                                " parity blocks: at most " + std::to_string(fec::max_k) +
+                                " sources and " + std::to_string(fec::max_blocks_gf16) +
+                                " blocks in all, overhead 0..100 %");
+  }
+  if (fec::field_for(m_cfg.fec_k, m_cfg.fec_max_parity) == fec::field::gf16 &&
+      m_cfg.block_size % 2 != 0) {
+    throw std::invalid_argument("FEC blocks of more than " + std::to_string(fec::max_blocks_gf8) +
+                                " blocks are coded over GF(2^16) in 16-bit words: the block size "
+                                "must be even, not " +
+                                std::to_string(m_cfg.block_size));
+  }
+  m_fec.emplace(m_file_blocks, m_cfg.fec_k, m_cfg.fec_depth);  // throws for a bad depth
+  m_parity.emplace(m_fec->fec_blocks(), m_cfg.fec_max_parity);
+}
 
 void sender_session::start(time_point now) {
   m_start = now;

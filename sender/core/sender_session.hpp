@@ -470,6 +470,9 @@ class sender_session {
   receiver_state& admit(const wire::register_request& m, const endpoint& from, receiver_state* r,
                         std::vector<wire::seq_span> missing, time_point now);
   void log_registered(const receiver_state& r, const endpoint& from, bool resumed) const;
+  /// Parity repairs from m_cfg.fec_*: the FEC layout and the parity planner.
+  /// @throws std::invalid_argument for a shape the codec cannot have
+  void configure_fec();
   void queue_digests(const wire::nak& m, time_point now);
   bool digests_sendable() const noexcept;
   void check_done(time_point now);
