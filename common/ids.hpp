@@ -37,8 +37,6 @@ using file_index = strong_id<std::uint32_t, struct file_index_tag>;
 /// Index of a block within one file, 0-based; block b covers bytes [b*block_size,
 /// (b+1)*block_size).
 using block_index = strong_id<std::uint32_t, struct block_index_tag>;
-/// Pass number, 1-based: pass 1 sends every block, pass k>1 the blocks NAKed since.
-using pass_number = strong_id<std::uint32_t, struct pass_number_tag>;
 
 /// Secret that lets one receiver fetch one session's remainder over the unicast fallback
 /// (docs/design-notes.md "Unicast fallback"): 128 bits from the kernel's CSPRNG (getrandom), so
