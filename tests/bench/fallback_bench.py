@@ -74,7 +74,7 @@ def session(build, emu, work, src, receivers, sender_args, daemon_args=None, tim
         extra = (daemon_args or {}).get(rid, [])
         p = subprocess.Popen(["ip", "netns", "exec", emu.ns(i), recv, "--id", rid, "--group", group,
                               "--interface", emu.addr(i), "--dest", os.path.join(d, "dest"), "--temp",
-                              os.path.join(d, "temp")] + extra, stdout=logf, stderr=subprocess.STDOUT)
+                              os.path.join(d, "temp"), "--allow-unsigned"] + extra, stdout=logf, stderr=subprocess.STDOUT)
         procs.append((p, logf, d))
     time.sleep(0.5)
     summary = os.path.join(work, "summary.json")
