@@ -75,7 +75,7 @@ sender_session::sender_session(sender_config cfg, std::vector<manifest_entry> fi
         static_cast<std::uint32_t>(m_cfg.block_size + wire::data_header_size + ip_udp_overhead);
     rc.min_rtt = m_cfg.grtt_min;
     m_rate.emplace(rc);
-    m_cfg.rate_bps = 0;  // update_auto_rate sets the rate and the bucket
+    m_pacer.set_rate(0);  // update_auto_rate sets the rate and the bucket
     update_auto_rate(time_point{});
   }
   if (m_cfg.fec_k > 0) configure_fec();
@@ -217,7 +217,7 @@ std::uint64_t sender_session::pacing_quantum() const noexcept {
   const std::uint64_t datagram =
       m_cfg.block_size + wire::data_header_size + ip_udp_overhead + m_cfg.data_trailer_bytes;
   // At most 1 ms worth of the rate, so slow links see datagrams spread out, not bursts.
-  const std::uint64_t per_ms = m_cfg.rate_bps / 8 / 1000;
+  const std::uint64_t per_ms = m_pacer.rate_bps() / 8 / 1000;
   return std::max(datagram, std::min({m_cfg.pacing_quantum_bytes, per_ms}));
 }
 
@@ -340,7 +340,7 @@ void sender_session::close_registration(time_point now) {
     double bytes = 0;
     for (const auto& f : m_files) bytes += static_cast<double>(f.size);
     if (const auto why =
-            m_fallback.unicast_from_start(bytes, m_registered, m_grtt.estimate(), m_cfg.rate_bps)) {
+            m_fallback.unicast_from_start(bytes, m_registered, m_grtt.estimate(), m_pacer.rate_bps())) {
       for (auto& r : m_receivers) order_fallback(*r, *why, now);
     }
   }
@@ -493,15 +493,13 @@ void sender_session::set_rate(std::uint64_t rate_bps) noexcept {
   if (m_rate) {
     // Rate auto: the controller owns the rate; what the shell gives is its ceiling.
     m_rate->set_ceiling(rate_bps);
-    m_cfg.rate_max_bps = m_rate->ceiling();
-    if (m_cfg.rate_bps > m_cfg.rate_max_bps) apply_rate(m_cfg.rate_max_bps);
+    if (m_pacer.rate_bps() > m_rate->ceiling()) apply_rate(m_rate->ceiling());
     return;
   }
   apply_rate(rate_bps);
 }
 
 void sender_session::apply_rate(std::uint64_t rate_bps) noexcept {
-  m_cfg.rate_bps = rate_bps;
   m_pacer.set_rate(rate_bps);
 }
 
@@ -599,12 +597,12 @@ session_report sender_session::report(time_point now) const {
   rep.control = m_counters;
   if (m_rate) {
     rep.rate_auto = true;
-    rep.rate_bps = m_cfg.rate_bps;
+    rep.rate_bps = m_pacer.rate_bps();
     rep.rate_lowest_bps = m_rate->lowest_bps();
-    rep.rate_max_bps = m_cfg.rate_max_bps;
+    rep.rate_max_bps = m_rate->ceiling();
     rep.rate_clr = m_rate->clr();
   } else {
-    rep.rate_bps = m_cfg.rate_bps;
+    rep.rate_bps = m_pacer.rate_bps();
   }
   for (const auto& r : m_receivers) rep.receivers.push_back(r->rep);
   return rep;

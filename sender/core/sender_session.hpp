@@ -64,7 +64,10 @@ inline constexpr std::uint32_t default_fec_depth = 8;
 struct sender_config {
   session_id session{1};
   std::uint32_t block_size = 1400;       ///< payload bytes per data datagram
-  std::uint64_t rate_bps = 100'000'000;  ///< multicast rate incl. IPv4+UDP headers; 0 = unpaced
+  /// Multicast rate at the start, bit/s incl. IPv4+UDP headers; 0 = unpaced. The session's
+  /// pacer holds the current rate from then on (set_rate, --rate auto): this field is not
+  /// live state.
+  std::uint64_t rate_bps = 100'000'000;
   /// --rate auto: the rate follows the receivers' TFMCC reports (rate_controller.hpp) from
   /// rate_auto_initial_bps up to rate_max_bps; rate_bps is then only the pacer's bucket sizing.
   bool rate_auto = false;
@@ -419,7 +422,7 @@ class sender_session {
   /// IPv4+UDP headers, 0 = unpaced
   void set_rate(std::uint64_t rate_bps) noexcept;
   /// The multicast rate in force, bit/s (0 = unpaced).
-  std::uint64_t rate_bps() const noexcept { return m_cfg.rate_bps; }
+  std::uint64_t rate_bps() const noexcept { return m_pacer.rate_bps(); }
   /// The session's FEC blocks; null when it sends no parity (fec_k 0).
   const fec::layout* fec_layout() const noexcept { return m_fec ? &*m_fec : nullptr; }
 
