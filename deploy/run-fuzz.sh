@@ -9,8 +9,8 @@
 # Environment:
 #   MCDIST_FUZZ_RUNS=N        stop each target after N executions (libFuzzer -runs)
 #   MCDIST_FUZZ_JOBS=N        targets run N at a time (default 1)
-#   MCDIST_FUZZ_TARGETS="a b" only these (default: wire receiver sender unicast_frame checkpoint sequences
-#                             config auth)
+#   MCDIST_FUZZ_TARGETS="a b" only these (default: all ten: wire receiver sender unicast_frame
+#                             checkpoint sequences replay_cache config auth sctp_probe)
 #   MCDIST_FUZZ_BUILD=DIR     build directory (default build-fuzz)
 #   ASAN_OPTIONS              default quarantine_size_mb=16 (see below)
 #   deploy/run-fuzz.sh --seeds  rewrites the generated seeds of tests/fuzz/corpus and exits
@@ -29,8 +29,6 @@ case "${1:-}" in
   *[!0-9]*) echo "usage: deploy/run-fuzz.sh [SECONDS_PER_TARGET] | --seeds" >&2; exit 2 ;;
   *) seconds=$1 ;;
 esac
-#   MCDIST_FUZZ_TARGETS="a b" only these (default: wire receiver sender unicast_frame checkpoint sequences
-#                             config auth)
 jobs=${MCDIST_FUZZ_JOBS:-1}
 # shellcheck disable=SC2206  # word splitting of the list is the point
 targets=(${MCDIST_FUZZ_TARGETS:-wire receiver sender unicast_frame checkpoint sequences replay_cache config auth sctp_probe})
