@@ -93,14 +93,7 @@ sender_session::sender_session(sender_config cfg, std::vector<manifest_entry> fi
   // Deciding for unicast from the start needs the registrations (count, RTT): do not start
   // pass 1 before them when that decision is possible.
   if (m_fallback.decides_at_registration()) m_cfg.eager_start = false;
-  for (const auto& id : m_cfg.receivers) {
-    if (m_by_id.count(id)) continue;
-    auto r = std::make_unique<receiver_state>();
-    r->rep.id = id;
-    r->index = static_cast<std::uint32_t>(m_receivers.size());
-    m_by_id[id] = r.get();
-    m_receivers.push_back(std::move(r));
-  }
+  for (const auto& id : m_cfg.receivers) m_receivers.emplace(id).first.rep.id = id;
   m_announce =
       announcer(announce_settings_of(m_cfg), m_files,
                 m_cfg.announce_interval * (silent() ? silent_announce_interval_factor : 1));
@@ -197,7 +190,7 @@ void sender_session::send_announce_chunk(time_point now) {
 
 void sender_session::fail_silent(time_point now) {
   while (!m_silence.empty()) {
-    receiver_state& r = *m_receivers[m_silence.front()];
+    receiver_state& r = m_receivers[m_silence.front()];
     if (!times_out(r)) {
       m_silence.remove(r.index);
       continue;
@@ -246,7 +239,7 @@ void sender_session::on_timer(time_point now) {
   }
   // FALLBACK orders not yet answered by a connection: only those receivers, not all of them.
   for (std::size_t i = 0; i < m_awaiting_connection.size();) {
-    receiver_state& r = *m_receivers[m_awaiting_connection[i]];
+    receiver_state& r = m_receivers[m_awaiting_connection[i]];
     if (!r.on_unicast() || r.unicast_started) {
       r.awaiting_listed = false;
       m_awaiting_connection[i] = m_awaiting_connection.back();
@@ -376,10 +369,6 @@ void sender_session::sample_rtt(receiver_state& r, std::uint64_t echo_us, std::u
   if (m_rate) m_rate->on_rtt_sample(r.rep.id, rtt);  // the overrun cap's base RTT
 }
 
-sender_session::receiver_state* sender_session::find_receiver(const std::string& id) {
-  const auto it = m_by_id.find(id);
-  return it == m_by_id.end() ? nullptr : it->second;
-}
 
 void sender_session::on_datagram(std::span<const std::byte> datagram, const endpoint& from,
                                  time_point now) {
@@ -548,7 +537,7 @@ std::optional<time_point> sender_session::next_deadline(time_point now) const {
       // The least recently heard receiver times out first (a receiver that no longer times out
       // may still be at the front: an early wake-up, on_timer takes it out).
       if (!m_silence.empty()) {
-        const auto& r = *m_receivers[m_silence.front()];
+        const auto& r = m_receivers[m_silence.front()];
         consider(std::max(r.last_heard, m_wait_start) + m_cfg.receiver_timeout);
       }
       break;
@@ -556,7 +545,7 @@ std::optional<time_point> sender_session::next_deadline(time_point now) const {
     case phase::done: return std::nullopt;
   }
   for (const auto i : m_awaiting_connection) {
-    const auto& r = *m_receivers[i];
+    const auto& r = m_receivers[i];
     if (r.on_unicast() && !r.unicast_started) consider(r.next_fallback);
   }
   if (!m_digest_queue.empty() && digests_sendable()) consider(now);

@@ -22,6 +22,7 @@
 #include "sender/core/parity_planner.hpp"
 #include "sender/core/pass_scheduler.hpp"
 #include "sender/core/rate_controller.hpp"
+#include "sender/core/receiver_table.hpp"
 #include "sender/core/repair_advert.hpp"
 #include "sender/core/silence_list.hpp"
 
@@ -545,12 +546,11 @@ class sender_session {
   void handle_register(const wire::register_request& m, const endpoint& from, time_point now);
   void handle_nak(const wire::nak& m, const endpoint& from, time_point now);
   void handle_complete(const wire::complete& m, const endpoint& from, time_point now);
-  receiver_state* find_receiver(const std::string& id);
 
   sender_config m_cfg;
   std::vector<manifest_entry> m_files;
-  std::vector<std::unique_ptr<receiver_state>> m_receivers;
-  std::unordered_map<std::string, receiver_state*> m_by_id;
+  /// Every receiver known: listed in the closed group, or registered.
+  receiver_table<receiver_state> m_receivers;
   std::deque<control_send> m_control;
   std::deque<fallback_order> m_fallbacks;
   std::shared_ptr<spdlog::logger> m_log;

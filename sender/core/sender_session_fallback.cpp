@@ -91,7 +91,7 @@ void sender_session::send_fallback(receiver_state& r, time_point now) {
 }
 
 void sender_session::on_unicast_started(const std::string& receiver_id, time_point now) {
-  receiver_state* r = find_receiver(receiver_id);
+  receiver_state* r = m_receivers.find(receiver_id);
   if (!r || !r->on_unicast()) return;
   r->unicast_started = true;
   r->fallback_orders = 0;  // it connected: the order limit counts unanswered orders only
@@ -101,7 +101,7 @@ void sender_session::on_unicast_started(const std::string& receiver_id, time_poi
 
 void sender_session::on_unicast_failed(const std::string& receiver_id, const std::string& why,
                                        time_point now) {
-  receiver_state* r = find_receiver(receiver_id);
+  receiver_state* r = m_receivers.find(receiver_id);
   if (!r || !r->on_unicast()) return;
   r->unicast_started = false;
   track(*r, false);

@@ -65,7 +65,7 @@ void sender_session::queue_digests(const wire::nak& m, time_point now) {
 }
 
 void sender_session::handle_nak(const wire::nak& m, const endpoint& from, time_point now) {
-  receiver_state* r = find_receiver(m.receiver_id());
+  receiver_state* r = m_receivers.find(m.receiver_id());
   if (!r || r->rep.state == receiver_report::state_t::missing) {
     m_drops.add(errc::not_registered);
     return;

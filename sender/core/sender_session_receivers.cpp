@@ -22,9 +22,9 @@ void sender_session::on_site_keyed(std::string_view receiver_id, time_point now)
     if (!m_first_keyed) m_first_keyed = now;
     return;
   }
-  const auto it = m_by_id.find(std::string(receiver_id));
-  if (it == m_by_id.end() || it->second->keyed) return;
-  it->second->keyed = true;
+  receiver_state* r = m_receivers.find(receiver_id);
+  if (!r || r->keyed) return;
+  r->keyed = true;
   ++m_keyed;
   if (!m_first_keyed) m_first_keyed = now;
   if (m_log) {
@@ -47,7 +47,7 @@ void sender_session::handle_register(const wire::register_request& m, const endp
     answer_register(m.receiver_id(), from, "this session is a resend to other receivers");
     return;
   }
-  receiver_state* r = find_receiver(m.receiver_id());
+  receiver_state* r = m_receivers.find(m.receiver_id());
   if (r && r->rep.state != receiver_report::state_t::missing) {
     // A repeat (our reply was lost) or a restarted receiver: same answer again.
     sample_rtt(*r, m.echo_time_us(), m.hold_us(), now);
@@ -132,12 +132,8 @@ sender_session::receiver_state& sender_session::admit(const wire::register_reque
                                                       std::vector<wire::seq_span> missing,
                                                       time_point now) {
   if (!r) {
-    auto owned = std::make_unique<receiver_state>();
-    owned->rep.id = m.receiver_id();
-    owned->index = static_cast<std::uint32_t>(m_receivers.size());
-    r = owned.get();
-    m_by_id[r->rep.id] = r;
-    m_receivers.push_back(std::move(owned));
+    r = &m_receivers.emplace(m.receiver_id()).first;
+    r->rep.id = m.receiver_id();
   }
   r->rep.state = receiver_report::state_t::registered;
   r->rep.address = from;
@@ -190,7 +186,7 @@ void sender_session::log_registered(const receiver_state& r, const endpoint& fro
 
 void sender_session::handle_complete(const wire::complete& m, const endpoint& from,
                                      time_point now) {
-  receiver_state* r = find_receiver(m.receiver_id());
+  receiver_state* r = m_receivers.find(m.receiver_id());
   if (!r || r->rep.state == receiver_report::state_t::missing) {
     m_drops.add(errc::not_registered);
     return;
