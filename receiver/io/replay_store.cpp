@@ -16,7 +16,7 @@ namespace mcdist::receiver {
 namespace {
 
 /// A cache file larger than this is not read (it would hold ten times max_entries lines).
-constexpr std::size_t max_file_bytes = 64u << 20;
+constexpr std::size_t max_replay_file_bytes = 64u << 20;
 
 bool write_all(int fd, const std::string& text) {
   std::size_t done = 0;
@@ -39,7 +39,7 @@ std::optional<std::string> read_text(const std::filesystem::path& file, std::str
   std::string text;
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
-      static_cast<std::uint64_t>(st.st_size) > max_file_bytes) {
+      static_cast<std::uint64_t>(st.st_size) > max_replay_file_bytes) {
     error = "not a regular file of at most 64 MiB";
     ::close(fd);
     return std::nullopt;

@@ -12,7 +12,7 @@ namespace {
 
 /// The file is bounded by the book (max_streams lines of at most ~12 kB: 1025 numbers of up to
 /// 20 digits); anything larger is not ours.
-constexpr std::size_t max_file_bytes = 16u << 20;
+constexpr std::size_t max_sequences_file_bytes = 16u << 20;
 
 std::error_code last_error() { return {errno, std::generic_category()}; }
 
@@ -43,10 +43,10 @@ std::error_code load_sequences(const std::filesystem::path& file, sequence_book&
     }
     if (n == 0) break;
     text.append(buf, static_cast<std::size_t>(n));
-    if (text.size() > max_file_bytes) {
+    if (text.size() > max_sequences_file_bytes) {
       ec = errc::invalid_field;
       detail = file.string() + " is larger than any sequence state (" +
-               std::to_string(max_file_bytes) + " bytes)";
+               std::to_string(max_sequences_file_bytes) + " bytes)";
       break;
     }
   }

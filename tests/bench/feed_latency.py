@@ -19,6 +19,10 @@ Scenarios, each run once with each program, same emulator, same product stream (
            warnings are dropped for --duration s while it is in flight and the run ends when
            they have all arrived (the field is not waited for: the table says whether it was
            still in flight when the last warning arrived)
+  behind1g a 1 GB field (--behind-mb) on the fields channel, then 10 kB products on the same
+           channel every 2 s for --duration s while it is in flight: what a channel's concurrent
+           sessions (`concurrent_sessions`, 2 by default) give a small product queued behind a
+           large one of its own channel; the run ends when the small ones have all arrived
 mcdist-feed: channels warnings (priority 10, 100 ms batch window), obs (priority 5, 1 s) and
 fields (priority 1, 1 s), closed group {h1, h2}, unsigned (UFTP runs with -Y none).
 UFTP: what its users do without a feed daemon: every 1 s the loop takes what arrived in the
@@ -29,7 +33,9 @@ Needs root (namespaces, TUN), uftp/uftpd (deploy/install-deps.sh --bench) and a 
 mcdist-feed, mcdistd and mcdist-linkem. Not a test: prints a table.
 
 usage: feed_latency.py --build BUILD [--rate 50M] [--duration 30] [--field-mb 100]
-                       [--big-field-mb 2000] [--scenarios load50,load90,warning,warning2g]
+                       [--big-field-mb 2000] [--behind-mb 1000]
+                       [--scenarios load50,load90,warning,warning2g,behind1g]
+                       [--concurrent-sessions N]
                        [--programs mcdist,uftp]
 """
 
@@ -99,7 +105,7 @@ class Producer:
         self.spools, self.rng = spools, rng
         self.staging = staging  # large products are written here before the clock starts
         self.staged = {}        # (channel, size, prefix) -> path written ahead
-        self.dropped = {}   # name -> (channel, time complete in the spool)
+        self.dropped = {}   # name -> (kind: the event's prefix, time complete in the spool)
         self.size = {}
         self.n = 0
 
@@ -134,13 +140,21 @@ class Producer:
                 f.write(self.rng.randbytes(size) if size < (64 << 20) else os.urandom(size))
         self.size[name] = size
         os.rename(tmp, os.path.join(d, name))
-        self.dropped[name] = (channel, time.time())
+        self.dropped[name] = (prefix, time.time())
         return name
 
 
-def schedule(scenario, rate_bps, duration, field_mb, rng, big_field_mb=2000):
-    """[(offset seconds, channel, size, prefix)] for a scenario; the same for both programs."""
+def schedule(scenario, rate_bps, duration, field_mb, rng, big_field_mb=2000, behind_mb=1000):
+    """[(offset seconds, channel, size, prefix)] for a scenario; the same for both programs.
+    A product's prefix is its kind, by which latencies are reported (obs, field, warn, small)."""
     events = []
+    if scenario == "behind1g":
+        events.append((0.0, "fields", behind_mb * 1_000_000, "field"))
+        t = 3.0
+        while t < duration:
+            events.append((t, "fields", 10_000, "small"))
+            t += 2.0
+        return events
     if scenario in ("load50", "load90"):
         share = 0.5 if scenario == "load50" else 0.9
         size = 100_000
@@ -162,7 +176,8 @@ def schedule(scenario, rate_bps, duration, field_mb, rng, big_field_mb=2000):
     return events
 
 
-def feed_config(work, emu, rate, spools, journal):
+def feed_config(work, emu, rate, spools, journal, concurrent=None):
+    extra = "" if concurrent is None else "concurrent_sessions = %d\n" % concurrent
     return """
 interface = "%s"
 rate = "%s"
@@ -196,8 +211,8 @@ priority = 1
 batch_window = "1s"
 after = "delete"
 receivers = ["h1", "h2"]
-""" % (emu.addr(0), rate, journal, os.path.join(work, "control.sock"), spools["warnings"],
-       spools["obs"], spools["fields"])
+%s""" % (emu.addr(0), rate, journal, os.path.join(work, "control.sock"), spools["warnings"],
+         spools["obs"], spools["fields"], extra)
 
 
 def run_mcdist(args, emu, work, events):
@@ -206,7 +221,8 @@ def run_mcdist(args, emu, work, events):
         os.makedirs(p)
     cfg = os.path.join(work, "feed.toml")
     with open(cfg, "w") as f:
-        f.write(feed_config(work, emu, args.rate, spools, os.path.join(work, "journal.db")))
+        f.write(feed_config(work, emu, args.rate, spools, os.path.join(work, "journal.db"),
+                            args.concurrent_sessions))
     procs, dests = [], {}
     for h in SITES:
         d = os.path.join(work, "h%d" % h)
@@ -294,8 +310,8 @@ def run_uftp(args, emu, work, events):
 
 
 def drive(events, spools, dests, args, work):
-    """Drops the scheduled products, waits for them at every site; returns latencies.
-    With args.only_warnings (scenario warning2g) it waits for the warnings alone."""
+    """Drops the scheduled products, waits for them at every site; returns latencies by
+    (site, kind). With args.wait_for set (warning2g, behind1g) it waits for that kind alone."""
     prod = Producer(spools, random.Random(7), os.path.join(work, "staging"))
     prod.stage(events)
     watcher = Watcher(dests, prod.size)
@@ -307,8 +323,8 @@ def drive(events, spools, dests, args, work):
             time.sleep(delay)
         prod.drop(channel, size, prefix)
     deadline = time.time() + args.drain
-    wanted = [n for n, (ch, _) in prod.dropped.items()
-              if not getattr(args, "only_warnings", False) or ch == "warnings"]
+    wanted = [n for n, (kind, _) in prod.dropped.items()
+              if not args.wait_for or kind == args.wait_for]
     while time.time() < deadline:
         if all(all(n in watcher.seen[s] for n in wanted) for s in dests):
             break
@@ -317,9 +333,9 @@ def drive(events, spools, dests, args, work):
     watcher.join()
     lat = {}
     for s in dests:
-        for name, (channel, at) in prod.dropped.items():
+        for name, (kind, at) in prod.dropped.items():
             got = watcher.seen[s].get(name)
-            lat.setdefault((s, channel), []).append(None if got is None else got - at)
+            lat.setdefault((s, kind), []).append(None if got is None else got - at)
     return lat
 
 
@@ -352,6 +368,9 @@ def main():
     ap.add_argument("--duration", type=float, default=30.0)
     ap.add_argument("--field-mb", type=int, default=100)
     ap.add_argument("--big-field-mb", type=int, default=2000, help="the field of scenario warning2g")
+    ap.add_argument("--behind-mb", type=int, default=1000, help="the field of scenario behind1g")
+    ap.add_argument("--concurrent-sessions", type=int, default=None,
+                    help="the fields channel's concurrent_sessions (default: the feed's)")
     ap.add_argument("--drain", type=float, default=120.0, help="most seconds to wait after the last product")
     ap.add_argument("--scenarios", default="load50,load90,warning")
     ap.add_argument("--programs", default="mcdist,uftp")
@@ -366,8 +385,8 @@ def main():
     rows = []
     for scenario in args.scenarios.split(","):
         events = schedule(scenario, rate_bps, args.duration, args.field_mb, random.Random(42),
-                          args.big_field_mb)
-        args.only_warnings = scenario == "warning2g"
+                          args.big_field_mb, args.behind_mb)
+        args.wait_for = {"warning2g": "warn", "behind1g": "small"}.get(scenario)
         results = {}
         for program in args.programs.split(","):
             work = tempfile.mkdtemp(prefix="feedlat-%s-%s-" % (scenario, program))
@@ -379,22 +398,22 @@ def main():
                 emu.stop()
             if not os.environ.get("FEEDLAT_KEEP"):
                 shutil.rmtree(work, ignore_errors=True)
-        channel = "warnings" if scenario.startswith("warning") else "obs"
+        kind = {"warning": "warn", "warning2g": "warn", "behind1g": "small"}.get(scenario, "obs")
+        label = {"warn": "warnings", "small": "small products", "obs": "obs"}[kind]
         for s in SITES:
-            row = [scenario, SITE_NAME[s], channel, len(events) if channel == "obs" else
-                   sum(1 for e in events if e[1] == "warnings")]
+            row = [scenario, SITE_NAME[s], label, sum(1 for e in events if e[3] == kind)]
             for program in args.programs.split(","):
-                lat = results[program].get((s, channel), [])
+                lat = results[program].get((s, kind), [])
                 lost = sum(1 for x in lat if x is None)
                 row += [pct(lat, 0.5), pct(lat, 0.99), lost]
-            if scenario.startswith("warning"):
+            if kind != "obs":
                 first = results[args.programs.split(",")[0]]
-                row.append([fmt(x) for x in first.get((s, "fields"), [])])
-                # Was the field still in flight when the last warning arrived at this site?
-                warn = [x for x in first.get((s, "warnings"), []) if x is not None]
-                field = first.get((s, "fields"), [None])[0]
-                print("%s %s: field latency %s; last warning latency %s; field in flight "
-                      "throughout: %s" % (scenario, SITE_NAME[s], fmt(field),
+                row.append([fmt(x) for x in first.get((s, "field"), [])])
+                # Was the field still in flight when the last small product arrived here?
+                warn = [x for x in first.get((s, kind), []) if x is not None]
+                field = first.get((s, "field"), [None])[0]
+                print("%s %s: field latency %s; last %s latency %s; field in flight "
+                      "throughout: %s" % (scenario, SITE_NAME[s], fmt(field), label,
                                           fmt(max(warn)) if warn else "-",
                                           "yes" if field is None or field > args.duration else "no"))
             rows.append(row)
