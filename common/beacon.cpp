@@ -19,7 +19,8 @@ std::size_t encode_signed(std::span<std::byte> out, wire::msg_type type,
   const std::size_t n = wire::encode_control(out.first(out.size() - trailer), type, session_id{0}, m);
   if (n == 0 || !id) return n;
   wire::set_version(out, wire::authenticated_version);
-  std::memcpy(out.data() + n, extra.data(), extra.size());
+  // memcpy's source must not be null, even for 0 bytes (C17 7.24.1): an empty span's may be.
+  if (!extra.empty()) std::memcpy(out.data() + n, extra.data(), extra.size());
   const auto sig = crypto::sign(*id, out.first(n + extra.size()));
   std::memcpy(out.data() + n + extra.size(), sig.data(), sig.size());
   return n + trailer;

@@ -95,7 +95,7 @@ sender_session::sender_session(sender_config cfg, std::vector<manifest_entry> fi
   if (m_fallback.decides_at_registration()) m_cfg.eager_start = false;
   for (const auto& id : m_cfg.receivers) m_receivers.emplace(id).first.rep.id = id;
   m_announce =
-      announcer(announce_settings_of(m_cfg), m_files,
+      announcer(announce_settings_of(m_cfg, m_pacer.rate_bps()), m_files,
                 m_cfg.announce_interval * (silent() ? silent_announce_interval_factor : 1));
 }
 

@@ -12,7 +12,7 @@ void sender_session::set_unicast_endpoint(transport_kind k, const endpoint& e) {
 void sender_session::announce_unicast_start() {
   const auto t = m_fallback.transport();  // no receiver's RTT is known yet
   if (!t) return;
-  auto settings = announce_settings_of(m_cfg);
+  auto settings = announce_settings_of(m_cfg, m_pacer.rate_bps());
   settings.unicast_start = unicast_start_settings{
       .transport = *t,
       .server = *m_fallback.endpoint_of(*t),

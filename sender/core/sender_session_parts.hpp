@@ -82,9 +82,11 @@ inline fallback_settings fallback_settings_of(const sender_config& c) {
           .unicast_max_rate_bps = c.unicast_max_rate_bps};
 }
 
-inline announce_settings announce_settings_of(const sender_config& c) {
+/// The announce's settings; `rate_bps` the rate in force (the pacer's: under --rate auto the
+/// controller's start rate, not the configured ceiling).
+inline announce_settings announce_settings_of(const sender_config& c, std::uint64_t rate_bps) {
   return {.block_size = c.block_size,
-          .rate_bps = c.rate_bps,
+          .rate_bps = rate_bps,
           .max_passes = c.max_passes,
           .closed_group = !c.receivers.empty(),
           .sender_name = c.sender_name,
