@@ -43,7 +43,7 @@ namespace mcdist::unicast {
 class sctp_flight_cap {
  public:
   /// Times are the shell's steady clock readings, passed in: this class reads no clock.
-  using time_point = std::chrono::steady_time_point;
+  using time_point = std::chrono::steady_clock::time_point;
   using duration = std::chrono::steady_clock::duration;
 
   /// BBR v1's cwnd_gain (draft-cardwell-iccrg-bbr-congestion-control).

@@ -49,7 +49,7 @@ namespace mcdist::unicast {
 class sctp_loss_probe {
  public:
   /// Times are the shell's steady clock readings, passed in: this class reads no clock.
-  using time_point = std::chrono::steady_time_point;
+  using time_point = std::chrono::steady_clock::time_point;
   using duration = std::chrono::steady_clock::duration;
 
   /// Copies kept per association at most (1024 packets of <= 1452 bytes: 1.5 MB).
