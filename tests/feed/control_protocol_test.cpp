@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <unistd.h>
 
+using mcdist::wall_time;
 using namespace mcdist::feed;
 using namespace std::chrono_literals;
 using json = nlohmann::json;

@@ -14,6 +14,7 @@
 #include <iostream>
 #include <string>
 
+using mcdist::wall_time;
 using namespace mcdist::feed;
 using namespace std::chrono_literals;
 using json = nlohmann::json;
