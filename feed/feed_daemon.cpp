@@ -1271,7 +1271,7 @@ resend_products feed_daemon::find_resend(hub_journal& journal, const resend_orde
 }
 
 nlohmann::json feed_daemon::resend(const resend_order& order) {
-  return queue_resend(order, find_resend(m_journal, order));
+  return queue_resend(order, find_resend(*m_journal, order));
 }
 
 nlohmann::json feed_daemon::queue_resend(const resend_order& order, resend_products by_channel) {
