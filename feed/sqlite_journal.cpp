@@ -358,7 +358,7 @@ std::int64_t sqlite_journal::close_interrupted_sessions(wall_time now, std::stri
   sqlite::transaction tx(m_db);
   auto st = m_db.prepare(
       "UPDATE sessions SET ended = ?1, outcome = 'aborted' WHERE ended IS NULL AND "
-      "(?2 = '' OR channel = ?2)");
+      "(coalesce(?2, '') = '' OR channel = ?2)");
   st.bind(1, to_ns(now)).bind(2, channel).run();
   const auto n = m_db.changes();
   tx.commit();

@@ -104,44 +104,36 @@ std::string render_status(const json& a) {
       hu.rows.push_back(
           {text(h, "hub"), fixed(h, "age_s", "%.1f", 1), act.empty() ? "-" : act, text(h, "http")});
     }
-    out +=
-        "
-        " + format_table(hu);
-        table le{{{"CHANNEL"},
-                  {"HOLDER"},
-                  {"EPOCH", align::right},
-                  {"ACQUIRED (UTC)"},
-                  {"EXPIRES IN s", align::right}},
-                 {}};
+    out += "\n" + format_table(hu);
+    table le{{{"CHANNEL"},
+              {"HOLDER"},
+              {"EPOCH", align::right},
+              {"ACQUIRED (UTC)"},
+              {"EXPIRES IN s", align::right}},
+             {}};
     for (const auto& l : array(c, "leases"))
       le.rows.push_back({text(l, "channel"), text(l, "holder"), text(l, "epoch"),
                          short_time(l.value("acquired", json())),
                          fixed(l, "expires_in_s", "%.1f", 1)});
-    out +=
-        "
-        " + format_table(le);
+    out += "\n" + format_table(le);
   }
   if (a.contains("feed") && a["feed"].is_object() && a["feed"].contains("cluster")) {
     const auto& f = a["feed"];
     const auto& c = f["cluster"];
-    out += "
-        this hub : " + text(c, " hub ") + ",
-        database " + text(c, " database ");
-        const auto err = text(c, "error");
+    out += "\nthis hub: " + text(c, "hub") + ", database " + text(c, "database");
+    const auto err = text(c, "error");
     if (!err.empty()) out += " (" + sanitize_cell(err) + ")";
-    out +=
-        "
-        ";
-        table ro{{{"CHANNEL"},
-                  {"ROLE"},
-                  {"LEASE AGE s", align::right},
-                  {"EPOCH", align::right},
-                  {"WHY STANDBY"}},
-                 {}};
-    for (const auto& ch : array(f, "channels")) {
-      const auto lease = ch.value("lease", json::object());
-      ro.rows.push_back({text(ch, "name"), text(ch, "role"), fixed(lease, "age_s", "%.1f", 1),
-                         text(lease, "epoch"), sanitize_cell(text(ch, "lost_reason"))});
+    out += "\n";
+    table ro{{{"CHANNEL"},
+              {"ROLE"},
+              {"LEASE AGE s", align::right},
+              {"EPOCH", align::right},
+              {"WHY STANDBY"}},
+             {}};
+    for (const auto& row : array(f, "channels")) {
+      const auto lease = row.value("lease", json::object());
+      ro.rows.push_back({text(row, "name"), text(row, "role"), fixed(lease, "age_s", "%.1f", 1),
+                         text(lease, "epoch"), sanitize_cell(text(row, "lost_reason"))});
     }
     out += format_table(ro);
   }
