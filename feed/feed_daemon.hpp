@@ -233,6 +233,9 @@ class feed_daemon {
   boost::asio::io_context& m_io;
   feed_config m_cfg;
   std::shared_ptr<spdlog::logger> m_log;
+  /// In a cluster every statement of the io thread's connection is bounded by the fencing
+  /// margin: a call that began before the fence ends (or fails, losing the channel) before the
+  /// lease can be granted to another hub, so the io thread never wakes to send past it.
   std::unique_ptr<hub_journal> m_journal;
   /// The cluster's lease thread (null: a single hub, every channel active).
   std::unique_ptr<lease_keeper> m_keeper;

@@ -85,7 +85,7 @@ class Hub:
         for line in self.log_text().splitlines():
             if needle not in line:
                 continue
-            m = re.match(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+)\]", line)
+            m = re.match(r"\[?(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+)", line)
             if not m:
                 continue
             t = datetime.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S.%f").timestamp()
