@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs everything mcdist needs to build, test and run its demo on Debian 12, with apt-get.
 #   deploy/install-deps.sh          build, test and demo dependencies (clang-14 + libfuzzer-14-dev:
-#                                   deploy/run-fuzz.sh)
+#                                   deploy/run-fuzz.sh; postgresql-15: the redundant hubs' tests,
+#                                   which start a server of their own; libpq-dev is a build
+#                                   dependency: mcdist-feed and mcdistctl link libpq)
 #   deploy/install-deps.sh --demo   only what building the programs and running the demo need
 #                                   (deploy/run-demo.sh: no test tools, browsers or fuzzers)
 #   deploy/install-deps.sh --bench  also the peers and tools of tests/bench (uftp, libnorm-dev for
@@ -20,7 +22,7 @@ packages=(
   libboost1.81-dev libprotobuf-dev protobuf-compiler libspdlog-dev libssl-dev
   libcli11-dev libtomlplusplus-dev libsodium-dev libusrsctp-dev libsctp-dev nlohmann-json3-dev
   libisal-dev libgf-complete-dev ccache
-  libmosquitto-dev libsqlite3-dev
+  libmosquitto-dev libsqlite3-dev libpq-dev
   python3 iproute2 libeccodes-data
 )
 # What the tests, the package, lint and fuzzing add.
@@ -32,6 +34,7 @@ if [ "${1:-}" != "--demo" ]; then
     tshark
     clang-14 libfuzzer-14-dev clang-format-14 clang-tidy-14
     mosquitto mosquitto-clients sqlite3
+    postgresql-15 postgresql-client-15
   )
 fi
 if [ "${1:-}" = "--bench" ]; then

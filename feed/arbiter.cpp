@@ -31,8 +31,8 @@ std::vector<std::uint64_t> share_rate(std::uint64_t total_bps, std::span<const r
 }
 
 std::vector<std::uint64_t> split_rate(std::span<const std::uint64_t> channel_bps,
-                                      std::span<const std::size_t> sessions, std::uint64_t total_bps,
-                                      double floor_fraction) {
+                                      std::span<const std::size_t> sessions,
+                                      std::uint64_t total_bps, double floor_fraction) {
   const auto floor = std::max<std::uint64_t>(
       1, static_cast<std::uint64_t>(static_cast<double>(total_bps) * floor_fraction));
   std::vector<std::uint64_t> out;

@@ -37,7 +37,8 @@ std::vector<std::uint64_t> share_rate(std::uint64_t total_bps, std::span<const r
 /// (>= 1) sessions, each at least the floor of share_rate (`floor_fraction` of `total_bps`).
 /// @return bit/s per session, channel by channel in the order given
 std::vector<std::uint64_t> split_rate(std::span<const std::uint64_t> channel_bps,
-                                      std::span<const std::size_t> sessions, std::uint64_t total_bps,
+                                      std::span<const std::size_t> sessions,
+                                      std::uint64_t total_bps,
                                       double floor_fraction = default_floor_fraction);
 
 }  // namespace mcdist::feed

@@ -296,6 +296,27 @@ json to_json(const product& p) {
           {"sent_at", p.sent_at ? json(format_time(*p.sent_at)) : json(nullptr)}};
 }
 
+json to_json(const cluster_view& v) {
+  json hubs = json::array();
+  for (const auto& h : v.hubs) {
+    hubs.push_back({{"hub", h.hub},
+                    {"http", h.http},
+                    {"seen", format_time(h.seen)},
+                    {"started", format_time(h.started)},
+                    {"age_s", h.age_s},
+                    {"active", h.active}});
+  }
+  json leases = json::array();
+  for (const auto& l : v.leases) {
+    leases.push_back({{"channel", l.channel},
+                      {"holder", l.holder},
+                      {"epoch", l.epoch},
+                      {"acquired", format_time(l.acquired)},
+                      {"expires_in_s", l.expires_in_s}});
+  }
+  return {{"hubs", std::move(hubs)}, {"leases", std::move(leases)}};
+}
+
 json journal_handler::status() {
   json j;
   j["daemon"] = false;
@@ -305,6 +326,9 @@ json journal_handler::status() {
   for (const auto& s : m_journal.sites()) j["sites"].push_back(to_json(s));
   j["sessions"] = json::array();
   for (const auto& s : m_journal.sessions(wall_time{}, 20)) j["sessions"].push_back(to_json(s));
+  j["journal_engine"] = m_journal.engine();
+  // Every hub of a cluster, read from the shared journal: the same answer from any of them.
+  if (m_journal.engine() == "postgresql") j["cluster"] = to_json(m_journal.cluster());
   return j;
 }
 

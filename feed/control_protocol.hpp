@@ -63,8 +63,8 @@ struct missing_request {
 
 struct resend_request {
   std::string site;
-  std::optional<wall_time> since;                              ///< products sent at or after
-  std::optional<std::string> glob;                              ///< products whose name matches
+  std::optional<wall_time> since;      ///< products sent at or after
+  std::optional<std::string> glob;     ///< products whose name matches
   std::optional<wire::seq_span> seqs;  ///< inclusive batch seq range
   std::optional<std::string> channel;
   bool unicast = false;  ///< over the unicast fallback instead of multicast
@@ -162,5 +162,8 @@ nlohmann::json to_json(const site_row& r);
 nlohmann::json to_json(const channel_row& r);
 nlohmann::json to_json(const session_info& s);
 nlohmann::json to_json(const product& p);
+/// "hubs": [{hub, http, seen, age_s, active: [channel]}], "leases": [{channel, holder, epoch,
+/// acquired, expires_in_s}]
+nlohmann::json to_json(const cluster_view& v);
 
 }  // namespace mcdist::feed

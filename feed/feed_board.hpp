@@ -35,7 +35,7 @@ struct sent_record {
   std::uint64_t size = 0;
   std::uint64_t seq = 0;       ///< the batch's sequence number
   std::string session;         ///< session id, text form
-  wall_time at{};             ///< when its session ended
+  wall_time at{};              ///< when its session ended
   std::uint32_t sites_ok = 0;  ///< sites that stored or held it
   std::uint32_t sites = 0;     ///< sites in the session
 };
@@ -50,8 +50,8 @@ struct channel_tally {
   /// Sessions ended, by session_kind (batch, catchup, resend).
   std::array<std::uint64_t, 3> sessions{};
   std::optional<wall_time> last_sent;  ///< end of the latest batch session
-  std::deque<sent_record> recent;       ///< newest last, at most feed_board::max_recent_products
-  http::minute_ring minutes;  ///< multicast payload bytes, repairs included
+  std::deque<sent_record> recent;      ///< newest last, at most feed_board::max_recent_products
+  http::minute_ring minutes;           ///< multicast payload bytes, repairs included
 };
 
 /// Per-site figures, from its latest session on any channel.
@@ -64,7 +64,7 @@ struct site_tally {
   std::string path;
   std::string channel;                          ///< of its latest session
   std::set<std::string, std::less<>> channels;  ///< every channel it was seen on
-  std::optional<wall_time> last_seen;          ///< end of the latest session it took part in
+  std::optional<wall_time> last_seen;           ///< end of the latest session it took part in
   std::optional<double> rtt_s;                  ///< last RTT sample, seconds
   double nak_ratio = 0;  ///< blocks NAKed / data datagrams sent, latest session, 0..1
   std::map<std::string, std::uint64_t, std::less<>> fallbacks;  ///< by transport ("tcp", ...)

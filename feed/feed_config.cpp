@@ -1,5 +1,9 @@
 #include "feed/feed_config.hpp"
 
+#include "feed/journal.hpp"
+
+#include <unistd.h>
+
 #include "common/fec.hpp"
 #include "common/fec_layout.hpp"
 #include "common/toml_file.hpp"
@@ -146,10 +150,28 @@ bool valid_channel_name(std::string_view n) {
 channel_config parse_channel(const toml::table& t, std::size_t index, const std::string& source,
                              std::uint64_t total_rate) {
   const table_reader r(t, "channel[" + std::to_string(index) + "].", source,
-                       {"name", "group", "spool", "priority", "share", "cap", "batch_window",
-                        "batch_max_files", "batch_max_bytes", "after", "ignore", "ttl", "receivers",
-                        "register_window", "register_timeout", "encrypt", "fec_k", "fec_depth",
-                        "fec_overhead", "silent_passes", "fallback", "concurrent_sessions",
+                       {"name",
+                        "group",
+                        "spool",
+                        "priority",
+                        "share",
+                        "cap",
+                        "batch_window",
+                        "batch_max_files",
+                        "batch_max_bytes",
+                        "after",
+                        "ignore",
+                        "ttl",
+                        "receivers",
+                        "register_window",
+                        "register_timeout",
+                        "encrypt",
+                        "fec_k",
+                        "fec_depth",
+                        "fec_overhead",
+                        "silent_passes",
+                        "fallback",
+                        "concurrent_sessions",
                         "heartbeat"});
   channel_config c;
   c.name = r.required_string("name", "\"warnings\"");
@@ -251,12 +273,11 @@ bool inside(const std::filesystem::path& a, const std::filesystem::path& b) {
   return true;
 }
 
-
 feed_config from_table(const toml::table& t, const std::string& source) {
-  const table_reader r(t, "", source,
-                       {"interface", "key", "site_keys", "rate", "rate_max", "journal",
-                        "retention", "retained",
-                        "control_socket", "control_group", "http", "channel", "wis2"});
+  const table_reader r(
+      t, "", source,
+      {"interface", "key", "site_keys", "rate", "rate_max", "journal", "retention", "retained",
+       "control_socket", "control_group", "http", "channel", "wis2", "cluster"});
   feed_config c;
   const auto itf = r.required_string("interface", "\"10.0.0.5\" or \"eth1\"");
   const auto a = net::parse_interface(itf);
@@ -309,6 +330,37 @@ feed_config from_table(const toml::table& t, const std::string& source) {
     }
   }
 
+  {
+    char host[256] = {};
+    if (::gethostname(host, sizeof host - 1) == 0) c.cluster.hub = host;
+  }
+  if (const auto* cl = t.get("cluster")) {
+    const auto* ct = cl->as_table();
+    if (!ct) r.fail("cluster", "must be a table: [cluster]");
+    if (!is_postgresql(c.journal.string())) {
+      r.fail("cluster", "needs a journal that several hubs share: journal = \"postgresql://...\"");
+    }
+    const table_reader cr(*ct, "cluster.", source, {"hub", "lease", "renew", "margin"});
+    if (auto v = cr.string("hub")) c.cluster.hub = *v;
+    const auto ms = [](std::chrono::nanoseconds d) {
+      return std::chrono::duration_cast<std::chrono::milliseconds>(d);
+    };
+    if (auto v = cr.duration("lease")) c.cluster.lease = ms(*v);
+    if (auto v = cr.duration("renew")) c.cluster.renew = ms(*v);
+    if (auto v = cr.duration("margin")) c.cluster.margin = ms(*v);
+    if (c.cluster.hub.empty() || c.cluster.hub.size() > 64) {
+      cr.fail("hub", "must name this hub (1 to 64 characters), unique in the cluster");
+    }
+    if (c.cluster.renew.count() < 100 || c.cluster.margin.count() < 100) {
+      cr.fail("renew", "and margin must be at least 100ms");
+    }
+    // Room for at least two rounds between a renewal and the fence.
+    if (c.cluster.lease < c.cluster.margin + 2 * c.cluster.renew) {
+      cr.fail("lease", "must be at least margin + 2 x renew (two rounds before the fence)");
+    }
+    c.cluster.round_timeout = std::min(c.cluster.round_timeout,
+                                       std::max(c.cluster.renew, std::chrono::milliseconds(500)));
+  }
   if (const auto* w = t.get("wis2")) {
     const auto* wt = w->as_table();
     if (!wt) r.fail("wis2", "must be a table: [wis2]");

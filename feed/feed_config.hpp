@@ -40,7 +40,6 @@ enum class after_send : std::uint8_t {
 /// The hub's status port (next to mcdistd's 9611, so both run on one host).
 inline constexpr std::uint16_t default_http_port = 9612;
 
-
 /// One `[[channel]]`.
 struct channel_config {
   std::string name;  ///< journal, logs, receivers' per-channel sequence numbers
@@ -92,6 +91,24 @@ struct channel_config {
   bool encrypt = false;
 };
 
+/// `[cluster]` of the feed's configuration.
+struct cluster_settings {
+  std::string hub;  ///< this hub's name, unique in the cluster (default: the host name)
+  /// How long a lease lasts from a round that renews it (6 s: a hub that dies is replaced
+  /// within lease + renew, ~7 s, while a database pause of up to lease - margin - renew, 4 s,
+  /// costs no failover).
+  std::chrono::milliseconds lease{6000};
+  /// How often the lease round runs (1 s: four rounds may fail before a healthy hub's fence).
+  std::chrono::milliseconds renew{1000};
+  /// How long before the lease's end the hub stops sending (1 s: far more than clock-rate
+  /// drift over a lease and than one round of datagrams, at most max_datagrams_per_round, takes
+  /// to leave).
+  std::chrono::milliseconds margin{1000};
+  /// Bound of one lease round (2 s: a round normally takes a few ms; longer means the database
+  /// or the path to it stalled, and the next round starts afresh on a new connection).
+  std::chrono::milliseconds round_timeout{2000};
+};
+
 /// Everything mcdist-feed needs.
 struct feed_config {
   /// `interface`: the name or local address of the interface sessions leave by
@@ -104,7 +121,11 @@ struct feed_config {
   /// TFMCC), within its priority share of rate_max_bps; rate_bps is then rate_max_bps.
   bool rate_auto = false;
   std::uint64_t rate_max_bps = 0;  ///< `rate_max`, with rate auto: the ceiling of every channel
-  std::filesystem::path journal;         ///< hub journal (SQLite)
+  /// The hub journal: an SQLite file (a single hub), or a PostgreSQL URI ("postgresql://...")
+  /// that several hubs share (feed/journal.hpp is_postgresql).
+  std::filesystem::path journal;
+  /// `[cluster]`: this hub's name and its leases (with a PostgreSQL journal only).
+  cluster_settings cluster;
   /// How long sent products stay in retained_dir for catch-up and resend (0 = none kept).
   std::chrono::nanoseconds retention = std::chrono::hours(24);
   std::filesystem::path retained_dir;

@@ -80,8 +80,13 @@ std::string sender_name_of(const channel_config& c) { return "mcdist-feed " + c.
 
 feed_daemon::feed_daemon(boost::asio::io_context& io, feed_config cfg,
                          std::shared_ptr<spdlog::logger> log)
-    : m_io(io), m_cfg(std::move(cfg)), m_log(std::move(log)), m_journal(m_cfg.journal),
-      m_expire_timer(io), m_board([this] {
+    : m_io(io), m_cfg(std::move(cfg)), m_log(std::move(log)),
+      m_journal(is_postgresql(m_cfg.journal.string())
+                    ? std::make_unique<pg_journal>(
+                          m_cfg.journal.string(), false,
+                          std::min<std::chrono::milliseconds>(pg::call_timeout,
+                                                              m_cfg.cluster.margin))
+                    : open_hub_journal(m_cfg.journal.string())), m_expire_timer(io), m_board([this] {
         std::vector<std::string> names;
         for (const auto& c : m_cfg.channels) names.push_back(c.name);
         return names;
@@ -138,25 +143,22 @@ std::optional<std::size_t> feed_daemon::channel_index(std::string_view name) con
 
 void feed_daemon::start() {
   MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
-  if (const auto n = m_journal.close_interrupted_sessions()) {
-    m_log->warn(
-        "journal: {} session{} had no end (the feed stopped mid-session): recorded as aborted", n,
-        n == 1 ? "" : "s");
-  }
-  const auto unfinished = m_journal.unfinished();
-  {
-    sqlite::transaction tx(m_journal.db());
-    for (const auto& p : unfinished) m_journal.requeue(p.id);
-    tx.commit();
-  }
-  if (!unfinished.empty()) {
-    m_log->warn(
-        "journal: {} product{} of interrupted batches queued again (sites that hold them "
-        "answer 'held')",
-        unfinished.size(), unfinished.size() == 1 ? "" : "s");
-  }
-  for (std::size_t ch = 0; ch < m_channels.size(); ++ch) {
-    for (const auto& p : m_journal.queued(m_cfg.channels[ch].name)) queue_product(ch, p);
+  if (!is_postgresql(m_cfg.journal.string())) {
+    // A single hub sends every channel: each is taken over from the journal as a new holder
+    // would (its interrupted batches sent again under their numbers) ...
+    for (std::size_t ch = 0; ch < m_channels.size(); ++ch) take_channel(ch, 0, std::nullopt);
+    // ... and what is left open belongs to channels no longer configured: closed, queued again.
+    if (const auto n = m_journal->close_interrupted_sessions()) {
+      m_log->warn(
+          "journal: {} session{} of channels no longer configured had no end: recorded "
+          "as aborted",
+          n, n == 1 ? "" : "s");
+    }
+    auto tx = m_journal->begin_tx();
+    for (const auto& p : m_journal->unfinished()) {
+      if (!channel_index(p.channel)) m_journal->requeue(p.id);
+    }
+    tx->commit();
   }
   // The status port's lag survives a restart: what the journal lists as missing per site.
   {
@@ -165,9 +167,9 @@ void feed_daemon::start() {
     const auto since = std::chrono::system_clock::now() -
                        std::chrono::duration_cast<std::chrono::system_clock::duration>(keep);
     std::set<std::string> done;
-    for (const auto& s : m_journal.sites()) {
+    for (const auto& s : m_journal->sites()) {
       if (!done.insert(s.site).second) continue;
-      for (const auto& m : m_journal.missing(s.site, since)) {
+      for (const auto& m : m_journal->missing(s.site, since)) {
         if (const auto ch = channel_index(m.channel)) {
           m_board.restore_missing(s.site, *ch, m.product_id, m.sent_at);
         }
@@ -175,15 +177,19 @@ void feed_daemon::start() {
     }
   }
   // The journal's files exist now (the recovery above wrote to it).
-  for (const auto& own : {m_key_path, m_cfg.site_keys, m_cfg.journal,
-                          std::filesystem::path(m_cfg.journal.string() + "-wal"),
-                          std::filesystem::path(m_cfg.journal.string() + "-shm")}) {
+  for (const auto& own : {m_key_path, m_cfg.site_keys}) {
     if (const auto id = identity_of(own)) m_own_files.push_back(*id);
+  }
+  if (!is_postgresql(m_cfg.journal.string())) {
+    for (const auto& own : {m_cfg.journal, std::filesystem::path(m_cfg.journal.string() + "-wal"),
+                            std::filesystem::path(m_cfg.journal.string() + "-shm")}) {
+      if (const auto id = identity_of(own)) m_own_files.push_back(*id);
+    }
   }
   start_unicast();
   m_heartbeats = std::make_unique<heartbeat_service>(
       m_io, m_interface, m_identity ? &*m_identity : nullptr, m_site_keys,
-      [this](std::size_t ch) { return m_journal.last_seq(m_cfg.channels[ch].name); },
+      [this](std::size_t ch) { return m_channels[ch].last_seq; },
       [this](std::size_t ch) {
         std::vector<wire::seq_span> under_way;
         for (const auto& r : m_channels[ch].runs) {
@@ -193,7 +199,8 @@ void feed_daemon::start() {
         return under_way;
       },
       [this](std::size_t ch, const std::string& site, const std::vector<wire::seq_span>& gaps) {
-        if (ch < m_channels.size() && !m_channels[ch].retired && !m_stopping) {
+        if (ch < m_channels.size() && !m_channels[ch].retired && m_channels[ch].active &&
+            !m_stopping) {
           request_catch_up(ch, site, {gaps.begin(), gaps.end()});
         }
       },
@@ -202,16 +209,204 @@ void feed_daemon::start() {
   m_watcher = std::make_unique<spool_watcher>(
       m_io, m_cfg.channels, [this](spooled_file f) { on_found(std::move(f)); }, m_log);
   m_watcher->start();
+  if (is_postgresql(m_cfg.journal.string())) {
+    // Every channel starts standby; the lease rounds decide which this hub sends.
+    std::vector<std::string> names;
+    for (const auto& c : m_channels) {
+      if (!c.retired) names.push_back(c.cfg->name);
+    }
+    m_keeper = std::make_unique<lease_keeper>(
+        m_cfg.journal.string(), m_cfg.cluster, m_cfg.http ? m_cfg.http->to_string() : "", names,
+        [this](lease_report r) {
+          boost::asio::post(m_io,
+                            [this, r = std::move(r)]() mutable { on_lease_report(std::move(r)); });
+        });
+    m_log->info(
+        "cluster: hub {} (instance {}), lease {} ms renewed every {} ms, fence {} ms before "
+        "its end; every channel standby until its lease is granted",
+        m_cfg.cluster.hub, m_keeper->instance(), m_cfg.cluster.lease.count(),
+        m_cfg.cluster.renew.count(), m_cfg.cluster.margin.count());
+  }
   do_expire();
+}
+
+template <class F>
+bool feed_daemon::guarded(std::size_t ch, const char* what, F&& f) {
+  if (!m_keeper) {
+    f();
+    return true;
+  }
+  try {
+    f();
+    return true;
+  } catch (const std::exception& e) {
+    const std::string why = std::string("journal: ") + what + ": " + e.what();
+    for (std::size_t i = 0; i < m_channels.size(); ++i) {
+      if (ch == std::string::npos || i == ch) lose_channel(i, why);
+    }
+    return false;
+  }
+}
+
+void feed_daemon::take_channel(std::size_t ch, std::uint64_t epoch,
+                               std::optional<wall_time> acquired) {
+  auto& cs = m_channels[ch];
+  const auto& name = cs.cfg->name;
+  std::vector<open_batch> batches;
+  std::vector<product> queued;
+  std::uint64_t last = 0;
+  std::size_t requeued = 0;
+  std::int64_t closed = 0;
+  const bool ok = guarded(ch, "taking the channel over", [&] {
+    auto tx = m_journal->begin_tx();
+    if (m_keeper) m_journal->check_lease(name, m_cfg.cluster.hub, epoch);
+    batches = m_journal->open_batches(name);
+    closed = m_journal->close_interrupted_sessions(std::chrono::system_clock::now(), name);
+    std::set<std::int64_t> repeating;
+    for (const auto& b : batches) {
+      for (const auto& p : b.products) repeating.insert(p.id);
+    }
+    for (const auto& p : m_journal->unfinished()) {
+      if (p.channel == name && !repeating.count(p.id)) {
+        m_journal->requeue(p.id);
+        ++requeued;
+      }
+    }
+    last = m_journal->last_seq(name);
+    tx->commit();
+    queued = m_journal->queued(name);
+  });
+  if (!ok) return;
+  cs.active = true;
+  cs.epoch = epoch;
+  cs.acquired = acquired;
+  cs.role_since = steady::now();
+  cs.last_seq = last;
+  cs.lost_reason.clear();
+  ++cs.takeovers;
+  std::size_t repeat_products = 0;
+  std::string numbers;
+  for (auto& b : batches) {
+    repeat_products += b.products.size();
+    numbers += (numbers.empty() ? "" : ",") + std::to_string(b.seq);
+    cs.repeats.push_back(std::move(b));
+  }
+  if (m_keeper) {
+    m_log->warn(
+        "channel {}: this hub sends it now (lease epoch {}); {} interrupted batch{} sent again "
+        "under {} ({} product{}), {} session{} of the previous holder closed as aborted, {} "
+        "product{} queued",
+        name, epoch, cs.repeats.size(), cs.repeats.size() == 1 ? "" : "es",
+        numbers.empty() ? "-" : numbers, repeat_products, repeat_products == 1 ? "" : "s", closed,
+        closed == 1 ? "" : "s", queued.size(), queued.size() == 1 ? "" : "s");
+  } else if (closed > 0 || requeued > 0) {
+    m_log->warn(
+        "journal: channel {}: {} session{} had no end (the feed stopped mid-session): recorded as "
+        "aborted; batch{} {} sent again under {} number{} (sites that hold a product answer "
+        "'held'), {} product{} queued again",
+        name, closed, closed == 1 ? "" : "s", cs.repeats.size() == 1 ? "" : "es",
+        numbers.empty() ? "-" : numbers, cs.repeats.size() == 1 ? "its" : "their",
+        cs.repeats.size() == 1 ? "" : "s", requeued, requeued == 1 ? "" : "s");
+  }
+  for (const auto& p : queued) queue_product(ch, p);
+  if (m_heartbeats) m_heartbeats->set_channels(heartbeat_channels());
+  if (m_keeper) {
+    arm_fence(ch);
+    // Spool events this hub ignored while standby (and, on a shared spool, writes another host
+    // made, which inotify does not report): every spool is read again.
+    if (m_watcher) m_watcher->rescan();
+  }
+  maybe_start(ch);
+}
+
+void feed_daemon::lose_channel(std::size_t ch, const std::string& why) {
+  auto& cs = m_channels[ch];
+  cs.lost_reason = why;
+  if (!cs.active) return;
+  const auto& c = *cs.cfg;
+  cs.active = false;
+  cs.role_since = steady::now();
+  m_log->warn("channel {}: this hub stops sending it (standby): {}", c.name, why);
+  cs.timer->cancel();
+  if (cs.fence_timer) cs.fence_timer->cancel();
+  cs.batch = batcher({c.batch_window, c.batch_max_files, c.batch_max_bytes});
+  cs.extras.clear();
+  cs.repeats.clear();
+  // Their ends are not journaled: the journal keeps them open for the next holder.
+  for (auto& r : cs.runs) r->fenced = true;
+  for (auto& r : cs.runs) r->app->abort("this hub no longer sends the channel: " + why);
+  if (m_heartbeats) m_heartbeats->set_channels(heartbeat_channels());
+}
+
+void feed_daemon::arm_fence(std::size_t ch) {
+  auto& cs = m_channels[ch];
+  if (!cs.fence_timer) cs.fence_timer = std::make_unique<boost::asio::steady_timer>(m_io);
+  cs.fence_timer->expires_at(cs.fence);
+  cs.fence_timer->async_wait([this, ch](const boost::system::error_code& ec) {
+    if (ec || ch >= m_channels.size()) return;
+    auto& c = m_channels[ch];
+    if (!c.active || steady::now() < c.fence) return;
+    lose_channel(ch, "its lease could not be renewed in time (" +
+                         (m_lease.error.empty() ? std::string("no answer from the database")
+                                                : m_lease.error) +
+                         "); stopped " + std::to_string(m_cfg.cluster.margin.count()) +
+                         " ms before the lease can pass to another hub");
+  });
+}
+
+void feed_daemon::on_lease_report(lease_report r) {
+  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
+  if (m_stopping) return;
+  if (!r.ok) {
+    if (!m_lease_failing) {
+      m_log->error(
+          "cluster: lease round failed: {}; channels this hub sends stop at their fence "
+          "unless a round succeeds first",
+          r.error);
+    }
+    m_lease_failing = true;
+    m_lease.ok = false;
+    m_lease.error = r.error;
+    return;
+  }
+  if (m_lease_failing) m_log->info("cluster: the database answers lease rounds again");
+  m_lease_failing = false;
+  m_lease_ok_at = steady::now();
+  m_lease = std::move(r);
+  for (std::size_t ch = 0; ch < m_channels.size(); ++ch) {
+    auto& cs = m_channels[ch];
+    if (cs.retired) continue;
+    const auto g = std::find_if(m_lease.held.begin(), m_lease.held.end(),
+                                [&](const lease_grant& x) { return x.channel == cs.cfg->name; });
+    if (g != m_lease.held.end()) {
+      cs.fence = m_lease.fence;
+      if (cs.active && cs.epoch != g->epoch) {
+        lose_channel(
+            ch, "the lease changed hands and came back (epoch " + std::to_string(g->epoch) + ")");
+      }
+      if (!cs.active) {
+        take_channel(ch, g->epoch, g->acquired);
+      } else {
+        arm_fence(ch);
+      }
+    } else if (cs.active) {
+      std::string holder = "another hub";
+      for (const auto& l : m_lease.view.leases) {
+        if (l.channel == cs.cfg->name) holder = "hub " + l.holder;
+      }
+      lose_channel(ch, holder + " holds its lease now");
+    }
+  }
 }
 
 std::vector<heartbeat_channel> feed_daemon::heartbeat_channels() const {
   std::vector<heartbeat_channel> out;
   for (std::size_t i = 0; i < m_channels.size(); ++i) {
     const auto& c = *m_channels[i].cfg;
-    out.push_back({c.name, c.group, c.ttl,
-                   m_channels[i].retired ? std::chrono::nanoseconds(0) : c.heartbeat,
-                   sender_name_of(c)});
+    out.push_back(
+        {c.name, c.group, c.ttl,
+         m_channels[i].retired || !m_channels[i].active ? std::chrono::nanoseconds(0) : c.heartbeat,
+         sender_name_of(c)});
   }
   return out;
 }
@@ -252,6 +447,8 @@ void feed_daemon::start_unicast() {
 void feed_daemon::on_found(spooled_file f) {
   MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   if (m_stopping) return;
+  // A channel another hub sends is its business (it reads the spool when it takes it over).
+  if (f.channel >= m_channels.size() || !m_channels[f.channel].active) return;
   m_found.push_back(std::move(f));
   if (m_found.size() > 1) return;
   // The watcher reports a whole read of inotify events (or a whole scan) in one go: enqueue
@@ -265,8 +462,8 @@ void feed_daemon::flush_found() {
   // Products journaled as sent whose spool file is still there: the feed stopped between
   // recording the session's end and applying `after` (a crash, SIGKILL). Applied now.
   std::vector<std::pair<std::size_t, product>> leftover;
-  {
-    sqlite::transaction tx(m_journal.db());
+  const bool ok = guarded(std::string::npos, "spool intake", [&] {
+    auto tx = m_journal->begin_tx();
     for (const auto& f : m_found) {
       if (auto problem = product_name_problem(f.name); !problem.empty()) {
         reject(f, problem);
@@ -278,8 +475,8 @@ void feed_daemon::flush_found() {
       p.spool_path = f.path.string();
       p.size = f.size;
       p.mtime_ns = f.mtime_ns;
-      const auto id = m_journal.enqueue(p);
-      auto got = m_journal.get(id);
+      const auto id = m_journal->enqueue(p);
+      auto got = m_journal->get(id);
       // sent ("keep" leaves the file in the spool), failed, or in a running session: done.
       if (got && got->state == product_state::queued) {
         ready.emplace_back(f.channel, std::move(*got));
@@ -288,9 +485,10 @@ void feed_daemon::flush_found() {
         leftover.emplace_back(f.channel, std::move(*got));
       }
     }
-    tx.commit();
-  }
+    tx->commit();
+  });
   m_found.clear();
+  if (!ok) return;
   for (const auto& [ch, p] : leftover) {
     // The file sent is known by its size and mtime only: it is disposed of if it still has
     // them (and is a regular file below the spool), else left as a new product.
@@ -317,7 +515,9 @@ void feed_daemon::queue_product(std::size_t ch, const product& p) {
   // by a scan whose batch of reports starts a session half-way (the product read 'queued'
   // before that session took it). The journal's state is the truth: only a product still
   // 'queued' goes into a batch, else a second batch would find it moved and mark it failed.
-  const auto now_state = m_journal.get(p.id);
+  if (!cs.active) return;
+  std::optional<product> now_state;
+  if (!guarded(ch, "reading a product", [&] { now_state = m_journal->get(p.id); })) return;
   if (!now_state || now_state->state != product_state::queued) return;
   if (!cs.batch.add(p, from_steady(steady::now()))) return;
   maybe_start(ch);
@@ -336,8 +536,18 @@ void feed_daemon::arm_batch_timer(std::size_t ch) {
 void feed_daemon::maybe_start(std::size_t ch) {
   MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   auto& cs = m_channels[ch];
-  if (cs.retired) return;
-  while (cs.runs.size() < cs.cfg->concurrent_sessions && !m_stopping) {
+  if (cs.retired || !cs.active) return;
+  // Interrupted batches first, under their own numbers.
+  while (!cs.repeats.empty() && cs.runs.size() < cs.cfg->concurrent_sessions && !m_stopping) {
+    auto b = std::move(cs.repeats.front());
+    cs.repeats.pop_front();
+    if (!guarded(ch, "sending an interrupted batch again", [&] {
+          start_session(ch, session_kind::batch, std::move(b.products), nullptr, b.seq);
+        })) {
+      return;
+    }
+  }
+  while (cs.runs.size() < cs.cfg->concurrent_sessions && !m_stopping && cs.active) {
     const bool batch_ready = cs.batch.ready(from_steady(steady::now()));
     // Catch-up and resend alternate with batches, so neither starves the other. An extra
     // session waits while a product of it is still being sent (a site would store it twice,
@@ -352,13 +562,21 @@ void feed_daemon::maybe_start(std::size_t ch) {
       if (req.kind == session_kind::catchup) {
         // A newer version that went out since the request makes a product of it moot: sent
         // now, it would put the site back (a resend is the operator's choice and goes as is).
-        std::erase_if(req.products, [&](const auto& kv) { return m_journal.superseded(kv.second); });
+        if (!guarded(ch, "checking a catch-up", [&] {
+              std::erase_if(req.products,
+                            [&](const auto& kv) { return m_journal->superseded(kv.second); });
+            })) {
+          return;
+        }
         if (req.products.empty()) continue;
       }
       std::vector<product> ps;
       for (auto& [id, p] : req.products) ps.push_back(std::move(p));
       cs.last_was_extra = true;
-      start_session(ch, req.kind, std::move(ps), &req);
+      if (!guarded(ch, "starting a session",
+                   [&] { start_session(ch, req.kind, std::move(ps), &req); })) {
+        return;
+      }
       continue;
     }
     if (!batch_ready) break;
@@ -367,9 +585,12 @@ void feed_daemon::maybe_start(std::size_t ch) {
     // Everything waiting is a new version of a product still being sent: wait for that
     // session's end (on_session_done starts again).
     if (batch.empty()) return;
-    start_session(ch, session_kind::batch, std::move(batch), nullptr);
+    if (!guarded(ch, "starting a session",
+                 [&] { start_session(ch, session_kind::batch, std::move(batch), nullptr); })) {
+      return;
+    }
   }
-  if (cs.runs.size() < cs.cfg->concurrent_sessions) arm_batch_timer(ch);
+  if (cs.active && cs.runs.size() < cs.cfg->concurrent_sessions) arm_batch_timer(ch);
 }
 
 bool feed_daemon::name_in_flight(std::size_t ch, const product& p, bool same_too) const {
@@ -382,12 +603,14 @@ bool feed_daemon::name_in_flight(std::size_t ch, const product& p, bool same_too
 }
 
 bool feed_daemon::start_session(std::size_t ch, session_kind kind, std::vector<product> products,
-                                const extra_request* extra) {
+                                const extra_request* extra, std::uint64_t repeat_seq) {
   auto& cs = m_channels[ch];
   const auto& cc = *cs.cfg;
   const bool batch = kind == session_kind::batch;
-  // Every journal write of the set-up in one commit (one fsync).
-  sqlite::transaction tx(m_journal.db());
+  // Every journal write of the set-up in one commit (one fsync; PostgreSQL: one commit round
+  // trip), behind the lease's fencing token in a cluster.
+  auto tx = m_journal->begin_tx();
+  if (m_keeper) m_journal->check_lease(cc.name, m_cfg.cluster.hub, cs.epoch);
   std::vector<sender::source_file> files;
   std::vector<product> sent;
   std::set<std::string> names;
@@ -417,7 +640,7 @@ bool feed_daemon::start_session(std::size_t ch, session_kind kind, std::vector<p
       m_log->warn("channel {}: {} {}: {}", cc.name, printable(p.name),
                   batch ? "not sent" : "not resent", why);
       if (batch) {
-        m_journal.mark_failed(p.id, why);
+        m_journal->mark_failed(p.id, why);
         m_board.refused(ch);
       }
       continue;
@@ -434,7 +657,7 @@ bool feed_daemon::start_session(std::size_t ch, session_kind kind, std::vector<p
     opened.push_back(std::move(*o));
   }
   if (files.empty()) {
-    tx.commit();
+    tx->commit();
     return false;
   }
   try {
@@ -442,9 +665,9 @@ bool feed_daemon::start_session(std::size_t ch, session_kind kind, std::vector<p
   } catch (const sender::file_set_error& e) {
     m_log->error("channel {}: {}; the batch is not sent", cc.name, e.what());
     if (batch) {
-      for (const auto& p : sent) m_journal.mark_failed(p.id, e.what());
+      for (const auto& p : sent) m_journal->mark_failed(p.id, e.what());
     }
-    tx.commit();
+    tx->commit();
     return false;
   }
 
@@ -467,7 +690,8 @@ bool feed_daemon::start_session(std::size_t ch, session_kind kind, std::vector<p
   std::set<std::pair<std::uint64_t, std::uint64_t>> no_ranges;
   if (batch) {
     sc.receivers = cc.receivers;
-    run.seq = m_journal.next_seq(cc.name);
+    run.seq = repeat_seq ? repeat_seq : m_journal->next_seq(cc.name);
+    cs.last_seq = std::max(cs.last_seq, run.seq);
     set_sequence(sc, cc.name, run.seq, no_ranges);
   } else {
     run.only.assign(extra->sites.begin(), extra->sites.end());
@@ -488,6 +712,7 @@ bool feed_daemon::start_session(std::size_t ch, session_kind kind, std::vector<p
   opts.site_keys = m_site_keys;
   opts.encrypt = cc.encrypt;
   opts.shared_unicast = m_unicast.get();
+  if (m_keeper) opts.fence = m_keeper->fence(cc.name);
   if (!m_unicast && sc.fallback != sender::fallback_mode::off) {
     // Without the shared server only per-session kernel TCP listeners can coexist.
     sc.fallback = sender::fallback_mode::tcp;
@@ -495,7 +720,7 @@ bool feed_daemon::start_session(std::size_t ch, session_kind kind, std::vector<p
 
   std::vector<std::int64_t> ids;
   for (const auto& p : sent) ids.push_back(p.id);
-  run.row = m_journal.begin_session(
+  run.row = m_journal->begin_session(
       session_row{cc.name, run.seq, fmt::format("{}", sc.session), kind, {}}, ids);
   std::uint64_t bytes = 0;
   for (const auto& p : sent) bytes += p.size;
@@ -507,20 +732,21 @@ bool feed_daemon::start_session(std::size_t ch, session_kind kind, std::vector<p
   } catch (const std::exception& e) {
     m_log->error("channel {}: cannot start a session: {}; trying again in {} s", cc.name, e.what(),
                  retry_after.count());
-    m_journal.end_session(run.row, session_outcome::aborted);
+    m_journal->end_session(run.row, session_outcome::aborted);
     for (const auto& p : run.products) {
       if (batch) {
-        m_journal.requeue(p.id);
+        m_journal->requeue(p.id);
         cs.batch.add(p, from_steady(steady::now() + retry_after));
       }
     }
-    tx.commit();
+    tx->commit();
     return false;
   }
-  tx.commit();
+  tx->commit();
   m_log->info(
       "channel {}: session {} ({}{}): {} product{}, {} at {}", cc.name, sc.session, kind_name(kind),
-      batch ? " " + std::to_string(run.seq) : " to " + std::to_string(run.only.size()) + " sites",
+      batch ? " " + std::to_string(run.seq) + (repeat_seq ? ", sent again" : "")
+            : " to " + std::to_string(run.only.size()) + " sites",
       run.products.size(), run.products.size() == 1 ? "" : "s",
       format_bytes(static_cast<double>(bytes)), format_rate(static_cast<double>(sc.rate_bps)));
   auto* app = run.app.get();
@@ -573,8 +799,8 @@ void feed_daemon::rebalance() {
 void feed_daemon::on_session_done(std::size_t ch, const running* which, sender::run_result r) {
   MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   auto& cs = m_channels[ch];
-  const auto it = std::find_if(cs.runs.begin(), cs.runs.end(),
-                               [&](const auto& p) { return p.get() == which; });
+  const auto it =
+      std::find_if(cs.runs.begin(), cs.runs.end(), [&](const auto& p) { return p.get() == which; });
   if (it == cs.runs.end()) return;
   running run = std::move(**it);
   cs.runs.erase(it);
@@ -583,6 +809,21 @@ void feed_daemon::on_session_done(std::size_t ch, const running* which, sender::
   // end, since the grants name the app's files, destroyed below.
   if (m_unicast) m_unicast->end_session(r.report.session);
   const auto& cc = *cs.cfg;
+  // A cluster's hub that stops leaves its sessions open in the journal, as one that lost the
+  // channel does: the hub taking over sends them again under their numbers.
+  if (m_stopping && m_keeper) run.fenced = true;
+  if (run.fenced) {
+    m_log->warn(
+        "channel {}: session {} ({}{}) stopped; left open in the journal for the hub that "
+        "sends the channel next",
+        cc.name, r.report.session, kind_name(run.kind),
+        run.seq ? " " + std::to_string(run.seq) : std::string());
+    boost::asio::post(m_io, [app = std::move(run.app)]() mutable { app.reset(); });
+    rebalance();
+    maybe_start(ch);
+    check_stopped();
+    return;
+  }
   const bool aborted = m_stopping || !r.error.empty();
   const bool dispose_now = run.kind == session_kind::batch && !m_stopping;
   // The retained copies first, so that mark_sent records them ...
@@ -594,23 +835,32 @@ void feed_daemon::on_session_done(std::size_t ch, const running* which, sender::
   }
   // ... then every journal write of the session's end in one commit (one fsync for hundreds of
   // product x site outcomes) ...
-  {
-    sqlite::transaction tx(m_journal.db());
+  const bool journaled = guarded(ch, "ending a session", [&] {
+    auto tx = m_journal->begin_tx();
+    if (m_keeper) m_journal->check_lease(cc.name, m_cfg.cluster.hub, cs.epoch);
     record_outcomes(ch, run, r);
-    m_journal.end_session(run.row, aborted       ? session_outcome::aborted
-                                   : r.succeeded ? session_outcome::complete
-                                                 : session_outcome::partial);
+    m_journal->end_session(run.row, aborted       ? session_outcome::aborted
+                                    : r.succeeded ? session_outcome::complete
+                                                  : session_outcome::partial);
     if (run.kind == session_kind::batch) {
       for (std::size_t i = 0; i < run.products.size(); ++i) {
         // Stopping: sent again at the next start; sites that completed it answer 'held'.
         if (m_stopping) {
-          m_journal.requeue(run.products[i].id);
+          m_journal->requeue(run.products[i].id);
         } else {
-          m_journal.mark_sent(run.products[i].id, kept[i]);
+          m_journal->mark_sent(run.products[i].id, kept[i]);
         }
       }
     }
-    tx.commit();
+    tx->commit();
+  });
+  if (!journaled) {
+    // The journal still has the session open and its products 'sending': the channel's next
+    // holder sends them again; their spool files stay for it.
+    boost::asio::post(m_io, [app = std::move(run.app)]() mutable { app.reset(); });
+    rebalance();
+    check_stopped();
+    return;
   }
   // WIS2 notifications before the spool files go (their digests are read from them).
   if (dispose_now && m_wis2) announce_wis2(ch, run);
@@ -676,7 +926,7 @@ void feed_daemon::record_outcomes(std::size_t ch, const running& run, const send
         o = outcome::failed;
         reason = rr.reason.empty() ? "the session ended before the site completed" : rr.reason;
       }
-      m_journal.record_outcome(run.products[i].id, rr.id, o, reason, run.seq, now);
+      m_journal->record_outcome(run.products[i].id, rr.id, o, reason, run.seq, now);
       m_board.record_outcome(rr.id, ch, run.products[i].id, o, now);
     }
     const double nak_ratio = r.report.data_datagrams
@@ -695,16 +945,16 @@ void feed_daemon::record_outcomes(std::size_t ch, const running& run, const send
     if (run.kind == session_kind::batch && rr.state == st::completed) {
       s.last_seq = std::max(s.last_seq, run.seq);
     }
-    m_journal.site_seen(s);
+    m_journal->site_seen(s);
   }
   if (run.kind != session_kind::batch) return;
   // Sites seen on this channel before that did not take part: they missed the batch (down, or
   // registered too late); their REGISTER in a later session reports the gap for catch-up.
-  for (const auto& s : m_journal.sites()) {
+  for (const auto& s : m_journal->sites()) {
     if (s.channel != cc.name || present.count(s.site)) continue;
     for (const auto& p : run.products) {
-      m_journal.record_outcome(p.id, s.site, outcome::missed,
-                               "not in the session (down, or registered too late)", run.seq, now);
+      m_journal->record_outcome(p.id, s.site, outcome::missed,
+                                "not in the session (down, or registered too late)", run.seq, now);
       m_board.record_outcome(s.site, ch, p.id, outcome::missed, now);
     }
   }
@@ -736,7 +986,11 @@ void feed_daemon::request_catch_up(
   std::size_t superseded = 0;
   for (const auto& [from, to] : wanted) {
     if (n++ == max_catch_up_ranges) break;
-    const auto ps = m_journal.products_of_seqs(cc.name, from, to);
+    std::vector<product> ps;
+    if (!guarded(ch, "finding a catch-up's products",
+                 [&] { ps = m_journal->products_of_seqs(cc.name, from, to); })) {
+      return;
+    }
     if (ps.empty()) {
       m_log->warn(
           "channel {}: site {} misses sessions {}-{}, whose products are no longer "
@@ -748,7 +1002,9 @@ void feed_daemon::request_catch_up(
     req.seqs.insert({from, to});
     for (const auto& p : ps) {
       // A newer version went out since: sending this one would put the site back.
-      if (m_journal.superseded(p)) {
+      bool newer = false;
+      if (!guarded(ch, "checking a catch-up", [&] { newer = m_journal->superseded(p); })) return;
+      if (newer) {
         ++superseded;
         continue;
       }
@@ -835,8 +1091,8 @@ void feed_daemon::reject(const spooled_file& f, const std::string& why) {
   p.spool_path = printable(f.path.string(), std::string::npos);
   p.size = f.size;
   p.mtime_ns = f.mtime_ns;
-  const auto id = m_journal.enqueue(p);
-  m_journal.mark_failed(id, why + "; " + where);
+  const auto id = m_journal->enqueue(p);
+  m_journal->mark_failed(id, why + "; " + where);
   m_board.refused(f.channel);
   m_log->warn("channel {}: {} refused at intake: {}; {}", cc.name, printable(f.name), why, where);
 }
@@ -849,7 +1105,7 @@ void feed_daemon::do_expire() {
   const auto before = std::chrono::system_clock::now() -
                       std::chrono::duration_cast<std::chrono::system_clock::duration>(keep);
   try {
-    const auto r = m_journal.expire(before);
+    const auto r = m_journal->expire(before);
     const auto& paths = r.retained_paths;
     for (const auto& p : paths) {
       std::error_code ec;
@@ -892,6 +1148,8 @@ void feed_daemon::check_stopped() {
   for (const auto& c : m_channels) {
     if (!c.runs.empty()) return;
   }
+  // The standby takes over at its next round instead of after the lease.
+  if (m_keeper) m_keeper->release();
   // After the posted destruction of the last app.
   boost::asio::post(m_io, [f = std::move(m_stopped)] { f(); });
   m_stopped = nullptr;
@@ -904,6 +1162,24 @@ nlohmann::json feed_daemon::status() const {
   auto& list = j["channels"] = nlohmann::json::array();
   j["config_reloads"] = {{"success", m_reloads_ok}, {"failure", m_reloads_failed}};
   j["rate"] = m_cfg.rate_auto ? "auto" : "fixed";
+  j["journal_engine"] = m_journal->engine();
+  if (m_keeper) {
+    const auto now = steady::now();
+    nlohmann::json c = to_json(m_lease.view);
+    c["hub"] = m_cfg.cluster.hub;
+    c["lease_s"] = std::chrono::duration<double>(m_cfg.cluster.lease).count();
+    c["renew_s"] = std::chrono::duration<double>(m_cfg.cluster.renew).count();
+    c["margin_s"] = std::chrono::duration<double>(m_cfg.cluster.margin).count();
+    c["database"] = m_lease_failing ? "unreachable" : (m_lease_ok_at ? "ok" : "connecting");
+    c["error"] = m_lease_failing ? m_lease.error : "";
+    c["last_round_age_s"] =
+        m_lease_ok_at ? std::chrono::duration<double>(now - *m_lease_ok_at).count() : -1.0;
+    auto& others = c["other_hubs"] = nlohmann::json::array();
+    for (const auto& h : m_lease.view.hubs) {
+      if (h.hub != m_cfg.cluster.hub) others.push_back(h.hub);
+    }
+    j["cluster"] = std::move(c);
+  }
   if (m_heartbeats) {
     const auto& h = m_heartbeats->counters();
     j["heartbeats"] = {{"sent", h.sent},
@@ -931,6 +1207,25 @@ nlohmann::json feed_daemon::status() const {
     nlohmann::json o;
     o["name"] = c.cfg->name;
     o["retired"] = c.retired;
+    o["role"] = c.active ? "active" : "standby";
+    if (m_keeper) {
+      const auto now = steady::now();
+      o["lease"] = {
+          {"epoch", c.epoch},
+          {"age_s", c.active && c.acquired ? std::chrono::duration<double>(
+                                                 std::chrono::system_clock::now() - *c.acquired)
+                                                 .count()
+                                           : 0.0},
+          {"fence_in_s", c.active ? std::chrono::duration<double>(c.fence - now).count() : 0.0},
+          {"role_for_s", std::chrono::duration<double>(now - c.role_since).count()},
+          {"takeovers", c.takeovers}};
+      std::string holder;
+      for (const auto& l : m_lease.view.leases) {
+        if (l.channel == c.cfg->name) holder = l.holder;
+      }
+      o["lease"]["holder"] = holder;
+      o["lost_reason"] = c.lost_reason;
+    }
     o["group"] = c.cfg->group.to_string();
     o["priority"] = c.cfg->priority;
     o["waiting_products"] = c.batch.size();
@@ -981,7 +1276,7 @@ resend_products feed_daemon::find_resend(hub_journal& journal, const resend_orde
 }
 
 nlohmann::json feed_daemon::resend(const resend_order& order) {
-  return queue_resend(order, find_resend(m_journal, order));
+  return queue_resend(order, find_resend(*m_journal, order));
 }
 
 nlohmann::json feed_daemon::queue_resend(const resend_order& order, resend_products by_channel) {
@@ -994,6 +1289,14 @@ nlohmann::json feed_daemon::queue_resend(const resend_order& order, resend_produ
   for (auto& [name, ps] : by_channel) {
     const auto ch = channel_index(name);
     if (!ch) continue;  // a channel no longer configured
+    if (!m_channels[*ch].active) {
+      std::string holder = "another hub";
+      for (const auto& l : m_lease.view.leases) {
+        if (l.channel == name) holder = "hub " + l.holder;
+      }
+      j["standby"][name] = holder;
+      continue;
+    }
     extra_request req;
     req.kind = session_kind::resend;
     req.sites.insert(order.sites.begin(), order.sites.end());
@@ -1006,6 +1309,11 @@ nlohmann::json feed_daemon::queue_resend(const resend_order& order, resend_produ
                 req.products.size() == 1 ? "" : "s", join(order.sites),
                 order.unicast ? " (over unicast)" : "");
     add_extra(*ch, std::move(req));
+  }
+  if (total == 0 && j.contains("standby")) {
+    throw std::invalid_argument("resend: this hub (" + m_cfg.cluster.hub +
+                                ") is standby for the channels concerned (" + j["standby"].dump() +
+                                "); ask the hub that sends them");
   }
   if (total == 0) {
     throw std::invalid_argument(

@@ -13,6 +13,15 @@
 /// field of its own channel, and other channels go on by priority (a warning never waits for a
 /// model field). A new version of a product waits while a session of its channel still sends
 /// an older one, so versions reach the sites in order.
+///
+/// With a PostgreSQL journal several hubs run the same configuration against it and one sends
+/// each channel: the one holding its lease (lease_keeper.hpp). A channel is `active` here while
+/// this hub holds its lease, else `standby`: no spool intake, no session, no heartbeat. On
+/// taking a channel the hub reads its state from the journal: the batches the previous holder
+/// left open are sent again under their own numbers (sites hold what they completed, and see no
+/// gap), then the queue. On losing it (the lease passed to another hub, a round that could not
+/// renew it before its fence, or a journal write that failed) the channel's sessions stop
+/// without another datagram and leave the journal as it was, for the next holder.
 
 #include "common/single_thread.hpp"
 #include "common/unicast/server.hpp"
@@ -23,6 +32,7 @@
 #include "feed/feed_config.hpp"
 #include "feed/heartbeat_service.hpp"
 #include "feed/journal.hpp"
+#include "feed/lease_keeper.hpp"
 #include "feed/spool_file.hpp"
 #include "feed/spool_watcher.hpp"
 #include "sender/io/sender_app.hpp"
@@ -120,10 +130,14 @@ class feed_daemon {
 
   /// The journal, read-write, for the io thread only (mcdistctl's queries do not use it: they
   /// run on daemon_handler's query workers (daemon_handler.hpp) with read-only connections).
-  hub_journal& journal() { return m_journal; }
+  hub_journal& journal() { return *m_journal; }
 
   /// The journal file (for read-only connections of other threads).
   const std::filesystem::path& journal_path() const noexcept { return m_cfg.journal; }
+
+  /// True when this hub shares its journal with others (PostgreSQL) and sends a channel only
+  /// while it holds its lease.
+  bool clustered() const noexcept { return m_keeper != nullptr; }
 
   /// Counters, sites and recent products since the start, for the status port (feed_http).
   const feed_board& board() const noexcept { return m_board; }
@@ -141,6 +155,9 @@ class feed_daemon {
     std::vector<opened_product> opened;
     std::vector<std::string> only;  ///< catch-up/resend sites
     rate_claim claim;
+    /// Stopped because the channel was lost: its end is not journaled (the next holder sends
+    /// it again) and its spool files stay.
+    bool fenced = false;
   };
   struct channel_state {
     const channel_config* cfg = nullptr;
@@ -152,15 +169,41 @@ class feed_daemon {
     bool last_was_extra = false;
     std::uint64_t sessions = 0;
     bool retired = false;  ///< a reload removed it: no new session
+    /// Interrupted batches to send again under their own numbers, before anything new.
+    std::deque<open_batch> repeats;
+    /// The channel's newest number (heartbeats): the journal's, cached on the io thread.
+    std::uint64_t last_seq = 0;
+    /// This hub sends the channel (a single hub: always; a cluster: while it holds the lease).
+    bool active = false;
+    std::uint64_t epoch = 0;            ///< the lease's epoch (cluster)
+    std::optional<wall_time> acquired;  ///< when this hub took the lease (database clock)
+    std::chrono::steady_clock::time_point role_since{};  ///< when it became active or standby
+    std::chrono::steady_clock::time_point fence{};       ///< the lease's fence (lease_keeper.hpp)
+    std::unique_ptr<boost::asio::steady_timer> fence_timer;
+    std::string lost_reason;  ///< why it is standby after being active ("" before)
+    std::uint64_t takeovers = 0;
   };
 
+  /// Takes channel `ch` (its lease granted, or a single hub's start): recovers its open
+  /// batches and queue from the journal.
+  void take_channel(std::size_t ch, std::uint64_t epoch, std::optional<wall_time> acquired);
+  /// Stops channel `ch` (see the class): sessions fenced, queues dropped, heartbeats off.
+  void lose_channel(std::size_t ch, const std::string& why);
+  void on_lease_report(lease_report r);
+  void arm_fence(std::size_t ch);
+  /// Runs `f`, a journal step for channel `ch` (all channels: npos). A failure in a cluster
+  /// loses the channel(s) and returns false; a single hub's failure propagates (the daemon
+  /// exits and systemd restarts it, as before).
+  template <class F>
+  bool guarded(std::size_t ch, const char* what, F&& f);
   void on_found(spooled_file f);
   void flush_found();
   void queue_product(std::size_t ch, const product& p);
   void maybe_start(std::size_t ch);
   void arm_batch_timer(std::size_t ch);
+  /// `repeat_seq`: an interrupted batch sent again under its number (no new number).
   bool start_session(std::size_t ch, session_kind kind, std::vector<product> products,
-                     const extra_request* extra);
+                     const extra_request* extra, std::uint64_t repeat_seq = 0);
   void on_session_done(std::size_t ch, const running* which, sender::run_result r);
   /// True when a session of channel `ch` under way sends another version of `p` (or, with
   /// `same_too`, `p` itself): a batch holds a new version back, an extra session waits.
@@ -190,7 +233,16 @@ class feed_daemon {
   boost::asio::io_context& m_io;
   feed_config m_cfg;
   std::shared_ptr<spdlog::logger> m_log;
-  hub_journal m_journal;
+  /// In a cluster every statement of the io thread's connection is bounded by the fencing
+  /// margin: a call that began before the fence ends (or fails, losing the channel) before the
+  /// lease can be granted to another hub, so the io thread never wakes to send past it.
+  std::unique_ptr<hub_journal> m_journal;
+  /// The cluster's lease thread (null: a single hub, every channel active).
+  std::unique_ptr<lease_keeper> m_keeper;
+  /// The latest lease round's report (the cluster's hubs and leases, the database's state).
+  lease_report m_lease;
+  std::optional<std::chrono::steady_clock::time_point> m_lease_ok_at;  ///< last good round
+  bool m_lease_failing = false;  ///< the last round failed (logged once per outage)
   std::optional<crypto::identity> m_identity;
   /// m_cfg.interface resolved at start for the channels' family (a restart-only setting).
   net::resolved_interface m_interface;

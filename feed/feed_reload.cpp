@@ -149,8 +149,9 @@ bool feed_daemon::reload(const std::function<feed_config()>& source) {
   }
   for (const auto i : added) {
     // Products the journal still holds queued for a channel of this name (it was removed by an
-    // earlier reload, or before a restart) go out with its first batches.
-    for (const auto& p : m_journal.queued(m_cfg.channels[i].name)) queue_product(i, p);
+    // earlier reload, or before a restart) go out with its first batches: a single hub takes
+    // the channel at once, a cluster's hub when the lease rounds grant it.
+    if (!m_keeper) take_channel(i, 0, std::nullopt);
     if (m_watcher) {
       try {
         m_watcher->add_channel(i);
@@ -167,6 +168,13 @@ bool feed_daemon::reload(const std::function<feed_config()>& source) {
   for (const auto& c : changes) summary += (summary.empty() ? "" : "; ") + c;
   m_log->info("SIGHUP: configuration reloaded: {} ({} channel{} now)",
               summary.empty() ? "no change" : summary, live, live == 1 ? "" : "s");
+  if (m_keeper) {
+    std::vector<std::string> names;
+    for (const auto& c : m_channels) {
+      if (!c.retired) names.push_back(c.cfg->name);
+    }
+    m_keeper->set_channels(std::move(names));
+  }
   if (m_heartbeats) {
     m_heartbeats->set_site_keys(m_site_keys);
     m_heartbeats->set_channels(heartbeat_channels());

@@ -1,8 +1,8 @@
 #include "feed/feed_render.hpp"
 
 #include "common/http/html.hpp"
-#include "common/http/throughput.hpp"
 #include "common/http/prometheus_text.hpp"
+#include "common/http/throughput.hpp"
 #include "common/units.hpp"
 
 #include <algorithm>
@@ -200,6 +200,29 @@ std::string render_feed_metrics(const feed_snapshot& s) {
            "Log messages at warning level and above, by level.");
   p.sample({{"level", "warning"}}, s.warnings_logged);
   p.sample({{"level", "error"}}, s.errors_logged);
+  if (const auto c = s.daemon.find("cluster"); c != s.daemon.end() && c->is_object()) {
+    // Redundant hubs (README "Redundant hubs"): this hub's role per channel and the others.
+    p.family("mcdist_feed_channel_active", metric_type::gauge,
+             "1 while this hub holds the channel's lease and sends it, 0 while standby.");
+    for (const std::size_t i : shown(s)) {
+      p.sample({{"channel", names[i]}},
+               std::uint64_t{daemon_channel(s, i).value("role", std::string()) == "active"});
+    }
+    p.family("mcdist_feed_lease_age_seconds", metric_type::gauge,
+             "How long this hub has held the channel's lease (0 while standby).");
+    for (const std::size_t i : shown(s)) {
+      const auto lease = daemon_channel(s, i).value("lease", nlohmann::json::object());
+      p.sample({{"channel", names[i]}}, lease.value("age_s", 0.0));
+    }
+    p.family("mcdist_feed_cluster_database_up", metric_type::gauge,
+             "1 while the lease rounds reach the shared journal database.");
+    p.sample(std::uint64_t{c->value("database", std::string()) == "ok"});
+    p.family("mcdist_feed_cluster_hub_seen_seconds", metric_type::gauge,
+             "Seconds since each hub of the cluster last ran a lease round (database clock).");
+    for (const auto& h : c->value("hubs", nlohmann::json::array())) {
+      p.sample({{"hub", h.value("hub", std::string())}}, h.value("age_s", 0.0));
+    }
+  }
   p.family("mcdist_feed_config_reloads_total", metric_type::counter,
            "Configuration reloads at SIGHUP, by result (applied, or refused as invalid).");
   const auto reloads = s.daemon.value("config_reloads", nlohmann::json::object());
@@ -364,6 +387,40 @@ std::string render_feed_page(const feed_snapshot& s) {
          "</td></tr>\n";
   }
   h += "</tbody></table>\n";
+
+  if (const auto c = s.daemon.find("cluster"); c != s.daemon.end() && c->is_object()) {
+    h += "<h2>Cluster</h2>\n<p class=\"sub\" id=\"cluster-self\">this hub: " +
+         html_escape(c->value("hub", std::string())) + " &middot; database " +
+         html_escape(c->value("database", std::string())) + "</p>\n";
+    h += "<table id=\"cluster-channels\"><thead><tr><th>channel</th><th>role</th><th>holder</th>"
+         "<th class=\"num\">lease age</th><th class=\"num\">epoch</th><th>why standby</th>"
+         "</tr></thead><tbody>\n";
+    for (const std::size_t i : shown(s)) {
+      const auto& dc = daemon_channel(s, i);
+      const auto lease = dc.value("lease", nlohmann::json::object());
+      const auto role = dc.value("role", std::string());
+      h += "<tr data-channel=\"" + html_escape(names[i]) + "\"><td>" + html_escape(names[i]) +
+           "</td><td class=\"role-" + html_escape(role) + "\">" + html_escape(role) + "</td><td>" +
+           html_escape(lease.value("holder", std::string())) + "</td><td class=\"num\">" +
+           (role == "active" ? http::format_age(lease.value("age_s", 0.0)) : std::string("-")) +
+           "</td><td class=\"num\">" + std::to_string(lease.value("epoch", std::uint64_t{0})) +
+           "</td><td>" + html_escape(dc.value("lost_reason", std::string())) + "</td></tr>\n";
+    }
+    h += "</tbody></table>\n<table id=\"cluster-hubs\"><thead><tr><th>hub</th>"
+         "<th class=\"num\">last seen</th><th>active channels</th><th>status port</th></tr>"
+         "</thead><tbody>\n";
+    for (const auto& hub : c->value("hubs", nlohmann::json::array())) {
+      std::string act;
+      for (const auto& a : hub.value("active", nlohmann::json::array())) {
+        act += (act.empty() ? "" : ", ") + html_escape(a.is_string() ? a.get<std::string>() : "");
+      }
+      h += "<tr><td>" + html_escape(hub.value("hub", std::string())) + "</td><td class=\"num\">" +
+           http::format_age(hub.value("age_s", 0.0)) + " ago</td><td>" +
+           (act.empty() ? std::string("<span class=\"none\">none</span>") : act) + "</td><td>" +
+           html_escape(hub.value("http", std::string())) + "</td></tr>\n";
+    }
+    h += "</tbody></table>\n";
+  }
 
   h += "<h2>Sites</h2>\n";
   if (sites.empty()) {

@@ -26,8 +26,7 @@ heartbeat_service::heartbeat_service(boost::asio::io_context& io,
                                      newest_fn newest, running_fn running, gaps_fn gaps,
                                      std::shared_ptr<spdlog::logger> log)
     : m_io(io), m_hub(hub), m_site_keys(std::move(site_keys)), m_newest(std::move(newest)),
-      m_running(std::move(running)), m_gaps(std::move(gaps)), m_log(std::move(log)),
-      m_socket([&] {
+      m_running(std::move(running)), m_gaps(std::move(gaps)), m_log(std::move(log)), m_socket([&] {
         net::sender_socket_options o;
         o.interface = interface.address;
         o.interface.port = 0;
@@ -85,10 +84,10 @@ void heartbeat_service::send(std::size_t channel) {
   wire::heartbeat m;
   m.set_channel(c.name);
   m.set_newest_seq(newest);
-  m.set_sent_unix_ms(static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::milliseconds>(
-          std::chrono::system_clock::now().time_since_epoch())
-          .count()));
+  m.set_sent_unix_ms(
+      static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                     std::chrono::system_clock::now().time_since_epoch())
+                                     .count()));
   m.set_sender_name(c.sender_name.substr(0, 64));
   const auto running = m_running(channel);
   for (std::size_t i = 0; i < running.size() && i < wire::max_seq_ranges; ++i) {
@@ -169,8 +168,8 @@ void heartbeat_service::on_report(std::span<const std::byte> d, const endpoint& 
   std::vector<wire::seq_span> missing;
   for (const auto& r : m.missing()) missing.emplace_back(r.first(), r.last());
   if (m_log) {
-    m_log->info("channel {}: site {} reports {} missed session range{} after a heartbeat",
-                ch->name, m.receiver_id(), missing.size(), missing.size() == 1 ? "" : "s");
+    m_log->info("channel {}: site {} reports {} missed session range{} after a heartbeat", ch->name,
+                m.receiver_id(), missing.size(), missing.size() == 1 ? "" : "s");
   }
   m_gaps(index, m.receiver_id(), missing);
 }

@@ -45,12 +45,20 @@ CONFIGURATION (TOML, --config):
   rate = "500M"                     total multicast rate of every channel together, bit/s;
                                     "auto" with rate_max = "1G": each session's rate follows
                                     its sites (TFMCC) within its priority share of rate_max
-  journal = "/var/lib/mcdist-feed/journal.db"   SQLite journal: outbox, sessions, outcomes
+  journal = "/var/lib/mcdist-feed/journal.db"   SQLite journal: outbox, sessions, outcomes;
+                                    or "postgresql://mcdist@db1/mcdist" (libpq URI): a journal
+                                    redundant hubs share (README "Redundant hubs")
   retention = "24h"                 how long sent products are kept for catch-up and resend
   retained = "/var/lib/mcdist-feed/retained"    where they are kept (hard links when possible)
   control_socket = "/run/mcdist-feed/control.sock"   mcdistctl's socket
   control_group = "mcdist-operators"                 group allowed on it besides this user
   http = "127.0.0.1:9612"           status page, /status and /metrics (default; "off" disables)
+
+  [cluster]                         with a PostgreSQL journal: this hub among several
+  hub = "hub-a"                     its name, unique in the cluster (default: the host name)
+  lease = "6s"                      a channel's lease; its holder alone sends the channel
+  renew = "1s"                      how often the leases are renewed (and lapsed ones taken)
+  margin = "1s"                     the hub stops sending this long before its lease can end
 
   [wis2]                            optional: a WIS2 Notification Message (WMO WNM 1.0) per
                                     product once the batch session that sent it ended
@@ -125,6 +133,13 @@ hook and retention are re-read; interface, key, rate, journal, retained_dir, con
 http need a restart (logged, kept). A one-line summary is logged and
 mcdist_feed_config_reloads_total{result} counts reloads. Under systemd (Type=notify) READY=1 follows the start-up scan, WATCHDOG=1 is sent
 every half WatchdogSec from the event loop, STOPPING=1 on SIGTERM.
+
+REDUNDANT HUBS: hubs with the same configuration (their own [cluster] hub, control_socket and
+http), one PostgreSQL journal, one shared spool and retained directory and one key send each
+channel from one hub at a time: the holder of its lease. The others are standby (status,
+/metrics mcdist_feed_channel_active) and take a channel over when its lease lapses, sending
+the batches it left unfinished again under their own numbers. A hub that cannot renew a lease
+stops sending the channel `margin` before the lease can pass, and logs why.
 
 Exit status: 0 stopped by a signal; 1 runtime error (journal, spool, socket); 2 bad
 configuration or command line.
@@ -298,7 +313,8 @@ int main(int argc, char** argv) {
     status_port.start();
     log->info("mcdist-feed: {} channel{} at {} in total, journal {}", cfg.channels.size(),
               cfg.channels.size() == 1 ? "" : "s",
-              mcdist::format_rate(static_cast<double>(cfg.rate_bps)), cfg.journal.string());
+              mcdist::format_rate(static_cast<double>(cfg.rate_bps)),
+              mcdist::feed::describe_journal(cfg.journal.string()));
     (void)notifier.ready("watching " + std::to_string(cfg.channels.size()) + " channels");
     arm_watchdog();
     io.run();

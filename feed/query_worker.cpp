@@ -5,7 +5,7 @@
 namespace mcdist::feed {
 
 query_worker::query_worker(const std::filesystem::path& journal_file)
-    : m_journal(std::make_unique<hub_journal>(journal_file, /*read_only=*/true)) {}
+    : m_journal(open_hub_journal(journal_file.string(), /*read_only=*/true)) {}
 
 query_worker::~query_worker() {
   m_pool.stop();  // queued jobs are not started

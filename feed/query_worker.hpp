@@ -12,6 +12,10 @@
 /// the journal; it is used from the worker thread only (common/sqlite: one connection per
 /// thread).
 ///
+/// A PostgreSQL journal (pg_journal.hpp) is read the same way: the worker's own connection, its
+/// transactions read-only (default_transaction_read_only), MVCC snapshots beside the io
+/// thread's writes.
+///
 /// Jobs run one at a time, in the order given (a Boost.Asio thread_pool of one thread).
 
 #include "feed/journal.hpp"
@@ -30,7 +34,8 @@ class query_worker {
  public:
   /// Opens the connection (the journal must exist: the daemon's hub_journal creates it first)
   /// and starts the thread.
-  /// @throws sqlite::error, std::runtime_error as hub_journal(file, true)
+  /// @param journal_file  the journal's spec: an SQLite file or a PostgreSQL URI
+  /// @throws sqlite::error, pg::error, std::runtime_error as open_hub_journal(spec, true)
   explicit query_worker(const std::filesystem::path& journal_file);
   /// Waits for the running job, drops the queued ones (they are destroyed, never called), and
   /// joins the thread.

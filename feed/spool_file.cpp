@@ -28,8 +28,11 @@ std::error_code open_parent(const std::filesystem::path& root, std::string_view 
   comps.pop_back();
   for (auto c : comps) {
     const std::string comp(c);
-    unique_fd next(::openat(cur.get(), comp.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (!next) return errno_error(errno == ENOTDIR && is_symlink_at(cur.get(), comp.c_str()) ? ELOOP : errno);
+    unique_fd next(
+        ::openat(cur.get(), comp.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!next)
+      return errno_error(errno == ENOTDIR && is_symlink_at(cur.get(), comp.c_str()) ? ELOOP
+                                                                                    : errno);
     cur = std::move(next);
   }
   parent = std::move(cur);
@@ -40,7 +43,8 @@ std::error_code open_parent(const std::filesystem::path& root, std::string_view 
 std::error_code check_same(int dir, const std::string& leaf, const file_identity& sent) {
   struct stat st {};
   if (::fstatat(dir, leaf.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return errno_error(errno);
-  if (file_identity{st.st_dev, st.st_ino} != sent) return std::make_error_code(std::errc::file_exists);
+  if (file_identity{st.st_dev, st.st_ino} != sent)
+    return std::make_error_code(std::errc::file_exists);
   return {};
 }
 

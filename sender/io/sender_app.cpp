@@ -327,10 +327,29 @@ void sender_app::abort(const std::string& why) {
   service();
 }
 
+bool sender_app::fence_passed(std::chrono::steady_clock::time_point now) {
+  if (!m_opts.fence) return false;
+  if (m_fenced) return true;
+  if (now.time_since_epoch().count() < m_opts.fence->load(std::memory_order_acquire)) return false;
+  m_fenced = true;
+  if (m_error.empty()) {
+    m_error = "stopped: this hub may no longer hold the channel's lease";
+    if (m_log) m_log->warn("session {}: {}", m_session_id, m_error);
+  }
+  // The core ends its receivers as failed; what it queues to say so is never sent.
+  m_session.abort(from_steady(now), m_error);
+  return true;
+}
+
 void sender_app::service() {
   MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
-  if (m_session.done()) return;
-  const auto now = from_steady(std::chrono::steady_clock::now());
+  if (m_session.done() || m_completed) return;
+  const auto steady_now = std::chrono::steady_clock::now();
+  const auto now = from_steady(steady_now);
+  if (fence_passed(steady_now)) {
+    finish(now);
+    return;
+  }
   m_session.on_timer(now);
   register_fallbacks();  // grants go in before the FALLBACK messages leave
   flush_control();
@@ -338,39 +357,43 @@ void sender_app::service() {
   register_fallbacks();
   flush_control();
   if (m_session.done()) {
-    if (auto* server = unicast_server()) {
-      // A receiver whose COMPLETE came in before its unicast bye and close is done, not
-      // failed: its unicast session ends as completed.
-      const auto report = m_session.report(now);
-      const auto completed = [&report](const std::string& id) {
-        return std::any_of(report.receivers.begin(), report.receivers.end(), [&](const auto& r) {
-          return r.id == id && r.state == receiver_report::state_t::completed;
-        });
-      };
-      if (m_unicast) {
-        m_unicast->stop(completed);
-      } else {
-        server->end_session(m_session_id, completed);
-      }
-    }
-    m_timer.cancel();
-    m_progress_timer.cancel();
-    m_signals.cancel();
-    boost::system::error_code ignored;
-    m_socket.cancel(ignored);
-    if (!m_done) {
-      m_io.stop();
-      return;
-    }
-    if (m_completed) return;
-    m_completed = true;
-    m_hashers.clear();  // joins the hashing thread; nothing more is posted on its behalf
-    // The handlers cancelled above are queued already: `done` runs after them, so it may
-    // schedule the destruction of this object.
-    boost::asio::post(m_io, [this] { m_done(result()); });
+    finish(now);
     return;
   }
   arm_timer(now);
+}
+
+void sender_app::finish(time_point now) {
+  if (auto* server = unicast_server()) {
+    // A receiver whose COMPLETE came in before its unicast bye and close is done, not
+    // failed: its unicast session ends as completed.
+    const auto report = m_session.report(now);
+    const auto completed = [&report](const std::string& id) {
+      return std::any_of(report.receivers.begin(), report.receivers.end(), [&](const auto& r) {
+        return r.id == id && r.state == receiver_report::state_t::completed;
+      });
+    };
+    if (m_unicast) {
+      m_unicast->stop(completed);
+    } else {
+      server->end_session(m_session_id, completed);
+    }
+  }
+  m_timer.cancel();
+  m_progress_timer.cancel();
+  m_signals.cancel();
+  boost::system::error_code ignored;
+  m_socket.cancel(ignored);
+  if (!m_done) {
+    m_io.stop();
+    return;
+  }
+  if (m_completed) return;
+  m_completed = true;
+  m_hashers.clear();  // joins the hashing thread; nothing more is posted on its behalf
+  // The handlers cancelled above are queued already: `done` runs after them, so it may
+  // schedule the destruction of this object.
+  boost::asio::post(m_io, [this] { m_done(result()); });
 }
 
 void sender_app::arm_timer(time_point now) {
@@ -634,6 +657,8 @@ void sender_app::do_wait_writable() {
 }
 
 void sender_app::on_feedback(std::span<const std::byte> d, const endpoint& from, time_point now) {
+  // Past the fence nothing is answered (a key reply goes out from here, not from service()).
+  if (fence_passed(std::chrono::steady_clock::now())) return;
   // The one parse of the header: authentication and the session take it.
   wire::header h;
   if (const auto malformed = wire::parse_header(d, h)) {

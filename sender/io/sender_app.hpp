@@ -20,6 +20,7 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -63,6 +64,13 @@ struct app_options {
   /// session id. Null: the session starts a server of its own (mcdist-send). Must outlive the
   /// session.
   unicast::server* shared_unicast = nullptr;
+  /// A hub of several (mcdist-feed with a PostgreSQL journal): the steady_clock time, in ns
+  /// since its epoch, after which this session must not send another datagram because its hub
+  /// may no longer hold the channel's lease (feed/lease_keeper.hpp). Written by the lease
+  /// thread, read before every round of sending: a session whose io thread was held up past
+  /// the fence stops on its next wake-up without sending, whatever order its timers fire in.
+  /// Null: no fence (a single sender).
+  const std::atomic<std::int64_t>* fence = nullptr;
 };
 
 /// Reads a site key file for --site-keys: one site per line, "ID KEY" where KEY is
@@ -221,6 +229,12 @@ class sender_app {
   /// (common/single_thread.hpp).
   single_thread m_io_thread;
   bool m_completed = false;
+  /// The fence (app_options::fence) passed: the session was stopped without a further datagram.
+  bool m_fenced = false;
+  /// True, and the session stopped, when the fence has passed at `now`.
+  bool fence_passed(std::chrono::steady_clock::time_point now);
+  /// Ends the session's I/O and reports the result (the end of service()'s done path).
+  void finish(time_point now);
 };
 
 }  // namespace mcdist::sender

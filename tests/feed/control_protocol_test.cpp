@@ -3,6 +3,7 @@
 // over-long) get an error answer, never an exception; the journal handler's answers carry the
 // documented keys.
 #include "feed/control_protocol.hpp"
+#include "feed/sqlite_journal.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -162,7 +163,7 @@ TEST_CASE("control protocol: the journal handler answers status, history and mis
   const auto path = std::filesystem::temp_directory_path() /
                     ("mcdist-ctlproto-" + std::to_string(::getpid()) + ".db");
   std::filesystem::remove(path);
-  hub_journal j(path);
+  sqlite_journal j(path);
   j.site_seen({"dwd", "obs", t0, 0.07, 0.01, 1});
   product p;
   p.channel = "obs";

@@ -6,7 +6,7 @@
 //       on SIGTERM or SIGINT (removing the socket).
 // It runs control_server as the daemon does: in one io_context, one thread.
 #include "feed/control_server.hpp"
-#include "feed/journal.hpp"
+#include "feed/sqlite_journal.hpp"
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -23,7 +23,7 @@ namespace {
 
 /// The fixture, described in test_mcdistctl.py (which asserts exactly these rows).
 void populate(const std::string& file) {
-  hub_journal j(file);
+  sqlite_journal j(file);
   const auto now = std::chrono::system_clock::now();
   auto add = [&](const std::string& channel, const std::string& name, std::uint64_t size,
                  wall_time at) {
@@ -107,7 +107,7 @@ int main(int argc, char** argv) {
     }
     if (mode == "serve" && argc == 4) {
       boost::asio::io_context io;
-      hub_journal j(argv[2]);
+      sqlite_journal j(argv[2]);
       test_handler h(j);
       control_server server(io, {argv[3], ""}, h);
       server.start();

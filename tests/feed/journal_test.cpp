@@ -2,7 +2,7 @@
 // sequence numbers across reopen, an interrupted write (an injected failure, and a process
 // SIGKILLed inside a transaction) leaving the previous state, missing() and history() on a
 // known set of sessions and outcomes, and expire() bounding every table.
-#include "feed/journal.hpp"
+#include "feed/sqlite_journal.hpp"
 
 #include <catch2/catch.hpp>
 #include <sqlite3.h>
@@ -44,7 +44,7 @@ product make(std::string channel, std::string name, std::int64_t mtime = 1, wall
   return p;
 }
 
-std::int64_t count(hub_journal& j, const std::string& table) {
+std::int64_t count(sqlite_journal& j, const std::string& table) {
   auto st = j.db().prepare("SELECT count(*) FROM " + table);
   st.step();
   return st.column_int64(0);
@@ -71,7 +71,7 @@ std::vector<std::string> names(const std::vector<missing_row>& rows) {
 TEST_CASE("hub_journal: creates its schema with a version, in WAL mode, and reopens it") {
   const auto path = temp_db("schema.db");
   {
-    hub_journal j(path);
+    sqlite_journal j(path);
     CHECK(j.db().user_version() == hub_journal::schema_version);
     auto mode = j.db().prepare("PRAGMA journal_mode");
     REQUIRE(mode.step());
@@ -79,9 +79,9 @@ TEST_CASE("hub_journal: creates its schema with a version, in WAL mode, and reop
     mode.reset();
     j.enqueue(make("obs", "a"));
   }
-  hub_journal again(path);
+  sqlite_journal again(path);
   CHECK(again.queued("obs").size() == 1);
-  hub_journal ro(path, true);
+  sqlite_journal ro(path, true);
   CHECK(ro.queued("obs").size() == 1);
   CHECK_THROWS_AS(ro.enqueue(make("obs", "b")), sqlite::error);
 }
@@ -89,24 +89,24 @@ TEST_CASE("hub_journal: creates its schema with a version, in WAL mode, and reop
 TEST_CASE("hub_journal: refuses a newer schema and a database that is not a journal") {
   const auto newer = temp_db("newer.db");
   {
-    hub_journal j(newer);
+    sqlite_journal j(newer);
     j.db().set_user_version(hub_journal::schema_version + 1);
   }
-  CHECK_THROWS_AS(hub_journal(newer), std::runtime_error);
-  CHECK_THROWS_AS(hub_journal(newer, true), std::runtime_error);
+  CHECK_THROWS_AS(sqlite_journal(newer), std::runtime_error);
+  CHECK_THROWS_AS(sqlite_journal(newer, true), std::runtime_error);
 
   const auto other = temp_db("other.db");
   {
     sqlite::database db(other.string());
     db.exec("CREATE TABLE t(x)");
   }
-  CHECK_THROWS_AS(hub_journal(other), std::runtime_error);
-  CHECK_THROWS_AS(hub_journal(other, true), std::runtime_error);
-  CHECK_THROWS_AS(hub_journal(temp_db("absent.db"), true), sqlite::error);
+  CHECK_THROWS_AS(sqlite_journal(other), std::runtime_error);
+  CHECK_THROWS_AS(sqlite_journal(other, true), std::runtime_error);
+  CHECK_THROWS_AS(sqlite_journal(temp_db("absent.db"), true), sqlite::error);
 }
 
 TEST_CASE("hub_journal: enqueue is idempotent on (channel, spool path, size, mtime)") {
-  hub_journal j(temp_db("enqueue.db"));
+  sqlite_journal j(temp_db("enqueue.db"));
   const auto a = j.enqueue(make("obs", "a", 1, t0));
   CHECK(j.enqueue(make("obs", "a", 1, t0 + 5s)) == a);      // seen again by the start-up scan
   const auto a2 = j.enqueue(make("obs", "a", 2, t0 + 1s));  // rewritten: a new product
@@ -133,12 +133,12 @@ TEST_CASE("hub_journal: enqueue is idempotent on (channel, spool path, size, mti
 TEST_CASE("hub_journal: sequence numbers are per channel and persist across reopen") {
   const auto path = temp_db("seq.db");
   {
-    hub_journal j(path);
+    sqlite_journal j(path);
     CHECK(j.next_seq("obs") == 1);
     CHECK(j.next_seq("obs") == 2);
     CHECK(j.next_seq("warn") == 1);
   }
-  hub_journal j(path);
+  sqlite_journal j(path);
   CHECK(j.next_seq("obs") == 3);
   CHECK(j.next_seq("warn") == 2);
   const auto ch = j.channels();
@@ -151,7 +151,7 @@ TEST_CASE("hub_journal: a batch goes queued -> sending -> sent; a crash leaves i
   const auto path = temp_db("batch.db");
   std::int64_t a = 0, b = 0, c = 0;
   {
-    hub_journal j(path);
+    sqlite_journal j(path);
     a = j.enqueue(make("obs", "a"));
     b = j.enqueue(make("obs", "b"));
     c = j.enqueue(make("obs", "c"));
@@ -163,7 +163,7 @@ TEST_CASE("hub_journal: a batch goes queued -> sending -> sent; a crash leaves i
     j.mark_sent(a, "/keep/a", t0 + 1s);
     // the process dies here: b is sending, the session has no end
   }
-  hub_journal j(path);
+  sqlite_journal j(path);
   const auto u = j.unfinished();
   REQUIRE(u.size() == 1);
   CHECK(u[0].id == b);
@@ -190,7 +190,7 @@ TEST_CASE("hub_journal: a batch goes queued -> sending -> sent; a crash leaves i
 }
 
 TEST_CASE("hub_journal: a failure inside a write leaves the previous state") {
-  hub_journal j(temp_db("inject.db"));
+  sqlite_journal j(temp_db("inject.db"));
   const auto a = j.enqueue(make("obs", "a"));
   const auto b = j.enqueue(make("obs", "b"));
   const auto c = j.enqueue(make("obs", "c"));
@@ -223,7 +223,7 @@ TEST_CASE("hub_journal: a process killed inside a transaction leaves the previou
   const auto path = temp_db("kill.db");
   std::vector<std::int64_t> ids;
   {
-    hub_journal j(path);
+    sqlite_journal j(path);
     for (int i = 0; i < 50; ++i) ids.push_back(j.enqueue(make("obs", "p" + std::to_string(i))));
   }
   int fds[2];
@@ -234,7 +234,7 @@ TEST_CASE("hub_journal: a process killed inside a transaction leaves the previou
     ::close(fds[0]);
     g_signal_fd = fds[1];
     try {
-      hub_journal j(path);
+      sqlite_journal j(path);
       sqlite3_create_function(j.db().handle(), "hang", 0, SQLITE_UTF8, nullptr, hang, nullptr,
                               nullptr);
       // Hang at the 40th product, with the session and 39 updates written (spilled to the WAL
@@ -255,7 +255,7 @@ TEST_CASE("hub_journal: a process killed inside a transaction leaves the previou
   REQUIRE(WIFSIGNALED(status));
   ::close(fds[0]);
 
-  hub_journal j(path);
+  sqlite_journal j(path);
   CHECK(count(j, "sessions") == 0);
   CHECK(j.queued("obs").size() == 50);
   CHECK(j.unfinished().empty());
@@ -263,7 +263,7 @@ TEST_CASE("hub_journal: a process killed inside a transaction leaves the previou
 }
 
 TEST_CASE("hub_journal: missing lists exactly the products a site did not store or hold") {
-  hub_journal j(temp_db("missing.db"));
+  sqlite_journal j(temp_db("missing.db"));
   const auto s0 = t0 - 1h;
   j.site_seen({"dwd", "obs", s0, 0.07, 0.01, 0});
   j.site_seen({"knmi", "obs", s0, 0.7, 0.02, 0});
@@ -323,7 +323,7 @@ TEST_CASE("hub_journal: missing lists exactly the products a site did not store 
 }
 
 TEST_CASE("hub_journal: history filters by site, time, glob and channel, newest first") {
-  hub_journal j(temp_db("history.db"));
+  sqlite_journal j(temp_db("history.db"));
   const auto a = j.enqueue(make("obs", "obs/a.bufr"));
   const auto g = j.enqueue(make("nwp", "nwp/t2m.grib2"));
   const auto seq = send_batch(j, "obs", {a}, t0);
@@ -354,7 +354,7 @@ TEST_CASE("hub_journal: history filters by site, time, glob and channel, newest 
 }
 
 TEST_CASE("hub_journal: products_of_seqs and find_products serve only retained products") {
-  hub_journal j(temp_db("catchup.db"));
+  sqlite_journal j(temp_db("catchup.db"));
   const auto a = j.enqueue(make("obs", "a.bufr"));
   const auto b = j.enqueue(make("obs", "b.grib2"));
   const auto c = j.enqueue(make("obs", "c.bufr"));
@@ -382,7 +382,7 @@ TEST_CASE("hub_journal: products_of_seqs and find_products serve only retained p
 }
 
 TEST_CASE("hub_journal: expire bounds every table and returns the retained files") {
-  hub_journal j(temp_db("expire.db"));
+  sqlite_journal j(temp_db("expire.db"));
   j.site_seen({"old", "obs", t0 - 48h, 0, 0, 0});
   j.site_seen({"dwd", "obs", t0, 0, 0, 0});
   std::vector<std::int64_t> old_ids;

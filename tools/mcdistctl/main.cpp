@@ -58,7 +58,9 @@ mcdistctl talks to the running mcdist-feed over its control socket (control_sock
 /etc/mcdist/mcdist-feed.toml, default /run/mcdist-feed/control.sock; reachable by the daemon's
 user and the operator group, control_group). When the daemon is not running, status, history and
 missing are answered from the hub journal (journal in that file, default
-/var/lib/mcdist-feed/journal.db), read-only, and mcdistctl says so on stderr. Durations are a
+/var/lib/mcdist-feed/journal.db; or the postgresql:// URI redundant hubs share), read-only, and
+mcdistctl says so on stderr. Against any hub of a cluster, status shows every hub, which one
+sends each channel (its lease, epoch and deadline) and what the shared journal holds. Durations are a
 number with a unit: 90s, 30m, 6h. GLOB is matched against the product's path in its set:
 * and ? match any characters including '/', [...] a set.
 
@@ -107,8 +109,8 @@ settings read_config(const fs::path& file, bool explicit_file) {
 std::optional<mcdist::wall_time> since_from(const std::string& text) {
   const auto d = parse_duration(text);
   if (!d || d->count() < 0) return std::nullopt;
-  return std::chrono::time_point_cast<mcdist::wall_time::duration>(std::chrono::system_clock::now() -
-                                                                  *d);
+  return std::chrono::time_point_cast<mcdist::wall_time::duration>(
+      std::chrono::system_clock::now() - *d);
 }
 
 std::optional<mcdist::wire::seq_span> parse_seq_range(const std::string& s) {
@@ -147,8 +149,9 @@ int main(int argc, char** argv) {
   app.add_option("--socket", socket_opt, "The daemon's control socket (overrides --config)")
       ->type_name("PATH");
   app.add_option("--journal", journal_opt,
-                 "The hub journal, read when the daemon is down (overrides --config)")
-      ->type_name("PATH");
+                 "The hub journal, read when the daemon is down (overrides --config): an SQLite "
+                 "file or a postgresql:// URI")
+      ->type_name("PATH|URI");
   app.add_flag("--json", as_json, "Print the answer as JSON instead of a table");
 
   auto* status = app.add_subcommand("status", "Channels, sites and the latest sessions");
@@ -273,11 +276,12 @@ int main(int argc, char** argv) {
       return 1;
     }
     std::cerr << "mcdistctl: mcdist-feed does not answer on " << err->what
-              << "; answering from the journal " << s.journal.string() << " (read-only)\n";
+              << "; answering from the journal " << feed::describe_journal(s.journal.string())
+              << " (read-only)\n";
     source = "journal";
     try {
-      feed::hub_journal j(s.journal, true);
-      feed::journal_handler h(j);
+      const auto j = feed::open_hub_journal(s.journal.string(), true);
+      feed::journal_handler h(*j);
       answer = feed::answer(h, feed::to_json(req).dump());
     } catch (const std::exception& e) {
       std::cerr << "mcdistctl: cannot read the journal: " << e.what() << "\n";

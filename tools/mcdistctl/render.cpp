@@ -91,6 +91,53 @@ std::string render_status(const json& a) {
                        fixed(s, "nak_ratio", "%.2f", 100), text(s, "last_seq")});
   out += "\n" + format_table(si);
 
+  // A cluster (PostgreSQL journal): every hub and who sends each channel, as the shared journal
+  // has them (the same from any hub), and what the asked hub itself does.
+  if (a.contains("cluster") && a["cluster"].is_object()) {
+    const auto& c = a["cluster"];
+    table hu{{{"HUB"}, {"SEEN s AGO", align::right}, {"ACTIVE CHANNELS"}, {"STATUS PORT"}}, {}};
+    for (const auto& h : array(c, "hubs")) {
+      std::string act;
+      for (const auto& x : array(h, "active")) {
+        act += (act.empty() ? "" : ",") + (x.is_string() ? x.get<std::string>() : std::string());
+      }
+      hu.rows.push_back(
+          {text(h, "hub"), fixed(h, "age_s", "%.1f", 1), act.empty() ? "-" : act, text(h, "http")});
+    }
+    out += "\n" + format_table(hu);
+    table le{{{"CHANNEL"},
+              {"HOLDER"},
+              {"EPOCH", align::right},
+              {"ACQUIRED (UTC)"},
+              {"EXPIRES IN s", align::right}},
+             {}};
+    for (const auto& l : array(c, "leases"))
+      le.rows.push_back({text(l, "channel"), text(l, "holder"), text(l, "epoch"),
+                         short_time(l.value("acquired", json())),
+                         fixed(l, "expires_in_s", "%.1f", 1)});
+    out += "\n" + format_table(le);
+  }
+  if (a.contains("feed") && a["feed"].is_object() && a["feed"].contains("cluster")) {
+    const auto& f = a["feed"];
+    const auto& c = f["cluster"];
+    out += "\nthis hub: " + text(c, "hub") + ", database " + text(c, "database");
+    const auto err = text(c, "error");
+    if (!err.empty()) out += " (" + sanitize_cell(err) + ")";
+    out += "\n";
+    table ro{{{"CHANNEL"},
+              {"ROLE"},
+              {"LEASE AGE s", align::right},
+              {"EPOCH", align::right},
+              {"WHY STANDBY"}},
+             {}};
+    for (const auto& row : array(f, "channels")) {
+      const auto lease = row.value("lease", json::object());
+      ro.rows.push_back({text(row, "name"), text(row, "role"), fixed(lease, "age_s", "%.1f", 1),
+                         text(lease, "epoch"), sanitize_cell(text(row, "lost_reason"))});
+    }
+    out += format_table(ro);
+  }
+
   if (!array(a, "sessions").empty()) {
     table se{{{"STARTED (UTC)"},
               {"CHANNEL"},
