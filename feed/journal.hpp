@@ -176,8 +176,9 @@ struct expire_result {
 class hub_journal {
  public:
   /// Current schema version (PRAGMA user_version); older files are migrated on open.
-  /// 2: the index products_name (superseded()).
-  static constexpr int schema_version = 2;
+  /// 2: the index products_name (superseded()). 3: the table wis2_notifications
+  /// (feed/wis2_seen.hpp).
+  static constexpr int schema_version = 3;
 
   /// Opens (creating it and its schema if absent) the journal read-write in WAL mode.
   /// @param file  the journal; its directory must exist
