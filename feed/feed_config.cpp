@@ -399,15 +399,6 @@ bool inside(const std::filesystem::path& a, const std::filesystem::path& b) {
   return true;
 }
 
-}  // namespace
-
-endpoint default_http_endpoint() {
-  auto e = *parse_address("127.0.0.1");
-  e.port = default_http_port;
-  return e;
-}
-
-namespace {
 
 feed_config from_table(const toml::table& t, const std::string& source) {
   const table_reader r(t, "", source,
@@ -460,19 +451,10 @@ feed_config from_table(const toml::table& t, const std::string& source) {
   if (auto v = r.string("control_group")) c.control_group = *v;
   if (auto v = r.string("http")) {
     c.http_explicit = true;
-    if (*v == "off") {
-      c.http.reset();
-    } else {
-      // Port 0 (any free port, logged at start) is for tests; parse_endpoint refuses it.
-      const bool any_port = v->size() > 2 && v->ends_with(":0");
-      const auto e = any_port ? parse_endpoint(std::string_view(*v).substr(0, v->size() - 2), 0)
-                              : parse_endpoint(*v);
-      if (!e || e->is_multicast()) {
-        r.fail("http", "= \"" + *v +
-                           "\" is not a local ADDR:PORT to serve status on (e.g. \"127.0.0.1:" +
-                           std::to_string(default_http_port) + "\") or \"off\"");
-      }
-      c.http = e;
+    try {
+      c.http = http::parse_status_address(*v, default_http_port);
+    } catch (const std::invalid_argument& e) {
+      r.fail("http", std::string("= ") + e.what());
     }
   }
 

@@ -6,6 +6,7 @@
 /// the rate, its batching and what happens to a product once sent. Every error names the key.
 
 #include "common/endpoint.hpp"
+#include "common/http/status_address.hpp"
 #include "common/net/interface.hpp"
 #include "common/wis2/mqtt_broker.hpp"
 #include "common/wis2/wis2_publisher.hpp"
@@ -41,8 +42,6 @@ enum class after_send : std::uint8_t {
 /// The hub's status port (next to mcdistd's 9611, so both run on one host).
 inline constexpr std::uint16_t default_http_port = 9612;
 
-/// 127.0.0.1:default_http_port.
-endpoint default_http_endpoint();
 
 /// One `[[channel]]`.
 struct channel_config {
@@ -162,7 +161,7 @@ struct feed_config {
   std::string control_group;             ///< group that may use it besides the daemon's user
   /// Status page, /status and /metrics (feed_http.hpp); std::nullopt = "off". Default
   /// 127.0.0.1:default_http_port: status stays on the host unless the operator opens it.
-  std::optional<endpoint> http = default_http_endpoint();
+  std::optional<endpoint> http = http::loopback_status_address(default_http_port);
   bool http_explicit = false;  ///< `http` was set: an address in use is then an error
   std::vector<channel_config> channels;
   /// `[wis2]`: a WIS2 Notification Message per product once the batch session that sent it

@@ -183,7 +183,7 @@ void feed_daemon::start() {
   }
   start_unicast();
   m_heartbeats = std::make_unique<heartbeat_service>(
-      m_io, m_cfg.interface, m_identity ? &*m_identity : nullptr, m_site_keys,
+      m_io, m_interface, m_identity ? &*m_identity : nullptr, m_site_keys,
       [this](std::size_t ch) { return m_journal.last_seq(m_cfg.channels[ch].name); },
       [this](std::size_t ch) {
         std::vector<wire::seq_span> under_way;
@@ -242,7 +242,7 @@ std::vector<heartbeat_channel> feed_daemon::heartbeat_channels() const {
 
 void feed_daemon::start_unicast() {
   unicast::server_options so;
-  endpoint local = m_cfg.interface;
+  endpoint local = m_interface.address;
   local.port = 0;
   so.sctp_udp = local;
   so.tcp = local;

@@ -1,6 +1,7 @@
 #include "feed/feed_render.hpp"
 
 #include "common/http/html.hpp"
+#include "common/http/throughput.hpp"
 #include "common/http/prometheus_text.hpp"
 #include "common/units.hpp"
 
@@ -20,11 +21,11 @@ using http::metric_type;
 constexpr std::array<const char*, 3> kind_names = {"batch", "catchup", "resend"};
 constexpr std::array<const char*, 4> outcome_names = {"stored", "held", "failed", "missed"};
 
-double unix_seconds(clock_time t) {
+double unix_seconds(wall_time t) {
   return std::chrono::duration<double>(t.time_since_epoch()).count();
 }
 
-double age_seconds(clock_time now, clock_time then) {
+double age_seconds(wall_time now, wall_time then) {
   return std::max(0.0, std::chrono::duration<double>(now - then).count());
 }
 
@@ -491,25 +492,9 @@ std::string render_feed_page(const feed_snapshot& s) {
     const auto m = s.board->bytes_per_minute(i, s.now);
     for (std::size_t k = 0; k < m.size(); ++k) minutes[k] += m[k];
   }
-  std::vector<double> rates;
-  std::vector<std::string> titles;
-  double peak = 0;
-  const std::int64_t last = minute_since_epoch(s.now);
-  for (std::size_t i = 0; i < minutes.size(); ++i) {
-    const double bps = static_cast<double>(minutes[i]) * 8 / 60;
-    rates.push_back(bps);
-    peak = std::max(peak, bps);
-    const auto at =
-        clock_time(std::chrono::minutes(last - static_cast<std::int64_t>(minutes.size() - 1 - i)));
-    titles.push_back(http::utc_clock(at).substr(0, 5) + " UTC: " +
-                     format_bytes(static_cast<double>(minutes[i])) + ", " + format_rate(bps));
-  }
-  h += "<h2>Throughput, last hour</h2>\n<figure id=\"throughput\" style=\"margin:0\">" +
-       http::svg_bar_chart(rates, titles, "bytes multicast per minute over the last hour",
-                           format_rate(peak), "60 min ago", "now") +
-       "<figcaption class=\"sub\">Data multicast per minute by every channel (repairs "
-       "included; a session counts in the minute it ended), as a mean rate; peak " +
-       format_rate(peak) + ".</figcaption></figure>\n";
+  h += http::throughput_figure(minutes, s.now, "bytes multicast per minute over the last hour",
+                               "Data multicast per minute by every channel (repairs included; a "
+                               "session counts in the minute it ended), as a mean rate");
 
   h += http::recent_log_html(s.recent_log);
   h += "</body></html>\n";

@@ -67,7 +67,7 @@ struct wis2_input_counters {
   std::uint64_t duplicate_id = 0;     ///< dropped: id seen
   std::uint64_t duplicate_data_id = 0;  ///< dropped: data_id taken with a pubtime at or after
   std::map<std::string, std::uint64_t, std::less<>> refused;  ///< by reason word
-  std::optional<clock_time> last_delivered;
+  std::optional<wall_time> last_delivered;
 };
 
 /// One [[wis2_input]] (see the file comment).

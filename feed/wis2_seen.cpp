@@ -27,7 +27,7 @@ wis2_verdict wis2_seen::check(std::string_view notification_id, std::string_view
   return wis2_verdict::fresh;
 }
 
-std::int64_t wis2_seen::accept(const wis2_taken& t, clock_time now) {
+std::int64_t wis2_seen::accept(const wis2_taken& t, wall_time now) {
   auto st = m_db.prepare(
       "INSERT INTO wis2_notifications(notification_id, data_id, pubtime, input, channel, name, "
       "href, length, integrity_method, integrity_value, state, attempts, received_at) "
@@ -49,14 +49,14 @@ std::int64_t wis2_seen::accept(const wis2_taken& t, clock_time now) {
   return m_db.last_insert_rowid();
 }
 
-void wis2_seen::mark_done(std::int64_t row, clock_time now) {
+void wis2_seen::mark_done(std::int64_t row, wall_time now) {
   m_db.prepare("UPDATE wis2_notifications SET state = 'done', done_at = ?2 WHERE id = ?1")
       .bind(1, row)
       .bind(2, to_ns(now))
       .run();
 }
 
-void wis2_seen::mark_failed(std::int64_t row, std::string_view reason, clock_time now) {
+void wis2_seen::mark_failed(std::int64_t row, std::string_view reason, wall_time now) {
   m_db.prepare(
           "UPDATE wis2_notifications SET state = 'failed', reason = ?2, done_at = ?3 WHERE id = ?1")
       .bind(1, row)
@@ -104,7 +104,7 @@ std::optional<std::string> wis2_seen::state_of(std::string_view notification_id)
   return st.column_text(0);
 }
 
-std::int64_t wis2_seen::expire(clock_time before, std::size_t max_rows) {
+std::int64_t wis2_seen::expire(wall_time before, std::size_t max_rows) {
   sqlite::transaction tx(m_db);
   m_db.prepare(
           "DELETE FROM wis2_notifications WHERE state IN ('done', 'failed') AND received_at < ?1")

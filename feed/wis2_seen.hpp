@@ -73,12 +73,12 @@ class wis2_seen {
 
   /// Records a notification taken: state pending. @return its row. @throws sqlite::error
   /// (a constraint error when its id is in the table: check() first)
-  std::int64_t accept(const wis2_taken& t, clock_time now);
+  std::int64_t accept(const wis2_taken& t, wall_time now);
 
   /// The product is in the channel's spool: state done.
-  void mark_done(std::int64_t row, clock_time now);
+  void mark_done(std::int64_t row, wall_time now);
   /// The notification is given up (`reason`: refusal word and detail): state failed.
-  void mark_failed(std::int64_t row, std::string_view reason, clock_time now);
+  void mark_failed(std::int64_t row, std::string_view reason, wall_time now);
   /// Counts an attempt (a retry resumes from here after a restart).
   void set_attempts(std::int64_t row, std::uint32_t attempts);
 
@@ -91,7 +91,7 @@ class wis2_seen {
 
   /// Forgets done and failed rows received before `before`, then, above `max_rows` rows,
   /// the oldest done and failed ones. @return rows removed
-  std::int64_t expire(clock_time before, std::size_t max_rows = default_max_rows);
+  std::int64_t expire(wall_time before, std::size_t max_rows = default_max_rows);
 
   /// The connection (a caller groups several calls in one transaction).
   sqlite::database& db() noexcept { return m_db; }

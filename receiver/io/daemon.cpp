@@ -442,24 +442,26 @@ void daemon::handle_datagram(std::size_t index, std::span<const std::byte> d, co
                              time_point now, std::optional<time_point> arrival) {
   const std::uint32_t channel =
       index != control_index ? static_cast<std::uint32_t>(index) : receiver_engine::control_channel;
-  if (index != control_index && d.size() >= wire::header_size &&
-      static_cast<wire::msg_type>(std::to_integer<std::uint8_t>(d[3])) ==
-          wire::msg_type::heartbeat) {
+  // The one parse of the header: every filter below, authentication and the engine take it.
+  wire::header h;
+  if (const auto malformed = wire::parse_header(d, h)) {
+    if (index == control_index || !m_retired[index]) m_engine->on_refused(malformed);
+    return;
+  }
+  if (index != control_index && h.type == wire::msg_type::heartbeat) {
     on_heartbeat(index, d, from);
     return;
   }
-  if (index != control_index && !channel_takes(index, d)) return;
-  if (announce_repeat(index, d, now)) {
+  if (index != control_index && !channel_takes(index, h)) return;
+  if (announce_repeat(index, h, now)) {
     ++m_announce_repeats_unchecked;
     return;
   }
   // An announce is checked with Ed25519 next (about 100 us, a poll is one recvmmsg): it polls
   // whenever its session's key is awaited; blocks and markers (cheap to check, and a flood of
   // them for a key that never comes must cost little) at most max_key_polls_per_wake times.
-  const bool announce =
-      d.size() >= wire::header_size &&
-      static_cast<wire::msg_type>(std::to_integer<std::uint8_t>(d[3])) == wire::msg_type::announce;
-  if ((announce || m_key_polls < max_key_polls_per_wake) && key_awaited(index, d)) {
+  const bool announce = h.type == wire::msg_type::announce;
+  if ((announce || m_key_polls < max_key_polls_per_wake) && key_awaited(index, h)) {
     // A block, marker or announce of a session whose key this site asked for: the sender
     // answers during its announce burst, so the answer is likely queued on the control socket
     // behind this channel's batch. Read it first, so the block is checked instead of refused
@@ -468,17 +470,17 @@ void daemon::handle_datagram(std::size_t index, std::span<const std::byte> d, co
     poll_control(now);
   }
   std::span<const std::byte> plain;
-  if (const auto refused = authenticate(index, d, now, plain, from)) {
-    // Framing errors (bad magic, truncated, ...) go on to the engine, which counts them by
-    // reason like any malformed datagram; refusals are counted already.
-    if (refused != errc::unauthenticated) m_engine->on_datagram(d, from, channel, now, arrival);
+  if (const auto refused = authenticate(index, h, d, now, plain, from)) {
+    // Framing errors (a trailer or digest datagram too short, ...) are counted by the engine
+    // by reason like any malformed datagram; refusals are counted already.
+    if (refused != errc::unauthenticated) m_engine->on_refused(refused);
     return;
   }
   // Empty: taken by the authentication layer (a sealed announce before its key, or the
   // answer to a key request): nothing for the engine.
   if (!plain.empty()) {
-    m_engine->on_datagram(plain, from, channel, now, arrival);
-    if (announce) note_silent(index, plain);
+    m_engine->on_datagram(h, plain, from, channel, now, arrival);
+    if (announce) note_silent(index, h.session, plain);
   }
   after_open(from);
 }
@@ -528,18 +530,14 @@ std::vector<bool> daemon::silent_channels() const {
 void daemon::send(const endpoint& to, std::span<const std::byte> datagram) {
   MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   // The engine sends nothing for a silent session; this is the last gate before the socket.
-  if (datagram.size() >= wire::header_size &&
-      m_engine->silent(session_id{load_be32(datagram.data() + 4)})) {
-    return;
-  }
-  if (datagram.size() >= wire::header_size) {
-    if (auto* keys = keys_of(session_id{load_be32(datagram.data() + 4)})) {
-      m_send_buffer.resize(datagram.size() + auth::max_trailer_bytes);
-      std::memcpy(m_send_buffer.data(), datagram.data(), datagram.size());
-      const std::size_t n = keys->seal(m_send_buffer, datagram.size());
-      if (n == 0) return;  // no key for it yet: the engine repeats the message
-      datagram = std::span<const std::byte>(m_send_buffer.data(), n);
-    }
+  wire::header h;
+  if (wire::parse_header(datagram, h) || m_engine->silent(h.session)) return;
+  if (auto* keys = keys_of(h.session)) {
+    m_send_buffer.resize(datagram.size() + auth::max_trailer_bytes);
+    std::memcpy(m_send_buffer.data(), datagram.data(), datagram.size());
+    const std::size_t n = keys->seal(m_send_buffer, datagram.size());
+    if (n == 0) return;  // no key for it yet: the engine repeats the message
+    datagram = std::span<const std::byte>(m_send_buffer.data(), n);
   }
   std::error_code ec;
   ++m_datagrams_sent;

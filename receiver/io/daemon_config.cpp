@@ -223,24 +223,12 @@ std::vector<action_config> parse_receipt_actions(const toml::node& node) {
 
 }  // namespace
 
-endpoint default_http_endpoint() {
-  auto e = *parse_address("127.0.0.1");
-  e.port = default_http_port;
-  return e;
-}
-
 std::optional<endpoint> parse_http_setting(const std::string& text, const std::string& what) {
-  if (text == "off") return std::nullopt;
-  // Port 0 (any free port, logged at start) is for tests; parse_endpoint refuses it.
-  const bool any_port = text.size() > 2 && text.ends_with(":0");
-  const auto e = any_port ? parse_endpoint(std::string_view(text).substr(0, text.size() - 2), 0)
-                          : parse_endpoint(text);
-  if (!e || e->is_multicast()) {
-    throw config_error(
-        what + " \"" + text +
-        "\" is not a local ADDR:PORT to serve status on (e.g. 127.0.0.1:9611) or \"off\"");
+  try {
+    return http::parse_status_address(text, default_http_port);
+  } catch (const std::invalid_argument& e) {
+    throw config_error(what + " " + e.what());
   }
-  return e;
 }
 
 namespace {

@@ -4,6 +4,7 @@
 
 #include "common/crypto.hpp"
 #include "common/endpoint.hpp"
+#include "common/http/status_address.hpp"
 #include "common/logging.hpp"
 #include "common/net/interface.hpp"
 #include "common/wis2/wis2_publisher.hpp"
@@ -52,9 +53,6 @@ struct channel_config {
 /// Port of mcdistd's status HTTP server (/metrics, /status, /) unless configured otherwise.
 inline constexpr std::uint16_t default_http_port = 9611;
 
-/// 127.0.0.1:default_http_port: status stays on the host unless the operator opens it.
-endpoint default_http_endpoint();
-
 /// Parses the `http` setting: "ADDR:PORT", or "off". @throws config_error naming `what`
 std::optional<endpoint> parse_http_setting(const std::string& text, const std::string& what);
 
@@ -84,7 +82,7 @@ struct daemon_config {
   /// ... and sessions stamped further ahead of this host's clock are refused.
   std::chrono::milliseconds max_clock_skew = std::chrono::minutes(5);
   sync_mode sync = sync_mode::batch;
-  std::size_t buffer_pool_bytes = 16u << 20;
+  std::size_t buffer_pool_bytes = storage_config{}.buffer_pool_bytes;
   int socket_buffer_bytes = 32 << 20;
   std::chrono::nanoseconds session_timeout = std::chrono::seconds(60);
   std::chrono::nanoseconds status_interval = std::chrono::seconds(60);
@@ -103,7 +101,7 @@ struct daemon_config {
   double disk_reserve_percent = 5;                               ///< storage_config
   std::uint64_t session_quota_bytes = std::uint64_t{256} << 30;  ///< storage_config; 0: none
   /// Status HTTP server address; nullopt: off ("off").
-  std::optional<endpoint> http = default_http_endpoint();
+  std::optional<endpoint> http = http::loopback_status_address(default_http_port);
   /// `http` was set by the operator: failing to bind it is then fatal, while the default
   /// address only gets a warning (a second daemon on the host must still receive).
   bool http_explicit = false;

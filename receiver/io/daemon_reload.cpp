@@ -79,10 +79,8 @@ std::vector<std::string> restart_only_changes(const daemon_config& now, const da
 
 }  // namespace
 
-bool daemon::channel_takes(std::size_t index, std::span<const std::byte> d) const {
-  if (d.size() < wire::header_size) return !m_retired[index];  // the engine counts it
-  const session_id s{load_be32(d.data() + 4)};
-  if (const auto owner = m_engine->channel_of(s)) return *owner == index;
+bool daemon::channel_takes(std::size_t index, const wire::header& h) const {
+  if (const auto owner = m_engine->channel_of(h.session)) return *owner == index;
   return !m_retired[index];
 }
 

@@ -86,8 +86,8 @@ in the summary.
 
 /// --catch-up N-M,...: inclusive ranges of channel sequence numbers.
 /// @throws usage_error naming the bad item
-std::vector<std::pair<std::uint64_t, std::uint64_t>> parse_catch_up(const std::string& text) {
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> out;
+std::vector<wire::seq_span> parse_catch_up(const std::string& text) {
+  std::vector<wire::seq_span> out;
   std::string_view rest = text;
   while (!rest.empty()) {
     const auto comma = rest.find(',');

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark: --rate auto (TFMCC, docs/design-notes.md "Rate auto"; issue 13, goal 2) against
+"""Benchmark: --rate auto (TFMCC, docs/design-notes.md "Rate auto") against
 fixed rates, side by side in one run, on loopback: for each ceiling of --ceilings, mcdist-send
 --rate auto --rate-max CEILING and mcdist-send --rate R for each fixed rate R of --fixed that is
 at most the ceiling, one file of --bytes to one mcdistd. The rows of one repetition run one after
@@ -42,7 +42,7 @@ the same bottleneck: TCP's own start-up loss on this link (its repairs column co
 retransmits), the yardstick for auto's slow start.
 With --history, the auto rows' sender runs on a pseudo-terminal so that it draws its progress
 line, and the bench prints the sending rate of every 0.5 s and, after the first 5 s, how often
-it was within 10 % of the bottleneck (issue 13 goal 2's "settles within 10 %"). That rate counts
+it was within 10 % of the bottleneck (the target: "settles within 10 %"). That rate counts
 file bytes (1400 of every 1448-byte packet), the bottleneck whole IP packets: the check is
 strict by 3.3 %.
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Scale with real processes (issue 12 item 5): many receiver daemons at once, mcdist beside UFTP
+"""Scale with real processes: many receiver daemons at once, mcdist beside UFTP
 4.10 with the same receivers, in the same run.
 
 Part "loopback" (the name is older than its topology: all on this machine, no emulator): N

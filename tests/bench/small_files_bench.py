@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark (issue 13 goal 1, "durable small files"): 1000 files of 10 kB at 1G, mcdist
+"""Benchmark ("durable small files"): 1000 files of 10 kB at 1G, mcdist
 against UFTP 4.10 in the same run, on a real disk and on tmpfs, whole run (process start to
 exit), median of --repeat, with mcdist's phases taken from both programs' logs.
 

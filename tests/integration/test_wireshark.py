@@ -412,7 +412,7 @@ def malformed_datagrams(session):
         ("version 4 on the mcdist port", header(1, session, version=4), 4711, "mcdist.bad_version"),
         ("block digests in version 2 on the mcdist port", header(15, session, version=2) + bytes(100),
          4711, "mcdist.bad_version"),
-        # 12 is parity and 14 repair_advert (issue 12); 13 is unassigned.
+        # 12 is parity and 14 repair_advert; 13 is unassigned.
         ("type 13 on the mcdist port", header(13, session), 4711, "mcdist.unknown_type"),
         ("parity without its header on the mcdist port", header(12, session), 4711, "mcdist.truncated"),
         ("7 bytes on the mcdist port", header(2, session)[:7], 4711, "mcdist.truncated"),

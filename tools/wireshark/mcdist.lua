@@ -9,7 +9,7 @@
 --   * version 2 (authenticated) datagrams: the authentication trailer, whose length depends on
 --     the type only (an announce's also on its announce tree leaf index and count, its last 4
 --     bytes), split into its parts (keys, path hashes, signature, tag, nonce, counter) as laid
---     out by common/auth.hpp (issue 8); the marker counter is big-endian like every other
+--     out by common/auth.hpp; the marker counter is big-endian like every other
 --     integer;
 --   * version 3 datagrams (silent signed sessions, docs/security.md "Block digests"): data and
 --     parity blocks without a trailer, and block digest chunks (type 15: the window's first
@@ -927,7 +927,7 @@ local function dissect_datagram(tvb, pinfo, root, off, len, label)
     text = string.format("%s window=%d+%d digests=%d..%d", prefix, first, count, offset,
                          offset + n - 1)
   elseif mtype == 12 then
-    -- A parity block (issue 12): the data header's shape with a FEC block and a parity index.
+    -- A parity block: the data header's shape with a FEC block and a parity index.
     if len < DATA_HEADER_SIZE then
       tree:add_proto_expert_info(ef.truncated, string.format("%d bytes, the parity header needs %d",
                                                              len, DATA_HEADER_SIZE))
