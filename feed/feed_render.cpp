@@ -147,7 +147,9 @@ void render_wis2_input_metrics(http::prometheus_text& p, const nlohmann::json& d
            "or its download (http_404, integrity, length, timeout, connect, tls, ...).");
   for (const auto& in : inputs) {
     const auto name = in.value("name", std::string());
-    for (const auto& [reason, n] : in.value("refused", nlohmann::json::object()).items()) {
+    // Bound to a name: items() refers to the object, which a temporary would not outlive.
+    const auto refused = in.value("refused", nlohmann::json::object());
+    for (const auto& [reason, n] : refused.items()) {
       p.sample({{"input", name}, {"reason", reason}}, n.get<std::uint64_t>());
     }
   }

@@ -394,11 +394,14 @@ def main():
               % (len(site_files), len(names)))
         check(os.listdir(os.path.join(spool, ".wis2-gb")) == [], "temp files left in .wis2-gb")
 
-        metrics = get(http, "/metrics")[2].decode()
+        code, _, body = get(http, "/metrics")
+        metrics = body.decode()
+        check(code == 200, "/metrics: %s %s" % (code, metrics[-500:]))
         for reason, n in want_refused.items():
             v = metric_value(metrics, "mcdist_feed_wis2_input_refused_total",
                              {"input": "gb", "reason": reason})
-            check(v == n, "refused_total{reason=%s} = %s, %d meant" % (reason, v, n))
+            check(v == n, "refused_total{reason=%s} = %s, %d meant; /metrics:\n%s" % (
+                reason, v, n, "\n".join(l for l in metrics.splitlines() if "wis2_input" in l)))
         check(metric_value(metrics, "mcdist_feed_wis2_input_products_total", {"input": "gb"}) ==
               len(good), "products_total")
         check(metric_value(metrics, "mcdist_feed_wis2_input_duplicates_total",
