@@ -96,7 +96,7 @@ endfunction()
 
 # Targets no pure or storage target may link (the closure check): Asio and Boost, the shells'
 # libraries, and the I/O libraries behind them.
-set(_mcdist_impure_link "^(mcdist_asio|Boost::.*|asio.*|mcdist_net|mcdist_http|mcdist_unicast|mcdist_sqlite|mcdist_wis2|mcdist_sender_io|mcdist_receiver_io|mcdist_feed_lib|PkgConfig::USRSCTP|PkgConfig::SQLITE3|PkgConfig::MOSQUITTO)$")
+set(_mcdist_impure_link "^(mcdist_asio|Boost::.*|asio.*|mcdist_net|mcdist_http|mcdist_unicast|mcdist_sqlite|mcdist_wis2|mcdist_wis2_input|mcdist_sender_io|mcdist_receiver_io|mcdist_feed_lib|PkgConfig::USRSCTP|PkgConfig::SQLITE3|PkgConfig::MOSQUITTO|CURL::libcurl)$")
 
 # mcdist_check_purity(pure|storage target...)
 function(mcdist_check_purity profile)

@@ -22,7 +22,7 @@ packages=(
   libboost1.81-dev libprotobuf-dev protobuf-compiler libspdlog-dev libssl-dev
   libcli11-dev libtomlplusplus-dev libsodium-dev libusrsctp-dev libsctp-dev nlohmann-json3-dev
   libisal-dev libgf-complete-dev ccache
-  libmosquitto-dev libsqlite3-dev libpq-dev
+  libmosquitto-dev libsqlite3-dev libpq-dev libcurl4-openssl-dev
   python3 iproute2 libeccodes-data
 )
 # What the tests, the package, lint and fuzzing add.
@@ -33,7 +33,7 @@ if [ "${1:-}" != "--demo" ]; then
     systemd help2man lintian
     tshark
     clang-14 libfuzzer-14-dev clang-format-14 clang-tidy-14
-    mosquitto mosquitto-clients sqlite3
+    mosquitto mosquitto-clients sqlite3 openssl
     postgresql-15 postgresql-client-15
   )
 fi

@@ -6,14 +6,20 @@
 
 #include "common/fec.hpp"
 #include "common/fec_layout.hpp"
+#include "common/path_check.hpp"
 #include "common/toml_file.hpp"
 #include "common/units.hpp"
 #include "common/wire.hpp"
 
 #include <toml++/toml.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <set>
+#include <span>
 #include <sstream>
 
 namespace mcdist::feed {
@@ -31,16 +37,23 @@ constexpr std::int64_t max_concurrent_sessions = 16;
 /// Heartbeats more often than this would be traffic for nothing (a site reports gaps within a
 /// heartbeat; seconds are the scale of a warning's latency budget).
 constexpr std::chrono::seconds min_heartbeat{1};
+/// Each [[wis2_input]] is one broker connection with two threads (libmosquitto's, the
+/// downloads'); a hub subscribes to a few Global Brokers.
+constexpr std::size_t max_wis2_inputs = 16;
 
 /// The settings of one table, checked against the keys it may hold.
 class table_reader {
  public:
+  /// @param also more known keys (a group shared by several tables: broker_keys)
   table_reader(const toml::table& t, std::string prefix, std::string source,
-               std::initializer_list<const char*> known)
+               std::initializer_list<const char*> known,
+               std::span<const char* const> also = {})
       : m_t(t), m_prefix(std::move(prefix)), m_source(std::move(source)) {
     for (const auto& [name, v] : t) {
       const std::string n(name.str());
-      if (std::none_of(known.begin(), known.end(), [&](const char* k) { return n == k; })) {
+      const auto is_n = [&](const char* k) { return n == k; };
+      if (std::none_of(known.begin(), known.end(), is_n) &&
+          std::none_of(also.begin(), also.end(), is_n)) {
         throw config_error(m_source + ": unknown setting '" + key(n) + "' (" +
                            toml_where(v.source()) + ")");
       }
@@ -118,6 +131,13 @@ class table_reader {
     return r;
   }
 
+  std::optional<bool> boolean(std::string_view name) const {
+    const auto* n = m_t.get(name);
+    if (!n) return std::nullopt;
+    if (!n->is_boolean()) fail(name, "must be true or false");
+    return *n->value<bool>();
+  }
+
   std::optional<std::uint64_t> size(std::string_view name) const {
     const auto* n = m_t.get(name);
     if (!n) return std::nullopt;
@@ -145,6 +165,134 @@ bool valid_channel_name(std::string_view n) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
            c == '_' || c == '.';
   });
+}
+
+/// The settings of read_broker, known to every WIS2 table.
+constexpr const char* broker_keys[] = {"broker",   "ca_file",  "client_cert",   "client_key",
+                                       "username", "password", "password_file", "tls_insecure"};
+
+/// The broker settings every WIS2 table has (mqtt_broker.hpp), checked, files included.
+mqtt_broker read_broker(const table_reader& r, const std::string& source, const std::string& table) {
+  mqtt_broker b;
+  const auto broker = r.required_string("broker", "\"mqtts://broker.example.org:8883\"");
+  const auto u = parse_mqtt_url(broker);
+  if (!u) {
+    r.fail("broker", "= \"" + broker +
+                         "\" is not mqtt://HOST[:PORT] or mqtts://HOST[:PORT] (MQTT over TLS)");
+  }
+  b.url = *u;
+  if (auto v = r.string("ca_file")) b.ca_file = *v;
+  if (auto v = r.string("client_cert")) b.client_cert = *v;
+  if (auto v = r.string("client_key")) b.client_key = *v;
+  if (auto v = r.string("username")) b.username = *v;
+  if (auto v = r.string("password")) b.password = *v;
+  if (auto v = r.string("password_file")) b.password_file = *v;
+  if (auto v = r.boolean("tls_insecure")) b.tls_insecure = *v;
+  try {
+    check_mqtt_broker(b);
+    check_mqtt_broker_files(b);
+  } catch (const std::invalid_argument& e) {
+    throw config_error(source + ": " + table + ": " + e.what());
+  }
+  return b;
+}
+
+
+wis2_input_config parse_wis2_input(const toml::table& t, std::size_t index,
+                                   const std::string& source) {
+  const std::string table = "wis2_input[" + std::to_string(index) + "]";
+  const table_reader r(t, table + ".", source,
+                       {"name", "topics", "channel", "client_id", "qos", "download_ca_file",
+                        "download_tls_insecure", "max_bytes", "download_timeout", "concurrency",
+                        "retries", "retry_delay", "max_pending", "require_integrity",
+                        "product_name", "name_prefix"},
+                       broker_keys);
+  wis2_input_config w;
+  w.name = r.required_string("name", "\"global-broker-a\"");
+  if (!valid_channel_name(w.name)) {
+    r.fail("name", "= \"" + w.name + "\": use 1 to 64 letters, digits, '-', '_' or '.'");
+  }
+  w.broker = read_broker(r, source, table);
+  const auto channel = r.string("channel").value_or("");
+  const auto* topics = r.get("topics");
+  if (!topics) {
+    throw config_error(source + ": '" + r.key("topics") +
+                       "' is required: the topic filters to subscribe to (e.g. topics = "
+                       "[\"cache/a/wis2/+/data/core/weather/#\"])");
+  }
+  const auto* arr = topics->as_array();
+  if (!arr || arr->empty()) r.fail("topics", "must be a non-empty list");
+  if (arr->size() > 64) r.fail("topics", "lists too many filters (at most 64)");
+  for (const auto& e : *arr) {
+    wis2_subscription sub;
+    if (e.is_string()) {
+      sub.filter = *e.value<std::string>();
+      sub.channel = channel;
+    } else if (const auto* et = e.as_table()) {
+      const table_reader er(*et, r.key("topics") + "[].", source, {"topic", "channel"});
+      sub.filter = er.required_string("topic", "\"cache/a/wis2/+/data/core/weather/#\"");
+      sub.channel = er.string("channel").value_or(channel);
+    } else {
+      r.fail("topics", "must list topic filters or {topic = \"...\", channel = \"...\"} tables");
+    }
+    if (!valid_topic_filter(sub.filter)) {
+      r.fail("topics", "holds \"" + sub.filter +
+                           "\", not an MQTT topic filter ('+' and '#' only as whole levels, '#' "
+                           "last)");
+    }
+    if (sub.channel.empty()) {
+      r.fail("topics", "entry \"" + sub.filter +
+                           "\" feeds no channel: give channel = \"...\" (for every topic) or "
+                           "{topic = \"...\", channel = \"...\"}");
+    }
+    w.topics.push_back(std::move(sub));
+  }
+  if (auto v = r.string("client_id")) {
+    // MQTT 3.1.1 section 3.1.3.1: servers must take 1-23 bytes of [0-9a-zA-Z]; most take more.
+    if (v->empty() || v->size() > 128 || !valid_utf8(*v)) {
+      r.fail("client_id", "must be 1 to 128 bytes of UTF-8");
+    }
+    w.client_id = *v;
+  }
+  if (auto v = r.integer("qos", 0, 2)) w.qos = static_cast<int>(*v);
+  if (auto v = r.string("download_ca_file")) {
+    w.download_ca_file = *v;
+    if (::access(w.download_ca_file.c_str(), R_OK) != 0) {
+      r.fail("download_ca_file", "= \"" + *v + "\" cannot be read: " + std::strerror(errno));
+    }
+  }
+  if (auto v = r.boolean("download_tls_insecure")) w.download_tls_insecure = *v;
+  if (auto v = r.size("max_bytes")) w.max_bytes = *v;
+  if (auto v = r.duration("download_timeout")) {
+    if (*v < std::chrono::seconds(1)) r.fail("download_timeout", "must be at least 1s");
+    w.download_timeout = *v;
+  }
+  if (auto v = r.integer("concurrency", 1, 256)) w.concurrency = static_cast<std::uint32_t>(*v);
+  if (auto v = r.integer("retries", 0, 100)) w.retries = static_cast<std::uint32_t>(*v);
+  if (auto v = r.duration("retry_delay")) w.retry_delay = *v;
+  if (auto v = r.integer("max_pending", 1, 1'000'000)) w.max_pending = static_cast<std::size_t>(*v);
+  if (auto v = r.boolean("require_integrity")) w.require_integrity = *v;
+  if (auto v = r.string("product_name")) {
+    if (*v == "data_id") {
+      w.product_name = wis2_name_source::data_id;
+    } else if (*v == "url") {
+      w.product_name = wis2_name_source::url;
+    } else {
+      r.fail("product_name", "= \"" + *v + "\" must be \"data_id\" or \"url\"");
+    }
+  }
+  if (auto v = r.string("name_prefix")) {
+    std::string p = *v;
+    if (!p.empty() && p.back() != '/') p += '/';
+    if (!p.empty() && check_relative_path(std::string_view(p).substr(0, p.size() - 1))) {
+      r.fail("name_prefix", "= \"" + *v + "\" must be a relative directory without '.' or '..'");
+    }
+    if (!p.empty() && p[0] == '.') {
+      r.fail("name_prefix", "= \"" + *v + "\" must not start with '.' (the spool ignores it)");
+    }
+    w.name_prefix = p;
+  }
+  return w;
 }
 
 channel_config parse_channel(const toml::table& t, std::size_t index, const std::string& source,
@@ -274,10 +422,10 @@ bool inside(const std::filesystem::path& a, const std::filesystem::path& b) {
 }
 
 feed_config from_table(const toml::table& t, const std::string& source) {
-  const table_reader r(
-      t, "", source,
-      {"interface", "key", "site_keys", "rate", "rate_max", "journal", "retention", "retained",
-       "control_socket", "control_group", "http", "channel", "wis2", "cluster"});
+  const table_reader r(t, "", source,
+                       {"interface", "key", "site_keys", "rate", "rate_max", "journal",
+                        "retention", "retained", "control_socket", "control_group", "http",
+                        "channel", "wis2", "wis2_input", "wis2_dedupe_window", "cluster"});
   feed_config c;
   const auto itf = r.required_string("interface", "\"10.0.0.5\" or \"eth1\"");
   const auto a = net::parse_interface(itf);
@@ -365,21 +513,13 @@ feed_config from_table(const toml::table& t, const std::string& source) {
     const auto* wt = w->as_table();
     if (!wt) r.fail("wis2", "must be a table: [wis2]");
     const table_reader wr(*wt, "wis2.", source,
-                          {"broker", "topic", "base_url", "data_id_prefix", "qos", "username",
-                           "password", "max_queued", "channels"});
+                          {"topic", "base_url", "data_id_prefix", "qos", "max_queued", "channels"},
+                          broker_keys);
     wis2_action wa;
-    const auto broker = wr.required_string("broker", "\"mqtt://127.0.0.1:1883\"");
-    const auto b = parse_mqtt_url(broker);
-    if (!b) {
-      wr.fail("broker", "= \"" + broker + "\" is not mqtt://HOST[:PORT] (TLS is not supported)");
-    }
-    wa.broker_host = b->first;
-    wa.broker_port = b->second;
+    wa.broker = read_broker(wr, source, "[wis2]");
     wa.topic = wr.required_string("topic", "\"origin/a/wis2/xx-centre/data/core/weather\"");
     wa.base_url = wr.required_string("base_url", "\"https://data.example.org/\"");
     if (auto v = wr.string("data_id_prefix")) wa.data_id_prefix = *v;
-    if (auto v = wr.string("username")) wa.username = *v;
-    if (auto v = wr.string("password")) wa.password = *v;
     if (auto v = wr.integer("qos", 0, 2)) wa.qos = static_cast<int>(*v);
     if (auto v = wr.integer("max_queued", 1, 1'000'000))
       wa.max_queued = static_cast<std::size_t>(*v);
@@ -450,6 +590,39 @@ feed_config from_table(const toml::table& t, const std::string& source) {
     if (!names.count(n)) {
       throw config_error(source + ": [wis2] channels names \"" + n + "\", which is no [[channel]]");
     }
+  }
+  if (const auto* wi = t.get("wis2_input")) {
+    const auto* wa = wi->as_array();
+    if (!wa || wa->empty()) r.fail("wis2_input", "must be an array of tables: [[wis2_input]]");
+    if (wa->size() > max_wis2_inputs) r.fail("wis2_input", "has too many entries");
+    // The notifications taken are a table of the SQLite journal; several hubs would each
+    // download every product (no shared de-duplication yet).
+    if (is_postgresql(c.journal.string())) {
+      r.fail("wis2_input", "runs on a single hub: it needs an SQLite journal, not PostgreSQL");
+    }
+    std::set<std::string> input_names;
+    for (std::size_t i = 0; i < wa->size(); ++i) {
+      const auto* it = wa->get(i)->as_table();
+      if (!it) {
+        throw config_error(source + ": 'wis2_input[" + std::to_string(i) + "]' must be a table");
+      }
+      auto in = parse_wis2_input(*it, i, source);
+      if (!input_names.insert(in.name).second) {
+        throw config_error(source + ": two [[wis2_input]] are named \"" + in.name + "\"");
+      }
+      for (const auto& sub : in.topics) {
+        if (!names.count(sub.channel)) {
+          throw config_error(source + ": [[wis2_input]] \"" + in.name + "\": topic \"" +
+                             sub.filter + "\" feeds channel \"" + sub.channel +
+                             "\", which is no [[channel]]");
+        }
+      }
+      c.wis2_inputs.push_back(std::move(in));
+    }
+  }
+  if (auto v = r.duration("wis2_dedupe_window")) {
+    if (*v < std::chrono::minutes(1)) r.fail("wis2_dedupe_window", "must be at least 1m");
+    c.wis2_dedupe_window = *v;
   }
   return c;
 }

@@ -8,7 +8,9 @@
 #include "common/endpoint.hpp"
 #include "common/http/status_address.hpp"
 #include "common/net/interface.hpp"
+#include "common/wis2/mqtt_broker.hpp"
 #include "common/wis2/wis2_publisher.hpp"
+#include "common/wis2/wnm.hpp"
 #include "sender/io/session_profile.hpp"
 
 #include <chrono>
@@ -109,6 +111,53 @@ struct cluster_settings {
   std::chrono::milliseconds round_timeout{2000};
 };
 
+/// One MQTT topic filter a `[[wis2_input]]` subscribes to and the channel its products feed.
+struct wis2_subscription {
+  std::string filter;   ///< MQTT topic filter, wildcards allowed (valid_topic_filter)
+  std::string channel;  ///< the [[channel]] whose spool the products are written into
+};
+
+/// One `[[wis2_input]]`: the hub subscribes to WIS2 topics on a broker, downloads every product
+/// notified from its canonical link, checks it against the notification's integrity value and
+/// writes it into the channel's spool (feed/wis2_input.hpp; README "WIS2 input").
+struct wis2_input_config {
+  std::string name;  ///< unique among the inputs; logs, metrics (label input), status
+  mqtt_broker broker;
+  /// In order: a notification's topic picks the first filter it matches.
+  std::vector<wis2_subscription> topics;
+  /// MQTT client id; set, the broker keeps the subscription and QoS 1 notifications while the
+  /// hub is away (clean session off); empty: a random id and a clean session.
+  std::string client_id;
+  int qos = 1;  ///< subscription QoS (WIS2 Guide: 1)
+  /// Trusted certificates for https:// downloads (PEM); empty: the system's.
+  std::filesystem::path download_ca_file;
+  /// Turns off the verification of download servers' certificates (a test server only).
+  bool download_tls_insecure = false;
+  /// Largest product downloaded, bytes: a larger declared length is refused before, a larger
+  /// body during the download.
+  std::uint64_t max_bytes = std::uint64_t{2} << 30;
+  /// Longest one download attempt may take, connect to last byte.
+  std::chrono::nanoseconds download_timeout = std::chrono::minutes(10);
+  /// Downloads at once.
+  std::uint32_t concurrency = 8;
+  /// Further attempts after a failure that may pass (network, timeout, HTTP 5xx, 408, 429) ...
+  std::uint32_t retries = 5;
+  /// ... after this delay, doubling each time (at most wis2 max_retry_delay).
+  std::chrono::nanoseconds retry_delay = std::chrono::seconds(10);
+  /// Notifications accepted and not yet done (downloading, waiting for a slot or a retry);
+  /// beyond it new ones are refused (reason overload) until the backlog shrinks.
+  std::size_t max_pending = 10000;
+  /// Refuse notifications without properties.integrity (the Guide lets a Global Cache take
+  /// them unchecked; a hub that multicasts them on checks by default).
+  bool require_integrity = true;
+  /// What a product is named below the spool (the name sites store it under), after
+  /// name_prefix.
+  wis2_name_source product_name = wis2_name_source::data_id;
+  /// Put before every product name (a relative directory ending in '/', e.g. "wis2/"); empty:
+  /// none.
+  std::string name_prefix;
+};
+
 /// Everything mcdist-feed needs.
 struct feed_config {
   /// `interface`: the name or local address of the interface sessions leave by
@@ -141,6 +190,12 @@ struct feed_config {
   std::optional<wis2_action> wis2;
   /// `[wis2] channels`: the channels announced (empty: every channel).
   std::vector<std::string> wis2_channels;
+  /// `[[wis2_input]]`: WIS2 subscriptions whose products feed channels.
+  std::vector<wis2_input_config> wis2_inputs;
+  /// `wis2_dedupe_window`: how long notification ids and data_ids are remembered (journal) to
+  /// drop duplicates (Guide to WIS, Volume II, 2.7.3.1 and 2.7.4.2; a Global Cache keeps
+  /// data 24 h).
+  std::chrono::nanoseconds wis2_dedupe_window = std::chrono::hours(24);
 };
 
 /// Parses TOML text. @param source names the text in messages (the file name)

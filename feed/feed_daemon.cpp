@@ -5,6 +5,7 @@
 #include "common/path_check.hpp"
 #include "common/sha256.hpp"
 #include "common/units.hpp"
+#include "feed/sqlite_journal.hpp"
 #include "sender/io/file_hasher.hpp"
 
 #include <boost/asio/post.hpp>
@@ -91,6 +92,8 @@ feed_daemon::feed_daemon(boost::asio::io_context& io, feed_config cfg,
         for (const auto& c : m_cfg.channels) names.push_back(c.name);
         return names;
       }()) {
+  if (auto* sj = dynamic_cast<sqlite_journal*>(m_journal.get()))
+    m_wis2_seen = std::make_unique<wis2_seen>(sj->db());
   try {
     if (!m_cfg.key_file.empty()) {
       m_key_path = crypto::resolve_key_path(m_cfg.key_file.string());
@@ -228,6 +231,30 @@ void feed_daemon::start() {
         m_cfg.cluster.renew.count(), m_cfg.cluster.margin.count());
   }
   do_expire();
+  start_wis2_inputs();
+}
+
+void feed_daemon::start_wis2_inputs() {
+  if (!m_wis2_seen) return;
+  std::map<std::string, std::vector<wis2_taken>, std::less<>> resumed;
+  for (auto& t : m_wis2_seen->pending()) resumed[t.input].push_back(std::move(t));
+  for (const auto& in : m_cfg.wis2_inputs) {
+    auto input = std::make_unique<wis2_input>(m_io, in, m_cfg.channels, *m_wis2_seen, m_log);
+    auto mine = resumed.extract(in.name);
+    input->start(mine ? std::move(mine.mapped()) : std::vector<wis2_taken>{});
+    m_wis2_inputs.push_back(std::move(input));
+  }
+  if (resumed.empty()) return;
+  const auto tx = m_journal->begin_tx();
+  for (const auto& [name, rows] : resumed) {
+    m_log->warn("WIS2: {} download{} of the input {}, no longer configured, given up", rows.size(),
+                rows.size() == 1 ? "" : "s", name);
+    for (const auto& t : rows) {
+      m_wis2_seen->mark_failed(t.row, "its [[wis2_input]] is no longer configured",
+                               std::chrono::system_clock::now());
+    }
+  }
+  tx->commit();
 }
 
 template <class F>
@@ -1118,6 +1145,12 @@ void feed_daemon::do_expire() {
           "removed",
           r.products, r.sessions, r.outcomes, paths.size());
     }
+    const auto seen_before =
+        std::chrono::system_clock::now() -
+        std::chrono::duration_cast<std::chrono::system_clock::duration>(m_cfg.wis2_dedupe_window);
+    if (const auto n = m_wis2_seen ? m_wis2_seen->expire(seen_before) : 0) {
+      m_log->debug("WIS2: {} notification{} forgotten (wis2_dedupe_window)", n, n == 1 ? "" : "s");
+    }
   } catch (const std::exception& e) {
     m_log->error("retention: {}", e.what());
   }
@@ -1133,6 +1166,8 @@ void feed_daemon::stop(std::function<void()> done) {
   MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   m_stopping = true;
   m_stopped = std::move(done);
+  // Downloads under way stay pending in the journal: the next start resumes them.
+  m_wis2_inputs.clear();
   m_watcher.reset();
   if (m_heartbeats) m_heartbeats->stop();
   m_expire_timer.cancel();
@@ -1202,6 +1237,10 @@ nlohmann::json feed_daemon::status() const {
     j["wis2"] = {{"topic", m_wis2->action().topic}, {"connected", ws.connected},
                  {"published", ws.published},       {"failed", ws.failed},
                  {"dropped", ws.dropped},           {"queued", ws.queued}};
+  }
+  if (!m_wis2_inputs.empty()) {
+    auto& inputs = j["wis2_input"] = nlohmann::json::array();
+    for (const auto& in : m_wis2_inputs) inputs.push_back(in->status());
   }
   for (const auto& c : m_channels) {
     nlohmann::json o;

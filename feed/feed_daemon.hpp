@@ -35,6 +35,8 @@
 #include "feed/lease_keeper.hpp"
 #include "feed/spool_file.hpp"
 #include "feed/spool_watcher.hpp"
+#include "feed/wis2_input.hpp"
+#include "feed/wis2_seen.hpp"
 #include "sender/io/sender_app.hpp"
 
 #include <boost/asio/io_context.hpp>
@@ -279,6 +281,16 @@ class feed_daemon {
   void announce_wis2(std::size_t ch, const running& run);
   std::uint64_t m_reloads_ok = 0;
   std::uint64_t m_reloads_failed = 0;
+  /// `[[wis2_input]]`: the notifications taken (the journal's WIS2 table, shared by every
+  /// input so that duplicates across brokers are found) and the inputs (started by start(),
+  /// stopped by stop()).
+  /// The WIS2 input's notifications (a table of the SQLite journal); null with a PostgreSQL
+  /// journal, beside which feed_config refuses [[wis2_input]].
+  std::unique_ptr<wis2_seen> m_wis2_seen;
+  std::vector<std::unique_ptr<wis2_input>> m_wis2_inputs;
+  /// Starts every [[wis2_input]] with its pending journal rows; a pending row of an input no
+  /// longer configured is failed.
+  void start_wis2_inputs();
 };
 
 }  // namespace mcdist::feed

@@ -16,6 +16,26 @@ namespace mcdist::feed {
 
 namespace {
 
+bool same_wis2_inputs(const std::vector<wis2_input_config>& a,
+                      const std::vector<wis2_input_config>& b) {
+  const auto key = [](const wis2_input_config& w) {
+    const auto& m = w.broker;
+    return std::tie(w.name, m.url, m.ca_file, m.client_cert, m.client_key, m.username, m.password,
+                    m.password_file, m.tls_insecure, w.client_id, w.qos, w.download_ca_file,
+                    w.download_tls_insecure, w.max_bytes, w.download_timeout, w.concurrency,
+                    w.retries, w.retry_delay, w.max_pending, w.require_integrity, w.product_name,
+                    w.name_prefix);
+  };
+  const auto topics = [](const wis2_input_config& w) {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (const auto& t : w.topics) out.emplace_back(t.filter, t.channel);
+    return out;
+  };
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(), [&](const auto& x, const auto& y) {
+    return key(x) == key(y) && topics(x) == topics(y);
+  });
+}
+
 /// Settings of `next` that differ from `now` and that the running feed cannot change: bound
 /// into sockets, files and the journal at start.
 std::vector<std::string> restart_only_changes(const feed_config& now, const feed_config& next) {
@@ -31,14 +51,19 @@ std::vector<std::string> restart_only_changes(const feed_config& now, const feed
   check(now.control_socket == next.control_socket && now.control_group == next.control_group,
         "control_socket");
   check(now.http == next.http, "http");
+  check(same_wis2_inputs(now.wis2_inputs, next.wis2_inputs) &&
+            now.wis2_dedupe_window == next.wis2_dedupe_window,
+        "wis2_input");
   return out;
 }
 
 bool same_wis2(const std::optional<wis2_action>& a, const std::optional<wis2_action>& b) {
   if (!a || !b) return !a && !b;
   const auto key = [](const wis2_action& w) {
-    return std::tie(w.broker_host, w.broker_port, w.topic, w.base_url, w.data_id_prefix, w.qos,
-                    w.username, w.password, w.max_queued);
+    const auto& m = w.broker;
+    return std::tie(m.url, m.ca_file, m.client_cert, m.client_key, m.username, m.password,
+                    m.password_file, m.tls_insecure, w.topic, w.base_url, w.data_id_prefix, w.qos,
+                    w.max_queued);
   };
   return key(*a) == key(*b);
 }

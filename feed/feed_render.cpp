@@ -105,6 +105,77 @@ site_lag lag_of(const feed_snapshot& s, const site_tally& site) {
   return l;
 }
 
+namespace {
+
+/// The mcdist_feed_wis2_input_* families, from feed_daemon::status()'s "wis2_input" list
+/// (wis2_input::status()); nothing without a [[wis2_input]].
+void render_wis2_input_metrics(http::prometheus_text& p, const nlohmann::json& daemon) {
+  const auto it = daemon.find("wis2_input");
+  if (it == daemon.end() || !it->is_array() || it->empty()) return;
+  const auto& inputs = *it;
+  const auto u64 = [](const nlohmann::json& j, const char* key) {
+    return j.value(key, std::uint64_t{0});
+  };
+  const auto each = [&](const char* name, metric_type type, const char* help, const char* key) {
+    p.family(name, type, help);
+    for (const auto& in : inputs) {
+      p.sample({{"input", in.value("name", std::string())}}, u64(in, key));
+    }
+  };
+  p.family("mcdist_feed_wis2_input_broker_connected", metric_type::gauge,
+           "1 while the input is connected to its broker.");
+  for (const auto& in : inputs) {
+    p.sample({{"input", in.value("name", std::string())}},
+             std::uint64_t{in.value("connected", false) ? 1u : 0u});
+  }
+  each("mcdist_feed_wis2_input_notifications_total", metric_type::counter,
+       "WIS2 notifications received from the broker.", "received");
+  each("mcdist_feed_wis2_input_accepted_total", metric_type::counter,
+       "Notifications taken for download (checked, not duplicates).", "accepted");
+  p.family("mcdist_feed_wis2_input_duplicates_total", metric_type::counter,
+           "Notifications dropped as duplicates: key id (seen before: anti-loop), data_id (taken "
+           "with a pubtime at or after).");
+  for (const auto& in : inputs) {
+    const auto name = in.value("name", std::string());
+    const auto d = in.value("duplicates", nlohmann::json::object());
+    p.sample({{"input", name}, {"key", "id"}}, u64(d, "id"));
+    p.sample({{"input", name}, {"key", "data_id"}}, u64(d, "data_id"));
+  }
+  p.family("mcdist_feed_wis2_input_refused_total", metric_type::counter,
+           "Notifications refused, by reason: the notification (too_large, bad_json, not_wnm, "
+           "no_link, bad_link, no_integrity, bad_integrity, bad_name, too_big, overload, ...) "
+           "or its download (http_404, integrity, length, timeout, connect, tls, ...).");
+  for (const auto& in : inputs) {
+    const auto name = in.value("name", std::string());
+    // Bound to a name: items() refers to the object, which a temporary would not outlive.
+    const auto refused = in.value("refused", nlohmann::json::object());
+    for (const auto& [reason, n] : refused.items()) {
+      p.sample({{"input", name}, {"reason", reason}}, n.get<std::uint64_t>());
+    }
+  }
+  each("mcdist_feed_wis2_input_products_total", metric_type::counter,
+       "Products downloaded, verified and written into their channel's spool.", "delivered");
+  each("mcdist_feed_wis2_input_bytes_total", metric_type::counter,
+       "Bytes of those products.", "delivered_bytes");
+  each("mcdist_feed_wis2_input_retries_total", metric_type::counter,
+       "Download attempts after a failure that may pass (network, timeout, HTTP 5xx).",
+       "retries");
+  each("mcdist_feed_wis2_input_downloads_active", metric_type::gauge, "Downloads running now.",
+       "downloading");
+  each("mcdist_feed_wis2_input_downloads_waiting", metric_type::gauge,
+       "Downloads waiting for a slot or for their next attempt.", "waiting");
+  p.family("mcdist_feed_wis2_input_last_product_timestamp_seconds", metric_type::gauge,
+           "When the input's latest product was written into the spool, seconds since the "
+           "Unix epoch.");
+  for (const auto& in : inputs) {
+    if (in.contains("last_delivered")) {
+      p.sample({{"input", in.value("name", std::string())}}, in["last_delivered"].get<double>());
+    }
+  }
+}
+
+}  // namespace
+
 std::string render_feed_metrics(const feed_snapshot& s) {
   const auto& names = s.board->channel_names();
   const auto& chans = s.board->channels();
@@ -228,6 +299,7 @@ std::string render_feed_metrics(const feed_snapshot& s) {
   const auto reloads = s.daemon.value("config_reloads", nlohmann::json::object());
   p.sample({{"result", "success"}}, reloads.value("success", std::uint64_t{0}));
   p.sample({{"result", "failure"}}, reloads.value("failure", std::uint64_t{0}));
+  render_wis2_input_metrics(p, s.daemon);
   return p.text();
 }
 

@@ -216,7 +216,9 @@ class hub_journal {
   /// 2: the index products_name (superseded()).
   /// 3: sessions_seq unique among sessions not aborted, so that an interrupted batch is sent
   ///    again under its own number (open_batches()); PostgreSQL: the cluster's hubs and leases.
-  static constexpr int schema_version = 3;
+  /// 4: the table wis2_notifications (feed/wis2_seen.hpp; SQLite journals only: WIS2 input
+  ///    runs on a single hub).
+  static constexpr int schema_version = 4;
 
   /// A group of calls committed together (one fsync, one round trip for the commit); rolled back
   /// when destroyed uncommitted. Calls made while one is open join it.

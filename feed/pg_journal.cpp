@@ -248,6 +248,8 @@ void pg_journal::create_or_migrate() {
         "sessions(channel, seq) WHERE seq > 0 AND outcome IS DISTINCT FROM 'aborted'");
     m_c.exec_script(schema_v3_cluster);
   }
+  // Version 4 (the WIS2 input's notifications) adds nothing here: [[wis2_input]] runs on a
+  // single hub with an SQLite journal (feed_config refuses it beside a PostgreSQL journal).
   m_c.exec("UPDATE schema_version SET version = $1", pg::params().add(schema_version));
   tx.commit();
 }

@@ -75,6 +75,32 @@ CREATE TABLE sites(
 ) WITHOUT ROWID;
 )sql";
 
+// Schema version 4: the WIS2 notifications [[wis2_input]] took (feed/wis2_seen.hpp), one row
+// per notification id, kept for the dedupe window. A pending row is a download not finished:
+// it carries what the download needs, so a restart resumes it.
+constexpr std::string_view wis2_schema_v4 = R"sql(
+CREATE TABLE wis2_notifications(
+  id               INTEGER PRIMARY KEY,
+  notification_id  TEXT NOT NULL UNIQUE,
+  data_id          TEXT NOT NULL,
+  pubtime          INTEGER NOT NULL,
+  input            TEXT NOT NULL,
+  channel          TEXT NOT NULL,
+  name             TEXT NOT NULL,
+  href             TEXT NOT NULL,
+  length           INTEGER,
+  integrity_method TEXT NOT NULL DEFAULT '',
+  integrity_value  TEXT NOT NULL DEFAULT '',
+  state            TEXT NOT NULL CHECK(state IN ('pending','done','failed')),
+  reason           TEXT NOT NULL DEFAULT '',
+  attempts         INTEGER NOT NULL DEFAULT 0,
+  received_at      INTEGER NOT NULL,
+  done_at          INTEGER
+);
+CREATE INDEX wis2_notifications_data_id ON wis2_notifications(data_id, pubtime);
+CREATE INDEX wis2_notifications_state ON wis2_notifications(state, received_at);
+)sql";
+
 // The column list every product query selects, in the order read_product() reads.
 constexpr std::string_view product_columns =
     "p.id, p.channel, p.name, p.spool_path, p.size, p.mtime_ns, p.sha256, p.state, p.seq, "
@@ -183,6 +209,7 @@ void sqlite_journal::create_or_migrate() {
         "DROP INDEX IF EXISTS sessions_seq; CREATE UNIQUE INDEX sessions_seq ON "
         "sessions(channel, seq) WHERE seq > 0 AND outcome IS NOT 'aborted'");
   }
+  if (v < 4) m_db.exec(wis2_schema_v4);
   m_db.set_user_version(schema_version);
   tx.commit();
 }

@@ -1,9 +1,10 @@
 #include "common/wis2/wis2_publisher.hpp"
 
+#include "common/path_check.hpp"
+
 #include <mosquitto.h>
 #include <nlohmann/json.hpp>
 
-#include <charconv>
 #include <ctime>
 #include <stdexcept>
 #include <vector>
@@ -49,35 +50,6 @@ void lib_init_once() {
 
 }  // namespace
 
-std::optional<std::pair<std::string, std::uint16_t>> parse_mqtt_url(std::string_view url) {
-  constexpr std::string_view scheme = "mqtt://";
-  if (!url.starts_with(scheme)) return std::nullopt;
-  url.remove_prefix(scheme.size());
-  if (!url.empty() && url.back() == '/') url.remove_suffix(1);
-  std::string_view host = url;
-  std::string_view port;
-  if (url.starts_with('[')) {
-    const auto close = url.find(']');
-    if (close == std::string_view::npos) return std::nullopt;
-    host = url.substr(1, close - 1);
-    const auto rest = url.substr(close + 1);
-    if (!rest.empty()) {
-      if (rest[0] != ':') return std::nullopt;
-      port = rest.substr(1);
-    }
-  } else if (const auto colon = url.rfind(':'); colon != std::string_view::npos) {
-    host = url.substr(0, colon);
-    port = url.substr(colon + 1);
-  }
-  if (host.empty() || host.find_first_of("/@ ") != std::string_view::npos) return std::nullopt;
-  std::uint16_t p = mqtt_default_port;
-  if (!port.empty() || url.find(':') != std::string_view::npos) {
-    const auto r = std::from_chars(port.data(), port.data() + port.size(), p);
-    if (r.ec != std::errc{} || r.ptr != port.data() + port.size() || p == 0) return std::nullopt;
-  }
-  return std::pair{std::string(host), p};
-}
-
 void check_wis2_action(wis2_action& a) {
   if (a.topic.empty()) throw std::invalid_argument("needs topic = \"origin/a/wis2/...\"");
   if (a.topic.find_first_of("#+") != std::string::npos) {
@@ -101,9 +73,7 @@ void check_wis2_action(wis2_action& a) {
   }
   if (a.base_url.back() != '/') a.base_url += '/';
   if (a.qos < 0 || a.qos > 2) throw std::invalid_argument("qos must be 0, 1 or 2");
-  if (!a.password.empty() && a.username.empty()) {
-    throw std::invalid_argument("password is set without username");
-  }
+  check_mqtt_broker(a.broker);
   if (a.max_queued == 0) a.max_queued = wis2_queue_limit;
   if (a.data_id_prefix.empty()) {
     a.data_id_prefix = std::string(rest);
@@ -249,14 +219,17 @@ wis2_publisher::wis2_publisher(wis2_action action, std::string channel,
   lib_init_once();
   m_mosq = mosquitto_new(nullptr, true, this);
   if (!m_mosq) throw std::runtime_error("WIS2: libmosquitto cannot create a client");
-  mosquitto_int_option(m_mosq, MOSQ_OPT_PROTOCOL_VERSION, MQTT_PROTOCOL_V311);
-  if (!m_action.username.empty()) {
-    mosquitto_username_pw_set(m_mosq, m_action.username.c_str(),
-                              m_action.password.empty() ? nullptr : m_action.password.c_str());
+  try {
+    configure_mqtt_client(m_mosq, m_action.broker);
+  } catch (const std::runtime_error& e) {
+    mosquitto_destroy(m_mosq);
+    throw std::runtime_error("WIS2 (channel " + m_channel + "): broker " +
+                             m_action.broker.display() + ": " + e.what());
   }
   mosquitto_connect_callback_set(m_mosq, &wis2_publisher::on_connect);
   mosquitto_disconnect_callback_set(m_mosq, &wis2_publisher::on_disconnect);
   mosquitto_publish_callback_set(m_mosq, &wis2_publisher::on_publish);
+  mosquitto_log_callback_set(m_mosq, &wis2_publisher::on_log);
   mosquitto_reconnect_delay_set(m_mosq, reconnect_delay_min, reconnect_delay_max, true);
   // The loop thread starts before the connect: with the connect first, libmosquitto 2.0 never
   // retries a first connect that failed (eclipse-mosquitto/mosquitto issues 1903 and 2576);
@@ -266,11 +239,11 @@ wis2_publisher::wis2_publisher(wis2_action action, std::string channel,
     throw std::runtime_error(std::string("WIS2: cannot start libmosquitto's thread: ") +
                              mosquitto_strerror(lrc));
   }
-  const int rc = mosquitto_connect_async(m_mosq, m_action.broker_host.c_str(), m_action.broker_port,
-                                         keepalive_seconds);
+  const int rc = mosquitto_connect_async(m_mosq, m_action.broker.url.host.c_str(),
+                                         m_action.broker.url.port, keepalive_seconds);
   if (rc != MOSQ_ERR_SUCCESS && m_log) {
-    m_log->warn("WIS2 (channel {}): broker {}:{} not reachable yet ({}); retrying", m_channel,
-                m_action.broker_host, m_action.broker_port, mosquitto_strerror(rc));
+    m_log->warn("WIS2 (channel {}): broker {} not reachable yet ({}); retrying", m_channel,
+                m_action.broker.display(), mosquitto_strerror(rc));
   }
 }
 
@@ -347,8 +320,8 @@ void wis2_publisher::on_connect(struct mosquitto*, void* self, int rc) {
   }
   if (p->m_log) {
     if (rc == 0) {
-      p->m_log->info("WIS2 (channel {}): connected to mqtt://{}:{}, topic {}", p->m_channel,
-                     p->m_action.broker_host, p->m_action.broker_port, p->m_action.topic);
+      p->m_log->info("WIS2 (channel {}): connected to {}, topic {}", p->m_channel,
+                     p->m_action.broker.display(), p->m_action.topic);
     } else {
       p->m_log->warn("WIS2 (channel {}): broker refused the connection: {}", p->m_channel,
                      mosquitto_connack_string(rc));
@@ -369,9 +342,8 @@ void wis2_publisher::on_disconnect(struct mosquitto*, void* self, int rc) {
     if (warn) p->m_warned_down = true;
   }
   if (warn && p->m_log) {
-    p->m_log->warn("WIS2 (channel {}): lost the broker mqtt://{}:{} ({}); reconnecting",
-                   p->m_channel, p->m_action.broker_host, p->m_action.broker_port,
-                   mosquitto_strerror(rc));
+    p->m_log->warn("WIS2 (channel {}): lost the broker {} ({}); reconnecting", p->m_channel,
+                   p->m_action.broker.display(), mosquitto_strerror(rc));
   }
 }
 
@@ -380,6 +352,15 @@ void wis2_publisher::on_publish(struct mosquitto*, void* self, int) {
   std::lock_guard lock(p->m_mutex);
   if (p->m_unacked > 0) --p->m_unacked;
   ++p->m_stats.published;
+}
+
+void wis2_publisher::on_log(struct mosquitto*, void* self, int level, const char* text) {
+  auto* p = static_cast<wis2_publisher*>(self);
+  // libmosquitto's errors name what the callbacks cannot: a TLS handshake or certificate
+  // verification that failed ("certificate verify failed"), a socket error.
+  if (!(level & (MOSQ_LOG_ERR | MOSQ_LOG_WARNING)) || !p->m_log || !p->m_lib_errors.tick()) return;
+  p->m_log->warn("WIS2 (channel {}): broker {}: {}", p->m_channel, p->m_action.broker.display(),
+                 printable(text ? text : "", 300));
 }
 
 wis2_stats wis2_publisher::stats() const {

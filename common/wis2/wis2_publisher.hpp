@@ -29,7 +29,9 @@
 /// down messages wait there, beyond the bound they are dropped and counted, and libmosquitto
 /// reconnects on its own.
 
+#include "common/log_limit.hpp"
 #include "common/sha256.hpp"
+#include "common/wis2/mqtt_broker.hpp"
 
 #include <spdlog/logger.h>
 
@@ -52,31 +54,23 @@ namespace mcdist {
 
 /// One `[[channel.action]] type = "wis2"` of the configuration (README "WIS2 notifications").
 struct wis2_action {
-  std::string broker_host;  ///< from broker = "mqtt://HOST:PORT"
-  std::uint16_t broker_port = 1883;
+  /// broker = "mqtt://HOST[:PORT]" or "mqtts://HOST[:PORT]", with its TLS settings and
+  /// credentials (mqtt_broker.hpp)
+  mqtt_broker broker;
   std::string topic;     ///< origin/a/wis2/... or cache/a/wis2/..., no wildcards
   std::string base_url;  ///< http(s)://..., always ends in '/'
   /// Prepended to the manifest path to make properties.data_id. Default: the topic after
   /// "origin/a/wis2/" or "cache/a/wis2/", with a trailing '/' (the WIS2 Guide's
   /// "centre-id/data/..." form).
   std::string data_id_prefix;
-  int qos = 1;           ///< MQTT QoS 0, 1 or 2 (WIS2 Guide: 1)
-  std::string username;  ///< empty: anonymous
-  std::string password;
+  int qos = 1;  ///< MQTT QoS 0, 1 or 2 (WIS2 Guide: 1)
   /// Most notifications held at once (queued plus unacknowledged); 0 until check_wis2_action
   /// sets the default, wis2_queue_limit. Tests set a few to see drops.
   std::size_t max_queued = 0;
 };
 
-/// MQTT default port (MQTT 3.1.1 section 4.2, IANA "mqtt").
-inline constexpr std::uint16_t mqtt_default_port = 1883;
-
-/// Parses "mqtt://HOST[:PORT]" (HOST a name, an IPv4 address or a [bracketed] IPv6 address).
-/// @return host and port, or nullopt when the text is not of that form (mqtts:// included:
-/// TLS is not supported yet)
-std::optional<std::pair<std::string, std::uint16_t>> parse_mqtt_url(std::string_view url);
-
-/// Checks an action's fields and fills data_id_prefix's default and base_url's trailing '/'.
+/// Checks an action's fields (the broker's with check_mqtt_broker) and fills data_id_prefix's
+/// default and base_url's trailing '/'.
 /// @throws std::invalid_argument with an operator-facing message (the caller adds which
 /// channel and action)
 void check_wis2_action(wis2_action& a);
@@ -141,7 +135,9 @@ struct wis2_stats {
 class wis2_publisher {
  public:
   /// Starts libmosquitto's thread and an asynchronous connect; never waits for the broker.
-  /// @throws std::runtime_error if libmosquitto cannot create its client or thread
+  /// @throws std::runtime_error if libmosquitto cannot create its client or thread, or refuses
+  /// the broker's TLS settings or credentials (configure_mqtt_client; a password_file that
+  /// cannot be read)
   wis2_publisher(wis2_action action, std::string channel, std::shared_ptr<spdlog::logger> log);
   ~wis2_publisher();
   wis2_publisher(const wis2_publisher&) = delete;
@@ -160,6 +156,7 @@ class wis2_publisher {
   static void on_connect(struct mosquitto*, void* self, int rc);
   static void on_disconnect(struct mosquitto*, void* self, int rc);
   static void on_publish(struct mosquitto*, void* self, int mid);
+  static void on_log(struct mosquitto*, void* self, int level, const char* text);
   /// Hands queued messages to libmosquitto while connected.
   void flush();
 
@@ -174,6 +171,7 @@ class wis2_publisher {
   wis2_stats m_stats;
   bool m_connected = false;
   bool m_warned_down = false;
+  log_limiter m_lib_errors{5};  ///< libmosquitto's own error lines (TLS failures, ...)
 };
 
 }  // namespace mcdist

@@ -24,8 +24,14 @@ template <class T>
 T require_type(const toml::node& n, const std::string& key, const char* type_name) {
   // An integer setting takes integers only: toml++ converts a float (1e40) to an integer type
   // with a cast that is undefined behaviour out of range (found by tests/fuzz/config_fuzz).
-  if constexpr (std::is_integral_v<T>) {
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
     if (!n.is_integer()) {
+      throw config_error("'" + key + "' must be " + type_name + " (" + toml_where(n.source()) +
+                         ")");
+    }
+  }
+  if constexpr (std::is_same_v<T, bool>) {
+    if (!n.is_boolean()) {
       throw config_error("'" + key + "' must be " + type_name + " (" + toml_where(n.source()) +
                          ")");
     }
@@ -52,8 +58,10 @@ std::vector<wis2_action> parse_actions(const toml::node& node, const std::string
     const std::string k = key + "[" + std::to_string(i) + "]";
     const auto* at = arr->get(i)->as_table();
     if (!at) throw config_error(k + " must be a table ([[channel.action]])");
-    static const char* known[] = {"type", "broker",   "topic",    "base_url",  "data_id_prefix",
-                                  "qos",  "username", "password", "max_queued"};
+    static const char* known[] = {"type",        "broker",       "topic",      "base_url",
+                                  "data_id_prefix", "qos",        "username",   "password",
+                                  "password_file",  "ca_file",    "client_cert", "client_key",
+                                  "tls_insecure",   "max_queued"};
     for (const auto& [name, v] : *at) {
       if (std::find(std::begin(known), std::end(known), std::string(name.str())) ==
           std::end(known)) {
@@ -71,22 +79,33 @@ std::vector<wis2_action> parse_actions(const toml::node& node, const std::string
       if (auto n = (*at)[name])
         v = require_type<std::string>(*n.node(), k + "." + name, "a string");
     };
+    auto path = [&](const char* name, std::filesystem::path& v) {
+      std::string text;
+      str(name, text);
+      v = text;
+    };
     std::string broker;
     str("broker", broker);
-    if (broker.empty()) throw config_error(k + " needs broker = \"mqtt://HOST:PORT\"");
+    if (broker.empty()) throw config_error(k + " needs broker = \"mqtts://HOST:PORT\"");
     const auto b = parse_mqtt_url(broker);
     if (!b) {
       throw config_error(k + ".broker = \"" + broker +
-                         "\" is not mqtt://HOST[:PORT] (e.g. mqtt://127.0.0.1:1883; TLS is not "
-                         "supported)");
+                         "\" is not mqtt://HOST[:PORT] or mqtts://HOST[:PORT] (MQTT over TLS, "
+                         "e.g. mqtts://broker.example.org:8883)");
     }
-    a.broker_host = b->first;
-    a.broker_port = b->second;
+    a.broker.url = *b;
+    path("ca_file", a.broker.ca_file);
+    path("client_cert", a.broker.client_cert);
+    path("client_key", a.broker.client_key);
+    str("username", a.broker.username);
+    str("password", a.broker.password);
+    str("password_file", a.broker.password_file);
+    if (auto n = (*at)["tls_insecure"]) {
+      a.broker.tls_insecure = require_type<bool>(*n.node(), k + ".tls_insecure", "true or false");
+    }
     str("topic", a.topic);
     str("base_url", a.base_url);
     str("data_id_prefix", a.data_id_prefix);
-    str("username", a.username);
-    str("password", a.password);
     if (auto n = (*at)["qos"]) {
       a.qos = static_cast<int>(require_type<std::int64_t>(*n.node(), k + ".qos", "0, 1 or 2"));
     }
@@ -97,6 +116,7 @@ std::vector<wis2_action> parse_actions(const toml::node& node, const std::string
     }
     try {
       check_wis2_action(a);
+      check_mqtt_broker_files(a.broker);
     } catch (const std::invalid_argument& e) {
       throw config_error(k + " (wis2): " + e.what());
     }

@@ -22,8 +22,10 @@ namespace {
 
 bool same_wis2(const std::vector<wis2_action>& a, const std::vector<wis2_action>& b) {
   const auto key = [](const wis2_action& w) {
-    return std::tie(w.broker_host, w.broker_port, w.topic, w.base_url, w.data_id_prefix, w.qos,
-                    w.username, w.password, w.max_queued);
+    const auto& m = w.broker;
+    return std::tie(m.url, m.ca_file, m.client_cert, m.client_key, m.username, m.password,
+                    m.password_file, m.tls_insecure, w.topic, w.base_url, w.data_id_prefix, w.qos,
+                    w.max_queued);
   };
   return std::equal(a.begin(), a.end(), b.begin(), b.end(),
                     [&](const auto& x, const auto& y) { return key(x) == key(y); });

@@ -247,3 +247,22 @@ spool = ["/s6"]
 )"),
              Catch::Contains("not of the first channel's address family"));
 }
+
+TEST_CASE("WIS2 input runs on a single hub: refused beside a PostgreSQL journal",
+          "[unit][feed]") {
+  const std::string input = R"(
+[[wis2_input]]
+name = "gb"
+broker = "mqtts://globalbroker.example.org:8883"
+topics = ["origin/a/wis2/+/data/core/weather/#"]
+channel = "warnings"
+)";
+  CHECK(error_of(top + warnings + input).empty());
+  std::string pg_top = top;
+  pg_top.replace(pg_top.find("/var/lib/mcdist-feed/journal.db"),
+                 std::string("/var/lib/mcdist-feed/journal.db").size(),
+                 "postgresql://mcdist@db.example.org/mcdist");
+  CHECK(error_of(pg_top + warnings).empty());
+  CHECK_THAT(error_of(pg_top + warnings + input),
+             Catch::Contains("'wis2_input'") && Catch::Contains("SQLite journal"));
+}

@@ -137,17 +137,59 @@ TEST_CASE("guess_media_type knows WMO formats and falls back to octet-stream") {
   CHECK(guess_media_type("x") == "application/octet-stream");
 }
 
-TEST_CASE("parse_mqtt_url takes host and port, refuses other schemes") {
-  CHECK(parse_mqtt_url("mqtt://127.0.0.1:1884") ==
-        std::pair<std::string, std::uint16_t>{"127.0.0.1", 1884});
-  CHECK(parse_mqtt_url("mqtt://broker.example.org") ==
-        std::pair<std::string, std::uint16_t>{"broker.example.org", 1883});
-  CHECK(parse_mqtt_url("mqtt://[::1]:1883/") == std::pair<std::string, std::uint16_t>{"::1", 1883});
-  CHECK_FALSE(parse_mqtt_url("mqtts://h:8883"));
+TEST_CASE("parse_mqtt_url takes host, port and TLS, refuses other schemes") {
+  CHECK(parse_mqtt_url("mqtt://127.0.0.1:1884") == mqtt_url{"127.0.0.1", 1884, false});
+  CHECK(parse_mqtt_url("mqtt://broker.example.org") == mqtt_url{"broker.example.org", 1883, false});
+  CHECK(parse_mqtt_url("mqtt://[::1]:1883/") == mqtt_url{"::1", 1883, false});
+  CHECK(parse_mqtt_url("mqtts://h") == mqtt_url{"h", 8883, true});
+  CHECK(parse_mqtt_url("mqtts://h:9883") == mqtt_url{"h", 9883, true});
   CHECK_FALSE(parse_mqtt_url("mqtt://h:"));
   CHECK_FALSE(parse_mqtt_url("mqtt://h:0"));
   CHECK_FALSE(parse_mqtt_url("mqtt://h:70000"));
+  CHECK_FALSE(parse_mqtt_url("mqtt://user@h:1883"));
+  CHECK_FALSE(parse_mqtt_url("mqtt://h:1883/path"));
+  CHECK_FALSE(parse_mqtt_url("ws://h:1883"));
   CHECK_FALSE(parse_mqtt_url("127.0.0.1:1883"));
+}
+
+TEST_CASE("check_mqtt_broker refuses TLS settings without TLS and half credentials") {
+  mqtt_broker b;
+  b.url = *parse_mqtt_url("mqtts://h");
+  b.ca_file = "/etc/ssl/certs/ca.pem";
+  b.username = "u";
+  b.password = "p";
+  CHECK_NOTHROW(check_mqtt_broker(b));
+  auto bad = [&](auto change) {
+    auto c = b;
+    change(c);
+    CHECK_THROWS_AS(check_mqtt_broker(c), std::invalid_argument);
+  };
+  bad([](mqtt_broker& c) { c.url.tls = false; });  // ca_file on mqtt://
+  bad([](mqtt_broker& c) { c.client_cert = "c.pem"; });  // without client_key
+  bad([](mqtt_broker& c) { c.password_file = "p.txt"; });  // both password kinds
+  bad([](mqtt_broker& c) { c.username.clear(); });  // password without username
+  CHECK(b.display() == "mqtts://h:8883");
+  b.url = *parse_mqtt_url("mqtt://[::1]:1");
+  CHECK(b.display() == "mqtt://[::1]:1");
+}
+
+TEST_CASE("topic filters: validity and matching (MQTT 3.1.1 section 4.7)") {
+  CHECK(valid_topic_filter("cache/a/wis2/+/data/core/weather/#"));
+  CHECK(valid_topic_filter("#"));
+  CHECK(valid_topic_filter("+"));
+  CHECK_FALSE(valid_topic_filter(""));
+  CHECK_FALSE(valid_topic_filter("a/#/b"));
+  CHECK_FALSE(valid_topic_filter("a/b#"));
+  CHECK_FALSE(valid_topic_filter("a/+b/c"));
+  CHECK(topic_matches("cache/a/wis2/+/data/#", "cache/a/wis2/de-dwd/data/core/weather"));
+  CHECK(topic_matches("a/#", "a"));
+  CHECK(topic_matches("a/+/c", "a/b/c"));
+  CHECK_FALSE(topic_matches("a/+/c", "a/b/d"));
+  CHECK_FALSE(topic_matches("a/+", "a/b/c"));
+  CHECK_FALSE(topic_matches("a/b", "a/b/c"));
+  CHECK_FALSE(topic_matches("a/b/c", "a/b"));
+  CHECK_FALSE(topic_matches("#", "$SYS/broker"));
+  CHECK(topic_matches("$SYS/#", "$SYS/broker"));
 }
 
 TEST_CASE("check_wis2_action fills defaults and refuses bad fields") {
@@ -167,5 +209,5 @@ TEST_CASE("check_wis2_action fills defaults and refuses bad fields") {
   bad([](wis2_action& b) { b.topic = "weather/synop"; });
   bad([](wis2_action& b) { b.base_url = "ftp://x/"; });
   bad([](wis2_action& b) { b.qos = 3; });
-  bad([](wis2_action& b) { b.password = "p"; });
+  bad([](wis2_action& b) { b.broker.password = "p"; });
 }
