@@ -22,6 +22,7 @@ packages=(
   clang-14 libfuzzer-14-dev clang-format-14 clang-tidy-14
   libmosquitto-dev mosquitto mosquitto-clients
   libsqlite3-dev sqlite3
+  libcurl4-openssl-dev
 )
 if [ "${1:-}" = "--bench" ]; then
   packages+=(uftp iperf3 gnuplot-nox rsync netcat-openbsd time)

@@ -146,10 +146,28 @@ bool valid_channel_name(std::string_view n) {
 channel_config parse_channel(const toml::table& t, std::size_t index, const std::string& source,
                              std::uint64_t total_rate) {
   const table_reader r(t, "channel[" + std::to_string(index) + "].", source,
-                       {"name", "group", "spool", "priority", "share", "cap", "batch_window",
-                        "batch_max_files", "batch_max_bytes", "after", "ignore", "ttl", "receivers",
-                        "register_window", "register_timeout", "encrypt", "fec_k", "fec_depth",
-                        "fec_overhead", "silent_passes", "fallback", "concurrent_sessions",
+                       {"name",
+                        "group",
+                        "spool",
+                        "priority",
+                        "share",
+                        "cap",
+                        "batch_window",
+                        "batch_max_files",
+                        "batch_max_bytes",
+                        "after",
+                        "ignore",
+                        "ttl",
+                        "receivers",
+                        "register_window",
+                        "register_timeout",
+                        "encrypt",
+                        "fec_k",
+                        "fec_depth",
+                        "fec_overhead",
+                        "silent_passes",
+                        "fallback",
+                        "concurrent_sessions",
                         "heartbeat"});
   channel_config c;
   c.name = r.required_string("name", "\"warnings\"");
@@ -263,9 +281,9 @@ namespace {
 
 feed_config from_table(const toml::table& t, const std::string& source) {
   const table_reader r(t, "", source,
-                       {"interface", "key", "site_keys", "rate", "rate_max", "journal",
-                        "retention", "retained",
-                        "control_socket", "control_group", "http", "channel", "wis2"});
+                       {"interface", "key", "site_keys", "rate", "rate_max", "journal", "retention",
+                        "retained", "control_socket", "control_group", "http", "products_http",
+                        "products_tls_cert", "products_tls_key", "channel", "wis2"});
   feed_config c;
   const auto itf = r.required_string("interface", "\"10.0.0.5\"");
   const auto a = parse_address(itf);
@@ -322,6 +340,27 @@ feed_config from_table(const toml::table& t, const std::string& source) {
       }
       c.http = e;
     }
+  }
+  if (auto v = r.string("products_http")) {
+    // Port 0 (any free port, logged at start) is for tests, as for http.
+    const bool any_port = v->size() > 2 && v->ends_with(":0");
+    const auto e = any_port ? parse_endpoint(std::string_view(*v).substr(0, v->size() - 2), 0)
+                            : parse_endpoint(*v);
+    if (!e || e->is_multicast()) {
+      r.fail("products_http", "= \"" + *v +
+                                  "\" is not a local ADDR:PORT to serve products on (e.g. "
+                                  "\"0.0.0.0:9613\")");
+    }
+    c.products_http = e;
+  }
+  if (auto v = r.string("products_tls_cert")) c.products_tls_cert = *v;
+  if (auto v = r.string("products_tls_key")) c.products_tls_key = *v;
+  if (c.products_tls_cert.empty() != c.products_tls_key.empty()) {
+    r.fail(c.products_tls_cert.empty() ? "products_tls_key" : "products_tls_cert",
+           "needs both products_tls_cert and products_tls_key (PEM files)");
+  }
+  if (!c.products_tls_cert.empty() && !c.products_http) {
+    r.fail("products_tls_cert", "needs products_http = \"ADDR:PORT\"");
   }
 
   if (const auto* w = t.get("wis2")) {

@@ -125,6 +125,10 @@ class feed_daemon {
   /// The journal file (for read-only connections of other threads).
   const std::filesystem::path& journal_path() const noexcept { return m_cfg.journal; }
 
+  /// The hub's key (std::nullopt: unsigned sessions). Read once at construction and never
+  /// changed (a reload keeps it), so the product server takes a copy.
+  const std::optional<crypto::identity>& identity() const noexcept { return m_identity; }
+
   /// Counters, sites and recent products since the start, for the status port (feed_http).
   const feed_board& board() const noexcept { return m_board; }
 

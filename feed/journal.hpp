@@ -262,6 +262,13 @@ class hub_journal {
   std::vector<product> products_of_seqs(std::string_view channel, std::uint64_t from,
                                         std::uint64_t to);
 
+  /// True when the batch session `seq` (> 0) of `channel` is journaled and has ended: its
+  /// products' states are final (the product server's catch-up index answers only for those).
+  bool batch_session_ended(std::string_view channel, std::uint64_t seq);
+
+  /// The newest retained, sent version of `name` on `channel` (highest id), or std::nullopt.
+  std::optional<product> newest_retained(std::string_view channel, std::string_view name);
+
   /// Retained, sent products matching every condition of the filter, ordered by seq then id.
   std::vector<product> find_products(const product_filter& f);
 

@@ -155,8 +155,8 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
     lim.max_age = m_cfg.max_session_age;
     lim.max_skew = m_cfg.max_clock_skew;
     std::string notice;
-    m_replay = std::make_unique<replay_store>(m_cfg.temp / replay_file_name, lim,
-                                              unix_ms_now(), notice);
+    m_replay =
+        std::make_unique<replay_store>(m_cfg.temp / replay_file_name, lim, unix_ms_now(), notice);
     if (!notice.empty()) m_log->info("{}", notice);
   }
   for (std::size_t i = 0; i < m_cfg.channels.size(); ++i) {
@@ -230,7 +230,8 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
 }
 
 daemon::~daemon() {
-  m_unicast.clear();  // clients end without calling back
+  m_unicast.clear();          // clients end without calling back
+  m_catch_up_client.reset();  // aborts transfers, joins its threads
   // The store drains its queues and joins its threads before the engine goes.
   m_store.reset();
   m_engine.reset();
