@@ -1,5 +1,5 @@
-# What a layer may use (DESIGN.md "a pure core in a thin shell", STYLE.md "Rooms": a folder says
-# what its code may use), checked on every build:
+# What a layer may use (docs/architecture.md "Layers": a folder says what its code may use),
+# checked on every build:
 #
 #   pure     the protocol cores (sender/core, receiver/core) and the pure parts of common
 #            (mcdist_common_core, mcdist_unicast_core): the standard library, protobuf,
@@ -114,7 +114,7 @@ function(mcdist_check_purity profile)
       endif()
       if(bad)
         message(FATAL_ERROR "${t} (${profile}) links ${dep}: see cmake/core_purity.cmake for what "
-                            "a ${profile} layer may use (DESIGN.md, 'a pure core in a thin shell'). "
+                            "a ${profile} layer may use (docs/architecture.md, 'Layers'). "
                             "Move the I/O into a shell target.")
       endif()
     endforeach()
@@ -147,7 +147,19 @@ function(mcdist_add_purity_scans sys_target)
     get_property(profile GLOBAL PROPERTY MCDIST_PURITY_PROFILE_${t})
     get_property(files GLOBAL PROPERTY MCDIST_PURITY_FILES_${t})
     _mcdist_relative(files own_rel)
-    set(allowed ${pure_rel} ${own_rel})
+    # Direction: common/ is below both programs, and the programs are beside each other. A
+    # target may include pure files of common/ and of its own top folder (sender/ or
+    # receiver/), never of a layer above it or beside it: a pure common file including
+    # sender/core, or the receiver's core including the sender's, fails.
+    list(GET own_rel 0 first_own)
+    string(REGEX MATCH "^[^/]+" own_top "${first_own}")
+    set(reachable "")
+    foreach(p IN LISTS pure_rel)
+      if(p MATCHES "^common/" OR p MATCHES "^${own_top}/")
+        list(APPEND reachable ${p})
+      endif()
+    endforeach()
+    set(allowed ${reachable} ${own_rel})
     if(profile STREQUAL "storage")
       list(APPEND allowed ${sys_rel})
     endif()

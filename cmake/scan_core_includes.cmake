@@ -16,8 +16,11 @@ cmake_minimum_required(VERSION 3.25)
 set(forbidden_everywhere "^(boost/asio|asio[./]|boost/beast|sys/socket\\.h|sys/un\\.h|netinet/|arpa/nameser|sys/epoll\\.h|usrsctp\\.h|sqlite3\\.h|mosquitto\\.h|systemd/)")
 # And no pure file: file and directory I/O, threads.
 set(forbidden_pure "^(fstream|filesystem|fcntl\\.h|unistd\\.h|sys/stat\\.h|sys/xattr\\.h|sys/statvfs\\.h|dirent\\.h|sys/inotify\\.h|poll\\.h|thread|mutex|condition_variable|future)$")
-# Calls no pure file may make (checked outside comments): clock reads and global randomness.
-set(forbidden_calls "(steady_clock|system_clock|high_resolution_clock|file_clock)::now|clock_gettime|gettimeofday|std::random_device|[^_a-z]srand[(]|[^_a-z]rand[(][)]|getrandom[(]|arc4random|RAND_bytes")
+# Calls no pure file may make (checked outside comments): clock reads, through any alias
+# (`clock::now`, `my_clock::now`), and global randomness; and aliases of the standard clocks,
+# which would let a later `alias::now()` read one (a pure file names their time_point and
+# duration types, never the clock).
+set(forbidden_calls "clock::now|clock_gettime|gettimeofday|std::random_device|[^_a-z]srand[(]|[^_a-z]rand[(][)]|getrandom[(]|arc4random|RAND_bytes|using[ \t]+[A-Za-z_0-9]+[ \t]*=[ \t]*std::chrono::(steady|system|high_resolution|file|utc|tai|gps)_clock[ \t]*;")
 
 file(STRINGS "${FILES_LIST}" files)
 file(STRINGS "${ALLOWED_LIST}" allowed)

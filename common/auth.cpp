@@ -197,7 +197,7 @@ std::size_t sender_keys::seal_control(std::span<std::byte> buf, std::size_t len)
     seal_announces({&one, 1});
     return one.len;
   }
-  buf[2] = std::byte{wire::authenticated_version};
+  wire::set_version(buf, wire::authenticated_version);
   if (m_encrypted && type == msg_type::digest_list) {
     // The signature below covers the sealed form; room for the trailer stays (the caller
     // leaves max_trailer_bytes, which counts the sealed body's overhead).
@@ -245,7 +245,7 @@ std::size_t sender_keys::seal_control(std::span<std::byte> buf, std::size_t len)
 }
 
 std::size_t sender_keys::seal_data(std::span<std::byte> buf, std::size_t len) noexcept {
-  buf[2] = std::byte{wire::authenticated_version};
+  wire::set_version(buf, wire::authenticated_version);
   if (m_sealed_data) {
     // Encrypted session: the payload is encrypted in place, the headers are associated data.
     const auto tag =
@@ -262,7 +262,12 @@ std::size_t sender_keys::seal_data(std::span<std::byte> buf, std::size_t len) no
 std::error_code sender_keys::open(std::span<const std::byte> d, std::span<const std::byte>& out) {
   wire::header h;
   if (auto ec = wire::parse_header(d, h)) return ec;
-  if (std::to_integer<std::uint8_t>(d[2]) != wire::authenticated_version) {
+  return open(h, d, out);
+}
+
+std::error_code sender_keys::open(const wire::header& h, std::span<const std::byte> d,
+                                  std::span<const std::byte>& out) {
+  if (h.version != wire::authenticated_version) {
     ++m_stats.unauthenticated;
     return errc::unauthenticated;
   }
@@ -467,10 +472,14 @@ std::error_code receiver_keys::open(std::span<const std::byte> d, time_point now
                                     std::span<const std::byte>& out, const endpoint& from) {
   wire::header h;
   if (auto ec = wire::parse_header(d, h)) return ec;
-  if (std::to_integer<std::uint8_t>(d[2]) == wire::digest_version) {
-    return open_digested(d, h, now, out);
-  }
-  if (std::to_integer<std::uint8_t>(d[2]) != wire::authenticated_version) {
+  return open(h, d, now, out, from);
+}
+
+std::error_code receiver_keys::open(const wire::header& h, std::span<const std::byte> d,
+                                    time_point now, std::span<const std::byte>& out,
+                                    const endpoint& from) {
+  if (h.version == wire::digest_version) return open_digested(d, h, now, out);
+  if (h.version != wire::authenticated_version) {
     if (required()) {
       ++m_stats.unauthenticated;
       return errc::unauthenticated;
@@ -513,28 +522,7 @@ std::error_code receiver_keys::open(std::span<const std::byte> d, time_point now
       break;
     case msg_type::data:
     case msg_type::parity:  // the same 20-byte header shape and sequence: the same tag or seal
-      if (s && s->encrypted) {
-        // Encrypted session: decrypt the payload behind the 20-byte headers into m_scratch.
-        if (!s->sealed_data) return refuse(m_stats.no_key);
-        const auto cipher = signed_part.subspan(wire::data_header_size);
-        std::memcpy(m_scratch.data(), d.data(), wire::data_header_size);
-        if (!s->sealed_data->open(
-                data_nonce(d), d.first(wire::data_header_size), cipher,
-                fixed<crypto::gcm_tag_bytes>(d.last(crypto::gcm_tag_bytes)),
-                std::span(m_scratch).subspan(wire::data_header_size, cipher.size()))) {
-          return refuse(m_stats.bad_tag);
-        }
-        out = std::span<const std::byte>(m_scratch.data(), signed_part.size());
-        return {};
-      }
-      // A block-digest session sends its blocks as version 3 only (open_digested).
-      if (s && s->block_digests) return refuse(m_stats.no_digest);
-      if (s && !s->data && s->silent) break;  // set_silent: the file digest decides
-      if (!s || !s->data) return refuse(m_stats.no_key);
-      if (!s->data->verify(fixed<crypto::gcm_nonce_bytes>(d.subspan(8, 12)), signed_part,
-                           fixed<crypto::gcm_tag_bytes>(d.last(crypto::gcm_tag_bytes)))) {
-        return refuse(m_stats.bad_tag);
-      }
+      if (const auto done = open_block(s, d, signed_part, out)) return *done;
       break;
     case msg_type::marker:
     case msg_type::repair_advert:
@@ -545,30 +533,9 @@ std::error_code receiver_keys::open(std::span<const std::byte> d, time_point now
         return refuse(m_stats.bad_tag);
       }
       break;
-    case msg_type::register_reply: {
-      if (!s || !s->has_pairwise) return refuse(m_stats.no_key);
-      const auto nonce =
-          fixed<crypto::xchacha_nonce_bytes>(std::span(t, crypto::xchacha_nonce_bytes));
-      crypto::key32 k{};
-      if (!crypto::aead_open(s->pairwise, nonce, d.first(d.size() - trailer + nonce.size()),
-                             std::span<const std::uint8_t>(
-                                 u8(t) + nonce.size(), crypto::key_bytes + crypto::aead_tag_bytes),
-                             k)) {
-        return refuse(m_stats.bad_tag);
-      }
-      if (!s->session_key || *s->session_key != k) s->set_session_key(k, h.session);
-      keyed(*s);
-      if (!s->held.empty()) m_replay = h.session;  // take_held() opens them now
-      // The answer to this layer's key request (encrypted and signed sessions alike): consumed
-      // here, the core did not ask (it would take it for the answer to its REGISTER).
-      wire::register_reply r;
-      const auto body = signed_part.subspan(wire::header_size);
-      if (r.ParseFromArray(body.data(), static_cast<int>(body.size())) && r.key_only()) {
-        out = {};
-        return {};
-      }
+    case msg_type::register_reply:
+      if (const auto done = open_register_reply(s, h.session, d, trailer, out)) return *done;
       break;
-    }
     case msg_type::complete_ack:
     case msg_type::fallback:
       if (!s || !s->has_pairwise) return refuse(m_stats.no_key);
@@ -582,26 +549,101 @@ std::error_code receiver_keys::open(std::span<const std::byte> d, time_point now
       return refuse(m_stats.unauthenticated);
   }
   if (h.type == msg_type::announce) {
-    session_keys* keys = find(h.session);
-    const auto flags = keys && !keys->encrypted ? flags_of(signed_part.subspan(wire::header_size))
-                                                : announce_flags{};
-    if (keys && (keys->encrypted || flags.sealed)) {
-      keys->encrypted = true;
-      return open_sealed_body(*keys, signed_part, h.type, now, out, d, fresh, &from);
-    }
-    if (keys && flags.block_digests && !keys->block_digests) {
-      // A silent signed session with block digests (docs/security.md "Block digests"): its
-      // blocks are checked against signed digests from now on, never passed unchecked, and the
-      // site never asks for its key.
-      keys->block_digests = true;
-      keys->silent = true;
-      keyed(*keys);
-      if (m_key_request == h.session) m_key_request.reset();
-    }
-    // A signed session: ask for the key at once, so that blocks can be checked before this
-    // site has assembled the manifest and registered (the register_reply repeats the key).
-    if (keys && !keys->session_key && !keys->silent) want_key(*keys, h.session, now);
+    return opened_announce(h.session, d, signed_part, now, fresh, from, out);
   }
+  out = signed_part;
+  return {};
+}
+
+std::optional<std::error_code> receiver_keys::open_block(session_keys* s,
+                                                         std::span<const std::byte> d,
+                                                         std::span<const std::byte> signed_part,
+                                                         std::span<const std::byte>& out) {
+  auto refuse = [](std::uint64_t& counter) {
+    ++counter;
+    return std::error_code(errc::unauthenticated);
+  };
+  if (s && s->encrypted) {
+    // Encrypted session: decrypt the payload behind the 20-byte headers into m_scratch.
+    if (!s->sealed_data) return refuse(m_stats.no_key);
+    const auto cipher = signed_part.subspan(wire::data_header_size);
+    std::memcpy(m_scratch.data(), d.data(), wire::data_header_size);
+    if (!s->sealed_data->open(data_nonce(d), d.first(wire::data_header_size), cipher,
+                              fixed<crypto::gcm_tag_bytes>(d.last(crypto::gcm_tag_bytes)),
+                              std::span(m_scratch).subspan(wire::data_header_size, cipher.size()))) {
+      return refuse(m_stats.bad_tag);
+    }
+    out = std::span<const std::byte>(m_scratch.data(), signed_part.size());
+    return std::error_code{};
+  }
+  // A block-digest session sends its blocks as version 3 only (open_digested).
+  if (s && s->block_digests) return refuse(m_stats.no_digest);
+  if (s && !s->data && s->silent) return std::nullopt;  // set_silent: the file digest decides
+  if (!s || !s->data) return refuse(m_stats.no_key);
+  if (!s->data->verify(fixed<crypto::gcm_nonce_bytes>(d.subspan(8, 12)), signed_part,
+                       fixed<crypto::gcm_tag_bytes>(d.last(crypto::gcm_tag_bytes)))) {
+    return refuse(m_stats.bad_tag);
+  }
+  return std::nullopt;
+}
+
+std::optional<std::error_code> receiver_keys::open_register_reply(session_keys* s,
+                                                                  session_id session,
+                                                                  std::span<const std::byte> d,
+                                                                  std::size_t trailer,
+                                                                  std::span<const std::byte>& out) {
+  if (!s || !s->has_pairwise) {
+    ++m_stats.no_key;
+    return errc::unauthenticated;
+  }
+  const std::byte* t = d.data() + d.size() - trailer;
+  const auto nonce = fixed<crypto::xchacha_nonce_bytes>(std::span(t, crypto::xchacha_nonce_bytes));
+  crypto::key32 k{};
+  if (!crypto::aead_open(
+          s->pairwise, nonce, d.first(d.size() - trailer + nonce.size()),
+          std::span<const std::uint8_t>(u8(t) + nonce.size(),
+                                        crypto::key_bytes + crypto::aead_tag_bytes),
+          k)) {
+    ++m_stats.bad_tag;
+    return errc::unauthenticated;
+  }
+  if (!s->session_key || *s->session_key != k) s->set_session_key(k, session);
+  keyed(*s);
+  if (!s->held.empty()) m_replay = session;  // take_held() opens them now
+  // The answer to this layer's key request (encrypted and signed sessions alike): consumed
+  // here, the core did not ask (it would take it for the answer to its REGISTER).
+  wire::register_reply r;
+  const auto body = d.first(d.size() - trailer).subspan(wire::header_size);
+  if (r.ParseFromArray(body.data(), static_cast<int>(body.size())) && r.key_only()) {
+    out = {};
+    return std::error_code{};
+  }
+  return std::nullopt;
+}
+
+std::error_code receiver_keys::opened_announce(session_id session, std::span<const std::byte> d,
+                                               std::span<const std::byte> signed_part,
+                                               time_point now, bool fresh, const endpoint& from,
+                                               std::span<const std::byte>& out) {
+  session_keys* keys = find(session);
+  const auto flags = keys && !keys->encrypted ? flags_of(signed_part.subspan(wire::header_size))
+                                              : announce_flags{};
+  if (keys && (keys->encrypted || flags.sealed)) {
+    keys->encrypted = true;
+    return open_sealed_body(*keys, signed_part, msg_type::announce, now, out, d, fresh, &from);
+  }
+  if (keys && flags.block_digests && !keys->block_digests) {
+    // A silent signed session with block digests (docs/security.md "Block digests"): its
+    // blocks are checked against signed digests from now on, never passed unchecked, and the
+    // site never asks for its key.
+    keys->block_digests = true;
+    keys->silent = true;
+    keyed(*keys);
+    if (m_key_request == session) m_key_request.reset();
+  }
+  // A signed session: ask for the key at once, so that blocks can be checked before this
+  // site has assembled the manifest and registered (the register_reply repeats the key).
+  if (keys && !keys->session_key && !keys->silent) want_key(*keys, session, now);
   out = signed_part;
   return {};
 }
@@ -736,7 +778,7 @@ std::size_t receiver_keys::seal(std::span<std::byte> buf, std::size_t len) {
   session_keys* s = find(session_of(buf));
   if (!s) return required() ? 0 : len;  // a version-1 session: sent as it is
   if (!s->has_pairwise) return 0;
-  buf[2] = std::byte{wire::authenticated_version};
+  wire::set_version(buf, wire::authenticated_version);
   std::byte* end = buf.data() + len;
   const auto type = static_cast<msg_type>(std::to_integer<std::uint8_t>(buf[3]));
   std::size_t out = len;

@@ -222,6 +222,9 @@ class sender_keys {
   /// the site and take_key_reply() gives the answer to send back to the datagram's source.
   /// @return empty, or errc::unauthenticated, with stats() counting the reason
   std::error_code open(std::span<const std::byte> datagram, std::span<const std::byte>& out);
+  /// The same, for a datagram whose common header the caller parsed already (`h`).
+  std::error_code open(const wire::header& h, std::span<const std::byte> datagram,
+                       std::span<const std::byte>& out);
   /// The key_only register_reply (sealed) answering the key request open() just consumed,
   /// written to `buf` (at least control_budget + max_trailer_bytes bytes).
   /// @return its length; 0 when no key request is pending
@@ -333,6 +336,10 @@ class receiver_keys {
   /// (take_held) keeps it.
   std::error_code open(std::span<const std::byte> datagram, time_point now,
                        std::span<const std::byte>& out, const endpoint& from);
+  /// The same, for a datagram whose common header the caller parsed already (`h`, from
+  /// wire::parse_header on `datagram`): the daemons' receive path parses each header once.
+  std::error_code open(const wire::header& h, std::span<const std::byte> datagram,
+                       time_point now, std::span<const std::byte>& out, const endpoint& from);
   /// Seals a register_request, nak or complete the core produced for a version-2 session:
   /// `buf` holds `len` bytes with room for max_trailer_bytes more. A datagram of a version-1
   /// session is returned unchanged. @return the new length, or 0 when the session's keys are
@@ -473,6 +480,24 @@ class receiver_keys {
   /// Opens an encrypted session's sealed announce or digest list into m_scratch.
   /// @param fresh  the announce's signature was checked just now (not a repeat): before the
   ///                key, it is held
+  /// open()'s data and parity case: decrypts (encrypted session, into m_scratch) or checks the
+  /// tag. @return the verdict when open() is done with the datagram (`out` set on success);
+  ///         nullopt to go on (verified, `out` is the signed part)
+  std::optional<std::error_code> open_block(session_keys* s, std::span<const std::byte> d,
+                                            std::span<const std::byte> signed_part,
+                                            std::span<const std::byte>& out);
+  /// open()'s register_reply case: takes the session key sealed for this site. @return as
+  /// open_block's (a key_only reply is consumed: empty error, `out` empty)
+  std::optional<std::error_code> open_register_reply(session_keys* s, session_id session,
+                                                     std::span<const std::byte> d,
+                                                     std::size_t trailer,
+                                                     std::span<const std::byte>& out);
+  /// After an announce's signature: opens a sealed body, notes a block-digest session, asks
+  /// for a signed session's key; `out` is the announce to hand on.
+  std::error_code opened_announce(session_id session, std::span<const std::byte> d,
+                                  std::span<const std::byte> signed_part, time_point now,
+                                  bool fresh, const endpoint& from,
+                                  std::span<const std::byte>& out);
   std::error_code open_sealed_body(session_keys& s, std::span<const std::byte> signed_part,
                                    wire::msg_type t, time_point now,
                                    std::span<const std::byte>& out,

@@ -84,7 +84,7 @@ void sender_keys::seal_announces(std::span<announce_slot> burst) {
       a.len = 0;
       continue;
     }
-    a.buf[2] = std::byte{wire::authenticated_version};
+    wire::set_version(a.buf, wire::authenticated_version);
     if (m_encrypted) {
       // The tree covers the sealed form; room for the trailer stays (the caller leaves
       // max_trailer_bytes, which counts the sealed body's overhead).

@@ -18,7 +18,7 @@ std::size_t encode_signed(std::span<std::byte> out, wire::msg_type type,
   if (out.size() < trailer) return 0;
   const std::size_t n = wire::encode_control(out.first(out.size() - trailer), type, session_id{0}, m);
   if (n == 0 || !id) return n;
-  out[2] = static_cast<std::byte>(wire::authenticated_version);
+  wire::set_version(out, wire::authenticated_version);
   std::memcpy(out.data() + n, extra.data(), extra.size());
   const auto sig = crypto::sign(*id, out.first(n + extra.size()));
   std::memcpy(out.data() + n + extra.size(), sig.data(), sig.size());
@@ -46,7 +46,7 @@ std::error_code open_heartbeat(std::span<const std::byte> d, std::span<const cry
   wire::header h;
   if (auto ec = wire::parse_header(d, h)) return ec;
   if (h.type != wire::msg_type::heartbeat) return errc::unknown_type;
-  const auto v = std::to_integer<std::uint8_t>(d[2]);
+  const auto v = h.version;
   std::span<const std::byte> body = d;
   if (trusted.empty()) {
     if (v != wire::version) return errc::unauthenticated;
@@ -84,7 +84,7 @@ std::error_code open_gap_report(std::span<const std::byte> d, bool require_signe
   wire::header h;
   if (auto ec = wire::parse_header(d, h)) return ec;
   if (h.type != wire::msg_type::gap_report) return errc::unknown_type;
-  const auto v = std::to_integer<std::uint8_t>(d[2]);
+  const auto v = h.version;
   std::span<const std::byte> body = d;
   if (v == wire::authenticated_version) {
     if (d.size() < wire::header_size + gap_report_trailer_bytes) return errc::truncated;

@@ -34,8 +34,7 @@ std::size_t write_chunk(std::span<std::byte> out, session_id session, std::uint3
   if (!fields_valid(count, offset) || digests.size() != digests_at(count, offset)) return 0;
   const std::size_t n = chunk_body_bytes(count, offset);
   if (out.size() < n) return 0;
-  wire::write_header(out, wire::msg_type::block_digests, session);
-  out[2] = std::byte{wire::digest_version};
+  wire::write_header(out, wire::msg_type::block_digests, session, wire::digest_version);
   store_be32(out.data() + 8, first_seq);
   store_be16(out.data() + 12, count);
   store_be16(out.data() + 14, offset);

@@ -118,8 +118,8 @@ struct chunk {
 std::size_t write_chunk(std::span<std::byte> out, session_id session, std::uint32_t first_seq,
                         std::uint16_t count, std::uint16_t offset, std::span<const digest> digests);
 
-/// Parses the signed part of a chunk (the datagram without its trailer), in STYLE.md's order:
-/// length, version and type, fields, declared length.
+/// Parses the signed part of a chunk (the datagram without its trailer), in the order of
+/// docs/architecture.md "House style": length, version and type, fields, declared length.
 /// @return empty, or errc::truncated (shorter than its header), bad_version / unknown_type
 ///         (not a version-3 block_digests datagram), invalid_field (count 0 or above
 ///         max_window, offset not a multiple of digests_per_chunk or not below count), oversized

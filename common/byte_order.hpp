@@ -9,7 +9,7 @@
 /// and alignment, and compilers turn each into one load or store and a byte swap.
 ///
 /// Every function reads or writes exactly sizeof(T) bytes from `p`; the caller has checked
-/// that they are there (the parsers check lengths first, STYLE.md "Input from the network").
+/// that they are there (the parsers check lengths first, docs/architecture.md "House style").
 
 #include <cstddef>
 #include <cstdint>

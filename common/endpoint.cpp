@@ -11,6 +11,12 @@ bool endpoint::is_multicast() const noexcept {
   return v6 ? addr[0] == 0xff : (addr[0] & 0xf0) == 0xe0;
 }
 
+bool endpoint::is_source_specific() const noexcept {
+  if (!v6) return addr[0] == 232;
+  // ff3x::/32: flags 3 (P and T, RFC 3306 section 4), any scope x, prefix length and prefix 0.
+  return addr[0] == 0xff && (addr[1] & 0xf0) == 0x30 && addr[2] == 0 && addr[3] == 0;
+}
+
 std::string endpoint::address_string() const {
   char buf[INET6_ADDRSTRLEN] = {};
   inet_ntop(v6 ? AF_INET6 : AF_INET, addr.data(), buf, sizeof buf);

@@ -23,6 +23,9 @@ struct endpoint {
 
   /// True for 224.0.0.0/4 or ff00::/8.
   bool is_multicast() const noexcept;
+  /// True for the source-specific multicast ranges, 232.0.0.0/8 and ff3x::/32 (RFC 4607
+  /// section 1: routers forward these only to (source, group) joins, RFC 3376 / RFC 3810).
+  bool is_source_specific() const noexcept;
   /// "a.b.c.d:port" or "[v6]:port".
   std::string to_string() const;
   /// The address alone, without port.

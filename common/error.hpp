@@ -14,7 +14,7 @@ namespace mcdist {
 /// Why something from the network or the filesystem was refused.
 enum class errc : std::uint8_t {
   ok = 0,
-  // Datagram framing (checked in this order, after STYLE.md "Input from the network").
+  // Datagram framing (checked in this order, after docs/architecture.md "House style").
   truncated,      ///< shorter than the fixed header, or than a declared length
   bad_magic,      ///< first two bytes are not the mcdist magic
   bad_version,    ///< protocol version this build does not speak
@@ -28,7 +28,7 @@ enum class errc : std::uint8_t {
   not_registered,   ///< message from a receiver id the sender does not have registered
   stale,            ///< message for an earlier pass or answered state; harmless
   duplicate,        ///< block already held
-  // Manifest paths (DESIGN.md "Receiver storage").
+  // Manifest paths (docs/architecture.md "Data flow in one session").
   path_empty,
   path_absolute,
   path_dot_dot,
@@ -45,7 +45,7 @@ enum class errc : std::uint8_t {
   registration_closed,
   not_in_group,
   cancelled,
-  // Budgets (issue 8 item 4: an unverified datagram costs bounded memory and disk).
+  // Budgets (an unverified datagram costs bounded memory and disk).
   over_budget,        ///< the session's or the daemon's memory budget cannot cover the state
   too_many_sessions,  ///< the daemon's or this source's session limit is reached
   wrong_socket,       ///< an announce arrived on the unicast reply socket, not a channel
@@ -62,7 +62,7 @@ enum class errc : std::uint8_t {
   clock_skew,  ///< a signed session stamped ahead of the site's clock by more than max_clock_skew
   unstamped,   ///< a signed session whose announce carries no timestamp (an older sender)
   replay_cache_unwritable,  ///< the site cannot make its replay cache durable: fails closed
-  count_            ///< number of codes; not an error
+  count_                    ///< number of codes; not an error
 };
 
 /// The category of mcdist::errc; name() is "mcdist".

@@ -1,6 +1,6 @@
 #pragma once
 /// @file
-/// Reed-Solomon erasure code for parity repairs (issue 12 item 1; RFC 5510 "Reed-Solomon
+/// Reed-Solomon erasure code for parity repairs (RFC 5510 "Reed-Solomon
 /// Forward Error Correction (FEC) Schemes", which defines the code over GF(2^m) for m = 2..16).
 /// One FEC block is n source blocks (n <= k) and up to max_parity parity blocks, all of the same
 /// length (a short source block is zero-padded to it). Parity block p is row k + p of a
@@ -20,8 +20,8 @@
 ///   block would need the pad byte on the wire too). FEC blocks of
 ///   thousands of sources spread the maximum of the sites' losses over more blocks: parity then
 ///   costs close to the largest single site's loss, not the sum of per-FEC-block maxima
-///   (docs/design-notes.md "Parity repairs"). About 1.3 GB/s per multiply-add on this machine,
-///   against several GB/s for ISA-L (docs/benchmarks.md "Parity codec").
+///   (docs/design-notes.md "Parity repairs"). It is several times slower per multiply-add than
+///   ISA-L's GF(2^8) (docs/benchmarks.md "Parity codec" has the rates).
 ///
 /// Decoding solves only for the e missing sources: with S the present sources and P the e parity
 /// rows used, the missing sources are inv(C[P][M]) * (parity - C[P][S] * present), which costs

@@ -28,22 +28,20 @@ struct strong_id {
   }
 };
 
-/// 32-bit session identifier chosen at random by the sender (DESIGN.md "session"). Its text
-/// form, in logs, file names, journals and status pages, is 8 lower-case hex digits, written by
-/// the fmt formatter below and nowhere else: fmt::format("session {}", id).
+/// 32-bit session identifier chosen at random by the sender (docs/architecture.md "Vocabulary").
+/// Its text form, in logs, file names, journals and status pages, is 8 lower-case hex digits,
+/// written by the fmt formatter below and nowhere else: fmt::format("session {}", id).
 using session_id = strong_id<std::uint32_t, struct session_id_tag>;
 /// Index of a file in a session's manifest, 0-based.
 using file_index = strong_id<std::uint32_t, struct file_index_tag>;
 /// Index of a block within one file, 0-based; block b covers bytes [b*block_size,
 /// (b+1)*block_size).
 using block_index = strong_id<std::uint32_t, struct block_index_tag>;
-/// Pass number, 1-based: pass 1 sends every block, pass k>1 the blocks NAKed since.
-using pass_number = strong_id<std::uint32_t, struct pass_number_tag>;
 
 /// Secret that lets one receiver fetch one session's remainder over the unicast fallback
-/// (DESIGN.md "Unicast fallback"): 128 bits from the kernel's CSPRNG (getrandom), so neither
-/// guessing nor predicting one from another is possible; all zero is not a valid token. In a
-/// signed session knowing it is not enough: the connection must also prove the site's pairwise
+/// (docs/design-notes.md "Unicast fallback"): 128 bits from the kernel's CSPRNG (getrandom), so
+/// neither guessing nor predicting one from another is possible; all zero is not a valid token. In
+/// a signed session knowing it is not enough: the connection must also prove the site's pairwise
 /// key (common/unicast/hello_proof.hpp).
 using fallback_token = std::array<std::uint8_t, 16>;
 

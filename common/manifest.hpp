@@ -1,7 +1,7 @@
 #pragma once
 /// @file
-/// The manifest: the list of files of a file set (DESIGN.md "manifest"), and the limits a
-/// receiver applies to what a manifest may ask of it.
+/// The manifest: the list of files of a file set (docs/architecture.md "Vocabulary"), and the
+/// limits a receiver applies to what a manifest may ask of it.
 
 #include "common/sha256.hpp"
 

@@ -1,7 +1,7 @@
 #pragma once
 /// @file
-/// Validation of manifest paths, which come from the network (DESIGN.md "Receiver storage"):
-/// a receiver never writes outside its destination and temp directories.
+/// Validation of manifest paths, which come from the network (docs/architecture.md "Data flow in
+/// one session"): a receiver never writes outside its destination and temp directories.
 
 #include <cstddef>
 #include <string>

@@ -1,11 +1,12 @@
 #pragma once
 /// @file
-/// A debug check that an object stays on one thread, its io_context's (STYLE.md "one
-/// io_context, one network thread, per program; assert it instead of sprinkling strands").
-/// The model is libtorrent's `single_threaded` with `TORRENT_ASSERT(is_single_thread())`: the
-/// first check binds the object to the calling thread, and every later check must come from
-/// that thread. The daemons, the sender and the unicast servers and clients check it where
-/// their handlers enter (receive completions, timers, callbacks from the core and the store).
+/// A debug check that an object stays on one thread, its io_context's (docs/architecture.md
+/// "Layers": "one io_context, one network thread, per program; assert it instead of sprinkling
+/// strands"). The model is libtorrent's `single_threaded` with
+/// `TORRENT_ASSERT(is_single_thread())`: the first check binds the object to the calling thread,
+/// and every later check must come from that thread. The daemons, the sender and the unicast
+/// servers and clients check it where their handlers enter (receive completions, timers, callbacks
+/// from the core and the store).
 ///
 /// MCDIST_ASSERT_SINGLE_THREAD aborts with the file and line when a check fails, in builds
 /// with MCDIST_THREAD_CHECKS set: debug builds (no NDEBUG) and the ASan+UBSan and fuzz builds

@@ -20,6 +20,11 @@ struct core_clock {
 using duration = core_clock::duration;
 using time_point = core_clock::time_point;
 
+/// Wall-clock time (std::chrono::system_clock): the dates of products, sessions and log lines
+/// as journals, pages, metrics and signed timestamps carry them. Never used for intervals
+/// (a stepped clock would bend them): those are time_point.
+using wall_time = std::chrono::system_clock::time_point;
+
 /// Converts a steady_clock reading into core time (same epoch, nanoseconds).
 inline time_point from_steady(std::chrono::steady_clock::time_point t) noexcept {
   return time_point{std::chrono::duration_cast<duration>(t.time_since_epoch())};

@@ -1,10 +1,9 @@
 #pragma once
 /// @file
-/// The transport of a unicast fallback (DESIGN.md "Unicast fallback"), one enum for the sender
-/// core, its summary and the unicast subsystem, and one spelling of it in logs, summaries and on
-/// the command line: DESIGN.md's "SCTP" (usrsctp over UDP, the default) is "sctp", its "kernel
-/// SCTP" is "sctp-kernel", multi-socket TCP is "tcp" (mcdist-send --fallback takes the same
-/// words).
+/// The transport of a unicast fallback (docs/design-notes.md "Unicast fallback"), one enum for the
+/// sender core, its summary and the unicast subsystem, and one spelling of it in logs, summaries
+/// and on the command line: SCTP over UDP (usrsctp, the default) is "sctp", the kernel's SCTP is
+/// "sctp-kernel", multi-socket TCP is "tcp" (mcdist-send --fallback takes the same words).
 
 #include <fmt/format.h>
 

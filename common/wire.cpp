@@ -70,14 +70,20 @@ std::error_code parse_header(std::span<const std::byte> datagram, header& out) n
   }
   out.type = static_cast<msg_type>(type);
   out.session = session_id{load_be32(datagram.data() + 4)};
+  out.version = v;
   return {};
 }
 
-void write_header(std::span<std::byte> out, msg_type type, session_id session) noexcept {
+void write_header(std::span<std::byte> out, msg_type type, session_id session,
+                  std::uint8_t v) noexcept {
   store_be16(out.data(), magic);
-  out[2] = static_cast<std::byte>(version);
+  out[2] = static_cast<std::byte>(v);
   out[3] = static_cast<std::byte>(type);
   store_be32(out.data() + 4, session.value);
+}
+
+void set_version(std::span<std::byte> datagram, std::uint8_t v) noexcept {
+  datagram[2] = static_cast<std::byte>(v);
 }
 
 std::error_code parse_data(std::span<const std::byte> datagram, data_header& out,

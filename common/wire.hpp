@@ -1,6 +1,6 @@
 #pragma once
 /// @file
-/// The mcdist wire format (DESIGN.md "Protocol outline"; README "Wire format").
+/// The mcdist wire format (docs/architecture.md "Data flow in one session"; README "Wire format").
 ///
 /// Every datagram starts with an 8-byte header in network byte order:
 ///
@@ -16,7 +16,7 @@
 ///     | sequence     | file index   | block index  | payload ...      |
 ///     +--------------+--------------+--------------+------------------+
 ///
-/// A parity datagram (type parity, issue 12) has the same shape, naming a FEC block and a parity
+/// A parity datagram (type parity) has the same shape, naming a FEC block and a parity
 /// index instead of a file and a block; its payload is one block_size-byte parity block of the
 /// FEC block's sources, each zero-padded to block_size (common/fec.hpp, common/fec_layout.hpp):
 ///
@@ -78,7 +78,7 @@ inline constexpr std::uint32_t min_block_size = 256;
 inline constexpr std::uint32_t max_block_size =
     packet::jumbo_mtu - packet::ipv4_udp_overhead - data_header_size;
 /// Default block size, bytes: 1400 + 20 + 28 = 1448, inside a 1500-byte MTU with room for
-/// tunnel overheads (DESIGN.md "block").
+/// tunnel overheads (docs/architecture.md "Vocabulary").
 inline constexpr std::uint32_t default_block_size = 1400;
 static_assert(default_block_size + data_header_size + packet::ipv4_udp_overhead <
               packet::ethernet_mtu);
@@ -108,9 +108,9 @@ enum class msg_type : std::uint8_t {
   complete_ack = 9,
   session_end = 10,
   fallback = 11,
-  parity = 12,  ///< a parity block of a FEC block (issue 12, parity repairs)
+  parity = 12,  ///< a parity block of a FEC block (parity repairs)
   // 13 is unassigned.
-  /// Blocks scheduled for repair (proto repair_advert), multicast (issue 12, NAK feedback).
+  /// Blocks scheduled for repair (proto repair_advert), multicast (NAK feedback).
   repair_advert = 14,
   /// Truncated SHA-256 of a window of data and parity datagrams, signed (wire version 3 only:
   /// common/block_digests.hpp), multicast ahead of them in silent signed sessions.
@@ -158,6 +158,9 @@ const char* to_string(msg_type t) noexcept;
 struct header {
   msg_type type{};
   session_id session{};
+  /// version, authenticated_version or digest_version: whether a trailer (common/auth.hpp) or
+  /// a block digest (common/block_digests.hpp) authenticates the datagram
+  std::uint8_t version = wire::version;
 };
 
 /// The data header fields after the common header.
@@ -176,16 +179,23 @@ struct parity_header {
   std::uint32_t index = 0;      ///< parity index within the FEC block (< fec::codec::max_parity)
 };
 
-/// Checks the common header: length, magic, version, known type, size limit.
+/// Checks the common header: length, magic, version, known type, size limit. The one parse
+/// of a datagram's header on the receive paths: the shells hand the result on to the channel
+/// filter, authentication and the engine, and read no header bytes themselves.
 /// @param datagram  the whole datagram as received
-/// @param out       filled on success
+/// @param out       filled on success (type, session, version)
 /// Versions 1 (wire::version), 2 (authenticated_version) and 3 (digest_version) are accepted.
 /// @return empty, or errc::truncated / bad_magic / bad_version / unknown_type / oversized
 std::error_code parse_header(std::span<const std::byte> datagram, header& out) noexcept;
 
 /// Writes the common header into the first header_size bytes of `out` (which must be that
 /// long).
-void write_header(std::span<std::byte> out, msg_type type, session_id session) noexcept;
+void write_header(std::span<std::byte> out, msg_type type, session_id session,
+                  std::uint8_t version = wire::version) noexcept;
+
+/// Sets the version byte of a datagram whose common header is written (`datagram` at least
+/// header_size bytes): how an authentication layer marks the trailer it appends.
+void set_version(std::span<std::byte> datagram, std::uint8_t version) noexcept;
 
 /// Parses a data datagram whose common header parse_header already accepted as type data.
 /// @param payload  set to the block payload (may be empty only if the file is empty, which

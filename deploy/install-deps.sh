@@ -2,7 +2,11 @@
 # Installs everything mcdist needs to build, test and run its demo on Debian 12, with apt-get.
 #   deploy/install-deps.sh          build, test and demo dependencies (clang-14 + libfuzzer-14-dev:
 #                                   deploy/run-fuzz.sh)
-#   deploy/install-deps.sh --bench  also the peers and tools of tests/bench (uftp, iperf3, gnuplot, rsync)
+#   deploy/install-deps.sh --demo   only what building the programs and running the demo need
+#                                   (deploy/run-demo.sh: no test tools, browsers or fuzzers)
+#   deploy/install-deps.sh --bench  also the peers and tools of tests/bench (uftp, libnorm-dev for
+#                                   the NORM peer of tests/bench/norm, udpcast, iperf3, gnuplot,
+#                                   rsync)
 set -euo pipefail
 
 if [ "$(id -u)" -ne 0 ]; then
@@ -10,22 +14,28 @@ if [ "$(id -u)" -ne 0 ]; then
   exit 1
 fi
 
+# What the programs build with, and what the demo runs on.
 packages=(
-  build-essential cmake ninja-build pkg-config git
-  libboost1.81-dev libprotobuf-dev protobuf-compiler libspdlog-dev catch2 libssl-dev
+  build-essential cmake ninja-build pkg-config
+  libboost1.81-dev libprotobuf-dev protobuf-compiler libspdlog-dev libssl-dev
   libcli11-dev libtomlplusplus-dev libsodium-dev libusrsctp-dev libsctp-dev nlohmann-json3-dev
   libisal-dev libgf-complete-dev ccache
+  libmosquitto-dev libsqlite3-dev libcurl4-openssl-dev
   python3 iproute2 libeccodes-data
-  chromium prometheus
-  systemd help2man lintian
-  tshark
-  clang-14 libfuzzer-14-dev clang-format-14 clang-tidy-14
-  libmosquitto-dev mosquitto mosquitto-clients
-  libsqlite3-dev sqlite3
-  libcurl4-openssl-dev
 )
+# What the tests, the package, lint and fuzzing add.
+if [ "${1:-}" != "--demo" ]; then
+  packages+=(
+    git catch2
+    chromium prometheus
+    systemd help2man lintian
+    tshark
+    clang-14 libfuzzer-14-dev clang-format-14 clang-tidy-14
+    mosquitto mosquitto-clients sqlite3
+  )
+fi
 if [ "${1:-}" = "--bench" ]; then
-  packages+=(uftp iperf3 gnuplot-nox rsync netcat-openbsd time)
+  packages+=(uftp libnorm-dev udpcast iperf3 gnuplot-nox rsync netcat-openbsd time)
 fi
 
 missing=()

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The tree's layout and lint checks (issue 9), run by .ci/run after the tests:
+# The tree's layout and lint checks, run by .ci/run after the tests:
 #   1. clang-format-14 --dry-run -Werror on every tracked C++ file (.clang-format at the root);
 #   2. clang-tidy-14 with the checks of .clang-tidy (warnings are errors) over the pure layers'
 #      sources (the common core, sender/core, receiver/core, receiver/storage): the code the

@@ -68,7 +68,7 @@ class field_reader {
     return std::nullopt;
   }
 
-  std::optional<clock_time> time(const char* key, bool required) {
+  std::optional<wall_time> time(const char* key, bool required) {
     const auto it = m_o.find(key);
     if (it == m_o.end()) {
       if (required) fail(std::string("\"") + key + "\" is required");
@@ -103,7 +103,7 @@ parsed_request done(field_reader& f, R r) {
   return {control_request(std::move(r)), {}};
 }
 
-std::int64_t ns(clock_time t) { return to_ns(t); }
+std::int64_t ns(wall_time t) { return to_ns(t); }
 
 }  // namespace
 
@@ -126,7 +126,7 @@ parsed_request parse_request(std::string_view line) {
       field_reader f(j, {"cmd", "site", "since_ns", "product", "channel", "limit"});
       history_request r;
       r.site = f.string("site", true).value_or("");
-      r.since = f.time("since_ns", true).value_or(clock_time{});
+      r.since = f.time("since_ns", true).value_or(wall_time{});
       r.glob = f.string("product", false);
       r.channel = f.string("channel", false);
       if (const auto it = j.find("limit"); it != j.end()) {
@@ -141,7 +141,7 @@ parsed_request parse_request(std::string_view line) {
       field_reader f(j, {"cmd", "site", "since_ns"});
       missing_request r;
       r.site = f.string("site", true).value_or("");
-      r.since = f.time("since_ns", true).value_or(clock_time{});
+      r.since = f.time("since_ns", true).value_or(wall_time{});
       return done(f, std::move(r));
     }
     if (cmd == "resend") {
@@ -210,7 +210,7 @@ json to_json(const control_request& req) {
       req);
 }
 
-std::string format_time(clock_time t) {
+std::string format_time(wall_time t) {
   const auto n = to_ns(t);
   auto secs = n / 1'000'000'000;
   auto ms = (n % 1'000'000'000) / 1'000'000;
@@ -304,7 +304,7 @@ json journal_handler::status() {
   j["sites"] = json::array();
   for (const auto& s : m_journal.sites()) j["sites"].push_back(to_json(s));
   j["sessions"] = json::array();
-  for (const auto& s : m_journal.sessions(clock_time{}, 20)) j["sessions"].push_back(to_json(s));
+  for (const auto& s : m_journal.sessions(wall_time{}, 20)) j["sessions"].push_back(to_json(s));
   return j;
 }
 

@@ -19,6 +19,7 @@
 /// The keys of each answer are listed at the functions that build them; they are stable
 /// (mcdistctl --json prints them as they are).
 
+#include "common/wire.hpp"
 #include "feed/journal.hpp"
 
 #include <nlohmann/json.hpp>
@@ -49,7 +50,7 @@ struct status_request {};
 
 struct history_request {
   std::string site;
-  clock_time since{};
+  wall_time since{};
   std::optional<std::string> glob;  ///< SQLite GLOB on the product name
   std::optional<std::string> channel;
   std::size_t limit = max_history_rows;  ///< 1..max_history_rows
@@ -57,14 +58,14 @@ struct history_request {
 
 struct missing_request {
   std::string site;
-  clock_time since{};
+  wall_time since{};
 };
 
 struct resend_request {
   std::string site;
-  std::optional<clock_time> since;                              ///< products sent at or after
+  std::optional<wall_time> since;                              ///< products sent at or after
   std::optional<std::string> glob;                              ///< products whose name matches
-  std::optional<std::pair<std::uint64_t, std::uint64_t>> seqs;  ///< inclusive batch seq range
+  std::optional<wire::seq_span> seqs;  ///< inclusive batch seq range
   std::optional<std::string> channel;
   bool unicast = false;  ///< over the unicast fallback instead of multicast
   /// Filled by the server from SO_PEERCRED (who asked, for the daemon's log); not on the wire.
@@ -152,7 +153,7 @@ void answer_async(control_handler& h, std::string_view line, std::optional<std::
 std::string to_line(const nlohmann::json& j);
 
 /// A time as the protocol shows it: "2026-01-01T00:00:00.123Z" (UTC, milliseconds).
-std::string format_time(clock_time t);
+std::string format_time(wall_time t);
 
 // Rows as JSON objects (stable keys: see the implementation's single place for each).
 nlohmann::json to_json(const history_row& r);

@@ -9,10 +9,9 @@
 ///
 /// Access: the socket file is created mode 0660 (never wider, even for a moment: the umask is
 /// tightened around bind) and given to the configured operator group, so only the daemon's user
-/// and that group can connect (issue 10: "reachable only by the daemon's user and an operator
-/// group"). A path that exists and is not a socket is refused (a typo must not delete a file);
-/// a socket nobody listens on (left by a crash) is replaced; a socket a live daemon listens on
-/// is refused (two daemons on one journal).
+/// and that group can connect. A path that exists and is not a socket is refused (a typo must not
+/// delete a file); a socket nobody listens on (left by a crash) is replaced; a socket a live daemon
+/// listens on is refused (two daemons on one journal).
 ///
 /// Everything a client sends is untrusted and bounded, so that no client can end the daemon,
 /// stall its io thread or grow its memory: a request line is at most max_request_bytes (a longer

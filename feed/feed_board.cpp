@@ -4,15 +4,11 @@
 
 namespace mcdist::feed {
 
-std::int64_t minute_since_epoch(clock_time t) noexcept {
-  return std::chrono::floor<std::chrono::minutes>(t.time_since_epoch()).count();
-}
-
 feed_board::feed_board(std::vector<std::string> channels)
     : m_names(std::move(channels)), m_channels(m_names.size()) {}
 
 void feed_board::record_outcome(std::string_view site, std::size_t channel, std::int64_t product_id,
-                                feed::outcome o, clock_time now) {
+                                feed::outcome o, wall_time now) {
   if (channel >= m_channels.size()) return;
   auto it = m_sites.find(site);
   if (it == m_sites.end()) it = m_sites.emplace(std::string(site), site_tally{}).first;
@@ -33,7 +29,7 @@ void feed_board::record_outcome(std::string_view site, std::size_t channel, std:
 }
 
 void feed_board::restore_missing(std::string_view site, std::size_t channel,
-                                 std::int64_t product_id, clock_time since) {
+                                 std::int64_t product_id, wall_time since) {
   if (channel >= m_channels.size()) return;
   auto it = m_sites.find(site);
   if (it == m_sites.end()) it = m_sites.emplace(std::string(site), site_tally{}).first;
@@ -47,7 +43,7 @@ void feed_board::restore_missing(std::string_view site, std::size_t channel,
 }
 
 void feed_board::site_report(std::size_t channel, const sender::receiver_report& r,
-                             double nak_ratio, clock_time now) {
+                             double nak_ratio, wall_time now) {
   if (channel >= m_channels.size()) return;
   auto& s = m_sites[r.id];
   s.channel = m_names[channel];
@@ -70,20 +66,13 @@ void feed_board::site_report(std::size_t channel, const sender::receiver_report&
 void feed_board::session_done(std::size_t channel, session_kind kind, std::uint64_t seq,
                               const std::vector<product>& products,
                               const sender::session_report& report, bool products_sent,
-                              clock_time now) {
+                              wall_time now) {
   if (channel >= m_channels.size()) return;
   using st = sender::receiver_report::state_t;
   auto& c = m_channels[channel];
   ++c.sessions[static_cast<std::size_t>(kind)];
 
-  const std::int64_t m = minute_since_epoch(now);
-  if (c.minutes.empty() || c.minutes.back().first < m) c.minutes.emplace_back(m, 0);
-  // A clock stepped back adds to the newest minute rather than reorder the ring.
-  c.minutes.back().second += report.data_bytes;
-  while (!c.minutes.empty() &&
-         c.minutes.front().first <= m - static_cast<std::int64_t>(minutes_kept)) {
-    c.minutes.pop_front();
-  }
+  c.minutes.add(report.data_bytes, now);
 
   if (!products_sent) return;
   // Per product, the sites that stored or held it (the rule of record_outcomes).
@@ -109,17 +98,9 @@ void feed_board::session_done(std::size_t channel, session_kind kind, std::uint6
   if (!products.empty()) c.last_sent = now;
 }
 
-std::vector<std::uint64_t> feed_board::bytes_per_minute(std::size_t channel, clock_time now) const {
-  std::vector<std::uint64_t> out(minutes_kept, 0);
-  if (channel >= m_channels.size()) return out;
-  const std::int64_t last = minute_since_epoch(now);
-  for (const auto& [m, bytes] : m_channels[channel].minutes) {
-    const std::int64_t back = last - m;
-    if (back >= 0 && back < static_cast<std::int64_t>(minutes_kept)) {
-      out[minutes_kept - 1 - static_cast<std::size_t>(back)] += bytes;
-    }
-  }
-  return out;
+std::vector<std::uint64_t> feed_board::bytes_per_minute(std::size_t channel, wall_time now) const {
+  if (channel >= m_channels.size()) return std::vector<std::uint64_t>(minutes_kept, 0);
+  return m_channels[channel].minutes.per_minute(now);
 }
 
 }  // namespace mcdist::feed

@@ -11,6 +11,7 @@
 /// Counts start at zero with the daemon (Prometheus counters may reset: rate() handles it);
 /// the journal keeps the durable history (mcdistctl history / missing).
 
+#include "common/http/throughput.hpp"
 #include "feed/journal.hpp"
 #include "sender/core/sender_session.hpp"
 #include "sender/io/summary.hpp"
@@ -34,7 +35,7 @@ struct sent_record {
   std::uint64_t size = 0;
   std::uint64_t seq = 0;       ///< the batch's sequence number
   std::string session;         ///< session id, text form
-  clock_time at{};             ///< when its session ended
+  wall_time at{};             ///< when its session ended
   std::uint32_t sites_ok = 0;  ///< sites that stored or held it
   std::uint32_t sites = 0;     ///< sites in the session
 };
@@ -48,10 +49,9 @@ struct channel_tally {
   std::uint64_t products_refused = 0;
   /// Sessions ended, by session_kind (batch, catchup, resend).
   std::array<std::uint64_t, 3> sessions{};
-  std::optional<clock_time> last_sent;  ///< end of the latest batch session
+  std::optional<wall_time> last_sent;  ///< end of the latest batch session
   std::deque<sent_record> recent;       ///< newest last, at most feed_board::max_recent_products
-  /// (minute since the epoch, multicast payload bytes, repairs included), oldest first
-  std::deque<std::pair<std::int64_t, std::uint64_t>> minutes;
+  http::minute_ring minutes;  ///< multicast payload bytes, repairs included
 };
 
 /// Per-site figures, from its latest session on any channel.
@@ -64,13 +64,13 @@ struct site_tally {
   std::string path;
   std::string channel;                          ///< of its latest session
   std::set<std::string, std::less<>> channels;  ///< every channel it was seen on
-  std::optional<clock_time> last_seen;          ///< end of the latest session it took part in
+  std::optional<wall_time> last_seen;          ///< end of the latest session it took part in
   std::optional<double> rtt_s;                  ///< last RTT sample, seconds
   double nak_ratio = 0;  ///< blocks NAKed / data datagrams sent, latest session, 0..1
   std::map<std::string, std::uint64_t, std::less<>> fallbacks;  ///< by transport ("tcp", ...)
   std::array<std::uint64_t, 4> outcomes{};  ///< by outcome (stored, held, failed, missed)
   /// Products sent that it has not stored or held yet: id -> (channel, when first missed).
-  std::map<std::int64_t, std::pair<std::string, clock_time>> missing;
+  std::map<std::int64_t, std::pair<std::string, wall_time>> missing;
   /// More products were missing than feed_board::max_missing_tracked: `missing` holds the
   /// first ones only, so the lag is a lower bound.
   bool missing_truncated = false;
@@ -82,7 +82,7 @@ class feed_board {
   /// Products kept per channel (50, as mcdistd's page: what a person scans).
   static constexpr std::size_t max_recent_products = 50;
   /// Minutes of throughput kept: the page's chart covers the last hour.
-  static constexpr std::size_t minutes_kept = 60;
+  static constexpr std::size_t minutes_kept = http::minute_ring::minutes_kept;
   /// Missing products remembered per site (10,000: a site down for a day of a busy channel;
   /// ~100 bytes each, 1 MB per site at most).
   static constexpr std::size_t max_missing_tracked = 10'000;
@@ -93,21 +93,21 @@ class feed_board {
   /// A product x site outcome, as journaled. stored/held clear the product from the site's
   /// lag, failed/missed add it.
   void record_outcome(std::string_view site, std::size_t channel, std::int64_t product_id,
-                      feed::outcome o, clock_time now);
+                      feed::outcome o, wall_time now);
   /// At start-up: a product the journal lists as missing at `site` since `since` (its lag
   /// survives a restart). Counts no outcome and changes no state.
   void restore_missing(std::string_view site, std::size_t channel, std::int64_t product_id,
-                       clock_time since);
+                       wall_time since);
   /// A site's report at the end of a session on `channel` (any state). A site that never
   /// registered (state missing, or failed without an address) is "missing" and not seen.
   /// @param nak_ratio  as journaled (site_row::nak_ratio)
   void site_report(std::size_t channel, const sender::receiver_report& r, double nak_ratio,
-                   clock_time now);
+                   wall_time now);
   /// A session ended on `channel`. `products_sent`: its products count as sent (a batch that
   /// was not interrupted by shutdown). `products[i]` is the session's file i.
   void session_done(std::size_t channel, session_kind kind, std::uint64_t seq,
                     const std::vector<product>& products, const sender::session_report& report,
-                    bool products_sent, clock_time now);
+                    bool products_sent, wall_time now);
 
   /// A spool file of `channel` was refused (channel_tally::products_refused).
   void refused(std::size_t channel) { ++m_channels.at(channel).products_refused; }
@@ -124,15 +124,12 @@ class feed_board {
   const std::map<std::string, site_tally, std::less<>>& sites() const noexcept { return m_sites; }
   /// Bytes multicast on `channel` in each of the last minutes_kept minutes, oldest first, the
   /// last entry being the minute of `now`. A session's bytes count in the minute it ended.
-  std::vector<std::uint64_t> bytes_per_minute(std::size_t channel, clock_time now) const;
+  std::vector<std::uint64_t> bytes_per_minute(std::size_t channel, wall_time now) const;
 
  private:
   std::vector<std::string> m_names;
   std::vector<channel_tally> m_channels;
   std::map<std::string, site_tally, std::less<>> m_sites;
 };
-
-/// Minutes since the Unix epoch of a wall time.
-std::int64_t minute_since_epoch(clock_time t) noexcept;
 
 }  // namespace mcdist::feed

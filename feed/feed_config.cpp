@@ -269,15 +269,6 @@ bool inside(const std::filesystem::path& a, const std::filesystem::path& b) {
   return true;
 }
 
-}  // namespace
-
-endpoint default_http_endpoint() {
-  auto e = *parse_address("127.0.0.1");
-  e.port = default_http_port;
-  return e;
-}
-
-namespace {
 
 feed_config from_table(const toml::table& t, const std::string& source) {
   const table_reader r(t, "", source,
@@ -285,9 +276,12 @@ feed_config from_table(const toml::table& t, const std::string& source) {
                         "retained", "control_socket", "control_group", "http", "products_http",
                         "products_tls_cert", "products_tls_key", "channel", "wis2"});
   feed_config c;
-  const auto itf = r.required_string("interface", "\"10.0.0.5\"");
-  const auto a = parse_address(itf);
-  if (!a) r.fail("interface", "= \"" + itf + "\" is not a local IP address");
+  const auto itf = r.required_string("interface", "\"10.0.0.5\" or \"eth1\"");
+  const auto a = net::parse_interface(itf);
+  if (!a || a->any()) {
+    r.fail("interface",
+           "= \"" + itf + "\" is neither a local IP address nor an interface name (e.g. eth1)");
+  }
   c.interface = *a;
   if (auto v = r.string("key")) c.key_file = *v;
   if (auto v = r.string("site_keys")) {
@@ -326,19 +320,10 @@ feed_config from_table(const toml::table& t, const std::string& source) {
   if (auto v = r.string("control_group")) c.control_group = *v;
   if (auto v = r.string("http")) {
     c.http_explicit = true;
-    if (*v == "off") {
-      c.http.reset();
-    } else {
-      // Port 0 (any free port, logged at start) is for tests; parse_endpoint refuses it.
-      const bool any_port = v->size() > 2 && v->ends_with(":0");
-      const auto e = any_port ? parse_endpoint(std::string_view(*v).substr(0, v->size() - 2), 0)
-                              : parse_endpoint(*v);
-      if (!e || e->is_multicast()) {
-        r.fail("http", "= \"" + *v +
-                           "\" is not a local ADDR:PORT to serve status on (e.g. \"127.0.0.1:" +
-                           std::to_string(default_http_port) + "\") or \"off\"");
-      }
-      c.http = e;
+    try {
+      c.http = http::parse_status_address(*v, default_http_port);
+    } catch (const std::invalid_argument& e) {
+      r.fail("http", std::string("= ") + e.what());
     }
   }
   if (auto v = r.string("products_http")) {
@@ -405,9 +390,15 @@ feed_config from_table(const toml::table& t, const std::string& source) {
     const auto* ct = arr->get(i)->as_table();
     if (!ct) throw config_error(source + ": 'channel[" + std::to_string(i) + "]' must be a table");
     auto cc = parse_channel(*ct, i, source, c.rate_bps);
-    if (cc.group.v6 != c.interface.v6) {
+    if (c.interface.address && cc.group.v6 != c.interface.address->v6) {
       throw config_error(source + ": 'channel[" + std::to_string(i) +
                          "].group' is not of the interface's address family");
+    }
+    // Sessions of every channel leave from one resolved interface address.
+    if (!c.channels.empty() && cc.group.v6 != c.channels.front().group.v6) {
+      throw config_error(source + ": 'channel[" + std::to_string(i) +
+                         "].group' is not of the first channel's address family: one feed "
+                         "sends one family");
     }
     if (!names.insert(cc.name).second) {
       throw config_error(source + ": two channels are named \"" + cc.name + "\"");

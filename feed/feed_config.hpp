@@ -6,6 +6,8 @@
 /// the rate, its batching and what happens to a product once sent. Every error names the key.
 
 #include "common/endpoint.hpp"
+#include "common/http/status_address.hpp"
+#include "common/net/interface.hpp"
 #include "common/wis2/wis2_publisher.hpp"
 #include "sender/io/session_profile.hpp"
 
@@ -38,8 +40,6 @@ enum class after_send : std::uint8_t {
 /// The hub's status port (next to mcdistd's 9611, so both run on one host).
 inline constexpr std::uint16_t default_http_port = 9612;
 
-/// 127.0.0.1:default_http_port.
-endpoint default_http_endpoint();
 
 /// One `[[channel]]`.
 struct channel_config {
@@ -94,7 +94,9 @@ struct channel_config {
 
 /// Everything mcdist-feed needs.
 struct feed_config {
-  endpoint interface;               ///< local address sessions leave from
+  /// `interface`: the name or local address of the interface sessions leave by
+  /// (common/net/interface.hpp; resolved when the feed starts, for the channels' family).
+  net::interface_spec interface;
   std::filesystem::path key_file;   ///< sender key (mcdist-keygen); empty: unsigned sessions
   std::filesystem::path site_keys;  ///< "SITE-ID KEY" lines (sender_app read_site_keys); optional
   std::uint64_t rate_bps = 100'000'000;  ///< total multicast rate of all channels, bit/s
@@ -110,7 +112,7 @@ struct feed_config {
   std::string control_group;             ///< group that may use it besides the daemon's user
   /// Status page, /status and /metrics (feed_http.hpp); std::nullopt = "off". Default
   /// 127.0.0.1:default_http_port: status stays on the host unless the operator opens it.
-  std::optional<endpoint> http = default_http_endpoint();
+  std::optional<endpoint> http = http::loopback_status_address(default_http_port);
   bool http_explicit = false;  ///< `http` was set: an address in use is then an error
   /// `products_http`: the product server (feed/product_server.hpp) for one-way sites' catch-up
   /// over a terrestrial path and WIS2 links: /catch-up/, /products/, /data/. std::nullopt:

@@ -103,6 +103,14 @@ feed_daemon::feed_daemon(boost::asio::io_context& io, feed_config cfg,
       }
     }
   }
+  try {
+    const bool v6 = m_cfg.channels.empty()
+                        ? (m_cfg.interface.address && m_cfg.interface.address->v6)
+                        : m_cfg.channels.front().group.v6;
+    m_interface = net::resolve_interface(m_cfg.interface, v6);
+  } catch (const net::interface_error& e) {
+    throw config_error(std::string("interface: ") + e.what());
+  }
   if (m_cfg.wis2) {
     m_wis2 = std::make_unique<wis2_publisher>(*m_cfg.wis2, "mcdist-feed", m_log);
   }
@@ -174,7 +182,7 @@ void feed_daemon::start() {
   }
   start_unicast();
   m_heartbeats = std::make_unique<heartbeat_service>(
-      m_io, m_cfg.interface, m_identity ? &*m_identity : nullptr, m_site_keys,
+      m_io, m_interface, m_identity ? &*m_identity : nullptr, m_site_keys,
       [this](std::size_t ch) { return m_journal.last_seq(m_cfg.channels[ch].name); },
       [this](std::size_t ch) {
         std::vector<wire::seq_span> under_way;
@@ -210,7 +218,7 @@ std::vector<heartbeat_channel> feed_daemon::heartbeat_channels() const {
 
 void feed_daemon::start_unicast() {
   unicast::server_options so;
-  endpoint local = m_cfg.interface;
+  endpoint local = m_interface.address;
   local.port = 0;
   so.sctp_udp = local;
   so.tcp = local;
@@ -288,8 +296,8 @@ void feed_daemon::flush_found() {
     // them (and is a regular file below the spool), else left as a new product.
     std::string why;
     const auto root = spool_root_of(p.spool_path, p.name);
-    const auto o = root ? open_product(*root, p.name, {p.size, p.mtime_ns}, m_own_files, why)
-                        : std::nullopt;
+    const auto o =
+        root ? open_product(*root, p.name, {p.size, p.mtime_ns}, m_own_files, why) : std::nullopt;
     if (!o) continue;
     m_log->info(
         "channel {}: {} was sent before the last stop but is still in the spool; "
@@ -331,10 +339,22 @@ void feed_daemon::maybe_start(std::size_t ch) {
   if (cs.retired) return;
   while (cs.runs.size() < cs.cfg->concurrent_sessions && !m_stopping) {
     const bool batch_ready = cs.batch.ready(from_steady(steady::now()));
-    // Catch-up and resend alternate with batches, so neither starves the other.
-    if (!cs.extras.empty() && (!batch_ready || !cs.last_was_extra)) {
+    // Catch-up and resend alternate with batches, so neither starves the other. An extra
+    // session waits while a product of it is still being sent (a site would store it twice,
+    // and run its actions twice).
+    const bool extra_ready =
+        !cs.extras.empty() &&
+        std::none_of(cs.extras.front().products.begin(), cs.extras.front().products.end(),
+                     [&](const auto& kv) { return name_in_flight(ch, kv.second, true); });
+    if (extra_ready && (!batch_ready || !cs.last_was_extra)) {
       auto req = std::move(cs.extras.front());
       cs.extras.pop_front();
+      if (req.kind == session_kind::catchup) {
+        // A newer version that went out since the request makes a product of it moot: sent
+        // now, it would put the site back (a resend is the operator's choice and goes as is).
+        std::erase_if(req.products, [&](const auto& kv) { return m_journal.superseded(kv.second); });
+        if (req.products.empty()) continue;
+      }
       std::vector<product> ps;
       for (auto& [id, p] : req.products) ps.push_back(std::move(p));
       cs.last_was_extra = true;
@@ -343,7 +363,7 @@ void feed_daemon::maybe_start(std::size_t ch) {
     }
     if (!batch_ready) break;
     cs.last_was_extra = false;
-    auto batch = cs.batch.take([&](const product& p) { return name_in_flight(ch, p); });
+    auto batch = cs.batch.take([&](const product& p) { return name_in_flight(ch, p, false); });
     // Everything waiting is a new version of a product still being sent: wait for that
     // session's end (on_session_done starts again).
     if (batch.empty()) return;
@@ -352,10 +372,10 @@ void feed_daemon::maybe_start(std::size_t ch) {
   if (cs.runs.size() < cs.cfg->concurrent_sessions) arm_batch_timer(ch);
 }
 
-bool feed_daemon::name_in_flight(std::size_t ch, const product& p) const {
+bool feed_daemon::name_in_flight(std::size_t ch, const product& p, bool same_too) const {
   for (const auto& r : m_channels[ch].runs) {
     for (const auto& q : r->products) {
-      if (q.name == p.name && q.id != p.id) return true;
+      if (q.name == p.name && (same_too || q.id != p.id)) return true;
     }
   }
   return false;
@@ -460,7 +480,9 @@ bool feed_daemon::start_session(std::size_t ch, session_kind kind, std::vector<p
   if (sc.rate_auto) sc.rate_max_bps = sc.rate_bps;
   sender::app_options opts;
   opts.group = cc.group;
-  opts.interface = m_cfg.interface;
+  opts.interface = m_interface.address;
+  opts.interface_index = m_interface.index;
+  opts.interface_name = m_interface.name;
   opts.ttl = cc.ttl;
   opts.identity = m_identity;
   opts.site_keys = m_site_keys;
@@ -780,9 +802,9 @@ void feed_daemon::dispose_spool(std::size_t ch, const product& p, const opened_p
   if (!root || cc.after == after_send::keep) return;
   // Only while the spool name still leads to the file sent: a new version a producer renamed
   // over it during the session is its own product, queued for the next batch.
-  const auto ec = cc.after == after_send::remove
-                      ? remove_if_same(*root, p.name, o.identity())
-                      : move_if_same(*root, p.name, o.identity(), o.fd->get(), cc.move_dir / p.name);
+  const auto ec = cc.after == after_send::remove ? remove_if_same(*root, p.name, o.identity())
+                                                 : move_if_same(*root, p.name, o.identity(),
+                                                                o.fd->get(), cc.move_dir / p.name);
   if (ec == std::errc::file_exists) {
     m_log->info("channel {}: {} was replaced in the spool during its session; the new file stays",
                 cc.name, p.name);

@@ -1,6 +1,6 @@
 #pragma once
 /// @file
-/// mcdist-feed's engine on the daemon's io_context (issue 10 item 1): spool products go through
+/// mcdist-feed's engine on the daemon's io_context: spool products go through
 /// the hub journal's durable outbox into per-channel batches; each batch is one signed session
 /// (sender_app::start) numbered by the channel's sequence; channels send at once and share the
 /// total rate by strict priority (arbiter.hpp); after a session every product x site outcome is
@@ -49,7 +49,7 @@ struct extra_request {
   std::map<std::int64_t, product> products;   ///< by journal id (merging requests dedups)
   /// Catch-up: the channel's sequence ranges the products come from (sender_config
   /// catch_up_seqs), so sites that complete it stop reporting them missing.
-  std::set<std::pair<std::uint64_t, std::uint64_t>> seqs;
+  std::set<wire::seq_span> seqs;
   bool unicast = false;  ///< resend --unicast: every site over unicast
 };
 
@@ -58,7 +58,7 @@ struct resend_order {
   std::vector<std::string> sites;
   product_filter filter;  ///< retained products matching it ...
   /// ... or, when set, the products the journal lists as missing at these sites since then
-  std::optional<clock_time> missing_since;
+  std::optional<wall_time> missing_since;
   bool unicast = false;
 };
 
@@ -166,11 +166,12 @@ class feed_daemon {
   bool start_session(std::size_t ch, session_kind kind, std::vector<product> products,
                      const extra_request* extra);
   void on_session_done(std::size_t ch, const running* which, sender::run_result r);
-  /// True when `p`'s name is in a session of channel `ch` under way: its new version waits.
-  bool name_in_flight(std::size_t ch, const product& p) const;
+  /// True when a session of channel `ch` under way sends another version of `p` (or, with
+  /// `same_too`, `p` itself): a batch holds a new version back, an extra session waits.
+  bool name_in_flight(std::size_t ch, const product& p, bool same_too) const;
   void record_outcomes(std::size_t ch, const running& run, const sender::run_result& r);
   void request_catch_up(std::size_t ch, const std::string& site,
-                        const std::vector<std::pair<std::uint64_t, std::uint64_t>>& ranges);
+                        const std::vector<wire::seq_span>& ranges);
   void add_extra(std::size_t ch, extra_request req);
   /// Keeps a sent product for catch-up and resend: a hard link to the file sent (`o`), else a
   /// copy of it. @return its path
@@ -195,6 +196,8 @@ class feed_daemon {
   std::shared_ptr<spdlog::logger> m_log;
   hub_journal m_journal;
   std::optional<crypto::identity> m_identity;
+  /// m_cfg.interface resolved at start for the channels' family (a restart-only setting).
+  net::resolved_interface m_interface;
   std::filesystem::path m_key_path;  ///< the key file read (key, or its systemd credential)
   std::map<std::string, crypto::key32, std::less<>> m_site_keys;
   std::vector<channel_state> m_channels;

@@ -1,6 +1,6 @@
 #pragma once
 /// @file
-/// mcdist-feed's status port (issue 11 item 1): /metrics, /status and the status page
+/// mcdist-feed's status port: /metrics, /status and the status page
 /// (feed_render.hpp), served by common/http/server.hpp in the daemon's io_context, as mcdistd
 /// does (receiver/io/daemon_http.cpp). Each request renders from the daemon's memory
 /// (feed_daemon::status() and its feed_board): no journal query, no I/O on the io thread.
@@ -44,7 +44,7 @@ class feed_http {
   const feed_daemon& m_daemon;
   std::shared_ptr<http::log_ring_sink> m_ring;
   std::shared_ptr<spdlog::logger> m_log;
-  clock_time m_started;
+  wall_time m_started;
   std::unique_ptr<http::server> m_server;
 };
 

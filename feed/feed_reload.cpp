@@ -51,6 +51,11 @@ bool feed_daemon::reload(const std::function<feed_config()>& source) {
   std::map<std::string, crypto::key32, std::less<>> site_keys;
   try {
     next = source();
+    if (!next.channels.empty() && next.channels.front().group.v6 != m_interface.address.v6) {
+      throw config_error(
+          "the channels' address family changed: the interface is resolved for "
+          "one family at start (a restart changes it)");
+    }
     if (!next.site_keys.empty()) site_keys = sender::read_site_keys(next.site_keys.string());
     for (const auto& c : next.channels) {
       for (const auto& id : c.receivers) {

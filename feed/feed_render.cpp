@@ -1,6 +1,7 @@
 #include "feed/feed_render.hpp"
 
 #include "common/http/html.hpp"
+#include "common/http/throughput.hpp"
 #include "common/http/prometheus_text.hpp"
 #include "common/units.hpp"
 
@@ -20,11 +21,11 @@ using http::metric_type;
 constexpr std::array<const char*, 3> kind_names = {"batch", "catchup", "resend"};
 constexpr std::array<const char*, 4> outcome_names = {"stored", "held", "failed", "missed"};
 
-double unix_seconds(clock_time t) {
+double unix_seconds(wall_time t) {
   return std::chrono::duration<double>(t.time_since_epoch()).count();
 }
 
-double age_seconds(clock_time now, clock_time then) {
+double age_seconds(wall_time now, wall_time then) {
   return std::max(0.0, std::chrono::duration<double>(now - then).count());
 }
 
@@ -297,7 +298,7 @@ std::string render_feed_page(const feed_snapshot& s) {
   const auto& names = s.board->channel_names();
   const auto& chans = s.board->channels();
   const auto& sites = s.board->sites();
-  const std::string title = "mcdist-feed " + s.cfg->interface.address_string();
+  const std::string title = "mcdist-feed " + s.cfg->interface.to_string();
   std::uint64_t queued = 0, running = 0, sent = 0, bytes = 0;
   for (const std::size_t i : shown(s)) {
     queued += queued_of(daemon_channel(s, i));
@@ -315,8 +316,8 @@ std::string render_feed_page(const feed_snapshot& s) {
        "<meta http-equiv=\"refresh\" content=\"10\">\n<title>" +
        html_escape(title) + "</title>\n<style>" + std::string(http::page_style()) +
        "</style></head>\n<body>\n";
-  h += "<h1>mcdist-feed <span id=\"hub-interface\">" +
-       html_escape(s.cfg->interface.address_string()) + "</span></h1>\n";
+  h += "<h1>mcdist-feed <span id=\"hub-interface\">" + html_escape(s.cfg->interface.to_string()) +
+       "</span></h1>\n";
   h += "<p class=\"sub\">hub &middot; version " + html_escape(s.version) + " &middot; up " +
        http::format_age(age_seconds(s.now, s.started)) + " &middot; " + iso_time(s.now) +
        " &middot; " + format_rate(static_cast<double>(s.cfg->rate_bps)) +
@@ -421,25 +422,9 @@ std::string render_feed_page(const feed_snapshot& s) {
     const auto m = s.board->bytes_per_minute(i, s.now);
     for (std::size_t k = 0; k < m.size(); ++k) minutes[k] += m[k];
   }
-  std::vector<double> rates;
-  std::vector<std::string> titles;
-  double peak = 0;
-  const std::int64_t last = minute_since_epoch(s.now);
-  for (std::size_t i = 0; i < minutes.size(); ++i) {
-    const double bps = static_cast<double>(minutes[i]) * 8 / 60;
-    rates.push_back(bps);
-    peak = std::max(peak, bps);
-    const auto at =
-        clock_time(std::chrono::minutes(last - static_cast<std::int64_t>(minutes.size() - 1 - i)));
-    titles.push_back(http::utc_clock(at).substr(0, 5) + " UTC: " +
-                     format_bytes(static_cast<double>(minutes[i])) + ", " + format_rate(bps));
-  }
-  h += "<h2>Throughput, last hour</h2>\n<figure id=\"throughput\" style=\"margin:0\">" +
-       http::svg_bar_chart(rates, titles, "bytes multicast per minute over the last hour",
-                           format_rate(peak), "60 min ago", "now") +
-       "<figcaption class=\"sub\">Data multicast per minute by every channel (repairs "
-       "included; a session counts in the minute it ended), as a mean rate; peak " +
-       format_rate(peak) + ".</figcaption></figure>\n";
+  h += http::throughput_figure(minutes, s.now, "bytes multicast per minute over the last hour",
+                               "Data multicast per minute by every channel (repairs included; a "
+                               "session counts in the minute it ended), as a mean rate");
 
   h += http::recent_log_html(s.recent_log);
   h += "</body></html>\n";

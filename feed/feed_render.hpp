@@ -27,8 +27,8 @@ namespace mcdist::feed {
 /// Everything the documents show, gathered on the io thread.
 struct feed_snapshot {
   std::string version;  ///< mcdist's version (the build's)
-  clock_time now{};
-  clock_time started{};
+  wall_time now{};
+  wall_time started{};
   const feed_config* cfg = nullptr;
   /// feed_daemon::status(): "channels" in configuration order (index i = board channel i)
   nlohmann::json daemon;

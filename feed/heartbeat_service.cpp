@@ -19,7 +19,8 @@ constexpr std::size_t max_tracked_reporters = 4096;
 
 }  // namespace
 
-heartbeat_service::heartbeat_service(boost::asio::io_context& io, const endpoint& interface,
+heartbeat_service::heartbeat_service(boost::asio::io_context& io,
+                                     const net::resolved_interface& interface,
                                      const crypto::identity* hub,
                                      std::map<std::string, crypto::key32, std::less<>> site_keys,
                                      newest_fn newest, running_fn running, gaps_fn gaps,
@@ -27,13 +28,16 @@ heartbeat_service::heartbeat_service(boost::asio::io_context& io, const endpoint
     : m_io(io), m_hub(hub), m_site_keys(std::move(site_keys)), m_newest(std::move(newest)),
       m_running(std::move(running)), m_gaps(std::move(gaps)), m_log(std::move(log)),
       m_socket([&] {
-        endpoint local = interface;
-        local.port = 0;
+        net::sender_socket_options o;
+        o.interface = interface.address;
+        o.interface.port = 0;
+        o.interface_index = interface.index;
         // Small buffers: heartbeats go out one at a time, reports come in a few at a time.
-        return net::open_sender_socket(io, net::sender_socket_options{local, 1, 256 << 10,
-                                                                      1 << 20});
+        o.send_buffer = 256 << 10;
+        o.receive_buffer = 1 << 20;
+        return net::open_sender_socket(io, o);
       }()),
-      m_v6(interface.v6), m_rx(wire::max_datagram_size), m_tx(wire::control_budget + 128) {
+      m_v6(interface.address.v6), m_rx(wire::max_datagram_size), m_tx(wire::control_budget + 128) {
   do_receive();
 }
 

@@ -17,6 +17,7 @@
 #include "common/crypto.hpp"
 #include "common/endpoint.hpp"
 #include "common/log_limit.hpp"
+#include "common/net/interface.hpp"
 #include "common/net/udp.hpp"
 #include "common/wire.hpp"
 
@@ -74,7 +75,7 @@ class heartbeat_service {
   ///                    unsigned hub
   /// @param site_keys   pinned site keys: a report must be signed by its receiver's (empty:
   ///                    any signed report of a signed hub, any report of an unsigned one)
-  heartbeat_service(boost::asio::io_context& io, const endpoint& interface,
+  heartbeat_service(boost::asio::io_context& io, const net::resolved_interface& interface,
                     const crypto::identity* hub,
                     std::map<std::string, crypto::key32, std::less<>> site_keys, newest_fn newest,
                     running_fn running, gaps_fn gaps, std::shared_ptr<spdlog::logger> log);

@@ -146,12 +146,12 @@ std::optional<outcome> parse_outcome(std::string_view s) noexcept {
   return parse_word<outcome>(s, outcome_words);
 }
 
-std::int64_t to_ns(clock_time t) noexcept {
+std::int64_t to_ns(wall_time t) noexcept {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
 
-clock_time from_ns(std::int64_t ns) noexcept {
-  return clock_time(std::chrono::duration_cast<clock_time::duration>(std::chrono::nanoseconds(ns)));
+wall_time from_ns(std::int64_t ns) noexcept {
+  return wall_time(std::chrono::duration_cast<wall_time::duration>(std::chrono::nanoseconds(ns)));
 }
 
 namespace {
@@ -217,7 +217,7 @@ void hub_journal::create_or_migrate() {
 std::int64_t hub_journal::enqueue(const product& p) {
   sqlite::transaction tx(m_db);
   const auto queued_at =
-      p.queued_at == clock_time{} ? std::chrono::system_clock::now() : p.queued_at;
+      p.queued_at == wall_time{} ? std::chrono::system_clock::now() : p.queued_at;
   m_db.prepare(
           "INSERT INTO products(channel, name, spool_path, size, mtime_ns, sha256, state, "
           "queued_at) VALUES(?1, ?2, ?3, ?4, ?5, ?6, 'queued', ?7) "
@@ -275,7 +275,7 @@ std::uint64_t hub_journal::last_seq(std::string_view channel) {
 std::int64_t hub_journal::begin_session(const session_row& s,
                                         std::span<const std::int64_t> product_ids) {
   sqlite::transaction tx(m_db);
-  const auto started = s.started == clock_time{} ? std::chrono::system_clock::now() : s.started;
+  const auto started = s.started == wall_time{} ? std::chrono::system_clock::now() : s.started;
   m_db.prepare(
           "INSERT INTO sessions(channel, seq, session_id, kind, started) "
           "VALUES(?1, ?2, ?3, ?4, ?5)")
@@ -303,7 +303,7 @@ std::int64_t hub_journal::begin_session(const session_row& s,
 }
 
 void hub_journal::end_session(std::string_view channel, std::uint64_t seq, session_outcome result,
-                              clock_time ended) {
+                              wall_time ended) {
   auto st = m_db.prepare("SELECT id FROM sessions WHERE channel = ?1 AND seq = ?2 AND seq > 0");
   st.bind(1, channel).bind(2, as_i64(seq));
   if (!st.step())
@@ -315,7 +315,7 @@ void hub_journal::end_session(std::string_view channel, std::uint64_t seq, sessi
 }
 
 void hub_journal::end_session(std::int64_t session_row_id, session_outcome result,
-                              clock_time ended) {
+                              wall_time ended) {
   sqlite::transaction tx(m_db);
   m_db.prepare("UPDATE sessions SET ended = ?2, outcome = ?3 WHERE id = ?1")
       .bind(1, session_row_id)
@@ -326,7 +326,7 @@ void hub_journal::end_session(std::int64_t session_row_id, session_outcome resul
 }
 
 void hub_journal::mark_sent(std::int64_t product_id, std::optional<std::string> retained_path,
-                            clock_time at) {
+                            wall_time at) {
   sqlite::transaction tx(m_db);
   m_db.prepare("UPDATE products SET state = 'sent', sent_at = ?2, retained_path = ?3 WHERE id = ?1")
       .bind(1, product_id)
@@ -359,7 +359,7 @@ std::vector<product> hub_journal::unfinished() {
   return read_products(st);
 }
 
-std::int64_t hub_journal::close_interrupted_sessions(clock_time now) {
+std::int64_t hub_journal::close_interrupted_sessions(wall_time now) {
   sqlite::transaction tx(m_db);
   m_db.prepare("UPDATE sessions SET ended = ?1, outcome = 'aborted' WHERE ended IS NULL")
       .bind(1, to_ns(now))
@@ -380,7 +380,7 @@ std::optional<product> hub_journal::get(std::int64_t product_id) {
 }
 
 void hub_journal::record_outcome(std::int64_t product_id, std::string_view site, outcome o,
-                                 std::string_view reason, std::uint64_t seq, clock_time at) {
+                                 std::string_view reason, std::uint64_t seq, wall_time at) {
   sqlite::transaction tx(m_db);
   m_db.prepare(
           "INSERT INTO outcomes(product, site, outcome, reason, seq, at) "
@@ -461,7 +461,7 @@ std::vector<product> hub_journal::find_products(const product_filter& f) {
   return read_products(st);
 }
 
-std::vector<history_row> hub_journal::history(std::string_view site, clock_time since,
+std::vector<history_row> hub_journal::history(std::string_view site, wall_time since,
                                               std::optional<std::string_view> glob,
                                               std::optional<std::string_view> channel,
                                               std::size_t limit) {
@@ -491,7 +491,7 @@ std::vector<history_row> hub_journal::history(std::string_view site, clock_time 
   return out;
 }
 
-std::vector<missing_row> hub_journal::missing(std::string_view site, clock_time since) {
+std::vector<missing_row> hub_journal::missing(std::string_view site, wall_time since) {
   // The products of ended sessions of the window on the site's channels, less those the site
   // stored or held (at any time: a copy it got in an earlier session is not missing). The
   // site's last outcome of a product is its latest row (MAX(id), found in the (product, site)
@@ -579,7 +579,7 @@ std::vector<channel_row> hub_journal::channels() {
   return out;
 }
 
-std::vector<session_info> hub_journal::sessions(clock_time since, std::size_t limit) {
+std::vector<session_info> hub_journal::sessions(wall_time since, std::size_t limit) {
   auto st = m_db.prepare(
       "SELECT s.id, s.channel, s.seq, s.session_id, s.kind, s.started, s.ended, s.outcome, "
       "(SELECT count(*) FROM session_products sp WHERE sp.session = s.id) "
@@ -603,7 +603,7 @@ std::vector<session_info> hub_journal::sessions(clock_time since, std::size_t li
   return out;
 }
 
-expire_result hub_journal::expire(clock_time before) {
+expire_result hub_journal::expire(wall_time before) {
   const auto t = to_ns(before);
   expire_result r;
   sqlite::transaction tx(m_db);

@@ -1,6 +1,6 @@
 #pragma once
 /// @file
-/// The hub's delivery journal (issue 10 item 3, hub side): one SQLite file (common/sqlite, WAL)
+/// The hub's delivery journal (hub side): one SQLite file (common/sqlite, WAL)
 /// that holds
 ///   - the outbox: every product picked up from a spool, with its state
 ///       queued -> sending -> sent | failed
@@ -23,6 +23,7 @@
 /// timeout) or std::runtime_error (a journal of a newer schema version than this program).
 
 #include "common/sqlite/sqlite.hpp"
+#include "common/time.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -35,8 +36,6 @@
 #include <vector>
 
 namespace mcdist::feed {
-
-using clock_time = std::chrono::system_clock::time_point;
 
 /// Where a product is in the outbox.
 enum class product_state {
@@ -89,8 +88,8 @@ struct product {
   std::string sha256;         ///< lower-case hex, may be empty (not yet hashed)
   product_state state = product_state::queued;
   std::uint64_t seq = 0;   ///< sequence number of the batch that first sent it, 0 = none yet
-  clock_time queued_at{};  ///< when enqueued; enqueue() sets now() when left at the epoch
-  std::optional<clock_time> sent_at;         ///< when mark_sent() ran
+  wall_time queued_at{};  ///< when enqueued; enqueue() sets now() when left at the epoch
+  std::optional<wall_time> sent_at;         ///< when mark_sent() ran
   std::optional<std::string> retained_path;  ///< where the sent file is kept for catch-up
 };
 
@@ -101,14 +100,14 @@ struct session_row {
   std::string session_id;  ///< the session id's text form (common/ids.hpp; 32 random bits,
                            ///< so not unique over months: rows are keyed by their own id)
   session_kind kind = session_kind::batch;
-  clock_time started{};  ///< begin_session() sets now() when left at the epoch
+  wall_time started{};  ///< begin_session() sets now() when left at the epoch
 };
 
 /// A session read back, with its end.
 struct session_info {
   std::int64_t id = 0;  ///< journal row id
   session_row row;
-  std::optional<clock_time> ended;
+  std::optional<wall_time> ended;
   std::optional<session_outcome> result;
   std::int64_t products = 0;  ///< number of products it carried
 };
@@ -117,7 +116,7 @@ struct session_info {
 struct site_row {
   std::string site;  ///< site name (its key's name in signed sessions, else its address)
   std::string channel;
-  clock_time last_seen{};
+  wall_time last_seen{};
   double rtt_s = 0;            ///< round-trip time, seconds
   double nak_ratio = 0;        ///< NAKed blocks / blocks sent to it in its last session, 0..1
   std::uint64_t last_seq = 0;  ///< highest seq the site completed on the channel, 0 = none
@@ -133,7 +132,7 @@ struct history_row {
   std::string site;
   outcome result = outcome::stored;
   std::string reason;
-  clock_time at{};
+  wall_time at{};
 };
 
 /// A product a site has not stored or held, for `mcdistctl missing`.
@@ -143,7 +142,7 @@ struct missing_row {
   std::string name;
   std::uint64_t size = 0;
   std::uint64_t seq = 0;        ///< product's batch seq
-  clock_time sent_at{};         ///< start of the latest session that carried it
+  wall_time sent_at{};         ///< start of the latest session that carried it
   std::optional<outcome> last;  ///< the site's last outcome for it (failed, missed), or none
   std::string reason;
   bool retained = false;  ///< still kept at the hub: a resend can serve it
@@ -154,13 +153,13 @@ struct channel_row {
   std::string channel;
   std::uint64_t last_seq = 0;  ///< last allocated sequence number, 0 = none
   std::int64_t queued = 0, sending = 0, sent = 0, failed = 0;
-  std::optional<clock_time> last_session;  ///< start of the latest session
+  std::optional<wall_time> last_session;  ///< start of the latest session
 };
 
 /// Selects products for a resend (all given conditions must hold; only retained products).
 struct product_filter {
   std::optional<std::string> channel;
-  std::optional<clock_time> since;  ///< sent at or after
+  std::optional<wall_time> since;  ///< sent at or after
   std::optional<std::string> glob;  ///< SQLite GLOB on the product name ('*', '?', '[...]')
   std::optional<std::pair<std::uint64_t, std::uint64_t>> seqs;  ///< inclusive batch seq range
 };
@@ -212,15 +211,15 @@ class hub_journal {
 
   /// Ends the batch session (channel, seq) (seq > 0). @throws std::invalid_argument if unknown
   void end_session(std::string_view channel, std::uint64_t seq, session_outcome result,
-                   clock_time ended = std::chrono::system_clock::now());
+                   wall_time ended = std::chrono::system_clock::now());
   /// Ends any session (catchup and resend ones have seq 0) by its journal row id.
   void end_session(std::int64_t session_row_id, session_outcome result,
-                   clock_time ended = std::chrono::system_clock::now());
+                   wall_time ended = std::chrono::system_clock::now());
 
   /// The product was sent and disposed of: state sent, sent_at, and where its copy is kept for
   /// catch-up (std::nullopt: not kept, e.g. `delete` disposition without retention).
   void mark_sent(std::int64_t product_id, std::optional<std::string> retained_path,
-                 clock_time at = std::chrono::system_clock::now());
+                 wall_time at = std::chrono::system_clock::now());
 
   /// The product cannot be sent (reason for the log and history): state failed.
   void mark_failed(std::int64_t product_id, std::string_view reason);
@@ -233,7 +232,7 @@ class hub_journal {
 
   /// Ends every session that has no end yet as aborted (at start-up, after a crash).
   /// @return how many
-  std::int64_t close_interrupted_sessions(clock_time now = std::chrono::system_clock::now());
+  std::int64_t close_interrupted_sessions(wall_time now = std::chrono::system_clock::now());
 
   /// One product by id, or std::nullopt.
   std::optional<product> get(std::int64_t product_id);
@@ -245,7 +244,7 @@ class hub_journal {
   /// (product, site) (insertion order) and skips products with any stored or held outcome.
   void record_outcome(std::int64_t product_id, std::string_view site, outcome o,
                       std::string_view reason, std::uint64_t seq,
-                      clock_time at = std::chrono::system_clock::now());
+                      wall_time at = std::chrono::system_clock::now());
 
   /// Inserts or updates the (site, channel) row.
   void site_seen(const site_row& s);
@@ -277,7 +276,7 @@ class hub_journal {
   /// The site's outcomes at or after `since`, newest first, optionally only products whose name
   /// matches `glob` (SQLite GLOB) and of one channel.
   /// @param limit  at most this many rows (0 = no limit)
-  std::vector<history_row> history(std::string_view site, clock_time since,
+  std::vector<history_row> history(std::string_view site, wall_time since,
                                    std::optional<std::string_view> glob = std::nullopt,
                                    std::optional<std::string_view> channel = std::nullopt,
                                    std::size_t limit = 0);
@@ -286,7 +285,7 @@ class hub_journal {
   /// site is known on (its site rows), for which the site has no stored or held outcome.
   /// A site new on a channel sees every product of the window as missing (it never got them).
   /// Ordered by channel, seq, id.
-  std::vector<missing_row> missing(std::string_view site, clock_time since);
+  std::vector<missing_row> missing(std::string_view site, wall_time since);
 
   /// Every (site, channel) row, ordered by site then channel.
   std::vector<site_row> sites();
@@ -295,7 +294,7 @@ class hub_journal {
   std::vector<channel_row> channels();
 
   /// Sessions that started at or after `since`, newest first (at most `limit`, 0 = all).
-  std::vector<session_info> sessions(clock_time since, std::size_t limit = 0);
+  std::vector<session_info> sessions(wall_time since, std::size_t limit = 0);
 
   // ---- retention ----
 
@@ -304,7 +303,7 @@ class hub_journal {
   /// queued_at) is before it and that no remaining session carries. Queued and sending products
   /// and open sessions are never removed.
   /// @return counts, and the retained files of removed products (for the caller to delete)
-  expire_result expire(clock_time before);
+  expire_result expire(wall_time before);
 
   /// The underlying connection (tests; the daemon's own queries).
   sqlite::database& db() noexcept { return m_db; }
@@ -315,7 +314,7 @@ class hub_journal {
 };
 
 /// Nanoseconds since the Unix epoch, as the journal stores times.
-std::int64_t to_ns(clock_time t) noexcept;
-clock_time from_ns(std::int64_t ns) noexcept;
+std::int64_t to_ns(wall_time t) noexcept;
+wall_time from_ns(std::int64_t ns) noexcept;
 
 }  // namespace mcdist::feed

@@ -36,7 +36,9 @@ enum exit_status : int {
 
 constexpr const char* footer = R"(
 CONFIGURATION (TOML, --config):
-  interface = "10.0.0.5"            local address sessions leave from
+  interface = "eth1"                interface sessions leave by: a name or a local address
+                                    ("10.0.0.5"); named, sessions leave from its first address
+                                    of the channels' family (the source SSM sites configure)
   key = "/etc/mcdist/feed.key"      sender key (mcdist-keygen); sessions are signed with it;
                                     "credential:NAME": the systemd credential NAME (the
                                     packaged unit: LoadCredential=hub.key:/etc/mcdist/feed.key)

@@ -1,7 +1,7 @@
 #pragma once
 /// @file
 /// A thread of its own with its own read-only connection to the hub journal, on which
-/// mcdistctl's journal queries run (issue 10: `history` and `missing` of a busy day read about
+/// mcdistctl's journal queries run (`history` and `missing` of a busy day read about
 /// 100 k rows, ~0.6 s), so that the daemon's io thread, which sends the sessions, never waits for
 /// an operator's query: a warning batch goes out while `mcdistctl history` is being answered.
 ///

@@ -35,7 +35,7 @@ mcdistd warns and runs without them; an address given explicitly must be free.
 Settings come from --config FILE (TOML) and are overridden by options on the command line:
 
   id = "site-a"
-  interface = "10.0.0.7"        # local address to join on and reply from
+  interface = "eth1"            # interface to join on and reply from: name or address
   dest = "/srv/mcdist/in"       # default destination of every channel
   temp = "/srv/mcdist/tmp"      # same filesystem as every destination
   sync = "batch"                # batch (group commit, adaptive), file (fsync each) or none
@@ -56,6 +56,7 @@ Settings come from --config FILE (TOML) and are overridden by options on the com
   [[channel]]
   name = "products"
   group = "239.192.0.1:4711"
+  # source = "192.0.2.10"                # optional: join source-specific (SSM), only this sender
   dest = "/srv/mcdist/in/products"       # optional, else the top-level dest
   trusted_senders = ["/etc/mcdist/hub.pub"]  # optional, else the top-level list
   # allow_unsigned = true                # optional, else the top-level setting
@@ -85,6 +86,15 @@ recorded session replayed later is refused (hub and sites keep time with NTP). A
 trust a sender: one without trusted_senders is a configuration error unless allow_unsigned =
 true (or --allow-unsigned) asks, by name, to take any host's unsigned sessions.
 
+Source-specific multicast and multi-homed hosts: a channel with source = "ADDR" (--source)
+joins (ADDR, group) with MCAST_JOIN_SOURCE_GROUP (IGMPv3, MLDv2), as EUMETCast Terrestrial and
+other SSM networks (232.0.0.0/8, ff3x::/32) need: the kernel delivers nothing to the group from
+another sender, and status counts per channel what reached its socket (channel_sockets). The
+interface, by name or address, is resolved at start to its address of the channels' family and
+its index: every channel is joined on it (IPv4 and IPv6 alike) and replies leave from its
+address, whatever the default route says. A named interface needs an IPv6 address beyond
+link-local for IPv6 channels.
+
 Silent channels (docs/design-notes.md "Silent sessions"): with silent = true, and for every
 session a sender marks silent (mcdist-send --silent-passes), mcdistd never transmits: no
 REGISTER, NAK, COMPLETE, key request or unicast fallback. It delivers the files it completes
@@ -105,7 +115,7 @@ SIGHUP reopens the log file (for logrotate) and reloads the configuration: --con
 again with the command-line options over it and checked whole first (an invalid file is
 logged and changes nothing). Channels are matched by name: an added one is joined; a removed
 one takes no new session, finishes those under way (into its old dest) and is then left; a
-channel whose group, dest, trusted_senders or silent changed is both, so new sessions get the new
+channel whose group, source, dest, trusted_senders or silent changed is both, so new sessions get the new
 settings. Actions, retention, status_interval, max_sessions and max_sessions_per_source are
 replaced (running action attempts finish). id, interface, temp, key_file, sync, http, journal,
 log, the memory and disk budgets and the timeouts need a restart: a change to them is logged
@@ -140,6 +150,7 @@ int main(int argc, char** argv) {
   std::string id;
   std::vector<std::string> groups;
   std::string interface;
+  std::string source;
   std::string dest;
   std::string temp;
   std::string sync;
@@ -167,7 +178,13 @@ int main(int argc, char** argv) {
       ->type_name("ID");
   app.add_option("-g,--group", groups, "Multicast channel to join (repeat for more channels)")
       ->type_name("ADDR:PORT");
-  app.add_option("-i,--interface", interface, "Local address to join on and reply from")
+  app.add_option("-i,--interface", interface,
+                 "Interface to join on and reply from: a name (eth1) or a local address "
+                 "(default: where the routes point)")
+      ->type_name("NAME|ADDR");
+  app.add_option("--source", source,
+                 "Join the --group channels source-specific: take only datagrams this sender "
+                 "address sends to them (SSM, usually a 232.0.0.0/8 or ff3x:: group)")
       ->type_name("ADDR");
   app.add_option("-d,--dest", dest, "Destination directory")->type_name("DIR");
   app.add_option("-t,--temp", temp, "Temp directory (same filesystem as --dest)")->type_name("DIR");
@@ -233,10 +250,17 @@ int main(int argc, char** argv) {
     if (!config_file.empty()) cfg = mcdist::receiver::load_config_file(config_file);
     if (!id.empty()) cfg.id = id;
     if (!interface.empty()) {
-      const auto a = mcdist::parse_address(interface);
-      if (!a)
-        throw mcdist::receiver::config_error("--interface " + interface + " is not an IP address");
+      const auto a = mcdist::net::parse_interface(interface);
+      if (!a) {
+        throw mcdist::receiver::config_error("--interface " + interface +
+                                             " is neither an IP address nor an interface name");
+      }
       cfg.interface = *a;
+    }
+    if (!source.empty() && groups.empty()) {
+      throw mcdist::receiver::config_error(
+          "--source applies to the --group channels: give --group too (or source = in the "
+          "channel's [[channel]] table)");
     }
     if (!groups.empty()) {
       // --group selects the channels: one the file defines on that group keeps its settings
@@ -261,6 +285,9 @@ int main(int argc, char** argv) {
           ch.allow_unsigned = cfg.allow_unsigned;
           ch.retention_max_age = cfg.retention_max_age;
           chosen.push_back(std::move(ch));
+        }
+        if (!source.empty()) {
+          chosen.back().source = mcdist::receiver::parse_source(source, *e, "--source");
         }
       }
       cfg.channels = std::move(chosen);

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Structure report of the tree (issue 9's closing evidence), rerunnable anywhere.
+"""Structure report of the tree, rerunnable anywhere.
 
     tools/structure_report.py [DIR] [--top N] [--pairs N]
 
@@ -7,12 +7,12 @@ DIR is a checkout (default: this tree) or an export of another revision, e.g.
 `git archive main | tar -x -C /tmp/main && tools/structure_report.py /tmp/main`. Prints:
 
 1. the largest source files (`wc -l`), and how many pass the house limit of ~600 lines
-   (STYLE.md "Rooms": a file past ~600 lines is two components);
+   (docs/architecture.md "House style": a file past ~600 lines is two components);
 2. the pairs of places that share six or more identical lines (after folding white space and
    skipping blank lines, comments, include/import lines and lone punctuation, like the machine's
    `duplicates` command does), most shared first; when `duplicates` is installed its own summary
    line follows, for comparison;
-3. the mirror of the tests (STYLE.md "Shape"): headers with no `tests/<dir>/<name>_test.cpp`,
+3. the mirror of the tests (docs/architecture.md "House style"): headers with no `tests/<dir>/<name>_test.cpp`,
    and unit tests whose first include is not the header they are named after.
 
 Only the standard library; reads files, writes nothing.

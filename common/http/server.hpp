@@ -1,8 +1,8 @@
 #pragma once
 /// @file
 /// A small HTTP/1.1 server (Boost.Beast) for a daemon's status port: /metrics, /status, the
-/// status page. It runs in the daemon's own io_context and thread (STYLE.md "one io_context,
-/// one network thread"); each connection is a C++20 coroutine, as in Beast's
+/// status page. It runs in the daemon's own io_context and thread (docs/architecture.md "Layers":
+/// one io_context, one network thread); each connection is a C++20 coroutine, as in Beast's
 /// `example/http/server/awaitable/http_server_awaitable.cpp`.
 ///
 /// Everything a client sends is untrusted and bounded, so that no client can end the daemon,

@@ -22,6 +22,9 @@
 #ifndef UDP_GRO
 #define UDP_GRO 104
 #endif
+#ifndef IPV6_MULTICAST_ALL
+#define IPV6_MULTICAST_ALL 29  // Linux 4.20
+#endif
 
 namespace mcdist::net {
 
@@ -57,6 +60,11 @@ socklen_t to_sockaddr(const endpoint& e, sockaddr_storage& ss) {
   std::memcpy(&a->sin_addr, e.addr.data(), 4);
   return sizeof(sockaddr_in);
 }
+
+/// An IPv6 multicast address's scope, its fourth nibble (RFC 4291 section 2.7).
+unsigned multicast_scope_v6(const endpoint& group) { return group.addr[1] & 0x0f; }
+/// Scopes up to this one (1 interface-local, 2 link-local) need an interface to mean anything.
+constexpr unsigned link_local_scope = 2;
 
 endpoint from_sockaddr(const sockaddr_storage& ss) {
   endpoint e;
@@ -116,11 +124,22 @@ udp::socket open_sender_socket(boost::asio::io_context& io, const sender_socket_
   if (o.interface.v6) {
     set_int(fd, IPPROTO_IPV6, IPV6_MULTICAST_HOPS, o.ttl, "IPV6_MULTICAST_HOPS");
     set_int(fd, IPPROTO_IPV6, IPV6_MULTICAST_LOOP, 1, "IPV6_MULTICAST_LOOP");
+    // Without it IPv6 multicast follows the route to the group, whatever address is bound.
+    if (o.interface_index != 0) {
+      const int index = static_cast<int>(o.interface_index);
+      if (::setsockopt(fd, IPPROTO_IPV6, IPV6_MULTICAST_IF, &index, sizeof index) != 0) {
+        fail("IPV6_MULTICAST_IF index " + std::to_string(o.interface_index));
+      }
+    }
   } else {
-    in_addr a{};
-    std::memcpy(&a, o.interface.addr.data(), 4);
-    if (::setsockopt(fd, IPPROTO_IP, IP_MULTICAST_IF, &a, sizeof a) != 0) {
-      fail("IP_MULTICAST_IF " + o.interface.address_string());
+    // ip_mreqn: the index picks the device, the address the source; with index 0 the kernel
+    // finds the device that holds the address (and the wildcard resets to the route's).
+    ip_mreqn m{};
+    std::memcpy(&m.imr_address, o.interface.addr.data(), 4);
+    m.imr_ifindex = static_cast<int>(o.interface_index);
+    if (::setsockopt(fd, IPPROTO_IP, IP_MULTICAST_IF, &m, sizeof m) != 0) {
+      fail("IP_MULTICAST_IF " + o.interface.address_string() + " index " +
+           std::to_string(o.interface_index));
     }
     const unsigned char ttl = static_cast<unsigned char>(o.ttl);
     if (::setsockopt(fd, IPPROTO_IP, IP_MULTICAST_TTL, &ttl, sizeof ttl) != 0) {
@@ -137,7 +156,13 @@ udp::socket open_sender_socket(boost::asio::io_context& io, const sender_socket_
 
 udp::socket open_channel_socket(boost::asio::io_context& io, const channel_socket_options& o) {
   udp::socket s(io);
-  const auto group = to_asio(o.group);
+  auto group = to_asio(o.group);
+  if (o.group.v6 && multicast_scope_v6(o.group) <= link_local_scope) {
+    // The kernel refuses to bind an interface- or link-local scope address without its scope.
+    auto a = group.address().to_v6();
+    a.scope_id(o.interface_index);
+    group.address(a);
+  }
   s.open(group.protocol());
   const int fd = s.native_handle();
   set_int(fd, SOL_SOCKET, SO_REUSEADDR, 1, "SO_REUSEADDR");
@@ -148,19 +173,58 @@ udp::socket open_channel_socket(boost::asio::io_context& io, const channel_socke
     throw std::system_error(ec.value(), std::generic_category(),
                             "cannot bind to channel " + o.group.to_string());
   }
-  if (o.group.v6) {
-    ipv6_mreq m{};
-    std::memcpy(&m.ipv6mr_multiaddr, o.group.addr.data(), 16);
-    if (::setsockopt(fd, IPPROTO_IPV6, IPV6_ADD_MEMBERSHIP, &m, sizeof m) != 0) {
-      fail("cannot join " + o.group.address_string());
-    }
-  } else {
-    ip_mreq m{};
+  const std::string where =
+      o.group.address_string() + (o.source ? " from source " + o.source->address_string() : "") +
+      " on " + o.interface.address_string() +
+      (o.interface_index ? " (index " + std::to_string(o.interface_index) + ")" : "");
+  if (o.source && !o.group.v6 && o.interface_index == 0 &&
+      std::any_of(o.interface.addr.begin(), o.interface.addr.begin() + 4,
+                  [](std::uint8_t b) { return b != 0; })) {
+    // MCAST_JOIN_SOURCE_GROUP names the interface by index only. An IPv4 address no interface
+    // lists (127.0.0.2) has none: IP_ADD_SOURCE_MEMBERSHIP names it by address, and the kernel
+    // finds its device as IP_ADD_MEMBERSHIP does.
+    ip_mreq_source m{};
     std::memcpy(&m.imr_multiaddr, o.group.addr.data(), 4);
     std::memcpy(&m.imr_interface, o.interface.addr.data(), 4);
-    if (::setsockopt(fd, IPPROTO_IP, IP_ADD_MEMBERSHIP, &m, sizeof m) != 0) {
-      fail("cannot join " + o.group.address_string() + " on " + o.interface.address_string());
+    std::memcpy(&m.imr_sourceaddr, o.source->addr.data(), 4);
+    if (::setsockopt(fd, IPPROTO_IP, IP_ADD_SOURCE_MEMBERSHIP, &m, sizeof m) != 0) {
+      fail("cannot join " + where);
     }
+  } else if (o.source) {
+    group_source_req r{};
+    r.gsr_interface = o.interface_index;
+    endpoint g = o.group;
+    g.port = 0;
+    endpoint src = *o.source;
+    src.port = 0;
+    to_sockaddr(g, r.gsr_group);
+    to_sockaddr(src, r.gsr_source);
+    if (::setsockopt(fd, o.group.v6 ? IPPROTO_IPV6 : IPPROTO_IP, MCAST_JOIN_SOURCE_GROUP, &r,
+                     sizeof r) != 0) {
+      fail("cannot join " + where);
+    }
+  } else if (o.group.v6) {
+    ipv6_mreq m{};
+    std::memcpy(&m.ipv6mr_multiaddr, o.group.addr.data(), 16);
+    m.ipv6mr_interface = o.interface_index;
+    if (::setsockopt(fd, IPPROTO_IPV6, IPV6_ADD_MEMBERSHIP, &m, sizeof m) != 0) {
+      fail("cannot join " + where);
+    }
+  } else {
+    ip_mreqn m{};
+    std::memcpy(&m.imr_multiaddr, o.group.addr.data(), 4);
+    std::memcpy(&m.imr_address, o.interface.addr.data(), 4);
+    m.imr_ifindex = static_cast<int>(o.interface_index);
+    if (::setsockopt(fd, IPPROTO_IP, IP_ADD_MEMBERSHIP, &m, sizeof m) != 0) {
+      fail("cannot join " + where);
+    }
+  }
+  if (o.group.v6) {
+    // Best effort (Linux 4.20 and later): without it the socket would also read the groups
+    // other sockets of this host joined on its port.
+    const int zero = 0;
+    ::setsockopt(fd, IPPROTO_IPV6, IPV6_MULTICAST_ALL, &zero, sizeof zero);
+  } else {
     set_int(fd, IPPROTO_IP, IP_MULTICAST_ALL, 0, "IP_MULTICAST_ALL");
   }
   if (o.gro) {

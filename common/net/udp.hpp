@@ -28,14 +28,19 @@ endpoint from_asio(const udp::endpoint& e);
 
 /// Options for the sender's socket.
 struct sender_socket_options {
-  endpoint interface;  ///< local address multicast leaves from (IP_MULTICAST_IF); port 0 = any
-  int ttl = 1;         ///< IP_MULTICAST_TTL; 1 keeps traffic on the local network
-  int send_buffer = 8 << 20;     ///< SO_SNDBUF(FORCE), bytes
+  endpoint interface;         ///< local address bound, the source of every datagram; port 0 = any
+  int ttl = 1;                ///< IP_MULTICAST_TTL; 1 keeps traffic on the local network
+  int send_buffer = 8 << 20;  ///< SO_SNDBUF(FORCE), bytes
   int receive_buffer = 8 << 20;  ///< SO_RCVBUF(FORCE), bytes: NAKs of hundreds of receivers
+  /// Index of the interface multicast leaves by (interface.hpp resolve_interface); 0: the
+  /// kernel picks by `interface`'s address (IPv4) or by route (IPv6, and the wildcard).
+  unsigned interface_index = 0;
 };
 
-/// Opens and binds the sender's socket: multicast out through `interface`, loopback of our
-/// own multicast on (receivers on this host must see it), unicast control in.
+/// Opens and binds the sender's socket: multicast out through the configured interface
+/// (IPv4 IP_MULTICAST_IF with an ip_mreqn of the address and the index, IPv6
+/// IPV6_MULTICAST_IF with the index; RFC 3493 section 5.2), loopback of our own multicast on
+/// (receivers on this host must see it), unicast control in.
 /// @throws std::system_error naming the failing step
 udp::socket open_sender_socket(boost::asio::io_context& io, const sender_socket_options& o);
 
@@ -46,11 +51,25 @@ struct channel_socket_options {
   int receive_buffer =
       32 << 20;     ///< bytes; absorbs bursts while storage catches up (mcdistd: socket_buffer)
   bool gro = true;  ///< ask for UDP GRO (coalesced datagrams)
+  /// Index of the interface to join on (interface.hpp resolve_interface); 0: the kernel picks
+  /// by `interface`'s address (IPv4) or by route.
+  unsigned interface_index = 0;
+  /// Source-specific join (S,G): only datagrams from this address reach the socket.
+  std::optional<endpoint> source;
 };
 
 /// Opens a socket bound to group:port with SO_REUSEADDR (several daemons on one host each get
-/// a copy), joins the group on `interface`, and turns IP_MULTICAST_ALL off so it sees only
-/// its own group. @throws std::system_error naming the failing step
+/// a copy) and joins the group on the configured interface: any-source (IPv4 IP_ADD_MEMBERSHIP
+/// with an ip_mreqn of address and index, IPv6 IPV6_ADD_MEMBERSHIP with the index), or with
+/// `source` set source-specific, MCAST_JOIN_SOURCE_GROUP (RFC 3678 section 5.2, the
+/// protocol-independent API; IGMPv3 RFC 3376 / MLDv2 RFC 3810 carry the source filter to the
+/// routers) and, for IPv4 with an address the kernel must look up itself (index 0),
+/// IP_ADD_SOURCE_MEMBERSHIP (RFC 3678 section 4.1.3). The kernel then filters by source: a
+/// datagram to the group from another host never reaches the socket. IP_MULTICAST_ALL and
+/// IPV6_MULTICAST_ALL off: the socket sees only its own memberships, not another socket's
+/// joins of other groups on this port. An IPv6 group of interface- or link-local scope
+/// (ffx1::, ffx2::) is bound with the interface index as its scope id, which the kernel needs.
+/// @throws std::system_error naming the failing step
 udp::socket open_channel_socket(boost::asio::io_context& io, const channel_socket_options& o);
 
 /// Opens a unicast socket on `local` (port 0 = ephemeral) for control traffic.

@@ -1,6 +1,7 @@
 #pragma once
 /// @file
-/// Framing of the unicast fallback, the same over TCP and SCTP (DESIGN.md "Unicast fallback").
+/// Framing of the unicast fallback, the same over TCP and SCTP (docs/design-notes.md "Unicast
+/// fallback").
 ///
 /// Every frame starts with an 8-byte header in network byte order:
 ///

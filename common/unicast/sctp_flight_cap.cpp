@@ -4,7 +4,7 @@
 
 namespace mcdist::unicast {
 
-void sctp_flight_cap::on_delivered(std::uint64_t bytes, bool cap_bound, clock::time_point now) {
+void sctp_flight_cap::on_delivered(std::uint64_t bytes, bool cap_bound, time_point now) {
   if (bytes == 0 && !m_in_round) return;
   if (!m_in_round) {
     // A round starts at the first delivery after the last one ended; its bytes are those
@@ -29,7 +29,7 @@ void sctp_flight_cap::on_delivered(std::uint64_t bytes, bool cap_bound, clock::t
   ++m_rounds;
 }
 
-void sctp_flight_cap::on_rtt(duration rtt, clock::time_point now) {
+void sctp_flight_cap::on_rtt(duration rtt, time_point now) {
   if (rtt <= duration::zero()) return;
   if (m_rtprop == duration::zero() || rtt <= m_rtprop || now - m_rtprop_stamp > rtprop_window) {
     m_rtprop = rtt;

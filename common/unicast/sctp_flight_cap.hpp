@@ -42,8 +42,9 @@ namespace mcdist::unicast {
 
 class sctp_flight_cap {
  public:
-  using clock = std::chrono::steady_clock;
-  using duration = clock::duration;
+  /// Times are the shell's steady clock readings, passed in: this class reads no clock.
+  using time_point = std::chrono::steady_clock::time_point;
+  using duration = std::chrono::steady_clock::duration;
 
   /// BBR v1's cwnd_gain (draft-cardwell-iccrg-bbr-congestion-control).
   static constexpr unsigned gain = 2;
@@ -74,10 +75,10 @@ class sctp_flight_cap {
   /// `bytes` were acknowledged for the first time at `now` (sctp_loss_probe::delivered_bytes
   /// differences). `cap_bound`: some packet waited for the cap since the last call (or is
   /// waiting now), so this stretch was not limited by what was offered.
-  void on_delivered(std::uint64_t bytes, bool cap_bound, clock::time_point now);
+  void on_delivered(std::uint64_t bytes, bool cap_bound, time_point now);
 
   /// A round-trip sample `rtt` (first acknowledgement of a packet sent once) at `now`.
-  void on_rtt(duration rtt, clock::time_point now);
+  void on_rtt(duration rtt, time_point now);
 
   /// The cap in bytes of data in flight (sent and neither acknowledged nor reported in a gap
   /// block): no_cap before the first rate sample or above max_rtprop, else max(min_cap_bytes,
@@ -93,11 +94,11 @@ class sctp_flight_cap {
   std::array<double, bw_window_rounds> m_bw{};  ///< bytes/s, one per round, ring
   std::size_t m_rounds = 0;                     ///< rounds sampled in all
   bool m_in_round = false;
-  clock::time_point m_round_start{};
+  time_point m_round_start{};
   std::uint64_t m_round_bytes = 0;
   bool m_round_bound = false;
   duration m_rtprop{};
-  clock::time_point m_rtprop_stamp{};
+  time_point m_rtprop_stamp{};
 };
 
 }  // namespace mcdist::unicast

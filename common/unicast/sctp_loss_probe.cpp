@@ -15,7 +15,7 @@ bool tsn_at_most(std::uint32_t a, std::uint32_t b) noexcept { return !tsn_before
 
 }  // namespace
 
-void sctp_loss_probe::on_sent(std::span<const std::byte> packet, clock::time_point now) {
+void sctp_loss_probe::on_sent(std::span<const std::byte> packet, time_point now) {
   sctp_wire::packet_summary p;
   // usrsctp's packets read whole; one that does not is not repaired from here.
   if (!sctp_wire::summarize(packet, p)) return;
@@ -55,7 +55,7 @@ void sctp_loss_probe::on_sent(std::span<const std::byte> packet, clock::time_poi
   m_packets.push_back(std::move(e));
 }
 
-void sctp_loss_probe::on_received(std::span<const std::byte> packet, clock::time_point now) {
+void sctp_loss_probe::on_received(std::span<const std::byte> packet, time_point now) {
   sctp_wire::packet_summary p;
   // A packet that does not read whole is dropped by usrsctp too (its CRC32c cannot match a
   // packet the peer's SCTP built), and so is one without our tag (RFC 9260 section 8.5: an
@@ -76,7 +76,7 @@ void sctp_loss_probe::on_received(std::span<const std::byte> packet, clock::time
   // packet gap-acked before and now passed by the cumulative ack gives none: it arrived long
   // ago.
   bool sampled = false;
-  clock::time_point sample_sent{};
+  time_point sample_sent{};
   auto candidate = [&](const sent_packet& e) {
     if (e.sends != 1 || e.ever_sacked) return;
     if (!sampled || sample_sent < e.last_sent) sample_sent = e.last_sent;
@@ -135,7 +135,7 @@ sctp_loss_probe::duration sctp_loss_probe::wait_for(const sent_packet& p,
   return base * (1u << p.repeats);
 }
 
-std::vector<std::span<const std::byte>> sctp_loss_probe::due(clock::time_point now) {
+std::vector<std::span<const std::byte>> sctp_loss_probe::due(time_point now) {
   std::vector<std::span<const std::byte>> out;
   if (m_srtt == duration::zero() || m_packets.empty()) return out;
   const duration window = std::max(m_srtt / 4, min_window);

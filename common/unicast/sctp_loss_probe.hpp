@@ -48,8 +48,9 @@ namespace mcdist::unicast {
 
 class sctp_loss_probe {
  public:
-  using clock = std::chrono::steady_clock;
-  using duration = clock::duration;
+  /// Times are the shell's steady clock readings, passed in: this class reads no clock.
+  using time_point = std::chrono::steady_clock::time_point;
+  using duration = std::chrono::steady_clock::duration;
 
   /// Copies kept per association at most (1024 packets of <= 1452 bytes: 1.5 MB).
   static constexpr std::size_t max_packets = 1024;
@@ -67,18 +68,18 @@ class sctp_loss_probe {
   /// sctp_wire::summarize cannot read whole, are ignored). Records a copy when it carries
   /// new TSNs; a retransmission (its TSNs all sent before) marks the packets holding them as sent
   /// again at `now`.
-  void on_sent(std::span<const std::byte> packet, clock::time_point now);
+  void on_sent(std::span<const std::byte> packet, time_point now);
 
   /// An SCTP packet `packet` came from the peer at `now`; its SACK or NR-SACK, if any,
   /// acknowledges packets (cumulatively or in gap blocks) and may give an RTT sample. A packet
   /// that does not read whole, does not carry the verification tag our INIT or INIT ACK named
   /// (none seen yet: every packet), or acknowledges a TSN never sent, is ignored. Cost: one
   /// pass over the copies held.
-  void on_received(std::span<const std::byte> packet, clock::time_point now);
+  void on_received(std::span<const std::byte> packet, time_point now);
 
   /// The copies to send again at `now` (see the file comment), in TSN order; each is marked
   /// as sent at `now`. The spans stay valid until the next call of any member.
-  std::vector<std::span<const std::byte>> due(clock::time_point now);
+  std::vector<std::span<const std::byte>> due(time_point now);
 
   /// Smoothed RTT (RFC 6298), zero before the first sample.
   duration srtt() const noexcept { return m_srtt; }
@@ -102,7 +103,7 @@ class sctp_loss_probe {
   struct sent_packet {
     std::uint32_t first_tsn = 0;
     std::uint32_t last_tsn = 0;
-    clock::time_point last_sent{};
+    time_point last_sent{};
     unsigned sends = 1;        ///< transmissions, ours and SCTP's
     unsigned repeats = 0;      ///< of them, ours
     bool sacked = false;       ///< inside a gap block of the latest SACK
@@ -126,7 +127,7 @@ class sctp_loss_probe {
   bool m_any_sacked = false;       ///< some packet has `sacked` set
   std::uint32_t m_cum = 0;         ///< highest cumulative TSN ack seen
   std::uint32_t m_high_acked = 0;  ///< highest TSN acknowledged, cumulatively or in a gap block
-  clock::time_point m_last_sack{};
+  time_point m_last_sack{};
   duration m_srtt{};
   duration m_latest_rtt{};
   std::uint64_t m_rtt_samples = 0;

@@ -1,6 +1,6 @@
 #pragma once
 /// @file
-/// The unicast fallback server, run by mcdist-send on its io_context (DESIGN.md "Unicast
+/// The unicast fallback server, run by mcdist-send on its io_context (docs/design-notes.md "Unicast
 /// fallback"). It listens on a UDP port (SCTP over UDP, usrsctp), a TCP port and/or a kernel
 /// SCTP port; receivers connect to it (sites sit behind firewalls), present a token and their
 /// receiver id, send every byte range they want at once, and get records until they say bye.

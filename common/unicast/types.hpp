@@ -1,8 +1,8 @@
 #pragma once
 /// @file
-/// Vocabulary of the unicast fallback (DESIGN.md "Unicast fallback"), shared by the server
-/// and client sides and by the framing: which transport, what a record is, where the server's
-/// bytes come from.
+/// Vocabulary of the unicast fallback (docs/design-notes.md "Unicast fallback"), shared by the
+/// server and client sides and by the framing: which transport, what a record is, where the
+/// server's bytes come from.
 
 #include "common/byte_range.hpp"
 #include "common/ids.hpp"

@@ -1,8 +1,8 @@
 #pragma once
 /// @file
 /// The process-wide usrsctp instance, run without threads of its own inside the program's
-/// io_context (DESIGN.md "Unicast fallback"): usrsctp_init_nothreads(0, ...) so usrsctp opens
-/// no sockets and starts no threads; every association uses an AF_CONN address whose packets
+/// io_context (docs/design-notes.md "Unicast fallback"): usrsctp_init_nothreads(0, ...) so usrsctp
+/// opens no sockets and starts no threads; every association uses an AF_CONN address whose packets
 /// we carry over our own UDP sockets (RFC 6951 UDP encapsulation: the SCTP packet is the UDP
 /// payload); usrsctp's timers are driven by usrsctp_handle_timers() from an Asio steady_timer.
 ///

@@ -1,6 +1,6 @@
 #pragma once
 /// @file
-/// A receiver's view of one session's FEC blocks (issue 12 item 1; docs/design-notes.md
+/// A receiver's view of one session's FEC blocks (docs/design-notes.md
 /// "Parity repairs"): how many blocks of each FEC block it can use (its source blocks received
 /// or held, parity blocks kept by storage), how many it lacks for the sender's NAK, and when a
 /// FEC block can be decoded (any k' of its k' + parity blocks recover the sources,

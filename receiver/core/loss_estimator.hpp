@@ -102,9 +102,9 @@ class loss_estimator {
   /// The share of the receive rate before the first loss that the synthetic first interval
   /// gives back through the equation. Slow start's end leaves a bottleneck's queue full; at
   /// exactly the rate that got through it never drains, the next overflow comes within a few
-  /// RTTs as a second loss event and halves the mean interval (through a 200 Mbit/s bottleneck,
-  /// 11 runs of 16 whose estimate came out 0.2-0.8 % above the link's rate went on at 116-142
-  /// Mbit/s). At 0.95 a full queue drains in 20 times its delay. A choice, not from RFC 5348
+  /// RTTs as a second loss event and halves the mean interval (runs whose estimate came out a
+  /// fraction of a percent above a bottleneck's rate went on at well below it: docs/benchmarks.md
+  /// "Rate auto"). At 0.95 a full queue drains in 20 times its delay. A choice, not from RFC 5348
   /// (which takes X_recv whole: its slow start is held to twice X_recv, ours is not).
   static constexpr double first_rate_share = 0.95;
 

@@ -1,8 +1,8 @@
 #pragma once
 /// @file
-/// Collects a session's announce chunks into its manifest (DESIGN.md "Protocol outline", step
-/// 1). Chunks come in any order, repeated every announce cycle, and on an unsigned channel from
-/// anyone, so each is checked before anything is allocated for it: its index below the
+/// Collects a session's announce chunks into its manifest (docs/architecture.md "Data flow in one
+/// session", step 1). Chunks come in any order, repeated every announce cycle, and on an unsigned
+/// channel from anyone, so each is checked before anything is allocated for it: its index below the
 /// announced chunk count and not taken before, its entries within [0, file_count), at least
 /// one unless the session is empty. Its new entries are then validated one by one (from_wire:
 /// path, size, digest; a block count that fits; sizes adding up to no more than the announced

@@ -1,8 +1,9 @@
 #pragma once
 /// @file
-/// Memory the receiver may spend on sessions, charged before it is allocated (issue 8, "budgets
-/// before trust"). Until the lead's authentication lands, any host on the network can announce
-/// a session, so what an announce or a block makes the engine allocate (file table, manifest
+/// Memory the receiver may spend on sessions, charged before it is allocated (budgets before
+/// trust: docs/design-notes.md "Budgets"). On a channel that allows unsigned sessions any host
+/// can announce one, and a trusted sender's can be large, so what an announce or a block makes
+/// the engine allocate (file table, manifest
 /// bitmaps, a file's block map) is bounded twice: per session, so one session cannot take
 /// everything, and in total, so many sessions cannot either. Pure bookkeeping: it counts bytes
 /// the caller says it is about to allocate; the caller allocates only when charge() agrees and

@@ -75,11 +75,29 @@ void receiver_engine::add_tombstone(session_id id, time_point until) {
 void receiver_engine::on_datagram(std::span<const std::byte> datagram, const endpoint& from,
                                   std::uint32_t channel, time_point now,
                                   std::optional<time_point> arrival) {
+  wire::header h;
+  if (auto ec = wire::parse_header(datagram, h)) {
+    on_refused(ec);
+    return;
+  }
+  on_datagram(h, datagram, from, channel, now, arrival);
+}
+
+void receiver_engine::on_refused(std::error_code why) noexcept {
+  ++m_stats.datagrams;
+  const bool ours = why.category() == error_category() && why.value() > 0 &&
+                    why.value() < static_cast<int>(errc::count_);
+  m_stats.drops.add(ours ? static_cast<errc>(why.value()) : errc::unauthenticated);
+}
+
+void receiver_engine::on_datagram(const wire::header& h, std::span<const std::byte> datagram,
+                                  const endpoint& from, std::uint32_t channel, time_point now,
+                                  std::optional<time_point> arrival) {
   ++m_stats.datagrams;
   // The datagram boundary: an allocation that fails while handling one datagram costs that
   // datagram, never the daemon (budgets make it rare; this makes it harmless).
   try {
-    dispatch(datagram, from, channel, now, arrival ? std::min(*arrival, now) : now);
+    dispatch(h, datagram, from, channel, now, arrival ? std::min(*arrival, now) : now);
   } catch (const std::bad_alloc&) {
     m_stats.drops.add(errc::out_of_memory);
     if (m_log)
@@ -90,13 +108,9 @@ void receiver_engine::on_datagram(std::span<const std::byte> datagram, const end
   }
 }
 
-void receiver_engine::dispatch(std::span<const std::byte> datagram, const endpoint& from,
-                               std::uint32_t channel, time_point now, time_point arrival) {
-  wire::header h;
-  if (auto ec = wire::parse_header(datagram, h)) {
-    m_stats.drops.add(static_cast<errc>(ec.value()));
-    return;
-  }
+void receiver_engine::dispatch(const wire::header& h, std::span<const std::byte> datagram,
+                               const endpoint& from, std::uint32_t channel, time_point now,
+                               time_point arrival) {
   if (h.type == wire::msg_type::data) {
     handle_data(datagram, from, now, arrival);
     return;

@@ -1,10 +1,10 @@
 #pragma once
 /// @file
-/// The receiver's protocol state machine (DESIGN.md "Protocol outline"): assembles manifests,
-/// registers, takes blocks, NAKs what it misses behind the sender's progress markers, asks
-/// storage to verify and deliver complete files, reports COMPLETE. One engine serves every
-/// session of the daemon, from any number of senders and channels. Pure: no sockets, no clock,
-/// no global randomness; actions go out through receiver_sink.
+/// The receiver's protocol state machine (docs/architecture.md "Data flow in one session"):
+/// assembles manifests, registers, takes blocks, NAKs what it misses behind the sender's progress
+/// markers, asks storage to verify and deliver complete files, reports COMPLETE. One engine serves
+/// every session of the daemon, from any number of senders and channels. Pure: no sockets, no
+/// clock, no global randomness; actions go out through receiver_sink.
 
 #include "common/block_map.hpp"
 #include "common/byte_range.hpp"
@@ -191,7 +191,7 @@ struct receiver_stats {
   std::uint64_t files_refused = 0;
   std::uint64_t sessions_completed = 0;
   std::uint64_t sessions_failed = 0;
-  std::uint64_t parity_blocks = 0;     ///< parity blocks kept for decoding (issue 12)
+  std::uint64_t parity_blocks = 0;     ///< parity blocks kept for decoding
   std::uint64_t blocks_recovered = 0;  ///< source blocks recovered from parity
   /// FEC block lacks left out of NAKs because this receiver had reported them this pass or the
   /// sender advertised enough parity pending (nak_scheduler.hpp "Parity coverage").
@@ -235,6 +235,16 @@ class receiver_engine {
   ///                  scheduling. Later than `now` counts as `now`.
   void on_datagram(std::span<const std::byte> datagram, const endpoint& from, std::uint32_t channel,
                    time_point now, std::optional<time_point> arrival = std::nullopt);
+  /// The same, for a datagram whose common header the shell parsed already (`h`, from
+  /// wire::parse_header on the datagram as received; `datagram` is what authentication
+  /// returned, trailer cut off, of the same type and session).
+  void on_datagram(const wire::header& h, std::span<const std::byte> datagram,
+                   const endpoint& from, std::uint32_t channel, time_point now,
+                   std::optional<time_point> arrival = std::nullopt);
+  /// A datagram the shell refused before the engine (its header did not parse, or its
+  /// authentication failed for a framing reason): counted among the datagrams and the drops,
+  /// by `why` (an errc).
+  void on_refused(std::error_code why) noexcept;
   /// The kernel dropped datagrams of `channel`'s socket for a full receive buffer before the
   /// next datagram this engine gets on the channel (SO_RXQ_OVFL's count rose). A gap the next
   /// data or parity datagram on the channel reveals (whatever control datagrams come first) is
@@ -373,10 +383,20 @@ class receiver_engine {
   void note_unicast_start(session_rx& s, const wire::session_params& p, const endpoint& from);
   /// The register reply or FALLBACK answering REGISTER arrived: the registration RTT sample.
   void note_register_answer(session_rx& s, time_point now);
-  void dispatch(std::span<const std::byte> datagram, const endpoint& from, std::uint32_t channel,
-                time_point now, time_point arrival);
+  void dispatch(const wire::header& h, std::span<const std::byte> datagram, const endpoint& from,
+                std::uint32_t channel, time_point now, time_point arrival);
   bool new_session(const wire::announce& m, session_id id, const endpoint& from,
                    std::uint32_t channel, time_point now);
+  /// A new session's parameters: block size, manifest chunks, numbering and catch-up ranges
+  /// (read into `catch_up`). @return false when one is out of bounds
+  bool valid_params(const wire::session_params& p, std::vector<wire::seq_span>& catch_up) const;
+  /// A new session's declared size against the memory budget and file limit, and the
+  /// sessions open in all and from its source; counts and logs a refusal.
+  bool within_limits(const wire::session_params& p, session_id id, const endpoint& from);
+  /// Creates the state of an admitted session from its announce's parameters.
+  session_rx& open_session(const wire::session_params& p, session_id id, const endpoint& from,
+                           std::uint32_t channel, const std::string& signer,
+                           std::vector<wire::seq_span> catch_up, time_point now);
   bool ensure_block_map(session_rx& s, std::uint32_t f, time_point now);
   void fail_file(session_rx& s, std::uint32_t f, std::error_code ec, const std::string& detail,
                  time_point now);

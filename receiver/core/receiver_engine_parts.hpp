@@ -173,7 +173,7 @@ struct receiver_engine::session_rx {
   /// The earliest due time of `rounds`.
   std::optional<time_point> nak_due;
 
-  /// NAK timing, advertised repairs and the status slice (issue 12).
+  /// NAK timing, advertised repairs and the status slice.
   nak_scheduler feedback;
   time_point complete_sent{};  ///< when COMPLETE last left
   std::uint32_t digests_through = 0;

@@ -8,23 +8,8 @@ using namespace engine_detail;
 bool receiver_engine::new_session(const wire::announce& m, session_id id, const endpoint& from,
                                   std::uint32_t channel, time_point now) {
   const auto& p = m.params();
-  if (p.block_size() < wire::min_block_size || p.block_size() > wire::max_block_size ||
-      p.manifest_chunks() == 0 ||
-      p.manifest_chunks() > std::max<std::uint32_t>(1, p.file_count())) {
-    m_stats.drops.add(errc::invalid_field);
-    return false;
-  }
-  // Session numbering: a channel name we can key state by, ranges within the limits.
   std::vector<wire::seq_span> catch_up;
-  if (static_cast<std::size_t>(p.catch_up_seqs_size()) > wire::max_seq_ranges ||
-      (!p.channel().empty() && !wire::valid_channel_name(p.channel())) ||
-      ((p.channel_seq() > 0 || p.catch_up_seqs_size() > 0) && p.channel().empty()) ||
-      (p.channel_seq() > 0 && p.catch_up_seqs_size() > 0)) {
-    m_stats.drops.add(errc::invalid_field);
-    return false;
-  }
-  for (const auto& r : p.catch_up_seqs()) catch_up.emplace_back(r.first(), r.last());
-  if (!wire::valid_seq_ranges(catch_up, std::numeric_limits<std::uint64_t>::max())) {
+  if (!valid_params(p, catch_up)) {
     m_stats.drops.add(errc::invalid_field);
     return false;
   }
@@ -37,36 +22,7 @@ bool receiver_engine::new_session(const wire::announce& m, session_id id, const 
     }
     return false;
   }
-  // Totals first, before anything is allocated: the declared files and blocks must fit the
-  // limits and the session's memory budget (file table and block maps at their full size).
-  const std::uint64_t blocks = p.total_bytes() / p.block_size() + p.file_count();
-  const std::uint64_t need = session_overhead_bytes +
-                             manifest_assembler::state_bytes(p.manifest_chunks(), p.file_count()) +
-                             std::uint64_t{p.file_count()} * sizeof(file_rx) + bitmap_bytes(blocks);
-  if (p.file_count() > std::min(m_cfg.max_files, max_files_per_session) ||
-      need > m_cfg.session_memory_bytes) {
-    m_stats.drops.add(errc::over_budget);
-    if (m_log) {
-      m_log->warn(
-          "session {} from {}: refused: {} files, {} bytes in {}-byte blocks would "
-          "need {} bytes of state, over the session budget of {} (session_memory_bytes) "
-          "or the file limit {}",
-          id, from.address_string(), p.file_count(), p.total_bytes(), p.block_size(), need,
-          m_cfg.session_memory_bytes, m_cfg.max_files);
-    }
-    return false;
-  }
-  if (m_sessions.size() >= m_cfg.max_sessions) {
-    m_stats.drops.add(errc::too_many_sessions);
-    return false;
-  }
-  const auto from_here = std::count_if(m_sessions.begin(), m_sessions.end(), [&](const auto& kv) {
-    return same_host(kv.second->sender, from);
-  });
-  if (static_cast<std::uint64_t>(from_here) >= m_cfg.max_sessions_per_source) {
-    m_stats.drops.add(errc::too_many_sessions);
-    return false;
-  }
+  if (!within_limits(p, id, from)) return false;
   // What is allocated now: the session and its two manifest bitmaps. The file table grows
   // with the entries, block maps come with the blocks; each is charged as it is allocated.
   const std::uint64_t now_bytes =
@@ -88,52 +44,110 @@ bool receiver_engine::new_session(const wire::announce& m, session_id id, const 
       return false;
     }
   }
+  const session_rx& s = open_session(p, id, from, channel, signer, std::move(catch_up), now);
+  if (m_log) {
+    m_log->info(
+        "session {} from {} ({}, {}): {} files, {} bytes announced, block {} bytes, rate {} "
+        "bit/s{}",
+        s.name(), from.address_string(), s.sender_name,
+        signer.empty() ? std::string("UNSIGNED") : "signed by " + signer, s.file_count,
+        s.total_bytes, s.block_size, p.rate_bps(),
+        !s.silent ? std::string()
+        : s.silent_passes > 0
+            ? fmt::format("; silent session of {} passes: this site sends nothing",
+                          s.silent_passes)
+            : std::string("; silent channel: this site sends nothing"));
+  }
+  return true;
+}
+
+bool receiver_engine::valid_params(const wire::session_params& p,
+                                   std::vector<wire::seq_span>& catch_up) const {
+  if (p.block_size() < wire::min_block_size || p.block_size() > wire::max_block_size ||
+      p.manifest_chunks() == 0 ||
+      p.manifest_chunks() > std::max<std::uint32_t>(1, p.file_count())) {
+    return false;
+  }
+  // Session numbering: a channel name we can key state by, ranges within the limits.
+  if (static_cast<std::size_t>(p.catch_up_seqs_size()) > wire::max_seq_ranges ||
+      (!p.channel().empty() && !wire::valid_channel_name(p.channel())) ||
+      ((p.channel_seq() > 0 || p.catch_up_seqs_size() > 0) && p.channel().empty()) ||
+      (p.channel_seq() > 0 && p.catch_up_seqs_size() > 0)) {
+    return false;
+  }
+  for (const auto& r : p.catch_up_seqs()) catch_up.emplace_back(r.first(), r.last());
+  return wire::valid_seq_ranges(catch_up, std::numeric_limits<std::uint64_t>::max());
+}
+
+bool receiver_engine::within_limits(const wire::session_params& p, session_id id,
+                                    const endpoint& from) {
+  // Totals first, before anything is allocated: the declared files and blocks must fit the
+  // limits and the session's memory budget (file table and block maps at their full size).
+  const std::uint64_t blocks = p.total_bytes() / p.block_size() + p.file_count();
+  const std::uint64_t need = session_overhead_bytes +
+                             manifest_assembler::state_bytes(p.manifest_chunks(), p.file_count()) +
+                             std::uint64_t{p.file_count()} * sizeof(file_rx) + bitmap_bytes(blocks);
+  if (p.file_count() > std::min(m_cfg.max_files, max_files_per_session) ||
+      need > m_cfg.session_memory_bytes) {
+    m_stats.drops.add(errc::over_budget);
+    if (m_log) {
+      m_log->warn(
+          "session {} from {}: refused: {} files, {} bytes in {}-byte blocks would "
+          "need {} bytes of state, over the session budget of {} (session_memory_bytes) "
+          "or the file limit {}",
+          id, from.address_string(), p.file_count(), p.total_bytes(), p.block_size(), need,
+          m_cfg.session_memory_bytes, m_cfg.max_files);
+    }
+    return false;
+  }
+  const auto from_here = std::count_if(m_sessions.begin(), m_sessions.end(), [&](const auto& kv) {
+    return same_host(kv.second->sender, from);
+  });
+  if (m_sessions.size() >= m_cfg.max_sessions ||
+      static_cast<std::uint64_t>(from_here) >= m_cfg.max_sessions_per_source) {
+    m_stats.drops.add(errc::too_many_sessions);
+    return false;
+  }
+  return true;
+}
+
+receiver_engine::session_rx& receiver_engine::open_session(const wire::session_params& p,
+                                                           session_id id, const endpoint& from,
+                                                           std::uint32_t channel,
+                                                           const std::string& signer,
+                                                           std::vector<wire::seq_span> catch_up,
+                                                           time_point now) {
   auto owned = std::make_unique<session_rx>();
-  session_rx* s = owned.get();
-  s->id = id;
-  s->sender = from;
-  s->channel = channel;
-  s->block_size = p.block_size();
-  s->file_count = p.file_count();
-  s->chunks = p.manifest_chunks();
-  s->total_bytes = p.total_bytes();
-  s->sender_name = printable(p.sender_name().substr(0, 64));
-  s->seq_channel = p.channel();
-  s->seq = p.channel_seq();
-  s->catch_up = std::move(catch_up);
+  session_rx& s = *owned;
+  s.id = id;
+  s.sender = from;
+  s.channel = channel;
+  s.block_size = p.block_size();
+  s.file_count = p.file_count();
+  s.chunks = p.manifest_chunks();
+  s.total_bytes = p.total_bytes();
+  s.sender_name = printable(p.sender_name().substr(0, 64));
+  s.seq_channel = p.channel();
+  s.seq = p.channel_seq();
+  s.catch_up = std::move(catch_up);
   // Parity repairs: a shape the codec cannot have means no FEC here (explicit NAKs still work).
   // GF(2^16) codes symbols of whole 16-bit words: an odd block size there is refused too.
   if (fec::valid_shape(p.fec_k(), p.fec_max_parity()) && p.fec_depth() >= 1 &&
       p.fec_depth() <= fec::max_depth &&
       (fec::field_for(p.fec_k(), p.fec_max_parity()) == fec::field::gf8 ||
-       s->block_size % 2 == 0)) {
-    s->fec_k = p.fec_k();
-    s->fec_max_parity = p.fec_max_parity();
-    s->fec_depth = p.fec_depth();
+       s.block_size % 2 == 0)) {
+    s.fec_k = p.fec_k();
+    s.fec_max_parity = p.fec_max_parity();
+    s.fec_depth = p.fec_depth();
   }
-  if (!s->seq_channel.empty()) {
-    s->seq_source = sequence_book::source_of(signer, p.sender_name());
-  }
-  s->silent_passes = p.silent_passes();
-  s->silent = p.silent_passes() > 0 ||
-              (channel < m_cfg.silent_channels.size() && m_cfg.silent_channels[channel]);
-  s->manifest = manifest_assembler(p, sizeof(file_rx));
-  s->started = now;
+  if (!s.seq_channel.empty()) s.seq_source = sequence_book::source_of(signer, p.sender_name());
+  s.silent_passes = p.silent_passes();
+  s.silent = p.silent_passes() > 0 ||
+             (channel < m_cfg.silent_channels.size() && m_cfg.silent_channels[channel]);
+  s.manifest = manifest_assembler(p, sizeof(file_rx));
+  s.started = now;
   m_sessions.emplace(id, std::move(owned));
-  if (m_log) {
-    m_log->info(
-        "session {} from {} ({}, {}): {} files, {} bytes announced, block {} bytes, rate {} "
-        "bit/s{}",
-        s->name(), from.address_string(), s->sender_name,
-        signer.empty() ? std::string("UNSIGNED") : "signed by " + signer, s->file_count,
-        s->total_bytes, s->block_size, p.rate_bps(),
-        !s->silent ? std::string()
-        : s->silent_passes > 0
-            ? fmt::format("; silent session of {} passes: this site sends nothing",
-                          s->silent_passes)
-            : std::string("; silent channel: this site sends nothing"));
-  }
-  return true;
+  return s;
 }
 
 void receiver_engine::handle_announce(const wire::announce& m, session_id id, const endpoint& from,

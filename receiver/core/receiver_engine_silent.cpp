@@ -1,4 +1,4 @@
-// receiver_engine: silent sessions (issue 12 item 3; docs/design-notes.md "Silent sessions").
+// receiver_engine: silent sessions (docs/design-notes.md "Silent sessions").
 // A silent site sends nothing, so what it could not complete is recorded here, where an
 // operator and a catch-up find it: each such file goes to receiver_sink::file_finished as not
 // stored (the daemon's status page, metrics and log), and a sequenced session that was not

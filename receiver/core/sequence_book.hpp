@@ -1,7 +1,7 @@
 #pragma once
 /// @file
 /// What a receiving site completed of each channel's numbered sessions (docs/design-notes.md
-/// "Session sequence numbers"; issue 10 item 2). A hub numbers the sessions of each channel
+/// "Session sequence numbers"). A hub numbers the sessions of each channel
 /// 1, 2, 3, ... (session_params.channel_seq); a site remembers, per stream, which numbers it
 /// completed, and its REGISTER in the next sequenced session names the numbers below that
 /// session's it never completed, so the hub can catch it up (LDM's catch-up from the product
@@ -72,8 +72,8 @@ class sequence_book {
  public:
   /// Completed numbers remembered above a stream's floor, and how far below the newest
   /// number a gap is still reported: 1024 sessions are 17 hours of a channel batching every
-  /// minute, beyond any hub's retention window (issue 10: "e.g. 24 h of products" at a few
-  /// sessions an hour for model channels); 1024 numbers of 8 bytes bound a stream's memory.
+  /// minute, beyond any hub's retention window (24 h of products at a few sessions an hour
+  /// for model channels); 1024 numbers of 8 bytes bound a stream's memory.
   static constexpr std::uint64_t window = 1024;
   /// Streams remembered; the least recently used is forgotten beyond (1024 x at most ~10 kB:
   /// an unsigned channel lets any host invent sender names, which must not grow the file

@@ -2,12 +2,11 @@
 /// @file
 /// A receiving session's resume state as bytes (proto/checkpoint.proto, the one encoding):
 /// what receiver_engine saves every checkpoint_interval and reads back after a restart, so a
-/// restarted receiver NAKs only what it still misses (DESIGN.md "A receiver's partial state
-/// (bitmaps) is enough to resume").
+/// restarted receiver NAKs only what it still misses.
 ///
 /// Blobs come from disk, where a crash may have cut them, damage flipped bits or another
 /// version written them: read_checkpoint checks everything before the engine allocates by it
-/// (STYLE.md "Input from the network"), and memory stays bounded by the blob's size (a bitmap
+/// (docs/architecture.md "House style"), and memory stays bounded by the blob's size (a bitmap
 /// must be exactly as long as its file's blocks need). Versions: checkpoint.proto's header.
 
 #include "common/endpoint.hpp"

@@ -29,8 +29,8 @@ struct file_key {
   friend bool operator==(const file_key&, const file_key&) = default;
 };
 
-/// A destination file to look for before registering (DESIGN.md "Register": files already
-/// held, same size and SHA-256, are skipped).
+/// A destination file to look for before registering (files already held, same size and
+/// SHA-256, are skipped).
 struct held_query {
   file_index file{};
   std::string relative_path;  ///< manifest path below the channel's destination tree

@@ -113,6 +113,12 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
       m_unicast_poll(io), m_board(m_cfg.channels.size()), m_sample_timer(io),
       m_started(std::chrono::system_clock::now()), m_retention_timer(io) {
   validate(m_cfg);
+  try {
+    // Before anything is made on disk: an interface that is not there is a configuration error.
+    m_interface = net::resolve_interface(m_cfg.interface, m_cfg.channels.front().group.v6);
+  } catch (const net::interface_error& e) {
+    throw config_error(std::string("interface: ") + e.what());
+  }
   if (m_cfg.http) {
     // Before the store's threads exist: spdlog's sink list is not guarded.
     m_log_ring = std::make_shared<http::log_ring_sink>();
@@ -195,13 +201,12 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
   }
   recover_intents();
   for (const auto& ch : m_cfg.channels) {
-    m_sockets.push_back(net::open_channel_socket(
-        io,
-        net::channel_socket_options{ch.group, m_cfg.interface, m_cfg.socket_buffer_bytes, true}));
+    m_sockets.push_back(net::open_channel_socket(io, channel_socket(ch)));
+    if (const auto w = ssm_warning(ch); !w.empty()) m_log->warn("{}", w);
   }
   m_retired.assign(m_cfg.channels.size(), false);
   publish_dest_names();
-  m_control_socket.emplace(net::open_unicast_socket(io, m_cfg.interface));
+  m_control_socket.emplace(net::open_unicast_socket(io, m_interface.address));
   const auto now = from_steady(std::chrono::steady_clock::now());
   std::vector<session_id> with_state;  // restored, or removed by close_session below
   load_channel_table();
@@ -241,6 +246,17 @@ daemon::~daemon() {
   if (m_log_ring) std::erase(m_log->sinks(), m_log_ring);
 }
 
+net::channel_socket_options daemon::channel_socket(const channel_config& ch) const {
+  net::channel_socket_options o;
+  o.group = ch.group;
+  o.interface = m_interface.address;
+  o.interface_index = m_interface.index;
+  o.receive_buffer = m_cfg.socket_buffer_bytes;
+  o.gro = true;
+  o.source = ch.source;
+  return o;
+}
+
 endpoint daemon::control_endpoint() const {
   return net::from_asio(m_control_socket->local_endpoint());
 }
@@ -255,11 +271,12 @@ void daemon::run() {
   });
   std::string channels;
   for (const auto& ch : m_cfg.channels) {
-    channels += (channels.empty() ? "" : ", ") + ch.name + " " + ch.group.to_string() + " -> " +
+    channels += (channels.empty() ? "" : ", ") + ch.name + " " + ch.group.to_string() +
+                (ch.source ? " from " + ch.source->address_string() : "") + " -> " +
                 ch.dest.string();
   }
   m_log->info("mcdistd '{}' listening on {} (interface {}, control {}, temp {}, sync {})", m_cfg.id,
-              channels, m_cfg.interface.address_string(), control_endpoint().to_string(),
+              channels, m_interface.to_string(), control_endpoint().to_string(),
               m_cfg.temp.string(), to_string(m_cfg.sync));
   start_http();
   resume_runs();
@@ -384,15 +401,27 @@ void daemon::do_receive(std::size_t index) {
           // --rate auto: a channel socket filling up is this host falling behind; tell the
           // engine before the kernel has to drop (docs/design-notes.md "Receiver overrun").
           if (m_socket_drops.size() <= index) m_socket_drops.resize(index + 1, 0);
+          if (m_channel_datagrams.size() <= index) {
+            m_channel_datagrams.resize(index + 1, 0);
+            m_channel_off_source.resize(index + 1, 0);
+          }
           m_engine->on_socket_backlog(static_cast<std::uint32_t>(index),
                                       net::receive_buffer_fill(fd), now);
         }
         m_receiver.drain(
             fd, max_datagrams_per_wake,
             [&](std::span<const std::byte> d, const endpoint& from) {
-              if (index != control_index && m_receiver.socket_drops() != m_socket_drops[index]) {
-                m_socket_drops[index] = m_receiver.socket_drops();
-                m_engine->on_socket_drops(static_cast<std::uint32_t>(index));
+              if (index != control_index) {
+                if (m_receiver.socket_drops() != m_socket_drops[index]) {
+                  m_socket_drops[index] = m_receiver.socket_drops();
+                  m_engine->on_socket_drops(static_cast<std::uint32_t>(index));
+                }
+                ++m_channel_datagrams[index];
+                const auto& source = m_cfg.channels[index].source;
+                if (source && (from.v6 != source->v6 || from.addr != source->addr)) {
+                  ++m_channel_off_source[index];
+                  return;
+                }
               }
               if (m_cfg.drop_rate > 0 && u(m_drop_rng) < m_cfg.drop_rate) {
                 ++m_dropped_by_option;
@@ -414,24 +443,26 @@ void daemon::handle_datagram(std::size_t index, std::span<const std::byte> d, co
                              time_point now, std::optional<time_point> arrival) {
   const std::uint32_t channel =
       index != control_index ? static_cast<std::uint32_t>(index) : receiver_engine::control_channel;
-  if (index != control_index && d.size() >= wire::header_size &&
-      static_cast<wire::msg_type>(std::to_integer<std::uint8_t>(d[3])) ==
-          wire::msg_type::heartbeat) {
+  // The one parse of the header: every filter below, authentication and the engine take it.
+  wire::header h;
+  if (const auto malformed = wire::parse_header(d, h)) {
+    if (index == control_index || !m_retired[index]) m_engine->on_refused(malformed);
+    return;
+  }
+  if (index != control_index && h.type == wire::msg_type::heartbeat) {
     on_heartbeat(index, d, from);
     return;
   }
-  if (index != control_index && !channel_takes(index, d)) return;
-  if (announce_repeat(index, d, now)) {
+  if (index != control_index && !channel_takes(index, h)) return;
+  if (announce_repeat(index, h, now)) {
     ++m_announce_repeats_unchecked;
     return;
   }
   // An announce is checked with Ed25519 next (about 100 us, a poll is one recvmmsg): it polls
   // whenever its session's key is awaited; blocks and markers (cheap to check, and a flood of
   // them for a key that never comes must cost little) at most max_key_polls_per_wake times.
-  const bool announce =
-      d.size() >= wire::header_size &&
-      static_cast<wire::msg_type>(std::to_integer<std::uint8_t>(d[3])) == wire::msg_type::announce;
-  if ((announce || m_key_polls < max_key_polls_per_wake) && key_awaited(index, d)) {
+  const bool announce = h.type == wire::msg_type::announce;
+  if ((announce || m_key_polls < max_key_polls_per_wake) && key_awaited(index, h)) {
     // A block, marker or announce of a session whose key this site asked for: the sender
     // answers during its announce burst, so the answer is likely queued on the control socket
     // behind this channel's batch. Read it first, so the block is checked instead of refused
@@ -440,17 +471,17 @@ void daemon::handle_datagram(std::size_t index, std::span<const std::byte> d, co
     poll_control(now);
   }
   std::span<const std::byte> plain;
-  if (const auto refused = authenticate(index, d, now, plain, from)) {
-    // Framing errors (bad magic, truncated, ...) go on to the engine, which counts them by
-    // reason like any malformed datagram; refusals are counted already.
-    if (refused != errc::unauthenticated) m_engine->on_datagram(d, from, channel, now, arrival);
+  if (const auto refused = authenticate(index, h, d, now, plain, from)) {
+    // Framing errors (a trailer or digest datagram too short, ...) are counted by the engine
+    // by reason like any malformed datagram; refusals are counted already.
+    if (refused != errc::unauthenticated) m_engine->on_refused(refused);
     return;
   }
   // Empty: taken by the authentication layer (a sealed announce before its key, or the
   // answer to a key request): nothing for the engine.
   if (!plain.empty()) {
-    m_engine->on_datagram(plain, from, channel, now, arrival);
-    if (announce) note_silent(index, plain);
+    m_engine->on_datagram(h, plain, from, channel, now, arrival);
+    if (announce) note_silent(index, h.session, plain);
   }
   after_open(from);
 }
@@ -500,18 +531,14 @@ std::vector<bool> daemon::silent_channels() const {
 void daemon::send(const endpoint& to, std::span<const std::byte> datagram) {
   MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   // The engine sends nothing for a silent session; this is the last gate before the socket.
-  if (datagram.size() >= wire::header_size &&
-      m_engine->silent(session_id{load_be32(datagram.data() + 4)})) {
-    return;
-  }
-  if (datagram.size() >= wire::header_size) {
-    if (auto* keys = keys_of(session_id{load_be32(datagram.data() + 4)})) {
-      m_send_buffer.resize(datagram.size() + auth::max_trailer_bytes);
-      std::memcpy(m_send_buffer.data(), datagram.data(), datagram.size());
-      const std::size_t n = keys->seal(m_send_buffer, datagram.size());
-      if (n == 0) return;  // no key for it yet: the engine repeats the message
-      datagram = std::span<const std::byte>(m_send_buffer.data(), n);
-    }
+  wire::header h;
+  if (wire::parse_header(datagram, h) || m_engine->silent(h.session)) return;
+  if (auto* keys = keys_of(h.session)) {
+    m_send_buffer.resize(datagram.size() + auth::max_trailer_bytes);
+    std::memcpy(m_send_buffer.data(), datagram.data(), datagram.size());
+    const std::size_t n = keys->seal(m_send_buffer, datagram.size());
+    if (n == 0) return;  // no key for it yet: the engine repeats the message
+    datagram = std::span<const std::byte>(m_send_buffer.data(), n);
   }
   std::error_code ec;
   ++m_datagrams_sent;

@@ -110,7 +110,7 @@ class daemon final : public receiver_sink {
   /// On a channel socket: false for a datagram of a session another channel holds (a changed
   /// channel's old and new sockets share the group) or, on a channel a reload removed, of a
   /// session it does not hold.
-  bool channel_takes(std::size_t index, std::span<const std::byte> d) const;
+  bool channel_takes(std::size_t index, const wire::header& h) const;
   /// Opens channel `ch` as the next channel index (socket, keyring, destination root, board,
   /// WIS2 publishers). @throws std::system_error when the socket cannot be opened
   void add_channel(const channel_config& ch);
@@ -164,20 +164,21 @@ class daemon final : public receiver_sink {
   /// Sends the key request a verified announce left due (from the control socket, to the
   /// announce's source), if any.
   void send_key_request(const endpoint& to);
-  /// After an announce (`plain`, opened) on channel `index` reached the engine: a session that
+  /// After an announce of session `s` (`plain`, opened) on channel `index` reached the engine: a
+  /// session that
   /// is silent here (a silent channel, or the announce's silent_passes) is marked silent in the
   /// channel's keys, so no key request goes out for it and its untagged blocks pass.
-  void note_silent(std::size_t index, std::span<const std::byte> plain);
+  void note_silent(std::size_t index, session_id s, std::span<const std::byte> plain);
   /// After a datagram was opened: sends a due key request, and hands the engine the sealed
   /// announces held before a session key that just arrived.
   void after_open(const endpoint& from);
   /// True for a signed announce on channel socket `index` of a session whose manifest the
   /// engine holds whole and one of whose announces verified within
   /// auth::announce_repeat_interval: a repeat, dropped without a signature check.
-  bool announce_repeat(std::size_t index, std::span<const std::byte> d, time_point now) const;
+  bool announce_repeat(std::size_t index, const wire::header& h, time_point now) const;
   /// True for a data, marker or announce datagram on channel socket `index` of a session whose
   /// key this site asked for and does not have yet.
-  bool key_awaited(std::size_t index, std::span<const std::byte> d) const;
+  bool key_awaited(std::size_t index, const wire::header& h) const;
   /// Reads what the control socket holds now (at most max_control_per_key_poll datagrams).
   void poll_control(time_point now);
   /// The keyring of one channel: its trusted senders, this site's key (m_site) and id.
@@ -185,7 +186,9 @@ class daemon final : public receiver_sink {
   /// Checks a datagram that arrived on socket `index` from `from` with the keyring of its
   /// channel (or, on the control socket, of the channel that knows its session). @return empty
   /// with the version-1 view in `out`, or why it was refused (counted)
-  std::error_code authenticate(std::size_t index, std::span<const std::byte> d, time_point now,
+  /// @param h  the datagram's common header, parsed once by handle_datagram
+  std::error_code authenticate(std::size_t index, const wire::header& h,
+                               std::span<const std::byte> d, time_point now,
                                std::span<const std::byte>& out, const endpoint& from);
   /// The keyring that holds session `s`, if any.
   auth::receiver_keys* keys_of(session_id s);
@@ -246,6 +249,16 @@ class daemon final : public receiver_sink {
   /// a reload adds sockets without moving those with waits pending.
   std::deque<net::udp::socket> m_sockets;
   std::optional<net::udp::socket> m_control_socket;
+  /// m_cfg.interface resolved at start for the channels' family: every channel is joined on
+  /// it and the control socket bound to its address (a restart-only setting).
+  net::resolved_interface m_interface;
+  /// The socket options that join `ch` on m_interface.
+  net::channel_socket_options channel_socket(const channel_config& ch) const;
+  /// Per channel index, datagrams read from its socket, and of those, datagrams from another
+  /// address than a source-specific channel's source: the kernel filters those, so a count
+  /// above 0 is a kernel that does not (they are dropped here, before the core).
+  std::vector<std::uint64_t> m_channel_datagrams;
+  std::vector<std::uint64_t> m_channel_off_source;
   /// Per channel index: a reload removed (or replaced) it; it takes no new session.
   std::vector<bool> m_retired;
   std::function<daemon_config()> m_config_source;

@@ -133,19 +133,18 @@ auth::receiver_keys* daemon::keys_of(session_id s) {
   return nullptr;
 }
 
-std::error_code daemon::authenticate(std::size_t index, std::span<const std::byte> d,
-                                     time_point now, std::span<const std::byte>& out,
-                                     const endpoint& from) {
+std::error_code daemon::authenticate(std::size_t index, const wire::header& h,
+                                     std::span<const std::byte> d, time_point now,
+                                     std::span<const std::byte>& out, const endpoint& from) {
   auth::receiver_keys* keys = nullptr;
   std::size_t channel = index;
   if (index < m_keys.size()) {
     keys = m_keys[index].get();
-  } else if (d.size() >= wire::header_size) {
+  } else {
     // The control socket: the register reply, fallback and complete ack of a session one of
     // the channels announced.
-    const session_id s{load_be32(d.data() + 4)};
     for (channel = 0; channel < m_keys.size(); ++channel) {
-      if (m_keys[channel]->knows(s)) {
+      if (m_keys[channel]->knows(h.session)) {
         keys = m_keys[channel].get();
         break;
       }
@@ -154,19 +153,15 @@ std::error_code daemon::authenticate(std::size_t index, std::span<const std::byt
   if (!keys) {
     const bool any_required =
         std::any_of(m_keys.begin(), m_keys.end(), [](const auto& k) { return k->required(); });
-    if (any_required || d.size() < wire::header_size ||
-        std::to_integer<std::uint8_t>(d[2]) != wire::version) {
+    if (any_required || h.version != wire::version) {
       ++m_unknown_unicast;
       return errc::unauthenticated;
     }
     out = d;  // a version-1 session where no channel asks for authentication
     return {};
   }
-  if (auto ec = keys->open(d, now, out, from)) return ec;
-  if (std::to_integer<std::uint8_t>(d[3]) ==
-      static_cast<std::uint8_t>(wire::msg_type::register_reply)) {
-    save_keys(session_id{load_be32(d.data() + 4)}, channel);
-  }
+  if (auto ec = keys->open(h, d, now, out, from)) return ec;
+  if (h.type == wire::msg_type::register_reply) save_keys(h.session, channel);
   return {};
 }
 
@@ -178,9 +173,8 @@ std::unique_ptr<auth::receiver_keys> daemon::channel_keys(const channel_config& 
   return std::make_unique<auth::receiver_keys>(std::move(o));
 }
 
-void daemon::note_silent(std::size_t index, std::span<const std::byte> plain) {
-  if (index >= m_keys.size() || plain.size() < wire::header_size) return;
-  const session_id s{load_be32(plain.data() + 4)};
+void daemon::note_silent(std::size_t index, session_id s, std::span<const std::byte> plain) {
+  if (index >= m_keys.size()) return;
   bool silent = m_cfg.channels[index].silent || m_engine->silent(s);
   if (!silent && !m_engine->channel_of(s)) {
     // The engine did not take the session (limits, budget): the announce says it all the same.
@@ -207,8 +201,9 @@ void daemon::send_key_request(const endpoint& to) {
     const std::size_t n = k->take_key_request(m_send_buffer);
     if (n == 0) continue;
     // Never for a silent channel or session (set_silent drops them already; this is the gate).
-    if (m_cfg.channels[c].silent ||
-        m_engine->silent(session_id{load_be32(m_send_buffer.data() + 4)}))
+    wire::header h;
+    if (m_cfg.channels[c].silent || wire::parse_header({m_send_buffer.data(), n}, h) ||
+        m_engine->silent(h.session))
       continue;
     std::error_code ec;
     ++m_datagrams_sent;
@@ -233,23 +228,18 @@ void daemon::after_open(const endpoint& from) {
   }
 }
 
-bool daemon::announce_repeat(std::size_t index, std::span<const std::byte> d,
-                             time_point now) const {
-  if (index >= m_keys.size() || d.size() < wire::header_size ||
-      std::to_integer<std::uint8_t>(d[2]) != wire::authenticated_version ||
-      static_cast<wire::msg_type>(std::to_integer<std::uint8_t>(d[3])) !=
-          wire::msg_type::announce) {
+bool daemon::announce_repeat(std::size_t index, const wire::header& h, time_point now) const {
+  if (index >= m_keys.size() || h.version != wire::authenticated_version ||
+      h.type != wire::msg_type::announce) {
     return false;
   }
-  const session_id s{load_be32(d.data() + 4)};
-  return m_engine->manifest_complete(s) && m_keys[index]->repeat_verified_recently(s, now);
+  return m_engine->manifest_complete(h.session) &&
+         m_keys[index]->repeat_verified_recently(h.session, now);
 }
 
-bool daemon::key_awaited(std::size_t index, std::span<const std::byte> d) const {
-  if (index >= m_keys.size() || !m_keys[index]->awaiting_any() || d.size() < wire::header_size) {
-    return false;
-  }
-  const auto type = static_cast<wire::msg_type>(std::to_integer<std::uint8_t>(d[3]));
+bool daemon::key_awaited(std::size_t index, const wire::header& h) const {
+  if (index >= m_keys.size() || !m_keys[index]->awaiting_any()) return false;
+  const auto type = h.type;
   // Announces too: an encrypted session's announces behind the first are held and each checked
   // with Ed25519 until the key is read, and a channel batch holds both initial cycles (two
   // checks per chunk instead of one, the second cycle no repeat while the manifest is sealed).
@@ -257,7 +247,7 @@ bool daemon::key_awaited(std::size_t index, std::span<const std::byte> d) const 
       type != wire::msg_type::announce) {
     return false;
   }
-  return m_keys[index]->awaiting_key(session_id{load_be32(d.data() + 4)});
+  return m_keys[index]->awaiting_key(h.session);
 }
 
 void daemon::poll_control(time_point now) {

@@ -203,24 +203,12 @@ std::vector<action_config> parse_receipt_actions(const toml::node& node) {
 
 }  // namespace
 
-endpoint default_http_endpoint() {
-  auto e = *parse_address("127.0.0.1");
-  e.port = default_http_port;
-  return e;
-}
-
 std::optional<endpoint> parse_http_setting(const std::string& text, const std::string& what) {
-  if (text == "off") return std::nullopt;
-  // Port 0 (any free port, logged at start) is for tests; parse_endpoint refuses it.
-  const bool any_port = text.size() > 2 && text.ends_with(":0");
-  const auto e = any_port ? parse_endpoint(std::string_view(text).substr(0, text.size() - 2), 0)
-                          : parse_endpoint(text);
-  if (!e || e->is_multicast()) {
-    throw config_error(
-        what + " \"" + text +
-        "\" is not a local ADDR:PORT to serve status on (e.g. 127.0.0.1:9611) or \"off\"");
+  try {
+    return http::parse_status_address(text, default_http_port);
+  } catch (const std::invalid_argument& e) {
+    throw config_error(what + " " + e.what());
   }
-  return e;
 }
 
 namespace {
@@ -282,8 +270,12 @@ daemon_config from_table(const toml::table& t, const std::string& source) {
   if (auto n = t["id"]) cfg.id = require_type<std::string>(*n.node(), "id", "a string");
   if (auto n = t["interface"]) {
     const auto s = require_type<std::string>(*n.node(), "interface", "a string");
-    const auto a = parse_address(s);
-    if (!a) throw config_error("'interface' = \"" + s + "\" is not an IP address");
+    const auto a = net::parse_interface(s);
+    if (!a || a->any()) {
+      throw config_error("'interface' = \"" + s +
+                         "\" is neither an IP address nor an interface name (e.g. \"10.0.0.7\", "
+                         "\"eth1\")");
+    }
     cfg.interface = *a;
   }
   if (auto n = t["dest"]) default_dest = require_type<std::string>(*n.node(), "dest", "a string");
@@ -440,6 +432,10 @@ daemon_config from_table(const toml::table& t, const std::string& source) {
       if (!g) throw config_error(key + " needs group = \"ADDR:PORT\"");
       ch.group = parse_group(require_type<std::string>(*g.node(), key + ".group", "a string"),
                              key + ".group");
+      if (auto n = (*ct)["source"]) {
+        ch.source = parse_source(require_type<std::string>(*n.node(), key + ".source", "a string"),
+                                 ch.group, key + ".source");
+      }
       if (auto n = (*ct)["dest"])
         ch.dest = require_type<std::string>(*n.node(), key + ".dest", "a string");
       if (auto n = (*ct)["trusted_senders"]) {
@@ -502,6 +498,38 @@ daemon_config from_table(const toml::table& t, const std::string& source) {
 
 }  // namespace
 
+endpoint parse_source(const std::string& text, const endpoint& group, const std::string& what) {
+  const auto a = parse_address(text);
+  if (!a) throw config_error(what + " = \"" + text + "\" is not an IP address");
+  if (a->v6 != group.v6) {
+    throw config_error(what + " = \"" + text + "\" is not of the address family of the group " +
+                       group.address_string());
+  }
+  const bool wildcard = std::all_of(a->addr.begin(), a->addr.begin() + (a->v6 ? 16 : 4),
+                                    [](std::uint8_t b) { return b == 0; });
+  if (a->is_multicast() || wildcard) {
+    throw config_error(what + " = \"" + text +
+                       "\" is not a sender's unicast address (the address its datagrams come "
+                       "from)");
+  }
+  return *a;
+}
+
+std::string ssm_warning(const channel_config& ch) {
+  if (ch.source && !ch.group.is_source_specific()) {
+    return "channel " + ch.name + ": source " + ch.source->address_string() + " with group " +
+           ch.group.address_string() + " outside the SSM range (" +
+           (ch.group.v6 ? "ff3x::/32" : "232.0.0.0/8") +
+           "): this host filters by source, but routers may forward the group from every source";
+  }
+  if (!ch.source && ch.group.is_source_specific()) {
+    return "channel " + ch.name + ": group " + ch.group.address_string() +
+           " is in the SSM range joined without a source: routers forward nothing to such a "
+           "join (RFC 4607); set source = \"SENDER-ADDRESS\"";
+  }
+  return {};
+}
+
 std::optional<std::chrono::nanoseconds> parse_age(std::string_view text) noexcept {
   return parse_duration(text);  // "7d" included
 }
@@ -527,9 +555,18 @@ void validate(const daemon_config& cfg) {
           "or \"mcdist-ed25519:...\"; --trust on the command line), or take unsigned sessions "
           "from anyone by name: allow_unsigned = true (--allow-unsigned) (docs/security.md)");
     }
-    if (ch.group.v6 != cfg.interface.v6) {
-      throw config_error("channel " + ch.name + " and interface " + cfg.interface.address_string() +
+    if (cfg.interface.address && ch.group.v6 != cfg.interface.address->v6) {
+      throw config_error("channel " + ch.name + " and interface " + cfg.interface.to_string() +
                          " are of different address families");
+    }
+    // One control socket and one resolved interface serve every channel.
+    if (ch.group.v6 != cfg.channels.front().group.v6) {
+      throw config_error("channels " + cfg.channels.front().name + " and " + ch.name +
+                         " are of different address families: one daemon receives one family");
+    }
+    if (ch.source && ch.source->v6 != ch.group.v6) {
+      throw config_error("channel " + ch.name + ": source " + ch.source->address_string() +
+                         " is not of the group's address family");
     }
   }
   if (cfg.temp.empty()) throw config_error("no temp directory: set --temp or temp = ...");

@@ -4,7 +4,9 @@
 
 #include "common/crypto.hpp"
 #include "common/endpoint.hpp"
+#include "common/http/status_address.hpp"
 #include "common/logging.hpp"
+#include "common/net/interface.hpp"
 #include "common/wis2/wis2_publisher.hpp"
 #include "receiver/io/action_config.hpp"
 #include "receiver/storage/file_store.hpp"
@@ -53,21 +55,24 @@ struct channel_config {
   /// `catch_up_ca = FILE`: PEM certificates the hub's TLS certificate must chain to (a private
   /// CA); empty: the system's CA store.
   std::filesystem::path catch_up_ca;
+  /// `source = "ADDR"`: join (source, group) only (parse_source): the kernel delivers no
+  /// datagram to the group from another host. nullopt: any-source.
+  std::optional<endpoint> source;
 };
 
 /// Port of mcdistd's status HTTP server (/metrics, /status, /) unless configured otherwise.
 inline constexpr std::uint16_t default_http_port = 9611;
-
-/// 127.0.0.1:default_http_port: status stays on the host unless the operator opens it.
-endpoint default_http_endpoint();
 
 /// Parses the `http` setting: "ADDR:PORT", or "off". @throws config_error naming `what`
 std::optional<endpoint> parse_http_setting(const std::string& text, const std::string& what);
 
 /// Everything mcdistd needs.
 struct daemon_config {
-  std::string id;      ///< receiver id (wire::valid_receiver_id)
-  endpoint interface;  ///< local address to join on and send from
+  std::string id;  ///< receiver id (wire::valid_receiver_id)
+  /// `interface`: the name or local address of the interface every channel is joined on and
+  /// replies leave from (common/net/interface.hpp; resolved when the daemon starts, for the
+  /// channels' address family). Unset: the kernel's routes decide.
+  net::interface_spec interface;
   std::vector<channel_config> channels;
   std::filesystem::path temp;  ///< temp files and checkpoints; same filesystem as dest
   /// This site's secret key file (mcdist-keygen, mode 0600). Empty: temp/site.key, made at
@@ -87,7 +92,7 @@ struct daemon_config {
   /// ... and sessions stamped further ahead of this host's clock are refused.
   std::chrono::milliseconds max_clock_skew = std::chrono::minutes(5);
   sync_mode sync = sync_mode::batch;
-  std::size_t buffer_pool_bytes = 16u << 20;
+  std::size_t buffer_pool_bytes = storage_config{}.buffer_pool_bytes;
   int socket_buffer_bytes = 32 << 20;
   std::chrono::nanoseconds session_timeout = std::chrono::seconds(60);
   std::chrono::nanoseconds status_interval = std::chrono::seconds(60);
@@ -106,7 +111,7 @@ struct daemon_config {
   double disk_reserve_percent = 5;                               ///< storage_config
   std::uint64_t session_quota_bytes = std::uint64_t{256} << 30;  ///< storage_config; 0: none
   /// Status HTTP server address; nullopt: off ("off").
-  std::optional<endpoint> http = default_http_endpoint();
+  std::optional<endpoint> http = http::loopback_status_address(default_http_port);
   /// `http` was set by the operator: failing to bind it is then fatal, while the default
   /// address only gets a warning (a second daemon on the host must still receive).
   bool http_explicit = false;
@@ -142,14 +147,31 @@ daemon_config load_config_file(const std::filesystem::path& file);
 /// in error messages (a file name, "<fuzz>"). @throws config_error as load_config_file
 daemon_config load_config_string(std::string_view text, const std::string& source);
 
+/// Parses a channel's `source` (mcdistd `source = "ADDR"`, --source): the unicast address,
+/// of the group's family, of the one sender whose datagrams the channel takes, joined
+/// source-specific (RFC 4607; MCAST_JOIN_SOURCE_GROUP, RFC 3678 section 5.2). A group outside
+/// the SSM ranges (232.0.0.0/8, ff3x::/32) is not refused: on a link, or with routers that
+/// apply IGMPv3/MLDv2 source filters to any group, the join filters as well; the daemon warns
+/// (ssm_warning) because routers may forward such a group from every source.
+/// @param what names the setting in the message ("channel[0].source", "--source")
+/// @throws config_error when `text` is not an IP address, is multicast or the wildcard, or is
+///         not of the group's family
+endpoint parse_source(const std::string& text, const endpoint& group, const std::string& what);
+
+/// What is unusual about how `ch` is joined, for a warning at start; empty when nothing:
+/// a source outside the SSM ranges (routers may forward every source of such a group), or an
+/// SSM-range group joined any-source (routers following RFC 4607 forward nothing to it).
+std::string ssm_warning(const channel_config& ch);
+
 /// Parses an age: a parse_duration string ("90s", "6h") or a number of days ("7d").
 std::optional<std::chrono::nanoseconds> parse_age(std::string_view text) noexcept;
 
 /// Checks a complete configuration: id set and valid, at least one channel, every group
-/// multicast, temp and dest set, every channel trusting a sender or allowing unsigned
-/// sessions by name (allow_unsigned); actions name existing channels, have unique names, and
-/// exec programs that are absolute paths of executable files; journal_max_age is at least
-/// every retention max_age. @throws config_error naming the first problem
+/// multicast and of one address family (the interface's, when it is an address), every
+/// source of its group's family, temp and dest set, every channel trusting a sender or allowing
+/// unsigned sessions by name (allow_unsigned); actions name existing channels, have unique names,
+/// and exec programs that are absolute paths of executable files; journal_max_age is at least every
+/// retention max_age. @throws config_error naming the first problem
 void validate(const daemon_config& cfg);
 
 }  // namespace mcdist::receiver

@@ -41,8 +41,8 @@ bool same_actions(const std::vector<action_config>& a, const std::vector<action_
 /// What a channel's sessions are received with: a change of any of these is a new channel
 /// (the old one finishes its sessions with the old settings).
 bool same_receiving(const channel_config& a, const channel_config& b) {
-  return a.group == b.group && a.dest == b.dest && a.trusted_senders == b.trusted_senders &&
-         a.silent == b.silent;
+  return a.group == b.group && a.source == b.source && a.dest == b.dest &&
+         a.trusted_senders == b.trusted_senders && a.silent == b.silent;
 }
 
 /// The settings of `next` that differ from `now` and that a running daemon cannot change:
@@ -77,10 +77,8 @@ std::vector<std::string> restart_only_changes(const daemon_config& now, const da
 
 }  // namespace
 
-bool daemon::channel_takes(std::size_t index, std::span<const std::byte> d) const {
-  if (d.size() < wire::header_size) return !m_retired[index];  // the engine counts it
-  const session_id s{load_be32(d.data() + 4)};
-  if (const auto owner = m_engine->channel_of(s)) return *owner == index;
+bool daemon::channel_takes(std::size_t index, const wire::header& h) const {
+  if (const auto owner = m_engine->channel_of(h.session)) return *owner == index;
   return !m_retired[index];
 }
 
@@ -150,9 +148,8 @@ std::optional<std::string> daemon::remap_checkpoint(std::string blob) const {
 
 void daemon::add_channel(const channel_config& ch) {
   const std::size_t index = m_cfg.channels.size();
-  m_sockets.push_back(net::open_channel_socket(
-      m_io,
-      net::channel_socket_options{ch.group, m_cfg.interface, m_cfg.socket_buffer_bytes, true}));
+  m_sockets.push_back(net::open_channel_socket(m_io, channel_socket(ch)));
+  if (const auto w = ssm_warning(ch); !w.empty()) m_log->warn("{}", w);
   m_cfg.channels.push_back(ch);
   m_retired.push_back(false);
   m_keys.push_back(channel_keys(ch));
@@ -230,9 +227,7 @@ bool daemon::reload(const std::function<daemon_config()>& source) {
                            " of channel " + ch->name + ": " + ec.message());
       }
       // Bind and join once here: a group that cannot be joined fails the reload whole.
-      auto probe = net::open_channel_socket(
-          m_io,
-          net::channel_socket_options{ch->group, m_cfg.interface, m_cfg.socket_buffer_bytes, true});
+      auto probe = net::open_channel_socket(m_io, channel_socket(*ch));
       boost::system::error_code ignored;
       probe.close(ignored);
     }

@@ -29,10 +29,10 @@ unicast::client_options daemon::unicast_options(session_id s, const unicast_orde
     co.sctp.initial_rto_ms =
         static_cast<std::uint32_t>(std::clamp<std::int64_t>(ms, t.rto_min_ms, t.rto_initial_ms));
   }
-  const bool any = std::all_of(m_cfg.interface.addr.begin(),
-                               m_cfg.interface.addr.begin() + (m_cfg.interface.v6 ? 16 : 4),
+  const bool any = std::all_of(m_interface.address.addr.begin(),
+                               m_interface.address.addr.begin() + (m_interface.address.v6 ? 16 : 4),
                                [](std::uint8_t b) { return b == 0; });
-  if (!any) co.local = m_cfg.interface;
+  if (!any) co.local = m_interface.address;
   return co;
 }
 

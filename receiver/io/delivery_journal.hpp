@@ -1,6 +1,6 @@
 #pragma once
 /// @file
-/// The receiver's delivery journal (issue 10, docs/actions.md): an SQLite database in WAL mode
+/// The receiver's delivery journal (docs/actions.md): an SQLite database in WAL mode
 /// (common/sqlite/sqlite.hpp) recording every product mcdistd delivered and every action it
 /// ran on one, so that actions run at least once across crashes and retention deletes only
 /// what the daemon delivered.

@@ -1,5 +1,7 @@
 #include "receiver/io/replay_store.hpp"
 
+#include "common/atomic_file.hpp"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -15,8 +17,6 @@ namespace {
 
 /// A cache file larger than this is not read (it would hold ten times max_entries lines).
 constexpr std::size_t max_file_bytes = 64u << 20;
-
-std::error_code last_error() { return {errno, std::generic_category()}; }
 
 bool write_all(int fd, const std::string& text) {
   std::size_t done = 0;
@@ -88,35 +88,7 @@ replay_store::replay_store(std::filesystem::path file, replay_guard::limits limi
 }
 
 std::error_code replay_store::rewrite(std::string& detail) {
-  const std::string text = m_guard.encode();
-  const std::filesystem::path tmp = m_file.string() + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0) {
-    const auto ec = last_error();
-    detail = "cannot create " + tmp.string() + ": " + ec.message();
-    return ec;
-  }
-  if (!write_all(fd, text) || ::fsync(fd) != 0) {
-    const auto ec = last_error();
-    ::close(fd);
-    detail = "cannot write " + tmp.string() + ": " + ec.message();
-    return ec;
-  }
-  ::close(fd);
-  if (::rename(tmp.c_str(), m_file.c_str()) != 0) {
-    const auto ec = last_error();
-    detail = "cannot rename " + tmp.string() + " to " + m_file.string() + ": " + ec.message();
-    return ec;
-  }
-  const auto dir = m_file.parent_path().empty() ? std::filesystem::path(".") : m_file.parent_path();
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0 || ::fsync(dfd) != 0) {
-    const auto ec = last_error();
-    if (dfd >= 0) ::close(dfd);
-    detail = "cannot fsync the directory " + dir.string() + ": " + ec.message();
-    return ec;
-  }
-  ::close(dfd);
+  if (auto ec = write_file_atomically(m_file, m_guard.encode(), detail)) return ec;
   m_appended = 0;
   return {};
 }

@@ -1,5 +1,7 @@
 #include "receiver/io/sequence_store.hpp"
 
+#include "common/atomic_file.hpp"
+
 #include <cerrno>
 #include <fcntl.h>
 #include <unistd.h>
@@ -64,49 +66,7 @@ std::error_code load_sequences(const std::filesystem::path& file, sequence_book&
 
 std::error_code save_sequences(const std::filesystem::path& file, const sequence_book& book,
                                std::string& detail) {
-  const std::string text = book.serialize();
-  const std::filesystem::path tmp = file.string() + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0) {
-    const auto ec = last_error();
-    detail = "cannot create " + tmp.string() + ": " + ec.message();
-    return ec;
-  }
-  std::size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const auto ec = last_error();
-      ::close(fd);
-      detail = "cannot write " + tmp.string() + ": " + ec.message();
-      return ec;
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  if (::fsync(fd) != 0) {
-    const auto ec = last_error();
-    ::close(fd);
-    detail = "cannot fsync " + tmp.string() + ": " + ec.message();
-    return ec;
-  }
-  ::close(fd);
-  if (::rename(tmp.c_str(), file.c_str()) != 0) {
-    const auto ec = last_error();
-    detail = "cannot rename " + tmp.string() + " to " + file.string() + ": " + ec.message();
-    return ec;
-  }
-  // The rename is durable only once the directory is.
-  const auto dir = file.parent_path().empty() ? std::filesystem::path(".") : file.parent_path();
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0 || ::fsync(dfd) != 0) {
-    const auto ec = last_error();
-    if (dfd >= 0) ::close(dfd);
-    detail = "cannot fsync the directory " + dir.string() + ": " + ec.message();
-    return ec;
-  }
-  ::close(dfd);
-  return {};
+  return write_file_atomically(file, book.serialize(), detail);
 }
 
 }  // namespace mcdist::receiver

@@ -7,6 +7,8 @@
 /// Pure: wall-clock time is passed in; no I/O, no Asio.
 
 #include "common/ids.hpp"
+#include "common/http/throughput.hpp"
+#include "common/time.hpp"
 #include "receiver/core/receiver_engine.hpp"
 
 #include <chrono>
@@ -17,9 +19,6 @@
 #include <vector>
 
 namespace mcdist::receiver {
-
-/// Wall-clock time (products' times are shown as dates and Prometheus timestamps).
-using wall_time = std::chrono::system_clock::time_point;
 
 /// One delivered (or failed) product as the page lists it.
 struct product_record {
@@ -47,7 +46,7 @@ class status_board {
   /// most ~60 KB per channel).
   static constexpr std::size_t max_recent_products = 50;
   /// Minutes of throughput kept: the page's chart covers the last hour.
-  static constexpr std::size_t minutes_kept = 60;
+  static constexpr std::size_t minutes_kept = http::minute_ring::minutes_kept;
 
   /// @param channels  number of configured channels (engine channel indexes 0..n-1)
   explicit status_board(std::size_t channels);
@@ -68,11 +67,8 @@ class status_board {
 
  private:
   std::vector<channel_board> m_channels;
-  std::deque<std::pair<std::int64_t, std::uint64_t>> m_minutes;  ///< (minute since epoch, bytes)
+  http::minute_ring m_minutes;
   std::optional<std::uint64_t> m_last_total;
 };
-
-/// Minutes since the Unix epoch of a wall time.
-std::int64_t minute_of(wall_time t) noexcept;
 
 }  // namespace mcdist::receiver

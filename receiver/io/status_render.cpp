@@ -2,6 +2,7 @@
 
 #include "common/error.hpp"
 #include "common/http/html.hpp"
+#include "common/http/throughput.hpp"
 #include "common/http/prometheus_text.hpp"
 #include "common/units.hpp"
 
@@ -230,6 +231,7 @@ nlohmann::json render_status_json(const status_snapshot& s) {
     nlohmann::json c;
     c["name"] = cfg.name;
     c["group"] = cfg.group.to_string();
+    if (cfg.source) c["source"] = cfg.source->address_string();
     c["dest"] = cfg.dest.string();
     c["files_stored"] = b.files_stored;
     c["files_failed"] = b.files_failed;
@@ -366,25 +368,9 @@ std::string render_status_page(const status_snapshot& s) {
   }
 
   const auto minutes = s.board->bytes_per_minute(s.now);
-  std::vector<double> rates;
-  std::vector<std::string> titles;
-  double peak = 0;
-  const std::int64_t last = minute_of(s.now);
-  for (std::size_t i = 0; i < minutes.size(); ++i) {
-    const double bps = static_cast<double>(minutes[i]) * 8 / 60;
-    rates.push_back(bps);
-    peak = std::max(peak, bps);
-    const auto at =
-        wall_time(std::chrono::minutes(last - static_cast<std::int64_t>(minutes.size() - 1 - i)));
-    titles.push_back(http::utc_clock(at).substr(0, 5) + " UTC: " +
-                     format_bytes(static_cast<double>(minutes[i])) + ", " + format_rate(bps));
-  }
-  h += "<h2>Throughput, last hour</h2>\n<figure id=\"throughput\" style=\"margin:0\">" +
-       http::svg_bar_chart(rates, titles, "bytes received per minute over the last hour",
-                           format_rate(peak), "60 min ago", "now") +
-       "<figcaption class=\"sub\">File data received per minute (multicast and unicast), as a "
-       "mean rate; peak " +
-       format_rate(peak) + ".</figcaption></figure>\n";
+  h += http::throughput_figure(minutes, s.now, "bytes received per minute over the last hour",
+                               "File data received per minute (multicast and unicast), as a mean "
+                               "rate");
 
   h += http::recent_log_html(s.recent_log);
   h += "</body></html>\n";

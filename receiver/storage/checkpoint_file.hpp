@@ -1,7 +1,7 @@
 #pragma once
 /// @file
-/// The receiver's resume state on disk (DESIGN.md "Receiver storage": a receiver's partial
-/// state is enough to resume after a restart): the core's checkpoint blob
+/// The receiver's resume state on disk (docs/architecture.md "Data flow in one session": a
+/// receiver's partial state is enough to resume after a restart): the core's checkpoint blob
 /// (proto/checkpoint.proto, written by receiver/core/session_checkpoint.hpp; only its header
 /// is read here), kept as `temp_dir/<session id as 8 lower-case hex digits>/state` beside the
 /// session's .part files. Saved by write-to-temp and rename (state.tmp, fsync, rename, fsync the

@@ -1,10 +1,10 @@
 #pragma once
 /// @file
-/// The storage path's bounded memory for data in flight to disk (DESIGN.md "Receiver storage":
-/// blocks are never buffered whole in memory). The pool is one reservation cut into slabs of
-/// chunk_bytes; the network thread copies blocks into the current slab and carves consecutive
-/// chunks out of it (a submit ends a chunk, not the slab, so a flush per receive batch wastes
-/// none of the pool). A chunk is a run of one slab's bytes plus the ordered operations using
+/// The storage path's bounded memory for data in flight to disk (docs/architecture.md "Data flow in
+/// one session": blocks are never buffered whole in memory). The pool is one reservation cut into
+/// slabs of chunk_bytes; the network thread copies blocks into the current slab and carves
+/// consecutive chunks out of it (a submit ends a chunk, not the slab, so a flush per receive batch
+/// wastes none of the pool). A chunk is a run of one slab's bytes plus the ordered operations using
 /// them (data at a file offset, or a finalize request riding behind a file's last bytes). The
 /// writer hands each chunk back with release(); a slab returns to the free list when the
 /// network thread has moved on and every chunk cut from it has been released.

@@ -1,8 +1,8 @@
 #pragma once
 /// @file
-/// The receiver's storage path (DESIGN.md "Receiver storage"): blocks from the network thread
-/// are copied into a bounded pool of coalescing chunks (chunk_pool) and written by a writer
-/// thread with pwrite into preallocated temp files, hashed as the in-order prefix grows
+/// The receiver's storage path (docs/architecture.md "Data flow in one session"): blocks from the
+/// network thread are copied into a bounded pool of coalescing chunks (chunk_pool) and written by a
+/// writer thread with pwrite into preallocated temp files, hashed as the in-order prefix grows
 /// (temp_writer); a finalizer thread hashes the tail, verifies the SHA-256, sets mode and
 /// mtime, makes the data durable (group commit) and renames the file atomically into the
 /// destination tree (finalizer). Nothing partial or corrupt ever appears in the destination.

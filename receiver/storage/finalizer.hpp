@@ -1,8 +1,8 @@
 #pragma once
 /// @file
-/// The finalizer thread of the storage path (DESIGN.md "Receiver storage": verify SHA-256,
-/// fsync, set mtime and mode, rename atomically). It takes finalize requests in batches (group
-/// commit) and, for each batch, in five steps:
+/// The finalizer thread of the storage path (docs/architecture.md "Data flow in one session":
+/// verify SHA-256, fsync, set mtime and mode, rename atomically). It takes finalize requests in
+/// batches (group commit) and, for each batch, in five steps:
 ///
 ///   1. verify    hash what the writer has not, compare with the manifest; mode, mtime, xattr
 ///   2. dirs      open each destination directory from dest_root without following symlinks,

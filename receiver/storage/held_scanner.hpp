@@ -1,6 +1,6 @@
 #pragma once
 /// @file
-/// The scanner thread of the storage path: answers storage_port::query_held (DESIGN.md
+/// The scanner thread of the storage path: answers storage_port::query_held (docs/architecture.md
 /// "Register": the receiver says which files it already holds, same size and SHA-256) off the
 /// network thread. A file is held when, below dest_root and through no symlink, a regular file
 /// has the query's size and mtime, and its digest comes from its user.mcdist.sha256 xattr

@@ -1,9 +1,9 @@
 #pragma once
 /// @file
 /// A set of disjoint half-open byte ranges, used by file_store's writer to remember what has
-/// been written past a file's hashed prefix (DESIGN.md "Receiver storage": hash incrementally
-/// as the in-order prefix grows). Ranges that touch or overlap are merged, so the set holds one
-/// entry per gap-separated run: for a 1 GB file received with 1e-3 loss that is under a
+/// been written past a file's hashed prefix (docs/architecture.md "Data flow in one session": hash
+/// incrementally as the in-order prefix grows). Ranges that touch or overlap are merged, so the set
+/// holds one entry per gap-separated run: for a 1 GB file received with 1e-3 loss that is under a
 /// thousand entries (~50 kB), whatever the block count.
 
 #include <algorithm>

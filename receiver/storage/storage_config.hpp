@@ -97,12 +97,13 @@ struct storage_config {
   /// Destination tree of each channel, indexed by channel number: where storage_port calls
   /// (which name a channel) deliver. Calls with a file_spec name their tree themselves.
   std::vector<std::filesystem::path> dest_roots;
-  /// Bytes of chunk buffers for data in flight to disk (32 MiB: ~50 ms at 5 Gbit/s, enough to
-  /// ride out a page-cache writeback stall). Reserved at construction, touched lazily. When all
-  /// are in flight write() returns false.
-  std::size_t buffer_pool_bytes = 32u << 20;
+  /// Bytes of chunk buffers for data in flight to disk (16 MiB: ~27 ms at 5 Gbit/s; behind it
+  /// the 32 MiB socket buffers ride out a page-cache writeback stall, since the daemon pauses
+  /// its reads while the pool is full). Reserved at construction, touched lazily. When all are
+  /// in flight write() returns false. mcdistd's `buffer_pool` default.
+  std::size_t buffer_pool_bytes = 16u << 20;
   /// Size of one coalescing chunk, bytes (256 KiB: 187 blocks of 1400 bytes per pwrite, big
-  /// enough that syscall cost is noise, small enough that 128 of them fit the pool).
+  /// enough that syscall cost is noise, small enough that 64 of them fit the pool).
   std::size_t chunk_bytes = 256u << 10;
   /// Most temp files the writer keeps open (LRU); others are reopened on demand.
   std::size_t max_open_files = 1024;

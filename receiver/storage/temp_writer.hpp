@@ -1,9 +1,9 @@
 #pragma once
 /// @file
-/// The writer thread of the storage path (DESIGN.md "Receiver storage": blocks are written
-/// with pwrite into a preallocated file under a temp directory on the destination filesystem,
-/// hashed incrementally as the in-order prefix grows). It takes jobs from the network thread
-/// in order: begin a file (session directory, destination checks, quota and disk reserve,
+/// The writer thread of the storage path (docs/architecture.md "Data flow in one session": blocks
+/// are written with pwrite into a preallocated file under a temp directory on the destination
+/// filesystem, hashed incrementally as the in-order prefix grows). It takes jobs from the network
+/// thread in order: begin a file (session directory, destination checks, quota and disk reserve,
 /// create and preallocate the temp file), write a chunk of the pool, hand a complete file to
 /// the finalizer, discard a file, close a session, pass a checkpoint on.
 ///

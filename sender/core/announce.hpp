@@ -1,19 +1,20 @@
 #pragma once
 /// @file
-/// A session's announce (DESIGN.md "Protocol outline", step 1): the session parameters and the
-/// manifest, cut into chunks that each fit one control datagram (wire::control_budget), and
-/// the schedule that repeats them while registration is open: two cycles back to back at the
-/// start, then a cycle every announce interval plus a jitter of up to 1/8 of it, so that many
-/// senders do not synchronise (Floyd & Jacobson, "The Synchronization of Periodic Routing
-/// Messages", 1994). Pure: the session passes the time and draws from its own seeded
-/// generator; sealing an encrypted session's bodies is the shell's work (common/auth.hpp), for
-/// which the chunks leave room.
+/// A session's announce (docs/architecture.md "Data flow in one session", step 1): the session
+/// parameters and the manifest, cut into chunks that each fit one control datagram
+/// (wire::control_budget), and the schedule that repeats them while registration is open: two
+/// cycles back to back at the start, then a cycle every announce interval plus a jitter of up to
+/// 1/8 of it, so that many senders do not synchronise (Floyd & Jacobson, "The Synchronization of
+/// Periodic Routing Messages", 1994). Pure: the session passes the time and draws from its own
+/// seeded generator; sealing an encrypted session's bodies is the shell's work (common/auth.hpp),
+/// for which the chunks leave room.
 
 #include "common/endpoint.hpp"
 #include "common/ids.hpp"
 #include "common/manifest.hpp"
 #include "common/time.hpp"
 #include "common/transport.hpp"
+#include "common/wire.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -48,7 +49,7 @@ struct announce_settings {
   std::string channel;                      ///< empty: unsequenced
   std::uint64_t channel_seq = 0;            ///< 0: unsequenced
   /// A catch-up session's ranges of the channel's sequence numbers, inclusive.
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> catch_up_seqs;
+  std::vector<wire::seq_span> catch_up_seqs;
   /// Parity repairs (session_params.fec_*, common/fec_layout.hpp): sources per FEC block, 0 for
   /// none (the three fields are then left out); parity indexes per FEC block; interleaving depth.
   std::uint32_t fec_k = 0;

@@ -1,11 +1,11 @@
 #pragma once
 /// @file
-/// When a receiver leaves multicast for a unicast fallback, and over which transport (DESIGN.md
-/// "Unicast fallback"). Three triggers: its NAKs exceed a fraction of the data sent (its repairs
-/// would cost every other receiver), it still misses data after a number of passes, or the
-/// whole set is small enough that unicast to every receiver beats a multicast pass (a cost
-/// model run when registration closes). Pure: the session feeds in what it measured and acts
-/// on the answers.
+/// When a receiver leaves multicast for a unicast fallback, and over which transport
+/// (docs/architecture.md "Unicast fallback"). Three triggers: its NAKs exceed a fraction of the
+/// data sent (its repairs would cost every other receiver), it still misses data after a number of
+/// passes, or the whole set is small enough that unicast to every receiver beats a multicast pass
+/// (a cost model run when registration closes). Pure: the session feeds in what it measured and
+/// acts on the answers.
 
 #include "common/endpoint.hpp"
 #include "common/time.hpp"

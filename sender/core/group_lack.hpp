@@ -1,7 +1,7 @@
 #pragma once
 /// @file
 /// How much parity a FEC block needs for the whole group, estimated from the first NAKs the
-/// sender hears in a pass (issue 12 item 2; docs/design-notes.md "Feedback bounded by distinct
+/// sender hears in a pass (docs/design-notes.md "Feedback bounded by distinct
 /// losses"). A repair of a FEC block must reach the largest lack among the N receivers. Raised
 /// one NAK at a time, each receiver whose lack beats every lack heard before it (a record) must
 /// NAK, and in a random order there are about ln N of those per FEC block (the harmonic

@@ -1,8 +1,9 @@
 #pragma once
 /// @file
-/// Group round-trip time estimation (DESIGN.md "GRTT"; RFC 5740 section 5.5.2, NORM): the
-/// largest recent RTT among receivers. Increases take effect at once (a slow receiver must not
-/// be NAK-timed-out); decreases are smoothed, so one fast sample does not shrink every timer.
+/// Group round-trip time estimation (docs/architecture.md "Vocabulary"; RFC 5740 section 5.5.2,
+/// NORM): the largest recent RTT among receivers. Increases take effect at once (a slow receiver
+/// must not be NAK-timed-out); decreases are smoothed, so one fast sample does not shrink every
+/// timer.
 
 #include "common/time.hpp"
 

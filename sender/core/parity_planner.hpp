@@ -1,6 +1,6 @@
 #pragma once
 /// @file
-/// Which parity blocks go out (issue 12 item 1; docs/design-notes.md "Parity repairs"). A
+/// Which parity blocks go out (docs/design-notes.md "Parity repairs"). A
 /// receiver's NAK says how many blocks of a FEC block it still lacks; the sender answers with
 /// that many parity blocks it has not sent before, so one parity block repairs a different loss
 /// at every site, and the repair volume of a FEC block is the largest lack among the receivers,

@@ -1,9 +1,9 @@
 #pragma once
 /// @file
-/// Which block goes out next (DESIGN.md "Protocol outline"): pass 1 sweeps every block of every
-/// file in order, later passes sweep only the blocks receivers NAKed since. A block NAKed behind
-/// the sweep's cursor while a pass runs is repaired ahead of new data, so a receiver's holes
-/// close within a round trip instead of waiting for the next pass. A NAK for a block that was
+/// Which block goes out next (docs/architecture.md "Data flow in one session"): pass 1 sweeps every
+/// block of every file in order, later passes sweep only the blocks receivers NAKed since. A block
+/// NAKed behind the sweep's cursor while a pass runs is repaired ahead of new data, so a receiver's
+/// holes close within a round trip instead of waiting for the next pass. A NAK for a block that was
 /// sent again after the receiver's view of the stream (its `seen_seq`) is ignored: that copy is
 /// still on its way (repair_log.hpp). Pure; no rate: the session asks for the next block when
 /// its pacer allows one.

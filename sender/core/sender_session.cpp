@@ -6,6 +6,46 @@ namespace mcdist::sender {
 
 using namespace session_detail;
 
+namespace {
+
+/// The settings a session cannot start with. @throws std::invalid_argument saying which
+void check_settings(const sender_config& cfg, std::size_t file_count) {
+  if (cfg.block_size < wire::min_block_size || cfg.block_size > wire::max_block_size) {
+    throw std::invalid_argument("block size " + std::to_string(cfg.block_size) + " is outside " +
+                                std::to_string(wire::min_block_size) + ".." +
+                                std::to_string(wire::max_block_size) + " bytes");
+  }
+  if (file_count > max_files_per_session) {
+    throw std::invalid_argument("too many files in one session: " + std::to_string(file_count) +
+                                " (limit " + std::to_string(max_files_per_session) + ")");
+  }
+  if (cfg.max_passes == 0) throw std::invalid_argument("max passes must be at least 1");
+  if (!cfg.channel.empty() && !wire::valid_channel_name(cfg.channel)) {
+    throw std::invalid_argument("channel name '" + cfg.channel +
+                                "' is not 1 to 64 letters, digits or - _ . : @ /");
+  }
+  if ((cfg.channel_seq > 0 || !cfg.catch_up_seqs.empty()) && cfg.channel.empty()) {
+    throw std::invalid_argument("a channel sequence number or catch-up ranges need a channel name");
+  }
+  if (!cfg.catch_up_seqs.empty() &&
+      (cfg.channel_seq > 0 ||
+       !wire::valid_seq_ranges(cfg.catch_up_seqs, std::numeric_limits<std::uint64_t>::max()))) {
+    throw std::invalid_argument("catch-up ranges must be at most " +
+                                std::to_string(wire::max_seq_ranges) +
+                                " ascending disjoint ranges from 1, in an unsequenced session");
+  }
+  for (const auto& id : cfg.receivers) {
+    if (!wire::valid_receiver_id(id))
+      throw std::invalid_argument("invalid receiver id '" + id + "'");
+  }
+  for (const auto& id : cfg.only_receivers) {
+    if (!wire::valid_receiver_id(id))
+      throw std::invalid_argument("invalid receiver id '" + id + "'");
+  }
+}
+
+}  // namespace
+
 sender_session::sender_session(sender_config cfg, std::vector<manifest_entry> files,
                                std::uint64_t seed, std::shared_ptr<spdlog::logger> log)
     : m_cfg(std::move(cfg)), m_files(std::move(files)), m_log(std::move(log)), m_rng_state(seed),
@@ -17,46 +57,15 @@ sender_session::sender_session(sender_config cfg, std::vector<manifest_entry> fi
                    std::uint64_t{m_cfg.block_size + wire::data_header_size + ip_udp_overhead +
                                  m_cfg.data_trailer_bytes}})),
       m_passes(std::vector<std::uint32_t>{}), m_fallback(fallback_settings_of(m_cfg)) {
-  if (m_cfg.block_size < wire::min_block_size || m_cfg.block_size > wire::max_block_size) {
-    throw std::invalid_argument("block size " + std::to_string(m_cfg.block_size) + " is outside " +
-                                std::to_string(wire::min_block_size) + ".." +
-                                std::to_string(wire::max_block_size) + " bytes");
-  }
-  if (m_files.size() > max_files_per_session) {
-    throw std::invalid_argument("too many files in one session: " + std::to_string(m_files.size()) +
-                                " (limit " + std::to_string(max_files_per_session) + ")");
-  }
-  if (m_cfg.max_passes == 0) throw std::invalid_argument("max passes must be at least 1");
-  if (!m_cfg.channel.empty() && !wire::valid_channel_name(m_cfg.channel)) {
-    throw std::invalid_argument("channel name '" + m_cfg.channel +
-                                "' is not 1 to 64 letters, digits or - _ . : @ /");
-  }
-  if ((m_cfg.channel_seq > 0 || !m_cfg.catch_up_seqs.empty()) && m_cfg.channel.empty()) {
-    throw std::invalid_argument("a channel sequence number or catch-up ranges need a channel name");
-  }
-  if (!m_cfg.catch_up_seqs.empty() &&
-      (m_cfg.channel_seq > 0 ||
-       !wire::valid_seq_ranges(m_cfg.catch_up_seqs, std::numeric_limits<std::uint64_t>::max()))) {
-    throw std::invalid_argument("catch-up ranges must be at most " +
-                                std::to_string(wire::max_seq_ranges) +
-                                " ascending disjoint ranges from 1, in an unsequenced session");
-  }
-  for (const auto& id : m_cfg.receivers) {
-    if (!wire::valid_receiver_id(id))
-      throw std::invalid_argument("invalid receiver id '" + id + "'");
-  }
-  for (const auto& id : m_cfg.only_receivers) {
-    if (!wire::valid_receiver_id(id))
-      throw std::invalid_argument("invalid receiver id '" + id + "'");
-  }
-  std::vector<std::uint32_t> blocks(m_files.size());
+  check_settings(m_cfg, m_files.size());
+  m_file_blocks.resize(m_files.size());
   for (std::size_t i = 0; i < m_files.size(); ++i) {
     if (m_files[i].size > max_file_size) {
       throw std::invalid_argument("file too large: " + m_files[i].path);
     }
-    blocks[i] = block_count(m_files[i].size, m_cfg.block_size);
+    m_file_blocks[i] = block_count(m_files[i].size, m_cfg.block_size);
   }
-  m_passes = pass_scheduler(blocks);
+  m_passes = pass_scheduler(m_file_blocks);
   if (m_cfg.rate_auto) {
     if (m_cfg.rate_max_bps == 0) throw std::invalid_argument("--rate auto needs a --rate-max");
     rate_controller_config rc;
@@ -66,29 +75,10 @@ sender_session::sender_session(sender_config cfg, std::vector<manifest_entry> fi
         static_cast<std::uint32_t>(m_cfg.block_size + wire::data_header_size + ip_udp_overhead);
     rc.min_rtt = m_cfg.grtt_min;
     m_rate.emplace(rc);
-    m_cfg.rate_bps = 0;  // update_auto_rate sets the rate and the bucket
+    m_pacer.set_rate(0);  // update_auto_rate sets the rate and the bucket
     update_auto_rate(time_point{});
   }
-  if (m_cfg.fec_k > 0) {
-    if (m_cfg.fec_max_parity == 0) m_cfg.fec_max_parity = fec::default_max_parity(m_cfg.fec_k);
-    if (!fec::valid_shape(m_cfg.fec_k, m_cfg.fec_max_parity) || m_cfg.fec_overhead < 0 ||
-        m_cfg.fec_overhead > 1) {
-      throw std::invalid_argument("FEC blocks of " + std::to_string(m_cfg.fec_k) + " sources and " +
-                                  std::to_string(m_cfg.fec_max_parity) +
-                                  " parity blocks: at most " + std::to_string(fec::max_k) +
-                                  " sources and " + std::to_string(fec::max_blocks_gf16) +
-                                  " blocks in all, overhead 0..100 %");
-    }
-    if (fec::field_for(m_cfg.fec_k, m_cfg.fec_max_parity) == fec::field::gf16 &&
-        m_cfg.block_size % 2 != 0) {
-      throw std::invalid_argument("FEC blocks of more than " + std::to_string(fec::max_blocks_gf8) +
-                                  " blocks are coded over GF(2^16) in 16-bit words: the block size "
-                                  "must be even, not " +
-                                  std::to_string(m_cfg.block_size));
-    }
-    m_fec.emplace(blocks, m_cfg.fec_k, m_cfg.fec_depth);  // throws for a bad depth
-    m_parity.emplace(m_fec->fec_blocks(), m_cfg.fec_max_parity);
-  }
+  if (m_cfg.fec_k > 0) configure_fec();
   while (m_digests_through < m_files.size() && m_files[m_digests_through].digest) {
     ++m_digests_through;
   }
@@ -117,6 +107,27 @@ sender_session::sender_session(sender_config cfg, std::vector<manifest_entry> fi
 }
 
 sender_session::~sender_session() = default;
+
+void sender_session::configure_fec() {
+  if (m_cfg.fec_max_parity == 0) m_cfg.fec_max_parity = fec::default_max_parity(m_cfg.fec_k);
+  if (!fec::valid_shape(m_cfg.fec_k, m_cfg.fec_max_parity) || m_cfg.fec_overhead < 0 ||
+      m_cfg.fec_overhead > 1) {
+    throw std::invalid_argument("FEC blocks of " + std::to_string(m_cfg.fec_k) + " sources and " +
+                                std::to_string(m_cfg.fec_max_parity) +
+                                " parity blocks: at most " + std::to_string(fec::max_k) +
+                                " sources and " + std::to_string(fec::max_blocks_gf16) +
+                                " blocks in all, overhead 0..100 %");
+  }
+  if (fec::field_for(m_cfg.fec_k, m_cfg.fec_max_parity) == fec::field::gf16 &&
+      m_cfg.block_size % 2 != 0) {
+    throw std::invalid_argument("FEC blocks of more than " + std::to_string(fec::max_blocks_gf8) +
+                                " blocks are coded over GF(2^16) in 16-bit words: the block size "
+                                "must be even, not " +
+                                std::to_string(m_cfg.block_size));
+  }
+  m_fec.emplace(m_file_blocks, m_cfg.fec_k, m_cfg.fec_depth);  // throws for a bad depth
+  m_parity.emplace(m_fec->fec_blocks(), m_cfg.fec_max_parity);
+}
 
 void sender_session::start(time_point now) {
   m_start = now;
@@ -151,13 +162,25 @@ void sender_session::start(time_point now) {
   }
 }
 
+namespace {
+
+wire::msg_type type_of(std::span<const std::byte> own) {
+  wire::header h;
+  (void)wire::parse_header(own, h);  // this session wrote it: it parses
+  return h.type;
+}
+
+}  // namespace
+
 void sender_session::queue_multicast(time_point now, std::vector<std::byte> bytes) {
   m_pacer.consume(now, bytes.size() + ip_udp_overhead);
-  m_control.push_back({std::nullopt, std::move(bytes)});
+  const auto type = type_of(bytes);
+  m_control.push_back({std::nullopt, std::move(bytes), type});
 }
 
 void sender_session::queue_unicast(const endpoint& to, std::vector<std::byte> bytes) {
-  m_control.push_back({to, std::move(bytes)});
+  const auto type = type_of(bytes);
+  m_control.push_back({to, std::move(bytes), type});
 }
 
 bool sender_session::pop_control(control_send& out) {
@@ -194,7 +217,7 @@ std::uint64_t sender_session::pacing_quantum() const noexcept {
   const std::uint64_t datagram =
       m_cfg.block_size + wire::data_header_size + ip_udp_overhead + m_cfg.data_trailer_bytes;
   // At most 1 ms worth of the rate, so slow links see datagrams spread out, not bursts.
-  const std::uint64_t per_ms = m_cfg.rate_bps / 8 / 1000;
+  const std::uint64_t per_ms = m_pacer.rate_bps() / 8 / 1000;
   return std::max(datagram, std::min({m_cfg.pacing_quantum_bytes, per_ms}));
 }
 
@@ -317,7 +340,7 @@ void sender_session::close_registration(time_point now) {
     double bytes = 0;
     for (const auto& f : m_files) bytes += static_cast<double>(f.size);
     if (const auto why =
-            m_fallback.unicast_from_start(bytes, m_registered, m_grtt.estimate(), m_cfg.rate_bps)) {
+            m_fallback.unicast_from_start(bytes, m_registered, m_grtt.estimate(), m_pacer.rate_bps())) {
       for (auto& r : m_receivers) order_fallback(*r, *why, now);
     }
   }
@@ -360,14 +383,29 @@ sender_session::receiver_state* sender_session::find_receiver(const std::string&
 
 void sender_session::on_datagram(std::span<const std::byte> datagram, const endpoint& from,
                                  time_point now) {
+  wire::header h;
+  if (auto ec = wire::parse_header(datagram, h)) {
+    on_refused(ec);
+    return;
+  }
+  on_datagram(h, datagram, from, now);
+}
+
+void sender_session::on_refused(std::error_code why) noexcept {
   if (silent()) {
-    // Sites of a silent session never transmit: whatever arrives is counted, never read.
     ++m_counters.silent_refused;
     return;
   }
-  wire::header h;
-  if (auto ec = wire::parse_header(datagram, h)) {
-    m_drops.add(static_cast<errc>(ec.value()));
+  const bool ours = why.category() == error_category() && why.value() > 0 &&
+                    why.value() < static_cast<int>(errc::count_);
+  m_drops.add(ours ? static_cast<errc>(why.value()) : errc::unauthenticated);
+}
+
+void sender_session::on_datagram(const wire::header& h, std::span<const std::byte> datagram,
+                                 const endpoint& from, time_point now) {
+  if (silent()) {
+    // Sites of a silent session never transmit: whatever arrives is counted, never read.
+    ++m_counters.silent_refused;
     return;
   }
   if (h.session != m_cfg.session) {
@@ -455,15 +493,13 @@ void sender_session::set_rate(std::uint64_t rate_bps) noexcept {
   if (m_rate) {
     // Rate auto: the controller owns the rate; what the shell gives is its ceiling.
     m_rate->set_ceiling(rate_bps);
-    m_cfg.rate_max_bps = m_rate->ceiling();
-    if (m_cfg.rate_bps > m_cfg.rate_max_bps) apply_rate(m_cfg.rate_max_bps);
+    if (m_pacer.rate_bps() > m_rate->ceiling()) apply_rate(m_rate->ceiling());
     return;
   }
   apply_rate(rate_bps);
 }
 
 void sender_session::apply_rate(std::uint64_t rate_bps) noexcept {
-  m_cfg.rate_bps = rate_bps;
   m_pacer.set_rate(rate_bps);
 }
 
@@ -561,12 +597,12 @@ session_report sender_session::report(time_point now) const {
   rep.control = m_counters;
   if (m_rate) {
     rep.rate_auto = true;
-    rep.rate_bps = m_cfg.rate_bps;
+    rep.rate_bps = m_pacer.rate_bps();
     rep.rate_lowest_bps = m_rate->lowest_bps();
-    rep.rate_max_bps = m_cfg.rate_max_bps;
+    rep.rate_max_bps = m_rate->ceiling();
     rep.rate_clr = m_rate->clr();
   } else {
-    rep.rate_bps = m_cfg.rate_bps;
+    rep.rate_bps = m_pacer.rate_bps();
   }
   for (const auto& r : m_receivers) rep.receivers.push_back(r->rep);
   return rep;

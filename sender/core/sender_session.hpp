@@ -1,9 +1,9 @@
 #pragma once
 /// @file
-/// The sender's protocol state machine for one session (DESIGN.md "Protocol outline"): announce
-/// and registration, paced passes over the wanted blocks, NAK merging, completion. Pure: no
-/// sockets, no clock, no global randomness. Events in (on_datagram, on_timer, on_digest), actions
-/// out (control datagrams to send, data blocks to send, next_deadline()).
+/// The sender's protocol state machine for one session (docs/architecture.md "Data flow in one
+/// session"): announce and registration, paced passes over the wanted blocks, NAK merging,
+/// completion. Pure: no sockets, no clock, no global randomness. Events in (on_datagram, on_timer,
+/// on_digest), actions out (control datagrams to send, data blocks to send, next_deadline()).
 
 #include "common/block_map.hpp"
 #include "common/endpoint.hpp"
@@ -15,6 +15,7 @@
 #include "common/time.hpp"
 #include "sender/core/announce.hpp"
 #include "sender/core/fallback_policy.hpp"
+#include "sender/core/nak_intake.hpp"
 #include "sender/core/feedback_plan.hpp"
 #include "sender/core/group_lack.hpp"
 #include "sender/core/grtt.hpp"
@@ -50,11 +51,23 @@ namespace mcdist::sender {
 
 class digest_windows;
 
+/// Source blocks per FEC block by default: 200 over GF(2^8) leaves 55 parity indexes per FEC
+/// block (k + parity <= 255), so one parity datagram repairs a different loss at each site
+/// and a FEC block tolerates 27 % loss before a repair needs more than one round
+/// (docs/design-notes.md "Parity by default" has the measurements that chose it).
+inline constexpr std::uint32_t default_fec_k = 200;
+/// Interleaving depth by default: a burst of up to 8 lost datagrams (a satellite link's burst
+/// of 4 with margin) takes at most one block of each FEC block.
+inline constexpr std::uint32_t default_fec_depth = 8;
+
 /// Session settings. Durations are core-clock durations; rates bit/s; sizes bytes.
 struct sender_config {
   session_id session{1};
   std::uint32_t block_size = 1400;       ///< payload bytes per data datagram
-  std::uint64_t rate_bps = 100'000'000;  ///< multicast rate incl. IPv4+UDP headers; 0 = unpaced
+  /// Multicast rate at the start, bit/s incl. IPv4+UDP headers; 0 = unpaced. The session's
+  /// pacer holds the current rate from then on (set_rate, --rate auto): this field is not
+  /// live state.
+  std::uint64_t rate_bps = 100'000'000;
   /// --rate auto: the rate follows the receivers' TFMCC reports (rate_controller.hpp) from
   /// rate_auto_initial_bps up to rate_max_bps; rate_bps is then only the pacer's bucket sizing.
   bool rate_auto = false;
@@ -94,7 +107,7 @@ struct sender_config {
   /// A catch-up session (channel_seq 0, channel set): the inclusive ranges of the channel's
   /// sequence numbers whose products it carries again; a receiver that completes it stops
   /// reporting them missing. At most wire::max_seq_ranges, ascending, disjoint.
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> catch_up_seqs;
+  std::vector<wire::seq_span> catch_up_seqs;
   /// When the session was made, Unix time in ms (session_params.created_unix_ms; the core
   /// reads no clock, so the shell sets it: sender_app takes the wall clock when it is 0). Sites
   /// refuse a signed session without it, too old or from the future (docs/security.md
@@ -123,13 +136,15 @@ struct sender_config {
 
   // --- parity repairs (docs/design-notes.md "Parity repairs") ---
   /// Source blocks per FEC block; 0: no parity, NAKs name blocks (common/fec_layout.hpp).
+  /// The programs' default is default_fec_k (session_profile); a core made by hand (tests,
+  /// the simulator) sends no parity unless asked.
   std::uint32_t fec_k = 0;
   /// Parity indexes per FEC block (fec::valid_shape; over GF(2^16) when fec_k + fec_max_parity
   /// exceeds 255); 0: fec::default_max_parity(fec_k), 255 - fec_k for fec_k <= 254.
   std::uint32_t fec_max_parity = 0;
   /// Interleaving depth: a burst of this many lost datagrams takes at most one block of each
   /// FEC block (1..fec::max_depth).
-  std::uint32_t fec_depth = 1;
+  std::uint32_t fec_depth = default_fec_depth;
   /// Proactive parity sent in pass 1 after each FEC block's sources, as a fraction of them
   /// (0.03: 3 %, rounded up per FEC block), so most sites need no repair round trip.
   double fec_overhead = 0;
@@ -161,7 +176,7 @@ struct sender_config {
   /// FALLBACK orders sent without the receiver connecting before it is failed.
   std::uint32_t fallback_max_orders = 10;
 
-  // --- silent sessions (docs/design-notes.md "Silent sessions"; issue 12 item 3) ---
+  // --- silent sessions (docs/design-notes.md "Silent sessions") ---
   /// Passes of a silent session, for one-way links: 0 = a normal session. Otherwise no
   /// registration and no NAK or status is taken (whatever arrives is counted and dropped), pass
   /// 1 sends the sources and the proactive parity (fec_overhead), each later pass
@@ -225,10 +240,10 @@ struct receiver_report {
   /// From its REGISTER in a sequenced session: inclusive ranges of the channel's sequence
   /// numbers below this session's that it never completed, ascending; at most
   /// wire::max_seq_ranges (a site with more reports the oldest first).
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> missing_seqs;
+  std::vector<wire::seq_span> missing_seqs;
 };
 
-/// Control datagrams the sender received and multicast, by kind (issue 12: what feedback costs
+/// Control datagrams the sender received and multicast, by kind (what feedback costs
 /// as the group grows).
 struct control_counters {
   std::uint64_t registers = 0;       ///< REGISTER datagrams received
@@ -317,6 +332,7 @@ struct digest_window_send {
 struct control_send {
   std::optional<endpoint> to;
   std::vector<std::byte> bytes;
+  wire::msg_type type{};  ///< the type in `bytes`' header (the shell signs announces apart)
 };
 
 /// The sender side of one session.
@@ -338,6 +354,13 @@ class sender_session {
 
   /// A unicast datagram arrived from `from`. Malformed input is counted and dropped.
   void on_datagram(std::span<const std::byte> datagram, const endpoint& from, time_point now);
+  /// The same, for a datagram whose common header the shell parsed already (`h`, of the
+  /// datagram as received; `datagram` is what authentication returned).
+  void on_datagram(const wire::header& h, std::span<const std::byte> datagram,
+                   const endpoint& from, time_point now);
+  /// A datagram the shell refused before the session for a framing reason (its header did
+  /// not parse, or its trailer was cut short): counted by `why` (an errc).
+  void on_refused(std::error_code why) noexcept;
 
   /// Runs timers due at `now`.
   void on_timer(time_point now);
@@ -399,7 +422,7 @@ class sender_session {
   /// IPv4+UDP headers, 0 = unpaced
   void set_rate(std::uint64_t rate_bps) noexcept;
   /// The multicast rate in force, bit/s (0 = unpaced).
-  std::uint64_t rate_bps() const noexcept { return m_cfg.rate_bps; }
+  std::uint64_t rate_bps() const noexcept { return m_pacer.rate_bps(); }
   /// The session's FEC blocks; null when it sends no parity (fec_k 0).
   const fec::layout* fec_layout() const noexcept { return m_fec ? &*m_fec : nullptr; }
 
@@ -426,6 +449,33 @@ class sender_session {
   void send_digests(time_point now);
   /// Queues the digests a NAK asks for (`digests_wanted`, bounded by the file count) and sends
   /// them when digests may go out.
+  /// After a NAK read into m_nak: when it takes `r` over the NAK ratio (and another receiver
+  /// is below it), orders `r`'s unicast fallback; true when `r` is then on unicast and the NAK
+  /// is done with (its blocks counted, not scheduled on multicast).
+  bool nak_moves_to_unicast(receiver_state& r, const wire::nak& m, time_point now);
+  /// Schedules the repairs m_nak asks for (blocks into the pass, parity for FEC lacks, the
+  /// repair advert) and counts them. @return blocks named and lacked
+  std::uint64_t schedule_repairs(const wire::nak& m, time_point now);
+  /// Checks a register_request against the session (receiver id, held files, digests of
+  /// files held pending, the sequence report) and reads its missing sequence numbers into
+  /// `missing`. @return false when any field is out of bounds
+  bool valid_register(const wire::register_request& m,
+                      std::vector<wire::seq_span>& missing) const;
+  /// Why a receiver that has not registered yet (`known`: it is listed in a closed group)
+  /// cannot now: not in the closed group, registration closed; nullopt when it can.
+  std::optional<std::string> registration_refusal(bool known) const;
+  /// Queues the register_reply to `to`: accepted when `refused` is empty, else refused with it
+  /// as the reason (logged as a warning when `log_refusal`).
+  void answer_register(const std::string& id, const endpoint& to, const std::string& refused,
+                       bool log_refusal = true);
+  /// Takes a valid registration: the receiver's state (created unless listed), its held files
+  /// and its missing numbers. @return the registered receiver
+  receiver_state& admit(const wire::register_request& m, const endpoint& from, receiver_state* r,
+                        std::vector<wire::seq_span> missing, time_point now);
+  void log_registered(const receiver_state& r, const endpoint& from, bool resumed) const;
+  /// Parity repairs from m_cfg.fec_*: the FEC layout and the parity planner.
+  /// @throws std::invalid_argument for a shape the codec cannot have
+  void configure_fec();
   void queue_digests(const wire::nak& m, time_point now);
   bool digests_sendable() const noexcept;
   void check_done(time_point now);
@@ -510,7 +560,9 @@ class sender_session {
   drop_counters m_drops;
   /// REGISTERs of new receivers refused because max_receivers were registered.
   std::uint64_t m_receivers_refused_full = 0;
+  std::vector<std::uint32_t> m_file_blocks;  ///< blocks of each file, by file index
   pass_scheduler m_passes;
+  nak_request m_nak;  ///< the NAK being handled (read_nak), kept for its vectors' capacity
   fallback_policy m_fallback;
   announcer m_announce;
   repair_advert m_advert;

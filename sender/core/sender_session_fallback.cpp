@@ -16,7 +16,7 @@ void sender_session::announce_unicast_start() {
   settings.unicast_start = unicast_start_settings{
       .transport = *t,
       .server = *m_fallback.endpoint_of(*t),
-      .connections = m_fallback.connections(*t, m_cfg.rate_bps, duration::zero())};
+      .connections = m_fallback.connections(*t, m_pacer.rate_bps(), duration::zero())};
   m_announce =
       announcer(settings, m_files,
                 m_cfg.announce_interval * (silent() ? silent_announce_interval_factor : 1));
@@ -49,7 +49,7 @@ void sender_session::order_fallback(receiver_state& r, std::string reason, time_
   r.rep.fallback_reason = reason;
   r.rep.fallback_at = now - m_start;
   r.rep.fallback_connections =
-      m_fallback.connections(*t, m_cfg.rate_bps, r.rep.rtt_valid ? r.rep.rtt : m_grtt.estimate());
+      m_fallback.connections(*t, m_pacer.rate_bps(), r.rep.rtt_valid ? r.rep.rtt : m_grtt.estimate());
   m_fallbacks.push_back({r.rep.id, *t, r.token, reason});
   track(r, false);
   if (m_log) {

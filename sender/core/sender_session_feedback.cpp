@@ -70,7 +70,6 @@ void sender_session::handle_nak(const wire::nak& m, const endpoint& from, time_p
     m_drops.add(errc::not_registered);
     return;
   }
-  const std::uint32_t file_count = static_cast<std::uint32_t>(m_files.size());
   if (r->on_unicast()) {
     // Its data comes over unicast; its NAKs only ask for digests and show it is alive. A NAK
     // with blocks means it lost its unicast state (a restart): order it again.
@@ -90,34 +89,9 @@ void sender_session::handle_nak(const wire::nak& m, const endpoint& from, time_p
     m_drops.add(errc::stale);  // completed or failed already
     return;
   }
-  // Blocks this NAK asks for (named, and FEC lacks), counted while it is validated.
-  std::uint64_t asked = 0;
-  // FEC lacks: (gap, lack) pairs over ascending FEC blocks, each lack at most its sources.
-  if (m.fec_lacks_size() > 0) {
-    if (!m_fec || m.fec_lacks_size() % 2 != 0) {
-      m_drops.add(errc::invalid_field);
-      return;
-    }
-    std::uint64_t fb = 0;
-    for (int i = 0; i < m.fec_lacks_size(); i += 2) {
-      if (i > 0 && m.fec_lacks(i) == 0) fb = m_fec->fec_blocks();  // not ascending
-      fb += m.fec_lacks(i);
-      if (fb >= m_fec->fec_blocks() || m.fec_lacks(i + 1) == 0 ||
-          m.fec_lacks(i + 1) > m_fec->sources(static_cast<std::uint32_t>(fb))) {
-        m_drops.add(errc::invalid_field);
-        return;
-      }
-      asked += m.fec_lacks(i + 1);
-    }
-  }
-  for (const auto& fn : m.files()) {
-    if (fn.file() >= file_count ||
-        for_each_range(std::span(fn.ranges().data(), static_cast<std::size_t>(fn.ranges_size())),
-                       m_passes.blocks(fn.file()),
-                       [&](std::uint32_t, std::uint32_t count) { asked += count; })) {
-      m_drops.add(errc::invalid_field);
-      return;
-    }
+  if (auto ec = read_nak(m, m_file_blocks, fec_layout(), m_nak)) {
+    m_drops.add(static_cast<errc>(ec.value()));
+    return;
   }
   r->last_heard = now;
   track(*r, true);
@@ -126,82 +100,8 @@ void sender_session::handle_nak(const wire::nak& m, const endpoint& from, time_p
   ++r->rep.naks;
   sample_rtt(*r, m.echo_time_us(), m.hold_us(), now);
   handle_rate(*r, m, now);
-  // A NAK that takes its receiver over the NAK ratio moves it to unicast, which then carries
-  // what it names: scheduled on multicast as well, those blocks would go to every site again.
-  // (At 10,000 sites a site that missed the opening announce cycles names most of the set at
-  // the end of pass 1: docs/benchmarks.md "Scale: parity repairs".) Only while some other
-  // receiver on multicast is below the ratio: otherwise no one is spared its repairs.
-  // Its whole need counts at its first NAK datagram (nak.blocks_missing, at most what was
-  // sent): a round that names thousands of blocks over several datagrams would otherwise have
-  // the first ones scheduled for everyone before the ratio is crossed.
-  const std::uint64_t naked_so_far =
-      std::max(r->rep.blocks_naked + asked, std::min(m.blocks_missing(), m_data_datagrams));
-  if (const auto why = m_fallback.over_nak_ratio(naked_so_far, m_data_datagrams)
-                           ? m_fallback.nak_ratio_exceeded(naked_so_far, m_data_datagrams,
-                                                           another_below_nak_ratio(*r))
-                           : std::nullopt) {
-    order_fallback(*r, *why, now);
-    if (r->on_unicast()) {
-      r->rep.blocks_naked += asked;
-      m_counters.nak_blocks += asked;
-      queue_digests(m, now);
-      return;
-    }
-  }
-  std::uint64_t naked = 0;
-  const bool advertise = suppressing();
-  const bool advert_was_pending = m_advert.pending();
-  std::uint64_t fresh = 0;
-  for (const auto& fn : m.files()) {
-    for_each_range(std::span(fn.ranges().data(), static_cast<std::size_t>(fn.ranges_size())),
-                   m_passes.blocks(fn.file()), [&](std::uint32_t first, std::uint32_t count) {
-                     naked += count;
-                     m_added.clear();
-                     fresh += m_passes.nak(fn.file(), first, count, m.seen_seq(),
-                                           m_phase == phase::transferring,
-                                           advertise ? &m_added : nullptr);
-                     for (const auto& [a, b] : m_added) m_advert.scheduled(fn.file(), a, b - a);
-                   });
-  }
-  // The window is judged by blocks named only: one parity block serves every site's lack, so
-  // lacks are shared by nature and always gain from suppression (and the group estimate below
-  // makes the first lack schedule most of the parity, which would read as unshared losses).
-  m_window.on_nak(naked, fresh);
-  // FEC lacks (validated above): new parity. A NAK of this pass is a loss rate sample for the
-  // group estimate (group_lack.hpp): a NAK of the last pass arriving now counts parity this
-  // pass has already sent as missing.
-  const bool this_pass = m.pass() == m_passes.pass();
-  if (this_pass && m.fec_lacks_size() > 0) {
-    std::uint64_t lacks = 0;
-    std::uint64_t sources = 0;
-    for (std::uint32_t i = 0, fb = 0; i + 1 < static_cast<std::uint32_t>(m.fec_lacks_size());
-         i += 2) {
-      fb += m.fec_lacks(static_cast<int>(i));
-      lacks += m.fec_lacks(static_cast<int>(i + 1));
-      sources += m_fec->sources(fb);
-    }
-    m_group_lack.on_nak(lacks, static_cast<std::uint64_t>(m.fec_lacks_size() / 2), sources);
-  }
-  for (std::uint32_t i = 0, fb = 0; i + 1 < static_cast<std::uint32_t>(m.fec_lacks_size());
-       i += 2) {
-    fb += m.fec_lacks(static_cast<int>(i));
-    const std::uint32_t lack = m.fec_lacks(static_cast<int>(i + 1));
-    naked += lack;
-    // This receiver's lack, against the parity on its way to it; and what the whole group is
-    // expected to lack this pass, so that one advert covers nearly everyone.
-    std::uint32_t more = m_parity->nak(fb, lack, m.seen_seq());
-    if (this_pass) {
-      more += m_parity->raise_sent_to(
-          fb, m_group_lack.target(fb, m_fec->sources(fb), m_active, m_parity->sent_of(fb)));
-    }
-    fresh += more;
-    if (more > 0 && advertise) m_advert.scheduled_parity(fb);
-  }
-  m_counters.nak_blocks += naked;
-  m_counters.nak_new_blocks += fresh;
-  // The first advert after a quiet spell leaves a moment after the NAK, once the prompt
-  // repairs of this wake-up have left: it then names only blocks still waiting.
-  if (!advert_was_pending && m_advert.pending()) m_advert.hold_until(now + min_advert_interval);
+  if (nak_moves_to_unicast(*r, m, now)) return;
+  const std::uint64_t naked = schedule_repairs(m, now);
   r->rep.blocks_naked += naked;
   // Blocks asked for now go out in the next pass at the latest.
   if (naked > 0) r->last_nak_pass = m_passes.pass();
@@ -222,6 +122,74 @@ void sender_session::handle_nak(const wire::nak& m, const endpoint& from, time_p
       m_next_pass_at = now + collection_delay();
     }
   }
+}
+
+bool sender_session::nak_moves_to_unicast(receiver_state& r, const wire::nak& m, time_point now) {
+  // A NAK that takes its receiver over the NAK ratio moves it to unicast, which then carries
+  // what it names: scheduled on multicast as well, those blocks would go to every site again.
+  // (At 10,000 sites a site that missed the opening announce cycles names most of the set at
+  // the end of pass 1: docs/benchmarks.md "Scale: parity repairs".) Only while some other
+  // receiver on multicast is below the ratio: otherwise no one is spared its repairs.
+  // Its whole need counts at its first NAK datagram (nak.blocks_missing, at most what was
+  // sent): a round that names thousands of blocks over several datagrams would otherwise have
+  // the first ones scheduled for everyone before the ratio is crossed.
+  const std::uint64_t asked = m_nak.asked();
+  const std::uint64_t naked_so_far =
+      std::max(r.rep.blocks_naked + asked, std::min(m.blocks_missing(), m_data_datagrams));
+  if (!m_fallback.over_nak_ratio(naked_so_far, m_data_datagrams)) return false;
+  const auto why = m_fallback.nak_ratio_exceeded(naked_so_far, m_data_datagrams,
+                                                 another_below_nak_ratio(r));
+  if (!why) return false;
+  order_fallback(r, *why, now);
+  if (!r.on_unicast()) return false;
+  r.rep.blocks_naked += asked;
+  m_counters.nak_blocks += asked;
+  queue_digests(m, now);
+  return true;
+}
+
+std::uint64_t sender_session::schedule_repairs(const wire::nak& m, time_point now) {
+  std::uint64_t naked = 0;
+  const bool advertise = suppressing();
+  const bool advert_was_pending = m_advert.pending();
+  std::uint64_t fresh = 0;
+  for (const auto& run : m_nak.runs) {
+    naked += run.count;
+    m_added.clear();
+    fresh += m_passes.nak(run.file, run.first, run.count, m.seen_seq(),
+                          m_phase == phase::transferring, advertise ? &m_added : nullptr);
+    for (const auto& [a, b] : m_added) m_advert.scheduled(run.file, a, b - a);
+  }
+  // The window is judged by blocks named only: one parity block serves every site's lack, so
+  // lacks are shared by nature and always gain from suppression (and the group estimate below
+  // makes the first lack schedule most of the parity, which would read as unshared losses).
+  m_window.on_nak(naked, fresh);
+  // FEC lacks: new parity. A NAK of this pass is a loss rate sample for the group estimate
+  // (group_lack.hpp): a NAK of the last pass arriving now counts parity this pass has already
+  // sent as missing.
+  const bool this_pass = m.pass() == m_passes.pass();
+  if (this_pass && !m_nak.lacks.empty()) {
+    m_group_lack.on_nak(m_nak.lacked_blocks, m_nak.lacks.size(), m_nak.lacked_sources);
+  }
+  for (const auto& l : m_nak.lacks) {
+    naked += l.lack;
+    // This receiver's lack, against the parity on its way to it; and what the whole group is
+    // expected to lack this pass, so that one advert covers nearly everyone.
+    std::uint32_t more = m_parity->nak(l.fec_block, l.lack, m.seen_seq());
+    if (this_pass) {
+      more += m_parity->raise_sent_to(
+          l.fec_block,
+          m_group_lack.target(l.fec_block, l.sources, m_active, m_parity->sent_of(l.fec_block)));
+    }
+    fresh += more;
+    if (more > 0 && advertise) m_advert.scheduled_parity(l.fec_block);
+  }
+  m_counters.nak_blocks += naked;
+  m_counters.nak_new_blocks += fresh;
+  // The first advert after a quiet spell leaves a moment after the NAK, once the prompt
+  // repairs of this wake-up have left: it then names only blocks still waiting.
+  if (!advert_was_pending && m_advert.pending()) m_advert.hold_until(now + min_advert_interval);
+  return naked;
 }
 
 bool sender_session::another_below_nak_ratio(const receiver_state& r) {

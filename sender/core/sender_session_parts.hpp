@@ -33,11 +33,10 @@ inline constexpr std::uint32_t ip_udp_overhead = packet::ipv4_udp_overhead;
 inline constexpr std::uint64_t catch_up_ms = 5;
 /// Under --rate auto the bucket holds this many milliseconds of the current rate instead: one
 /// pacing quantum (at most 1 ms, pacing_quantum) and 1 ms of lateness are caught up, a longer
-/// hold-up is not. Near a bottleneck a catch-up is a burst into its queue. Through a 200 Mbit/s
-/// bottleneck with a 100-packet queue, with 5 ms (81 datagrams at 190 Mbit/s) 11 runs of 48
-/// ended below 180 Mbit/s (119-179, 4 of them falls seconds in); with 2 ms 2 of 72 did (175,
-/// 179), at the same goodput (docs/benchmarks.md, stop 36). With 1 ms the late wake-ups of a
-/// busy machine were lost and goodput fell 8 %.
+/// hold-up is not. Near a bottleneck a catch-up is a burst into its queue: 5 ms (81 datagrams
+/// at 190 Mbit/s) overflowed a 100-packet queue often enough to pull runs well below the
+/// link's rate, 2 ms rarely, 1 ms lost the late wake-ups of a busy machine (docs/benchmarks.md
+/// "Rate auto" has the runs).
 inline constexpr std::uint64_t auto_catch_up_ms = 2;
 /// END is multicast this many times, end_spacing apart, so a receiver that loses
 /// one still learns the session is over.

@@ -61,8 +61,8 @@ std::size_t sender_session::next_data(time_point now, std::span<data_send> out) 
       take_parity(*pp, out[n++]);
       continue;
     }
-    // Blocks NAKed behind the cursor go out first, while the pass still runs (DESIGN.md: repair
-    // starts while data still flows), so a receiver's holes close within a round trip and its
+    // Blocks NAKed behind the cursor go out first, while the pass still runs (repair starts
+    // while data still flows), so a receiver's holes close within a round trip and its
     // in-order hashing does not stall until the next pass.
     const auto pick = m_passes.peek();
     if (!pick) {

@@ -26,7 +26,7 @@ std::uint32_t to_us32(duration d) {
 void sender_session::update_auto_rate(time_point now) {
   if (!m_rate) return;
   const std::uint64_t r = m_rate->update(now, m_grtt.estimate());
-  if (r == m_cfg.rate_bps) return;
+  if (r == m_pacer.rate_bps()) return;
   if (m_log && m_rate->slow_start()) {
     m_log->debug("session {}: slow start: rate {:.1f} Mbit/s", m_cfg.session,
                  static_cast<double>(r) / 1e6);
@@ -49,7 +49,7 @@ void sender_session::fill_rate_fields(wire::marker& m, time_point now) {
     m_rate_round_end =
         now + std::max<duration>(m_grtt.estimate() * rate_round_grtts, min_rate_round);
   }
-  m.set_rate_bps(m_cfg.rate_bps);
+  m.set_rate_bps(m_pacer.rate_bps());
   m.set_rate_clr(m_rate->clr());
   m.set_rate_round(m_rate_round);
   m.set_rate_round_us(
@@ -74,7 +74,7 @@ void sender_session::handle_rate(receiver_state& r, const wire::nak& m, time_poi
           "session {}: receiver '{}' overruns its socket buffer at {:.1f} Mbit/s: {}rate {:.1f} "
           "Mbit/s, held below it",
           m_cfg.session, r.rep.id, static_cast<double>(m.overrun_bps()) / 1e6,
-          in_slow_start ? "slow start ends, " : "", static_cast<double>(m_cfg.rate_bps) / 1e6);
+          in_slow_start ? "slow start ends, " : "", static_cast<double>(m_pacer.rate_bps()) / 1e6);
     }
     if (m_log) {
       m_log->debug(
@@ -82,7 +82,7 @@ void sender_session::handle_rate(receiver_state& r, const wire::nak& m, time_poi
           "{:.2f} ms), rate {:.1f}",
           m_cfg.session, r.rep.id, static_cast<double>(m.overrun_bps()) / 1e6,
           static_cast<double>(m_rate->overrun_cap_bps()) / 1e6, to_ms(m_rate->overrun_cap_rtt()),
-          static_cast<double>(m_cfg.rate_bps) / 1e6);
+          static_cast<double>(m_pacer.rate_bps()) / 1e6);
     }
   }
   if (m_rate && m.receive_bps() > 0 && m.loss_ppb() == 0 && m.rate_bps() == 0) {
@@ -101,7 +101,7 @@ void sender_session::handle_rate(receiver_state& r, const wire::nak& m, time_poi
           "session {}: receive rate from '{}': {:.1f} Mbit/s (RTT {:.2f} ms, base {:.2f}); slow "
           "start rate {:.1f} Mbit/s",
           m_cfg.session, r.rep.id, static_cast<double>(m.receive_bps()) / 1e6, to_ms(rtt),
-          to_ms(m_rate->base_rtt(r.rep.id)), static_cast<double>(m_cfg.rate_bps) / 1e6);
+          to_ms(m_rate->base_rtt(r.rep.id)), static_cast<double>(m_pacer.rate_bps()) / 1e6);
     }
     return;
   }
@@ -116,16 +116,16 @@ void sender_session::handle_rate(receiver_state& r, const wire::nak& m, time_poi
   }
   const std::string before = m_rate->clr();
   const bool was_slow_start = m_rate->slow_start();
-  const std::uint64_t rate_before = m_cfg.rate_bps;
+  const std::uint64_t rate_before = m_pacer.rate_bps();
   m_rate->on_feedback(r.rep.id, m.rate_bps(), rtt, true, now);
   update_auto_rate(now);
   // At info: slow start's end (its CLR may be the same receiver), a new CLR, a halving.
   if (m_log && (m_rate->clr() != before || was_slow_start != m_rate->slow_start() ||
-                m_cfg.rate_bps < rate_before / 2)) {
+                m_pacer.rate_bps() < rate_before / 2)) {
     m_log->info(
         "session {}: rate {:.1f} Mbit/s, limited by '{}' (reports {:.1f} Mbit/s, loss "
         "event rate {:.2e}, RTT {:.2f} ms)",
-        m_cfg.session, static_cast<double>(m_cfg.rate_bps) / 1e6, m_rate->clr(),
+        m_cfg.session, static_cast<double>(m_pacer.rate_bps()) / 1e6, m_rate->clr(),
         static_cast<double>(m_rate->clr_rate_bps()) / 1e6, static_cast<double>(m.loss_ppb()) / 1e9,
         to_ms(rtt));
   } else if (m_log) {
@@ -134,7 +134,7 @@ void sender_session::handle_rate(receiver_state& r, const wire::nak& m, time_poi
         "ms; rate {:.1f} -> {:.1f} Mbit/s",
         m_cfg.session, r.rep.id, static_cast<double>(m.rate_bps()) / 1e6,
         static_cast<double>(m.loss_ppb()) / 1e9, to_ms(rtt), static_cast<double>(rate_before) / 1e6,
-        static_cast<double>(m_cfg.rate_bps) / 1e6);
+        static_cast<double>(m_pacer.rate_bps()) / 1e6);
   }
 }
 

@@ -35,52 +35,16 @@ void sender_session::on_site_keyed(std::string_view receiver_id, time_point now)
 
 void sender_session::handle_register(const wire::register_request& m, const endpoint& from,
                                      time_point now) {
-  if (!wire::valid_receiver_id(m.receiver_id())) {
-    m_drops.add(errc::invalid_field);
-    return;
-  }
-  const std::uint32_t file_count = static_cast<std::uint32_t>(m_files.size());
-  // Validate everything before changing any state.
-  if (for_each_range(
-          std::span(m.held_files().data(), static_cast<std::size_t>(m.held_files_size())),
-          file_count, [](std::uint32_t, std::uint32_t) {})) {
-    m_drops.add(errc::invalid_field);
-    return;
-  }
-  for (const auto& hd : m.held_pending()) {
-    if (hd.file() >= file_count || hd.sha256().size() != 32) {
-      m_drops.add(errc::invalid_field);
-      return;
-    }
-  }
-  // Sequence report: only in a sequenced session, bounded, ranges below this session's number.
-  if (static_cast<std::size_t>(m.missing_seqs_size()) > wire::max_seq_ranges ||
-      (m_cfg.channel_seq == 0 && (m.missing_seqs_size() > 0 || m.last_seq() != 0))) {
-    m_drops.add(errc::invalid_field);
-    return;
-  }
+  // Everything is validated before any state changes.
   std::vector<wire::seq_span> missing;
-  missing.reserve(static_cast<std::size_t>(m.missing_seqs_size()));
-  for (const auto& r : m.missing_seqs()) missing.emplace_back(r.first(), r.last());
-  if (!wire::valid_seq_ranges(missing, m_cfg.channel_seq)) {
+  if (!valid_register(m, missing)) {
     m_drops.add(errc::invalid_field);
     return;
   }
-  wire::register_reply reply;
-  reply.set_receiver_id(m.receiver_id());
-  auto refuse = [&](const std::string& why) {
-    reply.set_accepted(false);
-    reply.set_reason(why);
-    queue_unicast(from, encode(wire::msg_type::register_reply, m_cfg.session, reply));
-    if (m_log) {
-      m_log->warn("session {}: refused registration of '{}' from {}: {}", m_cfg.session,
-                  m.receiver_id(), from.to_string(), why);
-    }
-  };
   if (!m_cfg.only_receivers.empty() &&
       std::find(m_cfg.only_receivers.begin(), m_cfg.only_receivers.end(), m.receiver_id()) ==
           m_cfg.only_receivers.end()) {
-    refuse("this session is a resend to other receivers");
+    answer_register(m.receiver_id(), from, "this session is a resend to other receivers");
     return;
   }
   receiver_state* r = find_receiver(m.receiver_id());
@@ -90,20 +54,14 @@ void sender_session::handle_register(const wire::register_request& m, const endp
     r->last_heard = now;
     track(*r, true);
     r->rep.address = from;
-    if (r->rep.state == receiver_report::state_t::failed) {
-      refuse("this receiver was failed in the session: " + r->rep.reason);
-      return;
-    }
-    reply.set_accepted(true);
-    queue_unicast(from, encode(wire::msg_type::register_reply, m_cfg.session, reply));
+    answer_register(m.receiver_id(), from,
+                    r->rep.state == receiver_report::state_t::failed
+                        ? "this receiver was failed in the session: " + r->rep.reason
+                        : std::string());
     return;
   }
-  if (!r && !m_cfg.receivers.empty()) {
-    refuse("not a member of the closed group");
-    return;
-  }
-  if (!m_registration_open) {
-    refuse("registration closed");
+  if (const auto why = registration_refusal(r != nullptr)) {
+    answer_register(m.receiver_id(), from, *why);
     return;
   }
   if (!r && m_receivers.size() >= m_cfg.max_receivers) {
@@ -116,11 +74,63 @@ void sender_session::handle_register(const wire::register_request& m, const endp
           m_cfg.session, m.receiver_id(), from.to_string(), m_cfg.max_receivers,
           m_receivers_refused_full);
     }
-    reply.set_accepted(false);
-    reply.set_reason("the session has its maximum number of receivers");
-    queue_unicast(from, encode(wire::msg_type::register_reply, m_cfg.session, reply));
+    answer_register(m.receiver_id(), from, "the session has its maximum number of receivers",
+                    false);
     return;
   }
+  receiver_state& admitted = admit(m, from, r, std::move(missing), now);
+  answer_register(m.receiver_id(), from, {});
+  log_registered(admitted, from, m.resumed());
+  if (!m_cfg.receivers.empty() && m_registered == m_cfg.receivers.size()) {
+    close_registration(now);
+  }
+}
+
+bool sender_session::valid_register(const wire::register_request& m,
+                                    std::vector<wire::seq_span>& missing) const {
+  if (!wire::valid_receiver_id(m.receiver_id())) return false;
+  const auto file_count = static_cast<std::uint32_t>(m_files.size());
+  if (for_each_range(
+          std::span(m.held_files().data(), static_cast<std::size_t>(m.held_files_size())),
+          file_count, [](std::uint32_t, std::uint32_t) {})) {
+    return false;
+  }
+  for (const auto& hd : m.held_pending()) {
+    if (hd.file() >= file_count || hd.sha256().size() != 32) return false;
+  }
+  // Sequence report: only in a sequenced session, bounded, ranges below this session's number.
+  if (static_cast<std::size_t>(m.missing_seqs_size()) > wire::max_seq_ranges ||
+      (m_cfg.channel_seq == 0 && (m.missing_seqs_size() > 0 || m.last_seq() != 0))) {
+    return false;
+  }
+  missing.reserve(static_cast<std::size_t>(m.missing_seqs_size()));
+  for (const auto& r : m.missing_seqs()) missing.emplace_back(r.first(), r.last());
+  return wire::valid_seq_ranges(missing, m_cfg.channel_seq);
+}
+
+std::optional<std::string> sender_session::registration_refusal(bool known) const {
+  if (!known && !m_cfg.receivers.empty()) return "not a member of the closed group";
+  if (!m_registration_open) return "registration closed";
+  return std::nullopt;
+}
+
+void sender_session::answer_register(const std::string& id, const endpoint& to,
+                                     const std::string& refused, bool log_refusal) {
+  wire::register_reply reply;
+  reply.set_receiver_id(id);
+  reply.set_accepted(refused.empty());
+  if (!refused.empty()) reply.set_reason(refused);
+  queue_unicast(to, encode(wire::msg_type::register_reply, m_cfg.session, reply));
+  if (!refused.empty() && log_refusal && m_log) {
+    m_log->warn("session {}: refused registration of '{}' from {}: {}", m_cfg.session, id,
+                to.to_string(), refused);
+  }
+}
+
+sender_session::receiver_state& sender_session::admit(const wire::register_request& m,
+                                                      const endpoint& from, receiver_state* r,
+                                                      std::vector<wire::seq_span> missing,
+                                                      time_point now) {
   if (!r) {
     auto owned = std::make_unique<receiver_state>();
     owned->rep.id = m.receiver_id();
@@ -144,7 +154,8 @@ void sender_session::handle_register(const wire::register_request& m, const endp
   ++m_active;
   sample_rtt(*r, m.echo_time_us(), m.hold_us(), now);
   for_each_range(std::span(m.held_files().data(), static_cast<std::size_t>(m.held_files_size())),
-                 file_count, [&](std::uint32_t first, std::uint32_t count) {
+                 static_cast<std::uint32_t>(m_files.size()),
+                 [&](std::uint32_t first, std::uint32_t count) {
                    for (std::uint32_t f = first; f < first + count; ++f) mark_held(*r, f);
                  });
   for (const auto& hd : m.held_pending()) {
@@ -156,27 +167,25 @@ void sender_session::handle_register(const wire::register_request& m, const endp
       r->pending_claims.emplace_back(hd.file(), claimed);
     }
   }
-  reply.set_accepted(true);
-  queue_unicast(from, encode(wire::msg_type::register_reply, m_cfg.session, reply));
-  if (m_log) {
-    m_log->info("session {}: receiver '{}' registered from {}{}, RTT {:.2f} ms, holds {} files",
-                m_cfg.session, r->rep.id, from.to_string(), m.resumed() ? " (resumed)" : "",
-                to_ms(r->rep.rtt), r->rep.files_held);
-    if (!r->rep.missing_seqs.empty()) {
-      std::string ranges;
-      for (const auto& [first, last] : r->rep.missing_seqs) {
-        ranges += (ranges.empty() ? "" : ",") + std::to_string(first) +
-                  (first == last ? "" : "-" + std::to_string(last));
-      }
-      m_log->warn(
-          "session {}: receiver '{}' never completed sessions {} of channel {} "
-          "(its last completed: {})",
-          m_cfg.session, r->rep.id, ranges, m_cfg.channel, r->rep.last_seq);
-    }
+  return *r;
+}
+
+void sender_session::log_registered(const receiver_state& r, const endpoint& from,
+                                    bool resumed) const {
+  if (!m_log) return;
+  m_log->info("session {}: receiver '{}' registered from {}{}, RTT {:.2f} ms, holds {} files",
+              m_cfg.session, r.rep.id, from.to_string(), resumed ? " (resumed)" : "",
+              to_ms(r.rep.rtt), r.rep.files_held);
+  if (r.rep.missing_seqs.empty()) return;
+  std::string ranges;
+  for (const auto& [first, last] : r.rep.missing_seqs) {
+    ranges += (ranges.empty() ? "" : ",") + std::to_string(first) +
+              (first == last ? "" : "-" + std::to_string(last));
   }
-  if (!m_cfg.receivers.empty() && m_registered == m_cfg.receivers.size()) {
-    close_registration(now);
-  }
+  m_log->warn(
+      "session {}: receiver '{}' never completed sessions {} of channel {} "
+      "(its last completed: {})",
+      m_cfg.session, r.rep.id, ranges, m_cfg.channel, r.rep.last_seq);
 }
 
 void sender_session::handle_complete(const wire::complete& m, const endpoint& from,

@@ -1,4 +1,4 @@
-// Silent sessions (issue 12 item 3; docs/design-notes.md "Silent sessions"): the parts of
+// Silent sessions (docs/design-notes.md "Silent sessions"): the parts of
 // sender_session that a session for one-way links does differently. Its sites never transmit,
 // so it takes no registration and no NAK; it repeats the manifest and digests through the
 // session and sends a fixed number of passes, each after the first made of parity blocks not

@@ -2,7 +2,7 @@
 /// @file
 /// The receivers a sender may fail for silence, in the order it last heard from them, so that
 /// the earliest timeout is the front of a list instead of a scan of every receiver on every
-/// wake-up (issue 12: at 10,000 receivers those scans were most of the sender's CPU). The
+/// wake-up (at 10,000 receivers those scans were most of the sender's CPU). The
 /// least-recently-used list of a cache: an intrusive doubly linked list over receiver indexes,
 /// O(1) to move one to the back when it is heard and to take one out when it completes.
 /// Pure; 9 bytes per receiver.

@@ -1,7 +1,7 @@
 #pragma once
 /// @file
-/// Reads blocks of the sender's files on demand (DESIGN.md: sender memory does not grow with
-/// file size): a few open descriptors and a few read-ahead chunks, nothing more.
+/// Reads blocks of the sender's files on demand, so the sender's memory does not grow with the
+/// files' size: a few open descriptors and a few read-ahead chunks, nothing more.
 
 #include "common/sha256.hpp"
 #include "sender/io/file_set.hpp"

@@ -65,7 +65,7 @@ std::error_code digest_source::build(const digest_window_send& w, std::string& w
     } else {
       wire::write_data_header({p, wire::data_header_size}, {m_session, d.seq, d.file, d.block});
     }
-    p[2] = std::byte{wire::digest_version};
+    wire::set_version({p, wire::header_size}, wire::digest_version);
     m_digests.push_back(block_digests::digest_of({p, wire::data_header_size + d.length}));
   }
   // The window's chunks, one tree, one signature.

@@ -1,12 +1,12 @@
 #pragma once
 /// @file
-/// Parity blocks for the sender's shell (issue 12; docs/design-notes.md "Parity repairs"): the
+/// Parity blocks for the sender's shell (docs/design-notes.md "Parity repairs"): the
 /// core says which parity block of which FEC block goes out (data_send::parity), this computes
 /// its bytes from the FEC block's sources read through the block_reader, each zero-padded to
 /// the block size (common/fec.hpp). The sources of the last FEC block used are kept, so the
 /// parity blocks of one FEC block (sent round robin with a few others) cost one read of it;
-/// encoding one parity block of k = 128 sources takes about 24 us on a core of this machine
-/// (docs/benchmarks.md "Parity codec"). Lives on the network thread.
+/// encoding one parity block is tens of microseconds of one core (docs/benchmarks.md "Parity
+/// codec" has the rates), cheap enough for the network thread, where it lives.
 
 #include "common/fec.hpp"
 #include "common/fec_layout.hpp"

@@ -46,7 +46,7 @@ sender_app::sender_app(boost::asio::io_context& io, app_options opts, sender_con
       m_started(started),
       m_socket(net::open_sender_socket(
           io, net::sender_socket_options{m_opts.interface, m_opts.ttl, data_send_buffer,
-                                         control_receive_buffer})),
+                                         control_receive_buffer, m_opts.interface_index})),
       m_timer(io), m_progress_timer(io), m_signals(io),
       m_session(
           [&] {
@@ -111,6 +111,11 @@ sender_app::sender_app(boost::asio::io_context& io, app_options opts, sender_con
         "products from anyone else's",
         m_session_id);
   }
+  m_log->info("session {}: multicast to {} from {}{}", m_session_id, m_opts.group.to_string(),
+              net::from_asio(m_socket.local_endpoint()).to_string(),
+              m_opts.interface_index ? " on interface " + m_opts.interface_name + " (index " +
+                                           std::to_string(m_opts.interface_index) + ")"
+                                     : std::string());
   if (cfg.fallback != fallback_mode::off) start_unicast_server(cfg);
   if (const auto* layout = m_session.fec_layout()) {
     m_parity = std::make_unique<parity_source>(
@@ -164,9 +169,8 @@ void sender_app::start_unicast_server(const sender_config& cfg) {
   unicast::server_events ev;
   ev.on_session_start = [this](const unicast::session_info& info) { on_unicast_start(info); };
   ev.on_session_end = [this](const unicast::session_info& info, const unicast::session_stats&,
-                             const std::error_code& ec, const std::string& detail) {
-    on_unicast_end(info, ec, detail);
-  };
+                             const std::error_code& ec,
+                             const std::string& detail) { on_unicast_end(info, ec, detail); };
   m_unicast = std::make_unique<unicast::server>(m_io, *m_source, so, ev);
   std::string detail;
   if (auto ec = m_unicast->start(detail)) {
@@ -409,8 +413,7 @@ void sender_app::seal_batch() {
     auto& buf = m_sealed[i];
     buf.resize(bytes.size() + auth::max_trailer_bytes);
     std::memcpy(buf.data(), bytes.data(), bytes.size());
-    if (bytes.size() > 3 && static_cast<wire::msg_type>(std::to_integer<std::uint8_t>(bytes[3])) ==
-                                wire::msg_type::announce) {
+    if (m_control_batch[i].type == wire::msg_type::announce) {
       m_announce_slots.push_back({std::span<std::byte>(buf), bytes.size()});
       m_announce_index.push_back(i);
     } else {
@@ -455,9 +458,7 @@ void sender_app::flush_control() {
       // are answered during it, so a site holds the key (and opens the rest of an encrypted
       // manifest at once) by the burst's end. poll_feedback may queue more control datagrams
       // in the core: the next round of the outer loop takes them.
-      if (m_keys && b.bytes.size() > 3 &&
-          static_cast<wire::msg_type>(std::to_integer<std::uint8_t>(b.bytes[3])) ==
-              wire::msg_type::announce &&
+      if (m_keys && b.type == wire::msg_type::announce &&
           ++announces % announce_chunks_per_poll == 0) {
         poll_feedback();
       }
@@ -500,7 +501,7 @@ bool sender_app::flush_pending(time_point) {
       const auto& d = m_pending[i];
       std::byte* out = m_gso_buffer.data() + (i - m_pending_pos) * segment;
       if (d.parity) {
-        // A parity block (issue 12): a data header's shape, a full block's length, its bytes
+        // A parity block: a data header's shape, a full block's length, its bytes
         // encoded here from the FEC block's sources (read_payloads left its payload alone).
         wire::write_parity_header({out, wire::data_header_size},
                                   {m_session_id, d.seq, d.fec_block, d.parity_index});
@@ -633,12 +634,17 @@ void sender_app::do_wait_writable() {
 }
 
 void sender_app::on_feedback(std::span<const std::byte> d, const endpoint& from, time_point now) {
+  // The one parse of the header: authentication and the session take it.
+  wire::header h;
+  if (const auto malformed = wire::parse_header(d, h)) {
+    m_session.on_refused(malformed);
+    return;
+  }
   if (m_keys) {
     std::span<const std::byte> plain;
-    if (const auto refused = m_keys->open(d, plain)) {
-      // Refusals are counted in m_keys' stats; framing errors go to the session, which counts
-      // malformed datagrams by reason.
-      if (refused != errc::unauthenticated) m_session.on_datagram(d, from, now);
+    if (const auto refused = m_keys->open(h, d, plain)) {
+      // Refusals are counted in m_keys' stats; framing errors by the session, by reason.
+      if (refused != errc::unauthenticated) m_session.on_refused(refused);
       return;
     }
     if (plain.empty()) {
@@ -647,7 +653,7 @@ void sender_app::on_feedback(std::span<const std::byte> d, const endpoint& from,
     }
     d = plain;
   }
-  m_session.on_datagram(d, from, now);
+  m_session.on_datagram(h, d, from, now);
   register_fallbacks();
 }
 

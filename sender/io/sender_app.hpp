@@ -34,6 +34,10 @@ namespace mcdist::sender {
 struct app_options {
   endpoint group;      ///< multicast group + port
   endpoint interface;  ///< local address (port = our control port, 0 = any)
+  /// The interface multicast leaves by (common/net/interface.hpp resolve_interface): its
+  /// index (0: the kernel picks by address or route) and name, for the log.
+  unsigned interface_index = 0;
+  std::string interface_name;
   int ttl = 1;
   bool progress = false;  ///< draw a progress line on stderr
   std::optional<std::string> summary_json;

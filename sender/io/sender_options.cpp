@@ -3,6 +3,7 @@
 #include "common/fec.hpp"
 #include "common/key_file.hpp"
 #include "common/logging.hpp"
+#include "common/net/interface.hpp"
 #include "common/units.hpp"
 #include "common/version.hpp"
 #include "common/wire.hpp"
@@ -85,8 +86,8 @@ in the summary.
 
 /// --catch-up N-M,...: inclusive ranges of channel sequence numbers.
 /// @throws usage_error naming the bad item
-std::vector<std::pair<std::uint64_t, std::uint64_t>> parse_catch_up(const std::string& text) {
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> out;
+std::vector<wire::seq_span> parse_catch_up(const std::string& text) {
+  std::vector<wire::seq_span> out;
   std::string_view rest = text;
   while (!rest.empty()) {
     const auto comma = rest.find(',');
@@ -121,9 +122,11 @@ void add_sender_options(CLI::App& app, sender_cli& c) {
       ->capture_default_str()
       ->type_name("ADDR:PORT");
   app.add_option("-i,--interface", c.interface,
-                 "Local address multicast leaves from; 127.0.0.1 for loopback")
-      ->capture_default_str()
-      ->type_name("ADDR");
+                 "Interface multicast leaves by, a name (eth1) or a local address; named, the "
+                 "session's source address is its first address of the group's family (the "
+                 "`source` of sites that join source-specific). 127.0.0.1 for loopback; "
+                 "default: where the route to the group points")
+      ->type_name("NAME|ADDR");
   app.add_option("-r,--rate", c.rate,
                  "Multicast rate in bit/s (k, M, G suffixes; max = unpaced; auto = set by the "
                  "receivers' loss reports, TFMCC, up to --rate-max)")
@@ -309,12 +312,21 @@ sender_options make_sender_options(const sender_cli& c) {
                       " is not a multicast ADDR:PORT (e.g. 239.192.0.1:4711)");
   }
   o.app.group = *g;
-  const auto itf = parse_address(c.interface);
-  if (!itf || itf->v6 != g->v6) {
+  const auto spec = net::parse_interface(c.interface);
+  if (!spec) {
     throw usage_error("--interface " + c.interface +
-                      " is not a local address of the group's family");
+                      " is neither an IP address nor an interface name (e.g. 10.0.0.5, eth1)");
   }
-  o.app.interface = *itf;
+  try {
+    const auto itf = net::resolve_interface(*spec, g->v6);
+    o.app.interface = itf.address;
+    o.app.interface_index = itf.index;
+    o.app.interface_name = itf.name;
+  } catch (const net::interface_error& e) {
+    throw usage_error(std::string("--interface: ") + e.what());
+  } catch (const std::system_error& e) {
+    throw usage_error(std::string("--interface: cannot list this host's interfaces: ") + e.what());
+  }
   o.app.interface.port = c.port;
   o.app.ttl = c.ttl;
   const auto rmax = parse_rate(c.rate_max);

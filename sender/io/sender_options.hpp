@@ -36,7 +36,7 @@ enum exit_status : int {
 struct sender_cli {
   std::vector<std::string> paths;
   std::string group = "239.192.0.1:4711";
-  std::string interface = "0.0.0.0";
+  std::string interface;  ///< empty: any (the route to the group decides)
   std::string rate = "100M";
   std::string rate_max = "1G";
   std::vector<std::string> receivers;

@@ -18,15 +18,6 @@
 
 namespace mcdist::sender {
 
-/// Source blocks per FEC block by default: 200 over GF(2^8) leaves 55 parity indexes per FEC
-/// block (k + parity <= 255), so one parity datagram repairs a different loss at each site
-/// and a FEC block tolerates 27 % loss before a repair needs more than one round
-/// (docs/design-notes.md "Parity by default" has the measurements that chose it).
-inline constexpr std::uint32_t default_fec_k = 200;
-/// Interleaving depth by default: a burst of up to 8 lost datagrams (a satellite link's burst
-/// of 4 with margin) takes at most one block of each FEC block.
-inline constexpr std::uint32_t default_fec_depth = 8;
-
 /// How a session is sent. Every field has its default here and nowhere else.
 struct session_profile {
   /// Parity repairs: source blocks per FEC block (0: none; up to 4096, GF(2^16) beyond 254).

@@ -91,7 +91,7 @@ class Daemon:
         self.proc = subprocess.Popen(
             [recv, "--id", "bench", "--group", group, "--interface", "127.0.0.1", "--dest",
              self.dest, "--temp", self.temp, "--status-interval", "1h", "--http", "off",
-             "--sync", method],
+             "--sync", method, "--allow-unsigned"],
             stdout=self.logf, stderr=subprocess.STDOUT)
         time.sleep(0.5)
         if self.proc.poll() is not None:

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """The EUMETSAT study's scenario matrix (Truksans, Znots, Barzdins, Table 1), run through
 mcdist's own link emulator (tests/linkem), mcdist and UFTP 4.10 side by side, with a TCP
-baseline (tar piped to nc) where it is cheap.
+baseline (tar piped to nc) where it is cheap, and with --peers NORM (tests/bench/norm, libnorm)
+and UDPcast (udp-sender/udp-receiver) as further columns (tests/bench/peers.py: how each is
+configured and why).
 
 Topology, as in the study: a sender h0, a receiver h1 on a clean link, a receiver h2 behind
 the impaired link (one-way delay RTT/2 each way, random loss). mcdist and UFTP multicast to
@@ -14,7 +16,17 @@ meets the 350 Mbit/s target. A program that does not finish within the cap is st
 goodput is what it verified in that time, like the study's fixed-duration runs.
 
 It prints a Markdown table, writes it with a JSON of every run to --out, and draws PNG plots of
-h2's received link throughput over time for a few scenarios (gnuplot).
+h2's received link throughput over time for a few scenarios (gnuplot). A second table gives,
+per scenario and program, the CPU seconds per delivered GB of the sender (over the bytes
+verified at h2) and of each receiver (over the bytes verified there): the daemons (mcdistd,
+uftpd) and per-run processes alike are started per scenario and reaped with wait4.
+
+With --peers norm,udpcast: NORM at the same fixed rate (NormSetTxRate), its initial GRTT the
+scenario's RTT, its buffers the bandwidth*delay product (twice, 4-64 MiB), both receivers in
+its acking list; UDPcast at the same --max-bitrate, --full-duplex (its manual's advice for
+high-latency links), --min-receivers 2, one file with --file and a set as a tar stream. Each
+capped like UFTP. UDPcast cannot send a set of files without an archive stream: the tar
+stream is how its users do it, and a cut stream verifies only the files it completed.
 
 Modes: --quick (default) scales volumes so the 26 scenarios run in about 20 minutes;
 --full uses the study's file sizes (2 GB files) with larger sets and longer caps.
@@ -35,6 +47,7 @@ import sys
 import threading
 import time
 
+import peers
 from linkem_run import Emulator, stop_proc
 from uftp_compare import uftp_passes
 
@@ -77,7 +90,8 @@ VOLUMES = {
     },
 }
 # Time caps per program run, seconds.
-CAPS = {"quick": {"mcdist": 90, "uftp": 25, "tcp": 12}, "full": {"mcdist": 600, "uftp": 300, "tcp": 120}}
+CAPS = {"quick": {"mcdist": 90, "uftp": 25, "tcp": 12, "norm": 25, "udpcast": 25},
+        "full": {"mcdist": 600, "uftp": 300, "tcp": 120, "norm": 300, "udpcast": 300}}
 
 
 def log(*a):
@@ -222,7 +236,8 @@ def run_mcdist(args, emu, ds, work, cap, seed):
         logf = open(os.path.join(d, "mcdistd.log"), "w")
         p = subprocess.Popen(in_ns(emu.ns(h), [recv, "--id", "h%d" % h, "--group", group, "--interface",
                                                 emu.addr(h), "--dest", os.path.join(d, "dest"), "--temp",
-                                                os.path.join(d, "temp")]), stdout=logf, stderr=subprocess.STDOUT)
+                                                os.path.join(d, "temp")] + peers.allow_unsigned(recv)),
+                             stdout=logf, stderr=subprocess.STDOUT)
         daemons.append((p, logf, d))
     time.sleep(0.5)
     sampler = Sampler(daemons[1][0].pid)
@@ -239,12 +254,10 @@ def run_mcdist(args, emu, ds, work, cap, seed):
                                            "10s", "--summary-json", summary] + args.mcdist_args.split() +
                                           [ds.path]),
                          stdout=send_log, stderr=subprocess.STDOUT)
-    elapsed, finished = wait_capped(p, cap, t0)
+    elapsed, finished, scpu = wait_capped_cpu(p, cap, t0)
     send_log.close()
     sampler.stop_flag = True
-    for dp, logf, _ in daemons:
-        stop_proc(dp)
-        logf.close()
+    rcpu = stop_daemons(daemons)
     passes, h2_time = None, None
     try:
         with open(summary) as f:
@@ -256,9 +269,11 @@ def run_mcdist(args, emu, ds, work, cap, seed):
     except (OSError, ValueError, KeyError):
         pass
     verified = ds.verified_bytes(os.path.join(daemons[1][2], "dest"))
+    verified_h1 = ds.verified_bytes(os.path.join(daemons[0][2], "dest"))
     drop_trees(daemons)
     return {"program": "mcdist", "finished": finished and verified == ds.bytes, "time": elapsed,
-            "verified": verified, "passes": passes, "h2_completion": h2_time, "samples": sampler.samples}
+            "verified": verified, "passes": passes, "h2_completion": h2_time, "samples": sampler.samples,
+            "cpu": {"sender": scpu, "h1": rcpu[0], "h2": rcpu[1]}, "verified_h1": verified_h1}
 
 
 def run_uftp(args, emu, ds, work, cap, seed):
@@ -284,18 +299,134 @@ def run_uftp(args, emu, ds, work, cap, seed):
                                            "-H", "0x00000002,0x00000003", "-R", uftp_rate(args.rate), "-Y",
                                            "none", "-B", "104857600", ds.path]),
                          stdout=out, stderr=subprocess.STDOUT)
-    elapsed, finished = wait_capped(p, cap, t0)
+    elapsed, finished, scpu = wait_capped_cpu(p, cap, t0)
     sampler.stop_flag = True
     out.close()
-    for dp, logf, _ in daemons:
-        stop_proc(dp)
-        logf.close()
+    rcpu = stop_daemons(daemons)
     with open(os.path.join(work, "uftp.out"), errors="replace") as f:
         passes = uftp_passes(f.read())
     verified = ds.verified_bytes(os.path.join(daemons[1][2], "dest"))
+    verified_h1 = ds.verified_bytes(os.path.join(daemons[0][2], "dest"))
     drop_trees(daemons)
     return {"program": "uftp", "finished": finished and verified == ds.bytes, "time": elapsed,
-            "verified": verified, "passes": passes, "samples": sampler.samples}
+            "verified": verified, "passes": passes, "samples": sampler.samples,
+            "cpu": {"sender": scpu, "h1": rcpu[0], "h2": rcpu[1]}, "verified_h1": verified_h1}
+
+
+def wait_capped_cpu(p, cap, t0):
+    """wait_capped with the process's CPU (wait4): (elapsed or cap, exited 0, CPU seconds)."""
+    code, cpu, capped = peers.wait_rusage(p, cap)
+    if capped:
+        return cap, False, cpu
+    return time.monotonic() - t0, code == 0, cpu
+
+
+def stop_daemons(daemons, gentle=False):
+    """SIGTERM to each receiver still running, then reaps it: its CPU seconds (wait4), in order.
+    gentle: first give each up to 5 s to exit by itself (NORM's and UDPcast's receivers exit
+    once complete; a shell pipeline stopped early would lose its children's CPU)."""
+    cpus = []
+    for dp, logf, _ in daemons:
+        if gentle:
+            code, cpu, stopped = peers.wait_rusage(dp, 5, stop_sig=signal.SIGTERM)
+            cpus.append(cpu)
+            logf.close()
+            continue
+        # No poll() first: it would reap an exited receiver and lose its resource usage. A
+        # pipeline's children die with the shell unreaped: their CPU is sampled first.
+        sampled = peers.group_cpu(dp.pid) if peers.leads_group(dp) else 0.0
+        peers.signal_proc(dp, signal.SIGTERM)
+        cpus.append(max(sampled, peers.wait_rusage(dp, 10, stop_sig=signal.SIGTERM)[1]))
+        logf.close()
+    return cpus
+
+
+def run_norm(args, emu, ds, work, cap, seed, rtt_ms):
+    """NORM to h1 and h2 (node ids 2 and 3) at args.rate, from h0 (node id 1)."""
+    send, recv = args.norm
+    group = "239.197.%d.%d:%d" % (seed % 200 + 1, seed % 250 + 1, 6200 + 2 * (seed % 100))
+    rtt = max(rtt_ms / 1000.0, 0.001)
+    buffer = peers.norm_buffer(args.rate, rtt)
+    daemons = []
+    for h in (1, 2):
+        d = os.path.join(work, "norm-h%d" % h)
+        shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(os.path.join(d, "dest"))
+        logf = open(os.path.join(d, "norm-recv.log"), "w")
+        p = subprocess.Popen(in_ns(emu.ns(h), peers.norm_recv_cmd(
+            recv, group, "mle0", h + 1, os.path.join(d, "dest"), len(ds.files), buffer=buffer,
+            timeout=cap + 30)), stdout=logf, stderr=subprocess.STDOUT)
+        daemons.append((p, logf, d))
+    time.sleep(0.5)
+    sampler = Sampler(daemons[1][0].pid)
+    sampler.start()
+    summary = os.path.join(work, "norm-summary.json")
+    out = open(os.path.join(work, "norm-send.log"), "w")
+    t0 = time.monotonic()
+    p = subprocess.Popen(in_ns(emu.ns(0), peers.norm_send_cmd(
+        send, group, "mle0", ds.path, [2, 3], rate=args.rate, grtt=rtt, buffer=buffer,
+        summary=summary, timeout=cap + 30)), stdout=out, stderr=subprocess.STDOUT)
+    elapsed, finished, scpu = wait_capped_cpu(p, cap, t0)
+    sampler.stop_flag = True
+    out.close()
+    rcpu = stop_daemons(daemons, gentle=finished)
+    rounds = None
+    try:
+        with open(summary) as f:
+            rounds = json.load(f)["watermark_rounds"]
+    except (OSError, ValueError, KeyError):
+        pass
+    verified = ds.verified_bytes(os.path.join(daemons[1][2], "dest"))
+    verified_h1 = ds.verified_bytes(os.path.join(daemons[0][2], "dest"))
+    drop_trees(daemons)
+    return {"program": "norm", "finished": finished and verified == ds.bytes, "time": elapsed,
+            "verified": verified, "passes": rounds, "samples": sampler.samples,
+            "cpu": {"sender": scpu, "h1": rcpu[0], "h2": rcpu[1]}, "verified_h1": verified_h1}
+
+
+def run_udpcast(args, emu, ds, work, cap, seed):
+    """UDPcast (udp-sender on h0, udp-receiver on h1 and h2) at args.rate, reliable mode."""
+    portbase = 9200 + 2 * (seed % 100)
+    mcast = "239.198.%d.%d" % (seed % 200 + 1, seed % 250 + 1)
+    # Slices of 1024 blocks (its maximum): with udpcast's default of 112, a 70 ms round trip held
+    # it to 13-16 Mbit/s (one slice per RTT), and 30 MB at 70 ms took 17 s against 5 s with 1024.
+    send_args, what = peers.udpcast_send_cmd(ds.path, "mle0", portbase, mcast, args.rate, 2,
+                                             slice_size=args.udpcast_slice)
+    daemons = []
+    for h in (1, 2):
+        d = os.path.join(work, "udpcast-h%d" % h)
+        shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(os.path.join(d, "dest"))
+        logf = open(os.path.join(d, "udp-receiver.log"), "w")
+        p = subprocess.Popen(in_ns(emu.ns(h), peers.udpcast_recv_cmd(
+            ds.path, os.path.join(d, "dest"), "mle0", portbase, what, mcast)),
+            stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        daemons.append((p, logf, d))
+    time.sleep(0.5)
+    sampler = Sampler(daemons[1][0].pid)
+    sampler.start()
+    out_path = os.path.join(work, "udp-sender.log")
+    out = open(out_path, "w")
+    t0 = time.monotonic()
+    p = subprocess.Popen(in_ns(emu.ns(0), send_args), stdout=out, stderr=subprocess.STDOUT,
+                         stdin=subprocess.DEVNULL if what == "file" else None, start_new_session=True)
+    elapsed, finished, scpu = wait_capped_cpu(p, cap, t0)
+    sampler.stop_flag = True
+    out.close()
+    rcpu = stop_daemons(daemons, gentle=finished)
+    with open(out_path, errors="replace") as f:
+        rexmits = peers.udpcast_retransmits(f.read())
+    verified = ds.verified_bytes(os.path.join(daemons[1][2], "dest"))
+    verified_h1 = ds.verified_bytes(os.path.join(daemons[0][2], "dest"))
+    # udp-receiver writes in order (slice after slice): a file cut by the cap is a correct
+    # prefix, counted and marked like TCP's.
+    partial = ds.partial_bytes(os.path.join(daemons[1][2], "dest")) if not finished else 0
+    verified_h1 += ds.partial_bytes(os.path.join(daemons[0][2], "dest")) if not finished else 0
+    drop_trees(daemons)
+    return {"program": "udpcast", "finished": finished and verified == ds.bytes, "time": elapsed,
+            "verified": verified + partial, "partial": partial, "passes": rexmits,
+            "samples": sampler.samples,
+            "cpu": {"sender": scpu, "h1": rcpu[0], "h2": rcpu[1]}, "verified_h1": verified_h1}
 
 
 def run_tcp(args, emu, ds, work, cap, seed):
@@ -369,7 +500,7 @@ def plot(results, out_dir, numbers):
             continue
         series = []
         for r in runs:
-            for prog in ("mcdist", "uftp", "tcp"):
+            for prog in ("mcdist", "uftp", "tcp", "norm", "udpcast"):
                 res = r.get(prog)
                 if not res or len(res["samples"]) < 2:
                     continue
@@ -411,6 +542,12 @@ def main():
                     help="more mcdist-send options, e.g. \"--fec-k 200 --fec-overhead 2%%\"")
     ap.add_argument("--no-tcp", action="store_true")
     ap.add_argument("--no-uftp", action="store_true")
+    ap.add_argument("--peers", default="none",
+                    help="further columns: norm, udpcast, or norm,udpcast (tests/bench/peers.py)")
+    ap.add_argument("--norm-build", default=None,
+                    help="build tree holding tests/bench/norm (default: --build)")
+    ap.add_argument("--udpcast-slice", type=int, default=1024,
+                    help="udp-sender --default-slice-size (blocks; 0: udpcast's default, 112)")
     ap.add_argument("--plots", default="3,6,18,24,26", help="scenarios to plot")
     ap.add_argument("--seed", type=int, default=0,
                     help="added to each scenario's number to seed the emulator's loss: another value "
@@ -427,6 +564,16 @@ def main():
     for tool in ("uftp", "uftpd", "nc", "tar"):
         if not shutil.which(tool):
             sys.exit("missing %s: deploy/install-deps.sh --bench" % tool)
+    wanted_peers = [] if args.peers == "none" else args.peers.split(",")
+    args.norm = None
+    if "norm" in wanted_peers:
+        args.norm = peers.norm_programs(args.norm_build or args.build)
+        if not args.norm:
+            sys.exit("NORM peer not built: cmake -DMCDIST_BENCH_PEERS=ON, then ninja "
+                     "mcdist-norm-send mcdist-norm-recv (needs libnorm-dev)")
+    args.udpcast = "udpcast" in wanted_peers
+    if args.udpcast and not peers.udpcast_available():
+        sys.exit("missing udp-sender/udp-receiver: deploy/install-deps.sh --bench")
     wanted = set()
     for part in args.scenarios.split(","):
         a, _, b = part.partition("-")
@@ -456,13 +603,18 @@ def main():
             row["mcdist"] = run_mcdist(args, emu, ds, work, CAPS[m]["mcdist"], num)
             if not args.no_uftp:
                 row["uftp"] = run_uftp(args, emu, ds, work, CAPS[m]["uftp"], num)
+            if args.norm:
+                row["norm"] = run_norm(args, emu, ds, work, CAPS[m]["norm"], num, rtt)
+            if args.udpcast:
+                row["udpcast"] = run_udpcast(args, emu, ds, work, CAPS[m]["udpcast"], num)
             if not args.no_tcp:
                 row["tcp"] = run_tcp(args, emu, ds, work, CAPS[m]["tcp"], num)
         finally:
             emu.stop()
         results.append(row)
-        log("scenario %2d %-4s RTT %3d ms loss %-6g: mcdist %s | UFTP %s | TCP %s" % (
-            num, cat, rtt, loss, cell(row["mcdist"]), cell(row.get("uftp")), cell(row.get("tcp"))))
+        log("scenario %2d %-4s RTT %3d ms loss %-6g: mcdist %s | UFTP %s | TCP %s%s" % (
+            num, cat, rtt, loss, cell(row["mcdist"]), cell(row.get("uftp")), cell(row.get("tcp")),
+            "".join(" | %s %s" % (k, cell(row.get(k))) for k in ("norm", "udpcast") if k in row)))
     total = time.monotonic() - t_start
     lines = ["| # | files | RTT | loss | volume | mcdist Mbit/s | mcdist time | passes | target | UFTP 4.10 Mbit/s |"
              " UFTP time | UFTP passes | mcdist / UFTP | tar+nc (TCP) Mbit/s | study (best app, Mbit/s) |",
@@ -475,8 +627,36 @@ def main():
             md["time"], md["passes"], "yes" if mbps(md) >= TARGET_MBPS else "no", cell(uf),
             "%.1f s" % uf["time"] if uf else "-", uf["passes"] if uf else "-", ratio, cell(tc),
             STUDY.get(r["scenario"], "none reached 350")))
+    if args.norm or args.udpcast:
+        lines += ["", "Further peers at the same rate (goodput at h2, Mbit/s; the ratio is mcdist's over the peer's):", "",
+                  "| # | files | RTT | loss | mcdist | NORM | NORM ack rounds | mcdist / NORM | UDPcast |"
+                  " UDPcast re-xmits | mcdist / UDPcast |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in results:
+            md = r["mcdist"]
+            cols = []
+            for k in ("norm", "udpcast"):
+                x = r.get(k)
+                ratio = ("%.1fx" % (mbps(md) / mbps(x)) if mbps(x) > 0 else "inf") if x else "-"
+                cols += [cell(x), "-" if not x or x["passes"] is None else str(x["passes"]), ratio]
+            lines.append("| %d | %s x %d | %d ms | %g | %s | %s |" % (
+                r["scenario"], r["category"], r["files"], r["rtt_ms"], r["loss"], cell(md), " | ".join(cols)))
+    lines += ["", "CPU seconds per delivered GB (sender: over the bytes verified at h2; h1, h2: over the bytes "
+              "verified at each):", "",
+              "| # | files | RTT | loss | program | Mbit/s at h2 | sender CPU s/GB | h1 CPU s/GB | h2 CPU s/GB |"
+              " CPU s (sender + h1 + h2) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        for k, name in (("mcdist", "mcdist"), ("uftp", "UFTP 4.10"), ("norm", "NORM"), ("udpcast", "UDPcast")):
+            x = r.get(k)
+            if not x or "cpu" not in x:
+                continue
+            c = x["cpu"]
+            lines.append("| %d | %s x %d | %d ms | %g | %s | %s | %s | %s | %s | %.2f |" % (
+                r["scenario"], r["category"], r["files"], r["rtt_ms"], r["loss"], name, cell(x),
+                peers.fmt_per_gb(peers.per_gb(c["sender"], x["verified"])),
+                peers.fmt_per_gb(peers.per_gb(c["h1"], x.get("verified_h1", 0))),
+                peers.fmt_per_gb(peers.per_gb(c["h2"], x["verified"])), c["sender"] + c["h1"] + c["h2"]))
     table = "\n".join(lines)
-    header = ("EUMETSAT matrix, %s mode, rate %s for mcdist and UFTP, on %s; %.1f min in all.\n"
+    header = ("EUMETSAT matrix, %s mode, rate %s for every program, on %s; %.1f min in all.\n"
               "Goodput = verified bytes at the impaired receiver h2 x 8 / time; time = program start to "
               "end, or the cap (%s: mcdist %ds, UFTP %ds, TCP %ds).\n" % (
                   m, args.rate, time.strftime("%Y-%m-%d %H:%M"), total / 60, m, CAPS[m]["mcdist"],
@@ -487,7 +667,7 @@ def main():
     with open(os.path.join(args.out, "matrix.md"), "w") as f:
         f.write(header + "\n" + table + "\n")
     for r in results:
-        for prog in ("mcdist", "uftp", "tcp"):
+        for prog in ("mcdist", "uftp", "tcp", "norm", "udpcast"):
             if r.get(prog):
                 r[prog]["samples"] = r[prog]["samples"][:4000]
     pngs = plot(results, args.out, [int(x) for x in args.plots.split(",") if x])

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Product latency of a hub: mcdist-feed against a loop of UFTP 4.10 sessions (issue 10).
+"""Product latency of a hub: mcdist-feed against a loop of UFTP 4.10 sessions.
 
 Latency is measured from the moment a product is complete in the hub's spool (renamed into
 place by the producer) to the moment it is complete in a site's destination tree (mcdistd
@@ -218,7 +218,7 @@ def run_mcdist(args, emu, work, events):
             os.path.join(args.build, "receiver", "mcdistd"), "--id", "h%d" % h,
             "--group", "239.192.60.1:4711", "--group", "239.192.60.2:4711",
             "--group", "239.192.60.3:4711", "--interface", emu.addr(h), "--dest", dests[h],
-            "--temp", os.path.join(d, "temp"), "--http", "off"]),
+            "--temp", os.path.join(d, "temp"), "--http", "off", "--allow-unsigned"]),
             stdout=logf, stderr=subprocess.STDOUT), logf))
     time.sleep(1.0)
     flog = open(os.path.join(work, "feed.log"), "w")

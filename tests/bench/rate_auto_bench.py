@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark: --rate auto (TFMCC, docs/design-notes.md "Rate auto"; issue 13, goal 2) against
+"""Benchmark: --rate auto (TFMCC, docs/design-notes.md "Rate auto") against
 fixed rates, side by side in one run, on loopback: for each ceiling of --ceilings, mcdist-send
 --rate auto --rate-max CEILING and mcdist-send --rate R for each fixed rate R of --fixed that is
 at most the ceiling, one file of --bytes to one mcdistd. The rows of one repetition run one after
@@ -42,7 +42,7 @@ the same bottleneck: TCP's own start-up loss on this link (its repairs column co
 retransmits), the yardstick for auto's slow start.
 With --history, the auto rows' sender runs on a pseudo-terminal so that it draws its progress
 line, and the bench prints the sending rate of every 0.5 s and, after the first 5 s, how often
-it was within 10 % of the bottleneck (issue 13 goal 2's "settles within 10 %"). That rate counts
+it was within 10 % of the bottleneck (the target: "settles within 10 %"). That rate counts
 file bytes (1400 of every 1448-byte packet), the bottleneck whole IP packets: the check is
 strict by 3.3 %.
 
@@ -58,6 +58,17 @@ receiving; on loopback one row per ceiling, through the emulator one for the fir
 in the same rounds, and the tables give auto's goodput over UFTP's. A UFTP run that fails or
 delivers a file that differs from the source counts as goodput 0.
 
+With --norm, NORM with its congestion control (NORM-CC, RFC 5740 section 5.5: NormSetCongestionControl
+with NormSetTxRateBounds(-1, CEILING); tests/bench/norm, built with -DMCDIST_BENCH_PEERS=ON) runs
+in the same rounds, one row per ceiling on loopback and one for the first ceiling through the
+emulator, and the tables give auto's goodput over NORM-CC's. UDPcast has no congestion control
+(its rate governor is the fixed --max-bitrate; Debian ships no adaptive governor module), so it
+has no auto row here: with --udpcast it runs unpaced (no --max-bitrate), held back only by its
+slice acknowledgements, the way a user who does not know the path's rate would run it.
+
+Every row shows CPU seconds per delivered GB of the sender and of the receiver (wait4 for the
+per-run processes, /proc for the loopback daemons), beside goodput.
+
 Needs root (`ip link set lo multicast on`; namespaces and TUN for --linkem) and a build
 (deploy/build.sh).
 
@@ -68,7 +79,7 @@ usage: rate_auto_bench.py [--build DIR] [--dir DIR] [--bytes N] [--repeat N]
                            [--tcp-alone]
                            [--no-fixed] [--ingress-stamp tap,read] [--hold 25:2[:0]]]
                           [--log-level debug]
-                          [--uftp]
+                          [--uftp] [--norm] [--udpcast]
 """
 
 import argparse
@@ -84,8 +95,10 @@ import sys
 import threading
 import time
 
+import peers
 from linkem_run import Emulator, stop_proc
-from uftp_compare import Child, clear, digest, need_programs, sender_run, uftp_passes, write_field
+from uftp_compare import (Child, clear, digest, need_programs, run_norm, run_udpcast, sender_run,
+                          uftp_passes, write_field)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(os.path.dirname(HERE))
@@ -165,7 +178,21 @@ def main():
     ap.add_argument("--uftp", action="store_true",
                     help="also UFTP 4.10 -C tfmcc (RFC 4654) with each ceiling as its max rate, "
                          "uftpd as the receiver, in the same rounds")
+    ap.add_argument("--norm", action="store_true",
+                    help="also NORM with NORM-CC, each ceiling as its max rate (tests/bench/norm)")
+    ap.add_argument("--udpcast", action="store_true",
+                    help="also UDPcast unpaced (it has no congestion control)")
+    ap.add_argument("--norm-build", default=None,
+                    help="build tree holding tests/bench/norm (default: --build)")
     args = ap.parse_args()
+    args.norm_programs = None
+    if args.norm:
+        args.norm_programs = peers.norm_programs(args.norm_build or args.build)
+        if not args.norm_programs:
+            sys.exit("NORM peer not built: cmake -DMCDIST_BENCH_PEERS=ON, then ninja "
+                     "mcdist-norm-send mcdist-norm-recv (needs libnorm-dev)")
+    if args.udpcast and not peers.udpcast_available():
+        sys.exit("udp-sender/udp-receiver missing: deploy/install-deps.sh --bench")
     if args.linkem:
         return linkem_main(args)
     if os.geteuid() != 0:
@@ -182,7 +209,8 @@ def main():
         clear(d)
     group = "239.192.79.%d:%d" % (os.getpid() % 200 + 1, 4900 + os.getpid() % 1000)
     daemon = Child([recv, "--id", "bench", "--group", group, "--interface", "127.0.0.1", "--dest",
-                    dest, "--temp", temp, "--status-interval", "1h", "--http", "off"],
+                    dest, "--temp", temp, "--status-interval", "1h", "--http", "off"] +
+                   peers.allow_unsigned(recv),
                    os.path.join(base, "mcdistd.log"))
 
     ceilings = args.ceilings.split(",")
@@ -203,18 +231,46 @@ def main():
         uftpd = Child(["uftpd", "-d", "-I", "127.0.0.1", "-M", "230.4.4.1", "-D", uf_dest, "-U",
                        "0x01020304", "-B", "104857600", "-q", "-x", "1"],
                       os.path.join(base, "uftpd.log"))
+    if args.norm:
+        rows += [("norm-cc", c) for c in ceilings]
+    if args.udpcast:
+        rows += [("udpcast", "unpaced")]
+    expected = peers.tree_digests(src)
+    norm_group = "239.195.79.%d:%d" % (os.getpid() % 200 + 1, 2 * (3000 + os.getpid() % 1000))
+    udp_group = "239.196.79.%d" % (os.getpid() % 200 + 1)
+    udp_portbase = 2 * (4000 + os.getpid() % 1000)
     samples = {row: [] for row in rows}
     try:
         for rep in range(args.repeat):
             for mode, r in rows:
+                if mode in ("norm-cc", "udpcast"):
+                    if mode == "norm-cc":
+                        wall, rounds, _, ok, scpu, rcpu = run_norm(
+                            args.norm_programs, norm_group, src, expected, args.bytes, None,
+                            os.path.join(base, "norm-dest"), base, cc_max=r)
+                    else:
+                        wall, rounds, _, ok, scpu, rcpu = run_udpcast(
+                            udp_group, udp_portbase, src, expected, args.bytes, None,
+                            os.path.join(base, "udp-dest"), base)
+                    samples[(mode, r)].append({"goodput": args.bytes * 8 / wall if ok else 0,
+                                               "wall": wall, "passes": rounds, "repairs": 0,
+                                               "end": 0, "lowest": 0, "ok": ok, "scpu": scpu,
+                                               "rcpu": rcpu})
+                    log("run %d: %-7s %-4s %.3f s  %5.0f Mbit/s  %s" % (
+                        rep + 1, mode, r, wall, args.bytes * 8 / wall / 1e6,
+                        "ok" if ok else "WRONG OR MISSING FILE"))
+                    continue
                 if mode == "uftp":
                     clear(uf_dest)
-                    code, wall, _, out = sender_run(uftp_tfmcc("127.0.0.1", "0x01020304", r, src))
+                    rcpu0 = uftpd.cpu()
+                    code, wall, scpu, out = sender_run(uftp_tfmcc("127.0.0.1", "0x01020304", r, src))
                     time.sleep(0.05)
+                    rcpu = uftpd.cpu() - rcpu0
                     ok = uftp_ok(code, os.path.join(uf_dest, "src", "model_field.grib2"), src_digest)
                     samples[(mode, r)].append({"goodput": args.bytes * 8 / wall if ok else 0,
                                                "wall": wall, "passes": uftp_passes(out),
-                                               "repairs": 0, "end": 0, "lowest": 0, "ok": ok})
+                                               "repairs": 0, "end": 0, "lowest": 0, "ok": ok,
+                                               "scpu": scpu, "rcpu": rcpu})
                     log("run %d: uftp  %-4s %.3f s  %5.0f Mbit/s  %d pass(es)  %s" % (
                         rep + 1, r, wall, args.bytes * 8 / wall / 1e6, uftp_passes(out),
                         "ok" if ok else "WRONG OR MISSING FILE"))
@@ -225,10 +281,12 @@ def main():
                 auto = mode.startswith("auto")
                 log_args = ["--log-level", args.log_level] if args.log_level and auto else ["-q"]
                 program = base_send if mode == "auto-baseline" else send
-                code, wall, _, out = sender_run(
+                rcpu0 = daemon.cpu()
+                code, wall, scpu, out = sender_run(
                     [program, "--group", group, "--interface", "127.0.0.1", "--receivers",
                      "bench", "--summary-json", summary] + log_args + rate_args + [src])
                 time.sleep(0.05)
+                rcpu = daemon.cpu() - rcpu0
                 if args.log_level and auto:
                     with open(os.path.join(base, "sender-%s-%s-%d.log" % (mode, r, rep + 1)),
                               "w") as f:
@@ -243,7 +301,7 @@ def main():
                 samples[(mode, r)].append({
                     "goodput": args.bytes * 8 / wall, "wall": wall, "passes": s["passes"],
                     "repairs": s["repair_datagrams"], "end": rate.get("bps", 0),
-                    "lowest": rate.get("lowest_bps", 0), "ok": ok})
+                    "lowest": rate.get("lowest_bps", 0), "ok": ok, "scpu": scpu, "rcpu": rcpu})
                 log("run %d: %-5s %-4s %.3f s  %5.0f Mbit/s  %d pass(es)  %d repairs  end %.0f M  "
                     "lowest %.0f M  %s" % (rep + 1, mode, r, wall, args.bytes * 8 / wall / 1e6,
                                            s["passes"], s["repair_datagrams"],
@@ -258,22 +316,27 @@ def main():
     log("")
     log("%d bytes, loopback, median of %d, load %.1f at the end" % (args.bytes, args.repeat,
                                                                     os.getloadavg()[0]))
+    gbytes = args.bytes / 1e9
     log("| row | goodput Mbit/s | wall s | passes | repairs | end rate Mbit/s | lowest Mbit/s "
-        "| all ok |")
-    log("|---|---|---|---|---|---|---|---|")
+        "| sender CPU s/GB | receiver CPU s/GB | all ok |")
+    log("|---|---|---|---|---|---|---|---|---|---|")
     for row in rows:
-        log("| %s %s | %.0f | %.3f | %.0f | %s | %s | %s | %s |" % (
+        log("| %s %s | %.0f | %.3f | %.0f | %s | %s | %s | %.2f | %.2f | %s |" % (
             row[0], row[1], med(row, "goodput") / 1e6, med(row, "wall"), med(row, "passes"),
-            "%.0f" % med(row, "repairs") if row[0] not in ("uftp", "tcp+tcp") else "-",
+            "%.0f" % med(row, "repairs") if row[0] not in ("uftp", "tcp+tcp", "norm-cc", "udpcast") else "-",
             "%.0f" % (med(row, "end") / 1e6) if row[0].startswith("auto") else "-",
             "%.0f" % (med(row, "lowest") / 1e6) if row[0].startswith("auto") else "-",
+            med(row, "scpu") / gbytes, med(row, "rcpu") / gbytes,
             all(x["ok"] for x in samples[row])))
+    log("(passes: NORM-CC's watermark rounds; for UDPcast its retransmitted packets)")
     log("")
-    log("| ceiling | auto Mbit/s | best fixed at or below | its Mbit/s | auto / best |%s%s" % (
+    log("| ceiling | auto Mbit/s | best fixed at or below | its Mbit/s | auto / best |%s%s%s" % (
         " baseline auto Mbit/s | baseline / best |" if args.baseline else "",
-        " UFTP -C tfmcc Mbit/s | auto / UFTP |" if args.uftp else ""))
-    log("|---|---|---|---|---|%s%s" % ("---|---|" if args.baseline else "",
-                                    "---|---|" if args.uftp else ""))
+        " UFTP -C tfmcc Mbit/s | auto / UFTP |" if args.uftp else "",
+        " NORM-CC Mbit/s | auto / NORM-CC |" if args.norm else ""))
+    log("|---|---|---|---|---|%s%s%s" % ("---|---|" if args.baseline else "",
+                                      "---|---|" if args.uftp else "",
+                                      "---|---|" if args.norm else ""))
     for c in ceilings:
         cands = [("fixed", r) for r in fixed if bps(r) <= bps(c)]
         best = max(cands, key=lambda row: med(row, "goodput")) if cands else None
@@ -287,6 +350,9 @@ def main():
         if args.uftp:
             u = med(("uftp", c), "goodput")
             more += " %.0f | %s |" % (u / 1e6, "%.2f" % (a / u) if u > 0 else "-")
+        if args.norm:
+            n = med(("norm-cc", c), "goodput")
+            more += " %.0f | %s |" % (n / 1e6, "%.2f" % (a / n) if n > 0 else "-")
         log("| %s | %.0f | %s | %s | %s |%s" % (c, a / 1e6, best[1] if best else "-",
                                               "%.0f" % (b / 1e6) if best else "-", share(a), more))
 
@@ -347,6 +413,11 @@ def linkem_main(args):
     if args.uftp:
         need_programs(shutil.which("uftp") or "uftp", shutil.which("uftpd") or "uftpd")
         rows.append(("uftp", ceiling))
+    if args.norm:
+        rows.append(("norm-cc", ceiling))
+    if args.udpcast:
+        rows.append(("udpcast", "unpaced"))
+    expected = peers.tree_digests(src)
     if args.tcp:
         need_programs(shutil.which("iperf3") or "iperf3")
         rows.append(("auto+tcp", ceiling))
@@ -435,10 +506,10 @@ def linkem_main(args):
                                           stdout=logf, stderr=subprocess.STDOUT)
                 time.sleep(0.5)
                 try:
-                    code, wall, _, out = sender_run(["ip", "netns", "exec", emu.ns(0)] +
-                                                    uftp_tfmcc("mle0", "0x00000002", r, src))
+                    code, wall, scpu, out = sender_run(["ip", "netns", "exec", emu.ns(0)] +
+                                                       uftp_tfmcc("mle0", "0x00000002", r, src))
                 finally:
-                    stop_proc(daemon)
+                    rcpu = stop_reaped(daemon)
                     logf.close()
                     emu.stop()
                 with open(stats_json) as f:
@@ -448,10 +519,57 @@ def linkem_main(args):
                 samples[row].append({
                     "goodput": args.bytes * 8 / wall if ok else 0, "wall": wall,
                     "passes": uftp_passes(out), "repairs": 0, "end": 0, "lowest": 0,
-                    "drop": drops / pin, "ok": ok})
+                    "drop": drops / pin, "ok": ok, "scpu": scpu, "rcpu": rcpu})
                 log("run %d: uftp  %-5s %.3f s  %5.1f Mbit/s  %d pass(es)  bottleneck drops %.2f %%  "
                     "%s" % (rep + 1, r, wall, args.bytes * 8 / wall / 1e6, uftp_passes(out),
                             100 * drops / pin, "ok" if ok else "WRONG OR MISSING FILE"))
+                continue
+            if mode in ("norm-cc", "udpcast"):
+                pdest = os.path.join(work, mode + "-dest")
+                os.makedirs(pdest)
+                logf = open(os.path.join(work, mode + "-recv.log"), "w")
+                if mode == "norm-cc":
+                    nsend, nrecv = args.norm_programs
+                    group = "239.195.80.%d:%d" % (os.getpid() % 200 + 1, 2 * (3100 + os.getpid() % 1000))
+                    # GRTT: the path's RTT (both directions' delay); buffers its BDP at the ceiling.
+                    rtt = 2 * float(args.delay.rstrip("ms")) / 1000
+                    buf = peers.norm_buffer(r, max(rtt, 0.001))
+                    recv_args = peers.norm_recv_cmd(nrecv, group, "mle0", 2, pdest, 1, buffer=buf)
+                    send_args = peers.norm_send_cmd(nsend, group, "mle0", src, [2], cc_max=r,
+                                                    grtt=max(rtt, 0.001), buffer=buf)
+                    what = "norm"
+                else:
+                    portbase = 2 * (4100 + os.getpid() % 1000)
+                    mcast = "239.196.80.%d" % (os.getpid() % 200 + 1)
+                    send_args, what = peers.udpcast_send_cmd(src, "mle0", portbase, mcast, None, 1)
+                    recv_args = peers.udpcast_recv_cmd(src, pdest, "mle0", portbase, what, mcast)
+                daemon = subprocess.Popen(["ip", "netns", "exec", emu.ns(1)] + recv_args,
+                                          stdout=logf, stderr=subprocess.STDOUT,
+                                          stdin=subprocess.DEVNULL, start_new_session=True)
+                time.sleep(0.5)
+                try:
+                    start = time.monotonic()
+                    sp = subprocess.Popen(["ip", "netns", "exec", emu.ns(0)] + send_args,
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                          stdin=subprocess.DEVNULL)
+                    out = sp.stdout.read().decode("utf-8", "replace")
+                    code, scpu, _ = peers.wait_rusage(sp, 600)
+                    wall = time.monotonic() - start
+                finally:
+                    rcpu = stop_reaped(daemon, gentle=True)
+                    logf.close()
+                    emu.stop()
+                with open(stats_json) as f:
+                    down = find_down(json.load(f), "h1") or {}
+                ok = code == 0 and peers.verified_bytes(expected, pdest) == args.bytes
+                drops, pin = down.get("dropped_queue", 0), down.get("packets_in", 0) or 1
+                samples[row].append({
+                    "goodput": args.bytes * 8 / wall if ok else 0, "wall": wall,
+                    "passes": 0, "repairs": 0, "end": 0, "lowest": 0,
+                    "drop": drops / pin, "ok": ok, "scpu": scpu, "rcpu": rcpu})
+                log("run %d: %-7s %-5s %.3f s  %5.1f Mbit/s  bottleneck drops %.2f %%  %s" % (
+                    rep + 1, mode, r, wall, args.bytes * 8 / wall / 1e6, 100 * drops / pin,
+                    "ok" if ok else "WRONG OR MISSING FILE"))
                 continue
             send, recv = programs["baseline" if mode == "auto-baseline" else ""]
             dest, temp = os.path.join(work, "dest"), os.path.join(work, "temp")
@@ -461,7 +579,7 @@ def linkem_main(args):
             daemon = subprocess.Popen(["ip", "netns", "exec", emu.ns(1), recv, "--id", "bench",
                                        "--group", group, "--interface", emu.addr(1), "--dest", dest,
                                        "--temp", temp, "--status-interval", "1h", "--http", "off"] +
-                                      log_args,
+                                      peers.allow_unsigned(recv) + log_args,
                                       stdout=logf, stderr=subprocess.STDOUT)
             time.sleep(0.5)
             summary = os.path.join(work, "summary.json")
@@ -480,16 +598,17 @@ def linkem_main(args):
                        ["--group", group, "--interface", emu.addr(0), "--receivers", "bench",
                         "--fallback", "off", "--summary-json", summary] + rate_args +
                        log_args + [src])
+                scpu = float("nan")  # unknown on the pseudo-terminal path
                 if args.history and mode != "fixed":
                     code, wall, out, history = sender_run_history(cmd)
                 else:
-                    code, wall, _, out = sender_run(cmd)
+                    code, wall, scpu, out = sender_run(cmd)
                     history = []
                 t_end = time.time()
             finally:
                 holds = holder.stop() if holder else 0
                 tcp_bps = tcp.rate_between(t_start, t_end) if tcp else 0
-                stop_proc(daemon)
+                rcpu = stop_reaped(daemon)
                 logf.close()
                 emu.stop()
             tag = "%s-%s%s-%d" % (mode, r, "-" + stamp if len(stamps) > 1 else "", rep + 1)
@@ -523,7 +642,7 @@ def linkem_main(args):
                 "goodput": args.bytes * 8 / wall, "wall": wall, "passes": s["passes"],
                 "repairs": s["repair_datagrams"], "end": rate.get("bps", 0),
                 "lowest": rate.get("lowest_bps", 0), "drop": drops / pin, "ok": ok,
-                "tcp": tcp_bps})
+                "tcp": tcp_bps, "scpu": scpu, "rcpu": rcpu})
             log("run %d: %-5s %-5s %s%.3f s  %5.1f Mbit/s  %d pass(es)  %d repairs  bottleneck "
                 "drops %.2f %%  end %.0f M  lowest %.0f M  emulator late %.1f ms at most%s  %s%s" % (
                     rep + 1, mode, r, stamp + "-dated  " if len(stamps) > 1 else "", wall,
@@ -542,19 +661,23 @@ def linkem_main(args):
         "of %d" % (args.bytes, args.linkem, args.queue, args.delay, args.repeat))
     log("| row | goodput Mbit/s | share of the bottleneck | wall s | passes | repairs | "
         "bottleneck drops | end rate Mbit/s | lowest Mbit/s | runs ending within 10 % | "
-        "all ok |")
-    log("|---|---|---|---|---|---|---|---|---|---|---|")
+        "sender CPU s/GB | receiver CPU s/GB | all ok |")
+    log("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    cpu_gb = lambda row, k: ("%.2f" % (statistics.median(x.get(k, 0) for x in samples[row]) /
+                                       (args.bytes / 1e9))
+                             if all(k in x for x in samples[row]) else "-")
     for row in rows:
         held = ("%d of %d" % (sum(x["end"] >= 0.9 * bottleneck for x in samples[row]),
                               len(samples[row])) if row[0].startswith("auto") else "-")
-        log("| %s %s%s | %.1f | %.2f | %.2f | %.0f | %s | %.2f %% | %s | %s | %s | %s |" % (
+        log("| %s %s%s | %.1f | %.2f | %.2f | %.0f | %s | %.2f %% | %s | %s | %s | %s | %s | %s |" % (
             row[0], row[1], " " + row[2] + "-dated" if len(row) > 2 else "",
             med(row, "goodput") / 1e6, med(row, "goodput") / bottleneck,
             med(row, "wall"), med(row, "passes"),
-            "%.0f" % med(row, "repairs") if row[0] not in ("uftp", "tcp+tcp") else "-", 100 * med(row, "drop"),
+            "%.0f" % med(row, "repairs") if row[0] not in ("uftp", "tcp+tcp", "norm-cc", "udpcast") else "-",
+            100 * med(row, "drop"),
             "%.0f" % (med(row, "end") / 1e6) if row[0].startswith("auto") else "-",
             "%.0f" % (med(row, "lowest") / 1e6) if row[0].startswith("auto") else "-",
-            held, all(x["ok"] for x in samples[row])))
+            held, cpu_gb(row, "scpu"), cpu_gb(row, "rcpu"), all(x["ok"] for x in samples[row])))
     for row, what in ((("auto+tcp", ceiling), "mcdist auto"),
                       (("tcp+tcp", args.tcp_reference), "TCP %s" % args.tcp_reference)):
         if row not in samples or len(stamps) != 1:
@@ -567,6 +690,15 @@ def linkem_main(args):
         for i, x in enumerate(samples[row]):
             log("| %d | %.1f | %.1f | %.2f |" % (i + 1, x["goodput"] / 1e6, x["tcp"] / 1e6,
                                                  x["goodput"] / x["tcp"] if x["tcp"] else 0))
+
+
+def stop_reaped(p, gentle=False):
+    """Stops a receiver (SIGTERM, or with gentle first up to 5 s for it to exit by itself, as the
+    NORM and UDPcast receivers do once complete) and reaps it with wait4: its CPU seconds."""
+    if gentle:
+        return peers.wait_rusage(p, 5, stop_sig=signal.SIGTERM)[1]
+    peers.signal_proc(p, signal.SIGTERM)
+    return peers.wait_rusage(p, 10, stop_sig=signal.SIGTERM)[1]
 
 
 PROGRESS_RATE = re.compile(r"\)\s+([0-9.]+) (k|M|G)bit/s\s+receivers")

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Scale with real processes (issue 12 item 5): many receiver daemons at once, mcdist beside UFTP
+"""Scale with real processes: many receiver daemons at once, mcdist beside UFTP
 4.10 with the same receivers, in the same run.
 
 Part "loopback" (the name is older than its topology: all on this machine, no emulator): N
@@ -394,7 +394,7 @@ def fec_args(args, variant):
     """mcdist-send options of a --fec variant: "off" (no FEC), or a proactive overhead ("0", "3%")
     with --fec-k/--fec-depth."""
     if variant == "off":
-        return []
+        return ["--fec-k", "0"]  # explicitly: mcdist-send sends parity by default
     return ["--fec-k", str(args.fec_k), "--fec-depth", str(args.fec_depth), "--fec-overhead", variant]
 
 
@@ -405,7 +405,7 @@ def loopback_mcdist(args, net, work, src, digests, blocks, ids, group, recv, sen
         os.path.join(d, "dest"), "--temp", os.path.join(d, "temp"), "--http", "off",
         "--status-interval", "1h", "--status-file", os.path.join(d, "status.json"),
         "--drop-rate", str(args.drop), "--drop-seed", str(i + 1),
-        "--sync", "none"]), args.receivers, work, "md")
+        "--sync", "none", "--allow-unsigned"]), args.receivers, work, "md")
     wait_joined(daemons, group.split(":")[0], net.IF, "mcdistd")
     cap = Capture(net.sender, net.BRIDGE, MCDIST_PORT, os.path.join(work, "md-capture.txt"),
                   (net.receivers[0], net.SENDER_ADDR))
@@ -522,7 +522,7 @@ def part_geo(args, src, digests, nbytes, blocks):
                                                             "h%d" % (i + 1), "--group", group, "--interface",
                                                             emu.addr(i + 1), "--dest", os.path.join(d, "dest"),
                                                             "--temp", os.path.join(d, "temp"), "--http", "off",
-                                                            "--status-interval", "1h", "--sync", "none"],
+                                                            "--status-interval", "1h", "--sync", "none", "--allow-unsigned"],
                                         n, work, "md")
                 time.sleep(2)
                 summary = os.path.join(work, "summary.json")

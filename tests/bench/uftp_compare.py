@@ -6,6 +6,16 @@ Work: one 1 GB file, and 1000 files of 10 kB. Rates: 500M, 1G, 2G and each progr
 For every cell it prints wall time (process start to exit, start-up included), goodput (file
 bytes x 8 / wall), passes, and sender + receiver CPU seconds, side by side, and the ratio.
 
+NORM and UDPcast run beside them in the same rounds (tests/bench/peers.py says how each is
+configured and why): NORM through tests/bench/norm (a libnorm file sender and receiver, built
+with -DMCDIST_BENCH_PEERS=ON), UDPcast's udp-sender/udp-receiver (Debian udpcast; the 1 GB file
+with --file, the 1000 files as a tar stream), each at the same rate (--max-bitrate; NORM's
+NormSetTxRate), not at "max". --peers chooses them (default: those installed/built; "none").
+Every program's delivery is verified by SHA-256 of every file against the source. CPU is
+counted per process: the daemons' (mcdistd, uftpd) from /proc before and after the run, the
+per-run processes' (NORM's, UDPcast's, the senders') from wait4; the tables give sender and
+receiver CPU seconds per delivered GB beside goodput.
+
 The data lives on tmpfs (/dev/shm) by default so the comparison measures the protocols, not the
 disk; --dir puts it elsewhere. mcdistd still verifies SHA-256 and renames atomically (its sync
 mode is "batch", range: free on tmpfs). UFTP receives straight into its destination.
@@ -27,6 +37,7 @@ its destination and never syncs.
 
 usage: uftp_compare.py [--build DIR] [--repeat N] [--rates 500M,1G,2G,max] [--only big|small]
                        [--auth] [--encrypt] [--disk DIR] [--mcdist-sync MODE]
+                       [--peers norm,udpcast|none] [--norm-build DIR]
 """
 
 import argparse
@@ -40,6 +51,8 @@ import statistics
 import subprocess
 import sys
 import time
+
+import peers
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(os.path.dirname(HERE))
@@ -180,6 +193,11 @@ def main():
     ap.add_argument("--mcdist-sync", default=None, metavar="MODE",
                     help="mcdistd --sync (batch, syncfs, fdatasync, range, uring, file, none)")
     ap.add_argument("--json", default=None, help=argparse.SUPPRESS)  # --disk's own runs
+    ap.add_argument("--peers", default="norm,udpcast",
+                    help="other peers in the same rounds: norm, udpcast (default both, where built "
+                         "or installed), or none")
+    ap.add_argument("--norm-build", default=None,
+                    help="build tree holding tests/bench/norm (default: --build)")
     args = ap.parse_args()
     if args.encrypt:
         args.auth = True
@@ -196,6 +214,14 @@ def main():
     send = os.path.join(args.build, "sender", "mcdist-send")
     recv = os.path.join(args.build, "receiver", "mcdistd")
     need_programs(send, recv)
+    wanted = [] if args.peers == "none" else args.peers.split(",")
+    norm = peers.norm_programs(args.norm_build or args.build) if "norm" in wanted else None
+    if "norm" in wanted and not norm:
+        print("NORM peer not built: cmake -DMCDIST_BENCH_PEERS=ON, then ninja mcdist-norm-send "
+              "mcdist-norm-recv (needs libnorm-dev); left out", flush=True)
+    udpcast = "udpcast" in wanted and peers.udpcast_available()
+    if "udpcast" in wanted and not udpcast:
+        print("udpcast not installed (deploy/install-deps.sh --bench); left out", flush=True)
 
     base = args.dir
     clear(base)
@@ -209,6 +235,7 @@ def main():
         with open(os.path.join(d, "bulletin_%04d.bufr" % i), "wb") as f:
             f.write(os.urandom(10_000))
     big_digest = digest(os.path.join(src_big, "model_field.grib2"))
+    expected = {src_big: peers.tree_digests(src_big), src_small: peers.tree_digests(src_small)}
 
     md_dest, md_temp = os.path.join(base, "md-dest"), os.path.join(base, "md-temp")
     uf_dest = os.path.join(base, "uf-dest")
@@ -220,6 +247,7 @@ def main():
     group = "239.192.%d.%d:%d" % (pick.randrange(1, 255), pick.randrange(1, 255), pick.randrange(20000, 40000))
     mcdistd = Child([recv, "--id", "bench", "--group", group, "--interface", "127.0.0.1",
                      "--dest", md_dest, "--temp", md_temp, "--status-interval", "1h", "--http", "off"]
+                    + peers.allow_unsigned(recv)
                     + (["--sync", args.mcdist_sync] if args.mcdist_sync else []),
                     os.path.join(base, "mcdistd.log"))
     signed_group = "239.193.%d.%d:%d" % (pick.randrange(1, 255), pick.randrange(1, 255), pick.randrange(40000, 60000))
@@ -243,6 +271,10 @@ def main():
                               os.path.join(base, "mcdistd-signed.log"))
     uftpd = Child(["uftpd", "-d", "-I", "127.0.0.1", "-M", "230.4.4.1", "-D", uf_dest, "-U",
                    "0x01020304", "-B", "104857600", "-q", "-x", "1"], os.path.join(base, "uftpd.log"))
+    norm_group = "239.195.%d.%d:%d" % (pick.randrange(1, 255), pick.randrange(1, 255),
+                                       2 * pick.randrange(10000, 20000))
+    udp_portbase = 2 * pick.randrange(20000, 30000)
+    udp_group = "239.196.%d.%d" % (pick.randrange(1, 255), pick.randrange(1, 255))
 
     cases = []
     if args.only in (None, "big"):
@@ -255,7 +287,7 @@ def main():
         for label, src, nbytes in cases:
             for rate in rates:
                 cell = {"mcdist": [], "uftp": [], "mcdist signed": [], "uftp encrypted": [],
-                        "mcdist encrypted": []}
+                        "mcdist encrypted": [], "norm": [], "udpcast": []}
                 for _ in range(args.repeat):
                     if args.encrypt:
                         clear(signed_dest)
@@ -320,11 +352,8 @@ def main():
                         sys.exit("mcdist-send failed (%d):\n%s" % (code, out))
                     with open(summary) as f:
                         passes = json.load(f)["passes"]
-                    got = tree_sizes(os.path.join(md_dest, os.path.basename(src)))
-                    ok = sum(got.values()) == nbytes
-                    if label.startswith("1 GB"):
-                        ok = ok and digest(os.path.join(md_dest, "src-big", "model_field.grib2")) == big_digest
-                    cell["mcdist"].append((wall, passes, scpu + rcpu, ok))
+                    ok = peers.verified_bytes(expected[src], md_dest) == nbytes
+                    cell["mcdist"].append((wall, passes, scpu + rcpu, ok, scpu, rcpu))
                     # UFTP
                     clear(uf_dest)
                     urate = args.uftp_max if rate == "max" else uftp_rate(rate)
@@ -335,9 +364,15 @@ def main():
                     time.sleep(0.05)
                     rcpu = uftpd.cpu() - rcpu0
                     upasses = uftp_passes(out)
-                    got = tree_sizes(os.path.join(uf_dest, os.path.basename(src)))
-                    ok = code == 0 and sum(got.values()) == nbytes
-                    cell["uftp"].append((wall, upasses, scpu + rcpu, ok))
+                    ok = code == 0 and peers.verified_bytes(expected[src], uf_dest) == nbytes
+                    cell["uftp"].append((wall, upasses, scpu + rcpu, ok, scpu, rcpu))
+                    if rate != "max" and norm:
+                        cell["norm"].append(run_norm(norm, norm_group, src, expected[src], nbytes,
+                                                     rate, os.path.join(base, "norm-dest"), base))
+                    if rate != "max" and udpcast:
+                        cell["udpcast"].append(run_udpcast(udp_group, udp_portbase, src,
+                                                           expected[src], nbytes, rate,
+                                                           os.path.join(base, "udp-dest"), base))
                 rows.append((label, rate, mrate, urate, nbytes, cell))
                 print_row(rows[-1], args.repeat)
     finally:
@@ -348,6 +383,9 @@ def main():
         uftpd.stop()
     print()
     print_table(rows)
+    if norm or udpcast:
+        print()
+        print_peer_table(rows)
     if args.auth:
         print()
         print_auth_table(rows)
@@ -363,6 +401,68 @@ def main():
             json.dump([{"work": r[0], "rate": r[1], "nbytes": r[4],
                         "mcdist": r[5]["mcdist"], "uftp": r[5]["uftp"]} for r in rows], f)
     shutil.rmtree(base, ignore_errors=True)
+
+
+def run_norm(norm, group, src, expected, nbytes, rate, dest, base, timeout=600, cc_max=None):
+    """One NORM transfer of src at a fixed rate (or NORM-CC up to cc_max) to one mcdist-norm-recv
+    on loopback.
+    @return (wall, watermark rounds, CPU s, verified, sender CPU s, receiver CPU s)"""
+    send, recv = norm
+    clear(dest)
+    summary = os.path.join(base, "norm-summary.json")
+    rlog = open(os.path.join(base, "norm-recv.log"), "wb")
+    r = subprocess.Popen(peers.norm_recv_cmd(recv, group, "lo", 2, dest, len(expected),
+                                             timeout=timeout), stdout=rlog, stderr=subprocess.STDOUT)
+    time.sleep(0.3)
+    if SYNC_EACH:
+        os.sync()
+    slog = open(os.path.join(base, "norm-send.log"), "wb")
+    start = time.monotonic()
+    s = subprocess.Popen(peers.norm_send_cmd(send, group, "lo", src, [2], rate=rate, cc_max=cc_max,
+                                             grtt=0.001, summary=summary, timeout=timeout),
+                         stdout=slog, stderr=subprocess.STDOUT)
+    code, scpu, _ = peers.wait_rusage(s, timeout + 10)
+    wall = time.monotonic() - start
+    _, rcpu, _ = peers.wait_rusage(r, 15)
+    rlog.close()
+    slog.close()
+    rounds = 0
+    try:
+        with open(summary) as f:
+            rounds = json.load(f)["watermark_rounds"]
+        os.unlink(summary)
+    except (OSError, ValueError, KeyError):
+        pass
+    ok = code == 0 and peers.verified_bytes(expected, dest) == nbytes
+    return (wall, rounds, scpu + rcpu, ok, scpu, rcpu)
+
+
+def run_udpcast(mcast, portbase, src, expected, nbytes, rate, dest, base, timeout=600):
+    """One UDPcast transfer of src (one file with --file, a set as a tar stream) to one
+    udp-receiver on loopback. @return (wall, retransmitted packets, CPU s, verified, sender CPU
+    s, receiver CPU s)"""
+    clear(dest)
+    send_args, what = peers.udpcast_send_cmd(src, "lo", portbase, mcast, rate, 1)
+    rlog = open(os.path.join(base, "udp-receiver.log"), "wb")
+    r = subprocess.Popen(peers.udpcast_recv_cmd(src, dest, "lo", portbase, what, mcast), stdout=rlog,
+                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    time.sleep(0.3)
+    if SYNC_EACH:
+        os.sync()
+    out_path = os.path.join(base, "udp-sender.log")
+    slog = open(out_path, "wb")
+    start = time.monotonic()
+    s = subprocess.Popen(send_args, stdout=slog, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+                         if what == "file" else None, start_new_session=True)
+    code, scpu, _ = peers.wait_rusage(s, timeout)
+    wall = time.monotonic() - start
+    _, rcpu, _ = peers.wait_rusage(r, 15)
+    rlog.close()
+    slog.close()
+    with open(out_path, errors="replace") as f:
+        rexmits = peers.udpcast_retransmits(f.read())
+    ok = code == 0 and peers.verified_bytes(expected, dest) == nbytes
+    return (wall, rexmits, scpu + rcpu, ok, scpu, rcpu)
 
 
 def disk_and_tmpfs(args):
@@ -414,23 +514,63 @@ def median_cell(samples):
 def print_row(row, repeat):
     label, rate, mrate, urate, nbytes, cell = row
     m, u = median_cell(cell["mcdist"]), median_cell(cell["uftp"])
-    print("%-13s %-5s mcdist %.3f s %s | uftp %.3f s %s" % (
-        label, rate, m[0], "ok" if m[3] else "INCOMPLETE", u[0], "ok" if u[3] else "INCOMPLETE"),
-        flush=True)
+    more = ""
+    for key in ("norm", "udpcast"):
+        if cell.get(key):
+            x = median_cell(cell[key])
+            more += " | %s %.3f s %s" % (key, x[0], "ok" if x[3] else "INCOMPLETE")
+    print("%-13s %-5s mcdist %.3f s %s | uftp %.3f s %s%s" % (
+        label, rate, m[0], "ok" if m[3] else "INCOMPLETE", u[0], "ok" if u[3] else "INCOMPLETE",
+        more), flush=True)
 
 
 def print_table(rows):
     print("| work | rate | mcdist wall | UFTP wall | mcdist goodput | UFTP goodput | goodput ratio |"
-          " mcdist passes | UFTP passes | mcdist CPU s | UFTP CPU s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          " mcdist passes | UFTP passes | mcdist CPU s | UFTP CPU s | mcdist CPU s/GB | UFTP CPU s/GB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for label, rate, mrate, urate, nbytes, cell in rows:
         m, u = median_cell(cell["mcdist"]), median_cell(cell["uftp"])
         mg = nbytes * 8 / m[0] / 1e6
         ug = nbytes * 8 / u[0] / 1e6
         rate_label = rate if rate != "max" else "max (mcdist %s, UFTP -R %s)" % (mrate, urate)
-        print("| %s | %s | %.2f s%s | %.2f s%s | %.0f Mbit/s | %.0f Mbit/s | %.2fx | %d | %d | %.2f | %.2f |" % (
-            label, rate_label, m[0], "" if m[3] else " (incomplete)", u[0],
-            "" if u[3] else " (incomplete)", mg, ug, mg / ug if ug else 0, m[1], u[1], m[2], u[2]))
+        print("| %s | %s | %.2f s%s | %.2f s%s | %.0f Mbit/s | %.0f Mbit/s | %.2fx | %d | %d | %.2f | %.2f |"
+              " %s | %s |" % (
+                  label, rate_label, m[0], "" if m[3] else " (incomplete)", u[0],
+                  "" if u[3] else " (incomplete)", mg, ug, mg / ug if ug else 0, m[1], u[1], m[2], u[2],
+                  peers.fmt_per_gb(peers.per_gb(m[2], nbytes)),
+                  peers.fmt_per_gb(peers.per_gb(u[2], nbytes))))
+
+
+PEER_NAMES = (("mcdist", "mcdist"), ("uftp", "UFTP 4.10"), ("norm", "NORM (libnorm 1.5.9)"),
+              ("udpcast", "UDPcast 20120424"))
+
+
+def print_peer_table(rows):
+    """Every program of every cell: medians over the repetitions (each column its own median),
+    goodput as a share of mcdist's, CPU seconds per delivered GB of the sender and the receiver."""
+    print("| work | rate | program | wall | goodput | mcdist / program | repairs | sender CPU s/GB |"
+          " receiver CPU s/GB | total CPU s/GB | verified (SHA-256) | walls of all runs |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    med = statistics.median
+    for label, rate, mrate, urate, nbytes, cell in rows:
+        if rate == "max":
+            continue
+        mg = nbytes * 8 / med([x[0] for x in cell["mcdist"]]) / 1e6
+        for key, name in PEER_NAMES:
+            runs = cell.get(key) or []
+            if not runs:
+                continue
+            wall = med([x[0] for x in runs])
+            g = nbytes * 8 / wall / 1e6
+            repairs = {"mcdist": "%d pass(es)", "uftp": "%d pass(es)", "norm": "%d ack round(s)",
+                       "udpcast": "%d re-xmits"}[key] % med([x[1] for x in runs])
+            print("| %s | %s | %s | %.2f s | %.0f Mbit/s | %s | %s | %.2f | %.2f | %.2f | %d of %d |"
+                  " %s |" % (
+                      label, rate, name, wall, g, "-" if key == "mcdist" else "%.2fx" % (mg / g),
+                      repairs, med([x[4] for x in runs]) / peers.gb(nbytes),
+                      med([x[5] for x in runs]) / peers.gb(nbytes),
+                      med([x[2] for x in runs]) / peers.gb(nbytes), sum(1 for x in runs if x[3]),
+                      len(runs), " ".join("%.2f" % x[0] for x in runs)))
 
 
 

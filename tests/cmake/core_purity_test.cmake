@@ -38,3 +38,6 @@ expect(clock_read fail pure "auto t = std::chrono::steady_clock::now();\n" "read
 expect(clock_in_comment pass pure "// never steady_clock::now() here\n/// nor std::random_device\n")
 expect(random_device fail pure "std::mt19937 g{std::random_device{}()};\n" "global randomness")
 expect(clock_in_storage pass storage "auto t = std::chrono::steady_clock::now();\n")
+expect(clock_alias fail pure "using clock = std::chrono::steady_clock;\n" "reads a clock")
+expect(alias_read fail pure "auto t = clock::now();\n" "reads a clock")
+expect(clock_types pass pure "using tp = std::chrono::steady_clock::time_point;\nusing d = std::chrono::system_clock::duration;\n")

@@ -134,7 +134,7 @@ TEST_CASE("headers with wrong magic, version, type or size are refused by name",
   bad = d;
   bad[3] = std::byte{0};
   REQUIRE(wire::parse_header(bad, h) == errc::unknown_type);
-  bad[3] = std::byte{12};  // parity (issue 12)
+  bad[3] = std::byte{12};  // parity
   REQUIRE_FALSE(wire::parse_header(bad, h));
   REQUIRE(h.type == wire::msg_type::parity);
   bad[3] = std::byte{13};

@@ -9,13 +9,14 @@
 #include <filesystem>
 #include <unistd.h>
 
+using mcdist::wall_time;
 using namespace mcdist::feed;
 using namespace std::chrono_literals;
 using json = nlohmann::json;
 
 namespace {
 
-const clock_time t0 = clock_time{} + std::chrono::seconds(1'767'225'600);  // 2026-01-01
+const wall_time t0 = wall_time{} + std::chrono::seconds(1'767'225'600);  // 2026-01-01
 
 struct fake_handler : control_handler {
   int calls = 0;
@@ -154,7 +155,7 @@ TEST_CASE("control protocol: to_line replaces invalid UTF-8 instead of throwing"
 TEST_CASE("control protocol: format_time is UTC with milliseconds") {
   CHECK(format_time(t0) == "2026-01-01T00:00:00.000Z");
   CHECK(format_time(t0 + 90061s + 7ms) == "2026-01-02T01:01:01.007Z");
-  CHECK(format_time(clock_time{} - 1ms) == "1969-12-31T23:59:59.999Z");
+  CHECK(format_time(wall_time{} - 1ms) == "1969-12-31T23:59:59.999Z");
 }
 
 TEST_CASE("control protocol: the journal handler answers status, history and missing") {

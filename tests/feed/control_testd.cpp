@@ -14,6 +14,7 @@
 #include <iostream>
 #include <string>
 
+using mcdist::wall_time;
 using namespace mcdist::feed;
 using namespace std::chrono_literals;
 using json = nlohmann::json;
@@ -25,7 +26,7 @@ void populate(const std::string& file) {
   hub_journal j(file);
   const auto now = std::chrono::system_clock::now();
   auto add = [&](const std::string& channel, const std::string& name, std::uint64_t size,
-                 clock_time at) {
+                 wall_time at) {
     product p;
     p.channel = channel;
     p.name = name;
@@ -36,7 +37,7 @@ void populate(const std::string& file) {
     return j.enqueue(p);
   };
   auto batch = [&](const std::string& channel, const std::vector<std::int64_t>& ids,
-                   clock_time at) {
+                   wall_time at) {
     const auto seq = j.next_seq(channel);
     j.begin_session({channel, seq, "0000a00" + std::to_string(seq), session_kind::batch, at}, ids);
     for (const auto id : ids) j.mark_sent(id, "/srv/retained/" + std::to_string(id), at);

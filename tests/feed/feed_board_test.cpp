@@ -6,7 +6,7 @@
 #include <catch2/catch.hpp>
 
 using namespace std::chrono_literals;
-using mcdist::feed::clock_time;
+using mcdist::wall_time;
 using mcdist::feed::feed_board;
 using mcdist::feed::feed_snapshot;
 using mcdist::feed::outcome;
@@ -18,7 +18,7 @@ using st = receiver_report::state_t;
 
 namespace {
 
-const clock_time t0{std::chrono::hours(24 * 365 * 56)};  // a whole minute, 2026
+const wall_time t0{std::chrono::hours(24 * 365 * 56)};  // a whole minute, 2026
 
 product make(std::int64_t id, std::string name, std::uint64_t size) {
   product p;
@@ -149,7 +149,7 @@ TEST_CASE("a site's report sets its state, RTT, NAK ratio and fallbacks", "[unit
 
 TEST_CASE("the documents render hostile names safely and valid metrics", "[unit][feed]") {
   mcdist::feed::feed_config cfg;
-  cfg.interface.port = 0;
+  cfg.interface = {};
   mcdist::feed::channel_config ch;
   ch.name = "warnings";
   cfg.channels.push_back(ch);

@@ -61,7 +61,7 @@ register_window = "2s"
 register_timeout = "30s"
 )",
                                    "feed.toml");
-  REQUIRE(c.interface.to_string() == "10.0.0.5:0");
+  REQUIRE(c.interface.to_string() == "10.0.0.5");
   REQUIRE(c.rate_bps == 500'000'000);
   REQUIRE(c.retention == std::chrono::hours(24));
   REQUIRE(c.retained_dir == "/var/lib/mcdist-feed/retained");
@@ -220,4 +220,30 @@ TEST_CASE("an encrypted channel needs the feed's key and site keys", "[unit][fee
   REQUIRE(c.channels.size() == 1);
   CHECK(c.channels[0].encrypt);
   CHECK_FALSE(parse_feed_config(top + warnings, "feed.toml").channels[0].encrypt);
+}
+
+TEST_CASE("the interface is a name or an address; the channels share one family", "[unit][feed]") {
+  const std::string rest = R"(rate = "500M"
+journal = "/j"
+retention = "0s"
+)";
+  const auto named = parse_feed_config("interface = \"eth1\"\n" + rest + warnings, "feed.toml");
+  REQUIRE(named.interface.name == "eth1");
+  REQUIRE_FALSE(named.interface.address);
+  REQUIRE(error_of("interface = \"fd00::5\"\n" + rest + R"([[channel]]
+name = "v6"
+group = "[ff3e::1]:4711"
+spool = ["/s"]
+)")
+              .empty());
+  CHECK_THAT(error_of("interface = \"eth 1\"\n" + rest + warnings),
+             Catch::Contains("neither a local IP address nor an interface name"));
+  CHECK_THAT(error_of("interface = \"fd00::5\"\n" + rest + warnings),
+             Catch::Contains("not of the interface's address family"));
+  CHECK_THAT(error_of("interface = \"eth1\"\n" + rest + warnings + R"([[channel]]
+name = "v6"
+group = "[ff3e::1]:4711"
+spool = ["/s6"]
+)"),
+             Catch::Contains("not of the first channel's address family"));
 }

@@ -31,9 +31,9 @@ fs::path temp_db(const char* name) {
 }
 
 // A fixed origin so that every time in these tests is exact.
-const clock_time t0 = clock_time{} + std::chrono::seconds(1'767'225'600);  // 2026-01-01
+const wall_time t0 = wall_time{} + std::chrono::seconds(1'767'225'600);  // 2026-01-01
 
-product make(std::string channel, std::string name, std::int64_t mtime = 1, clock_time at = t0) {
+product make(std::string channel, std::string name, std::int64_t mtime = 1, wall_time at = t0) {
   product p;
   p.channel = std::move(channel);
   p.name = name;
@@ -52,7 +52,7 @@ std::int64_t count(hub_journal& j, const std::string& table) {
 
 // Sends a batch: next seq, session, products sent and retained, session ended at `at + 1s`.
 std::uint64_t send_batch(hub_journal& j, const std::string& channel,
-                         const std::vector<std::int64_t>& ids, clock_time at) {
+                         const std::vector<std::int64_t>& ids, wall_time at) {
   const auto seq = j.next_seq(channel);
   j.begin_session({channel, seq, "s" + std::to_string(seq), session_kind::batch, at}, ids);
   for (const auto id : ids) j.mark_sent(id, "/retained/" + std::to_string(id), at);

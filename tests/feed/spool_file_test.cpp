@@ -1,4 +1,5 @@
 #include "feed/spool_file.hpp"
+#include "tests/scratch_dir.hpp"
 
 #include "common/path_check.hpp"
 
@@ -17,20 +18,10 @@ namespace {
 
 /// A fresh directory under /tmp holding a spool and a file of the hub's, removed at the end.
 struct scratch {
-  std::filesystem::path dir;
-  std::filesystem::path spool;
-  scratch() {
-    dir = std::filesystem::temp_directory_path() /
-          ("mcdist-spoolfile-" + std::to_string(::getpid()) + "-" + std::to_string(counter()++));
-    std::filesystem::remove_all(dir);
-    spool = dir / "spool";
-    std::filesystem::create_directories(spool / "obs");
-  }
-  ~scratch() { std::filesystem::remove_all(dir); }
-  static int& counter() {
-    static int n = 0;
-    return n;
-  }
+  mcdist::test::scratch_dir root{"mcdist-spoolfile"};
+  std::filesystem::path dir = root.path();
+  std::filesystem::path spool = dir / "spool";
+  scratch() { std::filesystem::create_directories(spool / "obs"); }
   void write(const std::filesystem::path& p, const std::string& text) const {
     std::filesystem::create_directories(p.parent_path());
     std::ofstream(p, std::ios::binary) << text;

@@ -16,8 +16,8 @@
 ///   7  checkpoint every session; each blob must restore into a fresh engine
 /// on_timer runs after every record, as the daemon runs it after every event.
 ///
-/// Announces are not filtered: the engine charges its memory budgets before allocating (issue 8
-/// item 4). The engine runs with max_sessions = 4 to keep one input's memory small.
+/// Announces are not filtered: the engine charges its memory budgets before allocating. The engine
+/// runs with max_sessions = 4 to keep one input's memory small.
 
 #include "common/wire.hpp"
 #include "mcdist.pb.h"

@@ -25,7 +25,7 @@ using namespace mcdist::unicast;
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   sctp_loss_probe probe;
   sctp_flight_cap cap;
-  auto now = sctp_loss_probe::clock::time_point{} + std::chrono::hours(1);
+  auto now = sctp_loss_probe::time_point{} + std::chrono::hours(1);
   std::uint64_t repairs = 0;
   std::size_t at = 0;
   while (at + 2 <= size) {

@@ -33,6 +33,21 @@ def check(cond, msg):
         fail(msg)
 
 
+def stop_all(base, feed=None, daemons=()):
+    """Ends a test: kills the hub (`feed`, SIGKILL: nothing of its shutdown is under test
+    here), stops each receiver daemon, and removes the scratch tree `base` unless
+    MCDIST_KEEP is set in the environment (then its path is logged for a post-mortem)."""
+    if feed is not None:
+        feed.stop(signal.SIGKILL)
+    for d in daemons:
+        if d is not None:
+            d.stop()
+    if os.environ.get("MCDIST_KEEP"):
+        log("kept " + base)
+    else:
+        shutil.rmtree(base, ignore_errors=True)
+
+
 def free_group():
     """A multicast group and port unlikely to collide with a parallel test."""
     # The kernel's randomness: a seed of pid ^ time collides for two tests ctest starts in the

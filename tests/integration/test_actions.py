@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Integration: actions on receipt, the delivery journal and retention in mcdistd (issue 10,
-docs/actions.md). Real mcdist-send sessions to a real mcdistd configured by TOML; the journal
+"""Integration: actions on receipt, the delivery journal and retention in mcdistd
+(docs/actions.md). Real mcdist-send sessions to a real mcdistd configured by TOML; the journal
 is a real SQLite file the test reads with Python's sqlite3.
 
 - --check-config refuses a bad regular expression, a relative exec program, a missing exec

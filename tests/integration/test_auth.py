@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Integration: signed sessions (issue 8, docs/security.md). A receiver that trusts the hub's
+"""Integration: signed sessions (docs/security.md). A receiver that trusts the hub's
 key gets the hub's products; then every forgery of the issue is tried against it and against a
 sender, from this host (so with the real sender's own source address, 127.0.0.1):
 

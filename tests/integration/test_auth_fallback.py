@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Integration: the unicast fallback of a signed session, and forged senders from another
-address (issue 8, docs/security.md).
+address (docs/security.md).
 
 1. A forged site on the fallback. A signed session moves site-a to unicast (--unicast), once
    over TCP and once over SCTP. A raw packet socket on lo sniffs the FALLBACK order: its token

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Integration: budgets before trust and storage errors (issue 8 items 4, 5, 7).
+"""Integration: budgets before trust and storage errors (7).
 
 1. Hostile announces against a running mcdistd: two entries of 2^31 blocks (honest and lying
    totals), a 1400-byte announce full of such entries, 1,000,000-file counts, 64 sessions from

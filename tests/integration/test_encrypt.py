@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Integration: encrypted sessions (mcdist-send --encrypt, issue 8 item 3, docs/security.md
+"""Integration: encrypted sessions (mcdist-send --encrypt, docs/security.md
 "Encrypted sessions").
 
 An observer on the path, both a socket joined to the group (every multicast datagram) and, when

@@ -18,7 +18,6 @@ import hashlib
 import json
 import os
 import random
-import shutil
 import signal
 import socket
 import sqlite3
@@ -29,7 +28,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from mcdist_testlib import (SKIP, Daemon, check, fail, free_group, log,  # noqa: E402
-                            loopback_multicast_works, sha256_file, write_random)
+                            loopback_multicast_works, sha256_file, write_random, stop_all)
 
 SITES = ["site-a", "site-b"]
 
@@ -389,14 +388,7 @@ receivers = ["site-a", "site-b"]
             "across a SIGKILL")
         return 0
     finally:
-        if feed is not None:
-            feed.stop(signal.SIGKILL)
-        for d in daemons:
-            d.stop()
-        if os.environ.get("MCDIST_KEEP"):
-            log("kept " + base)
-        else:
-            shutil.rmtree(base, ignore_errors=True)
+        stop_all(base, feed, daemons)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A compressed day of a meteorological hub, end to end on loopback (issue 10's acceptance run).
+"""A compressed day of a meteorological hub, end to end on loopback (the hub's acceptance run).
 
 The real mcdist-feed with three channels (warnings, observation bulletins, model fields) and
 three real mcdistd sites, each with an exec action that records every product it is run for.

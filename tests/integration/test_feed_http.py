@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Integration: mcdist-feed's status port (issue 11 item 1), with a real mcdistd site.
+"""Integration: mcdist-feed's status port, with a real mcdistd site.
 
 The real hub daemon (http = "127.0.0.1:0") sends two channels' spool products to the real
 mcdistd "site-a"; the "fields" channel is a closed group that also lists "site-ghost", which

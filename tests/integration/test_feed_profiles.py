@@ -18,8 +18,6 @@ import hashlib
 import json
 import os
 import random
-import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -27,7 +25,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from mcdist_testlib import (SKIP, Daemon, check, free_group, log,  # noqa: E402
-                            loopback_multicast_works, sha256_file)
+                            loopback_multicast_works, sha256_file, stop_all)
 from test_feed import Feed, control_request, delivered, drop, query, wait_until  # noqa: E402
 
 
@@ -190,14 +188,7 @@ heartbeat = "2s"
         log("PASS: channel profiles, a shared SCTP fallback, concurrent sessions, heartbeats")
         return 0
     finally:
-        if feed is not None:
-            feed.stop(signal.SIGKILL)
-        for d in daemons:
-            d.stop()
-        if os.environ.get("MCDIST_KEEP"):
-            log("kept " + base)
-        else:
-            shutil.rmtree(base, ignore_errors=True)
+        stop_all(base, feed, daemons)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Integration: mcdist-feed reloads its configuration at SIGHUP (issue 11), with a real mcdistd
+"""Integration: mcdist-feed reloads its configuration at SIGHUP, with a real mcdistd
 site joined to both groups.
 
 - A 3 MB product (at 8 Mbit/s, a few seconds) is being sent on channel "one" when a SIGHUP

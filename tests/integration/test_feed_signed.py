@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""mcdist-feed's signed sessions end to end on loopback (issue 10: "its sessions carry the sender
+"""mcdist-feed's signed sessions end to end on loopback ("its sessions carry the sender
 and site authentication of the trust issue"): the real hub daemon with `key` and `site_keys`,
 three real mcdistd sites that pin the feed's key (--trust) and have keys of their own
 (mcdist-keygen).
@@ -15,8 +15,6 @@ usage: test_feed_signed.py BUILD_DIR"""
 
 import os
 import random
-import shutil
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -25,7 +23,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from mcdist_testlib import (SKIP, Daemon, check, free_group, log,  # noqa: E402
                             loopback_multicast_works, run_sender, sha256_file, tree_digests,
-                            write_random)
+                            write_random, stop_all)
 from test_feed import Feed, delivered, drop, query, wait_until  # noqa: E402
 
 
@@ -163,14 +161,7 @@ register_window = "2s"
         log("PASS: signed feed sessions reach the pinned sites only")
         return 0
     finally:
-        if feed is not None:
-            feed.stop(signal.SIGKILL)
-        for d in daemons:
-            d.stop()
-        if os.environ.get("MCDIST_KEEP"):
-            log("kept " + base)
-        else:
-            shutil.rmtree(base, ignore_errors=True)
+        stop_all(base, feed, daemons)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from mcdist_testlib import (SKIP, Daemon, check, free_group, log,  # noqa: E402
-                            loopback_multicast_works, sha256_file)
+                            loopback_multicast_works, sha256_file, stop_all)
 from status_common import free_tcp_port  # noqa: E402
 from test_feed import Feed, control_request, delivered, drop, query, wait_until  # noqa: E402
 from test_feed_signed import keygen  # noqa: E402
@@ -244,14 +244,7 @@ register_window = "1s"
         log("PASS: hostile spool files refused, nothing of the hub's leaked, nothing blocked")
         return 0
     finally:
-        if feed is not None:
-            feed.stop(signal.SIGKILL)
-        if site is not None:
-            site.stop()
-        if os.environ.get("MCDIST_KEEP"):
-            log("kept " + base)
-        else:
-            shutil.rmtree(base, ignore_errors=True)
+        stop_all(base, feed, [site])
 
 
 if __name__ == "__main__":

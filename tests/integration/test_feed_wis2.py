@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Integration: mcdist-feed's [wis2] hook (issue 11 item 4). The test starts a real mosquitto
+"""Integration: mcdist-feed's [wis2] hook. The test starts a real mosquitto
 broker on a free loopback port and a real mosquitto_sub on '#', then a real mcdistd site and
 the real mcdist-feed with `[wis2]` limited to channel "obs" (channel "quiet" is not announced).
 Products dropped in both spools are delivered; exactly one WIS2 Notification Message per "obs"

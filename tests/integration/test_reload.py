@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Integration: mcdistd reloads its configuration at SIGHUP (issue 11; README "Reloading the
+"""Integration: mcdistd reloads its configuration at SIGHUP (README "Reloading the
 configuration"). Real mcdist-send sessions to a real mcdistd configured by TOML.
 
 - A session of 4 files (3 MB at 6 Mbit/s, several seconds) is under way on channel "a" when a

@@ -21,8 +21,6 @@ usage: test_replay.py BUILD_DIR"""
 import os
 import random
 import re
-import shutil
-import signal
 import socket
 import struct
 import subprocess
@@ -34,7 +32,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from mcdist_testlib import (SKIP, Daemon, check, free_group, log,  # noqa: E402
                             loopback_multicast_works, parse_group, run_sender, sha256_file,
-                            wait_for, write_random)
+                            wait_for, write_random, stop_all)
 from test_feed_signed import keygen  # noqa: E402
 
 ETH_P_ALL = 0x0003
@@ -275,12 +273,7 @@ exec = ["%s", "{relpath}"]
         log("PASS: recorded signed sessions replayed later are refused, across restarts")
         return 0
     finally:
-        if site is not None:
-            site.stop()
-        if os.environ.get("MCDIST_KEEP"):
-            log("kept " + base)
-        else:
-            shutil.rmtree(base, ignore_errors=True)
+        stop_all(base, daemons=[site])
 
 
 if __name__ == "__main__":

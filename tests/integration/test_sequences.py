@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Integration: per-channel session numbers and gap reports (issue 10 item 2, protocol part).
+"""Integration: per-channel session numbers and gap reports (protocol part).
 
 Real mcdist-send sessions on channel "obs" numbered with --channel-seq, real mcdistd sites:
   - "steady" is up for every session;

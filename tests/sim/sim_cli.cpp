@@ -266,7 +266,7 @@ int main(int argc, char** argv) {
       static_cast<unsigned long long>(c.nak_new_blocks),
       static_cast<unsigned long long>(c.nak_blocks));
   if (o.fec_k > 0) {
-    // Issue 12's bound on feedback with parity: NAK and status datagrams per pass against
+    // The bound on feedback with parity: NAK and status datagrams per pass against
     // 2 x the FEC blocks that lost something per pass, plus the status replies.
     const double passes = r.report.passes ? r.report.passes : 1;
     std::printf(

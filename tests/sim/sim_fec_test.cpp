@@ -1,4 +1,4 @@
-// Parity repairs in the simulation (issue 12 item 1; docs/design-notes.md "Parity repairs"):
+// Parity repairs in the simulation (docs/design-notes.md "Parity repairs"):
 // counts, never times.
 #include "tests/sim/sim_harness.hpp"
 
@@ -55,6 +55,7 @@ TEST_CASE("parity repairs cost about the largest receiver's loss, not the union 
   cfg.sender.rate_bps = 100'000'000;
   cfg.sender.fallback = sender::fallback_mode::off;
   cfg.sender.fec_k = 200;
+  cfg.sender.fec_depth = 1;
   for (int i = 0; i < 100; ++i) {
     auto s = rx("r" + std::to_string(i), 0.01, std::chrono::milliseconds(10 + i % 11));
     cfg.sender.receivers.push_back(s.id);
@@ -161,9 +162,9 @@ TEST_CASE(
     "at 1,000 receivers with independent loss, GF(2^16) FEC blocks keep parity near the largest "
     "single loss and the NAKs within twice the FEC blocks lost",
     "[sim][fec][scale]") {
-  // Issue 12's figures at a size CI can run (docs/benchmarks.md "Scale: 10,000 sites with FEC
-  // blocks of thousands" has 10,000): FEC blocks of 1,430 sources (GF(2^16)), interleaved five deep
-  // so they finish together, every receiver losing 1 % independently.
+  // The scale figures of parity repairs at a size CI can run (docs/benchmarks.md "Scale: 10,000
+  // sites with FEC blocks of thousands" has 10,000): FEC blocks of 1,430 sources (GF(2^16)),
+  // interleaved five deep so they finish together, every receiver losing 1 % independently.
   std::mt19937_64 rng(41);
   const auto files = sim::make_files(rng, 10, {1'000'000});
   sim::sim_config cfg;

@@ -1,9 +1,9 @@
 #pragma once
 /// @file
 /// Deterministic simulation of one sender and many receivers over an in-memory multicast
-/// network with per-link delay, loss, duplication and reordering (DESIGN.md "tests/"). Virtual
-/// time only: a 700 ms RTT run of many passes takes milliseconds of wall time, and every run
-/// repeats exactly from its seed.
+/// network with per-link delay, loss, duplication and reordering (docs/architecture.md "Layers").
+/// Virtual time only: a 700 ms RTT run of many passes takes milliseconds of wall time, and every
+/// run repeats exactly from its seed.
 
 #include "common/endpoint.hpp"
 #include "common/manifest.hpp"

@@ -330,7 +330,7 @@ TEST_CASE(
     if (rep.id == "sat") REQUIRE(rep.fallback_connections == 3);
 }
 
-// ---- Scale (issue 12): many receivers, loss models, per-pass sender counters ----
+// ---- Scale: many receivers, loss models, per-pass sender counters ----
 
 namespace {
 

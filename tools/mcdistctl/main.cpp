@@ -104,14 +104,14 @@ settings read_config(const fs::path& file, bool explicit_file) {
   return s;
 }
 
-std::optional<feed::clock_time> since_from(const std::string& text) {
+std::optional<mcdist::wall_time> since_from(const std::string& text) {
   const auto d = parse_duration(text);
   if (!d || d->count() < 0) return std::nullopt;
-  return std::chrono::time_point_cast<feed::clock_time::duration>(std::chrono::system_clock::now() -
+  return std::chrono::time_point_cast<mcdist::wall_time::duration>(std::chrono::system_clock::now() -
                                                                   *d);
 }
 
-std::optional<std::pair<std::uint64_t, std::uint64_t>> parse_seq_range(const std::string& s) {
+std::optional<mcdist::wire::seq_span> parse_seq_range(const std::string& s) {
   const auto dash = s.find('-');
   const auto num = [](const std::string& t) -> std::optional<std::uint64_t> {
     if (t.empty() || t.find_first_not_of("0123456789") != std::string::npos || t.size() > 19)
@@ -216,7 +216,7 @@ int main(int argc, char** argv) {
 
   // Build the request.
   feed::control_request req;
-  std::optional<feed::clock_time> since;
+  std::optional<mcdist::wall_time> since;
   if (!since_text.empty()) {
     since = since_from(since_text);
     if (!since) {

@@ -9,7 +9,7 @@
 --   * version 2 (authenticated) datagrams: the authentication trailer, whose length depends on
 --     the type only (an announce's also on its announce tree leaf index and count, its last 4
 --     bytes), split into its parts (keys, path hashes, signature, tag, nonce, counter) as laid
---     out by common/auth.hpp (issue 8); the marker counter is big-endian like every other
+--     out by common/auth.hpp; the marker counter is big-endian like every other
 --     integer;
 --   * version 3 datagrams (silent signed sessions, docs/security.md "Block digests"): data and
 --     parity blocks without a trailer, and block digest chunks (type 15: the window's first
@@ -50,7 +50,7 @@ local type_names = {
   [1] = "data", [2] = "announce", [3] = "register_request", [4] = "register_reply",
   [5] = "marker", [6] = "nak", [7] = "digest_list", [8] = "complete", [9] = "complete_ack",
   [10] = "session_end", [11] = "fallback", [12] = "parity", [14] = "repair_advert",
-  [15] = "block_digests",
+  [15] = "block_digests", [16] = "heartbeat", [17] = "gap_report",
 }
 local version_names = { [1] = "plain", [2] = "authenticated", [3] = "block digest" }
 -- Version 3 carries only these types (common/wire.hpp digest_version); block_digests only it.
@@ -74,6 +74,8 @@ local trailer_layout = {
   [11] = { { "hmac", 32 } },
   [12] = { { "gcm_tag", 16 } },
   [14] = { { "counter", 8 }, { "gcm_tag", 16 } },
+  [16] = { { "signature", 64 } },                              -- common/beacon.hpp
+  [17] = { { "site_public_key", 32 }, { "signature", 64 } },
 }
 local trailer_size = {}
 for t, parts in pairs(trailer_layout) do
@@ -168,6 +170,9 @@ local schema = {
     { 20, "fec_k", "uint32" },
     { 21, "fec_max_parity", "uint32" },
     { 22, "fec_depth", "uint32" },
+    { 23, "silent_passes", "uint32" },
+    { 24, "block_digests", "uint32" },
+    { 26, "created_unix_ms", "uint64" },
   },
   seq_range = {
     { 1, "first", "uint64" },
@@ -262,6 +267,20 @@ local schema = {
   session_end = {
     { 1, "reason", "enum", { enum = { [0] = "DONE", [1] = "ABORTED" } } },
     { 2, "detail", "string" },
+  },
+  heartbeat = {
+    { 1, "channel", "string" },
+    { 2, "newest_seq", "uint64" },
+    { 3, "sent_unix_ms", "uint64" },
+    { 4, "running", "message", { msg = "seq_range", repeated = true } },
+    { 5, "sender_name", "string" },
+  },
+  gap_report = {
+    { 1, "receiver_id", "string", { rid = true } },
+    { 2, "channel", "string" },
+    { 3, "last_seq", "uint64" },
+    { 4, "missing", "message", { msg = "seq_range", repeated = true } },
+    { 5, "heartbeat_unix_ms", "uint64" },
   },
   fallback = {
     { 1, "receiver_id", "string", { rid = true } },
@@ -908,7 +927,7 @@ local function dissect_datagram(tvb, pinfo, root, off, len, label)
     text = string.format("%s window=%d+%d digests=%d..%d", prefix, first, count, offset,
                          offset + n - 1)
   elseif mtype == 12 then
-    -- A parity block (issue 12): the data header's shape with a FEC block and a parity index.
+    -- A parity block: the data header's shape with a FEC block and a parity index.
     if len < DATA_HEADER_SIZE then
       tree:add_proto_expert_info(ef.truncated, string.format("%d bytes, the parity header needs %d",
                                                              len, DATA_HEADER_SIZE))
@@ -991,9 +1010,9 @@ local function dissect_datagram(tvb, pinfo, root, off, len, label)
   return text
 end
 
--- Offset of the second datagram when tvb holds a GSO super-packet of data datagrams, else nil.
--- A second datagram is recognised by the first one's 8 header bytes (same magic, version, type
--- data and session) at an offset that leaves at least a minimum block for the first.
+-- Offset of the second datagram when tvb holds a GSO super-packet of data or parity datagrams,
+-- else nil. A second datagram is recognised by the first one's 8 header bytes (same magic,
+-- version, type and session) at an offset that leaves at least a minimum block for the first.
 local function gso_segment_size(tvb)
   local len = tvb:len()
   if len < 2 * (DATA_HEADER_SIZE + 1) then return nil end
@@ -1023,7 +1042,7 @@ local function dissect(tvb, pinfo, tree)
   if len == 0 then return 0 end
   pinfo.cols.protocol = "MCDIST"
   if mcdist.prefs.split_gso and len >= 2 * (DATA_HEADER_SIZE + MIN_BLOCK_SIZE) and
-     tvb(0, 2):uint() == MAGIC and tvb(3, 1):uint() == 1 then
+     tvb(0, 2):uint() == MAGIC and (tvb(3, 1):uint() == 1 or tvb(3, 1):uint() == 12) then
     local seg = gso_segment_size(tvb)
     if seg then
       local count = math.ceil(len / seg)

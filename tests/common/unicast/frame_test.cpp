@@ -141,7 +141,7 @@ TEST_CASE("frame header checks come in order", "[unit][unicast][frame]") {
   bad[0] = std::byte{'M'};
   bad[1] = std::byte{'D'};  // the multicast magic is not ours
   REQUIRE(decode_frame_header(bad, h) == errc::bad_magic);
-  for (int v : {1, 2}) {  // 1: 64-bit tokens (before issue 8); 2: fixed binary bodies
+  for (int v : {1, 2}) {  // 1: 64-bit tokens (before signed sessions); 2: fixed binary bodies
     bad = buf;
     bad[2] = std::byte(v);
     REQUIRE(decode_frame_header(bad, h) == errc::bad_version);

@@ -10,7 +10,8 @@
 
 using namespace mcdist::unicast;
 using namespace std::chrono_literals;
-using clock_type = sctp_flight_cap::clock;
+// Virtual time: a fixed start, moved by the tests.
+using clock_type = std::chrono::steady_clock;
 
 namespace {
 
@@ -27,7 +28,7 @@ clock_type::time_point deliver(sctp_flight_cap& c, clock_type::time_point from, 
 TEST_CASE("the flight cap is twice the measured bandwidth-delay product",
           "[unit][unicast][sctp_flight_cap]") {
   sctp_flight_cap c;
-  const auto t0 = clock_type::now();
+  const auto t0 = clock_type::time_point{} + std::chrono::hours(1);
   REQUIRE(c.cap() == sctp_flight_cap::no_cap);  // nothing measured: no cap
   c.on_rtt(70ms, t0);
   REQUIRE(c.cap() == sctp_flight_cap::no_cap);
@@ -42,7 +43,7 @@ TEST_CASE("the flight cap is twice the measured bandwidth-delay product",
 TEST_CASE("the flight cap never falls below its floor and uses at least the timer's round",
           "[unit][unicast][sctp_flight_cap]") {
   sctp_flight_cap c;
-  const auto t0 = clock_type::now();
+  const auto t0 = clock_type::time_point{} + std::chrono::hours(1);
   c.on_rtt(100us, t0);           // loopback: the round is min_round, not 100 us
   deliver(c, t0, 50, 10, true);  // 10 kB/s
   REQUIRE(c.cap() == sctp_flight_cap::min_cap_bytes);
@@ -56,7 +57,7 @@ TEST_CASE("the flight cap never falls below its floor and uses at least the time
 TEST_CASE("rounds the cap did not limit raise the estimate but never lower it",
           "[unit][unicast][sctp_flight_cap]") {
   sctp_flight_cap c;
-  const auto t0 = clock_type::now();
+  const auto t0 = clock_type::time_point{} + std::chrono::hours(1);
   c.on_rtt(20ms, t0);
   auto t = deliver(c, t0, 100, 1000, true);  // 1 MB/s, the cap binding
   REQUIRE(c.bottleneck_bandwidth() == Approx(1e6).epsilon(0.06));
@@ -74,7 +75,7 @@ TEST_CASE("rounds the cap did not limit raise the estimate but never lower it",
 TEST_CASE("the round-trip floor follows the lowest sample and expires after its window",
           "[unit][unicast][sctp_flight_cap]") {
   sctp_flight_cap c;
-  const auto t0 = clock_type::now();
+  const auto t0 = clock_type::time_point{} + std::chrono::hours(1);
   c.on_rtt(80ms, t0);
   c.on_rtt(70ms, t0 + 1s);
   c.on_rtt(200ms, t0 + 2s);  // a queue builds: the floor stays
@@ -87,7 +88,7 @@ TEST_CASE("the round-trip floor follows the lowest sample and expires after its 
 
 TEST_CASE("a path longer than max_rtprop gets no cap", "[unit][unicast][sctp_flight_cap]") {
   sctp_flight_cap c;
-  const auto t0 = clock_type::now();
+  const auto t0 = clock_type::time_point{} + std::chrono::hours(1);
   c.on_rtt(590ms, t0);
   deliver(c, t0, 3 * 590 + 5, 192, true);  // Allman et al.'s 1.536 Mbit/s
   REQUIRE(c.bottleneck_bandwidth() > 0);

@@ -537,8 +537,8 @@ TEST_CASE(
 
 TEST_CASE("a checkpoint written before format versions resumes after an upgrade",
           "[unit][receiver][checkpoint]") {
-  // Written by the engine before issue 9 (testdata/README.md): session 0x1234 from
-  // 10.0.0.1:5000, "e" empty, "dir/b" with blocks 0 and 2 of 3, "c" failed.
+  // Written by the engine before the checkpoint format was versioned (testdata/README.md): session
+  // 0x1234 from 10.0.0.1:5000, "e" empty, "dir/b" with blocks 0 and 2 of 3, "c" failed.
   std::ifstream in(std::string(MCDIST_TESTDATA) + "/checkpoint_v0.bin", std::ios::binary);
   const std::string blob{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
   REQUIRE_FALSE(blob.empty());
@@ -977,7 +977,7 @@ TEST_CASE("a site holding every file fetches nothing and drops the transport it 
   CHECK(h.sink.stops == 1);
 }
 
-// --- budgets (issue 8 item 4) and storage errors (item 5) ---------------------------------------
+// --- budgets and storage errors (item 5) ---------------------------------------
 
 namespace {
 

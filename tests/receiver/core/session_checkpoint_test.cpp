@@ -115,7 +115,8 @@ TEST_CASE("a checkpoint reads back as it was written, in the current version",
 
 TEST_CASE("a checkpoint written before versions (version 0) is read",
           "[unit][receiver][checkpoint]") {
-  // Written by the code before issue 9 (testdata/README.md): resume after an upgrade.
+  // Written by the code before the format was versioned (testdata/README.md): resume after an
+  // upgrade.
   const std::string blob = read_fixture("checkpoint_v0.bin");
   checkpoint::session_state raw;
   REQUIRE(raw.ParseFromString(blob));

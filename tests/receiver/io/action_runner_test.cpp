@@ -1,6 +1,7 @@
 // The runner of actions on receipt: its timeout and retries on real child processes.
 
 #include "receiver/io/action_runner.hpp"
+#include "tests/scratch_dir.hpp"
 
 #include "receiver/io/delivery_journal.hpp"
 
@@ -22,29 +23,11 @@ using namespace mcdist;
 using namespace mcdist::receiver;
 using namespace std::chrono_literals;
 
-namespace {
-
-/// A fresh directory under TMPDIR, removed at the end of the scope.
-struct temp_dir {
-  std::filesystem::path path;
-  temp_dir() {
-    std::string t = (std::filesystem::temp_directory_path() / "mcdist-actions-XXXXXX").string();
-    REQUIRE(::mkdtemp(t.data()) != nullptr);
-    path = t;
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-};
-
-}  // namespace
-
 TEST_CASE("a timed-out exec action has its whole process group killed and is retried",
           "[unit][receiver][actions]") {
-  temp_dir dir;
-  delivery_journal journal(dir.path / "journal.db");
-  const auto pidfile = dir.path / "grandchild.pid";
+  const mcdist::test::scratch_dir dir("mcdist-actions");
+  delivery_journal journal(dir.path() / "journal.db");
+  const auto pidfile = dir.path() / "grandchild.pid";
   action_config a;
   a.name = "slow";
   a.channel = "*";

@@ -39,8 +39,9 @@ TEST_CASE("a channel that trusts no sender is refused unless it allows unsigned 
           "[unit][receiver][config]") {
   const std::string head = "id = \"site-a\"\ntemp = \"/srv/tmp\"\ndest = \"/srv/in\"\n";
   const std::string hub = "\"mcdist-ed25519:jZOmaoskCVjTgMTuBcl72lX8tUfj2WTS6rsIvEXUzAY=\"";
-  const auto open = load_config_string(head + "[[channel]]\nname = \"obs\"\n"
-                                              "group = \"239.192.0.1:4711\"\n",
+  const auto open = load_config_string(head +
+                                           "[[channel]]\nname = \"obs\"\n"
+                                           "group = \"239.192.0.1:4711\"\n",
                                        "test.toml");
   REQUIRE_FALSE(open.channels.at(0).allow_unsigned);
   try {
@@ -62,15 +63,14 @@ TEST_CASE("a channel that trusts no sender is refused unless it allows unsigned 
   REQUIRE(trusted.max_session_age == std::chrono::hours(1));
   REQUIRE(trusted.max_clock_skew == std::chrono::minutes(5));
   // One channel allowing unsigned does not open the others.
-  REQUIRE_THROWS_AS(
-      validate(load_config_string(head + "[[channel]]\ngroup = \"239.192.0.1:4711\"\n"
-                                         "allow_unsigned = true\n[[channel]]\n"
-                                         "group = \"239.192.0.2:4711\"\n",
-                                  "t")),
-      config_error);
+  REQUIRE_THROWS_AS(validate(load_config_string(head + "[[channel]]\ngroup = \"239.192.0.1:4711\"\n"
+                                                       "allow_unsigned = true\n[[channel]]\n"
+                                                       "group = \"239.192.0.2:4711\"\n",
+                                                "t")),
+                    config_error);
   REQUIRE_THROWS_AS(load_config_string(head + "max_session_age = \"0s\"\n", "t"), config_error);
-  const auto aged = load_config_string(
-      head + "max_session_age = \"10m\"\nmax_clock_skew = \"30s\"\n", "t");
+  const auto aged =
+      load_config_string(head + "max_session_age = \"10m\"\nmax_clock_skew = \"30s\"\n", "t");
   REQUIRE(aged.max_session_age == std::chrono::minutes(10));
   REQUIRE(aged.max_clock_skew == std::chrono::seconds(30));
 }
@@ -112,4 +112,96 @@ TEST_CASE("a size given as a float or beyond its setting's range is refused",
   REQUIRE(refused("max_sessions = 1e40\n").find("'max_sessions' must be a whole number") == 0);
   REQUIRE(load_config_string("socket_buffer = 65536\nbuffer_pool = \"1M\"\n", "test.toml")
               .socket_buffer_bytes == 65536);
+}
+
+TEST_CASE("a channel's source joins it source-specific; a bad one is refused",
+          "[unit][receiver][config]") {
+  const std::string head =
+      "id = \"site-a\"\ntemp = \"/srv/tmp\"\ndest = \"/srv/in\"\nallow_unsigned = true\n";
+  const auto cfg = load_config_string(head + R"(interface = "eth1"
+[[channel]]
+name = "eumetcast"
+group = "232.223.223.1:6000"
+source = "192.0.2.10"
+[[channel]]
+name = "asm"
+group = "239.192.0.1:4711"
+)",
+                                      "t");
+  REQUIRE(cfg.interface.name == "eth1");
+  REQUIRE(cfg.channels.at(0).source == parse_address("192.0.2.10"));
+  REQUIRE_FALSE(cfg.channels.at(1).source);
+  REQUIRE_NOTHROW(validate(cfg));
+  REQUIRE(ssm_warning(cfg.channels[0]).empty());
+  REQUIRE(ssm_warning(cfg.channels[1]).empty());
+
+  const auto v6 = load_config_string(head + R"(interface = "fd00:a::2"
+[[channel]]
+group = "[ff3e::8000:1]:6000"
+source = "fd00:a::1"
+)",
+                                     "t");
+  REQUIRE(v6.channels.at(0).source == parse_address("fd00:a::1"));
+  REQUIRE_NOTHROW(validate(v6));
+
+  const auto error_of = [&](const std::string& channel) -> std::string {
+    try {
+      validate(load_config_string(head + "[[channel]]\n" + channel, "t"));
+    } catch (const config_error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  using Catch::Contains;
+  CHECK_THAT(error_of("group = \"232.1.1.1:6000\"\nsource = \"sender.example\"\n"),
+             Contains("channel[0].source = \"sender.example\" is not an IP address"));
+  CHECK_THAT(error_of("group = \"232.1.1.1:6000\"\nsource = \"fd00::1\"\n"),
+             Contains("not of the address family of the group 232.1.1.1"));
+  CHECK_THAT(error_of("group = \"232.1.1.1:6000\"\nsource = \"232.1.1.2\"\n"),
+             Contains("not a sender's unicast address"));
+  CHECK_THAT(error_of("group = \"232.1.1.1:6000\"\nsource = \"0.0.0.0\"\n"),
+             Contains("not a sender's unicast address"));
+  CHECK_THAT(error_of("group = \"232.1.1.1:6000\"\nsource = 7\n"),
+             Contains("'channel[0].source' must be a string"));
+  // parse_source is --source's parser too.
+  REQUIRE(parse_source("192.0.2.10", *parse_endpoint("232.1.1.1:6000"), "--source") ==
+          *parse_address("192.0.2.10"));
+  CHECK_THROWS_WITH(parse_source("192.0.2", *parse_endpoint("232.1.1.1:6000"), "--source"),
+                    Contains("--source = \"192.0.2\" is not an IP address"));
+
+  // Groups outside the SSM range are taken, with a warning; so is an SSM group without source.
+  auto outside = cfg.channels[0];
+  outside.group = *parse_endpoint("239.192.0.1:4711");
+  CHECK_THAT(ssm_warning(outside), Contains("outside the SSM range (232.0.0.0/8)"));
+  auto sourceless = cfg.channels[0];
+  sourceless.source.reset();
+  CHECK_THAT(ssm_warning(sourceless), Contains("joined without a source"));
+}
+
+TEST_CASE("the interface is a name or an address, of the channels' one family",
+          "[unit][receiver][config]") {
+  const std::string head =
+      "id = \"site-a\"\ntemp = \"/srv/tmp\"\ndest = \"/srv/in\"\nallow_unsigned = true\n";
+  const auto error_of = [&](const std::string& text) -> std::string {
+    try {
+      validate(load_config_string(head + text, "t"));
+    } catch (const config_error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  using Catch::Contains;
+  CHECK(error_of("interface = \"lo\"\n[[channel]]\ngroup = \"239.192.0.1:4711\"\n").empty());
+  // Unset: the channels' family, whichever it is.
+  CHECK(error_of("[[channel]]\ngroup = \"[ff15::1]:4711\"\n").empty());
+  CHECK_THAT(error_of("interface = \"eth 1\"\n[[channel]]\ngroup = \"239.192.0.1:4711\"\n"),
+             Contains("neither an IP address nor an interface name"));
+  CHECK_THAT(error_of("interface = \"\"\n[[channel]]\ngroup = \"239.192.0.1:4711\"\n"),
+             Contains("neither an IP address nor an interface name"));
+  CHECK_THAT(error_of("interface = \"::1\"\n[[channel]]\ngroup = \"239.192.0.1:4711\"\n"),
+             Contains("are of different address families"));
+  CHECK_THAT(error_of("interface = \"eth1\"\n[[channel]]\nname = \"a\"\n"
+                      "group = \"239.192.0.1:4711\"\n[[channel]]\nname = \"b\"\n"
+                      "group = \"[ff15::1]:4711\"\n"),
+             Contains("channels a and b are of different address families"));
 }

@@ -1,6 +1,7 @@
 // The delivery journal of actions on receipt, on a real SQLite file.
 
 #include "receiver/io/delivery_journal.hpp"
+#include "tests/scratch_dir.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -15,28 +16,10 @@ using namespace mcdist;
 using namespace mcdist::receiver;
 using namespace std::chrono_literals;
 
-namespace {
-
-/// A fresh directory under TMPDIR, removed at the end of the scope.
-struct temp_dir {
-  std::filesystem::path path;
-  temp_dir() {
-    std::string t = (std::filesystem::temp_directory_path() / "mcdist-actions-XXXXXX").string();
-    REQUIRE(::mkdtemp(t.data()) != nullptr);
-    path = t;
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-};
-
-}  // namespace
-
 TEST_CASE("the journal turns intents into deliveries and tracks runs",
           "[unit][receiver][journal]") {
-  temp_dir dir;
-  const auto file = dir.path / "journal.db";
+  const mcdist::test::scratch_dir dir("mcdist-djournal");
+  const auto file = dir.path() / "journal.db";
   const auto t0 = std::chrono::system_clock::now();
   std::int64_t run_a = 0;
   {

@@ -1,31 +1,15 @@
 #include "receiver/io/replay_store.hpp"
+#include "tests/scratch_dir.hpp"
 
 #include <catch2/catch.hpp>
 
 #include <fstream>
 #include <sstream>
-#include <unistd.h>
 
 using namespace mcdist;
 using namespace mcdist::receiver;
 
 namespace {
-
-/// A fresh directory under /tmp, removed at the end.
-struct scratch_dir {
-  std::filesystem::path path;
-  scratch_dir() {
-    path = std::filesystem::temp_directory_path() /
-           ("mcdist-replaystore-" + std::to_string(::getpid()) + "-" + std::to_string(counter()++));
-    std::filesystem::remove_all(path);
-    std::filesystem::create_directories(path);
-  }
-  ~scratch_dir() { std::filesystem::remove_all(path); }
-  static int& counter() {
-    static int n = 0;
-    return n;
-  }
-};
 
 const std::string hub = "mcdist-ed25519:jZOmaoskCVjTgMTuBcl72lX8tUfj2WTS6rsIvEXUzAY=";
 constexpr std::uint64_t t0 = 1'796'169'600'000;
@@ -41,8 +25,8 @@ std::string read(const std::filesystem::path& f) {
 
 TEST_CASE("a session taken is refused after a restart, from the file alone",
           "[unit][receiver][replay]") {
-  scratch_dir d;
-  const auto file = d.path / replay_file_name;
+  const mcdist::test::scratch_dir d("mcdist-replaystore");
+  const auto file = d.path() / replay_file_name;
   std::string notice;
   std::string detail;
   {
@@ -64,8 +48,8 @@ TEST_CASE("a session taken is refused after a restart, from the file alone",
 
 TEST_CASE("a damaged or lost cache starts afresh with its floor at the start",
           "[unit][receiver][replay]") {
-  scratch_dir d;
-  const auto file = d.path / replay_file_name;
+  const mcdist::test::scratch_dir d("mcdist-replaystore");
+  const auto file = d.path() / replay_file_name;
   std::string notice;
   std::string detail;
   {
@@ -91,8 +75,8 @@ TEST_CASE("a damaged or lost cache starts afresh with its floor at the start",
 }
 
 TEST_CASE("appended lines are compacted into a rewrite", "[unit][receiver][replay]") {
-  scratch_dir d;
-  const auto file = d.path / replay_file_name;
+  const mcdist::test::scratch_dir d("mcdist-replaystore");
+  const auto file = d.path() / replay_file_name;
   std::string notice;
   std::string detail;
   replay_guard::limits l;

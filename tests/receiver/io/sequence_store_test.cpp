@@ -1,37 +1,17 @@
 #include "receiver/io/sequence_store.hpp"
+#include "tests/scratch_dir.hpp"
 
 #include <catch2/catch.hpp>
 
 #include <fstream>
-#include <unistd.h>
 
 using namespace mcdist;
 using namespace mcdist::receiver;
 
-namespace {
-
-/// A fresh directory under /tmp, removed at the end.
-struct scratch_dir {
-  std::filesystem::path path;
-  scratch_dir() {
-    path = std::filesystem::temp_directory_path() /
-           ("mcdist-seqstore-" + std::to_string(::getpid()) + "-" + std::to_string(counter()++));
-    std::filesystem::remove_all(path);
-    std::filesystem::create_directories(path);
-  }
-  ~scratch_dir() { std::filesystem::remove_all(path); }
-  static int& counter() {
-    static int n = 0;
-    return n;
-  }
-};
-
-}  // namespace
-
 TEST_CASE("the completed numbers survive a reopen of the sequences file",
           "[unit][receiver][sequence]") {
-  scratch_dir d;
-  const auto file = d.path / sequences_file_name;
+  const mcdist::test::scratch_dir d("mcdist-seqstore");
+  const auto file = d.path() / sequences_file_name;
   std::string detail;
   {
     sequence_book b;
@@ -53,8 +33,8 @@ TEST_CASE("the completed numbers survive a reopen of the sequences file",
 }
 
 TEST_CASE("a damaged sequences file is refused whole with a reason", "[unit][receiver][sequence]") {
-  scratch_dir d;
-  const auto file = d.path / sequences_file_name;
+  const mcdist::test::scratch_dir d("mcdist-seqstore");
+  const auto file = d.path() / sequences_file_name;
   std::ofstream(file) << "mcdist-sequences 1\nobs name:hub 1 2 2 -\ngarbage\n";
   sequence_book b;
   std::string detail;

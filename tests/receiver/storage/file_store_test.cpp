@@ -865,7 +865,7 @@ TEST_CASE("a low soft descriptor limit is raised towards the hard limit", "[file
   REQUIRE(::setrlimit(RLIMIT_NOFILE, &saved) == 0);
 }
 
-// --- budgets and temp-dir safety (issue 8 items 4 and 5) ----------------------------------------
+// --- budgets and temp-dir safety -----------------------------------------------------------------
 
 TEST_CASE("a symlink planted at temp/<session> is refused, not followed; the file fails",
           "[file_store][budget]") {

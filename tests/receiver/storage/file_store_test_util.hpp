@@ -4,6 +4,7 @@
 /// scratch directories, random file contents, block feeding.
 
 #include "receiver/storage/file_store.hpp"
+#include "tests/scratch_dir.hpp"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -108,25 +109,11 @@ class event {
   bool m_set = false;
 };
 
-/// A fresh directory under `base`, removed with everything in it at the end.
-class scratch_dir {
- public:
-  explicit scratch_dir(const std::filesystem::path& base = "/tmp") {
-    std::string templ = (base / "mcdist-store-XXXXXX").string();
-    if (::mkdtemp(templ.data()) == nullptr)
-      throw std::runtime_error("mkdtemp failed in " + base.string());
-    m_path = templ;
-  }
-  ~scratch_dir() {
-    std::error_code ec;
-    std::filesystem::remove_all(m_path, ec);
-  }
-  scratch_dir(const scratch_dir&) = delete;
-  scratch_dir& operator=(const scratch_dir&) = delete;
-  const std::filesystem::path& path() const { return m_path; }
-
- private:
-  std::filesystem::path m_path;
+/// A fresh directory under `base` (a file system chosen by the test: /tmp, /dev/shm),
+/// removed with everything in it at the end.
+struct scratch_dir : mcdist::test::scratch_dir {
+  explicit scratch_dir(const std::filesystem::path& base = "/tmp")
+      : mcdist::test::scratch_dir("mcdist-store", base) {}
 };
 
 inline std::vector<std::byte> random_bytes(std::mt19937_64& rng, std::size_t n) {

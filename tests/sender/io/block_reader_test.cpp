@@ -1,6 +1,7 @@
 // block_reader: the sender's reads of its files, chunked (read) and straight into datagram
 // payload slots (read_into), with SHA-256 hashed in band from the same reads.
 #include "sender/io/block_reader.hpp"
+#include "tests/scratch_dir.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -18,14 +19,12 @@ namespace fs = std::filesystem;
 namespace {
 
 struct temp_files {
-  fs::path dir;
+  mcdist::test::scratch_dir root{"mcdist-reader"};
+  fs::path dir = root.path();
   std::vector<source_file> files;
   std::vector<std::vector<std::byte>> contents;
 
   explicit temp_files(const std::vector<std::size_t>& sizes) {
-    std::string templ = (fs::temp_directory_path() / "mcdist-reader-XXXXXX").string();
-    REQUIRE(::mkdtemp(templ.data()) != nullptr);
-    dir = templ;
     std::mt19937_64 rng(sizes.size());
     for (std::size_t i = 0; i < sizes.size(); ++i) {
       std::vector<std::byte> data(sizes[i]);
@@ -40,10 +39,6 @@ struct temp_files {
       files.push_back(std::move(f));
       contents.push_back(std::move(data));
     }
-  }
-  ~temp_files() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
   }
 };
 

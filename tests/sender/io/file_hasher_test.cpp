@@ -2,6 +2,7 @@
 // read on several threads land on the right files, and prehash fills in the rest.
 
 #include "sender/io/file_hasher.hpp"
+#include "tests/scratch_dir.hpp"
 #include "common/digest_xattr.hpp"
 #include "sender/io/file_set.hpp"
 
@@ -25,21 +26,15 @@ namespace {
 
 /// A scratch directory of `count` files of distinct contents, removed at the end.
 struct file_tree {
-  fs::path dir;
+  mcdist::test::scratch_dir root{"mcdist-hasher"};
+  fs::path dir = root.path();
   explicit file_tree(std::size_t count) {
-    std::string templ = (fs::temp_directory_path() / "mcdist-hasher-XXXXXX").string();
-    REQUIRE(::mkdtemp(templ.data()) != nullptr);
-    dir = templ;
     for (std::size_t i = 0; i < count; ++i) {
       char name[32];
       std::snprintf(name, sizeof name, "d%zu/f%05zu", i % 7, i);
       fs::create_directories((dir / "set" / name).parent_path());
       std::ofstream(dir / "set" / name, std::ios::binary) << "bulletin " << i;
     }
-  }
-  ~file_tree() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
   }
   std::vector<source_file> collect() const {
     return collect_files({(dir / "set").string()}, [](const std::string&) {});

@@ -1,6 +1,7 @@
 // collect_files: the operator's PATH arguments into a file set (sender/io/file_set.hpp).
 
 #include "sender/io/file_set.hpp"
+#include "tests/scratch_dir.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -20,16 +21,8 @@ namespace {
 
 /// A scratch directory, removed at the end.
 struct scratch {
-  fs::path dir;
-  scratch() {
-    std::string templ = (fs::temp_directory_path() / "mcdist-fileset-XXXXXX").string();
-    REQUIRE(::mkdtemp(templ.data()) != nullptr);
-    dir = templ;
-  }
-  ~scratch() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
+  mcdist::test::scratch_dir root{"mcdist-fileset"};
+  fs::path dir = root.path();
   void file(const std::string& rel, std::size_t size, fs::perms mode = fs::perms(0640)) const {
     fs::create_directories((dir / rel).parent_path());
     std::ofstream(dir / rel, std::ios::binary) << std::string(size, 'x');

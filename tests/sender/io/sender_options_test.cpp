@@ -114,10 +114,29 @@ TEST_CASE("mcdist-send refuses command lines an operator must correct", "[unit][
   refused({"--session-id", "0", "x"}, "--session-id must be 1 to 8 hex digits");
   refused({"--site-keys", "sites.txt", "x"}, "--site-keys needs --key");
   refused({"--log-level", "loud", "x"}, "loud");
+  refused({"-i", "eth 1", "x"}, "--interface eth 1 is neither an IP address nor an interface name");
+  refused({"-i", "mcdist-none0", "x"}, "--interface: no interface named 'mcdist-none0'");
+  refused({"-i", "::1", "x"}, "--interface: interface ::1 is an IPv6 address; the group is IPv4");
   // CLI11 checks the option table's ranges and choices itself.
   REQUIRE_THROWS_AS(parse({"--fallback", "udp", "x"}), CLI::ValidationError);
   REQUIRE_THROWS_AS(parse({"--max-passes", "0", "x"}), CLI::ValidationError);
   REQUIRE_THROWS_AS(parse({}), CLI::RequiredError);
+}
+
+TEST_CASE("-i takes an interface name or address and resolves it for the group's family",
+          "[unit][sender]") {
+  // Unset: the wildcard of the group's family, the route deciding.
+  const auto any4 = parse({"x"});
+  REQUIRE(any4.app.interface.to_string() == "0.0.0.0:0");
+  REQUIRE(any4.app.interface_index == 0);
+  const auto any6 = parse({"-g", "[ff3e::1]:4711", "x"});
+  REQUIRE(any6.app.interface.to_string() == "[::]:0");
+  // Loopback, by name and by address: its address and its index.
+  const auto lo = parse({"-i", "lo", "--port", "7000", "x"});
+  REQUIRE(lo.app.interface.to_string() == "127.0.0.1:7000");
+  REQUIRE(lo.app.interface_index > 0);
+  REQUIRE(lo.app.interface_name == "lo");
+  REQUIRE(parse({"-i", "127.0.0.1", "x"}).app.interface_index == lo.app.interface_index);
 }
 
 TEST_CASE("--rate auto takes its ceiling from --rate-max", "[unit][sender]") {
