@@ -138,6 +138,15 @@ void check_held(const catch_up_job& job, catch_up_file& f) {
 
 }  // namespace
 
+std::string_view to_string(file_refusal r) noexcept {
+  switch (r) {
+    case file_refusal::too_long: return "too_long";
+    case file_refusal::too_short: return "too_short";
+    case file_refusal::sha256_mismatch: return "sha256_mismatch";
+  }
+  return "unknown";
+}
+
 catch_up_client::catch_up_client(const std::filesystem::path& temp_dir,
                                  std::function<void(std::function<void()>)> post,
                                  std::shared_ptr<spdlog::logger> log)
@@ -236,6 +245,9 @@ void catch_up_client::run() {
 
 catch_up_outcome catch_up_client::fetch(const catch_up_job& job, void* handle) {
   CURL* c = static_cast<CURL*>(handle);
+  auto count_refusal = [this](file_refusal r) {
+    m_counters.file_refusals[static_cast<std::size_t>(r)].fetch_add(1, std::memory_order_relaxed);
+  };
   catch_up_outcome o;
   o.job = job;
   char errbuf[CURL_ERROR_SIZE] = {};
@@ -280,6 +292,7 @@ catch_up_outcome catch_up_client::fetch(const catch_up_job& job, void* handle) {
   const auto r = catch_up::open_index(std::as_bytes(std::span(body.data)), want, ix, o.signer);
   if (r != catch_up::refusal::none) {
     m_counters.indexes_refused.fetch_add(1, std::memory_order_relaxed);
+    m_counters.index_refusals[static_cast<std::size_t>(r)].fetch_add(1, std::memory_order_relaxed);
     o.error = url + ": index refused (" + std::string(catch_up::to_string(r)) + ")";
     return o;
   }
@@ -334,7 +347,9 @@ catch_up_outcome catch_up_client::fetch(const catch_up_job& job, void* handle) {
     if (rc != CURLE_OK || status != 200) {
       std::string why;
       if (sink.too_long || rc == CURLE_FILESIZE_EXCEEDED) {
-        why = "longer than the " + std::to_string(f.product.size) + " bytes the index declares";
+        count_refusal(file_refusal::too_long);
+        why = "refused (too_long): longer than the " + std::to_string(f.product.size) +
+              " bytes the index declares";
       } else if (sink.write_errno != 0) {
         why = std::string("cannot write ") + f.temp_path + ": " + std::strerror(sink.write_errno);
       } else if (rc != CURLE_OK) {
@@ -346,12 +361,15 @@ catch_up_outcome catch_up_client::fetch(const catch_up_job& job, void* handle) {
       return o;
     }
     if (sink.written != f.product.size) {
-      o.error = purl + ": " + std::to_string(sink.written) + " bytes, the index declares " +
-                std::to_string(f.product.size);
+      count_refusal(file_refusal::too_short);
+      o.error = purl + ": refused (too_short): " + std::to_string(sink.written) +
+                " bytes, the index declares " + std::to_string(f.product.size);
       return o;
     }
     if (sink.hasher.finish() != f.product.sha256) {
-      o.error = purl + ": the download does not hash to the index's SHA-256";
+      count_refusal(file_refusal::sha256_mismatch);
+      o.error = purl + ": refused (sha256_mismatch): the download does not hash to the index's "
+                "SHA-256";
       return o;
     }
     o.bytes += sink.written;

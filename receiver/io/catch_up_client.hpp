@@ -17,6 +17,7 @@
 #include "common/catch_up_index.hpp"
 #include "common/crypto.hpp"
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -28,6 +29,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -73,14 +75,32 @@ struct catch_up_outcome {
   std::uint64_t bytes = 0;  ///< downloaded
 };
 
+/// Why a downloaded product was refused (to_string for logs and the status file).
+enum class file_refusal : std::uint8_t {
+  too_long,         ///< more bytes than the index declares (aborted mid-transfer)
+  too_short,        ///< fewer bytes than the index declares
+  sha256_mismatch,  ///< the bytes do not hash to the index's SHA-256
+};
+/// Number of file_refusal values.
+inline constexpr std::size_t file_refusal_count = 3;
+std::string_view to_string(file_refusal r) noexcept;
+
+/// Number of catch_up::refusal values (refusal::none included, never counted).
+inline constexpr std::size_t index_refusal_count =
+    static_cast<std::size_t>(catch_up::refusal::too_many) + 1;
+
 /// Counters, readable from any thread.
 struct catch_up_counters {
   std::atomic<std::uint64_t> indexes{0};          ///< indexes fetched and verified
-  std::atomic<std::uint64_t> indexes_refused{0};  ///< fetched but refused (signature, nonce...)
+  std::atomic<std::uint64_t> indexes_refused{0};  ///< fetched but refused (any reason below)
   std::atomic<std::uint64_t> downloads{0};        ///< products downloaded and checked
   std::atomic<std::uint64_t> bytes{0};            ///< their bytes
   std::atomic<std::uint64_t> held{0};             ///< products found already held
   std::atomic<std::uint64_t> failures{0};         ///< jobs that failed (any reason)
+  /// Indexes refused, by catch_up::refusal (its value as the index).
+  std::array<std::atomic<std::uint64_t>, index_refusal_count> index_refusals{};
+  /// Downloads refused, by file_refusal.
+  std::array<std::atomic<std::uint64_t>, file_refusal_count> file_refusals{};
 };
 
 /// The worker threads and their queue.

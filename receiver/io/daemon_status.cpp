@@ -118,6 +118,18 @@ nlohmann::json daemon::status_json() {
       cu["downloads"] = k.downloads.load();
       cu["bytes"] = k.bytes.load();
       cu["held"] = k.held.load();
+      // By reason: what a hostile or broken path did (an index or a download refused).
+      auto& by_reason = cu["refused"] = nlohmann::json::object();
+      for (std::size_t r = 1; r < k.index_refusals.size(); ++r) {
+        if (const auto n = k.index_refusals[r].load()) {
+          by_reason[std::string(catch_up::to_string(static_cast<catch_up::refusal>(r)))] = n;
+        }
+      }
+      for (std::size_t r = 0; r < k.file_refusals.size(); ++r) {
+        if (const auto n = k.file_refusals[r].load()) {
+          by_reason[std::string(to_string(static_cast<file_refusal>(r)))] = n;
+        }
+      }
     }
   }
   nlohmann::json drops = nlohmann::json::object();

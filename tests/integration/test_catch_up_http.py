@@ -9,18 +9,25 @@ here with openssl). Two silent sites (silent = true) trust the hub's key:
 - "oneway" has catch_up_url = the hub's product server and catch_up_ca = the test CA;
 - "victim" has catch_up_url = a man in the middle: a Python HTTPS server with a certificate of
   the same CA that answers every index request with a well-formed index for the right channel,
-  number and nonce, signed (openssl pkeyutl, Ed25519) by a key of its own.
+  number and nonce, signed (openssl pkeyutl, Ed25519) by a key of its own;
+- "tampered" has catch_up_url = a proxy with a certificate of the same CA that forwards every
+  request to the hub, but alters one byte of the signed body of the first index it passes and
+  one byte of the first product it passes.
 
-Both take the first batch from the multicast, are stopped while four batches go out, and are
-started again; no product is dropped after that. Asserted:
+All three take the first batch from the multicast, are stopped while four batches and a newer
+version of one product go out, and are started again; no product is dropped after that.
+Asserted:
 
 - every product "oneway" missed arrives byte-identical, its delivery journal row names the
   hub's key as sender_key, the exec action ran exactly once for it, its status shows
   datagrams_sent == 0 and, per channel stream, missing_sessions back to 0; the catch-up time
   after the restart is printed;
-- "victim" refuses every index (untrusted_key in its log, catch_up.indexes_refused > 0), stores
-  none of the missed products, never asks the man in the middle for a product, and still
-  counts the numbers missing;
+- "victim" refuses every index (catch_up.refused.untrusted_key >= 2, the reason in its log),
+  stores none of the missed products, never asks the man in the middle for a product, and
+  still counts the numbers missing;
+- "tampered" refuses the altered index (catch_up.refused.bad_signature == 1) and the altered
+  product (catch_up.refused.sha256_mismatch == 1), never stores the altered bytes, and holds
+  every missed product byte-identical once the proxy passes them unchanged;
 - the product server answers /data/NAME with the newest version, HEAD with Content-Length, 404
   for an unknown number, and refuses a plain-HTTP client.
 
@@ -29,7 +36,6 @@ usage: test_catch_up_http.py BUILD_DIR"""
 import hashlib
 import http.client
 import http.server
-import json
 import os
 import random
 import socket
@@ -45,7 +51,8 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from mcdist_testlib import (SKIP, ConfigDaemon, check, free_group, log,  # noqa: E402
-                            loopback_multicast_works, sha256_file)
+                            loopback_multicast_works, pb_bytes, pb_uint, read_varint,
+                            sha256_file, stop_all)
 from test_feed import Feed, drop, query, wait_until  # noqa: E402
 
 
@@ -78,25 +85,6 @@ def free_port():
     port = s.getsockname()[1]
     s.close()
     return port
-
-
-def varint(v):
-    out = b""
-    while True:
-        b = v & 0x7F
-        v >>= 7
-        if v:
-            out += bytes([b | 0x80])
-        else:
-            return out + bytes([b])
-
-
-def pb_uint(field, v):
-    return varint(field << 3) + varint(v)
-
-
-def pb_bytes(field, b):
-    return varint((field << 3) | 2) + varint(len(b)) + b
 
 
 class Forger:
@@ -159,6 +147,51 @@ def mitm_server(port, crt, key, forger, payload, channel):
     return srv, seen
 
 
+def tamper_proxy(port, crt, key, upstream, ca):
+    """An HTTPS server that forwards each GET to `upstream` (the hub) and alters one byte of the
+    signed body of the first index and of the first product it passes; later answers pass
+    unchanged."""
+    seen = {"index": 0, "products": 0}
+    lock = threading.Lock()
+    up_ctx = ssl.create_default_context(cafile=ca)
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):
+            try:
+                with urllib.request.urlopen(upstream + self.path.lstrip("/"), context=up_ctx,
+                                            timeout=30) as r:
+                    status, out = r.status, r.read()
+            except urllib.error.HTTPError as e:
+                status, out = e.code, e.read()
+            with lock:
+                if status == 200 and self.path.startswith("/catch-up/"):
+                    seen["index"] += 1
+                    if seen["index"] == 1:
+                        # signed_catch_up_index: field 1 (body) first; a byte in its middle.
+                        check(out[0] == 0x0A, "the hub's index does not start with its body")
+                        length, at = read_varint(out, 1)
+                        flip = at + length // 2
+                        out = out[:flip] + bytes([out[flip] ^ 0x01]) + out[flip + 1:]
+                elif status == 200 and self.path.startswith("/products/"):
+                    seen["products"] += 1
+                    if seen["products"] == 1 and out:
+                        out = out[:-1] + bytes([out[-1] ^ 0x01])
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(crt, key)
+    srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv, seen
+
+
 def site_config(rid, root, group, hub_pub, url, ca, ingest):
     return ("id = \"%(rid)s\"\ninterface = \"127.0.0.1\"\ndest = \"%(root)s/dest\"\n"
             "temp = \"%(root)s/temp\"\nstatus_file = \"%(root)s/status.json\"\n"
@@ -176,6 +209,34 @@ def missing_sessions(d):
     return sum(s.get("missing_sessions", 0) for s in st.get("sequences", []))
 
 
+def refused(d, reason):
+    """catch_up.refused[reason] in the site's status file (0 when absent)."""
+    st = d.read_status() or {}
+    return ((st.get("catch_up") or {}).get("refused") or {}).get(reason, 0)
+
+
+def holds(d, products):
+    """True when d's destination holds every product of {name: sha256 hex}."""
+    return all(os.path.exists(os.path.join(d.dest, n)) and
+               sha256_file(os.path.join(d.dest, n)) == h for n, h in products.items())
+
+
+def check_journal(root, missed, older, hub_pub, rid):
+    """Exactly one delivery row per missed product, of its newest version, signed by the hub;
+    no row of the older version `older` (name, sha256)."""
+    db = sqlite3.connect("file:%s?mode=ro" % os.path.join(root, "temp", "journal.db"), uri=True)
+    rows = db.execute("SELECT relpath, sha256, sender_key FROM deliveries").fetchall()
+    db.close()
+    for name, h in missed.items():
+        mine = [r for r in rows if r[0] == name and r[1] == h]
+        check(len(mine) == 1, "%s: %s: %d journal rows of its newest version"
+              % (rid, name, len(mine)))
+        check(mine[0][2] == hub_pub, "%s: %s: sender_key %r, not the hub's key"
+              % (rid, name, mine[0][2]))
+    check(not any((r[0], r[1]) == older for r in rows),
+          "%s: the older version of %s was delivered" % (rid, older[0]))
+
+
 def main():
     bin_dir = sys.argv[1]
     if not loopback_multicast_works():
@@ -183,10 +244,9 @@ def main():
         return SKIP
     base = tempfile.mkdtemp(prefix="mcdist-catchup-", dir=os.environ.get("MCDIST_TEST_DIR", "/tmp"))
     rng = random.Random(77)
-    v1_digest = None
     feed = None
     sites = []
-    mitm = None
+    servers = []
     try:
         ca, crt, tls_key = make_ca(base)
         hub_key = os.path.join(base, "hub.key")
@@ -197,7 +257,8 @@ def main():
         os.makedirs(os.path.join(spool, "obs"))
         journal = os.path.join(base, "journal.db")
         group = free_group()
-        port, mitm_port = free_port(), free_port()
+        port, mitm_port, proxy_port = free_port(), free_port(), free_port()
+        hub_url = "https://127.0.0.1:%d/" % port
         config = os.path.join(base, "feed.toml")
         with open(config, "w") as f:
             f.write("""
@@ -227,9 +288,15 @@ heartbeat = "2s"
         with open(ingest, "w") as f:
             f.write("#!/bin/sh\necho \"$1\" >> \"$(dirname \"$0\")/ingest.$2\"\n")
         os.chmod(ingest, 0o755)
+        forger = Forger(base)
+        mitm, mitm_seen = mitm_server(mitm_port, crt, tls_key, forger, b"evil bytes\n", "obs")
+        servers.append(mitm)
+        proxy, proxy_seen = tamper_proxy(proxy_port, crt, tls_key, hub_url, ca)
+        servers.append(proxy)
         roots = {}
-        for rid, url in (("oneway", "https://127.0.0.1:%d/" % port),
-                         ("victim", "https://127.0.0.1:%d/" % mitm_port)):
+        for rid, url in (("oneway", hub_url),
+                         ("victim", "https://127.0.0.1:%d/" % mitm_port),
+                         ("tampered", "https://127.0.0.1:%d/" % proxy_port)):
             root = os.path.join(base, rid)
             os.makedirs(os.path.join(root, "dest"))
             os.makedirs(os.path.join(root, "temp"))
@@ -238,15 +305,13 @@ heartbeat = "2s"
                              dict(os.environ), rid)
             d.dest = os.path.join(root, "dest")
             sites.append(d)
-        oneway, victim = sites
-        forger = Forger(base)
-        mitm, mitm_seen = mitm_server(mitm_port, crt, tls_key, forger, b"evil bytes\n", "obs")
+        oneway, victim, tampered = sites
         feed = Feed(bin_dir, base, config)
         feed.start()
         wait_until("the product server", lambda: "products on https://" in feed.log_text(), 15,
                    feed)
 
-        # Both sites hear the channel: its first batch by multicast (the stream starts there).
+        # Every site hears the channel: its first batch by multicast (the stream starts there).
         first = rng.randbytes(5000)
         drop(spool, "obs/first.bufr", first)
         for d in sites:
@@ -255,20 +320,20 @@ heartbeat = "2s"
         for d in sites:
             d.stop()
 
-        # Four batches while both are down (the second version of a product among them: only
-        # its newest version may arrive).
+        # Four batches while the sites are down, then a newer version of one of them in a
+        # fifth: only its newest version may arrive.
         missed = {}
         for i in range(4):
             data = rng.randbytes(30_000 + 7000 * i)
             name = "obs/m%d.bufr" % i
             missed[name] = hashlib.sha256(data).hexdigest()
-            drop(spool, os.path.join("obs", "m%d.bufr" % i), data)
-            wait_until("batch %d sent" % i, lambda i=i: query(
+            drop(spool, name, data)
+            wait_until("batch %d sent" % i, lambda name=name: query(
                 journal, "SELECT count(*) FROM products WHERE name = ? AND state = 'sent'",
-                ("obs/m%d.bufr" % i,))[0][0] == 1, 30, feed)
-        v1_digest = missed["obs/m0.bufr"]
+                (name,))[0][0] == 1, 30, feed)
+        older = ("obs/m0.bufr", missed["obs/m0.bufr"])
         v2 = rng.randbytes(12_345)
-        drop(spool, "obs/m0.bufr", v2)  # a newer version of m0, in a fifth batch
+        drop(spool, "obs/m0.bufr", v2)
         missed["obs/m0.bufr"] = hashlib.sha256(v2).hexdigest()
         wait_until("the new version sent", lambda: query(
             journal, "SELECT count(*) FROM products WHERE name = 'obs/m0.bufr' AND state = 'sent'")
@@ -278,32 +343,35 @@ heartbeat = "2s"
         for d in sites:
             d.start()
         t0 = time.time()
-        got = lambda: all(os.path.exists(os.path.join(oneway.dest, n)) and
-                          sha256_file(os.path.join(oneway.dest, n)) == h
-                          for n, h in missed.items())
-        wait_until("every missed product at the one-way site", got, 40, feed, sites)
+        wait_until("every missed product at the one-way site", lambda: holds(oneway, missed), 40,
+                   feed, sites)
         took = time.time() - t0
         wait_until("no number missing at the one-way site", lambda: (
             (oneway.read_status() or {}).get("sequences") and missing_sessions(oneway) == 0),
             20, feed, sites)
         log("one-way site caught up %d products of 5 missed sessions over HTTPS in %.1f s after "
             "its restart (heartbeat 2 s)" % (len(missed), took))
-        wait_until("the victim refused an index", lambda: (
-            ((victim.read_status() or {}).get("catch_up") or {}).get("indexes_refused", 0) >= 2),
+        # Behind the tampering proxy: a refused index (retried after 2 s), a refused product
+        # (retried after 4 s), then the hub's answers unchanged.
+        wait_until("every missed product behind the tampering proxy",
+                   lambda: holds(tampered, missed), 60, feed, sites)
+        wait_until("no number missing behind the tampering proxy", lambda: (
+            (tampered.read_status() or {}).get("sequences") and missing_sessions(tampered) == 0),
             20, feed, sites)
+        wait_until("the victim refused two indexes", lambda: refused(victim, "untrusted_key") >= 2,
+                   20, feed, sites)
 
         # The product server by hand: /data/NAME, HEAD, 404, no plain HTTP.
         ctx = ssl.create_default_context(cafile=ca)
-        url = "https://127.0.0.1:%d/" % port
-        with urllib.request.urlopen(url + "data/obs/m0.bufr", context=ctx, timeout=10) as r:
+        with urllib.request.urlopen(hub_url + "data/obs/m0.bufr", context=ctx, timeout=10) as r:
             check(r.read() == v2, "/data/obs/m0.bufr is not the newest version")
-        req = urllib.request.Request(url + "data/obs/m1.bufr", method="HEAD")
+        req = urllib.request.Request(hub_url + "data/obs/m1.bufr", method="HEAD")
         with urllib.request.urlopen(req, context=ctx, timeout=10) as r:
             check(int(r.headers["Content-Length"]) == 37_000, "HEAD: Content-Length %s"
                   % r.headers["Content-Length"])
             check(r.read() == b"", "HEAD carried a body")
         try:
-            urllib.request.urlopen(url + "catch-up/obs/999?nonce=00", context=ctx, timeout=10)
+            urllib.request.urlopen(hub_url + "catch-up/obs/999?nonce=00", context=ctx, timeout=10)
             check(False, "an unknown number was answered")
         except urllib.error.HTTPError as e:
             check(e.code == 404, "unknown number: HTTP %d" % e.code)
@@ -313,48 +381,52 @@ heartbeat = "2s"
         except (urllib.error.URLError, ConnectionError, http.client.HTTPException):
             pass
         check(feed.alive(), "mcdist-feed died")
-    finally:
         for d in sites:
             d.stop()
-        if feed:
-            feed.stop()
-        if mitm:
-            mitm.shutdown()
 
-    # The one-way site: journal, actions, no transmission, nothing missing.
-    st = oneway.read_status()
-    log("oneway: catch_up %s; datagrams_sent %d; sequences %s"
-        % (st.get("catch_up"), st["datagrams_sent"], st.get("sequences")))
-    check(st["datagrams_sent"] == 0, "the one-way site sent %d datagrams" % st["datagrams_sent"])
-    check(missing_sessions(oneway) == 0, "the one-way site still misses numbers")
-    db = sqlite3.connect("file:%s?mode=ro" % os.path.join(roots["oneway"], "temp", "journal.db"),
-                         uri=True)
-    rows = db.execute("SELECT relpath, sha256, sender_key FROM deliveries").fetchall()
-    db.close()
-    for name, h in missed.items():
-        mine = [r for r in rows if r[0] == name and r[1] == h]
-        check(len(mine) == 1, "%s: %d journal rows of its newest version" % (name, len(mine)))
-        check(mine[0][2] == hub_pub, "%s: sender_key %r, not the hub's key" % (name, mine[0][2]))
-    check(not any(r[0] == "obs/m0.bufr" and r[1] == v1_digest for r in rows),
-          "the older version of obs/m0.bufr was delivered")
-    with open(os.path.join(base, "ingest.oneway")) as f:
-        ran = f.read().split()
-    for name in missed:
-        check(ran.count(name) == 1, "the action ran %d times for %s" % (ran.count(name), name))
+        # The one-way site: journal, actions, no transmission, nothing missing.
+        st = oneway.read_status()
+        log("oneway: catch_up %s; datagrams_sent %d; sequences %s"
+            % (st.get("catch_up"), st["datagrams_sent"], st.get("sequences")))
+        check(st["datagrams_sent"] == 0, "the one-way site sent %d datagrams"
+              % st["datagrams_sent"])
+        check(missing_sessions(oneway) == 0, "the one-way site still misses numbers")
+        check(not (st.get("catch_up") or {}).get("refused"),
+              "the one-way site refused %s" % st["catch_up"].get("refused"))
+        check_journal(roots["oneway"], missed, older, hub_pub, "oneway")
+        with open(os.path.join(base, "ingest.oneway")) as f:
+            ran = f.read().split()
+        for name in missed:
+            check(ran.count(name) == 1, "the action ran %d times for %s" % (ran.count(name), name))
 
-    # The victim: refused, nothing stored, nothing downloaded from the man in the middle.
-    vst = victim.read_status()
-    vlog = victim.log_text()
-    log("victim: catch_up %s; man in the middle saw %s" % (vst.get("catch_up"), mitm_seen))
-    check("untrusted_key" in vlog, "the victim's log does not name the refused key")
-    check(mitm_seen["index"] >= 2 and mitm_seen["products"] == 0,
-          "the man in the middle saw %s" % mitm_seen)
-    for name in list(missed) + ["obs/evil.bufr"]:
-        check(not os.path.exists(os.path.join(victim.dest, name)),
-              "the victim stored %s" % name)
-    check(missing_sessions(victim) > 0, "the victim counts nothing missing")
-    check(vst["datagrams_sent"] == 0, "the victim sent datagrams")
-    log("PASS: catch-up over HTTPS of a one-way site; a forged index refused")
+        # Behind the tampering proxy: each alteration refused once, with its reason, and every
+        # product delivered once, as the hub signed it.
+        tst = tampered.read_status()
+        log("tampered: catch_up %s; the proxy passed %s" % (tst.get("catch_up"), proxy_seen))
+        check(refused(tampered, "bad_signature") == 1,
+              "bad_signature refusals: %d" % refused(tampered, "bad_signature"))
+        check(refused(tampered, "sha256_mismatch") == 1,
+              "sha256_mismatch refusals: %d" % refused(tampered, "sha256_mismatch"))
+        check(tst["datagrams_sent"] == 0, "the site behind the proxy sent datagrams")
+        check_journal(roots["tampered"], missed, older, hub_pub, "tampered")
+
+        # The victim: refused, nothing stored, nothing downloaded from the man in the middle.
+        vst = victim.read_status()
+        log("victim: catch_up %s; man in the middle saw %s" % (vst.get("catch_up"), mitm_seen))
+        check("untrusted_key" in victim.log_text(), "the victim's log does not name the reason")
+        check(mitm_seen["index"] >= 2 and mitm_seen["products"] == 0,
+              "the man in the middle saw %s" % mitm_seen)
+        for name in list(missed) + ["obs/evil.bufr"]:
+            check(not os.path.exists(os.path.join(victim.dest, name)),
+                  "the victim stored %s" % name)
+        check(missing_sessions(victim) > 0, "the victim counts nothing missing")
+        check(vst["datagrams_sent"] == 0, "the victim sent datagrams")
+    finally:
+        for srv in servers:
+            srv.shutdown()
+        stop_all(base, feed, sites)
+    log("PASS: catch-up over HTTPS of a one-way site; a forged index, an altered index and an "
+        "altered product refused")
     return 0
 
 
