@@ -1,6 +1,6 @@
 #include "common/catch_up_index.hpp"
 
-#include <catch2/catch_test_macros.hpp>
+#include <catch2/catch.hpp>
 
 #include <cstring>
 
@@ -12,8 +12,8 @@ namespace {
 const std::array<std::uint8_t, nonce_bytes> the_nonce = {1, 2,  3,  4,  5,  6,  7,  8,
                                                          9, 10, 11, 12, 13, 14, 15, 16};
 
-index sample() {
-  index ix;
+catch_up::index sample() {
+  catch_up::index ix;
   ix.channel = "obs";
   ix.seq = 7;
   ix.nonce.assign(the_nonce.begin(), the_nonce.end());
@@ -33,7 +33,7 @@ index sample() {
   return ix;
 }
 
-refusal open(const std::string& bytes, const expectation& want, index& out,
+refusal open(const std::string& bytes, const expectation& want, catch_up::index& out,
              std::optional<crypto::key32>& signer) {
   return open_index(std::as_bytes(std::span(bytes.data(), bytes.size())), want, out, signer);
 }
@@ -54,7 +54,7 @@ TEST_CASE("a signed index opens with its signer and every product", "[catch_up]"
   const auto hub = crypto::generate_identity();
   const std::vector<crypto::key32> trusted{hub.public_key};
   const auto bytes = encode_index(sample(), &hub);
-  index got;
+  catch_up::index got;
   std::optional<crypto::key32> signer;
   REQUIRE(open(bytes, expect(trusted), got, signer) == refusal::none);
   REQUIRE(signer == hub.public_key);
@@ -79,7 +79,7 @@ TEST_CASE("an index signed by another key, or altered, is refused", "[catch_up]"
   const auto hub = crypto::generate_identity();
   const auto other = crypto::generate_identity();
   const std::vector<crypto::key32> trusted{hub.public_key};
-  index got;
+  catch_up::index got;
   std::optional<crypto::key32> signer;
   // A man in the middle with a key of its own.
   CHECK(open(encode_index(sample(), &other), expect(trusted), got, signer) ==
@@ -111,7 +111,7 @@ TEST_CASE("an unsigned index is taken only by a channel without trusted senders"
   crypto::init();
   const auto hub = crypto::generate_identity();
   const std::vector<crypto::key32> trusted{hub.public_key};
-  index got;
+  catch_up::index got;
   std::optional<crypto::key32> signer;
   const auto plain = encode_index(sample(), nullptr);
   CHECK(open(plain, expect(trusted), got, signer) == refusal::unsigned_index);
@@ -127,7 +127,7 @@ TEST_CASE("an index for another nonce, number or channel is refused", "[catch_up
   const auto hub = crypto::generate_identity();
   const std::vector<crypto::key32> trusted{hub.public_key};
   const auto bytes = encode_index(sample(), &hub);
-  index got;
+  catch_up::index got;
   std::optional<crypto::key32> signer;
   auto e = expect(trusted);
   auto nonce = the_nonce;
@@ -151,7 +151,7 @@ TEST_CASE("a truncated or oversized index is refused", "[catch_up]") {
   const auto hub = crypto::generate_identity();
   const std::vector<crypto::key32> trusted{hub.public_key};
   const auto bytes = encode_index(sample(), &hub);
-  index got;
+  catch_up::index got;
   std::optional<crypto::key32> signer;
   for (std::size_t n = 0; n < bytes.size(); ++n) {
     const auto r = open(bytes.substr(0, n), expect(trusted), got, signer);
@@ -166,7 +166,7 @@ TEST_CASE("products with bad names, digests, sizes or paths are refused", "[catc
   crypto::init();
   const auto hub = crypto::generate_identity();
   const std::vector<crypto::key32> trusted{hub.public_key};
-  index got;
+  catch_up::index got;
   std::optional<crypto::key32> signer;
   auto with = [&](auto change) {
     auto ix = sample();

@@ -27,7 +27,7 @@ namespace {
 constexpr std::array<std::uint8_t, nonce_bytes> fuzz_nonce = {
     0x6d, 0x63, 0x64, 0x69, 0x73, 0x74, 0x20, 0x66, 0x75, 0x7a, 0x7a, 0x20, 0x6e, 0x6f, 0x6e, 0x63};
 
-void check_index(const index& ix, const expectation& want) {
+void check_index(const catch_up::index& ix, const expectation& want) {
   if (ix.products.size() > max_products) std::abort();
   std::set<std::string> names;
   for (const auto& p : ix.products) {
@@ -37,7 +37,7 @@ void check_index(const index& ix, const expectation& want) {
     }
   }
   const auto again = encode_index(ix, nullptr);
-  index back;
+  catch_up::index back;
   std::optional<crypto::key32> signer;
   if (open_index(std::as_bytes(std::span(again.data(), again.size())), want, back, signer) !=
           refusal::none ||
@@ -62,7 +62,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   want.channel = "obs";
   want.seq = 7;
   want.nonce = fuzz_nonce;
-  index ix;
+  catch_up::index ix;
   std::optional<crypto::key32> signer;
   if (open_index(bytes, want, ix, signer) == refusal::none) {
     if (signer) std::abort();
