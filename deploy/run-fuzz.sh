@@ -31,7 +31,7 @@ case "${1:-}" in
 esac
 jobs=${MCDIST_FUZZ_JOBS:-1}
 # shellcheck disable=SC2206  # word splitting of the list is the point
-targets=(${MCDIST_FUZZ_TARGETS:-wire receiver sender unicast_frame checkpoint sequences replay_cache config auth sctp_probe})
+targets=(${MCDIST_FUZZ_TARGETS:-wire receiver sender unicast_frame checkpoint sequences replay_cache config auth sctp_probe catch_up_index})
 
 cxx=$(command -v clang++ || command -v clang++-14 || true)
 cc=$(command -v clang || command -v clang-14 || true)

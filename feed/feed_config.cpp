@@ -425,7 +425,8 @@ feed_config from_table(const toml::table& t, const std::string& source) {
   const table_reader r(t, "", source,
                        {"interface", "key", "site_keys", "rate", "rate_max", "journal",
                         "retention", "retained", "control_socket", "control_group", "http",
-                        "channel", "wis2", "wis2_input", "wis2_dedupe_window", "cluster"});
+                        "products_http", "products_tls_cert", "products_tls_key", "channel",
+                        "wis2", "wis2_input", "wis2_dedupe_window", "cluster"});
   feed_config c;
   const auto itf = r.required_string("interface", "\"10.0.0.5\" or \"eth1\"");
   const auto a = net::parse_interface(itf);
@@ -476,6 +477,27 @@ feed_config from_table(const toml::table& t, const std::string& source) {
     } catch (const std::invalid_argument& e) {
       r.fail("http", std::string("= ") + e.what());
     }
+  }
+  if (auto v = r.string("products_http")) {
+    // Port 0 (any free port, logged at start) is for tests, as for http.
+    const bool any_port = v->size() > 2 && v->ends_with(":0");
+    const auto e = any_port ? parse_endpoint(std::string_view(*v).substr(0, v->size() - 2), 0)
+                            : parse_endpoint(*v);
+    if (!e || e->is_multicast()) {
+      r.fail("products_http", "= \"" + *v +
+                                  "\" is not a local ADDR:PORT to serve products on (e.g. "
+                                  "\"0.0.0.0:9613\")");
+    }
+    c.products_http = e;
+  }
+  if (auto v = r.string("products_tls_cert")) c.products_tls_cert = *v;
+  if (auto v = r.string("products_tls_key")) c.products_tls_key = *v;
+  if (c.products_tls_cert.empty() != c.products_tls_key.empty()) {
+    r.fail(c.products_tls_cert.empty() ? "products_tls_key" : "products_tls_cert",
+           "needs both products_tls_cert and products_tls_key (PEM files)");
+  }
+  if (!c.products_tls_cert.empty() && !c.products_http) {
+    r.fail("products_tls_cert", "needs products_http = \"ADDR:PORT\"");
   }
 
   {

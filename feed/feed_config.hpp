@@ -184,6 +184,14 @@ struct feed_config {
   /// 127.0.0.1:default_http_port: status stays on the host unless the operator opens it.
   std::optional<endpoint> http = http::loopback_status_address(default_http_port);
   bool http_explicit = false;  ///< `http` was set: an address in use is then an error
+  /// `products_http`: the product server (feed/product_server.hpp) for one-way sites' catch-up
+  /// over a terrestrial path and WIS2 links: /catch-up/, /products/, /data/. std::nullopt:
+  /// off (the default: it serves products, so the operator chooses where).
+  std::optional<endpoint> products_http;
+  /// `products_tls_cert`, `products_tls_key`: PEM certificate chain and its private key; the
+  /// product server then speaks HTTPS only. Both or neither.
+  std::filesystem::path products_tls_cert;
+  std::filesystem::path products_tls_key;
   std::vector<channel_config> channels;
   /// `[wis2]`: a WIS2 Notification Message per product once the batch session that sent it
   /// ended (common/wis2/wis2_publisher.hpp; README "WIS2 notifications"). nullopt: none.

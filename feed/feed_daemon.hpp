@@ -140,6 +140,9 @@ class feed_daemon {
   /// True when this hub shares its journal with others (PostgreSQL) and sends a channel only
   /// while it holds its lease.
   bool clustered() const noexcept { return m_keeper != nullptr; }
+  /// The hub's key (std::nullopt: unsigned sessions). Read once at construction and never
+  /// changed (a reload keeps it), so the product server takes a copy.
+  const std::optional<crypto::identity>& identity() const noexcept { return m_identity; }
 
   /// Counters, sites and recent products since the start, for the status port (feed_http).
   const feed_board& board() const noexcept { return m_board; }

@@ -321,6 +321,14 @@ class hub_journal {
   std::vector<product> products_of_seqs(std::string_view channel, std::uint64_t from,
                                         std::uint64_t to);
 
+  /// True when the batch session `seq` (> 0) of `channel` is journaled and has ended: its
+  /// products' states are final (the product server's catch-up index answers only for those).
+  virtual bool batch_session_ended(std::string_view channel, std::uint64_t seq) = 0;
+
+  /// The newest retained, sent version of `name` on `channel` (highest id), or std::nullopt.
+  virtual std::optional<product> newest_retained(std::string_view channel,
+                                                 std::string_view name) = 0;
+
   /// Retained, sent products matching every condition of the filter, ordered by seq then id.
   virtual std::vector<product> find_products(const product_filter& f) = 0;
 

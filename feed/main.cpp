@@ -13,6 +13,7 @@
 #include "feed/feed_config.hpp"
 #include "feed/feed_daemon.hpp"
 #include "feed/feed_http.hpp"
+#include "feed/product_server.hpp"
 #include "sender/io/block_reader.hpp"
 
 #include <CLI/CLI.hpp>
@@ -53,6 +54,12 @@ CONFIGURATION (TOML, --config):
   control_socket = "/run/mcdist-feed/control.sock"   mcdistctl's socket
   control_group = "mcdist-operators"                 group allowed on it besides this user
   http = "127.0.0.1:9612"           status page, /status and /metrics (default; "off" disables)
+  products_http = "0.0.0.0:9613"    optional: the product server for one-way sites' catch-up
+                                    over a terrestrial path and WIS2 links (off by default):
+                                    GET /catch-up/CHANNEL/SEQ?nonce=HEX (an index signed by
+                                    key), /products/ID/NAME, /data/NAME (newest version)
+  products_tls_cert = "/etc/mcdist/hub.crt"   PEM certificate chain: HTTPS only (with
+  products_tls_key = "/etc/mcdist/hub.tls.key" its PEM key; without both: plain HTTP)
 
   [cluster]                         with a PostgreSQL journal: this hub among several
   hub = "hub-a"                     its name, unique in the cluster (default: the host name)
@@ -122,6 +129,13 @@ serves a status page for a person at /, a JSON document at /status and Prometheu
 /metrics (mcdist_feed_products_sent_total{channel}, mcdist_sender_site_rtt_seconds{site}, ...).
 A default port already taken is a warning; an explicit one is an error (exit 1).
 
+CATCH-UP OVER HTTP(S): with products_http, a one-way site (mcdistd, silent = true and
+catch_up_url) that missed batch session SEQ of a channel fetches its index and downloads each
+product it lacks. The index lists the products of SEQ still retained and not superseded by a
+newer version, with size, mtime, mode and SHA-256, echoes the site's nonce and is signed with
+key ("mcdist v2 catch-up index"). Files are read only from retained, without following links.
+At most 16 downloads at once (503 beyond), 64 connections, 30 s without progress ends one.
+
 SIGNALS: SIGTERM/SIGINT end the running sessions (the sites are told), record their state in
 the journal and exit 0; the next start sends the interrupted batches again. SIGHUP reopens the
 log file and reloads --config: the file is checked first (an invalid one is logged and changes
@@ -129,8 +143,8 @@ nothing). Channels are matched by name: an added channel's spools are watched an
 removed one starts no new session (the session under way finishes, its queued products stay in
 the journal) and its spools are no longer watched; a kept channel's new priority, share, cap,
 batching, group, receivers, after and spools apply from its next batch. site_keys, the [wis2]
-hook and retention are re-read; interface, key, rate, journal, retained_dir, control_socket and
-http need a restart (logged, kept). A one-line summary is logged and
+hook and retention are re-read; interface, key, rate, journal, retained_dir, control_socket,
+http and products_http need a restart (logged, kept). A one-line summary is logged and
 mcdist_feed_config_reloads_total{result} counts reloads. Under systemd (Type=notify) READY=1 follows the start-up scan, WATCHDOG=1 is sent
 every half WatchdogSec from the event loop, STOPPING=1 on SIGTERM.
 
@@ -251,6 +265,28 @@ int main(int argc, char** argv) {
     }
     mcdist::feed::feed_daemon daemon(io, cfg, log);
     mcdist::feed::feed_http status_port(io, cfg, daemon, ring, log);
+    std::unique_ptr<mcdist::feed::product_server> products;
+    if (cfg.products_http) {
+      mcdist::feed::product_server_options po;
+      po.at = *cfg.products_http;
+      po.journal = cfg.journal;
+      po.retained_dir = cfg.retained_dir;
+      // Encrypted channels' products are for their pinned sites only, and the product server
+      // does not authenticate clients: it never serves them.
+      for (const auto& c : cfg.channels) {
+        if (!c.encrypt) po.channels.push_back(c.name);
+      }
+      po.key = daemon.identity();
+      po.tls_cert = cfg.products_tls_cert;
+      po.tls_key = cfg.products_tls_key;
+      if (po.tls_cert.empty()) {
+        log->warn(
+            "products_http without products_tls_cert/products_tls_key: products and catch-up "
+            "indexes are served over plain HTTP (readable on the path; the indexes' signatures "
+            "still protect their integrity)");
+      }
+      products = std::make_unique<mcdist::feed::product_server>(std::move(po), log);
+    }
     mcdist::feed::daemon_handler handler(daemon, io);
     std::unique_ptr<mcdist::feed::control_server> control;
     if (!cfg.control_socket.empty()) {
@@ -299,6 +335,7 @@ int main(int argc, char** argv) {
         (void)notifier.stopping();
         if (control) control->stop();
         status_port.stop();
+        if (products) products->stop();
         daemon.stop([&] {
           watchdog.cancel();
           signals.cancel();
@@ -311,6 +348,7 @@ int main(int argc, char** argv) {
     wait_signal();
     daemon.start();
     status_port.start();
+    if (products) products->start();
     log->info("mcdist-feed: {} channel{} at {} in total, journal {}", cfg.channels.size(),
               cfg.channels.size() == 1 ? "" : "s",
               mcdist::format_rate(static_cast<double>(cfg.rate_bps)),

@@ -454,6 +454,24 @@ bool pg_journal::superseded(const product& p) {
              .rows() > 0;
 }
 
+bool pg_journal::batch_session_ended(std::string_view channel, std::uint64_t seq) {
+  return m_c.exec(
+                "SELECT 1 FROM sessions WHERE channel = $1 AND seq = $2 AND kind = 'batch' AND "
+                "ended IS NOT NULL",
+                pg::params().add(channel).add(as_i64(seq)))
+             .rows() > 0;
+}
+
+std::optional<product> pg_journal::newest_retained(std::string_view channel,
+                                                   std::string_view name) {
+  const auto r = m_c.exec(select_products("FROM products p WHERE p.channel = $1 AND p.name = $2 "
+                                          "AND p.state = 'sent' AND p.retained_path IS NOT NULL "
+                                          "ORDER BY p.id DESC LIMIT 1"),
+                          pg::params().add(channel).add(name));
+  if (r.rows() == 0) return std::nullopt;
+  return read_product(r, 0);
+}
+
 std::vector<product> pg_journal::find_products(const product_filter& f) {
   pg::params ps;
   ps.add(f.channel);

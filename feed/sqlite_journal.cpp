@@ -443,6 +443,25 @@ bool sqlite_journal::superseded(const product& p) {
   return st.step();
 }
 
+bool sqlite_journal::batch_session_ended(std::string_view channel, std::uint64_t seq) {
+  auto st = m_db.prepare(
+      "SELECT 1 FROM sessions WHERE channel = ?1 AND seq = ?2 AND kind = 'batch' AND ended IS "
+      "NOT NULL");
+  st.bind(1, channel).bind(2, as_i64(seq));
+  return st.step();
+}
+
+std::optional<product> sqlite_journal::newest_retained(std::string_view channel,
+                                                       std::string_view name) {
+  auto st = m_db.prepare(std::string("SELECT ") + std::string(product_columns) +
+                         " FROM products p WHERE p.channel = ?1 AND p.name = ?2 AND p.state = "
+                         "'sent' AND p.retained_path IS NOT NULL ORDER BY p.id DESC LIMIT 1");
+  st.bind(1, channel).bind(2, name);
+  auto v = read_products(st);
+  if (v.empty()) return std::nullopt;
+  return std::move(v.front());
+}
+
 std::vector<product> sqlite_journal::find_products(const product_filter& f) {
   auto st =
       m_db.prepare(std::string("SELECT ") + std::string(product_columns) +

@@ -61,6 +61,8 @@ Settings come from --config FILE (TOML) and are overridden by options on the com
   trusted_senders = ["/etc/mcdist/hub.pub"]  # optional, else the top-level list
   # allow_unsigned = true                # optional, else the top-level setting
   silent = false                         # true: a one-way link, never transmit (see below)
+  catch_up_url = "https://hub:9613/"     # silent channels: fetch missed sessions over HTTP(S)
+  catch_up_ca = "/etc/mcdist/hub-ca.pem" # the hub certificate's CA (default: the system's)
   [[channel.action]]                     # optional: a WIS2 notification per stored file
   type = "wis2"
   broker = "mqtt://127.0.0.1:1883"
@@ -99,6 +101,12 @@ REGISTER, NAK, COMPLETE, key request or unicast fallback. It delivers the files 
 from the multicast passes and parity alone and, when the session ends, records each file it
 could not complete (log, status page, files_incomplete) for a catch-up over another path.
 Signed silent sessions are checked by the signed manifest's SHA-256 per file, not per block.
+With catch_up_url, a silent channel fetches each session number its heartbeats say it missed
+from the hub's product server (mcdist-feed products_http) over a terrestrial path: an index
+signed by the channel's trusted sender (for this request's random nonce), then every product
+it does not hold, with libcurl on worker threads; each file is checked (size, SHA-256),
+delivered like a multicast one (never over a newer version), journaled with the hub's key and
+its actions run. Failures are logged with the URL and retried after 2 s, doubling to 5 min.
 
 Under systemd (Type=notify) mcdistd reports READY=1 once its sockets are bound, WATCHDOG=1
 every half WatchdogSec= and STOPPING=1 on SIGTERM.

@@ -235,7 +235,8 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
 }
 
 daemon::~daemon() {
-  m_unicast.clear();  // clients end without calling back
+  m_unicast.clear();          // clients end without calling back
+  m_catch_up_client.reset();  // aborts transfers, joins its threads
   // The store drains its queues and joins its threads before the engine goes.
   m_store.reset();
   m_engine.reset();

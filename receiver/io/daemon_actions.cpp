@@ -92,7 +92,7 @@ void daemon::journal_intents(std::span<const pending_rename> intents) {
   m_journal->record_intents(rows);
 }
 
-void daemon::journal_delivery(const file_outcome& o) {
+void daemon::journal_delivery(const file_outcome& o, const std::string* key) {
   if (!m_journal || o.channel >= m_cfg.channels.size()) return;
   const auto& ch = m_cfg.channels[o.channel];
   try {
@@ -111,7 +111,7 @@ void daemon::journal_delivery(const file_outcome& o) {
     d.session = fmt::format("{}", o.session);
     // The pinned trusted sender key that verified the session ("mcdist-ed25519:BASE64", as in
     // trusted_senders); "" (NULL in the journal) for an unsigned session.
-    d.sender_key = sender_key(o.session);
+    d.sender_key = key ? *key : sender_key(o.session);
     d.delivered_at = std::chrono::system_clock::now();
     auto names = m_actions->matching(d.channel, d.relpath);
     if (m_unjournaled.empty()) boost::asio::post(m_io, [this] { flush_deliveries(); });

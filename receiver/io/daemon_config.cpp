@@ -464,6 +464,27 @@ daemon_config from_table(const toml::table& t, const std::string& source) {
         ch.trusted_senders = default_trusted;
       }
       if (auto n = (*ct)["silent"]) ch.silent = bool_setting(n, key + ".silent");
+      if (auto n = (*ct)["catch_up_url"]) {
+        ch.catch_up_url = require_type<std::string>(*n.node(), key + ".catch_up_url", "a string");
+        if (!(ch.catch_up_url.starts_with("https://") || ch.catch_up_url.starts_with("http://")) ||
+            ch.catch_up_url.find_first_of(" \t\r\n?#") != std::string::npos) {
+          throw config_error("'" + key + ".catch_up_url' = \"" + ch.catch_up_url +
+                             "\" must be an https:// (or http://) URL of the hub's product "
+                             "server, e.g. \"https://hub.example.org:9613/\"");
+        }
+        if (!ch.catch_up_url.ends_with("/")) ch.catch_up_url += '/';
+        if (!ch.silent) {
+          throw config_error("'" + key +
+                             ".catch_up_url' needs silent = true: a channel that "
+                             "may transmit is caught up by the hub's multicast catch-up");
+        }
+      }
+      if (auto n = (*ct)["catch_up_ca"]) {
+        ch.catch_up_ca = require_type<std::string>(*n.node(), key + ".catch_up_ca", "a string");
+        if (ch.catch_up_url.empty()) {
+          throw config_error("'" + key + ".catch_up_ca' needs catch_up_url");
+        }
+      }
       ch.allow_unsigned = cfg.allow_unsigned;
       if (auto n = (*ct)["allow_unsigned"]) {
         ch.allow_unsigned = bool_setting(n, key + ".allow_unsigned");

@@ -45,6 +45,16 @@ struct channel_config {
   /// records the others. Sessions a sender marks silent (mcdist-send --silent-passes) are
   /// silent on every channel.
   bool silent = false;
+  /// `catch_up_url = "https://hub:9613/"`: the hub's product server (mcdist-feed
+  /// products_http). A silent channel fetches over it, on a worker thread, every session
+  /// number its heartbeats say it missed: the signed index, then each product it lacks
+  /// (receiver/io/catch_up_client.hpp; docs/design-notes.md "Catch-up over HTTP"). Empty:
+  /// none. Only with silent = true: a channel that may transmit is caught up by the hub's
+  /// multicast catch-up after its gap report.
+  std::string catch_up_url;
+  /// `catch_up_ca = FILE`: PEM certificates the hub's TLS certificate must chain to (a private
+  /// CA); empty: the system's CA store.
+  std::filesystem::path catch_up_ca;
   /// `source = "ADDR"`: join (source, group) only (parse_source): the kernel delivers no
   /// datagram to the group from another host. nullopt: any-source.
   std::optional<endpoint> source;

@@ -66,12 +66,17 @@ void daemon::on_heartbeat(std::size_t index, std::span<const std::byte> d, const
   std::vector<wire::seq_span> running;
   for (const auto& r : m.running()) running.emplace_back(r.first(), r.last());
   const auto rep = m_engine->sequences().on_heartbeat(m.channel(), source, m.newest_seq(), running);
+  if (ch.silent && !ch.catch_up_url.empty()) {
+    // Also with nothing missing: numbers caught up another way are forgotten.
+    note_missing(index, m.channel(), source, signer, rep.missing);
+  }
   if (rep.missing.empty()) return;
   std::uint64_t missed = 0;
   for (const auto& [first, last_seq] : rep.missing) missed += last_seq - first + 1;
   if (ch.silent) {
-    m_log->debug("channel {}: the hub's newest session is {}; {} missed, recorded (silent)",
-                 ch.name, m.newest_seq(), missed);
+    m_log->debug("channel {}: the hub's newest session is {}; {} missed, recorded (silent{})",
+                 ch.name, m.newest_seq(), missed,
+                 ch.catch_up_url.empty() ? "" : "; fetched from " + ch.catch_up_url);
     return;
   }
   wire::gap_report r;

@@ -98,6 +98,10 @@ struct file_store::impl {
                     std::span<const std::byte> data);
   void recover(session_id session, recovery_request request);
   void on_results(std::vector<internal_result>& results);
+  void deliver_file(file_key key, std::uint32_t channel, file_spec spec, std::string temp_path,
+                    const sha256_digest& expected, std::function<void(store_result)> done);
+  /// deliver_file's callbacks by handle (their results bypass m_front and on_stored).
+  std::unordered_map<std::uint64_t, std::function<void(store_result)>> m_delivered;
   void post_results(std::vector<internal_result> results);
 
   /// The network thread's view of a begun file.
@@ -281,8 +285,47 @@ void file_store::impl::recover(session_id session, recovery_request request) {
   m_writer.push(std::move(j));
 }
 
+void file_store::impl::deliver_file(file_key key, std::uint32_t channel, file_spec spec,
+                                    std::string temp_path, const sha256_digest& expected,
+                                    std::function<void(store_result)> done) {
+  const std::uint64_t handle = m_next_handle++;
+  const auto& roots = m_ctx.cfg.dest_roots;
+  std::error_code ec = check_relative_path(spec.relative_path);
+  if (channel < roots.size()) {
+    spec.dest_root = roots[channel];
+  } else if (!ec) {
+    ec = std::make_error_code(std::errc::invalid_argument);
+  }
+  if (ec) {
+    ::unlink(temp_path.c_str());
+    m_ctx.counters.files_failed.fetch_add(1, std::memory_order_relaxed);
+    store_result r;
+    r.key = key;
+    r.ec = ec;
+    r.detail = fmt::format("\"{}\" refused: {}; not stored", spec.relative_path, ec.message());
+    m_post([done = std::move(done), r = std::move(r)]() mutable { done(std::move(r)); });
+    return;
+  }
+  spec.mode &= 07777u & ~static_cast<std::uint32_t>(S_ISUID | S_ISGID);
+  m_delivered.emplace(handle, std::move(done));
+  fin_file f;
+  f.handle = handle;
+  f.key = key;
+  f.spec = std::move(spec);
+  f.expected = expected;
+  f.temp_path = std::move(temp_path);
+  f.keep_newer = true;
+  m_finalizer.push(fin_job(std::move(f)));
+}
+
 void file_store::impl::on_results(std::vector<internal_result>& results) {
   for (auto& ir : results) {
+    if (const auto d = m_delivered.find(ir.handle); d != m_delivered.end()) {
+      auto done = std::move(d->second);
+      m_delivered.erase(d);
+      if (done) done(std::move(ir.r));
+      continue;
+    }
     auto it = m_front.find(ir.r.key);
     if (it != m_front.end() && it->second.handle == ir.handle) {
       front_file& f = it->second;
@@ -315,6 +358,13 @@ file_store::file_store(storage_config cfg, std::function<void(std::function<void
 
 file_store::~file_store() {
   if (m_impl) m_impl->shutdown();
+}
+
+void file_store::deliver_file(file_key key, std::uint32_t channel, file_spec spec,
+                              std::string temp_path, const sha256_digest& expected,
+                              std::function<void(store_result)> done) {
+  m_impl->deliver_file(key, channel, std::move(spec), std::move(temp_path), expected,
+                       std::move(done));
 }
 
 void file_store::begin_file(file_key key, file_spec spec, bool resume) {

@@ -163,6 +163,21 @@ class file_store final : public storage_port {
   /// The finalize request rides in the current chunk: call flush() to start it now.
   void finalize(file_key key, const sha256_digest& expected) override;
 
+  /// Delivers a file another component wrote whole under temp_dir (the catch-up client's
+  /// download, receiver/io/catch_up_client.hpp) exactly as a received one: the finalizer
+  /// re-reads it and checks its SHA-256 against `expected`, sets mode and mtime, records the
+  /// digest xattr, makes it durable in the group commit, calls before_renames (the delivery
+  /// journal's intent), renames it to dest_roots[channel]/spec.relative_path with the same
+  /// directory walk (parents created, no link below the root followed) and syncs the
+  /// directory. Unlike a session's file it is never renamed over a destination file whose mtime
+  /// is not older than spec.mtime_ns (fails with errc::stale; fin_file::keep_newer). The temp
+  /// file is removed when it fails. spec.dest_root is taken from dest_roots[channel].
+  /// @param key   names the file in its result and the journal's intent (session 0 and a
+  ///              number of the caller's: nothing of a session)
+  /// @param done  receives the result through `post` (not on_stored)
+  void deliver_file(file_key key, std::uint32_t channel, file_spec spec, std::string temp_path,
+                    const sha256_digest& expected, std::function<void(store_result)> done);
+
   /// Forgets a file and deletes its temp file; no store_result follows. No-op for an unknown
   /// file or one already being finalized (its result still comes).
   void discard_file(file_key key) override;

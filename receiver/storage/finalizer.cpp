@@ -2,8 +2,8 @@
 
 #include "common/digest_xattr.hpp"
 #include "common/error.hpp"
-#include "receiver/storage/checkpoint_file.hpp"
 #include "common/path_walk.hpp"
+#include "receiver/storage/checkpoint_file.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -398,6 +398,17 @@ void finalizer::before_renames(std::vector<work>& batch) {
 void finalizer::rename_all(std::vector<work>& batch, dir_cache& dirs) {
   for (auto& w : batch) {
     if (!w.ok) continue;
+    if (w.f->keep_newer) {
+      struct stat st {};
+      if (::fstatat(w.dir_fd, w.leaf.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+          mtime_ns_of(st) >= w.f->spec.mtime_ns) {
+        fail(w, make_error_code(errc::stale),
+             fmt::format("{} is not older than the version offered (mtime {} ns, offered {} "
+                         "ns): an older version never replaces a newer one; left as it is",
+                         w.dest, mtime_ns_of(st), w.f->spec.mtime_ns));
+        continue;
+      }
+    }
     if (int e = m_ctx.io.rename(AT_FDCWD, w.f->temp_path.c_str(), w.dir_fd, w.leaf.c_str(),
                                 &w.f->key)) {
       std::string why;

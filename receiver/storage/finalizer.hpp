@@ -46,6 +46,11 @@ struct fin_file {
   bool fd_counted = false;  ///< fd counts against finalizer::fd_budget
   sha256_hasher hasher;     ///< state after `prefix` bytes
   std::uint64_t prefix = 0;
+  /// Never renamed over a destination file whose mtime is not older than spec.mtime_ns
+  /// (file_store::deliver_file: an older version fetched by catch-up must not replace a newer
+  /// one that a session delivered meanwhile). Checked just before the rename, on this thread,
+  /// where every delivery is renamed: nothing can come in between.
+  bool keep_newer = false;
 };
 /// Save a session's checkpoint (checkpoint_file::save).
 struct fin_checkpoint {

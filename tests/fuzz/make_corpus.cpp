@@ -9,6 +9,7 @@
 /// Run by hand after a wire format change (deploy/run-fuzz.sh --seeds), then commit the files.
 
 #include "common/auth.hpp"
+#include "common/catch_up_index.hpp"
 #include "common/ranges.hpp"
 #include "common/unicast/frame.hpp"
 #include "common/unicast/hello_proof.hpp"
@@ -539,6 +540,38 @@ void sequences_seeds() {
   write_text("sequences", "empty", "mcdist-sequences 1\n");
 }
 
+// --- the hub's catch-up index, as a site reads it (catch_up_index_fuzz's expectation) ---
+
+void catch_up_index_seeds() {
+  catch_up::index ix;
+  ix.channel = "obs";
+  ix.seq = 7;
+  const std::array<std::uint8_t, catch_up::nonce_bytes> nonce = {0x6d, 0x63, 0x64, 0x69, 0x73, 0x74,
+                                                                 0x20, 0x66, 0x75, 0x7a, 0x7a, 0x20,
+                                                                 0x6e, 0x6f, 0x6e, 0x63};
+  ix.nonce.assign(nonce.begin(), nonce.end());
+  ix.hub_unix_ms = 1'796'169'600'000;
+  auto text = [](std::string_view s) { return std::as_bytes(std::span(s.data(), s.size())); };
+  const std::string empty = catch_up::encode_index(ix, nullptr);
+  write("catch_up_index", "empty", text(empty));
+  catch_up::product p;
+  p.name = "obs/a b.bufr";
+  p.size = 20000;
+  p.mtime_ns = 1'700'000'000'000'000'000;
+  p.mode = 0644;
+  p.sha256.fill(0x5a);
+  p.path = "products/12/obs/a%20b.bufr";
+  ix.products.push_back(p);
+  p.name = "grib/\xc3\x9cn.grib2";
+  p.path = "products/13/grib/%C3%9Cn.grib2";
+  ix.products.push_back(p);
+  const std::string two = catch_up::encode_index(ix, nullptr);
+  write("catch_up_index", "two_products", text(two));
+  const auto hub = crypto::generate_identity();
+  const std::string signed_two = catch_up::encode_index(ix, &hub);
+  write("catch_up_index", "signed", text(signed_two));
+}
+
 // --- a site's replay cache (TEMP/replay), then new signed sessions ---
 
 void replay_cache_seeds() {
@@ -933,6 +966,7 @@ int main(int argc, char** argv) {
     receiver_seeds();
     checkpoint_seeds();
     sequences_seeds();
+    catch_up_index_seeds();
     replay_cache_seeds();
     sender_seeds();
     unicast_seeds();
