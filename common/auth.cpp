@@ -153,7 +153,7 @@ std::size_t trailer_size(msg_type t) noexcept {
     case msg_type::digest_list:
     case msg_type::session_end: return crypto::signature_bytes;
     case msg_type::block_digests: return block_digests::trailer_fixed_bytes;  // version 3 only
-    case msg_type::heartbeat: return crypto::signature_bytes;  // common/beacon.hpp
+    case msg_type::heartbeat: return crypto::signature_bytes;                 // common/beacon.hpp
     case msg_type::gap_report: return crypto::key_bytes + crypto::signature_bytes;
   }
   return 0;
@@ -568,9 +568,10 @@ std::optional<std::error_code> receiver_keys::open_block(session_keys* s,
     if (!s->sealed_data) return refuse(m_stats.no_key);
     const auto cipher = signed_part.subspan(wire::data_header_size);
     std::memcpy(m_scratch.data(), d.data(), wire::data_header_size);
-    if (!s->sealed_data->open(data_nonce(d), d.first(wire::data_header_size), cipher,
-                              fixed<crypto::gcm_tag_bytes>(d.last(crypto::gcm_tag_bytes)),
-                              std::span(m_scratch).subspan(wire::data_header_size, cipher.size()))) {
+    if (!s->sealed_data->open(
+            data_nonce(d), d.first(wire::data_header_size), cipher,
+            fixed<crypto::gcm_tag_bytes>(d.last(crypto::gcm_tag_bytes)),
+            std::span(m_scratch).subspan(wire::data_header_size, cipher.size()))) {
       return refuse(m_stats.bad_tag);
     }
     out = std::span<const std::byte>(m_scratch.data(), signed_part.size());
@@ -599,11 +600,10 @@ std::optional<std::error_code> receiver_keys::open_register_reply(session_keys* 
   const std::byte* t = d.data() + d.size() - trailer;
   const auto nonce = fixed<crypto::xchacha_nonce_bytes>(std::span(t, crypto::xchacha_nonce_bytes));
   crypto::key32 k{};
-  if (!crypto::aead_open(
-          s->pairwise, nonce, d.first(d.size() - trailer + nonce.size()),
-          std::span<const std::uint8_t>(u8(t) + nonce.size(),
-                                        crypto::key_bytes + crypto::aead_tag_bytes),
-          k)) {
+  if (!crypto::aead_open(s->pairwise, nonce, d.first(d.size() - trailer + nonce.size()),
+                         std::span<const std::uint8_t>(u8(t) + nonce.size(),
+                                                       crypto::key_bytes + crypto::aead_tag_bytes),
+                         k)) {
     ++m_stats.bad_tag;
     return errc::unauthenticated;
   }

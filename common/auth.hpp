@@ -338,8 +338,8 @@ class receiver_keys {
                        std::span<const std::byte>& out, const endpoint& from);
   /// The same, for a datagram whose common header the caller parsed already (`h`, from
   /// wire::parse_header on `datagram`): the daemons' receive path parses each header once.
-  std::error_code open(const wire::header& h, std::span<const std::byte> datagram,
-                       time_point now, std::span<const std::byte>& out, const endpoint& from);
+  std::error_code open(const wire::header& h, std::span<const std::byte> datagram, time_point now,
+                       std::span<const std::byte>& out, const endpoint& from);
   /// Seals a register_request, nak or complete the core produced for a version-2 session:
   /// `buf` holds `len` bytes with room for max_trailer_bytes more. A datagram of a version-1
   /// session is returned unchanged. @return the new length, or 0 when the session's keys are

@@ -16,7 +16,8 @@ std::size_t encode_signed(std::span<std::byte> out, wire::msg_type type,
                           std::span<const std::uint8_t> extra) {
   const std::size_t trailer = id ? extra.size() + crypto::signature_bytes : 0;
   if (out.size() < trailer) return 0;
-  const std::size_t n = wire::encode_control(out.first(out.size() - trailer), type, session_id{0}, m);
+  const std::size_t n =
+      wire::encode_control(out.first(out.size() - trailer), type, session_id{0}, m);
   if (n == 0 || !id) return n;
   wire::set_version(out, wire::authenticated_version);
   // memcpy's source must not be null, even for 0 bytes (C17 7.24.1): an empty span's may be.
@@ -52,7 +53,8 @@ std::error_code open_heartbeat(std::span<const std::byte> d, std::span<const cry
   if (trusted.empty()) {
     if (v != wire::version) return errc::unauthenticated;
   } else {
-    if (v != wire::authenticated_version || d.size() < wire::header_size + heartbeat_trailer_bytes) {
+    if (v != wire::authenticated_version ||
+        d.size() < wire::header_size + heartbeat_trailer_bytes) {
       return errc::unauthenticated;
     }
     body = d.first(d.size() - heartbeat_trailer_bytes);

@@ -37,7 +37,8 @@ class category final : public std::error_category {
       case errc::path_not_utf8: return "path is not valid UTF-8";
       case errc::replayed: return "session already seen (a replay)";
       case errc::expired: return "session stamped longer ago than max_session_age";
-      case errc::clock_skew: return "session stamped ahead of this host's clock beyond max_clock_skew";
+      case errc::clock_skew:
+        return "session stamped ahead of this host's clock beyond max_clock_skew";
       case errc::unstamped: return "signed session without a timestamp (sender too old)";
       case errc::replay_cache_unwritable: return "the replay cache cannot be written";
       case errc::file_too_large: return "file too large";

@@ -46,8 +46,7 @@ class table_reader {
  public:
   /// @param also more known keys (a group shared by several tables: broker_keys)
   table_reader(const toml::table& t, std::string prefix, std::string source,
-               std::initializer_list<const char*> known,
-               std::span<const char* const> also = {})
+               std::initializer_list<const char*> known, std::span<const char* const> also = {})
       : m_t(t), m_prefix(std::move(prefix)), m_source(std::move(source)) {
     for (const auto& [name, v] : t) {
       const std::string n(name.str());
@@ -172,13 +171,14 @@ constexpr const char* broker_keys[] = {"broker",   "ca_file",  "client_cert",   
                                        "username", "password", "password_file", "tls_insecure"};
 
 /// The broker settings every WIS2 table has (mqtt_broker.hpp), checked, files included.
-mqtt_broker read_broker(const table_reader& r, const std::string& source, const std::string& table) {
+mqtt_broker read_broker(const table_reader& r, const std::string& source,
+                        const std::string& table) {
   mqtt_broker b;
   const auto broker = r.required_string("broker", "\"mqtts://broker.example.org:8883\"");
   const auto u = parse_mqtt_url(broker);
   if (!u) {
-    r.fail("broker", "= \"" + broker +
-                         "\" is not mqtt://HOST[:PORT] or mqtts://HOST[:PORT] (MQTT over TLS)");
+    r.fail("broker",
+           "= \"" + broker + "\" is not mqtt://HOST[:PORT] or mqtts://HOST[:PORT] (MQTT over TLS)");
   }
   b.url = *u;
   if (auto v = r.string("ca_file")) b.ca_file = *v;
@@ -197,16 +197,15 @@ mqtt_broker read_broker(const table_reader& r, const std::string& source, const 
   return b;
 }
 
-
 wis2_input_config parse_wis2_input(const toml::table& t, std::size_t index,
                                    const std::string& source) {
   const std::string table = "wis2_input[" + std::to_string(index) + "]";
-  const table_reader r(t, table + ".", source,
-                       {"name", "topics", "channel", "client_id", "qos", "download_ca_file",
-                        "download_tls_insecure", "max_bytes", "download_timeout", "concurrency",
-                        "retries", "retry_delay", "max_pending", "require_integrity",
-                        "product_name", "name_prefix"},
-                       broker_keys);
+  const table_reader r(
+      t, table + ".", source,
+      {"name", "topics", "channel", "client_id", "qos", "download_ca_file", "download_tls_insecure",
+       "max_bytes", "download_timeout", "concurrency", "retries", "retry_delay", "max_pending",
+       "require_integrity", "product_name", "name_prefix"},
+      broker_keys);
   wis2_input_config w;
   w.name = r.required_string("name", "\"global-broker-a\"");
   if (!valid_channel_name(w.name)) {
@@ -422,11 +421,11 @@ bool inside(const std::filesystem::path& a, const std::filesystem::path& b) {
 }
 
 feed_config from_table(const toml::table& t, const std::string& source) {
-  const table_reader r(t, "", source,
-                       {"interface", "key", "site_keys", "rate", "rate_max", "journal",
-                        "retention", "retained", "control_socket", "control_group", "http",
-                        "products_http", "products_tls_cert", "products_tls_key", "channel",
-                        "wis2", "wis2_input", "wis2_dedupe_window", "cluster"});
+  const table_reader r(
+      t, "", source,
+      {"interface", "key", "site_keys", "rate", "rate_max", "journal", "retention", "retained",
+       "control_socket", "control_group", "http", "products_http", "products_tls_cert",
+       "products_tls_key", "channel", "wis2", "wis2_input", "wis2_dedupe_window", "cluster"});
   feed_config c;
   const auto itf = r.required_string("interface", "\"10.0.0.5\" or \"eth1\"");
   const auto a = net::parse_interface(itf);

@@ -83,11 +83,11 @@ feed_daemon::feed_daemon(boost::asio::io_context& io, feed_config cfg,
                          std::shared_ptr<spdlog::logger> log)
     : m_io(io), m_cfg(std::move(cfg)), m_log(std::move(log)),
       m_journal(is_postgresql(m_cfg.journal.string())
-                    ? std::make_unique<pg_journal>(
-                          m_cfg.journal.string(), false,
-                          std::min<std::chrono::milliseconds>(pg::call_timeout,
-                                                              m_cfg.cluster.margin))
-                    : open_hub_journal(m_cfg.journal.string())), m_expire_timer(io), m_board([this] {
+                    ? std::make_unique<pg_journal>(m_cfg.journal.string(), false,
+                                                   std::min<std::chrono::milliseconds>(
+                                                       pg::call_timeout, m_cfg.cluster.margin))
+                    : open_hub_journal(m_cfg.journal.string())),
+      m_expire_timer(io), m_board([this] {
         std::vector<std::string> names;
         for (const auto& c : m_cfg.channels) names.push_back(c.name);
         return names;

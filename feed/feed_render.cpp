@@ -155,11 +155,10 @@ void render_wis2_input_metrics(http::prometheus_text& p, const nlohmann::json& d
   }
   each("mcdist_feed_wis2_input_products_total", metric_type::counter,
        "Products downloaded, verified and written into their channel's spool.", "delivered");
-  each("mcdist_feed_wis2_input_bytes_total", metric_type::counter,
-       "Bytes of those products.", "delivered_bytes");
+  each("mcdist_feed_wis2_input_bytes_total", metric_type::counter, "Bytes of those products.",
+       "delivered_bytes");
   each("mcdist_feed_wis2_input_retries_total", metric_type::counter,
-       "Download attempts after a failure that may pass (network, timeout, HTTP 5xx).",
-       "retries");
+       "Download attempts after a failure that may pass (network, timeout, HTTP 5xx).", "retries");
   each("mcdist_feed_wis2_input_downloads_active", metric_type::gauge, "Downloads running now.",
        "downloading");
   each("mcdist_feed_wis2_input_downloads_waiting", metric_type::gauge,

@@ -51,8 +51,7 @@ class sqlite_journal final : public hub_journal {
   void site_seen(const site_row& s) override;
   bool superseded(const product& p) override;
   bool batch_session_ended(std::string_view channel, std::uint64_t seq) override;
-  std::optional<product> newest_retained(std::string_view channel,
-                                         std::string_view name) override;
+  std::optional<product> newest_retained(std::string_view channel, std::string_view name) override;
   std::vector<product> find_products(const product_filter& f) override;
   std::vector<history_row> history(std::string_view site, wall_time since,
                                    std::optional<std::string_view> glob = std::nullopt,

@@ -110,7 +110,8 @@ void wis2_input::start(std::vector<wis2_taken> resumed) {
   m_downloader = std::make_unique<http_downloader>(
       std::move(o), [this](download_result r) { on_download(std::move(r)); });
   if (m_cfg.broker.tls_insecure) {
-    m_log->warn("WIS2 input {}: tls_insecure: the broker's certificate is not verified", m_cfg.name);
+    m_log->warn("WIS2 input {}: tls_insecure: the broker's certificate is not verified",
+                m_cfg.name);
   }
   if (m_cfg.download_tls_insecure) {
     m_log->warn("WIS2 input {}: download_tls_insecure: data servers' certificates are not verified",
@@ -127,7 +128,8 @@ void wis2_input::start(std::vector<wis2_taken> resumed) {
     const bool channel_known = std::any_of(m_channels.begin(), m_channels.end(),
                                            [&](const auto& c) { return c.name == t.channel; });
     if (!channel_known || (!t.integrity_method.empty() && !j.integrity)) {
-      m_seen.mark_failed(row, "its channel is no longer configured", std::chrono::system_clock::now());
+      m_seen.mark_failed(row, "its channel is no longer configured",
+                         std::chrono::system_clock::now());
       continue;
     }
     j.taken = std::move(t);
@@ -135,8 +137,8 @@ void wis2_input::start(std::vector<wis2_taken> resumed) {
     submit(row);
   }
   if (!m_jobs.empty()) {
-    m_log->info("WIS2 input {}: {} download{} a stop interrupted resumed", m_cfg.name, m_jobs.size(),
-                m_jobs.size() == 1 ? "" : "s");
+    m_log->info("WIS2 input {}: {} download{} a stop interrupted resumed", m_cfg.name,
+                m_jobs.size(), m_jobs.size() == 1 ? "" : "s");
   }
   mqtt_subscription sub;
   sub.broker = m_cfg.broker;
@@ -258,8 +260,7 @@ void wis2_input::take(const message& m, std::vector<std::int64_t>& to_submit) {
     return;
   }
   if (m_jobs.size() >= m_cfg.max_pending) {
-    refuse("overload", what,
-           std::to_string(m_jobs.size()) + " downloads pending (max_pending)");
+    refuse("overload", what, std::to_string(m_jobs.size()) + " downloads pending (max_pending)");
     return;
   }
   job j;
@@ -338,8 +339,10 @@ void wis2_input::finished(const download_result& r) {
     });
     return;
   }
-  const auto detail = printable(r.detail, 300) + " (" + printable(t.href, 300) + ", data_id " +
-                      printable(t.data_id, 200) + (t.attempts > 1 ? ", after " + std::to_string(t.attempts) + " attempts" : "") + ")";
+  const auto detail =
+      printable(r.detail, 300) + " (" + printable(t.href, 300) + ", data_id " +
+      printable(t.data_id, 200) +
+      (t.attempts > 1 ? ", after " + std::to_string(t.attempts) + " attempts" : "") + ")";
   m_seen.mark_failed(row, reason + ": " + detail, now);
   refuse(reason, "id " + printable(t.notification_id, 80), detail);
   m_jobs.erase(it);
@@ -368,26 +371,28 @@ nlohmann::json wis2_input::status() const {
   const auto downloading = m_downloader ? m_downloader->active() : 0;
   nlohmann::json refused = nlohmann::json::object();
   for (const auto& [reason, n] : m_counters.refused) refused[reason] = n;
-  if (s.too_large) refused["too_large"] = refused.value("too_large", std::uint64_t{0}) + s.too_large;
+  if (s.too_large)
+    refused["too_large"] = refused.value("too_large", std::uint64_t{0}) + s.too_large;
   if (const auto o = m_overload.load()) {
     refused["overload"] = refused.value("overload", std::uint64_t{0}) + o;
   }
   nlohmann::json topics = nlohmann::json::array();
-  for (const auto& t : m_cfg.topics) topics.push_back({{"topic", t.filter}, {"channel", t.channel}});
-  nlohmann::json j = {{"name", m_cfg.name},
-                      {"broker", m_cfg.broker.display()},
-                      {"topics", topics},
-                      {"connected", s.connected},
-                      {"received", s.received},
-                      {"accepted", m_counters.accepted},
-                      {"delivered", m_counters.delivered},
-                      {"delivered_bytes", m_counters.delivered_bytes},
-                      {"duplicates",
-                       {{"id", m_counters.duplicate_id}, {"data_id", m_counters.duplicate_data_id}}},
-                      {"refused", refused},
-                      {"retries", m_counters.retries},
-                      {"downloading", downloading},
-                      {"waiting", m_jobs.size() > downloading ? m_jobs.size() - downloading : 0}};
+  for (const auto& t : m_cfg.topics)
+    topics.push_back({{"topic", t.filter}, {"channel", t.channel}});
+  nlohmann::json j = {
+      {"name", m_cfg.name},
+      {"broker", m_cfg.broker.display()},
+      {"topics", topics},
+      {"connected", s.connected},
+      {"received", s.received},
+      {"accepted", m_counters.accepted},
+      {"delivered", m_counters.delivered},
+      {"delivered_bytes", m_counters.delivered_bytes},
+      {"duplicates", {{"id", m_counters.duplicate_id}, {"data_id", m_counters.duplicate_data_id}}},
+      {"refused", refused},
+      {"retries", m_counters.retries},
+      {"downloading", downloading},
+      {"waiting", m_jobs.size() > downloading ? m_jobs.size() - downloading : 0}};
   if (m_counters.last_delivered) {
     j["last_delivered"] =
         std::chrono::duration<double>(m_counters.last_delivered->time_since_epoch()).count();

@@ -60,11 +60,11 @@ std::string wis2_temp_dir_name(std::string_view input);
 /// Counters of one input since the daemon started (status JSON "wis2_input", /metrics
 /// mcdist_feed_wis2_input_*).
 struct wis2_input_counters {
-  std::uint64_t accepted = 0;         ///< taken for download (journaled pending)
-  std::uint64_t delivered = 0;        ///< products put in the spool
-  std::uint64_t delivered_bytes = 0;  ///< their bytes
-  std::uint64_t retries = 0;          ///< download attempts after a failure
-  std::uint64_t duplicate_id = 0;     ///< dropped: id seen
+  std::uint64_t accepted = 0;           ///< taken for download (journaled pending)
+  std::uint64_t delivered = 0;          ///< products put in the spool
+  std::uint64_t delivered_bytes = 0;    ///< their bytes
+  std::uint64_t retries = 0;            ///< download attempts after a failure
+  std::uint64_t duplicate_id = 0;       ///< dropped: id seen
   std::uint64_t duplicate_data_id = 0;  ///< dropped: data_id taken with a pubtime at or after
   std::map<std::string, std::uint64_t, std::less<>> refused;  ///< by reason word
   std::optional<wall_time> last_delivered;

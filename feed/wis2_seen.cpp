@@ -4,12 +4,9 @@ namespace mcdist::feed {
 
 std::string_view to_string(wis2_verdict v) noexcept {
   switch (v) {
-    case wis2_verdict::duplicate_id:
-      return "id";
-    case wis2_verdict::duplicate_data_id:
-      return "data_id";
-    case wis2_verdict::fresh:
-      break;
+    case wis2_verdict::duplicate_id: return "id";
+    case wis2_verdict::duplicate_data_id: return "data_id";
+    case wis2_verdict::fresh: break;
   }
   return "";
 }
@@ -44,7 +41,10 @@ std::int64_t wis2_seen::accept(const wis2_taken& t, wall_time now) {
   } else {
     st.bind_null(8);
   }
-  st.bind(9, t.integrity_method).bind(10, t.integrity_value).bind(11, t.attempts).bind(12, to_ns(now));
+  st.bind(9, t.integrity_method)
+      .bind(10, t.integrity_value)
+      .bind(11, t.attempts)
+      .bind(12, to_ns(now));
   st.run();
   return m_db.last_insert_rowid();
 }
@@ -88,7 +88,8 @@ std::vector<wis2_taken> wis2_seen::pending() {
     t.channel = st.column_text(5);
     t.name = st.column_text(6);
     t.href = st.column_text(7);
-    if (const auto l = st.column_opt_int64(8); l && *l >= 0) t.length = static_cast<std::uint64_t>(*l);
+    if (const auto l = st.column_opt_int64(8); l && *l >= 0)
+      t.length = static_cast<std::uint64_t>(*l);
     t.integrity_method = st.column_text(9);
     t.integrity_value = st.column_text(10);
     t.attempts = static_cast<std::uint32_t>(st.column_int64(11));

@@ -37,11 +37,11 @@ struct wis2_taken {
   std::int64_t row = 0;         ///< journal row (0 before accept)
   std::string notification_id;  ///< the WNM's id
   std::string data_id;
-  std::int64_t pubtime_ns = 0;  ///< properties.pubtime, ns since the Unix epoch
-  std::string input;            ///< the [[wis2_input]] it came from
-  std::string channel;          ///< the channel it feeds
-  std::string name;             ///< its product name below the channel's spool
-  std::string href;             ///< where it is downloaded from
+  std::int64_t pubtime_ns = 0;          ///< properties.pubtime, ns since the Unix epoch
+  std::string input;                    ///< the [[wis2_input]] it came from
+  std::string channel;                  ///< the channel it feeds
+  std::string name;                     ///< its product name below the channel's spool
+  std::string href;                     ///< where it is downloaded from
   std::optional<std::uint64_t> length;  ///< declared length, bytes
   std::string integrity_method;         ///< WNM word ("sha512"), empty: none given
   std::string integrity_value;          ///< base64, as notified

@@ -310,8 +310,8 @@ std::error_code server_session::fill_record(const record& r, std::vector<std::by
   buf.reserve(seal_overhead + record_header_size + r.length);
   buf.resize(seal_front + record_header_size + r.length);
   write_record_header(std::span(buf).subspan(seal_front), r.file, r.offset, r.length);
-  if (auto ec = m_source.read(r.file, r.offset,
-                                     std::span(buf).subspan(seal_front + record_header_size)))
+  if (auto ec =
+          m_source.read(r.file, r.offset, std::span(buf).subspan(seal_front + record_header_size)))
     return ec;
   return sealer->seal(stream, buf);
 }
@@ -323,8 +323,7 @@ server::server(boost::asio::io_context& io, byte_source& source, server_options 
     : m_state(std::make_shared<server_state>(io, &source, std::move(options), std::move(events))) {}
 
 server::server(boost::asio::io_context& io, server_options options, server_events events)
-    : m_state(
-          std::make_shared<server_state>(io, nullptr, std::move(options), std::move(events))) {}
+    : m_state(std::make_shared<server_state>(io, nullptr, std::move(options), std::move(events))) {}
 
 server::~server() {
   m_state->silent = true;

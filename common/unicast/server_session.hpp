@@ -165,7 +165,7 @@ class server_session : public std::enable_shared_from_this<server_session> {
  private:
   void do_watchdog();
 
-  client_grant m_grant;  ///< a copy: the grant may be withdrawn while we run
+  client_grant m_grant;   ///< a copy: the grant may be withdrawn while we run
   byte_source& m_source;  ///< the grant's files (client_grant::source, else the server's)
   std::uint64_t m_nonce;
   record_scheduler m_scheduler;

@@ -68,8 +68,8 @@ int open_parent(int root, std::string_view target) {
 
 std::string_view to_string(download_error e) noexcept {
   static constexpr std::array<std::string_view, 11> words{
-      "none",     "http_status", "timeout", "connect",  "tls",     "too_big",
-      "length",   "integrity",   "bad_url", "transfer", "local_io"};
+      "none",   "http_status", "timeout", "connect",  "tls",     "too_big",
+      "length", "integrity",   "bad_url", "transfer", "local_io"};
   return words[static_cast<std::size_t>(e)];
 }
 
@@ -277,8 +277,8 @@ void http_downloader::run_transfers() {
         r.detail = "larger than max_bytes (" + std::to_string(t->job.max_bytes) + ")";
       } else if (t->cut_length) {
         r.error = download_error::length;
-        r.detail = "longer than the notification's length " +
-                   std::to_string(*t->job.expected_length);
+        r.detail =
+            "longer than the notification's length " + std::to_string(*t->job.expected_length);
       } else if (t->write_errno) {
         r.error = download_error::local_io;
         r.retryable = retryable_errno(t->write_errno);
@@ -351,10 +351,9 @@ void http_downloader::run_finisher() {
       // done once it is there, so the product must survive a crash from then on.
       int fail = 0;
       const char* what = "";
-      const struct timespec times[2] = {
-          {0, UTIME_OMIT},
-          {static_cast<time_t>(t->job.mtime_ns / 1'000'000'000),
-           static_cast<long>(t->job.mtime_ns % 1'000'000'000)}};
+      const struct timespec times[2] = {{0, UTIME_OMIT},
+                                        {static_cast<time_t>(t->job.mtime_ns / 1'000'000'000),
+                                         static_cast<long>(t->job.mtime_ns % 1'000'000'000)}};
       if (::futimens(t->file.get(), times) != 0) {
         fail = errno;
         what = "setting its mtime";

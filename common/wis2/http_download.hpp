@@ -43,14 +43,14 @@ struct download_job {
   std::string url;       ///< acceptable_download_url
   std::uint64_t max_bytes = 0;
   std::optional<std::uint64_t> expected_length;  ///< the notification's links[].length
-  std::optional<wnm_integrity> integrity;         ///< checked before the product is put in place
+  std::optional<wnm_integrity> integrity;        ///< checked before the product is put in place
   /// The directory the product goes below (a spool), opened O_DIRECTORY | O_NOFOLLOW.
   std::shared_ptr<const unique_fd> root;
   /// The directory temp files are made in, on the same file system as root (a dot-directory
   /// of the spool, which the spool watcher ignores).
   std::shared_ptr<const unique_fd> temp_dir;
-  std::string target;          ///< the product's name below root (check_relative_path)
-  std::int64_t mtime_ns = 0;   ///< the file's mtime once in place (the notification's pubtime)
+  std::string target;         ///< the product's name below root (check_relative_path)
+  std::int64_t mtime_ns = 0;  ///< the file's mtime once in place (the notification's pubtime)
 };
 
 /// How a download ended.
@@ -75,10 +75,10 @@ std::string_view to_string(download_error e) noexcept;
 struct download_result {
   std::uint64_t id = 0;
   download_error error = download_error::none;
-  long http_status = 0;        ///< the last response's status, 0 if none
-  std::uint64_t bytes = 0;     ///< bytes of the body received
-  bool retryable = false;      ///< another attempt may succeed (network, timeout, 5xx, 408, 429, disk)
-  std::string detail;          ///< for the log
+  long http_status = 0;     ///< the last response's status, 0 if none
+  std::uint64_t bytes = 0;  ///< bytes of the body received
+  bool retryable = false;   ///< another attempt may succeed (network, timeout, 5xx, 408, 429, disk)
+  std::string detail;       ///< for the log
 };
 
 /// Settings of one downloader.

@@ -163,10 +163,9 @@ void configure_mqtt_client(struct mosquitto* mosq, const mqtt_broker& b) {
   const std::string cert = b.client_cert.string();
   const std::string key = b.client_key.string();
   const std::string ca_dir(system_ca_directory);
-  int rc = mosquitto_tls_set(mosq, ca.empty() ? nullptr : ca.c_str(),
-                             ca.empty() ? ca_dir.c_str() : nullptr,
-                             cert.empty() ? nullptr : cert.c_str(),
-                             key.empty() ? nullptr : key.c_str(), &no_pass_phrase);
+  int rc = mosquitto_tls_set(
+      mosq, ca.empty() ? nullptr : ca.c_str(), ca.empty() ? ca_dir.c_str() : nullptr,
+      cert.empty() ? nullptr : cert.c_str(), key.empty() ? nullptr : key.c_str(), &no_pass_phrase);
   if (rc != MOSQ_ERR_SUCCESS) {
     throw std::runtime_error("TLS settings (ca_file, client_cert, client_key) refused: " +
                              std::string(mosquitto_strerror(rc)));
@@ -186,8 +185,8 @@ bool valid_topic_filter(std::string_view filter) {
   std::size_t start = 0;
   while (true) {
     const auto slash = filter.find('/', start);
-    const auto level =
-        filter.substr(start, slash == std::string_view::npos ? std::string_view::npos : slash - start);
+    const auto level = filter.substr(
+        start, slash == std::string_view::npos ? std::string_view::npos : slash - start);
     if (level.find_first_of("+#") != std::string_view::npos) {
       if (level.size() != 1) return false;
       if (level == "#" && slash != std::string_view::npos) return false;
@@ -198,17 +197,20 @@ bool valid_topic_filter(std::string_view filter) {
 }
 
 bool topic_matches(std::string_view filter, std::string_view topic) {
-  if (!topic.empty() && topic[0] == '$' && !filter.empty() && (filter[0] == '+' || filter[0] == '#')) {
+  if (!topic.empty() && topic[0] == '$' && !filter.empty() &&
+      (filter[0] == '+' || filter[0] == '#')) {
     return false;
   }
   std::size_t f = 0;
   std::size_t t = 0;
   while (true) {
     const auto fs = filter.find('/', f);
-    const auto flevel = filter.substr(f, fs == std::string_view::npos ? std::string_view::npos : fs - f);
+    const auto flevel =
+        filter.substr(f, fs == std::string_view::npos ? std::string_view::npos : fs - f);
     if (flevel == "#") return true;  // this level and all below (also "a/#" matching "a")
     const auto ts = topic.find('/', t);
-    const auto tlevel = topic.substr(t, ts == std::string_view::npos ? std::string_view::npos : ts - t);
+    const auto tlevel =
+        topic.substr(t, ts == std::string_view::npos ? std::string_view::npos : ts - t);
     if (flevel != "+" && flevel != tlevel) return false;
     const bool f_end = fs == std::string_view::npos;
     const bool t_end = ts == std::string_view::npos;

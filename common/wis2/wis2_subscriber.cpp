@@ -31,13 +31,14 @@ wis2_subscriber::wis2_subscriber(mqtt_subscription sub, std::string name, handle
   lib_init_once();
   const bool persistent = !m_sub.client_id.empty();
   m_mosq = mosquitto_new(persistent ? m_sub.client_id.c_str() : nullptr, !persistent, this);
-  if (!m_mosq) throw std::runtime_error("WIS2 input " + m_name + ": libmosquitto cannot create a client");
+  if (!m_mosq)
+    throw std::runtime_error("WIS2 input " + m_name + ": libmosquitto cannot create a client");
   try {
     configure_mqtt_client(m_mosq, m_sub.broker);
   } catch (const std::runtime_error& e) {
     mosquitto_destroy(m_mosq);
-    throw std::runtime_error("WIS2 input " + m_name + ": broker " + m_sub.broker.display() +
-                             ": " + e.what());
+    throw std::runtime_error("WIS2 input " + m_name + ": broker " + m_sub.broker.display() + ": " +
+                             e.what());
   }
   mosquitto_connect_callback_set(m_mosq, &wis2_subscriber::on_connect);
   mosquitto_disconnect_callback_set(m_mosq, &wis2_subscriber::on_disconnect);
@@ -48,8 +49,8 @@ wis2_subscriber::wis2_subscriber(mqtt_subscription sub, std::string name, handle
   // only this way (see wis2_publisher.cpp).
   if (const int lrc = mosquitto_loop_start(m_mosq); lrc != MOSQ_ERR_SUCCESS) {
     mosquitto_destroy(m_mosq);
-    throw std::runtime_error("WIS2 input " + m_name + ": cannot start libmosquitto's thread: " +
-                             mosquitto_strerror(lrc));
+    throw std::runtime_error("WIS2 input " + m_name +
+                             ": cannot start libmosquitto's thread: " + mosquitto_strerror(lrc));
   }
   const int rc = mosquitto_connect_async(m_mosq, m_sub.broker.url.host.c_str(),
                                          m_sub.broker.url.port, keepalive_seconds);
@@ -117,10 +118,10 @@ void wis2_subscriber::on_message(struct mosquitto*, void* self, const struct mos
   if (size > max_notification_bytes) {
     const auto n = ++p->m_too_large;
     if (p->m_log && worth_logging(n)) {
-      p->m_log->warn("WIS2 input {}: notification refused: too_large: {} bytes on {} (at most {}; "
-                     "{} so far)",
-                     p->m_name, size, printable(m->topic ? m->topic : "", 200),
-                     max_notification_bytes, n);
+      p->m_log->warn(
+          "WIS2 input {}: notification refused: too_large: {} bytes on {} (at most {}; "
+          "{} so far)",
+          p->m_name, size, printable(m->topic ? m->topic : "", 200), max_notification_bytes, n);
     }
     return;
   }

@@ -74,8 +74,8 @@ const std::string* string_member(const nlohmann::json& j, const char* key) {
 
 std::string_view to_string(wnm_refusal r) noexcept {
   static constexpr std::array<std::string_view, 10> words{
-      "too_large", "bad_json",  "not_wnm",      "no_data_id",    "no_link",
-      "bad_link",  "deletion",  "no_integrity", "bad_integrity", "bad_length"};
+      "too_large", "bad_json", "not_wnm",      "no_data_id",    "no_link",
+      "bad_link",  "deletion", "no_integrity", "bad_integrity", "bad_length"};
   return words[static_cast<std::size_t>(r)];
 }
 
@@ -179,8 +179,8 @@ std::optional<std::int64_t> parse_rfc3339(std::string_view s) noexcept {
     return std::nullopt;
   }
   if (at != s.size()) return std::nullopt;
-  const std::int64_t secs = days_from_civil(*y, *mo, *d) * 86400 + *h * 3600 + *mi * 60 + *se -
-                            offset_s;
+  const std::int64_t secs =
+      days_from_civil(*y, *mo, *d) * 86400 + *h * 3600 + *mi * 60 + *se - offset_s;
   if (secs < 0) return std::nullopt;
   return secs * 1'000'000'000 + frac_ns;
 }
@@ -212,9 +212,9 @@ std::optional<std::vector<std::uint8_t>> base64_decode(std::string_view text) {
       v[k] = value(c);
       if (v[k] < 0) return std::nullopt;
     }
-    const std::uint32_t n = (static_cast<std::uint32_t>(v[0]) << 18) |
-                            (static_cast<std::uint32_t>(v[1]) << 12) |
-                            (static_cast<std::uint32_t>(v[2]) << 6) | static_cast<std::uint32_t>(v[3]);
+    const std::uint32_t n =
+        (static_cast<std::uint32_t>(v[0]) << 18) | (static_cast<std::uint32_t>(v[1]) << 12) |
+        (static_cast<std::uint32_t>(v[2]) << 6) | static_cast<std::uint32_t>(v[3]);
     out.push_back(static_cast<std::uint8_t>(n >> 16));
     if (pad < 2) out.push_back(static_cast<std::uint8_t>(n >> 8));
     if (pad < 1) out.push_back(static_cast<std::uint8_t>(n));
@@ -281,8 +281,8 @@ wnm_result parse_wnm(std::string_view payload, bool require_integrity) {
     return refuse(wnm_refusal::too_large, std::to_string(payload.size()) + " bytes");
   }
   if (json_depth(payload, max_notification_depth) > max_notification_depth) {
-    return refuse(wnm_refusal::bad_json, "nested deeper than " +
-                                             std::to_string(max_notification_depth) + " levels");
+    return refuse(wnm_refusal::bad_json,
+                  "nested deeper than " + std::to_string(max_notification_depth) + " levels");
   }
   const auto j = nlohmann::json::parse(payload, nullptr, false);
   if (j.is_discarded()) return refuse(wnm_refusal::bad_json, "not JSON");
@@ -291,8 +291,8 @@ wnm_result parse_wnm(std::string_view payload, bool require_integrity) {
   wis2_notification n;
   const auto* id = string_member(j, "id");
   if (!id || id->empty() || id->size() > max_notification_id_bytes) {
-    return refuse(wnm_refusal::not_wnm, "no id (or longer than " +
-                                            std::to_string(max_notification_id_bytes) + " bytes)");
+    return refuse(wnm_refusal::not_wnm,
+                  "no id (or longer than " + std::to_string(max_notification_id_bytes) + " bytes)");
   }
   for (const char c : *id) {
     const auto u = static_cast<unsigned char>(c);
@@ -322,9 +322,9 @@ wnm_result parse_wnm(std::string_view payload, bool require_integrity) {
   n.pubtime_ns = *pub_ns;
   const auto* data_id = string_member(*props, "data_id");
   if (!data_id || data_id->empty() || data_id->size() > max_path_bytes || !valid_utf8(*data_id)) {
-    return refuse(wnm_refusal::no_data_id,
-                  "properties.data_id missing, empty, over " + std::to_string(max_path_bytes) +
-                      " bytes or not UTF-8");
+    return refuse(wnm_refusal::no_data_id, "properties.data_id missing, empty, over " +
+                                               std::to_string(max_path_bytes) +
+                                               " bytes or not UTF-8");
   }
   n.data_id = *data_id;
 
@@ -357,7 +357,8 @@ wnm_result parse_wnm(std::string_view payload, bool require_integrity) {
                       "information)");
   }
   if (const auto* len = member(*chosen, "length")) {
-    if (!len->is_number_unsigned() && !(len->is_number_integer() && len->get<std::int64_t>() >= 0)) {
+    if (!len->is_number_unsigned() &&
+        !(len->is_number_integer() && len->get<std::int64_t>() >= 0)) {
       return refuse(wnm_refusal::bad_length, "links[].length is not a whole number of bytes");
     }
     n.length = len->get<std::uint64_t>();
@@ -379,9 +380,8 @@ wnm_result parse_wnm(std::string_view payload, bool require_integrity) {
     }
     auto digest = value ? base64_decode(*value) : std::nullopt;
     if (!digest || digest->size() != digest_size(*m)) {
-      return refuse(wnm_refusal::bad_integrity, "integrity value is not a " +
-                                                    std::string(to_string(*m)) +
-                                                    " digest in base64");
+      return refuse(wnm_refusal::bad_integrity,
+                    "integrity value is not a " + std::string(to_string(*m)) + " digest in base64");
     }
     n.integrity = wnm_integrity{*m, std::move(*digest)};
   }

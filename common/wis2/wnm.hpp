@@ -83,13 +83,13 @@ struct wnm_integrity {
 
 /// A notification that passed every check.
 struct wis2_notification {
-  std::string id;              ///< the message's id (anti-loop key)
-  std::string data_id;         ///< properties.data_id, valid UTF-8, 1..1024 bytes
+  std::string id;               ///< the message's id (anti-loop key)
+  std::string data_id;          ///< properties.data_id, valid UTF-8, 1..1024 bytes
   std::int64_t pubtime_ns = 0;  ///< properties.pubtime, ns since the Unix epoch (UTC)
-  std::string href;            ///< the link to download: http:// or https://
-  bool update = false;         ///< the link's rel is update: newer data under a known data_id
-  std::optional<std::uint64_t> length;       ///< the link's length, bytes, when given
-  std::optional<wnm_integrity> integrity;    ///< properties.integrity, when given
+  std::string href;             ///< the link to download: http:// or https://
+  bool update = false;          ///< the link's rel is update: newer data under a known data_id
+  std::optional<std::uint64_t> length;     ///< the link's length, bytes, when given
+  std::optional<wnm_integrity> integrity;  ///< properties.integrity, when given
 };
 
 /// A parse's outcome: the notification, or why it was refused with a detail for the log.

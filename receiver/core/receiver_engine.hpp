@@ -238,8 +238,8 @@ class receiver_engine {
   /// The same, for a datagram whose common header the shell parsed already (`h`, from
   /// wire::parse_header on the datagram as received; `datagram` is what authentication
   /// returned, trailer cut off, of the same type and session).
-  void on_datagram(const wire::header& h, std::span<const std::byte> datagram,
-                   const endpoint& from, std::uint32_t channel, time_point now,
+  void on_datagram(const wire::header& h, std::span<const std::byte> datagram, const endpoint& from,
+                   std::uint32_t channel, time_point now,
                    std::optional<time_point> arrival = std::nullopt);
   /// A datagram the shell refused before the engine (its header did not parse, or its
   /// authentication failed for a framing reason): counted among the datagrams and the drops,

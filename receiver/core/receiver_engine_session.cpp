@@ -54,8 +54,7 @@ bool receiver_engine::new_session(const wire::announce& m, session_id id, const 
         s.total_bytes, s.block_size, p.rate_bps(),
         !s.silent ? std::string()
         : s.silent_passes > 0
-            ? fmt::format("; silent session of {} passes: this site sends nothing",
-                          s.silent_passes)
+            ? fmt::format("; silent session of {} passes: this site sends nothing", s.silent_passes)
             : std::string("; silent channel: this site sends nothing"));
   }
   return true;
@@ -111,12 +110,9 @@ bool receiver_engine::within_limits(const wire::session_params& p, session_id id
   return true;
 }
 
-receiver_engine::session_rx& receiver_engine::open_session(const wire::session_params& p,
-                                                           session_id id, const endpoint& from,
-                                                           std::uint32_t channel,
-                                                           const std::string& signer,
-                                                           std::vector<wire::seq_span> catch_up,
-                                                           time_point now) {
+receiver_engine::session_rx& receiver_engine::open_session(
+    const wire::session_params& p, session_id id, const endpoint& from, std::uint32_t channel,
+    const std::string& signer, std::vector<wire::seq_span> catch_up, time_point now) {
   auto owned = std::make_unique<session_rx>();
   session_rx& s = *owned;
   s.id = id;
@@ -134,8 +130,7 @@ receiver_engine::session_rx& receiver_engine::open_session(const wire::session_p
   // GF(2^16) codes symbols of whole 16-bit words: an odd block size there is refused too.
   if (fec::valid_shape(p.fec_k(), p.fec_max_parity()) && p.fec_depth() >= 1 &&
       p.fec_depth() <= fec::max_depth &&
-      (fec::field_for(p.fec_k(), p.fec_max_parity()) == fec::field::gf8 ||
-       s.block_size % 2 == 0)) {
+      (fec::field_for(p.fec_k(), p.fec_max_parity()) == fec::field::gf8 || s.block_size % 2 == 0)) {
     s.fec_k = p.fec_k();
     s.fec_max_parity = p.fec_max_parity();
     s.fec_depth = p.fec_depth();

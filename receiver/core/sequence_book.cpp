@@ -131,8 +131,8 @@ sequence_report sequence_book::on_session(const std::string& channel, const std:
   return rep;
 }
 
-sequence_report sequence_book::on_heartbeat(const std::string& channel,
-                                            const std::string& source, std::uint64_t newest,
+sequence_report sequence_book::on_heartbeat(const std::string& channel, const std::string& source,
+                                            std::uint64_t newest,
                                             std::span<const wire::seq_span> running) {
   sequence_report rep;
   if (newest == 0) return rep;

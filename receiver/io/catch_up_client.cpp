@@ -368,7 +368,8 @@ catch_up_outcome catch_up_client::fetch(const catch_up_job& job, void* handle) {
     }
     if (sink.hasher.finish() != f.product.sha256) {
       count_refusal(file_refusal::sha256_mismatch);
-      o.error = purl + ": refused (sha256_mismatch): the download does not hash to the index's "
+      o.error = purl +
+                ": refused (sha256_mismatch): the download does not hash to the index's "
                 "SHA-256";
       return o;
     }

@@ -37,9 +37,10 @@ errc daemon::admit_signed_session(session_id s, std::string_view key,
   const auto verdict = m_replay->admit({created_unix_ms, s, std::string(key)}, now_ms, detail);
   if (verdict == errc::ok) return verdict;
   if (verdict == errc::replay_cache_unwritable) {
-    m_log->error("session {}: refused: {} (a signed session is taken only once its entry in the "
-                 "replay cache is durable)",
-                 s, detail);
+    m_log->error(
+        "session {}: refused: {} (a signed session is taken only once its entry in the "
+        "replay cache is durable)",
+        s, detail);
     return verdict;
   }
   if (!m_stale_sessions_logged.tick()) return verdict;

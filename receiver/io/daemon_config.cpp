@@ -58,9 +58,9 @@ std::vector<wis2_action> parse_actions(const toml::node& node, const std::string
     const std::string k = key + "[" + std::to_string(i) + "]";
     const auto* at = arr->get(i)->as_table();
     if (!at) throw config_error(k + " must be a table ([[channel.action]])");
-    static const char* known[] = {"type",        "broker",       "topic",      "base_url",
-                                  "data_id_prefix", "qos",        "username",   "password",
-                                  "password_file",  "ca_file",    "client_cert", "client_key",
+    static const char* known[] = {"type",           "broker",    "topic",       "base_url",
+                                  "data_id_prefix", "qos",       "username",    "password",
+                                  "password_file",  "ca_file",   "client_cert", "client_key",
                                   "tls_insecure",   "max_queued"};
     for (const auto& [name, v] : *at) {
       if (std::find(std::begin(known), std::end(known), std::string(name.str())) ==

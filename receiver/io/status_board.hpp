@@ -6,8 +6,8 @@
 /// receiver_sink::file_finished and a once-a-second sample of receiver_stats::data_bytes.
 /// Pure: wall-clock time is passed in; no I/O, no Asio.
 
-#include "common/ids.hpp"
 #include "common/http/throughput.hpp"
+#include "common/ids.hpp"
 #include "common/time.hpp"
 #include "receiver/core/receiver_engine.hpp"
 

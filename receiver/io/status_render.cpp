@@ -2,8 +2,8 @@
 
 #include "common/error.hpp"
 #include "common/http/html.hpp"
-#include "common/http/throughput.hpp"
 #include "common/http/prometheus_text.hpp"
+#include "common/http/throughput.hpp"
 #include "common/units.hpp"
 
 #include <algorithm>

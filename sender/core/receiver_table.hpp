@@ -26,7 +26,7 @@ namespace mcdist::sender {
 /// entry's position in the table, 0-based).
 template <class Entry>
 concept receiver_table_entry = std::default_initializable<Entry> && requires(Entry e) {
-  { e.index = std::uint32_t{} };
+  {e.index = std::uint32_t{}};
 };
 
 /// Receivers by id and index. Not thread-safe (the session's single thread owns it). `Entry`

@@ -106,9 +106,9 @@ void sender_session::configure_fec() {
   if (!fec::valid_shape(m_cfg.fec_k, m_cfg.fec_max_parity) || m_cfg.fec_overhead < 0 ||
       m_cfg.fec_overhead > 1) {
     throw std::invalid_argument("FEC blocks of " + std::to_string(m_cfg.fec_k) + " sources and " +
-                                std::to_string(m_cfg.fec_max_parity) +
-                                " parity blocks: at most " + std::to_string(fec::max_k) +
-                                " sources and " + std::to_string(fec::max_blocks_gf16) +
+                                std::to_string(m_cfg.fec_max_parity) + " parity blocks: at most " +
+                                std::to_string(fec::max_k) + " sources and " +
+                                std::to_string(fec::max_blocks_gf16) +
                                 " blocks in all, overhead 0..100 %");
   }
   if (fec::field_for(m_cfg.fec_k, m_cfg.fec_max_parity) == fec::field::gf16 &&
@@ -332,8 +332,8 @@ void sender_session::close_registration(time_point now) {
   if (m_fallback.transport()) {
     double bytes = 0;
     for (const auto& f : m_files) bytes += static_cast<double>(f.size);
-    if (const auto why =
-            m_fallback.unicast_from_start(bytes, m_registered, m_grtt.estimate(), m_pacer.rate_bps())) {
+    if (const auto why = m_fallback.unicast_from_start(bytes, m_registered, m_grtt.estimate(),
+                                                       m_pacer.rate_bps())) {
       for (auto& r : m_receivers) order_fallback(*r, *why, now);
     }
   }
@@ -368,7 +368,6 @@ void sender_session::sample_rtt(receiver_state& r, std::uint64_t echo_us, std::u
   m_grtt.add_sample(rtt);
   if (m_rate) m_rate->on_rtt_sample(r.rep.id, rtt);  // the overrun cap's base RTT
 }
-
 
 void sender_session::on_datagram(std::span<const std::byte> datagram, const endpoint& from,
                                  time_point now) {
@@ -488,9 +487,7 @@ void sender_session::set_rate(std::uint64_t rate_bps) noexcept {
   apply_rate(rate_bps);
 }
 
-void sender_session::apply_rate(std::uint64_t rate_bps) noexcept {
-  m_pacer.set_rate(rate_bps);
-}
+void sender_session::apply_rate(std::uint64_t rate_bps) noexcept { m_pacer.set_rate(rate_bps); }
 
 bool sender_session::succeeded() const noexcept {
   if (silent()) return !m_aborted && (m_phase == phase::ending || m_phase == phase::done);

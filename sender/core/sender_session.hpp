@@ -15,10 +15,10 @@
 #include "common/time.hpp"
 #include "sender/core/announce.hpp"
 #include "sender/core/fallback_policy.hpp"
-#include "sender/core/nak_intake.hpp"
 #include "sender/core/feedback_plan.hpp"
 #include "sender/core/group_lack.hpp"
 #include "sender/core/grtt.hpp"
+#include "sender/core/nak_intake.hpp"
 #include "sender/core/parity_planner.hpp"
 #include "sender/core/pass_scheduler.hpp"
 #include "sender/core/rate_controller.hpp"
@@ -64,7 +64,7 @@ inline constexpr std::uint32_t default_fec_depth = 8;
 /// Session settings. Durations are core-clock durations; rates bit/s; sizes bytes.
 struct sender_config {
   session_id session{1};
-  std::uint32_t block_size = 1400;       ///< payload bytes per data datagram
+  std::uint32_t block_size = 1400;  ///< payload bytes per data datagram
   /// Multicast rate at the start, bit/s incl. IPv4+UDP headers; 0 = unpaced. The session's
   /// pacer holds the current rate from then on (set_rate, --rate auto): this field is not
   /// live state.
@@ -357,8 +357,8 @@ class sender_session {
   void on_datagram(std::span<const std::byte> datagram, const endpoint& from, time_point now);
   /// The same, for a datagram whose common header the shell parsed already (`h`, of the
   /// datagram as received; `datagram` is what authentication returned).
-  void on_datagram(const wire::header& h, std::span<const std::byte> datagram,
-                   const endpoint& from, time_point now);
+  void on_datagram(const wire::header& h, std::span<const std::byte> datagram, const endpoint& from,
+                   time_point now);
   /// A datagram the shell refused before the session for a framing reason (its header did
   /// not parse, or its trailer was cut short): counted by `why` (an errc).
   void on_refused(std::error_code why) noexcept;
@@ -460,8 +460,7 @@ class sender_session {
   /// Checks a register_request against the session (receiver id, held files, digests of
   /// files held pending, the sequence report) and reads its missing sequence numbers into
   /// `missing`. @return false when any field is out of bounds
-  bool valid_register(const wire::register_request& m,
-                      std::vector<wire::seq_span>& missing) const;
+  bool valid_register(const wire::register_request& m, std::vector<wire::seq_span>& missing) const;
   /// Why a receiver that has not registered yet (`known`: it is listed in a closed group)
   /// cannot now: not in the closed group, registration closed; nullopt when it can.
   std::optional<std::string> registration_refusal(bool known) const;

@@ -48,8 +48,8 @@ void sender_session::order_fallback(receiver_state& r, std::string reason, time_
   r.token.back() |= 1;  // never all zero
   r.rep.fallback_reason = reason;
   r.rep.fallback_at = now - m_start;
-  r.rep.fallback_connections =
-      m_fallback.connections(*t, m_pacer.rate_bps(), r.rep.rtt_valid ? r.rep.rtt : m_grtt.estimate());
+  r.rep.fallback_connections = m_fallback.connections(
+      *t, m_pacer.rate_bps(), r.rep.rtt_valid ? r.rep.rtt : m_grtt.estimate());
   m_fallbacks.push_back({r.rep.id, *t, r.token, reason});
   track(r, false);
   if (m_log) {

@@ -137,8 +137,8 @@ bool sender_session::nak_moves_to_unicast(receiver_state& r, const wire::nak& m,
   const std::uint64_t naked_so_far =
       std::max(r.rep.blocks_naked + asked, std::min(m.blocks_missing(), m_data_datagrams));
   if (!m_fallback.over_nak_ratio(naked_so_far, m_data_datagrams)) return false;
-  const auto why = m_fallback.nak_ratio_exceeded(naked_so_far, m_data_datagrams,
-                                                 another_below_nak_ratio(r));
+  const auto why =
+      m_fallback.nak_ratio_exceeded(naked_so_far, m_data_datagrams, another_below_nak_ratio(r));
   if (!why) return false;
   order_fallback(r, *why, now);
   if (!r.on_unicast()) return false;

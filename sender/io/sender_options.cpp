@@ -375,8 +375,8 @@ sender_options make_sender_options(const sender_cli& c) {
     throw usage_error("--fallback " + c.fallback + " is not auto, sctp, tcp, sctp-kernel or off");
   }
   profile.fallback = *fallback;
-  if (const auto why = profile_problem(profile, !c.receivers.empty(), c.encrypt,
-                                       c.rate == "auto", setting_names::options);
+  if (const auto why = profile_problem(profile, !c.receivers.empty(), c.encrypt, c.rate == "auto",
+                                       setting_names::options);
       !why.empty()) {
     throw usage_error(why);
   }

@@ -20,10 +20,9 @@ void session_profile::apply(sender_config& c) const {
 }
 
 std::string session_profile::describe() const {
-  std::string out =
-      fec_k == 0 ? std::string("no parity")
-                 : fmt::format("fec_k {}, fec_depth {}, fec_overhead {:g} %", fec_k, fec_depth,
-                               fec_overhead * 100);
+  std::string out = fec_k == 0 ? std::string("no parity")
+                               : fmt::format("fec_k {}, fec_depth {}, fec_overhead {:g} %", fec_k,
+                                             fec_depth, fec_overhead * 100);
   if (silent_passes > 0) out += fmt::format(", silent_passes {}", silent_passes);
   out += fmt::format(", fallback {}, register_window {:g} s", to_string(fallback),
                      std::chrono::duration<double>(register_window).count());
@@ -91,8 +90,8 @@ std::string profile_problem(const session_profile& p, bool closed_group, bool en
     }
     if (rate_auto) {
       return fmt::format(
-          "{} and {}: a silent session's rate cannot follow reports its sites never send",
-          silent, cli ? "--rate auto" : "rate = \"auto\"");
+          "{} and {}: a silent session's rate cannot follow reports its sites never send", silent,
+          cli ? "--rate auto" : "rate = \"auto\"");
     }
   }
   return {};

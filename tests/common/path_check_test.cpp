@@ -44,23 +44,23 @@ TEST_CASE("valid_utf8 follows RFC 3629's table: no overlong, surrogate or out-of
           "[unit][path]") {
   REQUIRE(valid_utf8(""));
   REQUIRE(valid_utf8("ascii"));
-  REQUIRE(valid_utf8("\xc2\x80"));              // U+0080, the first 2-byte form
-  REQUIRE(valid_utf8("\xe0\xa0\x80"));          // U+0800
-  REQUIRE(valid_utf8("\xed\x9f\xbf"));          // U+D7FF, below the surrogates
-  REQUIRE(valid_utf8("\xee\x80\x80"));          // U+E000, above them
-  REQUIRE(valid_utf8("\xf0\x90\x80\x80"));      // U+10000
-  REQUIRE(valid_utf8("\xf4\x8f\xbf\xbf"));      // U+10FFFF, the last code point
-  REQUIRE_FALSE(valid_utf8("\x80"));            // a lone continuation byte
-  REQUIRE_FALSE(valid_utf8("\xc0\xaf"));        // overlong '/'
-  REQUIRE_FALSE(valid_utf8("\xc1\xbf"));        // overlong
-  REQUIRE_FALSE(valid_utf8("\xe0\x9f\xbf"));    // overlong 3-byte
-  REQUIRE_FALSE(valid_utf8("\xed\xa0\x80"));    // U+D800, a surrogate
+  REQUIRE(valid_utf8("\xc2\x80"));                // U+0080, the first 2-byte form
+  REQUIRE(valid_utf8("\xe0\xa0\x80"));            // U+0800
+  REQUIRE(valid_utf8("\xed\x9f\xbf"));            // U+D7FF, below the surrogates
+  REQUIRE(valid_utf8("\xee\x80\x80"));            // U+E000, above them
+  REQUIRE(valid_utf8("\xf0\x90\x80\x80"));        // U+10000
+  REQUIRE(valid_utf8("\xf4\x8f\xbf\xbf"));        // U+10FFFF, the last code point
+  REQUIRE_FALSE(valid_utf8("\x80"));              // a lone continuation byte
+  REQUIRE_FALSE(valid_utf8("\xc0\xaf"));          // overlong '/'
+  REQUIRE_FALSE(valid_utf8("\xc1\xbf"));          // overlong
+  REQUIRE_FALSE(valid_utf8("\xe0\x9f\xbf"));      // overlong 3-byte
+  REQUIRE_FALSE(valid_utf8("\xed\xa0\x80"));      // U+D800, a surrogate
   REQUIRE_FALSE(valid_utf8("\xf0\x8f\xbf\xbf"));  // overlong 4-byte
   REQUIRE_FALSE(valid_utf8("\xf4\x90\x80\x80"));  // above U+10FFFF
   REQUIRE_FALSE(valid_utf8("\xf5\x80\x80\x80"));
   REQUIRE_FALSE(valid_utf8("\xff"));
-  REQUIRE_FALSE(valid_utf8("\xe2\x82"));        // truncated at the end
-  REQUIRE_FALSE(valid_utf8("\xe2\x28\xa1"));    // a bad continuation byte
+  REQUIRE_FALSE(valid_utf8("\xe2\x82"));      // truncated at the end
+  REQUIRE_FALSE(valid_utf8("\xe2\x28\xa1"));  // a bad continuation byte
   REQUIRE(check_relative_path("bad\xff.bufr") == errc::path_not_utf8);
   REQUIRE(check_relative_path("obs/\xc0\xaf/x") == errc::path_not_utf8);
 }

@@ -36,8 +36,7 @@ void populate(const std::string& file) {
     p.queued_at = at;
     return j.enqueue(p);
   };
-  auto batch = [&](const std::string& channel, const std::vector<std::int64_t>& ids,
-                   wall_time at) {
+  auto batch = [&](const std::string& channel, const std::vector<std::int64_t>& ids, wall_time at) {
     const auto seq = j.next_seq(channel);
     j.begin_session({channel, seq, "0000a00" + std::to_string(seq), session_kind::batch, at}, ids);
     for (const auto id : ids) j.mark_sent(id, "/srv/retained/" + std::to_string(id), at);

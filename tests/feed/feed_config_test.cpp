@@ -248,8 +248,7 @@ spool = ["/s6"]
              Catch::Contains("not of the first channel's address family"));
 }
 
-TEST_CASE("WIS2 input runs on a single hub: refused beside a PostgreSQL journal",
-          "[unit][feed]") {
+TEST_CASE("WIS2 input runs on a single hub: refused beside a PostgreSQL journal", "[unit][feed]") {
   const std::string input = R"(
 [[wis2_input]]
 name = "gb"

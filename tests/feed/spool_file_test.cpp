@@ -149,8 +149,8 @@ TEST_CASE("disposal removes or moves the spool file only while it is the file se
   s.write(s.spool / "obs/m.bufr", "moved");
   const auto m = open_product(s.spool, "obs/m.bufr", s.expect(s.spool / "obs/m.bufr"), {}, why);
   REQUIRE(m);
-  REQUIRE_FALSE(move_if_same(s.spool, "obs/m.bufr", m->identity(), m->fd->get(),
-                             s.dir / "done/obs/m.bufr"));
+  REQUIRE_FALSE(
+      move_if_same(s.spool, "obs/m.bufr", m->identity(), m->fd->get(), s.dir / "done/obs/m.bufr"));
   REQUIRE(read(s.dir / "done/obs/m.bufr") == "moved");
   REQUIRE_FALSE(std::filesystem::exists(s.spool / "obs/m.bufr"));
 }

@@ -164,10 +164,10 @@ TEST_CASE("check_mqtt_broker refuses TLS settings without TLS and half credentia
     change(c);
     CHECK_THROWS_AS(check_mqtt_broker(c), std::invalid_argument);
   };
-  bad([](mqtt_broker& c) { c.url.tls = false; });  // ca_file on mqtt://
-  bad([](mqtt_broker& c) { c.client_cert = "c.pem"; });  // without client_key
+  bad([](mqtt_broker& c) { c.url.tls = false; });          // ca_file on mqtt://
+  bad([](mqtt_broker& c) { c.client_cert = "c.pem"; });    // without client_key
   bad([](mqtt_broker& c) { c.password_file = "p.txt"; });  // both password kinds
-  bad([](mqtt_broker& c) { c.username.clear(); });  // password without username
+  bad([](mqtt_broker& c) { c.username.clear(); });         // password without username
   CHECK(b.display() == "mqtts://h:8883");
   b.url = *parse_mqtt_url("mqtt://[::1]:1");
   CHECK(b.display() == "mqtt://[::1]:1");

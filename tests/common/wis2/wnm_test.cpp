@@ -77,7 +77,7 @@ TEST_CASE("parse_wnm refuses each broken field with its reason") {
   CHECK(parse_wnm(std::string(max_notification_bytes + 1, ' '), true).refusal ==
         wnm_refusal::too_large);
   CHECK(parse_wnm("{\"id\": ", true).refusal == wnm_refusal::bad_json);
-  CHECK(parse_wnm(std::string(100000 / 2, '[') , true).refusal == wnm_refusal::bad_json);
+  CHECK(parse_wnm(std::string(100000 / 2, '['), true).refusal == wnm_refusal::bad_json);
   CHECK(parse_wnm("[1]", true).refusal == wnm_refusal::not_wnm);
 
   j = good;
@@ -187,10 +187,10 @@ TEST_CASE("base64_decode is RFC 4648 section 4 with padding") {
   CHECK(base64_decode("") == std::vector<std::uint8_t>{});
   CHECK(base64_decode("Zm9vYg==") == std::vector<std::uint8_t>{'f', 'o', 'o', 'b'});
   CHECK(base64_decode("Zm9vYmE=") == std::vector<std::uint8_t>{'f', 'o', 'o', 'b', 'a'});
-  CHECK_FALSE(base64_decode("Zm9vYg"));    // no padding
+  CHECK_FALSE(base64_decode("Zm9vYg"));      // no padding
   CHECK_FALSE(base64_decode("Zm9v\nYg=="));  // whitespace
-  CHECK_FALSE(base64_decode("Zm=vYg=="));  // padding inside
-  CHECK_FALSE(base64_decode("Zm9vYh=="));  // unused bits set
+  CHECK_FALSE(base64_decode("Zm=vYg=="));    // padding inside
+  CHECK_FALSE(base64_decode("Zm9vYh=="));    // unused bits set
 }
 
 TEST_CASE("url_path and wis2_product_name give safe relative names only") {

@@ -214,7 +214,7 @@ TEST_CASE("a heartbeat reports the numbers missed below the hub's newest, but no
 TEST_CASE("an older concurrent session heard after a newer one is no reset",
           "[unit][receiver][sequence]") {
   sequence_book b;
-  session(b, 8, false);  // the site starts at 8 ...
+  session(b, 8, false);                        // the site starts at 8 ...
   const auto rep = b.on_session(obs, hub, 7);  // ... while 7 (a long field) still runs
   REQUIRE_FALSE(rep.reset);
   REQUIRE(rep.missing.empty());

@@ -56,9 +56,7 @@ TEST_CASE("a damaged or lost cache starts afresh with its floor at the start",
     replay_store s(file, {}, t0, notice);
     REQUIRE(s.admit({t0 + 5, session_id{2}, hub}, t0 + 10, detail) == errc::ok);
   }
-  {
-    std::ofstream(file, std::ios::app) << "garbage line\n";
-  }
+  { std::ofstream(file, std::ios::app) << "garbage line\n"; }
   notice.clear();
   replay_store damaged(file, {}, t0 + 1000, notice);
   REQUIRE(notice.find("damaged") != std::string::npos);

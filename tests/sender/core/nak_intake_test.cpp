@@ -78,16 +78,16 @@ TEST_CASE("a NAK outside the session's shape is refused as a whole", "[unit][sen
     build(m);
     return read_nak(m, file_blocks, layout, r) == errc::invalid_field;
   };
-  CHECK(refused([](wire::nak& m) { add_file(m, 2, {0, 1}); }, &fec));       // no file 2
-  CHECK(refused([](wire::nak& m) { add_file(m, 1, {20, 5}); }, &fec));      // past block 24
-  CHECK(refused([](wire::nak& m) { add_file(m, 0, {0, 0}); }, &fec));       // a run of 0
-  CHECK(refused([](wire::nak& m) { add_file(m, 0, {0, 1, 2}); }, &fec));    // odd pairs
-  CHECK(refused([](wire::nak& m) { add_lacks(m, {0, 1}); }, nullptr));      // no parity
-  CHECK(refused([](wire::nak& m) { add_lacks(m, {0, 1, 0, 1}); }, &fec));   // not ascending
-  CHECK(refused([](wire::nak& m) { add_lacks(m, {4, 1}); }, &fec));         // past FEC block 3
-  CHECK(refused([](wire::nak& m) { add_lacks(m, {0, 17}); }, &fec));        // above 16 sources
-  CHECK(refused([](wire::nak& m) { add_lacks(m, {0, 0}); }, &fec));         // a lack of 0
-  CHECK(refused([](wire::nak& m) { add_lacks(m, {0, 1, 1}); }, &fec));      // odd pairs
+  CHECK(refused([](wire::nak& m) { add_file(m, 2, {0, 1}); }, &fec));      // no file 2
+  CHECK(refused([](wire::nak& m) { add_file(m, 1, {20, 5}); }, &fec));     // past block 24
+  CHECK(refused([](wire::nak& m) { add_file(m, 0, {0, 0}); }, &fec));      // a run of 0
+  CHECK(refused([](wire::nak& m) { add_file(m, 0, {0, 1, 2}); }, &fec));   // odd pairs
+  CHECK(refused([](wire::nak& m) { add_lacks(m, {0, 1}); }, nullptr));     // no parity
+  CHECK(refused([](wire::nak& m) { add_lacks(m, {0, 1, 0, 1}); }, &fec));  // not ascending
+  CHECK(refused([](wire::nak& m) { add_lacks(m, {4, 1}); }, &fec));        // past FEC block 3
+  CHECK(refused([](wire::nak& m) { add_lacks(m, {0, 17}); }, &fec));       // above 16 sources
+  CHECK(refused([](wire::nak& m) { add_lacks(m, {0, 0}); }, &fec));        // a lack of 0
+  CHECK(refused([](wire::nak& m) { add_lacks(m, {0, 1, 1}); }, &fec));     // odd pairs
   // A good file NAK beside a bad lack: nothing of it is taken.
   CHECK(refused(
       [](wire::nak& m) {
