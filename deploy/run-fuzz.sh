@@ -9,8 +9,9 @@
 # Environment:
 #   MCDIST_FUZZ_RUNS=N        stop each target after N executions (libFuzzer -runs)
 #   MCDIST_FUZZ_JOBS=N        targets run N at a time (default 1)
-#   MCDIST_FUZZ_TARGETS="a b" only these (default: all ten: wire receiver sender unicast_frame
-#                             checkpoint sequences replay_cache config auth sctp_probe)
+#   MCDIST_FUZZ_TARGETS="a b" only these (default: all eleven: wire receiver sender
+#                             unicast_frame checkpoint sequences replay_cache catch_up_index
+#                             config auth sctp_probe)
 #   MCDIST_FUZZ_BUILD=DIR     build directory (default build-fuzz)
 #   ASAN_OPTIONS              default quarantine_size_mb=16 (see below)
 #   deploy/run-fuzz.sh --seeds  rewrites the generated seeds of tests/fuzz/corpus and exits
