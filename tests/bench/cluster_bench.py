@@ -81,21 +81,48 @@ class Listener:
         threading.Thread(target=self.run, daemon=True).start()
 
     def run(self):
+        # The kernel's receive time (SO_TIMESTAMPNS), not this thread's: a thread that falls
+        # behind would stamp the dead hub's last datagrams after the kill.
+        self.s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         self.s.settimeout(0.2)
         while not self.stop:
             try:
-                self.s.recv(65536)
+                _, anc, _, src = self.s.recvmsg(65536, socket.CMSG_SPACE(16))
             except socket.timeout:
                 continue
             t = time.time()
+            for level, kind, data in anc:
+                if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+                    sec, nsec = struct.unpack("qq", data[:16])
+                    t = sec + nsec / 1e9
             with self.lock:
-                self.times.append(t)
+                self.times.append((t, src[1]))
 
-    def around(self, t):
+    def around(self, t, ports_before, ports_after):
+        """The last datagram at or before t from one of ports_before and the first after t from
+        one of ports_after (source UDP ports of the dead and the new active hub): (time, time)."""
         with self.lock:
-            before = [x for x in self.times if x <= t]
-            after = [x for x in self.times if x > t]
+            before = [x for x, p in self.times if x <= t and p in ports_before]
+            after = [x for x, p in self.times if x > t and p in ports_after]
         return (before[-1] if before else None), (after[0] if after else None)
+
+    def ports(self):
+        with self.lock:
+            return {p for _, p in self.times}
+
+
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+
+
+def udp_ports(pid):
+    """The local UDP ports of the sockets process `pid` holds (from `ss`)."""
+    out = subprocess.run(["ss", "-uanpH"], capture_output=True, text=True).stdout
+    ports = set()
+    for line in out.splitlines():
+        if "pid=%d," % pid in line:
+            local = line.split()[3]
+            ports.add(int(local.rsplit(":", 1)[1]))
+    return ports
 
 
 def failover(bin_dir, base, kills):
@@ -123,8 +150,12 @@ def failover(bin_dir, base, kills):
         procs[name] = subprocess.Popen(hubs[name][0], stdout=logf, stderr=subprocess.STDOUT)
 
     def holder():
-        rows = pg.query("SELECT holder FROM leases WHERE channel = 'obs' AND "
-                        "expires_at > clock_timestamp()")
+        # The table exists once the first hub has migrated the database: None until then.
+        try:
+            rows = pg.query("SELECT holder FROM leases WHERE channel = 'obs' AND "
+                            "expires_at > clock_timestamp()")
+        except subprocess.CalledProcessError:
+            return None
         return rows[0][0] if rows else None
 
     start("hub-a")
@@ -148,23 +179,45 @@ def failover(bin_dir, base, kills):
             i += 1
             time.sleep(rng.uniform(0.05, 0.4))
     threading.Thread(target=producer, daemon=True).start()
+    # Which UDP ports each hub process sends from, sampled while it runs: the listener tells
+    # the dead hub's datagrams from the new active hub's (and from anything else on the group)
+    # by source port.
+    ports_of = {}
+    sampling = threading.Event()
+
+    def sample_ports():
+        while not sampling.is_set():
+            for p in list(procs.values()):
+                if p.poll() is None:
+                    ports_of.setdefault(p.pid, set()).update(udp_ports(p.pid))
+            time.sleep(0.25)
+    threading.Thread(target=sample_ports, daemon=True).start()
+    kill_rng = random.Random(11)
     results = []
     for k in range(kills):
-        time.sleep(rng.uniform(3, 8))
+        time.sleep(kill_rng.uniform(3, 8))
         victim = holder()
-        if victim is None:
-            time.sleep(1)
+        while victim is None:
+            time.sleep(0.1)
             victim = holder()
+        dead_pid = procs[victim].pid
+        ports_of.setdefault(dead_pid, set()).update(udp_ports(dead_pid))
         procs[victim].send_signal(9)
         procs[victim].wait()
         t_kill = time.time()
         other = "hub-b" if victim == "hub-a" else "hub-a"
         while holder() != other:
             time.sleep(0.05)
+        t_lease = time.time()
         time.sleep(3)
-        last, first = listener.around(t_kill)
+        last, first = listener.around(t_kill, ports_of.get(dead_pid, set()),
+                                      ports_of.get(procs[other].pid, set()))
         results.append(first - last if last and first else None)
-        print("kill %d of %s: failover %.2f s" % (k + 1, victim, results[-1] or -1), flush=True)
+        print("kill %d of %s: failover %s s (kill %.2f s after its last datagram, lease to %s "
+              "%.2f s after the kill, its first datagram %s s after the kill)" % (
+                  k + 1, victim, "%.2f" % results[-1] if results[-1] else "?",
+                  t_kill - last if last else -1, other, t_lease - t_kill,
+                  "%.2f" % (first - t_kill) if first else "?"), flush=True)
         start(victim)
     stop.set()
     time.sleep(2)
@@ -175,13 +228,19 @@ def failover(bin_dir, base, kills):
         if done and open_sessions == 0:
             break
         time.sleep(1)
+    sampling.set()
     delivered = sum(1 for n, d in products.items()
                     if os.path.exists(os.path.join(site.dest, n))
                     and hashlib.sha256(open(os.path.join(site.dest, n), "rb").read()).hexdigest() == d)
     db = sqlite3.connect("file:%s?mode=ro" % os.path.join(site.temp, "journal.db"), uri=True)
-    dups = db.execute("SELECT count(*) FROM (SELECT relpath FROM deliveries GROUP BY relpath "
-                      "HAVING count(*) > 1)").fetchone()[0]
+    journaled = dict(db.execute("SELECT relpath, count(*) FROM deliveries GROUP BY relpath"))
     db.close()
+    dups = sum(1 for c in journaled.values() if c > 1)
+    once = sum(1 for n in products if journaled.get(n) == 1)
+    extra = sorted(set(os.listdir(site.dest)) - set(products))
+    print("site: %d of %d products in the destination tree with their digest, %d journaled "
+          "exactly once, %d journaled more than once, %d files not produced" % (
+              delivered, len(products), once, dups, len(extra)), flush=True)
     for p in procs.values():
         p.terminate()
         p.wait()
@@ -249,10 +308,11 @@ def history(bin_dir, base):
     sql_pg = """
 INSERT INTO products(id, channel, name, spool_path, size, mtime_ns, state, seq, queued_at, sent_at)
   SELECT g, 'obs', 'obs/p' || g || '.bufr', '/spool/obs/p' || g || '.bufr', 1000, 1, 'sent',
-         g / 100 + 1, %(t)d - (10000 - g) * 1000000000, %(t)d - (10000 - g) * 1000000000
+         g / 100 + 1, %(t)d - (10000 - g) * 1000000000::bigint,
+         %(t)d - (10000 - g) * 1000000000::bigint
   FROM generate_series(1, 10000) g;
 INSERT INTO outcomes(product, site, outcome, reason, seq, at)
-  SELECT p, 'site' || s, 'stored', '', p / 100 + 1, %(t)d - (10000 - p) * 1000000000
+  SELECT p, 'site' || s, 'stored', '', p / 100 + 1, %(t)d - (10000 - p) * 1000000000::bigint
   FROM generate_series(1, 10000) p, generate_series(1, 100) s;
 ANALYZE;
 """ % {"t": now_ns}
@@ -284,7 +344,10 @@ ANALYZE;
                "y, 'stored', '', x / 100 + 1, ?1 - (10000 - x) * 1000000000 FROM g, s", (now_ns,))
     db.commit()
     db.execute("ANALYZE")
+    n_sqlite = db.execute("SELECT count(*) FROM outcomes").fetchone()[0]
     db.close()
+    n_pg = int(pg.query("SELECT count(*) FROM outcomes")[0][0])
+    print("history: %d outcome rows in SQLite, %d in PostgreSQL" % (n_sqlite, n_pg), flush=True)
     out = {}
     for engine, uri in (("sqlite", sqlite_path), ("postgresql", pg.uri())):
         times = []
