@@ -14,13 +14,14 @@
              1,000,000 outcome rows (100 sites x 10,000 products), read-only from the journal,
              SQLite against PostgreSQL: median of 5.
 
-usage: cluster_bench.py BUILD_DIR [--only failover,intake,history] [--kills N]
+usage: cluster_bench.py BUILD_DIR [--only failover,intake,history] [--kills N] [--keep]
 Needs root (the server runs as postgres), postgresql-15, loopback multicast. Not a test."""
 
 import argparse
 import hashlib
 import os
 import random
+import re
 import shutil
 import socket
 import sqlite3
@@ -98,12 +99,12 @@ class Listener:
             with self.lock:
                 self.times.append((t, src[1]))
 
-    def around(self, t, ports_before, ports_after):
-        """The last datagram at or before t from one of ports_before and the first after t from
-        one of ports_after (source UDP ports of the dead and the new active hub): (time, time)."""
+    def around(self, t, ports_after=None):
+        """The last datagram at or before t and the first after t (from one of ports_after
+        when given): (time, time)."""
         with self.lock:
-            before = [x for x, p in self.times if x <= t and p in ports_before]
-            after = [x for x, p in self.times if x > t and p in ports_after]
+            before = [x for x, p in self.times if x <= t]
+            after = [x for x, p in self.times if x > t and (ports_after is None or p in ports_after)]
         return (before[-1] if before else None), (after[0] if after else None)
 
     def ports(self):
@@ -114,18 +115,7 @@ class Listener:
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 
 
-def udp_ports(pid):
-    """The local UDP ports of the sockets process `pid` holds (from `ss`)."""
-    out = subprocess.run(["ss", "-uanpH"], capture_output=True, text=True).stdout
-    ports = set()
-    for line in out.splitlines():
-        if "pid=%d," % pid in line:
-            local = line.split()[3]
-            ports.add(int(local.rsplit(":", 1)[1]))
-    return ports
-
-
-def failover(bin_dir, base, kills):
+def failover(bin_dir, base, kills, base_keep=False):
     pg = PgServer(base)
     spool = os.path.join(base, "spool")
     os.makedirs(spool)
@@ -179,45 +169,24 @@ def failover(bin_dir, base, kills):
             i += 1
             time.sleep(rng.uniform(0.05, 0.4))
     threading.Thread(target=producer, daemon=True).start()
-    # Which UDP ports each hub process sends from, sampled while it runs: the listener tells
-    # the dead hub's datagrams from the new active hub's (and from anything else on the group)
-    # by source port.
-    ports_of = {}
-    sampling = threading.Event()
-
-    def sample_ports():
-        while not sampling.is_set():
-            for p in list(procs.values()):
-                if p.poll() is None:
-                    ports_of.setdefault(p.pid, set()).update(udp_ports(p.pid))
-            time.sleep(0.25)
-    threading.Thread(target=sample_ports, daemon=True).start()
     kill_rng = random.Random(11)
-    results = []
+    kills_done = []
     for k in range(kills):
         time.sleep(kill_rng.uniform(3, 8))
         victim = holder()
         while victim is None:
             time.sleep(0.1)
             victim = holder()
-        dead_pid = procs[victim].pid
-        ports_of.setdefault(dead_pid, set()).update(udp_ports(dead_pid))
         procs[victim].send_signal(9)
         procs[victim].wait()
         t_kill = time.time()
         other = "hub-b" if victim == "hub-a" else "hub-a"
         while holder() != other:
             time.sleep(0.05)
-        t_lease = time.time()
+        kills_done.append((victim, other, t_kill, time.time() - t_kill))
+        print("kill %d of %s at %.3f; lease seen held by %s %.2f s later" % (
+            k + 1, victim, t_kill, other, kills_done[-1][3]), flush=True)
         time.sleep(3)
-        last, first = listener.around(t_kill, ports_of.get(dead_pid, set()),
-                                      ports_of.get(procs[other].pid, set()))
-        results.append(first - last if last and first else None)
-        print("kill %d of %s: failover %s s (kill %.2f s after its last datagram, lease to %s "
-              "%.2f s after the kill, its first datagram %s s after the kill)" % (
-                  k + 1, victim, "%.2f" % results[-1] if results[-1] else "?",
-                  t_kill - last if last else -1, other, t_lease - t_kill,
-                  "%.2f" % (first - t_kill) if first else "?"), flush=True)
         start(victim)
     stop.set()
     time.sleep(2)
@@ -228,7 +197,41 @@ def failover(bin_dir, base, kills):
         if done and open_sessions == 0:
             break
         time.sleep(1)
-    sampling.set()
+    # Only the lease holder sends on the group (its sessions, and its channel heartbeat from
+    # the moment it takes the lease); the standby and the site send nothing there, and the
+    # killed hub has been reaped before t_kill. So the last datagram before a kill is the dead
+    # hub's and the first after it the new active hub's. Checked here: every session sends from
+    # a socket of its own and each hub logs its source port ("session S: multicast to G from
+    # A:PORT"); a datagram from neither hub's session ports is a heartbeat.
+    ports = {}
+    for name in hubs:
+        with open(os.path.join(base, name + ".log"), errors="replace") as f:
+            ports[name] = {int(m) for m in re.findall(r"multicast to \S+ from [0-9.]+:(\d+)",
+                                                      f.read())}
+    heard = listener.ports()
+    print("datagrams heard from %d source ports: %d of hub-a's sessions, %d of hub-b's, %d of "
+          "neither (heartbeats)" % (
+              len(heard), len(heard & ports["hub-a"]), len(heard & ports["hub-b"]),
+              len(heard - ports["hub-a"] - ports["hub-b"])), flush=True)
+    if base_keep:
+        with open(os.path.join(base, "heard.tsv"), "w") as f:
+            owner = {p: n for n in ports for p in ports[n]}
+            for t, p in listener.times:
+                f.write("%.6f\t%d\t%s\n" % (t, p, owner.get(p, "-")))
+    results = []
+    sessions_after = []
+    for k, (victim, other, t_kill, lease_after) in enumerate(kills_done):
+        last, first = listener.around(t_kill)
+        _, first_session = listener.around(t_kill, ports[other] - ports[victim])
+        results.append(first - last if last and first else None)
+        sessions_after.append(first_session - t_kill if first_session else None)
+        print("kill %d of %s: failover %s s (kill %.2f s after the last datagram; lease seen "
+              "held by %s %.2f s after the kill; first datagram %s s after the kill, first of "
+              "its sessions %s s)" % (
+                  k + 1, victim, "%.2f" % results[-1] if results[-1] else "?",
+                  t_kill - last if last else -1, other, lease_after,
+                  "%.2f" % (first - t_kill) if first else "?",
+                  "%.2f" % sessions_after[-1] if sessions_after[-1] else "?"), flush=True)
     delivered = sum(1 for n, d in products.items()
                     if os.path.exists(os.path.join(site.dest, n))
                     and hashlib.sha256(open(os.path.join(site.dest, n), "rb").read()).hexdigest() == d)
@@ -385,6 +388,8 @@ def main():
     ap.add_argument("--only", default="failover,intake,history")
     ap.add_argument("--kills", type=int, default=10)
     ap.add_argument("--products", type=int, default=5000)
+    ap.add_argument("--keep", action="store_true",
+                    help="leave the working directories (logs, journals) and print their paths")
     a = ap.parse_args()
     reason = pg_skip_reason()
     if reason:
@@ -395,13 +400,16 @@ def main():
         base = tempfile.mkdtemp(prefix="mcdist-clbench-")
         try:
             if w == "failover":
-                failover(a.build, base, a.kills)
+                failover(a.build, base, a.kills, a.keep)
             elif w == "intake":
                 intake(a.build, base, a.products)
             elif w == "history":
                 history(a.build, base)
         finally:
-            shutil.rmtree(base, ignore_errors=True)
+            if a.keep:
+                print("%s: kept %s" % (w, base), flush=True)
+            else:
+                shutil.rmtree(base, ignore_errors=True)
     return 0
 
 
