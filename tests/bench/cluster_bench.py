@@ -14,13 +14,14 @@
              1,000,000 outcome rows (100 sites x 10,000 products), read-only from the journal,
              SQLite against PostgreSQL: median of 5.
 
-usage: cluster_bench.py BUILD_DIR [--only failover,intake,history] [--kills N]
+usage: cluster_bench.py BUILD_DIR [--only failover,intake,history] [--kills N] [--keep]
 Needs root (the server runs as postgres), postgresql-15, loopback multicast. Not a test."""
 
 import argparse
 import hashlib
 import os
 import random
+import re
 import shutil
 import socket
 import sqlite3
@@ -81,24 +82,40 @@ class Listener:
         threading.Thread(target=self.run, daemon=True).start()
 
     def run(self):
+        # The kernel's receive time (SO_TIMESTAMPNS), not this thread's: a thread that falls
+        # behind would stamp the dead hub's last datagrams after the kill.
+        self.s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         self.s.settimeout(0.2)
         while not self.stop:
             try:
-                self.s.recv(65536)
+                _, anc, _, src = self.s.recvmsg(65536, socket.CMSG_SPACE(16))
             except socket.timeout:
                 continue
             t = time.time()
+            for level, kind, data in anc:
+                if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+                    sec, nsec = struct.unpack("qq", data[:16])
+                    t = sec + nsec / 1e9
             with self.lock:
-                self.times.append(t)
+                self.times.append((t, src[1]))
 
-    def around(self, t):
+    def around(self, t, ports_after=None):
+        """The last datagram at or before t and the first after t (from one of ports_after
+        when given): (time, time)."""
         with self.lock:
-            before = [x for x in self.times if x <= t]
-            after = [x for x in self.times if x > t]
+            before = [x for x, p in self.times if x <= t]
+            after = [x for x, p in self.times if x > t and (ports_after is None or p in ports_after)]
         return (before[-1] if before else None), (after[0] if after else None)
 
+    def ports(self):
+        with self.lock:
+            return {p for _, p in self.times}
 
-def failover(bin_dir, base, kills):
+
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+
+
+def failover(bin_dir, base, kills, base_keep=False):
     pg = PgServer(base)
     spool = os.path.join(base, "spool")
     os.makedirs(spool)
@@ -123,8 +140,12 @@ def failover(bin_dir, base, kills):
         procs[name] = subprocess.Popen(hubs[name][0], stdout=logf, stderr=subprocess.STDOUT)
 
     def holder():
-        rows = pg.query("SELECT holder FROM leases WHERE channel = 'obs' AND "
-                        "expires_at > clock_timestamp()")
+        # The table exists once the first hub has migrated the database: None until then.
+        try:
+            rows = pg.query("SELECT holder FROM leases WHERE channel = 'obs' AND "
+                            "expires_at > clock_timestamp()")
+        except subprocess.CalledProcessError:
+            return None
         return rows[0][0] if rows else None
 
     start("hub-a")
@@ -148,12 +169,13 @@ def failover(bin_dir, base, kills):
             i += 1
             time.sleep(rng.uniform(0.05, 0.4))
     threading.Thread(target=producer, daemon=True).start()
-    results = []
+    kill_rng = random.Random(11)
+    kills_done = []
     for k in range(kills):
-        time.sleep(rng.uniform(3, 8))
+        time.sleep(kill_rng.uniform(3, 8))
         victim = holder()
-        if victim is None:
-            time.sleep(1)
+        while victim is None:
+            time.sleep(0.1)
             victim = holder()
         procs[victim].send_signal(9)
         procs[victim].wait()
@@ -161,10 +183,10 @@ def failover(bin_dir, base, kills):
         other = "hub-b" if victim == "hub-a" else "hub-a"
         while holder() != other:
             time.sleep(0.05)
+        kills_done.append((victim, other, t_kill, time.time() - t_kill))
+        print("kill %d of %s at %.3f; lease seen held by %s %.2f s later" % (
+            k + 1, victim, t_kill, other, kills_done[-1][3]), flush=True)
         time.sleep(3)
-        last, first = listener.around(t_kill)
-        results.append(first - last if last and first else None)
-        print("kill %d of %s: failover %.2f s" % (k + 1, victim, results[-1] or -1), flush=True)
         start(victim)
     stop.set()
     time.sleep(2)
@@ -175,13 +197,53 @@ def failover(bin_dir, base, kills):
         if done and open_sessions == 0:
             break
         time.sleep(1)
+    # Only the lease holder sends on the group (its sessions, and its channel heartbeat from
+    # the moment it takes the lease); the standby and the site send nothing there, and the
+    # killed hub has been reaped before t_kill. So the last datagram before a kill is the dead
+    # hub's and the first after it the new active hub's. Checked here: every session sends from
+    # a socket of its own and each hub logs its source port ("session S: multicast to G from
+    # A:PORT"); a datagram from neither hub's session ports is a heartbeat.
+    ports = {}
+    for name in hubs:
+        with open(os.path.join(base, name + ".log"), errors="replace") as f:
+            ports[name] = {int(m) for m in re.findall(r"multicast to \S+ from [0-9.]+:(\d+)",
+                                                      f.read())}
+    heard = listener.ports()
+    print("datagrams heard from %d source ports: %d of hub-a's sessions, %d of hub-b's, %d of "
+          "neither (heartbeats)" % (
+              len(heard), len(heard & ports["hub-a"]), len(heard & ports["hub-b"]),
+              len(heard - ports["hub-a"] - ports["hub-b"])), flush=True)
+    if base_keep:
+        with open(os.path.join(base, "heard.tsv"), "w") as f:
+            owner = {p: n for n in ports for p in ports[n]}
+            for t, p in listener.times:
+                f.write("%.6f\t%d\t%s\n" % (t, p, owner.get(p, "-")))
+    results = []
+    sessions_after = []
+    for k, (victim, other, t_kill, lease_after) in enumerate(kills_done):
+        last, first = listener.around(t_kill)
+        _, first_session = listener.around(t_kill, ports[other] - ports[victim])
+        results.append(first - last if last and first else None)
+        sessions_after.append(first_session - t_kill if first_session else None)
+        print("kill %d of %s: failover %s s (kill %.2f s after the last datagram; lease seen "
+              "held by %s %.2f s after the kill; first datagram %s s after the kill, first of "
+              "its sessions %s s)" % (
+                  k + 1, victim, "%.2f" % results[-1] if results[-1] else "?",
+                  t_kill - last if last else -1, other, lease_after,
+                  "%.2f" % (first - t_kill) if first else "?",
+                  "%.2f" % sessions_after[-1] if sessions_after[-1] else "?"), flush=True)
     delivered = sum(1 for n, d in products.items()
                     if os.path.exists(os.path.join(site.dest, n))
                     and hashlib.sha256(open(os.path.join(site.dest, n), "rb").read()).hexdigest() == d)
     db = sqlite3.connect("file:%s?mode=ro" % os.path.join(site.temp, "journal.db"), uri=True)
-    dups = db.execute("SELECT count(*) FROM (SELECT relpath FROM deliveries GROUP BY relpath "
-                      "HAVING count(*) > 1)").fetchone()[0]
+    journaled = dict(db.execute("SELECT relpath, count(*) FROM deliveries GROUP BY relpath"))
     db.close()
+    dups = sum(1 for c in journaled.values() if c > 1)
+    once = sum(1 for n in products if journaled.get(n) == 1)
+    extra = sorted(set(os.listdir(site.dest)) - set(products))
+    print("site: %d of %d products in the destination tree with their digest, %d journaled "
+          "exactly once, %d journaled more than once, %d files not produced" % (
+              delivered, len(products), once, dups, len(extra)), flush=True)
     for p in procs.values():
         p.terminate()
         p.wait()
@@ -218,9 +280,19 @@ def intake(bin_dir, base, n):
                                 stdout=logf, stderr=subprocess.STDOUT)
         time.sleep(2)
 
+        # One psql session for the whole wait, not a psql process per poll: a process every
+        # 50 ms would take CPU from the hub being measured on a small machine.
+        reader = None
+        if engine == "postgresql":
+            reader = subprocess.Popen(["psql", "-X", "-q", "-A", "-t", "-h", pg.dir, "-p",
+                                       str(pg.port), "-U", "mcdist", "-d", "mcdist"],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
         def count():
-            if engine == "postgresql":
-                return int(pg.query("SELECT count(*) FROM products")[0][0])
+            if reader:
+                reader.stdin.write("SELECT count(*) FROM products;\n")
+                reader.stdin.flush()
+                return int(reader.stdout.readline())
             db = sqlite3.connect("file:%s?mode=ro" % uri, uri=True, timeout=10)
             try:
                 return db.execute("SELECT count(*) FROM products").fetchone()[0]
@@ -234,6 +306,9 @@ def intake(bin_dir, base, n):
         while count() < n:
             time.sleep(0.05)
         took = time.time() - t0
+        if reader:
+            reader.stdin.close()
+            reader.wait()
         out[engine] = n / took
         print("intake %s: %d products in %.2f s: %.0f products/s" % (engine, n, took, n / took),
               flush=True)
@@ -249,10 +324,11 @@ def history(bin_dir, base):
     sql_pg = """
 INSERT INTO products(id, channel, name, spool_path, size, mtime_ns, state, seq, queued_at, sent_at)
   SELECT g, 'obs', 'obs/p' || g || '.bufr', '/spool/obs/p' || g || '.bufr', 1000, 1, 'sent',
-         g / 100 + 1, %(t)d - (10000 - g) * 1000000000, %(t)d - (10000 - g) * 1000000000
+         g / 100 + 1, %(t)d - (10000 - g) * 1000000000::bigint,
+         %(t)d - (10000 - g) * 1000000000::bigint
   FROM generate_series(1, 10000) g;
 INSERT INTO outcomes(product, site, outcome, reason, seq, at)
-  SELECT p, 'site' || s, 'stored', '', p / 100 + 1, %(t)d - (10000 - p) * 1000000000
+  SELECT p, 'site' || s, 'stored', '', p / 100 + 1, %(t)d - (10000 - p) * 1000000000::bigint
   FROM generate_series(1, 10000) p, generate_series(1, 100) s;
 ANALYZE;
 """ % {"t": now_ns}
@@ -284,7 +360,10 @@ ANALYZE;
                "y, 'stored', '', x / 100 + 1, ?1 - (10000 - x) * 1000000000 FROM g, s", (now_ns,))
     db.commit()
     db.execute("ANALYZE")
+    n_sqlite = db.execute("SELECT count(*) FROM outcomes").fetchone()[0]
     db.close()
+    n_pg = int(pg.query("SELECT count(*) FROM outcomes")[0][0])
+    print("history: %d outcome rows in SQLite, %d in PostgreSQL" % (n_sqlite, n_pg), flush=True)
     out = {}
     for engine, uri in (("sqlite", sqlite_path), ("postgresql", pg.uri())):
         times = []
@@ -309,6 +388,8 @@ def main():
     ap.add_argument("--only", default="failover,intake,history")
     ap.add_argument("--kills", type=int, default=10)
     ap.add_argument("--products", type=int, default=5000)
+    ap.add_argument("--keep", action="store_true",
+                    help="leave the working directories (logs, journals) and print their paths")
     a = ap.parse_args()
     reason = pg_skip_reason()
     if reason:
@@ -319,13 +400,16 @@ def main():
         base = tempfile.mkdtemp(prefix="mcdist-clbench-")
         try:
             if w == "failover":
-                failover(a.build, base, a.kills)
+                failover(a.build, base, a.kills, a.keep)
             elif w == "intake":
                 intake(a.build, base, a.products)
             elif w == "history":
                 history(a.build, base)
         finally:
-            shutil.rmtree(base, ignore_errors=True)
+            if a.keep:
+                print("%s: kept %s" % (w, base), flush=True)
+            else:
+                shutil.rmtree(base, ignore_errors=True)
     return 0
 
 
