@@ -283,7 +283,10 @@ def main():
                       % (pki, pki, pki, pw_file))
         feed_conf = os.path.join(base, "feed.toml")
         with open(feed_conf, "w") as f:
-            f.write('interface = "127.0.0.1"\nrate = "200M"\njournal = "%s"\nretention = "0s"\n'
+            # Products are retained, so a session the site fails (a slow sanitizer build) is
+            # caught up after the channel's heartbeat instead of lost.
+            f.write('interface = "127.0.0.1"\nrate = "200M"\njournal = "%s"\nretention = "1h"\n'
+                    'retained = "%s"\n'
                     'http = "127.0.0.1:0"\n'
                     '[wis2]\nbroker = "mqtts://127.0.0.1:%d"\n%stopic = "%s"\n'
                     'base_url = "https://hub.example.org/products/"\nchannels = ["obs"]\n'
@@ -296,8 +299,9 @@ def main():
                     '[[wis2_input]]\nname = "unverified"\nbroker = "mqtts://127.0.0.1:%d"\n'
                     'client_cert = "%s/client.pem"\nclient_key = "%s/client.key"\n'
                     'topics = ["nothing/#"]\nchannel = "obs"\n'
-                    % (journal, port, broker_tls, OUT_TOPIC, group, spool, port, broker_tls,
-                       IN_FILTER, pki, NAME_PREFIX, port, pki, pki))
+                    % (journal, os.path.join(base, "retained"), port, broker_tls, OUT_TOPIC,
+                       group, spool, port, broker_tls, IN_FILTER, pki, NAME_PREFIX, port, pki,
+                       pki))
         check(subprocess.run([os.path.join(bin_dir, "feed", "mcdist-feed"), "--config", feed_conf,
                               "--check-config"], stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT).returncode == 0, "--check-config refused")
