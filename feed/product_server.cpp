@@ -2,6 +2,7 @@
 
 #include "common/catch_up_index.hpp"
 #include "common/digest_xattr.hpp"
+#include "common/net/udp.hpp"
 #include "common/path_check.hpp"
 #include "common/path_walk.hpp"
 #include "common/unique_fd.hpp"
@@ -54,17 +55,6 @@ constexpr const char* server_name = "mcdist";
 constexpr std::size_t max_id_digits = 18;
 /// Hex digits of a nonce: catch_up::max_nonce_bytes bytes.
 constexpr std::size_t max_nonce_hex = 2 * catch_up::max_nonce_bytes;
-
-tcp::endpoint to_tcp(const endpoint& e) {
-  if (e.v6) {
-    asio::ip::address_v6::bytes_type b{};
-    std::copy(e.addr.begin(), e.addr.end(), b.begin());
-    return {asio::ip::address_v6(b), e.port};
-  }
-  asio::ip::address_v4::bytes_type b{};
-  std::copy(e.addr.begin(), e.addr.begin() + 4, b.begin());
-  return {asio::ip::address_v4(b), e.port};
-}
 
 std::uint64_t unix_ms_now() {
   return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -540,7 +530,8 @@ product_server::product_server(product_server_options opts, std::shared_ptr<spdl
                              "\": cannot open it for the product server: " + std::strerror(errno));
   }
   i.retained = unique_fd(fd);
-  const auto ep = to_tcp(i.opts.at);
+  const auto u = net::to_asio(i.opts.at);  // the address and port, as a TCP endpoint
+  const tcp::endpoint ep(u.address(), u.port());
   auto& a = i.acceptor;
   boost::system::error_code ec;
   a.open(ep.protocol(), ec);
