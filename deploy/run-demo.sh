@@ -13,12 +13,12 @@ set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 # Only what the demo builds and runs on (the tests install and build the rest).
 "$top/deploy/install-deps.sh" --demo
-# Only the three programs the demo runs, in a tree of their own without the tests: on a fresh
-# 2-core machine about 3 minutes (the whole tree with tests and fuzz harnesses takes 6-8), so
+# Only the three programs the demo runs, in a tree of their own without the tests: with an
+# empty compiler cache about 18 minutes of compiler CPU time (9-10 minutes on 2 idle cores), so
 # say so; the build's own output goes to a log.
 bin="$top/build-demo"
 mkdir -p "$bin"
-echo "run-demo.sh: building mcdistd, mcdist-send and mcdist-keygen in $bin (about 3 minutes on 2 cores the first time; log: $bin/demo-build.log)"
+echo "run-demo.sh: building mcdistd, mcdist-send and mcdist-keygen in $bin (the first time about 10 minutes on 2 cores, seconds afterwards; log: $bin/demo-build.log)"
 if ! "$top/deploy/build.sh" "$bin" -DMCDIST_BUILD_TESTS=OFF -DMCDIST_BUILD_LINKEM=OFF \
     --target mcdistd mcdist-send mcdist-keygen > "$bin/demo-build.log" 2>&1; then
   tail -n 30 "$bin/demo-build.log" >&2
