@@ -8,7 +8,10 @@
 # Environment: MCDIST_SKIP_SANITIZE=1 skips the sanitizer build.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
+step() { echo "== $1 took $((SECONDS - t0)) s"; t0=$SECONDS; }
+t0=$SECONDS
 "$top/deploy/install-deps.sh"
+step "install"
 jobs=$(nproc)
 
 echo "== build (RelWithDebInfo)"
@@ -18,8 +21,10 @@ echo "== build (RelWithDebInfo)"
 # need. deploy/build.sh alone keeps CMake's -O2 -g for a tree one debugs.
 "$top/deploy/build.sh" "$top/build" -DMCDIST_WERROR=ON \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG"
+step "build"
 echo "== tests"
 ctest --test-dir "$top/build" --output-on-failure -j "$jobs" --timeout 900
+step "tests"
 
 if [ "${MCDIST_SKIP_SANITIZE:-0}" != 1 ]; then
   echo "== build (ASan + UBSan)"
@@ -29,8 +34,10 @@ if [ "${MCDIST_SKIP_SANITIZE:-0}" != 1 ]; then
   # Unity batches (MCDIST_UNITY): the Asio and Beast templates compiled once per batch of
   # sources instead of once per source; this tree only runs the tests.
   "$top/deploy/build.sh" "$top/build-asan" -DMCDIST_SANITIZE=ON -DMCDIST_UNITY=ON
+  step "build (ASan + UBSan)"
   echo "== tests under ASan + UBSan"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir "$top/build-asan" --output-on-failure -j "$jobs" --timeout 1800
+  step "tests under ASan + UBSan"
 fi
 echo "== all tests passed"
