@@ -42,6 +42,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from mcdist_testlib import *  # noqa: E402,F403
+from netns_lib import netns_exec, netns_skip_reason, sh  # noqa: E402
 
 SUFFIX = "%d" % os.getpid()
 SW, S1, S2, R1, R2 = ("mcssm-%s-%s" % (n, SUFFIX) for n in ("sw", "s1", "s2", "r1", "r2"))
@@ -51,17 +52,6 @@ V4 = {(S1, "A"): "10.79.1.1", (S1, "B"): "10.79.2.1", (S2, "A"): "10.79.1.9",
       (R2, "B"): "10.79.2.3"}
 V6 = {k: "fd79:%d::%s" % (1 if k[1] == "A" else 2, v.rsplit(".", 1)[1]) for k, v in V4.items()}
 LINK_NUMBER = {"A": 1, "B": 2}
-
-
-def sh(*args, check_rc=True):
-    p = subprocess.run(list(args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    if check_rc and p.returncode != 0:
-        raise RuntimeError("%s: %s" % (" ".join(args), p.stdout.decode(errors="replace").strip()))
-    return p.stdout.decode(errors="replace")
-
-
-def netns_exec(ns):
-    return ["ip", "netns", "exec", ns]
 
 
 # --- the packet counter (runs inside the switch namespace) -----------------------------------
@@ -180,22 +170,7 @@ def teardown():
 
 def can_run():
     """None when namespaces, veth pairs and bridges can be made here, else why not."""
-    if os.geteuid() != 0:
-        return "needs root for network namespaces"
-    if not shutil.which("ip"):
-        return "needs iproute2's ip"
-    probe = "mcssm-probe-" + SUFFIX
-    try:
-        sh("ip", "netns", "add", probe)
-        sh("ip", "-n", probe, "link", "add", "br0", "type", "bridge")
-        sh("ip", "-n", probe, "link", "add", "v0", "type", "veth", "peer", "name", "v1")
-        sh("ip", "netns", "exec", probe, "sysctl", "-q", "-w", "net.ipv6.conf.all.accept_dad=0")
-    except (RuntimeError, OSError) as e:
-        return "cannot make network namespaces, veth pairs and bridges here (%s)" % e
-    finally:
-        subprocess.run(["ip", "netns", "del", probe], stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)
-    return None
+    return netns_skip_reason("mcssm-probe-" + SUFFIX)
 
 
 # --- programs in the namespaces --------------------------------------------------------------
