@@ -51,6 +51,18 @@ if [ ! -f "$build/compile_commands.json" ]; then
   echo "run-lint.sh: $build/compile_commands.json missing: build first (deploy/build.sh $build)" >&2
   exit 2
 fi
+# A unity tree (MCDIST_UNITY) compiles batches, so its compile_commands.json names no source
+# file of ours: clang-tidy then reads the commands of a tree configured source by source in
+# build-lint, which is configured, not built (only protoc's headers, which the pure layers
+# include, are generated there).
+if ! grep -q '"file": *"[^"]*/sender/core/[a-z_]*\.cpp"' "$build/compile_commands.json"; then
+  lint_build="$top/build-lint"
+  echo "== $build is a unity tree: the commands of $lint_build instead"
+  cmake -S "$top" -B "$lint_build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMCDIST_UNITY=OFF \
+    >/dev/null
+  ninja -C "$lint_build" proto/mcdist.pb.h proto/checkpoint.pb.h proto/unicast.pb.h >/dev/null
+  build=$lint_build
+fi
 if [ "$all" = 1 ]; then
   mapfile -t tidy_files < <(python3 -c 'import json,sys; print("\n".join(sorted({e["file"] for e in json.load(open(sys.argv[1])) if "/build" not in e["file"]})))' "$build/compile_commands.json")
 else
