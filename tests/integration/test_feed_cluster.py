@@ -17,9 +17,9 @@ fails, while its LAN still reaches the sites.
 5. B (the lost hub) restarted: standby; a last batch goes out through A.
 
 After all of it: every product at both sites exactly once, in the destination tree and in the
-site's delivery journal (a repeated session held, not delivered twice), the sites' sequence
-numbers for the channel complete up to the journal's last number (no gap), `mcdistctl missing`
-empty for both sites, and `mcdistctl status` against the standby hub shows both hubs and the
+site's delivery journal (a repeated session held, not delivered twice), the sites' action run
+once per product, the sites' sequence numbers for the channel complete up to the journal's last
+number (no gap), `mcdistctl missing` empty for both sites, and `mcdistctl status` against the standby hub shows both hubs and the
 lease holder. Needs root (namespaces); says SKIPPED with the reason when it cannot run.
 
 usage: test_feed_cluster.py BUILD_DIR"""
@@ -161,6 +161,49 @@ class Hub:
         return None
 
 
+class Site(Daemon):
+    """mcdistd in the site's namespace from a TOML file: the channel, the hubs' key, and an exec
+    action that appends each delivered product's relative path to `action_log`."""
+
+    def __init__(self, bin_dir, base, rid, group, trusted_key):
+        self.id = rid
+        root = os.path.join(base, rid)
+        self.dest = os.path.join(root, "dest")
+        self.temp = os.path.join(root, "temp")
+        self.status = os.path.join(root, "status.json")
+        self.log_path = os.path.join(root, "mcdistd.log")
+        self.action_log = os.path.join(root, "actions.log")
+        os.makedirs(self.dest)
+        os.makedirs(self.temp)
+        open(self.action_log, "w").close()
+        config = os.path.join(root, "mcdistd.toml")
+        with open(config, "w") as f:
+            f.write("""id = "%(id)s"
+interface = "ethL"
+temp = "%(temp)s"
+journal = "%(temp)s/journal.db"
+status_file = "%(status)s"
+status_interval = "1s"
+session_timeout = "10s"
+trusted_senders = ["%(key)s"]
+
+[[channel]]
+name = "%(channel)s"
+group = "%(group)s"
+dest = "%(dest)s"
+
+[[action]]
+name = "record"
+match = "."
+exec = ["/bin/sh", "-c", "echo \\"$1\\" >> %(log)s", "record", "{relpath}"]
+""" % {"id": rid, "temp": self.temp, "status": self.status, "key": trusted_key,
+                    "channel": CHANNEL, "group": group, "dest": self.dest, "log": self.action_log})
+        self.args = netns_exec(NS[rid]) + [os.path.join(bin_dir, "receiver", "mcdistd"),
+                                           "--config", config]
+        self.proc = None
+        self.start()
+
+
 def http_json(hub, path):
     with urllib.request.urlopen("http://%s:8080%s" % (lan(hub), path), timeout=5) as r:
         body = r.read().decode()
@@ -264,9 +307,7 @@ heartbeat = "2s"
                     "sock": os.path.join(base, name + ".sock"), "lan": lan(name), "name": name,
                     "channel": CHANNEL, "group": group, "spool": spool})
             hubs[name] = Hub(bin_dir, base, name, config)
-        sites = [Daemon(bin_dir, base, s, group,
-                        ["--trust", key + ".pub", "--session-timeout", "10s"],
-                        prefix=netns_exec(NS[s]), interface="ethL") for s in SITES]
+        sites = [Site(bin_dir, base, s, group, key + ".pub") for s in SITES]
         a, b = hubs["hub-a"], hubs["hub-b"]
         everything = {}
 
@@ -378,6 +419,17 @@ heartbeat = "2s"
             twice = {p: n for p, n in counts.items() if n != 1}
             check(not twice, "%s delivered twice: %s" % (d.id, twice))
 
+            def actions_ran(d=d):
+                with open(d.action_log) as f:
+                    return f.read().split()
+            wait_until("%s's action for every product" % d.id,
+                       lambda: len(actions_ran()) >= len(everything), 20, (), [d])
+            ran = actions_ran()
+            twice = {p: ran.count(p) for p in everything if ran.count(p) != 1}
+            check(not twice and len(ran) == len(everything),
+                  "%s's action ran %d times for %d products; not once: %s" % (
+                      d.id, len(ran), len(everything), twice))
+
             def no_gap(d=d):
                 with open(d.status) as f:
                     seqs = [q for q in json.load(f).get("sequences", [])
@@ -410,7 +462,8 @@ heartbeat = "2s"
         r = subprocess.run([ctl, "--socket", os.path.join(base, "hub-b.sock"), "status"],
                            capture_output=True, text=True)
         check("hub-a" in r.stdout and "standby" in r.stdout, "mcdistctl status table:\n" + r.stdout)
-        log("%d products at both sites exactly once, sequence numbers 1-%d without a gap, "
+        log("%d products at both sites exactly once (and their action), sequence numbers 1-%d "
+            "without a gap, "
             "nothing missing (%.0f s)" % (len(everything), last_seq, time.time() - started))
         print("PASS")
         return 0
