@@ -5,6 +5,8 @@
 # as build-fuzz/artifacts/TARGET-crash-... (rerun: build-fuzz/tests/fuzz/TARGET_fuzz FILE).
 #
 #   deploy/run-fuzz.sh [SECONDS_PER_TARGET]     default 60; 0 = no time bound (use RUNS)
+#   deploy/run-fuzz.sh --core-tests   builds and runs, in the same tree, the unit and simulation
+#                                     tests of the core layers (ctest label `core`) instead
 #
 # Environment:
 #   MCDIST_FUZZ_RUNS=N        stop each target after N executions (libFuzzer -runs)
@@ -24,8 +26,10 @@ src=$PWD
 build=${MCDIST_FUZZ_BUILD:-$src/build-fuzz}
 seconds=60
 seeds_only=0
+core_tests=0
 case "${1:-}" in
   --seeds) seeds_only=1 ;;
+  --core-tests) core_tests=1 ;;
   "") ;;
   *[!0-9]*) echo "usage: deploy/run-fuzz.sh [SECONDS_PER_TARGET] | --seeds" >&2; exit 2 ;;
   *) seconds=$1 ;;
@@ -45,12 +49,22 @@ fi
 export CCACHE_BASEDIR="$src"
 # -g puts the working directory in the hash unless told not to (ccache manual, hash_dir).
 export CCACHE_NOHASHDIR=1
-if [ ! -f "$build/build.ninja" ]; then
-  launcher=()
-  command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-  cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" "${launcher[@]}" \
-    -DMCDIST_FUZZ=ON -DMCDIST_BUILD_TESTS=OFF -DMCDIST_BUILD_LINKEM=OFF >/dev/null
+launcher=()
+command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+# The tests are configured here too (not built unless asked: the `fuzz` target needs none).
+cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" "${launcher[@]}" \
+  -DMCDIST_FUZZ=ON -DMCDIST_BUILD_TESTS=ON -DMCDIST_BUILD_LINKEM=OFF >/dev/null
+if [ "$core_tests" = 1 ]; then
+  echo "run-fuzz.sh: building the core layers' tests under ASan + UBSan in $build"
+  if ! ninja -C "$build" core_tests > "$build/build-core-tests.log" 2>&1; then
+    grep -E -A8 "FAILED|error" "$build/build-core-tests.log" | head -60 >&2
+    echo "run-fuzz.sh: the core tests' build failed (whole log: $build/build-core-tests.log)" >&2
+    exit 1
+  fi
+  ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1} \
+  UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
+    exec ctest --test-dir "$build" -L core --output-on-failure -j "$(nproc)" --timeout 900
 fi
 echo "run-fuzz.sh: building the fuzz targets in $build"
 if ! ninja -C "$build" fuzz > "$build/build.log" 2>&1; then

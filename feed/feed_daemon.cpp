@@ -440,10 +440,10 @@ std::vector<heartbeat_channel> feed_daemon::heartbeat_channels() const {
 
 void feed_daemon::start_unicast() {
   unicast::server_options so;
-  endpoint local = m_interface.address;
-  local.port = 0;
-  so.sctp_udp = local;
-  so.tcp = local;
+  endpoint listen_on = m_interface.address;
+  listen_on.port = 0;
+  so.sctp_udp = listen_on;
+  so.tcp = listen_on;
   unicast::server_events ev;
   ev.on_session_start = [this](const unicast::session_info& info) {
     if (const auto it = m_apps.find(info.session); it != m_apps.end()) {

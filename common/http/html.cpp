@@ -111,9 +111,9 @@ a{color:#0969da}
 )";
 }
 
-std::string card(std::string_view id, std::string_view value, std::string_view label) {
+std::string card(std::string_view id, std::string_view value, std::string_view caption) {
   return "<div class=\"card\"><div class=\"v\" id=\"" + html_escape(id) + "\">" +
-         html_escape(value) + "</div><div class=\"k\">" + std::string(label) + "</div></div>\n";
+         html_escape(value) + "</div><div class=\"k\">" + std::string(caption) + "</div></div>\n";
 }
 
 std::string svg_bar_chart(const std::vector<double>& values,

@@ -40,7 +40,7 @@ std::string svg_bar_chart(const std::vector<double>& values,
 /// .path (monospace, wrapping), state colours (.ok, .bad, .warning, .error, .none).
 std::string_view page_style() noexcept;
 
-/// A summary card: `value` (escaped) in an element with id `id`, above `label` (trusted HTML).
-std::string card(std::string_view id, std::string_view value, std::string_view label);
+/// A summary card: `value` (escaped) in an element with id `id`, above `caption` (trusted HTML).
+std::string card(std::string_view id, std::string_view value, std::string_view caption);
 
 }  // namespace mcdist::http
