@@ -52,9 +52,11 @@ export CCACHE_NOHASHDIR=1
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 # The tests are configured here too (not built unless asked: the `fuzz` target needs none).
+# Unity batches, as in the test command's other trees: the libraries compile in about two
+# thirds of the time.
 cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" "${launcher[@]}" \
-  -DMCDIST_FUZZ=ON -DMCDIST_BUILD_TESTS=ON -DMCDIST_BUILD_LINKEM=OFF >/dev/null
+  -DMCDIST_FUZZ=ON -DMCDIST_UNITY=ON -DMCDIST_BUILD_TESTS=ON -DMCDIST_BUILD_LINKEM=OFF >/dev/null
 if [ "$core_tests" = 1 ]; then
   echo "run-fuzz.sh: building the core layers' tests under ASan + UBSan in $build"
   if ! ninja -C "$build" core_tests > "$build/build-core-tests.log" 2>&1; then
