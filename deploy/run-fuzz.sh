@@ -5,8 +5,8 @@
 # as build-fuzz/artifacts/TARGET-crash-... (rerun: build-fuzz/tests/fuzz/TARGET_fuzz FILE).
 #
 #   deploy/run-fuzz.sh [SECONDS_PER_TARGET]     default 60; 0 = no time bound (use RUNS)
-#   deploy/run-fuzz.sh --core-tests   builds and runs, in the same tree, the unit and simulation
-#                                     tests of the core layers (ctest label `core`) instead
+#   deploy/run-fuzz.sh --core-tests   builds and runs, in the same tree, the unit tests of the
+#                                     core layers (ctest label `core`) instead
 #
 # Environment:
 #   MCDIST_FUZZ_RUNS=N        stop each target after N executions (libFuzzer -runs)
@@ -31,7 +31,7 @@ case "${1:-}" in
   --seeds) seeds_only=1 ;;
   --core-tests) core_tests=1 ;;
   "") ;;
-  *[!0-9]*) echo "usage: deploy/run-fuzz.sh [SECONDS_PER_TARGET] | --seeds" >&2; exit 2 ;;
+  *[!0-9]*) echo "usage: deploy/run-fuzz.sh [SECONDS_PER_TARGET] | --seeds | --core-tests" >&2; exit 2 ;;
   *) seconds=$1 ;;
 esac
 jobs=${MCDIST_FUZZ_JOBS:-1}
