@@ -445,11 +445,10 @@ heartbeat = "2s"
                                capture_output=True, text=True)
             check(r.returncode == 0 and json.loads(r.stdout)["rows"] == [],
                   "mcdistctl missing --site %s: %s %s" % (s, r.stdout[:500], r.stderr[:500]))
-        # Offline, straight from the shared journal.
-        r = subprocess.run(netns_exec(NS["hub-a"]) + [ctl, "--socket",
-                                                       os.path.join(base, "none.sock"),
-                                                       "--journal", pg.uri(), "missing", "--site", "site-a", "--since", "1h", "--json"],
-                           capture_output=True, text=True)
+        # Offline, straight from the shared journal, from a hub's host (the database link).
+        offline = [ctl, "--socket", os.path.join(base, "none.sock"), "--journal", pg.uri(),
+                   "missing", "--site", "site-a", "--since", "1h", "--json"]
+        r = subprocess.run(netns_exec(NS["hub-a"]) + offline, capture_output=True, text=True)
         check(r.returncode == 0 and json.loads(r.stdout)["rows"] == [],
               "mcdistctl on the journal URI: %s %s" % (r.stdout[:500], r.stderr[:500]))
         r = subprocess.run([ctl, "--socket", os.path.join(base, "hub-b.sock"), "status", "--json"],
@@ -463,8 +462,8 @@ heartbeat = "2s"
                            capture_output=True, text=True)
         check("hub-a" in r.stdout and "standby" in r.stdout, "mcdistctl status table:\n" + r.stdout)
         log("%d products at both sites exactly once (and their action), sequence numbers 1-%d "
-            "without a gap, "
-            "nothing missing (%.0f s)" % (len(everything), last_seq, time.time() - started))
+            "without a gap, nothing missing (%.0f s)" % (len(everything), last_seq,
+                                                        time.time() - started))
         print("PASS")
         return 0
     finally:
