@@ -19,8 +19,9 @@ fails, while its LAN still reaches the sites.
 After all of it: every product at both sites exactly once, in the destination tree and in the
 site's delivery journal (a repeated session held, not delivered twice), the sites' action run
 once per product, the sites' sequence numbers for the channel complete up to the journal's last
-number (no gap), `mcdistctl missing` empty for both sites, and `mcdistctl status` against the standby hub shows both hubs and the
-lease holder. Needs root (namespaces); says SKIPPED with the reason when it cannot run.
+number (no gap), `mcdistctl missing` empty for both sites, and `mcdistctl status` against the
+standby hub shows both hubs and the lease holder. Needs root (namespaces); says SKIPPED with the
+reason when it cannot run.
 
 usage: test_feed_cluster.py BUILD_DIR"""
 
