@@ -61,10 +61,10 @@ class PgServer:
         opts = "-k %s -c listen_addresses=%s -p %d" % (self.dir, listen, self.port)
         if not fsync:
             opts += " -c fsync=off -c synchronous_commit=off"
-        subprocess.run(list(netns) + self.prefix + [os.path.join(PG_BIN, "pg_ctl"), "-D", data,
-                                                    "-w", "-l",
-                                      os.path.join(self.dir, "server.log"), "-o", opts, "start"],
-                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        start = [os.path.join(PG_BIN, "pg_ctl"), "-D", data, "-w", "-l",
+                 os.path.join(self.dir, "server.log"), "-o", opts, "start"]
+        subprocess.run(list(netns) + self.prefix + start, check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
         self.data = data
         self.psql(["-d", "postgres", "-c", "CREATE DATABASE mcdist"])
 
