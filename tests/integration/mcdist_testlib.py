@@ -168,6 +168,31 @@ class Daemon:
             return None
 
 
+class TomlDaemon(Daemon):
+    """One mcdistd configured by a TOML file only, laid out like Daemon under BASE/RID (dest/,
+    temp/, status.json, mcdistd.log, and the file itself as mcdistd.toml). `config(d)` returns
+    the file's text given the daemon (its dest, temp and status paths); `prefix` runs it
+    elsewhere (`ip netns exec NS`)."""
+
+    def __init__(self, bin_dir, base, rid, config, prefix=()):
+        self.id = rid
+        root = os.path.join(base, rid)
+        self.dest = os.path.join(root, "dest")
+        self.temp = os.path.join(root, "temp")
+        self.status = os.path.join(root, "status.json")
+        self.log_path = os.path.join(root, "mcdistd.log")
+        os.makedirs(self.dest, exist_ok=True)
+        os.makedirs(self.temp, exist_ok=True)
+        self.config = os.path.join(root, "mcdistd.toml")
+        text = config(self)
+        with open(self.config, "w") as f:
+            f.write(text)
+        self.args = list(prefix) + [os.path.join(bin_dir, "receiver", "mcdistd"), "--config",
+                                    self.config]
+        self.proc = None
+        self.start()
+
+
 def wait_for(what, cond, timeout, daemon):
     """Polls cond() until it returns a true value (returned); fails if `daemon` exits first."""
     deadline = time.time() + timeout

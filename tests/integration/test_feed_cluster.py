@@ -40,7 +40,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mcdist_testlib import SKIP, Daemon, check, fail, free_group, log  # noqa: E402
+from mcdist_testlib import SKIP, TomlDaemon, check, fail, free_group, log  # noqa: E402
 from netns_lib import netns_exec, netns_skip_reason, sh  # noqa: E402
 from pg_cluster_lib import PgServer, pg_skip_reason  # noqa: E402
 
@@ -162,24 +162,7 @@ class Hub:
         return None
 
 
-class Site(Daemon):
-    """mcdistd in the site's namespace from a TOML file: the channel, the hubs' key, and an exec
-    action that appends each delivered product's relative path to `action_log`."""
-
-    def __init__(self, bin_dir, base, rid, group, trusted_key):
-        self.id = rid
-        root = os.path.join(base, rid)
-        self.dest = os.path.join(root, "dest")
-        self.temp = os.path.join(root, "temp")
-        self.status = os.path.join(root, "status.json")
-        self.log_path = os.path.join(root, "mcdistd.log")
-        self.action_log = os.path.join(root, "actions.log")
-        os.makedirs(self.dest)
-        os.makedirs(self.temp)
-        open(self.action_log, "w").close()
-        config = os.path.join(root, "mcdistd.toml")
-        with open(config, "w") as f:
-            f.write("""id = "%(id)s"
+SITE_CONFIG = """id = "%(id)s"
 interface = "ethL"
 temp = "%(temp)s"
 journal = "%(temp)s/journal.db"
@@ -197,12 +180,19 @@ dest = "%(dest)s"
 name = "record"
 match = "."
 exec = ["/bin/sh", "-c", "echo \\"$1\\" >> %(log)s", "record", "{relpath}"]
-""" % {"id": rid, "temp": self.temp, "status": self.status, "key": trusted_key,
-                    "channel": CHANNEL, "group": group, "dest": self.dest, "log": self.action_log})
-        self.args = netns_exec(NS[rid]) + [os.path.join(bin_dir, "receiver", "mcdistd"),
-                                           "--config", config]
-        self.proc = None
-        self.start()
+"""
+
+
+def start_site(bin_dir, base, rid, group, trusted_key):
+    """mcdistd in the site's namespace from a TOML file: the channel, the hubs' key, and an exec
+    action that appends each delivered product's relative path to the daemon's `action_log`."""
+    action_log = os.path.join(base, rid + "-actions.log")
+    open(action_log, "w").close()
+    d = TomlDaemon(bin_dir, base, rid, lambda d: SITE_CONFIG % {
+        "id": rid, "temp": d.temp, "status": d.status, "key": trusted_key, "channel": CHANNEL,
+        "group": group, "dest": d.dest, "log": action_log}, prefix=netns_exec(NS[rid]))
+    d.action_log = action_log
+    return d
 
 
 def http_json(hub, path):
@@ -308,7 +298,7 @@ heartbeat = "2s"
                     "sock": os.path.join(base, name + ".sock"), "lan": lan(name), "name": name,
                     "channel": CHANNEL, "group": group, "spool": spool})
             hubs[name] = Hub(bin_dir, base, name, config)
-        sites = [Site(bin_dir, base, s, group, key + ".pub") for s in SITES]
+        sites = [start_site(bin_dir, base, s, group, key + ".pub") for s in SITES]
         a, b = hubs["hub-a"], hubs["hub-b"]
         everything = {}
 

@@ -219,29 +219,6 @@ def completed(summary, rid, path="multicast"):
           "%s did not complete over %s: %s" % (rid, path, r))
 
 
-class TomlDaemon(Daemon):
-    """mcdistd in a namespace from a TOML file (status file and log beside it)."""
-
-    def __init__(self, bin_dir, base, rid, ns, config):
-        self.id = rid
-        root = os.path.join(base, rid)
-        self.dest = os.path.join(root, "dest")
-        self.temp = os.path.join(root, "temp")
-        self.status = os.path.join(root, "status.json")
-        self.log_path = os.path.join(root, "mcdistd.log")
-        os.makedirs(self.dest, exist_ok=True)
-        os.makedirs(self.temp, exist_ok=True)
-        conf = os.path.join(root, "mcdistd.toml")
-        with open(conf, "w") as f:
-            f.write('id = "%s"\ndest = "%s"\ntemp = "%s"\nstatus_file = "%s"\n'
-                    'status_interval = "1s"\nhttp = "off"\nallow_unsigned = true\n%s' % (
-                        rid, self.dest, self.temp, self.status, config))
-        self.args = netns_exec(ns) + [os.path.join(bin_dir, "receiver", "mcdistd"), "--config",
-                                      conf]
-        self.proc = None
-        self.start()
-
-
 def fresh_status(*daemons):
     """Each daemon's status as written after this call (status_interval is 1 s)."""
     since = time.time()
@@ -384,9 +361,11 @@ def main():
         ssm_case(bin_dir, base, rng, counters, s4, r1ssm, 4)
 
         # 3. IPv6: r1 source-specific from its TOML file, r2 any-source on ethB.
-        r1v6 = TomlDaemon(bin_dir, base, "r1v6", R1,
-                          'interface = "ethA"\n[[channel]]\nname = "v6"\ngroup = "%s"\n'
-                          'source = "%s"\n' % (g6, V6[(S1, "A")]))
+        r1v6 = TomlDaemon(bin_dir, base, "r1v6", lambda d: (
+            'id = "r1v6"\ndest = "%s"\ntemp = "%s"\nstatus_file = "%s"\nstatus_interval = "1s"\n'
+            'http = "off"\nallow_unsigned = true\ninterface = "ethA"\n[[channel]]\nname = "v6"\n'
+            'group = "%s"\nsource = "%s"\n' % (d.dest, d.temp, d.status, g6, V6[(S1, "A")])),
+            prefix=netns_exec(R1))
         daemons.append(r1v6)
         r2v6 = Daemon(bin_dir, base, "r2v6", g6, quiet, prefix=netns_exec(R2), interface="ethB")
         daemons.append(r2v6)

@@ -224,30 +224,6 @@ def send_products(bin_dir, base, dirname, names, rng, group, daemon):
     return [dirname + "/" + n for n in names]
 
 
-class ConfigDaemon(Daemon):
-    """mcdistd from a TOML config file only (Daemon passes --group, which replaces the
-    config's channels)."""
-
-    def __init__(self, bin_dir, base, rid, group, action):
-        self.id = rid
-        root = os.path.join(base, rid)
-        self.dest = os.path.join(root, "dest")
-        self.temp = os.path.join(root, "temp")
-        self.status = os.path.join(root, "status.json")
-        self.log_path = os.path.join(root, "mcdistd.log")
-        os.makedirs(self.dest, exist_ok=True)
-        os.makedirs(self.temp, exist_ok=True)
-        self.config = os.path.join(root, "mcdistd.toml")
-        with open(self.config, "w") as f:
-            f.write('id = "%s"\ninterface = "127.0.0.1"\ndest = "%s"\ntemp = "%s"\n'
-                    'status_file = "%s"\nstatus_interval = "1s"\nhttp = "127.0.0.1:0"\n'
-                    'allow_unsigned = true\n[[channel]]\nname = "synop"\ngroup = "%s"\n[[channel.action]]\n%s\n'
-                    % (rid, self.dest, self.temp, self.status, group, action))
-        self.args = [os.path.join(bin_dir, "receiver", "mcdistd"), "--config", self.config]
-        self.proc = None
-        self.start()
-
-
 def check_config_refuses(bin_dir, base, group):
     bad = os.path.join(base, "bad.toml")
     with open(bad, "w") as f:
@@ -312,7 +288,11 @@ def main():
         action = ('type = "wis2"\nbroker = "mqtt://127.0.0.1:%d"\ntopic = "%s"\nbase_url = "%s"\n'
                   'qos = 1\nmax_queued = %d' % (relay.port, TOPIC, BASE_URL, len(NAMES)))
         # The broker is unreachable when mcdistd starts: it must keep trying and get there.
-        daemon = ConfigDaemon(bin_dir, base, "site-wis2", group, action)
+        daemon = TomlDaemon(bin_dir, base, "site-wis2", lambda d: (
+            'id = "site-wis2"\ninterface = "127.0.0.1"\ndest = "%s"\ntemp = "%s"\n'
+            'status_file = "%s"\nstatus_interval = "1s"\nhttp = "127.0.0.1:0"\n'
+            'allow_unsigned = true\n[[channel]]\nname = "synop"\ngroup = "%s"\n'
+            '[[channel.action]]\n%s\n' % (d.dest, d.temp, d.status, group, action)))
         daemon.wait_for_log("WIS2 (channel synop): lost the broker mqtt://127.0.0.1:%d" % relay.port, 10)
         relay.up()
         daemon.wait_for_log("WIS2 (channel synop): connected to mqtt://127.0.0.1:%d" % relay.port, 15)
