@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <map>
 #include <type_traits>
+#include <unordered_set>
 
 namespace mcdist::receiver {
 
@@ -70,7 +71,9 @@ struct finalizer::dir_cache {
   };
   std::unordered_map<std::string, entry> dirs;     ///< root '\0' parent -> fd
   std::unordered_map<std::string, entry> roots;    ///< dest_root -> fd
+  std::unordered_map<std::string, int> temps;      ///< a temp file's directory -> fd, or -1
   std::map<std::pair<dev_t, ino_t>, int> to_sync;  ///< directories to fsync, deduplicated
+  std::unordered_set<int> added;                   ///< descriptors given to add_sync already
   std::vector<int> owned;                          ///< every fd to close at the end
 
   ~dir_cache() {
@@ -80,7 +83,23 @@ struct finalizer::dir_cache {
     owned.push_back(fd);
     return fd;
   }
+  /// The directory of `temp_path` (the daemon's own temp tree) and the file's name in it, for
+  /// an open or rename of one component instead of the whole path (a session's temp files
+  /// share one directory). @return AT_FDCWD and the whole path when it cannot be opened
+  std::pair<int, const char*> temp_at(const std::string& temp_path) {
+    const std::size_t slash = temp_path.rfind('/');
+    if (slash == std::string::npos || slash == 0) return {AT_FDCWD, temp_path.c_str()};
+    auto [it, fresh] = temps.try_emplace(temp_path.substr(0, slash), -1);
+    if (fresh) {
+      const int fd = ::open(it->first.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      if (fd >= 0) it->second = own(fd);
+    }
+    if (it->second < 0) return {AT_FDCWD, temp_path.c_str()};
+    return {it->second, temp_path.c_str() + slash + 1};
+  }
+  /// A directory to fsync after the batch; one fstat per descriptor, not per file renamed.
   void add_sync(int fd) {
+    if (!added.insert(fd).second) return;
     struct stat st {};
     if (::fstat(fd, &st) == 0) to_sync.emplace(std::make_pair(st.st_dev, st.st_ino), fd);
   }
@@ -181,12 +200,12 @@ void fail(Work& w, std::error_code ec,
 
 }  // namespace
 
-void finalizer::verify(work& w) {
+void finalizer::verify(work& w, dir_cache& dirs) {
   fin_file& f = *w.f;
   const posix_io& io = m_ctx.io;
   if (f.fd < 0) {
-    if (int e = io.open(AT_FDCWD, f.temp_path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0, &f.key,
-                        f.fd)) {
+    const auto [at, name] = dirs.temp_at(f.temp_path);
+    if (int e = io.open(at, name, O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0, &f.key, f.fd)) {
       return fail(w, errno_code(e),
                   fmt::format("cannot open temp file {} to finalize {} (open): {}", f.temp_path,
                               w.dest, std::strerror(e)));
@@ -342,14 +361,9 @@ void finalizer::open_dest_dir(work& w, dir_cache& dirs) {
     }
   }
   if (dit->second.fd < 0) return fail(w, dit->second.ec, dit->second.detail);
+  // A directory where the file goes fails the file at its rename (EISDIR), not by a stat of
+  // every destination beforehand.
   w.dir_fd = dit->second.fd;
-  struct stat st {};
-  if (::fstatat(w.dir_fd, w.leaf.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) {
-    return fail(w, std::make_error_code(std::errc::is_a_directory),
-                fmt::format("destination {} exists and is a directory; remove it so the file "
-                            "can be delivered",
-                            w.dest));
-  }
 }
 
 void finalizer::make_durable(std::vector<work>& batch) {
@@ -409,15 +423,15 @@ void finalizer::rename_all(std::vector<work>& batch, dir_cache& dirs) {
         continue;
       }
     }
-    if (int e = m_ctx.io.rename(AT_FDCWD, w.f->temp_path.c_str(), w.dir_fd, w.leaf.c_str(),
-                                &w.f->key)) {
+    const auto [at, name] = dirs.temp_at(w.f->temp_path);
+    if (int e = m_ctx.io.rename(at, name, w.dir_fd, w.leaf.c_str(), &w.f->key)) {
       std::string why;
       if (e == EXDEV)
         why =
             "temp_dir and the destination are on different filesystems; set temp_dir on the "
             "destination filesystem";
       else if (e == EISDIR)
-        why = "the destination is a directory; remove it";
+        why = "the destination exists and is a directory; remove it so the file can be delivered";
       else
         why = "check permissions and space on the destination filesystem";
       fail(w, errno_code(e),
@@ -477,7 +491,7 @@ void finalizer::finalize_batch(std::vector<fin_file>& files) {
     w.f = &files[i];
     w.r.key = files[i].key;
     w.dest = (files[i].spec.dest_root / files[i].spec.relative_path).string();
-    verify(w);
+    verify(w, dirs);
   }
   for (work& w : batch)
     if (w.ok) open_dest_dir(w, dirs);

@@ -118,7 +118,7 @@ class finalizer {
 
   void run();
   void finalize_batch(std::vector<fin_file>& batch);
-  void verify(work& w);
+  void verify(work& w, dir_cache& dirs);
   void open_dest_dir(work& w, dir_cache& dirs);
   void make_durable(std::vector<work>& batch);
   void before_renames(std::vector<work>& batch);

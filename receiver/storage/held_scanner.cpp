@@ -10,6 +10,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <string>
+#include <unordered_map>
+
 namespace mcdist::receiver {
 
 held_scanner::held_scanner(store_context& ctx) : m_ctx(ctx) {}
@@ -62,25 +65,25 @@ std::vector<held_answer> held_scanner::scan(const scan_job& j) {
   if (!m_buffer) m_buffer = std::make_unique_for_overwrite<std::byte[]>(reread_buffer_bytes);
   unique_fd root(::open(j.dest_root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!root) return out;
+  // The files of one query share few directories: each is opened once (a bounded cache; a
+  // directory that cannot be opened is remembered as -1, its files not held).
+  constexpr std::size_t dir_cache_max = 64;
+  std::unordered_map<std::string, unique_fd> dirs;
   for (const auto& q : j.queries) {
     if (check_relative_path(q.relative_path)) continue;
-    auto comps = split_path(q.relative_path);
-    const std::string leaf(comps.back());
-    comps.pop_back();
-    unique_fd dir;
-    int cur = root.get();
-    bool ok = true;
-    for (auto c : comps) {
-      const std::string comp(c);
-      const int next = ::openat(cur, comp.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-      if (next < 0) {
-        ok = false;
-        break;
-      }
-      dir.reset(next);
-      cur = next;
+    const std::string_view rel = q.relative_path;
+    const std::size_t slash = rel.rfind('/');
+    const std::string parent(slash == std::string_view::npos ? std::string_view() : rel.substr(0, slash));
+    const std::string leaf(slash == std::string_view::npos ? rel : rel.substr(slash + 1));
+    auto dit = dirs.find(parent);
+    if (dit == dirs.end()) {
+      if (dirs.size() >= dir_cache_max) dirs.clear();
+      int raw_dir = -1;
+      if (open_dir_below(root.get(), parent, raw_dir) != 0) raw_dir = -1;
+      dit = dirs.emplace(parent, unique_fd(raw_dir)).first;
     }
-    if (!ok) continue;
+    if (!dit->second) continue;
+    const int cur = dit->second.get();
     int raw = -1;
     if (m_ctx.io.open(cur, leaf.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0, nullptr,
                       raw))

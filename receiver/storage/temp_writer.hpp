@@ -135,8 +135,10 @@ class temp_writer {
   void do_job(checkpoint_job& j);
   void do_job(recover_job& j);
   /// Reads available source `i` of a recover_job: from the file the writer holds, else from
-  /// its temp file (being finalized), else from the destination. @return 0 or an errno value
-  int read_source(const recover_job& j, std::size_t i, std::span<std::byte> out);
+  /// its temp file (being finalized), else from the destination, below `dest_root` (the job's
+  /// destination root, opened by the first source that needs it). @return 0 or an errno value
+  int read_source(const recover_job& j, std::size_t i, std::span<std::byte> out,
+                  unique_fd& dest_root);
   /// Quota and disk reserve for a new file; false (reported) when it does not fit.
   bool admit(const begin_job& j);
   void write_range(std::uint64_t handle, std::uint64_t offset, std::span<const std::byte> data);

@@ -15,7 +15,8 @@
 
 namespace mcdist::receiver {
 
-int temp_writer::read_source(const recover_job& j, std::size_t i, std::span<std::byte> out) {
+int temp_writer::read_source(const recover_job& j, std::size_t i, std::span<std::byte> out,
+                             unique_fd& dest_root) {
   const fec_source& src = j.request.sources[i];
   const file_key key{j.session, src.file};
   const std::uint64_t handle = j.handles[i];
@@ -36,9 +37,11 @@ int temp_writer::read_source(const recover_job& j, std::size_t i, std::span<std:
     fd.reset(raw);
   } else {
     if (j.dest_root.empty() || src.path.empty()) return ENOENT;
-    unique_fd root(::open(j.dest_root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (!root) return errno;
-    if (const int e = open_below(root.get(), src.path, raw)) return e;
+    // One FEC block's sources lie in up to k different files, most of them delivered: the
+    // root is opened once per job, each file in one lookup below it.
+    if (!dest_root) dest_root.reset(::open(j.dest_root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!dest_root) return errno;
+    if (const int e = open_below(dest_root.get(), src.path, raw)) return e;
     fd.reset(raw);
     struct stat st {};
     if (::fstat(fd.get(), &st) != 0) return errno;
@@ -54,9 +57,11 @@ void temp_writer::do_job(recover_job& j) {
   std::vector<recovered_source> out;
   std::error_code ec = make_error_code(errc::invalid_field);
   if (!parity.empty() && j.handles.size() == req.sources.size()) {
+    unique_fd dest_root;
     ec = decode_fec_block(
         req, parity,
-        [&](std::size_t i, std::span<std::byte> buf) { return read_source(j, i, buf); }, out);
+        [&](std::size_t i, std::span<std::byte> buf) { return read_source(j, i, buf, dest_root); },
+        out);
   }
   if (ec) {
     c.decode_failures.fetch_add(1, std::memory_order_relaxed);

@@ -71,6 +71,9 @@ class block_reader {
     std::vector<std::byte> data;
   };
   int descriptor(std::uint32_t file, std::string& why);
+  /// Opens `f` for reading: through the descriptor of its directory (m_dirs) when it is opened
+  /// by path, else as open_source. @return the descriptor, or -1 with `why` set
+  int open_file(const source_file& f, std::string& why);
   /// In-band hashing of bytes [start, start + n) of `file` just read, given as `parts`.
   void hash_read(std::uint32_t file, std::uint64_t start, std::span<const iovec> parts);
 
@@ -84,6 +87,9 @@ class block_reader {
   /// Where each open file is in m_open: a lookup per read was a walk of up to max_open nodes,
   /// on every new file of pass 1 (5 % of the sender's CPU on 1000 x 10 kB, perf).
   std::unordered_map<std::uint32_t, open_list::iterator> m_where;
+  /// Directories of files opened by path, by path (at most max_open_dirs).
+  static constexpr std::size_t max_open_dirs = 16;
+  std::unordered_map<std::string, int> m_dirs;
   struct inband_hash {
     sha256_hasher hasher;
     std::uint64_t prefix = 0;  ///< bytes hashed
