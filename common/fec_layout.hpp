@@ -79,6 +79,12 @@ class layout {
   /// though with depth > 1 not every FEC block in between does. nullopt for an empty file.
   std::optional<std::pair<std::uint32_t, std::uint32_t>> fec_blocks_of(
       std::uint32_t file) const noexcept;
+  /// The FEC blocks of `fb`'s interleaving group: (first, count). They share the group's
+  /// stretch of blocks, so one sequential read of it yields the sources of all of them.
+  std::pair<std::uint32_t, std::uint32_t> group_fec_blocks(std::uint32_t fb) const noexcept {
+    const auto shape = group_of_fec(fb);
+    return {shape.first_fec, shape.depth};
+  }
 
  private:
   /// Interleaving depth and first FEC block of the group holding sequence number g.

@@ -307,7 +307,14 @@ void finalizer::open_dest_dir(work& w, dir_cache& dirs) {
   cache_key += '\0';
   cache_key += parent;
   auto [dit, dnew] = dirs.dirs.try_emplace(cache_key);
-  if (dnew) {
+  // The usual case, a directory that exists: one lookup (open_dir_below) instead of one open
+  // per component. Anything else (missing, a link, not a directory) takes the walk below,
+  // which creates what is missing and names what is wrong.
+  if (dnew && !parent.empty()) {
+    int fd = -1;
+    if (open_dir_below(rit->second.fd, parent, fd) == 0) dit->second.fd = dirs.own(fd);
+  }
+  if (dnew && dit->second.fd < 0) {
     dir_cache::entry& d = dit->second;
     int cur = rit->second.fd;
     bool cur_owned = false;

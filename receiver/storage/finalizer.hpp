@@ -81,8 +81,10 @@ class finalizer {
   /// reported).
   static constexpr std::size_t batch_max = 256;
   /// Temp file descriptors the writer may hand to the finalizer's queue; past that it closes
-  /// them and the finalizer reopens (an open costs microseconds; a descriptor leak costs EMFILE).
-  static constexpr std::size_t fd_budget = 256;
+  /// them and the finalizer reopens (a descriptor leak costs EMFILE). Small files arrive faster
+  /// than they are finalized on a loaded host, and the queue then holds a thousand or more:
+  /// each closed and reopened cost a close and an open (several microseconds each) per file.
+  static constexpr std::size_t fd_budget = 1024;
 
   /// @param ctx  shared store state; must outlive the finalizer
   explicit finalizer(store_context& ctx);

@@ -224,6 +224,38 @@ void temp_writer::fail_begin(const begin_job& j, std::error_code ec, std::string
   m_ctx.post_results(std::move(r));
 }
 
+bool temp_writer::fits_reserve(const begin_job& j) {
+  const storage_config& cfg = m_ctx.cfg;
+  const auto now = std::chrono::steady_clock::now();
+  auto reserve_of = [&](const free_space& fs) {
+    const auto pct_bytes = static_cast<std::uint64_t>(static_cast<double>(fs.total) *
+                                                      cfg.disk_reserve_percent / 100.0);
+    return std::min(cfg.disk_reserve_bytes, pct_bytes);
+  };
+  auto fits = [&](const free_space& fs) {
+    return j.spec.size <= fs.avail && fs.avail - j.spec.size >= reserve_of(fs);
+  };
+  // The last answer of fstatvfs, less what was admitted since, while it is fresh and says the
+  // file fits; a refusal is always on a fresh answer.
+  if (!m_space.known || now - m_space.at > free_space_max_age || !fits(m_space)) {
+    struct statvfs sv {};
+    if (::fstatvfs(m_ctx.temp_fd.get(), &sv) != 0) return true;  // cannot tell: admit
+    const std::uint64_t unit = sv.f_frsize ? sv.f_frsize : sv.f_bsize;
+    m_space = {true, now, std::uint64_t{sv.f_bavail} * unit, std::uint64_t{sv.f_blocks} * unit};
+  }
+  if (!fits(m_space)) {
+    fail_begin(j, make_error_code(errc::disk_reserve),
+               fmt::format("\"{}\" ({} bytes) does not fit the temp filesystem of {}: {} "
+                           "bytes free, {} kept in reserve (disk_reserve, "
+                           "disk_reserve_percent); free space there",
+                           j.spec.relative_path, j.spec.size, cfg.temp_dir.string(),
+                           m_space.avail, reserve_of(m_space)));
+    return false;
+  }
+  m_space.avail -= j.spec.size;
+  return true;
+}
+
 bool temp_writer::admit(const begin_job& j) {
   // Budgets, before anything is allocated on disk: the session's quota, then the free-space
   // reserve of the temp filesystem. A resumed file already holds its space.
@@ -239,25 +271,10 @@ bool temp_writer::admit(const begin_job& j) {
       if (session_bytes == 0) m_session_bytes.erase(j.key.session.value);
       return false;
     }
-    struct statvfs sv {};
     const bool reserve_on = cfg.disk_reserve_bytes != 0 && cfg.disk_reserve_percent > 0;
-    if (reserve_on && ::fstatvfs(m_ctx.temp_fd.get(), &sv) == 0) {
-      const std::uint64_t unit = sv.f_frsize ? sv.f_frsize : sv.f_bsize;
-      const std::uint64_t avail = std::uint64_t{sv.f_bavail} * unit;
-      const auto pct_bytes =
-          static_cast<std::uint64_t>(static_cast<double>(sv.f_blocks) * static_cast<double>(unit) *
-                                     cfg.disk_reserve_percent / 100.0);
-      const std::uint64_t reserve = std::min(cfg.disk_reserve_bytes, pct_bytes);
-      if (j.spec.size > avail || avail - j.spec.size < reserve) {
-        fail_begin(
-            j, make_error_code(errc::disk_reserve),
-            fmt::format("\"{}\" ({} bytes) does not fit the temp filesystem of {}: {} "
-                        "bytes free, {} kept in reserve (disk_reserve, "
-                        "disk_reserve_percent); free space there",
-                        j.spec.relative_path, j.spec.size, cfg.temp_dir.string(), avail, reserve));
-        if (session_bytes == 0) m_session_bytes.erase(j.key.session.value);
-        return false;
-      }
+    if (reserve_on && !fits_reserve(j)) {
+      if (session_bytes == 0) m_session_bytes.erase(j.key.session.value);
+      return false;
     }
   }
   session_bytes += j.spec.size;

@@ -29,6 +29,7 @@
 #include "receiver/storage/interval_set.hpp"
 #include "receiver/storage/store_context.hpp"
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -141,6 +142,9 @@ class temp_writer {
                   unique_fd& dest_root);
   /// Quota and disk reserve for a new file; false (reported) when it does not fit.
   bool admit(const begin_job& j);
+  /// The disk reserve part of admit(): false (reported) when the temp filesystem's free space
+  /// less the file's size would fall below the reserve.
+  bool fits_reserve(const begin_job& j);
   void write_range(std::uint64_t handle, std::uint64_t offset, std::span<const std::byte> data);
   void kick_writeback(wfile& f, std::uint64_t offset, std::uint64_t end);
   /// Extends the file's preallocation past `end` (the end of data about to be written): the
@@ -186,6 +190,18 @@ class temp_writer {
   /// Bytes of each session's files being written (begun, not handed off or dropped), for
   /// session_quota_bytes.
   std::unordered_map<std::uint32_t, std::uint64_t> m_session_bytes;
+  /// The temp filesystem's space as fstatvfs last gave it, less the sizes admitted since: an
+  /// fstatvfs per file was a system call per 10 kB product. Asked again when older than
+  /// free_space_max_age or when a file would not fit by it, so space taken by others is seen
+  /// within that age and no file is refused on a stale figure.
+  struct free_space {
+    bool known = false;
+    std::chrono::steady_clock::time_point at;
+    std::uint64_t avail = 0;  ///< bytes available to us, less what was admitted since
+    std::uint64_t total = 0;  ///< bytes in the filesystem
+  };
+  static constexpr std::chrono::milliseconds free_space_max_age{10};
+  free_space m_space;
   /// Destination roots checked (created, a directory, on temp_dir's filesystem).
   std::unordered_map<std::string, std::pair<std::error_code, std::string>> m_dest_checked;
   std::unique_ptr<std::byte[]> m_buffer;  ///< catch-up read-back

@@ -16,17 +16,51 @@ std::error_code parity_source::load(cached& c, std::uint32_t fec_block, std::str
   c.fec_block = UINT32_MAX;
   c.bytes.assign(std::size_t{n} * m_block_size, std::byte{0});
   for (std::uint32_t i = 0; i < n; ++i) {
-    const auto src = m_layout.source(fec_block, i);
-    const std::uint64_t offset = std::uint64_t{src.block} * m_block_size;
-    std::span<const std::byte> got;
-    // The last block of a file is short: read what there is, the rest stays zero.
-    const std::uint64_t size = m_files[src.file].entry.size;
-    const auto len =
-        static_cast<std::uint32_t>(std::min<std::uint64_t>(m_block_size, size - offset));
-    if (auto ec = m_reader.read(src.file, offset, len, got, why)) return ec;
-    std::memcpy(c.bytes.data() + std::size_t{i} * m_block_size, got.data(), got.size());
+    if (auto ec = read_source(fec_block, i, c.bytes, why)) return ec;
   }
   c.fec_block = fec_block;
+  return {};
+}
+
+std::error_code parity_source::load_group(std::uint32_t first, std::uint32_t count,
+                                          std::string& why) {
+  // The least recently used entries take the group's FEC blocks.
+  std::vector<cached*> slots;
+  for (auto& e : m_cache) slots.push_back(&e);
+  std::partial_sort(slots.begin(), slots.begin() + count, slots.end(),
+                    [](const cached* a, const cached* b) { return a->used < b->used; });
+  slots.resize(count);
+  std::uint32_t most = 0;
+  for (std::uint32_t j = 0; j < count; ++j) {
+    slots[j]->fec_block = UINT32_MAX;
+    slots[j]->bytes.assign(std::size_t{m_layout.sources(first + j)} * m_block_size, std::byte{0});
+    most = std::max(most, m_layout.sources(first + j));
+  }
+  // Source i of FEC block first + j is the group's block i x count + j: this order reads the
+  // group's stretch front to back, each file once through the reader's chunks.
+  for (std::uint32_t i = 0; i < most; ++i) {
+    for (std::uint32_t j = 0; j < count; ++j) {
+      if (i >= m_layout.sources(first + j)) continue;
+      if (auto ec = read_source(first + j, i, slots[j]->bytes, why)) return ec;
+    }
+  }
+  for (std::uint32_t j = 0; j < count; ++j) {
+    slots[j]->fec_block = first + j;
+    slots[j]->used = ++m_clock;
+  }
+  return {};
+}
+
+std::error_code parity_source::read_source(std::uint32_t fec_block, std::uint32_t i,
+                                           std::vector<std::byte>& into, std::string& why) {
+  const auto src = m_layout.source(fec_block, i);
+  const std::uint64_t offset = std::uint64_t{src.block} * m_block_size;
+  std::span<const std::byte> got;
+  // The last block of a file is short: read what there is, the rest stays zero.
+  const std::uint64_t size = m_files[src.file].entry.size;
+  const auto len = static_cast<std::uint32_t>(std::min<std::uint64_t>(m_block_size, size - offset));
+  if (auto ec = m_reader.read(src.file, offset, len, got, why)) return ec;
+  std::memcpy(into.data() + std::size_t{i} * m_block_size, got.data(), got.size());
   return {};
 }
 
@@ -37,9 +71,18 @@ std::error_code parity_source::parity(std::uint32_t fec_block, std::uint32_t ind
     if (e.fec_block == fec_block) c = &e;
   }
   if (!c) {
-    c = &*std::min_element(m_cache.begin(), m_cache.end(),
-                           [](const cached& a, const cached& b) { return a.used < b.used; });
-    if (auto ec = load(*c, fec_block, why)) return ec;
+    const auto [first, count] = m_layout.group_fec_blocks(fec_block);
+    const std::uint64_t group_bytes = std::uint64_t{m_layout.k()} * count * m_block_size;
+    if (count > 1 && count <= m_cache.size() && group_bytes <= group_load_max_bytes) {
+      if (auto ec = load_group(first, count, why)) return ec;
+      for (auto& e : m_cache) {
+        if (e.fec_block == fec_block) c = &e;
+      }
+    } else {
+      c = &*std::min_element(m_cache.begin(), m_cache.end(),
+                             [](const cached& a, const cached& b) { return a.used < b.used; });
+      if (auto ec = load(*c, fec_block, why)) return ec;
+    }
   }
   c->used = ++m_clock;
   const std::uint32_t n = m_layout.sources(fec_block);
