@@ -1,13 +1,15 @@
 #pragma once
 /// @file
-/// Walking a tree relative to directory descriptors (openat with O_NOFOLLOW, never a path string
-/// through a symlink): the receiver's storage in its destination and temp trees, the hub in its
-/// spools, where whoever may write there could plant a link to a file of ours.
+/// Opening below a directory descriptor without following a symlink at any step (openat2 with
+/// RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS, or openat with O_NOFOLLOW component by component;
+/// never a path string through a link): the receiver's storage in its destination and temp
+/// trees, the hub in its spools, where whoever may write there could plant a link to a file of
+/// ours.
 
 #include <fcntl.h>
 #include <linux/openat2.h>
-#include <sys/syscall.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>

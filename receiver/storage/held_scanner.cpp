@@ -73,7 +73,8 @@ std::vector<held_answer> held_scanner::scan(const scan_job& j) {
     if (check_relative_path(q.relative_path)) continue;
     const std::string_view rel = q.relative_path;
     const std::size_t slash = rel.rfind('/');
-    const std::string parent(slash == std::string_view::npos ? std::string_view() : rel.substr(0, slash));
+    const std::string parent(slash == std::string_view::npos ? std::string_view()
+                                                             : rel.substr(0, slash));
     const std::string leaf(slash == std::string_view::npos ? rel : rel.substr(slash + 1));
     auto dit = dirs.find(parent);
     if (dit == dirs.end()) {

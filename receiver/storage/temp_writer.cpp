@@ -248,8 +248,8 @@ bool temp_writer::fits_reserve(const begin_job& j) {
                fmt::format("\"{}\" ({} bytes) does not fit the temp filesystem of {}: {} "
                            "bytes free, {} kept in reserve (disk_reserve, "
                            "disk_reserve_percent); free space there",
-                           j.spec.relative_path, j.spec.size, cfg.temp_dir.string(),
-                           m_space.avail, reserve_of(m_space)));
+                           j.spec.relative_path, j.spec.size, cfg.temp_dir.string(), m_space.avail,
+                           reserve_of(m_space)));
     return false;
   }
   m_space.avail -= j.spec.size;

@@ -39,7 +39,8 @@ int temp_writer::read_source(const recover_job& j, std::size_t i, std::span<std:
     if (j.dest_root.empty() || src.path.empty()) return ENOENT;
     // One FEC block's sources lie in up to k different files, most of them delivered: the
     // root is opened once per job, each file in one lookup below it.
-    if (!dest_root) dest_root.reset(::open(j.dest_root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!dest_root)
+      dest_root.reset(::open(j.dest_root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (!dest_root) return errno;
     if (const int e = open_below(dest_root.get(), src.path, raw)) return e;
     fd.reset(raw);
