@@ -52,6 +52,28 @@ void codec::encode(std::span<const std::byte* const> sources,
   }
 }
 
+bool codec::accumulate(std::uint32_t p, std::uint32_t c, std::span<const std::byte> data,
+                       std::span<std::byte> row) const {
+  constexpr std::size_t least = 64;  // gf_vect_mad's least length (erasure_code.h)
+  if (m_field != field::gf8 || p >= m_max_parity || c >= m_k || row.size() < least ||
+      data.size() > row.size()) {
+    return false;
+  }
+  if (data.empty()) return true;
+  unsigned char coefficient = coefficient8(p, c);
+  unsigned char table[table_bytes_per_coefficient];
+  ec_init_tables(1, 1, &coefficient, table);
+  auto* dst = reinterpret_cast<unsigned char*>(row.data());
+  if (data.size() >= least) {
+    gf_vect_mad(static_cast<int>(data.size()), 1, 0, table, mutable_bytes(data.data()), dst);
+  } else {
+    unsigned char padded[least] = {};
+    std::copy_n(reinterpret_cast<const unsigned char*>(data.data()), data.size(), padded);
+    gf_vect_mad(static_cast<int>(least), 1, 0, table, padded, dst);
+  }
+  return true;
+}
+
 void codec::encode8(std::span<const std::byte* const> sources,
                     std::span<const std::uint32_t> indexes, std::span<std::byte* const> out,
                     std::size_t len) const {

@@ -109,6 +109,16 @@ class codec {
   void encode(std::span<const std::byte* const> sources, std::span<const std::uint32_t> indexes,
               std::span<std::byte* const> out, std::size_t len) const;
 
+  /// Adds source `c` of a FEC block to parity row `p` being built in `row`: row ^= the row's
+  /// coefficient for c times `data`, zero-extended to row's length. Parity block p of a FEC
+  /// block is the row once each of its sources has been added once, in any order, to a row of
+  /// zeros: the sender builds index 0 of every FEC block as pass 1 sends the sources (ISA-L's
+  /// gf_vect_mad, the update form of ec_encode_data).
+  /// @return false, changing nothing, over GF(2^16), for p or c out of range, for a row shorter
+  ///         than 64 bytes (gf_vect_mad's least length) or data longer than the row
+  bool accumulate(std::uint32_t p, std::uint32_t c, std::span<const std::byte> data,
+                  std::span<std::byte> row) const;
+
   /// Recovers the missing source blocks of a FEC block of n sources.
   /// @param n         source blocks in the FEC block (1 <= n <= k)
   /// @param received  at least n distinct symbols (sources < n, parity < max_parity); the

@@ -9,7 +9,28 @@ parity_source::parity_source(const fec::layout& layout, const std::vector<source
                              std::uint32_t max_parity, std::uint32_t block_size)
     : m_layout(layout), m_files(files), m_codec(layout.k(), max_parity), m_block_size(block_size),
       // Reads come in FEC blocks of k x depth consecutive blocks at most: small chunks.
-      m_reader(files, 256 * 1024, 8, 64), m_cache(cached_fec_blocks) {}
+      m_reader(files, 256 * 1024, 8, 64), m_cache(cached_fec_blocks),
+      m_build_first_rows(m_codec.field() == fec::field::gf8 && block_size >= 64) {}
+
+void parity_source::observe(std::uint32_t file, std::uint32_t block,
+                            std::span<const std::byte> data) {
+  if (!m_build_first_rows) return;
+  const fec::position pos = m_layout.locate(file, block);
+  auto it = m_first_rows.find(pos.fec_block);
+  if (it == m_first_rows.end()) {
+    if (m_first_rows_bytes + m_block_size > first_rows_max_bytes) return;
+    first_row r;
+    r.row.assign(m_block_size, std::byte{0});
+    r.seen.assign(m_layout.sources(pos.fec_block), false);
+    m_first_rows_bytes += m_block_size;
+    it = m_first_rows.emplace(pos.fec_block, std::move(r)).first;
+  }
+  first_row& r = it->second;
+  if (pos.index >= r.seen.size() || r.seen[pos.index]) return;
+  if (!m_codec.accumulate(0, pos.index, data, r.row)) return;
+  r.seen[pos.index] = true;
+  ++r.count;
+}
 
 std::error_code parity_source::load(cached& c, std::uint32_t fec_block, std::string& why) {
   const std::uint32_t n = m_layout.sources(fec_block);
@@ -66,6 +87,14 @@ std::error_code parity_source::read_source(std::uint32_t fec_block, std::uint32_
 
 std::error_code parity_source::parity(std::uint32_t fec_block, std::uint32_t index,
                                       std::span<std::byte> out, std::string& why) {
+  if (index == 0) {
+    const auto it = m_first_rows.find(fec_block);
+    if (it != m_first_rows.end() && it->second.count == it->second.seen.size() &&
+        out.size() == it->second.row.size()) {
+      std::copy(it->second.row.begin(), it->second.row.end(), out.begin());
+      return {};
+    }
+  }
   cached* c = nullptr;
   for (auto& e : m_cache) {
     if (e.fec_block == fec_block) c = &e;

@@ -16,6 +16,7 @@
 #include <span>
 #include <string>
 #include <system_error>
+#include <unordered_map>
 #include <vector>
 
 namespace mcdist::sender {
@@ -36,6 +37,17 @@ class parity_source {
   /// @param block_size  bytes
   parity_source(const fec::layout& layout, const std::vector<source_file>& files,
                 std::uint32_t max_parity, std::uint32_t block_size);
+
+  /// Largest memory (bytes) for parity index 0 built during pass 1 (observe): a block per FEC
+  /// block, about 0.5 % of the data at k = 200 (11 MB for a 2 GB field); FEC blocks past it
+  /// are read back when repaired, as the others were before.
+  static constexpr std::uint64_t first_rows_max_bytes = 16 << 20;
+
+  /// Source block `block` of file `file`, as sent (`data`, its bytes, the short last block of a
+  /// file included): added to parity index 0 of its FEC block, which is then served without a
+  /// read once every source has been seen (the first repair of a FEC block is index 0). A
+  /// block seen before is ignored. Does nothing over GF(2^16) (k > 254).
+  void observe(std::uint32_t file, std::uint32_t block, std::span<const std::byte> data);
 
   /// Writes parity block `index` of FEC block `fec_block` into `out` (block_size bytes).
   /// @return an error with `why` naming the file when a source cannot be read
@@ -66,6 +78,15 @@ class parity_source {
   block_reader m_reader;  ///< its own, so parity reads do not disturb pass 1's in-band hashing
   std::vector<cached> m_cache;
   std::uint64_t m_clock = 0;
+  /// Parity index 0 being built from the sources pass 1 sends (observe).
+  struct first_row {
+    std::vector<std::byte> row;  ///< block_size bytes
+    std::vector<bool> seen;      ///< per source of the FEC block
+    std::uint32_t count = 0;     ///< sources added
+  };
+  std::unordered_map<std::uint32_t, first_row> m_first_rows;  ///< by FEC block
+  std::uint64_t m_first_rows_bytes = 0;
+  bool m_build_first_rows = false;  ///< GF(2^8) and blocks of at least 64 bytes
 };
 
 }  // namespace mcdist::sender

@@ -538,6 +538,10 @@ bool sender_app::flush_pending(time_point) {
       } else {
         wire::write_data_header({out, wire::data_header_size},
                                 {m_session_id, d.seq, d.file, d.block});
+        // Parity index 0 of its FEC block grows from the bytes as sent (before sealing), so
+        // the FEC block's first repair needs no read of its sources.
+        if (m_parity)
+          m_parity->observe(d.file.value, d.block.value, {out + wire::data_header_size, d.length});
       }
       const std::size_t size = d.length + wire::data_header_size + trailer;
       if (m_keys) m_keys->seal_data({out, size}, size - trailer);

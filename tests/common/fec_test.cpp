@@ -128,6 +128,46 @@ TEST_CASE("fec parity blocks are the same computed alone or together", "[unit][f
   REQUIRE(encode_all(c, changed, 16, 512)[0] != all[0]);
 }
 
+TEST_CASE("fec parity built source by source equals the parity encoded at once", "[unit][fec]") {
+  std::mt19937_64 rng(5);
+  const std::size_t len = 1400;
+  const fec::codec c(200, 4);
+  const std::uint32_t n = GENERATE(1u, 37u, 200u);
+  auto sources = random_blocks(rng, n, len);
+  // The last source short, as a file's last block is: zero-padded in the FEC block.
+  const std::size_t last = GENERATE(std::size_t{1}, std::size_t{63}, std::size_t{64},
+                                    std::size_t{700}, std::size_t{1400});
+  std::fill(sources.back().begin() + static_cast<std::ptrdiff_t>(last), sources.back().end(),
+            std::byte{0});
+  const auto all = encode_all(c, sources, 4, len);
+  std::vector<std::uint32_t> order(n);
+  for (std::uint32_t i = 0; i < n; ++i) order[i] = i;
+  std::shuffle(order.begin(), order.end(), rng);
+  for (std::uint32_t p : {0u, 3u}) {
+    bytes row(len, std::byte{0});
+    for (const auto i : order) {
+      const std::size_t size = i + 1 == n ? last : len;
+      REQUIRE(c.accumulate(p, i, std::span(sources[i]).first(size), row));
+    }
+    REQUIRE(row == all[p]);
+  }
+}
+
+TEST_CASE("fec accumulate refuses what it cannot do and changes nothing", "[unit][fec]") {
+  bytes row(128, std::byte{7});
+  const bytes data(100, std::byte{1});
+  const fec::codec small(8, 2);
+  CHECK_FALSE(small.accumulate(2, 0, data, row));  // parity index out of range
+  CHECK_FALSE(small.accumulate(0, 8, data, row));  // source out of range
+  bytes short_row(32, std::byte{7});
+  CHECK_FALSE(small.accumulate(0, 0, bytes(16), short_row));  // below gf_vect_mad's 64 bytes
+  CHECK_FALSE(small.accumulate(0, 0, bytes(200), row));       // data longer than the row
+  const fec::codec wide(300, 2);                              // GF(2^16)
+  CHECK_FALSE(wide.accumulate(0, 0, data, row));
+  CHECK(row == bytes(128, std::byte{7}));
+  CHECK(short_row == bytes(32, std::byte{7}));
+}
+
 TEST_CASE("fec decode refuses symbols that cannot recover the sources", "[unit][fec]") {
   std::mt19937_64 rng(4);
   const fec::codec c(8, 4);

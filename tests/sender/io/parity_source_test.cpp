@@ -114,3 +114,40 @@ TEST_CASE("a source file gone since the scan is an error naming it", "[parity_so
   CHECK(failed);
   CHECK(why.find(set.files[5].local) != std::string::npos);
 }
+
+TEST_CASE("parity index 0 built from the blocks as sent needs no read of the sources",
+          "[parity_source]") {
+  std::vector<std::size_t> sizes;
+  std::mt19937_64 rng(17);
+  for (int i = 0; i < 30; ++i) sizes.push_back(1 + rng() % (3 * block));
+  set_on_disk set(sizes);
+  const fec::layout layout(set.blocks, 6, 4);
+  const fec::codec codec(layout.k(), 2);
+  parity_source source(layout, set.files, 2, block);
+  // Every block as pass 1 sends it, one of them twice (a retransmission is not added again),
+  // except one source of the last FEC block.
+  const std::uint32_t last_fb = layout.fec_blocks() - 1;
+  const auto held_back = layout.source(last_fb, 0);
+  for (std::uint32_t f = 0; f < set.files.size(); ++f) {
+    for (std::uint32_t b = 0; b < set.blocks[f]; ++b) {
+      if (f == held_back.file && b == held_back.block) continue;
+      const auto& d = set.contents[f];
+      const std::size_t off = std::size_t{b} * block;
+      const auto bytes_of = std::span(d).subspan(off, std::min<std::size_t>(block, d.size() - off));
+      source.observe(f, b, bytes_of);
+      if (f == 3 && b == 0) source.observe(f, b, bytes_of);
+    }
+  }
+  // The files are gone: index 0 of every complete FEC block still comes out right.
+  for (const auto& f : set.files) fs::remove(f.local);
+  std::vector<std::byte> got(block);
+  for (std::uint32_t fb = 0; fb < last_fb; ++fb) {
+    std::string why;
+    REQUIRE_FALSE(source.parity(fb, 0, got, why));
+    REQUIRE(got == set.expected(layout, codec, fb, 0));
+  }
+  // Index 1, and index 0 of the FEC block missing a source, are read: the files are gone.
+  std::string why;
+  CHECK(source.parity(0, 1, got, why));
+  CHECK(source.parity(last_fb, 0, got, why));
+}
