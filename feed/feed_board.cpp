@@ -1,5 +1,6 @@
 #include "feed/feed_board.hpp"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace mcdist::feed {
@@ -73,6 +74,12 @@ void feed_board::session_done(std::size_t channel, session_kind kind, std::uint6
   ++c.sessions[static_cast<std::size_t>(kind)];
 
   c.minutes.add(report.data_bytes, now);
+  const auto repair = std::min(report.repair_datagrams, report.data_datagrams);
+  const auto proactive = std::min(report.proactive_parity, report.data_datagrams - repair);
+  c.datagrams[static_cast<std::size_t>(datagram_kind::first)] +=
+      report.data_datagrams - repair - proactive;
+  c.datagrams[static_cast<std::size_t>(datagram_kind::repair)] += repair;
+  c.datagrams[static_cast<std::size_t>(datagram_kind::proactive_parity)] += proactive;
 
   if (!products_sent) return;
   // Per product, the sites that stored or held it (the rule of record_outcomes).

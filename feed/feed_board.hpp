@@ -49,10 +49,18 @@ struct channel_tally {
   std::uint64_t products_refused = 0;
   /// Sessions ended, by session_kind (batch, catchup, resend).
   std::array<std::uint64_t, 3> sessions{};
+  /// Data datagrams of ended sessions (every kind), by datagram_kind: first sends of source
+  /// blocks and silent sessions' later passes; repairs (blocks sent again and parity sent for
+  /// NAKs, sender::session_report::repair_datagrams); proactive parity. What the channel's sites'
+  /// losses cost on the wire is the repair share.
+  std::array<std::uint64_t, 3> datagrams{};
   std::optional<wall_time> last_sent;  ///< end of the latest batch session
   std::deque<sent_record> recent;      ///< newest last, at most feed_board::max_recent_products
   http::minute_ring minutes;           ///< multicast payload bytes, repairs included
 };
+
+/// Index into channel_tally::datagrams.
+enum class datagram_kind : std::size_t { first = 0, repair = 1, proactive_parity = 2 };
 
 /// Per-site figures, from its latest session on any channel.
 struct site_tally {

@@ -717,6 +717,7 @@ bool feed_daemon::start_session(std::size_t ch, session_kind kind, std::vector<p
   std::set<std::pair<std::uint64_t, std::uint64_t>> no_ranges;
   if (batch) {
     sc.receivers = cc.receivers;
+    sc.not_awaited.assign(cs.absent.begin(), cs.absent.end());
     run.seq = repeat_seq ? repeat_seq : m_journal->next_seq(cc.name);
     cs.last_seq = std::max(cs.last_seq, run.seq);
     set_sequence(sc, cc.name, run.seq, no_ranges);
@@ -907,10 +908,13 @@ void feed_daemon::on_session_done(std::size_t ch, const running* which, sender::
       ++done;
     }
   }
-  m_log->info("channel {}: session {} ({}{}) ended: {} of {} sites complete in {:.3f} s{}", cc.name,
-              r.report.session, kind_name(run.kind),
-              run.seq ? " " + std::to_string(run.seq) : std::string(), done,
-              r.report.receivers.size(), r.wall_seconds, r.error.empty() ? "" : ": " + r.error);
+  m_log->info(
+      "channel {}: session {} ({}{}) ended: {} of {} sites complete in {:.3f} s, {} data "
+      "datagrams ({} repairs, {} proactive parity){}",
+      cc.name, r.report.session, kind_name(run.kind),
+      run.seq ? " " + std::to_string(run.seq) : std::string(), done, r.report.receivers.size(),
+      r.wall_seconds, r.report.data_datagrams, r.report.repair_datagrams, r.report.proactive_parity,
+      r.error.empty() ? "" : ": " + r.error);
   if (!m_stopping) {
     for (const auto& rr : r.report.receivers) {
       const auto gaps = missing_seqs_of(rr);
@@ -961,6 +965,7 @@ void feed_daemon::record_outcomes(std::size_t ch, const running& run, const send
                                                      static_cast<double>(r.report.data_datagrams))
                                  : 0;
     m_board.site_report(ch, rr, nak_ratio, now);
+    note_presence(ch, rr.id, !absent, run.kind == session_kind::batch ? run.seq : 0);
     if (absent) continue;
     site_row s;
     s.site = rr.id;
@@ -987,9 +992,28 @@ void feed_daemon::record_outcomes(std::size_t ch, const running& run, const send
   }
 }
 
+void feed_daemon::note_presence(std::size_t ch, const std::string& site, bool heard,
+                                std::uint64_t seq) {
+  auto& cs = m_channels[ch];
+  if (heard) {
+    if (cs.absent.erase(site)) {
+      m_log->info("channel {}: site {} is heard again; its sessions wait for it again",
+                  cs.cfg->name, site);
+    }
+    return;
+  }
+  // Only a batch session of the whole group tells that a listed site is down.
+  if (seq == 0 || !cs.absent.insert(site).second) return;
+  m_log->warn(
+      "channel {}: site {} did not register in session {}; the channel's sessions do not wait "
+      "for it until it is heard again (its gap report brings what it missed)",
+      cs.cfg->name, site, seq);
+}
+
 void feed_daemon::request_catch_up(
     std::size_t ch, const std::string& site,
     const std::vector<std::pair<std::uint64_t, std::uint64_t>>& ranges) {
+  note_presence(ch, site, true, 0);
   const auto& cc = *m_channels[ch].cfg;
   extra_request req;
   req.kind = session_kind::catchup;

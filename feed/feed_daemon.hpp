@@ -187,6 +187,10 @@ class feed_daemon {
     std::unique_ptr<boost::asio::steady_timer> fence_timer;
     std::string lost_reason;  ///< why it is standby after being active ("" before)
     std::uint64_t takeovers = 0;
+    /// Listed sites that did not register in the channel's latest batch session (down): its
+    /// next sessions do not wait for them (sender_config::not_awaited) until they are heard
+    /// again (registered in a session, or a gap report).
+    std::set<std::string, std::less<>> absent;
   };
 
   /// Takes channel `ch` (its lease granted, or a single hub's start): recovers its open
@@ -213,6 +217,10 @@ class feed_daemon {
   /// True when a session of channel `ch` under way sends another version of `p` (or, with
   /// `same_too`, `p` itself): a batch holds a new version back, an extra session waits.
   bool name_in_flight(std::size_t ch, const product& p, bool same_too) const;
+  /// Keeps channel_state::absent: a listed site `heard` (registered in a session, or sent a gap
+  /// report) leaves it; one that did not register in batch session `seq` (0: not a batch of the
+  /// whole group, which tells nothing) joins it. Logs each change.
+  void note_presence(std::size_t ch, const std::string& site, bool heard, std::uint64_t seq);
   void record_outcomes(std::size_t ch, const running& run, const sender::run_result& r);
   void request_catch_up(std::size_t ch, const std::string& site,
                         const std::vector<wire::seq_span>& ranges);

@@ -100,7 +100,8 @@ CONFIGURATION (TOML, --config):
   concurrent_sessions = 2           sessions of the channel at once, sharing its rate
   heartbeat = "10s"                 multicast the newest session number this often, idle or
                                     not: returning sites report their gaps at once ("0s": off)
-  register_timeout = "10s"          closed group: longest wait for every listed site
+  register_timeout = "10s"          closed group: longest wait for every listed site (a site that
+                                    missed the latest session is not waited for until heard again)
   encrypt = true                    encrypted sessions (needs key and site_keys): only the
                                     pinned sites read names and data; the unicast
                                     fallback seals its records per site

@@ -2,6 +2,8 @@
 
 #include "sender/core/sender_session_parts.hpp"
 
+#include <algorithm>
+
 namespace mcdist::sender {
 
 using namespace session_detail;
@@ -93,7 +95,13 @@ sender_session::sender_session(sender_config cfg, std::vector<manifest_entry> fi
   // Deciding for unicast from the start needs the registrations (count, RTT): do not start
   // pass 1 before them when that decision is possible.
   if (m_fallback.decides_at_registration()) m_cfg.eager_start = false;
-  for (const auto& id : m_cfg.receivers) m_receivers.emplace(id).first.rep.id = id;
+  for (const auto& id : m_cfg.receivers) {
+    auto& r = m_receivers.emplace(id).first;
+    r.rep.id = id;
+    r.awaited = std::find(m_cfg.not_awaited.begin(), m_cfg.not_awaited.end(), id) ==
+                m_cfg.not_awaited.end();
+    if (r.awaited) ++m_awaited;
+  }
   m_announce =
       announcer(announce_settings_of(m_cfg, m_pacer.rate_bps()), m_files,
                 m_cfg.announce_interval * (silent() ? silent_announce_interval_factor : 1));
@@ -127,8 +135,8 @@ void sender_session::start(time_point now) {
   m_phase = phase::announcing;
   if (m_cfg.force_unicast && !silent()) announce_unicast_start();
   m_announce.start(now);
-  m_register_deadline =
-      now + (m_cfg.receivers.empty() ? m_cfg.register_window : m_cfg.register_timeout);
+  m_register_deadline = now + (m_cfg.receivers.empty() || m_awaited == 0 ? m_cfg.register_window
+                                                                         : m_cfg.register_timeout);
   m_next_decay = now + std::chrono::seconds(1);
   // A silent session takes no registrations: it announces and sends its passes.
   if (silent()) m_registration_open = false;
@@ -225,8 +233,7 @@ void sender_session::on_timer(time_point now) {
     m_next_decay = now + std::max<duration>(m_grtt.estimate() * 2, std::chrono::seconds(1));
   }
   if (m_registration_open) {
-    const bool all_in = !m_cfg.receivers.empty() && m_registered == m_cfg.receivers.size();
-    if (all_in || (now >= m_register_deadline && m_announce.cycles() > 0)) {
+    if (awaited_all_in() || (now >= m_register_deadline && m_announce.cycles() > 0)) {
       close_registration(now);
     } else {
       const std::uint64_t chunk_bytes = wire::control_budget + ip_udp_overhead;
@@ -306,12 +313,19 @@ void sender_session::on_timer(time_point now) {
 
 void sender_session::close_registration(time_point now) {
   m_registration_open = false;
+  const bool early = now < m_register_deadline;
   for (auto& r : m_receivers) {
     if (r->rep.state == receiver_report::state_t::missing) {
-      fail_receiver(*r,
-                    "did not register within " +
-                        std::to_string(static_cast<int>(to_seconds(m_cfg.register_timeout))) + " s",
-                    now);
+      fail_receiver(
+          *r,
+          early && !r->awaited
+              ? std::string("did not register before every awaited receiver did (not "
+                            "awaited: it missed the channel's previous session)")
+              : "did not register within " +
+                    std::to_string(static_cast<int>(to_seconds(
+                        m_awaited == 0 ? m_cfg.register_window : m_cfg.register_timeout))) +
+                    " s",
+          now);
     }
   }
   if (m_log) {

@@ -79,6 +79,13 @@ struct sender_config {
   std::vector<std::string> receivers;
   /// Resend mode: only these receiver ids take part; others ignore the session.
   std::vector<std::string> only_receivers;
+  /// Closed group: listed receivers the session does not wait for. Registration closes as soon
+  /// as every other listed receiver is in (at register_timeout at the latest); these may
+  /// register until then. When no listed receiver is awaited, registration stays open for
+  /// register_window, as in an open group. The hub names the sites that missed the channel's
+  /// previous session, so that one site down does not hold every later session of its channel
+  /// for register_timeout.
+  std::vector<std::string> not_awaited;
   /// Open group: receivers accepted at most. Bounds the sender's per-receiver state (a few
   /// hundred bytes each) against a flood of REGISTERs under made-up ids from a host without a
   /// pinned site key; a closed group or pinned site keys (docs/security.md) keep strangers out.
@@ -442,6 +449,8 @@ class sender_session {
   /// next_data of a block digest session (sender_session_silent.cpp): planned a window ahead.
   std::size_t next_data_planned(time_point now, std::span<data_send> out);
   void close_registration(time_point now);
+  /// Closed group: every awaited listed receiver registered (false when none is awaited).
+  bool awaited_all_in() const noexcept;
   // Passes (sender_session_passes.cpp).
   void start_transfer(time_point now);
   void start_pass(time_point now);
@@ -601,6 +610,10 @@ class sender_session {
   std::uint32_t m_keyed = 0;
   bool m_registration_open = true;
   std::uint32_t m_registered = 0;
+  /// Closed group: listed receivers awaited (not in sender_config::not_awaited), and those of
+  /// them registered.
+  std::uint32_t m_awaited = 0;
+  std::uint32_t m_awaited_in = 0;
   std::uint32_t m_active = 0;  ///< registered, not yet completed or failed
   /// another_below_nak_ratio's last scan: when (data datagrams sent; nullopt: due), how many
   /// multicast receivers were at or below the ratio (counted up to 2), and the one if one.

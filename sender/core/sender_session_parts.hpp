@@ -122,6 +122,9 @@ struct sender_session::receiver_state {
   /// Pending-digest claims from REGISTER: file -> the receiver's digest of its copy.
   std::vector<std::pair<std::uint32_t, sha256_digest>> pending_claims;
   bool keyed = false;  ///< holds the session key (on_site_keyed or registered)
+  /// Closed group: registration closes early once every awaited receiver is in
+  /// (sender_config::not_awaited).
+  bool awaited = true;
 
   /// Taking part over multicast: NAKs ask for blocks.
   bool on_multicast() const noexcept {

@@ -81,9 +81,11 @@ void sender_session::handle_register(const wire::register_request& m, const endp
   receiver_state& admitted = admit(m, from, r, std::move(missing), now);
   answer_register(m.receiver_id(), from, {});
   log_registered(admitted, from, m.resumed());
-  if (!m_cfg.receivers.empty() && m_registered == m_cfg.receivers.size()) {
-    close_registration(now);
-  }
+  if (awaited_all_in()) close_registration(now);
+}
+
+bool sender_session::awaited_all_in() const noexcept {
+  return !m_cfg.receivers.empty() && m_awaited > 0 && m_awaited_in == m_awaited;
 }
 
 bool sender_session::valid_register(const wire::register_request& m,
@@ -142,6 +144,7 @@ sender_session::receiver_state& sender_session::admit(const wire::register_reque
   r->last_heard = now;
   track(*r, true);
   ++m_registered;
+  if (r->awaited && !m_cfg.receivers.empty()) ++m_awaited_in;
   if (!r->keyed) {
     r->keyed = true;
     ++m_keyed;

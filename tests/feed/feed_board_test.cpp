@@ -7,6 +7,7 @@
 
 using namespace std::chrono_literals;
 using mcdist::wall_time;
+using mcdist::feed::datagram_kind;
 using mcdist::feed::feed_board;
 using mcdist::feed::feed_snapshot;
 using mcdist::feed::outcome;
@@ -44,6 +45,9 @@ TEST_CASE("a batch counts its products once, and per product the sites that have
   const std::vector<product> ps = {make(1, "a.txt", 100), make(2, "b.txt", 50)};
   session_report rep;
   rep.data_bytes = 180;
+  rep.data_datagrams = 20;
+  rep.repair_datagrams = 3;
+  rep.proactive_parity = 2;
   auto ok = site("site-a", st::completed);
   auto held = site("site-b", st::failed);
   held.held_files = {1};
@@ -68,6 +72,11 @@ TEST_CASE("a batch counts its products once, and per product the sites that have
   REQUIRE(c.products_sent == 2);
   REQUIRE(c.sessions[0] == 2);
   REQUIRE(c.sessions[1] == 1);
+  // Every session's datagrams count, by kind, whatever became of its products.
+  REQUIRE(c.datagrams[static_cast<std::size_t>(datagram_kind::first)] == 3 * 15);
+  REQUIRE(c.datagrams[static_cast<std::size_t>(datagram_kind::repair)] == 3 * 3);
+  REQUIRE(c.datagrams[static_cast<std::size_t>(datagram_kind::proactive_parity)] == 3 * 2);
+  REQUIRE(b.channels()[0].datagrams == std::array<std::uint64_t, 3>{});
 }
 
 TEST_CASE("throughput older than an hour leaves the chart", "[unit][feed]") {

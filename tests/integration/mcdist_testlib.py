@@ -98,6 +98,29 @@ def write_random(path, size, rng):
             left -= n
 
 
+def make_ca(d, addresses=("127.0.0.1",)):
+    """A test CA and a server certificate for `addresses` (IP subjectAltNames) signed by it,
+    made with the openssl command in directory d. Returns (CA certificate, server certificate,
+    server key) paths."""
+    def run(args):
+        subprocess.run(args, check=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    ca_key, ca_crt = os.path.join(d, "ca.key"), os.path.join(d, "ca.crt")
+    key, csr, crt = (os.path.join(d, "hub.tls.key"), os.path.join(d, "hub.csr"),
+                     os.path.join(d, "hub.crt"))
+    ext = os.path.join(d, "san.ext")
+    with open(ext, "w") as f:
+        f.write("subjectAltName=%s\nbasicConstraints=CA:FALSE\n"
+                "extendedKeyUsage=serverAuth\n" % ",".join("IP:" + a for a in addresses))
+    run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+         "-nodes", "-keyout", ca_key, "-out", ca_crt, "-subj", "/CN=mcdist test CA", "-days", "2",
+         "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=keyCertSign"])
+    run(["openssl", "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+         "-keyout", key, "-out", csr, "-subj", "/CN=" + addresses[0]])
+    run(["openssl", "x509", "-req", "-in", csr, "-CA", ca_crt, "-CAkey", ca_key,
+         "-CAcreateserial", "-out", crt, "-days", "2", "-extfile", ext])
+    return ca_crt, crt, key
+
+
 class Daemon:
     """One mcdistd process with its own dest/temp under `base`."""
 

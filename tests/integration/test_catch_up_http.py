@@ -51,32 +51,13 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from mcdist_testlib import (SKIP, ConfigDaemon, check, free_group, log,  # noqa: E402
-                            loopback_multicast_works, pb_bytes, pb_uint, read_varint,
+                            loopback_multicast_works, make_ca, pb_bytes, pb_uint, read_varint,
                             sha256_file, stop_all)
 from test_feed import Feed, drop, query, wait_until  # noqa: E402
 
 
 def run(args, **kw):
     subprocess.run(args, check=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
-
-
-def make_ca(d):
-    """A test CA and a server certificate for 127.0.0.1 signed by it."""
-    ca_key, ca_crt = os.path.join(d, "ca.key"), os.path.join(d, "ca.crt")
-    key, csr, crt = (os.path.join(d, "hub.tls.key"), os.path.join(d, "hub.csr"),
-                     os.path.join(d, "hub.crt"))
-    ext = os.path.join(d, "san.ext")
-    with open(ext, "w") as f:
-        f.write("subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n"
-                "extendedKeyUsage=serverAuth\n")
-    run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-         "-nodes", "-keyout", ca_key, "-out", ca_crt, "-subj", "/CN=mcdist test CA", "-days", "2",
-         "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=keyCertSign"])
-    run(["openssl", "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-         "-keyout", key, "-out", csr, "-subj", "/CN=127.0.0.1"])
-    run(["openssl", "x509", "-req", "-in", csr, "-CA", ca_crt, "-CAkey", ca_key,
-         "-CAcreateserial", "-out", crt, "-days", "2", "-extfile", ext])
-    return ca_crt, crt, key
 
 
 def free_port():

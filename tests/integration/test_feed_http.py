@@ -235,6 +235,13 @@ after = "delete"
         check(metric_value(text, "mcdist_sender_site_rtt_seconds", {"site": "site-a"}) is not None, "no RTT")
         check(metric_value(text, "mcdist_feed_sessions_total", {"channel": "fields", "kind": "batch"}) >= 1,
               "fields batch sessions")
+        # Every block of the fields went out at least once, as a first send.
+        first = metric_value(text, "mcdist_feed_data_datagrams_total", {"channel": "fields", "kind": "first"})
+        check(first is not None and first >= sum(-(-os.path.getsize(os.path.join(site.dest, n)) // 1400)
+                                                   for n in FIELDS),
+              "fields first-send datagrams: %s" % first)
+        check(metric_value(text, "mcdist_feed_data_datagrams_total", {"channel": "fields", "kind": "repair"})
+              is not None, "no repair datagram count")
         if shutil.which("promtool"):
             p = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True, timeout=20)
             check(p.returncode == 0 and not (p.stdout + p.stderr).strip(),

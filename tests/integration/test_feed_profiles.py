@@ -11,6 +11,9 @@ with two channels, real mcdistd sites on loopback.
 4. Catch-up without waiting: a site down while products went out is restarted; no new product
    is dropped, yet the channel's heartbeat makes it report its gaps and the catch-up brings every
    missed product.
+5. A listed site that is down does not hold its closed channel: once it missed a session, the
+   next ones do not wait for it (journaled with that reason); it comes back, is caught up by the
+   heartbeat, and takes part in the next session again.
 
 usage: test_feed_profiles.py BUILD_DIR"""
 
@@ -50,11 +53,12 @@ def main():
     try:
         obs_spool = os.path.join(base, "spool", "obs")
         grib_spool = os.path.join(base, "spool", "grib")
+        warn_spool = os.path.join(base, "spool", "warn")
         journal = os.path.join(base, "journal.db")
         control = os.path.join(base, "control.sock")
-        g_obs, g_grib = free_group(), free_group()
-        while g_grib.split(":")[0] == g_obs.split(":")[0]:
-            g_grib = free_group()
+        g_obs, g_grib, g_warn = free_group(), free_group(), free_group()
+        while len({g.split(":")[0] for g in (g_obs, g_grib, g_warn)}) < 3:
+            g_grib, g_warn = free_group(), free_group()
         config = os.path.join(base, "feed.toml")
         with open(config, "w") as f:
             f.write("""
@@ -95,9 +99,20 @@ fec_k = 0
 fallback = "sctp"
 heartbeat = "2s"
 register_window = "3s"
+
+[[channel]]
+name = "warn"
+group = "%(g_warn)s"
+spool = ["%(warn_spool)s"]
+priority = 10
+batch_window = "100ms"
+after = "delete"
+heartbeat = "2s"
+receivers = ["steady", "absent"]
+register_timeout = "5s"
 """ % dict(locals(), base=base))
-        steady = Daemon(bin_dir, base, "steady", g_obs, ["--group", g_grib, "--session-timeout",
-                                                         "10s"])
+        steady = Daemon(bin_dir, base, "steady", g_obs, ["--group", g_grib, "--group", g_warn,
+                                                         "--session-timeout", "10s"])
         daemons.append(steady)
         feed = Feed(bin_dir, base, config)
         feed.start()
@@ -189,9 +204,51 @@ register_window = "3s"
         log("restarted site caught up on 5 products in %.1f s with no new product (heartbeat 2 s)"
             % took)
 
+        # 5. A listed site that is down does not hold its closed channel's later sessions.
+        warned = {}
+
+        def outcomes_at_absent(name):
+            return query(journal, "SELECT o.outcome, o.reason FROM outcomes o JOIN products p "
+                         "ON p.id = o.product WHERE p.name = ? AND o.site = 'absent'", (name,))
+
+        def warn(name):
+            """Drops a warning; returns its journaled outcomes at 'absent' once its session
+            ended."""
+            payload = rng.randbytes(5_000)
+            warned[name] = digest(payload)
+            drop(warn_spool, name, payload)
+            wait_until(name + " at steady", delivered([steady], name, warned[name]), 30, feed,
+                       daemons)
+            return wait_until(name + "'s session ended", lambda: outcomes_at_absent(name), 30,
+                              feed, daemons)
+
+        absent = Daemon(bin_dir, base, "absent", g_warn, ["--session-timeout", "10s"])
+        daemons.append(absent)
+        check(warn("warn/w0.txt") == [("stored", "")], "w0 at the absent site, while it runs")
+        absent.stop()
+        first = warn("warn/w1.txt")   # waits register_timeout for 'absent', as before
+        second = warn("warn/w2.txt")  # does not
+        check(first and "did not register within 5 s" in first[0][1],
+              "w1 at the absent site: %s" % first)
+        check(second and second[0][0] in ("failed", "missed") and "not awaited" in second[0][1],
+              "w2 at the absent site: %s" % second)
+        check("site absent did not register in session" in feed.log_text(),
+              "the feed did not log the absent site")
+        absent.start()
+        wait_until("w1 and w2 at the returning site", lambda: all(
+            delivered([absent], n, h)() for n, h in warned.items()), 30, feed, daemons)
+        wait_until("the feed hears the site again",
+                   lambda: "site absent is heard again" in feed.log_text(), 10, feed, daemons)
+        third = warn("warn/w3.txt")
+        check(third == [("stored", "")], "w3 at the returned site, in its batch session: %s"
+              % third)
+        log("a listed site down: only the session that found it down waited for it; back, it "
+            "was caught up and took part in the next session")
+
         code = feed.stop()
         check(code == 0, "mcdist-feed exited %s on SIGTERM" % code)
-        log("PASS: channel profiles, a shared SCTP fallback, concurrent sessions, heartbeats")
+        log("PASS: channel profiles, a shared SCTP fallback, concurrent sessions, heartbeats, "
+            "sites down")
         return 0
     finally:
         stop_all(base, feed, daemons)

@@ -47,10 +47,11 @@ struct harness {
   std::vector<control_send> control;
 
   explicit harness(std::vector<manifest_entry> f, std::vector<std::string> receivers = {"a", "b"},
-                   bool eager = true) {
+                   bool eager = true, std::vector<std::string> not_awaited = {}) {
     cfg.session = session_id{42};
     cfg.rate_bps = 80'000'000;  // 10 MB/s
     cfg.receivers = std::move(receivers);
+    cfg.not_awaited = std::move(not_awaited);
     cfg.eager_start = eager;
     s = std::make_unique<sender_session>(cfg, std::move(f), 1, nullptr);
     s->start(now);
@@ -180,6 +181,58 @@ TEST_CASE("without eager start a closed group starts pass 1 once every receiver 
   REQUIRE(markers.back().pass_end());
   REQUIRE(markers.back().pass() == 1);
   REQUIRE(h.s->current_phase() == sender_session::phase::waiting);
+}
+
+TEST_CASE("a closed group does not wait for a receiver that is not awaited, but takes it",
+          "[unit][sender]") {
+  harness h(files({3000}), {"a", "b", "c"}, false, {"c"});
+  h.tick();
+  h.register_rx("c", rx_b);  // not awaited, yet registering while registration is open
+  REQUIRE(h.s->current_phase() == sender_session::phase::announcing);
+  h.register_rx("a", rx_a);
+  REQUIRE(h.s->current_phase() == sender_session::phase::announcing);  // b is awaited
+  h.register_rx("b", rx_b);
+  REQUIRE(h.s->current_phase() == sender_session::phase::transferring);
+  const auto replies = h.sent<wire::register_reply>(wire::msg_type::register_reply);
+  REQUIRE(replies.size() == 3);
+  for (const auto& r : replies) REQUIRE(r.accepted());
+}
+
+TEST_CASE("a receiver not awaited that does not register is failed when the others are in",
+          "[unit][sender]") {
+  harness h(files({3000}), {"a", "b"}, false, {"b"});
+  h.tick();
+  h.register_rx("a", rx_a);
+  // Closed well before register_timeout: only a was awaited.
+  REQUIRE(h.s->current_phase() == sender_session::phase::transferring);
+  h.register_rx("b", rx_b);
+  const auto replies = h.sent<wire::register_reply>(wire::msg_type::register_reply);
+  REQUIRE(replies.size() == 2);
+  REQUIRE_FALSE(replies[1].accepted());
+  REQUIRE(replies[1].reason().find("not awaited") != std::string::npos);
+  h.drain_data();
+  h.complete("a", rx_a);
+  h.now += 60s;
+  h.tick();
+  const auto rep = h.s->report(h.now);
+  REQUIRE(rep.receivers.size() == 2);
+  const auto& b = rep.receivers[0].id == "b" ? rep.receivers[0] : rep.receivers[1];
+  REQUIRE(b.state == receiver_report::state_t::failed);
+  REQUIRE(b.reason.find("not awaited") != std::string::npos);
+}
+
+TEST_CASE("when no listed receiver is awaited, registration stays open for the window",
+          "[unit][sender]") {
+  harness h(files({3000}), {"a", "b"}, false, {"a", "b"});
+  h.tick();
+  h.now += h.cfg.register_window - 1ms;
+  h.tick();
+  REQUIRE(h.s->current_phase() == sender_session::phase::announcing);
+  h.register_rx("a", rx_a);
+  REQUIRE(h.s->current_phase() == sender_session::phase::announcing);
+  h.now += 2ms;
+  h.tick();
+  REQUIRE(h.s->current_phase() == sender_session::phase::transferring);
 }
 
 TEST_CASE("data leaves at the configured rate", "[unit][sender]") {
