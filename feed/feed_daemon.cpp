@@ -741,6 +741,11 @@ bool feed_daemon::start_session(std::size_t ch, session_kind kind, std::vector<p
   opts.encrypt = cc.encrypt;
   opts.shared_unicast = m_unicast.get();
   if (m_keeper) opts.fence = m_keeper->fence(cc.name);
+  // Rate auto: the controller's rate would be clipped to the floor while the session waits, and
+  // climb again from there; its sessions keep their share.
+  if (!sc.rate_auto) {
+    opts.on_demand = [this, ch, id = sc.session](bool wants) { on_demand(ch, id, wants); };
+  }
   if (!m_unicast && sc.fallback != sender::fallback_mode::off) {
     // Without the shared server only per-session kernel TCP listeners can coexist.
     sc.fallback = sender::fallback_mode::tcp;
@@ -788,15 +793,19 @@ bool feed_daemon::start_session(std::size_t ch, session_kind kind, std::vector<p
 }
 
 std::vector<std::uint64_t> feed_daemon::session_rates(std::optional<std::size_t> adding) const {
-  // One claim per channel with sessions under way (and the channel a session is being added
-  // to), the channel's rate then split equally among its sessions.
+  // One claim per channel with sessions that have data (and the channel a session is being
+  // added to), the channel's rate then split equally among those sessions. Strict priority by
+  // what is sent, not by what is open: a warning's session spends most of its life waiting for
+  // round trips, and holding the whole rate idle meanwhile starved every field behind it.
   std::vector<rate_claim> claims;
   std::vector<std::size_t> counts;
   std::size_t added_at = 0;
   for (std::size_t i = 0; i < m_channels.size(); ++i) {
     const auto& c = m_channels[i];
     const bool add = adding && *adding == i;
-    const auto n = c.runs.size() + (add ? 1 : 0);
+    const auto n = static_cast<std::size_t>(std::count_if(
+                       c.runs.begin(), c.runs.end(), [](const auto& r) { return r->wants_data; })) +
+                   (add ? 1 : 0);
     if (n == 0) continue;
     claims.push_back({c.cfg->priority, c.cfg->share, c.cfg->cap_bps});
     counts.push_back(n);
@@ -809,7 +818,28 @@ std::vector<std::uint64_t> feed_daemon::session_rates(std::optional<std::size_t>
                                   std::span(&counts[added_at], 1), m_cfg.rate_bps);
     return {rates.back()};
   }
-  return split_rate(per_channel, counts, m_cfg.rate_bps);
+  const auto shared = split_rate(per_channel, counts, m_cfg.rate_bps);
+  const auto floor = std::max<std::uint64_t>(
+      1, static_cast<std::uint64_t>(static_cast<double>(m_cfg.rate_bps) * default_floor_fraction));
+  std::vector<std::uint64_t> out;
+  std::size_t next = 0;
+  for (const auto& c : m_channels) {
+    for (const auto& r : c.runs) out.push_back(r->wants_data ? shared[next++] : floor);
+  }
+  return out;
+}
+
+void feed_daemon::on_demand(std::size_t ch, session_id session, bool wants_data) {
+  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
+  const auto app = m_apps.find(session);
+  if (ch >= m_channels.size() || app == m_apps.end()) return;  // ended meanwhile
+  for (auto& r : m_channels[ch].runs) {
+    if (r->app.get() == app->second && r->wants_data != wants_data) {
+      r->wants_data = wants_data;
+      rebalance();
+      return;
+    }
+  }
 }
 
 void feed_daemon::rebalance() {

@@ -160,6 +160,9 @@ class feed_daemon {
     std::vector<opened_product> opened;
     std::vector<std::string> only;  ///< catch-up/resend sites
     rate_claim claim;
+    /// It has data to send (sender::app_options::on_demand): only such sessions share the
+    /// rate; the others get the floor, enough for announces and markers.
+    bool wants_data = true;
     /// Stopped because the channel was lost: its end is not journaled (the next holder sends
     /// it again) and its spool files stay.
     bool fenced = false;
@@ -234,10 +237,14 @@ class feed_daemon {
   /// Refuses a spool file at intake (its name cannot be a product): journaled failed with
   /// `why`, moved below its spool's rejected_dir_name, logged.
   void reject(const spooled_file& f, const std::string& why);
-  /// Every running session's rate, bit/s, in channel and session order: channels by strict
-  /// priority (share_rate), each channel's rate split equally among its sessions
-  /// (split_rate). With `adding`: only the rate of a session about to start on that channel.
+  /// Every running session's rate, bit/s, in channel and session order: the channels whose
+  /// sessions have data to send by strict priority (share_rate), each channel's rate split
+  /// equally among those sessions (split_rate); a session with nothing to send (announcing,
+  /// waiting for NAKs, ending) gets the floor of share_rate. With `adding`: only the rate of a
+  /// session about to start on that channel, counted as having data.
   std::vector<std::uint64_t> session_rates(std::optional<std::size_t> adding) const;
+  /// A session of channel `ch` started or stopped having data to send: the rates follow.
+  void on_demand(std::size_t ch, session_id session, bool wants_data);
   void rebalance();
   void do_expire();
   void check_stopped();

@@ -360,7 +360,17 @@ void sender_app::service() {
     finish(now);
     return;
   }
+  note_demand();
   arm_timer(now);
+}
+
+void sender_app::note_demand() {
+  if (!m_opts.on_demand) return;
+  const bool wants = m_session.current_phase() == sender_session::phase::transferring;
+  if (wants == m_wants_data) return;
+  m_wants_data = wants;
+  // Posted: the owner answers with set_rate, which serves the session again.
+  boost::asio::post(m_io, [f = m_opts.on_demand, wants] { f(wants); });
 }
 
 void sender_app::finish(time_point now) {

@@ -71,6 +71,12 @@ struct app_options {
   /// the fence stops on its next wake-up without sending, whatever order its timers fire in.
   /// Null: no fence (a single sender).
   const std::atomic<std::int64_t>* fence = nullptr;
+  /// Told when the session starts or stops having data to send (its core's phase becomes or
+  /// leaves `transferring`: a pass or repairs under way, as against announcing, waiting for
+  /// NAKs or ending), posted to the io_context. mcdist-feed divides its rate among the sessions
+  /// that have data, so one waiting for a round trip does not hold its share idle. A session
+  /// counts as having data until its first call says otherwise. Empty: not told.
+  std::function<void(bool)> on_demand;
 };
 
 /// Reads a site key file for --site-keys: one site per line, "ID KEY" where KEY is
@@ -170,8 +176,12 @@ class sender_app {
     block_reader m_reader;
   };
 
+  /// Notifies app_options::on_demand when the session's phase enters or leaves transferring.
+  void note_demand();
+
   boost::asio::io_context& m_io;
   app_options m_opts;
+  bool m_wants_data = true;  ///< as last told to app_options::on_demand
   std::vector<source_file> m_files;
   std::shared_ptr<spdlog::logger> m_log;
   std::chrono::steady_clock::time_point m_started;

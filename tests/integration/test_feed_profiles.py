@@ -166,11 +166,14 @@ register_timeout = "5s"
             daemons.remove(d)
 
         # 3. A small product overtakes a large one of its own channel.
-        big = rng.randbytes(150_000_000)
+        # 10 s at the channel's 200 Mbit/s, whole while the small one is announced (3 s window).
+        big = rng.randbytes(250_000_000)
         drop(grib_spool, "big/field.grib2", big)
-        wait_until("the large product's session under way", lambda: any(
-            r.get("products") == 1 for r in control_request(control, {"cmd": "status"})["feed"]
-            ["channels"][1].get("sessions_running", [])), 20, feed, daemons)
+        # By the journal: part 2's session of one product may still be ending, and a small
+        # product dropped in the large one's batch window would share its session.
+        wait_until("the large product's session under way", lambda: query(
+            journal, "SELECT 1 FROM products WHERE name = 'big/field.grib2' AND state = 'sending'"),
+            20, feed, daemons)
         small = rng.randbytes(10_000)
         drop(grib_spool, "small/bulletin.bufr", small)
         wait_until("the small product", delivered([steady], "small/bulletin.bufr", digest(small)),
@@ -179,7 +182,7 @@ register_timeout = "5s"
         wait_until("the large product", delivered([steady], "big/field.grib2", digest(big)), 120,
                    feed, daemons)
         check(overtook, "the small product waited for the large one of its channel")
-        log("a 10 kB product overtook a 150 MB one of its own channel (concurrent sessions)")
+        log("a 10 kB product overtook a 250 MB one of its own channel (concurrent sessions)")
 
         # 4. A site back from an outage is caught up by the heartbeat, with no new product.
         steady.stop()
@@ -226,7 +229,29 @@ register_timeout = "5s"
         daemons.append(absent)
         check(warn("warn/w0.txt") == [("stored", "")], "w0 at the absent site, while it runs")
         absent.stop()
-        first = warn("warn/w1.txt")   # waits register_timeout for 'absent', as before
+        # The rate goes to the sessions that have data to send: a warning's session announcing
+        # (here for 5 s, waiting for the absent site) does not hold the rate of the lower
+        # priority grib channel, whose field is being sent meanwhile.
+        field = rng.randbytes(200_000_000)
+        drop(grib_spool, "big/field2.grib2", field)
+
+        def running(i):
+            return control_request(control, {"cmd": "status"})["feed"]["channels"][i].get(
+                "sessions_running", [])
+        wait_until("the field's session sending", lambda: query(
+            journal, "SELECT 1 FROM products WHERE name = 'big/field2.grib2' AND state = 'sending'")
+            and any(r["rate_bps"] > 100_000_000 for r in running(1)), 20, feed, daemons)
+        payload = rng.randbytes(5_000)
+        warned["warn/w1.txt"] = digest(payload)
+        drop(warn_spool, "warn/w1.txt", payload)
+        wait_until("w1's session announcing", lambda: running(2), 10, feed, daemons)
+        rates = [r["rate_bps"] for r in running(1)]
+        check(running(2) and rates and max(rates) > 100_000_000,
+              "while a warning's session waited for a site, the field ran at %s bit/s" % rates)
+        log("while a warning's session waited for a site, the field kept %d of 200 Mbit/s"
+            % (max(rates) // 1_000_000))
+        first = wait_until("w1's session ended", lambda: outcomes_at_absent("warn/w1.txt"), 30,
+                           feed, daemons)  # it waited register_timeout for 'absent', as before
         second = warn("warn/w2.txt")  # does not
         check(first and "did not register within 5 s" in first[0][1],
               "w1 at the absent site: %s" % first)
