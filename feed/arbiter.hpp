@@ -1,12 +1,13 @@
 #pragma once
 /// @file
 /// Strict priority over one pacer (pure): the channels with a session that has data to send
-/// share the feed's total rate (feed_daemon::session_rates gives the others the floor). The most urgent (highest priority) gets its share or cap of the total; the next
-/// gets its own from what is left, and so on; a channel left with nothing still gets a floor so
-/// its control traffic (announces, markers, NAK answers) lives and its session does not time out
-/// at the sites. The discipline is strict priority queueing (RFC 2475 section 4.2.2's EF over
-/// default forwarding, EUMETCast/TelliCast channel priorities); the floor keeps the starved
-/// sessions alive instead of letting them fail, at a cost to the urgent one of floor x N.
+/// share the feed's total rate (feed_daemon::session_rates gives the others the floor). The most
+/// urgent (highest priority) gets its share or cap of the total; the next gets its own from what is
+/// left, and so on; a channel left with nothing still gets a floor so its control traffic
+/// (announces, markers, NAK answers) lives and its session does not time out at the sites. The
+/// discipline is strict priority queueing (RFC 2475 section 4.2.2's EF over default forwarding,
+/// EUMETCast/TelliCast channel priorities); the floor keeps the starved sessions alive instead of
+/// letting them fail, at a cost to the urgent one of floor x N.
 
 #include <cstdint>
 #include <span>
