@@ -406,6 +406,9 @@ class receiver_engine {
 
   void manifest_complete(session_rx& s, time_point now);
   void start_receiving(session_rx& s, time_point now);
+  /// Tells the sequence book of a numbered session (once, before its REGISTER; at the start of
+  /// a silent one) and logs a reset or the numbers the site never completed.
+  void open_sequence(session_rx& s);
   void send_register(session_rx& s, time_point now);
   /// Sends the NAK rounds due at `now`.
   void send_naks(session_rx& s, time_point now);

@@ -296,12 +296,36 @@ void receiver_engine::on_held(session_id id, const std::vector<held_answer>& hel
     }
   }
   if (s->silent) {
-    // No registration: the blocks are taken and the files delivered as they complete.
+    // No registration: the blocks are taken and the files delivered as they complete. The
+    // channel's numbering learns of the session all the same, so one that ends short stays
+    // missing for the heartbeats and the catch-up over HTTP.
+    open_sequence(*s);
     start_receiving(*s, now);
     return;
   }
   s->state = session_rx::state_t::registering;
   send_register(*s, now);
+}
+
+void receiver_engine::open_sequence(session_rx& s) {
+  if (s.seq == 0 || s.seq_report) return;
+  s.seq_report = m_sequences.on_session(s.seq_channel, s.seq_source, s.seq);
+  if (s.seq_report->reset && m_log) {
+    m_log->warn(
+        "session {}: channel {} from {}: session number {} is below {} seen before "
+        "(the sender's numbering was reset); starting this channel's sequence over",
+        s.name(), s.seq_channel, s.seq_source, s.seq, s.seq_report->previous_seen);
+  } else if (!s.seq_report->missing.empty() && m_log) {
+    std::string ranges;
+    for (const auto& [first, last] : s.seq_report->missing) {
+      ranges += (ranges.empty() ? "" : ",") + std::to_string(first) +
+                (first == last ? "" : "-" + std::to_string(last));
+    }
+    m_log->warn(
+        "session {}: channel {} session {}: never completed sessions {}; {}", s.name(),
+        s.seq_channel, s.seq, ranges,
+        s.silent ? "a catch-up over another path must bring them" : "reporting them for catch-up");
+  }
 }
 
 void receiver_engine::send_register(session_rx& s, time_point now) {
@@ -313,25 +337,7 @@ void receiver_engine::send_register(session_rx& s, time_point now) {
   m.set_receiver_id(m_cfg.id);
   set_echo(m, s, now);
   if (s.seq > 0) {
-    if (!s.seq_report) {
-      s.seq_report = m_sequences.on_session(s.seq_channel, s.seq_source, s.seq);
-      if (s.seq_report->reset && m_log) {
-        m_log->warn(
-            "session {}: channel {} from {}: session number {} is below {} seen before "
-            "(the sender's numbering was reset); starting this channel's sequence over",
-            s.name(), s.seq_channel, s.seq_source, s.seq, s.seq_report->previous_seen);
-      } else if (!s.seq_report->missing.empty() && m_log) {
-        std::string ranges;
-        for (const auto& [first, last] : s.seq_report->missing) {
-          ranges += (ranges.empty() ? "" : ",") + std::to_string(first) +
-                    (first == last ? "" : "-" + std::to_string(last));
-        }
-        m_log->warn(
-            "session {}: channel {} session {}: never completed sessions {}; reporting "
-            "them for catch-up",
-            s.name(), s.seq_channel, s.seq, ranges);
-      }
-    }
+    open_sequence(s);
     m.set_last_seq(s.seq_report->last_seq);
     for (const auto& [first, last] : s.seq_report->missing) {
       auto* r = m.add_missing_seqs();

@@ -81,9 +81,15 @@ struct harness {
   }
   /// Files of `blocks` full blocks each ("f0", "f1", ...), FEC blocks of k sources (0: none);
   /// silent_passes as the sender announces it (0: an ordinary session).
-  void announce(std::vector<std::uint32_t> blocks, std::uint32_t k, std::uint32_t silent_passes) {
+  void announce(std::vector<std::uint32_t> blocks, std::uint32_t k, std::uint32_t silent_passes,
+                std::uint64_t channel_seq = 0) {
     wire::announce a;
     auto* p = a.mutable_params();
+    if (channel_seq > 0) {
+      p->set_channel("fields");
+      p->set_channel_seq(channel_seq);
+      p->set_sender_name("hub");
+    }
     std::uint64_t total = 0;
     for (const auto b : blocks) total += std::uint64_t{b} * block;
     p->set_block_size(block);
@@ -194,6 +200,40 @@ TEST_CASE("a silent session that ends short records each file it could not compl
   CHECK(h.sink.outcomes[1].path == "f1");
   CHECK_FALSE(h.sink.outcomes[1].stored);
   CHECK(h.sink.outcomes[1].failure.find("incomplete: 1 of 3 blocks") != std::string::npos);
+}
+
+TEST_CASE("a numbered silent session that ends short stays missing in the channel's numbering",
+          "[unit][receiver][silent]") {
+  receiver_config cfg{"site"};
+  cfg.silent_channels = {true};  // an ordinary session of the hub on a one-way site's channel
+  harness h(cfg);
+  h.announce({2}, 0, 0, 3);
+  h.data(0, 0);  // 1 of 2 blocks
+  h.pass_end(1, 1);
+  h.feed(datagram(wire::msg_type::session_end, wire::session_end{}));
+  CHECK(h.sink.sent.empty());
+  const auto st = h.engine.sequences().status();
+  REQUIRE(st.size() == 1);
+  CHECK(st[0].channel == "fields");
+  CHECK(st[0].last_seen == 3);
+  CHECK(st[0].last_completed == 0);
+  // A heartbeat naming 3 as the newest: 3 is what the site asks for over HTTP.
+  const auto rep = h.engine.sequences().on_heartbeat("fields", st[0].source, 3, {});
+  REQUIRE(rep.missing.size() == 1);
+  CHECK(rep.missing[0] == std::pair<std::uint64_t, std::uint64_t>{3, 3});
+}
+
+TEST_CASE("a numbered silent session that completes counts as completed",
+          "[unit][receiver][silent]") {
+  harness h;
+  h.announce({1}, 0, 1, 4);
+  h.data(0, 0);
+  h.engine.on_file_stored(sid, file_index{0}, {}, {}, h.now);
+  const auto st = h.engine.sequences().status();
+  REQUIRE(st.size() == 1);
+  CHECK(st[0].last_seen == 4);
+  CHECK(st[0].last_completed == 4);
+  CHECK(h.engine.sequences().on_heartbeat("fields", st[0].source, 4, {}).missing.empty());
 }
 
 TEST_CASE("a silent channel keeps an ordinary session silent, FALLBACK orders included",
