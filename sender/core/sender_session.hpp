@@ -348,6 +348,10 @@ class sender_session {
  public:
   enum class phase { announcing, transferring, waiting, ending, done };
 
+  /// How long a pass for sites keyed late waits for the keys of their neighbours, whose
+  /// requests left on the same announce.
+  static constexpr duration late_key_gather = std::chrono::milliseconds(10);
+
   /// @param cfg       settings; block_size must be within wire::min/max_block_size
   /// @param files     the manifest; digests may be absent (supply them later with on_digest)
   /// @param seed      seeds this session's own random engine (jitter)
@@ -518,6 +522,10 @@ class sender_session {
   /// holds the session key (on_site_keyed, or registered), or keyed_start_grace() after the
   /// first did.
   bool keyed_start_due(time_point now) const noexcept;
+  /// `r` holds the session key (answered key request, or registered). In an authenticated
+  /// closed group, the blocks sent before are wanted again (it could not check them), in a pass
+  /// late_key_gather later when the session was waiting.
+  void keyed(receiver_state& r, time_point now);
   duration keyed_start_grace() const noexcept;
   duration status_interval() const noexcept;
   std::uint64_t pacing_quantum() const noexcept;
@@ -614,7 +622,8 @@ class sender_session {
   /// them registered.
   std::uint32_t m_awaited = 0;
   std::uint32_t m_awaited_in = 0;
-  std::uint32_t m_active = 0;  ///< registered, not yet completed or failed
+  std::uint32_t m_awaited_keyed = 0;  ///< awaited listed receivers that hold the session key
+  std::uint32_t m_active = 0;         ///< registered, not yet completed or failed
   /// another_below_nak_ratio's last scan: when (data datagrams sent; nullopt: due), how many
   /// multicast receivers were at or below the ratio (counted up to 2), and the one if one.
   std::optional<std::uint64_t> m_below_scan_at;

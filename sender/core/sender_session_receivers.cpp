@@ -13,8 +13,38 @@ duration sender_session::keyed_start_grace() const noexcept {
 
 bool sender_session::keyed_start_due(time_point now) const noexcept {
   if (!m_first_keyed) return false;
-  const bool all_in = !m_cfg.receivers.empty() && m_keyed == m_cfg.receivers.size();
+  const bool all_in = !m_cfg.receivers.empty() && m_awaited > 0 && m_awaited_keyed == m_awaited;
   return all_in || now >= *m_first_keyed + keyed_start_grace();
+}
+
+void sender_session::keyed(receiver_state& r, time_point now) {
+  if (r.keyed) return;
+  r.keyed = true;
+  ++m_keyed;
+  if (r.awaited) ++m_awaited_keyed;
+  if (!m_first_keyed) m_first_keyed = now;
+  // An open group learns of a site at its REGISTER, after the key reply that gave it K: what
+  // went out before the REGISTER was checkable. Only a closed group knows when K left.
+  if (!m_cfg.start_on_registration || silent() || m_cfg.receivers.empty()) return;
+  // A site that got K after blocks went out could not check them (a far site of a closed
+  // group that started on its near sites' keys): they are wanted again at once, as its NAK
+  // would ask a round trip later. Sites keyed within a few ms of each other share the pass.
+  const auto seen = m_passes.seq();
+  if (seen == 0 || m_passes.pass() == 0) return;
+  std::uint64_t fresh = 0;
+  for (std::uint32_t f = 0; f < m_files.size(); ++f) {
+    if (const auto n = m_passes.blocks(f)) {
+      fresh += m_passes.nak(f, 0, n, seen, m_phase == phase::transferring, nullptr);
+    }
+  }
+  if (fresh > 0 && m_phase == phase::waiting && !m_next_pass_at) {
+    m_next_pass_at = now + late_key_gather;
+  }
+  if (fresh > 0 && m_log) {
+    m_log->info(
+        "session {}: receiver '{}' got the session key after {} blocks went out: sent again",
+        m_cfg.session, r.rep.id, fresh);
+  }
 }
 
 void sender_session::on_site_keyed(std::string_view receiver_id, time_point now) {
@@ -24,9 +54,7 @@ void sender_session::on_site_keyed(std::string_view receiver_id, time_point now)
   }
   receiver_state* r = m_receivers.find(receiver_id);
   if (!r || r->keyed) return;
-  r->keyed = true;
-  ++m_keyed;
-  if (!m_first_keyed) m_first_keyed = now;
+  keyed(*r, now);
   if (m_log) {
     m_log->debug("session {}: receiver '{}' holds the session key ({} of {})", m_cfg.session,
                  receiver_id, m_keyed, m_cfg.receivers.size());
@@ -145,11 +173,7 @@ sender_session::receiver_state& sender_session::admit(const wire::register_reque
   track(*r, true);
   ++m_registered;
   if (r->awaited && !m_cfg.receivers.empty()) ++m_awaited_in;
-  if (!r->keyed) {
-    r->keyed = true;
-    ++m_keyed;
-  }
-  if (!m_first_keyed) m_first_keyed = now;
+  keyed(*r, now);
   ++m_active;
   sample_rtt(*r, m.echo_time_us(), m.hold_us(), now);
   for_each_range(std::span(m.held_files().data(), static_cast<std::size_t>(m.held_files_size())),

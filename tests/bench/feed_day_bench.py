@@ -47,6 +47,7 @@ import math
 import os
 import random
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -351,7 +352,7 @@ def run_profile(args, profile, events):
     with open(stats) as f:
         ls = json.load(f)
     hosts = {hh["name"]: hh for hh in ls["hosts"]}
-    lost = {h: hosts["h%d" % h]["down"]["lost"] for h in SITES}
+    lost = {h: hosts["h%d" % h]["down"]["dropped_loss"] for h in SITES}
     result["datagrams"] = (first, repairs, proactive)
     result["max_loss"] = max((lost[h], h) for h in TERRESTRIAL + SATELLITE)
     result["sum_loss"] = sum(lost[h] for h in TERRESTRIAL + SATELLITE)
@@ -388,6 +389,8 @@ def main():
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("feed_day_bench.py needs root (network namespaces, TUN, veth)")
+    # SIGTERM ends the run through the finally clauses: daemons, hub and emulator stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("terminated"))
     events = schedule(args.duration, args.field_mb, random.Random(args.seed))
     results = [run_profile(args, p, events) for p in args.profiles.split(",")]
 

@@ -833,6 +833,41 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "a closed group's site that gets the key after pass 1 gets the blocks sent before it at "
+    "once, without a NAK round",
+    "[unit][sender][auth]") {
+  harness h(files({5000}), {"near", "far"});
+  h.cfg.start_on_registration = true;
+  h.s = std::make_unique<sender_session>(h.cfg, files({5000}), 1, nullptr);
+  h.s->start(h.now);
+  h.tick();
+  h.s->on_site_keyed("near", h.now);
+  // far's key request is a round trip further away: pass 1 starts on near's key and its grace.
+  for (int i = 0; i < 100 && h.s->current_phase() == sender_session::phase::announcing; ++i) {
+    h.now = std::max(h.now + 1ms, *h.s->next_deadline(h.now));
+    h.tick();
+  }
+  h.register_rx("near", rx_a);
+  const auto pass1 = h.drain_data();
+  REQUIRE(pass1.size() == 4);  // ceil(5000 / 1400)
+  REQUIRE(h.s->current_phase() == sender_session::phase::waiting);
+  h.s->on_site_keyed("far", h.now);
+  // The four blocks far could not check go out again within late_key_gather, in pass 2.
+  h.now += sender_session::late_key_gather;
+  h.tick();
+  REQUIRE(h.s->current_phase() == sender_session::phase::transferring);
+  const auto again = h.drain_data();
+  REQUIRE(again.size() == 4);
+  for (std::size_t i = 0; i < 4; ++i) REQUIRE(again[i].offset == pass1[i].offset);
+  // near, keyed before pass 1, asked for nothing: a later key of a site already keyed changes
+  // nothing either.
+  h.s->on_site_keyed("near", h.now);
+  h.now += 1s;
+  h.tick();
+  REQUIRE(h.drain_data().empty());
+}
+
+TEST_CASE(
     "rate auto: a loss report lowers the rate at once, markers name the CLR, and a receiver "
     "moved to unicast no longer holds the rate back",
     "[unit][sender][rate]") {
