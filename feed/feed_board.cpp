@@ -78,7 +78,9 @@ void feed_board::session_done(std::size_t channel, session_kind kind, std::uint6
   const auto proactive = std::min(report.proactive_parity, report.data_datagrams - repair);
   c.datagrams[static_cast<std::size_t>(datagram_kind::first)] +=
       report.data_datagrams - repair - proactive;
-  c.datagrams[static_cast<std::size_t>(datagram_kind::repair)] += repair;
+  const auto late_key = std::min(report.late_key_blocks, repair);
+  c.datagrams[static_cast<std::size_t>(datagram_kind::repair)] += repair - late_key;
+  c.datagrams[static_cast<std::size_t>(datagram_kind::late_key)] += late_key;
   c.datagrams[static_cast<std::size_t>(datagram_kind::proactive_parity)] += proactive;
 
   if (!products_sent) return;

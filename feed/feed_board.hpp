@@ -51,16 +51,22 @@ struct channel_tally {
   std::array<std::uint64_t, 3> sessions{};
   /// Data datagrams of ended sessions (every kind), by datagram_kind: first sends of source
   /// blocks and silent sessions' later passes; repairs (blocks sent again and parity sent for
-  /// NAKs, sender::session_report::repair_datagrams); proactive parity. What the channel's sites'
-  /// losses cost on the wire is the repair share.
-  std::array<std::uint64_t, 3> datagrams{};
+  /// NAKs, sender::session_report::repair_datagrams, less the next kind); blocks sent again for
+  /// sites keyed after them (session_report::late_key_blocks); proactive parity. What the
+  /// channel's sites' losses cost on the wire is the repair share.
+  std::array<std::uint64_t, 4> datagrams{};
   std::optional<wall_time> last_sent;  ///< end of the latest batch session
   std::deque<sent_record> recent;      ///< newest last, at most feed_board::max_recent_products
   http::minute_ring minutes;           ///< multicast payload bytes, repairs included
 };
 
 /// Index into channel_tally::datagrams.
-enum class datagram_kind : std::size_t { first = 0, repair = 1, proactive_parity = 2 };
+enum class datagram_kind : std::size_t {
+  first = 0,
+  repair = 1,
+  proactive_parity = 2,
+  late_key = 3
+};
 
 /// Per-site figures, from its latest session on any channel.
 struct site_tally {

@@ -940,11 +940,11 @@ void feed_daemon::on_session_done(std::size_t ch, const running* which, sender::
   }
   m_log->info(
       "channel {}: session {} ({}{}) ended: {} of {} sites complete in {:.3f} s, {} data "
-      "datagrams ({} repairs, {} proactive parity){}",
+      "datagrams ({} repairs, {} of them for sites keyed late, {} proactive parity){}",
       cc.name, r.report.session, kind_name(run.kind),
       run.seq ? " " + std::to_string(run.seq) : std::string(), done, r.report.receivers.size(),
-      r.wall_seconds, r.report.data_datagrams, r.report.repair_datagrams, r.report.proactive_parity,
-      r.error.empty() ? "" : ": " + r.error);
+      r.wall_seconds, r.report.data_datagrams, r.report.repair_datagrams, r.report.late_key_blocks,
+      r.report.proactive_parity, r.error.empty() ? "" : ": " + r.error);
   if (!m_stopping) {
     for (const auto& rr : r.report.receivers) {
       const auto gaps = missing_seqs_of(rr);

@@ -20,7 +20,8 @@ using http::metric_type;
 
 constexpr std::array<const char*, 3> kind_names = {"batch", "catchup", "resend"};
 /// By feed::datagram_kind.
-constexpr std::array<const char*, 3> datagram_kind_names = {"first", "repair", "proactive_parity"};
+constexpr std::array<const char*, 4> datagram_kind_names = {"first", "repair", "proactive_parity",
+                                                            "late_key"};
 constexpr std::array<const char*, 4> outcome_names = {"stored", "held", "failed", "missed"};
 
 double unix_seconds(wall_time t) {
@@ -228,7 +229,8 @@ std::string render_feed_metrics(const feed_snapshot& s) {
   p.family("mcdist_feed_data_datagrams_total", metric_type::counter,
            "Data datagrams of ended sessions, by kind: first (source blocks sent the first time, "
            "and a silent session's later passes), repair (blocks sent again and parity sent for "
-           "NAKs), proactive_parity.");
+           "NAKs), late_key (blocks sent again for sites that got the session key after them), "
+           "proactive_parity.");
   for (const std::size_t i : shown(s)) {
     for (std::size_t k = 0; k < datagram_kind_names.size(); ++k)
       p.sample({{"channel", names[i]}, {"kind", datagram_kind_names[k]}}, chans[i].datagrams[k]);

@@ -583,6 +583,7 @@ session_report sender_session::report(time_point now) const {
   rep.repair_datagrams = m_passes.repairs() + (parity - std::min(parity, m_proactive_parity));
   rep.parity_datagrams = parity;
   rep.proactive_parity = std::min(parity, m_proactive_parity);
+  rep.late_key_blocks = std::min(m_late_key_blocks, rep.repair_datagrams);
   rep.source_datagrams = m_source_datagrams;
   rep.silent_passes = m_cfg.silent_passes;
   if (m_digests) {

@@ -284,6 +284,10 @@ struct session_report {
   std::uint64_t data_datagrams = 0;
   std::uint64_t data_bytes = 0;        ///< payload bytes sent, repairs included
   std::uint64_t repair_datagrams = 0;  ///< blocks sent again and parity sent for NAKs
+  /// Of the repairs, blocks wanted again because a closed group's site got the session key
+  /// after they went out (sender_session::keyed): a cost of starting pass 1 before the far
+  /// sites' keys, not of losses.
+  std::uint64_t late_key_blocks = 0;
   std::uint64_t parity_datagrams = 0;  ///< parity blocks sent, proactive and for NAKs
   std::uint64_t proactive_parity = 0;  ///< of which proactive (pass 1, fec_overhead; every
                                        ///< parity block of a silent session)
@@ -622,8 +626,9 @@ class sender_session {
   /// them registered.
   std::uint32_t m_awaited = 0;
   std::uint32_t m_awaited_in = 0;
-  std::uint32_t m_awaited_keyed = 0;  ///< awaited listed receivers that hold the session key
-  std::uint32_t m_active = 0;         ///< registered, not yet completed or failed
+  std::uint32_t m_awaited_keyed = 0;    ///< awaited listed receivers that hold the session key
+  std::uint64_t m_late_key_blocks = 0;  ///< session_report::late_key_blocks
+  std::uint32_t m_active = 0;           ///< registered, not yet completed or failed
   /// another_below_nak_ratio's last scan: when (data datagrams sent; nullopt: due), how many
   /// multicast receivers were at or below the ratio (counted up to 2), and the one if one.
   std::optional<std::uint64_t> m_below_scan_at;

@@ -37,6 +37,7 @@ void sender_session::keyed(receiver_state& r, time_point now) {
       fresh += m_passes.nak(f, 0, n, seen, m_phase == phase::transferring, nullptr);
     }
   }
+  m_late_key_blocks += fresh;
   if (fresh > 0 && m_phase == phase::waiting && !m_next_pass_at) {
     m_next_pass_at = now + late_key_gather;
   }

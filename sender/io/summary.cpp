@@ -172,6 +172,7 @@ std::string summary_json(const run_result& r) {
   j["passes"] = rep.passes;
   j["data_datagrams"] = rep.data_datagrams;
   j["repair_datagrams"] = rep.repair_datagrams;
+  j["late_key_blocks"] = rep.late_key_blocks;
   j["parity_datagrams"] = rep.parity_datagrams;  // proactive and for NAKs
   j["proactive_parity"] = rep.proactive_parity;
   const auto& c = rep.control;

@@ -48,6 +48,7 @@ TEST_CASE("a batch counts its products once, and per product the sites that have
   rep.data_datagrams = 20;
   rep.repair_datagrams = 3;
   rep.proactive_parity = 2;
+  rep.late_key_blocks = 1;
   auto ok = site("site-a", st::completed);
   auto held = site("site-b", st::failed);
   held.held_files = {1};
@@ -74,9 +75,10 @@ TEST_CASE("a batch counts its products once, and per product the sites that have
   REQUIRE(c.sessions[1] == 1);
   // Every session's datagrams count, by kind, whatever became of its products.
   REQUIRE(c.datagrams[static_cast<std::size_t>(datagram_kind::first)] == 3 * 15);
-  REQUIRE(c.datagrams[static_cast<std::size_t>(datagram_kind::repair)] == 3 * 3);
+  REQUIRE(c.datagrams[static_cast<std::size_t>(datagram_kind::repair)] == 3 * 2);
+  REQUIRE(c.datagrams[static_cast<std::size_t>(datagram_kind::late_key)] == 3 * 1);
   REQUIRE(c.datagrams[static_cast<std::size_t>(datagram_kind::proactive_parity)] == 3 * 2);
-  REQUIRE(b.channels()[0].datagrams == std::array<std::uint64_t, 3>{});
+  REQUIRE(b.channels()[0].datagrams == std::array<std::uint64_t, 4>{});
 }
 
 TEST_CASE("throughput older than an hour leaves the chart", "[unit][feed]") {

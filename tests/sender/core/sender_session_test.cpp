@@ -859,6 +859,7 @@ TEST_CASE(
   const auto again = h.drain_data();
   REQUIRE(again.size() == 4);
   for (std::size_t i = 0; i < 4; ++i) REQUIRE(again[i].offset == pass1[i].offset);
+  REQUIRE(h.s->report(h.now).late_key_blocks == 4);
   // near, keyed before pass 1, asked for nothing: a later key of a site already keyed changes
   // nothing either.
   h.s->on_site_keyed("near", h.now);
