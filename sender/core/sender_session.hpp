@@ -156,6 +156,12 @@ struct sender_config {
   /// Proactive parity sent in pass 1 after each FEC block's sources, as a fraction of them
   /// (0.03: 3 %, rounded up per FEC block), so most sites need no repair round trip.
   double fec_overhead = 0;
+  /// Proactive parity blocks sent in pass 1 when fec_overhead is 0 and the session's sources
+  /// make a single FEC block (up to 2 x fec::min_last_sources - 1 blocks: a warning, a few
+  /// bulletins). One lets every site repair a lost block without a NAK round, which in a group
+  /// with 700 ms sites takes seconds (docs/benchmarks.md "A compressed day"); it costs one
+  /// datagram per such session. 0: none.
+  std::uint32_t single_fec_block_parity = 1;
 
   // --- unicast fallback policy (fallback_policy.hpp) ---
   fallback_mode fallback = fallback_mode::automatic;

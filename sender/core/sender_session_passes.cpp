@@ -98,13 +98,16 @@ void sender_session::take_source(const block_pick& pick, std::uint32_t len, data
   d.block = block_index{pick.block};
   d.seq = m_passes.take(pick);
   ++m_source_datagrams;
-  if (m_fec && m_cfg.fec_overhead > 0 && m_passes.pass() == 1 && !pick.prompt) {
+  const bool single = m_fec && m_cfg.fec_overhead == 0 && m_cfg.single_fec_block_parity > 0 &&
+                      m_fec->fec_blocks() == 1;
+  if (m_fec && (m_cfg.fec_overhead > 0 || single) && m_passes.pass() == 1 && !pick.prompt) {
     // The FEC block's last source went out in pass 1: its proactive parity follows.
     const auto pos = m_fec->locate(pick.file, pick.block);
     const std::uint32_t n_src = m_fec->sources(pos.fec_block);
     if (pos.index + 1 == n_src) {
-      const auto count = static_cast<std::uint32_t>(
-          std::ceil(m_cfg.fec_overhead * static_cast<double>(n_src) - 1e-9));
+      const auto count = single ? m_cfg.single_fec_block_parity
+                                : static_cast<std::uint32_t>(std::ceil(
+                                      m_cfg.fec_overhead * static_cast<double>(n_src) - 1e-9));
       m_parity->add(pos.fec_block, std::min(count, m_cfg.fec_max_parity));
       m_proactive_parity += std::min(count, m_cfg.fec_max_parity);
     }

@@ -33,8 +33,10 @@ struct harness {
   std::vector<control_send> control;
 
   /// One file of `blocks` full 1400-byte blocks, FEC blocks of k, receivers a and b.
-  harness(std::uint32_t blocks, std::uint32_t k, double overhead = 0) {
+  harness(std::uint32_t blocks, std::uint32_t k, double overhead = 0,
+          std::uint32_t single_parity = 1) {
     cfg.session = session_id{42};
+    cfg.single_fec_block_parity = single_parity;
     cfg.rate_bps = 80'000'000;
     cfg.receivers = {"a", "b"};
     cfg.fec_k = k;
@@ -183,6 +185,23 @@ TEST_CASE("proactive parity follows each FEC block's last source in pass 1",
   }
   REQUIRE(last_src0 < first_par0);
   REQUIRE(first_par0 < first_src1);
+}
+
+TEST_CASE("a session of a single FEC block sends one parity block after it, unasked",
+          "[unit][sender][fec]") {
+  harness small(8, 200);  // a 10 kB warning: one FEC block of 8 sources
+  auto pass1 = small.drain();
+  REQUIRE(pass1.size() == 9);
+  REQUIRE(pass1.back().parity);
+  REQUIRE(pass1.back().fec_block == 0);
+  REQUIRE(small.s->report(small.now).proactive_parity == 1);
+  REQUIRE(small.s->report(small.now).repair_datagrams == 0);
+  // Two FEC blocks (40 blocks, k = 16): no parity unless fec_overhead asks for it.
+  harness two(40, 16);
+  REQUIRE(parity_of(two.drain()).empty());
+  // Turned off.
+  harness off(8, 200, 0, 0);
+  REQUIRE(parity_of(off.drain()).empty());
 }
 
 TEST_CASE("malformed FEC lacks are dropped whole", "[unit][sender][fec]") {
