@@ -65,9 +65,10 @@ struct receiver_config {
   /// Most sessions at once; announces of more are dropped (errc::too_many_sessions).
   std::uint32_t max_sessions = 64;
   /// Most sessions from one source address at once: 64 fake sessions from one host must not
-  /// take every slot from a real sender (4: a site rarely runs more than a couple of senders
-  /// per host, and a sender resending while its previous session drains needs two).
-  std::uint32_t max_sessions_per_source = 4;
+  /// take every slot from a real sender, yet a hub runs several channels from one host, each
+  /// with up to concurrent_sessions (2) besides catch-ups and resends (docs/design-notes.md
+  /// "Budgets").
+  std::uint32_t max_sessions_per_source = 16;
   /// Bytes of engine state one session may hold: its file table, manifest bitmaps and the
   /// block maps of its files (256 MiB: a 1,000,000-file manifest costs about 200 MiB, a
   /// 1 TB file of 1400-byte blocks a 90 MiB block map). Charged before allocating

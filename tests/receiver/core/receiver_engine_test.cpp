@@ -1092,17 +1092,17 @@ TEST_CASE("a block map that does not fit the budget fails its file and the sessi
   REQUIRE(done[0].failures(0).reason().find("memory budget") != std::string::npos);
 }
 
-TEST_CASE("64 sessions from one source take 4 slots; another source still gets one",
+TEST_CASE("64 sessions from one source take 16 slots; another source still gets one",
           "[unit][receiver][budget]") {
   harness h;
   for (std::uint32_t i = 1; i <= 64; ++i) {
     h.feed(raw_announce(session_id{i}, 1'000'000, 1'000'000, {entry("a", 1)}, 1000, 10000, 1000),
            stranger);
   }
-  REQUIRE(h.engine.active_sessions() == 4);
-  REQUIRE(h.engine.stats().drops[errc::too_many_sessions] == 60);
+  REQUIRE(h.engine.active_sessions() == 16);
+  REQUIRE(h.engine.stats().drops[errc::too_many_sessions] == 48);
   h.announce({entry("real", 1000)});
-  REQUIRE(h.engine.active_sessions() == 5);
+  REQUIRE(h.engine.active_sessions() == 17);
   h.held_none();
   REQUIRE(h.sink.of_type<wire::register_request>(wire::msg_type::register_request).size() == 1);
 }
