@@ -101,7 +101,7 @@ def one_run(args, broker_bin, seed):
         journal = os.path.join(base, "journal.db")
         feed_conf = os.path.join(base, "feed.toml")
         with open(feed_conf, "w") as f:
-            f.write('interface = "127.0.0.1"\nrate = "500M"\njournal = "%s"\nhttp = "off"\n'
+            f.write('interface = "127.0.0.1"\nrate = "500M"\njournal = "%s"\nhttp = "off"\nretention = "0s"\n'
                     '[[channel]]\nname = "obs"\ngroup = "%s"\nspool = ["%s"]\n'
                     'batch_window = "1s"\nregister_window = "100ms"\nafter = "delete"\n'
                     '[[wis2_input]]\nname = "gb"\nbroker = "mqtts://127.0.0.1:%d"\n'
