@@ -361,6 +361,10 @@ class sender_session {
   /// How long a pass for sites keyed late waits for the keys of their neighbours, whose
   /// requests left on the same announce.
   static constexpr duration late_key_gather = std::chrono::milliseconds(10);
+  /// A site keyed late gets the blocks sent before its key again only while at most this many
+  /// (or fallback_nak_ratio of the session's blocks) went out: 358 kB of 1400-byte blocks, a
+  /// warning or a few bulletins whole.
+  static constexpr std::uint32_t late_key_max_blocks = 256;
 
   /// @param cfg       settings; block_size must be within wire::min/max_block_size
   /// @param files     the manifest; digests may be absent (supply them later with on_digest)
@@ -533,8 +537,9 @@ class sender_session {
   /// first did.
   bool keyed_start_due(time_point now) const noexcept;
   /// `r` holds the session key (answered key request, or registered). In an authenticated
-  /// closed group, the blocks sent before are wanted again (it could not check them), in a pass
-  /// late_key_gather later when the session was waiting.
+  /// closed group whose pass 1 is over, the blocks sent before are wanted again (it could not
+  /// check them), in a pass late_key_gather later, if no more than late_key_max_blocks (or
+  /// fallback_nak_ratio of the session) went out before; during pass 1 its NAKs ask for them.
   void keyed(receiver_state& r, time_point now);
   duration keyed_start_grace() const noexcept;
   duration status_interval() const noexcept;

@@ -31,6 +31,15 @@ void sender_session::keyed(receiver_state& r, time_point now) {
   // would ask a round trip later. Sites keyed within a few ms of each other share the pass.
   const auto seen = m_passes.seq();
   if (seen == 0 || m_passes.pass() == 0) return;
+  // Only the first moments of a session: a site keyed far into it (back from an outage in the
+  // middle of a field) would have everything sent so far multicast to every site again; its
+  // NAKs take the usual path instead, where the fallback policy moves such a site to unicast.
+  std::uint64_t total = 0;
+  for (const auto b : m_file_blocks) total += b;
+  if (seen > std::max<double>(late_key_max_blocks,
+                              m_cfg.fallback_nak_ratio * static_cast<double>(total))) {
+    return;
+  }
   std::uint64_t fresh = 0;
   for (std::uint32_t f = 0; f < m_files.size(); ++f) {
     if (const auto n = m_passes.blocks(f)) {

@@ -868,6 +868,30 @@ TEST_CASE(
   REQUIRE(h.drain_data().empty());
 }
 
+TEST_CASE("a site keyed far into a session is not sent everything again by multicast",
+          "[unit][sender][auth]") {
+  // 1000 blocks, all out when the far site's key leaves: more than late_key_max_blocks and
+  // 5 % of the session; its NAKs take the usual path, where the fallback policy may move it.
+  harness h(files({1'400'000}), {"near", "far"});
+  h.cfg.start_on_registration = true;
+  h.s = std::make_unique<sender_session>(h.cfg, files({1'400'000}), 1, nullptr);
+  h.s->start(h.now);
+  h.tick();
+  h.s->on_site_keyed("near", h.now);
+  for (int i = 0; i < 100 && h.s->current_phase() == sender_session::phase::announcing; ++i) {
+    h.now = std::max(h.now + 1ms, *h.s->next_deadline(h.now));
+    h.tick();
+  }
+  h.register_rx("near", rx_a);
+  REQUIRE(h.drain_data().size() == 1000);
+  REQUIRE(h.s->current_phase() == sender_session::phase::waiting);
+  h.s->on_site_keyed("far", h.now);
+  h.now += sender_session::late_key_gather;
+  h.tick();
+  REQUIRE(h.s->report(h.now).late_key_blocks == 0);
+  REQUIRE(h.s->current_phase() == sender_session::phase::waiting);
+}
+
 TEST_CASE(
     "rate auto: a loss report lowers the rate at once, markers name the CLR, and a receiver "
     "moved to unicast no longer holds the rate back",
