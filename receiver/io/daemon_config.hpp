@@ -101,7 +101,7 @@ struct daemon_config {
   std::optional<std::filesystem::path> status_file;  ///< JSON status, rewritten every interval
   // Budgets (README "mcdistd configuration", design notes "Budgets"); defaults are the
   // engine's and the store's.
-  std::uint32_t max_sessions = 64;            ///< receiver_config::max_sessions
+  std::uint32_t max_sessions = 64;             ///< receiver_config::max_sessions
   std::uint32_t max_sessions_per_source = 16;  ///< receiver_config::max_sessions_per_source
   std::uint64_t session_memory_bytes = std::uint64_t{256} << 20;  ///< receiver_config
   std::uint64_t total_memory_bytes = std::uint64_t{1} << 30;      ///< receiver_config
