@@ -44,6 +44,12 @@ errc replay_guard::admit(const entry& e, std::uint64_t now_ms) {
     m_floor_ms = std::max(m_floor_ms, m_entries.begin()->stamp_ms);
     m_entries.erase(m_entries.begin());
   }
+  // A full cache whose oldest entry was `e` itself, or one stamped the same ms: the floor now
+  // covers `e`, so it could not be told from its replay. Refused like any stamp at the floor.
+  if (e.stamp_ms <= m_floor_ms) {
+    m_entries.erase(e);
+    return errc::expired;
+  }
   return errc::ok;
 }
 

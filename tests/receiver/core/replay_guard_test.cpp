@@ -78,6 +78,24 @@ TEST_CASE("evicting for max_entries raises the floor so a forgotten session stay
   REQUIRE(g.admit(session(9, t0 + 11), t0 + 20) == errc::ok);
 }
 
+TEST_CASE("a full cache refuses a session older than all it holds, or stamped at the new floor",
+          "[unit][receiver][replay]") {
+  auto l = hour();
+  l.max_entries = 2;
+  replay_guard g(l);
+  REQUIRE(g.admit(session(1, t0 + 5), t0 + 10) == errc::ok);
+  REQUIRE(g.admit(session(2, t0 + 6), t0 + 10) == errc::ok);
+  // Older than both: kept, it would be the one evicted, its replay then indistinguishable.
+  REQUIRE(g.admit(session(3, t0 + 4), t0 + 10) == errc::expired);
+  REQUIRE(g.size() == 2);
+  REQUIRE(g.floor_ms() == t0 + 4);
+  // The same ms as the oldest entry: evicting that one puts the floor at this stamp too.
+  REQUIRE(g.admit(session(4, t0 + 5), t0 + 10) == errc::expired);
+  REQUIRE(g.floor_ms() == t0 + 5);
+  for (const auto& e : g.entries()) REQUIRE(e.stamp_ms > g.floor_ms());
+  REQUIRE(g.admit(session(5, t0 + 7), t0 + 10) == errc::ok);
+}
+
 TEST_CASE("the cache's text round-trips and a line cut by a crash is ignored",
           "[unit][receiver][replay]") {
   replay_guard g(hour());
