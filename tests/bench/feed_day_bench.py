@@ -41,7 +41,6 @@ usage: feed_day_bench.py --build BUILD [--rate 50M] [--duration 120] [--field-mb
 import argparse
 import collections
 import concurrent.futures
-import hashlib
 import json
 import math
 import os
@@ -59,7 +58,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "integration"))
 from feed_latency import Producer, in_ns, pct  # noqa: E402
 from linkem_run import Emulator, stop_proc  # noqa: E402
-from mcdist_testlib import TomlDaemon, make_ca  # noqa: E402
+from mcdist_testlib import TomlDaemon, make_ca, sha256_file  # noqa: E402
 
 TERRESTRIAL = list(range(1, 11))
 SATELLITE = list(range(11, 19))
@@ -197,16 +196,6 @@ def deliveries(d):
         db.close()
 
 
-def sha256_of(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while True:
-            b = f.read(4 << 20)
-            if not b:
-                return h.hexdigest()
-            h.update(b)
-
-
 def run_profile(args, profile, events):
     work = tempfile.mkdtemp(prefix="feedday-%s-" % profile, dir=args.work)
     log("== profile %s (%s)" % (profile, work))
@@ -243,7 +232,7 @@ def run_profile(args, profile, events):
         prod.stage(events)
         # Staged products are hashed before the clock starts; the others as they are dropped
         # (at most 20 MB: tens of ms, before the feed's batch window has passed).
-        staged = {k: sha256_of(p) for k, p in prod.staged.items()}
+        staged = {k: sha256_file(p) for k, p in prod.staged.items()}
         digest = {}
         channel_of = {}
         t0 = time.time()
@@ -259,7 +248,7 @@ def run_profile(args, profile, events):
             ahead = staged.get((channel, size, kind)) if (channel, size, kind) in prod.staged else None
             name = prod.drop(channel, size, kind)
             channel_of[name] = channel
-            digest[name] = ahead or sha256_of(os.path.join(spools[channel], name))
+            digest[name] = ahead or sha256_file(os.path.join(spools[channel], name))
         # The channels h10 takes are idle from here (the last warning and bulletin were dropped;
         # give their sessions a few seconds to end).
         time.sleep(5.0)
@@ -322,7 +311,7 @@ def run_profile(args, profile, events):
             return None
         if prod.size[n] >= (64 << 20) and hashing_site[CLASS[h]] != h:
             return got[h].get(n, (0, None))[1] if os.path.getsize(path) == prod.size[n] else None
-        return sha256_of(path)
+        return sha256_file(path)
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
         for h in SITES:
             for n in (n for n in prod.dropped if channel_of[n] in channels_of(h)):

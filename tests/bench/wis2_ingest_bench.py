@@ -20,7 +20,6 @@ import json
 import os
 import random
 import shutil
-import socket
 import sqlite3
 import statistics
 import subprocess
@@ -32,9 +31,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "integration"))
 from mcdist_testlib import free_group  # noqa: E402
-from status_common import free_tcp_port  # noqa: E402
 from test_feed import Feed  # noqa: E402
-from test_feed_wis2_input import IN_FILTER, IN_TOPIC, Products, make_pki, wnm  # noqa: E402
+from test_feed_wis2_input import IN_FILTER, IN_TOPIC, Products, start_tls_broker, wnm  # noqa: E402
 from test_wis2 import find_mosquitto  # noqa: E402
 
 
@@ -59,34 +57,9 @@ def one_run(args, broker_bin, seed):
     rng = random.Random(seed)
     try:
         pki = os.path.join(base, "pki")
-        os.makedirs(pki)
-        make_pki(pki)
-        pw_file = os.path.join(base, "hub.password")
-        with open(pw_file, "w") as f:
-            f.write("s3cret-hub\n")
-        run(["mosquitto_passwd", "-b", "-c", os.path.join(base, "passwd"), "hub", "s3cret-hub"])
-        port = free_tcp_port()
-        conf = os.path.join(base, "mosquitto.conf")
-        with open(conf, "w") as f:
-            f.write("user root\nper_listener_settings false\nallow_anonymous false\n"
-                    "password_file %s/passwd\npersistence false\nmax_queued_messages 100000\n"
-                    "listener %d 127.0.0.1\ncafile %s/ca.pem\ncertfile %s/server.pem\n"
-                    "keyfile %s/server.key\nrequire_certificate true\n"
-                    % (base, port, pki, pki, pki))
-        broker = subprocess.Popen([broker_bin, "-c", conf], stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.STDOUT)
-        deadline = time.time() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.time() > deadline or broker.poll() is not None:
-                    sys.exit("mosquitto did not start")
-                time.sleep(0.05)
-        tls_args = ["-h", "127.0.0.1", "-p", str(port), "--cafile", pki + "/ca.pem",
-                    "--cert", pki + "/client.pem", "--key", pki + "/client.key",
-                    "-u", "hub", "-P", "s3cret-hub"]
+        broker, port, tls_args, pw_file, why = start_tls_broker(broker_bin, base, pki, 100000)
+        if why:
+            sys.exit(why)
         files = {}
         server = Products(pki, files)
         threading.Thread(target=server.serve_forever, daemon=True).start()

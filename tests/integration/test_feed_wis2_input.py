@@ -82,6 +82,46 @@ def make_pki(d):
              "-extfile", d + "/" + who + ".ext"])
 
 
+def start_tls_broker(broker_bin, base, pki, max_queued=10000):
+    """A test PKI in `pki` (make_pki) and a mosquitto that takes MQTT over TLS only, on a free
+    127.0.0.1 port, with a client certificate and the user "hub" (password in BASE/hub.password;
+    no anonymous access). Returns (process, port, the mosquitto_pub/sub TLS arguments, the
+    password file, None), or (process, port, args, file, why) when the broker exited at start
+    (its log in `why`). Fails the test if it does not listen within 10 s."""
+    os.makedirs(pki, exist_ok=True)
+    make_pki(pki)
+    pw_file = os.path.join(base, "hub.password")
+    with open(pw_file, "w") as f:
+        f.write("s3cret-hub\n")
+    run(["mosquitto_passwd", "-b", "-c", os.path.join(base, "passwd"), "hub", "s3cret-hub"])
+    port = free_tcp_port()
+    conf = os.path.join(base, "mosquitto.conf")
+    with open(conf, "w") as f:
+        f.write("user root\nper_listener_settings false\nallow_anonymous false\n"
+                "password_file %s/passwd\npersistence false\nmax_queued_messages %d\n"
+                "listener %d 127.0.0.1\ncafile %s/ca.pem\ncertfile %s/server.pem\n"
+                "keyfile %s/server.key\nrequire_certificate true\n"
+                % (base, max_queued, port, pki, pki, pki))
+    broker_log = os.path.join(base, "mosquitto.log")
+    with open(broker_log, "wb") as bl:
+        broker = subprocess.Popen([broker_bin, "-c", conf], stdout=bl, stderr=subprocess.STDOUT)
+    tls_args = ["-h", "127.0.0.1", "-p", str(port), "--cafile", pki + "/ca.pem",
+                "--cert", pki + "/client.pem", "--key", pki + "/client.key",
+                "-u", "hub", "-P", "s3cret-hub"]
+    deadline = time.time() + 10
+    while True:
+        if broker.poll() is not None:
+            with open(broker_log, "rb") as f:
+                return (broker, port, tls_args, pw_file,
+                        "mosquitto cannot run here: " + f.read().decode("utf-8", "replace"))
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return broker, port, tls_args, pw_file, None
+        except OSError:
+            check(time.time() < deadline, "mosquitto did not listen on port %d" % port)
+            time.sleep(0.05)
+
+
 class Products(http.server.ThreadingHTTPServer):
     """HTTPS server of the products: /data/NAME, /flaky/NAME (503 at the first request of each
     name, then the data), /hang/NAME (the data once `release` is set). Counts requests."""
@@ -193,38 +233,10 @@ def main():
     broker = server = feed = site = out_sub = None
     try:
         pki = os.path.join(base, "pki")
-        os.makedirs(pki)
-        make_pki(pki)
-        pw_file = os.path.join(base, "hub.password")
-        with open(pw_file, "w") as f:
-            f.write("s3cret-hub\n")
-        run(["mosquitto_passwd", "-b", "-c", os.path.join(base, "passwd"), "hub", "s3cret-hub"])
-        port = free_tcp_port()
-        conf = os.path.join(base, "mosquitto.conf")
-        with open(conf, "w") as f:
-            f.write("user root\nper_listener_settings false\nallow_anonymous false\n"
-                    "password_file %s/passwd\npersistence false\nmax_queued_messages 10000\n"
-                    "listener %d 127.0.0.1\ncafile %s/ca.pem\ncertfile %s/server.pem\n"
-                    "keyfile %s/server.key\nrequire_certificate true\n"
-                    % (base, port, pki, pki, pki))
-        broker_log = os.path.join(base, "mosquitto.log")
-        with open(broker_log, "wb") as bl:
-            broker = subprocess.Popen([broker_bin, "-c", conf], stdout=bl, stderr=subprocess.STDOUT)
-        tls_args = ["-h", "127.0.0.1", "-p", str(port), "--cafile", pki + "/ca.pem",
-                    "--cert", pki + "/client.pem", "--key", pki + "/client.key",
-                    "-u", "hub", "-P", "s3cret-hub"]
-        deadline = time.time() + 10
-        while True:
-            if broker.poll() is not None:
-                with open(broker_log, "rb") as f:
-                    print("SKIPPED: mosquitto cannot run here: " + f.read().decode("utf-8", "replace"))
-                return SKIP
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                check(time.time() < deadline, "mosquitto did not listen on port %d" % port)
-                time.sleep(0.05)
+        broker, port, tls_args, pw_file, why = start_tls_broker(broker_bin, base, pki)
+        if why:
+            print("SKIPPED: " + why)
+            return SKIP
         out_sub = TlsSubscriber(tls_args, "origin/#")
 
         # The products and the notifications.

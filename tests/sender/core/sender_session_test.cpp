@@ -119,6 +119,23 @@ struct harness {
   }
 };
 
+/// An authenticated closed group {near, far} of one file of `size` bytes whose pass 1 started on
+/// near's key alone (far's key request is a round trip further away), near registered.
+harness started_on_near_key(std::uint64_t size) {
+  harness h(files({size}), {"near", "far"});
+  h.cfg.start_on_registration = true;
+  h.s = std::make_unique<sender_session>(h.cfg, files({size}), 1, nullptr);
+  h.s->start(h.now);
+  h.tick();
+  h.s->on_site_keyed("near", h.now);
+  for (int i = 0; i < 100 && h.s->current_phase() == sender_session::phase::announcing; ++i) {
+    h.now = std::max(h.now + 1ms, *h.s->next_deadline(h.now));
+    h.tick();
+  }
+  h.register_rx("near", rx_a);
+  return h;
+}
+
 }  // namespace
 
 TEST_CASE("announce carries the whole manifest in chunks that fit a datagram", "[unit][sender]") {
@@ -836,18 +853,7 @@ TEST_CASE(
     "a closed group's site that gets the key after pass 1 gets the blocks sent before it at "
     "once, without a NAK round",
     "[unit][sender][auth]") {
-  harness h(files({5000}), {"near", "far"});
-  h.cfg.start_on_registration = true;
-  h.s = std::make_unique<sender_session>(h.cfg, files({5000}), 1, nullptr);
-  h.s->start(h.now);
-  h.tick();
-  h.s->on_site_keyed("near", h.now);
-  // far's key request is a round trip further away: pass 1 starts on near's key and its grace.
-  for (int i = 0; i < 100 && h.s->current_phase() == sender_session::phase::announcing; ++i) {
-    h.now = std::max(h.now + 1ms, *h.s->next_deadline(h.now));
-    h.tick();
-  }
-  h.register_rx("near", rx_a);
+  auto h = started_on_near_key(5000);
   const auto pass1 = h.drain_data();
   REQUIRE(pass1.size() == 4);  // ceil(5000 / 1400)
   REQUIRE(h.s->current_phase() == sender_session::phase::waiting);
@@ -872,17 +878,7 @@ TEST_CASE("a site keyed far into a session is not sent everything again by multi
           "[unit][sender][auth]") {
   // 1000 blocks, all out when the far site's key leaves: more than late_key_max_blocks and
   // 5 % of the session; its NAKs take the usual path, where the fallback policy may move it.
-  harness h(files({1'400'000}), {"near", "far"});
-  h.cfg.start_on_registration = true;
-  h.s = std::make_unique<sender_session>(h.cfg, files({1'400'000}), 1, nullptr);
-  h.s->start(h.now);
-  h.tick();
-  h.s->on_site_keyed("near", h.now);
-  for (int i = 0; i < 100 && h.s->current_phase() == sender_session::phase::announcing; ++i) {
-    h.now = std::max(h.now + 1ms, *h.s->next_deadline(h.now));
-    h.tick();
-  }
-  h.register_rx("near", rx_a);
+  auto h = started_on_near_key(1'400'000);
   REQUIRE(h.drain_data().size() == 1000);
   REQUIRE(h.s->current_phase() == sender_session::phase::waiting);
   h.s->on_site_keyed("far", h.now);
