@@ -553,7 +553,7 @@ void feed_daemon::queue_product(std::size_t ch, const product& p) {
 void feed_daemon::arm_batch_timer(std::size_t ch) {
   auto& cs = m_channels[ch];
   const auto when = cs.batch.deadline();
-  if (!when || cs.runs.size() >= cs.cfg->concurrent_sessions || m_stopping) return;
+  if (!when || !slot_free(cs) || m_stopping) return;
   cs.timer->expires_at(to_steady(*when));
   cs.timer->async_wait([this, ch](const boost::system::error_code& ec) {
     if (!ec) maybe_start(ch);
@@ -565,7 +565,7 @@ void feed_daemon::maybe_start(std::size_t ch) {
   auto& cs = m_channels[ch];
   if (cs.retired || !cs.active) return;
   // Interrupted batches first, under their own numbers.
-  while (!cs.repeats.empty() && cs.runs.size() < cs.cfg->concurrent_sessions && !m_stopping) {
+  while (!cs.repeats.empty() && slot_free(cs) && !m_stopping) {
     auto b = std::move(cs.repeats.front());
     cs.repeats.pop_front();
     if (!guarded(ch, "sending an interrupted batch again", [&] {
@@ -574,7 +574,7 @@ void feed_daemon::maybe_start(std::size_t ch) {
       return;
     }
   }
-  while (cs.runs.size() < cs.cfg->concurrent_sessions && !m_stopping && cs.active) {
+  while (slot_free(cs) && !m_stopping && cs.active) {
     const bool batch_ready = cs.batch.ready(from_steady(steady::now()));
     // Catch-up and resend alternate with batches, so neither starves the other. An extra
     // session waits while a product of it is still being sent (a site would store it twice,
@@ -617,7 +617,13 @@ void feed_daemon::maybe_start(std::size_t ch) {
       return;
     }
   }
-  if (cs.active && cs.runs.size() < cs.cfg->concurrent_sessions) arm_batch_timer(ch);
+  if (cs.active && slot_free(cs)) arm_batch_timer(ch);
+}
+
+bool feed_daemon::slot_free(const channel_state& cs) {
+  const auto busy = static_cast<std::size_t>(
+      std::count_if(cs.runs.begin(), cs.runs.end(), [](const auto& r) { return !r->lingering; }));
+  return busy < cs.cfg->concurrent_sessions && cs.runs.size() < 2 * cs.cfg->concurrent_sessions;
 }
 
 bool feed_daemon::name_in_flight(std::size_t ch, const product& p, bool same_too) const {
@@ -712,6 +718,7 @@ bool feed_daemon::start_session(std::size_t ch, session_kind kind, std::vector<p
   if (m_cfg.rate_auto) {
     sc.rate_auto = true;
     sc.rate_max_bps = m_cfg.rate_max_bps;  // rebalance() lowers it to the session's share
+    run.rate_auto = true;
   }
   // An encrypted channel's fallback seals its frames (common/unicast/record_seal.hpp).
   std::set<std::pair<std::uint64_t, std::uint64_t>> no_ranges;
@@ -741,11 +748,9 @@ bool feed_daemon::start_session(std::size_t ch, session_kind kind, std::vector<p
   opts.encrypt = cc.encrypt;
   opts.shared_unicast = m_unicast.get();
   if (m_keeper) opts.fence = m_keeper->fence(cc.name);
-  // Rate auto: the controller's rate would be clipped to the floor while the session waits, and
-  // climb again from there; its sessions keep their share.
-  if (!sc.rate_auto) {
-    opts.on_demand = [this, ch, id = sc.session](bool wants) { on_demand(ch, id, wants); };
-  }
+  opts.on_activity = [this, ch, id = sc.session](sender::session_activity a) {
+    on_activity(ch, id, a);
+  };
   if (!m_unicast && sc.fallback != sender::fallback_mode::off) {
     // Without the shared server only per-session kernel TCP listeners can coexist.
     sc.fallback = sender::fallback_mode::tcp;
@@ -829,16 +834,22 @@ std::vector<std::uint64_t> feed_daemon::session_rates(std::optional<std::size_t>
   return out;
 }
 
-void feed_daemon::on_demand(std::size_t ch, session_id session, bool wants_data) {
+void feed_daemon::on_activity(std::size_t ch, session_id session, sender::session_activity a) {
   MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   const auto app = m_apps.find(session);
   if (ch >= m_channels.size() || app == m_apps.end()) return;  // ended meanwhile
   for (auto& r : m_channels[ch].runs) {
-    if (r->app.get() == app->second && r->wants_data != wants_data) {
-      r->wants_data = wants_data;
-      rebalance();
-      return;
-    }
+    if (r->app.get() != app->second) continue;
+    // Rate auto: the controller's rate would be clipped to the floor while the session waits,
+    // and climb again from there; its sessions keep their share.
+    const bool wants = r->rate_auto || a.wants_data;
+    const bool freed = a.lingering && !r->lingering;
+    const bool rates = wants != r->wants_data;
+    r->wants_data = wants;
+    r->lingering = a.lingering;
+    if (rates) rebalance();
+    if (freed) maybe_start(ch);
+    return;
   }
 }
 
@@ -1038,6 +1049,8 @@ void feed_daemon::note_presence(std::size_t ch, const std::string& site, bool he
       "channel {}: site {} did not register in session {}; the channel's sessions do not wait "
       "for it until it is heard again (its gap report brings what it missed)",
       cs.cfg->name, site, seq);
+  // The channel's other sessions that started before this one ended wait for it too.
+  for (const auto& r : cs.runs) r->app->stop_awaiting(site);
 }
 
 void feed_daemon::request_catch_up(
@@ -1331,7 +1344,8 @@ nlohmann::json feed_daemon::status() const {
       list_running.push_back({{"kind", to_string(r->kind)},
                               {"seq", r->seq},
                               {"products", r->products.size()},
-                              {"rate_bps", r->app->rate_bps()}});
+                              {"rate_bps", r->app->rate_bps()},
+                              {"lingering", r->lingering}});
     }
     o["running"] = c.runs.empty() ? nlohmann::json(nullptr) : list_running.front();
     const auto& p = c.cfg->profile;

@@ -160,9 +160,13 @@ class feed_daemon {
     std::vector<opened_product> opened;
     std::vector<std::string> only;  ///< catch-up/resend sites
     rate_claim claim;
-    /// It has data to send (sender::app_options::on_demand): only such sessions share the
-    /// rate; the others get the floor, enough for announces and markers.
+    /// It has data to send (sender::session_activity): only such sessions share the rate;
+    /// the others get the floor, enough for announces and markers. Rate auto: always.
     bool wants_data = true;
+    /// It only waits for listed sites to register (sender::session_activity): it holds none
+    /// of the channel's concurrent_sessions slots.
+    bool lingering = false;
+    bool rate_auto = false;
     /// Stopped because the channel was lost: its end is not journaled (the next holder sends
     /// it again) and its spool files stay.
     bool fenced = false;
@@ -171,7 +175,8 @@ class feed_daemon {
     const channel_config* cfg = nullptr;
     batcher batch;
     std::unique_ptr<boost::asio::steady_timer> timer;
-    /// Its sessions under way, oldest first (at most cfg->concurrent_sessions).
+    /// Its sessions under way, oldest first: at most cfg->concurrent_sessions of them not
+    /// lingering, and twice that in all (slot_free).
     std::vector<std::unique_ptr<running>> runs;
     std::deque<extra_request> extras;
     bool last_was_extra = false;
@@ -243,8 +248,15 @@ class feed_daemon {
   /// waiting for NAKs, ending) gets the floor of share_rate. With `adding`: only the rate of a
   /// session about to start on that channel, counted as having data.
   std::vector<std::uint64_t> session_rates(std::optional<std::size_t> adding) const;
-  /// A session of channel `ch` started or stopped having data to send: the rates follow.
-  void on_demand(std::size_t ch, session_id session, bool wants_data);
+  /// A session of channel `ch` started or stopped having data to send (the rates follow) or
+  /// lingering (another session may start).
+  void on_activity(std::size_t ch, session_id session, sender::session_activity a);
+  /// Channel `cs` may start another session: fewer than concurrent_sessions of its sessions
+  /// are busy (not lingering), and fewer than twice concurrent_sessions run in all. A session
+  /// that waits only for a site that is down (register_timeout, the first session to miss it)
+  /// then does not hold back the next warning of its channel, and the sessions of one hub stay
+  /// well within a site's max_sessions_per_source.
+  static bool slot_free(const channel_state& cs);
   void rebalance();
   void do_expire();
   void check_stopped();

@@ -361,10 +361,14 @@ class sender_session {
   /// How long a pass for sites keyed late waits for the keys of their neighbours, whose
   /// requests left on the same announce.
   static constexpr duration late_key_gather = std::chrono::milliseconds(10);
-  /// A site keyed late gets the blocks sent before its key again only while at most this many
-  /// (or fallback_nak_ratio of the session's blocks) went out: 358 kB of 1400-byte blocks, a
+  /// A site keyed late gets the blocks sent before its key again when it holds the key within
+  /// late_key_window() of the session's start, or while at most this many (or
+  /// fallback_nak_ratio of the session's blocks) went out: 358 kB of 1400-byte blocks, a
   /// warning or a few bulletins whole.
   static constexpr std::uint32_t late_key_max_blocks = 256;
+  /// The shortest late_key_window(): a geostationary round trip (0.7 s) plus a lost key request
+  /// asked again on a later announce (every 250 ms while registration is open), with room.
+  static constexpr duration late_key_min_window = std::chrono::seconds(2);
 
   /// @param cfg       settings; block_size must be within wire::min/max_block_size
   /// @param files     the manifest; digests may be absent (supply them later with on_digest)
@@ -411,6 +415,13 @@ class sender_session {
   /// 1 (start_on_registration) it counts as registered. Ids a closed group does not list
   /// are ignored.
   void on_site_keyed(std::string_view receiver_id, time_point now);
+  /// The owner learned after the start that listed receiver `receiver_id` is down (it did not
+  /// register in another session of the channel): from now on it is treated as if it had been
+  /// in sender_config::not_awaited, so registration closes as soon as every receiver still
+  /// awaited is in, instead of at register_timeout.
+  /// @return false (nothing changed) when registration is closed, or the receiver is not
+  ///         listed, already registered or not awaited
+  bool stop_awaiting(std::string_view receiver_id, time_point now);
 
   /// Where receivers reach the shell's unicast server, per transport; a transport without an
   /// endpoint is not offered. Call before start().
@@ -431,6 +442,10 @@ class sender_session {
   /// True if every receiver completed; for a silent session (no receivers known), true once
   /// it sent its passes without an abort.
   bool succeeded() const noexcept;
+  /// A closed group waiting only for registrations: every receiver that registered is done
+  /// and registration is still open for listed receivers that have not (until they do, or
+  /// register_timeout). Nothing goes out but announces.
+  bool lingering() const noexcept;
   /// A silent session (sender_config::silent_passes > 0).
   bool silent() const noexcept { return m_cfg.silent_passes > 0; }
   /// Current pass number, 0 before pass 1.
@@ -518,8 +533,12 @@ class sender_session {
   /// How long a waiting sender collects NAKs before it starts the next pass: the NAK window
   /// when suppressing, else the spread.
   duration collection_delay() const noexcept;
-  /// NAK suppression is worth its delay: more than suppression_threshold receivers.
+  /// NAK suppression is worth its delay: more than suppression_threshold receivers in
+  /// feedback_group().
   bool suppressing() const noexcept;
+  /// The receivers that may still NAK (registered, neither completed nor failed): the group
+  /// size of the NAK window (feedback_plan.hpp) and of markers' group_size.
+  std::uint32_t feedback_group() const noexcept;
   /// Whether a receiver other than `r` is still on multicast at or below the NAK ratio, so that
   /// moving `r` off spares someone its repairs (fallback_policy::nak_ratio_exceeded). Scans the
   /// receivers at most once per fallback sample (min_sample data datagrams, or after a
@@ -538,9 +557,13 @@ class sender_session {
   bool keyed_start_due(time_point now) const noexcept;
   /// `r` holds the session key (answered key request, or registered). In an authenticated
   /// closed group whose pass 1 is over, the blocks sent before are wanted again (it could not
-  /// check them), in a pass late_key_gather later, if no more than late_key_max_blocks (or
+  /// check them), in a pass late_key_gather later, if `r` holds the key within
+  /// late_key_window() of the start or no more than late_key_max_blocks (or
   /// fallback_nak_ratio of the session) went out before; during pass 1 its NAKs ask for them.
   void keyed(receiver_state& r, time_point now);
+  /// How long after the session's start a site keyed late counts as one that answered the
+  /// first announces: max(late_key_min_window, 2 GRTT).
+  duration late_key_window() const noexcept;
   duration keyed_start_grace() const noexcept;
   duration status_interval() const noexcept;
   std::uint64_t pacing_quantum() const noexcept;

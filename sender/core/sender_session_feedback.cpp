@@ -6,17 +6,27 @@ namespace mcdist::sender {
 using namespace session_detail;
 
 duration sender_session::nak_window() const noexcept {
-  return sender::nak_window(m_registered, m_grtt.estimate(), m_window.scale());
+  return sender::nak_window(feedback_group(), m_grtt.estimate(), m_window.scale());
 }
 
 duration sender_session::collection_delay() const noexcept {
   // The NAKs one status request brings come back over the receivers' whole window: a pass
   // started at the first of them would end before the rest arrive, and every new pass makes
   // the receivers draw their timers again.
-  return suppressing() ? nak_window() : nak_spread(m_registered, m_grtt.estimate());
+  return suppressing() ? nak_window() : nak_spread(feedback_group(), m_grtt.estimate());
 }
 
-bool sender_session::suppressing() const noexcept { return m_registered > suppression_threshold; }
+bool sender_session::suppressing() const noexcept {
+  return feedback_group() > suppression_threshold;
+}
+
+std::uint32_t sender_session::feedback_group() const noexcept {
+  // Completed and failed receivers never NAK again: a loss can only be shared among the
+  // receivers still active, so the backoff is drawn for them alone. Otherwise the last far
+  // site of a closed group waits out a window sized for the whole group (lambda = ln 17 + 1
+  // at 700 ms GRTT: 1.3 s) for each round, with nobody to suppress.
+  return m_active;
+}
 
 void sender_session::track(receiver_state& r, bool heard) {
   if (times_out(r)) {

@@ -185,7 +185,7 @@ void sender_session::send_marker(time_point now, bool pass_end, bool status_requ
   m.set_nak_backoff_us(static_cast<std::uint32_t>(
       std::chrono::duration_cast<std::chrono::microseconds>(nak_window()).count()));
   m.set_status_request(status_request);
-  m.set_group_size(m_registered);
+  m.set_group_size(feedback_group());
   fill_rate_fields(m, now);
   if (status_request) {
     const std::uint32_t slices = status_slices(m_active, status_interval(), m_cfg.receiver_timeout);

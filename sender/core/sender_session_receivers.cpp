@@ -5,6 +5,10 @@ namespace mcdist::sender {
 
 using namespace session_detail;
 
+duration sender_session::late_key_window() const noexcept {
+  return std::max<duration>(late_key_min_window, m_grtt.estimate() * 2);
+}
+
 duration sender_session::keyed_start_grace() const noexcept {
   // Two GRTT: the other sites' REGISTERs, sent on the same announce, arrive within about one
   // round trip of the first; their register_replies then reach them before the first blocks.
@@ -34,9 +38,14 @@ void sender_session::keyed(receiver_state& r, time_point now) {
   // Only the first moments of a session: a site keyed far into it (back from an outage in the
   // middle of a field) would have everything sent so far multicast to every site again; its
   // NAKs take the usual path instead, where the fallback policy moves such a site to unicast.
+  // A site keyed within late_key_window of the start answered the first announces: it was
+  // there all along, one round trip away, and every block sent before its key is one it would
+  // NAK. Bounding that case in blocks would leave a geostationary site to NAK rounds whenever
+  // a round trip carries more than the bound (a bulletin batch of 400 blocks at 50 Mbit/s).
   std::uint64_t total = 0;
   for (const auto b : m_file_blocks) total += b;
-  if (seen > std::max<double>(late_key_max_blocks,
+  if (now - m_start > late_key_window() &&
+      seen > std::max<double>(late_key_max_blocks,
                               m_cfg.fallback_nak_ratio * static_cast<double>(total))) {
     return;
   }
@@ -69,6 +78,32 @@ void sender_session::on_site_keyed(std::string_view receiver_id, time_point now)
     m_log->debug("session {}: receiver '{}' holds the session key ({} of {})", m_cfg.session,
                  receiver_id, m_keyed, m_cfg.receivers.size());
   }
+}
+
+bool sender_session::stop_awaiting(std::string_view receiver_id, time_point now) {
+  if (!m_registration_open || m_cfg.receivers.empty()) return false;
+  receiver_state* r = m_receivers.find(receiver_id);
+  if (!r || !r->awaited || r->rep.state != receiver_report::state_t::missing) return false;
+  r->awaited = false;
+  --m_awaited;
+  if (r->keyed) --m_awaited_keyed;
+  if (m_log) {
+    m_log->info(
+        "session {}: no longer waiting for '{}' to register (down: it missed another "
+        "session of the channel)",
+        m_cfg.session, receiver_id);
+  }
+  if (m_awaited == 0) {
+    // Nobody listed is awaited any more: the open group's window, as at a start without any.
+    m_register_deadline = std::min(m_register_deadline, m_start + m_cfg.register_window);
+  } else if (awaited_all_in()) {
+    close_registration(now);
+  }
+  return true;
+}
+
+bool sender_session::lingering() const noexcept {
+  return m_registration_open && m_phase == phase::waiting && m_registered > 0 && m_active == 0;
 }
 
 void sender_session::handle_register(const wire::register_request& m, const endpoint& from,

@@ -320,6 +320,12 @@ void sender_app::set_rate(std::uint64_t rate_bps) {
   service();
 }
 
+void sender_app::stop_awaiting(const std::string& id) {
+  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
+  if (m_session.done()) return;
+  if (m_session.stop_awaiting(id, from_steady(std::chrono::steady_clock::now()))) service();
+}
+
 void sender_app::abort(const std::string& why) {
   MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   if (m_session.done()) return;
@@ -360,17 +366,19 @@ void sender_app::service() {
     finish(now);
     return;
   }
-  note_demand();
+  note_activity();
   arm_timer(now);
 }
 
-void sender_app::note_demand() {
-  if (!m_opts.on_demand) return;
-  const bool wants = m_session.current_phase() == sender_session::phase::transferring;
-  if (wants == m_wants_data) return;
-  m_wants_data = wants;
+void sender_app::note_activity() {
+  if (!m_opts.on_activity) return;
+  const session_activity now{
+      .wants_data = m_session.current_phase() == sender_session::phase::transferring,
+      .lingering = m_session.lingering()};
+  if (now == m_activity) return;
+  m_activity = now;
   // Posted: the owner answers with set_rate, which serves the session again.
-  boost::asio::post(m_io, [f = m_opts.on_demand, wants] { f(wants); });
+  boost::asio::post(m_io, [f = m_opts.on_activity, now] { f(now); });
 }
 
 void sender_app::finish(time_point now) {

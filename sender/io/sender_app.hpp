@@ -31,6 +31,20 @@
 
 namespace mcdist::sender {
 
+/// What a running session is doing, as its owner shares out the rate and the session slots of
+/// a channel (mcdist-feed).
+struct session_activity {
+  /// It has data to send: its core's phase is `transferring` (a pass or repairs under way, as
+  /// against announcing, waiting for NAKs or ending). mcdist-feed divides its rate among the
+  /// sessions that have data, so one waiting for a round trip does not hold its share idle.
+  bool wants_data = true;
+  /// sender_session::lingering(): every site that registered is done and the session only
+  /// waits for listed sites to register; such a session holds none of its channel's
+  /// `concurrent_sessions` slots.
+  bool lingering = false;
+  bool operator==(const session_activity&) const = default;
+};
+
 /// Settings of one run of mcdist-send beyond the session's own.
 struct app_options {
   endpoint group;      ///< multicast group + port
@@ -71,12 +85,10 @@ struct app_options {
   /// the fence stops on its next wake-up without sending, whatever order its timers fire in.
   /// Null: no fence (a single sender).
   const std::atomic<std::int64_t>* fence = nullptr;
-  /// Told when the session starts or stops having data to send (its core's phase becomes or
-  /// leaves `transferring`: a pass or repairs under way, as against announcing, waiting for
-  /// NAKs or ending), posted to the io_context. mcdist-feed divides its rate among the sessions
-  /// that have data, so one waiting for a round trip does not hold its share idle. A session
-  /// counts as having data until its first call says otherwise. Empty: not told.
-  std::function<void(bool)> on_demand;
+  /// Told when the session's activity changes (session_activity), posted to the io_context.
+  /// A session counts as having data and not lingering until its first call says otherwise.
+  /// Empty: not told.
+  std::function<void(session_activity)> on_activity;
 };
 
 /// Reads a site key file for --site-keys: one site per line, "ID KEY" where KEY is
@@ -105,6 +117,10 @@ class sender_app {
   /// every operation of this object was cancelled, so `done` may destroy the sender_app (the
   /// destruction must itself be posted, see feed/channel_runner). Call once, instead of run().
   void start(std::function<void(run_result)> done);
+
+  /// Stops waiting for listed site `id` to register (sender_session::stop_awaiting): its
+  /// owner learned that the site is down. Safe from any handler on the io_context's thread.
+  void stop_awaiting(const std::string& id);
 
   /// Changes the multicast rate of the running session (bit/s, 0 = unpaced): the pacer uses it
   /// from the next datagram on. Safe from any handler on the io_context's thread.
@@ -176,12 +192,12 @@ class sender_app {
     block_reader m_reader;
   };
 
-  /// Notifies app_options::on_demand when the session's phase enters or leaves transferring.
-  void note_demand();
+  /// Notifies app_options::on_activity when the session's activity changed.
+  void note_activity();
 
   boost::asio::io_context& m_io;
   app_options m_opts;
-  bool m_wants_data = true;  ///< as last told to app_options::on_demand
+  session_activity m_activity;  ///< as last told to app_options::on_activity
   std::vector<source_file> m_files;
   std::shared_ptr<spdlog::logger> m_log;
   std::chrono::steady_clock::time_point m_started;

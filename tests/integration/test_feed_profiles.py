@@ -250,8 +250,40 @@ register_timeout = "5s"
               "while a warning's session waited for a site, the field ran at %s bit/s" % rates)
         log("while a warning's session waited for a site, the field kept %d of 200 Mbit/s"
             % (max(rates) // 1_000_000))
+        # A session that waits only for the absent site holds none of the channel's two slots:
+        # with w1's session lingering, w1b's and then w1c's start at once. When w1's session
+        # ends, finding the site down, the two stop waiting for it.
+        wait_until("w1 at steady", delivered([steady], "warn/w1.txt", warned["warn/w1.txt"]), 10,
+                   feed, daemons)
+        wait_until("w1's session lingering", lambda: any(r.get("lingering") for r in running(2)),
+                   10, feed, daemons)
+        for name, sessions in (("warn/w1b.txt", 2), ("warn/w1c.txt", 3)):
+            payload = rng.randbytes(5_000)
+            warned[name] = digest(payload)
+            drop(warn_spool, name, payload)
+            wait_until("%s's session started beside the lingering ones" % name,
+                       lambda: len(running(2)) >= sessions, 10, feed, daemons)
+            wait_until(name + " at steady", delivered([steady], name, warned[name]), 10, feed,
+                       daemons)
+
+        def session_of(name):
+            rows = query(journal, "SELECT s.started, s.ended FROM sessions s JOIN "
+                         "session_products sp ON sp.session = s.id JOIN products p ON "
+                         "p.id = sp.product WHERE p.name = ? AND s.kind = 'batch'", (name,))
+            return rows[0] if rows else (None, None)
         first = wait_until("w1's session ended", lambda: outcomes_at_absent("warn/w1.txt"), 30,
                            feed, daemons)  # it waited register_timeout for 'absent', as before
+        w1_ended = session_of("warn/w1.txt")[1]
+        check(w1_ended and session_of("warn/w1c.txt")[0] < w1_ended,
+              "w1c's session did not start while w1's lingered")
+        for name in ("warn/w1b.txt", "warn/w1c.txt"):
+            out = wait_until(name + "'s session ended", lambda: outcomes_at_absent(name), 10, feed,
+                             daemons)
+            check(out and "not awaited" in out[0][1],
+                  "%s at the absent site (its session started before the site was known down): "
+                  "%s" % (name, out))
+        log("sessions waiting only for a site that was down held no slot, and stopped waiting "
+            "once the channel knew it down")
         second = warn("warn/w2.txt")  # does not
         check(first and "did not register within 5 s" in first[0][1],
               "w1 at the absent site: %s" % first)

@@ -238,6 +238,38 @@ TEST_CASE("a receiver not awaited that does not register is failed when the othe
   REQUIRE(b.reason.find("not awaited") != std::string::npos);
 }
 
+TEST_CASE(
+    "a session lingering for a listed receiver that is down stops waiting for it when told, "
+    "and ends",
+    "[unit][sender]") {
+  harness h(files({3000}), {"a", "b"}, true);
+  h.tick();
+  h.register_rx("a", rx_a);
+  REQUIRE_FALSE(h.s->lingering());
+  h.drain_data();
+  h.complete("a", rx_a);
+  h.now += 1s;
+  h.tick();
+  // Every registered receiver is done; registration stays open for b until register_timeout.
+  REQUIRE(h.s->current_phase() == sender_session::phase::waiting);
+  REQUIRE(h.s->lingering());
+  REQUIRE_FALSE(h.s->stop_awaiting("a", h.now));   // registered
+  REQUIRE_FALSE(h.s->stop_awaiting("zz", h.now));  // not listed
+  REQUIRE(h.s->stop_awaiting("b", h.now));
+  REQUIRE_FALSE(h.s->stop_awaiting("b", h.now));  // once
+  REQUIRE_FALSE(h.s->lingering());
+  for (int i = 0; i < 100 && !h.s->done(); ++i) {
+    h.now += 10ms;
+    h.tick();
+  }
+  REQUIRE(h.s->done());
+  REQUIRE(h.now < time_point{100s} + h.cfg.register_timeout);
+  const auto rep = h.s->report(h.now);
+  const auto& b = rep.receivers[0].id == "b" ? rep.receivers[0] : rep.receivers[1];
+  REQUIRE(b.state == receiver_report::state_t::failed);
+  REQUIRE(b.reason.find("not awaited") != std::string::npos);
+}
+
 TEST_CASE("when no listed receiver is awaited, registration stays open for the window",
           "[unit][sender]") {
   harness h(files({3000}), {"a", "b"}, false, {"a", "b"});
@@ -874,12 +906,85 @@ TEST_CASE(
   REQUIRE(h.drain_data().empty());
 }
 
+TEST_CASE(
+    "the NAK window is drawn for the receivers still active: the last one of a large group is "
+    "not held back by a backoff sized for the others",
+    "[unit][sender]") {
+  std::vector<std::string> ids;
+  for (int i = 0; i < 8; ++i) ids.push_back("r" + std::to_string(i));
+  harness h(files({5000}), ids);
+  for (int i = 0; i < 8; ++i) {
+    h.register_rx(ids[static_cast<std::size_t>(i)],
+                  *parse_endpoint("10.0.1." + std::to_string(i + 2) + ":7000"));
+  }
+  REQUIRE(h.drain_data().size() == 4);
+  const auto last_marker = [&] {
+    const auto markers = h.sent<wire::marker>(wire::msg_type::marker);
+    REQUIRE_FALSE(markers.empty());
+    return markers.back();
+  };
+  const auto whole = last_marker();
+  REQUIRE(whole.group_size() == 8);
+  // Above suppression_threshold: lambda x GRTT / 2, far above the 8 x 20 us spread.
+  REQUIRE(whole.nak_backoff_us() > 1000);
+  for (int i = 0; i < 7; ++i) {
+    h.complete(ids[static_cast<std::size_t>(i)],
+               *parse_endpoint("10.0.1." + std::to_string(i + 2) + ":7000"));
+  }
+  h.control.clear();
+  for (int i = 0; i < 500 && h.sent<wire::marker>(wire::msg_type::marker).empty(); ++i) {
+    h.now += 10ms;
+    h.tick();
+  }
+  const auto one = last_marker();
+  REQUIRE(one.status_request());
+  REQUIRE(one.group_size() == 1);
+  // One receiver left: the unsuppressed spread, 20 us.
+  REQUIRE(one.nak_backoff_us() == 20);
+}
+
+TEST_CASE(
+    "a far site keyed within a round trip of the start gets every block sent before its key, "
+    "however many",
+    "[unit][sender][auth]") {
+  // 1000 blocks, all out before a geostationary site's key request arrives (0.7 s): more
+  // than late_key_max_blocks and 5 % of the session, yet a site that answered the first
+  // announces, which would NAK every one of them.
+  auto h = started_on_near_key(1'400'000);
+  const auto start = h.now;
+  REQUIRE(h.drain_data().size() == 1000);
+  REQUIRE(h.s->current_phase() == sender_session::phase::waiting);
+  while (h.now < start + 700ms) {
+    h.now += 10ms;
+    h.tick();
+  }
+  h.drain_data();
+  h.s->on_site_keyed("far", h.now);
+  h.now += sender_session::late_key_gather;
+  h.tick();
+  REQUIRE(h.s->current_phase() == sender_session::phase::transferring);
+  for (int i = 0; i < 200 && h.s->current_phase() == sender_session::phase::transferring; ++i) {
+    h.now += 10ms;
+    h.tick();
+  }
+  REQUIRE(h.drain_data().size() == 1000);
+  REQUIRE(h.s->report(h.now).late_key_blocks == 1000);
+}
+
 TEST_CASE("a site keyed far into a session is not sent everything again by multicast",
           "[unit][sender][auth]") {
-  // 1000 blocks, all out when the far site's key leaves: more than late_key_max_blocks and
-  // 5 % of the session; its NAKs take the usual path, where the fallback policy may move it.
+  // 1000 blocks, all out when the far site's key leaves, past late_key_window: more than
+  // late_key_max_blocks and 5 % of the session; its NAKs take the usual path, where the
+  // fallback policy may move it.
   auto h = started_on_near_key(1'400'000);
+  const auto start = h.now;
   REQUIRE(h.drain_data().size() == 1000);
+  REQUIRE(h.s->current_phase() == sender_session::phase::waiting);
+  while (h.now <= start + sender_session::late_key_min_window + 1s) {
+    h.now += 100ms;
+    h.tick();
+  }
+  h.drain_data();
   REQUIRE(h.s->current_phase() == sender_session::phase::waiting);
   h.s->on_site_keyed("far", h.now);
   h.now += sender_session::late_key_gather;
