@@ -27,7 +27,9 @@ dropped), warning latency (spool to the site's delivery journal) per class of si
 bound (1 s + RTT), the hub's repair datagrams against the largest loss of a single two-way
 site (the emulator's count of datagrams it dropped towards that site), what the one-way sites
 sent on the multicast path (the emulator's count of packets their hosts put on their links,
-and the daemons' own count) and fetched over the terrestrial path, and the outage figure.
+and the daemons' own count) and fetched over the terrestrial path, the outage figure, and the
+CPU seconds the hub and the sites spent (/proc, read just before they stop; the sites share
+the machine's cores with the emulator, so compare profiles of the same run).
 
 Needs root (namespaces, TUN, veth), openssl, and a build with mcdist-feed, mcdistd,
 mcdist-keygen and mcdist-linkem. Not a test: prints a table. About 8-10 minutes per profile
@@ -36,6 +38,8 @@ site writes the field; removed after each profile unless --keep).
 
 usage: feed_day_bench.py --build BUILD [--rate 50M] [--duration 120] [--field-mb 2000]
                          [--profiles default,starting] [--work DIR] [--seed N] [--keep]
+A profile is a name above or channel settings given to every channel, e.g.
+--profiles default,"fec_k=2860".
 """
 
 import argparse
@@ -47,6 +51,7 @@ import os
 import random
 import shutil
 import signal
+import statistics
 import sqlite3
 import subprocess
 import sys
@@ -155,8 +160,29 @@ batch_window = "%s"
 after = "delete"
 receivers = %s
 %s""" % (name, GROUPS[name], spools[name], prio, window,
-         listed % '", "'.join("h%d" % h for h in sites), PROFILES[profile])
+         listed % '", "'.join("h%d" % h for h in sites), profile_settings(profile))
     return text
+
+
+def profile_settings(profile):
+    """A named profile's channel settings, or the settings themselves: "fec_k=2860;fec_depth=4"
+    (each channel gets them)."""
+    if profile in PROFILES:
+        return PROFILES[profile]
+    if "=" not in profile:
+        sys.exit("unknown profile %r: %s, or channel settings such as fec_k=2860;fec_depth=4"
+                 % (profile, ", ".join(PROFILES)))
+    return "".join("%s = %s\n" % tuple(kv.split("=", 1)) for kv in profile.split(";"))
+
+
+def cpu_seconds(pid):
+    """User + system CPU seconds of a running process so far (/proc/PID/stat), None if gone."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def site_config(h, emu, hub_pub, ca):
@@ -280,8 +306,11 @@ def run_profile(args, profile, events):
         result["day_s"] = time.time() - t0
         result["late_sites"] = sorted(pending)
 
-        # Status files before the daemons stop (their last rewrite).
+        # Status files before the daemons stop (their last rewrite); CPU before they exit.
         status = {h: daemons[h].read_status() or {} for h in SITES}
+        result["cpu_hub"] = cpu_seconds(feed.pid)
+        result["cpu_sites"] = {h: cpu_seconds(daemons[h].proc.pid) for h in SITES
+                               if daemons[h].proc is not None}
         got = {h: deliveries(daemons[h]) for h in SITES}
     finally:
         if feed is not None:
@@ -438,6 +467,15 @@ def main():
                 "numbers_caught_up", "downloads", "bytes")))
     row("h10 back from an outage on idle channels: restart to every missed product (bound 15 s)",
         lambda r: "%s (%d products)" % (fmt(r["outage"]), r["outage_missed"]))
+
+    def site_cpu(r, c):
+        v = [r["cpu_sites"][h] for h in SITES if CLASS[h] == c and h != OUTAGE_SITE and
+             r["cpu_sites"].get(h) is not None]
+        return "%.1f / %.1f" % (statistics.median(v), max(v)) if v else "-"
+    row("CPU seconds (user + system): the hub", lambda r: "%.1f" % (r["cpu_hub"] or 0))
+    for c in ("70 ms", "700 ms", "one-way"):
+        row("CPU seconds at %s sites: median / most (h%d left out)" % (c, OUTAGE_SITE),
+            lambda r, c=c: site_cpu(r, c))
     for r in results:
         if r["bad"] or r["late_sites"]:
             log("%s: missing or wrong (first 10): %s; sites not complete: %s"
