@@ -175,8 +175,9 @@ class feed_daemon {
     const channel_config* cfg = nullptr;
     batcher batch;
     std::unique_ptr<boost::asio::steady_timer> timer;
-    /// Its sessions under way, oldest first: at most cfg->concurrent_sessions of them not
-    /// lingering, and twice that in all (slot_free).
+    /// Its sessions under way, oldest first: another starts while fewer than
+    /// cfg->concurrent_sessions of them are busy (not lingering) and fewer than twice that run
+    /// in all (slot_free).
     std::vector<std::unique_ptr<running>> runs;
     std::deque<extra_request> extras;
     bool last_was_extra = false;
