@@ -122,21 +122,4 @@ bool reopen_log_files(spdlog::logger& log, std::string& error) {
   return true;
 }
 
-bool log_reload_refused(spdlog::logger& log, std::uint64_t& failed, const std::exception& e) {
-  ++failed;
-  log.error("SIGHUP: configuration not reloaded, still running on the previous one: {}", e.what());
-  return false;
-}
-
-void log_restart_only(spdlog::logger& log, const std::vector<std::string>& names,
-                      std::vector<std::string>& changes) {
-  for (const auto& name : names) {
-    log.warn(
-        "SIGHUP: {} changed in the configuration but needs a restart: keeping the running "
-        "value",
-        name);
-    changes.push_back(name + " needs a restart");
-  }
-}
-
 }  // namespace mcdist

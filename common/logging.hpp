@@ -6,12 +6,9 @@
 #include <spdlog/common.h>
 
 #include <cstddef>
-#include <cstdint>
-#include <exception>
 #include <memory>
 #include <optional>
 #include <string>
-#include <vector>
 
 namespace spdlog {
 class logger;
@@ -45,15 +42,5 @@ std::shared_ptr<spdlog::logger> make_logger(const std::string& name, const log_o
 /// when the file cannot be opened; true also when the logger has no file.
 /// @param error set to the reason on failure
 bool reopen_log_files(spdlog::logger& log, std::string& error);
-
-/// A SIGHUP reload (mcdistd, mcdist-feed) refused: counts it in `failed` and logs why; the
-/// program keeps running on its previous configuration.
-/// @return false, for `return log_reload_refused(...)` in a reload that reports success
-bool log_reload_refused(spdlog::logger& log, std::uint64_t& failed, const std::exception& e);
-
-/// Settings a SIGHUP reload found changed but cannot apply while running: a warning each, and
-/// "<name> needs a restart" in `changes` (the reload's summary line).
-void log_restart_only(spdlog::logger& log, const std::vector<std::string>& names,
-                      std::vector<std::string>& changes);
 
 }  // namespace mcdist

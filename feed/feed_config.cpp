@@ -4,10 +4,10 @@
 
 #include <unistd.h>
 
+#include "common/daemon/toml_config.hpp"
 #include "common/fec.hpp"
 #include "common/fec_layout.hpp"
 #include "common/path_check.hpp"
-#include "common/toml_file.hpp"
 #include "common/units.hpp"
 #include "common/wire.hpp"
 
@@ -41,121 +41,7 @@ constexpr std::chrono::seconds min_heartbeat{1};
 /// downloads'); a hub subscribes to a few Global Brokers.
 constexpr std::size_t max_wis2_inputs = 16;
 
-/// The settings of one table, checked against the keys it may hold.
-class table_reader {
- public:
-  /// @param also more known keys (a group shared by several tables: broker_keys)
-  table_reader(const toml::table& t, std::string prefix, std::string source,
-               std::initializer_list<const char*> known, std::span<const char* const> also = {})
-      : m_t(t), m_prefix(std::move(prefix)), m_source(std::move(source)) {
-    for (const auto& [name, v] : t) {
-      const std::string n(name.str());
-      const auto is_n = [&](const char* k) { return n == k; };
-      if (std::none_of(known.begin(), known.end(), is_n) &&
-          std::none_of(also.begin(), also.end(), is_n)) {
-        throw config_error(m_source + ": unknown setting '" + key(n) + "' (" +
-                           toml_where(v.source()) + ")");
-      }
-    }
-  }
-
-  std::string key(std::string_view name) const { return m_prefix + std::string(name); }
-
-  [[noreturn]] void fail(std::string_view name, const std::string& what) const {
-    std::string at;
-    if (const auto* n = m_t.get(name)) at = " (" + toml_where(n->source()) + ")";
-    throw config_error(m_source + ": '" + key(name) + "' " + what + at);
-  }
-
-  const toml::node* get(std::string_view name) const { return m_t.get(name); }
-
-  std::optional<std::string> string(std::string_view name) const {
-    const auto* n = m_t.get(name);
-    if (!n) return std::nullopt;
-    if (!n->is_string()) fail(name, "must be a string");
-    return *n->value<std::string>();
-  }
-
-  std::string required_string(std::string_view name, const char* example) const {
-    auto s = string(name);
-    if (!s || s->empty()) {
-      throw config_error(m_source + ": '" + key(name) + "' is required (e.g. " + key(name) + " = " +
-                         example + ")");
-    }
-    return *s;
-  }
-
-  std::optional<std::int64_t> integer(std::string_view name, std::int64_t lo,
-                                      std::int64_t hi) const {
-    const auto* n = m_t.get(name);
-    if (!n) return std::nullopt;
-    // Integers only: toml++ casts a float out of range with undefined behaviour.
-    if (!n->is_integer()) fail(name, "must be a whole number");
-    const auto v = *n->value<std::int64_t>();
-    if (v < lo || v > hi) {
-      fail(name, "must be " + std::to_string(lo) + " to " + std::to_string(hi));
-    }
-    return v;
-  }
-
-  std::vector<std::string> strings(std::string_view name) const {
-    std::vector<std::string> out;
-    const auto* n = m_t.get(name);
-    if (!n) return out;
-    if (n->is_string()) return {*n->value<std::string>()};
-    const auto* a = n->as_array();
-    if (!a) fail(name, "must be a list of strings");
-    for (const auto& e : *a) {
-      if (!e.is_string()) fail(name, "must be a list of strings");
-      out.push_back(*e.value<std::string>());
-    }
-    return out;
-  }
-
-  std::optional<std::chrono::nanoseconds> duration(std::string_view name) const {
-    auto s = string(name);
-    if (!s) return std::nullopt;
-    const auto d = parse_duration(*s);
-    if (!d || d->count() < 0)
-      fail(name, "= \"" + *s + "\" is not a duration (e.g. \"200ms\", \"24h\")");
-    return d;
-  }
-
-  std::optional<std::uint64_t> rate(std::string_view name) const {
-    auto s = string(name);
-    if (!s) return std::nullopt;
-    const auto r = parse_rate(*s);
-    if (!r || *r == 0)
-      fail(name, "= \"" + *s + "\" is not a rate in bit/s (e.g. \"500M\", \"1G\")");
-    return r;
-  }
-
-  std::optional<bool> boolean(std::string_view name) const {
-    const auto* n = m_t.get(name);
-    if (!n) return std::nullopt;
-    if (!n->is_boolean()) fail(name, "must be true or false");
-    return *n->value<bool>();
-  }
-
-  std::optional<std::uint64_t> size(std::string_view name) const {
-    const auto* n = m_t.get(name);
-    if (!n) return std::nullopt;
-    if (n->is_integer()) {
-      const auto v = *n->value<std::int64_t>();
-      if (v <= 0) fail(name, "must be positive");
-      return static_cast<std::uint64_t>(v);
-    }
-    auto s = string(name);
-    const auto v = parse_size(*s);
-    if (!v || *v == 0) fail(name, "= \"" + *s + "\" is not a size (e.g. \"512M\", \"2G\")");
-    return v;
-  }
-
- private:
-  const toml::table& m_t;
-  std::string m_prefix;
-  std::string m_source;
-};
+using table_reader = mcdist::table_reader<config_error>;
 
 bool valid_channel_name(std::string_view n) {
   // Channel names key the journal and the receivers' sequence state: printable, no spaces.
@@ -297,29 +183,14 @@ wis2_input_config parse_wis2_input(const toml::table& t, std::size_t index,
 channel_config parse_channel(const toml::table& t, std::size_t index, const std::string& source,
                              std::uint64_t total_rate) {
   const table_reader r(t, "channel[" + std::to_string(index) + "].", source,
-                       {"name",
-                        "group",
-                        "spool",
-                        "priority",
-                        "share",
-                        "cap",
-                        "batch_window",
-                        "batch_max_files",
-                        "batch_max_bytes",
-                        "after",
-                        "ignore",
-                        "ttl",
-                        "receivers",
-                        "register_window",
-                        "register_timeout",
-                        "encrypt",
-                        "fec_k",
-                        "fec_depth",
-                        "fec_overhead",
-                        "silent_passes",
-                        "fallback",
-                        "concurrent_sessions",
-                        "heartbeat"});
+                       {// what and where
+                        "name", "group", "spool", "after", "ignore", "ttl", "receivers",
+                        // when and how fast
+                        "priority", "share", "cap", "batch_window", "batch_max_files",
+                        "batch_max_bytes", "concurrent_sessions", "heartbeat",
+                        // the sessions' profile
+                        "register_window", "register_timeout", "encrypt", "fec_k", "fec_depth",
+                        "fec_overhead", "silent_passes", "fallback"});
   channel_config c;
   c.name = r.required_string("name", "\"warnings\"");
   if (!valid_channel_name(c.name)) {

@@ -91,6 +91,7 @@ struct channel_config {
   /// Encrypted sessions (mcdist-send --encrypt; needs the feed's key and site_keys): manifest,
   /// digests and data readable only by the pinned sites; the unicast fallback seals its frames.
   bool encrypt = false;
+  friend bool operator==(const channel_config&, const channel_config&) = default;
 };
 
 /// `[cluster]` of the feed's configuration.
@@ -115,6 +116,7 @@ struct cluster_settings {
 struct wis2_subscription {
   std::string filter;   ///< MQTT topic filter, wildcards allowed (valid_topic_filter)
   std::string channel;  ///< the [[channel]] whose spool the products are written into
+  friend bool operator==(const wis2_subscription&, const wis2_subscription&) = default;
 };
 
 /// One `[[wis2_input]]`: the hub subscribes to WIS2 topics on a broker, downloads every product
@@ -156,6 +158,7 @@ struct wis2_input_config {
   /// Put before every product name (a relative directory ending in '/', e.g. "wis2/"); empty:
   /// none.
   std::string name_prefix;
+  friend bool operator==(const wis2_input_config&, const wis2_input_config&) = default;
 };
 
 /// Everything mcdist-feed needs.

@@ -3,11 +3,10 @@
 // name a channel by index, so a removed channel stays, retired, and an added one takes the
 // next index.
 
-#include "common/logging.hpp"
+#include "common/daemon/reload_diff.hpp"
 #include "feed/feed_daemon.hpp"
 #include "sender/io/sender_app.hpp"
 
-#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -16,56 +15,21 @@ namespace mcdist::feed {
 
 namespace {
 
-bool same_wis2_inputs(const std::vector<wis2_input_config>& a,
-                      const std::vector<wis2_input_config>& b) {
-  const auto key = [](const wis2_input_config& w) {
-    const auto& m = w.broker;
-    return std::tie(w.name, m.url, m.ca_file, m.client_cert, m.client_key, m.username, m.password,
-                    m.password_file, m.tls_insecure, w.client_id, w.qos, w.download_ca_file,
-                    w.download_tls_insecure, w.max_bytes, w.download_timeout, w.concurrency,
-                    w.retries, w.retry_delay, w.max_pending, w.require_integrity, w.product_name,
-                    w.name_prefix);
-  };
-  const auto topics = [](const wis2_input_config& w) {
-    std::vector<std::pair<std::string, std::string>> out;
-    for (const auto& t : w.topics) out.emplace_back(t.filter, t.channel);
-    return out;
-  };
-  return std::equal(a.begin(), a.end(), b.begin(), b.end(), [&](const auto& x, const auto& y) {
-    return key(x) == key(y) && topics(x) == topics(y);
-  });
-}
-
 /// Settings of `next` that differ from `now` and that the running feed cannot change: bound
 /// into sockets, files and the journal at start.
-std::vector<std::string> restart_only_changes(const feed_config& now, const feed_config& next) {
-  std::vector<std::string> out;
-  const auto check = [&out](bool same, const char* name) {
-    if (!same) out.emplace_back(name);
-  };
-  check(now.interface == next.interface, "interface");
-  check(now.key_file == next.key_file, "key_file");
-  check(now.rate_bps == next.rate_bps, "rate");
-  check(now.journal == next.journal, "journal");
-  check(now.retained_dir == next.retained_dir, "retained_dir");
-  check(now.control_socket == next.control_socket && now.control_group == next.control_group,
-        "control_socket");
-  check(now.http == next.http, "http");
-  check(same_wis2_inputs(now.wis2_inputs, next.wis2_inputs) &&
-            now.wis2_dedupe_window == next.wis2_dedupe_window,
-        "wis2_input");
-  return out;
-}
-
-bool same_wis2(const std::optional<wis2_action>& a, const std::optional<wis2_action>& b) {
-  if (!a || !b) return !a && !b;
-  const auto key = [](const wis2_action& w) {
-    const auto& m = w.broker;
-    return std::tie(m.url, m.ca_file, m.client_cert, m.client_key, m.username, m.password,
-                    m.password_file, m.tls_insecure, w.topic, w.base_url, w.data_id_prefix, w.qos,
-                    w.max_queued);
-  };
-  return key(*a) == key(*b);
+void restart_only_changes(const feed_config& now, const feed_config& next, reload_diff& d) {
+  d.restart_only(now.interface == next.interface, "interface");
+  d.restart_only(now.key_file == next.key_file, "key_file");
+  d.restart_only(now.rate_bps == next.rate_bps, "rate");
+  d.restart_only(now.journal == next.journal, "journal");
+  d.restart_only(now.retained_dir == next.retained_dir, "retained_dir");
+  d.restart_only(
+      now.control_socket == next.control_socket && now.control_group == next.control_group,
+      "control_socket");
+  d.restart_only(now.http == next.http, "http");
+  d.restart_only(
+      now.wis2_inputs == next.wis2_inputs && now.wis2_dedupe_window == next.wis2_dedupe_window,
+      "wis2_input");
 }
 
 }  // namespace
@@ -94,43 +58,31 @@ bool feed_daemon::reload(const std::function<feed_config()>& source) {
     return log_reload_refused(*m_log, m_reloads_failed, e);
   }
 
-  std::vector<std::string> changes;
-  std::vector<bool> matched(next.channels.size(), false);
+  const auto match = match_channels(m_cfg.channels, next.channels,
+                                    [this](std::size_t i) { return !m_channels[i].retired; });
+  reload_diff diff;
   std::vector<std::size_t> respool;  ///< kept channels whose spools changed
   for (std::size_t i = 0; i < m_channels.size(); ++i) {
     auto& cs = m_channels[i];
     if (cs.retired) continue;
     auto& cur = m_cfg.channels[i];
-    const auto it = std::find_if(next.channels.begin(), next.channels.end(),
-                                 [&](const channel_config& c) { return c.name == cur.name; });
-    if (it == next.channels.end()) {
+    if (!match.next_of[i]) {
       cs.retired = true;
       cs.timer->cancel();
       if (m_watcher) m_watcher->remove_channel(i);
-      changes.push_back("channel " + cur.name + " removed" +
-                        (!cs.runs.empty() ? " (its sessions under way finish)" : ""));
+      diff.note("channel " + cur.name + " removed" +
+                (!cs.runs.empty() ? " (its sessions under way finish)" : ""));
       continue;
     }
-    matched[static_cast<std::size_t>(it - next.channels.begin())] = true;
-    const bool spools_changed = cur.spools != it->spools || cur.ignore != it->ignore;
-    const bool changed =
-        spools_changed || cur.group != it->group || cur.priority != it->priority ||
-        cur.share != it->share || cur.cap_bps != it->cap_bps ||
-        cur.batch_window != it->batch_window || cur.batch_max_files != it->batch_max_files ||
-        cur.batch_max_bytes != it->batch_max_bytes || cur.after != it->after ||
-        cur.move_dir != it->move_dir || cur.ttl != it->ttl || cur.receivers != it->receivers ||
-        cur.profile != it->profile || cur.register_timeout != it->register_timeout ||
-        cur.concurrent_sessions != it->concurrent_sessions || cur.heartbeat != it->heartbeat ||
-        cur.encrypt != it->encrypt;
-    if (!changed) continue;
-    cur = *it;  // the pointer cs.cfg stays valid: same element
+    const auto& nc = next.channels[*match.next_of[i]];
+    if (cur == nc) continue;
+    if (cur.spools != nc.spools || cur.ignore != nc.ignore) respool.push_back(i);
+    cur = nc;  // the pointer cs.cfg stays valid: same element
     cs.batch.set_limits({cur.batch_window, cur.batch_max_files, cur.batch_max_bytes});
-    if (spools_changed) respool.push_back(i);
-    changes.push_back("channel " + cur.name + " changed (from its next batch)");
+    diff.note("channel " + cur.name + " changed (from its next batch)");
   }
   std::vector<std::size_t> added;
-  for (std::size_t j = 0; j < next.channels.size(); ++j) {
-    if (matched[j]) continue;
+  for (const auto j : match.added) {
     m_cfg.channels.push_back(next.channels[j]);
     const auto& c = m_cfg.channels.back();
     m_channels.push_back(
@@ -144,28 +96,22 @@ bool feed_daemon::reload(const std::function<feed_config()>& source) {
                       false});
     m_board.add_channel(c.name);
     added.push_back(m_channels.size() - 1);
-    changes.push_back("channel " + c.name + " added");
+    diff.note("channel " + c.name + " added");
   }
   // push_back may have moved the configurations: point every channel at its own again.
   for (std::size_t i = 0; i < m_channels.size(); ++i) m_channels[i].cfg = &m_cfg.channels[i];
   m_site_keys = std::move(site_keys);
   m_cfg.site_keys = next.site_keys;
-  if (!same_wis2(m_cfg.wis2, next.wis2)) {
+  if (m_cfg.wis2 != next.wis2) {
     // The old publisher sends what it holds on its way out (its destructor disconnects).
     m_wis2.reset();
     if (next.wis2) m_wis2 = std::make_unique<wis2_publisher>(*next.wis2, "mcdist-feed", m_log);
     m_cfg.wis2 = next.wis2;
-    changes.push_back(next.wis2 ? "[wis2] replaced" : "[wis2] removed");
+    diff.note(next.wis2 ? "[wis2] replaced" : "[wis2] removed");
   }
-  if (m_cfg.wis2_channels != next.wis2_channels) {
-    m_cfg.wis2_channels = next.wis2_channels;
-    changes.push_back("[wis2] channels changed");
-  }
-  if (m_cfg.retention != next.retention) {
-    m_cfg.retention = next.retention;
-    changes.push_back("retention changed");
-  }
-  log_restart_only(*m_log, restart_only_changes(m_cfg, next), changes);
+  diff.take(m_cfg.wis2_channels, next.wis2_channels, "[wis2] channels changed");
+  diff.take(m_cfg.retention, next.retention, "retention changed");
+  restart_only_changes(m_cfg, next, diff);
   if (m_watcher) {
     for (const auto i : respool) {
       m_watcher->remove_channel(i);
@@ -187,12 +133,9 @@ bool feed_daemon::reload(const std::function<feed_config()>& source) {
     }
   }
   ++m_reloads_ok;
-  std::size_t live = 0;
-  for (const auto& c : m_channels) live += c.retired ? 0 : 1;
-  std::string summary;
-  for (const auto& c : changes) summary += (summary.empty() ? "" : "; ") + c;
-  m_log->info("SIGHUP: configuration reloaded: {} ({} channel{} now)",
-              summary.empty() ? "no change" : summary, live, live == 1 ? "" : "s");
+  diff.log(*m_log,
+           static_cast<std::size_t>(std::count_if(m_channels.begin(), m_channels.end(),
+                                                  [](const auto& c) { return !c.retired; })));
   if (m_keeper) {
     std::vector<std::string> names;
     for (const auto& c : m_channels) {

@@ -15,7 +15,6 @@ namespace {
 
 using http::html_escape;
 using http::iso_time;
-using http::level_name;
 using http::metric_type;
 
 constexpr std::array<const char*, 3> kind_names = {"batch", "catchup", "resend"};
@@ -278,10 +277,7 @@ std::string render_feed_metrics(const feed_snapshot& s) {
     for (const auto& [transport, n] : t.fallbacks)
       p.sample({{"site", site}, {"transport", transport}}, n);
   }
-  p.family("mcdist_feed_log_messages_total", metric_type::counter,
-           "Log messages at warning level and above, by level.");
-  p.sample({{"level", "warning"}}, s.warnings_logged);
-  p.sample({{"level", "error"}}, s.errors_logged);
+  log_messages_metric(p, "mcdist_feed_log_messages_total", s.log);
   if (const auto c = s.daemon.find("cluster"); c != s.daemon.end() && c->is_object()) {
     // Redundant hubs (README "Redundant hubs"): this hub's role per channel and the others.
     p.family("mcdist_feed_channel_active", metric_type::gauge,
@@ -384,12 +380,7 @@ nlohmann::json render_feed_status(const feed_snapshot& s) {
     sites.push_back(std::move(o));
   }
   j["sites"] = std::move(sites);
-  nlohmann::json log = nlohmann::json::array();
-  for (const auto& e : s.recent_log) {
-    log.push_back(
-        {{"time", iso_time(e.time)}, {"level", level_name(e.level)}, {"message", e.text}});
-  }
-  j["recent_log"] = std::move(log);
+  j["recent_log"] = recent_log_json(s.log.recent);
   j["bytes_per_minute"] = total;
   // Channels a reload removed are not shown (their indexes stay for the board's sake).
   nlohmann::json live = nlohmann::json::array();
@@ -566,7 +557,7 @@ std::string render_feed_page(const feed_snapshot& s) {
                                "Data multicast per minute by every channel (repairs included; a "
                                "session counts in the minute it ended), as a mean rate");
 
-  h += http::recent_log_html(s.recent_log);
+  h += http::recent_log_html(s.log.recent);
   h += "</body></html>\n";
   return h;
 }

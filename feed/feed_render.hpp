@@ -13,7 +13,7 @@
 ///     inline SVG bar chart. It reloads itself every 10 s.
 /// Pure functions of the snapshot.
 
-#include "common/http/log_ring.hpp"
+#include "common/daemon/status_port.hpp"
 #include "feed/feed_board.hpp"
 #include "feed/feed_config.hpp"
 
@@ -33,9 +33,7 @@ struct feed_snapshot {
   /// feed_daemon::status(): "channels" in configuration order (index i = board channel i)
   nlohmann::json daemon;
   const feed_board* board = nullptr;
-  std::vector<http::log_entry> recent_log;  ///< recent warnings and errors, oldest first
-  std::uint64_t warnings_logged = 0;
-  std::uint64_t errors_logged = 0;
+  log_summary log;  ///< recent warnings and errors, and how many were logged
 };
 
 /// A site's lag: what it has not stored yet.

@@ -2,10 +2,10 @@
 // multicasts each batch as one signed session to the sites, with strict priority between
 // channels, a durable outbox, a delivery journal and catch-up for sites that missed sessions.
 
+#include "common/daemon/daemon_shell.hpp"
 #include "common/descriptors.hpp"
 #include "common/key_file.hpp"
 #include "common/logging.hpp"
-#include "common/sd_notify.hpp"
 #include "common/units.hpp"
 #include "common/version.hpp"
 #include "feed/control_server.hpp"
@@ -18,8 +18,6 @@
 
 #include <CLI/CLI.hpp>
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/signal_set.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <spdlog/spdlog.h>
 #include <sys/prctl.h>
 
@@ -254,18 +252,14 @@ int main(int argc, char** argv) {
   }
   // Pacing wakes the network thread every few hundred microseconds (as in mcdist-send).
   ::prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
-  const mcdist::service_notifier notifier;
   try {
     boost::asio::io_context io(1);
-    // The recent warnings and errors for the status page; attached before any other thread
-    // could log (spdlog's sink list is not guarded).
-    std::shared_ptr<mcdist::http::log_ring_sink> ring;
-    if (cfg.http) {
-      ring = std::make_shared<mcdist::http::log_ring_sink>();
-      log->sinks().push_back(ring);
-    }
+    // Its log ring before any other thread could log (spdlog's sink list is not guarded).
+    mcdist::status_port status_port(log, cfg.http, cfg.http_explicit, "");
     mcdist::feed::feed_daemon daemon(io, cfg, log);
-    mcdist::feed::feed_http status_port(io, cfg, daemon, ring, log);
+    status_port.open(io, [&](mcdist::status_view v, mcdist::log_summary l) {
+      return mcdist::feed::render_feed_view(daemon, status_port.started(), v, std::move(l));
+    });
     std::unique_ptr<mcdist::feed::product_server> products;
     if (cfg.products_http) {
       mcdist::feed::product_server_options po;
@@ -296,57 +290,25 @@ int main(int argc, char** argv) {
           mcdist::feed::control_limits{}, log);
       control->start();
     }
-    boost::asio::signal_set signals(io, SIGINT, SIGTERM, SIGHUP);
-    boost::asio::steady_timer watchdog(io);
-    bool stopping = false;
-    std::function<void()> arm_watchdog = [&] {
-      const auto interval = notifier.watchdog_interval();
-      if (!interval) return;
-      if (auto ec = notifier.watchdog()) log->warn("cannot send WATCHDOG=1: {}", ec.message());
-      watchdog.expires_after(std::max(*interval / 2, std::chrono::microseconds(1000)));
-      watchdog.async_wait([&](const boost::system::error_code& ec) {
-        if (!ec) arm_watchdog();
-      });
-    };
-    std::function<void()> wait_signal = [&] {
-      signals.async_wait([&](const boost::system::error_code& ec, int sig) {
-        if (ec) return;
-        if (sig == SIGHUP) {
-          std::string error;
-          if (mcdist::reopen_log_files(*log, error)) {
-            log->info("SIGHUP: log file reopened");
-          } else {
-            log->error("SIGHUP: cannot reopen the log file ({}); still writing to the old one",
-                       error);
-          }
-          if (!stopping) {
-            daemon.reload([&] { return mcdist::feed::load_feed_config(config_file); });
-          }
-          wait_signal();
-          return;
-        }
-        if (stopping) {
-          log->warn("{} again: quitting at once (the next start sends unfinished batches again)",
-                    sig == SIGINT ? "SIGINT" : "SIGTERM");
-          io.stop();
-          return;
-        }
-        stopping = true;
-        log->info("{}: ending the running sessions", sig == SIGINT ? "SIGINT" : "SIGTERM");
-        (void)notifier.stopping();
-        if (control) control->stop();
-        status_port.stop();
-        if (products) products->stop();
-        daemon.stop([&] {
-          watchdog.cancel();
-          signals.cancel();
-          log->info("stopped; the journal holds every session's state");
-          io.stop();
-        });
-        wait_signal();
-      });
-    };
-    wait_signal();
+    mcdist::daemon_shell shell(
+        io, log,
+        {[&] { daemon.reload([&] { return mcdist::feed::load_feed_config(config_file); }); },
+         [&](const char* signal) {
+           log->info("{}: ending the running sessions", signal);
+           if (control) control->stop();
+           status_port.stop();
+           if (products) products->stop();
+           daemon.stop([&] {
+             shell.close();
+             log->info("stopped; the journal holds every session's state");
+             io.stop();
+           });
+         },
+         [&](const char* signal) {
+           log->warn("{} again: quitting at once (the next start sends unfinished batches again)",
+                     signal);
+           io.stop();
+         }});
     daemon.start();
     status_port.start();
     if (products) products->start();
@@ -354,8 +316,7 @@ int main(int argc, char** argv) {
               cfg.channels.size() == 1 ? "" : "s",
               mcdist::format_rate(static_cast<double>(cfg.rate_bps)),
               mcdist::feed::describe_journal(cfg.journal.string()));
-    (void)notifier.ready("watching " + std::to_string(cfg.channels.size()) + " channels");
-    arm_watchdog();
+    shell.ready("watching " + std::to_string(cfg.channels.size()) + " channels");
     io.run();
     return exit_ok;
   } catch (const mcdist::feed::config_error& e) {

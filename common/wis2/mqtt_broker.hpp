@@ -66,6 +66,7 @@ struct mqtt_broker {
 
   /// "mqtt://HOST:PORT" or "mqtts://HOST:PORT", for logs and status.
   std::string display() const;
+  friend bool operator==(const mqtt_broker&, const mqtt_broker&) = default;
 };
 
 /// Checks a broker's settings that do not need the files (TLS settings on a plain mqtt://

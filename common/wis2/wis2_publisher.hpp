@@ -67,6 +67,7 @@ struct wis2_action {
   /// Most notifications held at once (queued plus unacknowledged); 0 until check_wis2_action
   /// sets the default, wis2_queue_limit. Tests set a few to see drops.
   std::size_t max_queued = 0;
+  friend bool operator==(const wis2_action&, const wis2_action&) = default;
 };
 
 /// Checks an action's fields (the broker's with check_mqtt_broker) and fills data_id_prefix's

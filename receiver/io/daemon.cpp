@@ -108,21 +108,32 @@ void check_directories(const daemon_config& cfg, bool create) {
 
 daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<spdlog::logger> log)
     : m_io(io), m_cfg(std::move(cfg)), m_log(std::move(log)), m_timer(io), m_status_timer(io),
-      m_signals(io, SIGINT, SIGTERM, SIGHUP), m_watchdog_timer(io),
+      m_shell(io, m_log,
+              {[this] {
+                 if (m_config_source) reload(m_config_source);
+               },
+               [this](const char* signal) {
+                 m_log->info("{}: saving state and shutting down", signal);
+                 stop();
+               },
+               [this](const char*) {
+                 if (m_stop_finished) return;
+                 m_log->warn(
+                     "second signal: not waiting for running actions (they run again at the "
+                     "next start)");
+                 finish_stop();
+               }}),
       m_receiver(receive_batch, receive_buffer_bytes), m_drop_rng(m_cfg.drop_seed),
-      m_unicast_poll(io), m_board(m_cfg.channels.size()), m_sample_timer(io),
-      m_started(std::chrono::system_clock::now()), m_retention_timer(io) {
+      m_unicast_poll(io), m_board(m_cfg.channels.size()),
+      // Its log ring before the store's threads exist: spdlog's sink list is not guarded.
+      m_status(m_log, m_cfg.http, m_cfg.http_explicit, "--http"), m_sample_timer(io),
+      m_retention_timer(io) {
   validate(m_cfg);
   try {
     // Before anything is made on disk: an interface that is not there is a configuration error.
     m_interface = net::resolve_interface(m_cfg.interface, m_cfg.channels.front().group.v6);
   } catch (const net::interface_error& e) {
     throw config_error(std::string("interface: ") + e.what());
-  }
-  if (m_cfg.http) {
-    // Before the store's threads exist: spdlog's sink list is not guarded.
-    m_log_ring = std::make_shared<http::log_ring_sink>();
-    m_log->sinks().push_back(m_log_ring);
   }
   check_directories(m_cfg, true);
   open_journal();
@@ -231,7 +242,8 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
   // Saved keys of sessions that left no usable state go with their temp directories.
   sweep_temp(m_cfg.temp / "keys", with_state, *m_log);
   save_channel_table();
-  open_http();
+  m_status.open(io,
+                [this](status_view v, log_summary l) { return render_status(v, std::move(l)); });
 }
 
 daemon::~daemon() {
@@ -242,8 +254,6 @@ daemon::~daemon() {
   m_engine.reset();
   m_actions.reset();  // kills running children: their runs run again at the next start
   m_wis2.clear();     // disconnects and joins libmosquitto's threads
-  m_http.reset();
-  if (m_log_ring) std::erase(m_log->sinks(), m_log_ring);
 }
 
 net::channel_socket_options daemon::channel_socket(const channel_config& ch) const {
@@ -264,7 +274,6 @@ endpoint daemon::control_endpoint() const {
 void daemon::run() {
   for (std::size_t i = 0; i < m_sockets.size(); ++i) do_receive(i);
   do_receive(control_index);
-  wait_signal();
   m_status_timer.expires_after(m_cfg.status_interval);
   m_status_timer.async_wait([this](const boost::system::error_code& ec) {
     if (!ec) log_status(false);
@@ -278,69 +287,19 @@ void daemon::run() {
   m_log->info("mcdistd '{}' listening on {} (interface {}, control {}, temp {}, sync {})", m_cfg.id,
               channels, m_interface.to_string(), control_endpoint().to_string(),
               m_cfg.temp.string(), to_string(m_cfg.sync));
-  start_http();
+  if (m_status.start()) do_sample();
   resume_runs();
   run_retention();
-  if (m_notifier.enabled()) {
-    if (auto ec = m_notifier.ready("receiving on " + std::to_string(m_cfg.channels.size()) +
-                                   " channel(s)")) {
-      m_log->warn("cannot notify the service manager ($NOTIFY_SOCKET): {}", ec.message());
-    }
-    arm_watchdog();
-  }
+  m_shell.ready("receiving on " + std::to_string(m_cfg.channels.size()) + " channel(s)");
   service();
   m_io.run();
   log_status(true);
 }
 
-void daemon::wait_signal() {
-  m_signals.async_wait([this](const boost::system::error_code& ec, int sig) {
-    if (ec) return;
-    if (sig == SIGHUP) {
-      // SIGHUP reopens the log file (after logrotate), then reloads the configuration.
-      std::string error;
-      if (reopen_log_files(*m_log, error)) {
-        m_log->info("SIGHUP: log file reopened");
-      } else {
-        m_log->error("SIGHUP: cannot reopen the log file ({}); still writing to the old one",
-                     error);
-      }
-      if (m_config_source && !m_stopping) reload(m_config_source);
-      wait_signal();
-      return;
-    }
-    m_log->info("{}: saving state and shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
-    stop();
-    if (!m_stop_finished) {
-      // Waiting for running actions: a second signal stops at once.
-      m_signals.async_wait([this](const boost::system::error_code& ec2, int) {
-        if (ec2 || m_stop_finished) return;
-        m_log->warn(
-            "second signal: not waiting for running actions (they run again at the next "
-            "start)");
-        finish_stop();
-      });
-    }
-  });
-}
-
-void daemon::arm_watchdog() {
-  const auto interval = m_notifier.watchdog_interval();
-  if (!interval || m_stopping) return;
-  // sd_watchdog_enabled(3): ping at half the interval. The ping comes from the io_context, so a
-  // stalled event loop misses it and systemd restarts the daemon.
-  if (auto ec = m_notifier.watchdog()) m_log->warn("cannot send WATCHDOG=1: {}", ec.message());
-  m_watchdog_timer.expires_after(std::max(*interval / 2, std::chrono::microseconds(1000)));
-  m_watchdog_timer.async_wait([this](const boost::system::error_code& ec) {
-    if (!ec) arm_watchdog();
-  });
-}
-
 void daemon::stop() {
   if (m_stopping) return;
   m_stopping = true;
-  (void)m_notifier.stopping();
-  m_watchdog_timer.cancel();
+  m_shell.stopping();
   m_engine->checkpoint_all(from_steady(std::chrono::steady_clock::now()));
   m_store->flush();
   save_sequences_if_changed();
@@ -371,8 +330,9 @@ void daemon::finish_stop() {
   if (m_stop_finished) return;
   m_stop_finished = true;
   if (m_actions) m_actions->stop();
-  m_signals.cancel();
-  stop_http();
+  m_shell.close();
+  m_status.stop();
+  m_sample_timer.cancel();
   m_io.stop();
 }
 

@@ -5,11 +5,10 @@
 /// store runs its own writer, finalizer and scanner threads.
 
 #include "common/auth.hpp"
-#include "common/http/log_ring.hpp"
-#include "common/http/server.hpp"
+#include "common/daemon/daemon_shell.hpp"
+#include "common/daemon/status_port.hpp"
 #include "common/log_limit.hpp"
 #include "common/net/udp.hpp"
-#include "common/sd_notify.hpp"
 #include "common/single_thread.hpp"
 #include "common/unicast/client.hpp"
 #include "receiver/core/receiver_engine.hpp"
@@ -24,7 +23,6 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 
 #include <deque>
@@ -39,8 +37,6 @@
 
 namespace mcdist::receiver {
 
-/// The receiver daemon. Construct, then run() until SIGTERM/SIGINT. With daemon_config::http
-/// set it serves /metrics, /status and a status page on that address (daemon_http.cpp).
 /// The directory checks the daemon makes before it opens sockets: the temp directory and every
 /// channel's destination exist (or, with create, are created; without, could be created: their
 /// nearest existing ancestor is a writable directory), are writable directories, and every
@@ -53,9 +49,11 @@ void check_directories(const daemon_config& cfg, bool create);
 
 /// The receiver daemon. Construct, then run() until SIGTERM/SIGINT. Under systemd
 /// (Type=notify) it reports READY=1 once its sockets are bound and its saved sessions restored,
-/// WATCHDOG=1 every half $WATCHDOG_USEC from its io_context, STOPPING=1 when a signal stops it.
-/// SIGHUP reopens the log file and, with a config source (set_config_source), reloads the
-/// configuration (reload(), daemon_reload.cpp).
+/// WATCHDOG=1 every half $WATCHDOG_USEC from its io_context, STOPPING=1 when a signal stops it
+/// (common/daemon/daemon_shell.hpp). SIGHUP reopens the log file and, with a config source
+/// (set_config_source), reloads the configuration (reload(), daemon_reload.cpp). With
+/// daemon_config::http set it serves /metrics, /status and a status page on that address
+/// (daemon_http.cpp).
 class daemon final : public receiver_sink {
  public:
   /// Creates directories, opens sockets, restores checkpoints.
@@ -85,8 +83,6 @@ class daemon final : public receiver_sink {
 
   /// Local address of the control socket (tests).
   endpoint control_endpoint() const;
-  /// Local address of the status HTTP server, or nullopt when it is off.
-  std::optional<endpoint> http_endpoint() const;
 
   // receiver_sink
   void send(const endpoint& to, std::span<const std::byte> datagram) override;
@@ -201,15 +197,12 @@ class daemon final : public receiver_sink {
   /// The status file's document (also the base of /status).
   nlohmann::json status_json();
   // Status HTTP server (daemon_http.cpp).
-  void open_http();
-  void start_http();
-  void stop_http();
+  /// Samples the bytes received into the status board's per-minute ring, every second.
   void do_sample();
-  http::response serve_http(const http::request& r);
-  void wait_signal();
+  /// The body of one view of the status port.
+  std::string render_status(status_view view, log_summary log);
   /// The end of stop(), once running actions finished or their grace ran out.
   void finish_stop();
-  void arm_watchdog();
   // Delivery journal, actions and retention (daemon_actions.cpp).
   /// Opens the journal and makes the action runner (constructor, before the store).
   void open_journal();
@@ -272,9 +265,7 @@ class daemon final : public receiver_sink {
   std::map<std::uint32_t, std::optional<std::uint32_t>> m_channel_remap;
   boost::asio::steady_timer m_timer;
   boost::asio::steady_timer m_status_timer;
-  boost::asio::signal_set m_signals;
-  service_notifier m_notifier;
-  boost::asio::steady_timer m_watchdog_timer;
+  daemon_shell m_shell;
   std::unique_ptr<file_store> m_store;
   std::unique_ptr<receiver_engine> m_engine;
   /// Authentication, one keyring per channel (each trusts its own senders).
@@ -353,11 +344,9 @@ class daemon final : public receiver_sink {
   /// sequence_book::changes() as of the last write of TEMP/sequences.
   std::uint64_t m_sequences_saved = 0;
   // Status HTTP server (daemon_http.cpp).
-  std::shared_ptr<http::log_ring_sink> m_log_ring;  ///< on m_log while the daemon lives
   status_board m_board;
-  std::unique_ptr<http::server> m_http;
+  status_port m_status;
   boost::asio::steady_timer m_sample_timer;
-  wall_time m_started;
   /// WIS2 notification publishers, each with the index of its channel.
   std::vector<std::pair<std::size_t, std::unique_ptr<wis2_publisher>>> m_wis2;
   /// Delivery journal and the actions on receipt (before m_store: the store's hook uses it).

@@ -1,7 +1,7 @@
 #include "receiver/io/daemon_config.hpp"
 
+#include "common/daemon/toml_config.hpp"
 #include "common/key_file.hpp"
-#include "common/toml_file.hpp"
 #include "common/units.hpp"
 #include "common/wire.hpp"
 
@@ -18,27 +18,17 @@
 
 namespace mcdist::receiver {
 
+std::optional<endpoint> parse_http_setting(const std::string& text, const std::string& what) {
+  try {
+    return http::parse_status_address(text, default_http_port);
+  } catch (const std::invalid_argument& e) {
+    throw config_error(what + " " + e.what());
+  }
+}
+
 namespace {
 
-template <class T>
-T require_type(const toml::node& n, const std::string& key, const char* type_name) {
-  // An integer setting takes integers only: toml++ converts a float (1e40) to an integer type
-  // with a cast that is undefined behaviour out of range (found by tests/fuzz/config_fuzz).
-  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-    if (!n.is_integer()) {
-      throw config_error("'" + key + "' must be " + type_name + " (" + toml_where(n.source()) +
-                         ")");
-    }
-  }
-  if constexpr (std::is_same_v<T, bool>) {
-    if (!n.is_boolean()) {
-      throw config_error("'" + key + "' must be " + type_name + " (" + toml_where(n.source()) +
-                         ")");
-    }
-  }
-  if (auto v = n.value<T>()) return *v;
-  throw config_error("'" + key + "' must be " + type_name + " (" + toml_where(n.source()) + ")");
-}
+using table_reader = mcdist::table_reader<config_error>;
 
 endpoint parse_group(const std::string& text, const std::string& key) {
   const auto g = parse_endpoint(text);
@@ -58,31 +48,19 @@ std::vector<wis2_action> parse_actions(const toml::node& node, const std::string
     const std::string k = key + "[" + std::to_string(i) + "]";
     const auto* at = arr->get(i)->as_table();
     if (!at) throw config_error(k + " must be a table ([[channel.action]])");
-    static const char* known[] = {"type",           "broker",    "topic",       "base_url",
-                                  "data_id_prefix", "qos",       "username",    "password",
-                                  "password_file",  "ca_file",   "client_cert", "client_key",
-                                  "tls_insecure",   "max_queued"};
-    for (const auto& [name, v] : *at) {
-      if (std::find(std::begin(known), std::end(known), std::string(name.str())) ==
-          std::end(known)) {
-        throw config_error(k + ": unknown setting '" + std::string(name.str()) + "' (" +
-                           toml_where(v.source()) + ")");
-      }
-    }
-    const auto type = (*at)["type"];
-    if (!type) throw config_error(k + " needs type = \"wis2\"");
-    const auto t = require_type<std::string>(*type.node(), k + ".type", "a string");
-    if (t != "wis2")
-      throw config_error(k + ".type = \"" + t + "\": the only action type is \"wis2\"");
+    refuse_unknown_settings<config_error>(
+        *at,
+        {"type", "broker", "topic", "base_url", "data_id_prefix", "qos", "username", "password",
+         "password_file", "ca_file", "client_cert", "client_key", "tls_insecure", "max_queued"},
+        k);
+    const table_reader r(*at, k + ".", "");
+    const auto t = r.string("type");
+    if (!t) throw config_error(k + " needs type = \"wis2\"");
+    if (*t != "wis2")
+      throw config_error(k + ".type = \"" + *t + "\": the only action type is \"wis2\"");
     wis2_action a;
-    auto str = [&](const char* name, std::string& v) {
-      if (auto n = (*at)[name])
-        v = require_type<std::string>(*n.node(), k + "." + name, "a string");
-    };
-    auto path = [&](const char* name, std::filesystem::path& v) {
-      std::string text;
-      str(name, text);
-      v = text;
+    const auto str = [&r](const char* name, auto& v) {
+      if (auto s = r.string(name)) v = *s;
     };
     std::string broker;
     str("broker", broker);
@@ -94,25 +72,20 @@ std::vector<wis2_action> parse_actions(const toml::node& node, const std::string
                          "e.g. mqtts://broker.example.org:8883)");
     }
     a.broker.url = *b;
-    path("ca_file", a.broker.ca_file);
-    path("client_cert", a.broker.client_cert);
-    path("client_key", a.broker.client_key);
+    str("ca_file", a.broker.ca_file);
+    str("client_cert", a.broker.client_cert);
+    str("client_key", a.broker.client_key);
     str("username", a.broker.username);
     str("password", a.broker.password);
     str("password_file", a.broker.password_file);
-    if (auto n = (*at)["tls_insecure"]) {
-      a.broker.tls_insecure = require_type<bool>(*n.node(), k + ".tls_insecure", "true or false");
-    }
+    if (auto v = r.boolean("tls_insecure")) a.broker.tls_insecure = *v;
     str("topic", a.topic);
     str("base_url", a.base_url);
     str("data_id_prefix", a.data_id_prefix);
-    if (auto n = (*at)["qos"]) {
-      a.qos = static_cast<int>(require_type<std::int64_t>(*n.node(), k + ".qos", "0, 1 or 2"));
-    }
-    if (auto n = (*at)["max_queued"]) {
-      const auto v = require_type<std::int64_t>(*n.node(), k + ".max_queued", "a whole number");
-      if (v < 1 || v > 1000000) throw config_error(k + ".max_queued must be 1 to 1000000");
-      a.max_queued = static_cast<std::size_t>(v);
+    if (auto v = r.value<std::int64_t>("qos", "0, 1 or 2")) a.qos = static_cast<int>(*v);
+    if (auto v = r.value<std::int64_t>("max_queued", "a whole number")) {
+      if (*v < 1 || *v > 1000000) throw config_error(k + ".max_queued must be 1 to 1000000");
+      a.max_queued = static_cast<std::size_t>(*v);
     }
     try {
       check_wis2_action(a);
@@ -126,11 +99,15 @@ std::vector<wis2_action> parse_actions(const toml::node& node, const std::string
 }
 
 /// A duration setting of an [[action]] or [retention] table. @throws config_error
-std::chrono::nanoseconds age_setting(const toml::node& n, const std::string& key) {
-  const auto s = require_type<std::string>(n, key, "a duration string like \"60s\" or \"7d\"");
-  const auto d = parse_age(s);
-  if (!d) throw config_error("'" + key + "' = \"" + s + "\" is not a duration (e.g. 90s, 6h, 7d)");
-  return *d;
+std::optional<std::chrono::nanoseconds> age_setting(const table_reader& r, const char* name) {
+  const auto s = r.value<std::string>(name, "a duration string like \"60s\" or \"7d\"");
+  if (!s) return std::nullopt;
+  const auto d = parse_age(*s);
+  if (!d) {
+    throw config_error("'" + r.key(name) + "' = \"" + *s +
+                       "\" is not a duration (e.g. 90s, 6h, 7d)");
+  }
+  return d;
 }
 
 /// Longest `match` accepted, bytes.
@@ -145,24 +122,17 @@ std::vector<action_config> parse_receipt_actions(const toml::node& node) {
     std::string k = "action[" + std::to_string(i) + "]";
     const auto* at = arr->get(i)->as_table();
     if (!at) throw config_error(k + " must be a table ([[action]])");
-    static const char* known[] = {"name", "channel", "match",       "exec",    "link",
-                                  "copy", "timeout", "concurrency", "retries", "retry_delay"};
-    for (const auto& [name, v] : *at) {
-      if (std::find(std::begin(known), std::end(known), std::string(name.str())) ==
-          std::end(known)) {
-        throw config_error(k + ": unknown setting '" + std::string(name.str()) + "' (" +
-                           toml_where(v.source()) + ")");
-      }
-    }
+    refuse_unknown_settings<config_error>(*at,
+                                          {"name", "channel", "match", "exec", "link", "copy",
+                                           "timeout", "concurrency", "retries", "retry_delay"},
+                                          k);
     action_config a;
-    if (auto n = (*at)["name"])
-      a.name = require_type<std::string>(*n.node(), k + ".name", "a string");
+    if (auto v = table_reader(*at, k + ".", "").string("name")) a.name = *v;
     if (!a.name.empty()) k = "action '" + a.name + "'";
-    a.channel = "*";
-    if (auto n = (*at)["channel"])
-      a.channel = require_type<std::string>(*n.node(), k + ".channel", "a string");
-    if (auto n = (*at)["match"])
-      a.match = require_type<std::string>(*n.node(), k + ".match", "a string");
+    const table_reader r(*at, k + ".", "");
+    a.channel = r.string("channel").value_or("*");
+    if (auto v = r.string("match"))
+      a.match = *v;
     else
       throw config_error(k + " needs match = \"REGEX\" (ECMAScript, searched in the product path)");
     // libstdc++ compiles and matches regular expressions recursively: a bounded pattern keeps
@@ -177,10 +147,10 @@ std::vector<action_config> parse_receipt_actions(const toml::node& node) {
                          "\" is not a valid regular expression: " + e.what());
     }
     int kinds = 0;
-    if (auto n = (*at)["exec"]) {
+    if (const auto* n = r.get("exec")) {
       ++kinds;
       a.kind = action_kind::exec;
-      const auto* argv = n.as_array();
+      const auto* argv = n->as_array();
       if (!argv)
         throw config_error(k + ".exec must be an array of strings: [\"/path/prog\", \"{path}\"]");
       for (std::size_t j = 0; j < argv->size(); ++j) {
@@ -191,25 +161,23 @@ std::vector<action_config> parse_receipt_actions(const toml::node& node) {
     }
     for (auto [name, kind] :
          {std::pair{"link", action_kind::link}, std::pair{"copy", action_kind::copy}}) {
-      if (auto n = (*at)[name]) {
+      if (auto v = r.value<std::string>(name, "a path template string")) {
         ++kinds;
         a.kind = kind;
-        a.target = require_type<std::string>(*n.node(), k + "." + name, "a path template string");
+        a.target = *v;
       }
     }
     if (kinds != 1)
       throw config_error(k + " needs exactly one of exec = [...], link = \"...\", copy = \"...\"");
-    if (auto n = (*at)["timeout"]) a.timeout = age_setting(*n.node(), k + ".timeout");
-    if (auto n = (*at)["retry_delay"]) a.retry_delay = age_setting(*n.node(), k + ".retry_delay");
-    if (auto n = (*at)["concurrency"]) {
-      const auto v = require_type<std::int64_t>(*n.node(), k + ".concurrency", "a whole number");
-      if (v < 1 || v > 1024) throw config_error(k + ".concurrency must be 1 to 1024");
-      a.concurrency = static_cast<std::uint32_t>(v);
+    if (auto v = age_setting(r, "timeout")) a.timeout = *v;
+    if (auto v = age_setting(r, "retry_delay")) a.retry_delay = *v;
+    if (auto v = r.value<std::int64_t>("concurrency", "a whole number")) {
+      if (*v < 1 || *v > 1024) throw config_error(k + ".concurrency must be 1 to 1024");
+      a.concurrency = static_cast<std::uint32_t>(*v);
     }
-    if (auto n = (*at)["retries"]) {
-      const auto v = require_type<std::int64_t>(*n.node(), k + ".retries", "a whole number");
-      if (v < 0 || v > 100) throw config_error(k + ".retries must be 0 to 100");
-      a.retries = static_cast<std::uint32_t>(v);
+    if (auto v = r.value<std::int64_t>("retries", "a whole number")) {
+      if (*v < 0 || *v > 100) throw config_error(k + ".retries must be 0 to 100");
+      a.retries = static_cast<std::uint32_t>(*v);
     }
     try {
       check_action(a);
@@ -221,106 +189,71 @@ std::vector<action_config> parse_receipt_actions(const toml::node& node) {
   return out;
 }
 
-}  // namespace
-
-std::optional<endpoint> parse_http_setting(const std::string& text, const std::string& what) {
-  try {
-    return http::parse_status_address(text, default_http_port);
-  } catch (const std::invalid_argument& e) {
-    throw config_error(what + " " + e.what());
+/// A list of public keys or key files (`trusted_senders`). @throws config_error
+std::vector<crypto::key32> key_list(const toml::node& n, const std::string& key) {
+  std::vector<crypto::key32> keys;
+  const auto* arr = n.as_array();
+  if (!arr) throw config_error("'" + key + "' must be an array of keys or key files");
+  for (std::size_t i = 0; i < arr->size(); ++i) {
+    const auto* v = arr->get(i)->as_string();
+    if (!v) throw config_error("'" + key + "' must be an array of strings");
+    try {
+      keys.push_back(crypto::read_public_key(v->get()));
+    } catch (const crypto::key_error& e) {
+      throw config_error(key + "[" + std::to_string(i) + "]: " + e.what());
+    }
   }
+  return keys;
 }
-
-namespace {
 
 /// The settings of a parsed configuration; `source` names it in messages.
-daemon_config from_table(const toml::table& t, const std::string& source);
-
-}  // namespace
-
-daemon_config load_config_file(const std::filesystem::path& file) {
-  return from_table(parse_toml_file<config_error>(file), file.string());
-}
-
-daemon_config load_config_string(std::string_view text, const std::string& source) {
-  return from_table(parse_toml<config_error>(text, source), source);
-}
-
-namespace {
-
 daemon_config from_table(const toml::table& t, const std::string& source) {
   daemon_config cfg;
   std::filesystem::path default_dest;
-  static const char* known[] = {"id",
-                                "interface",
-                                "dest",
-                                "temp",
-                                "sync",
-                                "buffer_pool",
-                                "socket_buffer",
-                                "session_timeout",
-                                "status_interval",
-                                "checkpoint_interval",
-                                "status_file",
-                                "http",
-                                "log",
-                                "channel",
-                                "max_sessions",
-                                "max_sessions_per_source",
-                                "session_memory",
-                                "total_memory",
-                                "parity_memory",
-                                "disk_reserve",
-                                "disk_reserve_percent",
-                                "session_quota",
-                                "key_file",
-                                "trusted_senders",
-                                "allow_unsigned",
-                                "max_session_age",
-                                "max_clock_skew",
-                                "journal",
-                                "action",
-                                "retention"};
-  for (const auto& [k, v] : t) {
-    if (std::find(std::begin(known), std::end(known), std::string(k.str())) == std::end(known)) {
-      throw config_error(source + ": unknown setting '" + std::string(k.str()) + "' (" +
-                         toml_where(v.source()) + ")");
-    }
-  }
-  if (auto n = t["id"]) cfg.id = require_type<std::string>(*n.node(), "id", "a string");
-  if (auto n = t["interface"]) {
-    const auto s = require_type<std::string>(*n.node(), "interface", "a string");
-    const auto a = net::parse_interface(s);
+  refuse_unknown_settings<config_error>(
+      t,
+      {// the site, its directories and channels
+       "id", "interface", "dest", "temp", "sync", "journal", "channel", "action", "retention",
+       // budgets and limits
+       "buffer_pool", "socket_buffer", "session_memory", "total_memory", "parity_memory",
+       "disk_reserve", "disk_reserve_percent", "session_quota", "max_sessions",
+       "max_sessions_per_source",
+       // timers and status
+       "session_timeout", "status_interval", "checkpoint_interval", "status_file", "http", "log",
+       // authentication
+       "key_file", "trusted_senders", "allow_unsigned", "max_session_age", "max_clock_skew"},
+      source);
+  const table_reader r(t, "", "");
+  if (auto v = r.string("id")) cfg.id = *v;
+  if (auto s = r.string("interface")) {
+    const auto a = net::parse_interface(*s);
     if (!a || a->any()) {
-      throw config_error("'interface' = \"" + s +
+      throw config_error("'interface' = \"" + *s +
                          "\" is neither an IP address nor an interface name (e.g. \"10.0.0.7\", "
                          "\"eth1\")");
     }
     cfg.interface = *a;
   }
-  if (auto n = t["dest"]) default_dest = require_type<std::string>(*n.node(), "dest", "a string");
-  if (auto n = t["temp"]) cfg.temp = require_type<std::string>(*n.node(), "temp", "a string");
-  if (auto n = t["sync"]) {
-    const auto s = require_type<std::string>(*n.node(), "sync", "a string");
-    const auto m = parse_sync_mode(s);
+  if (auto v = r.string("dest")) default_dest = *v;
+  if (auto v = r.string("temp")) cfg.temp = *v;
+  if (auto s = r.string("sync")) {
+    const auto m = parse_sync_mode(*s);
     if (!m)
-      throw config_error(std::string("'sync' must be one of ") + sync_mode_names + ", not \"" + s +
+      throw config_error(std::string("'sync' must be one of ") + sync_mode_names + ", not \"" + *s +
                          "\"");
     cfg.sync = *m;
   }
   auto size_setting = [&](const char* key, auto& out) {
     using out_t = std::remove_reference_t<decltype(out)>;
-    if (auto n = t[key]) {
+    if (const auto* n = r.get(key)) {
       // A string ("32M") or an integer of bytes. Not a float: toml++ converts a float such as
       // 5.4e31 to int64 with a cast that is undefined behaviour out of range (found by
       // tests/fuzz/config_fuzz).
-      if (!n.is_string() && !n.is_integer()) {
-        throw config_error(std::string("'") + key +
-                           "' must be a size like \"32M\" or a whole number of bytes (" +
-                           toml_where(n.node()->source()) + ")");
+      if (!n->is_string() && !n->is_integer()) {
+        r.fail(key, "must be a size like \"32M\" or a whole number of bytes");
       }
       const auto s =
-          n.is_string() ? *n.value<std::string>() : std::to_string(*n.value<std::int64_t>());
+          n->is_string() ? *n->value<std::string>() : std::to_string(*n->value<std::int64_t>());
       const auto v = parse_size(s);
       if (!v)
         throw config_error(std::string("'") + key + "' = \"" + s + "\" is not a size (e.g. 32M)");
@@ -338,98 +271,62 @@ daemon_config from_table(const toml::table& t, const std::string& source) {
   size_setting("disk_reserve", cfg.disk_reserve_bytes);
   size_setting("session_quota", cfg.session_quota_bytes);
   auto count_setting = [&](const char* key, std::uint32_t& out) {
-    if (auto n = t[key]) {
-      const auto v = require_type<std::int64_t>(*n.node(), key, "a whole number");
-      if (v < 1 || v > 100000) throw config_error(std::string("'") + key + "' must be 1 to 100000");
-      out = static_cast<std::uint32_t>(v);
+    if (auto v = r.value<std::int64_t>(key, "a whole number")) {
+      if (*v < 1 || *v > 100000)
+        throw config_error(std::string("'") + key + "' must be 1 to 100000");
+      out = static_cast<std::uint32_t>(*v);
     }
   };
   count_setting("max_sessions", cfg.max_sessions);
   count_setting("max_sessions_per_source", cfg.max_sessions_per_source);
-  if (auto n = t["disk_reserve_percent"]) {
-    const auto v = n.is_integer()
-                       ? static_cast<double>(*n.value<std::int64_t>())
-                       : require_type<double>(*n.node(), "disk_reserve_percent", "a number");
+  if (const auto* n = r.get("disk_reserve_percent")) {
+    const auto v = n->is_integer() ? static_cast<double>(*n->value<std::int64_t>())
+                                   : *r.value<double>("disk_reserve_percent", "a number");
     if (v < 0 || v > 50) throw config_error("'disk_reserve_percent' must be 0 to 50");
     cfg.disk_reserve_percent = v;
   }
   auto duration_setting = [&](const char* key, std::chrono::nanoseconds& out) {
-    if (auto n = t[key]) {
-      const auto s = require_type<std::string>(*n.node(), key, "a duration string like \"60s\"");
-      const auto d = parse_duration(s);
-      if (!d) throw config_error(std::string("'") + key + "' = \"" + s + "\" is not a duration");
+    if (auto s = r.value<std::string>(key, "a duration string like \"60s\"")) {
+      const auto d = parse_duration(*s);
+      if (!d) throw config_error(std::string("'") + key + "' = \"" + *s + "\" is not a duration");
       out = *d;
     }
   };
   duration_setting("session_timeout", cfg.session_timeout);
   duration_setting("status_interval", cfg.status_interval);
   duration_setting("checkpoint_interval", cfg.checkpoint_interval);
-  if (auto n = t["status_file"]) {
-    cfg.status_file = require_type<std::string>(*n.node(), "status_file", "a string");
-  }
-  if (auto n = t["http"]) {
-    cfg.http =
-        parse_http_setting(require_type<std::string>(*n.node(), "http", "a string"), "'http' =");
+  if (auto v = r.string("status_file")) cfg.status_file = *v;
+  if (auto v = r.string("http")) {
+    cfg.http = parse_http_setting(*v, "'http' =");
     cfg.http_explicit = true;
   }
   if (auto lt = t["log"].as_table()) {
-    if (auto n = (*lt)["level"]) {
+    const table_reader lr(*lt, "log.", "");
+    if (auto v = lr.string("level")) {
       try {
-        cfg.log.level =
-            parse_log_level(require_type<std::string>(*n.node(), "log.level", "a string"));
+        cfg.log.level = parse_log_level(*v);
       } catch (const std::invalid_argument& e) {
         throw config_error(std::string("log.level: ") + e.what());
       }
     }
-    if (auto n = (*lt)["file"])
-      cfg.log.file = require_type<std::string>(*n.node(), "log.file", "a string");
+    if (auto v = lr.string("file")) cfg.log.file = *v;
   }
-  auto key_list = [](const auto& n, const std::string& key) {
-    std::vector<crypto::key32> keys;
-    const auto* arr = n.as_array();
-    if (!arr) throw config_error("'" + key + "' must be an array of keys or key files");
-    for (std::size_t i = 0; i < arr->size(); ++i) {
-      const auto* v = arr->get(i)->as_string();
-      if (!v) throw config_error("'" + key + "' must be an array of strings");
-      try {
-        keys.push_back(crypto::read_public_key(v->get()));
-      } catch (const crypto::key_error& e) {
-        throw config_error(key + "[" + std::to_string(i) + "]: " + e.what());
-      }
-    }
-    return keys;
-  };
-  if (auto n = t["journal"])
-    cfg.journal = require_type<std::string>(*n.node(), "journal", "a string");
-  if (auto n = t["action"]) cfg.actions = parse_receipt_actions(*n.node());
-  if (auto n = t["retention"]) {
-    const auto* rt = n.as_table();
+  if (auto v = r.string("journal")) cfg.journal = *v;
+  if (const auto* n = r.get("action")) cfg.actions = parse_receipt_actions(*n);
+  if (const auto* n = r.get("retention")) {
+    const auto* rt = n->as_table();
     if (!rt) throw config_error("'retention' must be a table: [retention]");
-    for (const auto& [name, v] : *rt) {
-      const std::string nm(name.str());
-      if (nm == "max_age")
-        cfg.retention_max_age = age_setting(v, "retention.max_age");
-      else if (nm == "interval")
-        cfg.retention_interval = age_setting(v, "retention.interval");
-      else if (nm == "journal_max_age")
-        cfg.journal_max_age = age_setting(v, "retention.journal_max_age");
-      else
-        throw config_error("retention: unknown setting '" + nm + "' (" + toml_where(v.source()) +
-                           ")");
-    }
+    refuse_unknown_settings<config_error>(*rt, {"max_age", "interval", "journal_max_age"},
+                                          "retention");
+    const table_reader rr(*rt, "retention.", "");
+    if (auto v = age_setting(rr, "max_age")) cfg.retention_max_age = *v;
+    if (auto v = age_setting(rr, "interval")) cfg.retention_interval = *v;
+    if (auto v = age_setting(rr, "journal_max_age")) cfg.journal_max_age = *v;
   }
-  if (auto n = t["key_file"])
-    cfg.key_file = require_type<std::string>(*n.node(), "key_file", "a string");
+  if (auto v = r.string("key_file")) cfg.key_file = *v;
   std::vector<crypto::key32> default_trusted;
-  if (auto n = t["trusted_senders"]) default_trusted = key_list(n, "trusted_senders");
-  auto bool_setting = [](const auto& n, const std::string& key) {
-    if (!n.is_boolean()) {
-      throw config_error("'" + key + "' must be true or false (" + toml_where(n.node()->source()) +
-                         ")");
-    }
-    return n.value_or(false);
-  };
-  if (auto n = t["allow_unsigned"]) cfg.allow_unsigned = bool_setting(n, "allow_unsigned");
+  if (const auto* n = r.get("trusted_senders")) default_trusted = key_list(*n, "trusted_senders");
+  if (auto v = r.boolean("allow_unsigned")) cfg.allow_unsigned = *v;
   auto ms_setting = [&](const char* key, std::chrono::milliseconds& out) {
     std::chrono::nanoseconds d{out};
     duration_setting(key, d);
@@ -445,27 +342,22 @@ daemon_config from_table(const toml::table& t, const std::string& source) {
       const auto* ct = arr->get(i)->as_table();
       const std::string key = "channel[" + std::to_string(i) + "]";
       if (!ct) throw config_error(key + " must be a table ([[channel]])");
+      const table_reader c(*ct, key + ".", "");
       channel_config ch;
-      if (auto n = (*ct)["name"])
-        ch.name = require_type<std::string>(*n.node(), key + ".name", "a string");
-      const auto g = (*ct)["group"];
+      if (auto v = c.string("name")) ch.name = *v;
+      const auto g = c.string("group");
       if (!g) throw config_error(key + " needs group = \"ADDR:PORT\"");
-      ch.group = parse_group(require_type<std::string>(*g.node(), key + ".group", "a string"),
-                             key + ".group");
-      if (auto n = (*ct)["source"]) {
-        ch.source = parse_source(require_type<std::string>(*n.node(), key + ".source", "a string"),
-                                 ch.group, key + ".source");
-      }
-      if (auto n = (*ct)["dest"])
-        ch.dest = require_type<std::string>(*n.node(), key + ".dest", "a string");
-      if (auto n = (*ct)["trusted_senders"]) {
-        ch.trusted_senders = key_list(n, key + ".trusted_senders");
+      ch.group = parse_group(*g, key + ".group");
+      if (auto v = c.string("source")) ch.source = parse_source(*v, ch.group, key + ".source");
+      if (auto v = c.string("dest")) ch.dest = *v;
+      if (const auto* n = c.get("trusted_senders")) {
+        ch.trusted_senders = key_list(*n, key + ".trusted_senders");
       } else {
         ch.trusted_senders = default_trusted;
       }
-      if (auto n = (*ct)["silent"]) ch.silent = bool_setting(n, key + ".silent");
-      if (auto n = (*ct)["catch_up_url"]) {
-        ch.catch_up_url = require_type<std::string>(*n.node(), key + ".catch_up_url", "a string");
+      if (auto v = c.boolean("silent")) ch.silent = *v;
+      if (auto v = c.string("catch_up_url")) {
+        ch.catch_up_url = *v;
         if (!(ch.catch_up_url.starts_with("https://") || ch.catch_up_url.starts_with("http://")) ||
             ch.catch_up_url.find_first_of(" \t\r\n?#") != std::string::npos) {
           throw config_error("'" + key + ".catch_up_url' = \"" + ch.catch_up_url +
@@ -479,28 +371,25 @@ daemon_config from_table(const toml::table& t, const std::string& source) {
                              "may transmit is caught up by the hub's multicast catch-up");
         }
       }
-      if (auto n = (*ct)["catch_up_ca"]) {
-        ch.catch_up_ca = require_type<std::string>(*n.node(), key + ".catch_up_ca", "a string");
+      if (auto v = c.string("catch_up_ca")) {
+        ch.catch_up_ca = *v;
         if (ch.catch_up_url.empty()) {
           throw config_error("'" + key + ".catch_up_ca' needs catch_up_url");
         }
       }
-      ch.allow_unsigned = cfg.allow_unsigned;
-      if (auto n = (*ct)["allow_unsigned"]) {
-        ch.allow_unsigned = bool_setting(n, key + ".allow_unsigned");
-      }
+      ch.allow_unsigned = c.boolean("allow_unsigned").value_or(cfg.allow_unsigned);
       if (ch.name.empty()) ch.name = ch.group.to_string();
-      if (auto n = (*ct)["action"]) ch.wis2 = parse_actions(*n.node(), key + ".action");
-      if (auto n = (*ct)["retention"]) {
-        const auto* rt = n.as_table();
+      if (const auto* n = c.get("action")) ch.wis2 = parse_actions(*n, key + ".action");
+      if (const auto* n = c.get("retention")) {
+        const auto* rt = n->as_table();
         if (!rt) throw config_error(key + ".retention must be a table: [channel.retention]");
         for (const auto& [name, v] : *rt) {
-          if (std::string(name.str()) != "max_age") {
+          if (name.str() != "max_age") {
             throw config_error(key + ".retention: unknown setting '" + std::string(name.str()) +
                                "' (only max_age; interval and journal_max_age are in [retention])");
           }
-          ch.retention_max_age = age_setting(v, key + ".retention.max_age");
         }
+        ch.retention_max_age = age_setting(table_reader(*rt, key + ".retention.", ""), "max_age");
       }
       cfg.channels.push_back(std::move(ch));
     }
@@ -517,6 +406,14 @@ daemon_config from_table(const toml::table& t, const std::string& source) {
 }
 
 }  // namespace
+
+daemon_config load_config_file(const std::filesystem::path& file) {
+  return from_table(parse_toml_file<config_error>(file), file.string());
+}
+
+daemon_config load_config_string(std::string_view text, const std::string& source) {
+  return from_table(parse_toml<config_error>(text, source), source);
+}
 
 endpoint parse_source(const std::string& text, const endpoint& group, const std::string& what) {
   const auto a = parse_address(text);

@@ -18,43 +18,6 @@ constexpr auto sample_interval = std::chrono::seconds(1);
 
 }  // namespace
 
-void daemon::open_http() {
-  if (!m_cfg.http) return;
-  try {
-    m_http = std::make_unique<http::server>(
-        m_io, *m_cfg.http, [this](const http::request& r) { return serve_http(r); },
-        http::server_limits{}, m_log);
-  } catch (const std::system_error& e) {
-    if (m_cfg.http_explicit) {
-      throw std::runtime_error(std::string(e.what()) +
-                               ": set http = \"ADDR:PORT\" (--http) to a free address, or \"off\"");
-    }
-    m_log->warn(
-        "{}: no status page, /metrics or /status (the default address is taken: set "
-        "http = \"ADDR:PORT\" or --http to another, or \"off\")",
-        e.what());
-    return;
-  }
-  m_log->info("status page on http://{}/ (also /metrics and /status)",
-              m_http->local_endpoint().to_string());
-}
-
-std::optional<endpoint> daemon::http_endpoint() const {
-  if (!m_http) return std::nullopt;
-  return m_http->local_endpoint();
-}
-
-void daemon::start_http() {
-  if (!m_http) return;
-  m_http->start();
-  do_sample();
-}
-
-void daemon::stop_http() {
-  if (m_http) m_http->stop();
-  m_sample_timer.cancel();
-}
-
 void daemon::do_sample() {
   m_board.observe_bytes(m_engine->stats().data_bytes, std::chrono::system_clock::now());
   m_sample_timer.expires_after(sample_interval);
@@ -75,17 +38,11 @@ void daemon::file_finished(const file_outcome& outcome) {
   }
 }
 
-http::response daemon::serve_http(const http::request& r) {
-  const bool metrics = r.path == "/metrics";
-  const bool status = r.path == "/status";
-  const bool page = r.path == "/" || r.path == "/index.html";
-  if (!metrics && !status && !page) {
-    return {404, "text/plain; charset=utf-8", "404 Not Found: try /, /status or /metrics\n"};
-  }
+std::string daemon::render_status(status_view view, log_summary log) {
   status_snapshot s;
   s.id = m_cfg.id;
   s.now = std::chrono::system_clock::now();
-  s.started = m_started;
+  s.started = m_status.started();
   s.channels = &m_cfg.channels;
   s.retired = &m_retired;
   s.reloads_ok = m_reloads_ok;
@@ -111,19 +68,14 @@ http::response daemon::serve_http(const http::request& r) {
   if (m_actions) s.actions = m_actions->stats();
   s.retention_deleted = m_retention_deleted;
   s.retention_skipped = m_retention_skipped;
-  if (m_log_ring) {
-    s.recent_log = m_log_ring->recent();
-    s.warnings_logged = m_log_ring->count(spdlog::level::warn);
-    s.errors_logged =
-        m_log_ring->count(spdlog::level::err) + m_log_ring->count(spdlog::level::critical);
+  s.log = std::move(log);
+  switch (view) {
+    case status_view::metrics: return render_metrics(s);
+    case status_view::page: return render_status_page(s);
+    case status_view::json: break;
   }
-  if (metrics) return {200, std::string(http::prometheus_content_type), render_metrics(s)};
-  if (page) return {200, "text/html; charset=utf-8", render_status_page(s)};
   s.status_file = status_json();
-  // Paths come from the network: invalid UTF-8 is replaced, not an exception.
-  return {
-      200, "application/json",
-      render_status_json(s).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"};
+  return status_json_text(render_status_json(s));
 }
 
 }  // namespace mcdist::receiver

@@ -5,7 +5,7 @@
 
 #include "checkpoint.pb.h"
 #include "common/byte_order.hpp"
-#include "common/logging.hpp"
+#include "common/daemon/reload_diff.hpp"
 #include "common/wire.hpp"
 #include "receiver/io/daemon.hpp"
 
@@ -19,17 +19,6 @@
 namespace mcdist::receiver {
 
 namespace {
-
-bool same_wis2(const std::vector<wis2_action>& a, const std::vector<wis2_action>& b) {
-  const auto key = [](const wis2_action& w) {
-    const auto& m = w.broker;
-    return std::tie(m.url, m.ca_file, m.client_cert, m.client_key, m.username, m.password,
-                    m.password_file, m.tls_insecure, w.topic, w.base_url, w.data_id_prefix, w.qos,
-                    w.max_queued);
-  };
-  return std::equal(a.begin(), a.end(), b.begin(), b.end(),
-                    [&](const auto& x, const auto& y) { return key(x) == key(y); });
-}
 
 bool same_actions(const std::vector<action_config>& a, const std::vector<action_config>& b) {
   const auto key = [](const action_config& x) {
@@ -49,32 +38,27 @@ bool same_receiving(const channel_config& a, const channel_config& b) {
 
 /// The settings of `next` that differ from `now` and that a running daemon cannot change:
 /// they are bound into sockets, threads, files or budgets made at start.
-std::vector<std::string> restart_only_changes(const daemon_config& now, const daemon_config& next) {
-  std::vector<std::string> out;
-  const auto check = [&out](bool same, const char* name) {
-    if (!same) out.emplace_back(name);
-  };
-  check(now.id == next.id, "id");
-  check(now.interface == next.interface, "interface");
-  check(now.temp == next.temp, "temp");
-  check(now.key_file == next.key_file, "key_file");
-  check(now.sync == next.sync, "sync");
-  check(now.buffer_pool_bytes == next.buffer_pool_bytes, "buffer_pool");
-  check(now.parity_memory_bytes == next.parity_memory_bytes, "parity_memory");
-  check(now.socket_buffer_bytes == next.socket_buffer_bytes, "socket_buffer");
-  check(now.session_timeout == next.session_timeout, "session_timeout");
-  check(now.checkpoint_interval == next.checkpoint_interval, "checkpoint_interval");
-  check(now.status_file == next.status_file, "status_file");
-  check(now.session_memory_bytes == next.session_memory_bytes, "session_memory");
-  check(now.total_memory_bytes == next.total_memory_bytes, "total_memory");
-  check(now.disk_reserve_bytes == next.disk_reserve_bytes &&
-            now.disk_reserve_percent == next.disk_reserve_percent,
-        "disk_reserve");
-  check(now.session_quota_bytes == next.session_quota_bytes, "session_quota");
-  check(now.http == next.http, "http");
-  check(now.log.level == next.log.level && now.log.file == next.log.file, "log");
-  check(now.journal == next.journal, "journal");
-  return out;
+void restart_only_changes(const daemon_config& now, const daemon_config& next, reload_diff& d) {
+  d.restart_only(now.id == next.id, "id");
+  d.restart_only(now.interface == next.interface, "interface");
+  d.restart_only(now.temp == next.temp, "temp");
+  d.restart_only(now.key_file == next.key_file, "key_file");
+  d.restart_only(now.sync == next.sync, "sync");
+  d.restart_only(now.buffer_pool_bytes == next.buffer_pool_bytes, "buffer_pool");
+  d.restart_only(now.parity_memory_bytes == next.parity_memory_bytes, "parity_memory");
+  d.restart_only(now.socket_buffer_bytes == next.socket_buffer_bytes, "socket_buffer");
+  d.restart_only(now.session_timeout == next.session_timeout, "session_timeout");
+  d.restart_only(now.checkpoint_interval == next.checkpoint_interval, "checkpoint_interval");
+  d.restart_only(now.status_file == next.status_file, "status_file");
+  d.restart_only(now.session_memory_bytes == next.session_memory_bytes, "session_memory");
+  d.restart_only(now.total_memory_bytes == next.total_memory_bytes, "total_memory");
+  d.restart_only(now.disk_reserve_bytes == next.disk_reserve_bytes &&
+                     now.disk_reserve_percent == next.disk_reserve_percent,
+                 "disk_reserve");
+  d.restart_only(now.session_quota_bytes == next.session_quota_bytes, "session_quota");
+  d.restart_only(now.http == next.http, "http");
+  d.restart_only(now.log.level == next.log.level && now.log.file == next.log.file, "log");
+  d.restart_only(now.journal == next.journal, "journal");
 }
 
 }  // namespace
@@ -193,32 +177,27 @@ bool daemon::reload(const std::function<daemon_config()>& source) {
 
   // Plan the channels by name, then open what is new before changing anything, so a socket
   // that cannot be opened leaves the daemon as it was.
-  std::vector<std::string> changes;
+  const auto match = match_channels(m_cfg.channels, next.channels,
+                                    [this](std::size_t i) { return !m_retired[i]; });
+  reload_diff diff;
   std::vector<std::size_t> retire;
   std::vector<const channel_config*> add;
-  std::vector<bool> matched(next.channels.size(), false);
   for (std::size_t i = 0; i < m_cfg.channels.size(); ++i) {
     if (m_retired[i]) continue;
     const auto& cur = m_cfg.channels[i];
-    const auto it = std::find_if(next.channels.begin(), next.channels.end(),
-                                 [&](const channel_config& c) { return c.name == cur.name; });
-    if (it == next.channels.end()) {
+    const auto j = match.next_of[i];
+    if (!j) {
       retire.push_back(i);
-      changes.push_back("channel " + cur.name + " removed");
-      continue;
-    }
-    matched[static_cast<std::size_t>(it - next.channels.begin())] = true;
-    if (!same_receiving(cur, *it)) {
+      diff.note("channel " + cur.name + " removed");
+    } else if (!same_receiving(cur, next.channels[*j])) {
       retire.push_back(i);
-      add.push_back(&*it);
-      changes.push_back("channel " + cur.name +
-                        " changed (group, dest, trusted_senders or silent)");
+      add.push_back(&next.channels[*j]);
+      diff.note("channel " + cur.name + " changed (group, dest, trusted_senders or silent)");
     }
   }
-  for (std::size_t j = 0; j < next.channels.size(); ++j) {
-    if (matched[j]) continue;
+  for (const auto j : match.added) {
     add.push_back(&next.channels[j]);
-    changes.push_back("channel " + next.channels[j].name + " added");
+    diff.note("channel " + next.channels[j].name + " added");
   }
   try {
     for (const auto* ch : add) {
@@ -234,33 +213,27 @@ bool daemon::reload(const std::function<daemon_config()>& source) {
       probe.close(ignored);
     }
   } catch (const std::exception& e) {
-    ++m_reloads_failed;
-    m_log->error("SIGHUP: configuration not reloaded, still running on the previous one: {}",
-                 e.what());
-    return false;
+    return log_reload_refused(*m_log, m_reloads_failed, e);
   }
 
   // Apply. Channels kept as they were take the new per-channel actions and retention.
   for (std::size_t i = 0; i < m_cfg.channels.size(); ++i) {
-    if (m_retired[i]) continue;
+    if (m_retired[i] || !match.next_of[i]) continue;
     auto& cur = m_cfg.channels[i];
-    const auto it = std::find_if(next.channels.begin(), next.channels.end(),
-                                 [&](const channel_config& c) { return c.name == cur.name; });
-    if (it == next.channels.end() || !same_receiving(cur, *it)) continue;
-    if (!same_wis2(cur.wis2, it->wis2)) {
+    const auto& nc = next.channels[*match.next_of[i]];
+    if (!same_receiving(cur, nc)) continue;
+    if (cur.wis2 != nc.wis2) {
       // Notifications queued for the old broker are sent on its way out (the destructor
       // disconnects after its queue); the next stored file goes to the new one.
       std::erase_if(m_wis2, [i](const auto& p) { return p.first == i; });
-      for (const auto& a : it->wis2) {
+      for (const auto& a : nc.wis2) {
         m_wis2.push_back({i, std::make_unique<wis2_publisher>(a, cur.name, m_log)});
       }
-      cur.wis2 = it->wis2;
-      changes.push_back("channel " + cur.name + " wis2 actions replaced");
+      cur.wis2 = nc.wis2;
+      diff.note("channel " + cur.name + " wis2 actions replaced");
     }
-    if (cur.retention_max_age != it->retention_max_age) {
-      cur.retention_max_age = it->retention_max_age;
-      changes.push_back("channel " + cur.name + " retention changed");
-    }
+    diff.take(cur.retention_max_age, nc.retention_max_age,
+              "channel " + cur.name + " retention changed");
   }
   for (const auto i : retire) m_retired[i] = true;
   for (const auto* ch : add) {
@@ -275,7 +248,7 @@ bool daemon::reload(const std::function<daemon_config()>& source) {
   publish_dest_names();
   save_channel_table();
   if (!same_actions(m_cfg.actions, next.actions)) {
-    changes.push_back(
+    diff.note(
         fmt::format("actions replaced ({} -> {})", m_cfg.actions.size(), next.actions.size()));
     m_actions->replace_actions(next.actions);
     m_cfg.actions = next.actions;
@@ -283,31 +256,23 @@ bool daemon::reload(const std::function<daemon_config()>& source) {
   if (m_cfg.retention_max_age != next.retention_max_age ||
       m_cfg.retention_interval != next.retention_interval ||
       m_cfg.journal_max_age != next.journal_max_age) {
-    changes.push_back("retention changed");
+    diff.note("retention changed");
     m_cfg.retention_max_age = next.retention_max_age;
     m_cfg.retention_interval = next.retention_interval;
     m_cfg.journal_max_age = next.journal_max_age;
   }
   if (m_cfg.max_sessions != next.max_sessions ||
       m_cfg.max_sessions_per_source != next.max_sessions_per_source) {
-    changes.push_back("session limits changed");
+    diff.note("session limits changed");
     m_cfg.max_sessions = next.max_sessions;
     m_cfg.max_sessions_per_source = next.max_sessions_per_source;
     m_engine->set_session_limits(m_cfg.max_sessions, m_cfg.max_sessions_per_source);
   }
-  if (m_cfg.status_interval != next.status_interval) {
-    changes.push_back("status_interval changed");
-    m_cfg.status_interval = next.status_interval;
-  }
+  diff.take(m_cfg.status_interval, next.status_interval, "status_interval changed");
   m_cfg.trusted_senders = next.trusted_senders;
-  log_restart_only(*m_log, restart_only_changes(m_cfg, next), changes);
+  restart_only_changes(m_cfg, next, diff);
   ++m_reloads_ok;
-  std::size_t live = 0;
-  for (std::size_t i = 0; i < m_retired.size(); ++i) live += m_retired[i] ? 0 : 1;
-  std::string summary;
-  for (const auto& c : changes) summary += (summary.empty() ? "" : "; ") + c;
-  m_log->info("SIGHUP: configuration reloaded: {} ({} channel{} now)",
-              summary.empty() ? "no change" : summary, live, live == 1 ? "" : "s");
+  diff.log(*m_log, static_cast<std::size_t>(std::count(m_retired.begin(), m_retired.end(), false)));
   close_idle_channels();
   return true;
 }

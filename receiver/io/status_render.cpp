@@ -16,7 +16,6 @@ namespace {
 
 using http::html_escape;
 using http::iso_time;
-using http::level_name;
 using http::metric_type;
 
 double unix_seconds(wall_time t) {
@@ -147,10 +146,7 @@ std::string render_metrics(const status_snapshot& s) {
   p.family("mcdist_receiver_unicast_transfers_active", metric_type::gauge,
            "Unicast fallback transfers running.");
   p.sample(std::uint64_t{s.unicast_active});
-  p.family("mcdist_receiver_log_messages_total", metric_type::counter,
-           "Log messages at warning level and above, by level.");
-  p.sample({{"level", "warning"}}, s.warnings_logged);
-  p.sample({{"level", "error"}}, s.errors_logged);
+  log_messages_metric(p, "mcdist_receiver_log_messages_total", s.log);
   if (!s.sequences.empty()) {
     // Per channel name as announced; a channel numbered by two senders sums their gaps.
     std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> by_channel;  // missing, last
@@ -256,12 +252,7 @@ nlohmann::json render_status_json(const status_snapshot& s) {
     chans.push_back(std::move(c));
   }
   j["channels"] = std::move(chans);
-  nlohmann::json log = nlohmann::json::array();
-  for (const auto& e : s.recent_log) {
-    log.push_back(
-        {{"time", iso_time(e.time)}, {"level", level_name(e.level)}, {"message", e.text}});
-  }
-  j["recent_log"] = std::move(log);
+  j["recent_log"] = recent_log_json(s.log.recent);
   j["bytes_per_minute"] = s.board->bytes_per_minute(s.now);
   return j;
 }
@@ -372,7 +363,7 @@ std::string render_status_page(const status_snapshot& s) {
                                "File data received per minute (multicast and unicast), as a mean "
                                "rate");
 
-  h += http::recent_log_html(s.recent_log);
+  h += http::recent_log_html(s.log.recent);
   h += "</body></html>\n";
   return h;
 }

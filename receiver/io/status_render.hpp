@@ -11,7 +11,7 @@
 /// Pure functions of the snapshot.
 
 #include "common/auth.hpp"
-#include "common/http/log_ring.hpp"
+#include "common/daemon/status_port.hpp"
 #include "receiver/core/receiver_engine.hpp"
 #include "receiver/io/daemon_config.hpp"
 #include "receiver/io/status_board.hpp"
@@ -51,13 +51,11 @@ struct status_snapshot {
   /// Storage: group commits, and those made by one syncfs (file_store::stats).
   std::uint64_t commit_batches = 0;
   std::uint64_t commit_batches_syncfs = 0;
-  std::uint64_t dropped_by_option = 0;      ///< --drop-rate (test option)
-  auth::auth_stats not_authenticated;       ///< refused by authentication (common/auth.hpp)
-  std::uint64_t read_pauses = 0;            ///< reads paused for a full storage pool
-  std::vector<http::log_entry> recent_log;  ///< recent warnings and errors, oldest first
-  std::uint64_t warnings_logged = 0;
-  std::uint64_t errors_logged = 0;
-  nlohmann::json status_file;  ///< the status file's document
+  std::uint64_t dropped_by_option = 0;  ///< --drop-rate (test option)
+  auth::auth_stats not_authenticated;   ///< refused by authentication (common/auth.hpp)
+  std::uint64_t read_pauses = 0;        ///< reads paused for a full storage pool
+  log_summary log;                      ///< recent warnings and errors, and how many were logged
+  nlohmann::json status_file;           ///< the status file's document
   /// WIS2 actions: channel name, topic and counters (wis2_publisher::stats), in config order.
   struct wis2_entry {
     std::string channel;
