@@ -296,9 +296,7 @@ void receiver_engine::handle_marker(session_rx& s, const wire::marker& m, time_p
   s.echo_us = m.sender_time_us();
   s.echo_at = now;
   s.grtt = std::min(from_us(m.grtt_us()), m_cfg.max_grtt);
-  s.feedback.on_marker(from_us(std::min<std::uint32_t>(m.nak_backoff_us(), 10'000'000)),
-                       m.group_size());
-  s.digests_through = std::min(m.digests_through(), s.file_count);
+  s.naks.on_marker_params(m, s.file_count);
   if (s.state == session_rx::state_t::completing) {
     // Answered until acknowledged, but not again before the last COMPLETE's acknowledgement
     // had time to come back (a status request sent before the sender got it).
@@ -313,104 +311,18 @@ void receiver_engine::handle_marker(session_rx& s, const wire::marker& m, time_p
     m_stats.drops.add(errc::invalid_field);
     return;
   }
-  const bool newer =
-      seq_after(m.pass(), s.marker_pass) ||
-      (m.pass() == s.marker_pass &&
-       (m.file() > s.marker_file || (m.file() == s.marker_file && m.block() >= s.marker_block)));
-  if (!newer) return;
-  if (m.pass() != s.marker_pass) {
-    // A new pass: NAK from its start again; rounds and hints of the old pass are void.
-    s.marker_pass_end = false;
-    s.feedback.clear();
-    s.rounds.clear();
-    s.nak_file = 0;
-    s.nak_block = 0;
-  }
-  s.marker_pass = m.pass();
-  s.marker_file = m.file();
-  s.marker_block = m.block();
-  if (seq_after(m.seq(), s.marker_seq) || s.marker_seq == 0) s.marker_seq = m.seq();
-  s.marker_pass_end = s.marker_pass_end || m.pass_end();
-  // A silent site keeps the sender's progress (FEC blocks whose sources are all sent) and
-  // schedules no NAK round.
-  if (s.silent) return;
-  nak_round r;
-  // The sender is idle and asking again at the end of a pass we already answered: our NAKs
-  // were lost, or its repairs were (or a repair it advertised). NAK everything still missing.
-  const bool rescan = m.pass_end() && s.pass_end_answered == m.pass();
-  if (rescan) s.feedback.clear();
-  if (!rescan && !s.unicast) {
-    r.from_file = s.nak_file;
-    r.from_block = s.nak_block;
-  } else if (s.unicast) {
-    // Data comes over unicast; NAK only for digests and, when asked, as a sign of life.
-    r.from_file = s.marker_file;
-    r.from_block = s.marker_block;
-  }
-  r.to_file = s.marker_file;
-  r.to_block = s.marker_block;
-  r.pass_end = s.marker_pass_end;
-  r.status = m.status_request();
-  r.status_slices = m.status_slices();
-  r.status_slice = m.status_slice();
-  const bool covers =
-      r.from_file < r.to_file || (r.from_file == r.to_file && r.from_block < r.to_block);
-  s.nak_file = s.marker_file;
-  s.nak_block = s.marker_block;
-  if (!covers && !r.status && !rescan) return;
-  r.due = now + s.feedback.draw_delay(random());
-  if (s.rounds.size() >= max_nak_rounds) {
-    // Bounded: the newest pending round takes this one's blocks too.
-    auto& last = s.rounds.back();
-    last.to_file = r.to_file;
-    last.to_block = r.to_block;
-    last.pass_end = last.pass_end || r.pass_end;
-    last.status = last.status || r.status;
-  } else {
-    s.rounds.push_back(r);
-  }
-  if (!s.nak_due || r.due < *s.nak_due) s.nak_due = r.due;
+  s.naks.on_marker(m, s.unicast, s.silent, now, [this] { return random(); });
 }
 
 void receiver_engine::handle_advert(session_rx& s, const wire::repair_advert& m, time_point) {
   if (s.state != session_rx::state_t::receiving || s.unicast) return;
   // Check everything before taking anything (a hint, but from the network).
-  for (const auto& fn : m.files()) {
-    if (fn.file() >= s.file_count || fn.file() >= s.files.size() ||
-        for_each_range(std::span(fn.ranges().data(), static_cast<std::size_t>(fn.ranges_size())),
-                       s.files[fn.file()].blocks, [](std::uint32_t, std::uint32_t) {})) {
-      m_stats.drops.add(errc::invalid_field);
-      return;
-    }
+  if (!nak_planner::advert_files_valid(m, s.files)) {
+    m_stats.drops.add(errc::invalid_field);
+    return;
   }
-  // Parity pending per FEC block: (gap, pending) pairs, ascending, as nak.fec_lacks.
-  if (m.fec_parity_size() > 0 && ensure_fec(s)) {
-    const auto& t = *s.fec;
-    bool ok = m.fec_parity_size() % 2 == 0;
-    std::uint64_t fb = 0;
-    for (int i = 0; ok && i < m.fec_parity_size(); i += 2) {
-      if (i > 0 && m.fec_parity(i) == 0) ok = false;  // not ascending
-      fb += m.fec_parity(i);
-      ok = ok && fb < t.layout().fec_blocks() && m.fec_parity(i + 1) > 0;
-    }
-    if (!ok) {
-      m_stats.drops.add(errc::invalid_field);
-      return;
-    }
-    fb = 0;
-    for (int i = 0; i < m.fec_parity_size(); i += 2) {
-      fb += m.fec_parity(i);
-      const auto f = static_cast<std::uint32_t>(fb);
-      s.feedback.cover_parity(m.pass(), s.marker_pass, f,
-                              std::uint64_t{t.parity_held(f)} + m.fec_parity(i + 1));
-    }
-  }
-  for (const auto& fn : m.files()) {
-    for_each_range(std::span(fn.ranges().data(), static_cast<std::size_t>(fn.ranges_size())),
-                   s.files[fn.file()].blocks, [&](std::uint32_t first, std::uint32_t count) {
-                     s.feedback.advertise(m.pass(), s.marker_pass, fn.file(), first, count);
-                   });
-  }
+  const fec_tracker* fec = m.fec_parity_size() > 0 && ensure_fec(s) ? s.fec.get() : nullptr;
+  if (!s.naks.take_advert(m, s.files, fec)) m_stats.drops.add(errc::invalid_field);
 }
 
 void receiver_engine::handle_complete_ack(session_rx& s, time_point now) {
@@ -485,16 +397,13 @@ void receiver_engine::on_timer(time_point now) {
       case session_rx::state_t::checking_held: break;
       case session_rx::state_t::registering:
         if (now >= s->next_register) send_register(*s, now);
-        if (s->nak_due && now >= *s->nak_due) {
-          s->nak_due.reset();
-          s->rounds.clear();
-        }
+        if (const auto due = s->naks.due(); due && now >= *due) s->naks.discard_rounds();
         break;
       case session_rx::state_t::receiving:
         if (s->unicast && !s->unicast_active && now >= s->next_unicast) {
           start_unicast_attempt(*s, now);
         }
-        if (s->nak_due && now >= *s->nak_due) send_naks(*s, now);
+        if (const auto due = s->naks.due(); due && now >= *due) send_naks(*s, now);
         if (s->rate.due() && now >= *s->rate.due()) send_rate_report(*s, now);
         if (s->dirty && now >= s->next_checkpoint) do_checkpoint(*s, now);
         break;
@@ -522,7 +431,7 @@ std::optional<time_point> receiver_engine::next_deadline() const {
       case session_rx::state_t::registering: consider(s->next_register); break;
       case session_rx::state_t::receiving:
         if (s->unicast && !s->unicast_active) consider(s->next_unicast);
-        if (s->nak_due) consider(*s->nak_due);
+        if (const auto due = s->naks.due()) consider(*due);
         if (s->rate.due()) consider(*s->rate.due());
         if (s->dirty) consider(s->next_checkpoint);
         break;

@@ -49,6 +49,8 @@ class nak;
 
 namespace mcdist::receiver {
 
+struct nak_round;
+
 /// Receiver settings. Durations are core-clock durations.
 struct receiver_config {
   std::string id;  ///< this site's receiver id (configured, stable)
@@ -333,8 +335,6 @@ class receiver_engine {
   const sequence_book& sequences() const noexcept { return m_sequences; }
 
  private:
-  struct file_rx;
-  struct nak_round;
   struct session_rx;
 
   session_rx* find(session_id s);
@@ -357,20 +357,6 @@ class receiver_engine {
   bool ensure_fec(session_rx& s);
   void fec_source_added(session_rx& s, std::uint32_t f, std::uint32_t b, time_point now);
   void start_recovery(session_rx& s, std::uint32_t fec_block, time_point now);
-  /// Sources of FEC block `fb` the sender had sent as of round `r`'s marker: a FEC block is
-  /// reported by the first round drawn at or after the marker that completed it, so its
-  /// backoff starts there (a round drawn earlier in the pass would fire at a time unrelated to
-  /// it, and every site's NAK would come at once).
-  std::uint32_t fec_sent(const session_rx& s, std::uint32_t fb, const nak_round& r) const;
-  /// `fr.received` with the missing blocks in [from, end) that parity will repair set, so the
-  /// NAK names only the others; the FEC blocks repaired by parity go into `lacks`.
-  block_map fec_mask(session_rx& s, const nak_round& r, std::uint32_t f, std::uint32_t from,
-                     std::uint32_t end, std::map<std::uint32_t, std::uint32_t>& lacks);
-  /// Reports the FEC blocks `due` (finished by round `r`'s marker, or pushed out of the last
-  /// round by the datagram cap): their lack into `lacks`, or their missing blocks by name when
-  /// parity cannot make them whole.
-  void fec_report(session_rx& s, const nak_round& r, const std::set<std::uint32_t>& due,
-                  class nak_builder& naks, std::map<std::uint32_t, std::uint32_t>& lacks);
   void handle_digests(session_rx& s, const wire::digest_list& m, time_point now);
   void handle_register_reply(session_rx& s, const wire::register_reply& m, time_point now);
   void handle_complete_ack(session_rx& s, time_point now);
@@ -414,9 +400,6 @@ class receiver_engine {
   /// Sends the NAK rounds due at `now`.
   void send_naks(session_rx& s, time_point now);
   void send_round(session_rx& s, const nak_round& r, time_point now);
-  /// Blocks of the files being received that lie behind round `r`'s marker and are missing
-  /// (nak.blocks_missing); a file's blocks beyond the marker are not counted.
-  std::uint64_t blocks_missing(const session_rx& s, const nak_round& r) const;
   void send_complete(session_rx& s, time_point now);
   void file_data_complete(session_rx& s, std::uint32_t f);
   void file_done(session_rx& s, time_point now);

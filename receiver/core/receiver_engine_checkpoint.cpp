@@ -72,7 +72,7 @@ std::error_code receiver_engine::restore(std::string_view blob, time_point now) 
       if (!kept) budget.release_session(id);
     }
   } guard{m_budget, id};
-  auto owned = std::make_unique<session_rx>();
+  auto owned = std::make_unique<session_rx>(m_cfg.max_nak_datagrams, m_id_hash);
   auto& s = *owned;
   s.id = id;
   s.sender = saved.sender;

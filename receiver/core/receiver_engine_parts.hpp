@@ -18,8 +18,7 @@
 #include "receiver/core/fec_tracker.hpp"
 #include "receiver/core/loss_estimator.hpp"
 #include "receiver/core/manifest_assembler.hpp"
-#include "receiver/core/nak_builder.hpp"
-#include "receiver/core/nak_scheduler.hpp"
+#include "receiver/core/nak_planner.hpp"
 #include "receiver/core/rate_feedback.hpp"
 #include "receiver/core/register_backoff.hpp"
 #include "receiver/core/session_checkpoint.hpp"
@@ -38,11 +37,6 @@ namespace mcdist::receiver::engine_detail {
 
 /// Most failures listed in one COMPLETE; the rest are counted in files_stored's shortfall.
 inline constexpr int max_reported_failures = 32;
-/// Pending NAK rounds a session keeps (one per marker, GRTT/2 apart: 32 GRTT, beyond any NAK
-/// window, which is at most about 6 GRTT); beyond, the newest takes the next one's blocks.
-inline constexpr std::size_t max_nak_rounds = 64;
-/// Most digests asked for in one NAK.
-inline constexpr std::size_t max_digests_wanted = 128;
 /// Longest failure reason carried in COMPLETE, bytes.
 inline constexpr std::size_t max_reason_bytes = 200;
 /// Unicast attempts (connections) per session before the receiver gives up on it.
@@ -76,57 +70,11 @@ inline duration from_us(std::uint64_t us) { return std::chrono::microseconds(us)
 
 namespace mcdist::receiver {
 
-struct receiver_engine::file_rx {
-  enum class state_t : std::uint8_t {
-    pending = 0,  ///< entry not yet received
-    refused,      ///< entry failed validation (terminal)
-    held,         ///< already held identically (terminal)
-    receiving,
-    awaiting_digest,  ///< all data in, digest not yet known
-    finalizing,       ///< storage is verifying and delivering
-    stored,           ///< delivered (terminal)
-    failed,           ///< could not be stored (terminal)
-  };
-  manifest_entry entry;
-  state_t state = state_t::pending;
-  bool begun = false;
-  bool resume = false;
-  std::uint32_t blocks = 0;
-  std::uint32_t digest_retries = 0;
-  /// Allocated lazily (ensure_block_map): on the file's first block, or when the session
-  /// starts receiving; until then size() == 0 and it must not be read.
-  block_map received;
-  std::optional<sha256_digest> held_digest;  ///< our copy's digest, for pending-digest files
-  std::string failure;
-
-  /// Every block is in (false while the block map is not allocated, unless there are none).
-  bool all_received() const noexcept {
-    return blocks == 0 || (received.size() == blocks && received.all());
-  }
-  bool terminal() const noexcept {
-    return state == state_t::refused || state == state_t::held || state == state_t::stored ||
-           state == state_t::failed;
-  }
-};
-
-/// One NAK round: what was missing between two markers, NAKed at a time drawn when the later
-/// marker arrived. Every receiver that lost a block detects it at the same marker and times its
-/// NAK from it, so the first one's repair (or the sender's advert) reaches the others before
-/// their timers fire (nak_scheduler.hpp); each block is NAKed once per pass, by its round.
-struct receiver_engine::nak_round {
-  time_point due{};
-  std::uint32_t from_file = 0;
-  std::uint32_t from_block = 0;
-  std::uint32_t to_file = 0;  ///< up to the marker: (file_count, 0) at a pass end
-  std::uint32_t to_block = 0;
-  bool pass_end = false;  ///< covers the pass's end: answering it answers the pass end
-  bool status = false;    ///< answers a status request: a status reply even with nothing missing
-  std::uint32_t status_slices = 0;
-  std::uint32_t status_slice = 0;
-};
-
 struct receiver_engine::session_rx {
   enum class state_t { manifest, checking_held, registering, receiving, completing };
+  /// @param max_nak_datagrams, id_hash  the NAK planner's (receiver_config, nak_scheduler)
+  session_rx(std::uint32_t max_nak_datagrams, std::uint64_t id_hash)
+      : naks(max_nak_datagrams, id_hash) {}
   session_id id{};
   endpoint sender;
   std::uint32_t channel = 0;
@@ -157,26 +105,9 @@ struct receiver_engine::session_rx {
   time_point echo_at{};
   time_point last_heard{};
   time_point started{};
-  // The sender's progress as of the latest marker.
-  std::uint32_t marker_pass = 0;
-  std::uint32_t marker_file = 0;
-  std::uint32_t marker_block = 0;
-  std::uint32_t marker_seq = 0;
-  bool marker_pass_end = false;
-  // How far NAK rounds of pass marker_pass are scheduled: each newer marker schedules a round
-  // for the blocks between the previous marker and itself (nak_round).
-  std::uint32_t nak_file = 0;
-  std::uint32_t nak_block = 0;
-  std::uint32_t pass_end_answered = 0;
-  /// Pending NAK rounds, in the order scheduled; each fires at its own time.
-  std::vector<nak_round> rounds;
-  /// The earliest due time of `rounds`.
-  std::optional<time_point> nak_due;
-
-  /// NAK timing, advertised repairs and the status slice.
-  nak_scheduler feedback;
+  /// The NAK rounds: the sender's progress, the gaps behind it, their timing (nak_planner.hpp).
+  nak_planner naks;
   time_point complete_sent{};  ///< when COMPLETE last left
-  std::uint32_t digests_through = 0;
   time_point next_register{};
   std::uint32_t register_sends = 0;
   time_point register_sent{};  ///< when the first REGISTER left
@@ -212,14 +143,6 @@ struct receiver_engine::session_rx {
   std::uint32_t fec_max_parity = 0;
   std::uint32_t fec_depth = 1;
   std::unique_ptr<fec_tracker> fec;  ///< built when the session receives (ensure_fec)
-  /// FEC blocks whose report the NAK datagram cap pushed out of a round: the next round
-  /// reports them. (A FEC block pass 1 has not finished is reported by the round drawn at the
-  /// marker that finishes it, receiver_engine::fec_report.)
-  std::set<std::uint32_t> fec_deferred;
-  /// Of those FEC blocks whose missing blocks are named one by one, the source index where the
-  /// cap stopped the naming: the next round goes on from there rather than name the first
-  /// part again (one entry per deferred FEC block at most).
-  std::map<std::uint32_t, std::uint32_t> fec_name_resume;
   // --rate auto (receiver_engine_rate.cpp): loss event rate of the multicast datagrams and
   // the rate-report timing.
   loss_estimator loss;
@@ -263,8 +186,9 @@ template <class Session>
 wire::nak nak_header(const Session& s, const std::string& receiver_id, time_point now) {
   wire::nak m;
   m.set_receiver_id(receiver_id);
-  m.set_pass(s.marker_pass);
-  m.set_seen_seq(seq_after(s.marker_seq, s.seen_seq) ? s.marker_seq : s.seen_seq);
+  const auto& p = s.naks.progress();
+  m.set_pass(p.pass);
+  m.set_seen_seq(seq_after(p.seq, s.seen_seq) ? p.seq : s.seen_seq);
   set_echo(m, s, now);
   m.set_files_finalizing(s.files_finalizing);
   m.set_bytes_received(s.bytes_received);

@@ -113,7 +113,7 @@ bool receiver_engine::within_limits(const wire::session_params& p, session_id id
 receiver_engine::session_rx& receiver_engine::open_session(
     const wire::session_params& p, session_id id, const endpoint& from, std::uint32_t channel,
     const std::string& signer, std::vector<wire::seq_span> catch_up, time_point now) {
-  auto owned = std::make_unique<session_rx>();
+  auto owned = std::make_unique<session_rx>(m_cfg.max_nak_datagrams, m_id_hash);
   session_rx& s = *owned;
   s.id = id;
   s.sender = from;
@@ -419,8 +419,7 @@ void receiver_engine::start_receiving(session_rx& s, time_point now) {
   // starts at the beginning of the pass, so the holes of what arrived during registration
   // (a GRTT's worth of data when pass 1 starts while registration is open) are NAKed now,
   // not at the next pass's full scan a round trip later, with hashing stalled behind them.
-  s.nak_file = 0;
-  s.nak_block = 0;
+  s.naks.restart_scan();
   if (m_log) {
     m_log->info("session {}: {}; {} files to receive, {} already held", s.name(),
                 s.silent ? "silent, receiving without registration" : "registered", s.files_open,
