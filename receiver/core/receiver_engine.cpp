@@ -9,7 +9,7 @@ using namespace engine_detail;
 receiver_engine::receiver_engine(receiver_config cfg, receiver_sink& sink, storage_port& store,
                                  std::uint64_t seed, std::shared_ptr<spdlog::logger> log)
     : m_cfg(std::move(cfg)), m_sink(sink), m_store(store), m_log(std::move(log)), m_rng_state(seed),
-      m_id_hash(nak_scheduler::id_hash(m_cfg.id)),
+      m_id_hash(nak_scheduler::id_hash(m_cfg.id)), m_sessions(m_cfg.max_tombstones),
       m_budget(m_cfg.session_memory_bytes, m_cfg.total_memory_bytes) {}
 
 receiver_engine::~receiver_engine() = default;
@@ -24,25 +24,18 @@ std::uint64_t receiver_engine::random() noexcept {
 std::size_t receiver_engine::active_sessions() const noexcept { return m_sessions.size(); }
 
 std::size_t receiver_engine::active_sessions_on(std::uint32_t channel) const noexcept {
-  return static_cast<std::size_t>(
-      std::count_if(m_sessions.begin(), m_sessions.end(),
-                    [channel](const auto& kv) { return kv.second->channel == channel; }));
+  return m_sessions.on_channel(channel);
 }
 
 std::optional<std::uint32_t> receiver_engine::channel_of(session_id s) const noexcept {
-  const auto it = m_sessions.find(s);
-  if (it == m_sessions.end()) return std::nullopt;
-  return it->second->channel;
+  const session_rx* rx = m_sessions.find(s);
+  if (!rx) return std::nullopt;
+  return rx->channel;
 }
 
 bool receiver_engine::manifest_complete(session_id s) const noexcept {
-  const auto it = m_sessions.find(s);
-  return it != m_sessions.end() && it->second->state != session_rx::state_t::manifest;
-}
-
-receiver_engine::session_rx* receiver_engine::find(session_id s) {
-  const auto it = m_sessions.find(s);
-  return it == m_sessions.end() ? nullptr : it->second.get();
+  const session_rx* rx = m_sessions.find(s);
+  return rx && rx->state != session_rx::state_t::manifest;
 }
 
 duration receiver_engine::retransmit_interval(const session_rx& s) const {
@@ -51,25 +44,6 @@ duration receiver_engine::retransmit_interval(const session_rx& s) const {
 
 duration receiver_engine::session_timeout(const session_rx& s) const {
   return std::max(m_cfg.session_timeout, s.grtt * 10);
-}
-
-void receiver_engine::add_tombstone(session_id id, time_point until) {
-  m_tombstones[id] = until;
-  m_tombstone_order.emplace_back(id, until);
-  // Forget the oldest past the cap; entries of ids re-added or expired since are skipped.
-  while (m_tombstones.size() > m_cfg.max_tombstones && !m_tombstone_order.empty()) {
-    const auto [old, at] = m_tombstone_order.front();
-    m_tombstone_order.pop_front();
-    const auto it = m_tombstones.find(old);
-    if (it != m_tombstones.end() && it->second == at) m_tombstones.erase(it);
-  }
-  // The order list holds at most twice the cap: drop entries that no longer match.
-  if (m_tombstone_order.size() > 2 * m_cfg.max_tombstones + 16) {
-    std::erase_if(m_tombstone_order, [this](const auto& e) {
-      const auto it = m_tombstones.find(e.first);
-      return it == m_tombstones.end() || it->second != e.second;
-    });
-  }
 }
 
 void receiver_engine::on_datagram(std::span<const std::byte> datagram, const endpoint& from,
@@ -136,7 +110,7 @@ void receiver_engine::dispatch(const wire::header& h, std::span<const std::byte>
   }
   session_rx* s = find(h.session);
   if (!s) {
-    m_stats.drops.add(m_tombstones.count(h.session) ? errc::stale : errc::unknown_session);
+    m_stats.drops.add(m_sessions.untracked_reason(h.session));
     return;
   }
   if (!same_host(from, s->sender)) {
@@ -212,7 +186,7 @@ receiver_engine::session_rx* receiver_engine::receiving_session(session_id id,
                                                                 const endpoint& from) {
   session_rx* s = find(id);
   if (!s) {
-    m_stats.drops.add(m_tombstones.count(id) ? errc::stale : errc::unknown_session);
+    m_stats.drops.add(m_sessions.untracked_reason(id));
     return nullptr;
   }
   if (!same_host(from, s->sender)) {
@@ -369,21 +343,13 @@ void receiver_engine::close_session(session_rx& s, bool success, const std::stri
   m_store.close_session(s.id, true);
   m_sink.session_closed(s.id, true);
   const session_id id = s.id;
-  add_tombstone(id, now + session_timeout(s));
-  m_sessions.erase(id);
+  m_sessions.retire(id, now + session_timeout(s));
   m_budget.release_session(id);
 }
 
 void receiver_engine::on_timer(time_point now) {
-  for (auto it = m_tombstones.begin(); it != m_tombstones.end();) {
-    it = it->second <= now ? m_tombstones.erase(it) : std::next(it);
-  }
-  while (!m_tombstone_order.empty() && m_tombstone_order.front().second <= now) {
-    m_tombstone_order.pop_front();
-  }
-  std::vector<session_rx*> list;
-  for (auto& [id, s] : m_sessions) list.push_back(s.get());
-  for (session_rx* s : list) {
+  m_sessions.expire(now);
+  for (session_rx* s : m_sessions.snapshot()) {
     const duration timeout = session_timeout(*s);
     if (now - s->last_heard >= timeout) {
       close_session(*s, false,

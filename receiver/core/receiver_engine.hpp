@@ -16,6 +16,7 @@
 #include "common/transport.hpp"
 #include "receiver/core/memory_budget.hpp"
 #include "receiver/core/sequence_book.hpp"
+#include "receiver/core/session_table.hpp"
 #include "receiver/core/storage_port.hpp"
 
 #include <cstdint>
@@ -326,7 +327,7 @@ class receiver_engine {
     m_cfg.max_sessions_per_source = max_sessions_per_source;
   }
   /// Ended sessions remembered (tombstones).
-  std::size_t tombstones() const noexcept { return m_tombstones.size(); }
+  std::size_t tombstones() const noexcept { return m_sessions.tombstones(); }
   /// Bytes of session state charged to the memory budget now.
   std::uint64_t memory_charged() const noexcept { return m_budget.used(); }
   /// The channels' completed session numbers: sequenced sessions consult and update it; the
@@ -337,7 +338,7 @@ class receiver_engine {
  private:
   struct session_rx;
 
-  session_rx* find(session_id s);
+  session_rx* find(session_id s) { return m_sessions.find(s); }
   /// The session a data or parity datagram of session `s` from `from` belongs to, or nullptr
   /// after counting why it is dropped (unknown or stale session, wrong source, a session that
   /// is completing or moved to unicast).
@@ -387,7 +388,6 @@ class receiver_engine {
   bool ensure_block_map(session_rx& s, std::uint32_t f, time_point now);
   void fail_file(session_rx& s, std::uint32_t f, std::error_code ec, const std::string& detail,
                  time_point now);
-  void add_tombstone(session_id id, time_point until);
   duration session_timeout(const session_rx& s) const;
   void mark_block(session_rx& s, std::uint32_t f, std::uint32_t b, time_point now);
 
@@ -442,12 +442,9 @@ class receiver_engine {
   std::uint64_t m_rng_state;
   /// nak_scheduler::id_hash(m_cfg.id): which status slice this receiver answers.
   std::uint64_t m_id_hash = 0;
-  std::map<session_id, std::unique_ptr<session_rx>> m_sessions;
-  /// Sessions ended here, or not for us: datagrams for them are dropped quietly until expiry.
-  std::unordered_map<session_id, time_point> m_tombstones;
-  /// Tombstone ids in the order they were added, for evicting the oldest past max_tombstones
-  /// (an id may appear more than once; stale entries are skipped).
-  std::deque<std::pair<session_id, time_point>> m_tombstone_order;
+  /// Sessions by id, and those ended here or not for us (tombstones): datagrams for those are
+  /// dropped quietly until they expire.
+  session_table<session_rx> m_sessions;
   memory_budget m_budget;
   receiver_stats m_stats;
   /// The channel whose socket dropped datagrams before the datagram being handled (cleared

@@ -132,8 +132,7 @@ std::error_code receiver_engine::restore(std::string_view blob, time_point now) 
   s.state = session_rx::state_t::receiving;
   s.next_checkpoint = now + m_cfg.checkpoint_interval;
   guard.kept = true;
-  session_rx& ref = *owned;
-  m_sessions.emplace(s.id, std::move(owned));
+  session_rx& ref = m_sessions.insert(id, std::move(owned));
   if (m_log) {
     m_log->info(
         "session {}: resumed from checkpoint: {} of {} files to go, {} bytes received "

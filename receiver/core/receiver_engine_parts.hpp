@@ -53,10 +53,6 @@ inline constexpr std::uint64_t session_overhead_bytes = 4096;
 /// Bytes of a bitmap of `bits` bits (block_map: whole 64-bit words).
 constexpr std::uint64_t bitmap_bytes(std::uint64_t bits) { return (bits + 63) / 64 * 8; }
 
-inline bool same_host(const endpoint& a, const endpoint& b) {
-  return a.v6 == b.v6 && a.addr == b.addr;
-}
-
 template <class Msg>
 std::vector<std::byte> encode(wire::msg_type type, session_id session, const Msg& m) {
   std::vector<std::byte> out(wire::header_size + m.ByteSizeLong());

@@ -15,7 +15,7 @@ bool receiver_engine::new_session(const wire::announce& m, session_id id, const 
   }
   if (p.only_receivers_size() > 0 && std::find(p.only_receivers().begin(), p.only_receivers().end(),
                                                m_cfg.id) == p.only_receivers().end()) {
-    add_tombstone(id, now + m_cfg.session_timeout);
+    m_sessions.tombstone(id, now + m_cfg.session_timeout);
     if (m_log) {
       m_log->info("session {} from {}: a resend for other receivers; not taking part", id,
                   from.address_string());
@@ -40,7 +40,7 @@ bool receiver_engine::new_session(const wire::announce& m, session_id id, const 
         verdict != errc::ok) {
       m_budget.release_session(id);
       m_stats.drops.add(verdict);
-      add_tombstone(id, now + m_cfg.session_timeout);
+      m_sessions.tombstone(id, now + m_cfg.session_timeout);
       return false;
     }
   }
@@ -99,11 +99,7 @@ bool receiver_engine::within_limits(const wire::session_params& p, session_id id
     }
     return false;
   }
-  const auto from_here = std::count_if(m_sessions.begin(), m_sessions.end(), [&](const auto& kv) {
-    return same_host(kv.second->sender, from);
-  });
-  if (m_sessions.size() >= m_cfg.max_sessions ||
-      static_cast<std::uint64_t>(from_here) >= m_cfg.max_sessions_per_source) {
+  if (!m_sessions.admits(from, m_cfg.max_sessions, m_cfg.max_sessions_per_source)) {
     m_stats.drops.add(errc::too_many_sessions);
     return false;
   }
@@ -141,8 +137,7 @@ receiver_engine::session_rx& receiver_engine::open_session(
              (channel < m_cfg.silent_channels.size() && m_cfg.silent_channels[channel]);
   s.manifest = manifest_assembler(p, sizeof(file_rx));
   s.started = now;
-  m_sessions.emplace(id, std::move(owned));
-  return s;
+  return m_sessions.insert(id, std::move(owned));
 }
 
 void receiver_engine::handle_announce(const wire::announce& m, session_id id, const endpoint& from,
@@ -150,7 +145,7 @@ void receiver_engine::handle_announce(const wire::announce& m, session_id id, co
   const auto& p = m.params();
   session_rx* s = find(id);
   if (!s) {
-    if (m_tombstones.count(id)) {
+    if (m_sessions.ended(id)) {
       m_stats.drops.add(errc::stale);
       return;
     }
