@@ -262,10 +262,6 @@ class receiver_engine {
   /// The share of a socket's receive buffer in use from which --rate auto sessions report an
   /// overrun (half: the other half absorbs what is in flight until the sender slows down).
   static constexpr double backlog_report_fill = 0.5;
-  /// After its first overrun report, a session reports again only while the sender's rate is
-  /// at least this share of its sustained receive rate, taking the sender's rate, until the
-  /// next marker, as at most wire::overrun_cap_share of the rate it reported (the sender's cap).
-  static constexpr double overrun_report_fraction = 0.9;
   /// Runs due timers (NAKs, retransmissions, checkpoints, timeouts).
   void on_timer(time_point now);
   /// Earliest time on_timer has work, or nullopt.
@@ -412,6 +408,8 @@ class receiver_engine {
   void late_file_stored(session_id id, file_index f, std::error_code ec, const std::string& detail);
   duration retransmit_interval(const session_rx& s) const;
   // --rate auto (receiver_engine_rate.cpp; docs/design-notes.md "Rate auto").
+  /// The RTT `s`'s rates are computed with (rate_reporter::rtt_of).
+  duration rate_rtt(const session_rx& s) const;
   /// A multicast data or parity datagram with sequence number `seq` arrived at `arrival` (at
   /// or before `now`: the loss history dates datagrams by it).
   void note_seq(session_rx& s, std::uint32_t seq, time_point now, time_point arrival);
@@ -419,20 +417,14 @@ class receiver_engine {
   void on_rate_marker(session_rx& s, const wire::marker& m, time_point now);
   /// The rate-report timer fired: sends a NAK with the rate fields and nothing to NAK.
   void send_rate_report(session_rx& s, time_point now);
-  /// Sends `s` an overrun report (at most once per RTT) when it is a --rate auto session with
-  /// a measured receive rate.
+  /// Sends `s` an overrun report when it is a receiving --rate auto session on multicast and
+  /// its rate_reporter says one is due (rate_reporter::take_overrun).
   void report_overrun(session_rx& s, time_point now);
   /// Sends `s`'s sender a rate report (a NAK naming nothing, rate fields filled), with
   /// `overrun_bps` (bit/s) when above 0; a silent session counts it suppressed instead.
   void send_rate_nak(session_rx& s, double overrun_bps, time_point now);
-  /// Sets a NAK's rate fields (40-43) when the session is in --rate auto (its latest marker
-  /// said so) and has seen loss; without a loss event while the sender is in slow start, its
-  /// receive rate (field 45) instead.
+  /// Sets a NAK's rate fields on multicast (rate_reporter::fill).
   void fill_rate(const session_rx& s, wire::nak& m, time_point now) const;
-  /// The rate this receiver's reports carry, bit/s: its TCP-friendly rate after a loss event;
-  /// before one, its receive rate while the sender is in slow start (0 while none is
-  /// measured); +infinity otherwise (it limits nothing).
-  double own_rate_bps(const session_rx& s, time_point now) const;
   std::uint64_t random() noexcept;
 
   receiver_config m_cfg;

@@ -72,12 +72,11 @@ std::error_code receiver_engine::restore(std::string_view blob, time_point now) 
       if (!kept) budget.release_session(id);
     }
   } guard{m_budget, id};
-  auto owned = std::make_unique<session_rx>(m_cfg.max_nak_datagrams, m_id_hash);
+  auto owned = std::make_unique<session_rx>(saved.block_size, m_cfg.max_nak_datagrams, m_id_hash);
   auto& s = *owned;
   s.id = id;
   s.sender = saved.sender;
   s.channel = saved.channel;
-  s.block_size = saved.block_size;
   s.file_count = saved.file_count;
   s.chunks = saved.chunks;
   s.total_bytes = saved.total_bytes;

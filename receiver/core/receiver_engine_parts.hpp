@@ -16,10 +16,9 @@
 #include "common/wire.hpp"
 #include "mcdist.pb.h"
 #include "receiver/core/fec_tracker.hpp"
-#include "receiver/core/loss_estimator.hpp"
 #include "receiver/core/manifest_assembler.hpp"
 #include "receiver/core/nak_planner.hpp"
-#include "receiver/core/rate_feedback.hpp"
+#include "receiver/core/rate_reporter.hpp"
 #include "receiver/core/register_backoff.hpp"
 #include "receiver/core/session_checkpoint.hpp"
 
@@ -68,9 +67,10 @@ namespace mcdist::receiver {
 
 struct receiver_engine::session_rx {
   enum class state_t { manifest, checking_held, registering, receiving, completing };
+  /// @param block_bytes                the session's block size
   /// @param max_nak_datagrams, id_hash  the NAK planner's (receiver_config, nak_scheduler)
-  session_rx(std::uint32_t max_nak_datagrams, std::uint64_t id_hash)
-      : naks(max_nak_datagrams, id_hash) {}
+  session_rx(std::uint32_t block_bytes, std::uint32_t max_nak_datagrams, std::uint64_t id_hash)
+      : block_size(block_bytes), naks(max_nak_datagrams, id_hash), rate(block_bytes) {}
   session_id id{};
   endpoint sender;
   std::uint32_t channel = 0;
@@ -139,23 +139,8 @@ struct receiver_engine::session_rx {
   std::uint32_t fec_max_parity = 0;
   std::uint32_t fec_depth = 1;
   std::unique_ptr<fec_tracker> fec;  ///< built when the session receives (ensure_fec)
-  // --rate auto (receiver_engine_rate.cpp): loss event rate of the multicast datagrams and
-  // the rate-report timing.
-  loss_estimator loss;
-  rate_feedback rate;
-  /// The latest marker said the sender is in slow start (its receive-rate reports wanted).
-  bool rate_slow_start = false;
-  /// After a loss event other than the first: the rate reports ask for at most this, bit/s
-  /// (loss_estimator::first_rate_share of the rate that got through up to the event), until
-  /// loss_cap_until (two RTTs) and then while the open loss interval is shorter than the mean
-  /// one (docs/design-notes.md "Rate auto", "A loss event caps the report"). 0: no cap.
-  double loss_cap_bps = 0;
-  time_point loss_cap_until{};
-  /// When this session last reported an overrun (report_overrun), and the rate the sender
-  /// holds below after it (wire::overrun_cap_share of what it reported) until the next marker
-  /// tells the sender's rate itself; 0: take the marker's.
-  std::optional<time_point> overrun_reported;
-  double overrun_assumed_bps = 0;
+  /// --rate auto: the loss history of the multicast datagrams and the rate reports.
+  rate_reporter rate;
   /// Silent here (docs/design-notes.md "Silent sessions"): the announce carried silent_passes
   /// (its value, 0 otherwise) or the channel is configured silent. Nothing is ever sent for it.
   bool silent = false;

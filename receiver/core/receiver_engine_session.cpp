@@ -109,12 +109,11 @@ bool receiver_engine::within_limits(const wire::session_params& p, session_id id
 receiver_engine::session_rx& receiver_engine::open_session(
     const wire::session_params& p, session_id id, const endpoint& from, std::uint32_t channel,
     const std::string& signer, std::vector<wire::seq_span> catch_up, time_point now) {
-  auto owned = std::make_unique<session_rx>(m_cfg.max_nak_datagrams, m_id_hash);
+  auto owned = std::make_unique<session_rx>(p.block_size(), m_cfg.max_nak_datagrams, m_id_hash);
   session_rx& s = *owned;
   s.id = id;
   s.sender = from;
   s.channel = channel;
-  s.block_size = p.block_size();
   s.file_count = p.file_count();
   s.chunks = p.manifest_chunks();
   s.total_bytes = p.total_bytes();
