@@ -193,7 +193,7 @@ receiver_engine::session_rx* receiver_engine::receiving_session(session_id id,
     m_stats.drops.add(errc::wrong_source);
     return nullptr;
   }
-  if (s->state == session_rx::state_t::completing || s->unicast) {
+  if (s->state == session_rx::state_t::completing || s->unicast.moved()) {
     m_stats.drops.add(errc::duplicate);
     return nullptr;
   }
@@ -285,11 +285,11 @@ void receiver_engine::handle_marker(session_rx& s, const wire::marker& m, time_p
     m_stats.drops.add(errc::invalid_field);
     return;
   }
-  s.naks.on_marker(m, s.unicast, s.silent, now, [this] { return random(); });
+  s.naks.on_marker(m, s.unicast.moved(), s.silent, now, [this] { return random(); });
 }
 
 void receiver_engine::handle_advert(session_rx& s, const wire::repair_advert& m, time_point) {
-  if (s.state != session_rx::state_t::receiving || s.unicast) return;
+  if (s.state != session_rx::state_t::receiving || s.unicast.moved()) return;
   // Check everything before taking anything (a hint, but from the network).
   if (!nak_planner::advert_files_valid(m, s.files)) {
     m_stats.drops.add(errc::invalid_field);
@@ -331,7 +331,7 @@ void receiver_engine::close_session(session_rx& s, bool success, const std::stri
                   s.file_count);
     }
   }
-  if (s.unicast_active || s.unicast_prepared) m_sink.stop_unicast(s.id);
+  if (s.unicast.holds_transport()) m_sink.stop_unicast(s.id);
   // Files already handed to the finalizer are renamed into place whatever happens to the
   // session now; their outcomes still arrive (on_file_stored) and are reported then.
   for (std::size_t i = 0; i < s.files.size(); ++i) {
@@ -366,7 +366,7 @@ void receiver_engine::on_timer(time_point now) {
         if (const auto due = s->naks.due(); due && now >= *due) s->naks.discard_rounds();
         break;
       case session_rx::state_t::receiving:
-        if (s->unicast && !s->unicast_active && now >= s->next_unicast) {
+        if (const auto at = s->unicast.next_attempt(); at && now >= *at) {
           start_unicast_attempt(*s, now);
         }
         if (const auto due = s->naks.due(); due && now >= *due) send_naks(*s, now);
@@ -396,7 +396,7 @@ std::optional<time_point> receiver_engine::next_deadline() const {
     switch (s->state) {
       case session_rx::state_t::registering: consider(s->next_register); break;
       case session_rx::state_t::receiving:
-        if (s->unicast && !s->unicast_active) consider(s->next_unicast);
+        if (const auto at = s->unicast.next_attempt()) consider(*at);
         if (const auto due = s->naks.due()) consider(*due);
         if (s->rate.due()) consider(*s->rate.due());
         if (s->dirty) consider(s->next_checkpoint);

@@ -18,6 +18,7 @@
 #include "receiver/core/sequence_book.hpp"
 #include "receiver/core/session_table.hpp"
 #include "receiver/core/storage_port.hpp"
+#include "receiver/core/unicast_fetch.hpp"
 
 #include <cstdint>
 #include <deque>
@@ -101,18 +102,6 @@ struct receiver_config {
   /// indexed by channel: every session on them is silent here, whatever its announce says.
   /// Sessions whose announce carries silent_passes are silent on any channel.
   std::vector<bool> silent_channels;
-};
-
-/// How to reach the sender's unicast server (from its FALLBACK order).
-struct unicast_order {
-  transport_kind transport = transport_kind::sctp_udp;
-  endpoint server;
-  fallback_token token{};
-  std::uint32_t connections = 0;  ///< TCP sockets; 0 = the shell's default
-  /// Round trip to the sender measured at registration (the first REGISTER to its answer, the
-  /// register reply or the FALLBACK order; Karn: not when REGISTER was sent again); zero when
-  /// unknown. The shell bases the association's first retransmission timeout on it.
-  duration rtt{};
 };
 
 /// A byte range of one file the receiver still needs (common/byte_range.hpp).
@@ -362,7 +351,7 @@ class receiver_engine {
                        time_point now);
   void start_unicast_attempt(session_rx& s, time_point now);
   /// A new session's announce says it is served over unicast from the start: keeps where (in
-  /// session_rx::unicast_start) for the shell to open it with the first REGISTER
+  /// its unicast_fetch) for the shell to open it with the first REGISTER
   /// (receiver_sink::prepare_unicast).
   void note_unicast_start(session_rx& s, const wire::session_params& p, const endpoint& from);
   /// The register reply or FALLBACK answering REGISTER arrived: the registration RTT sample.

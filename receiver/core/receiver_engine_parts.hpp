@@ -38,13 +38,6 @@ namespace mcdist::receiver::engine_detail {
 inline constexpr int max_reported_failures = 32;
 /// Longest failure reason carried in COMPLETE, bytes.
 inline constexpr std::size_t max_reason_bytes = 200;
-/// Unicast attempts (connections) per session before the receiver gives up on it.
-inline constexpr std::uint32_t max_unicast_attempts = 8;
-/// Most TCP connections a FALLBACK order or an announce may ask a site to open; the unicast
-/// framing itself allows 16 per session (unicast::max_connections, whose client clamps).
-inline constexpr std::uint32_t max_fallback_connections = 64;
-/// Back-off after a lost unicast connection: this times the attempt number, at most 10 s.
-inline constexpr auto unicast_backoff = std::chrono::milliseconds(500);
 /// Bytes charged for a session's fixed state besides its tables (the session_rx itself, its
 /// map node, strings and the partial-block map's first buckets): a round figure above
 /// sizeof(session_rx).
@@ -121,19 +114,8 @@ struct receiver_engine::session_rx {
   struct {
     std::uint32_t kept = 0, refused = 0, fec_blocks = 0, blocks = 0, failures = 0;
   } parity;
-  // Unicast fallback.
-  bool unicast = false;         ///< the sender moved us to unicast: multicast data is ignored
-  bool unicast_active = false;  ///< a unicast client is running
-  /// The announce's session_params.unicast_start (token zero): opened with the first REGISTER.
-  std::optional<unicast_order> unicast_start;
-  /// The shell holds a transport opened for this session before its FALLBACK order
-  /// (receiver_sink::prepare_unicast) until start_unicast takes it or the session closes.
-  bool unicast_prepared = false;
-  unicast_order order;
-  std::uint32_t unicast_attempts = 0;
-  time_point next_unicast{};
-  /// Bytes received of blocks that arrived in pieces over unicast, by (file << 32 | block).
-  std::unordered_map<std::uint64_t, std::uint32_t> partial;
+  /// The unicast fallback: the order, attempts, blocks in pieces (unicast_fetch.hpp).
+  unicast_fetch unicast;
   // Parity repairs (session_params.fec_*; fec_k 0: none).
   std::uint32_t fec_k = 0;
   std::uint32_t fec_max_parity = 0;

@@ -45,13 +45,13 @@ void receiver_engine::note_seq(session_rx& s, std::uint32_t seq, time_point now,
 }
 
 void receiver_engine::on_rate_marker(session_rx& s, const wire::marker& m, time_point now) {
-  if (s.state != session_rx::state_t::receiving || s.unicast) return;
+  if (s.state != session_rx::state_t::receiving || s.unicast.moved()) return;
   s.rate.on_marker(m, !m.rate_clr().empty() && m.rate_clr() == m_cfg.id, random(), rate_rtt(s),
                    now);
 }
 
 void receiver_engine::fill_rate(const session_rx& s, wire::nak& m, time_point now) const {
-  if (!s.unicast) s.rate.fill(m, now, rate_rtt(s));
+  if (!s.unicast.moved()) s.rate.fill(m, now, rate_rtt(s));
 }
 
 void receiver_engine::send_rate_report(session_rx& s, time_point now) {
@@ -82,7 +82,7 @@ void receiver_engine::on_socket_backlog(std::uint32_t channel, double fill, time
 }
 
 void receiver_engine::report_overrun(session_rx& s, time_point now) {
-  if (s.state != session_rx::state_t::receiving || s.unicast) return;
+  if (s.state != session_rx::state_t::receiving || s.unicast.moved()) return;
   if (const auto bps = s.rate.take_overrun(now, rate_rtt(s))) send_rate_nak(s, *bps, now);
 }
 

@@ -367,13 +367,12 @@ void receiver_engine::send_register(session_rx& s, time_point now) {
   }
   const auto bytes = encode(wire::msg_type::register_request, s.id, m);
   m_sink.send(s.sender, bytes);
-  if (s.register_sends == 0 && s.unicast_start && !s.unicast) {
-    // Served over unicast from the start: the association (or the connections) opens now, its
-    // handshake overlapping the REGISTER -> FALLBACK round trip. REGISTER leaves first, so on
-    // a slow link the FALLBACK order reaches us ahead of the INIT ACK and the hello and the
-    // requests go with the COOKIE ECHO (RFC 9260 section 5.1).
-    s.unicast_prepared = true;
-    m_sink.prepare_unicast(s.id, *s.unicast_start);
+  // Served over unicast from the start: the association (or the connections) opens now, its
+  // handshake overlapping the REGISTER -> FALLBACK round trip. REGISTER leaves first, so on a
+  // slow link the FALLBACK order reaches us ahead of the INIT ACK and the hello and the
+  // requests go with the COOKIE ECHO (RFC 9260 section 5.1).
+  if (s.register_sends == 0) {
+    if (const unicast_order* o = s.unicast.prepare()) m_sink.prepare_unicast(s.id, *o);
   }
   // Retransmit soon, then back off to the GRTT: before the sender has measured anyone its
   // GRTT is a 0.5 s guess, and a lost REGISTER should not cost a second. Jittered, so that
