@@ -244,10 +244,7 @@ void receiver_engine::handle_data(std::span<const std::byte> datagram, const end
     m_stats.drops.add(errc::duplicate);
     return;
   }
-  if (!fr.begun) {
-    m_store.begin_file({s->id, h.file}, s->channel, fr.entry, fr.resume);
-    fr.begun = true;
-  }
+  begin_file(*s, h.file.value);
   if (!m_store.write({s->id, h.file}, std::uint64_t{h.block.value} * s->block_size, payload)) {
     m_stats.drops.add(errc::storage_full);
     return;

@@ -21,16 +21,13 @@
 #include "receiver/core/unicast_fetch.hpp"
 
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
-#include <set>
 #include <span>
 #include <string>
 #include <string_view>
 #include <system_error>
-#include <unordered_map>
 #include <vector>
 
 namespace spdlog {
@@ -386,7 +383,12 @@ class receiver_engine {
   void send_naks(session_rx& s, time_point now);
   void send_round(session_rx& s, const nak_round& r, time_point now);
   void send_complete(session_rx& s, time_point now);
+  /// Opens file `f`'s temp file in storage unless it is open (storage_port::begin_file).
+  void begin_file(session_rx& s, std::uint32_t f);
   void file_data_complete(session_rx& s, std::uint32_t f);
+  /// A file stored or failed for good (`late`: finalized after its session closed): counted
+  /// in the stats, told to the sink, logged.
+  void finish_file(const file_outcome& o, bool late);
   void file_done(session_rx& s, time_point now);
   void close_session(session_rx& s, bool success, const std::string& why, time_point now);
   /// A silent session ends short of some files: each is recorded (receiver_sink::file_finished

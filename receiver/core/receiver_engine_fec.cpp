@@ -136,10 +136,7 @@ void receiver_engine::start_recovery(session_rx& s, std::uint32_t fb, time_point
                     has_map && fr.received.test(src.block));
     fs.wanted = !fs.available && fr.state == file_rx::state_t::receiving && has_map;
     if (fs.available) fs.path = fr.entry.path;
-    if (fs.wanted && !fr.begun) {
-      m_store.begin_file({s.id, fs.file}, s.channel, fr.entry, fr.resume);
-      fr.begun = true;
-    }
+    if (fs.wanted) begin_file(s, src.file);
     req.sources.push_back(fs);
   }
   t.start_decode(fb);

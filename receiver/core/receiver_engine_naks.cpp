@@ -33,9 +33,9 @@ void receiver_engine::send_complete(session_rx& s, time_point now) {
   wire::complete m;
   m.set_receiver_id(m_cfg.id);
   set_echo(m, s, now);
-  m.set_files_stored(s.files_stored);
-  m.set_bytes_stored(s.bytes_stored);
-  m.set_files_held(s.files_held);
+  m.set_files_stored(s.files.stored());
+  m.set_bytes_stored(s.files.bytes_stored());
+  m.set_files_held(s.files.held());
   for (std::uint32_t i = 0; i < s.file_count && m.failures_size() < max_reported_failures; ++i) {
     const auto& fr = s.files[i];
     if (fr.state == file_rx::state_t::failed || fr.state == file_rx::state_t::refused) {

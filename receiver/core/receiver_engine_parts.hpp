@@ -4,7 +4,10 @@
 // digests and a file's end; receiver_engine_fec.cpp: parity; receiver_engine_naks.cpp: NAK
 // rounds and COMPLETE; receiver_engine_unicast.cpp: the fallback;
 // receiver_engine_checkpoint.cpp: resume state; receiver_engine_rate.cpp: rate reports;
-// receiver_engine_silent.cpp: silent sessions).
+// receiver_engine_silent.cpp: silent sessions). What has a job of its own is a component the
+// session holds and the engine routes between (docs/architecture.md "Inside the cores"): its
+// files (file_table), NAK rounds (nak_planner), unicast fallback (unicast_fetch) and rate
+// reports (rate_reporter); the engine holds the sessions in a session_table.
 // Not part of the engine's interface: include it only from those files.
 #pragma once
 
@@ -26,11 +29,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cstring>
 #include <limits>
-#include <map>
-#include <set>
-#include <unordered_set>
 
 namespace mcdist::receiver::engine_detail {
 
@@ -42,8 +41,6 @@ inline constexpr std::size_t max_reason_bytes = 200;
 /// map node, strings and the partial-block map's first buckets): a round figure above
 /// sizeof(session_rx).
 inline constexpr std::uint64_t session_overhead_bytes = 4096;
-/// Bytes of a bitmap of `bits` bits (block_map: whole 64-bit words).
-constexpr std::uint64_t bitmap_bytes(std::uint64_t bits) { return (bits + 63) / 64 * 8; }
 
 template <class Msg>
 std::vector<std::byte> encode(wire::msg_type type, session_id session, const Msg& m) {
@@ -83,10 +80,8 @@ struct receiver_engine::session_rx {
   manifest_assembler manifest;
   /// Indexed by file; grows (as `manifest` admits chunks, charged) as manifest entries arrive,
   /// so a forged announce declaring 10^6 files costs nothing until entries come. Holds
-  /// file_count entries once the manifest is complete.
-  std::vector<file_rx> files;
-  std::uint32_t files_open = 0;  ///< not in a terminal state
-  std::uint32_t files_finalizing = 0;
+  /// file_count entries once the manifest is complete. Counts the files by outcome.
+  file_table files;
   std::uint64_t bytes_received = 0;
   std::uint32_t seen_seq = 0;
   duration grtt = std::chrono::milliseconds(500);
@@ -105,10 +100,6 @@ struct receiver_engine::session_rx {
   std::uint32_t complete_sends = 0;
   time_point next_checkpoint{};
   bool dirty = false;
-  std::uint32_t files_stored = 0;
-  std::uint32_t files_held = 0;
-  std::uint32_t files_failed = 0;
-  std::uint64_t bytes_stored = 0;
   /// Parity repairs of this session, for its summary line: parity blocks kept and refused by
   /// storage, FEC blocks decoded, source blocks recovered, decodes failed.
   struct {
@@ -153,7 +144,7 @@ wire::nak nak_header(const Session& s, const std::string& receiver_id, time_poin
   m.set_pass(p.pass);
   m.set_seen_seq(seq_after(p.seq, s.seen_seq) ? p.seq : s.seen_seq);
   set_echo(m, s, now);
-  m.set_files_finalizing(s.files_finalizing);
+  m.set_files_finalizing(s.files.finalizing());
   m.set_bytes_received(s.bytes_received);
   return m;
 }

@@ -175,26 +175,19 @@ void receiver_engine::handle_announce(const wire::announce& m, session_id id, co
     case manifest_assembler::fit::over_budget: m_stats.drops.add(errc::over_budget); return;
     case manifest_assembler::fit::admitted: break;
   }
-  s->files.reserve(s->manifest.table_capacity());
-  s->files.resize(s->manifest.table_size());
+  s->files.grow(s->manifest.table_capacity(), s->manifest.table_size());
   std::vector<taken_entry> taken;
   const auto progress = s->manifest.take(m, m_budget, s->id, taken);
   for (auto& t : taken) {
-    auto& fr = s->files[t.index];
-    fr.entry = std::move(t.entry);
-    if (t.refused != errc::ok) {
-      fr.state = file_rx::state_t::refused;
-      fr.failure = std::string(to_string(t.refused));
-      ++m_stats.files_refused;
-      if (m_log) {
-        m_log->warn("session {}: refused file {} path '{}': {}", s->name(), t.index,
-                    printable(fr.entry.path), make_error_code(t.refused).message());
-      }
-    } else {
-      // Blocks of a file are taken as soon as its entry is known, even before the manifest is
-      // complete and registration done: the sender does not wait a round trip for those.
-      fr.blocks = t.blocks;
-      fr.state = file_rx::state_t::receiving;
+    // Blocks of a file are taken as soon as its entry is known, even before the manifest is
+    // complete and registration done: the sender does not wait a round trip for those.
+    const std::uint32_t f = t.index;
+    const errc why = t.refused;
+    if (!s->files.take(std::move(t))) continue;
+    ++m_stats.files_refused;
+    if (m_log) {
+      m_log->warn("session {}: refused file {} path '{}': {}", s->name(), f,
+                  printable(s->files[f].entry.path), make_error_code(why).message());
     }
   }
   if (progress == manifest_assembler::progress::malformed) {
@@ -212,42 +205,15 @@ void receiver_engine::handle_announce(const wire::announce& m, session_id id, co
 void receiver_engine::manifest_complete(session_rx& s, time_point now) {
   // Two entries may not name the same file, nor may a file sit where another entry needs a
   // directory: the second of each pair is refused.
-  std::unordered_set<std::string_view> paths;
-  std::unordered_set<std::string_view> dirs;
-  for (std::uint32_t i = 0; i < s.file_count; ++i) {
-    auto& fr = s.files[i];
-    if (fr.state == file_rx::state_t::refused) continue;
-    const std::string_view path = fr.entry.path;
-    if (fr.state == file_rx::state_t::failed) {
-      // Failed while the manifest was assembled (storage, budget): its path still counts.
-      paths.insert(path);
-      continue;
+  for (const auto& [i, begun] : s.files.close_manifest()) {
+    if (begun) m_store.discard_file({s.id, file_index{i}});
+    ++m_stats.files_refused;
+    if (m_log) {
+      m_log->warn(
+          "session {}: refused file {} path '{}': conflicts with another file of the "
+          "manifest",
+          s.name(), i, printable(s.files[i].entry.path));
     }
-    bool conflict = paths.count(path) > 0 || dirs.count(path) > 0;
-    for (std::size_t pos = path.find('/'); !conflict && pos != std::string_view::npos;
-         pos = path.find('/', pos + 1)) {
-      conflict = paths.count(path.substr(0, pos)) > 0;
-    }
-    if (conflict) {
-      if (fr.begun) m_store.discard_file({s.id, file_index{i}});
-      fr.begun = false;
-      fr.state = file_rx::state_t::refused;
-      fr.failure = "path_conflict";
-      ++m_stats.files_refused;
-      if (m_log) {
-        m_log->warn(
-            "session {}: refused file {} path '{}': conflicts with another file of the "
-            "manifest",
-            s.name(), i, printable(path));
-      }
-      continue;
-    }
-    paths.insert(path);
-    for (std::size_t pos = path.find('/'); pos != std::string_view::npos;
-         pos = path.find('/', pos + 1)) {
-      dirs.insert(path.substr(0, pos));
-    }
-    ++s.files_open;
   }
   s.state = session_rx::state_t::checking_held;
   std::vector<held_query> q;
@@ -271,13 +237,7 @@ void receiver_engine::on_held(session_id id, const std::vector<held_answer>& hel
     auto& fr = s->files[f.value];
     if (fr.state != file_rx::state_t::receiving) continue;
     if (fr.entry.digest) {
-      if (*fr.entry.digest == digest) {
-        if (fr.begun) m_store.discard_file({s->id, f});
-        fr.begun = false;
-        fr.state = file_rx::state_t::held;
-        --s->files_open;
-        ++s->files_held;
-      }
+      if (*fr.entry.digest == digest && s->files.hold(f.value)) m_store.discard_file({s->id, f});
     } else {
       fr.held_digest = digest;
     }
@@ -415,8 +375,8 @@ void receiver_engine::start_receiving(session_rx& s, time_point now) {
   s.naks.restart_scan();
   if (m_log) {
     m_log->info("session {}: {}; {} files to receive, {} already held", s.name(),
-                s.silent ? "silent, receiving without registration" : "registered", s.files_open,
-                s.files_held);
+                s.silent ? "silent, receiving without registration" : "registered", s.files.open(),
+                s.files.held());
   }
   for (std::uint32_t i = 0; i < s.file_count; ++i) {
     auto& fr = s.files[i];

@@ -85,10 +85,7 @@ void receiver_engine::on_unicast_data(session_id id, file_index f, std::uint64_t
   if (fr.state != file_rx::state_t::receiving || offset + data.size() > fr.entry.size) return;
   s->last_heard = now;
   if (!ensure_block_map(*s, f.value, now)) return;
-  if (!fr.begun) {
-    m_store.begin_file({s->id, f}, s->channel, fr.entry, fr.resume);
-    fr.begun = true;
-  }
+  begin_file(*s, f.value);
   if (!m_store.write({s->id, f}, offset, data)) {
     m_stats.drops.add(errc::storage_full);  // asked for again after this attempt
     return;
@@ -105,7 +102,7 @@ void receiver_engine::on_unicast_closed(session_id id, bool complete, const std:
   session_rx* s = find(id);
   if (!s || !s->unicast.moved()) return;
   s->unicast.on_closed();
-  if (s->state != session_rx::state_t::receiving || s->files_open == 0) return;
+  if (s->state != session_rx::state_t::receiving || s->files.open() == 0) return;
   const bool missing = std::any_of(s->files.begin(), s->files.end(), [](const file_rx& fr) {
     return fr.state == file_rx::state_t::receiving && !fr.all_received();
   });
