@@ -1,5 +1,9 @@
 #include "receiver/core/file_table.hpp"
 
+#include "common/ranges.hpp"
+#include "common/wire.hpp"
+#include "mcdist.pb.h"
+
 #include <algorithm>
 #include <string_view>
 #include <unordered_set>
@@ -125,6 +129,35 @@ void file_table::refetch(std::uint32_t f) noexcept {
   ++fr.digest_retries;
   fr.received.clear_all();
   fr.state = file_rx::state_t::receiving;
+}
+
+void file_table::add_held(wire::register_request& m) const {
+  const auto n = static_cast<std::uint32_t>(m_files.size());
+  std::vector<std::uint32_t> held;
+  range_encoder enc(held);
+  std::size_t budget = wire::control_budget - wire::header_size - 100;
+  budget -= std::min(budget, m.ByteSizeLong());
+  for (std::uint32_t i = 0; i < n && budget > 40;) {
+    if (m_files[i].state != file_rx::state_t::held) {
+      ++i;
+      continue;
+    }
+    std::uint32_t j = i;
+    while (j < n && m_files[j].state == file_rx::state_t::held) ++j;
+    budget -= std::min(budget, enc.cost(i, j - i));
+    enc.add(i, j - i);
+    i = j;
+  }
+  for (const auto v : held) m.add_held_files(v);
+  for (std::uint32_t i = 0; i < n && budget > 40; ++i) {
+    const auto& fr = m_files[i];
+    if (fr.held_digest && fr.state == file_rx::state_t::receiving) {
+      auto* hd = m.add_held_pending();
+      hd->set_file(i);
+      hd->set_sha256(fr.held_digest->data(), 32);
+      budget -= 40;
+    }
+  }
 }
 
 void file_table::save(checkpoint_writer& w) const {

@@ -21,6 +21,10 @@
 #include <string>
 #include <vector>
 
+namespace mcdist::wire {
+class register_request;
+}
+
 namespace mcdist::receiver {
 
 /// Bytes of a block map of `bits` blocks (block_map: whole 64-bit words).
@@ -127,6 +131,12 @@ class file_table {
   /// A finalizing file failed SHA-256 verification and is fetched again: receiving, its blocks
   /// forgotten, its retries counted.
   void refetch(std::uint32_t f) noexcept;
+
+  // --- registration
+  /// Adds to a REGISTER what this receiver holds already: the held files as runs
+  /// (held_files), then the files whose digest is still unknown with our copy's digest
+  /// (held_pending), as many as fit the control datagram budget after what `m` carries.
+  void add_held(wire::register_request& m) const;
 
   // --- checkpoints
   /// Adds every file to `w` (a finalizing file as fully received: on resume it is finalized

@@ -108,6 +108,11 @@ void receiver_engine::dispatch(const wire::header& h, std::span<const std::byte>
     handle_announce(m, h.session, from, channel, now);
     return;
   }
+  dispatch_control(h, datagram, from, now);
+}
+
+void receiver_engine::dispatch_control(const wire::header& h, std::span<const std::byte> datagram,
+                                       const endpoint& from, time_point now) {
   session_rx* s = find(h.session);
   if (!s) {
     m_stats.drops.add(m_sessions.untracked_reason(h.session));
@@ -126,43 +131,29 @@ void receiver_engine::dispatch(const wire::header& h, std::span<const std::byte>
     return true;
   };
   switch (h.type) {
-    case wire::msg_type::marker: {
-      wire::marker m;
-      if (parse(m)) handle_marker(*s, m, now);
+    case wire::msg_type::marker:
+      if (wire::marker m; parse(m)) handle_marker(*s, m, now);
       break;
-    }
-    case wire::msg_type::digest_list: {
-      wire::digest_list m;
-      if (parse(m)) handle_digests(*s, m, now);
+    case wire::msg_type::digest_list:
+      if (wire::digest_list m; parse(m)) handle_digests(*s, m, now);
       break;
-    }
-    case wire::msg_type::register_reply: {
-      wire::register_reply m;
-      if (parse(m)) handle_register_reply(*s, m, now);
+    case wire::msg_type::register_reply:
+      if (wire::register_reply m; parse(m)) handle_register_reply(*s, m, now);
       break;
-    }
-    case wire::msg_type::complete_ack: {
-      wire::complete_ack m;
-      if (parse(m)) {
-        if (m.receiver_id() == m_cfg.id) handle_complete_ack(*s, now);
+    case wire::msg_type::complete_ack:
+      if (wire::complete_ack m; parse(m) && m.receiver_id() == m_cfg.id) {
+        handle_complete_ack(*s, now);
       }
       break;
-    }
-    case wire::msg_type::session_end: {
-      wire::session_end m;
-      if (parse(m)) handle_end(*s, m, now);
+    case wire::msg_type::session_end:
+      if (wire::session_end m; parse(m)) handle_end(*s, m, now);
       break;
-    }
-    case wire::msg_type::fallback: {
-      wire::fallback m;
-      if (parse(m)) handle_fallback(*s, m, from, now);
+    case wire::msg_type::fallback:
+      if (wire::fallback m; parse(m)) handle_fallback(*s, m, from, now);
       break;
-    }
-    case wire::msg_type::repair_advert: {
-      wire::repair_advert m;
-      if (parse(m)) handle_advert(*s, m, now);
+    case wire::msg_type::repair_advert:
+      if (wire::repair_advert m; parse(m)) handle_advert(*s, m, now);
       break;
-    }
     default: m_stats.drops.add(errc::unknown_type); break;
   }
 }
@@ -236,30 +227,36 @@ void receiver_engine::handle_data(std::span<const std::byte> datagram, const end
   }
   s->last_heard = now;
   if (seq_after(h.seq, s->seen_seq)) s->seen_seq = h.seq;
-  if (!ensure_block_map(*s, h.file.value, now)) {
+  take_block(*s, h.file.value, h.block.value, payload, now);
+}
+
+void receiver_engine::take_block(session_rx& s, std::uint32_t f, std::uint32_t b,
+                                 std::span<const std::byte> payload, time_point now) {
+  auto& fr = s.files[f];
+  if (!ensure_block_map(s, f, now)) {
     m_stats.drops.add(errc::over_budget);
     return;
   }
-  if (fr.received.test(h.block.value)) {
+  if (fr.received.test(b)) {
     m_stats.drops.add(errc::duplicate);
     return;
   }
-  begin_file(*s, h.file.value);
-  if (!m_store.write({s->id, h.file}, std::uint64_t{h.block.value} * s->block_size, payload)) {
+  begin_file(s, f);
+  if (!m_store.write({s.id, file_index{f}}, std::uint64_t{b} * s.block_size, payload)) {
     m_stats.drops.add(errc::storage_full);
     return;
   }
-  fr.received.set(h.block.value);
-  s->bytes_received += payload.size();
-  s->dirty = true;
+  fr.received.set(b);
+  s.bytes_received += payload.size();
+  s.dirty = true;
   ++m_stats.data_blocks;
   m_stats.data_bytes += payload.size();
-  if (s->fec) fec_source_added(*s, h.file.value, h.block.value, now);
+  if (s.fec) fec_source_added(s, f, b, now);
   // Before the held check, a complete file waits (on_held finalizes it unless it is held).
-  if (fr.received.all() && s->state != session_rx::state_t::manifest &&
-      s->state != session_rx::state_t::checking_held) {
-    file_data_complete(*s, h.file.value);
-    file_done(*s, now);
+  if (fr.received.all() && s.state != session_rx::state_t::manifest &&
+      s.state != session_rx::state_t::checking_held) {
+    file_data_complete(s, f);
+    file_done(s, now);
   }
 }
 

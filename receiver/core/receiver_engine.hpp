@@ -327,6 +327,9 @@ class receiver_engine {
   session_rx* receiving_session(session_id s, const endpoint& from);
   void handle_announce(const wire::announce& m, session_id s, const endpoint& from,
                        std::uint32_t channel, time_point now);
+  /// An announce of a session whose manifest is incomplete: its chunk's entries are taken (if
+  /// the budget admits them); the manifest completes, or a malformed one ends the session.
+  void take_chunk(session_rx& s, const wire::announce& m, time_point now);
   /// @param arrival  the datagram's arrival (on_datagram), for note_seq
   void handle_data(std::span<const std::byte> datagram, const endpoint& from, time_point now,
                    time_point arrival);
@@ -355,6 +358,14 @@ class receiver_engine {
   void note_register_answer(session_rx& s, time_point now);
   void dispatch(const wire::header& h, std::span<const std::byte> datagram, const endpoint& from,
                 std::uint32_t channel, time_point now, time_point arrival);
+  /// A control datagram of a tracked session (marker, digests, replies, end, fallback,
+  /// advert): checked against the session's sender and parsed, then handled.
+  void dispatch_control(const wire::header& h, std::span<const std::byte> datagram,
+                        const endpoint& from, time_point now);
+  /// Block `b` of file `f` (receiving, the block's length checked) arrived over multicast:
+  /// written and marked, the file finalized when it was the last.
+  void take_block(session_rx& s, std::uint32_t f, std::uint32_t b,
+                  std::span<const std::byte> payload, time_point now);
   bool new_session(const wire::announce& m, session_id id, const endpoint& from,
                    std::uint32_t channel, time_point now);
   /// A new session's parameters: block size, manifest chunks, numbering and catch-up ranges

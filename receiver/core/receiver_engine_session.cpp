@@ -167,39 +167,42 @@ void receiver_engine::handle_announce(const wire::announce& m, session_id id, co
   s->echo_at = now;
   s->grtt = std::min(from_us(p.grtt_us()), m_cfg.max_grtt);
   s->sender.port = from.port;
-  if (s->state != session_rx::state_t::manifest) return;
-  switch (s->manifest.admit(m, m_budget, s->id)) {
+  if (s->state == session_rx::state_t::manifest) take_chunk(*s, m, now);
+}
+
+void receiver_engine::take_chunk(session_rx& s, const wire::announce& m, time_point now) {
+  switch (s.manifest.admit(m, m_budget, s.id)) {
     case manifest_assembler::fit::ignored: return;
     case manifest_assembler::fit::invalid: m_stats.drops.add(errc::invalid_field); return;
     // The chunk is not taken: a later copy may fit once other sessions end.
     case manifest_assembler::fit::over_budget: m_stats.drops.add(errc::over_budget); return;
     case manifest_assembler::fit::admitted: break;
   }
-  s->files.grow(s->manifest.table_capacity(), s->manifest.table_size());
+  s.files.grow(s.manifest.table_capacity(), s.manifest.table_size());
   std::vector<taken_entry> taken;
-  const auto progress = s->manifest.take(m, m_budget, s->id, taken);
+  const auto progress = s.manifest.take(m, m_budget, s.id, taken);
   for (auto& t : taken) {
     // Blocks of a file are taken as soon as its entry is known, even before the manifest is
     // complete and registration done: the sender does not wait a round trip for those.
     const std::uint32_t f = t.index;
     const errc why = t.refused;
-    if (!s->files.take(std::move(t))) continue;
+    if (!s.files.take(std::move(t))) continue;
     ++m_stats.files_refused;
     if (m_log) {
-      m_log->warn("session {}: refused file {} path '{}': {}", s->name(), f,
-                  printable(s->files[f].entry.path), make_error_code(why).message());
+      m_log->warn("session {}: refused file {} path '{}': {}", s.name(), f,
+                  printable(s.files[f].entry.path), make_error_code(why).message());
     }
   }
   if (progress == manifest_assembler::progress::malformed) {
     if (m_log) {
       m_log->error("session {}: manifest chunks do not cover every file; ignoring the session",
-                   s->name());
+                   s.name());
     }
     m_stats.drops.add(errc::invalid_field);
-    close_session(*s, false, "malformed manifest", now);
+    close_session(s, false, "malformed manifest", now);
     return;
   }
-  if (progress == manifest_assembler::progress::complete) manifest_complete(*s, now);
+  if (progress == manifest_assembler::progress::complete) manifest_complete(s, now);
 }
 
 void receiver_engine::manifest_complete(session_rx& s, time_point now) {
@@ -299,32 +302,8 @@ void receiver_engine::send_register(session_rx& s, time_point now) {
       r->set_last(last);
     }
   }
-  std::vector<std::uint32_t> held;
-  range_encoder enc(held);
-  std::size_t budget = wire::control_budget - wire::header_size - 100;
-  // The sequence report goes first; the held-file runs fill what is left of the budget.
-  budget -= std::min(budget, m.ByteSizeLong());
-  for (std::uint32_t i = 0; i < s.file_count && budget > 40;) {
-    if (s.files[i].state != file_rx::state_t::held) {
-      ++i;
-      continue;
-    }
-    std::uint32_t j = i;
-    while (j < s.file_count && s.files[j].state == file_rx::state_t::held) ++j;
-    budget -= std::min(budget, enc.cost(i, j - i));
-    enc.add(i, j - i);
-    i = j;
-  }
-  for (const auto v : held) m.add_held_files(v);
-  for (std::uint32_t i = 0; i < s.file_count && budget > 40; ++i) {
-    const auto& fr = s.files[i];
-    if (fr.held_digest && fr.state == file_rx::state_t::receiving) {
-      auto* hd = m.add_held_pending();
-      hd->set_file(i);
-      hd->set_sha256(fr.held_digest->data(), 32);
-      budget -= 40;
-    }
-  }
+  // The sequence report goes first; the held files fill what is left of the budget.
+  s.files.add_held(m);
   const auto bytes = encode(wire::msg_type::register_request, s.id, m);
   m_sink.send(s.sender, bytes);
   // Served over unicast from the start: the association (or the connections) opens now, its

@@ -1,6 +1,8 @@
 #include "receiver/core/file_table.hpp"
 
 #include "common/error.hpp"
+#include "common/wire.hpp"
+#include "mcdist.pb.h"
 
 #include <catch2/catch.hpp>
 
@@ -178,4 +180,40 @@ TEST_CASE("the files survive a checkpoint with their states and block maps",
   memory_budget small(8, 8);
   file_table none;
   CHECK_FALSE(none.restore(again.files, small, session_id{42}));
+}
+
+TEST_CASE("a REGISTER carries the held files as runs and the held digests of files pending one",
+          "[unit][receiver][file_table]") {
+  auto t = table_of({"a", "b", "c", "d", "e", "f"});
+  t.close_manifest();
+  t.hold(1);
+  t.hold(2);
+  t.hold(4);
+  t[5].held_digest = sha256_digest{};
+  (*t[5].held_digest)[0] = 7;
+  wire::register_request m;
+  t.add_held(m);
+  // (gap, count) runs: files 1-2, then file 4.
+  CHECK(std::vector<std::uint32_t>(m.held_files().begin(), m.held_files().end()) ==
+        std::vector<std::uint32_t>{1, 2, 1, 1});
+  REQUIRE(m.held_pending_size() == 1);
+  CHECK(m.held_pending(0).file() == 5);
+  CHECK(m.held_pending(0).sha256().size() == 32);
+  CHECK(m.held_pending(0).sha256()[0] == 7);
+}
+
+TEST_CASE("the held files a REGISTER carries stop at the control datagram budget",
+          "[unit][receiver][file_table]") {
+  // Every other file of 2,000 held: 1,000 runs, more than one datagram holds.
+  std::vector<std::string> paths;
+  for (int i = 0; i < 2000; ++i) paths.push_back("f" + std::to_string(i));
+  auto t = table_of(paths);
+  t.close_manifest();
+  for (std::uint32_t i = 0; i < 2000; i += 2) t.hold(i);
+  wire::register_request m;
+  m.set_receiver_id("site");
+  t.add_held(m);
+  CHECK(m.held_files_size() > 0);
+  CHECK(m.held_files_size() < 2000);
+  CHECK(m.ByteSizeLong() + wire::header_size <= wire::control_budget);
 }
