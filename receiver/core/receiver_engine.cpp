@@ -251,7 +251,9 @@ void receiver_engine::take_block(session_rx& s, std::uint32_t f, std::uint32_t b
   s.dirty = true;
   ++m_stats.data_blocks;
   m_stats.data_bytes += payload.size();
-  if (s.fec) fec_source_added(s, f, b, now);
+  if (std::uint32_t fb = 0; s.parity.tracker() && s.parity.source_added(f, b, fb)) {
+    start_recovery(s, fb, now);
+  }
   // Before the held check, a complete file waits (on_held finalizes it unless it is held).
   if (fr.received.all() && s.state != session_rx::state_t::manifest &&
       s.state != session_rx::state_t::checking_held) {
@@ -289,7 +291,7 @@ void receiver_engine::handle_advert(session_rx& s, const wire::repair_advert& m,
     m_stats.drops.add(errc::invalid_field);
     return;
   }
-  const fec_tracker* fec = m.fec_parity_size() > 0 && ensure_fec(s) ? s.fec.get() : nullptr;
+  const fec_tracker* fec = m.fec_parity_size() > 0 && ensure_fec(s) ? s.parity.tracker() : nullptr;
   if (!s.naks.take_advert(m, s.files, fec)) m_stats.drops.add(errc::invalid_field);
 }
 

@@ -340,8 +340,10 @@ class receiver_engine {
   // Parity repairs (docs/design-notes.md "Parity repairs"; fec_tracker.hpp).
   void handle_parity(std::span<const std::byte> datagram, const endpoint& from, time_point now,
                      time_point arrival);
+  /// Builds `s`'s FEC tracker once its manifest is complete (parity_repair::build).
+  /// @return true when the session has one
   bool ensure_fec(session_rx& s);
-  void fec_source_added(session_rx& s, std::uint32_t f, std::uint32_t b, time_point now);
+  /// Asks storage to decode FEC block `fec_block`, whose parity covers its loss.
   void start_recovery(session_rx& s, std::uint32_t fec_block, time_point now);
   void handle_digests(session_rx& s, const wire::digest_list& m, time_point now);
   void handle_register_reply(session_rx& s, const wire::register_reply& m, time_point now);

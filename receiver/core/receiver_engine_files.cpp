@@ -74,7 +74,7 @@ void receiver_engine::file_done(session_rx& s, time_point now) {
     if (!s.catch_up.empty()) m_sequences.on_caught_up(s.seq_channel, s.seq_source, s.catch_up);
   }
   if (m_log) {
-    const auto& p = s.parity;
+    const auto& p = s.parity.stats();
     m_log->info(
         "session {}: complete in {:.3f} s: {} files stored ({} bytes), {} held, {} failed, "
         "{} refused{}",

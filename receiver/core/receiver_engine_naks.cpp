@@ -16,7 +16,7 @@ void receiver_engine::send_round(session_rx& s, const nak_round& r, time_point n
   }
   wire::nak header = nak_header(s, m_cfg.id, now);
   fill_rate(s, header, now);
-  const fec_tracker* fec = !s.unicast.moved() && ensure_fec(s) ? s.fec.get() : nullptr;
+  const fec_tracker* fec = !s.unicast.moved() && ensure_fec(s) ? s.parity.tracker() : nullptr;
   auto out = s.naks.build_round(r, std::move(header), s.files, fec, now);
   m_stats.fec_lacks_covered += out.lacks_covered;
   for (const auto& m : out.datagrams) {

@@ -6,9 +6,9 @@
 // receiver_engine_checkpoint.cpp: resume state; receiver_engine_rate.cpp: rate reports;
 // receiver_engine_silent.cpp: silent sessions). What has a job of its own is a component the
 // session holds and the engine routes between (docs/architecture.md "Inside the cores"): its
-// files (file_table), NAK rounds (nak_planner), unicast fallback (unicast_fetch) and rate
-// reports (rate_reporter); the engine holds the sessions in a session_table.
-// Not part of the engine's interface: include it only from those files.
+// files (file_table), NAK rounds (nak_planner), unicast fallback (unicast_fetch), parity
+// repairs (parity_repair) and rate reports (rate_reporter); the engine holds the sessions in a
+// session_table. Not part of the engine's interface: include it only from those files.
 #pragma once
 
 #include "receiver/core/receiver_engine.hpp"
@@ -21,6 +21,7 @@
 #include "receiver/core/fec_tracker.hpp"
 #include "receiver/core/manifest_assembler.hpp"
 #include "receiver/core/nak_planner.hpp"
+#include "receiver/core/parity_repair.hpp"
 #include "receiver/core/rate_reporter.hpp"
 #include "receiver/core/register_backoff.hpp"
 #include "receiver/core/session_checkpoint.hpp"
@@ -100,18 +101,11 @@ struct receiver_engine::session_rx {
   std::uint32_t complete_sends = 0;
   time_point next_checkpoint{};
   bool dirty = false;
-  /// Parity repairs of this session, for its summary line: parity blocks kept and refused by
-  /// storage, FEC blocks decoded, source blocks recovered, decodes failed.
-  struct {
-    std::uint32_t kept = 0, refused = 0, fec_blocks = 0, blocks = 0, failures = 0;
-  } parity;
   /// The unicast fallback: the order, attempts, blocks in pieces (unicast_fetch.hpp).
   unicast_fetch unicast;
-  // Parity repairs (session_params.fec_*; fec_k 0: none).
-  std::uint32_t fec_k = 0;
-  std::uint32_t fec_max_parity = 0;
-  std::uint32_t fec_depth = 1;
-  std::unique_ptr<fec_tracker> fec;  ///< built when the session receives (ensure_fec)
+  /// Parity repairs (session_params.fec_*): the FEC tracker, built when the manifest is
+  /// complete (ensure_fec), decode requests and their outcome (parity_repair.hpp).
+  parity_repair parity;
   /// --rate auto: the loss history of the multicast datagrams and the rate reports.
   rate_reporter rate;
   /// Silent here (docs/design-notes.md "Silent sessions"): the announce carried silent_passes

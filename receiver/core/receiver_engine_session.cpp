@@ -122,14 +122,7 @@ receiver_engine::session_rx& receiver_engine::open_session(
   s.seq = p.channel_seq();
   s.catch_up = std::move(catch_up);
   // Parity repairs: a shape the codec cannot have means no FEC here (explicit NAKs still work).
-  // GF(2^16) codes symbols of whole 16-bit words: an odd block size there is refused too.
-  if (fec::valid_shape(p.fec_k(), p.fec_max_parity()) && p.fec_depth() >= 1 &&
-      p.fec_depth() <= fec::max_depth &&
-      (fec::field_for(p.fec_k(), p.fec_max_parity()) == fec::field::gf8 || s.block_size % 2 == 0)) {
-    s.fec_k = p.fec_k();
-    s.fec_max_parity = p.fec_max_parity();
-    s.fec_depth = p.fec_depth();
-  }
+  s.parity = parity_repair(p.fec_k(), p.fec_max_parity(), p.fec_depth(), s.block_size);
   if (!s.seq_channel.empty()) s.seq_source = sequence_book::source_of(signer, p.sender_name());
   s.silent_passes = p.silent_passes();
   s.silent = p.silent_passes() > 0 ||
