@@ -16,19 +16,18 @@
 #include "common/transport.hpp"
 #include "receiver/core/memory_budget.hpp"
 #include "receiver/core/sequence_book.hpp"
+#include "receiver/core/session_table.hpp"
 #include "receiver/core/storage_port.hpp"
+#include "receiver/core/unicast_fetch.hpp"
 
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
-#include <set>
 #include <span>
 #include <string>
 #include <string_view>
 #include <system_error>
-#include <unordered_map>
 #include <vector>
 
 namespace spdlog {
@@ -48,6 +47,8 @@ class nak;
 }  // namespace mcdist::wire
 
 namespace mcdist::receiver {
+
+struct nak_round;
 
 /// Receiver settings. Durations are core-clock durations.
 struct receiver_config {
@@ -98,18 +99,6 @@ struct receiver_config {
   /// indexed by channel: every session on them is silent here, whatever its announce says.
   /// Sessions whose announce carries silent_passes are silent on any channel.
   std::vector<bool> silent_channels;
-};
-
-/// How to reach the sender's unicast server (from its FALLBACK order).
-struct unicast_order {
-  transport_kind transport = transport_kind::sctp_udp;
-  endpoint server;
-  fallback_token token{};
-  std::uint32_t connections = 0;  ///< TCP sockets; 0 = the shell's default
-  /// Round trip to the sender measured at registration (the first REGISTER to its answer, the
-  /// register reply or the FALLBACK order; Karn: not when REGISTER was sent again); zero when
-  /// unknown. The shell bases the association's first retransmission timeout on it.
-  duration rtt{};
 };
 
 /// A byte range of one file the receiver still needs (common/byte_range.hpp).
@@ -259,10 +248,6 @@ class receiver_engine {
   /// The share of a socket's receive buffer in use from which --rate auto sessions report an
   /// overrun (half: the other half absorbs what is in flight until the sender slows down).
   static constexpr double backlog_report_fill = 0.5;
-  /// After its first overrun report, a session reports again only while the sender's rate is
-  /// at least this share of its sustained receive rate, taking the sender's rate, until the
-  /// next marker, as at most wire::overrun_cap_share of the rate it reported (the sender's cap).
-  static constexpr double overrun_report_fraction = 0.9;
   /// Runs due timers (NAKs, retransmissions, checkpoints, timeouts).
   void on_timer(time_point now);
   /// Earliest time on_timer has work, or nullopt.
@@ -324,7 +309,7 @@ class receiver_engine {
     m_cfg.max_sessions_per_source = max_sessions_per_source;
   }
   /// Ended sessions remembered (tombstones).
-  std::size_t tombstones() const noexcept { return m_tombstones.size(); }
+  std::size_t tombstones() const noexcept { return m_sessions.tombstones(); }
   /// Bytes of session state charged to the memory budget now.
   std::uint64_t memory_charged() const noexcept { return m_budget.used(); }
   /// The channels' completed session numbers: sequenced sessions consult and update it; the
@@ -333,17 +318,18 @@ class receiver_engine {
   const sequence_book& sequences() const noexcept { return m_sequences; }
 
  private:
-  struct file_rx;
-  struct nak_round;
   struct session_rx;
 
-  session_rx* find(session_id s);
+  session_rx* find(session_id s) { return m_sessions.find(s); }
   /// The session a data or parity datagram of session `s` from `from` belongs to, or nullptr
   /// after counting why it is dropped (unknown or stale session, wrong source, a session that
   /// is completing or moved to unicast).
   session_rx* receiving_session(session_id s, const endpoint& from);
   void handle_announce(const wire::announce& m, session_id s, const endpoint& from,
                        std::uint32_t channel, time_point now);
+  /// An announce of a session whose manifest is incomplete: its chunk's entries are taken (if
+  /// the budget admits them); the manifest completes, or a malformed one ends the session.
+  void take_chunk(session_rx& s, const wire::announce& m, time_point now);
   /// @param arrival  the datagram's arrival (on_datagram), for note_seq
   void handle_data(std::span<const std::byte> datagram, const endpoint& from, time_point now,
                    time_point arrival);
@@ -354,23 +340,11 @@ class receiver_engine {
   // Parity repairs (docs/design-notes.md "Parity repairs"; fec_tracker.hpp).
   void handle_parity(std::span<const std::byte> datagram, const endpoint& from, time_point now,
                      time_point arrival);
+  /// Builds `s`'s FEC tracker once its manifest is complete (parity_repair::build).
+  /// @return true when the session has one
   bool ensure_fec(session_rx& s);
-  void fec_source_added(session_rx& s, std::uint32_t f, std::uint32_t b, time_point now);
+  /// Asks storage to decode FEC block `fec_block`, whose parity covers its loss.
   void start_recovery(session_rx& s, std::uint32_t fec_block, time_point now);
-  /// Sources of FEC block `fb` the sender had sent as of round `r`'s marker: a FEC block is
-  /// reported by the first round drawn at or after the marker that completed it, so its
-  /// backoff starts there (a round drawn earlier in the pass would fire at a time unrelated to
-  /// it, and every site's NAK would come at once).
-  std::uint32_t fec_sent(const session_rx& s, std::uint32_t fb, const nak_round& r) const;
-  /// `fr.received` with the missing blocks in [from, end) that parity will repair set, so the
-  /// NAK names only the others; the FEC blocks repaired by parity go into `lacks`.
-  block_map fec_mask(session_rx& s, const nak_round& r, std::uint32_t f, std::uint32_t from,
-                     std::uint32_t end, std::map<std::uint32_t, std::uint32_t>& lacks);
-  /// Reports the FEC blocks `due` (finished by round `r`'s marker, or pushed out of the last
-  /// round by the datagram cap): their lack into `lacks`, or their missing blocks by name when
-  /// parity cannot make them whole.
-  void fec_report(session_rx& s, const nak_round& r, const std::set<std::uint32_t>& due,
-                  class nak_builder& naks, std::map<std::uint32_t, std::uint32_t>& lacks);
   void handle_digests(session_rx& s, const wire::digest_list& m, time_point now);
   void handle_register_reply(session_rx& s, const wire::register_reply& m, time_point now);
   void handle_complete_ack(session_rx& s, time_point now);
@@ -379,13 +353,21 @@ class receiver_engine {
                        time_point now);
   void start_unicast_attempt(session_rx& s, time_point now);
   /// A new session's announce says it is served over unicast from the start: keeps where (in
-  /// session_rx::unicast_start) for the shell to open it with the first REGISTER
+  /// its unicast_fetch) for the shell to open it with the first REGISTER
   /// (receiver_sink::prepare_unicast).
   void note_unicast_start(session_rx& s, const wire::session_params& p, const endpoint& from);
   /// The register reply or FALLBACK answering REGISTER arrived: the registration RTT sample.
   void note_register_answer(session_rx& s, time_point now);
   void dispatch(const wire::header& h, std::span<const std::byte> datagram, const endpoint& from,
                 std::uint32_t channel, time_point now, time_point arrival);
+  /// A control datagram of a tracked session (marker, digests, replies, end, fallback,
+  /// advert): checked against the session's sender and parsed, then handled.
+  void dispatch_control(const wire::header& h, std::span<const std::byte> datagram,
+                        const endpoint& from, time_point now);
+  /// Block `b` of file `f` (receiving, the block's length checked) arrived over multicast:
+  /// written and marked, the file finalized when it was the last.
+  void take_block(session_rx& s, std::uint32_t f, std::uint32_t b,
+                  std::span<const std::byte> payload, time_point now);
   bool new_session(const wire::announce& m, session_id id, const endpoint& from,
                    std::uint32_t channel, time_point now);
   /// A new session's parameters: block size, manifest chunks, numbering and catch-up ranges
@@ -401,7 +383,6 @@ class receiver_engine {
   bool ensure_block_map(session_rx& s, std::uint32_t f, time_point now);
   void fail_file(session_rx& s, std::uint32_t f, std::error_code ec, const std::string& detail,
                  time_point now);
-  void add_tombstone(session_id id, time_point until);
   duration session_timeout(const session_rx& s) const;
   void mark_block(session_rx& s, std::uint32_t f, std::uint32_t b, time_point now);
 
@@ -414,11 +395,13 @@ class receiver_engine {
   /// Sends the NAK rounds due at `now`.
   void send_naks(session_rx& s, time_point now);
   void send_round(session_rx& s, const nak_round& r, time_point now);
-  /// Blocks of the files being received that lie behind round `r`'s marker and are missing
-  /// (nak.blocks_missing); a file's blocks beyond the marker are not counted.
-  std::uint64_t blocks_missing(const session_rx& s, const nak_round& r) const;
   void send_complete(session_rx& s, time_point now);
+  /// Opens file `f`'s temp file in storage unless it is open (storage_port::begin_file).
+  void begin_file(session_rx& s, std::uint32_t f);
   void file_data_complete(session_rx& s, std::uint32_t f);
+  /// A file stored or failed for good (`late`: finalized after its session closed): counted
+  /// in the stats, told to the sink, logged.
+  void finish_file(const file_outcome& o, bool late);
   void file_done(session_rx& s, time_point now);
   void close_session(session_rx& s, bool success, const std::string& why, time_point now);
   /// A silent session ends short of some files: each is recorded (receiver_sink::file_finished
@@ -429,6 +412,8 @@ class receiver_engine {
   void late_file_stored(session_id id, file_index f, std::error_code ec, const std::string& detail);
   duration retransmit_interval(const session_rx& s) const;
   // --rate auto (receiver_engine_rate.cpp; docs/design-notes.md "Rate auto").
+  /// The RTT `s`'s rates are computed with (rate_reporter::rtt_of).
+  duration rate_rtt(const session_rx& s) const;
   /// A multicast data or parity datagram with sequence number `seq` arrived at `arrival` (at
   /// or before `now`: the loss history dates datagrams by it).
   void note_seq(session_rx& s, std::uint32_t seq, time_point now, time_point arrival);
@@ -436,20 +421,14 @@ class receiver_engine {
   void on_rate_marker(session_rx& s, const wire::marker& m, time_point now);
   /// The rate-report timer fired: sends a NAK with the rate fields and nothing to NAK.
   void send_rate_report(session_rx& s, time_point now);
-  /// Sends `s` an overrun report (at most once per RTT) when it is a --rate auto session with
-  /// a measured receive rate.
+  /// Sends `s` an overrun report when it is a receiving --rate auto session on multicast and
+  /// its rate_reporter says one is due (rate_reporter::take_overrun).
   void report_overrun(session_rx& s, time_point now);
   /// Sends `s`'s sender a rate report (a NAK naming nothing, rate fields filled), with
   /// `overrun_bps` (bit/s) when above 0; a silent session counts it suppressed instead.
   void send_rate_nak(session_rx& s, double overrun_bps, time_point now);
-  /// Sets a NAK's rate fields (40-43) when the session is in --rate auto (its latest marker
-  /// said so) and has seen loss; without a loss event while the sender is in slow start, its
-  /// receive rate (field 45) instead.
+  /// Sets a NAK's rate fields on multicast (rate_reporter::fill).
   void fill_rate(const session_rx& s, wire::nak& m, time_point now) const;
-  /// The rate this receiver's reports carry, bit/s: its TCP-friendly rate after a loss event;
-  /// before one, its receive rate while the sender is in slow start (0 while none is
-  /// measured); +infinity otherwise (it limits nothing).
-  double own_rate_bps(const session_rx& s, time_point now) const;
   std::uint64_t random() noexcept;
 
   receiver_config m_cfg;
@@ -459,12 +438,9 @@ class receiver_engine {
   std::uint64_t m_rng_state;
   /// nak_scheduler::id_hash(m_cfg.id): which status slice this receiver answers.
   std::uint64_t m_id_hash = 0;
-  std::map<session_id, std::unique_ptr<session_rx>> m_sessions;
-  /// Sessions ended here, or not for us: datagrams for them are dropped quietly until expiry.
-  std::unordered_map<session_id, time_point> m_tombstones;
-  /// Tombstone ids in the order they were added, for evicting the oldest past max_tombstones
-  /// (an id may appear more than once; stale entries are skipped).
-  std::deque<std::pair<session_id, time_point>> m_tombstone_order;
+  /// Sessions by id, and those ended here or not for us (tombstones): datagrams for those are
+  /// dropped quietly until they expire.
+  session_table<session_rx> m_sessions;
   memory_budget m_budget;
   receiver_stats m_stats;
   /// The channel whose socket dropped datagrams before the datagram being handled (cleared

@@ -7,17 +7,11 @@ using namespace engine_detail;
 
 void receiver_engine::fail_file(session_rx& s, std::uint32_t f, std::error_code ec,
                                 const std::string& detail, time_point now) {
-  auto& fr = s.files[f];
+  const auto& fr = s.files[f];
   if (fr.terminal()) return;
-  if (fr.state == file_rx::state_t::finalizing) --s.files_finalizing;
-  if (fr.begun) m_store.discard_file({s.id, file_index{f}});
-  fr.begun = false;
-  fr.resume = false;
-  fr.state = file_rx::state_t::failed;
-  fr.failure = ec.message() + (detail.empty() ? "" : ": " + detail);
-  // files_open counts the files left to do from the manifest's completion on.
-  if (s.state != session_rx::state_t::manifest) --s.files_open;
-  ++s.files_failed;
+  if (s.files.fail(f, ec.message() + (detail.empty() ? "" : ": " + detail))) {
+    m_store.discard_file({s.id, file_index{f}});
+  }
   ++m_stats.files_failed;
   s.dirty = true;
   if (m_log) {
@@ -27,18 +21,21 @@ void receiver_engine::fail_file(session_rx& s, std::uint32_t f, std::error_code 
   file_done(s, now);
 }
 
-void receiver_engine::file_data_complete(session_rx& s, std::uint32_t f) {
+void receiver_engine::begin_file(session_rx& s, std::uint32_t f) {
   auto& fr = s.files[f];
+  if (fr.begun) return;
+  m_store.begin_file({s.id, file_index{f}}, s.channel, fr.entry, fr.resume);
+  fr.begun = true;
+}
+
+void receiver_engine::file_data_complete(session_rx& s, std::uint32_t f) {
+  const auto& fr = s.files[f];
   if (!fr.entry.digest) {
-    fr.state = file_rx::state_t::awaiting_digest;
+    s.files.await_digest(f);
     return;
   }
-  if (!fr.begun) {
-    m_store.begin_file({s.id, file_index{f}}, s.channel, fr.entry, fr.resume);
-    fr.begun = true;
-  }
-  fr.state = file_rx::state_t::finalizing;
-  ++s.files_finalizing;
+  begin_file(s, f);
+  s.files.finalize(f);
   m_store.finalize({s.id, file_index{f}}, *fr.entry.digest);
 }
 
@@ -59,11 +56,7 @@ void receiver_engine::handle_digests(session_rx& s, const wire::digest_list& m, 
     if (fr.held_digest && *fr.held_digest == *fr.entry.digest &&
         (fr.state == file_rx::state_t::receiving ||
          fr.state == file_rx::state_t::awaiting_digest)) {
-      if (fr.begun) m_store.discard_file({s.id, file_index{d.file()}});
-      fr.begun = false;
-      fr.state = file_rx::state_t::held;
-      --s.files_open;
-      ++s.files_held;
+      if (s.files.hold(d.file())) m_store.discard_file({s.id, file_index{d.file()}});
       continue;
     }
     if (fr.state == file_rx::state_t::awaiting_digest) file_data_complete(s, d.file());
@@ -72,23 +65,21 @@ void receiver_engine::handle_digests(session_rx& s, const wire::digest_list& m, 
 }
 
 void receiver_engine::file_done(session_rx& s, time_point now) {
-  if (s.state != session_rx::state_t::receiving || s.files_open > 0) return;
+  if (s.state != session_rx::state_t::receiving || s.files.open() > 0) return;
   s.state = session_rx::state_t::completing;
   // A session counts as completed for its channel's numbering when every file was stored or
   // held; one failed or refused file leaves its number missing, so it is asked for again.
-  if (s.files_stored + s.files_held == s.file_count && !s.seq_channel.empty()) {
+  if (s.files.stored() + s.files.held() == s.file_count && !s.seq_channel.empty()) {
     if (s.seq > 0) m_sequences.on_completed(s.seq_channel, s.seq_source, s.seq);
     if (!s.catch_up.empty()) m_sequences.on_caught_up(s.seq_channel, s.seq_source, s.catch_up);
   }
   if (m_log) {
-    const auto& p = s.parity;
+    const auto& p = s.parity.stats();
     m_log->info(
         "session {}: complete in {:.3f} s: {} files stored ({} bytes), {} held, {} failed, "
         "{} refused{}",
-        s.name(), to_seconds(now - s.started), s.files_stored, s.bytes_stored, s.files_held,
-        s.files_failed,
-        std::count_if(s.files.begin(), s.files.end(),
-                      [](const file_rx& fr) { return fr.state == file_rx::state_t::refused; }),
+        s.name(), to_seconds(now - s.started), s.files.stored(), s.files.bytes_stored(),
+        s.files.held(), s.files.failed(), s.files.refused(),
         p.kept + p.refused == 0
             ? std::string()
             : fmt::format("; parity: {} blocks kept, {} refused, {} FEC blocks decoded, {} "
@@ -111,7 +102,7 @@ void receiver_engine::on_file_stored(session_id id, file_index f, std::error_cod
     return;
   }
   if (f.value >= s->files.size()) return;
-  auto& fr = s->files[f.value];
+  const auto& fr = s->files[f.value];
   if (fr.state != file_rx::state_t::finalizing) {
     // A storage error before finalize (open, preallocate, disk reserve, quota, write: ENOSPC,
     // EROFS, ...) fails this one file; its blocks are no longer taken, so nothing waits on it.
@@ -121,51 +112,44 @@ void receiver_engine::on_file_stored(session_id id, file_index f, std::error_cod
     }
     return;
   }
-  --s->files_finalizing;
   s->dirty = true;
-  fr.begun = false;
-  fr.resume = false;
   if (!ec) {
-    fr.state = file_rx::state_t::stored;
-    --s->files_open;
-    ++s->files_stored;
-    s->bytes_stored += fr.entry.size;
-    ++m_stats.files_stored;
-    m_sink.file_finished({s->id,
-                          s->channel,
-                          fr.entry.path,
-                          fr.entry.size,
-                          true,
-                          {},
-                          fr.entry.mtime_ns,
-                          fr.entry.digest ? &*fr.entry.digest : nullptr});
-    if (m_log) {
-      m_log->info("session {}: stored '{}' ({} bytes)", s->name(), printable(fr.entry.path),
-                  fr.entry.size);
-    }
+    s->files.on_stored(f.value);
+    finish_file({s->id,
+                 s->channel,
+                 fr.entry.path,
+                 fr.entry.size,
+                 true,
+                 {},
+                 fr.entry.mtime_ns,
+                 fr.entry.digest ? &*fr.entry.digest : nullptr},
+                false);
   } else if (ec == errc::digest_mismatch && fr.digest_retries < m_cfg.max_digest_retries) {
-    ++fr.digest_retries;
-    fr.received.clear_all();
-    fr.state = file_rx::state_t::receiving;
-    if (s->unicast && !s->unicast_active) s->next_unicast = now;
+    s->files.refetch(f.value);
+    s->unicast.retry_now(now);
     if (m_log) {
       m_log->warn("session {}: '{}' failed SHA-256 verification; fetching it again ({} of {})",
                   s->name(), printable(fr.entry.path), fr.digest_retries, m_cfg.max_digest_retries);
     }
   } else {
-    fr.state = file_rx::state_t::failed;
-    fr.failure = ec.message() + (detail.empty() ? "" : ": " + detail);
-    --s->files_open;
-    ++s->files_failed;
-    ++m_stats.files_failed;
-    m_sink.file_finished({s->id, s->channel, fr.entry.path, fr.entry.size, false, fr.failure,
-                          fr.entry.mtime_ns, nullptr});
-    if (m_log) {
-      m_log->error("session {}: could not store '{}': {}", s->name(), printable(fr.entry.path),
-                   fr.failure);
-    }
+    s->files.on_store_failed(f.value, ec.message() + (detail.empty() ? "" : ": " + detail));
+    finish_file({s->id, s->channel, fr.entry.path, fr.entry.size, false, fr.failure,
+                 fr.entry.mtime_ns, nullptr},
+                false);
   }
   file_done(*s, now);
+}
+
+void receiver_engine::finish_file(const file_outcome& o, bool late) {
+  ++(o.stored ? m_stats.files_stored : m_stats.files_failed);
+  m_sink.file_finished(o);
+  if (!m_log) return;
+  if (o.stored) {
+    m_log->info("session {}: stored '{}' ({} bytes){}", o.session, printable(o.path), o.size,
+                late ? ", finalized after the session ended" : "");
+  } else {
+    m_log->error("session {}: could not store '{}': {}", o.session, printable(o.path), o.failure);
+  }
 }
 
 void receiver_engine::late_file_stored(session_id id, file_index f, std::error_code ec,
@@ -174,28 +158,10 @@ void receiver_engine::late_file_stored(session_id id, file_index f, std::error_c
   if (it == m_late_files.end()) return;
   const late_file lf = std::move(it->second);
   m_late_files.erase(it);
-  if (!ec) {
-    ++m_stats.files_stored;
-    m_sink.file_finished({id,
-                          lf.channel,
-                          lf.path,
-                          lf.size,
-                          true,
-                          {},
-                          lf.mtime_ns,
-                          lf.digest ? &*lf.digest : nullptr});
-    if (m_log) {
-      m_log->info("session {}: stored '{}' ({} bytes), finalized after the session ended", id,
-                  printable(lf.path), lf.size);
-    }
-    return;
-  }
-  const std::string failure = ec.message() + (detail.empty() ? "" : ": " + detail);
-  ++m_stats.files_failed;
-  m_sink.file_finished({id, lf.channel, lf.path, lf.size, false, failure, lf.mtime_ns, nullptr});
-  if (m_log) {
-    m_log->error("session {}: could not store '{}': {}", id, printable(lf.path), failure);
-  }
+  const std::string failure = ec ? ec.message() + (detail.empty() ? "" : ": " + detail) : "";
+  finish_file({id, lf.channel, lf.path, lf.size, !ec, failure, lf.mtime_ns,
+               !ec && lf.digest ? &*lf.digest : nullptr},
+              true);
 }
 
 }  // namespace mcdist::receiver

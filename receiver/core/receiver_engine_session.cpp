@@ -15,7 +15,7 @@ bool receiver_engine::new_session(const wire::announce& m, session_id id, const 
   }
   if (p.only_receivers_size() > 0 && std::find(p.only_receivers().begin(), p.only_receivers().end(),
                                                m_cfg.id) == p.only_receivers().end()) {
-    add_tombstone(id, now + m_cfg.session_timeout);
+    m_sessions.tombstone(id, now + m_cfg.session_timeout);
     if (m_log) {
       m_log->info("session {} from {}: a resend for other receivers; not taking part", id,
                   from.address_string());
@@ -40,7 +40,7 @@ bool receiver_engine::new_session(const wire::announce& m, session_id id, const 
         verdict != errc::ok) {
       m_budget.release_session(id);
       m_stats.drops.add(verdict);
-      add_tombstone(id, now + m_cfg.session_timeout);
+      m_sessions.tombstone(id, now + m_cfg.session_timeout);
       return false;
     }
   }
@@ -99,11 +99,7 @@ bool receiver_engine::within_limits(const wire::session_params& p, session_id id
     }
     return false;
   }
-  const auto from_here = std::count_if(m_sessions.begin(), m_sessions.end(), [&](const auto& kv) {
-    return same_host(kv.second->sender, from);
-  });
-  if (m_sessions.size() >= m_cfg.max_sessions ||
-      static_cast<std::uint64_t>(from_here) >= m_cfg.max_sessions_per_source) {
+  if (!m_sessions.admits(from, m_cfg.max_sessions, m_cfg.max_sessions_per_source)) {
     m_stats.drops.add(errc::too_many_sessions);
     return false;
   }
@@ -113,12 +109,11 @@ bool receiver_engine::within_limits(const wire::session_params& p, session_id id
 receiver_engine::session_rx& receiver_engine::open_session(
     const wire::session_params& p, session_id id, const endpoint& from, std::uint32_t channel,
     const std::string& signer, std::vector<wire::seq_span> catch_up, time_point now) {
-  auto owned = std::make_unique<session_rx>();
+  auto owned = std::make_unique<session_rx>(p.block_size(), m_cfg.max_nak_datagrams, m_id_hash);
   session_rx& s = *owned;
   s.id = id;
   s.sender = from;
   s.channel = channel;
-  s.block_size = p.block_size();
   s.file_count = p.file_count();
   s.chunks = p.manifest_chunks();
   s.total_bytes = p.total_bytes();
@@ -127,22 +122,14 @@ receiver_engine::session_rx& receiver_engine::open_session(
   s.seq = p.channel_seq();
   s.catch_up = std::move(catch_up);
   // Parity repairs: a shape the codec cannot have means no FEC here (explicit NAKs still work).
-  // GF(2^16) codes symbols of whole 16-bit words: an odd block size there is refused too.
-  if (fec::valid_shape(p.fec_k(), p.fec_max_parity()) && p.fec_depth() >= 1 &&
-      p.fec_depth() <= fec::max_depth &&
-      (fec::field_for(p.fec_k(), p.fec_max_parity()) == fec::field::gf8 || s.block_size % 2 == 0)) {
-    s.fec_k = p.fec_k();
-    s.fec_max_parity = p.fec_max_parity();
-    s.fec_depth = p.fec_depth();
-  }
+  s.parity = parity_repair(p.fec_k(), p.fec_max_parity(), p.fec_depth(), s.block_size);
   if (!s.seq_channel.empty()) s.seq_source = sequence_book::source_of(signer, p.sender_name());
   s.silent_passes = p.silent_passes();
   s.silent = p.silent_passes() > 0 ||
              (channel < m_cfg.silent_channels.size() && m_cfg.silent_channels[channel]);
   s.manifest = manifest_assembler(p, sizeof(file_rx));
   s.started = now;
-  m_sessions.emplace(id, std::move(owned));
-  return s;
+  return m_sessions.insert(id, std::move(owned));
 }
 
 void receiver_engine::handle_announce(const wire::announce& m, session_id id, const endpoint& from,
@@ -150,7 +137,7 @@ void receiver_engine::handle_announce(const wire::announce& m, session_id id, co
   const auto& p = m.params();
   session_rx* s = find(id);
   if (!s) {
-    if (m_tombstones.count(id)) {
+    if (m_sessions.ended(id)) {
       m_stats.drops.add(errc::stale);
       return;
     }
@@ -173,87 +160,56 @@ void receiver_engine::handle_announce(const wire::announce& m, session_id id, co
   s->echo_at = now;
   s->grtt = std::min(from_us(p.grtt_us()), m_cfg.max_grtt);
   s->sender.port = from.port;
-  if (s->state != session_rx::state_t::manifest) return;
-  switch (s->manifest.admit(m, m_budget, s->id)) {
+  if (s->state == session_rx::state_t::manifest) take_chunk(*s, m, now);
+}
+
+void receiver_engine::take_chunk(session_rx& s, const wire::announce& m, time_point now) {
+  switch (s.manifest.admit(m, m_budget, s.id)) {
     case manifest_assembler::fit::ignored: return;
     case manifest_assembler::fit::invalid: m_stats.drops.add(errc::invalid_field); return;
     // The chunk is not taken: a later copy may fit once other sessions end.
     case manifest_assembler::fit::over_budget: m_stats.drops.add(errc::over_budget); return;
     case manifest_assembler::fit::admitted: break;
   }
-  s->files.reserve(s->manifest.table_capacity());
-  s->files.resize(s->manifest.table_size());
+  s.files.grow(s.manifest.table_capacity(), s.manifest.table_size());
   std::vector<taken_entry> taken;
-  const auto progress = s->manifest.take(m, m_budget, s->id, taken);
+  const auto progress = s.manifest.take(m, m_budget, s.id, taken);
   for (auto& t : taken) {
-    auto& fr = s->files[t.index];
-    fr.entry = std::move(t.entry);
-    if (t.refused != errc::ok) {
-      fr.state = file_rx::state_t::refused;
-      fr.failure = std::string(to_string(t.refused));
-      ++m_stats.files_refused;
-      if (m_log) {
-        m_log->warn("session {}: refused file {} path '{}': {}", s->name(), t.index,
-                    printable(fr.entry.path), make_error_code(t.refused).message());
-      }
-    } else {
-      // Blocks of a file are taken as soon as its entry is known, even before the manifest is
-      // complete and registration done: the sender does not wait a round trip for those.
-      fr.blocks = t.blocks;
-      fr.state = file_rx::state_t::receiving;
+    // Blocks of a file are taken as soon as its entry is known, even before the manifest is
+    // complete and registration done: the sender does not wait a round trip for those.
+    const std::uint32_t f = t.index;
+    const errc why = t.refused;
+    if (!s.files.take(std::move(t))) continue;
+    ++m_stats.files_refused;
+    if (m_log) {
+      m_log->warn("session {}: refused file {} path '{}': {}", s.name(), f,
+                  printable(s.files[f].entry.path), make_error_code(why).message());
     }
   }
   if (progress == manifest_assembler::progress::malformed) {
     if (m_log) {
       m_log->error("session {}: manifest chunks do not cover every file; ignoring the session",
-                   s->name());
+                   s.name());
     }
     m_stats.drops.add(errc::invalid_field);
-    close_session(*s, false, "malformed manifest", now);
+    close_session(s, false, "malformed manifest", now);
     return;
   }
-  if (progress == manifest_assembler::progress::complete) manifest_complete(*s, now);
+  if (progress == manifest_assembler::progress::complete) manifest_complete(s, now);
 }
 
 void receiver_engine::manifest_complete(session_rx& s, time_point now) {
   // Two entries may not name the same file, nor may a file sit where another entry needs a
   // directory: the second of each pair is refused.
-  std::unordered_set<std::string_view> paths;
-  std::unordered_set<std::string_view> dirs;
-  for (std::uint32_t i = 0; i < s.file_count; ++i) {
-    auto& fr = s.files[i];
-    if (fr.state == file_rx::state_t::refused) continue;
-    const std::string_view path = fr.entry.path;
-    if (fr.state == file_rx::state_t::failed) {
-      // Failed while the manifest was assembled (storage, budget): its path still counts.
-      paths.insert(path);
-      continue;
+  for (const auto& [i, begun] : s.files.close_manifest()) {
+    if (begun) m_store.discard_file({s.id, file_index{i}});
+    ++m_stats.files_refused;
+    if (m_log) {
+      m_log->warn(
+          "session {}: refused file {} path '{}': conflicts with another file of the "
+          "manifest",
+          s.name(), i, printable(s.files[i].entry.path));
     }
-    bool conflict = paths.count(path) > 0 || dirs.count(path) > 0;
-    for (std::size_t pos = path.find('/'); !conflict && pos != std::string_view::npos;
-         pos = path.find('/', pos + 1)) {
-      conflict = paths.count(path.substr(0, pos)) > 0;
-    }
-    if (conflict) {
-      if (fr.begun) m_store.discard_file({s.id, file_index{i}});
-      fr.begun = false;
-      fr.state = file_rx::state_t::refused;
-      fr.failure = "path_conflict";
-      ++m_stats.files_refused;
-      if (m_log) {
-        m_log->warn(
-            "session {}: refused file {} path '{}': conflicts with another file of the "
-            "manifest",
-            s.name(), i, printable(path));
-      }
-      continue;
-    }
-    paths.insert(path);
-    for (std::size_t pos = path.find('/'); pos != std::string_view::npos;
-         pos = path.find('/', pos + 1)) {
-      dirs.insert(path.substr(0, pos));
-    }
-    ++s.files_open;
   }
   s.state = session_rx::state_t::checking_held;
   std::vector<held_query> q;
@@ -277,13 +233,7 @@ void receiver_engine::on_held(session_id id, const std::vector<held_answer>& hel
     auto& fr = s->files[f.value];
     if (fr.state != file_rx::state_t::receiving) continue;
     if (fr.entry.digest) {
-      if (*fr.entry.digest == digest) {
-        if (fr.begun) m_store.discard_file({s->id, f});
-        fr.begun = false;
-        fr.state = file_rx::state_t::held;
-        --s->files_open;
-        ++s->files_held;
-      }
+      if (*fr.entry.digest == digest && s->files.hold(f.value)) m_store.discard_file({s->id, f});
     } else {
       fr.held_digest = digest;
     }
@@ -345,41 +295,16 @@ void receiver_engine::send_register(session_rx& s, time_point now) {
       r->set_last(last);
     }
   }
-  std::vector<std::uint32_t> held;
-  range_encoder enc(held);
-  std::size_t budget = wire::control_budget - wire::header_size - 100;
-  // The sequence report goes first; the held-file runs fill what is left of the budget.
-  budget -= std::min(budget, m.ByteSizeLong());
-  for (std::uint32_t i = 0; i < s.file_count && budget > 40;) {
-    if (s.files[i].state != file_rx::state_t::held) {
-      ++i;
-      continue;
-    }
-    std::uint32_t j = i;
-    while (j < s.file_count && s.files[j].state == file_rx::state_t::held) ++j;
-    budget -= std::min(budget, enc.cost(i, j - i));
-    enc.add(i, j - i);
-    i = j;
-  }
-  for (const auto v : held) m.add_held_files(v);
-  for (std::uint32_t i = 0; i < s.file_count && budget > 40; ++i) {
-    const auto& fr = s.files[i];
-    if (fr.held_digest && fr.state == file_rx::state_t::receiving) {
-      auto* hd = m.add_held_pending();
-      hd->set_file(i);
-      hd->set_sha256(fr.held_digest->data(), 32);
-      budget -= 40;
-    }
-  }
+  // The sequence report goes first; the held files fill what is left of the budget.
+  s.files.add_held(m);
   const auto bytes = encode(wire::msg_type::register_request, s.id, m);
   m_sink.send(s.sender, bytes);
-  if (s.register_sends == 0 && s.unicast_start && !s.unicast) {
-    // Served over unicast from the start: the association (or the connections) opens now, its
-    // handshake overlapping the REGISTER -> FALLBACK round trip. REGISTER leaves first, so on
-    // a slow link the FALLBACK order reaches us ahead of the INIT ACK and the hello and the
-    // requests go with the COOKIE ECHO (RFC 9260 section 5.1).
-    s.unicast_prepared = true;
-    m_sink.prepare_unicast(s.id, *s.unicast_start);
+  // Served over unicast from the start: the association (or the connections) opens now, its
+  // handshake overlapping the REGISTER -> FALLBACK round trip. REGISTER leaves first, so on a
+  // slow link the FALLBACK order reaches us ahead of the INIT ACK and the hello and the
+  // requests go with the COOKIE ECHO (RFC 9260 section 5.1).
+  if (s.register_sends == 0) {
+    if (const unicast_order* o = s.unicast.prepare()) m_sink.prepare_unicast(s.id, *o);
   }
   // Retransmit soon, then back off to the GRTT: before the sender has measured anyone its
   // GRTT is a 0.5 s guess, and a lost REGISTER should not cost a second. Jittered, so that
@@ -419,12 +344,11 @@ void receiver_engine::start_receiving(session_rx& s, time_point now) {
   // starts at the beginning of the pass, so the holes of what arrived during registration
   // (a GRTT's worth of data when pass 1 starts while registration is open) are NAKed now,
   // not at the next pass's full scan a round trip later, with hashing stalled behind them.
-  s.nak_file = 0;
-  s.nak_block = 0;
+  s.naks.restart_scan();
   if (m_log) {
     m_log->info("session {}: {}; {} files to receive, {} already held", s.name(),
-                s.silent ? "silent, receiving without registration" : "registered", s.files_open,
-                s.files_held);
+                s.silent ? "silent, receiving without registration" : "registered", s.files.open(),
+                s.files.held());
   }
   for (std::uint32_t i = 0; i < s.file_count; ++i) {
     auto& fr = s.files[i];

@@ -16,8 +16,8 @@ constexpr std::size_t max_logged_paths = 10;
 }  // namespace
 
 bool receiver_engine::silent(session_id id) const noexcept {
-  const auto it = m_sessions.find(id);
-  return it != m_sessions.end() && it->second->silent;
+  const session_rx* s = m_sessions.find(id);
+  return s && s->silent;
 }
 
 void receiver_engine::record_incomplete(session_rx& s, const std::string& why) {
