@@ -252,7 +252,7 @@ void receiver_engine::take_block(session_rx& s, std::uint32_t f, std::uint32_t b
   ++m_stats.data_blocks;
   m_stats.data_bytes += payload.size();
   if (std::uint32_t fb = 0; s.parity.tracker() && s.parity.source_added(f, b, fb)) {
-    start_recovery(s, fb, now);
+    if (!start_recovery(s, fb, now)) return;
   }
   // Before the held check, a complete file waits (on_held finalizes it unless it is held).
   if (fr.received.all() && s.state != session_rx::state_t::manifest &&

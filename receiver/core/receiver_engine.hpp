@@ -344,7 +344,9 @@ class receiver_engine {
   /// @return true when the session has one
   bool ensure_fec(session_rx& s);
   /// Asks storage to decode FEC block `fec_block`, whose parity covers its loss.
-  void start_recovery(session_rx& s, std::uint32_t fec_block, time_point now);
+  /// @return false when `s` is gone: a block map that did not fit the budget failed the last
+  ///         open file of a silent session, which closed it (the caller must not touch `s`)
+  bool start_recovery(session_rx& s, std::uint32_t fec_block, time_point now);
   void handle_digests(session_rx& s, const wire::digest_list& m, time_point now);
   void handle_register_reply(session_rx& s, const wire::register_reply& m, time_point now);
   void handle_complete_ack(session_rx& s, time_point now);

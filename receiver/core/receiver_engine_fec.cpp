@@ -57,14 +57,17 @@ bool receiver_engine::ensure_fec(session_rx& s) {
   return s.parity.build(s.files, s.block_size, m_store.decodes_parity(), m_budget, s.id);
 }
 
-void receiver_engine::start_recovery(session_rx& s, std::uint32_t fb, time_point now) {
+bool receiver_engine::start_recovery(session_rx& s, std::uint32_t fb, time_point now) {
+  const session_id id = s.id;
   const auto& l = s.parity.tracker()->layout();
   // A file whose blocks have not started arriving gets its block map now, so what the decode
   // recovers for it is recorded (a map that does not fit fails the file).
   for (std::uint32_t i = 0, n = l.sources(fb); i < n; ++i) {
     const auto src = l.source(fb, i);
-    if (s.files[src.file].state == file_rx::state_t::receiving) {
-      ensure_block_map(s, src.file, now);
+    if (s.files[src.file].state == file_rx::state_t::receiving &&
+        !ensure_block_map(s, src.file, now) && find(id) != &s) {
+      // Failing the file ended a silent session (its last open file): nothing of it is left.
+      return false;
     }
   }
   auto req = s.parity.request(fb, s.files, s.channel, s.block_size);
@@ -72,6 +75,7 @@ void receiver_engine::start_recovery(session_rx& s, std::uint32_t fb, time_point
     if (fs.wanted) begin_file(s, fs.file.value);
   }
   m_store.recover(s.id, std::move(req));
+  return true;
 }
 
 void receiver_engine::on_recovered(session_id id, std::uint32_t fb, std::error_code ec,
