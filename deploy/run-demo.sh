@@ -13,13 +13,17 @@ set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 # Only what the demo builds and runs on (the tests install and build the rest).
 "$top/deploy/install-deps.sh" --demo
-# Only the three programs the demo runs, in a tree of their own without the tests: with an
-# empty compiler cache about 18 minutes of compiler CPU time (9-10 minutes on 2 idle cores), so
-# say so; the build's own output goes to a log.
+# Only the three programs the demo runs, in a tree of their own without the tests, compiled as
+# the test command compiles them: unity batches (MCDIST_UNITY: the Asio, Beast, CLI11, spdlog
+# and fmt templates compiled once per batch of sources, not once per source) and -O2 with line
+# tables only (-g1: the same code as -g, backtraces keep file and line). With an empty compiler
+# cache about 3.5 minutes of compiler CPU time instead of 10 (docs/benchmarks.md "The demo's
+# first run"), so about 2 minutes on 2 idle cores; the build's own output goes to a log.
 bin="$top/build-demo"
 mkdir -p "$bin"
-echo "run-demo.sh: building mcdistd, mcdist-send and mcdist-keygen in $bin (the first time about 10 minutes on 2 cores, seconds afterwards; log: $bin/demo-build.log)"
+echo "run-demo.sh: building mcdistd, mcdist-send and mcdist-keygen in $bin (the first time about 2 minutes on 2 idle cores, seconds afterwards; log: $bin/demo-build.log)"
 if ! "$top/deploy/build.sh" "$bin" -DMCDIST_BUILD_TESTS=OFF -DMCDIST_BUILD_LINKEM=OFF \
+    -DMCDIST_UNITY=ON -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
     --target mcdistd mcdist-send mcdist-keygen > "$bin/demo-build.log" 2>&1; then
   tail -n 30 "$bin/demo-build.log" >&2
   echo "run-demo.sh: the build failed (whole log: $bin/demo-build.log)" >&2
