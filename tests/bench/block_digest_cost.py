@@ -23,13 +23,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "integration"))
-from mcdist_testlib import Daemon, free_group, run_sender, wait_for, write_random  # noqa: E402
-
-
-def cpu_seconds(pid):
-    with open("/proc/%d/stat" % pid) as f:
-        x = f.read().rsplit(")", 1)[1].split()
-    return (int(x[11]) + int(x[12])) / os.sysconf("SC_CLK_TCK")
+from mcdist_testlib import (Daemon, cpu_seconds, free_group, run_sender, wait_for,  # noqa: E402
+                            write_random)
 
 
 def run(bin_dir, base, src, key, rate, tag):

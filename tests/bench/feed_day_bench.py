@@ -63,7 +63,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "integration"))
 from feed_latency import Producer, in_ns, pct  # noqa: E402
 from linkem_run import Emulator, stop_proc  # noqa: E402
-from mcdist_testlib import TomlDaemon, make_ca, sha256_file  # noqa: E402
+from mcdist_testlib import TomlDaemon, cpu_seconds, make_ca, sha256_file  # noqa: E402
 
 TERRESTRIAL = list(range(1, 11))
 SATELLITE = list(range(11, 19))
@@ -173,16 +173,6 @@ def profile_settings(profile):
         sys.exit("unknown profile %r: %s, or channel settings such as fec_k=2860;fec_depth=4"
                  % (profile, ", ".join(PROFILES)))
     return "".join("%s = %s\n" % tuple(kv.split("=", 1)) for kv in profile.split(";"))
-
-
-def cpu_seconds(pid):
-    """User + system CPU seconds of a running process so far (/proc/PID/stat), None if gone."""
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 def site_config(h, emu, hub_pub, ca):

@@ -78,6 +78,17 @@ def sha256_file(path):
     return h.hexdigest()
 
 
+def cpu_seconds(pid):
+    """User + system CPU seconds of a running process so far (/proc/PID/stat fields 14 and
+    15), None if it is gone."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def tree_digests(root):
     """relative path -> sha256 of every regular file below root."""
     out = {}

@@ -2,6 +2,7 @@
 
 #include "common/ranges.hpp"
 #include "common/wire.hpp"
+#include "tests/receiver/core/nak_blocks.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -10,6 +11,7 @@
 
 using namespace mcdist;
 using namespace mcdist::receiver;
+using mcdist::receiver::testing::nak_blocks;
 
 namespace {
 
@@ -29,21 +31,6 @@ block_map with_holes(std::uint32_t blocks, const std::set<std::uint32_t>& missin
     if (!missing.count(b)) m.set(b);
   }
   return m;
-}
-
-/// Every (file, block) the datagrams ask for.
-std::set<std::pair<std::uint32_t, std::uint32_t>> asked(const std::vector<wire::nak>& naks) {
-  std::set<std::pair<std::uint32_t, std::uint32_t>> out;
-  for (const auto& n : naks) {
-    for (const auto& fn : n.files()) {
-      const std::vector<std::uint32_t> pairs(fn.ranges().begin(), fn.ranges().end());
-      REQUIRE_FALSE(
-          for_each_range(pairs, 0x7fffffff, [&](std::uint32_t first, std::uint32_t count) {
-            for (std::uint32_t b = first; b < first + count; ++b) out.emplace(fn.file(), b);
-          }));
-    }
-  }
-  return out;
 }
 
 }  // namespace
@@ -80,7 +67,7 @@ TEST_CASE("only blocks before the end given are asked for", "[unit][receiver][na
   std::uint32_t from = 15;                 // where the last round stopped
   REQUIRE(b.add_missing(0, f, from, 35));  // the sender's marker is at block 35
   b.finish(false);
-  CHECK(asked(b.datagrams()) ==
+  CHECK(nak_blocks(b.datagrams()) ==
         std::set<std::pair<std::uint32_t, std::uint32_t>>{{0, 20}, {0, 30}});
 }
 
@@ -98,7 +85,7 @@ TEST_CASE("a long loss list is split into NAKs that each fit the control budget"
   REQUIRE(b.datagrams().size() > 1);
   std::set<std::pair<std::uint32_t, std::uint32_t>> want;
   for (const auto m : missing) want.emplace(4, m);
-  CHECK(asked(b.datagrams()) == want);
+  CHECK(nak_blocks(b.datagrams()) == want);
   for (const auto& n : b.datagrams()) {
     CHECK(wire::header_size + n.ByteSizeLong() <= wire::control_budget);
     CHECK(n.receiver_id() == "site-a");
@@ -116,7 +103,7 @@ TEST_CASE("at the datagram cap the round stops and says where the next one goes 
   CHECK(b.full());
   REQUIRE(b.datagrams().size() == 2);
   // Everything missing before `from` was asked for, nothing from it on.
-  const auto got = asked(b.datagrams());
+  const auto got = nak_blocks(b.datagrams());
   REQUIRE(from > 0);
   REQUIRE(from < 5000);
   for (const auto m : missing) CHECK(got.count({4, m}) == (m < from ? 1u : 0u));
@@ -141,7 +128,7 @@ TEST_CASE("blocks named one by one go as runs of one file_nak, split at the budg
   REQUIRE(b.add_blocks(3, blocks, done));
   CHECK(done == blocks.size());
   b.finish(false);
-  CHECK(asked(b.datagrams()) == want);
+  CHECK(nak_blocks(b.datagrams()) == want);
   std::size_t file_naks = 0;
   for (const auto& n : b.datagrams()) {
     CHECK(wire::header_size + n.ByteSizeLong() <= wire::control_budget);
@@ -160,7 +147,7 @@ TEST_CASE("blocks named one by one go as runs of one file_nak, split at the budg
   REQUIRE(done < blocks.size());
   std::set<std::pair<std::uint32_t, std::uint32_t>> first_part;
   for (std::size_t i = 0; i < done; ++i) first_part.emplace(3, blocks[i]);
-  CHECK(asked(capped.datagrams()) == first_part);
+  CHECK(nak_blocks(capped.datagrams()) == first_part);
 }
 
 TEST_CASE("a round without losses sends nothing, unless the sender asked for a status",

@@ -5,6 +5,7 @@
 #include "common/wire.hpp"
 #include "mcdist.pb.h"
 #include "receiver/core/fec_tracker.hpp"
+#include "tests/receiver/core/nak_blocks.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -14,6 +15,7 @@
 
 using namespace mcdist;
 using namespace mcdist::receiver;
+using mcdist::receiver::testing::nak_blocks;
 using namespace std::chrono_literals;
 
 namespace {
@@ -48,21 +50,6 @@ wire::marker marker(std::uint32_t pass, std::uint32_t file, std::uint32_t block,
   return m;
 }
 
-/// Every (file, block) the datagrams name.
-std::set<std::pair<std::uint32_t, std::uint32_t>> named(const std::vector<wire::nak>& naks) {
-  std::set<std::pair<std::uint32_t, std::uint32_t>> out;
-  for (const auto& n : naks) {
-    for (const auto& fn : n.files()) {
-      const std::vector<std::uint32_t> pairs(fn.ranges().begin(), fn.ranges().end());
-      REQUIRE_FALSE(
-          for_each_range(pairs, 0x7fffffff, [&](std::uint32_t first, std::uint32_t count) {
-            for (std::uint32_t b = first; b < first + count; ++b) out.emplace(fn.file(), b);
-          }));
-    }
-  }
-  return out;
-}
-
 /// The rounds due at `now`, each built.
 std::vector<nak_round_out> fire(nak_planner& p, const std::vector<file_rx>& files, time_point now,
                                 const fec_tracker* fec = nullptr) {
@@ -95,7 +82,7 @@ TEST_CASE("a marker schedules a round for the gaps behind it, due after the draw
   REQUIRE(out.size() == 1);
   REQUIRE(out[0].datagrams.size() == 1);
   // Behind the marker only: block 4 of file 1 has not been sent yet.
-  CHECK(named(out[0].datagrams) ==
+  CHECK(nak_blocks(out[0].datagrams) ==
         std::set<std::pair<std::uint32_t, std::uint32_t>>{{0, 3}, {0, 7}, {1, 0}});
   // blocks_missing: the marker's own file counts what it lacks in all, bounded by the blocks
   // behind the marker (file 1 holds 3 of 5: none of its 2 behind the marker counted).
@@ -106,7 +93,7 @@ TEST_CASE("a marker schedules a round for the gaps behind it, due after the draw
   p.on_marker(marker(1, 2, 0), false, false, t0 + 60ms, fixed(0));
   const auto next = fire(p, files, t0 + 60ms);
   REQUIRE(next.size() == 1);
-  CHECK(named(next[0].datagrams) == std::set<std::pair<std::uint32_t, std::uint32_t>>{{1, 4}});
+  CHECK(nak_blocks(next[0].datagrams) == std::set<std::pair<std::uint32_t, std::uint32_t>>{{1, 4}});
 }
 
 TEST_CASE(
@@ -128,7 +115,7 @@ TEST_CASE(
   CHECK(p.progress().pass == 2);
   const auto out = fire(p, files, t0);
   REQUIRE(out.size() == 1);
-  CHECK(named(out[0].datagrams) == std::set<std::pair<std::uint32_t, std::uint32_t>>{{0, 1}});
+  CHECK(nak_blocks(out[0].datagrams) == std::set<std::pair<std::uint32_t, std::uint32_t>>{{0, 1}});
 }
 
 TEST_CASE("a pass end asked again is a rescan; a status request answers by slice",
@@ -144,7 +131,8 @@ TEST_CASE("a pass end asked again is a rescan; a status request answers by slice
   p.on_marker(end, false, false, t0 + 1s, fixed(0));
   const auto again = fire(p, files, t0 + 1s);
   REQUIRE(again.size() == 1);
-  CHECK(named(again[0].datagrams) == std::set<std::pair<std::uint32_t, std::uint32_t>>{{0, 2}});
+  CHECK(nak_blocks(again[0].datagrams) ==
+        std::set<std::pair<std::uint32_t, std::uint32_t>>{{0, 2}});
 
   // Nothing missing: a status request answers only in this receiver's slice.
   files[0].received.set(2);
@@ -175,7 +163,7 @@ TEST_CASE("advertised blocks are left out for the pass; a bad advert is refused 
   REQUIRE(p.take_advert(a, files, nullptr));
   CHECK(p.feedback().advertised(0, 3));
   p.on_marker(marker(1, 1, 0), false, false, t0, fixed(0));
-  CHECK(named(fire(p, files, t0).at(0).datagrams) ==
+  CHECK(nak_blocks(fire(p, files, t0).at(0).datagrams) ==
         std::set<std::pair<std::uint32_t, std::uint32_t>>{{0, 6}});
 
   wire::repair_advert bad;
@@ -202,7 +190,7 @@ TEST_CASE("the datagram cap reschedules the rest of a round at once",
   while (p.due() && rounds < 1000) {
     for (const auto& out : fire(p, files, t0)) {
       REQUIRE(out.datagrams.size() <= 1);
-      const auto n = named(out.datagrams);
+      const auto n = nak_blocks(out.datagrams);
       asked.insert(n.begin(), n.end());
     }
     ++rounds;
@@ -245,7 +233,7 @@ TEST_CASE("with parity a FEC block's loss is reported as a lack once per pass",
   auto out = fire(p, files, t0, &t);
   REQUIRE(out.size() == 1);
   REQUIRE(out[0].datagrams.size() == 1);
-  CHECK(named(out[0].datagrams).empty());
+  CHECK(nak_blocks(out[0].datagrams).empty());
   auto lacks = out[0].datagrams[0].fec_lacks();
   CHECK(std::vector<std::uint32_t>(lacks.begin(), lacks.end()) == std::vector<std::uint32_t>{0, 2});
 
