@@ -219,7 +219,7 @@ receiver_engine::session_rx* receiver_engine::receiving_session(session_id id,
     m_stats.drops.add(errc::wrong_source);
     return nullptr;
   }
-  if (s->state == session_rx::state_t::completing || s->unicast) {
+  if (s->state == session_rx::state_t::completing || is_unicast(s->path)) {
     m_stats.drops.add(errc::duplicate);
     return nullptr;
   }
@@ -339,10 +339,10 @@ void receiver_engine::handle_marker(session_rx& s, const wire::marker& m, time_p
   // were lost, or its repairs were (or a repair it advertised). NAK everything still missing.
   const bool rescan = m.pass_end() && s.pass_end_answered == m.pass();
   if (rescan) s.feedback.clear();
-  if (!rescan && !s.unicast) {
+  if (!rescan && !is_unicast(s.path)) {
     r.from_file = s.nak_file;
     r.from_block = s.nak_block;
-  } else if (s.unicast) {
+  } else if (is_unicast(s.path)) {
     // Data comes over unicast; NAK only for digests and, when asked, as a sign of life.
     r.from_file = s.marker_file;
     r.from_block = s.marker_block;
@@ -373,7 +373,7 @@ void receiver_engine::handle_marker(session_rx& s, const wire::marker& m, time_p
 }
 
 void receiver_engine::handle_advert(session_rx& s, const wire::repair_advert& m, time_point) {
-  if (s.state != session_rx::state_t::receiving || s.unicast) return;
+  if (s.state != session_rx::state_t::receiving || is_unicast(s.path)) return;
   // Check everything before taking anything (a hint, but from the network).
   for (const auto& fn : m.files()) {
     if (fn.file() >= s.file_count || fn.file() >= s.files.size() ||
@@ -491,7 +491,7 @@ void receiver_engine::on_timer(time_point now) {
         }
         break;
       case session_rx::state_t::receiving:
-        if (s->unicast && !s->unicast_active && now >= s->next_unicast) {
+        if (is_unicast(s->path) && !s->unicast_active && now >= s->next_unicast) {
           start_unicast_attempt(*s, now);
         }
         if (s->nak_due && now >= *s->nak_due) send_naks(*s, now);
@@ -521,7 +521,7 @@ std::optional<time_point> receiver_engine::next_deadline() const {
     switch (s->state) {
       case session_rx::state_t::registering: consider(s->next_register); break;
       case session_rx::state_t::receiving:
-        if (s->unicast && !s->unicast_active) consider(s->next_unicast);
+        if (is_unicast(s->path) && !s->unicast_active) consider(s->next_unicast);
         if (s->nak_due) consider(*s->nak_due);
         if (s->rate.due()) consider(*s->rate.due());
         if (s->dirty) consider(s->next_checkpoint);

@@ -147,7 +147,7 @@ void receiver_engine::on_file_stored(session_id id, file_index f, std::error_cod
     ++fr.digest_retries;
     fr.received.clear_all();
     fr.state = file_rx::state_t::receiving;
-    if (s->unicast && !s->unicast_active) s->next_unicast = now;
+    if (is_unicast(s->path) && !s->unicast_active) s->next_unicast = now;
     if (m_log) {
       m_log->warn("session {}: '{}' failed SHA-256 verification; fetching it again ({} of {})",
                   s->name(), printable(fr.entry.path), fr.digest_retries, m_cfg.max_digest_retries);

@@ -32,7 +32,7 @@ void receiver_engine::send_round(session_rx& s, const nak_round& r, time_point n
   nak_builder naks(header, m_cfg.max_nak_datagrams);
   bool stopped = false;
   std::map<std::uint32_t, std::uint32_t> fec_lacks;  // FEC block -> blocks it lacks
-  const bool fec = !s.unicast && ensure_fec(s);
+  const bool fec = !is_unicast(s.path) && ensure_fec(s);
   const std::uint32_t last_file = std::min(r.to_file, s.file_count);
   for (std::uint32_t f = r.from_file, b = r.from_block; f <= last_file && f < s.file_count;
        ++f, b = 0) {

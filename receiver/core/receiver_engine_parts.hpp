@@ -195,7 +195,9 @@ struct receiver_engine::session_rx {
     std::uint32_t kept = 0, refused = 0, fec_blocks = 0, blocks = 0, failures = 0;
   } parity;
   // Unicast fallback.
-  bool unicast = false;         ///< the sender moved us to unicast: multicast data is ignored
+  /// How the session's data reaches us: multicast until the sender moves us to unicast
+  /// (handle_fallback), from then on the order's transport, and multicast data is ignored.
+  delivery_path path = delivery_path::multicast;
   bool unicast_active = false;  ///< a unicast client is running
   /// The announce's session_params.unicast_start (token zero): opened with the first REGISTER.
   std::optional<unicast_order> unicast_start;

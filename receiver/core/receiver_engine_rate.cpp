@@ -95,7 +95,7 @@ double receiver_engine::own_rate_bps(const session_rx& s, time_point now) const 
 }
 
 void receiver_engine::on_rate_marker(session_rx& s, const wire::marker& m, time_point now) {
-  if (s.state != session_rx::state_t::receiving || s.unicast) return;
+  if (s.state != session_rx::state_t::receiving || is_unicast(s.path)) return;
   s.overrun_assumed_bps = 0;
   s.rate_slow_start = m.rate_slow_start();
   const duration rtt = rate_rtt(s.register_rtt, s.grtt);
@@ -112,7 +112,7 @@ void receiver_engine::on_rate_marker(session_rx& s, const wire::marker& m, time_
 
 void receiver_engine::fill_rate(const session_rx& s, wire::nak& m, time_point now) const {
   // Only in --rate auto sessions: a fixed-rate session's NAKs stay as they were.
-  if (!s.rate.enabled() || s.unicast) return;
+  if (!s.rate.enabled() || is_unicast(s.path)) return;
   const duration rtt = rate_rtt(s.register_rtt, s.grtt);
   if (!s.loss.has_loss()) {
     const double recv = s.rate_slow_start ? own_rate_bps(s, now) : 0;
@@ -161,7 +161,7 @@ void receiver_engine::on_socket_backlog(std::uint32_t channel, double fill, time
 }
 
 void receiver_engine::report_overrun(session_rx& s, time_point now) {
-  if (s.state != session_rx::state_t::receiving || s.unicast || !s.rate.enabled()) return;
+  if (s.state != session_rx::state_t::receiving || is_unicast(s.path) || !s.rate.enabled()) return;
   const double pps = s.loss.sustained_rate_pps(now);
   if (pps <= 0) return;  // no window measured yet: no rate to report
   const double bps = pps * packet_bytes(s.block_size) * 8;

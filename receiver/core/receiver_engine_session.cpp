@@ -373,7 +373,7 @@ void receiver_engine::send_register(session_rx& s, time_point now) {
   }
   const auto bytes = encode(wire::msg_type::register_request, s.id, m);
   m_sink.send(s.sender, bytes);
-  if (s.register_sends == 0 && s.unicast_start && !s.unicast) {
+  if (s.register_sends == 0 && s.unicast_start && !is_unicast(s.path)) {
     // Served over unicast from the start: the association (or the connections) opens now, its
     // handshake overlapping the REGISTER -> FALLBACK round trip. REGISTER leaves first, so on
     // a slow link the FALLBACK order reaches us ahead of the INIT ACK and the hello and the

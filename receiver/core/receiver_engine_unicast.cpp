@@ -36,7 +36,7 @@ void receiver_engine::handle_fallback(session_rx& s, const wire::fallback& m, co
   }
   fallback_token token;
   std::memcpy(token.data(), m.token().data(), token.size());
-  if (s.unicast && s.order.token == token && s.unicast_active) return;  // a repeat
+  if (is_unicast(s.path) && s.order.token == token && s.unicast_active) return;  // a repeat
   unicast_order o;
   o.transport = transport_of(m.transport());
   o.server = from;
@@ -48,9 +48,9 @@ void receiver_engine::handle_fallback(session_rx& s, const wire::fallback& m, co
   o.server.port = static_cast<std::uint16_t>(m.port());
   o.token = token;
   o.connections = m.connections();
-  const bool first = !s.unicast;
+  const bool first = !is_unicast(s.path);
   note_register_answer(s, now);
-  s.unicast = true;
+  s.path = unicast_path(o.transport);
   s.order = o;
   if (m_log && first) {
     m_log->info("session {}: the sender moves this receiver to unicast ({}) at {}: {}", s.name(),
@@ -143,7 +143,7 @@ void receiver_engine::mark_block(session_rx& s, std::uint32_t f, std::uint32_t b
 void receiver_engine::on_unicast_data(session_id id, file_index f, std::uint64_t offset,
                                       std::span<const std::byte> data, time_point now) try {
   session_rx* s = find(id);
-  if (!s || !s->unicast || f.value >= s->files.size() || data.empty()) return;
+  if (!s || !is_unicast(s->path) || f.value >= s->files.size() || data.empty()) return;
   auto& fr = s->files[f.value];
   if (fr.state != file_rx::state_t::receiving || offset + data.size() > fr.entry.size) return;
   s->last_heard = now;
@@ -185,7 +185,7 @@ void receiver_engine::on_unicast_data(session_id id, file_index f, std::uint64_t
 void receiver_engine::on_unicast_closed(session_id id, bool complete, const std::string& why,
                                         time_point now) {
   session_rx* s = find(id);
-  if (!s || !s->unicast) return;
+  if (!s || !is_unicast(s->path)) return;
   s->unicast_active = false;
   if (s->state != session_rx::state_t::receiving || s->files_open == 0) return;
   bool missing = false;
