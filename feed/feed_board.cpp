@@ -53,15 +53,15 @@ void feed_board::site_report(std::size_t channel, const sender::receiver_report&
   // person it is missing, and it was not seen.
   if (r.state == sender::receiver_report::state_t::missing || r.address.port == 0) {
     s.state = "missing";
-    s.path.clear();
+    s.path.reset();
     return;
   }
   s.state = std::string(sender::to_string(r.state));
-  s.path = sender::path_name(r);
+  s.path = r.path;
   s.last_seen = now;
   if (r.rtt_valid) s.rtt_s = std::chrono::duration<double>(r.rtt).count();
   s.nak_ratio = nak_ratio;
-  if (r.fallback_transport) ++s.fallbacks[std::string(to_string(*r.fallback_transport))];
+  if (const auto t = unicast_transport(r.path)) ++s.fallbacks[*t];
 }
 
 void feed_board::session_done(std::size_t channel, session_kind kind, std::uint64_t seq,

@@ -11,6 +11,7 @@
 /// Counts start at zero with the daemon (Prometheus counters may reset: rate() handles it);
 /// the journal keeps the durable history (mcdistctl history / missing).
 
+#include "common/delivery_path.hpp"
 #include "common/http/throughput.hpp"
 #include "feed/journal.hpp"
 #include "sender/core/sender_session.hpp"
@@ -73,16 +74,15 @@ struct site_tally {
   /// Outcome of its latest session (sender/io/summary.hpp: completed, failed, registered,
   /// missing), or "missed" once a product it never got was given up.
   std::string state;
-  /// How its latest session's data reached it: multicast, unicast-sctp, unicast-tcp, ... (empty
-  /// while missing).
-  std::string path;
+  /// How its latest session's data reached it (none while missing).
+  std::optional<delivery_path> path;
   std::string channel;                          ///< of its latest session
   std::set<std::string, std::less<>> channels;  ///< every channel it was seen on
   std::optional<wall_time> last_seen;           ///< end of the latest session it took part in
   std::optional<double> rtt_s;                  ///< last RTT sample, seconds
   double nak_ratio = 0;  ///< blocks NAKed / data datagrams sent, latest session, 0..1
-  std::map<std::string, std::uint64_t, std::less<>> fallbacks;  ///< by transport ("tcp", ...)
-  std::array<std::uint64_t, 4> outcomes{};  ///< by outcome (stored, held, failed, missed)
+  std::map<transport_kind, std::uint64_t> fallbacks;  ///< sessions moved to unicast, by transport
+  std::array<std::uint64_t, 4> outcomes{};            ///< by outcome (stored, held, failed, missed)
   /// Products sent that it has not stored or held yet: id -> (channel, when first missed).
   std::map<std::int64_t, std::pair<std::string, wall_time>> missing;
   /// More products were missing than feed_board::max_missing_tracked: `missing` holds the

@@ -71,7 +71,8 @@ std::string rtt_text(double s) {
 std::string fallbacks_text(const site_tally& t) {
   std::string out;
   for (const auto& [transport, n] : t.fallbacks) {
-    out += (out.empty() ? "" : ", ") + transport + " &times;" + std::to_string(n);
+    out += (out.empty() ? "" : ", ") + std::string(to_string(transport)) + " &times;" +
+           std::to_string(n);
   }
   return out;
 }
@@ -275,7 +276,7 @@ std::string render_feed_metrics(const feed_snapshot& s) {
            "Sessions in which the site was moved to unicast, by transport.");
   for (const auto& [site, t] : sites) {
     for (const auto& [transport, n] : t.fallbacks)
-      p.sample({{"site", site}, {"transport", transport}}, n);
+      p.sample({{"site", site}, {"transport", to_string(transport)}}, n);
   }
   log_messages_metric(p, "mcdist_feed_log_messages_total", s.log);
   if (const auto c = s.daemon.find("cluster"); c != s.daemon.end() && c->is_object()) {
@@ -355,7 +356,7 @@ nlohmann::json render_feed_status(const feed_snapshot& s) {
     nlohmann::json o;
     o["site"] = name;
     o["state"] = t.state;
-    o["path"] = t.path.empty() ? nlohmann::json(nullptr) : nlohmann::json(t.path);
+    o["path"] = t.path ? nlohmann::json(to_string(*t.path)) : nlohmann::json(nullptr);
     o["channel"] = t.channel;
     o["channels"] = t.channels;
     if (t.last_seen) {
@@ -367,7 +368,8 @@ nlohmann::json render_feed_status(const feed_snapshot& s) {
     o["rtt_seconds"] = t.rtt_s ? nlohmann::json(*t.rtt_s) : nlohmann::json(nullptr);
     o["nak_ratio"] = t.nak_ratio;
     o["fallbacks"] = nlohmann::json::object();
-    for (const auto& [transport, n] : t.fallbacks) o["fallbacks"][transport] = n;
+    for (const auto& [transport, n] : t.fallbacks)
+      o["fallbacks"][std::string(to_string(transport))] = n;
     for (std::size_t k = 0; k < outcome_names.size(); ++k)
       o["outcomes"][outcome_names[k]] = t.outcomes[k];
     const auto l = lag_of(s, t);
@@ -510,7 +512,7 @@ std::string render_feed_page(const feed_snapshot& s) {
       h += "<tr data-site=\"" + html_escape(name) + "\"><td class=\"site-name\">" +
            html_escape(name) + "</td><td id=\"site-" + n + "-state\" class=\"" +
            state_class(t.state) + "\">" + html_escape(t.state) + "</td><td id=\"site-" + n +
-           "-path\">" + (t.path.empty() ? std::string("&ndash;") : html_escape(t.path)) +
+           "-path\">" + (t.path ? html_escape(to_string(*t.path)) : std::string("&ndash;")) +
            "</td><td>" + html_escape(t.channel) + "</td><td>" +
            (t.last_seen ? http::format_age(age_seconds(s.now, *t.last_seen)) + " ago"
                         : std::string("<span class=\"none\">never</span>")) +

@@ -8,6 +8,7 @@
 
 #include "common/block_map.hpp"
 #include "common/byte_range.hpp"
+#include "common/delivery_path.hpp"
 #include "common/endpoint.hpp"
 #include "common/error.hpp"
 #include "common/ids.hpp"

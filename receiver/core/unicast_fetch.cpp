@@ -82,13 +82,13 @@ std::vector<byte_range> unicast_fetch::wanted(std::span<const file_rx> files,
 }
 
 const unicast_order* unicast_fetch::prepare() noexcept {
-  if (!m_start || m_moved) return nullptr;
+  if (!m_start || moved()) return nullptr;
   m_prepared = true;
   return &*m_start;
 }
 
 bool unicast_fetch::take_order(const unicast_order& o) noexcept {
-  m_moved = true;
+  m_path = unicast_path(o.transport);
   m_order = o;
   const bool running = m_active;
   m_active = false;

@@ -8,6 +8,7 @@
 /// the blocks this says are whole. Pure: no sockets, the time comes in as an argument.
 
 #include "common/byte_range.hpp"
+#include "common/delivery_path.hpp"
 #include "common/endpoint.hpp"
 #include "common/ids.hpp"
 #include "common/manifest.hpp"
@@ -71,7 +72,10 @@ class unicast_fetch {
   static std::vector<byte_range> wanted(std::span<const file_rx> files, std::uint32_t block_size);
 
   /// The sender moved this receiver to unicast: multicast data is ignored from now on.
-  bool moved() const noexcept { return m_moved; }
+  bool moved() const noexcept { return is_unicast(m_path); }
+  /// How the session's data reaches this receiver: multicast until the sender's first FALLBACK
+  /// order, then that order's transport.
+  delivery_path path() const noexcept { return m_path; }
   /// A unicast client is running.
   bool active() const noexcept { return m_active; }
   /// The shell holds a transport for this session (running, or prepared ahead of the order):
@@ -80,7 +84,7 @@ class unicast_fetch {
   /// When the next attempt may start: after an order or a lost connection, while no client
   /// runs; nullopt when there is none to make.
   std::optional<time_point> next_attempt() const noexcept {
-    if (!m_moved || m_active) return std::nullopt;
+    if (!moved() || m_active) return std::nullopt;
     return m_next;
   }
 
@@ -93,7 +97,7 @@ class unicast_fetch {
 
   /// True when `o` repeats the order the running client follows (nothing to do).
   bool repeats(const unicast_order& o) const noexcept {
-    return m_moved && m_active && m_order.token == o.token;
+    return moved() && m_active && m_order.token == o.token;
   }
   /// Takes a new order. @return true when a client was running: the caller stops it (the
   /// sender lost our session; connect again) before the next attempt
@@ -117,7 +121,7 @@ class unicast_fetch {
   /// A file must be fetched again (its digest failed): the next attempt may start at `now` when
   /// no client runs.
   void retry_now(time_point now) noexcept {
-    if (m_moved && !m_active) m_next = now;
+    if (moved() && !m_active) m_next = now;
   }
   std::uint32_t attempts() const noexcept { return m_attempts; }
 
@@ -152,7 +156,7 @@ class unicast_fetch {
   }
 
  private:
-  bool m_moved = false;
+  delivery_path m_path = delivery_path::multicast;
   bool m_active = false;
   /// The announce's session_params.unicast_start (token zero): opened with the first REGISTER.
   std::optional<unicast_order> m_start;

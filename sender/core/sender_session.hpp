@@ -6,6 +6,7 @@
 /// on_digest), actions out (control datagrams to send, data blocks to send, next_deadline()).
 
 #include "common/block_map.hpp"
+#include "common/delivery_path.hpp"
 #include "common/endpoint.hpp"
 #include "common/error.hpp"
 #include "common/fec_layout.hpp"
@@ -222,7 +223,7 @@ struct fallback_order {
 /// What the sender knows about one receiver, for the summary.
 struct receiver_report {
   /// The receiver's outcome so far: missing (never registered), registered (taking part, the
-  /// transfer under way), completed, failed. How its data reached it is `fallback_transport`.
+  /// transfer under way), completed, failed. How its data reached it is `path`.
   enum class state_t { missing, registered, completed, failed };
   std::string id;
   state_t state = state_t::missing;
@@ -241,8 +242,8 @@ struct receiver_report {
   duration completion_time{};   ///< from session start
   std::string reason;           ///< why it failed
   std::string fallback_reason;  ///< why it was moved to unicast (empty: it was not)
-  /// The path of its data: empty = multicast; else the unicast transport it was moved to.
-  std::optional<transport_kind> fallback_transport;
+  /// How its data reaches it: multicast, or the unicast transport it was moved to.
+  delivery_path path = delivery_path::multicast;
   /// TCP connections or SCTP associations it was told to open (0: not moved to unicast).
   std::uint32_t fallback_connections = 0;
   /// When it was moved, from session start.

@@ -33,7 +33,7 @@ void sender_session::order_fallback(receiver_state& r, std::string reason, time_
   if (!r.on_multicast()) return;
   const auto t = m_fallback.transport(r.rep.rtt_valid ? std::optional(r.rep.rtt) : std::nullopt);
   if (!t) return;
-  r.rep.fallback_transport = *t;
+  r.rep.path = unicast_path(*t);
   // The multicast group changed: the next NAK-ratio check scans the receivers again.
   m_below_scan_at.reset();
   forget_rate(r, now);  // a receiver on unicast no longer holds the group's rate back
@@ -70,7 +70,7 @@ void sender_session::send_fallback(receiver_state& r, time_point now) {
     check_done(now);
     return;
   }
-  const transport_kind t = *r.rep.fallback_transport;
+  const transport_kind t = *unicast_transport(r.rep.path);
   const auto& ep = *m_fallback.endpoint_of(t);
   wire::fallback m;
   m.set_receiver_id(r.rep.id);

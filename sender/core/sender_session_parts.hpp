@@ -112,7 +112,7 @@ struct sender_session::receiver_state {
   std::uint32_t index = 0;       ///< in m_receivers
   bool awaiting_listed = false;  ///< in m_awaiting_connection
   time_point last_heard{};
-  // Unicast fallback (rep.fallback_transport: its transport once ordered).
+  // Unicast fallback (rep.path: its transport once ordered).
   fallback_token token{};
   std::uint32_t fallback_orders = 0;   ///< FALLBACK messages sent
   std::uint32_t unicast_failures = 0;  ///< unicast sessions that ended before COMPLETE
@@ -128,11 +128,11 @@ struct sender_session::receiver_state {
 
   /// Taking part over multicast: NAKs ask for blocks.
   bool on_multicast() const noexcept {
-    return rep.state == receiver_report::state_t::registered && !rep.fallback_transport;
+    return rep.state == receiver_report::state_t::registered && !is_unicast(rep.path);
   }
   /// Moved to unicast, its transfer under way.
   bool on_unicast() const noexcept {
-    return rep.state == receiver_report::state_t::registered && rep.fallback_transport.has_value();
+    return rep.state == receiver_report::state_t::registered && is_unicast(rep.path);
   }
 };
 

@@ -268,7 +268,7 @@ void sender_session::handle_complete(const wire::complete& m, const endpoint& fr
   queue_unicast(from, encode(wire::msg_type::complete_ack, m_cfg.session, ack));
   r->last_heard = now;
   if (r->rep.state != receiver_report::state_t::registered) return;  // a repeat
-  const bool via_unicast = r->rep.fallback_transport.has_value();
+  const bool via_unicast = is_unicast(r->rep.path);
   sample_rtt(*r, m.echo_time_us(), m.hold_us(), now);
   r->rep.state = receiver_report::state_t::completed;
   r->rep.files_stored = m.files_stored();
@@ -293,7 +293,7 @@ void sender_session::handle_complete(const wire::complete& m, const endpoint& fr
           "session {}: receiver '{}' completed {} in {:.3f} s: {} files stored, {} "
           "held, {} bytes",
           m_cfg.session, r->rep.id,
-          via_unicast ? fmt::format("over {}", *r->rep.fallback_transport)
+          via_unicast ? fmt::format("over {}", *unicast_transport(r->rep.path))
                       : "after pass " + std::to_string(m_passes.pass()),
           to_seconds(r->rep.completion_time), r->rep.files_stored, r->rep.files_held,
           r->rep.bytes_stored);

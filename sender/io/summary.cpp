@@ -21,11 +21,6 @@ std::string_view to_string(receiver_report::state_t s) noexcept {
   return "unknown";
 }
 
-std::string path_name(const receiver_report& r) {
-  if (!r.fallback_transport) return "multicast";
-  return "unicast-" + std::string(to_string(*r.fallback_transport));
-}
-
 std::string format_summary(const run_result& r) {
   const auto& rep = r.report;
   std::ostringstream os;
@@ -94,17 +89,16 @@ std::string format_summary(const run_result& r) {
     char rtt[32] = "-";
     if (rr.rtt_valid) std::snprintf(rtt, sizeof rtt, "%.2f", to_ms(rr.rtt));
     std::snprintf(line, sizeof line, "%-20s %-10s %-12s %7u %7u %11s %6u %8llu %10llu %9s\n",
-                  rr.id.c_str(), std::string(to_string(rr.state)).c_str(), path_name(rr).c_str(),
-                  rr.files_stored, rr.files_held,
+                  rr.id.c_str(), std::string(to_string(rr.state)).c_str(),
+                  std::string(to_string(rr.path)).c_str(), rr.files_stored, rr.files_held,
                   format_bytes(static_cast<double>(rr.bytes_stored)).c_str(), rr.passes,
                   static_cast<unsigned long long>(rr.naks),
                   static_cast<unsigned long long>(rr.blocks_naked), rtt);
     os << line;
-    if (rr.fallback_transport) {
-      os << "    unicast over " << to_string(*rr.fallback_transport)
+    if (const auto t = unicast_transport(rr.path)) {
+      os << "    unicast over " << to_string(*t)
          << (rr.fallback_connections
-                 ? " (" + connection_count_text(*rr.fallback_transport, rr.fallback_connections) +
-                       ")"
+                 ? " (" + connection_count_text(*t, rr.fallback_connections) + ")"
                  : std::string())
          << " from " << std::to_string(to_seconds(rr.fallback_at)).substr(0, 5)
          << " s: " << rr.fallback_reason << "\n";
@@ -229,7 +223,7 @@ std::string summary_json(const run_result& r) {
     nlohmann::json o;
     o["id"] = rr.id;
     o["state"] = std::string(to_string(rr.state));
-    o["path"] = path_name(rr);
+    o["path"] = std::string(to_string(rr.path));
     o["files"] = rr.files_stored;
     o["files_held"] = rr.files_held;
     o["bytes"] = rr.bytes_stored;
@@ -240,8 +234,8 @@ std::string summary_json(const run_result& r) {
     o["completion_seconds"] = to_seconds(rr.completion_time);
     o["address"] = rr.address.to_string();
     if (!rr.reason.empty()) o["reason"] = rr.reason;
-    if (rr.fallback_transport) {
-      o["fallback"] = {{"transport", std::string(to_string(*rr.fallback_transport))},
+    if (const auto t = unicast_transport(rr.path)) {
+      o["fallback"] = {{"transport", std::string(to_string(*t))},
                        {"reason", rr.fallback_reason},
                        {"at_seconds", to_seconds(rr.fallback_at)}};
       if (rr.fallback_connections) o["fallback"]["connections"] = rr.fallback_connections;

@@ -3,8 +3,9 @@
 /// The end-of-session summary of mcdist-send (and of each mcdist-feed session): the outcome of a
 /// run, an operator's table and the JSON document (README "Summary JSON"). A receiver's `state`
 /// is its outcome (missing, registered, completed, failed) and its `path` how its data reached
-/// it (multicast, or unicast-sctp, unicast-sctp-kernel, unicast-tcp after a fallback), two
-/// fields, so "completed over TCP" reads state completed, path unicast-tcp.
+/// it (common/delivery_path.hpp: multicast, or unicast-sctp, unicast-sctp-kernel, unicast-tcp
+/// after a fallback), two fields, so "completed over TCP" reads state completed, path
+/// unicast-tcp.
 
 #include "common/auth.hpp"
 #include "sender/core/sender_session.hpp"
@@ -44,10 +45,6 @@ struct run_result {
 
 /// "missing", "registered", "completed", "failed".
 std::string_view to_string(receiver_report::state_t s) noexcept;
-
-/// How the receiver's data reached it: "multicast", or "unicast-" and the transport it was
-/// moved to ("unicast-sctp", "unicast-sctp-kernel", "unicast-tcp").
-std::string path_name(const receiver_report& r);
 
 /// The summary table for an operator: a session line, one line per receiver (state, path,
 /// files, bytes, passes, NAKs, RTT) with its fallback, failure and sequence details below it,

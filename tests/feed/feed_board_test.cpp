@@ -138,17 +138,17 @@ TEST_CASE("a site's report sets its state, RTT, NAK ratio and fallbacks", "[unit
   auto r = site("site-a", st::completed);
   r.rtt = std::chrono::milliseconds(12);
   r.rtt_valid = true;
-  r.fallback_transport = mcdist::transport_kind::tcp;
+  r.path = mcdist::delivery_path::tcp;
   b.site_report(1, r, 0.25, t0);
   b.site_report(1, r, 0.5, t0 + 1s);
   const auto& s = b.sites().at("site-a");
   REQUIRE(s.state == "completed");
-  REQUIRE(s.path == "unicast-tcp");
+  REQUIRE(to_string(*s.path) == "unicast-tcp");
   REQUIRE(s.channel == "fields");
   REQUIRE(s.last_seen == t0 + 1s);
   REQUIRE(s.rtt_s == Approx(0.012));
   REQUIRE(s.nak_ratio == 0.5);
-  REQUIRE(s.fallbacks.at("tcp") == 2);
+  REQUIRE(s.fallbacks.at(mcdist::transport_kind::tcp) == 2);
 
   // Listed in a closed group but never registered: failed with no address.
   auto ghost = site("ghost", st::failed);

@@ -171,8 +171,7 @@ int main(int argc, char** argv) {
   for (const auto& [id, d] : r.delivered) complete += d.size() == files.size();
   std::size_t unicast = 0;
   for (const auto& rep : r.report.receivers) {
-    unicast += rep.state == sender::receiver_report::state_t::completed &&
-               rep.fallback_transport.has_value();
+    unicast += rep.state == sender::receiver_report::state_t::completed && is_unicast(rep.path);
   }
   std::printf(
       "receivers %zu  model %s  loss %g%s  lossy %zu at %g  up-loss %g  files %zu x %llu B"

@@ -239,12 +239,12 @@ TEST_CASE(
     INFO(r.id << " " << to_seconds(r.completion_time) << " s");
     if (r.id == "lossy") {
       REQUIRE(r.state == sender::receiver_report::state_t::completed);
-      REQUIRE(r.fallback_transport);
+      REQUIRE(is_unicast(r.path));
       REQUIRE(r.fallback_reason.find("NAK ratio") != std::string::npos);
       REQUIRE(with.unicast_bytes.at("lossy") > 0);
     } else {
       REQUIRE(r.state == sender::receiver_report::state_t::completed);
-      REQUIRE_FALSE(r.fallback_transport);  // stayed on multicast
+      REQUIRE(r.path == delivery_path::multicast);
       REQUIRE(to_seconds(r.completion_time) <= 1.1 * to_seconds(t_alone.at(r.id)));
     }
   }
@@ -268,7 +268,7 @@ TEST_CASE("forced unicast serves every receiver without a multicast pass", "[sim
   REQUIRE(r.report.data_datagrams == 0);
   for (const auto& rep : r.report.receivers) {
     REQUIRE(rep.state == sender::receiver_report::state_t::completed);
-    REQUIRE(rep.fallback_transport);
+    REQUIRE(is_unicast(rep.path));
     REQUIRE(rep.fallback_reason == "unicast requested by the operator");
   }
 }
@@ -286,7 +286,7 @@ TEST_CASE("the small-set cost model picks unicast only when it is cheaper", "[si
   require_all_delivered(fast_unicast, files);
   for (const auto& rep : fast_unicast.report.receivers) {
     REQUIRE(rep.state == sender::receiver_report::state_t::completed);
-    REQUIRE(rep.fallback_transport);
+    REQUIRE(is_unicast(rep.path));
     REQUIRE(rep.fallback_reason.find("small set") != std::string::npos);
   }
   cfg.sender.unicast_rate_bps = 1'000'000;  // unicast no faster than multicast: stay multicast
@@ -317,9 +317,9 @@ TEST_CASE(
   // 590 ms x 1.536 Mbit/s = 113 kB: 8 initial windows of 14.5 kB. The near receiver's path
   // (10 ms) is below the long-path RTT, so it gets SCTP over
   // fallback_policy::short_path_sctp_associations (two).
-  REQUIRE(by_id.at("sat").fallback_transport == transport_kind::tcp);
+  REQUIRE(by_id.at("sat").path == delivery_path::tcp);
   REQUIRE(by_id.at("sat").fallback_connections == 8);
-  REQUIRE(by_id.at("near").fallback_transport == transport_kind::sctp_udp);
+  REQUIRE(by_id.at("near").path == delivery_path::sctp_udp);
   REQUIRE(by_id.at("near").fallback_connections ==
           sender::fallback_policy::short_path_sctp_associations);
   // An operator's --tcp-connections wins.

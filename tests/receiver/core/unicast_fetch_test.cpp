@@ -102,12 +102,15 @@ TEST_CASE("what is wanted is every gap of the receiving files as byte ranges",
 TEST_CASE("orders, attempts and their back-off", "[unit][receiver][unicast_fetch]") {
   unicast_fetch u;
   CHECK_FALSE(u.moved());
+  CHECK(u.path() == delivery_path::multicast);
   CHECK_FALSE(u.next_attempt());
   CHECK_FALSE(u.prepare());  // not served over unicast from the start
 
   const auto o = *unicast_fetch::read_order(order_msg(), sender);
   CHECK_FALSE(u.take_order(o));
   CHECK(u.moved());
+  CHECK(u.path() == unicast_path(o.transport));
+  CHECK(is_unicast(u.path()));
   REQUIRE(u.next_attempt());
   const auto& started = u.begin_attempt(25ms);
   CHECK(started.rtt == 25ms);

@@ -1272,7 +1272,8 @@ TEST_CASE("a receiver over the NAK ratio stays on multicast when no other receiv
     REQUIRE_FALSE(h.s->pop_fallback(order));
     h.now += 50ms;
     REQUIRE(h.drain_data().size() == 8);  // repaired on multicast
-    for (const auto& rr : h.s->report(h.now).receivers) REQUIRE_FALSE(rr.fallback_transport);
+    for (const auto& rr : h.s->report(h.now).receivers)
+      REQUIRE(rr.path == delivery_path::multicast);
   }
   SECTION("the last receiver left on multicast") {
     harness h(files({14'000}), {"a", "b"});

@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 
 using namespace std::chrono_literals;
-using mcdist::transport_kind;
+using mcdist::delivery_path;
 using mcdist::sender::receiver_report;
 using mcdist::sender::run_result;
 using st = receiver_report::state_t;
@@ -28,14 +28,14 @@ run_result sample() {
   receiver_report tcp;
   tcp.id = "site-b";
   tcp.state = st::completed;
-  tcp.fallback_transport = transport_kind::tcp;
+  tcp.path = delivery_path::tcp;
   tcp.fallback_reason = "NAK ratio 10.2 % above 5.0 % (224 of 2200 blocks)";
   tcp.fallback_connections = 4;
   tcp.fallback_at = 1500ms;
   receiver_report failed;
   failed.id = "site-c";
   failed.state = st::failed;
-  failed.fallback_transport = transport_kind::sctp_udp;
+  failed.path = delivery_path::sctp_udp;
   failed.fallback_connections = 2;
   failed.reason = "unicast fallback failed: connection refused";
   receiver_report absent;
@@ -52,12 +52,12 @@ TEST_CASE("a receiver's state is its outcome and its path how the data came", "[
   const auto r = sample();
   const auto& rs = r.report.receivers;
   REQUIRE(mcdist::sender::to_string(rs[0].state) == "completed");
-  REQUIRE(mcdist::sender::path_name(rs[0]) == "multicast");
-  REQUIRE(mcdist::sender::path_name(rs[1]) == "unicast-tcp");
-  REQUIRE(mcdist::sender::path_name(rs[2]) == "unicast-sctp");
+  REQUIRE(to_string(rs[0].path) == "multicast");
+  REQUIRE(to_string(rs[1].path) == "unicast-tcp");
+  REQUIRE(to_string(rs[2].path) == "unicast-sctp");
   receiver_report kernel;
-  kernel.fallback_transport = transport_kind::sctp_kernel;
-  REQUIRE(mcdist::sender::path_name(kernel) == "unicast-sctp-kernel");
+  kernel.path = mcdist::unicast_path(mcdist::transport_kind::sctp_kernel);
+  REQUIRE(to_string(kernel.path) == "unicast-sctp-kernel");
 
   const auto j = nlohmann::json::parse(mcdist::sender::summary_json(r));
   REQUIRE(j["session_id"] == 0x5f0e21c4u);
