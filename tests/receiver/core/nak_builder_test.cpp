@@ -2,7 +2,7 @@
 
 #include "common/ranges.hpp"
 #include "common/wire.hpp"
-#include "tests/receiver/core/nak_blocks.hpp"
+#include "tests/receiver/core/core_testing.hpp"
 
 #include <catch2/catch.hpp>
 

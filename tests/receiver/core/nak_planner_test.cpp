@@ -5,7 +5,7 @@
 #include "common/wire.hpp"
 #include "mcdist.pb.h"
 #include "receiver/core/fec_tracker.hpp"
-#include "tests/receiver/core/nak_blocks.hpp"
+#include "tests/receiver/core/core_testing.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -16,28 +16,12 @@
 using namespace mcdist;
 using namespace mcdist::receiver;
 using mcdist::receiver::testing::nak_blocks;
+using mcdist::receiver::testing::receiving_files;
 using namespace std::chrono_literals;
 
 namespace {
 
 const time_point t0{std::chrono::seconds(100)};
-
-/// Files of the given block counts, receiving, every block in but `missing` (file, block).
-std::vector<file_rx> files_of(const std::vector<std::uint32_t>& blocks,
-                              const std::set<std::pair<std::uint32_t, std::uint32_t>>& missing) {
-  std::vector<file_rx> files(blocks.size());
-  for (std::uint32_t f = 0; f < blocks.size(); ++f) {
-    auto& fr = files[f];
-    fr.state = file_rx::state_t::receiving;
-    fr.blocks = blocks[f];
-    fr.entry.size = std::uint64_t{blocks[f]} * 1000;
-    fr.received = block_map(blocks[f]);
-    for (std::uint32_t b = 0; b < blocks[f]; ++b) {
-      if (!missing.count({f, b})) fr.received.set(b);
-    }
-  }
-  return files;
-}
 
 wire::marker marker(std::uint32_t pass, std::uint32_t file, std::uint32_t block,
                     std::uint32_t seq = 1) {
@@ -68,7 +52,7 @@ auto fixed(std::uint64_t v) {
 TEST_CASE("a marker schedules a round for the gaps behind it, due after the drawn backoff",
           "[unit][receiver][nak_planner]") {
   nak_planner p(64, 0);
-  const auto files = files_of({10, 5}, {{0, 3}, {0, 7}, {1, 0}, {1, 4}});
+  const auto files = receiving_files({10, 5}, {{0, 3}, {0, 7}, {1, 0}, {1, 4}}, 1000);
   p.on_marker_params(marker(1, 1, 2), 2);
   // Half the window: the draw is uniform without a group size.
   p.on_marker(marker(1, 1, 2), false, false, t0, fixed(std::uint64_t{1} << 63));
@@ -101,7 +85,7 @@ TEST_CASE(
     "follows",
     "[unit][receiver][nak_planner]") {
   nak_planner p(64, 0);
-  const auto files = files_of({10}, {{0, 1}});
+  const auto files = receiving_files({10}, {{0, 1}}, 1000);
   p.on_marker(marker(1, 0, 8), false, true, t0, [] {
     FAIL("a silent session draws no backoff");
     return std::uint64_t{0};
@@ -122,7 +106,7 @@ TEST_CASE("a pass end asked again is a rescan; a status request answers by slice
           "[unit][receiver][nak_planner]") {
   // id hash 5: slice 1 of 2.
   nak_planner p(64, 5);
-  auto files = files_of({4}, {{0, 2}});
+  auto files = receiving_files({4}, {{0, 2}}, 1000);
   auto end = marker(1, 1, 0);
   end.set_pass_end(true);
   p.on_marker(end, false, false, t0, fixed(0));
@@ -150,7 +134,7 @@ TEST_CASE("a pass end asked again is a rescan; a status request answers by slice
 TEST_CASE("advertised blocks are left out for the pass; a bad advert is refused whole",
           "[unit][receiver][nak_planner]") {
   nak_planner p(64, 0);
-  const auto files = files_of({10}, {{0, 2}, {0, 3}, {0, 6}});
+  const auto files = receiving_files({10}, {{0, 2}, {0, 3}, {0, 6}}, 1000);
   p.on_marker(marker(1, 0, 1), false, false, t0, fixed(0));
   REQUIRE(fire(p, files, t0).size() == 1);
   wire::repair_advert a;
@@ -182,7 +166,7 @@ TEST_CASE("the datagram cap reschedules the rest of a round at once",
   // Every other block of 20,000 missing: far more runs than one datagram holds.
   std::set<std::pair<std::uint32_t, std::uint32_t>> missing;
   for (std::uint32_t b = 0; b < 20000; b += 2) missing.emplace(0, b);
-  const auto files = files_of({20000}, missing);
+  const auto files = receiving_files({20000}, missing, 1000);
   nak_planner p(1, 0);
   p.on_marker(marker(1, 1, 0), false, false, t0, fixed(0));
   std::set<std::pair<std::uint32_t, std::uint32_t>> asked;
@@ -201,7 +185,7 @@ TEST_CASE("the datagram cap reschedules the rest of a round at once",
 
 TEST_CASE("over unicast a round asks only for digests", "[unit][receiver][nak_planner]") {
   nak_planner p(64, 0);
-  auto files = files_of({4, 4}, {{0, 1}});
+  auto files = receiving_files({4, 4}, {{0, 1}}, 1000);
   files[1].entry.digest.reset();
   files[0].entry.digest = sha256_digest{};
   auto m = marker(1, 1, 2);
@@ -222,7 +206,7 @@ TEST_CASE("over unicast a round asks only for digests", "[unit][receiver][nak_pl
 TEST_CASE("with parity a FEC block's loss is reported as a lack once per pass",
           "[unit][receiver][nak_planner]") {
   // One file of 8 blocks, k = 4, depth 1: FEC blocks 0 (blocks 0-3) and 1 (blocks 4-7).
-  const auto files = files_of({8}, {{0, 1}, {0, 2}, {0, 6}});
+  const auto files = receiving_files({8}, {{0, 1}, {0, 2}, {0, 6}}, 1000);
   fec_tracker t(fec::layout({8}, 4, 1), 4);
   for (std::uint32_t b = 0; b < 8; ++b) {
     if (files[0].received.test(b)) t.add_source(b / 4);
@@ -257,7 +241,7 @@ TEST_CASE("with parity a FEC block's loss is reported as a lack once per pass",
 
 TEST_CASE("parity the sender advertised pending covers a FEC block's lack",
           "[unit][receiver][nak_planner]") {
-  const auto files = files_of({8}, {{0, 1}});
+  const auto files = receiving_files({8}, {{0, 1}}, 1000);
   fec_tracker t(fec::layout({8}, 4, 1), 4);
   for (std::uint32_t b = 0; b < 8; ++b) {
     if (files[0].received.test(b)) t.add_source(b / 4);
@@ -281,7 +265,7 @@ TEST_CASE("parity the sender advertised pending covers a FEC block's lack",
 
 TEST_CASE("blocks_missing counts the receiving files' gaps behind the marker",
           "[unit][receiver][nak_planner]") {
-  auto files = files_of({10, 10, 10}, {{0, 0}, {1, 1}, {1, 9}, {2, 0}});
+  auto files = receiving_files({10, 10, 10}, {{0, 0}, {1, 1}, {1, 9}, {2, 0}}, 1000);
   files[2].state = file_rx::state_t::stored;
   nak_round r;
   r.to_file = 1;

@@ -1,5 +1,7 @@
 #include "receiver/core/parity_repair.hpp"
 
+#include "tests/receiver/core/core_testing.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <string>
@@ -7,28 +9,12 @@
 
 using namespace mcdist;
 using namespace mcdist::receiver;
+using mcdist::receiver::testing::receiving_files;
 
 namespace {
 
 constexpr std::uint32_t block = 256;
 const session_id sid{9};
-
-/// Files of `blocks` blocks each, receiving, with block maps, every block in but `missing`.
-std::vector<file_rx> files_of(const std::vector<std::uint32_t>& blocks,
-                              const std::vector<std::pair<std::uint32_t, std::uint32_t>>& missing) {
-  std::vector<file_rx> files(blocks.size());
-  for (std::uint32_t f = 0; f < blocks.size(); ++f) {
-    auto& fr = files[f];
-    fr.state = file_rx::state_t::receiving;
-    fr.blocks = blocks[f];
-    fr.entry.size = std::uint64_t{blocks[f]} * block;
-    fr.entry.path = "f" + std::to_string(f);
-    fr.received = block_map(blocks[f]);
-    for (std::uint32_t b = 0; b < blocks[f]; ++b) fr.received.set(b);
-  }
-  for (const auto& [f, b] : missing) files[f].received.reset(b);
-  return files;
-}
 
 }  // namespace
 
@@ -45,7 +31,7 @@ TEST_CASE("a FEC shape the codec cannot have means no parity", "[unit][receiver]
 TEST_CASE("the tracker is built from the complete manifest with what is already in",
           "[unit][receiver][parity_repair]") {
   // Two files of 8 blocks, k = 4, depth 1: FEC blocks 0-1 of file 0, 2-3 of file 1.
-  auto files = files_of({8, 8}, {{0, 1}, {0, 2}});
+  auto files = receiving_files({8, 8}, {{0, 1}, {0, 2}}, block);
   files[1].state = file_rx::state_t::held;
   files[1].received = block_map();  // held: whole, without a map
   memory_budget budget(1 << 20, 1 << 20);
@@ -73,7 +59,7 @@ TEST_CASE("the tracker is built from the complete manifest with what is already 
 TEST_CASE("a decodable FEC block's request says what storage can read and what it writes",
           "[unit][receiver][parity_repair]") {
   // One file of 8 blocks, k = 4: FEC block 0 lacks blocks 1 and 2, FEC block 1 blocks 5, 6.
-  auto files = files_of({8}, {{0, 1}, {0, 2}, {0, 5}, {0, 6}});
+  auto files = receiving_files({8}, {{0, 1}, {0, 2}, {0, 5}, {0, 6}}, block);
   memory_budget budget(1 << 20, 1 << 20);
   parity_repair p(4, 4, 1, block);
   REQUIRE(p.build(files, block, true, budget, sid));
@@ -121,7 +107,7 @@ TEST_CASE("a decodable FEC block's request says what storage can read and what i
 
 TEST_CASE("a failed decode or refused parity leaves the FEC block to explicit NAKs",
           "[unit][receiver][parity_repair]") {
-  auto files = files_of({8}, {{0, 1}, {0, 6}});
+  auto files = receiving_files({8}, {{0, 1}, {0, 6}}, block);
   memory_budget budget(1 << 20, 1 << 20);
   parity_repair p(4, 4, 1, block);
   REQUIRE(p.build(files, block, true, budget, sid));
