@@ -95,7 +95,9 @@ CONFIGURATION (TOML, --config):
   fec_depth = 8                     fec_depth, fec_overhead ("3%"), silent_passes as well
   fallback = "sctp"                 the sites' unicast fallback: sctp, tcp, auto or off (one
                                     usrsctp stack and listener serve every channel)
-  concurrent_sessions = 2           sessions of the channel at once, sharing its rate
+  concurrent_sessions = 2           sessions of the channel at once, sharing its rate (one
+                                    that waits only for a listed site that is down does not
+                                    count; twice this many at most in all)
   heartbeat = "10s"                 multicast the newest session number this often, idle or
                                     not: returning sites report their gaps at once ("0s": off)
   register_timeout = "10s"          closed group: longest wait for every listed site (a site that
