@@ -227,6 +227,18 @@ duration sender_session::status_interval() const noexcept {
                             std::chrono::milliseconds(10));
 }
 
+duration sender_session::marker_interval() const noexcept {
+  duration interval = m_grtt.estimate() / 2;
+  if (const std::uint64_t rate = m_pacer.rate_bps(); rate > 0) {
+    const double datagram_bits = 8.0 * (m_cfg.block_size + wire::data_header_size +
+                                        ip_udp_overhead + m_cfg.data_trailer_bytes);
+    const auto spacing = std::chrono::nanoseconds(static_cast<std::int64_t>(
+        marker_spacing_datagrams * datagram_bits * 1e9 / static_cast<double>(rate)));
+    interval = std::max<duration>(interval, std::chrono::duration_cast<duration>(spacing));
+  }
+  return std::clamp<duration>(interval, min_marker_interval, max_marker_interval);
+}
+
 void sender_session::on_timer(time_point now) {
   if (now >= m_next_decay) {
     m_grtt.decay();
@@ -339,9 +351,7 @@ void sender_session::close_registration(time_point now) {
   // A pass that started while registration was open scheduled its next marker by the initial
   // GRTT (0.5 s): now that registrations measured it, markers (and --rate auto's feedback
   // rounds) follow the measured one.
-  m_next_marker = std::min(
-      m_next_marker,
-      now + std::clamp<duration>(m_grtt.estimate() / 2, min_marker_interval, max_marker_interval));
+  m_next_marker = std::min(m_next_marker, now + marker_interval());
   m_passes.group_known(m_registered);
   if (m_fallback.transport()) {
     double bytes = 0;

@@ -567,6 +567,10 @@ class sender_session {
   duration late_key_window() const noexcept;
   duration keyed_start_grace() const noexcept;
   duration status_interval() const noexcept;
+  /// Interval between progress markers during a pass: GRTT / 2, but at least the time
+  /// marker_spacing_datagrams data datagrams take at the current rate, within
+  /// [min_marker_interval, max_marker_interval].
+  duration marker_interval() const noexcept;
   std::uint64_t pacing_quantum() const noexcept;
   void mark_held(receiver_state& r, std::uint32_t file);
   // Silent sessions (sender_session_silent.cpp).

@@ -49,6 +49,11 @@ inline constexpr int silent_announce_interval_factor = 4;
 /// Floor and ceiling of the interval between progress markers during a pass.
 inline constexpr duration min_marker_interval = std::chrono::milliseconds(5);
 inline constexpr duration max_marker_interval = std::chrono::seconds(1);
+/// Markers go at most once per this many data datagrams' time at the current rate: they are
+/// charged to the pacer like data, so at a low rate (--rate auto's 64 kbit/s floor) markers
+/// every GRTT / 2 of a short path would take the whole rate and no block would leave. Eight
+/// keeps a marker's ~100 bytes under 1 % of the rate.
+inline constexpr int marker_spacing_datagrams = 8;
 /// Repair adverts leave at most once per this fraction of the GRTT (coalescing the NAKs of one
 /// reaction time), clamped to [1 ms, 100 ms].
 inline constexpr int advert_interval_grtt_divisor = 4;

@@ -27,8 +27,7 @@ void sender_session::start_pass(time_point now) {
   m_group_lack.new_pass();
   m_phase = phase::transferring;
   m_next_pass_at.reset();
-  m_next_marker =
-      now + std::clamp<duration>(m_grtt.estimate() / 2, min_marker_interval, max_marker_interval);
+  m_next_marker = now + marker_interval();
   if (m_log) {
     if (silent()) {
       m_log->info("session {}: silent pass {} of {} starts: {} blocks, {} parity blocks",
@@ -196,8 +195,7 @@ void sender_session::send_marker(time_point now, bool pass_end, bool status_requ
     ++m_status_round;
   }
   queue_multicast(now, encode(wire::msg_type::marker, m_cfg.session, m));
-  m_next_marker =
-      now + std::clamp<duration>(m_grtt.estimate() / 2, min_marker_interval, max_marker_interval);
+  m_next_marker = now + marker_interval();
 }
 
 void sender_session::send_digests(time_point now) {

@@ -335,6 +335,40 @@ TEST_CASE("set_rate changes the pace of a running session from the next datagram
   REQUIRE(again <= 5'000'000 + h.cfg.burst_bytes + 1500);
 }
 
+TEST_CASE("at a rate far below the markers' own, progress markers leave room for the data",
+          "[unit][sender]") {
+  // --rate auto's floor is 64 kbit/s, and a short GRTT asks for a marker every 5 ms: ~100-byte
+  // markers at that interval alone would take more than the whole rate, and the pacer would
+  // never let a data block go.
+  harness h(files({1'400'000}), {"a"});
+  h.cfg.rate_bps = 64'000;
+  h.cfg.grtt_initial = 2ms;
+  h.s = std::make_unique<sender_session>(h.cfg, files({1'400'000}), 1, nullptr);
+  h.s->start(h.now);
+  h.tick();
+  h.register_rx("a", rx_a);
+  std::array<data_send, 64> buf;
+  auto send_for = [&](duration d) {
+    const time_point end = h.now + d;
+    std::uint64_t bytes = 0;
+    while (h.now < end) {
+      h.tick();
+      const auto n = h.s->next_data(h.now, buf);
+      for (std::size_t i = 0; i < n; ++i) bytes += buf[i].length + 48;
+      h.now = std::max(*h.s->next_deadline(h.now), h.now + 100us);
+    }
+    return bytes;
+  };
+  send_for(40s);  // the bucket's first 256 kB drain
+  const std::size_t markers_before = h.sent<wire::marker>(wire::msg_type::marker).size();
+  const std::uint64_t data_bytes = send_for(20s);
+  // 20 s at 64 kbit/s is 160 kB on the wire: most of it must be data.
+  REQUIRE(data_bytes >= 120'000);
+  // And the markers still come, about one a second (max_marker_interval).
+  const std::size_t markers = h.sent<wire::marker>(wire::msg_type::marker).size() - markers_before;
+  REQUIRE(markers >= 10);
+}
+
 TEST_CASE("NAKs from several receivers are merged into one repair pass", "[unit][sender]") {
   harness h(files({14'000}));  // 10 blocks
   h.tick();
