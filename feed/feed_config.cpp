@@ -242,7 +242,16 @@ channel_config parse_channel(const toml::table& t, std::size_t index, const std:
   }
   auto& p = c.profile;
   if (auto v = r.duration("register_window")) p.register_window = *v;
-  if (auto v = r.integer("fec_k", 0, fec::max_k)) p.fec_k = static_cast<std::uint32_t>(*v);
+  if (const auto* n = r.get("fec_k")) {
+    // "auto" or a number of sources.
+    bool ok = false;
+    if (n->is_string()) ok = sender::parse_fec_k(*n->value<std::string>(), p);
+    if (const auto x = n->value<std::int64_t>();
+        n->is_integer() && x && *x >= 0 && *x <= fec::max_k) {
+      ok = sender::parse_fec_k(std::to_string(*x), p);
+    }
+    if (!ok) r.fail("fec_k", "must be \"auto\" or 0 to " + std::to_string(fec::max_k));
+  }
   if (auto v = r.integer("fec_depth", 1, fec::max_depth)) {
     p.fec_depth = static_cast<std::uint32_t>(*v);
   }

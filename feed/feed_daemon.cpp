@@ -712,7 +712,18 @@ bool feed_daemon::start_session(std::size_t ch, session_kind kind, std::vector<p
   sender::sender_config sc;
   std::random_device rd;
   sc.session = session_id{rd() | 1u};
-  cc.profile.apply(sc);
+  // fec_k "auto": the loss the session's sites reported of earlier sessions sizes its FEC
+  // blocks (an open group's: every site heard).
+  const std::vector<std::string> loss_sites =
+      batch ? cc.receivers : std::vector<std::string>(extra->sites.begin(), extra->sites.end());
+  const std::optional<double> loss =
+      cc.profile.fec_k_auto ? m_loss.loss_of(loss_sites) : std::nullopt;
+  cc.profile.apply(sc, loss);
+  if (loss && sc.fec_k != cs.fec_k_now) {
+    m_log->info("channel {}: fec_k {} (auto) from the sites' loss {:.2e} over {} datagrams",
+                cc.name, sc.fec_k, *loss, m_loss.datagrams_of(loss_sites));
+  }
+  cs.fec_k_now = sc.fec_k;
   sc.register_timeout = cc.register_timeout;
   sc.sender_name = sender_name_of(cc);
   if (m_cfg.rate_auto) {
@@ -1006,6 +1017,9 @@ void feed_daemon::record_outcomes(std::size_t ch, const running& run, const send
                                                      static_cast<double>(r.report.data_datagrams))
                                  : 0;
     m_board.site_report(ch, rr, nak_ratio, now);
+    if (rr.state == st::completed && rr.path == delivery_path::multicast) {
+      m_loss.note(rr.id, rr.datagrams_received, rr.datagrams_lost);
+    }
     note_presence(ch, rr.id, !absent, run.kind == session_kind::batch ? run.seq : 0);
     if (absent) continue;
     site_row s;
@@ -1349,7 +1363,8 @@ nlohmann::json feed_daemon::status() const {
     }
     o["running"] = c.runs.empty() ? nlohmann::json(nullptr) : list_running.front();
     const auto& p = c.cfg->profile;
-    o["profile"] = {{"fec_k", p.fec_k},
+    o["profile"] = {{"fec_k", p.fec_k_auto ? nlohmann::json("auto") : nlohmann::json(p.fec_k)},
+                    {"fec_k_now", c.fec_k_now},
                     {"fec_depth", p.fec_depth},
                     {"fec_overhead", p.fec_overhead},
                     {"silent_passes", p.silent_passes},

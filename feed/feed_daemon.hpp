@@ -33,6 +33,7 @@
 #include "feed/heartbeat_service.hpp"
 #include "feed/journal.hpp"
 #include "feed/lease_keeper.hpp"
+#include "feed/loss_book.hpp"
 #include "feed/spool_file.hpp"
 #include "feed/spool_watcher.hpp"
 #include "feed/wis2_input.hpp"
@@ -196,6 +197,9 @@ class feed_daemon {
     std::unique_ptr<boost::asio::steady_timer> fence_timer;
     std::string lost_reason;  ///< why it is standby after being active ("" before)
     std::uint64_t takeovers = 0;
+    /// The FEC block size of the channel's latest session (fec_k "auto" chooses it per
+    /// session; 0: none yet).
+    std::uint32_t fec_k_now = 0;
     /// Listed sites that did not register in the channel's latest batch session (down): its
     /// next sessions do not wait for them (sender_config::not_awaited) until they are heard
     /// again (registered in a session, or a gap report).
@@ -305,6 +309,8 @@ class feed_daemon {
   single_thread m_io_thread;
   std::function<void()> m_stopped;
   feed_board m_board;
+  /// The sites' reported loss of the multicast path, for channels with fec_k "auto".
+  loss_book m_loss;
   /// `[wis2]`: announces each product of a batch once its session ended (nullptr: off).
   std::unique_ptr<wis2_publisher> m_wis2;
   /// Publishes the WNMs of a batch session's products (their SHA-256 from the digest cache the

@@ -36,6 +36,8 @@ void receiver_engine::send_complete(session_rx& s, time_point now) {
   m.set_files_stored(s.files.stored());
   m.set_bytes_stored(s.files.bytes_stored());
   m.set_files_held(s.files.held());
+  m.set_datagrams_received(s.sequenced_received);
+  m.set_datagrams_lost(s.rate.loss().lost());
   for (std::uint32_t i = 0; i < s.file_count && m.failures_size() < max_reported_failures; ++i) {
     const auto& fr = s.files[i];
     if (fr.state == file_rx::state_t::failed || fr.state == file_rx::state_t::refused) {

@@ -106,8 +106,11 @@ struct receiver_engine::session_rx {
   /// Parity repairs (session_params.fec_*): the FEC tracker, built when the manifest is
   /// complete (ensure_fec), decode requests and their outcome (parity_repair.hpp).
   parity_repair parity;
-  /// --rate auto: the loss history of the multicast datagrams and the rate reports.
+  /// --rate auto: the loss history of the multicast datagrams and the rate reports. Its
+  /// count of datagrams lost goes in COMPLETE with `sequenced_received` in every session.
   rate_reporter rate;
+  /// Multicast data and parity datagrams of the session received (note_seq).
+  std::uint64_t sequenced_received = 0;
   /// Silent here (docs/design-notes.md "Silent sessions"): the announce carried silent_passes
   /// (its value, 0 otherwise) or the channel is configured silent. Nothing is ever sent for it.
   bool silent = false;

@@ -19,6 +19,7 @@ void receiver_engine::note_seq(session_rx& s, std::uint32_t seq, time_point now,
   const duration rtt = rate_rtt(s);
   // The first sequenced datagram after the kernel's drops is the one whose gap they made: a
   // marker, announce or digest read in between must not take the flag away from it.
+  ++s.sequenced_received;
   const bool overrun = m_drops_channel == s.channel;
   if (overrun) m_drops_channel.reset();
   const auto seen = s.rate.on_datagram(seq, arrival, rtt, overrun);

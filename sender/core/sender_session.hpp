@@ -237,7 +237,11 @@ struct receiver_report {
   std::uint32_t passes = 0;          ///< passes it needed: 1 + the pass of its last NAK with blocks
   std::uint64_t naks = 0;            ///< NAK datagrams received from it
   std::uint64_t blocks_naked = 0;    ///< blocks it asked for
-  duration rtt{};                    ///< last RTT sample
+  /// From its COMPLETE: the session's multicast data and parity datagrams it received and
+  /// those it found lost by sequence gaps (at most the datagrams this session multicast).
+  std::uint64_t datagrams_received = 0;
+  std::uint64_t datagrams_lost = 0;
+  duration rtt{};  ///< last RTT sample
   bool rtt_valid = false;
   duration completion_time{};   ///< from session start
   std::string reason;           ///< why it failed
@@ -400,8 +404,11 @@ class sender_session {
   void on_digest(file_index file, const sha256_digest& digest, time_point now);
 
   /// Fills `out` with data datagrams the pacer allows at `now`, in send order.
+  /// @param max_parity  parity datagrams at most (the shell's coding budget): at the next parity
+  ///                    datagram past it the call stops, and the parity waits for the next call
   /// @return how many were filled (0 when none is due now)
-  std::size_t next_data(time_point now, std::span<data_send> out);
+  std::size_t next_data(time_point now, std::span<data_send> out,
+                        std::size_t max_parity = SIZE_MAX);
 
   /// Takes the next queued control datagram. @return false when none is queued.
   bool pop_control(control_send& out);

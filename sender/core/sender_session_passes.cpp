@@ -43,21 +43,25 @@ void sender_session::start_pass(time_point now) {
   }
 }
 
-std::size_t sender_session::next_data(time_point now, std::span<data_send> out) {
+std::size_t sender_session::next_data(time_point now, std::span<data_send> out,
+                                      std::size_t max_parity) {
   if (m_phase != phase::transferring) return 0;
   if (m_digests) return next_data_planned(now, out);
   update_auto_rate(now);
   std::uint64_t allowance = m_pacer.allowance(now);
   std::size_t n = 0;
+  std::size_t parity = 0;
   while (n < out.size()) {
     // Parity first, like prompt repairs: it answers NAKs, or completes a FEC block of pass 1.
     if (const auto pp = m_parity ? m_parity->peek() : std::nullopt) {
+      if (parity == max_parity) break;
       const std::uint64_t wire_bytes =
           m_cfg.block_size + wire::data_header_size + ip_udp_overhead + m_cfg.data_trailer_bytes;
       if (wire_bytes > allowance) break;
       allowance -= wire_bytes;
       m_pacer.consume(now, wire_bytes);
       take_parity(*pp, out[n++]);
+      ++parity;
       continue;
     }
     // Blocks NAKed behind the cursor go out first, while the pass still runs (repair starts

@@ -274,6 +274,12 @@ void sender_session::handle_complete(const wire::complete& m, const endpoint& fr
   r->rep.files_stored = m.files_stored();
   r->rep.bytes_stored = m.bytes_stored();
   r->rep.files_held = std::max(r->rep.files_held, m.files_held());
+  // What it says of its path, bounded by what this session multicast: an authenticated site
+  // cannot claim more datagrams than there were to weigh the hub's loss estimate.
+  const std::uint64_t issued = m_passes.seq();
+  r->rep.datagrams_received = std::min<std::uint64_t>(m.datagrams_received(), issued);
+  r->rep.datagrams_lost =
+      std::min<std::uint64_t>(m.datagrams_lost(), issued - r->rep.datagrams_received);
   // The pass that brought its last missing block: one after the pass of its last NAK.
   r->rep.passes = via_unicast ? r->last_nak_pass : std::min(m_passes.pass(), r->last_nak_pass + 1);
   r->rep.completion_time = now - m_start;

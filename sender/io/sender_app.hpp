@@ -209,6 +209,9 @@ class sender_app {
   block_reader m_reader;
   /// Parity blocks of a session sent with FEC (--fec-k); null otherwise.
   std::unique_ptr<parity_source> m_parity;
+  /// Parity blocks coded per service() round at most (gf16_parity_bytes_per_round); SIZE_MAX:
+  /// no limit (GF(2^8), or no parity).
+  std::size_t m_parity_per_round = SIZE_MAX;
   /// Silent signed sessions: the windows of datagrams built, hashed and signed ahead (block
   /// digests, docs/security.md); null otherwise.
   std::unique_ptr<digest_source> m_digest_source;

@@ -186,12 +186,13 @@ void add_sender_options(CLI::App& app, sender_cli& c) {
                  "Parity repairs: code blocks in FEC blocks of this many sources (Reed-Solomon; "
                  "0 = off) so that one repair datagram serves different losses at different "
                  "sites. Up to 254: GF(2^8), fast (several GB/s). 255 to 4096: GF(2^16), about "
-                 "1.3 GB/s per parity row; larger FEC blocks bring the parity for many sites "
-                 "close to the largest single site's loss (docs/design-notes.md \"Parity "
-                 "repairs\")")
+                 "3 GB/s of sources per parity block; larger FEC blocks bring the parity for "
+                 "many sites close to the largest single site's loss (docs/design-notes.md "
+                 "\"FEC block size and the repair floor\"). auto: 200 here, where no loss is "
+                 "measured before the session; a hub's channel chooses each session's k from "
+                 "the loss its sites reported")
       ->capture_default_str()
-      ->type_name("K")
-      ->check(CLI::Range(0u, fec::max_k));
+      ->type_name("K|auto");
   app.add_option("--fec-depth", c.fec_depth,
                  "With --fec-k: interleaving depth; a burst of this many lost datagrams takes at "
                  "most one block of each FEC block")
@@ -360,7 +361,9 @@ sender_options make_sender_options(const sender_cli& c) {
   }
   o.session.max_passes = c.max_passes;
   session_profile profile;
-  profile.fec_k = c.fec_k;
+  if (!parse_fec_k(c.fec_k, profile)) {
+    throw usage_error("--fec-k " + c.fec_k + " is not auto or 0 to " + std::to_string(fec::max_k));
+  }
   profile.fec_depth = c.fec_depth;
   profile.register_window = o.session.register_window;
   const auto share = parse_share(c.fec_overhead);

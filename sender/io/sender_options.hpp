@@ -74,7 +74,9 @@ struct sender_cli {
   std::uint64_t channel_seq = 0;
   std::string catch_up;
   // The session profile (session_profile.hpp): its defaults, as the feed's channels have them.
-  std::uint32_t fec_k = session_profile{}.fec_k;
+  /// "auto" or K (parse_fec_k).
+  std::string fec_k =
+      session_profile{}.fec_k_auto ? std::string("auto") : std::to_string(session_profile{}.fec_k);
   std::uint32_t fec_depth = session_profile{}.fec_depth;
   std::string fec_overhead = "0";
   std::uint32_t silent_passes = 0;

@@ -5,24 +5,53 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <charconv>
+#include <cmath>
 #include <cstdlib>
 #include <string>
 
 namespace mcdist::sender {
 
-void session_profile::apply(sender_config& c) const {
-  c.fec_k = fec_k;
-  c.fec_depth = fec_k > 0 ? fec_depth : 1;
-  c.fec_overhead = fec_k > 0 ? fec_overhead : 0;
+std::uint32_t fec_k_for_loss(double p) noexcept {
+  if (!(p > 0)) return fec::max_k;
+  const double k = std::round(auto_fec_lack / p);
+  return static_cast<std::uint32_t>(
+      std::clamp(k, static_cast<double>(default_fec_k), static_cast<double>(fec::max_k)));
+}
+
+bool parse_fec_k(std::string_view text, session_profile& p) {
+  if (text == "auto") {
+    p.fec_k = default_fec_k;
+    p.fec_k_auto = true;
+    return true;
+  }
+  std::uint32_t k = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), k);
+  if (ec != std::errc{} || end != text.data() + text.size() || text.empty() || k > fec::max_k) {
+    return false;
+  }
+  p.fec_k = k;
+  p.fec_k_auto = false;
+  return true;
+}
+
+void session_profile::apply(sender_config& c, std::optional<double> loss) const {
+  const std::uint32_t k = fec_k_auto && loss ? fec_k_for_loss(*loss) : fec_k;
+  c.fec_k = k;
+  c.fec_depth = k > 0 ? fec_depth : 1;
+  c.fec_overhead = k > 0 ? fec_overhead : 0;
   c.silent_passes = silent_passes;
   c.fallback = fallback;
   c.register_window = register_window;
 }
 
 std::string session_profile::describe() const {
-  std::string out = fec_k == 0 ? std::string("no parity")
-                               : fmt::format("fec_k {}, fec_depth {}, fec_overhead {:g} %", fec_k,
-                                             fec_depth, fec_overhead * 100);
+  std::string out = fec_k == 0
+                        ? std::string("no parity")
+                        : fmt::format("fec_k {}, fec_depth {}, fec_overhead {:g} %",
+                                      fec_k_auto ? std::string("auto") : std::to_string(fec_k),
+                                      fec_depth, fec_overhead * 100);
   if (silent_passes > 0) out += fmt::format(", silent_passes {}", silent_passes);
   out += fmt::format(", fallback {}, register_window {:g} s", to_string(fallback),
                      std::chrono::duration<double>(register_window).count());

@@ -59,6 +59,7 @@ ttl = 16
 receivers = ["site-a", "site-b"]
 register_window = "2s"
 register_timeout = "30s"
+fec_k = 300
 )",
                                    "feed.toml");
   REQUIRE(c.interface.to_string() == "10.0.0.5");
@@ -85,6 +86,12 @@ register_timeout = "30s"
   REQUIRE(f.ttl == 16);
   REQUIRE(f.receivers == std::vector<std::string>{"site-a", "site-b"});
   REQUIRE(f.register_timeout == std::chrono::seconds(30));
+  // fec_k: "auto" when not given (a session's k from its sites' loss), a number kept as given.
+  REQUIRE(w.profile.fec_k_auto);
+  REQUIRE_FALSE(f.profile.fec_k_auto);
+  REQUIRE(f.profile.fec_k == 300);
+  const auto a = parse_feed_config(top + warnings + "fec_k = \"auto\"\n", "feed.toml");
+  REQUIRE(a.channels[0].profile.fec_k_auto);
 }
 
 TEST_CASE("errors name the key that is wrong", "[unit][feed]") {
@@ -153,6 +160,9 @@ spool = ["/s"]
   CHECK_THAT(error_of("interface = \"10.0.0.5\"\nrate = \"1G\"\njournal = \"/j\"\n" + warnings),
              Catch::Contains("'retained' is required"));
   CHECK_THAT(error_of(top + "rate = [\n"), Catch::Contains("feed.toml"));  // syntax error
+  CHECK_THAT(error_of(top + warnings + "fec_k = \"large\"\n"),
+             Catch::Contains("'channel[0].fec_k' must be \"auto\" or 0 to 4096"));
+  CHECK_THAT(error_of(top + warnings + "fec_k = 5000\n"), Catch::Contains("'channel[0].fec_k'"));
 }
 
 TEST_CASE("channels must not share names, groups or spools", "[unit][feed]") {

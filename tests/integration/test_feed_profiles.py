@@ -3,7 +3,10 @@
 with two channels, real mcdistd sites on loopback.
 
 1. Each channel's profile (parity, fallback, concurrency, heartbeat) is in `mcdistctl status`
-   and a lossy site recovers blocks from parity on the parity channel.
+   and a lossy site recovers blocks from parity on the parity channel. Its `fec_k = "auto"`
+   sizes the second session's FEC blocks from the loss the sites reported of the first: the
+   1 % site beside a clean one asks for k of about 500 (GF(2^16)), and the lossy site decodes
+   its blocks from that parity too.
 2. Both channels fall back to SCTP over UDP at once: one usrsctp stack and listener for the whole
    feed; two lossy sites (one per channel) complete over `unicast-sctp` in overlapping sessions.
 3. Concurrent sessions: a small product dropped while a large one of the same channel is being
@@ -77,7 +80,7 @@ spool = ["%(obs_spool)s"]
 priority = 5
 batch_window = "100ms"
 after = "delete"
-fec_k = 64
+fec_k = "auto"
 fec_depth = 4
 fallback = "sctp"
 heartbeat = "2s"
@@ -122,7 +125,8 @@ register_timeout = "5s"
         st = control_request(control, {"cmd": "status"})
         check(st.get("ok") is True, "status: %s" % st)
         chans = {c["name"]: c for c in st["feed"]["channels"]}
-        check(chans["obs"]["profile"]["fec_k"] == 64 and chans["obs"]["profile"]["fallback"] == "sctp",
+        check(chans["obs"]["profile"]["fec_k"] == "auto" and
+              chans["obs"]["profile"]["fallback"] == "sctp",
               "obs profile: %s" % chans["obs"].get("profile"))
         check(chans["grib"]["profile"]["fec_k"] == 0, "grib profile: %s" % chans["grib"]["profile"])
         check(chans["obs"]["profile"]["concurrent_sessions"] == 2, "concurrency not in status")
@@ -139,6 +143,27 @@ register_timeout = "5s"
             daemons)
         log("obs profile %s; the 1 %% site recovered %d blocks from parity"
             % (chans["obs"]["profile"], recovered))
+        def obs_channel():
+            st = control_request(control, {"cmd": "status"})
+            return {c["name"]: c for c in st["feed"]["channels"]}["obs"]
+
+        # The sites' counts come with the session's end (its registration window closes first).
+        wait_until("the first obs session's end", lambda: not obs_channel()["sessions_running"],
+                   20, feed, daemons)
+        first_k = obs_channel()["profile"]["fec_k_now"]
+        check(first_k == 200, "the first session's k was %s, not 200 (nothing measured)" % first_k)
+        data = rng.randbytes(3_000_000)
+        drop(obs_spool, "fields/p1b.bin", data)
+        wait_until("p1b at both sites", delivered([steady, lossy], "fields/p1b.bin", digest(data)),
+                   40, feed, daemons)
+        k = obs_channel()["profile"]["fec_k_now"]
+        # About 0.5 % pooled (1 % at one site of two): 2.5 / 0.005, coded over GF(2^16).
+        check(254 < k <= 4096, "fec_k auto chose %s from the sites' loss" % k)
+        again = wait_until("blocks recovered from the GF(2^16) parity", lambda: (
+            (lossy.read_status() or {}).get("parity", {}).get("blocks_recovered", 0) > recovered),
+            10, feed, daemons)
+        check(again, "no block recovered from the second session's parity")
+        log("fec_k auto: the second session's k was %d" % k)
         lossy.stop()
         daemons.remove(lossy)
 

@@ -256,6 +256,8 @@ local schema = {
     { 5, "bytes_stored", "uint64" },
     { 6, "files_held", "uint32" },
     { 7, "failures", "message", { msg = "file_failure", repeated = true } },
+    { 8, "datagrams_received", "uint64" },
+    { 9, "datagrams_lost", "uint64" },
   },
   file_failure = {
     { 1, "file", "uint32" },

@@ -262,7 +262,7 @@ TEST_CASE("blocks are written, complete files finalized, and COMPLETE follows st
   h.feed(data(4, 0, 2, 499));   // wrong length for the tail block (500)
   REQUIRE(h.engine.stats().drops[errc::duplicate] == 1);
   REQUIRE(h.engine.stats().drops[errc::invalid_field] == 1);
-  h.feed(data(5, 0, 2, 500));
+  h.feed(data(8, 0, 2, 500));  // 5 to 7 were lost on the way
   REQUIRE(h.sink.writes.size() == 3);
   REQUIRE(h.sink.writes.count({0, 2000}) == 1);
   REQUIRE(h.sink.finalized.size() == 2);
@@ -273,6 +273,9 @@ TEST_CASE("blocks are written, complete files finalized, and COMPLETE follows st
   REQUIRE(done.size() == 1);
   REQUIRE(done[0].files_stored() == 2);
   REQUIRE(done[0].bytes_stored() == 2500);
+  // What it says of the path: every data datagram that came (the duplicate too), and the gap.
+  REQUIRE(done[0].datagrams_received() == 5);
+  REQUIRE(done[0].datagrams_lost() == 3);
   wire::complete_ack ack;
   ack.set_receiver_id("site");
   h.feed(datagram(wire::msg_type::complete_ack, ack));

@@ -144,6 +144,31 @@ TEST_CASE("lacks from two receivers get the largest lack in new parity blocks",
   REQUIRE(parity_of(h.drain()).empty());
 }
 
+TEST_CASE("next_data codes no more parity than the shell's budget; the rest follows",
+          "[unit][sender][fec]") {
+  harness h(40, 16);
+  const auto pass1 = h.drain();
+  const std::uint32_t seen = pass1.back().seq;
+  h.lacks("a", rx_a, {{0, 3}, {2, 1}}, seen);
+  h.now += 1ms;
+  h.tick();
+  std::array<data_send, 64> buf;
+  std::size_t calls = 0;
+  std::size_t parity = 0;
+  for (int i = 0; i < 100 && parity < 4; ++i) {
+    const auto n = h.s->next_data(h.now, buf, 1);
+    REQUIRE(n <= 1);
+    if (n == 1) {
+      REQUIRE(buf[0].parity);
+      ++parity;
+      ++calls;
+    }
+    h.tick();
+  }
+  REQUIRE(parity == 4);  // every parity block asked for, one per call
+  REQUIRE(calls == 4);
+}
+
 TEST_CASE("lacks count in the NAK feedback: a NAK of lacks only is a NAK, new parity is fresh",
           "[unit][sender][fec]") {
   // nak12's counters (control_counters, the window's redundancy) see FEC lacks like blocks.

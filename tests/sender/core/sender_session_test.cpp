@@ -431,6 +431,35 @@ TEST_CASE("files every receiver already holds are not sent", "[unit][sender]") {
   for (const auto& d : data) REQUIRE(d.file != file_index{1});
 }
 
+TEST_CASE("a COMPLETE's loss counts are kept, bounded by the datagrams the session sent",
+          "[unit][sender]") {
+  harness h(files({14'000}), {"a", "b"});  // 10 blocks
+  h.tick();
+  h.register_rx("a", rx_a);
+  h.register_rx("b", rx_b);
+  const auto sent = h.drain_data().size();
+  REQUIRE(sent == 10);
+  auto complete = [&](const char* id, const endpoint& from, std::uint64_t received,
+                      std::uint64_t lost) {
+    wire::complete m;
+    m.set_receiver_id(id);
+    m.set_files_stored(1);
+    m.set_datagrams_received(received);
+    m.set_datagrams_lost(lost);
+    h.s->on_datagram(datagram(wire::msg_type::complete, h.cfg.session, m), from, h.now);
+    h.tick();
+  };
+  complete("a", rx_a, 9, 1);
+  complete("b", rx_b, 1'000'000, 1'000'000);  // more than there were
+  const auto rep = h.s->report(h.now);
+  std::map<std::string, receiver_report> by_id;
+  for (const auto& r : rep.receivers) by_id[r.id] = r;
+  REQUIRE(by_id["a"].datagrams_received == 9);
+  REQUIRE(by_id["a"].datagrams_lost == 1);
+  REQUIRE(by_id["b"].datagrams_received == sent);
+  REQUIRE(by_id["b"].datagrams_lost == 0);
+}
+
 TEST_CASE("the session ends once every receiver completed", "[unit][sender]") {
   harness h(files({100}));
   h.tick();

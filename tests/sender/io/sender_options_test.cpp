@@ -35,6 +35,7 @@ TEST_CASE("mcdist-send's defaults and typed options become the session's setting
   REQUIRE(d.session.block_size == 1400);
   REQUIRE(d.session.fallback == fallback_mode::automatic);
   REQUIRE(d.session.register_window == 2s);
+  REQUIRE(d.session.fec_k == 200);  // "auto": no loss measured before a one-shot session
   REQUIRE(d.prehash_max == 16u << 20);
   REQUIRE(d.app.digest_cache);
   REQUIRE_FALSE(d.app.summary_json);
@@ -68,6 +69,8 @@ TEST_CASE("mcdist-send's defaults and typed options become the session's setting
                         "--summary-json",
                         "out.json",
                         "--no-digest-cache",
+                        "--fec-k",
+                        "600",
                         "-q",
                         "a",
                         "b"});
@@ -87,6 +90,7 @@ TEST_CASE("mcdist-send's defaults and typed options become the session's setting
   REQUIRE(o.session.sender_name == "hub");
   REQUIRE(o.app.summary_json == "out.json");
   REQUIRE_FALSE(o.app.digest_cache);
+  REQUIRE(o.session.fec_k == 600);
   REQUIRE(o.quiet);
   REQUIRE(o.log_level == spdlog::level::warn);
 }
@@ -114,6 +118,8 @@ TEST_CASE("mcdist-send refuses command lines an operator must correct", "[unit][
   refused({"--session-id", "0", "x"}, "--session-id must be 1 to 8 hex digits");
   refused({"--site-keys", "sites.txt", "x"}, "--site-keys needs --key");
   refused({"--log-level", "loud", "x"}, "loud");
+  refused({"--fec-k", "5000", "x"}, "--fec-k 5000 is not auto or 0 to 4096");
+  refused({"--fec-k", "big", "x"}, "--fec-k big is not auto or 0 to 4096");
   refused({"-i", "eth 1", "x"}, "--interface eth 1 is neither an IP address nor an interface name");
   refused({"-i", "mcdist-none0", "x"}, "--interface: no interface named 'mcdist-none0'");
   refused({"-i", "::1", "x"}, "--interface: interface ::1 is an IPv6 address; the group is IPv4");
