@@ -4,7 +4,7 @@
 /// bookkeeping, validation of everything the server sends, callbacks, timeouts and the
 /// one-time end report.
 
-#include "common/single_thread.hpp"
+#include "common/sys/single_thread.hpp"
 #include "common/unicast/client.hpp"
 #include "common/unicast/frame.hpp"
 #include "common/unicast/range_tracker.hpp"
@@ -122,7 +122,7 @@ class client_impl : public std::enable_shared_from_this<client_impl> {
 
   boost::asio::io_context& m_io;
   /// The thread of m_io: every call and completion of this client runs there
-  /// (common/single_thread.hpp).
+  /// (common/sys/single_thread.hpp).
   single_thread m_io_thread;
   client_options m_options;
   std::deque<std::vector<std::byte>> m_outbox;  ///< control frames not yet handed to the transport

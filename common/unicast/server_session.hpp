@@ -5,7 +5,7 @@
 /// request validation, record scheduling, acks, idle watchdog, the end report).
 
 #include "common/log_limit.hpp"
-#include "common/single_thread.hpp"
+#include "common/sys/single_thread.hpp"
 #include "common/unicast/frame.hpp"
 #include "common/unicast/handshake_gate.hpp"
 #include "common/unicast/record_scheduler.hpp"
@@ -53,7 +53,7 @@ struct server_state : std::enable_shared_from_this<server_state> {
   /// Callbacks are suppressed once the server object is destroyed.
   bool silent = false;
   /// The thread of `io`: the server, its listeners and sessions are used there only
-  /// (common/single_thread.hpp).
+  /// (common/sys/single_thread.hpp).
   single_thread io_thread;
   /// The active session of each token.
   std::map<fallback_token, std::shared_ptr<server_session>> sessions;

@@ -1,4 +1,4 @@
-#include "common/logging.hpp"
+#include "common/sys/logging.hpp"
 #include "common/wire.hpp"
 #include "mcdist.pb.h"
 

@@ -1,4 +1,4 @@
-#include "common/sd_notify.hpp"
+#include "common/sys/sd_notify.hpp"
 
 #include <sys/socket.h>
 #include <sys/un.h>

@@ -1,4 +1,4 @@
-#include "common/digest_xattr.hpp"
+#include "common/sys/digest_xattr.hpp"
 
 #include <sys/xattr.h>
 

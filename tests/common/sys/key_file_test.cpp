@@ -1,4 +1,4 @@
-#include "common/key_file.hpp"
+#include "common/sys/key_file.hpp"
 
 #include <catch2/catch.hpp>
 

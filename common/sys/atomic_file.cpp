@@ -1,6 +1,6 @@
-#include "common/atomic_file.hpp"
+#include "common/sys/atomic_file.hpp"
 
-#include "common/unique_fd.hpp"
+#include "common/sys/unique_fd.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>

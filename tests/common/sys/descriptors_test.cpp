@@ -1,8 +1,8 @@
 // reserve_descriptors: the descriptor table grown once, while the process has one thread
-// (common/descriptors.hpp). Each case runs in a forked child: a table never shrinks, so a
+// (common/sys/descriptors.hpp). Each case runs in a forked child: a table never shrinks, so a
 // case run in the test process would see the one before it.
 
-#include "common/descriptors.hpp"
+#include "common/sys/descriptors.hpp"
 
 #include <catch2/catch.hpp>
 

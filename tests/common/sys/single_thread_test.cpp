@@ -1,4 +1,4 @@
-#include "common/single_thread.hpp"
+#include "common/sys/single_thread.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -1,4 +1,4 @@
-#include "common/descriptors.hpp"
+#include "common/sys/descriptors.hpp"
 
 #include <fcntl.h>
 #include <sys/resource.h>

@@ -1,8 +1,8 @@
-// The SHA-256 record in user.mcdist.sha256 (common/digest_xattr.hpp): written through a file
+// The SHA-256 record in user.mcdist.sha256 (common/sys/digest_xattr.hpp): written through a file
 // descriptor, read back through the descriptor and through the path, trusted only while size
 // and mtime match.
 
-#include "common/digest_xattr.hpp"
+#include "common/sys/digest_xattr.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -1,4 +1,4 @@
-#include "common/logging.hpp"
+#include "common/sys/logging.hpp"
 
 #include <spdlog/sinks/ansicolor_sink.h>
 #include <spdlog/sinks/base_sink.h>
