@@ -1,6 +1,6 @@
 #include "sender/io/sender_options.hpp"
 
-#include "common/fec.hpp"
+#include "common/fec/fec.hpp"
 #include "common/net/interface.hpp"
 #include "common/sys/key_file.hpp"
 #include "common/sys/logging.hpp"

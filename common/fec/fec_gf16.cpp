@@ -1,7 +1,7 @@
-// fec::codec over GF(2^16) (common/fec.hpp): FEC blocks of more than 255 blocks, with
+// fec::codec over GF(2^16) (common/fec/fec.hpp): FEC blocks of more than 255 blocks, with
 // GF-Complete's region multiply-adds (Plank, Greenan, Miller, "Screaming fast Galois field
 // arithmetic using Intel SIMD instructions", FAST 2013; Debian libgf-complete-dev).
-#include "common/fec.hpp"
+#include "common/fec/fec.hpp"
 
 extern "C" {
 #include <gf_complete.h>
@@ -19,7 +19,7 @@ namespace mcdist::fec {
 namespace {
 
 static_assert(std::endian::native == std::endian::little,
-              "GF(2^16) symbols are little-endian 16-bit words (common/fec.hpp); a big-endian "
+              "GF(2^16) symbols are little-endian 16-bit words (common/fec/fec.hpp); a big-endian "
               "host would need to swap them around GF-Complete's region calls");
 
 /// x^16 + x^12 + x^3 + x + 1, GF-Complete's default for w = 16 and RFC 5510 section 8.1's: set

@@ -1,4 +1,4 @@
-#include "common/fec.hpp"
+#include "common/fec/fec.hpp"
 
 #include <isa-l/erasure_code.h>
 

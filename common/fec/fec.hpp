@@ -153,7 +153,7 @@ class codec {
   std::error_code decode8(std::uint32_t n, const decode_inputs& in,
                           std::span<const std::uint32_t> missing, std::span<std::byte* const> out,
                           std::size_t len) const;
-  // GF(2^16): common/fec_gf16.cpp.
+  // GF(2^16): common/fec/fec_gf16.cpp.
   void encode16(std::span<const std::byte* const> sources, std::span<const std::uint32_t> indexes,
                 std::span<std::byte* const> out, std::size_t len) const;
   std::error_code decode16(std::uint32_t n, const decode_inputs& in,

@@ -1,4 +1,4 @@
-#include "common/fec_layout.hpp"
+#include "common/fec/fec_layout.hpp"
 
 #include <algorithm>
 #include <limits>

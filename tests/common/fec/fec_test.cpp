@@ -1,4 +1,4 @@
-#include "common/fec.hpp"
+#include "common/fec/fec.hpp"
 
 #include <catch2/catch.hpp>
 
