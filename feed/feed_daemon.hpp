@@ -24,7 +24,7 @@
 /// without another datagram and leave the journal as it was, for the next holder.
 
 #include "common/sys/single_thread.hpp"
-#include "common/unicast/server.hpp"
+#include "common/unicast/io/server.hpp"
 #include "feed/arbiter.hpp"
 #include "feed/batcher.hpp"
 #include "feed/control_protocol.hpp"

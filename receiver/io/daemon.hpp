@@ -10,7 +10,7 @@
 #include "common/log_limit.hpp"
 #include "common/net/udp.hpp"
 #include "common/sys/single_thread.hpp"
-#include "common/unicast/client.hpp"
+#include "common/unicast/io/client.hpp"
 #include "receiver/core/receiver_engine.hpp"
 #include "receiver/io/action_runner.hpp"
 #include "receiver/io/catch_up_client.hpp"

@@ -7,7 +7,7 @@
 #include "common/endpoint.hpp"
 #include "common/net/udp.hpp"
 #include "common/sys/single_thread.hpp"
-#include "common/unicast/server.hpp"
+#include "common/unicast/io/server.hpp"
 #include "sender/core/sender_session.hpp"
 #include "sender/io/block_reader.hpp"
 #include "sender/io/digest_source.hpp"

@@ -8,7 +8,7 @@
 
 #include "common/endpoint.hpp"
 #include "common/packet.hpp"
-#include "common/unicast/usrsctp_stack.hpp"
+#include "common/unicast/io/usrsctp_stack.hpp"
 
 #include <boost/asio/io_context.hpp>
 

@@ -4,7 +4,7 @@
 
 #include "common/net/udp.hpp"
 #include "common/unicast/error.hpp"
-#include "common/unicast/sctp_assoc.hpp"
+#include "common/unicast/io/sctp_assoc.hpp"
 
 #include <boost/asio/ip/udp.hpp>
 #include <boost/asio/post.hpp>

@@ -5,8 +5,8 @@
 /// one-time end report.
 
 #include "common/sys/single_thread.hpp"
-#include "common/unicast/client.hpp"
 #include "common/unicast/frame.hpp"
+#include "common/unicast/io/client.hpp"
 #include "common/unicast/range_tracker.hpp"
 #include "common/unicast/record_seal.hpp"
 

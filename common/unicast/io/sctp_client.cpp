@@ -6,7 +6,7 @@
 // on the data streams of any association, each (association, stream) decoded on its own (a
 // message is exactly one frame), and are placed by their offset.
 
-#include "common/unicast/client_core.hpp"
+#include "common/unicast/io/client_core.hpp"
 
 #include <boost/asio/post.hpp>
 #include <spdlog/spdlog.h>

@@ -1,9 +1,9 @@
-#include "common/unicast/server.hpp"
+#include "common/unicast/io/server.hpp"
 
 #include "common/log_limit.hpp"
 
 #include "common/unicast/hello_proof.hpp"
-#include "common/unicast/server_session.hpp"
+#include "common/unicast/io/server_session.hpp"
 
 #include <spdlog/spdlog.h>
 

@@ -10,7 +10,7 @@
 
 #include "common/crypto.hpp"
 #include "common/endpoint.hpp"
-#include "common/unicast/client.hpp"
+#include "common/unicast/io/client.hpp"
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>

@@ -8,7 +8,7 @@
 
 #include "common/net/udp.hpp"
 #include "common/unicast/error.hpp"
-#include "common/unicast/sctp_assoc.hpp"
+#include "common/unicast/io/sctp_assoc.hpp"
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>

@@ -8,10 +8,10 @@
 #include "common/net/udp.hpp"
 #include "common/packet.hpp"
 #include "common/unicast/hello_proof.hpp"
+#include "common/unicast/io/server_session.hpp"
+#include "common/unicast/io/tcp_endpoint.hpp"
+#include "common/unicast/io/tcp_info.hpp"
 #include "common/unicast/send_queue.hpp"
-#include "common/unicast/server_session.hpp"
-#include "common/unicast/tcp_endpoint.hpp"
-#include "common/unicast/tcp_info.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>

@@ -1,4 +1,4 @@
-#include "common/unicast/tcp_info.hpp"
+#include "common/unicast/io/tcp_info.hpp"
 
 #include <linux/tcp.h>
 #include <netinet/in.h>

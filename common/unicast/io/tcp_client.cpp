@@ -8,8 +8,8 @@
 // in its hello (common/unicast/hello_proof.hpp).
 
 #include "common/net/udp.hpp"
-#include "common/unicast/client_core.hpp"
-#include "common/unicast/tcp_endpoint.hpp"
+#include "common/unicast/io/client_core.hpp"
+#include "common/unicast/io/tcp_endpoint.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>

@@ -19,8 +19,8 @@
 // on the fly by the server and checked word by word by the client, so a byte delivered at the
 // wrong place is caught without holding the set in memory.
 
-#include "common/unicast/client.hpp"
-#include "common/unicast/server.hpp"
+#include "common/unicast/io/client.hpp"
+#include "common/unicast/io/server.hpp"
 #include "tests/common/unicast/token.hpp"
 
 #include <boost/asio/io_context.hpp>

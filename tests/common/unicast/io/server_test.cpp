@@ -2,12 +2,12 @@
 // (as in one program), every delivered byte checked against the source as it arrives and every
 // file's SHA-256 at the end.
 
-#include "common/unicast/server.hpp"
+#include "common/unicast/io/server.hpp"
 
 #include "common/net/udp.hpp"
-#include "common/unicast/client.hpp"
-#include "common/unicast/sctp_assoc.hpp"
-#include "tests/common/unicast/test_support.hpp"
+#include "common/unicast/io/client.hpp"
+#include "common/unicast/io/sctp_assoc.hpp"
+#include "tests/common/unicast/io/test_support.hpp"
 #include "tests/common/unicast/token.hpp"
 
 #include <boost/asio/ip/tcp.hpp>

@@ -5,7 +5,7 @@
 // stream does not hold back the others (no head-of-line blocking across files).
 
 #include "common/unicast/hello_proof.hpp"
-#include "common/unicast/server_session.hpp"
+#include "common/unicast/io/server_session.hpp"
 
 #include <boost/asio/steady_timer.hpp>
 #include <spdlog/spdlog.h>

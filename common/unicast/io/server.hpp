@@ -24,9 +24,9 @@
 #include "common/unicast/error.hpp"
 #include "common/unicast/frame.hpp"
 #include "common/unicast/grant_table.hpp"
-#include "common/unicast/sctp_assoc.hpp"
+#include "common/unicast/io/sctp_assoc.hpp"
+#include "common/unicast/io/usrsctp_stack.hpp"
 #include "common/unicast/types.hpp"
-#include "common/unicast/usrsctp_stack.hpp"
 
 #include <boost/asio/io_context.hpp>
 

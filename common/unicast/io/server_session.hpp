@@ -8,9 +8,9 @@
 #include "common/sys/single_thread.hpp"
 #include "common/unicast/frame.hpp"
 #include "common/unicast/handshake_gate.hpp"
+#include "common/unicast/io/server.hpp"
 #include "common/unicast/record_scheduler.hpp"
 #include "common/unicast/record_seal.hpp"
-#include "common/unicast/server.hpp"
 
 #include <boost/asio/steady_timer.hpp>
 

@@ -1,4 +1,4 @@
-#include "common/unicast/client_core.hpp"
+#include "common/unicast/io/client_core.hpp"
 
 #include "common/unicast/hello_proof.hpp"
 

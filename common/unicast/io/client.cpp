@@ -1,6 +1,6 @@
-#include "common/unicast/client.hpp"
+#include "common/unicast/io/client.hpp"
 
-#include "common/unicast/client_core.hpp"
+#include "common/unicast/io/client_core.hpp"
 
 #include <stdexcept>
 

@@ -11,7 +11,7 @@
 // usage: fallback_sctp_flood ADDRESS:PORT COUNT SOURCE[,SOURCE...] [READY-FILE]
 
 #include "common/endpoint.hpp"
-#include "common/unicast/sctp_assoc.hpp"
+#include "common/unicast/io/sctp_assoc.hpp"
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>

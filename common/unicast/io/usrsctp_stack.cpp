@@ -1,4 +1,4 @@
-#include "common/unicast/usrsctp_stack.hpp"
+#include "common/unicast/io/usrsctp_stack.hpp"
 
 #include "common/unicast/error.hpp"
 #include "common/unicast/sctp_packet.hpp"
