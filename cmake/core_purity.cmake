@@ -2,14 +2,15 @@
 # checked on every build:
 #
 #   pure     the protocol cores (sender/core, receiver/core) and the pure parts of common
-#            (mcdist_common_core, mcdist_unicast_core): the standard library, protobuf,
-#            OpenSSL/libsodium computation, spdlog/fmt for log lines, and other pure files of
-#            the project. No Asio or Beast, no sockets, no file I/O, no threads, no clock
-#            reads, no global randomness (common/crypto.hpp's random_bytes, the kernel CSPRNG
-#            for keys and nonces, is the one source allowed).
+#            (mcdist_common_core in common/, mcdist_fec in common/fec/, mcdist_unicast_core in
+#            common/unicast/): the standard library, protobuf, OpenSSL/libsodium computation,
+#            spdlog/fmt for log lines, and other pure files of the project. No Asio or Beast,
+#            no sockets, no file I/O, no threads, no clock reads, no global randomness
+#            (common/crypto.hpp's random_bytes, the kernel CSPRNG for keys and nonces, is the
+#            one source allowed).
 #   storage  the receiver's storage path (receiver/storage): files, threads and clocks, but no
 #            Asio, no sockets, and of the project only pure files, its own and mcdist_common's
-#            (log sinks, xattrs, key files: no Asio either).
+#            (common/sys/: log sinks, xattrs, key files; no Asio either).
 #
 # mcdist_check_purity(PROFILE target...) checks each target twice:
 # 1. At configure time: its link closure holds no Asio, Boost, shell or I/O library target.
@@ -18,11 +19,11 @@
 #    quoted includes of project files outside what the profile allows, and (pure) for clock
 #    reads and global randomness.
 #
-# A target's files: its SOURCES, and every .hpp/.cpp in the folders of its sources that no
-# other target of the same CMakeLists lists. So sender/core's header-only units are scanned
-# without being listed, and in a folder holding two layers (common/, common/unicast/) a file
-# not listed by the shell target counts as pure: a new file is checked strictly until it is
-# listed where it belongs.
+# A target's files: its SOURCES, and every .hpp/.cpp in the folders of its sources. So
+# sender/core's header-only units are scanned without being listed, and a new file is checked
+# strictly as soon as it is in the folder. A folder holds one layer (docs/architecture.md,
+# "Layers"): a file of a checked target's folder that another target of the same CMakeLists
+# lists fails the configure, because the scan could not tell which layer it is in.
 
 function(_mcdist_link_closure target out)
   set(seen "")
@@ -45,11 +46,12 @@ function(_mcdist_link_closure target out)
   set(${out} ${seen} PARENT_SCOPE)
 endfunction()
 
-# Absolute paths of the files of `target` (see above).
+# Absolute paths of the files of `target` (see above); fails on a folder holding two targets.
 function(_mcdist_target_files target out)
   get_target_property(srcdir ${target} SOURCE_DIR)
   get_property(siblings DIRECTORY ${srcdir} PROPERTY BUILDSYSTEM_TARGETS)
   set(theirs "")
+  set(owners "")
   foreach(other IN LISTS siblings)
     if(other STREQUAL target)
       continue()
@@ -58,6 +60,7 @@ function(_mcdist_target_files target out)
     foreach(s IN LISTS osrcs)
       cmake_path(ABSOLUTE_PATH s BASE_DIRECTORY ${srcdir} OUTPUT_VARIABLE a)
       list(APPEND theirs ${a})
+      list(APPEND owners ${other})
     endforeach()
   endforeach()
   get_target_property(srcs ${target} SOURCES)
@@ -73,9 +76,14 @@ function(_mcdist_target_files target out)
   foreach(d IN LISTS dirs)
     file(GLOB in_dir CONFIGURE_DEPENDS ${d}/*.hpp ${d}/*.cpp)
     foreach(f IN LISTS in_dir)
-      if(NOT f IN_LIST theirs)
-        list(APPEND files ${f})
+      list(FIND theirs ${f} i)
+      if(i GREATER_EQUAL 0)
+        list(GET owners ${i} owner)
+        message(FATAL_ERROR "${f} is listed by ${owner}, but its folder holds ${target}: one "
+                            "folder, one layer (cmake/core_purity.cmake, docs/architecture.md "
+                            "'Layers'). Move the file to a folder of its target's layer.")
       endif()
+      list(APPEND files ${f})
     endforeach()
   endforeach()
   list(FILTER files INCLUDE REGEX "\\.(hpp|cpp|h)$")
@@ -129,7 +137,8 @@ function(mcdist_check_purity profile)
 endfunction()
 
 # Adds the build-time scans of every target given to mcdist_check_purity; call once, after it.
-# `sys_target` is the no-Asio support layer (mcdist_common) that storage may include.
+# `sys_target` is the no-Asio support layer (mcdist_common, common/sys/) that storage may
+# include.
 function(mcdist_add_purity_scans sys_target)
   get_property(targets GLOBAL PROPERTY MCDIST_PURITY_TARGETS)
   get_property(pure GLOBAL PROPERTY MCDIST_PURE_FILES)

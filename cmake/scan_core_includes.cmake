@@ -55,7 +55,7 @@ if(problems)
   list(JOIN problems "\n  " text)
   message(FATAL_ERROR "${TARGET} is a ${PROFILE} layer (cmake/core_purity.cmake): time and "
                       "randomness are injected, I/O lives in the shells (sender/io, receiver/io, "
-                      "common/net, common/unicast's servers and clients).\n  ${text}")
+                      "common/net, common/unicast/io).\n  ${text}")
 endif()
 if(STAMP)
   file(TOUCH "${STAMP}")

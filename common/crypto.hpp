@@ -17,8 +17,8 @@
 ///   authenticated encryption of the payload (class gcm): data blocks of encrypted sessions.
 ///
 /// Computation only (part of mcdist_common_core): key files are read and written by
-/// common/key_file.hpp. random_bytes reads the kernel's CSPRNG: the one source of randomness the
-/// pure layer may use, because keys, nonces and challenges must never come from a seeded
+/// common/sys/key_file.hpp. random_bytes reads the kernel's CSPRNG: the one source of randomness
+/// the pure layer may use, because keys, nonces and challenges must never come from a seeded
 /// generator (cores otherwise get their randomness injected).
 
 #include <array>
@@ -82,7 +82,7 @@ key32 parse_public_key(std::string_view text);
 
 /// The text of a secret key file: one line "mcdist-ed25519-secret:" followed by the base64 of
 /// the 32-byte seed, then the format_public_key line. The caller wipes it after use
-/// (common/key_file.hpp writes it to a file).
+/// (common/sys/key_file.hpp writes it to a file).
 std::string format_secret_key(const identity& id);
 /// The identity of format_secret_key's text (its first line); std::nullopt when the first line
 /// is not "mcdist-ed25519-secret:" and 32 bytes of base64. Leaves no copy of the seed behind.

@@ -18,7 +18,8 @@
 ///
 /// A parity datagram (type parity) has the same shape, naming a FEC block and a parity
 /// index instead of a file and a block; its payload is one block_size-byte parity block of the
-/// FEC block's sources, each zero-padded to block_size (common/fec.hpp, common/fec_layout.hpp):
+/// FEC block's sources, each zero-padded to block_size (common/fec/fec.hpp,
+/// common/fec/fec_layout.hpp):
 ///
 ///     8              12             16             20
 ///     +--------------+--------------+--------------+------------------+

@@ -5,8 +5,8 @@
 #include <unistd.h>
 
 #include "common/daemon/toml_config.hpp"
-#include "common/fec.hpp"
-#include "common/fec_layout.hpp"
+#include "common/fec/fec.hpp"
+#include "common/fec/fec_layout.hpp"
 #include "common/path_check.hpp"
 #include "common/units.hpp"
 #include "common/wire.hpp"

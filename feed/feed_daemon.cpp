@@ -1,9 +1,9 @@
 #include "feed/feed_daemon.hpp"
 
-#include "common/digest_xattr.hpp"
-#include "common/key_file.hpp"
 #include "common/path_check.hpp"
 #include "common/sha256.hpp"
+#include "common/sys/digest_xattr.hpp"
+#include "common/sys/key_file.hpp"
 #include "common/units.hpp"
 #include "feed/sqlite_journal.hpp"
 #include "sender/io/file_hasher.hpp"

@@ -23,8 +23,8 @@
 /// renew it before its fence, or a journal write that failed) the channel's sessions stop
 /// without another datagram and leave the journal as it was, for the next holder.
 
-#include "common/single_thread.hpp"
-#include "common/unicast/server.hpp"
+#include "common/sys/single_thread.hpp"
+#include "common/unicast/io/server.hpp"
 #include "feed/arbiter.hpp"
 #include "feed/batcher.hpp"
 #include "feed/control_protocol.hpp"
@@ -305,7 +305,7 @@ class feed_daemon {
   boost::asio::steady_timer m_expire_timer;
   bool m_stopping = false;
   /// The thread of m_io: spool events, sessions, timers and control requests are handled there;
-  /// the query workers touch their own journal connections only (common/single_thread.hpp).
+  /// the query workers touch their own journal connections only (common/sys/single_thread.hpp).
   single_thread m_io_thread;
   std::function<void()> m_stopped;
   feed_board m_board;

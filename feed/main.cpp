@@ -3,9 +3,9 @@
 // channels, a durable outbox, a delivery journal and catch-up for sites that missed sessions.
 
 #include "common/daemon/daemon_shell.hpp"
-#include "common/descriptors.hpp"
-#include "common/key_file.hpp"
-#include "common/logging.hpp"
+#include "common/sys/descriptors.hpp"
+#include "common/sys/key_file.hpp"
+#include "common/sys/logging.hpp"
 #include "common/units.hpp"
 #include "common/version.hpp"
 #include "feed/control_server.hpp"
@@ -171,7 +171,7 @@ Examples:
 int main(int argc, char** argv) {
   // Before any thread: each channel's session keeps up to default_open_files products open,
   // and a table grown under threads waits for an RCU grace period each time
-  // (common/descriptors.hpp). Room for several channels at once.
+  // (common/sys/descriptors.hpp). Room for several channels at once.
   // Every product of the running batches is held open from its batch's start to its end
   // (feed/spool_file.hpp), up to batch_max_files per channel.
   mcdist::raise_descriptor_limit();

@@ -1,11 +1,11 @@
 #include "feed/product_server.hpp"
 
 #include "common/catch_up_index.hpp"
-#include "common/digest_xattr.hpp"
 #include "common/net/udp.hpp"
 #include "common/path_check.hpp"
-#include "common/path_walk.hpp"
-#include "common/unique_fd.hpp"
+#include "common/sys/digest_xattr.hpp"
+#include "common/sys/path_walk.hpp"
+#include "common/sys/unique_fd.hpp"
 #include "common/wis2/wis2_publisher.hpp"
 #include "feed/journal.hpp"
 

@@ -20,7 +20,7 @@
 /// sessions.
 ///
 /// Files are read only from the retained directory, each opened with open_below
-/// (common/path_walk.hpp: no link followed) at CHANNEL/ID/NAME, where ID and NAME are what the
+/// (common/sys/path_walk.hpp: no link followed) at CHANNEL/ID/NAME, where ID and NAME are what the
 /// journal holds for a product ID the client named and NAME matched; a file that is not a
 /// regular file with the journal's size and mtime is refused. Nothing a client sends is used
 /// as a path beyond that validated id and name.

@@ -1,7 +1,7 @@
 #include "feed/spool_file.hpp"
 
 #include "common/path_check.hpp"
-#include "common/path_walk.hpp"
+#include "common/sys/path_walk.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -5,7 +5,7 @@
 /// directory swapped for a link, a name that is not UTF-8), and may change it between the
 /// moment the watcher saw it and the moment a batch sends it. So a product is opened once, at
 /// the start of its batch, relative to its spool directory without following any link
-/// (common/path_walk.hpp open_below, O_NOFOLLOW | O_NONBLOCK on the file), its descriptor is
+/// (common/sys/path_walk.hpp open_below, O_NOFOLLOW | O_NONBLOCK on the file), its descriptor is
 /// fstat()ed, and only a regular file with the size and mtime the journal recorded is taken;
 /// from then on the session hashes, sends, retains and announces it through that descriptor.
 /// The spool file is disposed of (delete, move) only while its name still leads to that same
@@ -14,7 +14,7 @@
 /// Everything here is a few system calls on one file: nothing blocks on what a producer
 /// planted (a FIFO opens at once with O_NONBLOCK and is refused by its fstat).
 
-#include "common/unique_fd.hpp"
+#include "common/sys/unique_fd.hpp"
 
 #include <sys/stat.h>
 #include <sys/types.h>

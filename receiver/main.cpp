@@ -1,8 +1,8 @@
 // mcdistd: the mcdist receiver daemon.
 
-#include "common/descriptors.hpp"
-#include "common/key_file.hpp"
-#include "common/logging.hpp"
+#include "common/sys/descriptors.hpp"
+#include "common/sys/key_file.hpp"
+#include "common/sys/logging.hpp"
 #include "common/units.hpp"
 #include "common/version.hpp"
 #include "receiver/io/daemon.hpp"
@@ -132,7 +132,7 @@ Example:
 
 int main(int argc, char** argv) {
   // Before any thread: the store keeps up to max_open_files temp files open, and a table
-  // grown under threads waits for an RCU grace period each time (common/descriptors.hpp).
+  // grown under threads waits for an RCU grace period each time (common/sys/descriptors.hpp).
   // RLIMIT_NOFILE's soft limit caps it (LimitNOFILE= of the unit files allows this).
   mcdist::reserve_descriptors(
       mcdist::receiver::store_descriptors(mcdist::receiver::storage_config{}.max_open_files));

@@ -1,7 +1,7 @@
 // mcdist-send: distribute a file set over IP multicast, reliably, at a configured rate.
 
-#include "common/descriptors.hpp"
-#include "common/logging.hpp"
+#include "common/sys/descriptors.hpp"
+#include "common/sys/logging.hpp"
 #include "sender/io/block_reader.hpp"
 #include "sender/io/file_hasher.hpp"
 #include "sender/io/file_set.hpp"
@@ -24,7 +24,7 @@ namespace sender = mcdist::sender;
 int main(int argc, char** argv) {
   const auto started = std::chrono::steady_clock::now();
   // Before any thread: pass 1 keeps up to default_open_files files open, and a table grown
-  // under threads waits for an RCU grace period each time (common/descriptors.hpp). As many
+  // under threads waits for an RCU grace period each time (common/sys/descriptors.hpp). As many
   // again for sockets, unicast connections and logs.
   mcdist::reserve_descriptors(2 * sender::default_open_files);
   auto parsed = sender::parse_sender_options(argc, argv);

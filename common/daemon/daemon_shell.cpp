@@ -1,6 +1,6 @@
 #include "common/daemon/daemon_shell.hpp"
 
-#include "common/logging.hpp"
+#include "common/sys/logging.hpp"
 
 #include <spdlog/spdlog.h>
 

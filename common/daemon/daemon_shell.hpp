@@ -6,7 +6,7 @@
 /// the daemon serves, then WATCHDOG=1 every half $WATCHDOG_USEC from the io_context (a stalled
 /// event loop misses it and systemd restarts the daemon) until the stop.
 
-#include "common/sd_notify.hpp"
+#include "common/sys/sd_notify.hpp"
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>

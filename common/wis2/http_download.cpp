@@ -1,6 +1,6 @@
 #include "common/wis2/http_download.hpp"
 
-#include "common/path_walk.hpp"
+#include "common/sys/path_walk.hpp"
 
 #include <curl/curl.h>
 #include <fcntl.h>

@@ -18,7 +18,7 @@
 /// CURLOPT_REDIR_PROTOCOLS_STR), at most 5 redirects; TLS peers are verified unless the
 /// operator named `download_tls_insecure`.
 
-#include "common/unique_fd.hpp"
+#include "common/sys/unique_fd.hpp"
 #include "common/wis2/wnm.hpp"
 
 #include <atomic>

@@ -1,7 +1,7 @@
 #include "common/wis2/mqtt_broker.hpp"
 
-#include "common/key_file.hpp"
 #include "common/path_check.hpp"
+#include "common/sys/key_file.hpp"
 
 #include <mosquitto.h>
 #include <unistd.h>

@@ -4,7 +4,7 @@
 /// "Parity repairs"): how many blocks of each FEC block it can use (its source blocks received
 /// or held, parity blocks kept by storage), how many it lacks for the sender's NAK, and when a
 /// FEC block can be decoded (any k' of its k' + parity blocks recover the sources,
-/// common/fec.hpp). The engine feeds it; storage keeps the parity bytes and decodes.
+/// common/fec/fec.hpp). The engine feeds it; storage keeps the parity bytes and decodes.
 ///
 /// Lack, for a NAK: the FEC block's sources the sender has sent (behind its marker) less those
 /// this receiver can use and less the parity blocks it holds. A receiver reports a FEC block by
@@ -23,7 +23,7 @@
 /// sends one parity block for every FEC block of a huge declared set and never completes one
 /// cannot make the site spend more than ~6.5 MB in entries here.
 
-#include "common/fec_layout.hpp"
+#include "common/fec/fec_layout.hpp"
 
 #include <cstdint>
 #include <unordered_map>

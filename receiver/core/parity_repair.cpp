@@ -1,7 +1,7 @@
 #include "receiver/core/parity_repair.hpp"
 
-#include "common/fec.hpp"
-#include "common/fec_layout.hpp"
+#include "common/fec/fec.hpp"
+#include "common/fec/fec_layout.hpp"
 #include "common/manifest.hpp"
 
 #include <stdexcept>

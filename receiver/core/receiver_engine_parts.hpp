@@ -13,7 +13,7 @@
 
 #include "receiver/core/receiver_engine.hpp"
 
-#include "common/fec.hpp"
+#include "common/fec/fec.hpp"
 #include "common/path_check.hpp"
 #include "common/ranges.hpp"
 #include "common/wire.hpp"

@@ -1,8 +1,8 @@
 #include "receiver/io/catch_up_client.hpp"
 
-#include "common/digest_xattr.hpp"
-#include "common/path_walk.hpp"
 #include "common/sha256.hpp"
+#include "common/sys/digest_xattr.hpp"
+#include "common/sys/path_walk.hpp"
 
 #include <curl/curl.h>
 #include <fcntl.h>

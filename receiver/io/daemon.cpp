@@ -1,6 +1,6 @@
 #include "receiver/io/daemon.hpp"
 
-#include "common/key_file.hpp"
+#include "common/sys/key_file.hpp"
 #include "common/units.hpp"
 #include "common/wire.hpp"
 #include "receiver/io/sequence_store.hpp"

@@ -9,8 +9,8 @@
 #include "common/daemon/status_port.hpp"
 #include "common/log_limit.hpp"
 #include "common/net/udp.hpp"
-#include "common/single_thread.hpp"
-#include "common/unicast/client.hpp"
+#include "common/sys/single_thread.hpp"
+#include "common/unicast/io/client.hpp"
 #include "receiver/core/receiver_engine.hpp"
 #include "receiver/io/action_runner.hpp"
 #include "receiver/io/catch_up_client.hpp"
@@ -337,7 +337,7 @@ class daemon final : public receiver_sink {
   std::optional<time_point> m_timer_at;
   bool m_stopping = false;
   /// The thread of m_io: handlers, store callbacks and the engine's calls all run there
-  /// (common/single_thread.hpp).
+  /// (common/sys/single_thread.hpp).
   single_thread m_io_thread;
   bool m_stop_finished = false;
   std::uint64_t m_last_logged_drops = 0;

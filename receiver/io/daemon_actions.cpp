@@ -1,7 +1,7 @@
 // The daemon's delivery journal, actions on receipt and retention (delivery_journal.hpp,
 // action_runner.hpp, docs/actions.md).
 
-#include "common/digest_xattr.hpp"
+#include "common/sys/digest_xattr.hpp"
 #include "receiver/io/daemon.hpp"
 
 #include <boost/asio/post.hpp>

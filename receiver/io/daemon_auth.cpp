@@ -1,7 +1,7 @@
 #include "receiver/io/daemon.hpp"
 
 #include "common/byte_order.hpp"
-#include "common/key_file.hpp"
+#include "common/sys/key_file.hpp"
 #include "common/wire.hpp"
 #include "mcdist.pb.h"
 

@@ -1,7 +1,7 @@
 #include "receiver/io/daemon_config.hpp"
 
 #include "common/daemon/toml_config.hpp"
-#include "common/key_file.hpp"
+#include "common/sys/key_file.hpp"
 #include "common/units.hpp"
 #include "common/wire.hpp"
 

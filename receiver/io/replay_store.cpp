@@ -1,6 +1,6 @@
 #include "receiver/io/replay_store.hpp"
 
-#include "common/atomic_file.hpp"
+#include "common/sys/atomic_file.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>

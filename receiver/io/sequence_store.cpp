@@ -1,6 +1,6 @@
 #include "receiver/io/sequence_store.hpp"
 
-#include "common/atomic_file.hpp"
+#include "common/sys/atomic_file.hpp"
 
 #include <cerrno>
 #include <fcntl.h>

@@ -1,8 +1,8 @@
 #include "receiver/storage/finalizer.hpp"
 
-#include "common/digest_xattr.hpp"
 #include "common/error.hpp"
-#include "common/path_walk.hpp"
+#include "common/sys/digest_xattr.hpp"
+#include "common/sys/path_walk.hpp"
 #include "receiver/storage/checkpoint_file.hpp"
 
 #include <fcntl.h>

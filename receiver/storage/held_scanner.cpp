@@ -1,8 +1,8 @@
 #include "receiver/storage/held_scanner.hpp"
 
-#include "common/digest_xattr.hpp"
 #include "common/path_check.hpp"
-#include "common/path_walk.hpp"
+#include "common/sys/digest_xattr.hpp"
+#include "common/sys/path_walk.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -4,7 +4,7 @@
 /// "Register": the receiver says which files it already holds, same size and SHA-256) off the
 /// network thread. A file is held when, below dest_root and through no symlink, a regular file
 /// has the query's size and mtime, and its digest comes from its user.mcdist.sha256 xattr
-/// (common/digest_xattr.hpp) when that records the same size and mtime, else from hashing it
+/// (common/sys/digest_xattr.hpp) when that records the same size and mtime, else from hashing it
 /// if it is at most storage_config::hash_held_max_bytes.
 
 #include "receiver/storage/store_context.hpp"

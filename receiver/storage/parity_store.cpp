@@ -1,7 +1,7 @@
 #include "receiver/storage/parity_store.hpp"
 
 #include "common/error.hpp"
-#include "common/fec.hpp"
+#include "common/fec/fec.hpp"
 #include "receiver/storage/posix_io.hpp"
 
 #include <cerrno>

@@ -87,7 +87,7 @@ struct recovered_source {
 
 /// Decodes a FEC block: reads its available sources with `read`, zero-pads each to
 /// request.block_size, takes `parity`, and recovers every source not available
-/// (fec::codec(request.k, request.max_parity).decode; common/fec.hpp).
+/// (fec::codec(request.k, request.max_parity).decode; common/fec/fec.hpp).
 /// @param out  the recovered sources, in index order (wanted or not)
 /// @return empty; errc::invalid_field when the request is inconsistent (no sources, more than
 ///         k, block_size 0 or above parity_store::max_block_bytes, a parity block of another

@@ -10,7 +10,7 @@
 /// ftruncate, unlink, close, sync_file_range) are made directly by the components.
 
 #include "common/sha256.hpp"
-#include "common/unique_fd.hpp"
+#include "common/sys/unique_fd.hpp"
 #include "receiver/core/storage_port.hpp"
 
 #include <sys/types.h>

@@ -1,6 +1,6 @@
 #include "receiver/storage/store_context.hpp"
 
-#include "common/path_walk.hpp"
+#include "common/sys/path_walk.hpp"
 
 #include <fcntl.h>
 

@@ -1,7 +1,7 @@
 // temp_writer: parity repairs (recover jobs: read the available sources, decode, write the
 // recovered ones). docs/design-notes.md "Parity repairs".
 #include "common/error.hpp"
-#include "common/path_walk.hpp"
+#include "common/sys/path_walk.hpp"
 #include "receiver/storage/parity_store.hpp"
 #include "receiver/storage/temp_writer.hpp"
 

@@ -50,7 +50,7 @@ struct announce_settings {
   std::uint64_t channel_seq = 0;            ///< 0: unsequenced
   /// A catch-up session's ranges of the channel's sequence numbers, inclusive.
   std::vector<wire::seq_span> catch_up_seqs;
-  /// Parity repairs (session_params.fec_*, common/fec_layout.hpp): sources per FEC block, 0 for
+  /// Parity repairs (session_params.fec_*, common/fec/fec_layout.hpp): sources per FEC block, 0 for
   /// none (the three fields are then left out); parity indexes per FEC block; interleaving depth.
   std::uint32_t fec_k = 0;
   std::uint32_t fec_max_parity = 0;

@@ -5,7 +5,7 @@
 /// Pure (docs/architecture.md "Layers"), in the manner of Aeron's loss detector: the session
 /// never walks a NAK's fields itself.
 
-#include "common/fec_layout.hpp"
+#include "common/fec/fec_layout.hpp"
 
 #include <cstdint>
 #include <span>

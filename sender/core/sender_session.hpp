@@ -9,7 +9,7 @@
 #include "common/delivery_path.hpp"
 #include "common/endpoint.hpp"
 #include "common/error.hpp"
-#include "common/fec_layout.hpp"
+#include "common/fec/fec_layout.hpp"
 #include "common/ids.hpp"
 #include "common/manifest.hpp"
 #include "common/pacer.hpp"
@@ -144,7 +144,7 @@ struct sender_config {
   std::function<fallback_token()> token_source;
 
   // --- parity repairs (docs/design-notes.md "Parity repairs") ---
-  /// Source blocks per FEC block; 0: no parity, NAKs name blocks (common/fec_layout.hpp).
+  /// Source blocks per FEC block; 0: no parity, NAKs name blocks (common/fec/fec_layout.hpp).
   /// The programs' default is default_fec_k (session_profile); a core made by hand (tests,
   /// the simulator) sends no parity unless asked.
   std::uint32_t fec_k = 0;

@@ -9,7 +9,7 @@
 
 #include "sender/core/sender_session.hpp"
 
-#include "common/fec.hpp"
+#include "common/fec/fec.hpp"
 #include "common/log_limit.hpp"
 #include "common/ranges.hpp"
 #include "common/wire.hpp"

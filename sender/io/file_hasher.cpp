@@ -1,8 +1,8 @@
 #include "sender/io/file_hasher.hpp"
 
-#include "common/digest_xattr.hpp"
 #include "common/error.hpp"
-#include "common/unique_fd.hpp"
+#include "common/sys/digest_xattr.hpp"
+#include "common/sys/unique_fd.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -27,7 +27,7 @@ std::error_code hash_file(const std::filesystem::path& p, std::uint64_t expected
 std::error_code hash_file(const source_file& f, sha256_digest& out, std::string& why);
 
 /// Fills in digests before the announce. With `use_cache`, a file's digest recorded in its
-/// user.mcdist.sha256 xattr (common/digest_xattr.hpp) is taken as is, whatever its size; then,
+/// user.mcdist.sha256 xattr (common/sys/digest_xattr.hpp) is taken as is, whatever its size; then,
 /// in parallel on up to `threads` threads (one per prehash_bytes_per_thread of work), every
 /// file of at most `per_file_max` bytes is hashed until `total_budget` bytes have been hashed,
 /// and (with `use_cache`) its digest recorded.
@@ -47,7 +47,7 @@ void prehash(std::vector<source_file>& files, std::uint64_t per_file_max,
 inline constexpr std::size_t xattr_reads_per_thread = 256;
 
 /// Takes each file's digest from its user.mcdist.sha256 xattr where one is recorded for its
-/// size and mtime (common/digest_xattr.hpp), on the calling thread and up to `threads` - 1
+/// size and mtime (common/sys/digest_xattr.hpp), on the calling thread and up to `threads` - 1
 /// helpers (one per xattr_reads_per_thread files). The helpers are detached and share the work
 /// through an atomic index: the caller waits only for reads a helper has begun, never for a
 /// helper that has not been scheduled yet (on a loaded machine that can take tens of ms).

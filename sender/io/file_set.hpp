@@ -4,7 +4,7 @@
 /// recursively, relative paths kept (a directory argument "obs" yields "obs/2026/a.bufr").
 
 #include "common/manifest.hpp"
-#include "common/unique_fd.hpp"
+#include "common/sys/unique_fd.hpp"
 
 #include <filesystem>
 #include <functional>

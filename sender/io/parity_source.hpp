@@ -3,15 +3,15 @@
 /// Parity blocks for the sender's shell (docs/design-notes.md "Parity repairs"): the
 /// core says which parity block of which FEC block goes out (data_send::parity), this computes
 /// its bytes from the FEC block's sources read through the block_reader, each zero-padded to
-/// the block size (common/fec.hpp). Parity index 0, the first repair of any FEC block, is built
+/// the block size (common/fec/fec.hpp). Parity index 0, the first repair of any FEC block, is built
 /// as pass 1 sends the sources (observe) and costs no read; other indexes read the sources of
 /// the FEC block's whole interleaving group at once, kept for the next FEC blocks used, so the
 /// parity blocks of a group (sent round robin) cost one read of it. Encoding one parity block
 /// is tens of microseconds of one core (docs/benchmarks.md "Parity codec" has the rates), cheap
 /// enough for the network thread, where it lives.
 
-#include "common/fec.hpp"
-#include "common/fec_layout.hpp"
+#include "common/fec/fec.hpp"
+#include "common/fec/fec_layout.hpp"
 #include "sender/io/block_reader.hpp"
 
 #include <cstdint>

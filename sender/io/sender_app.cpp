@@ -1,6 +1,6 @@
 #include "sender/io/sender_app.hpp"
 
-#include "common/key_file.hpp"
+#include "common/sys/key_file.hpp"
 #include "common/units.hpp"
 #include "common/wire.hpp"
 

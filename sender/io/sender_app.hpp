@@ -6,8 +6,8 @@
 #include "common/auth.hpp"
 #include "common/endpoint.hpp"
 #include "common/net/udp.hpp"
-#include "common/single_thread.hpp"
-#include "common/unicast/server.hpp"
+#include "common/sys/single_thread.hpp"
+#include "common/unicast/io/server.hpp"
 #include "sender/core/sender_session.hpp"
 #include "sender/io/block_reader.hpp"
 #include "sender/io/digest_source.hpp"
@@ -255,7 +255,7 @@ class sender_app {
   /// start(): the completion to post when the session is done (empty for run()).
   std::function<void(run_result)> m_done;
   /// The thread of m_io: the session, its sockets and the unicast server are used there only
-  /// (common/single_thread.hpp).
+  /// (common/sys/single_thread.hpp).
   single_thread m_io_thread;
   bool m_completed = false;
   /// The fence (app_options::fence) passed: the session was stopped without a further datagram.

@@ -1,9 +1,9 @@
 #include "sender/io/sender_options.hpp"
 
-#include "common/fec.hpp"
-#include "common/key_file.hpp"
-#include "common/logging.hpp"
+#include "common/fec/fec.hpp"
 #include "common/net/interface.hpp"
+#include "common/sys/key_file.hpp"
+#include "common/sys/logging.hpp"
 #include "common/units.hpp"
 #include "common/version.hpp"
 #include "common/wire.hpp"

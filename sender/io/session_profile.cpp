@@ -1,7 +1,7 @@
 #include "sender/io/session_profile.hpp"
 
-#include "common/fec.hpp"
-#include "common/fec_layout.hpp"
+#include "common/fec/fec.hpp"
+#include "common/fec/fec_layout.hpp"
 
 #include <fmt/format.h>
 

@@ -1,5 +1,5 @@
 /// @file
-/// `fec_bench`: Reed-Solomon encode and decode throughput of common/fec.hpp on one core, per
+/// `fec_bench`: Reed-Solomon encode and decode throughput of common/fec/fec.hpp on one core, per
 /// FEC block shape, 1400-byte blocks (docs/benchmarks.md "Parity codec"). Not a test: prints a
 /// table; FEC blocks over 255 blocks are coded over GF(2^16). Throughput counts source bytes
 /// per second of thread CPU time:
@@ -8,7 +8,7 @@
 ///
 ///   fec_bench [--seconds S]
 
-#include "common/fec.hpp"
+#include "common/fec/fec.hpp"
 
 #include <cstdio>
 #include <cstdlib>

@@ -1,6 +1,6 @@
 #include "tests/sim/sim_harness.hpp"
 
-#include "common/fec.hpp"
+#include "common/fec/fec.hpp"
 #include "common/wire.hpp"
 #include "mcdist.pb.h"
 
@@ -763,7 +763,7 @@ void rx_node::recover(session_id s, receiver::recovery_request req) {
     std::vector<std::byte*> dst;
     for (auto& o : out) dst.push_back(o.data());
     if (!ec && m_spec.decode_by_count) {
-      // Any n distinct blocks of an MDS code decode (common/fec.hpp): the count decides, and
+      // Any n distinct blocks of an MDS code decode (common/fec/fec.hpp): the count decides, and
       // the result is what the codec would give, the reference blocks, unless a source read
       // back wrong (then the codec's output is wrong too: zeros here, caught at finalize).
       if (rx.size() < req.sources.size()) {

@@ -72,7 +72,7 @@ struct receiver_spec {
   /// file_store today): it must NAK block by block.
   bool refuse_parity = false;
   /// Its storage decodes by count: any n distinct blocks of the MDS code give the n sources
-  /// (common/fec.hpp), so it writes the reference blocks (zeros when a source it read back was
+  /// (common/fec/fec.hpp), so it writes the reference blocks (zeros when a source it read back was
   /// wrong, as a real decode's output would be) instead of running the codec. For thousands of
   /// receivers with GF(2^16) FEC blocks, where one real decode costs ~0.1 s of CPU; the
   /// protocol's counts do not depend on it. The codec is checked by the receivers that decode

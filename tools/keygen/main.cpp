@@ -2,7 +2,7 @@
 // (mcdistd key_file), and prints a key file's public key.
 
 #include "common/crypto.hpp"
-#include "common/key_file.hpp"
+#include "common/sys/key_file.hpp"
 #include "common/version.hpp"
 
 #include <CLI/CLI.hpp>

@@ -1,6 +1,6 @@
 #include "receiver/core/fec_tracker.hpp"
 
-#include "common/fec.hpp"
+#include "common/fec/fec.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -1,6 +1,6 @@
 #include "receiver/core/nak_planner.hpp"
 
-#include "common/fec_layout.hpp"
+#include "common/fec/fec_layout.hpp"
 #include "common/ranges.hpp"
 #include "common/wire.hpp"
 #include "mcdist.pb.h"

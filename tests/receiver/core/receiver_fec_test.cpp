@@ -2,7 +2,7 @@
 // names in a FEC session, when a decode is asked of storage, what follows its outcome.
 #include "receiver/core/receiver_engine.hpp"
 
-#include "common/fec.hpp"
+#include "common/fec/fec.hpp"
 #include "common/ranges.hpp"
 #include "common/wire.hpp"
 #include "mcdist.pb.h"

@@ -1,7 +1,7 @@
 // file_store's parity repairs (write_parity, recover; docs/design-notes.md "Parity repairs"):
 // a real temp directory, parity made with fec::codec, recovered files compared byte for byte.
 #include "common/error.hpp"
-#include "common/fec.hpp"
+#include "common/fec/fec.hpp"
 #include "receiver/storage/file_store.hpp"
 #include "receiver/storage/parity_store.hpp"
 #include "tests/receiver/storage/file_store_test_util.hpp"

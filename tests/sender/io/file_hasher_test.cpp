@@ -2,7 +2,7 @@
 // read on several threads land on the right files, and prehash fills in the rest.
 
 #include "sender/io/file_hasher.hpp"
-#include "common/digest_xattr.hpp"
+#include "common/sys/digest_xattr.hpp"
 #include "sender/io/file_set.hpp"
 #include "tests/scratch_dir.hpp"
 
