@@ -719,9 +719,12 @@ bool feed_daemon::start_session(std::size_t ch, session_kind kind, std::vector<p
   const std::optional<double> loss =
       cc.profile.fec_k_auto ? m_loss.loss_of(loss_sites) : std::nullopt;
   cc.profile.apply(sc, loss);
-  if (loss && sc.fec_k != cs.fec_k_now) {
+  // Logged when it moves by a quarter: the estimate drifts a little with every session.
+  if (loss && (cs.fec_k_logged == 0 || sc.fec_k * 4 >= cs.fec_k_logged * 5 ||
+               sc.fec_k * 5 <= cs.fec_k_logged * 4)) {
     m_log->info("channel {}: fec_k {} (auto) from the sites' loss {:.2e} over {} datagrams",
                 cc.name, sc.fec_k, *loss, m_loss.datagrams_of(loss_sites));
+    cs.fec_k_logged = sc.fec_k;
   }
   cs.fec_k_now = sc.fec_k;
   sc.register_timeout = cc.register_timeout;

@@ -200,6 +200,7 @@ class feed_daemon {
     /// The FEC block size of the channel's latest session (fec_k "auto" chooses it per
     /// session; 0: none yet).
     std::uint32_t fec_k_now = 0;
+    std::uint32_t fec_k_logged = 0;  ///< the k the log last named (0: none)
     /// Listed sites that did not register in the channel's latest batch session (down): its
     /// next sessions do not wait for them (sender_config::not_awaited) until they are heard
     /// again (registered in a session, or a gap report).

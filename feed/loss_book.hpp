@@ -25,11 +25,11 @@ class loss_book {
   static constexpr std::size_t max_sites = 4096;
   /// The sites of a session must together have reported this many losses, or this many
   /// datagrams, before their loss is taken: ten losses put the estimate within about a third,
-  /// and at 16,384 datagrams without ten losses the loss is below the one at which
-  /// fec_k_for_loss reaches its largest k (2.5 / 4096), where the exact value no longer
-  /// matters.
+  /// and at 10,240 datagrams without ten losses the loss is below about the one at which
+  /// fec_k_for_loss reaches its largest k (sender::auto_fec_lack / 4096 = 1e-3), where the
+  /// exact value no longer matters.
   static constexpr std::uint64_t min_lost = 10;
-  static constexpr std::uint64_t min_datagrams = 16'384;
+  static constexpr std::uint64_t min_datagrams = 10'240;
 
   /// Adds one session's report from `site`: `received` multicast datagrams taken, `lost`
   /// found missing by sequence gaps.

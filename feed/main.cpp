@@ -93,7 +93,7 @@ CONFIGURATION (TOML, --config):
   register_window = "1s"            open group: how long registrations are accepted
   fec_k = "auto"                    parity repairs, as mcdist-send --fec-k (0: none): auto
                                     sizes each session's FEC blocks from the loss its sites
-                                    reported before (2.5 / loss, 200 to 4096; 200 until known);
+                                    reported before (4 / loss, 200 to 4096; 200 until known);
   fec_depth = 8                     fec_depth, fec_overhead ("3%"), silent_passes as well
   fallback = "sctp"                 the sites' unicast fallback: sctp, tcp, auto or off (one
                                     usrsctp stack and listener serve every channel)

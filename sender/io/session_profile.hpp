@@ -20,14 +20,16 @@ namespace mcdist::sender {
 
 /// The FEC block size the loss `p` (a share of the datagrams, 0..1) asks for: k p =
 /// auto_fec_lack, so that among many sites the largest lack in a FEC block is about twice the
-/// mean and the repairs stay within about 2.5 x the largest single site's loss, where a fixed
+/// mean and the repairs stay within about 2 x the largest single site's loss, where a fixed
 /// k = 200 leaves them at 5-6 x when k p is 0.2 (docs/design-notes.md "FEC block size and the
 /// repair floor"). Within [default_fec_k, fec::max_k]: at least what a session without a
 /// measurement gets, and a clean path (p = 0) the largest. The sender's parity coding per second
 /// is then about the same at any loss: parity blocks ~ rate x p, each costing k sources.
 std::uint32_t fec_k_for_loss(double p) noexcept;
-/// The lack per FEC block fec_k_for_loss aims at (k x p).
-inline constexpr double auto_fec_lack = 2.5;
+/// The lack per FEC block fec_k_for_loss aims at (k x p). At 2.5 the repairs would be about
+/// 2.3 x the largest single loss with p known exactly; 4 keeps them under 3 x when the first
+/// sessions' estimate is 1.5-2 x too high (what a hub's first seconds measured).
+inline constexpr double auto_fec_lack = 4;
 
 /// How a session is sent. Every field has its default here and nowhere else.
 struct session_profile {

@@ -54,10 +54,10 @@ TEST_CASE("the book keeps at most max_sites sites", "[unit][feed]") {
   REQUIRE(b.sites() == loss_book::max_sites);
 }
 
-TEST_CASE("fec_k auto: k p = 2.5 within [200, 4096]", "[unit][feed]") {
+TEST_CASE("fec_k auto: k p = 4 within [200, 4096]", "[unit][feed]") {
   using mcdist::sender::fec_k_for_loss;
-  REQUIRE(fec_k_for_loss(1e-3) == 2500);
-  REQUIRE(fec_k_for_loss(1e-2) == 250);
+  REQUIRE(fec_k_for_loss(2e-3) == 2000);
+  REQUIRE(fec_k_for_loss(1e-2) == 400);
   REQUIRE(fec_k_for_loss(0.1) == 200);    // heavy loss: the default's k, never less
   REQUIRE(fec_k_for_loss(1e-5) == 4096);  // a clean path: the largest
   REQUIRE(fec_k_for_loss(0) == 4096);
@@ -66,8 +66,8 @@ TEST_CASE("fec_k auto: k p = 2.5 within [200, 4096]", "[unit][feed]") {
   mcdist::sender::sender_config c;
   p.apply(c);
   REQUIRE(c.fec_k == 200);  // nothing measured
-  p.apply(c, 1e-3);
-  REQUIRE(c.fec_k == 2500);
+  p.apply(c, 2e-3);
+  REQUIRE(c.fec_k == 2000);
   REQUIRE(mcdist::sender::parse_fec_k("300", p));
   REQUIRE_FALSE(p.fec_k_auto);
   p.apply(c, 1e-3);

@@ -5,7 +5,7 @@ with two channels, real mcdistd sites on loopback.
 1. Each channel's profile (parity, fallback, concurrency, heartbeat) is in `mcdistctl status`
    and a lossy site recovers blocks from parity on the parity channel. Its `fec_k = "auto"`
    sizes the second session's FEC blocks from the loss the sites reported of the first: the
-   1 % site beside a clean one asks for k of about 500 (GF(2^16)), and the lossy site decodes
+   1 % site beside a clean one asks for k of about 800 (GF(2^16)), and the lossy site decodes
    its blocks from that parity too.
 2. Both channels fall back to SCTP over UDP at once: one usrsctp stack and listener for the whole
    feed; two lossy sites (one per channel) complete over `unicast-sctp` in overlapping sessions.
@@ -157,7 +157,7 @@ register_timeout = "5s"
         wait_until("p1b at both sites", delivered([steady, lossy], "fields/p1b.bin", digest(data)),
                    40, feed, daemons)
         k = obs_channel()["profile"]["fec_k_now"]
-        # About 0.5 % pooled (1 % at one site of two): 2.5 / 0.005, coded over GF(2^16).
+        # About 0.5 % pooled (1 % at one site of two): 4 / 0.005, coded over GF(2^16).
         check(254 < k <= 4096, "fec_k auto chose %s from the sites' loss" % k)
         again = wait_until("blocks recovered from the GF(2^16) parity", lambda: (
             (lossy.read_status() or {}).get("parity", {}).get("blocks_recovered", 0) > recovered),
