@@ -81,6 +81,20 @@ struct harness {
     s->on_datagram(datagram(wire::msg_type::register_request, cfg.session, r), from, now);
     tick();
   }
+  /// Sends for `d` of virtual time, waking at each deadline (at least `step` apart).
+  /// @return the bytes of the data datagrams sent (payload + 48 bytes of headers each)
+  std::uint64_t send_for(duration d, duration step = 10us) {
+    std::array<data_send, 64> buf;
+    const time_point end = now + d;
+    std::uint64_t bytes = 0;
+    while (now < end) {
+      tick();
+      const auto n = s->next_data(now, buf);
+      for (std::size_t i = 0; i < n; ++i) bytes += buf[i].length + 48;
+      now = std::max(*s->next_deadline(now), now + step);
+    }
+    return bytes;
+  }
   std::vector<data_send> drain_data(duration step = 1ms, int max_steps = 100000) {
     std::vector<data_send> all;
     std::array<data_send, 64> buf;
@@ -288,15 +302,7 @@ TEST_CASE("data leaves at the configured rate", "[unit][sender]") {
   harness h(files({14'000'000}), {"a"});
   h.tick();
   h.register_rx("a", rx_a);
-  const time_point t0 = h.now;
-  std::array<data_send, 64> buf;
-  std::uint64_t bytes = 0;
-  while (h.now < t0 + 500ms) {
-    h.tick();
-    const auto n = h.s->next_data(h.now, buf);
-    for (std::size_t i = 0; i < n; ++i) bytes += buf[i].length + 48;
-    h.now = std::max(*h.s->next_deadline(h.now), h.now + 10us);
-  }
+  const std::uint64_t bytes = h.send_for(500ms);
   // 0.5 s at 80 Mbit/s = 5 MB on the wire (+ the initial full bucket).
   REQUIRE(bytes >= 4'900'000);
   REQUIRE(bytes <= 5'000'000 + h.cfg.burst_bytes + 1500);
@@ -308,29 +314,17 @@ TEST_CASE("set_rate changes the pace of a running session from the next datagram
   harness h(files({40'000'000}), {"a"});
   h.tick();
   h.register_rx("a", rx_a);
-  std::array<data_send, 64> buf;
-  auto send_for = [&](duration d) {
-    const time_point end = h.now + d;
-    std::uint64_t bytes = 0;
-    while (h.now < end) {
-      h.tick();
-      const auto n = h.s->next_data(h.now, buf);
-      for (std::size_t i = 0; i < n; ++i) bytes += buf[i].length + 48;
-      h.now = std::max(*h.s->next_deadline(h.now), h.now + 10us);
-    }
-    return bytes;
-  };
-  send_for(200ms);  // past the initial full bucket
-  const auto fast = send_for(500ms);
+  h.send_for(200ms);  // past the initial full bucket
+  const auto fast = h.send_for(500ms);
   REQUIRE(fast >= 4'900'000);  // 80 Mbit/s
   h.s->set_rate(800'000);      // 1 %
   REQUIRE(h.s->rate_bps() == 800'000);
-  send_for(300ms);  // what the bucket held drains
-  const auto slow = send_for(1s);
+  h.send_for(300ms);  // what the bucket held drains
+  const auto slow = h.send_for(1s);
   REQUIRE(slow >= 90'000);  // 100 kB/s
   REQUIRE(slow <= 110'000 + 1500);
   h.s->set_rate(80'000'000);
-  const auto again = send_for(500ms);
+  const auto again = h.send_for(500ms);
   REQUIRE(again >= 4'900'000);
   REQUIRE(again <= 5'000'000 + h.cfg.burst_bytes + 1500);
 }
@@ -347,21 +341,9 @@ TEST_CASE("at a rate far below the markers' own, progress markers leave room for
   h.s->start(h.now);
   h.tick();
   h.register_rx("a", rx_a);
-  std::array<data_send, 64> buf;
-  auto send_for = [&](duration d) {
-    const time_point end = h.now + d;
-    std::uint64_t bytes = 0;
-    while (h.now < end) {
-      h.tick();
-      const auto n = h.s->next_data(h.now, buf);
-      for (std::size_t i = 0; i < n; ++i) bytes += buf[i].length + 48;
-      h.now = std::max(*h.s->next_deadline(h.now), h.now + 100us);
-    }
-    return bytes;
-  };
-  send_for(40s);  // the bucket's first 256 kB drain
+  h.send_for(40s, 100us);  // the bucket's first 256 kB drain
   const std::size_t markers_before = h.sent<wire::marker>(wire::msg_type::marker).size();
-  const std::uint64_t data_bytes = send_for(20s);
+  const std::uint64_t data_bytes = h.send_for(20s, 100us);
   // 20 s at 64 kbit/s is 160 kB on the wire: most of it must be data.
   REQUIRE(data_bytes >= 120'000);
   // And the markers still come, about one a second (max_marker_interval).
