@@ -124,7 +124,8 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
                  finish_stop();
                }}),
       m_receiver(receive_batch, receive_buffer_bytes), m_drop_rng(m_cfg.drop_seed),
-      m_unicast_poll(io), m_board(m_cfg.channels.size()),
+      m_heartbeats(m_cfg.id, m_cfg.max_session_age, m_cfg.max_clock_skew), m_unicast_poll(io),
+      m_board(m_cfg.channels.size()),
       // Its log ring before the store's threads exist: spdlog's sink list is not guarded.
       m_status(m_log, m_cfg.http, m_cfg.http_explicit, "--http"), m_sample_timer(io),
       m_retention_timer(io) {

@@ -16,6 +16,7 @@
 #include "receiver/io/catch_up_client.hpp"
 #include "receiver/io/daemon_config.hpp"
 #include "receiver/io/delivery_journal.hpp"
+#include "receiver/io/heartbeat_intake.hpp"
 #include "receiver/io/replay_store.hpp"
 #include "receiver/io/status_board.hpp"
 #include "receiver/storage/file_store.hpp"
@@ -110,8 +111,7 @@ class daemon final : public receiver_sink {
   /// Opens channel `ch` as the next channel index (socket, keyring, destination root, board,
   /// WIS2 publishers). @throws std::system_error when the socket cannot be opened
   void add_channel(const channel_config& ch);
-  /// A heartbeat on channel `index` (daemon_heartbeat.cpp): recorded; a gap report answers it
-  /// when this site misses numbers and the channel is not silent.
+  /// A heartbeat on channel `index` (daemon_heartbeat.cpp): what heartbeat_intake plans, done.
   void on_heartbeat(std::size_t index, std::span<const std::byte> d, const endpoint& from);
   /// Logs whom channel `ch` trusts (a warning when it takes unsigned sessions).
   void log_trust(const channel_config& ch) const;
@@ -320,17 +320,8 @@ class daemon final : public receiver_sink {
   /// The signed sessions taken within max_session_age, kept in TEMP/replay
   /// (receiver/io/replay_store.hpp): a recorded session replayed later is refused.
   std::unique_ptr<replay_store> m_replay;
-  /// Heartbeats checked per channel in the current second (daemon_heartbeat.cpp).
-  struct heartbeat_budget {
-    std::chrono::steady_clock::time_point window_start{};
-    std::uint32_t used = 0;
-  };
-  std::vector<heartbeat_budget> m_heartbeat_budget;
-  /// (channel as announced, source) -> the newest heartbeat taken, its sent_unix_ms.
-  std::map<std::pair<std::string, std::string>, std::uint64_t> m_heartbeat_last;
-  std::uint64_t m_heartbeats_taken = 0;
-  std::uint64_t m_heartbeats_refused = 0;
-  std::uint64_t m_gap_reports_sent = 0;
+  /// Heartbeat budgets, the newest heartbeat per stream, and what a heartbeat asks for.
+  heartbeat_intake m_heartbeats;
   log_limiter m_stale_sessions_logged{20};
   boost::asio::steady_timer m_unicast_poll;
   bool m_unicast_polling = false;
@@ -340,7 +331,6 @@ class daemon final : public receiver_sink {
   /// (common/single_thread.hpp).
   single_thread m_io_thread;
   bool m_stop_finished = false;
-  std::uint64_t m_last_logged_drops = 0;
   /// sequence_book::changes() as of the last write of TEMP/sequences.
   std::uint64_t m_sequences_saved = 0;
   // Status HTTP server (daemon_http.cpp).

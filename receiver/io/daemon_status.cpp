@@ -99,9 +99,9 @@ nlohmann::json daemon::status_json() {
   j["dropped_by_drop_rate"] = m_dropped_by_option;
   j["read_pauses"] = m_read_pauses;
   j["announce_repeats_unchecked"] = m_announce_repeats_unchecked;  // auth::announce_repeat_interval
-  j["heartbeats"] = {{"taken", m_heartbeats_taken},
-                     {"refused", m_heartbeats_refused},
-                     {"gap_reports_sent", m_gap_reports_sent}};
+  const auto& hb = m_heartbeats.stats();
+  j["heartbeats"] = {
+      {"taken", hb.taken}, {"refused", hb.refused}, {"gap_reports_sent", hb.gap_reports_sent}};
   {
     // Catch-up over HTTP(S) of silent channels (daemon_catch_up.cpp).
     std::size_t pending = 0;
