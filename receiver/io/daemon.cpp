@@ -128,7 +128,8 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
       m_board(m_cfg.channels.size()),
       // Its log ring before the store's threads exist: spdlog's sink list is not guarded.
       m_status(m_log, m_cfg.http, m_cfg.http_explicit, "--http"), m_sample_timer(io),
-      m_retention_timer(io) {
+      m_retention_timer(io), m_catch_up(io, m_cfg.channels, m_cfg.temp, m_cfg.disk_reserve_bytes,
+                                        m_log, catch_up_hooks()) {
   validate(m_cfg);
   try {
     // Before anything is made on disk: an interface that is not there is a configuration error.
@@ -248,8 +249,8 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
 }
 
 daemon::~daemon() {
-  m_unicast.clear();          // clients end without calling back
-  m_catch_up_client.reset();  // aborts transfers, joins its threads
+  m_unicast.clear();   // clients end without calling back
+  m_catch_up.close();  // aborts transfers, joins its threads
   // The store drains its queues and joins its threads before the engine goes.
   m_store.reset();
   m_engine.reset();
@@ -310,6 +311,7 @@ void daemon::stop() {
   m_timer.cancel();
   m_status_timer.cancel();
   m_retention_timer.cancel();
+  m_catch_up.stop();
   for (auto& s : m_sockets) {
     boost::system::error_code ignored;
     s.cancel(ignored);

@@ -13,7 +13,7 @@
 #include "common/unicast/client.hpp"
 #include "receiver/core/receiver_engine.hpp"
 #include "receiver/io/action_runner.hpp"
-#include "receiver/io/catch_up_client.hpp"
+#include "receiver/io/catch_up_runner.hpp"
 #include "receiver/io/daemon_config.hpp"
 #include "receiver/io/delivery_journal.hpp"
 #include "receiver/io/heartbeat_intake.hpp"
@@ -214,20 +214,11 @@ class daemon final : public receiver_sink {
   /// Queues a delivery for the journal (file_finished); flush_deliveries() records it.
   /// @param key  the sender key to record; nullptr: the key that signed its session
   void journal_delivery(const file_outcome& outcome, const std::string* key = nullptr);
-  // Catch-up over HTTP(S) of silent channels (daemon_catch_up.cpp).
-  /// A heartbeat of silent channel `index` left `missing` numbers of stream (channel as the
-  /// hub names it, source) signed by `signer`: each becomes due for a fetch (kept back-off
-  /// state for numbers already known; numbers no longer missing are forgotten).
-  void note_missing(std::size_t index, const std::string& channel, const std::string& source,
-                    const std::optional<crypto::key32>& signer,
-                    std::span<const wire::seq_span> missing);
-  /// Submits the numbers whose time has come to the catch-up client; re-arms its timer.
-  void do_catch_up();
-  /// A job's outcome (io thread): its files go to the storage path, then the number is marked
-  /// caught up; a failure backs off.
-  void on_catch_up(catch_up_outcome o);
-  /// The end of one number's deliveries: caught up, or backed off.
-  void catch_up_done(std::size_t index, std::uint64_t seq, bool ok, const std::string& why);
+  /// What catch-up needs of the daemon: the storage path, the journal, board and WIS2, the
+  /// sequence book (daemon_heartbeat.cpp).
+  catch_up_port catch_up_hooks();
+  /// A stored file's WIS2 notifications, by the publishers of its channel.
+  void publish_wis2(const file_outcome& outcome);
   /// Journals the queued deliveries in one transaction and queues their actions.
   void flush_deliveries();
   /// The finalizer thread's hook: journals intents before the renames.
@@ -346,28 +337,8 @@ class daemon final : public receiver_sink {
   /// Deliveries reported since the last flush_deliveries (one finalize batch is reported in
   /// one go: journaled together, one commit).
   std::vector<delivery_journal::batch_entry> m_unjournaled;
-  /// Catch-up over HTTP(S): per channel index, the stream its heartbeats name and the numbers
-  /// to fetch, with their back-off.
-  struct catch_up_number {
-    std::chrono::steady_clock::time_point due{};
-    std::chrono::seconds backoff{0};
-    bool in_flight = false;
-  };
-  struct catch_up_state {
-    std::string channel;  ///< as the hub names it
-    std::string source;   ///< sequence_book stream source
-    std::optional<crypto::key32> signer;
-    std::map<std::uint64_t, catch_up_number> numbers;
-  };
-  std::vector<catch_up_state> m_catch_up;
-  std::unique_ptr<catch_up_client> m_catch_up_client;  ///< made at the first missing number
-  std::unique_ptr<boost::asio::steady_timer> m_catch_up_timer;
-  std::uint64_t m_catch_up_file_seq = 0;      ///< file_key of deliver_file
-  std::uint64_t m_catch_up_delivered = 0;     ///< files renamed into place
-  std::uint64_t m_catch_up_kept_newer = 0;    ///< files not taken: a newer version is in place
-  std::uint64_t m_catch_up_numbers_done = 0;  ///< numbers marked caught up
-  std::uint64_t m_catch_up_failed = 0;        ///< numbers whose attempt failed (retried)
-  log_limiter m_catch_up_logged{50};
+  /// Catch-up over HTTP(S) of silent channels: the numbers missed, the client, its timer.
+  catch_up_runner m_catch_up;
   std::uint64_t m_retention_deleted = 0;
   std::uint64_t m_retention_skipped = 0;
 };

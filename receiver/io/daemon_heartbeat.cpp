@@ -6,8 +6,10 @@
 #include <spdlog/spdlog.h>
 
 /// @file
-/// The daemon's side of a hub's heartbeats: heartbeat_intake decides what one asks for; the
-/// daemon hands missed numbers to catch-up and sends the gap report.
+/// The daemon's side of a hub's heartbeats and the catch-up they start: heartbeat_intake
+/// decides what a heartbeat asks for, catch_up_runner fetches what a silent channel missed; the
+/// daemon sends the gap report and routes fetched files to the storage path, the journal, the
+/// status board and WIS2 as any delivery.
 
 namespace mcdist::receiver {
 
@@ -17,7 +19,7 @@ void daemon::on_heartbeat(std::size_t index, std::span<const std::byte> d, const
   const auto p = m_heartbeats.on_heartbeat(index, ch, d, m_engine->sequences(),
                                            std::chrono::steady_clock::now(), unix_ms_now());
   if (!p) return;
-  if (p->catch_up) note_missing(index, p->channel, p->source, p->signer, p->missing);
+  if (p->catch_up) m_catch_up.note_missing(index, p->channel, p->source, p->signer, p->missing);
   if (p->missing.empty()) return;
   if (!p->gap_report) {
     m_log->debug("channel {}: the hub's newest session is {}; {} missed, recorded (silent{})",
@@ -40,6 +42,31 @@ void daemon::on_heartbeat(std::size_t index, std::span<const std::byte> d, const
       "channel {}: the hub's newest session is {}, this site misses {} session{} below it: gap "
       "report sent to {}",
       ch.name, p->newest_seq, p->missed, p->missed == 1 ? "" : "s", from.to_string());
+}
+
+catch_up_port daemon::catch_up_hooks() {
+  catch_up_port port;
+  port.live = [this](std::size_t index) { return !m_retired[index]; };
+  port.deliver = [this](file_key key, std::uint32_t channel, file_spec spec, std::string temp,
+                        const sha256_digest& expected, std::function<void(store_result)> done) {
+    m_store->deliver_file(key, channel, std::move(spec), std::move(temp), expected,
+                          std::move(done));
+  };
+  port.finished = [this](const file_outcome& fo, const std::string& key) {
+    if (!fo.stored) {
+      journal_delivery(fo);  // drops the intent
+      return;
+    }
+    m_board.file_finished(fo, std::chrono::system_clock::now());
+    journal_delivery(fo, &key);
+    publish_wis2(fo);
+  };
+  port.caught_up = [this](const catch_up_queue::stream& s, std::uint64_t seq) {
+    const wire::seq_span done{seq, seq};
+    m_engine->sequences().on_caught_up(s.channel, s.source, std::span(&done, 1));
+    save_sequences_if_changed();
+  };
+  return port;
 }
 
 }  // namespace mcdist::receiver

@@ -30,6 +30,10 @@ void daemon::file_finished(const file_outcome& outcome) {
   MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   m_board.file_finished(outcome, std::chrono::system_clock::now());
   journal_delivery(outcome);
+  publish_wis2(outcome);
+}
+
+void daemon::publish_wis2(const file_outcome& outcome) {
   if (!outcome.stored || !outcome.digest) return;
   for (auto& [channel, p] : m_wis2) {
     if (channel == outcome.channel) {

@@ -102,36 +102,7 @@ nlohmann::json daemon::status_json() {
   const auto& hb = m_heartbeats.stats();
   j["heartbeats"] = {
       {"taken", hb.taken}, {"refused", hb.refused}, {"gap_reports_sent", hb.gap_reports_sent}};
-  {
-    // Catch-up over HTTP(S) of silent channels (daemon_catch_up.cpp).
-    std::size_t pending = 0;
-    for (const auto& c : m_catch_up) pending += c.numbers.size();
-    auto& cu = j["catch_up"] = {{"pending_numbers", pending},
-                                {"numbers_caught_up", m_catch_up_numbers_done},
-                                {"attempts_failed", m_catch_up_failed},
-                                {"files_delivered", m_catch_up_delivered},
-                                {"files_kept_newer", m_catch_up_kept_newer}};
-    if (m_catch_up_client) {
-      const auto& k = m_catch_up_client->counters();
-      cu["indexes"] = k.indexes.load();
-      cu["indexes_refused"] = k.indexes_refused.load();
-      cu["downloads"] = k.downloads.load();
-      cu["bytes"] = k.bytes.load();
-      cu["held"] = k.held.load();
-      // By reason: what a hostile or broken path did (an index or a download refused).
-      auto& by_reason = cu["refused"] = nlohmann::json::object();
-      for (std::size_t r = 1; r < k.index_refusals.size(); ++r) {
-        if (const auto n = k.index_refusals[r].load()) {
-          by_reason[std::string(catch_up::to_string(static_cast<catch_up::refusal>(r)))] = n;
-        }
-      }
-      for (std::size_t r = 0; r < k.file_refusals.size(); ++r) {
-        if (const auto n = k.file_refusals[r].load()) {
-          by_reason[std::string(to_string(static_cast<file_refusal>(r)))] = n;
-        }
-      }
-    }
-  }
+  j["catch_up"] = m_catch_up.status();  // catch-up over HTTP(S) of silent channels
   nlohmann::json drops = nlohmann::json::object();
   for (std::size_t i = 1; i < st.drops.counts.size(); ++i) {
     if (st.drops.counts[i])
