@@ -32,6 +32,32 @@ constexpr std::chrono::seconds action_stop_grace{10};
 /// How long a paused read waits before looking at the pool again.
 constexpr auto read_pause = std::chrono::microseconds(500);
 
+/// The configuration checked whole, then the interface its channels are joined on resolved
+/// for their family (an interface that is not there is a configuration error).
+net::resolved_interface checked_interface(const daemon_config& cfg) {
+  validate(cfg);
+  try {
+    return net::resolve_interface(cfg.interface, cfg.channels.front().group.v6);
+  } catch (const net::interface_error& e) {
+    throw config_error(std::string("interface: ") + e.what());
+  }
+}
+
+/// The unicast clients' settings: they connect from the interface's address unless that is
+/// the any address, and pause as the multicast reads do.
+unicast_slots::settings unicast_settings(const daemon_config& cfg,
+                                         const net::resolved_interface& iface) {
+  unicast_slots::settings st;
+  st.receiver_id = cfg.id;
+  const auto& a = iface.address;
+  const bool any = std::all_of(a.addr.begin(), a.addr.begin() + (a.v6 ? 16 : 4),
+                               [](std::uint8_t b) { return b == 0; });
+  if (!any) st.local = a;
+  st.min_pool_room = min_pool_room;
+  st.poll = read_pause;
+  return st;
+}
+
 void make_dir(const std::filesystem::path& p, const char* what) {
   std::error_code ec;
   std::filesystem::create_directories(p, ec);
@@ -107,7 +133,9 @@ void check_directories(const daemon_config& cfg, bool create) {
 }
 
 daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<spdlog::logger> log)
-    : m_io(io), m_cfg(std::move(cfg)), m_log(std::move(log)), m_timer(io), m_status_timer(io),
+    : m_io(io), m_cfg(std::move(cfg)), m_log(std::move(log)),
+      // Before anything is made on disk.
+      m_interface(checked_interface(m_cfg)), m_timer(io), m_status_timer(io),
       m_shell(io, m_log,
               {[this] {
                  if (m_config_source) reload(m_config_source);
@@ -124,19 +152,13 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
                  finish_stop();
                }}),
       m_receiver(receive_batch, receive_buffer_bytes), m_drop_rng(m_cfg.drop_seed),
-      m_heartbeats(m_cfg.id, m_cfg.max_session_age, m_cfg.max_clock_skew), m_unicast_poll(io),
+      m_unicast(io, unicast_settings(m_cfg, m_interface), m_log, unicast_hooks()),
+      m_heartbeats(m_cfg.id, m_cfg.max_session_age, m_cfg.max_clock_skew),
       m_board(m_cfg.channels.size()),
       // Its log ring before the store's threads exist: spdlog's sink list is not guarded.
       m_status(m_log, m_cfg.http, m_cfg.http_explicit, "--http"), m_sample_timer(io),
       m_retention_timer(io), m_catch_up(io, m_cfg.channels, m_cfg.temp, m_cfg.disk_reserve_bytes,
                                         m_log, catch_up_hooks()) {
-  validate(m_cfg);
-  try {
-    // Before anything is made on disk: an interface that is not there is a configuration error.
-    m_interface = net::resolve_interface(m_cfg.interface, m_cfg.channels.front().group.v6);
-  } catch (const net::interface_error& e) {
-    throw config_error(std::string("interface: ") + e.what());
-  }
   check_directories(m_cfg, true);
   open_journal();
   storage_config sc;
@@ -249,8 +271,8 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
 }
 
 daemon::~daemon() {
-  m_unicast.clear();   // clients end without calling back
-  m_catch_up.close();  // aborts transfers, joins its threads
+  m_unicast.close_all();  // clients end without calling back
+  m_catch_up.close();     // aborts transfers, joins its threads
   // The store drains its queues and joins its threads before the engine goes.
   m_store.reset();
   m_engine.reset();
@@ -306,8 +328,7 @@ void daemon::stop() {
   m_store->flush();
   save_sequences_if_changed();
   flush_deliveries();
-  m_unicast.clear();
-  m_unicast_poll.cancel();
+  m_unicast.close_all();
   m_timer.cancel();
   m_status_timer.cancel();
   m_retention_timer.cancel();
@@ -518,36 +539,6 @@ void daemon::session_closed(session_id s, bool remove_temp) {
     std::error_code ec;
     std::filesystem::remove(m_cfg.temp / "keys" / fmt::format("{}", s), ec);
   }
-}
-
-void daemon::check_unicast_backpressure() {
-  // Pause clients while the storage pool is nearly full; the transports' receive windows then
-  // hold the sender back (the back-pressure the multicast sockets get too, without drops).
-  bool any_paused = false;
-  const bool full = m_store->free_bytes() < min_pool_room;
-  for (auto& [s, slot] : m_unicast) {
-    if (full && !slot.paused) {
-      slot.paused = true;
-      slot.client->set_paused(true);
-    }
-    any_paused = any_paused || slot.paused;
-  }
-  if (!any_paused || m_unicast_polling) return;
-  m_unicast_polling = true;
-  m_unicast_poll.expires_after(read_pause);
-  m_unicast_poll.async_wait([this](const boost::system::error_code& ec) {
-    m_unicast_polling = false;
-    if (ec || m_stopping) return;
-    if (m_store->free_bytes() >= 4 * min_pool_room) {
-      for (auto& [s, slot] : m_unicast) {
-        if (slot.paused) {
-          slot.paused = false;
-          slot.client->set_paused(false);
-        }
-      }
-    }
-    check_unicast_backpressure();  // looks again while anything is still paused
-  });
 }
 
 }  // namespace mcdist::receiver

@@ -19,6 +19,7 @@
 #include "receiver/io/heartbeat_intake.hpp"
 #include "receiver/io/replay_store.hpp"
 #include "receiver/io/status_board.hpp"
+#include "receiver/io/unicast_slots.hpp"
 #include "receiver/storage/file_store.hpp"
 
 #include <nlohmann/json_fwd.hpp>
@@ -134,19 +135,13 @@ class daemon final : public receiver_sink {
   void service();
   void arm_timer(time_point now);
   void log_status(bool final);
-  void check_unicast_backpressure();
-  /// Client settings for `order` of session `s`, without the credentials.
-  unicast::client_options unicast_options(session_id s, const unicast_order& order) const;
   /// The token of `order` and, in a signed session, this site's fallback key; nullopt (with a
   /// warning) for an encrypted session whose key this site does not hold yet.
   std::optional<unicast::client_credentials> unicast_credentials(session_id s,
                                                                  const unicast_order& order);
-  /// The callbacks of client generation `gen` of session `s`.
-  unicast::client_events unicast_events(session_id s, std::uint64_t gen);
-  /// Replaces session `s`'s client with a new one connecting for `order`, asking for `req`.
-  void connect_unicast(session_id s, const unicast_order& order,
-                       const std::vector<mcdist::byte_range>& req,
-                       const unicast::client_credentials& creds);
+  /// What the unicast clients need of the daemon: the engine, the storage pool, service()
+  /// (daemon_unicast.cpp).
+  unicast_port unicast_hooks();
   void write_status_file();
   /// Writes TEMP/sequences when the engine's sequence book changed since the last write.
   void save_sequences_if_changed();
@@ -285,37 +280,14 @@ class daemon final : public receiver_sink {
   /// Per channel socket index: the SO_RXQ_OVFL drop count of the last datagram read from it
   /// (a rise tells the engine the datagrams before the next one were this host's overrun).
   std::vector<std::uint32_t> m_socket_drops;
-  /// Unicast fallback clients, one per session in fallback; generation tells a stale
-  /// callback from the current client's.
-  struct unicast_slot {
-    std::unique_ptr<unicast::client> client;
-    std::uint64_t generation = 0;
-    bool paused = false;
-    std::uint64_t bytes = 0;                                     ///< payload received
-    std::optional<std::chrono::steady_clock::time_point> first;  ///< first payload byte
-    std::chrono::steady_clock::time_point last{};                ///< latest payload byte
-    /// Opened by prepare_unicast and not yet given its token: not the engine's yet.
-    bool prepared = false;
-    unicast_order prepared_for;  ///< what prepare_unicast opened (token zero)
-    std::chrono::steady_clock::time_point prepared_at{};  ///< when it began connecting
-    /// A prepared client taken by an order before it was up: replaced by a fresh one when its
-    /// handshake is not up in time (start_unicast).
-    std::unique_ptr<boost::asio::steady_timer> hedge;
-  };
-  std::map<session_id, unicast_slot> m_unicast;
-  std::uint64_t m_unicast_generation = 0;
-  /// Fallback connections of encrypted sessions ended by a sealed frame that did not open
-  /// (tampered or injected on the path; common/unicast/record_seal.hpp): counted, logged
-  /// rate-limited (common/log_limit.hpp).
-  std::uint64_t m_unicast_unsealed = 0;
+  /// Unicast fallback clients, one per session in fallback.
+  unicast_slots m_unicast;
   /// The signed sessions taken within max_session_age, kept in TEMP/replay
   /// (receiver/io/replay_store.hpp): a recorded session replayed later is refused.
   std::unique_ptr<replay_store> m_replay;
   /// Heartbeat budgets, the newest heartbeat per stream, and what a heartbeat asks for.
   heartbeat_intake m_heartbeats;
   log_limiter m_stale_sessions_logged{20};
-  boost::asio::steady_timer m_unicast_poll;
-  bool m_unicast_polling = false;
   std::optional<time_point> m_timer_at;
   bool m_stopping = false;
   /// The thread of m_io: handlers, store callbacks and the engine's calls all run there
