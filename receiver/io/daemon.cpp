@@ -190,7 +190,7 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
         m_engine->on_recovered(s, fec_block, ec, from_steady(std::chrono::steady_clock::now()));
         service();
       });
-  setup_keys();
+  m_keys = std::make_unique<session_keys>(m_cfg, m_log);
   {
     replay_guard::limits lim;
     lim.max_age = m_cfg.max_session_age;
@@ -256,7 +256,10 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
       m_store->close_session(session, true);
       continue;
     }
-    restore_keys(session);
+    m_keys->restore(session, [this](std::uint32_t old) -> std::optional<std::uint32_t> {
+      const auto it = m_channel_remap.find(old);
+      return it == m_channel_remap.end() ? std::optional(old) : it->second;
+    });
     if (auto ec = m_engine->restore(*blob, now)) {
       m_log->warn("session {}: saved state is unusable ({}); discarding it", session, ec.message());
       m_store->close_session(session, true);
@@ -379,7 +382,7 @@ void daemon::do_receive(std::size_t index) {
         const auto now = from_steady(std::chrono::steady_clock::now());
         std::error_code rec;
         std::uniform_real_distribution<double> u(0, 1);
-        m_key_polls = 0;
+        m_keys->new_wake();
         const int fd = socket_at(index).native_handle();
         if (index != control_index) {
           // --rate auto: a channel socket filling up is this host falling behind; tell the
@@ -438,24 +441,14 @@ void daemon::handle_datagram(std::size_t index, std::span<const std::byte> d, co
     return;
   }
   if (index != control_index && !channel_takes(index, h)) return;
-  if (announce_repeat(index, h, now)) {
-    ++m_announce_repeats_unchecked;
-    return;
-  }
-  // An announce is checked with Ed25519 next (about 100 us, a poll is one recvmmsg): it polls
-  // whenever its session's key is awaited; blocks and markers (cheap to check, and a flood of
-  // them for a key that never comes must cost little) at most max_key_polls_per_wake times.
-  const bool announce = h.type == wire::msg_type::announce;
-  if ((announce || m_key_polls < max_key_polls_per_wake) && key_awaited(index, h)) {
-    // A block, marker or announce of a session whose key this site asked for: the sender
-    // answers during its announce burst, so the answer is likely queued on the control socket
-    // behind this channel's batch. Read it first, so the block is checked instead of refused
-    // for want of the key, and an encrypted announce is opened instead of held.
-    if (!announce) ++m_key_polls;
-    poll_control(now);
-  }
+  if (m_keys->announce_repeat(index, h, now, *m_engine)) return;
+  // A block, marker or announce of a session whose key this site asked for: the answer is
+  // likely queued on the control socket behind this channel's batch. Read it first, so the
+  // block is checked instead of refused for want of the key, and an encrypted announce is
+  // opened instead of held.
+  if (m_keys->poll_first(index, h)) poll_control(now);
   std::span<const std::byte> plain;
-  if (const auto refused = authenticate(index, h, d, now, plain, from)) {
+  if (const auto refused = m_keys->open(index, h, d, now, plain, from)) {
     // Framing errors (a trailer or digest datagram too short, ...) are counted by the engine
     // by reason like any malformed datagram; refusals are counted already.
     if (refused != errc::unauthenticated) m_engine->on_refused(refused);
@@ -465,9 +458,17 @@ void daemon::handle_datagram(std::size_t index, std::span<const std::byte> d, co
   // answer to a key request): nothing for the engine.
   if (!plain.empty()) {
     m_engine->on_datagram(h, plain, from, channel, now, arrival);
-    if (announce) note_silent(index, h.session, plain);
+    if (h.type == wire::msg_type::announce && index < m_cfg.channels.size()) {
+      m_keys->note_silent(index, m_cfg.channels[index], h.session, plain, *m_engine);
+    }
   }
-  after_open(from);
+  m_keys->after_open(*m_engine, [&](std::span<const std::byte> request) {
+    std::error_code ec;
+    ++m_datagrams_sent;
+    if (!net::send_one(m_control_socket->native_handle(), from, request, ec)) {
+      m_log->debug("cannot send a key request to {}: {}", from.to_string(), ec.message());
+    }
+  });
 }
 
 void daemon::service() {
@@ -517,28 +518,18 @@ void daemon::send(const endpoint& to, std::span<const std::byte> datagram) {
   // The engine sends nothing for a silent session; this is the last gate before the socket.
   wire::header h;
   if (wire::parse_header(datagram, h) || m_engine->silent(h.session)) return;
-  if (auto* keys = keys_of(h.session)) {
-    m_send_buffer.resize(datagram.size() + auth::max_trailer_bytes);
-    std::memcpy(m_send_buffer.data(), datagram.data(), datagram.size());
-    const std::size_t n = keys->seal(m_send_buffer, datagram.size());
-    if (n == 0) return;  // no key for it yet: the engine repeats the message
-    datagram = std::span<const std::byte>(m_send_buffer.data(), n);
-  }
+  const auto sealed = m_keys->seal(h.session, datagram);
+  if (!sealed) return;  // no key for it yet: the engine repeats the message
   std::error_code ec;
   ++m_datagrams_sent;
-  if (!net::send_one(m_control_socket->native_handle(), to, datagram, ec)) {
+  if (!net::send_one(m_control_socket->native_handle(), to, *sealed, ec)) {
     m_log->debug("cannot send to {}: {}", to.to_string(), ec.message());
   }
 }
 
 void daemon::session_closed(session_id s, bool remove_temp) {
   MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
-  if (!remove_temp) return;  // kept for a resume: keep its keys too
-  for (auto& k : m_keys) k->forget(s);
-  if (m_keys_saved.erase(s)) {
-    std::error_code ec;
-    std::filesystem::remove(m_cfg.temp / "keys" / fmt::format("{}", s), ec);
-  }
+  m_keys->forget(s, remove_temp);  // kept for a resume: its keys too
 }
 
 }  // namespace mcdist::receiver

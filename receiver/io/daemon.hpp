@@ -18,6 +18,7 @@
 #include "receiver/io/delivery_journal.hpp"
 #include "receiver/io/heartbeat_intake.hpp"
 #include "receiver/io/replay_store.hpp"
+#include "receiver/io/session_keys.hpp"
 #include "receiver/io/status_board.hpp"
 #include "receiver/io/unicast_slots.hpp"
 #include "receiver/storage/file_store.hpp"
@@ -114,8 +115,6 @@ class daemon final : public receiver_sink {
   void add_channel(const channel_config& ch);
   /// A heartbeat on channel `index` (daemon_heartbeat.cpp): what heartbeat_intake plans, done.
   void on_heartbeat(std::size_t index, std::span<const std::byte> d, const endpoint& from);
-  /// Logs whom channel `ch` trusts (a warning when it takes unsigned sessions).
-  void log_trust(const channel_config& ch) const;
   /// Which channels are configured silent, by index (receiver_config::silent_channels).
   std::vector<bool> silent_channels() const;
   /// Leaves (closes the socket of) removed channels whose sessions all ended.
@@ -135,60 +134,18 @@ class daemon final : public receiver_sink {
   void service();
   void arm_timer(time_point now);
   void log_status(bool final);
-  /// The token of `order` and, in a signed session, this site's fallback key; nullopt (with a
-  /// warning) for an encrypted session whose key this site does not hold yet.
-  std::optional<unicast::client_credentials> unicast_credentials(session_id s,
-                                                                 const unicast_order& order);
   /// What the unicast clients need of the daemon: the engine, the storage pool, service()
   /// (daemon_unicast.cpp).
   unicast_port unicast_hooks();
   void write_status_file();
   /// Writes TEMP/sequences when the engine's sequence book changed since the last write.
   void save_sequences_if_changed();
-  /// Loads or makes this site's key and sets up one keyring per channel; warns for channels
-  /// that trust any sender.
-  void setup_keys();
   /// One datagram from socket `index`: authenticated, then handed to the engine.
   /// @param arrival  when the kernel received it, if the socket says (batch_receiver::arrival)
   void handle_datagram(std::size_t index, std::span<const std::byte> d, const endpoint& from,
                        time_point now, std::optional<time_point> arrival = std::nullopt);
-  /// Sends the key request a verified announce left due (from the control socket, to the
-  /// announce's source), if any.
-  void send_key_request(const endpoint& to);
-  /// After an announce of session `s` (`plain`, opened) on channel `index` reached the engine: a
-  /// session that
-  /// is silent here (a silent channel, or the announce's silent_passes) is marked silent in the
-  /// channel's keys, so no key request goes out for it and its untagged blocks pass.
-  void note_silent(std::size_t index, session_id s, std::span<const std::byte> plain);
-  /// After a datagram was opened: sends a due key request, and hands the engine the sealed
-  /// announces held before a session key that just arrived.
-  void after_open(const endpoint& from);
-  /// True for a signed announce on channel socket `index` of a session whose manifest the
-  /// engine holds whole and one of whose announces verified within
-  /// auth::announce_repeat_interval: a repeat, dropped without a signature check.
-  bool announce_repeat(std::size_t index, const wire::header& h, time_point now) const;
-  /// True for a data, marker or announce datagram on channel socket `index` of a session whose
-  /// key this site asked for and does not have yet.
-  bool key_awaited(std::size_t index, const wire::header& h) const;
   /// Reads what the control socket holds now (at most max_control_per_key_poll datagrams).
   void poll_control(time_point now);
-  /// The keyring of one channel: its trusted senders, this site's key (m_site) and id.
-  std::unique_ptr<auth::receiver_keys> channel_keys(const channel_config& ch) const;
-  /// Checks a datagram that arrived on socket `index` from `from` with the keyring of its
-  /// channel (or, on the control socket, of the channel that knows its session). @return empty
-  /// with the version-1 view in `out`, or why it was refused (counted)
-  /// @param h  the datagram's common header, parsed once by handle_datagram
-  std::error_code authenticate(std::size_t index, const wire::header& h,
-                               std::span<const std::byte> d, time_point now,
-                               std::span<const std::byte>& out, const endpoint& from);
-  /// The keyring that holds session `s`, if any.
-  auth::receiver_keys* keys_of(session_id s);
-  /// Saves a session's keys under temp/keys once this site has its session key, so a restarted
-  /// daemon can go on with the session (the checkpoint alone cannot verify its data).
-  void save_keys(session_id s, std::size_t channel);
-  void restore_keys(session_id s);
-  /// Sum of the keyrings' refusal counters.
-  auth::auth_stats auth_refused() const;
   /// The status file's document (also the base of /status).
   nlohmann::json status_json();
   // Status HTTP server (daemon_http.cpp).
@@ -241,7 +198,6 @@ class daemon final : public receiver_sink {
   /// Per channel index: a reload removed (or replaced) it; it takes no new session.
   std::vector<bool> m_retired;
   std::function<daemon_config()> m_config_source;
-  crypto::identity m_site;  ///< this site's key, for the keyrings of channels added later
   std::uint64_t m_reloads_ok = 0;
   std::uint64_t m_reloads_failed = 0;
   /// dest root -> channel name for the finalizer thread (journal_intents), under its mutex.
@@ -254,25 +210,15 @@ class daemon final : public receiver_sink {
   daemon_shell m_shell;
   std::unique_ptr<file_store> m_store;
   std::unique_ptr<receiver_engine> m_engine;
-  /// Authentication, one keyring per channel (each trusts its own senders).
-  std::vector<std::unique_ptr<auth::receiver_keys>> m_keys;
-  std::set<session_id> m_keys_saved;  ///< sessions whose keys are saved under temp/keys
-  std::vector<std::byte> m_send_buffer;
+  /// This site's key, the channels' keyrings, saved session keys, the refusal counters.
+  std::unique_ptr<session_keys> m_keys;
   /// Datagrams this daemon sent from its control socket (feedback and key requests); a site
   /// whose sessions are all silent keeps it at 0 (status file "datagrams_sent").
   std::uint64_t m_datagrams_sent = 0;
-  std::uint64_t m_unknown_unicast = 0;  ///< unicast datagrams of sessions no channel knows
   net::batch_receiver m_receiver;
   /// Reads the control socket in the middle of a channel's batch (poll_control), so its own
   /// buffers are not m_receiver's, which hold that batch.
   net::batch_receiver m_key_poll_receiver{4, wire::max_datagram_size};
-  /// Control socket reads for awaited keys in this wake-up (at most max_key_polls_per_wake):
-  /// blocks of a session that never gets its key cost this many extra reads, no more (an
-  /// announce polls uncounted: its signature check costs far more than the read).
-  std::uint32_t m_key_polls = 0;
-  /// Signed announce repeats dropped without a signature check (announce_repeat).
-  std::uint64_t m_announce_repeats_unchecked = 0;
-  static constexpr std::uint32_t max_key_polls_per_wake = 8;
   static constexpr std::size_t max_control_per_key_poll = 16;
   std::mt19937_64 m_drop_rng;
   std::uint64_t m_dropped_by_option = 0;

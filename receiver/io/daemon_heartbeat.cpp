@@ -28,7 +28,8 @@ void daemon::on_heartbeat(std::size_t index, std::span<const std::byte> d, const
     return;
   }
   std::vector<std::byte> buf(wire::control_budget + beacon::gap_report_trailer_bytes);
-  const auto n = beacon::encode_gap_report(buf, *p->gap_report, p->signer ? &m_site : nullptr);
+  const auto n =
+      beacon::encode_gap_report(buf, *p->gap_report, p->signer ? &m_keys->site() : nullptr);
   if (n == 0) return;
   std::error_code ec;
   ++m_datagrams_sent;

@@ -63,7 +63,7 @@ std::string daemon::render_status(status_view view, log_summary log) {
   s.commit_batches = ss.commit_batches;
   s.commit_batches_syncfs = ss.commit_batches_syncfs;
   s.dropped_by_option = m_dropped_by_option;
-  s.not_authenticated = auth_refused();
+  s.not_authenticated = m_keys->stats();
   s.read_pauses = m_read_pauses;
   s.sequences = m_engine->sequences().status();
   for (const auto& [channel, p] : m_wis2) {

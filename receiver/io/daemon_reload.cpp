@@ -138,7 +138,7 @@ void daemon::add_channel(const channel_config& ch) {
   if (const auto w = ssm_warning(ch); !w.empty()) m_log->warn("{}", w);
   m_cfg.channels.push_back(ch);
   m_retired.push_back(false);
-  m_keys.push_back(channel_keys(ch));
+  m_keys->add_channel(ch);
   m_store->add_dest_root(ch.dest);
   m_board.add_channel();
   m_engine->set_channel_count(static_cast<std::uint32_t>(m_cfg.channels.size()));
@@ -146,7 +146,7 @@ void daemon::add_channel(const channel_config& ch) {
   for (const auto& a : ch.wis2) {
     m_wis2.push_back({index, std::make_unique<wis2_publisher>(a, ch.name, m_log)});
   }
-  log_trust(ch);
+  m_keys->log_trust(ch);
   do_receive(index);
 }
 

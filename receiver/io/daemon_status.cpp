@@ -34,7 +34,7 @@ void daemon::log_status(bool final) {
     drops += (drops.empty() ? "" : ", ") + std::string("--drop-rate ") +
              std::to_string(m_dropped_by_option);
   }
-  if (const auto a = auth_refused(); a.total() > 0) {
+  if (const auto a = m_keys->stats(); a.total() > 0) {
     drops += (drops.empty() ? "" : ", ") +
              fmt::format(
                  "not authenticated {} (bad signature {}, bad path {}, bad tag {}, bad digest {}, "
@@ -98,7 +98,7 @@ nlohmann::json daemon::status_json() {
   j["commit"] = {{"batches", ss.commit_batches}, {"batches_by_syncfs", ss.commit_batches_syncfs}};
   j["dropped_by_drop_rate"] = m_dropped_by_option;
   j["read_pauses"] = m_read_pauses;
-  j["announce_repeats_unchecked"] = m_announce_repeats_unchecked;  // auth::announce_repeat_interval
+  j["announce_repeats_unchecked"] = m_keys->repeats_unchecked();  // auth::announce_repeat_interval
   const auto& hb = m_heartbeats.stats();
   j["heartbeats"] = {
       {"taken", hb.taken}, {"refused", hb.refused}, {"gap_reports_sent", hb.gap_reports_sent}};
@@ -124,7 +124,7 @@ nlohmann::json daemon::status_json() {
          {"off_source", i < m_channel_off_source.size() ? m_channel_off_source[i] : 0}});
   }
   j["interface"] = m_interface.to_string();
-  const auto a = auth_refused();
+  const auto a = m_keys->stats();
   if (!m_wis2.empty()) {
     auto& w = j["wis2"] = nlohmann::json::array();
     for (const auto& [channel, p] : m_wis2) {

@@ -1,32 +1,11 @@
 // daemon: the receiver_sink's unicast calls, routed to unicast_slots with this site's
-// credentials for the session, and what the clients report routed to the engine
+// credentials for the session (session_keys), and what the clients report to the engine
 // (docs/design-notes.md "Unicast fallback").
 #include "receiver/io/daemon.hpp"
 
 #include <spdlog/spdlog.h>
 
 namespace mcdist::receiver {
-
-std::optional<unicast::client_credentials> daemon::unicast_credentials(session_id s,
-                                                                       const unicast_order& order) {
-  unicast::client_credentials c;
-  c.token = order.token;
-  // A signed session's connections prove this site's key over the server's challenge.
-  if (auto* keys = keys_of(s)) {
-    c.proof_key = keys->fallback_key(s);
-    // An encrypted session's fallback is sealed both ways (common/unicast/record_seal.hpp).
-    // Decided from what this site knows of the session, never from the FALLBACK order.
-    c.seal_records = keys->encrypted(s);
-    if (c.seal_records && !c.proof_key) {
-      m_log->warn(
-          "session {}: encrypted, but no fallback key yet; not connecting in the "
-          "clear",
-          s);
-      return std::nullopt;
-    }
-  }
-  return c;
-}
 
 unicast_port daemon::unicast_hooks() {
   unicast_port port;
@@ -51,7 +30,7 @@ void daemon::prepare_unicast(session_id s, const unicast_order& order) {
 void daemon::start_unicast(session_id s, const unicast_order& order,
                            std::vector<byte_range> wanted) {
   MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
-  const auto creds = unicast_credentials(s, order);
+  const auto creds = m_keys->unicast_credentials(s, order);
   if (!creds) {
     m_unicast.stop(s);
     return;
