@@ -135,7 +135,8 @@ void check_directories(const daemon_config& cfg, bool create) {
 daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<spdlog::logger> log)
     : m_io(io), m_cfg(std::move(cfg)), m_log(std::move(log)),
       // Before anything is made on disk.
-      m_interface(checked_interface(m_cfg)), m_timer(io), m_status_timer(io),
+      m_channels(io, checked_interface(m_cfg), m_cfg.socket_buffer_bytes), m_timer(io),
+      m_status_timer(io),
       m_shell(io, m_log,
               {[this] {
                  if (m_config_source) reload(m_config_source);
@@ -152,7 +153,7 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
                  finish_stop();
                }}),
       m_receiver(receive_batch, receive_buffer_bytes), m_drop_rng(m_cfg.drop_seed),
-      m_unicast(io, unicast_settings(m_cfg, m_interface), m_log, unicast_hooks()),
+      m_unicast(io, unicast_settings(m_cfg, m_channels.interface()), m_log, unicast_hooks()),
       m_heartbeats(m_cfg.id, m_cfg.max_session_age, m_cfg.max_clock_skew),
       m_board(m_cfg.channels.size()),
       // Its log ring before the store's threads exist: spdlog's sink list is not guarded.
@@ -236,18 +237,17 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
   }
   recover_intents();
   for (const auto& ch : m_cfg.channels) {
-    m_sockets.push_back(net::open_channel_socket(io, channel_socket(ch)));
+    m_channels.open(ch);
     if (const auto w = ssm_warning(ch); !w.empty()) m_log->warn("{}", w);
   }
-  m_retired.assign(m_cfg.channels.size(), false);
   publish_dest_names();
-  m_control_socket.emplace(net::open_unicast_socket(io, m_interface.address));
+  m_control_socket.emplace(net::open_unicast_socket(io, m_channels.interface().address));
   const auto now = from_steady(std::chrono::steady_clock::now());
   std::vector<session_id> with_state;  // restored, or removed by close_session below
-  load_channel_table();
+  const auto previous = channel_table::load(m_cfg.temp / channel_table::file_name, m_cfg.channels);
   for (const auto& [session, saved] : load_checkpoints(m_cfg.temp)) {
     with_state.push_back(session);
-    const auto blob = remap_checkpoint(saved);
+    const auto blob = previous.remap_checkpoint(saved);
     if (!blob) {
       m_log->warn(
           "session {}: its channel is no longer configured (name and dest); "
@@ -256,10 +256,7 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
       m_store->close_session(session, true);
       continue;
     }
-    m_keys->restore(session, [this](std::uint32_t old) -> std::optional<std::uint32_t> {
-      const auto it = m_channel_remap.find(old);
-      return it == m_channel_remap.end() ? std::optional(old) : it->second;
-    });
+    m_keys->restore(session, [&](std::uint32_t old) { return previous.index_now(old); });
     if (auto ec = m_engine->restore(*blob, now)) {
       m_log->warn("session {}: saved state is unusable ({}); discarding it", session, ec.message());
       m_store->close_session(session, true);
@@ -268,7 +265,7 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
   sweep_temp(m_cfg.temp, with_state, *m_log);
   // Saved keys of sessions that left no usable state go with their temp directories.
   sweep_temp(m_cfg.temp / "keys", with_state, *m_log);
-  save_channel_table();
+  channel_table::save(m_cfg.temp / channel_table::file_name, m_cfg.channels, *m_log);
   m_status.open(io,
                 [this](status_view v, log_summary l) { return render_status(v, std::move(l)); });
 }
@@ -283,23 +280,12 @@ daemon::~daemon() {
   m_wis2.clear();     // disconnects and joins libmosquitto's threads
 }
 
-net::channel_socket_options daemon::channel_socket(const channel_config& ch) const {
-  net::channel_socket_options o;
-  o.group = ch.group;
-  o.interface = m_interface.address;
-  o.interface_index = m_interface.index;
-  o.receive_buffer = m_cfg.socket_buffer_bytes;
-  o.gro = true;
-  o.source = ch.source;
-  return o;
-}
-
 endpoint daemon::control_endpoint() const {
   return net::from_asio(m_control_socket->local_endpoint());
 }
 
 void daemon::run() {
-  for (std::size_t i = 0; i < m_sockets.size(); ++i) do_receive(i);
+  for (std::size_t i = 0; i < m_channels.size(); ++i) do_receive(i);
   do_receive(control_index);
   m_status_timer.expires_after(m_cfg.status_interval);
   m_status_timer.async_wait([this](const boost::system::error_code& ec) {
@@ -312,7 +298,7 @@ void daemon::run() {
                 ch.dest.string();
   }
   m_log->info("mcdistd '{}' listening on {} (interface {}, control {}, temp {}, sync {})", m_cfg.id,
-              channels, m_interface.to_string(), control_endpoint().to_string(),
+              channels, m_channels.interface().to_string(), control_endpoint().to_string(),
               m_cfg.temp.string(), to_string(m_cfg.sync));
   if (m_status.start()) do_sample();
   resume_runs();
@@ -336,10 +322,7 @@ void daemon::stop() {
   m_status_timer.cancel();
   m_retention_timer.cancel();
   m_catch_up.stop();
-  for (auto& s : m_sockets) {
-    boost::system::error_code ignored;
-    s.cancel(ignored);
-  }
+  m_channels.cancel_all();
   {
     boost::system::error_code ignored;
     m_control_socket->cancel(ignored);
@@ -387,11 +370,6 @@ void daemon::do_receive(std::size_t index) {
         if (index != control_index) {
           // --rate auto: a channel socket filling up is this host falling behind; tell the
           // engine before the kernel has to drop (docs/design-notes.md "Receiver overrun").
-          if (m_socket_drops.size() <= index) m_socket_drops.resize(index + 1, 0);
-          if (m_channel_datagrams.size() <= index) {
-            m_channel_datagrams.resize(index + 1, 0);
-            m_channel_off_source.resize(index + 1, 0);
-          }
           m_engine->on_socket_backlog(static_cast<std::uint32_t>(index),
                                       net::receive_buffer_fill(fd), now);
         }
@@ -399,16 +377,10 @@ void daemon::do_receive(std::size_t index) {
             fd, max_datagrams_per_wake,
             [&](std::span<const std::byte> d, const endpoint& from) {
               if (index != control_index) {
-                if (m_receiver.socket_drops() != m_socket_drops[index]) {
-                  m_socket_drops[index] = m_receiver.socket_drops();
+                if (m_channels.drops_rose(index, m_receiver.socket_drops())) {
                   m_engine->on_socket_drops(static_cast<std::uint32_t>(index));
                 }
-                ++m_channel_datagrams[index];
-                const auto& source = m_cfg.channels[index].source;
-                if (source && (from.v6 != source->v6 || from.addr != source->addr)) {
-                  ++m_channel_off_source[index];
-                  return;
-                }
+                if (!m_channels.admit(index, from)) return;
               }
               if (m_cfg.drop_rate > 0 && u(m_drop_rng) < m_cfg.drop_rate) {
                 ++m_dropped_by_option;
@@ -433,7 +405,7 @@ void daemon::handle_datagram(std::size_t index, std::span<const std::byte> d, co
   // The one parse of the header: every filter below, authentication and the engine take it.
   wire::header h;
   if (const auto malformed = wire::parse_header(d, h)) {
-    if (index == control_index || !m_retired[index]) m_engine->on_refused(malformed);
+    if (index == control_index || !m_channels.retired(index)) m_engine->on_refused(malformed);
     return;
   }
   if (index != control_index && h.type == wire::msg_type::heartbeat) {

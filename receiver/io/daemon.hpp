@@ -14,6 +14,8 @@
 #include "receiver/core/receiver_engine.hpp"
 #include "receiver/io/action_runner.hpp"
 #include "receiver/io/catch_up_runner.hpp"
+#include "receiver/io/channel_sockets.hpp"
+#include "receiver/io/channel_table.hpp"
 #include "receiver/io/daemon_config.hpp"
 #include "receiver/io/delivery_journal.hpp"
 #include "receiver/io/heartbeat_intake.hpp"
@@ -103,7 +105,7 @@ class daemon final : public receiver_sink {
   /// do_receive's index of the control (unicast reply) socket; channel sockets are 0..n-1.
   static constexpr std::size_t control_index = static_cast<std::size_t>(-1);
   net::udp::socket& socket_at(std::size_t index) {
-    return index == control_index ? *m_control_socket : m_sockets[index];
+    return index == control_index ? *m_control_socket : m_channels.socket(index);
   }
   void do_receive(std::size_t socket_index);
   /// On a channel socket: false for a datagram of a session another channel holds (a changed
@@ -121,16 +123,6 @@ class daemon final : public receiver_sink {
   void close_idle_channels();
   /// The dest -> channel name table the finalizer thread reads (journal_intents).
   void publish_dest_names();
-  /// Writes TEMP/channels: index, name and dest of every channel index (removed ones too), so
-  /// that the next start maps saved sessions' channel indexes to its own (checkpoints and saved
-  /// keys name channels by index, and a reload numbers channels unlike a fresh start).
-  void save_channel_table();
-  /// Reads TEMP/channels of the previous run into m_channel_remap: old index -> the index of
-  /// the configured channel with the same name and dest, or nullopt when there is none.
-  void load_channel_table();
-  /// A checkpoint with its channel index mapped by m_channel_remap; nullopt when its channel
-  /// is no longer configured (or the blob does not parse: restore() reports that).
-  std::optional<std::string> remap_checkpoint(std::string blob) const;
   void service();
   void arm_timer(time_point now);
   void log_status(bool final);
@@ -181,30 +173,16 @@ class daemon final : public receiver_sink {
   boost::asio::io_context& m_io;
   daemon_config m_cfg;
   std::shared_ptr<spdlog::logger> m_log;
-  /// One per channel index (m_cfg.channels), closed once a removed channel is left; a deque so
-  /// a reload adds sockets without moving those with waits pending.
-  std::deque<net::udp::socket> m_sockets;
+  /// The channels' multicast sockets by index, the interface they are joined on, their
+  /// counters and which a reload retired.
+  channel_sockets m_channels;
   std::optional<net::udp::socket> m_control_socket;
-  /// m_cfg.interface resolved at start for the channels' family: every channel is joined on
-  /// it and the control socket bound to its address (a restart-only setting).
-  net::resolved_interface m_interface;
-  /// The socket options that join `ch` on m_interface.
-  net::channel_socket_options channel_socket(const channel_config& ch) const;
-  /// Per channel index, datagrams read from its socket, and of those, datagrams from another
-  /// address than a source-specific channel's source: the kernel filters those, so a count
-  /// above 0 is a kernel that does not (they are dropped here, before the core).
-  std::vector<std::uint64_t> m_channel_datagrams;
-  std::vector<std::uint64_t> m_channel_off_source;
-  /// Per channel index: a reload removed (or replaced) it; it takes no new session.
-  std::vector<bool> m_retired;
   std::function<daemon_config()> m_config_source;
   std::uint64_t m_reloads_ok = 0;
   std::uint64_t m_reloads_failed = 0;
   /// dest root -> channel name for the finalizer thread (journal_intents), under its mutex.
   std::mutex m_dest_names_mutex;
   std::vector<std::pair<std::filesystem::path, std::string>> m_dest_names;
-  /// Previous run's channel index -> this run's (load_channel_table); empty: the identity.
-  std::map<std::uint32_t, std::optional<std::uint32_t>> m_channel_remap;
   boost::asio::steady_timer m_timer;
   boost::asio::steady_timer m_status_timer;
   daemon_shell m_shell;
@@ -223,9 +201,6 @@ class daemon final : public receiver_sink {
   std::mt19937_64 m_drop_rng;
   std::uint64_t m_dropped_by_option = 0;
   std::uint64_t m_read_pauses = 0;
-  /// Per channel socket index: the SO_RXQ_OVFL drop count of the last datagram read from it
-  /// (a rise tells the engine the datagrams before the next one were this host's overrun).
-  std::vector<std::uint32_t> m_socket_drops;
   /// Unicast fallback clients, one per session in fallback.
   unicast_slots m_unicast;
   /// The signed sessions taken within max_session_age, kept in TEMP/replay

@@ -220,7 +220,7 @@ void daemon::run_retention() {
   for (std::size_t c = 0; c < m_cfg.channels.size(); ++c) {
     const auto& ch = m_cfg.channels[c];
     // A channel a reload removed or replaced: its live successor (same name) does this.
-    if (m_retired[c] || !ch.retention_max_age) continue;
+    if (m_channels.retired(c) || !ch.retention_max_age) continue;
     const auto before = now - std::chrono::duration_cast<std::chrono::system_clock::duration>(
                                   *ch.retention_max_age);
     std::vector<delivery_row> rows;

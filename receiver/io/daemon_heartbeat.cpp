@@ -14,7 +14,7 @@
 namespace mcdist::receiver {
 
 void daemon::on_heartbeat(std::size_t index, std::span<const std::byte> d, const endpoint& from) {
-  if (index >= m_cfg.channels.size() || m_retired[index]) return;
+  if (index >= m_cfg.channels.size() || m_channels.retired(index)) return;
   const auto& ch = m_cfg.channels[index];
   const auto p = m_heartbeats.on_heartbeat(index, ch, d, m_engine->sequences(),
                                            std::chrono::steady_clock::now(), unix_ms_now());
@@ -47,7 +47,7 @@ void daemon::on_heartbeat(std::size_t index, std::span<const std::byte> d, const
 
 catch_up_port daemon::catch_up_hooks() {
   catch_up_port port;
-  port.live = [this](std::size_t index) { return !m_retired[index]; };
+  port.live = [this](std::size_t index) { return !m_channels.retired(index); };
   port.deliver = [this](file_key key, std::uint32_t channel, file_spec spec, std::string temp,
                         const sha256_digest& expected, std::function<void(store_result)> done) {
     m_store->deliver_file(key, channel, std::move(spec), std::move(temp), expected,

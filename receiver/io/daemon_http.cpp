@@ -48,7 +48,7 @@ std::string daemon::render_status(status_view view, log_summary log) {
   s.now = std::chrono::system_clock::now();
   s.started = m_status.started();
   s.channels = &m_cfg.channels;
-  s.retired = &m_retired;
+  s.retired = &m_channels.retired_flags();
   s.reloads_ok = m_reloads_ok;
   s.reloads_failed = m_reloads_failed;
   s.stats = &m_engine->stats();

@@ -3,7 +3,6 @@
 // destination roots, the keyrings and the status board all name a channel by index, so a
 // removed channel keeps its index (retired) and a new one takes the next.
 
-#include "checkpoint.pb.h"
 #include "common/byte_order.hpp"
 #include "common/daemon/reload_diff.hpp"
 #include "common/wire.hpp"
@@ -65,7 +64,7 @@ void restart_only_changes(const daemon_config& now, const daemon_config& next, r
 
 bool daemon::channel_takes(std::size_t index, const wire::header& h) const {
   if (const auto owner = m_engine->channel_of(h.session)) return *owner == index;
-  return !m_retired[index];
+  return !m_channels.retired(index);
 }
 
 void daemon::publish_dest_names() {
@@ -75,69 +74,11 @@ void daemon::publish_dest_names() {
   m_dest_names = std::move(names);
 }
 
-void daemon::save_channel_table() {
-  // One line per index: "INDEX<TAB>NAME<TAB>DEST" (names and paths hold no tab or newline in
-  // practice; a line that does not parse is ignored at the next start).
-  const auto file = m_cfg.temp / "channels";
-  const auto tmp = file.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    for (std::size_t i = 0; i < m_cfg.channels.size(); ++i) {
-      out << i << '\t' << m_cfg.channels[i].name << '\t' << m_cfg.channels[i].dest.string() << '\n';
-    }
-    if (!out) {
-      m_log->warn(
-          "cannot write {}: a restart may not resume sessions of channels a reload "
-          "added",
-          tmp);
-      return;
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, file, ec);
-  if (ec) m_log->warn("cannot rename {} into place: {}", tmp, ec.message());
-}
-
-void daemon::load_channel_table() {
-  std::ifstream in(m_cfg.temp / "channels");
-  std::string line;
-  while (std::getline(in, line)) {
-    const auto t1 = line.find('\t');
-    const auto t2 = t1 == std::string::npos ? t1 : line.find('\t', t1 + 1);
-    if (t2 == std::string::npos) continue;
-    std::uint32_t old = 0;
-    if (!(std::istringstream(line.substr(0, t1)) >> old)) continue;
-    const auto name = line.substr(t1 + 1, t2 - t1 - 1);
-    const std::filesystem::path dest = line.substr(t2 + 1);
-    std::optional<std::uint32_t> now;
-    for (std::size_t i = 0; i < m_cfg.channels.size(); ++i) {
-      if (m_cfg.channels[i].name == name && m_cfg.channels[i].dest == dest) {
-        now = static_cast<std::uint32_t>(i);
-        break;
-      }
-    }
-    m_channel_remap[old] = now;
-  }
-}
-
-std::optional<std::string> daemon::remap_checkpoint(std::string blob) const {
-  if (m_channel_remap.empty()) return blob;
-  checkpoint::session_state st;
-  if (!st.ParseFromArray(blob.data(), static_cast<int>(blob.size()))) return blob;
-  const auto it = m_channel_remap.find(st.channel());
-  if (it == m_channel_remap.end()) return blob;  // not in the table: as saved
-  if (!it->second) return std::nullopt;
-  if (*it->second == st.channel()) return blob;
-  st.set_channel(*it->second);
-  return st.SerializeAsString();
-}
-
 void daemon::add_channel(const channel_config& ch) {
   const std::size_t index = m_cfg.channels.size();
-  m_sockets.push_back(net::open_channel_socket(m_io, channel_socket(ch)));
+  m_channels.open(ch);
   if (const auto w = ssm_warning(ch); !w.empty()) m_log->warn("{}", w);
   m_cfg.channels.push_back(ch);
-  m_retired.push_back(false);
   m_keys->add_channel(ch);
   m_store->add_dest_root(ch.dest);
   m_board.add_channel();
@@ -151,13 +92,12 @@ void daemon::add_channel(const channel_config& ch) {
 }
 
 void daemon::close_idle_channels() {
-  for (std::size_t i = 0; i < m_sockets.size(); ++i) {
-    if (!m_retired[i] || !m_sockets[i].is_open() ||
+  for (std::size_t i = 0; i < m_channels.size(); ++i) {
+    if (!m_channels.retired(i) || !m_channels.is_open(i) ||
         m_engine->active_sessions_on(static_cast<std::uint32_t>(i)) > 0) {
       continue;
     }
-    boost::system::error_code ignored;
-    m_sockets[i].close(ignored);  // leaves the group; the pending wait ends with an error
+    m_channels.close(i);  // leaves the group; the pending wait ends with an error
     std::erase_if(m_wis2, [i](const auto& p) { return p.first == i; });
     m_log->info("channel {} ({} -> {}) left: no session under way on it", m_cfg.channels[i].name,
                 m_cfg.channels[i].group.to_string(), m_cfg.channels[i].dest.string());
@@ -178,12 +118,12 @@ bool daemon::reload(const std::function<daemon_config()>& source) {
   // Plan the channels by name, then open what is new before changing anything, so a socket
   // that cannot be opened leaves the daemon as it was.
   const auto match = match_channels(m_cfg.channels, next.channels,
-                                    [this](std::size_t i) { return !m_retired[i]; });
+                                    [this](std::size_t i) { return !m_channels.retired(i); });
   reload_diff diff;
   std::vector<std::size_t> retire;
   std::vector<const channel_config*> add;
   for (std::size_t i = 0; i < m_cfg.channels.size(); ++i) {
-    if (m_retired[i]) continue;
+    if (m_channels.retired(i)) continue;
     const auto& cur = m_cfg.channels[i];
     const auto j = match.next_of[i];
     if (!j) {
@@ -208,9 +148,7 @@ bool daemon::reload(const std::function<daemon_config()>& source) {
                            " of channel " + ch->name + ": " + ec.message());
       }
       // Bind and join once here: a group that cannot be joined fails the reload whole.
-      auto probe = net::open_channel_socket(m_io, channel_socket(*ch));
-      boost::system::error_code ignored;
-      probe.close(ignored);
+      m_channels.probe(*ch);
     }
   } catch (const std::exception& e) {
     return log_reload_refused(*m_log, m_reloads_failed, e);
@@ -218,7 +156,7 @@ bool daemon::reload(const std::function<daemon_config()>& source) {
 
   // Apply. Channels kept as they were take the new per-channel actions and retention.
   for (std::size_t i = 0; i < m_cfg.channels.size(); ++i) {
-    if (m_retired[i] || !match.next_of[i]) continue;
+    if (m_channels.retired(i) || !match.next_of[i]) continue;
     auto& cur = m_cfg.channels[i];
     const auto& nc = next.channels[*match.next_of[i]];
     if (!same_receiving(cur, nc)) continue;
@@ -235,7 +173,7 @@ bool daemon::reload(const std::function<daemon_config()>& source) {
     diff.take(cur.retention_max_age, nc.retention_max_age,
               "channel " + cur.name + " retention changed");
   }
-  for (const auto i : retire) m_retired[i] = true;
+  for (const auto i : retire) m_channels.retire(i);
   for (const auto* ch : add) {
     try {
       add_channel(*ch);
@@ -246,7 +184,7 @@ bool daemon::reload(const std::function<daemon_config()>& source) {
     }
   }
   publish_dest_names();
-  save_channel_table();
+  channel_table::save(m_cfg.temp / channel_table::file_name, m_cfg.channels, *m_log);
   if (!same_actions(m_cfg.actions, next.actions)) {
     diff.note(
         fmt::format("actions replaced ({} -> {})", m_cfg.actions.size(), next.actions.size()));
@@ -272,7 +210,7 @@ bool daemon::reload(const std::function<daemon_config()>& source) {
   m_cfg.trusted_senders = next.trusted_senders;
   restart_only_changes(m_cfg, next, diff);
   ++m_reloads_ok;
-  diff.log(*m_log, static_cast<std::size_t>(std::count(m_retired.begin(), m_retired.end(), false)));
+  diff.log(*m_log, m_channels.live());
   close_idle_channels();
   return true;
 }

@@ -112,18 +112,8 @@ nlohmann::json daemon::status_json() {
   // Per channel: datagrams read from its socket, and those from another host than a
   // source-specific channel's source (0 while the kernel filters them, as it should).
   // (Not "channels": the status port's JSON puts its per-channel products there.)
-  auto& chans = j["channel_sockets"] = nlohmann::json::array();
-  for (std::size_t i = 0; i < m_cfg.channels.size(); ++i) {
-    const auto& ch = m_cfg.channels[i];
-    chans.push_back(
-        {{"name", ch.name},
-         {"group", ch.group.to_string()},
-         {"source", ch.source ? ch.source->address_string() : ""},
-         {"retired", static_cast<bool>(m_retired[i])},
-         {"datagrams", i < m_channel_datagrams.size() ? m_channel_datagrams[i] : 0},
-         {"off_source", i < m_channel_off_source.size() ? m_channel_off_source[i] : 0}});
-  }
-  j["interface"] = m_interface.to_string();
+  j["channel_sockets"] = m_channels.status(m_cfg.channels);
+  j["interface"] = m_channels.interface().to_string();
   const auto a = m_keys->stats();
   if (!m_wis2.empty()) {
     auto& w = j["wis2"] = nlohmann::json::array();
