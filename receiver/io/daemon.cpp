@@ -158,10 +158,13 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
       m_board(m_cfg.channels.size()),
       // Its log ring before the store's threads exist: spdlog's sink list is not guarded.
       m_status(m_log, m_cfg.http, m_cfg.http_explicit, "--http"), m_sample_timer(io),
-      m_retention_timer(io), m_catch_up(io, m_cfg.channels, m_cfg.temp, m_cfg.disk_reserve_bytes,
-                                        m_log, catch_up_hooks()) {
+      m_catch_up(io, m_cfg.channels, m_cfg.temp, m_cfg.disk_reserve_bytes, m_log,
+                 catch_up_hooks()) {
   check_directories(m_cfg, true);
-  open_journal();
+  m_deliveries = std::make_unique<delivery_recorder>(m_io, m_cfg, m_log);
+  m_retention = std::make_unique<retention_sweeper>(
+      m_io, m_cfg, m_deliveries->journal(),
+      [this](std::size_t c) { return !m_channels.retired(c); }, m_log);
   storage_config sc;
   sc.temp_dir = m_cfg.temp;
   sc.buffer_pool_bytes = m_cfg.buffer_pool_bytes;
@@ -172,7 +175,9 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
   sc.parity_memory_bytes = m_cfg.parity_memory_bytes;
   sc.log = m_log;
   for (const auto& ch : m_cfg.channels) sc.dest_roots.push_back(ch.dest);
-  sc.before_renames = [this](std::span<const pending_rename> intents) { journal_intents(intents); };
+  sc.before_renames = [this](std::span<const pending_rename> intents) {
+    m_deliveries->journal_intents(intents);
+  };
   m_store = std::make_unique<file_store>(
       sc, [this](std::function<void()> fn) { boost::asio::post(m_io, std::move(fn)); },
       [this](store_result r) {
@@ -235,12 +240,12 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
     }
     m_sequences_saved = m_engine->sequences().changes();
   }
-  recover_intents();
+  m_deliveries->recover_intents();
   for (const auto& ch : m_cfg.channels) {
     m_channels.open(ch);
     if (const auto w = ssm_warning(ch); !w.empty()) m_log->warn("{}", w);
   }
-  publish_dest_names();
+  m_deliveries->publish_dest_names(m_cfg.channels);
   m_control_socket.emplace(net::open_unicast_socket(io, m_channels.interface().address));
   const auto now = from_steady(std::chrono::steady_clock::now());
   std::vector<session_id> with_state;  // restored, or removed by close_session below
@@ -276,8 +281,9 @@ daemon::~daemon() {
   // The store drains its queues and joins its threads before the engine goes.
   m_store.reset();
   m_engine.reset();
-  m_actions.reset();  // kills running children: their runs run again at the next start
-  m_wis2.clear();     // disconnects and joins libmosquitto's threads
+  m_retention.reset();
+  m_deliveries.reset();  // kills running children: their runs run again at the next start
+  m_wis2.clear();        // disconnects and joins libmosquitto's threads
 }
 
 endpoint daemon::control_endpoint() const {
@@ -301,8 +307,8 @@ void daemon::run() {
               channels, m_channels.interface().to_string(), control_endpoint().to_string(),
               m_cfg.temp.string(), to_string(m_cfg.sync));
   if (m_status.start()) do_sample();
-  resume_runs();
-  run_retention();
+  m_deliveries->resume_runs();
+  m_retention->run();
   m_shell.ready("receiving on " + std::to_string(m_cfg.channels.size()) + " channel(s)");
   service();
   m_io.run();
@@ -316,11 +322,11 @@ void daemon::stop() {
   m_engine->checkpoint_all(from_steady(std::chrono::steady_clock::now()));
   m_store->flush();
   save_sequences_if_changed();
-  flush_deliveries();
+  m_deliveries->flush();
   m_unicast.close_all();
   m_timer.cancel();
   m_status_timer.cancel();
-  m_retention_timer.cancel();
+  m_retention->stop();
   m_catch_up.stop();
   m_channels.cancel_all();
   {
@@ -329,8 +335,8 @@ void daemon::stop() {
   }
   // Attempts already running get a grace to finish and be journaled done, so a restart does
   // not run them again; what still runs after it is killed and runs again at the next start.
-  if (m_actions && m_actions->running() > 0) {
-    m_actions->drain(action_stop_grace, [this] { finish_stop(); });
+  if (m_deliveries->actions().running() > 0) {
+    m_deliveries->actions().drain(action_stop_grace, [this] { finish_stop(); });
     return;
   }
   finish_stop();
@@ -339,7 +345,7 @@ void daemon::stop() {
 void daemon::finish_stop() {
   if (m_stop_finished) return;
   m_stop_finished = true;
-  if (m_actions) m_actions->stop();
+  m_deliveries->actions().stop();
   m_shell.close();
   m_status.stop();
   m_sample_timer.cancel();
@@ -497,6 +503,13 @@ void daemon::send(const endpoint& to, std::span<const std::byte> datagram) {
   if (!net::send_one(m_control_socket->native_handle(), to, *sealed, ec)) {
     m_log->debug("cannot send to {}: {}", to.to_string(), ec.message());
   }
+}
+
+void daemon::journal_delivery(const file_outcome& o, const std::string* key) {
+  if (o.channel >= m_cfg.channels.size()) return;
+  const bool stored = o.stored && o.digest;
+  m_deliveries->record(o, m_cfg.channels[o.channel],
+                       stored ? (key ? *key : sender_key(o.session)) : std::string());
 }
 
 void daemon::session_closed(session_id s, bool remove_temp) {

@@ -17,9 +17,10 @@
 #include "receiver/io/channel_sockets.hpp"
 #include "receiver/io/channel_table.hpp"
 #include "receiver/io/daemon_config.hpp"
-#include "receiver/io/delivery_journal.hpp"
+#include "receiver/io/delivery_recorder.hpp"
 #include "receiver/io/heartbeat_intake.hpp"
 #include "receiver/io/replay_store.hpp"
+#include "receiver/io/retention_sweeper.hpp"
 #include "receiver/io/session_keys.hpp"
 #include "receiver/io/status_board.hpp"
 #include "receiver/io/unicast_slots.hpp"
@@ -121,8 +122,6 @@ class daemon final : public receiver_sink {
   std::vector<bool> silent_channels() const;
   /// Leaves (closes the socket of) removed channels whose sessions all ended.
   void close_idle_channels();
-  /// The dest -> channel name table the finalizer thread reads (journal_intents).
-  void publish_dest_names();
   void service();
   void arm_timer(time_point now);
   void log_status(bool final);
@@ -147,15 +146,7 @@ class daemon final : public receiver_sink {
   std::string render_status(status_view view, log_summary log);
   /// The end of stop(), once running actions finished or their grace ran out.
   void finish_stop();
-  // Delivery journal, actions and retention (daemon_actions.cpp).
-  /// Opens the journal and makes the action runner (constructor, before the store).
-  void open_journal();
-  /// Intents left by a crash: those whose file is in place with their digest become
-  /// deliveries (actions queued), the others are dropped (constructor).
-  void recover_intents();
-  /// Queues the runs the journal holds as pending or running (run()).
-  void resume_runs();
-  /// Queues a delivery for the journal (file_finished); flush_deliveries() records it.
+  /// Hands a file's end to the delivery journal (file_finished, catch-up).
   /// @param key  the sender key to record; nullptr: the key that signed its session
   void journal_delivery(const file_outcome& outcome, const std::string* key = nullptr);
   /// What catch-up needs of the daemon: the storage path, the journal, board and WIS2, the
@@ -163,13 +154,6 @@ class daemon final : public receiver_sink {
   catch_up_port catch_up_hooks();
   /// A stored file's WIS2 notifications, by the publishers of its channel.
   void publish_wis2(const file_outcome& outcome);
-  /// Journals the queued deliveries in one transaction and queues their actions.
-  void flush_deliveries();
-  /// The finalizer thread's hook: journals intents before the renames.
-  void journal_intents(std::span<const pending_rename> intents);
-  /// Deletes expired products and prunes the journal; re-arms its timer.
-  void run_retention();
-
   boost::asio::io_context& m_io;
   daemon_config m_cfg;
   std::shared_ptr<spdlog::logger> m_log;
@@ -180,12 +164,13 @@ class daemon final : public receiver_sink {
   std::function<daemon_config()> m_config_source;
   std::uint64_t m_reloads_ok = 0;
   std::uint64_t m_reloads_failed = 0;
-  /// dest root -> channel name for the finalizer thread (journal_intents), under its mutex.
-  std::mutex m_dest_names_mutex;
-  std::vector<std::pair<std::filesystem::path, std::string>> m_dest_names;
   boost::asio::steady_timer m_timer;
   boost::asio::steady_timer m_status_timer;
   daemon_shell m_shell;
+  /// The delivery journal and the actions on receipt (made before m_store: the store's hook
+  /// journals intents), and retention, which deletes what the journal says expired.
+  std::unique_ptr<delivery_recorder> m_deliveries;
+  std::unique_ptr<retention_sweeper> m_retention;
   std::unique_ptr<file_store> m_store;
   std::unique_ptr<receiver_engine> m_engine;
   /// This site's key, the channels' keyrings, saved session keys, the refusal counters.
@@ -223,17 +208,8 @@ class daemon final : public receiver_sink {
   boost::asio::steady_timer m_sample_timer;
   /// WIS2 notification publishers, each with the index of its channel.
   std::vector<std::pair<std::size_t, std::unique_ptr<wis2_publisher>>> m_wis2;
-  /// Delivery journal and the actions on receipt (before m_store: the store's hook uses it).
-  std::unique_ptr<delivery_journal> m_journal;
-  std::unique_ptr<action_runner> m_actions;
-  boost::asio::steady_timer m_retention_timer;
-  /// Deliveries reported since the last flush_deliveries (one finalize batch is reported in
-  /// one go: journaled together, one commit).
-  std::vector<delivery_journal::batch_entry> m_unjournaled;
   /// Catch-up over HTTP(S) of silent channels: the numbers missed, the client, its timer.
   catch_up_runner m_catch_up;
-  std::uint64_t m_retention_deleted = 0;
-  std::uint64_t m_retention_skipped = 0;
 };
 
 }  // namespace mcdist::receiver

@@ -69,9 +69,9 @@ std::string daemon::render_status(status_view view, log_summary log) {
   for (const auto& [channel, p] : m_wis2) {
     s.wis2.push_back({p->channel(), p->action().topic, p->stats()});
   }
-  if (m_actions) s.actions = m_actions->stats();
-  s.retention_deleted = m_retention_deleted;
-  s.retention_skipped = m_retention_skipped;
+  s.actions = m_deliveries->actions().stats();
+  s.retention_deleted = m_retention->deleted();
+  s.retention_skipped = m_retention->skipped();
   s.log = std::move(log);
   switch (view) {
     case status_view::metrics: return render_metrics(s);

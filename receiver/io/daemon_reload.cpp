@@ -67,13 +67,6 @@ bool daemon::channel_takes(std::size_t index, const wire::header& h) const {
   return !m_channels.retired(index);
 }
 
-void daemon::publish_dest_names() {
-  std::vector<std::pair<std::filesystem::path, std::string>> names;
-  for (const auto& ch : m_cfg.channels) names.emplace_back(ch.dest, ch.name);
-  std::lock_guard lock(m_dest_names_mutex);
-  m_dest_names = std::move(names);
-}
-
 void daemon::add_channel(const channel_config& ch) {
   const std::size_t index = m_cfg.channels.size();
   m_channels.open(ch);
@@ -183,12 +176,12 @@ bool daemon::reload(const std::function<daemon_config()>& source) {
                    e.what());
     }
   }
-  publish_dest_names();
+  m_deliveries->publish_dest_names(m_cfg.channels);
   channel_table::save(m_cfg.temp / channel_table::file_name, m_cfg.channels, *m_log);
   if (!same_actions(m_cfg.actions, next.actions)) {
     diff.note(
         fmt::format("actions replaced ({} -> {})", m_cfg.actions.size(), next.actions.size()));
-    m_actions->replace_actions(next.actions);
+    m_deliveries->actions().replace_actions(next.actions);
     m_cfg.actions = next.actions;
   }
   if (m_cfg.retention_max_age != next.retention_max_age ||

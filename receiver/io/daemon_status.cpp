@@ -138,9 +138,9 @@ nlohmann::json daemon::status_json() {
                     {"last_seq_completed", q.last_completed},
                     {"missing_sessions", q.missing}});
   }
-  if (m_actions && !m_actions->actions().empty()) {
+  if (const auto& runner = m_deliveries->actions(); !runner.actions().empty()) {
     auto& acts = j["actions"] = nlohmann::json::array();
-    for (const auto& [name, as] : m_actions->stats()) {
+    for (const auto& [name, as] : runner.stats()) {
       acts.push_back({{"name", name},
                       {"done", as.done},
                       {"retried", as.retried},
@@ -149,9 +149,9 @@ nlohmann::json daemon::status_json() {
                       {"queued", as.queued}});
     }
   }
-  j["retention"] = {{"deleted", m_retention_deleted}, {"skipped", m_retention_skipped}};
+  j["retention"] = {{"deleted", m_retention->deleted()}, {"skipped", m_retention->skipped()}};
   j["config_reloads"] = {{"success", m_reloads_ok}, {"failure", m_reloads_failed}};
-  if (m_journal) j["journal"] = m_journal->file().string();
+  j["journal"] = m_deliveries->journal().file().string();
   j["not_authenticated"] = {{"bad_signature", a.bad_signature},
                             {"bad_tag", a.bad_tag},
                             {"no_key", a.no_key},
