@@ -58,6 +58,67 @@ unicast_slots::settings unicast_settings(const daemon_config& cfg,
   return st;
 }
 
+/// The storage path's settings (without its finalizer hook).
+storage_config storage_settings(const daemon_config& cfg, std::shared_ptr<spdlog::logger> log) {
+  storage_config sc;
+  sc.temp_dir = cfg.temp;
+  sc.buffer_pool_bytes = cfg.buffer_pool_bytes;
+  sc.sync = cfg.sync;
+  sc.disk_reserve_bytes = cfg.disk_reserve_bytes;
+  sc.disk_reserve_percent = cfg.disk_reserve_percent;
+  sc.session_quota_bytes = cfg.session_quota_bytes;
+  sc.parity_memory_bytes = cfg.parity_memory_bytes;
+  sc.log = std::move(log);
+  for (const auto& ch : cfg.channels) sc.dest_roots.push_back(ch.dest);
+  return sc;
+}
+
+/// The engine's settings.
+receiver_config engine_settings(const daemon_config& cfg) {
+  receiver_config rc;
+  rc.id = cfg.id;
+  rc.session_timeout = cfg.session_timeout;
+  rc.checkpoint_interval = cfg.checkpoint_interval;
+  rc.max_sessions = cfg.max_sessions;
+  rc.max_sessions_per_source = cfg.max_sessions_per_source;
+  rc.session_memory_bytes = cfg.session_memory_bytes;
+  rc.total_memory_bytes = cfg.total_memory_bytes;
+  rc.channel_count = static_cast<std::uint32_t>(cfg.channels.size());
+  rc.silent_channels = silent_channels(cfg.channels);
+  return rc;
+}
+
+/// The signed sessions taken within max_session_age, from TEMP/replay.
+std::unique_ptr<replay_store> open_replay(const daemon_config& cfg, spdlog::logger& log) {
+  replay_guard::limits lim;
+  lim.max_age = cfg.max_session_age;
+  lim.max_skew = cfg.max_clock_skew;
+  std::string notice;
+  auto r = std::make_unique<replay_store>(cfg.temp / replay_file_name, lim, unix_ms_now(), notice);
+  if (!notice.empty()) log.info("{}", notice);
+  return r;
+}
+
+/// Loads the channels' completed session numbers (docs/design-notes.md "Session sequence
+/// numbers") from TEMP/sequences into `book`; a damaged file is kept aside for inspection and
+/// numbering starts afresh. @return the book's changes() as loaded
+std::uint64_t load_sequence_state(const std::filesystem::path& temp, sequence_book& book,
+                                  spdlog::logger& log) {
+  const auto file = temp / sequences_file_name;
+  std::string detail;
+  if (auto ec = load_sequences(file, book, detail)) {
+    std::error_code rec;
+    std::filesystem::rename(file, file.string() + ".damaged", rec);
+    log.warn(
+        "{}; kept as {}.damaged: channels start numbering afresh (sessions missed "
+        "before now are not reported)",
+        detail, file.string());
+  } else if (book.size() > 0) {
+    log.info("sequence state of {} channel stream(s) loaded from {}", book.size(), file.string());
+  }
+  return book.changes();
+}
+
 void make_dir(const std::filesystem::path& p, const char* what) {
   std::error_code ec;
   std::filesystem::create_directories(p, ec);
@@ -165,16 +226,32 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
   m_retention = std::make_unique<retention_sweeper>(
       m_io, m_cfg, m_deliveries->journal(),
       [this](std::size_t c) { return !m_channels.retired(c); }, m_log);
-  storage_config sc;
-  sc.temp_dir = m_cfg.temp;
-  sc.buffer_pool_bytes = m_cfg.buffer_pool_bytes;
-  sc.sync = m_cfg.sync;
-  sc.disk_reserve_bytes = m_cfg.disk_reserve_bytes;
-  sc.disk_reserve_percent = m_cfg.disk_reserve_percent;
-  sc.session_quota_bytes = m_cfg.session_quota_bytes;
-  sc.parity_memory_bytes = m_cfg.parity_memory_bytes;
-  sc.log = m_log;
-  for (const auto& ch : m_cfg.channels) sc.dest_roots.push_back(ch.dest);
+  make_store();
+  m_keys = std::make_unique<session_keys>(m_cfg, m_log);
+  m_replay = open_replay(m_cfg, *m_log);
+  for (std::size_t i = 0; i < m_cfg.channels.size(); ++i) {
+    for (const auto& a : m_cfg.channels[i].wis2) {
+      m_wis2.push_back({i, std::make_unique<wis2_publisher>(a, m_cfg.channels[i].name, m_log)});
+    }
+  }
+  m_engine = std::make_unique<receiver_engine>(engine_settings(m_cfg), *this, *m_store,
+                                               std::random_device{}(), m_log);
+  m_sequences_saved = load_sequence_state(m_cfg.temp, m_engine->sequences(), *m_log);
+  m_deliveries->recover_intents();
+  for (const auto& ch : m_cfg.channels) {
+    m_channels.open(ch);
+    if (const auto w = ssm_warning(ch); !w.empty()) m_log->warn("{}", w);
+  }
+  m_deliveries->publish_dest_names(m_cfg.channels);
+  m_control_socket.emplace(net::open_unicast_socket(io, m_channels.interface().address));
+  restore_sessions();
+  channel_table::save(m_cfg.temp / channel_table::file_name, m_cfg.channels, *m_log);
+  m_status.open(io,
+                [this](status_view v, log_summary l) { return render_status(v, std::move(l)); });
+}
+
+void daemon::make_store() {
+  auto sc = storage_settings(m_cfg, m_log);
   sc.before_renames = [this](std::span<const pending_rename> intents) {
     m_deliveries->journal_intents(intents);
   };
@@ -196,57 +273,9 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
         m_engine->on_recovered(s, fec_block, ec, from_steady(std::chrono::steady_clock::now()));
         service();
       });
-  m_keys = std::make_unique<session_keys>(m_cfg, m_log);
-  {
-    replay_guard::limits lim;
-    lim.max_age = m_cfg.max_session_age;
-    lim.max_skew = m_cfg.max_clock_skew;
-    std::string notice;
-    m_replay =
-        std::make_unique<replay_store>(m_cfg.temp / replay_file_name, lim, unix_ms_now(), notice);
-    if (!notice.empty()) m_log->info("{}", notice);
-  }
-  for (std::size_t i = 0; i < m_cfg.channels.size(); ++i) {
-    for (const auto& a : m_cfg.channels[i].wis2) {
-      m_wis2.push_back({i, std::make_unique<wis2_publisher>(a, m_cfg.channels[i].name, m_log)});
-    }
-  }
-  receiver_config rc;
-  rc.id = m_cfg.id;
-  rc.session_timeout = m_cfg.session_timeout;
-  rc.checkpoint_interval = m_cfg.checkpoint_interval;
-  rc.max_sessions = m_cfg.max_sessions;
-  rc.max_sessions_per_source = m_cfg.max_sessions_per_source;
-  rc.session_memory_bytes = m_cfg.session_memory_bytes;
-  rc.total_memory_bytes = m_cfg.total_memory_bytes;
-  rc.channel_count = static_cast<std::uint32_t>(m_cfg.channels.size());
-  rc.silent_channels = silent_channels();
-  m_engine = std::make_unique<receiver_engine>(rc, *this, *m_store, std::random_device{}(), m_log);
-  {
-    // The channels' completed session numbers (docs/design-notes.md "Session sequence
-    // numbers"); a damaged file is kept aside for inspection and numbering starts afresh.
-    const auto file = m_cfg.temp / sequences_file_name;
-    std::string detail;
-    if (auto ec = load_sequences(file, m_engine->sequences(), detail)) {
-      std::error_code rec;
-      std::filesystem::rename(file, file.string() + ".damaged", rec);
-      m_log->warn(
-          "{}; kept as {}.damaged: channels start numbering afresh (sessions missed "
-          "before now are not reported)",
-          detail, file.string());
-    } else if (m_engine->sequences().size() > 0) {
-      m_log->info("sequence state of {} channel stream(s) loaded from {}",
-                  m_engine->sequences().size(), file.string());
-    }
-    m_sequences_saved = m_engine->sequences().changes();
-  }
-  m_deliveries->recover_intents();
-  for (const auto& ch : m_cfg.channels) {
-    m_channels.open(ch);
-    if (const auto w = ssm_warning(ch); !w.empty()) m_log->warn("{}", w);
-  }
-  m_deliveries->publish_dest_names(m_cfg.channels);
-  m_control_socket.emplace(net::open_unicast_socket(io, m_channels.interface().address));
+}
+
+void daemon::restore_sessions() {
   const auto now = from_steady(std::chrono::steady_clock::now());
   std::vector<session_id> with_state;  // restored, or removed by close_session below
   const auto previous = channel_table::load(m_cfg.temp / channel_table::file_name, m_cfg.channels);
@@ -270,9 +299,6 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
   sweep_temp(m_cfg.temp, with_state, *m_log);
   // Saved keys of sessions that left no usable state go with their temp directories.
   sweep_temp(m_cfg.temp / "keys", with_state, *m_log);
-  channel_table::save(m_cfg.temp / channel_table::file_name, m_cfg.channels, *m_log);
-  m_status.open(io,
-                [this](status_view v, log_summary l) { return render_status(v, std::move(l)); });
 }
 
 daemon::~daemon() {
@@ -483,12 +509,6 @@ void daemon::arm_timer(time_point now) {
     m_timer_at.reset();
     service();
   });
-}
-
-std::vector<bool> daemon::silent_channels() const {
-  std::vector<bool> out;
-  for (const auto& ch : m_cfg.channels) out.push_back(ch.silent);
-  return out;
 }
 
 void daemon::send(const endpoint& to, std::span<const std::byte> datagram) {

@@ -41,6 +41,11 @@
 #include <set>
 #include <vector>
 
+namespace mcdist {
+struct channel_match;
+class reload_diff;
+}  // namespace mcdist
+
 namespace mcdist::receiver {
 
 /// The directory checks the daemon makes before it opens sockets: the temp directory and every
@@ -118,10 +123,20 @@ class daemon final : public receiver_sink {
   void add_channel(const channel_config& ch);
   /// A heartbeat on channel `index` (daemon_heartbeat.cpp): what heartbeat_intake plans, done.
   void on_heartbeat(std::size_t index, std::span<const std::byte> d, const endpoint& from);
-  /// Which channels are configured silent, by index (receiver_config::silent_channels).
-  std::vector<bool> silent_channels() const;
+  /// A reload's changes to the channels it keeps as they were: WIS2 publishers, retention.
+  void apply_kept_channels(const daemon_config& next, const channel_match& match,
+                           reload_diff& diff);
+  /// A reload's changes to the settings that are not per channel: actions, retention,
+  /// session limits, status_interval; settings that need a restart are noted.
+  void apply_settings(const daemon_config& next, reload_diff& diff);
   /// Leaves (closes the socket of) removed channels whose sessions all ended.
   void close_idle_channels();
+  /// Makes the storage path, its finalizer hook journaling intents and its results going to
+  /// the engine (constructor).
+  void make_store();
+  /// Restores the sessions the last run saved (checkpoints and keys, their channel indexes
+  /// mapped by TEMP/channels) and sweeps what is left of the others (constructor).
+  void restore_sessions();
   void service();
   void arm_timer(time_point now);
   void log_status(bool final);

@@ -35,6 +35,39 @@ bool same_receiving(const channel_config& a, const channel_config& b) {
          a.trusted_senders == b.trusted_senders && a.silent == b.silent;
 }
 
+/// What a reload does to the channels: the running ones it retires (removed, or changed in
+/// what their sessions are received with) and the next ones it adds (new, or the changed ones'
+/// successors), each noted in `diff`.
+struct channel_plan {
+  std::vector<std::size_t> retire;
+  std::vector<const channel_config*> add;
+};
+
+template <class Live>
+channel_plan plan_channels(const std::vector<channel_config>& now,
+                           const std::vector<channel_config>& next, const channel_match& match,
+                           Live live, reload_diff& diff) {
+  channel_plan plan;
+  for (std::size_t i = 0; i < now.size(); ++i) {
+    if (!live(i)) continue;
+    const auto& cur = now[i];
+    const auto j = match.next_of[i];
+    if (!j) {
+      plan.retire.push_back(i);
+      diff.note("channel " + cur.name + " removed");
+    } else if (!same_receiving(cur, next[*j])) {
+      plan.retire.push_back(i);
+      plan.add.push_back(&next[*j]);
+      diff.note("channel " + cur.name + " changed (group, dest, trusted_senders or silent)");
+    }
+  }
+  for (const auto j : match.added) {
+    plan.add.push_back(&next[j]);
+    diff.note("channel " + next[j].name + " added");
+  }
+  return plan;
+}
+
 /// The settings of `next` that differ from `now` and that a running daemon cannot change:
 /// they are bound into sockets, threads, files or budgets made at start.
 void restart_only_changes(const daemon_config& now, const daemon_config& next, reload_diff& d) {
@@ -76,7 +109,7 @@ void daemon::add_channel(const channel_config& ch) {
   m_store->add_dest_root(ch.dest);
   m_board.add_channel();
   m_engine->set_channel_count(static_cast<std::uint32_t>(m_cfg.channels.size()));
-  m_engine->set_silent_channels(silent_channels());
+  m_engine->set_silent_channels(silent_channels(m_cfg.channels));
   for (const auto& a : ch.wis2) {
     m_wis2.push_back({index, std::make_unique<wis2_publisher>(a, ch.name, m_log)});
   }
@@ -97,57 +130,9 @@ void daemon::close_idle_channels() {
   }
 }
 
-bool daemon::reload(const std::function<daemon_config()>& source) {
-  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
-  daemon_config next;
-  try {
-    next = source();
-    validate(next);
-    check_directories(next, false);
-  } catch (const std::exception& e) {
-    return log_reload_refused(*m_log, m_reloads_failed, e);
-  }
-
-  // Plan the channels by name, then open what is new before changing anything, so a socket
-  // that cannot be opened leaves the daemon as it was.
-  const auto match = match_channels(m_cfg.channels, next.channels,
-                                    [this](std::size_t i) { return !m_channels.retired(i); });
-  reload_diff diff;
-  std::vector<std::size_t> retire;
-  std::vector<const channel_config*> add;
-  for (std::size_t i = 0; i < m_cfg.channels.size(); ++i) {
-    if (m_channels.retired(i)) continue;
-    const auto& cur = m_cfg.channels[i];
-    const auto j = match.next_of[i];
-    if (!j) {
-      retire.push_back(i);
-      diff.note("channel " + cur.name + " removed");
-    } else if (!same_receiving(cur, next.channels[*j])) {
-      retire.push_back(i);
-      add.push_back(&next.channels[*j]);
-      diff.note("channel " + cur.name + " changed (group, dest, trusted_senders or silent)");
-    }
-  }
-  for (const auto j : match.added) {
-    add.push_back(&next.channels[j]);
-    diff.note("channel " + next.channels[j].name + " added");
-  }
-  try {
-    for (const auto* ch : add) {
-      std::error_code ec;
-      std::filesystem::create_directories(ch->dest, ec);
-      if (ec) {
-        throw config_error("cannot create the destination directory " + ch->dest.string() +
-                           " of channel " + ch->name + ": " + ec.message());
-      }
-      // Bind and join once here: a group that cannot be joined fails the reload whole.
-      m_channels.probe(*ch);
-    }
-  } catch (const std::exception& e) {
-    return log_reload_refused(*m_log, m_reloads_failed, e);
-  }
-
-  // Apply. Channels kept as they were take the new per-channel actions and retention.
+void daemon::apply_kept_channels(const daemon_config& next, const channel_match& match,
+                                 reload_diff& diff) {
+  // Channels kept as they were take the new per-channel actions and retention.
   for (std::size_t i = 0; i < m_cfg.channels.size(); ++i) {
     if (m_channels.retired(i) || !match.next_of[i]) continue;
     auto& cur = m_cfg.channels[i];
@@ -166,18 +151,9 @@ bool daemon::reload(const std::function<daemon_config()>& source) {
     diff.take(cur.retention_max_age, nc.retention_max_age,
               "channel " + cur.name + " retention changed");
   }
-  for (const auto i : retire) m_channels.retire(i);
-  for (const auto* ch : add) {
-    try {
-      add_channel(*ch);
-    } catch (const std::exception& e) {
-      // Probed a moment ago; a failure now (another process took the port) is only logged.
-      m_log->error("SIGHUP: channel {} ({}) not joined: {}", ch->name, ch->group.to_string(),
-                   e.what());
-    }
-  }
-  m_deliveries->publish_dest_names(m_cfg.channels);
-  channel_table::save(m_cfg.temp / channel_table::file_name, m_cfg.channels, *m_log);
+}
+
+void daemon::apply_settings(const daemon_config& next, reload_diff& diff) {
   if (!same_actions(m_cfg.actions, next.actions)) {
     diff.note(
         fmt::format("actions replaced ({} -> {})", m_cfg.actions.size(), next.actions.size()));
@@ -202,6 +178,54 @@ bool daemon::reload(const std::function<daemon_config()>& source) {
   diff.take(m_cfg.status_interval, next.status_interval, "status_interval changed");
   m_cfg.trusted_senders = next.trusted_senders;
   restart_only_changes(m_cfg, next, diff);
+}
+
+bool daemon::reload(const std::function<daemon_config()>& source) {
+  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
+  daemon_config next;
+  try {
+    next = source();
+    validate(next);
+    check_directories(next, false);
+  } catch (const std::exception& e) {
+    return log_reload_refused(*m_log, m_reloads_failed, e);
+  }
+
+  // Plan the channels by name, then open what is new before changing anything, so a socket
+  // that cannot be opened leaves the daemon as it was.
+  const auto live = [this](std::size_t i) { return !m_channels.retired(i); };
+  const auto match = match_channels(m_cfg.channels, next.channels, live);
+  reload_diff diff;
+  const auto plan = plan_channels(m_cfg.channels, next.channels, match, live, diff);
+  try {
+    for (const auto* ch : plan.add) {
+      std::error_code ec;
+      std::filesystem::create_directories(ch->dest, ec);
+      if (ec) {
+        throw config_error("cannot create the destination directory " + ch->dest.string() +
+                           " of channel " + ch->name + ": " + ec.message());
+      }
+      // Bind and join once here: a group that cannot be joined fails the reload whole.
+      m_channels.probe(*ch);
+    }
+  } catch (const std::exception& e) {
+    return log_reload_refused(*m_log, m_reloads_failed, e);
+  }
+
+  apply_kept_channels(next, match, diff);
+  for (const auto i : plan.retire) m_channels.retire(i);
+  for (const auto* ch : plan.add) {
+    try {
+      add_channel(*ch);
+    } catch (const std::exception& e) {
+      // Probed a moment ago; a failure now (another process took the port) is only logged.
+      m_log->error("SIGHUP: channel {} ({}) not joined: {}", ch->name, ch->group.to_string(),
+                   e.what());
+    }
+  }
+  m_deliveries->publish_dest_names(m_cfg.channels);
+  channel_table::save(m_cfg.temp / channel_table::file_name, m_cfg.channels, *m_log);
+  apply_settings(next, diff);
   ++m_reloads_ok;
   diff.log(*m_log, m_channels.live());
   close_idle_channels();
