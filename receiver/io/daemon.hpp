@@ -31,14 +31,10 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 
-#include <deque>
 #include <functional>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <random>
-#include <set>
 #include <vector>
 
 namespace mcdist {
@@ -65,6 +61,13 @@ void check_directories(const daemon_config& cfg, bool create);
 /// (set_config_source), reloads the configuration (reload(), daemon_reload.cpp). With
 /// daemon_config::http set it serves /metrics, /status and a status page on that address
 /// (daemon_http.cpp).
+///
+/// The daemon holds components with one job each and routes events between them, the engine
+/// and the storage path (docs/architecture.md "Inside the receiver daemon"): channel_sockets,
+/// session_keys, heartbeat_intake, catch_up_runner, unicast_slots, delivery_recorder,
+/// retention_sweeper. What it keeps itself: the control socket and its reads, the timers and
+/// signals, the replay store, the sequences file, the status board, port and file, and the WIS2
+/// publishers.
 class daemon final : public receiver_sink {
  public:
   /// Creates directories, opens sockets, restores checkpoints.
@@ -169,6 +172,7 @@ class daemon final : public receiver_sink {
   catch_up_port catch_up_hooks();
   /// A stored file's WIS2 notifications, by the publishers of its channel.
   void publish_wis2(const file_outcome& outcome);
+
   boost::asio::io_context& m_io;
   daemon_config m_cfg;
   std::shared_ptr<spdlog::logger> m_log;
