@@ -434,6 +434,7 @@ endpoint parse_source(const std::string& text, const endpoint& group, const std:
 
 std::vector<bool> silent_channels(const std::vector<channel_config>& channels) {
   std::vector<bool> out;
+  out.reserve(channels.size());
   for (const auto& ch : channels) out.push_back(ch.silent);
   return out;
 }

@@ -58,6 +58,7 @@ delivery_recorder::~delivery_recorder() = default;
 
 void delivery_recorder::publish_dest_names(const std::vector<channel_config>& channels) {
   std::vector<std::pair<std::filesystem::path, std::string>> names;
+  names.reserve(channels.size());
   for (const auto& ch : channels) names.emplace_back(ch.dest, ch.name);
   std::lock_guard lock(m_dest_names_mutex);
   m_dest_names = std::move(names);

@@ -19,7 +19,8 @@ constexpr std::uint64_t wall0 = 1'796'169'600'000;  // the site's clock, unix ms
 
 /// A heartbeat of channel "obs" sent at `sent_ms`, naming `newest`; signed by `hub` if given.
 std::vector<std::byte> heartbeat(std::uint64_t newest, std::uint64_t sent_ms,
-                                 const crypto::identity* hub = nullptr, ranges running = {}) {
+                                 const crypto::identity* hub = nullptr,
+                                 const ranges& running = {}) {
   wire::heartbeat m;
   m.set_channel("obs");
   m.set_newest_seq(newest);
