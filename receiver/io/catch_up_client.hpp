@@ -6,7 +6,7 @@
 /// download each product the site does not already hold into a temp file, with libcurl on
 /// worker threads of its own (never the io thread). The daemon then delivers each file through
 /// the storage path (file_store::deliver_file: SHA-256 again, durable, renamed into place,
-/// never over a newer version) and journals it like any delivery (daemon_catch_up.cpp).
+/// never over a newer version) and journals it like any delivery (catch_up_runner.hpp).
 ///
 /// Everything from the network is bounded before it is kept: the index by
 /// catch_up::max_index_bytes while it arrives, each download by the size the verified index

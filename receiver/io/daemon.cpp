@@ -32,6 +32,93 @@ constexpr std::chrono::seconds action_stop_grace{10};
 /// How long a paused read waits before looking at the pool again.
 constexpr auto read_pause = std::chrono::microseconds(500);
 
+/// The configuration checked whole, then the interface its channels are joined on resolved
+/// for their family (an interface that is not there is a configuration error).
+net::resolved_interface checked_interface(const daemon_config& cfg) {
+  validate(cfg);
+  try {
+    return net::resolve_interface(cfg.interface, cfg.channels.front().group.v6);
+  } catch (const net::interface_error& e) {
+    throw config_error(std::string("interface: ") + e.what());
+  }
+}
+
+/// The unicast clients' settings: they connect from the interface's address unless that is
+/// the any address, and pause as the multicast reads do.
+unicast_slots::settings unicast_settings(const daemon_config& cfg,
+                                         const net::resolved_interface& iface) {
+  unicast_slots::settings st;
+  st.receiver_id = cfg.id;
+  const auto& a = iface.address;
+  const bool any = std::all_of(a.addr.begin(), a.addr.begin() + (a.v6 ? 16 : 4),
+                               [](std::uint8_t b) { return b == 0; });
+  if (!any) st.local = a;
+  st.min_pool_room = min_pool_room;
+  st.poll = read_pause;
+  return st;
+}
+
+/// The storage path's settings (without its finalizer hook).
+storage_config storage_settings(const daemon_config& cfg, std::shared_ptr<spdlog::logger> log) {
+  storage_config sc;
+  sc.temp_dir = cfg.temp;
+  sc.buffer_pool_bytes = cfg.buffer_pool_bytes;
+  sc.sync = cfg.sync;
+  sc.disk_reserve_bytes = cfg.disk_reserve_bytes;
+  sc.disk_reserve_percent = cfg.disk_reserve_percent;
+  sc.session_quota_bytes = cfg.session_quota_bytes;
+  sc.parity_memory_bytes = cfg.parity_memory_bytes;
+  sc.log = std::move(log);
+  for (const auto& ch : cfg.channels) sc.dest_roots.push_back(ch.dest);
+  return sc;
+}
+
+/// The engine's settings.
+receiver_config engine_settings(const daemon_config& cfg) {
+  receiver_config rc;
+  rc.id = cfg.id;
+  rc.session_timeout = cfg.session_timeout;
+  rc.checkpoint_interval = cfg.checkpoint_interval;
+  rc.max_sessions = cfg.max_sessions;
+  rc.max_sessions_per_source = cfg.max_sessions_per_source;
+  rc.session_memory_bytes = cfg.session_memory_bytes;
+  rc.total_memory_bytes = cfg.total_memory_bytes;
+  rc.channel_count = static_cast<std::uint32_t>(cfg.channels.size());
+  rc.silent_channels = silent_channels(cfg.channels);
+  return rc;
+}
+
+/// The signed sessions taken within max_session_age, from TEMP/replay.
+std::unique_ptr<replay_store> open_replay(const daemon_config& cfg, spdlog::logger& log) {
+  replay_guard::limits lim;
+  lim.max_age = cfg.max_session_age;
+  lim.max_skew = cfg.max_clock_skew;
+  std::string notice;
+  auto r = std::make_unique<replay_store>(cfg.temp / replay_file_name, lim, unix_ms_now(), notice);
+  if (!notice.empty()) log.info("{}", notice);
+  return r;
+}
+
+/// Loads the channels' completed session numbers (docs/design-notes.md "Session sequence
+/// numbers") from TEMP/sequences into `book`; a damaged file is kept aside for inspection and
+/// numbering starts afresh. @return the book's changes() as loaded
+std::uint64_t load_sequence_state(const std::filesystem::path& temp, sequence_book& book,
+                                  spdlog::logger& log) {
+  const auto file = temp / sequences_file_name;
+  std::string detail;
+  if (auto ec = load_sequences(file, book, detail)) {
+    std::error_code rec;
+    std::filesystem::rename(file, file.string() + ".damaged", rec);
+    log.warn(
+        "{}; kept as {}.damaged: channels start numbering afresh (sessions missed "
+        "before now are not reported)",
+        detail, file.string());
+  } else if (book.size() > 0) {
+    log.info("sequence state of {} channel stream(s) loaded from {}", book.size(), file.string());
+  }
+  return book.changes();
+}
+
 void make_dir(const std::filesystem::path& p, const char* what) {
   std::error_code ec;
   std::filesystem::create_directories(p, ec);
@@ -107,7 +194,10 @@ void check_directories(const daemon_config& cfg, bool create) {
 }
 
 daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<spdlog::logger> log)
-    : m_io(io), m_cfg(std::move(cfg)), m_log(std::move(log)), m_timer(io), m_status_timer(io),
+    : m_io(io), m_cfg(std::move(cfg)), m_log(std::move(log)),
+      // Before anything is made on disk.
+      m_channels(io, checked_interface(m_cfg), m_cfg.socket_buffer_bytes), m_timer(io),
+      m_status_timer(io),
       m_shell(io, m_log,
               {[this] {
                  if (m_config_source) reload(m_config_source);
@@ -124,30 +214,47 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
                  finish_stop();
                }}),
       m_receiver(receive_batch, receive_buffer_bytes), m_drop_rng(m_cfg.drop_seed),
-      m_unicast_poll(io), m_board(m_cfg.channels.size()),
+      m_unicast(io, unicast_settings(m_cfg, m_channels.interface()), m_log, unicast_hooks()),
+      m_heartbeats(m_cfg.id, m_cfg.max_session_age, m_cfg.max_clock_skew),
+      m_board(m_cfg.channels.size()),
       // Its log ring before the store's threads exist: spdlog's sink list is not guarded.
       m_status(m_log, m_cfg.http, m_cfg.http_explicit, "--http"), m_sample_timer(io),
-      m_retention_timer(io) {
-  validate(m_cfg);
-  try {
-    // Before anything is made on disk: an interface that is not there is a configuration error.
-    m_interface = net::resolve_interface(m_cfg.interface, m_cfg.channels.front().group.v6);
-  } catch (const net::interface_error& e) {
-    throw config_error(std::string("interface: ") + e.what());
-  }
+      m_catch_up(io, m_cfg.channels, m_cfg.temp, m_cfg.disk_reserve_bytes, m_log,
+                 catch_up_hooks()) {
   check_directories(m_cfg, true);
-  open_journal();
-  storage_config sc;
-  sc.temp_dir = m_cfg.temp;
-  sc.buffer_pool_bytes = m_cfg.buffer_pool_bytes;
-  sc.sync = m_cfg.sync;
-  sc.disk_reserve_bytes = m_cfg.disk_reserve_bytes;
-  sc.disk_reserve_percent = m_cfg.disk_reserve_percent;
-  sc.session_quota_bytes = m_cfg.session_quota_bytes;
-  sc.parity_memory_bytes = m_cfg.parity_memory_bytes;
-  sc.log = m_log;
-  for (const auto& ch : m_cfg.channels) sc.dest_roots.push_back(ch.dest);
-  sc.before_renames = [this](std::span<const pending_rename> intents) { journal_intents(intents); };
+  m_deliveries = std::make_unique<delivery_recorder>(m_io, m_cfg, m_log);
+  m_retention = std::make_unique<retention_sweeper>(
+      m_io, m_cfg, m_deliveries->journal(),
+      [this](std::size_t c) { return !m_channels.retired(c); }, m_log);
+  make_store();
+  m_keys = std::make_unique<session_keys>(m_cfg, m_log);
+  m_replay = open_replay(m_cfg, *m_log);
+  for (std::size_t i = 0; i < m_cfg.channels.size(); ++i) {
+    for (const auto& a : m_cfg.channels[i].wis2) {
+      m_wis2.push_back({i, std::make_unique<wis2_publisher>(a, m_cfg.channels[i].name, m_log)});
+    }
+  }
+  m_engine = std::make_unique<receiver_engine>(engine_settings(m_cfg), *this, *m_store,
+                                               std::random_device{}(), m_log);
+  m_sequences_saved = load_sequence_state(m_cfg.temp, m_engine->sequences(), *m_log);
+  m_deliveries->recover_intents();
+  for (const auto& ch : m_cfg.channels) {
+    m_channels.open(ch);
+    if (const auto w = ssm_warning(ch); !w.empty()) m_log->warn("{}", w);
+  }
+  m_deliveries->publish_dest_names(m_cfg.channels);
+  m_control_socket.emplace(net::open_unicast_socket(io, m_channels.interface().address));
+  restore_sessions();
+  channel_table::save(m_cfg.temp / channel_table::file_name, m_cfg.channels, *m_log);
+  m_status.open(io,
+                [this](status_view v, log_summary l) { return render_status(v, std::move(l)); });
+}
+
+void daemon::make_store() {
+  auto sc = storage_settings(m_cfg, m_log);
+  sc.before_renames = [this](std::span<const pending_rename> intents) {
+    m_deliveries->journal_intents(intents);
+  };
   m_store = std::make_unique<file_store>(
       sc, [this](std::function<void()> fn) { boost::asio::post(m_io, std::move(fn)); },
       [this](store_result r) {
@@ -166,64 +273,15 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
         m_engine->on_recovered(s, fec_block, ec, from_steady(std::chrono::steady_clock::now()));
         service();
       });
-  setup_keys();
-  {
-    replay_guard::limits lim;
-    lim.max_age = m_cfg.max_session_age;
-    lim.max_skew = m_cfg.max_clock_skew;
-    std::string notice;
-    m_replay =
-        std::make_unique<replay_store>(m_cfg.temp / replay_file_name, lim, unix_ms_now(), notice);
-    if (!notice.empty()) m_log->info("{}", notice);
-  }
-  for (std::size_t i = 0; i < m_cfg.channels.size(); ++i) {
-    for (const auto& a : m_cfg.channels[i].wis2) {
-      m_wis2.push_back({i, std::make_unique<wis2_publisher>(a, m_cfg.channels[i].name, m_log)});
-    }
-  }
-  receiver_config rc;
-  rc.id = m_cfg.id;
-  rc.session_timeout = m_cfg.session_timeout;
-  rc.checkpoint_interval = m_cfg.checkpoint_interval;
-  rc.max_sessions = m_cfg.max_sessions;
-  rc.max_sessions_per_source = m_cfg.max_sessions_per_source;
-  rc.session_memory_bytes = m_cfg.session_memory_bytes;
-  rc.total_memory_bytes = m_cfg.total_memory_bytes;
-  rc.channel_count = static_cast<std::uint32_t>(m_cfg.channels.size());
-  rc.silent_channels = silent_channels();
-  m_engine = std::make_unique<receiver_engine>(rc, *this, *m_store, std::random_device{}(), m_log);
-  {
-    // The channels' completed session numbers (docs/design-notes.md "Session sequence
-    // numbers"); a damaged file is kept aside for inspection and numbering starts afresh.
-    const auto file = m_cfg.temp / sequences_file_name;
-    std::string detail;
-    if (auto ec = load_sequences(file, m_engine->sequences(), detail)) {
-      std::error_code rec;
-      std::filesystem::rename(file, file.string() + ".damaged", rec);
-      m_log->warn(
-          "{}; kept as {}.damaged: channels start numbering afresh (sessions missed "
-          "before now are not reported)",
-          detail, file.string());
-    } else if (m_engine->sequences().size() > 0) {
-      m_log->info("sequence state of {} channel stream(s) loaded from {}",
-                  m_engine->sequences().size(), file.string());
-    }
-    m_sequences_saved = m_engine->sequences().changes();
-  }
-  recover_intents();
-  for (const auto& ch : m_cfg.channels) {
-    m_sockets.push_back(net::open_channel_socket(io, channel_socket(ch)));
-    if (const auto w = ssm_warning(ch); !w.empty()) m_log->warn("{}", w);
-  }
-  m_retired.assign(m_cfg.channels.size(), false);
-  publish_dest_names();
-  m_control_socket.emplace(net::open_unicast_socket(io, m_interface.address));
+}
+
+void daemon::restore_sessions() {
   const auto now = from_steady(std::chrono::steady_clock::now());
   std::vector<session_id> with_state;  // restored, or removed by close_session below
-  load_channel_table();
+  const auto previous = channel_table::load(m_cfg.temp / channel_table::file_name, m_cfg.channels);
   for (const auto& [session, saved] : load_checkpoints(m_cfg.temp)) {
     with_state.push_back(session);
-    const auto blob = remap_checkpoint(saved);
+    const auto blob = previous.remap_checkpoint(saved);
     if (!blob) {
       m_log->warn(
           "session {}: its channel is no longer configured (name and dest); "
@@ -232,7 +290,7 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
       m_store->close_session(session, true);
       continue;
     }
-    restore_keys(session);
+    m_keys->restore(session, [&](std::uint32_t old) { return previous.index_now(old); });
     if (auto ec = m_engine->restore(*blob, now)) {
       m_log->warn("session {}: saved state is unusable ({}); discarding it", session, ec.message());
       m_store->close_session(session, true);
@@ -241,30 +299,17 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
   sweep_temp(m_cfg.temp, with_state, *m_log);
   // Saved keys of sessions that left no usable state go with their temp directories.
   sweep_temp(m_cfg.temp / "keys", with_state, *m_log);
-  save_channel_table();
-  m_status.open(io,
-                [this](status_view v, log_summary l) { return render_status(v, std::move(l)); });
 }
 
 daemon::~daemon() {
-  m_unicast.clear();          // clients end without calling back
-  m_catch_up_client.reset();  // aborts transfers, joins its threads
+  m_unicast.close_all();  // clients end without calling back
+  m_catch_up.close();     // aborts transfers, joins its threads
   // The store drains its queues and joins its threads before the engine goes.
   m_store.reset();
   m_engine.reset();
-  m_actions.reset();  // kills running children: their runs run again at the next start
-  m_wis2.clear();     // disconnects and joins libmosquitto's threads
-}
-
-net::channel_socket_options daemon::channel_socket(const channel_config& ch) const {
-  net::channel_socket_options o;
-  o.group = ch.group;
-  o.interface = m_interface.address;
-  o.interface_index = m_interface.index;
-  o.receive_buffer = m_cfg.socket_buffer_bytes;
-  o.gro = true;
-  o.source = ch.source;
-  return o;
+  m_retention.reset();
+  m_deliveries.reset();  // kills running children: their runs run again at the next start
+  m_wis2.clear();        // disconnects and joins libmosquitto's threads
 }
 
 endpoint daemon::control_endpoint() const {
@@ -272,7 +317,7 @@ endpoint daemon::control_endpoint() const {
 }
 
 void daemon::run() {
-  for (std::size_t i = 0; i < m_sockets.size(); ++i) do_receive(i);
+  for (std::size_t i = 0; i < m_channels.size(); ++i) do_receive(i);
   do_receive(control_index);
   m_status_timer.expires_after(m_cfg.status_interval);
   m_status_timer.async_wait([this](const boost::system::error_code& ec) {
@@ -285,11 +330,11 @@ void daemon::run() {
                 ch.dest.string();
   }
   m_log->info("mcdistd '{}' listening on {} (interface {}, control {}, temp {}, sync {})", m_cfg.id,
-              channels, m_interface.to_string(), control_endpoint().to_string(),
+              channels, m_channels.interface().to_string(), control_endpoint().to_string(),
               m_cfg.temp.string(), to_string(m_cfg.sync));
   if (m_status.start()) do_sample();
-  resume_runs();
-  run_retention();
+  m_deliveries->resume_runs();
+  m_retention->run();
   m_shell.ready("receiving on " + std::to_string(m_cfg.channels.size()) + " channel(s)");
   service();
   m_io.run();
@@ -303,24 +348,21 @@ void daemon::stop() {
   m_engine->checkpoint_all(from_steady(std::chrono::steady_clock::now()));
   m_store->flush();
   save_sequences_if_changed();
-  flush_deliveries();
-  m_unicast.clear();
-  m_unicast_poll.cancel();
+  m_deliveries->flush();
+  m_unicast.close_all();
   m_timer.cancel();
   m_status_timer.cancel();
-  m_retention_timer.cancel();
-  for (auto& s : m_sockets) {
-    boost::system::error_code ignored;
-    s.cancel(ignored);
-  }
+  m_retention->stop();
+  m_catch_up.stop();
+  m_channels.cancel_all();
   {
     boost::system::error_code ignored;
     m_control_socket->cancel(ignored);
   }
   // Attempts already running get a grace to finish and be journaled done, so a restart does
   // not run them again; what still runs after it is killed and runs again at the next start.
-  if (m_actions && m_actions->running() > 0) {
-    m_actions->drain(action_stop_grace, [this] { finish_stop(); });
+  if (m_deliveries->actions().running() > 0) {
+    m_deliveries->actions().drain(action_stop_grace, [this] { finish_stop(); });
     return;
   }
   finish_stop();
@@ -329,7 +371,7 @@ void daemon::stop() {
 void daemon::finish_stop() {
   if (m_stop_finished) return;
   m_stop_finished = true;
-  if (m_actions) m_actions->stop();
+  m_deliveries->actions().stop();
   m_shell.close();
   m_status.stop();
   m_sample_timer.cancel();
@@ -355,16 +397,11 @@ void daemon::do_receive(std::size_t index) {
         const auto now = from_steady(std::chrono::steady_clock::now());
         std::error_code rec;
         std::uniform_real_distribution<double> u(0, 1);
-        m_key_polls = 0;
+        m_keys->new_wake();
         const int fd = socket_at(index).native_handle();
         if (index != control_index) {
           // --rate auto: a channel socket filling up is this host falling behind; tell the
           // engine before the kernel has to drop (docs/design-notes.md "Receiver overrun").
-          if (m_socket_drops.size() <= index) m_socket_drops.resize(index + 1, 0);
-          if (m_channel_datagrams.size() <= index) {
-            m_channel_datagrams.resize(index + 1, 0);
-            m_channel_off_source.resize(index + 1, 0);
-          }
           m_engine->on_socket_backlog(static_cast<std::uint32_t>(index),
                                       net::receive_buffer_fill(fd), now);
         }
@@ -372,16 +409,10 @@ void daemon::do_receive(std::size_t index) {
             fd, max_datagrams_per_wake,
             [&](std::span<const std::byte> d, const endpoint& from) {
               if (index != control_index) {
-                if (m_receiver.socket_drops() != m_socket_drops[index]) {
-                  m_socket_drops[index] = m_receiver.socket_drops();
+                if (m_channels.drops_rose(index, m_receiver.socket_drops())) {
                   m_engine->on_socket_drops(static_cast<std::uint32_t>(index));
                 }
-                ++m_channel_datagrams[index];
-                const auto& source = m_cfg.channels[index].source;
-                if (source && (from.v6 != source->v6 || from.addr != source->addr)) {
-                  ++m_channel_off_source[index];
-                  return;
-                }
+                if (!m_channels.admit(index, from)) return;
               }
               if (m_cfg.drop_rate > 0 && u(m_drop_rng) < m_cfg.drop_rate) {
                 ++m_dropped_by_option;
@@ -406,7 +437,7 @@ void daemon::handle_datagram(std::size_t index, std::span<const std::byte> d, co
   // The one parse of the header: every filter below, authentication and the engine take it.
   wire::header h;
   if (const auto malformed = wire::parse_header(d, h)) {
-    if (index == control_index || !m_retired[index]) m_engine->on_refused(malformed);
+    if (index == control_index || !m_channels.retired(index)) m_engine->on_refused(malformed);
     return;
   }
   if (index != control_index && h.type == wire::msg_type::heartbeat) {
@@ -414,24 +445,14 @@ void daemon::handle_datagram(std::size_t index, std::span<const std::byte> d, co
     return;
   }
   if (index != control_index && !channel_takes(index, h)) return;
-  if (announce_repeat(index, h, now)) {
-    ++m_announce_repeats_unchecked;
-    return;
-  }
-  // An announce is checked with Ed25519 next (about 100 us, a poll is one recvmmsg): it polls
-  // whenever its session's key is awaited; blocks and markers (cheap to check, and a flood of
-  // them for a key that never comes must cost little) at most max_key_polls_per_wake times.
-  const bool announce = h.type == wire::msg_type::announce;
-  if ((announce || m_key_polls < max_key_polls_per_wake) && key_awaited(index, h)) {
-    // A block, marker or announce of a session whose key this site asked for: the sender
-    // answers during its announce burst, so the answer is likely queued on the control socket
-    // behind this channel's batch. Read it first, so the block is checked instead of refused
-    // for want of the key, and an encrypted announce is opened instead of held.
-    if (!announce) ++m_key_polls;
-    poll_control(now);
-  }
+  if (m_keys->announce_repeat(index, h, now, *m_engine)) return;
+  // A block, marker or announce of a session whose key this site asked for: the answer is
+  // likely queued on the control socket behind this channel's batch. Read it first, so the
+  // block is checked instead of refused for want of the key, and an encrypted announce is
+  // opened instead of held.
+  if (m_keys->poll_first(index, h)) poll_control(now);
   std::span<const std::byte> plain;
-  if (const auto refused = authenticate(index, h, d, now, plain, from)) {
+  if (const auto refused = m_keys->open(index, h, d, now, plain, from)) {
     // Framing errors (a trailer or digest datagram too short, ...) are counted by the engine
     // by reason like any malformed datagram; refusals are counted already.
     if (refused != errc::unauthenticated) m_engine->on_refused(refused);
@@ -441,9 +462,17 @@ void daemon::handle_datagram(std::size_t index, std::span<const std::byte> d, co
   // answer to a key request): nothing for the engine.
   if (!plain.empty()) {
     m_engine->on_datagram(h, plain, from, channel, now, arrival);
-    if (announce) note_silent(index, h.session, plain);
+    if (h.type == wire::msg_type::announce && index < m_cfg.channels.size()) {
+      m_keys->note_silent(index, m_cfg.channels[index], h.session, plain, *m_engine);
+    }
   }
-  after_open(from);
+  m_keys->after_open(*m_engine, [&](std::span<const std::byte> request) {
+    std::error_code ec;
+    ++m_datagrams_sent;
+    if (!net::send_one(m_control_socket->native_handle(), from, request, ec)) {
+      m_log->debug("cannot send a key request to {}: {}", from.to_string(), ec.message());
+    }
+  });
 }
 
 void daemon::service() {
@@ -482,69 +511,30 @@ void daemon::arm_timer(time_point now) {
   });
 }
 
-std::vector<bool> daemon::silent_channels() const {
-  std::vector<bool> out;
-  for (const auto& ch : m_cfg.channels) out.push_back(ch.silent);
-  return out;
-}
-
 void daemon::send(const endpoint& to, std::span<const std::byte> datagram) {
   MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   // The engine sends nothing for a silent session; this is the last gate before the socket.
   wire::header h;
   if (wire::parse_header(datagram, h) || m_engine->silent(h.session)) return;
-  if (auto* keys = keys_of(h.session)) {
-    m_send_buffer.resize(datagram.size() + auth::max_trailer_bytes);
-    std::memcpy(m_send_buffer.data(), datagram.data(), datagram.size());
-    const std::size_t n = keys->seal(m_send_buffer, datagram.size());
-    if (n == 0) return;  // no key for it yet: the engine repeats the message
-    datagram = std::span<const std::byte>(m_send_buffer.data(), n);
-  }
+  const auto sealed = m_keys->seal(h.session, datagram);
+  if (!sealed) return;  // no key for it yet: the engine repeats the message
   std::error_code ec;
   ++m_datagrams_sent;
-  if (!net::send_one(m_control_socket->native_handle(), to, datagram, ec)) {
+  if (!net::send_one(m_control_socket->native_handle(), to, *sealed, ec)) {
     m_log->debug("cannot send to {}: {}", to.to_string(), ec.message());
   }
 }
 
-void daemon::session_closed(session_id s, bool remove_temp) {
-  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
-  if (!remove_temp) return;  // kept for a resume: keep its keys too
-  for (auto& k : m_keys) k->forget(s);
-  if (m_keys_saved.erase(s)) {
-    std::error_code ec;
-    std::filesystem::remove(m_cfg.temp / "keys" / fmt::format("{}", s), ec);
-  }
+void daemon::journal_delivery(const file_outcome& o, const std::string* key) {
+  if (o.channel >= m_cfg.channels.size()) return;
+  const bool stored = o.stored && o.digest;
+  m_deliveries->record(o, m_cfg.channels[o.channel],
+                       stored ? (key ? *key : sender_key(o.session)) : std::string());
 }
 
-void daemon::check_unicast_backpressure() {
-  // Pause clients while the storage pool is nearly full; the transports' receive windows then
-  // hold the sender back (the back-pressure the multicast sockets get too, without drops).
-  bool any_paused = false;
-  const bool full = m_store->free_bytes() < min_pool_room;
-  for (auto& [s, slot] : m_unicast) {
-    if (full && !slot.paused) {
-      slot.paused = true;
-      slot.client->set_paused(true);
-    }
-    any_paused = any_paused || slot.paused;
-  }
-  if (!any_paused || m_unicast_polling) return;
-  m_unicast_polling = true;
-  m_unicast_poll.expires_after(read_pause);
-  m_unicast_poll.async_wait([this](const boost::system::error_code& ec) {
-    m_unicast_polling = false;
-    if (ec || m_stopping) return;
-    if (m_store->free_bytes() >= 4 * min_pool_room) {
-      for (auto& [s, slot] : m_unicast) {
-        if (slot.paused) {
-          slot.paused = false;
-          slot.client->set_paused(false);
-        }
-      }
-    }
-    check_unicast_backpressure();  // looks again while anything is still paused
-  });
+void daemon::session_closed(session_id s, bool remove_temp) {
+  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
+  m_keys->forget(s, remove_temp);  // kept for a resume: its keys too
 }
 
 }  // namespace mcdist::receiver

@@ -13,11 +13,17 @@
 #include "common/unicast/io/client.hpp"
 #include "receiver/core/receiver_engine.hpp"
 #include "receiver/io/action_runner.hpp"
-#include "receiver/io/catch_up_client.hpp"
+#include "receiver/io/catch_up_runner.hpp"
+#include "receiver/io/channel_sockets.hpp"
+#include "receiver/io/channel_table.hpp"
 #include "receiver/io/daemon_config.hpp"
-#include "receiver/io/delivery_journal.hpp"
+#include "receiver/io/delivery_recorder.hpp"
+#include "receiver/io/heartbeat_intake.hpp"
 #include "receiver/io/replay_store.hpp"
+#include "receiver/io/retention_sweeper.hpp"
+#include "receiver/io/session_keys.hpp"
 #include "receiver/io/status_board.hpp"
+#include "receiver/io/unicast_slots.hpp"
 #include "receiver/storage/file_store.hpp"
 
 #include <nlohmann/json_fwd.hpp>
@@ -25,15 +31,16 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 
-#include <deque>
 #include <functional>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <random>
-#include <set>
 #include <vector>
+
+namespace mcdist {
+struct channel_match;
+class reload_diff;
+}  // namespace mcdist
 
 namespace mcdist::receiver {
 
@@ -54,6 +61,13 @@ void check_directories(const daemon_config& cfg, bool create);
 /// (set_config_source), reloads the configuration (reload(), daemon_reload.cpp). With
 /// daemon_config::http set it serves /metrics, /status and a status page on that address
 /// (daemon_http.cpp).
+///
+/// The daemon holds components with one job each and routes events between them, the engine
+/// and the storage path (docs/architecture.md "Inside the receiver daemon"): channel_sockets,
+/// session_keys, heartbeat_intake, catch_up_runner, unicast_slots, delivery_recorder,
+/// retention_sweeper. What it keeps itself: the control socket and its reads, the timers and
+/// signals, the replay store, the sequences file, the status board, port and file, and the WIS2
+/// publishers.
 class daemon final : public receiver_sink {
  public:
   /// Creates directories, opens sockets, restores checkpoints.
@@ -100,7 +114,7 @@ class daemon final : public receiver_sink {
   /// do_receive's index of the control (unicast reply) socket; channel sockets are 0..n-1.
   static constexpr std::size_t control_index = static_cast<std::size_t>(-1);
   net::udp::socket& socket_at(std::size_t index) {
-    return index == control_index ? *m_control_socket : m_sockets[index];
+    return index == control_index ? *m_control_socket : m_channels.socket(index);
   }
   void do_receive(std::size_t socket_index);
   /// On a channel socket: false for a datagram of a session another channel holds (a changed
@@ -110,90 +124,37 @@ class daemon final : public receiver_sink {
   /// Opens channel `ch` as the next channel index (socket, keyring, destination root, board,
   /// WIS2 publishers). @throws std::system_error when the socket cannot be opened
   void add_channel(const channel_config& ch);
-  /// A heartbeat on channel `index` (daemon_heartbeat.cpp): recorded; a gap report answers it
-  /// when this site misses numbers and the channel is not silent.
+  /// A heartbeat on channel `index` (daemon_heartbeat.cpp): what heartbeat_intake plans, done.
   void on_heartbeat(std::size_t index, std::span<const std::byte> d, const endpoint& from);
-  /// Logs whom channel `ch` trusts (a warning when it takes unsigned sessions).
-  void log_trust(const channel_config& ch) const;
-  /// Which channels are configured silent, by index (receiver_config::silent_channels).
-  std::vector<bool> silent_channels() const;
+  /// A reload's changes to the channels it keeps as they were: WIS2 publishers, retention.
+  void apply_kept_channels(const daemon_config& next, const channel_match& match,
+                           reload_diff& diff);
+  /// A reload's changes to the settings that are not per channel: actions, retention,
+  /// session limits, status_interval; settings that need a restart are noted.
+  void apply_settings(const daemon_config& next, reload_diff& diff);
   /// Leaves (closes the socket of) removed channels whose sessions all ended.
   void close_idle_channels();
-  /// The dest -> channel name table the finalizer thread reads (journal_intents).
-  void publish_dest_names();
-  /// Writes TEMP/channels: index, name and dest of every channel index (removed ones too), so
-  /// that the next start maps saved sessions' channel indexes to its own (checkpoints and saved
-  /// keys name channels by index, and a reload numbers channels unlike a fresh start).
-  void save_channel_table();
-  /// Reads TEMP/channels of the previous run into m_channel_remap: old index -> the index of
-  /// the configured channel with the same name and dest, or nullopt when there is none.
-  void load_channel_table();
-  /// A checkpoint with its channel index mapped by m_channel_remap; nullopt when its channel
-  /// is no longer configured (or the blob does not parse: restore() reports that).
-  std::optional<std::string> remap_checkpoint(std::string blob) const;
+  /// Makes the storage path, its finalizer hook journaling intents and its results going to
+  /// the engine (constructor).
+  void make_store();
+  /// Restores the sessions the last run saved (checkpoints and keys, their channel indexes
+  /// mapped by TEMP/channels) and sweeps what is left of the others (constructor).
+  void restore_sessions();
   void service();
   void arm_timer(time_point now);
   void log_status(bool final);
-  void check_unicast_backpressure();
-  /// Client settings for `order` of session `s`, without the credentials.
-  unicast::client_options unicast_options(session_id s, const unicast_order& order) const;
-  /// The token of `order` and, in a signed session, this site's fallback key; nullopt (with a
-  /// warning) for an encrypted session whose key this site does not hold yet.
-  std::optional<unicast::client_credentials> unicast_credentials(session_id s,
-                                                                 const unicast_order& order);
-  /// The callbacks of client generation `gen` of session `s`.
-  unicast::client_events unicast_events(session_id s, std::uint64_t gen);
-  /// Replaces session `s`'s client with a new one connecting for `order`, asking for `req`.
-  void connect_unicast(session_id s, const unicast_order& order,
-                       const std::vector<mcdist::byte_range>& req,
-                       const unicast::client_credentials& creds);
+  /// What the unicast clients need of the daemon: the engine, the storage pool, service()
+  /// (daemon_unicast.cpp).
+  unicast_port unicast_hooks();
   void write_status_file();
   /// Writes TEMP/sequences when the engine's sequence book changed since the last write.
   void save_sequences_if_changed();
-  /// Loads or makes this site's key and sets up one keyring per channel; warns for channels
-  /// that trust any sender.
-  void setup_keys();
   /// One datagram from socket `index`: authenticated, then handed to the engine.
   /// @param arrival  when the kernel received it, if the socket says (batch_receiver::arrival)
   void handle_datagram(std::size_t index, std::span<const std::byte> d, const endpoint& from,
                        time_point now, std::optional<time_point> arrival = std::nullopt);
-  /// Sends the key request a verified announce left due (from the control socket, to the
-  /// announce's source), if any.
-  void send_key_request(const endpoint& to);
-  /// After an announce of session `s` (`plain`, opened) on channel `index` reached the engine: a
-  /// session that
-  /// is silent here (a silent channel, or the announce's silent_passes) is marked silent in the
-  /// channel's keys, so no key request goes out for it and its untagged blocks pass.
-  void note_silent(std::size_t index, session_id s, std::span<const std::byte> plain);
-  /// After a datagram was opened: sends a due key request, and hands the engine the sealed
-  /// announces held before a session key that just arrived.
-  void after_open(const endpoint& from);
-  /// True for a signed announce on channel socket `index` of a session whose manifest the
-  /// engine holds whole and one of whose announces verified within
-  /// auth::announce_repeat_interval: a repeat, dropped without a signature check.
-  bool announce_repeat(std::size_t index, const wire::header& h, time_point now) const;
-  /// True for a data, marker or announce datagram on channel socket `index` of a session whose
-  /// key this site asked for and does not have yet.
-  bool key_awaited(std::size_t index, const wire::header& h) const;
   /// Reads what the control socket holds now (at most max_control_per_key_poll datagrams).
   void poll_control(time_point now);
-  /// The keyring of one channel: its trusted senders, this site's key (m_site) and id.
-  std::unique_ptr<auth::receiver_keys> channel_keys(const channel_config& ch) const;
-  /// Checks a datagram that arrived on socket `index` from `from` with the keyring of its
-  /// channel (or, on the control socket, of the channel that knows its session). @return empty
-  /// with the version-1 view in `out`, or why it was refused (counted)
-  /// @param h  the datagram's common header, parsed once by handle_datagram
-  std::error_code authenticate(std::size_t index, const wire::header& h,
-                               std::span<const std::byte> d, time_point now,
-                               std::span<const std::byte>& out, const endpoint& from);
-  /// The keyring that holds session `s`, if any.
-  auth::receiver_keys* keys_of(session_id s);
-  /// Saves a session's keys under temp/keys once this site has its session key, so a restarted
-  /// daemon can go on with the session (the checkpoint alone cannot verify its data).
-  void save_keys(session_id s, std::size_t channel);
-  void restore_keys(session_id s);
-  /// Sum of the keyrings' refusal counters.
-  auth::auth_stats auth_refused() const;
   /// The status file's document (also the base of /status).
   nlohmann::json status_json();
   // Status HTTP server (daemon_http.cpp).
@@ -203,144 +164,61 @@ class daemon final : public receiver_sink {
   std::string render_status(status_view view, log_summary log);
   /// The end of stop(), once running actions finished or their grace ran out.
   void finish_stop();
-  // Delivery journal, actions and retention (daemon_actions.cpp).
-  /// Opens the journal and makes the action runner (constructor, before the store).
-  void open_journal();
-  /// Intents left by a crash: those whose file is in place with their digest become
-  /// deliveries (actions queued), the others are dropped (constructor).
-  void recover_intents();
-  /// Queues the runs the journal holds as pending or running (run()).
-  void resume_runs();
-  /// Queues a delivery for the journal (file_finished); flush_deliveries() records it.
+  /// Hands a file's end to the delivery journal (file_finished, catch-up).
   /// @param key  the sender key to record; nullptr: the key that signed its session
   void journal_delivery(const file_outcome& outcome, const std::string* key = nullptr);
-  // Catch-up over HTTP(S) of silent channels (daemon_catch_up.cpp).
-  /// A heartbeat of silent channel `index` left `missing` numbers of stream (channel as the
-  /// hub names it, source) signed by `signer`: each becomes due for a fetch (kept back-off
-  /// state for numbers already known; numbers no longer missing are forgotten).
-  void note_missing(std::size_t index, const std::string& channel, const std::string& source,
-                    const std::optional<crypto::key32>& signer,
-                    std::span<const wire::seq_span> missing);
-  /// Submits the numbers whose time has come to the catch-up client; re-arms its timer.
-  void do_catch_up();
-  /// A job's outcome (io thread): its files go to the storage path, then the number is marked
-  /// caught up; a failure backs off.
-  void on_catch_up(catch_up_outcome o);
-  /// The end of one number's deliveries: caught up, or backed off.
-  void catch_up_done(std::size_t index, std::uint64_t seq, bool ok, const std::string& why);
-  /// Journals the queued deliveries in one transaction and queues their actions.
-  void flush_deliveries();
-  /// The finalizer thread's hook: journals intents before the renames.
-  void journal_intents(std::span<const pending_rename> intents);
-  /// Deletes expired products and prunes the journal; re-arms its timer.
-  void run_retention();
+  /// What catch-up needs of the daemon: the storage path, the journal, board and WIS2, the
+  /// sequence book (daemon_heartbeat.cpp).
+  catch_up_port catch_up_hooks();
+  /// A stored file's WIS2 notifications, by the publishers of its channel.
+  void publish_wis2(const file_outcome& outcome);
 
   boost::asio::io_context& m_io;
   daemon_config m_cfg;
   std::shared_ptr<spdlog::logger> m_log;
-  /// One per channel index (m_cfg.channels), closed once a removed channel is left; a deque so
-  /// a reload adds sockets without moving those with waits pending.
-  std::deque<net::udp::socket> m_sockets;
+  /// The channels' multicast sockets by index, the interface they are joined on, their
+  /// counters and which a reload retired.
+  channel_sockets m_channels;
   std::optional<net::udp::socket> m_control_socket;
-  /// m_cfg.interface resolved at start for the channels' family: every channel is joined on
-  /// it and the control socket bound to its address (a restart-only setting).
-  net::resolved_interface m_interface;
-  /// The socket options that join `ch` on m_interface.
-  net::channel_socket_options channel_socket(const channel_config& ch) const;
-  /// Per channel index, datagrams read from its socket, and of those, datagrams from another
-  /// address than a source-specific channel's source: the kernel filters those, so a count
-  /// above 0 is a kernel that does not (they are dropped here, before the core).
-  std::vector<std::uint64_t> m_channel_datagrams;
-  std::vector<std::uint64_t> m_channel_off_source;
-  /// Per channel index: a reload removed (or replaced) it; it takes no new session.
-  std::vector<bool> m_retired;
   std::function<daemon_config()> m_config_source;
-  crypto::identity m_site;  ///< this site's key, for the keyrings of channels added later
   std::uint64_t m_reloads_ok = 0;
   std::uint64_t m_reloads_failed = 0;
-  /// dest root -> channel name for the finalizer thread (journal_intents), under its mutex.
-  std::mutex m_dest_names_mutex;
-  std::vector<std::pair<std::filesystem::path, std::string>> m_dest_names;
-  /// Previous run's channel index -> this run's (load_channel_table); empty: the identity.
-  std::map<std::uint32_t, std::optional<std::uint32_t>> m_channel_remap;
   boost::asio::steady_timer m_timer;
   boost::asio::steady_timer m_status_timer;
   daemon_shell m_shell;
+  /// The delivery journal and the actions on receipt (made before m_store: the store's hook
+  /// journals intents), and retention, which deletes what the journal says expired.
+  std::unique_ptr<delivery_recorder> m_deliveries;
+  std::unique_ptr<retention_sweeper> m_retention;
   std::unique_ptr<file_store> m_store;
   std::unique_ptr<receiver_engine> m_engine;
-  /// Authentication, one keyring per channel (each trusts its own senders).
-  std::vector<std::unique_ptr<auth::receiver_keys>> m_keys;
-  std::set<session_id> m_keys_saved;  ///< sessions whose keys are saved under temp/keys
-  std::vector<std::byte> m_send_buffer;
+  /// This site's key, the channels' keyrings, saved session keys, the refusal counters.
+  std::unique_ptr<session_keys> m_keys;
   /// Datagrams this daemon sent from its control socket (feedback and key requests); a site
   /// whose sessions are all silent keeps it at 0 (status file "datagrams_sent").
   std::uint64_t m_datagrams_sent = 0;
-  std::uint64_t m_unknown_unicast = 0;  ///< unicast datagrams of sessions no channel knows
   net::batch_receiver m_receiver;
   /// Reads the control socket in the middle of a channel's batch (poll_control), so its own
   /// buffers are not m_receiver's, which hold that batch.
   net::batch_receiver m_key_poll_receiver{4, wire::max_datagram_size};
-  /// Control socket reads for awaited keys in this wake-up (at most max_key_polls_per_wake):
-  /// blocks of a session that never gets its key cost this many extra reads, no more (an
-  /// announce polls uncounted: its signature check costs far more than the read).
-  std::uint32_t m_key_polls = 0;
-  /// Signed announce repeats dropped without a signature check (announce_repeat).
-  std::uint64_t m_announce_repeats_unchecked = 0;
-  static constexpr std::uint32_t max_key_polls_per_wake = 8;
   static constexpr std::size_t max_control_per_key_poll = 16;
   std::mt19937_64 m_drop_rng;
   std::uint64_t m_dropped_by_option = 0;
   std::uint64_t m_read_pauses = 0;
-  /// Per channel socket index: the SO_RXQ_OVFL drop count of the last datagram read from it
-  /// (a rise tells the engine the datagrams before the next one were this host's overrun).
-  std::vector<std::uint32_t> m_socket_drops;
-  /// Unicast fallback clients, one per session in fallback; generation tells a stale
-  /// callback from the current client's.
-  struct unicast_slot {
-    std::unique_ptr<unicast::client> client;
-    std::uint64_t generation = 0;
-    bool paused = false;
-    std::uint64_t bytes = 0;                                     ///< payload received
-    std::optional<std::chrono::steady_clock::time_point> first;  ///< first payload byte
-    std::chrono::steady_clock::time_point last{};                ///< latest payload byte
-    /// Opened by prepare_unicast and not yet given its token: not the engine's yet.
-    bool prepared = false;
-    unicast_order prepared_for;  ///< what prepare_unicast opened (token zero)
-    std::chrono::steady_clock::time_point prepared_at{};  ///< when it began connecting
-    /// A prepared client taken by an order before it was up: replaced by a fresh one when its
-    /// handshake is not up in time (start_unicast).
-    std::unique_ptr<boost::asio::steady_timer> hedge;
-  };
-  std::map<session_id, unicast_slot> m_unicast;
-  std::uint64_t m_unicast_generation = 0;
-  /// Fallback connections of encrypted sessions ended by a sealed frame that did not open
-  /// (tampered or injected on the path; common/unicast/record_seal.hpp): counted, logged
-  /// rate-limited (common/log_limit.hpp).
-  std::uint64_t m_unicast_unsealed = 0;
+  /// Unicast fallback clients, one per session in fallback.
+  unicast_slots m_unicast;
   /// The signed sessions taken within max_session_age, kept in TEMP/replay
   /// (receiver/io/replay_store.hpp): a recorded session replayed later is refused.
   std::unique_ptr<replay_store> m_replay;
-  /// Heartbeats checked per channel in the current second (daemon_heartbeat.cpp).
-  struct heartbeat_budget {
-    std::chrono::steady_clock::time_point window_start{};
-    std::uint32_t used = 0;
-  };
-  std::vector<heartbeat_budget> m_heartbeat_budget;
-  /// (channel as announced, source) -> the newest heartbeat taken, its sent_unix_ms.
-  std::map<std::pair<std::string, std::string>, std::uint64_t> m_heartbeat_last;
-  std::uint64_t m_heartbeats_taken = 0;
-  std::uint64_t m_heartbeats_refused = 0;
-  std::uint64_t m_gap_reports_sent = 0;
+  /// Heartbeat budgets, the newest heartbeat per stream, and what a heartbeat asks for.
+  heartbeat_intake m_heartbeats;
   log_limiter m_stale_sessions_logged{20};
-  boost::asio::steady_timer m_unicast_poll;
-  bool m_unicast_polling = false;
   std::optional<time_point> m_timer_at;
   bool m_stopping = false;
   /// The thread of m_io: handlers, store callbacks and the engine's calls all run there
   /// (common/sys/single_thread.hpp).
   single_thread m_io_thread;
   bool m_stop_finished = false;
-  std::uint64_t m_last_logged_drops = 0;
   /// sequence_book::changes() as of the last write of TEMP/sequences.
   std::uint64_t m_sequences_saved = 0;
   // Status HTTP server (daemon_http.cpp).
@@ -349,37 +227,8 @@ class daemon final : public receiver_sink {
   boost::asio::steady_timer m_sample_timer;
   /// WIS2 notification publishers, each with the index of its channel.
   std::vector<std::pair<std::size_t, std::unique_ptr<wis2_publisher>>> m_wis2;
-  /// Delivery journal and the actions on receipt (before m_store: the store's hook uses it).
-  std::unique_ptr<delivery_journal> m_journal;
-  std::unique_ptr<action_runner> m_actions;
-  boost::asio::steady_timer m_retention_timer;
-  /// Deliveries reported since the last flush_deliveries (one finalize batch is reported in
-  /// one go: journaled together, one commit).
-  std::vector<delivery_journal::batch_entry> m_unjournaled;
-  /// Catch-up over HTTP(S): per channel index, the stream its heartbeats name and the numbers
-  /// to fetch, with their back-off.
-  struct catch_up_number {
-    std::chrono::steady_clock::time_point due{};
-    std::chrono::seconds backoff{0};
-    bool in_flight = false;
-  };
-  struct catch_up_state {
-    std::string channel;  ///< as the hub names it
-    std::string source;   ///< sequence_book stream source
-    std::optional<crypto::key32> signer;
-    std::map<std::uint64_t, catch_up_number> numbers;
-  };
-  std::vector<catch_up_state> m_catch_up;
-  std::unique_ptr<catch_up_client> m_catch_up_client;  ///< made at the first missing number
-  std::unique_ptr<boost::asio::steady_timer> m_catch_up_timer;
-  std::uint64_t m_catch_up_file_seq = 0;      ///< file_key of deliver_file
-  std::uint64_t m_catch_up_delivered = 0;     ///< files renamed into place
-  std::uint64_t m_catch_up_kept_newer = 0;    ///< files not taken: a newer version is in place
-  std::uint64_t m_catch_up_numbers_done = 0;  ///< numbers marked caught up
-  std::uint64_t m_catch_up_failed = 0;        ///< numbers whose attempt failed (retried)
-  log_limiter m_catch_up_logged{50};
-  std::uint64_t m_retention_deleted = 0;
-  std::uint64_t m_retention_skipped = 0;
+  /// Catch-up over HTTP(S) of silent channels: the numbers missed, the client, its timer.
+  catch_up_runner m_catch_up;
 };
 
 }  // namespace mcdist::receiver

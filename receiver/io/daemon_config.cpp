@@ -432,6 +432,13 @@ endpoint parse_source(const std::string& text, const endpoint& group, const std:
   return *a;
 }
 
+std::vector<bool> silent_channels(const std::vector<channel_config>& channels) {
+  std::vector<bool> out;
+  out.reserve(channels.size());
+  for (const auto& ch : channels) out.push_back(ch.silent);
+  return out;
+}
+
 std::string ssm_warning(const channel_config& ch) {
   if (ch.source && !ch.group.is_source_specific()) {
     return "channel " + ch.name + ": source " + ch.source->address_string() + " with group " +

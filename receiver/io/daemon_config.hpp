@@ -163,6 +163,9 @@ endpoint parse_source(const std::string& text, const endpoint& group, const std:
 /// SSM-range group joined any-source (routers following RFC 4607 forward nothing to it).
 std::string ssm_warning(const channel_config& ch);
 
+/// Which of `channels` are silent, by index (receiver_config::silent_channels).
+std::vector<bool> silent_channels(const std::vector<channel_config>& channels);
+
 /// Parses an age: a parse_duration string ("90s", "6h") or a number of days ("7d").
 std::optional<std::chrono::nanoseconds> parse_age(std::string_view text) noexcept;
 

@@ -30,6 +30,10 @@ void daemon::file_finished(const file_outcome& outcome) {
   MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
   m_board.file_finished(outcome, std::chrono::system_clock::now());
   journal_delivery(outcome);
+  publish_wis2(outcome);
+}
+
+void daemon::publish_wis2(const file_outcome& outcome) {
   if (!outcome.stored || !outcome.digest) return;
   for (auto& [channel, p] : m_wis2) {
     if (channel == outcome.channel) {
@@ -44,7 +48,7 @@ std::string daemon::render_status(status_view view, log_summary log) {
   s.now = std::chrono::system_clock::now();
   s.started = m_status.started();
   s.channels = &m_cfg.channels;
-  s.retired = &m_retired;
+  s.retired = &m_channels.retired_flags();
   s.reloads_ok = m_reloads_ok;
   s.reloads_failed = m_reloads_failed;
   s.stats = &m_engine->stats();
@@ -59,15 +63,15 @@ std::string daemon::render_status(status_view view, log_summary log) {
   s.commit_batches = ss.commit_batches;
   s.commit_batches_syncfs = ss.commit_batches_syncfs;
   s.dropped_by_option = m_dropped_by_option;
-  s.not_authenticated = auth_refused();
+  s.not_authenticated = m_keys->stats();
   s.read_pauses = m_read_pauses;
   s.sequences = m_engine->sequences().status();
   for (const auto& [channel, p] : m_wis2) {
     s.wis2.push_back({p->channel(), p->action().topic, p->stats()});
   }
-  if (m_actions) s.actions = m_actions->stats();
-  s.retention_deleted = m_retention_deleted;
-  s.retention_skipped = m_retention_skipped;
+  s.actions = m_deliveries->actions().stats();
+  s.retention_deleted = m_retention->deleted();
+  s.retention_skipped = m_retention->skipped();
   s.log = std::move(log);
   switch (view) {
     case status_view::metrics: return render_metrics(s);

@@ -3,7 +3,6 @@
 // destination roots, the keyrings and the status board all name a channel by index, so a
 // removed channel keeps its index (retired) and a new one takes the next.
 
-#include "checkpoint.pb.h"
 #include "common/byte_order.hpp"
 #include "common/daemon/reload_diff.hpp"
 #include "common/wire.hpp"
@@ -36,6 +35,39 @@ bool same_receiving(const channel_config& a, const channel_config& b) {
          a.trusted_senders == b.trusted_senders && a.silent == b.silent;
 }
 
+/// What a reload does to the channels: the running ones it retires (removed, or changed in
+/// what their sessions are received with) and the next ones it adds (new, or the changed ones'
+/// successors), each noted in `diff`.
+struct channel_plan {
+  std::vector<std::size_t> retire;
+  std::vector<const channel_config*> add;
+};
+
+template <class Live>
+channel_plan plan_channels(const std::vector<channel_config>& now,
+                           const std::vector<channel_config>& next, const channel_match& match,
+                           Live live, reload_diff& diff) {
+  channel_plan plan;
+  for (std::size_t i = 0; i < now.size(); ++i) {
+    if (!live(i)) continue;
+    const auto& cur = now[i];
+    const auto j = match.next_of[i];
+    if (!j) {
+      plan.retire.push_back(i);
+      diff.note("channel " + cur.name + " removed");
+    } else if (!same_receiving(cur, next[*j])) {
+      plan.retire.push_back(i);
+      plan.add.push_back(&next[*j]);
+      diff.note("channel " + cur.name + " changed (group, dest, trusted_senders or silent)");
+    }
+  }
+  for (const auto j : match.added) {
+    plan.add.push_back(&next[j]);
+    diff.note("channel " + next[j].name + " added");
+  }
+  return plan;
+}
+
 /// The settings of `next` that differ from `now` and that a running daemon cannot change:
 /// they are bound into sockets, threads, files or budgets made at start.
 void restart_only_changes(const daemon_config& now, const daemon_config& next, reload_diff& d) {
@@ -65,160 +97,44 @@ void restart_only_changes(const daemon_config& now, const daemon_config& next, r
 
 bool daemon::channel_takes(std::size_t index, const wire::header& h) const {
   if (const auto owner = m_engine->channel_of(h.session)) return *owner == index;
-  return !m_retired[index];
-}
-
-void daemon::publish_dest_names() {
-  std::vector<std::pair<std::filesystem::path, std::string>> names;
-  for (const auto& ch : m_cfg.channels) names.emplace_back(ch.dest, ch.name);
-  std::lock_guard lock(m_dest_names_mutex);
-  m_dest_names = std::move(names);
-}
-
-void daemon::save_channel_table() {
-  // One line per index: "INDEX<TAB>NAME<TAB>DEST" (names and paths hold no tab or newline in
-  // practice; a line that does not parse is ignored at the next start).
-  const auto file = m_cfg.temp / "channels";
-  const auto tmp = file.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    for (std::size_t i = 0; i < m_cfg.channels.size(); ++i) {
-      out << i << '\t' << m_cfg.channels[i].name << '\t' << m_cfg.channels[i].dest.string() << '\n';
-    }
-    if (!out) {
-      m_log->warn(
-          "cannot write {}: a restart may not resume sessions of channels a reload "
-          "added",
-          tmp);
-      return;
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, file, ec);
-  if (ec) m_log->warn("cannot rename {} into place: {}", tmp, ec.message());
-}
-
-void daemon::load_channel_table() {
-  std::ifstream in(m_cfg.temp / "channels");
-  std::string line;
-  while (std::getline(in, line)) {
-    const auto t1 = line.find('\t');
-    const auto t2 = t1 == std::string::npos ? t1 : line.find('\t', t1 + 1);
-    if (t2 == std::string::npos) continue;
-    std::uint32_t old = 0;
-    if (!(std::istringstream(line.substr(0, t1)) >> old)) continue;
-    const auto name = line.substr(t1 + 1, t2 - t1 - 1);
-    const std::filesystem::path dest = line.substr(t2 + 1);
-    std::optional<std::uint32_t> now;
-    for (std::size_t i = 0; i < m_cfg.channels.size(); ++i) {
-      if (m_cfg.channels[i].name == name && m_cfg.channels[i].dest == dest) {
-        now = static_cast<std::uint32_t>(i);
-        break;
-      }
-    }
-    m_channel_remap[old] = now;
-  }
-}
-
-std::optional<std::string> daemon::remap_checkpoint(std::string blob) const {
-  if (m_channel_remap.empty()) return blob;
-  checkpoint::session_state st;
-  if (!st.ParseFromArray(blob.data(), static_cast<int>(blob.size()))) return blob;
-  const auto it = m_channel_remap.find(st.channel());
-  if (it == m_channel_remap.end()) return blob;  // not in the table: as saved
-  if (!it->second) return std::nullopt;
-  if (*it->second == st.channel()) return blob;
-  st.set_channel(*it->second);
-  return st.SerializeAsString();
+  return !m_channels.retired(index);
 }
 
 void daemon::add_channel(const channel_config& ch) {
   const std::size_t index = m_cfg.channels.size();
-  m_sockets.push_back(net::open_channel_socket(m_io, channel_socket(ch)));
+  m_channels.open(ch);
   if (const auto w = ssm_warning(ch); !w.empty()) m_log->warn("{}", w);
   m_cfg.channels.push_back(ch);
-  m_retired.push_back(false);
-  m_keys.push_back(channel_keys(ch));
+  m_keys->add_channel(ch);
   m_store->add_dest_root(ch.dest);
   m_board.add_channel();
   m_engine->set_channel_count(static_cast<std::uint32_t>(m_cfg.channels.size()));
-  m_engine->set_silent_channels(silent_channels());
+  m_engine->set_silent_channels(silent_channels(m_cfg.channels));
   for (const auto& a : ch.wis2) {
     m_wis2.push_back({index, std::make_unique<wis2_publisher>(a, ch.name, m_log)});
   }
-  log_trust(ch);
+  m_keys->log_trust(ch);
   do_receive(index);
 }
 
 void daemon::close_idle_channels() {
-  for (std::size_t i = 0; i < m_sockets.size(); ++i) {
-    if (!m_retired[i] || !m_sockets[i].is_open() ||
+  for (std::size_t i = 0; i < m_channels.size(); ++i) {
+    if (!m_channels.retired(i) || !m_channels.is_open(i) ||
         m_engine->active_sessions_on(static_cast<std::uint32_t>(i)) > 0) {
       continue;
     }
-    boost::system::error_code ignored;
-    m_sockets[i].close(ignored);  // leaves the group; the pending wait ends with an error
+    m_channels.close(i);  // leaves the group; the pending wait ends with an error
     std::erase_if(m_wis2, [i](const auto& p) { return p.first == i; });
     m_log->info("channel {} ({} -> {}) left: no session under way on it", m_cfg.channels[i].name,
                 m_cfg.channels[i].group.to_string(), m_cfg.channels[i].dest.string());
   }
 }
 
-bool daemon::reload(const std::function<daemon_config()>& source) {
-  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
-  daemon_config next;
-  try {
-    next = source();
-    validate(next);
-    check_directories(next, false);
-  } catch (const std::exception& e) {
-    return log_reload_refused(*m_log, m_reloads_failed, e);
-  }
-
-  // Plan the channels by name, then open what is new before changing anything, so a socket
-  // that cannot be opened leaves the daemon as it was.
-  const auto match = match_channels(m_cfg.channels, next.channels,
-                                    [this](std::size_t i) { return !m_retired[i]; });
-  reload_diff diff;
-  std::vector<std::size_t> retire;
-  std::vector<const channel_config*> add;
+void daemon::apply_kept_channels(const daemon_config& next, const channel_match& match,
+                                 reload_diff& diff) {
+  // Channels kept as they were take the new per-channel actions and retention.
   for (std::size_t i = 0; i < m_cfg.channels.size(); ++i) {
-    if (m_retired[i]) continue;
-    const auto& cur = m_cfg.channels[i];
-    const auto j = match.next_of[i];
-    if (!j) {
-      retire.push_back(i);
-      diff.note("channel " + cur.name + " removed");
-    } else if (!same_receiving(cur, next.channels[*j])) {
-      retire.push_back(i);
-      add.push_back(&next.channels[*j]);
-      diff.note("channel " + cur.name + " changed (group, dest, trusted_senders or silent)");
-    }
-  }
-  for (const auto j : match.added) {
-    add.push_back(&next.channels[j]);
-    diff.note("channel " + next.channels[j].name + " added");
-  }
-  try {
-    for (const auto* ch : add) {
-      std::error_code ec;
-      std::filesystem::create_directories(ch->dest, ec);
-      if (ec) {
-        throw config_error("cannot create the destination directory " + ch->dest.string() +
-                           " of channel " + ch->name + ": " + ec.message());
-      }
-      // Bind and join once here: a group that cannot be joined fails the reload whole.
-      auto probe = net::open_channel_socket(m_io, channel_socket(*ch));
-      boost::system::error_code ignored;
-      probe.close(ignored);
-    }
-  } catch (const std::exception& e) {
-    return log_reload_refused(*m_log, m_reloads_failed, e);
-  }
-
-  // Apply. Channels kept as they were take the new per-channel actions and retention.
-  for (std::size_t i = 0; i < m_cfg.channels.size(); ++i) {
-    if (m_retired[i] || !match.next_of[i]) continue;
+    if (m_channels.retired(i) || !match.next_of[i]) continue;
     auto& cur = m_cfg.channels[i];
     const auto& nc = next.channels[*match.next_of[i]];
     if (!same_receiving(cur, nc)) continue;
@@ -235,22 +151,13 @@ bool daemon::reload(const std::function<daemon_config()>& source) {
     diff.take(cur.retention_max_age, nc.retention_max_age,
               "channel " + cur.name + " retention changed");
   }
-  for (const auto i : retire) m_retired[i] = true;
-  for (const auto* ch : add) {
-    try {
-      add_channel(*ch);
-    } catch (const std::exception& e) {
-      // Probed a moment ago; a failure now (another process took the port) is only logged.
-      m_log->error("SIGHUP: channel {} ({}) not joined: {}", ch->name, ch->group.to_string(),
-                   e.what());
-    }
-  }
-  publish_dest_names();
-  save_channel_table();
+}
+
+void daemon::apply_settings(const daemon_config& next, reload_diff& diff) {
   if (!same_actions(m_cfg.actions, next.actions)) {
     diff.note(
         fmt::format("actions replaced ({} -> {})", m_cfg.actions.size(), next.actions.size()));
-    m_actions->replace_actions(next.actions);
+    m_deliveries->actions().replace_actions(next.actions);
     m_cfg.actions = next.actions;
   }
   if (m_cfg.retention_max_age != next.retention_max_age ||
@@ -271,8 +178,56 @@ bool daemon::reload(const std::function<daemon_config()>& source) {
   diff.take(m_cfg.status_interval, next.status_interval, "status_interval changed");
   m_cfg.trusted_senders = next.trusted_senders;
   restart_only_changes(m_cfg, next, diff);
+}
+
+bool daemon::reload(const std::function<daemon_config()>& source) {
+  MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
+  daemon_config next;
+  try {
+    next = source();
+    validate(next);
+    check_directories(next, false);
+  } catch (const std::exception& e) {
+    return log_reload_refused(*m_log, m_reloads_failed, e);
+  }
+
+  // Plan the channels by name, then open what is new before changing anything, so a socket
+  // that cannot be opened leaves the daemon as it was.
+  const auto live = [this](std::size_t i) { return !m_channels.retired(i); };
+  const auto match = match_channels(m_cfg.channels, next.channels, live);
+  reload_diff diff;
+  const auto plan = plan_channels(m_cfg.channels, next.channels, match, live, diff);
+  try {
+    for (const auto* ch : plan.add) {
+      std::error_code ec;
+      std::filesystem::create_directories(ch->dest, ec);
+      if (ec) {
+        throw config_error("cannot create the destination directory " + ch->dest.string() +
+                           " of channel " + ch->name + ": " + ec.message());
+      }
+      // Bind and join once here: a group that cannot be joined fails the reload whole.
+      m_channels.probe(*ch);
+    }
+  } catch (const std::exception& e) {
+    return log_reload_refused(*m_log, m_reloads_failed, e);
+  }
+
+  apply_kept_channels(next, match, diff);
+  for (const auto i : plan.retire) m_channels.retire(i);
+  for (const auto* ch : plan.add) {
+    try {
+      add_channel(*ch);
+    } catch (const std::exception& e) {
+      // Probed a moment ago; a failure now (another process took the port) is only logged.
+      m_log->error("SIGHUP: channel {} ({}) not joined: {}", ch->name, ch->group.to_string(),
+                   e.what());
+    }
+  }
+  m_deliveries->publish_dest_names(m_cfg.channels);
+  channel_table::save(m_cfg.temp / channel_table::file_name, m_cfg.channels, *m_log);
+  apply_settings(next, diff);
   ++m_reloads_ok;
-  diff.log(*m_log, static_cast<std::size_t>(std::count(m_retired.begin(), m_retired.end(), false)));
+  diff.log(*m_log, m_channels.live());
   close_idle_channels();
   return true;
 }

@@ -17,6 +17,74 @@
 
 namespace mcdist::receiver {
 
+namespace {
+
+/// Datagrams the engine dropped, by reason.
+nlohmann::json dropped_status(const receiver_stats& st) {
+  nlohmann::json drops = nlohmann::json::object();
+  for (std::size_t i = 1; i < st.drops.counts.size(); ++i) {
+    if (st.drops.counts[i])
+      drops[std::string(to_string(static_cast<errc>(i)))] = st.drops.counts[i];
+  }
+  return drops;
+}
+
+/// One WIS2 publisher's state and counters.
+nlohmann::json wis2_status(const wis2_publisher& p) {
+  const auto ws = p.stats();
+  return {{"channel", p.channel()},    {"topic", p.action().topic}, {"connected", ws.connected},
+          {"published", ws.published}, {"failed", ws.failed},       {"dropped", ws.dropped},
+          {"queued", ws.queued}};
+}
+
+/// Per channel (as announced) and sender: the newest session number seen, the newest
+/// completed, and how many below the newest were never completed.
+nlohmann::json sequences_status(const std::vector<sequence_status>& streams) {
+  auto seqs = nlohmann::json::array();
+  for (const auto& q : streams) {
+    seqs.push_back({{"channel", q.channel},
+                    {"source", q.source},
+                    {"last_seq_seen", q.last_seen},
+                    {"last_seq_completed", q.last_completed},
+                    {"missing_sessions", q.missing}});
+  }
+  return seqs;
+}
+
+/// Each action's runs by outcome.
+nlohmann::json actions_status(const action_runner& runner) {
+  auto acts = nlohmann::json::array();
+  for (const auto& [name, as] : runner.stats()) {
+    acts.push_back({{"name", name},
+                    {"done", as.done},
+                    {"retried", as.retried},
+                    {"failed", as.failed},
+                    {"running", as.running},
+                    {"queued", as.queued}});
+  }
+  return acts;
+}
+
+/// Authentication's refusals and costs.
+void add_auth_status(nlohmann::json& j, const auth::auth_stats& a) {
+  j["not_authenticated"] = {{"bad_signature", a.bad_signature},
+                            {"bad_tag", a.bad_tag},
+                            {"no_key", a.no_key},
+                            {"unsigned", a.unauthenticated},
+                            {"verify_budget", a.verify_budget},
+                            {"bad_path", a.bad_path},
+                            {"bad_digest", a.bad_digest},
+                            {"no_digest", a.no_digest}};
+  // Block digests (silent signed sessions, docs/security.md "Block digests"): verified chunks
+  // taken and blocks whose digest matched.
+  j["block_digests"] = {{"chunks", a.digest_chunks}, {"blocks_checked", a.blocks_checked}};
+  // What announce signatures cost (docs/security.md "Announce trees"): Ed25519 checks made,
+  // and announces verified by their path to a root checked before.
+  j["announce_signatures"] = {{"checked", a.signatures}, {"by_path", a.by_path}};
+}
+
+}  // namespace
+
 void daemon::log_status(bool final) {
   const auto& st = m_engine->stats();
   const auto ss = m_store->get_stats();
@@ -34,7 +102,7 @@ void daemon::log_status(bool final) {
     drops += (drops.empty() ? "" : ", ") + std::string("--drop-rate ") +
              std::to_string(m_dropped_by_option);
   }
-  if (const auto a = auth_refused(); a.total() > 0) {
+  if (const auto a = m_keys->stats(); a.total() > 0) {
     drops += (drops.empty() ? "" : ", ") +
              fmt::format(
                  "not authenticated {} (bad signature {}, bad path {}, bad tag {}, bad digest {}, "
@@ -98,113 +166,29 @@ nlohmann::json daemon::status_json() {
   j["commit"] = {{"batches", ss.commit_batches}, {"batches_by_syncfs", ss.commit_batches_syncfs}};
   j["dropped_by_drop_rate"] = m_dropped_by_option;
   j["read_pauses"] = m_read_pauses;
-  j["announce_repeats_unchecked"] = m_announce_repeats_unchecked;  // auth::announce_repeat_interval
-  j["heartbeats"] = {{"taken", m_heartbeats_taken},
-                     {"refused", m_heartbeats_refused},
-                     {"gap_reports_sent", m_gap_reports_sent}};
-  {
-    // Catch-up over HTTP(S) of silent channels (daemon_catch_up.cpp).
-    std::size_t pending = 0;
-    for (const auto& c : m_catch_up) pending += c.numbers.size();
-    auto& cu = j["catch_up"] = {{"pending_numbers", pending},
-                                {"numbers_caught_up", m_catch_up_numbers_done},
-                                {"attempts_failed", m_catch_up_failed},
-                                {"files_delivered", m_catch_up_delivered},
-                                {"files_kept_newer", m_catch_up_kept_newer}};
-    if (m_catch_up_client) {
-      const auto& k = m_catch_up_client->counters();
-      cu["indexes"] = k.indexes.load();
-      cu["indexes_refused"] = k.indexes_refused.load();
-      cu["downloads"] = k.downloads.load();
-      cu["bytes"] = k.bytes.load();
-      cu["held"] = k.held.load();
-      // By reason: what a hostile or broken path did (an index or a download refused).
-      auto& by_reason = cu["refused"] = nlohmann::json::object();
-      for (std::size_t r = 1; r < k.index_refusals.size(); ++r) {
-        if (const auto n = k.index_refusals[r].load()) {
-          by_reason[std::string(catch_up::to_string(static_cast<catch_up::refusal>(r)))] = n;
-        }
-      }
-      for (std::size_t r = 0; r < k.file_refusals.size(); ++r) {
-        if (const auto n = k.file_refusals[r].load()) {
-          by_reason[std::string(to_string(static_cast<file_refusal>(r)))] = n;
-        }
-      }
-    }
-  }
-  nlohmann::json drops = nlohmann::json::object();
-  for (std::size_t i = 1; i < st.drops.counts.size(); ++i) {
-    if (st.drops.counts[i])
-      drops[std::string(to_string(static_cast<errc>(i)))] = st.drops.counts[i];
-  }
-  j["dropped"] = drops;
+  j["announce_repeats_unchecked"] = m_keys->repeats_unchecked();  // auth::announce_repeat_interval
+  const auto& hb = m_heartbeats.stats();
+  j["heartbeats"] = {
+      {"taken", hb.taken}, {"refused", hb.refused}, {"gap_reports_sent", hb.gap_reports_sent}};
+  j["catch_up"] = m_catch_up.status();  // catch-up over HTTP(S) of silent channels
+  j["dropped"] = dropped_status(st);
   // Per channel: datagrams read from its socket, and those from another host than a
   // source-specific channel's source (0 while the kernel filters them, as it should).
   // (Not "channels": the status port's JSON puts its per-channel products there.)
-  auto& chans = j["channel_sockets"] = nlohmann::json::array();
-  for (std::size_t i = 0; i < m_cfg.channels.size(); ++i) {
-    const auto& ch = m_cfg.channels[i];
-    chans.push_back(
-        {{"name", ch.name},
-         {"group", ch.group.to_string()},
-         {"source", ch.source ? ch.source->address_string() : ""},
-         {"retired", static_cast<bool>(m_retired[i])},
-         {"datagrams", i < m_channel_datagrams.size() ? m_channel_datagrams[i] : 0},
-         {"off_source", i < m_channel_off_source.size() ? m_channel_off_source[i] : 0}});
-  }
-  j["interface"] = m_interface.to_string();
-  const auto a = auth_refused();
+  j["channel_sockets"] = m_channels.status(m_cfg.channels);
+  j["interface"] = m_channels.interface().to_string();
   if (!m_wis2.empty()) {
     auto& w = j["wis2"] = nlohmann::json::array();
-    for (const auto& [channel, p] : m_wis2) {
-      const auto ws = p->stats();
-      w.push_back({{"channel", p->channel()},
-                   {"topic", p->action().topic},
-                   {"connected", ws.connected},
-                   {"published", ws.published},
-                   {"failed", ws.failed},
-                   {"dropped", ws.dropped},
-                   {"queued", ws.queued}});
-    }
+    for (const auto& [channel, p] : m_wis2) w.push_back(wis2_status(*p));
   }
-  // Per channel (as announced) and sender: the newest session number seen, the newest
-  // completed, and how many below the newest were never completed.
-  auto& seqs = j["sequences"] = nlohmann::json::array();
-  for (const auto& q : m_engine->sequences().status()) {
-    seqs.push_back({{"channel", q.channel},
-                    {"source", q.source},
-                    {"last_seq_seen", q.last_seen},
-                    {"last_seq_completed", q.last_completed},
-                    {"missing_sessions", q.missing}});
+  j["sequences"] = sequences_status(m_engine->sequences().status());
+  if (const auto& runner = m_deliveries->actions(); !runner.actions().empty()) {
+    j["actions"] = actions_status(runner);
   }
-  if (m_actions && !m_actions->actions().empty()) {
-    auto& acts = j["actions"] = nlohmann::json::array();
-    for (const auto& [name, as] : m_actions->stats()) {
-      acts.push_back({{"name", name},
-                      {"done", as.done},
-                      {"retried", as.retried},
-                      {"failed", as.failed},
-                      {"running", as.running},
-                      {"queued", as.queued}});
-    }
-  }
-  j["retention"] = {{"deleted", m_retention_deleted}, {"skipped", m_retention_skipped}};
+  j["retention"] = {{"deleted", m_retention->deleted()}, {"skipped", m_retention->skipped()}};
   j["config_reloads"] = {{"success", m_reloads_ok}, {"failure", m_reloads_failed}};
-  if (m_journal) j["journal"] = m_journal->file().string();
-  j["not_authenticated"] = {{"bad_signature", a.bad_signature},
-                            {"bad_tag", a.bad_tag},
-                            {"no_key", a.no_key},
-                            {"unsigned", a.unauthenticated},
-                            {"verify_budget", a.verify_budget},
-                            {"bad_path", a.bad_path},
-                            {"bad_digest", a.bad_digest},
-                            {"no_digest", a.no_digest}};
-  // Block digests (silent signed sessions, docs/security.md "Block digests"): verified chunks
-  // taken and blocks whose digest matched.
-  j["block_digests"] = {{"chunks", a.digest_chunks}, {"blocks_checked", a.blocks_checked}};
-  // What announce signatures cost (docs/security.md "Announce trees"): Ed25519 checks made,
-  // and announces verified by their path to a root checked before.
-  j["announce_signatures"] = {{"checked", a.signatures}, {"by_path", a.by_path}};
+  j["journal"] = m_deliveries->journal().file().string();
+  add_auth_status(j, m_keys->stats());
   return j;
 }
 

@@ -1,15 +1,12 @@
-// The daemon's delivery journal, actions on receipt and retention (delivery_journal.hpp,
-// action_runner.hpp, docs/actions.md).
+#include "receiver/io/delivery_recorder.hpp"
 
 #include "common/sys/digest_xattr.hpp"
-#include "receiver/io/daemon.hpp"
 
 #include <boost/asio/post.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <cerrno>
-#include <cstring>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -18,10 +15,6 @@
 namespace mcdist::receiver {
 
 namespace {
-
-/// Deliveries looked at per retention pass and channel (bounds one pass's time on the io
-/// thread; the next pass goes on).
-constexpr std::size_t retention_batch = 1000;
 
 std::int64_t mtime_ns_of(const struct stat& st) {
   return static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
@@ -45,23 +38,34 @@ std::optional<sha256_digest> digest_of(int fd, std::uint64_t size, std::int64_t 
 
 }  // namespace
 
-void daemon::open_journal() {
-  const auto file = m_cfg.journal.empty() ? m_cfg.temp / "journal.db" : m_cfg.journal;
+delivery_recorder::delivery_recorder(boost::asio::io_context& io, const daemon_config& cfg,
+                                     std::shared_ptr<spdlog::logger> log)
+    : m_io(io), m_log(std::move(log)) {
+  const auto file = cfg.journal.empty() ? cfg.temp / "journal.db" : cfg.journal;
   try {
-    m_journal = std::make_unique<delivery_journal>(file, m_cfg.sync == sync_mode::none
-                                                             ? sqlite::durability::normal
-                                                             : sqlite::durability::full);
+    m_journal = std::make_unique<delivery_journal>(
+        file, cfg.sync == sync_mode::none ? sqlite::durability::normal : sqlite::durability::full);
   } catch (const sqlite::error& e) {
     throw config_error(std::string("delivery journal: ") + e.what() +
                        " (set journal = \"FILE\" to a writable place)");
   }
-  m_actions = std::make_unique<action_runner>(m_io, m_cfg.actions, *m_journal, m_log);
-  m_log->info("delivery journal {}; {} action{} on receipt", file.string(), m_cfg.actions.size(),
-              m_cfg.actions.size() == 1 ? "" : "s");
+  m_actions = std::make_unique<action_runner>(m_io, cfg.actions, *m_journal, m_log);
+  m_log->info("delivery journal {}; {} action{} on receipt", file.string(), cfg.actions.size(),
+              cfg.actions.size() == 1 ? "" : "s");
 }
 
-void daemon::journal_intents(std::span<const pending_rename> intents) {
-  // Finalizer thread: a reload changes m_cfg on the io thread, so the channels' names come
+delivery_recorder::~delivery_recorder() = default;
+
+void delivery_recorder::publish_dest_names(const std::vector<channel_config>& channels) {
+  std::vector<std::pair<std::filesystem::path, std::string>> names;
+  names.reserve(channels.size());
+  for (const auto& ch : channels) names.emplace_back(ch.dest, ch.name);
+  std::lock_guard lock(m_dest_names_mutex);
+  m_dest_names = std::move(names);
+}
+
+void delivery_recorder::journal_intents(std::span<const pending_rename> intents) {
+  // Finalizer thread: a reload changes the channels on the io thread, so their names come
   // from m_dest_names under its mutex; the journal has its own.
   std::vector<std::pair<std::filesystem::path, std::string>> names;
   {
@@ -92,9 +96,8 @@ void daemon::journal_intents(std::span<const pending_rename> intents) {
   m_journal->record_intents(rows);
 }
 
-void daemon::journal_delivery(const file_outcome& o, const std::string* key) {
-  if (!m_journal || o.channel >= m_cfg.channels.size()) return;
-  const auto& ch = m_cfg.channels[o.channel];
+void delivery_recorder::record(const file_outcome& o, const channel_config& ch,
+                               std::string sender_key) {
   try {
     if (!o.stored || !o.digest) {
       m_journal->drop_intents(ch.dest.string(), std::string(o.path));
@@ -111,10 +114,10 @@ void daemon::journal_delivery(const file_outcome& o, const std::string* key) {
     d.session = fmt::format("{}", o.session);
     // The pinned trusted sender key that verified the session ("mcdist-ed25519:BASE64", as in
     // trusted_senders); "" (NULL in the journal) for an unsigned session.
-    d.sender_key = key ? *key : sender_key(o.session);
+    d.sender_key = std::move(sender_key);
     d.delivered_at = std::chrono::system_clock::now();
     auto names = m_actions->matching(d.channel, d.relpath);
-    if (m_unjournaled.empty()) boost::asio::post(m_io, [this] { flush_deliveries(); });
+    if (m_unjournaled.empty()) boost::asio::post(m_io, [this] { flush(); });
     m_unjournaled.push_back({std::move(d), std::move(names), {}});
   } catch (const std::exception& e) {
     m_log->error("journal {}: cannot drop the intent of {} ({})", m_journal->file().string(),
@@ -122,7 +125,7 @@ void daemon::journal_delivery(const file_outcome& o, const std::string* key) {
   }
 }
 
-void daemon::flush_deliveries() {
+void delivery_recorder::flush() {
   if (m_unjournaled.empty()) return;
   auto batch = std::move(m_unjournaled);
   m_unjournaled.clear();
@@ -143,7 +146,7 @@ void daemon::flush_deliveries() {
   }
 }
 
-void daemon::recover_intents() {
+void delivery_recorder::recover_intents() {
   std::vector<delivery_intent> left;
   try {
     left = m_journal->intents();
@@ -198,7 +201,7 @@ void daemon::recover_intents() {
   }
 }
 
-void daemon::resume_runs() {
+void delivery_recorder::resume_runs() {
   std::vector<action_run_row> runs;
   try {
     runs = m_journal->unfinished_runs();
@@ -212,74 +215,6 @@ void daemon::resume_runs() {
                 runs.size() == 1 ? "" : "s");
   }
   for (const auto& r : runs) m_actions->submit(r.id, r.action, r.product, r.attempt);
-}
-
-void daemon::run_retention() {
-  if (m_stopping) return;
-  const auto now = std::chrono::system_clock::now();
-  for (std::size_t c = 0; c < m_cfg.channels.size(); ++c) {
-    const auto& ch = m_cfg.channels[c];
-    // A channel a reload removed or replaced: its live successor (same name) does this.
-    if (m_retired[c] || !ch.retention_max_age) continue;
-    const auto before = now - std::chrono::duration_cast<std::chrono::system_clock::duration>(
-                                  *ch.retention_max_age);
-    std::vector<delivery_row> rows;
-    try {
-      rows = m_journal->expired(ch.name, before, retention_batch);
-    } catch (const std::exception& e) {
-      m_log->error("journal {}: retention: {}", m_journal->file().string(), e.what());
-      continue;
-    }
-    for (const auto& d : rows) {
-      // Only what we delivered, and only while it is still what we delivered: a product
-      // replaced by a later delivery has a later row; one changed by hand is left alone.
-      const std::filesystem::path path(d.path);
-      struct stat st {};
-      std::string reason = "deleted";
-      if (::lstat(path.c_str(), &st) != 0) {
-        reason = "gone";
-      } else if (!S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) != d.size ||
-                 mtime_ns_of(st) != d.mtime_ns) {
-        reason = "changed";
-      } else if (::unlink(path.c_str()) != 0) {
-        m_log->warn("retention: cannot delete {}: {}", path.string(), std::strerror(errno));
-        continue;  // tried again next pass
-      }
-      if (reason == "deleted") {
-        ++m_retention_deleted;
-        m_log->debug("retention: deleted {} (delivered {:.0f} s ago)", path.string(),
-                     journal_time(now) - journal_time(d.delivered_at));
-        // Empty parent directories go too, up to (not including) the destination root.
-        const auto root = std::filesystem::path(d.dest).lexically_normal();
-        for (auto dir = path.parent_path().lexically_normal();
-             dir != root && dir.native().size() > root.native().size() &&
-             dir.native().starts_with(root.native());
-             dir = dir.parent_path()) {
-          if (::rmdir(dir.c_str()) != 0) break;  // not empty (or not ours): stop
-        }
-      } else {
-        ++m_retention_skipped;
-      }
-      try {
-        m_journal->mark_removed(d.id, reason, now);
-      } catch (const std::exception& e) {
-        m_log->error("journal {}: retention: {}", m_journal->file().string(), e.what());
-      }
-    }
-  }
-  try {
-    const auto cut = now - std::chrono::duration_cast<std::chrono::system_clock::duration>(
-                               m_cfg.journal_max_age);
-    if (const auto n = m_journal->prune(cut)) {
-      m_log->info("journal: {} deliveries older than journal_max_age forgotten", n);
-    }
-  } catch (const std::exception& e) {
-    m_log->error("journal {}: pruning: {}", m_journal->file().string(), e.what());
-  }
-  m_retention_timer.expires_after(m_cfg.retention_interval);
-  m_retention_timer.async_wait([this](const boost::system::error_code& ec) {
-    if (!ec) run_retention();
-  });
 }
 
 }  // namespace mcdist::receiver
