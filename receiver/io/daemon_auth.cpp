@@ -1,13 +1,5 @@
 #include "receiver/io/daemon.hpp"
 
-<<<<<<< HEAD
-#include "common/byte_order.hpp"
-#include "common/sys/key_file.hpp"
-#include "common/wire.hpp"
-#include "mcdist.pb.h"
-
-=======
->>>>>>> rxdaemon
 #include <spdlog/spdlog.h>
 
 /// @file

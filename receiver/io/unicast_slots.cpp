@@ -34,7 +34,7 @@ unicast::client_options unicast_slots::options(session_id s, const unicast_order
   co.sctp_associations = order.connections;
   if (order.rtt > decltype(order.rtt)::zero()) {
     // RFC 6298 section 2.2 after one sample R: RTO = 3R, within the stack's RTO.Min and
-    // RTO.Initial (common/unicast/sctp_assoc.hpp).
+    // RTO.Initial (common/unicast/io/sctp_assoc.hpp).
     const auto& t = co.usrsctp;
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(order.rtt * 3).count();
     co.sctp.initial_rto_ms =

@@ -1,7 +1,7 @@
 #pragma once
 /// @file
 /// mcdistd's unicast fallback clients (docs/design-notes.md "Unicast fallback"): one slot per
-/// session moved to unicast, holding its client (common/unicast/client.hpp), the generation
+/// session moved to unicast, holding its client (common/unicast/io/client.hpp), the generation
 /// that tells a stale callback from the current client's, the bytes and times of the transfer,
 /// and, for a session served over unicast from the start, the client opened ahead of the
 /// FALLBACK order while the site registers (adopted, grown, or replaced when its handshake is
