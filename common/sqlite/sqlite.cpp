@@ -64,20 +64,41 @@ database::database(const std::string& path, durability sync, int busy_ms, bool r
 }
 
 database::~database() {
+  drop_cache();
   if (m_db) sqlite3_close_v2(m_db);
 }
 
 database::database(database&& other) noexcept
-    : m_db(std::exchange(other.m_db, nullptr)), m_path(std::move(other.m_path)) {}
+    : m_db(std::exchange(other.m_db, nullptr)),
+      m_path(std::move(other.m_path)),
+      m_cache(std::move(other.m_cache)) {}
 
 database& database::operator=(database&& other) noexcept {
   if (this != &other) {
+    drop_cache();
     if (m_db) sqlite3_close_v2(m_db);
     m_db = std::exchange(other.m_db, nullptr);
     m_path = std::move(other.m_path);
+    m_cache = std::move(other.m_cache);
   }
   return *this;
 }
+
+void database::drop_cache() noexcept { m_cache.clear(); }
+
+statement& database::cached(std::string_view sql) {
+  auto it = m_cache.find(sql);
+  if (it == m_cache.end()) {
+    auto st = std::make_unique<statement>(m_db, sql, SQLITE_PREPARE_PERSISTENT);
+    it = m_cache.emplace(std::string(sql), std::move(st)).first;
+  }
+  statement& st = *it->second;
+  st.reset();
+  st.clear_bindings();
+  return st;
+}
+
+void database::run_cached(std::string_view sql) { cached(sql).run(); }
 
 void database::exec(std::string_view sql) {
   const std::string s(sql);
@@ -106,8 +127,9 @@ int database::user_version() {
 
 void database::set_user_version(int v) { exec("PRAGMA user_version=" + std::to_string(v)); }
 
-statement::statement(sqlite3* db, std::string_view sql) : m_db(db) {
-  const int rc = sqlite3_prepare_v2(db, sql.data(), static_cast<int>(sql.size()), &m_stmt, nullptr);
+statement::statement(sqlite3* db, std::string_view sql, unsigned flags) : m_db(db) {
+  const int rc =
+      sqlite3_prepare_v3(db, sql.data(), static_cast<int>(sql.size()), flags, &m_stmt, nullptr);
   if (rc != SQLITE_OK) fail(db, rc, "SQL " + std::string(sql.substr(0, 60)));
 }
 
@@ -200,7 +222,7 @@ std::optional<std::string> statement::column_opt_text(int column) const {
 transaction::transaction(database& db)
     : m_db(db), m_nested(sqlite3_get_autocommit(db.handle()) == 0) {
   // Savepoints of one name nest: RELEASE and ROLLBACK TO act on the innermost.
-  m_db.exec(m_nested ? "SAVEPOINT mcdist_tx" : "BEGIN IMMEDIATE");
+  m_db.run_cached(m_nested ? "SAVEPOINT mcdist_tx" : "BEGIN IMMEDIATE");
 }
 
 transaction::~transaction() {
@@ -213,7 +235,7 @@ transaction::~transaction() {
 }
 
 void transaction::commit() {
-  m_db.exec(m_nested ? "RELEASE mcdist_tx" : "COMMIT");
+  m_db.run_cached(m_nested ? "RELEASE mcdist_tx" : "COMMIT");
   m_done = true;
 }
 

@@ -8,6 +8,9 @@
 /// (https://www.sqlite.org/rescode.html). Nothing here is thread-safe: one connection per thread.
 
 #include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -65,6 +68,17 @@ class database {
   /// Compiles one statement. @throws error on a syntax error
   statement prepare(std::string_view sql);
 
+  /// The statement for `sql`, compiled on first use and kept for the connection's life
+  /// (SQLITE_PREPARE_PERSISTENT): the same text returns the same object, reset and with its
+  /// bindings cleared. For what a journal runs per file or per batch, where compiling the SQL
+  /// each time costs more than running it. The reference stays valid until the database is
+  /// destroyed or assigned; a row-returning statement must be stepped to its end (or reset)
+  /// before the caller lets go of it, or it keeps a read transaction open.
+  /// @throws error on a syntax error
+  statement& cached(std::string_view sql);
+  /// Runs one cached statement that returns no rows (BEGIN, COMMIT, a PRAGMA). @throws error
+  void run_cached(std::string_view sql);
+
   /// rowid of the last INSERT on this connection.
   std::int64_t last_insert_rowid() const noexcept;
   /// Rows changed by the last INSERT/UPDATE/DELETE.
@@ -78,14 +92,19 @@ class database {
   const std::string& path() const noexcept { return m_path; }
 
  private:
+  /// Finalizes the cached statements (before the connection closes).
+  void drop_cache() noexcept;
+
   sqlite3* m_db = nullptr;
   std::string m_path;
+  std::map<std::string, std::unique_ptr<statement>, std::less<>> m_cache;
 };
 
 /// A prepared statement. Bind indices start at 1 (SQLite's convention); columns at 0.
 class statement {
  public:
-  statement(sqlite3* db, std::string_view sql);
+  /// @param flags sqlite3_prepare_v3's prepFlags (SQLITE_PREPARE_PERSISTENT for kept ones)
+  statement(sqlite3* db, std::string_view sql, unsigned flags = 0);
   ~statement();
   statement(const statement&) = delete;
   statement& operator=(const statement&) = delete;

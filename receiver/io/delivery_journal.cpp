@@ -96,20 +96,20 @@ void delivery_journal::record_intents(std::span<const delivery_intent> intents) 
   // fsync makes every earlier commit durable too, and a later one lost to a power cut leaves
   // an intent (recovered at start) or a run not marked done (run again): at least once.
   const bool full = m_sync == sqlite::durability::full;
-  if (full) m_db.exec("PRAGMA synchronous=FULL");
+  if (full) m_db.run_cached("PRAGMA synchronous=FULL");
   struct restore {
     sqlite::database& db;
     bool on;
     ~restore() {
       if (!on) return;
       try {
-        db.exec("PRAGMA synchronous=NORMAL");
+        db.run_cached("PRAGMA synchronous=NORMAL");
       } catch (...) {
       }
     }
   } back{m_db, full};
   sqlite::transaction tx(m_db);
-  auto st = m_db.prepare(
+  auto& st = m_db.cached(
       "INSERT INTO intents(channel, dest, relpath, size, mtime_ns, sha256, session, created_at) "
       "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
   const double now = journal_time(std::chrono::system_clock::now());
@@ -145,12 +145,12 @@ std::vector<delivery_intent> delivery_journal::intents() {
 
 void delivery_journal::drop_intent(std::int64_t id) {
   std::lock_guard lock(m_mutex);
-  m_db.prepare("DELETE FROM intents WHERE id = ?1").bind(1, id).run();
+  m_db.cached("DELETE FROM intents WHERE id = ?1").bind(1, id).run();
 }
 
 void delivery_journal::drop_intents(const std::string& dest, const std::string& relpath) {
   std::lock_guard lock(m_mutex);
-  m_db.prepare("DELETE FROM intents WHERE dest = ?1 AND relpath = ?2")
+  m_db.cached("DELETE FROM intents WHERE dest = ?1 AND relpath = ?2")
       .bind(1, dest)
       .bind(2, relpath)
       .run();
@@ -158,18 +158,18 @@ void delivery_journal::drop_intents(const std::string& dest, const std::string& 
 
 namespace {
 
-/// The statements of deliver(), prepared once per transaction.
+/// The statements of deliver(), compiled once per connection.
 struct deliver_statements {
-  sqlite::statement drop_intent;
-  sqlite::statement insert_delivery;
-  sqlite::statement insert_run;
+  sqlite::statement& drop_intent;
+  sqlite::statement& insert_delivery;
+  sqlite::statement& insert_run;
   explicit deliver_statements(sqlite::database& db)
       : drop_intent(
-            db.prepare("DELETE FROM intents WHERE dest = ?1 AND relpath = ?2 AND sha256 = ?3")),
-        insert_delivery(db.prepare(
+            db.cached("DELETE FROM intents WHERE dest = ?1 AND relpath = ?2 AND sha256 = ?3")),
+        insert_delivery(db.cached(
             "INSERT INTO deliveries(channel, dest, relpath, path, size, mtime_ns, sha256, "
             "session, sender_key, delivered_at) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)")),
-        insert_run(db.prepare(
+        insert_run(db.cached(
             "INSERT INTO action_runs(delivery_id, action, state) VALUES(?1, ?2, 'pending')")) {}
 };
 
@@ -239,22 +239,20 @@ std::vector<action_run_row> delivery_journal::unfinished_runs() {
 std::uint32_t delivery_journal::run_started(std::int64_t run_id,
                                             std::chrono::system_clock::time_point now) {
   std::lock_guard lock(m_mutex);
-  m_db.prepare(
-          "UPDATE action_runs SET state = 'running', attempt = attempt + 1, started_at = ?2, "
-          "ended_at = NULL WHERE id = ?1")
-      .bind(1, run_id)
-      .bind(2, journal_time(now))
-      .run();
-  auto st = m_db.prepare("SELECT attempt FROM action_runs WHERE id = ?1");
-  st.bind(1, run_id);
-  return st.step() ? static_cast<std::uint32_t>(st.column_int64(0)) : 0;
+  auto& st = m_db.cached(
+      "UPDATE action_runs SET state = 'running', attempt = attempt + 1, started_at = ?2, "
+      "ended_at = NULL WHERE id = ?1 RETURNING attempt");
+  st.bind(1, run_id).bind(2, journal_time(now));
+  const std::uint32_t attempt = st.step() ? static_cast<std::uint32_t>(st.column_int64(0)) : 0;
+  st.reset();  // a kept statement left on its row would hold the update open
+  return attempt;
 }
 
 void delivery_journal::run_ended(std::int64_t run_id, std::string_view state,
                                  std::optional<int> exit_status, const std::string& error,
                                  std::chrono::system_clock::time_point now) {
   std::lock_guard lock(m_mutex);
-  auto st = m_db.prepare(
+  auto& st = m_db.cached(
       "UPDATE action_runs SET state = ?2, ended_at = ?3, exit_status = ?4, error = ?5 "
       "WHERE id = ?1");
   st.bind(1, run_id).bind(2, state).bind(3, journal_time(now));
@@ -282,7 +280,7 @@ std::vector<delivery_row> delivery_journal::expired(const std::string& channel,
 void delivery_journal::mark_removed(std::int64_t delivery_id, std::string_view reason,
                                     std::chrono::system_clock::time_point now) {
   std::lock_guard lock(m_mutex);
-  m_db.prepare("UPDATE deliveries SET removed_at = ?2, removed_reason = ?3 WHERE id = ?1")
+  m_db.cached("UPDATE deliveries SET removed_at = ?2, removed_reason = ?3 WHERE id = ?1")
       .bind(1, delivery_id)
       .bind(2, journal_time(now))
       .bind(3, reason)

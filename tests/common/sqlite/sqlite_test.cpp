@@ -48,6 +48,46 @@ TEST_CASE("sqlite: WAL mode, binds, columns and NULL") {
   CHECK(db.user_version() == 3);
 }
 
+TEST_CASE("sqlite: a cached statement is compiled once, comes back reset, and survives a schema change and a move") {
+  const auto path = temp_db("cache.db");
+  sqlite::database db(path.string());
+  db.exec("CREATE TABLE t(i INTEGER, s TEXT)");
+  const char* sql = "INSERT INTO t(i, s) VALUES(?1, ?2)";
+  auto& a = db.cached(sql);
+  a.bind(1, 1).bind(2, "one").run();
+  auto& b = db.cached(sql);
+  CHECK(&a == &b);
+  // The bindings of the last use are cleared: an unbound parameter is NULL.
+  b.bind(1, 2).run();
+  // A statement left on a row is reset when taken again, so its read ends.
+  auto& sel = db.cached("SELECT i, s FROM t ORDER BY i");
+  REQUIRE(sel.step());
+  CHECK(sel.column_int64(0) == 1);
+  auto& again = db.cached("SELECT i, s FROM t ORDER BY i");
+  REQUIRE(again.step());
+  CHECK(again.column_int64(0) == 1);
+  CHECK(again.column_text(1) == "one");
+  REQUIRE(again.step());
+  CHECK(again.column_int64(0) == 2);
+  CHECK_FALSE(again.column_opt_text(1).has_value());
+  CHECK_FALSE(again.step());
+  // SQLite recompiles a kept statement after the schema changed under it.
+  db.exec("ALTER TABLE t ADD COLUMN u TEXT");
+  db.cached(sql).bind(1, 3).bind(2, "three").run();
+  db.run_cached("PRAGMA user_version=9");
+  CHECK(db.user_version() == 9);
+  // Moved, the connection keeps its statements; the moved-from one holds none.
+  sqlite::database moved(std::move(db));
+  auto& c = moved.cached(sql);
+  CHECK(&c == &a);
+  c.bind(1, 4).bind(2, "four").run();
+  auto count = moved.prepare("SELECT count(*), sum(i) FROM t");
+  REQUIRE(count.step());
+  CHECK(count.column_int64(0) == 4);
+  CHECK(count.column_int64(1) == 10);
+  CHECK_THROWS_AS(moved.cached("INSERT INTO nowhere VALUES(1)"), sqlite::error);
+}
+
 TEST_CASE("sqlite: a transaction not committed is rolled back; committed rows survive reopen") {
   const auto path = temp_db("b.db");
   {
