@@ -69,8 +69,7 @@ database::~database() {
 }
 
 database::database(database&& other) noexcept
-    : m_db(std::exchange(other.m_db, nullptr)),
-      m_path(std::move(other.m_path)),
+    : m_db(std::exchange(other.m_db, nullptr)), m_path(std::move(other.m_path)),
       m_cache(std::move(other.m_cache)) {}
 
 database& database::operator=(database&& other) noexcept {

@@ -48,7 +48,9 @@ TEST_CASE("sqlite: WAL mode, binds, columns and NULL") {
   CHECK(db.user_version() == 3);
 }
 
-TEST_CASE("sqlite: a cached statement is compiled once, comes back reset, and survives a schema change and a move") {
+TEST_CASE(
+    "sqlite: a cached statement is compiled once, comes back reset, and survives a schema change "
+    "and a move") {
   const auto path = temp_db("cache.db");
   sqlite::database db(path.string());
   db.exec("CREATE TABLE t(i INTEGER, s TEXT)");
