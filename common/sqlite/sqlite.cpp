@@ -64,7 +64,7 @@ database::database(const std::string& path, durability sync, int busy_ms, bool r
 }
 
 database::~database() {
-  drop_cache();
+  m_cache.clear();  // statements are finalized before their connection closes
   if (m_db) sqlite3_close_v2(m_db);
 }
 
@@ -74,7 +74,7 @@ database::database(database&& other) noexcept
 
 database& database::operator=(database&& other) noexcept {
   if (this != &other) {
-    drop_cache();
+    m_cache.clear();
     if (m_db) sqlite3_close_v2(m_db);
     m_db = std::exchange(other.m_db, nullptr);
     m_path = std::move(other.m_path);
@@ -82,8 +82,6 @@ database& database::operator=(database&& other) noexcept {
   }
   return *this;
 }
-
-void database::drop_cache() noexcept { m_cache.clear(); }
 
 statement& database::cached(std::string_view sql) {
   auto it = m_cache.find(sql);

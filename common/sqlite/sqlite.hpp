@@ -73,7 +73,8 @@ class database {
   /// bindings cleared. For what a journal runs per file or per batch, where compiling the SQL
   /// each time costs more than running it. The reference stays valid until the database is
   /// destroyed or assigned; a row-returning statement must be stepped to its end (or reset)
-  /// before the caller lets go of it, or it keeps a read transaction open.
+  /// before the caller lets go of it, or it keeps a read transaction open. Constant SQL text
+  /// only: the cache keeps one statement per distinct text and never evicts.
   /// @throws error on a syntax error
   statement& cached(std::string_view sql);
   /// Runs one cached statement that returns no rows (BEGIN, COMMIT, a PRAGMA). @throws error
@@ -92,9 +93,6 @@ class database {
   const std::string& path() const noexcept { return m_path; }
 
  private:
-  /// Finalizes the cached statements (before the connection closes).
-  void drop_cache() noexcept;
-
   sqlite3* m_db = nullptr;
   std::string m_path;
   std::map<std::string, std::unique_ptr<statement>, std::less<>> m_cache;
