@@ -438,6 +438,38 @@ std::size_t batch_sender::send_mmsg(int fd, const endpoint& to, std::span<const 
   return sent;
 }
 
+std::size_t send_many(int fd, const endpoint& to,
+                      std::span<const std::span<const std::byte>> datagrams, std::error_code& ec) {
+  sockaddr_storage ss;
+  const socklen_t len = to_sockaddr(to, ss);
+  constexpr std::size_t max_batch = 64;
+  std::size_t sent = 0;
+  while (sent < datagrams.size()) {
+    mmsghdr hdrs[max_batch];
+    iovec iovs[max_batch];
+    const std::size_t n = std::min(max_batch, datagrams.size() - sent);
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto d = datagrams[sent + i];
+      iovs[i] = {const_cast<std::byte*>(d.data()), d.size()};
+      std::memset(&hdrs[i], 0, sizeof(mmsghdr));
+      hdrs[i].msg_hdr.msg_name = &ss;
+      hdrs[i].msg_hdr.msg_namelen = len;
+      hdrs[i].msg_hdr.msg_iov = &iovs[i];
+      hdrs[i].msg_hdr.msg_iovlen = 1;
+    }
+    const int r = ::sendmmsg(fd, hdrs, static_cast<unsigned>(n), 0);
+    if (r < 0) {
+      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOBUFS) {
+        ec = std::error_code(errno, std::generic_category());
+      }
+      return sent;
+    }
+    sent += static_cast<std::size_t>(r);
+    if (static_cast<std::size_t>(r) < n) return sent;
+  }
+  return sent;
+}
+
 bool send_one(int fd, const endpoint& to, std::span<const std::byte> datagram,
               std::error_code& ec) {
   sockaddr_storage ss;

@@ -152,4 +152,11 @@ class batch_sender {
 /// Sends one datagram (control traffic). @return false and sets ec on failure (EAGAIN incl.).
 bool send_one(int fd, const endpoint& to, std::span<const std::byte> datagram, std::error_code& ec);
 
+/// Sends datagrams of any sizes to one destination, up to 64 per sendmmsg(2) call (a relay's
+/// forwarded datagrams, whose sizes differ).
+/// @return datagrams sent, in order: fewer when the socket's buffer is full (EAGAIN, ENOBUFS;
+///         ec stays clear) or on another error (ec set)
+std::size_t send_many(int fd, const endpoint& to,
+                      std::span<const std::span<const std::byte>> datagrams, std::error_code& ec);
+
 }  // namespace mcdist::net

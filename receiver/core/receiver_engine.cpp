@@ -348,6 +348,10 @@ void receiver_engine::on_timer(time_point now) {
   for (session_rx* s : m_sessions.snapshot()) {
     const duration timeout = session_timeout(*s);
     if (now - s->last_heard >= timeout) {
+      if (s->silent && s->state == session_rx::state_t::completing) {
+        close_session(*s, true, {}, now);  // relayed until the sender fell silent: complete
+        continue;
+      }
       close_session(*s, false,
                     "nothing heard from the sender for " +
                         std::to_string(static_cast<int>(to_seconds(timeout))) + " s",

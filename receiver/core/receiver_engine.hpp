@@ -100,6 +100,11 @@ struct receiver_config {
   /// indexed by channel: every session on them is silent here, whatever its announce says.
   /// Sessions whose announce carries silent_passes are silent on any channel.
   std::vector<bool> silent_channels;
+  /// Channels this host relays (mcdistd `relay_group`), indexed by channel. A silent session
+  /// on one of them that completes here stays open until the sender's END (or
+  /// session_timeout of silence), so the rest of its passes and its END are still
+  /// authenticated here and relayed to the sites behind this one.
+  std::vector<bool> relay_channels;
 };
 
 /// A byte range of one file the receiver still needs (common/byte_range.hpp).
@@ -299,6 +304,9 @@ class receiver_engine {
   /// A reload changed which channels are silent (receiver_config::silent_channels): applies to
   /// sessions announced from now on.
   void set_silent_channels(std::vector<bool> silent) { m_cfg.silent_channels = std::move(silent); }
+  /// A reload changed which channels are relayed (receiver_config::relay_channels): applies to
+  /// sessions that complete from now on.
+  void set_relay_channels(std::vector<bool> relayed) { m_cfg.relay_channels = std::move(relayed); }
   /// A reload added channels: restore() accepts checkpoints of indexes below `n`.
   void set_channel_count(std::uint32_t n) noexcept { m_cfg.channel_count = n; }
   /// A reload changed the session counts: they apply to sessions announced from now on

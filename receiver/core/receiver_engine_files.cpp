@@ -87,7 +87,12 @@ void receiver_engine::file_done(session_rx& s, time_point now) {
                           p.kept, p.refused, p.fec_blocks, p.blocks, p.failures));
   }
   if (s.silent) {
-    // Nobody to tell: the session is over for this site.
+    // Nobody to tell: the session is over for this site, unless it relays the session, whose
+    // later passes and END the sites behind it still need checked (closed at the END).
+    if (s.channel < m_cfg.relay_channels.size() && m_cfg.relay_channels[s.channel]) {
+      s.next_complete = time_point::max();
+      return;
+    }
     close_session(s, true, {}, now);
     return;
   }

@@ -49,7 +49,7 @@ bool receiver_engine::new_session(const wire::announce& m, session_id id, const 
     m_log->info(
         "session {} from {} ({}, {}): {} files, {} bytes announced, block {} bytes, rate {} "
         "bit/s{}",
-        s.name(), from.address_string(), s.sender_name,
+        s.name(), from.to_string(), s.sender_name,
         signer.empty() ? std::string("UNSIGNED") : "signed by " + signer, s.file_count,
         s.total_bytes, s.block_size, p.rate_bps(),
         !s.silent ? std::string()

@@ -85,6 +85,7 @@ receiver_config engine_settings(const daemon_config& cfg) {
   rc.total_memory_bytes = cfg.total_memory_bytes;
   rc.channel_count = static_cast<std::uint32_t>(cfg.channels.size());
   rc.silent_channels = silent_channels(cfg.channels);
+  rc.relay_channels = relay_channels(cfg.channels);
   return rc;
 }
 
@@ -196,8 +197,8 @@ void check_directories(const daemon_config& cfg, bool create) {
 daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<spdlog::logger> log)
     : m_io(io), m_cfg(std::move(cfg)), m_log(std::move(log)),
       // Before anything is made on disk.
-      m_channels(io, checked_interface(m_cfg), m_cfg.socket_buffer_bytes), m_timer(io),
-      m_status_timer(io),
+      m_channels(io, checked_interface(m_cfg), m_cfg.socket_buffer_bytes),
+      m_relays(io, m_channels.interface(), m_log), m_timer(io), m_status_timer(io),
       m_shell(io, m_log,
               {[this] {
                  if (m_config_source) reload(m_config_source);
@@ -239,7 +240,7 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
   m_sequences_saved = load_sequence_state(m_cfg.temp, m_engine->sequences(), *m_log);
   m_deliveries->recover_intents();
   for (const auto& ch : m_cfg.channels) {
-    m_channels.open(ch);
+    m_relays.open(m_channels.open(ch), ch);
     if (const auto w = ssm_warning(ch); !w.empty()) m_log->warn("{}", w);
   }
   m_deliveries->publish_dest_names(m_cfg.channels);
@@ -355,6 +356,7 @@ void daemon::stop() {
   m_retention->stop();
   m_catch_up.stop();
   m_channels.cancel_all();
+  m_relays.cancel_all();
   {
     boost::system::error_code ignored;
     m_control_socket->cancel(ignored);
@@ -423,6 +425,8 @@ void daemon::do_receive(std::size_t index) {
                               arrival ? std::optional(from_steady(*arrival)) : std::nullopt);
             },
             rec, room - min_pool_room / 2);
+        // What this read relays leaves now, one sendmmsg per channel run (cut-through).
+        m_relays.flush(from_steady(std::chrono::steady_clock::now()));
         if (rec) m_log->warn("receive error on socket {}: {}", index, rec.message());
         m_store->flush();
         service();
@@ -440,12 +444,20 @@ void daemon::handle_datagram(std::size_t index, std::span<const std::byte> d, co
     if (index == control_index || !m_channels.retired(index)) m_engine->on_refused(malformed);
     return;
   }
+  const bool relayed = index != control_index && m_relays.relays(index);
+  if (relayed && m_relays.own_source(from)) {
+    // What this host relayed came back to it (a router or another relay loops the group).
+    m_engine->on_refused(errc::wrong_source);
+    return;
+  }
   if (index != control_index && h.type == wire::msg_type::heartbeat) {
-    on_heartbeat(index, d, from);
+    on_heartbeat(index, d, from, arrival);
     return;
   }
   if (index != control_index && !channel_takes(index, h)) return;
-  if (m_keys->announce_repeat(index, h, now, *m_engine)) return;
+  // A relay checks every announce it sends on: an unchecked repeat is not relayed, and the
+  // sites behind may need that copy.
+  if (!relayed && m_keys->announce_repeat(index, h, now, *m_engine)) return;
   // A block, marker or announce of a session whose key this site asked for: the answer is
   // likely queued on the control socket behind this channel's batch. Read it first, so the
   // block is checked instead of refused for want of the key, and an encrypted announce is
@@ -458,12 +470,21 @@ void daemon::handle_datagram(std::size_t index, std::span<const std::byte> d, co
     if (refused != errc::unauthenticated) m_engine->on_refused(refused);
     return;
   }
-  // Empty: taken by the authentication layer (a sealed announce before its key, or the
-  // answer to a key request): nothing for the engine.
+  // Silent before the engine takes it: a session's END closes it there.
+  const bool silent_before = relayed && m_engine->silent(h.session);
+  // Empty: taken by the authentication layer (a sealed announce before its key, a block
+  // digest chunk, or the answer to a key request): nothing for the engine.
   if (!plain.empty()) {
     m_engine->on_datagram(h, plain, from, channel, now, arrival);
     if (h.type == wire::msg_type::announce && index < m_cfg.channels.size()) {
       m_keys->note_silent(index, m_cfg.channels[index], h.session, plain, *m_engine);
+    }
+  }
+  if (relayed) {
+    if (silent_before || m_engine->silent(h.session)) {
+      m_relays.forward(index, h.session, d, arrival);
+    } else if (m_engine->channel_of(h.session)) {
+      m_relays.not_relayed(index, h.session);
     }
   }
   m_keys->after_open(*m_engine, [&](std::span<const std::byte> request) {

@@ -19,6 +19,7 @@
 #include "receiver/io/daemon_config.hpp"
 #include "receiver/io/delivery_recorder.hpp"
 #include "receiver/io/heartbeat_intake.hpp"
+#include "receiver/io/relay_forwarder.hpp"
 #include "receiver/io/replay_store.hpp"
 #include "receiver/io/retention_sweeper.hpp"
 #include "receiver/io/session_keys.hpp"
@@ -125,7 +126,9 @@ class daemon final : public receiver_sink {
   /// WIS2 publishers). @throws std::system_error when the socket cannot be opened
   void add_channel(const channel_config& ch);
   /// A heartbeat on channel `index` (daemon_heartbeat.cpp): what heartbeat_intake plans, done.
-  void on_heartbeat(std::size_t index, std::span<const std::byte> d, const endpoint& from);
+  /// A heartbeat it took is relayed when the channel relays (`arrival` for the relay's delay).
+  void on_heartbeat(std::size_t index, std::span<const std::byte> d, const endpoint& from,
+                    std::optional<time_point> arrival);
   /// A reload's changes to the channels it keeps as they were: WIS2 publishers, retention.
   void apply_kept_channels(const daemon_config& next, const channel_match& match,
                            reload_diff& diff);
@@ -149,7 +152,8 @@ class daemon final : public receiver_sink {
   void write_status_file();
   /// Writes TEMP/sequences when the engine's sequence book changed since the last write.
   void save_sequences_if_changed();
-  /// One datagram from socket `index`: authenticated, then handed to the engine.
+  /// One datagram from socket `index`: authenticated, then handed to the engine, and on a
+  /// relayed channel queued for the relay when its session is silent here.
   /// @param arrival  when the kernel received it, if the socket says (batch_receiver::arrival)
   void handle_datagram(std::size_t index, std::span<const std::byte> d, const endpoint& from,
                        time_point now, std::optional<time_point> arrival = std::nullopt);
@@ -179,6 +183,9 @@ class daemon final : public receiver_sink {
   /// The channels' multicast sockets by index, the interface they are joined on, their
   /// counters and which a reload retired.
   channel_sockets m_channels;
+  /// The relay sockets of the channels with relay_group (after m_channels: it takes its
+  /// interface).
+  relay_forwarder m_relays;
   std::optional<net::udp::socket> m_control_socket;
   std::function<daemon_config()> m_config_source;
   std::uint64_t m_reloads_ok = 0;

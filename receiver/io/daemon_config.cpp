@@ -356,6 +356,22 @@ daemon_config from_table(const toml::table& t, const std::string& source) {
         ch.trusted_senders = default_trusted;
       }
       if (auto v = c.boolean("silent")) ch.silent = *v;
+      if (auto v = c.string("relay_group")) ch.relay_group = parse_group(*v, key + ".relay_group");
+      if (auto s = c.string("relay_interface")) {
+        const auto a = net::parse_interface(*s);
+        if (!a || a->any()) {
+          throw config_error("'" + key + ".relay_interface' = \"" + *s +
+                             "\" is neither an IP address nor an interface name (e.g. "
+                             "\"10.1.0.1\", \"eth2\")");
+        }
+        ch.relay_interface = *a;
+      }
+      if (auto v = c.integer("relay_ttl", 1, 255)) ch.relay_ttl = static_cast<int>(*v);
+      if (!ch.relay_group && (!ch.relay_interface.any() || c.get("relay_ttl"))) {
+        throw config_error("'" + key +
+                           "': relay_interface and relay_ttl need relay_group = \"ADDR:PORT\", "
+                           "the group this host relays the channel into");
+      }
       if (auto v = c.string("catch_up_url")) {
         ch.catch_up_url = *v;
         if (!(ch.catch_up_url.starts_with("https://") || ch.catch_up_url.starts_with("http://")) ||
@@ -439,6 +455,13 @@ std::vector<bool> silent_channels(const std::vector<channel_config>& channels) {
   return out;
 }
 
+std::vector<bool> relay_channels(const std::vector<channel_config>& channels) {
+  std::vector<bool> out;
+  out.reserve(channels.size());
+  for (const auto& ch : channels) out.push_back(ch.relay_group.has_value());
+  return out;
+}
+
 std::string ssm_warning(const channel_config& ch) {
   if (ch.source && !ch.group.is_source_specific()) {
     return "channel " + ch.name + ": source " + ch.source->address_string() + " with group " +
@@ -457,6 +480,37 @@ std::string ssm_warning(const channel_config& ch) {
 std::optional<std::chrono::nanoseconds> parse_age(std::string_view text) noexcept {
   return parse_duration(text);  // "7d" included
 }
+
+namespace {
+
+/// A relayed channel's checks: a group of the channel's family that no channel of this daemon
+/// receives (or its relay would feed its own channel: a loop), and no two channels relaying
+/// into one group (their sessions would mix under one source address at the sites).
+void validate_relay(const daemon_config& cfg, const channel_config& ch) {
+  const auto& rg = *ch.relay_group;
+  if (rg.v6 != ch.group.v6) {
+    throw config_error("channel " + ch.name + ": relay_group " + rg.to_string() +
+                       " is not of the channel's address family");
+  }
+  if (ch.relay_interface.address && ch.relay_interface.address->v6 != rg.v6) {
+    throw config_error("channel " + ch.name + ": relay_interface " +
+                       ch.relay_interface.to_string() + " is not of relay_group's address family");
+  }
+  for (const auto& other : cfg.channels) {
+    if (other.group.addr == rg.addr && other.group.v6 == rg.v6) {
+      throw config_error("channel " + ch.name + ": relay_group " + rg.to_string() +
+                         " is the group of channel " + other.name +
+                         ": this host would receive what it relays (a loop); give the relay a "
+                         "group of its own");
+    }
+    if (&other != &ch && other.relay_group && *other.relay_group == rg) {
+      throw config_error("channels " + other.name + " and " + ch.name + " both relay into " +
+                         rg.to_string() + ": give each relayed channel a group of its own");
+    }
+  }
+}
+
+}  // namespace
 
 void validate(const daemon_config& cfg) {
   if (cfg.id.empty()) throw config_error("no receiver id: set --id or id = \"...\" in the config");
@@ -492,6 +546,7 @@ void validate(const daemon_config& cfg) {
       throw config_error("channel " + ch.name + ": source " + ch.source->address_string() +
                          " is not of the group's address family");
     }
+    if (ch.relay_group) validate_relay(cfg, ch);
   }
   if (cfg.temp.empty()) throw config_error("no temp directory: set --temp or temp = ...");
   std::set<std::string> names;

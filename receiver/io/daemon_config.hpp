@@ -58,6 +58,17 @@ struct channel_config {
   /// `source = "ADDR"`: join (source, group) only (parse_source): the kernel delivers no
   /// datagram to the group from another host. nullopt: any-source.
   std::optional<endpoint> source;
+  /// `relay_group = "239.193.0.1:4711"`: this host relays the channel's one-way sessions into
+  /// a group of its own (receiver/io/relay_forwarder.hpp; docs/design-notes.md "Relays"): every
+  /// datagram of a session silent here, and every heartbeat, that this site authenticated is
+  /// sent on byte for byte as it arrives, so the sites behind it check the hub's own
+  /// signatures. nullopt: no relay.
+  std::optional<endpoint> relay_group;
+  /// `relay_interface`: where the relayed datagrams leave from (a name or an address); unset:
+  /// the daemon's `interface`.
+  net::interface_spec relay_interface;
+  /// `relay_ttl`: IP_MULTICAST_TTL (IPv6 hops) of the relayed datagrams, 1 to 255.
+  int relay_ttl = 1;
 };
 
 /// Port of mcdistd's status HTTP server (/metrics, /status, /) unless configured otherwise.
@@ -165,6 +176,8 @@ std::string ssm_warning(const channel_config& ch);
 
 /// Which of `channels` are silent, by index (receiver_config::silent_channels).
 std::vector<bool> silent_channels(const std::vector<channel_config>& channels);
+/// Which of `channels` relay their one-way sessions, by index (receiver_config::relay_channels).
+std::vector<bool> relay_channels(const std::vector<channel_config>& channels);
 
 /// Parses an age: a parse_duration string ("90s", "6h") or a number of days ("7d").
 std::optional<std::chrono::nanoseconds> parse_age(std::string_view text) noexcept;

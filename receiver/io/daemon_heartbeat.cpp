@@ -13,12 +13,16 @@
 
 namespace mcdist::receiver {
 
-void daemon::on_heartbeat(std::size_t index, std::span<const std::byte> d, const endpoint& from) {
+void daemon::on_heartbeat(std::size_t index, std::span<const std::byte> d, const endpoint& from,
+                          std::optional<time_point> arrival) {
   if (index >= m_cfg.channels.size() || m_channels.retired(index)) return;
   const auto& ch = m_cfg.channels[index];
   const auto p = m_heartbeats.on_heartbeat(index, ch, d, m_engine->sequences(),
                                            std::chrono::steady_clock::now(), unix_ms_now());
   if (!p) return;
+  // Taken (verified, fresh, newer than the last): the sites behind a relay learn of the
+  // hub's sessions from it as this site does.
+  m_relays.forward_heartbeat(index, d, arrival);
   if (p->catch_up) m_catch_up.note_missing(index, p->channel, p->source, p->signer, p->missing);
   if (p->missing.empty()) return;
   if (!p->gap_report) {

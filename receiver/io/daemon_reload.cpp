@@ -32,7 +32,9 @@ bool same_actions(const std::vector<action_config>& a, const std::vector<action_
 /// (the old one finishes its sessions with the old settings).
 bool same_receiving(const channel_config& a, const channel_config& b) {
   return a.group == b.group && a.source == b.source && a.dest == b.dest &&
-         a.trusted_senders == b.trusted_senders && a.silent == b.silent;
+         a.trusted_senders == b.trusted_senders && a.silent == b.silent &&
+         a.relay_group == b.relay_group && a.relay_interface == b.relay_interface &&
+         a.relay_ttl == b.relay_ttl;
 }
 
 /// What a reload does to the channels: the running ones it retires (removed, or changed in
@@ -58,7 +60,7 @@ channel_plan plan_channels(const std::vector<channel_config>& now,
     } else if (!same_receiving(cur, next[*j])) {
       plan.retire.push_back(i);
       plan.add.push_back(&next[*j]);
-      diff.note("channel " + cur.name + " changed (group, dest, trusted_senders or silent)");
+      diff.note("channel " + cur.name + " changed (group, dest, trusted_senders, silent or relay)");
     }
   }
   for (const auto j : match.added) {
@@ -103,6 +105,12 @@ bool daemon::channel_takes(std::size_t index, const wire::header& h) const {
 void daemon::add_channel(const channel_config& ch) {
   const std::size_t index = m_cfg.channels.size();
   m_channels.open(ch);
+  try {
+    m_relays.open(index, ch);
+  } catch (const std::exception& e) {
+    // The channel is joined; only its relay is missing (checked a moment ago: rare).
+    m_log->error("SIGHUP: channel {}: not relayed: {}", ch.name, e.what());
+  }
   if (const auto w = ssm_warning(ch); !w.empty()) m_log->warn("{}", w);
   m_cfg.channels.push_back(ch);
   m_keys->add_channel(ch);
@@ -110,6 +118,7 @@ void daemon::add_channel(const channel_config& ch) {
   m_board.add_channel();
   m_engine->set_channel_count(static_cast<std::uint32_t>(m_cfg.channels.size()));
   m_engine->set_silent_channels(silent_channels(m_cfg.channels));
+  m_engine->set_relay_channels(relay_channels(m_cfg.channels));
   for (const auto& a : ch.wis2) {
     m_wis2.push_back({index, std::make_unique<wis2_publisher>(a, ch.name, m_log)});
   }
@@ -124,6 +133,7 @@ void daemon::close_idle_channels() {
       continue;
     }
     m_channels.close(i);  // leaves the group; the pending wait ends with an error
+    m_relays.close(i);
     std::erase_if(m_wis2, [i](const auto& p) { return p.first == i; });
     m_log->info("channel {} ({} -> {}) left: no session under way on it", m_cfg.channels[i].name,
                 m_cfg.channels[i].group.to_string(), m_cfg.channels[i].dest.string());
@@ -207,6 +217,7 @@ bool daemon::reload(const std::function<daemon_config()>& source) {
       }
       // Bind and join once here: a group that cannot be joined fails the reload whole.
       m_channels.probe(*ch);
+      m_relays.check(*ch);
     }
   } catch (const std::exception& e) {
     return log_reload_refused(*m_log, m_reloads_failed, e);

@@ -177,6 +177,8 @@ nlohmann::json daemon::status_json() {
   // (Not "channels": the status port's JSON puts its per-channel products there.)
   j["channel_sockets"] = m_channels.status(m_cfg.channels);
   j["interface"] = m_channels.interface().to_string();
+  // Relayed channels: what was sent on, refused, and how long it waited here.
+  j["relay"] = m_relays.status(m_cfg.channels);
   if (!m_wis2.empty()) {
     auto& w = j["wis2"] = nlohmann::json::array();
     for (const auto& [channel, p] : m_wis2) w.push_back(wis2_status(*p));

@@ -201,6 +201,27 @@ std::string render_metrics(const status_snapshot& s) {
              "Action runs waiting for a concurrency slot.");
     for (const auto& [name, as] : s.actions) p.sample({{"action", name}}, as.queued);
   }
+  if (!s.relays.empty()) {
+    p.family("mcdist_relay_datagrams_forwarded_total", metric_type::counter,
+             "Datagrams relayed byte for byte into the channel's relay_group (heartbeats "
+             "included).");
+    for (const auto& [channel, r] : s.relays) p.sample({{"channel", channel}}, r.forwarded);
+    p.family("mcdist_relay_forwarded_bytes_total", metric_type::counter,
+             "Bytes of the datagrams relayed.");
+    for (const auto& [channel, r] : s.relays) p.sample({{"channel", channel}}, r.forwarded_bytes);
+    p.family("mcdist_relay_sessions_total", metric_type::counter,
+             "Sessions relayed (one-way sessions), and two-way sessions not relayed.");
+    for (const auto& [channel, r] : s.relays) {
+      p.sample({{"channel", channel}, {"outcome", "relayed"}}, r.sessions);
+      p.sample({{"channel", channel}, {"outcome", "not_relayed"}}, r.not_relayed_sessions);
+    }
+    p.family("mcdist_relay_send_failed_total", metric_type::counter,
+             "Datagrams the relay socket did not send (its buffer full, or an error).");
+    for (const auto& [channel, r] : s.relays) p.sample({{"channel", channel}}, r.send_failed);
+    p.family("mcdist_relay_site_datagrams_total", metric_type::counter,
+             "Datagrams sites behind the relay sent to it (dropped: they should be silent).");
+    for (const auto& [channel, r] : s.relays) p.sample({{"channel", channel}}, r.site_datagrams);
+  }
   p.family("mcdist_receiver_retention_deleted_total", metric_type::counter,
            "Delivered products deleted by [retention] max_age.");
   p.sample(s.retention_deleted);

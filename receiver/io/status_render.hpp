@@ -14,6 +14,7 @@
 #include "common/daemon/status_port.hpp"
 #include "receiver/core/receiver_engine.hpp"
 #include "receiver/io/daemon_config.hpp"
+#include "receiver/io/relay_forwarder.hpp"
 #include "receiver/io/status_board.hpp"
 
 #include <nlohmann/json.hpp>
@@ -67,6 +68,8 @@ struct status_snapshot {
   std::vector<sequence_status> sequences;
   /// Actions on receipt: name and counters, in config order.
   std::vector<std::pair<std::string, action_stats>> actions;
+  /// Relays (relay_forwarder): per relayed channel its name and counters, in channel order.
+  std::vector<std::pair<std::string, relay_forwarder::counters>> relays;
   /// Retention: delivered products deleted, and those left because they changed since.
   std::uint64_t retention_deleted = 0;
   std::uint64_t retention_skipped = 0;

@@ -1,0 +1,235 @@
+#include "receiver/io/relay_forwarder.hpp"
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+
+namespace mcdist::receiver {
+
+/// One relayed channel: its socket, where it sends, what it counted, the sessions it saw.
+struct relay_forwarder::relay {
+  relay(net::udp::socket s, endpoint g, endpoint src)
+      : socket(std::move(s)), group(g), source(src) {}
+  net::udp::socket socket;
+  endpoint group;
+  endpoint source;  ///< the socket's local address: the sender the sites behind see
+  counters stats;
+  std::unordered_set<std::uint32_t> relayed;      ///< sessions forwarded
+  std::unordered_set<std::uint32_t> not_relayed;  ///< two-way sessions refused
+};
+
+relay_forwarder::relay_forwarder(boost::asio::io_context& io,
+                                 net::resolved_interface daemon_interface,
+                                 std::shared_ptr<spdlog::logger> log)
+    : m_io(io), m_daemon_interface(std::move(daemon_interface)), m_log(std::move(log)) {
+  m_buffer.resize(max_batch_bytes);
+  m_queue.reserve(max_batch);
+}
+
+relay_forwarder::~relay_forwarder() = default;
+
+net::resolved_interface relay_forwarder::resolve(const channel_config& ch) const {
+  if (ch.relay_interface.any()) return m_daemon_interface;
+  try {
+    return net::resolve_interface(ch.relay_interface, ch.relay_group->v6);
+  } catch (const net::interface_error& e) {
+    throw config_error("channel " + ch.name + ": relay_interface: " + e.what());
+  }
+}
+
+void relay_forwarder::check(const channel_config& ch) const {
+  if (ch.relay_group) (void)resolve(ch);
+}
+
+void relay_forwarder::open(std::size_t index, const channel_config& ch) {
+  if (m_relays.size() <= index) m_relays.resize(index + 1);
+  if (!ch.relay_group) return;
+  const auto iface = resolve(ch);
+  net::sender_socket_options o;
+  o.interface = iface.address;
+  o.interface_index = iface.index;
+  o.ttl = ch.relay_ttl;
+  o.send_buffer = send_buffer_bytes;
+  o.receive_buffer = 1 << 20;  // only what misconfigured sites send, read and dropped
+  auto s = net::open_sender_socket(m_io, o);
+  const auto source = net::from_asio(s.local_endpoint());
+  m_relays[index] = std::make_unique<relay>(std::move(s), *ch.relay_group, source);
+  m_log->info("channel {}: relaying its one-way sessions and heartbeats into {} from {} (ttl {})",
+              ch.name, ch.relay_group->to_string(), source.to_string(), ch.relay_ttl);
+  read_sites(index);
+}
+
+const relay_forwarder::counters* relay_forwarder::stats(std::size_t index) const noexcept {
+  return relays(index) ? &m_relays[index]->stats : nullptr;
+}
+
+bool relay_forwarder::own_source(const endpoint& from) const noexcept {
+  return std::any_of(m_relays.begin(), m_relays.end(),
+                     [&](const auto& r) { return r && r->source == from; });
+}
+
+void relay_forwarder::queue(std::size_t index, std::span<const std::byte> d,
+                            std::optional<time_point> arrival) {
+  std::size_t used = m_queue.empty() ? 0 : m_queue.back().offset + m_queue.back().size;
+  if (m_queue.size() == max_batch || used + d.size() > m_buffer.size()) {
+    flush(from_steady(std::chrono::steady_clock::now()));
+    used = 0;
+  }
+  if (d.size() > m_buffer.size()) return;  // larger than any UDP datagram: not reached
+  std::copy(d.begin(), d.end(), m_buffer.begin() + static_cast<std::ptrdiff_t>(used));
+  m_queue.push_back({index, used, d.size(), arrival});
+}
+
+void relay_forwarder::forward(std::size_t index, session_id s, std::span<const std::byte> d,
+                              std::optional<time_point> arrival) {
+  if (!relays(index)) return;
+  auto& r = *m_relays[index];
+  if (r.relayed.size() >= max_sessions_seen) r.relayed.clear();
+  if (r.relayed.insert(s.value).second) ++r.stats.sessions;
+  queue(index, d, arrival);
+}
+
+void relay_forwarder::forward_heartbeat(std::size_t index, std::span<const std::byte> d,
+                                        std::optional<time_point> arrival) {
+  if (!relays(index)) return;
+  ++m_relays[index]->stats.heartbeats;
+  queue(index, d, arrival);
+}
+
+void relay_forwarder::not_relayed(std::size_t index, session_id s) {
+  if (!relays(index)) return;
+  auto& r = *m_relays[index];
+  ++r.stats.not_relayed_datagrams;
+  if (r.not_relayed.size() >= max_sessions_seen) r.not_relayed.clear();
+  if (!r.not_relayed.insert(s.value).second) return;
+  ++r.stats.not_relayed_sessions;
+  m_log->warn(
+      "session {}: not relayed into {}: it is not silent here (a two-way session; a relay "
+      "forwards only one-way sessions: set silent = true on the channel, or have the hub send "
+      "it with silent passes)",
+      s, r.group.to_string());
+}
+
+void relay_forwarder::flush(time_point now) {
+  if (m_queue.empty()) return;
+  std::vector<std::span<const std::byte>> run;
+  run.reserve(m_queue.size());
+  std::size_t i = 0;
+  while (i < m_queue.size()) {
+    // A run of consecutive datagrams of one channel: one sendmmsg.
+    const std::size_t index = m_queue[i].index;
+    std::size_t j = i;
+    run.clear();
+    for (; j < m_queue.size() && m_queue[j].index == index; ++j) {
+      run.emplace_back(m_buffer.data() + m_queue[j].offset, m_queue[j].size);
+    }
+    auto& r = *m_relays[index];
+    std::error_code ec;
+    const std::size_t sent =
+        r.socket.is_open() ? net::send_many(r.socket.native_handle(), r.group, run, ec) : 0;
+    for (std::size_t k = i; k < i + sent; ++k) {
+      ++r.stats.forwarded;
+      r.stats.forwarded_bytes += m_queue[k].size;
+      if (const auto a = m_queue[k].arrival) {
+        const auto us = std::chrono::duration_cast<std::chrono::microseconds>(now - *a).count();
+        m_delays[m_delays_taken % delay_samples] =
+            static_cast<std::uint32_t>(std::clamp<std::int64_t>(us, 0, UINT32_MAX));
+        ++m_delays_taken;
+      }
+    }
+    if (sent < run.size()) {
+      r.stats.send_failed += run.size() - sent;
+      if (m_send_errors_logged.tick()) {
+        m_log->warn(
+            "relay into {}: {} datagrams not sent ({}): the sites behind it recover "
+            "them from parity, later passes or catch-up",
+            r.group.to_string(), run.size() - sent,
+            ec ? ec.message() : "the socket's send buffer is full");
+      }
+    }
+    i = j;
+  }
+  m_queue.clear();
+}
+
+void relay_forwarder::read_sites(std::size_t index) {
+  auto& r = *m_relays[index];
+  r.socket.async_wait(
+      net::udp::socket::wait_read, [this, index](const boost::system::error_code& ec) {
+        if (ec || !relays(index) || !m_relays[index]->socket.is_open()) return;
+        auto& rr = *m_relays[index];
+        std::array<std::byte, 2048> buf;
+        for (int n = 0; n < 64; ++n) {
+          sockaddr_storage from{};
+          socklen_t len = sizeof from;
+          if (::recvfrom(rr.socket.native_handle(), buf.data(), buf.size(), MSG_DONTWAIT,
+                         reinterpret_cast<sockaddr*>(&from), &len) < 0) {
+            break;
+          }
+          ++rr.stats.site_datagrams;
+          if (m_site_datagrams_logged.tick()) {
+            m_log->warn(
+                "relay into {}: a site behind this relay sent it a datagram "
+                "(dropped): sites behind a relay must be silent (silent = true "
+                "on their channel)",
+                rr.group.to_string());
+          }
+        }
+        read_sites(index);
+      });
+}
+
+void relay_forwarder::close(std::size_t index) {
+  if (!relays(index)) return;
+  boost::system::error_code ignored;
+  m_relays[index]->socket.close(ignored);
+}
+
+void relay_forwarder::cancel_all() {
+  for (auto& r : m_relays) {
+    if (!r) continue;
+    boost::system::error_code ignored;
+    r->socket.cancel(ignored);
+  }
+}
+
+nlohmann::json relay_forwarder::status(const std::vector<channel_config>& channels) const {
+  auto out = nlohmann::json::array();
+  std::vector<std::uint32_t> d(
+      m_delays.begin(),
+      m_delays.begin() + static_cast<std::ptrdiff_t>(std::min(m_delays_taken, delay_samples)));
+  const auto quantile = [&](double q) -> std::uint32_t {
+    if (d.empty()) return 0;
+    const auto k = static_cast<std::size_t>(q * static_cast<double>(d.size() - 1));
+    std::nth_element(d.begin(), d.begin() + static_cast<std::ptrdiff_t>(k), d.end());
+    return d[k];
+  };
+  const auto p50 = quantile(0.5);
+  const auto p99 = quantile(0.99);
+  for (std::size_t i = 0; i < m_relays.size() && i < channels.size(); ++i) {
+    if (!m_relays[i]) continue;
+    const auto& r = *m_relays[i];
+    const auto& s = r.stats;
+    out.push_back({{"channel", channels[i].name},
+                   {"group", r.group.to_string()},
+                   {"source", r.source.to_string()},
+                   {"open", r.socket.is_open()},
+                   {"forwarded", s.forwarded},
+                   {"forwarded_bytes", s.forwarded_bytes},
+                   {"heartbeats", s.heartbeats},
+                   {"sessions", s.sessions},
+                   {"not_relayed_sessions", s.not_relayed_sessions},
+                   {"not_relayed_datagrams", s.not_relayed_datagrams},
+                   {"send_failed", s.send_failed},
+                   {"site_datagrams", s.site_datagrams},
+                   // Over every relayed channel: kernel arrival to the send call.
+                   {"forward_delay_us", {{"p50", p50}, {"p99", p99}, {"samples", d.size()}}}});
+  }
+  return out;
+}
+
+}  // namespace mcdist::receiver

@@ -1,0 +1,147 @@
+#pragma once
+/// @file
+/// mcdistd's relays of one-way sessions (docs/design-notes.md "Relays"). A channel with
+/// `relay_group` has, besides its channel socket, a relay socket: bound to an ephemeral port of
+/// the relay interface's address and multicasting into relay_group. The daemon hands the
+/// forwarder, as they arrive, each datagram it authenticated of a session silent here, and each
+/// heartbeat it took; the forwarder copies them into a batch and sends them on byte for byte at
+/// the end of the read (flush): one sendmmsg(2) for up to 64 datagrams, no pacing (they arrive
+/// paced by the hub). The sites behind the relay take the relay socket's address for the
+/// sender of the session (the source of its first announce) and check the hub's signatures
+/// themselves: a relay can withhold or delay a product, never alter one.
+///
+/// Sessions that are not silent here are not relayed: the sites behind would send their
+/// registrations and NAKs to the relay, which cannot answer them. They are counted and logged
+/// once per session. Datagrams that reach a relay socket (a site behind the relay that is not
+/// silent) are read, counted and dropped.
+///
+/// Runs on the daemon's io thread. Memory: the batch (at most max_batch datagrams, copied into
+/// a buffer of max_batch_bytes), a ring of the last delay_samples forwarding delays, and per
+/// channel a set of at most max_sessions_seen session ids.
+
+#include "common/endpoint.hpp"
+#include "common/ids.hpp"
+#include "common/log_limit.hpp"
+#include "common/net/interface.hpp"
+#include "common/net/udp.hpp"
+#include "common/time.hpp"
+#include "receiver/io/daemon_config.hpp"
+
+#include <nlohmann/json_fwd.hpp>
+#include <spdlog/fwd.h>
+
+#include <boost/asio/io_context.hpp>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <span>
+#include <unordered_set>
+#include <vector>
+
+namespace mcdist::receiver {
+
+/// The relay sockets by channel index (the daemon's channel indexes; a channel without
+/// relay_group has none).
+class relay_forwarder {
+ public:
+  /// Datagrams held before a flush is forced (one sendmmsg call's worth).
+  static constexpr std::size_t max_batch = 64;
+  /// Bytes of datagrams held before a flush is forced.
+  static constexpr std::size_t max_batch_bytes = 1 << 20;
+  /// Forwarding delays (kernel arrival to the send call) kept for the quantiles in status.
+  static constexpr std::size_t delay_samples = 4096;
+  /// Session ids remembered per channel to count sessions and log each unrelayed one once;
+  /// the set is forgotten whole when full.
+  static constexpr std::size_t max_sessions_seen = 4096;
+  /// SO_SNDBUF of a relay socket, bytes: a read's worth of datagrams of a 1 Gbit/s channel.
+  static constexpr int send_buffer_bytes = 8 << 20;
+
+  /// Per relayed channel.
+  struct counters {
+    std::uint64_t forwarded = 0;              ///< datagrams sent on (heartbeats included)
+    std::uint64_t forwarded_bytes = 0;        ///< their bytes
+    std::uint64_t heartbeats = 0;             ///< heartbeats among them
+    std::uint64_t sessions = 0;               ///< distinct sessions relayed
+    std::uint64_t not_relayed_sessions = 0;   ///< two-way sessions, not relayed
+    std::uint64_t not_relayed_datagrams = 0;  ///< their datagrams
+    std::uint64_t send_failed = 0;     ///< datagrams the socket refused (buffer full, errors)
+    std::uint64_t site_datagrams = 0;  ///< datagrams that arrived on the relay socket (dropped)
+  };
+
+  /// @param daemon_interface  the daemon's resolved interface: a channel without
+  ///        relay_interface relays from it
+  relay_forwarder(boost::asio::io_context& io, net::resolved_interface daemon_interface,
+                  std::shared_ptr<spdlog::logger> log);
+  ~relay_forwarder();
+  relay_forwarder(const relay_forwarder&) = delete;
+  relay_forwarder& operator=(const relay_forwarder&) = delete;
+
+  /// Opens channel `index`'s relay socket when `ch` has relay_group (else only notes the
+  /// index), and starts reading it. Indexes come in order, as the daemon's channels.
+  /// @throws config_error when relay_interface does not resolve; std::system_error when the
+  ///         socket cannot be opened or bound
+  void open(std::size_t index, const channel_config& ch);
+  /// Resolves `ch`'s relay interface as open would (a reload checks before it changes anything).
+  /// @throws config_error naming the channel
+  void check(const channel_config& ch) const;
+  /// True when channel `index` relays.
+  bool relays(std::size_t index) const noexcept {
+    return index < m_relays.size() && m_relays[index] != nullptr;
+  }
+  /// True when `from` is one of the relay sockets (a datagram this host relayed came back:
+  /// dropped, whatever the configuration of the routers).
+  bool own_source(const endpoint& from) const noexcept;
+
+  /// Queues `d`, an authenticated datagram of silent session `s` read on channel `index`, to
+  /// be sent on at the next flush. @param arrival  when the kernel received it, if known
+  void forward(std::size_t index, session_id s, std::span<const std::byte> d,
+               std::optional<time_point> arrival);
+  /// Queues `d`, a heartbeat channel `index` took.
+  void forward_heartbeat(std::size_t index, std::span<const std::byte> d,
+                         std::optional<time_point> arrival);
+  /// Counts a datagram of session `s`, which is not silent here, as not relayed (the first of
+  /// each session is logged).
+  void not_relayed(std::size_t index, session_id s);
+  /// Sends what is queued. @param now  for the forwarding delays
+  void flush(time_point now);
+  /// Closes channel `index`'s relay socket (its channel was left).
+  void close(std::size_t index);
+  /// Cancels the sockets' pending reads (the daemon stops).
+  void cancel_all();
+
+  /// The status file's "relay": per relayed channel its name, group, source address, the
+  /// counters, and the forwarding delay's p50 and p99 (us) over the last delay_samples
+  /// datagrams. Empty array when no channel relays.
+  nlohmann::json status(const std::vector<channel_config>& channels) const;
+  /// Channel `index`'s counters (nullptr when it does not relay).
+  const counters* stats(std::size_t index) const noexcept;
+
+ private:
+  struct relay;
+  struct queued {
+    std::size_t index;
+    std::size_t offset;
+    std::size_t size;
+    std::optional<time_point> arrival;
+  };
+  net::resolved_interface resolve(const channel_config& ch) const;
+  void queue(std::size_t index, std::span<const std::byte> d, std::optional<time_point> arrival);
+  void read_sites(std::size_t index);
+
+  boost::asio::io_context& m_io;
+  net::resolved_interface m_daemon_interface;
+  std::shared_ptr<spdlog::logger> m_log;
+  std::vector<std::unique_ptr<relay>> m_relays;
+  std::vector<queued> m_queue;
+  std::vector<std::byte> m_buffer;
+  std::array<std::uint32_t, delay_samples> m_delays{};
+  std::size_t m_delays_taken = 0;
+  log_limiter m_send_errors_logged{3};
+  log_limiter m_site_datagrams_logged{3};
+};
+
+}  // namespace mcdist::receiver
