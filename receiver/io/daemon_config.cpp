@@ -504,7 +504,7 @@ void validate_relay(const daemon_config& cfg, const channel_config& ch) {
                          "group of its own");
     }
     if (&other != &ch && other.relay_group && *other.relay_group == rg) {
-      throw config_error("channels " + other.name + " and " + ch.name + " both relay into " +
+      throw config_error("channels " + ch.name + " and " + other.name + " both relay into " +
                          rg.to_string() + ": give each relayed channel a group of its own");
     }
   }

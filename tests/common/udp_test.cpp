@@ -163,3 +163,37 @@ TEST_CASE("each datagram carries the time the kernel received it, on the steady 
   CHECK(*arrivals[1] <= after_read);
   CHECK(*arrivals[1] - *arrivals[0] >= std::chrono::milliseconds(20) - 2 * slack);
 }
+
+TEST_CASE("send_many sends datagrams of different sizes in order, past one call's 64",
+          "[unit][net]") {
+  udp_fd rx, tx;
+  const int big = 4 << 20;
+  REQUIRE(::setsockopt(rx.fd, SOL_SOCKET, SO_RCVBUF, &big, sizeof big) == 0);
+  // 150 datagrams of 1..1500 bytes (three sendmmsg calls), each starting with its number.
+  std::vector<std::vector<std::byte>> datagrams;
+  for (std::uint32_t i = 0; i < 150; ++i) {
+    std::vector<std::byte> d(4 + (i * 37) % 1497, std::byte{static_cast<unsigned char>(i)});
+    std::memcpy(d.data(), &i, sizeof i);
+    datagrams.push_back(std::move(d));
+  }
+  std::vector<std::span<const std::byte>> spans(datagrams.begin(), datagrams.end());
+  mcdist::endpoint to{};
+  to.port = ntohs(rx.addr.sin_port);
+  std::memcpy(to.addr.data(), &rx.addr.sin_addr, 4);
+  std::error_code ec;
+  REQUIRE(mcdist::net::send_many(tx.fd, to, spans, ec) == datagrams.size());
+  REQUIRE_FALSE(ec);
+  std::array<std::byte, 2048> buf{};
+  for (std::uint32_t i = 0; i < datagrams.size(); ++i) {
+    const auto n = ::recv(rx.fd, buf.data(), buf.size(), 0);
+    REQUIRE(n == static_cast<ssize_t>(datagrams[i].size()));
+    REQUIRE(std::memcmp(buf.data(), datagrams[i].data(), datagrams[i].size()) == 0);
+  }
+  REQUIRE(::recv(rx.fd, buf.data(), buf.size(), MSG_DONTWAIT) < 0);  // nothing more
+
+  // A closed descriptor: nothing sent, the error said.
+  const int closed = ::dup(tx.fd);
+  ::close(closed);
+  REQUIRE(mcdist::net::send_many(closed, to, spans, ec) == 0);
+  REQUIRE(ec);
+}

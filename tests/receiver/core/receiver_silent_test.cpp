@@ -264,3 +264,64 @@ TEST_CASE("an ordinary session on an ordinary channel still registers",
   CHECK_FALSE(h.engine.silent(sid));
   CHECK(h.sink.sent.size() == 1);  // REGISTER
 }
+
+TEST_CASE("a relayed silent session stays open after its files until the sender's END",
+          "[unit][receiver][silent][relay]") {
+  receiver_config cfg{"relay"};
+  cfg.relay_channels = {true};
+  harness h(cfg);
+  h.announce({2}, 0, 2, 5);
+  h.data(0, 0);
+  h.data(0, 1);
+  h.engine.on_file_stored(sid, file_index{0}, {}, {}, h.now);
+  // Every file stored: still tracked and silent, so its later passes and END are checked and
+  // relayed; counted completed in the channel's numbering already.
+  REQUIRE(h.engine.silent(sid));
+  CHECK(h.engine.stats().sessions_completed == 0);
+  CHECK(h.engine.sequences().status().at(0).last_completed == 5);
+  h.pass_end(1, 1);  // a marker of pass 2 keeps it alive; no timer sends anything
+  h.parity(0, 0);
+  CHECK(h.engine.silent(sid));
+  CHECK(h.sink.sent.empty());
+  h.feed(datagram(wire::msg_type::session_end, wire::session_end{}));
+  CHECK_FALSE(h.engine.silent(sid));
+  CHECK(h.engine.stats().sessions_completed == 1);
+  CHECK(h.engine.stats().sessions_failed == 0);
+  CHECK(h.engine.stats().files_incomplete == 0);
+  CHECK(h.sink.sent.empty());
+}
+
+TEST_CASE("a relayed silent session whose sender falls silent after its files completes",
+          "[unit][receiver][silent][relay]") {
+  receiver_config cfg{"relay"};
+  cfg.relay_channels = {true};
+  cfg.session_timeout = 10s;
+  harness h(cfg);
+  h.announce({1}, 0, 2);
+  h.data(0, 0);
+  h.engine.on_file_stored(sid, file_index{0}, {}, {}, h.now);
+  REQUIRE(h.engine.silent(sid));
+  // The END is lost: the session ends at session_timeout, complete, and the engine's next
+  // deadline is that timeout, never a busy loop.
+  const auto next = h.engine.next_deadline();
+  REQUIRE(next);
+  CHECK(*next > h.now);
+  h.now += 11s;
+  h.engine.on_timer(h.now);
+  CHECK_FALSE(h.engine.silent(sid));
+  CHECK(h.engine.stats().sessions_completed == 1);
+  CHECK(h.engine.stats().sessions_failed == 0);
+  CHECK(h.sink.sent.empty());
+}
+
+TEST_CASE("an unrelayed silent session closes as soon as its files are stored",
+          "[unit][receiver][silent][relay]") {
+  receiver_config cfg{"site"};
+  cfg.relay_channels = {false};
+  harness h(cfg);
+  h.announce({1}, 0, 2);
+  h.data(0, 0);
+  h.engine.on_file_stored(sid, file_index{0}, {}, {}, h.now);
+  CHECK_FALSE(h.engine.silent(sid));
+  CHECK(h.engine.stats().sessions_completed == 1);
+}

@@ -205,3 +205,64 @@ TEST_CASE("the interface is a name or an address, of the channels' one family",
                       "group = \"[ff15::1]:4711\"\n"),
              Contains("channels a and b are of different address families"));
 }
+
+TEST_CASE("a relayed channel takes its own group, interface and TTL; loops and mixes are refused",
+          "[unit][receiver][config]") {
+  const std::string head =
+      "id = \"relay-a\"\ntemp = \"/srv/tmp\"\ndest = \"/srv/in\"\nallow_unsigned = true\n";
+  const auto cfg = load_config_string(head + R"([[channel]]
+name = "regional"
+group = "239.192.0.1:4711"
+silent = true
+relay_group = "239.193.0.1:4711"
+relay_interface = "eth2"
+relay_ttl = 4
+[[channel]]
+name = "local"
+group = "239.192.0.2:4711"
+)",
+                                      "t");
+  REQUIRE(cfg.channels.at(0).relay_group == parse_endpoint("239.193.0.1:4711"));
+  REQUIRE(cfg.channels[0].relay_interface.name == "eth2");
+  REQUIRE(cfg.channels[0].relay_ttl == 4);
+  REQUIRE_FALSE(cfg.channels[1].relay_group);
+  REQUIRE(cfg.channels[1].relay_ttl == 1);
+  REQUIRE(relay_channels(cfg.channels) == std::vector<bool>{true, false});
+  REQUIRE_NOTHROW(validate(cfg));
+
+  const auto error_of = [&](const std::string& channels) -> std::string {
+    try {
+      validate(load_config_string(head + channels, "t"));
+    } catch (const config_error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  using Catch::Contains;
+  CHECK_THAT(
+      error_of("[[channel]]\ngroup = \"239.192.0.1:4711\"\nrelay_group = \"10.0.0.1:4711\"\n"),
+      Contains("'channel[0].relay_group' = \"10.0.0.1:4711\" is not a multicast ADDR:PORT"));
+  CHECK_THAT(error_of("[[channel]]\ngroup = \"239.192.0.1:4711\"\nrelay_ttl = 4\n"),
+             Contains("relay_interface and relay_ttl need relay_group"));
+  CHECK_THAT(error_of("[[channel]]\ngroup = \"239.192.0.1:4711\"\nrelay_group = "
+                      "\"239.193.0.1:4711\"\nrelay_ttl = 0\n"),
+             Contains("'channel[0].relay_ttl' must be 1 to 255"));
+  CHECK_THAT(error_of("[[channel]]\ngroup = \"239.192.0.1:4711\"\nrelay_group = "
+                      "\"239.193.0.1:4711\"\nrelay_interface = \"bad name\"\n"),
+             Contains("is neither an IP address nor an interface name"));
+  // Into a group this daemon receives, on another port too: it would hear its own relay.
+  CHECK_THAT(error_of("[[channel]]\nname = \"a\"\ngroup = \"239.192.0.1:4711\"\nrelay_group = "
+                      "\"239.192.0.2:5000\"\n[[channel]]\nname = \"b\"\ngroup = "
+                      "\"239.192.0.2:4711\"\n"),
+             Contains("is the group of channel b"));
+  CHECK_THAT(error_of("[[channel]]\nname = \"a\"\ngroup = \"239.192.0.1:4711\"\nrelay_group = "
+                      "\"239.193.0.1:4711\"\n[[channel]]\nname = \"b\"\ngroup = "
+                      "\"239.192.0.2:4711\"\nrelay_group = \"239.193.0.1:4711\"\n"),
+             Contains("channels a and b both relay into 239.193.0.1:4711"));
+  CHECK_THAT(error_of("[[channel]]\ngroup = \"239.192.0.1:4711\"\nrelay_group = "
+                      "\"[ff15::1]:4711\"\n"),
+             Contains("is not of the channel's address family"));
+  CHECK_THAT(error_of("[[channel]]\ngroup = \"239.192.0.1:4711\"\nrelay_group = "
+                      "\"239.193.0.1:4711\"\nrelay_interface = \"fd00::1\"\n"),
+             Contains("is not of relay_group's address family"));
+}
