@@ -63,6 +63,9 @@ Settings come from --config FILE (TOML) and are overridden by options on the com
   silent = false                         # true: a one-way link, never transmit (see below)
   catch_up_url = "https://hub:9613/"     # silent channels: fetch missed sessions over HTTP(S)
   catch_up_ca = "/etc/mcdist/hub-ca.pem" # the hub certificate's CA (default: the system's)
+  # relay_group = "239.193.0.1:4711"     # relay the one-way sessions into this group (below)
+  # relay_interface = "eth2"             # ... from this interface (default: interface)
+  # relay_ttl = 4                        # ... with this multicast TTL (default 1)
   [[channel.action]]                     # optional: a WIS2 notification per stored file
   type = "wis2"
   broker = "mqtt://127.0.0.1:1883"
@@ -108,6 +111,13 @@ it does not hold, with libcurl on worker threads; each file is checked (size, SH
 delivered like a multicast one (never over a newer version), journaled with the hub's key and
 its actions run. Failures are logged with the URL and retried after 2 s, doubling to 5 min.
 
+Relays (docs/design-notes.md "Relays"): a channel with relay_group passes every datagram of a
+session silent here, and every heartbeat it took, on byte for byte into that group as it
+arrives, once this site authenticated it; the sites behind (silent = true on the relay group,
+the hub's key in trusted_senders) check the hub's signatures themselves. Two-way sessions are
+not relayed (counted, logged). The relay group must not be a group this daemon receives. Status
+"relay" and /metrics mcdist_relay_* count what was sent on.
+
 Under systemd (Type=notify) mcdistd reports READY=1 once its sockets are bound, WATCHDOG=1
 every half WatchdogSec= and STOPPING=1 on SIGTERM.
 
@@ -115,7 +125,7 @@ SIGHUP reopens the log file (for logrotate) and reloads the configuration: --con
 again with the command-line options over it and checked whole first (an invalid file is
 logged and changes nothing). Channels are matched by name: an added one is joined; a removed
 one takes no new session, finishes those under way (into its old dest) and is then left; a
-channel whose group, source, dest, trusted_senders or silent changed is both, so new sessions get the new
+channel whose group, source, dest, trusted_senders, silent or relay settings changed is both, so new sessions get the new
 settings. Actions, retention, status_interval, max_sessions and max_sessions_per_source are
 replaced (running action attempts finish). id, interface, temp, key_file, sync, http, journal,
 log, the memory and disk budgets and the timeouts need a restart: a change to them is logged

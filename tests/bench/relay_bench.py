@@ -26,8 +26,8 @@ the difference is what relaying costs); products delivered at each site against 
 Everything shares the machine's cores (2 on the development machine), so the hop figures
 include scheduling: compare runs on one machine.
 
-Not a test: prints a table (exit 1 only when a product is missing or differs). About 70 s with
-the defaults.
+Not a test: prints a table (exit 1 only when a product is missing or differs). About 40 s with
+the defaults on 2 cores.
 
 usage: relay_bench.py [--build BUILD] [--products 300] [--rate 50M] [--seed 1] [--work DIR]
                       [--keep]
