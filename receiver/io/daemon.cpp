@@ -455,6 +455,12 @@ void daemon::handle_datagram(std::size_t index, std::span<const std::byte> d, co
     return;
   }
   if (index != control_index && !channel_takes(index, h)) return;
+  if (relayed && h.type == wire::msg_type::session_end &&
+      m_relays.end_repeat(index, h.session, d, now)) {
+    // A repeat of an END this relay checked and relayed: its session closed at the first.
+    m_relays.forward(index, h.session, d, arrival);
+    return;
+  }
   // A relay checks every announce it sends on: an unchecked repeat is not relayed, and the
   // sites behind may need that copy.
   if (!relayed && m_keys->announce_repeat(index, h, now, *m_engine)) return;
@@ -483,6 +489,7 @@ void daemon::handle_datagram(std::size_t index, std::span<const std::byte> d, co
   if (relayed) {
     if (silent_before || m_engine->silent(h.session)) {
       m_relays.forward(index, h.session, d, arrival);
+      if (h.type == wire::msg_type::session_end) m_relays.remember_end(index, h.session, d, now);
     } else if (m_engine->channel_of(h.session)) {
       m_relays.not_relayed(index, h.session);
     }

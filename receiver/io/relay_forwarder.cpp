@@ -100,6 +100,22 @@ void relay_forwarder::forward_heartbeat(std::size_t index, std::span<const std::
   queue(index, d, arrival);
 }
 
+void relay_forwarder::remember_end(std::size_t index, session_id s, std::span<const std::byte> d,
+                                   time_point now) {
+  while (!m_ends.empty() && (m_ends.size() >= max_ends || m_ends.front().expires <= now)) {
+    m_ends.pop_front();
+  }
+  m_ends.push_back({index, s, std::vector<std::byte>(d.begin(), d.end()), now + end_memory});
+}
+
+bool relay_forwarder::end_repeat(std::size_t index, session_id s, std::span<const std::byte> d,
+                                 time_point now) const {
+  return std::any_of(m_ends.begin(), m_ends.end(), [&](const kept_end& e) {
+    return e.index == index && e.session == s && e.expires > now &&
+           std::equal(d.begin(), d.end(), e.bytes.begin(), e.bytes.end());
+  });
+}
+
 void relay_forwarder::not_relayed(std::size_t index, session_id s) {
   if (!relays(index)) return;
   auto& r = *m_relays[index];

@@ -57,6 +57,9 @@ class relay_forwarder {
   /// Session ids remembered per channel to count sessions and log each unrelayed one once;
   /// the set is forgotten whole when full.
   static constexpr std::size_t max_sessions_seen = 4096;
+  /// How long an END is kept for its repeats, and how many are kept at most.
+  static constexpr std::chrono::seconds end_memory{10};
+  static constexpr std::size_t max_ends = 64;
   /// SO_SNDBUF of a relay socket, bytes: a read's worth of datagrams of a 1 Gbit/s channel.
   static constexpr int send_buffer_bytes = 8 << 20;
 
@@ -100,6 +103,15 @@ class relay_forwarder {
   /// be sent on at the next flush. @param arrival  when the kernel received it, if known
   void forward(std::size_t index, session_id s, std::span<const std::byte> d,
                std::optional<time_point> arrival);
+  /// Keeps `d`, the END of silent session `s` that channel `index` authenticated and relayed,
+  /// for end_repeat: the session closes here at its first END, and the hub's repeats of it
+  /// could no longer be checked.
+  void remember_end(std::size_t index, session_id s, std::span<const std::byte> d, time_point now);
+  /// True when `d` is byte for byte an END remember_end kept for channel `index` and session
+  /// `s` less than end_memory ago (Ed25519 signatures are deterministic: the hub's repeats are
+  /// the same bytes), so it may be relayed without the session.
+  bool end_repeat(std::size_t index, session_id s, std::span<const std::byte> d,
+                  time_point now) const;
   /// Queues `d`, a heartbeat channel `index` took.
   void forward_heartbeat(std::size_t index, std::span<const std::byte> d,
                          std::optional<time_point> arrival);
@@ -128,6 +140,12 @@ class relay_forwarder {
     std::size_t size;
     std::optional<time_point> arrival;
   };
+  struct kept_end {
+    std::size_t index;
+    session_id session;
+    std::vector<std::byte> bytes;
+    time_point expires;
+  };
   net::resolved_interface resolve(const channel_config& ch) const;
   void queue(std::size_t index, std::span<const std::byte> d, std::optional<time_point> arrival);
   void read_sites(std::size_t index);
@@ -137,6 +155,7 @@ class relay_forwarder {
   std::shared_ptr<spdlog::logger> m_log;
   std::vector<std::unique_ptr<relay>> m_relays;
   std::vector<queued> m_queue;
+  std::deque<kept_end> m_ends;
   std::vector<std::byte> m_buffer;
   std::array<std::uint32_t, delay_samples> m_delays{};
   std::size_t m_delays_taken = 0;

@@ -9,7 +9,8 @@ group G0. Relay "ra" (a two-way site of G0 trusting the hub key) relays G0 into 
 file at ra, rb, s1 and s2 SHA-256 identical to the source; s1 and s2 checked blocks against the
 hub's signed block digests and refused none as bad; no site and no relay sent a datagram, and
 the sender received none; each relay's status counts the session relayed and datagrams sent
-on; s1's log names ra's relay socket as the session's source. Then a two-way session (signed,
+on, as many as it read (the hub's repeated ENDs too); s1's log names ra's relay socket as the
+session's source. Then a two-way session (signed,
 no silent passes) to G0: ra takes part and delivers it, and relays nothing of it (counted as a
 session not relayed); s1 and s2 hold none of its files.
 
@@ -136,6 +137,14 @@ def part1(bin_dir, base):
                   "%s: the session was not relayed: %s" % (d.id, r))
             check(r["not_relayed_sessions"] == 0 and r["site_datagrams"] == 0,
                   "%s: relay counters: %s" % (d.id, r))
+        # Every datagram a relay read of the session went on, the hub's three ENDs included
+        # (the session closes at the relay at the first; the repeats go on as copies of it).
+        for d in (ra, rb):
+            st = statuses[d.id]
+            read = st["channel_sockets"][0]["datagrams"] - st["dropped_by_drop_rate"]
+            check(relay_status(d)["forwarded"] == read,
+                  "%s: relayed %d of the %d datagrams it read" % (d.id, relay_status(d)["forwarded"],
+                                                                  read))
         ra_source = relay_status(ra)["source"]
         check("from %s" % ra_source in s1.log_text(),
               "s1: its session's source is not ra's relay socket %s" % ra_source)
