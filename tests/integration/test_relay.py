@@ -3,14 +3,16 @@
 "Relays") over loopback multicast, with real mcdist-send, mcdist-feed and mcdistd.
 
 Part 1, nested relays of a signed silent session. mcdist-send --key --silent-passes 2 sends to
-group G0. Relay "ra" (a two-way site of G0 trusting the hub key) relays G0 into G1; relay "rb"
+group G0. Relay "ra" (a two-way site of G0 trusting the hub key, made a relay by a
+configuration reload) relays G0 into G1; relay "rb"
 (silent, on G1, dropping 2 % as a lossy hop would) relays G1 into G2; site "s1" is on G1, site
 "s2" (dropping 2 %) on G2. Both sites are silent and trust only the hub's key. Asserted: every
 file at ra, rb, s1 and s2 SHA-256 identical to the source; s1 and s2 checked blocks against the
 hub's signed block digests and refused none as bad; no site and no relay sent a datagram, and
 the sender received none; each relay's status counts the session relayed and datagrams sent
 on, as many as it read (the hub's repeated ENDs too); s1's log names ra's relay socket as the
-session's source. Then a two-way session (signed,
+session's source; a datagram sent to ra's relay socket is counted (site_datagrams) and dropped.
+Then a two-way session (signed,
 no silent passes) to G0: ra takes part and delivers it, and relays nothing of it (counted as a
 session not relayed); s1 and s2 hold none of its files.
 
@@ -60,10 +62,22 @@ class Site(Daemon):
                     "status_file = \"%s\"\nstatus_interval = \"1s\"\nhttp = \"off\"\n"
                     "sync = \"none\"\n%s\n[[channel]]\nname = \"products\"\n%s\n"
                     % (rid, self.dest, self.temp, self.status, top, channel))
+        self.top = "id = \"%s\"\ninterface = \"127.0.0.1\"\ndest = \"%s\"\ntemp = \"%s\"\n" \
+            "status_file = \"%s\"\nstatus_interval = \"1s\"\nhttp = \"off\"\n" \
+            "sync = \"none\"\n%s\n" % (rid, self.dest, self.temp, self.status, top)
         self.args = [os.path.join(bin_dir, "receiver", "mcdistd"), "--config", self.config]
         self.args += list(extra)
         self.proc = None
         self.start()
+
+    def reload(self, channel, needle):
+        """Rewrites the channel's settings, sends SIGHUP and waits for `needle` in the log."""
+        before = self.log_count(needle)
+        with open(self.config + ".tmp", "w") as f:
+            f.write(self.top + "[[channel]]\nname = \"products\"\n%s\n" % channel)
+        os.replace(self.config + ".tmp", self.config)
+        self.proc.send_signal(signal.SIGHUP)
+        self.wait_for_log(needle, 10, after=before)
 
 
 def relay_status(d):
@@ -90,8 +104,11 @@ def part1(bin_dir, base):
     g0, g1, g2 = free_group(), free_group(), free_group()
     daemons = []
     try:
-        ra = Site(bin_dir, base, "ra", "group = \"%s\"\nrelay_group = \"%s\"" % (g0, g1), top=trust)
+        # ra starts as a plain site; a reload (SIGHUP) makes it a relay.
+        ra = Site(bin_dir, base, "ra", "group = \"%s\"" % g0, top=trust)
         daemons.append(ra)
+        check(relay_status(ra) is None, "ra relays before it is told to")
+        ra.reload("group = \"%s\"\nrelay_group = \"%s\"" % (g0, g1), "relaying its one-way sessions")
         rb = Site(bin_dir, base, "rb", "group = \"%s\"\nsilent = true\nrelay_group = \"%s\""
                   % (g1, g2), ["--drop-rate", "0.02", "--drop-seed", "3"], top=trust)
         daemons.append(rb)
@@ -141,13 +158,22 @@ def part1(bin_dir, base):
         # (the session closes at the relay at the first; the repeats go on as copies of it).
         for d in (ra, rb):
             st = statuses[d.id]
-            read = st["channel_sockets"][0]["datagrams"] - st["dropped_by_drop_rate"]
+            live = [c for c in st["channel_sockets"] if not c["retired"]]
+            read = live[0]["datagrams"] - st["dropped_by_drop_rate"]
             check(relay_status(d)["forwarded"] == read,
                   "%s: relayed %d of the %d datagrams it read" % (d.id, relay_status(d)["forwarded"],
                                                                   read))
         ra_source = relay_status(ra)["source"]
         check("from %s" % ra_source in s1.log_text(),
               "s1: its session's source is not ra's relay socket %s" % ra_source)
+
+        # A datagram to the relay socket (what a site that is not silent would send it): read,
+        # counted, dropped.
+        host, port = ra_source.rsplit(":", 1)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
+            u.sendto(b"\x4d\x44\x02\x0c" + b"\0" * 40, (host, int(port)))
+        wait_for("ra: the site's datagram counted",
+                 lambda: (relay_status(ra) or {}).get("site_datagrams") == 1, 10, ra)
 
         # A two-way session: ra takes part, nothing of it is relayed.
         two = os.path.join(base, "twoway")
