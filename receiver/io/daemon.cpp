@@ -445,7 +445,7 @@ void daemon::handle_datagram(std::size_t index, std::span<const std::byte> d, co
     return;
   }
   const bool relayed = index != control_index && m_relays.relays(index);
-  if (relayed && m_relays.own_source(from)) {
+  if (index != control_index && m_relays.own_source(from)) {
     // What this host relayed came back to it (a router or another relay loops the group).
     m_engine->on_refused(errc::wrong_source);
     return;

@@ -28,6 +28,7 @@ relay_forwarder::relay_forwarder(boost::asio::io_context& io,
     : m_io(io), m_daemon_interface(std::move(daemon_interface)), m_log(std::move(log)) {
   m_buffer.resize(max_batch_bytes);
   m_queue.reserve(max_batch);
+  m_run.reserve(max_batch);
 }
 
 relay_forwarder::~relay_forwarder() = default;
@@ -123,6 +124,7 @@ void relay_forwarder::not_relayed(std::size_t index, session_id s) {
   if (r.not_relayed.size() >= max_sessions_seen) r.not_relayed.clear();
   if (!r.not_relayed.insert(s.value).second) return;
   ++r.stats.not_relayed_sessions;
+  if (!m_not_relayed_logged.tick()) return;
   m_log->warn(
       "session {}: not relayed into {}: it is not silent here (a two-way session; a relay "
       "forwards only one-way sessions: set silent = true on the channel, or have the hub send "
@@ -132,8 +134,7 @@ void relay_forwarder::not_relayed(std::size_t index, session_id s) {
 
 void relay_forwarder::flush(time_point now) {
   if (m_queue.empty()) return;
-  std::vector<std::span<const std::byte>> run;
-  run.reserve(m_queue.size());
+  auto& run = m_run;
   std::size_t i = 0;
   while (i < m_queue.size()) {
     // A run of consecutive datagrams of one channel: one sendmmsg.

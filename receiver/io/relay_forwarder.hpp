@@ -16,8 +16,9 @@
 /// silent) are read, counted and dropped.
 ///
 /// Runs on the daemon's io thread. Memory: the batch (at most max_batch datagrams, copied into
-/// a buffer of max_batch_bytes), a ring of the last delay_samples forwarding delays, and per
-/// channel a set of at most max_sessions_seen session ids.
+/// a buffer of max_batch_bytes), a ring of the last delay_samples forwarding delays, per
+/// channel a set of at most max_sessions_seen session ids, and at most max_ends ENDs kept for
+/// end_memory.
 
 #include "common/endpoint.hpp"
 #include "common/ids.hpp"
@@ -116,7 +117,7 @@ class relay_forwarder {
   void forward_heartbeat(std::size_t index, std::span<const std::byte> d,
                          std::optional<time_point> arrival);
   /// Counts a datagram of session `s`, which is not silent here, as not relayed (the first of
-  /// each session is logged).
+  /// each session is logged, ever more rarely past ten: log_limiter).
   void not_relayed(std::size_t index, session_id s);
   /// Sends what is queued. @param now  for the forwarding delays
   void flush(time_point now);
@@ -155,11 +156,13 @@ class relay_forwarder {
   std::shared_ptr<spdlog::logger> m_log;
   std::vector<std::unique_ptr<relay>> m_relays;
   std::vector<queued> m_queue;
+  std::vector<std::span<const std::byte>> m_run;  ///< flush's datagrams of one channel
   std::deque<kept_end> m_ends;
   std::vector<std::byte> m_buffer;
   std::array<std::uint32_t, delay_samples> m_delays{};
   std::size_t m_delays_taken = 0;
   log_limiter m_send_errors_logged{3};
+  log_limiter m_not_relayed_logged{10};
   log_limiter m_site_datagrams_logged{3};
 };
 
