@@ -354,6 +354,25 @@ std::string render_status_page(const status_snapshot& s) {
     h += "</tbody></table>\n";
   }
 
+  if (!s.relays.empty()) {
+    h += "<h2>Relays</h2>\n<table id=\"relays\"><thead><tr><th>channel</th>"
+         "<th class=\"num\">datagrams relayed</th><th class=\"num\">bytes</th>"
+         "<th class=\"num\">sessions</th><th class=\"num\">not relayed</th>"
+         "<th class=\"num\">not sent</th><th class=\"num\">from sites</th></tr></thead>"
+         "<tbody>\n";
+    for (const auto& [channel, r] : s.relays) {
+      const auto num = [](std::uint64_t v, bool bad) {
+        return std::string("<td class=\"num") + (bad && v > 0 ? " bad" : "") + "\">" +
+               std::to_string(v) + "</td>";
+      };
+      h += "<tr><td>" + html_escape(channel) + "</td>" + num(r.forwarded, false) +
+           "<td class=\"num\">" + format_bytes(static_cast<double>(r.forwarded_bytes)) + "</td>" +
+           num(r.sessions, false) + num(r.not_relayed_sessions, true) + num(r.send_failed, true) +
+           num(r.site_datagrams, true) + "</tr>\n";
+    }
+    h += "</tbody></table>\n";
+  }
+
   h += "<h2>Last products</h2>\n";
   for (const std::size_t i : shown_channels(s)) {
     const auto& b = board[i];

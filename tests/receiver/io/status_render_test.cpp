@@ -111,3 +111,26 @@ TEST_CASE("metrics and page show each channel's last session number and missing 
   CHECK(h.find("name:&lt;b&gt;backup&lt;/b&gt;") != std::string::npos);
   CHECK(h.find("<td class=\"num bad\">2</td>") != std::string::npos);
 }
+
+TEST_CASE("metrics and page show a relayed channel's counters, problems marked",
+          "[status_render][relay]") {
+  fixture f;
+  CHECK(render_metrics(f.snap).find("mcdist_relay_") == std::string::npos);
+  relay_forwarder::counters c;
+  c.forwarded = 1200;
+  c.forwarded_bytes = 1'700'000;
+  c.sessions = 3;
+  c.not_relayed_sessions = 1;
+  c.send_failed = 0;
+  f.snap.relays = {{"obs <a>", c}};
+  const auto m = render_metrics(f.snap);
+  CHECK(m.find("mcdist_relay_datagrams_forwarded_total{channel=\"obs <a>\"} 1200\n") !=
+        std::string::npos);
+  CHECK(m.find("mcdist_relay_sessions_total{channel=\"obs <a>\",outcome=\"not_relayed\"} 1\n") !=
+        std::string::npos);
+  CHECK(m.find("mcdist_relay_send_failed_total{channel=\"obs <a>\"} 0\n") != std::string::npos);
+  const auto h = render_status_page(f.snap);
+  CHECK(h.find("<table id=\"relays\">") != std::string::npos);
+  CHECK(h.find("<td>obs &lt;a&gt;</td><td class=\"num\">1200</td>") != std::string::npos);
+  CHECK(h.find("<td class=\"num bad\">1</td>") != std::string::npos);  // a session not relayed
+}
