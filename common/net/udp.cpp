@@ -10,6 +10,7 @@
 #include <boost/asio/ip/address.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -406,34 +407,20 @@ std::size_t batch_sender::send(int fd, const endpoint& to, std::span<const std::
 
 std::size_t batch_sender::send_mmsg(int fd, const endpoint& to, std::span<const std::byte> buffer,
                                     std::size_t segment, std::error_code& ec) {
-  sockaddr_storage ss;
-  const socklen_t len = to_sockaddr(to, ss);
+  // Equal segments of one buffer: send_many's datagrams, 64 at a time (one sendmmsg call).
   constexpr std::size_t max_batch = 64;
-  std::size_t sent = 0;
+  std::array<std::span<const std::byte>, max_batch> spans;
   const std::size_t count = (buffer.size() + segment - 1) / segment;
+  std::size_t sent = 0;
   while (sent < count) {
-    mmsghdr hdrs[max_batch];
-    iovec iovs[max_batch];
     const std::size_t n = std::min(max_batch, count - sent);
     for (std::size_t i = 0; i < n; ++i) {
       const std::size_t off = (sent + i) * segment;
-      iovs[i] = {const_cast<std::byte*>(buffer.data()) + off,
-                 std::min(segment, buffer.size() - off)};
-      std::memset(&hdrs[i], 0, sizeof(mmsghdr));
-      hdrs[i].msg_hdr.msg_name = &ss;
-      hdrs[i].msg_hdr.msg_namelen = len;
-      hdrs[i].msg_hdr.msg_iov = &iovs[i];
-      hdrs[i].msg_hdr.msg_iovlen = 1;
+      spans[i] = buffer.subspan(off, std::min(segment, buffer.size() - off));
     }
-    const int r = ::sendmmsg(fd, hdrs, static_cast<unsigned>(n), 0);
-    if (r < 0) {
-      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOBUFS) {
-        ec = std::error_code(errno, std::generic_category());
-      }
-      return sent;
-    }
-    sent += static_cast<std::size_t>(r);
-    if (static_cast<std::size_t>(r) < n) return sent;
+    const std::size_t done = send_many(fd, to, std::span(spans).first(n), ec);
+    sent += done;
+    if (done < n) return sent;
   }
   return sent;
 }

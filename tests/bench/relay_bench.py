@@ -49,7 +49,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "integration"))
 from feed_latency import parse_rate, pct  # noqa: E402
-from mcdist_testlib import (Daemon, cpu_seconds, free_group, loopback_multicast_works,  # noqa: E402
+from mcdist_testlib import (ChannelSite, cpu_seconds, free_group, loopback_multicast_works,  # noqa: E402
                             sha256_file)
 from test_feed import Feed, drop  # noqa: E402
 
@@ -61,27 +61,9 @@ def log(*a):
     print(*a, flush=True)
 
 
-class Site(Daemon):
-    """mcdistd on loopback from a TOML file written here (test_relay.py's pattern)."""
-
-    def __init__(self, bin_dir, base, rid, channel, top=""):
-        self.id = rid
-        root = os.path.join(base, rid)
-        self.dest = os.path.join(root, "dest")
-        self.temp = os.path.join(root, "temp")
-        self.status = os.path.join(root, "status.json")
-        self.log_path = os.path.join(root, "mcdistd.log")
-        os.makedirs(self.dest, exist_ok=True)
-        os.makedirs(self.temp, exist_ok=True)
-        self.config = os.path.join(root, "mcdistd.toml")
-        with open(self.config, "w") as f:
-            f.write("id = \"%s\"\ninterface = \"127.0.0.1\"\ndest = \"%s\"\ntemp = \"%s\"\n"
-                    "status_file = \"%s\"\nstatus_interval = \"1s\"\nhttp = \"off\"\n"
-                    "sync = \"none\"\n%s\n[[channel]]\nname = \"obs\"\n%s\n"
-                    % (rid, self.dest, self.temp, self.status, top, channel))
-        self.args = [os.path.join(bin_dir, "receiver", "mcdistd"), "--config", self.config]
-        self.proc = None
-        self.start()
+def Site(bin_dir, base, rid, channel, top=""):
+    """mcdistd on loopback with one channel "obs" (mcdist_testlib.ChannelSite)."""
+    return ChannelSite(bin_dir, base, rid, channel, top=top, name="obs")
 
 
 def deliveries(d):

@@ -206,9 +206,9 @@ class TomlDaemon(Daemon):
     """One mcdistd configured by a TOML file only, laid out like Daemon under BASE/RID (dest/,
     temp/, status.json, mcdistd.log, and the file itself as mcdistd.toml). `config(d)` returns
     the file's text given the daemon (its dest, temp and status paths); `prefix` runs it
-    elsewhere (`ip netns exec NS`)."""
+    elsewhere (`ip netns exec NS`); `extra` are command-line options after --config."""
 
-    def __init__(self, bin_dir, base, rid, config, prefix=()):
+    def __init__(self, bin_dir, base, rid, config, prefix=(), extra=()):
         self.id = rid
         root = os.path.join(base, rid)
         self.dest = os.path.join(root, "dest")
@@ -222,9 +222,33 @@ class TomlDaemon(Daemon):
         with open(self.config, "w") as f:
             f.write(text)
         self.args = list(prefix) + [os.path.join(bin_dir, "receiver", "mcdistd"), "--config",
-                                    self.config]
+                                    self.config] + list(extra)
         self.proc = None
         self.start()
+
+
+class ChannelSite(TomlDaemon):
+    """A TomlDaemon with the usual top-level settings (its interface, dest, temp, a 1 s status
+    file, no HTTP, sync none), the TOML lines `top` after them, and one [[channel]] called
+    `name` made of the TOML lines `channel`. reload() replaces the channel's lines (SIGHUP)."""
+
+    def __init__(self, bin_dir, base, rid, channel, top="", interface="127.0.0.1", name="products",
+                 prefix=(), extra=()):
+        self.head = lambda d: ("id = \"%s\"\ninterface = \"%s\"\ndest = \"%s\"\ntemp = \"%s\"\n"
+                               "status_file = \"%s\"\nstatus_interval = \"1s\"\nhttp = \"off\"\n"
+                               "sync = \"none\"\n%s\n[[channel]]\nname = \"%s\"\n"
+                               % (rid, interface, d.dest, d.temp, d.status, top, name))
+        super().__init__(bin_dir, base, rid, lambda d: self.head(d) + channel + "\n", prefix, extra)
+
+    def reload(self, channel, needle):
+        """Writes the channel's new lines, sends SIGHUP and waits for one more `needle` in the
+        log."""
+        before = self.log_count(needle)
+        with open(self.config + ".tmp", "w") as f:
+            f.write(self.head(self) + channel + "\n")
+        os.replace(self.config + ".tmp", self.config)
+        self.proc.send_signal(signal.SIGHUP)
+        self.wait_for_log(needle, 10, after=before)
 
 
 def wait_for(what, cond, timeout, daemon):

@@ -38,46 +38,15 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mcdist_testlib import (SKIP, Daemon, check, free_group, log,  # noqa: E402
+from mcdist_testlib import (SKIP, ChannelSite, check, free_group, log,  # noqa: E402
                             loopback_multicast_works, make_ca, run_sender, sha256_file,
                             stop_all, tree_digests, wait_for, write_random)
 from test_feed import Feed, drop, wait_until  # noqa: E402
 
 
-class Site(Daemon):
-    """mcdistd from a TOML file written here, plus command-line options (`extra`)."""
-
-    def __init__(self, bin_dir, base, rid, channel, extra=(), top=""):
-        self.id = rid
-        root = os.path.join(base, rid)
-        self.dest = os.path.join(root, "dest")
-        self.temp = os.path.join(root, "temp")
-        self.status = os.path.join(root, "status.json")
-        self.log_path = os.path.join(root, "mcdistd.log")
-        os.makedirs(self.dest, exist_ok=True)
-        os.makedirs(self.temp, exist_ok=True)
-        self.config = os.path.join(root, "mcdistd.toml")
-        with open(self.config, "w") as f:
-            f.write("id = \"%s\"\ninterface = \"127.0.0.1\"\ndest = \"%s\"\ntemp = \"%s\"\n"
-                    "status_file = \"%s\"\nstatus_interval = \"1s\"\nhttp = \"off\"\n"
-                    "sync = \"none\"\n%s\n[[channel]]\nname = \"products\"\n%s\n"
-                    % (rid, self.dest, self.temp, self.status, top, channel))
-        self.top = "id = \"%s\"\ninterface = \"127.0.0.1\"\ndest = \"%s\"\ntemp = \"%s\"\n" \
-            "status_file = \"%s\"\nstatus_interval = \"1s\"\nhttp = \"off\"\n" \
-            "sync = \"none\"\n%s\n" % (rid, self.dest, self.temp, self.status, top)
-        self.args = [os.path.join(bin_dir, "receiver", "mcdistd"), "--config", self.config]
-        self.args += list(extra)
-        self.proc = None
-        self.start()
-
-    def reload(self, channel, needle):
-        """Rewrites the channel's settings, sends SIGHUP and waits for `needle` in the log."""
-        before = self.log_count(needle)
-        with open(self.config + ".tmp", "w") as f:
-            f.write(self.top + "[[channel]]\nname = \"products\"\n%s\n" % channel)
-        os.replace(self.config + ".tmp", self.config)
-        self.proc.send_signal(signal.SIGHUP)
-        self.wait_for_log(needle, 10, after=before)
+def Site(bin_dir, base, rid, channel, extra=(), top=""):
+    """A site on loopback with one channel "products" (mcdist_testlib.ChannelSite)."""
+    return ChannelSite(bin_dir, base, rid, channel, top=top, extra=extra)
 
 
 def relay_status(d):

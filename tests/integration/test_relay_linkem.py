@@ -46,7 +46,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "bench"))
-from mcdist_testlib import (SKIP, Daemon, check, log, tree_digests, wait_for,  # noqa: E402
+from mcdist_testlib import (SKIP, ChannelSite, check, log, tree_digests, wait_for,  # noqa: E402
                             write_random)
 
 HUB, RELAYS, SITES = 0, (1, 2), (3, 4, 5, 6)
@@ -58,31 +58,12 @@ G0 = "239.192.77.1:4711"
 RELAY_GROUP = {1: "239.192.77.2:4711", 2: "239.192.77.3:4711"}
 
 
-class Site(Daemon):
-    """mcdistd in host h's namespace, from a TOML file written here (its interface is the
-    host's emulated address), plus command-line options (`extra`)."""
-
-    def __init__(self, bin_dir, base, emu, h, channel, top="", extra=()):
-        self.id = "h%d" % h
-        self.host = h
-        root = os.path.join(base, self.id)
-        self.dest = os.path.join(root, "dest")
-        self.temp = os.path.join(root, "temp")
-        self.status = os.path.join(root, "status.json")
-        self.log_path = os.path.join(root, "mcdistd.log")
-        os.makedirs(self.dest, exist_ok=True)
-        os.makedirs(self.temp, exist_ok=True)
-        self.config = os.path.join(root, "mcdistd.toml")
-        with open(self.config, "w") as f:
-            f.write("id = \"%s\"\ninterface = \"%s\"\ndest = \"%s\"\ntemp = \"%s\"\n"
-                    "status_file = \"%s\"\nstatus_interval = \"1s\"\nhttp = \"off\"\n"
-                    "sync = \"none\"\n%s\n[[channel]]\nname = \"products\"\n%s\n"
-                    % (self.id, emu.addr(h), self.dest, self.temp, self.status, top, channel))
-        self.args = ["ip", "netns", "exec", emu.ns(h),
-                     os.path.join(bin_dir, "receiver", "mcdistd"), "--config", self.config]
-        self.args += list(extra)
-        self.proc = None
-        self.start()
+def Site(bin_dir, base, emu, h, channel, top="", extra=()):
+    """mcdistd in host h's namespace (interface: the host's emulated address), one channel."""
+    d = ChannelSite(bin_dir, base, "h%d" % h, channel, top=top, interface=emu.addr(h),
+                    prefix=["ip", "netns", "exec", emu.ns(h)], extra=extra)
+    d.host = h
+    return d
 
 
 def relay_status(d):
