@@ -208,6 +208,8 @@ def deliveries(d):
         for name, at, digest in rows:
             out.setdefault(name, (at, digest))
         return out
+    except sqlite3.OperationalError:  # the schema is not made yet
+        return {}
     finally:
         db.close()
 

@@ -39,7 +39,6 @@ import math
 import os
 import random
 import shutil
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -48,6 +47,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "integration"))
+from feed_day_bench import deliveries  # noqa: E402
 from feed_latency import parse_rate, pct  # noqa: E402
 from mcdist_testlib import (ChannelSite, cpu_seconds, free_group, loopback_multicast_works,  # noqa: E402
                             sha256_file)
@@ -64,24 +64,6 @@ def log(*a):
 def Site(bin_dir, base, rid, channel, top=""):
     """mcdistd on loopback with one channel "obs" (mcdist_testlib.ChannelSite)."""
     return ChannelSite(bin_dir, base, rid, channel, top=top, name="obs")
-
-
-def deliveries(d):
-    """relpath -> (delivered_at unix s, sha256 hex) from a site's delivery journal (first row)."""
-    path = os.path.join(d.temp, "journal.db")
-    if not os.path.exists(path):
-        return {}
-    db = sqlite3.connect("file:%s?mode=ro" % path, uri=True, timeout=10)
-    try:
-        out = {}
-        for name, at, digest in db.execute(
-                "SELECT relpath, delivered_at, sha256 FROM deliveries ORDER BY id"):
-            out.setdefault(name, (at, digest))
-        return out
-    except sqlite3.OperationalError:  # the schema is not made yet
-        return {}
-    finally:
-        db.close()
 
 
 def schedule(n, rate_bps, rng):

@@ -303,12 +303,15 @@ class ConfigDaemon(Daemon):
         return self.log_text()
 
 
-def run_sender(bin_dir, paths, group, receivers=None, rate="500M", extra=(), timeout=300):
-    """Runs mcdist-send to completion; returns (exit code, summary dict, output text)."""
+def run_sender(bin_dir, paths, group, receivers=None, rate="500M", extra=(), timeout=300,
+               interface="127.0.0.1", prefix=()):
+    """Runs mcdist-send to completion (`prefix`: elsewhere, e.g. `ip netns exec NS`); returns
+    (exit code, summary dict, output text)."""
     fd, summary = tempfile.mkstemp(suffix=".json")
     os.close(fd)
-    args = [os.path.join(bin_dir, "sender", "mcdist-send"), "--group", group, "--interface",
-            "127.0.0.1", "--rate", rate, "--summary-json", summary, "--no-progress"]
+    args = list(prefix) + [
+        os.path.join(bin_dir, "sender", "mcdist-send"), "--group", group, "--interface",
+        interface, "--rate", rate, "--summary-json", summary, "--no-progress"]
     if receivers:
         args += ["--receivers", ",".join(receivers)]
     args += list(extra) + list(paths)

@@ -46,8 +46,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "bench"))
-from mcdist_testlib import (SKIP, ChannelSite, check, log, tree_digests, wait_for,  # noqa: E402
-                            write_random)
+from mcdist_testlib import (SKIP, ChannelSite, check, log, run_sender, tree_digests,  # noqa: E402
+                            wait_for, write_random)
 
 HUB, RELAYS, SITES = 0, (1, 2), (3, 4, 5, 6)
 BEHIND = {3: 1, 4: 1, 5: 2, 6: 2}  # site -> its relay
@@ -110,21 +110,10 @@ def make_set(src, rng):
 
 def send(bin_dir, emu, key, src):
     """mcdist-send from the hub's namespace to G0; returns (exit code, summary, output)."""
-    fd, summary_path = tempfile.mkstemp(suffix=".json")
-    os.close(fd)
-    args = ["ip", "netns", "exec", emu.ns(HUB), os.path.join(bin_dir, "sender", "mcdist-send"),
-            "--group", G0, "--interface", emu.addr(HUB), "--rate", "20M", "--key", key,
-            "--silent-passes", "3", "--fec-k", "64", "--fec-overhead", "5%",
-            "--summary-json", summary_path, "--no-progress", src]
-    p = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
-    summary = None
-    try:
-        with open(summary_path) as f:
-            summary = json.load(f)
-    except (OSError, ValueError):
-        pass
-    os.unlink(summary_path)
-    return p.returncode, summary, p.stdout.decode("utf-8", "replace")
+    return run_sender(bin_dir, [src], G0, rate="20M", timeout=120, interface=emu.addr(HUB),
+                      prefix=["ip", "netns", "exec", emu.ns(HUB)],
+                      extra=["--key", key, "--silent-passes", "3", "--fec-k", "64",
+                             "--fec-overhead", "5%"])
 
 
 def run(bin_dir, base, seed):
