@@ -49,8 +49,8 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "integration"))
 from feed_day_bench import deliveries  # noqa: E402
 from feed_latency import parse_rate, pct  # noqa: E402
-from mcdist_testlib import (ChannelSite, cpu_seconds, free_group, loopback_multicast_works,  # noqa: E402
-                            sha256_file)
+from mcdist_testlib import (ChannelSite, cpu_seconds, free_group,  # noqa: E402
+                            loopback_multicast_works, sha256_file, silent_feed_config)
 from test_feed import Feed, drop  # noqa: E402
 
 LOAD = 0.6
@@ -76,29 +76,6 @@ def schedule(n, rate_bps, rng):
         size = int(math.exp(rng.uniform(math.log(MIN_SIZE), math.log(MAX_SIZE))))
         out.append((t, size))
     return out
-
-
-def feed_config(base, key, rate, group, spool):
-    return """interface = "127.0.0.1"
-key = "%(key)s"
-rate = "%(rate)s"
-journal = "%(base)s/feed-journal.db"
-retention = "1h"
-retained = "%(base)s/retained"
-control_socket = "%(base)s/control.sock"
-http = "off"
-
-[[channel]]
-name = "obs"
-group = "%(group)s"
-spool = ["%(spool)s"]
-batch_window = "100ms"
-after = "delete"
-silent_passes = 2
-fec_k = 64
-fec_overhead = "5%%"
-heartbeat = "2s"
-""" % locals()
 
 
 def ms(x):
@@ -137,7 +114,9 @@ def main():
     g0, g1, g2 = free_group(), free_group(), free_group()
     config = os.path.join(base, "feed.toml")
     with open(config, "w") as f:
-        f.write(feed_config(base, key, args.rate, g0, spool))
+        f.write(silent_feed_config(base, key, g0, spool, args.rate, 64, "5%",
+                                   journal=os.path.join(base, "feed-journal.db"),
+                                   extra="control_socket = \"%s/control.sock\"\n" % base))
 
     daemons, feed = {}, None
     cpu = {}

@@ -251,6 +251,35 @@ class ChannelSite(TomlDaemon):
         self.wait_for_log(needle, 10, after=before)
 
 
+def relay_status(d):
+    """The first entry of d's status "relay" (its relayed channel), or None."""
+    st = d.read_status() or {}
+    return (st.get("relay") or [None])[0]
+
+
+def sessions_over(d, n=1):
+    """d's status once at least n sessions ended there (completed or failed), else None."""
+    st = d.read_status()
+    return st if st and st["sessions_completed"] + st["sessions_failed"] >= n else None
+
+
+def silent_feed_config(base, key, group, spool, rate, fec_k, fec_overhead, journal=None,
+                       products=None, extra=""):
+    """mcdist-feed's TOML on loopback with one signed channel "obs" of silent sessions (2
+    passes, heartbeat 2 s, batch window 100 ms) fed from `spool`; `products` = (port, TLS
+    certificate, TLS key) serves them over HTTPS (products_http); `extra`: more top-level
+    lines."""
+    journal = journal or os.path.join(base, "journal.db")
+    served = ("products_http = \"127.0.0.1:%d\"\nproducts_tls_cert = \"%s\"\n"
+              "products_tls_key = \"%s\"\n" % products) if products else ""
+    return ("interface = \"127.0.0.1\"\nkey = \"%s\"\nrate = \"%s\"\njournal = \"%s\"\n"
+            "retention = \"1h\"\nretained = \"%s/retained\"\nhttp = \"off\"\n%s%s\n"
+            "[[channel]]\nname = \"obs\"\ngroup = \"%s\"\nspool = [\"%s\"]\n"
+            "batch_window = \"100ms\"\nafter = \"delete\"\nsilent_passes = 2\nfec_k = %d\n"
+            "fec_overhead = \"%s\"\nheartbeat = \"2s\"\n"
+            % (key, rate, journal, base, served, extra, group, spool, fec_k, fec_overhead))
+
+
 def wait_for(what, cond, timeout, daemon):
     """Polls cond() until it returns a true value (returned); fails if `daemon` exits first."""
     deadline = time.time() + timeout

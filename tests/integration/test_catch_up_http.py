@@ -52,7 +52,7 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from mcdist_testlib import (SKIP, ConfigDaemon, check, free_group, log,  # noqa: E402
                             loopback_multicast_works, make_ca, pb_bytes, pb_uint, read_varint,
-                            sha256_file, stop_all)
+                            sha256_file, silent_feed_config, stop_all)
 from test_feed import Feed, drop, query, wait_until  # noqa: E402
 
 
@@ -242,29 +242,8 @@ def main():
         hub_url = "https://127.0.0.1:%d/" % port
         config = os.path.join(base, "feed.toml")
         with open(config, "w") as f:
-            f.write("""
-interface = "127.0.0.1"
-key = "%(hub_key)s"
-rate = "100M"
-journal = "%(journal)s"
-retention = "1h"
-retained = "%(base)s/retained"
-http = "off"
-products_http = "127.0.0.1:%(port)d"
-products_tls_cert = "%(crt)s"
-products_tls_key = "%(tls_key)s"
-
-[[channel]]
-name = "obs"
-group = "%(group)s"
-spool = ["%(spool)s"]
-batch_window = "100ms"
-after = "delete"
-silent_passes = 2
-fec_k = 32
-fec_overhead = "10%%"
-heartbeat = "2s"
-""" % dict(locals(), base=base))
+            f.write(silent_feed_config(base, hub_key, group, spool, "100M", 32, "10%",
+                                       journal=journal, products=(port, crt, tls_key)))
         ingest = os.path.join(base, "ingest.sh")
         with open(ingest, "w") as f:
             f.write("#!/bin/sh\necho \"$1\" >> \"$(dirname \"$0\")/ingest.$2\"\n")

@@ -38,7 +38,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mcdist_testlib import (SKIP, ChannelSite, check, free_group, log,  # noqa: E402
+from mcdist_testlib import (SKIP, ChannelSite, check, relay_status, sessions_over,
+                            silent_feed_config, free_group, log,  # noqa: E402
                             loopback_multicast_works, make_ca, run_sender, sha256_file,
                             stop_all, tree_digests, wait_for, write_random)
 from test_feed import Feed, drop, wait_until  # noqa: E402
@@ -47,16 +48,6 @@ from test_feed import Feed, drop, wait_until  # noqa: E402
 def Site(bin_dir, base, rid, channel, extra=(), top=""):
     """A site on loopback with one channel "products" (mcdist_testlib.ChannelSite)."""
     return ChannelSite(bin_dir, base, rid, channel, top=top, extra=extra)
-
-
-def relay_status(d):
-    st = d.read_status() or {}
-    return (st.get("relay") or [None])[0]
-
-
-def session_over(d, n=1):
-    st = d.read_status()
-    return st if st and st["sessions_completed"] + st["sessions_failed"] >= n else None
 
 
 def part1(bin_dir, base):
@@ -99,7 +90,7 @@ def part1(bin_dir, base):
         check(all(v == 0 for v in summary["control_received"].values()),
               "the sender received control: %s" % summary["control_received"])
         for d in daemons:
-            wait_for("%s: the session's end" % d.id, lambda d=d: session_over(d), 30, d)
+            wait_for("%s: the session's end" % d.id, lambda d=d: sessions_over(d), 30, d)
         for d in daemons:
             got = tree_digests(d.dest)
             check(got == want, "%s: delivered files differ from the source (%d of %d, %d bad)"
@@ -186,29 +177,8 @@ def part2(bin_dir, base):
     g3, g4 = free_group(), free_group()
     config = os.path.join(base, "feed.toml")
     with open(config, "w") as f:
-        f.write("""
-interface = "127.0.0.1"
-key = "%(hub_key)s"
-rate = "20M"
-journal = "%(base)s/journal.db"
-retention = "1h"
-retained = "%(base)s/retained"
-http = "off"
-products_http = "127.0.0.1:%(port)d"
-products_tls_cert = "%(crt)s"
-products_tls_key = "%(tls_key)s"
-
-[[channel]]
-name = "obs"
-group = "%(g3)s"
-spool = ["%(spool)s"]
-batch_window = "100ms"
-after = "delete"
-silent_passes = 2
-fec_k = 32
-fec_overhead = "10%%"
-heartbeat = "2s"
-""" % dict(locals(), base=base))
+        f.write(silent_feed_config(base, hub_key, g3, spool, "20M", 32, "10%",
+                                   products=(port, crt, tls_key)))
     oneway = "silent = true\ncatch_up_url = \"%s\"\ncatch_up_ca = \"%s\"" % (url, ca)
     feed = None
     sites = []

@@ -46,8 +46,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "bench"))
-from mcdist_testlib import (SKIP, ChannelSite, check, log, run_sender, tree_digests,  # noqa: E402
-                            wait_for, write_random)
+from mcdist_testlib import (SKIP, ChannelSite, check, log, relay_status, run_sender,  # noqa: E402
+                            sessions_over, tree_digests, wait_for, write_random)
 
 HUB, RELAYS, SITES = 0, (1, 2), tuple(range(3, 11))
 BEHIND = {h: 1 if h <= 6 else 2 for h in SITES}  # site -> its relay
@@ -64,16 +64,6 @@ def Site(bin_dir, base, emu, h, channel, top="", extra=()):
                     prefix=["ip", "netns", "exec", emu.ns(h)], extra=extra)
     d.host = h
     return d
-
-
-def relay_status(d):
-    st = d.read_status() or {}
-    return (st.get("relay") or [None])[0]
-
-
-def session_over(d, n=1):
-    st = d.read_status()
-    return st if st and st["sessions_completed"] + st["sessions_failed"] >= n else None
 
 
 def skip_reason(bin_dir):
@@ -149,7 +139,7 @@ def run(bin_dir, base, seed):
         check(all(v == 0 for v in summary["control_received"].values()),
               "the sender received control: %s" % summary["control_received"])
         for h, d in daemons.items():
-            wait_for("%s: the session's end" % d.id, lambda d=d: session_over(d), 60, d)
+            wait_for("%s: the session's end" % d.id, lambda d=d: sessions_over(d), 60, d)
         done = time.time() - t0
         for h, d in daemons.items():
             got = tree_digests(d.dest)

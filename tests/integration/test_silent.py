@@ -33,12 +33,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from mcdist_testlib import *  # noqa: E402,F403
 
 
-def session_over(d):
-    """The daemon's status file shows its one session ended (completed or given up)."""
-    st = d.read_status()
-    return st if st and st["sessions_completed"] + st["sessions_failed"] >= 1 else None
-
-
 def signed_run(bin_dir, base, src, want):
     """A signed silent session to a trusting, lossy site: see the module's docstring."""
     key = os.path.join(base, "hub.key")
@@ -56,7 +50,7 @@ def signed_run(bin_dir, base, src, want):
         check(code == 0, "signed: mcdist-send exited %d" % code)
         check(summary["signed"], "signed: the session was not signed")
         check(summary["silent_refused"] == 0, "signed: datagrams reached the sender")
-        wait_for("signed: the session's end", lambda: session_over(site), 30, site)
+        wait_for("signed: the session's end", lambda: sessions_over(site), 30, site)
     finally:
         site.stop()
     st = site.read_status()
@@ -133,7 +127,7 @@ def main():
             statuses = {}
             for d in daemons:
                 statuses[d.id] = wait_for("%s: the session's end" % d.id,
-                                          lambda d=d: session_over(d), 30, d)
+                                          lambda d=d: sessions_over(d), 30, d)
         finally:
             for d in daemons:
                 d.stop()

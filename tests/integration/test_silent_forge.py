@@ -98,11 +98,6 @@ class Forger(threading.Thread):
         self.join(5)
 
 
-def session_over(d):
-    st = d.read_status()
-    return st if st and st["sessions_completed"] + st["sessions_failed"] >= 1 else None
-
-
 def main():
     bin_dir = sys.argv[1]
     if not loopback_multicast_works():
@@ -133,7 +128,7 @@ def main():
             log(out)
             check(code == 0, "mcdist-send exited %d" % code)
             check(summary is not None and summary["signed"], "the session was not signed")
-            wait_for("the session's end", lambda: session_over(site), 30, site)
+            wait_for("the session's end", lambda: sessions_over(site), 30, site)
         finally:
             forger.stop()
             site.stop()
