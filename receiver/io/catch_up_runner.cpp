@@ -118,7 +118,8 @@ void catch_up_runner::on_catch_up(catch_up_outcome o) {
     spec.size = f.product.size;
     spec.mtime_ns = f.product.mtime_ns;
     spec.mode = f.product.mode;
-    // Session 0: no session's file; the number keeps the intent apart from other deliveries.
+    spec.sender_key = prog->key;
+    // Session 0: no session's file; the number keeps it apart from other files in the store.
     const file_key key{session_id{0}, file_index{static_cast<std::uint32_t>(++m_file_seq)}};
     m_port.deliver(key, static_cast<std::uint32_t>(index), std::move(spec), f.temp_path,
                    f.product.sha256, [this, prog, product = f.product](store_result r) {
@@ -142,7 +143,7 @@ void catch_up_runner::on_catch_up(catch_up_outcome o) {
                        prog->failure = printable(product.name) + ": " + r.detail;
                      }
                      // Stored: board, journal (with the index's signer), actions and WIS2, as
-                     // any delivery; otherwise the journal drops the intent.
+                     // any delivery.
                      m_port.finished(fo, prog->key);
                      if (--prog->pending > 0) return;
                      done(prog->channel, prog->seq, prog->failure.empty(), prog->failure);

@@ -43,7 +43,7 @@ struct catch_up_port {
                      const sha256_digest& expected, std::function<void(store_result)> done)>
       deliver;
   /// A fetched file ended: stored (renamed into place; `key` is the index's signer as the
-  /// journal records it, "" when unsigned) or not (its journal intent is dropped).
+  /// journal records it, "" when unsigned) or not.
   std::function<void(const file_outcome& outcome, const std::string& key)> finished;
   /// Number `seq` of stream `s` was caught up (the sequence book marks it, and is saved).
   std::function<void(const catch_up_queue::stream& s, std::uint64_t seq)> caught_up;

@@ -238,12 +238,12 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
   m_engine = std::make_unique<receiver_engine>(engine_settings(m_cfg), *this, *m_store,
                                                std::random_device{}(), m_log);
   m_sequences_saved = load_sequence_state(m_cfg.temp, m_engine->sequences(), *m_log);
-  m_deliveries->recover_intents();
+  m_deliveries->recover();
   for (const auto& ch : m_cfg.channels) {
     m_relays.open(m_channels.open(ch), ch);
     if (const auto w = ssm_warning(ch); !w.empty()) m_log->warn("{}", w);
   }
-  m_deliveries->publish_dest_names(m_cfg.channels);
+  m_deliveries->publish_config(m_cfg.channels, m_cfg.actions);
   m_control_socket.emplace(net::open_unicast_socket(io, m_channels.interface().address));
   restore_sessions();
   channel_table::save(m_cfg.temp / channel_table::file_name, m_cfg.channels, *m_log);
@@ -253,9 +253,14 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
 
 void daemon::make_store() {
   auto sc = storage_settings(m_cfg, m_log);
-  sc.before_renames = [this](std::span<const pending_rename> intents) {
-    m_deliveries->journal_intents(intents);
+  sc.before_renames = [this](std::span<const pending_rename> files) {
+    m_deliveries->journal_deliveries(files);
   };
+  sc.after_renames = [this](std::span<const pending_rename> failed) {
+    m_deliveries->settle_renames(failed);
+  };
+  // Network thread (begin_file), where the session keys live.
+  sc.sender_key_of = [this](session_id s) { return m_keys ? m_keys->signer(s) : std::string(); };
   m_store = std::make_unique<file_store>(
       sc, [this](std::function<void()> fn) { boost::asio::post(m_io, std::move(fn)); },
       [this](store_result r) {
@@ -554,6 +559,7 @@ void daemon::send(const endpoint& to, std::span<const std::byte> datagram) {
 }
 
 void daemon::journal_delivery(const file_outcome& o, const std::string* key) {
+  if (m_deliveries->take(o)) return;  // journaled before its rename
   if (o.channel >= m_cfg.channels.size()) return;
   const bool stored = o.stored && o.digest;
   m_deliveries->record(o, m_cfg.channels[o.channel],

@@ -137,8 +137,8 @@ class daemon final : public receiver_sink {
   void apply_settings(const daemon_config& next, reload_diff& diff);
   /// Leaves (closes the socket of) removed channels whose sessions all ended.
   void close_idle_channels();
-  /// Makes the storage path, its finalizer hook journaling intents and its results going to
-  /// the engine (constructor).
+  /// Makes the storage path, its finalizer hooks journaling deliveries and its results going
+  /// to the engine (constructor).
   void make_store();
   /// Restores the sessions the last run saved (checkpoints and keys, their channel indexes
   /// mapped by TEMP/channels) and sweeps what is left of the others (constructor).
@@ -194,7 +194,7 @@ class daemon final : public receiver_sink {
   boost::asio::steady_timer m_status_timer;
   daemon_shell m_shell;
   /// The delivery journal and the actions on receipt (made before m_store: the store's hook
-  /// journals intents), and retention, which deletes what the journal says expired.
+  /// journals deliveries), and retention, which deletes what the journal says expired.
   std::unique_ptr<delivery_recorder> m_deliveries;
   std::unique_ptr<retention_sweeper> m_retention;
   std::unique_ptr<file_store> m_store;

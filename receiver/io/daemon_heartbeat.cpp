@@ -59,7 +59,7 @@ catch_up_port daemon::catch_up_hooks() {
   };
   port.finished = [this](const file_outcome& fo, const std::string& key) {
     if (!fo.stored) {
-      journal_delivery(fo);  // drops the intent
+      journal_delivery(fo);  // forgets its journaled delivery, if any
       return;
     }
     m_board.file_finished(fo, std::chrono::system_clock::now());

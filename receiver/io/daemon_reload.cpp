@@ -234,9 +234,9 @@ bool daemon::reload(const std::function<daemon_config()>& source) {
                    e.what());
     }
   }
-  m_deliveries->publish_dest_names(m_cfg.channels);
   channel_table::save(m_cfg.temp / channel_table::file_name, m_cfg.channels, *m_log);
   apply_settings(next, diff);
+  m_deliveries->publish_config(m_cfg.channels, m_cfg.actions);
   ++m_reloads_ok;
   diff.log(*m_log, m_channels.live());
   close_idle_channels();

@@ -4,7 +4,7 @@ namespace mcdist::receiver {
 
 namespace {
 
-constexpr int schema_version = 1;
+constexpr int schema_version = 2;
 
 constexpr const char* schema = R"sql(
 CREATE TABLE IF NOT EXISTS intents(
@@ -45,6 +45,11 @@ CREATE TABLE IF NOT EXISTS action_runs(
   error TEXT);
 CREATE INDEX IF NOT EXISTS action_runs_delivery ON action_runs(delivery_id);
 CREATE INDEX IF NOT EXISTS action_runs_state ON action_runs(state);
+CREATE TABLE IF NOT EXISTS journal_state(
+  id INTEGER PRIMARY KEY CHECK(id = 1),
+  confirmed_through INTEGER NOT NULL);
+INSERT OR IGNORE INTO journal_state(id, confirmed_through)
+  SELECT 1, IFNULL(MAX(id), 0) FROM deliveries;
 )sql";
 
 std::chrono::system_clock::time_point from_journal_time(double s) {
@@ -89,39 +94,6 @@ delivery_journal::delivery_journal(const std::filesystem::path& file, sqlite::du
   tx.commit();
 }
 
-void delivery_journal::record_intents(std::span<const delivery_intent> intents) {
-  std::lock_guard lock(m_mutex);
-  // The one commit that must reach the disk before it returns: the renames follow. Every
-  // other commit is synchronous=NORMAL (no fsync in WAL mode): the WAL is ordered, so this
-  // fsync makes every earlier commit durable too, and a later one lost to a power cut leaves
-  // an intent (recovered at start) or a run not marked done (run again): at least once.
-  const bool full = m_sync == sqlite::durability::full;
-  if (full) m_db.run_cached("PRAGMA synchronous=FULL");
-  struct restore {
-    sqlite::database& db;
-    bool on;
-    ~restore() {
-      if (!on) return;
-      try {
-        db.run_cached("PRAGMA synchronous=NORMAL");
-      } catch (...) {
-      }
-    }
-  } back{m_db, full};
-  sqlite::transaction tx(m_db);
-  auto& st = m_db.cached(
-      "INSERT INTO intents(channel, dest, relpath, size, mtime_ns, sha256, session, created_at) "
-      "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
-  const double now = journal_time(std::chrono::system_clock::now());
-  for (const auto& i : intents) {
-    st.bind(1, i.channel).bind(2, i.dest).bind(3, i.relpath);
-    st.bind(4, static_cast<std::int64_t>(i.size)).bind(5, i.mtime_ns).bind(6, i.sha256);
-    st.bind(7, i.session).bind(8, now);
-    st.run();
-  }
-  tx.commit();
-}
-
 std::vector<delivery_intent> delivery_journal::intents() {
   std::lock_guard lock(m_mutex);
   auto st = m_db.prepare(
@@ -148,14 +120,6 @@ void delivery_journal::drop_intent(std::int64_t id) {
   m_db.cached("DELETE FROM intents WHERE id = ?1").bind(1, id).run();
 }
 
-void delivery_journal::drop_intents(const std::string& dest, const std::string& relpath) {
-  std::lock_guard lock(m_mutex);
-  m_db.cached("DELETE FROM intents WHERE dest = ?1 AND relpath = ?2")
-      .bind(1, dest)
-      .bind(2, relpath)
-      .run();
-}
-
 namespace {
 
 /// The statements of deliver(), compiled once per connection.
@@ -174,9 +138,12 @@ struct deliver_statements {
 };
 
 std::int64_t deliver_one(sqlite::database& db, deliver_statements& st, const delivery_row& d,
-                         std::span<const std::string> actions, std::vector<std::int64_t>& run_ids) {
-  st.drop_intent.bind(1, d.dest).bind(2, d.relpath).bind(3, d.sha256);
-  st.drop_intent.run();
+                         std::span<const std::string> actions, std::vector<std::int64_t>& run_ids,
+                         bool drop_intent = true) {
+  if (drop_intent) {
+    st.drop_intent.bind(1, d.dest).bind(2, d.relpath).bind(3, d.sha256);
+    st.drop_intent.run();
+  }
   auto& ins = st.insert_delivery;
   ins.bind(1, d.channel).bind(2, d.dest).bind(3, d.relpath).bind(4, d.path);
   ins.bind(5, static_cast<std::int64_t>(d.size)).bind(6, d.mtime_ns).bind(7, d.sha256);
@@ -215,6 +182,72 @@ void delivery_journal::deliver_batch(std::span<batch_entry> entries) {
   deliver_statements st(m_db);
   for (auto& e : entries) e.row.id = deliver_one(m_db, st, e.row, e.actions, e.run_ids);
   tx.commit();
+}
+
+void delivery_journal::record_deliveries(std::span<batch_entry> entries,
+                                         std::int64_t confirm_through) {
+  std::lock_guard lock(m_mutex);
+  // The one commit that must reach the disk before it returns: the renames follow. Every
+  // other commit is synchronous=NORMAL (no fsync in WAL mode): the WAL is ordered, so this
+  // fsync makes every earlier commit durable too, and a later one lost to a power cut leaves
+  // a run not marked done (run again): at least once.
+  const bool full = m_sync == sqlite::durability::full;
+  if (full) m_db.run_cached("PRAGMA synchronous=FULL");
+  struct restore {
+    sqlite::database& db;
+    bool on;
+    ~restore() {
+      if (!on) return;
+      try {
+        db.run_cached("PRAGMA synchronous=NORMAL");
+      } catch (...) {
+      }
+    }
+  } back{m_db, full};
+  sqlite::transaction tx(m_db);
+  if (confirm_through > 0) {
+    m_db.cached(
+            "UPDATE journal_state SET confirmed_through = MAX(confirmed_through, ?1) WHERE id = 1")
+        .bind(1, confirm_through)
+        .run();
+  }
+  deliver_statements st(m_db);
+  for (auto& e : entries) e.row.id = deliver_one(m_db, st, e.row, e.actions, e.run_ids, false);
+  tx.commit();
+}
+
+void delivery_journal::drop_deliveries(std::span<const std::int64_t> ids) {
+  std::lock_guard lock(m_mutex);
+  sqlite::transaction tx(m_db);
+  auto& st = m_db.cached("DELETE FROM deliveries WHERE id = ?1");
+  for (const auto id : ids) st.bind(1, id).run();
+  tx.commit();
+}
+
+std::vector<delivery_row> delivery_journal::unconfirmed() {
+  std::lock_guard lock(m_mutex);
+  auto st = m_db.prepare(std::string("SELECT ") + delivery_columns +
+                         " FROM deliveries d WHERE d.id > (SELECT confirmed_through FROM "
+                         "journal_state WHERE id = 1) ORDER BY d.id");
+  std::vector<delivery_row> out;
+  while (st.step()) out.push_back(read_delivery(st, 0));
+  return out;
+}
+
+void delivery_journal::confirm_all() {
+  std::lock_guard lock(m_mutex);
+  m_db.cached(
+          "UPDATE journal_state SET confirmed_through = (SELECT IFNULL(MAX(id), 0) FROM "
+          "deliveries) WHERE id = 1")
+      .run();
+}
+
+std::int64_t delivery_journal::confirmed_through() {
+  std::lock_guard lock(m_mutex);
+  auto& st = m_db.cached("SELECT confirmed_through FROM journal_state WHERE id = 1");
+  const std::int64_t v = st.step() ? st.column_int64(0) : 0;
+  st.reset();
+  return v;
 }
 
 std::vector<action_run_row> delivery_journal::unfinished_runs() {

@@ -6,23 +6,33 @@
 /// what the daemon delivered.
 ///
 /// Crash safety: file_store calls storage_config::before_renames on its finalizer thread with
-/// the files of a batch before renaming them; record_intents() commits one *intent* per file
-/// (channel, path, size, mtime, digest, session). When the engine then reports the file
-/// stored, deliver() replaces the intent by a delivery and its action runs ('pending') in one
-/// transaction. After a crash between the rename and deliver(), the daemon finds the intent
-/// at start-up: if the file is in the destination with that size, mtime and digest it becomes
-/// a delivery (and its actions run); otherwise it is dropped (the rename never happened; the
-/// resumed session delivers it again). Runs left 'pending' or 'running' are run again.
+/// the files of a batch before renaming them; record_deliveries() commits their deliveries
+/// and their actions' runs ('pending') in one fully synchronous transaction. The renames
+/// follow; the same transaction of the next batch advances journal_state.confirmed_through to
+/// the last delivery of the batch before, whose renames had then all ended (the deliveries of
+/// files that did not end in place are deleted first, drop_deliveries). A delivery above the
+/// mark is one a crash may have caught before its rename: at start-up each is checked, and
+/// kept (its actions run) if its file is in the destination with that size, mtime and
+/// digest, deleted otherwise (the rename never happened; the resumed session delivers the
+/// file again). Runs left 'pending' or 'running' are run again. One transaction per batch,
+/// on the finalizer thread, is all a delivered file costs the journal.
+///
+/// Journals of schema 1 recorded an *intent* per file before its rename and replaced it by
+/// the delivery afterwards; intents such a journal still holds are settled at start-up the
+/// same way (intents(), drop_intent(), deliver()).
 ///
 /// Tables (times are seconds since the Unix epoch, REAL, UTC):
 ///   intents(id, channel, dest, relpath, size, mtime_ns, sha256, session, created_at)
+///     (schema 1's; nothing writes it now)
 ///   deliveries(id, channel, dest, relpath, path, size, mtime_ns, sha256, session,
 ///              sender_key, delivered_at, removed_at, removed_reason)
 ///   action_runs(id, delivery_id -> deliveries ON DELETE CASCADE, action,
 ///               state 'pending'|'running'|'done'|'failed', attempt, started_at, ended_at,
 ///               exit_status, error)
+///   journal_state(id = 1, confirmed_through): every delivery with id <= confirmed_through
+///     is known to be in place (or was, before retention)
 ///
-/// Thread-safe: one connection behind a mutex (the finalizer thread writes intents, the
+/// Thread-safe: one connection behind a mutex (the finalizer thread records deliveries, the
 /// daemon's io thread everything else).
 
 #include "common/sqlite/sqlite.hpp"
@@ -80,42 +90,56 @@ struct action_run_row {
 class delivery_journal {
  public:
   /// Opens or creates the database (parent directory must exist) and its schema.
-  /// @param sync  durability of record_intents (sqlite::durability::full unless the store
+  /// @param sync  durability of record_deliveries (sqlite::durability::full unless the store
   ///              syncs nothing); every other commit is synchronous=NORMAL (no fsync; made
-  ///              durable by the next intents or checkpoint, which is enough for at least
-  ///              once: see record_intents)
+  ///              durable by the next batch's deliveries or a checkpoint, which is enough for
+  ///              at least once: see record_deliveries)
   /// @throws sqlite::error
   explicit delivery_journal(const std::filesystem::path& file,
                             sqlite::durability sync = sqlite::durability::full);
 
-  /// Commits intents, one transaction. Any thread. @throws sqlite::error
-  void record_intents(std::span<const delivery_intent> intents);
-
-  /// Every intent left (start-up, before any new one is recorded).
+  /// Every intent a schema-1 journal left (start-up).
   std::vector<delivery_intent> intents();
 
-  /// Drops one intent (its file failed, or is not in place after a crash).
+  /// Drops one intent (its file is not in place).
   void drop_intent(std::int64_t id);
-  /// Drops the intents of (dest, relpath) (a file that failed after its intent).
-  void drop_intents(const std::string& dest, const std::string& relpath);
 
-  /// Records a delivery and one 'pending' run per action name, removing the matching intents
-  /// (same dest, relpath and sha256), in one transaction.
+  /// Records a delivery already in place (a settled intent, a file found at start-up) and
+  /// one 'pending' run per action name, removing the matching intents (same dest, relpath
+  /// and sha256), in one transaction. Not confirmed: confirm_all() does that.
   /// @return the delivery's id; `run_ids` gets the runs' ids in the order of `actions`
   /// @throws sqlite::error
   std::int64_t deliver(const delivery_row& d, std::span<const std::string> actions,
                        std::vector<std::int64_t>& run_ids);
 
-  /// One product of deliver_batch: the delivery, its action names, and (out) the runs' ids.
+  /// One product of record_deliveries or deliver_batch: the delivery, its action names, and
+  /// (out) the runs' ids.
   struct batch_entry {
     delivery_row row;
     std::vector<std::string> actions;
     std::vector<std::int64_t> run_ids;
   };
-  /// deliver() for many products in one transaction (one commit, one fsync: the daemon
-  /// journals what one finalize batch stored together). Sets each row.id and run_ids.
-  /// @throws sqlite::error (nothing is recorded)
+  /// deliver() for many products in one transaction (one commit). Sets each row.id and
+  /// run_ids. @throws sqlite::error (nothing is recorded)
   void deliver_batch(std::span<batch_entry> entries);
+
+  /// The deliveries of files about to be renamed into place, and one 'pending' run per
+  /// action name each, in one transaction that also confirms every delivery up to
+  /// `confirm_through` (0: none; the mark never goes back). Fully synchronous when the
+  /// journal was opened with sqlite::durability::full: the renames follow, and its fsync
+  /// makes every earlier commit durable too (the WAL is ordered). Sets each row.id and
+  /// run_ids. Any thread. @throws sqlite::error (nothing is recorded)
+  void record_deliveries(std::span<batch_entry> entries, std::int64_t confirm_through);
+  /// Deletes deliveries (and their runs) whose files did not end in place, one transaction.
+  /// @throws sqlite::error
+  void drop_deliveries(std::span<const std::int64_t> ids);
+  /// Deliveries above journal_state.confirmed_through, oldest first: those a crash may have
+  /// caught before their renames (start-up).
+  std::vector<delivery_row> unconfirmed();
+  /// Confirms every delivery recorded so far (start-up, once the unconfirmed are settled).
+  void confirm_all();
+  /// journal_state.confirmed_through.
+  std::int64_t confirmed_through();
 
   /// Runs in state 'pending' or 'running' (start-up), oldest first.
   std::vector<action_run_row> unfinished_runs();

@@ -36,6 +36,23 @@ std::optional<sha256_digest> digest_of(int fd, std::uint64_t size, std::int64_t 
   return h.finish();
 }
 
+/// Whether `path` is a regular file (not followed if a symlink) with this size, mtime and
+/// SHA-256 (lower-case hex).
+bool in_place(const std::filesystem::path& path, std::uint64_t size, std::int64_t mtime_ns,
+              const std::string& sha256) {
+  bool ok = false;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return false;
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+      static_cast<std::uint64_t>(st.st_size) == size && mtime_ns_of(st) == mtime_ns) {
+    const auto d = digest_of(fd, size, mtime_ns);
+    ok = d && to_hex(*d) == sha256;
+  }
+  ::close(fd);
+  return ok;
+}
+
 }  // namespace
 
 delivery_recorder::delivery_recorder(boost::asio::io_context& io, const daemon_config& cfg,
@@ -56,53 +73,109 @@ delivery_recorder::delivery_recorder(boost::asio::io_context& io, const daemon_c
 
 delivery_recorder::~delivery_recorder() = default;
 
-void delivery_recorder::publish_dest_names(const std::vector<channel_config>& channels) {
-  std::vector<std::pair<std::filesystem::path, std::string>> names;
-  names.reserve(channels.size());
-  for (const auto& ch : channels) names.emplace_back(ch.dest, ch.name);
-  std::lock_guard lock(m_dest_names_mutex);
-  m_dest_names = std::move(names);
+void delivery_recorder::publish_config(const std::vector<channel_config>& channels,
+                                       const std::vector<action_config>& actions) {
+  auto snap = std::make_shared<config_snapshot>();
+  snap->channel_names.reserve(channels.size());
+  for (const auto& ch : channels) snap->channel_names.push_back(ch.name);
+  snap->actions = actions;
+  std::lock_guard lock(m_config_mutex);
+  m_config = std::move(snap);
 }
 
-void delivery_recorder::journal_intents(std::span<const pending_rename> intents) {
-  // Finalizer thread: a reload changes the channels on the io thread, so their names come
-  // from m_dest_names under its mutex; the journal has its own.
-  std::vector<std::pair<std::filesystem::path, std::string>> names;
+void delivery_recorder::journal_deliveries(std::span<const pending_rename> files) {
+  // Finalizer thread: a reload changes the channels and actions on the io thread, so they
+  // come from the snapshot last published.
+  std::shared_ptr<const config_snapshot> cfg;
   {
-    std::lock_guard lock(m_dest_names_mutex);
-    names = m_dest_names;
+    std::lock_guard lock(m_config_mutex);
+    cfg = m_config;
   }
-  std::vector<delivery_intent> rows;
-  rows.reserve(intents.size());
-  for (const auto& i : intents) {
-    delivery_intent d;
-    // The channel by its destination tree (channels sharing one dest are told apart only
-    // by the delivery itself: deliver() matches intents by dest, path and digest).
-    for (const auto& [dest, name] : names) {
-      if (dest == i.spec->dest_root) {
-        d.channel = name;
-        break;
+  const auto now = std::chrono::system_clock::now();
+  std::vector<delivery_journal::batch_entry> entries(files.size());
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    const pending_rename& f = files[i];
+    delivery_row& d = entries[i].row;
+    if (cfg && f.spec->channel < cfg->channel_names.size())
+      d.channel = cfg->channel_names[f.spec->channel];
+    d.dest = f.spec->dest_root.string();
+    d.relpath = f.spec->relative_path;
+    d.path = (f.spec->dest_root / d.relpath).string();
+    d.size = f.spec->size;
+    d.mtime_ns = f.spec->mtime_ns;
+    d.sha256 = to_hex(f.digest);
+    d.session = fmt::format("{}", f.key.session);
+    // The pinned trusted sender key that verified the session or catch-up index
+    // ("mcdist-ed25519:BASE64", as in trusted_senders); NULL in the journal when unsigned.
+    d.sender_key = f.spec->sender_key;
+    d.delivered_at = now;
+    if (cfg) {
+      for (const auto& a : cfg->actions) {
+        if ((a.channel == "*" || a.channel == d.channel) && match_action(a, d.relpath))
+          entries[i].actions.push_back(a.name);
       }
     }
-    d.dest = i.spec->dest_root.string();
-    d.relpath = i.spec->relative_path;
-    d.size = i.spec->size;
-    d.mtime_ns = i.spec->mtime_ns;
-    d.sha256 = to_hex(i.digest);
-    d.session = fmt::format("{}", i.key.session);
-    rows.push_back(std::move(d));
   }
   // An exception fails the batch's files (not renamed): they are fetched again.
-  m_journal->record_intents(rows);
+  m_journal->record_deliveries(entries, m_unsettled ? 0 : m_settled);
+  m_batch_last = entries.back().row.id;
+  std::lock_guard lock(m_journaled_mutex);
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    m_journaled[{files[i].key.session.value, files[i].spec->channel, files[i].spec->relative_path}]
+        .push_back(std::move(entries[i]));
+  }
+}
+
+void delivery_recorder::settle_renames(std::span<const pending_rename> failed) noexcept {
+  if (!failed.empty()) {
+    std::vector<std::int64_t> ids;
+    try {
+      {
+        std::lock_guard lock(m_journaled_mutex);
+        for (const auto& f : failed) {
+          auto it = m_journaled.find({f.key.session.value, f.spec->channel, f.spec->relative_path});
+          if (it == m_journaled.end()) continue;
+          // The failed one is the last journaled under its key: an earlier one was renamed.
+          ids.push_back(it->second.back().row.id);
+          it->second.pop_back();
+          if (it->second.empty()) m_journaled.erase(it);
+        }
+      }
+      m_journal->drop_deliveries(ids);
+    } catch (const std::exception& e) {
+      // Left above the confirmed mark from now on: the next start finds these files not in
+      // place and deletes their deliveries.
+      m_unsettled = true;
+      m_log->error(
+          "journal {}: cannot delete the deliveries of {} file{} that did not end "
+          "in place ({}); the next start deletes them",
+          m_journal->file().string(), failed.size(), failed.size() == 1 ? "" : "s", e.what());
+    }
+  }
+  m_settled = m_batch_last;
+}
+
+bool delivery_recorder::take(const file_outcome& o) {
+  delivery_journal::batch_entry e;
+  {
+    std::lock_guard lock(m_journaled_mutex);
+    auto it = m_journaled.find({o.session.value, o.channel, std::string(o.path)});
+    if (it == m_journaled.end()) return false;
+    e = std::move(it->second.front());
+    it->second.erase(it->second.begin());
+    if (it->second.empty()) m_journaled.erase(it);
+  }
+  if (!o.stored) return true;  // settle_renames deleted its delivery
+  for (std::size_t i = 0; i < e.actions.size(); ++i) {
+    m_actions->submit(e.run_ids[i], e.actions[i], e.row);
+  }
+  return true;
 }
 
 void delivery_recorder::record(const file_outcome& o, const channel_config& ch,
                                std::string sender_key) {
+  if (!o.stored || !o.digest) return;
   try {
-    if (!o.stored || !o.digest) {
-      m_journal->drop_intents(ch.dest.string(), std::string(o.path));
-      return;
-    }
     delivery_row d;
     d.channel = ch.name;
     d.dest = ch.dest.string();
@@ -120,7 +193,7 @@ void delivery_recorder::record(const file_outcome& o, const channel_config& ch,
     if (m_unjournaled.empty()) boost::asio::post(m_io, [this] { flush(); });
     m_unjournaled.push_back({std::move(d), std::move(names), {}});
   } catch (const std::exception& e) {
-    m_log->error("journal {}: cannot drop the intent of {} ({})", m_journal->file().string(),
+    m_log->error("journal {}: cannot queue the delivery of {} ({})", m_journal->file().string(),
                  std::string(o.path), e.what());
   }
 }
@@ -132,10 +205,9 @@ void delivery_recorder::flush() {
   try {
     m_journal->deliver_batch(batch);
   } catch (const std::exception& e) {
-    // The intents stay: the next start finds these files in place and journals them then.
     m_log->error(
-        "journal {}: cannot record {} deliver{} ({}): their actions run after the "
-        "next restart",
+        "journal {}: cannot record {} deliver{} ({}): they are not journaled and their "
+        "actions do not run",
         m_journal->file().string(), batch.size(), batch.size() == 1 ? "y" : "ies", e.what());
     return;
   }
@@ -146,30 +218,19 @@ void delivery_recorder::flush() {
   }
 }
 
-void delivery_recorder::recover_intents() {
+void delivery_recorder::recover() {
+  // A schema-1 journal's intents: files its daemon was renaming when it stopped.
   std::vector<delivery_intent> left;
   try {
     left = m_journal->intents();
   } catch (const std::exception& e) {
     m_log->error("journal {}: cannot read intents: {}", m_journal->file().string(), e.what());
-    return;
   }
   std::size_t delivered = 0;
   for (const auto& i : left) {
     const std::filesystem::path path = std::filesystem::path(i.dest) / i.relpath;
-    bool in_place = false;
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd >= 0) {
-      struct stat st {};
-      if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
-          static_cast<std::uint64_t>(st.st_size) == i.size && mtime_ns_of(st) == i.mtime_ns) {
-        const auto d = digest_of(fd, i.size, i.mtime_ns);
-        in_place = d && to_hex(*d) == i.sha256;
-      }
-      ::close(fd);
-    }
     try {
-      if (!in_place) {
+      if (!in_place(path, i.size, i.mtime_ns, i.sha256)) {
         m_journal->drop_intent(i.id);
         continue;
       }
@@ -198,6 +259,30 @@ void delivery_recorder::recover_intents() {
         "journaled as delivered: {} found in place (journaled now, actions queued), {} "
         "dropped",
         left.size(), left.size() == 1 ? "" : "s", delivered, left.size() - delivered);
+  }
+
+  // Deliveries journaled before renames a stop may have cut short: kept when the file is in
+  // place (their pending runs are queued by resume_runs), deleted otherwise.
+  try {
+    const auto unconfirmed = m_journal->unconfirmed();
+    std::vector<std::int64_t> gone;
+    for (const auto& d : unconfirmed) {
+      if (!in_place(d.path, d.size, d.mtime_ns, d.sha256)) gone.push_back(d.id);
+    }
+    m_journal->drop_deliveries(gone);
+    m_journal->confirm_all();
+    if (!gone.empty()) {
+      m_log->info(
+          "journal: {} deliver{} journaled just before the last stop had not been renamed "
+          "into place: deleted (their sessions deliver them again); {} in place kept",
+          gone.size(), gone.size() == 1 ? "y" : "ies", unconfirmed.size() - gone.size());
+    } else if (!unconfirmed.empty()) {
+      m_log->debug("journal: the {} last deliveries before the stop are in place",
+                   unconfirmed.size());
+    }
+  } catch (const std::exception& e) {
+    m_log->error("journal {}: cannot settle the deliveries journaled before the last stop: {}",
+                 m_journal->file().string(), e.what());
   }
 }
 

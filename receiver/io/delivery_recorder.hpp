@@ -2,11 +2,13 @@
 /// @file
 /// mcdistd's record of what it delivered (docs/actions.md): the delivery journal
 /// (delivery_journal.hpp) and the actions on receipt (action_runner.hpp). The storage path's
-/// finalizer journals an intent per file before its rename (journal_intents, on its own
-/// thread); each file the engine or catch-up reports stored is queued and journaled with the
-/// others of its finalize batch in one transaction, and its actions queued; intents a crash
-/// left are settled at the next start (the file in place with its digest becomes a delivery,
-/// else the intent is dropped), and runs left pending or running run again.
+/// finalizer journals the deliveries of a batch, with their actions' runs, before renaming
+/// its files (journal_deliveries, on its own thread; one transaction) and reports the files
+/// that did not end in place (settle_renames); when the engine or catch-up reports a file
+/// stored, take() finds its journaled delivery and queues its actions, with no further write.
+/// Deliveries a crash may have caught before their renames are settled at the next start
+/// (the file in place with its digest keeps its delivery, else it is deleted), and runs left
+/// pending or running run again.
 
 #include "receiver/core/receiver_engine.hpp"
 #include "receiver/io/action_runner.hpp"
@@ -17,10 +19,12 @@
 #include <boost/asio/io_context.hpp>
 
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <span>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -31,7 +35,7 @@ class logger;
 namespace mcdist::receiver {
 
 /// The delivery journal and the actions it queues. The io thread calls everything but
-/// journal_intents, which the finalizer thread calls.
+/// journal_deliveries and settle_renames, which the finalizer thread calls.
 class delivery_recorder {
  public:
   /// Opens the journal (cfg.journal; empty: TEMP/journal.db; fully synchronous unless sync is
@@ -46,19 +50,30 @@ class delivery_recorder {
   delivery_journal& journal() noexcept { return *m_journal; }
   action_runner& actions() noexcept { return *m_actions; }
 
-  /// The destination root -> channel name table journal_intents reads (at start and after
-  /// each reload: a reload changes the channels on the io thread).
-  void publish_dest_names(const std::vector<channel_config>& channels);
-  /// The finalizer thread's hook (storage_config::before_renames): one intent per file.
+  /// The channel names (by channel index) and actions journal_deliveries reads, at start
+  /// and after each reload (a reload changes them on the io thread).
+  void publish_config(const std::vector<channel_config>& channels,
+                      const std::vector<action_config>& actions);
+  /// The finalizer thread's storage_config::before_renames: journals each file's delivery
+  /// (channel and sender key from its file_spec, delivered_at now) and its actions' runs,
+  /// and confirms the batch before.
   /// @throws what the journal throws: the batch's files fail (not renamed) and are fetched again
-  void journal_intents(std::span<const pending_rename> intents);
-  /// A file of channel `ch` ended. Not stored: its intents are dropped. Stored: queued for
-  /// flush() (posted) with `sender_key`, the pinned key that verified its session ("": unsigned).
+  void journal_deliveries(std::span<const pending_rename> files);
+  /// The finalizer thread's storage_config::after_renames: deletes the deliveries of the files
+  /// that did not end in place. @throws nothing (a failure is logged; the next start settles)
+  void settle_renames(std::span<const pending_rename> failed) noexcept;
+  /// A file ended: when journal_deliveries journaled it, queues its actions' runs (stored) or
+  /// forgets it (failed), and returns true. False: not journaled here (record() it).
+  bool take(const file_outcome& outcome);
+  /// A file of channel `ch` that no finalizer journaled ended: stored, it is queued for
+  /// flush() (posted) with `sender_key`, the pinned key that verified its session ("":
+  /// unsigned).
   void record(const file_outcome& outcome, const channel_config& ch, std::string sender_key);
   /// Journals the queued deliveries in one transaction and queues their actions.
   void flush();
-  /// Settles the intents a crash left (start, before the store).
-  void recover_intents();
+  /// Settles what a crash left (start, before the store): a schema-1 journal's intents, and
+  /// the deliveries above the confirmed mark.
+  void recover();
   /// Queues the runs the journal holds as pending or running (run()).
   void resume_runs();
 
@@ -70,9 +85,23 @@ class delivery_recorder {
   /// Deliveries recorded since the last flush (one finalize batch is reported in one go:
   /// journaled together, one commit).
   std::vector<delivery_journal::batch_entry> m_unjournaled;
-  /// dest root -> channel name for the finalizer thread (journal_intents), under its mutex.
-  std::mutex m_dest_names_mutex;
-  std::vector<std::pair<std::filesystem::path, std::string>> m_dest_names;
+  /// What the finalizer thread reads: channel names by index, and the actions.
+  struct config_snapshot {
+    std::vector<std::string> channel_names;
+    std::vector<action_config> actions;
+  };
+  std::mutex m_config_mutex;
+  std::shared_ptr<const config_snapshot> m_config;
+  /// Finalizer thread only: the last delivery of the last batch journaled, and the last one
+  /// known settled (every rename of its batch ended, failures deleted), which the next batch
+  /// confirms. `m_unsettled` stops confirming after a failed deletion.
+  std::int64_t m_batch_last = 0;
+  std::int64_t m_settled = 0;
+  bool m_unsettled = false;
+  /// Journaled deliveries the io thread has not taken yet, by (session, channel, path).
+  using journaled_key = std::tuple<std::uint32_t, std::uint32_t, std::string>;
+  std::mutex m_journaled_mutex;
+  std::map<journaled_key, std::vector<delivery_journal::batch_entry>> m_journaled;
 };
 
 }  // namespace mcdist::receiver

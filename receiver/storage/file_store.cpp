@@ -291,6 +291,7 @@ void file_store::impl::deliver_file(file_key key, std::uint32_t channel, file_sp
   const std::uint64_t handle = m_next_handle++;
   const auto& roots = m_ctx.cfg.dest_roots;
   std::error_code ec = check_relative_path(spec.relative_path);
+  spec.channel = channel;
   if (channel < roots.size()) {
     spec.dest_root = roots[channel];
   } else if (!ec) {
@@ -380,6 +381,8 @@ void file_store::begin_file(file_key key, std::uint32_t channel, const manifest_
   spec.size = entry.size;
   spec.mtime_ns = entry.mtime_ns;
   spec.mode = entry.mode;
+  spec.channel = channel;
+  if (const auto& key_of = m_impl->m_ctx.cfg.sender_key_of) spec.sender_key = key_of(key.session);
   m_impl->begin_file(key, std::move(spec), resume);
 }
 

@@ -167,13 +167,13 @@ class file_store final : public storage_port {
   /// download, receiver/io/catch_up_client.hpp) exactly as a received one: the finalizer
   /// re-reads it and checks its SHA-256 against `expected`, sets mode and mtime, records the
   /// digest xattr, makes it durable in the group commit, calls before_renames (the delivery
-  /// journal's intent), renames it to dest_roots[channel]/spec.relative_path with the same
+  /// journal's record), renames it to dest_roots[channel]/spec.relative_path with the same
   /// directory walk (parents created, no link below the root followed) and syncs the
   /// directory. Unlike a session's file it is never renamed over a destination file whose mtime
   /// is not older than spec.mtime_ns (fails with errc::stale; fin_file::keep_newer). The temp
   /// file is removed when it fails. spec.dest_root is taken from dest_roots[channel].
-  /// @param key   names the file in its result and the journal's intent (session 0 and a
-  ///              number of the caller's: nothing of a session)
+  /// @param key   names the file in its result and to the hooks (session 0 and a number of
+  ///              the caller's: nothing of a session)
   /// @param done  receives the result through `post` (not on_stored)
   void deliver_file(file_key key, std::uint32_t channel, file_spec spec, std::string temp_path,
                     const sha256_digest& expected, std::function<void(store_result)> done);

@@ -56,6 +56,7 @@ struct finalizer::work {
   fin_file* f = nullptr;
   bool ok = true;
   bool renamed = false;
+  bool journaled = false;  ///< seen by before_renames: after_renames hears if it fails
   store_result r;
   int dir_fd = -1;  ///< destination directory (owned by the batch's directory cache)
   std::string leaf;
@@ -406,6 +407,7 @@ void finalizer::before_renames(std::vector<work>& batch) {
   if (files.empty()) return;
   try {
     m_ctx.cfg.before_renames(files);
+    for (auto& w : batch) w.journaled = w.ok;
   } catch (const std::exception& e) {
     // The hook could not record them (the delivery journal): none is renamed, each fails and
     // is fetched again, rather than appearing in dest unrecorded.
@@ -413,6 +415,22 @@ void finalizer::before_renames(std::vector<work>& batch) {
       if (w.ok)
         fail(w, std::make_error_code(std::errc::io_error),
              fmt::format("{} not delivered: {}", w.dest, e.what()));
+  }
+}
+
+void finalizer::after_renames(std::vector<work>& batch) {
+  if (!m_ctx.cfg.after_renames) return;
+  bool any = false;
+  std::vector<pending_rename> failed;
+  for (const auto& w : batch) {
+    any = any || w.journaled;
+    if (w.journaled && !w.ok) failed.push_back(pending_rename{w.f->key, &w.f->spec, w.r.digest});
+  }
+  if (!any) return;
+  try {
+    m_ctx.cfg.after_renames(failed);
+  } catch (const std::exception& e) {
+    m_ctx.log().error("storage: after renames: {}", e.what());
   }
 }
 
@@ -506,6 +524,7 @@ void finalizer::finalize_batch(std::vector<fin_file>& files) {
   before_renames(batch);
   rename_all(batch, dirs);
   sync_dirs(batch, dirs);  // the renames and created directories, each directory once
+  after_renames(batch);
   report(batch);
 }
 

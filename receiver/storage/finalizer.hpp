@@ -12,6 +12,8 @@
 ///   -  before_renames: storage_config::before_renames sees the files about to be renamed
 ///   4. rename    renameat each file into place (atomic, replaces an existing file)
 ///   5. dir sync  fsync each distinct destination directory once
+///   -  after_renames: storage_config::after_renames hears which of the files before_renames
+///      saw did not end in place
 ///
 /// then reports every file of the batch through store_context::post_results. Checkpoint saves
 /// (checkpoint_file) and session closes are queued in the same order as the files, so a
@@ -124,6 +126,7 @@ class finalizer {
   void open_dest_dir(work& w, dir_cache& dirs);
   void make_durable(std::vector<work>& batch);
   void before_renames(std::vector<work>& batch);
+  void after_renames(std::vector<work>& batch);
   void rename_all(std::vector<work>& batch, dir_cache& dirs);
   void sync_dirs(std::vector<work>& batch, dir_cache& dirs);
   void report(std::vector<work>& batch);

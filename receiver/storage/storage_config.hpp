@@ -171,9 +171,19 @@ struct storage_config {
   fault_hook fault;
   /// The finalizer's "before renames" step (finalizer.hpp): called on the finalizer thread
   /// once per batch, with the files about to be renamed, after their data is durable and
-  /// before the first rename (e.g. to journal the intents). Empty: nothing. Must not block
-  /// for long: the batch's results wait for it.
+  /// before the first rename (the daemon journals their deliveries). Empty: nothing. Must not
+  /// block for long: the batch's results wait for it. Throwing fails every file of the call
+  /// (none is renamed).
   std::function<void(std::span<const pending_rename>)> before_renames;
+  /// Its counterpart, on the finalizer thread after the batch's renames and directory syncs
+  /// and before its results are posted, once per batch for which before_renames returned: the
+  /// files before_renames saw that did not end in place after all (the rename failed, a newer
+  /// version was found, the directory could not be made durable). Usually empty.
+  std::function<void(std::span<const pending_rename>)> after_renames;
+  /// The sender key that verified a session ("" when unsigned), as the journal records it;
+  /// called on the network thread by begin_file(key, channel, entry) to fill
+  /// file_spec::sender_key. Empty: "".
+  std::function<std::string(session_id)> sender_key_of;
 };
 
 /// What to deliver, from the manifest.
@@ -189,6 +199,11 @@ struct file_spec {
   std::int64_t mtime_ns = 0;
   /// Permission bits; applied masked with 07777 & ~S_ISUID & ~S_ISGID.
   std::uint32_t mode = 0644;
+  /// The channel the file came on (the index of its dest_roots entry), for the hooks.
+  std::uint32_t channel = 0;
+  /// The sender key that verified the file's session or catch-up index, "" when unsigned;
+  /// carried for the hooks (the delivery journal's provenance), never interpreted here.
+  std::string sender_key;
 };
 
 /// Outcome of one begun file: exactly one is reported per begin_file, unless the file is

@@ -20,9 +20,12 @@ is a real SQLite file the test reads with Python's sqlite3.
 - SIGTERM while an action runs: mcdistd waits for it (a grace), journals it done at attempt 1
   and exits 0, so it does not run again;
   actions that were done do not run again.
-- Crash between rename and journal, simulated by writing intents into the journal while the
-  daemon is down: the intent whose file is in dest with its size, mtime and SHA-256 becomes a
-  delivery at the restart and its actions run; the one whose file is absent is dropped.
+- Crash between journal and rename, simulated by writing deliveries above the journal's
+  confirmed mark, each with a 'pending' run, while the daemon is down: the one whose file is
+  in dest with its size, mtime and SHA-256 is kept and its actions run; the one whose file is
+  absent is deleted with its runs, which never run; the mark then covers every delivery.
+  The same with intents, as a journal of schema 1 leaves them: the one in place becomes a
+  delivery and its actions run; the other is dropped.
 - Retention on channel "short" (max_age 1s): the delivered product is deleted, its empty
   directories pruned up to dest, its journal row marked 'deleted'; an old file the daemon did
   not deliver stays.
@@ -263,13 +266,30 @@ def main():
         with open(c_path, "wb") as f:
             f.write(rng.randbytes(2500))
         os.utime(c_path, ns=(1700000000123456789, 1700000000123456789))
+        # Journaled before a rename the crash cut short: above the confirmed mark, with runs.
+        d_rel = "p1/obs/2027/d.bufr"
+        d_path = os.path.join(d_main, d_rel)
+        with open(d_path, "wb") as f:
+            f.write(rng.randbytes(1500))
+        os.utime(d_path, ns=(1700000000123456789, 1700000000123456789))
         con = sqlite3.connect(journal, timeout=5)
         for rel, size, digest in ((c_rel, 2500, sha256_file(c_path)), ("p1/gone.dat", 10, "00" * 32)):
             con.execute("INSERT INTO intents(channel, dest, relpath, size, mtime_ns, sha256, "
                         "session, created_at) VALUES('main', ?, ?, ?, ?, ?, '0000abcd', ?)",
                         (d_main, rel, size, 1700000000123456789, digest, time.time()))
+        for rel, size, digest in ((d_rel, 1500, sha256_file(d_path)),
+                                  ("p1/obs/2027/gone2.bufr", 10, "00" * 32)):
+            cur = con.execute("INSERT INTO deliveries(channel, dest, relpath, path, size, mtime_ns, "
+                              "sha256, session, delivered_at) VALUES('main', ?, ?, ?, ?, ?, ?, "
+                              "'0000abce', ?)", (d_main, rel, os.path.join(d_main, rel), size,
+                                                 1700000000123456789, digest, time.time()))
+            for action in ("ingest", "lnk"):
+                con.execute("INSERT INTO action_runs(delivery_id, action, state) "
+                            "VALUES(?, ?, 'pending')", (cur.lastrowid, action))
         con.commit()
         con.close()
+        check(query(journal, "SELECT count(*) FROM deliveries WHERE id > (SELECT confirmed_through "
+                    "FROM journal_state)") != [(0,)], "the rows written are above the confirmed mark")
         daemon.start()
         wait_for("the blocked action to start again",
                  lambda: open(env["BLOCKLOG"]).read().count("start") == 2, 15, daemon)
@@ -279,20 +299,30 @@ def main():
         slow = runs(journal, "slow")[0]
         check(slow[2] == 2, "slow must be done at attempt 2: %s" % (slow,))
         check(open(env["BLOCKLOG"]).read().count("done") == 1, "the second attempt completed")
-        wait_for("the recovered delivery's actions",
-                 lambda: sorted((a, s) for a, s, _, _, _, rel in runs(journal) if rel == c_rel)
-                 == [("ingest", "done"), ("lnk", "done")], 15, daemon)
+        for rel in (c_rel, d_rel):
+            wait_for("the recovered delivery's actions (%s)" % rel,
+                     lambda: sorted((a, s) for a, s, _, _, _, r in runs(journal) if r == rel)
+                     == [("ingest", "done"), ("lnk", "done")], 15, daemon)
         check(query(journal, "SELECT count(*) FROM intents") == [(0,)], "intents left over")
+        check(not query(journal, "SELECT 1 FROM deliveries WHERE relpath = 'p1/obs/2027/gone2.bufr'"),
+              "a delivery above the mark whose file is not in place must be deleted")
+        check(query(journal, "SELECT count(*) FROM action_runs WHERE delivery_id NOT IN "
+                    "(SELECT id FROM deliveries)") == [(0,)], "its runs must go with it")
+        check(query(journal, "SELECT confirmed_through = (SELECT MAX(id) FROM deliveries) "
+                    "FROM journal_state") == [(1,)], "the mark must cover every delivery after the start")
+        check(query(journal, "SELECT size, sha256 FROM deliveries WHERE relpath = ?", (d_rel,))
+              == [(1500, sha256_file(d_path))], "the delivery in place is kept")
         check(query(journal, "SELECT session, sha256 FROM deliveries WHERE relpath = ?", (c_rel,))
               == [("0000abcd", sha256_file(c_path))], "the recovered delivery row")
         check(not query(journal, "SELECT 1 FROM deliveries WHERE relpath = 'p1/gone.dat'"),
               "an intent whose file is not in place must be dropped")
         with open(env["LOGFILE"]) as f:
             lines = [json.loads(line) for line in f]
-        check(len(lines) == 3 and lines[2]["argv"][:3] == [c_path, "2027", "c"],
-              "ingest must run once more, for the recovered product only: %s" % lines)
-        log("intents after a crash: the one in place became a delivery and its actions ran; the "
-            "other was dropped")
+        check(len(lines) == 4 and sorted(tuple(x["argv"][:3]) for x in lines[2:])
+              == [(c_path, "2027", "c"), (d_path, "2027", "d")],
+              "ingest must run once more for each recovered product and for nothing else: %s" % lines)
+        log("deliveries above the mark and intents after a crash: the ones in place kept (their "
+            "actions ran), the others deleted with their runs")
         with open(env["FAILLOG"]) as f:
             check(len(f.readlines()) == 3, "the failed action ran again after the restart")
         log("SIGKILL during an action: it ran again after the restart, done at attempt 2; "

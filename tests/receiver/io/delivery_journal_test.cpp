@@ -1,6 +1,7 @@
 // The delivery journal of actions on receipt, on a real SQLite file.
 
 #include "receiver/io/delivery_journal.hpp"
+#include "common/sqlite/sqlite.hpp"
 #include "tests/scratch_dir.hpp"
 
 #include <catch2/catch.hpp>
@@ -16,7 +17,38 @@ using namespace mcdist;
 using namespace mcdist::receiver;
 using namespace std::chrono_literals;
 
-TEST_CASE("the journal turns intents into deliveries and tracks runs",
+namespace {
+
+/// What a schema-1 daemon wrote before each rename.
+void insert_intent(const std::filesystem::path& file, const std::string& relpath) {
+  sqlite::database db(file.string(), sqlite::durability::normal);
+  db.prepare(
+        "INSERT INTO intents(channel, dest, relpath, size, mtime_ns, sha256, session, "
+        "created_at) VALUES('synop', '/srv/in', ?1, 10, 5, ?2, '0000abcd', 0)")
+      .bind(1, relpath)
+      .bind(2, std::string(64, 'a'))
+      .run();
+}
+
+delivery_journal::batch_entry entry(const std::string& relpath,
+                                    std::vector<std::string> actions = {}) {
+  delivery_journal::batch_entry e;
+  e.row.channel = "synop";
+  e.row.dest = "/srv/in";
+  e.row.relpath = relpath;
+  e.row.path = "/srv/in/" + relpath;
+  e.row.size = 10;
+  e.row.mtime_ns = 5;
+  e.row.sha256 = std::string(64, 'b');
+  e.row.session = "0000abcd";
+  e.row.delivered_at = std::chrono::system_clock::now();
+  e.actions = std::move(actions);
+  return e;
+}
+
+}  // namespace
+
+TEST_CASE("the journal turns a schema-1 journal's intents into deliveries and tracks runs",
           "[unit][receiver][journal]") {
   const mcdist::test::scratch_dir dir("mcdist-djournal");
   const auto file = dir.path() / "journal.db";
@@ -24,10 +56,8 @@ TEST_CASE("the journal turns intents into deliveries and tracks runs",
   std::int64_t run_a = 0;
   {
     delivery_journal j(file);
-    delivery_intent i{0, "synop", "/srv/in", "obs/a.bufr", 10, 5, std::string(64, 'a'), "0000abcd"};
-    delivery_intent other = i;
-    other.relpath = "obs/b.bufr";
-    j.record_intents(std::vector{i, other});
+    insert_intent(file, "obs/a.bufr");
+    insert_intent(file, "obs/b.bufr");
     REQUIRE(j.intents().size() == 2);
 
     delivery_row d;
@@ -78,4 +108,75 @@ TEST_CASE("the journal turns intents into deliveries and tracks runs",
   j.run_ended(run_a, "failed", 2, "exit status 2", t0);
   CHECK(j.prune(t0) == 1);
   CHECK(j.unfinished_runs().empty());
+}
+
+TEST_CASE("deliveries journaled before their renames are confirmed by the next batch",
+          "[unit][receiver][journal]") {
+  const mcdist::test::scratch_dir dir("mcdist-djournal");
+  const auto file = dir.path() / "journal.db";
+  delivery_journal j(file);
+  CHECK(j.confirmed_through() == 0);
+  CHECK(j.unconfirmed().empty());
+
+  // Batch A: two files, the second with two actions and a sender key.
+  std::vector<delivery_journal::batch_entry> a{entry("a1"), entry("a2", {"ingest", "copy"})};
+  a[1].row.sender_key = "mcdist-ed25519:KEY";
+  j.record_deliveries(a, 0);
+  REQUIRE(a[0].row.id > 0);
+  REQUIRE(a[1].row.id > a[0].row.id);
+  CHECK(a[0].run_ids.empty());
+  REQUIRE(a[1].run_ids.size() == 2);
+  CHECK(j.confirmed_through() == 0);
+  auto open = j.unconfirmed();
+  REQUIRE(open.size() == 2);
+  CHECK(open[0].relpath == "a1");
+  CHECK(open[0].sender_key.empty());
+  CHECK(open[1].sender_key == "mcdist-ed25519:KEY");
+  CHECK(j.unfinished_runs().size() == 2);
+
+  // Batch B confirms A; one of B's files does not end in place: its delivery and runs go.
+  std::vector<delivery_journal::batch_entry> b{entry("b1", {"ingest"}), entry("b2")};
+  j.record_deliveries(b, a[1].row.id);
+  CHECK(j.confirmed_through() == a[1].row.id);
+  open = j.unconfirmed();
+  REQUIRE(open.size() == 2);
+  CHECK(open[0].relpath == "b1");
+  const std::vector<std::int64_t> failed{b[0].row.id};
+  j.drop_deliveries(failed);
+  open = j.unconfirmed();
+  REQUIRE(open.size() == 1);
+  CHECK(open[0].relpath == "b2");
+  const auto runs = j.unfinished_runs();
+  REQUIRE(runs.size() == 2);  // a2's two; b1's went with it
+  CHECK(runs[0].product.relpath == "a2");
+  CHECK(runs[1].product.relpath == "a2");
+
+  // The mark never goes back.
+  std::vector<delivery_journal::batch_entry> c{entry("c1")};
+  j.record_deliveries(c, a[0].row.id);
+  CHECK(j.confirmed_through() == a[1].row.id);
+  j.confirm_all();
+  CHECK(j.confirmed_through() == c[0].row.id);
+  CHECK(j.unconfirmed().empty());
+}
+
+TEST_CASE("a journal from before the confirmed mark takes its deliveries as confirmed",
+          "[unit][receiver][journal]") {
+  const mcdist::test::scratch_dir dir("mcdist-djournal");
+  const auto file = dir.path() / "journal.db";
+  std::int64_t last = 0;
+  {
+    delivery_journal j(file);
+    std::vector<delivery_journal::batch_entry> a{entry("a1"), entry("a2")};
+    j.record_deliveries(a, 0);
+    last = a[1].row.id;
+  }
+  {
+    // As schema 1 left it: no journal_state.
+    sqlite::database db(file.string(), sqlite::durability::normal);
+    db.exec("DROP TABLE journal_state; PRAGMA user_version = 1;");
+  }
+  delivery_journal j(file);
+  CHECK(j.confirmed_through() == last);
+  CHECK(j.unconfirmed().empty());
 }

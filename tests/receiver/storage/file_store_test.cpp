@@ -1090,3 +1090,69 @@ TEST_CASE(
   }
   CHECK(renames == n - 1);
 }
+
+TEST_CASE(
+    "after_renames hears the hooked files that did not end in place, and the hooks see each "
+    "file's channel and sender key",
+    "[file_store]") {
+  std::mt19937_64 rng(33);
+  scratch_dir dir;
+  post_queue pq;
+  result_log results;
+  storage_config cfg;
+  cfg.temp_dir = dir.path() / "temp";
+  cfg.dest_roots = {dir.path() / "ch0", dir.path() / "ch1"};
+  cfg.sender_key_of = [](session_id s) {
+    return s == session_id{60} ? std::string("mcdist-ed25519:K60") : std::string();
+  };
+  // The second file's rename fails as a full directory would make it.
+  const file_key refused = key_of(60, 1);
+  cfg.fault = [&](storage_op op, const file_key* k) {
+    return op == storage_op::rename && k != nullptr && *k == refused ? ENOSPC : 0;
+  };
+  std::mutex m;
+  std::vector<std::tuple<file_key, std::uint32_t, std::string>> hooked;
+  std::vector<file_key> failed;
+  std::size_t after_calls = 0;
+  cfg.before_renames = [&](std::span<const pending_rename> files) {
+    std::lock_guard lk(m);
+    for (const auto& f : files) hooked.emplace_back(f.key, f.spec->channel, f.spec->sender_key);
+  };
+  cfg.after_renames = [&](std::span<const pending_rename> files) {
+    std::lock_guard lk(m);
+    ++after_calls;
+    for (const auto& f : files) failed.push_back(f.key);
+  };
+  file_store store(cfg, pq.poster(), results.sink());
+  storage_port& port = store;
+
+  std::vector<std::vector<std::byte>> data;
+  const std::vector<file_key> keys{key_of(60, 0), refused, key_of(61, 0)};
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    data.push_back(random_bytes(rng, 2000 + i));
+    manifest_entry e;
+    e.path = "f" + std::to_string(i);
+    e.size = data[i].size();
+    e.mtime_ns = 1'700'000'000'000'000'000;
+    e.mode = 0644;
+    port.begin_file(keys[i], 1, e, false);
+    REQUIRE(port.write(keys[i], 0, data[i]));
+    port.finalize(keys[i], sha256(data[i]));
+  }
+  store.flush();
+  pq.run_until([&] { return results.all.size() == keys.size(); });
+  CHECK_FALSE(results.find(keys[0])->ec);
+  CHECK(results.find(refused)->ec == std::errc::no_space_on_device);
+  CHECK_FALSE(results.find(keys[2])->ec);
+  CHECK(fs::exists(dir.path() / "ch1" / "f0"));
+  CHECK_FALSE(fs::exists(dir.path() / "ch1" / "f1"));
+
+  std::lock_guard lk(m);
+  REQUIRE(hooked.size() == 3);
+  for (const auto& [k, channel, key] : hooked) {
+    CHECK(channel == 1);
+    CHECK(key == (k.session == session_id{60} ? "mcdist-ed25519:K60" : ""));
+  }
+  CHECK(failed == std::vector<file_key>{refused});
+  CHECK(after_calls >= 1);
+}
