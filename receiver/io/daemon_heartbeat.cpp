@@ -58,10 +58,7 @@ catch_up_port daemon::catch_up_hooks() {
                           std::move(done));
   };
   port.finished = [this](const file_outcome& fo, const std::string& key) {
-    if (!fo.stored) {
-      journal_delivery(fo);  // forgets its journaled delivery, if any
-      return;
-    }
+    if (!fo.stored) return;  // the finalizer deleted its journaled delivery, if any
     m_board.file_finished(fo, std::chrono::system_clock::now());
     journal_delivery(fo, &key);
     publish_wis2(fo);

@@ -156,6 +156,8 @@ void delivery_recorder::settle_renames(std::span<const pending_rename> failed) n
 }
 
 bool delivery_recorder::take(const file_outcome& o) {
+  // A file that failed after journal_deliveries saw it was settled by settle_renames.
+  if (!o.stored) return false;
   delivery_journal::batch_entry e;
   {
     std::lock_guard lock(m_journaled_mutex);
@@ -165,7 +167,6 @@ bool delivery_recorder::take(const file_outcome& o) {
     it->second.erase(it->second.begin());
     if (it->second.empty()) m_journaled.erase(it);
   }
-  if (!o.stored) return true;  // settle_renames deleted its delivery
   for (std::size_t i = 0; i < e.actions.size(); ++i) {
     m_actions->submit(e.run_ids[i], e.actions[i], e.row);
   }

@@ -62,8 +62,8 @@ class delivery_recorder {
   /// The finalizer thread's storage_config::after_renames: deletes the deliveries of the files
   /// that did not end in place. @throws nothing (a failure is logged; the next start settles)
   void settle_renames(std::span<const pending_rename> failed) noexcept;
-  /// A file ended: when journal_deliveries journaled it, queues its actions' runs (stored) or
-  /// forgets it (failed), and returns true. False: not journaled here (record() it).
+  /// A file was stored: when journal_deliveries journaled it, queues its actions' runs and
+  /// returns true. False: not journaled here (record() it), or not stored.
   bool take(const file_outcome& outcome);
   /// A file of channel `ch` that no finalizer journaled ended: stored, it is queued for
   /// flush() (posted) with `sender_key`, the pinned key that verified its session ("":
