@@ -976,14 +976,20 @@ TEST_CASE("start-up removes temp directories of sessions without saved state, an
   CHECK(fs::exists(temp / "not-a-session"));
 }
 
+/// A configuration with temp_dir and two channels' destination trees (ch0, ch1) in `dir`.
+static storage_config two_channels(const scratch_dir& dir) {
+  storage_config cfg;
+  cfg.temp_dir = dir.path() / "temp";
+  cfg.dest_roots = {dir.path() / "ch0", dir.path() / "ch1"};
+  return cfg;
+}
+
 TEST_CASE("storage_port calls deliver below the channel's destination tree", "[file_store]") {
   std::mt19937_64 rng(31);
   scratch_dir dir;
   post_queue pq;
   result_log results;
-  storage_config cfg;
-  cfg.temp_dir = dir.path() / "temp";
-  cfg.dest_roots = {dir.path() / "ch0", dir.path() / "ch1"};
+  storage_config cfg = two_channels(dir);
   std::optional<std::pair<session_id, std::vector<held_answer>>> held;
   file_store store(cfg, pq.poster(), results.sink(), [&](session_id s, std::vector<held_answer> a) {
     held.emplace(s, std::move(a));
@@ -1099,9 +1105,7 @@ TEST_CASE(
   scratch_dir dir;
   post_queue pq;
   result_log results;
-  storage_config cfg;
-  cfg.temp_dir = dir.path() / "temp";
-  cfg.dest_roots = {dir.path() / "ch0", dir.path() / "ch1"};
+  storage_config cfg = two_channels(dir);
   cfg.sender_key_of = [](session_id s) {
     return s == session_id{60} ? std::string("mcdist-ed25519:K60") : std::string();
   };
