@@ -7,7 +7,8 @@ configuration"). Real mcdist-send sessions to a real mcdistd configured by TOML.
   reload is logged (one summary line naming both changes) while the session is active, the
   session's files are all delivered with their SHA-256 and the sender reports the site
   complete; then a product sent to b's group lands in b's dest, and action "two" ran for it
-  (action "one" did not).
+  (action "one" did not); the delivery journal names channel a for the session's files and b
+  for the new product.
 - /status lists channels a and b; mcdist_receiver_config_reloads_total{result="success"} 1.
 - An invalid file at SIGHUP (a TOML syntax error) is logged as not reloaded, the daemon keeps
   running, {result="failure"} is 1, and a product sent on "a" is still delivered.
@@ -22,6 +23,7 @@ import json
 import os
 import random
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -153,6 +155,15 @@ def main():
         check(not any(r["action"] == "one" and r["relpath"].endswith("new/p1.bin")
                       for r in recorded(rec_log)),
               "the removed action ran for a product delivered after the reload")
+        # The journal names each delivery's channel, the one added by the reload included.
+        con = sqlite3.connect(os.path.join(temp, "journal.db"), timeout=5)
+        try:
+            rows = con.execute("SELECT channel, relpath FROM deliveries").fetchall()
+        finally:
+            con.close()
+        check(sorted(rows) == sorted([("a", "src1/big/f%d.bin" % i) for i in range(4)]
+                                     + [("b", "src2/new/p1.bin")]),
+              "journal deliveries: %s" % rows)
         check(sorted(channel_names(port)) == ["a", "b"], "/status channels: %s" % channel_names(port))
         _, _, body = get(port, "/metrics")
         ok = metric_value(body.decode(), "mcdist_receiver_config_reloads_total", {"result": "success"})
