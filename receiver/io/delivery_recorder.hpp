@@ -65,7 +65,8 @@ class delivery_recorder {
   /// A file was stored: when journal_deliveries journaled it, queues its actions' runs and
   /// returns true. False: not journaled here (record() it), or not stored.
   bool take(const file_outcome& outcome);
-  /// A file of channel `ch` that no finalizer journaled ended: stored, it is queued for
+  /// A file of channel `ch` that no finalizer journaled ended (a store without the hooks;
+  /// the daemon's has them, so this is a safety net): stored, it is queued for
   /// flush() (posted) with `sender_key`, the pinned key that verified its session ("":
   /// unsigned).
   void record(const file_outcome& outcome, const channel_config& ch, std::string sender_key);
@@ -98,7 +99,9 @@ class delivery_recorder {
   std::int64_t m_batch_last = 0;
   std::int64_t m_settled = 0;
   bool m_unsettled = false;
-  /// Journaled deliveries the io thread has not taken yet, by (session, channel, path).
+  /// Journaled deliveries the io thread has not taken yet, by (session, channel, path). One
+  /// whose report never comes (its session closed while the file was being renamed) stays
+  /// until the daemon stops; its runs, pending in the journal, run at the next start.
   using journaled_key = std::tuple<std::uint32_t, std::uint32_t, std::string>;
   std::mutex m_journaled_mutex;
   std::map<journaled_key, std::vector<delivery_journal::batch_entry>> m_journaled;
