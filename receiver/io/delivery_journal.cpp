@@ -242,6 +242,14 @@ void delivery_journal::confirm_all() {
       .run();
 }
 
+void delivery_journal::confirm_through(std::int64_t id) {
+  std::lock_guard lock(m_mutex);
+  m_db.cached(
+          "UPDATE journal_state SET confirmed_through = MAX(confirmed_through, ?1) WHERE id = 1")
+      .bind(1, id)
+      .run();
+}
+
 std::int64_t delivery_journal::confirmed_through() {
   std::lock_guard lock(m_mutex);
   auto& st = m_db.cached("SELECT confirmed_through FROM journal_state WHERE id = 1");

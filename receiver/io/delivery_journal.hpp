@@ -138,6 +138,9 @@ class delivery_journal {
   std::vector<delivery_row> unconfirmed();
   /// Confirms every delivery recorded so far (start-up, once the unconfirmed are settled).
   void confirm_all();
+  /// Confirms every delivery up to `id` (a clean stop: the last batch settled); never goes
+  /// back. @throws sqlite::error
+  void confirm_through(std::int64_t id);
   /// journal_state.confirmed_through.
   std::int64_t confirmed_through();
 

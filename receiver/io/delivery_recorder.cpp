@@ -71,7 +71,19 @@ delivery_recorder::delivery_recorder(boost::asio::io_context& io, const daemon_c
               cfg.actions.size() == 1 ? "" : "s");
 }
 
-delivery_recorder::~delivery_recorder() = default;
+delivery_recorder::~delivery_recorder() {
+  // The store is gone (its finalizer joined): every batch it journaled and settled is
+  // confirmed, so a clean restart has nothing to check.
+  if (m_unsettled || m_settled == 0) return;
+  try {
+    m_journal->confirm_through(m_settled);
+  } catch (const std::exception& e) {
+    m_log->warn(
+        "journal {}: cannot confirm the last deliveries at the stop ({}); the next "
+        "start checks them",
+        m_journal->file().string(), e.what());
+  }
+}
 
 void delivery_recorder::publish_config(const std::vector<channel_config>& channels,
                                        const std::vector<action_config>& actions) {

@@ -43,6 +43,7 @@ class delivery_recorder {
   /// @throws config_error naming the journal file when it cannot be opened
   delivery_recorder(boost::asio::io_context& io, const daemon_config& cfg,
                     std::shared_ptr<spdlog::logger> log);
+  /// Confirms the deliveries of every settled batch (call after the store is gone).
   ~delivery_recorder();
   delivery_recorder(const delivery_recorder&) = delete;
   delivery_recorder& operator=(const delivery_recorder&) = delete;

@@ -18,7 +18,7 @@ is a real SQLite file the test reads with Python's sqlite3.
 - An action blocked on a fifo when mcdistd is SIGKILLed runs again after the restart (at least
   once), completes when the fifo is written, and the journal shows it 'done' with attempt 2;
 - SIGTERM while an action runs: mcdistd waits for it (a grace), journals it done at attempt 1
-  and exits 0, so it does not run again;
+  and exits 0, so it does not run again; the clean stop leaves every delivery confirmed;
   actions that were done do not run again.
 - Crash between journal and rename, simulated by writing deliveries above the journal's
   confirmed mark, each with a 'pending' run, while the daemon is down: the one whose file is
@@ -369,6 +369,9 @@ def main():
               "the attempt running at SIGTERM must finish and be journaled done at attempt 1: %s"
               % h2)
         check(open(env["BLOCKLOG"]).read().count("done") == 2, "the attempt must have completed")
+        check(query(journal, "SELECT confirmed_through = (SELECT MAX(id) FROM deliveries) "
+                    "FROM journal_state") == [(1,)],
+              "a clean stop must leave every delivery confirmed (nothing for the next start to check)")
         log("SIGTERM during an action: it finished within the grace, done at attempt 1, exit 0")
         log("PASS")
         return 0

@@ -155,6 +155,10 @@ TEST_CASE("deliveries journaled before their renames are confirmed by the next b
   std::vector<delivery_journal::batch_entry> c{entry("c1")};
   j.record_deliveries(c, a[0].row.id);
   CHECK(j.confirmed_through() == a[1].row.id);
+  j.confirm_through(a[0].row.id);
+  CHECK(j.confirmed_through() == a[1].row.id);
+  j.confirm_through(b[1].row.id);
+  CHECK(j.confirmed_through() == b[1].row.id);
   j.confirm_all();
   CHECK(j.confirmed_through() == c[0].row.id);
   CHECK(j.unconfirmed().empty());
