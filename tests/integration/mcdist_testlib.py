@@ -356,6 +356,27 @@ def run_sender(bin_dir, paths, group, receivers=None, rate="500M", extra=(), tim
     return p.returncode, data, out
 
 
+SILENT_FEC = ["--silent-passes", "2", "--fec-k", "64", "--fec-depth", "4", "--fec-overhead", "5%"]
+"""mcdist-send options of the silent-session tests: 2 silent passes, 5 % parity on FEC blocks of
+64 interleaved 4 deep."""
+
+
+def send_silent(bin_dir, paths, group, key=None, rate="50M", what=""):
+    """Sends `paths` as a silent session (SILENT_FEC; signed with `key` when given) and checks
+    that mcdist-send exited 0, wrote its summary, signed the session when asked to, and that no
+    datagram reached it. `what` prefixes the failure messages. Returns the summary dict."""
+    extra = (["--key", key] if key else []) + SILENT_FEC
+    code, summary, out = run_sender(bin_dir, paths, group, rate=rate, extra=extra)
+    log(out)
+    check(code == 0, "%smcdist-send exited %d" % (what, code))
+    check(summary is not None, "%sno summary JSON written" % what)
+    if key:
+        check(summary["signed"], "%sthe session was not signed" % what)
+    check(summary["silent_refused"] == 0,
+          "%s%d datagrams reached the sender" % (what, summary["silent_refused"]))
+    return summary
+
+
 def wait_checkpoint(d, timeout=30):
     """Waits until mcdistd `d` saves a session checkpoint (temp/<session>/state) newer than the
     call: the event a kill-and-resume test needs, instead of a sleep that a slow (ASan, loaded)

@@ -121,13 +121,7 @@ def main():
         forger = Forger(group)
         forger.start()
         try:
-            code, summary, out = run_sender(
-                bin_dir, [src], group, rate="20M",
-                extra=["--key", key, "--silent-passes", "2", "--fec-k", "64", "--fec-depth", "4",
-                       "--fec-overhead", "5%"])
-            log(out)
-            check(code == 0, "mcdist-send exited %d" % code)
-            check(summary is not None and summary["signed"], "the session was not signed")
+            summary = send_silent(bin_dir, [src], group, key=key, rate="20M")
             wait_for("the session's end", lambda: sessions_over(site), 30, site)
         finally:
             forger.stop()
