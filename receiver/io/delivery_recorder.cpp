@@ -37,11 +37,12 @@ std::optional<sha256_digest> digest_of(int fd, std::uint64_t size, std::int64_t 
 }
 
 /// Whether `path` is a regular file (not followed if a symlink) with this size, mtime and
-/// SHA-256 (lower-case hex).
+/// SHA-256 (lower-case hex). Whatever else is there (a fifo, a device) is opened without
+/// blocking and is not in place.
 bool in_place(const std::filesystem::path& path, std::uint64_t size, std::int64_t mtime_ns,
               const std::string& sha256) {
   bool ok = false;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) return false;
   struct stat st {};
   if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&

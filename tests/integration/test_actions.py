@@ -23,7 +23,8 @@ is a real SQLite file the test reads with Python's sqlite3.
 - Crash between journal and rename, simulated by writing deliveries above the journal's
   confirmed mark, each with a 'pending' run, while the daemon is down: the one whose file is
   in dest with its size, mtime and SHA-256 is kept and its actions run; the one whose file is
-  absent is deleted with its runs, which never run; the mark then covers every delivery.
+  absent (or a fifo, which start-up opens without blocking) is deleted with its runs, which
+  never run; the mark then covers every delivery.
   The same with intents, as a journal of schema 1 leaves them: the one in place becomes a
   delivery and its actions run; the other is dropped.
 - Retention on channel "short" (max_age 1s): the delivered product is deleted, its empty
@@ -277,8 +278,11 @@ def main():
             con.execute("INSERT INTO intents(channel, dest, relpath, size, mtime_ns, sha256, "
                         "session, created_at) VALUES('main', ?, ?, ?, ?, ?, '0000abcd', ?)",
                         (d_main, rel, size, 1700000000123456789, digest, time.time()))
+        # A fifo where a delivery should be: start-up must not block opening it.
+        fifo_rel = "p1/obs/2027/fifo.bufr"
+        os.mkfifo(os.path.join(d_main, fifo_rel))
         for rel, size, digest in ((d_rel, 1500, sha256_file(d_path)),
-                                  ("p1/obs/2027/gone2.bufr", 10, "00" * 32)):
+                                  ("p1/obs/2027/gone2.bufr", 10, "00" * 32), (fifo_rel, 10, "00" * 32)):
             cur = con.execute("INSERT INTO deliveries(channel, dest, relpath, path, size, mtime_ns, "
                               "sha256, session, delivered_at) VALUES('main', ?, ?, ?, ?, ?, ?, "
                               "'0000abce', ?)", (d_main, rel, os.path.join(d_main, rel), size,
@@ -304,8 +308,9 @@ def main():
                      lambda: sorted((a, s) for a, s, _, _, _, r in runs(journal) if r == rel)
                      == [("ingest", "done"), ("lnk", "done")], 15, daemon)
         check(query(journal, "SELECT count(*) FROM intents") == [(0,)], "intents left over")
-        check(not query(journal, "SELECT 1 FROM deliveries WHERE relpath = 'p1/obs/2027/gone2.bufr'"),
-              "a delivery above the mark whose file is not in place must be deleted")
+        for rel in ("p1/obs/2027/gone2.bufr", fifo_rel):
+            check(not query(journal, "SELECT 1 FROM deliveries WHERE relpath = ?", (rel,)),
+                  "a delivery above the mark whose file is not in place must be deleted: " + rel)
         check(query(journal, "SELECT count(*) FROM action_runs WHERE delivery_id NOT IN "
                     "(SELECT id FROM deliveries)") == [(0,)], "its runs must go with it")
         check(query(journal, "SELECT confirmed_through = (SELECT MAX(id) FROM deliveries) "
