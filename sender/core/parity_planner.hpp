@@ -66,6 +66,15 @@ class parity_planner {
   /// Takes `p` (what peek() returned), sent with sequence number `seq`.
   void take(const parity_pick& p, std::uint32_t seq);
 
+  /// Moves the FEC block peek() names behind the others, its parity still scheduled (a relay
+  /// that cannot encode it yet, relay_gate.hpp).
+  void defer() {
+    if (m_queue.size() < 2) return;
+    m_queue.push_back(m_queue.front());
+    m_queue.pop_front();
+  }
+  /// FEC blocks with parity scheduled: how many defer() calls go round the queue once.
+  std::size_t queued() const noexcept { return m_queue.size(); }
   /// Parity blocks scheduled and not sent yet.
   std::uint64_t scheduled() const noexcept { return m_scheduled; }
   /// Parity blocks of FEC block `fb` scheduled and not sent yet.

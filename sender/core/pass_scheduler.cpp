@@ -85,6 +85,17 @@ std::uint32_t pass_scheduler::take(const block_pick& p) {
   return m_seq;
 }
 
+void pass_scheduler::skip(const block_pick& p) {
+  if (p.prompt) {
+    if (++m_prompt.front().next >= m_prompt.front().end) m_prompt.pop_front();
+    return;
+  }
+  auto& fs = m_files[p.file];
+  // 1 - 1 = 0 reads as "not sent in pass 1": no in-flight estimate, every NAK taken.
+  if (m_pass == 1 && fs.first_seq != 0) --fs.first_seq;
+  ++m_cursor_block;
+}
+
 std::uint64_t pass_scheduler::nak(
     std::uint32_t file, std::uint32_t first, std::uint32_t count, std::uint32_t seen_seq,
     bool prompt, std::vector<std::pair<std::uint32_t, std::uint32_t>>* added_runs) {

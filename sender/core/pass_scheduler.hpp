@@ -64,6 +64,11 @@ class pass_scheduler {
   /// @return its sequence number: one more than the previous, never 0 ("never sent")
   std::uint32_t take(const block_pick& p);
 
+  /// Passes over `p`, the block peek() returned, without sending it: it stays wanted (a relay's
+  /// block lost upstream, relay_gate.hpp). In pass 1 the sequence numbers of the file's later
+  /// blocks are then one lower than block 0's plus their index, and the in-flight estimate is
+  /// lowered with them, so it stays an underestimate (repair_log.hpp).
+  void skip(const block_pick& p);
   /// A NAK from a receiver that had seen sequence numbers up to `seen_seq`: blocks
   /// [first, first + count) of `file` (within the file) are wanted again, except those sent
   /// after `seen_seq`. With `prompt`, new ones behind the cursor are queued for prompt repair.

@@ -550,7 +550,8 @@ std::optional<time_point> sender_session::next_deadline(time_point now) const {
       break;
     case phase::transferring:
       consider(m_next_marker);
-      consider(m_pacer.ready_at(now, pacing_quantum()));
+      // A sweep stopped by the gate goes on at on_available, not when the pacer allows.
+      if (!m_gate_waiting) consider(m_pacer.ready_at(now, pacing_quantum()));
       break;
     case phase::waiting:
       consider(m_next_status);

@@ -24,6 +24,7 @@
 #include "sender/core/pass_scheduler.hpp"
 #include "sender/core/rate_controller.hpp"
 #include "sender/core/receiver_table.hpp"
+#include "sender/core/relay_gate.hpp"
 #include "sender/core/repair_advert.hpp"
 #include "sender/core/silence_list.hpp"
 
@@ -209,6 +210,16 @@ struct sender_config {
   /// shell (pop_digest_window) to hash, sign and multicast; the announce says block_digests, and
   /// the data and parity datagrams are version 3 without a trailer (data_trailer_bytes 0).
   bool block_digests = false;
+
+  // --- a relay's downstream session (relay_gate.hpp, docs/relays-design.md) ---
+  /// Which source block may go out now: empty for a sender that holds every file. A relay
+  /// sends a block it holds (send), passes over one lost upstream (skip: it stays wanted for a
+  /// later pass) and stops the sweep at one still on its way (wait: the sweep goes on after
+  /// on_available). Asked once per block picked.
+  std::function<gate_answer(std::uint32_t file, std::uint32_t block)> block_gate;
+  /// Whether parity of a FEC block may be encoded now (every source held); empty: always.
+  /// Parity of a FEC block that may not waits behind the others.
+  std::function<bool(std::uint32_t fec_block)> parity_gate;
 };
 
 /// A receiver the policy moved to unicast: the shell registers its grant with the unicast
@@ -403,6 +414,17 @@ class sender_session {
   /// The digest of `file` is known (a file announced without one).
   void on_digest(file_index file, const sha256_digest& digest, time_point now);
 
+  /// A relay's session (sender_config::block_gate): the relay holds more blocks than when the
+  /// gate last stopped the sweep or left a pass with nothing to send. A sweep stopped at a block
+  /// on its way goes on at the next next_data; a session that ended a pass with every wanted
+  /// block gated starts the next pass relay_gather later, so a burst of upstream repairs makes
+  /// one pass, not one per block.
+  void on_available(time_point now);
+  /// How long a gated session gathers newly held blocks before its next pass.
+  static constexpr duration relay_gather = std::chrono::milliseconds(20);
+  /// Whether the sweep is stopped at a block still on its way (sender_config::block_gate).
+  bool gate_waiting() const noexcept { return m_gate_waiting; }
+
   /// Fills `out` with data datagrams the pacer allows at `now`, in send order.
   /// @param max_parity  parity datagrams at most (the shell's coding budget): at the next parity
   ///                    datagram past it the call stops, and the parity waits for the next call
@@ -483,6 +505,11 @@ class sender_session {
   /// counters, and the proactive parity scheduled after a FEC block's last source in pass 1.
   /// @return false when the sweep is over
   bool take_next(data_send& d);
+  /// The parity block to send next, past FEC blocks the parity gate holds back (deferred).
+  std::optional<parity_pick> next_parity();
+  /// The source block to send next, past blocks the block gate skips; nullopt when the pass is
+  /// over or the gate waits (m_gate_waiting).
+  std::optional<block_pick> next_pick();
   /// Fills `d` with parity block `pp`, taken now.
   void take_parity(const parity_pick& pp, data_send& d);
   /// Fills `d` with source block `pick` of `len` bytes, taken now.
@@ -654,6 +681,14 @@ class sender_session {
   std::uint64_t m_rate_round_lowest = 0;
   std::uint64_t m_proactive_parity = 0;
   std::uint64_t m_source_datagrams = 0;
+  /// Gated sessions (sender_config::block_gate): the sweep stopped at a block on its way; a
+  /// pass ended with nothing sendable (the next one starts at on_available); on_available came
+  /// during this pass; what this pass sent and passed over.
+  bool m_gate_waiting = false;
+  bool m_gate_blocked = false;
+  bool m_held_more = false;
+  std::uint64_t m_pass_sent = 0;
+  std::uint64_t m_pass_gated = 0;
   /// Silent session: END goes out at this time (silent_linger after the last pass).
   std::optional<time_point> m_silent_end_at;
   /// Silent session: announce cycles after which the digests were last queued again.

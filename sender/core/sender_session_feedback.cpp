@@ -111,6 +111,7 @@ void sender_session::handle_nak(const wire::nak& m, const endpoint& from, time_p
   sample_rtt(*r, m.echo_time_us(), m.hold_us(), now);
   handle_rate(*r, m, now);
   if (nak_moves_to_unicast(*r, m, now)) return;
+  const std::uint64_t fresh_before = m_counters.nak_new_blocks;
   const std::uint64_t naked = schedule_repairs(m, now);
   r->rep.blocks_naked += naked;
   // Blocks asked for now go out in the next pass at the latest.
@@ -128,7 +129,11 @@ void sender_session::handle_nak(const wire::nak& m, const endpoint& from, time_p
                     now);
       return;
     }
-    if ((m_passes.wanted() > 0 || (m_parity && m_parity->scheduled() > 0)) && !m_next_pass_at) {
+    // A relay waiting for upstream repairs (m_gate_blocked) sweeps again for blocks newly
+    // wanted, not for those it passed over already: they wait for on_available.
+    const bool fresh = m_counters.nak_new_blocks > fresh_before;
+    if ((m_passes.wanted() > 0 || (m_parity && m_parity->scheduled() > 0)) && !m_next_pass_at &&
+        (fresh || !m_gate_blocked)) {
       m_next_pass_at = now + collection_delay();
     }
   }

@@ -27,6 +27,11 @@ void sender_session::start_pass(time_point now) {
   m_group_lack.new_pass();
   m_phase = phase::transferring;
   m_next_pass_at.reset();
+  m_gate_waiting = false;
+  m_gate_blocked = false;
+  m_pass_sent = 0;
+  m_pass_gated = 0;
+  m_held_more = false;
   m_next_marker = now + marker_interval();
   if (m_log) {
     if (silent()) {
@@ -53,7 +58,7 @@ std::size_t sender_session::next_data(time_point now, std::span<data_send> out,
   std::size_t parity = 0;
   while (n < out.size()) {
     // Parity first, like prompt repairs: it answers NAKs, or completes a FEC block of pass 1.
-    if (const auto pp = m_parity ? m_parity->peek() : std::nullopt) {
+    if (const auto pp = next_parity()) {
       if (parity == max_parity) break;
       const std::uint64_t wire_bytes =
           m_cfg.block_size + wire::data_header_size + ip_udp_overhead + m_cfg.data_trailer_bytes;
@@ -67,7 +72,8 @@ std::size_t sender_session::next_data(time_point now, std::span<data_send> out,
     // Blocks NAKed behind the cursor go out first, while the pass still runs (repair starts
     // while data still flows), so a receiver's holes close within a round trip and its
     // in-order hashing does not stall until the next pass.
-    const auto pick = m_passes.peek();
+    const auto pick = next_pick();
+    if (m_gate_waiting) break;
     if (!pick) {
       end_pass(now);
       break;
@@ -83,6 +89,49 @@ std::size_t sender_session::next_data(time_point now, std::span<data_send> out,
   return n;
 }
 
+std::optional<parity_pick> sender_session::next_parity() {
+  if (!m_parity) return std::nullopt;
+  auto pp = m_parity->peek();
+  if (!pp || !m_cfg.parity_gate) return pp;
+  // Once round the queue at most: FEC blocks the relay cannot encode yet wait behind the others.
+  for (std::size_t tries = m_parity->queued(); tries > 0; --tries) {
+    if (m_cfg.parity_gate(pp->fec_block)) return pp;
+    ++m_pass_gated;
+    m_parity->defer();
+    pp = m_parity->peek();
+  }
+  return std::nullopt;
+}
+
+std::optional<block_pick> sender_session::next_pick() {
+  auto pick = m_passes.peek();
+  if (!m_cfg.block_gate) return pick;
+  m_gate_waiting = false;
+  while (pick) {
+    const gate_answer a = m_cfg.block_gate(pick->file, pick->block);
+    if (a == gate_answer::send) return pick;
+    // A prompt repair is behind the sweep, so a block it names that is not held was lost
+    // upstream: it waits for a later pass like a skipped one.
+    if (a == gate_answer::wait && !pick->prompt) {
+      m_gate_waiting = true;
+      return std::nullopt;
+    }
+    ++m_pass_gated;
+    m_passes.skip(*pick);
+    pick = m_passes.peek();
+  }
+  return pick;
+}
+
+void sender_session::on_available(time_point now) {
+  m_gate_waiting = false;
+  m_held_more = true;
+  if (m_gate_blocked && m_phase == phase::waiting && !m_next_pass_at) {
+    m_gate_blocked = false;
+    m_next_pass_at = now + relay_gather;
+  }
+}
+
 void sender_session::take_parity(const parity_pick& pp, data_send& d) {
   d = data_send{};
   d.parity = true;
@@ -91,6 +140,7 @@ void sender_session::take_parity(const parity_pick& pp, data_send& d) {
   d.length = m_cfg.block_size;
   d.seq = m_passes.take_seq();
   m_parity->take(pp, d.seq);
+  ++m_pass_sent;
   ++m_data_datagrams;
   m_data_bytes += m_cfg.block_size;
 }
@@ -100,6 +150,7 @@ void sender_session::take_source(const block_pick& pick, std::uint32_t len, data
   d.file = file_index{pick.file};
   d.block = block_index{pick.block};
   d.seq = m_passes.take(pick);
+  ++m_pass_sent;
   ++m_source_datagrams;
   const bool single = m_fec && m_cfg.fec_overhead == 0 && m_cfg.single_fec_block_parity > 0 &&
                       m_fec->fec_blocks() == 1;
@@ -155,17 +206,23 @@ void sender_session::end_pass(time_point now) {
     m_log->info("session {}: pass {} done at {:.3f} s; {} blocks NAKed so far", m_cfg.session,
                 m_passes.pass(), to_seconds(now - m_start), m_passes.wanted());
   }
-  send_marker(now, true, true);
+  const bool more = m_passes.wanted() > 0 || (m_parity && m_parity->scheduled() > 0);
+  // A relay's pass that passed over blocks it does not hold (lost upstream, their repair not
+  // here yet) while it came to hold nothing new: the next pass would pass over them again, so
+  // it waits for on_available instead of sweeping in vain. A pass that sent nothing asks no
+  // status: no receiver has anything new to report.
+  const bool gated = more && m_pass_gated > 0 && !m_held_more;
+  send_marker(now, true, m_pass_sent > 0 || !gated);
   if (const auto why = m_fallback.after_passes(m_passes.pass())) {
     for (auto& r : m_receivers) {
       if (r->on_multicast() && r->last_nak_pass == m_passes.pass()) order_fallback(*r, *why, now);
     }
   }
-  if ((m_passes.wanted() > 0 || (m_parity && m_parity->scheduled() > 0)) &&
-      m_passes.pass() < m_cfg.max_passes) {
+  if (more && !gated && m_passes.pass() < m_cfg.max_passes) {
     start_pass(now);
     return;
   }
+  m_gate_blocked = gated;
   m_phase = phase::waiting;
   m_wait_start = now;
   m_next_status = now + status_interval();

@@ -83,6 +83,13 @@ class range_set {
     if (n == 0) return true;
     return !m_r.empty() && m_r.begin()->first == 0 && m_r.begin()->second >= n;
   }
+  /// True when some of [a, b) is inside the set.
+  bool intersects(std::uint64_t a, std::uint64_t b) const {
+    if (a >= b) return false;
+    auto it = m_r.upper_bound(a);
+    if (it != m_r.begin() && std::prev(it)->second > a) return true;
+    return it != m_r.end() && it->first < b;
+  }
   bool empty() const noexcept { return m_r.empty(); }
   void clear() noexcept { m_r.clear(); }
 
@@ -96,6 +103,21 @@ double thread_cpu_s() {
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
+
+/// A relay's downstream side (receiver_spec::relay): the gate over what its rx_node holds and,
+/// once its engine has the upstream manifest, the same session towards its group, the part a
+/// relay's shell runs beside its engine.
+struct relay_node {
+  std::size_t rx = 0;                ///< its rx_node
+  endpoint addr;                     ///< where its group sends control
+  std::vector<std::size_t> members;  ///< the receivers of its group
+  std::unique_ptr<sender::relay_gate> gate;
+  std::unique_ptr<sender::sender_session> down;
+  sim_result::relay_stats stats;
+  std::uint64_t m_wake_token = 0;
+  std::optional<time_point> m_wake;
+  std::uint64_t held_seen = 0;  ///< the rx_node's m_held_generation at the last on_available
+};
 
 /// Receiver node: the engine plus an in-memory "disk" that survives crashes.
 class rx_node final : public receiver::receiver_sink, public receiver::storage_port {
@@ -147,11 +169,11 @@ class rx_node final : public receiver::receiver_sink, public receiver::storage_p
     }
   }
 
-  void on_datagram(std::span<const std::byte> d, const endpoint& from, time_point now) {
-    if (m_crashed) return;
-    m_engine->on_datagram(d, from, 0, now);
-    service(now);
-  }
+  void on_datagram(std::span<const std::byte> d, const endpoint& from, time_point now);
+  /// Whether this node's storage holds source block `block` of `file` of the session as the
+  /// sender sent it: written with the right bytes to its temp file, or delivered.
+  bool holds(std::uint32_t file, std::uint32_t block) const;
+  bool manifest_complete(session_id s) const { return m_engine && m_engine->manifest_complete(s); }
   const receiver::receiver_stats& stats() const {
     return m_engine ? m_engine->stats() : m_last_stats;
   }
@@ -169,6 +191,10 @@ class rx_node final : public receiver::receiver_sink, public receiver::storage_p
   std::uint64_t m_lost_originals = 0;
   std::uint64_t m_wake_token = 0;
   std::optional<time_point> m_wake;
+  relay_node* m_relay = nullptr;  ///< its downstream side, for a relay
+  /// Counts what its storage came to hold (writes, deliveries): a relay's session is told
+  /// on_available when it moved, as a shell would be by its storage.
+  std::uint64_t m_held_generation = 0;
 
  private:
   /// A file being written: which bytes were written, and which of them differ from the
@@ -212,25 +238,49 @@ class world {
       m_sent_before.emplace_back();
     }
     m_sender_addr = *parse_endpoint("10.0.0.1:5000");
+    m_manifest = manifest;
     m_sender =
         std::make_unique<sender::sender_session>(cfg.sender, std::move(manifest), m_rng(), nullptr);
     m_sender->set_unicast_endpoint(sender::transport_kind::sctp_udp,
                                    *parse_endpoint("10.0.0.1:5001"));
     m_sender->set_unicast_endpoint(sender::transport_kind::tcp, *parse_endpoint("10.0.0.1:5002"));
     std::map<duration, std::vector<std::size_t>> by_delay;
+    std::map<std::string, std::size_t> relay_of;
     for (std::size_t i = 0; i < cfg.receivers.size(); ++i) {
       auto addr = *parse_endpoint("10." + std::to_string(1 + i / 62500) + "." +
                                   std::to_string(i / 250 % 250) + "." +
                                   std::to_string(i % 250 + 1) + ":6000");
       m_receivers.push_back(std::make_unique<rx_node>(*this, cfg.receivers[i], addr, m_rng()));
       m_by_addr.emplace(addr, i);
-      by_delay[cfg.receivers[i].down.delay].push_back(i);
+      if (cfg.receivers[i].upstream.empty()) by_delay[cfg.receivers[i].down.delay].push_back(i);
+      if (cfg.receivers[i].relay) {
+        auto r = std::make_unique<relay_node>();
+        r->rx = i;
+        r->addr = *parse_endpoint("10.200.0." + std::to_string(m_relays.size() + 1) + ":5000");
+        rx_node* node = m_receivers.back().get();
+        r->gate = std::make_unique<sender::relay_gate>(
+            [node](std::uint32_t f, std::uint32_t b) { return node->holds(f, b); });
+        node->m_relay = r.get();
+        relay_of.emplace(cfg.receivers[i].id, m_relays.size());
+        m_relay_by_addr.emplace(r->addr, m_relays.size());
+        m_relays.push_back(std::move(r));
+      }
+    }
+    for (std::size_t i = 0; i < cfg.receivers.size(); ++i) {
+      const auto& up = cfg.receivers[i].upstream;
+      if (up.empty()) continue;
+      const auto it = relay_of.find(up);
+      if (it == relay_of.end()) throw std::invalid_argument("no relay " + up);
+      m_relays[it->second]->members.push_back(i);
     }
     for (auto& [d, v] : by_delay) m_fanout.push_back({d, std::move(v)});
     m_passes.emplace_back();
   }
 
   time_point now() const { return m_now; }
+  duration since_start() const { return m_now - m_start; }
+  session_id session() const { return m_cfg.sender.session; }
+  std::uint64_t block_size() const { return m_cfg.sender.block_size; }
   sender::sender_session& sender() { return *m_sender; }
   void service_sender_at_now() { service_sender(); }
   std::mt19937_64& rng() { return m_rng; }
@@ -310,8 +360,12 @@ class world {
   }
 
   void deliver(std::size_t i, const std::shared_ptr<std::vector<std::byte>>& bytes) {
+    deliver(i, bytes, m_sender_addr);
+  }
+  void deliver(std::size_t i, const std::shared_ptr<std::vector<std::byte>>& bytes,
+               const endpoint& from) {
     log_event(i + 1, *bytes);
-    m_receivers[i]->on_datagram(*bytes, m_sender_addr, m_now);
+    m_receivers[i]->on_datagram(*bytes, from, m_now);
   }
 
   /// Sends `d` to the group. `original` is true for a block's first transmission, whose
@@ -352,6 +406,10 @@ class world {
           auto* r = m_receivers[i].get();
           const auto& down = r->m_spec.down;
           if (r->m_down_state.lost(down, m_rng)) {
+            if (r->m_relay) {
+              ++r->m_relay->stats.upstream_lost;
+              if (data) ++r->m_relay->stats.upstream_data_lost;
+            }
             if (original) {
               any_lost = true;
               ++r->m_lost_originals;
@@ -404,16 +462,189 @@ class world {
     if (it == m_by_addr.end()) return;
     const std::size_t i = it->second;
     auto* r = m_receivers[i].get();
-    if (r->m_down_state.lost(r->m_spec.down, m_rng)) return;
+    if (r->m_down_state.lost(r->m_spec.down, m_rng)) {
+      if (r->m_relay) ++r->m_relay->stats.upstream_lost;
+      return;
+    }
     auto bytes = std::make_shared<std::vector<std::byte>>(d.begin(), d.end());
     for (time_point t : timing(r->m_spec.down, m_now)) {
       at(t, [this, i, bytes] { deliver(i, bytes); });
     }
   }
 
+  /// A receiver's datagram to `to`: the sender, or the relay whose group it is in.
+  void route(rx_node& from, const endpoint& to, std::span<const std::byte> d) {
+    if (to == m_sender_addr) {
+      to_sender(from, d);
+      return;
+    }
+    const auto it = m_relay_by_addr.find(to);
+    if (it == m_relay_by_addr.end()) return;
+    relay_node& r = *m_relays[it->second];
+    if (from.m_up_state.lost(from.m_spec.up, m_rng)) return;
+    auto bytes = std::make_shared<std::vector<std::byte>>(d.begin(), d.end());
+    for (time_point t : timing(from.m_spec.up, m_now)) {
+      const endpoint addr = from.m_addr;
+      at(t, [this, &r, bytes, addr] {
+        if (!r.down) return;  // nothing to answer before its session exists
+        r.down->on_datagram(*bytes, addr, m_now);
+        service_relay(r);
+      });
+    }
+  }
+
+  /// What a relay's shell reads of an upstream datagram before its engine takes it: the
+  /// upstream sweep's progress for the gate, and digests announced late.
+  void relay_tap(relay_node& r, std::span<const std::byte> d) {
+    wire::header h;
+    if (wire::parse_header(d, h) || h.session != m_cfg.sender.session) return;
+    switch (h.type) {
+      case wire::msg_type::data: {
+        wire::data_header dh;
+        std::span<const std::byte> payload;
+        if (!wire::parse_data(d, dh, payload))
+          r.gate->on_upstream_block(dh.file.value, dh.block.value);
+        break;
+      }
+      case wire::msg_type::marker: {
+        wire::marker m;
+        if (!wire::parse_control(d, m)) {
+          r.gate->on_upstream_marker(m.pass(), m.file(), m.block(), m.pass_end());
+        }
+        break;
+      }
+      case wire::msg_type::digest_list: {
+        wire::digest_list m;
+        if (wire::parse_control(d, m) || !r.down) break;
+        for (const auto& e : m.digests()) {
+          sha256_digest dg{};
+          if (e.sha256().size() != dg.size()) continue;
+          std::memcpy(dg.data(), e.sha256().data(), dg.size());
+          r.down->on_digest(file_index{e.file()}, dg, m_now);
+        }
+        break;
+      }
+      case wire::msg_type::session_end: r.gate->upstream_pass_over(); break;
+      default: break;
+    }
+  }
+
+  /// The relay's node stored something, or took a datagram: its downstream session starts once
+  /// the upstream manifest is complete, and goes on with what is held now.
+  void relay_poke(relay_node& r) {
+    if (!r.down) {
+      if (!m_receivers[r.rx]->manifest_complete(m_cfg.sender.session)) return;
+      sender::sender_config c = m_cfg.sender;
+      c.receivers.clear();
+      for (const auto i : r.members) c.receivers.push_back(m_receivers[i]->m_spec.id);
+      c.only_receivers.clear();
+      c.not_awaited.clear();
+      c.fallback = sender::fallback_mode::off;
+      c.max_passes = 1000;
+      relay_node* rp = &r;
+      c.block_gate = [rp](std::uint32_t f, std::uint32_t b) { return rp->gate->answer(f, b); };
+      c.parity_gate = [rp](std::uint32_t fb) {
+        return rp->gate->parity_ready(*rp->down->fec_layout(), fb);
+      };
+      auto files = m_manifest;
+      for (auto& e : files) {
+        if (!m_files[&e - files.data()].digest_in_manifest) e.digest.reset();
+      }
+      r.down = std::make_unique<sender::sender_session>(std::move(c), std::move(files), m_rng(),
+                                                        nullptr);
+      r.down->start(m_now);
+    }
+    const std::uint64_t held = m_receivers[r.rx]->m_held_generation;
+    if (held != r.held_seen) {
+      r.held_seen = held;
+      r.down->on_available(m_now);
+    }
+    service_relay(r);
+  }
+
+  void relay_multicast(relay_node& r, std::span<const std::byte> d) {
+    auto bytes = std::make_shared<std::vector<std::byte>>(d.begin(), d.end());
+    for (const std::size_t i : r.members) {
+      auto* rx = m_receivers[i].get();
+      if (rx->m_down_state.lost(rx->m_spec.down, m_rng)) continue;
+      for (const time_point t : timing(rx->m_spec.down, m_now)) {
+        at(t, [this, i, bytes, from = r.addr] { deliver(i, bytes, from); });
+      }
+    }
+  }
+
+  void relay_unicast(relay_node& r, const endpoint& to, std::span<const std::byte> d) {
+    const auto it = m_by_addr.find(to);
+    if (it == m_by_addr.end()) return;
+    const std::size_t i = it->second;
+    auto* rx = m_receivers[i].get();
+    if (rx->m_down_state.lost(rx->m_spec.down, m_rng)) return;
+    auto bytes = std::make_shared<std::vector<std::byte>>(d.begin(), d.end());
+    for (const time_point t : timing(rx->m_spec.down, m_now)) {
+      at(t, [this, i, bytes, from = r.addr] { deliver(i, bytes, from); });
+    }
+  }
+
+  void service_relay(relay_node& r) {
+    if (!r.down) return;
+    auto& s = *r.down;
+    s.on_timer(m_now);
+    const rx_node& node = *m_receivers[r.rx];
+    std::array<sender::data_send, 64> batch;
+    std::vector<std::byte> buf;
+    auto flush = [&] {
+      sender::control_send c;
+      while (s.pop_control(c)) {
+        if (c.to) {
+          relay_unicast(r, *c.to, c.bytes);
+        } else {
+          relay_multicast(r, c.bytes);
+        }
+      }
+    };
+    for (;;) {
+      flush();
+      const std::size_t n = s.next_data(m_now, batch);
+      for (std::size_t i = 0; i < n; ++i) {
+        const auto& d = batch[i];
+        buf.resize(wire::data_header_size + d.length);
+        if (d.parity) {
+          if (!r.gate->parity_ready(*s.fec_layout(), d.fec_block)) ++r.stats.unheld_sends;
+          wire::write_parity_header(buf,
+                                    {m_cfg.sender.session, d.seq, d.fec_block, d.parity_index});
+          const auto p = parity_block(d.fec_block, d.parity_index);
+          std::memcpy(buf.data() + wire::data_header_size, p.data(), p.size());
+        } else {
+          if (!node.holds(d.file.value, d.block.value)) ++r.stats.unheld_sends;
+          wire::write_data_header(buf, {m_cfg.sender.session, d.seq, d.file, d.block});
+          std::memcpy(buf.data() + wire::data_header_size,
+                      m_files[d.file.value].data.data() + d.offset, d.length);
+        }
+        if (r.stats.first_sent == duration::zero()) r.stats.first_sent = m_now - m_start;
+        relay_multicast(r, buf);
+      }
+      if (n < batch.size()) break;
+    }
+    flush();
+    auto next = s.next_deadline(m_now);
+    if (next && *next <= m_now) next = m_now + 1us;
+    wake(r, next, [this, &r] { service_relay(r); });
+    note_done();
+  }
+
+  /// The run is over when the sender and every relay's downstream session are done.
+  void note_done() {
+    if (m_done_at || !m_sender->done()) return;
+    for (const auto& r : m_relays) {
+      if (!r->down || !r->down->done()) return;
+    }
+    m_done_at = m_now;
+  }
+
   void to_sender(rx_node& from, std::span<const std::byte> d) {
     ++m_unicast_to_sender;
     if (from.m_up_state.lost(from.m_spec.up, m_rng)) return;
+    ++m_to_sender_by[from.m_spec.id];
     auto bytes = std::make_shared<std::vector<std::byte>>(d.begin(), d.end());
     for (time_point t : timing(from.m_spec.up, m_now)) {
       const endpoint addr = from.m_addr;
@@ -539,7 +770,7 @@ class world {
     m_passes.back().sender_cpu_s += thread_cpu_s() - c0;
     if (next && *next <= m_now) next = m_now + 1us;
     wake(m_sender_node, next, [this] { service_sender(); });
-    if (s.done() && !m_done_at) m_done_at = m_now;
+    note_done();
   }
 
   sim_result run() {
@@ -565,6 +796,7 @@ class world {
       }
     }
     const time_point start = m_now;
+    m_start = start;
     while (!m_queue.empty()) {
       auto ev = m_queue.top();
       m_queue.pop();
@@ -608,6 +840,16 @@ class world {
     res.passes = m_passes;
     res.fec_named_naks = m_named_naks;
     res.losses = m_losses;
+    res.to_sender_by = m_to_sender_by;
+    for (const auto& r : m_relays) {
+      auto st = r->stats;
+      if (r->down) {
+        st.report = r->down->report(m_now);
+        st.done = r->down->done();
+        st.succeeded = r->down->succeeded();
+      }
+      res.relays[m_receivers[r->rx]->m_spec.id] = st;
+    }
     return res;
   }
 
@@ -630,11 +872,16 @@ class world {
   std::priority_queue<event, std::vector<event>, std::greater<>> m_queue;
   std::uint64_t m_next_seq = 0;
   time_point m_now{std::chrono::seconds(1000)};
+  time_point m_start{std::chrono::seconds(1000)};  ///< when run() began
   endpoint m_sender_addr;
   std::unique_ptr<sender::sender_session> m_sender;
   sender_node m_sender_node;
   std::vector<std::unique_ptr<rx_node>> m_receivers;
   std::map<endpoint, std::size_t> m_by_addr;
+  std::vector<manifest_entry> m_manifest;  ///< as the sender announces it
+  std::vector<std::unique_ptr<relay_node>> m_relays;
+  std::map<endpoint, std::size_t> m_relay_by_addr;
+  std::map<std::string, std::uint64_t> m_to_sender_by;
   /// Receivers grouped by downstream delay, in delay order.
   std::vector<std::pair<duration, std::vector<std::size_t>>> m_fanout;
   loss_chain m_common_state;
@@ -667,8 +914,25 @@ rx_node::rx_node(world& w, receiver_spec spec, endpoint addr, std::uint64_t seed
   for (const auto f : m_spec.held) m_delivered[f] = true;
 }
 
-void rx_node::send(const endpoint&, std::span<const std::byte> datagram) {
-  m_world.to_sender(*this, datagram);
+void rx_node::send(const endpoint& to, std::span<const std::byte> datagram) {
+  m_world.route(*this, to, datagram);
+}
+
+void rx_node::on_datagram(std::span<const std::byte> d, const endpoint& from, time_point now) {
+  if (m_crashed) return;
+  if (m_relay) m_world.relay_tap(*m_relay, d);
+  m_engine->on_datagram(d, from, 0, now);
+  service(now);
+}
+
+bool rx_node::holds(std::uint32_t file, std::uint32_t block) const {
+  if (m_delivered[file]) return true;
+  const auto it = m_temp.find({m_world.session().value, file});
+  if (it == m_temp.end()) return false;
+  const std::uint64_t bs = m_world.block_size();
+  const std::uint64_t off = std::uint64_t{block} * bs;
+  const std::uint64_t end = std::min(off + bs, it->second.size);
+  return it->second.written.contains(off, end) && !it->second.wrong.intersects(off, end);
 }
 
 bool rx_node::write(receiver::file_key key, std::uint64_t offset, std::span<const std::byte> data) {
@@ -682,6 +946,7 @@ bool rx_node::write(receiver::file_key key, std::uint64_t offset, std::span<cons
   const auto& ref = m_world.files()[key.file.value].data;
   const std::uint64_t end = offset + data.size();
   auto& t = it->second;
+  ++m_held_generation;
   t.written.add(offset, end);
   if (data.empty() || std::memcmp(ref.data() + offset, data.data(), data.size()) == 0) {
     t.wrong.remove(offset, end);
@@ -712,7 +977,12 @@ void rx_node::finalize(receiver::file_key key, const sha256_digest& expected) {
       m_temp.erase(it);
     } else {
       m_delivered[f.value] = true;
+      ++m_held_generation;
       m_temp.erase(it);
+      if (m_relay &&
+          std::all_of(m_delivered.begin(), m_delivered.end(), [](bool b) { return b; })) {
+        m_relay->stats.all_held = m_world.since_start();
+      }
     }
     m_engine->on_file_stored(s, f, ec, {}, m_world.now());
     service(m_world.now());
@@ -847,6 +1117,7 @@ void rx_node::service(time_point now) {
   m_engine->on_timer(now);
   auto next = m_engine->next_deadline();
   m_world.wake(*this, next, [this] { service(m_world.now()); });
+  if (m_relay) m_world.relay_poke(*m_relay);
 }
 
 void rx_node::crash() {

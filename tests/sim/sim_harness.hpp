@@ -10,6 +10,7 @@
 #include "common/sha256.hpp"
 #include "common/time.hpp"
 #include "receiver/core/receiver_engine.hpp"
+#include "sender/core/relay_gate.hpp"
 #include "sender/core/sender_session.hpp"
 
 #include <cstdint>
@@ -78,6 +79,14 @@ struct receiver_spec {
   /// protocol's counts do not depend on it. The codec is checked by the receivers that decode
   /// for real and by its unit tests.
   bool decode_by_count = false;
+  /// This receiver relays the session into a group of its own (sender/core/relay_gate.hpp,
+  /// docs/relays-design.md): upstream it takes part like any receiver; downstream it runs the
+  /// same session for the receivers whose `upstream` names it, with a sender_session whose
+  /// blocks come from what it holds (its closed group: those receivers).
+  bool relay = false;
+  /// The id of the relay whose group this receiver joins; empty: the sender's group. Its
+  /// `down` and `up` links are then those to and from the relay.
+  std::string upstream;
 };
 
 /// A file of the simulated set: its bytes and whether its digest is in the manifest.
@@ -162,6 +171,25 @@ struct sim_result {
   };
   std::map<std::string, named_naks> fec_named_naks;
   loss_stats losses;
+  /// A relay (receiver_spec::relay): its downstream session and what crossed its links.
+  struct relay_stats {
+    sender::session_report report;  ///< the downstream session's report
+    bool done = false;
+    bool succeeded = false;
+    /// Datagrams of the sender (data, parity and control) its upstream link dropped.
+    std::uint64_t upstream_lost = 0;
+    /// Of those, data and parity datagrams: the losses its own NAKs have to make good.
+    std::uint64_t upstream_data_lost = 0;
+    /// Blocks or parity it sent without holding them (every source, for parity): a gate bug.
+    std::uint64_t unheld_sends = 0;
+    /// From the start of the run: when it sent its first data datagram downstream, and when
+    /// it held every file (its last delivery). Cut-through: the first is well before the second.
+    duration first_sent{};
+    duration all_held{};
+  };
+  std::map<std::string, relay_stats> relays;
+  /// Datagrams that reached the sender's address, by the id of the receiver that sent them.
+  std::map<std::string, std::uint64_t> to_sender_by;
   /// Finalizations whose content differed from the reference (all receivers): the engine was
   /// told digest_mismatch and fetched the file again. Garbage datagrams and crashes cause
   /// them (a restored checkpoint can claim blocks the crash lost before they were written).

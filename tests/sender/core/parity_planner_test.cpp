@@ -86,3 +86,23 @@ TEST_CASE("parity planner ignores FEC blocks out of range and empty lacks",
   REQUIRE(p.scheduled() == 0);
   REQUIRE_FALSE(p.peek().has_value());
 }
+
+TEST_CASE("parity planner defers a FEC block behind the others, its parity still scheduled",
+          "[unit][parity_planner]") {
+  parity_planner p(4, 50);
+  p.add(0, 1);
+  p.add(3, 2);
+  REQUIRE(p.queued() == 2);
+  REQUIRE(p.peek()->fec_block == 0);
+  p.defer();
+  REQUIRE(p.peek()->fec_block == 3);
+  REQUIRE(p.scheduled() == 3);
+  std::uint32_t seq = 0;
+  const auto sent = drain(p, seq);
+  const std::vector<std::uint32_t> order{3, 0, 3};
+  REQUIRE(sent.size() == order.size());
+  for (std::size_t i = 0; i < order.size(); ++i) REQUIRE(sent[i].fec_block == order[i]);
+  p.add(1, 1);
+  p.defer();  // alone in the queue: nothing to go behind
+  REQUIRE(p.peek()->fec_block == 1);
+}

@@ -179,3 +179,55 @@ TEST_CASE(
   REQUIRE(prompt == 10000 + 10);
   REQUIRE(s.repairs() == 10010);
 }
+
+TEST_CASE("a block passed over stays wanted and the in-flight estimate stays an underestimate",
+          "[unit][sender]") {
+  pass_scheduler s({2, 4});
+  s.want_all();
+  s.start_pass();
+  REQUIRE(s.take(*s.peek()) == 1);  // file 0
+  REQUIRE(s.take(*s.peek()) == 2);
+  auto p = s.peek();
+  REQUIRE((p && p->file == 1 && p->block == 0));
+  REQUIRE(s.take(*p) == 3);
+  p = s.peek();
+  REQUIRE((p && p->block == 1));
+  s.skip(*p);  // not held yet: it stays wanted, the sweep goes on
+  p = s.peek();
+  REQUIRE((p && p->block == 2));
+  REQUIRE(s.take(*p) == 4);  // one less than block 0's sequence number + 2
+  REQUIRE(s.take(*s.peek()) == 5);
+  REQUIRE_FALSE(s.peek());
+  REQUIRE(s.wanted() == 1);
+  REQUIRE(s.wanted_blocks(1).test(1));
+  // A receiver that saw up to seq 4 names blocks 2 and 3: block 2 went out within its view (seq
+  // 4) and is wanted again, block 3 (seq 5) is still on its way. Read as block 0's sequence
+  // number + 2 = 5, block 2's NAK would be dropped as in flight.
+  REQUIRE(s.nak(1, 2, 2, 4, false) == 1);
+  REQUIRE(s.wanted_blocks(1).test(2));
+  REQUIRE_FALSE(s.wanted_blocks(1).test(3));
+  s.start_pass();
+  const auto p2 = sweep(s);
+  REQUIRE(p2.size() == 2);
+  REQUIRE((p2[0].block == 1 && p2[1].block == 2));
+}
+
+TEST_CASE("a prompt repair passed over stays wanted for the next pass", "[unit][sender]") {
+  pass_scheduler s({4});
+  s.want_all();
+  s.start_pass();
+  for (int i = 0; i < 3; ++i) s.take(*s.peek());
+  REQUIRE(s.nak(0, 0, 1, 3, true) == 1);  // behind the cursor: a prompt repair
+  auto p = s.peek();
+  REQUIRE((p && p->prompt && p->block == 0));
+  s.skip(*p);
+  p = s.peek();
+  REQUIRE((p && !p->prompt && p->block == 3));
+  s.take(*p);
+  REQUIRE_FALSE(s.peek());
+  REQUIRE(s.wanted() == 1);
+  s.start_pass();
+  const auto p2 = sweep(s);
+  REQUIRE(p2.size() == 1);
+  REQUIRE(p2[0].block == 0);
+}

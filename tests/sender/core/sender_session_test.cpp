@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include <map>
+#include <set>
 
 using namespace mcdist;
 using namespace mcdist::sender;
@@ -1402,4 +1403,121 @@ TEST_CASE(
       if (rr.id == "b") REQUIRE(rr.blocks_naked <= 10);
     }
   }
+}
+
+TEST_CASE(
+    "a relay's session sends what it holds, waits for what is on its way and passes over "
+    "what was lost upstream until the repair is held",
+    "[unit][sender]") {
+  std::set<std::pair<std::uint32_t, std::uint32_t>> held;
+  relay_gate gate([&held](std::uint32_t f, std::uint32_t b) { return held.count({f, b}) > 0; });
+  harness h(files({5 * 1400}), {"a"});
+  h.cfg.block_gate = [&gate](std::uint32_t f, std::uint32_t b) { return gate.answer(f, b); };
+  h.s = std::make_unique<sender_session>(h.cfg, files({5 * 1400}), 1, nullptr);
+  h.s->start(h.now);
+  h.register_rx("a", rx_a);
+  std::array<data_send, 64> buf;
+  auto blocks = [&] {
+    std::vector<std::uint32_t> out;
+    h.tick();
+    const auto n = h.s->next_data(h.now, buf);
+    for (std::size_t i = 0; i < n; ++i) out.push_back(buf[i].block.value);
+    h.tick();
+    return out;
+  };
+  for (int i = 0; i < 100 && h.s->current_phase() == sender_session::phase::announcing; ++i) {
+    h.now = std::max(h.now + 1ms, *h.s->next_deadline(h.now));
+    h.tick();
+  }
+  REQUIRE(h.s->current_phase() == sender_session::phase::transferring);
+
+  // Nothing held, nothing passed upstream: the sweep waits, and the session does not ask to be
+  // woken for the pacer (only for its markers).
+  REQUIRE(blocks().empty());
+  REQUIRE(h.s->gate_waiting());
+  REQUIRE(*h.s->next_deadline(h.now) > h.now + 1ms);
+
+  held = {{0, 0}, {0, 1}};
+  gate.on_upstream_block(0, 1);
+  h.s->on_available(h.now);
+  REQUIRE(blocks() == std::vector<std::uint32_t>{0, 1});
+  REQUIRE(h.s->gate_waiting());
+
+  // Block 2 was lost upstream: block 3 arrived, so the sweep passes over 2 and waits at 4.
+  held.insert({0, 3});
+  gate.on_upstream_block(0, 3);
+  h.s->on_available(h.now);
+  REQUIRE(blocks() == std::vector<std::uint32_t>{3});
+  REQUIRE(h.s->gate_waiting());
+
+  // The upstream pass ended without block 4 either: pass 1 ends, and pass 2 finds both still
+  // missing, so the session waits instead of sweeping again.
+  gate.upstream_pass_over();
+  h.s->on_available(h.now);
+  REQUIRE(blocks().empty());  // pass 1 ends, pass 2 starts
+  REQUIRE(h.s->pass() == 2);
+  REQUIRE(blocks().empty());  // pass 2 passes over both
+  REQUIRE(h.s->current_phase() == sender_session::phase::waiting);
+  const auto pass = h.s->pass();
+  REQUIRE(pass == 2);
+
+  // The site asks for 2 and 4 again: nothing new to sweep for, no pass starts.
+  h.nak("a", rx_a, 0, {{2, 1}, {4, 1}}, 3);
+  for (int i = 0; i < 20; ++i) {
+    h.now += 50ms;
+    REQUIRE(blocks().empty());
+  }
+  REQUIRE(h.s->pass() == pass);
+  REQUIRE(h.s->current_phase() == sender_session::phase::waiting);
+
+  // The upstream repairs are held: the next pass sends them, after gathering.
+  held.insert({0, 2});
+  held.insert({0, 4});
+  h.s->on_available(h.now);
+  h.now += sender_session::relay_gather;
+  REQUIRE(blocks() == std::vector<std::uint32_t>{2, 4});
+  REQUIRE(h.s->pass() == pass + 1);
+}
+
+TEST_CASE("a relay's session encodes parity only for FEC blocks whose sources it holds",
+          "[unit][sender]") {
+  // Two FEC blocks of 2 sources each (k = 2, depth 1): 0 = blocks 0, 1; 1 = blocks 2, 3.
+  std::set<std::pair<std::uint32_t, std::uint32_t>> held{{0, 0}, {0, 1}, {0, 2}, {0, 3}};
+  relay_gate gate([&held](std::uint32_t f, std::uint32_t b) { return held.count({f, b}) > 0; });
+  harness h(files({4 * 1400}), {"a"});
+  h.cfg.fec_k = 2;
+  h.cfg.fec_depth = 1;
+  h.cfg.block_gate = [&gate](std::uint32_t f, std::uint32_t b) { return gate.answer(f, b); };
+  const sender_session* session = nullptr;
+  h.cfg.parity_gate = [&](std::uint32_t fb) {
+    return gate.parity_ready(*session->fec_layout(), fb);
+  };
+  h.s = std::make_unique<sender_session>(h.cfg, files({4 * 1400}), 1, nullptr);
+  session = h.s.get();
+  h.s->start(h.now);
+  h.register_rx("a", rx_a);
+  const auto sent = h.drain_data();
+  REQUIRE(sent.size() == 4);  // pass 1: the sources
+  REQUIRE(h.s->fec_layout()->fec_blocks() == 2);
+  // The relay no longer holds block 2 (say, a newer product replaced the file): the site lacks
+  // one block of each FEC block, and only FEC block 0's parity can be made.
+  held.erase({0, 2});
+  wire::nak m;
+  m.set_receiver_id("a");
+  m.set_seen_seq(4);
+  m.set_pass(h.s->pass());
+  for (const std::uint32_t v : {0U, 1U, 1U, 1U}) m.add_fec_lacks(v);  // (FEC block step, lack)
+  h.s->on_datagram(datagram(wire::msg_type::nak, h.cfg.session, m), rx_a, h.now);
+  h.now += 1s;
+  const auto repair = h.drain_data();
+  REQUIRE(repair.size() == 1);
+  REQUIRE(repair[0].parity);
+  REQUIRE(repair[0].fec_block == 0);
+  held.insert({0, 2});
+  h.s->on_available(h.now);
+  h.now += 1s;
+  const auto later = h.drain_data();
+  REQUIRE(later.size() == 1);
+  REQUIRE(later[0].parity);
+  REQUIRE(later[0].fec_block == 1);
 }
