@@ -67,6 +67,8 @@ unsigned multicast_scope_v6(const endpoint& group) { return group.addr[1] & 0x0f
 /// Scopes up to this one (1 interface-local, 2 link-local) need an interface to mean anything.
 constexpr unsigned link_local_scope = 2;
 
+}  // namespace
+
 endpoint from_sockaddr(const sockaddr_storage& ss) {
   endpoint e;
   if (ss.ss_family == AF_INET6) {
@@ -81,8 +83,6 @@ endpoint from_sockaddr(const sockaddr_storage& ss) {
   }
   return e;
 }
-
-}  // namespace
 
 udp::endpoint to_asio(const endpoint& e) {
   if (e.v6) {

@@ -25,6 +25,8 @@ using udp = boost::asio::ip::udp;
 /// Converts between our endpoint and Asio's.
 udp::endpoint to_asio(const endpoint& e);
 endpoint from_asio(const udp::endpoint& e);
+/// The endpoint a recvfrom(2) or recvmmsg(2) filled in (AF_INET or AF_INET6).
+endpoint from_sockaddr(const sockaddr_storage& ss);
 
 /// Options for the sender's socket.
 struct sender_socket_options {

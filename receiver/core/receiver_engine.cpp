@@ -38,6 +38,15 @@ bool receiver_engine::manifest_complete(session_id s) const noexcept {
   return rx && rx->state != session_rx::state_t::manifest;
 }
 
+std::vector<manifest_entry> receiver_engine::manifest_of(session_id s) const {
+  std::vector<manifest_entry> out;
+  const session_rx* rx = m_sessions.find(s);
+  if (!rx || rx->state == session_rx::state_t::manifest) return out;
+  out.reserve(rx->files.size());
+  for (std::uint32_t f = 0; f < rx->files.size(); ++f) out.push_back(rx->files[f].entry);
+  return out;
+}
+
 duration receiver_engine::retransmit_interval(const session_rx& s) const {
   return std::max(s.grtt * 2, m_cfg.retransmit_min);
 }

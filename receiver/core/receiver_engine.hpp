@@ -297,6 +297,10 @@ class receiver_engine {
   /// that only refresh the sender's timestamp and GRTT (the shell need not check every one's
   /// signature, auth::receiver_keys::repeat_verified_recently).
   bool manifest_complete(session_id s) const noexcept;
+  /// The manifest of a tracked session whose manifest is complete, in file order (a relay runs
+  /// the same session for the sites behind it); empty otherwise. Digests announced later
+  /// (digest_list) are in it once they came.
+  std::vector<manifest_entry> manifest_of(session_id s) const;
   /// True for a tracked session that is silent here: its announce carried silent_passes, or
   /// it came on a channel configured silent. Such a session never makes the engine call
   /// receiver_sink::send or start_unicast; the shell also sends no key request for it.

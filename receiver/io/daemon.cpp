@@ -237,6 +237,7 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
   }
   m_engine = std::make_unique<receiver_engine>(engine_settings(m_cfg), *this, *m_store,
                                                std::random_device{}(), m_log);
+  m_relays.set_engine(m_engine.get());
   m_sequences_saved = load_sequence_state(m_cfg.temp, m_engine->sequences(), *m_log);
   m_deliveries->recover();
   for (const auto& ch : m_cfg.channels) {
@@ -265,6 +266,7 @@ void daemon::make_store() {
       sc, [this](std::function<void()> fn) { boost::asio::post(m_io, std::move(fn)); },
       [this](store_result r) {
         if (!m_engine) return;
+        m_relays.on_file_stored(r.key.session, r.key.file, !r.ec);
         m_engine->on_file_stored(r.key.session, r.key.file, r.ec, r.detail,
                                  from_steady(std::chrono::steady_clock::now()));
         service();
@@ -495,7 +497,8 @@ void daemon::handle_datagram(std::size_t index, std::span<const std::byte> d, co
     if (silent_before || m_engine->silent(h.session)) {
       m_relays.forward(index, h.session, d, arrival);
       if (h.type == wire::msg_type::session_end) m_relays.remember_end(index, h.session, d, now);
-    } else if (m_engine->channel_of(h.session)) {
+    } else if ((m_engine->channel_of(h.session) || m_relays.runs(index, h.session)) &&
+               !plain.empty() && !m_relays.on_upstream(index, h, plain, now)) {
       m_relays.not_relayed(index, h.session);
     }
   }

@@ -1,5 +1,9 @@
 #include "receiver/io/relay_forwarder.hpp"
 
+#include "common/wire.hpp"
+#include "mcdist.pb.h"
+#include "receiver/core/receiver_engine.hpp"
+
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
@@ -7,25 +11,36 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <map>
+#include <random>
 
 namespace mcdist::receiver {
 
 /// One relayed channel: its socket, where it sends, what it counted, the sessions it saw.
 struct relay_forwarder::relay {
-  relay(net::udp::socket s, endpoint g, endpoint src)
-      : socket(std::move(s)), group(g), source(src) {}
+  relay(net::udp::socket s, endpoint g, endpoint src, std::filesystem::path d)
+      : socket(std::move(s)), group(g), source(src), dest(std::move(d)) {}
   net::udp::socket socket;
   endpoint group;
   endpoint source;  ///< the socket's local address: the sender the sites behind see
+  std::filesystem::path dest;  ///< the channel's destination tree (relay_downstream reads it)
   counters stats;
   std::unordered_set<std::uint32_t> relayed;      ///< sessions forwarded
   std::unordered_set<std::uint32_t> not_relayed;  ///< two-way sessions refused
+  /// Two-way sessions run for the sites behind, and the parameters of those announced whose
+  /// manifest is not complete here yet (at most max_two_way_sessions).
+  std::map<std::uint32_t, std::unique_ptr<relay_downstream>> two_way;
+  std::map<std::uint32_t, wire::session_params> params;
 };
 
 relay_forwarder::relay_forwarder(boost::asio::io_context& io,
                                  net::resolved_interface daemon_interface,
                                  std::shared_ptr<spdlog::logger> log)
-    : m_io(io), m_daemon_interface(std::move(daemon_interface)), m_log(std::move(log)) {
+    : m_io(io),
+      m_daemon_interface(std::move(daemon_interface)),
+      m_log(std::move(log)),
+      m_timer(io),
+      m_seed(std::random_device{}()) {
   m_buffer.resize(max_batch_bytes);
   m_queue.reserve(max_batch);
   m_run.reserve(max_batch);
@@ -58,9 +73,11 @@ void relay_forwarder::open(std::size_t index, const channel_config& ch) {
   o.receive_buffer = 1 << 20;  // only what misconfigured sites send, read and dropped
   auto s = net::open_sender_socket(m_io, o);
   const auto source = net::from_asio(s.local_endpoint());
-  m_relays[index] = std::make_unique<relay>(std::move(s), *ch.relay_group, source);
-  m_log->info("channel {}: relaying its one-way sessions and heartbeats into {} from {} (ttl {})",
-              ch.name, ch.relay_group->to_string(), source.to_string(), ch.relay_ttl);
+  m_relays[index] = std::make_unique<relay>(std::move(s), *ch.relay_group, source, ch.dest);
+  m_log->info(
+      "channel {}: relaying its one-way sessions, unsigned two-way sessions and heartbeats into "
+      "{} from {} (ttl {})",
+      ch.name, ch.relay_group->to_string(), source.to_string(), ch.relay_ttl);
   read_sites(index);
 }
 
@@ -126,10 +143,162 @@ void relay_forwarder::not_relayed(std::size_t index, session_id s) {
   ++r.stats.not_relayed_sessions;
   if (!m_not_relayed_logged.tick()) return;
   m_log->warn(
-      "session {}: not relayed into {}: it is not silent here (a two-way session; a relay "
-      "forwards only one-way sessions: set silent = true on the channel, or have the hub send "
-      "it with silent passes)",
-      s, r.group.to_string());
+      "session {}: not relayed into {}: a signed two-way session (a relay runs unsigned "
+      "two-way sessions for its sites and forwards one-way sessions: set silent = true on the "
+      "channel, or have the hub send it with silent passes), a resend to named sites, or more "
+      "than {} two-way sessions at once",
+      s, r.group.to_string(), max_two_way_sessions);
+}
+
+bool relay_forwarder::runs(std::size_t index, session_id s) const noexcept {
+  return relays(index) && m_relays[index]->two_way.count(s.value) > 0;
+}
+
+bool relay_forwarder::on_upstream(std::size_t index, const wire::header& h,
+                                  std::span<const std::byte> plain, time_point now) {
+  if (!relays(index) || h.version != wire::version || !m_engine) return false;
+  auto& r = *m_relays[index];
+  auto it = r.two_way.find(h.session.value);
+  if (it == r.two_way.end()) {
+    if (r.not_relayed.count(h.session.value)) return false;
+    if (h.type == wire::msg_type::announce && !r.params.count(h.session.value)) {
+      wire::announce a;
+      if (wire::parse_control(plain, a)) return true;  // the engine refused it too
+      const auto& p = a.params();
+      if (!p.only_receivers().empty() || p.has_unicast_start() || p.block_digests() != 0 ||
+          r.two_way.size() + r.params.size() >= max_two_way_sessions) {
+        return false;
+      }
+      r.params.emplace(h.session.value, p);
+    }
+    const auto pit = r.params.find(h.session.value);
+    if (pit == r.params.end() || !m_engine->manifest_complete(h.session)) return true;
+    auto files = m_engine->manifest_of(h.session);
+    const std::size_t count = files.size();
+    try {
+      it = r.two_way
+               .emplace(h.session.value,
+                        std::make_unique<relay_downstream>(h.session, pit->second, std::move(files),
+                                                           r.dest, m_seed++, m_log, now))
+               .first;
+    } catch (const std::invalid_argument& e) {
+      m_log->warn("session {}: not relayed into {}: {}", h.session, r.group.to_string(), e.what());
+      r.params.erase(pit);
+      return false;
+    }
+    r.params.erase(pit);
+    ++r.stats.two_way_sessions;
+    m_log->info("session {}: relaying into {} for the sites behind this relay: {} files",
+                h.session, r.group.to_string(), count);
+  }
+  it->second->on_upstream(h, plain, now);
+  arm(now);
+  return true;
+}
+
+void relay_forwarder::on_file_stored(session_id s, file_index f, bool ok) {
+  for (auto& r : m_relays) {
+    if (!r) continue;
+    if (const auto it = r->two_way.find(s.value); it != r->two_way.end()) {
+      it->second->on_file_stored(f.value, ok);
+      arm(from_steady(std::chrono::steady_clock::now()));
+    }
+  }
+}
+
+void relay_forwarder::on_site(std::size_t index, std::span<const std::byte> d,
+                              const endpoint& from) {
+  auto& r = *m_relays[index];
+  wire::header h;
+  if (!wire::parse_header(d, h)) {
+    if (const auto it = r.two_way.find(h.session.value); it != r.two_way.end()) {
+      ++r.stats.two_way_site_datagrams;
+      const auto now = from_steady(std::chrono::steady_clock::now());
+      it->second->on_site(h, d, from, now);
+      arm(now);
+      return;
+    }
+  }
+  ++r.stats.site_datagrams;
+  if (m_site_datagrams_logged.tick()) {
+    m_log->warn(
+        "relay into {}: a datagram from {} for no session this relay runs (dropped): sites "
+        "behind a relay of one-way sessions must be silent (silent = true on their channel)",
+        r.group.to_string(), from.to_string());
+  }
+}
+
+void relay_forwarder::arm(time_point at) {
+  if (m_armed && *m_armed <= at) return;
+  m_armed = at;
+  m_timer.expires_at(std::chrono::steady_clock::time_point(
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(at.time_since_epoch())));
+  m_timer.async_wait([this](const boost::system::error_code& ec) {
+    if (ec) return;
+    m_armed.reset();
+    service_two_way();
+  });
+}
+
+void relay_forwarder::service_two_way() {
+  const auto now = from_steady(std::chrono::steady_clock::now());
+  std::optional<time_point> next;
+  for (std::size_t index = 0; index < m_relays.size(); ++index) {
+    if (!m_relays[index]) continue;
+    auto& r = *m_relays[index];
+    const auto send = [&r](const std::optional<endpoint>& to, std::span<const std::byte> d) {
+      std::error_code ec;
+      if (!r.socket.is_open() || !net::send_one(r.socket.native_handle(), to ? *to : r.group, d,
+                                                ec)) {
+        ++r.stats.send_failed;
+        return;
+      }
+      ++r.stats.forwarded;
+      r.stats.forwarded_bytes += d.size();
+    };
+    for (auto it = r.two_way.begin(); it != r.two_way.end();) {
+      auto& down = *it->second;
+      if (m_engine && !m_engine->channel_of(down.session())) down.upstream_gone(now);
+      const auto at = down.service(now, send);
+      if (!at) {
+        // Done: its counters join the channel's.
+        const auto& c = down.stats();
+        auto& t = r.stats.two_way;
+        t.data += c.data;
+        t.parity += c.parity;
+        t.control += c.control;
+        t.from_cache += c.from_cache;
+        t.from_dest += c.from_dest;
+        t.unreadable += c.unreadable;
+        const auto rep = down.report(now);
+        for (const auto& site : rep.receivers) {
+          if (site.state == sender::receiver_report::state_t::completed) {
+            ++r.stats.two_way_sites_completed;
+          } else {
+            ++r.stats.two_way_sites_failed;
+          }
+        }
+        m_log->info(
+            "session {}: relayed into {}: {} sites completed, {} failed; {} data and {} parity "
+            "datagrams sent, {} passes",
+            down.session(), r.group.to_string(),
+            std::count_if(rep.receivers.begin(), rep.receivers.end(),
+                          [](const auto& x) {
+                            return x.state == sender::receiver_report::state_t::completed;
+                          }),
+            std::count_if(rep.receivers.begin(), rep.receivers.end(),
+                          [](const auto& x) {
+                            return x.state != sender::receiver_report::state_t::completed;
+                          }),
+            c.data, c.parity, rep.passes);
+        it = r.two_way.erase(it);
+        continue;
+      }
+      next = next ? std::min(*next, *at) : *at;
+      ++it;
+    }
+  }
+  if (next) arm(std::max(*next, now));
 }
 
 void relay_forwarder::flush(time_point now) {
@@ -183,18 +352,11 @@ void relay_forwarder::read_sites(std::size_t index) {
         for (int n = 0; n < 64; ++n) {
           sockaddr_storage from{};
           socklen_t len = sizeof from;
-          if (::recvfrom(rr.socket.native_handle(), buf.data(), buf.size(), MSG_DONTWAIT,
-                         reinterpret_cast<sockaddr*>(&from), &len) < 0) {
-            break;
-          }
-          ++rr.stats.site_datagrams;
-          if (m_site_datagrams_logged.tick()) {
-            m_log->warn(
-                "relay into {}: a site behind this relay sent it a datagram "
-                "(dropped): sites behind a relay must be silent (silent = true "
-                "on their channel)",
-                rr.group.to_string());
-          }
+          const ssize_t got = ::recvfrom(rr.socket.native_handle(), buf.data(), buf.size(),
+                                         MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&from), &len);
+          if (got < 0) break;
+          on_site(index, std::span(buf.data(), static_cast<std::size_t>(got)),
+                  net::from_sockaddr(from));
         }
         read_sites(index);
       });
@@ -207,6 +369,8 @@ void relay_forwarder::close(std::size_t index) {
 }
 
 void relay_forwarder::cancel_all() {
+  m_timer.cancel();
+  m_armed.reset();
   for (auto& r : m_relays) {
     if (!r) continue;
     boost::system::error_code ignored;
@@ -231,6 +395,19 @@ nlohmann::json relay_forwarder::status(const std::vector<channel_config>& channe
     if (!m_relays[i]) continue;
     const auto& r = *m_relays[i];
     const auto& s = r.stats;
+    auto t = s.two_way;
+    const auto now = from_steady(std::chrono::steady_clock::now());
+    std::uint64_t sites = 0;
+    for (const auto& [id, down] : r.two_way) {
+      const auto& c = down->stats();
+      t.data += c.data;
+      t.parity += c.parity;
+      t.control += c.control;
+      t.from_cache += c.from_cache;
+      t.from_dest += c.from_dest;
+      t.unreadable += c.unreadable;
+      sites += down->report(now).receivers.size();
+    }
     out.push_back({{"channel", channels[i].name},
                    {"group", r.group.to_string()},
                    {"source", r.source.to_string()},
@@ -243,6 +420,19 @@ nlohmann::json relay_forwarder::status(const std::vector<channel_config>& channe
                    {"not_relayed_datagrams", s.not_relayed_datagrams},
                    {"send_failed", s.send_failed},
                    {"site_datagrams", s.site_datagrams},
+                   {"two_way",
+                    {{"sessions", s.two_way_sessions},
+                     {"sessions_active", r.two_way.size()},
+                     {"sites_active", sites},
+                     {"sites_completed", s.two_way_sites_completed},
+                     {"sites_failed", s.two_way_sites_failed},
+                     {"site_datagrams", s.two_way_site_datagrams},
+                     {"data", t.data},
+                     {"parity", t.parity},
+                     {"control", t.control},
+                     {"from_cache", t.from_cache},
+                     {"from_dest", t.from_dest},
+                     {"unreadable", t.unreadable}}},
                    // Over every relayed channel: kernel arrival to the send call.
                    {"forward_delay_us", {{"p50", p50}, {"p99", p99}, {"samples", d.size()}}}});
   }

@@ -10,10 +10,12 @@
 /// sender of the session (the source of its first announce) and check the hub's signatures
 /// themselves: a relay can withhold or delay a product, never alter one.
 ///
-/// Sessions that are not silent here are not relayed: the sites behind would send their
-/// registrations and NAKs to the relay, which cannot answer them. They are counted and logged
-/// once per session. Datagrams that reach a relay socket (a site behind the relay that is not
-/// silent) are read, counted and dropped.
+/// Unsigned two-way sessions are relayed by running them for the sites behind
+/// (relay_downstream.hpp): the relay answers its sites' registrations, NAKs and COMPLETEs from
+/// what it holds, and only its own engine's NAKs go upstream. Signed two-way sessions are not
+/// relayed (the relay cannot tag blocks it sends itself under the hub's session keys): they are
+/// counted and logged once per session. Datagrams that reach a relay socket for no session it
+/// runs are read, counted and dropped.
 ///
 /// Runs on the daemon's io thread. Memory: the batch (at most max_batch datagrams, copied into
 /// a buffer of max_batch_bytes), a ring of the last delay_samples forwarding delays, per
@@ -27,11 +29,13 @@
 #include "common/net/udp.hpp"
 #include "common/time.hpp"
 #include "receiver/io/daemon_config.hpp"
+#include "receiver/io/relay_downstream.hpp"
 
 #include <nlohmann/json_fwd.hpp>
 #include <spdlog/fwd.h>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
 
 #include <array>
 #include <cstddef>
@@ -43,7 +47,13 @@
 #include <unordered_set>
 #include <vector>
 
+namespace mcdist::wire {
+struct header;
+}
+
 namespace mcdist::receiver {
+
+class receiver_engine;
 
 /// The relay sockets by channel index (the daemon's channel indexes; a channel without
 /// relay_group has none).
@@ -74,7 +84,17 @@ class relay_forwarder {
     std::uint64_t not_relayed_datagrams = 0;  ///< their datagrams
     std::uint64_t send_failed = 0;     ///< datagrams the socket refused (buffer full, errors)
     std::uint64_t site_datagrams = 0;  ///< datagrams that arrived on the relay socket (dropped)
+    /// Two-way sessions run for the sites behind (relay_downstream), and of their sites'
+    /// datagrams those taken (registrations, NAKs, COMPLETEs, to a session it runs).
+    std::uint64_t two_way_sessions = 0;
+    std::uint64_t two_way_site_datagrams = 0;
+    /// What finished two-way sessions sent (the running ones are added in status()).
+    relay_downstream::counters two_way;
+    std::uint64_t two_way_sites_completed = 0;  ///< sites that completed them
+    std::uint64_t two_way_sites_failed = 0;     ///< sites failed by them
   };
+  /// Two-way sessions run at once per relayed channel; past it a new one is not relayed.
+  static constexpr std::size_t max_two_way_sessions = 64;
 
   /// @param daemon_interface  the daemon's resolved interface: a channel without
   ///        relay_interface relays from it
@@ -119,6 +139,21 @@ class relay_forwarder {
   /// Counts a datagram of session `s`, which is not silent here, as not relayed (the first of
   /// each session is logged, ever more rarely past ten: log_limiter).
   void not_relayed(std::size_t index, session_id s);
+  /// The relay's engine, asked whether a relayed session is still tracked upstream (and for
+  /// its manifest); set once by the daemon before any datagram.
+  void set_engine(const receiver_engine* engine) noexcept { m_engine = engine; }
+  /// `plain`, an authenticated datagram of session `h.session` (two-way here) on channel
+  /// `index`, as the engine took it. An unsigned session is run for the sites behind the
+  /// relay (relay_downstream), from the first datagram after its manifest is complete here.
+  /// @return false when the session is not relayed (signed; a resend to named sites; more than
+  ///         max_two_way_sessions): the caller counts it with not_relayed
+  bool on_upstream(std::size_t index, const wire::header& h, std::span<const std::byte> plain,
+                   time_point now);
+  /// True when channel `index` runs session `s` for its sites (its END still matters there
+  /// after the engine closed it).
+  bool runs(std::size_t index, session_id s) const noexcept;
+  /// The relay's storage delivered (ok) or failed file `f` of session `s`.
+  void on_file_stored(session_id s, file_index f, bool ok);
   /// Sends what is queued. @param now  for the forwarding delays
   void flush(time_point now);
   /// Closes channel `index`'s relay socket (its channel was left).
@@ -150,6 +185,11 @@ class relay_forwarder {
   net::resolved_interface resolve(const channel_config& ch) const;
   void queue(std::size_t index, std::span<const std::byte> d, std::optional<time_point> arrival);
   void read_sites(std::size_t index);
+  /// A datagram a site sent to channel `index`'s relay socket.
+  void on_site(std::size_t index, std::span<const std::byte> d, const endpoint& from);
+  /// Services every two-way session and arms the timer for the earliest deadline.
+  void service_two_way();
+  void arm(time_point at);
 
   boost::asio::io_context& m_io;
   net::resolved_interface m_daemon_interface;
@@ -164,6 +204,10 @@ class relay_forwarder {
   log_limiter m_send_errors_logged{3};
   log_limiter m_not_relayed_logged{10};
   log_limiter m_site_datagrams_logged{3};
+  const receiver_engine* m_engine = nullptr;
+  boost::asio::steady_timer m_timer;
+  std::optional<time_point> m_armed;  ///< when m_timer fires, if armed
+  std::uint64_t m_seed;
 };
 
 }  // namespace mcdist::receiver

@@ -424,6 +424,9 @@ class sender_session {
   static constexpr duration relay_gather = std::chrono::milliseconds(20);
   /// Whether the sweep is stopped at a block still on its way (sender_config::block_gate).
   bool gate_waiting() const noexcept { return m_gate_waiting; }
+  /// Whether the last pass could send nothing of what is wanted and the session waits for
+  /// on_available (sender_config::block_gate).
+  bool gate_blocked() const noexcept { return m_gate_blocked; }
 
   /// Fills `out` with data datagrams the pacer allows at `now`, in send order.
   /// @param max_parity  parity datagrams at most (the shell's coding budget): at the next parity

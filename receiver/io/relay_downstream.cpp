@@ -1,0 +1,282 @@
+#include "receiver/io/relay_downstream.hpp"
+
+#include "common/sys/digest_xattr.hpp"
+#include "common/sys/path_walk.hpp"
+#include "common/sys/unique_fd.hpp"
+#include "mcdist.pb.h"
+
+#include <spdlog/spdlog.h>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+
+namespace mcdist::receiver {
+
+namespace {
+
+/// The downstream session's settings: the upstream session's shape, served to an open group
+/// (whoever registers with the relay), no unicast fallback of the relay's own.
+sender::sender_config downstream_config(session_id s, const wire::session_params& p) {
+  sender::sender_config c;
+  c.session = s;
+  c.block_size = p.block_size();
+  c.rate_bps = p.rate_bps();
+  // A relay's pass ends each time it runs out of what it holds: many more passes than the hub's
+  // for the same losses, each one short.
+  c.max_passes = 1000;
+  c.sender_name = p.sender_name();
+  c.channel = p.channel();
+  c.channel_seq = p.channel_seq();
+  for (const auto& r : p.catch_up_seqs()) c.catch_up_seqs.emplace_back(r.first(), r.last());
+  c.created_unix_ms = p.created_unix_ms();
+  c.fec_k = p.fec_k();
+  c.fec_max_parity = p.fec_max_parity();
+  if (p.fec_depth() > 0) c.fec_depth = p.fec_depth();
+  c.fallback = sender::fallback_mode::off;
+  return c;
+}
+
+}  // namespace
+
+relay_downstream::relay_downstream(session_id s, const wire::session_params& p,
+                                   std::vector<manifest_entry> files, std::filesystem::path dest,
+                                   std::uint64_t seed, std::shared_ptr<spdlog::logger> log,
+                                   time_point now)
+    : m_session(s),
+      m_files(files),
+      m_dest(std::move(dest)),
+      m_log(std::move(log)),
+      m_block_size(p.block_size()),
+      m_gate([this](std::uint32_t f, std::uint32_t b) { return held(f, b); }) {
+  m_place.assign(m_files.size(), place::unknown);
+  auto c = downstream_config(s, p);
+  c.block_gate = [this](std::uint32_t f, std::uint32_t b) { return m_gate.answer(f, b); };
+  if (c.fec_k > 0) {
+    c.parity_gate = [this](std::uint32_t fb) {
+      return m_gate.parity_ready(*m_down->fec_layout(), fb);
+    };
+  }
+  m_down = std::make_unique<sender::sender_session>(std::move(c), std::move(files), seed, m_log);
+  if (const auto* l = m_down->fec_layout()) {
+    m_codec.emplace(l->k(), p.fec_max_parity() > 0 ? p.fec_max_parity()
+                                                   : fec::default_max_parity(l->k()));
+  }
+  m_down->start(now);
+}
+
+relay_downstream::~relay_downstream() {
+  if (m_open_fd >= 0) ::close(m_open_fd);
+}
+
+void relay_downstream::keep(std::uint32_t file, std::uint32_t block,
+                            std::span<const std::byte> payload) {
+  const auto [it, fresh] = m_cache.try_emplace(key(file, block));
+  if (!fresh) return;
+  it->second.assign(payload.begin(), payload.end());
+  m_cache_order.push_back(it->first);
+  m_cache_used += payload.size();
+  while (m_cache_used > cache_bytes && !m_cache_order.empty()) {
+    const auto old = m_cache.find(m_cache_order.front());
+    m_cache_order.pop_front();
+    if (old == m_cache.end()) continue;
+    m_cache_used -= old->second.size();
+    m_cache.erase(old);
+  }
+}
+
+void relay_downstream::on_upstream(const wire::header& h, std::span<const std::byte> plain,
+                                   time_point) {
+  switch (h.type) {
+    case wire::msg_type::data: {
+      wire::data_header dh;
+      std::span<const std::byte> payload;
+      if (wire::parse_data(plain, dh, payload)) return;
+      const std::uint32_t f = dh.file.value;
+      const std::uint32_t b = dh.block.value;
+      if (f >= m_files.size() || b >= block_count(m_files[f].size, m_block_size) ||
+          payload.size() != block_length(m_files[f].size, m_block_size, b)) {
+        return;  // the engine counted it; nothing to keep
+      }
+      keep(f, b, payload);
+      m_gate.on_upstream_block(f, b);
+      m_available = true;
+      return;
+    }
+    case wire::msg_type::marker: {
+      wire::marker m;
+      if (wire::parse_control(plain, m)) return;
+      m_gate.on_upstream_marker(m.pass(), m.file(), m.block(), m.pass_end());
+      if (m_gate.upstream_pass_over_seen()) m_available = true;
+      return;
+    }
+    case wire::msg_type::digest_list: {
+      wire::digest_list m;
+      if (wire::parse_control(plain, m)) return;
+      for (const auto& e : m.digests()) {
+        sha256_digest d{};
+        if (e.file() >= m_files.size() || e.sha256().size() != d.size()) continue;
+        std::memcpy(d.data(), e.sha256().data(), d.size());
+        if (!m_files[e.file()].digest) m_files[e.file()].digest = d;
+        m_down->on_digest(file_index{e.file()}, d, time_point{});
+      }
+      return;
+    }
+    case wire::msg_type::session_end:
+      m_gate.upstream_pass_over();
+      m_available = true;
+      return;
+    default: return;
+  }
+}
+
+void relay_downstream::on_file_stored(std::uint32_t file, bool ok) {
+  if (file >= m_place.size()) return;
+  m_place[file] = ok ? place::in_place : place::absent;
+  if (ok) m_available = true;
+}
+
+void relay_downstream::on_site(const wire::header& h, std::span<const std::byte> d,
+                               const endpoint& from, time_point now) {
+  m_down->on_datagram(h, d, from, now);
+}
+
+void relay_downstream::upstream_gone(time_point now) {
+  if (!m_upstream_gone) m_upstream_gone = now;
+  m_gate.upstream_pass_over();
+  m_available = true;
+}
+
+bool relay_downstream::in_place(std::uint32_t file) {
+  if (m_place[file] != place::unknown) return m_place[file] == place::in_place;
+  // Held before this session (the hub skips it for the relay): the destination copy counts when
+  // it is the announced file, as the engine's held check judged it.
+  m_place[file] = place::absent;
+  const auto& e = m_files[file];
+  if (!e.digest) return false;
+  unique_fd root(::open(m_dest.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!root) return false;
+  int raw = -1;
+  if (open_below(root.get(), e.path, raw) != 0) return false;
+  unique_fd fd(raw);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) ||
+      static_cast<std::uint64_t>(st.st_size) != e.size || mtime_ns_of(st) != e.mtime_ns) {
+    return false;
+  }
+  const auto d = read_digest_xattr(fd.get(), e.size, e.mtime_ns);
+  if (!d || *d != *e.digest) return false;
+  m_place[file] = place::in_place;
+  return true;
+}
+
+bool relay_downstream::held(std::uint32_t file, std::uint32_t block) {
+  if (file >= m_files.size()) return false;
+  return m_cache.count(key(file, block)) > 0 || in_place(file);
+}
+
+bool relay_downstream::read_back(std::uint32_t file, std::uint64_t offset,
+                                 std::span<std::byte> out) {
+  const auto& e = m_files[file];
+  if (m_open_fd < 0 || m_open_file != file) {
+    if (m_open_fd >= 0) ::close(m_open_fd);
+    m_open_fd = -1;
+    unique_fd root(::open(m_dest.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    int raw = -1;
+    if (!root || open_below(root.get(), e.path, raw) != 0) return false;
+    m_open_fd = raw;
+    m_open_file = file;
+  }
+  // Still the delivered file: a newer product may have replaced it since.
+  struct stat st {};
+  if (::fstat(m_open_fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+      static_cast<std::uint64_t>(st.st_size) != e.size || mtime_ns_of(st) != e.mtime_ns) {
+    m_place[file] = place::absent;
+    return false;
+  }
+  const ssize_t n = ::pread(m_open_fd, out.data(), out.size(), static_cast<off_t>(offset));
+  return n == static_cast<ssize_t>(out.size());
+}
+
+bool relay_downstream::source(std::uint32_t file, std::uint32_t block, std::span<std::byte> out) {
+  const std::uint32_t len = block_length(m_files[file].size, m_block_size, block);
+  std::fill(out.begin() + len, out.end(), std::byte{0});
+  if (const auto it = m_cache.find(key(file, block)); it != m_cache.end()) {
+    std::copy(it->second.begin(), it->second.end(), out.begin());
+    ++m_stats.from_cache;
+    return true;
+  }
+  if (!in_place(file) || !read_back(file, std::uint64_t{block} * m_block_size, out.first(len))) {
+    return false;
+  }
+  ++m_stats.from_dest;
+  return true;
+}
+
+void relay_downstream::send_data(const sender::data_send& d, const send_fn& send) {
+  m_datagram.assign(wire::data_header_size + (d.parity ? m_block_size : d.length), std::byte{0});
+  const auto body = std::span(m_datagram).subspan(wire::data_header_size);
+  if (d.parity) {
+    const auto& l = *m_down->fec_layout();
+    const std::uint32_t n = l.sources(d.fec_block);
+    m_sources.resize(n);
+    std::vector<const std::byte*> in(n);
+    for (std::uint32_t i = 0; i < n; ++i) {
+      m_sources[i].resize(m_block_size);
+      const auto src = l.source(d.fec_block, i);
+      if (!source(src.file, src.block, m_sources[i])) {
+        ++m_stats.unreadable;
+        return;
+      }
+      in[i] = m_sources[i].data();
+    }
+    std::byte* out = body.data();
+    m_codec->encode(in, std::span(&d.parity_index, 1), std::span(&out, 1), m_block_size);
+    wire::write_parity_header(m_datagram, {m_session, d.seq, d.fec_block, d.parity_index});
+    ++m_stats.parity;
+  } else {
+    if (!source(d.file.value, d.block.value, body)) {
+      ++m_stats.unreadable;
+      return;
+    }
+    wire::write_data_header(m_datagram, {m_session, d.seq, d.file, d.block});
+    ++m_stats.data;
+  }
+  send(std::nullopt, m_datagram);
+}
+
+std::optional<time_point> relay_downstream::service(time_point now, const send_fn& send) {
+  if (m_available) {
+    m_available = false;
+    m_down->on_available(now);
+  }
+  // Upstream gone and still short of blocks: they will never come.
+  if (m_upstream_gone && now - *m_upstream_gone >= orphan_timeout &&
+      (m_down->gate_blocked() || m_down->gate_waiting()) &&
+      m_down->current_phase() != sender::sender_session::phase::ending && !m_down->done()) {
+    m_down->abort(now, "the upstream session ended without every block this relay needs");
+  }
+  m_down->on_timer(now);
+  std::array<sender::data_send, 64> batch;
+  sender::control_send c;
+  for (;;) {
+    while (m_down->pop_control(c)) {
+      ++m_stats.control;
+      send(c.to, c.bytes);
+    }
+    const std::size_t n = m_down->next_data(now, batch);
+    for (std::size_t i = 0; i < n; ++i) send_data(batch[i], send);
+    if (n < batch.size()) break;
+  }
+  while (m_down->pop_control(c)) {
+    ++m_stats.control;
+    send(c.to, c.bytes);
+  }
+  return m_down->next_deadline(now);
+}
+
+}  // namespace mcdist::receiver

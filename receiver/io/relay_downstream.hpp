@@ -1,0 +1,154 @@
+#pragma once
+/// @file
+/// One two-way session a relay runs for the sites behind it (docs/design-notes.md "Relays",
+/// docs/relays-design.md). Upstream the relay is an ordinary site of the session (its engine,
+/// storage and NAKs unchanged); downstream this runs the same session, same id, files, block
+/// size and FEC shape, as a sender_session whose blocks come from what the relay holds:
+///
+/// - blocks as they arrive upstream, copied into a bounded cache (cut-through: a block leaves
+///   downstream as soon as the relay has it, not after the whole session);
+/// - files the relay holds in its destination tree, delivered in this session or before it,
+///   whose size, mtime and digest record (user.mcdist.sha256) match the manifest, read back
+///   with open_below (no symlink followed) once the cache no longer has the block.
+///
+/// relay_gate (sender/core/relay_gate.hpp) follows the upstream pass-1 sweep, so a block lost on
+/// the hub's link waits for the relay's own repair, asked once upstream however many sites lack
+/// it, and parity is encoded here only from FEC blocks held whole. The sites' registrations, NAKs
+/// and COMPLETEs come to the relay's socket and are answered here; none goes upstream.
+///
+/// Only unsigned sessions: a signed session's data is tagged under keys derived from the hub's
+/// per-session secret, which a relay cannot use for blocks it sends itself (docs/relays-design.md
+/// section 1.2). Runs on the daemon's io thread; reads of the destination block it for one
+/// pread of a block.
+///
+/// Memory: the cache (at most cache_bytes of payload), the manifest, one open file.
+
+#include "common/endpoint.hpp"
+#include "common/fec/fec.hpp"
+#include "common/ids.hpp"
+#include "common/manifest.hpp"
+#include "common/time.hpp"
+#include "common/wire.hpp"
+#include "sender/core/relay_gate.hpp"
+#include "sender/core/sender_session.hpp"
+
+#include <spdlog/fwd.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+namespace mcdist::wire {
+class session_params;
+}
+
+namespace mcdist::receiver {
+
+/// The downstream side of one relayed two-way session.
+class relay_downstream {
+ public:
+  /// Payload bytes of upstream blocks kept for sending on and for the sites' repairs; older
+  /// blocks are read back from the destination once their file is delivered. 64 MiB holds
+  /// about 0.5 s of a 1 Gbit/s session, many round trips of the sites behind a relay.
+  static constexpr std::size_t cache_bytes = 64 << 20;
+  /// How long a session whose upstream ended may go on waiting for blocks it does not hold
+  /// (its sweep stopped or its passes blocked by the gate) before it ends for its sites (END
+  /// aborted): they fail those files and recover by a resend or catch-up, as a site of the hub
+  /// would.
+  static constexpr duration orphan_timeout = std::chrono::seconds(30);
+
+  /// What it sent and refused, for the status file.
+  struct counters {
+    std::uint64_t data = 0;        ///< data datagrams sent (pass 1 and repairs)
+    std::uint64_t parity = 0;      ///< parity datagrams sent
+    std::uint64_t control = 0;     ///< control datagrams sent (multicast and unicast)
+    std::uint64_t from_cache = 0;  ///< of data and parity sources: taken from the cache
+    std::uint64_t from_dest = 0;   ///< read back from the destination tree
+    /// Blocks the gate let through that could not be read after all (the file was replaced
+    /// meanwhile): not sent; the sites ask again.
+    std::uint64_t unreadable = 0;
+  };
+
+  /// Sends one datagram: to the relay group when `to` is empty, else unicast to that site.
+  using send_fn = std::function<void(const std::optional<endpoint>& to, std::span<const std::byte>)>;
+
+  /// @param s       the session (the upstream id, kept)
+  /// @param p       its parameters, from an upstream announce (block size, rate, FEC shape,
+  ///                channel numbering, creation time)
+  /// @param files   its manifest (receiver_engine::manifest_of)
+  /// @param dest    the channel's destination tree, where delivered files are read back
+  /// @param seed    the downstream session's random engine
+  /// @throws std::invalid_argument for parameters a sender_session refuses
+  relay_downstream(session_id s, const wire::session_params& p, std::vector<manifest_entry> files,
+                   std::filesystem::path dest, std::uint64_t seed,
+                   std::shared_ptr<spdlog::logger> log, time_point now);
+  ~relay_downstream();
+  relay_downstream(const relay_downstream&) = delete;
+  relay_downstream& operator=(const relay_downstream&) = delete;
+
+  /// An upstream datagram of the session, authenticated and taken by the relay's engine
+  /// (`plain`: as the engine saw it): data blocks are kept, markers and data move the gate,
+  /// digest lists complete the manifest, END ends the upstream sweep.
+  void on_upstream(const wire::header& h, std::span<const std::byte> plain, time_point now);
+  /// The relay's storage delivered file `file` (ok) or failed it.
+  void on_file_stored(std::uint32_t file, bool ok);
+  /// A datagram a site sent to the relay socket for this session.
+  void on_site(const wire::header& h, std::span<const std::byte> d, const endpoint& from,
+               time_point now);
+  /// The relay's engine no longer tracks the session (it completed, failed or timed out here).
+  void upstream_gone(time_point now);
+
+  /// Runs the session's timers and sends what is due through `send`.
+  /// @return when to call again; nullopt once the session is done
+  std::optional<time_point> service(time_point now, const send_fn& send);
+
+  bool done() const noexcept { return m_down->done(); }
+  session_id session() const noexcept { return m_session; }
+  const counters& stats() const noexcept { return m_stats; }
+  sender::session_report report(time_point now) const { return m_down->report(now); }
+
+ private:
+  enum class place : std::uint8_t { unknown, in_place, absent };
+
+  bool held(std::uint32_t file, std::uint32_t block);
+  bool in_place(std::uint32_t file);
+  /// Source block (file, block) zero-padded to the block size into `out`; false when it can be
+  /// neither found in the cache nor read back.
+  bool source(std::uint32_t file, std::uint32_t block, std::span<std::byte> out);
+  bool read_back(std::uint32_t file, std::uint64_t offset, std::span<std::byte> out);
+  void keep(std::uint32_t file, std::uint32_t block, std::span<const std::byte> payload);
+  void send_data(const sender::data_send& d, const send_fn& send);
+
+  static std::uint64_t key(std::uint32_t file, std::uint32_t block) noexcept {
+    return std::uint64_t{file} << 32 | block;
+  }
+
+  session_id m_session;
+  std::vector<manifest_entry> m_files;
+  std::filesystem::path m_dest;
+  std::shared_ptr<spdlog::logger> m_log;
+  std::uint32_t m_block_size;
+  sender::relay_gate m_gate;
+  std::unique_ptr<sender::sender_session> m_down;
+  std::optional<fec::codec> m_codec;
+  std::vector<place> m_place;
+  std::unordered_map<std::uint64_t, std::vector<std::byte>> m_cache;
+  std::deque<std::uint64_t> m_cache_order;  ///< insertion order, for eviction
+  std::size_t m_cache_used = 0;
+  int m_open_fd = -1;  ///< the destination file read last
+  std::uint32_t m_open_file = 0;
+  bool m_available = false;  ///< held more since the last service
+  std::optional<time_point> m_upstream_gone;
+  std::vector<std::byte> m_datagram;
+  std::vector<std::vector<std::byte>> m_sources;
+  counters m_stats;
+};
+
+}  // namespace mcdist::receiver
