@@ -45,14 +45,12 @@ sender::sender_config downstream_config(session_id s, const wire::session_params
 
 relay_downstream::relay_downstream(session_id s, const wire::session_params& p,
                                    std::vector<manifest_entry> files, std::filesystem::path dest,
-                                   std::uint64_t seed, std::shared_ptr<spdlog::logger> log,
-                                   time_point now)
-    : m_session(s),
-      m_files(files),
-      m_dest(std::move(dest)),
-      m_log(std::move(log)),
+                                   std::uint64_t seed, std::size_t& shared,
+                                   std::shared_ptr<spdlog::logger> log, time_point now)
+    : m_session(s), m_files(files), m_dest(std::move(dest)), m_log(std::move(log)),
       m_block_size(p.block_size()),
-      m_gate([this](std::uint32_t f, std::uint32_t b) { return held(f, b); }) {
+      m_gate([this](std::uint32_t f, std::uint32_t b) { return held(f, b); }),
+      m_shared_used(shared) {
   m_place.assign(m_files.size(), place::unknown);
   auto c = downstream_config(s, p);
   c.block_gate = [this](std::uint32_t f, std::uint32_t b) { return m_gate.answer(f, b); };
@@ -63,30 +61,37 @@ relay_downstream::relay_downstream(session_id s, const wire::session_params& p,
   }
   m_down = std::make_unique<sender::sender_session>(std::move(c), std::move(files), seed, m_log);
   if (const auto* l = m_down->fec_layout()) {
-    m_codec.emplace(l->k(), p.fec_max_parity() > 0 ? p.fec_max_parity()
-                                                   : fec::default_max_parity(l->k()));
+    m_codec.emplace(l->k(),
+                    p.fec_max_parity() > 0 ? p.fec_max_parity() : fec::default_max_parity(l->k()));
   }
   m_down->start(now);
 }
 
 relay_downstream::~relay_downstream() {
+  m_shared_used -= m_cache_used;
   if (m_open_fd >= 0) ::close(m_open_fd);
 }
 
 void relay_downstream::keep(std::uint32_t file, std::uint32_t block,
                             std::span<const std::byte> payload) {
-  const auto [it, fresh] = m_cache.try_emplace(key(file, block));
-  if (!fresh) return;
-  it->second.assign(payload.begin(), payload.end());
-  m_cache_order.push_back(it->first);
-  m_cache_used += payload.size();
-  while (m_cache_used > cache_bytes && !m_cache_order.empty()) {
+  if (m_cache.count(key(file, block))) return;
+  // Room first, from this session's oldest blocks: over its own share, or over the relay's
+  // when the other sessions hold the rest (then, with nothing of its own, it keeps nothing).
+  while (!m_cache_order.empty() && (m_cache_used + payload.size() > cache_bytes ||
+                                    m_shared_used + payload.size() > shared_cache_bytes)) {
     const auto old = m_cache.find(m_cache_order.front());
     m_cache_order.pop_front();
     if (old == m_cache.end()) continue;
     m_cache_used -= old->second.size();
+    m_shared_used -= old->second.size();
     m_cache.erase(old);
   }
+  if (m_shared_used + payload.size() > shared_cache_bytes) return;
+  auto& kept = m_cache[key(file, block)];
+  kept.assign(payload.begin(), payload.end());
+  m_cache_order.push_back(key(file, block));
+  m_cache_used += payload.size();
+  m_shared_used += payload.size();
 }
 
 void relay_downstream::on_upstream(const wire::header& h, std::span<const std::byte> plain,

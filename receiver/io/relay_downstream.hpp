@@ -54,10 +54,15 @@ namespace mcdist::receiver {
 /// The downstream side of one relayed two-way session.
 class relay_downstream {
  public:
-  /// Payload bytes of upstream blocks kept for sending on and for the sites' repairs; older
-  /// blocks are read back from the destination once their file is delivered. 64 MiB holds
-  /// about 0.5 s of a 1 Gbit/s session, many round trips of the sites behind a relay.
+  /// Payload bytes of upstream blocks one session keeps for sending on and for the sites'
+  /// repairs; older blocks are read back from the destination once their file is delivered.
+  /// 64 MiB holds about 0.5 s of a 1 Gbit/s session, many round trips of the sites behind a
+  /// relay.
   static constexpr std::size_t cache_bytes = 64 << 20;
+  /// What the caches of every session of a relay hold together at most (the `shared` count of
+  /// the constructor): sessions that a host reaching the group can start are bounded in number
+  /// (relay_forwarder::max_two_way_sessions) and together in memory.
+  static constexpr std::size_t shared_cache_bytes = 256 << 20;
   /// How long a session whose upstream ended may go on waiting for blocks it does not hold
   /// (its sweep stopped or its passes blocked by the gate) before it ends for its sites (END
   /// aborted): they fail those files and recover by a resend or catch-up, as a site of the hub
@@ -77,7 +82,8 @@ class relay_downstream {
   };
 
   /// Sends one datagram: to the relay group when `to` is empty, else unicast to that site.
-  using send_fn = std::function<void(const std::optional<endpoint>& to, std::span<const std::byte>)>;
+  using send_fn =
+      std::function<void(const std::optional<endpoint>& to, std::span<const std::byte>)>;
 
   /// @param s       the session (the upstream id, kept)
   /// @param p       its parameters, from an upstream announce (block size, rate, FEC shape,
@@ -85,9 +91,10 @@ class relay_downstream {
   /// @param files   its manifest (receiver_engine::manifest_of)
   /// @param dest    the channel's destination tree, where delivered files are read back
   /// @param seed    the downstream session's random engine
+  /// @param shared  the bytes every session's cache holds, kept by all of them (outlives this)
   /// @throws std::invalid_argument for parameters a sender_session refuses
   relay_downstream(session_id s, const wire::session_params& p, std::vector<manifest_entry> files,
-                   std::filesystem::path dest, std::uint64_t seed,
+                   std::filesystem::path dest, std::uint64_t seed, std::size_t& shared,
                    std::shared_ptr<spdlog::logger> log, time_point now);
   ~relay_downstream();
   relay_downstream(const relay_downstream&) = delete;
@@ -142,6 +149,7 @@ class relay_downstream {
   std::unordered_map<std::uint64_t, std::vector<std::byte>> m_cache;
   std::deque<std::uint64_t> m_cache_order;  ///< insertion order, for eviction
   std::size_t m_cache_used = 0;
+  std::size_t& m_shared_used;
   int m_open_fd = -1;  ///< the destination file read last
   std::uint32_t m_open_file = 0;
   bool m_available = false;  ///< held more since the last service

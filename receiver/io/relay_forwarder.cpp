@@ -22,7 +22,7 @@ struct relay_forwarder::relay {
       : socket(std::move(s)), group(g), source(src), dest(std::move(d)) {}
   net::udp::socket socket;
   endpoint group;
-  endpoint source;  ///< the socket's local address: the sender the sites behind see
+  endpoint source;             ///< the socket's local address: the sender the sites behind see
   std::filesystem::path dest;  ///< the channel's destination tree (relay_downstream reads it)
   counters stats;
   std::unordered_set<std::uint32_t> relayed;      ///< sessions forwarded
@@ -36,10 +36,7 @@ struct relay_forwarder::relay {
 relay_forwarder::relay_forwarder(boost::asio::io_context& io,
                                  net::resolved_interface daemon_interface,
                                  std::shared_ptr<spdlog::logger> log)
-    : m_io(io),
-      m_daemon_interface(std::move(daemon_interface)),
-      m_log(std::move(log)),
-      m_timer(io),
+    : m_io(io), m_daemon_interface(std::move(daemon_interface)), m_log(std::move(log)), m_timer(io),
       m_seed(std::random_device{}()) {
   m_buffer.resize(max_batch_bytes);
   m_queue.reserve(max_batch);
@@ -177,9 +174,9 @@ bool relay_forwarder::on_upstream(std::size_t index, const wire::header& h,
     const std::size_t count = files.size();
     try {
       it = r.two_way
-               .emplace(h.session.value,
-                        std::make_unique<relay_downstream>(h.session, pit->second, std::move(files),
-                                                           r.dest, m_seed++, m_log, now))
+               .emplace(h.session.value, std::make_unique<relay_downstream>(
+                                             h.session, pit->second, std::move(files), r.dest,
+                                             m_seed++, m_cache_used, m_log, now))
                .first;
     } catch (const std::invalid_argument& e) {
       m_log->warn("session {}: not relayed into {}: {}", h.session, r.group.to_string(), e.what());
@@ -188,8 +185,8 @@ bool relay_forwarder::on_upstream(std::size_t index, const wire::header& h,
     }
     r.params.erase(pit);
     ++r.stats.two_way_sessions;
-    m_log->info("session {}: relaying into {} for the sites behind this relay: {} files",
-                h.session, r.group.to_string(), count);
+    m_log->info("session {}: relaying into {} for the sites behind this relay: {} files", h.session,
+                r.group.to_string(), count);
   }
   it->second->on_upstream(h, plain, now);
   arm(now);
@@ -248,8 +245,8 @@ void relay_forwarder::service_two_way() {
     auto& r = *m_relays[index];
     const auto send = [&r](const std::optional<endpoint>& to, std::span<const std::byte> d) {
       std::error_code ec;
-      if (!r.socket.is_open() || !net::send_one(r.socket.native_handle(), to ? *to : r.group, d,
-                                                ec)) {
+      if (!r.socket.is_open() ||
+          !net::send_one(r.socket.native_handle(), to ? *to : r.group, d, ec)) {
         ++r.stats.send_failed;
         return;
       }

@@ -194,6 +194,8 @@ class relay_forwarder {
   boost::asio::io_context& m_io;
   net::resolved_interface m_daemon_interface;
   std::shared_ptr<spdlog::logger> m_log;
+  /// Every two-way session's cache (relay_downstream); before m_relays, which it outlives.
+  std::size_t m_cache_used = 0;
   std::vector<std::unique_ptr<relay>> m_relays;
   std::vector<queued> m_queue;
   std::vector<std::span<const std::byte>> m_run;  ///< flush's datagrams of one channel

@@ -27,6 +27,16 @@ relayed (relay[0].sessions == 1) and datagrams forwarded; each site's "session X
 ADDR:PORT" log line names its own relay's address (h1's or h2's; the port of the relay socket
 its status shows), never the hub's. Timing figures are logged, not asserted.
 
+Then the same topology with an unsigned two-way session (mcdist-send's defaults: FEC k = 200,
+NAKs; an open group, so any site that heard the hub could register with it): the relays and
+sites allow unsigned sessions and are not silent. Each relay runs the session for its four
+sites (docs/design-notes.md "Relays"), which register, NAK and complete with it. Asserted: every
+file at every site and relay; the hub's receivers are exactly h1 and h2, both completed; the
+blocks each relay asked the hub for are no more than its own link lost (the emulator's count of
+what h1.down and h2.down dropped), whatever its sites lost; each relay counts the session run
+for 4 sites, all completed; each site's session came from its relay's socket. The figures
+(datagrams the hub received, what the sites lost, blocks asked for) are logged.
+
 Needs root (namespaces, TUN) and a build with mcdist-linkem (MCDIST_BUILD_LINKEM): prints
 SKIPPED and exits 77 otherwise.
 
@@ -211,6 +221,85 @@ def run(bin_dir, base, seed):
                 h, x["down"]["delivered"], x["up"]["packets_in"]))
 
 
+def run_two_way(bin_dir, base, seed):
+    from linkem_run import Emulator
+    rng = random.Random(seed)
+    top = "allow_unsigned = true\nsession_timeout = \"10s\""
+    base = os.path.join(base, "two-way")  # daemons of their own: trees without part 1's files
+    os.makedirs(base)
+    src = os.path.join(base, "two-way")
+    want, total = make_set(src, rng)
+    stats_json = os.path.join(base, "linkem-two-way.json")
+    emu = Emulator(os.path.join(bin_dir, "tests", "linkem", "mcdist-linkem"), base, LINKS,
+                   hosts=11, seed=rng.randrange(1 << 30), stats_json=stats_json)
+    daemons = {}
+    try:
+        for h in RELAYS:
+            daemons[h] = Site(bin_dir, base, emu, h, "group = \"%s\"\nrelay_group = \"%s\""
+                              % (G0, RELAY_GROUP[h]), top=top)
+        for h in SITES:
+            daemons[h] = Site(bin_dir, base, emu, h, "group = \"%s\"" % RELAY_GROUP[BEHIND[h]],
+                              top=top)
+        time.sleep(0.5)
+        t0 = time.time()
+        code, summary, out = run_sender(bin_dir, [src], G0, rate="20M", timeout=120,
+                                        interface=emu.addr(HUB),
+                                        prefix=["ip", "netns", "exec", emu.ns(HUB)])
+        took = time.time() - t0
+        log(out)
+        check(code == 0 and summary, "mcdist-send exited %d" % code)
+        receivers = {r["id"]: r for r in summary["receivers"]}
+        check(sorted(receivers) == ["h1", "h2"], "the hub's receivers: %s" % sorted(receivers))
+        check(all(r["state"] == "completed" for r in receivers.values()),
+              "a relay did not complete at the hub: %s" % receivers)
+        relays = {}
+        for h in RELAYS:
+            relays[h] = wait_for(
+                "h%d: its sites done" % h,
+                lambda h=h: (lambda r: r if r and r["two_way"]["sessions"] == 1 and
+                             r["two_way"]["sessions_active"] == 0 else None)(
+                                 relay_status(daemons[h])), 60, daemons[h])
+        for h, d in daemons.items():
+            wait_for("%s: the session's end" % d.id, lambda d=d: sessions_over(d), 60, d)
+        done = time.time() - t0
+        for h, d in daemons.items():
+            got = tree_digests(d.dest)
+            check(got == want, "%s: delivered files differ from the source (%d of %d, %d bad)"
+                  % (d.id, len(got), len(want), len([p for p in got if want.get(p) != got[p]])))
+        statuses = {h: d.read_status() for h, d in daemons.items()}
+        for h in RELAYS:
+            t = relays[h]["two_way"]
+            log("h%d: relay %s" % (h, t))
+            check(t["sites_completed"] == 4 and t["sites_failed"] == 0 and t["unreadable"] == 0,
+                  "h%d: the sites of its session: %s" % (h, t))
+        for h in SITES:
+            d, relay = daemons[h], BEHIND[h]
+            sources = re.findall(r"session \S+ from (\S+):(\d+) ", d.log_text())
+            check(sources, "%s: no 'session X from ADDR:PORT' line in its log" % d.id)
+            for addr, port in sources:
+                check("%s:%s" % (addr, port) == relays[relay]["source"],
+                      "%s: session from %s:%s, not its relay h%d's socket %s"
+                      % (d.id, addr, port, relay, relays[relay]["source"]))
+        site_naks = sum(statuses[h]["naks_sent"] for h in SITES if "naks_sent" in statuses[h])
+        log("two-way: %d files, %d bytes: sender done in %.1f s, every site done %.1f s after "
+            "it started; the hub received %s; the sites sent the relays %d NAKs"
+            % (len(want), total, took, done, summary["control_received"], site_naks))
+    finally:
+        for d in daemons.values():
+            d.stop()
+        emu.stop()
+    with open(stats_json) as f:
+        hosts = {x["name"]: x for x in json.load(f)["hosts"]}
+    for h in RELAYS:
+        lost = hosts["h%d" % h]["down"]["dropped_loss"]
+        naked = receivers["h%d" % h]["blocks_naked"]
+        site_lost = sum(hosts["h%d" % s]["down"]["dropped_loss"] for s in SITES
+                        if BEHIND[s] == h)
+        log("h%d: its link lost %d datagrams, it asked the hub for %d blocks; its four sites' "
+            "links lost %d" % (h, lost, naked, site_lost))
+        check(naked <= lost, "h%d asked the hub for %d blocks, its link lost %d" % (h, naked, lost))
+
+
 def main():
     bin_dir = sys.argv[1]
     reason = skip_reason(bin_dir)
@@ -223,6 +312,9 @@ def main():
         run(bin_dir, base, int(os.environ.get("MCDIST_TEST_SEED", "17")))
         log("PASS: a signed one-way session through two relays 350 ms from the hub, to four "
             "sites each behind 1 % loss, checked against the hub's key at every site")
+        run_two_way(bin_dir, base, int(os.environ.get("MCDIST_TEST_SEED", "17")) + 1)
+        log("PASS: an unsigned two-way session run by each relay for its four sites, one NAK "
+            "upstream per loss on the hub's link")
         return 0
     finally:
         if os.environ.get("MCDIST_KEEP"):
