@@ -71,7 +71,7 @@ std::string daemon::render_status(status_view view, log_summary log) {
   }
   s.actions = m_deliveries->actions().stats();
   for (std::size_t i = 0; i < m_cfg.channels.size(); ++i) {
-    if (const auto* r = m_relays.stats(i)) s.relays.emplace_back(m_cfg.channels[i].name, *r);
+    if (const auto r = m_relays.stats(i)) s.relays.emplace_back(m_cfg.channels[i].name, *r);
   }
   s.retention_deleted = m_retention->deleted();
   s.retention_skipped = m_retention->skipped();

@@ -78,8 +78,24 @@ void relay_forwarder::open(std::size_t index, const channel_config& ch) {
   read_sites(index);
 }
 
-const relay_forwarder::counters* relay_forwarder::stats(std::size_t index) const noexcept {
-  return relays(index) ? &m_relays[index]->stats : nullptr;
+namespace {
+
+void add(relay_downstream::counters& to, const relay_downstream::counters& c) {
+  to.data += c.data;
+  to.parity += c.parity;
+  to.control += c.control;
+  to.from_cache += c.from_cache;
+  to.from_dest += c.from_dest;
+  to.unreadable += c.unreadable;
+}
+
+}  // namespace
+
+std::optional<relay_forwarder::counters> relay_forwarder::stats(std::size_t index) const {
+  if (!relays(index)) return std::nullopt;
+  counters c = m_relays[index]->stats;
+  for (const auto& [id, down] : m_relays[index]->two_way) add(c.two_way, down->stats());
+  return c;
 }
 
 bool relay_forwarder::own_source(const endpoint& from) const noexcept {
@@ -142,8 +158,8 @@ void relay_forwarder::not_relayed(std::size_t index, session_id s) {
   m_log->warn(
       "session {}: not relayed into {}: a signed two-way session (a relay runs unsigned "
       "two-way sessions for its sites and forwards one-way sessions: set silent = true on the "
-      "channel, or have the hub send it with silent passes), a resend to named sites, or more "
-      "than {} two-way sessions at once",
+      "channel, or have the hub send it with silent passes), a resend to named sites, a "
+      "session this relay resumed after a restart, or more than {} two-way sessions at once",
       s, r.group.to_string(), max_two_way_sessions);
 }
 
@@ -169,7 +185,11 @@ bool relay_forwarder::on_upstream(std::size_t index, const wire::header& h,
       r.params.emplace(h.session.value, p);
     }
     const auto pit = r.params.find(h.session.value);
-    if (pit == r.params.end() || !m_engine->manifest_complete(h.session)) return true;
+    // A manifest complete here without an announce seen: this relay (re)started after the
+    // session's announces. Its sites were registered with the run before and cannot be
+    // resumed: not relayed (they time out and recover by a resend or catch-up).
+    if (pit == r.params.end()) return !m_engine->manifest_complete(h.session);
+    if (!m_engine->manifest_complete(h.session)) return true;
     auto files = m_engine->manifest_of(h.session);
     const std::size_t count = files.size();
     try {
@@ -244,14 +264,12 @@ void relay_forwarder::service_two_way() {
     if (!m_relays[index]) continue;
     auto& r = *m_relays[index];
     const auto send = [&r](const std::optional<endpoint>& to, std::span<const std::byte> d) {
+      // Counted by the session (relay_downstream::counters), not as forwarded.
       std::error_code ec;
       if (!r.socket.is_open() ||
           !net::send_one(r.socket.native_handle(), to ? *to : r.group, d, ec)) {
         ++r.stats.send_failed;
-        return;
       }
-      ++r.stats.forwarded;
-      r.stats.forwarded_bytes += d.size();
     };
     for (auto it = r.two_way.begin(); it != r.two_way.end();) {
       auto& down = *it->second;
@@ -260,13 +278,7 @@ void relay_forwarder::service_two_way() {
       if (!at) {
         // Done: its counters join the channel's.
         const auto& c = down.stats();
-        auto& t = r.stats.two_way;
-        t.data += c.data;
-        t.parity += c.parity;
-        t.control += c.control;
-        t.from_cache += c.from_cache;
-        t.from_dest += c.from_dest;
-        t.unreadable += c.unreadable;
+        add(r.stats.two_way, c);
         const auto rep = down.report(now);
         for (const auto& site : rep.receivers) {
           if (site.state == sender::receiver_report::state_t::completed) {
@@ -391,20 +403,11 @@ nlohmann::json relay_forwarder::status(const std::vector<channel_config>& channe
   for (std::size_t i = 0; i < m_relays.size() && i < channels.size(); ++i) {
     if (!m_relays[i]) continue;
     const auto& r = *m_relays[i];
-    const auto& s = r.stats;
-    auto t = s.two_way;
+    const auto s = *stats(i);
+    const auto& t = s.two_way;
     const auto now = from_steady(std::chrono::steady_clock::now());
     std::uint64_t sites = 0;
-    for (const auto& [id, down] : r.two_way) {
-      const auto& c = down->stats();
-      t.data += c.data;
-      t.parity += c.parity;
-      t.control += c.control;
-      t.from_cache += c.from_cache;
-      t.from_dest += c.from_dest;
-      t.unreadable += c.unreadable;
-      sites += down->report(now).receivers.size();
-    }
+    for (const auto& [id, down] : r.two_way) sites += down->report(now).receivers.size();
     out.push_back({{"channel", channels[i].name},
                    {"group", r.group.to_string()},
                    {"source", r.source.to_string()},

@@ -165,8 +165,9 @@ class relay_forwarder {
   /// counters, and the forwarding delay's p50 and p99 (us) over the last delay_samples
   /// datagrams. Empty array when no channel relays.
   nlohmann::json status(const std::vector<channel_config>& channels) const;
-  /// Channel `index`'s counters (nullptr when it does not relay).
-  const counters* stats(std::size_t index) const noexcept;
+  /// Channel `index`'s counters, its running two-way sessions' included (nullopt when it does
+  /// not relay).
+  std::optional<counters> stats(std::size_t index) const;
 
  private:
   struct relay;

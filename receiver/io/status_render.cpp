@@ -210,16 +210,31 @@ std::string render_metrics(const status_snapshot& s) {
              "Bytes of the datagrams relayed.");
     for (const auto& [channel, r] : s.relays) p.sample({{"channel", channel}}, r.forwarded_bytes);
     p.family("mcdist_relay_sessions_total", metric_type::counter,
-             "Sessions relayed (one-way sessions), and two-way sessions not relayed.");
+             "Sessions relayed: one-way sessions passed on, two-way sessions run for the sites "
+             "behind the relay, and two-way sessions not relayed.");
     for (const auto& [channel, r] : s.relays) {
       p.sample({{"channel", channel}, {"outcome", "relayed"}}, r.sessions);
+      p.sample({{"channel", channel}, {"outcome", "two_way"}}, r.two_way_sessions);
       p.sample({{"channel", channel}, {"outcome", "not_relayed"}}, r.not_relayed_sessions);
+    }
+    p.family("mcdist_relay_two_way_datagrams_total", metric_type::counter,
+             "Datagrams the two-way sessions run for the sites behind the relay sent, by kind.");
+    for (const auto& [channel, r] : s.relays) {
+      p.sample({{"channel", channel}, {"kind", "data"}}, r.two_way.data);
+      p.sample({{"channel", channel}, {"kind", "parity"}}, r.two_way.parity);
+      p.sample({{"channel", channel}, {"kind", "control"}}, r.two_way.control);
+    }
+    p.family("mcdist_relay_two_way_sites_total", metric_type::counter,
+             "Sites of finished two-way sessions run by the relay, by outcome.");
+    for (const auto& [channel, r] : s.relays) {
+      p.sample({{"channel", channel}, {"outcome", "completed"}}, r.two_way_sites_completed);
+      p.sample({{"channel", channel}, {"outcome", "failed"}}, r.two_way_sites_failed);
     }
     p.family("mcdist_relay_send_failed_total", metric_type::counter,
              "Datagrams the relay socket did not send (its buffer full, or an error).");
     for (const auto& [channel, r] : s.relays) p.sample({{"channel", channel}}, r.send_failed);
     p.family("mcdist_relay_site_datagrams_total", metric_type::counter,
-             "Datagrams sites behind the relay sent to it (dropped: they should be silent).");
+             "Datagrams sent to the relay socket for no session it runs (dropped).");
     for (const auto& [channel, r] : s.relays) p.sample({{"channel", channel}}, r.site_datagrams);
   }
   p.family("mcdist_receiver_retention_deleted_total", metric_type::counter,

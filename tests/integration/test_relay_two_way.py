@@ -8,12 +8,12 @@ register). Relay "ra" (dropping 1 % of what it reads, as a lossy hub link would)
 that relays the channel into G1; sites "s1" and "s2" (dropping 3 % each) are on G1 only.
 Asserted: every file at ra, s1 and s2 SHA-256 identical to the source; the hub's only receiver
 is ra (the sites registered with the relay, never with the hub); ra NAKed upstream no more
-blocks than it dropped; the sites NAKed their own losses to the relay and the relay repaired
-them (it sent more data and parity datagrams than the session has blocks) while the hub repaired only
-ra's; the relay's status counts the session run for 2 sites that completed, and s1's log names
-ra's relay socket as the session's source. Then the same files again to the closed group
-{ra} (a resend the relay already holds): the hub skips most of it, and the sites still get every file,
-read back from ra's destination tree.
+blocks than it dropped; the sites sent the relay datagrams for the session and the relay sent
+more data and parity datagrams than the session has blocks (their repairs); the relay's status
+counts the session run for 2 sites that completed, and s1's log names ra's relay socket as the
+session's source. Then the same files again to the closed group {ra} (a resend the relay
+already holds): the hub skips most of it, and the sites still get every file, read back from
+ra's destination tree.
 
 usage: test_relay_two_way.py BUILD_DIR"""
 
@@ -101,7 +101,8 @@ def main():
         log("hub: ra NAKed %d blocks; ra dropped %d datagrams; the sites dropped %d and %d"
             % (naked, dropped, statuses["s1"]["dropped_by_drop_rate"],
                statuses["s2"]["dropped_by_drop_rate"]))
-        check(naked <= dropped, "ra NAKed %d blocks upstream but dropped only %d" % (naked, dropped))
+        check(naked <= dropped,
+              "ra NAKed %d blocks upstream but dropped only %d" % (naked, dropped))
         ra_source = r["source"]
         check("from %s" % ra_source in s1.log_text(),
               "s1: its session's source is not ra's relay socket %s" % ra_source)

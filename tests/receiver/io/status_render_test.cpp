@@ -122,8 +122,19 @@ TEST_CASE("metrics and page show a relayed channel's counters, problems marked",
   c.sessions = 3;
   c.not_relayed_sessions = 1;
   c.send_failed = 0;
+  c.two_way_sessions = 2;
+  c.two_way.data = 900;
+  c.two_way.parity = 40;
+  c.two_way_sites_completed = 7;
+  c.two_way_sites_failed = 1;
   f.snap.relays = {{"obs <a>", c}};
   const auto m = render_metrics(f.snap);
+  CHECK(m.find("mcdist_relay_sessions_total{channel=\"obs <a>\",outcome=\"two_way\"} 2\n") !=
+        std::string::npos);
+  CHECK(m.find("mcdist_relay_two_way_datagrams_total{channel=\"obs <a>\",kind=\"parity\"} 40\n") !=
+        std::string::npos);
+  CHECK(m.find("mcdist_relay_two_way_sites_total{channel=\"obs <a>\",outcome=\"failed\"} 1\n") !=
+        std::string::npos);
   CHECK(m.find("mcdist_relay_datagrams_forwarded_total{channel=\"obs <a>\"} 1200\n") !=
         std::string::npos);
   CHECK(m.find("mcdist_relay_sessions_total{channel=\"obs <a>\",outcome=\"not_relayed\"} 1\n") !=

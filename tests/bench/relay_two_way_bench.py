@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Two-way sessions through relays against the same sites joined to the hub directly, over the
+link emulator (tests/linkem), with real mcdist-send and mcdistd: what the hub receives, what it
+repairs, and when the last site is done.
+
+Topology (one namespace per host; a packet from hA to hB crosses hA.up then hB.down):
+  h0       hub: mcdist-send, an unsigned two-way session (its defaults: FEC k = 200, NAKs),
+           open group, --rate (20M)
+  h1, h2   relays on the hub's group G0, relay_group R1 / R2 (relayed mode only)
+  h3-h10   sites: behind h1 (h3-h6) and h2 (h7-h10) on R1 / R2 (relayed), or on G0 (direct)
+Links: h0:delay=345ms; h1,h2:delay=5ms, loss=1e-3 on h1.down and h2.down; h3-h10.down
+loss=1e-2. Relayed: hub to relay 700 ms RTT at 1e-3, relay to site 10 ms RTT at 1e-2. Direct:
+hub to site 690 ms RTT at 1e-2 (the relays are not started).
+
+Per run and mode, printed side by side: the control datagrams the hub received (its summary's
+control_received: REGISTER, NAK, status, COMPLETE), the blocks NAKed at the hub, its repair
+datagrams, the sender's time, and the time from the sender's start to the last site's session
+end (polled from the status files every 50 ms); in relayed mode also the relays' data, parity
+and control datagrams and the feedback their sites sent them. Every file is checked by SHA-256
+at every site.
+
+Not a test: exit 1 only when a file is missing or differs. Needs root (namespaces, TUN) and a
+build with mcdist-linkem. About 40 s per seed.
+
+usage: relay_two_way_bench.py [--build BUILD] [--seeds 1,2,3] [--rate 20M] [--work DIR]
+"""
+
+import argparse
+import json
+import math
+import os
+import random
+import shutil
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "integration"))
+from linkem_run import Emulator  # noqa: E402
+from mcdist_testlib import (ChannelSite, relay_status, run_sender, sessions_over,  # noqa: E402
+                            tree_digests, write_random)
+
+HUB, RELAYS, SITES = 0, (1, 2), tuple(range(3, 11))
+BEHIND = {h: 1 if h <= 6 else 2 for h in SITES}
+LINKS = ["h0:delay=345ms", "h1,h2:delay=5ms", "h1.down,h2.down:loss=1e-3",
+         "h3-h10.down:loss=1e-2"]
+G0 = "239.192.78.1:4711"
+RELAY_GROUP = {1: "239.192.78.2:4711", 2: "239.192.78.3:4711"}
+TOP = "allow_unsigned = true\nsession_timeout = \"10s\""
+
+
+def make_set(src, rng):
+    """40 files, 1 kB .. 2 MB log-uniform, at most 15 MB."""
+    while True:
+        sizes = [1000, 2_000_000] + [int(math.exp(rng.uniform(math.log(1000),
+                                                              math.log(2_000_000))))
+                                     for _ in range(38)]
+        if sum(sizes) <= 15_000_000:
+            break
+    for i, size in enumerate(sizes):
+        write_random(os.path.join(src, "d%d" % (i % 4), "p%03d.bin" % i), size, rng)
+    return {os.path.basename(src) + "/" + p: h for p, h in tree_digests(src).items()}
+
+
+def one(build, work, seed, relayed, rate):
+    base = os.path.join(work, "%s-%d" % ("relayed" if relayed else "direct", seed))
+    shutil.rmtree(base, ignore_errors=True)
+    os.makedirs(base)
+    rng = random.Random(seed)
+    src = os.path.join(base, "products")
+    want = make_set(src, rng)
+    emu = Emulator(os.path.join(build, "tests", "linkem", "mcdist-linkem"), base, LINKS,
+                   hosts=11, seed=rng.randrange(1 << 30))
+    daemons = {}
+
+    def site(h, channel):
+        return ChannelSite(build, base, "h%d" % h, channel, top=TOP, interface=emu.addr(h),
+                           prefix=["ip", "netns", "exec", emu.ns(h)])
+    try:
+        if relayed:
+            for h in RELAYS:
+                daemons[h] = site(h, "group = \"%s\"\nrelay_group = \"%s\"" % (G0, RELAY_GROUP[h]))
+        for h in SITES:
+            daemons[h] = site(h, "group = \"%s\"" % (RELAY_GROUP[BEHIND[h]] if relayed else G0))
+        time.sleep(0.5)
+        t0 = time.time()
+        code, summary, out = run_sender(build, [src], G0, rate=rate, timeout=180,
+                                        interface=emu.addr(HUB),
+                                        prefix=["ip", "netns", "exec", emu.ns(HUB)])
+        took = time.time() - t0
+        if code != 0 or not summary:
+            sys.exit("mcdist-send failed (%d): %s" % (code, out[-2000:]))
+        pending = set(SITES)
+        last = None
+        while pending and time.time() - t0 < 120:
+            for h in list(pending):
+                if sessions_over(daemons[h]):
+                    pending.discard(h)
+                    last = time.time() - t0
+            time.sleep(0.05)
+        bad = [d.id for h, d in daemons.items() if tree_digests(d.dest) != want]
+        if pending or bad:
+            sys.exit("seed %d %s: sites not done %s, files differ at %s"
+                     % (seed, "relayed" if relayed else "direct", sorted(pending), bad))
+        res = {"control": summary["control_received"], "repairs": summary["repair_datagrams"],
+               "took": took, "last": last}
+        if relayed:
+            t = {}
+            for h in RELAYS:
+                for k, v in relay_status(daemons[h])["two_way"].items():
+                    t[k] = t.get(k, 0) + v
+            res["relays"] = t
+        return res
+    finally:
+        for d in daemons.values():
+            d.stop()
+        emu.stop()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build",
+                    default=os.path.join(os.path.dirname(os.path.dirname(HERE)), "build"))
+    ap.add_argument("--seeds", default="1,2,3")
+    ap.add_argument("--rate", default="20M")
+    ap.add_argument("--work", default="/tmp/mcdist-relay-two-way-bench")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("relay_two_way_bench.py needs root (network namespaces and TUN devices)")
+    rows = []
+    for seed in (int(s) for s in args.seeds.split(",")):
+        for relayed in (True, False):
+            r = one(args.build, args.work, seed, relayed, args.rate)
+            rows.append((seed, relayed, r))
+            print(json.dumps({"seed": seed, "relayed": relayed, **r}), flush=True)
+    print("\n| seed | mode | hub: control datagrams in | NAKed blocks | repairs | sender s | "
+          "last site done s | relays: data / parity / control sent, sites' feedback |")
+    print("|---|---|---|---|---|---|---|---|")
+    for seed, relayed, r in rows:
+        c = r["control"]
+        n = c["register"] + c["nak"] + c["status"] + c["complete"]
+        t = r.get("relays")
+        print("| %d | %s | %d | %d | %d | %.1f | %.1f | %s |"
+              % (seed, "relayed" if relayed else "direct", n, c["nak_blocks"], r["repairs"],
+                 r["took"], r["last"],
+                 "%d / %d / %d, %d" % (t["data"], t["parity"], t["control"], t["site_datagrams"])
+                 if t else "-"))
+    shutil.rmtree(args.work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
