@@ -5,12 +5,14 @@ mcdistd.
 
 mcdist-send sends an unsigned session to group G0 as an open group (any site that hears it may
 register). Relay "ra" (dropping 1 % of what it reads, as a lossy hub link would) is a site of G0
-that relays the channel into G1; sites "s1" and "s2" (dropping 3 % each) are on G1 only.
-Asserted: every file at ra, s1 and s2 SHA-256 identical to the source; the hub's only receiver
-is ra (the sites registered with the relay, never with the hub); ra NAKed upstream no more
+that relays the channel into G1; sites "s1" and "s2" (dropping 3 % each) are on G1 only, and so
+is relay "rb", which relays G1 into G2 for site "s3" (dropping 3 %): a relay of a relay.
+Asserted: every file at ra, rb, s1, s2 and s3 SHA-256 identical to the source; the hub's only
+receiver is ra (the sites registered with the relay, never with the hub); rb ran the session
+for s3, which completed; ra NAKed upstream no more
 blocks than it dropped; the sites sent the relay datagrams for the session and the relay sent
 more data and parity datagrams than the session has blocks (their repairs); the relay's status
-counts the session run for 2 sites that completed, and s1's log names ra's relay socket as the
+counts the session run for 3 sites (s1, s2, rb) that completed, and s1's log names ra's relay socket as the
 session's source. Then the same files again to the closed group {ra} (a resend the relay
 already holds): the hub skips most of it, and the sites still get every file, read back from
 ra's destination tree.
@@ -65,6 +67,13 @@ def main():
         s2 = ChannelSite(bin_dir, base, "s2", "group = \"%s\"" % g1, top=UNSIGNED,
                          extra=["--drop-rate", "0.03", "--drop-seed", "7"])
         daemons.append(s2)
+        g2 = free_group()
+        rb = ChannelSite(bin_dir, base, "rb", "group = \"%s\"\nrelay_group = \"%s\"" % (g1, g2),
+                         top=UNSIGNED)
+        daemons.append(rb)
+        s3 = ChannelSite(bin_dir, base, "s3", "group = \"%s\"" % g2, top=UNSIGNED,
+                         extra=["--drop-rate", "0.03", "--drop-seed", "9"])
+        daemons.append(s3)
         check("unsigned two-way sessions" in ra.log_text(), "ra: no relay log line")
 
         rc, summary, out = run_sender(bin_dir, [src], g0, rate="50M")
@@ -74,6 +83,9 @@ def main():
         check(summary["receivers"][0]["state"] == "completed",
               "ra did not complete: %s" % summary["receivers"][0])
         r = wait_for("ra: the relayed session done", lambda: two_way_done(ra, 1), 60, ra)
+        rb_status = wait_for("rb: the relayed session done", lambda: two_way_done(rb, 1), 60, rb)
+        check(rb_status["two_way"]["sites_completed"] == 1,
+              "rb: sites of the relayed session: %s" % rb_status["two_way"])
         for d in daemons:
             wait_for("%s: the session's end" % d.id, lambda d=d: sessions_over(d), 30, d)
             got = tree_digests(d.dest)
@@ -81,7 +93,7 @@ def main():
                   % (d.id, len(got), len(want), len([p for p in got if want.get(p) != got[p]])))
         log("ra: relay %s" % r)
         t = r["two_way"]
-        check(t["sites_completed"] == 2 and t["sites_failed"] == 0,
+        check(t["sites_completed"] == 3 and t["sites_failed"] == 0,
               "ra: sites of the relayed session: %s" % t)
         check(t["unreadable"] == 0, "ra: blocks it could not read: %s" % t)
         check(r["not_relayed_sessions"] == 0 and r["site_datagrams"] == 0,
@@ -89,7 +101,7 @@ def main():
         statuses = {d.id: d.read_status() for d in daemons}
         # The sites lost 3 % each and asked the relay; the relay sent the session's blocks once
         # and their repairs (parity, by default) on top.
-        for sid in ("s1", "s2"):
+        for sid in ("s1", "s2", "s3"):
             check(statuses[sid]["dropped_by_drop_rate"] > 0, "%s dropped nothing" % sid)
         check(t["site_datagrams"] > 0, "ra: no datagram from its sites: %s" % t)
         check(t["data"] + t["parity"] > blocks_of(sizes),
@@ -109,7 +121,7 @@ def main():
 
         # The same files again: ra holds them, the hub skips them for it; the relay serves its
         # sites from its destination tree.
-        for sid, d in (("s1", s1), ("s2", s2)):
+        for d in (s1, s2, s3):
             for p in want:
                 os.unlink(os.path.join(d.dest, p))
         rc, summary, out = run_sender(bin_dir, [src], g0, receivers=["ra"], rate="50M")
@@ -120,14 +132,15 @@ def main():
               "the hub sent %d data datagrams to a relay holding every file"
               % summary["data_datagrams"])
         r = wait_for("ra: the second relayed session done", lambda: two_way_done(ra, 2), 60, ra)
-        for d in (s1, s2):
+        wait_for("rb: the second relayed session done", lambda: two_way_done(rb, 2), 60, rb)
+        for d in (s1, s2, s3):
             wait_for("%s: the second session's end" % d.id, lambda d=d: sessions_over(d, 2), 30, d)
             got = tree_digests(d.dest)
             check(got == want, "%s: resent files differ from the source (%d of %d)"
                   % (d.id, len(got), len(want)))
         log("ra: relay %s" % r)
         check(r["two_way"]["from_dest"] > 0, "ra: nothing read back from its tree: %s" % r)
-        check(r["two_way"]["sites_completed"] == 4, "ra: sites completed: %s" % r["two_way"])
+        check(r["two_way"]["sites_completed"] == 6, "ra: sites completed: %s" % r["two_way"])
         log("PASS")
         return 0
     finally:
