@@ -238,6 +238,7 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
   m_engine = std::make_unique<receiver_engine>(engine_settings(m_cfg), *this, *m_store,
                                                std::random_device{}(), m_log);
   m_relays.set_engine(m_engine.get());
+  m_relays.set_state_dir(m_cfg.temp / "relay");
   m_sequences_saved = load_sequence_state(m_cfg.temp, m_engine->sequences(), *m_log);
   m_deliveries->recover();
   for (const auto& ch : m_cfg.channels) {
@@ -247,6 +248,7 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
   m_deliveries->publish_config(m_cfg.channels, m_cfg.actions);
   m_control_socket.emplace(net::open_unicast_socket(io, m_channels.interface().address));
   restore_sessions();
+  m_relays.forget_stale_states();
   channel_table::save(m_cfg.temp / channel_table::file_name, m_cfg.channels, *m_log);
   m_status.open(io,
                 [this](status_view v, log_summary l) { return render_status(v, std::move(l)); });

@@ -21,14 +21,21 @@ namespace {
 
 /// The downstream session's settings: the upstream session's shape, served to an open group
 /// (whoever registers with the relay), no unicast fallback of the relay's own.
-sender::sender_config downstream_config(session_id s, const wire::session_params& p) {
+sender::sender_config downstream_config(session_id s, const wire::session_params& p,
+                                        std::uint32_t run) {
   sender::sender_config c;
   c.session = s;
   c.block_size = p.block_size();
   c.rate_bps = p.rate_bps();
   // A relay's pass ends each time it runs out of what it holds: many more passes than the hub's
   // for the same losses, each one short.
-  c.max_passes = 1000;
+  c.max_passes = relay_downstream::passes_per_run;
+  if (run > 0) {
+    c.wire_pass_offset = run * relay_downstream::passes_per_run;
+    c.first_seq = run * relay_downstream::seqs_per_run;
+    c.admit_on_feedback = true;
+    c.register_window = relay_downstream::resume_window;
+  }
   c.sender_name = p.sender_name();
   c.channel = p.channel();
   c.channel_seq = p.channel_seq();
@@ -45,14 +52,14 @@ sender::sender_config downstream_config(session_id s, const wire::session_params
 
 relay_downstream::relay_downstream(session_id s, const wire::session_params& p,
                                    std::vector<manifest_entry> files, std::filesystem::path dest,
-                                   std::uint64_t seed, std::size_t& shared,
+                                   std::uint64_t seed, std::uint32_t run, std::size_t& shared,
                                    std::shared_ptr<spdlog::logger> log, time_point now)
     : m_session(s), m_files(files), m_dest(std::move(dest)), m_log(std::move(log)),
       m_block_size(p.block_size()),
       m_gate([this](std::uint32_t f, std::uint32_t b) { return held(f, b); }),
       m_shared_used(shared) {
   m_place.assign(m_files.size(), place::unknown);
-  auto c = downstream_config(s, p);
+  auto c = downstream_config(s, p, run);
   c.block_gate = [this](std::uint32_t f, std::uint32_t b) { return m_gate.answer(f, b); };
   if (c.fec_k > 0) {
     c.parity_gate = [this](std::uint32_t fb) {

@@ -68,6 +68,16 @@ class relay_downstream {
   /// aborted): they fail those files and recover by a resend or catch-up, as a site of the hub
   /// would.
   static constexpr duration orphan_timeout = std::chrono::seconds(30);
+  /// Passes one run of a session makes at most (its max_passes), and the sequence numbers it
+  /// may use: a relay that restarts takes its sessions up again `run` x these higher on the wire
+  /// (sender_config::wire_pass_offset, first_seq), so the sites, which still hold the run
+  /// before's numbers, take the new markers as newer. 2^28 datagrams are 375 GB of 1400-byte
+  /// blocks.
+  static constexpr std::uint32_t passes_per_run = 1000;
+  static constexpr std::uint32_t seqs_per_run = 1U << 28;
+  /// How long a session taken up again after a restart admits the sites that registered with
+  /// the run before, as their NAKs and COMPLETEs come (sender_config::admit_on_feedback).
+  static constexpr duration resume_window = std::chrono::seconds(30);
 
   /// What it sent and refused, for the status file.
   struct counters {
@@ -91,11 +101,13 @@ class relay_downstream {
   /// @param files   its manifest (receiver_engine::manifest_of)
   /// @param dest    the channel's destination tree, where delivered files are read back
   /// @param seed    the downstream session's random engine
+  /// @param run     0 for a session started here; n for one taken up again after the relay's
+  ///                n-th restart during it (the numbering above)
   /// @param shared  the bytes every session's cache holds, kept by all of them (outlives this)
   /// @throws std::invalid_argument for parameters a sender_session refuses
   relay_downstream(session_id s, const wire::session_params& p, std::vector<manifest_entry> files,
-                   std::filesystem::path dest, std::uint64_t seed, std::size_t& shared,
-                   std::shared_ptr<spdlog::logger> log, time_point now);
+                   std::filesystem::path dest, std::uint64_t seed, std::uint32_t run,
+                   std::size_t& shared, std::shared_ptr<spdlog::logger> log, time_point now);
   ~relay_downstream();
   relay_downstream(const relay_downstream&) = delete;
   relay_downstream& operator=(const relay_downstream&) = delete;

@@ -9,8 +9,15 @@
 
 #include <sys/socket.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <array>
 #include <cerrno>
+#include <charconv>
+#include <cstring>
 #include <map>
 #include <random>
 
@@ -159,12 +166,94 @@ void relay_forwarder::not_relayed(std::size_t index, session_id s) {
       "session {}: not relayed into {}: a signed two-way session (a relay runs unsigned "
       "two-way sessions for its sites and forwards one-way sessions: set silent = true on the "
       "channel, or have the hub send it with silent passes), a resend to named sites, a "
-      "session this relay resumed after a restart, or more than {} two-way sessions at once",
+      "session this relay restarted in without what it kept of it, or more than {} two-way "
+      "sessions at once",
       s, r.group.to_string(), max_two_way_sessions);
 }
 
 bool relay_forwarder::runs(std::size_t index, session_id s) const noexcept {
   return relays(index) && m_relays[index]->two_way.count(s.value) > 0;
+}
+
+namespace {
+
+constexpr std::array<char, 4> state_magic{'M', 'C', 'R', 'S'};
+/// Kept parameters larger than this are not ours.
+constexpr std::size_t max_state_bytes = 64 * 1024;
+
+std::string state_name(session_id s) { return fmt::format("{}", s); }
+
+}  // namespace
+
+void relay_forwarder::set_state_dir(std::filesystem::path dir) {
+  std::filesystem::create_directories(dir);
+  std::filesystem::permissions(dir, std::filesystem::perms::owner_all,
+                               std::filesystem::perm_options::replace);
+  m_state_dir = std::move(dir);
+}
+
+void relay_forwarder::save_state(session_id s, std::uint32_t run,
+                                 const wire::session_params& p) const {
+  if (m_state_dir.empty()) return;
+  std::string bytes(state_magic.begin(), state_magic.end());
+  for (int i = 0; i < 4; ++i) bytes.push_back(static_cast<char>((run >> (8 * i)) & 0xff));
+  bytes += p.SerializeAsString();
+  const auto path = m_state_dir / state_name(s);
+  const auto tmp = m_state_dir / (state_name(s) + ".tmp");
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+  const bool written =
+      fd >= 0 && ::write(fd, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size());
+  if (fd >= 0) ::close(fd);
+  if (!written || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    m_log->warn(
+        "session {}: cannot keep its relay state in {} ({}): a restart will not take "
+        "it up again for the sites behind this relay",
+        s, path.string(), std::strerror(errno));
+    ::unlink(tmp.c_str());
+  }
+}
+
+bool relay_forwarder::load_state(session_id s, std::uint32_t& run, wire::session_params& p) const {
+  if (m_state_dir.empty()) return false;
+  const auto path = m_state_dir / state_name(s);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct stat st {};
+  std::string bytes;
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size >= 8 &&
+      static_cast<std::size_t>(st.st_size) <= max_state_bytes) {
+    bytes.resize(static_cast<std::size_t>(st.st_size));
+    if (::pread(fd, bytes.data(), bytes.size(), 0) != st.st_size) bytes.clear();
+  }
+  ::close(fd);
+  if (bytes.size() < 8 || !std::equal(state_magic.begin(), state_magic.end(), bytes.begin())) {
+    return false;
+  }
+  run = 0;
+  for (int i = 0; i < 4; ++i) {
+    run |= std::uint32_t{static_cast<unsigned char>(bytes[4 + static_cast<std::size_t>(i)])}
+           << (8 * i);
+  }
+  return p.ParseFromArray(bytes.data() + 8, static_cast<int>(bytes.size() - 8)) &&
+         p.block_size() > 0;
+}
+
+void relay_forwarder::drop_state(session_id s) const {
+  if (!m_state_dir.empty()) ::unlink((m_state_dir / state_name(s)).c_str());
+}
+
+void relay_forwarder::forget_stale_states() {
+  if (m_state_dir.empty() || !m_engine) return;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(m_state_dir, ec)) {
+    const auto name = e.path().filename().string();
+    std::uint32_t id = 0;
+    const auto [end, err] = std::from_chars(name.data(), name.data() + name.size(), id, 16);
+    const bool ours = err == std::errc() && end == name.data() + name.size() && name.size() == 8;
+    if (!ours || !m_engine->channel_of(session_id{id})) {
+      std::filesystem::remove(e.path(), ec);
+    }
+  }
 }
 
 bool relay_forwarder::on_upstream(std::size_t index, const wire::header& h,
@@ -184,11 +273,21 @@ bool relay_forwarder::on_upstream(std::size_t index, const wire::header& h,
       }
       r.params.emplace(h.session.value, p);
     }
-    const auto pit = r.params.find(h.session.value);
-    // A manifest complete here without an announce seen: this relay (re)started after the
-    // session's announces. Its sites were registered with the run before and cannot be
-    // resumed: not relayed (they time out and recover by a resend or catch-up).
-    if (pit == r.params.end()) return !m_engine->manifest_complete(h.session);
+    auto pit = r.params.find(h.session.value);
+    std::uint32_t run = 0;
+    if (pit == r.params.end()) {
+      if (!m_engine->manifest_complete(h.session)) return true;
+      // A manifest complete here without an announce seen: this relay restarted during the
+      // session. What it kept of it takes it up again for the sites behind, numbered past the
+      // run before; without it the session is not relayed (its sites time out).
+      wire::session_params kept;
+      if (r.two_way.size() + r.params.size() >= max_two_way_sessions ||
+          !load_state(h.session, run, kept)) {
+        return false;
+      }
+      ++run;
+      pit = r.params.emplace(h.session.value, std::move(kept)).first;
+    }
     if (!m_engine->manifest_complete(h.session)) return true;
     auto files = m_engine->manifest_of(h.session);
     const std::size_t count = files.size();
@@ -196,17 +295,25 @@ bool relay_forwarder::on_upstream(std::size_t index, const wire::header& h,
       it = r.two_way
                .emplace(h.session.value, std::make_unique<relay_downstream>(
                                              h.session, pit->second, std::move(files), r.dest,
-                                             m_seed++, m_cache_used, m_log, now))
+                                             m_seed++, run, m_cache_used, m_log, now))
                .first;
     } catch (const std::invalid_argument& e) {
       m_log->warn("session {}: not relayed into {}: {}", h.session, r.group.to_string(), e.what());
       r.params.erase(pit);
       return false;
     }
+    save_state(h.session, run, pit->second);
     r.params.erase(pit);
     ++r.stats.two_way_sessions;
-    m_log->info("session {}: relaying into {} for the sites behind this relay: {} files", h.session,
-                r.group.to_string(), count);
+    if (run == 0) {
+      m_log->info("session {}: relaying into {} for the sites behind this relay: {} files",
+                  h.session, r.group.to_string(), count);
+    } else {
+      m_log->info(
+          "session {}: resumed relaying into {} for the sites behind this relay after "
+          "a restart (run {}): {} files",
+          h.session, r.group.to_string(), run, count);
+    }
   }
   it->second->on_upstream(h, plain, now);
   arm(now);
@@ -300,6 +407,7 @@ void relay_forwarder::service_two_way() {
                             return x.state != sender::receiver_report::state_t::completed;
                           }),
             c.data, c.parity, rep.passes);
+        drop_state(down.session());
         it = r.two_way.erase(it);
         continue;
       }

@@ -142,11 +142,20 @@ class relay_forwarder {
   /// The relay's engine, asked whether a relayed session is still tracked upstream (and for
   /// its manifest); set once by the daemon before any datagram.
   void set_engine(const receiver_engine* engine) noexcept { m_engine = engine; }
+  /// Where the parameters of the two-way sessions it runs are kept (the daemon's TEMP/relay,
+  /// made if missing), so that after a restart it takes them up again for their sites. Set once
+  /// by the daemon before any datagram. @throws std::filesystem::filesystem_error
+  void set_state_dir(std::filesystem::path dir);
+  /// Removes what set_state_dir's directory keeps of sessions the engine does not track (the
+  /// daemon calls it once it restored its sessions).
+  void forget_stale_states();
   /// `plain`, an authenticated datagram of session `h.session` (two-way here) on channel
   /// `index`, as the engine took it. An unsigned session is run for the sites behind the
-  /// relay (relay_downstream), from the first datagram after its manifest is complete here.
-  /// @return false when the session is not relayed (signed; a resend to named sites; more than
-  ///         max_two_way_sessions): the caller counts it with not_relayed
+  /// relay (relay_downstream), from the first datagram after its manifest is complete here; a
+  /// session resumed after a restart is taken up again from what set_state_dir's directory kept.
+  /// @return false when the session is not relayed (signed; a resend to named sites; resumed
+  ///         without kept parameters; more than max_two_way_sessions): the caller counts it
+  ///         with not_relayed
   bool on_upstream(std::size_t index, const wire::header& h, std::span<const std::byte> plain,
                    time_point now);
   /// True when channel `index` runs session `s` for its sites (its END still matters there
@@ -190,6 +199,11 @@ class relay_forwarder {
   void on_site(std::size_t index, std::span<const std::byte> d, const endpoint& from);
   /// Services every two-way session and arms the timer for the earliest deadline.
   void service_two_way();
+  /// The kept parameters of two-way session `s`: its run (0, then one more per restart) and
+  /// its announce's session_params (`TEMP/relay/<session>`, "MCRS", run, the params).
+  void save_state(session_id s, std::uint32_t run, const wire::session_params& p) const;
+  bool load_state(session_id s, std::uint32_t& run, wire::session_params& p) const;
+  void drop_state(session_id s) const;
   void arm(time_point at);
 
   boost::asio::io_context& m_io;
@@ -208,6 +222,7 @@ class relay_forwarder {
   log_limiter m_not_relayed_logged{10};
   log_limiter m_site_datagrams_logged{3};
   const receiver_engine* m_engine = nullptr;
+  std::filesystem::path m_state_dir;  ///< empty: nothing kept (tests without a daemon)
   boost::asio::steady_timer m_timer;
   std::optional<time_point> m_armed;  ///< when m_timer fires, if armed
   std::uint64_t m_seed;

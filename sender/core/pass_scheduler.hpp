@@ -95,6 +95,8 @@ class pass_scheduler {
   }
   /// The last sequence number taken (0 before the first).
   std::uint32_t seq() const noexcept { return m_seq; }
+  /// Numbers sequence numbers from `last` + 1 on (before anything is taken).
+  void start_seq_after(std::uint32_t last) noexcept { m_seq = last; }
   /// Blocks sent again: prompt repairs and every block of passes after the first.
   std::uint64_t repairs() const noexcept { return m_repairs_sent; }
 

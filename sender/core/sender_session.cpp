@@ -68,6 +68,7 @@ sender_session::sender_session(sender_config cfg, std::vector<manifest_entry> fi
     m_file_blocks[i] = block_count(m_files[i].size, m_cfg.block_size);
   }
   m_passes = pass_scheduler(m_file_blocks);
+  m_passes.start_seq_after(m_cfg.first_seq);
   if (m_cfg.rate_auto) {
     if (m_cfg.rate_max_bps == 0) throw std::invalid_argument("--rate auto needs a --rate-max");
     rate_controller_config rc;

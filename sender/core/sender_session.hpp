@@ -220,6 +220,16 @@ struct sender_config {
   /// Whether parity of a FEC block may be encoded now (every source held); empty: always.
   /// Parity of a FEC block that may not waits behind the others.
   std::function<bool(std::uint32_t fec_block)> parity_gate;
+  /// A session taken up again by a restarted relay, whose sites still hold the run before's
+  /// pass and sequence numbers (receivers ignore markers of a pass older than the latest they
+  /// saw): passes go on the wire wire_pass_offset higher (markers, adverts; NAKs are read back
+  /// the same), and the first sequence number is first_seq + 1. 0, 0: a session's own numbers.
+  std::uint32_t wire_pass_offset = 0;
+  std::uint32_t first_seq = 0;
+  /// The same session: its sites registered with the run before and do not register again. A
+  /// NAK or COMPLETE from a receiver it does not know, while registration is open, registers
+  /// that receiver first (holding nothing), as a REGISTER would have.
+  bool admit_on_feedback = false;
 };
 
 /// A receiver the policy moved to unicast: the shell registers its grant with the unicast
@@ -640,6 +650,9 @@ class sender_session {
   void announce_unicast_start();
   void send_fallback(receiver_state& r, time_point now);
   void handle_register(const wire::register_request& m, const endpoint& from, time_point now);
+  /// The receiver `id` a NAK or COMPLETE came from; registered first when the session admits
+  /// on feedback (sender_config::admit_on_feedback). Null when unknown.
+  receiver_state* admitted(const std::string& id, const endpoint& from, time_point now);
   void handle_nak(const wire::nak& m, const endpoint& from, time_point now);
   void handle_complete(const wire::complete& m, const endpoint& from, time_point now);
 

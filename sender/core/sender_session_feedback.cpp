@@ -42,7 +42,7 @@ void sender_session::track(receiver_state& r, bool heard) {
 
 void sender_session::send_advert(time_point now) {
   wire::repair_advert m;
-  m.set_pass(m_passes.pass());
+  m.set_pass(m_passes.pass() + m_cfg.wire_pass_offset);
   const std::uint64_t blocks = m_advert.take(
       m, [this](std::uint32_t file, std::uint32_t first, std::uint32_t end, auto&& emit) {
         const auto& w = m_passes.wanted_blocks(file);
@@ -75,7 +75,7 @@ void sender_session::queue_digests(const wire::nak& m, time_point now) {
 }
 
 void sender_session::handle_nak(const wire::nak& m, const endpoint& from, time_point now) {
-  receiver_state* r = m_receivers.find(m.receiver_id());
+  receiver_state* r = admitted(m.receiver_id(), from, now);
   if (!r || r->rep.state == receiver_report::state_t::missing) {
     m_drops.add(errc::not_registered);
     return;
@@ -182,7 +182,7 @@ std::uint64_t sender_session::schedule_repairs(const wire::nak& m, time_point no
   // FEC lacks: new parity. A NAK of this pass is a loss rate sample for the group estimate
   // (group_lack.hpp): a NAK of the last pass arriving now counts parity this pass has already
   // sent as missing.
-  const bool this_pass = m.pass() == m_passes.pass();
+  const bool this_pass = m.pass() == m_passes.pass() + m_cfg.wire_pass_offset;
   if (this_pass && !m_nak.lacks.empty()) {
     m_group_lack.on_nak(m_nak.lacked_blocks, m_nak.lacks.size(), m_nak.lacked_sources);
   }

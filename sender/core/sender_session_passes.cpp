@@ -233,7 +233,7 @@ void sender_session::send_marker(time_point now, bool pass_end, bool status_requ
   m_window.update();
   if (silent()) status_request = false;  // nobody answers a silent session
   wire::marker m;
-  m.set_pass(m_passes.pass());
+  m.set_pass(m_passes.pass() + m_cfg.wire_pass_offset);
   m.set_file(pass_end ? static_cast<std::uint32_t>(m_files.size()) : m_passes.cursor_file());
   m.set_block(pass_end ? 0 : m_passes.cursor_block());
   m.set_pass_end(pass_end);

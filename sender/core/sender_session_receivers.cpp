@@ -256,9 +256,22 @@ void sender_session::log_registered(const receiver_state& r, const endpoint& fro
       m_cfg.session, r.rep.id, ranges, m_cfg.channel, r.rep.last_seq);
 }
 
+sender_session::receiver_state* sender_session::admitted(const std::string& id,
+                                                         const endpoint& from, time_point now) {
+  receiver_state* r = m_receivers.find(id);
+  if (m_cfg.admit_on_feedback && m_registration_open &&
+      (!r || r->rep.state == receiver_report::state_t::missing)) {
+    wire::register_request reg;
+    reg.set_receiver_id(id);
+    handle_register(reg, from, now);
+    r = m_receivers.find(id);
+  }
+  return r;
+}
+
 void sender_session::handle_complete(const wire::complete& m, const endpoint& from,
                                      time_point now) {
-  receiver_state* r = m_receivers.find(m.receiver_id());
+  receiver_state* r = admitted(m.receiver_id(), from, now);
   if (!r || r->rep.state == receiver_report::state_t::missing) {
     m_drops.add(errc::not_registered);
     return;

@@ -15,14 +15,21 @@ more data and parity datagrams than the session has blocks (their repairs); the 
 counts the session run for 3 sites (s1, s2, rb) that completed, and s1's log names ra's relay socket as the
 session's source. Then the same files again to the closed group {ra} (a resend the relay
 already holds): the hub skips most of it, and the sites still get every file, read back from
-ra's destination tree.
+ra's destination tree. Last, a larger set to {ra} at 10 Mbit/s, during which ra is killed
+(SIGKILL) once s1 has written 2 MB of it and ra has a checkpoint of it, and started again a
+second later: ra logs that it took
+the session up again for its sites, and s1, s2, rb and s3 get every file of it.
 
 usage: test_relay_two_way.py BUILD_DIR"""
 
+import glob
 import os
 import random
+import signal
 import sys
 import tempfile
+import threading
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from mcdist_testlib import (SKIP, ChannelSite, check, free_group, log,  # noqa: E402
@@ -141,6 +148,39 @@ def main():
         log("ra: relay %s" % r)
         check(r["two_way"]["from_dest"] > 0, "ra: nothing read back from its tree: %s" % r)
         check(r["two_way"]["sites_completed"] == 6, "ra: sites completed: %s" % r["two_way"])
+
+        # Killed in the middle of a session, started again: the relay takes the session up
+        # again for its sites (numbered past its run before), which complete it.
+        big = os.path.join(base, "big")
+        for i in range(20):
+            write_random(os.path.join(big, "b%02d.bin" % i), 400_000, rng)
+        want_big = {"big/" + p: h for p, h in tree_digests(big).items()}
+        written = s1.read_status()["bytes_written"]
+        sent = {}
+
+        def send_big():
+            sent["rc"], sent["summary"], sent["out"] = run_sender(
+                bin_dir, [big], g0, receivers=["ra"], rate="10M", timeout=180)
+        hub = threading.Thread(target=send_big)
+        hub.start()
+        wait_for("s1: 2 MB of the set written",
+                 lambda: (s1.read_status() or {}).get("bytes_written", 0) > written + 2_000_000,
+                 60, s1)
+        # Upstream, ra resumes from its checkpoint of the session (every 2 s): without one it
+        # would be a new site that missed the announce.
+        wait_for("ra: a checkpoint of the session",
+                 lambda: glob.glob(os.path.join(ra.temp, "*", "state")), 30, ra)
+        ra.stop(signal.SIGKILL)
+        time.sleep(1)  # the outage: the hub and the sites go on without ra for a second
+        ra.start()
+        hub.join(200)
+        check(sent.get("rc") == 0, "mcdist-send (the set ra was killed in) failed: %s"
+              % sent.get("out", "")[-2000:])
+        check("resumed relaying" in ra.log_text(), "ra: no 'resumed relaying' in its log")
+        for d in (s1, s2, rb, s3):
+            wait_for("%s: every file of the set" % d.id,
+                     lambda d=d: all(tree_digests(d.dest).get(p) == h for p, h in want_big.items()),
+                     90, d)
         log("PASS")
         return 0
     finally:

@@ -1521,3 +1521,50 @@ TEST_CASE("a relay's session encodes parity only for FEC blocks whose sources it
   REQUIRE(later[0].parity);
   REQUIRE(later[0].fec_block == 1);
 }
+
+TEST_CASE(
+    "a session taken up again numbers past the run before and admits its sites by their "
+    "feedback",
+    "[unit][sender]") {
+  harness h(files({3 * 1400}), {});
+  h.cfg.receivers.clear();
+  h.cfg.wire_pass_offset = 1000;
+  h.cfg.first_seq = 1U << 28;
+  h.cfg.admit_on_feedback = true;
+  h.cfg.register_window = 30s;
+  h.s = std::make_unique<sender_session>(h.cfg, files({3 * 1400}), 1, nullptr);
+  h.s->start(h.now);
+  const auto sent = h.drain_data();
+  REQUIRE(sent.size() == 3);
+  REQUIRE(sent.front().seq == (1U << 28) + 1);
+  const auto markers = h.sent<wire::marker>(wire::msg_type::marker);
+  REQUIRE_FALSE(markers.empty());
+  REQUIRE(markers.back().pass() == 1001);
+  REQUIRE(markers.back().seq() == (1U << 28) + 3);
+  // A site that registered with the run before NAKs block 1, having seen the new numbers to the
+  // end: it is admitted, and the block is wanted again.
+  h.nak("a", rx_a, 0, {{1, 1}}, (1U << 28) + 3);
+  auto rep = h.s->report(h.now);
+  REQUIRE(rep.receivers.size() == 1);
+  REQUIRE(rep.receivers[0].id == "a");
+  REQUIRE(rep.receivers[0].state == receiver_report::state_t::registered);
+  REQUIRE(rep.receivers[0].blocks_naked == 1);
+  h.now += 1s;
+  const auto repair = h.drain_data();
+  REQUIRE(repair.size() == 1);
+  REQUIRE(repair[0].block.value == 1);
+  // Another one that got everything completes without having registered here.
+  h.complete("b", rx_b);
+  rep = h.s->report(h.now);
+  REQUIRE(rep.receivers.size() == 2);
+  REQUIRE(rep.receivers[1].state == receiver_report::state_t::completed);
+}
+
+TEST_CASE("a session's own feedback from an unknown receiver is refused", "[unit][sender]") {
+  harness h(files({3 * 1400}), {});
+  h.nak("x", rx_a, 0, {{1, 1}}, 1);
+  h.complete("x", rx_a);
+  const auto rep = h.s->report(h.now);
+  REQUIRE(rep.receivers.empty());
+  REQUIRE(rep.drops[errc::not_registered] == 2);
+}
