@@ -149,7 +149,27 @@ void relay_downstream::on_upstream(const wire::header& h, std::span<const std::b
 void relay_downstream::on_file_stored(std::uint32_t file, bool ok) {
   if (file >= m_place.size()) return;
   m_place[file] = ok ? place::in_place : place::absent;
+  // Verified and in place, its blocks are read back from there; failed (a block was wrong:
+  // forged, in an unsigned session), the relay's engine fetches it again and the new blocks
+  // are kept as they come. The cache keeps neither.
+  evict(file);
   if (ok) m_available = true;
+}
+
+void relay_downstream::evict(std::uint32_t file) {
+  const std::uint32_t blocks = block_count(m_files[file].size, m_block_size);
+  for (std::uint32_t b = 0; b < blocks && m_cache_used > 0; ++b) {
+    const auto it = m_cache.find(key(file, b));
+    if (it == m_cache.end()) continue;
+    m_cache_used -= it->second.size();
+    m_shared_used -= it->second.size();
+    m_cache.erase(it);
+  }
+  // Keys of blocks no longer cached stay in the order until their turn; past twice the cache
+  // they are dropped at once, so the order stays bounded by the cache.
+  if (m_cache_order.size() > 2 * m_cache.size() + 1024) {
+    std::erase_if(m_cache_order, [this](std::uint64_t k) { return !m_cache.count(k); });
+  }
 }
 
 void relay_downstream::on_site(const wire::header& h, std::span<const std::byte> d,

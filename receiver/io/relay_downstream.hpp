@@ -6,7 +6,8 @@
 /// size and FEC shape, as a sender_session whose blocks come from what the relay holds:
 ///
 /// - blocks as they arrive upstream, copied into a bounded cache (cut-through: a block leaves
-///   downstream as soon as the relay has it, not after the whole session);
+///   downstream as soon as the relay has it, not after the whole session) until the relay's
+///   storage has verified their file (or failed it);
 /// - files the relay holds in its destination tree, delivered in this session or before it,
 ///   whose size, mtime and digest record (user.mcdist.sha256) match the manifest, read back
 ///   with open_below (no symlink followed) once the cache no longer has the block.
@@ -143,6 +144,8 @@ class relay_downstream {
   bool source(std::uint32_t file, std::uint32_t block, std::span<std::byte> out);
   bool read_back(std::uint32_t file, std::uint64_t offset, std::span<std::byte> out);
   void keep(std::uint32_t file, std::uint32_t block, std::span<const std::byte> payload);
+  /// Drops `file`'s blocks from the cache.
+  void evict(std::uint32_t file);
   void send_data(const sender::data_send& d, const send_fn& send);
 
   static std::uint64_t key(std::uint32_t file, std::uint32_t block) noexcept {
