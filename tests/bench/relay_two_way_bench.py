@@ -3,7 +3,8 @@
 link emulator (tests/linkem), with real mcdist-send and mcdistd: what the hub receives, what it
 repairs, and when the last site is done.
 
-Topology (one namespace per host; a packet from hA to hB crosses hA.up then hB.down):
+Topology, links and file set those of tests/integration/test_relay_linkem.py (one namespace
+per host; a packet from hA to hB crosses hA.up then hB.down):
   h0       hub: mcdist-send, an unsigned two-way session (its defaults: FEC k = 200, NAKs),
            open group, --rate (20M)
   h1, h2   relays on the hub's group G0, relay_group R1 / R2 (relayed mode only)
@@ -27,7 +28,6 @@ usage: relay_two_way_bench.py [--build BUILD] [--seeds 1,2,3] [--rate 20M] [--wo
 
 import argparse
 import json
-import math
 import os
 import random
 import shutil
@@ -38,29 +38,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "integration"))
 from linkem_run import Emulator  # noqa: E402
-from mcdist_testlib import (ChannelSite, relay_status, run_sender, sessions_over,  # noqa: E402
-                            tree_digests, write_random)
+from mcdist_testlib import relay_status, run_sender, sessions_over, tree_digests  # noqa: E402
+# The topology and the file set of the integration test through the same emulator.
+from test_relay_linkem import (G0, HUB, LINKS, RELAYS, SITES, Site, make_set,  # noqa: E402
+                               start_daemons)
 
-HUB, RELAYS, SITES = 0, (1, 2), tuple(range(3, 11))
-BEHIND = {h: 1 if h <= 6 else 2 for h in SITES}
-LINKS = ["h0:delay=345ms", "h1,h2:delay=5ms", "h1.down,h2.down:loss=1e-3",
-         "h3-h10.down:loss=1e-2"]
-G0 = "239.192.78.1:4711"
-RELAY_GROUP = {1: "239.192.78.2:4711", 2: "239.192.78.3:4711"}
 TOP = "allow_unsigned = true\nsession_timeout = \"10s\""
-
-
-def make_set(src, rng):
-    """40 files, 1 kB .. 2 MB log-uniform, at most 15 MB."""
-    while True:
-        sizes = [1000, 2_000_000] + [int(math.exp(rng.uniform(math.log(1000),
-                                                              math.log(2_000_000))))
-                                     for _ in range(38)]
-        if sum(sizes) <= 15_000_000:
-            break
-    for i, size in enumerate(sizes):
-        write_random(os.path.join(src, "d%d" % (i % 4), "p%03d.bin" % i), size, rng)
-    return {os.path.basename(src) + "/" + p: h for p, h in tree_digests(src).items()}
 
 
 def one(build, work, seed, relayed, rate):
@@ -69,20 +52,16 @@ def one(build, work, seed, relayed, rate):
     os.makedirs(base)
     rng = random.Random(seed)
     src = os.path.join(base, "products")
-    want = make_set(src, rng)
+    want, _ = make_set(src, rng)
     emu = Emulator(os.path.join(build, "tests", "linkem", "mcdist-linkem"), base, LINKS,
                    hosts=11, seed=rng.randrange(1 << 30))
     daemons = {}
-
-    def site(h, channel):
-        return ChannelSite(build, base, "h%d" % h, channel, top=TOP, interface=emu.addr(h),
-                           prefix=["ip", "netns", "exec", emu.ns(h)])
     try:
         if relayed:
-            for h in RELAYS:
-                daemons[h] = site(h, "group = \"%s\"\nrelay_group = \"%s\"" % (G0, RELAY_GROUP[h]))
-        for h in SITES:
-            daemons[h] = site(h, "group = \"%s\"" % (RELAY_GROUP[BEHIND[h]] if relayed else G0))
+            start_daemons(daemons, build, base, emu, TOP)
+        else:
+            for h in SITES:
+                daemons[h] = Site(build, base, emu, h, "group = \"%s\"" % G0, top=TOP)
         time.sleep(0.5)
         t0 = time.time()
         code, summary, out = run_sender(build, [src], G0, rate=rate, timeout=180,

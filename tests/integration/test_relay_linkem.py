@@ -78,6 +78,18 @@ def Site(bin_dir, base, emu, h, channel, top="", extra=()):
     return d
 
 
+def start_daemons(daemons, bin_dir, base, emu, top, site_lines=""):
+    """Starts the relays (on G0, each relaying into its group) and the sites (on their relay's
+    group, with `site_lines` more channel lines) into `daemons`, by host, with the top-level
+    lines `top`."""
+    for h in RELAYS:
+        daemons[h] = Site(bin_dir, base, emu, h, "group = \"%s\"\nrelay_group = \"%s\""
+                          % (G0, RELAY_GROUP[h]), top=top)
+    for h in SITES:
+        daemons[h] = Site(bin_dir, base, emu, h, "group = \"%s\"%s"
+                          % (RELAY_GROUP[BEHIND[h]], site_lines), top=top)
+
+
 def skip_reason(bin_dir):
     if os.geteuid() != 0:
         return "needs root (network namespaces and TUN devices)"
@@ -132,14 +144,10 @@ def run(bin_dir, base, seed):
                    hosts=11, seed=rng.randrange(1 << 30), stats_json=stats_json)
     daemons = {}
     try:
+        start_daemons(daemons, bin_dir, base, emu, trust, "\nsilent = true")
         for h in RELAYS:
-            daemons[h] = Site(bin_dir, base, emu, h, "group = \"%s\"\nrelay_group = \"%s\""
-                              % (G0, RELAY_GROUP[h]), top=trust)
             check("relaying its one-way sessions" in daemons[h].log_text(),
                   "%s: no relay log line" % daemons[h].id)
-        for h in SITES:
-            daemons[h] = Site(bin_dir, base, emu, h, "group = \"%s\"\nsilent = true"
-                              % RELAY_GROUP[BEHIND[h]], top=trust)
         # The joins cross the emulator's switch (IGMP snooping), 5 ms away for the relays.
         time.sleep(0.5)
         t0 = time.time()
@@ -236,12 +244,7 @@ def run_two_way(bin_dir, base, seed):
                    hosts=11, seed=rng.randrange(1 << 30), stats_json=stats_json)
     daemons = {}
     try:
-        for h in RELAYS:
-            daemons[h] = Site(bin_dir, base, emu, h, "group = \"%s\"\nrelay_group = \"%s\""
-                              % (G0, RELAY_GROUP[h]), top=top)
-        for h in SITES:
-            daemons[h] = Site(bin_dir, base, emu, h, "group = \"%s\"" % RELAY_GROUP[BEHIND[h]],
-                              top=top)
+        start_daemons(daemons, bin_dir, base, emu, top)
         time.sleep(0.5)
         t0 = time.time()
         code, summary, out = run_sender(bin_dir, [src], G0, rate="20M", timeout=120,
