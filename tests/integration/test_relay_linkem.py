@@ -90,6 +90,19 @@ def start_daemons(daemons, bin_dir, base, emu, top, site_lines=""):
                           % (RELAY_GROUP[BEHIND[h]], site_lines), top=top)
 
 
+def all_delivered(daemons, want, t0):
+    """Waits for the session's end at every daemon and checks its tree against `want`.
+    @return (each daemon's status by host, seconds from t0 to the last end)"""
+    for d in daemons.values():
+        wait_for("%s: the session's end" % d.id, lambda d=d: sessions_over(d), 60, d)
+    done = time.time() - t0
+    for d in daemons.values():
+        got = tree_digests(d.dest)
+        check(got == want, "%s: delivered files differ from the source (%d of %d, %d bad)"
+              % (d.id, len(got), len(want), len([p for p in got if want.get(p) != got[p]])))
+    return {h: d.read_status() for h, d in daemons.items()}, done
+
+
 def skip_reason(bin_dir):
     if os.geteuid() != 0:
         return "needs root (network namespaces and TUN devices)"
@@ -158,14 +171,7 @@ def run(bin_dir, base, seed):
         check(summary and summary["signed"], "the session was not signed")
         check(all(v == 0 for v in summary["control_received"].values()),
               "the sender received control: %s" % summary["control_received"])
-        for h, d in daemons.items():
-            wait_for("%s: the session's end" % d.id, lambda d=d: sessions_over(d), 60, d)
-        done = time.time() - t0
-        for h, d in daemons.items():
-            got = tree_digests(d.dest)
-            check(got == want, "%s: delivered files differ from the source (%d of %d, %d bad)"
-                  % (d.id, len(got), len(want), len([p for p in got if want.get(p) != got[p]])))
-        statuses = {h: d.read_status() for h, d in daemons.items()}
+        statuses, done = all_delivered(daemons, want, t0)
         for h in SITES:
             st, rid = statuses[h], daemons[h].id
             check(st["sessions_completed"] == 1 and st["sessions_failed"] == 0,
@@ -264,14 +270,7 @@ def run_two_way(bin_dir, base, seed):
                 lambda h=h: (lambda r: r if r and r["two_way"]["sessions"] == 1 and
                              r["two_way"]["sessions_active"] == 0 else None)(
                                  relay_status(daemons[h])), 60, daemons[h])
-        for h, d in daemons.items():
-            wait_for("%s: the session's end" % d.id, lambda d=d: sessions_over(d), 60, d)
-        done = time.time() - t0
-        for h, d in daemons.items():
-            got = tree_digests(d.dest)
-            check(got == want, "%s: delivered files differ from the source (%d of %d, %d bad)"
-                  % (d.id, len(got), len(want), len([p for p in got if want.get(p) != got[p]])))
-        statuses = {h: d.read_status() for h, d in daemons.items()}
+        statuses, done = all_delivered(daemons, want, t0)
         for h in RELAYS:
             t = relays[h]["two_way"]
             log("h%d: relay %s" % (h, t))
