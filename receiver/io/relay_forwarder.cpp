@@ -263,6 +263,10 @@ bool relay_forwarder::on_upstream(std::size_t index, const wire::header& h,
   auto it = r.two_way.find(h.session.value);
   if (it == r.two_way.end()) {
     if (r.not_relayed.count(h.session.value)) return false;
+    // Announced sessions whose manifest never completed here (refused, timed out) hold no
+    // place among the max_two_way_sessions.
+    std::erase_if(r.params,
+                  [this](const auto& e) { return !m_engine->channel_of(session_id{e.first}); });
     if (h.type == wire::msg_type::announce && !r.params.count(h.session.value)) {
       wire::announce a;
       if (wire::parse_control(plain, a)) return true;  // the engine refused it too
