@@ -8,17 +8,17 @@ register). Relay "ra" (dropping 1 % of what it reads, as a lossy hub link would)
 that relays the channel into G1; sites "s1" and "s2" (dropping 3 % each) are on G1 only, and so
 is relay "rb", which relays G1 into G2 for site "s3" (dropping 3 %): a relay of a relay.
 Asserted: every file at ra, rb, s1, s2 and s3 SHA-256 identical to the source; the hub's only
-receiver is ra (the sites registered with the relay, never with the hub); rb ran the session
-for s3, which completed; the hub newly wanted no more blocks than ra dropped, and ra's NAKs
-named at most twice that; the sites sent the relay datagrams for the session and the relay
-sent more data and parity datagrams than the session has blocks (their repairs); the relay's
-status counts the session run for 3 sites (s1, s2, rb) that completed, and s1's log names ra's
-relay socket as the session's source. Then the same files again to the closed group {ra} (a resend the relay
-already holds): the hub skips most of it, and the sites still get every file, read back from
-ra's destination tree. Last, a larger set to {ra} at 10 Mbit/s, during which ra is killed
-(SIGKILL) once s1 has written 2 MB of it and ra has a checkpoint of it, and started again a
-second later: ra logs that it took
-the session up again for its sites, and s1, s2, rb and s3 get every file of it.
+receiver is ra (the sites registered with the relay, never with the hub); rb ran the session for
+s3, which completed; the hub newly wanted no more blocks than ra dropped, and ra's NAKs named at
+most twice that; the sites sent the relay datagrams for the session and the relay sent more data
+and parity datagrams than the session has blocks (their repairs); the relay's status counts the
+session run for 3 sites (s1, s2, rb) that completed, and s1's log names ra's relay socket as the
+session's source. Then the same files again to the closed group {ra} (a resend the relay already
+holds): the hub skips most of it, and the sites still get every file, read back from ra's
+destination tree. Last, a larger set to {ra} at 10 Mbit/s, during which ra is killed (SIGKILL)
+once s1 has written 2 MB of it and ra has a checkpoint of it, and started again a second later:
+ra logs that it took the session up again for its sites, and s1, s2, rb and s3 get every file of
+it.
 
 usage: test_relay_two_way.py BUILD_DIR"""
 
