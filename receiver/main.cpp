@@ -63,7 +63,7 @@ Settings come from --config FILE (TOML) and are overridden by options on the com
   silent = false                         # true: a one-way link, never transmit (see below)
   catch_up_url = "https://hub:9613/"     # silent channels: fetch missed sessions over HTTP(S)
   catch_up_ca = "/etc/mcdist/hub-ca.pem" # the hub certificate's CA (default: the system's)
-  # relay_group = "239.193.0.1:4711"     # relay the one-way sessions into this group (below)
+  # relay_group = "239.193.0.1:4711"     # relay sessions into this group (below)
   # relay_interface = "eth2"             # ... from this interface (default: interface)
   # relay_ttl = 4                        # ... with this multicast TTL (default 1)
   [[channel.action]]                     # optional: a WIS2 notification per stored file
@@ -114,9 +114,13 @@ its actions run. Failures are logged with the URL and retried after 2 s, doublin
 Relays (docs/design-notes.md "Relays"): a channel with relay_group passes every datagram of a
 session silent here, and every heartbeat it took, on byte for byte into that group as it
 arrives, once this site authenticated it; the sites behind (silent = true on the relay group,
-the hub's key in trusted_senders) check the hub's signatures themselves. Two-way sessions are
-not relayed (counted, logged). The relay group must not be a group this daemon receives. Status
-"relay" and /metrics mcdist_relay_* count what was sent on.
+the hub's key in trusted_senders) check the hub's signatures themselves. An unsigned two-way
+session (allow_unsigned) is run again for the sites behind: they register, NAK and complete with
+this relay (allow_unsigned, not silent, on the relay group), which sends them what it holds and
+asks the hub only for what it lacks itself; after a restart it takes such a session up again
+(TEMP/relay). Signed two-way sessions are not relayed (counted, logged). The relay group must
+not be a group this daemon receives. Status "relay" and /metrics mcdist_relay_* count what was
+sent on.
 
 Under systemd (Type=notify) mcdistd reports READY=1 once its sockets are bound, WATCHDOG=1
 every half WatchdogSec= and STOPPING=1 on SIGTERM.
