@@ -118,7 +118,7 @@ the hub's key in trusted_senders) check the hub's signatures themselves. An unsi
 session (allow_unsigned) is run again for the sites behind: they register, NAK and complete with
 this relay (allow_unsigned, not silent, on the relay group), which sends them what it holds and
 asks the hub only for what it lacks itself; after a restart it takes such a session up again
-(TEMP/relay). Signed two-way sessions are not relayed (counted, logged). The relay group must
+(TEMP/relay) if it had checkpointed it (every 2 s). Signed two-way sessions are not relayed (counted, logged). The relay group must
 not be a group this daemon receives. Status "relay" and /metrics mcdist_relay_* count what was
 sent on.
 

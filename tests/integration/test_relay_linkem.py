@@ -78,6 +78,13 @@ def Site(bin_dir, base, emu, h, channel, top="", extra=()):
     return d
 
 
+def emulator(bin_dir, base, rng, stats_json):
+    """The 11-host emulator of LINKS, seeded from `rng`, writing its counters to stats_json."""
+    from linkem_run import Emulator
+    return Emulator(os.path.join(bin_dir, "tests", "linkem", "mcdist-linkem"), base, LINKS,
+                    hosts=11, seed=rng.randrange(1 << 30), stats_json=stats_json)
+
+
 def start_daemons(daemons, bin_dir, base, emu, top, site_lines=""):
     """Starts the relays (on G0, each relaying into its group) and the sites (on their relay's
     group, with `site_lines` more channel lines) into `daemons`, by host, with the top-level
@@ -144,7 +151,6 @@ def send(bin_dir, emu, key, src):
 
 
 def run(bin_dir, base, seed):
-    from linkem_run import Emulator
     rng = random.Random(seed)
     key = os.path.join(base, "hub.key")
     subprocess.run([os.path.join(bin_dir, "tools", "keygen", "mcdist-keygen"), key],
@@ -153,8 +159,7 @@ def run(bin_dir, base, seed):
     src = os.path.join(base, "products")
     want, total = make_set(src, rng)
     stats_json = os.path.join(base, "linkem.json")
-    emu = Emulator(os.path.join(bin_dir, "tests", "linkem", "mcdist-linkem"), base, LINKS,
-                   hosts=11, seed=rng.randrange(1 << 30), stats_json=stats_json)
+    emu = emulator(bin_dir, base, rng, stats_json)
     daemons = {}
     try:
         start_daemons(daemons, bin_dir, base, emu, trust, "\nsilent = true")
@@ -238,7 +243,6 @@ def run(bin_dir, base, seed):
 
 
 def run_two_way(bin_dir, base, seed):
-    from linkem_run import Emulator
     rng = random.Random(seed)
     top = "allow_unsigned = true\nsession_timeout = \"10s\""
     base = os.path.join(base, "two-way")  # daemons of their own: trees without part 1's files
@@ -246,8 +250,7 @@ def run_two_way(bin_dir, base, seed):
     src = os.path.join(base, "two-way")
     want, total = make_set(src, rng)
     stats_json = os.path.join(base, "linkem-two-way.json")
-    emu = Emulator(os.path.join(bin_dir, "tests", "linkem", "mcdist-linkem"), base, LINKS,
-                   hosts=11, seed=rng.randrange(1 << 30), stats_json=stats_json)
+    emu = emulator(bin_dir, base, rng, stats_json)
     daemons = {}
     try:
         start_daemons(daemons, bin_dir, base, emu, top)
