@@ -239,6 +239,9 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
                                                std::random_device{}(), m_log);
   m_relays.set_engine(m_engine.get());
   m_relays.set_state_dir(m_cfg.temp / "relay");
+  m_relays.set_report_sender([this](const endpoint& hub, const wire::gap_report& r) {
+    return send_gap_report(r, false, hub);
+  });
   m_sequences_saved = load_sequence_state(m_cfg.temp, m_engine->sequences(), *m_log);
   m_deliveries->recover();
   for (const auto& ch : m_cfg.channels) {

@@ -129,6 +129,9 @@ class daemon final : public receiver_sink {
   /// A heartbeat it took is relayed when the channel relays (`arrival` for the relay's delay).
   void on_heartbeat(std::size_t index, std::span<const std::byte> d, const endpoint& from,
                     std::optional<time_point> arrival);
+  /// Sends gap report `r` from the control socket to `to`, signed by the site key when `sign`.
+  /// @return false when it could not be encoded or sent (logged at debug)
+  bool send_gap_report(const wire::gap_report& r, bool sign, const endpoint& to);
   /// A reload's changes to the channels it keeps as they were: WIS2 publishers, retention.
   void apply_kept_channels(const daemon_config& next, const channel_match& match,
                            reload_diff& diff);

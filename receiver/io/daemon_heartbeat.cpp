@@ -24,6 +24,12 @@ void daemon::on_heartbeat(std::size_t index, std::span<const std::byte> d, const
   // hub's sessions from it as this site does.
   m_relays.forward_heartbeat(index, d, arrival);
   if (p->catch_up) m_catch_up.note_missing(index, p->channel, p->source, p->signer, p->missing);
+  if (p->gap_report && !p->signer && m_relays.gathers_gaps(index)) {
+    // A relay of an unsigned channel answers for the sites behind it too: its report goes up
+    // once their answers to this heartbeat are in (relay_forwarder::gap_gather).
+    m_relays.on_hub_heartbeat(index, from, std::move(*p->gap_report), p->newest_seq);
+    return;
+  }
   if (p->missing.empty()) return;
   if (!p->gap_report) {
     m_log->debug("channel {}: the hub's newest session is {}; {} missed, recorded (silent{})",
@@ -31,22 +37,26 @@ void daemon::on_heartbeat(std::size_t index, std::span<const std::byte> d, const
                  ch.catch_up_url.empty() ? "" : "; fetched from " + ch.catch_up_url);
     return;
   }
-  std::vector<std::byte> buf(wire::control_budget + beacon::gap_report_trailer_bytes);
-  const auto n =
-      beacon::encode_gap_report(buf, *p->gap_report, p->signer ? &m_keys->site() : nullptr);
-  if (n == 0) return;
-  std::error_code ec;
-  ++m_datagrams_sent;
-  if (!net::send_one(m_control_socket->native_handle(), from, std::span(buf).first(n), ec)) {
-    m_log->debug("channel {}: cannot send a gap report to {}: {}", ch.name, from.to_string(),
-                 ec.message());
-    return;
-  }
-  m_heartbeats.gap_report_sent();
+  if (!send_gap_report(*p->gap_report, p->signer.has_value(), from)) return;
   m_log->info(
       "channel {}: the hub's newest session is {}, this site misses {} session{} below it: gap "
       "report sent to {}",
       ch.name, p->newest_seq, p->missed, p->missed == 1 ? "" : "s", from.to_string());
+}
+
+bool daemon::send_gap_report(const wire::gap_report& r, bool sign, const endpoint& to) {
+  std::vector<std::byte> buf(wire::control_budget + beacon::gap_report_trailer_bytes);
+  const auto n = beacon::encode_gap_report(buf, r, sign ? &m_keys->site() : nullptr);
+  if (n == 0) return false;
+  std::error_code ec;
+  ++m_datagrams_sent;
+  if (!net::send_one(m_control_socket->native_handle(), to, std::span(buf).first(n), ec)) {
+    m_log->debug("channel {}: cannot send a gap report to {}: {}", r.channel(), to.to_string(),
+                 ec.message());
+    return false;
+  }
+  m_heartbeats.gap_report_sent();
+  return true;
 }
 
 catch_up_port daemon::catch_up_hooks() {

@@ -58,7 +58,7 @@ std::optional<heartbeat_intake::plan> heartbeat_intake::on_heartbeat(
   p.missing = std::move(rep.missing);
   for (const auto& [first, last_seq] : p.missing) p.missed += last_seq - first + 1;
   p.catch_up = ch.silent && !ch.catch_up_url.empty();
-  if (ch.silent || p.missing.empty()) return p;
+  if (ch.silent) return p;
   wire::gap_report& r = p.gap_report.emplace();
   r.set_receiver_id(m_receiver_id);
   r.set_channel(m.channel());

@@ -50,8 +50,9 @@ class heartbeat_intake {
     /// A silent channel with a catch_up_url: the numbers go to catch-up (also when none is
     /// missing: numbers caught up another way are forgotten there).
     bool catch_up = false;
-    /// A channel that may transmit and misses numbers: the gap report to send to the
-    /// heartbeat's source, signed with the site's key when the heartbeat was signed.
+    /// A channel that may transmit: the gap report answering the heartbeat, to its source,
+    /// signed with the site's key when the heartbeat was signed. Sent when it names missing
+    /// numbers, which a relay's own report may gain from its sites' (relay_forwarder).
     std::optional<wire::gap_report> gap_report;
   };
 

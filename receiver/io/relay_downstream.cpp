@@ -20,7 +20,8 @@ namespace mcdist::receiver {
 namespace {
 
 /// The downstream session's settings: the upstream session's shape, served to an open group
-/// (whoever registers with the relay), no unicast fallback of the relay's own.
+/// (whoever registers with the relay) or to the sites `p` names, no unicast fallback of the
+/// relay's own.
 sender::sender_config downstream_config(session_id s, const wire::session_params& p,
                                         std::uint32_t run) {
   sender::sender_config c;
@@ -40,6 +41,8 @@ sender::sender_config downstream_config(session_id s, const wire::session_params
   c.channel = p.channel();
   c.channel_seq = p.channel_seq();
   for (const auto& r : p.catch_up_seqs()) c.catch_up_seqs.emplace_back(r.first(), r.last());
+  // Named by the relay: the sites whose gap reports a catch-up covers (relay_forwarder).
+  c.only_receivers.assign(p.only_receivers().begin(), p.only_receivers().end());
   c.created_unix_ms = p.created_unix_ms();
   c.fec_k = p.fec_k();
   c.fec_max_parity = p.fec_max_parity();
@@ -54,11 +57,13 @@ relay_downstream::relay_downstream(session_id s, const wire::session_params& p,
                                    std::vector<manifest_entry> files, std::filesystem::path dest,
                                    std::uint64_t seed, std::uint32_t run, std::size_t& shared,
                                    std::shared_ptr<spdlog::logger> log, time_point now)
-    : m_session(s), m_files(files), m_dest(std::move(dest)), m_log(std::move(log)),
-      m_block_size(p.block_size()),
+    : m_session(s), m_channel(p.channel()), m_channel_seq(p.channel_seq()), m_files(files),
+      m_dest(std::move(dest)), m_log(std::move(log)), m_block_size(p.block_size()),
       m_gate([this](std::uint32_t f, std::uint32_t b) { return held(f, b); }),
       m_shared_used(shared) {
   m_place.assign(m_files.size(), place::unknown);
+  if (m_channel_seq > 0) m_completes.emplace_back(m_channel_seq, m_channel_seq);
+  for (const auto& r : p.catch_up_seqs()) m_completes.emplace_back(r.first(), r.last());
   auto c = downstream_config(s, p, run);
   c.block_gate = [this](std::uint32_t f, std::uint32_t b) { return m_gate.answer(f, b); };
   if (c.fec_k > 0) {

@@ -43,6 +43,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -133,6 +134,13 @@ class relay_downstream {
   session_id session() const noexcept { return m_session; }
   const counters& stats() const noexcept { return m_stats; }
   sender::session_report report(time_point now) const { return m_down->report(now); }
+  /// The channel as the hub names it ("" for an unnumbered ad-hoc session).
+  const std::string& channel() const noexcept { return m_channel; }
+  /// The channel's session number (0: a catch-up, a resend or an ad-hoc session).
+  std::uint64_t channel_seq() const noexcept { return m_channel_seq; }
+  /// The numbers a site that completes the session completes: its own number, or a
+  /// catch-up's ranges (session_params.catch_up_seqs); empty for neither.
+  const std::vector<wire::seq_span>& completes() const noexcept { return m_completes; }
 
  private:
   enum class place : std::uint8_t { unknown, in_place, absent };
@@ -153,6 +161,9 @@ class relay_downstream {
   }
 
   session_id m_session;
+  std::string m_channel;
+  std::uint64_t m_channel_seq;
+  std::vector<wire::seq_span> m_completes;
   std::vector<manifest_entry> m_files;
   std::filesystem::path m_dest;
   std::shared_ptr<spdlog::logger> m_log;

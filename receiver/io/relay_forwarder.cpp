@@ -1,5 +1,6 @@
 #include "receiver/io/relay_forwarder.hpp"
 
+#include "common/beacon.hpp"
 #include "common/wire.hpp"
 #include "mcdist.pb.h"
 #include "receiver/core/receiver_engine.hpp"
@@ -25,8 +26,9 @@ namespace mcdist::receiver {
 
 /// One relayed channel: its socket, where it sends, what it counted, the sessions it saw.
 struct relay_forwarder::relay {
-  relay(net::udp::socket s, endpoint g, endpoint src, std::filesystem::path d)
-      : socket(std::move(s)), group(g), source(src), dest(std::move(d)) {}
+  relay(net::udp::socket s, endpoint g, endpoint src, std::filesystem::path d, bool gather)
+      : socket(std::move(s)), group(g), source(src), dest(std::move(d)), gathers(gather),
+        report_timer(socket.get_executor()) {}
   net::udp::socket socket;
   endpoint group;
   endpoint source;             ///< the socket's local address: the sender the sites behind see
@@ -38,6 +40,17 @@ struct relay_forwarder::relay {
   /// manifest is not complete here yet (at most max_two_way_sessions).
   std::map<std::uint32_t, std::unique_ptr<relay_downstream>> two_way;
   std::map<std::uint32_t, wire::session_params> params;
+  /// Catch-up through the relay (the channel may transmit): what its sites miss, and the
+  /// relay's answer to the hub's last heartbeat, sent when its timer fires.
+  bool gathers;
+  gap_book gaps;
+  struct pending_report {
+    endpoint hub;
+    wire::gap_report own;
+    std::uint64_t newest = 0;
+  };
+  std::optional<pending_report> pending;
+  boost::asio::steady_timer report_timer;
 };
 
 relay_forwarder::relay_forwarder(boost::asio::io_context& io,
@@ -77,7 +90,8 @@ void relay_forwarder::open(std::size_t index, const channel_config& ch) {
   o.receive_buffer = 1 << 20;  // only what misconfigured sites send, read and dropped
   auto s = net::open_sender_socket(m_io, o);
   const auto source = net::from_asio(s.local_endpoint());
-  m_relays[index] = std::make_unique<relay>(std::move(s), *ch.relay_group, source, ch.dest);
+  m_relays[index] =
+      std::make_unique<relay>(std::move(s), *ch.relay_group, source, ch.dest, !ch.silent);
   m_log->info(
       "channel {}: relaying its one-way sessions, unsigned two-way sessions and heartbeats into "
       "{} from {} (ttl {})",
@@ -271,11 +285,25 @@ bool relay_forwarder::on_upstream(std::size_t index, const wire::header& h,
       wire::announce a;
       if (wire::parse_control(plain, a)) return true;  // the engine refused it too
       const auto& p = a.params();
-      if (!p.only_receivers().empty() || p.has_unicast_start() || p.block_digests() != 0 ||
+      if (p.has_unicast_start() || p.block_digests() != 0 ||
           r.two_way.size() + r.params.size() >= max_two_way_sessions) {
         return false;
       }
-      r.params.emplace(h.session.value, p);
+      auto down = p;
+      if (!p.only_receivers().empty()) {
+        // The engine took it, so it names this relay: a catch-up (or an operator's resend) for
+        // the relay's subtree. Below, it is for the sites whose reports it covers; when it
+        // covers none (the relay's own gaps, a resend), every site may take it.
+        std::vector<wire::seq_span> seqs;
+        for (const auto& q : p.catch_up_seqs()) seqs.emplace_back(q.first(), q.last());
+        down.clear_only_receivers();
+        if (!seqs.empty()) {
+          for (auto& site : r.gaps.sites_missing(p.channel(), seqs)) {
+            down.add_only_receivers(std::move(site));
+          }
+        }
+      }
+      r.params.emplace(h.session.value, std::move(down));
     }
     auto pit = r.params.find(h.session.value);
     std::uint32_t run = 0;
@@ -307,9 +335,20 @@ bool relay_forwarder::on_upstream(std::size_t index, const wire::header& h,
       return false;
     }
     save_state(h.session, run, pit->second);
+    const auto& kept = pit->second;
+    const bool catch_up = kept.catch_up_seqs_size() > 0;
+    const auto named = static_cast<std::size_t>(kept.only_receivers_size());
     r.params.erase(pit);
     ++r.stats.two_way_sessions;
-    if (run == 0) {
+    if (catch_up) ++r.stats.catch_ups;
+    if (run == 0 && catch_up) {
+      m_log->info("session {}: relaying the hub's catch-up into {} for {}: {} files", h.session,
+                  r.group.to_string(),
+                  named == 0 ? std::string("every site behind this relay")
+                             : std::to_string(named) + " site" + (named == 1 ? "" : "s") +
+                                   " that reported its sessions missing",
+                  count);
+    } else if (run == 0) {
       m_log->info("session {}: relaying into {} for the sites behind this relay: {} files",
                   h.session, r.group.to_string(), count);
     } else {
@@ -339,6 +378,7 @@ void relay_forwarder::on_site(std::size_t index, std::span<const std::byte> d,
   auto& r = *m_relays[index];
   wire::header h;
   if (!wire::parse_header(d, h)) {
+    if (h.type == wire::msg_type::gap_report) return on_gap_report(index, h, d, from);
     if (const auto it = r.two_way.find(h.session.value); it != r.two_way.end()) {
       ++r.stats.two_way_site_datagrams;
       const auto now = from_steady(std::chrono::steady_clock::now());
@@ -353,6 +393,91 @@ void relay_forwarder::on_site(std::size_t index, std::span<const std::byte> d,
         "relay into {}: a datagram from {} for no session this relay runs (dropped): sites "
         "behind a relay of one-way sessions must be silent (silent = true on their channel)",
         r.group.to_string(), from.to_string());
+  }
+}
+
+bool relay_forwarder::gathers_gaps(std::size_t index) const noexcept {
+  return relays(index) && m_relays[index]->gathers;
+}
+
+void relay_forwarder::on_gap_report(std::size_t index, const wire::header& h,
+                                    std::span<const std::byte> d, const endpoint& from) {
+  auto& r = *m_relays[index];
+  wire::gap_report m;
+  std::optional<crypto::key32> key;
+  const auto refuse = [&](const char* why) {
+    ++r.stats.gap_reports_refused;
+    if (m_gap_reports_logged.tick()) {
+      m_log->warn("relay into {}: gap report from {} refused: {}", r.group.to_string(),
+                  from.to_string(), why);
+    }
+  };
+  // Only unsigned reports: the hub gathered for is unsigned (its sites answer it unsigned),
+  // and a signed report would cost a signature check per datagram from anyone on the group.
+  if (!r.gathers) return refuse("this relay's channel is silent");
+  if (h.version != wire::version) return refuse("signed: catch-up is relayed for unsigned hubs");
+  if (beacon::open_gap_report(d, false, m, key)) return refuse("not a valid report");
+  std::vector<wire::seq_span> missing;
+  for (const auto& q : m.missing()) missing.emplace_back(q.first(), q.last());
+  if (!r.gaps.note(m.receiver_id(), m.channel(), std::move(missing))) {
+    return refuse("too many sites report gaps");
+  }
+  ++r.stats.gap_reports_taken;
+  m_log->debug("relay into {}: site {} reports {} missed session range{} of channel {}",
+               r.group.to_string(), m.receiver_id(), m.missing_size(),
+               m.missing_size() == 1 ? "" : "s", m.channel());
+}
+
+void relay_forwarder::on_hub_heartbeat(std::size_t index, const endpoint& hub, wire::gap_report own,
+                                       std::uint64_t newest) {
+  if (!gathers_gaps(index)) return;
+  auto& r = *m_relays[index];
+  send_gap_report(index);
+  r.gaps.next_generation();
+  r.pending = relay::pending_report{hub, std::move(own), newest};
+  r.report_timer.expires_after(gap_gather);
+  r.report_timer.async_wait([this, index](const boost::system::error_code& ec) {
+    if (!ec && relays(index)) send_gap_report(index);
+  });
+}
+
+void relay_forwarder::send_gap_report(std::size_t index) {
+  auto& r = *m_relays[index];
+  if (!r.pending) return;
+  auto p = std::move(*r.pending);
+  r.pending.reset();
+  std::vector<wire::seq_span> own;
+  for (const auto& q : p.own.missing()) own.emplace_back(q.first(), q.last());
+  const auto all = r.gaps.merged(p.own.channel(), p.newest, own);
+  if (all.empty() || !m_send_report) return;
+  const bool subtree = !r.gaps.merged(p.own.channel(), p.newest, {}).empty();
+  p.own.clear_missing();
+  std::uint64_t missed = 0;
+  for (const auto& [first, last] : all) {
+    auto* q = p.own.add_missing();
+    q->set_first(first);
+    q->set_last(last);
+    missed += last - first + 1;
+  }
+  if (!m_send_report(p.hub, p.own)) return;
+  if (subtree) ++r.stats.subtree_reports_sent;
+  m_log->info(
+      "channel {}: the hub's newest session is {}; {} {} session{} below it: gap report "
+      "sent to {}",
+      p.own.channel(), p.newest,
+      subtree ? "this relay and the sites behind it miss" : "this relay misses", missed,
+      missed == 1 ? "" : "s", p.hub.to_string());
+}
+
+void relay_forwarder::note_sites(relay& r, const relay_downstream& down,
+                                 const sender::session_report& rep) {
+  for (const auto& site : rep.receivers) {
+    // A REGISTER's gaps count until the site's next report; a session it completed is no
+    // longer missing there.
+    if (!site.missing_seqs.empty()) r.gaps.note(site.id, down.channel(), site.missing_seqs);
+    if (site.state == sender::receiver_report::state_t::completed) {
+      r.gaps.completed(site.id, down.channel(), down.completes());
+    }
   }
 }
 
@@ -391,6 +516,7 @@ void relay_forwarder::service_two_way() {
         const auto& c = down.stats();
         add(r.stats.two_way, c);
         const auto rep = down.report(now);
+        note_sites(r, down, rep);
         for (const auto& site : rep.receivers) {
           if (site.state == sender::receiver_report::state_t::completed) {
             ++r.stats.two_way_sites_completed;
@@ -496,6 +622,7 @@ void relay_forwarder::cancel_all() {
     if (!r) continue;
     boost::system::error_code ignored;
     r->socket.cancel(ignored);
+    r->report_timer.cancel();
   }
 }
 
@@ -545,6 +672,12 @@ nlohmann::json relay_forwarder::status(const std::vector<channel_config>& channe
                      {"from_cache", t.from_cache},
                      {"from_dest", t.from_dest},
                      {"unreadable", t.unreadable}}},
+                   {"catch_up",
+                    {{"gap_reports_taken", s.gap_reports_taken},
+                     {"gap_reports_refused", s.gap_reports_refused},
+                     {"sites_missing", r.gaps.size()},
+                     {"reports_sent", s.subtree_reports_sent},
+                     {"sessions", s.catch_ups}}},
                    // Over every relayed channel: kernel arrival to the send call.
                    {"forward_delay_us", {{"p50", p50}, {"p99", p99}, {"samples", d.size()}}}});
   }

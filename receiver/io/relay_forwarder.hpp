@@ -14,8 +14,14 @@
 /// (relay_downstream.hpp): the relay answers its sites' registrations, NAKs and COMPLETEs from
 /// what it holds, and only its own engine's NAKs go upstream. Signed two-way sessions are not
 /// relayed (the relay cannot tag blocks it sends itself under the hub's session keys): they are
-/// counted and logged once per session. Datagrams that reach a relay socket for no session it
-/// runs are read, counted and dropped.
+/// counted and logged once per session.
+///
+/// Catch-up goes through the relay on channels of an unsigned hub: the gap reports its sites
+/// send it in answer to the relayed heartbeats, and the gaps their REGISTERs name in the
+/// sessions it runs, go into a gap_book; a gather time after each hub heartbeat the relay sends
+/// the hub one gap report of its own for the whole subtree, and runs the catch-up the hub then
+/// sends it (named to the relay) for the sites that reported the numbers. Other datagrams that
+/// reach a relay socket for no session it runs are read, counted and dropped.
 ///
 /// Runs on the daemon's io thread. Memory: the batch (at most max_batch datagrams, copied into
 /// a buffer of max_batch_bytes), a ring of the last delay_samples forwarding delays, per
@@ -28,6 +34,9 @@
 #include "common/net/interface.hpp"
 #include "common/net/udp.hpp"
 #include "common/time.hpp"
+#include "common/wire.hpp"
+#include "mcdist.pb.h"
+#include "receiver/core/gap_book.hpp"
 #include "receiver/io/daemon_config.hpp"
 #include "receiver/io/relay_downstream.hpp"
 
@@ -41,15 +50,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
 #include <unordered_set>
 #include <vector>
-
-namespace mcdist::wire {
-struct header;
-}
 
 namespace mcdist::receiver {
 
@@ -92,9 +98,25 @@ class relay_forwarder {
     relay_downstream::counters two_way;
     std::uint64_t two_way_sites_completed = 0;  ///< sites that completed them
     std::uint64_t two_way_sites_failed = 0;     ///< sites failed by them
+    /// Catch-up through the relay: its sites' gap reports taken into the gap book, and those
+    /// refused (malformed, signed, on a channel that does not gather them, the book full).
+    std::uint64_t gap_reports_taken = 0;
+    std::uint64_t gap_reports_refused = 0;
+    /// The relay's own gap reports upstream that carried its sites' gaps.
+    std::uint64_t subtree_reports_sent = 0;
+    /// Catch-up sessions of the hub (named to the relay) run for the sites behind.
+    std::uint64_t catch_ups = 0;
   };
   /// Two-way sessions run at once per relayed channel; past it a new one is not relayed.
   static constexpr std::size_t max_two_way_sessions = 64;
+  /// How long after a hub heartbeat the relay sends its gap report upstream: its sites answer
+  /// the heartbeat it passed on within their round trip to it (milliseconds on a LAN), and the
+  /// hub takes one report per site and half heartbeat interval (1 s at the shortest), so the
+  /// relay's one report must carry theirs. A site that answers later is in the next report.
+  static constexpr std::chrono::milliseconds gap_gather{300};
+  /// Sends a relay's gap report upstream to `hub` from the daemon's control socket (unsigned);
+  /// false when it was not sent.
+  using report_fn = std::function<bool(const endpoint& hub, const wire::gap_report& report)>;
 
   /// @param daemon_interface  the daemon's resolved interface: a channel without
   ///        relay_interface relays from it
@@ -142,6 +164,17 @@ class relay_forwarder {
   /// The relay's engine, asked whether a relayed session is still tracked upstream (and for
   /// its manifest); set once by the daemon before any datagram.
   void set_engine(const receiver_engine* engine) noexcept { m_engine = engine; }
+  /// How the relay's gap reports go upstream; set once by the daemon (none: never sent).
+  void set_report_sender(report_fn f) { m_send_report = std::move(f); }
+  /// True when channel `index` gathers its sites' gap reports: it relays and may transmit.
+  bool gathers_gaps(std::size_t index) const noexcept;
+  /// Channel `index` (gathers_gaps) took an unsigned heartbeat from `hub` whose newest number
+  /// is `newest`; `own` is this relay's answer to it (its own gaps, perhaps none). A report
+  /// still pending goes now; the sites' reports older than the previous heartbeat are
+  /// forgotten (gap_book::next_generation); gap_gather later, `own` joined with its sites'
+  /// gaps goes to `hub`, when it names any number.
+  void on_hub_heartbeat(std::size_t index, const endpoint& hub, wire::gap_report own,
+                        std::uint64_t newest);
   /// Where the parameters of the two-way sessions it runs are kept (the daemon's TEMP/relay,
   /// made if missing), so that after a restart it takes them up again for their sites. Set once
   /// by the daemon before any datagram. @throws std::filesystem::filesystem_error
@@ -153,7 +186,10 @@ class relay_forwarder {
   /// `index`, as the engine took it. An unsigned session is run for the sites behind the
   /// relay (relay_downstream), from the first datagram after its manifest is complete here; a
   /// session resumed after a restart is taken up again from what set_state_dir's directory kept.
-  /// @return false when the session is not relayed (signed; a resend to named sites; resumed
+  /// A session named to this relay (only_receivers: a catch-up or a resend for its subtree) is
+  /// run for the sites whose gap reports its catch-up ranges cover, or for every site when it
+  /// covers none.
+  /// @return false when the session is not relayed (signed; with a unicast start; resumed
   ///         without kept parameters; more than max_two_way_sessions): the caller counts it
   ///         with not_relayed
   bool on_upstream(std::size_t index, const wire::header& h, std::span<const std::byte> plain,
@@ -197,6 +233,13 @@ class relay_forwarder {
   void read_sites(std::size_t index);
   /// A datagram a site sent to channel `index`'s relay socket.
   void on_site(std::size_t index, std::span<const std::byte> d, const endpoint& from);
+  /// A gap report a site sent to channel `index`'s relay socket (`h` its parsed header).
+  void on_gap_report(std::size_t index, const wire::header& h, std::span<const std::byte> d,
+                     const endpoint& from);
+  /// Sends channel `index`'s pending gap report upstream, if any.
+  void send_gap_report(std::size_t index);
+  /// A finished two-way session's sites: what they reported missing and completed.
+  void note_sites(relay& r, const relay_downstream& down, const sender::session_report& rep);
   /// Services every two-way session and arms the timer for the earliest deadline.
   void service_two_way();
   /// The kept parameters of two-way session `s`: its run (0, then one more per restart) and
@@ -221,6 +264,8 @@ class relay_forwarder {
   log_limiter m_send_errors_logged{3};
   log_limiter m_not_relayed_logged{10};
   log_limiter m_site_datagrams_logged{3};
+  log_limiter m_gap_reports_logged{3};
+  report_fn m_send_report;
   const receiver_engine* m_engine = nullptr;
   std::filesystem::path m_state_dir;  ///< empty: nothing kept (tests without a daemon)
   boost::asio::steady_timer m_timer;
