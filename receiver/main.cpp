@@ -118,9 +118,12 @@ the hub's key in trusted_senders) check the hub's signatures themselves. An unsi
 session (allow_unsigned) is run again for the sites behind: they register, NAK and complete with
 this relay (allow_unsigned, not silent, on the relay group), which sends them what it holds and
 asks the hub only for what it lacks itself; after a restart it takes such a session up again
-(TEMP/relay) if it had checkpointed it (every 2 s). Signed two-way sessions are not relayed (counted, logged). The relay group must
-not be a group this daemon receives. Status "relay" and /metrics mcdist_relay_* count what was
-sent on.
+(TEMP/relay) if it had checkpointed it (every 2 s). Catch-up goes through it too: it keeps the
+gap reports its sites send it in answer to an unsigned hub's heartbeats, reports their gaps with
+its own to the hub 300 ms after each heartbeat, and runs the hub's catch-up, named to it, for
+the sites that reported them. Signed two-way sessions are not relayed (counted, logged). The
+relay group must not be a group this daemon receives. Status "relay" and /metrics
+mcdist_relay_* count what was sent on.
 
 Under systemd (Type=notify) mcdistd reports READY=1 once its sockets are bound, WATCHDOG=1
 every half WatchdogSec= and STOPPING=1 on SIGTERM.

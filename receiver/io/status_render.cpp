@@ -230,6 +230,17 @@ std::string render_metrics(const status_snapshot& s) {
       p.sample({{"channel", channel}, {"outcome", "completed"}}, r.two_way_sites_completed);
       p.sample({{"channel", channel}, {"outcome", "failed"}}, r.two_way_sites_failed);
     }
+    p.family("mcdist_relay_gap_reports_total", metric_type::counter,
+             "Gap reports the sites behind the relay sent it (catch-up through the relay), by "
+             "outcome, and the relay's own reports upstream that carried theirs.");
+    for (const auto& [channel, r] : s.relays) {
+      p.sample({{"channel", channel}, {"outcome", "taken"}}, r.gap_reports_taken);
+      p.sample({{"channel", channel}, {"outcome", "refused"}}, r.gap_reports_refused);
+      p.sample({{"channel", channel}, {"outcome", "sent_upstream"}}, r.subtree_reports_sent);
+    }
+    p.family("mcdist_relay_catch_ups_total", metric_type::counter,
+             "Catch-up sessions of the hub, named to the relay, run for the sites behind it.");
+    for (const auto& [channel, r] : s.relays) p.sample({{"channel", channel}}, r.catch_ups);
     p.family("mcdist_relay_send_failed_total", metric_type::counter,
              "Datagrams the relay socket did not send (its buffer full, or an error).");
     for (const auto& [channel, r] : s.relays) p.sample({{"channel", channel}}, r.send_failed);

@@ -127,6 +127,10 @@ TEST_CASE("metrics and page show a relayed channel's counters, problems marked",
   c.two_way.parity = 40;
   c.two_way_sites_completed = 7;
   c.two_way_sites_failed = 1;
+  c.gap_reports_taken = 5;
+  c.gap_reports_refused = 2;
+  c.subtree_reports_sent = 3;
+  c.catch_ups = 4;
   f.snap.relays = {{"obs <a>", c}};
   const auto m = render_metrics(f.snap);
   CHECK(m.find("mcdist_relay_sessions_total{channel=\"obs <a>\",outcome=\"two_way\"} 2\n") !=
@@ -140,6 +144,11 @@ TEST_CASE("metrics and page show a relayed channel's counters, problems marked",
   CHECK(m.find("mcdist_relay_sessions_total{channel=\"obs <a>\",outcome=\"not_relayed\"} 1\n") !=
         std::string::npos);
   CHECK(m.find("mcdist_relay_send_failed_total{channel=\"obs <a>\"} 0\n") != std::string::npos);
+  CHECK(m.find("mcdist_relay_gap_reports_total{channel=\"obs <a>\",outcome=\"refused\"} 2\n") !=
+        std::string::npos);
+  CHECK(m.find("mcdist_relay_gap_reports_total{channel=\"obs <a>\",outcome=\"sent_upstream\"} "
+               "3\n") != std::string::npos);
+  CHECK(m.find("mcdist_relay_catch_ups_total{channel=\"obs <a>\"} 4\n") != std::string::npos);
   const auto h = render_status_page(f.snap);
   CHECK(h.find("<table id=\"relays\">") != std::string::npos);
   CHECK(h.find("<td>obs &lt;a&gt;</td><td class=\"num\">1200</td>") != std::string::npos);
