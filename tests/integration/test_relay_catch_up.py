@@ -19,7 +19,8 @@ None of them but ra ever reaches the hub.
    the numbers itself, and so do both sites below it (s1 ran, but nothing reached it). One
    report of ra's brings the hub's catch-up, which now carries data (ra lacks the files), and ra
    relays it to s1 and s2 as it arrives. Asserted: ra, s1 and s2 hold both products byte for
-   byte; again the hub never hears of s1 or s2.
+   byte; again the hub never hears of s1 or s2. Last, no daemon's sequence book reports a
+   session missing: the relays' catch-ups carried the hub's numbers to every site.
 
 usage: test_relay_catch_up.py BUILD_DIR"""
 
@@ -180,6 +181,14 @@ register_window = "1s"
         check(outs == [("stored",)], "ra's outcomes of its own catch-up: %s" % outs)
         for site in behind:
             check(not hub_names(site), "the hub heard of %s, which is behind the relay" % site)
+        # The relays' catch-ups carried the hub's numbers: every site stops reporting them.
+        def nothing_missing(d):
+            st = d.read_status() or {}
+            seqs = st.get("sequences") or []
+            return seqs and all(q["missing_sessions"] == 0 for q in seqs)
+        for d in daemons:
+            wait_until("%s: no session missing" % d.id, lambda d=d: nothing_missing(d), 10, feed,
+                       daemons)
         log("PASS: catch-up through a relay")
         return 0
     finally:
