@@ -34,6 +34,26 @@ bool valid_seq_ranges(std::span<const seq_span> ranges, std::uint64_t below) noe
   return true;
 }
 
+std::vector<seq_span> subtract_seq_ranges(std::span<const seq_span> from,
+                                          std::span<const seq_span> minus) {
+  std::vector<seq_span> out;
+  for (auto [first, last] : from) {
+    bool rest = true;  // first..last is still to be placed
+    for (const auto& [m_first, m_last] : minus) {
+      if (m_last < first) continue;
+      if (m_first > last) break;
+      if (m_first > first) out.emplace_back(first, m_first - 1);
+      if (m_last >= last) {
+        rest = false;
+        break;
+      }
+      first = m_last + 1;
+    }
+    if (rest) out.emplace_back(first, last);
+  }
+  return out;
+}
+
 const char* to_string(msg_type t) noexcept {
   switch (t) {
     case msg_type::data: return "data";

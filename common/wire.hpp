@@ -152,6 +152,12 @@ inline constexpr std::size_t max_seq_ranges = 32;
 ///               when none applies)
 bool valid_seq_ranges(std::span<const seq_span> ranges, std::uint64_t below) noexcept;
 
+/// The numbers of `from` that are in no range of `minus`, as inclusive ranges in `from`'s order.
+/// @param from   inclusive ranges, ascending and disjoint
+/// @param minus  inclusive ranges ordered by their first number (they may overlap)
+std::vector<seq_span> subtract_seq_ranges(std::span<const seq_span> from,
+                                          std::span<const seq_span> minus);
+
 /// Short name of a message type for logs ("announce", ...), "unknown" otherwise.
 const char* to_string(msg_type t) noexcept;
 

@@ -744,6 +744,7 @@ bool feed_daemon::start_session(std::size_t ch, session_kind kind, std::vector<p
     set_sequence(sc, cc.name, run.seq, no_ranges);
   } else {
     run.only.assign(extra->sites.begin(), extra->sites.end());
+    run.catch_up_seqs = extra->seqs;
     sc.only_receivers = run.only;
     sc.force_unicast = extra->unicast;
     set_sequence(sc, cc.name, 0, extra->seqs);
@@ -1079,20 +1080,17 @@ void feed_daemon::request_catch_up(
   req.kind = session_kind::catchup;
   req.sites.insert(site);
   // Sessions of the channel still under way are not missed: a site reports a number below
-  // the newest as missing while its session runs, when sessions run concurrently.
-  std::set<std::uint64_t> running_seqs;
+  // the newest as missing while its session runs, when sessions run concurrently; nor are
+  // the numbers of a catch-up under way that names the site (a heartbeat came during it).
+  std::set<wire::seq_span> under_way;
   for (const auto& r : m_channels[ch].runs) {
-    if (r->seq > 0) running_seqs.insert(r->seq);
-  }
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> wanted;
-  for (const auto& [from, to] : ranges) {
-    std::uint64_t cursor = from;
-    for (auto it = running_seqs.lower_bound(from); it != running_seqs.end() && *it <= to; ++it) {
-      if (*it > cursor) wanted.emplace_back(cursor, *it - 1);
-      cursor = *it + 1;
+    if (r->seq > 0) under_way.insert({r->seq, r->seq});
+    if (std::find(r->only.begin(), r->only.end(), site) != r->only.end()) {
+      under_way.insert(r->catch_up_seqs.begin(), r->catch_up_seqs.end());
     }
-    if (cursor <= to && cursor >= from) wanted.emplace_back(cursor, to);
   }
+  const std::vector<wire::seq_span> busy(under_way.begin(), under_way.end());
+  const auto wanted = wire::subtract_seq_ranges(ranges, busy);
   std::size_t n = 0;
   std::size_t superseded = 0;
   for (const auto& [from, to] : wanted) {

@@ -160,6 +160,9 @@ class feed_daemon {
     /// disposed of through this, never by its path again.
     std::vector<opened_product> opened;
     std::vector<std::string> only;  ///< catch-up/resend sites
+    /// A catch-up's ranges of the channel's numbers: a site it names that reports them again
+    /// while it runs (a heartbeat during a long catch-up) is not caught up twice.
+    std::set<wire::seq_span> catch_up_seqs;
     rate_claim claim;
     /// It has data to send (sender::session_activity): only such sessions share the rate;
     /// the others get the floor, enough for announces and markers. Rate auto: always.

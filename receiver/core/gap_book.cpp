@@ -10,26 +10,6 @@ std::pair<std::string, std::string> key_of(std::string_view site, std::string_vi
   return {std::string(site), std::string(channel)};
 }
 
-/// `ranges` without the numbers of `done` (both ascending and disjoint).
-std::vector<wire::seq_span> subtract(const std::vector<wire::seq_span>& ranges,
-                                     std::span<const wire::seq_span> done) {
-  std::vector<wire::seq_span> out;
-  for (auto [first, last] : ranges) {
-    for (const auto& [d_first, d_last] : done) {
-      if (d_last < first || d_first > last) continue;
-      if (d_first > first) out.emplace_back(first, d_first - 1);
-      if (d_last >= last) {
-        first = 1;
-        last = 0;  // nothing left of this range
-        break;
-      }
-      first = d_last + 1;
-    }
-    if (first <= last) out.emplace_back(first, last);
-  }
-  return out;
-}
-
 }  // namespace
 
 bool gap_book::note(std::string_view site, std::string_view channel,
@@ -52,7 +32,7 @@ void gap_book::completed(std::string_view site, std::string_view channel,
                          std::span<const wire::seq_span> done) {
   const auto it = m_sites.find(key_of(site, channel));
   if (it == m_sites.end()) return;
-  it->second.missing = subtract(it->second.missing, done);
+  it->second.missing = wire::subtract_seq_ranges(it->second.missing, done);
   if (it->second.missing.empty()) m_sites.erase(it);
 }
 
@@ -62,10 +42,13 @@ void gap_book::next_generation() {
 }
 
 std::vector<wire::seq_span> gap_book::merged(std::string_view channel, std::uint64_t newest,
-                                             std::span<const wire::seq_span> own) const {
+                                             std::span<const wire::seq_span> own,
+                                             std::span<const wire::seq_span> busy) const {
   std::vector<wire::seq_span> all(own.begin(), own.end());
   for (const auto& [key, r] : m_sites) {
-    if (key.second == channel) all.insert(all.end(), r.missing.begin(), r.missing.end());
+    if (key.second != channel) continue;
+    const auto wanted = wire::subtract_seq_ranges(r.missing, busy);
+    all.insert(all.end(), wanted.begin(), wanted.end());
   }
   std::sort(all.begin(), all.end());
   std::vector<wire::seq_span> out;

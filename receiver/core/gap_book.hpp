@@ -51,10 +51,14 @@ class gap_book {
   void next_generation();
 
   /// The numbers to report upstream for `channel`: `own` (the relay's own gaps) joined with
-  /// its sites' reports, each range cut to at most `newest`, merged, the oldest
+  /// its sites' reports less `busy`, each range cut to at most `newest`, merged, the oldest
   /// wire::max_seq_ranges ranges. Passes wire::valid_seq_ranges(result, newest + 1).
+  /// @param busy  numbers a session the relay runs for its sites is delivering now, ordered by
+  ///              first (the sites are not asked for again; the relay's own gaps are: a
+  ///              session cannot deliver what the relay lacks)
   std::vector<wire::seq_span> merged(std::string_view channel, std::uint64_t newest,
-                                     std::span<const wire::seq_span> own) const;
+                                     std::span<const wire::seq_span> own,
+                                     std::span<const wire::seq_span> busy = {}) const;
   /// The sites whose reports for `channel` hold a number of `ranges`, in id order.
   std::vector<std::string> sites_missing(std::string_view channel,
                                          std::span<const wire::seq_span> ranges) const;

@@ -448,7 +448,16 @@ void relay_forwarder::send_gap_report(std::size_t index) {
   r.pending.reset();
   std::vector<wire::seq_span> own;
   for (const auto& q : p.own.missing()) own.emplace_back(q.first(), q.last());
-  const auto all = r.gaps.merged(p.own.channel(), p.newest, own);
+  // Numbers a session it runs for its sites is delivering now are not asked for them again (a
+  // heartbeat during a long catch-up); should that session fail them, the next report has them.
+  std::vector<wire::seq_span> busy;
+  for (const auto& [id, down] : r.two_way) {
+    if (down->channel() == p.own.channel()) {
+      busy.insert(busy.end(), down->completes().begin(), down->completes().end());
+    }
+  }
+  std::sort(busy.begin(), busy.end());
+  const auto all = r.gaps.merged(p.own.channel(), p.newest, own, busy);
   if (all.empty() || !m_send_report) return;
   const bool subtree = !r.gaps.merged(p.own.channel(), p.newest, {}).empty();
   p.own.clear_missing();

@@ -199,3 +199,25 @@ TEST_CASE("range lists round-trip and malformed ones are refused whole", "[unit]
   REQUIRE(for_each_range(overflow, 0xffffffffu, count) == errc::invalid_field);
   REQUIRE(calls == 0);
 }
+
+TEST_CASE("subtracting sequence ranges keeps exactly the numbers in none of them", "[unit][wire]") {
+  using ranges = std::vector<wire::seq_span>;
+  const ranges from{{1, 5}, {8, 12}, {20, 20}};
+  // Overlapping, ordered by first: 3-4 and 4-9 take 3..9; 11 and 20 go; 12 stays.
+  const ranges minus{{3, 4}, {4, 9}, {11, 11}, {20, 30}};
+  CHECK(wire::subtract_seq_ranges(from, minus) == ranges{{1, 2}, {10, 10}, {12, 12}});
+  CHECK(wire::subtract_seq_ranges(from, {}) == from);
+  const ranges all{{0, UINT64_MAX}};
+  CHECK(wire::subtract_seq_ranges(from, all).empty());
+  // Brute force over small numbers: every number is kept exactly when no range of minus has it.
+  const ranges big{{2, 40}};
+  const ranges holes{{1, 3}, {7, 7}, {9, 15}, {12, 13}, {39, 50}};
+  const auto got = wire::subtract_seq_ranges(big, holes);
+  for (std::uint64_t n = 1; n <= 60; ++n) {
+    const auto in = [n](const ranges& rs) {
+      return std::any_of(rs.begin(), rs.end(),
+                         [n](const auto& r) { return r.first <= n && n <= r.second; });
+    };
+    CHECK(in(got) == (in(big) && !in(holes)));
+  }
+}

@@ -19,14 +19,19 @@ None of them but ra ever reaches the hub.
    the numbers itself, and so do both sites below it (s1 ran, but nothing reached it). One
    report of ra's brings the hub's catch-up, which now carries data (ra lacks the files), and ra
    relays it to s1 and s2 as it arrives. Asserted: ra, s1 and s2 hold both products byte for
-   byte; again the hub never hears of s1 or s2. Last, no daemon's sequence book reports a
-   session missing: the relays' catch-ups carried the hub's numbers to every site.
+   byte; again the hub never hears of s1 or s2.
+4. ra is killed (SIGKILL) 0.8 s into a 6 MB product's session and stays down until the hub has
+   failed it (silent 10 s) and ended the session; restarted, ra and every site below it hold the
+   product, by the catch-up ra's next report brings.
+Last, no daemon's sequence book reports a session missing: the relays' catch-ups carried the
+hub's numbers to every site.
 
 usage: test_relay_catch_up.py BUILD_DIR"""
 
 import hashlib
 import os
 import random
+import signal
 import sys
 import tempfile
 import time
@@ -65,7 +70,7 @@ def main():
         with open(config, "w") as f:
             f.write("""
 interface = "127.0.0.1"
-rate = "100M"
+rate = "20M"
 journal = "%(journal)s"
 retention = "1h"
 retained = "%(base)s/retained"
@@ -181,6 +186,27 @@ register_window = "1s"
         check(outs == [("stored",)], "ra's outcomes of its own catch-up: %s" % outs)
         for site in behind:
             check(not hub_names(site), "the hub heard of %s, which is behind the relay" % site)
+        # 4. The relay is killed in the middle of a session and stays down longer than the hub
+        # waits for a silent receiver (10 s): the hub fails it and ends the session. Restarted,
+        # the relay and its sites report the number at the next heartbeat and the catch-up
+        # brings the product.
+        big_name, big_digest = product("big/field.grib2", 6_000_000)
+        ra.wait_for_log("6000000 bytes announced", 20)
+        time.sleep(0.8)
+        ra.stop(signal.SIGKILL)
+        wait_until("the hub's end of the session ra was killed in", all_sent("big/", 1), 60,
+                   feed, [s1, s2])
+        check(query(journal, "SELECT o.outcome FROM outcomes o JOIN products p ON p.id = "
+                    "o.product WHERE p.name = ? AND o.site = 'ra'", (big_name,)) ==
+              [("failed",)] or not delivered([ra], big_name, big_digest)(),
+              "ra holds the product it was killed in")
+        ra.start()
+        t0 = time.time()
+        wait_until("the product at every daemon after the relay's restart",
+                   delivered(daemons, big_name, big_digest), 90, feed, daemons)
+        log("every daemon holds the 6 MB product %.1f s after the relay's restart"
+            % (time.time() - t0))
+
         # The relays' catch-ups carried the hub's numbers: every site stops reporting them.
         def nothing_missing(d):
             st = d.read_status() or {}

@@ -105,3 +105,15 @@ TEST_CASE("a full book drops a new site's report and keeps the known ones",
   REQUIRE(b.size() == gap_book::max_sites);
   REQUIRE(b.merged(obs, 100, {}) == ranges{{1, 1}, {3, 3}});
 }
+
+TEST_CASE("numbers a session is delivering to the sites are not asked for them again",
+          "[unit][receiver][gap_book]") {
+  gap_book b;
+  b.note("s1", obs, {{3, 6}});
+  b.note("s2", obs, {{5, 5}, {9, 9}});
+  const ranges busy{{4, 5}, {9, 9}};
+  REQUIRE(b.merged(obs, 100, {}, busy) == ranges{{3, 3}, {6, 6}});
+  // The relay's own gaps stay: no session of its own can deliver what it lacks.
+  const ranges own{{5, 5}};
+  REQUIRE(b.merged(obs, 100, own, busy) == ranges{{3, 3}, {5, 6}});
+}
