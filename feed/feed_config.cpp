@@ -301,11 +301,28 @@ bool inside(const std::filesystem::path& a, const std::filesystem::path& b) {
 }
 
 feed_config from_table(const toml::table& t, const std::string& source) {
-  const table_reader r(
-      t, "", source,
-      {"interface", "key", "site_keys", "rate", "rate_max", "journal", "retention", "retained",
-       "control_socket", "control_group", "http", "products_http", "products_tls_cert",
-       "products_tls_key", "channel", "wis2", "wis2_input", "wis2_dedupe_window", "cluster"});
+  const table_reader r(t, "", source,
+                       {"interface",
+                        "key",
+                        "site_keys",
+                        "rate",
+                        "rate_max",
+                        "journal",
+                        "retention",
+                        "retained",
+                        "control_socket",
+                        "control_group",
+                        "http",
+                        "products_http",
+                        "products_tls_cert",
+                        "products_tls_key",
+                        "channel",
+                        "wis2",
+                        "wis2_input",
+                        "wis2_dedupe_window",
+                        "cluster",
+                        "relays",
+                        "relay_timeout"});
   feed_config c;
   const auto itf = r.required_string("interface", "\"10.0.0.5\" or \"eth1\"");
   const auto a = net::parse_interface(itf);
@@ -340,6 +357,16 @@ feed_config from_table(const toml::table& t, const std::string& source) {
                        "together (e.g. rate = \"500M\"), or \"auto\" with rate_max");
   }
   c.journal = r.required_string("journal", "\"/var/lib/mcdist-feed/journal.db\"");
+  c.relays = r.strings("relays");
+  for (const auto& id : c.relays) {
+    if (!wire::valid_receiver_id(id)) r.fail("relays", "lists \"" + id + "\", not a valid site id");
+  }
+  if (auto v = r.duration("relay_timeout")) {
+    if (*v < std::chrono::seconds(1) || *v > std::chrono::hours(1)) {
+      r.fail("relay_timeout", "must be from 1s to 1h (how long a silent relay is waited for)");
+    }
+    c.relay_timeout = *v;
+  }
   if (auto v = r.duration("retention")) c.retention = *v;
   if (auto v = r.string("retained")) c.retained_dir = *v;
   if (c.retention.count() > 0 && c.retained_dir.empty()) {

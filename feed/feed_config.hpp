@@ -178,6 +178,11 @@ struct feed_config {
   std::filesystem::path journal;
   /// `[cluster]`: this hub's name and its leases (with a PostgreSQL journal only).
   cluster_settings cluster;
+  /// `relays`: the site ids that are relays (mcdistd relay_group). A session fails such a site
+  /// only after `relay_timeout` of silence (60 s by default) instead of 10 s, so a relay's
+  /// restart resumes the session for the sites behind it (docs/design-notes.md "Relays").
+  std::vector<std::string> relays;
+  std::chrono::nanoseconds relay_timeout = std::chrono::seconds(60);
   /// How long sent products stay in retained_dir for catch-up and resend (0 = none kept).
   std::chrono::nanoseconds retention = std::chrono::hours(24);
   std::filesystem::path retained_dir;

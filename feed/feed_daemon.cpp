@@ -729,6 +729,8 @@ bool feed_daemon::start_session(std::size_t ch, session_kind kind, std::vector<p
   cs.fec_k_now = sc.fec_k;
   sc.register_timeout = cc.register_timeout;
   sc.sender_name = sender_name_of(cc);
+  sc.relays = m_cfg.relays;
+  sc.relay_timeout = m_cfg.relay_timeout;
   if (m_cfg.rate_auto) {
     sc.rate_auto = true;
     sc.rate_max_bps = m_cfg.rate_max_bps;  // rebalance() lowers it to the session's share

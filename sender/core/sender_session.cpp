@@ -99,6 +99,7 @@ sender_session::sender_session(sender_config cfg, std::vector<manifest_entry> fi
   for (const auto& id : m_cfg.receivers) {
     auto& r = m_receivers.emplace(id).first;
     r.rep.id = id;
+    r.relay = is_relay(id);
     r.awaited = std::find(m_cfg.not_awaited.begin(), m_cfg.not_awaited.end(), id) ==
                 m_cfg.not_awaited.end();
     if (r.awaited) ++m_awaited;
@@ -198,14 +199,19 @@ void sender_session::send_announce_chunk(time_point now) {
 }
 
 void sender_session::fail_silent(time_point now) {
-  while (!m_silence.empty()) {
-    receiver_state& r = m_receivers[m_silence.front()];
+  fail_silent(now, m_silence, m_cfg.receiver_timeout);
+  fail_silent(now, m_relay_silence, m_cfg.relay_timeout);
+}
+
+void sender_session::fail_silent(time_point now, silence_list& list, duration timeout) {
+  while (!list.empty()) {
+    receiver_state& r = m_receivers[list.front()];
     if (!times_out(r)) {
-      m_silence.remove(r.index);
+      list.remove(r.index);
       continue;
     }
     const time_point since = std::max(r.last_heard, m_wait_start);
-    if (now - since < m_cfg.receiver_timeout) break;  // the least recently heard is not due
+    if (now - since < timeout) break;  // the least recently heard is not due
     fail_receiver(r,
                   "silent for " + std::to_string(to_seconds(now - since)).substr(0, 4) +
                       " s while the sender waited for its " +
@@ -562,6 +568,10 @@ std::optional<time_point> sender_session::next_deadline(time_point now) const {
       if (!m_silence.empty()) {
         const auto& r = m_receivers[m_silence.front()];
         consider(std::max(r.last_heard, m_wait_start) + m_cfg.receiver_timeout);
+      }
+      if (!m_relay_silence.empty()) {
+        const auto& r = m_receivers[m_relay_silence.front()];
+        consider(std::max(r.last_heard, m_wait_start) + m_cfg.relay_timeout);
       }
       break;
     case phase::ending: consider(m_next_end); break;

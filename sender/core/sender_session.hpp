@@ -97,6 +97,12 @@ struct sender_config {
   duration announce_interval = std::chrono::milliseconds(250);  ///< between announce cycles
   /// An incomplete receiver silent this long while the sender asks for status is failed.
   duration receiver_timeout = std::chrono::seconds(10);
+  /// Receivers that are relays (docs/design-notes.md "Relays"): they are failed after
+  /// relay_timeout of silence instead, so that a relay's restart (a host reboot, tens of
+  /// seconds) resumes the session for the sites behind it instead of losing it to a catch-up
+  /// of the whole session. A dead relay holds the session's end that much longer.
+  std::vector<std::string> relays;
+  duration relay_timeout = std::chrono::seconds(60);
   duration grtt_initial = std::chrono::milliseconds(500);  ///< RFC 5740 default
   duration grtt_min = std::chrono::milliseconds(1);
   duration grtt_max = std::chrono::seconds(15);
@@ -597,8 +603,12 @@ class sender_session {
   /// Keeps the silence list and the list of receivers awaiting their unicast connection in
   /// step with `r`'s state; `heard`: it was just heard from (moves to the back).
   void track(receiver_state& r, bool heard);
-  /// Fails multicast receivers silent for receiver_timeout while the sender waits.
+  /// Fails multicast receivers silent for receiver_timeout (relays: relay_timeout) while the
+  /// sender waits.
   void fail_silent(time_point now);
+  void fail_silent(time_point now, silence_list& list, duration timeout);
+  /// True for a receiver id named in sender_config::relays.
+  bool is_relay(const std::string& id) const noexcept;
   /// Authenticated sessions (start_on_registration): pass 1 starts when every listed receiver
   /// holds the session key (on_site_keyed, or registered), or keyed_start_grace() after the
   /// first did.
@@ -678,6 +688,7 @@ class sender_session {
   window_control m_window;
   /// Receivers that time out when silent (times_out()), least recently heard first.
   silence_list m_silence;
+  silence_list m_relay_silence;  ///< the receivers of m_silence's kind that are relays
   /// Receivers moved to unicast whose connection has not arrived: FALLBACK is repeated to them.
   std::vector<std::uint32_t> m_awaiting_connection;
   control_counters m_counters;

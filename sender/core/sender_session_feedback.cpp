@@ -29,10 +29,11 @@ std::uint32_t sender_session::feedback_group() const noexcept {
 }
 
 void sender_session::track(receiver_state& r, bool heard) {
+  auto& silence = r.relay ? m_relay_silence : m_silence;
   if (times_out(r)) {
-    if (heard || !m_silence.contains(r.index)) m_silence.touch(r.index);
+    if (heard || !silence.contains(r.index)) silence.touch(r.index);
   } else {
-    m_silence.remove(r.index);
+    silence.remove(r.index);
   }
   if (r.on_unicast() && !r.unicast_started && !r.awaiting_listed) {
     r.awaiting_listed = true;

@@ -130,6 +130,7 @@ struct sender_session::receiver_state {
   /// Closed group: registration closes early once every awaited receiver is in
   /// (sender_config::not_awaited).
   bool awaited = true;
+  bool relay = false;  ///< named in sender_config::relays: times out after relay_timeout
 
   /// Taking part over multicast: NAKs ask for blocks.
   bool on_multicast() const noexcept {

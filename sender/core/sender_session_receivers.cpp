@@ -209,6 +209,7 @@ sender_session::receiver_state& sender_session::admit(const wire::register_reque
   if (!r) {
     r = &m_receivers.emplace(m.receiver_id()).first;
     r->rep.id = m.receiver_id();
+    r->relay = is_relay(r->rep.id);
   }
   r->rep.state = receiver_report::state_t::registered;
   r->rep.address = from;
@@ -325,6 +326,10 @@ void sender_session::handle_complete(const wire::complete& m, const endpoint& fr
     }
   }
   check_done(now);
+}
+
+bool sender_session::is_relay(const std::string& id) const noexcept {
+  return std::find(m_cfg.relays.begin(), m_cfg.relays.end(), id) != m_cfg.relays.end();
 }
 
 bool sender_session::times_out(const receiver_state& r) const noexcept {

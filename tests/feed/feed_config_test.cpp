@@ -275,3 +275,17 @@ channel = "warnings"
   CHECK_THAT(error_of(pg_top + warnings + input),
              Catch::Contains("'wis2_input'") && Catch::Contains("SQLite journal"));
 }
+
+TEST_CASE("relays are waited for relay_timeout; 60 s unless set", "[unit][feed]") {
+  auto c = parse_feed_config(top + warnings, "feed.toml");
+  CHECK(c.relays.empty());
+  CHECK(c.relay_timeout == std::chrono::seconds(60));
+  c = parse_feed_config(
+      "relays = [\"nmc-relay\", \"r2\"]\nrelay_timeout = \"2m\"\n" + top + warnings, "feed.toml");
+  CHECK(c.relays == std::vector<std::string>{"nmc-relay", "r2"});
+  CHECK(c.relay_timeout == std::chrono::minutes(2));
+  CHECK_THAT(error_of("relays = [\"bad id\"]\n" + top + warnings),
+             Catch::Contains("'relays'") && Catch::Contains("not a valid site id"));
+  CHECK_THAT(error_of("relay_timeout = \"2h\"\n" + top + warnings),
+             Catch::Contains("'relay_timeout'"));
+}

@@ -20,8 +20,13 @@ None of them but ra ever reaches the hub.
    report of ra's brings the hub's catch-up, which now carries data (ra lacks the files), and ra
    relays it to s1 and s2 as it arrives. Asserted: ra, s1 and s2 hold both products byte for
    byte; again the hub never hears of s1 or s2.
-4. ra is killed (SIGKILL) 0.8 s into a 6 MB product's session and stays down until the hub has
-   failed it (silent 10 s) and ended the session; restarted, ra and every site below it hold the
+4. The hub lists ra in `relays` (relay_timeout 15 s). ra is killed (SIGKILL) during a 10 MB
+   product's session, once it checkpointed it, and started again 12 s later, past the 10 s the
+   hub waits for an ordinary site: the hub still waits for it, ra resumes the session upstream
+   and for its sites, every daemon holds the product, the hub's journal says `stored` at ra,
+   and no catch-up was needed.
+5. ra is killed 0.8 s into a 6 MB product's session and stays down until the hub has failed it
+   (silent 15 s) and ended the session; restarted, ra and every site below it hold the
    product, by the catch-up ra's next report brings.
 Last, no daemon's sequence book reports a session missing: the relays' catch-ups carried the
 hub's numbers to every site.
@@ -38,7 +43,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from mcdist_testlib import (SKIP, ChannelSite, check, free_group, log,  # noqa: E402
-                            loopback_multicast_works, relay_status, stop_all)
+                            loopback_multicast_works, relay_status, stop_all, wait_checkpoint)
 from test_feed import Feed, delivered, drop, query, wait_until  # noqa: E402
 
 UNSIGNED = "allow_unsigned = true"
@@ -75,6 +80,8 @@ journal = "%(journal)s"
 retention = "1h"
 retained = "%(base)s/retained"
 http = "off"
+relays = ["ra"]
+relay_timeout = "15s"
 
 [[channel]]
 name = "obs"
@@ -186,10 +193,32 @@ register_window = "1s"
         check(outs == [("stored",)], "ra's outcomes of its own catch-up: %s" % outs)
         for site in behind:
             check(not hub_names(site), "the hub heard of %s, which is behind the relay" % site)
-        # 4. The relay is killed in the middle of a session and stays down longer than the hub
-        # waits for a silent receiver (10 s): the hub fails it and ends the session. Restarted,
-        # the relay and its sites report the number at the next heartbeat and the catch-up
-        # brings the product.
+        # 4. The relay is killed in the middle of a session, once it checkpointed it, and is
+        # down for 12 s: longer than the hub waits for a silent site (10 s), shorter than it
+        # waits for a relay (relay_timeout 15 s). Restarted, it resumes the session upstream and
+        # for its sites; the hub ends it with the relay complete, and no catch-up is needed.
+        catch_ups = query(journal, "SELECT count(*) FROM sessions WHERE kind = 'catchup'")[0][0]
+        mid_name, mid_digest = product("mid/field.grib2", 10_000_000)
+        ra.wait_for_log("10000000 bytes announced", 20)
+        wait_checkpoint(ra)
+        ra.stop(signal.SIGKILL)
+        time.sleep(12)  # the outage
+        check(not all_sent("mid/", 1)(), "the hub ended the session while the relay was down")
+        ra.start()
+        wait_until("the product at every daemon after the relay's resume",
+                   delivered(daemons, mid_name, mid_digest), 90, feed, daemons)
+        wait_until("the hub's end of the session", all_sent("mid/", 1), 30, feed, daemons)
+        outs = query(journal, "SELECT o.outcome FROM outcomes o JOIN products p ON p.id = "
+                     "o.product WHERE p.name = ? AND o.site = 'ra'", (mid_name,))
+        check(outs == [("stored",)], "the hub's outcome at ra after its resume: %s" % outs)
+        check("resumed relaying" in ra.log_text(), "ra did not resume relaying the session")
+        check(query(journal, "SELECT count(*) FROM sessions WHERE kind = 'catchup'")[0][0] ==
+              catch_ups, "a catch-up was needed after the relay's resume")
+        log("a relay down 12 s resumed its session; every site holds the 10 MB product")
+
+        # 5. The relay is killed in the middle of a session and stays down longer than the hub
+        # waits for it: the hub fails it and ends the session. Restarted, the relay and its
+        # sites report the number at the next heartbeat and the catch-up brings the product.
         big_name, big_digest = product("big/field.grib2", 6_000_000)
         ra.wait_for_log("6000000 bytes announced", 20)
         time.sleep(0.8)
