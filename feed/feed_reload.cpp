@@ -111,6 +111,9 @@ bool feed_daemon::reload(const std::function<feed_config()>& source) {
   }
   diff.take(m_cfg.wis2_channels, next.wis2_channels, "[wis2] channels changed");
   diff.take(m_cfg.retention, next.retention, "retention changed");
+  diff.take(m_cfg.relays, next.relays, "relays changed (from the next session)");
+  diff.take(m_cfg.relay_timeout, next.relay_timeout,
+            "relay_timeout changed (from the next session)");
   restart_only_changes(m_cfg, next, diff);
   if (m_watcher) {
     for (const auto i : respool) {

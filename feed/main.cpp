@@ -47,6 +47,10 @@ CONFIGURATION (TOML, --config):
   journal = "/var/lib/mcdist-feed/journal.db"   SQLite journal: outbox, sessions, outcomes;
                                     or "postgresql://mcdist@db1/mcdist" (libpq URI): a journal
                                     redundant hubs share (README "Redundant hubs")
+  relays = ["nmc-relay"]            optional: sites that are relays (mcdistd relay_group); a
+                                    session fails one only after relay_timeout of silence
+  relay_timeout = "60s"             instead of 10 s, so a relay's restart resumes the session
+                                    for the sites behind it (1s to 1h; default 60s)
   retention = "24h"                 how long sent products are kept for catch-up and resend
   retained = "/var/lib/mcdist-feed/retained"    where they are kept (hard links when possible)
   control_socket = "/run/mcdist-feed/control.sock"   mcdistctl's socket
@@ -146,7 +150,7 @@ nothing). Channels are matched by name: an added channel's spools are watched an
 removed one starts no new session (the session under way finishes, its queued products stay in
 the journal) and its spools are no longer watched; a kept channel's new priority, share, cap,
 batching, group, receivers, after and spools apply from its next batch. site_keys, the [wis2]
-hook and retention are re-read; interface, key, rate, journal, retained_dir, control_socket,
+hook, retention, relays and relay_timeout are re-read; interface, key, rate, journal, retained_dir, control_socket,
 http and products_http need a restart (logged, kept). A one-line summary is logged and
 mcdist_feed_config_reloads_total{result} counts reloads. Under systemd (Type=notify) READY=1 follows the start-up scan, WATCHDOG=1 is sent
 every half WatchdogSec from the event loop, STOPPING=1 on SIGTERM.
