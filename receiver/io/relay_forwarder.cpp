@@ -622,6 +622,9 @@ void relay_forwarder::close(std::size_t index) {
   if (!relays(index)) return;
   boost::system::error_code ignored;
   m_relays[index]->socket.close(ignored);
+  // Nor does its report go upstream any more.
+  m_relays[index]->report_timer.cancel();
+  m_relays[index]->pending.reset();
 }
 
 void relay_forwarder::cancel_all() {
