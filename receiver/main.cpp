@@ -66,6 +66,7 @@ Settings come from --config FILE (TOML) and are overridden by options on the com
   # relay_group = "239.193.0.1:4711"     # relay sessions into this group (below)
   # relay_interface = "eth2"             # ... from this interface (default: interface)
   # relay_ttl = 4                        # ... with this multicast TTL (default 1)
+  # relays = ["rb"]                      # sites behind that relay in turn: waited 60 s, not 10
   [[channel.action]]                     # optional: a WIS2 notification per stored file
   type = "wis2"
   broker = "mqtt://127.0.0.1:1883"

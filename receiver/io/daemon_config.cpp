@@ -342,6 +342,13 @@ daemon_config from_table(const toml::table& t, const std::string& source) {
       const auto* ct = arr->get(i)->as_table();
       const std::string key = "channel[" + std::to_string(i) + "]";
       if (!ct) throw config_error(key + " must be a table ([[channel]])");
+      // A misspelt setting would silently keep its default (a relay that does not relay).
+      refuse_unknown_settings<config_error>(
+          *ct,
+          {"name", "group", "source", "dest", "trusted_senders", "allow_unsigned", "silent",
+           "catch_up_url", "catch_up_ca", "relay_group", "relay_interface", "relay_ttl", "relays",
+           "action", "retention"},
+          key);
       const table_reader c(*ct, key + ".", "");
       channel_config ch;
       if (auto v = c.string("name")) ch.name = *v;
@@ -367,10 +374,17 @@ daemon_config from_table(const toml::table& t, const std::string& source) {
         ch.relay_interface = *a;
       }
       if (auto v = c.integer("relay_ttl", 1, 255)) ch.relay_ttl = static_cast<int>(*v);
-      if (!ch.relay_group && (!ch.relay_interface.any() || c.get("relay_ttl"))) {
+      ch.relays = c.strings("relays");
+      for (const auto& id : ch.relays) {
+        if (!wire::valid_receiver_id(id)) {
+          throw config_error("'" + key + ".relays' lists \"" + id + "\", not a valid site id");
+        }
+      }
+      if (!ch.relay_group &&
+          (!ch.relay_interface.any() || c.get("relay_ttl") || !ch.relays.empty())) {
         throw config_error("'" + key +
-                           "': relay_interface and relay_ttl need relay_group = \"ADDR:PORT\", "
-                           "the group this host relays the channel into");
+                           "': relay_interface, relay_ttl and relays need relay_group = "
+                           "\"ADDR:PORT\", the group this host relays the channel into");
       }
       if (auto v = c.string("catch_up_url")) {
         ch.catch_up_url = *v;

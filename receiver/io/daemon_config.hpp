@@ -69,6 +69,10 @@ struct channel_config {
   net::interface_spec relay_interface;
   /// `relay_ttl`: IP_MULTICAST_TTL (IPv6 hops) of the relayed datagrams, 1 to 255.
   int relay_ttl = 1;
+  /// `relays = ["rb"]`: sites behind this relay that relay in turn. The two-way sessions it
+  /// runs for its sites fail them only after 60 s of silence (sender_config::relay_timeout)
+  /// instead of 10 s, as the hub does for the relays it lists, so their restarts resume.
+  std::vector<std::string> relays;
 };
 
 /// Port of mcdistd's status HTTP server (/metrics, /status, /) unless configured otherwise.

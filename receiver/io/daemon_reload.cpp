@@ -34,7 +34,7 @@ bool same_receiving(const channel_config& a, const channel_config& b) {
   return a.group == b.group && a.source == b.source && a.dest == b.dest &&
          a.trusted_senders == b.trusted_senders && a.silent == b.silent &&
          a.relay_group == b.relay_group && a.relay_interface == b.relay_interface &&
-         a.relay_ttl == b.relay_ttl;
+         a.relay_ttl == b.relay_ttl && a.relays == b.relays;
 }
 
 /// What a reload does to the channels: the running ones it retires (removed, or changed in

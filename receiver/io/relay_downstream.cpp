@@ -23,8 +23,9 @@ namespace {
 /// (whoever registers with the relay) or to the sites `p` names, no unicast fallback of the
 /// relay's own.
 sender::sender_config downstream_config(session_id s, const wire::session_params& p,
-                                        std::uint32_t run) {
+                                        std::uint32_t run, std::vector<std::string> relays) {
   sender::sender_config c;
+  c.relays = std::move(relays);
   c.session = s;
   c.block_size = p.block_size();
   c.rate_bps = p.rate_bps();
@@ -56,6 +57,7 @@ sender::sender_config downstream_config(session_id s, const wire::session_params
 relay_downstream::relay_downstream(session_id s, const wire::session_params& p,
                                    std::vector<manifest_entry> files, std::filesystem::path dest,
                                    std::uint64_t seed, std::uint32_t run, std::size_t& shared,
+                                   std::vector<std::string> relays,
                                    std::shared_ptr<spdlog::logger> log, time_point now)
     : m_session(s), m_channel(p.channel()), m_channel_seq(p.channel_seq()), m_files(files),
       m_dest(std::move(dest)), m_log(std::move(log)), m_block_size(p.block_size()),
@@ -64,7 +66,7 @@ relay_downstream::relay_downstream(session_id s, const wire::session_params& p,
   m_place.assign(m_files.size(), place::unknown);
   if (m_channel_seq > 0) m_completes.emplace_back(m_channel_seq, m_channel_seq);
   for (const auto& r : p.catch_up_seqs()) m_completes.emplace_back(r.first(), r.last());
-  auto c = downstream_config(s, p, run);
+  auto c = downstream_config(s, p, run, std::move(relays));
   c.block_gate = [this](std::uint32_t f, std::uint32_t b) { return m_gate.answer(f, b); };
   if (c.fec_k > 0) {
     c.parity_gate = [this](std::uint32_t fb) {

@@ -106,10 +106,12 @@ class relay_downstream {
   /// @param run     0 for a session started here; n for one taken up again after the relay's
   ///                n-th restart during it (the numbering above)
   /// @param shared  the bytes every session's cache holds, kept by all of them (outlives this)
+  /// @param relays  sites that relay in turn (channel_config::relays): waited for 60 s, not 10
   /// @throws std::invalid_argument for parameters a sender_session refuses
   relay_downstream(session_id s, const wire::session_params& p, std::vector<manifest_entry> files,
                    std::filesystem::path dest, std::uint64_t seed, std::uint32_t run,
-                   std::size_t& shared, std::shared_ptr<spdlog::logger> log, time_point now);
+                   std::size_t& shared, std::vector<std::string> relays,
+                   std::shared_ptr<spdlog::logger> log, time_point now);
   ~relay_downstream();
   relay_downstream(const relay_downstream&) = delete;
   relay_downstream& operator=(const relay_downstream&) = delete;

@@ -26,13 +26,15 @@ namespace mcdist::receiver {
 
 /// One relayed channel: its socket, where it sends, what it counted, the sessions it saw.
 struct relay_forwarder::relay {
-  relay(net::udp::socket s, endpoint g, endpoint src, std::filesystem::path d, bool gather)
-      : socket(std::move(s)), group(g), source(src), dest(std::move(d)), gathers(gather),
-        report_timer(socket.get_executor()) {}
+  relay(net::udp::socket s, endpoint g, endpoint src, std::filesystem::path d, bool gather,
+        std::vector<std::string> r)
+      : socket(std::move(s)), group(g), source(src), dest(std::move(d)), relays(std::move(r)),
+        gathers(gather), report_timer(socket.get_executor()) {}
   net::udp::socket socket;
   endpoint group;
-  endpoint source;             ///< the socket's local address: the sender the sites behind see
-  std::filesystem::path dest;  ///< the channel's destination tree (relay_downstream reads it)
+  endpoint source;                  ///< the socket's local address: the sender the sites behind see
+  std::filesystem::path dest;       ///< the channel's destination tree (relay_downstream reads it)
+  std::vector<std::string> relays;  ///< its sites that relay in turn (channel_config::relays)
   counters stats;
   std::unordered_set<std::uint32_t> relayed;      ///< sessions forwarded
   std::unordered_set<std::uint32_t> not_relayed;  ///< two-way sessions refused
@@ -90,8 +92,8 @@ void relay_forwarder::open(std::size_t index, const channel_config& ch) {
   o.receive_buffer = 1 << 20;  // only what misconfigured sites send, read and dropped
   auto s = net::open_sender_socket(m_io, o);
   const auto source = net::from_asio(s.local_endpoint());
-  m_relays[index] =
-      std::make_unique<relay>(std::move(s), *ch.relay_group, source, ch.dest, !ch.silent);
+  m_relays[index] = std::make_unique<relay>(std::move(s), *ch.relay_group, source, ch.dest,
+                                            !ch.silent, ch.relays);
   m_log->info(
       "channel {}: relaying its one-way sessions, unsigned two-way sessions and heartbeats into "
       "{} from {} (ttl {})",
@@ -327,7 +329,7 @@ bool relay_forwarder::on_upstream(std::size_t index, const wire::header& h,
       it = r.two_way
                .emplace(h.session.value, std::make_unique<relay_downstream>(
                                              h.session, pit->second, std::move(files), r.dest,
-                                             m_seed++, run, m_cache_used, m_log, now))
+                                             m_seed++, run, m_cache_used, r.relays, m_log, now))
                .first;
     } catch (const std::invalid_argument& e) {
       m_log->warn("session {}: not relayed into {}: {}", h.session, r.group.to_string(), e.what());

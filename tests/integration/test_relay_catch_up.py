@@ -24,7 +24,9 @@ None of them but ra ever reaches the hub.
    product's session, once it checkpointed it, and started again 12 s later, past the 10 s the
    hub waits for an ordinary site: the hub still waits for it, ra resumes the session upstream
    and for its sites, every daemon holds the product, the hub's journal says `stored` at ra,
-   and no catch-up was needed.
+   and no catch-up was needed. The same one hop down: rb (listed in ra's channel `relays`) is
+   killed during a 10 MB product and started 20 s later; ra's session for its sites waits for
+   it, rb resumes the session for s3, and both hold the product.
 5. ra is killed 0.8 s into a 6 MB product's session and stays down until the hub has failed it
    (silent 15 s) and ended the session; restarted, ra and every site below it hold the
    product, by the catch-up ra's next report brings.
@@ -93,8 +95,10 @@ heartbeat = "2s"
 register_window = "1s"
 """ % dict(journal=journal, base=base, g0=g0, spool=spool))
         g2 = free_group()
-        ra = ChannelSite(bin_dir, base, "ra", "group = \"%s\"\nrelay_group = \"%s\"" % (g0, g1),
-                         top=UNSIGNED)
+        # rb relays in turn: the sessions ra runs for its sites wait for it as the hub waits
+        # for ra (60 s, not 10).
+        ra = ChannelSite(bin_dir, base, "ra", "group = \"%s\"\nrelay_group = \"%s\"\nrelays = "
+                         "[\"rb\"]" % (g0, g1), top=UNSIGNED)
         s1 = ChannelSite(bin_dir, base, "s1", "group = \"%s\"" % g1, top=UNSIGNED)
         s2 = ChannelSite(bin_dir, base, "s2", "group = \"%s\"" % g1, top=UNSIGNED)
         rb = ChannelSite(bin_dir, base, "rb", "group = \"%s\"\nrelay_group = \"%s\"" % (g1, g2),
@@ -215,6 +219,24 @@ register_window = "1s"
         check(query(journal, "SELECT count(*) FROM sessions WHERE kind = 'catchup'")[0][0] ==
               catch_ups, "a catch-up was needed after the relay's resume")
         log("a relay down 12 s resumed its session; every site holds the 10 MB product")
+
+        # The same one hop down: rb, a relay behind ra, is down 20 s during a product. ra lists
+        # it in `relays`, so the session ra runs for its sites waits for it, and rb resumes it
+        # for s3.
+        rb_name, rb_digest = product("rb/field.grib2", 10_000_000)
+        rb.wait_for_log("10000000 bytes announced", 20)
+        wait_checkpoint(rb)
+        rb.stop(signal.SIGKILL)
+        # The outage: ra's session waits from the end of its pass 1 (about 2 s after the kill),
+        # so 20 s is past its 10 s for an ordinary site, and within 60 s for a relay.
+        time.sleep(20)
+        rb.start()
+        wait_until("the product at rb and s3 after rb's resume",
+                   delivered([rb, s3], rb_name, rb_digest), 90, feed, daemons)
+        check("resumed relaying" in rb.log_text(), "rb did not resume relaying the session")
+        check("receiver 'rb' failed" not in ra.log_text(),
+              "ra failed rb, a relay it lists, within 60 s")
+        log("a relay behind a relay down 20 s resumed its session for its site")
 
         # 5. The relay is killed in the middle of a session and stays down longer than the hub
         # waits for it: the hub fails it and ends the session. Restarted, the relay and its

@@ -217,6 +217,7 @@ silent = true
 relay_group = "239.193.0.1:4711"
 relay_interface = "eth2"
 relay_ttl = 4
+relays = ["rb"]
 [[channel]]
 name = "local"
 group = "239.192.0.2:4711"
@@ -225,6 +226,7 @@ group = "239.192.0.2:4711"
   REQUIRE(cfg.channels.at(0).relay_group == parse_endpoint("239.193.0.1:4711"));
   REQUIRE(cfg.channels[0].relay_interface.name == "eth2");
   REQUIRE(cfg.channels[0].relay_ttl == 4);
+  REQUIRE(cfg.channels[0].relays == std::vector<std::string>{"rb"});
   REQUIRE_FALSE(cfg.channels[1].relay_group);
   REQUIRE(cfg.channels[1].relay_ttl == 1);
   REQUIRE(relay_channels(cfg.channels) == std::vector<bool>{true, false});
@@ -243,7 +245,16 @@ group = "239.192.0.2:4711"
       error_of("[[channel]]\ngroup = \"239.192.0.1:4711\"\nrelay_group = \"10.0.0.1:4711\"\n"),
       Contains("'channel[0].relay_group' = \"10.0.0.1:4711\" is not a multicast ADDR:PORT"));
   CHECK_THAT(error_of("[[channel]]\ngroup = \"239.192.0.1:4711\"\nrelay_ttl = 4\n"),
-             Contains("relay_interface and relay_ttl need relay_group"));
+             Contains("relay_interface, relay_ttl and relays need relay_group"));
+  CHECK_THAT(error_of("[[channel]]\ngroup = \"239.192.0.1:4711\"\nrelays = [\"rb\"]\n"),
+             Contains("need relay_group"));
+  CHECK_THAT(error_of("[[channel]]\ngroup = \"239.192.0.1:4711\"\nrelay_group = "
+                      "\"239.193.0.1:4711\"\nrelays = [\"bad id\"]\n"),
+             Contains("'channel[0].relays' lists \"bad id\""));
+  // A misspelt setting is refused, not left at its default.
+  CHECK_THAT(error_of("[[channel]]\ngroup = \"239.192.0.1:4711\"\nrelay_grup = "
+                      "\"239.193.0.1:4711\"\n"),
+             Contains("unknown setting 'relay_grup'"));
   CHECK_THAT(error_of("[[channel]]\ngroup = \"239.192.0.1:4711\"\nrelay_group = "
                       "\"239.193.0.1:4711\"\nrelay_ttl = 0\n"),
              Contains("'channel[0].relay_ttl' must be 1 to 255"));
