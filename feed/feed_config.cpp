@@ -301,28 +301,14 @@ bool inside(const std::filesystem::path& a, const std::filesystem::path& b) {
 }
 
 feed_config from_table(const toml::table& t, const std::string& source) {
-  const table_reader r(t, "", source,
-                       {"interface",
-                        "key",
-                        "site_keys",
-                        "rate",
-                        "rate_max",
-                        "journal",
-                        "retention",
-                        "retained",
-                        "control_socket",
-                        "control_group",
-                        "http",
-                        "products_http",
-                        "products_tls_cert",
-                        "products_tls_key",
-                        "channel",
-                        "wis2",
-                        "wis2_input",
-                        "wis2_dedupe_window",
-                        "cluster",
-                        "relays",
-                        "relay_timeout"});
+  const table_reader r(
+      t, "", source,
+      {// the hub, its sessions and its journal
+       "interface", "key", "site_keys", "rate", "rate_max", "journal", "retention", "retained",
+       "relays", "relay_timeout", "channel", "cluster",
+       // its operators and services
+       "control_socket", "control_group", "http", "products_http", "products_tls_cert",
+       "products_tls_key", "wis2", "wis2_input", "wis2_dedupe_window"});
   feed_config c;
   const auto itf = r.required_string("interface", "\"10.0.0.5\" or \"eth1\"");
   const auto a = net::parse_interface(itf);
