@@ -155,6 +155,7 @@ std::size_t trailer_size(msg_type t) noexcept {
     case msg_type::block_digests: return block_digests::trailer_fixed_bytes;  // version 3 only
     case msg_type::heartbeat: return crypto::signature_bytes;                 // common/beacon.hpp
     case msg_type::gap_report: return crypto::key_bytes + crypto::signature_bytes;
+    case msg_type::relay_hello: return crypto::signature_bytes;
   }
   return 0;
 }
@@ -172,7 +173,7 @@ std::string_view leading_receiver_id(std::span<const std::byte> body) noexcept {
 
 sender_keys::sender_keys(const crypto::identity& id, session_id session,
                          std::map<std::string, crypto::key32, std::less<>> pinned, bool encrypted)
-    : m_id(id), m_session(session), m_pinned(std::move(pinned)),
+    : m_id(&id), m_session(session), m_pinned(std::move(pinned)),
       m_ephemeral(crypto::generate_x25519()), m_session_key([] {
         crypto::key32 k{};
         crypto::random_bytes(k);
@@ -187,7 +188,18 @@ sender_keys::sender_keys(const crypto::identity& id, session_id session,
   }
 }
 
+sender_keys::sender_keys(session_id session, const crypto::x25519_pair& ephemeral)
+    : m_session(session), m_ephemeral(ephemeral), m_session_key([] {
+        crypto::key32 k{};
+        crypto::random_bytes(k);
+        return k;
+      }()),
+      m_data(derive(m_session_key, session, "mcdist v2 data")),
+      m_marker(derive(m_session_key, session, "mcdist v2 marker")) {}
+
 sender_keys::~sender_keys() = default;
+
+void sender_keys::set_relays(std::vector<std::string> relays) { m_relays = std::move(relays); }
 
 std::size_t sender_keys::seal_control(std::span<std::byte> buf, std::size_t len) {
   if (len < wire::header_size || buf.size() < len + max_trailer_bytes) return 0;
@@ -197,6 +209,8 @@ std::size_t sender_keys::seal_control(std::span<std::byte> buf, std::size_t len)
     seal_announces({&one, 1});
     return one.len;
   }
+  const bool signs = type == msg_type::digest_list || type == msg_type::session_end;
+  if (signs && !m_id) return 0;  // a relay sends the hub's, never its own
   wire::set_version(buf, wire::authenticated_version);
   if (m_encrypted && type == msg_type::digest_list) {
     // The signature below covers the sealed form; room for the trailer stays (the caller
@@ -209,7 +223,7 @@ std::size_t sender_keys::seal_control(std::span<std::byte> buf, std::size_t len)
     case msg_type::digest_list:
     case msg_type::session_end: {
       ++m_stats.signatures;
-      const auto sig = crypto::sign(m_id, buf.first(len));
+      const auto sig = crypto::sign(*m_id, buf.first(len));
       std::memcpy(end, sig.data(), sig.size());
       return len + crypto::signature_bytes;
     }
@@ -326,6 +340,12 @@ std::error_code sender_keys::open(const wire::header& h, std::span<const std::by
       // session core never sees a key request.
       ++m_stats.key_requests;
       m_key_reply_to = std::string(id);
+      m_key_reply_relay.reset();
+      if (req.relay_public().size() == crypto::key_bytes) {
+        crypto::key32 rp{};
+        std::memcpy(rp.data(), req.relay_public().data(), rp.size());
+        m_key_reply_relay = rp;
+      }
       out = {};
       return {};
     }
@@ -356,6 +376,16 @@ std::size_t sender_keys::take_key_reply(std::span<std::byte> buf) {
   r.set_receiver_id(m_key_reply_to);
   r.set_accepted(true);
   r.set_key_only(true);
+  // A relay's request: delegated only to a listed relay whose key the hub pins (open() checked
+  // the request against the pin).
+  if (m_key_reply_relay && m_id && m_pinned.count(m_key_reply_to) &&
+      std::find(m_relays.begin(), m_relays.end(), m_key_reply_to) != m_relays.end()) {
+    const auto sig = sign_delegation(*m_id, m_session, m_key_reply_to, *m_key_reply_relay);
+    r.set_relay_delegation(sig.data(), sig.size());
+    ++m_stats.delegations;
+    ++m_stats.signatures;
+  }
+  m_key_reply_relay.reset();
   m_key_reply_to.clear();
   if (buf.size() < max_trailer_bytes) return 0;
   const std::size_t n = wire::encode_control(buf.first(buf.size() - max_trailer_bytes),
@@ -406,6 +436,7 @@ receiver_keys::session_keys& receiver_keys::learn(session_id s, const crypto::ke
     release(slot);
     slot = session_keys{};
     slot.sender_public = sender_public;
+    if (m_opts.relay) slot.relay_key = crypto::generate_x25519();
     if (auto pw = pairwise_key(m_site_x.secret_key, sender_public, sender_public,
                                m_site_x.public_key, s)) {
       slot.pairwise = *pw;
@@ -536,6 +567,7 @@ std::error_code receiver_keys::open(const wire::header& h, std::span<const std::
     case msg_type::register_reply:
       if (const auto done = open_register_reply(s, h.session, d, trailer, out)) return *done;
       break;
+    case msg_type::relay_hello: return open_relay_hello(s, h.session, d, now, from, out);
     case msg_type::complete_ack:
     case msg_type::fallback:
       if (!s || !s->has_pairwise) return refuse(m_stats.no_key);
@@ -610,15 +642,87 @@ std::optional<std::error_code> receiver_keys::open_register_reply(session_keys* 
   if (!s->session_key || *s->session_key != k) s->set_session_key(k, session);
   keyed(*s);
   if (!s->held.empty()) m_replay = session;  // take_held() opens them now
-  // The answer to this layer's key request (encrypted and signed sessions alike): consumed
-  // here, the core did not ask (it would take it for the answer to its REGISTER).
   wire::register_reply r;
   const auto body = d.first(d.size() - trailer).subspan(wire::header_size);
-  if (r.ParseFromArray(body.data(), static_cast<int>(body.size())) && r.key_only()) {
+  const bool parsed = r.ParseFromArray(body.data(), static_cast<int>(body.size()));
+  if (parsed && s->relay_key && !s->delegation && s->signer &&
+      r.relay_delegation().size() == crypto::signature_bytes) {
+    // The hub's delegation of this session to this relay: kept only when it is the hub's (the
+    // key that signed the announce) for this relay's id and key.
+    const auto sig = fixed<crypto::signature_bytes>(std::as_bytes(std::span(r.relay_delegation())));
+    if (verify_delegation(*s->signer, session, m_opts.receiver_id, s->relay_key->public_key, sig)) {
+      crypto::signature kept{};
+      std::copy(sig.begin(), sig.end(), kept.begin());
+      s->delegation = kept;
+      ++m_stats.delegations;
+    } else {
+      ++m_stats.bad_signature;
+    }
+  }
+  // The answer to this relay's key request (it carried relay_public) without a delegation.
+  if (parsed && r.key_only() && s->relay_key && !s->delegation) s->delegation_refused = true;
+  // The answer to this layer's key request (encrypted and signed sessions alike): consumed
+  // here, the core did not ask (it would take it for the answer to its REGISTER).
+  if (parsed && r.key_only()) {
     out = {};
     return std::error_code{};
   }
   return std::nullopt;
+}
+
+std::error_code receiver_keys::open_relay_hello(session_keys* s, session_id session,
+                                                std::span<const std::byte> d, time_point now,
+                                                const endpoint& from,
+                                                std::span<const std::byte>& out) {
+  auto refuse = [](std::uint64_t& counter) {
+    ++counter;
+    return std::error_code(errc::unauthenticated);
+  };
+  // Only for a signed session this site heard: the delegation is checked against the key that
+  // signed its announce, and nothing else may bind a key.
+  if (!s || !s->signer) return refuse(m_stats.no_key);
+  // Encrypted and silent sessions are not relayed this way; and only the host whose announce
+  // opened the session (the relay itself) may give it a key.
+  if (s->encrypted || s->silent || (s->source && *s->source != from)) {
+    return refuse(m_stats.unauthenticated);
+  }
+  const auto signed_part = d.first(d.size() - crypto::signature_bytes);
+  wire::relay_hello m;
+  const auto body = signed_part.subspan(wire::header_size);
+  if (!m.ParseFromArray(body.data(), static_cast<int>(body.size())) ||
+      m.relay_public().size() != crypto::key_bytes || m.flags() != 0 ||
+      !wire::valid_receiver_id(m.relay_id())) {
+    return refuse(m_stats.unauthenticated);
+  }
+  crypto::key32 relay{};
+  std::memcpy(relay.data(), m.relay_public().data(), relay.size());
+  out = {};
+  if (s->relay_public == relay) return {};  // a repeat of the hello that bound it
+  if (s->bound_at && now - *s->bound_at < relay_rebind_interval) {
+    return refuse(m_stats.verify_budget);
+  }
+  if (!take_verification(now)) return errc::unauthenticated;
+  ++m_stats.signatures;
+  if (!verify_delegation(*s->signer, session, m.relay_id(), relay,
+                         fixed<crypto::signature_bytes>(d.last(crypto::signature_bytes)))) {
+    return refuse(m_stats.bad_signature);
+  }
+  const auto pw = pairwise_key(m_site_x.secret_key, relay, relay, m_site_x.public_key, session);
+  if (!pw) return refuse(m_stats.bad_signature);
+  // From now on the relay is this site's sender for the session: requests, NAKs and COMPLETEs
+  // under the pairwise key with its key, blocks and markers under the session key it gives.
+  s->pairwise = *pw;
+  s->has_pairwise = true;
+  s->relay_public = relay;
+  s->bound_at = now;
+  s->session_key.reset();
+  s->data.reset();
+  s->marker.reset();
+  s->sealed_data.reset();
+  ++m_stats.delegations;
+  s->last_key_request.reset();
+  want_key(*s, session, now);
+  return {};
 }
 
 std::error_code receiver_keys::opened_announce(session_id session, std::span<const std::byte> d,
@@ -626,6 +730,7 @@ std::error_code receiver_keys::opened_announce(session_id session, std::span<con
                                                time_point now, bool fresh, const endpoint& from,
                                                std::span<const std::byte>& out) {
   session_keys* keys = find(session);
+  if (keys && !keys->source && from != endpoint{}) keys->source = from;
   const auto flags = keys && !keys->encrypted ? flags_of(signed_part.subspan(wire::header_size))
                                               : announce_flags{};
   if (keys && (keys->encrypted || flags.sealed)) {
@@ -644,6 +749,12 @@ std::error_code receiver_keys::opened_announce(session_id session, std::span<con
   // A signed session: ask for the key at once, so that blocks can be checked before this
   // site has assembled the manifest and registered (the register_reply repeats the key).
   if (keys && !keys->session_key && !keys->silent) want_key(*keys, session, now);
+  // A relay that holds the key but no delegation yet (it registered before it asked, or its
+  // key request's answer was lost): asks again, a few times.
+  if (keys && keys->session_key && !keys->silent && keys->relay_key && !keys->delegation &&
+      !keys->delegation_refused && keys->delegation_asks < max_delegation_asks && keys->signer) {
+    want_key(*keys, session, now);
+  }
   out = signed_part;
   return {};
 }
@@ -745,11 +856,20 @@ std::size_t receiver_keys::take_key_request(std::span<std::byte> buf) {
   const session_id sid = *m_key_request;
   m_key_request.reset();
   session_keys* s = find(sid);
-  if (!s || s->session_key || !s->has_pairwise || m_opts.receiver_id.empty()) return 0;
+  const bool for_delegation = s && s->session_key && s->relay_key && !s->delegation &&
+                              !s->delegation_refused && s->delegation_asks < max_delegation_asks;
+  if (!s || (s->session_key && !for_delegation) || !s->has_pairwise ||
+      m_opts.receiver_id.empty()) {
+    return 0;
+  }
   if (buf.size() < max_trailer_bytes) return 0;
   wire::register_request r;
   r.set_receiver_id(m_opts.receiver_id);
   r.set_key_request(true);
+  if (s->relay_key) {
+    r.set_relay_public(s->relay_key->public_key.data(), s->relay_key->public_key.size());
+  }
+  if (for_delegation) ++s->delegation_asks;
   const std::size_t n = wire::encode_control(buf.first(buf.size() - max_trailer_bytes),
                                              msg_type::register_request, sid, r);
   if (n == 0) return 0;
@@ -809,13 +929,25 @@ std::optional<std::string> receiver_keys::export_session(session_id s) const {
   std::string blob(reinterpret_cast<const char*>(it->second.sender_public.data()),
                    crypto::key_bytes);
   blob.append(reinterpret_cast<const char*>(it->second.session_key->data()), crypto::key_bytes);
-  if (it->second.encrypted) blob.push_back('E');  // an encrypted session: one byte more
+  if (it->second.encrypted) {
+    blob.push_back('E');  // an encrypted session: one byte more
+  } else if (it->second.relay_public) {
+    // Served by a relay: its key, which the pairwise key is derived with.
+    blob.push_back('R');
+    blob.append(reinterpret_cast<const char*>(it->second.relay_public->data()), crypto::key_bytes);
+  }
   return blob;
 }
 
 bool receiver_keys::import_session(session_id s, std::string_view blob) {
   const bool encrypted = blob.size() == 2 * crypto::key_bytes + 1 && blob.back() == 'E';
   if (encrypted) blob.remove_suffix(1);
+  std::optional<crypto::key32> relay;
+  if (blob.size() == 3 * crypto::key_bytes + 1 && blob[2 * crypto::key_bytes] == 'R') {
+    relay.emplace();
+    std::memcpy(relay->data(), blob.data() + 2 * crypto::key_bytes + 1, crypto::key_bytes);
+    blob.remove_suffix(crypto::key_bytes + 1);
+  }
   if (blob.size() != 2 * crypto::key_bytes) return false;
   crypto::key32 sender_public{};
   crypto::key32 k{};
@@ -823,6 +955,12 @@ bool receiver_keys::import_session(session_id s, std::string_view blob) {
   std::memcpy(k.data(), blob.data() + crypto::key_bytes, crypto::key_bytes);
   auto& keys = learn(s, sender_public, time_point{});
   if (!keys.has_pairwise) return false;
+  if (relay) {
+    const auto pw = pairwise_key(m_site_x.secret_key, *relay, *relay, m_site_x.public_key, s);
+    if (!pw) return false;
+    keys.pairwise = *pw;
+    keys.relay_public = relay;
+  }
   keys.set_session_key(k, s);
   keyed(keys);
   keys.encrypted = encrypted;

@@ -22,6 +22,7 @@
 /// session marker key (16) |
 /// | nak, complete, complete_ack, fallback | 32 | HMAC under the pairwise key |
 /// | digest_list, session_end | 64 | Ed25519 signature |
+/// | relay_hello | 64 | the hub's Ed25519 delegation of the session to the relay |
 ///
 /// Silent signed sessions (docs/security.md "Block digests") send their data and parity as wire
 /// version 3 datagrams instead, without a trailer (the sites hold no session key to check a
@@ -166,11 +167,54 @@ struct auth_stats {
   std::uint64_t digest_chunks = 0;
   /// Site: data and parity blocks whose digest matched (block-digest sessions).
   std::uint64_t blocks_checked = 0;
+  /// Relays of signed sessions (relay_hello): hub, delegations signed for its relays; relay,
+  /// delegations received; site, relay keys bound (a verified relay_hello with a new key).
+  std::uint64_t delegations = 0;
   std::uint64_t total() const noexcept {
     return unauthenticated + bad_signature + bad_tag + no_key + untrusted_site + verify_budget +
            bad_path + bad_digest + no_digest;
   }
 };
+
+/// Relays of signed two-way sessions (docs/security.md "Relays of signed sessions"). A relay
+/// cannot tag blocks under the hub's session keys (it does not hold the hub's nonce space), so
+/// it serves its sites under keys of its own: a fresh X25519 key pair per session, which the
+/// hub signs for it (the delegation), and a session key of its own that it hands its sites.
+/// Its key request upstream carries the public half (register_request.relay_public); a hub
+/// that lists the relay's id among its relays and pins its site key answers with the
+/// delegation (register_reply.relay_delegation): Ed25519 of delegation_message. The relay
+/// multicasts it to its sites in a relay_hello (type 18, version 2, trailer = the delegation);
+/// a site checks it against the key that signed the session's announce and from then on
+/// derives its pairwise key with the relay's key instead of the hub's announce key. Sites
+/// still check every announce, digest list, END and file digest against the hub's key.
+inline constexpr std::string_view delegation_context = "mcdist v2 relay delegation";
+
+/// The bytes a hub signs to delegate session `s` to relay `relay_id` (at most
+/// wire::max_receiver_id_bytes) holding X25519 key `relay_public`: delegation_context ||
+/// session id (4 bytes big-endian) || length of relay_id (1) || relay_id || relay_public (32)
+/// || flags (1; 0: the relay may not serve encrypted sessions).
+std::vector<std::byte> delegation_message(session_id s, std::string_view relay_id,
+                                          const crypto::key32& relay_public);
+/// Ed25519 by `hub` of delegation_message.
+crypto::signature sign_delegation(const crypto::identity& hub, session_id s,
+                                  std::string_view relay_id, const crypto::key32& relay_public);
+/// True when `sig` is `hub`'s delegation of session `s` to `relay_id` holding `relay_public`.
+bool verify_delegation(const crypto::key32& hub, session_id s, std::string_view relay_id,
+                       const crypto::key32& relay_public,
+                       std::span<const std::uint8_t, crypto::signature_bytes> sig) noexcept;
+
+/// What a relay holds to serve a signed session to its sites: its key pair for the session and
+/// the hub's delegation of it (receiver_keys::delegation).
+struct relay_delegation {
+  std::string relay_id;
+  crypto::x25519_pair key;
+  crypto::signature signature{};
+};
+
+/// Writes the relay_hello datagram of session `s` (version 2, body relay_hello, trailer the
+/// delegation) into `out` (at least wire::control_budget bytes). @return its length, 0 when
+/// `out` is too small
+std::size_t encode_relay_hello(std::span<std::byte> out, session_id s, const relay_delegation& d);
 
 /// The sender's side of one session. Not thread-safe (the sender's io thread owns it).
 class sender_keys {
@@ -183,6 +227,12 @@ class sender_keys {
   ///                    data payloads are encrypted (FALLBACK as in signed sessions)
   sender_keys(const crypto::identity& id, session_id session,
               std::map<std::string, crypto::key32, std::less<>> pinned, bool encrypted = false);
+  /// A relay's keys for the session it serves to its sites (relay_delegation): `ephemeral` is
+  /// the X25519 pair the hub delegated, the session key is fresh (so no nonce of the hub's is
+  /// ever used again under it). It signs nothing: announces, digest lists and ENDs are the
+  /// hub's, sent on as they came; seal_control refuses them (returns 0). Sites may register
+  /// with any key (a relay's sites are not pinned).
+  sender_keys(session_id session, const crypto::x25519_pair& ephemeral);
   ~sender_keys();
   /// A copy is an independent snapshot of the session's keys and state (the fuzz target copies
   /// one handshake for every input); `id` is shared. Not assignable.
@@ -234,6 +284,11 @@ class sender_keys {
   const std::string& key_reply_to() const noexcept { return m_key_reply_to; }
   /// True for an encrypted session.
   bool encrypted() const noexcept { return m_encrypted; }
+  /// The relays of the hub (sender_config::relays): a key request of one of them that carries
+  /// relay_public, from a site whose key is pinned, is answered with a delegation
+  /// (take_key_reply). Unpinned relays get none: a delegation lets its holder serve the session
+  /// to sites, so it goes only to a key the hub knows.
+  void set_relays(std::vector<std::string> relays);
 
   /// The site key a site proved when it registered; std::nullopt if it did not.
   std::optional<crypto::key32> site_key(std::string_view receiver_id) const;
@@ -243,7 +298,7 @@ class sender_keys {
   const auth_stats& stats() const noexcept { return m_stats; }
 
  private:
-  const crypto::identity& m_id;
+  const crypto::identity* m_id = nullptr;  ///< null: a relay's keys, which sign nothing
   session_id m_session;
   std::map<std::string, crypto::key32, std::less<>> m_pinned;
   crypto::x25519_pair m_ephemeral;
@@ -255,6 +310,9 @@ class sender_keys {
   crypto::key32 m_manifest_key{};
   std::optional<crypto::gcm> m_sealed_data;
   std::string m_key_reply_to;  ///< receiver id of a key request open() consumed
+  /// relay_public of that key request, when it carried one (a relay asking for a delegation).
+  std::optional<crypto::key32> m_key_reply_relay;
+  std::vector<std::string> m_relays;
   std::vector<std::byte> m_scratch;
   /// Seals the body of the announce or digest_list in buf[0, len) in place (encrypted
   /// sessions). @return the new length, 0 when `buf` has no room
@@ -285,6 +343,12 @@ inline constexpr std::size_t max_held_announce_bytes = 1 << 20;
 /// are about 170 chunks, three trees), and the root of a cycle's trees is of no use once the
 /// cycle is over (the next one is stamped anew). ~100 bytes each.
 inline constexpr std::size_t max_verified_roots = 8;
+/// Key requests a relay sends for a delegation after it holds a session's key (a hub that does
+/// not delegate to it answers each without one): then it stops asking for that session.
+inline constexpr std::uint8_t max_delegation_asks = 3;
+/// Least time between two bindings of a session to a new relay key at a site: a relay that
+/// restarted re-keys, and a copied hello replayed from elsewhere cannot make a site flap faster.
+inline constexpr duration relay_rebind_interval = std::chrono::seconds(1);
 
 /// A verified sealed announce that arrived before its session key (receiver_keys::take_held).
 struct held_announce {
@@ -307,6 +371,9 @@ struct receiver_auth_options {
   std::uint32_t verifications_per_second = 2000;
   /// This site's receiver id: the key requests of encrypted sessions carry it.
   std::string receiver_id;
+  /// This site relays two-way sessions (mcdistd relay_group): its key requests of signed
+  /// sessions carry a fresh X25519 key per session for the hub to delegate (delegation()).
+  bool relay = false;
 };
 
 /// The receiving site's side, for every session it hears. Not thread-safe.
@@ -387,8 +454,20 @@ class receiver_keys {
   /// the session is unknown or no trusted keys are configured (signatures are not checked).
   /// Receivers keep a channel's session numbers per sender key (receiver/core/sequence_book).
   std::optional<crypto::key32> signer(session_id s) const;
-  /// The session's keys as an opaque blob (sender session public key, session key), for the
-  /// daemon to save beside the session's checkpoint; std::nullopt before the session key.
+  /// A relay (receiver_auth_options::relay): the hub's delegation of signed session `s` to this
+  /// site, with the key pair it delegates; std::nullopt until a key_only register_reply
+  /// carried one that verified under the key that signed the session's announce.
+  std::optional<relay_delegation> delegation(session_id s) const;
+  /// A relay: true when the hub answered this relay's key request for session `s` without a
+  /// delegation (it does not list or pin the relay, or predates relays): the session cannot be
+  /// relayed signed.
+  bool delegation_refused(session_id s) const;
+  /// A site behind a relay: true when session `s` is bound to a relay's key (a verified
+  /// relay_hello).
+  bool relay_bound(session_id s) const;
+  /// The session's keys as an opaque blob (sender session public key, session key, and the
+  /// relay key a relay_hello bound), for the daemon to save beside the session's checkpoint;
+  /// std::nullopt before the session key.
   std::optional<std::string> export_session(session_id s) const;
   /// Restores export_session's blob after a restart. @return false for a malformed blob
   bool import_session(session_id s, std::string_view blob);
@@ -446,6 +525,19 @@ class receiver_keys {
     std::size_t digest_roots_used = 0;
     std::size_t next_digest_root = 0;
 
+    /// The source of its first verified announce: a relay_hello counts only from there.
+    std::optional<endpoint> source;
+    /// A relay: its key pair for the session, the hub's delegation once it came, and how many
+    /// key requests asked for it after the session key was held (max_delegation_asks).
+    std::optional<crypto::x25519_pair> relay_key;
+    std::optional<crypto::signature> delegation;
+    std::uint8_t delegation_asks = 0;
+    bool delegation_refused = false;  ///< a key_only reply came without one
+    /// A site behind a relay: the relay key a verified relay_hello bound (the pairwise key is
+    /// derived with it), and when it was bound (rebinding at most once per relay_rebind_interval).
+    std::optional<crypto::key32> relay_public;
+    std::optional<time_point> bound_at;
+
     /// Takes the session key of a register_reply and derives the data, marker, manifest and
     /// sealed-data keys from it (HKDF, RFC 5869).
     void set_session_key(const crypto::key32& k, session_id s);
@@ -460,6 +552,10 @@ class receiver_keys {
   /// sequence number, or a block digest chunk by its path and signature (taken: `out` empty).
   std::error_code open_digested(std::span<const std::byte> d, const wire::header& h, time_point now,
                                 std::span<const std::byte>& out);
+  /// open()'s relay_hello case: checks the hub's delegation and binds the relay's key.
+  std::error_code open_relay_hello(session_keys* s, session_id session,
+                                   std::span<const std::byte> d, time_point now,
+                                   const endpoint& from, std::span<const std::byte>& out);
   /// Asks for the session key (take_key_request), at most once per key_request_interval.
   void want_key(session_keys& s, session_id id, time_point now);
   /// Before a session's keys are dropped or start over: its held announces' bytes and its

@@ -68,13 +68,17 @@ std::size_t announce_trailer_bytes(std::span<const std::byte> d) noexcept {
 }
 
 void sender_keys::seal_announces(std::span<announce_slot> burst) {
+  if (!m_id) {  // a relay's keys: the hub's announces go on as they came
+    for (announce_slot& a : burst) a.len = 0;
+    return;
+  }
   std::vector<announce_slot*> tree_slots;
   std::vector<announce_tree::hash> leaves;
   tree_slots.reserve(announce_tree::max_leaves);
   leaves.reserve(announce_tree::max_leaves);
   auto sign_tree = [&] {
     if (leaves.empty()) return;
-    tree_detail::seal_tree(m_id, tree_context, tree_slots, leaves);
+    tree_detail::seal_tree(*m_id, tree_context, tree_slots, leaves);
     ++m_stats.signatures;
     tree_slots.clear();
     leaves.clear();

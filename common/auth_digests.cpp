@@ -34,6 +34,10 @@ std::size_t digest_trailer_bytes(std::span<const std::byte> d) noexcept {
 }
 
 void sender_keys::seal_block_digests(std::span<announce_slot> window) {
+  if (!m_id) {  // a relay's keys sign nothing
+    for (announce_slot& a : window) a.len = 0;
+    return;
+  }
   std::vector<announce_slot*> slots;
   std::vector<announce_tree::hash> leaves;
   slots.reserve(window.size());
@@ -52,7 +56,7 @@ void sender_keys::seal_block_digests(std::span<announce_slot> window) {
     slots.push_back(&a);
   }
   if (slots.empty()) return;
-  tree_detail::seal_tree(m_id, digest_tree_context, slots, leaves);
+  tree_detail::seal_tree(*m_id, digest_tree_context, slots, leaves);
   ++m_stats.signatures;
   m_stats.digest_chunks += slots.size();
 }

@@ -72,6 +72,7 @@ const char* to_string(msg_type t) noexcept {
     case msg_type::block_digests: return "block_digests";
     case msg_type::heartbeat: return "heartbeat";
     case msg_type::gap_report: return "gap_report";
+    case msg_type::relay_hello: return "relay_hello";
   }
   return "unknown";
 }
@@ -83,9 +84,9 @@ std::error_code parse_header(std::span<const std::byte> datagram, header& out) n
   const auto v = std::to_integer<std::uint8_t>(datagram[2]);
   if (v != version && v != authenticated_version && v != digest_version) return errc::bad_version;
   const auto type = std::to_integer<std::uint8_t>(datagram[3]);
-  // 1-12 (data to parity) and 14-17 (repair_advert to gap_report); 13 is unassigned.
+  // 1-12 (data to parity) and 14-18 (repair_advert to relay_hello); 13 is unassigned.
   if (type < static_cast<std::uint8_t>(msg_type::data) ||
-      type > static_cast<std::uint8_t>(msg_type::gap_report) || type == 13) {
+      type > static_cast<std::uint8_t>(msg_type::relay_hello) || type == 13) {
     return errc::unknown_type;
   }
   out.type = static_cast<msg_type>(type);

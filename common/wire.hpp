@@ -120,6 +120,9 @@ enum class msg_type : std::uint8_t {
   heartbeat = 16,
   /// A site's missing session numbers, unicast to the hub (proto gap_report).
   gap_report = 17,
+  /// A relay's hub-delegated key for a signed session, multicast to the sites behind it
+  /// (proto relay_hello; common/auth.hpp).
+  relay_hello = 18,
 };
 
 /// Longest receiver id, bytes. Ids are site names ("dwd-offenbach"), not documents.

@@ -242,6 +242,14 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
   m_relays.set_report_sender([this](const endpoint& hub, const wire::gap_report& r) {
     return send_gap_report(r, false, hub);
   });
+  m_relays.set_delegations([this](session_id s) {
+    relay_forwarder::delegation_state d;
+    const auto* k = m_keys->of(s);
+    if (!k) return d;
+    d.refused = k->encrypted(s) || k->delegation_refused(s);
+    if (!d.refused) d.delegation = k->delegation(s);
+    return d;
+  });
   m_sequences_saved = load_sequence_state(m_cfg.temp, m_engine->sequences(), *m_log);
   m_deliveries->recover();
   for (const auto& ch : m_cfg.channels) {
@@ -503,7 +511,7 @@ void daemon::handle_datagram(std::size_t index, std::span<const std::byte> d, co
       m_relays.forward(index, h.session, d, arrival);
       if (h.type == wire::msg_type::session_end) m_relays.remember_end(index, h.session, d, now);
     } else if ((m_engine->channel_of(h.session) || m_relays.runs(index, h.session)) &&
-               !plain.empty() && !m_relays.on_upstream(index, h, plain, now)) {
+               !plain.empty() && !m_relays.on_upstream(index, h, d, plain, now)) {
       m_relays.not_relayed(index, h.session);
     }
   }

@@ -81,6 +81,9 @@ void add_auth_status(nlohmann::json& j, const auth::auth_stats& a) {
   // What announce signatures cost (docs/security.md "Announce trees"): Ed25519 checks made,
   // and announces verified by their path to a root checked before.
   j["announce_signatures"] = {{"checked", a.signatures}, {"by_path", a.by_path}};
+  // Relays of signed sessions: at a relay, the hub's delegations received; at a site behind
+  // one, relay keys bound by a verified relay_hello.
+  j["relay_delegations"] = a.delegations;
 }
 
 }  // namespace

@@ -54,11 +54,48 @@ sender::sender_config downstream_config(session_id s, const wire::session_params
 
 }  // namespace
 
+bool signed_copies::keep(const wire::header& h, std::span<const std::byte> raw,
+                         std::span<const std::byte> plain) {
+  std::vector<std::byte>* slot = nullptr;
+  std::size_t old = 0;
+  switch (h.type) {
+    case wire::msg_type::announce: {
+      wire::announce a;
+      if (wire::parse_control(plain, a) || a.params().manifest_chunks() == 0 ||
+          a.chunk() >= a.params().manifest_chunks()) {
+        return true;  // the engine refused it too
+      }
+      chunks = a.params().manifest_chunks();
+      slot = &announces[a.chunk()];
+      old = slot->size();
+      break;
+    }
+    case wire::msg_type::digest_list:
+      for (const auto& d : digest_lists) {
+        if (std::equal(d.begin(), d.end(), raw.begin(), raw.end())) return true;  // a repeat
+      }
+      if (bytes + raw.size() > max_bytes) return false;
+      digest_lists.emplace_back(raw.begin(), raw.end());
+      bytes += raw.size();
+      return true;
+    case wire::msg_type::session_end:
+      slot = &end;
+      old = end.size();
+      break;
+    default: return true;
+  }
+  if (bytes - old + raw.size() > max_bytes) return false;
+  slot->assign(raw.begin(), raw.end());
+  bytes = bytes - old + raw.size();
+  return true;
+}
+
 relay_downstream::relay_downstream(session_id s, const wire::session_params& p,
                                    std::vector<manifest_entry> files, std::filesystem::path dest,
                                    std::uint64_t seed, std::uint32_t run, std::size_t& shared,
                                    std::vector<std::string> relays,
-                                   std::shared_ptr<spdlog::logger> log, time_point now)
+                                   std::shared_ptr<spdlog::logger> log, time_point now,
+                                   std::optional<signed_session> sig)
     : m_session(s), m_channel(p.channel()), m_channel_seq(p.channel_seq()), m_files(files),
       m_dest(std::move(dest)), m_log(std::move(log)), m_block_size(p.block_size()),
       m_gate([this](std::uint32_t f, std::uint32_t b) { return held(f, b); }),
@@ -67,6 +104,19 @@ relay_downstream::relay_downstream(session_id s, const wire::session_params& p,
   if (m_channel_seq > 0) m_completes.emplace_back(m_channel_seq, m_channel_seq);
   for (const auto& r : p.catch_up_seqs()) m_completes.emplace_back(r.first(), r.last());
   auto c = downstream_config(s, p, run, std::move(relays));
+  if (sig) {
+    // The sites check blocks only once they hold the relay's session key: pass 1 waits for
+    // their keys as a hub's does. Their echoes of the hub's announce times are no round trip
+    // of the relay's.
+    m_keys = std::make_unique<auth::sender_keys>(s, sig->delegation.key);
+    m_signed = std::move(sig->copies);
+    m_hello.resize(wire::control_budget);
+    m_hello.resize(auth::encode_relay_hello(m_hello, s, sig->delegation));
+    if (m_hello.empty()) throw std::invalid_argument("the relay_hello does not fit a datagram");
+    c.start_on_registration = true;
+    c.data_trailer_bytes = auth::data_trailer_bytes;
+    c.own_echoes_only = true;
+  }
   c.block_gate = [this](std::uint32_t f, std::uint32_t b) { return m_gate.answer(f, b); };
   if (c.fec_k > 0) {
     c.parity_gate = [this](std::uint32_t fb) {
@@ -108,8 +158,11 @@ void relay_downstream::keep(std::uint32_t file, std::uint32_t block,
   m_shared_used += payload.size();
 }
 
-void relay_downstream::on_upstream(const wire::header& h, std::span<const std::byte> plain,
-                                   time_point) {
+void relay_downstream::on_upstream(const wire::header& h, std::span<const std::byte> raw,
+                                   std::span<const std::byte> plain, time_point) {
+  // Past max_bytes a copy is not kept; the sites have the hub's earlier ones, and miss a newer
+  // one only if the hub changed it.
+  if (m_signed) (void)m_signed->keep(h, raw, plain);
   switch (h.type) {
     case wire::msg_type::data: {
       wire::data_header dh;
@@ -179,9 +232,99 @@ void relay_downstream::evict(std::uint32_t file) {
   }
 }
 
+void relay_downstream::reply(const endpoint& to, std::span<const std::byte> d) {
+  if (m_replies.size() >= max_replies) return;
+  m_replies.emplace_back(to, std::vector<std::byte>(d.begin(), d.end()));
+}
+
 void relay_downstream::on_site(const wire::header& h, std::span<const std::byte> d,
                                const endpoint& from, time_point now) {
-  m_down->on_datagram(h, d, from, now);
+  if (!m_keys) {
+    m_down->on_datagram(h, d, from, now);
+    return;
+  }
+  std::span<const std::byte> out;
+  if (m_keys->open(h, d, out)) {
+    ++m_stats.site_refused;
+    // A site that asks under the hub's key has not seen the hello yet: it gets one (at most
+    // unicast_hellos_per_second, whoever asks).
+    if (h.type == wire::msg_type::register_request) {
+      if (now - m_unicast_second >= std::chrono::seconds(1)) {
+        m_unicast_second = now;
+        m_unicast_hellos = 0;
+      }
+      if (m_unicast_hellos < unicast_hellos_per_second) {
+        ++m_unicast_hellos;
+        ++m_stats.hellos;
+        reply(from, m_hello);
+      }
+    }
+    return;
+  }
+  if (out.empty()) {
+    // A key request: the relay's session key, sealed for the site.
+    const std::string site = m_keys->key_reply_to();
+    m_seal.resize(wire::control_budget + auth::max_trailer_bytes);
+    const std::size_t n = m_keys->take_key_reply(m_seal);
+    if (n > 0) {
+      reply(from, std::span(m_seal).first(n));
+      m_down->on_site_keyed(site, now);
+    }
+    return;
+  }
+  m_down->on_datagram(h, out, from, now);
+}
+
+void relay_downstream::send_control(const sender::control_send& c, const send_fn& send,
+                                    time_point now) {
+  ++m_stats.control;
+  if (!m_keys) {
+    send(c.to, c.bytes);
+    return;
+  }
+  switch (c.type) {
+    case wire::msg_type::announce: {
+      // In place of the downstream's own chunk i of n, the hub's chunks that share its place in
+      // the manifest's order: a whole cycle of the downstream's sends the hub's whole manifest.
+      wire::announce a;
+      if (wire::parse_control(c.bytes, a) || m_signed->chunks == 0) return;
+      const std::uint64_t n = std::max<std::uint32_t>(1, a.params().manifest_chunks());
+      const std::uint64_t hub = m_signed->chunks;
+      if (!m_next_hello || now >= *m_next_hello) {
+        // Before the announces, so a site that hears them binds the relay's key at once.
+        ++m_stats.hellos;
+        send(std::nullopt, m_hello);
+        m_next_hello = now + hello_interval;
+      }
+      for (std::uint64_t j = 0; j < hub; ++j) {
+        if (j * n / hub != a.chunk()) continue;
+        if (const auto it = m_signed->announces.find(static_cast<std::uint32_t>(j));
+            it != m_signed->announces.end()) {
+          send(c.to, it->second);
+        }
+      }
+      return;
+    }
+    case wire::msg_type::digest_list:
+      // The hub's, each of them, at most once per hello interval: the downstream sends one
+      // list per digest it learned, the hub's lists carry them all.
+      if (m_digests_sent && now - *m_digests_sent < hello_interval) return;
+      m_digests_sent = now;
+      for (const auto& d : m_signed->digest_lists) send(c.to, d);
+      return;
+    case wire::msg_type::session_end:
+      if (m_signed->end.empty()) {
+        ++m_stats.ends_withheld;
+        return;
+      }
+      send(c.to, m_signed->end);
+      return;
+    default: break;
+  }
+  m_seal.assign(c.bytes.begin(), c.bytes.end());
+  m_seal.resize(c.bytes.size() + auth::max_trailer_bytes);
+  const std::size_t n = m_keys->seal_control(m_seal, c.bytes.size());
+  if (n > 0) send(c.to, std::span(m_seal).first(n));
 }
 
 void relay_downstream::upstream_gone(time_point now) {
@@ -257,8 +400,9 @@ bool relay_downstream::source(std::uint32_t file, std::uint32_t block, std::span
 }
 
 void relay_downstream::send_data(const sender::data_send& d, const send_fn& send) {
-  m_datagram.assign(wire::data_header_size + (d.parity ? m_block_size : d.length), std::byte{0});
-  const auto body = std::span(m_datagram).subspan(wire::data_header_size);
+  const std::size_t len = wire::data_header_size + (d.parity ? m_block_size : d.length);
+  m_datagram.assign(len + (m_keys ? auth::data_trailer_bytes : 0), std::byte{0});
+  const auto body = std::span(m_datagram).subspan(wire::data_header_size, len - wire::data_header_size);
   if (d.parity) {
     const auto& l = *m_down->fec_layout();
     const std::uint32_t n = l.sources(d.fec_block);
@@ -285,6 +429,7 @@ void relay_downstream::send_data(const sender::data_send& d, const send_fn& send
     wire::write_data_header(m_datagram, {m_session, d.seq, d.file, d.block});
     ++m_stats.data;
   }
+  if (m_keys) (void)m_keys->seal_data(m_datagram, len);
   send(std::nullopt, m_datagram);
 }
 
@@ -300,22 +445,25 @@ std::optional<time_point> relay_downstream::service(time_point now, const send_f
     m_down->abort(now, "the upstream session ended without every block this relay needs");
   }
   m_down->on_timer(now);
+  for (const auto& [to, bytes] : m_replies) send(to, bytes);
+  m_replies.clear();
+  if (m_keys && !m_down->done() && (!m_next_hello || now >= *m_next_hello)) {
+    ++m_stats.hellos;
+    send(std::nullopt, m_hello);
+    m_next_hello = now + hello_interval;
+  }
   std::array<sender::data_send, 64> batch;
   sender::control_send c;
   for (;;) {
-    while (m_down->pop_control(c)) {
-      ++m_stats.control;
-      send(c.to, c.bytes);
-    }
+    while (m_down->pop_control(c)) send_control(c, send, now);
     const std::size_t n = m_down->next_data(now, batch);
     for (std::size_t i = 0; i < n; ++i) send_data(batch[i], send);
     if (n < batch.size()) break;
   }
-  while (m_down->pop_control(c)) {
-    ++m_stats.control;
-    send(c.to, c.bytes);
-  }
-  return m_down->next_deadline(now);
+  while (m_down->pop_control(c)) send_control(c, send, now);
+  auto next = m_down->next_deadline(now);
+  if (next && m_next_hello) next = std::min(*next, *m_next_hello);
+  return next;
 }
 
 }  // namespace mcdist::receiver

@@ -17,13 +17,21 @@
 /// it, and parity is encoded here only from FEC blocks held whole. The sites' registrations, NAKs
 /// and COMPLETEs come to the relay's socket and are answered here; none goes upstream.
 ///
-/// Only unsigned sessions: a signed session's data is tagged under keys derived from the hub's
-/// per-session secret, which a relay cannot use for blocks it sends itself (docs/relays-design.md
-/// section 1.2). Runs on the daemon's io thread; reads of the destination block it for one
-/// pread of a block.
+/// Signed sessions (not encrypted) run under keys of the relay's own (common/auth.hpp "Relays of
+/// signed two-way sessions"): the hub delegated the session to the relay's X25519 key, which a
+/// relay_hello multicast every hello_interval (and unicast to a site whose request still used
+/// the hub's key) tells the sites; the relay answers their key requests and registrations with
+/// a session key of its own, tags blocks and markers under it, and checks their NAKs and
+/// COMPLETEs. What it cannot sign goes on as the hub signed it (signed_copies): the announces
+/// (in place of the downstream session's own), the digest lists and the END, which the sites
+/// check against the hub's key. Runs on the daemon's io thread; reads of the destination block
+/// it for one pread of a block.
 ///
-/// Memory: the cache (at most cache_bytes of payload), the manifest, one open file.
+/// Memory: the cache (at most cache_bytes of payload), the manifest, one open file; a signed
+/// session also the hub's signed datagrams (at most signed_copies::max_bytes) and at most
+/// max_replies unicast answers queued.
 
+#include "common/auth.hpp"
 #include "common/endpoint.hpp"
 #include "common/fec/fec.hpp"
 #include "common/ids.hpp"
@@ -40,6 +48,7 @@
 #include <deque>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -52,6 +61,23 @@ class session_params;
 }
 
 namespace mcdist::receiver {
+
+/// The hub's signed datagrams of a signed two-way session, as they came, for the sites behind a
+/// relay (a relay cannot sign its own): the latest copy of each announce chunk, each distinct
+/// digest list, the END.
+struct signed_copies {
+  /// Bytes kept per session at most: a 10,000-file manifest is about 700 announce chunks of
+  /// 1.4 kB, 1 MB; past it the session is not relayed.
+  static constexpr std::size_t max_bytes = 4 << 20;
+  std::map<std::uint32_t, std::vector<std::byte>> announces;  ///< by chunk index
+  std::uint32_t chunks = 0;  ///< the hub's manifest_chunks
+  std::vector<std::vector<std::byte>> digest_lists;
+  std::vector<std::byte> end;
+  std::size_t bytes = 0;
+  /// Keeps `raw`, a datagram of type `h.type` as it came (`plain`: its authenticated view).
+  /// @return false when it would pass max_bytes (nothing kept)
+  bool keep(const wire::header& h, std::span<const std::byte> raw, std::span<const std::byte> plain);
+};
 
 /// The downstream side of one relayed two-way session.
 class relay_downstream {
@@ -80,6 +106,13 @@ class relay_downstream {
   /// How long a session taken up again after a restart admits the sites that registered with
   /// the run before, as their NAKs and COMPLETEs come (sender_config::admit_on_feedback).
   static constexpr duration resume_window = std::chrono::seconds(30);
+  /// Signed sessions: how often the relay_hello is multicast while the session runs (a site
+  /// that joins late, or restarted, binds within it), and how many unicast answers (hellos to
+  /// sites still using the hub's key, key replies) are queued at most between two services.
+  static constexpr duration hello_interval = std::chrono::milliseconds(500);
+  static constexpr std::size_t max_replies = 64;
+  /// Unicast hellos sent at most per second (to sites whose request the relay cannot check).
+  static constexpr std::uint32_t unicast_hellos_per_second = 20;
 
   /// What it sent and refused, for the status file.
   struct counters {
@@ -91,6 +124,19 @@ class relay_downstream {
     /// Blocks the gate let through that could not be read after all (the file was replaced
     /// meanwhile): not sent; the sites ask again.
     std::uint64_t unreadable = 0;
+    /// Signed sessions: relay_hellos sent (multicast and unicast), site datagrams that did not
+    /// verify under the relay's keys (dropped), and ENDs the relay could not send on because
+    /// the hub's had not come (its sites that had not completed time out).
+    std::uint64_t hellos = 0;
+    std::uint64_t site_refused = 0;
+    std::uint64_t ends_withheld = 0;
+  };
+
+  /// A signed session's part (auth.hpp "Relays of signed two-way sessions"): the hub's
+  /// delegation and the hub's signed datagrams kept so far.
+  struct signed_session {
+    auth::relay_delegation delegation;
+    std::shared_ptr<signed_copies> copies;
   };
 
   /// Sends one datagram: to the relay group when `to` is empty, else unicast to that site.
@@ -107,22 +153,30 @@ class relay_downstream {
   ///                n-th restart during it (the numbering above)
   /// @param shared  the bytes every session's cache holds, kept by all of them (outlives this)
   /// @param relays  sites that relay in turn (channel_config::relays): waited for 60 s, not 10
+  /// @param sig     a signed session: its delegation and the hub's signed datagrams; nullopt
+  ///                for an unsigned one
   /// @throws std::invalid_argument for parameters a sender_session refuses
   relay_downstream(session_id s, const wire::session_params& p, std::vector<manifest_entry> files,
                    std::filesystem::path dest, std::uint64_t seed, std::uint32_t run,
                    std::size_t& shared, std::vector<std::string> relays,
-                   std::shared_ptr<spdlog::logger> log, time_point now);
+                   std::shared_ptr<spdlog::logger> log, time_point now,
+                   std::optional<signed_session> sig = std::nullopt);
   ~relay_downstream();
   relay_downstream(const relay_downstream&) = delete;
   relay_downstream& operator=(const relay_downstream&) = delete;
 
   /// An upstream datagram of the session, authenticated and taken by the relay's engine
-  /// (`plain`: as the engine saw it): data blocks are kept, markers and data move the gate,
-  /// digest lists complete the manifest, END ends the upstream sweep.
-  void on_upstream(const wire::header& h, std::span<const std::byte> plain, time_point now);
+  /// (`plain`: as the engine saw it; `raw`: as it came, kept for a signed session's announces,
+  /// digest lists and END): data blocks are kept, markers and data move the gate, digest lists
+  /// complete the manifest, END ends the upstream sweep.
+  void on_upstream(const wire::header& h, std::span<const std::byte> raw,
+                   std::span<const std::byte> plain, time_point now);
   /// The relay's storage delivered file `file` (ok) or failed it.
   void on_file_stored(std::uint32_t file, bool ok);
-  /// A datagram a site sent to the relay socket for this session.
+  /// A datagram a site sent to the relay socket for this session. A signed session checks it
+  /// under the relay's keys first: a key request is answered (at the next service), a request
+  /// the relay cannot check is answered with the relay_hello, anything else that does not
+  /// verify is counted (site_refused) and dropped.
   void on_site(const wire::header& h, std::span<const std::byte> d, const endpoint& from,
                time_point now);
   /// The relay's engine no longer tracks the session (it completed, failed or timed out here).
@@ -157,6 +211,12 @@ class relay_downstream {
   /// Drops `file`'s blocks from the cache.
   void evict(std::uint32_t file);
   void send_data(const sender::data_send& d, const send_fn& send);
+  /// Sends a control datagram of the downstream session: as it is (unsigned), sealed under the
+  /// relay's keys, or in a signed session replaced by the hub's signed copies (announces,
+  /// digest lists, END).
+  void send_control(const sender::control_send& c, const send_fn& send, time_point now);
+  /// Queues a unicast answer to `to` (dropped past max_replies).
+  void reply(const endpoint& to, std::span<const std::byte> d);
 
   static std::uint64_t key(std::uint32_t file, std::uint32_t block) noexcept {
     return std::uint64_t{file} << 32 | block;
@@ -185,6 +245,16 @@ class relay_downstream {
   std::vector<std::byte> m_datagram;
   std::vector<std::vector<std::byte>> m_sources;
   counters m_stats;
+  // A signed session (auth.hpp "Relays of signed two-way sessions").
+  std::unique_ptr<auth::sender_keys> m_keys;
+  std::shared_ptr<signed_copies> m_signed;
+  std::vector<std::byte> m_hello;
+  std::optional<time_point> m_next_hello;
+  std::optional<time_point> m_digests_sent;  ///< the hub's digest lists last sent
+  std::vector<std::pair<endpoint, std::vector<std::byte>>> m_replies;
+  time_point m_unicast_second{};
+  std::uint32_t m_unicast_hellos = 0;
+  std::vector<std::byte> m_seal;
 };
 
 }  // namespace mcdist::receiver

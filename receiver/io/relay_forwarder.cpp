@@ -42,6 +42,10 @@ struct relay_forwarder::relay {
   /// manifest is not complete here yet (at most max_two_way_sessions).
   std::map<std::uint32_t, std::unique_ptr<relay_downstream>> two_way;
   std::map<std::uint32_t, wire::session_params> params;
+  /// Signed sessions among `params`: the hub's signed datagrams kept so far, and since when
+  /// the manifest is complete without a delegation.
+  std::map<std::uint32_t, std::shared_ptr<signed_copies>> copies;
+  std::map<std::uint32_t, time_point> undelegated;
   /// Catch-up through the relay (the channel may transmit): what its sites miss, and the
   /// relay's answer to the hub's last heartbeat, sent when its timer fires.
   bool gathers;
@@ -95,8 +99,8 @@ void relay_forwarder::open(std::size_t index, const channel_config& ch) {
   m_relays[index] = std::make_unique<relay>(std::move(s), *ch.relay_group, source, ch.dest,
                                             !ch.silent, ch.relays);
   m_log->info(
-      "channel {}: relaying its one-way sessions, unsigned two-way sessions and heartbeats into "
-      "{} from {} (ttl {})",
+      "channel {}: relaying its one-way sessions, two-way sessions and heartbeats into {} from {} "
+      "(ttl {})",
       ch.name, ch.relay_group->to_string(), source.to_string(), ch.relay_ttl);
   read_sites(index);
 }
@@ -110,6 +114,9 @@ void add(relay_downstream::counters& to, const relay_downstream::counters& c) {
   to.from_cache += c.from_cache;
   to.from_dest += c.from_dest;
   to.unreadable += c.unreadable;
+  to.hellos += c.hellos;
+  to.site_refused += c.site_refused;
+  to.ends_withheld += c.ends_withheld;
 }
 
 }  // namespace
@@ -179,11 +186,10 @@ void relay_forwarder::not_relayed(std::size_t index, session_id s) {
   ++r.stats.not_relayed_sessions;
   if (!m_not_relayed_logged.tick()) return;
   m_log->warn(
-      "session {}: not relayed into {}: a signed two-way session (a relay runs unsigned "
-      "two-way sessions for its sites and forwards one-way sessions: set silent = true on the "
-      "channel, or have the hub send it with silent passes), a resend to named sites, a "
-      "session this relay restarted in without what it kept of it, or more than {} two-way "
-      "sessions at once",
+      "session {}: not relayed into {}: an encrypted two-way session, a signed one the hub did "
+      "not delegate to this relay (list it in the hub's relays and pin its key) or sent to "
+      "named sites, a session this relay restarted in without what it kept of it (or signed), "
+      "or more than {} two-way sessions at once",
       s, r.group.to_string(), max_two_way_sessions);
 }
 
@@ -273,16 +279,23 @@ void relay_forwarder::forget_stale_states() {
 }
 
 bool relay_forwarder::on_upstream(std::size_t index, const wire::header& h,
-                                  std::span<const std::byte> plain, time_point now) {
-  if (!relays(index) || h.version != wire::version || !m_engine) return false;
+                                  std::span<const std::byte> raw, std::span<const std::byte> plain,
+                                  time_point now) {
+  const bool signed_session = h.version == wire::authenticated_version;
+  if (!relays(index) || !m_engine || (h.version != wire::version && !signed_session) ||
+      (signed_session && !m_delegation)) {
+    return false;
+  }
   auto& r = *m_relays[index];
   auto it = r.two_way.find(h.session.value);
   if (it == r.two_way.end()) {
     if (r.not_relayed.count(h.session.value)) return false;
     // Announced sessions whose manifest never completed here (refused, timed out) hold no
     // place among the max_two_way_sessions.
-    std::erase_if(r.params,
-                  [this](const auto& e) { return !m_engine->channel_of(session_id{e.first}); });
+    const auto gone = [this](const auto& e) { return !m_engine->channel_of(session_id{e.first}); };
+    std::erase_if(r.params, gone);
+    std::erase_if(r.copies, gone);
+    std::erase_if(r.undelegated, gone);
     if (h.type == wire::msg_type::announce && !r.params.count(h.session.value)) {
       wire::announce a;
       if (wire::parse_control(plain, a)) return true;  // the engine refused it too
@@ -291,6 +304,10 @@ bool relay_forwarder::on_upstream(std::size_t index, const wire::header& h,
           r.two_way.size() + r.params.size() >= max_two_way_sessions) {
         return false;
       }
+      // A signed announce cannot be changed for the sites: a session for named sites (a
+      // catch-up or resend named to this relay) would name no site behind it.
+      if (signed_session && !p.only_receivers().empty()) return false;
+      if (signed_session) r.copies.emplace(h.session.value, std::make_shared<signed_copies>());
       auto down = p;
       if (!p.only_receivers().empty()) {
         // The engine took it, so it names this relay: a catch-up (or an operator's resend) for
@@ -309,7 +326,19 @@ bool relay_forwarder::on_upstream(std::size_t index, const wire::header& h,
     }
     auto pit = r.params.find(h.session.value);
     std::uint32_t run = 0;
+    const auto copies = r.copies.find(h.session.value);
+    if (signed_session && copies != r.copies.end() && !copies->second->keep(h, raw, plain)) {
+      m_log->warn("session {}: not relayed into {}: its signed announces and digest lists pass "
+                  "{} bytes",
+                  h.session, r.group.to_string(), signed_copies::max_bytes);
+      r.params.erase(h.session.value);
+      r.copies.erase(copies);
+      return false;
+    }
     if (pit == r.params.end()) {
+      // Signed: what the hub signed before this relay restarted is gone, and its delegation
+      // with it.
+      if (signed_session) return false;
       if (!m_engine->manifest_complete(h.session)) return true;
       // A manifest complete here without an announce seen: this relay restarted during the
       // session. What it kept of it takes it up again for the sites behind, numbered past the
@@ -323,20 +352,55 @@ bool relay_forwarder::on_upstream(std::size_t index, const wire::header& h,
       pit = r.params.emplace(h.session.value, std::move(kept)).first;
     }
     if (!m_engine->manifest_complete(h.session)) return true;
+    std::optional<relay_downstream::signed_session> sig;
+    if (signed_session) {
+      auto d = m_delegation(h.session);
+      if (!d.delegation || copies == r.copies.end()) {
+        // The delegation comes with the answer to the relay's key request; it may still be on
+        // its way, unless that answer came without one.
+        const auto since = r.undelegated.try_emplace(h.session.value, now).first->second;
+        if (!d.refused && now - since < delegation_wait) return true;
+        r.params.erase(pit);
+        if (copies != r.copies.end()) r.copies.erase(copies);
+        r.undelegated.erase(h.session.value);
+        // Counted and logged here, with the reason (the caller's not_relayed is not called).
+        ++r.stats.not_relayed_datagrams;
+        if (r.not_relayed.size() >= max_sessions_seen) r.not_relayed.clear();
+        if (r.not_relayed.insert(h.session.value).second) {
+          ++r.stats.not_relayed_sessions;
+          if (m_not_relayed_logged.tick()) {
+            m_log->warn(
+                "session {}: not relayed into {}: signed, and the hub did not delegate it to "
+                "this relay{} (the hub must list this site in its relays and pin its key; "
+                "encrypted sessions and sessions of a relay in front of this one are never "
+                "delegated)",
+                h.session, r.group.to_string(), d.refused ? "" : " within 10 s");
+          }
+        }
+        return true;
+      }
+      sig = relay_downstream::signed_session{std::move(*d.delegation), copies->second};
+      r.copies.erase(copies);
+      r.undelegated.erase(h.session.value);
+    }
     auto files = m_engine->manifest_of(h.session);
     const std::size_t count = files.size();
     try {
       it = r.two_way
-               .emplace(h.session.value, std::make_unique<relay_downstream>(
-                                             h.session, pit->second, std::move(files), r.dest,
-                                             m_seed++, run, m_cache_used, r.relays, m_log, now))
+               .emplace(h.session.value,
+                        std::make_unique<relay_downstream>(h.session, pit->second, std::move(files),
+                                                           r.dest, m_seed++, run, m_cache_used,
+                                                           r.relays, m_log, now, std::move(sig)))
                .first;
     } catch (const std::invalid_argument& e) {
       m_log->warn("session {}: not relayed into {}: {}", h.session, r.group.to_string(), e.what());
       r.params.erase(pit);
       return false;
     }
-    save_state(h.session, run, pit->second);
+    // A signed session is not taken up again after a restart (its delegation and the hub's
+    // signed datagrams are not kept): nothing to keep.
+    if (!signed_session) save_state(h.session, run, pit->second);
+    if (signed_session) ++r.stats.signed_sessions;
     const auto& kept = pit->second;
     const bool catch_up = kept.catch_up_seqs_size() > 0;
     const auto named = static_cast<std::size_t>(kept.only_receivers_size());
@@ -351,8 +415,9 @@ bool relay_forwarder::on_upstream(std::size_t index, const wire::header& h,
                                    " that reported its sessions missing",
                   count);
     } else if (run == 0) {
-      m_log->info("session {}: relaying into {} for the sites behind this relay: {} files",
-                  h.session, r.group.to_string(), count);
+      m_log->info("session {}: relaying into {} for the sites behind this relay: {} files{}",
+                  h.session, r.group.to_string(), count,
+                  signed_session ? " (signed: under the hub's delegation to this relay)" : "");
     } else {
       m_log->info(
           "session {}: resumed relaying into {} for the sites behind this relay after "
@@ -360,7 +425,7 @@ bool relay_forwarder::on_upstream(std::size_t index, const wire::header& h,
           h.session, r.group.to_string(), run, count);
     }
   }
-  it->second->on_upstream(h, plain, now);
+  it->second->on_upstream(h, raw, plain, now);
   arm(now);
   return true;
 }
@@ -685,7 +750,11 @@ nlohmann::json relay_forwarder::status(const std::vector<channel_config>& channe
                      {"control", t.control},
                      {"from_cache", t.from_cache},
                      {"from_dest", t.from_dest},
-                     {"unreadable", t.unreadable}}},
+                     {"unreadable", t.unreadable},
+                     {"signed_sessions", s.signed_sessions},
+                     {"hellos", t.hellos},
+                     {"site_refused", t.site_refused},
+                     {"ends_withheld", t.ends_withheld}}},
                    {"catch_up",
                     {{"gap_reports_taken", s.gap_reports_taken},
                      {"gap_reports_refused", s.gap_reports_refused},

@@ -10,10 +10,13 @@
 /// sender of the session (the source of its first announce) and check the hub's signatures
 /// themselves: a relay can withhold or delay a product, never alter one.
 ///
-/// Unsigned two-way sessions are relayed by running them for the sites behind
-/// (relay_downstream.hpp): the relay answers its sites' registrations, NAKs and COMPLETEs from
-/// what it holds, and only its own engine's NAKs go upstream. Signed two-way sessions are not
-/// relayed (the relay cannot tag blocks it sends itself under the hub's session keys): they are
+/// Two-way sessions are relayed by running them for the sites behind (relay_downstream.hpp):
+/// the relay answers its sites' registrations, NAKs and COMPLETEs from what it holds, and only
+/// its own engine's NAKs go upstream. A signed one needs the hub's delegation of the session
+/// to this relay (common/auth.hpp "Relays of signed two-way sessions"), and is relayed from the
+/// first datagram after both the manifest and the delegation are here; the hub's signed
+/// announces, digest lists and END are kept from its first datagram on. Encrypted sessions, and
+/// signed ones the hub does not delegate within delegation_wait, are not relayed: they are
 /// counted and logged once per session.
 ///
 /// Catch-up goes through the relay on channels of an unsigned hub: the gap reports its sites
@@ -28,6 +31,7 @@
 /// channel a set of at most max_sessions_seen session ids, and at most max_ends ENDs kept for
 /// end_memory.
 
+#include "common/auth.hpp"
 #include "common/endpoint.hpp"
 #include "common/ids.hpp"
 #include "common/log_limit.hpp"
@@ -106,9 +110,23 @@ class relay_forwarder {
     std::uint64_t subtree_reports_sent = 0;
     /// Catch-up sessions of the hub (named to the relay) run for the sites behind.
     std::uint64_t catch_ups = 0;
+    /// Signed two-way sessions run under the hub's delegation (of two_way_sessions).
+    std::uint64_t signed_sessions = 0;
   };
   /// Two-way sessions run at once per relayed channel; past it a new one is not relayed.
   static constexpr std::size_t max_two_way_sessions = 64;
+  /// How long a signed session whose manifest is complete here waits for the hub's delegation
+  /// before it is given up as not relayed (the relay asks auth::max_delegation_asks times, one
+  /// round trip each).
+  static constexpr std::chrono::seconds delegation_wait{10};
+  /// What the daemon's keyring knows of a signed session's delegation to this relay
+  /// (auth::receiver_keys::delegation): the delegation once it came, or that the hub refused
+  /// it (or the session is encrypted, which a relay does not serve).
+  struct delegation_state {
+    std::optional<auth::relay_delegation> delegation;
+    bool refused = false;
+  };
+  using delegation_fn = std::function<delegation_state(session_id)>;
   /// How long after a hub heartbeat the relay sends its gap report upstream: its sites answer
   /// the heartbeat it passed on within their round trip to it (milliseconds on a LAN), and the
   /// hub takes one report per site and half heartbeat interval (1 s at the shortest), so the
@@ -166,6 +184,9 @@ class relay_forwarder {
   void set_engine(const receiver_engine* engine) noexcept { m_engine = engine; }
   /// How the relay's gap reports go upstream; set once by the daemon (none: never sent).
   void set_report_sender(report_fn f) { m_send_report = std::move(f); }
+  /// Where the delegations of signed sessions come from; set once by the daemon (none: signed
+  /// two-way sessions are not relayed).
+  void set_delegations(delegation_fn f) { m_delegation = std::move(f); }
   /// True when channel `index` gathers its sites' gap reports: it relays and may transmit.
   bool gathers_gaps(std::size_t index) const noexcept;
   /// Channel `index` (gathers_gaps) took an unsigned heartbeat from `hub` whose newest number
@@ -183,17 +204,18 @@ class relay_forwarder {
   /// daemon calls it once it restored its sessions).
   void forget_stale_states();
   /// `plain`, an authenticated datagram of session `h.session` (two-way here) on channel
-  /// `index`, as the engine took it. An unsigned session is run for the sites behind the
-  /// relay (relay_downstream), from the first datagram after its manifest is complete here; a
-  /// session resumed after a restart is taken up again from what set_state_dir's directory kept.
+  /// `index`, as the engine took it (`raw`: as it came). The session is run for the sites
+  /// behind the relay (relay_downstream), from the first datagram after its manifest is
+  /// complete here (and, signed, the hub's delegation came); an unsigned session resumed after
+  /// a restart is taken up again from what set_state_dir's directory kept.
   /// A session named to this relay (only_receivers: a catch-up or a resend for its subtree) is
   /// run for the sites whose gap reports its catch-up ranges cover, or for every site when it
   /// covers none.
-  /// @return false when the session is not relayed (signed; with a unicast start; resumed
-  ///         without kept parameters; more than max_two_way_sessions): the caller counts it
-  ///         with not_relayed
-  bool on_upstream(std::size_t index, const wire::header& h, std::span<const std::byte> plain,
-                   time_point now);
+  /// @return false when the session is not relayed (encrypted; signed without a delegation,
+  ///         or for named sites; with a unicast start; resumed without kept parameters, or
+  ///         signed; more than max_two_way_sessions): the caller counts it with not_relayed
+  bool on_upstream(std::size_t index, const wire::header& h, std::span<const std::byte> raw,
+                   std::span<const std::byte> plain, time_point now);
   /// True when channel `index` runs session `s` for its sites (its END still matters there
   /// after the engine closed it).
   bool runs(std::size_t index, session_id s) const noexcept;
@@ -266,6 +288,7 @@ class relay_forwarder {
   log_limiter m_site_datagrams_logged{3};
   log_limiter m_gap_reports_logged{3};
   report_fn m_send_report;
+  delegation_fn m_delegation;
   const receiver_engine* m_engine = nullptr;
   std::filesystem::path m_state_dir;  ///< empty: nothing kept (tests without a daemon)
   boost::asio::steady_timer m_timer;

@@ -60,6 +60,8 @@ std::unique_ptr<auth::receiver_keys> session_keys::keyring(const channel_config&
   o.trusted_senders = ch.trusted_senders;
   o.site = m_site;
   o.receiver_id = m_receiver_id;
+  // A channel that relays two-way sessions asks the hub to delegate its signed ones.
+  o.relay = ch.relay_group.has_value() && !ch.silent;
   return std::make_unique<auth::receiver_keys>(std::move(o));
 }
 
@@ -302,6 +304,7 @@ auth::auth_stats session_keys::stats() const {
     sum.blocks_checked += st.blocks_checked;
     sum.signatures += st.signatures;
     sum.by_path += st.by_path;
+    sum.delegations += st.delegations;
   }
   sum.no_key += m_unknown_unicast;
   return sum;

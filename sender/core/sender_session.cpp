@@ -393,6 +393,9 @@ void sender_session::sample_rtt(receiver_state& r, std::uint64_t echo_us, std::u
                                 time_point now) {
   const std::uint64_t now_us = to_wire_us(now);
   if (echo_us == 0 || echo_us > now_us || now_us - echo_us < hold_us) return;
+  if (m_cfg.own_echoes_only && !std::binary_search(m_stamps.begin(), m_stamps.end(), echo_us)) {
+    return;
+  }
   const duration rtt = std::chrono::microseconds(now_us - echo_us - hold_us);
   r.rep.rtt = rtt;
   r.rep.rtt_valid = true;

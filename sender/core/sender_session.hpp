@@ -103,6 +103,10 @@ struct sender_config {
   /// of the whole session. A dead relay holds the session's end that much longer.
   std::vector<std::string> relays;
   duration relay_timeout = std::chrono::seconds(60);
+  /// A relay's downstream of a signed session sends the hub's announces on (their
+  /// sender_time_us is the hub's clock): only echoes of the timestamps of this session's own
+  /// last marker_stamps markers are round-trip samples.
+  bool own_echoes_only = false;
   duration grtt_initial = std::chrono::milliseconds(500);  ///< RFC 5740 default
   duration grtt_min = std::chrono::milliseconds(1);
   duration grtt_max = std::chrono::seconds(15);
@@ -393,6 +397,9 @@ class sender_session {
   /// How long a pass for sites keyed late waits for the keys of their neighbours, whose
   /// requests left on the same announce.
   static constexpr duration late_key_gather = std::chrono::milliseconds(10);
+  /// Marker timestamps kept for sender_config::own_echoes_only: a site echoes the newest it
+  /// heard, at most a few round trips old (32 kB).
+  static constexpr std::size_t marker_stamps = 4096;
   /// A site keyed late gets the blocks sent before its key again when it holds the key within
   /// late_key_window() of the session's start, or while at most this many (or
   /// fallback_nak_ratio of the session's blocks) went out: 358 kB of 1400-byte blocks, a
@@ -675,6 +682,8 @@ class sender_session {
   std::shared_ptr<spdlog::logger> m_log;
   std::uint64_t m_rng_state;
   grtt_estimator m_grtt;
+  /// own_echoes_only: the sender_time_us of the last markers sent, ascending.
+  std::deque<std::uint64_t> m_stamps;
   pacer m_pacer;
   drop_counters m_drops;
   /// REGISTERs of new receivers refused because max_receivers were registered.

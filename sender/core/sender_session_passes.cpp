@@ -238,6 +238,10 @@ void sender_session::send_marker(time_point now, bool pass_end, bool status_requ
   m.set_block(pass_end ? 0 : m_passes.cursor_block());
   m.set_pass_end(pass_end);
   m.set_sender_time_us(to_wire_us(now));
+  if (m_cfg.own_echoes_only && (m_stamps.empty() || m_stamps.back() <= m.sender_time_us())) {
+    if (m_stamps.size() == marker_stamps) m_stamps.pop_front();
+    m_stamps.push_back(m.sender_time_us());
+  }
   m.set_grtt_us(static_cast<std::uint32_t>(
       std::chrono::duration_cast<std::chrono::microseconds>(m_grtt.estimate()).count()));
   m.set_seq(m_passes.seq());

@@ -99,6 +99,8 @@ sender_app::sender_app(boost::asio::io_context& io, app_options opts, sender_con
   if (m_opts.identity) {
     m_keys = std::make_unique<auth::sender_keys>(*m_opts.identity, m_session_id, m_opts.site_keys,
                                                  m_opts.encrypt);
+    // Relays whose key is pinned get a delegation to serve signed sessions to their sites.
+    if (!m_opts.encrypt) m_keys->set_relays(cfg.relays);
     if (m_opts.encrypt) {
       m_log->info(
           "session {}: encrypted: manifest, digests and data readable only by the {} "
@@ -442,8 +444,12 @@ void sender_app::arm_timer(time_point now) {
 void sender_app::send_key_reply(const endpoint& to, time_point now) {
   const std::string site = m_keys->key_reply_to();
   m_control_buffer.resize(wire::control_budget + auth::max_trailer_bytes);
+  const auto delegations = m_keys->stats().delegations;
   const std::size_t n = m_keys->take_key_reply(m_control_buffer);
   if (n == 0) return;
+  if (m_keys->stats().delegations > delegations && m_log) {
+    m_log->info("session {}: delegated to relay {} for the sites behind it", m_session_id, site);
+  }
   std::error_code ec;
   if (!net::send_one(m_socket.native_handle(), to, {m_control_buffer.data(), n}, ec)) {
     // The site asks again after auth::key_request_interval.

@@ -43,6 +43,12 @@ Closed group (--receivers a,b,c): the session starts as soon as every listed rec
 registered (or --register-timeout passes; the missing ones are reported failed). Open group (no
 --receivers): whoever registers within --register-window takes part.
 
+Relays (--relays a,b): receivers that relay the session into a group of their own (mcdistd
+relay_group). A silent relay is failed after 60 s instead of --receiver-timeout (a restart takes
+longer). A signed session (--key) whose --site-keys pins a relay delegates it a key of its own,
+with which it serves the session to the sites behind it; they still check every announce, digest
+list and file against this sender's key.
+
 Files are sent as one session: the manifest (path, size, mtime, mode, SHA-256) is announced once,
 pass 1 sends every block of every file back to back, later passes only the blocks receivers
 NAKed. Receivers that already hold an identical file (same size and SHA-256) skip it. Files
@@ -136,6 +142,12 @@ void add_sender_options(CLI::App& app, sender_cli& c) {
       ->capture_default_str()
       ->type_name("RATE");
   app.add_option("--receivers", c.receivers, "Closed group: the receiver ids that must take part")
+      ->delimiter(',')
+      ->type_name("ID,...");
+  app.add_option("--relays", c.relays,
+                 "Receivers that relay the session to sites behind them (mcdistd relay_group): "
+                 "failed after 60 s of silence, and in a signed session delegated when "
+                 "--site-keys pins them")
       ->delimiter(',')
       ->type_name("ID,...");
   app.add_option("--only", c.only,
@@ -403,6 +415,10 @@ sender_options make_sender_options(const sender_cli& c) {
   o.session.unicast_max_rate_bps = *umr;
   o.session.receivers = c.receivers;
   o.session.only_receivers = c.only;
+  for (const auto& id : c.relays) {
+    if (!wire::valid_receiver_id(id)) throw usage_error("--relays lists \"" + id + "\", not a site id");
+  }
+  o.session.relays = c.relays;
   if (!c.channel.empty() && !wire::valid_channel_name(c.channel)) {
     throw usage_error("--channel " + c.channel + " is not 1 to 64 letters, digits or - _ . : @ /");
   }

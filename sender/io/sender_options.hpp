@@ -41,6 +41,7 @@ struct sender_cli {
   std::string rate_max = "1G";
   std::vector<std::string> receivers;
   std::vector<std::string> only;
+  std::vector<std::string> relays;
   std::string register_window = "2s";  ///< session_profile::register_window
   std::string register_timeout = "30s";
   std::string receiver_timeout = "10s";

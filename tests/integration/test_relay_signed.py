@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""Integration: a relay runs a signed two-way session for the sites behind it under the hub's
+delegation (docs/security.md "Relays of signed sessions"), over loopback multicast with real
+mcdist-send and mcdistd.
+
+mcdist-send signs the session with the hub key, pins only relay "ra" (--site-keys) and lists it
+as a relay (--relays). ra (dropping 1 %) relays group G0 into G1, where sites s1 and s2 (dropping
+3 % each) trust only the hub's key; the hub knows neither of their keys. Asserted: every file at
+ra, s1 and s2 SHA-256 identical to the source; the hub's only receiver is ra, and it logged the
+delegation; ra ran the session as a signed one, sent relay_hellos, and both sites completed
+with it; each site bound the relay's key, and journaled every delivery with the hub's key
+as the signer; a relay_hello multicast into G1 by another host than ra is refused by both sites
+and changes nothing. Then the same hub without --relays: ra gets no delegation, does not relay
+the session (it says so in its log), and the sites get none of its files.
+
+usage: test_relay_signed.py BUILD_DIR"""
+
+import os
+import random
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from mcdist_testlib import (SKIP, ChannelSite, check, free_group, log,  # noqa: E402
+                            loopback_multicast_works, parse_group, pb_bytes, header,
+                            relay_status, run_sender, sessions_over, stop_all, tree_digests,
+                            wait_for, write_random)
+
+RELAY_HELLO = 18
+
+
+def keygen(bin_dir, path):
+    out = subprocess.run([os.path.join(bin_dir, "tools", "keygen", "mcdist-keygen"), path],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=True)
+    return out.stdout.decode().strip()
+
+
+def journal_signers(d):
+    """The sender_key column of every row of a site's delivery journal."""
+    path = os.path.join(d.temp, "journal.db")
+    if not os.path.exists(path):
+        return []
+    db = sqlite3.connect("file:%s?mode=ro" % path, uri=True, timeout=10)
+    try:
+        return [r[0] for r in db.execute("SELECT sender_key FROM deliveries")]
+    finally:
+        db.close()
+
+
+def refused(d):
+    st = d.read_status() or {}
+    return sum((st.get("not_authenticated") or {}).values())
+
+
+def main():
+    bin_dir = sys.argv[1]
+    if not loopback_multicast_works():
+        print("SKIPPED: loopback multicast is not available here")
+        return SKIP
+    base = tempfile.mkdtemp(prefix="mcdist-relaysig-",
+                            dir=os.environ.get("MCDIST_TEST_DIR", "/tmp"))
+    daemons = []
+    try:
+        rng = random.Random(53)
+        hub_key = os.path.join(base, "hub.key")
+        hub_pub = keygen(bin_dir, hub_key)
+        pubs = {s: keygen(bin_dir, os.path.join(base, s + ".key")) for s in ("ra", "s1", "s2")}
+        pins = os.path.join(base, "pins.txt")
+        with open(pins, "w") as f:
+            f.write("ra %s\n" % pubs["ra"])  # the hub knows its relay, not the sites behind it
+        src = os.path.join(base, "products")
+        sizes = [0, 1, 1400, 10_000] * 3 + [300_000] * 4 + [2_000_000]
+        for i, size in enumerate(sizes):
+            write_random(os.path.join(src, "d%d" % (i % 3), "p%03d.bin" % i), size, rng)
+        want = {"products/" + p: h for p, h in tree_digests(src).items()}
+        g0, g1 = free_group(), free_group()
+
+        def top(rid):
+            return 'key_file = "%s"\ntrusted_senders = ["%s"]' % (
+                os.path.join(base, rid + ".key"), hub_pub)
+        ra = ChannelSite(bin_dir, base, "ra", 'group = "%s"\nrelay_group = "%s"' % (g0, g1),
+                         top=top("ra"), extra=["--drop-rate", "0.01", "--drop-seed", "3"])
+        daemons.append(ra)
+        s1 = ChannelSite(bin_dir, base, "s1", 'group = "%s"' % g1, top=top("s1"),
+                         extra=["--drop-rate", "0.03", "--drop-seed", "5"])
+        s2 = ChannelSite(bin_dir, base, "s2", 'group = "%s"' % g1, top=top("s2"),
+                         extra=["--drop-rate", "0.03", "--drop-seed", "7"])
+        daemons += [s1, s2]
+
+        # A host that is not ra multicasts a relay_hello for the session into G1 (a copy of a
+        # relay's, or its own): the sites take a relay key only from the session's source.
+        session = 0x5e551075
+        forged_body = pb_bytes(1, b"ra") + pb_bytes(2, bytes(range(32)))
+        forged = header(RELAY_HELLO, session, version=2) + forged_body + bytes(64)
+        forger = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        forger.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton("127.0.0.1"))
+        forger.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 1)
+
+        extra = ["--key", hub_key, "--site-keys", pins, "--relays", "ra",
+                 "--session-id", "%08x" % session]
+        stop_forging = threading.Event()
+
+        def forge():
+            while not stop_forging.wait(0.2):
+                forger.sendto(forged, parse_group(g1))
+        t = threading.Thread(target=forge)
+        t.start()
+        try:
+            rc, summary, out = run_sender(bin_dir, [src], g0, rate="50M", extra=extra)
+        finally:
+            stop_forging.set()
+            t.join()
+        check(rc == 0 and summary, "mcdist-send failed (%d): %s" % (rc, out[-2000:]))
+        check(summary.get("signed"), "the session was not signed")
+        ids = [r["id"] for r in summary["receivers"]]
+        check(ids == ["ra"], "the hub's receivers are %s, not ra alone" % ids)
+        check("delegated to relay ra" in out, "mcdist-send did not log the delegation:\n" + out)
+        r = wait_for("ra: the relayed session done",
+                     lambda: (lambda s: s if s and s["two_way"]["sessions"] == 1
+                              and s["two_way"]["sessions_active"] == 0 else None)(relay_status(ra)),
+                     60, ra)
+        for d in daemons:
+            wait_for("%s: the session's end" % d.id, lambda d=d: sessions_over(d), 30, d)
+            got = tree_digests(d.dest)
+            check(got == want, "%s: delivered files differ from the source (%d of %d, %d bad)"
+                  % (d.id, len(got), len(want), len([p for p in got if want.get(p) != got[p]])))
+        log("ra: relay %s" % r)
+        t = r["two_way"]
+        check(t["signed_sessions"] == 1, "ra: not run as a signed session: %s" % t)
+        check(t["sites_completed"] == 2 and t["sites_failed"] == 0,
+              "ra: sites of the relayed session: %s" % t)
+        check(t["hellos"] > 0, "ra: sent no relay_hello: %s" % t)
+        check(r["not_relayed_sessions"] == 0, "ra: relay counters: %s" % r)
+        check((ra.read_status() or {}).get("relay_delegations", 0) >= 1,
+              "ra: delegations received: %s" % (ra.read_status() or {}).get("relay_delegations"))
+        for d in (s1, s2):
+            st = d.read_status() or {}
+            # Once for the session; a site that completed forgets the session's keys and may
+            # bind again on a hello that comes before the relay's END.
+            check(st.get("relay_delegations", 0) >= 1,
+                  "%s: relay keys bound: %s" % (d.id, st.get("relay_delegations")))
+            check(st["dropped_by_drop_rate"] > 0, "%s dropped nothing" % d.id)
+            check(refused(d) > 0, "%s: the forged hellos were not refused: %s"
+                  % (d.id, st.get("not_authenticated")))
+            signers = journal_signers(d)
+            check(len(signers) == len(want) and set(signers) == {hub_pub},
+                  "%s: journal signers %s, not the hub's key for every file"
+                  % (d.id, sorted(set(signers))))
+        check(t["data"] + t["parity"] > sum((s + 1399) // 1400 for s in sizes),
+              "ra: no repairs for its sites: %s" % t)
+
+        # The same hub without --relays: no delegation, not relayed, nothing behind ra.
+        src2 = os.path.join(base, "second")
+        write_random(os.path.join(src2, "x.bin"), 50_000, rng)
+        before = {d.id: len(tree_digests(d.dest)) for d in (s1, s2)}
+        rc, summary, out = run_sender(bin_dir, [src2], g0, rate="50M",
+                                      extra=["--key", hub_key, "--site-keys", pins])
+        check(rc == 0 and summary, "mcdist-send (no relays) failed (%d): %s" % (rc, out[-2000:]))
+        wait_for("ra: the undelegated session given up",
+                 lambda: (relay_status(ra) or {}).get("not_relayed_sessions") == 1, 30, ra)
+        check("the hub did not delegate" in ra.log_text() or "did not delegate" in ra.log_text(),
+              "ra: no log line on the session it did not relay")
+        check(os.path.exists(os.path.join(ra.dest, "second", "x.bin")),
+              "ra did not store the undelegated session's file itself")
+        for d in (s1, s2):
+            check(len(tree_digests(d.dest)) == before[d.id],
+                  "%s got a file of a session the hub did not delegate" % d.id)
+        log("PASS")
+        return 0
+    finally:
+        stop_all(base, daemons=daemons)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
