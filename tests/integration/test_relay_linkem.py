@@ -39,6 +39,12 @@ tenth of what its sites lost; each relay counts the session run
 for 4 sites, all completed; each site's session came from its relay's socket. The figures
 (datagrams the hub received, what the sites lost, blocks asked for) are logged.
 
+Last, the same two-way session signed (docs/security.md "Relays of signed sessions"): the hub
+pins only h1 and h2 and lists them as relays, so it delegates the session to each relay's key;
+the sites trust only the hub's key and are pinned nowhere. The same assertions, and besides:
+each relay ran it as a signed session and each site bound its relay's key and journaled every
+file with the hub's key as the signer.
+
 Needs root (namespaces, TUN) and a build with mcdist-linkem (MCDIST_BUILD_LINKEM): prints
 SKIPPED and exits 77 otherwise.
 
@@ -85,16 +91,17 @@ def emulator(bin_dir, base, rng, stats_json):
                     hosts=11, seed=rng.randrange(1 << 30), stats_json=stats_json)
 
 
-def start_daemons(daemons, bin_dir, base, emu, top, site_lines=""):
+def start_daemons(daemons, bin_dir, base, emu, top, site_lines="", tops=None):
     """Starts the relays (on G0, each relaying into its group) and the sites (on their relay's
     group, with `site_lines` more channel lines) into `daemons`, by host, with the top-level
-    lines `top`."""
+    lines `top` (or tops[host], when given)."""
+    tops = tops or {}
     for h in RELAYS:
         daemons[h] = Site(bin_dir, base, emu, h, "group = \"%s\"\nrelay_group = \"%s\""
-                          % (G0, RELAY_GROUP[h]), top=top)
+                          % (G0, RELAY_GROUP[h]), top=tops.get(h, top))
     for h in SITES:
         daemons[h] = Site(bin_dir, base, emu, h, "group = \"%s\"%s"
-                          % (RELAY_GROUP[BEHIND[h]], site_lines), top=top)
+                          % (RELAY_GROUP[BEHIND[h]], site_lines), top=tops.get(h, top))
 
 
 def all_delivered(daemons, want, t0):
@@ -242,23 +249,60 @@ def run(bin_dir, base, seed):
                 h, x["down"]["delivered"], x["up"]["packets_in"]))
 
 
-def run_two_way(bin_dir, base, seed):
+def signed_setup(bin_dir, base):
+    """Keys for a signed two-way run: the hub's, and one per relay and site. @return (mcdistd
+    top-level lines per host, mcdist-send options: sign, pin the relays, list them)"""
+    keygen = os.path.join(bin_dir, "tools", "keygen", "mcdist-keygen")
+
+    def make(name):
+        path = os.path.join(base, name + ".key")
+        out = subprocess.run([keygen, path], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             check=True)
+        return path, out.stdout.decode().strip()
+    hub_key, hub_pub = make("hub")
+    tops, pins = {}, []
+    for h in RELAYS + SITES:
+        path, pub = make("h%d" % h)
+        tops[h] = "key_file = \"%s\"\ntrusted_senders = [\"%s\"]\nsession_timeout = \"10s\"" % (
+            path, hub_pub)
+        if h in RELAYS:
+            pins.append("h%d %s" % (h, pub))
+    with open(os.path.join(base, "pins.txt"), "w") as f:
+        f.write("\n".join(pins) + "\n")
+    return tops, hub_pub, ["--key", hub_key, "--site-keys", os.path.join(base, "pins.txt"),
+                           "--relays", "h1,h2"]
+
+
+def journal_signers(d):
+    """The sender_key column of a daemon's delivery journal."""
+    import sqlite3
+    db = sqlite3.connect("file:%s?mode=ro" % os.path.join(d.temp, "journal.db"), uri=True,
+                         timeout=10)
+    try:
+        return [r[0] for r in db.execute("SELECT sender_key FROM deliveries")]
+    finally:
+        db.close()
+
+
+def run_two_way(bin_dir, base, seed, signed=False):
     rng = random.Random(seed)
     top = "allow_unsigned = true\nsession_timeout = \"10s\""
-    base = os.path.join(base, "two-way")  # daemons of their own: trees without part 1's files
+    # Daemons of their own: trees without the earlier parts' files.
+    base = os.path.join(base, "two-way-signed" if signed else "two-way")
     os.makedirs(base)
+    tops, hub_pub, sign = signed_setup(bin_dir, base) if signed else ({}, None, [])
     src = os.path.join(base, "two-way")
     want, total = make_set(src, rng)
     stats_json = os.path.join(base, "linkem-two-way.json")
     emu = emulator(bin_dir, base, rng, stats_json)
     daemons = {}
     try:
-        start_daemons(daemons, bin_dir, base, emu, top)
+        start_daemons(daemons, bin_dir, base, emu, top, tops=tops)
         time.sleep(0.5)
         t0 = time.time()
         code, summary, out = run_sender(bin_dir, [src], G0, rate="20M", timeout=120,
                                         interface=emu.addr(HUB),
-                                        prefix=["ip", "netns", "exec", emu.ns(HUB)])
+                                        prefix=["ip", "netns", "exec", emu.ns(HUB)], extra=sign)
         took = time.time() - t0
         log(out)
         check(code == 0 and summary, "mcdist-send exited %d" % code)
@@ -279,6 +323,18 @@ def run_two_way(bin_dir, base, seed):
             log("h%d: relay %s" % (h, t))
             check(t["sites_completed"] == 4 and t["sites_failed"] == 0 and t["unreadable"] == 0,
                   "h%d: the sites of its session: %s" % (h, t))
+            if signed:
+                check(t["signed_sessions"] == 1, "h%d: not run as a signed session: %s" % (h, t))
+        if signed:
+            check(summary["signed"], "the session was not signed")
+            for h in SITES:
+                st, d = statuses[h], daemons[h]
+                check(st.get("relay_delegations", 0) >= 1,
+                      "%s: bound no relay key: %s" % (d.id, st.get("relay_delegations")))
+                signers = journal_signers(d)
+                check(len(signers) == len(want) and set(signers) == {hub_pub},
+                      "%s: journal signers %s, not the hub's key for each of %d files"
+                      % (d.id, sorted(set(signers)), len(want)))
         for h in SITES:
             d, relay = daemons[h], BEHIND[h]
             sources = re.findall(r"session \S+ from (\S+):(\d+) ", d.log_text())
@@ -345,6 +401,9 @@ def main():
         run_two_way(bin_dir, base, int(os.environ.get("MCDIST_TEST_SEED", "17")) + 1)
         log("PASS: an unsigned two-way session run by each relay for its four sites, one NAK "
             "upstream per loss on the hub's link")
+        run_two_way(bin_dir, base, int(os.environ.get("MCDIST_TEST_SEED", "17")) + 2, signed=True)
+        log("PASS: the same session signed, each relay serving it under the hub's delegation, "
+            "every site checking it against the hub's key")
         return 0
     finally:
         if os.environ.get("MCDIST_KEEP"):
