@@ -122,8 +122,13 @@ asks the hub only for what it lacks itself; after a restart it takes such a sess
 (TEMP/relay) if it had checkpointed it (every 2 s). Catch-up goes through it too: it keeps the
 gap reports its sites send it in answer to an unsigned hub's heartbeats, reports their gaps with
 its own to the hub 300 ms after each heartbeat, and runs the hub's catch-up, named to it, for
-the sites that reported them. Signed two-way sessions are not relayed (counted, logged). The
-relay group must not be a group this daemon receives. Status "relay" and /metrics
+the sites that reported them. A signed two-way session is run for the sites behind under the
+hub's delegation to this relay (the hub lists it in its relays and pins its key): the sites
+(trusting the hub's key only) take this relay's key from its relay_hello and still check every
+announce, digest list and file against the hub's key; one the hub does not delegate, an
+encrypted one, or one for named sites is not relayed (counted, logged with the reason), nor is
+a signed one taken up again after a restart. The relay group must not be a group this daemon
+receives. Status "relay" and /metrics
 mcdist_relay_* count what was sent on.
 
 Under systemd (Type=notify) mcdistd reports READY=1 once its sockets are bound, WATCHDOG=1

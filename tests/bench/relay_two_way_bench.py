@@ -11,7 +11,11 @@ per host; a packet from hA to hB crosses hA.up then hB.down):
   h3-h10   sites: behind h1 (h3-h6) and h2 (h7-h10) on R1 / R2 (relayed), or on G0 (direct)
 Links: h0:delay=345ms; h1,h2:delay=5ms, loss=1e-3 on h1.down and h2.down; h3-h10.down
 loss=1e-2. Relayed: hub to relay 700 ms RTT at 1e-3, relay to site 10 ms RTT at 1e-2. Direct:
-hub to site 690 ms RTT at 1e-2 (the relays are not started).
+hub to site 690 ms RTT at 1e-2 (the relays are not started). Relayed, signed: the same as
+relayed with the session signed by the hub, which pins and lists the two relays and so delegates
+the session to each (docs/security.md "Relays of signed sessions"); the sites trust the hub's
+key only. Direct, signed: the sites on G0 trusting the hub's key, which signs the session and
+pins no site (what signing costs over the 690 ms hop without a relay).
 
 Per run and mode, printed side by side: the control datagrams the hub received (its summary's
 control_received: REGISTER, NAK, status, COMPLETE), the blocks NAKed at the hub, its repair
@@ -21,7 +25,7 @@ and control datagrams and the feedback their sites sent them. Every file is chec
 at every site.
 
 Not a test: exit 1 only when a file is missing or differs. Needs root (namespaces, TUN) and a
-build with mcdist-linkem. About 40 s per seed.
+build with mcdist-linkem. About 60 s per seed.
 
 usage: relay_two_way_bench.py [--build BUILD] [--seeds 1,2,3] [--rate 20M] [--work DIR]
 """
@@ -41,15 +45,22 @@ from linkem_run import Emulator  # noqa: E402
 from mcdist_testlib import relay_status, run_sender, sessions_over, tree_digests  # noqa: E402
 # The topology and the file set of the integration test through the same emulator.
 from test_relay_linkem import (G0, HUB, LINKS, RELAYS, SITES, Site, make_set,  # noqa: E402
-                               start_daemons)
+                               signed_setup, start_daemons)
 
 TOP = "allow_unsigned = true\nsession_timeout = \"10s\""
 
 
-def one(build, work, seed, relayed, rate):
-    base = os.path.join(work, "%s-%d" % ("relayed" if relayed else "direct", seed))
+MODES = ("relayed", "relayed, signed", "direct", "direct, signed")
+
+
+def one(build, work, seed, mode, rate):
+    relayed = mode != "direct"
+    base = os.path.join(work, "%s-%d" % (mode.replace(", ", "-"), seed))
     shutil.rmtree(base, ignore_errors=True)
     os.makedirs(base)
+    tops, _, sign = signed_setup(build, base) if mode.endswith("signed") else ({}, None, [])
+    if mode == "direct, signed":
+        sign = sign[:2]  # the hub's key only: an open group of sites it does not pin
     rng = random.Random(seed)
     src = os.path.join(base, "products")
     want, _ = make_set(src, rng)
@@ -58,15 +69,16 @@ def one(build, work, seed, relayed, rate):
     daemons = {}
     try:
         if relayed:
-            start_daemons(daemons, build, base, emu, TOP)
+            start_daemons(daemons, build, base, emu, TOP, tops=tops)
         else:
             for h in SITES:
-                daemons[h] = Site(build, base, emu, h, "group = \"%s\"" % G0, top=TOP)
+                daemons[h] = Site(build, base, emu, h, "group = \"%s\"" % G0,
+                                  top=tops.get(h, TOP))
         time.sleep(0.5)
         t0 = time.time()
         code, summary, out = run_sender(build, [src], G0, rate=rate, timeout=180,
                                         interface=emu.addr(HUB),
-                                        prefix=["ip", "netns", "exec", emu.ns(HUB)])
+                                        prefix=["ip", "netns", "exec", emu.ns(HUB)], extra=sign)
         took = time.time() - t0
         if code != 0 or not summary:
             sys.exit("mcdist-send failed (%d): %s" % (code, out[-2000:]))
@@ -81,7 +93,7 @@ def one(build, work, seed, relayed, rate):
         bad = [d.id for h, d in daemons.items() if tree_digests(d.dest) != want]
         if pending or bad:
             sys.exit("seed %d %s: sites not done %s, files differ at %s"
-                     % (seed, "relayed" if relayed else "direct", sorted(pending), bad))
+                     % (seed, mode, sorted(pending), bad))
         res = {"control": summary["control_received"], "repairs": summary["repair_datagrams"],
                "took": took, "last": last}
         if relayed:
@@ -110,19 +122,19 @@ def main():
         sys.exit("relay_two_way_bench.py needs root (network namespaces and TUN devices)")
     rows = []
     for seed in (int(s) for s in args.seeds.split(",")):
-        for relayed in (True, False):
-            r = one(args.build, args.work, seed, relayed, args.rate)
-            rows.append((seed, relayed, r))
-            print(json.dumps({"seed": seed, "relayed": relayed, **r}), flush=True)
+        for mode in MODES:
+            r = one(args.build, args.work, seed, mode, args.rate)
+            rows.append((seed, mode, r))
+            print(json.dumps({"seed": seed, "mode": mode, **r}), flush=True)
     print("\n| seed | mode | hub: control datagrams in | NAKed blocks | repairs | sender s | "
           "last site done s | relays: data / parity / control sent, sites' feedback |")
     print("|---|---|---|---|---|---|---|---|")
-    for seed, relayed, r in rows:
+    for seed, mode, r in rows:
         c = r["control"]
         n = c["register"] + c["nak"] + c["status"] + c["complete"]
         t = r.get("relays")
         print("| %d | %s | %d | %d | %d | %.1f | %.1f | %s |"
-              % (seed, "relayed" if relayed else "direct", n, c["nak_blocks"], r["repairs"],
+              % (seed, mode, n, c["nak_blocks"], r["repairs"],
                  r["took"], r["last"],
                  "%d / %d / %d, %d" % (t["data"], t["parity"], t["control"], t["site_datagrams"])
                  if t else "-"))

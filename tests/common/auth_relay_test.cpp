@@ -120,18 +120,56 @@ TEST_CASE("the hub delegates a session only to a listed relay whose key it pins"
     REQUIRE_FALSE(auth::verify_delegation(c.relay_id.public_key, sid, "ra", d->key.public_key,
                                           d->signature));
   }
-  SECTION("not listed: the key, no delegation; the relay asks a few times, then stops") {
+  SECTION("not listed: the key, no delegation, and the relay asks no more") {
     relay_chain c;
     REQUIRE_FALSE(c.relay_keyed());
     REQUIRE(c.relay.has_session_key(sid));
     REQUIRE_FALSE(c.relay.delegation(sid));
+    REQUIRE(c.relay.delegation_refused(sid));
+    for (int i = 1; i <= 10; ++i) {
+      REQUIRE_FALSE(c.relay.open(c.announce, t0 + i * auth::key_request_interval, c.out, hub_addr));
+      REQUIRE(c.relay.take_key_request(c.buf) == 0);
+    }
+  }
+  SECTION("keyed by its REGISTER's reply first: the relay asks a few times, then stops") {
+    relay_chain c;
+    c.hub.set_relays({"ra"});
+    c.announce = sealed(control(wire::msg_type::announce, sample_announce()),
+                        [&](auto b, auto n) { return c.hub.seal_control(b, n); });
+    REQUIRE_FALSE(c.relay.open(c.announce, t0, c.out, hub_addr));
+    REQUIRE(c.relay.take_key_request(c.buf) > 0);  // lost on the way
+    wire::register_request reg;
+    reg.set_receiver_id("ra");
+    const auto r = sealed(control(wire::msg_type::register_request, reg),
+                          [&](auto b, auto n) { return c.relay.seal(b, n); });
+    REQUIRE_FALSE(c.hub.open(r, c.out));
+    wire::register_reply rr;
+    rr.set_receiver_id("ra");
+    rr.set_accepted(true);
+    const auto reply = sealed(control(wire::msg_type::register_reply, rr),
+                              [&](auto b, auto n) { return c.hub.seal_control(b, n); });
+    REQUIRE_FALSE(c.relay.open(reply, t0, c.out, hub_addr));
+    REQUIRE(c.relay.has_session_key(sid));
+    REQUIRE_FALSE(c.relay.delegation(sid));
+    REQUIRE_FALSE(c.relay.delegation_refused(sid));
     std::size_t asked = 0;
+    std::vector<std::byte> last;
     for (int i = 1; i <= 10; ++i) {
       // The hub's announces repeat; each may carry a request after key_request_interval.
       REQUIRE_FALSE(c.relay.open(c.announce, t0 + i * auth::key_request_interval, c.out, hub_addr));
-      if (c.relay.take_key_request(c.buf) > 0) ++asked;
+      if (const std::size_t n = c.relay.take_key_request(c.buf); n > 0) {
+        ++asked;
+        last.assign(c.buf.begin(), c.buf.begin() + static_cast<std::ptrdiff_t>(n));
+      }
     }
     REQUIRE(asked == auth::max_delegation_asks);
+    // The last of them answered: the delegation comes.
+    REQUIRE_FALSE(c.hub.open(last, c.out));
+    std::vector<std::byte> answer(wire::control_budget + auth::max_trailer_bytes);
+    answer.resize(c.hub.take_key_reply(answer));
+    REQUIRE_FALSE(answer.empty());
+    REQUIRE_FALSE(c.relay.open(answer, t0 + 3s, c.out, hub_addr));
+    REQUIRE(c.relay.delegation(sid));
   }
   SECTION("listed but the hub pins no site keys: no delegation") {
     relay_chain c(false);

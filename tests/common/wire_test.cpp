@@ -139,8 +139,11 @@ TEST_CASE("headers with wrong magic, version, type or size are refused by name",
   REQUIRE(h.type == wire::msg_type::parity);
   bad[3] = std::byte{13};
   REQUIRE(wire::parse_header(bad, h) == errc::unknown_type);
-  bad[3] = std::byte{18};
+  bad[3] = std::byte{19};
   REQUIRE(wire::parse_header(bad, h) == errc::unknown_type);
+  bad[3] = std::byte{18};  // relay_hello (common/auth.hpp)
+  REQUIRE_FALSE(wire::parse_header(bad, h));
+  REQUIRE(h.type == wire::msg_type::relay_hello);
   bad[3] = std::byte{16};  // heartbeat (common/beacon.hpp)
   REQUIRE_FALSE(wire::parse_header(bad, h));
   REQUIRE(h.type == wire::msg_type::heartbeat);

@@ -754,6 +754,15 @@ void auth_seeds() {
   s.add(to_site,
         sealed(datagram(wire::msg_type::session_end, end_msg(false)),
                [&](std::span<std::byte> b, std::size_t n) { return tx.seal_control(b, n); }));
+  // A relay's hello for the session (a delegation by this run's hub key: the fuzzer's own key
+  // does not verify it, so mutations reach the parser and the refusals).
+  {
+    auth::relay_delegation d{"relay", crypto::generate_x25519(), {}};
+    d.signature = auth::sign_delegation(hub, rx_sid, d.relay_id, d.key.public_key);
+    bytes hello(wire::control_budget);
+    hello.resize(auth::encode_relay_hello(hello, rx_sid, d));
+    s.add(to_site, hello);
+  }
   wire::nak nk;
   nk.set_receiver_id("site");
   nk.set_pass(1);

@@ -50,7 +50,7 @@ local type_names = {
   [1] = "data", [2] = "announce", [3] = "register_request", [4] = "register_reply",
   [5] = "marker", [6] = "nak", [7] = "digest_list", [8] = "complete", [9] = "complete_ack",
   [10] = "session_end", [11] = "fallback", [12] = "parity", [14] = "repair_advert",
-  [15] = "block_digests", [16] = "heartbeat", [17] = "gap_report",
+  [15] = "block_digests", [16] = "heartbeat", [17] = "gap_report", [18] = "relay_hello",
 }
 local version_names = { [1] = "plain", [2] = "authenticated", [3] = "block digest" }
 -- Version 3 carries only these types (common/wire.hpp digest_version); block_digests only it.
@@ -76,6 +76,7 @@ local trailer_layout = {
   [14] = { { "counter", 8 }, { "gcm_tag", 16 } },
   [16] = { { "signature", 64 } },                              -- common/beacon.hpp
   [17] = { { "site_public_key", 32 }, { "signature", 64 } },
+  [18] = { { "signature", 64 } },  -- the hub's delegation of the session to the relay
 }
 local trailer_size = {}
 for t, parts in pairs(trailer_layout) do
@@ -197,6 +198,7 @@ local schema = {
     { 7, "last_seq", "uint64" },
     { 8, "missing_seqs", "message", { msg = "seq_range", repeated = true } },
     { 9, "key_request", "bool" },
+    { 10, "relay_public", "bytes" },  -- a relay's X25519 key for the session
   },
   held_digest = {
     { 1, "file", "uint32" },
@@ -207,6 +209,12 @@ local schema = {
     { 2, "accepted", "bool" },
     { 3, "reason", "string" },
     { 4, "key_only", "bool" },
+    { 5, "relay_delegation", "bytes" },  -- the hub's Ed25519 signature for a relay
+  },
+  relay_hello = {
+    { 1, "relay_id", "string", { rid = true } },
+    { 2, "relay_public", "bytes" },
+    { 3, "flags", "uint32" },
   },
   marker = {
     { 1, "pass", "uint32" },

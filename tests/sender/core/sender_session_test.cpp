@@ -48,7 +48,9 @@ struct harness {
   std::vector<control_send> control;
 
   explicit harness(std::vector<manifest_entry> f, std::vector<std::string> receivers = {"a", "b"},
-                   bool eager = true, std::vector<std::string> not_awaited = {}) {
+                   bool eager = true, std::vector<std::string> not_awaited = {},
+                   bool own_echoes_only = false) {
+    cfg.own_echoes_only = own_echoes_only;
     cfg.session = session_id{42};
     cfg.rate_bps = 80'000'000;  // 10 MB/s
     cfg.receivers = std::move(receivers);
@@ -1624,4 +1626,35 @@ TEST_CASE("a silent relay is waited for relay_timeout, an ordinary receiver rece
   const auto rep = g.s->report(g.now);
   REQUIRE(rep.receivers.at(0).state == receiver_report::state_t::failed);
   REQUIRE(rep.receivers.at(0).reason.find("silent for 4") != std::string::npos);
+}
+
+TEST_CASE("a relay's session takes only echoes of its own markers as round-trip samples",
+          "[unit][sender]") {
+  for (const bool own : {false, true}) {
+    CAPTURE(own);
+    harness h(files({20'000}), {"a"}, true, {}, own);
+    h.tick();
+    // A REGISTER echoing a time this session never sent (the hub's announce, on another clock).
+    wire::register_request r;
+    r.set_receiver_id("a");
+    r.set_echo_time_us(to_wire_us(h.now - 300ms));
+    h.s->on_datagram(datagram(wire::msg_type::register_request, h.cfg.session, r), rx_a, h.now);
+    h.tick();
+    REQUIRE(h.s->report(h.now).receivers.at(0).rtt_valid == !own);
+    h.drain_data();
+    const auto markers = h.sent<wire::marker>(wire::msg_type::marker);
+    REQUIRE_FALSE(markers.empty());
+    // A NAK echoing one of its markers is a sample in both cases.
+    h.now += 40ms;
+    wire::nak n;
+    n.set_receiver_id("a");
+    n.set_pass(markers.back().pass());
+    n.set_echo_time_us(markers.back().sender_time_us());
+    h.s->on_datagram(datagram(wire::msg_type::nak, h.cfg.session, n), rx_a, h.now);
+    h.tick();
+    const auto rep = h.s->report(h.now).receivers.at(0);
+    REQUIRE(rep.rtt_valid);
+    // 40 ms since that marker left, whatever the earlier foreign echo said.
+    if (own) REQUIRE(rep.rtt >= 40ms);
+  }
 }
