@@ -583,6 +583,13 @@ std::error_code receiver_keys::open(const wire::header& h, std::span<const std::
   if (h.type == msg_type::announce) {
     return opened_announce(h.session, d, signed_part, now, fresh, from, out);
   }
+  // A relay that holds the key but no delegation (restarted: its saved keys hold none, and a
+  // two-way session announces only while it registers): its blocks and markers ask for one.
+  if (s && s->relay_key && s->session_key && !s->delegation && !s->delegation_refused &&
+      s->delegation_asks < max_delegation_asks && s->signer && !s->silent &&
+      (h.type == msg_type::data || h.type == msg_type::marker)) {
+    want_key(*s, h.session, now);
+  }
   out = signed_part;
   return {};
 }
@@ -683,7 +690,7 @@ std::error_code receiver_keys::open_relay_hello(session_keys* s, session_id sess
   if (!s || !s->signer) return refuse(m_stats.no_key);
   // Encrypted and silent sessions are not relayed this way; and only the host whose announce
   // opened the session (the relay itself) may give it a key.
-  if (s->encrypted || s->silent || (s->source && *s->source != from)) {
+  if (s->encrypted || s->silent || (s->source && !same_host(*s->source, from))) {
     return refuse(m_stats.unauthenticated);
   }
   const auto signed_part = d.first(d.size() - crypto::signature_bytes);
@@ -929,26 +936,45 @@ std::optional<std::string> receiver_keys::export_session(session_id s) const {
   std::string blob(reinterpret_cast<const char*>(it->second.sender_public.data()),
                    crypto::key_bytes);
   blob.append(reinterpret_cast<const char*>(it->second.session_key->data()), crypto::key_bytes);
-  if (it->second.encrypted) {
-    blob.push_back('E');  // an encrypted session: one byte more
-  } else if (it->second.relay_public) {
-    // Served by a relay: its key, which the pairwise key is derived with.
+  // Then tagged fields: 'E' an encrypted session; 'R' and the key of the relay that serves it
+  // (the pairwise key is derived with it); 'S' and the key that signed its announce (a relay's
+  // hello and delegation are checked against it, the sequence book and journal name it).
+  if (it->second.encrypted) blob.push_back('E');
+  if (it->second.relay_public) {
     blob.push_back('R');
     blob.append(reinterpret_cast<const char*>(it->second.relay_public->data()), crypto::key_bytes);
+  }
+  if (it->second.signer) {
+    blob.push_back('S');
+    blob.append(reinterpret_cast<const char*>(it->second.signer->data()), crypto::key_bytes);
   }
   return blob;
 }
 
 bool receiver_keys::import_session(session_id s, std::string_view blob) {
-  const bool encrypted = blob.size() == 2 * crypto::key_bytes + 1 && blob.back() == 'E';
-  if (encrypted) blob.remove_suffix(1);
+  if (blob.size() < 2 * crypto::key_bytes) return false;
+  bool encrypted = false;
   std::optional<crypto::key32> relay;
-  if (blob.size() == 3 * crypto::key_bytes + 1 && blob[2 * crypto::key_bytes] == 'R') {
-    relay.emplace();
-    std::memcpy(relay->data(), blob.data() + 2 * crypto::key_bytes + 1, crypto::key_bytes);
-    blob.remove_suffix(crypto::key_bytes + 1);
+  std::optional<crypto::key32> signer;
+  for (auto rest = blob.substr(2 * crypto::key_bytes); !rest.empty();) {
+    const char tag = rest.front();
+    rest.remove_prefix(1);
+    if (tag == 'E') {
+      encrypted = true;
+      continue;
+    }
+    if ((tag != 'R' && tag != 'S') || rest.size() < crypto::key_bytes) return false;
+    auto& k = (tag == 'R' ? relay : signer).emplace();
+    std::memcpy(k.data(), rest.data(), crypto::key_bytes);
+    rest.remove_prefix(crypto::key_bytes);
   }
-  if (blob.size() != 2 * crypto::key_bytes) return false;
+  // The signer must still be trusted here (the configuration may have changed).
+  if (signer && required() &&
+      std::find(m_opts.trusted_senders.begin(), m_opts.trusted_senders.end(), *signer) ==
+          m_opts.trusted_senders.end()) {
+    return false;
+  }
+  blob.remove_suffix(blob.size() - 2 * crypto::key_bytes);
   crypto::key32 sender_public{};
   crypto::key32 k{};
   std::memcpy(sender_public.data(), blob.data(), crypto::key_bytes);
@@ -964,6 +990,7 @@ bool receiver_keys::import_session(session_id s, std::string_view blob) {
   keys.set_session_key(k, s);
   keyed(keys);
   keys.encrypted = encrypted;
+  keys.signer = signer;
   return true;
 }
 

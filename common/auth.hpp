@@ -465,11 +465,12 @@ class receiver_keys {
   /// A site behind a relay: true when session `s` is bound to a relay's key (a verified
   /// relay_hello).
   bool relay_bound(session_id s) const;
-  /// The session's keys as an opaque blob (sender session public key, session key, and the
-  /// relay key a relay_hello bound), for the daemon to save beside the session's checkpoint;
-  /// std::nullopt before the session key.
+  /// The session's keys as an opaque blob (sender session public key, session key, the relay
+  /// key a relay_hello bound, the announce's signer), for the daemon to save beside the
+  /// session's checkpoint; std::nullopt before the session key.
   std::optional<std::string> export_session(session_id s) const;
-  /// Restores export_session's blob after a restart. @return false for a malformed blob
+  /// Restores export_session's blob after a restart. @return false for a malformed blob, or
+  /// one whose signer is no longer trusted
   bool import_session(session_id s, std::string_view blob);
   /// Drops a session's keys.
   void forget(session_id s);
@@ -525,7 +526,8 @@ class receiver_keys {
     std::size_t digest_roots_used = 0;
     std::size_t next_digest_root = 0;
 
-    /// The source of its first verified announce: a relay_hello counts only from there.
+    /// The source of its first verified announce: a relay_hello counts only from that host (a
+    /// restarted relay sends from another port).
     std::optional<endpoint> source;
     /// A relay: its key pair for the session, the hub's delegation once it came, and how many
     /// key requests asked for it after the session key was held (max_delegation_asks).

@@ -34,6 +34,12 @@ struct endpoint {
 
 /// Parses "a.b.c.d:port", "[v6]:port", or an address alone when `default_port` is given.
 /// @return std::nullopt on anything else.
+/// True when `a` and `b` are the same host (address and family; ports differ per socket, and a
+/// restarted daemon's socket gets another one).
+inline bool same_host(const endpoint& a, const endpoint& b) noexcept {
+  return a.v6 == b.v6 && a.addr == b.addr;
+}
+
 std::optional<endpoint> parse_endpoint(std::string_view text,
                                        std::optional<std::uint16_t> default_port = {});
 

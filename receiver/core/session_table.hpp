@@ -56,11 +56,6 @@ concept table_session = requires(const Session& s) {
   { s.channel } -> std::convertible_to<std::uint32_t>;
 };
 
-/// True when `a` and `b` are the same host (address and family; ports differ per socket).
-inline bool same_host(const endpoint& a, const endpoint& b) noexcept {
-  return a.v6 == b.v6 && a.addr == b.addr;
-}
-
 /// Sessions by id, in id order, and the tombstones of ended ones. Not thread-safe (the
 /// engine's single thread owns it). `Session` may be incomplete where the table is declared (a
 /// class's private nested type); it must be a table_session where the table is used.

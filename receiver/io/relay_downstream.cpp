@@ -77,6 +77,7 @@ bool signed_copies::keep(const wire::header& h, std::span<const std::byte> raw,
       if (bytes + raw.size() > max_bytes) return false;
       digest_lists.emplace_back(raw.begin(), raw.end());
       bytes += raw.size();
+      changed = true;
       return true;
     case wire::msg_type::session_end:
       slot = &end;
@@ -85,8 +86,51 @@ bool signed_copies::keep(const wire::header& h, std::span<const std::byte> raw,
     default: return true;
   }
   if (bytes - old + raw.size() > max_bytes) return false;
+  if (h.type == wire::msg_type::announce &&
+      !std::equal(slot->begin(), slot->end(), raw.begin(), raw.end())) {
+    changed = true;
+  }
   slot->assign(raw.begin(), raw.end());
   bytes = bytes - old + raw.size();
+  return true;
+}
+
+std::string signed_copies::serialize() const {
+  std::string out = "MCSC";
+  const auto add = [&out](const std::vector<std::byte>& d) {
+    for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((d.size() >> (8 * i)) & 0xff));
+    out.append(reinterpret_cast<const char*>(d.data()), d.size());
+  };
+  for (const auto& [chunk, d] : announces) add(d);
+  for (const auto& d : digest_lists) add(d);
+  return out;
+}
+
+bool signed_copies::restore(std::string_view blob) {
+  if (blob.substr(0, 4) != "MCSC") return false;
+  blob.remove_prefix(4);
+  while (!blob.empty()) {
+    if (blob.size() < 4) return false;
+    std::size_t n = 0;
+    for (int i = 0; i < 4; ++i) {
+      n |= std::size_t{static_cast<unsigned char>(blob[static_cast<std::size_t>(i)])} << (8 * i);
+    }
+    blob.remove_prefix(4);
+    if (n > blob.size()) return false;
+    const auto d = std::as_bytes(std::span(blob.data(), n));
+    blob.remove_prefix(n);
+    wire::header h;
+    if (wire::parse_header(d, h) || h.version != wire::authenticated_version) return false;
+    const std::size_t trailer = h.type == wire::msg_type::announce
+                                    ? auth::announce_trailer_bytes(d)
+                                    : auth::trailer_size(h.type);
+    if ((h.type != wire::msg_type::announce && h.type != wire::msg_type::digest_list) ||
+        trailer == 0 || trailer + wire::header_size > d.size() ||
+        !keep(h, d, d.first(d.size() - trailer))) {
+      return false;
+    }
+  }
+  changed = false;
   return true;
 }
 

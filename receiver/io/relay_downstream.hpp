@@ -74,9 +74,18 @@ struct signed_copies {
   std::vector<std::vector<std::byte>> digest_lists;
   std::vector<std::byte> end;
   std::size_t bytes = 0;
+  /// Set when keep() kept something new (an announce chunk changed, a digest list): the relay
+  /// saves the copies again for a restart.
+  bool changed = false;
   /// Keeps `raw`, a datagram of type `h.type` as it came (`plain`: its authenticated view).
   /// @return false when it would pass max_bytes (nothing kept)
   bool keep(const wire::header& h, std::span<const std::byte> raw, std::span<const std::byte> plain);
+  /// The announces and digest lists as one blob ("MCSC", then per datagram its length, 4 bytes
+  /// little-endian, and its bytes), for the relay's state directory.
+  std::string serialize() const;
+  /// Restores serialize()'s blob: each datagram kept again as keep() would (its header parsed,
+  /// its trailer cut off for the view). @return false for a blob that is not one
+  bool restore(std::string_view blob);
 };
 
 /// The downstream side of one relayed two-way session.
@@ -190,6 +199,8 @@ class relay_downstream {
   session_id session() const noexcept { return m_session; }
   const counters& stats() const noexcept { return m_stats; }
   sender::session_report report(time_point now) const { return m_down->report(now); }
+  /// A signed session's copies of the hub's datagrams (null for an unsigned one).
+  const std::shared_ptr<signed_copies>& copies() const noexcept { return m_signed; }
   /// The channel as the hub names it ("" for an unnumbered ad-hoc session).
   const std::string& channel() const noexcept { return m_channel; }
   /// The channel's session number (0: a catch-up, a resend or an ad-hoc session).

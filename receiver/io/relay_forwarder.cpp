@@ -46,6 +46,8 @@ struct relay_forwarder::relay {
   /// the manifest is complete without a delegation.
   std::map<std::uint32_t, std::shared_ptr<signed_copies>> copies;
   std::map<std::uint32_t, time_point> undelegated;
+  /// Sessions among `params` this relay takes up again after a restart, and their run.
+  std::map<std::uint32_t, std::uint32_t> runs;
   /// Catch-up through the relay (the channel may transmit): what its sites miss, and the
   /// relay's answer to the hub's last heartbeat, sent when its timer fires.
   bool gathers;
@@ -204,6 +206,45 @@ constexpr std::array<char, 4> state_magic{'M', 'C', 'R', 'S'};
 constexpr std::size_t max_state_bytes = 64 * 1024;
 
 std::string state_name(session_id s) { return fmt::format("{}", s); }
+/// A signed session's copies of the hub's datagrams, beside its parameters.
+std::string signed_name(session_id s) { return fmt::format("{}.signed", s); }
+
+/// Writes `bytes` to `dir`/`name` through a temporary file and a rename (0600, no link
+/// followed). @return errno, or 0
+int write_state_file(const std::filesystem::path& dir, const std::string& name,
+                     std::string_view bytes) {
+  const auto path = dir / name;
+  const auto tmp = dir / (name + ".tmp");
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+  const bool written =
+      fd >= 0 && ::write(fd, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size());
+  const int err = errno;
+  if (fd >= 0) ::close(fd);
+  if (!written || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = written ? errno : err;
+    ::unlink(tmp.c_str());
+    return e == 0 ? EIO : e;
+  }
+  return 0;
+}
+
+/// The content of `dir`/`name` when it is a regular file of at most `max` bytes (no link
+/// followed); empty otherwise.
+std::string read_state_file(const std::filesystem::path& dir, const std::string& name,
+                            std::size_t max) {
+  const auto path = dir / name;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return {};
+  struct stat st {};
+  std::string bytes;
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 &&
+      static_cast<std::size_t>(st.st_size) <= max) {
+    bytes.resize(static_cast<std::size_t>(st.st_size));
+    if (::pread(fd, bytes.data(), bytes.size(), 0) != st.st_size) bytes.clear();
+  }
+  ::close(fd);
+  return bytes;
+}
 
 }  // namespace
 
@@ -220,34 +261,35 @@ void relay_forwarder::save_state(session_id s, std::uint32_t run,
   std::string bytes(state_magic.begin(), state_magic.end());
   for (int i = 0; i < 4; ++i) bytes.push_back(static_cast<char>((run >> (8 * i)) & 0xff));
   bytes += p.SerializeAsString();
-  const auto path = m_state_dir / state_name(s);
-  const auto tmp = m_state_dir / (state_name(s) + ".tmp");
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
-  const bool written =
-      fd >= 0 && ::write(fd, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size());
-  if (fd >= 0) ::close(fd);
-  if (!written || ::rename(tmp.c_str(), path.c_str()) != 0) {
+  if (const int e = write_state_file(m_state_dir, state_name(s), bytes)) {
     m_log->warn(
         "session {}: cannot keep its relay state in {} ({}): a restart will not take "
         "it up again for the sites behind this relay",
-        s, path.string(), std::strerror(errno));
-    ::unlink(tmp.c_str());
+        s, (m_state_dir / state_name(s)).string(), std::strerror(e));
   }
+}
+
+void relay_forwarder::save_signed(session_id s, const signed_copies& c) const {
+  if (m_state_dir.empty()) return;
+  if (const int e = write_state_file(m_state_dir, signed_name(s), c.serialize())) {
+    m_log->warn(
+        "session {}: cannot keep the hub's signed announces in {} ({}): a restart will not "
+        "take it up again for the sites behind this relay",
+        s, (m_state_dir / signed_name(s)).string(), std::strerror(e));
+  }
+}
+
+std::shared_ptr<signed_copies> relay_forwarder::load_signed(session_id s) const {
+  if (m_state_dir.empty()) return nullptr;
+  const auto bytes = read_state_file(m_state_dir, signed_name(s), signed_copies::max_bytes + 4096);
+  auto c = std::make_shared<signed_copies>();
+  if (!c->restore(bytes) || c->announces.empty()) return nullptr;
+  return c;
 }
 
 bool relay_forwarder::load_state(session_id s, std::uint32_t& run, wire::session_params& p) const {
   if (m_state_dir.empty()) return false;
-  const auto path = m_state_dir / state_name(s);
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return false;
-  struct stat st {};
-  std::string bytes;
-  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size >= 8 &&
-      static_cast<std::size_t>(st.st_size) <= max_state_bytes) {
-    bytes.resize(static_cast<std::size_t>(st.st_size));
-    if (::pread(fd, bytes.data(), bytes.size(), 0) != st.st_size) bytes.clear();
-  }
-  ::close(fd);
+  const std::string bytes = read_state_file(m_state_dir, state_name(s), max_state_bytes);
   if (bytes.size() < 8 || !std::equal(state_magic.begin(), state_magic.end(), bytes.begin())) {
     return false;
   }
@@ -261,14 +303,17 @@ bool relay_forwarder::load_state(session_id s, std::uint32_t& run, wire::session
 }
 
 void relay_forwarder::drop_state(session_id s) const {
-  if (!m_state_dir.empty()) ::unlink((m_state_dir / state_name(s)).c_str());
+  if (m_state_dir.empty()) return;
+  ::unlink((m_state_dir / state_name(s)).c_str());
+  ::unlink((m_state_dir / signed_name(s)).c_str());
 }
 
 void relay_forwarder::forget_stale_states() {
   if (m_state_dir.empty() || !m_engine) return;
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(m_state_dir, ec)) {
-    const auto name = e.path().filename().string();
+    auto name = e.path().filename().string();
+    if (name.ends_with(".signed")) name.resize(name.size() - 7);
     std::uint32_t id = 0;
     const auto [end, err] = std::from_chars(name.data(), name.data() + name.size(), id, 16);
     const bool ours = err == std::errc() && end == name.data() + name.size() && name.size() == 8;
@@ -296,6 +341,7 @@ bool relay_forwarder::on_upstream(std::size_t index, const wire::header& h,
     std::erase_if(r.params, gone);
     std::erase_if(r.copies, gone);
     std::erase_if(r.undelegated, gone);
+    std::erase_if(r.runs, gone);
     if (h.type == wire::msg_type::announce && !r.params.count(h.session.value)) {
       wire::announce a;
       if (wire::parse_control(plain, a)) return true;  // the engine refused it too
@@ -322,11 +368,20 @@ bool relay_forwarder::on_upstream(std::size_t index, const wire::header& h,
           }
         }
       }
+      // Kept parameters of it: this relay restarted while the hub still announces it (its
+      // registration is open). The sites registered with the run before.
+      std::uint32_t kept_run = 0;
+      wire::session_params kept;
+      if (load_state(h.session, kept_run, kept)) {
+        r.runs.insert_or_assign(h.session.value, kept_run + 1);
+        if (signed_session) {
+          if (auto c = load_signed(h.session)) r.copies.insert_or_assign(h.session.value, c);
+        }
+      }
       r.params.emplace(h.session.value, std::move(down));
     }
     auto pit = r.params.find(h.session.value);
-    std::uint32_t run = 0;
-    const auto copies = r.copies.find(h.session.value);
+    auto copies = r.copies.find(h.session.value);
     if (signed_session && copies != r.copies.end() && !copies->second->keep(h, raw, plain)) {
       m_log->warn("session {}: not relayed into {}: its signed announces and digest lists pass "
                   "{} bytes",
@@ -336,23 +391,29 @@ bool relay_forwarder::on_upstream(std::size_t index, const wire::header& h,
       return false;
     }
     if (pit == r.params.end()) {
-      // Signed: what the hub signed before this relay restarted is gone, and its delegation
-      // with it.
-      if (signed_session) return false;
       if (!m_engine->manifest_complete(h.session)) return true;
       // A manifest complete here without an announce seen: this relay restarted during the
       // session. What it kept of it takes it up again for the sites behind, numbered past the
-      // run before; without it the session is not relayed (its sites time out).
+      // run before; without it the session is not relayed (its sites time out). A signed
+      // session needs the hub's signed datagrams kept too (its delegation is asked for anew:
+      // the saved keys hold none).
       wire::session_params kept;
+      std::uint32_t kept_run = 0;
+      std::shared_ptr<signed_copies> signed_kept;
       if (r.two_way.size() + r.params.size() >= max_two_way_sessions ||
-          !load_state(h.session, run, kept)) {
+          !load_state(h.session, kept_run, kept) ||
+          (signed_session && !(signed_kept = load_signed(h.session)))) {
         return false;
       }
-      ++run;
+      r.runs.insert_or_assign(h.session.value, kept_run + 1);
       pit = r.params.emplace(h.session.value, std::move(kept)).first;
+      if (signed_kept) copies = r.copies.insert_or_assign(h.session.value, signed_kept).first;
     }
+    std::uint32_t run = 0;
+    if (const auto rr = r.runs.find(h.session.value); rr != r.runs.end()) run = rr->second;
     if (!m_engine->manifest_complete(h.session)) return true;
     std::optional<relay_downstream::signed_session> sig;
+    std::shared_ptr<signed_copies> sig_copies;
     if (signed_session) {
       auto d = m_delegation(h.session);
       if (!d.delegation || copies == r.copies.end()) {
@@ -361,6 +422,7 @@ bool relay_forwarder::on_upstream(std::size_t index, const wire::header& h,
         const auto since = r.undelegated.try_emplace(h.session.value, now).first->second;
         if (!d.refused && now - since < delegation_wait) return true;
         r.params.erase(pit);
+        r.runs.erase(h.session.value);
         if (copies != r.copies.end()) r.copies.erase(copies);
         r.undelegated.erase(h.session.value);
         // Counted and logged here, with the reason (the caller's not_relayed is not called).
@@ -379,6 +441,7 @@ bool relay_forwarder::on_upstream(std::size_t index, const wire::header& h,
         }
         return true;
       }
+      sig_copies = copies->second;
       sig = relay_downstream::signed_session{std::move(*d.delegation), copies->second};
       r.copies.erase(copies);
       r.undelegated.erase(h.session.value);
@@ -395,16 +458,20 @@ bool relay_forwarder::on_upstream(std::size_t index, const wire::header& h,
     } catch (const std::invalid_argument& e) {
       m_log->warn("session {}: not relayed into {}: {}", h.session, r.group.to_string(), e.what());
       r.params.erase(pit);
+      r.runs.erase(h.session.value);
       return false;
     }
-    // A signed session is not taken up again after a restart (its delegation and the hub's
-    // signed datagrams are not kept): nothing to keep.
-    if (!signed_session) save_state(h.session, run, pit->second);
-    if (signed_session) ++r.stats.signed_sessions;
+    save_state(h.session, run, pit->second);
+    if (signed_session) {
+      ++r.stats.signed_sessions;
+      save_signed(h.session, *sig_copies);
+      sig_copies->changed = false;
+    }
     const auto& kept = pit->second;
     const bool catch_up = kept.catch_up_seqs_size() > 0;
     const auto named = static_cast<std::size_t>(kept.only_receivers_size());
     r.params.erase(pit);
+    r.runs.erase(h.session.value);
     ++r.stats.two_way_sessions;
     if (catch_up) ++r.stats.catch_ups;
     if (run == 0 && catch_up) {
@@ -426,6 +493,11 @@ bool relay_forwarder::on_upstream(std::size_t index, const wire::header& h,
     }
   }
   it->second->on_upstream(h, raw, plain, now);
+  if (const auto c = it->second->copies(); c && c->changed) {
+    // A digest list (or a changed announce) the sites behind may need after a restart.
+    c->changed = false;
+    save_signed(h.session, *c);
+  }
   arm(now);
   return true;
 }

@@ -268,6 +268,10 @@ class relay_forwarder {
   /// its announce's session_params (`TEMP/relay/<session>`, "MCRS", run, the params).
   void save_state(session_id s, std::uint32_t run, const wire::session_params& p) const;
   bool load_state(session_id s, std::uint32_t& run, wire::session_params& p) const;
+  /// A signed session's copies of the hub's announces and digest lists
+  /// (`TEMP/relay/<session>.signed`), kept beside its parameters.
+  void save_signed(session_id s, const signed_copies& c) const;
+  std::shared_ptr<signed_copies> load_signed(session_id s) const;
   void drop_state(session_id s) const;
   void arm(time_point at);
 

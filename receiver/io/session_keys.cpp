@@ -246,9 +246,9 @@ std::filesystem::path session_keys::saved_file(session_id s) const {
 }
 
 void session_keys::save(session_id s, std::size_t channel) {
-  if (m_saved.count(s)) return;
   const auto blob = m_keys[channel]->export_session(s);
   if (!blob) return;
+  if (const auto it = m_saved.find(s); it != m_saved.end() && it->second == *blob) return;
   const auto file = saved_file(s);
   const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
   std::string content(1, static_cast<char>(channel));
@@ -258,7 +258,7 @@ void session_keys::save(session_id s, std::size_t channel) {
     m_log->warn("session {}: cannot save its keys in {} ({}): a restart will not resume it", s,
                 file.string(), std::strerror(errno));
   } else {
-    m_saved.insert(s);
+    m_saved.insert_or_assign(s, *blob);
   }
   if (fd >= 0) ::close(fd);
 }
@@ -275,7 +275,7 @@ void session_keys::restore(
     m_log->warn("session {}: its saved keys are unusable; it resumes only if announced again", s);
     return;
   }
-  m_saved.insert(s);
+  m_saved.insert_or_assign(s, std::string(std::string_view(content).substr(1)));
 }
 
 void session_keys::forget(session_id s, bool remove_saved) {

@@ -21,6 +21,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <map>
 #include <set>
 #include <span>
 #include <string>
@@ -128,7 +129,9 @@ class session_keys {
   /// Per channel index: its keyring, and whether it is silent (no key request ever).
   std::vector<std::unique_ptr<auth::receiver_keys>> m_keys;
   std::vector<bool> m_silent;
-  std::set<session_id> m_saved;         ///< sessions whose keys are saved under TEMP/keys
+  /// Sessions whose keys are saved under TEMP/keys, with what was saved (a site behind a relay
+  /// that restarted gets a new relay key and session key: saved again).
+  std::map<session_id, std::string> m_saved;
   std::vector<std::byte> m_buffer;      ///< sealed datagrams and key requests
   std::uint64_t m_unknown_unicast = 0;  ///< unicast datagrams of sessions no channel knows
   std::uint32_t m_key_polls = 0;        ///< in this wake-up

@@ -282,6 +282,11 @@ TEST_CASE("a site behind a relay binds the relay's key by its hello and talks to
         auth::receiver_auth_options{{c.hub_id.public_key}, c.site_id, 256, 100, "s1"});
     REQUIRE(again.import_session(sid, *blob));
     REQUIRE(again.relay_bound(sid));
+    REQUIRE(again.signer(sid) == c.hub_id.public_key);
+    // A signer no longer trusted after the restart: the saved keys are refused.
+    auth::receiver_keys distrusting(auth::receiver_auth_options{
+        {crypto::generate_identity().public_key}, c.site_id, 256, 100, "s1"});
+    REQUIRE_FALSE(distrusting.import_session(sid, *blob));
     REQUIRE_FALSE(again.open(b, t0, c.out, relay_addr));
     const auto nak2 = sealed(control(wire::msg_type::nak, k),
                              [&](auto p, auto l) { return again.seal(p, l); });

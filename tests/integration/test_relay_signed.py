@@ -10,19 +10,26 @@ ra, s1 and s2 SHA-256 identical to the source; the hub's only receiver is ra, an
 delegation; ra ran the session as a signed one, sent relay_hellos, and both sites completed
 with it; each site bound the relay's key, and journaled every delivery with the hub's key
 as the signer; a relay_hello multicast into G1 by another host than ra is refused by both sites
-and changes nothing. Then the same hub without --relays: ra gets no delegation, does not relay
-the session (it says so in its log), and the sites get none of its files.
+and changes nothing. Then a larger set at 10 Mbit/s during which ra is killed (SIGKILL) once s1
+has written 2 MB of it and ra has a checkpoint of it, and started again a second later: ra asks
+the hub for a new delegation, takes the session up again for its sites under a new key (it logs
+the resume), both sites bind the new key and get every file. Last, the same hub without
+--relays: ra gets no delegation, does not relay the session (it says so in its log), and the
+sites get none of its files.
 
 usage: test_relay_signed.py BUILD_DIR"""
 
 import os
 import random
+import glob
+import signal
 import socket
 import sqlite3
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from mcdist_testlib import (SKIP, ChannelSite, check, free_group, log,  # noqa: E402
@@ -152,6 +159,42 @@ def main():
                   % (d.id, sorted(set(signers))))
         check(t["data"] + t["parity"] > sum((s + 1399) // 1400 for s in sizes),
               "ra: no repairs for its sites: %s" % t)
+
+        # Killed in the middle of a signed session, started again: ra gets a new delegation and
+        # takes the session up again for its sites under a new key.
+        big = os.path.join(base, "big")
+        for i in range(20):
+            write_random(os.path.join(big, "b%02d.bin" % i), 400_000, rng)
+        want_big = {"big/" + p: h for p, h in tree_digests(big).items()}
+        written = s1.read_status()["bytes_written"]
+        bound = {d.id: d.read_status()["relay_delegations"] for d in (s1, s2)}
+        sent = {}
+
+        def send_big():
+            sent["rc"], sent["summary"], sent["out"] = run_sender(
+                bin_dir, [big], g0, receivers=["ra"], rate="10M", timeout=180,
+                extra=["--key", hub_key, "--site-keys", pins, "--relays", "ra"])
+        hub = threading.Thread(target=send_big)
+        hub.start()
+        wait_for("s1: 2 MB of the set written",
+                 lambda: (s1.read_status() or {}).get("bytes_written", 0) > written + 2_000_000,
+                 60, s1)
+        wait_for("ra: a checkpoint of the session",
+                 lambda: glob.glob(os.path.join(ra.temp, "*", "state")), 30, ra)
+        ra.stop(signal.SIGKILL)
+        time.sleep(1)  # the outage: the hub and the sites go on without ra for a second
+        ra.start()
+        hub.join(200)
+        check(sent.get("rc") == 0, "mcdist-send (the set ra was killed in) failed: %s"
+              % sent.get("out", "")[-2000:])
+        check("resumed relaying" in ra.log_text(), "ra: no 'resumed relaying' in its log")
+        for d in (s1, s2):
+            wait_for("%s: every file of the set" % d.id,
+                     lambda d=d: all(tree_digests(d.dest).get(p) == h for p, h in want_big.items()),
+                     90, d)
+            now_bound = (d.read_status() or {}).get("relay_delegations", 0)
+            check(now_bound > bound[d.id], "%s: did not bind ra's new key (%d, before %d)"
+                  % (d.id, now_bound, bound[d.id]))
 
         # The same hub without --relays: no delegation, not relayed, nothing behind ra.
         src2 = os.path.join(base, "second")
