@@ -865,8 +865,7 @@ std::size_t receiver_keys::take_key_request(std::span<std::byte> buf) {
   session_keys* s = find(sid);
   const bool for_delegation = s && s->session_key && s->relay_key && !s->delegation &&
                               !s->delegation_refused && s->delegation_asks < max_delegation_asks;
-  if (!s || (s->session_key && !for_delegation) || !s->has_pairwise ||
-      m_opts.receiver_id.empty()) {
+  if (!s || (s->session_key && !for_delegation) || !s->has_pairwise || m_opts.receiver_id.empty()) {
     return 0;
   }
   if (buf.size() < max_trailer_bytes) return 0;

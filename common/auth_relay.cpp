@@ -49,9 +49,8 @@ std::size_t encode_relay_hello(std::span<std::byte> out, session_id s, const rel
   m.set_relay_id(d.relay_id);
   m.set_relay_public(d.key.public_key.data(), d.key.public_key.size());
   if (out.size() < crypto::signature_bytes) return 0;
-  const std::size_t n =
-      wire::encode_control(out.first(out.size() - crypto::signature_bytes),
-                           wire::msg_type::relay_hello, s, m);
+  const std::size_t n = wire::encode_control(out.first(out.size() - crypto::signature_bytes),
+                                             wire::msg_type::relay_hello, s, m);
   if (n == 0) return 0;
   wire::set_version(out, wire::authenticated_version);
   std::memcpy(out.data() + n, d.signature.data(), d.signature.size());

@@ -126,9 +126,9 @@ the sites that reported them. A signed two-way session is run for the sites behi
 hub's delegation to this relay (the hub lists it in its relays and pins its key): the sites
 (trusting the hub's key only) take this relay's key from its relay_hello and still check every
 announce, digest list and file against the hub's key; one the hub does not delegate, an
-encrypted one, or one for named sites is not relayed (counted, logged with the reason), nor is
-a signed one taken up again after a restart. The relay group must not be a group this daemon
-receives. Status "relay" and /metrics
+encrypted one, or one for named sites is not relayed (counted, logged with the reason); after a
+restart the relay asks the hub for a new delegation and takes the session up again under a new
+key. The relay group must not be a group this daemon receives. Status "relay" and /metrics
 mcdist_relay_* count what was sent on.
 
 Under systemd (Type=notify) mcdistd reports READY=1 once its sockets are bound, WATCHDOG=1

@@ -121,9 +121,8 @@ bool signed_copies::restore(std::string_view blob) {
     blob.remove_prefix(n);
     wire::header h;
     if (wire::parse_header(d, h) || h.version != wire::authenticated_version) return false;
-    const std::size_t trailer = h.type == wire::msg_type::announce
-                                    ? auth::announce_trailer_bytes(d)
-                                    : auth::trailer_size(h.type);
+    const std::size_t trailer = h.type == wire::msg_type::announce ? auth::announce_trailer_bytes(d)
+                                                                   : auth::trailer_size(h.type);
     if ((h.type != wire::msg_type::announce && h.type != wire::msg_type::digest_list) ||
         trailer == 0 || trailer + wire::header_size > d.size() ||
         !keep(h, d, d.first(d.size() - trailer))) {
@@ -446,7 +445,8 @@ bool relay_downstream::source(std::uint32_t file, std::uint32_t block, std::span
 void relay_downstream::send_data(const sender::data_send& d, const send_fn& send) {
   const std::size_t len = wire::data_header_size + (d.parity ? m_block_size : d.length);
   m_datagram.assign(len + (m_keys ? auth::data_trailer_bytes : 0), std::byte{0});
-  const auto body = std::span(m_datagram).subspan(wire::data_header_size, len - wire::data_header_size);
+  const auto body =
+      std::span(m_datagram).subspan(wire::data_header_size, len - wire::data_header_size);
   if (d.parity) {
     const auto& l = *m_down->fec_layout();
     const std::uint32_t n = l.sources(d.fec_block);

@@ -70,7 +70,7 @@ struct signed_copies {
   /// 1.4 kB, 1 MB; past it the session is not relayed.
   static constexpr std::size_t max_bytes = 4 << 20;
   std::map<std::uint32_t, std::vector<std::byte>> announces;  ///< by chunk index
-  std::uint32_t chunks = 0;  ///< the hub's manifest_chunks
+  std::uint32_t chunks = 0;                                   ///< the hub's manifest_chunks
   std::vector<std::vector<std::byte>> digest_lists;
   std::vector<std::byte> end;
   std::size_t bytes = 0;
@@ -79,7 +79,8 @@ struct signed_copies {
   bool changed = false;
   /// Keeps `raw`, a datagram of type `h.type` as it came (`plain`: its authenticated view).
   /// @return false when it would pass max_bytes (nothing kept)
-  bool keep(const wire::header& h, std::span<const std::byte> raw, std::span<const std::byte> plain);
+  bool keep(const wire::header& h, std::span<const std::byte> raw,
+            std::span<const std::byte> plain);
   /// The announces and digest lists as one blob ("MCSC", then per datagram its length, 4 bytes
   /// little-endian, and its bytes), for the relay's state directory.
   std::string serialize() const;

@@ -190,7 +190,7 @@ void relay_forwarder::not_relayed(std::size_t index, session_id s) {
   m_log->warn(
       "session {}: not relayed into {}: an encrypted two-way session, a signed one the hub did "
       "not delegate to this relay (list it in the hub's relays and pin its key) or sent to "
-      "named sites, a session this relay restarted in without what it kept of it (or signed), "
+      "named sites, a session this relay restarted in without what it kept of it, "
       "or more than {} two-way sessions at once",
       s, r.group.to_string(), max_two_way_sessions);
 }
@@ -383,9 +383,10 @@ bool relay_forwarder::on_upstream(std::size_t index, const wire::header& h,
     auto pit = r.params.find(h.session.value);
     auto copies = r.copies.find(h.session.value);
     if (signed_session && copies != r.copies.end() && !copies->second->keep(h, raw, plain)) {
-      m_log->warn("session {}: not relayed into {}: its signed announces and digest lists pass "
-                  "{} bytes",
-                  h.session, r.group.to_string(), signed_copies::max_bytes);
+      m_log->warn(
+          "session {}: not relayed into {}: its signed announces and digest lists pass "
+          "{} bytes",
+          h.session, r.group.to_string(), signed_copies::max_bytes);
       r.params.erase(h.session.value);
       r.copies.erase(copies);
       return false;

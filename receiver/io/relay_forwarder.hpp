@@ -206,14 +206,16 @@ class relay_forwarder {
   /// `plain`, an authenticated datagram of session `h.session` (two-way here) on channel
   /// `index`, as the engine took it (`raw`: as it came). The session is run for the sites
   /// behind the relay (relay_downstream), from the first datagram after its manifest is
-  /// complete here (and, signed, the hub's delegation came); an unsigned session resumed after
-  /// a restart is taken up again from what set_state_dir's directory kept.
+  /// complete here (and, signed, the hub's delegation came); a session resumed after a restart
+  /// is taken up again from what set_state_dir's directory kept (signed: under a new
+  /// delegation).
   /// A session named to this relay (only_receivers: a catch-up or a resend for its subtree) is
   /// run for the sites whose gap reports its catch-up ranges cover, or for every site when it
   /// covers none.
-  /// @return false when the session is not relayed (encrypted; signed without a delegation,
-  ///         or for named sites; with a unicast start; resumed without kept parameters, or
-  ///         signed; more than max_two_way_sessions): the caller counts it with not_relayed
+  /// @return false when the session is not relayed (encrypted; signed for named sites; with a
+  ///         unicast start; resumed without what was kept of it; more than
+  ///         max_two_way_sessions): the caller counts it with not_relayed. A signed session
+  ///         the hub does not delegate is counted and logged here (true is returned).
   bool on_upstream(std::size_t index, const wire::header& h, std::span<const std::byte> raw,
                    std::span<const std::byte> plain, time_point now);
   /// True when channel `index` runs session `s` for its sites (its END still matters there
@@ -265,7 +267,8 @@ class relay_forwarder {
   /// Services every two-way session and arms the timer for the earliest deadline.
   void service_two_way();
   /// The kept parameters of two-way session `s`: its run (0, then one more per restart) and
-  /// its announce's session_params (`TEMP/relay/<session>`, "MCRS", run, the params).
+  /// its announce's session_params (`TEMP/relay/<session>`, "MCRS", run, the params); a signed
+  /// session's copies of the hub's datagrams beside them (save_signed).
   void save_state(session_id s, std::uint32_t run, const wire::session_params& p) const;
   bool load_state(session_id s, std::uint32_t& run, wire::session_params& p) const;
   /// A signed session's copies of the hub's announces and digest lists

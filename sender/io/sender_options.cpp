@@ -416,7 +416,8 @@ sender_options make_sender_options(const sender_cli& c) {
   o.session.receivers = c.receivers;
   o.session.only_receivers = c.only;
   for (const auto& id : c.relays) {
-    if (!wire::valid_receiver_id(id)) throw usage_error("--relays lists \"" + id + "\", not a site id");
+    if (!wire::valid_receiver_id(id))
+      throw usage_error("--relays lists \"" + id + "\", not a site id");
   }
   o.session.relays = c.relays;
   if (!c.channel.empty() && !wire::valid_channel_name(c.channel)) {

@@ -67,7 +67,8 @@ struct relay_chain {
       auth::receiver_auth_options{{hub_id.public_key}, site_id, 256, 100, "s1"}};
   std::vector<std::byte> announce;
   std::span<const std::byte> out;
-  std::vector<std::byte> buf = std::vector<std::byte>(wire::control_budget + auth::max_trailer_bytes);
+  std::vector<std::byte> buf =
+      std::vector<std::byte>(wire::control_budget + auth::max_trailer_bytes);
 
   /// @param pin  the hub pins the relay's key (else it pins no site)
   explicit relay_chain(bool pin = true)
@@ -95,8 +96,7 @@ struct relay_chain {
 
 }  // namespace
 
-TEST_CASE("the hub delegates a session only to a listed relay whose key it pins",
-          "[unit][auth]") {
+TEST_CASE("the hub delegates a session only to a listed relay whose key it pins", "[unit][auth]") {
   SECTION("listed and pinned: the relay holds a delegation that verifies under the hub's key") {
     relay_chain c;
     c.hub.set_relays({"ra"});
@@ -105,20 +105,20 @@ TEST_CASE("the hub delegates a session only to a listed relay whose key it pins"
     const auto d = c.relay.delegation(sid);
     REQUIRE(d);
     REQUIRE(d->relay_id == "ra");
-    REQUIRE(auth::verify_delegation(c.hub_id.public_key, sid, "ra", d->key.public_key,
-                                    d->signature));
+    REQUIRE(
+        auth::verify_delegation(c.hub_id.public_key, sid, "ra", d->key.public_key, d->signature));
     REQUIRE(c.hub.stats().delegations == 1);
     REQUIRE(c.relay.stats().delegations == 1);
     // Bound to the session, the id and the key: none of them can be swapped.
     REQUIRE_FALSE(auth::verify_delegation(c.hub_id.public_key, session_id{sid.value + 1}, "ra",
                                           d->key.public_key, d->signature));
-    REQUIRE_FALSE(auth::verify_delegation(c.hub_id.public_key, sid, "rb", d->key.public_key,
-                                          d->signature));
+    REQUIRE_FALSE(
+        auth::verify_delegation(c.hub_id.public_key, sid, "rb", d->key.public_key, d->signature));
     auto other = d->key.public_key;
     other[0] ^= 1;
     REQUIRE_FALSE(auth::verify_delegation(c.hub_id.public_key, sid, "ra", other, d->signature));
-    REQUIRE_FALSE(auth::verify_delegation(c.relay_id.public_key, sid, "ra", d->key.public_key,
-                                          d->signature));
+    REQUIRE_FALSE(
+        auth::verify_delegation(c.relay_id.public_key, sid, "ra", d->key.public_key, d->signature));
   }
   SECTION("not listed: the key, no delegation, and the relay asks no more") {
     relay_chain c;
@@ -197,8 +197,7 @@ TEST_CASE("a site behind a relay binds the relay's key by its hello and talks to
   REQUIRE_FALSE(c.site.open(c.announce, t0, c.out, relay_addr));
   std::size_t rq = c.site.take_key_request(c.buf);
   REQUIRE(rq > 0);
-  REQUIRE(down.open(std::span<const std::byte>(c.buf.data(), rq), c.out) ==
-          errc::unauthenticated);
+  REQUIRE(down.open(std::span<const std::byte>(c.buf.data(), rq), c.out) == errc::unauthenticated);
   REQUIRE_FALSE(c.site.relay_bound(sid));
 
   SECTION("hellos that are not the hub's delegation from the relay are refused") {
@@ -288,8 +287,8 @@ TEST_CASE("a site behind a relay binds the relay's key by its hello and talks to
         {crypto::generate_identity().public_key}, c.site_id, 256, 100, "s1"});
     REQUIRE_FALSE(distrusting.import_session(sid, *blob));
     REQUIRE_FALSE(again.open(b, t0, c.out, relay_addr));
-    const auto nak2 = sealed(control(wire::msg_type::nak, k),
-                             [&](auto p, auto l) { return again.seal(p, l); });
+    const auto nak2 =
+        sealed(control(wire::msg_type::nak, k), [&](auto p, auto l) { return again.seal(p, l); });
     REQUIRE_FALSE(down.open(nak2, c.out));
   }
 
