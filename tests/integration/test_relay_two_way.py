@@ -81,7 +81,7 @@ def main():
         s3 = ChannelSite(bin_dir, base, "s3", "group = \"%s\"" % g2, top=UNSIGNED,
                          extra=["--drop-rate", "0.03", "--drop-seed", "9"])
         daemons.append(s3)
-        check("unsigned two-way sessions" in ra.log_text(), "ra: no relay log line")
+        check("two-way sessions and heartbeats" in ra.log_text(), "ra: no relay log line")
 
         rc, summary, out = run_sender(bin_dir, [src], g0, rate="50M")
         check(rc == 0 and summary, "mcdist-send failed (%d): %s" % (rc, out[-2000:]))
