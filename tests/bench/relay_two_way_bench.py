@@ -54,7 +54,7 @@ MODES = ("relayed", "relayed, signed", "direct", "direct, signed")
 
 
 def one(build, work, seed, mode, rate):
-    relayed = mode != "direct"
+    relayed = mode.startswith("relayed")
     base = os.path.join(work, "%s-%d" % (mode.replace(", ", "-"), seed))
     shutil.rmtree(base, ignore_errors=True)
     os.makedirs(base)
