@@ -323,6 +323,11 @@ std::error_code sender_keys::open(const wire::header& h, std::span<const std::by
       ++m_stats.bad_tag;
       return errc::unauthenticated;
     }
+    if (m_sites.size() >= max_sites && !m_sites.count(std::string(id))) {
+      // An open group's ids are whatever registrants claim: their keys stay bounded.
+      ++m_stats.untrusted_site;
+      return errc::unauthenticated;
+    }
     auto [it, fresh] = m_sites.try_emplace(std::string(id));
     if (!fresh && it->second.site_key != site_key) {
       // The first key to register an id keeps it for the session: a second key for the same

@@ -219,6 +219,9 @@ std::size_t encode_relay_hello(std::span<std::byte> out, session_id s, const rel
 /// The sender's side of one session. Not thread-safe (the sender's io thread owns it).
 class sender_keys {
  public:
+  /// Sites whose keys one session holds at most (sender_config::max_receivers' default): a
+  /// registration or key request of a new id beyond it is refused (untrusted_site).
+  static constexpr std::size_t max_sites = 10'000;
   /// @param id          the sender's Ed25519 identity (its key file); must outlive this
   /// @param session     the session these keys belong to
   /// @param pinned      site id -> site public key; when non-empty, only these sites may

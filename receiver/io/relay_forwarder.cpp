@@ -419,28 +419,16 @@ bool relay_forwarder::on_upstream(std::size_t index, const wire::header& h,
       auto d = m_delegation(h.session);
       if (!d.delegation || copies == r.copies.end()) {
         // The delegation comes with the answer to the relay's key request; it may still be on
-        // its way, unless that answer came without one.
+        // its way, unless that answer came without one. The timer looks again (the session
+        // may send nothing more).
         const auto since = r.undelegated.try_emplace(h.session.value, now).first->second;
-        if (!d.refused && now - since < delegation_wait) return true;
-        r.params.erase(pit);
-        r.runs.erase(h.session.value);
-        if (copies != r.copies.end()) r.copies.erase(copies);
-        r.undelegated.erase(h.session.value);
-        // Counted and logged here, with the reason (the caller's not_relayed is not called).
-        ++r.stats.not_relayed_datagrams;
-        if (r.not_relayed.size() >= max_sessions_seen) r.not_relayed.clear();
-        if (r.not_relayed.insert(h.session.value).second) {
-          ++r.stats.not_relayed_sessions;
-          if (m_not_relayed_logged.tick()) {
-            m_log->warn(
-                "session {}: not relayed into {}: signed, and the hub did not delegate it to "
-                "this relay{} (the hub must list this site in its relays and pin its key; "
-                "encrypted sessions and sessions of a relay in front of this one are never "
-                "delegated)",
-                h.session, r.group.to_string(), d.refused ? "" : " within 10 s");
-          }
+        if (!d.refused && now - since < delegation_wait) {
+          arm(now + delegation_poll);
+          return true;
         }
-        return true;
+        ++r.stats.not_relayed_datagrams;
+        give_up_undelegated(r, h.session, d.refused ? "" : " within 10 s");
+        return true;  // counted and logged, with the reason: the caller's not_relayed is not
       }
       sig_copies = copies->second;
       sig = relay_downstream::signed_session{std::move(*d.delegation), copies->second};
@@ -642,12 +630,45 @@ void relay_forwarder::arm(time_point at) {
   });
 }
 
+void relay_forwarder::give_up_undelegated(relay& r, session_id s, std::string_view why) {
+  r.params.erase(s.value);
+  r.runs.erase(s.value);
+  r.copies.erase(s.value);
+  r.undelegated.erase(s.value);
+  if (r.not_relayed.size() >= max_sessions_seen) r.not_relayed.clear();
+  if (!r.not_relayed.insert(s.value).second) return;
+  ++r.stats.not_relayed_sessions;
+  if (!m_not_relayed_logged.tick()) return;
+  m_log->warn(
+      "session {}: not relayed into {}: signed, and the hub did not delegate it to this relay{} "
+      "(the hub must list this site in its relays and pin its key; encrypted sessions and "
+      "sessions of a relay in front of this one are never delegated)",
+      s, r.group.to_string(), why);
+}
+
 void relay_forwarder::service_two_way() {
   const auto now = from_steady(std::chrono::steady_clock::now());
   std::optional<time_point> next;
   for (std::size_t index = 0; index < m_relays.size(); ++index) {
     if (!m_relays[index]) continue;
     auto& r = *m_relays[index];
+    // Signed sessions waiting for their delegation: refused, too late, or ended here before it
+    // came (a short session may send nothing after the relay's key request was answered).
+    for (auto u = r.undelegated.begin(); u != r.undelegated.end();) {
+      const session_id s{u->first};
+      const auto d = m_delegation ? m_delegation(s) : delegation_state{};
+      const bool gone = m_engine && !m_engine->channel_of(s);
+      const bool late = now - u->second >= delegation_wait;
+      ++u;  // give_up_undelegated erases the entry
+      if (d.refused || late || gone) {
+        give_up_undelegated(r, s,
+                            d.refused ? ""
+                            : gone    ? " before the session ended here"
+                                      : " within 10 s");
+      } else {
+        next = next ? std::min(*next, now + delegation_poll) : now + delegation_poll;
+      }
+    }
     const auto send = [&r](const std::optional<endpoint>& to, std::span<const std::byte> d) {
       // Counted by the session (relay_downstream::counters), not as forwarded.
       std::error_code ec;

@@ -119,6 +119,8 @@ class relay_forwarder {
   /// before it is given up as not relayed (the relay asks auth::max_delegation_asks times, one
   /// round trip each).
   static constexpr std::chrono::seconds delegation_wait{10};
+  /// How often a session waiting for its delegation is looked at again without a datagram of it.
+  static constexpr std::chrono::milliseconds delegation_poll{200};
   /// What the daemon's keyring knows of a signed session's delegation to this relay
   /// (auth::receiver_keys::delegation): the delegation once it came, or that the hub refused
   /// it (or the session is encrypted, which a relay does not serve).
@@ -264,6 +266,9 @@ class relay_forwarder {
   void send_gap_report(std::size_t index);
   /// A finished two-way session's sites: what they reported missing and completed.
   void note_sites(relay& r, const relay_downstream& down, const sender::session_report& rep);
+  /// Counts signed session `s` as not relayed and logs it once with `why` (appended to "the hub
+  /// did not delegate it to this relay"), forgetting what was kept of it.
+  void give_up_undelegated(relay& r, session_id s, std::string_view why);
   /// Services every two-way session and arms the timer for the earliest deadline.
   void service_two_way();
   /// The kept parameters of two-way session `s`: its run (0, then one more per restart) and

@@ -305,3 +305,29 @@ TEST_CASE("a site behind a relay binds the relay's key by its hello and talks to
     REQUIRE_FALSE(c.site.has_session_key(sid));  // the old relay key's session key is dropped
   }
 }
+
+TEST_CASE("a relay's keys hold at most max_sites sites; a known one still registers",
+          "[unit][auth]") {
+  relay_chain c;
+  c.hub.set_relays({"ra"});
+  REQUIRE_FALSE(c.relay_keyed());
+  const auto d = *c.relay.delegation(sid);
+  auth::sender_keys down(sid, d.key);
+  std::vector<std::byte> hello(wire::control_budget);
+  hello.resize(auth::encode_relay_hello(hello, sid, d));
+  REQUIRE_FALSE(c.site.open(c.announce, t0, c.out, relay_addr));
+  REQUIRE_FALSE(c.site.open(hello, t0, c.out, relay_addr));
+  // One host claiming ever new ids (an open group's ids are whatever registrants say).
+  const auto request = [&](const std::string& id) {
+    wire::register_request r;
+    r.set_receiver_id(id);
+    return sealed(control(wire::msg_type::register_request, r),
+                  [&](auto b, auto n) { return c.site.seal(b, n); });
+  };
+  for (std::size_t i = 0; i < auth::sender_keys::max_sites; ++i) {
+    REQUIRE_FALSE(down.open(request("s" + std::to_string(i)), c.out));
+  }
+  REQUIRE(down.open(request("one-more"), c.out) == errc::unauthenticated);
+  REQUIRE(down.stats().untrusted_site == 1);
+  REQUIRE_FALSE(down.open(request("s7"), c.out));
+}

@@ -5,8 +5,10 @@ mcdist-send and mcdistd.
 
 mcdist-send signs the session with the hub key, pins only relay "ra" (--site-keys) and lists it
 as a relay (--relays). ra (dropping 1 %) relays group G0 into G1, where sites s1 and s2 (dropping
-3 % each) trust only the hub's key; the hub knows neither of their keys. Asserted: every file at
-ra, s1 and s2 SHA-256 identical to the source; the hub's only receiver is ra, and it logged the
+3 % each) trust only the hub's key; the hub knows neither of their keys. Relay "rb" is a site of
+G1 relaying into G2 for site s3: a relay behind a relay, which gets no delegation (ra signs
+nothing). Asserted: every file at ra, s1, s2 and rb SHA-256 identical to the source; rb did not
+relay the session (its log says the hub did not delegate it) and s3 got none of it; the hub's only receiver is ra, and it logged the
 delegation; ra ran the session as a signed one, sent relay_hellos, and both sites completed
 with it; each site bound the relay's key, and journaled every delivery with the hub's key
 as the signer; a relay_hello multicast into G1 by another host than ra is refused by both sites
@@ -70,12 +72,13 @@ def main():
         return SKIP
     base = tempfile.mkdtemp(prefix="mcdist-relaysig-",
                             dir=os.environ.get("MCDIST_TEST_DIR", "/tmp"))
-    daemons = []
+    daemons, others = [], []
     try:
         rng = random.Random(53)
         hub_key = os.path.join(base, "hub.key")
         hub_pub = keygen(bin_dir, hub_key)
-        pubs = {s: keygen(bin_dir, os.path.join(base, s + ".key")) for s in ("ra", "s1", "s2")}
+        pubs = {s: keygen(bin_dir, os.path.join(base, s + ".key"))
+                for s in ("ra", "s1", "s2", "rb", "s3")}
         pins = os.path.join(base, "pins.txt")
         with open(pins, "w") as f:
             f.write("ra %s\n" % pubs["ra"])  # the hub knows its relay, not the sites behind it
@@ -97,6 +100,11 @@ def main():
         s2 = ChannelSite(bin_dir, base, "s2", 'group = "%s"' % g1, top=top("s2"),
                          extra=["--drop-rate", "0.03", "--drop-seed", "7"])
         daemons += [s1, s2]
+        g2 = free_group()
+        rb = ChannelSite(bin_dir, base, "rb", 'group = "%s"\nrelay_group = "%s"' % (g1, g2),
+                         top=top("rb"))
+        s3 = ChannelSite(bin_dir, base, "s3", 'group = "%s"' % g2, top=top("s3"))
+        others += [rb, s3]
 
         # A host that is not ra multicasts a relay_hello for the session into G1 (a copy of a
         # relay's, or its own): the sites take a relay key only from the session's source.
@@ -138,8 +146,15 @@ def main():
         log("ra: relay %s" % r)
         t = r["two_way"]
         check(t["signed_sessions"] == 1, "ra: not run as a signed session: %s" % t)
-        check(t["sites_completed"] == 2 and t["sites_failed"] == 0,
+        check(t["sites_completed"] == 3 and t["sites_failed"] == 0,
               "ra: sites of the relayed session: %s" % t)
+        # rb is one of ra's sites, and a relay that gets no delegation from it.
+        wait_for("rb: the session's end", lambda: sessions_over(rb), 30, rb)
+        check(tree_digests(rb.dest) == want, "rb: delivered files differ from the source")
+        wait_for("rb: the session given up as not delegated",
+                 lambda: (relay_status(rb) or {}).get("not_relayed_sessions") == 1, 30, rb)
+        check("did not delegate it" in rb.log_text(), "rb: no log line on the undelegated session")
+        check(not tree_digests(s3.dest), "s3, behind rb, got files of a signed two-way session")
         check(t["hellos"] > 0, "ra: sent no relay_hello: %s" % t)
         check(r["not_relayed_sessions"] == 0, "ra: relay counters: %s" % r)
         check((ra.read_status() or {}).get("relay_delegations", 0) >= 1,
@@ -215,7 +230,7 @@ def main():
         log("PASS")
         return 0
     finally:
-        stop_all(base, daemons=daemons)
+        stop_all(base, daemons=daemons + others)
 
 
 if __name__ == "__main__":
