@@ -81,6 +81,25 @@ std::size_t encode_gap_report(std::span<std::byte> out, const wire::gap_report& 
   return encode_signed(out, wire::msg_type::gap_report, m, site, site->public_key);
 }
 
+std::error_code parse_gap_report(std::span<const std::byte> d, wire::gap_report& out) {
+  wire::header h;
+  if (auto ec = wire::parse_header(d, h)) return ec;
+  if (h.type != wire::msg_type::gap_report) return errc::unknown_type;
+  std::span<const std::byte> body = d;
+  if (h.version == wire::authenticated_version) {
+    if (d.size() < wire::header_size + gap_report_trailer_bytes) return errc::truncated;
+    body = d.first(d.size() - gap_report_trailer_bytes);
+  } else if (h.version != wire::version) {
+    return errc::bad_version;
+  }
+  if (auto ec = wire::parse_control(body, out)) return ec;
+  if (!wire::valid_receiver_id(out.receiver_id()) || !wire::valid_channel_name(out.channel()) ||
+      !valid_ranges(out.missing(), UINT64_MAX)) {
+    return errc::invalid_field;
+  }
+  return {};
+}
+
 std::error_code open_gap_report(std::span<const std::byte> d, bool require_signed,
                                 wire::gap_report& out, std::optional<crypto::key32>& site_key) {
   site_key.reset();

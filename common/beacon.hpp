@@ -58,4 +58,11 @@ std::size_t encode_gap_report(std::span<std::byte> out, const wire::gap_report& 
 std::error_code open_gap_report(std::span<const std::byte> d, bool require_signed,
                                 wire::gap_report& out, std::optional<crypto::key32>& site_key);
 
+/// Parses a gap report of either version without checking a signature, with the same checks
+/// of its fields: for a relay gathering its sites' reports, which it does not pin (a signature
+/// by a key the datagram itself carries proves nothing about the id), so a report is a hint
+/// whatever its version, and a flood of signed ones costs no Ed25519 work.
+/// @return empty, or an error as open_heartbeat's (never unauthenticated)
+std::error_code parse_gap_report(std::span<const std::byte> d, wire::gap_report& out);
+
 }  // namespace mcdist::beacon

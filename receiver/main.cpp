@@ -67,6 +67,8 @@ Settings come from --config FILE (TOML) and are overridden by options on the com
   # relay_interface = "eth2"             # ... from this interface (default: interface)
   # relay_ttl = 4                        # ... with this multicast TTL (default 1)
   # relays = ["rb"]                      # sites behind that relay in turn: waited 60 s, not 10
+  # behind_relay = "ra"                  # the relay this channel comes through (signed hubs'
+                                         # catch-ups and resends for its sites name it)
   [[channel.action]]                     # optional: a WIS2 notification per stored file
   type = "wis2"
   broker = "mqtt://127.0.0.1:1883"
@@ -120,9 +122,10 @@ session (allow_unsigned) is run again for the sites behind: they register, NAK a
 this relay (allow_unsigned, not silent, on the relay group), which sends them what it holds and
 asks the hub only for what it lacks itself; after a restart it takes such a session up again
 (TEMP/relay) if it had checkpointed it (every 2 s). Catch-up goes through it too: it keeps the
-gap reports its sites send it in answer to an unsigned hub's heartbeats, reports their gaps with
-its own to the hub 300 ms after each heartbeat, and runs the hub's catch-up, named to it, for
-the sites that reported them. A signed two-way session is run for the sites behind under the
+gap reports its sites send it in answer to the hub's heartbeats, reports their gaps with its own
+to the hub 300 ms after each heartbeat (signed by this site for a signed hub), and runs the hub's
+catch-up, named to it, for the sites that reported them; behind a signed hub's relay a site
+takes such a session only with behind_relay naming the relay. A signed two-way session is run for the sites behind under the
 hub's delegation to this relay (the hub lists it in its relays and pins its key): the sites
 (trusting the hub's key only) take this relay's key from its relay_hello and still check every
 announce, digest list and file against the hub's key; one the hub does not delegate, an

@@ -105,6 +105,9 @@ struct receiver_config {
   /// session_timeout of silence), so the rest of its passes and its END are still
   /// authenticated here and relayed to the sites behind this one.
   std::vector<bool> relay_channels;
+  /// The relay each channel is received through (mcdistd `behind_relay`), indexed by channel;
+  /// "" for none. A session for named sites (only_receivers) that names it is this site's too.
+  std::vector<std::string> upstream_relays;
 };
 
 /// A byte range of one file the receiver still needs (common/byte_range.hpp).
@@ -311,6 +314,10 @@ class receiver_engine {
   /// A reload changed which channels are relayed (receiver_config::relay_channels): applies to
   /// sessions that complete from now on.
   void set_relay_channels(std::vector<bool> relayed) { m_cfg.relay_channels = std::move(relayed); }
+  /// A reload changed the relays channels are received through (receiver_config::upstream_relays).
+  void set_upstream_relays(std::vector<std::string> relays) {
+    m_cfg.upstream_relays = std::move(relays);
+  }
   /// A reload added channels: restore() accepts checkpoints of indexes below `n`.
   void set_channel_count(std::uint32_t n) noexcept { m_cfg.channel_count = n; }
   /// A reload changed the session counts: they apply to sessions announced from now on

@@ -13,8 +13,15 @@ bool receiver_engine::new_session(const wire::announce& m, session_id id, const 
     m_stats.drops.add(errc::invalid_field);
     return false;
   }
-  if (p.only_receivers_size() > 0 && std::find(p.only_receivers().begin(), p.only_receivers().end(),
-                                               m_cfg.id) == p.only_receivers().end()) {
+  // Named sites: this one, or the relay this channel comes through (a catch-up or resend for
+  // the relay's subtree, whose signed announce the relay cannot change).
+  const auto names = [&p](const std::string& rid) {
+    return !rid.empty() && std::find(p.only_receivers().begin(), p.only_receivers().end(), rid) !=
+                               p.only_receivers().end();
+  };
+  const std::string& upstream =
+      channel < m_cfg.upstream_relays.size() ? m_cfg.upstream_relays[channel] : std::string();
+  if (p.only_receivers_size() > 0 && !names(m_cfg.id) && !names(upstream)) {
     m_sessions.tombstone(id, now + m_cfg.session_timeout);
     if (m_log) {
       m_log->info("session {} from {}: a resend for other receivers; not taking part", id,

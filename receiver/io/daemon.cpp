@@ -86,6 +86,7 @@ receiver_config engine_settings(const daemon_config& cfg) {
   rc.channel_count = static_cast<std::uint32_t>(cfg.channels.size());
   rc.silent_channels = silent_channels(cfg.channels);
   rc.relay_channels = relay_channels(cfg.channels);
+  rc.upstream_relays = upstream_relays(cfg.channels);
   return rc;
 }
 
@@ -239,8 +240,8 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
                                                std::random_device{}(), m_log);
   m_relays.set_engine(m_engine.get());
   m_relays.set_state_dir(m_cfg.temp / "relay");
-  m_relays.set_report_sender([this](const endpoint& hub, const wire::gap_report& r) {
-    return send_gap_report(r, false, hub);
+  m_relays.set_report_sender([this](const endpoint& hub, const wire::gap_report& r, bool sign) {
+    return send_gap_report(r, sign, hub);
   });
   m_relays.set_delegations([this](session_id s) {
     relay_forwarder::delegation_state d;

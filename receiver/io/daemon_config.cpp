@@ -347,7 +347,7 @@ daemon_config from_table(const toml::table& t, const std::string& source) {
           *ct,
           {"name", "group", "source", "dest", "trusted_senders", "allow_unsigned", "silent",
            "catch_up_url", "catch_up_ca", "relay_group", "relay_interface", "relay_ttl", "relays",
-           "action", "retention"},
+           "behind_relay", "action", "retention"},
           key);
       const table_reader c(*ct, key + ".", "");
       channel_config ch;
@@ -379,6 +379,12 @@ daemon_config from_table(const toml::table& t, const std::string& source) {
         if (!wire::valid_receiver_id(id)) {
           throw config_error("'" + key + ".relays' lists \"" + id + "\", not a valid site id");
         }
+      }
+      if (auto v = c.string("behind_relay")) {
+        if (!wire::valid_receiver_id(*v)) {
+          throw config_error("'" + key + ".behind_relay' = \"" + *v + "\" is not a valid site id");
+        }
+        ch.behind_relay = *v;
       }
       if (!ch.relay_group &&
           (!ch.relay_interface.any() || c.get("relay_ttl") || !ch.relays.empty())) {
@@ -466,6 +472,13 @@ std::vector<bool> silent_channels(const std::vector<channel_config>& channels) {
   std::vector<bool> out;
   out.reserve(channels.size());
   for (const auto& ch : channels) out.push_back(ch.silent);
+  return out;
+}
+
+std::vector<std::string> upstream_relays(const std::vector<channel_config>& channels) {
+  std::vector<std::string> out;
+  out.reserve(channels.size());
+  for (const auto& ch : channels) out.push_back(ch.behind_relay);
   return out;
 }
 

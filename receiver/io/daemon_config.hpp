@@ -73,6 +73,11 @@ struct channel_config {
   /// runs for its sites fail them only after 60 s of silence (sender_config::relay_timeout)
   /// instead of 10 s, as the hub does for the relays it lists, so their restarts resume.
   std::vector<std::string> relays;
+  /// `behind_relay = "ra"`: the relay this site receives the channel through (its group is
+  /// that relay's relay_group). A session the hub sends to named sites (only_receivers: a
+  /// catch-up or an operator's resend for the relay's subtree) that names this relay is this
+  /// site's too: a signed announce cannot be changed by the relay to name the sites behind it.
+  std::string behind_relay;
 };
 
 /// Port of mcdistd's status HTTP server (/metrics, /status, /) unless configured otherwise.
@@ -182,6 +187,9 @@ std::string ssm_warning(const channel_config& ch);
 std::vector<bool> silent_channels(const std::vector<channel_config>& channels);
 /// Which of `channels` relay their one-way sessions, by index (receiver_config::relay_channels).
 std::vector<bool> relay_channels(const std::vector<channel_config>& channels);
+/// The relay each of `channels` is received through, by index ("" for none;
+/// receiver_config::upstream_relays).
+std::vector<std::string> upstream_relays(const std::vector<channel_config>& channels);
 
 /// Parses an age: a parse_duration string ("90s", "6h") or a number of days ("7d").
 std::optional<std::chrono::nanoseconds> parse_age(std::string_view text) noexcept;

@@ -24,10 +24,12 @@ void daemon::on_heartbeat(std::size_t index, std::span<const std::byte> d, const
   // hub's sessions from it as this site does.
   m_relays.forward_heartbeat(index, d, arrival);
   if (p->catch_up) m_catch_up.note_missing(index, p->channel, p->source, p->signer, p->missing);
-  if (p->gap_report && !p->signer && m_relays.gathers_gaps(index)) {
-    // A relay of an unsigned channel answers for the sites behind it too: its report goes up
-    // once their answers to this heartbeat are in (relay_forwarder::gap_gather).
-    m_relays.on_hub_heartbeat(index, from, std::move(*p->gap_report), p->newest_seq);
+  if (p->gap_report && m_relays.gathers_gaps(index)) {
+    // A relay answers for the sites behind it too: its report (signed by this site for a
+    // signed hub) goes up once their answers to this heartbeat are in
+    // (relay_forwarder::gap_gather).
+    m_relays.on_hub_heartbeat(index, from, std::move(*p->gap_report), p->newest_seq,
+                              p->signer.has_value());
     return;
   }
   if (p->missing.empty()) return;

@@ -34,7 +34,7 @@ bool same_receiving(const channel_config& a, const channel_config& b) {
   return a.group == b.group && a.source == b.source && a.dest == b.dest &&
          a.trusted_senders == b.trusted_senders && a.silent == b.silent &&
          a.relay_group == b.relay_group && a.relay_interface == b.relay_interface &&
-         a.relay_ttl == b.relay_ttl && a.relays == b.relays;
+         a.relay_ttl == b.relay_ttl && a.relays == b.relays && a.behind_relay == b.behind_relay;
 }
 
 /// What a reload does to the channels: the running ones it retires (removed, or changed in
@@ -119,6 +119,7 @@ void daemon::add_channel(const channel_config& ch) {
   m_engine->set_channel_count(static_cast<std::uint32_t>(m_cfg.channels.size()));
   m_engine->set_silent_channels(silent_channels(m_cfg.channels));
   m_engine->set_relay_channels(relay_channels(m_cfg.channels));
+  m_engine->set_upstream_relays(upstream_relays(m_cfg.channels));
   for (const auto& a : ch.wis2) {
     m_wis2.push_back({index, std::make_unique<wis2_publisher>(a, ch.name, m_log)});
   }

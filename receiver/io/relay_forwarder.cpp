@@ -56,6 +56,7 @@ struct relay_forwarder::relay {
     endpoint hub;
     wire::gap_report own;
     std::uint64_t newest = 0;
+    bool sign = false;  ///< the hub's heartbeat was signed: so is the report
   };
   std::optional<pending_report> pending;
   boost::asio::steady_timer report_timer;
@@ -350,9 +351,6 @@ bool relay_forwarder::on_upstream(std::size_t index, const wire::header& h,
           r.two_way.size() + r.params.size() >= max_two_way_sessions) {
         return false;
       }
-      // A signed announce cannot be changed for the sites: a session for named sites (a
-      // catch-up or resend named to this relay) would name no site behind it.
-      if (signed_session && !p.only_receivers().empty()) return false;
       if (signed_session) r.copies.emplace(h.session.value, std::make_shared<signed_copies>());
       auto down = p;
       if (!p.only_receivers().empty()) {
@@ -506,7 +504,7 @@ void relay_forwarder::on_site(std::size_t index, std::span<const std::byte> d,
   auto& r = *m_relays[index];
   wire::header h;
   if (!wire::parse_header(d, h)) {
-    if (h.type == wire::msg_type::gap_report) return on_gap_report(index, h, d, from);
+    if (h.type == wire::msg_type::gap_report) return on_gap_report(index, d, from);
     if (const auto it = r.two_way.find(h.session.value); it != r.two_way.end()) {
       ++r.stats.two_way_site_datagrams;
       const auto now = from_steady(std::chrono::steady_clock::now());
@@ -528,11 +526,10 @@ bool relay_forwarder::gathers_gaps(std::size_t index) const noexcept {
   return relays(index) && m_relays[index]->gathers;
 }
 
-void relay_forwarder::on_gap_report(std::size_t index, const wire::header& h,
-                                    std::span<const std::byte> d, const endpoint& from) {
+void relay_forwarder::on_gap_report(std::size_t index, std::span<const std::byte> d,
+                                    const endpoint& from) {
   auto& r = *m_relays[index];
   wire::gap_report m;
-  std::optional<crypto::key32> key;
   const auto refuse = [&](const char* why) {
     ++r.stats.gap_reports_refused;
     if (m_gap_reports_logged.tick()) {
@@ -540,11 +537,12 @@ void relay_forwarder::on_gap_report(std::size_t index, const wire::header& h,
                   from.to_string(), why);
     }
   };
-  // Only unsigned reports: the hub gathered for is unsigned (its sites answer it unsigned),
-  // and a signed report would cost a signature check per datagram from anyone on the group.
+  // Signed or not, a report is a hint (the relay pins no site key, and a signature by the key
+  // the datagram carries proves nothing about its id): parsed without a signature check, so a
+  // flood costs no Ed25519 work. What it can make the relay do is ask the hub for what it
+  // retained, as its own report, and run it for the sites that asked.
   if (!r.gathers) return refuse("this relay's channel is silent");
-  if (h.version != wire::version) return refuse("signed: catch-up is relayed for unsigned hubs");
-  if (beacon::open_gap_report(d, false, m, key)) return refuse("not a valid report");
+  if (beacon::parse_gap_report(d, m)) return refuse("not a valid report");
   std::vector<wire::seq_span> missing;
   for (const auto& q : m.missing()) missing.emplace_back(q.first(), q.last());
   if (!r.gaps.note(m.receiver_id(), m.channel(), std::move(missing))) {
@@ -557,12 +555,12 @@ void relay_forwarder::on_gap_report(std::size_t index, const wire::header& h,
 }
 
 void relay_forwarder::on_hub_heartbeat(std::size_t index, const endpoint& hub, wire::gap_report own,
-                                       std::uint64_t newest) {
+                                       std::uint64_t newest, bool sign) {
   if (!gathers_gaps(index)) return;
   auto& r = *m_relays[index];
   send_gap_report(index);
   r.gaps.next_generation();
-  r.pending = relay::pending_report{hub, std::move(own), newest};
+  r.pending = relay::pending_report{hub, std::move(own), newest, sign};
   r.report_timer.expires_after(gap_gather);
   r.report_timer.async_wait([this, index](const boost::system::error_code& ec) {
     if (!ec && relays(index)) send_gap_report(index);
@@ -596,7 +594,7 @@ void relay_forwarder::send_gap_report(std::size_t index) {
     q->set_last(last);
     missed += last - first + 1;
   }
-  if (!m_send_report(p.hub, p.own)) return;
+  if (!m_send_report(p.hub, p.own, p.sign)) return;
   if (subtree) ++r.stats.subtree_reports_sent;
   m_log->info(
       "channel {}: the hub's newest session is {}; {} {} session{} below it: gap report "

@@ -19,7 +19,7 @@
 /// signed ones the hub does not delegate within delegation_wait, are not relayed: they are
 /// counted and logged once per session.
 ///
-/// Catch-up goes through the relay on channels of an unsigned hub: the gap reports its sites
+/// Catch-up goes through the relay (signed hub or not): the gap reports its sites
 /// send it in answer to the relayed heartbeats, and the gaps their REGISTERs name in the
 /// sessions it runs, go into a gap_book; a gather time after each hub heartbeat the relay sends
 /// the hub one gap report of its own for the whole subtree, and runs the catch-up the hub then
@@ -103,7 +103,7 @@ class relay_forwarder {
     std::uint64_t two_way_sites_completed = 0;  ///< sites that completed them
     std::uint64_t two_way_sites_failed = 0;     ///< sites failed by them
     /// Catch-up through the relay: its sites' gap reports taken into the gap book, and those
-    /// refused (malformed, signed, on a channel that does not gather them, the book full).
+    /// refused (malformed, on a channel that does not gather them, the book full).
     std::uint64_t gap_reports_taken = 0;
     std::uint64_t gap_reports_refused = 0;
     /// The relay's own gap reports upstream that carried its sites' gaps.
@@ -134,9 +134,10 @@ class relay_forwarder {
   /// hub takes one report per site and half heartbeat interval (1 s at the shortest), so the
   /// relay's one report must carry theirs. A site that answers later is in the next report.
   static constexpr std::chrono::milliseconds gap_gather{300};
-  /// Sends a relay's gap report upstream to `hub` from the daemon's control socket (unsigned);
-  /// false when it was not sent.
-  using report_fn = std::function<bool(const endpoint& hub, const wire::gap_report& report)>;
+  /// Sends a relay's gap report upstream to `hub` from the daemon's control socket, signed by
+  /// this site's key when `sign` (the hub's heartbeat was signed); false when it was not sent.
+  using report_fn =
+      std::function<bool(const endpoint& hub, const wire::gap_report& report, bool sign)>;
 
   /// @param daemon_interface  the daemon's resolved interface: a channel without
   ///        relay_interface relays from it
@@ -191,13 +192,13 @@ class relay_forwarder {
   void set_delegations(delegation_fn f) { m_delegation = std::move(f); }
   /// True when channel `index` gathers its sites' gap reports: it relays and may transmit.
   bool gathers_gaps(std::size_t index) const noexcept;
-  /// Channel `index` (gathers_gaps) took an unsigned heartbeat from `hub` whose newest number
-  /// is `newest`; `own` is this relay's answer to it (its own gaps, perhaps none). A report
-  /// still pending goes now; the sites' reports older than the previous heartbeat are
-  /// forgotten (gap_book::next_generation); gap_gather later, `own` joined with its sites'
-  /// gaps goes to `hub`, when it names any number.
+  /// Channel `index` (gathers_gaps) took a heartbeat from `hub` (`sign`: a signed one) whose
+  /// newest number is `newest`; `own` is this relay's answer to it (its own gaps, perhaps
+  /// none). A report still pending goes now; the sites' reports older than the previous
+  /// heartbeat are forgotten (gap_book::next_generation); gap_gather later, `own` joined with
+  /// its sites' gaps goes to `hub` (signed by this site when `sign`), when it names any number.
   void on_hub_heartbeat(std::size_t index, const endpoint& hub, wire::gap_report own,
-                        std::uint64_t newest);
+                        std::uint64_t newest, bool sign = false);
   /// Where the parameters of the two-way sessions it runs are kept (the daemon's TEMP/relay,
   /// made if missing), so that after a restart it takes them up again for their sites. Set once
   /// by the daemon before any datagram. @throws std::filesystem::filesystem_error
@@ -259,9 +260,8 @@ class relay_forwarder {
   void read_sites(std::size_t index);
   /// A datagram a site sent to channel `index`'s relay socket.
   void on_site(std::size_t index, std::span<const std::byte> d, const endpoint& from);
-  /// A gap report a site sent to channel `index`'s relay socket (`h` its parsed header).
-  void on_gap_report(std::size_t index, const wire::header& h, std::span<const std::byte> d,
-                     const endpoint& from);
+  /// A gap report a site sent to channel `index`'s relay socket.
+  void on_gap_report(std::size_t index, std::span<const std::byte> d, const endpoint& from);
   /// Sends channel `index`'s pending gap report upstream, if any.
   void send_gap_report(std::size_t index);
   /// A finished two-way session's sites: what they reported missing and completed.

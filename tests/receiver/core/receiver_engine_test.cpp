@@ -687,6 +687,29 @@ TEST_CASE("a resend for other receivers is ignored", "[unit][receiver]") {
   REQUIRE(h.engine.active_sessions() == 0);
 }
 
+TEST_CASE("a session named to the relay a channel comes through is this site's too",
+          "[unit][receiver]") {
+  const auto named = [](std::string relay_named, std::uint32_t channel) {
+    receiver_config c{"site"};
+    c.upstream_relays = {"ra", ""};
+    c.channel_count = 2;
+    harness h(c);
+    wire::announce a;
+    a.mutable_params()->set_block_size(1000);
+    a.mutable_params()->set_file_count(1);
+    a.mutable_params()->set_manifest_chunks(1);
+    a.mutable_params()->set_total_bytes(10);
+    a.mutable_params()->add_only_receivers("other-site");
+    a.mutable_params()->add_only_receivers(relay_named);
+    *a.add_files() = entry("a", 10);
+    h.engine.on_datagram(datagram(wire::msg_type::announce, a), sender_ep, channel, h.now);
+    return h.engine.active_sessions();
+  };
+  REQUIRE(named("ra", 0) == 1);  // channel 0 comes through ra
+  REQUIRE(named("rb", 0) == 0);  // another relay's
+  REQUIRE(named("ra", 1) == 0);  // channel 1 comes through no relay
+}
+
 TEST_CASE("a session whose sender goes silent is abandoned", "[unit][receiver]") {
   harness h;
   h.announce({entry("a", 1000)});

@@ -221,6 +221,7 @@ relays = ["rb"]
 [[channel]]
 name = "local"
 group = "239.192.0.2:4711"
+behind_relay = "ra"
 )",
                                       "t");
   REQUIRE(cfg.channels.at(0).relay_group == parse_endpoint("239.193.0.1:4711"));
@@ -230,6 +231,7 @@ group = "239.192.0.2:4711"
   REQUIRE_FALSE(cfg.channels[1].relay_group);
   REQUIRE(cfg.channels[1].relay_ttl == 1);
   REQUIRE(relay_channels(cfg.channels) == std::vector<bool>{true, false});
+  REQUIRE(upstream_relays(cfg.channels) == std::vector<std::string>{"", "ra"});
   REQUIRE_NOTHROW(validate(cfg));
 
   const auto error_of = [&](const std::string& channels) -> std::string {
@@ -251,6 +253,8 @@ group = "239.192.0.2:4711"
   CHECK_THAT(error_of("[[channel]]\ngroup = \"239.192.0.1:4711\"\nrelay_group = "
                       "\"239.193.0.1:4711\"\nrelays = [\"bad id\"]\n"),
              Contains("'channel[0].relays' lists \"bad id\""));
+  CHECK_THAT(error_of("[[channel]]\ngroup = \"239.192.0.1:4711\"\nbehind_relay = \"a b\"\n"),
+             Contains("'channel[0].behind_relay' = \"a b\" is not a valid site id"));
   // A misspelt setting is refused, not left at its default.
   CHECK_THAT(error_of("[[channel]]\ngroup = \"239.192.0.1:4711\"\nrelay_grup = "
                       "\"239.193.0.1:4711\"\n"),

@@ -1,0 +1,194 @@
+#!/usr/bin/env python3
+"""Integration: catch-up through a relay of a signed hub (docs/security.md "Relays of signed
+sessions"), with the real mcdist-feed (signed, heartbeat 2 s) and real mcdistd daemons on
+loopback multicast.
+
+The hub signs channel "obs", pins only relay "ra" (site_keys) and lists it as a relay, so it
+delegates each session to ra; ra relays the channel from G0 into G1 for sites "s1" and "s2",
+which trust only the hub's key, are pinned nowhere and say they are behind ra
+(`behind_relay = "ra"`).
+
+1. A first product reaches every daemon.
+2. s1 is stopped while three products go out in three sessions, then started again with no new
+   product: the hub's signed heartbeat, passed on by ra, makes s1 report its three missed
+   numbers to ra (signed by s1's key, which ra does not check: a hint); ra's own gap report to
+   the hub, signed by ra's pinned key, carries them; the hub's catch-up is named to ra, which
+   holds the products; ra runs it for s1 under the hub's delegation, and s1, behind ra, takes
+   a session named to ra. Asserted: s1 holds the three products byte for byte and journaled
+   each with the hub's key as signer; the hub's journal never names s1 or s2; ra counts the
+   gap report taken, a report sent upstream and a catch-up run; s2, behind ra too, wrote
+   nothing again (it held the products).
+3. The same with s1's `behind_relay` removed: the catch-up reaches ra and ra runs it, but s1
+   does not take a session named to another site (its log says so), so it does not catch up.
+
+usage: test_relay_catch_up_signed.py BUILD_DIR"""
+
+import hashlib
+import os
+import random
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from mcdist_testlib import (SKIP, ChannelSite, check, free_group, log,  # noqa: E402
+                            loopback_multicast_works, relay_status, stop_all)
+from test_feed import Feed, delivered, drop, query, wait_until  # noqa: E402
+
+
+def keygen(bin_dir, path):
+    out = subprocess.run([os.path.join(bin_dir, "tools", "keygen", "mcdist-keygen"), path],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=True)
+    return out.stdout.decode().strip()
+
+
+def signers(d, names):
+    db = sqlite3.connect("file:%s?mode=ro" % os.path.join(d.temp, "journal.db"), uri=True,
+                         timeout=10)
+    try:
+        return {r[0] for r in db.execute("SELECT sender_key FROM deliveries WHERE relpath IN (%s)"
+                                         % ",".join("?" * len(names)), list(names))}
+    finally:
+        db.close()
+
+
+def main():
+    bin_dir = sys.argv[1]
+    if not loopback_multicast_works():
+        print("SKIPPED: loopback multicast is not available here")
+        return SKIP
+    base = tempfile.mkdtemp(prefix="mcdist-relay-catch-up-signed-",
+                            dir=os.environ.get("MCDIST_TEST_DIR", "/tmp"))
+    rng = random.Random(67)
+    feed = None
+    daemons = []
+    try:
+        hub_pub = keygen(bin_dir, os.path.join(base, "hub.key"))
+        pubs = {s: keygen(bin_dir, os.path.join(base, s + ".key")) for s in ("ra", "s1", "s2")}
+        pins = os.path.join(base, "pins.txt")
+        with open(pins, "w") as f:
+            f.write("ra %s\n" % pubs["ra"])
+        spool = os.path.join(base, "spool")
+        journal = os.path.join(base, "journal.db")
+        g0, g1 = free_group(), free_group()
+        config = os.path.join(base, "feed.toml")
+        with open(config, "w") as f:
+            f.write("""
+interface = "127.0.0.1"
+rate = "20M"
+key = "%(base)s/hub.key"
+site_keys = "%(pins)s"
+journal = "%(journal)s"
+retention = "1h"
+retained = "%(base)s/retained"
+http = "off"
+relays = ["ra"]
+
+[[channel]]
+name = "obs"
+group = "%(g0)s"
+spool = ["%(spool)s"]
+batch_window = "100ms"
+after = "delete"
+heartbeat = "2s"
+register_window = "1s"
+""" % dict(journal=journal, base=base, g0=g0, spool=spool, pins=pins))
+
+        def top(rid):
+            return 'key_file = "%s"\ntrusted_senders = ["%s"]' % (
+                os.path.join(base, rid + ".key"), hub_pub)
+        ra = ChannelSite(bin_dir, base, "ra", 'group = "%s"\nrelay_group = "%s"' % (g0, g1),
+                         top=top("ra"))
+        behind = 'group = "%s"\nbehind_relay = "ra"' % g1
+        s1 = ChannelSite(bin_dir, base, "s1", behind, top=top("s1"))
+        s2 = ChannelSite(bin_dir, base, "s2", behind, top=top("s2"))
+        daemons += [ra, s1, s2]
+        feed = Feed(bin_dir, base, config)
+        feed.start()
+
+        def product(name, size):
+            data = rng.randbytes(size)
+            drop(spool, name, data)
+            time.sleep(0.3)  # past the batch window: one session, one number each
+            return name, hashlib.sha256(data).hexdigest()
+
+        def all_sent(prefix, n):
+            return lambda: query(journal, "SELECT count(*) FROM products WHERE name LIKE ? AND "
+                                 "state = 'sent'", (prefix + "%",))[0][0] == n
+
+        def relay_idle():
+            since = time.time()
+            wait_until("ra: no session running for its sites", lambda: os.path.getmtime(
+                ra.status) > since + 0.1 and (relay_status(ra) or {}).get("two_way", {}).get(
+                "sessions_active") == 0, 30, feed, daemons)
+
+        def catch_up():
+            return (relay_status(ra) or {}).get("catch_up") or {}
+
+        # 1. Everyone gets the first product through the relay, signed.
+        name, h = product("first/p0.bufr", 50_000)
+        wait_until("the first product everywhere", delivered(daemons, name, h), 40, feed,
+                   daemons)
+        check((relay_status(ra) or {}).get("two_way", {}).get("signed_sessions", 0) >= 1,
+              "ra did not run the first session signed: %s" % relay_status(ra))
+
+        def miss_and_return(prefix, n, channel=None):
+            s1.stop()
+            if channel:
+                with open(s1.config, "w") as f:
+                    f.write(s1.head(s1) + channel + "\n")
+            missed = dict(product("%s/o%d.bufr" % (prefix, i), 30_000 + 1000 * i)
+                          for i in range(n))
+            wait_until("the products sent", all_sent(prefix + "/", n), 40, feed, [ra, s2])
+            wait_until("the products at ra and s2",
+                       lambda: all(delivered([ra, s2], k, v)() for k, v in missed.items()), 40,
+                       feed, [ra, s2])
+            relay_idle()
+            s1.start()
+            return missed
+
+        # 2. s1 misses three sessions and is caught up through ra.
+        taken = catch_up().get("gap_reports_taken", 0)
+        missed = miss_and_return("down", 3)
+        written_at_s2 = (s2.read_status() or {}).get("bytes_written", 0)
+        t0 = time.time()
+        wait_until("the three missed products at s1",
+                   lambda: all(delivered([s1], k, v)() for k, v in missed.items()), 60, feed,
+                   daemons)
+        log("s1 caught up through ra in %.1f s (heartbeat 2 s)" % (time.time() - t0))
+        relay_idle()
+        c = catch_up()
+        log("ra: %s" % c)
+        check(c.get("gap_reports_taken", 0) > taken, "ra took no gap report from s1: %s" % c)
+        check(c.get("reports_sent", 0) >= 1, "ra sent no gap report for its sites: %s" % c)
+        check(c.get("sessions", 0) >= 1, "ra ran no catch-up for its sites: %s" % c)
+        check("site ra reports" in feed.log_text(), "the hub took no gap report from ra")
+        for site in ("s1", "s2"):
+            check(query(journal, "SELECT count(*) FROM outcomes WHERE site = ?", (site,))[0][0]
+                  == 0, "the hub's journal names %s" % site)
+        check(signers(s1, list(missed)) == {hub_pub},
+              "s1: the caught-up files' signer is not the hub's key: %s"
+              % signers(s1, list(missed)))
+        # s2 is behind ra too, so it may take the session named to ra; it holds the products,
+        # so nothing is written there again.
+        check((s2.read_status() or {}).get("bytes_written", 0) == written_at_s2,
+              "s2 received the catch-up's products again")
+
+        # 3. Without behind_relay, s1 does not take a session named to ra.
+        sessions_before = catch_up().get("sessions", 0)
+        missed2 = miss_and_return("later", 1, channel='group = "%s"' % g1)
+        wait_until("ra: a second catch-up run for its sites",
+                   lambda: catch_up().get("sessions", 0) > sessions_before and
+                   "a resend for other receivers" in s1.log_text(), 60, feed, daemons)
+        check(not any(delivered([s1], k, v)() for k, v in missed2.items()),
+              "s1 took a session named to ra without behind_relay")
+        log("PASS")
+        return 0
+    finally:
+        stop_all(base, feed, daemons)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
