@@ -125,13 +125,13 @@ asks the hub only for what it lacks itself; after a restart it takes such a sess
 gap reports its sites send it in answer to the hub's heartbeats, reports their gaps with its own
 to the hub 300 ms after each heartbeat (signed by this site for a signed hub), and runs the hub's
 catch-up, named to it, for the sites that reported them; behind a signed hub's relay a site
-takes such a session only with behind_relay naming the relay. A signed two-way session is run for the sites behind under the
-hub's delegation to this relay (the hub lists it in its relays and pins its key): the sites
-(trusting the hub's key only) take this relay's key from its relay_hello and still check every
-announce, digest list and file against the hub's key; one the hub does not delegate, an
-encrypted one, or one for named sites is not relayed (counted, logged with the reason); after a
-restart the relay asks the hub for a new delegation and takes the session up again under a new
-key. The relay group must not be a group this daemon receives. Status "relay" and /metrics
+takes such a session only with behind_relay naming the relay. A signed two-way session is run
+for the sites behind under the hub's delegation to this relay (the hub lists it in its relays
+and pins its key): the sites (trusting the hub's key only) take this relay's key from its
+relay_hello and still check every announce, digest list and file against the hub's key; one
+the hub does not delegate, or an encrypted one, is not relayed (counted, logged with the
+reason); after a restart the relay asks the hub for a new delegation and takes the session up
+again under a new key. The relay group must not be a group this daemon receives. Status "relay" and /metrics
 mcdist_relay_* count what was sent on.
 
 Under systemd (Type=notify) mcdistd reports READY=1 once its sockets are bound, WATCHDOG=1

@@ -189,10 +189,8 @@ void relay_forwarder::not_relayed(std::size_t index, session_id s) {
   ++r.stats.not_relayed_sessions;
   if (!m_not_relayed_logged.tick()) return;
   m_log->warn(
-      "session {}: not relayed into {}: an encrypted two-way session, a signed one the hub did "
-      "not delegate to this relay (list it in the hub's relays and pin its key) or sent to "
-      "named sites, a session this relay restarted in without what it kept of it, "
-      "or more than {} two-way sessions at once",
+      "session {}: not relayed into {}: a session with a unicast start, one this relay "
+      "restarted in without what it kept of it, or more than {} two-way sessions at once",
       s, r.group.to_string(), max_two_way_sessions);
 }
 

@@ -215,10 +215,10 @@ class relay_forwarder {
   /// A session named to this relay (only_receivers: a catch-up or a resend for its subtree) is
   /// run for the sites whose gap reports its catch-up ranges cover, or for every site when it
   /// covers none.
-  /// @return false when the session is not relayed (encrypted; signed for named sites; with a
-  ///         unicast start; resumed without what was kept of it; more than
-  ///         max_two_way_sessions): the caller counts it with not_relayed. A signed session
-  ///         the hub does not delegate is counted and logged here (true is returned).
+  /// @return false when the session is not relayed (with a unicast start; resumed without what
+  ///         was kept of it; more than max_two_way_sessions): the caller counts it with
+  ///         not_relayed. A signed session the hub does not delegate (an encrypted one among
+  ///         them) is counted and logged here (true is returned).
   bool on_upstream(std::size_t index, const wire::header& h, std::span<const std::byte> raw,
                    std::span<const std::byte> plain, time_point now);
   /// True when channel `index` runs session `s` for its sites (its END still matters there
