@@ -94,6 +94,25 @@ struct relay_chain {
   }
 };
 
+/// The relay of `c` delegated by its hub: the delegation, the relay's keys for its sites, its
+/// relay_hello.
+struct delegated {
+  auth::relay_delegation delegation;
+  auth::sender_keys keys;
+  std::vector<std::byte> hello = std::vector<std::byte>(wire::control_budget);
+
+  explicit delegated(relay_chain& c) : delegation(make(c)), keys(sid, delegation.key) {
+    hello.resize(auth::encode_relay_hello(hello, sid, delegation));
+    REQUIRE_FALSE(hello.empty());
+  }
+  static auth::relay_delegation make(relay_chain& c) {
+    c.hub.set_relays({"ra"});
+    REQUIRE_FALSE(c.relay_keyed());
+    REQUIRE(c.relay.delegation(sid));
+    return *c.relay.delegation(sid);
+  }
+};
+
 }  // namespace
 
 TEST_CASE("the hub delegates a session only to a listed relay whose key it pins", "[unit][auth]") {
@@ -184,13 +203,10 @@ TEST_CASE("the hub delegates a session only to a listed relay whose key it pins"
 TEST_CASE("a site behind a relay binds the relay's key by its hello and talks to the relay",
           "[unit][auth]") {
   relay_chain c;
-  c.hub.set_relays({"ra"});
-  REQUIRE_FALSE(c.relay_keyed());
-  const auto d = *c.relay.delegation(sid);
-  auth::sender_keys down(sid, d.key);
-  std::vector<std::byte> hello(wire::control_budget);
-  hello.resize(auth::encode_relay_hello(hello, sid, d));
-  REQUIRE_FALSE(hello.empty());
+  const delegated r(c);
+  const auto& d = r.delegation;
+  auth::sender_keys down = r.keys;
+  const auto& hello = r.hello;
 
   // The site hears the hub's announce from the relay and asks it for the key under the hub's
   // announce key: the relay cannot check that.
@@ -309,14 +325,10 @@ TEST_CASE("a site behind a relay binds the relay's key by its hello and talks to
 TEST_CASE("a relay's keys hold at most max_sites sites; a known one still registers",
           "[unit][auth]") {
   relay_chain c;
-  c.hub.set_relays({"ra"});
-  REQUIRE_FALSE(c.relay_keyed());
-  const auto d = *c.relay.delegation(sid);
-  auth::sender_keys down(sid, d.key);
-  std::vector<std::byte> hello(wire::control_budget);
-  hello.resize(auth::encode_relay_hello(hello, sid, d));
+  const delegated relay(c);
+  auth::sender_keys down = relay.keys;
   REQUIRE_FALSE(c.site.open(c.announce, t0, c.out, relay_addr));
-  REQUIRE_FALSE(c.site.open(hello, t0, c.out, relay_addr));
+  REQUIRE_FALSE(c.site.open(relay.hello, t0, c.out, relay_addr));
   // One host claiming ever new ids (an open group's ids are whatever registrants say).
   const auto request = [&](const std::string& id) {
     wire::register_request r;

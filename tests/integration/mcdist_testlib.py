@@ -10,6 +10,7 @@ import random
 import shutil
 import signal
 import socket
+import sqlite3
 import struct
 import subprocess
 import sys
@@ -65,6 +66,25 @@ def loopback_multicast_works():
         return True
     except OSError:
         return False
+
+
+def keygen(bin_dir, path):
+    """Makes a key pair at `path` with mcdist-keygen; returns the public key's text."""
+    out = subprocess.run([os.path.join(bin_dir, "tools", "keygen", "mcdist-keygen"), path],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=True)
+    return out.stdout.decode().strip()
+
+
+def site_journal(d):
+    """(relpath, sender_key) rows of a site's delivery journal (default TEMP/journal.db)."""
+    path = os.path.join(d.temp, "journal.db")
+    if not os.path.exists(path):
+        return []
+    db = sqlite3.connect("file:%s?mode=ro" % path, uri=True, timeout=10)
+    try:
+        return db.execute("SELECT relpath, sender_key FROM deliveries ORDER BY relpath").fetchall()
+    finally:
+        db.close()
 
 
 def sha256_file(path):

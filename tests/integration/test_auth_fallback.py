@@ -41,12 +41,6 @@ T_FALLBACK = 11
 ETH_P_ALL = 0x0003
 
 
-def keygen(bin_dir, path):
-    out = subprocess.run([os.path.join(bin_dir, "tools", "keygen", "mcdist-keygen"), path],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=True)
-    return out.stdout.decode().strip()
-
-
 def pb_fields(body):
     """field number -> list of values (int or bytes) of a protobuf message."""
     out = {}

@@ -30,8 +30,6 @@ import os
 import random
 import shutil
 import socket
-import struct
-import subprocess
 import sys
 import tempfile
 import threading
@@ -42,12 +40,6 @@ from test_wireshark import Capture, tshark_fields  # noqa: E402
 
 NAME_MARKER = b"QZXNAMEMARKERQZX"
 BODY_MARKER = b"QZXBODYMARKERQZX"
-
-
-def keygen(bin_dir, path):
-    out = subprocess.run([os.path.join(bin_dir, "tools", "keygen", "mcdist-keygen"), path],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=True)
-    return out.stdout.decode().strip()
 
 
 class group_observer(threading.Thread):

@@ -15,34 +15,14 @@ usage: test_feed_signed.py BUILD_DIR"""
 
 import os
 import random
-import sqlite3
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mcdist_testlib import (SKIP, Daemon, check, free_group, log,  # noqa: E402
+from mcdist_testlib import (SKIP, Daemon, check, free_group, keygen, log,  # noqa: E402
                             loopback_multicast_works, run_sender, sha256_file, tree_digests,
-                            write_random, stop_all)
+                            site_journal, write_random, stop_all)
 from test_feed import Feed, delivered, drop, query, wait_until  # noqa: E402
-
-
-def keygen(bin_dir, path):
-    out = subprocess.run([os.path.join(bin_dir, "tools", "keygen", "mcdist-keygen"), path],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=True)
-    return out.stdout.decode().strip()
-
-
-def site_journal(d):
-    """(relpath, sender_key) rows of a site's delivery journal (default TEMP/journal.db)."""
-    path = os.path.join(d.temp, "journal.db")
-    if not os.path.exists(path):
-        return []
-    db = sqlite3.connect("file:%s?mode=ro" % path, uri=True, timeout=10)
-    try:
-        return db.execute("SELECT relpath, sender_key FROM deliveries ORDER BY relpath").fetchall()
-    finally:
-        db.close()
 
 
 def main():

@@ -26,32 +26,19 @@ usage: test_relay_catch_up_signed.py BUILD_DIR"""
 import hashlib
 import os
 import random
-import sqlite3
-import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mcdist_testlib import (SKIP, ChannelSite, check, free_group, log,  # noqa: E402
-                            loopback_multicast_works, relay_status, stop_all)
+from mcdist_testlib import (SKIP, ChannelSite, check, free_group, keygen, log,  # noqa: E402
+                            loopback_multicast_works, relay_status, site_journal, stop_all)
 from test_feed import Feed, delivered, drop, query, wait_until  # noqa: E402
 
 
-def keygen(bin_dir, path):
-    out = subprocess.run([os.path.join(bin_dir, "tools", "keygen", "mcdist-keygen"), path],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=True)
-    return out.stdout.decode().strip()
-
-
 def signers(d, names):
-    db = sqlite3.connect("file:%s?mode=ro" % os.path.join(d.temp, "journal.db"), uri=True,
-                         timeout=10)
-    try:
-        return {r[0] for r in db.execute("SELECT sender_key FROM deliveries WHERE relpath IN (%s)"
-                                         % ",".join("?" * len(names)), list(names))}
-    finally:
-        db.close()
+    """The signers a site's delivery journal names for the files `names`."""
+    return {k for p, k in site_journal(d) if p in names}
 
 
 def main():

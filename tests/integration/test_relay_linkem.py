@@ -64,8 +64,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "bench"))
-from mcdist_testlib import (SKIP, ChannelSite, check, log, relay_status, run_sender,  # noqa: E402
-                            sessions_over, tree_digests, wait_for, write_random)
+from mcdist_testlib import (SKIP, ChannelSite, check, keygen, log, relay_status,  # noqa: E402
+                            run_sender, sessions_over, site_journal, tree_digests, wait_for,
+                            write_random)
 
 HUB, RELAYS, SITES = 0, (1, 2), tuple(range(3, 11))
 BEHIND = {h: 1 if h <= 6 else 2 for h in SITES}  # site -> its relay
@@ -252,13 +253,9 @@ def run(bin_dir, base, seed):
 def signed_setup(bin_dir, base):
     """Keys for a signed two-way run: the hub's, and one per relay and site. @return (mcdistd
     top-level lines per host, mcdist-send options: sign, pin the relays, list them)"""
-    keygen = os.path.join(bin_dir, "tools", "keygen", "mcdist-keygen")
-
     def make(name):
         path = os.path.join(base, name + ".key")
-        out = subprocess.run([keygen, path], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             check=True)
-        return path, out.stdout.decode().strip()
+        return path, keygen(bin_dir, path)
     hub_key, hub_pub = make("hub")
     tops, pins = {}, []
     for h in RELAYS + SITES:
@@ -271,17 +268,6 @@ def signed_setup(bin_dir, base):
         f.write("\n".join(pins) + "\n")
     return tops, hub_pub, ["--key", hub_key, "--site-keys", os.path.join(base, "pins.txt"),
                            "--relays", "h1,h2"]
-
-
-def journal_signers(d):
-    """The sender_key column of a daemon's delivery journal."""
-    import sqlite3
-    db = sqlite3.connect("file:%s?mode=ro" % os.path.join(d.temp, "journal.db"), uri=True,
-                         timeout=10)
-    try:
-        return [r[0] for r in db.execute("SELECT sender_key FROM deliveries")]
-    finally:
-        db.close()
 
 
 def run_two_way(bin_dir, base, seed, signed=False):
@@ -331,7 +317,7 @@ def run_two_way(bin_dir, base, seed, signed=False):
                 st, d = statuses[h], daemons[h]
                 check(st.get("relay_delegations", 0) >= 1,
                       "%s: bound no relay key: %s" % (d.id, st.get("relay_delegations")))
-                signers = journal_signers(d)
+                signers = [k for _, k in site_journal(d)]
                 check(len(signers) == len(want) and set(signers) == {hub_pub},
                       "%s: journal signers %s, not the hub's key for each of %d files"
                       % (d.id, sorted(set(signers)), len(want)))

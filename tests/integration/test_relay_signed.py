@@ -26,38 +26,18 @@ import random
 import glob
 import signal
 import socket
-import sqlite3
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mcdist_testlib import (SKIP, ChannelSite, check, free_group, log,  # noqa: E402
+from mcdist_testlib import (SKIP, ChannelSite, check, free_group, keygen, log,  # noqa: E402
                             loopback_multicast_works, parse_group, pb_bytes, header,
                             relay_status, run_sender, sessions_over, stop_all, tree_digests,
-                            wait_for, write_random)
+                            site_journal, wait_for, write_random)
 
 RELAY_HELLO = 18
-
-
-def keygen(bin_dir, path):
-    out = subprocess.run([os.path.join(bin_dir, "tools", "keygen", "mcdist-keygen"), path],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=True)
-    return out.stdout.decode().strip()
-
-
-def journal_signers(d):
-    """The sender_key column of every row of a site's delivery journal."""
-    path = os.path.join(d.temp, "journal.db")
-    if not os.path.exists(path):
-        return []
-    db = sqlite3.connect("file:%s?mode=ro" % path, uri=True, timeout=10)
-    try:
-        return [r[0] for r in db.execute("SELECT sender_key FROM deliveries")]
-    finally:
-        db.close()
 
 
 def refused(d):
@@ -168,7 +148,7 @@ def main():
             check(st["dropped_by_drop_rate"] > 0, "%s dropped nothing" % d.id)
             check(refused(d) > 0, "%s: the forged hellos were not refused: %s"
                   % (d.id, st.get("not_authenticated")))
-            signers = journal_signers(d)
+            signers = [k for _, k in site_journal(d)]
             check(len(signers) == len(want) and set(signers) == {hub_pub},
                   "%s: journal signers %s, not the hub's key for every file"
                   % (d.id, sorted(set(signers))))
