@@ -184,14 +184,21 @@ void relay_forwarder::not_relayed(std::size_t index, session_id s) {
   if (!relays(index)) return;
   auto& r = *m_relays[index];
   ++r.stats.not_relayed_datagrams;
+  if (r.not_relayed.count(s.value)) return;  // counted and logged at its first datagram
+  note_not_relayed(r, s,
+                   fmt::format("a session with a unicast start, one this relay restarted in "
+                               "without what it kept of it, or more than {} two-way sessions "
+                               "at once",
+                               max_two_way_sessions));
+}
+
+void relay_forwarder::note_not_relayed(relay& r, session_id s, std::string_view why) {
   if (r.not_relayed.size() >= max_sessions_seen) r.not_relayed.clear();
   if (!r.not_relayed.insert(s.value).second) return;
   ++r.stats.not_relayed_sessions;
-  if (!m_not_relayed_logged.tick()) return;
-  m_log->warn(
-      "session {}: not relayed into {}: a session with a unicast start, one this relay "
-      "restarted in without what it kept of it, or more than {} two-way sessions at once",
-      s, r.group.to_string(), max_two_way_sessions);
+  if (m_not_relayed_logged.tick()) {
+    m_log->warn("session {}: not relayed into {}: {}", s, r.group.to_string(), why);
+  }
 }
 
 bool relay_forwarder::runs(std::size_t index, session_id s) const noexcept {
@@ -631,15 +638,12 @@ void relay_forwarder::give_up_undelegated(relay& r, session_id s, std::string_vi
   r.runs.erase(s.value);
   r.copies.erase(s.value);
   r.undelegated.erase(s.value);
-  if (r.not_relayed.size() >= max_sessions_seen) r.not_relayed.clear();
-  if (!r.not_relayed.insert(s.value).second) return;
-  ++r.stats.not_relayed_sessions;
-  if (!m_not_relayed_logged.tick()) return;
-  m_log->warn(
-      "session {}: not relayed into {}: signed, and the hub did not delegate it to this relay{} "
-      "(the hub must list this site in its relays and pin its key; encrypted sessions and "
-      "sessions of a relay in front of this one are never delegated)",
-      s, r.group.to_string(), why);
+  note_not_relayed(r, s,
+                   fmt::format("signed, and the hub did not delegate it to this relay{} (the hub "
+                               "must list this site in its relays and pin its key; encrypted "
+                               "sessions and sessions of a relay in front of this one are never "
+                               "delegated)",
+                               why));
 }
 
 void relay_forwarder::service_two_way() {

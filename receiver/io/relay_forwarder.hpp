@@ -266,6 +266,9 @@ class relay_forwarder {
   void send_gap_report(std::size_t index);
   /// A finished two-way session's sites: what they reported missing and completed.
   void note_sites(relay& r, const relay_downstream& down, const sender::session_report& rep);
+  /// Counts session `s` as not relayed on `r` (its first datagram only) and logs it with `why`,
+  /// ever more rarely past ten sessions.
+  void note_not_relayed(relay& r, session_id s, std::string_view why);
   /// Counts signed session `s` as not relayed and logs it once with `why` (appended to "the hub
   /// did not delegate it to this relay"), forgetting what was kept of it.
   void give_up_undelegated(relay& r, session_id s, std::string_view why);
