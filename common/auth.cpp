@@ -643,20 +643,36 @@ std::optional<std::error_code> receiver_keys::open_register_reply(session_keys* 
   }
   const std::byte* t = d.data() + d.size() - trailer;
   const auto nonce = fixed<crypto::xchacha_nonce_bytes>(std::span(t, crypto::xchacha_nonce_bytes));
+  const auto aad = d.first(d.size() - trailer + nonce.size());
+  const auto sealed = std::span<const std::uint8_t>(u8(t) + nonce.size(),
+                                                    crypto::key_bytes + crypto::aead_tag_bytes);
   crypto::key32 k{};
-  if (!crypto::aead_open(s->pairwise, nonce, d.first(d.size() - trailer + nonce.size()),
-                         std::span<const std::uint8_t>(u8(t) + nonce.size(),
-                                                       crypto::key_bytes + crypto::aead_tag_bytes),
-                         k)) {
-    ++m_stats.bad_tag;
-    return errc::unauthenticated;
+  // A relay behind a relay: the hub's answer to its for_origin request, passed on by the relay
+  // it hears, opens under the hub's pairwise key instead.
+  bool origin = false;
+  if (!crypto::aead_open(s->pairwise, nonce, aad, sealed, k)) {
+    if (!s->origin_pairwise || !crypto::aead_open(*s->origin_pairwise, nonce, aad, sealed, k)) {
+      ++m_stats.bad_tag;
+      return errc::unauthenticated;
+    }
+    origin = true;
   }
-  if (!s->session_key || *s->session_key != k) s->set_session_key(k, session);
-  keyed(*s);
-  if (!s->held.empty()) m_replay = session;  // take_held() opens them now
   wire::register_reply r;
   const auto body = d.first(d.size() - trailer).subspan(wire::header_size);
   const bool parsed = r.ParseFromArray(body.data(), static_cast<int>(body.size()));
+  if (origin) {
+    // Only its delegation is taken: the session key this relay uses is its relay's (the
+    // blocks it hears are tagged under that one).
+    k.fill(0);
+    if (!parsed || !r.key_only()) {
+      ++m_stats.unauthenticated;
+      return errc::unauthenticated;
+    }
+  } else {
+    if (!s->session_key || *s->session_key != k) s->set_session_key(k, session);
+    keyed(*s);
+    if (!s->held.empty()) m_replay = session;  // take_held() opens them now
+  }
   if (parsed && s->relay_key && !s->delegation && s->signer &&
       r.relay_delegation().size() == crypto::signature_bytes) {
     // The hub's delegation of this session to this relay: kept only when it is the hub's (the
@@ -671,8 +687,12 @@ std::optional<std::error_code> receiver_keys::open_register_reply(session_keys* 
       ++m_stats.bad_signature;
     }
   }
-  // The answer to this relay's key request (it carried relay_public) without a delegation.
-  if (parsed && r.key_only() && s->relay_key && !s->delegation) s->delegation_refused = true;
+  // The hub's answer to this relay's key request (it carried relay_public) without a
+  // delegation. The answer of a relay in between never carries one: it says nothing of the
+  // hub's (the for_origin request asks the hub itself).
+  if (parsed && r.key_only() && s->relay_key && !s->delegation && (origin || !s->relay_public)) {
+    s->delegation_refused = true;
+  }
   // The answer to this layer's key request (encrypted and signed sessions alike): consumed
   // here, the core did not ask (it would take it for the answer to its REGISTER).
   if (parsed && r.key_only()) {
@@ -722,7 +742,9 @@ std::error_code receiver_keys::open_relay_hello(session_keys* s, session_id sess
   const auto pw = pairwise_key(m_site_x.secret_key, relay, relay, m_site_x.public_key, session);
   if (!pw) return refuse(m_stats.bad_signature);
   // From now on the relay is this site's sender for the session: requests, NAKs and COMPLETEs
-  // under the pairwise key with its key, blocks and markers under the session key it gives.
+  // under the pairwise key with its key, blocks and markers under the session key it gives. A
+  // relay keeps the hub's pairwise key to ask the hub for its own delegation through it.
+  if (m_opts.relay && !s->relay_public) s->origin_pairwise = s->pairwise;
   s->pairwise = *pw;
   s->has_pairwise = true;
   s->relay_public = relay;
@@ -880,11 +902,15 @@ std::size_t receiver_keys::take_key_request(std::span<std::byte> buf) {
   if (s->relay_key) {
     r.set_relay_public(s->relay_key->public_key.data(), s->relay_key->public_key.size());
   }
+  // A relay behind a relay: the relay it hears cannot delegate, so the ask goes to the hub,
+  // through that relay, under the hub's pairwise key.
+  const bool origin = for_delegation && s->relay_public && s->origin_pairwise;
+  if (origin) r.set_for_origin(true);
   if (for_delegation) ++s->delegation_asks;
   const std::size_t n = wire::encode_control(buf.first(buf.size() - max_trailer_bytes),
                                              msg_type::register_request, sid, r);
   if (n == 0) return 0;
-  const std::size_t sealed = seal(buf, n);
+  const std::size_t sealed = seal_under(origin ? *s->origin_pairwise : s->pairwise, buf, n);
   if (sealed > 0) ++m_stats.key_requests;
   return sealed;
 }
@@ -909,6 +935,11 @@ std::size_t receiver_keys::seal(std::span<std::byte> buf, std::size_t len) {
   session_keys* s = find(session_of(buf));
   if (!s) return required() ? 0 : len;  // a version-1 session: sent as it is
   if (!s->has_pairwise) return 0;
+  return seal_under(s->pairwise, buf, len);
+}
+
+std::size_t receiver_keys::seal_under(const crypto::key32& pairwise, std::span<std::byte> buf,
+                                      std::size_t len) {
   wire::set_version(buf, wire::authenticated_version);
   std::byte* end = buf.data() + len;
   const auto type = static_cast<msg_type>(std::to_integer<std::uint8_t>(buf[3]));
@@ -919,7 +950,7 @@ std::size_t receiver_keys::seal(std::span<std::byte> buf, std::size_t len) {
   } else if (type != msg_type::nak && type != msg_type::complete) {
     return 0;
   }
-  const auto tag = crypto::hmac(s->pairwise, buf.first(out));
+  const auto tag = crypto::hmac(pairwise, buf.first(out));
   std::memcpy(buf.data() + out, tag.data(), tag.size());
   return out + crypto::hmac_bytes;
 }
@@ -988,6 +1019,7 @@ bool receiver_keys::import_session(session_id s, std::string_view blob) {
   if (relay) {
     const auto pw = pairwise_key(m_site_x.secret_key, *relay, *relay, m_site_x.public_key, s);
     if (!pw) return false;
+    if (m_opts.relay) keys.origin_pairwise = keys.pairwise;
     keys.pairwise = *pw;
     keys.relay_public = relay;
   }

@@ -187,6 +187,13 @@ struct auth_stats {
 /// a site checks it against the key that signed the session's announce and from then on
 /// derives its pairwise key with the relay's key instead of the hub's announce key. Sites
 /// still check every announce, digest list, END and file digest against the hub's key.
+///
+/// Relays nest: a relay behind a relay binds its relay's key as a site does, and asks the hub
+/// for its own delegation through it. That key request (register_request.for_origin) is
+/// authenticated under the pairwise key with the hub's announce key, which the relay in between
+/// does not hold: it passes the request upstream unopened and the hub's key_only answer back.
+/// The answer's delegation is all the asking relay takes of it (its session key stays the one
+/// of the relay it hears).
 inline constexpr std::string_view delegation_context = "mcdist v2 relay delegation";
 
 /// The bytes a hub signs to delegate session `s` to relay `relay_id` (at most
@@ -542,6 +549,10 @@ class receiver_keys {
     /// derived with it), and when it was bound (rebinding at most once per relay_rebind_interval).
     std::optional<crypto::key32> relay_public;
     std::optional<time_point> bound_at;
+    /// A relay behind a relay: the pairwise key with the hub's announce key, kept when a
+    /// relay_hello rebinds `pairwise`, for the key requests that ask the hub for a delegation
+    /// through the relay (for_origin) and their answers.
+    std::optional<crypto::key32> origin_pairwise;
 
     /// Takes the session key of a register_reply and derives the data, marker, manifest and
     /// sealed-data keys from it (HKDF, RFC 5869).
@@ -557,6 +568,8 @@ class receiver_keys {
   /// sequence number, or a block digest chunk by its path and signature (taken: `out` empty).
   std::error_code open_digested(std::span<const std::byte> d, const wire::header& h, time_point now,
                                 std::span<const std::byte>& out);
+  /// seal()'s tag of a register_request, nak or complete under `pairwise`.
+  std::size_t seal_under(const crypto::key32& pairwise, std::span<std::byte> buf, std::size_t len);
   /// open()'s relay_hello case: checks the hub's delegation and binds the relay's key.
   std::error_code open_relay_hello(session_keys* s, session_id session,
                                    std::span<const std::byte> d, time_point now,

@@ -50,7 +50,8 @@ CONFIGURATION (TOML, --config):
   relays = ["nmc-relay"]            optional: sites that are relays (mcdistd relay_group); a
                                     session fails one only after relay_timeout of silence, and
                                     a signed hub delegates its sessions to those site_keys pins
-                                    (they run them for the sites behind them)
+                                    (they run them for the sites behind them); list relays
+                                    behind relays here too: they ask through the ones in front
   relay_timeout = "60s"             instead of 10 s, so a relay's restart resumes the session
                                     for the sites behind it (1s to 1h; default 60s)
   retention = "24h"                 how long sent products are kept for catch-up and resend

@@ -243,6 +243,15 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
   m_relays.set_report_sender([this](const endpoint& hub, const wire::gap_report& r, bool sign) {
     return send_gap_report(r, sign, hub);
   });
+  m_relays.set_upstream_sender([this](const endpoint& hub, std::span<const std::byte> d) {
+    std::error_code ec;
+    ++m_datagrams_sent;
+    if (!net::send_one(m_control_socket->native_handle(), hub, d, ec)) {
+      m_log->debug("cannot send a delegation request on to {}: {}", hub.to_string(), ec.message());
+      return false;
+    }
+    return true;
+  });
   m_relays.set_delegations([this](session_id s) {
     relay_forwarder::delegation_state d;
     const auto* k = m_keys->of(s);
@@ -482,6 +491,12 @@ void daemon::handle_datagram(std::size_t index, std::span<const std::byte> d, co
     m_relays.forward(index, h.session, d, arrival);
     return;
   }
+  // The hub's answer to a delegation request this relay passed up for a relay behind it: sent
+  // on unopened (it is sealed for that relay).
+  if (index == control_index && h.type == wire::msg_type::register_reply &&
+      m_relays.on_origin_reply(h, d, from, now)) {
+    return;
+  }
   // A relay checks every announce it sends on: an unchecked repeat is not relayed, and the
   // sites behind may need that copy.
   if (!relayed && m_keys->announce_repeat(index, h, now, *m_engine)) return;
@@ -512,7 +527,7 @@ void daemon::handle_datagram(std::size_t index, std::span<const std::byte> d, co
       m_relays.forward(index, h.session, d, arrival);
       if (h.type == wire::msg_type::session_end) m_relays.remember_end(index, h.session, d, now);
     } else if ((m_engine->channel_of(h.session) || m_relays.runs(index, h.session)) &&
-               !plain.empty() && !m_relays.on_upstream(index, h, d, plain, now)) {
+               !plain.empty() && !m_relays.on_upstream(index, h, d, plain, from, now)) {
       m_relays.not_relayed(index, h.session);
     }
   }

@@ -202,6 +202,10 @@ class relay_downstream {
   sender::session_report report(time_point now) const { return m_down->report(now); }
   /// A signed session's copies of the hub's datagrams (null for an unsigned one).
   const std::shared_ptr<signed_copies>& copies() const noexcept { return m_signed; }
+  /// Where the session comes from upstream (the hub's session socket, or the relay in front of
+  /// this one): set by the forwarder from the datagrams it hands on.
+  void set_upstream(const endpoint& e) noexcept { m_upstream = e; }
+  const std::optional<endpoint>& upstream() const noexcept { return m_upstream; }
   /// The channel as the hub names it ("" for an unnumbered ad-hoc session).
   const std::string& channel() const noexcept { return m_channel; }
   /// The channel's session number (0: a catch-up, a resend or an ad-hoc session).
@@ -235,6 +239,7 @@ class relay_downstream {
   }
 
   session_id m_session;
+  std::optional<endpoint> m_upstream;
   std::string m_channel;
   std::uint64_t m_channel_seq;
   std::vector<wire::seq_span> m_completes;

@@ -60,6 +60,18 @@ struct relay_forwarder::relay {
   };
   std::optional<pending_report> pending;
   boost::asio::steady_timer report_timer;
+  /// Delegation requests of relays behind this one passed upstream, awaiting the hub's
+  /// answer (at most max_origin_pending, each origin_wait), and how many went this second.
+  struct origin_request {
+    session_id session;
+    std::string site;
+    endpoint from;
+    time_point at;
+    unsigned asked = 0;  ///< requests passed up and not answered yet
+  };
+  std::deque<origin_request> origin_pending;
+  time_point origin_second{};
+  unsigned origin_sent = 0;
 };
 
 relay_forwarder::relay_forwarder(boost::asio::io_context& io,
@@ -331,7 +343,7 @@ void relay_forwarder::forget_stale_states() {
 
 bool relay_forwarder::on_upstream(std::size_t index, const wire::header& h,
                                   std::span<const std::byte> raw, std::span<const std::byte> plain,
-                                  time_point now) {
+                                  const endpoint& from, time_point now) {
   const bool signed_session = h.version == wire::authenticated_version;
   if (!relays(index) || !m_engine || (h.version != wire::version && !signed_session) ||
       (signed_session && !m_delegation)) {
@@ -484,6 +496,7 @@ bool relay_forwarder::on_upstream(std::size_t index, const wire::header& h,
           h.session, r.group.to_string(), run, count);
     }
   }
+  if (h.type == wire::msg_type::announce || !it->second->upstream()) it->second->set_upstream(from);
   it->second->on_upstream(h, raw, plain, now);
   if (const auto c = it->second->copies(); c && c->changed) {
     // A digest list (or a changed announce) the sites behind may need after a restart.
@@ -513,6 +526,10 @@ void relay_forwarder::on_site(std::size_t index, std::span<const std::byte> d,
     if (const auto it = r.two_way.find(h.session.value); it != r.two_way.end()) {
       ++r.stats.two_way_site_datagrams;
       const auto now = from_steady(std::chrono::steady_clock::now());
+      if (h.type == wire::msg_type::register_request &&
+          on_origin_request(r, *it->second, h, d, from, now)) {
+        return;
+      }
       it->second->on_site(h, d, from, now);
       arm(now);
       return;
@@ -525,6 +542,100 @@ void relay_forwarder::on_site(std::size_t index, std::span<const std::byte> d,
         "behind a relay of one-way sessions must be silent (silent = true on their channel)",
         r.group.to_string(), from.to_string());
   }
+}
+
+bool relay_forwarder::on_origin_request(relay& r, const relay_downstream& down,
+                                        const wire::header& h, std::span<const std::byte> d,
+                                        const endpoint& from, time_point now) {
+  // Only the body is read here (it is in clear; its tag is the hub's to check).
+  const std::size_t trailer = auth::trailer_size(wire::msg_type::register_request);
+  if (h.version != wire::authenticated_version || d.size() < wire::header_size + trailer) {
+    return false;
+  }
+  const auto body = d.subspan(wire::header_size, d.size() - wire::header_size - trailer);
+  wire::register_request req;
+  if (!req.ParseFromArray(body.data(), static_cast<int>(body.size())) || !req.for_origin()) {
+    return false;
+  }
+  const auto drop = [&r] {
+    ++r.stats.origin_dropped;
+    return true;
+  };
+  // Only for a session this relay runs signed (an unsigned one has no delegation to ask for),
+  // from a relay with a valid id asking with a key.
+  if (!down.copies() || !down.upstream() || !m_send_upstream || !req.key_request() ||
+      req.relay_public().size() != crypto::key_bytes ||
+      !wire::valid_receiver_id(req.receiver_id())) {
+    return drop();
+  }
+  if (now - r.origin_second >= std::chrono::seconds(1)) {
+    r.origin_second = now;
+    r.origin_sent = 0;
+  }
+  if (r.origin_sent >= origin_requests_per_second) return drop();
+  ++r.origin_sent;
+  while (!r.origin_pending.empty() && (now - r.origin_pending.front().at >= origin_wait ||
+                                       r.origin_pending.size() >= max_origin_pending)) {
+    r.origin_pending.pop_front();
+  }
+  if (!m_send_upstream(*down.upstream(), d)) {
+    ++r.stats.send_failed;
+    return true;
+  }
+  ++r.stats.origin_requests;
+  auto p = std::find_if(r.origin_pending.begin(), r.origin_pending.end(), [&](const auto& q) {
+    return q.session == h.session && q.site == req.receiver_id();
+  });
+  if (p == r.origin_pending.end()) {
+    p = r.origin_pending.insert(r.origin_pending.end(), {h.session, req.receiver_id(), from, now});
+  }
+  // The hub answers each request: each answer goes to where the latest came from.
+  p->from = from;
+  p->at = now;
+  ++p->asked;
+  if (m_origin_logged.tick()) {
+    m_log->info("session {}: passed relay {}'s delegation request for the hub on to {}", h.session,
+                req.receiver_id(), down.upstream()->to_string());
+  }
+  return true;
+}
+
+bool relay_forwarder::on_origin_reply(const wire::header& h, std::span<const std::byte> d,
+                                      const endpoint& from, time_point now) {
+  const std::size_t trailer = auth::trailer_size(wire::msg_type::register_reply);
+  std::optional<wire::register_reply> reply;
+  for (auto& rp : m_relays) {
+    if (!rp || rp->origin_pending.empty()) continue;
+    auto& r = *rp;
+    const auto down = r.two_way.find(h.session.value);
+    if (down == r.two_way.end() || !down->second->upstream() ||
+        !same_host(*down->second->upstream(), from)) {
+      continue;
+    }
+    if (!reply) {
+      if (d.size() < wire::header_size + trailer) return false;
+      const auto body = d.subspan(wire::header_size, d.size() - wire::header_size - trailer);
+      if (!reply.emplace().ParseFromArray(body.data(), static_cast<int>(body.size())) ||
+          !reply->key_only()) {
+        return false;
+      }
+    }
+    const auto p =
+        std::find_if(r.origin_pending.begin(), r.origin_pending.end(), [&](const auto& q) {
+          return q.session == h.session && q.site == reply->receiver_id() &&
+                 now - q.at < origin_wait;
+        });
+    if (p == r.origin_pending.end()) continue;
+    std::error_code ec;
+    if (!r.socket.is_open() || !net::send_one(r.socket.native_handle(), p->from, d, ec)) {
+      ++r.stats.send_failed;
+    } else {
+      ++r.stats.origin_replies;
+    }
+    if (--p->asked == 0) r.origin_pending.erase(p);
+    return true;
+  }
+  return false;
 }
 
 bool relay_forwarder::gathers_gaps(std::size_t index) const noexcept {
@@ -640,9 +751,9 @@ void relay_forwarder::give_up_undelegated(relay& r, session_id s, std::string_vi
   r.undelegated.erase(s.value);
   note_not_relayed(r, s,
                    fmt::format("signed, and the hub did not delegate it to this relay{} (the hub "
-                               "must list this site in its relays and pin its key; encrypted "
-                               "sessions and sessions of a relay in front of this one are never "
-                               "delegated)",
+                               "must list this site in its relays and pin its key, and a relay "
+                               "in front of this one must pass its request on; encrypted "
+                               "sessions are never delegated)",
                                why));
 }
 
@@ -848,7 +959,10 @@ nlohmann::json relay_forwarder::status(const std::vector<channel_config>& channe
                      {"signed_sessions", s.signed_sessions},
                      {"hellos", t.hellos},
                      {"site_refused", t.site_refused},
-                     {"ends_withheld", t.ends_withheld}}},
+                     {"ends_withheld", t.ends_withheld},
+                     {"origin_requests", s.origin_requests},
+                     {"origin_replies", s.origin_replies},
+                     {"origin_dropped", s.origin_dropped}}},
                    {"catch_up",
                     {{"gap_reports_taken", s.gap_reports_taken},
                      {"gap_reports_refused", s.gap_reports_refused},

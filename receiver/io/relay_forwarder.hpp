@@ -112,6 +112,12 @@ class relay_forwarder {
     std::uint64_t catch_ups = 0;
     /// Signed two-way sessions run under the hub's delegation (of two_way_sessions).
     std::uint64_t signed_sessions = 0;
+    /// Relays behind this one asking the hub for their delegation (for_origin key requests):
+    /// passed upstream, the hub's answers passed back, and requests dropped (a session not run
+    /// signed here, past origin_requests_per_second, malformed).
+    std::uint64_t origin_requests = 0;
+    std::uint64_t origin_replies = 0;
+    std::uint64_t origin_dropped = 0;
   };
   /// Two-way sessions run at once per relayed channel; past it a new one is not relayed.
   static constexpr std::size_t max_two_way_sessions = 64;
@@ -121,6 +127,14 @@ class relay_forwarder {
   static constexpr std::chrono::seconds delegation_wait{10};
   /// How often a session waiting for its delegation is looked at again without a datagram of it.
   static constexpr std::chrono::milliseconds delegation_poll{200};
+  /// Relays behind this one ask the hub for their delegation through it (for_origin key
+  /// requests, which only the hub can check): at most this many are passed upstream per second
+  /// and relayed channel, and each waits origin_wait for the hub's answer, at most
+  /// max_origin_pending at once (the oldest forgotten first). A relay asks
+  /// auth::max_delegation_asks times per session.
+  static constexpr unsigned origin_requests_per_second = 20;
+  static constexpr std::chrono::seconds origin_wait{10};
+  static constexpr std::size_t max_origin_pending = 64;
   /// What the daemon's keyring knows of a signed session's delegation to this relay
   /// (auth::receiver_keys::delegation): the delegation once it came, or that the hub refused
   /// it (or the session is encrypted, which a relay does not serve).
@@ -138,6 +152,9 @@ class relay_forwarder {
   /// this site's key when `sign` (the hub's heartbeat was signed); false when it was not sent.
   using report_fn =
       std::function<bool(const endpoint& hub, const wire::gap_report& report, bool sign)>;
+  /// Sends `d` as it is to `hub` from the daemon's control socket (where the hub's answer comes
+  /// back); false when it was not sent.
+  using upstream_fn = std::function<bool(const endpoint& hub, std::span<const std::byte> d)>;
 
   /// @param daemon_interface  the daemon's resolved interface: a channel without
   ///        relay_interface relays from it
@@ -190,6 +207,15 @@ class relay_forwarder {
   /// Where the delegations of signed sessions come from; set once by the daemon (none: signed
   /// two-way sessions are not relayed).
   void set_delegations(delegation_fn f) { m_delegation = std::move(f); }
+  /// How the delegation requests of relays behind this one go upstream; set once by the daemon
+  /// (none: they are dropped).
+  void set_upstream_sender(upstream_fn f) { m_send_upstream = std::move(f); }
+  /// `d`, a register_reply that came to the daemon's control socket from `from`: when it
+  /// answers a delegation request this relay passed upstream for a relay behind it (the same
+  /// session and receiver id, from the host it was sent to, within origin_wait), it is sent on
+  /// to that relay unopened. @return true when it was (the daemon drops it then)
+  bool on_origin_reply(const wire::header& h, std::span<const std::byte> d, const endpoint& from,
+                       time_point now);
   /// True when channel `index` gathers its sites' gap reports: it relays and may transmit.
   bool gathers_gaps(std::size_t index) const noexcept;
   /// Channel `index` (gathers_gaps) took a heartbeat from `hub` (`sign`: a signed one) whose
@@ -219,8 +245,10 @@ class relay_forwarder {
   ///         was kept of it; more than max_two_way_sessions): the caller counts it with
   ///         not_relayed. A signed session the hub does not delegate (an encrypted one among
   ///         them) is counted and logged here (true is returned).
+  /// `from` is where it came from: the hub's session socket, where a relay behind this one's
+  /// delegation requests go.
   bool on_upstream(std::size_t index, const wire::header& h, std::span<const std::byte> raw,
-                   std::span<const std::byte> plain, time_point now);
+                   std::span<const std::byte> plain, const endpoint& from, time_point now);
   /// True when channel `index` runs session `s` for its sites (its END still matters there
   /// after the engine closed it).
   bool runs(std::size_t index, session_id s) const noexcept;
@@ -260,6 +288,11 @@ class relay_forwarder {
   void read_sites(std::size_t index);
   /// A datagram a site sent to channel `index`'s relay socket.
   void on_site(std::size_t index, std::span<const std::byte> d, const endpoint& from);
+  /// A register_request a site sent for two-way session `down` on channel `index`: when it is
+  /// a for_origin key request (a relay behind this one asks the hub for its delegation), it is
+  /// passed upstream unopened. @return true when it was one (passed or dropped)
+  bool on_origin_request(relay& r, const relay_downstream& down, const wire::header& h,
+                         std::span<const std::byte> d, const endpoint& from, time_point now);
   /// A gap report a site sent to channel `index`'s relay socket.
   void on_gap_report(std::size_t index, std::span<const std::byte> d, const endpoint& from);
   /// Sends channel `index`'s pending gap report upstream, if any.
@@ -304,6 +337,8 @@ class relay_forwarder {
   log_limiter m_gap_reports_logged{3};
   report_fn m_send_report;
   delegation_fn m_delegation;
+  upstream_fn m_send_upstream;
+  log_limiter m_origin_logged{10};
   const receiver_engine* m_engine = nullptr;
   std::filesystem::path m_state_dir;  ///< empty: nothing kept (tests without a daemon)
   boost::asio::steady_timer m_timer;

@@ -241,6 +241,14 @@ std::string render_metrics(const status_snapshot& s) {
     p.family("mcdist_relay_catch_ups_total", metric_type::counter,
              "Catch-up sessions of the hub, named to the relay, run for the sites behind it.");
     for (const auto& [channel, r] : s.relays) p.sample({{"channel", channel}}, r.catch_ups);
+    p.family("mcdist_relay_delegation_requests_total", metric_type::counter,
+             "Delegation requests of relays behind this one for the hub (signed sessions), by "
+             "outcome: passed upstream, the hub's answers passed back, dropped.");
+    for (const auto& [channel, r] : s.relays) {
+      p.sample({{"channel", channel}, {"outcome", "passed"}}, r.origin_requests);
+      p.sample({{"channel", channel}, {"outcome", "answered"}}, r.origin_replies);
+      p.sample({{"channel", channel}, {"outcome", "dropped"}}, r.origin_dropped);
+    }
     p.family("mcdist_relay_send_failed_total", metric_type::counter,
              "Datagrams the relay socket did not send (its buffer full, or an error).");
     for (const auto& [channel, r] : s.relays) p.sample({{"channel", channel}}, r.send_failed);

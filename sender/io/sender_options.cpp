@@ -47,7 +47,8 @@ Relays (--relays a,b): receivers that relay the session into a group of their ow
 relay_group). A silent relay is failed after 60 s instead of --receiver-timeout (a restart takes
 longer). A signed session (--key) whose --site-keys pins a relay delegates it a key of its own,
 with which it serves the session to the sites behind it; they still check every announce, digest
-list and file against this sender's key.
+list and file against this sender's key. A relay behind a relay is delegated the same way when it
+is listed and pinned here: it asks through the relays in front of it.
 
 Files are sent as one session: the manifest (path, size, mtime, mode, SHA-256) is announced once,
 pass 1 sends every block of every file back to back, later passes only the blocks receivers

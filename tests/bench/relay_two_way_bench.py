@@ -15,7 +15,9 @@ hub to site 690 ms RTT at 1e-2 (the relays are not started). Relayed, signed: th
 relayed with the session signed by the hub, which pins and lists the two relays and so delegates
 the session to each (docs/security.md "Relays of signed sessions"); the sites trust the hub's
 key only. Direct, signed: the sites on G0 trusting the hub's key, which signs the session and
-pins no site (what signing costs over the 690 ms hop without a relay).
+pins no site (what signing costs over the 690 ms hop without a relay). Nested, signed: as
+relayed, signed, but h2 is a site of h1's group R1 (a relay behind a relay, 10 ms behind h1),
+so h7-h10 are two relays down; h2 asks the hub for its delegation through h1.
 
 Per run and mode, printed side by side: the control datagrams the hub received (its summary's
 control_received: REGISTER, NAK, status, COMPLETE), the blocks NAKed at the hub, its repair
@@ -44,17 +46,18 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "integration"))
 from linkem_run import Emulator  # noqa: E402
 from mcdist_testlib import relay_status, run_sender, sessions_over, tree_digests  # noqa: E402
 # The topology and the file set of the integration test through the same emulator.
-from test_relay_linkem import (G0, HUB, LINKS, RELAYS, SITES, Site, make_set,  # noqa: E402
-                               signed_setup, start_daemons)
+from test_relay_linkem import (BEHIND, G0, HUB, LINKS, RELAY_GROUP, RELAYS, SITES,  # noqa: E402
+                               Site, make_set, signed_setup, start_daemons)
 
 TOP = "allow_unsigned = true\nsession_timeout = \"10s\""
 
 
-MODES = ("relayed", "relayed, signed", "direct", "direct, signed")
+MODES = ("relayed", "relayed, signed", "nested, signed", "direct", "direct, signed")
 
 
 def one(build, work, seed, mode, rate):
-    relayed = mode.startswith("relayed")
+    nested = mode.startswith("nested")
+    relayed = mode.startswith("relayed") or nested
     base = os.path.join(work, "%s-%d" % (mode.replace(", ", "-"), seed))
     shutil.rmtree(base, ignore_errors=True)
     os.makedirs(base)
@@ -68,7 +71,16 @@ def one(build, work, seed, mode, rate):
                    hosts=11, seed=rng.randrange(1 << 30))
     daemons = {}
     try:
-        if relayed:
+        if nested:
+            # h2 on h1's group: a relay behind a relay.
+            for h in RELAYS:
+                daemons[h] = Site(build, base, emu, h, "group = \"%s\"\nrelay_group = \"%s\""
+                                  % (RELAY_GROUP[1] if h == 2 else G0, RELAY_GROUP[h]),
+                                  top=tops.get(h, TOP))
+            for h in SITES:
+                daemons[h] = Site(build, base, emu, h, "group = \"%s\"" % RELAY_GROUP[BEHIND[h]],
+                                  top=tops.get(h, TOP))
+        elif relayed:
             start_daemons(daemons, build, base, emu, TOP, tops=tops)
         else:
             for h in SITES:

@@ -60,6 +60,7 @@ struct relay_chain {
   crypto::identity hub_id = crypto::generate_identity();
   crypto::identity relay_id = crypto::generate_identity();
   crypto::identity site_id = crypto::generate_identity();
+  crypto::identity relay2_id = crypto::generate_identity();  ///< "rb", a relay behind ra
   auth::sender_keys hub;
   auth::receiver_keys relay{
       auth::receiver_auth_options{{hub_id.public_key}, relay_id, 256, 100, "ra", true}};
@@ -73,7 +74,8 @@ struct relay_chain {
   /// @param pin  the hub pins the relay's key (else it pins no site)
   explicit relay_chain(bool pin = true)
       : hub(hub_id, sid,
-            pin ? std::map<std::string, crypto::key32, std::less<>>{{"ra", relay_id.public_key}}
+            pin ? std::map<std::string, crypto::key32, std::less<>>{{"ra", relay_id.public_key},
+                                                                    {"rb", relay2_id.public_key}}
                 : std::map<std::string, crypto::key32, std::less<>>{}) {}
 
   /// The relay hears the announce and asks the hub for the key; the hub answers.
@@ -342,4 +344,130 @@ TEST_CASE("a relay's keys hold at most max_sites sites; a known one still regist
   REQUIRE(down.open(request("one-more"), c.out) == errc::unauthenticated);
   REQUIRE(down.stats().untrusted_site == 1);
   REQUIRE_FALSE(down.open(request("s7"), c.out));
+}
+
+TEST_CASE("a relay behind a relay gets the hub's delegation through the relay in front of it",
+          "[unit][auth]") {
+  relay_chain c;
+  const delegated ra(c);
+  auth::sender_keys down = ra.keys;
+  const endpoint rb_addr = *parse_endpoint("10.0.0.3:4000");
+  auth::receiver_keys rb(
+      auth::receiver_auth_options{{c.hub_id.public_key}, c.relay2_id, 256, 100, "rb", true});
+  std::vector<std::byte> reply(wire::control_budget + auth::max_trailer_bytes);
+
+  // rb hears the hub's announce from ra, binds ra's key by its hello and gets ra's session key.
+  REQUIRE_FALSE(rb.open(c.announce, t0, c.out, relay_addr));
+  REQUIRE(rb.take_key_request(c.buf) > 0);
+  REQUIRE_FALSE(rb.open(ra.hello, t0, c.out, relay_addr));
+  REQUIRE(rb.relay_bound(sid));
+  std::size_t rq = rb.take_key_request(c.buf);
+  REQUIRE(rq > 0);
+  REQUIRE_FALSE(down.open(std::span<const std::byte>(c.buf.data(), rq), c.out));
+  reply.resize(down.take_key_reply(reply));
+  REQUIRE_FALSE(reply.empty());
+  REQUIRE_FALSE(rb.open(reply, t0, c.out, relay_addr));
+  REQUIRE(rb.has_session_key(sid));
+  // ra's answer carries no delegation, and says nothing of the hub's.
+  REQUIRE_FALSE(rb.delegation(sid));
+  REQUIRE_FALSE(rb.delegation_refused(sid));
+
+  // ra's next block asks for the delegation: a for_origin request under the hub's key, which
+  // ra cannot open (it passes it upstream as it is).
+  const auto b = block(down, 7);
+  REQUIRE_FALSE(rb.open(b, t0 + 1s, c.out, relay_addr));
+  rq = rb.take_key_request(c.buf);
+  REQUIRE(rq > 0);
+  const std::vector<std::byte> ask(c.buf.begin(), c.buf.begin() + static_cast<std::ptrdiff_t>(rq));
+  wire::register_request req;
+  REQUIRE_FALSE(wire::parse_control(std::span(ask).first(rq - 64), req));
+  REQUIRE(req.for_origin());
+  REQUIRE(req.key_request());
+  REQUIRE(req.receiver_id() == "rb");
+  REQUIRE(down.open(ask, c.out) == errc::unauthenticated);
+
+  SECTION("the hub lists rb: rb holds a delegation of its own, under ra's session key still") {
+    c.hub.set_relays({"ra", "rb"});
+    REQUIRE_FALSE(c.hub.open(ask, c.out));
+    REQUIRE(c.out.empty());
+    REQUIRE(c.hub.key_reply_to() == "rb");
+    std::vector<std::byte> answer(wire::control_budget + auth::max_trailer_bytes);
+    answer.resize(c.hub.take_key_reply(answer));
+    REQUIRE_FALSE(answer.empty());
+    // Tampered on the way (ra passes it on unopened): refused.
+    auto bad = answer;
+    bad[bad.size() - 1] ^= std::byte{1};
+    REQUIRE(rb.open(bad, t0 + 1s, c.out, relay_addr) == errc::unauthenticated);
+    REQUIRE_FALSE(rb.delegation(sid));
+    REQUIRE_FALSE(rb.open(answer, t0 + 1s, c.out, relay_addr));
+    REQUIRE(c.out.empty());
+    const auto d = rb.delegation(sid);
+    REQUIRE(d);
+    REQUIRE(d->relay_id == "rb");
+    REQUIRE(
+        auth::verify_delegation(c.hub_id.public_key, sid, "rb", d->key.public_key, d->signature));
+    REQUIRE(d->key.public_key != ra.delegation.key.public_key);
+    // The hub's session key was not taken: ra's blocks still verify, the hub's do not.
+    REQUIRE_FALSE(rb.open(block(down, 8), t0 + 1s, c.out, relay_addr));
+    REQUIRE(rb.open(block(c.hub, 8), t0 + 1s, c.out, relay_addr) == errc::unauthenticated);
+    // No more asks once delegated.
+    REQUIRE_FALSE(rb.open(block(down, 9), t0 + 2s, c.out, relay_addr));
+    REQUIRE(rb.take_key_request(c.buf) == 0);
+
+    // A site behind rb binds rb's key by rb's hello, from rb's host, against the hub's key.
+    auth::receiver_keys s3(auth::receiver_auth_options{
+        {c.hub_id.public_key}, crypto::generate_identity(), 256, 100, "s3"});
+    std::vector<std::byte> hello(wire::control_budget);
+    hello.resize(auth::encode_relay_hello(hello, sid, *d));
+    REQUIRE_FALSE(s3.open(c.announce, t0, c.out, rb_addr));
+    REQUIRE(s3.open(hello, t0, c.out, relay_addr) == errc::unauthenticated);  // ra's host
+    REQUIRE_FALSE(s3.relay_bound(sid));
+    REQUIRE_FALSE(s3.open(hello, t0, c.out, rb_addr));
+    REQUIRE(s3.relay_bound(sid));
+    // ra's delegation in rb's name does not bind.
+    auth::relay_delegation swapped = ra.delegation;
+    swapped.relay_id = "rb";
+    std::vector<std::byte> f(wire::control_budget);
+    f.resize(auth::encode_relay_hello(f, sid, swapped));
+    auth::receiver_keys s4(auth::receiver_auth_options{
+        {c.hub_id.public_key}, crypto::generate_identity(), 256, 100, "s4"});
+    REQUIRE_FALSE(s4.open(c.announce, t0, c.out, rb_addr));
+    REQUIRE(s4.open(f, t0, c.out, rb_addr) == errc::unauthenticated);
+    REQUIRE_FALSE(s4.relay_bound(sid));
+  }
+
+  SECTION("the hub does not list rb: rb is refused and asks no more") {
+    REQUIRE_FALSE(c.hub.open(ask, c.out));
+    std::vector<std::byte> answer(wire::control_budget + auth::max_trailer_bytes);
+    answer.resize(c.hub.take_key_reply(answer));
+    REQUIRE_FALSE(answer.empty());
+    REQUIRE_FALSE(rb.open(answer, t0 + 1s, c.out, relay_addr));
+    REQUIRE_FALSE(rb.delegation(sid));
+    REQUIRE(rb.delegation_refused(sid));
+    REQUIRE(rb.has_session_key(sid));  // ra's, kept
+    REQUIRE_FALSE(rb.open(block(down, 8), t0 + 2s, c.out, relay_addr));
+    REQUIRE(rb.take_key_request(c.buf) == 0);
+  }
+
+  SECTION("restarted, rb asks the hub again through ra with a new key") {
+    const auto blob = rb.export_session(sid);
+    REQUIRE(blob);
+    auth::receiver_keys again(
+        auth::receiver_auth_options{{c.hub_id.public_key}, c.relay2_id, 256, 100, "rb", true});
+    REQUIRE(again.import_session(sid, *blob));
+    REQUIRE(again.relay_bound(sid));
+    REQUIRE_FALSE(again.open(block(down, 8), t0 + 2s, c.out, relay_addr));
+    rq = again.take_key_request(c.buf);
+    REQUIRE(rq > 0);
+    wire::register_request r2;
+    REQUIRE_FALSE(wire::parse_control(std::span(c.buf).first(rq - 64), r2));
+    REQUIRE(r2.for_origin());
+    REQUIRE(r2.relay_public() != req.relay_public());
+    c.hub.set_relays({"ra", "rb"});
+    REQUIRE_FALSE(c.hub.open(std::span<const std::byte>(c.buf.data(), rq), c.out));
+    std::vector<std::byte> answer(wire::control_budget + auth::max_trailer_bytes);
+    answer.resize(c.hub.take_key_reply(answer));
+    REQUIRE_FALSE(again.open(answer, t0 + 2s, c.out, relay_addr));
+    REQUIRE(again.delegation(sid));
+  }
 }

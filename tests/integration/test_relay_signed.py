@@ -3,21 +3,25 @@
 delegation (docs/security.md "Relays of signed sessions"), over loopback multicast with real
 mcdist-send and mcdistd.
 
-mcdist-send signs the session with the hub key, pins only relay "ra" (--site-keys) and lists it
-as a relay (--relays). ra (dropping 1 %) relays group G0 into G1, where sites s1 and s2 (dropping
-3 % each) trust only the hub's key; the hub knows neither of their keys. Relay "rb" is a site of
-G1 relaying into G2 for site s3: a relay behind a relay, which gets no delegation (ra signs
-nothing). Asserted: every file at ra, s1, s2 and rb SHA-256 identical to the source; rb did not
-relay the session (its log says the hub did not delegate it) and s3 got none of it; the hub's only receiver is ra, and it logged the
-delegation; ra ran the session as a signed one, sent relay_hellos, and both sites completed
-with it; each site bound the relay's key, and journaled every delivery with the hub's key
-as the signer; a relay_hello multicast into G1 by another host than ra is refused by both sites
-and changes nothing. Then a larger set at 10 Mbit/s during which ra is killed (SIGKILL) once s1
-has written 2 MB of it and ra has a checkpoint of it, and started again a second later: ra asks
-the hub for a new delegation, takes the session up again for its sites under a new key (it logs
-the resume), both sites bind the new key and get every file. Last, the same hub without
---relays: ra gets no delegation, does not relay the session (it says so in its log), and the
-sites get none of its files.
+mcdist-send signs the session with the hub key, pins only relays "ra" and "rb" (--site-keys)
+and lists them as relays (--relays). ra (dropping 1 %) relays group G0 into G1, where sites s1
+and s2 (dropping 3 % each) trust only the hub's key; the hub knows neither of their keys. Relay
+"rb" is a site of G1 relaying into G2 for site s3: a relay behind a relay, which asks the hub for
+its delegation through ra; relay "rc", a site of G2, relays into G3 for site s4 and asks through
+rb and ra. Asserted: every file at ra, s1, s2, rb, s3, rc and s4 SHA-256 identical to the
+source; the hub's only receiver is ra, and it logged the three delegations; ra ran the session
+as a signed one, sent relay_hellos, passed the delegation requests of rb and rc up and the hub's
+answers back, and its three sites completed; rb and rc ran it signed for s3 and s4 (and rb
+passed rc's requests on); each site bound its relay's key, and
+journaled every delivery with the hub's key as the signer; a relay_hello multicast into G1 by
+another host than ra is refused by both sites and changes nothing. Then a larger set at
+10 Mbit/s listing ra alone as a relay, during which ra is killed (SIGKILL) once s1 has written
+2 MB of it and ra has a checkpoint of it, and started again a second later: ra asks the hub for
+a new delegation, takes the session up again for its sites under a new key (it logs the
+resume), both sites bind the new key and get every file; rb, not listed, is refused its
+delegation, says so and s3 gets none of the set. Last, the same hub without --relays: ra gets
+no delegation, does not relay the session (it says so in its log), and the sites get none of
+its files.
 
 usage: test_relay_signed.py BUILD_DIR"""
 
@@ -58,10 +62,11 @@ def main():
         hub_key = os.path.join(base, "hub.key")
         hub_pub = keygen(bin_dir, hub_key)
         pubs = {s: keygen(bin_dir, os.path.join(base, s + ".key"))
-                for s in ("ra", "s1", "s2", "rb", "s3")}
+                for s in ("ra", "s1", "s2", "rb", "s3", "rc", "s4")}
         pins = os.path.join(base, "pins.txt")
         with open(pins, "w") as f:
-            f.write("ra %s\n" % pubs["ra"])  # the hub knows its relay, not the sites behind it
+            # The hub knows its relays, not the sites behind them.
+            f.write("".join("%s %s\n" % (r, pubs[r]) for r in ("ra", "rb", "rc")))
         src = os.path.join(base, "products")
         sizes = [0, 1, 1400, 10_000] * 3 + [300_000] * 4 + [2_000_000]
         for i, size in enumerate(sizes):
@@ -84,7 +89,11 @@ def main():
         rb = ChannelSite(bin_dir, base, "rb", 'group = "%s"\nrelay_group = "%s"' % (g1, g2),
                          top=top("rb"))
         s3 = ChannelSite(bin_dir, base, "s3", 'group = "%s"' % g2, top=top("s3"))
-        others += [rb, s3]
+        g3 = free_group()
+        relay_c = ChannelSite(bin_dir, base, "rc", 'group = "%s"\nrelay_group = "%s"' % (g2, g3),
+                         top=top("rc"))
+        s4 = ChannelSite(bin_dir, base, "s4", 'group = "%s"' % g3, top=top("s4"))
+        others += [rb, s3, relay_c, s4]
 
         # A host that is not ra multicasts a relay_hello for the session into G1 (a copy of a
         # relay's, or its own): the sites take a relay key only from the session's source.
@@ -95,7 +104,7 @@ def main():
         forger.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton("127.0.0.1"))
         forger.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 1)
 
-        extra = ["--key", hub_key, "--site-keys", pins, "--relays", "ra",
+        extra = ["--key", hub_key, "--site-keys", pins, "--relays", "ra,rb,rc",
                  "--session-id", "%08x" % session]
         stop_forging = threading.Event()
 
@@ -113,7 +122,8 @@ def main():
         check(summary.get("signed"), "the session was not signed")
         ids = [r["id"] for r in summary["receivers"]]
         check(ids == ["ra"], "the hub's receivers are %s, not ra alone" % ids)
-        check("delegated to relay ra" in out, "mcdist-send did not log the delegation:\n" + out)
+        check(all("delegated to relay " + x in out for x in ("ra", "rb", "rc")),
+              "mcdist-send did not log the three delegations:\n" + out)
         r = wait_for("ra: the relayed session done",
                      lambda: (lambda s: s if s and s["two_way"]["sessions"] == 1
                               and s["two_way"]["sessions_active"] == 0 else None)(relay_status(ra)),
@@ -128,13 +138,35 @@ def main():
         check(t["signed_sessions"] == 1, "ra: not run as a signed session: %s" % t)
         check(t["sites_completed"] == 3 and t["sites_failed"] == 0,
               "ra: sites of the relayed session: %s" % t)
-        # rb is one of ra's sites, and a relay that gets no delegation from it.
-        wait_for("rb: the session's end", lambda: sessions_over(rb), 30, rb)
-        check(tree_digests(rb.dest) == want, "rb: delivered files differ from the source")
-        wait_for("rb: the session given up as not delegated",
-                 lambda: (relay_status(rb) or {}).get("not_relayed_sessions") == 1, 30, rb)
-        check("did not delegate it" in rb.log_text(), "rb: no log line on the undelegated session")
-        check(not tree_digests(s3.dest), "s3, behind rb, got files of a signed two-way session")
+        # rb is one of ra's sites, and a relay delegated by the hub through ra; rc, behind rb,
+        # through rb and ra.
+        check(t["origin_requests"] >= 2 and t["origin_replies"] >= 2,
+              "ra: did not pass the delegation requests of rb and rc and their answers: %s" % t)
+        for relay, site in ((rb, s3), (relay_c, s4)):
+            rs = wait_for("%s: the relayed session done" % relay.id,
+                          lambda relay=relay: (lambda s: s if s and s["two_way"]["sessions"] == 1
+                                               and s["two_way"]["sessions_active"] == 0
+                                               else None)(relay_status(relay)), 60, relay)
+            for d in (relay, site):
+                wait_for("%s: the session's end" % d.id, lambda d=d: sessions_over(d), 30, d)
+                check(tree_digests(d.dest) == want,
+                      "%s: delivered files differ from the source" % d.id)
+            log("%s: relay %s" % (relay.id, rs))
+            # rb's sites are s3 and rc.
+            check(rs["two_way"]["signed_sessions"] == 1 and
+                  rs["two_way"]["sites_completed"] == (2 if relay is rb else 1),
+                  "%s: not run signed for %s: %s" % (relay.id, site.id, rs["two_way"]))
+            check(rs["not_relayed_sessions"] == 0, "%s: relay counters: %s" % (relay.id, rs))
+            check((relay.read_status() or {}).get("relay_delegations", 0) >= 2,
+                  "%s: bound its relay's key and got a delegation: %s"
+                  % (relay.id, (relay.read_status() or {}).get("relay_delegations")))
+            signers = [k for _, k in site_journal(site)]
+            check(len(signers) == len(want) and set(signers) == {hub_pub},
+                  "%s: journal signers %s, not the hub's key for every file"
+                  % (site.id, sorted(set(signers))))
+            if relay is rb:
+                check(rs["two_way"]["origin_requests"] >= 1 and rs["two_way"]["origin_replies"] >= 1,
+                      "rb: did not pass rc's delegation request and its answer: %s" % rs)
         check(t["hellos"] > 0, "ra: sent no relay_hello: %s" % t)
         check(r["not_relayed_sessions"] == 0, "ra: relay counters: %s" % r)
         check((ra.read_status() or {}).get("relay_delegations", 0) >= 1,
@@ -183,6 +215,12 @@ def main():
         check(sent.get("rc") == 0, "mcdist-send (the set ra was killed in) failed: %s"
               % sent.get("out", "")[-2000:])
         check("resumed relaying" in ra.log_text(), "ra: no 'resumed relaying' in its log")
+        # rb, not listed this time: refused its delegation, it relays nothing of the set.
+        wait_for("rb: the set given up as not delegated",
+                 lambda: (relay_status(rb) or {}).get("not_relayed_sessions") == 1, 60, rb)
+        check("did not delegate it" in rb.log_text(), "rb: no log line on the undelegated set")
+        check(not any(p.startswith("big/") for p in tree_digests(s3.dest)),
+              "s3, behind rb, got files of a set the hub did not delegate to rb")
         for d in (s1, s2):
             wait_for("%s: every file of the set" % d.id,
                      lambda d=d: all(tree_digests(d.dest).get(p) == h for p, h in want_big.items()),

@@ -363,7 +363,8 @@ def v2_datagrams(session):
     for (_, _, expect), info in zip(out, infos):
         expect["_ws.col.Info"] = [(info % session) + " [auth]"]
     # A relay's hello (docs/security.md "Relays of signed sessions"): its id and key, the hub's
-    # delegation as the trailer; and a relay's key request carrying its key.
+    # delegation as the trailer; a relay's key request carrying its key; and a relay behind a
+    # relay asking the hub through it (for_origin).
     out.append(("relay_hello", h(18) + pb_bytes(1, "relay-a") + pb_bytes(2, part(0x5A, 32)) +
                 part(0xD1, 64),
                 {"mcdist.relay_hello.relay_id": ["relay-a"],
@@ -374,6 +375,10 @@ def v2_datagrams(session):
                 {"mcdist.register_request.key_request": ["1"],
                  "mcdist.register_request.relay_public": [part(0x5B, 32).hex()],
                  "mcdist.auth.hmac": [part(0x44, 32).hex()]}))
+    out.append(("nested relay key request", h(3) + pb_bytes(1, "relay-b") + pb_uint(9, 1) +
+                pb_bytes(10, part(0x5C, 32)) + pb_uint(11, 1) + part(0x33, 32) + part(0x44, 32),
+                {"mcdist.register_request.for_origin": ["1"],
+                 "mcdist.register_request.relay_public": [part(0x5C, 32).hex()]}))
     # Version 3 (docs/security.md "Block digests"): a data block without a trailer, and leaf 1
     # of a window's tree of 2 chunks (a path of 1 hash), window 100+70, digests 64..69.
     v3 = lambda t: header(t, session, version=3)  # noqa: E731

@@ -199,6 +199,7 @@ local schema = {
     { 8, "missing_seqs", "message", { msg = "seq_range", repeated = true } },
     { 9, "key_request", "bool" },
     { 10, "relay_public", "bytes" },  -- a relay's X25519 key for the session
+    { 11, "for_origin", "bool" },  -- a nested relay's request for the hub, passed on unopened
   },
   held_digest = {
     { 1, "file", "uint32" },
