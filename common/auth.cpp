@@ -903,9 +903,12 @@ std::size_t receiver_keys::take_key_request(std::span<std::byte> buf) {
     r.set_relay_public(s->relay_key->public_key.data(), s->relay_key->public_key.size());
   }
   // A relay behind a relay: the relay it hears cannot delegate, so the ask goes to the hub,
-  // through that relay, under the hub's pairwise key.
+  // through that relay, under the hub's pairwise key. A relay's first requests, before any
+  // relay_hello bound the session, are the hub's to answer too: a relay in front passes them
+  // up, so that the delegation comes in one round trip to the hub (a session this relay holds
+  // whole completes here sooner), and the hub ignores the mark.
   const bool origin = for_delegation && s->relay_public && s->origin_pairwise;
-  if (origin) r.set_for_origin(true);
+  if (origin || (s->relay_key && !s->relay_public)) r.set_for_origin(true);
   if (for_delegation) ++s->delegation_asks;
   const std::size_t n = wire::encode_control(buf.first(buf.size() - max_trailer_bytes),
                                              msg_type::register_request, sid, r);

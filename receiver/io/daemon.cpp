@@ -243,6 +243,12 @@ daemon::daemon(boost::asio::io_context& io, daemon_config cfg, std::shared_ptr<s
   m_relays.set_report_sender([this](const endpoint& hub, const wire::gap_report& r, bool sign) {
     return send_gap_report(r, sign, hub);
   });
+  m_relays.set_keys_release([this](session_id s) {
+    const auto it = m_keys_kept.find(s.value);
+    if (it == m_keys_kept.end()) return;
+    m_keys->forget(s, it->second);
+    m_keys_kept.erase(it);
+  });
   m_relays.set_upstream_sender([this](const endpoint& hub, std::span<const std::byte> d) {
     std::error_code ec;
     ++m_datagrams_sent;
@@ -600,6 +606,12 @@ void daemon::journal_delivery(const file_outcome& o, const std::string* key) {
 
 void daemon::session_closed(session_id s, bool remove_temp) {
   MCDIST_ASSERT_SINGLE_THREAD(m_io_thread);
+  if (m_relays.awaits_delegation(s)) {
+    // The hub's delegation is still to come for the sites behind this relay: the keys it opens
+    // under stay until the relay has it or gives up (keys_release).
+    m_keys_kept.insert_or_assign(s.value, remove_temp);
+    return;
+  }
   m_keys->forget(s, remove_temp);  // kept for a resume: its keys too
 }
 

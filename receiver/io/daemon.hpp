@@ -36,6 +36,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <unordered_map>
 #include <vector>
 
 namespace mcdist {
@@ -189,6 +190,10 @@ class daemon final : public receiver_sink {
   /// The relay sockets of the channels with relay_group (after m_channels: it takes its
   /// interface).
   relay_forwarder m_relays;
+  /// Sessions closed here whose keys stay for a delegation the relay still awaits, with
+  /// session_closed's remove_temp (relay_forwarder::awaits_delegation; at most its
+  /// max_two_way_sessions per relayed channel).
+  std::unordered_map<std::uint32_t, bool> m_keys_kept;
   std::optional<net::udp::socket> m_control_socket;
   std::function<daemon_config()> m_config_source;
   std::uint64_t m_reloads_ok = 0;

@@ -280,6 +280,19 @@ void relay_downstream::reply(const endpoint& to, std::span<const std::byte> d) {
   m_replies.emplace_back(to, std::vector<std::byte>(d.begin(), d.end()));
 }
 
+void relay_downstream::hello_to(const endpoint& to, time_point now) {
+  if (!m_keys) return;
+  if (now - m_unicast_second >= std::chrono::seconds(1)) {
+    m_unicast_second = now;
+    m_unicast_hellos = 0;
+  }
+  if (m_unicast_hellos < unicast_hellos_per_second) {
+    ++m_unicast_hellos;
+    ++m_stats.hellos;
+    reply(to, m_hello);
+  }
+}
+
 void relay_downstream::on_site(const wire::header& h, std::span<const std::byte> d,
                                const endpoint& from, time_point now) {
   if (!m_keys) {
@@ -289,19 +302,8 @@ void relay_downstream::on_site(const wire::header& h, std::span<const std::byte>
   std::span<const std::byte> out;
   if (m_keys->open(h, d, out)) {
     ++m_stats.site_refused;
-    // A site that asks under the hub's key has not seen the hello yet: it gets one (at most
-    // unicast_hellos_per_second, whoever asks).
-    if (h.type == wire::msg_type::register_request) {
-      if (now - m_unicast_second >= std::chrono::seconds(1)) {
-        m_unicast_second = now;
-        m_unicast_hellos = 0;
-      }
-      if (m_unicast_hellos < unicast_hellos_per_second) {
-        ++m_unicast_hellos;
-        ++m_stats.hellos;
-        reply(from, m_hello);
-      }
-    }
+    // A site that asks under the hub's key has not seen the hello yet: it gets one.
+    if (h.type == wire::msg_type::register_request) hello_to(from, now);
     return;
   }
   if (out.empty()) {

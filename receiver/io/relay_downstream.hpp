@@ -189,6 +189,9 @@ class relay_downstream {
   /// verify is counted (site_refused) and dropped.
   void on_site(const wire::header& h, std::span<const std::byte> d, const endpoint& from,
                time_point now);
+  /// A signed session: queues the relay_hello unicast to `to` (a site that asked under the hub's
+  /// key), at most unicast_hellos_per_second whoever asks; nothing for an unsigned session.
+  void hello_to(const endpoint& to, time_point now);
   /// The relay's engine no longer tracks the session (it completed, failed or timed out here).
   void upstream_gone(time_point now);
 

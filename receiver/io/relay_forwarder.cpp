@@ -45,7 +45,15 @@ struct relay_forwarder::relay {
   /// Signed sessions among `params`: the hub's signed datagrams kept so far, and since when
   /// the manifest is complete without a delegation.
   std::map<std::uint32_t, std::shared_ptr<signed_copies>> copies;
-  std::map<std::uint32_t, time_point> undelegated;
+  /// Signed sessions whose manifest is complete here, waiting for the delegation: since when,
+  /// the manifest and where the session comes from (a session this relay held whole may end
+  /// here before the delegation comes; it is then started from these).
+  struct waiting {
+    time_point since;
+    std::vector<manifest_entry> files;
+    endpoint upstream;
+  };
+  std::map<std::uint32_t, waiting> undelegated;
   /// Sessions among `params` this relay takes up again after a restart, and their run.
   std::map<std::uint32_t, std::uint32_t> runs;
   /// Catch-up through the relay (the channel may transmit): what its sites miss, and the
@@ -66,6 +74,7 @@ struct relay_forwarder::relay {
     session_id session;
     std::string site;
     endpoint from;
+    endpoint upstream;  ///< where it went: the answer comes from that host
     time_point at;
     unsigned asked = 0;  ///< requests passed up and not answered yet
   };
@@ -355,7 +364,10 @@ bool relay_forwarder::on_upstream(std::size_t index, const wire::header& h,
     if (r.not_relayed.count(h.session.value)) return false;
     // Announced sessions whose manifest never completed here (refused, timed out) hold no
     // place among the max_two_way_sessions.
-    const auto gone = [this](const auto& e) { return !m_engine->channel_of(session_id{e.first}); };
+    // A signed session waiting for its delegation stays, ended here or not.
+    const auto gone = [this, &r](const auto& e) {
+      return !m_engine->channel_of(session_id{e.first}) && !r.undelegated.count(e.first);
+    };
     std::erase_if(r.params, gone);
     std::erase_if(r.copies, gone);
     std::erase_if(r.undelegated, gone);
@@ -425,18 +437,17 @@ bool relay_forwarder::on_upstream(std::size_t index, const wire::header& h,
       pit = r.params.emplace(h.session.value, std::move(kept)).first;
       if (signed_kept) copies = r.copies.insert_or_assign(h.session.value, signed_kept).first;
     }
-    std::uint32_t run = 0;
-    if (const auto rr = r.runs.find(h.session.value); rr != r.runs.end()) run = rr->second;
     if (!m_engine->manifest_complete(h.session)) return true;
     std::optional<relay_downstream::signed_session> sig;
-    std::shared_ptr<signed_copies> sig_copies;
     if (signed_session) {
       auto d = m_delegation(h.session);
       if (!d.delegation || copies == r.copies.end()) {
         // The delegation comes with the answer to the relay's key request; it may still be on
         // its way, unless that answer came without one. The timer looks again (the session
         // may send nothing more).
-        const auto since = r.undelegated.try_emplace(h.session.value, now).first->second;
+        auto [w, fresh] = r.undelegated.try_emplace(h.session.value);
+        if (fresh) w->second = {now, m_engine->manifest_of(h.session), from};
+        const auto since = w->second.since;
         if (!d.refused && now - since < delegation_wait) {
           arm(now + delegation_poll);
           return true;
@@ -445,56 +456,14 @@ bool relay_forwarder::on_upstream(std::size_t index, const wire::header& h,
         give_up_undelegated(r, h.session, d.refused ? "" : " within 10 s");
         return true;  // counted and logged, with the reason: the caller's not_relayed is not
       }
-      sig_copies = copies->second;
       sig = relay_downstream::signed_session{std::move(*d.delegation), copies->second};
       r.copies.erase(copies);
       r.undelegated.erase(h.session.value);
     }
-    auto files = m_engine->manifest_of(h.session);
-    const std::size_t count = files.size();
-    try {
-      it = r.two_way
-               .emplace(h.session.value,
-                        std::make_unique<relay_downstream>(h.session, pit->second, std::move(files),
-                                                           r.dest, m_seed++, run, m_cache_used,
-                                                           r.relays, m_log, now, std::move(sig)))
-               .first;
-    } catch (const std::invalid_argument& e) {
-      m_log->warn("session {}: not relayed into {}: {}", h.session, r.group.to_string(), e.what());
-      r.params.erase(pit);
-      r.runs.erase(h.session.value);
+    if (!start_two_way(r, h.session, m_engine->manifest_of(h.session), std::move(sig), now)) {
       return false;
     }
-    save_state(h.session, run, pit->second);
-    if (signed_session) {
-      ++r.stats.signed_sessions;
-      save_signed(h.session, *sig_copies);
-      sig_copies->changed = false;
-    }
-    const auto& kept = pit->second;
-    const bool catch_up = kept.catch_up_seqs_size() > 0;
-    const auto named = static_cast<std::size_t>(kept.only_receivers_size());
-    r.params.erase(pit);
-    r.runs.erase(h.session.value);
-    ++r.stats.two_way_sessions;
-    if (catch_up) ++r.stats.catch_ups;
-    if (run == 0 && catch_up) {
-      m_log->info("session {}: relaying the hub's catch-up into {} for {}: {} files", h.session,
-                  r.group.to_string(),
-                  named == 0 ? std::string("every site behind this relay")
-                             : std::to_string(named) + " site" + (named == 1 ? "" : "s") +
-                                   " that reported its sessions missing",
-                  count);
-    } else if (run == 0) {
-      m_log->info("session {}: relaying into {} for the sites behind this relay: {} files{}",
-                  h.session, r.group.to_string(), count,
-                  signed_session ? " (signed: under the hub's delegation to this relay)" : "");
-    } else {
-      m_log->info(
-          "session {}: resumed relaying into {} for the sites behind this relay after "
-          "a restart (run {}): {} files",
-          h.session, r.group.to_string(), run, count);
-    }
+    it = r.two_way.find(h.session.value);
   }
   if (h.type == wire::msg_type::announce || !it->second->upstream()) it->second->set_upstream(from);
   it->second->on_upstream(h, raw, plain, now);
@@ -505,6 +474,62 @@ bool relay_forwarder::on_upstream(std::size_t index, const wire::header& h,
   }
   arm(now);
   return true;
+}
+
+relay_downstream* relay_forwarder::start_two_way(
+    relay& r, session_id s, std::vector<manifest_entry> files,
+    std::optional<relay_downstream::signed_session> sig, time_point now) {
+  const auto pit = r.params.find(s.value);
+  if (pit == r.params.end()) return nullptr;
+  std::uint32_t run = 0;
+  if (const auto rr = r.runs.find(s.value); rr != r.runs.end()) run = rr->second;
+  const bool signed_session = sig.has_value();
+  const auto sig_copies = signed_session ? sig->copies : nullptr;
+  const std::size_t count = files.size();
+  relay_downstream* down = nullptr;
+  try {
+    down = r.two_way
+               .emplace(s.value, std::make_unique<relay_downstream>(
+                                     s, pit->second, std::move(files), r.dest, m_seed++, run,
+                                     m_cache_used, r.relays, m_log, now, std::move(sig)))
+               .first->second.get();
+  } catch (const std::invalid_argument& e) {
+    m_log->warn("session {}: not relayed into {}: {}", s, r.group.to_string(), e.what());
+    r.params.erase(pit);
+    r.runs.erase(s.value);
+    return nullptr;
+  }
+  save_state(s, run, pit->second);
+  if (signed_session) {
+    ++r.stats.signed_sessions;
+    save_signed(s, *sig_copies);
+    sig_copies->changed = false;
+  }
+  const auto& kept = pit->second;
+  const bool catch_up = kept.catch_up_seqs_size() > 0;
+  const auto named = static_cast<std::size_t>(kept.only_receivers_size());
+  r.params.erase(pit);
+  r.runs.erase(s.value);
+  ++r.stats.two_way_sessions;
+  if (catch_up) ++r.stats.catch_ups;
+  if (run == 0 && catch_up) {
+    m_log->info("session {}: relaying the hub's catch-up into {} for {}: {} files", s,
+                r.group.to_string(),
+                named == 0 ? std::string("every site behind this relay")
+                           : std::to_string(named) + " site" + (named == 1 ? "" : "s") +
+                                 " that reported its sessions missing",
+                count);
+  } else if (run == 0) {
+    m_log->info("session {}: relaying into {} for the sites behind this relay: {} files{}", s,
+                r.group.to_string(), count,
+                signed_session ? " (signed: under the hub's delegation to this relay)" : "");
+  } else {
+    m_log->info(
+        "session {}: resumed relaying into {} for the sites behind this relay after "
+        "a restart (run {}): {} files",
+        s, r.group.to_string(), run, count);
+  }
+  return down;
 }
 
 void relay_forwarder::on_file_stored(session_id s, file_index f, bool ok) {
@@ -587,10 +612,12 @@ bool relay_forwarder::on_origin_request(relay& r, const relay_downstream& down,
     return q.session == h.session && q.site == req.receiver_id();
   });
   if (p == r.origin_pending.end()) {
-    p = r.origin_pending.insert(r.origin_pending.end(), {h.session, req.receiver_id(), from, now});
+    p = r.origin_pending.insert(r.origin_pending.end(),
+                                {h.session, req.receiver_id(), from, *down.upstream(), now});
   }
   // The hub answers each request: each answer goes to where the latest came from.
   p->from = from;
+  p->upstream = *down.upstream();
   p->at = now;
   ++p->asked;
   if (m_origin_logged.tick()) {
@@ -604,14 +631,11 @@ bool relay_forwarder::on_origin_reply(const wire::header& h, std::span<const std
                                       const endpoint& from, time_point now) {
   const std::size_t trailer = auth::trailer_size(wire::msg_type::register_reply);
   std::optional<wire::register_reply> reply;
+  // The relay's own session may have ended meanwhile (its sites held the files): the answer
+  // still goes to the relay that asked.
   for (auto& rp : m_relays) {
     if (!rp || rp->origin_pending.empty()) continue;
     auto& r = *rp;
-    const auto down = r.two_way.find(h.session.value);
-    if (down == r.two_way.end() || !down->second->upstream() ||
-        !same_host(*down->second->upstream(), from)) {
-      continue;
-    }
     if (!reply) {
       if (d.size() < wire::header_size + trailer) return false;
       const auto body = d.subspan(wire::header_size, d.size() - wire::header_size - trailer);
@@ -623,7 +647,7 @@ bool relay_forwarder::on_origin_reply(const wire::header& h, std::span<const std
     const auto p =
         std::find_if(r.origin_pending.begin(), r.origin_pending.end(), [&](const auto& q) {
           return q.session == h.session && q.site == reply->receiver_id() &&
-                 now - q.at < origin_wait;
+                 now - q.at < origin_wait && same_host(q.upstream, from);
         });
     if (p == r.origin_pending.end()) continue;
     std::error_code ec;
@@ -636,6 +660,11 @@ bool relay_forwarder::on_origin_reply(const wire::header& h, std::span<const std
     return true;
   }
   return false;
+}
+
+bool relay_forwarder::awaits_delegation(session_id s) const noexcept {
+  return std::any_of(m_relays.begin(), m_relays.end(),
+                     [&](const auto& r) { return r && r->undelegated.count(s.value) > 0; });
 }
 
 bool relay_forwarder::gathers_gaps(std::size_t index) const noexcept {
@@ -764,18 +793,32 @@ void relay_forwarder::service_two_way() {
     if (!m_relays[index]) continue;
     auto& r = *m_relays[index];
     // Signed sessions waiting for their delegation: refused, too late, or ended here before it
-    // came (a short session may send nothing after the relay's key request was answered).
+    // came (a session this relay held whole ends at its REGISTER's answer, sooner than the hub
+    // answers a relay behind a relay; a short session may send nothing more).
     for (auto u = r.undelegated.begin(); u != r.undelegated.end();) {
       const session_id s{u->first};
-      const auto d = m_delegation ? m_delegation(s) : delegation_state{};
+      auto d = m_delegation ? m_delegation(s) : delegation_state{};
       const bool gone = m_engine && !m_engine->channel_of(s);
-      const bool late = now - u->second >= delegation_wait;
-      ++u;  // give_up_undelegated erases the entry
-      if (d.refused || late || gone) {
-        give_up_undelegated(r, s,
-                            d.refused ? ""
-                            : gone    ? " before the session ended here"
-                                      : " within 10 s");
+      auto& w = u->second;
+      const bool late = now - w.since >= delegation_wait;
+      ++u;  // the entry is erased below
+      const auto copies = r.copies.find(s.value);
+      if (gone && d.delegation && !d.refused && copies != r.copies.end()) {
+        // Started from what was kept of it: the sites get it from the relay's destination.
+        auto files = std::move(w.files);
+        const endpoint upstream = w.upstream;
+        relay_downstream::signed_session sig{std::move(*d.delegation), copies->second};
+        r.copies.erase(copies);
+        r.undelegated.erase(s.value);
+        if (auto* down = start_two_way(r, s, std::move(files), std::move(sig), now)) {
+          down->set_upstream(upstream);
+        }
+        if (m_release) m_release(s);
+        continue;
+      }
+      if (d.refused || late) {
+        give_up_undelegated(r, s, d.refused ? "" : " within 10 s");
+        if (gone && m_release) m_release(s);
       } else {
         next = next ? std::min(*next, now + delegation_poll) : now + delegation_poll;
       }

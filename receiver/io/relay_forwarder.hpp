@@ -207,6 +207,12 @@ class relay_forwarder {
   /// Where the delegations of signed sessions come from; set once by the daemon (none: signed
   /// two-way sessions are not relayed).
   void set_delegations(delegation_fn f) { m_delegation = std::move(f); }
+  /// True while a signed session waits here for the hub's delegation (its manifest complete):
+  /// the daemon keeps its keys after the session ended upstream, for the delegation to come.
+  bool awaits_delegation(session_id s) const noexcept;
+  /// Called when a session awaits_delegation no longer after it ended upstream (its keys may
+  /// go); set once by the daemon.
+  void set_keys_release(std::function<void(session_id)> f) { m_release = std::move(f); }
   /// How the delegation requests of relays behind this one go upstream; set once by the daemon
   /// (none: they are dropped).
   void set_upstream_sender(upstream_fn f) { m_send_upstream = std::move(f); }
@@ -302,6 +308,12 @@ class relay_forwarder {
   /// Counts session `s` as not relayed on `r` (its first datagram only) and logs it with `why`,
   /// ever more rarely past ten sessions.
   void note_not_relayed(relay& r, session_id s, std::string_view why);
+  /// Starts two-way session `s` of `r` for its sites from its kept parameters (r.params),
+  /// manifest `files`, and for a signed one `sig`; logs it. @return the session, or null when
+  /// its parameters are gone or a relay_downstream refuses them (logged, forgotten)
+  relay_downstream* start_two_way(relay& r, session_id s, std::vector<manifest_entry> files,
+                                  std::optional<relay_downstream::signed_session> sig,
+                                  time_point now);
   /// Counts signed session `s` as not relayed and logs it once with `why` (appended to "the hub
   /// did not delegate it to this relay"), forgetting what was kept of it.
   void give_up_undelegated(relay& r, session_id s, std::string_view why);
@@ -338,6 +350,7 @@ class relay_forwarder {
   report_fn m_send_report;
   delegation_fn m_delegation;
   upstream_fn m_send_upstream;
+  std::function<void(session_id)> m_release;
   log_limiter m_origin_logged{10};
   const receiver_engine* m_engine = nullptr;
   std::filesystem::path m_state_dir;  ///< empty: nothing kept (tests without a daemon)

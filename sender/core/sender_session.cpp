@@ -481,6 +481,31 @@ void sender_session::check_done(time_point now) {
   if (m_active == 0) start_ending(now, false, {});
 }
 
+bool sender_session::relays_undelegated() const {
+  const auto took_part = [this](const std::string& id) {
+    const auto* r = m_receivers.find(id);
+    return r && r->rep.state != receiver_report::state_t::missing;
+  };
+  // A relay behind a relay is reached through one that took part: with none, nothing to wait
+  // for (the relays are down, or this session is not theirs).
+  if (std::none_of(m_cfg.relays.begin(), m_cfg.relays.end(), took_part)) return false;
+  return std::any_of(m_cfg.relays.begin(), m_cfg.relays.end(), [&](const std::string& id) {
+    return !took_part(id) &&
+           std::find(m_delegated.begin(), m_delegated.end(), id) == m_delegated.end();
+  });
+}
+
+void sender_session::on_relay_delegated(std::string_view relay_id, time_point now) {
+  if (std::find(m_delegated.begin(), m_delegated.end(), relay_id) == m_delegated.end() &&
+      m_delegated.size() < m_cfg.relays.size()) {
+    m_delegated.emplace_back(relay_id);
+  }
+  if (m_end_waits_for_relays && m_phase == phase::ending && !relays_undelegated()) {
+    m_end_waits_for_relays = false;
+    m_next_end = std::min(m_next_end, now);
+  }
+}
+
 void sender_session::start_ending(time_point now, bool aborted, const std::string& why) {
   if (m_phase == phase::ending || m_phase == phase::done) return;
   m_aborted = aborted;
@@ -488,6 +513,18 @@ void sender_session::start_ending(time_point now, bool aborted, const std::strin
   m_end_repeats = 0;
   m_next_end = now;
   m_finished = now;
+  if (!aborted && m_cfg.relay_end_wait > duration::zero() && relays_undelegated()) {
+    // A relay behind a relay asks for its delegation through one that may have completed at
+    // once (it held the session whole): the hub still answers until the END.
+    m_end_waits_for_relays = true;
+    m_next_end = now + std::max(m_cfg.relay_end_wait, 4 * grtt());
+    if (m_log) {
+      m_log->debug(
+          "session {}: END waits up to {:.3f} s for the delegation requests of relays "
+          "behind relays",
+          m_cfg.session, to_seconds(m_next_end - now));
+    }
+  }
   if (m_log) {
     if (aborted) {
       m_log->warn("session {}: ending early: {}", m_cfg.session, why);

@@ -103,6 +103,13 @@ struct sender_config {
   /// of the whole session. A dead relay holds the session's end that much longer.
   std::vector<std::string> relays;
   duration relay_timeout = std::chrono::seconds(60);
+  /// A signed session's hub (its shell delegates to relays): once every receiver completed,
+  /// the END waits while a listed relay that is not a receiver (a relay behind a relay) has no
+  /// delegation yet (on_relay_delegated) and another listed relay took part, at most
+  /// max(relay_end_wait, 4 GRTT): such a relay asks through the relay in front of it, which may
+  /// have held the session whole and completed at once. Zero: no wait (an unsigned session, or
+  /// no relays).
+  duration relay_end_wait{0};
   /// A relay's downstream of a signed session sends the hub's announces on (their
   /// sender_time_us is the hub's clock): only echoes of the timestamps of this session's own
   /// last marker_stamps markers are round-trip samples.
@@ -471,6 +478,10 @@ class sender_session {
   /// 1 (start_on_registration) it counts as registered. Ids a closed group does not list
   /// are ignored.
   void on_site_keyed(std::string_view receiver_id, time_point now);
+  /// The shell's authentication layer delegated the session to relay `relay_id`
+  /// (sender_config::relay_end_wait): an END waiting for the relays behind relays goes once
+  /// none is left without one.
+  void on_relay_delegated(std::string_view relay_id, time_point now);
   /// The owner learned after the start that listed receiver `receiver_id` is down (it did not
   /// register in another session of the channel): from now on it is treated as if it had been
   /// in sender_config::not_awaited, so registration closes as soon as every receiver still
@@ -765,6 +776,11 @@ class sender_session {
   std::uint64_t m_data_datagrams = 0;
   std::uint64_t m_data_bytes = 0;
   bool m_aborted = false;
+  /// Relays delegated so far (on_relay_delegated), and whether the END waits for the others.
+  std::vector<std::string> m_delegated;
+  bool m_end_waits_for_relays = false;
+  /// True while a listed relay that did not register here has no delegation yet.
+  bool relays_undelegated() const;
 };
 
 }  // namespace mcdist::sender

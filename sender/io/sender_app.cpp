@@ -79,6 +79,11 @@ sender_app::sender_app(boost::asio::io_context& io, app_options opts, sender_con
               // Room in every announce chunk for its trailer (auth.hpp), and in an encrypted
               // session for sealing its body: a sealed announce fits wire::control_budget.
               cfg.announce_reserve_bytes = auth::announce_reserve(m_opts.encrypt);
+              // Relays behind relays ask for their delegation through one that may complete
+              // at once: the END waits a little for them (sender_config::relay_end_wait).
+              if (!m_opts.encrypt && !cfg.relays.empty() && cfg.silent_passes == 0) {
+                cfg.relay_end_wait = relay_end_wait;
+              }
             }
             return cfg;
           }(),
@@ -447,7 +452,8 @@ void sender_app::send_key_reply(const endpoint& to, time_point now) {
   const auto delegations = m_keys->stats().delegations;
   const std::size_t n = m_keys->take_key_reply(m_control_buffer);
   if (n == 0) return;
-  if (m_keys->stats().delegations > delegations && m_log) {
+  const bool delegated = m_keys->stats().delegations > delegations;
+  if (delegated && m_log) {
     m_log->info("session {}: delegated to relay {} for the sites behind it", m_session_id, site);
   }
   std::error_code ec;
@@ -457,6 +463,7 @@ void sender_app::send_key_reply(const endpoint& to, time_point now) {
     return;
   }
   m_session.on_site_keyed(site, now);
+  if (delegated) m_session.on_relay_delegated(site, now);
 }
 
 void sender_app::seal_batch() {

@@ -99,6 +99,12 @@ std::map<std::string, crypto::key32, std::less<>> read_site_keys(const std::stri
 /// Runs one session to its end.
 class sender_app {
  public:
+  /// A signed session with relays: how long its END waits at least, once every receiver
+  /// completed, for relays behind relays to be delegated (sender_config::relay_end_wait; the
+  /// core waits 4 GRTT when that is longer). Two seconds: a relay's request passed on by the
+  /// relay in front, over a geostationary hop, with room for a second level of nesting.
+  static constexpr duration relay_end_wait = std::chrono::seconds(2);
+
   /// @param files   the file set (digests of small files already filled in)
   /// @param started when the program started, for wall_seconds
   /// @throws std::system_error when the socket cannot be set up

@@ -1658,3 +1658,65 @@ TEST_CASE("a relay's session takes only echoes of its own markers as round-trip 
     if (own) REQUIRE(rep.rtt >= 40ms);
   }
 }
+
+TEST_CASE("a signed hub's END waits for relays behind relays to be delegated, and no longer",
+          "[unit][sender]") {
+  const auto session = [](std::vector<std::string> relays) {
+    harness h(files({3000}), {"ra"});
+    h.cfg.relays = std::move(relays);
+    h.cfg.relay_end_wait = 2s;
+    h.s = std::make_unique<sender_session>(h.cfg, files({3000}), 1, nullptr);
+    h.s->start(h.now);
+    h.tick();
+    h.register_rx("ra", rx_a);
+    h.drain_data();
+    h.complete("ra", rx_a);
+    return h;
+  };
+  const auto ends = [](harness& h) {
+    return h.sent<wire::session_end>(wire::msg_type::session_end);
+  };
+  const auto run_until = [](harness& h, time_point until) {
+    while (h.now < until && h.s->current_phase() != sender_session::phase::done) {
+      h.now = std::min(until, std::max(h.now + 1ms, *h.s->next_deadline(h.now)));
+      h.tick();
+    }
+  };
+  SECTION("every listed relay took part: END at once") {
+    auto h = session({"ra"});
+    REQUIRE(ends(h).size() == 1);
+  }
+  SECTION("rb, listed, not a receiver: END once rb is delegated") {
+    auto h = session({"ra", "rb"});
+    REQUIRE(ends(h).empty());
+    REQUIRE(h.s->current_phase() == sender_session::phase::ending);
+    run_until(h, h.now + 500ms);
+    REQUIRE(ends(h).empty());
+    h.s->on_relay_delegated("rb", h.now);
+    h.tick();
+    REQUIRE(ends(h).size() == 1);
+  }
+  SECTION("rb never asks: END after the wait") {
+    auto h = session({"ra", "rb"});
+    const auto done_at = h.now;
+    run_until(h, done_at + 1900ms);
+    REQUIRE(ends(h).empty());
+    run_until(h, done_at + 30s);
+    REQUIRE(ends(h).size() == 1);
+    REQUIRE(h.s->current_phase() == sender_session::phase::done);
+    REQUIRE(h.now - done_at < 2s + 4 * h.s->grtt() + 100ms);
+  }
+}
+
+TEST_CASE("a signed hub's END does not wait when no listed relay took part", "[unit][sender]") {
+  harness h(files({3000}), {"site"});
+  h.cfg.relays = {"ra", "rb"};
+  h.cfg.relay_end_wait = 2s;
+  h.s = std::make_unique<sender_session>(h.cfg, files({3000}), 1, nullptr);
+  h.s->start(h.now);
+  h.tick();
+  h.register_rx("site", rx_b);
+  h.drain_data();
+  h.complete("site", rx_b);
+  REQUIRE(h.sent<wire::session_end>(wire::msg_type::session_end).size() == 1);
+}
