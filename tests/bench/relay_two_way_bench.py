@@ -30,6 +30,7 @@ Not a test: exit 1 only when a file is missing or differs. Needs root (namespace
 build with mcdist-linkem. About 60 s per seed.
 
 usage: relay_two_way_bench.py [--build BUILD] [--seeds 1,2,3] [--rate 20M] [--work DIR]
+                              [--modes "relayed, signed;nested, signed"]
 """
 
 import argparse
@@ -129,12 +130,18 @@ def main():
     ap.add_argument("--seeds", default="1,2,3")
     ap.add_argument("--rate", default="20M")
     ap.add_argument("--work", default="/tmp/mcdist-relay-two-way-bench")
+    ap.add_argument("--modes", default=";".join(MODES),
+                    help="the modes to run, separated by ';' (default: all of %s)" % (MODES,))
     args = ap.parse_args()
+    modes = [m.strip() for m in args.modes.split(";") if m.strip()]
+    for m in modes:
+        if m not in MODES:
+            sys.exit("relay_two_way_bench.py: unknown mode %r (modes: %s)" % (m, "; ".join(MODES)))
     if os.geteuid() != 0:
         sys.exit("relay_two_way_bench.py needs root (network namespaces and TUN devices)")
     rows = []
     for seed in (int(s) for s in args.seeds.split(",")):
-        for mode in MODES:
+        for mode in modes:
             r = one(args.build, args.work, seed, mode, args.rate)
             rows.append((seed, mode, r))
             print(json.dumps({"seed": seed, "mode": mode, **r}), flush=True)
