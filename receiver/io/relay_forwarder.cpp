@@ -553,6 +553,9 @@ void relay_forwarder::on_site(std::size_t index, std::span<const std::byte> d,
       const auto now = from_steady(std::chrono::steady_clock::now());
       if (h.type == wire::msg_type::register_request &&
           on_origin_request(r, *it->second, h, d, from, now)) {
+        // A relay asking the hub before any hello of this relay bound the session needs one.
+        it->second->hello_to(from, now);
+        arm(now);
         return;
       }
       it->second->on_site(h, d, from, now);
