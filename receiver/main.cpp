@@ -131,8 +131,11 @@ and pins its key): the sites (trusting the hub's key only) take this relay's key
 relay_hello and still check every announce, digest list and file against the hub's key; one
 the hub does not delegate, or an encrypted one, is not relayed (counted, logged with the
 reason); after a restart the relay asks the hub for a new delegation and takes the session up
-again under a new key. The relay group must not be a group this daemon receives. Status "relay" and /metrics
-mcdist_relay_* count what was sent on.
+again under a new key. Relays nest: a relay behind this one (a site of the relay group with a
+relay_group of its own, listed and pinned at the hub too) asks the hub for its delegation
+through this relay, which passes the request up and the answer back unopened. The relay group
+must not be a group this daemon receives. Status "relay" and /metrics mcdist_relay_* count
+what was sent on.
 
 Under systemd (Type=notify) mcdistd reports READY=1 once its sockets are bound, WATCHDOG=1
 every half WatchdogSec= and STOPPING=1 on SIGTERM.
