@@ -1659,19 +1659,29 @@ TEST_CASE("a relay's session takes only echoes of its own markers as round-trip 
   }
 }
 
+namespace {
+
+/// A signed hub's session (relay_end_wait 2 s) listing `relays`, whose one receiver `receiver`
+/// registered, got pass 1 and completed.
+harness completed_with_relays(std::vector<std::string> relays, const std::string& receiver) {
+  harness h(files({3000}), {receiver});
+  h.cfg.relays = std::move(relays);
+  h.cfg.relay_end_wait = 2s;
+  h.s = std::make_unique<sender_session>(h.cfg, files({3000}), 1, nullptr);
+  h.s->start(h.now);
+  h.tick();
+  h.register_rx(receiver, rx_a);
+  h.drain_data();
+  h.complete(receiver, rx_a);
+  return h;
+}
+
+}  // namespace
+
 TEST_CASE("a signed hub's END waits for relays behind relays to be delegated, and no longer",
           "[unit][sender]") {
   const auto session = [](std::vector<std::string> relays) {
-    harness h(files({3000}), {"ra"});
-    h.cfg.relays = std::move(relays);
-    h.cfg.relay_end_wait = 2s;
-    h.s = std::make_unique<sender_session>(h.cfg, files({3000}), 1, nullptr);
-    h.s->start(h.now);
-    h.tick();
-    h.register_rx("ra", rx_a);
-    h.drain_data();
-    h.complete("ra", rx_a);
-    return h;
+    return completed_with_relays(std::move(relays), "ra");
   };
   const auto ends = [](harness& h) {
     return h.sent<wire::session_end>(wire::msg_type::session_end);
@@ -1709,14 +1719,6 @@ TEST_CASE("a signed hub's END waits for relays behind relays to be delegated, an
 }
 
 TEST_CASE("a signed hub's END does not wait when no listed relay took part", "[unit][sender]") {
-  harness h(files({3000}), {"site"});
-  h.cfg.relays = {"ra", "rb"};
-  h.cfg.relay_end_wait = 2s;
-  h.s = std::make_unique<sender_session>(h.cfg, files({3000}), 1, nullptr);
-  h.s->start(h.now);
-  h.tick();
-  h.register_rx("site", rx_b);
-  h.drain_data();
-  h.complete("site", rx_b);
+  auto h = completed_with_relays({"ra", "rb"}, "site");
   REQUIRE(h.sent<wire::session_end>(wire::msg_type::session_end).size() == 1);
 }
