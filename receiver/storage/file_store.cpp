@@ -71,6 +71,7 @@ void open_temp_dir(store_context& ctx) {
   if (::fstat(ctx.temp_fd.get(), &st) != 0)
     throw std::system_error(errno_code(errno), "storage: cannot stat temp_dir");
   ctx.temp_dev = st.st_dev;
+  ctx.umask = read_process_umask();
 }
 
 }  // namespace

@@ -212,26 +212,29 @@ void finalizer::verify(work& w, dir_cache& dirs) {
                               w.dest, std::strerror(e)));
     }
   }
-  struct stat st {};
-  if (::fstat(f.fd, &st) != 0) {
-    const int e = errno;
-    return fail(w, errno_code(e),
-                fmt::format("cannot stat temp file {} (fstat): {}", f.temp_path, std::strerror(e)));
-  }
   const auto size = f.spec.size;
-  if (static_cast<std::uint64_t>(st.st_size) > size &&
-      ::ftruncate(f.fd, static_cast<off_t>(size)) != 0) {
-    const int e = errno;
-    return fail(w, errno_code(e),
-                fmt::format("cannot trim temp file {} to {} bytes (ftruncate): {}", f.temp_path,
-                            size, std::strerror(e)));
-  }
-  if (static_cast<std::uint64_t>(st.st_size) < size) {
-    w.r.bytes = static_cast<std::uint64_t>(st.st_size);
-    return fail(w, make_error_code(errc::digest_mismatch),
-                fmt::format("temp file {} holds {} of the {} bytes of {}: finalized before all "
-                            "data was written; not delivered, it will be fetched again",
-                            f.temp_path, st.st_size, size, w.dest));
+  if (!(f.size_exact && f.prefix == size)) {
+    struct stat st {};
+    if (::fstat(f.fd, &st) != 0) {
+      const int e = errno;
+      return fail(
+          w, errno_code(e),
+          fmt::format("cannot stat temp file {} (fstat): {}", f.temp_path, std::strerror(e)));
+    }
+    if (static_cast<std::uint64_t>(st.st_size) > size &&
+        ::ftruncate(f.fd, static_cast<off_t>(size)) != 0) {
+      const int e = errno;
+      return fail(w, errno_code(e),
+                  fmt::format("cannot trim temp file {} to {} bytes (ftruncate): {}", f.temp_path,
+                              size, std::strerror(e)));
+    }
+    if (static_cast<std::uint64_t>(st.st_size) < size) {
+      w.r.bytes = static_cast<std::uint64_t>(st.st_size);
+      return fail(w, make_error_code(errc::digest_mismatch),
+                  fmt::format("temp file {} holds {} of the {} bytes of {}: finalized before all "
+                              "data was written; not delivered, it will be fetched again",
+                              f.temp_path, st.st_size, size, w.dest));
+    }
   }
   if (!m_buffer) m_buffer = std::make_unique_for_overwrite<std::byte[]>(reread_buffer_bytes);
   if (int e = io.read_hash(f.fd, f.prefix, size, f.hasher, {m_buffer.get(), reread_buffer_bytes},
@@ -249,7 +252,7 @@ void finalizer::verify(work& w, dir_cache& dirs) {
                             "delivered, it will be fetched again",
                             w.dest, to_hex(w.r.digest), to_hex(f.expected)));
   }
-  if (int e = io.fchmod(f.fd, static_cast<mode_t>(f.spec.mode), &f.key)) {
+  if (int e = f.mode_final ? 0 : io.fchmod(f.fd, static_cast<mode_t>(f.spec.mode), &f.key)) {
     return fail(w, errno_code(e),
                 fmt::format("cannot set mode {:o} on temp file {} (fchmod): {}", f.spec.mode,
                             f.temp_path, std::strerror(e)));

@@ -48,6 +48,11 @@ struct fin_file {
   bool fd_counted = false;  ///< fd counts against finalizer::fd_budget
   sha256_hasher hasher;     ///< state after `prefix` bytes
   std::uint64_t prefix = 0;
+  /// The writer created the temp file empty in this run and wrote every byte through it
+  /// (prefix == spec.size): its length is spec.size, so verify needs no fstat.
+  bool size_exact = false;
+  /// The temp file was created with spec.mode exactly (umask included): no fchmod.
+  bool mode_final = false;
   /// Never renamed over a destination file whose mtime is not older than spec.mtime_ns
   /// (file_store::deliver_file: an older version fetched by catch-up must not replace a newer
   /// one that a session delivered meanwhile). Checked just before the rename, on this thread,

@@ -5,6 +5,8 @@
 #include <fcntl.h>
 
 #include <cerrno>
+#include <fstream>
+#include <string>
 
 namespace mcdist::receiver {
 
@@ -26,6 +28,20 @@ int store_context::open_session_dir(session_id s, int& e) const {
     if (e == ENOTDIR && is_symlink_at(temp_fd.get(), hex.c_str())) e = ELOOP;
   }
   return fd;
+}
+
+std::optional<mode_t> read_process_umask() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.starts_with("Umask:")) continue;
+    try {
+      return static_cast<mode_t>(std::stoul(line.substr(6), nullptr, 8) & 0777);
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace mcdist::receiver

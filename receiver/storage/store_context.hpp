@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -67,6 +68,10 @@ struct store_context {
   std::shared_ptr<spdlog::logger> logger;
   unique_fd temp_fd;  ///< temp_dir, for syncfs, statvfs and session directories
   dev_t temp_dev = 0;
+  /// The process's umask as /proc/self/status gives it at start-up, or nullopt when it does
+  /// not: what a mode given to open(O_CREAT) loses, so the writer knows whether a temp file it
+  /// created already has its final mode (finalizer::verify then skips the fchmod).
+  std::optional<mode_t> umask;
   store_counters counters;
   /// Hands results to the network thread (file_store::on_results through `post`). Any thread.
   std::function<void(std::vector<internal_result>)> post_results;
@@ -84,5 +89,9 @@ struct store_context {
   ///         directory sits there)
   int open_session_dir(session_id s, int& e) const;
 };
+
+/// The umask field of /proc/self/status (Linux 4.7 and later), or nullopt. Reading it, unlike
+/// umask(2), leaves the mask alone for the other threads.
+std::optional<mode_t> read_process_umask();
 
 }  // namespace mcdist::receiver

@@ -168,13 +168,28 @@ std::error_code temp_writer::ensure_open(std::uint64_t handle, wfile& f, bool cr
   int flags = O_RDWR | O_CLOEXEC | O_NOFOLLOW;
   if (create) flags |= O_CREAT;
   if (truncate) flags |= O_TRUNC;
+  // A file started afresh is created with its final mode (never less than the owner's read and
+  // write the writer needs to reopen it; the session directory is 0700, so nobody else sees
+  // it meanwhile): when the umask leaves that mode whole, the finalizer has no fchmod to do.
+  // O_EXCL tells a file created now from a stale one truncated, which keeps its old mode.
+  const bool fresh = create && truncate;
+  const auto want = static_cast<mode_t>(f.spec.mode);
+  const mode_t mode = fresh && (want & ~mode_t{0777}) == 0 ? (want | 0600) : 0600;
   const auto dir = m_session_dirs.find(f.key.session.value);
-  const int e =
-      dir != m_session_dirs.end()
-          ? m_ctx.io.open(dir->second.get(), (std::to_string(f.key.file.value) + ".part").c_str(),
-                          flags, 0600, &f.key, f.fd)
-          : m_ctx.io.open(AT_FDCWD, f.temp_path.c_str(), flags, 0600, &f.key, f.fd);
+  const std::string leaf = std::to_string(f.key.file.value) + ".part";
+  auto open_with = [&](int fl) {
+    return dir != m_session_dirs.end()
+               ? m_ctx.io.open(dir->second.get(), leaf.c_str(), fl, mode, &f.key, f.fd)
+               : m_ctx.io.open(AT_FDCWD, f.temp_path.c_str(), fl, mode, &f.key, f.fd);
+  };
+  int e = open_with(fresh ? flags | O_EXCL : flags);
+  const bool created = fresh && e == 0;
+  if (fresh && e == EEXIST) e = open_with(flags);
   if (e != 0) return errno_code(e);
+  if (fresh) {
+    f.size_exact = true;
+    f.mode_final = created && m_ctx.umask && (mode & ~*m_ctx.umask) == want;
+  }
   m_lru.push_front(handle);
   f.lru = m_lru.begin();
   ++m_open_count;
@@ -402,6 +417,8 @@ void temp_writer::hand_off(std::uint64_t handle, const sha256_digest& expected) 
   ff.temp_path = f.temp_path;
   ff.prefix = f.prefix;
   ff.hasher = std::move(f.hasher);
+  ff.size_exact = f.size_exact;
+  ff.mode_final = f.mode_final;
   unaccount(f);
   if (f.fd >= 0) {
     if (m_fin.fd_available()) {

@@ -18,6 +18,11 @@
 /// back only what is still unhashed. Bytes below the prefix are never rewritten, so the hash
 /// always describes the file's content.
 ///
+/// Creation: a file started afresh is created with O_EXCL and its final mode (at least the
+/// owner's read and write), so when the umask leaves that mode whole and the writer wrote every
+/// byte, the finalizer needs neither an fchmod nor an fstat of it (fin_file::mode_final,
+/// fin_file::size_exact).
+///
 /// Descriptors: at most max_open_files temp files stay open (LRU); others are reopened.
 ///
 /// Parity: a recover job decodes a FEC block on this thread (parity_store.hpp), after the
@@ -125,6 +130,8 @@ class temp_writer {
     std::uint64_t wb_lo = UINT64_MAX, wb_hi = 0, wb_bytes = 0;  ///< dirty since last kick
     std::uint64_t preallocated = 0;    ///< bytes [0, preallocated) reserved with fallocate
     std::uint64_t preallocate_to = 0;  ///< where preallocation ends (0: none wanted)
+    bool size_exact = false;           ///< created empty in this run (fin_file::size_exact)
+    bool mode_final = false;           ///< created with spec.mode exactly (fin_file::mode_final)
   };
 
   void run();

@@ -20,6 +20,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -209,6 +210,55 @@ TEST_CASE("a digest mismatch is reported and nothing is delivered", "[file_store
   CHECK(read_file(r.dest / "bad.bin") == data);
 }
 
+TEST_CASE(
+    "a delivered file has the manifest's mode whatever the umask, set at creation when it can be",
+    "[file_store]") {
+  struct umask_guard {
+    mode_t old;
+    explicit umask_guard(mode_t m) : old(::umask(m)) {}
+    ~umask_guard() { ::umask(old); }
+    umask_guard(const umask_guard&) = delete;
+    umask_guard& operator=(const umask_guard&) = delete;
+  };
+  struct expect {
+    std::uint32_t mode;
+    mode_t umask;
+    bool stale_part;  ///< a .part of an earlier run lies there (mode 0600, longer than the file)
+    int fchmods;      ///< fchmod calls the delivery takes
+  };
+  const expect x = GENERATE(expect{0644, 022, false, 0}, expect{0640, 022, false, 0},
+                            expect{0664, 022, false, 1}, expect{0644, 077, false, 1},
+                            expect{0400, 022, false, 1}, expect{01755, 022, false, 1},
+                            expect{0644, 022, true, 1});
+  CAPTURE(x.mode, x.umask, x.stale_part);
+  const umask_guard um(x.umask);  // read by the store when it is made
+  auto fchmods = std::make_shared<std::atomic<int>>(0);
+  storage_config cfg;
+  cfg.fault = [fchmods](storage_op op, const file_key*) {
+    if (op == storage_op::fchmod) fchmods->fetch_add(1);
+    return 0;
+  };
+  rig r(cfg);
+  std::mt19937_64 rng(x.mode + x.umask);
+  const auto k = key_of(0x77, 3);
+  const auto data = random_bytes(rng, 10'000);
+  if (x.stale_part) {
+    fs::create_directories(file_store::temp_path(r.temp, k).parent_path());
+    const auto junk = random_bytes(rng, 20'000);
+    std::ofstream(file_store::temp_path(r.temp, k), std::ios::binary)
+        .write(reinterpret_cast<const char*>(junk.data()),
+               static_cast<std::streamsize>(junk.size()));
+    fs::permissions(file_store::temp_path(r.temp, k),
+                    fs::perms::owner_read | fs::perms::owner_write);
+  }
+  r.store->begin_file(k, r.spec("m.bin", data.size(), x.mode));
+  r.feed_in_order(k, data);
+  REQUIRE_FALSE(r.deliver(k, data).ec);
+  CHECK(read_file(r.dest / "m.bin") == data);
+  CHECK(file_mode(r.dest / "m.bin") == x.mode);
+  CHECK(fchmods->load() == x.fchmods);
+}
+
 TEST_CASE("injected failures fail only the file concerned", "[file_store]") {
   std::mt19937_64 rng(9);
   const auto a = key_of(3, 0), b = key_of(3, 1), c = key_of(3, 2);
@@ -239,10 +289,14 @@ TEST_CASE("injected failures fail only the file concerned", "[file_store]") {
     };
   }
   rig r(cfg);
+  // A temp file is created with its final mode when the umask allows: 0400 lacks the owner's
+  // write the writer needs, so it always takes an fchmod, whatever the umask.
+  const std::uint32_t mode = inj.op == storage_op::fchmod ? 0400 : 0640;
   std::map<std::uint32_t, std::vector<std::byte>> data;
   for (auto k : {a, b, c}) {
     data[k.file.value] = random_bytes(rng, 30'000 + k.file.value);
-    r.store->begin_file(k, r.spec("f" + std::to_string(k.file.value), data[k.file.value].size()));
+    r.store->begin_file(
+        k, r.spec("f" + std::to_string(k.file.value), data[k.file.value].size(), mode));
   }
   // Interleaved so the three share chunks; a pread happens only when b's data is read back.
   const bool gap = inj.op == storage_op::pread;
