@@ -8,7 +8,7 @@
 #                                   (deploy/run-demo.sh: no test tools, browsers or fuzzers)
 #   deploy/install-deps.sh --bench  also the peers and tools of tests/bench (uftp, libnorm-dev for
 #                                   the NORM peer of tests/bench/norm, udpcast, iperf3, gnuplot,
-#                                   rsync)
+#                                   rsync, perf for cpu_per_file.py --count)
 set -euo pipefail
 
 if [ "$(id -u)" -ne 0 ]; then
@@ -38,7 +38,7 @@ if [ "${1:-}" != "--demo" ]; then
   )
 fi
 if [ "${1:-}" = "--bench" ]; then
-  packages+=(uftp libnorm-dev udpcast iperf3 gnuplot-nox rsync netcat-openbsd time)
+  packages+=(uftp libnorm-dev udpcast iperf3 gnuplot-nox rsync netcat-openbsd time linux-perf)
 fi
 
 missing=()

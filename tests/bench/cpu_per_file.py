@@ -9,6 +9,10 @@ the files verified at it), in microseconds, the median goodput at h2, and the ra
 builds' medians. Alternating the builds within one run of the script is what makes the ratio
 mean something on a shared machine: both see the same neighbours, one run after the other.
 
+--count adds, after the timed runs, one run per build with h1's mcdistd and the sender under
+`perf stat` (system calls, page faults, context switches per delivered file): where the CPU
+goes, not how much (perf's own CPU is in those runs, so they are not in the medians).
+
 Use: build the baseline in another tree (git worktree add ../base REV; deploy/build.sh
 ../base/build --target mcdistd mcdist-send mcdist-linkem), then
     tests/bench/cpu_per_file.py --baseline ../base/build [--build build] [--runs 5]
@@ -18,8 +22,10 @@ Needs root and what eumetsat_matrix.py needs (deploy/install-deps.sh --bench).
 import argparse
 import os
 import random
+import re
 import shutil
 import statistics
+import subprocess
 import sys
 import types
 
@@ -30,7 +36,52 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(os.path.dirname(HERE))
 
 
-def one_run(build, args, ds, num, rtt, loss):
+COUNTED = "page-faults,context-switches,raw_syscalls:sys_enter"
+
+# perf stat as the parent of the program counted; SIGTERM (how the matrix stops a daemon) goes
+# to the program, so perf writes its counts when the program exits.
+PERF_WRAPPER = """#!/bin/bash
+out="$1"; shift
+perf stat -x, -e %s -o "$out" -- "$@" &
+pp=$!
+trap 'kill -TERM $(pgrep -P $pp) 2>/dev/null; wait $pp' TERM
+wait $pp
+""" % COUNTED
+
+
+def counted_popen(work, outs):
+    """A subprocess.Popen that starts h1's mcdistd and mcdist-send under perf stat, writing
+    their counts to outs["h1"] and outs["sender"]."""
+    wrapper = os.path.join(work, "perf-stat.sh")
+    with open(wrapper, "w") as f:
+        f.write(PERF_WRAPPER)
+    os.chmod(wrapper, 0o755)
+    real = subprocess.Popen
+
+    def popen(cmd, *a, **k):
+        if isinstance(cmd, list):
+            for i, c in enumerate(cmd):
+                who = ("h1" if c.endswith("/mcdistd") and "h1" in cmd else
+                       "sender" if c.endswith("/mcdist-send") else None)
+                if who:
+                    cmd = cmd[:i] + [wrapper, outs[who]] + cmd[i:]
+                    break
+        return real(cmd, *a, **k)
+    return popen
+
+
+def read_counts(path):
+    """{event: count} from a `perf stat -x,` file."""
+    counts = {}
+    with open(path) as f:
+        for line in f:
+            parts = line.strip().split(",")
+            if len(parts) > 2 and re.fullmatch(r"\d+", parts[0]):
+                counts[parts[2]] = int(parts[0])
+    return counts
+
+
+def one_run(build, args, ds, num, rtt, loss, count=False):
     work = os.path.join(args.work, "run")
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
@@ -39,12 +90,21 @@ def one_run(build, args, ds, num, rtt, loss):
     # each tree holds its own; it is not part of the CPU counted.
     emu = Emulator(os.path.join(args.build, "tests", "linkem", "mcdist-linkem"), work, [spec],
                    hosts=3, seed=num + args.seed)
+    outs = {w: os.path.join(args.work, "perf-%s.csv" % w) for w in ("h1", "sender")}
+    saved = em.subprocess.Popen
+    if count:
+        em.subprocess.Popen = counted_popen(args.work, outs)
     try:
         run_args = types.SimpleNamespace(build=build, rate=args.rate, mcdist_args=args.mcdist_args)
         r = em.run_mcdist(run_args, emu, ds, work, em.CAPS["quick"]["mcdist"], num)
     finally:
+        em.subprocess.Popen = saved
         emu.stop()
     per_file = ds.bytes / len(ds.files)  # every file of a category has the same size
+    if count:
+        files = {"h1": r["verified_h1"] / per_file, "sender": r["verified"] / per_file}
+        return {w: {e: c / files[w] for e, c in read_counts(outs[w]).items()} if files[w] else {}
+                for w in outs}
 
     def us_per_file(cpu, verified):
         return cpu / (verified / per_file) * 1e6 if verified else float("nan")
@@ -65,6 +125,9 @@ def main():
     ap.add_argument("--mcdist-args", default="", help="more mcdist-send options, for both builds")
     ap.add_argument("--seed", type=int, default=0, help="added to the scenario's emulator seed")
     ap.add_argument("--work", default="/dev/shm/mcdist-cpu")
+    ap.add_argument("--count", action="store_true",
+                    help="add one run per build under perf stat: system calls, page faults and "
+                         "context switches per delivered file")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("cpu_per_file.py needs root (network namespaces and TUN devices)")
@@ -100,6 +163,21 @@ def main():
         a["sender"] / b["sender"], a["h1"] / b["h1"], a["h2"] / b["h2"], a["mbps"] / b["mbps"]))
     if not all(r["complete"] for rs in runs.values() for r in rs):
         print("\nSome runs did not complete (see the log lines): their figures count the files verified.")
+    if args.count:
+        if not shutil.which("perf"):
+            sys.exit("--count needs perf (Debian package linux-perf)")
+        counts = {name: one_run(b, args, ds, num, rtt, loss, count=True) for name, b in builds}
+        print()
+        print("Per delivered file, one run per build under perf stat:")
+        print()
+        print("| build | process | system calls | page faults | context switches |")
+        print("|---|---|---|---|---|")
+        for name, _ in builds:
+            for w in ("sender", "h1"):
+                c = counts[name][w]
+                print("| %s | %s | %.2f | %.3f | %.3f |" % (
+                    name, w, c.get("raw_syscalls:sys_enter", float("nan")),
+                    c.get("page-faults", float("nan")), c.get("context-switches", float("nan"))))
 
 
 if __name__ == "__main__":
