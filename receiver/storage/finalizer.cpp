@@ -126,31 +126,42 @@ void finalizer::stop() {
   if (m_thread.joinable()) m_thread.join();
 }
 
+bool finalizer::note_queued() {
+  if (!m_batch_opened) m_batch_opened = std::chrono::steady_clock::now();
+  return !m_lingering || m_queue.size() >= batch_max;
+}
+
 void finalizer::push(std::vector<fin_job>& jobs) {
   if (jobs.empty()) return;
+  bool wake = false;
   {
     std::lock_guard lk(m_mutex);
     for (auto& j : jobs) m_queue.push_back(std::move(j));
+    wake = note_queued();
   }
   jobs.clear();
-  m_cv.notify_one();
+  if (wake) m_cv.notify_one();
 }
 
 void finalizer::push(fin_job job) {
+  bool wake = false;
   {
     std::lock_guard lk(m_mutex);
     m_queue.push_back(std::move(job));
+    wake = note_queued();
   }
-  m_cv.notify_one();
+  if (wake) m_cv.notify_one();
 }
 
 void finalizer::push_close(session_id session, bool remove_temp) {
+  bool wake = false;
   {
     std::lock_guard lk(m_mutex);
     if (remove_temp) ++m_closing[session.value];
     m_queue.emplace_back(fin_close{session, remove_temp});
+    wake = note_queued();
   }
-  m_cv.notify_one();
+  if (wake) m_cv.notify_one();
 }
 
 void finalizer::wait_closed(session_id session) {
@@ -161,6 +172,7 @@ void finalizer::wait_closed(session_id session) {
 void finalizer::run() {
   // sync_mode::file makes each file durable on its own: batches of one.
   const std::size_t cap = m_ctx.cfg.sync == sync_mode::file ? 1 : batch_max;
+  const auto linger = cap > 1 ? m_ctx.cfg.finalize_linger : std::chrono::microseconds{0};
   std::vector<fin_file> batch;
   for (;;) {
     std::optional<fin_job> other;
@@ -168,7 +180,18 @@ void finalizer::run() {
       std::unique_lock lk(m_mutex);
       m_cv.wait(lk, [&] { return !m_queue.empty() || m_stop; });
       if (m_queue.empty()) return;
+      // A batch not full waits for more files until its linger is over (pushes meanwhile do
+      // not wake this thread unless the batch fills); a stop ends the wait.
+      if (linger.count() > 0 && !m_stop && m_queue.size() < cap && m_batch_opened) {
+        m_lingering = true;
+        m_cv.wait_until(lk, *m_batch_opened + linger,
+                        [&] { return m_queue.size() >= cap || m_stop; });
+        m_lingering = false;
+      }
       other = take_finalizer_work(m_queue, cap, batch);
+      // What is left was queued while the last batch ran: it has waited its turn already.
+      m_batch_opened.reset();
+      if (!m_queue.empty()) m_batch_opened = std::chrono::steady_clock::time_point{};
     }
     try {
       if (!batch.empty()) {

@@ -2,7 +2,8 @@
 /// @file
 /// The finalizer thread of the storage path (docs/architecture.md "Data flow in one session":
 /// verify SHA-256, fsync, set mtime and mode, rename atomically). It takes finalize requests in
-/// batches (group commit) and, for each batch, in five steps:
+/// batches (group commit; a batch gathers for storage_config::finalize_linger unless it fills
+/// sooner) and, for each batch, in five steps:
 ///
 ///   1. verify    hash what the writer has not, compare with the manifest; mode, mtime, xattr
 ///   2. dirs      open each destination directory from dest_root without following symlinks,
@@ -22,6 +23,7 @@
 #include "receiver/storage/group_commit.hpp"
 #include "receiver/storage/store_context.hpp"
 
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -126,6 +128,9 @@ class finalizer {
   struct dir_cache;
 
   void run();
+  /// After a push, under m_mutex: opens the batch's linger if none is open. @return whether
+  /// to wake the thread.
+  bool note_queued();
   void finalize_batch(std::vector<fin_file>& batch);
   void verify(work& w, dir_cache& dirs);
   void open_dest_dir(work& w, dir_cache& dirs);
@@ -143,6 +148,11 @@ class finalizer {
   std::condition_variable m_closed_cv;  ///< a session's temp dir removal finished
   std::deque<fin_job> m_queue;
   bool m_stop = false;
+  /// The thread waits for the batch to gather (storage_config::finalize_linger): a push wakes
+  /// it only when the batch is full.
+  bool m_lingering = false;
+  /// When the first job after the last batch taken was queued: the batch's linger runs from it.
+  std::optional<std::chrono::steady_clock::time_point> m_batch_opened;
   std::unordered_map<std::uint32_t, int> m_closing;  ///< sessions whose temp dir is going
   std::atomic<std::size_t> m_fds{0};
   std::atomic<bool> m_xattr_warned{false};

@@ -1,4 +1,5 @@
 #include "receiver/storage/file_store.hpp"
+#include "receiver/storage/finalizer.hpp"
 #include "receiver/storage/group_commit.hpp"
 
 #include "checkpoint.pb.h"
@@ -1149,6 +1150,49 @@ TEST_CASE(
     }
   }
   CHECK(renames == n - 1);
+}
+
+TEST_CASE(
+    "a finalize batch gathers files for its linger: a full batch goes at once, a stop ends the "
+    "wait and delivers what was gathered",
+    "[file_store]") {
+  std::mt19937_64 rng(34);
+  std::mutex m;
+  std::vector<std::size_t> batches;  // files in each before_renames call
+  storage_config cfg;
+  cfg.sync = sync_mode::none;  // the gathering, not the sync, is under test
+  // Longer than any test may run: only a full batch or the store's stop may end the wait.
+  cfg.finalize_linger = std::chrono::hours(1);
+  cfg.before_renames = [&](std::span<const pending_rename> files) {
+    std::lock_guard lk(m);
+    batches.push_back(files.size());
+  };
+  rig r(cfg);
+  const std::uint32_t n = finalizer::batch_max;
+  std::vector<std::vector<std::byte>> data;
+  for (std::uint32_t i = 0; i < n + 1; ++i) data.push_back(random_bytes(rng, 100 + i));
+  // One at a time, each flushed to the finalizer on its own: still one batch of batch_max.
+  for (std::uint32_t i = 0; i < n; ++i) {
+    r.store->begin_file(key_of(70, i), r.spec("g" + std::to_string(i), data[i].size()));
+    r.feed_in_order(key_of(70, i), data[i]);
+    r.store->finalize(key_of(70, i), sha256(data[i]));
+    r.store->flush();
+  }
+  for (std::uint32_t i = 0; i < n; ++i) CHECK(r.wait_result(key_of(70, i)).ec == std::error_code{});
+  {
+    std::lock_guard lk(m);
+    CHECK(batches == std::vector<std::size_t>{n});
+  }
+  // One more file: its batch would wait an hour; stopping the store delivers it now.
+  const file_key last = key_of(70, n);
+  r.store->begin_file(last, r.spec("last", data[n].size()));
+  r.feed_in_order(last, data[n]);
+  r.store->finalize(last, sha256(data[n]));
+  r.store->flush();
+  r.store.reset();  // the writer hands everything on, then the finalizer drains its queue
+  CHECK(read_file(r.dest / "last") == data[n]);
+  std::lock_guard lk(m);
+  CHECK(batches == std::vector<std::size_t>{n, 1});
 }
 
 TEST_CASE(
