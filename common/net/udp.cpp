@@ -405,6 +405,64 @@ std::size_t batch_sender::send(int fd, const endpoint& to, std::span<const std::
   return 0;
 }
 
+std::size_t batch_sender::send(int fd, const endpoint& to, std::span<const gso_run> runs,
+                               std::error_code& ec) {
+  std::size_t sent = 0;
+  if (!m_gso) {
+    for (const gso_run& r : runs) {
+      const std::size_t done = send_mmsg(fd, to, r.bytes, r.segment, ec);
+      sent += done;
+      if (done < r.count()) return sent;
+    }
+    return sent;
+  }
+  sockaddr_storage ss;
+  const socklen_t len = to_sockaddr(to, ss);
+  constexpr std::size_t max_batch = 64;
+  constexpr std::size_t control_bytes = CMSG_SPACE(sizeof(std::uint16_t));
+  std::size_t first = 0;
+  while (first < runs.size()) {
+    std::array<mmsghdr, max_batch> hdrs{};
+    std::array<iovec, max_batch> iovs{};
+    alignas(cmsghdr) std::array<char, max_batch * control_bytes> control{};
+    const std::size_t n = std::min(max_batch, runs.size() - first);
+    for (std::size_t i = 0; i < n; ++i) {
+      const gso_run& r = runs[first + i];
+      iovs[i] = {const_cast<std::byte*>(r.bytes.data()), r.bytes.size()};
+      msghdr& mh = hdrs[i].msg_hdr;
+      mh.msg_name = &ss;
+      mh.msg_namelen = len;
+      mh.msg_iov = &iovs[i];
+      mh.msg_iovlen = 1;
+      if (r.count() < 2) continue;  // one datagram: no segmentation to ask for
+      mh.msg_control = control.data() + i * control_bytes;
+      mh.msg_controllen = control_bytes;
+      cmsghdr* c = CMSG_FIRSTHDR(&mh);
+      c->cmsg_level = SOL_UDP;
+      c->cmsg_type = UDP_SEGMENT;
+      c->cmsg_len = CMSG_LEN(sizeof(std::uint16_t));
+      const auto seg16 = static_cast<std::uint16_t>(r.segment);
+      std::memcpy(CMSG_DATA(c), &seg16, sizeof seg16);
+    }
+    // Fewer messages than asked means the next one failed; sending from it again returns
+    // its error (sendmmsg(2)).
+    const int k = ::sendmmsg(fd, hdrs.data(), static_cast<unsigned>(n), 0);
+    if (k < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS) return sent;
+      if (errno == EIO || errno == EINVAL || errno == EOPNOTSUPP || errno == ENOPROTOOPT) {
+        m_gso = false;  // no GSO on this path: fall back for good
+        return sent + send(fd, to, runs.subspan(first), ec);
+      }
+      ec = std::error_code(errno, std::generic_category());
+      return sent;
+    }
+    if (k == 0) return sent;  // not documented for n > 0; never spin on it
+    for (std::size_t i = 0; i < static_cast<std::size_t>(k); ++i) sent += runs[first + i].count();
+    first += static_cast<std::size_t>(k);
+  }
+  return sent;
+}
+
 std::size_t batch_sender::send_mmsg(int fd, const endpoint& to, std::span<const std::byte> buffer,
                                     std::size_t segment, std::error_code& ec) {
   // Equal segments of one buffer: send_many's datagrams, 64 at a time (one sendmmsg call).

@@ -128,6 +128,17 @@ class batch_receiver {
 /// kernel does not say.
 double receive_buffer_fill(int fd) noexcept;
 
+/// Datagrams laid out back to back in `bytes`, each `segment` bytes except possibly the last:
+/// what one UDP GSO send carries (at most batch_sender::max_segments(segment) of them).
+struct gso_run {
+  std::span<const std::byte> bytes;
+  std::size_t segment = 0;
+  /// Datagrams in the run.
+  std::size_t count() const noexcept {
+    return segment ? (bytes.size() + segment - 1) / segment : 0;
+  }
+};
+
 /// Sends datagrams to one destination, several per system call: with UDP GSO where the kernel
 /// takes it, else with sendmmsg.
 class batch_sender {
@@ -139,6 +150,14 @@ class batch_sender {
   /// writability and retries the rest); sets ec on other errors.
   std::size_t send(int fd, const endpoint& to, std::span<const std::byte> buffer,
                    std::size_t segment, std::error_code& ec);
+
+  /// Sends `runs` in order: with GSO, one message per run and up to 64 runs per sendmmsg(2)
+  /// call (a run goes whole or not at all), so the short last block of each small file does
+  /// not cost a system call of its own; without GSO, one sendmmsg(2) call per run, as the
+  /// single-buffer send makes.
+  /// @return datagrams sent, counted from the first run's first (fewer when the socket's
+  ///         buffer is full: EAGAIN, ENOBUFS, ec stays clear); sets ec on other errors.
+  std::size_t send(int fd, const endpoint& to, std::span<const gso_run> runs, std::error_code& ec);
 
   /// Largest number of segments one call may carry with GSO (64 KiB of payload in all).
   static std::size_t max_segments(std::size_t segment) noexcept;

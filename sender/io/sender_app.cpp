@@ -99,7 +99,9 @@ sender_app::sender_app(boost::asio::io_context& io, app_options opts, sender_con
       m_session_id(cfg.session),
       m_data_trailer(m_opts.identity && cfg.silent_passes == 0 ? auth::data_trailer_bytes : 0) {
   const std::size_t datagram = cfg.block_size + wire::data_header_size + m_data_trailer;
-  m_sends.resize(net::batch_sender::max_segments(datagram));
+  // Room for several GSO runs: a round of small files goes in one sendmmsg(2) call of up to
+  // four GSO sends' worth (batch_sender::send), not one call per 64 KiB.
+  m_sends.resize(4 * net::batch_sender::max_segments(datagram));
   m_gso_buffer.resize(m_sends.size() * datagram);
   if (m_opts.identity) {
     m_keys = std::make_unique<auth::sender_keys>(*m_opts.identity, m_session_id, m_opts.site_keys,
@@ -529,40 +531,39 @@ void sender_app::flush_control() {
   }
 }
 
-bool sender_app::flush_pending(time_point) {
-  const int fd = m_socket.native_handle();
-  while (m_pending_pos < m_pending.size()) {
-    const std::size_t trailer = m_data_trailer;
-    const std::size_t segment = m_pending[m_pending_pos].length + wire::data_header_size + trailer;
-    std::size_t end = m_pending_pos;
+bool sender_app::build_pending(std::string& why) {
+  // GSO runs of equal-sized datagrams (the last of a run may be shorter: a file's short last
+  // block ends its run), laid out one after the other in m_gso_buffer. m_pending holds at most
+  // m_sends.size() datagrams of at most the session's datagram size: they always fit.
+  m_runs.clear();
+  const std::size_t trailer = m_data_trailer;
+  std::size_t offset = 0;
+  std::size_t first = m_pending_pos;
+  while (first < m_pending.size()) {
+    const std::size_t segment = m_pending[first].length + wire::data_header_size + trailer;
+    std::size_t end = first;
     std::size_t bytes = 0;
-    // One GSO send: equal-sized datagrams, the last may be shorter.
-    while (end < m_pending.size() && end - m_pending_pos < m_sends.size()) {
+    const std::size_t most = net::batch_sender::max_segments(segment);
+    while (end < m_pending.size() && end - first < most) {
       const std::size_t size = m_pending[end].length + wire::data_header_size + trailer;
       if (size > segment) break;
       bytes += size;
       ++end;
       if (size < segment) break;
     }
-    std::string why;
+    std::byte* base = m_gso_buffer.data() + offset;
     if (m_digest_source) {
       // Block digests: each datagram exactly as it was built and hashed a window ahead.
-      if (!copy_built(m_pending_pos, end, segment)) {
-        m_pending.clear();
-        m_pending_pos = 0;
-        return false;
-      }
-    } else if (read_payloads(m_pending_pos, end, segment, why)) {
+      if (!copy_built(first, end, segment, base)) return false;
+    } else if (read_payloads(first, end, segment, base, why)) {
       // The payloads go from the file straight into their datagrams: one read per run of
       // consecutive blocks of a file (all of pass 1), no copy through the reader's chunks.
       fail(why);
-      m_pending.clear();
-      m_pending_pos = 0;
       return false;
     }
-    for (std::size_t i = m_pending_pos; i < end && !m_digest_source; ++i) {
+    for (std::size_t i = first; i < end && !m_digest_source; ++i) {
       const auto& d = m_pending[i];
-      std::byte* out = m_gso_buffer.data() + (i - m_pending_pos) * segment;
+      std::byte* out = base + (i - first) * segment;
       if (d.parity) {
         // A parity block: a data header's shape, a full block's length, its bytes
         // encoded here from the FEC block's sources (read_payloads left its payload alone).
@@ -571,8 +572,6 @@ bool sender_app::flush_pending(time_point) {
         if (!m_parity || m_parity->parity(d.fec_block, d.parity_index,
                                           {out + wire::data_header_size, d.length}, why)) {
           fail(why.empty() ? "parity block requested in a session without FEC" : why);
-          m_pending.clear();
-          m_pending_pos = 0;
           return false;
         }
       } else {
@@ -586,29 +585,56 @@ bool sender_app::flush_pending(time_point) {
       const std::size_t size = d.length + wire::data_header_size + trailer;
       if (m_keys) m_keys->seal_data({out, size}, size - trailer);
     }
+    m_runs.push_back({first, end - first, segment, offset, bytes});
+    offset += bytes;
+    first = end;
+  }
+  m_built_end = first;
+  return true;
+}
+
+bool sender_app::flush_pending(time_point) {
+  const int fd = m_socket.native_handle();
+  const auto drop = [this] {
+    m_pending.clear();
+    m_pending_pos = 0;
+    m_built_end = 0;
+  };
+  while (m_pending_pos < m_pending.size()) {
+    std::string why;
+    if (m_built_end <= m_pending_pos && !build_pending(why)) {
+      drop();
+      return false;
+    }
+    // The runs not sent yet, the first of them possibly in part (sends without GSO go
+    // datagram by datagram): all of them in one call where the kernel takes it.
+    m_run_views.clear();
+    for (const built_run& r : m_runs) {
+      if (r.first + r.count <= m_pending_pos) continue;
+      const std::size_t skip = m_pending_pos > r.first ? m_pending_pos - r.first : 0;
+      m_run_views.push_back({std::span<const std::byte>(m_gso_buffer)
+                                 .subspan(r.offset + skip * r.segment, r.bytes - skip * r.segment),
+                             r.segment});
+    }
     std::error_code ec;
-    const std::size_t count = end - m_pending_pos;
-    const std::size_t sent =
-        m_batch.send(fd, m_opts.group, {m_gso_buffer.data(), bytes}, segment, ec);
+    const std::size_t sent = m_batch.send(fd, m_opts.group, m_run_views, ec);
     if (ec) {
       fail("cannot send to " + m_opts.group.to_string() + ": " + ec.message());
-      m_pending.clear();
-      m_pending_pos = 0;
+      drop();
       return false;
     }
     m_pending_pos += sent;
-    if (sent < count) {
+    if (m_pending_pos < m_built_end) {
       do_wait_writable();
       return false;
     }
   }
-  m_pending.clear();
-  m_pending_pos = 0;
+  drop();
   return true;
 }
 
 std::error_code sender_app::read_payloads(std::size_t first, std::size_t last, std::size_t segment,
-                                          std::string& why) {
+                                          std::byte* base, std::string& why) {
   // Runs of consecutive blocks of one file, each read with one preadv; a parity datagram (its
   // payload is encoded, not read) ends a run.
   std::size_t run = first;  // the first datagram of the current run
@@ -633,7 +659,7 @@ std::error_code sender_app::read_payloads(std::size_t first, std::size_t last, s
       if (auto ec = read_run()) return ec;
       run = i;
     }
-    std::byte* payload = m_gso_buffer.data() + (i - first) * segment + wire::data_header_size;
+    std::byte* payload = base + (i - first) * segment + wire::data_header_size;
     m_payload_iov.push_back({payload, d.length});
   }
   return read_run();
@@ -685,6 +711,7 @@ void sender_app::send_data(time_point now) {
     more_due = total >= max_datagrams_per_round || parity_left == 0;
     m_pending.assign(m_sends.begin(), m_sends.begin() + static_cast<std::ptrdiff_t>(n));
     m_pending_pos = 0;
+    m_built_end = 0;
     const bool sent_all = flush_pending(now);
     collect_digests(now);
     if (!sent_all) return;

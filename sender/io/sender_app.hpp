@@ -149,17 +149,24 @@ class sender_app {
   run_result result() const;
   void send_data(time_point now);
   void collect_digests(time_point now);
+  /// Sends m_pending from m_pending_pos, building what is not built yet (build_pending).
+  /// @return true when all of it went; false when the socket is full (a wait for writability
+  ///         is armed; what was built is kept for the retry) or after fail()
   bool flush_pending(time_point now);
+  /// Lays m_pending[m_pending_pos, end) out in m_gso_buffer as GSO runs (m_runs) and builds
+  /// every datagram: payload read or copied, header, parity, seal. @return false after fail()
+  bool build_pending(std::string& why);
   /// Block digest sessions: builds and multicasts the block digests the core queued (first
   /// copies are built, hashed and signed by m_digest_source). @return false after fail()
   bool send_digest_windows();
-  /// Block digest sessions: copies m_pending[first, last) as m_digest_source built them into
-  /// m_gso_buffer, `segment` apart. @return false after fail()
-  bool copy_built(std::size_t first, std::size_t last, std::size_t segment);
-  /// Reads the payloads of m_pending[first, last) into their slots of m_gso_buffer (datagram
-  /// i at (i - first) x segment, payload after the header). @return an error with `why`
+  /// Block digest sessions: copies m_pending[first, last) as m_digest_source built them to
+  /// `base` (within m_gso_buffer), `segment` apart. @return false after fail()
+  bool copy_built(std::size_t first, std::size_t last, std::size_t segment, std::byte* base);
+  /// Reads the payloads of m_pending[first, last) into their slots from `base` (within
+  /// m_gso_buffer; datagram i at (i - first) x segment, payload after the header).
+  /// @return an error with `why`
   std::error_code read_payloads(std::size_t first, std::size_t last, std::size_t segment,
-                                std::string& why);
+                                std::byte* base, std::string& why);
   /// Sends what the session core queued: in an authenticated session, sealed first, the
   /// announces of the batch together (one signature per announce tree,
   /// auth::sender_keys::seal_announces).
@@ -249,6 +256,19 @@ class sender_app {
   std::vector<data_send> m_sends;
   std::vector<data_send> m_pending;  ///< taken from the session, not yet accepted by the socket
   std::size_t m_pending_pos = 0;
+  /// m_pending[m_pending_pos, m_built_end) is built in m_gso_buffer, as m_runs say.
+  std::size_t m_built_end = 0;
+  /// One GSO run of m_pending as build_pending laid it out: datagrams [first, first + count),
+  /// `segment` bytes apart from m_gso_buffer[offset], `bytes` in all.
+  struct built_run {
+    std::size_t first = 0;
+    std::size_t count = 0;
+    std::size_t segment = 0;
+    std::size_t offset = 0;
+    std::size_t bytes = 0;
+  };
+  std::vector<built_run> m_runs;
+  std::vector<net::gso_run> m_run_views;  ///< flush_pending: the runs not sent yet
   std::vector<std::byte> m_gso_buffer;
   std::vector<iovec> m_payload_iov;  ///< read_payloads: one run of consecutive blocks
   bool m_waiting_writable = false;

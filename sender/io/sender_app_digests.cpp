@@ -31,7 +31,8 @@ bool sender_app::send_digest_windows() {
   return true;
 }
 
-bool sender_app::copy_built(std::size_t first, std::size_t last, std::size_t segment) {
+bool sender_app::copy_built(std::size_t first, std::size_t last, std::size_t segment,
+                            std::byte* base) {
   for (std::size_t i = first; i < last; ++i) {
     const auto& d = m_pending[i];
     const auto built = m_digest_source->datagram(d.seq, d.length);
@@ -40,7 +41,7 @@ bool sender_app::copy_built(std::size_t first, std::size_t last, std::size_t seg
            " was not built with its block digest");
       return false;
     }
-    std::memcpy(m_gso_buffer.data() + (i - first) * segment, built.data(), built.size());
+    std::memcpy(base + (i - first) * segment, built.data(), built.size());
   }
   return true;
 }

@@ -1,6 +1,7 @@
 // batch_receiver on real UDP sockets: its SO_RXQ_OVFL count and receive_buffer_fill when the
 // receive buffer overflows (docs/design-notes.md "Receiver overrun"), and its arrival dates
-// (SO_TIMESTAMPNS, docs/design-notes.md "Rate auto").
+// (SO_TIMESTAMPNS, docs/design-notes.md "Rate auto"); send_many and batch_sender's GSO runs,
+// datagram by datagram as received.
 #include "common/net/udp.hpp"
 
 #include <arpa/inet.h>
@@ -10,6 +11,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstring>
@@ -195,5 +197,62 @@ TEST_CASE("send_many sends datagrams of different sizes in order, past one call'
   const int closed = ::dup(tx.fd);
   ::close(closed);
   REQUIRE(mcdist::net::send_many(closed, to, spans, ec) == 0);
+  REQUIRE(ec);
+}
+
+TEST_CASE("batch_sender sends GSO runs of several files in one call, each datagram whole",
+          "[unit][net]") {
+  udp_fd rx, tx;
+  const int big = 4 << 20;
+  REQUIRE(::setsockopt(rx.fd, SOL_SOCKET, SO_RCVBUF, &big, sizeof big) == 0);
+  // Runs as the sender lays out small files: full segments and a short last one, a run of one
+  // short datagram, a run of exact segments, then 70 one-datagram runs (past one call's 64).
+  struct run_spec {
+    std::size_t segment;
+    std::vector<std::size_t> sizes;
+  };
+  std::vector<run_spec> specs{{1000, {1000, 1000, 1000, 300}}, {1000, {50}}, {1200, {1200, 1200}}};
+  for (std::size_t i = 0; i < 70; ++i) specs.push_back({1400, {1 + i * 13}});
+  std::vector<std::vector<std::byte>> buffers;
+  std::vector<std::vector<std::byte>> expected;  // each datagram, in order
+  std::uint32_t no = 0;
+  for (const auto& sp : specs) {
+    std::vector<std::byte> b;
+    for (std::size_t size : sp.sizes) {
+      std::vector<std::byte> d(size, std::byte{static_cast<unsigned char>(no * 7)});
+      std::memcpy(d.data(), &no, std::min(sizeof no, size));
+      ++no;
+      b.insert(b.end(), d.begin(), d.end());
+      expected.push_back(std::move(d));
+    }
+    buffers.push_back(std::move(b));
+  }
+  std::vector<mcdist::net::gso_run> runs;
+  for (std::size_t i = 0; i < specs.size(); ++i)
+    runs.push_back({std::span<const std::byte>(buffers[i]), specs[i].segment});
+  CHECK(runs[0].count() == 4);
+  CHECK(runs[1].count() == 1);
+  CHECK(runs[2].count() == 2);
+
+  mcdist::endpoint to{};
+  to.port = ntohs(rx.addr.sin_port);
+  std::memcpy(to.addr.data(), &rx.addr.sin_addr, 4);
+  mcdist::net::batch_sender sender;
+  std::error_code ec;
+  REQUIRE(sender.send(tx.fd, to, std::span<const mcdist::net::gso_run>(runs), ec) ==
+          expected.size());
+  REQUIRE_FALSE(ec);
+  std::array<std::byte, 2048> buf{};
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    const auto n = ::recv(rx.fd, buf.data(), buf.size(), 0);
+    REQUIRE(n == static_cast<ssize_t>(expected[i].size()));
+    REQUIRE(std::memcmp(buf.data(), expected[i].data(), expected[i].size()) == 0);
+  }
+  REQUIRE(::recv(rx.fd, buf.data(), buf.size(), MSG_DONTWAIT) < 0);  // nothing more
+
+  // A closed descriptor: nothing sent, the error said.
+  const int closed = ::dup(tx.fd);
+  ::close(closed);
+  REQUIRE(sender.send(closed, to, std::span<const mcdist::net::gso_run>(runs), ec) == 0);
   REQUIRE(ec);
 }
