@@ -606,8 +606,8 @@ bool sender_app::flush_pending(time_point) {
       drop();
       return false;
     }
-    // The runs not sent yet, the first of them possibly in part (sends without GSO go
-    // datagram by datagram): all of them in one call where the kernel takes it.
+    // The runs not sent yet, the first of them possibly in part (without GSO a full socket
+    // may stop a send inside a run): all of them in one call where the kernel takes GSO.
     m_run_views.clear();
     for (const built_run& r : m_runs) {
       if (r.first + r.count <= m_pending_pos) continue;
