@@ -366,56 +366,16 @@ double receive_buffer_fill(int fd) noexcept {
          static_cast<double>(mem[SK_MEMINFO_RCVBUF]);
 }
 
-batch_sender::batch_sender() = default;
-
 std::size_t batch_sender::max_segments(std::size_t segment) noexcept {
   // The kernel's UDP_MAX_SEGMENTS is 64 on older kernels; the payload of one GSO send must fit
   // an IPv4 datagram (65507 bytes).
   return std::max<std::size_t>(1, std::min<std::size_t>(64, 65000 / segment));
 }
 
-std::size_t batch_sender::send(int fd, const endpoint& to, std::span<const std::byte> buffer,
-                               std::size_t segment, std::error_code& ec) {
-  if (buffer.empty()) return 0;
-  const std::size_t count = (buffer.size() + segment - 1) / segment;
-  if (!m_gso || count == 1) return send_mmsg(fd, to, buffer, segment, ec);
-  sockaddr_storage ss;
-  msghdr mh{};
-  mh.msg_name = &ss;
-  mh.msg_namelen = to_sockaddr(to, ss);
-  iovec iov{const_cast<std::byte*>(buffer.data()), buffer.size()};
-  mh.msg_iov = &iov;
-  mh.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(std::uint16_t))] = {};
-  mh.msg_control = control;
-  mh.msg_controllen = sizeof control;
-  cmsghdr* c = CMSG_FIRSTHDR(&mh);
-  c->cmsg_level = SOL_UDP;
-  c->cmsg_type = UDP_SEGMENT;
-  c->cmsg_len = CMSG_LEN(sizeof(std::uint16_t));
-  const auto seg16 = static_cast<std::uint16_t>(segment);
-  std::memcpy(CMSG_DATA(c), &seg16, sizeof seg16);
-  if (::sendmsg(fd, &mh, 0) >= 0) return count;
-  if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS) return 0;
-  if (errno == EIO || errno == EINVAL || errno == EOPNOTSUPP || errno == ENOPROTOOPT) {
-    m_gso = false;  // no GSO on this path: fall back for good
-    return send_mmsg(fd, to, buffer, segment, ec);
-  }
-  ec = std::error_code(errno, std::generic_category());
-  return 0;
-}
-
 std::size_t batch_sender::send(int fd, const endpoint& to, std::span<const gso_run> runs,
                                std::error_code& ec) {
+  if (!m_gso) return send_plain(fd, to, runs, ec);
   std::size_t sent = 0;
-  if (!m_gso) {
-    for (const gso_run& r : runs) {
-      const std::size_t done = send_mmsg(fd, to, r.bytes, r.segment, ec);
-      sent += done;
-      if (done < r.count()) return sent;
-    }
-    return sent;
-  }
   sockaddr_storage ss;
   const socklen_t len = to_sockaddr(to, ss);
   constexpr std::size_t max_batch = 64;
@@ -451,7 +411,7 @@ std::size_t batch_sender::send(int fd, const endpoint& to, std::span<const gso_r
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS) return sent;
       if (errno == EIO || errno == EINVAL || errno == EOPNOTSUPP || errno == ENOPROTOOPT) {
         m_gso = false;  // no GSO on this path: fall back for good
-        return sent + send(fd, to, runs.subspan(first), ec);
+        return sent + send_plain(fd, to, runs.subspan(first), ec);
       }
       ec = std::error_code(errno, std::generic_category());
       return sent;
@@ -463,24 +423,15 @@ std::size_t batch_sender::send(int fd, const endpoint& to, std::span<const gso_r
   return sent;
 }
 
-std::size_t batch_sender::send_mmsg(int fd, const endpoint& to, std::span<const std::byte> buffer,
-                                    std::size_t segment, std::error_code& ec) {
-  // Equal segments of one buffer: send_many's datagrams, 64 at a time (one sendmmsg call).
-  constexpr std::size_t max_batch = 64;
-  std::array<std::span<const std::byte>, max_batch> spans;
-  const std::size_t count = (buffer.size() + segment - 1) / segment;
-  std::size_t sent = 0;
-  while (sent < count) {
-    const std::size_t n = std::min(max_batch, count - sent);
-    for (std::size_t i = 0; i < n; ++i) {
-      const std::size_t off = (sent + i) * segment;
-      spans[i] = buffer.subspan(off, std::min(segment, buffer.size() - off));
-    }
-    const std::size_t done = send_many(fd, to, std::span(spans).first(n), ec);
-    sent += done;
-    if (done < n) return sent;
+std::size_t batch_sender::send_plain(int fd, const endpoint& to, std::span<const gso_run> runs,
+                                     std::error_code& ec) {
+  // Every datagram of every run, in order, through send_many (64 per sendmmsg call).
+  m_datagrams.clear();
+  for (const gso_run& r : runs) {
+    for (std::size_t off = 0; off < r.bytes.size(); off += r.segment)
+      m_datagrams.push_back(r.bytes.subspan(off, std::min(r.segment, r.bytes.size() - off)));
   }
-  return sent;
+  return send_many(fd, to, m_datagrams, ec);
 }
 
 std::size_t send_many(int fd, const endpoint& to,

@@ -143,18 +143,13 @@ struct gso_run {
 /// takes it, else with sendmmsg.
 class batch_sender {
  public:
-  batch_sender();
-
-  /// Sends `count` datagrams laid out back to back in `buffer`, each `segment` bytes except
-  /// possibly the last. @return datagrams sent (fewer on EAGAIN: the caller waits for
-  /// writability and retries the rest); sets ec on other errors.
-  std::size_t send(int fd, const endpoint& to, std::span<const std::byte> buffer,
-                   std::size_t segment, std::error_code& ec);
+  /// @param gso  false: never ask for GSO (as after the kernel refused it once)
+  explicit batch_sender(bool gso = true) noexcept : m_gso(gso) {}
 
   /// Sends `runs` in order: with GSO, one message per run and up to 64 runs per sendmmsg(2)
   /// call (a run goes whole or not at all), so the short last block of each small file does
-  /// not cost a system call of its own; without GSO, one sendmmsg(2) call per run, as the
-  /// single-buffer send makes.
+  /// not cost a system call of its own; without GSO, every datagram of every run through
+  /// send_many (64 per sendmmsg call).
   /// @return datagrams sent, counted from the first run's first (fewer when the socket's
   ///         buffer is full: EAGAIN, ENOBUFS, ec stays clear); sets ec on other errors.
   std::size_t send(int fd, const endpoint& to, std::span<const gso_run> runs, std::error_code& ec);
@@ -165,9 +160,10 @@ class batch_sender {
   bool gso() const noexcept { return m_gso; }
 
  private:
-  std::size_t send_mmsg(int fd, const endpoint& to, std::span<const std::byte> buffer,
-                        std::size_t segment, std::error_code& ec);
+  std::size_t send_plain(int fd, const endpoint& to, std::span<const gso_run> runs,
+                         std::error_code& ec);
   bool m_gso = true;
+  std::vector<std::span<const std::byte>> m_datagrams;  ///< send_plain's, kept for its capacity
 };
 
 /// Sends one datagram (control traffic). @return false and sets ec on failure (EAGAIN incl.).
