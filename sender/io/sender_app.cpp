@@ -585,7 +585,7 @@ bool sender_app::build_pending(std::string& why) {
       const std::size_t size = d.length + wire::data_header_size + trailer;
       if (m_keys) m_keys->seal_data({out, size}, size - trailer);
     }
-    m_runs.push_back({first, end - first, segment, offset, bytes});
+    m_runs.push_back({first, {std::span<const std::byte>(base, bytes), segment}});
     offset += bytes;
     first = end;
   }
@@ -610,11 +610,9 @@ bool sender_app::flush_pending(time_point) {
     // may stop a send inside a run): all of them in one call where the kernel takes GSO.
     m_run_views.clear();
     for (const built_run& r : m_runs) {
-      if (r.first + r.count <= m_pending_pos) continue;
+      if (r.first + r.run.count() <= m_pending_pos) continue;
       const std::size_t skip = m_pending_pos > r.first ? m_pending_pos - r.first : 0;
-      m_run_views.push_back({std::span<const std::byte>(m_gso_buffer)
-                                 .subspan(r.offset + skip * r.segment, r.bytes - skip * r.segment),
-                             r.segment});
+      m_run_views.push_back({r.run.bytes.subspan(skip * r.run.segment), r.run.segment});
     }
     std::error_code ec;
     const std::size_t sent = m_batch.send(fd, m_opts.group, m_run_views, ec);

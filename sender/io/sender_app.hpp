@@ -258,14 +258,11 @@ class sender_app {
   std::size_t m_pending_pos = 0;
   /// m_pending[m_pending_pos, m_built_end) is built in m_gso_buffer, as m_runs say.
   std::size_t m_built_end = 0;
-  /// One GSO run of m_pending as build_pending laid it out: datagrams [first, first + count),
-  /// `segment` bytes apart from m_gso_buffer[offset], `bytes` in all.
+  /// One GSO run of m_pending as build_pending laid it out in m_gso_buffer: datagrams from
+  /// m_pending[first], run.count() of them.
   struct built_run {
     std::size_t first = 0;
-    std::size_t count = 0;
-    std::size_t segment = 0;
-    std::size_t offset = 0;
-    std::size_t bytes = 0;
+    net::gso_run run;
   };
   std::vector<built_run> m_runs;
   std::vector<net::gso_run> m_run_views;  ///< flush_pending: the runs not sent yet
