@@ -22,7 +22,7 @@ packages=(
   libboost1.81-dev libprotobuf-dev protobuf-compiler libspdlog-dev libssl-dev
   libcli11-dev libtomlplusplus-dev libsodium-dev libusrsctp-dev libsctp-dev nlohmann-json3-dev
   libisal-dev libgf-complete-dev ccache
-  libmosquitto-dev libsqlite3-dev libpq-dev libcurl4-openssl-dev
+  libmosquitto-dev libsqlite3-dev libpq-dev libcurl4-openssl-dev libjemalloc-dev
   python3 iproute2 libeccodes-data
 )
 # What the tests, the package, lint and fuzzing add.
