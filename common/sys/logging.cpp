@@ -7,6 +7,9 @@
 
 #include <google/protobuf/stubs/logging.h>
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <mutex>
 #include <stdexcept>
@@ -25,6 +28,44 @@ class clearing_stderr_sink final : public spdlog::sinks::base_sink<std::mutex> {
     std::fwrite(out.data(), 1, out.size(), stderr);
   }
   void flush_() override { std::fflush(stderr); }
+};
+
+/// stderr sink for a stderr that is not a terminal (journald, a file, a pipe): lines are
+/// formatted into a buffer and written at each flush, with one write(2) for all the lines since
+/// the last. The logger flushes after every info line (make_logger), so a line leaves as soon as
+/// it is logged, unless a log_batch holds the flushes back for the lines of one handler.
+class batching_stderr_sink final : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  ~batching_stderr_sink() override {
+    std::lock_guard lock(mutex_);
+    write_out();
+  }
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    formatter_->format(msg, m_buffer);
+    if (m_buffer.size() >= batching_stderr_bytes) write_out();
+  }
+  void flush_() override { write_out(); }
+
+ private:
+  /// Past this many bytes the lines go out before the flush: a batch's memory stays bounded.
+  static constexpr std::size_t batching_stderr_bytes = 64 * 1024;
+
+  void write_out() {
+    const char* p = m_buffer.data();
+    std::size_t left = m_buffer.size();
+    while (left > 0) {
+      const ssize_t n = ::write(STDERR_FILENO, p, left);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;  // stderr closed or full: the lines are dropped, as fwrite would
+      p += n;
+      left -= static_cast<std::size_t>(n);
+    }
+    m_buffer.clear();
+  }
+
+  spdlog::memory_buf_t m_buffer;
 };
 
 /// Size-rotated file sink whose file can be reopened (SIGHUP). spdlog's rotating_file_sink
@@ -92,8 +133,10 @@ std::shared_ptr<spdlog::logger> make_logger(const std::string& name, const log_o
   std::vector<spdlog::sink_ptr> sinks;
   if (o.clear_progress_line) {
     sinks.push_back(std::make_shared<clearing_stderr_sink>());
-  } else {
+  } else if (::isatty(STDERR_FILENO) == 1) {
     sinks.push_back(std::make_shared<spdlog::sinks::ansicolor_stderr_sink_mt>());
+  } else {
+    sinks.push_back(std::make_shared<batching_stderr_sink>());
   }
   if (o.file) {
     sinks.push_back(
@@ -106,6 +149,18 @@ std::shared_ptr<spdlog::logger> make_logger(const std::string& name, const log_o
   spdlog::set_default_logger(log);
   google::protobuf::SetLogHandler(&protobuf_log);
   return log;
+}
+
+log_batch::log_batch(spdlog::logger* log) : m_log(log) {
+  if (!m_log) return;
+  m_flush_level = m_log->flush_level();
+  m_log->flush_on(spdlog::level::off);
+}
+
+log_batch::~log_batch() {
+  if (!m_log) return;
+  m_log->flush_on(m_flush_level);
+  m_log->flush();
 }
 
 bool reopen_log_files(spdlog::logger& log, std::string& error) {

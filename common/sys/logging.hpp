@@ -36,6 +36,24 @@ spdlog::level::level_enum parse_log_level(const std::string& text);
 /// @throws spdlog::spdlog_ex when the log file cannot be opened
 std::shared_ptr<spdlog::logger> make_logger(const std::string& name, const log_options& o);
 
+/// Holds back a logger's flushes while it lives, then flushes once: the lines one handler logs
+/// for a batch of results (the "stored" lines of a finalize batch) reach stderr or the log file
+/// in one write, not one write each. Warnings inside the batch wait for its end too; the batch
+/// is one handler's work, microseconds. Other threads' lines in the meantime wait with them.
+/// Meant for the io thread's handlers, one at a time: two batches alive at once on different
+/// threads could restore each other's flush level out of order. A null logger does nothing.
+class log_batch {
+ public:
+  explicit log_batch(spdlog::logger* log);
+  ~log_batch();
+  log_batch(const log_batch&) = delete;
+  log_batch& operator=(const log_batch&) = delete;
+
+ private:
+  spdlog::logger* m_log;
+  spdlog::level::level_enum m_flush_level = spdlog::level::info;
+};
+
 /// Closes and reopens the log file of a logger made by make_logger (SIGHUP, after an external
 /// logrotate moved it away): later lines go to a file at the configured path again. Other
 /// threads' lines wait on the sink's lock meanwhile. Returns false (the old file stays in use)

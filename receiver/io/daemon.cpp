@@ -1,6 +1,7 @@
 #include "receiver/io/daemon.hpp"
 
 #include "common/sys/key_file.hpp"
+#include "common/sys/logging.hpp"
 #include "common/units.hpp"
 #include "common/wire.hpp"
 #include "receiver/io/sequence_store.hpp"
@@ -291,8 +292,15 @@ void daemon::make_store() {
   };
   // Network thread (begin_file), where the session keys live.
   sc.sender_key_of = [this](session_id s) { return m_keys ? m_keys->signer(s) : std::string(); };
+  // A store completion carries a whole finalize batch: its "stored" lines leave in one write.
   m_store = std::make_unique<file_store>(
-      sc, [this](std::function<void()> fn) { boost::asio::post(m_io, std::move(fn)); },
+      sc,
+      [this](std::function<void()> fn) {
+        boost::asio::post(m_io, [log = m_log, fn = std::move(fn)] {
+          const log_batch batch(log.get());
+          fn();
+        });
+      },
       [this](store_result r) {
         if (!m_engine) return;
         m_relays.on_file_stored(r.key.session, r.key.file, !r.ec);

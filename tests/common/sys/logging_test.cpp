@@ -83,3 +83,66 @@ TEST_CASE(
   REQUIRE(in_log.find("invalid UTF-8 data when parsing") != std::string::npos);
   REQUIRE(std::count(in_log.begin(), in_log.end(), '\n') == 1);
 }
+
+TEST_CASE(
+    "a log batch holds a non-terminal stderr's lines back until it ends, then writes them "
+    "in order; without one each line is written as it is logged",
+    "[unit][logging]") {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("mcdist-log-batch-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const auto err_path = dir / "stderr";
+  const auto log_path = dir / "log";
+
+  std::fflush(stderr);
+  const int saved = dup(2);
+  FILE* err = std::fopen(err_path.c_str(), "w");
+  REQUIRE(err != nullptr);
+  dup2(fileno(err), 2);  // a file: not a terminal, so the batching sink
+
+  log_options o;
+  o.level = spdlog::level::info;
+  o.file = log_path.string();
+  auto log = make_logger("log-batch-test", o);
+  log->info("alone");
+  const std::string after_alone = slurp(err_path);
+  const std::string file_after_alone = slurp(log_path);
+  std::string inside, file_inside;
+  {
+    const log_batch batch(log.get());
+    log->info("stored one");
+    log->info("stored two");
+    log->warn("a warning in the batch");
+    inside = slurp(err_path);
+    file_inside = slurp(log_path);
+  }
+  const std::string after_batch = slurp(err_path);
+  const std::string file_after_batch = slurp(log_path);
+  log->info("after");
+  const std::string at_end = slurp(err_path);
+  const log_batch no_logger(nullptr);  // does nothing
+
+  dup2(saved, 2);
+  close(saved);
+  std::fclose(err);
+  spdlog::set_default_logger(nullptr);
+  std::filesystem::remove_all(dir);
+
+  REQUIRE(after_alone.find("info: alone\n") != std::string::npos);
+  REQUIRE(file_after_alone.find("info: alone\n") != std::string::npos);
+  // Held back in the batch, in both sinks.
+  REQUIRE(inside == after_alone);
+  REQUIRE(file_inside == file_after_alone);
+  for (const auto* text : {&after_batch, &file_after_batch}) {
+    const auto one = text->find("info: stored one\n");
+    const auto two = text->find("info: stored two\n");
+    const auto warned = text->find("warning: a warning in the batch\n");
+    REQUIRE(one != std::string::npos);
+    REQUIRE(two > one);
+    REQUIRE(warned > two);
+    REQUIRE(warned != std::string::npos);
+  }
+  // The flush level is back: a line after the batch is written at once.
+  REQUIRE(at_end.find("info: after\n") != std::string::npos);
+  REQUIRE(log->flush_level() == spdlog::level::info);
+}
