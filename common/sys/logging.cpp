@@ -32,7 +32,7 @@ class clearing_stderr_sink final : public spdlog::sinks::base_sink<std::mutex> {
 
 /// stderr sink for a stderr that is not a terminal (journald, a file, a pipe): lines are
 /// formatted into a buffer and written at each flush, with one write(2) for all the lines since
-/// the last. The logger flushes after every info line (make_logger), so a line leaves as soon as
+/// the last. The logger flushes after every line (make_logger), so a line leaves as soon as
 /// it is logged, unless a log_batch holds the flushes back for the lines of one handler.
 class batching_stderr_sink final : public spdlog::sinks::base_sink<std::mutex> {
  public:
@@ -145,7 +145,10 @@ std::shared_ptr<spdlog::logger> make_logger(const std::string& name, const log_o
   auto log = std::make_shared<spdlog::logger>(name, sinks.begin(), sinks.end());
   log->set_level(o.level);
   log->set_pattern("%Y-%m-%d %H:%M:%S.%e %n %^%l%$: %v");
-  log->flush_on(spdlog::level::info);
+  // Every line is flushed as it is logged, at whatever level the logger is set to now or
+  // later: the stderr sink writes at its flushes (batching_stderr_sink), so a debug line must
+  // not wait in its buffer for the next info line. A log_batch holds the flushes back.
+  log->flush_on(spdlog::level::trace);
   spdlog::set_default_logger(log);
   google::protobuf::SetLogHandler(&protobuf_log);
   return log;

@@ -120,6 +120,9 @@ TEST_CASE(
   const std::string file_after_batch = slurp(log_path);
   log->info("after");
   const std::string at_end = slurp(err_path);
+  log->set_level(spdlog::level::debug);
+  log->debug("a debug line");  // written at once too: it does not wait for an info line
+  const std::string debug_at_end = slurp(err_path);
   const log_batch no_logger(nullptr);  // does nothing
 
   dup2(saved, 2);
@@ -144,5 +147,6 @@ TEST_CASE(
   }
   // The flush level is back: a line after the batch is written at once.
   REQUIRE(at_end.find("info: after\n") != std::string::npos);
-  REQUIRE(log->flush_level() == spdlog::level::info);
+  REQUIRE(debug_at_end.find("debug: a debug line\n") != std::string::npos);
+  REQUIRE(log->flush_level() == spdlog::level::trace);
 }
