@@ -86,8 +86,8 @@ def one_run(build, args, ds, num, rtt, loss, count=False):
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     spec = "h2:delay=%gms" % (rtt / 2) + (",loss=%g" % loss if loss > 0 else "")
-    # The emulator of the build measured: the same binary for both would be fairer still, but
-    # each tree holds its own; it is not part of the CPU counted.
+    # The emulator of --build's tree, the same binary for both builds' runs; its CPU is not
+    # counted.
     emu = Emulator(os.path.join(args.build, "tests", "linkem", "mcdist-linkem"), work, [spec],
                    hosts=3, seed=num + args.seed)
     outs = {w: os.path.join(args.work, "perf-%s.csv" % w) for w in ("h1", "sender")}
