@@ -35,6 +35,34 @@ std::vector<std::byte> bad_utf8_datagram() {
   return d;
 }
 
+/// stderr (fd 2) sent to a file of a fresh directory while it lives, as a daemon's is under
+/// systemd or a harness: not a terminal. The directory goes with it.
+struct stderr_to_file {
+  explicit stderr_to_file(const std::string& name)
+      : dir(std::filesystem::temp_directory_path() / (name + std::to_string(getpid()))),
+        err_path(dir / "stderr"), log_path(dir / "log") {
+    std::filesystem::create_directories(dir);
+    std::fflush(stderr);
+    saved = dup(2);
+    err = std::fopen(err_path.c_str(), "w");
+    REQUIRE(err != nullptr);
+    dup2(fileno(err), 2);
+  }
+  ~stderr_to_file() {
+    std::fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    std::fclose(err);
+    std::filesystem::remove_all(dir);
+  }
+  stderr_to_file(const stderr_to_file&) = delete;
+  stderr_to_file& operator=(const stderr_to_file&) = delete;
+
+  std::filesystem::path dir, err_path, log_path;
+  int saved = -1;
+  FILE* err = nullptr;
+};
+
 }  // namespace
 
 TEST_CASE(
@@ -42,40 +70,27 @@ TEST_CASE(
     "not to stderr",
     "[unit][logging]") {
   // Found by tests/fuzz: every refused string of invalid UTF-8 wrote a line to stderr.
-  const auto dir =
-      std::filesystem::temp_directory_path() / ("mcdist-logging-" + std::to_string(getpid()));
-  std::filesystem::create_directories(dir);
-  const auto err_path = dir / "stderr";
-  const auto log_path = dir / "log";
+  std::string on_stderr, in_log;
+  {
+    const stderr_to_file redirected("mcdist-logging-");
 
-  std::fflush(stderr);
-  const int saved = dup(2);
-  FILE* err = std::fopen(err_path.c_str(), "w");
-  REQUIRE(err != nullptr);
-  dup2(fileno(err), 2);
+    log_options o;
+    o.level = spdlog::level::info;
+    o.file = redirected.log_path.string();
+    auto log = make_logger("logging-test", o);
+    const auto hostile = bad_utf8_datagram();  // (serializing it is reported too, at info)
+    wire::register_request m;
+    REQUIRE(wire::parse_control(hostile, m));  // refused
+    log->set_level(spdlog::level::debug);
+    REQUIRE(wire::parse_control(hostile, m));
+    log->flush();
+    spdlog::set_default_logger(nullptr);
+    wire::register_request later;
+    REQUIRE(wire::parse_control(hostile, later));  // no logger left: dropped, no crash
 
-  log_options o;
-  o.level = spdlog::level::info;
-  o.file = log_path.string();
-  auto log = make_logger("logging-test", o);
-  const auto hostile = bad_utf8_datagram();  // (serializing it is reported too, at info: dropped)
-  wire::register_request m;
-  REQUIRE(wire::parse_control(hostile, m));  // refused
-  log->set_level(spdlog::level::debug);
-  REQUIRE(wire::parse_control(hostile, m));
-  log->flush();
-
-  std::fflush(stderr);
-  dup2(saved, 2);
-  close(saved);
-  std::fclose(err);
-  spdlog::set_default_logger(nullptr);
-  wire::register_request later;
-  REQUIRE(wire::parse_control(hostile, later));  // no logger left: dropped, no crash
-
-  const std::string on_stderr = slurp(err_path);
-  const std::string in_log = slurp(log_path);
-  std::filesystem::remove_all(dir);
+    on_stderr = slurp(redirected.err_path);
+    in_log = slurp(redirected.log_path);
+  }
   // At info level nothing is written; at debug level the message is in the program's log
   // (the stderr sink of the same logger shows it there too, formatted as a log line).
   REQUIRE(on_stderr.find("[libprotobuf") == std::string::npos);
@@ -88,17 +103,9 @@ TEST_CASE(
     "a log batch holds a non-terminal stderr's lines back until it ends, then writes them "
     "in order; without one each line is written as it is logged",
     "[unit][logging]") {
-  const auto dir =
-      std::filesystem::temp_directory_path() / ("mcdist-log-batch-" + std::to_string(getpid()));
-  std::filesystem::create_directories(dir);
-  const auto err_path = dir / "stderr";
-  const auto log_path = dir / "log";
-
-  std::fflush(stderr);
-  const int saved = dup(2);
-  FILE* err = std::fopen(err_path.c_str(), "w");
-  REQUIRE(err != nullptr);
-  dup2(fileno(err), 2);  // a file: not a terminal, so the batching sink
+  const stderr_to_file redirected("mcdist-log-batch-");  // not a terminal: the batching sink
+  const auto& err_path = redirected.err_path;
+  const auto& log_path = redirected.log_path;
 
   log_options o;
   o.level = spdlog::level::info;
@@ -124,12 +131,7 @@ TEST_CASE(
   log->debug("a debug line");  // written at once too: it does not wait for an info line
   const std::string debug_at_end = slurp(err_path);
   const log_batch no_logger(nullptr);  // does nothing
-
-  dup2(saved, 2);
-  close(saved);
-  std::fclose(err);
   spdlog::set_default_logger(nullptr);
-  std::filesystem::remove_all(dir);
 
   REQUIRE(after_alone.find("info: alone\n") != std::string::npos);
   REQUIRE(file_after_alone.find("info: alone\n") != std::string::npos);
